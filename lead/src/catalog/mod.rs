@@ -1,0 +1,1 @@
+//! The tool catalog (being written).

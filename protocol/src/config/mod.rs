@@ -1,0 +1,1 @@
+//! Configuration: DeerFlow `config.yaml` and `extensions_config.json` (being written).
