@@ -1,4 +1,22 @@
 //! antler-protocol: every message that crosses an Antler process, the codec, framing,
-//! handshake, RPC links, and the shared configuration types.
+//! handshake, RPC connections and links, the host process runtime, and the shared
+//! configuration types.
 
+pub mod codec;
 pub mod config;
+pub mod connection;
+pub mod envelope;
+pub mod frame;
+pub mod handshake;
+pub mod host;
+pub mod link;
+pub mod messages;
+pub mod runtime_dir;
+pub mod server;
+pub mod transport;
+
+pub use connection::{Call, Connection, ConnectionConfig, InFlight, RpcError, Service};
+pub use envelope::{Body, Envelope, RemoteError, TraceContext};
+pub use handshake::{Identity, PeerInfo, Role};
+pub use messages::{Reply, Request};
+pub use transport::Address;

@@ -1,0 +1,762 @@
+//! One established connection and its RPC: request/reply correlation, deadlines,
+//! cancellation, streamed replies, heartbeats, bounded queues, and serving requests.
+//! Owns three tasks (reader, writer, heartbeat) that all stop when the connection closes;
+//! on close every pending request fails at once with `PeerUnavailable`.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use futures::{future::BoxFuture, SinkExt, StreamExt};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+
+use crate::{
+    codec,
+    envelope::{Body, Envelope, RemoteError, RequestId, TraceContext},
+    handshake::{FrameReader, FrameWriter, PeerInfo},
+    messages::{Reply, Request},
+};
+
+/// Tunables of a connection.
+#[derive(Debug, Clone)]
+pub struct ConnectionConfig {
+    /// Frames larger than this are refused (outgoing) or close the connection (incoming).
+    pub max_frame_bytes: usize,
+    /// How often each side sends a heartbeat.
+    pub heartbeat_interval: Duration,
+    /// Heartbeat intervals without any frame after which the peer is declared dead.
+    pub heartbeat_misses: u32,
+    /// Outgoing frames queued before senders are slowed down.
+    pub outbound_queue: usize,
+    /// Requests this side serves at once on one connection before answering `Overloaded`.
+    pub max_in_flight: usize,
+    /// Stream items buffered per streamed request before the reader waits for the consumer.
+    pub stream_buffer: usize,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        Self {
+            max_frame_bytes: crate::frame::DEFAULT_MAX_FRAME_BYTES,
+            heartbeat_interval: Duration::from_secs(1),
+            heartbeat_misses: 3,
+            outbound_queue: 4096,
+            max_in_flight: 1024,
+            stream_buffer: 64,
+        }
+    }
+}
+
+/// Why a request did not get a reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RpcError {
+    /// The peer is not connected, or the connection died while the request was in flight.
+    #[error("peer unavailable: {0}")]
+    PeerUnavailable(String),
+    /// The request's deadline passed before a reply came.
+    #[error("deadline exceeded after {0:?}")]
+    DeadlineExceeded(Duration),
+    /// The outgoing queue stayed full until the deadline, or the peer refused for load.
+    #[error("overloaded: {0}")]
+    Overloaded(String),
+    /// The encoded request is larger than the frame limit.
+    #[error("message of {size} bytes exceeds the {max}-byte frame limit")]
+    TooLarge { size: usize, max: usize },
+    /// The peer answered with an error.
+    #[error(transparent)]
+    Remote(RemoteError),
+}
+
+/// Serves the requests a peer sends on a connection.
+pub trait Service: Send + Sync + 'static {
+    /// Handles one request. Items sent through `call` before the returned future resolves
+    /// are streamed to the requester; the resolved value is the final reply.
+    fn call(&self, request: Request, call: Call) -> BoxFuture<'static, Result<Reply, RemoteError>>;
+}
+
+/// Counts requests being served across the connections of one process (for health and drain).
+#[derive(Debug, Default)]
+pub struct InFlight {
+    count: AtomicUsize,
+    idle: Notify,
+    draining: AtomicBool,
+}
+
+impl InFlight {
+    /// Requests being served now.
+    pub fn current(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// Marks the process as draining: new requests are refused with `ShuttingDown`.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Resolves when no request is in flight.
+    pub async fn wait_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.current() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn enter(self: &Arc<Self>) -> InFlightGuard {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        InFlightGuard(self.clone())
+    }
+}
+
+struct InFlightGuard(Arc<InFlight>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// The serving side's handle on one request: its trace, deadline, and the stream sink.
+pub struct Call {
+    pub trace: TraceContext,
+    /// When the requester gives up.
+    pub deadline: Option<Instant>,
+    /// The peer that asked.
+    pub peer: PeerInfo,
+    id: RequestId,
+    out: mpsc::Sender<Envelope>,
+}
+
+impl Call {
+    /// Streams one item of the reply. Waits while the outgoing queue is full.
+    pub async fn send_item(&self, item: Reply) -> Result<(), RpcError> {
+        let env = Envelope {
+            id: 0,
+            reply_to: Some(self.id),
+            deadline: None,
+            trace: self.trace.clone(),
+            body: Body::StreamItem(item),
+        };
+        self.out
+            .send(env)
+            .await
+            .map_err(|_| RpcError::PeerUnavailable("connection closed".into()))
+    }
+}
+
+enum Pending {
+    Unary(oneshot::Sender<Result<Reply, RpcError>>),
+    Stream(mpsc::Sender<Result<Reply, RpcError>>),
+}
+
+struct Shared {
+    out: mpsc::Sender<Envelope>,
+    pending: Mutex<HashMap<RequestId, Pending>>,
+    serving: Mutex<HashMap<RequestId, tokio::task::AbortHandle>>,
+    next_id: AtomicU64,
+    closed: watch::Sender<Option<String>>,
+    started: Instant,
+    last_seen_ms: AtomicU64,
+    peer: PeerInfo,
+    config: ConnectionConfig,
+    peer_going_away: AtomicBool,
+}
+
+impl Shared {
+    fn close(&self, reason: &str) {
+        let first = self.closed.send_if_modified(|r| {
+            if r.is_none() {
+                *r = Some(reason.to_string());
+                true
+            } else {
+                false
+            }
+        });
+        if !first {
+            return;
+        }
+        tracing::debug!(peer = %self.peer.address, role = %self.peer.role, reason, "connection closed");
+        let drained: Vec<Pending> = match self.pending.lock() {
+            Ok(mut p) => p.drain().map(|(_, v)| v).collect(),
+            Err(_) => Vec::new(),
+        };
+        for p in drained {
+            let err = RpcError::PeerUnavailable(reason.to_string());
+            match p {
+                Pending::Unary(tx) => {
+                    let _ = tx.send(Err(err));
+                }
+                Pending::Stream(tx) => {
+                    let _ = tx.try_send(Err(err));
+                }
+            }
+        }
+        if let Ok(mut s) = self.serving.lock() {
+            for (_, h) in s.drain() {
+                h.abort();
+            }
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.borrow().is_some()
+    }
+
+    fn take_pending(&self, id: RequestId) -> Option<Pending> {
+        self.pending.lock().ok().and_then(|mut p| p.remove(&id))
+    }
+
+    fn touch(&self) {
+        let ms = self.started.elapsed().as_millis() as u64;
+        self.last_seen_ms.store(ms, Ordering::Relaxed);
+    }
+}
+
+/// A handle on a live connection; cheap to clone. Dropping handles does not close it:
+/// call [`Connection::close`], or it closes when the peer goes away.
+#[derive(Clone)]
+pub struct Connection {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("peer", &self.shared.peer)
+            .field("closed", &self.shared.is_closed())
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Starts the connection's tasks over framed halves that completed the handshake.
+    /// `service` answers the peer's requests; without one, requests get `Unsupported`.
+    pub fn start(
+        reader: FrameReader,
+        writer: FrameWriter,
+        peer: PeerInfo,
+        config: ConnectionConfig,
+        service: Option<Arc<dyn Service>>,
+        in_flight: Arc<InFlight>,
+    ) -> Connection {
+        let (out_tx, out_rx) = mpsc::channel(config.outbound_queue.max(1));
+        let (closed_tx, _) = watch::channel(None);
+        let shared = Arc::new(Shared {
+            out: out_tx,
+            pending: Mutex::new(HashMap::new()),
+            serving: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            closed: closed_tx,
+            started: Instant::now(),
+            last_seen_ms: AtomicU64::new(0),
+            peer,
+            config,
+            peer_going_away: AtomicBool::new(false),
+        });
+        tokio::spawn(write_loop(shared.clone(), writer, out_rx));
+        tokio::spawn(read_loop(shared.clone(), reader, service, in_flight));
+        tokio::spawn(heartbeat_loop(shared.clone()));
+        Connection { shared }
+    }
+
+    /// The peer at the other end.
+    pub fn peer(&self) -> &PeerInfo {
+        &self.shared.peer
+    }
+
+    /// Whether the connection has closed.
+    pub fn is_closed(&self) -> bool {
+        self.shared.is_closed()
+    }
+
+    /// Whether the peer said it is draining.
+    pub fn peer_going_away(&self) -> bool {
+        self.shared.peer_going_away.load(Ordering::SeqCst)
+    }
+
+    /// Why the connection closed, once it has.
+    pub fn close_reason(&self) -> Option<String> {
+        self.shared.closed.borrow().clone()
+    }
+
+    /// Milliseconds since any frame (heartbeats included) arrived from the peer.
+    pub fn since_last_heard(&self) -> Duration {
+        let now = self.shared.started.elapsed().as_millis() as u64;
+        Duration::from_millis(now.saturating_sub(self.shared.last_seen_ms.load(Ordering::Relaxed)))
+    }
+
+    /// Closes the connection; pending requests fail with `PeerUnavailable(reason)`.
+    pub fn close(&self, reason: &str) {
+        self.shared.close(reason);
+    }
+
+    /// Resolves when the connection has closed, with the reason.
+    pub async fn closed(&self) -> String {
+        let mut rx = self.shared.closed.subscribe();
+        loop {
+            if let Some(r) = rx.borrow_and_update().clone() {
+                return r;
+            }
+            if rx.changed().await.is_err() {
+                return "connection dropped".into();
+            }
+        }
+    }
+
+    /// Tells the peer this side is draining and takes no new requests.
+    pub fn send_going_away(&self, reason: &str) {
+        let _ = self.shared.out.try_send(Envelope {
+            id: 0,
+            reply_to: None,
+            deadline: None,
+            trace: TraceContext::default(),
+            body: Body::GoingAway {
+                reason: reason.to_string(),
+            },
+        });
+    }
+
+    fn register(&self, pending: Pending) -> Result<RequestId, RpcError> {
+        if let Some(reason) = self.close_reason() {
+            return Err(RpcError::PeerUnavailable(reason));
+        }
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .pending
+            .lock()
+            .map_err(|_| RpcError::PeerUnavailable("connection state poisoned".into()))?
+            .insert(id, pending);
+        // Close may have drained the map just before the insert: check again.
+        if let Some(reason) = self.close_reason() {
+            self.shared.take_pending(id);
+            return Err(RpcError::PeerUnavailable(reason));
+        }
+        Ok(id)
+    }
+
+    async fn enqueue(&self, env: Envelope, deadline: Instant) -> Result<(), RpcError> {
+        match self.shared.out.try_send(env) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                Err(RpcError::PeerUnavailable("connection closed".into()))
+            }
+            Err(mpsc::error::TrySendError::Full(env)) => {
+                match tokio::time::timeout_at(deadline.into(), self.shared.out.send(env)).await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(_)) => Err(RpcError::PeerUnavailable("connection closed".into())),
+                    Err(_) => Err(RpcError::Overloaded(format!(
+                        "outgoing queue to {} stayed full until the deadline",
+                        self.shared.peer.role
+                    ))),
+                }
+            }
+        }
+    }
+
+    fn envelope(id: RequestId, request: Request, trace: TraceContext, timeout: Duration) -> Envelope {
+        Envelope {
+            id,
+            reply_to: None,
+            deadline: Some(timeout.as_millis().min(u32::MAX as u128) as u32),
+            trace,
+            body: Body::Request(request),
+        }
+    }
+
+    /// Sends a request and waits for its reply, at most `timeout`. Dropping the returned
+    /// future cancels the request at the peer.
+    pub async fn request(&self, request: Request, trace: TraceContext, timeout: Duration) -> Result<Reply, RpcError> {
+        let deadline = Instant::now() + timeout;
+        let (tx, rx) = oneshot::channel();
+        let id = self.register(Pending::Unary(tx))?;
+        let mut guard = CancelGuard {
+            shared: self.shared.clone(),
+            id,
+            trace: trace.clone(),
+            armed: true,
+        };
+        self.enqueue(Self::envelope(id, request, trace, timeout), deadline)
+            .await?;
+        match tokio::time::timeout_at(deadline.into(), rx).await {
+            Ok(Ok(result)) => {
+                guard.armed = false;
+                result
+            }
+            Ok(Err(_)) => {
+                guard.armed = false;
+                Err(RpcError::PeerUnavailable(
+                    self.close_reason().unwrap_or_else(|| "connection closed".into()),
+                ))
+            }
+            Err(_) => Err(RpcError::DeadlineExceeded(timeout)),
+        }
+    }
+
+    /// Sends a request whose reply is streamed: items, then the final reply, then the end.
+    /// The whole stream is bounded by `timeout`; dropping the stream cancels the request.
+    pub async fn request_stream(
+        &self,
+        request: Request,
+        trace: TraceContext,
+        timeout: Duration,
+    ) -> Result<ReplyStream, RpcError> {
+        let deadline = Instant::now() + timeout;
+        let (tx, rx) = mpsc::channel(self.shared.config.stream_buffer.max(1));
+        let id = self.register(Pending::Stream(tx))?;
+        let guard = CancelGuard {
+            shared: self.shared.clone(),
+            id,
+            trace: trace.clone(),
+            armed: true,
+        };
+        self.enqueue(Self::envelope(id, request, trace, timeout), deadline)
+            .await?;
+        Ok(ReplyStream {
+            rx,
+            deadline,
+            timeout,
+            guard,
+            done: false,
+        })
+    }
+}
+
+/// Removes a pending request and tells the peer to stop, unless disarmed by a reply.
+struct CancelGuard {
+    shared: Arc<Shared>,
+    id: RequestId,
+    trace: TraceContext,
+    armed: bool,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if self.shared.take_pending(self.id).is_some() && !self.shared.is_closed() {
+            let _ = self.shared.out.try_send(Envelope {
+                id: 0,
+                reply_to: Some(self.id),
+                deadline: None,
+                trace: std::mem::take(&mut self.trace),
+                body: Body::Cancel,
+            });
+        }
+    }
+}
+
+/// The replies of a streamed request, in order; the last `Ok` item is the final reply.
+pub struct ReplyStream {
+    rx: mpsc::Receiver<Result<Reply, RpcError>>,
+    deadline: Instant,
+    timeout: Duration,
+    guard: CancelGuard,
+    done: bool,
+}
+
+impl ReplyStream {
+    /// The next item, `None` after the final reply or an error.
+    pub async fn next(&mut self) -> Option<Result<Reply, RpcError>> {
+        if self.done {
+            return None;
+        }
+        match tokio::time::timeout_at(self.deadline.into(), self.rx.recv()).await {
+            Ok(Some(item)) => {
+                if item.is_err() {
+                    self.done = true;
+                    self.guard.armed = false;
+                }
+                Some(item)
+            }
+            Ok(None) => {
+                // The reader dropped the sender after the final reply.
+                self.done = true;
+                self.guard.armed = false;
+                None
+            }
+            Err(_) => {
+                self.done = true;
+                Some(Err(RpcError::DeadlineExceeded(self.timeout)))
+            }
+        }
+    }
+}
+
+async fn write_loop(shared: Arc<Shared>, mut writer: FrameWriter, mut rx: mpsc::Receiver<Envelope>) {
+    let mut closed = shared.closed.subscribe();
+    let max = shared.config.max_frame_bytes;
+    let mut buf = Vec::with_capacity(256);
+    loop {
+        let first = tokio::select! {
+            biased;
+            _ = closed.changed() => break,
+            env = rx.recv() => match env { Some(e) => e, None => break },
+        };
+        let mut next = Some(first);
+        let mut batched = 0usize;
+        while let Some(env) = next.take() {
+            buf.clear();
+            if let Err(e) = codec::encode_into(&env, &mut buf) {
+                tracing::error!(error = %e, "dropping a message that does not encode");
+                fail_outgoing(&shared, &env, RpcError::Remote(RemoteError::Failed(e.to_string())));
+            } else if buf.len() > max {
+                let err = RpcError::TooLarge { size: buf.len(), max };
+                tracing::warn!(size = buf.len(), max, "refusing to send an oversize frame");
+                fail_outgoing(&shared, &env, err);
+            } else {
+                batched += buf.len();
+                if let Err(e) = writer.feed(Bytes::copy_from_slice(&buf)).await {
+                    shared.close(&format!("write failed: {e}"));
+                    return;
+                }
+            }
+            if batched < 256 * 1024 {
+                next = rx.try_recv().ok();
+            }
+        }
+        if let Err(e) = SinkExt::<Bytes>::flush(&mut writer).await {
+            shared.close(&format!("write failed: {e}"));
+            return;
+        }
+    }
+    let _ = SinkExt::<Bytes>::close(&mut writer).await;
+}
+
+/// An outgoing message could not be sent: fail the request it is, or answer the request
+/// it replies to with an error that fits.
+fn fail_outgoing(shared: &Arc<Shared>, env: &Envelope, err: RpcError) {
+    match &env.body {
+        Body::Request(_) => {
+            if let Some(p) = shared.take_pending(env.id) {
+                match p {
+                    Pending::Unary(tx) => {
+                        let _ = tx.send(Err(err));
+                    }
+                    Pending::Stream(tx) => {
+                        let _ = tx.try_send(Err(err));
+                    }
+                }
+            }
+        }
+        Body::Reply(_) | Body::StreamItem(_) => {
+            let _ = shared.out.try_send(Envelope {
+                id: 0,
+                reply_to: env.reply_to,
+                deadline: None,
+                trace: env.trace.clone(),
+                body: Body::Reply(Err(RemoteError::Failed(format!("reply not sent: {err}")))),
+            });
+        }
+        _ => {}
+    }
+}
+
+async fn read_loop(
+    shared: Arc<Shared>,
+    mut reader: FrameReader,
+    service: Option<Arc<dyn Service>>,
+    in_flight: Arc<InFlight>,
+) {
+    let mut closed = shared.closed.subscribe();
+    loop {
+        let frame = tokio::select! {
+            biased;
+            _ = closed.changed() => return,
+            f = reader.next() => f,
+        };
+        let frame = match frame {
+            Some(Ok(f)) => f,
+            Some(Err(e)) => {
+                let reason = if e.kind() == std::io::ErrorKind::InvalidData {
+                    format!("bad frame: {e} (limit {} bytes)", shared.config.max_frame_bytes)
+                } else {
+                    format!("read failed: {e}")
+                };
+                tracing::warn!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "closing connection");
+                shared.close(&reason);
+                return;
+            }
+            None => {
+                shared.close("peer closed the connection");
+                return;
+            }
+        };
+        shared.touch();
+        let env: Envelope = match codec::decode(&frame) {
+            Ok(e) => e,
+            Err(e) => {
+                let reason = format!("frame does not decode: {e}");
+                tracing::warn!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "closing connection");
+                shared.close(&reason);
+                return;
+            }
+        };
+        dispatch(&shared, env, service.as_ref(), &in_flight).await;
+    }
+}
+
+async fn dispatch(shared: &Arc<Shared>, env: Envelope, service: Option<&Arc<dyn Service>>, in_flight: &Arc<InFlight>) {
+    match env.body {
+        Body::Heartbeat => {}
+        Body::GoingAway { reason } => {
+            tracing::info!(peer = %shared.peer.address, %reason, "peer is draining");
+            shared.peer_going_away.store(true, Ordering::SeqCst);
+        }
+        Body::Reply(result) => {
+            let Some(id) = env.reply_to else { return };
+            match shared.take_pending(id) {
+                Some(Pending::Unary(tx)) => {
+                    let _ = tx.send(result.map_err(RpcError::Remote));
+                }
+                Some(Pending::Stream(tx)) => {
+                    let _ = tx.send(result.map_err(RpcError::Remote)).await;
+                }
+                None => {} // cancelled or timed out: the late reply is dropped
+            }
+        }
+        Body::StreamItem(item) => {
+            let Some(id) = env.reply_to else { return };
+            let tx = match shared.pending.lock() {
+                Ok(p) => match p.get(&id) {
+                    Some(Pending::Stream(tx)) => Some(tx.clone()),
+                    _ => None,
+                },
+                Err(_) => None,
+            };
+            if let Some(tx) = tx {
+                let _ = tx.send(Ok(item)).await;
+            }
+        }
+        Body::Cancel => {
+            if let Some(id) = env.reply_to {
+                let handle = shared.serving.lock().ok().and_then(|mut s| s.remove(&id));
+                if let Some(h) = handle {
+                    h.abort();
+                }
+            }
+        }
+        Body::Request(request) => serve(shared, env.id, env.deadline, env.trace, request, service, in_flight),
+    }
+}
+
+fn serve(
+    shared: &Arc<Shared>,
+    id: RequestId,
+    deadline: Option<u32>,
+    trace: TraceContext,
+    request: Request,
+    service: Option<&Arc<dyn Service>>,
+    in_flight: &Arc<InFlight>,
+) {
+    let reply = move |body: Result<Reply, RemoteError>, trace: TraceContext| Envelope {
+        id: 0,
+        reply_to: Some(id),
+        deadline: None,
+        trace,
+        body: Body::Reply(body),
+    };
+    let refuse = |err: RemoteError| {
+        let _ = shared.out.try_send(reply(Err(err), trace.clone()));
+    };
+    let Some(service) = service.cloned() else {
+        return refuse(RemoteError::Unsupported(format!(
+            "this peer serves no requests ({})",
+            request.kind()
+        )));
+    };
+    if in_flight.is_draining() {
+        return refuse(RemoteError::ShuttingDown);
+    }
+    let serving_now = shared.serving.lock().map(|s| s.len()).unwrap_or(usize::MAX);
+    if serving_now >= shared.config.max_in_flight {
+        return refuse(RemoteError::Overloaded(format!(
+            "{serving_now} requests in flight on this connection"
+        )));
+    }
+    let deadline = deadline.map(|ms| Instant::now() + Duration::from_millis(ms as u64));
+    let call = Call {
+        trace: trace.clone(),
+        deadline,
+        peer: shared.peer.clone(),
+        id,
+        out: shared.out.clone(),
+    };
+    let guard = in_flight.enter();
+    let task_shared = shared.clone();
+    let span = tracing::debug_span!("serve", kind = request.kind(), run_id = trace.run_id.as_deref().unwrap_or(""), trace_id = %trace.trace_hex());
+    // The task waits for its abort handle to be registered, so its own removal below can
+    // never run before the insertion (which would leave a stale entry).
+    let (registered_tx, registered_rx) = oneshot::channel::<()>();
+    let fut = async move {
+        let _guard = guard;
+        let _ = registered_rx.await;
+        let work = service.call(request, call);
+        let result = match deadline {
+            Some(d) => match tokio::time::timeout_at(d.into(), work).await {
+                Ok(r) => Some(r),
+                Err(_) => None, // the requester has given up: send nothing
+            },
+            None => Some(work.await),
+        };
+        if let Ok(mut s) = task_shared.serving.lock() {
+            s.remove(&id);
+        }
+        if let Some(result) = result {
+            let _ = task_shared.out.send(reply(result, trace)).await;
+        }
+    };
+    let handle = tokio::spawn(tracing::Instrument::instrument(fut, span));
+    if let Ok(mut s) = shared.serving.lock() {
+        s.insert(id, handle.abort_handle());
+    }
+    let _ = registered_tx.send(());
+}
+
+async fn heartbeat_loop(shared: Arc<Shared>) {
+    let interval = shared.config.heartbeat_interval;
+    let dead_after = interval * shared.config.heartbeat_misses.max(1);
+    let mut closed = shared.closed.subscribe();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    shared.touch();
+    loop {
+        tokio::select! {
+            _ = closed.changed() => return,
+            _ = tick.tick() => {}
+        }
+        let now = shared.started.elapsed().as_millis() as u64;
+        let silent = now.saturating_sub(shared.last_seen_ms.load(Ordering::Relaxed));
+        if silent > dead_after.as_millis() as u64 {
+            let reason = format!(
+                "no heartbeat from {} for {silent} ms ({} missed)",
+                shared.peer.role,
+                shared.config.heartbeat_misses
+            );
+            tracing::warn!(peer = %shared.peer.address, %reason, "declaring peer dead");
+            shared.close(&reason);
+            return;
+        }
+        let _ = shared.out.try_send(Envelope {
+            id: 0,
+            reply_to: None,
+            deadline: None,
+            trace: TraceContext::default(),
+            body: Body::Heartbeat,
+        });
+    }
+}

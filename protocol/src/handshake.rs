@@ -1,0 +1,338 @@
+//! The handshake that opens every connection: magic, the protocol versions each side
+//! supports, role, node id, capacity and the cluster token. A mismatch refuses the
+//! connection with a reason both sides log; nothing else is read before it succeeds.
+
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
+
+use crate::{codec, frame};
+
+/// Four bytes that open every hello, so a peer speaking another protocol is told apart.
+pub const MAGIC: [u8; 4] = *b"ANTL";
+/// The newest protocol version this build speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// The oldest protocol version this build still speaks (rolling upgrades).
+pub const MIN_PROTOCOL_VERSION: u16 = 1;
+/// How long a peer has to complete the handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Hellos are small; anything larger is not a hello.
+pub const MAX_HELLO_BYTES: usize = 16 * 1024;
+
+/// What a process is in the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Role {
+    Lead,
+    McpHost,
+    SandboxHost,
+    Subagent,
+    /// A command-line client of the lead's control socket.
+    Cli,
+}
+
+impl Role {
+    /// The name used in `antler status` and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Lead => "lead",
+            Role::McpHost => "mcp-host",
+            Role::SandboxHost => "sandbox-host",
+            Role::Subagent => "subagent",
+            Role::Cli => "cli",
+        }
+    }
+
+    /// Parses a name produced by [`Role::as_str`].
+    pub fn parse(s: &str) -> Option<Role> {
+        [
+            Role::Lead,
+            Role::McpHost,
+            Role::SandboxHost,
+            Role::Subagent,
+            Role::Cli,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who this side of a connection is, and the secret it presents or expects.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub role: Role,
+    pub node_id: String,
+    /// Work this process can take at once (task slots for workers).
+    pub capacity: u32,
+    /// The cluster token. `None` on a listener accepts any peer (tests and benches only).
+    pub token: Option<String>,
+    /// The versions this side speaks, inclusive.
+    pub versions: (u16, u16),
+}
+
+impl Identity {
+    pub fn new(role: Role, node_id: impl Into<String>, token: Option<String>) -> Self {
+        Self {
+            role,
+            node_id: node_id.into(),
+            capacity: 0,
+            token,
+            versions: (MIN_PROTOCOL_VERSION, PROTOCOL_VERSION),
+        }
+    }
+}
+
+/// The first frame a connecting peer sends.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Hello {
+    pub magic: [u8; 4],
+    pub min_version: u16,
+    pub max_version: u16,
+    pub role: Role,
+    pub node_id: String,
+    pub capacity: u32,
+    pub token: String,
+}
+
+/// The listener's answer to a [`Hello`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum HelloReply {
+    Accept {
+        version: u16,
+        role: Role,
+        node_id: String,
+        capacity: u32,
+    },
+    Refuse {
+        reason: String,
+    },
+}
+
+/// The other side of an established connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInfo {
+    pub role: Role,
+    pub node_id: String,
+    pub capacity: u32,
+    /// The protocol version both sides agreed on.
+    pub version: u16,
+    /// Where the peer is (socket path or address), for logs.
+    pub address: String,
+}
+
+/// Why a handshake failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandshakeError {
+    #[error("handshake refused by peer: {0}")]
+    Refused(String),
+    #[error("handshake rejected: {0}")]
+    Rejected(String),
+    #[error("handshake failed: {0}")]
+    Io(String),
+    #[error("handshake timed out after {0:?}")]
+    Timeout(Duration),
+}
+
+/// Chooses the version both ranges share: the newest one, or an error saying why none fits.
+pub fn negotiate(ours: (u16, u16), theirs: (u16, u16)) -> Result<u16, String> {
+    let low = ours.0.max(theirs.0);
+    let high = ours.1.min(theirs.1);
+    if theirs.0 > theirs.1 {
+        return Err(format!(
+            "peer states an empty version range {}..={}",
+            theirs.0, theirs.1
+        ));
+    }
+    if low > high {
+        return Err(format!(
+            "protocol version mismatch: peer speaks {}..={}, this process speaks {}..={}",
+            theirs.0, theirs.1, ours.0, ours.1
+        ));
+    }
+    Ok(high)
+}
+
+/// Compares tokens in time independent of where they differ.
+fn token_matches(expected: &str, given: &str) -> bool {
+    let (a, b) = (expected.as_bytes(), given.as_bytes());
+    let mut diff = (a.len() != b.len()) as u8;
+    for i in 0..a.len().max(b.len()) {
+        diff |= a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0);
+    }
+    diff == 0
+}
+
+/// The read half of a connection, framed.
+pub type FrameReader = FramedRead<Box<dyn AsyncRead + Send + Unpin>, LengthDelimitedCodec>;
+/// The write half of a connection, framed.
+pub type FrameWriter = FramedWrite<Box<dyn AsyncWrite + Send + Unpin>, LengthDelimitedCodec>;
+
+/// Frames both halves of a stream with the given frame limit.
+pub fn framed(
+    r: Box<dyn AsyncRead + Send + Unpin>,
+    w: Box<dyn AsyncWrite + Send + Unpin>,
+    max_frame_bytes: usize,
+) -> (FrameReader, FrameWriter) {
+    (
+        FramedRead::new(r, frame::codec(max_frame_bytes)),
+        FramedWrite::new(w, frame::codec(max_frame_bytes)),
+    )
+}
+
+async fn read_frame(r: &mut FrameReader) -> Result<bytes::BytesMut, HandshakeError> {
+    match r.next().await {
+        Some(Ok(f)) if f.len() > MAX_HELLO_BYTES => Err(HandshakeError::Rejected(format!(
+            "hello of {} bytes is over the {MAX_HELLO_BYTES}-byte limit",
+            f.len()
+        ))),
+        Some(Ok(f)) => Ok(f),
+        Some(Err(e)) => Err(HandshakeError::Rejected(format!("bad hello frame: {e}"))),
+        None => Err(HandshakeError::Io("connection closed during handshake".into())),
+    }
+}
+
+async fn write_frame(w: &mut FrameWriter, payload: Vec<u8>) -> Result<(), HandshakeError> {
+    w.send(bytes::Bytes::from(payload))
+        .await
+        .map_err(|e| HandshakeError::Io(e.to_string()))
+}
+
+/// The connecting side: sends a hello, reads the answer.
+pub async fn connect(
+    r: &mut FrameReader,
+    w: &mut FrameWriter,
+    me: &Identity,
+    address: &str,
+) -> Result<PeerInfo, HandshakeError> {
+    let hello = Hello {
+        magic: MAGIC,
+        min_version: me.versions.0,
+        max_version: me.versions.1,
+        role: me.role,
+        node_id: me.node_id.clone(),
+        capacity: me.capacity,
+        token: me.token.clone().unwrap_or_default(),
+    };
+    let fut = async {
+        let bytes = codec::encode(&hello).map_err(|e| HandshakeError::Io(e.to_string()))?;
+        write_frame(w, bytes).await?;
+        let frame = read_frame(r).await?;
+        let reply: HelloReply = codec::decode(&frame)
+            .map_err(|e| HandshakeError::Rejected(format!("bad hello reply: {e}")))?;
+        match reply {
+            HelloReply::Accept {
+                version,
+                role,
+                node_id,
+                capacity,
+            } => {
+                if version < me.versions.0 || version > me.versions.1 {
+                    return Err(HandshakeError::Rejected(format!(
+                        "peer chose protocol version {version}, outside {}..={}",
+                        me.versions.0, me.versions.1
+                    )));
+                }
+                Ok(PeerInfo {
+                    role,
+                    node_id,
+                    capacity,
+                    version,
+                    address: address.to_string(),
+                })
+            }
+            HelloReply::Refuse { reason } => Err(HandshakeError::Refused(reason)),
+        }
+    };
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
+        .await
+        .unwrap_or(Err(HandshakeError::Timeout(HANDSHAKE_TIMEOUT)))
+}
+
+/// The listening side: reads a hello, checks it, answers. A refusal is sent to the peer
+/// (so it can log why) and returned as `Rejected`.
+pub async fn accept(
+    r: &mut FrameReader,
+    w: &mut FrameWriter,
+    me: &Identity,
+    address: &str,
+) -> Result<PeerInfo, HandshakeError> {
+    let fut = async {
+        let frame = read_frame(r).await?;
+        let hello: Hello = match codec::decode(&frame) {
+            Ok(h) => h,
+            Err(e) => return Err(HandshakeError::Rejected(format!("hello does not decode: {e}"))),
+        };
+        let verdict = if hello.magic != MAGIC {
+            Err("not an Antler peer (bad magic)".to_string())
+        } else {
+            negotiate(me.versions, (hello.min_version, hello.max_version)).and_then(|v| {
+                match &me.token {
+                    Some(t) if !token_matches(t, &hello.token) => {
+                        Err("cluster token mismatch".to_string())
+                    }
+                    _ => Ok(v),
+                }
+            })
+        };
+        match verdict {
+            Ok(version) => {
+                let reply = HelloReply::Accept {
+                    version,
+                    role: me.role,
+                    node_id: me.node_id.clone(),
+                    capacity: me.capacity,
+                };
+                let bytes = codec::encode(&reply).map_err(|e| HandshakeError::Io(e.to_string()))?;
+                write_frame(w, bytes).await?;
+                Ok(PeerInfo {
+                    role: hello.role,
+                    node_id: hello.node_id,
+                    capacity: hello.capacity,
+                    version,
+                    address: address.to_string(),
+                })
+            }
+            Err(reason) => {
+                let reply = HelloReply::Refuse {
+                    reason: reason.clone(),
+                };
+                if let Ok(bytes) = codec::encode(&reply) {
+                    let _ = write_frame(w, bytes).await;
+                }
+                Err(HandshakeError::Rejected(reason))
+            }
+        }
+    };
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
+        .await
+        .unwrap_or(Err(HandshakeError::Timeout(HANDSHAKE_TIMEOUT)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation_picks_the_newest_shared_version() {
+        assert_eq!(negotiate((1, 3), (2, 5)), Ok(3));
+        assert_eq!(negotiate((1, 1), (1, 1)), Ok(1));
+        assert!(negotiate((1, 1), (2, 2)).unwrap_err().contains("mismatch"));
+        assert!(negotiate((1, 1), (3, 2)).is_err());
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(token_matches("abc", "abc"));
+        assert!(!token_matches("abc", "abd"));
+        assert!(!token_matches("abc", "ab"));
+        assert!(!token_matches("", "x"));
+    }
+}

@@ -1,0 +1,202 @@
+//! The runtime every host process shares (mcp-host, sandbox-host, subagent worker): its
+//! command-line arguments, the control requests every peer answers (ping, health), the
+//! listener, and drain on SIGTERM: stop accepting, finish in-flight work within the grace
+//! period, exit.
+
+use std::{
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use futures::future::BoxFuture;
+
+use crate::{
+    connection::{Call, ConnectionConfig, InFlight, Service},
+    envelope::RemoteError,
+    handshake::{Identity, Role},
+    messages::{ControlReply, ControlRequest, Health, Reply, Request},
+    runtime_dir::{self, TOKEN_ENV},
+    server::Server,
+    transport::Address,
+};
+
+/// Arguments every host binary takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HostArgs {
+    /// Where to listen: unix:PATH or tcp:HOST:PORT.
+    #[arg(long)]
+    pub listen: Address,
+    /// A file holding the cluster token (else the ANTLER_CLUSTER_TOKEN variable).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// This process's id in the cluster (defaults to role and pid).
+    #[arg(long)]
+    pub node_id: Option<String>,
+    /// Index of this process among processes of its role.
+    #[arg(long, default_value_t = 0)]
+    pub index: u32,
+    /// Largest frame accepted or sent, in bytes.
+    #[arg(long, default_value_t = crate::frame::DEFAULT_MAX_FRAME_BYTES)]
+    pub max_frame_bytes: usize,
+    /// Heartbeat interval in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub heartbeat_ms: u64,
+    /// Missed heartbeats after which a peer is dead.
+    #[arg(long, default_value_t = 3)]
+    pub heartbeat_misses: u32,
+    /// Seconds in-flight requests get to finish after SIGTERM.
+    #[arg(long, default_value_t = 10)]
+    pub drain_grace_s: u64,
+    /// Work this process takes at once (advertised in the handshake).
+    #[arg(long, default_value_t = 4)]
+    pub capacity: u32,
+}
+
+/// Why a host could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("no cluster token: pass --token-file or set {TOKEN_ENV}")]
+    NoToken,
+    #[error("cannot read the token file {path}: {source}")]
+    TokenFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        address: Address,
+        source: std::io::Error,
+    },
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+}
+
+impl HostArgs {
+    /// The token from the file, else from the environment.
+    pub fn token(&self) -> Result<String, HostError> {
+        if let Some(path) = &self.token_file {
+            return runtime_dir::read_token_file(path).map_err(|source| HostError::TokenFile {
+                path: path.clone(),
+                source,
+            });
+        }
+        match std::env::var(TOKEN_ENV) {
+            Ok(t) if !t.trim().is_empty() => Ok(t.trim().to_string()),
+            _ => Err(HostError::NoToken),
+        }
+    }
+
+    pub fn connection_config(&self) -> ConnectionConfig {
+        ConnectionConfig {
+            max_frame_bytes: self.max_frame_bytes,
+            heartbeat_interval: Duration::from_millis(self.heartbeat_ms.max(10)),
+            heartbeat_misses: self.heartbeat_misses.max(1),
+            ..ConnectionConfig::default()
+        }
+    }
+}
+
+/// What a host does beyond ping and health: its role's requests.
+pub trait RoleHandler: Send + Sync + 'static {
+    fn handle(&self, request: Request, call: Call, health: Health) -> BoxFuture<'static, Result<Reply, RemoteError>>;
+}
+
+/// The service of a host: answers control requests itself, hands the rest to its role.
+pub struct HostService {
+    role: Role,
+    node_id: String,
+    started: Instant,
+    in_flight: Arc<InFlight>,
+    handler: Arc<dyn RoleHandler>,
+}
+
+impl HostService {
+    pub fn new(role: Role, node_id: String, in_flight: Arc<InFlight>, handler: Arc<dyn RoleHandler>) -> Self {
+        Self {
+            role,
+            node_id,
+            started: Instant::now(),
+            in_flight,
+            handler,
+        }
+    }
+
+    pub fn health(&self) -> Health {
+        Health {
+            role: self.role,
+            node_id: self.node_id.clone(),
+            pid: std::process::id(),
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            // This request itself is in flight; report the others.
+            in_flight: self.in_flight.current().saturating_sub(1) as u32,
+            accepting: !self.in_flight.is_draining(),
+        }
+    }
+}
+
+impl Service for HostService {
+    fn call(&self, request: Request, call: Call) -> BoxFuture<'static, Result<Reply, RemoteError>> {
+        match request {
+            Request::Control(ControlRequest::Ping { payload }) => {
+                Box::pin(async move { Ok(Reply::Control(ControlReply::Pong { payload })) })
+            }
+            Request::Control(ControlRequest::Health) => {
+                let h = self.health();
+                Box::pin(async move { Ok(Reply::Control(ControlReply::Health(h))) })
+            }
+            other => self.handler.handle(other, call, self.health()),
+        }
+    }
+}
+
+/// Runs a host until SIGTERM or SIGINT, then drains. Call inside an actix `System`.
+pub async fn serve(role: Role, args: HostArgs, handler: Arc<dyn RoleHandler>) -> Result<(), HostError> {
+    let token = args.token()?;
+    let node_id = args
+        .node_id
+        .clone()
+        .unwrap_or_else(|| format!("{}-{}", role.as_str(), std::process::id()));
+    let mut identity = Identity::new(role, node_id.clone(), Some(token));
+    identity.capacity = args.capacity;
+    let in_flight = Arc::new(InFlight::default());
+    let service = Arc::new(HostService::new(role, node_id.clone(), in_flight.clone(), handler));
+    let server = Server::bind(&args.listen, identity, args.connection_config(), service, in_flight)
+        .await
+        .map_err(|source| HostError::Listen {
+            address: args.listen.clone(),
+            source,
+        })?;
+    tracing::info!(role = %role, node = %node_id, address = %server.address(), "listening");
+    wait_for_shutdown_signal().await.map_err(HostError::Signals)?;
+    tracing::info!(role = %role, in_flight = server.in_flight(), "draining");
+    let left = server.drain(Duration::from_secs(args.drain_grace_s)).await;
+    if left > 0 {
+        tracing::warn!(left, "grace period over; abandoning requests still in flight");
+    }
+    tracing::info!(role = %role, "stopped");
+    Ok(())
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+pub async fn wait_for_shutdown_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}

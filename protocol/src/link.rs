@@ -1,0 +1,302 @@
+//! `PeerLink`: the actor that owns one outgoing connection to a peer. It dials, keeps the
+//! connection, reconnects with exponential backoff and jitter when it dies, and forwards
+//! `Call`s. A call made while the peer is away fails at once with `PeerUnavailable`.
+
+use std::{sync::Arc, time::Duration};
+
+use actix::prelude::*;
+
+use crate::{
+    connection::{Connection, ConnectionConfig, InFlight, RpcError, Service},
+    envelope::TraceContext,
+    handshake::{self, HandshakeError, Identity, PeerInfo},
+    messages::{Reply, Request},
+    transport::{self, Address},
+};
+
+/// Why dialing a peer failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DialError {
+    #[error("cannot reach {address}: {reason}")]
+    Unreachable { address: String, reason: String },
+    #[error("{address}: {source}")]
+    Handshake {
+        address: String,
+        source: HandshakeError,
+    },
+}
+
+/// Dials `address`, completes the handshake, and starts the connection.
+pub async fn dial(
+    address: &Address,
+    identity: &Identity,
+    config: ConnectionConfig,
+    service: Option<Arc<dyn Service>>,
+) -> Result<Connection, DialError> {
+    let addr_s = address.to_string();
+    let (r, w) = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, transport::connect(address))
+        .await
+        .map_err(|_| DialError::Unreachable {
+            address: addr_s.clone(),
+            reason: "connect timed out".into(),
+        })?
+        .map_err(|e| DialError::Unreachable {
+            address: addr_s.clone(),
+            reason: e.to_string(),
+        })?;
+    let (mut fr, mut fw) = handshake::framed(r, w, config.max_frame_bytes);
+    let peer = handshake::connect(&mut fr, &mut fw, identity, &addr_s)
+        .await
+        .map_err(|source| DialError::Handshake {
+            address: addr_s.clone(),
+            source,
+        })?;
+    Ok(Connection::start(
+        fr,
+        fw,
+        peer,
+        config,
+        service,
+        Arc::new(InFlight::default()),
+    ))
+}
+
+/// Exponential backoff with full jitter between half and all of the current step.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    base: Duration,
+    cap: Duration,
+    attempt: u32,
+}
+
+impl Backoff {
+    pub fn new(base: Duration, cap: Duration) -> Self {
+        Self {
+            base,
+            cap,
+            attempt: 0,
+        }
+    }
+
+    /// The next delay; grows until the cap.
+    pub fn next_delay(&mut self) -> Duration {
+        let step = self
+            .base
+            .saturating_mul(1u32 << self.attempt.min(16))
+            .min(self.cap);
+        self.attempt = self.attempt.saturating_add(1);
+        let half = step / 2;
+        half + half.mul_f64(fastrand::f64())
+    }
+
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+/// What a link knows about its peer, for `antler status`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkSnapshot {
+    pub address: Address,
+    pub connected: bool,
+    pub peer: Option<PeerInfo>,
+    /// Time since the peer was last heard from on the current connection.
+    pub since_last_heard: Option<Duration>,
+    pub reconnects: u32,
+    pub last_error: Option<String>,
+}
+
+/// The link actor.
+pub struct PeerLink {
+    address: Address,
+    identity: Identity,
+    config: ConnectionConfig,
+    conn: Option<Connection>,
+    dialing: bool,
+    backoff: Backoff,
+    reconnects: u32,
+    ever_connected: bool,
+    last_error: Option<String>,
+    retry: Option<SpawnHandle>,
+}
+
+impl PeerLink {
+    pub fn new(address: Address, identity: Identity, config: ConnectionConfig) -> Self {
+        Self {
+            address,
+            identity,
+            config,
+            conn: None,
+            dialing: false,
+            backoff: Backoff::new(Duration::from_millis(50), Duration::from_secs(2)),
+            reconnects: 0,
+            ever_connected: false,
+            last_error: None,
+            retry: None,
+        }
+    }
+
+    fn dial(&mut self, ctx: &mut Context<Self>) {
+        if self.dialing || self.conn.as_ref().is_some_and(|c| !c.is_closed()) {
+            return;
+        }
+        self.dialing = true;
+        let address = self.address.clone();
+        let identity = self.identity.clone();
+        let config = self.config.clone();
+        async move { dial(&address, &identity, config, None).await }
+            .into_actor(self)
+            .map(|result, act, ctx| {
+                act.dialing = false;
+                match result {
+                    Ok(conn) => {
+                        if act.ever_connected {
+                            act.reconnects += 1;
+                        }
+                        act.ever_connected = true;
+                        act.backoff.reset();
+                        act.last_error = None;
+                        tracing::debug!(address = %act.address, "link connected");
+                        let watch = conn.clone();
+                        act.conn = Some(conn);
+                        async move { watch.closed().await }
+                            .into_actor(act)
+                            .map(|reason, act, ctx| {
+                                tracing::info!(address = %act.address, %reason, "link lost; reconnecting");
+                                act.last_error = Some(reason);
+                                act.conn = None;
+                                act.schedule(ctx);
+                            })
+                            .spawn(ctx);
+                    }
+                    Err(e) => {
+                        tracing::debug!(address = %act.address, error = %e, "dial failed");
+                        if let DialError::Handshake { .. } = &e {
+                            tracing::warn!(address = %act.address, error = %e, "peer refused the link");
+                        }
+                        act.last_error = Some(e.to_string());
+                        act.schedule(ctx);
+                    }
+                }
+            })
+            .spawn(ctx);
+    }
+
+    fn schedule(&mut self, ctx: &mut Context<Self>) {
+        let delay = self.backoff.next_delay();
+        if let Some(h) = self.retry.take() {
+            ctx.cancel_future(h);
+        }
+        self.retry = Some(ctx.run_later(delay, |act, ctx| {
+            act.retry = None;
+            act.dial(ctx);
+        }));
+    }
+}
+
+impl Actor for PeerLink {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.dial(ctx);
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        if let Some(c) = self.conn.take() {
+            c.close("link stopped");
+        }
+    }
+}
+
+/// Sends a request through the link and waits for the reply, at most `timeout`.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<Reply, RpcError>")]
+pub struct Call {
+    pub request: Request,
+    pub trace: TraceContext,
+    pub timeout: Duration,
+}
+
+impl Handler<Call> for PeerLink {
+    type Result = ResponseFuture<Result<Reply, RpcError>>;
+
+    fn handle(&mut self, msg: Call, _: &mut Context<Self>) -> Self::Result {
+        match self.conn.clone().filter(|c| !c.is_closed()) {
+            Some(conn) => Box::pin(async move { conn.request(msg.request, msg.trace, msg.timeout).await }),
+            None => {
+                let reason = self
+                    .last_error
+                    .clone()
+                    .unwrap_or_else(|| format!("not connected to {}", self.address));
+                Box::pin(async move { Err(RpcError::PeerUnavailable(reason)) })
+            }
+        }
+    }
+}
+
+/// The link's current connection, to call it without going through the actor.
+#[derive(Debug, Message)]
+#[rtype(result = "Option<Connection>")]
+pub struct CurrentConnection;
+
+impl Handler<CurrentConnection> for PeerLink {
+    type Result = Option<Connection>;
+
+    fn handle(&mut self, _: CurrentConnection, _: &mut Context<Self>) -> Self::Result {
+        self.conn.clone().filter(|c| !c.is_closed())
+    }
+}
+
+/// What the link knows about its peer.
+#[derive(Debug, Message)]
+#[rtype(result = "LinkSnapshot")]
+pub struct Snapshot;
+
+impl Handler<Snapshot> for PeerLink {
+    type Result = MessageResult<Snapshot>;
+
+    fn handle(&mut self, _: Snapshot, _: &mut Context<Self>) -> Self::Result {
+        let live = self.conn.as_ref().filter(|c| !c.is_closed());
+        MessageResult(LinkSnapshot {
+            address: self.address.clone(),
+            connected: live.is_some(),
+            peer: live.map(|c| c.peer().clone()),
+            since_last_heard: live.map(|c| c.since_last_heard()),
+            reconnects: self.reconnects,
+            last_error: self.last_error.clone(),
+        })
+    }
+}
+
+/// Dial now instead of waiting for the backoff (the peer is known to be back).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct RedialNow;
+
+impl Handler<RedialNow> for PeerLink {
+    type Result = ();
+
+    fn handle(&mut self, _: RedialNow, ctx: &mut Context<Self>) {
+        self.backoff.reset();
+        if let Some(h) = self.retry.take() {
+            ctx.cancel_future(h);
+        }
+        self.dial(ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_its_cap_with_jitter() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let d: Vec<Duration> = (0..8).map(|_| b.next_delay()).collect();
+        assert!(d[0] >= Duration::from_millis(50) && d[0] <= Duration::from_millis(100));
+        assert!(d[3] >= Duration::from_millis(400) && d[3] <= Duration::from_millis(800));
+        assert!(d.iter().all(|x| *x <= Duration::from_secs(1)));
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,135 @@
+//! A listener that accepts peers: handshake, then a [`Connection`] served by one
+//! [`Service`]. Drain stops accepting, tells connected peers, and waits for requests in
+//! flight up to a grace period. A peer that fails its handshake is logged and dropped;
+//! the listener keeps serving the others.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::{watch, Mutex};
+
+use crate::{
+    connection::{Connection, ConnectionConfig, InFlight, Service},
+    handshake::{self, Identity},
+    transport::{Address, Listener},
+};
+
+/// A bound, serving listener.
+pub struct Server {
+    address: Address,
+    in_flight: Arc<InFlight>,
+    connections: Arc<Mutex<Vec<Connection>>>,
+    stop_accepting: watch::Sender<bool>,
+    accept_task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Binds `address` and starts accepting peers that present `identity`'s token.
+    pub async fn bind(
+        address: &Address,
+        identity: Identity,
+        config: ConnectionConfig,
+        service: Arc<dyn Service>,
+        in_flight: Arc<InFlight>,
+    ) -> std::io::Result<Server> {
+        let listener = Listener::bind(address).await?;
+        let bound = listener.local_address();
+        let connections: Arc<Mutex<Vec<Connection>>> = Arc::default();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let accept_task = tokio::spawn(accept_loop(
+            listener,
+            identity,
+            config,
+            service,
+            in_flight.clone(),
+            connections.clone(),
+            stop_rx,
+        ));
+        Ok(Server {
+            address: bound,
+            in_flight,
+            connections,
+            stop_accepting: stop_tx,
+            accept_task,
+        })
+    }
+
+    /// The bound address (with the real port for `tcp:HOST:0`).
+    pub fn address(&self) -> &Address {
+        &self.address
+    }
+
+    /// Requests in flight over all connections.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.current()
+    }
+
+    /// Stops accepting, tells every peer this side is going away, lets requests in flight
+    /// finish within `grace`, then closes every connection. Returns the requests that
+    /// were still running when the grace period ended.
+    pub async fn drain(&self, grace: Duration) -> usize {
+        let _ = self.stop_accepting.send(true);
+        self.in_flight.start_draining();
+        let conns = self.connections.lock().await.clone();
+        for c in &conns {
+            c.send_going_away("draining");
+        }
+        let left = match tokio::time::timeout(grace, self.in_flight.wait_idle()).await {
+            Ok(()) => 0,
+            Err(_) => self.in_flight.current(),
+        };
+        // Give the writers a moment to flush the last replies before closing.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        for c in &conns {
+            c.close("peer shut down");
+        }
+        self.accept_task.abort();
+        left
+    }
+}
+
+async fn accept_loop(
+    listener: Listener,
+    identity: Identity,
+    config: ConnectionConfig,
+    service: Arc<dyn Service>,
+    in_flight: Arc<InFlight>,
+    connections: Arc<Mutex<Vec<Connection>>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let identity = Arc::new(identity);
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.changed() => break,
+            a = listener.accept() => a,
+        };
+        let (r, w, peer_addr) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let identity = identity.clone();
+        let config = config.clone();
+        let service = service.clone();
+        let in_flight = in_flight.clone();
+        let connections = connections.clone();
+        tokio::spawn(async move {
+            let (mut fr, mut fw) = handshake::framed(r, w, config.max_frame_bytes);
+            match handshake::accept(&mut fr, &mut fw, &identity, &peer_addr).await {
+                Ok(peer) => {
+                    tracing::debug!(peer = %peer_addr, role = %peer.role, node = %peer.node_id, "peer connected");
+                    let conn = Connection::start(fr, fw, peer, config, Some(service), in_flight);
+                    let mut list = connections.lock().await;
+                    list.retain(|c| !c.is_closed());
+                    list.push(conn);
+                }
+                Err(e) => {
+                    tracing::warn!(peer = %peer_addr, reason = %e, "refused a connection");
+                }
+            }
+        });
+    }
+    listener.unlink();
+}
