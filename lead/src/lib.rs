@@ -1,3 +1,8 @@
-//! antler-lead: the lead process's library: catalog actor, supervisor, gateway and CLI plumbing.
+//! antler-lead: the lead process's library: the catalog, the supervisor of the local
+//! cluster, the lead's control socket, and the CLI's plumbing.
 
 pub mod catalog;
+pub mod cli;
+pub mod cluster;
+pub mod control;
+pub mod supervisor;

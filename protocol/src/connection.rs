@@ -587,7 +587,11 @@ async fn read_loop(
                 } else {
                     format!("read failed: {e}")
                 };
-                tracing::warn!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "closing connection");
+                if e.kind() == std::io::ErrorKind::ConnectionReset {
+                    tracing::debug!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "connection reset");
+                } else {
+                    tracing::warn!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "closing connection");
+                }
                 shared.close(&reason);
                 return;
             }

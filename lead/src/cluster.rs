@@ -1,0 +1,247 @@
+//! The local cluster: the lead's control socket plus the supervised children, all on Unix
+//! sockets in one runtime directory. `antler up` runs one in the foreground; any other
+//! command that needs the hosts attaches to a running one or starts an ephemeral one.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use actix::prelude::*;
+use antler_protocol::{
+    handshake::{Identity, Role},
+    link::dial,
+    runtime_dir::{self, RuntimeDir},
+    server::Server,
+    transport::Address,
+    Connection, ConnectionConfig, InFlight,
+};
+
+use crate::{
+    control::LeadService,
+    supervisor::{ChildSpec, RestartPolicy, StopAll, Supervisor},
+};
+
+/// Everything needed to start a local cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    pub runtime_dir: PathBuf,
+    pub workers: u32,
+    /// Where the host binaries are (`antler-mcp-host`, ...).
+    pub bin_dir: PathBuf,
+    pub connection: ConnectionConfig,
+    pub restart: RestartPolicy,
+    pub drain_grace: Duration,
+}
+
+/// Why a cluster could not start or be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("runtime directory {path}: {source}")]
+    RuntimeDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("a cluster is already running in {0} (use `antler status`, or stop it first)")]
+    AlreadyRunning(PathBuf),
+    #[error("host binary {0} not found: build the workspace (cargo build --workspace) or set ANTLER_BIN_DIR")]
+    MissingBinary(PathBuf),
+    #[error("cannot listen on the control socket {path}: {source}")]
+    Listen {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no cluster is running in {0}")]
+    NotRunning(PathBuf),
+    #[error("cannot reach the lead: {0}")]
+    Unreachable(String),
+}
+
+/// The directory holding the host binaries: `ANTLER_BIN_DIR`, else beside this executable.
+pub fn default_bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("ANTLER_BIN_DIR") {
+        return PathBuf::from(d);
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn binary_for(role: Role) -> &'static str {
+    match role {
+        Role::McpHost => "antler-mcp-host",
+        Role::SandboxHost => "antler-sandbox-host",
+        Role::Subagent => "antler-subagent",
+        Role::Lead | Role::Cli => "antler",
+    }
+}
+
+/// A running cluster owned by this process.
+pub struct RunningCluster {
+    pub runtime: RuntimeDir,
+    pub supervisor: Addr<Supervisor>,
+    control: Server,
+    drain_grace: Duration,
+}
+
+impl RunningCluster {
+    /// Starts the cluster: runtime directory, token, control socket, children.
+    /// Call inside an actix `System`.
+    pub async fn start(spec: ClusterSpec) -> Result<RunningCluster, ClusterError> {
+        let runtime = RuntimeDir::open(&spec.runtime_dir).map_err(|source| ClusterError::RuntimeDir {
+            path: spec.runtime_dir.clone(),
+            source,
+        })?;
+        let lead_sock = runtime.socket(Role::Lead, 0);
+        if let Ok(token) = runtime.read_token() {
+            let probe = Identity::new(Role::Cli, "probe", Some(token));
+            if dial(&Address::Unix(lead_sock.clone()), &probe, spec.connection.clone(), None)
+                .await
+                .is_ok()
+            {
+                return Err(ClusterError::AlreadyRunning(runtime.root().to_path_buf()));
+            }
+        }
+        let mut roles = vec![(Role::McpHost, 0), (Role::SandboxHost, 0)];
+        roles.extend((0..spec.workers).map(|i| (Role::Subagent, i)));
+        let mut children = Vec::new();
+        for (role, index) in roles {
+            let binary = spec.bin_dir.join(binary_for(role));
+            if !binary.exists() {
+                return Err(ClusterError::MissingBinary(binary));
+            }
+            children.push(ChildSpec {
+                role,
+                index,
+                binary,
+                socket: runtime.socket(role, index),
+                log: runtime.log(role, index),
+                token_file: runtime.token_path(),
+                args: vec![
+                    "--heartbeat-ms".into(),
+                    spec.connection.heartbeat_interval.as_millis().to_string(),
+                    "--heartbeat-misses".into(),
+                    spec.connection.heartbeat_misses.to_string(),
+                    "--max-frame-bytes".into(),
+                    spec.connection.max_frame_bytes.to_string(),
+                ],
+            });
+        }
+        let token = runtime.generate_token().map_err(|source| ClusterError::RuntimeDir {
+            path: runtime.token_path(),
+            source,
+        })?;
+        let identity = Identity::new(Role::Lead, "lead", Some(token));
+        let supervisor = Supervisor::new(children, identity.clone(), spec.connection.clone(), spec.restart.clone()).start();
+        let in_flight = Arc::new(InFlight::default());
+        let service = Arc::new(LeadService::new(supervisor.clone(), lead_sock.clone(), in_flight.clone()));
+        let control = Server::bind(
+            &Address::Unix(lead_sock.clone()),
+            identity,
+            spec.connection.clone(),
+            service,
+            in_flight,
+        )
+        .await
+        .map_err(|source| ClusterError::Listen {
+            path: lead_sock.clone(),
+            source,
+        })?;
+        let _ = runtime_dir::write_private(&runtime.pid_path(), std::process::id().to_string().as_bytes());
+        tracing::info!(runtime_dir = %runtime.root().display(), workers = spec.workers, "cluster started");
+        Ok(RunningCluster {
+            runtime,
+            supervisor,
+            control,
+            drain_grace: spec.drain_grace,
+        })
+    }
+
+    /// Stops accepting on the control socket, stops every child, removes the pid file.
+    pub async fn stop(self) {
+        let _ = self.control.drain(Duration::from_millis(500)).await;
+        let _ = self.supervisor.send(StopAll { grace: self.drain_grace }).await;
+        let _ = std::fs::remove_file(self.runtime.pid_path());
+        let _ = std::fs::remove_file(self.runtime.socket(Role::Lead, 0));
+    }
+}
+
+/// A connection to the lead of a cluster, attached or ephemeral.
+pub struct LeadClient {
+    pub connection: Connection,
+    /// Set when this command started the cluster itself.
+    pub ephemeral: Option<RunningCluster>,
+}
+
+/// Connects to the lead of the cluster running in `runtime_dir`.
+pub async fn attach(runtime_dir: &Path, config: ConnectionConfig) -> Result<Connection, ClusterError> {
+    let runtime = RuntimeDir::open(runtime_dir).map_err(|source| ClusterError::RuntimeDir {
+        path: runtime_dir.to_path_buf(),
+        source,
+    })?;
+    let lead_sock = runtime.socket(Role::Lead, 0);
+    if !lead_sock.exists() {
+        return Err(ClusterError::NotRunning(runtime_dir.to_path_buf()));
+    }
+    let token = runtime
+        .read_token()
+        .map_err(|_| ClusterError::NotRunning(runtime_dir.to_path_buf()))?;
+    let me = Identity::new(Role::Cli, format!("cli-{}", std::process::id()), Some(token));
+    dial(&Address::Unix(lead_sock), &me, config, None)
+        .await
+        .map_err(|e| match e {
+            antler_protocol::link::DialError::Unreachable { .. } => ClusterError::NotRunning(runtime_dir.to_path_buf()),
+            other => ClusterError::Unreachable(other.to_string()),
+        })
+}
+
+/// Attaches to the running cluster in `spec.runtime_dir`, or starts an ephemeral one in a
+/// private directory beside it and waits (up to `ready_within`) for its children.
+pub async fn attach_or_start(spec: ClusterSpec, ready_within: Duration) -> Result<LeadClient, ClusterError> {
+    match attach(&spec.runtime_dir, spec.connection.clone()).await {
+        Ok(connection) => Ok(LeadClient {
+            connection,
+            ephemeral: None,
+        }),
+        Err(ClusterError::NotRunning(_)) => {
+            let mut eph = spec.clone();
+            eph.runtime_dir = spec.runtime_dir.join(format!("ephemeral-{}", std::process::id()));
+            let cluster = RunningCluster::start(eph.clone()).await?;
+            wait_until_healthy(&cluster.supervisor, ready_within).await;
+            let connection = attach(&eph.runtime_dir, spec.connection.clone()).await?;
+            Ok(LeadClient {
+                connection,
+                ephemeral: Some(cluster),
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits until every child reports healthy, or the time is up.
+pub async fn wait_until_healthy(supervisor: &Addr<Supervisor>, within: Duration) -> bool {
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        if let Ok(st) = supervisor.send(crate::supervisor::GetStatus).await {
+            if st.iter().all(|s| s.healthy) {
+                return true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+impl LeadClient {
+    /// Stops the ephemeral cluster, if this command started one.
+    pub async fn finish(self) {
+        self.connection.close("command done");
+        if let Some(c) = self.ephemeral {
+            let root = c.runtime.root().to_path_buf();
+            c.stop().await;
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! The lead's control socket service: answers ping and health like every peer, and the
+//! lead requests of the CLI (`Status`, `PingPeers`) by asking the supervisor and the links.
+
+use std::{path::PathBuf, sync::Arc, time::{Duration, Instant}};
+
+use actix::Addr;
+use antler_protocol::{
+    envelope::TraceContext,
+    handshake::Role,
+    link::Call as LinkCall,
+    messages::{ControlReply, ControlRequest, Health, LeadReply, LeadRequest, PeerPing, ProcessStatus, Reply, Request},
+    Call, InFlight, RemoteError, Service,
+};
+use futures::future::BoxFuture;
+
+use crate::supervisor::{GetLinks, GetStatus, Supervisor};
+
+/// How long a peer ping through a link may take.
+const PEER_PING_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The service behind `lead.sock`.
+pub struct LeadService {
+    supervisor: Addr<Supervisor>,
+    address: PathBuf,
+    started: Instant,
+    in_flight: Arc<InFlight>,
+}
+
+impl LeadService {
+    pub fn new(supervisor: Addr<Supervisor>, address: PathBuf, in_flight: Arc<InFlight>) -> Self {
+        Self {
+            supervisor,
+            address,
+            started: Instant::now(),
+            in_flight,
+        }
+    }
+
+    fn health(&self) -> Health {
+        Health {
+            role: Role::Lead,
+            node_id: "lead".into(),
+            pid: std::process::id(),
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            in_flight: self.in_flight.current().saturating_sub(1) as u32,
+            accepting: !self.in_flight.is_draining(),
+        }
+    }
+
+    fn lead_status(&self) -> ProcessStatus {
+        ProcessStatus {
+            role: Role::Lead,
+            index: 0,
+            pid: Some(std::process::id()),
+            address: format!("unix:{}", self.address.display()),
+            healthy: true,
+            restarts: 0,
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            last_heartbeat_ms: Some(0),
+            state: "running".into(),
+            reason: None,
+        }
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> RemoteError {
+    RemoteError::Failed(format!("supervisor unavailable: {e}"))
+}
+
+impl Service for LeadService {
+    fn call(&self, request: Request, call: Call) -> BoxFuture<'static, Result<Reply, RemoteError>> {
+        let supervisor = self.supervisor.clone();
+        match request {
+            Request::Control(ControlRequest::Ping { payload }) => {
+                Box::pin(async move { Ok(Reply::Control(ControlReply::Pong { payload })) })
+            }
+            Request::Control(ControlRequest::Health) => {
+                let h = self.health();
+                Box::pin(async move { Ok(Reply::Control(ControlReply::Health(h))) })
+            }
+            Request::Lead(LeadRequest::Status) => {
+                let lead = self.lead_status();
+                Box::pin(async move {
+                    let mut all = vec![lead];
+                    all.extend(supervisor.send(GetStatus).await.map_err(unavailable)?);
+                    Ok(Reply::Lead(LeadReply::Status(all)))
+                })
+            }
+            Request::Lead(LeadRequest::PingPeers { role }) => Box::pin(async move {
+                let links = supervisor.send(GetLinks).await.map_err(unavailable)?;
+                let pings = links
+                    .into_iter()
+                    .filter(|(r, ..)| role.is_none_or(|want| want == *r))
+                    .map(|(role, index, address, link)| {
+                        let trace = TraceContext {
+                            run_id: call.trace.run_id.clone(),
+                            trace_id: call.trace.trace_id,
+                        };
+                        async move {
+                            let t = Instant::now();
+                            let result = link
+                                .send(LinkCall {
+                                    request: Request::Control(ControlRequest::Ping { payload: b"ping".to_vec() }),
+                                    trace,
+                                    timeout: PEER_PING_TIMEOUT,
+                                })
+                                .await;
+                            let result = match result {
+                                Ok(Ok(Reply::Control(ControlReply::Pong { payload }))) if payload == b"ping" => {
+                                    Ok(t.elapsed().as_micros() as u64)
+                                }
+                                Ok(Ok(other)) => Err(format!("unexpected reply {other:?}")),
+                                Ok(Err(e)) => Err(e.to_string()),
+                                Err(e) => Err(format!("link unavailable: {e}")),
+                            };
+                            PeerPing {
+                                role,
+                                index,
+                                address,
+                                result,
+                            }
+                        }
+                    });
+                Ok(Reply::Lead(LeadReply::PingPeers(futures::future::join_all(pings).await)))
+            }),
+            other => Box::pin(async move {
+                Err(RemoteError::Unsupported(format!("the lead does not handle {} requests", other.kind())))
+            }),
+        }
+    }
+}

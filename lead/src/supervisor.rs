@@ -1,0 +1,408 @@
+//! `Supervisor`: spawns and restarts the local cluster's child processes (mcp-host,
+//! sandbox-host, subagent workers) and owns their supervision state. A child that exits is
+//! restarted with backoff; after `restart_max` crashes within `restart_window` it is marked
+//! failed with the reason. Children die with the lead (PDEATHSIG) and are reaped here.
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    os::unix::process::ExitStatusExt,
+    path::PathBuf,
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use actix::prelude::*;
+use antler_protocol::{
+    handshake::{Identity, Role},
+    link::{PeerLink, RedialNow, Snapshot},
+    messages::ProcessStatus,
+    transport::Address,
+    ConnectionConfig,
+};
+
+/// How to start one child process.
+#[derive(Debug, Clone)]
+pub struct ChildSpec {
+    pub role: Role,
+    pub index: u32,
+    pub binary: PathBuf,
+    pub socket: PathBuf,
+    pub log: PathBuf,
+    pub token_file: PathBuf,
+    /// Extra arguments after the common ones.
+    pub args: Vec<String>,
+}
+
+/// Restart policy of the supervisor.
+#[derive(Debug, Clone)]
+pub struct RestartPolicy {
+    pub max_crashes: u32,
+    pub window: Duration,
+    pub first_delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        Self {
+            max_crashes: 5,
+            window: Duration::from_secs(60),
+            first_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(2),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Starting,
+    Running,
+    Restarting,
+    Failed,
+    Stopped,
+}
+
+impl Phase {
+    fn as_str(self) -> &'static str {
+        match self {
+            Phase::Starting => "starting",
+            Phase::Running => "running",
+            Phase::Restarting => "restarting",
+            Phase::Failed => "failed",
+            Phase::Stopped => "stopped",
+        }
+    }
+}
+
+struct Child {
+    spec: ChildSpec,
+    pid: Option<u32>,
+    started_at: Option<Instant>,
+    restarts: u32,
+    crashes: VecDeque<Instant>,
+    phase: Phase,
+    reason: Option<String>,
+    link: Addr<PeerLink>,
+    /// Bumped at each spawn, so an exit report of an older process is recognised.
+    generation: u64,
+}
+
+type Key = (Role, u32);
+
+/// The supervisor actor.
+pub struct Supervisor {
+    children: BTreeMap<Key, Child>,
+    policy: RestartPolicy,
+    heartbeat_dead_after: Duration,
+    stopping: bool,
+    stop_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Supervisor {
+    /// A supervisor for `specs`; each child gets a link that dials its socket with `identity`.
+    pub fn new(specs: Vec<ChildSpec>, identity: Identity, config: ConnectionConfig, policy: RestartPolicy) -> Self {
+        let heartbeat_dead_after = config.heartbeat_interval * config.heartbeat_misses.max(1);
+        let children = specs
+            .into_iter()
+            .map(|spec| {
+                let link = PeerLink::new(Address::Unix(spec.socket.clone()), identity.clone(), config.clone()).start();
+                (
+                    (spec.role, spec.index),
+                    Child {
+                        spec,
+                        pid: None,
+                        started_at: None,
+                        restarts: 0,
+                        crashes: VecDeque::new(),
+                        phase: Phase::Starting,
+                        reason: None,
+                        link,
+                        generation: 0,
+                    },
+                )
+            })
+            .collect();
+        Self {
+            children,
+            policy,
+            heartbeat_dead_after,
+            stopping: false,
+            stop_waiters: Vec::new(),
+        }
+    }
+
+    fn spawn_child(&mut self, key: Key, ctx: &mut Context<Self>) {
+        let Some(child) = self.children.get_mut(&key) else { return };
+        child.generation += 1;
+        let generation = child.generation;
+        let spec = child.spec.clone();
+        let _ = std::fs::remove_file(&spec.socket);
+        match start_process(&spec) {
+            Ok(mut process) => {
+                child.pid = process.id();
+                child.started_at = Some(Instant::now());
+                child.phase = Phase::Running;
+                tracing::info!(role = %spec.role, index = spec.index, pid = ?child.pid, "started child");
+                // Reap the process and report its exit.
+                actix::fut::wrap_future::<_, Self>(async move { process.wait().await })
+                    .map(move |status, act, ctx| {
+                        let desc = match status {
+                            Ok(s) => describe_exit(s),
+                            Err(e) => format!("could not be waited for: {e}"),
+                        };
+                        act.child_exited(key, generation, desc, ctx);
+                    })
+                    .spawn(ctx);
+                // Dial as soon as the socket exists instead of waiting for the link's backoff.
+                let link = child.link.clone();
+                let socket = spec.socket.clone();
+                actix::spawn(async move {
+                    let until = Instant::now() + Duration::from_secs(5);
+                    while !socket.exists() && Instant::now() < until {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    link.do_send(RedialNow);
+                });
+            }
+            Err(e) => {
+                let desc = format!("could not start {}: {e}", spec.binary.display());
+                tracing::error!(role = %spec.role, index = spec.index, error = %desc, "spawn failed");
+                self.child_exited(key, generation, desc, ctx);
+            }
+        }
+    }
+
+    fn child_exited(&mut self, key: Key, generation: u64, desc: String, ctx: &mut Context<Self>) {
+        let policy = self.policy.clone();
+        let stopping = self.stopping;
+        let Some(child) = self.children.get_mut(&key) else { return };
+        if child.generation != generation {
+            return;
+        }
+        child.pid = None;
+        child.started_at = None;
+        if stopping {
+            child.phase = Phase::Stopped;
+            self.maybe_finish_stop();
+            return;
+        }
+        let now = Instant::now();
+        child.crashes.push_back(now);
+        while child.crashes.front().is_some_and(|t| now.duration_since(*t) > policy.window) {
+            child.crashes.pop_front();
+        }
+        let crashes = child.crashes.len() as u32;
+        let log = child.spec.log.display().to_string();
+        if crashes >= policy.max_crashes {
+            let reason = format!(
+                "{} crashed {crashes} times within {} s (last: {desc}); not restarting; see {log}",
+                key.0,
+                policy.window.as_secs()
+            );
+            tracing::error!(role = %key.0, index = key.1, %reason, "child failed");
+            child.phase = Phase::Failed;
+            child.reason = Some(reason);
+            return;
+        }
+        let delay = policy
+            .first_delay
+            .saturating_mul(1u32 << (crashes.saturating_sub(1)).min(10))
+            .min(policy.max_delay);
+        tracing::warn!(role = %key.0, index = key.1, exit = %desc, ?delay, "child exited; restarting");
+        child.phase = Phase::Restarting;
+        child.reason = Some(format!("last exit: {desc}"));
+        child.restarts += 1;
+        ctx.run_later(delay, move |act, ctx| {
+            if !act.stopping {
+                act.spawn_child(key, ctx);
+            }
+        });
+    }
+
+    fn maybe_finish_stop(&mut self) {
+        if self.children.values().all(|c| c.pid.is_none()) {
+            for w in self.stop_waiters.drain(..) {
+                let _ = w.send(());
+            }
+        }
+    }
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let keys: Vec<Key> = self.children.keys().copied().collect();
+        for k in keys {
+            self.spawn_child(k, ctx);
+        }
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        for c in self.children.values() {
+            if let Some(pid) = c.pid {
+                signal(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill has no memory-safety preconditions; the pid belongs to a child that has
+    // not been reaped yet (its wait future has not resolved), so it cannot have been reused.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+fn describe_exit(s: std::process::ExitStatus) -> String {
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => "exited".to_string(),
+    }
+}
+
+fn start_process(spec: &ChildSpec) -> std::io::Result<tokio::process::Child> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&spec.log)?;
+    let mut cmd = tokio::process::Command::new(&spec.binary);
+    cmd.arg("--listen")
+        .arg(format!("unix:{}", spec.socket.display()))
+        .arg("--token-file")
+        .arg(&spec.token_file)
+        .arg("--node-id")
+        .arg(format!("{}-{}", spec.role.as_str(), spec.index))
+        .arg("--index")
+        .arg(spec.index.to_string())
+        .args(&spec.args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .kill_on_drop(true);
+    // SAFETY: getpid is async-signal-safe and has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
+    // functions (prctl, getppid, _exit).
+    unsafe {
+        cmd.pre_exec(move || {
+            // Die with the lead, even when it is killed with SIGKILL.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The lead may have died before prctl took effect.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// The status of every child, as `antler status` shows it.
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<ProcessStatus>")]
+pub struct GetStatus;
+
+impl Handler<GetStatus> for Supervisor {
+    type Result = ResponseActFuture<Self, Vec<ProcessStatus>>;
+
+    fn handle(&mut self, _: GetStatus, _: &mut Context<Self>) -> Self::Result {
+        let links: Vec<(Key, Addr<PeerLink>)> = self.children.iter().map(|(k, c)| (*k, c.link.clone())).collect();
+        let dead_after = self.heartbeat_dead_after;
+        Box::pin(
+            async move {
+                let mut snaps = Vec::with_capacity(links.len());
+                for (k, l) in links {
+                    snaps.push((k, l.send(Snapshot).await.ok()));
+                }
+                snaps
+            }
+            .into_actor(self)
+            .map(move |snaps, act, _| {
+                snaps
+                    .into_iter()
+                    .filter_map(|(k, snap)| {
+                        let c = act.children.get(&k)?;
+                        let heard = snap.as_ref().and_then(|s| s.since_last_heard);
+                        let connected = snap.as_ref().is_some_and(|s| s.connected);
+                        Some(ProcessStatus {
+                            role: k.0,
+                            index: k.1,
+                            pid: c.pid,
+                            address: format!("unix:{}", c.spec.socket.display()),
+                            healthy: c.phase == Phase::Running && connected && heard.is_some_and(|h| h < dead_after),
+                            restarts: c.restarts,
+                            uptime_s: c.started_at.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0),
+                            last_heartbeat_ms: heard.map(|h| h.as_millis() as u64),
+                            state: c.phase.as_str().to_string(),
+                            reason: c.reason.clone(),
+                        })
+                    })
+                    .collect()
+            }),
+        )
+    }
+}
+
+/// The links to the children, to send them requests.
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<(Role, u32, String, Addr<PeerLink>)>")]
+pub struct GetLinks;
+
+impl Handler<GetLinks> for Supervisor {
+    type Result = MessageResult<GetLinks>;
+
+    fn handle(&mut self, _: GetLinks, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(
+            self.children
+                .iter()
+                .map(|(k, c)| (k.0, k.1, format!("unix:{}", c.spec.socket.display()), c.link.clone()))
+                .collect(),
+        )
+    }
+}
+
+/// Stops every child: SIGTERM, then SIGKILL for those still running after `grace`.
+/// Resolves when every child has been reaped.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct StopAll {
+    pub grace: Duration,
+}
+
+impl Handler<StopAll> for Supervisor {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, msg: StopAll, ctx: &mut Context<Self>) -> Self::Result {
+        self.stopping = true;
+        for c in self.children.values_mut() {
+            if let Some(pid) = c.pid {
+                signal(pid, libc::SIGTERM);
+            } else {
+                c.phase = Phase::Stopped;
+            }
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.stop_waiters.push(tx);
+        self.maybe_finish_stop();
+        ctx.run_later(msg.grace, |act, _| {
+            for c in act.children.values() {
+                if let Some(pid) = c.pid {
+                    tracing::warn!(role = %c.spec.role, pid, "child did not stop in time; killing it");
+                    signal(pid, libc::SIGKILL);
+                }
+            }
+        });
+        Box::pin(
+            async move {
+                let _ = rx.await;
+            }
+            .into_actor(self),
+        )
+    }
+}
