@@ -1,0 +1,147 @@
+//! A test peer: a real server on a Unix socket in a temporary directory with a service
+//! whose behaviour is chosen by the ping payload (slow, stream, big), shared by the
+//! protocol's own tests.
+
+#![allow(dead_code)]
+
+use std::{
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use antler_protocol::{
+    link::dial,
+    messages::{ControlReply, ControlRequest, Reply, Request},
+    server::Server,
+    Address, Call, Connection, ConnectionConfig, Identity, InFlight, RemoteError, Role, Service,
+};
+use futures::future::BoxFuture;
+
+pub const TOKEN: &str = "test-token";
+
+#[derive(Default)]
+pub struct Counters {
+    pub started: AtomicUsize,
+    pub finished: AtomicUsize,
+    pub dropped_unfinished: AtomicUsize,
+}
+
+pub struct TestService {
+    pub counters: Arc<Counters>,
+}
+
+struct DropProbe {
+    counters: Arc<Counters>,
+    done: bool,
+}
+
+impl Drop for DropProbe {
+    fn drop(&mut self) {
+        if !self.done {
+            self.counters.dropped_unfinished.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+pub fn pong(payload: &[u8]) -> Reply {
+    Reply::Control(ControlReply::Pong {
+        payload: payload.to_vec(),
+    })
+}
+
+pub fn ping(payload: &[u8]) -> Request {
+    Request::Control(ControlRequest::Ping {
+        payload: payload.to_vec(),
+    })
+}
+
+impl Service for TestService {
+    fn call(&self, request: Request, call: Call) -> BoxFuture<'static, Result<Reply, RemoteError>> {
+        let counters = self.counters.clone();
+        Box::pin(async move {
+            counters.started.fetch_add(1, Ordering::SeqCst);
+            let mut probe = DropProbe {
+                counters: counters.clone(),
+                done: false,
+            };
+            let payload = match request {
+                Request::Control(ControlRequest::Ping { payload }) => payload,
+                other => return Err(RemoteError::Unsupported(other.kind().into())),
+            };
+            let text = String::from_utf8_lossy(&payload).to_string();
+            let result = if let Some(ms) = text.strip_prefix("sleep:") {
+                let ms: u64 = ms.parse().unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(pong(&payload))
+            } else if let Some(n) = text.strip_prefix("stream:") {
+                let n: usize = n.parse().unwrap_or(0);
+                for i in 0..n {
+                    call.send_item(pong(format!("item {i}").as_bytes()))
+                        .await
+                        .map_err(|e| RemoteError::Failed(e.to_string()))?;
+                }
+                Ok(pong(b"done"))
+            } else if let Some(n) = text.strip_prefix("big:") {
+                let n: usize = n.parse().unwrap_or(0);
+                Ok(pong(&vec![7u8; n]))
+            } else if text == "fail" {
+                Err(RemoteError::Failed("asked to fail".into()))
+            } else {
+                Ok(pong(&payload))
+            };
+            probe.done = true;
+            counters.finished.fetch_add(1, Ordering::SeqCst);
+            result
+        })
+    }
+}
+
+pub struct Peer {
+    pub dir: tempfile::TempDir,
+    pub server: Server,
+    pub counters: Arc<Counters>,
+    pub address: Address,
+}
+
+pub fn socket_in(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join("peer.sock")
+}
+
+pub async fn start_peer(config: ConnectionConfig) -> Peer {
+    let dir = tempfile::tempdir().unwrap();
+    let address = Address::Unix(socket_in(&dir));
+    let counters = Arc::new(Counters::default());
+    let service = Arc::new(TestService {
+        counters: counters.clone(),
+    });
+    let server = Server::bind(
+        &address,
+        Identity::new(Role::McpHost, "peer", Some(TOKEN.into())),
+        config,
+        service,
+        Arc::new(InFlight::default()),
+    )
+    .await
+    .unwrap();
+    Peer {
+        dir,
+        server,
+        counters,
+        address,
+    }
+}
+
+pub async fn client(peer: &Peer, config: ConnectionConfig) -> Connection {
+    dial(
+        &peer.address,
+        &Identity::new(Role::Lead, "lead", Some(TOKEN.into())),
+        config,
+        None,
+    )
+    .await
+    .unwrap()
+}

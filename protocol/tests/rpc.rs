@@ -1,0 +1,225 @@
+//! Request/reply over a real Unix socket: correlation under concurrency, streamed replies,
+//! deadlines, cancellation reaching the server, remote errors, frame limits, and peers
+//! that vanish mid-request.
+
+mod common_peer;
+
+use std::{sync::atomic::Ordering, time::{Duration, Instant}};
+
+use antler_protocol::{ConnectionConfig, RemoteError, RpcError, TraceContext};
+use common_peer::*;
+
+fn t() -> TraceContext {
+    TraceContext::for_run("run-1")
+}
+
+#[tokio::test]
+async fn concurrent_requests_get_their_own_replies() {
+    let peer = start_peer(ConnectionConfig::default()).await;
+    let c = client(&peer, ConnectionConfig::default()).await;
+    let futs = (0..500).map(|i| {
+        let c = c.clone();
+        async move {
+            let body = format!("n{i}");
+            let r = c.request(ping(body.as_bytes()), t(), Duration::from_secs(10)).await;
+            (body, r)
+        }
+    });
+    for (body, r) in futures::future::join_all(futs).await {
+        assert_eq!(r.unwrap(), pong(body.as_bytes()));
+    }
+}
+
+#[tokio::test]
+async fn streamed_replies_arrive_in_order_then_the_final_reply() {
+    let peer = start_peer(ConnectionConfig::default()).await;
+    let c = client(&peer, ConnectionConfig::default()).await;
+    let mut s = c.request_stream(ping(b"stream:200"), t(), Duration::from_secs(10)).await.unwrap();
+    let mut items = Vec::new();
+    while let Some(item) = s.next().await {
+        items.push(item.unwrap());
+    }
+    assert_eq!(items.len(), 201);
+    assert_eq!(items[0], pong(b"item 0"));
+    assert_eq!(items[199], pong(b"item 199"));
+    assert_eq!(items[200], pong(b"done"));
+}
+
+#[tokio::test]
+async fn a_slow_reply_fails_with_deadline_exceeded_and_the_server_stops_the_work() {
+    let peer = start_peer(ConnectionConfig::default()).await;
+    let c = client(&peer, ConnectionConfig::default()).await;
+    let started = Instant::now();
+    let r = c.request(ping(b"sleep:5000"), t(), Duration::from_millis(200)).await;
+    assert_eq!(r, Err(RpcError::DeadlineExceeded(Duration::from_millis(200))));
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert!(started.elapsed() < Duration::from_secs(4), "waited {:?}", started.elapsed());
+    // The server learns of the deadline and of the cancel: the handler is dropped unfinished.
+    let until = Instant::now() + Duration::from_secs(3);
+    while peer.counters.dropped_unfinished.load(Ordering::SeqCst) == 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(peer.counters.dropped_unfinished.load(Ordering::SeqCst), 1);
+    assert_eq!(peer.counters.finished.load(Ordering::SeqCst), 0);
+    // The connection is still good.
+    assert_eq!(c.request(ping(b"x"), t(), Duration::from_secs(5)).await.unwrap(), pong(b"x"));
+}
+
+#[tokio::test]
+async fn dropping_a_request_cancels_it_at_the_peer() {
+    let peer = start_peer(ConnectionConfig::default()).await;
+    let c = client(&peer, ConnectionConfig::default()).await;
+    let fut = c.request(ping(b"sleep:10000"), t(), Duration::from_secs(30));
+    let _ = tokio::time::timeout(Duration::from_millis(100), fut).await;
+    let until = Instant::now() + Duration::from_secs(3);
+    while peer.counters.dropped_unfinished.load(Ordering::SeqCst) == 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(peer.counters.dropped_unfinished.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn remote_errors_are_typed() {
+    let peer = start_peer(ConnectionConfig::default()).await;
+    let c = client(&peer, ConnectionConfig::default()).await;
+    let r = c.request(ping(b"fail"), t(), Duration::from_secs(5)).await;
+    assert_eq!(r, Err(RpcError::Remote(RemoteError::Failed("asked to fail".into()))));
+}
+
+#[tokio::test]
+async fn an_oversize_request_is_refused_before_sending_and_the_connection_survives() {
+    let small = ConnectionConfig {
+        max_frame_bytes: 64 * 1024,
+        ..ConnectionConfig::default()
+    };
+    let peer = start_peer(small.clone()).await;
+    let c = client(&peer, small).await;
+    let r = c.request(ping(&vec![1u8; 100_000]), t(), Duration::from_secs(5)).await;
+    assert!(matches!(r, Err(RpcError::TooLarge { max: 65536, .. })), "{r:?}");
+    // A reply over the limit is turned into an error reply by the server.
+    let r = c.request(ping(b"big:100000"), t(), Duration::from_secs(5)).await;
+    assert!(
+        matches!(&r, Err(RpcError::Remote(RemoteError::Failed(m))) if m.contains("frame limit")),
+        "{r:?}"
+    );
+    assert_eq!(c.request(ping(b"ok"), t(), Duration::from_secs(5)).await.unwrap(), pong(b"ok"));
+}
+
+#[tokio::test]
+async fn requests_in_flight_fail_at_once_when_the_peer_goes_away() {
+    let peer = start_peer(ConnectionConfig::default()).await;
+    let c = client(&peer, ConnectionConfig::default()).await;
+    let c2 = c.clone();
+    let pending = tokio::spawn(async move { c2.request(ping(b"sleep:20000"), t(), Duration::from_secs(30)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    // Drain with no grace: the server closes every connection.
+    peer.server.drain(Duration::from_millis(0)).await;
+    let r = pending.await.unwrap();
+    assert!(matches!(r, Err(RpcError::PeerUnavailable(_))), "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let r = c.request(ping(b"x"), t(), Duration::from_secs(1)).await;
+    assert!(matches!(r, Err(RpcError::PeerUnavailable(_))), "{r:?}");
+}
+
+#[tokio::test]
+async fn drain_lets_requests_in_flight_finish_and_refuses_new_ones() {
+    let peer = start_peer(ConnectionConfig::default()).await;
+    let c = client(&peer, ConnectionConfig::default()).await;
+    let c2 = c.clone();
+    let slow = tokio::spawn(async move { c2.request(ping(b"sleep:300"), t(), Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let server = &peer.server;
+    let drain = server.drain(Duration::from_secs(5));
+    let late = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        c.request(ping(b"late"), t(), Duration::from_secs(5)).await
+    };
+    let (left, late) = tokio::join!(drain, late);
+    assert_eq!(left, 0);
+    assert_eq!(slow.await.unwrap().unwrap(), pong(b"sleep:300"));
+    assert_eq!(late, Err(RpcError::Remote(RemoteError::ShuttingDown)));
+}
+
+#[tokio::test]
+async fn a_full_outgoing_queue_slows_the_sender_then_reports_overloaded() {
+    // A peer that completes the handshake and then never reads: the socket buffer and the
+    // bounded queue fill up; senders wait, then get Overloaded at their deadline.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stuck.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let me = antler_protocol::Identity::new(antler_protocol::Role::SandboxHost, "stuck", None);
+    let holder = tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap();
+        let (r, w) = s.into_split();
+        let (mut fr, mut fw) = antler_protocol::handshake::framed(Box::new(r), Box::new(w), 1 << 20);
+        antler_protocol::handshake::accept(&mut fr, &mut fw, &me, "stuck").await.unwrap();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop((fr, fw));
+    });
+    let cfg = ConnectionConfig {
+        outbound_queue: 8,
+        heartbeat_interval: Duration::from_secs(30),
+        ..ConnectionConfig::default()
+    };
+    let c = antler_protocol::link::dial(
+        &antler_protocol::Address::Unix(path),
+        &antler_protocol::Identity::new(antler_protocol::Role::Lead, "lead", None),
+        cfg,
+        None,
+    )
+    .await
+    .unwrap();
+    let payload = vec![0u8; 256 * 1024];
+    let mut overloaded = 0;
+    let mut deadline = 0;
+    let futs: Vec<_> = (0..64)
+        .map(|_| c.request(ping(&payload), t(), Duration::from_millis(500)))
+        .collect();
+    for r in futures::future::join_all(futs).await {
+        match r {
+            Err(RpcError::Overloaded(_)) => overloaded += 1,
+            Err(RpcError::DeadlineExceeded(_)) => deadline += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(overloaded > 0, "some senders must be refused for load");
+    assert_eq!(overloaded + deadline, 64);
+    holder.abort();
+}
+
+#[tokio::test]
+async fn a_silent_peer_is_declared_dead_after_missed_heartbeats() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("silent.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let me = antler_protocol::Identity::new(antler_protocol::Role::SandboxHost, "silent", None);
+    let holder = tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap();
+        let (r, w) = s.into_split();
+        let (mut fr, mut fw) = antler_protocol::handshake::framed(Box::new(r), Box::new(w), 1 << 20);
+        antler_protocol::handshake::accept(&mut fr, &mut fw, &me, "silent").await.unwrap();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop((fr, fw));
+    });
+    let cfg = ConnectionConfig {
+        heartbeat_interval: Duration::from_millis(50),
+        heartbeat_misses: 3,
+        ..ConnectionConfig::default()
+    };
+    let c = antler_protocol::link::dial(
+        &antler_protocol::Address::Unix(path),
+        &antler_protocol::Identity::new(antler_protocol::Role::Lead, "lead", None),
+        cfg,
+        None,
+    )
+    .await
+    .unwrap();
+    let pending = c.request(ping(b"x"), t(), Duration::from_secs(30));
+    let r = tokio::time::timeout(Duration::from_secs(10), pending).await.unwrap();
+    match r {
+        Err(RpcError::PeerUnavailable(reason)) => assert!(reason.contains("no heartbeat"), "{reason}"),
+        other => panic!("unexpected {other:?}"),
+    }
+    holder.abort();
+}
