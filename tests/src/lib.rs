@@ -1,1 +1,227 @@
-//! tests
+//! Shared plumbing for Antler's cross-process suites: finding the built binaries, starting
+//! a local cluster with `antler up` in a private runtime directory, reading `antler status
+//! --json`, and checking processes. Every suite drives the real binaries.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+/// The directory holding the workspace's binaries (`target/debug`).
+pub fn bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("ANTLER_BIN_DIR") {
+        return PathBuf::from(d);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/debug/deps/<test> -> target/debug
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target directory")
+        .to_path_buf();
+    for b in ["antler", "antler-mcp-host", "antler-sandbox-host", "antler-subagent"] {
+        assert!(
+            dir.join(b).exists(),
+            "{} is missing: run the tests with `cargo test --workspace`, which builds every binary",
+            dir.join(b).display()
+        );
+    }
+    dir
+}
+
+/// The path of one binary.
+pub fn bin(name: &str) -> PathBuf {
+    bin_dir().join(name)
+}
+
+/// Runs `antler` with the runtime directory and arguments; returns its output.
+pub fn antler(runtime_dir: &Path, args: &[&str]) -> Output {
+    Command::new(bin("antler"))
+        .arg("--runtime-dir")
+        .arg(runtime_dir)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run antler")
+}
+
+/// Whether a process exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // The state follows the parenthesised command name.
+            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+            !matches!(state, Some('Z') | Some('X') | None)
+        }
+        Err(_) => false,
+    }
+}
+
+/// Whether a process exists at all (zombies included).
+pub fn exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Sends a signal.
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+/// Polls `f` every 20 ms until it returns Some, or `within` passes.
+pub fn wait_for<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let until = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A local cluster started with `antler up` for one test.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub lead: Child,
+    pub workers: u32,
+}
+
+impl Cluster {
+    /// Starts `antler up --workers N` and waits until `antler status` shows every process healthy.
+    pub fn up(workers: u32) -> Cluster {
+        Self::up_with(workers, &[])
+    }
+
+    /// Like [`Cluster::up`], with extra environment variables for the lead.
+    pub fn up_with(workers: u32, env: &[(&str, &str)]) -> Cluster {
+        let dir = tempfile::Builder::new().prefix("antler-t").tempdir_in("/tmp").expect("tempdir");
+        let mut cmd = Command::new(bin("antler"));
+        cmd.arg("--runtime-dir")
+            .arg(dir.path().join("run"))
+            .args(["up", "--workers", &workers.to_string()])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let lead = cmd.spawn().expect("start antler up");
+        let c = Cluster { dir, lead, workers };
+        if env.is_empty() {
+            let ok = wait_for(Duration::from_secs(20), || {
+                let st = c.status()?;
+                (st.len() == 3 + workers as usize && st.iter().all(|p| p["healthy"] == true)).then_some(())
+            });
+            assert!(ok.is_some(), "cluster did not become healthy: {:?}", c.status());
+        }
+        c
+    }
+
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.dir.path().join("run")
+    }
+
+    /// `antler status --json`, or None when it fails.
+    pub fn status(&self) -> Option<Vec<Value>> {
+        let out = antler(&self.runtime_dir(), &["status", "--json"]);
+        if !out.status.success() {
+            return None;
+        }
+        serde_json::from_slice::<Value>(&out.stdout).ok()?.as_array().cloned()
+    }
+
+    /// The status entry of one process (role and worker index).
+    pub fn process(&self, role: &str, index: u64) -> Option<Value> {
+        self.status()?
+            .into_iter()
+            .find(|p| p["role"] == role && p["index"].as_u64() == Some(index))
+    }
+
+    /// The pids of the children (everything but the lead).
+    pub fn child_pids(&self) -> Vec<u32> {
+        self.status()
+            .unwrap_or_default()
+            .iter()
+            .filter(|p| p["role"] != "lead")
+            .filter_map(|p| p["pid"].as_u64().map(|x| x as u32))
+            .collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        signal(self.lead.id(), libc::SIGTERM);
+        let until = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < until {
+            if let Ok(Some(_)) = self.lead.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.lead.kill();
+        let _ = self.lead.wait();
+    }
+}
+
+/// One host process started directly (not through `antler up`) on a socket in a private
+/// directory, with a token file; killed when dropped.
+pub struct Host {
+    pub dir: tempfile::TempDir,
+    pub child: Child,
+    pub socket: PathBuf,
+    pub token: String,
+}
+
+impl Host {
+    /// Starts `binary` (e.g. `antler-mcp-host`) and waits for its socket.
+    pub fn start(binary: &str) -> Host {
+        let dir = tempfile::Builder::new().prefix("antler-h").tempdir_in("/tmp").expect("tempdir");
+        let token = "host-test-token".to_string();
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, &token).expect("token");
+        let socket = dir.path().join("host.sock");
+        let child = Command::new(bin(binary))
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--token-file")
+            .arg(&token_file)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start host");
+        let up = wait_for(Duration::from_secs(10), || socket.exists().then_some(()));
+        assert!(up.is_some(), "{binary} did not listen");
+        Host {
+            dir,
+            child,
+            socket,
+            token,
+        }
+    }
+
+    pub fn address(&self) -> antler_protocol::Address {
+        antler_protocol::Address::Unix(self.socket.clone())
+    }
+
+    pub fn identity(&self) -> antler_protocol::Identity {
+        antler_protocol::Identity::new(antler_protocol::Role::Lead, "test-lead", Some(self.token.clone()))
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
