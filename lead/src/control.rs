@@ -123,6 +123,30 @@ impl Service for LeadService {
                     });
                 Ok(Reply::Lead(LeadReply::PingPeers(futures::future::join_all(pings).await)))
             }),
+            Request::Lead(LeadRequest::Forward {
+                role,
+                index,
+                request,
+                timeout_ms,
+            }) => Box::pin(async move {
+                let links = supervisor.send(GetLinks).await.map_err(unavailable)?;
+                let Some((.., link)) = links.into_iter().find(|(r, i, ..)| *r == role && *i == index) else {
+                    return Err(RemoteError::Failed(format!("no {role} with index {index} in this cluster")));
+                };
+                let reply = link
+                    .send(LinkCall {
+                        request: *request,
+                        trace: call.trace.clone(),
+                        timeout: Duration::from_millis(timeout_ms as u64),
+                    })
+                    .await
+                    .map_err(|e| RemoteError::Failed(format!("link unavailable: {e}")))?
+                    .map_err(|e| match e {
+                        antler_protocol::RpcError::Remote(r) => r,
+                        other => RemoteError::Failed(format!("{role}: {other}")),
+                    })?;
+                Ok(Reply::Lead(LeadReply::Forwarded(Box::new(reply))))
+            }),
             other => Box::pin(async move {
                 Err(RemoteError::Unsupported(format!("the lead does not handle {} requests", other.kind())))
             }),

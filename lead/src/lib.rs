@@ -4,5 +4,8 @@
 pub mod catalog;
 pub mod cli;
 pub mod cluster;
+pub mod commands;
 pub mod control;
 pub mod supervisor;
+
+pub use antler_protocol::host as host_runtime;

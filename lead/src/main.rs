@@ -1,23 +1,11 @@
-//! `antler`: the lead process and the command line.
+//! `antler`: the lead process and the command line. Parses arguments and dispatches to
+//! `antler_lead::commands`.
 
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{path::PathBuf, process::ExitCode};
 
-use antler_lead::{
-    cli,
-    cluster::{self, ClusterSpec, RunningCluster},
-    supervisor::RestartPolicy,
-};
-use antler_protocol::{
-    envelope::TraceContext,
-    host,
-    messages::{LeadReply, LeadRequest, Reply, Request},
-    runtime_dir::RuntimeDir,
-    ConnectionConfig, Role,
-};
-use anyhow::{anyhow, bail, Context};
+use antler_lead::commands::{self, Ctx};
+use antler_protocol::{host, runtime_dir::RuntimeDir};
 use clap::{Parser, Subcommand};
-
-const CLI_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Parser)]
 #[command(name = "antler", version, about = "Antler: the capability layer of an agent harness")]
@@ -31,193 +19,24 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Start the local cluster in the foreground: the lead, mcp-host, sandbox-host and N
-    /// subagent workers, supervised. Ctrl-C (or SIGTERM) stops everything.
-    Up {
-        /// config.yaml (DeerFlow schema plus an `antler:` section).
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// Subagent workers to start (default: antler.workers from the config, else 2).
-        #[arg(long)]
-        workers: Option<u32>,
-        /// Print the status table once every process is healthy.
-        #[arg(long)]
-        show_status: bool,
-    },
-    /// Show every process of the running cluster.
-    Status {
-        /// Print a JSON array instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Ping every host through the lead's links (uses the running cluster, or starts an
-    /// ephemeral one for this command).
-    Ping {
-        /// Only peers of this role: mcp-host, sandbox-host or subagent.
-        #[arg(long)]
-        role: Option<String>,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Stop the running cluster (SIGTERM to its lead).
-    Down,
+    #[command(flatten)]
+    Cluster(commands::cluster::ClusterCommand),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     host::init_tracing();
-    match run(cli) {
+    let ctx = Ctx {
+        runtime_dir: cli.runtime_dir.clone().unwrap_or_else(RuntimeDir::default_path),
+    };
+    let result = match cli.command {
+        Command::Cluster(c) => commands::cluster::run(&ctx, c),
+    };
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("antler: {e:#}");
             ExitCode::from(2)
         }
     }
-}
-
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let runtime_dir = cli.runtime_dir.clone().unwrap_or_else(RuntimeDir::default_path);
-    match cli.command {
-        Command::Up {
-            config: _,
-            workers,
-            show_status,
-        } => {
-            let spec = cluster_spec(runtime_dir, workers.unwrap_or(2));
-            actix::System::new().block_on(up(spec, show_status))
-        }
-        Command::Status { json } => actix::System::new().block_on(status(runtime_dir, json)),
-        Command::Ping { role, json } => {
-            let role = match role.as_deref() {
-                None => None,
-                Some(r) => Some(
-                    Role::parse(r)
-                        .filter(|r| matches!(r, Role::McpHost | Role::SandboxHost | Role::Subagent))
-                        .ok_or_else(|| anyhow!("unknown role `{r}`: expected mcp-host, sandbox-host or subagent"))?,
-                ),
-            };
-            let spec = cluster_spec(runtime_dir, 2);
-            actix::System::new().block_on(ping(spec, role, json))
-        }
-        Command::Down => down(runtime_dir),
-    }
-}
-
-fn cluster_spec(runtime_dir: PathBuf, workers: u32) -> ClusterSpec {
-    ClusterSpec {
-        runtime_dir,
-        workers,
-        bin_dir: cluster::default_bin_dir(),
-        connection: ConnectionConfig::default(),
-        restart: RestartPolicy::default(),
-        drain_grace: Duration::from_secs(10),
-    }
-}
-
-async fn up(spec: ClusterSpec, show_status: bool) -> anyhow::Result<ExitCode> {
-    let cluster = RunningCluster::start(spec).await?;
-    println!(
-        "antler: cluster up in {} (lead pid {}); Ctrl-C to stop",
-        cluster.runtime.root().display(),
-        std::process::id()
-    );
-    if show_status {
-        let ready = cluster::wait_until_healthy(&cluster.supervisor, Duration::from_secs(10)).await;
-        if let Ok(list) = cluster.supervisor.send(antler_lead::supervisor::GetStatus).await {
-            print!("{}", cli::status_table(&list));
-        }
-        if !ready {
-            eprintln!("antler: not every process became healthy within 10 s");
-        }
-    }
-    host::wait_for_shutdown_signal().await?;
-    eprintln!("antler: stopping");
-    cluster.stop().await;
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn lead_request(client: &cluster::LeadClient, request: LeadRequest) -> anyhow::Result<LeadReply> {
-    match client
-        .connection
-        .request(Request::Lead(request), TraceContext::new_root(), CLI_TIMEOUT)
-        .await?
-    {
-        Reply::Lead(r) => Ok(r),
-        other => bail!("unexpected reply from the lead: {other:?}"),
-    }
-}
-
-async fn status(runtime_dir: PathBuf, json: bool) -> anyhow::Result<ExitCode> {
-    let connection = match cluster::attach(&runtime_dir, ConnectionConfig::default()).await {
-        Ok(c) => c,
-        Err(cluster::ClusterError::NotRunning(dir)) => {
-            if json {
-                println!("[]");
-            } else {
-                println!("no cluster is running in {} (start one with `antler up`)", dir.display());
-            }
-            return Ok(ExitCode::from(1));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let client = cluster::LeadClient {
-        connection,
-        ephemeral: None,
-    };
-    let reply = lead_request(&client, LeadRequest::Status).await;
-    client.finish().await;
-    let LeadReply::Status(list) = reply? else {
-        bail!("unexpected reply to status");
-    };
-    if json {
-        println!("{}", cli::status_json(&list));
-    } else {
-        print!("{}", cli::status_table(&list));
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn ping(spec: ClusterSpec, role: Option<Role>, json: bool) -> anyhow::Result<ExitCode> {
-    let client = cluster::attach_or_start(spec, Duration::from_secs(10)).await?;
-    let reply = lead_request(&client, LeadRequest::PingPeers { role }).await;
-    client.finish().await;
-    let LeadReply::PingPeers(list) = reply? else {
-        bail!("unexpected reply to ping");
-    };
-    if json {
-        let v: Vec<serde_json::Value> = list
-            .iter()
-            .map(|p| {
-                serde_json::json!({
-                    "role": p.role.as_str(), "index": p.index, "address": p.address,
-                    "ok": p.result.is_ok(),
-                    "rtt_us": p.result.as_ref().ok(),
-                    "error": p.result.as_ref().err(),
-                })
-            })
-            .collect();
-        println!("{}", serde_json::Value::Array(v));
-    } else {
-        print!("{}", cli::pings_table(&list));
-    }
-    Ok(if list.iter().all(|p| p.result.is_ok()) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
-}
-
-fn down(runtime_dir: PathBuf) -> anyhow::Result<ExitCode> {
-    let rd = RuntimeDir::open(&runtime_dir)?;
-    let pid: i32 = std::fs::read_to_string(rd.pid_path())
-        .with_context(|| format!("no cluster is running in {}", runtime_dir.display()))?
-        .trim()
-        .parse()
-        .context("the pid file is damaged")?;
-    // SAFETY: kill has no memory-safety preconditions.
-    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
-        bail!("cannot signal the lead (pid {pid}): {}", std::io::Error::last_os_error());
-    }
-    println!("antler: asked the lead (pid {pid}) to stop");
-    Ok(ExitCode::SUCCESS)
 }

@@ -2,15 +2,24 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::{Reply, Request};
 use crate::handshake::Role;
 
 /// Requests the lead answers on its control socket.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum LeadRequest {
     /// Every process of the cluster with its supervision state.
     Status,
     /// Ping every peer through the lead's links (or only those of one role).
     PingPeers { role: Option<Role> },
+    /// Send `request` to the peer of `role` (worker `index` for subagents) through the
+    /// lead's link and return its reply: how the CLI reaches the hosts.
+    Forward {
+        role: Role,
+        index: u32,
+        request: Box<Request>,
+        timeout_ms: u32,
+    },
 }
 
 /// Replies to [`LeadRequest`].
@@ -18,6 +27,7 @@ pub enum LeadRequest {
 pub enum LeadReply {
     Status(Vec<ProcessStatus>),
     PingPeers(Vec<PeerPing>),
+    Forwarded(Box<Reply>),
 }
 
 /// One process as `antler status` shows it.

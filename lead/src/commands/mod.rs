@@ -1,0 +1,75 @@
+//! The `antler` subcommands, one module per group; `main.rs` only parses and dispatches.
+
+pub mod cluster;
+
+use std::{path::{Path, PathBuf}, time::Duration};
+
+use antler_protocol::{
+    envelope::TraceContext,
+    messages::{LeadReply, LeadRequest, Reply, Request},
+    ConnectionConfig, Role,
+};
+use anyhow::bail;
+
+use crate::{
+    cluster::{ClusterSpec, LeadClient},
+    supervisor::RestartPolicy,
+};
+
+/// How long a CLI request to the lead may take.
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What every subcommand gets: the global options.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    pub runtime_dir: PathBuf,
+}
+
+/// The cluster to start (or attach to) for a command, from the config when given.
+pub fn cluster_spec(runtime_dir: PathBuf, _config: Option<&Path>, workers: Option<u32>) -> anyhow::Result<ClusterSpec> {
+    Ok(ClusterSpec {
+        runtime_dir,
+        workers: workers.unwrap_or(2),
+        bin_dir: crate::cluster::default_bin_dir(),
+        connection: ConnectionConfig::default(),
+        restart: RestartPolicy::default(),
+        drain_grace: Duration::from_secs(10),
+    })
+}
+
+/// Sends one request to the lead and returns its reply.
+pub async fn lead_request(client: &LeadClient, request: LeadRequest) -> anyhow::Result<LeadReply> {
+    match client
+        .connection
+        .request(Request::Lead(request), TraceContext::new_root(), CLI_TIMEOUT)
+        .await?
+    {
+        Reply::Lead(r) => Ok(r),
+        other => bail!("unexpected reply from the lead: {other:?}"),
+    }
+}
+
+/// Sends `request` to a host through the lead of the running cluster (or of an ephemeral
+/// one started for this command) and returns the host's reply.
+pub async fn forward(ctx: &Ctx, role: Role, index: u32, request: Request, timeout: Duration) -> anyhow::Result<Reply> {
+    let spec = cluster_spec(ctx.runtime_dir.clone(), None, None)?;
+    let client = crate::cluster::attach_or_start(spec, Duration::from_secs(15)).await?;
+    let reply = client
+        .connection
+        .request(
+            Request::Lead(LeadRequest::Forward {
+                role,
+                index,
+                request: Box::new(request),
+                timeout_ms: timeout.as_millis().min(u32::MAX as u128) as u32,
+            }),
+            TraceContext::new_root(),
+            timeout + Duration::from_secs(1),
+        )
+        .await;
+    client.finish().await;
+    match reply? {
+        Reply::Lead(LeadReply::Forwarded(r)) => Ok(*r),
+        other => bail!("unexpected reply from the lead: {other:?}"),
+    }
+}
