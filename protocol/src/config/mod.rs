@@ -1,1 +1,156 @@
-//! Configuration: DeerFlow `config.yaml` and `extensions_config.json` (being written).
+//! Configuration: DeerFlow's `config.yaml` (plus Antler's `antler:` section) and
+//! `extensions_config.json`, loaded so that DeerFlow's own files load unchanged.
+//! A load either fails with one `ConfigError` or succeeds with the typed value and its
+//! warnings; every error and warning names the file, line and column, and the field path.
+//! `$VAR` strings are resolved from the environment after the raw text has been checked.
+
+mod antler;
+mod app;
+mod diagnostics;
+mod document;
+mod env;
+mod extensions;
+mod locate;
+mod location;
+mod oauth;
+mod routing;
+mod sandbox;
+mod server_params;
+mod shapes;
+mod subagents;
+
+use std::path::{Path, PathBuf};
+
+pub use antler::{AntlerSection, ANTLER_KEYS, DEFAULT_MAX_FRAME_BYTES};
+pub use app::{
+    parse_app_config, AcpAgentConfig, AppConfig, AuthorizationConfig, GuardrailsConfig,
+    ModelConfig, ProviderConfig, SkillEvolutionConfig, ToolConfig, ToolGroupConfig,
+    ToolSearchConfig, DEERFLOW_OPAQUE_KEYS, TYPED_KEYS,
+};
+pub use diagnostics::{
+    CheckReport, ConfigError, ConfigKind, ConfigWarning, FieldError, FieldPath, Location,
+    PathSegment, WarningKind,
+};
+pub use env::{process_env, resolve_json, resolve_str, resolve_yaml, EnvLookup};
+pub use extensions::{
+    parse_extensions_config, ExtensionsConfig, McpServerConfig, McpTaskToolset, SkillStateConfig,
+    DEFAULT_MCP_SESSION_INIT_TIMEOUT,
+};
+pub use location::{
+    resolve_app_config_path, resolve_extensions_path, ANTLER_CONFIG_ENV, ANTLER_EXTENSIONS_ENV,
+    DEERFLOW_CONFIG_ENV, DEERFLOW_EXTENSIONS_ENV, EXTENSIONS_FILE_NAMES,
+};
+pub use oauth::{GrantType, McpOAuthConfig};
+pub use routing::{clamp_priority, EffectiveRouting, McpRoutingConfig, McpToolConfig, RoutingMode};
+pub use sandbox::{is_host_bash_allowed, SandboxConfig, SandboxMount};
+pub use server_params::{build_server_params, ServerParamsError, Transport, ACCEPTED_TRANSPORTS};
+pub use shapes::NamedMap;
+pub use subagents::{CustomAgentConfig, SubagentOverride, SubagentsConfig, TokenBudgetConfig};
+
+/// A loaded config and what the operator should know about it.
+#[derive(Debug, Clone)]
+pub struct Loaded<T> {
+    /// The effective config (after `$VAR` resolution).
+    pub value: T,
+    /// The file it came from; `None` when no file was found and the config is empty.
+    pub path: Option<PathBuf>,
+    /// Unknown keys, clamped values, skipped MCP servers.
+    pub warnings: Vec<ConfigWarning>,
+}
+
+/// Loads `config.yaml` from `path`, reading `$VAR`s from the process environment.
+pub fn load_app_config(path: &Path) -> Result<Loaded<AppConfig>, ConfigError> {
+    load_app_config_with_env(path, &process_env)
+}
+
+/// Loads `config.yaml` from `path` with `env` as the environment.
+pub fn load_app_config_with_env(
+    path: &Path,
+    env: EnvLookup<'_>,
+) -> Result<Loaded<AppConfig>, ConfigError> {
+    parse_app_config(path, &read(path)?, env)
+}
+
+/// Loads `extensions_config.json` from `path`, reading `$VAR`s from the process environment.
+pub fn load_extensions_config(path: &Path) -> Result<Loaded<ExtensionsConfig>, ConfigError> {
+    load_extensions_config_with_env(path, &process_env)
+}
+
+/// Loads `extensions_config.json` from `path` with `env` as the environment.
+pub fn load_extensions_config_with_env(
+    path: &Path,
+    env: EnvLookup<'_>,
+) -> Result<Loaded<ExtensionsConfig>, ConfigError> {
+    parse_extensions_config(path, &read(path)?, env)
+}
+
+/// Finds the extensions file (`resolve_extensions_path`) and loads it; no file is an empty
+/// config with `path: None`.
+pub fn discover_extensions_config(
+    explicit: Option<&Path>,
+    project_dir: &Path,
+    env: EnvLookup<'_>,
+) -> Result<Loaded<ExtensionsConfig>, ConfigError> {
+    match resolve_extensions_path(explicit, project_dir, env)? {
+        Some(path) => load_extensions_config_with_env(&path, env),
+        None => Ok(Loaded {
+            value: ExtensionsConfig::default(),
+            path: None,
+            warnings: Vec::new(),
+        }),
+    }
+}
+
+/// Validates one file for `antler config check`: the kind comes from the extension (or the
+/// content), and an enabled MCP server that would be skipped counts as an error.
+pub fn check_file(path: &Path) -> CheckReport {
+    check_file_with_env(path, &process_env)
+}
+
+/// `check_file` with `env` as the environment.
+pub fn check_file_with_env(path: &Path, env: EnvLookup<'_>) -> CheckReport {
+    let file = path.to_path_buf();
+    let text = match read(path) {
+        Ok(text) => text,
+        Err(error) => {
+            let kind = ConfigKind::detect(path, "");
+            return CheckReport {
+                file,
+                kind,
+                errors: vec![error],
+                warnings: Vec::new(),
+            };
+        }
+    };
+    let kind = ConfigKind::detect(path, &text);
+    let outcome = match kind {
+        ConfigKind::App => parse_app_config(path, &text, env).map(|l| l.warnings),
+        ConfigKind::Extensions => parse_extensions_config(path, &text, env).map(|l| l.warnings),
+    };
+    match outcome {
+        Ok(all) => {
+            let (skipped, warnings): (Vec<_>, Vec<_>) = all
+                .into_iter()
+                .partition(|w| w.kind == WarningKind::ServerSkipped);
+            CheckReport {
+                file,
+                kind,
+                errors: skipped.into_iter().map(ConfigWarning::into_error).collect(),
+                warnings,
+            }
+        }
+        Err(error) => CheckReport {
+            file,
+            kind,
+            errors: vec![error],
+            warnings: Vec::new(),
+        },
+    }
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
