@@ -1,29 +1,84 @@
-//! `antler-sandbox-host`: the process that owns every sandbox.
-//! It listens on the socket it is given, answers ping and health, and drains on SIGTERM.
+//! `antler-sandbox-host`: the process that owns every sandbox. It loads the sandbox
+//! settings, probes bubblewrap, listens on the socket it is given, and drains on SIGTERM.
+//! Run as `antler-sandbox-host __supervise ...` it is the supervisor inside a sandbox.
 
-mod pool;
+use std::{path::PathBuf, sync::Arc};
 
-use std::sync::Arc;
-
+use actix::Actor;
 use antler_protocol::{
+    config::{load_app_config, AppConfig},
     handshake::Role,
     host::{self, HostArgs},
 };
+use antler_sandbox_host::{
+    pool::SandboxPool,
+    provider::{self, bwrap::SUPERVISE_ARG},
+    service::SandboxService,
+    settings::SandboxSettings,
+    supervisor,
+};
+use anyhow::Context as _;
 use clap::Parser;
 
 #[derive(Debug, Parser)]
-#[command(name = "antler-sandbox-host", version, about = "the process that owns every sandbox.")]
+#[command(
+    name = "antler-sandbox-host",
+    version,
+    about = "the process that owns every sandbox."
+)]
 struct Cli {
     #[command(flatten)]
     host: HostArgs,
+    /// config.yaml (its `sandbox` and `authorization` sections).
+    #[arg(long, env = "ANTLER_CONFIG")]
+    config: Option<PathBuf>,
+    /// Where thread directories live (overrides `sandbox.base_dir`).
+    #[arg(long, env = "ANTLER_SANDBOX_BASE_DIR")]
+    base_dir: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(SUPERVISE_ARG) {
+        std::process::exit(supervisor::main(&args[2..]));
+    }
     let cli = Cli::parse();
     host::init_tracing();
+    let config = match &cli.config {
+        Some(path) => {
+            let loaded =
+                load_app_config(path).with_context(|| format!("cannot load {}", path.display()))?;
+            for w in &loaded.warnings {
+                tracing::warn!("{w}");
+            }
+            loaded.value
+        }
+        None => AppConfig::default(),
+    };
+    let settings = SandboxSettings::from_config(&config, cli.base_dir.clone());
+    std::fs::create_dir_all(&settings.base_dir).with_context(|| {
+        format!(
+            "cannot create the sandbox base directory {}",
+            settings.base_dir.display()
+        )
+    })?;
+    // bubblewrap runs as `nobody` when this host is root: it must reach the thread
+    // directories through the base directory.
+    if let Ok(meta) = std::fs::metadata(&settings.base_dir) {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.permissions().mode();
+        if mode & 0o001 == 0 {
+            let _ = std::fs::set_permissions(
+                &settings.base_dir,
+                std::fs::Permissions::from_mode(mode | 0o711),
+            );
+        }
+    }
+    let verdict = provider::probe(&settings);
     let system = actix::System::new();
     system.block_on(async move {
-        let handler = Arc::new(pool::Handler::start(&cli.host));
+        let pool = SandboxPool::new(settings, verdict).start();
+        let handler = Arc::new(SandboxService::new(pool));
         host::serve(Role::SandboxHost, cli.host, handler).await
     })?;
     Ok(())

@@ -1,18 +1,160 @@
-//! Messages between the lead (or a worker) and sandbox-host.
+//! Messages between the lead (or a worker) and sandbox-host: acquiring and releasing a
+//! thread's sandbox, running a sandbox tool in it, and the pool's status. Errors the model
+//! should see travel inside [`ToolResult`]; errors the operator should see are
+//! [`SandboxError`].
 
 use serde::{Deserialize, Serialize};
 
 use super::control::Health;
+
+/// Who asks for a sandbox: the user and thread it belongs to, and the user's roles (for
+/// acquire-time authorization).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Principal {
+    pub user_id: String,
+    pub thread_id: String,
+    /// Roles of the user; empty means the configured default role.
+    pub roles: Vec<String>,
+}
+
+/// One sandbox tool call (`bash`, `ls`, `read_file`, `write_file`, `str_replace`, `glob`, `grep`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The tool's name.
+    pub tool: String,
+    /// Its arguments, a JSON object as the model wrote it.
+    pub args_json: String,
+    /// Request-scoped secrets (name, value) for `bash`: injected into the command's
+    /// environment only when the name is on `sandbox.secrets`, and redacted from output.
+    pub secrets: Vec<(String, String)>,
+}
 
 /// Requests sandbox-host answers beyond the control pair.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SandboxRequest {
     /// The host's health together with its pool summary.
     Health,
+    /// The sandbox of (user, thread), created, taken from the warm pool or reused.
+    /// `known_id` is the id the thread's state already holds, if any: a different id is a
+    /// conflict, not an overwrite.
+    Acquire {
+        principal: Principal,
+        known_id: Option<String>,
+    },
+    /// Parks the sandbox in the warm pool (release is not destroy).
+    Release { sandbox_id: String },
+    /// Runs a tool in an acquired sandbox.
+    Call { sandbox_id: String, call: ToolCall },
+    /// Acquires the principal's sandbox, runs the tool and releases it: one tool call of a
+    /// run that holds no sandbox yet (what `antler tool call` does).
+    CallOnce {
+        principal: Principal,
+        call: ToolCall,
+    },
+    /// The pool and every sandbox in it.
+    Status,
 }
 
 /// Replies from sandbox-host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SandboxReply {
-    Health { health: Health, live_sandboxes: u32 },
+    Health {
+        health: Health,
+        live_sandboxes: u32,
+    },
+    Acquired(Result<Acquired, SandboxError>),
+    Released(Result<(), SandboxError>),
+    /// The tool's result; `Err` when no sandbox could be had for the call.
+    ToolResult(Result<ToolResult, SandboxError>),
+    Status(PoolStatus),
+}
+
+/// A successful acquire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Acquired {
+    /// The deterministic id: the first 16 hex characters of sha256(`user:thread`).
+    pub sandbox_id: String,
+    /// Where it came from.
+    pub source: AcquireSource,
+}
+
+/// How an acquire was satisfied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AcquireSource {
+    /// It was already active (another holder, or the same thread again).
+    Active,
+    /// Taken from the warm pool, bound to this thread before.
+    Warm,
+    /// A pre-warmed sandbox not bound to any thread yet was bound to this one.
+    Prewarmed,
+    /// Started now.
+    Created,
+}
+
+/// What a tool returned: the text the model reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolResult {
+    pub content: String,
+    /// Whether the content is an error (it then starts with `Error:`).
+    pub is_error: bool,
+}
+
+/// Why a sandbox could not be had. These are for the operator and the run; a run turns them
+/// into an error tool message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum SandboxError {
+    #[error("{0}")]
+    InvalidIdentity(String),
+    #[error("user '{user_id}' is not allowed to use a sandbox")]
+    Unauthorized { user_id: String },
+    #[error("sandbox id conflict for thread '{thread_id}': the thread holds {known} but its sandbox is {actual}")]
+    IdConflict {
+        thread_id: String,
+        known: String,
+        actual: String,
+    },
+    #[error("the sandbox pool is at capacity ({capacity} sandboxes)")]
+    AtCapacity { capacity: u32 },
+    #[error("no sandbox became free within {waited_ms} ms (capacity {capacity})")]
+    WaitTimedOut { capacity: u32, waited_ms: u64 },
+    #[error("no sandbox with id {0}")]
+    UnknownSandbox(String),
+    #[error("sandboxed tools are unavailable: {0}")]
+    ProviderUnavailable(String),
+    #[error("unknown sandbox tool '{0}'")]
+    UnknownTool(String),
+}
+
+/// The pool as `antler sandbox status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolStatus {
+    /// `bwrap` or `local`.
+    pub provider: String,
+    /// Why the provider is what it is (the probe's verdict).
+    pub provider_note: String,
+    /// The soft cap on active plus warm sandboxes.
+    pub replicas: u32,
+    /// The hard cap on sandboxes.
+    pub capacity: u32,
+    pub idle_timeout_s: u64,
+    pub base_dir: String,
+    pub sandboxes: Vec<SandboxStatus>,
+}
+
+/// One sandbox in [`PoolStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxStatus {
+    pub sandbox_id: String,
+    /// Empty for a pre-warmed sandbox not bound to a thread.
+    pub user_id: String,
+    pub thread_id: String,
+    /// `active`, `warm` or `prewarmed`.
+    pub state: String,
+    /// Holders of an active sandbox.
+    pub holders: u32,
+    pub age_ms: u64,
+    /// Since the last acquire or release.
+    pub idle_ms: u64,
+    /// The supervisor process (bwrap provider).
+    pub supervisor_pid: Option<u32>,
 }

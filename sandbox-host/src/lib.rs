@@ -1,0 +1,18 @@
+//! antler-sandbox-host: every place where a tool has side effects. A `SandboxPool` actor
+//! owns the sandboxes of (user, thread) pairs under deterministic ids, with a warm pool; a
+//! `Sandbox` actor per live sandbox owns its isolation (a long-lived supervisor inside
+//! bubblewrap, or DeerFlow's local provider); the sandbox tools run against it with
+//! DeerFlow's parameters, limits and texts.
+
+pub mod command_policy;
+pub mod exec;
+pub mod identity;
+pub mod output;
+pub mod paths;
+pub mod pool;
+pub mod provider;
+pub mod sandbox;
+pub mod service;
+pub mod settings;
+pub mod supervisor;
+pub mod tools;

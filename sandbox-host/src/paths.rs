@@ -1,0 +1,433 @@
+//! Virtual paths and the host directories behind them (spec 6.2, 6.4): a thread's
+//! directories, validation of the paths a tool is given (`validate_tool_path`), resolution
+//! to a host path that must stay inside its root with symlinks followed (`resolve`), the
+//! reverse masking of host paths in output, and rewriting virtual paths in a host command.
+//! Prefixes are replaced longest first and only at path-segment boundaries.
+
+use std::{
+    io,
+    os::unix::fs::{DirBuilderExt, PermissionsExt},
+    path::{Path, PathBuf},
+};
+
+use crate::settings::{Mount, SandboxSettings};
+
+/// The root of a thread's user data as the model sees it.
+pub const VIRTUAL_PATH_PREFIX: &str = "/mnt/user-data";
+/// The ACP agents' workspace as the model sees it (read-only).
+pub const ACP_WORKSPACE_VIRTUAL_PATH: &str = "/mnt/acp-workspace";
+/// A `..` segment anywhere.
+pub const TRAVERSAL_DENIED: &str = "Access denied: path traversal detected";
+/// The three user-data directories every thread has.
+pub const USER_DATA_DIRS: [&str; 3] = ["workspace", "uploads", "outputs"];
+
+/// The host directories of one thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadPaths {
+    /// `{base}/users/{uid}/threads/{tid}`.
+    pub root: PathBuf,
+    pub user_data: PathBuf,
+    pub workspace: PathBuf,
+    pub uploads: PathBuf,
+    pub outputs: PathBuf,
+    pub acp_workspace: PathBuf,
+}
+
+impl ThreadPaths {
+    pub fn new(base: &Path, user_id: &str, thread_id: &str) -> Self {
+        let root = base
+            .join("users")
+            .join(user_id)
+            .join("threads")
+            .join(thread_id);
+        let user_data = root.join("user-data");
+        Self {
+            workspace: user_data.join("workspace"),
+            uploads: user_data.join("uploads"),
+            outputs: user_data.join("outputs"),
+            acp_workspace: root.join("acp-workspace"),
+            user_data,
+            root,
+        }
+    }
+
+    /// Creates the directories (mode 0777, as DeerFlow does, so an unprivileged sandbox
+    /// user can write them). Existing directories and their files are kept.
+    pub fn create(&self) -> io::Result<()> {
+        for dir in [
+            &self.workspace,
+            &self.uploads,
+            &self.outputs,
+            &self.acp_workspace,
+        ] {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o777)
+                .create(dir)?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))?;
+        }
+        std::fs::set_permissions(&self.user_data, std::fs::Permissions::from_mode(0o777))?;
+        Ok(())
+    }
+}
+
+/// Which family a virtual path belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    UserData,
+    Skills,
+    Acp,
+    Mount(usize),
+}
+
+/// The virtual → host mapping of one sandbox.
+#[derive(Debug, Clone)]
+pub struct PathMap {
+    pub thread: ThreadPaths,
+    pub skills_dir: PathBuf,
+    pub skills_container: String,
+    pub mounts: Vec<Mount>,
+}
+
+/// Whether `text[at..]` starts a new segment (or ends the path) after a prefix.
+fn is_boundary(rest: &str) -> bool {
+    match rest.chars().next() {
+        None => true,
+        Some(c) => {
+            c == '/' || c == '\\' || !(c.is_alphanumeric() || c == '_' || c == '.' || c == '-')
+        }
+    }
+}
+
+/// Whether `path` is `root` or lies under it (string-wise, at a segment boundary).
+fn under(path: &str, root: &str) -> bool {
+    path == root || (path.starts_with(root) && path[root.len()..].starts_with('/'))
+}
+
+/// Rejects any `..` segment (after turning `\` into `/`).
+pub fn reject_traversal(path: &str) -> Result<(), String> {
+    if path.replace('\\', "/").split('/').any(|s| s == "..") {
+        return Err(TRAVERSAL_DENIED.to_string());
+    }
+    Ok(())
+}
+
+/// Replaces every occurrence of `from` at a segment boundary with `to`.
+fn replace_at_boundaries(text: &str, from: &str, to: &str) -> String {
+    if from.is_empty() || !text.contains(from) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(from) {
+        let after = &rest[i + from.len()..];
+        let before_ok = rest[..i]
+            .chars()
+            .next_back()
+            .or_else(|| out.chars().next_back())
+            .map(|c| !(c.is_alphanumeric() || c == '_' || c == '.' || c == '-' || c == '/'))
+            .unwrap_or(true);
+        out.push_str(&rest[..i]);
+        if before_ok && is_boundary(after) {
+            out.push_str(to);
+        } else {
+            out.push_str(from);
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `Path::canonicalize` of the longest existing ancestor, with the rest appended: the
+/// path with every symlink that exists followed (Python's non-strict `Path.resolve`).
+pub fn resolve_lenient(path: &Path) -> PathBuf {
+    let mut existing = path.to_path_buf();
+    let mut rest: Vec<std::ffi::OsString> = Vec::new();
+    loop {
+        if let Ok(c) = existing.canonicalize() {
+            let mut out = c;
+            for part in rest.iter().rev() {
+                out.push(part);
+            }
+            return out;
+        }
+        match (
+            existing.file_name().map(|n| n.to_os_string()),
+            existing.parent(),
+        ) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                existing = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
+impl PathMap {
+    pub fn new(thread: ThreadPaths, settings: &SandboxSettings) -> Self {
+        Self {
+            thread,
+            skills_dir: settings.skills_dir.clone(),
+            skills_container: settings.skills_container_path.clone(),
+            mounts: settings.mounts.clone(),
+        }
+    }
+
+    fn family(&self, path: &str) -> Option<Family> {
+        if under(path, &self.skills_container) {
+            return Some(Family::Skills);
+        }
+        if under(path, ACP_WORKSPACE_VIRTUAL_PATH) {
+            return Some(Family::Acp);
+        }
+        if path.starts_with(&format!("{VIRTUAL_PATH_PREFIX}/")) {
+            return Some(Family::UserData);
+        }
+        // The longest matching mount wins.
+        self.mounts
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| under(path, &m.container_path))
+            .max_by_key(|(_, m)| m.container_path.len())
+            .map(|(i, _)| Family::Mount(i))
+    }
+
+    /// DeerFlow's `validate_local_tool_path`: the error is the `PermissionError` text.
+    pub fn validate_tool_path(&self, path: &str, read_only: bool) -> Result<(), String> {
+        reject_traversal(path)?;
+        match self.family(path) {
+            Some(Family::Skills) if !read_only => Err(format!("Write access to skills path is not allowed: {path}")),
+            Some(Family::Acp) if !read_only => Err(format!("Write access to ACP workspace is not allowed: {path}")),
+            Some(Family::Mount(i)) if self.mounts[i].read_only && !read_only => {
+                Err(format!("Write access to read-only mount is not allowed: {path}"))
+            }
+            Some(_) => Ok(()),
+            None => Err(format!(
+                "Only paths under {VIRTUAL_PATH_PREFIX}/, {}/, {ACP_WORKSPACE_VIRTUAL_PATH}/, or configured mount paths are allowed",
+                self.skills_container
+            )),
+        }
+    }
+
+    /// The (virtual prefix, host directory) pairs, longest virtual prefix first.
+    fn mappings(&self) -> Vec<(String, PathBuf)> {
+        let mut m: Vec<(String, PathBuf)> = vec![
+            (
+                format!("{VIRTUAL_PATH_PREFIX}/workspace"),
+                self.thread.workspace.clone(),
+            ),
+            (
+                format!("{VIRTUAL_PATH_PREFIX}/uploads"),
+                self.thread.uploads.clone(),
+            ),
+            (
+                format!("{VIRTUAL_PATH_PREFIX}/outputs"),
+                self.thread.outputs.clone(),
+            ),
+            (
+                VIRTUAL_PATH_PREFIX.to_string(),
+                self.thread.user_data.clone(),
+            ),
+            (
+                ACP_WORKSPACE_VIRTUAL_PATH.to_string(),
+                self.thread.acp_workspace.clone(),
+            ),
+            (self.skills_container.clone(), self.skills_dir.clone()),
+        ];
+        for mount in &self.mounts {
+            m.push((mount.container_path.clone(), mount.host_path.clone()));
+        }
+        m.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+        m
+    }
+
+    /// The host path of a virtual path (no checks), longest prefix first.
+    pub fn to_host(&self, path: &str) -> Option<PathBuf> {
+        for (virt, host) in self.mappings() {
+            if under(path, &virt) {
+                let rel = path[virt.len()..].trim_start_matches('/');
+                return Some(if rel.is_empty() { host } else { host.join(rel) });
+            }
+        }
+        None
+    }
+
+    /// The roots a resolved path of this family must stay inside.
+    fn roots(&self, family: Family) -> Vec<PathBuf> {
+        match family {
+            Family::UserData => vec![
+                self.thread.workspace.clone(),
+                self.thread.uploads.clone(),
+                self.thread.outputs.clone(),
+            ],
+            Family::Skills => vec![self.skills_dir.clone()],
+            Family::Acp => vec![self.thread.acp_workspace.clone()],
+            Family::Mount(i) => vec![self.mounts[i].host_path.clone()],
+        }
+    }
+
+    /// Validates `path` and returns its host path, with symlinks followed; the result must
+    /// stay inside the roots of its family, else "Access denied: path traversal detected".
+    pub fn resolve(&self, path: &str, read_only: bool) -> Result<PathBuf, String> {
+        self.validate_tool_path(path, read_only)?;
+        let family = self
+            .family(path)
+            .ok_or_else(|| TRAVERSAL_DENIED.to_string())?;
+        let host = self
+            .to_host(path)
+            .ok_or_else(|| TRAVERSAL_DENIED.to_string())?;
+        let resolved = resolve_lenient(&host);
+        let inside = self.roots(family).iter().any(|root| {
+            let root = resolve_lenient(root);
+            resolved.starts_with(&root)
+        });
+        if !inside {
+            return Err(TRAVERSAL_DENIED.to_string());
+        }
+        Ok(resolved)
+    }
+
+    /// Host prefixes (as written and canonical) with their virtual paths, longest host first.
+    fn host_to_virtual(&self) -> Vec<(String, String)> {
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        for (virt, host) in self.mappings() {
+            let written = host.to_string_lossy().trim_end_matches('/').to_string();
+            let canonical = resolve_lenient(&host)
+                .to_string_lossy()
+                .trim_end_matches('/')
+                .to_string();
+            for h in [written, canonical] {
+                if !h.is_empty() && !pairs.iter().any(|(x, _)| *x == h) {
+                    pairs.push((h, virt.clone()));
+                }
+            }
+        }
+        pairs.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+        pairs
+    }
+
+    /// Rewrites host paths in `text` back to virtual paths (both separator styles).
+    pub fn mask(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for (host, virt) in self.host_to_virtual() {
+            out = replace_at_boundaries(&out, &host, &virt);
+            let windows = host.replace('/', "\\");
+            if windows != host {
+                out = replace_at_boundaries(&out, &windows, &virt);
+            }
+        }
+        out
+    }
+
+    /// Rewrites virtual paths in a host command to the thread's host paths.
+    pub fn virtual_to_host_in_command(&self, command: &str) -> String {
+        let mut out = command.to_string();
+        for (virt, host) in self.mappings() {
+            out = replace_at_boundaries(&out, &virt, &host.to_string_lossy());
+        }
+        out
+    }
+
+    /// The virtual path of a host path inside one of the mappings (for listings).
+    pub fn to_virtual(&self, host: &Path) -> String {
+        self.mask(&host.to_string_lossy())
+    }
+
+    /// Whether `path` is under a virtual root the local bash validator accepts.
+    pub fn is_allowed_command_path(&self, path: &str) -> bool {
+        under(path, VIRTUAL_PATH_PREFIX)
+            || under(path, &self.skills_container)
+            || under(path, ACP_WORKSPACE_VIRTUAL_PATH)
+            || self.mounts.iter().any(|m| under(path, &m.container_path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(base: &Path) -> PathMap {
+        let settings = SandboxSettings {
+            base_dir: base.to_path_buf(),
+            skills_dir: base.join("skills"),
+            mounts: vec![Mount {
+                host_path: base.join("data"),
+                container_path: "/mnt/data".into(),
+                read_only: true,
+            }],
+            ..SandboxSettings::default()
+        };
+        PathMap::new(ThreadPaths::new(base, "u1", "t1"), &settings)
+    }
+
+    #[test]
+    fn validation_follows_deerflow_order_and_texts() {
+        let m = map(Path::new("/B"));
+        assert_eq!(
+            m.validate_tool_path("/mnt/user-data/../etc", true),
+            Err(TRAVERSAL_DENIED.into())
+        );
+        assert_eq!(
+            m.validate_tool_path("/mnt/skills/x", false),
+            Err("Write access to skills path is not allowed: /mnt/skills/x".into())
+        );
+        assert!(m.validate_tool_path("/mnt/skills/x", true).is_ok());
+        assert_eq!(
+            m.validate_tool_path("/mnt/acp-workspace/a", false),
+            Err("Write access to ACP workspace is not allowed: /mnt/acp-workspace/a".into())
+        );
+        assert_eq!(
+            m.validate_tool_path("/mnt/data/a", false),
+            Err("Write access to read-only mount is not allowed: /mnt/data/a".into())
+        );
+        let only = "Only paths under /mnt/user-data/, /mnt/skills/, /mnt/acp-workspace/, or configured mount paths are allowed";
+        assert_eq!(
+            m.validate_tool_path("/mnt/user-data", true),
+            Err(only.into())
+        );
+        assert_eq!(m.validate_tool_path("/etc/passwd", true), Err(only.into()));
+        assert_eq!(
+            m.validate_tool_path("/mnt/user-dataX/a", true),
+            Err(only.into())
+        );
+        assert!(m
+            .validate_tool_path("/mnt/user-data/workspace/a", false)
+            .is_ok());
+    }
+
+    #[test]
+    fn mapping_is_longest_prefix_at_segment_boundaries() {
+        let m = map(Path::new("/B"));
+        assert_eq!(
+            m.to_host("/mnt/user-data/outputs/r.md"),
+            Some(PathBuf::from(
+                "/B/users/u1/threads/t1/user-data/outputs/r.md"
+            ))
+        );
+        assert_eq!(m.to_host("/mnt/user-data-backup/x"), None);
+        assert_eq!(
+            m.virtual_to_host_in_command("cat /mnt/user-data/workspace/a /mnt/user-data-backup/b"),
+            "cat /B/users/u1/threads/t1/user-data/workspace/a /mnt/user-data-backup/b"
+        );
+    }
+
+    #[test]
+    fn masking_rewrites_host_paths_only_at_boundaries() {
+        let m = map(Path::new("/B"));
+        let host = "/B/users/u1/threads/t1/user-data/workspace";
+        assert_eq!(
+            m.mask(&format!("{host}/a.txt: no")),
+            "/mnt/user-data/workspace/a.txt: no"
+        );
+        assert_eq!(
+            m.mask("/B/users/u1/threads/t1/user-data2/a"),
+            "/B/users/u1/threads/t1/user-data2/a"
+        );
+        assert_eq!(
+            m.mask("\\B\\users\\u1\\threads\\t1\\user-data\\outputs\\x"),
+            "/mnt/user-data/outputs\\x"
+        );
+    }
+}

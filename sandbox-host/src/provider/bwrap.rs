@@ -1,0 +1,399 @@
+//! The bwrap provider: one long-lived supervisor per sandbox inside bubblewrap (read-only
+//! minimal root, the thread's workspace/uploads/outputs read-write at /mnt/user-data,
+//! skills read-only, private /tmp, every namespace unshared, network only when configured,
+//! `--die-with-parent`, a new session, an empty environment but the declared one). When
+//! sandbox-host runs as root, bubblewrap runs as `nobody` so resource limits bind. Commands
+//! go to the supervisor as JSON lines; a call costs a fork and exec, not a bwrap start.
+
+use std::{
+    collections::HashMap,
+    ffi::OsString,
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::Stdio,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+    sync::{mpsc, oneshot},
+    task::AbortHandle,
+};
+
+use crate::{
+    exec::{ExecOutcome, ExecRequest},
+    paths::{PathMap, ACP_WORKSPACE_VIRTUAL_PATH, USER_DATA_DIRS, VIRTUAL_PATH_PREFIX},
+    settings::SandboxSettings,
+};
+
+/// Where the supervisor binary is mounted inside the sandbox.
+pub const SUPERVISOR_PATH: &str = "/.antler/sandbox-host";
+/// The hidden subcommand that runs the supervisor.
+pub const SUPERVISE_ARG: &str = "__supervise";
+/// The uid and gid bubblewrap runs as when sandbox-host is root.
+pub const NOBODY: u32 = 65534;
+/// The message of a call whose supervisor died.
+pub const SUPERVISOR_EXITED: &str = "the sandbox supervisor exited";
+
+/// One request to the supervisor.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SupervisorRequest {
+    pub id: u64,
+    pub exec: ExecRequest,
+}
+
+/// One reply from the supervisor.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SupervisorReply {
+    pub id: u64,
+    pub result: Result<ExecOutcome, String>,
+}
+
+fn bwrap_binary() -> PathBuf {
+    std::env::var_os("ANTLER_BWRAP")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("bwrap"))
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Makes the command drop to `nobody` before exec when sandbox-host is root.
+fn drop_privileges(cmd: &mut std::process::Command) {
+    if !is_root() {
+        return;
+    }
+    // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
+    // functions (setgroups, setgid, setuid).
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(NOBODY) != 0
+                || libc::setuid(NOBODY) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The arguments that give the sandbox its minimal read-only root.
+fn root_args() -> Vec<OsString> {
+    let mut a: Vec<OsString> = Vec::new();
+    let mut push = |xs: &[&str]| a.extend(xs.iter().map(OsString::from));
+    push(&["--ro-bind", "/usr", "/usr"]);
+    for top in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
+        let host = Path::new("/").join(top);
+        match std::fs::read_link(&host) {
+            Ok(target) => push(&[
+                "--symlink",
+                &target.to_string_lossy(),
+                &host.to_string_lossy(),
+            ]),
+            Err(_) if host.is_dir() => push(&[
+                "--ro-bind",
+                &host.to_string_lossy(),
+                &host.to_string_lossy(),
+            ]),
+            Err(_) => {}
+        }
+    }
+    a
+}
+
+/// Whether bubblewrap can create its namespaces here: `Ok(version)` or why not.
+pub fn probe() -> Result<String, String> {
+    let version = std::process::Command::new(bwrap_binary())
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("cannot run bwrap: {e}"))?;
+    let version = String::from_utf8_lossy(&version.stdout)
+        .trim()
+        .trim_start_matches("bubblewrap ")
+        .to_string();
+    let mut cmd = std::process::Command::new(bwrap_binary());
+    cmd.args([
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+    ])
+    .args(root_args())
+    .args(["--", "/usr/bin/true"])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    drop_privileges(&mut cmd);
+    let out = cmd.output().map_err(|e| format!("cannot run bwrap: {e}"))?;
+    if out.status.success() {
+        Ok(version)
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// The whole bubblewrap command line of one sandbox.
+pub fn bwrap_args(settings: &SandboxSettings, map: &PathMap, supervisor: &Path) -> Vec<OsString> {
+    let mut a: Vec<OsString> = Vec::new();
+    let s = |x: &str| OsString::from(x);
+    let p = |x: &Path| x.as_os_str().to_os_string();
+    a.extend(
+        [
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+        ]
+        .map(s),
+    );
+    if settings.network {
+        a.push(s("--share-net"));
+    }
+    let mut env: Vec<(String, String)> = vec![
+        (
+            "PATH".into(),
+            "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".into(),
+        ),
+        ("HOME".into(), format!("{VIRTUAL_PATH_PREFIX}/workspace")),
+        ("LANG".into(), "C.UTF-8".into()),
+        ("TMPDIR".into(), "/tmp".into()),
+    ];
+    for (k, v) in &settings.environment {
+        env.retain(|(x, _)| x != k);
+        env.push((k.clone(), v.clone()));
+    }
+    for (k, v) in env {
+        a.extend([s("--setenv"), s(&k), s(&v)]);
+    }
+    a.extend(root_args());
+    let mut etc = vec![
+        "/etc/ld.so.cache",
+        "/etc/ld.so.conf",
+        "/etc/ld.so.conf.d",
+        "/etc/alternatives",
+        "/etc/ssl",
+        "/etc/ca-certificates",
+        "/etc/localtime",
+    ];
+    if settings.network {
+        etc.extend([
+            "/etc/resolv.conf",
+            "/etc/hosts",
+            "/etc/nsswitch.conf",
+            "/etc/gai.conf",
+        ]);
+    }
+    for e in etc {
+        a.extend([s("--ro-bind-try"), s(e), s(e)]);
+    }
+    a.extend(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"].map(s));
+    let dirs = [
+        &map.thread.workspace,
+        &map.thread.uploads,
+        &map.thread.outputs,
+    ];
+    for (name, host) in USER_DATA_DIRS.iter().zip(dirs) {
+        a.extend([
+            s("--bind"),
+            p(host),
+            s(&format!("{VIRTUAL_PATH_PREFIX}/{name}")),
+        ]);
+    }
+    if map.thread.acp_workspace.is_dir() {
+        a.extend([
+            s("--ro-bind"),
+            p(&map.thread.acp_workspace),
+            s(ACP_WORKSPACE_VIRTUAL_PATH),
+        ]);
+    }
+    if map.skills_dir.is_dir() {
+        a.extend([s("--ro-bind"), p(&map.skills_dir), s(&map.skills_container)]);
+    }
+    for m in &map.mounts {
+        if !m.host_path.exists() {
+            tracing::error!(host_path = %m.host_path.display(), "sandbox mount does not exist; skipped");
+            continue;
+        }
+        let flag = if m.read_only { "--ro-bind" } else { "--bind" };
+        a.extend([s(flag), p(&m.host_path), s(&m.container_path)]);
+    }
+    a.extend([s("--ro-bind"), p(supervisor), s(SUPERVISOR_PATH)]);
+    a.extend([s("--remount-ro"), s("/")]);
+    a.extend([s("--chdir"), s(&format!("{VIRTUAL_PATH_PREFIX}/workspace"))]);
+    let l = settings.limits;
+    a.extend([
+        s("--"),
+        s(SUPERVISOR_PATH),
+        s(SUPERVISE_ARG),
+        s(&l.max_processes.to_string()),
+        s(&l.max_file_size.to_string()),
+        s(&l.max_memory.to_string()),
+    ]);
+    a
+}
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<ExecOutcome, String>>>>>;
+
+/// The host's handle on one supervisor. Dropping it kills the bubblewrap process.
+pub struct Supervisor {
+    pid: u32,
+    lines: mpsc::UnboundedSender<String>,
+    pending: Pending,
+    next_id: AtomicU64,
+    alive: Arc<AtomicBool>,
+    tasks: Vec<AbortHandle>,
+}
+
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("pid", &self.pid)
+            .field("alive", &self.is_alive())
+            .finish()
+    }
+}
+
+fn fail_all(pending: &Pending, why: &str) {
+    let drained: Vec<_> = match pending.lock() {
+        Ok(mut p) => p.drain().map(|(_, tx)| tx).collect(),
+        Err(_) => Vec::new(),
+    };
+    for tx in drained {
+        let _ = tx.send(Err(why.to_string()));
+    }
+}
+
+impl Supervisor {
+    /// Starts bubblewrap with the supervisor inside. Must run inside a tokio runtime.
+    pub fn spawn(settings: &SandboxSettings, map: &PathMap) -> std::io::Result<Supervisor> {
+        let exe = std::env::current_exe()?;
+        let mut std_cmd = std::process::Command::new(bwrap_binary());
+        std_cmd.args(bwrap_args(settings, map, &exe));
+        drop_privileges(&mut std_cmd);
+        let mut cmd = tokio::process::Command::from(std_cmd);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn()?;
+        let pid = child.id().unwrap_or(0);
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(std::io::Error::other("the supervisor's pipes are missing"));
+        };
+        let alive = Arc::new(AtomicBool::new(true));
+        let pending: Pending = Arc::default();
+        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+        let writer = tokio::spawn(async move {
+            while let Some(line) = rx.recv().await {
+                if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+                    break;
+                }
+            }
+        });
+        let reader = {
+            let pending = pending.clone();
+            let alive = alive.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stdout).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let Ok(reply) = serde_json::from_str::<SupervisorReply>(&line) else {
+                        tracing::warn!(%line, "unreadable line from a sandbox supervisor");
+                        continue;
+                    };
+                    let tx = pending.lock().ok().and_then(|mut p| p.remove(&reply.id));
+                    if let Some(tx) = tx {
+                        let _ = tx.send(reply.result);
+                    }
+                }
+                alive.store(false, Ordering::SeqCst);
+                fail_all(&pending, SUPERVISOR_EXITED);
+            })
+        };
+        let errors = tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::warn!(pid, %line, "sandbox supervisor");
+            }
+        });
+        let waiter = {
+            let alive = alive.clone();
+            tokio::spawn(async move {
+                let status = child.wait().await;
+                alive.store(false, Ordering::SeqCst);
+                tracing::debug!(pid, ?status, "sandbox supervisor exited");
+            })
+        };
+        Ok(Supervisor {
+            pid,
+            lines: tx,
+            pending,
+            next_id: AtomicU64::new(1),
+            alive,
+            tasks: vec![
+                writer.abort_handle(),
+                reader.abort_handle(),
+                errors.abort_handle(),
+                waiter.abort_handle(),
+            ],
+        })
+    }
+
+    /// The bubblewrap process's pid.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Runs one command inside; `Err` when the supervisor is gone.
+    pub async fn exec(&self, exec: ExecRequest) -> Result<ExecOutcome, String> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let grace = Duration::from_millis(exec.timeout_ms).saturating_add(Duration::from_secs(10));
+        let line = serde_json::to_string(&SupervisorRequest { id, exec })
+            .map_err(|e| e.to_string())?
+            + "\n";
+        let (tx, rx) = oneshot::channel();
+        self.pending
+            .lock()
+            .map_err(|_| SUPERVISOR_EXITED.to_string())?
+            .insert(id, tx);
+        if !self.is_alive() || self.lines.send(line).is_err() {
+            self.pending.lock().ok().and_then(|mut p| p.remove(&id));
+            return Err(SUPERVISOR_EXITED.to_string());
+        }
+        match tokio::time::timeout(grace, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(SUPERVISOR_EXITED.to_string()),
+            Err(_) => {
+                self.pending.lock().ok().and_then(|mut p| p.remove(&id));
+                Err("the sandbox supervisor did not answer in time".to_string())
+            }
+        }
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        // Aborting the waiter drops the child, and kill_on_drop kills bubblewrap (and with
+        // --die-with-parent everything inside).
+        for t in &self.tasks {
+            t.abort();
+        }
+        fail_all(&self.pending, SUPERVISOR_EXITED);
+    }
+}

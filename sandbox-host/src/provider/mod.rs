@@ -1,0 +1,67 @@
+//! Isolation providers: how a sandbox runs commands. `local` runs them on the host (on the
+//! blocking pool); `bwrap` hands them to the sandbox's long-lived supervisor inside
+//! bubblewrap. [`probe`] decides at start which one this host serves with.
+
+pub mod bwrap;
+
+use std::sync::Arc;
+
+use crate::{
+    exec::{self, ExecOutcome, ExecRequest},
+    settings::{ProviderKind, SandboxSettings},
+};
+
+/// Runs a sandbox's commands.
+#[derive(Clone)]
+pub enum Runner {
+    /// On the host, as DeerFlow's `LocalSandboxProvider` does.
+    Local,
+    /// Through the supervisor inside bubblewrap.
+    Bwrap(Arc<bwrap::Supervisor>),
+}
+
+impl Runner {
+    /// Runs one command to completion (or its deadline).
+    pub async fn exec(&self, req: ExecRequest) -> Result<ExecOutcome, String> {
+        match self {
+            Runner::Local => tokio::task::spawn_blocking(move || exec::run(&req))
+                .await
+                .map_err(|e| format!("JoinError: {e}"))?
+                .map_err(|e| format!("OSError: {e}")),
+            Runner::Bwrap(s) => s.exec(req).await,
+        }
+    }
+}
+
+/// What this host serves with, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderVerdict {
+    /// Serve with this provider.
+    Serve { kind: ProviderKind, note: String },
+    /// Refuse sandboxed tools, with the reason the operator reads.
+    Refuse(String),
+}
+
+/// Probes bubblewrap when the config asks for it; falls back to `local` only when the
+/// config explicitly allows it.
+pub fn probe(settings: &SandboxSettings) -> ProviderVerdict {
+    match settings.provider {
+        ProviderKind::Local => ProviderVerdict::Serve {
+            kind: ProviderKind::Local,
+            note: "local provider (sandbox.use is LocalSandboxProvider): no isolation".into(),
+        },
+        ProviderKind::Bwrap => match bwrap::probe() {
+            Ok(version) => ProviderVerdict::Serve {
+                kind: ProviderKind::Bwrap,
+                note: format!("bubblewrap {version}: namespaces available"),
+            },
+            Err(why) if settings.allow_local_fallback => ProviderVerdict::Serve {
+                kind: ProviderKind::Local,
+                note: format!("bubblewrap cannot create its namespaces ({why}); falling back to the local provider because sandbox.allow_local_fallback is true"),
+            },
+            Err(why) => ProviderVerdict::Refuse(format!(
+                "bubblewrap cannot create its namespaces ({why}); sandboxed tools are refused. Install bubblewrap and allow unprivileged user namespaces, or set sandbox.allow_local_fallback: true to run them unisolated"
+            )),
+        },
+    }
+}

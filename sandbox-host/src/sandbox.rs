@@ -1,0 +1,127 @@
+//! `Sandbox`: one live sandbox. Owns its path mapping, its per-file locks and (bwrap) its
+//! supervisor; hands out a [`ToolContext`] for each call, starting a new supervisor over
+//! the same directories when the previous one died. Stopping the actor kills the supervisor.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+
+use crate::{
+    paths::{PathMap, ThreadPaths},
+    provider::{bwrap::Supervisor, Runner},
+    settings::{ProviderKind, SandboxSettings},
+    tools::{FileLocks, ToolContext},
+};
+
+/// The sandbox actor.
+pub struct Sandbox {
+    map: Arc<PathMap>,
+    settings: Arc<SandboxSettings>,
+    kind: ProviderKind,
+    supervisor: Option<Arc<Supervisor>>,
+    locks: Arc<FileLocks>,
+}
+
+impl Sandbox {
+    /// Creates the thread's directories and (bwrap) starts the supervisor.
+    pub fn new(
+        settings: Arc<SandboxSettings>,
+        kind: ProviderKind,
+        thread: ThreadPaths,
+    ) -> std::io::Result<Sandbox> {
+        thread.create()?;
+        let map = Arc::new(PathMap::new(thread, &settings));
+        let supervisor = match kind {
+            ProviderKind::Bwrap => Some(Arc::new(Supervisor::spawn(&settings, &map)?)),
+            ProviderKind::Local => None,
+        };
+        Ok(Sandbox {
+            map,
+            settings,
+            kind,
+            supervisor,
+            locks: Arc::default(),
+        })
+    }
+
+    /// The supervisor's pid, when there is one.
+    pub fn supervisor_pid(&self) -> Option<u32> {
+        self.supervisor.as_ref().map(|s| s.pid())
+    }
+}
+
+impl Actor for Sandbox {
+    type Context = Context<Self>;
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        // Dropping the last handle kills bubblewrap; calls still running keep theirs alive
+        // until they finish.
+        self.supervisor = None;
+    }
+}
+
+/// The context for one tool call (a live supervisor first, restarting a dead one).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<ToolContext, String>")]
+pub struct Prepare;
+
+impl Handler<Prepare> for Sandbox {
+    type Result = Result<ToolContext, String>;
+
+    fn handle(&mut self, _: Prepare, _: &mut Context<Self>) -> Self::Result {
+        let runner = match self.kind {
+            ProviderKind::Local => Runner::Local,
+            ProviderKind::Bwrap => {
+                let alive = self.supervisor.as_ref().is_some_and(|s| s.is_alive());
+                if !alive {
+                    if let Some(old) = &self.supervisor {
+                        tracing::warn!(
+                            pid = old.pid(),
+                            "sandbox supervisor died; starting a new one over the same files"
+                        );
+                    }
+                    let fresh = Supervisor::spawn(&self.settings, &self.map)
+                        .map_err(|e| format!("cannot start the sandbox supervisor: {e}"))?;
+                    self.supervisor = Some(Arc::new(fresh));
+                }
+                match &self.supervisor {
+                    Some(s) => Runner::Bwrap(s.clone()),
+                    None => return Err("no sandbox supervisor".into()),
+                }
+            }
+        };
+        Ok(ToolContext {
+            map: self.map.clone(),
+            settings: self.settings.clone(),
+            runner,
+            locks: self.locks.clone(),
+        })
+    }
+}
+
+/// The supervisor's pid.
+#[derive(Debug, Message)]
+#[rtype(result = "Option<u32>")]
+pub struct SupervisorPid;
+
+impl Handler<SupervisorPid> for Sandbox {
+    type Result = Option<u32>;
+
+    fn handle(&mut self, _: SupervisorPid, _: &mut Context<Self>) -> Option<u32> {
+        self.supervisor_pid()
+    }
+}
+
+/// Binds a pre-warmed sandbox to a thread whose directories were just moved into place
+/// (the supervisor's mounts follow the renamed directories).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Bind(pub ThreadPaths);
+
+impl Handler<Bind> for Sandbox {
+    type Result = ();
+
+    fn handle(&mut self, Bind(thread): Bind, _: &mut Context<Self>) {
+        self.map = Arc::new(PathMap::new(thread, &self.settings));
+    }
+}

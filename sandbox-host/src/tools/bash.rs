@@ -1,0 +1,98 @@
+//! `bash` (spec 6.5). Under the local provider: refused unless `allow_host_bash`, then the
+//! command validation matrix, virtual paths rewritten, `cd '{workspace}' && ` prefixed, and
+//! host paths masked in the output. Under bwrap: `cd /mnt/user-data/workspace; ` and run
+//! through the sandbox's supervisor. Both: timeout (default 600 s) kills the process group,
+//! injected secrets (allowlisted names only) are redacted, the middle is cut at 20,000.
+
+use serde::Deserialize;
+
+use super::ToolContext;
+use crate::{
+    command_policy::validate_local_bash_command,
+    exec::{ExecRequest, MAX_CAPTURE_BYTES},
+    output::{format_bash, redact, truncate_middle},
+    paths::VIRTUAL_PATH_PREFIX,
+    provider::Runner,
+};
+
+/// DeerFlow's refusal of host bash.
+pub const HOST_BASH_DISABLED: &str = "Host bash execution is disabled for LocalSandboxProvider because it is not a secure sandbox boundary. Switch to AioSandboxProvider for isolated bash access, or set sandbox.allow_host_bash: true only in a fully trusted local environment.";
+
+#[derive(Debug, Deserialize)]
+pub struct BashArgs {
+    pub command: String,
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\"'\"'"))
+}
+
+pub async fn run(ctx: &ToolContext, a: BashArgs, secrets: &[(String, String)]) -> String {
+    let injected: Vec<(String, String)> = secrets
+        .iter()
+        .filter(|(name, _)| {
+            let allowed = ctx.settings.secrets.iter().any(|s| s == name);
+            if !allowed {
+                tracing::warn!(secret = %name, "dropping a secret that sandbox.secrets does not allow");
+            }
+            allowed
+        })
+        .cloned()
+        .collect();
+    let timeout = ctx.settings.bash_command_timeout;
+    let (command, cwd, env, clear_env) = match &ctx.runner {
+        Runner::Local => {
+            if !ctx.settings.allow_host_bash {
+                return format!("Error: {HOST_BASH_DISABLED}");
+            }
+            if let Err(e) = validate_local_bash_command(&a.command, &ctx.map, &[]) {
+                return format!("Error: {e}");
+            }
+            let command = ctx.map.virtual_to_host_in_command(&a.command);
+            let workspace = ctx.map.thread.workspace.to_string_lossy().into_owned();
+            (
+                format!("cd {} && {command}", shell_quote(&workspace)),
+                None,
+                injected.clone(),
+                false,
+            )
+        }
+        Runner::Bwrap(_) => (
+            format!("cd {VIRTUAL_PATH_PREFIX}/workspace; {}", a.command),
+            None,
+            injected.clone(),
+            false,
+        ),
+    };
+    let req = ExecRequest {
+        command,
+        cwd,
+        env,
+        clear_env,
+        timeout_ms: timeout.as_millis().min(u64::MAX as u128) as u64,
+        max_capture: MAX_CAPTURE_BYTES,
+    };
+    let outcome = match ctx.runner.exec(req).await {
+        Ok(o) => o,
+        Err(e) => {
+            return format!(
+                "Error: Unexpected error executing command: {}",
+                ctx.map.mask(&e)
+            )
+        }
+    };
+    let text = format_bash(
+        &outcome.stdout,
+        &outcome.stderr,
+        outcome.code,
+        outcome.timed_out.then(|| timeout.as_secs_f64()),
+    );
+    let text = match ctx.runner {
+        Runner::Local => ctx.map.mask(&text),
+        Runner::Bwrap(_) => text,
+    };
+    truncate_middle(
+        &redact(&text, &injected),
+        ctx.settings.bash_output_max_chars,
+    )
+}

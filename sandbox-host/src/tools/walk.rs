@@ -1,0 +1,321 @@
+//! Walking a thread's directories for `ls` (a depth-2 tree) and `glob`, pruning DeerFlow's
+//! ignore list (spec 6.6, case-sensitive), in sorted order so output is deterministic.
+//! Glob matching is Python's `PurePosixPath(rel).match(pattern)` (right-anchored, one
+//! component per pattern component), and a `**/x` pattern also tries `x`.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::OnceLock,
+};
+
+use globset::{GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
+use serde::Deserialize;
+
+use super::{clamp_max_results, ToolContext};
+use crate::output::truncate_ls;
+
+/// DeerFlow's ignore list (glob, grep and ls skip these names).
+pub const IGNORE_PATTERNS: &[&str] = &[
+    ".git",
+    ".svn",
+    ".hg",
+    ".bzr",
+    "node_modules",
+    "__pycache__",
+    ".venv",
+    "venv",
+    ".env",
+    "env",
+    ".tox",
+    ".nox",
+    ".eggs",
+    "*.egg-info",
+    "site-packages",
+    "dist",
+    "build",
+    ".next",
+    ".nuxt",
+    ".output",
+    ".turbo",
+    "target",
+    "out",
+    ".idea",
+    ".vscode",
+    "*.swp",
+    "*.swo",
+    "*~",
+    ".project",
+    ".classpath",
+    ".settings",
+    ".DS_Store",
+    "Thumbs.db",
+    "desktop.ini",
+    "*.lnk",
+    "*.log",
+    "*.tmp",
+    "*.temp",
+    ".upload-*.part",
+    "*.bak",
+    "*.cache",
+    ".cache",
+    "logs",
+    ".coverage",
+    "coverage",
+    ".nyc_output",
+    "htmlcov",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+];
+
+pub const GLOB_DEFAULT_MAX_RESULTS: i64 = 200;
+pub const GLOB_MAX_MAX_RESULTS: i64 = 1000;
+
+fn ignore_set() -> &'static GlobSet {
+    static SET: OnceLock<GlobSet> = OnceLock::new();
+    SET.get_or_init(|| {
+        let mut b = GlobSetBuilder::new();
+        for p in IGNORE_PATTERNS {
+            if let Ok(g) = GlobBuilder::new(p).literal_separator(true).build() {
+                b.add(g);
+            }
+        }
+        b.build().unwrap_or_else(|_| GlobSet::empty())
+    })
+}
+
+/// Whether a file or directory name is on the ignore list.
+pub fn is_ignored(name: &str) -> bool {
+    ignore_set().is_match(name)
+}
+
+/// A sorted walk of `root` that prunes ignored names and does not follow symlinks.
+pub fn walker(root: &Path, max_depth: Option<usize>) -> ignore::Walk {
+    let mut b = ignore::WalkBuilder::new(root);
+    b.standard_filters(false)
+        .follow_links(false)
+        .max_depth(max_depth)
+        .sort_by_file_name(|a, b| a.cmp(b))
+        .filter_entry(|e| e.depth() == 0 || !is_ignored(&e.file_name().to_string_lossy()));
+    b.build()
+}
+
+/// `PurePosixPath(rel).match(pattern)` plus the `**/x` → `x` retry.
+pub struct PosixPattern {
+    alternatives: Vec<Vec<GlobMatcher>>,
+}
+
+impl PosixPattern {
+    pub fn new(pattern: &str) -> Result<Self, globset::Error> {
+        let mut alternatives = vec![Self::components(pattern)?];
+        if let Some(rest) = pattern.strip_prefix("**/") {
+            alternatives.push(Self::components(rest)?);
+        }
+        Ok(Self { alternatives })
+    }
+
+    fn components(pattern: &str) -> Result<Vec<GlobMatcher>, globset::Error> {
+        pattern
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .map(|c| {
+                let c = if c == "**" { "*" } else { c };
+                GlobBuilder::new(c)
+                    .literal_separator(true)
+                    .backslash_escape(true)
+                    .build()
+                    .map(|g| g.compile_matcher())
+            })
+            .collect()
+    }
+
+    pub fn is_match(&self, rel: &str) -> bool {
+        let parts: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
+        self.alternatives.iter().any(|pat| {
+            !pat.is_empty()
+                && pat.len() <= parts.len()
+                && pat
+                    .iter()
+                    .zip(&parts[parts.len() - pat.len()..])
+                    .all(|(g, part)| g.is_match(part))
+        })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LsArgs {
+    pub path: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct GlobArgs {
+    pub pattern: String,
+    pub path: String,
+    #[serde(default)]
+    pub include_dirs: bool,
+    #[serde(default = "default_glob_max")]
+    pub max_results: i64,
+}
+
+fn default_glob_max() -> i64 {
+    GLOB_DEFAULT_MAX_RESULTS
+}
+
+fn inside(path: &Path, root: &Path) -> bool {
+    crate::paths::resolve_lenient(path).starts_with(root)
+}
+
+/// `ls`: sorted absolute paths down to depth 2, directories with a trailing `/`.
+pub fn ls(ctx: &ToolContext, a: LsArgs) -> String {
+    let p = a.path.as_str();
+    let root = match ctx.map.resolve(p, true) {
+        Ok(r) => r,
+        Err(_) => return format!("Error: Permission denied: {p}"),
+    };
+    match std::fs::metadata(&root) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return format!("Error: Directory not found: {p}"),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return format!("Error: Permission denied: {p}")
+        }
+        Err(_) => return format!("Error: Directory not found: {p}"),
+    }
+    let mut entries: Vec<String> = Vec::new();
+    for entry in walker(&root, Some(2)).flatten() {
+        if entry.depth() == 0 {
+            continue;
+        }
+        let path = entry.path();
+        let ft = entry.file_type();
+        let is_link = ft.map(|t| t.is_symlink()).unwrap_or(false);
+        if is_link && !inside(path, &root) {
+            continue;
+        }
+        let is_dir = if is_link {
+            path.is_dir()
+        } else {
+            ft.map(|t| t.is_dir()).unwrap_or(false)
+        };
+        let mut shown = ctx.map.to_virtual(path);
+        if is_dir {
+            shown.push('/');
+        }
+        entries.push(shown);
+    }
+    entries.sort();
+    if entries.is_empty() {
+        return "(empty)".into();
+    }
+    truncate_ls(&entries.join("\n"), ctx.settings.ls_output_max_chars)
+}
+
+/// Resolves a search root for glob and grep: the host path or the tool's error text.
+pub fn search_root(ctx: &ToolContext, p: &str, allow_file: bool) -> Result<PathBuf, String> {
+    let root = ctx
+        .map
+        .resolve(p, true)
+        .map_err(|_| format!("Error: Permission denied: {p}"))?;
+    match std::fs::metadata(&root) {
+        Ok(m) if m.is_dir() || (allow_file && m.is_file()) => Ok(root),
+        Ok(_) => Err(format!("Error: Path is not a directory: {p}")),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            Err(format!("Error: Permission denied: {p}"))
+        }
+        Err(_) => Err(format!("Error: Directory not found: {p}")),
+    }
+}
+
+/// `glob`.
+pub fn glob(ctx: &ToolContext, a: GlobArgs) -> String {
+    let p = a.path.as_str();
+    let limit = clamp_max_results(
+        a.max_results,
+        GLOB_DEFAULT_MAX_RESULTS,
+        GLOB_MAX_MAX_RESULTS,
+    )
+    .min(clamp_max_results(
+        ctx.settings.glob_max_results,
+        GLOB_DEFAULT_MAX_RESULTS,
+        GLOB_MAX_MAX_RESULTS,
+    ));
+    let root = match search_root(ctx, p, false) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let pattern = match PosixPattern::new(&a.pattern) {
+        Ok(m) => m,
+        Err(e) => return format!("Error: Unexpected error searching paths: {e}"),
+    };
+    let mut matches = Vec::new();
+    let mut truncated = false;
+    for entry in walker(&root, None).flatten() {
+        if entry.depth() == 0 {
+            continue;
+        }
+        let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+        if is_dir && !a.include_dirs {
+            continue;
+        }
+        let Ok(rel) = entry.path().strip_prefix(&root) else {
+            continue;
+        };
+        if !pattern.is_match(&rel.to_string_lossy()) {
+            continue;
+        }
+        if matches.len() == limit {
+            truncated = true;
+            break;
+        }
+        matches.push(ctx.map.to_virtual(entry.path()));
+    }
+    format_glob(p, &matches, truncated)
+}
+
+/// DeerFlow's `_format_glob_results`.
+pub fn format_glob(root: &str, matches: &[String], truncated: bool) -> String {
+    if matches.is_empty() {
+        return format!("No files matched under {root}");
+    }
+    let mut lines = vec![format!("Found {} paths under {root}", matches.len())];
+    if truncated {
+        lines[0].push_str(&format!(" (showing first {})", matches.len()));
+    }
+    lines.extend(
+        matches
+            .iter()
+            .enumerate()
+            .map(|(i, m)| format!("{}. {m}", i + 1)),
+    );
+    if truncated {
+        lines.push("Results truncated. Narrow the path or pattern to see fewer matches.".into());
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn posix_match_is_right_anchored_with_the_double_star_retry() {
+        let m = PosixPattern::new("**/*.py").expect("pattern");
+        assert!(m.is_match("a.py") && m.is_match("x/a.py") && m.is_match("x/y/a.py"));
+        assert!(!m.is_match("a.txt"));
+        let m = PosixPattern::new("*.md").expect("pattern");
+        assert!(m.is_match("docs/a.md"));
+        let m = PosixPattern::new("src/*.rs").expect("pattern");
+        assert!(m.is_match("src/a.rs") && m.is_match("x/src/a.rs") && !m.is_match("a.rs"));
+    }
+
+    #[test]
+    fn ignore_list_is_case_sensitive() {
+        assert!(
+            is_ignored("node_modules")
+                && is_ignored("x.egg-info")
+                && is_ignored("a.log")
+                && is_ignored("f~")
+        );
+        assert!(is_ignored(".upload-1.part"));
+        assert!(!is_ignored("Node_Modules") && !is_ignored("src"));
+    }
+}

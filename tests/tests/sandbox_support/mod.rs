@@ -1,0 +1,257 @@
+//! Shared by the `sandbox_*` suites: a real `antler-sandbox-host` started on a private
+//! socket with a config.yaml and a base directory in a temporary directory, a client that
+//! speaks the real protocol to it, and helpers to call tools and read the pool.
+
+#![allow(dead_code)]
+
+use std::{
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use antler_protocol::{
+    link::dial,
+    messages::{
+        Acquired, PoolStatus, Principal, Reply, Request, SandboxError, SandboxReply,
+        SandboxRequest, ToolCall, ToolResult,
+    },
+    Address, Connection, ConnectionConfig, Identity, Role, TraceContext,
+};
+use antler_tests::{bin, wait_for};
+
+/// A config that selects the bwrap provider with a short bash timeout.
+pub const BWRAP_CONFIG: &str = "sandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n  bash_command_timeout: 20\n";
+
+/// A config that selects DeerFlow's local provider with host bash allowed.
+pub const LOCAL_CONFIG: &str =
+    "sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\n  allow_host_bash: true\n  bash_command_timeout: 20\n";
+
+/// One sandbox-host process with its directories.
+pub struct SandboxHost {
+    pub dir: tempfile::TempDir,
+    pub child: Child,
+    pub env: Vec<(String, String)>,
+}
+
+impl SandboxHost {
+    /// Starts sandbox-host with `config` as its config.yaml and waits for its socket.
+    pub fn start(config: &str) -> SandboxHost {
+        Self::start_with(config, &[])
+    }
+
+    pub fn start_with(config: &str, env: &[(&str, &str)]) -> SandboxHost {
+        let dir = tempfile::Builder::new()
+            .prefix("antler-sb")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        std::fs::write(dir.path().join("token"), "sandbox-test-token").expect("token");
+        std::fs::write(dir.path().join("config.yaml"), config).expect("config");
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let child = spawn(dir.path(), &env);
+        let host = SandboxHost { dir, child, env };
+        host.wait_listening();
+        host
+    }
+
+    fn wait_listening(&self) {
+        let sock = self.socket();
+        let up = wait_for(Duration::from_secs(10), || sock.exists().then_some(()));
+        assert!(up.is_some(), "sandbox-host did not listen");
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("host.sock")
+    }
+
+    /// Where thread directories live.
+    pub fn base(&self) -> PathBuf {
+        self.dir.path().join("base")
+    }
+
+    /// The host directory of a thread's virtual path under /mnt/user-data.
+    pub fn user_data(&self, user: &str, thread: &str) -> PathBuf {
+        self.base()
+            .join("users")
+            .join(user)
+            .join("threads")
+            .join(thread)
+            .join("user-data")
+    }
+
+    /// `kill -9` the host and start it again over the same directories.
+    pub fn kill_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(self.socket());
+        self.child = spawn(self.dir.path(), &self.env);
+        self.wait_listening();
+    }
+
+    /// A connection to the host.
+    pub async fn connect(&self) -> Client {
+        let identity = Identity::new(
+            Role::Lead,
+            "test-lead",
+            Some("sandbox-test-token".to_string()),
+        );
+        let conn = dial(
+            &Address::Unix(self.socket()),
+            &identity,
+            ConnectionConfig::default(),
+            None,
+        )
+        .await
+        .expect("connect");
+        Client { conn }
+    }
+}
+
+fn spawn(dir: &Path, env: &[(String, String)]) -> Child {
+    let mut cmd = Command::new(bin("antler-sandbox-host"));
+    cmd.arg("--listen")
+        .arg(format!("unix:{}", dir.join("host.sock").display()))
+        .arg("--token-file")
+        .arg(dir.join("token"))
+        .arg("--config")
+        .arg(dir.join("config.yaml"))
+        .arg("--base-dir")
+        .arg(dir.join("base"))
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("start sandbox-host")
+}
+
+impl Drop for SandboxHost {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A principal with no roles.
+pub fn who(user: &str, thread: &str) -> Principal {
+    Principal {
+        user_id: user.into(),
+        thread_id: thread.into(),
+        roles: vec![],
+    }
+}
+
+/// A client of one sandbox-host.
+#[derive(Clone)]
+pub struct Client {
+    pub conn: Connection,
+}
+
+impl Client {
+    pub async fn request(&self, r: SandboxRequest) -> SandboxReply {
+        match self
+            .conn
+            .request(
+                Request::Sandbox(r),
+                TraceContext::new_root(),
+                Duration::from_secs(60),
+            )
+            .await
+            .expect("reply")
+        {
+            Reply::Sandbox(r) => r,
+            other => panic!("unexpected reply {other:?}"),
+        }
+    }
+
+    pub async fn acquire(&self, user: &str, thread: &str) -> Result<Acquired, SandboxError> {
+        self.acquire_known(user, thread, None).await
+    }
+
+    pub async fn acquire_known(
+        &self,
+        user: &str,
+        thread: &str,
+        known_id: Option<&str>,
+    ) -> Result<Acquired, SandboxError> {
+        match self
+            .request(SandboxRequest::Acquire {
+                principal: who(user, thread),
+                known_id: known_id.map(str::to_string),
+            })
+            .await
+        {
+            SandboxReply::Acquired(r) => r,
+            other => panic!("unexpected reply {other:?}"),
+        }
+    }
+
+    pub async fn release(&self, id: &str) -> Result<(), SandboxError> {
+        match self
+            .request(SandboxRequest::Release {
+                sandbox_id: id.into(),
+            })
+            .await
+        {
+            SandboxReply::Released(r) => r,
+            other => panic!("unexpected reply {other:?}"),
+        }
+    }
+
+    /// Runs a tool in an acquired sandbox.
+    pub async fn call(
+        &self,
+        id: &str,
+        tool: &str,
+        args: serde_json::Value,
+    ) -> Result<ToolResult, SandboxError> {
+        let call = ToolCall {
+            tool: tool.into(),
+            args_json: args.to_string(),
+            secrets: vec![],
+        };
+        match self
+            .request(SandboxRequest::Call {
+                sandbox_id: id.into(),
+                call,
+            })
+            .await
+        {
+            SandboxReply::ToolResult(r) => r,
+            other => panic!("unexpected reply {other:?}"),
+        }
+    }
+
+    /// The text of a tool call in an acquired sandbox (panics on a SandboxError).
+    pub async fn text(&self, id: &str, tool: &str, args: serde_json::Value) -> String {
+        self.call(id, tool, args)
+            .await
+            .expect("tool result")
+            .content
+    }
+
+    /// `bash` in an acquired sandbox.
+    pub async fn bash(&self, id: &str, command: &str) -> String {
+        self.text(
+            id,
+            "bash",
+            serde_json::json!({"description": "test", "command": command}),
+        )
+        .await
+    }
+
+    pub async fn status(&self) -> PoolStatus {
+        match self.request(SandboxRequest::Status).await {
+            SandboxReply::Status(s) => s,
+            other => panic!("unexpected reply {other:?}"),
+        }
+    }
+}
