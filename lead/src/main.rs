@@ -21,6 +21,11 @@ struct Cli {
 enum Command {
     #[command(flatten)]
     Cluster(commands::cluster::ClusterCommand),
+    /// Validate configuration files.
+    Config {
+        #[command(subcommand)]
+        command: commands::config::ConfigCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -31,6 +36,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Cluster(c) => commands::cluster::run(&ctx, c),
+        Command::Config { command } => commands::config::run(command),
     };
     match result {
         Ok(code) => code,

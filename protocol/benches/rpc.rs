@@ -1,1 +1,269 @@
-fn main(){}
+//! Protocol benchmark: round trip of a small request over a Unix socket and over TCP
+//! loopback (p50, p99), and pipelined small messages per second on one connection, each
+//! beside a raw socket echo of the same bytes measured in the same run.
+//! Run: `cargo bench -p antler-protocol --bench rpc` (ANTLER_BENCH_N to change the count).
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use antler_protocol::{
+    codec, frame,
+    link::dial,
+    messages::{ControlReply, ControlRequest, Reply, Request},
+    server::Server,
+    Address, Body, Call, ConnectionConfig, Envelope, Identity, InFlight, RemoteError, Role, Service,
+    TraceContext,
+};
+use futures::{future::BoxFuture, stream::FuturesUnordered, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+struct Echo;
+
+impl Service for Echo {
+    fn call(&self, request: Request, _: Call) -> BoxFuture<'static, Result<Reply, RemoteError>> {
+        Box::pin(async move {
+            match request {
+                Request::Control(ControlRequest::Ping { payload }) => Ok(Reply::Control(ControlReply::Pong { payload })),
+                _ => Err(RemoteError::Unsupported("bench".into())),
+            }
+        })
+    }
+}
+
+fn small_request() -> Request {
+    Request::Control(ControlRequest::Ping {
+        payload: b"0123456789abcdef".to_vec(),
+    })
+}
+
+/// The bytes one small request occupies on the wire (frame included).
+fn request_frame() -> Vec<u8> {
+    let env = Envelope {
+        id: 12345,
+        reply_to: None,
+        deadline: Some(5000),
+        trace: TraceContext::for_run("bench-run"),
+        body: Body::Request(small_request()),
+    };
+    frame::frame_bytes(&codec::encode(&env).expect("encode"))
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Runs `f` on a dedicated thread with its own current-thread runtime (a stand-in for the
+/// peer process), and returns once it signals readiness.
+fn spawn_peer<F, Fut>(f: F)
+where
+    F: FnOnce(std::sync::mpsc::Sender<()>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        rt.block_on(f(tx));
+    });
+    rx.recv().expect("peer ready");
+}
+
+async fn raw_echo_server(addr: Address, ready: std::sync::mpsc::Sender<()>) {
+    let listener = antler_protocol::transport::Listener::bind(&addr).await.expect("bind");
+    let _ = ready.send(());
+    loop {
+        let Ok((mut r, mut w, _)) = listener.accept().await else { return };
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match r.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if w.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+async fn rpc_server(addr: Address, ready: std::sync::mpsc::Sender<()>) {
+    let _server = Server::bind(
+        &addr,
+        Identity::new(Role::McpHost, "bench", None),
+        ConnectionConfig::default(),
+        Arc::new(Echo),
+        Arc::new(InFlight::default()),
+    )
+    .await
+    .expect("bind");
+    let _ = ready.send(());
+    std::future::pending::<()>().await;
+}
+
+struct Figures {
+    p50: Duration,
+    p99: Duration,
+}
+
+async fn raw_round_trips(addr: &Address, n: usize) -> Figures {
+    let (mut r, mut w) = antler_protocol::transport::connect(addr).await.expect("connect");
+    let msg = request_frame();
+    let mut back = vec![0u8; msg.len()];
+    let mut lat = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        w.write_all(&msg).await.expect("write");
+        r.read_exact(&mut back).await.expect("read");
+        lat.push(t.elapsed());
+    }
+    lat.sort();
+    Figures {
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+    }
+}
+
+async fn rpc_round_trips(addr: &Address, n: usize) -> Figures {
+    let c = dial(addr, &Identity::new(Role::Lead, "bench", None), ConnectionConfig::default(), None)
+        .await
+        .expect("dial");
+    let mut lat = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        c.request(small_request(), TraceContext::for_run("bench-run"), Duration::from_secs(5))
+            .await
+            .expect("reply");
+        lat.push(t.elapsed());
+    }
+    lat.sort();
+    Figures {
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+    }
+}
+
+async fn raw_pipelined(addr: &Address, n: usize) -> f64 {
+    let (mut r, mut w) = antler_protocol::transport::connect(addr).await.expect("connect");
+    let msg = request_frame();
+    let total = msg.len() * n;
+    let t = Instant::now();
+    let writer = async {
+        let batch: Vec<u8> = msg.iter().copied().cycle().take(msg.len() * 256).collect();
+        let mut sent = 0;
+        while sent < total {
+            let k = batch.len().min(total - sent);
+            w.write_all(&batch[..k]).await.expect("write");
+            sent += k;
+        }
+    };
+    let reader = async {
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut got = 0;
+        while got < total {
+            got += r.read(&mut buf).await.expect("read");
+        }
+    };
+    tokio::join!(writer, reader);
+    n as f64 / t.elapsed().as_secs_f64()
+}
+
+async fn rpc_pipelined(addr: &Address, n: usize, window: usize) -> f64 {
+    let c = dial(addr, &Identity::new(Role::Lead, "bench", None), ConnectionConfig::default(), None)
+        .await
+        .expect("dial");
+    let t = Instant::now();
+    let mut inflight = FuturesUnordered::new();
+    let mut issued = 0;
+    let mut done = 0;
+    while done < n {
+        while issued < n && inflight.len() < window {
+            let c = c.clone();
+            inflight.push(async move {
+                c.request(small_request(), TraceContext::default(), Duration::from_secs(30)).await
+            });
+            issued += 1;
+        }
+        if let Some(r) = inflight.next().await {
+            r.expect("reply");
+            done += 1;
+        }
+    }
+    n as f64 / t.elapsed().as_secs_f64()
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument other than that is ignored.
+    let n: usize = std::env::var("ANTLER_BENCH_N").ok().and_then(|s| s.parse().ok()).unwrap_or(20_000);
+    let dir = tempfile::tempdir().expect("tmp");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+
+    println!("antler-protocol bench: {n} round trips each; small request = {} bytes on the wire", request_frame().len());
+    println!("{:<22} {:>10} {:>10} {:>10} {:>10} {:>8}", "transport", "raw p50", "rpc p50", "raw p99", "rpc p99", "p50 x");
+    let unix_raw = Address::Unix(dir.path().join("raw.sock"));
+    let unix_rpc = Address::Unix(dir.path().join("rpc.sock"));
+    let tcp_raw_port = free_port();
+    let tcp_rpc_port = free_port();
+    let tcp_raw = Address::Tcp(format!("127.0.0.1:{tcp_raw_port}"));
+    let tcp_rpc = Address::Tcp(format!("127.0.0.1:{tcp_rpc_port}"));
+    for a in [unix_raw.clone(), tcp_raw.clone()] {
+        spawn_peer(move |ready| raw_echo_server(a, ready));
+    }
+    for a in [unix_rpc.clone(), tcp_rpc.clone()] {
+        spawn_peer(move |ready| rpc_server(a, ready));
+    }
+    for (name, raw, rpc) in [("unix socket", &unix_raw, &unix_rpc), ("tcp loopback", &tcp_raw, &tcp_rpc)] {
+        rt.block_on(async {
+            // Warm up both paths, then alternate halves so drift on a shared machine hits both.
+            raw_round_trips(raw, n / 10).await;
+            rpc_round_trips(rpc, n / 10).await;
+            let r1 = raw_round_trips(raw, n / 2).await;
+            let p1 = rpc_round_trips(rpc, n / 2).await;
+            let r2 = raw_round_trips(raw, n / 2).await;
+            let p2 = rpc_round_trips(rpc, n / 2).await;
+            let raw_p50 = (r1.p50 + r2.p50) / 2;
+            let rpc_p50 = (p1.p50 + p2.p50) / 2;
+            println!(
+                "{:<22} {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>7.2}x",
+                name,
+                us(raw_p50),
+                us(rpc_p50),
+                us(r1.p99.max(r2.p99)),
+                us(p1.p99.max(p2.p99)),
+                rpc_p50.as_secs_f64() / raw_p50.as_secs_f64()
+            );
+        });
+    }
+    let pipelined = n * 10;
+    println!();
+    println!("{:<22} {:>14} {:>14} {:>8}", "pipelined (1 conn)", "raw msg/s", "rpc msg/s", "rpc/raw");
+    for (name, raw, rpc) in [("unix socket", &unix_raw, &unix_rpc), ("tcp loopback", &tcp_raw, &tcp_rpc)] {
+        rt.block_on(async {
+            rpc_pipelined(rpc, pipelined / 10, 256).await;
+            let raw_rate = raw_pipelined(raw, pipelined).await;
+            let rpc_rate = rpc_pipelined(rpc, pipelined, 256).await;
+            println!(
+                "{:<22} {:>14.0} {:>14.0} {:>8.2}",
+                name,
+                raw_rate,
+                rpc_rate,
+                rpc_rate / raw_rate
+            );
+        });
+    }
+    println!("\ntargets: rpc p50 <= 2.0x raw echo p50; >= 200000 pipelined msg/s");
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}

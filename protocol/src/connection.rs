@@ -12,12 +12,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use bytes::Bytes;
-use futures::{future::BoxFuture, SinkExt, StreamExt};
+use futures::{future::BoxFuture, FutureExt, SinkExt, StreamExt};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::{
     codec,
+    frame::{EnvelopeEncoder, WriteError},
     envelope::{Body, Envelope, RemoteError, RequestId, TraceContext},
     handshake::{FrameReader, FrameWriter, PeerInfo},
     messages::{Reply, Request},
@@ -497,10 +497,11 @@ impl ReplyStream {
     }
 }
 
-async fn write_loop(shared: Arc<Shared>, mut writer: FrameWriter, mut rx: mpsc::Receiver<Envelope>) {
+async fn write_loop(shared: Arc<Shared>, writer: FrameWriter, mut rx: mpsc::Receiver<Envelope>) {
     let mut closed = shared.closed.subscribe();
-    let max = shared.config.max_frame_bytes;
-    let mut buf = Vec::with_capacity(256);
+    let mut writer = writer.map_encoder(|_| EnvelopeEncoder {
+        max_frame_bytes: shared.config.max_frame_bytes,
+    });
     loop {
         let first = tokio::select! {
             biased;
@@ -508,33 +509,32 @@ async fn write_loop(shared: Arc<Shared>, mut writer: FrameWriter, mut rx: mpsc::
             env = rx.recv() => match env { Some(e) => e, None => break },
         };
         let mut next = Some(first);
-        let mut batched = 0usize;
         while let Some(env) = next.take() {
-            buf.clear();
-            if let Err(e) = codec::encode_into(&env, &mut buf) {
-                tracing::error!(error = %e, "dropping a message that does not encode");
-                fail_outgoing(&shared, &env, RpcError::Remote(RemoteError::Failed(e.to_string())));
-            } else if buf.len() > max {
-                let err = RpcError::TooLarge { size: buf.len(), max };
-                tracing::warn!(size = buf.len(), max, "refusing to send an oversize frame");
-                fail_outgoing(&shared, &env, err);
-            } else {
-                batched += buf.len();
-                if let Err(e) = writer.feed(Bytes::copy_from_slice(&buf)).await {
+            match writer.feed(&env).await {
+                Ok(()) => {}
+                Err(WriteError::Io(e)) => {
                     shared.close(&format!("write failed: {e}"));
                     return;
                 }
+                Err(WriteError::TooLarge { size, max }) => {
+                    tracing::warn!(size, max, "refusing to send an oversize frame");
+                    fail_outgoing(&shared, &env, RpcError::TooLarge { size, max });
+                }
+                Err(WriteError::Encode(e)) => {
+                    tracing::error!(error = %e, "dropping a message that does not encode");
+                    fail_outgoing(&shared, &env, RpcError::Remote(RemoteError::Failed(e)));
+                }
             }
-            if batched < 256 * 1024 {
-                next = rx.try_recv().ok();
-            }
+            // Batch what is already queued into one write, up to the codec's backpressure
+            // boundary (feed flushes by itself past it).
+            next = rx.try_recv().ok();
         }
-        if let Err(e) = SinkExt::<Bytes>::flush(&mut writer).await {
+        if let Err(e) = SinkExt::<&Envelope>::flush(&mut writer).await {
             shared.close(&format!("write failed: {e}"));
             return;
         }
     }
-    let _ = SinkExt::<Bytes>::close(&mut writer).await;
+    let _ = SinkExt::<&Envelope>::close(&mut writer).await;
 }
 
 /// An outgoing message could not be sent: fail the request it is, or answer the request
@@ -701,15 +701,30 @@ fn serve(
         out: shared.out.clone(),
     };
     let guard = in_flight.enter();
-    let task_shared = shared.clone();
     let span = tracing::debug_span!("serve", kind = request.kind(), run_id = trace.run_id.as_deref().unwrap_or(""), trace_id = %trace.trace_hex());
+    let mut work = {
+        let _entered = span.enter();
+        service.call(request, call)
+    };
+    // Fast path: a handler that is ready at once (ping, health, cached answers) is answered
+    // without spawning a task.
+    if let Some(result) = (&mut work).now_or_never() {
+        drop(guard);
+        if let Err(mpsc::error::TrySendError::Full(env)) = shared.out.try_send(reply(result, trace)) {
+            let out = shared.out.clone();
+            tokio::spawn(async move {
+                let _ = out.send(env).await;
+            });
+        }
+        return;
+    }
+    let task_shared = shared.clone();
     // The task waits for its abort handle to be registered, so its own removal below can
     // never run before the insertion (which would leave a stale entry).
     let (registered_tx, registered_rx) = oneshot::channel::<()>();
     let fut = async move {
         let _guard = guard;
         let _ = registered_rx.await;
-        let work = service.call(request, call);
         let result = match deadline {
             Some(d) => match tokio::time::timeout_at(d.into(), work).await {
                 Ok(r) => Some(r),

@@ -1,10 +1,12 @@
 //! The `antler` subcommands, one module per group; `main.rs` only parses and dispatches.
 
 pub mod cluster;
+pub mod config;
 
 use std::{path::{Path, PathBuf}, time::Duration};
 
 use antler_protocol::{
+    config::{load_app_config, process_env, resolve_app_config_path, AntlerSection},
     envelope::TraceContext,
     messages::{LeadReply, LeadRequest, Reply, Request},
     ConnectionConfig, Role,
@@ -25,15 +27,37 @@ pub struct Ctx {
     pub runtime_dir: PathBuf,
 }
 
-/// The cluster to start (or attach to) for a command, from the config when given.
-pub fn cluster_spec(runtime_dir: PathBuf, _config: Option<&Path>, workers: Option<u32>) -> anyhow::Result<ClusterSpec> {
+/// The cluster to start (or attach to) for a command. Settings come from the `antler:`
+/// section of `config` (or of `config.yaml` as found by the usual rules), else defaults;
+/// `workers` overrides the config.
+pub fn cluster_spec(runtime_dir: PathBuf, config: Option<&Path>, workers: Option<u32>) -> anyhow::Result<ClusterSpec> {
+    let cwd = std::env::current_dir()?;
+    let antler = match resolve_app_config_path(config, &cwd, &process_env)? {
+        Some(path) => {
+            let loaded = load_app_config(&path)?;
+            for w in &loaded.warnings {
+                tracing::warn!("{w}");
+            }
+            loaded.value.antler
+        }
+        None => AntlerSection::default(),
+    };
     Ok(ClusterSpec {
-        runtime_dir,
-        workers: workers.unwrap_or(2),
+        runtime_dir: antler.runtime_dir.clone().unwrap_or(runtime_dir),
+        workers: workers.unwrap_or(antler.workers as u32),
         bin_dir: crate::cluster::default_bin_dir(),
-        connection: ConnectionConfig::default(),
-        restart: RestartPolicy::default(),
-        drain_grace: Duration::from_secs(10),
+        connection: ConnectionConfig {
+            max_frame_bytes: antler.max_frame_bytes,
+            heartbeat_interval: antler.heartbeat_interval(),
+            heartbeat_misses: antler.heartbeat_misses,
+            ..ConnectionConfig::default()
+        },
+        restart: RestartPolicy {
+            max_crashes: antler.restart_max,
+            window: antler.restart_window(),
+            ..RestartPolicy::default()
+        },
+        drain_grace: antler.drain_grace(),
     })
 }
 
