@@ -84,6 +84,8 @@ pub struct RunningCluster {
     pub supervisor: Addr<Supervisor>,
     control: Server,
     drain_grace: Duration,
+    /// The HTTP gateway, when it could listen.
+    gateway: Option<crate::gateway::Gateway>,
 }
 
 impl RunningCluster {
@@ -107,6 +109,7 @@ impl RunningCluster {
         let mut roles = vec![(Role::McpHost, 0), (Role::SandboxHost, 0)];
         roles.extend((0..spec.workers).map(|i| (Role::Subagent, i)));
         let mut children = Vec::new();
+        let extensions = crate::gateway::extensions_path();
         for (role, index) in roles {
             let binary = spec.bin_dir.join(binary_for(role));
             if !binary.exists() {
@@ -128,6 +131,12 @@ impl RunningCluster {
                     spec.connection.max_frame_bytes.to_string(),
                 ],
             });
+            if role == Role::McpHost {
+                if let Some(child) = children.last_mut() {
+                    child.args.push("--extensions".into());
+                    child.args.push(extensions.display().to_string());
+                }
+            }
         }
         let token = runtime.generate_token().map_err(|source| ClusterError::RuntimeDir {
             path: runtime.token_path(),
@@ -135,6 +144,7 @@ impl RunningCluster {
         })?;
         let identity = Identity::new(Role::Lead, "lead", Some(token));
         let supervisor = Supervisor::new(children, identity.clone(), spec.connection.clone(), spec.restart.clone()).start();
+        let gateway = crate::gateway::Gateway::start(runtime.root(), extensions, supervisor.clone());
         let in_flight = Arc::new(InFlight::default());
         let service = Arc::new(LeadService::new(supervisor.clone(), lead_sock.clone(), in_flight.clone()));
         let control = Server::bind(
@@ -156,12 +166,16 @@ impl RunningCluster {
             supervisor,
             control,
             drain_grace: spec.drain_grace,
+            gateway,
         })
     }
 
     /// Stops accepting on the control socket, stops every child, removes the pid file.
     pub async fn stop(self) {
         let _ = self.control.drain(Duration::from_millis(500)).await;
+        if let Some(g) = self.gateway {
+            g.stop().await;
+        }
         let _ = self.supervisor.send(StopAll { grace: self.drain_grace }).await;
         let _ = std::fs::remove_file(self.runtime.pid_path());
         let _ = std::fs::remove_file(self.runtime.socket(Role::Lead, 0));

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod cluster;
 pub mod commands;
 pub mod control;
+pub mod gateway;
 pub mod supervisor;
 
 pub use antler_protocol::host as host_runtime;

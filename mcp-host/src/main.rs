@@ -1,11 +1,22 @@
-//! `antler-mcp-host`: the process that owns every MCP server connection.
-//! It listens on the socket it is given, answers ping and health, and drains on SIGTERM.
+//! `antler-mcp-host`: the process that owns every MCP server connection. It loads the
+//! extensions config (`--extensions`, else the usual locations), starts one actor per
+//! server, watches the file, and answers the lead's MCP requests; it drains on SIGTERM.
 
+mod client;
+mod convert;
+mod naming;
+mod oauth;
 mod registry;
+mod server;
+mod service;
+mod transport;
+mod watch;
 
-use std::sync::Arc;
+use std::path::PathBuf;
 
+use actix::Actor;
 use antler_protocol::{
+    config::{process_env, resolve_extensions_path},
     handshake::Role,
     host::{self, HostArgs},
 };
@@ -16,15 +27,49 @@ use clap::Parser;
 struct Cli {
     #[command(flatten)]
     host: HostArgs,
+    /// The extensions config (DeerFlow's extensions_config.json). Default: the
+    /// ANTLER_EXTENSIONS_CONFIG_PATH or DEER_FLOW_EXTENSIONS_CONFIG_PATH file, else
+    /// extensions_config.json or mcp_config.json in the working directory.
+    #[arg(long)]
+    extensions: Option<PathBuf>,
+}
+
+fn extensions_path(explicit: Option<PathBuf>) -> Option<PathBuf> {
+    if explicit.is_some() {
+        return explicit;
+    }
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    match resolve_extensions_path(None, &cwd, &process_env) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!("{e}");
+            None
+        }
+    }
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     host::init_tracing();
+    let path = extensions_path(cli.extensions.clone());
     let system = actix::System::new();
     system.block_on(async move {
-        let handler = Arc::new(registry::Handler::start(&cli.host));
-        host::serve(Role::McpHost, cli.host, handler).await
+        let registry = registry::McpRegistry::new(path.clone()).start();
+        if let Some(path) = path {
+            watch::spawn(path, registry.clone());
+        }
+        let result = host::serve(Role::McpHost, cli.host, service::McpService::new(registry.clone())).await;
+        // Stop every server (and its child group) before exiting.
+        if let Ok(servers) = registry.send(registry::Servers).await {
+            for s in &servers {
+                s.stop();
+            }
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+            while std::time::Instant::now() < until && servers.iter().any(|s| s.status().state != "stopped") {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        result
     })?;
     Ok(())
 }

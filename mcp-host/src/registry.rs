@@ -1,67 +1,226 @@
-//! `McpRegistry`: owns the set of MCP server actors of this host (none are configured
-//! until the MCP issue lands its connections) and answers mcp-host requests.
+//! `McpRegistry`: owns the extensions config of this host (its path, the signature of the
+//! last applied file, the servers it skipped) and the set of server actors, in file order.
+//! Applying a config starts added servers, stops removed ones, restarts changed ones and
+//! leaves unchanged ones connected. A file that fails to load keeps the old set.
+
+use std::path::PathBuf;
 
 use actix::prelude::*;
 use antler_protocol::{
-    host::{HostArgs, RoleHandler},
-    messages::{Health, McpReply, McpRequest, Reply, Request},
-    Call, RemoteError,
+    config::{build_server_params, load_extensions_config, ExtensionsConfig, WarningKind},
+    messages::{McpReloadSummary, McpServerStatus},
 };
-use futures::future::BoxFuture;
+use tokio::sync::broadcast;
+
+use crate::{
+    server::{ServerHandle, ToolsChanged},
+    transport::OpenOptions,
+    watch::Signature,
+};
 
 /// The registry actor.
-#[derive(Debug, Default)]
 pub struct McpRegistry {
-    servers: u32,
+    path: Option<PathBuf>,
+    servers: Vec<ServerHandle>,
+    /// Enabled servers the config could not start, with DeerFlow's message.
+    skipped: Vec<(String, String)>,
+    signature: Option<Signature>,
+    changes: broadcast::Sender<ToolsChanged>,
 }
 
-impl Actor for McpRegistry {
-    type Context = Context<Self>;
-}
-
-/// How many server actors are live.
-#[derive(Debug, Message)]
-#[rtype(result = "u32")]
-pub struct CountServers;
-
-impl actix::Handler<CountServers> for McpRegistry {
-    type Result = u32;
-
-    fn handle(&mut self, _: CountServers, _: &mut Context<Self>) -> u32 {
-        self.servers
-    }
-}
-
-/// Routes mcp-host requests to the registry actor.
-pub struct Handler {
-    registry: Addr<McpRegistry>,
-}
-
-impl Handler {
-    pub fn start(_: &HostArgs) -> Self {
+impl McpRegistry {
+    pub fn new(path: Option<PathBuf>) -> Self {
         Self {
-            registry: McpRegistry::default().start(),
+            path,
+            servers: Vec::new(),
+            skipped: Vec::new(),
+            signature: None,
+            changes: broadcast::channel(256).0,
+        }
+    }
+
+    fn apply(&mut self, config: ExtensionsConfig, skipped: Vec<(String, String)>) -> McpReloadSummary {
+        let mut summary = McpReloadSummary::default();
+        let mut next = Vec::new();
+        let mut old: Vec<Option<ServerHandle>> = self.servers.drain(..).map(Some).collect();
+        for (name, server) in config.enabled_servers() {
+            let transport = match build_server_params(name, server) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    continue;
+                }
+            };
+            let existing = old
+                .iter_mut()
+                .find(|h| h.as_ref().is_some_and(|h| h.name() == name))
+                .and_then(Option::take);
+            match existing {
+                Some(h) if h.config() == server => {
+                    summary.unchanged.push(name.to_owned());
+                    next.push(h);
+                }
+                Some(h) => {
+                    h.stop();
+                    summary.restarted.push(name.to_owned());
+                    next.push(self.spawn(name, server.clone(), transport));
+                }
+                None => {
+                    summary.started.push(name.to_owned());
+                    next.push(self.spawn(name, server.clone(), transport));
+                }
+            }
+        }
+        for h in old.into_iter().flatten() {
+            h.stop();
+            summary.stopped.push(h.name().to_owned());
+        }
+        self.servers = next;
+        self.skipped = skipped;
+        tracing::info!(
+            started = ?summary.started,
+            stopped = ?summary.stopped,
+            restarted = ?summary.restarted,
+            unchanged = summary.unchanged.len(),
+            "MCP config applied"
+        );
+        summary
+    }
+
+    fn spawn(&self, name: &str, config: antler_protocol::config::McpServerConfig, transport: antler_protocol::config::Transport) -> ServerHandle {
+        ServerHandle::spawn(name.to_owned(), config, transport, self.changes.clone(), OpenOptions::default())
+    }
+
+    /// Loads the file and applies it when its signature changed (or always, with `force`).
+    fn reload(&mut self, force: bool) -> McpReloadSummary {
+        let Some(path) = self.path.clone() else {
+            return McpReloadSummary::default();
+        };
+        let signature = Signature::of(&path);
+        if !signature.is_complete() {
+            // Deleted or unreadable: keep the last known good set (spec 5.5, fail-soft).
+            if self.signature.is_some() || force {
+                tracing::warn!(path = %path.display(), "extensions config unreadable; keeping the last known good servers");
+            }
+            return McpReloadSummary {
+                unchanged: self.servers.iter().map(|h| h.name().to_owned()).collect(),
+                error: Some(format!("{}: the file is missing or unreadable; keeping the current servers", path.display())),
+                ..Default::default()
+            };
+        }
+        if !force && self.signature.as_ref() == Some(&signature) {
+            return McpReloadSummary {
+                unchanged: self.servers.iter().map(|h| h.name().to_owned()).collect(),
+                ..Default::default()
+            };
+        }
+        self.signature = Some(signature);
+        match load_extensions_config(&path) {
+            Ok(loaded) => {
+                let mut skipped = Vec::new();
+                for w in &loaded.warnings {
+                    tracing::warn!("{w}");
+                    if w.kind == WarningKind::ServerSkipped {
+                        let name = w.message.split('\'').nth(1).unwrap_or("").to_owned();
+                        skipped.push((name, w.message.clone()));
+                    }
+                }
+                self.apply(loaded.value, skipped)
+            }
+            Err(e) => {
+                tracing::error!("{e}; keeping the current MCP servers");
+                McpReloadSummary {
+                    unchanged: self.servers.iter().map(|h| h.name().to_owned()).collect(),
+                    error: Some(e.to_string()),
+                    ..Default::default()
+                }
+            }
         }
     }
 }
 
-impl RoleHandler for Handler {
-    fn handle(&self, request: Request, _: Call, health: Health) -> BoxFuture<'static, Result<Reply, RemoteError>> {
-        let registry = self.registry.clone();
-        Box::pin(async move {
-            match request {
-                Request::Mcp(McpRequest::Health) => {
-                    let servers = registry
-                        .send(CountServers)
-                        .await
-                        .map_err(|e| RemoteError::Failed(format!("registry unavailable: {e}")))?;
-                    Ok(Reply::Mcp(McpReply::Health { health, servers }))
-                }
-                other => Err(RemoteError::Unsupported(format!(
-                    "mcp-host does not handle {} requests",
-                    other.kind()
-                ))),
+impl Actor for McpRegistry {
+    type Context = Context<Self>;
+
+    fn started(&mut self, _: &mut Context<Self>) {
+        if let Some(path) = &self.path {
+            if !path.exists() {
+                tracing::error!(path = %path.display(), "the extensions config does not exist; no MCP servers until it does");
             }
-        })
+        }
+        self.reload(true);
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        for h in &self.servers {
+            h.stop();
+        }
+    }
+}
+
+/// The live server actors, in file order.
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<ServerHandle>")]
+pub struct Servers;
+
+impl Handler<Servers> for McpRegistry {
+    type Result = MessageResult<Servers>;
+
+    fn handle(&mut self, _: Servers, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.servers.clone())
+    }
+}
+
+/// The status lines of the servers the config skipped.
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<McpServerStatus>")]
+pub struct Skipped;
+
+impl Handler<Skipped> for McpRegistry {
+    type Result = MessageResult<Skipped>;
+
+    fn handle(&mut self, _: Skipped, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(
+            self.skipped
+                .iter()
+                .map(|(name, why)| McpServerStatus {
+                    name: name.clone(),
+                    transport: String::new(),
+                    state: "invalid".into(),
+                    tools: 0,
+                    last_error: Some(why.clone()),
+                    reconnects: 0,
+                    in_flight: 0,
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Re-read the config file (when its signature changed, or always with `force`).
+#[derive(Debug, Message)]
+#[rtype(result = "McpReloadSummary")]
+pub struct Reload {
+    pub force: bool,
+}
+
+impl Handler<Reload> for McpRegistry {
+    type Result = MessageResult<Reload>;
+
+    fn handle(&mut self, msg: Reload, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.reload(msg.force))
+    }
+}
+
+/// Subscribe to tool list changes.
+#[derive(Debug, Message)]
+#[rtype(result = "broadcast::Receiver<ToolsChanged>")]
+pub struct Subscribe;
+
+impl Handler<Subscribe> for McpRegistry {
+    type Result = MessageResult<Subscribe>;
+
+    fn handle(&mut self, _: Subscribe, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.changes.subscribe())
     }
 }

@@ -1,4 +1,6 @@
-//! Messages between the lead (or a worker) and mcp-host.
+//! Messages between the lead (or a worker) and mcp-host: the registry's status, the
+//! aggregated tool list, tool calls, and the extensions config. JSON values (schemas,
+//! arguments, structured content) travel as JSON text, since the codec is not self-describing.
 
 use serde::{Deserialize, Serialize};
 
@@ -9,10 +11,141 @@ use super::control::Health;
 pub enum McpRequest {
     /// The host's health together with its MCP registry summary.
     Health,
+    /// Every configured server with its state (`antler mcp status`).
+    Status,
+    /// The tools of every ready server, or of one.
+    ListTools { server: Option<String> },
+    /// Call one tool of one server.
+    CallTool(McpCall),
+    /// Re-read the extensions config now (after the gateway wrote it).
+    Reload,
+    /// Stream a `McpReply::ToolsChanged` item each time a server's tool list changes;
+    /// the final reply comes when the subscriber cancels or the host stops.
+    WatchTools,
+}
+
+/// One tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpCall {
+    /// The server as named in `mcpServers`.
+    pub server: String,
+    /// The tool's name as the server lists it (unprefixed), or the prefixed `{server}_{tool}`.
+    pub tool: String,
+    /// The arguments: a JSON object as text (`{}` when empty).
+    pub args_json: String,
+    /// The user the call runs for (stdio session pool key), if any.
+    pub user: Option<String>,
+    /// The thread the call runs for (stdio session pool key and workspace), if any.
+    pub thread: Option<String>,
+    /// The thread's workspace directory (stdio servers run there when pooled).
+    pub workspace: Option<String>,
 }
 
 /// Replies from mcp-host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum McpReply {
     Health { health: Health, servers: u32 },
+    Status(Vec<McpServerStatus>),
+    Tools(Vec<McpTool>),
+    CallResult(McpCallResult),
+    /// The registry after a reload: servers started, stopped, restarted, kept.
+    Reloaded(McpReloadSummary),
+    /// One server's tool list changed (a stream item of `WatchTools`).
+    ToolsChanged { server: String, tools: u32 },
+    /// `WatchTools` ended.
+    WatchEnded,
+}
+
+/// One server as `antler mcp status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpServerStatus {
+    pub name: String,
+    /// `stdio`, `sse` or `http`.
+    pub transport: String,
+    /// `starting`, `ready`, `reconnecting`, `failed` or `stopped`.
+    pub state: String,
+    pub tools: u32,
+    pub last_error: Option<String>,
+    pub reconnects: u32,
+    /// Calls running on this server now.
+    pub in_flight: u32,
+}
+
+/// One tool as the model would see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpTool {
+    pub server: String,
+    /// The exposed name: `{server}_{tool}` when `tool_name_prefix` is on.
+    pub name: String,
+    /// The server's own name for it.
+    pub original_name: String,
+    pub description: String,
+    /// The JSON Schema of the arguments, as JSON text.
+    pub input_schema_json: String,
+    /// Effective routing mode (`off`, `auto`, ...), for tagging.
+    pub routing: String,
+}
+
+/// The outcome of a tool call as the model sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpCallResult {
+    /// True when the server said `isError`, or the call failed (timeout, lost connection).
+    pub is_error: bool,
+    /// The converted content blocks.
+    pub content: Vec<McpContent>,
+    /// `structuredContent`, as JSON text.
+    pub structured_json: Option<String>,
+}
+
+impl McpCallResult {
+    /// An error result carrying one text.
+    pub fn error(text: impl Into<String>) -> Self {
+        Self {
+            is_error: true,
+            content: vec![McpContent::Text(text.into())],
+            structured_json: None,
+        }
+    }
+
+    /// The texts joined by newlines (DeerFlow's `ToolException` message for errors).
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|c| match c {
+                McpContent::Text(t) => Some(t.as_str()),
+                McpContent::Resource { text: Some(t), .. } => Some(t.as_str()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// One content block of a tool result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum McpContent {
+    Text(String),
+    /// Base64 data with its MIME type.
+    Image { data: String, mime_type: String },
+    Audio { data: String, mime_type: String },
+    /// A link to a resource (an image or file URL).
+    ResourceLink { uri: String, name: String, mime_type: Option<String> },
+    /// An embedded resource: text or a base64 blob.
+    Resource {
+        uri: String,
+        mime_type: Option<String>,
+        text: Option<String>,
+        blob: Option<String>,
+    },
+}
+
+/// What a reload changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpReloadSummary {
+    pub started: Vec<String>,
+    pub stopped: Vec<String>,
+    pub restarted: Vec<String>,
+    pub unchanged: Vec<String>,
+    /// Why the file was not applied (the old set is kept), if it was not.
+    pub error: Option<String>,
 }

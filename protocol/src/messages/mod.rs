@@ -10,7 +10,9 @@ mod worker;
 
 pub use control::{ControlReply, ControlRequest, Health};
 pub use lead::{LeadReply, LeadRequest, PeerPing, ProcessStatus};
-pub use mcp::{McpReply, McpRequest};
+pub use mcp::{
+    McpCall, McpCallResult, McpContent, McpReloadSummary, McpReply, McpRequest, McpServerStatus, McpTool,
+};
 pub use sandbox::{SandboxReply, SandboxRequest};
 pub use worker::{WorkerReply, WorkerRequest};
 

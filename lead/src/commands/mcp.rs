@@ -1,0 +1,220 @@
+//! `antler mcp status`, `antler mcp tools` and `antler mcp call`: the MCP servers of the
+//! running cluster (or of an ephemeral one started for the command), reached through the
+//! lead and mcp-host.
+
+use std::{process::ExitCode, time::Duration};
+
+use antler_protocol::{
+    messages::{McpCall, McpCallResult, McpContent, McpReply, McpRequest, McpServerStatus, McpTool, Reply, Request},
+    Role,
+};
+use anyhow::bail;
+use clap::Subcommand;
+use serde_json::{json, Value};
+
+use super::{forward, Ctx};
+
+/// How long listing may wait for servers that are still starting.
+const LIST_TIMEOUT: Duration = Duration::from_secs(75);
+/// How long one call may take end to end.
+const CALL_TIMEOUT: Duration = Duration::from_secs(130);
+
+/// `antler mcp ...`
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Each MCP server: state, tool count, last error and reconnect count.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The tools of every ready server, or of one.
+    Tools {
+        /// Only this server's tools.
+        server: Option<String>,
+        /// A JSON array of {server, name, description, input_schema}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call one tool and print its result; exits 1 on an error result.
+    Call {
+        server: String,
+        /// The tool's name as the server lists it (or the prefixed `{server}_{tool}`).
+        tool: String,
+        /// The arguments as a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+        /// Print the whole result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
+    actix::System::new().block_on(async move {
+        match command {
+            McpCommand::Status { json } => {
+                let list = match ask(ctx, McpRequest::Status, LIST_TIMEOUT).await? {
+                    McpReply::Status(l) => l,
+                    other => bail!("unexpected reply from mcp-host: {other:?}"),
+                };
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&status_json(&list))?);
+                } else {
+                    print!("{}", status_table(&list));
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            McpCommand::Tools { server, json } => {
+                let tools = match ask(ctx, McpRequest::ListTools { server }, LIST_TIMEOUT).await? {
+                    McpReply::Tools(t) => t,
+                    other => bail!("unexpected reply from mcp-host: {other:?}"),
+                };
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&tools_json(&tools))?);
+                } else {
+                    for t in &tools {
+                        let first = t.description.lines().next().unwrap_or("");
+                        println!("{:<40} {}", t.name, first);
+                    }
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            McpCommand::Call { server, tool, args, json } => {
+                let parsed: Value = serde_json::from_str(&args)
+                    .map_err(|e| anyhow::anyhow!("--args is not valid JSON: {e}"))?;
+                if !parsed.is_object() {
+                    bail!("--args must be a JSON object");
+                }
+                let request = McpRequest::CallTool(McpCall {
+                    server,
+                    tool,
+                    args_json: args,
+                    user: None,
+                    thread: None,
+                    workspace: None,
+                });
+                let result = match ask(ctx, request, CALL_TIMEOUT).await? {
+                    McpReply::CallResult(r) => r,
+                    other => bail!("unexpected reply from mcp-host: {other:?}"),
+                };
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&call_json(&result))?);
+                } else {
+                    print!("{}", call_text(&result));
+                }
+                Ok(if result.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
+            }
+        }
+    })
+}
+
+async fn ask(ctx: &Ctx, request: McpRequest, timeout: Duration) -> anyhow::Result<McpReply> {
+    match forward(ctx, Role::McpHost, 0, Request::Mcp(request), timeout).await? {
+        Reply::Mcp(r) => Ok(r),
+        other => bail!("unexpected reply from mcp-host: {other:?}"),
+    }
+}
+
+/// The JSON array `antler mcp status --json` prints.
+pub fn status_json(list: &[McpServerStatus]) -> Value {
+    Value::Array(
+        list.iter()
+            .map(|s| {
+                json!({
+                    "name": s.name,
+                    "transport": s.transport,
+                    "state": s.state,
+                    "tools": s.tools,
+                    "last_error": s.last_error,
+                    "reconnects": s.reconnects,
+                    "in_flight": s.in_flight,
+                })
+            })
+            .collect(),
+    )
+}
+
+fn status_table(list: &[McpServerStatus]) -> String {
+    let mut out = format!(
+        "{:<20} {:<9} {:<13} {:>5} {:>10} {:>9}  {}\n",
+        "SERVER", "TRANSPORT", "STATE", "TOOLS", "RECONNECTS", "IN-FLIGHT", "LAST ERROR"
+    );
+    for s in list {
+        out.push_str(&format!(
+            "{:<20} {:<9} {:<13} {:>5} {:>10} {:>9}  {}\n",
+            s.name,
+            s.transport,
+            s.state,
+            s.tools,
+            s.reconnects,
+            s.in_flight,
+            s.last_error.as_deref().unwrap_or("-")
+        ));
+    }
+    out
+}
+
+/// The JSON array `antler mcp tools --json` prints.
+pub fn tools_json(tools: &[McpTool]) -> Value {
+    Value::Array(
+        tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "server": t.server,
+                    "name": t.name,
+                    "description": t.description,
+                    "input_schema": serde_json::from_str::<Value>(&t.input_schema_json).unwrap_or(Value::Null),
+                })
+            })
+            .collect(),
+    )
+}
+
+fn content_json(c: &McpContent) -> Value {
+    match c {
+        McpContent::Text(t) => json!({"type": "text", "text": t}),
+        McpContent::Image { data, mime_type } => json!({"type": "image", "data": data, "mime_type": mime_type}),
+        McpContent::Audio { data, mime_type } => json!({"type": "audio", "data": data, "mime_type": mime_type}),
+        McpContent::ResourceLink { uri, name, mime_type } => {
+            json!({"type": "resource_link", "uri": uri, "name": name, "mime_type": mime_type})
+        }
+        McpContent::Resource { uri, mime_type, text, blob } => {
+            json!({"type": "resource", "uri": uri, "mime_type": mime_type, "text": text, "blob": blob})
+        }
+    }
+}
+
+/// The JSON object `antler mcp call --json` prints.
+pub fn call_json(r: &McpCallResult) -> Value {
+    json!({
+        "is_error": r.is_error,
+        "content": r.content.iter().map(content_json).collect::<Vec<_>>(),
+        "structured_content": r.structured_json.as_deref().and_then(|s| serde_json::from_str::<Value>(s).ok()),
+    })
+}
+
+fn call_text(r: &McpCallResult) -> String {
+    let mut out = String::new();
+    for c in &r.content {
+        match c {
+            McpContent::Text(t) => out.push_str(t),
+            McpContent::Image { data, mime_type } => out.push_str(&format!("[image {mime_type}, {} base64 bytes]", data.len())),
+            McpContent::Audio { data, mime_type } => out.push_str(&format!("[audio {mime_type}, {} base64 bytes]", data.len())),
+            McpContent::ResourceLink { uri, .. } => out.push_str(&format!("[link {uri}]")),
+            McpContent::Resource { uri, text, blob, .. } => match (text, blob) {
+                (Some(t), _) => out.push_str(t),
+                (None, Some(b)) => out.push_str(&format!("[resource {uri}, {} base64 bytes]", b.len())),
+                _ => out.push_str(&format!("[resource {uri}]")),
+            },
+        }
+        out.push('\n');
+    }
+    if r.content.is_empty() {
+        if let Some(s) = &r.structured_json {
+            out.push_str(s);
+            out.push('\n');
+        }
+    }
+    out
+}

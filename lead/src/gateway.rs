@@ -1,0 +1,228 @@
+//! The lead's HTTP gateway (actix-web): `/health`, and `GET`/`PUT /api/mcp/config` for the
+//! MCP servers of `extensions_config.json`. A `PUT` is validated with the same loader
+//! mcp-host uses, written atomically (temporary file, fsync, rename), and applied at once by
+//! asking mcp-host to reload (its file watcher would pick it up too). Owns one HTTP server
+//! that `stop` ends. The address comes from `ANTLER_GATEWAY_ADDR` (`off` disables it) and is
+//! written to `gateway.addr` in the runtime directory.
+
+use std::{
+    io::Write,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use actix::Addr;
+use actix_web::{web, App, HttpResponse, HttpServer};
+use antler_protocol::{
+    config::{self, WarningKind},
+    envelope::TraceContext,
+    link::Call as LinkCall,
+    messages::{McpReply, McpRequest, Reply, Request},
+    Role,
+};
+use serde_json::{json, Value};
+
+use crate::supervisor::{GetLinks, Supervisor};
+
+/// The variable naming the gateway's listen address.
+pub const GATEWAY_ADDR_ENV: &str = "ANTLER_GATEWAY_ADDR";
+/// Where the gateway listens by default.
+pub const DEFAULT_GATEWAY_ADDR: &str = "127.0.0.1:8001";
+/// The file in the runtime directory holding the bound address.
+pub const GATEWAY_ADDR_FILE: &str = "gateway.addr";
+/// How long a reload of mcp-host may take.
+const RELOAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The extensions file of this cluster: the one found by DeerFlow's rules (the env
+/// variables, then the working directory), else `extensions_config.json` in the working
+/// directory (where a first `PUT` creates it). Absolute, so children agree on it.
+pub fn extensions_path() -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let found = match config::resolve_extensions_path(None, &cwd, &config::process_env) {
+        Ok(Some(p)) => p,
+        Ok(None) => cwd.join(config::EXTENSIONS_FILE_NAMES[0]),
+        // A variable naming a file that does not exist yet: that is the file.
+        Err(_) => [config::ANTLER_EXTENSIONS_ENV, config::DEERFLOW_EXTENSIONS_ENV]
+            .iter()
+            .find_map(|v| std::env::var_os(v).filter(|s| !s.is_empty()))
+            .map(PathBuf::from)
+            .unwrap_or_else(|| cwd.join(config::EXTENSIONS_FILE_NAMES[0])),
+    };
+    if found.is_absolute() {
+        found
+    } else {
+        cwd.join(found)
+    }
+}
+
+/// The running gateway.
+pub struct Gateway {
+    handle: actix_web::dev::ServerHandle,
+    pub address: SocketAddr,
+}
+
+#[derive(Clone)]
+struct State {
+    extensions: PathBuf,
+    supervisor: Addr<Supervisor>,
+}
+
+impl Gateway {
+    /// Starts the gateway unless `ANTLER_GATEWAY_ADDR=off`; a bind failure is logged and the
+    /// cluster runs without it. Call inside an actix `System`.
+    pub fn start(runtime_root: &Path, extensions: PathBuf, supervisor: Addr<Supervisor>) -> Option<Gateway> {
+        let addr = std::env::var(GATEWAY_ADDR_ENV).unwrap_or_else(|_| DEFAULT_GATEWAY_ADDR.into());
+        if addr.eq_ignore_ascii_case("off") {
+            return None;
+        }
+        let state = State { extensions, supervisor };
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(web::Data::new(state.clone()))
+                .app_data(web::PayloadConfig::new(4 << 20))
+                .route("/health", web::get().to(health))
+                .route("/api/mcp/config", web::get().to(get_config))
+                .route("/api/mcp/config", web::put().to(put_config))
+        })
+        .workers(1)
+        .disable_signals()
+        .shutdown_timeout(2);
+        let server = match server.bind(&addr) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(%addr, "the HTTP gateway cannot listen ({e}); running without it");
+                return None;
+            }
+        };
+        let address = *server.addrs().first()?;
+        let running = server.run();
+        let handle = running.handle();
+        actix_rt::spawn(running);
+        let _ = antler_protocol::runtime_dir::write_private(&runtime_root.join(GATEWAY_ADDR_FILE), address.to_string().as_bytes());
+        tracing::info!(%address, "HTTP gateway listening");
+        Some(Gateway { handle, address })
+    }
+
+    /// Stops the HTTP server.
+    pub async fn stop(self) {
+        self.handle.stop(true).await;
+    }
+}
+
+async fn health() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"status": "ok"}))
+}
+
+fn error(status: actix_web::http::StatusCode, detail: impl Into<String>) -> HttpResponse {
+    HttpResponse::build(status).json(json!({"detail": detail.into()}))
+}
+
+/// The file as JSON (`{}` when it does not exist yet).
+fn read_file(path: &Path) -> Result<Value, String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str(&text)
+            .map_err(|e| format!("Extensions config file at {} is not valid JSON: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(json!({})),
+        Err(e) => Err(format!("{}: cannot read the file: {e}", path.display())),
+    }
+}
+
+/// `GET /api/mcp/config`: `{"mcp_servers": {...}}` as written in the file (`$VAR`s unresolved).
+async fn get_config(state: web::Data<State>) -> HttpResponse {
+    match read_file(&state.extensions) {
+        Ok(v) => HttpResponse::Ok().json(json!({"mcp_servers": v.get("mcpServers").cloned().unwrap_or(json!({}))})),
+        Err(e) => error(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+/// `PUT /api/mcp/config` with `{"mcp_servers": {...}}`: replaces `mcpServers`, keeps the
+/// file's other keys, validates, writes atomically, and has mcp-host apply it.
+async fn put_config(state: web::Data<State>, body: web::Bytes) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("the body is not valid JSON: {e}")),
+    };
+    let Some(servers) = body.get("mcp_servers").filter(|v| v.is_object()).cloned() else {
+        return error(StatusCode::BAD_REQUEST, "the body must be an object with an `mcp_servers` object");
+    };
+    let mut file = match read_file(&state.extensions) {
+        Ok(Value::Object(m)) => m,
+        Ok(_) => serde_json::Map::new(),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
+    file.insert("mcpServers".into(), servers);
+    let text = match serde_json::to_string_pretty(&Value::Object(file)) {
+        Ok(t) => t + "\n",
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    match config::parse_extensions_config(&state.extensions, &text, &config::process_env) {
+        Ok(loaded) => {
+            let invalid: Vec<String> = loaded
+                .warnings
+                .iter()
+                .filter(|w| w.kind == WarningKind::ServerSkipped)
+                .map(|w| w.message.clone())
+                .collect();
+            if !invalid.is_empty() {
+                return HttpResponse::UnprocessableEntity().json(json!({"detail": invalid.join("; "), "errors": invalid}));
+            }
+        }
+        Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+    }
+    if let Err(e) = write_atomically(&state.extensions, text.as_bytes()) {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, format!("{}: cannot write: {e}", state.extensions.display()));
+    }
+    let applied = reload_mcp_host(&state.supervisor).await;
+    let servers = body.get("mcp_servers").cloned().unwrap_or(json!({}));
+    match applied {
+        Ok(summary) => HttpResponse::Ok().json(json!({"mcp_servers": servers, "applied": summary})),
+        // Written; mcp-host's watcher applies it when it is back.
+        Err(e) => HttpResponse::Ok().json(json!({"mcp_servers": servers, "applied": null, "warning": e})),
+    }
+}
+
+/// Writes `bytes` to a temporary file beside `path`, syncs it, and renames it over `path`.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+async fn reload_mcp_host(supervisor: &Addr<Supervisor>) -> Result<Value, String> {
+    let links = supervisor.send(GetLinks).await.map_err(|e| e.to_string())?;
+    let Some((.., link)) = links.into_iter().find(|(r, i, ..)| *r == Role::McpHost && *i == 0) else {
+        return Err("no mcp-host in this cluster".into());
+    };
+    let reply = link
+        .send(LinkCall {
+            request: Request::Mcp(McpRequest::Reload),
+            trace: TraceContext::new_root(),
+            timeout: RELOAD_TIMEOUT,
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    match reply {
+        Reply::Mcp(McpReply::Reloaded(s)) => Ok(json!({
+            "started": s.started,
+            "stopped": s.stopped,
+            "restarted": s.restarted,
+            "unchanged": s.unchanged,
+            "error": s.error,
+        })),
+        other => Err(format!("unexpected reply from mcp-host: {other:?}")),
+    }
+}

@@ -1,0 +1,523 @@
+//! `McpServerActor`: owns one server's connection (a task owns the rmcp session), its
+//! lifecycle and reconnects, and its tool list. Others hold a `ServerHandle`: calls clone
+//! the live peer out of the state and run with no lock held, so many calls run at once.
+//! When the session dies every call in flight on it gets an error result at once; the actor
+//! reconnects with backoff and re-lists its tools.
+
+use std::{
+    collections::HashSet,
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
+
+use antler_protocol::{
+    config::{McpServerConfig, Transport},
+    messages::{McpCallResult, McpServerStatus, McpTool},
+};
+use rmcp::{
+    model::{CallToolRequestParams, PaginatedRequestParams},
+    service::ServiceError,
+    Peer, RoleClient,
+};
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    convert, naming,
+    oauth::TokenActor,
+    transport::{self, OpenError, OpenOptions},
+};
+
+/// First wait before reconnecting a session that died; doubles up to `MAX_BACKOFF`.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest wait between attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long a stopping session gets to close before it is dropped.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Pages of `tools/list` followed at most.
+const MAX_PAGES: usize = 1000;
+
+/// A tool list change, told to subscribers (the catalog rebuilds).
+#[derive(Debug, Clone)]
+pub struct ToolsChanged {
+    pub server: String,
+    pub tools: u32,
+}
+
+/// Where a server is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Starting,
+    Ready,
+    Reconnecting,
+    Failed,
+    Stopped,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Starting => "starting",
+            Phase::Ready => "ready",
+            Phase::Reconnecting => "reconnecting",
+            Phase::Failed => "failed",
+            Phase::Stopped => "stopped",
+        }
+    }
+}
+
+/// The live session calls go through.
+#[derive(Clone)]
+struct Live {
+    peer: Peer<RoleClient>,
+    /// Cancelled when this session ends.
+    closed: CancellationToken,
+    /// The `Authorization` value the session was opened with (OAuth).
+    authorization: Option<String>,
+}
+
+struct State {
+    phase: Phase,
+    tools: Arc<Vec<McpTool>>,
+    last_error: Option<String>,
+    reconnects: u32,
+}
+
+struct Shared {
+    name: String,
+    config: McpServerConfig,
+    transport: Transport,
+    state: Mutex<State>,
+    live: watch::Sender<Option<Live>>,
+    /// False until the first attempt to start has ended (ready or failed).
+    settled: watch::Sender<bool>,
+    in_flight: AtomicU32,
+    stop: CancellationToken,
+    changes: broadcast::Sender<ToolsChanged>,
+    token: Option<Arc<TokenActor>>,
+    options: OpenOptions,
+    /// Ask the actor to reopen its session (after a 401).
+    reopen: mpsc::UnboundedSender<()>,
+}
+
+/// A handle on one server actor. Dropping handles does not stop it: `stop` does.
+#[derive(Clone)]
+pub struct ServerHandle {
+    shared: Arc<Shared>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding this lock would be a bug in this module; the state stays usable.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ServerHandle {
+    /// Starts the actor for `name`: it connects at once and keeps reconnecting until stopped.
+    pub fn spawn(
+        name: String,
+        config: McpServerConfig,
+        transport: Transport,
+        changes: broadcast::Sender<ToolsChanged>,
+        options: OpenOptions,
+    ) -> ServerHandle {
+        let token = match transport {
+            Transport::Sse | Transport::Http => config
+                .oauth
+                .clone()
+                .filter(|o| o.enabled)
+                .map(TokenActor::new),
+            Transport::Stdio => None,
+        };
+        let (reopen, reopen_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            name,
+            config,
+            transport,
+            state: Mutex::new(State {
+                phase: Phase::Starting,
+                tools: Arc::new(Vec::new()),
+                last_error: None,
+                reconnects: 0,
+            }),
+            live: watch::channel(None).0,
+            settled: watch::channel(false).0,
+            in_flight: AtomicU32::new(0),
+            stop: CancellationToken::new(),
+            changes,
+            token,
+            options,
+            reopen,
+        });
+        tokio::spawn(run(shared.clone(), reopen_rx));
+        ServerHandle { shared }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    pub fn config(&self) -> &McpServerConfig {
+        &self.shared.config
+    }
+
+    /// Stops the actor: the session closes, a stdio child group is killed.
+    pub fn stop(&self) {
+        self.shared.stop.cancel();
+    }
+
+    /// Waits until the first start attempt has ended, or `within` passes.
+    pub async fn settled(&self, within: Duration) {
+        let mut rx = self.shared.settled.subscribe();
+        let _ = tokio::time::timeout(within, rx.wait_for(|s| *s)).await;
+    }
+
+    pub fn status(&self) -> McpServerStatus {
+        let st = lock(&self.shared.state);
+        McpServerStatus {
+            name: self.shared.name.clone(),
+            transport: match self.shared.transport {
+                Transport::Stdio => "stdio",
+                Transport::Sse => "sse",
+                Transport::Http => "http",
+            }
+            .into(),
+            state: st.phase.as_str().into(),
+            tools: st.tools.len() as u32,
+            last_error: st.last_error.clone(),
+            reconnects: st.reconnects,
+            in_flight: self.shared.in_flight.load(Ordering::SeqCst),
+        }
+    }
+
+    pub fn tools(&self) -> Arc<Vec<McpTool>> {
+        lock(&self.shared.state).tools.clone()
+    }
+
+    /// Calls `tool` (the server's own name) with `args`. Every failure is an error result:
+    /// the model sees it as an error tool message and the run goes on.
+    pub async fn call(&self, tool: &str, args: serde_json::Map<String, serde_json::Value>, deadline: Duration) -> McpCallResult {
+        let s = &self.shared;
+        let timeout = s
+            .config
+            .tool_call_timeout
+            .filter(|t| *t > 0.0)
+            .map(Duration::from_secs_f64)
+            .map_or(deadline, |t| t.min(deadline));
+        let started = tokio::time::Instant::now();
+        let mut retried_auth = false;
+        loop {
+            let live = match self.live_session(timeout.saturating_sub(started.elapsed())).await {
+                Ok(l) => l,
+                Err(e) => return McpCallResult::error(e),
+            };
+            let mut params = CallToolRequestParams::new(tool.to_owned());
+            params.arguments = Some(args.clone());
+            let _guard = InFlight::enter(&s.in_flight);
+            let left = timeout.saturating_sub(started.elapsed());
+            // Dropping the call future (timeout, lost session) makes rmcp send
+            // `notifications/cancelled` for it.
+            let outcome = tokio::select! {
+                r = live.peer.call_tool(params) => r,
+                _ = live.closed.cancelled() => {
+                    return McpCallResult::error(format!(
+                        "MCP server '{}' connection lost during the call to '{tool}': {}",
+                        s.name,
+                        lock(&s.state).last_error.clone().unwrap_or_else(|| "the session ended".into())
+                    ));
+                }
+                _ = tokio::time::sleep(left) => {
+                    return McpCallResult::error(format!(
+                        "MCP tool '{tool}' on server '{}' timed out after {:.1}s",
+                        s.name,
+                        timeout.as_secs_f64()
+                    ));
+                }
+            };
+            match outcome {
+                Ok(result) => {
+                    let json = serde_json::to_value(&result).unwrap_or_default();
+                    return convert::call_result(&json);
+                }
+                Err(e) if is_unauthorized(&e) && !retried_auth && s.token.is_some() => {
+                    // One refresh and one retry: forget the rejected token, reopen.
+                    retried_auth = true;
+                    if let (Some(t), Some(a)) = (&s.token, &live.authorization) {
+                        t.invalidate(a);
+                    }
+                    let _ = s.reopen.send(());
+                    let mut rx = s.live.subscribe();
+                    let _ = tokio::time::timeout(
+                        timeout.saturating_sub(started.elapsed()),
+                        rx.wait_for(|l| l.as_ref().is_some_and(|l| l.authorization != live.authorization)),
+                    )
+                    .await;
+                }
+                Err(e) => {
+                    return McpCallResult::error(format!("MCP tool '{tool}' on server '{}' failed: {e}", s.name));
+                }
+            }
+        }
+    }
+
+    /// The live session, waiting (up to `within`) while the server is starting or
+    /// reconnecting; a failed or stopped server answers at once with why.
+    async fn live_session(&self, within: Duration) -> Result<Live, String> {
+        let s = &self.shared;
+        let mut rx = s.live.subscribe();
+        let ready = tokio::time::timeout(within, async {
+            loop {
+                if let Some(l) = rx.borrow_and_update().clone() {
+                    return Ok(l);
+                }
+                let phase = lock(&s.state).phase;
+                if matches!(phase, Phase::Failed | Phase::Stopped) {
+                    return Err(phase);
+                }
+                // Wake on a new session, or poll the phase now and then.
+                let _ = tokio::time::timeout(Duration::from_millis(200), rx.changed()).await;
+            }
+        })
+        .await;
+        let why = || lock(&s.state).last_error.clone().unwrap_or_else(|| "no session".into());
+        match ready {
+            Ok(Ok(l)) => Ok(l),
+            Ok(Err(Phase::Stopped)) => Err(format!("MCP server '{}' is stopped", s.name)),
+            Ok(Err(_)) => Err(format!("MCP server '{}' is unavailable: {}", s.name, why())),
+            Err(_) => Err(format!("MCP server '{}' is not connected: {}", s.name, why())),
+        }
+    }
+}
+
+fn is_unauthorized(e: &ServiceError) -> bool {
+    e.is_authorization_required() || {
+        let t = e.to_string();
+        t.contains("401") || t.contains("Unauthorized")
+    }
+}
+
+struct InFlight<'a>(&'a AtomicU32);
+
+impl<'a> InFlight<'a> {
+    fn enter(c: &'a AtomicU32) -> Self {
+        c.fetch_add(1, Ordering::SeqCst);
+        Self(c)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn set_phase(s: &Shared, phase: Phase, error: Option<String>) {
+    let mut st = lock(&s.state);
+    st.phase = phase;
+    if error.is_some() {
+        st.last_error = error;
+    }
+}
+
+fn publish_tools(s: &Shared, tools: Vec<McpTool>) {
+    let n = tools.len() as u32;
+    lock(&s.state).tools = Arc::new(tools);
+    let _ = s.changes.send(ToolsChanged {
+        server: s.name.clone(),
+        tools: n,
+    });
+}
+
+/// The actor's task: connect, serve, and reconnect until stopped.
+async fn run(s: Arc<Shared>, mut reopen: mpsc::UnboundedReceiver<()>) {
+    let init_timeout = Duration::from_secs_f64(s.config.session_init_timeout.max(0.001));
+    let mut backoff = FIRST_BACKOFF;
+    let mut first = true;
+    let mut ever_ready = false;
+    loop {
+        if s.stop.is_cancelled() {
+            break;
+        }
+        if first {
+            set_phase(&s, Phase::Starting, None);
+        } else {
+            lock(&s.state).reconnects += 1;
+            if ever_ready {
+                set_phase(&s, Phase::Reconnecting, None);
+            }
+        }
+        let (changed_tx, mut changed_rx) = mpsc::unbounded_channel();
+        let attempt = tokio::time::timeout(init_timeout, connect(&s, changed_tx));
+        let outcome = tokio::select! {
+            r = attempt => r,
+            _ = s.stop.cancelled() => break,
+        };
+        first = false;
+        let failure = match outcome {
+            Ok(Ok((opened, tools, authorization))) => {
+                backoff = FIRST_BACKOFF;
+                ever_ready = true;
+                let closed = CancellationToken::new();
+                let peer = opened.session.peer().clone();
+                publish_tools(&s, tools);
+                {
+                    let mut st = lock(&s.state);
+                    st.phase = Phase::Ready;
+                    st.last_error = None;
+                }
+                s.live.send_replace(Some(Live {
+                    peer: peer.clone(),
+                    closed: closed.clone(),
+                    authorization,
+                }));
+                s.settled.send_replace(true);
+                tracing::info!(server = %s.name, tools = lock(&s.state).tools.len(), "MCP server ready");
+                let end = serve(&s, opened, &peer, &mut changed_rx, &mut reopen, init_timeout).await;
+                s.live.send_replace(None);
+                closed.cancel();
+                match end {
+                    SessionEnd::Stopped => break,
+                    SessionEnd::Reopen => continue,
+                    SessionEnd::Died(why) => {
+                        tracing::warn!(server = %s.name, "{why}");
+                        set_phase(&s, Phase::Reconnecting, Some(why));
+                        // The first reconnect comes quickly; a flapping server backs off.
+                        tokio::select! {
+                            _ = tokio::time::sleep(FIRST_BACKOFF) => {}
+                            _ = s.stop.cancelled() => break,
+                        }
+                        continue;
+                    }
+                }
+            }
+            Ok(Err(e)) => e,
+            Err(_) => format!(
+                "Skipping MCP server '{}' after tool discovery timed out ({:.1}s)",
+                s.name,
+                init_timeout.as_secs_f64()
+            ),
+        };
+        tracing::warn!(server = %s.name, "{failure}");
+        set_phase(&s, if ever_ready { Phase::Reconnecting } else { Phase::Failed }, Some(failure));
+        s.settled.send_replace(true);
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = s.stop.cancelled() => break,
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+    s.live.send_replace(None);
+    set_phase(&s, Phase::Stopped, None);
+    s.settled.send_replace(true);
+}
+
+enum SessionEnd {
+    Stopped,
+    Reopen,
+    Died(String),
+}
+
+/// Serves one live session until it dies, the actor stops, or a reopen is asked for.
+async fn serve(
+    s: &Shared,
+    opened: transport::Opened,
+    peer: &Peer<RoleClient>,
+    changed: &mut mpsc::UnboundedReceiver<()>,
+    reopen: &mut mpsc::UnboundedReceiver<()>,
+    list_timeout: Duration,
+) -> SessionEnd {
+    let transport::Opened { session, child } = opened;
+    let ct = session.cancellation_token();
+    let mut waiting = Box::pin(session.waiting());
+    let end = loop {
+        tokio::select! {
+            q = &mut waiting => {
+                break SessionEnd::Died(format!("MCP server '{}' connection closed ({})", s.name, match q {
+                    Ok(reason) => format!("{reason:?}"),
+                    Err(e) => e.to_string(),
+                }));
+            }
+            _ = s.stop.cancelled() => {
+                ct.cancel();
+                let _ = tokio::time::timeout(CLOSE_TIMEOUT, &mut waiting).await;
+                break SessionEnd::Stopped;
+            }
+            Some(()) = reopen.recv() => {
+                ct.cancel();
+                let _ = tokio::time::timeout(CLOSE_TIMEOUT, &mut waiting).await;
+                break SessionEnd::Reopen;
+            }
+            Some(()) = changed.recv() => {
+                while changed.try_recv().is_ok() {}
+                match tokio::time::timeout(list_timeout, list_tools(&s.name, &s.config, peer)).await {
+                    Ok(Ok(tools)) => {
+                        tracing::info!(server = %s.name, tools = tools.len(), "tool list changed");
+                        publish_tools(s, tools);
+                    }
+                    Ok(Err(e)) => tracing::warn!(server = %s.name, "re-listing tools failed: {e}"),
+                    Err(_) => tracing::warn!(server = %s.name, "re-listing tools timed out"),
+                }
+            }
+        }
+    };
+    drop(child);
+    end
+}
+
+/// Opens a session and lists its tools.
+async fn connect(
+    s: &Shared,
+    changed: mpsc::UnboundedSender<()>,
+) -> Result<(transport::Opened, Vec<McpTool>, Option<String>), String> {
+    let mut options = s.options.clone();
+    if let Some(token) = &s.token {
+        options.authorization = Some(token.authorization().await.map_err(|e| format!("MCP server '{}': {e}", s.name))?);
+    }
+    let opened = transport::open(&s.name, &s.config, s.transport, changed, &options)
+        .await
+        .map_err(|e: OpenError| format!("MCP server '{}' failed to start: {e}", s.name))?;
+    let tools = list_tools(&s.name, &s.config, opened.session.peer())
+        .await
+        .map_err(|e| format!("MCP server '{}' failed to list tools: {e}", s.name))?;
+    Ok((opened, tools, options.authorization))
+}
+
+/// `tools/list` with pagination, stopping at a cursor seen before; names validated.
+pub async fn list_tools(server: &str, config: &McpServerConfig, peer: &Peer<RoleClient>) -> Result<Vec<McpTool>, ServiceError> {
+    let mut cursor: Option<String> = None;
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for _ in 0..MAX_PAGES {
+        let params = cursor.clone().map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+        let page = peer.list_tools(params).await?;
+        for tool in page.tools {
+            let original = tool.name.to_string();
+            let name = naming::exposed_name(server, &original, config.tool_name_prefix);
+            if !naming::is_valid_tool_name(&name) {
+                tracing::warn!(server, tool = %name.escape_debug(), "dropping a tool whose name is not ^[A-Za-z0-9_-]+$");
+                continue;
+            }
+            out.push(McpTool {
+                server: server.to_owned(),
+                routing: format!("{:?}", config.effective_routing(&original).mode).to_lowercase(),
+                name,
+                original_name: original,
+                description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
+                input_schema_json: serde_json::to_string(&*tool.input_schema).unwrap_or_else(|_| "{}".into()),
+            });
+        }
+        match page.next_cursor {
+            Some(next) if !next.is_empty() => {
+                if !seen.insert(next.clone()) {
+                    tracing::warn!(server, "tools/list repeated a cursor; stopping pagination");
+                    break;
+                }
+                cursor = Some(next);
+            }
+            _ => break,
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,136 @@
+//! The mcp-host side of the wire: routes each `McpRequest` to the registry and the server
+//! actors. Calls are run here, outside every actor, on a handle cloned out of the registry.
+
+use std::{sync::Arc, time::Duration};
+
+use actix::Addr;
+use antler_protocol::{
+    host::RoleHandler,
+    messages::{Health, McpCall, McpCallResult, McpReply, McpRequest, Reply, Request},
+    Call, RemoteError,
+};
+use futures::future::BoxFuture;
+
+use crate::{
+    naming,
+    registry::{McpRegistry, Reload, Servers, Skipped, Subscribe},
+    server::ServerHandle,
+};
+
+/// A call's deadline when the requester gave none.
+const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(120);
+/// How long a listing waits for servers still starting.
+const DEFAULT_LIST_WAIT: Duration = Duration::from_secs(60);
+
+/// Routes mcp-host requests.
+pub struct McpService {
+    registry: Addr<McpRegistry>,
+}
+
+impl McpService {
+    pub fn new(registry: Addr<McpRegistry>) -> Arc<Self> {
+        Arc::new(Self { registry })
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> RemoteError {
+    RemoteError::Failed(format!("registry unavailable: {e}"))
+}
+
+/// Time left before the requester gives up, less a margin for the reply to travel.
+fn left(call: &Call, default: Duration) -> Duration {
+    call.deadline
+        .map(|d| d.saturating_duration_since(std::time::Instant::now()).saturating_sub(Duration::from_millis(50)))
+        .unwrap_or(default)
+}
+
+impl RoleHandler for McpService {
+    fn handle(&self, request: Request, call: Call, health: Health) -> BoxFuture<'static, Result<Reply, RemoteError>> {
+        let registry = self.registry.clone();
+        Box::pin(async move {
+            let Request::Mcp(request) = request else {
+                return Err(RemoteError::Unsupported(format!(
+                    "mcp-host does not handle {} requests",
+                    request.kind()
+                )));
+            };
+            match request {
+                McpRequest::Health => {
+                    let servers = registry.send(Servers).await.map_err(unavailable)?.len() as u32;
+                    Ok(Reply::Mcp(McpReply::Health { health, servers }))
+                }
+                McpRequest::Status => {
+                    let servers = registry.send(Servers).await.map_err(unavailable)?;
+                    let mut out: Vec<_> = servers.iter().map(ServerHandle::status).collect();
+                    out.extend(registry.send(Skipped).await.map_err(unavailable)?);
+                    Ok(Reply::Mcp(McpReply::Status(out)))
+                }
+                McpRequest::ListTools { server } => {
+                    let servers = registry.send(Servers).await.map_err(unavailable)?;
+                    let wanted: Vec<ServerHandle> = servers
+                        .into_iter()
+                        .filter(|h| server.as_deref().is_none_or(|s| s == h.name()))
+                        .collect();
+                    if let Some(name) = &server {
+                        if wanted.is_empty() {
+                            return Err(RemoteError::Failed(format!("no MCP server named '{name}'")));
+                        }
+                    }
+                    let within = left(&call, DEFAULT_LIST_WAIT);
+                    futures::future::join_all(wanted.iter().map(|h| h.settled(within))).await;
+                    let tools = wanted.iter().flat_map(|h| h.tools().as_ref().clone()).collect();
+                    Ok(Reply::Mcp(McpReply::Tools(tools)))
+                }
+                McpRequest::CallTool(c) => {
+                    let servers = registry.send(Servers).await.map_err(unavailable)?;
+                    Ok(Reply::Mcp(McpReply::CallResult(
+                        call_tool(servers, c, left(&call, DEFAULT_CALL_DEADLINE)).await,
+                    )))
+                }
+                McpRequest::Reload => {
+                    let summary = registry.send(Reload { force: false }).await.map_err(unavailable)?;
+                    Ok(Reply::Mcp(McpReply::Reloaded(summary)))
+                }
+                McpRequest::WatchTools => {
+                    let mut rx = registry.send(Subscribe).await.map_err(unavailable)?;
+                    loop {
+                        match rx.recv().await {
+                            Ok(ch) => {
+                                let item = Reply::Mcp(McpReply::ToolsChanged {
+                                    server: ch.server,
+                                    tools: ch.tools,
+                                });
+                                if call.send_item(item).await.is_err() {
+                                    break;
+                                }
+                            }
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                            Err(_) => break,
+                        }
+                    }
+                    Ok(Reply::Mcp(McpReply::WatchEnded))
+                }
+            }
+        })
+    }
+}
+
+async fn call_tool(servers: Vec<ServerHandle>, c: McpCall, deadline: Duration) -> McpCallResult {
+    let Some(server) = servers.into_iter().find(|h| h.name() == c.server) else {
+        return McpCallResult::error(format!("no MCP server named '{}'", c.server));
+    };
+    let args = match serde_json::from_str::<serde_json::Value>(if c.args_json.trim().is_empty() { "{}" } else { &c.args_json }) {
+        Ok(serde_json::Value::Object(m)) => m,
+        Ok(_) => return McpCallResult::error("tool arguments must be a JSON object"),
+        Err(e) => return McpCallResult::error(format!("tool arguments are not valid JSON: {e}")),
+    };
+    // Accept the exposed `{server}_{tool}` name as well as the server's own.
+    let prefix = server.config().tool_name_prefix;
+    let tools = server.tools();
+    let tool = if tools.iter().any(|t| t.original_name == c.tool) {
+        c.tool.clone()
+    } else {
+        naming::original_name(&c.server, &c.tool, prefix).to_owned()
+    };
+    server.call(&tool, args, deadline).await
+}

@@ -1,0 +1,126 @@
+//! Opening one MCP session over the configured transport: stdio (a child process in its own
+//! process group), streamable HTTP (rmcp), or legacy HTTP+SSE (our client on rmcp's
+//! transport trait). A session ends when its `Opened` is dropped: the child group is killed.
+
+pub mod sse;
+pub mod stdio;
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use antler_protocol::config::{McpServerConfig, Transport};
+use reqwest::header::{HeaderName, HeaderValue, AUTHORIZATION};
+use rmcp::{
+    service::RunningService,
+    transport::{streamable_http_client::StreamableHttpClientTransportConfig, StreamableHttpClientTransport},
+    RoleClient, ServiceExt,
+};
+
+use crate::client::Client;
+
+/// A live rmcp client session.
+pub type Session = RunningService<RoleClient, Client>;
+
+/// An open session and what must be cleaned up with it.
+pub struct Opened {
+    pub session: Session,
+    /// The stdio child's process group, killed on drop.
+    pub child: Option<stdio::ChildGroup>,
+}
+
+/// Why a session could not be opened. Never carries a token or secret.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot start `{command}`: {reason}")]
+    Spawn { command: String, reason: String },
+    #[error("initialize failed: {reason}{}", stderr_suffix(.stderr))]
+    Initialize { reason: String, stderr: String },
+    #[error("invalid header {name}: {reason}")]
+    Header { name: String, reason: String },
+    #[error("{0}")]
+    Http(String),
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    if stderr.trim().is_empty() {
+        String::new()
+    } else {
+        format!("; stderr: {}", stderr.trim())
+    }
+}
+
+/// What `open` needs beyond the server's config.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// The full `Authorization` value (`Bearer …`) for sse/http, from OAuth.
+    pub authorization: Option<String>,
+    /// A working directory overriding the config's (the pooled thread workspace).
+    pub cwd: Option<String>,
+    /// Extra environment for stdio (the pooled `TMPDIR`), under the operator's.
+    pub default_env: Vec<(String, String)>,
+}
+
+/// Opens a session to `name` over `transport`.
+pub async fn open(
+    name: &str,
+    config: &McpServerConfig,
+    transport: Transport,
+    tools_changed: tokio::sync::mpsc::UnboundedSender<()>,
+    options: &OpenOptions,
+) -> Result<Opened, OpenError> {
+    let client = Client::new(tools_changed);
+    match transport {
+        Transport::Stdio => stdio::open(name, config, client, options).await,
+        Transport::Http => {
+            let url = config.url.clone().unwrap_or_default();
+            let headers = headers(config, options)?;
+            let http = reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(10))
+                .build()
+                .map_err(|e| OpenError::Http(e.to_string()))?;
+            let cfg = StreamableHttpClientTransportConfig::with_uri(Arc::<str>::from(url.as_str()))
+                .custom_headers(headers)
+                .max_concurrent_requests(64);
+            let t = StreamableHttpClientTransport::with_client(http, cfg);
+            let session = client.serve(t).await.map_err(|e| OpenError::Initialize {
+                reason: e.to_string(),
+                stderr: String::new(),
+            })?;
+            Ok(Opened { session, child: None })
+        }
+        Transport::Sse => {
+            let url = config.url.clone().unwrap_or_default();
+            let headers = headers(config, options)?;
+            let t = sse::SseTransport::connect(&url, headers).await?;
+            let session = client.serve(t).await.map_err(|e| OpenError::Initialize {
+                reason: e.to_string(),
+                stderr: String::new(),
+            })?;
+            Ok(Opened { session, child: None })
+        }
+    }
+}
+
+/// The configured headers plus the OAuth `Authorization`, as HTTP header values.
+pub fn headers(config: &McpServerConfig, options: &OpenOptions) -> Result<HashMap<HeaderName, HeaderValue>, OpenError> {
+    let mut out = HashMap::new();
+    for (k, v) in config.headers.iter() {
+        let name = HeaderName::from_bytes(k.as_bytes()).map_err(|e| OpenError::Header {
+            name: k.to_owned(),
+            reason: e.to_string(),
+        })?;
+        let value = HeaderValue::from_str(v).map_err(|_| OpenError::Header {
+            name: k.to_owned(),
+            reason: "the value is not a valid header value".into(),
+        })?;
+        out.insert(name, value);
+    }
+    if let Some(auth) = &options.authorization {
+        let mut value = HeaderValue::from_str(auth).map_err(|_| OpenError::Header {
+            name: "Authorization".into(),
+            reason: "the token is not a valid header value".into(),
+        })?;
+        value.set_sensitive(true);
+        out.insert(AUTHORIZATION, value);
+    }
+    Ok(out)
+}
