@@ -21,6 +21,9 @@ struct Cli {
 enum Command {
     #[command(flatten)]
     Cluster(commands::cluster::ClusterCommand),
+    /// MCP servers: status, tools, calls.
+    #[command(subcommand)]
+    Mcp(commands::mcp::McpCommand),
     /// Validate configuration files.
     Config {
         #[command(subcommand)]
@@ -36,6 +39,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Cluster(c) => commands::cluster::run(&ctx, c),
+        Command::Mcp(c) => commands::mcp::run(&ctx, c),
         Command::Config { command } => commands::config::run(command),
     };
     match result {

@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod mcp;
 
 use std::{path::{Path, PathBuf}, time::Duration};
 
