@@ -221,13 +221,7 @@ impl ServerHandle {
             // `notifications/cancelled` for it.
             let outcome = tokio::select! {
                 r = live.peer.call_tool(params) => r,
-                _ = live.closed.cancelled() => {
-                    return McpCallResult::error(format!(
-                        "MCP server '{}' connection lost during the call to '{tool}': {}",
-                        s.name,
-                        lock(&s.state).last_error.clone().unwrap_or_else(|| "the session ended".into())
-                    ));
-                }
+                _ = live.closed.cancelled() => return self.connection_lost(tool),
                 _ = tokio::time::sleep(left) => {
                     return McpCallResult::error(format!(
                         "MCP tool '{tool}' on server '{}' timed out after {:.1}s",
@@ -255,11 +249,19 @@ impl ServerHandle {
                     )
                     .await;
                 }
+                Err(ServiceError::TransportClosed) => return self.connection_lost(tool),
                 Err(e) => {
                     return McpCallResult::error(format!("MCP tool '{tool}' on server '{}' failed: {e}", s.name));
                 }
             }
         }
+    }
+
+    fn connection_lost(&self, tool: &str) -> McpCallResult {
+        McpCallResult::error(format!(
+            "MCP server '{}' connection lost during the call to '{tool}'; it is reconnecting",
+            self.shared.name
+        ))
     }
 
     /// The live session, waiting (up to `within`) while the server is starting or
