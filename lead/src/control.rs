@@ -1,14 +1,21 @@
 //! The lead's control socket service: answers ping and health like every peer, and the
 //! lead requests of the CLI (`Status`, `PingPeers`) by asking the supervisor and the links.
 
-use std::{path::PathBuf, sync::Arc, time::{Duration, Instant}};
+use std::{
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use actix::Addr;
 use antler_protocol::{
     envelope::TraceContext,
     handshake::Role,
     link::Call as LinkCall,
-    messages::{ControlReply, ControlRequest, Health, LeadReply, LeadRequest, PeerPing, ProcessStatus, Reply, Request},
+    messages::{
+        ControlReply, ControlRequest, Health, LeadReply, LeadRequest, PeerPing, ProcessStatus,
+        Reply, Request,
+    },
     Call, InFlight, RemoteError, Service,
 };
 use futures::future::BoxFuture;
@@ -100,13 +107,17 @@ impl Service for LeadService {
                             let t = Instant::now();
                             let result = link
                                 .send(LinkCall {
-                                    request: Request::Control(ControlRequest::Ping { payload: b"ping".to_vec() }),
+                                    request: Request::Control(ControlRequest::Ping {
+                                        payload: b"ping".to_vec(),
+                                    }),
                                     trace,
                                     timeout: PEER_PING_TIMEOUT,
                                 })
                                 .await;
                             let result = match result {
-                                Ok(Ok(Reply::Control(ControlReply::Pong { payload }))) if payload == b"ping" => {
+                                Ok(Ok(Reply::Control(ControlReply::Pong { payload })))
+                                    if payload == b"ping" =>
+                                {
                                     Ok(t.elapsed().as_micros() as u64)
                                 }
                                 Ok(Ok(other)) => Err(format!("unexpected reply {other:?}")),
@@ -121,7 +132,9 @@ impl Service for LeadService {
                             }
                         }
                     });
-                Ok(Reply::Lead(LeadReply::PingPeers(futures::future::join_all(pings).await)))
+                Ok(Reply::Lead(LeadReply::PingPeers(
+                    futures::future::join_all(pings).await,
+                )))
             }),
             Request::Lead(LeadRequest::Forward {
                 role,
@@ -130,8 +143,13 @@ impl Service for LeadService {
                 timeout_ms,
             }) => Box::pin(async move {
                 let links = supervisor.send(GetLinks).await.map_err(unavailable)?;
-                let Some((.., link)) = links.into_iter().find(|(r, i, ..)| *r == role && *i == index) else {
-                    return Err(RemoteError::Failed(format!("no {role} with index {index} in this cluster")));
+                let Some((.., link)) = links
+                    .into_iter()
+                    .find(|(r, i, ..)| *r == role && *i == index)
+                else {
+                    return Err(RemoteError::Failed(format!(
+                        "no {role} with index {index} in this cluster"
+                    )));
                 };
                 let reply = link
                     .send(LinkCall {
@@ -148,7 +166,10 @@ impl Service for LeadService {
                 Ok(Reply::Lead(LeadReply::Forwarded(Box::new(reply))))
             }),
             other => Box::pin(async move {
-                Err(RemoteError::Unsupported(format!("the lead does not handle {} requests", other.kind())))
+                Err(RemoteError::Unsupported(format!(
+                    "the lead does not handle {} requests",
+                    other.kind()
+                )))
             }),
         }
     }

@@ -100,12 +100,22 @@ pub struct Supervisor {
 
 impl Supervisor {
     /// A supervisor for `specs`; each child gets a link that dials its socket with `identity`.
-    pub fn new(specs: Vec<ChildSpec>, identity: Identity, config: ConnectionConfig, policy: RestartPolicy) -> Self {
+    pub fn new(
+        specs: Vec<ChildSpec>,
+        identity: Identity,
+        config: ConnectionConfig,
+        policy: RestartPolicy,
+    ) -> Self {
         let heartbeat_dead_after = config.heartbeat_interval * config.heartbeat_misses.max(1);
         let children = specs
             .into_iter()
             .map(|spec| {
-                let link = PeerLink::new(Address::Unix(spec.socket.clone()), identity.clone(), config.clone()).start();
+                let link = PeerLink::new(
+                    Address::Unix(spec.socket.clone()),
+                    identity.clone(),
+                    config.clone(),
+                )
+                .start();
                 (
                     (spec.role, spec.index),
                     Child {
@@ -132,7 +142,9 @@ impl Supervisor {
     }
 
     fn spawn_child(&mut self, key: Key, ctx: &mut Context<Self>) {
-        let Some(child) = self.children.get_mut(&key) else { return };
+        let Some(child) = self.children.get_mut(&key) else {
+            return;
+        };
         child.generation += 1;
         let generation = child.generation;
         let spec = child.spec.clone();
@@ -175,7 +187,9 @@ impl Supervisor {
     fn child_exited(&mut self, key: Key, generation: u64, desc: String, ctx: &mut Context<Self>) {
         let policy = self.policy.clone();
         let stopping = self.stopping;
-        let Some(child) = self.children.get_mut(&key) else { return };
+        let Some(child) = self.children.get_mut(&key) else {
+            return;
+        };
         if child.generation != generation {
             return;
         }
@@ -188,7 +202,11 @@ impl Supervisor {
         }
         let now = Instant::now();
         child.crashes.push_back(now);
-        while child.crashes.front().is_some_and(|t| now.duration_since(*t) > policy.window) {
+        while child
+            .crashes
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > policy.window)
+        {
             child.crashes.pop_front();
         }
         let crashes = child.crashes.len() as u32;
@@ -290,7 +308,14 @@ fn start_process(spec: &ChildSpec) -> std::io::Result<tokio::process::Child> {
     unsafe {
         cmd.pre_exec(move || {
             // Die with the lead, even when it is killed with SIGKILL.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             // The lead may have died before prctl took effect.
@@ -312,7 +337,11 @@ impl Handler<GetStatus> for Supervisor {
     type Result = ResponseActFuture<Self, Vec<ProcessStatus>>;
 
     fn handle(&mut self, _: GetStatus, _: &mut Context<Self>) -> Self::Result {
-        let links: Vec<(Key, Addr<PeerLink>)> = self.children.iter().map(|(k, c)| (*k, c.link.clone())).collect();
+        let links: Vec<(Key, Addr<PeerLink>)> = self
+            .children
+            .iter()
+            .map(|(k, c)| (*k, c.link.clone()))
+            .collect();
         let dead_after = self.heartbeat_dead_after;
         Box::pin(
             async move {
@@ -335,9 +364,14 @@ impl Handler<GetStatus> for Supervisor {
                             index: k.1,
                             pid: c.pid,
                             address: format!("unix:{}", c.spec.socket.display()),
-                            healthy: c.phase == Phase::Running && connected && heard.is_some_and(|h| h < dead_after),
+                            healthy: c.phase == Phase::Running
+                                && connected
+                                && heard.is_some_and(|h| h < dead_after),
                             restarts: c.restarts,
-                            uptime_s: c.started_at.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0),
+                            uptime_s: c
+                                .started_at
+                                .map(|t| t.elapsed().as_secs_f64())
+                                .unwrap_or(0.0),
                             last_heartbeat_ms: heard.map(|h| h.as_millis() as u64),
                             state: c.phase.as_str().to_string(),
                             reason: c.reason.clone(),
@@ -361,7 +395,14 @@ impl Handler<GetLinks> for Supervisor {
         MessageResult(
             self.children
                 .iter()
-                .map(|(k, c)| (k.0, k.1, format!("unix:{}", c.spec.socket.display()), c.link.clone()))
+                .map(|(k, c)| {
+                    (
+                        k.0,
+                        k.1,
+                        format!("unix:{}", c.spec.socket.display()),
+                        c.link.clone(),
+                    )
+                })
                 .collect(),
         )
     }

@@ -3,6 +3,8 @@
 //! beside a raw socket echo of the same bytes measured in the same run.
 //! Run: `cargo bench -p antler-protocol --bench rpc` (ANTLER_BENCH_N to change the count).
 
+#![allow(clippy::expect_used)]
+
 use std::{
     sync::Arc,
     time::{Duration, Instant},
@@ -13,8 +15,8 @@ use antler_protocol::{
     link::dial,
     messages::{ControlReply, ControlRequest, Reply, Request},
     server::Server,
-    Address, Body, Call, ConnectionConfig, Envelope, Identity, InFlight, RemoteError, Role, Service,
-    TraceContext,
+    Address, Body, Call, ConnectionConfig, Envelope, Identity, InFlight, RemoteError, Role,
+    Service, TraceContext,
 };
 use futures::{future::BoxFuture, stream::FuturesUnordered, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,7 +27,9 @@ impl Service for Echo {
     fn call(&self, request: Request, _: Call) -> BoxFuture<'static, Result<Reply, RemoteError>> {
         Box::pin(async move {
             match request {
-                Request::Control(ControlRequest::Ping { payload }) => Ok(Reply::Control(ControlReply::Pong { payload })),
+                Request::Control(ControlRequest::Ping { payload }) => {
+                    Ok(Reply::Control(ControlReply::Pong { payload }))
+                }
                 _ => Err(RemoteError::Unsupported("bench".into())),
             }
         })
@@ -63,17 +67,24 @@ where
 {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("rt");
         rt.block_on(f(tx));
     });
     rx.recv().expect("peer ready");
 }
 
 async fn raw_echo_server(addr: Address, ready: std::sync::mpsc::Sender<()>) {
-    let listener = antler_protocol::transport::Listener::bind(&addr).await.expect("bind");
+    let listener = antler_protocol::transport::Listener::bind(&addr)
+        .await
+        .expect("bind");
     let _ = ready.send(());
     loop {
-        let Ok((mut r, mut w, _)) = listener.accept().await else { return };
+        let Ok((mut r, mut w, _)) = listener.accept().await else {
+            return;
+        };
         tokio::spawn(async move {
             let mut buf = vec![0u8; 64 * 1024];
             loop {
@@ -110,7 +121,9 @@ struct Figures {
 }
 
 async fn raw_round_trips(addr: &Address, n: usize) -> Figures {
-    let (mut r, mut w) = antler_protocol::transport::connect(addr).await.expect("connect");
+    let (mut r, mut w) = antler_protocol::transport::connect(addr)
+        .await
+        .expect("connect");
     let msg = request_frame();
     let mut back = vec![0u8; msg.len()];
     let mut lat = Vec::with_capacity(n);
@@ -128,15 +141,24 @@ async fn raw_round_trips(addr: &Address, n: usize) -> Figures {
 }
 
 async fn rpc_round_trips(addr: &Address, n: usize) -> Figures {
-    let c = dial(addr, &Identity::new(Role::Lead, "bench", None), ConnectionConfig::default(), None)
-        .await
-        .expect("dial");
+    let c = dial(
+        addr,
+        &Identity::new(Role::Lead, "bench", None),
+        ConnectionConfig::default(),
+        None,
+    )
+    .await
+    .expect("dial");
     let mut lat = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
-        c.request(small_request(), TraceContext::for_run("bench-run"), Duration::from_secs(5))
-            .await
-            .expect("reply");
+        c.request(
+            small_request(),
+            TraceContext::for_run("bench-run"),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("reply");
         lat.push(t.elapsed());
     }
     lat.sort();
@@ -147,7 +169,9 @@ async fn rpc_round_trips(addr: &Address, n: usize) -> Figures {
 }
 
 async fn raw_pipelined(addr: &Address, n: usize) -> f64 {
-    let (mut r, mut w) = antler_protocol::transport::connect(addr).await.expect("connect");
+    let (mut r, mut w) = antler_protocol::transport::connect(addr)
+        .await
+        .expect("connect");
     let msg = request_frame();
     let total = msg.len() * n;
     let t = Instant::now();
@@ -172,9 +196,14 @@ async fn raw_pipelined(addr: &Address, n: usize) -> f64 {
 }
 
 async fn rpc_pipelined(addr: &Address, n: usize, window: usize) -> f64 {
-    let c = dial(addr, &Identity::new(Role::Lead, "bench", None), ConnectionConfig::default(), None)
-        .await
-        .expect("dial");
+    let c = dial(
+        addr,
+        &Identity::new(Role::Lead, "bench", None),
+        ConnectionConfig::default(),
+        None,
+    )
+    .await
+    .expect("dial");
     let t = Instant::now();
     let mut inflight = FuturesUnordered::new();
     let mut issued = 0;
@@ -183,7 +212,12 @@ async fn rpc_pipelined(addr: &Address, n: usize, window: usize) -> f64 {
         while issued < n && inflight.len() < window {
             let c = c.clone();
             inflight.push(async move {
-                c.request(small_request(), TraceContext::default(), Duration::from_secs(30)).await
+                c.request(
+                    small_request(),
+                    TraceContext::default(),
+                    Duration::from_secs(30),
+                )
+                .await
             });
             issued += 1;
         }
@@ -197,12 +231,24 @@ async fn rpc_pipelined(addr: &Address, n: usize, window: usize) -> f64 {
 
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument other than that is ignored.
-    let n: usize = std::env::var("ANTLER_BENCH_N").ok().and_then(|s| s.parse().ok()).unwrap_or(20_000);
+    let n: usize = std::env::var("ANTLER_BENCH_N")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_000);
     let dir = tempfile::tempdir().expect("tmp");
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
 
-    println!("antler-protocol bench: {n} round trips each; small request = {} bytes on the wire", request_frame().len());
-    println!("{:<22} {:>10} {:>10} {:>10} {:>10} {:>8}", "transport", "raw p50", "rpc p50", "raw p99", "rpc p99", "p50 x");
+    println!(
+        "antler-protocol bench: {n} round trips each; small request = {} bytes on the wire",
+        request_frame().len()
+    );
+    println!(
+        "{:<22} {:>10} {:>10} {:>10} {:>10} {:>8}",
+        "transport", "raw p50", "rpc p50", "raw p99", "rpc p99", "p50 x"
+    );
     let unix_raw = Address::Unix(dir.path().join("raw.sock"));
     let unix_rpc = Address::Unix(dir.path().join("rpc.sock"));
     let tcp_raw_port = free_port();
@@ -215,7 +261,10 @@ fn main() {
     for a in [unix_rpc.clone(), tcp_rpc.clone()] {
         spawn_peer(move |ready| rpc_server(a, ready));
     }
-    for (name, raw, rpc) in [("unix socket", &unix_raw, &unix_rpc), ("tcp loopback", &tcp_raw, &tcp_rpc)] {
+    for (name, raw, rpc) in [
+        ("unix socket", &unix_raw, &unix_rpc),
+        ("tcp loopback", &tcp_raw, &tcp_rpc),
+    ] {
         rt.block_on(async {
             // Warm up both paths, then alternate halves so drift on a shared machine hits both.
             raw_round_trips(raw, n / 10).await;
@@ -239,8 +288,14 @@ fn main() {
     }
     let pipelined = n * 10;
     println!();
-    println!("{:<22} {:>14} {:>14} {:>8}", "pipelined (1 conn)", "raw msg/s", "rpc msg/s", "rpc/raw");
-    for (name, raw, rpc) in [("unix socket", &unix_raw, &unix_rpc), ("tcp loopback", &tcp_raw, &tcp_rpc)] {
+    println!(
+        "{:<22} {:>14} {:>14} {:>8}",
+        "pipelined (1 conn)", "raw msg/s", "rpc msg/s", "rpc/raw"
+    );
+    for (name, raw, rpc) in [
+        ("unix socket", &unix_raw, &unix_rpc),
+        ("tcp loopback", &tcp_raw, &tcp_rpc),
+    ] {
         rt.block_on(async {
             rpc_pipelined(rpc, pipelined / 10, 256).await;
             let raw_rate = raw_pipelined(raw, pipelined).await;

@@ -17,8 +17,8 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::{
     codec,
-    frame::{EnvelopeEncoder, WriteError},
     envelope::{Body, Envelope, RemoteError, RequestId, TraceContext},
+    frame::{EnvelopeEncoder, WriteError},
     handshake::{FrameReader, FrameWriter, PeerInfo},
     messages::{Reply, Request},
 };
@@ -367,7 +367,12 @@ impl Connection {
         }
     }
 
-    fn envelope(id: RequestId, request: Request, trace: TraceContext, timeout: Duration) -> Envelope {
+    fn envelope(
+        id: RequestId,
+        request: Request,
+        trace: TraceContext,
+        timeout: Duration,
+    ) -> Envelope {
         Envelope {
             id,
             reply_to: None,
@@ -379,7 +384,12 @@ impl Connection {
 
     /// Sends a request and waits for its reply, at most `timeout`. Dropping the returned
     /// future cancels the request at the peer.
-    pub async fn request(&self, request: Request, trace: TraceContext, timeout: Duration) -> Result<Reply, RpcError> {
+    pub async fn request(
+        &self,
+        request: Request,
+        trace: TraceContext,
+        timeout: Duration,
+    ) -> Result<Reply, RpcError> {
         let deadline = Instant::now() + timeout;
         let (tx, rx) = oneshot::channel();
         let id = self.register(Pending::Unary(tx))?;
@@ -399,7 +409,8 @@ impl Connection {
             Ok(Err(_)) => {
                 guard.armed = false;
                 Err(RpcError::PeerUnavailable(
-                    self.close_reason().unwrap_or_else(|| "connection closed".into()),
+                    self.close_reason()
+                        .unwrap_or_else(|| "connection closed".into()),
                 ))
             }
             Err(_) => Err(RpcError::DeadlineExceeded(timeout)),
@@ -583,7 +594,10 @@ async fn read_loop(
             Some(Ok(f)) => f,
             Some(Err(e)) => {
                 let reason = if e.kind() == std::io::ErrorKind::InvalidData {
-                    format!("bad frame: {e} (limit {} bytes)", shared.config.max_frame_bytes)
+                    format!(
+                        "bad frame: {e} (limit {} bytes)",
+                        shared.config.max_frame_bytes
+                    )
                 } else {
                     format!("read failed: {e}")
                 };
@@ -614,7 +628,12 @@ async fn read_loop(
     }
 }
 
-async fn dispatch(shared: &Arc<Shared>, env: Envelope, service: Option<&Arc<dyn Service>>, in_flight: &Arc<InFlight>) {
+async fn dispatch(
+    shared: &Arc<Shared>,
+    env: Envelope,
+    service: Option<&Arc<dyn Service>>,
+    in_flight: &Arc<InFlight>,
+) {
     match env.body {
         Body::Heartbeat => {}
         Body::GoingAway { reason } => {
@@ -654,7 +673,15 @@ async fn dispatch(shared: &Arc<Shared>, env: Envelope, service: Option<&Arc<dyn 
                 }
             }
         }
-        Body::Request(request) => serve(shared, env.id, env.deadline, env.trace, request, service, in_flight),
+        Body::Request(request) => serve(
+            shared,
+            env.id,
+            env.deadline,
+            env.trace,
+            request,
+            service,
+            in_flight,
+        ),
     }
 }
 
@@ -710,7 +737,8 @@ fn serve(
     // without spawning a task.
     if let Some(result) = (&mut work).now_or_never() {
         drop(guard);
-        if let Err(mpsc::error::TrySendError::Full(env)) = shared.out.try_send(reply(result, trace)) {
+        if let Err(mpsc::error::TrySendError::Full(env)) = shared.out.try_send(reply(result, trace))
+        {
             let out = shared.out.clone();
             tokio::spawn(async move {
                 let _ = out.send(env).await;
@@ -726,10 +754,8 @@ fn serve(
         let _guard = guard;
         let _ = registered_rx.await;
         let result = match deadline {
-            Some(d) => match tokio::time::timeout_at(d.into(), work).await {
-                Ok(r) => Some(r),
-                Err(_) => None, // the requester has given up: send nothing
-            },
+            // Past the deadline the requester has given up: send nothing.
+            Some(d) => tokio::time::timeout_at(d.into(), work).await.ok(),
             None => Some(work.await),
         };
         if let Ok(mut s) = task_shared.serving.lock() {
@@ -763,8 +789,7 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
         if silent > dead_after.as_millis() as u64 {
             let reason = format!(
                 "no heartbeat from {} for {silent} ms ({} missed)",
-                shared.peer.role,
-                shared.config.heartbeat_misses
+                shared.peer.role, shared.config.heartbeat_misses
             );
             tracing::warn!(peer = %shared.peer.address, %reason, "declaring peer dead");
             shared.close(&reason);

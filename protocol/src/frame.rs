@@ -51,7 +51,8 @@ impl<'a> Encoder<&'a Envelope> for EnvelopeEncoder {
         let start = dst.len();
         dst.put_u32(0);
         let mut w = dst.writer();
-        let result = bincode::serde::encode_into_std_write(item, &mut w, bincode::config::standard());
+        let result =
+            bincode::serde::encode_into_std_write(item, &mut w, bincode::config::standard());
         let dst = w.into_inner();
         let size = match result {
             Ok(n) => n,

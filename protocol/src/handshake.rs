@@ -195,7 +195,9 @@ async fn read_frame(r: &mut FrameReader) -> Result<bytes::BytesMut, HandshakeErr
         ))),
         Some(Ok(f)) => Ok(f),
         Some(Err(e)) => Err(HandshakeError::Rejected(format!("bad hello frame: {e}"))),
-        None => Err(HandshakeError::Io("connection closed during handshake".into())),
+        None => Err(HandshakeError::Io(
+            "connection closed during handshake".into(),
+        )),
     }
 }
 
@@ -268,7 +270,11 @@ pub async fn accept(
         let frame = read_frame(r).await?;
         let hello: Hello = match codec::decode(&frame) {
             Ok(h) => h,
-            Err(e) => return Err(HandshakeError::Rejected(format!("hello does not decode: {e}"))),
+            Err(e) => {
+                return Err(HandshakeError::Rejected(format!(
+                    "hello does not decode: {e}"
+                )))
+            }
         };
         let verdict = if hello.magic != MAGIC {
             Err("not an Antler peer (bad magic)".to_string())

@@ -99,7 +99,12 @@ impl HostArgs {
 
 /// What a host does beyond ping and health: its role's requests.
 pub trait RoleHandler: Send + Sync + 'static {
-    fn handle(&self, request: Request, call: Call, health: Health) -> BoxFuture<'static, Result<Reply, RemoteError>>;
+    fn handle(
+        &self,
+        request: Request,
+        call: Call,
+        health: Health,
+    ) -> BoxFuture<'static, Result<Reply, RemoteError>>;
 }
 
 /// The service of a host: answers control requests itself, hands the rest to its role.
@@ -112,7 +117,12 @@ pub struct HostService {
 }
 
 impl HostService {
-    pub fn new(role: Role, node_id: String, in_flight: Arc<InFlight>, handler: Arc<dyn RoleHandler>) -> Self {
+    pub fn new(
+        role: Role,
+        node_id: String,
+        in_flight: Arc<InFlight>,
+        handler: Arc<dyn RoleHandler>,
+    ) -> Self {
         Self {
             role,
             node_id,
@@ -151,7 +161,11 @@ impl Service for HostService {
 }
 
 /// Runs a host until SIGTERM or SIGINT, then drains. Call inside an actix `System`.
-pub async fn serve(role: Role, args: HostArgs, handler: Arc<dyn RoleHandler>) -> Result<(), HostError> {
+pub async fn serve(
+    role: Role,
+    args: HostArgs,
+    handler: Arc<dyn RoleHandler>,
+) -> Result<(), HostError> {
     let token = args.token()?;
     let node_id = args
         .node_id
@@ -160,19 +174,35 @@ pub async fn serve(role: Role, args: HostArgs, handler: Arc<dyn RoleHandler>) ->
     let mut identity = Identity::new(role, node_id.clone(), Some(token));
     identity.capacity = args.capacity;
     let in_flight = Arc::new(InFlight::default());
-    let service = Arc::new(HostService::new(role, node_id.clone(), in_flight.clone(), handler));
-    let server = Server::bind(&args.listen, identity, args.connection_config(), service, in_flight)
-        .await
-        .map_err(|source| HostError::Listen {
-            address: args.listen.clone(),
-            source,
-        })?;
+    let service = Arc::new(HostService::new(
+        role,
+        node_id.clone(),
+        in_flight.clone(),
+        handler,
+    ));
+    let server = Server::bind(
+        &args.listen,
+        identity,
+        args.connection_config(),
+        service,
+        in_flight,
+    )
+    .await
+    .map_err(|source| HostError::Listen {
+        address: args.listen.clone(),
+        source,
+    })?;
     tracing::info!(role = %role, node = %node_id, address = %server.address(), "listening");
-    wait_for_shutdown_signal().await.map_err(HostError::Signals)?;
+    wait_for_shutdown_signal()
+        .await
+        .map_err(HostError::Signals)?;
     tracing::info!(role = %role, in_flight = server.in_flight(), "draining");
     let left = server.drain(Duration::from_secs(args.drain_grace_s)).await;
     if left > 0 {
-        tracing::warn!(left, "grace period over; abandoning requests still in flight");
+        tracing::warn!(
+            left,
+            "grace period over; abandoning requests still in flight"
+        );
     }
     tracing::info!(role = %role, "stopped");
     Ok(())

@@ -222,7 +222,9 @@ impl Handler<Call> for PeerLink {
 
     fn handle(&mut self, msg: Call, _: &mut Context<Self>) -> Self::Result {
         match self.conn.clone().filter(|c| !c.is_closed()) {
-            Some(conn) => Box::pin(async move { conn.request(msg.request, msg.trace, msg.timeout).await }),
+            Some(conn) => {
+                Box::pin(async move { conn.request(msg.request, msg.trace, msg.timeout).await })
+            }
             None => {
                 let reason = self
                     .last_error

@@ -42,7 +42,10 @@ impl RuntimeDir {
     /// owned by another user is refused; one with wider permissions is narrowed to 0700.
     pub fn open(root: impl Into<PathBuf>) -> io::Result<RuntimeDir> {
         let root = root.into();
-        fs::DirBuilder::new().recursive(true).mode(0o700).create(&root)?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&root)?;
         let meta = fs::metadata(&root)?;
         // SAFETY: getuid has no preconditions and cannot fail.
         let uid = unsafe { libc::getuid() };
@@ -82,7 +85,10 @@ impl RuntimeDir {
     pub fn log(&self, role: Role, index: u32) -> PathBuf {
         match role {
             Role::Subagent => self.root.join("logs").join(format!("subagent-{index}.log")),
-            other => self.root.join("logs").join(format!("{}.log", other.as_str())),
+            other => self
+                .root
+                .join("logs")
+                .join(format!("{}.log", other.as_str())),
         }
     }
 

@@ -35,8 +35,13 @@ impl FromStr for Address {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if let Some(rest) = s.strip_prefix("tcp:") {
-            if rest.rsplit_once(':').is_none_or(|(_, p)| p.parse::<u16>().is_err()) {
-                return Err(format!("`{s}` is not a TCP address: expected tcp:HOST:PORT"));
+            if rest
+                .rsplit_once(':')
+                .is_none_or(|(_, p)| p.parse::<u16>().is_err())
+            {
+                return Err(format!(
+                    "`{s}` is not a TCP address: expected tcp:HOST:PORT"
+                ));
             }
             return Ok(Address::Tcp(rest.to_string()));
         }
@@ -143,7 +148,10 @@ mod tests {
             "unix:/tmp/a.sock".parse::<Address>(),
             Ok(Address::Unix("/tmp/a.sock".into()))
         );
-        assert_eq!("/tmp/a.sock".parse::<Address>(), Ok(Address::Unix("/tmp/a.sock".into())));
+        assert_eq!(
+            "/tmp/a.sock".parse::<Address>(),
+            Ok(Address::Unix("/tmp/a.sock".into()))
+        );
         assert_eq!(
             "tcp:127.0.0.1:80".parse::<Address>(),
             Ok(Address::Tcp("127.0.0.1:80".into()))

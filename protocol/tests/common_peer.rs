@@ -2,7 +2,7 @@
 //! whose behaviour is chosen by the ping payload (slow, stream, big), shared by the
 //! protocol's own tests.
 
-#![allow(dead_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use std::{
     path::PathBuf,
@@ -42,7 +42,9 @@ struct DropProbe {
 impl Drop for DropProbe {
     fn drop(&mut self) {
         if !self.done {
-            self.counters.dropped_unfinished.fetch_add(1, Ordering::SeqCst);
+            self.counters
+                .dropped_unfinished
+                .fetch_add(1, Ordering::SeqCst);
         }
     }
 }

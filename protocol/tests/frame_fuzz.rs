@@ -2,6 +2,8 @@
 //! (property tests), and random byte streams sent after a good handshake to a live server,
 //! which closes that connection and keeps serving its other peers.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common_peer;
 
 use std::time::Duration;
@@ -82,15 +84,23 @@ fn valid_envelopes_round_trip() {
 async fn handshaken(peer: &Peer) -> (handshake::FrameReader, handshake::FrameWriter) {
     let (r, w) = transport::connect(&peer.address).await.unwrap();
     let (mut fr, mut fw) = handshake::framed(r, w, 1 << 20);
-    handshake::connect(&mut fr, &mut fw, &Identity::new(Role::Lead, "raw", Some(TOKEN.into())), "raw")
-        .await
-        .unwrap();
+    handshake::connect(
+        &mut fr,
+        &mut fw,
+        &Identity::new(Role::Lead, "raw", Some(TOKEN.into())),
+        "raw",
+    )
+    .await
+    .unwrap();
     (fr, fw)
 }
 
 #[test]
 fn random_streams_after_the_handshake_close_only_that_connection() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let peer = start_peer(ConnectionConfig {
             max_frame_bytes: 64 * 1024,
@@ -112,7 +122,13 @@ fn random_streams_after_the_handshake_close_only_that_connection() {
             raw.write_all(&frame::frame_bytes(&garbage)).await.unwrap();
             raw.flush().await.unwrap();
             drop(fr);
-            let r = good.request(ping(b"still here"), TraceContext::default(), Duration::from_secs(5)).await;
+            let r = good
+                .request(
+                    ping(b"still here"),
+                    TraceContext::default(),
+                    Duration::from_secs(5),
+                )
+                .await;
             assert_eq!(r.unwrap(), pong(b"still here"));
         }
     });
@@ -140,12 +156,16 @@ async fn garbage_oversize_and_wrong_version_are_disconnected() {
 
     // Garbage instead of a hello.
     let mut s = tokio::net::UnixStream::connect(&path).await.unwrap();
-    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
     expect_closed(s).await;
 
     // A frame announcing 4 GiB.
     let mut s = tokio::net::UnixStream::connect(&path).await.unwrap();
-    s.write_all(&[0xff, 0xff, 0xff, 0xf0, 1, 2, 3]).await.unwrap();
+    s.write_all(&[0xff, 0xff, 0xff, 0xf0, 1, 2, 3])
+        .await
+        .unwrap();
     expect_closed(s).await;
 
     // A hello with versions this server does not speak: refused with a reason.
@@ -153,7 +173,9 @@ async fn garbage_oversize_and_wrong_version_are_disconnected() {
     let (mut fr, mut fw) = handshake::framed(r, w, 1 << 20);
     let mut future_me = Identity::new(Role::Lead, "future", Some(TOKEN.into()));
     future_me.versions = (90, 99);
-    let err = handshake::connect(&mut fr, &mut fw, &future_me, "x").await.unwrap_err();
+    let err = handshake::connect(&mut fr, &mut fw, &future_me, "x")
+        .await
+        .unwrap_err();
     assert!(
         matches!(&err, handshake::HandshakeError::Refused(r) if r.contains("version mismatch")),
         "{err:?}"
@@ -162,10 +184,18 @@ async fn garbage_oversize_and_wrong_version_are_disconnected() {
     // A wrong token: refused.
     let (r, w) = transport::connect(&peer.address).await.unwrap();
     let (mut fr, mut fw) = handshake::framed(r, w, 1 << 20);
-    let err = handshake::connect(&mut fr, &mut fw, &Identity::new(Role::Lead, "x", Some("nope".into())), "x")
-        .await
-        .unwrap_err();
-    assert_eq!(err, handshake::HandshakeError::Refused("cluster token mismatch".into()));
+    let err = handshake::connect(
+        &mut fr,
+        &mut fw,
+        &Identity::new(Role::Lead, "x", Some("nope".into())),
+        "x",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err,
+        handshake::HandshakeError::Refused("cluster token mismatch".into())
+    );
 
     // An oversize frame after a good handshake closes that connection.
     let (mut fr, mut fw) = handshaken(&peer).await;
@@ -185,6 +215,12 @@ async fn garbage_oversize_and_wrong_version_are_disconnected() {
     assert_eq!(next, Ok(true));
 
     // The well-behaved peer was never affected.
-    let r = good.request(ping(b"fine"), TraceContext::default(), Duration::from_secs(5)).await;
+    let r = good
+        .request(
+            ping(b"fine"),
+            TraceContext::default(),
+            Duration::from_secs(5),
+        )
+        .await;
     assert_eq!(r.unwrap(), pong(b"fine"));
 }

@@ -2,9 +2,14 @@
 //! deadlines, cancellation reaching the server, remote errors, frame limits, and peers
 //! that vanish mid-request.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common_peer;
 
-use std::{sync::atomic::Ordering, time::{Duration, Instant}};
+use std::{
+    sync::atomic::Ordering,
+    time::{Duration, Instant},
+};
 
 use antler_protocol::{ConnectionConfig, RemoteError, RpcError, TraceContext};
 use common_peer::*;
@@ -21,7 +26,9 @@ async fn concurrent_requests_get_their_own_replies() {
         let c = c.clone();
         async move {
             let body = format!("n{i}");
-            let r = c.request(ping(body.as_bytes()), t(), Duration::from_secs(10)).await;
+            let r = c
+                .request(ping(body.as_bytes()), t(), Duration::from_secs(10))
+                .await;
             (body, r)
         }
     });
@@ -34,7 +41,10 @@ async fn concurrent_requests_get_their_own_replies() {
 async fn streamed_replies_arrive_in_order_then_the_final_reply() {
     let peer = start_peer(ConnectionConfig::default()).await;
     let c = client(&peer, ConnectionConfig::default()).await;
-    let mut s = c.request_stream(ping(b"stream:200"), t(), Duration::from_secs(10)).await.unwrap();
+    let mut s = c
+        .request_stream(ping(b"stream:200"), t(), Duration::from_secs(10))
+        .await
+        .unwrap();
     let mut items = Vec::new();
     while let Some(item) = s.next().await {
         items.push(item.unwrap());
@@ -50,10 +60,19 @@ async fn a_slow_reply_fails_with_deadline_exceeded_and_the_server_stops_the_work
     let peer = start_peer(ConnectionConfig::default()).await;
     let c = client(&peer, ConnectionConfig::default()).await;
     let started = Instant::now();
-    let r = c.request(ping(b"sleep:5000"), t(), Duration::from_millis(200)).await;
-    assert_eq!(r, Err(RpcError::DeadlineExceeded(Duration::from_millis(200))));
+    let r = c
+        .request(ping(b"sleep:5000"), t(), Duration::from_millis(200))
+        .await;
+    assert_eq!(
+        r,
+        Err(RpcError::DeadlineExceeded(Duration::from_millis(200)))
+    );
     assert!(started.elapsed() >= Duration::from_millis(200));
-    assert!(started.elapsed() < Duration::from_secs(4), "waited {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "waited {:?}",
+        started.elapsed()
+    );
     // The server learns of the deadline and of the cancel: the handler is dropped unfinished.
     let until = Instant::now() + Duration::from_secs(3);
     while peer.counters.dropped_unfinished.load(Ordering::SeqCst) == 0 && Instant::now() < until {
@@ -62,7 +81,12 @@ async fn a_slow_reply_fails_with_deadline_exceeded_and_the_server_stops_the_work
     assert_eq!(peer.counters.dropped_unfinished.load(Ordering::SeqCst), 1);
     assert_eq!(peer.counters.finished.load(Ordering::SeqCst), 0);
     // The connection is still good.
-    assert_eq!(c.request(ping(b"x"), t(), Duration::from_secs(5)).await.unwrap(), pong(b"x"));
+    assert_eq!(
+        c.request(ping(b"x"), t(), Duration::from_secs(5))
+            .await
+            .unwrap(),
+        pong(b"x")
+    );
 }
 
 #[tokio::test]
@@ -83,7 +107,12 @@ async fn remote_errors_are_typed() {
     let peer = start_peer(ConnectionConfig::default()).await;
     let c = client(&peer, ConnectionConfig::default()).await;
     let r = c.request(ping(b"fail"), t(), Duration::from_secs(5)).await;
-    assert_eq!(r, Err(RpcError::Remote(RemoteError::Failed("asked to fail".into()))));
+    assert_eq!(
+        r,
+        Err(RpcError::Remote(RemoteError::Failed(
+            "asked to fail".into()
+        )))
+    );
 }
 
 #[tokio::test]
@@ -94,15 +123,27 @@ async fn an_oversize_request_is_refused_before_sending_and_the_connection_surviv
     };
     let peer = start_peer(small.clone()).await;
     let c = client(&peer, small).await;
-    let r = c.request(ping(&vec![1u8; 100_000]), t(), Duration::from_secs(5)).await;
-    assert!(matches!(r, Err(RpcError::TooLarge { max: 65536, .. })), "{r:?}");
+    let r = c
+        .request(ping(&vec![1u8; 100_000]), t(), Duration::from_secs(5))
+        .await;
+    assert!(
+        matches!(r, Err(RpcError::TooLarge { max: 65536, .. })),
+        "{r:?}"
+    );
     // A reply over the limit is turned into an error reply by the server.
-    let r = c.request(ping(b"big:100000"), t(), Duration::from_secs(5)).await;
+    let r = c
+        .request(ping(b"big:100000"), t(), Duration::from_secs(5))
+        .await;
     assert!(
         matches!(&r, Err(RpcError::Remote(RemoteError::Failed(m))) if m.contains("frame limit")),
         "{r:?}"
     );
-    assert_eq!(c.request(ping(b"ok"), t(), Duration::from_secs(5)).await.unwrap(), pong(b"ok"));
+    assert_eq!(
+        c.request(ping(b"ok"), t(), Duration::from_secs(5))
+            .await
+            .unwrap(),
+        pong(b"ok")
+    );
 }
 
 #[tokio::test]
@@ -110,7 +151,10 @@ async fn requests_in_flight_fail_at_once_when_the_peer_goes_away() {
     let peer = start_peer(ConnectionConfig::default()).await;
     let c = client(&peer, ConnectionConfig::default()).await;
     let c2 = c.clone();
-    let pending = tokio::spawn(async move { c2.request(ping(b"sleep:20000"), t(), Duration::from_secs(30)).await });
+    let pending = tokio::spawn(async move {
+        c2.request(ping(b"sleep:20000"), t(), Duration::from_secs(30))
+            .await
+    });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = Instant::now();
     // Drain with no grace: the server closes every connection.
@@ -127,7 +171,10 @@ async fn drain_lets_requests_in_flight_finish_and_refuses_new_ones() {
     let peer = start_peer(ConnectionConfig::default()).await;
     let c = client(&peer, ConnectionConfig::default()).await;
     let c2 = c.clone();
-    let slow = tokio::spawn(async move { c2.request(ping(b"sleep:300"), t(), Duration::from_secs(10)).await });
+    let slow = tokio::spawn(async move {
+        c2.request(ping(b"sleep:300"), t(), Duration::from_secs(10))
+            .await
+    });
     tokio::time::sleep(Duration::from_millis(50)).await;
     let server = &peer.server;
     let drain = server.drain(Duration::from_secs(5));
@@ -152,8 +199,11 @@ async fn a_full_outgoing_queue_slows_the_sender_then_reports_overloaded() {
     let holder = tokio::spawn(async move {
         let (s, _) = listener.accept().await.unwrap();
         let (r, w) = s.into_split();
-        let (mut fr, mut fw) = antler_protocol::handshake::framed(Box::new(r), Box::new(w), 1 << 20);
-        antler_protocol::handshake::accept(&mut fr, &mut fw, &me, "stuck").await.unwrap();
+        let (mut fr, mut fw) =
+            antler_protocol::handshake::framed(Box::new(r), Box::new(w), 1 << 20);
+        antler_protocol::handshake::accept(&mut fr, &mut fw, &me, "stuck")
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_secs(60)).await;
         drop((fr, fw));
     });
@@ -197,8 +247,11 @@ async fn a_silent_peer_is_declared_dead_after_missed_heartbeats() {
     let holder = tokio::spawn(async move {
         let (s, _) = listener.accept().await.unwrap();
         let (r, w) = s.into_split();
-        let (mut fr, mut fw) = antler_protocol::handshake::framed(Box::new(r), Box::new(w), 1 << 20);
-        antler_protocol::handshake::accept(&mut fr, &mut fw, &me, "silent").await.unwrap();
+        let (mut fr, mut fw) =
+            antler_protocol::handshake::framed(Box::new(r), Box::new(w), 1 << 20);
+        antler_protocol::handshake::accept(&mut fr, &mut fw, &me, "silent")
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_secs(60)).await;
         drop((fr, fw));
     });
@@ -216,9 +269,13 @@ async fn a_silent_peer_is_declared_dead_after_missed_heartbeats() {
     .await
     .unwrap();
     let pending = c.request(ping(b"x"), t(), Duration::from_secs(30));
-    let r = tokio::time::timeout(Duration::from_secs(10), pending).await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(10), pending)
+        .await
+        .unwrap();
     match r {
-        Err(RpcError::PeerUnavailable(reason)) => assert!(reason.contains("no heartbeat"), "{reason}"),
+        Err(RpcError::PeerUnavailable(reason)) => {
+            assert!(reason.contains("no heartbeat"), "{reason}")
+        }
         other => panic!("unexpected {other:?}"),
     }
     holder.abort();

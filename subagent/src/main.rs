@@ -12,7 +12,11 @@ use antler_protocol::{
 use clap::Parser;
 
 #[derive(Debug, Parser)]
-#[command(name = "antler-subagent", version, about = "a subagent worker process that runs delegated task graphs.")]
+#[command(
+    name = "antler-subagent",
+    version,
+    about = "a subagent worker process that runs delegated task graphs."
+)]
 struct Cli {
     #[command(flatten)]
     host: HostArgs,

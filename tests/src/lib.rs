@@ -2,6 +2,9 @@
 //! a local cluster with `antler up` in a private runtime directory, reading `antler status
 //! --json`, and checking processes. Every suite drives the real binaries.
 
+// Test support: a failure to set up is a test failure, so panicking is the right report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
@@ -22,7 +25,12 @@ pub fn bin_dir() -> PathBuf {
         .and_then(Path::parent)
         .expect("target directory")
         .to_path_buf();
-    for b in ["antler", "antler-mcp-host", "antler-sandbox-host", "antler-subagent"] {
+    for b in [
+        "antler",
+        "antler-mcp-host",
+        "antler-sandbox-host",
+        "antler-subagent",
+    ] {
         assert!(
             dir.join(b).exists(),
             "{} is missing: run the tests with `cargo test --workspace`, which builds every binary",
@@ -53,7 +61,9 @@ pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             // The state follows the parenthesised command name.
-            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next());
             !matches!(state, Some('Z') | Some('X') | None)
         }
         Err(_) => false,
@@ -102,7 +112,10 @@ impl Cluster {
 
     /// Like [`Cluster::up`], with extra environment variables for the lead.
     pub fn up_with(workers: u32, env: &[(&str, &str)]) -> Cluster {
-        let dir = tempfile::Builder::new().prefix("antler-t").tempdir_in("/tmp").expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("antler-t")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
         let mut cmd = Command::new(bin("antler"));
         cmd.arg("--runtime-dir")
             .arg(dir.path().join("run"))
@@ -119,9 +132,14 @@ impl Cluster {
         if env.is_empty() {
             let ok = wait_for(Duration::from_secs(20), || {
                 let st = c.status()?;
-                (st.len() == 3 + workers as usize && st.iter().all(|p| p["healthy"] == true)).then_some(())
+                (st.len() == 3 + workers as usize && st.iter().all(|p| p["healthy"] == true))
+                    .then_some(())
             });
-            assert!(ok.is_some(), "cluster did not become healthy: {:?}", c.status());
+            assert!(
+                ok.is_some(),
+                "cluster did not become healthy: {:?}",
+                c.status()
+            );
         }
         c
     }
@@ -136,7 +154,10 @@ impl Cluster {
         if !out.status.success() {
             return None;
         }
-        serde_json::from_slice::<Value>(&out.stdout).ok()?.as_array().cloned()
+        serde_json::from_slice::<Value>(&out.stdout)
+            .ok()?
+            .as_array()
+            .cloned()
     }
 
     /// The status entry of one process (role and worker index).
@@ -184,7 +205,10 @@ pub struct Host {
 impl Host {
     /// Starts `binary` (e.g. `antler-mcp-host`) and waits for its socket.
     pub fn start(binary: &str) -> Host {
-        let dir = tempfile::Builder::new().prefix("antler-h").tempdir_in("/tmp").expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("antler-h")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
         let token = "host-test-token".to_string();
         let token_file = dir.path().join("token");
         std::fs::write(&token_file, &token).expect("token");
@@ -215,7 +239,11 @@ impl Host {
     }
 
     pub fn identity(&self) -> antler_protocol::Identity {
-        antler_protocol::Identity::new(antler_protocol::Role::Lead, "test-lead", Some(self.token.clone()))
+        antler_protocol::Identity::new(
+            antler_protocol::Role::Lead,
+            "test-lead",
+            Some(self.token.clone()),
+        )
     }
 }
 

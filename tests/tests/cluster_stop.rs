@@ -2,6 +2,8 @@
 //! SIGKILL of the lead takes its children with it (they die with their parent), and a
 //! command run with no cluster up starts an ephemeral one and cleans it away.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::Duration;
 
 use antler_tests::{alive, antler, exists, signal, wait_for, Cluster};
@@ -12,7 +14,8 @@ fn sigterm_stops_every_child_and_reaps_it() {
     let pids = c.child_pids();
     assert_eq!(pids.len(), 4);
     signal(c.lead.id(), libc::SIGTERM);
-    let status = wait_for(Duration::from_secs(15), || c.lead.try_wait().ok().flatten()).expect("lead exits");
+    let status =
+        wait_for(Duration::from_secs(15), || c.lead.try_wait().ok().flatten()).expect("lead exits");
     assert!(status.success(), "{status:?}");
     for pid in pids {
         assert!(!exists(pid), "child {pid} left behind");
@@ -29,16 +32,29 @@ fn sigkill_of_the_lead_takes_the_children_with_it() {
     assert_eq!(pids.len(), 3);
     signal(c.lead.id(), libc::SIGKILL);
     let _ = c.lead.wait();
-    let gone = wait_for(Duration::from_secs(5), || pids.iter().all(|p| !alive(*p)).then_some(()));
-    assert!(gone.is_some(), "children still alive: {:?}", pids.iter().filter(|p| alive(**p)).collect::<Vec<_>>());
+    let gone = wait_for(Duration::from_secs(5), || {
+        pids.iter().all(|p| !alive(*p)).then_some(())
+    });
+    assert!(
+        gone.is_some(),
+        "children still alive: {:?}",
+        pids.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+    );
 }
 
 #[test]
 fn a_command_without_a_cluster_runs_on_an_ephemeral_one() {
-    let dir = tempfile::Builder::new().prefix("antler-e").tempdir_in("/tmp").expect("tmp");
+    let dir = tempfile::Builder::new()
+        .prefix("antler-e")
+        .tempdir_in("/tmp")
+        .expect("tmp");
     let rd = dir.path().join("run");
     let out = antler(&rd, &["ping", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let pings: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let pings = pings.as_array().expect("array");
     assert_eq!(pings.len(), 4, "mcp-host, sandbox-host and two workers");

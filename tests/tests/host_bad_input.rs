@@ -1,6 +1,8 @@
 //! A real host process given garbage, an oversize frame, a wrong protocol version or a
 //! wrong token on its socket disconnects that peer, logs why, and keeps serving the others.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::Duration;
 
 use antler_protocol::{
@@ -13,7 +15,9 @@ use antler_tests::Host;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn ping(p: &[u8]) -> Request {
-    Request::Control(ControlRequest::Ping { payload: p.to_vec() })
+    Request::Control(ControlRequest::Ping {
+        payload: p.to_vec(),
+    })
 }
 
 async fn closed_by_peer(mut s: tokio::net::UnixStream) -> bool {
@@ -34,27 +38,46 @@ async fn closed_by_peer(mut s: tokio::net::UnixStream) -> bool {
 async fn bad_peers_are_disconnected_and_the_host_keeps_serving() {
     for binary in ["antler-mcp-host", "antler-sandbox-host", "antler-subagent"] {
         let mut host = Host::start(binary);
-        let good = dial(&host.address(), &host.identity(), ConnectionConfig::default(), None)
-            .await
-            .expect("good peer connects");
+        let good = dial(
+            &host.address(),
+            &host.identity(),
+            ConnectionConfig::default(),
+            None,
+        )
+        .await
+        .expect("good peer connects");
         let check = |label: &'static str| {
             let good = good.clone();
             async move {
-                let r = good.request(ping(label.as_bytes()), TraceContext::new_root(), Duration::from_secs(5)).await;
+                let r = good
+                    .request(
+                        ping(label.as_bytes()),
+                        TraceContext::new_root(),
+                        Duration::from_secs(5),
+                    )
+                    .await;
                 assert_eq!(
                     r,
-                    Ok(Reply::Control(ControlReply::Pong { payload: label.as_bytes().to_vec() })),
+                    Ok(Reply::Control(ControlReply::Pong {
+                        payload: label.as_bytes().to_vec()
+                    })),
                     "{binary} after {label}"
                 );
             }
         };
 
-        let mut s = tokio::net::UnixStream::connect(&host.socket).await.expect("connect");
-        s.write_all(b"\x00\x00\x00\x05hello, this is not antler").await.expect("write");
+        let mut s = tokio::net::UnixStream::connect(&host.socket)
+            .await
+            .expect("connect");
+        s.write_all(b"\x00\x00\x00\x05hello, this is not antler")
+            .await
+            .expect("write");
         assert!(closed_by_peer(s).await, "{binary}: garbage");
         check("garbage").await;
 
-        let mut s = tokio::net::UnixStream::connect(&host.socket).await.expect("connect");
+        let mut s = tokio::net::UnixStream::connect(&host.socket)
+            .await
+            .expect("connect");
         s.write_all(&[0x7f, 0xff, 0xff, 0xff]).await.expect("write");
         assert!(closed_by_peer(s).await, "{binary}: oversize hello");
         check("oversize").await;
@@ -62,9 +85,13 @@ async fn bad_peers_are_disconnected_and_the_host_keeps_serving() {
         // After a good handshake, a frame over the 16 MiB limit closes the connection.
         let (r, w) = transport::connect(&host.address()).await.expect("connect");
         let (mut fr, mut fw) = handshake::framed(r, w, 1 << 20);
-        handshake::connect(&mut fr, &mut fw, &host.identity(), "raw").await.expect("handshake");
+        handshake::connect(&mut fr, &mut fw, &host.identity(), "raw")
+            .await
+            .expect("handshake");
         let raw = fw.get_mut();
-        raw.write_all(&(17u32 << 20).to_be_bytes()).await.expect("write");
+        raw.write_all(&(17u32 << 20).to_be_bytes())
+            .await
+            .expect("write");
         raw.write_all(&[0u8; 4096]).await.expect("write");
         use futures::StreamExt;
         let closed = tokio::time::timeout(Duration::from_secs(5), async {
@@ -82,8 +109,13 @@ async fn bad_peers_are_disconnected_and_the_host_keeps_serving() {
         // A frame of random bytes after a good handshake.
         let (r, w) = transport::connect(&host.address()).await.expect("connect");
         let (mut fr, mut fw) = handshake::framed(r, w, 1 << 20);
-        handshake::connect(&mut fr, &mut fw, &host.identity(), "raw").await.expect("handshake");
-        fw.get_mut().write_all(&frame::frame_bytes(&[0xde, 0xad, 0xbe, 0xef, 0xff, 0xff])).await.expect("write");
+        handshake::connect(&mut fr, &mut fw, &host.identity(), "raw")
+            .await
+            .expect("handshake");
+        fw.get_mut()
+            .write_all(&frame::frame_bytes(&[0xde, 0xad, 0xbe, 0xef, 0xff, 0xff]))
+            .await
+            .expect("write");
         let closed = tokio::time::timeout(Duration::from_secs(5), async {
             loop {
                 match fr.next().await {
@@ -98,17 +130,24 @@ async fn bad_peers_are_disconnected_and_the_host_keeps_serving() {
 
         let mut future = host.identity();
         future.versions = (7, 9);
-        let e = dial(&host.address(), &future, ConnectionConfig::default(), None).await.unwrap_err();
+        let e = dial(&host.address(), &future, ConnectionConfig::default(), None)
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("protocol version mismatch"), "{e}");
         check("version").await;
 
         let wrong = Identity::new(Role::Lead, "intruder", Some("wrong".into()));
-        let e = dial(&host.address(), &wrong, ConnectionConfig::default(), None).await.unwrap_err();
+        let e = dial(&host.address(), &wrong, ConnectionConfig::default(), None)
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("cluster token mismatch"), "{e}");
         check("token").await;
 
         // The process is still the same one: it never crashed.
-        assert!(host.child.try_wait().expect("wait").is_none(), "{binary} exited");
+        assert!(
+            host.child.try_wait().expect("wait").is_none(),
+            "{binary} exited"
+        );
         // And it logged why it refused each peer.
         let _ = host.child.kill();
         let mut log = String::new();
@@ -116,7 +155,13 @@ async fn bad_peers_are_disconnected_and_the_host_keeps_serving() {
             use std::io::Read;
             let _ = e.read_to_string(&mut log);
         }
-        assert!(log.contains("cluster token mismatch"), "{binary} log: {log}");
-        assert!(log.contains("does not decode") || log.contains("bad frame"), "{binary} log: {log}");
+        assert!(
+            log.contains("cluster token mismatch"),
+            "{binary} log: {log}"
+        );
+        assert!(
+            log.contains("does not decode") || log.contains("bad frame"),
+            "{binary} log: {log}"
+        );
     }
 }

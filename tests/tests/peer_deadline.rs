@@ -2,6 +2,8 @@
 //! `DeadlineExceeded` at its deadline, not later and never hanging; after SIGCONT the same
 //! connection answers again. A peer that stays silent past 3 heartbeats is declared dead.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::{Duration, Instant};
 
 use antler_protocol::{
@@ -12,29 +14,51 @@ use antler_protocol::{
 use antler_tests::{signal, Host};
 
 fn ping() -> Request {
-    Request::Control(ControlRequest::Ping { payload: b"p".to_vec() })
+    Request::Control(ControlRequest::Ping {
+        payload: b"p".to_vec(),
+    })
 }
 
 #[tokio::test]
 async fn a_frozen_peer_fails_requests_at_their_deadline() {
     let host = Host::start("antler-sandbox-host");
-    let conn = dial(&host.address(), &host.identity(), ConnectionConfig::default(), None)
+    let conn = dial(
+        &host.address(),
+        &host.identity(),
+        ConnectionConfig::default(),
+        None,
+    )
+    .await
+    .expect("connect");
+    assert!(conn
+        .request(ping(), TraceContext::new_root(), Duration::from_secs(5))
         .await
-        .expect("connect");
-    assert!(conn.request(ping(), TraceContext::new_root(), Duration::from_secs(5)).await.is_ok());
+        .is_ok());
 
     signal(host.child.id(), libc::SIGSTOP);
     let deadline = Duration::from_millis(400);
     let started = Instant::now();
-    let r = conn.request(ping(), TraceContext::new_root(), deadline).await;
+    let r = conn
+        .request(ping(), TraceContext::new_root(), deadline)
+        .await;
     let took = started.elapsed();
     signal(host.child.id(), libc::SIGCONT);
     assert_eq!(r, Err(RpcError::DeadlineExceeded(deadline)));
     assert!(took >= deadline, "failed early: {took:?}");
-    assert!(took < deadline + Duration::from_secs(2), "failed late: {took:?}");
+    assert!(
+        took < deadline + Duration::from_secs(2),
+        "failed late: {took:?}"
+    );
 
-    let r = conn.request(ping(), TraceContext::new_root(), Duration::from_secs(5)).await;
-    assert_eq!(r, Ok(Reply::Control(ControlReply::Pong { payload: b"p".to_vec() })));
+    let r = conn
+        .request(ping(), TraceContext::new_root(), Duration::from_secs(5))
+        .await;
+    assert_eq!(
+        r,
+        Ok(Reply::Control(ControlReply::Pong {
+            payload: b"p".to_vec()
+        }))
+    );
 }
 
 #[tokio::test]
@@ -44,12 +68,16 @@ async fn a_peer_frozen_past_three_heartbeats_is_declared_dead() {
         heartbeat_interval: Duration::from_millis(100),
         ..ConnectionConfig::default()
     };
-    let conn = dial(&host.address(), &host.identity(), cfg, None).await.expect("connect");
+    let conn = dial(&host.address(), &host.identity(), cfg, None)
+        .await
+        .expect("connect");
     signal(host.child.id(), libc::SIGSTOP);
     let reason = tokio::time::timeout(Duration::from_secs(10), conn.closed()).await;
     signal(host.child.id(), libc::SIGCONT);
     let reason = reason.expect("declared dead within 10 s");
     assert!(reason.contains("no heartbeat"), "{reason}");
-    let r = conn.request(ping(), TraceContext::new_root(), Duration::from_secs(1)).await;
+    let r = conn
+        .request(ping(), TraceContext::new_root(), Duration::from_secs(1))
+        .await;
     assert!(matches!(r, Err(RpcError::PeerUnavailable(_))), "{r:?}");
 }

@@ -68,7 +68,11 @@ pub fn run(ctx: &Ctx, command: ClusterCommand) -> anyhow::Result<ExitCode> {
                 Some(r) => Some(
                     Role::parse(r)
                         .filter(|r| matches!(r, Role::McpHost | Role::SandboxHost | Role::Subagent))
-                        .ok_or_else(|| anyhow!("unknown role `{r}`: expected mcp-host, sandbox-host or subagent"))?,
+                        .ok_or_else(|| {
+                            anyhow!(
+                                "unknown role `{r}`: expected mcp-host, sandbox-host or subagent"
+                            )
+                        })?,
                 ),
             };
             let spec = cluster_spec(runtime_dir, None, None)?;
@@ -107,7 +111,10 @@ async fn status(runtime_dir: PathBuf, json: bool) -> anyhow::Result<ExitCode> {
             if json {
                 println!("[]");
             } else {
-                println!("no cluster is running in {} (start one with `antler up`)", dir.display());
+                println!(
+                    "no cluster is running in {} (start one with `antler up`)",
+                    dir.display()
+                );
             }
             return Ok(ExitCode::from(1));
         }
@@ -169,7 +176,10 @@ fn down(runtime_dir: PathBuf) -> anyhow::Result<ExitCode> {
         .context("the pid file is damaged")?;
     // SAFETY: kill has no memory-safety preconditions.
     if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
-        bail!("cannot signal the lead (pid {pid}): {}", std::io::Error::last_os_error());
+        bail!(
+            "cannot signal the lead (pid {pid}): {}",
+            std::io::Error::last_os_error()
+        );
     }
     println!("antler: asked the lead (pid {pid}) to stop");
     Ok(ExitCode::SUCCESS)
