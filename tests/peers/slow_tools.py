@@ -4,7 +4,7 @@ import sys
 import time
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("antler-slow-tools")
@@ -34,6 +34,18 @@ def pid() -> str:
     """The server's process id and start time."""
     import os
     return f"{os.getpid()} {time.time()}"
+
+
+@server.tool()
+async def grow(name: str, ctx: Context) -> str:
+    """Add a tool called `name` and announce it with notifications/tools/list_changed."""
+
+    def added() -> str:
+        return f"I am {name}"
+
+    server.add_tool(added, name=name, description=f"added at run time as {name}")
+    await ctx.session.send_tool_list_changed()
+    return f"added {name}"
 
 
 if __name__ == "__main__":
