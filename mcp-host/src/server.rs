@@ -99,8 +99,9 @@ struct Shared {
     changes: broadcast::Sender<ToolsChanged>,
     token: Option<Arc<TokenActor>>,
     options: OpenOptions,
-    /// Ask the actor to reopen its session (after a 401).
-    reopen: mpsc::UnboundedSender<()>,
+    /// Ask the actor to reopen its session if it still uses this `Authorization` (a 401,
+    /// or a token refreshed since the session opened).
+    reopen: mpsc::UnboundedSender<Option<String>>,
 }
 
 /// A handle on one server actor. Dropping handles does not stop it: `stop` does.
@@ -208,11 +209,24 @@ impl ServerHandle {
             .map_or(deadline, |t| t.min(deadline));
         let started = tokio::time::Instant::now();
         let mut retried_auth = false;
+        let mut refreshes = 0;
         loop {
             let live = match self.live_session(timeout.saturating_sub(started.elapsed())).await {
                 Ok(l) => l,
                 Err(e) => return McpCallResult::error(e),
             };
+            if let Some(token) = &s.token {
+                // A token refreshed since the session opened: reopen with it first.
+                match token.authorization().await {
+                    Ok(current) if live.authorization.as_deref() != Some(current.as_str()) && refreshes < 2 => {
+                        refreshes += 1;
+                        self.reopen_and_wait(&live, timeout.saturating_sub(started.elapsed())).await;
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(e) => return McpCallResult::error(format!("MCP server '{}': {e}", s.name)),
+                }
+            }
             let mut params = CallToolRequestParams::new(tool.to_owned());
             params.arguments = Some(args.clone());
             let _guard = InFlight::enter(&s.in_flight);
@@ -241,13 +255,7 @@ impl ServerHandle {
                     if let (Some(t), Some(a)) = (&s.token, &live.authorization) {
                         t.invalidate(a);
                     }
-                    let _ = s.reopen.send(());
-                    let mut rx = s.live.subscribe();
-                    let _ = tokio::time::timeout(
-                        timeout.saturating_sub(started.elapsed()),
-                        rx.wait_for(|l| l.as_ref().is_some_and(|l| l.authorization != live.authorization)),
-                    )
-                    .await;
+                    self.reopen_and_wait(&live, timeout.saturating_sub(started.elapsed())).await;
                 }
                 Err(ServiceError::TransportClosed) => return self.connection_lost(tool),
                 Err(e) => {
@@ -255,6 +263,18 @@ impl ServerHandle {
                 }
             }
         }
+    }
+
+    /// Asks for a session with a fresh token in place of `live`'s, and waits for it.
+    async fn reopen_and_wait(&self, live: &Live, within: Duration) {
+        let s = &self.shared;
+        let _ = s.reopen.send(live.authorization.clone());
+        let mut rx = s.live.subscribe();
+        let _ = tokio::time::timeout(
+            within,
+            rx.wait_for(|l| l.as_ref().is_some_and(|l| l.authorization != live.authorization)),
+        )
+        .await;
     }
 
     fn connection_lost(&self, tool: &str) -> McpCallResult {
@@ -333,7 +353,7 @@ fn publish_tools(s: &Shared, tools: Vec<McpTool>) {
 }
 
 /// The actor's task: connect, serve, and reconnect until stopped.
-async fn run(s: Arc<Shared>, mut reopen: mpsc::UnboundedReceiver<()>) {
+async fn run(s: Arc<Shared>, mut reopen: mpsc::UnboundedReceiver<Option<String>>) {
     let init_timeout = Duration::from_secs_f64(s.config.session_init_timeout.max(0.001));
     let mut backoff = FIRST_BACKOFF;
     let mut first = true;
@@ -363,6 +383,7 @@ async fn run(s: Arc<Shared>, mut reopen: mpsc::UnboundedReceiver<()>) {
                 ever_ready = true;
                 let closed = CancellationToken::new();
                 let peer = opened.session.peer().clone();
+                let opened_with = authorization.clone();
                 publish_tools(&s, tools);
                 {
                     let mut st = lock(&s.state);
@@ -376,7 +397,7 @@ async fn run(s: Arc<Shared>, mut reopen: mpsc::UnboundedReceiver<()>) {
                 }));
                 s.settled.send_replace(true);
                 tracing::info!(server = %s.name, tools = lock(&s.state).tools.len(), "MCP server ready");
-                let end = serve(&s, opened, &peer, &mut changed_rx, &mut reopen, init_timeout).await;
+                let end = serve(&s, opened, &peer, opened_with, &mut changed_rx, &mut reopen, init_timeout).await;
                 s.live.send_replace(None);
                 closed.cancel();
                 match end {
@@ -426,8 +447,9 @@ async fn serve(
     s: &Shared,
     opened: transport::Opened,
     peer: &Peer<RoleClient>,
+    authorization: Option<String>,
     changed: &mut mpsc::UnboundedReceiver<()>,
-    reopen: &mut mpsc::UnboundedReceiver<()>,
+    reopen: &mut mpsc::UnboundedReceiver<Option<String>>,
     list_timeout: Duration,
 ) -> SessionEnd {
     let transport::Opened { session, child } = opened;
@@ -446,7 +468,11 @@ async fn serve(
                 let _ = tokio::time::timeout(CLOSE_TIMEOUT, &mut waiting).await;
                 break SessionEnd::Stopped;
             }
-            Some(()) = reopen.recv() => {
+            Some(stale) = reopen.recv() => {
+                if stale != authorization {
+                    // Already reopened since that request was made.
+                    continue;
+                }
                 ct.cancel();
                 let _ = tokio::time::timeout(CLOSE_TIMEOUT, &mut waiting).await;
                 break SessionEnd::Reopen;
@@ -477,9 +503,16 @@ async fn connect(
     if let Some(token) = &s.token {
         options.authorization = Some(token.authorization().await.map_err(|e| format!("MCP server '{}': {e}", s.name))?);
     }
-    let opened = transport::open(&s.name, &s.config, s.transport, changed, &options)
-        .await
-        .map_err(|e: OpenError| format!("MCP server '{}' failed to start: {e}", s.name))?;
+    let mut opened = transport::open(&s.name, &s.config, s.transport, changed.clone(), &options).await;
+    if let (Err(e), Some(token), Some(rejected)) = (&opened, &s.token, &options.authorization) {
+        if e.to_string().contains("HTTP 401") {
+            // The cached token was refused: one fresh token, one more try.
+            token.invalidate(rejected);
+            options.authorization = Some(token.authorization().await.map_err(|e| format!("MCP server '{}': {e}", s.name))?);
+            opened = transport::open(&s.name, &s.config, s.transport, changed, &options).await;
+        }
+    }
+    let opened = opened.map_err(|e: OpenError| format!("MCP server '{}' failed to start: {e}", s.name))?;
     let tools = list_tools(&s.name, &s.config, opened.session.peer())
         .await
         .map_err(|e| format!("MCP server '{}' failed to list tools: {e}", s.name))?;

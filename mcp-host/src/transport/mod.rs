@@ -82,7 +82,7 @@ pub async fn open(
                 .max_concurrent_requests(64);
             let t = StreamableHttpClientTransport::with_client(http, cfg);
             let session = client.serve(t).await.map_err(|e| OpenError::Initialize {
-                reason: e.to_string(),
+                reason: http_reason(&e.to_string()),
                 stderr: String::new(),
             })?;
             Ok(Opened { session, child: None })
@@ -97,6 +97,22 @@ pub async fn open(
             })?;
             Ok(Opened { session, child: None })
         }
+    }
+}
+
+/// rmcp's initialize error for HTTP, said the way an operator reads it: the HTTP status
+/// first, without the transport's type names.
+fn http_reason(raw: &str) -> String {
+    let mut text = raw.to_owned();
+    if let (Some(a), Some(b)) = (text.find("Transport ["), text.find("] error: ")) {
+        if a < b {
+            text.replace_range(a..b + "] error: ".len(), "");
+        }
+    }
+    if text.contains("Auth required") {
+        format!("HTTP 401 Unauthorized ({text})")
+    } else {
+        text
     }
 }
 
