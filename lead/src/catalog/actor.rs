@@ -1,0 +1,150 @@
+//! `CatalogActor`: the one owner of the lead's tool sources and the catalogs built from
+//! them. Catalogs are cached by (sources version, assembly request); any source change
+//! (config, extensions, an MCP tool list) bumps the version, so the next request builds a
+//! new catalog with a new hash. A reply is always one whole, immutable catalog: builds
+//! happen inside the actor, between messages, never visible half-done.
+
+use std::{collections::HashMap, sync::Arc};
+
+use actix::prelude::*;
+use antler_protocol::config::{AppConfig, ExtensionsConfig};
+
+use super::assembly::{
+    assemble, Assembled, AssemblyError, AssemblyRequest, McpSourceTool, Sources,
+};
+
+/// Catalogs kept per sources version; older versions are dropped on change.
+const CACHE_LIMIT: usize = 64;
+
+/// The actor.
+pub struct CatalogActor {
+    sources: Sources,
+    version: u64,
+    cache: HashMap<AssemblyRequest, Arc<Assembled>>,
+}
+
+impl CatalogActor {
+    pub fn new(sources: Sources) -> Self {
+        Self {
+            sources,
+            version: 1,
+            cache: HashMap::new(),
+        }
+    }
+
+    fn changed(&mut self) {
+        self.version += 1;
+        self.cache.clear();
+    }
+}
+
+impl Actor for CatalogActor {
+    type Context = Context<Self>;
+}
+
+/// A built catalog and the sources version it was built from.
+#[derive(Clone)]
+pub struct Built {
+    pub version: u64,
+    pub assembled: Arc<Assembled>,
+}
+
+/// Assemble (or fetch from the cache) the catalog for one request.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<Built, AssemblyError>")]
+pub struct Assemble(pub AssemblyRequest);
+
+impl Handler<Assemble> for CatalogActor {
+    type Result = Result<Built, AssemblyError>;
+
+    fn handle(&mut self, msg: Assemble, _: &mut Context<Self>) -> Self::Result {
+        if let Some(hit) = self.cache.get(&msg.0) {
+            return Ok(Built {
+                version: self.version,
+                assembled: hit.clone(),
+            });
+        }
+        let assembled = Arc::new(assemble(&self.sources, &msg.0)?);
+        if self.cache.len() >= CACHE_LIMIT {
+            self.cache.clear();
+        }
+        self.cache.insert(msg.0, assembled.clone());
+        Ok(Built {
+            version: self.version,
+            assembled,
+        })
+    }
+}
+
+/// A new `config.yaml`.
+#[derive(Debug, Message)]
+#[rtype(result = "u64")]
+pub struct SetConfig(pub Arc<AppConfig>);
+
+impl Handler<SetConfig> for CatalogActor {
+    type Result = u64;
+
+    fn handle(&mut self, msg: SetConfig, _: &mut Context<Self>) -> u64 {
+        self.sources.config = msg.0;
+        self.changed();
+        self.version
+    }
+}
+
+/// A new `extensions_config.json`.
+#[derive(Debug, Message)]
+#[rtype(result = "u64")]
+pub struct SetExtensions(pub Option<Arc<ExtensionsConfig>>);
+
+impl Handler<SetExtensions> for CatalogActor {
+    type Result = u64;
+
+    fn handle(&mut self, msg: SetExtensions, _: &mut Context<Self>) -> u64 {
+        self.sources.extensions = msg.0;
+        self.changed();
+        self.version
+    }
+}
+
+/// The MCP tools of one server changed (or of all, with `server: None`).
+#[derive(Debug, Message)]
+#[rtype(result = "u64")]
+pub struct SetMcpTools {
+    /// Replace only this server's tools; `None` replaces the whole list.
+    pub server: Option<String>,
+    pub tools: Vec<McpSourceTool>,
+}
+
+impl Handler<SetMcpTools> for CatalogActor {
+    type Result = u64;
+
+    fn handle(&mut self, msg: SetMcpTools, _: &mut Context<Self>) -> u64 {
+        let mut all: Vec<McpSourceTool> = match &msg.server {
+            Some(server) => self
+                .sources
+                .mcp
+                .iter()
+                .filter(|t| &t.server != server)
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        };
+        all.extend(msg.tools);
+        self.sources.mcp = Arc::new(all);
+        self.changed();
+        self.version
+    }
+}
+
+/// The current sources version.
+#[derive(Debug, Message)]
+#[rtype(result = "u64")]
+pub struct Version;
+
+impl Handler<Version> for CatalogActor {
+    type Result = u64;
+
+    fn handle(&mut self, _: Version, _: &mut Context<Self>) -> u64 {
+        self.version
+    }
+}
