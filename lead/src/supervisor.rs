@@ -85,9 +85,14 @@ struct Child {
     link: Addr<PeerLink>,
     /// Bumped at each spawn, so an exit report of an older process is recognised.
     generation: u64,
+    /// Since when the running process has not been reachable through its link.
+    unreachable_since: Option<Instant>,
 }
 
 type Key = (Role, u32);
+
+/// Heartbeat windows a running child may stay unreachable before it is killed.
+const HUNG_AFTER_MISSES: u32 = 2;
 
 /// The supervisor actor.
 pub struct Supervisor {
@@ -128,6 +133,7 @@ impl Supervisor {
                         reason: None,
                         link,
                         generation: 0,
+                        unreachable_since: None,
                     },
                 )
             })
@@ -153,6 +159,7 @@ impl Supervisor {
             Ok(mut process) => {
                 child.pid = process.id();
                 child.started_at = Some(Instant::now());
+                child.unreachable_since = None;
                 child.phase = Phase::Running;
                 tracing::info!(role = %spec.role, index = spec.index, pid = ?child.pid, "started child");
                 // Reap the process and report its exit.
@@ -237,6 +244,46 @@ impl Supervisor {
         });
     }
 
+    /// A running child that its link cannot reach (hung, or deadlocked: its heartbeats
+    /// stopped) for `HUNG_AFTER_MISSES` heartbeat windows is killed, so the exit path
+    /// restarts it. A child still starting gets the same time to come up.
+    fn check_liveness(&mut self, ctx: &mut Context<Self>) {
+        if self.stopping {
+            return;
+        }
+        let hung_after = self.heartbeat_dead_after * HUNG_AFTER_MISSES;
+        for (key, child) in &self.children {
+            if child.phase != Phase::Running {
+                continue;
+            }
+            let key = *key;
+            let generation = child.generation;
+            actix::fut::wrap_future::<_, Self>(child.link.send(Snapshot))
+                .map(move |snap, act, _| {
+                    let Some(child) = act.children.get_mut(&key) else { return };
+                    if child.generation != generation || child.phase != Phase::Running {
+                        return;
+                    }
+                    let reachable = snap.is_ok_and(|s| s.connected);
+                    if reachable {
+                        child.unreachable_since = None;
+                        return;
+                    }
+                    let now = Instant::now();
+                    let since = *child.unreachable_since.get_or_insert(now);
+                    if now.duration_since(since) >= hung_after {
+                        if let Some(pid) = child.pid {
+                            tracing::warn!(role = %key.0, index = key.1, pid, "child unreachable for {:?}; killing it to restart", now.duration_since(since));
+                            child.reason = Some(format!("unresponsive for {} ms; killed", now.duration_since(since).as_millis()));
+                            signal(pid, libc::SIGKILL);
+                        }
+                        child.unreachable_since = None;
+                    }
+                })
+                .spawn(ctx);
+        }
+    }
+
     fn maybe_finish_stop(&mut self) {
         if self.children.values().all(|c| c.pid.is_none()) {
             for w in self.stop_waiters.drain(..) {
@@ -254,6 +301,8 @@ impl Actor for Supervisor {
         for k in keys {
             self.spawn_child(k, ctx);
         }
+        let every = (self.heartbeat_dead_after / 3).max(Duration::from_millis(100));
+        ctx.run_interval(every, |act, ctx| act.check_liveness(ctx));
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
