@@ -24,6 +24,10 @@ enum Command {
     /// MCP servers: status, tools, calls.
     #[command(subcommand)]
     Mcp(commands::mcp::McpCommand),
+    #[command(subcommand, about = "The sandbox pool of sandbox-host")]
+    Sandbox(commands::sandbox::SandboxCommand),
+    #[command(subcommand, about = "Run one tool through the real execution path")]
+    Tool(commands::tool::ToolCommand),
     /// Validate configuration files.
     Config {
         #[command(subcommand)]
@@ -40,6 +44,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Cluster(c) => commands::cluster::run(&ctx, c),
         Command::Mcp(c) => commands::mcp::run(&ctx, c),
+        Command::Sandbox(c) => commands::sandbox::run(&ctx, c),
+        Command::Tool(c) => commands::tool::run(&ctx, c),
         Command::Config { command } => commands::config::run(command),
     };
     match result {

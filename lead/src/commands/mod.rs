@@ -3,6 +3,8 @@
 pub mod cluster;
 pub mod config;
 pub mod mcp;
+pub mod sandbox;
+pub mod tool;
 
 use std::{path::{Path, PathBuf}, time::Duration};
 
