@@ -6,6 +6,7 @@ mod client;
 mod convert;
 mod naming;
 mod oauth;
+mod pool;
 mod registry;
 mod server;
 mod service;
@@ -58,16 +59,19 @@ fn main() -> anyhow::Result<()> {
         if let Some(path) = path {
             watch::spawn(path, registry.clone());
         }
-        let result = host::serve(Role::McpHost, cli.host, service::McpService::new(registry.clone())).await;
-        // Stop every server (and its child group) before exiting.
-        if let Ok(servers) = registry.send(registry::Servers).await {
-            for s in &servers {
-                s.stop();
-            }
-            let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
-            while std::time::Instant::now() < until && servers.iter().any(|s| s.status().state != "stopped") {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
+        let pool = std::sync::Arc::new(pool::SessionPool::default());
+        let result = host::serve(Role::McpHost, cli.host, service::McpService::new(registry.clone(), pool.clone())).await;
+        // Stop every server and pooled session (and their child groups) before exiting.
+        let mut servers = pool.stop_all();
+        if let Ok(base) = registry.send(registry::Servers).await {
+            servers.extend(base);
+        }
+        for s in &servers {
+            s.stop();
+        }
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        while std::time::Instant::now() < until && servers.iter().any(|s| s.status().state != "stopped") {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         result
     })?;

@@ -164,6 +164,10 @@ impl ServerHandle {
         &self.shared.config
     }
 
+    pub fn transport(&self) -> Transport {
+        self.shared.transport
+    }
+
     /// Stops the actor: the session closes, a stdio child group is killed.
     pub fn stop(&self) {
         self.shared.stop.cancel();

@@ -5,6 +5,7 @@ use std::{sync::Arc, time::Duration};
 
 use actix::Addr;
 use antler_protocol::{
+    config::Transport,
     host::RoleHandler,
     messages::{Health, McpCall, McpCallResult, McpReply, McpRequest, Reply, Request},
     Call, RemoteError,
@@ -13,6 +14,7 @@ use futures::future::BoxFuture;
 
 use crate::{
     naming,
+    pool::SessionPool,
     registry::{McpRegistry, Reload, Servers, Skipped, Subscribe},
     server::ServerHandle,
 };
@@ -25,11 +27,12 @@ const DEFAULT_LIST_WAIT: Duration = Duration::from_secs(60);
 /// Routes mcp-host requests.
 pub struct McpService {
     registry: Addr<McpRegistry>,
+    pool: Arc<SessionPool>,
 }
 
 impl McpService {
-    pub fn new(registry: Addr<McpRegistry>) -> Arc<Self> {
-        Arc::new(Self { registry })
+    pub fn new(registry: Addr<McpRegistry>, pool: Arc<SessionPool>) -> Arc<Self> {
+        Arc::new(Self { registry, pool })
     }
 }
 
@@ -47,6 +50,7 @@ fn left(call: &Call, default: Duration) -> Duration {
 impl RoleHandler for McpService {
     fn handle(&self, request: Request, call: Call, health: Health) -> BoxFuture<'static, Result<Reply, RemoteError>> {
         let registry = self.registry.clone();
+        let pool = self.pool.clone();
         Box::pin(async move {
             let Request::Mcp(request) = request else {
                 return Err(RemoteError::Unsupported(format!(
@@ -84,7 +88,7 @@ impl RoleHandler for McpService {
                 McpRequest::CallTool(c) => {
                     let servers = registry.send(Servers).await.map_err(unavailable)?;
                     Ok(Reply::Mcp(McpReply::CallResult(
-                        call_tool(servers, c, left(&call, DEFAULT_CALL_DEADLINE)).await,
+                        call_tool(servers, &pool, c, left(&call, DEFAULT_CALL_DEADLINE)).await,
                     )))
                 }
                 McpRequest::Reload => {
@@ -115,8 +119,8 @@ impl RoleHandler for McpService {
     }
 }
 
-async fn call_tool(servers: Vec<ServerHandle>, c: McpCall, deadline: Duration) -> McpCallResult {
-    let Some(server) = servers.into_iter().find(|h| h.name() == c.server) else {
+async fn call_tool(servers: Vec<ServerHandle>, pool: &SessionPool, c: McpCall, deadline: Duration) -> McpCallResult {
+    let Some(server) = servers.iter().find(|h| h.name() == c.server).cloned() else {
         return McpCallResult::error(format!("no MCP server named '{}'", c.server));
     };
     let args = match serde_json::from_str::<serde_json::Value>(if c.args_json.trim().is_empty() { "{}" } else { &c.args_json }) {
@@ -132,5 +136,15 @@ async fn call_tool(servers: Vec<ServerHandle>, c: McpCall, deadline: Duration) -
     } else {
         naming::original_name(&c.server, &c.tool, prefix).to_owned()
     };
-    server.call(&tool, args, deadline).await
+    // A stdio call for a user or thread runs on that (user, thread)'s pooled session.
+    let session = if server.transport() == Transport::Stdio && (c.user.is_some() || c.thread.is_some()) {
+        pool.retain_current(&servers);
+        match pool.session(&server, c.user.as_deref(), c.thread.as_deref(), c.workspace.as_deref()) {
+            Ok(s) => s,
+            Err(e) => return McpCallResult::error(format!("MCP server '{}': {e}", c.server)),
+        }
+    } else {
+        server
+    };
+    session.call(&tool, args, deadline).await
 }

@@ -37,6 +37,14 @@ def pid() -> str:
 
 
 @server.tool()
+def where() -> str:
+    """The server's process id, working directory and TMPDIR, as JSON."""
+    import json
+    import os
+    return json.dumps({"pid": os.getpid(), "cwd": os.getcwd(), "tmpdir": os.environ.get("TMPDIR")})
+
+
+@server.tool()
 async def grow(name: str, ctx: Context) -> str:
     """Add a tool called `name` and announce it with notifications/tools/list_changed."""
 

@@ -39,7 +39,7 @@ fn tools_and_calls_over_stdio_and_streamable_http() {
     assert_eq!(count("web"), 13, "the same server over streamable HTTP");
     assert_eq!(count("fs"), 14);
     assert_eq!(c.tool_names("time"), ["time_get_current_time", "time_convert_time"]);
-    assert_eq!(count("py"), 5);
+    assert_eq!(count("py"), 6);
     assert_eq!(count("disabled"), 0);
 
     // Status: every enabled server ready with its tool count; the disabled one absent.

@@ -49,5 +49,5 @@ fn a_tools_list_changed_notification_relists_the_server() {
     let (code, r) = c.call("py", "py_extra", "{}");
     assert_eq!((code, McpCluster::text(&r)), (0, "I am extra".to_owned()), "{r}");
     assert_eq!(c.server("py")["reconnects"], 0);
-    assert_eq!(c.server("py")["tools"], 6);
+    assert_eq!(c.server("py")["tools"], 7);
 }

@@ -46,6 +46,15 @@ pub enum McpCommand {
         /// Print the whole result as JSON.
         #[arg(long)]
         json: bool,
+        /// Run on this user's pooled session (stdio servers).
+        #[arg(long)]
+        user: Option<String>,
+        /// Run on this thread's pooled session (stdio servers).
+        #[arg(long)]
+        thread: Option<String>,
+        /// The thread's workspace: the pooled server's working directory.
+        #[arg(long)]
+        workspace: Option<std::path::PathBuf>,
     },
 }
 
@@ -79,7 +88,15 @@ pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
                 }
                 Ok(ExitCode::SUCCESS)
             }
-            McpCommand::Call { server, tool, args, json } => {
+            McpCommand::Call {
+                server,
+                tool,
+                args,
+                json,
+                user,
+                thread,
+                workspace,
+            } => {
                 let parsed: Value = serde_json::from_str(&args)
                     .map_err(|e| anyhow::anyhow!("--args is not valid JSON: {e}"))?;
                 if !parsed.is_object() {
@@ -89,9 +106,9 @@ pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
                     server,
                     tool,
                     args_json: args,
-                    user: None,
-                    thread: None,
-                    workspace: None,
+                    user,
+                    thread,
+                    workspace: workspace.map(|w| std::path::absolute(&w).unwrap_or(w).display().to_string()),
                 });
                 let result = match ask(ctx, request, CALL_TIMEOUT).await? {
                     McpReply::CallResult(r) => r,
