@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod commands;
 pub mod control;
 pub mod gateway;
+pub mod run;
 pub mod supervisor;
 
 pub use antler_protocol::host as host_runtime;

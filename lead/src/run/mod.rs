@@ -1,0 +1,5 @@
+//! A run: the lead agent's model and tool loop over one `ThreadState` (spec 3, 4, 8).
+//! `state` holds the reducers, `model` the chat models, `middleware` DeerFlow's tool-call
+//! middlewares, `builtins` the tools executed in the lead.
+
+pub mod state;

@@ -1,0 +1,309 @@
+//! A run's `ThreadState` and DeerFlow's reducers (`agents/thread_state.py`): every step
+//! returns a [`StateUpdate`] and [`ThreadState::apply`] merges it, so the state only
+//! changes through the reducers. Invariants: artifacts keep first-seen order without
+//! duplicates; promotions count only under one catalog hash; the sandbox id, once set,
+//! never changes (another id is a [`StateConflict`]).
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::catalog::{merge_promoted, Promoted};
+
+/// One tool call the model asked for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub args: Value,
+}
+
+/// Whether a tool message reports success or an error (`ToolMessage.status`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolStatus {
+    #[default]
+    Success,
+    Error,
+}
+
+/// One message of the conversation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    System {
+        content: String,
+    },
+    Human {
+        content: String,
+        /// `"summary"` marks a summary, not a user turn.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        hide_from_ui: bool,
+    },
+    Ai {
+        /// Stable id: an update carrying the id of an existing AI message replaces it.
+        id: String,
+        content: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    Tool {
+        tool_call_id: String,
+        name: String,
+        content: String,
+        #[serde(default)]
+        status: ToolStatus,
+    },
+}
+
+impl Message {
+    /// A plain user turn.
+    pub fn human(content: impl Into<String>) -> Message {
+        Message::Human {
+            content: content.into(),
+            name: None,
+            hide_from_ui: false,
+        }
+    }
+
+    /// A tool result.
+    pub fn tool(
+        tool_call_id: impl Into<String>,
+        name: impl Into<String>,
+        content: impl Into<String>,
+        status: ToolStatus,
+    ) -> Message {
+        Message::Tool {
+            tool_call_id: tool_call_id.into(),
+            name: name.into(),
+            content: content.into(),
+            status,
+        }
+    }
+
+    /// The tool calls of an AI message (none for any other message).
+    pub fn tool_calls(&self) -> &[ToolCall] {
+        match self {
+            Message::Ai { tool_calls, .. } => tool_calls,
+            _ => &[],
+        }
+    }
+}
+
+/// What `view_image` records for one image (no bytes: they are read when needed).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewedImage {
+    pub mime_type: String,
+    pub size: u64,
+    pub actual_path: String,
+}
+
+/// The sandbox a run is attached to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxState {
+    pub sandbox_id: String,
+}
+
+/// One subagent delegation of a run (`delegations[]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delegation {
+    pub id: String,
+    pub run_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+}
+
+/// Why a run stopped early (DeerFlow's run-level stop reasons, spec 8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    LoopCapped,
+    TokenCapped,
+    SafetyCapped,
+    SubagentLimitCapped,
+    ModelLengthCapped,
+}
+
+/// A run's state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadState {
+    pub messages: Vec<Message>,
+    pub artifacts: Vec<String>,
+    pub promoted: Option<Promoted>,
+    pub sandbox: Option<SandboxState>,
+    pub viewed_images: BTreeMap<String, ViewedImage>,
+    pub delegations: Vec<Delegation>,
+    pub stop_reason: Option<StopReason>,
+}
+
+/// What one step returns; `None` and empty fields leave the state as it is, except
+/// `viewed_images: Some(empty)`, which clears the images (DeerFlow's reset signal).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StateUpdate {
+    pub messages: Vec<Message>,
+    pub artifacts: Vec<String>,
+    pub promoted: Option<Promoted>,
+    pub sandbox: Option<SandboxState>,
+    pub viewed_images: Option<BTreeMap<String, ViewedImage>>,
+    pub delegations: Vec<Delegation>,
+    pub stop_reason: Option<StopReason>,
+}
+
+impl StateUpdate {
+    /// An update that only adds messages.
+    pub fn messages(messages: impl IntoIterator<Item = Message>) -> StateUpdate {
+        StateUpdate {
+            messages: messages.into_iter().collect(),
+            ..StateUpdate::default()
+        }
+    }
+
+    /// Folds `later` into this update (both applied in order give the same state).
+    pub fn then(mut self, later: StateUpdate) -> StateUpdate {
+        self.messages.extend(later.messages);
+        self.artifacts.extend(later.artifacts);
+        self.promoted = merge_promoted(self.promoted, later.promoted);
+        self.sandbox = later.sandbox.or(self.sandbox);
+        self.viewed_images = match (self.viewed_images, later.viewed_images) {
+            (images, None) => images,
+            (_, Some(later)) if later.is_empty() => Some(later),
+            (None, Some(later)) => Some(later),
+            (Some(mut images), Some(later)) => {
+                images.extend(later);
+                Some(images)
+            }
+        };
+        self.delegations.extend(later.delegations);
+        self.stop_reason = later.stop_reason.or(self.stop_reason);
+        self
+    }
+}
+
+/// An update the state refuses (an operator-facing error: it fails the run).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StateConflict {
+    #[error(
+        "sandbox conflict: the run is attached to sandbox {existing:?}, an update names {new:?}"
+    )]
+    Sandbox { existing: String, new: String },
+}
+
+impl ThreadState {
+    /// A new run's state: the user's task as the first message.
+    pub fn new(task: impl Into<String>) -> ThreadState {
+        ThreadState {
+            messages: vec![Message::human(task)],
+            ..ThreadState::default()
+        }
+    }
+
+    /// Merges `update` through every reducer. A conflict leaves the state unchanged.
+    pub fn apply(&mut self, update: StateUpdate) -> Result<(), StateConflict> {
+        self.sandbox = merge_sandbox(self.sandbox.as_ref(), update.sandbox)?;
+        add_messages(&mut self.messages, update.messages);
+        merge_artifacts(&mut self.artifacts, update.artifacts);
+        self.promoted = merge_promoted(self.promoted.take(), update.promoted);
+        merge_viewed_images(&mut self.viewed_images, update.viewed_images);
+        merge_delegations(&mut self.delegations, update.delegations);
+        if update.stop_reason.is_some() {
+            self.stop_reason = update.stop_reason;
+        }
+        Ok(())
+    }
+
+    /// The AI message's tool calls that have no tool result yet, in call order.
+    pub fn pending_tool_calls(&self) -> Vec<ToolCall> {
+        let Some(index) = self
+            .messages
+            .iter()
+            .rposition(|m| matches!(m, Message::Ai { .. }))
+        else {
+            return Vec::new();
+        };
+        let answered: HashSet<&str> = self.messages[index..]
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        self.messages[index]
+            .tool_calls()
+            .iter()
+            .filter(|call| !answered.contains(call.id.as_str()))
+            .cloned()
+            .collect()
+    }
+}
+
+/// `add_messages`: append, except that an AI message whose id is already present
+/// replaces that message in place (a middleware rewriting the model's reply).
+pub fn add_messages(messages: &mut Vec<Message>, new: Vec<Message>) {
+    for message in new {
+        let existing = match &message {
+            Message::Ai { id, .. } => messages
+                .iter()
+                .position(|m| matches!(m, Message::Ai { id: other, .. } if other == id)),
+            _ => None,
+        };
+        match existing {
+            Some(index) => messages[index] = message,
+            None => messages.push(message),
+        }
+    }
+}
+
+/// `merge_artifacts`: concatenate, keep the first occurrence of each path.
+pub fn merge_artifacts(artifacts: &mut Vec<String>, new: Vec<String>) {
+    let mut seen: HashSet<String> = artifacts.iter().cloned().collect();
+    artifacts.extend(new.into_iter().filter(|path| seen.insert(path.clone())));
+}
+
+/// The sandbox reducer: idempotent for the same id; a different id is refused.
+pub fn merge_sandbox(
+    existing: Option<&SandboxState>,
+    new: Option<SandboxState>,
+) -> Result<Option<SandboxState>, StateConflict> {
+    match (existing, new) {
+        (existing, None) => Ok(existing.cloned()),
+        (None, Some(new)) => Ok(Some(new)),
+        (Some(existing), Some(new)) if *existing == new => Ok(Some(new)),
+        (Some(existing), Some(new)) => Err(StateConflict::Sandbox {
+            existing: existing.sandbox_id.clone(),
+            new: new.sandbox_id,
+        }),
+    }
+}
+
+/// `merge_viewed_images`: no update keeps; an empty map clears; otherwise the new
+/// entries are merged over the existing ones.
+pub fn merge_viewed_images(
+    images: &mut BTreeMap<String, ViewedImage>,
+    new: Option<BTreeMap<String, ViewedImage>>,
+) {
+    match new {
+        None => {}
+        Some(new) if new.is_empty() => images.clear(),
+        Some(new) => images.extend(new),
+    }
+}
+
+/// Delegations by id: a known id is updated in place (its status moves on), a new id
+/// is appended.
+pub fn merge_delegations(delegations: &mut Vec<Delegation>, new: Vec<Delegation>) {
+    for delegation in new {
+        match delegations.iter_mut().find(|d| d.id == delegation.id) {
+            Some(existing) => *existing = delegation,
+            None => delegations.push(delegation),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[path = "state_tests.rs"]
+mod tests;
