@@ -3,3 +3,4 @@
 //! middlewares, `builtins` the tools executed in the lead.
 
 pub mod state;
+pub mod model;

@@ -1,0 +1,283 @@
+//! Chat models: what the run loop asks (the messages and the tools the model may see)
+//! and what it gets back (one assistant message: text, tool calls, or both).
+//! [`ScriptedModel`] replays a YAML playbook of turns: a test and demo model that
+//! calls no network, chosen by `antler run --playbook FILE`.
+
+use std::path::Path;
+
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::state::{Message, ToolCall};
+use crate::catalog::ToolSpec;
+
+/// One model call: the conversation so far and the tools visible this turn.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelRequest<'a> {
+    pub messages: &'a [Message],
+    pub tools: &'a [&'a ToolSpec],
+}
+
+/// The assistant's reply.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModelReply {
+    /// A stable id for the message (deterministic for a given run and turn).
+    pub id: String,
+    pub content: String,
+    pub tool_calls: Vec<ToolCall>,
+}
+
+impl ModelReply {
+    /// The reply as the AI message stored in the state.
+    pub fn into_message(self) -> Message {
+        Message::Ai {
+            id: self.id,
+            content: self.content,
+            tool_calls: self.tool_calls,
+        }
+    }
+}
+
+/// Why a model call failed (an operator-facing error: it fails the run).
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("the playbook has {turns} turns and the run asked for turn {asked}")]
+    PlaybookExhausted { turns: usize, asked: usize },
+    #[error("cannot read playbook {path}: {source}")]
+    PlaybookRead {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("invalid playbook {path}: {message}")]
+    PlaybookInvalid { path: String, message: String },
+}
+
+/// A chat model: messages and visible tool schemas in, one assistant message out.
+pub trait ChatModel: Send + Sync {
+    /// The model's name, for events and the run record.
+    fn name(&self) -> &str;
+
+    /// Asks for the next assistant message.
+    fn complete<'a>(
+        &'a self,
+        request: ModelRequest<'a>,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>>;
+}
+
+/// One scripted tool call; `id` defaults to `call-{turn}-{index}` (both 1-based).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedCall {
+    pub name: String,
+    #[serde(default = "empty_args")]
+    pub args: Value,
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+fn empty_args() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+/// One scripted assistant turn.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedTurn {
+    #[serde(default)]
+    pub content: String,
+    #[serde(default)]
+    pub tool_calls: Vec<ScriptedCall>,
+}
+
+/// A playbook: `turns:` in order. The model plays turn N when the conversation holds
+/// N-1 assistant messages, so a resumed run continues where it stopped.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Playbook {
+    pub turns: Vec<ScriptedTurn>,
+}
+
+/// The scripted model: replays a [`Playbook`] (for tests and demos; no network).
+#[derive(Clone, Debug)]
+pub struct ScriptedModel {
+    name: String,
+    playbook: Playbook,
+}
+
+impl ScriptedModel {
+    /// The name scripted models report.
+    pub const NAME: &'static str = "scripted";
+
+    pub fn new(playbook: Playbook) -> ScriptedModel {
+        ScriptedModel {
+            name: Self::NAME.to_owned(),
+            playbook,
+        }
+    }
+
+    /// Parses a playbook from YAML text; `origin` names it in errors.
+    pub fn from_yaml(text: &str, origin: &str) -> Result<ScriptedModel, ModelError> {
+        let playbook: Playbook =
+            serde_yaml::from_str(text).map_err(|e| ModelError::PlaybookInvalid {
+                path: origin.to_owned(),
+                message: e.to_string(),
+            })?;
+        if playbook.turns.is_empty() {
+            return Err(ModelError::PlaybookInvalid {
+                path: origin.to_owned(),
+                message: "turns: the playbook needs at least one turn".to_owned(),
+            });
+        }
+        Ok(ScriptedModel::new(playbook))
+    }
+
+    /// Reads a playbook file.
+    pub fn from_file(path: &Path) -> Result<ScriptedModel, ModelError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ModelError::PlaybookRead {
+            path: origin.clone(),
+            source,
+        })?;
+        ScriptedModel::from_yaml(&text, &origin)
+    }
+
+    /// The reply for the conversation so far.
+    pub fn reply(&self, messages: &[Message]) -> Result<ModelReply, ModelError> {
+        let played = messages
+            .iter()
+            .filter(|m| matches!(m, Message::Ai { .. }))
+            .count();
+        let turn_number = played + 1;
+        let turn = self
+            .playbook
+            .turns
+            .get(played)
+            .ok_or(ModelError::PlaybookExhausted {
+                turns: self.playbook.turns.len(),
+                asked: turn_number,
+            })?;
+        let tool_calls = turn
+            .tool_calls
+            .iter()
+            .enumerate()
+            .map(|(i, call)| ToolCall {
+                id: call
+                    .id
+                    .clone()
+                    .unwrap_or_else(|| format!("call-{turn_number}-{}", i + 1)),
+                name: call.name.clone(),
+                args: call.args.clone(),
+            })
+            .collect();
+        Ok(ModelReply {
+            id: format!("ai-{turn_number}"),
+            content: turn.content.clone(),
+            tool_calls,
+        })
+    }
+}
+
+impl ChatModel for ScriptedModel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: ModelRequest<'a>,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        let reply = self.reply(request.messages);
+        Box::pin(async move { reply })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::run::state::ToolStatus;
+    use serde_json::json;
+
+    const PLAYBOOK: &str = r#"
+turns:
+  - content: Looking for a tool.
+    tool_calls:
+      - name: tool_search
+        args: {query: "select:srv_echo"}
+      - name: srv_echo
+        id: my-id
+        args: {message: hi}
+  - content: All done.
+"#;
+
+    fn run(model: &ScriptedModel, messages: &[Message]) -> Result<ModelReply, ModelError> {
+        futures::executor::block_on(model.complete(ModelRequest {
+            messages,
+            tools: &[],
+        }))
+    }
+
+    #[test]
+    fn turns_replay_in_order_with_deterministic_ids() {
+        let model = ScriptedModel::from_yaml(PLAYBOOK, "inline").unwrap();
+        assert_eq!(model.name(), "scripted");
+        let mut messages = vec![Message::human("task")];
+        let first = run(&model, &messages).unwrap();
+        assert_eq!(first.id, "ai-1");
+        assert_eq!(first.content, "Looking for a tool.");
+        let ids: Vec<&str> = first.tool_calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["call-1-1", "my-id"]);
+        assert_eq!(
+            first.tool_calls[0].args,
+            json!({"query": "select:srv_echo"})
+        );
+        messages.push(first.into_message());
+        messages.push(Message::tool(
+            "call-1-1",
+            "tool_search",
+            "[]",
+            ToolStatus::Success,
+        ));
+        let second = run(&model, &messages).unwrap();
+        assert_eq!(
+            (second.id.as_str(), second.content.as_str()),
+            ("ai-2", "All done.")
+        );
+        assert!(second.tool_calls.is_empty());
+        messages.push(second.into_message());
+        assert_eq!(
+            run(&model, &messages).unwrap_err().to_string(),
+            "the playbook has 2 turns and the run asked for turn 3"
+        );
+    }
+
+    #[test]
+    fn invalid_playbooks_say_where_and_what() {
+        let err = ScriptedModel::from_yaml("turns:\n  - contnet: x\n", "p.yaml").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("invalid playbook p.yaml: turns[0]: unknown field `contnet`"),
+            "{err}"
+        );
+        let err = ScriptedModel::from_yaml("turns: []\n", "p.yaml").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid playbook p.yaml: turns: the playbook needs at least one turn"
+        );
+    }
+
+    #[test]
+    fn a_playbook_file_is_read_from_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("play.yaml");
+        std::fs::write(&path, PLAYBOOK).unwrap();
+        let model = ScriptedModel::from_file(&path).unwrap();
+        assert_eq!(run(&model, &[]).unwrap().tool_calls.len(), 2);
+        let missing = ScriptedModel::from_file(&dir.path().join("nope.yaml")).unwrap_err();
+        assert!(
+            missing.to_string().starts_with("cannot read playbook "),
+            "{missing}"
+        );
+    }
+}
