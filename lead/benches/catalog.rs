@@ -1,1 +1,428 @@
-fn main() {}
+//! Catalog benchmark: build + hash of synthetic MCP catalogs (100 to 50,000 tools), each
+//! `tool_search` query form at 5,000 and 50,000 tools with and without rendering the
+//! matched schemas, and the memory the catalog adds per tool, counted by a global
+//! allocator. Prints a table and ratios against DeerFlow's figures (spec section 12).
+//! Run: `cargo bench -p antler-lead --bench catalog`.
+// A bench is a test harness: a failed setup step should abort loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::{Duration, Instant};
+
+use antler_lead::catalog::{Catalog, CatalogHash, SearchMode, ToolSpec};
+use serde_json::json;
+
+/// Counts live heap bytes, so memory is measured, not estimated.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: `ptr` came from `alloc` above with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// CPU time of this process (all its threads): unlike wall time, not inflated when other
+/// processes (the machine is shared with concurrent builds) preempt the benchmark.
+fn process_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID) failed");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Times `f` in wall-clock and CPU time (summed over threads: large builds hash on a
+/// second thread).
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration, Duration) {
+    let cpu = process_cpu();
+    let wall = Instant::now();
+    let out = f();
+    (out, wall.elapsed(), process_cpu() - cpu)
+}
+
+const SERVICES: [&str; 25] = [
+    "github",
+    "slack",
+    "postgres",
+    "jira",
+    "notion",
+    "linear",
+    "gmail",
+    "gdrive",
+    "calendar",
+    "stripe",
+    "sentry",
+    "datadog",
+    "k8s",
+    "s3",
+    "figma",
+    "confluence",
+    "zendesk",
+    "hubspot",
+    "shopify",
+    "twilio",
+    "airtable",
+    "asana",
+    "trello",
+    "dropbox",
+    "salesforce",
+];
+const VERBS: [&str; 10] = [
+    "send", "post", "list", "get", "create", "update", "delete", "search", "archive", "export",
+];
+const OBJECTS: [&str; 10] = [
+    "message", "channel", "issue", "record", "file", "user", "comment", "event", "report", "label",
+];
+
+/// `n` MCP tools from servers of 50 tools each, named `{service}{k}_{verb}_{object}`,
+/// with a one-sentence description and a schema of four or five properties.
+fn synthetic(n: usize) -> Vec<ToolSpec> {
+    (0..n)
+        .map(|i| {
+            let server_no = i / 50;
+            let j = i % 50;
+            let service = SERVICES[server_no % SERVICES.len()];
+            let server = format!("{service}{}", server_no / SERVICES.len());
+            let verb = VERBS[j % 10];
+            let object = OBJECTS[(j / 10 + server_no) % 10];
+            let name = format!("{server}_{verb}_{object}");
+            let extra = if service == "stripe" && object == "event" {
+                " Registers a webhook for delivery."
+            } else {
+                ""
+            };
+            let description = format!(
+                "{} a {object} in {service}. Returns the {object} id and its metadata; supports pagination and filtering by owner.{extra}",
+                capitalize(verb)
+            );
+            let mut schema = json!({
+                "title": format!("{verb}_{object}Arguments"),
+                "type": "object",
+                "properties": {
+                    "workspace": {"title": "Workspace", "type": "string", "description": "Workspace or organisation id"},
+                    format!("{object}_id"): {"title": "Id", "type": "string", "description": format!("The {object} to {verb}")},
+                    "limit": {"type": "integer", "description": "Maximum number of results", "minimum": 1, "maximum": 100, "default": 20},
+                    "cursor": {"type": "string", "description": "Pagination cursor from a previous call"}
+                },
+                "required": ["workspace", format!("{object}_id")]
+            });
+            if j % 3 == 0 {
+                schema["properties"]["dry_run"] =
+                    json!({"type": "boolean", "description": "Validate without applying", "default": false});
+            }
+            ToolSpec::mcp(name.clone(), description, schema, Some(server), format!("{verb}_{object}"))
+        })
+        .collect()
+}
+
+fn capitalize(word: &str) -> String {
+    let mut chars = word.chars();
+    chars
+        .next()
+        .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+        .unwrap_or_default()
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[index]
+}
+
+fn fmt(d: Duration) -> String {
+    let ns = d.as_nanos() as f64;
+    if ns >= 1e9 {
+        format!("{:.2} s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.1} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+struct BuildFigures {
+    n: usize,
+    build: Duration,
+    build_cpu: Duration,
+    hash_only: Duration,
+    bytes_per_tool: f64,
+    rendered_per_tool: f64,
+    schema_per_tool: f64,
+}
+
+fn bench_build(n: usize) -> (Catalog, BuildFigures) {
+    let tools = synthetic(n);
+    let runs = if n >= 50_000 { 5 } else { 11 };
+    let mut samples = Vec::with_capacity(runs);
+    let mut cpu_samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let input = tools.clone();
+        let (catalog, wall, cpu) = timed(|| Catalog::build(input, true).unwrap());
+        samples.push(wall);
+        cpu_samples.push(cpu);
+        black_box(&catalog);
+    }
+    let mut hash_samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let (_, _, cpu) = timed(|| black_box(CatalogHash::of_tools(&tools)));
+        hash_samples.push(cpu);
+    }
+    let schema_bytes: usize = tools
+        .iter()
+        .map(|t| serde_json::to_string(&t.parameters).unwrap().len())
+        .sum();
+
+    let input = tools.clone();
+    drop(tools);
+    let before = live();
+    let catalog = Catalog::build(input, true).unwrap();
+    let added = (live() - before) as f64;
+    // Fetch every schema once, so the render cache is full (the worst case).
+    let everything: Vec<String> = catalog.deferred_tools().map(|t| t.name.clone()).collect();
+    let before_render = live();
+    for chunk in everything.chunks(100) {
+        let query = format!("select:{}", chunk.join(","));
+        black_box(catalog.tool_search(&query, "warm").unwrap());
+    }
+    let rendered = (live() - before_render) as f64;
+    (
+        catalog,
+        BuildFigures {
+            n,
+            build: median(samples),
+            build_cpu: median(cpu_samples),
+            hash_only: median(hash_samples),
+            bytes_per_tool: added / n as f64,
+            rendered_per_tool: rendered / n as f64,
+            schema_per_tool: schema_bytes as f64 / n as f64,
+        },
+    )
+}
+
+struct QueryFigures {
+    label: &'static str,
+    query: String,
+    hits: usize,
+    bare: Duration,
+    rendered: Duration,
+    bare_p90: Duration,
+    rendered_p90: Duration,
+}
+
+fn bench_query(catalog: &Catalog, label: &'static str, query: String) -> QueryFigures {
+    let iterations = if catalog.tools().len() > 10_000 {
+        1_000
+    } else {
+        4_000
+    };
+    let hits = catalog.search_with(&query, SearchMode::Extended).len();
+    let mut bare = Vec::with_capacity(iterations);
+    let mut rendered = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let started = Instant::now();
+        black_box(catalog.search_with(black_box(&query), SearchMode::Extended));
+        bare.push(started.elapsed());
+        let started = Instant::now();
+        black_box(catalog.tool_search(black_box(&query), "call_1").unwrap());
+        rendered.push(started.elapsed());
+    }
+    QueryFigures {
+        label,
+        query,
+        hits,
+        bare: percentile(&mut bare, 0.5),
+        bare_p90: percentile(&mut bare, 0.9),
+        rendered: percentile(&mut rendered, 0.5),
+        rendered_p90: percentile(&mut rendered, 0.9),
+    }
+}
+
+/// DeerFlow's figures from spec section 12 (queries include rendering).
+fn deerflow_build(n: usize) -> Option<Duration> {
+    match n {
+        100 => Some(Duration::from_millis(67)),
+        1_000 => Some(Duration::from_millis(662)),
+        5_000 => Some(Duration::from_millis(3_500)),
+        _ => None,
+    }
+}
+
+fn deerflow_query(n: usize, label: &str) -> Option<Duration> {
+    match (n, label) {
+        (5_000, "select: 3 names") => Some(Duration::from_micros(3_000)),
+        (5_000, "+slack send") => Some(Duration::from_micros(3_900)),
+        (5_000, "keyword (common)") | (5_000, "keyword (rare)") => {
+            Some(Duration::from_micros(8_700))
+        }
+        _ => None,
+    }
+}
+
+fn main() {
+    println!("Antler catalog benchmark (synthetic MCP catalogs, 50 tools per server)\n");
+    println!(
+        "{:>7} | {:>10} | {:>10} | {:>10} | {:>13} | {:>14} | {:>12} | {:>11}",
+        "tools",
+        "build+hash",
+        "build+hash",
+        "hash only",
+        "vs DeerFlow",
+        "bytes/tool",
+        "+ if all",
+        "schema"
+    );
+    println!(
+        "{:>7} | {:>10} | {:>10} | {:>10} | {:>13} | {:>14} | {:>12} | {:>11}",
+        "",
+        "wall p50",
+        "CPU total",
+        "CPU p50",
+        "(wall ratio)",
+        "beyond tools",
+        "rendered",
+        "JSON/tool"
+    );
+    let mut catalogs = Vec::new();
+    for n in [100, 1_000, 5_000, 50_000] {
+        let (catalog, f) = bench_build(n);
+        let ratio = deerflow_build(n)
+            .map(|d| format!("{:.0}x faster", d.as_secs_f64() / f.build.as_secs_f64()))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "{:>7} | {:>10} | {:>10} | {:>10} | {:>13} | {:>11.0} B | {:>10.0} B | {:>9.0} B",
+            f.n,
+            fmt(f.build),
+            fmt(f.build_cpu),
+            fmt(f.hash_only),
+            ratio,
+            f.bytes_per_tool,
+            f.rendered_per_tool,
+            f.schema_per_tool
+        );
+        if n >= 5_000 {
+            catalogs.push((n, catalog));
+        }
+    }
+
+    println!(
+        "\n{:>6} | {:<18} | {:<30} | {:>4} | {:>9} | {:>9} | {:>10} | {:>10} | {:>16}",
+        "tools",
+        "form",
+        "query",
+        "hits",
+        "p50 bare",
+        "p90 bare",
+        "p50 render",
+        "p90 render",
+        "vs DeerFlow p50"
+    );
+    for (n, catalog) in &catalogs {
+        let names: Vec<&str> = catalog.deferred_tools().map(|t| t.name.as_str()).collect();
+        let select = format!(
+            "select:{},{},{}",
+            names[names.len() * 3 / 4],
+            names[names.len() / 2],
+            names[names.len() / 4]
+        );
+        let cases = [
+            ("select: 3 names", select),
+            ("+slack send", "+slack send".to_owned()),
+            ("keyword (common)", "slack".to_owned()),
+            ("keyword (rare)", "webhook".to_owned()),
+            ("multi-word terms", "post slack message".to_owned()),
+            ("regex", "slack\\d+_(send|post)".to_owned()),
+        ];
+        for (label, query) in cases {
+            let f = bench_query(catalog, label, query);
+            let ratio = deerflow_query(*n, f.label)
+                .map(|d| format!("{:.0}x faster", d.as_secs_f64() / f.rendered.as_secs_f64()))
+                .unwrap_or_else(|| "-".into());
+            let shown: String = f.query.chars().take(30).collect();
+            println!(
+                "{:>6} | {:<18} | {:<30} | {:>4} | {:>9} | {:>9} | {:>10} | {:>10} | {:>16}",
+                n,
+                f.label,
+                shown,
+                f.hits,
+                fmt(f.bare),
+                fmt(f.bare_p90),
+                fmt(f.rendered),
+                fmt(f.rendered_p90),
+                ratio
+            );
+        }
+    }
+
+    {
+        let mut cold = Vec::new();
+        for _ in 0..9 {
+            let catalog = Catalog::build(synthetic(5_000), true).unwrap();
+            let started = Instant::now();
+            black_box(catalog.tool_search("slack", "cold").unwrap());
+            cold.push(started.elapsed());
+        }
+        println!(
+            "\nFirst tool_search on a fresh 5,000-tool catalog (renders 5 schemas, then cached): {} median",
+            fmt(median(cold))
+        );
+    }
+
+    if let Some((_, catalog)) = catalogs.first() {
+        let d = catalog.derived_heap_bytes();
+        let n = catalog.deferred_tools().count() as f64;
+        println!(
+            "\nPer-tool breakdown at {n} tools (index accounting): texts {:.0} B, signatures {:.0} B, render cache {:.0} B, maps {:.0} B, prompt {:.0} B",
+            d.search.texts as f64 / n,
+            d.search.signatures as f64 / n,
+            d.search.rendered as f64 / n,
+            d.maps as f64 / n,
+            d.prompt as f64 / n
+        );
+    }
+    let mut load = String::new();
+    if let Ok(text) = std::fs::read_to_string("/proc/loadavg") {
+        load = text
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ");
+    }
+    println!("\nLoad average during the run: {load} (2 cores; wall times include preemption).");
+    println!("Targets at 5,000 tools: build+hash <= 7 ms; query p50 <= 20 µs bare, <= 100 µs rendered; <= 2 KiB/tool beyond the tools.");
+}

@@ -135,7 +135,10 @@ fn describe(source: &ToolSource) -> String {
     match source {
         ToolSource::Config { use_id } => format!("config ({use_id})"),
         ToolSource::Builtin => "builtin".into(),
-        ToolSource::Mcp { server, .. } => format!("mcp ({})", server.as_deref().unwrap_or("-")),
+        ToolSource::Mcp { server, .. } => match server.as_deref().filter(|s| !s.is_empty()) {
+            Some(server) => format!("mcp ({server})"),
+            None => "mcp".into(),
+        },
         ToolSource::Acp => "acp".into(),
     }
 }

@@ -1,1 +1,378 @@
-//! The tool catalog (being written).
+//! The tool catalog: one built, immutable snapshot of the tools a run may use, with what
+//! DeerFlow derives from them computed once at build time (deferred set, catalog hash,
+//! search index, prompt sections, routing index; a schema is rendered on its first match).
+//! A `Catalog` is never changed after `build`; share it behind an `Arc` and rebuild on any
+//! source change, which yields a new hash.
+
+pub mod actor;
+pub mod assembly;
+pub mod authz;
+pub mod builtins;
+mod casefold;
+pub mod deferred;
+pub mod hash;
+mod matcher;
+mod names;
+mod prefilter;
+pub mod promotion;
+mod pyjson;
+pub mod registry;
+pub mod routing;
+pub mod search;
+pub mod tool;
+
+pub use casefold::casefold;
+pub use deferred::{
+    assemble_deferred_tools, build_deferred_setup, deferred_tools_prompt_section, tool_search_spec,
+    DeferredError, DeferredSetup, FAIL_CLOSED_ERROR, TOOL_SEARCH_DESCRIPTION, TOOL_SEARCH_NAME,
+};
+pub use hash::{canonical_blob, CatalogHash};
+pub use matcher::{compile_query_regex, count_matches, REGEX_SIZE_LIMIT};
+pub use promotion::{
+    merge_promoted, DeferredFilter, HiddenToolCall, Promoted, ToolSearchMessage, ToolSearchOutcome,
+    ToolSearchUnavailable, DEFERRED_TOOL_ERROR, MISSING_TOOL_CALL_ID, NO_TOOLS_FOUND,
+};
+pub use routing::{
+    clamp_top_k, latest_real_user_text, resolve_effective_routing, routing_hints_section,
+    McpRouting, McpRoutingOverride, RoutingIndex, RoutingMode, UserTurn,
+};
+pub use search::{SearchIndex, SearchMode, MAX_RESULTS};
+pub use tool::{openai_parameters, ToolSource, ToolSpec};
+
+use deferred::{check_fail_closed, prompt_section_sorted};
+use names::NameTable;
+use promotion::NOT_DEFERRED;
+
+/// Why a catalog could not be built (an operator-facing error).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CatalogError {
+    #[error(transparent)]
+    Deferred(#[from] DeferredError),
+    /// Two candidates share a name; assembly deduplicates before building a catalog.
+    #[error(
+        "duplicate tool name {0:?}: candidates must be deduplicated before a catalog is built"
+    )]
+    DuplicateToolName(String),
+}
+
+/// A built, immutable tool catalog.
+pub struct Catalog {
+    /// The final tools: the candidates, then `tool_search` when anything is deferred.
+    tools: Vec<ToolSpec>,
+    /// Tool name to index in `tools`.
+    names: NameTable,
+    /// Deferred position to index in `tools` (deferred tools in catalog order).
+    deferred: Vec<u32>,
+    /// Index in `tools` to deferred position, or `NOT_DEFERRED`.
+    deferred_of_tool: Vec<u32>,
+    /// `None` exactly when nothing is deferred.
+    catalog_hash: Option<CatalogHash>,
+    search: SearchIndex,
+    prompt_section: String,
+    routing_hints: String,
+    routing_index: Option<RoutingIndex>,
+}
+
+impl Catalog {
+    /// Builds a catalog from deduplicated candidates (config, builtins, MCP, ACP, in
+    /// assembly order). With `tool_search_enabled`, MCP tools are deferred and
+    /// `tool_search` is appended, exactly as `assemble_deferred_tools`.
+    pub fn build(
+        candidates: Vec<ToolSpec>,
+        tool_search_enabled: bool,
+    ) -> Result<Catalog, CatalogError> {
+        let mut names = NameTable::with_capacity(candidates.len() + 1);
+        for (i, tool) in candidates.iter().enumerate() {
+            if names
+                .insert(index_u32(i), |j| candidates[j as usize].name.as_str())
+                .is_err()
+            {
+                return Err(CatalogError::DuplicateToolName(tool.name.clone()));
+            }
+        }
+        let deferred: Vec<u32> = if tool_search_enabled {
+            (0..candidates.len())
+                .filter(|&i| candidates[i].is_mcp())
+                .map(index_u32)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let refs: Vec<&ToolSpec> = deferred.iter().map(|&i| &candidates[i as usize]).collect();
+        let (search, catalog_hash) = index_and_hash(&refs);
+        let sorted = || search.by_name().iter().map(|&p| refs[p as usize]);
+        check_fail_closed(tool_search_enabled, catalog_hash.is_none(), &candidates)?;
+        let prompt_section = prompt_section_sorted(sorted().map(|tool| tool.name.as_str()));
+        let routing_index = catalog_hash
+            .as_ref()
+            .and_then(|hash| RoutingIndex::from_deferred(refs.iter().copied(), hash));
+        let mut deferred_of_tool = vec![NOT_DEFERRED; candidates.len() + 1];
+        for (position, &tool) in deferred.iter().enumerate() {
+            deferred_of_tool[tool as usize] = index_u32(position);
+        }
+        let routing_hints = routing_hints_section(&candidates, |name| {
+            names
+                .get(name, |j| candidates[j as usize].name.as_str())
+                .is_some_and(|i| deferred_of_tool[i as usize] != NOT_DEFERRED)
+        });
+        drop(refs);
+
+        let mut tools = candidates;
+        if catalog_hash.is_some() {
+            tools.reserve_exact(1);
+            tools.push(tool_search_spec());
+            let last = index_u32(tools.len() - 1);
+            if names
+                .insert(last, |j| tools[j as usize].name.as_str())
+                .is_err()
+            {
+                return Err(CatalogError::DuplicateToolName(TOOL_SEARCH_NAME.to_owned()));
+            }
+        }
+        deferred_of_tool.truncate(tools.len());
+        Ok(Catalog {
+            tools,
+            names,
+            deferred,
+            deferred_of_tool,
+            catalog_hash,
+            search,
+            prompt_section,
+            routing_hints,
+            routing_index,
+        })
+    }
+
+    /// All tools, in catalog order (`tool_search` last when present).
+    pub fn tools(&self) -> &[ToolSpec] {
+        &self.tools
+    }
+
+    /// The tool named `name`.
+    pub fn get(&self, name: &str) -> Option<&ToolSpec> {
+        self.index_of(name).map(|i| &self.tools[i])
+    }
+
+    fn index_of(&self, name: &str) -> Option<usize> {
+        self.names
+            .get(name, |i| self.tools[i as usize].name.as_str())
+            .map(|i| i as usize)
+    }
+
+    /// The catalog hash, when anything is deferred.
+    pub fn hash(&self) -> Option<&CatalogHash> {
+        self.catalog_hash.as_ref()
+    }
+
+    /// The deferred names and the hash, as `assemble_deferred_tools` reports them
+    /// (built on each call; use [`Catalog::is_deferred`] for membership).
+    pub fn setup(&self) -> DeferredSetup {
+        DeferredSetup {
+            deferred_names: self.deferred_tools().map(|t| t.name.clone()).collect(),
+            catalog_hash: self.catalog_hash.clone(),
+        }
+    }
+
+    /// Whether `name` is deferred (hidden until promoted).
+    pub fn is_deferred(&self, name: &str) -> bool {
+        self.deferred_position(name).is_some()
+    }
+
+    /// The deferred tools, in catalog order.
+    pub fn deferred_tools(&self) -> impl Iterator<Item = &ToolSpec> + '_ {
+        self.deferred.iter().map(|&i| &self.tools[i as usize])
+    }
+
+    /// The `<available-deferred-tools>` section, or `""`.
+    pub fn prompt_section(&self) -> &str {
+        &self.prompt_section
+    }
+
+    /// The `<mcp_routing_hints>` block, or `""`.
+    pub fn routing_hints_section(&self) -> &str {
+        &self.routing_hints
+    }
+
+    /// The auto-promotion index, when any deferred tool routes by keyword.
+    pub fn routing_index(&self) -> Option<&RoutingIndex> {
+        self.routing_index.as_ref()
+    }
+
+    /// `DeferredToolCatalog.search` (with the default mode's extension).
+    pub fn search(&self, query: &str) -> Vec<&ToolSpec> {
+        self.search_with(query, SearchMode::default())
+    }
+
+    /// `DeferredToolCatalog.search` in the given mode.
+    pub fn search_with(&self, query: &str, mode: SearchMode) -> Vec<&ToolSpec> {
+        self.search
+            .search(query, mode)
+            .into_iter()
+            .map(|p| self.deferred_tool(p))
+            .collect()
+    }
+
+    /// Heap bytes of everything the catalog derives from its tools (not the tools).
+    pub fn derived_heap_bytes(&self) -> DerivedBytes {
+        DerivedBytes {
+            search: self.search.heap_bytes(),
+            maps: self.names.heap_bytes()
+                + (self.deferred.capacity() + self.deferred_of_tool.capacity()) * 4,
+            prompt: self.prompt_section.capacity() + self.routing_hints.capacity(),
+        }
+    }
+
+    pub(crate) fn deferred_position(&self, name: &str) -> Option<usize> {
+        let tool = self.index_of(name)?;
+        match self.deferred_of_tool[tool] {
+            NOT_DEFERRED => None,
+            position => Some(position as usize),
+        }
+    }
+
+    pub(crate) fn deferred_tool(&self, position: usize) -> &ToolSpec {
+        &self.tools[self.deferred[position] as usize]
+    }
+
+    pub(crate) fn render(&self, positions: &[usize]) -> String {
+        self.search.render(positions, |p| self.deferred_tool(p))
+    }
+}
+
+/// Heap use of what a [`Catalog`] derives, by part.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DerivedBytes {
+    pub search: search::IndexBytes,
+    /// Name table and position tables.
+    pub maps: usize,
+    /// Prompt section and routing hints.
+    pub prompt: usize,
+}
+
+/// From this many deferred tools on, the build uses a second thread (the work takes
+/// milliseconds; spawning a scoped thread takes microseconds).
+const PARALLEL_FROM: usize = 512;
+
+/// Share of the name-sorted hash entries the second thread writes, besides building the
+/// search index; the calling thread writes the rest and runs sha256 over all of it.
+const WORKER_SHARE_PERCENT: usize = 40;
+
+/// Builds the search index and the catalog hash, on two threads for large catalogs. The
+/// scoped thread is joined before returning; a panic in it is resumed here.
+fn index_and_hash(deferred: &[&ToolSpec]) -> (SearchIndex, Option<CatalogHash>) {
+    if deferred.is_empty() {
+        return (SearchIndex::build(deferred), None);
+    }
+    let order = search::name_order(deferred);
+    let tool_at = |p: &u32| deferred[*p as usize];
+    let parallel = deferred.len() >= PARALLEL_FROM
+        && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    if !parallel {
+        let hash = CatalogHash::of_sorted(order.iter().map(tool_at));
+        return (SearchIndex::with_order(deferred, order), Some(hash));
+    }
+    let split = order.len() - order.len() * WORKER_SHARE_PERCENT / 100;
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            let mut tail = String::new();
+            let count = hash::write_entries(order[split..].iter().map(tool_at), true, |chunk| {
+                tail.push_str(chunk)
+            });
+            (
+                SearchIndex::with_order(deferred, order.clone()),
+                tail,
+                count,
+            )
+        });
+        let mut blob = hash::BlobHasher::new();
+        blob.entries(order[..split].iter().map(tool_at));
+        match worker.join() {
+            Ok((search, tail, count)) => {
+                debug_assert_eq!(blob.entry_count(), split);
+                blob.written(&tail, count);
+                (search, Some(blob.finish()))
+            }
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+}
+
+/// Tool counts are bounded far below `u32::MAX` (a catalog that large could not be
+/// shown to a model); saturating keeps the conversion total.
+fn index_u32(index: usize) -> u32 {
+    u32::try_from(index).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tools(n: usize) -> Vec<ToolSpec> {
+        (0..n)
+            .map(|i| {
+                let name = format!("srv{}_tool_{i}", i % 7);
+                let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+                ToolSpec::mcp(
+                    name.clone(),
+                    format!("Tool number {i}."),
+                    schema,
+                    None,
+                    name,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn parallel_and_sequential_builds_agree() {
+        for n in [PARALLEL_FROM - 1, PARALLEL_FROM, 3 * PARALLEL_FROM] {
+            let candidates = tools(n);
+            let catalog =
+                Catalog::build(candidates.clone(), true).unwrap_or_else(|e| panic!("{e}"));
+            let expected = CatalogHash::of_tools(&candidates);
+            assert_eq!(catalog.hash(), Some(&expected), "{n} tools");
+            assert_eq!(catalog.setup(), build_deferred_setup(&candidates, true));
+            assert_eq!(catalog.search("select:srv3_tool_3").len(), 1);
+        }
+    }
+
+    #[test]
+    fn a_catalog_can_be_shared_across_threads() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<Catalog>();
+        let catalog = std::sync::Arc::new(Catalog::build(tools(600), true).unwrap());
+        let handles: Vec<_> = (0..4)
+            .map(|i| {
+                let catalog = std::sync::Arc::clone(&catalog);
+                std::thread::spawn(move || {
+                    let query = format!("select:srv{i}_tool_{i}");
+                    catalog.tool_search(&query, "c").unwrap().message.content
+                })
+            })
+            .collect();
+        for handle in handles {
+            assert!(handle
+                .join()
+                .unwrap()
+                .starts_with("[\n  {\n    \"name\": \"srv"));
+        }
+    }
+
+    #[test]
+    fn duplicate_names_are_refused() {
+        let mut candidates = tools(3);
+        candidates.push(candidates[1].clone());
+        assert_eq!(
+            Catalog::build(candidates, true).err(),
+            Some(CatalogError::DuplicateToolName("srv1_tool_1".into()))
+        );
+        let mut clash = tools(2);
+        clash.push(ToolSpec::builtin(TOOL_SEARCH_NAME, "mine", json!({})));
+        assert_eq!(
+            Catalog::build(clash, true).err(),
+            Some(CatalogError::DuplicateToolName(TOOL_SEARCH_NAME.into()))
+        );
+    }
+}

@@ -1,5 +1,6 @@
 //! The `antler` subcommands, one module per group; `main.rs` only parses and dispatches.
 
+pub mod catalog;
 pub mod cluster;
 pub mod config;
 pub mod mcp;

@@ -1,0 +1,205 @@
+//! How one query pattern matches, as DeerFlow compiles it: a case-insensitive regex, or
+//! the literal text when the pattern does not compile. Compiled with the linear-time
+//! `regex` crate under a size limit, so a model-written pattern can neither hang nor grow
+//! without bound. Plain literals skip the regex and match on folded text; `findall`
+//! counts follow Python's rules for empty matches.
+
+use regex::{Regex, RegexBuilder};
+
+use super::prefilter::{
+    count_bytes, find_bytes, fold_str, full_bitmap, Branch, FeatureSet, Slices, OTHER,
+};
+
+/// Compiled-size limit of a model-written query regex; larger ones fall back to a literal.
+pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Compiles a query the way DeerFlow's `_compile_catalog_regex` does, with the linear-time
+/// `regex` crate: case-insensitive, and on any compile error (bad syntax, syntax Rust does
+/// not support such as look-around or backreferences, or the size limit) the query is
+/// matched literally. `None` only when even the escaped literal exceeds the size limit.
+pub fn compile_query_regex(pattern: &str) -> Option<Regex> {
+    let build = |source: &str| {
+        RegexBuilder::new(source)
+            .case_insensitive(true)
+            .size_limit(REGEX_SIZE_LIMIT)
+            .build()
+    };
+    build(pattern)
+        .or_else(|_| build(&regex::escape(pattern)))
+        .ok()
+}
+
+/// `len(re.findall(regex, text))`: non-overlapping matches, where an empty match may
+/// follow a non-empty one at the same position (Python 3.7+), unlike `find_iter`.
+/// After an empty match the scan moves one character on; Python would first try a
+/// lower-priority non-empty match at the same position (only patterns such as `a??`
+/// or `|a` can tell the difference).
+pub fn count_matches(regex: &Regex, text: &str) -> usize {
+    let mut count = 0;
+    let mut at = 0;
+    while at <= text.len() {
+        let Some(found) = regex.find_at(text, at) else {
+            break;
+        };
+        count += 1;
+        if found.end() > found.start() {
+            at = found.end();
+        } else {
+            match text[found.end()..].chars().next() {
+                Some(c) => at = found.end() + c.len_utf8(),
+                None => break,
+            }
+        }
+    }
+    count
+}
+
+/// Python `re` metacharacters: a query without any of them is a plain literal.
+pub(crate) fn is_plain_literal(text: &str) -> bool {
+    !text.contains([
+        '.', '^', '$', '*', '+', '?', '{', '}', '[', ']', '\\', '|', '(', ')',
+    ])
+}
+
+/// How one compiled query (or query term) decides a match.
+pub(crate) enum Matcher {
+    /// A literal whose every character folds to ASCII: matched exactly by substring
+    /// search in the folded text, no regex needed.
+    Folded(String),
+    /// Anything else, matched by the compiled case-insensitive regex.
+    Regex(Regex),
+    /// A literal too large for the regex size limit: lowercase substring search.
+    Lowercase(String),
+}
+
+/// A matcher and its prefilter: alternatives of required features; `None` means every
+/// tool is a candidate.
+pub(crate) struct Query {
+    matcher: Matcher,
+    prefilter: Option<Vec<Branch>>,
+}
+
+impl Query {
+    /// Plans `pattern` as DeerFlow compiles it (regex, literal on compile error).
+    pub(crate) fn new(pattern: &str) -> Query {
+        if is_plain_literal(pattern) {
+            return Query::literal(pattern);
+        }
+        if pattern.split('|').all(is_plain_literal) {
+            // An alternation of literals: a tool is a candidate if any branch could match.
+            if let Some(regex) = compile_query_regex(pattern) {
+                let branches: Option<Vec<Branch>> = pattern
+                    .split('|')
+                    .map(|branch| (!branch.is_empty()).then(|| Branch::of(branch)))
+                    .collect();
+                return Query {
+                    matcher: Matcher::Regex(regex),
+                    prefilter: branches,
+                };
+            }
+        }
+        match RegexBuilder::new(pattern)
+            .case_insensitive(true)
+            .size_limit(REGEX_SIZE_LIMIT)
+            .build()
+        {
+            Ok(regex) => Query {
+                matcher: Matcher::Regex(regex),
+                prefilter: None,
+            },
+            Err(_) => Query::literal(pattern),
+        }
+    }
+
+    fn literal(text: &str) -> Query {
+        let folded = fold_str(text);
+        let prefilter = Some(vec![Branch::of(text)]);
+        if !text.is_empty() && !folded.bytes().any(|b| b == OTHER) {
+            return Query {
+                matcher: Matcher::Folded(folded),
+                prefilter,
+            };
+        }
+        match compile_query_regex(&regex::escape(text)) {
+            Some(regex) => Query {
+                matcher: Matcher::Regex(regex),
+                prefilter,
+            },
+            // Lowercasing is not case folding, so the folded prefilter does not apply.
+            None => Query {
+                matcher: Matcher::Lowercase(text.to_lowercase()),
+                prefilter: None,
+            },
+        }
+    }
+
+    /// Tools whose haystack may match, from the haystack slices over `tools` tools.
+    pub(crate) fn candidates(&self, hay: &Slices, tools: usize) -> Vec<u64> {
+        self.union(hay, tools, |branch| &branch.hay)
+    }
+
+    /// Tools whose name may match, from the folded-name slices.
+    pub(crate) fn name_candidates(&self, names: &Slices, tools: usize) -> Vec<u64> {
+        self.union(names, tools, |branch| &branch.name)
+    }
+
+    fn union(
+        &self,
+        slices: &Slices,
+        tools: usize,
+        features: impl Fn(&Branch) -> &FeatureSet,
+    ) -> Vec<u64> {
+        let Some(branches) = &self.prefilter else {
+            return full_bitmap(tools, slices.words);
+        };
+        let mut union = vec![0u64; slices.words];
+        for branch in branches {
+            let hits = slices.candidates(features(branch), tools);
+            for (word, bits) in union.iter_mut().zip(hits) {
+                *word |= bits;
+            }
+        }
+        union
+    }
+
+    /// Whether the pattern matches `text`, whose folded form is `folded`.
+    pub(crate) fn is_match(&self, text: &str, folded: &str) -> bool {
+        match &self.matcher {
+            Matcher::Folded(needle) => {
+                find_bytes(folded.as_bytes(), needle.as_bytes(), 0).is_some()
+            }
+            Matcher::Regex(regex) => regex.is_match(text),
+            Matcher::Lowercase(needle) => text.to_lowercase().contains(needle.as_str()),
+        }
+    }
+
+    /// `len(re.findall(pattern, text))`, `folded` being the folded `text`.
+    pub(crate) fn count(&self, text: &str, folded: &str) -> usize {
+        match &self.matcher {
+            Matcher::Folded(needle) => count_bytes(folded.as_bytes(), needle.as_bytes()),
+            Matcher::Regex(regex) => count_matches(regex, text),
+            Matcher::Lowercase(needle) => text.to_lowercase().matches(needle.as_str()).count(),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn findall_counts_like_python() {
+        // Expected counts from CPython 3.11 `len(re.findall(p, t))`.
+        for (pattern, text, expected) in [
+            ("a*", "baaab", 4),
+            ("x*", "axb", 4),
+            ("send", "send send send message", 3),
+            ("aa", "aaaaa", 2),
+            ("", "abc", 4),
+        ] {
+            let regex = compile_query_regex(pattern).unwrap();
+            assert_eq!(count_matches(&regex, text), expected, "{pattern} in {text}");
+        }
+    }
+}

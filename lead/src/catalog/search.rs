@@ -1,0 +1,773 @@
+//! `tool_search` queries over the deferred tools (spec 2.3) as DeerFlow answers them, one
+//! documented extension ([`SearchMode::Extended`]), and the rendering of matched schemas.
+//! Built once per catalog: haystacks, folded and lowercased copies in shared buffers, the
+//! prefilter signatures and the name order; each schema is rendered the first time it is
+//! matched and reused. See [`SearchIndex`] for the few places Python's `re` differs.
+
+use std::sync::OnceLock;
+
+use super::matcher::Query;
+use super::prefilter::{
+    find_bytes, fold_into, has_bit, hay_slots, iter_bits, lowercase_into, name_slots, FeatureSet,
+    Slices, HAY_SLICES, NAME_SLICES,
+};
+use super::pyjson::{push_indent, write_pretty, write_str};
+use super::tool::ToolSpec;
+
+/// Cap of the ranked query forms (`select:` is uncapped).
+pub const MAX_RESULTS: usize = 5;
+
+/// How a query that DeerFlow answers with nothing is treated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SearchMode {
+    /// DeerFlow's semantics only: the whole keyword query is one regex.
+    Parity,
+    /// DeerFlow's semantics, and when a keyword query of two or more words matches
+    /// nothing as a phrase, the words are ranked one by one ([`SearchIndex`] docs).
+    #[default]
+    Extended,
+}
+
+/// Python's `str.isspace`: Unicode `White_Space` plus the separators U+001C..U+001F.
+pub(crate) fn is_py_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+/// Python's `str.strip()`.
+pub(crate) fn py_strip(text: &str) -> &str {
+    text.trim_matches(is_py_space)
+}
+
+/// Python's `str.split()` (runs of whitespace, no empty parts).
+fn py_split(text: &str) -> impl Iterator<Item = &str> {
+    text.split(is_py_space).filter(|part| !part.is_empty())
+}
+
+/// Python's `text.split(None, 1)`: the first word and the remainder, if any.
+fn py_split_first(text: &str) -> Option<(&str, Option<&str>)> {
+    let text = text.trim_start_matches(is_py_space);
+    if text.is_empty() {
+        return None;
+    }
+    let end = text.find(is_py_space).unwrap_or(text.len());
+    let rest = text[end..].trim_start_matches(is_py_space);
+    Some((&text[..end], (!rest.is_empty()).then_some(rest)))
+}
+
+/// Where one tool's texts sit in the index's shared buffers.
+struct Spans {
+    /// `f"{name} {description}"` in `haystacks`.
+    hay: Range32,
+    name_len: u32,
+    /// One ASCII byte per character of the haystack, see [`fold`], in `folded`.
+    folded: Range32,
+    folded_name_len: u32,
+    /// `name.lower()`, in `lowered`, for `+required`.
+    lower: Range32,
+}
+
+#[derive(Clone, Copy)]
+struct Range32 {
+    start: u32,
+    end: u32,
+}
+
+impl Range32 {
+    fn push(buffer: &mut String, text: impl FnOnce(&mut String)) -> Range32 {
+        let start = to_u32(buffer.len());
+        text(buffer);
+        Range32 {
+            start,
+            end: to_u32(buffer.len()),
+        }
+    }
+
+    fn of(self, buffer: &str) -> &str {
+        &buffer[self.start as usize..self.end as usize]
+    }
+}
+
+/// One tool's texts, borrowed from the index.
+#[derive(Clone, Copy)]
+struct Entry<'a> {
+    haystack: &'a str,
+    name_len: usize,
+    folded: &'a str,
+    folded_name_len: usize,
+}
+
+impl<'a> Entry<'a> {
+    fn name(self) -> &'a str {
+        &self.haystack[..self.name_len]
+    }
+    fn description(self) -> &'a str {
+        &self.haystack[self.name_len + 1..]
+    }
+    fn folded_name(self) -> &'a str {
+        &self.folded[..self.folded_name_len]
+    }
+    fn folded_description(self) -> &'a str {
+        &self.folded[self.folded_name_len + 1..]
+    }
+    fn matches_haystack(self, query: &Query) -> bool {
+        query.is_match(self.haystack, self.folded)
+    }
+    fn matches_name(self, query: &Query) -> bool {
+        query.is_match(self.name(), self.folded_name())
+    }
+    fn matches_description(self, query: &Query) -> bool {
+        query.is_match(self.description(), self.folded_description())
+    }
+}
+
+/// The search structures of one deferred-tool catalog, positions in catalog order.
+///
+/// Parity: results equal DeerFlow's `DeferredToolCatalog.search` (see the conformance
+/// tests), except where the `regex` crate and Python's `re` disagree: Python's `re.I` also equates `i` with `ı`
+/// and `İ`; Python's `$` also matches before a final newline; look-around and
+/// backreferences, which `regex` lacks, are matched literally; `findall` counts of
+/// patterns that prefer an empty match (`a??`) can differ.
+///
+/// Extension ([`SearchMode::Extended`]): a keyword query of two or more words that
+/// matches nothing as a whole is ranked term by term. Each term is compiled like a
+/// query (case-insensitive regex, literal on error); a tool scores 2 per term found in
+/// its name, else 1 per term found in its description; tools scoring 0 are dropped,
+/// ties keep catalog order, and the cap is 5. A query DeerFlow answers with results is
+/// answered identically, so every DeerFlow answer other than `[]` is preserved.
+pub struct SearchIndex {
+    spans: Vec<Spans>,
+    haystacks: String,
+    folded: String,
+    lowered: String,
+    /// Positions sorted by name, for `select:`, the hash and the prompt section.
+    by_name: Vec<u32>,
+    hay: Slices,
+    folded_names: Slices,
+    lower_names: Slices,
+    /// Each tool's `convert_to_openai_function` at nesting level 1 of
+    /// `json.dumps([...], indent=2, ensure_ascii=False)`, rendered the first time the
+    /// tool is matched and then reused: a result is a concatenation.
+    schemas: Vec<OnceLock<Box<str>>>,
+}
+
+impl SearchIndex {
+    /// Builds the index over the deferred tools, in catalog order.
+    pub fn build(tools: &[&ToolSpec]) -> SearchIndex {
+        Self::with_order(tools, name_order(tools))
+    }
+
+    /// The same, given `by_name`: the positions of `tools` sorted by name.
+    pub(crate) fn with_order(tools: &[&ToolSpec], by_name: Vec<u32>) -> SearchIndex {
+        let count = tools.len();
+        let text_len: usize = tools
+            .iter()
+            .map(|t| t.name.len() + 1 + t.description.len())
+            .sum();
+        let name_len: usize = tools.iter().map(|t| t.name.len()).sum();
+        let mut haystacks = String::with_capacity(text_len);
+        let mut folded = String::with_capacity(text_len);
+        let mut lowered = String::with_capacity(name_len);
+        let mut hay = Slices::new(HAY_SLICES, count);
+        let mut folded_names = Slices::new(NAME_SLICES, count);
+        let mut lower_names = Slices::new(NAME_SLICES, count);
+        // Features are gathered per block of 64 tools in these small (L1-resident) tables
+        // and stored once per block, instead of scattering bit writes over the slices.
+        let mut hay_block = [0u64; HAY_SLICES];
+        let mut folded_block = [0u64; NAME_SLICES];
+        let mut lower_block = [0u64; NAME_SLICES];
+        let mut spans = Vec::with_capacity(count);
+        for (position, tool) in tools.iter().enumerate() {
+            let bit = 1u64 << (position % 64);
+            let hay_span = Range32::push(&mut haystacks, |b| {
+                b.push_str(&tool.name);
+                b.push(' ');
+                b.push_str(&tool.description);
+            });
+            let folded_name_len = tool.name.chars().count();
+            let folded_span = Range32::push(&mut folded, |b| {
+                fold_into(b, &tool.name);
+                b.push(' ');
+                fold_into(b, &tool.description);
+            });
+            let folded_text = folded_span.of(&folded).as_bytes();
+            hay_slots(folded_text, |slot| hay_block[slot] |= bit);
+            name_slots(
+                folded_text[..folded_name_len].iter().map(|&b| u32::from(b)),
+                |slot| folded_block[slot] |= bit,
+            );
+            let lower_span = Range32::push(&mut lowered, |b| lowercase_into(b, &tool.name));
+            name_slots(lower_span.of(&lowered).chars().map(u32::from), |slot| {
+                lower_block[slot] |= bit
+            });
+            spans.push(Spans {
+                hay: hay_span,
+                name_len: to_u32(tool.name.len()),
+                folded: folded_span,
+                folded_name_len: to_u32(folded_name_len),
+                lower: lower_span,
+            });
+            if position % 64 == 63 || position + 1 == count {
+                let block = position / 64;
+                hay.store_block(block, &hay_block);
+                folded_names.store_block(block, &folded_block);
+                lower_names.store_block(block, &lower_block);
+                hay_block = [0; HAY_SLICES];
+                folded_block = [0; NAME_SLICES];
+                lower_block = [0; NAME_SLICES];
+            }
+        }
+        SearchIndex {
+            spans,
+            haystacks,
+            folded,
+            lowered,
+            by_name,
+            hay,
+            folded_names,
+            lower_names,
+            schemas: (0..count).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    fn entry(&self, position: usize) -> Entry<'_> {
+        let spans = &self.spans[position];
+        Entry {
+            haystack: spans.hay.of(&self.haystacks),
+            name_len: spans.name_len as usize,
+            folded: spans.folded.of(&self.folded),
+            folded_name_len: spans.folded_name_len as usize,
+        }
+    }
+
+    /// Positions sorted by tool name.
+    pub fn by_name(&self) -> &[u32] {
+        &self.by_name
+    }
+
+    /// Runs a `tool_search` query; returns positions in result order.
+    pub fn search(&self, query: &str, mode: SearchMode) -> Vec<usize> {
+        let query = py_strip(query);
+        if query.is_empty() {
+            return Vec::new();
+        }
+        if let Some(names) = query.strip_prefix("select:") {
+            return self.select(names);
+        }
+        if let Some(rest) = query.strip_prefix('+') {
+            return self.required(rest);
+        }
+        let hits = self.keyword(query);
+        if hits.is_empty() && mode == SearchMode::Extended && py_split(query).nth(1).is_some() {
+            return self.rank_terms(query);
+        }
+        hits
+    }
+
+    /// `select:a,b`: exact names, catalog order, uncapped, unknown names ignored.
+    fn select(&self, names: &str) -> Vec<usize> {
+        let mut hits: Vec<usize> = names
+            .split(',')
+            .filter_map(|name| self.position_of(py_strip(name)))
+            .collect();
+        hits.sort_unstable();
+        hits.dedup();
+        hits
+    }
+
+    /// The position of the deferred tool named `name`.
+    pub fn position_of(&self, name: &str) -> Option<usize> {
+        self.by_name
+            .binary_search_by(|&p| self.entry(p as usize).name().cmp(name))
+            .ok()
+            .map(|i| self.by_name[i] as usize)
+    }
+
+    /// `+required rest`: `required` (lowercased) must be in the lowercased name; the
+    /// candidates are stably ranked by `len(re.findall(rest, haystack))`, descending.
+    fn required(&self, text: &str) -> Vec<usize> {
+        let Some((first, rest)) = py_split_first(text) else {
+            return Vec::new();
+        };
+        let required = first.to_lowercase();
+        let features = FeatureSet::of_name(required.chars().map(u32::from));
+        let candidates = self.lower_names.candidates(&features, self.len());
+        let has_required = |p: usize| {
+            let lower = self.spans[p].lower.of(&self.lowered);
+            find_bytes(lower.as_bytes(), required.as_bytes(), 0).is_some()
+        };
+        let Some(rest) = rest else {
+            return iter_bits(&candidates)
+                .filter(|&p| has_required(p))
+                .take(MAX_RESULTS)
+                .collect();
+        };
+        let rank = Query::new(rest);
+        let may_count = rank.candidates(&self.hay, self.len());
+        let mut counted: Vec<(usize, usize)> = Vec::new();
+        let mut zeros: Vec<usize> = Vec::with_capacity(MAX_RESULTS);
+        for position in iter_bits(&candidates) {
+            if has_bit(&may_count, position) {
+                if !has_required(position) {
+                    continue;
+                }
+                let spans = &self.spans[position];
+                let text = spans.hay.of(&self.haystacks);
+                match rank.count(text, spans.folded.of(&self.folded)) {
+                    0 if zeros.len() < MAX_RESULTS => zeros.push(position),
+                    0 => {}
+                    n => counted.push((n, position)),
+                }
+            } else if zeros.len() < MAX_RESULTS && has_required(position) {
+                zeros.push(position);
+            }
+        }
+        // Equal counts keep catalog order, as Python's stable sort does.
+        counted.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        counted
+            .into_iter()
+            .map(|(_, position)| position)
+            .chain(zeros)
+            .take(MAX_RESULTS)
+            .collect()
+    }
+
+    /// The whole query as one case-insensitive regex over `"name description"`; name
+    /// matches (score 2) first, then the rest (score 1), catalog order within each.
+    fn keyword(&self, query: &str) -> Vec<usize> {
+        let query = Query::new(query);
+        let candidates = query.candidates(&self.hay, self.len());
+        let mut named = Vec::with_capacity(MAX_RESULTS);
+        let mut described = Vec::with_capacity(MAX_RESULTS);
+        for position in iter_bits(&candidates) {
+            let entry = self.entry(position);
+            if !entry.matches_haystack(&query) {
+                continue;
+            }
+            if entry.matches_name(&query) {
+                named.push(position);
+                if named.len() == MAX_RESULTS {
+                    break;
+                }
+            } else if described.len() < MAX_RESULTS {
+                described.push(position);
+            }
+        }
+        named.extend(described);
+        named.truncate(MAX_RESULTS);
+        named
+    }
+
+    /// The extension: rank term by term (see the type's docs). Each tool's best possible
+    /// score comes from the prefilters alone; tools are verified from the highest bound
+    /// down, and verification stops once five exact scores beat every remaining bound.
+    fn rank_terms(&self, query: &str) -> Vec<usize> {
+        let mut words: Vec<&str> = Vec::new();
+        for word in py_split(query) {
+            if !words
+                .iter()
+                .any(|w| w.to_lowercase() == word.to_lowercase())
+            {
+                words.push(word);
+            }
+        }
+        let terms: Vec<(Query, Vec<u64>, Vec<u64>)> = words
+            .into_iter()
+            .map(|word| {
+                let term = Query::new(word);
+                let anywhere = term.candidates(&self.hay, self.len());
+                let in_name = term.name_candidates(&self.folded_names, self.len());
+                (term, anywhere, in_name)
+            })
+            .collect();
+        // Each tool's bound (2 per term its name may contain, else 1 per term its text may
+        // contain), as a bit-sliced counter: plane `p` holds bit `p` of every tool's bound.
+        let words = self.hay.words;
+        let max_bound = 2 * terms.len();
+        let planes_needed = (usize::BITS - max_bound.leading_zeros()) as usize;
+        let mut planes = vec![vec![0u64; words]; planes_needed];
+        for (_, anywhere, in_name) in &terms {
+            for w in 0..words {
+                add_at(&mut planes, w, 1, in_name[w]);
+                add_at(&mut planes, w, 0, anywhere[w] & !in_name[w]);
+            }
+        }
+        let mut at_bound = vec![0u64; words];
+        let mut best: Vec<(usize, usize)> = Vec::with_capacity(MAX_RESULTS + 1);
+        for limit in (1..=max_bound).rev() {
+            if best.len() == MAX_RESULTS && best.last().is_some_and(|&(s, _)| limit < s) {
+                break;
+            }
+            for (w, word) in at_bound.iter_mut().enumerate() {
+                *word = planes.iter().enumerate().fold(u64::MAX, |acc, (p, plane)| {
+                    acc & if limit >> p & 1 == 1 {
+                        plane[w]
+                    } else {
+                        !plane[w]
+                    }
+                });
+            }
+            for position in iter_bits(&at_bound) {
+                // Positions ascend, so once the fifth best beats this bound at this
+                // position it beats every tool left at this level too.
+                if best.len() == MAX_RESULTS
+                    && best
+                        .last()
+                        .is_some_and(|&(s, p)| s > limit || (s == limit && p < position))
+                {
+                    break;
+                }
+                let entry = self.entry(position);
+                let score: usize = terms
+                    .iter()
+                    .map(|(term, anywhere, in_name)| {
+                        if has_bit(in_name, position) && entry.matches_name(term) {
+                            2
+                        } else {
+                            usize::from(
+                                has_bit(anywhere, position) && entry.matches_description(term),
+                            )
+                        }
+                    })
+                    .sum();
+                if score > 0 {
+                    best.push((score, position));
+                    best.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+                    best.truncate(MAX_RESULTS);
+                }
+            }
+        }
+        best.into_iter().map(|(_, position)| position).collect()
+    }
+
+    /// `json.dumps([convert_to_openai_function(t) for t in matched], indent=2,
+    /// ensure_ascii=False)` for the given positions; `tool` maps a position back to its
+    /// tool (each is rendered once per catalog, then reused).
+    pub fn render<'t>(&self, positions: &[usize], tool: impl Fn(usize) -> &'t ToolSpec) -> String {
+        if positions.is_empty() {
+            return "[]".to_owned();
+        }
+        let parts: Vec<&str> = positions
+            .iter()
+            .map(|&p| {
+                &**self.schemas[p].get_or_init(|| {
+                    let mut out = String::with_capacity(512);
+                    render_function(&mut out, tool(p));
+                    out.into_boxed_str()
+                })
+            })
+            .collect();
+        let size = parts.iter().map(|part| part.len() + 2).sum::<usize>() + 4;
+        let mut out = String::with_capacity(size);
+        out.push_str("[\n");
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                out.push_str(",\n");
+            }
+            out.push_str(part);
+        }
+        out.push_str("\n]");
+        out
+    }
+
+    /// Heap bytes the index holds, for the benchmark's accounting.
+    pub fn heap_bytes(&self) -> IndexBytes {
+        let rendered: usize = self
+            .schemas
+            .iter()
+            .filter_map(|s| s.get())
+            .map(|s| s.len())
+            .sum();
+        IndexBytes {
+            texts: self.spans.capacity() * std::mem::size_of::<Spans>()
+                + self.haystacks.capacity()
+                + self.folded.capacity()
+                + self.lowered.capacity(),
+            signatures: self.hay.heap_bytes()
+                + self.folded_names.heap_bytes()
+                + self.lower_names.heap_bytes()
+                + self.by_name.capacity() * 4,
+            rendered: self.schemas.capacity() * std::mem::size_of::<OnceLock<Box<str>>>()
+                + rendered,
+        }
+    }
+}
+
+/// Adds the one-bit-per-tool `bits` times 2^`plane` to word `w` of a bit-sliced counter.
+fn add_at(planes: &mut [Vec<u64>], w: usize, plane: usize, bits: u64) {
+    let mut carry = bits;
+    for counter in planes.iter_mut().skip(plane) {
+        if carry == 0 {
+            break;
+        }
+        let overflow = counter[w] & carry;
+        counter[w] ^= carry;
+        carry = overflow;
+    }
+}
+
+/// The positions of `tools` sorted by name: mostly by a 16-byte big-endian prefix (ties,
+/// such as a shared server prefix, compare the full names). Names are unique in a
+/// catalog, so an unstable sort is deterministic.
+pub(crate) fn name_order(tools: &[&ToolSpec]) -> Vec<u32> {
+    let mut keyed: Vec<(u128, u32)> = tools
+        .iter()
+        .enumerate()
+        .map(|(p, tool)| {
+            let mut prefix = 0u128;
+            for (i, &byte) in tool.name.as_bytes().iter().take(16).enumerate() {
+                prefix |= u128::from(byte) << (120 - 8 * i);
+            }
+            (prefix, to_u32(p))
+        })
+        .collect();
+    keyed.sort_unstable_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then_with(|| tools[a.1 as usize].name.cmp(&tools[b.1 as usize].name))
+    });
+    keyed.into_iter().map(|(_, p)| p).collect()
+}
+
+/// Heap use of a [`SearchIndex`], by part.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IndexBytes {
+    /// Haystacks, folded haystacks, lowercased names and their offsets.
+    pub texts: usize,
+    /// Bit-sliced signatures and the name order.
+    pub signatures: usize,
+    /// Rendered-schema cache (slots, plus the schemas rendered so far).
+    pub rendered: usize,
+}
+
+/// Offsets are `u32`: a catalog's text is far below 4 GiB (the model could not be shown
+/// more); saturating keeps the conversion total.
+fn to_u32(value: usize) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+/// Renders one tool as an element of the `indent=2` result list (nesting level 1).
+fn render_function(out: &mut String, tool: &ToolSpec) {
+    push_indent(out, 1);
+    out.push_str("{\n");
+    push_indent(out, 2);
+    out.push_str("\"name\": ");
+    write_str(out, &tool.name);
+    out.push_str(",\n");
+    push_indent(out, 2);
+    out.push_str("\"description\": ");
+    write_str(out, &tool.description);
+    out.push_str(",\n");
+    push_indent(out, 2);
+    out.push_str("\"parameters\": ");
+    write_pretty(out, &tool.parameters, 2);
+    out.push('\n');
+    push_indent(out, 1);
+    out.push('}');
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::catalog::matcher::compile_query_regex;
+    use regex::Regex;
+    use serde_json::json;
+
+    fn catalog(tools: &[(&str, &str)]) -> Vec<ToolSpec> {
+        tools
+            .iter()
+            .map(|(name, description)| {
+                ToolSpec::mcp(*name, *description, json!({"type": "object"}), None, *name)
+            })
+            .collect()
+    }
+
+    fn names(tools: &[ToolSpec], query: &str, mode: SearchMode) -> Vec<String> {
+        let refs: Vec<&ToolSpec> = tools.iter().collect();
+        let index = SearchIndex::build(&refs);
+        index
+            .search(query, mode)
+            .into_iter()
+            .map(|p| tools[p].name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn literal_and_regex_paths_agree_on_odd_characters() {
+        let tools = catalog(&[
+            ("long_s", "\u{17f}lack with a long s"),
+            ("kelvin", "\u{212a}elvin sign"),
+            ("nul", "has \u{0} inside"),
+            ("plain", "nothing"),
+        ]);
+        assert_eq!(names(&tools, "slack", SearchMode::Parity), ["long_s"]);
+        assert_eq!(names(&tools, "KELVIN", SearchMode::Parity), ["kelvin"]);
+        assert_eq!(
+            names(&tools, "slack|kelvin", SearchMode::Parity),
+            ["kelvin", "long_s"]
+        );
+        assert_eq!(
+            names(&tools, "s\u{0}", SearchMode::Parity),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn extension_ranks_terms_only_when_the_phrase_finds_nothing() {
+        let tools = catalog(&[
+            ("send_mail", "Send an email"),
+            ("slack_post", "post a message to slack"),
+            ("jupyter_run", "Run a notebook cell"),
+        ]);
+        assert_eq!(
+            names(&tools, "notebook jupyter", SearchMode::Extended),
+            ["jupyter_run"]
+        );
+        assert!(names(&tools, "notebook jupyter", SearchMode::Parity).is_empty());
+        // Name hits (2) outrank description hits (1); ties keep catalog order.
+        assert_eq!(
+            names(&tools, "slack message email", SearchMode::Extended),
+            ["slack_post", "send_mail"]
+        );
+        // The phrase matches: the extension stays out.
+        assert_eq!(
+            names(&tools, "a message", SearchMode::Extended),
+            ["slack_post"]
+        );
+    }
+
+    /// Reference semantics written the slow, obvious way: no prefilter, no pruning.
+    fn brute_force(tools: &[ToolSpec], query: &str) -> Vec<String> {
+        let rx = |p: &str| compile_query_regex(p).unwrap();
+        let query = py_strip(query);
+        let whole = rx(query);
+        let mut scored: Vec<(usize, usize)> = tools
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| whole.is_match(&format!("{} {}", t.name, t.description)))
+            .map(|(i, t)| (if whole.is_match(&t.name) { 2 } else { 1 }, i))
+            .collect();
+        if scored.is_empty() && py_split(query).nth(1).is_some() {
+            let mut words: Vec<&str> = Vec::new();
+            for word in py_split(query) {
+                if !words
+                    .iter()
+                    .any(|w| w.to_lowercase() == word.to_lowercase())
+                {
+                    words.push(word);
+                }
+            }
+            let regexes: Vec<Regex> = words.iter().map(|w| rx(w)).collect();
+            scored = tools
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let score = regexes
+                        .iter()
+                        .map(|r| {
+                            if r.is_match(&t.name) {
+                                2
+                            } else {
+                                usize::from(r.is_match(&t.description))
+                            }
+                        })
+                        .sum();
+                    (score, i)
+                })
+                .filter(|(score, _)| *score > 0)
+                .collect();
+        }
+        scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        scored
+            .into_iter()
+            .take(MAX_RESULTS)
+            .map(|(_, i)| tools[i].name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn prefilters_and_pruning_agree_with_brute_force() {
+        let words = [
+            "slack",
+            "Send",
+            "message",
+            "post",
+            "ſlack",
+            "\u{212a}ey",
+            "日历",
+            "sum(x)",
+            "a|b",
+            "file",
+            "FILE",
+            "s",
+            "k",
+            "é",
+            "list",
+            "channel",
+            "x",
+            "_",
+        ];
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |bound: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % bound as u64) as usize
+        };
+        for round in 0..60 {
+            let count = 1 + next(140);
+            let tools: Vec<ToolSpec> = (0..count)
+                .map(|i| {
+                    let name = format!(
+                        "{}_{}_{i}",
+                        words[next(words.len())],
+                        words[next(words.len())]
+                    );
+                    let description: Vec<&str> =
+                        (0..next(8)).map(|_| words[next(words.len())]).collect();
+                    ToolSpec::mcp(name.clone(), description.join(" "), json!({}), None, name)
+                })
+                .collect();
+            let refs: Vec<&ToolSpec> = tools.iter().collect();
+            let index = SearchIndex::build(&refs);
+            for _ in 0..20 {
+                let query: Vec<&str> = (0..1 + next(3)).map(|_| words[next(words.len())]).collect();
+                let query = query.join(" ");
+                let ours: Vec<String> = index
+                    .search(&query, SearchMode::Extended)
+                    .into_iter()
+                    .map(|p| tools[p].name.clone())
+                    .collect();
+                assert_eq!(
+                    ours,
+                    brute_force(&tools, &query),
+                    "round {round}, query {query:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn render_is_python_indent_2() {
+        let tools = [ToolSpec::mcp(
+            "calc",
+            "Σ “sum”",
+            json!({"type": "object", "properties": {"a": {"type": "number"}}, "required": []}),
+            None,
+            "calc",
+        )];
+        let refs: Vec<&ToolSpec> = tools.iter().collect();
+        let index = SearchIndex::build(&refs);
+        assert_eq!(
+            index.render(&[0], |p| &tools[p]),
+            "[\n  {\n    \"name\": \"calc\",\n    \"description\": \"Σ “sum”\",\n    \"parameters\": {\n      \"type\": \"object\",\n      \"properties\": {\n        \"a\": {\n          \"type\": \"number\"\n        }\n      },\n      \"required\": []\n    }\n  }\n]"
+        );
+    }
+}

@@ -1,0 +1,217 @@
+//! What one tool is to the catalog: its name, the description and parameter schema the
+//! model reads, and where it comes from (config, builtin, MCP, ACP).
+//! `parameters` is always in OpenAI-function form: for MCP tools that is the server's
+//! `inputSchema` as langchain's `convert_to_openai_function` leaves it (titles and the
+//! top-level description removed), so hashing and rendering never re-derive it.
+
+use serde_json::{Map, Value};
+
+use super::routing::McpRouting;
+
+/// Where a tool comes from; assembly order and deferral depend on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolSource {
+    /// A `tools[]` entry of the config, resolved from its `use:` id.
+    Config { use_id: String },
+    /// A tool Antler always offers (`present_files`, `tool_search`, ...).
+    Builtin,
+    /// A tool discovered on an MCP server. `original_name` is the name the server knows.
+    Mcp {
+        server: Option<String>,
+        original_name: String,
+    },
+    /// The `invoke_acp_agent` tool.
+    Acp,
+}
+
+/// One tool as the catalog holds it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// OpenAI-function parameters (a JSON schema object, key order as received).
+    pub parameters: Value,
+    pub source: ToolSource,
+    /// The config group (`web`, `file:read`, ...), for config tools.
+    pub group: Option<String>,
+    /// Effective MCP routing (server settings merged with the per-tool override),
+    /// present only when its mode is not `off`.
+    pub routing: Option<McpRouting>,
+}
+
+impl ToolSpec {
+    /// An MCP tool from the server's listing. `input_schema` is normalised like
+    /// langchain's `convert_to_openai_function` (see [`openai_parameters`]); when the
+    /// tool has no description, the schema's own top-level description stands in.
+    pub fn mcp(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+        server: Option<String>,
+        original_name: impl Into<String>,
+    ) -> Self {
+        let converted = openai_parameters(input_schema);
+        let mut description = description.into();
+        if description.is_empty() {
+            description = converted.schema_description.unwrap_or_default();
+        }
+        ToolSpec {
+            name: name.into(),
+            description,
+            parameters: converted.parameters,
+            source: ToolSource::Mcp {
+                server,
+                original_name: original_name.into(),
+            },
+            group: None,
+            routing: None,
+        }
+    }
+
+    /// A builtin tool with parameters already in OpenAI-function form.
+    pub fn builtin(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Value,
+    ) -> Self {
+        ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+            source: ToolSource::Builtin,
+            group: None,
+            routing: None,
+        }
+    }
+
+    /// Whether the tool is MCP-tagged (DeerFlow's `metadata["deerflow_mcp"] is True`):
+    /// only such tools are ever deferred.
+    pub fn is_mcp(&self) -> bool {
+        matches!(self.source, ToolSource::Mcp { .. })
+    }
+
+    /// The OpenAI function definition `{"name", "description", "parameters"}`, in that
+    /// key order, as `convert_to_openai_function` returns it.
+    pub fn openai_function(&self) -> Value {
+        let mut function = Map::with_capacity(3);
+        function.insert("name".to_owned(), Value::String(self.name.clone()));
+        function.insert(
+            "description".to_owned(),
+            Value::String(self.description.clone()),
+        );
+        function.insert("parameters".to_owned(), self.parameters.clone());
+        Value::Object(function)
+    }
+}
+
+/// An MCP `inputSchema` turned into OpenAI-function parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpenAiParameters {
+    pub parameters: Value,
+    /// The schema's top-level `description`, which langchain pops and uses as the
+    /// function description when the tool has none.
+    pub schema_description: Option<String>,
+}
+
+/// Normalises an MCP `inputSchema` the way langchain's
+/// `_convert_json_schema_to_openai_function` does: the top-level `title` and
+/// `description` are popped, then `_rm_titles` drops every `title` key except a
+/// property that is itself named `title` (a dict under `properties`). Lists are not
+/// descended into, as in langchain. The function is idempotent.
+///
+/// Not reproduced: langchain's `dereference_refs` (`$ref` inlining and `$defs`
+/// removal), whose behaviour differs between langchain versions; a schema with
+/// `$ref`s is kept as it is, so its hash matches DeerFlow only when it has none.
+pub fn openai_parameters(input_schema: Value) -> OpenAiParameters {
+    match input_schema {
+        Value::Object(mut schema) => {
+            schema.shift_remove("title");
+            let schema_description = match schema.shift_remove("description") {
+                Some(Value::String(text)) => Some(text),
+                _ => None,
+            };
+            OpenAiParameters {
+                parameters: Value::Object(remove_titles(schema, "")),
+                schema_description,
+            }
+        }
+        other => OpenAiParameters {
+            parameters: other,
+            schema_description: None,
+        },
+    }
+}
+
+/// langchain's `_rm_titles`: `prev_key` is the key under which `object` sits.
+fn remove_titles(object: Map<String, Value>, prev_key: &str) -> Map<String, Value> {
+    let mut kept = Map::with_capacity(object.len());
+    for (key, value) in object {
+        let value = match value {
+            Value::Object(inner) if key == "title" && prev_key == "properties" => {
+                Value::Object(remove_titles(inner, &key))
+            }
+            _ if key == "title" => continue,
+            Value::Object(inner) => Value::Object(remove_titles(inner, &key)),
+            other => other,
+        };
+        kept.insert(key, value);
+    }
+    kept
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn input_schema_loses_titles_but_keeps_a_property_named_title() {
+        let schema = json!({
+            "title": "create_issueArguments",
+            "description": "Arguments.",
+            "type": "object",
+            "properties": {
+                "title": {"title": "Title", "type": "string"},
+                "labels": {"title": "Labels", "type": "array", "items": {"title": "Label", "type": "string"}},
+                "anyof": {"anyOf": [{"title": "kept inside lists", "type": "string"}]}
+            },
+            "required": ["title"]
+        });
+        let converted = openai_parameters(schema);
+        assert_eq!(converted.schema_description.as_deref(), Some("Arguments."));
+        assert_eq!(
+            converted.parameters,
+            json!({
+                "type": "object",
+                "properties": {
+                    "title": {"type": "string"},
+                    "labels": {"type": "array", "items": {"type": "string"}},
+                    "anyof": {"anyOf": [{"title": "kept inside lists", "type": "string"}]}
+                },
+                "required": ["title"]
+            })
+        );
+        let again = openai_parameters(converted.parameters.clone());
+        assert_eq!(again.parameters, converted.parameters);
+    }
+
+    #[test]
+    fn mcp_tool_without_description_takes_the_schema_description() {
+        let tool = ToolSpec::mcp(
+            "srv_x",
+            "",
+            json!({"description": "From the schema.", "type": "object", "properties": {}}),
+            Some("srv".into()),
+            "x",
+        );
+        assert_eq!(tool.description, "From the schema.");
+        assert!(tool.is_mcp());
+        let function = tool.openai_function();
+        let keys: Vec<&str> = function
+            .as_object()
+            .map(|o| o.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(keys, ["name", "description", "parameters"]);
+    }
+}

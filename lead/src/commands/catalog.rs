@@ -1,0 +1,243 @@
+//! `antler catalog show|search|hash`: the catalog as assembly builds it, for operators and
+//! for scripts that check Antler against DeerFlow. `--catalog FILE` reads a JSON array of
+//! `{name, description, parameters}`, each an MCP tool with no server prefix (the shape of
+//! `catalog` in DeerFlow's tool_search conformance vectors).
+
+use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
+
+use antler_protocol::{
+    config::{load_app_config, load_extensions_config, process_env, resolve_app_config_path, resolve_extensions_path, AppConfig},
+    messages::{McpReply, McpRequest, Reply, Request},
+    Role,
+};
+use anyhow::{bail, Context};
+use clap::Subcommand;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{forward, Ctx};
+use crate::catalog::{
+    assembly::{assemble, origins, AssemblyRequest, McpSourceTool, Sources},
+    Catalog, ToolSpec,
+};
+
+/// The catalog commands.
+#[derive(Debug, Subcommand)]
+pub enum CatalogCommand {
+    /// Every tool of the assembled catalog with its source, group and deferred flag, the
+    /// warnings, and the catalog hash.
+    Show {
+        /// config.yaml (default: found as `antler up` finds it).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Use these MCP tools instead of asking mcp-host.
+        #[arg(long)]
+        catalog: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a tool_search query; `--json` prints the matched names in result order.
+    Search {
+        query: String,
+        #[arg(long)]
+        catalog: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the catalog hash alone.
+    Hash {
+        #[arg(long)]
+        catalog: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+#[derive(Deserialize)]
+struct FileTool {
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default = "empty_object")]
+    parameters: Value,
+}
+
+fn empty_object() -> Value {
+    json!({"type": "object", "properties": {}})
+}
+
+/// Reads a catalog file: a JSON array of `{name, description, parameters}`.
+pub fn read_catalog_file(path: &PathBuf) -> anyhow::Result<Vec<McpSourceTool>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let tools: Vec<FileTool> = serde_json::from_str(&text).with_context(|| {
+        format!("{} is not a JSON array of {{name, description, parameters}}", path.display())
+    })?;
+    Ok(tools
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| McpSourceTool {
+            server: String::new(),
+            original_name: t.name.clone(),
+            name: t.name,
+            description: t.description,
+            input_schema: t.parameters,
+            position: i as u32,
+        })
+        .collect())
+}
+
+/// A catalog built from a file alone: every tool MCP-tagged and deferred.
+fn file_catalog(path: &PathBuf) -> anyhow::Result<Catalog> {
+    let specs: Vec<ToolSpec> = read_catalog_file(path)?
+        .into_iter()
+        .map(|t| ToolSpec::mcp(t.name, t.description, t.input_schema, None, t.original_name))
+        .collect();
+    Ok(Catalog::build(specs, true)?)
+}
+
+fn load_config(config: Option<&PathBuf>) -> anyhow::Result<(AppConfig, Vec<String>)> {
+    let cwd = std::env::current_dir()?;
+    match resolve_app_config_path(config.map(|p| p.as_path()), &cwd, &process_env)? {
+        Some(path) => {
+            let loaded = load_app_config(&path)?;
+            Ok((loaded.value, loaded.warnings.iter().map(|w| w.to_string()).collect()))
+        }
+        None => Ok((AppConfig::default(), Vec::new())),
+    }
+}
+
+/// The MCP tools of the cluster's mcp-host (running, or ephemeral for this command).
+fn cluster_mcp_tools(ctx: &Ctx) -> anyhow::Result<Vec<McpSourceTool>> {
+    let reply = actix::System::new().block_on(forward(
+        ctx,
+        Role::McpHost,
+        0,
+        Request::Mcp(McpRequest::ListTools { server: None }),
+        Duration::from_secs(60),
+    ))?;
+    let Reply::Mcp(McpReply::Tools(tools)) = reply else {
+        bail!("unexpected reply from mcp-host: {reply:?}");
+    };
+    let mut position = std::collections::HashMap::<String, u32>::new();
+    Ok(tools
+        .into_iter()
+        .map(|t| {
+            let p = position.entry(t.server.clone()).or_default();
+            *p += 1;
+            McpSourceTool {
+                input_schema: serde_json::from_str(&t.input_schema_json).unwrap_or_else(|_| empty_object()),
+                server: t.server,
+                name: t.name,
+                original_name: t.original_name,
+                description: t.description,
+                position: *p - 1,
+            }
+        })
+        .collect())
+}
+
+fn assembled_catalog(
+    ctx: &Ctx,
+    config: Option<&PathBuf>,
+    catalog: Option<&PathBuf>,
+) -> anyhow::Result<(crate::catalog::assembly::Assembled, Vec<String>)> {
+    let (app, mut warnings) = load_config(config)?;
+    let cwd = std::env::current_dir()?;
+    let extensions = match resolve_extensions_path(None, &cwd, &process_env)? {
+        Some(p) => Some(Arc::new(load_extensions_config(&p)?.value)),
+        None => None,
+    };
+    let mcp = match catalog {
+        Some(file) => read_catalog_file(file)?,
+        None if extensions.as_ref().is_some_and(|e| e.mcp_servers.values().any(|s| s.enabled)) => cluster_mcp_tools(ctx)?,
+        None => Vec::new(),
+    };
+    let sources = Sources {
+        config: Arc::new(app),
+        extensions,
+        mcp: Arc::new(mcp),
+    };
+    let assembled = assemble(&sources, &AssemblyRequest::lead())?;
+    warnings.extend(assembled.warnings.iter().cloned());
+    Ok((assembled, warnings))
+}
+
+pub fn run(ctx: &Ctx, command: CatalogCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        CatalogCommand::Hash { catalog, config } => {
+            let hash = match (&catalog, &config) {
+                (Some(file), None) => file_catalog(file)?.hash().map(|h| h.to_string()),
+                _ => assembled_catalog(ctx, config.as_ref(), catalog.as_ref())?.0.catalog.hash().map(|h| h.to_string()),
+            };
+            match hash {
+                Some(h) => println!("{h}"),
+                None => println!("(no deferred tools: no catalog hash)"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        CatalogCommand::Search { query, catalog, config, json } => {
+            let built;
+            let cat = match (&catalog, &config) {
+                (Some(file), None) => {
+                    built = file_catalog(file)?;
+                    &built
+                }
+                _ => {
+                    built = assembled_catalog(ctx, config.as_ref(), catalog.as_ref())?.0.catalog;
+                    &built
+                }
+            };
+            if json {
+                let names: Vec<&str> = cat.search(&query).into_iter().map(|t| t.name.as_str()).collect();
+                println!("{}", serde_json::to_string(&names)?);
+            } else {
+                match cat.tool_search(&query, "cli") {
+                    Ok(out) => println!("{}", out.message.content),
+                    Err(e) => bail!("{e}"),
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        CatalogCommand::Show { config, catalog, json } => {
+            let (assembled, warnings) = assembled_catalog(ctx, config.as_ref(), catalog.as_ref())?;
+            let cat = &assembled.catalog;
+            let tools: Vec<Value> = origins(cat)
+                .into_iter()
+                .map(|o| {
+                    json!({"name": o.name, "source": o.source, "group": o.group, "deferred": cat.is_deferred(&o.name)})
+                })
+                .collect();
+            if json {
+                let out = json!({
+                    "hash": cat.hash().map(|h| h.to_string()),
+                    "tools": tools,
+                    "denied": assembled.denied,
+                    "warnings": warnings,
+                    "prompt_section": cat.prompt_section(),
+                });
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                println!("{:<32} {:<9} {:<12} SOURCE", "TOOL", "DEFERRED", "GROUP");
+                for t in &tools {
+                    println!(
+                        "{:<32} {:<9} {:<12} {}",
+                        t["name"].as_str().unwrap_or(""),
+                        if t["deferred"] == true { "yes" } else { "no" },
+                        t["group"].as_str().unwrap_or("-"),
+                        t["source"].as_str().unwrap_or("")
+                    );
+                }
+                println!("\ncatalog hash: {}", cat.hash().map(|h| h.to_string()).unwrap_or_else(|| "(none: nothing deferred)".into()));
+                for d in &assembled.denied {
+                    println!("denied by authorization: {d}");
+                }
+                for w in &warnings {
+                    println!("warning: {w}");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
