@@ -4,3 +4,4 @@
 
 pub mod state;
 pub mod model;
+pub mod middleware;
