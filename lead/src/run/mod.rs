@@ -2,6 +2,8 @@
 //! `state` holds the reducers, `model` the chat models, `middleware` DeerFlow's tool-call
 //! middlewares, `builtins` the tools executed in the lead.
 
-pub mod state;
-pub mod model;
+pub mod builtins;
+pub mod context;
 pub mod middleware;
+pub mod model;
+pub mod state;
