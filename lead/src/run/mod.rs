@@ -3,6 +3,7 @@
 //! middlewares, `builtins` the tools executed in the lead.
 
 pub mod builtins;
+pub mod checkpoint;
 pub mod context;
 pub mod middleware;
 pub mod model;

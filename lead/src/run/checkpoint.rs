@@ -1,0 +1,391 @@
+//! Run checkpoints in SQLite: a row per run (task, ids, status) and the run's
+//! `ThreadState` after each merged step, so a run resumes from its last step after the
+//! lead dies. Steps are numbered from 0 (the initial state) and written once: writing a
+//! step that exists is a no-op, so a replayed step is never applied twice.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+
+use super::state::ThreadState;
+
+/// How long a write waits for another connection's lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A run's lifecycle status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    Success,
+    Error,
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Success => "success",
+            RunStatus::Error => "error",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    fn parse(text: &str) -> Option<RunStatus> {
+        Some(match text {
+            "running" => RunStatus::Running,
+            "success" => RunStatus::Success,
+            "error" => RunStatus::Error,
+            "interrupted" => RunStatus::Interrupted,
+            _ => return None,
+        })
+    }
+}
+
+/// What the store knows about a run besides its state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub user_id: String,
+    pub thread_id: String,
+    pub task: String,
+    /// The playbook or model the run was started with, to resume it with the same.
+    pub model: String,
+    pub status: RunStatus,
+    /// The error or interrupt text of a run that ended that way.
+    pub detail: Option<String>,
+}
+
+/// A checkpoint store failure (operator-facing: it fails the run).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("cannot create the checkpoint directory {path}: {source}")]
+    CreateDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("checkpoint store {path}: {source}")]
+    Open {
+        path: String,
+        source: rusqlite::Error,
+    },
+    #[error("checkpoint store: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("checkpoint of run {run_id} step {step} does not decode: {source}")]
+    Decode {
+        run_id: String,
+        step: i64,
+        source: serde_json::Error,
+    },
+    #[error("checkpoint store: run {0} has an unknown status {1:?}")]
+    Status(String, String),
+    #[error("checkpoint store: no run {0}")]
+    UnknownRun(String),
+    #[error("checkpoint store: state does not encode: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+/// One SQLite file of runs and their checkpoints.
+pub struct CheckpointStore {
+    connection: Connection,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS runs (
+    run_id    TEXT PRIMARY KEY,
+    user_id   TEXT NOT NULL,
+    thread_id TEXT NOT NULL,
+    task      TEXT NOT NULL,
+    model     TEXT NOT NULL,
+    status    TEXT NOT NULL,
+    detail    TEXT
+);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    step   INTEGER NOT NULL,
+    state  TEXT NOT NULL,
+    PRIMARY KEY (run_id, step)
+);
+";
+
+impl CheckpointStore {
+    /// Opens (creating if needed) the store at `path`, in WAL mode.
+    pub fn open(path: &Path) -> Result<CheckpointStore, CheckpointError> {
+        let open_error = |source| CheckpointError::Open {
+            path: path.display().to_string(),
+            source,
+        };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| open_error(rusqlite::Error::ToSqlConversionFailure(Box::new(e))))?;
+        }
+        let connection = Connection::open(path).map_err(open_error)?;
+        connection.busy_timeout(BUSY_TIMEOUT).map_err(open_error)?;
+        connection
+            .pragma_update(None, "journal_mode", "WAL")
+            .map_err(open_error)?;
+        connection
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(open_error)?;
+        connection.execute_batch(SCHEMA).map_err(open_error)?;
+        Ok(CheckpointStore { connection })
+    }
+
+    /// Records a new run with its initial state as step 0.
+    pub fn create_run(
+        &mut self,
+        record: &RunRecord,
+        initial: &ThreadState,
+    ) -> Result<(), CheckpointError> {
+        let state = serde_json::to_string(initial)?;
+        let tx = self.connection.transaction()?;
+        tx.execute(
+            "INSERT INTO runs (run_id, user_id, thread_id, task, model, status, detail)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                record.run_id,
+                record.user_id,
+                record.thread_id,
+                record.task,
+                record.model,
+                record.status.as_str(),
+                record.detail
+            ],
+        )?;
+        tx.execute(
+            "INSERT INTO checkpoints (run_id, step, state) VALUES (?1, 0, ?2)",
+            params![record.run_id, state],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Stores the state after `step`. Returns `false` when that step was already stored
+    /// (the earlier row is kept).
+    pub fn save(
+        &self,
+        run_id: &str,
+        step: i64,
+        state: &ThreadState,
+    ) -> Result<bool, CheckpointError> {
+        let state = serde_json::to_string(state)?;
+        let written = self.connection.execute(
+            "INSERT INTO checkpoints (run_id, step, state) VALUES (?1, ?2, ?3)
+             ON CONFLICT (run_id, step) DO NOTHING",
+            params![run_id, step, state],
+        )?;
+        Ok(written == 1)
+    }
+
+    /// The last stored step of a run and its state.
+    pub fn latest(&self, run_id: &str) -> Result<Option<(i64, ThreadState)>, CheckpointError> {
+        let row: Option<(i64, String)> = self
+            .connection
+            .query_row(
+                "SELECT step, state FROM checkpoints WHERE run_id = ?1
+                 ORDER BY step DESC LIMIT 1",
+                params![run_id],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()?;
+        row.map(|(step, text)| {
+            serde_json::from_str(&text)
+                .map(|state| (step, state))
+                .map_err(|source| CheckpointError::Decode {
+                    run_id: run_id.to_owned(),
+                    step,
+                    source,
+                })
+        })
+        .transpose()
+    }
+
+    /// Sets a run's status (and its error or interrupt text).
+    pub fn set_status(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        detail: Option<&str>,
+    ) -> Result<(), CheckpointError> {
+        let changed = self.connection.execute(
+            "UPDATE runs SET status = ?2, detail = ?3 WHERE run_id = ?1",
+            params![run_id, status.as_str(), detail],
+        )?;
+        if changed == 0 {
+            return Err(CheckpointError::UnknownRun(run_id.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// A run's record.
+    pub fn run(&self, run_id: &str) -> Result<Option<RunRecord>, CheckpointError> {
+        let mut statement = self
+            .connection
+            .prepare(&format!("{SELECT_RUN} WHERE run_id = ?1"))?;
+        let mut rows = statement.query_map(params![run_id], raw_record)?;
+        rows.next().transpose()?.map(record).transpose()
+    }
+
+    /// The runs still `running` (interrupted by a crash), in run id order: the lead
+    /// resumes these when it starts.
+    pub fn in_progress(&self) -> Result<Vec<RunRecord>, CheckpointError> {
+        let mut statement = self.connection.prepare(&format!(
+            "{SELECT_RUN} WHERE status = 'running' ORDER BY run_id"
+        ))?;
+        let rows = statement.query_map([], raw_record)?;
+        rows.map(|row| record(row?)).collect()
+    }
+}
+
+const SELECT_RUN: &str = "SELECT run_id, user_id, thread_id, task, model, status, detail FROM runs";
+
+type RawRecord = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+);
+
+fn raw_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+        row.get(6)?,
+    ))
+}
+
+fn record(raw: RawRecord) -> Result<RunRecord, CheckpointError> {
+    let (run_id, user_id, thread_id, task, model, status, detail) = raw;
+    let status = RunStatus::parse(&status)
+        .ok_or_else(|| CheckpointError::Status(run_id.clone(), status.clone()))?;
+    Ok(RunRecord {
+        run_id,
+        user_id,
+        thread_id,
+        task,
+        model,
+        status,
+        detail,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::run::state::{Message, StateUpdate};
+
+    fn record(run_id: &str) -> RunRecord {
+        RunRecord {
+            run_id: run_id.into(),
+            user_id: "u1".into(),
+            thread_id: "t1".into(),
+            task: "write a report".into(),
+            model: "scripted:play.yaml".into(),
+            status: RunStatus::Running,
+            detail: None,
+        }
+    }
+
+    #[test]
+    fn steps_survive_reopening_the_file_and_resume_from_the_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/checkpoints.sqlite");
+        let mut state = ThreadState::new("write a report");
+        {
+            let mut store = CheckpointStore::open(&path).unwrap();
+            store.create_run(&record("run-1"), &state).unwrap();
+            state
+                .apply(StateUpdate {
+                    artifacts: vec!["/mnt/user-data/outputs/r.md".into()],
+                    ..StateUpdate::default()
+                })
+                .unwrap();
+            assert!(store.save("run-1", 1, &state).unwrap());
+        }
+        let store = CheckpointStore::open(&path).unwrap();
+        assert_eq!(store.latest("run-1").unwrap(), Some((1, state.clone())));
+        assert_eq!(store.run("run-1").unwrap(), Some(record("run-1")));
+        assert_eq!(store.latest("nope").unwrap(), None);
+        assert_eq!(store.run("nope").unwrap(), None);
+    }
+
+    #[test]
+    fn a_step_is_written_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = CheckpointStore::open(&dir.path().join("c.sqlite")).unwrap();
+        let first = ThreadState::new("task");
+        store.create_run(&record("run-1"), &first).unwrap();
+        let mut second = first.clone();
+        second
+            .apply(StateUpdate::messages([Message::human("more")]))
+            .unwrap();
+        assert!(store.save("run-1", 1, &second).unwrap());
+        assert!(!store.save("run-1", 1, &first).unwrap());
+        assert_eq!(store.latest("run-1").unwrap(), Some((1, second)));
+    }
+
+    #[test]
+    fn runs_still_running_are_listed_for_resumption() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = CheckpointStore::open(&dir.path().join("c.sqlite")).unwrap();
+        for id in ["run-b", "run-a", "run-c"] {
+            store
+                .create_run(&record(id), &ThreadState::new("t"))
+                .unwrap();
+        }
+        store
+            .set_status("run-c", RunStatus::Error, Some("model failed"))
+            .unwrap();
+        let running: Vec<String> = store
+            .in_progress()
+            .unwrap()
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect();
+        assert_eq!(running, ["run-a", "run-b"]);
+        let ended = store.run("run-c").unwrap().unwrap();
+        assert_eq!(
+            (ended.status, ended.detail.as_deref()),
+            (RunStatus::Error, Some("model failed"))
+        );
+        assert_eq!(
+            store
+                .set_status("ghost", RunStatus::Success, None)
+                .unwrap_err()
+                .to_string(),
+            "checkpoint store: no run ghost"
+        );
+    }
+
+    #[test]
+    fn a_corrupt_checkpoint_names_the_run_and_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sqlite");
+        let mut store = CheckpointStore::open(&path).unwrap();
+        store
+            .create_run(&record("run-1"), &ThreadState::new("t"))
+            .unwrap();
+        let raw = Connection::open(&path).unwrap();
+        raw.execute(
+            "INSERT INTO checkpoints (run_id, step, state) VALUES ('run-1', 1, '{not json')",
+            [],
+        )
+        .unwrap();
+        let err = store.latest("run-1").unwrap_err().to_string();
+        assert!(
+            err.starts_with("checkpoint of run run-1 step 1 does not decode: "),
+            "{err}"
+        );
+    }
+}
