@@ -43,11 +43,14 @@ pub fn extensions_path() -> PathBuf {
         Ok(Some(p)) => p,
         Ok(None) => cwd.join(config::EXTENSIONS_FILE_NAMES[0]),
         // A variable naming a file that does not exist yet: that is the file.
-        Err(_) => [config::ANTLER_EXTENSIONS_ENV, config::DEERFLOW_EXTENSIONS_ENV]
-            .iter()
-            .find_map(|v| std::env::var_os(v).filter(|s| !s.is_empty()))
-            .map(PathBuf::from)
-            .unwrap_or_else(|| cwd.join(config::EXTENSIONS_FILE_NAMES[0])),
+        Err(_) => [
+            config::ANTLER_EXTENSIONS_ENV,
+            config::DEERFLOW_EXTENSIONS_ENV,
+        ]
+        .iter()
+        .find_map(|v| std::env::var_os(v).filter(|s| !s.is_empty()))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cwd.join(config::EXTENSIONS_FILE_NAMES[0])),
     };
     if found.is_absolute() {
         found
@@ -71,12 +74,19 @@ struct State {
 impl Gateway {
     /// Starts the gateway unless `ANTLER_GATEWAY_ADDR=off`; a bind failure is logged and the
     /// cluster runs without it. Call inside an actix `System`.
-    pub fn start(runtime_root: &Path, extensions: PathBuf, supervisor: Addr<Supervisor>) -> Option<Gateway> {
+    pub fn start(
+        runtime_root: &Path,
+        extensions: PathBuf,
+        supervisor: Addr<Supervisor>,
+    ) -> Option<Gateway> {
         let addr = std::env::var(GATEWAY_ADDR_ENV).unwrap_or_else(|_| DEFAULT_GATEWAY_ADDR.into());
         if addr.eq_ignore_ascii_case("off") {
             return None;
         }
-        let state = State { extensions, supervisor };
+        let state = State {
+            extensions,
+            supervisor,
+        };
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(web::Data::new(state.clone()))
@@ -99,7 +109,10 @@ impl Gateway {
         let running = server.run();
         let handle = running.handle();
         actix_rt::spawn(running);
-        let _ = antler_protocol::runtime_dir::write_private(&runtime_root.join(GATEWAY_ADDR_FILE), address.to_string().as_bytes());
+        let _ = antler_protocol::runtime_dir::write_private(
+            &runtime_root.join(GATEWAY_ADDR_FILE),
+            address.to_string().as_bytes(),
+        );
         tracing::info!(%address, "HTTP gateway listening");
         Some(Gateway { handle, address })
     }
@@ -121,8 +134,12 @@ fn error(status: actix_web::http::StatusCode, detail: impl Into<String>) -> Http
 /// The file as JSON (`{}` when it does not exist yet).
 fn read_file(path: &Path) -> Result<Value, String> {
     match std::fs::read_to_string(path) {
-        Ok(text) => serde_json::from_str(&text)
-            .map_err(|e| format!("Extensions config file at {} is not valid JSON: {e}", path.display())),
+        Ok(text) => serde_json::from_str(&text).map_err(|e| {
+            format!(
+                "Extensions config file at {} is not valid JSON: {e}",
+                path.display()
+            )
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(json!({})),
         Err(e) => Err(format!("{}: cannot read the file: {e}", path.display())),
     }
@@ -131,7 +148,8 @@ fn read_file(path: &Path) -> Result<Value, String> {
 /// `GET /api/mcp/config`: `{"mcp_servers": {...}}` as written in the file (`$VAR`s unresolved).
 async fn get_config(state: web::Data<State>) -> HttpResponse {
     match read_file(&state.extensions) {
-        Ok(v) => HttpResponse::Ok().json(json!({"mcp_servers": v.get("mcpServers").cloned().unwrap_or(json!({}))})),
+        Ok(v) => HttpResponse::Ok()
+            .json(json!({"mcp_servers": v.get("mcpServers").cloned().unwrap_or(json!({}))})),
         Err(e) => error(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
@@ -142,10 +160,18 @@ async fn put_config(state: web::Data<State>, body: web::Bytes) -> HttpResponse {
     use actix_web::http::StatusCode;
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("the body is not valid JSON: {e}")),
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("the body is not valid JSON: {e}"),
+            )
+        }
     };
     let Some(servers) = body.get("mcp_servers").filter(|v| v.is_object()).cloned() else {
-        return error(StatusCode::BAD_REQUEST, "the body must be an object with an `mcp_servers` object");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the body must be an object with an `mcp_servers` object",
+        );
     };
     let mut file = match read_file(&state.extensions) {
         Ok(Value::Object(m)) => m,
@@ -166,28 +192,40 @@ async fn put_config(state: web::Data<State>, body: web::Bytes) -> HttpResponse {
                 .map(|w| w.message.clone())
                 .collect();
             if !invalid.is_empty() {
-                return HttpResponse::UnprocessableEntity().json(json!({"detail": invalid.join("; "), "errors": invalid}));
+                return HttpResponse::UnprocessableEntity()
+                    .json(json!({"detail": invalid.join("; "), "errors": invalid}));
             }
         }
         Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
     }
     if let Err(e) = write_atomically(&state.extensions, text.as_bytes()) {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, format!("{}: cannot write: {e}", state.extensions.display()));
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{}: cannot write: {e}", state.extensions.display()),
+        );
     }
     let applied = reload_mcp_host(&state.supervisor).await;
     let servers = body.get("mcp_servers").cloned().unwrap_or(json!({}));
     match applied {
         Ok(summary) => HttpResponse::Ok().json(json!({"mcp_servers": servers, "applied": summary})),
         // Written; mcp-host's watcher applies it when it is back.
-        Err(e) => HttpResponse::Ok().json(json!({"mcp_servers": servers, "applied": null, "warning": e})),
+        Err(e) => {
+            HttpResponse::Ok().json(json!({"mcp_servers": servers, "applied": null, "warning": e}))
+        }
     }
 }
 
 /// Writes `bytes` to a temporary file beside `path`, syncs it, and renames it over `path`.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
@@ -203,7 +241,10 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 async fn reload_mcp_host(supervisor: &Addr<Supervisor>) -> Result<Value, String> {
     let links = supervisor.send(GetLinks).await.map_err(|e| e.to_string())?;
-    let Some((.., link)) = links.into_iter().find(|(r, i, ..)| *r == Role::McpHost && *i == 0) else {
+    let Some((.., link)) = links
+        .into_iter()
+        .find(|(r, i, ..)| *r == Role::McpHost && *i == 0)
+    else {
         return Err("no mcp-host in this cluster".into());
     };
     let reply = link

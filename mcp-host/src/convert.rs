@@ -14,11 +14,12 @@ pub fn call_result(result: &Value) -> McpCallResult {
         .map(|blocks| blocks.iter().map(content_block).collect())
         .unwrap_or_default();
     McpCallResult {
-        is_error: result.get("isError").and_then(Value::as_bool).unwrap_or(false),
+        is_error: result
+            .get("isError")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
         content,
-        structured_json: result
-            .get("structuredContent")
-            .map(|v| v.to_string()),
+        structured_json: result.get("structuredContent").map(|v| v.to_string()),
     }
 }
 

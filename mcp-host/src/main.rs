@@ -24,7 +24,11 @@ use antler_protocol::{
 use clap::Parser;
 
 #[derive(Debug, Parser)]
-#[command(name = "antler-mcp-host", version, about = "the process that owns every MCP server connection.")]
+#[command(
+    name = "antler-mcp-host",
+    version,
+    about = "the process that owns every MCP server connection."
+)]
 struct Cli {
     #[command(flatten)]
     host: HostArgs,
@@ -60,7 +64,12 @@ fn main() -> anyhow::Result<()> {
             watch::spawn(path, registry.clone());
         }
         let pool = std::sync::Arc::new(pool::SessionPool::default());
-        let result = host::serve(Role::McpHost, cli.host, service::McpService::new(registry.clone(), pool.clone())).await;
+        let result = host::serve(
+            Role::McpHost,
+            cli.host,
+            service::McpService::new(registry.clone(), pool.clone()),
+        )
+        .await;
         // Stop every server and pooled session (and their child groups) before exiting.
         let mut servers = pool.stop_all();
         if let Ok(base) = registry.send(registry::Servers).await {
@@ -70,7 +79,9 @@ fn main() -> anyhow::Result<()> {
             s.stop();
         }
         let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
-        while std::time::Instant::now() < until && servers.iter().any(|s| s.status().state != "stopped") {
+        while std::time::Instant::now() < until
+            && servers.iter().any(|s| s.status().state != "stopped")
+        {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         result

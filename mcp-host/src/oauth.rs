@@ -52,7 +52,9 @@ pub struct TokenActor {
 
 impl std::fmt::Debug for TokenActor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenActor").field("token_url", &self.config.token_url).finish_non_exhaustive()
+        f.debug_struct("TokenActor")
+            .field("token_url", &self.config.token_url)
+            .finish_non_exhaustive()
     }
 }
 
@@ -60,7 +62,10 @@ impl TokenActor {
     pub fn new(config: McpOAuthConfig) -> Arc<Self> {
         let refresh = config.refresh_token.clone();
         Arc::new(Self {
-            http: reqwest::Client::builder().timeout(TOKEN_TIMEOUT).build().unwrap_or_default(),
+            http: reqwest::Client::builder()
+                .timeout(TOKEN_TIMEOUT)
+                .build()
+                .unwrap_or_default(),
             config,
             cached: Mutex::new(None),
             refresh_token: Mutex::new(refresh),
@@ -120,7 +125,9 @@ impl TokenActor {
         set("grant_type", Some(c.grant_type.as_str().to_owned()));
         match c.grant_type {
             GrantType::ClientCredentials => {
-                if c.client_id.as_deref().unwrap_or("").is_empty() || c.client_secret.as_deref().unwrap_or("").is_empty() {
+                if c.client_id.as_deref().unwrap_or("").is_empty()
+                    || c.client_secret.as_deref().unwrap_or("").is_empty()
+                {
                     return Err(OAuthError::MissingClientCredentials);
                 }
             }
@@ -154,10 +161,19 @@ impl TokenActor {
             .await
             .map_err(|e| OAuthError::Request {
                 url: url.clone(),
-                reason: if e.is_timeout() { "timed out".into() } else if e.is_connect() { "cannot connect".into() } else { "request failed".into() },
+                reason: if e.is_timeout() {
+                    "timed out".into()
+                } else if e.is_connect() {
+                    "cannot connect".into()
+                } else {
+                    "request failed".into()
+                },
             })?;
         if !resp.status().is_success() {
-            return Err(OAuthError::Status { url, status: resp.status().as_u16() });
+            return Err(OAuthError::Status {
+                url,
+                status: resp.status().as_u16(),
+            });
         }
         let json: Value = resp.json().await.map_err(|_| OAuthError::NotJson)?;
         let access = json
@@ -172,18 +188,31 @@ impl TokenActor {
             .unwrap_or(&c.default_token_type);
         let expires_in = match json.get(&c.expires_in_field) {
             Some(Value::Number(n)) => n.as_f64().filter(|x| *x > 0.0).map(|x| x as u64),
-            Some(Value::String(s)) => s.trim().parse::<f64>().ok().filter(|x| *x > 0.0).map(|x| x as u64),
+            Some(Value::String(s)) => s
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| *x > 0.0)
+                .map(|x| x as u64),
             _ => None,
         }
         .unwrap_or(DEFAULT_EXPIRES_IN)
         .max(1);
-        if let Some(rotated) = json.get("refresh_token").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        if let Some(rotated) = json
+            .get("refresh_token")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
             if let Ok(mut r) = self.refresh_token.lock() {
                 *r = Some(rotated.to_owned());
             }
         }
         // "Bearer" is written with a capital B whatever case the server used.
-        let token_type = if token_type.eq_ignore_ascii_case("bearer") { "Bearer" } else { token_type };
+        let token_type = if token_type.eq_ignore_ascii_case("bearer") {
+            "Bearer"
+        } else {
+            token_type
+        };
         Ok(Token {
             header: format!("{token_type} {access}"),
             expires_at: Instant::now() + Duration::from_secs(expires_in),
@@ -208,8 +237,14 @@ mod tests {
         );
         let form = a.form().unwrap();
         assert!(form.contains("resource=r"), "{form}");
-        assert!(form.contains("scope=read") && !form.contains("evil"), "{form}");
-        assert!(form.contains("grant_type=client_credentials") && !form.contains("password"), "{form}");
+        assert!(
+            form.contains("scope=read") && !form.contains("evil"),
+            "{form}"
+        );
+        assert!(
+            form.contains("grant_type=client_credentials") && !form.contains("password"),
+            "{form}"
+        );
     }
 
     #[test]

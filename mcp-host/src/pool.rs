@@ -5,19 +5,12 @@
 //! recently used first; a session whose server was changed or removed is stopped. The lock
 //! is held only to look up or insert, never across an await.
 
-use std::{
-    collections::HashMap,
-    path::Path,
-    sync::Mutex,
-};
+use std::{collections::HashMap, path::Path, sync::Mutex};
 
 use antler_protocol::config::Transport;
 use tokio::sync::broadcast;
 
-use crate::{
-    server::ServerHandle,
-    transport::OpenOptions,
-};
+use crate::{server::ServerHandle, transport::OpenOptions};
 
 /// `MAX_SESSIONS`.
 pub const MAX_SESSIONS: usize = 256;
@@ -54,7 +47,11 @@ impl SessionPool {
     ) -> Result<ServerHandle, String> {
         let key = (
             base.name().to_owned(),
-            format!("{}:{}", user.unwrap_or(DEFAULT_USER), thread.unwrap_or(DEFAULT_THREAD)),
+            format!(
+                "{}:{}",
+                user.unwrap_or(DEFAULT_USER),
+                thread.unwrap_or(DEFAULT_THREAD)
+            ),
         );
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.tick += 1;
@@ -74,7 +71,10 @@ impl SessionPool {
             let tmp = Path::new(ws).join(".mcp").join("tmp");
             make_private_dir(&tmp).map_err(|e| format!("cannot prepare {}: {e}", tmp.display()))?;
             let tmp = tmp.display().to_string();
-            options.default_env = ["TMPDIR", "TMP", "TEMP"].iter().map(|k| (k.to_string(), tmp.clone())).collect();
+            options.default_env = ["TMPDIR", "TMP", "TEMP"]
+                .iter()
+                .map(|k| (k.to_string(), tmp.clone()))
+                .collect();
         }
         let handle = ServerHandle::spawn(
             base.name().to_owned(),
@@ -85,14 +85,25 @@ impl SessionPool {
             options,
         );
         while inner.entries.len() >= MAX_SESSIONS {
-            let Some(oldest) = inner.entries.iter().min_by_key(|(_, e)| e.last_used).map(|(k, _)| k.clone()) else {
+            let Some(oldest) = inner
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(k, _)| k.clone())
+            else {
                 break;
             };
             if let Some(e) = inner.entries.remove(&oldest) {
                 e.handle.stop();
             }
         }
-        inner.entries.insert(key, Entry { handle: handle.clone(), last_used: tick });
+        inner.entries.insert(
+            key,
+            Entry {
+                handle: handle.clone(),
+                last_used: tick,
+            },
+        );
         Ok(handle)
     }
 
@@ -100,7 +111,9 @@ impl SessionPool {
     pub fn retain_current(&self, servers: &[ServerHandle]) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.entries.retain(|(name, _), e| {
-            let keep = servers.iter().any(|s| s.name() == name && s.config() == e.handle.config());
+            let keep = servers
+                .iter()
+                .any(|s| s.name() == name && s.config() == e.handle.config());
             if !keep {
                 e.handle.stop();
             }

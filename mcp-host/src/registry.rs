@@ -39,7 +39,11 @@ impl McpRegistry {
         }
     }
 
-    fn apply(&mut self, config: ExtensionsConfig, skipped: Vec<(String, String)>) -> McpReloadSummary {
+    fn apply(
+        &mut self,
+        config: ExtensionsConfig,
+        skipped: Vec<(String, String)>,
+    ) -> McpReloadSummary {
         let mut summary = McpReloadSummary::default();
         let mut next = Vec::new();
         let mut old: Vec<Option<ServerHandle>> = self.servers.drain(..).map(Some).collect();
@@ -87,8 +91,19 @@ impl McpRegistry {
         summary
     }
 
-    fn spawn(&self, name: &str, config: antler_protocol::config::McpServerConfig, transport: antler_protocol::config::Transport) -> ServerHandle {
-        ServerHandle::spawn(name.to_owned(), config, transport, self.changes.clone(), OpenOptions::default())
+    fn spawn(
+        &self,
+        name: &str,
+        config: antler_protocol::config::McpServerConfig,
+        transport: antler_protocol::config::Transport,
+    ) -> ServerHandle {
+        ServerHandle::spawn(
+            name.to_owned(),
+            config,
+            transport,
+            self.changes.clone(),
+            OpenOptions::default(),
+        )
     }
 
     /// Loads the file and applies it when its signature changed (or always, with `force`).
@@ -104,7 +119,10 @@ impl McpRegistry {
             }
             return McpReloadSummary {
                 unchanged: self.servers.iter().map(|h| h.name().to_owned()).collect(),
-                error: Some(format!("{}: the file is missing or unreadable; keeping the current servers", path.display())),
+                error: Some(format!(
+                    "{}: the file is missing or unreadable; keeping the current servers",
+                    path.display()
+                )),
                 ..Default::default()
             };
         }

@@ -203,7 +203,12 @@ impl ServerHandle {
 
     /// Calls `tool` (the server's own name) with `args`. Every failure is an error result:
     /// the model sees it as an error tool message and the run goes on.
-    pub async fn call(&self, tool: &str, args: serde_json::Map<String, serde_json::Value>, deadline: Duration) -> McpCallResult {
+    pub async fn call(
+        &self,
+        tool: &str,
+        args: serde_json::Map<String, serde_json::Value>,
+        deadline: Duration,
+    ) -> McpCallResult {
         let s = &self.shared;
         let timeout = s
             .config
@@ -215,16 +220,23 @@ impl ServerHandle {
         let mut retried_auth = false;
         let mut refreshes = 0;
         loop {
-            let live = match self.live_session(timeout.saturating_sub(started.elapsed())).await {
+            let live = match self
+                .live_session(timeout.saturating_sub(started.elapsed()))
+                .await
+            {
                 Ok(l) => l,
                 Err(e) => return McpCallResult::error(e),
             };
             if let Some(token) = &s.token {
                 // A token refreshed since the session opened: reopen with it first.
                 match token.authorization().await {
-                    Ok(current) if live.authorization.as_deref() != Some(current.as_str()) && refreshes < 2 => {
+                    Ok(current)
+                        if live.authorization.as_deref() != Some(current.as_str())
+                            && refreshes < 2 =>
+                    {
                         refreshes += 1;
-                        self.reopen_and_wait(&live, timeout.saturating_sub(started.elapsed())).await;
+                        self.reopen_and_wait(&live, timeout.saturating_sub(started.elapsed()))
+                            .await;
                         continue;
                     }
                     Ok(_) => {}
@@ -259,11 +271,15 @@ impl ServerHandle {
                     if let (Some(t), Some(a)) = (&s.token, &live.authorization) {
                         t.invalidate(a);
                     }
-                    self.reopen_and_wait(&live, timeout.saturating_sub(started.elapsed())).await;
+                    self.reopen_and_wait(&live, timeout.saturating_sub(started.elapsed()))
+                        .await;
                 }
                 Err(ServiceError::TransportClosed) => return self.connection_lost(tool),
                 Err(e) => {
-                    return McpCallResult::error(format!("MCP tool '{tool}' on server '{}' failed: {e}", s.name));
+                    return McpCallResult::error(format!(
+                        "MCP tool '{tool}' on server '{}' failed: {e}",
+                        s.name
+                    ));
                 }
             }
         }
@@ -276,7 +292,10 @@ impl ServerHandle {
         let mut rx = s.live.subscribe();
         let _ = tokio::time::timeout(
             within,
-            rx.wait_for(|l| l.as_ref().is_some_and(|l| l.authorization != live.authorization)),
+            rx.wait_for(|l| {
+                l.as_ref()
+                    .is_some_and(|l| l.authorization != live.authorization)
+            }),
         )
         .await;
     }
@@ -307,12 +326,21 @@ impl ServerHandle {
             }
         })
         .await;
-        let why = || lock(&s.state).last_error.clone().unwrap_or_else(|| "no session".into());
+        let why = || {
+            lock(&s.state)
+                .last_error
+                .clone()
+                .unwrap_or_else(|| "no session".into())
+        };
         match ready {
             Ok(Ok(l)) => Ok(l),
             Ok(Err(Phase::Stopped)) => Err(format!("MCP server '{}' is stopped", s.name)),
             Ok(Err(_)) => Err(format!("MCP server '{}' is unavailable: {}", s.name, why())),
-            Err(_) => Err(format!("MCP server '{}' is not connected: {}", s.name, why())),
+            Err(_) => Err(format!(
+                "MCP server '{}' is not connected: {}",
+                s.name,
+                why()
+            )),
         }
     }
 }
@@ -401,7 +429,16 @@ async fn run(s: Arc<Shared>, mut reopen: mpsc::UnboundedReceiver<Option<String>>
                 }));
                 s.settled.send_replace(true);
                 tracing::info!(server = %s.name, tools = lock(&s.state).tools.len(), "MCP server ready");
-                let end = serve(&s, opened, &peer, opened_with, &mut changed_rx, &mut reopen, init_timeout).await;
+                let end = serve(
+                    &s,
+                    opened,
+                    &peer,
+                    opened_with,
+                    &mut changed_rx,
+                    &mut reopen,
+                    init_timeout,
+                )
+                .await;
                 s.live.send_replace(None);
                 closed.cancel();
                 match end {
@@ -427,7 +464,15 @@ async fn run(s: Arc<Shared>, mut reopen: mpsc::UnboundedReceiver<Option<String>>
             ),
         };
         tracing::warn!(server = %s.name, "{failure}");
-        set_phase(&s, if ever_ready { Phase::Reconnecting } else { Phase::Failed }, Some(failure));
+        set_phase(
+            &s,
+            if ever_ready {
+                Phase::Reconnecting
+            } else {
+                Phase::Failed
+            },
+            Some(failure),
+        );
         s.settled.send_replace(true);
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
@@ -505,18 +550,30 @@ async fn connect(
 ) -> Result<(transport::Opened, Vec<McpTool>, Option<String>), String> {
     let mut options = s.options.clone();
     if let Some(token) = &s.token {
-        options.authorization = Some(token.authorization().await.map_err(|e| format!("MCP server '{}': {e}", s.name))?);
+        options.authorization = Some(
+            token
+                .authorization()
+                .await
+                .map_err(|e| format!("MCP server '{}': {e}", s.name))?,
+        );
     }
-    let mut opened = transport::open(&s.name, &s.config, s.transport, changed.clone(), &options).await;
+    let mut opened =
+        transport::open(&s.name, &s.config, s.transport, changed.clone(), &options).await;
     if let (Err(e), Some(token), Some(rejected)) = (&opened, &s.token, &options.authorization) {
         if e.to_string().contains("HTTP 401") {
             // The cached token was refused: one fresh token, one more try.
             token.invalidate(rejected);
-            options.authorization = Some(token.authorization().await.map_err(|e| format!("MCP server '{}': {e}", s.name))?);
+            options.authorization = Some(
+                token
+                    .authorization()
+                    .await
+                    .map_err(|e| format!("MCP server '{}': {e}", s.name))?,
+            );
             opened = transport::open(&s.name, &s.config, s.transport, changed, &options).await;
         }
     }
-    let opened = opened.map_err(|e: OpenError| format!("MCP server '{}' failed to start: {e}", s.name))?;
+    let opened =
+        opened.map_err(|e: OpenError| format!("MCP server '{}' failed to start: {e}", s.name))?;
     let tools = list_tools(&s.name, &s.config, opened.session.peer())
         .await
         .map_err(|e| format!("MCP server '{}' failed to list tools: {e}", s.name))?;
@@ -524,12 +581,18 @@ async fn connect(
 }
 
 /// `tools/list` with pagination, stopping at a cursor seen before; names validated.
-pub async fn list_tools(server: &str, config: &McpServerConfig, peer: &Peer<RoleClient>) -> Result<Vec<McpTool>, ServiceError> {
+pub async fn list_tools(
+    server: &str,
+    config: &McpServerConfig,
+    peer: &Peer<RoleClient>,
+) -> Result<Vec<McpTool>, ServiceError> {
     let mut cursor: Option<String> = None;
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for _ in 0..MAX_PAGES {
-        let params = cursor.clone().map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+        let params = cursor
+            .clone()
+            .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
         let page = peer.list_tools(params).await?;
         for tool in page.tools {
             let original = tool.name.to_string();
@@ -544,7 +607,8 @@ pub async fn list_tools(server: &str, config: &McpServerConfig, peer: &Peer<Role
                 name,
                 original_name: original,
                 description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
-                input_schema_json: serde_json::to_string(&*tool.input_schema).unwrap_or_else(|_| "{}".into()),
+                input_schema_json: serde_json::to_string(&*tool.input_schema)
+                    .unwrap_or_else(|_| "{}".into()),
             });
         }
         match page.next_cursor {

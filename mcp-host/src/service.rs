@@ -43,12 +43,20 @@ fn unavailable(e: impl std::fmt::Display) -> RemoteError {
 /// Time left before the requester gives up, less a margin for the reply to travel.
 fn left(call: &Call, default: Duration) -> Duration {
     call.deadline
-        .map(|d| d.saturating_duration_since(std::time::Instant::now()).saturating_sub(Duration::from_millis(50)))
+        .map(|d| {
+            d.saturating_duration_since(std::time::Instant::now())
+                .saturating_sub(Duration::from_millis(50))
+        })
         .unwrap_or(default)
 }
 
 impl RoleHandler for McpService {
-    fn handle(&self, request: Request, call: Call, health: Health) -> BoxFuture<'static, Result<Reply, RemoteError>> {
+    fn handle(
+        &self,
+        request: Request,
+        call: Call,
+        health: Health,
+    ) -> BoxFuture<'static, Result<Reply, RemoteError>> {
         let registry = self.registry.clone();
         let pool = self.pool.clone();
         Box::pin(async move {
@@ -77,12 +85,17 @@ impl RoleHandler for McpService {
                         .collect();
                     if let Some(name) = &server {
                         if wanted.is_empty() {
-                            return Err(RemoteError::Failed(format!("no MCP server named '{name}'")));
+                            return Err(RemoteError::Failed(format!(
+                                "no MCP server named '{name}'"
+                            )));
                         }
                     }
                     let within = left(&call, DEFAULT_LIST_WAIT);
                     futures::future::join_all(wanted.iter().map(|h| h.settled(within))).await;
-                    let tools = wanted.iter().flat_map(|h| h.tools().as_ref().clone()).collect();
+                    let tools = wanted
+                        .iter()
+                        .flat_map(|h| h.tools().as_ref().clone())
+                        .collect();
                     Ok(Reply::Mcp(McpReply::Tools(tools)))
                 }
                 McpRequest::CallTool(c) => {
@@ -92,7 +105,10 @@ impl RoleHandler for McpService {
                     )))
                 }
                 McpRequest::Reload => {
-                    let summary = registry.send(Reload { force: false }).await.map_err(unavailable)?;
+                    let summary = registry
+                        .send(Reload { force: false })
+                        .await
+                        .map_err(unavailable)?;
                     Ok(Reply::Mcp(McpReply::Reloaded(summary)))
                 }
                 McpRequest::WatchTools => {
@@ -119,11 +135,20 @@ impl RoleHandler for McpService {
     }
 }
 
-async fn call_tool(servers: Vec<ServerHandle>, pool: &SessionPool, c: McpCall, deadline: Duration) -> McpCallResult {
+async fn call_tool(
+    servers: Vec<ServerHandle>,
+    pool: &SessionPool,
+    c: McpCall,
+    deadline: Duration,
+) -> McpCallResult {
     let Some(server) = servers.iter().find(|h| h.name() == c.server).cloned() else {
         return McpCallResult::error(format!("no MCP server named '{}'", c.server));
     };
-    let args = match serde_json::from_str::<serde_json::Value>(if c.args_json.trim().is_empty() { "{}" } else { &c.args_json }) {
+    let args = match serde_json::from_str::<serde_json::Value>(if c.args_json.trim().is_empty() {
+        "{}"
+    } else {
+        &c.args_json
+    }) {
         Ok(serde_json::Value::Object(m)) => m,
         Ok(_) => return McpCallResult::error("tool arguments must be a JSON object"),
         Err(e) => return McpCallResult::error(format!("tool arguments are not valid JSON: {e}")),
@@ -137,14 +162,20 @@ async fn call_tool(servers: Vec<ServerHandle>, pool: &SessionPool, c: McpCall, d
         naming::original_name(&c.server, &c.tool, prefix).to_owned()
     };
     // A stdio call for a user or thread runs on that (user, thread)'s pooled session.
-    let session = if server.transport() == Transport::Stdio && (c.user.is_some() || c.thread.is_some()) {
-        pool.retain_current(&servers);
-        match pool.session(&server, c.user.as_deref(), c.thread.as_deref(), c.workspace.as_deref()) {
-            Ok(s) => s,
-            Err(e) => return McpCallResult::error(format!("MCP server '{}': {e}", c.server)),
-        }
-    } else {
-        server
-    };
+    let session =
+        if server.transport() == Transport::Stdio && (c.user.is_some() || c.thread.is_some()) {
+            pool.retain_current(&servers);
+            match pool.session(
+                &server,
+                c.user.as_deref(),
+                c.thread.as_deref(),
+                c.workspace.as_deref(),
+            ) {
+                Ok(s) => s,
+                Err(e) => return McpCallResult::error(format!("MCP server '{}': {e}", c.server)),
+            }
+        } else {
+            server
+        };
     session.call(&tool, args, deadline).await
 }

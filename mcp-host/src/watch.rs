@@ -49,7 +49,11 @@ pub fn spawn(path: PathBuf, registry: Addr<McpRegistry>) {
     let file_name = path.file_name().map(|n| n.to_os_string());
     let watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
         if let Ok(ev) = ev {
-            if ev.paths.iter().any(|p| p.file_name().map(|n| n.to_os_string()) == file_name) {
+            if ev
+                .paths
+                .iter()
+                .any(|p| p.file_name().map(|n| n.to_os_string()) == file_name)
+            {
                 let _ = tx.send(());
             }
         }
@@ -62,7 +66,11 @@ pub fn spawn(path: PathBuf, registry: Addr<McpRegistry>) {
         }
     };
     if let (Some(w), Some(dir)) = (watcher.as_mut(), path.parent()) {
-        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
         if let Err(e) = w.watch(dir, RecursiveMode::NonRecursive) {
             tracing::warn!(dir = %dir.display(), "cannot watch ({e}); polling every {POLL:?}");
         }

@@ -27,20 +27,48 @@ fn kill_9_of_a_server_child_fails_the_call_at_once_and_the_next_call_works() {
     let dir = c.runtime_dir();
     let call = thread::spawn(move || {
         let t = Instant::now();
-        let out = antler_tests::antler(&dir, &["mcp", "call", "slow", "sleep", "--args", r#"{"seconds": 30}"#, "--json"]);
+        let out = antler_tests::antler(
+            &dir,
+            &[
+                "mcp",
+                "call",
+                "slow",
+                "sleep",
+                "--args",
+                r#"{"seconds": 30}"#,
+                "--json",
+            ],
+        );
         (out, t.elapsed())
     });
     // Wait until the call is in flight on the server, then kill the server.
-    let in_flight = wait_for(Duration::from_secs(15), || (c.server("slow")["in_flight"] == 1).then_some(()));
-    assert!(in_flight.is_some(), "the call never got in flight: {}", c.server("slow"));
+    let in_flight = wait_for(Duration::from_secs(15), || {
+        (c.server("slow")["in_flight"] == 1).then_some(())
+    });
+    assert!(
+        in_flight.is_some(),
+        "the call never got in flight: {}",
+        c.server("slow")
+    );
     let killed_at = Instant::now();
     signal(victim, libc::SIGKILL);
     let (out, _) = call.join().expect("call thread");
     let answered_after = killed_at.elapsed();
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert!(McpCluster::text(&r).contains("connection lost during the call to 'sleep'"), "{r}");
-    assert!(answered_after < Duration::from_secs(3), "the error came after {answered_after:?}");
+    assert!(
+        McpCluster::text(&r).contains("connection lost during the call to 'sleep'"),
+        "{r}"
+    );
+    assert!(
+        answered_after < Duration::from_secs(3),
+        "the error came after {answered_after:?}"
+    );
 
     // The next call works, on a new child; the dead one was reaped.
     let (code, r) = c.call("slow", "echo", r#"{"text": "back"}"#);
@@ -52,7 +80,10 @@ fn kill_9_of_a_server_child_fails_the_call_at_once_and_the_next_call_works() {
     let new = c.server_pids("slow_tools.py");
     assert_eq!(new.len(), 1);
     assert_ne!(new[0], victim);
-    assert!(!antler_tests::exists(victim), "the killed child is not reaped");
+    assert!(
+        !antler_tests::exists(victim),
+        "the killed child is not reaped"
+    );
     // The other server was not disturbed.
     assert_eq!(c.server("everything")["reconnects"], 0);
     let (code, _) = c.call("everything", "echo", r#"{"message": "x"}"#);
@@ -67,20 +98,27 @@ fn a_server_that_never_answers_initialize_is_skipped_and_the_others_work() {
         "ok": stdio(python(), &[&peer_script("raw_server.py"), "paged"]),
     }));
     let tools = c.tools(None);
-    assert!(t.elapsed() < Duration::from_secs(20), "listing waited {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "listing waited {:?}",
+        t.elapsed()
+    );
     assert!(tools.iter().all(|t| t["server"] == "ok"), "{tools:?}");
     assert_eq!(tools.len(), 9);
     let s = c.server("silent");
     assert_eq!(s["state"], "failed", "{s}");
     assert_eq!(s["tools"], 0);
     assert_eq!(
-        s["last_error"],
-        "Skipping MCP server 'silent' after tool discovery timed out (2.0s)",
+        s["last_error"], "Skipping MCP server 'silent' after tool discovery timed out (2.0s)",
         "{s}"
     );
     let (code, r) = c.call("silent", "echo", "{}");
     assert_eq!(code, 1);
-    assert!(McpCluster::text(&r).starts_with("MCP server 'silent' is unavailable: Skipping MCP server 'silent'"), "{r}");
+    assert!(
+        McpCluster::text(&r)
+            .starts_with("MCP server 'silent' is unavailable: Skipping MCP server 'silent'"),
+        "{r}"
+    );
     let (code, _) = c.call("ok", "a1", "{}");
     assert_eq!(code, 0);
 }
@@ -95,10 +133,15 @@ fn pagination_repeated_cursors_unsafe_names_and_malformed_json_rpc() {
         "garbage": raw("malformed"),
         "crash": raw("crash-on-call"),
     }));
-    let host = c.cluster.process("mcp-host", 0).expect("mcp-host")["pid"].as_u64().expect("pid") as u32;
+    let host = c.cluster.process("mcp-host", 0).expect("mcp-host")["pid"]
+        .as_u64()
+        .expect("pid") as u32;
     assert_eq!(
         c.tool_names("paged"),
-        ["paged_a1", "paged_a2", "paged_a3", "paged_b1", "paged_b2", "paged_b3", "paged_c1", "paged_c2", "paged_c3"]
+        [
+            "paged_a1", "paged_a2", "paged_a3", "paged_b1", "paged_b2", "paged_b3", "paged_c1",
+            "paged_c2", "paged_c3"
+        ]
     );
     // A cursor that repeats ends the listing instead of looping forever.
     assert_eq!(c.tool_names("loop"), ["loop_r1", "loop_r2"]);
@@ -114,7 +157,10 @@ fn pagination_repeated_cursors_unsafe_names_and_malformed_json_rpc() {
     assert_eq!(code, 1, "{r}");
     assert!(McpCluster::text(&r).contains("connection lost"), "{r}");
     assert!(alive(host));
-    assert_eq!(c.cluster.process("mcp-host", 0).expect("mcp-host")["pid"].as_u64(), Some(host as u64));
+    assert_eq!(
+        c.cluster.process("mcp-host", 0).expect("mcp-host")["pid"].as_u64(),
+        Some(host as u64)
+    );
 }
 
 #[test]
@@ -128,21 +174,44 @@ fn calls_run_concurrently_on_one_server_and_time_out_per_call() {
     let calls: Vec<_> = (0..8)
         .map(|_| {
             let dir = c.runtime_dir();
-            thread::spawn(move || antler_tests::antler(&dir, &["mcp", "call", "slow", "sleep", "--args", r#"{"seconds": 2}"#]))
+            thread::spawn(move || {
+                antler_tests::antler(
+                    &dir,
+                    &[
+                        "mcp",
+                        "call",
+                        "slow",
+                        "sleep",
+                        "--args",
+                        r#"{"seconds": 2}"#,
+                    ],
+                )
+            })
         })
         .collect();
     for h in calls {
         let out = h.join().expect("call");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "slept 2.0");
     }
-    assert!(t.elapsed() < Duration::from_secs(8), "8 concurrent 2 s calls took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(8),
+        "8 concurrent 2 s calls took {:?}",
+        t.elapsed()
+    );
 
     // tool_call_timeout: an error result after 1 s, and the server keeps working.
     let t = Instant::now();
     let (code, r) = c.call("strict", "sleep", r#"{"seconds": 20}"#);
     assert_eq!(code, 1, "{r}");
-    assert_eq!(McpCluster::text(&r), "MCP tool 'sleep' on server 'strict' timed out after 1.0s");
+    assert_eq!(
+        McpCluster::text(&r),
+        "MCP tool 'sleep' on server 'strict' timed out after 1.0s"
+    );
     assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
     let (code, r) = c.call("strict", "echo", r#"{"text": "still here"}"#);
     assert_eq!((code, McpCluster::text(&r)), (0, "still here".to_owned()));

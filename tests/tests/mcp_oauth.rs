@@ -28,11 +28,19 @@ fn node() -> String {
 fn issuer(ttl: u32, expires_in: Option<u32>, log: &Path) -> (Peer, u16) {
     let port = free_port();
     let mut cmd = Command::new(node());
-    cmd.arg(peer_script("oauth_issuer.mjs")).arg(port.to_string()).arg(ttl.to_string()).arg(log);
+    cmd.arg(peer_script("oauth_issuer.mjs"))
+        .arg(port.to_string())
+        .arg(ttl.to_string())
+        .arg(log);
     if let Some(e) = expires_in {
         cmd.args(["--expires-in", &e.to_string()]);
     }
-    let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start the issuer");
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the issuer");
     let peer = Peer(child);
     wait_port(port, Duration::from_secs(20));
     (peer, port)
@@ -41,7 +49,11 @@ fn issuer(ttl: u32, expires_in: Option<u32>, log: &Path) -> (Peer, u16) {
 fn secure_server(issuer_port: u16) -> (Peer, u16) {
     let port = free_port();
     let child = Command::new(python())
-        .args([&peer_script("oauth_server.py"), &port.to_string(), &issuer_port.to_string()])
+        .args([
+            &peer_script("oauth_server.py"),
+            &port.to_string(),
+            &issuer_port.to_string(),
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -62,8 +74,14 @@ fn token_requests(log: &Path) -> Vec<Value> {
 
 fn no_secret_in(dir: &Path) {
     for e in walk(dir) {
-        let text = std::fs::read(&e).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
-        assert!(!text.contains(SECRET), "the client secret appears in {}", e.display());
+        let text = std::fs::read(&e)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        assert!(
+            !text.contains(SECRET),
+            "the client secret appears in {}",
+            e.display()
+        );
         assert!(!text.contains("eyJ"), "a JWT appears in {}", e.display());
     }
 }
@@ -101,18 +119,28 @@ fn client_credentials_tokens_are_sent_refreshed_once_on_401_and_never_logged() {
     );
     assert_eq!(c.tool_names("secure"), ["secure_whoami"]);
     let (code, r) = c.call("secure", "whoami", "{}");
-    assert_eq!((code, McpCluster::text(&r)), (0, "antler-test".to_owned()), "{r}");
+    assert_eq!(
+        (code, McpCluster::text(&r)),
+        (0, "antler-test".to_owned()),
+        "{r}"
+    );
     let reqs = token_requests(&log);
     assert_eq!(reqs.len(), 1, "{reqs:?}");
     assert_eq!(reqs[0]["grant_type"], "client_credentials");
     assert_eq!(reqs[0]["client_id"], "antler-test");
-    assert_eq!(reqs[0]["scope"], "mcp", "the reserved scope overrides extra_token_params");
+    assert_eq!(
+        reqs[0]["scope"], "mcp",
+        "the reserved scope overrides extra_token_params"
+    );
     assert_eq!(reqs[0]["resource"], "https://mcp.example");
     assert_eq!(reqs[0]["has_secret"], true);
     // Without a token the server answers 401 and the server is reported failed.
     let anon = c.server("anonymous");
     assert_eq!(anon["state"], "failed", "{anon}");
-    assert!(anon["last_error"].as_str().unwrap_or("").contains("401"), "{anon}");
+    assert!(
+        anon["last_error"].as_str().unwrap_or("").contains("401"),
+        "{anon}"
+    );
 
     // Let the token expire, then call from several places at once: one refresh serves all.
     thread::sleep(Duration::from_secs(6));
@@ -124,7 +152,12 @@ fn client_credentials_tokens_are_sent_refreshed_once_on_401_and_never_logged() {
         .collect();
     for h in calls {
         let out = h.join().expect("call");
-        assert!(out.status.success(), "{} {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "antler-test");
     }
     assert_eq!(token_requests(&log).len(), 2, "{:?}", token_requests(&log));
@@ -153,7 +186,13 @@ fn the_refresh_token_grant_keeps_the_rotated_token_in_memory_only() {
     assert_eq!(reqs[0]["grant_type"], "refresh_token");
     assert_eq!(reqs[0]["refresh_token"], "initial-refresh-token");
     assert!(reqs[0]["issued_refresh_token"].is_string());
-    assert_eq!(reqs[1]["refresh_token"], reqs[0]["issued_refresh_token"], "the rotated token is used");
+    assert_eq!(
+        reqs[1]["refresh_token"], reqs[0]["issued_refresh_token"],
+        "the rotated token is used"
+    );
     let on_disk = std::fs::read_to_string(&c.config).expect("config");
-    assert!(on_disk.contains("initial-refresh-token"), "the file is not rewritten");
+    assert!(
+        on_disk.contains("initial-refresh-token"),
+        "the file is not rewritten"
+    );
 }

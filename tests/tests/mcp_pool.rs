@@ -13,11 +13,23 @@ use serde_json::{json, Value};
 fn where_(c: &McpCluster, server: &str, pair: Option<(&str, &str, &std::path::Path)>) -> Value {
     let mut args = vec!["call".to_owned(), server.to_owned(), "where".to_owned()];
     if let Some((user, thread, ws)) = pair {
-        args.extend(["--user".into(), user.into(), "--thread".into(), thread.into(), "--workspace".into(), ws.display().to_string()]);
+        args.extend([
+            "--user".into(),
+            user.into(),
+            "--thread".into(),
+            thread.into(),
+            "--workspace".into(),
+            ws.display().to_string(),
+        ]);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = c.mcp(&args);
-    assert!(out.status.success(), "{} {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{} {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("where json")
 }
 
@@ -36,7 +48,10 @@ fn each_user_thread_pair_gets_its_own_session_in_its_workspace() {
     assert_eq!(a1["cwd"], w1.display().to_string());
     let tmp = w1.join(".mcp/tmp");
     assert_eq!(a1["tmpdir"], tmp.display().to_string());
-    assert_eq!(std::fs::metadata(&tmp).expect("tmp").permissions().mode() & 0o777, 0o700);
+    assert_eq!(
+        std::fs::metadata(&tmp).expect("tmp").permissions().mode() & 0o777,
+        0o700
+    );
     let a2 = where_(&c, "py", Some(("alice", "t2", &w2)));
     assert_eq!(a2["cwd"], w2.display().to_string());
     let again = where_(&c, "py", Some(("alice", "t1", &w1)));

@@ -17,12 +17,19 @@ use mcp_support::{peer_script, python, stdio, write_config, McpCluster};
 use serde_json::{json, Value};
 
 fn names(c: &McpCluster) -> Vec<String> {
-    c.status().iter().map(|s| s["name"].as_str().unwrap_or("").to_owned()).collect()
+    c.status()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap_or("").to_owned())
+        .collect()
 }
 
 fn wait_names(c: &McpCluster, want: &[&str]) {
     let ok = wait_for(Duration::from_secs(15), || (names(c) == want).then_some(()));
-    assert!(ok.is_some(), "servers are {:?}, expected {want:?}", names(c));
+    assert!(
+        ok.is_some(),
+        "servers are {:?}, expected {want:?}",
+        names(c)
+    );
 }
 
 /// One HTTP/1.1 request to the gateway: (status, JSON body).
@@ -37,7 +44,11 @@ fn http(addr: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Val
     .expect("write");
     let mut resp = String::new();
     s.read_to_string(&mut resp).expect("read");
-    let status = resp.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("status");
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
     let body = resp.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
     (status, serde_json::from_str(body).unwrap_or(Value::Null))
 }
@@ -54,17 +65,45 @@ fn edits_to_the_file_apply_by_difference_and_bad_files_keep_the_last_good_set() 
 
     // A call in flight while the file changes completes.
     let dir = c.runtime_dir();
-    let call = thread::spawn(move || antler_tests::antler(&dir, &["mcp", "call", "slow", "sleep", "--args", r#"{"seconds": 3}"#]));
-    assert!(wait_for(Duration::from_secs(15), || (c.server("slow")["in_flight"] == 1).then_some(())).is_some());
+    let call = thread::spawn(move || {
+        antler_tests::antler(
+            &dir,
+            &[
+                "mcp",
+                "call",
+                "slow",
+                "sleep",
+                "--args",
+                r#"{"seconds": 3}"#,
+            ],
+        )
+    });
+    assert!(
+        wait_for(Duration::from_secs(15), || (c.server("slow")["in_flight"]
+            == 1)
+            .then_some(()))
+        .is_some()
+    );
     // Remove `paged`, add `names`, keep `slow` as it is.
     write_config(&c.config, &json!({"slow": slow, "names": names_srv}));
     wait_names(&c, &["slow", "names"]);
     let out = call.join().expect("call");
-    assert!(out.status.success(), "the call in flight was lost: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "the call in flight was lost: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "slept 3.0");
-    assert_eq!(c.server_pids("slow_tools.py"), slow_pid, "an unchanged server was restarted");
+    assert_eq!(
+        c.server_pids("slow_tools.py"),
+        slow_pid,
+        "an unchanged server was restarted"
+    );
     assert_eq!(c.server("slow")["reconnects"], 0);
-    assert!(c.server_pids("raw_server.py paged").is_empty(), "the removed server's child still runs");
+    assert!(
+        c.server_pids("raw_server.py paged").is_empty(),
+        "the removed server's child still runs"
+    );
     assert_eq!(c.tool_names("names"), ["names_ok_tool"]);
 
     // A changed server restarts: a new child.
@@ -98,14 +137,21 @@ fn the_gateway_serves_and_replaces_the_mcp_config_without_a_restart() {
     assert_eq!((code, body["status"].as_str()), (200, Some("ok")));
     let (code, body) = http(&addr, "GET", "/api/mcp/config", None);
     assert_eq!(code, 200);
-    assert_eq!(body["mcp_servers"]["slow"]["args"][0], peer_script("slow_tools.py"), "{body}");
+    assert_eq!(
+        body["mcp_servers"]["slow"]["args"][0],
+        peer_script("slow_tools.py"),
+        "{body}"
+    );
 
     // Invalid: DeerFlow's message, 422, and the file is untouched.
     let before = std::fs::read(&c.config).expect("read");
     let bad = json!({"mcp_servers": {"broken": {"type": "stdio"}}});
     let (code, body) = http(&addr, "PUT", "/api/mcp/config", Some(&bad));
     assert_eq!(code, 422, "{body}");
-    assert_eq!(body["detail"], "MCP server 'broken' with stdio transport requires 'command' field");
+    assert_eq!(
+        body["detail"],
+        "MCP server 'broken' with stdio transport requires 'command' field"
+    );
     assert_eq!(std::fs::read(&c.config).expect("read"), before);
 
     // Valid: written, and applied by the time the reply comes.
@@ -115,7 +161,8 @@ fn the_gateway_serves_and_replaces_the_mcp_config_without_a_restart() {
     assert_eq!(code, 200, "{body}");
     assert_eq!(body["applied"]["started"], json!(["paged"]), "{body}");
     assert_eq!(body["applied"]["unchanged"], json!(["slow"]), "{body}");
-    let on_disk: Value = serde_json::from_slice(&std::fs::read(&c.config).expect("read")).expect("json");
+    let on_disk: Value =
+        serde_json::from_slice(&std::fs::read(&c.config).expect("read")).expect("json");
     assert_eq!(on_disk["mcpServers"]["paged"], paged);
     assert_eq!(names(&c), ["slow", "paged"]);
     assert_eq!(c.tool_names("paged").len(), 9);

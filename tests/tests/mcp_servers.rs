@@ -31,20 +31,36 @@ fn tools_and_calls_over_stdio_and_streamable_http() {
         assert!(t["input_schema"].is_object(), "{t}");
         assert!(t["description"].is_string(), "{t}");
     }
-    let echo = all.iter().find(|t| t["name"] == "everything_echo").expect("everything_echo listed");
+    let echo = all
+        .iter()
+        .find(|t| t["name"] == "everything_echo")
+        .expect("everything_echo listed");
     assert_eq!(echo["input_schema"]["type"], "object", "{echo}");
-    assert!(echo["input_schema"]["properties"]["message"].is_object(), "{echo}");
+    assert!(
+        echo["input_schema"]["properties"]["message"].is_object(),
+        "{echo}"
+    );
     let count = |s: &str| all.iter().filter(|t| t["server"] == s).count();
-    assert_eq!(count("everything"), 13, "server-everything without roots/sampling/elicitation lists 13 tools");
+    assert_eq!(
+        count("everything"),
+        13,
+        "server-everything without roots/sampling/elicitation lists 13 tools"
+    );
     assert_eq!(count("web"), 13, "the same server over streamable HTTP");
     assert_eq!(count("fs"), 14);
-    assert_eq!(c.tool_names("time"), ["time_get_current_time", "time_convert_time"]);
+    assert_eq!(
+        c.tool_names("time"),
+        ["time_get_current_time", "time_convert_time"]
+    );
     assert_eq!(count("py"), 6);
     assert_eq!(count("disabled"), 0);
 
     // Status: every enabled server ready with its tool count; the disabled one absent.
     let status = c.status();
-    let names: Vec<&str> = status.iter().map(|s| s["name"].as_str().unwrap_or("")).collect();
+    let names: Vec<&str> = status
+        .iter()
+        .map(|s| s["name"].as_str().unwrap_or(""))
+        .collect();
     assert_eq!(names, ["everything", "fs", "time", "py", "web"]);
     for s in &status {
         assert_eq!(s["state"], "ready", "{s}");
@@ -55,21 +71,36 @@ fn tools_and_calls_over_stdio_and_streamable_http() {
 
     // Calls: stdio and HTTP echo; the prefixed name works too.
     let (code, r) = c.call("everything", "echo", r#"{"message": "hi there"}"#);
-    assert_eq!((code, McpCluster::text(&r)), (0, "Echo: hi there".to_owned()), "{r}");
+    assert_eq!(
+        (code, McpCluster::text(&r)),
+        (0, "Echo: hi there".to_owned()),
+        "{r}"
+    );
     let (code, r) = c.call("web", "web_echo", r#"{"message": "over http"}"#);
-    assert_eq!((code, McpCluster::text(&r)), (0, "Echo: over http".to_owned()), "{r}");
+    assert_eq!(
+        (code, McpCluster::text(&r)),
+        (0, "Echo: over http".to_owned()),
+        "{r}"
+    );
     let path = files.path().join("hello.txt");
     let (code, r) = c.call("fs", "read_text_file", &json!({"path": path}).to_string());
     assert_eq!(code, 0, "{r}");
     assert!(McpCluster::text(&r).contains("hello from a file"), "{r}");
     let (code, r) = c.call("time", "get_current_time", r#"{"timezone": "UTC"}"#);
     assert_eq!(code, 0, "{r}");
-    assert!(McpCluster::text(&r).contains("\"timezone\": \"UTC\""), "{r}");
+    assert!(
+        McpCluster::text(&r).contains("\"timezone\": \"UTC\""),
+        "{r}"
+    );
 
     // structuredContent is kept (server-everything's structured tool, the SDK's output schema).
     let (code, r) = c.call("py", "echo", r#"{"text": "structured"}"#);
     assert_eq!(code, 0, "{r}");
-    assert_eq!(r["structured_content"], json!({"result": "structured"}), "{r}");
+    assert_eq!(
+        r["structured_content"],
+        json!({"result": "structured"}),
+        "{r}"
+    );
 
     // isError results exit 1 and carry the server's text.
     let (code, r) = c.call("py", "fail", r#"{"message": "the tool said no"}"#);
@@ -77,9 +108,18 @@ fn tools_and_calls_over_stdio_and_streamable_http() {
     assert_eq!(r["is_error"], true);
     assert!(McpCluster::text(&r).contains("the tool said no"), "{r}");
     let outside = "/etc/hostname";
-    let (code, r) = c.call("fs", "read_text_file", &json!({"path": outside}).to_string());
+    let (code, r) = c.call(
+        "fs",
+        "read_text_file",
+        &json!({"path": outside}).to_string(),
+    );
     assert_eq!(code, 1, "{r}");
-    assert!(McpCluster::text(&r).to_lowercase().contains("access denied"), "{r}");
+    assert!(
+        McpCluster::text(&r)
+            .to_lowercase()
+            .contains("access denied"),
+        "{r}"
+    );
 
     // Unknown servers and invalid arguments are errors the user can read.
     let (code, r) = c.call("nope", "echo", "{}");
@@ -92,5 +132,12 @@ fn tools_and_calls_over_stdio_and_streamable_http() {
     // Images convert to image blocks.
     let (code, r) = c.call("everything", "get-tiny-image", "{}");
     assert_eq!(code, 0, "{r}");
-    assert!(r["content"].as_array().expect("content").iter().any(|b| b["type"] == "image" && b["mime_type"] == "image/png"), "{r}");
+    assert!(
+        r["content"]
+            .as_array()
+            .expect("content")
+            .iter()
+            .any(|b| b["type"] == "image" && b["mime_type"] == "image/png"),
+        "{r}"
+    );
 }

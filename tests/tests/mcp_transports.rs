@@ -18,17 +18,35 @@ fn legacy_sse_lists_and_calls_like_the_other_transports() {
     }));
     let names = c.tool_names("legacy");
     let s = c.server("legacy");
-    assert_eq!((s["state"].as_str(), s["transport"].as_str()), (Some("ready"), Some("sse")), "{s}");
+    assert_eq!(
+        (s["state"].as_str(), s["transport"].as_str()),
+        (Some("ready"), Some("sse")),
+        "{s}"
+    );
     assert_eq!(names.len(), 13, "{names:?}");
     assert!(names.contains(&"legacy_echo".to_owned()));
     let (code, r) = c.call("legacy", "echo", r#"{"message": "over sse"}"#);
-    assert_eq!((code, McpCluster::text(&r)), (0, "Echo: over sse".to_owned()), "{r}");
+    assert_eq!(
+        (code, McpCluster::text(&r)),
+        (0, "Echo: over sse".to_owned()),
+        "{r}"
+    );
     // Several calls at once over the one event stream.
     let handles: Vec<_> = (0..6)
         .map(|i| {
             let dir = c.runtime_dir();
             std::thread::spawn(move || {
-                let out = antler_tests::antler(&dir, &["mcp", "call", "legacy", "echo", "--args", &format!(r#"{{"message": "n{i}"}}"#)]);
+                let out = antler_tests::antler(
+                    &dir,
+                    &[
+                        "mcp",
+                        "call",
+                        "legacy",
+                        "echo",
+                        "--args",
+                        &format!(r#"{{"message": "n{i}"}}"#),
+                    ],
+                );
                 String::from_utf8_lossy(&out.stdout).trim().to_owned()
             })
         })
@@ -43,11 +61,27 @@ fn a_tools_list_changed_notification_relists_the_server() {
     let c = McpCluster::start(json!({"py": stdio(python(), &[&peer_script("slow_tools.py")])}));
     assert!(!c.tool_names("py").contains(&"py_extra".to_owned()));
     let (code, r) = c.call("py", "grow", r#"{"name": "extra"}"#);
-    assert_eq!((code, McpCluster::text(&r)), (0, "added extra".to_owned()), "{r}");
-    let listed = wait_for(Duration::from_secs(10), || c.tool_names("py").contains(&"py_extra".to_owned()).then_some(()));
-    assert!(listed.is_some(), "py_extra never listed: {:?}", c.tool_names("py"));
+    assert_eq!(
+        (code, McpCluster::text(&r)),
+        (0, "added extra".to_owned()),
+        "{r}"
+    );
+    let listed = wait_for(Duration::from_secs(10), || {
+        c.tool_names("py")
+            .contains(&"py_extra".to_owned())
+            .then_some(())
+    });
+    assert!(
+        listed.is_some(),
+        "py_extra never listed: {:?}",
+        c.tool_names("py")
+    );
     let (code, r) = c.call("py", "py_extra", "{}");
-    assert_eq!((code, McpCluster::text(&r)), (0, "I am extra".to_owned()), "{r}");
+    assert_eq!(
+        (code, McpCluster::text(&r)),
+        (0, "I am extra".to_owned()),
+        "{r}"
+    );
     assert_eq!(c.server("py")["reconnects"], 0);
     assert_eq!(c.server("py")["tools"], 7);
 }

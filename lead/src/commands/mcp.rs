@@ -5,7 +5,10 @@
 use std::{process::ExitCode, time::Duration};
 
 use antler_protocol::{
-    messages::{McpCall, McpCallResult, McpContent, McpReply, McpRequest, McpServerStatus, McpTool, Reply, Request},
+    messages::{
+        McpCall, McpCallResult, McpContent, McpReply, McpRequest, McpServerStatus, McpTool, Reply,
+        Request,
+    },
     Role,
 };
 use anyhow::bail;
@@ -108,7 +111,8 @@ pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
                     args_json: args,
                     user,
                     thread,
-                    workspace: workspace.map(|w| std::path::absolute(&w).unwrap_or(w).display().to_string()),
+                    workspace: workspace
+                        .map(|w| std::path::absolute(&w).unwrap_or(w).display().to_string()),
                 });
                 let result = match ask(ctx, request, CALL_TIMEOUT).await? {
                     McpReply::CallResult(r) => r,
@@ -119,7 +123,11 @@ pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
                 } else {
                     print!("{}", call_text(&result));
                 }
-                Ok(if result.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
+                Ok(if result.is_error {
+                    ExitCode::from(1)
+                } else {
+                    ExitCode::SUCCESS
+                })
             }
         }
     })
@@ -191,12 +199,25 @@ pub fn tools_json(tools: &[McpTool]) -> Value {
 fn content_json(c: &McpContent) -> Value {
     match c {
         McpContent::Text(t) => json!({"type": "text", "text": t}),
-        McpContent::Image { data, mime_type } => json!({"type": "image", "data": data, "mime_type": mime_type}),
-        McpContent::Audio { data, mime_type } => json!({"type": "audio", "data": data, "mime_type": mime_type}),
-        McpContent::ResourceLink { uri, name, mime_type } => {
+        McpContent::Image { data, mime_type } => {
+            json!({"type": "image", "data": data, "mime_type": mime_type})
+        }
+        McpContent::Audio { data, mime_type } => {
+            json!({"type": "audio", "data": data, "mime_type": mime_type})
+        }
+        McpContent::ResourceLink {
+            uri,
+            name,
+            mime_type,
+        } => {
             json!({"type": "resource_link", "uri": uri, "name": name, "mime_type": mime_type})
         }
-        McpContent::Resource { uri, mime_type, text, blob } => {
+        McpContent::Resource {
+            uri,
+            mime_type,
+            text,
+            blob,
+        } => {
             json!({"type": "resource", "uri": uri, "mime_type": mime_type, "text": text, "blob": blob})
         }
     }
@@ -216,12 +237,20 @@ fn call_text(r: &McpCallResult) -> String {
     for c in &r.content {
         match c {
             McpContent::Text(t) => out.push_str(t),
-            McpContent::Image { data, mime_type } => out.push_str(&format!("[image {mime_type}, {} base64 bytes]", data.len())),
-            McpContent::Audio { data, mime_type } => out.push_str(&format!("[audio {mime_type}, {} base64 bytes]", data.len())),
+            McpContent::Image { data, mime_type } => {
+                out.push_str(&format!("[image {mime_type}, {} base64 bytes]", data.len()))
+            }
+            McpContent::Audio { data, mime_type } => {
+                out.push_str(&format!("[audio {mime_type}, {} base64 bytes]", data.len()))
+            }
             McpContent::ResourceLink { uri, .. } => out.push_str(&format!("[link {uri}]")),
-            McpContent::Resource { uri, text, blob, .. } => match (text, blob) {
+            McpContent::Resource {
+                uri, text, blob, ..
+            } => match (text, blob) {
                 (Some(t), _) => out.push_str(t),
-                (None, Some(b)) => out.push_str(&format!("[resource {uri}, {} base64 bytes]", b.len())),
+                (None, Some(b)) => {
+                    out.push_str(&format!("[resource {uri}, {} base64 bytes]", b.len()))
+                }
                 _ => out.push_str(&format!("[resource {uri}]")),
             },
         }

@@ -11,7 +11,9 @@ use antler_protocol::config::{McpServerConfig, Transport};
 use reqwest::header::{HeaderName, HeaderValue, AUTHORIZATION};
 use rmcp::{
     service::RunningService,
-    transport::{streamable_http_client::StreamableHttpClientTransportConfig, StreamableHttpClientTransport},
+    transport::{
+        streamable_http_client::StreamableHttpClientTransportConfig, StreamableHttpClientTransport,
+    },
     RoleClient, ServiceExt,
 };
 
@@ -85,7 +87,10 @@ pub async fn open(
                 reason: http_reason(&e.to_string()),
                 stderr: String::new(),
             })?;
-            Ok(Opened { session, child: None })
+            Ok(Opened {
+                session,
+                child: None,
+            })
         }
         Transport::Sse => {
             let url = config.url.clone().unwrap_or_default();
@@ -95,7 +100,10 @@ pub async fn open(
                 reason: e.to_string(),
                 stderr: String::new(),
             })?;
-            Ok(Opened { session, child: None })
+            Ok(Opened {
+                session,
+                child: None,
+            })
         }
     }
 }
@@ -117,7 +125,10 @@ fn http_reason(raw: &str) -> String {
 }
 
 /// The configured headers plus the OAuth `Authorization`, as HTTP header values.
-pub fn headers(config: &McpServerConfig, options: &OpenOptions) -> Result<HashMap<HeaderName, HeaderValue>, OpenError> {
+pub fn headers(
+    config: &McpServerConfig,
+    options: &OpenOptions,
+) -> Result<HashMap<HeaderName, HeaderValue>, OpenError> {
     let mut out = HashMap::new();
     for (k, v) in config.headers.iter() {
         let name = HeaderName::from_bytes(k.as_bytes()).map_err(|e| OpenError::Header {

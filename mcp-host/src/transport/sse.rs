@@ -50,8 +50,12 @@ impl Drop for SseTransport {
 
 impl SseTransport {
     /// Opens the event stream at `url` and waits for the endpoint event.
-    pub async fn connect(url: &str, headers: HashMap<HeaderName, HeaderValue>) -> Result<Self, OpenError> {
-        let base = Url::parse(url).map_err(|e| OpenError::Http(format!("invalid url {url}: {e}")))?;
+    pub async fn connect(
+        url: &str,
+        headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<Self, OpenError> {
+        let base =
+            Url::parse(url).map_err(|e| OpenError::Http(format!("invalid url {url}: {e}")))?;
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .build()
@@ -65,7 +69,10 @@ impl SseTransport {
             .await
             .map_err(|e| OpenError::Http(format!("GET {base}: {}", without_url(&e))))?;
         if !resp.status().is_success() {
-            return Err(OpenError::Http(format!("GET {base} answered HTTP {}", resp.status().as_u16())));
+            return Err(OpenError::Http(format!(
+                "GET {base} answered HTTP {}",
+                resp.status().as_u16()
+            )));
         }
         let (endpoint_tx, endpoint_rx) = oneshot::channel();
         let (tx, incoming) = mpsc::channel(256);
@@ -74,11 +81,15 @@ impl SseTransport {
             Ok(Ok(e)) => e,
             Ok(Err(_)) => {
                 reader.abort();
-                return Err(OpenError::Http("the SSE stream ended before the endpoint event".into()));
+                return Err(OpenError::Http(
+                    "the SSE stream ended before the endpoint event".into(),
+                ));
             }
             Err(_) => {
                 reader.abort();
-                return Err(OpenError::Http("no endpoint event on the SSE stream".into()));
+                return Err(OpenError::Http(
+                    "no endpoint event on the SSE stream".into(),
+                ));
             }
         };
         Ok(Self {
@@ -120,7 +131,11 @@ async fn read_events(
             let line = line.trim_end_matches(['\n', '\r']);
             if line.is_empty() {
                 // Dispatch the event.
-                let kind = if event.is_empty() { "message" } else { event.as_str() };
+                let kind = if event.is_empty() {
+                    "message"
+                } else {
+                    event.as_str()
+                };
                 if kind == "endpoint" {
                     match base.join(data.trim()) {
                         Ok(url) => {
@@ -137,7 +152,9 @@ async fn read_events(
                                 return;
                             }
                         }
-                        Err(e) => tracing::warn!("malformed JSON-RPC message on the SSE stream: {e}"),
+                        Err(e) => {
+                            tracing::warn!("malformed JSON-RPC message on the SSE stream: {e}")
+                        }
                     }
                 }
                 event.clear();
@@ -167,11 +184,18 @@ impl Transport<RoleClient> for SseTransport {
         let headers = self.headers.clone();
         async move {
             let body = serde_json::to_vec(&item).map_err(|e| SseError::Encode(e.to_string()))?;
-            let mut req = http.post(endpoint.clone()).header(CONTENT_TYPE, "application/json").body(body);
+            let mut req = http
+                .post(endpoint.clone())
+                .header(CONTENT_TYPE, "application/json")
+                .body(body);
             for (k, v) in headers.iter() {
                 req = req.header(k, v);
             }
-            let shown = format!("{}{}", endpoint.origin().ascii_serialization(), endpoint.path());
+            let shown = format!(
+                "{}{}",
+                endpoint.origin().ascii_serialization(),
+                endpoint.path()
+            );
             let resp = req.send().await.map_err(|e| SseError::Post {
                 endpoint: shown.clone(),
                 reason: without_url(&e),
@@ -186,7 +210,9 @@ impl Transport<RoleClient> for SseTransport {
         }
     }
 
-    fn receive(&mut self) -> impl std::future::Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+    fn receive(
+        &mut self,
+    ) -> impl std::future::Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
         self.incoming.recv()
     }
 

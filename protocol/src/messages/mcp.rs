@@ -44,14 +44,20 @@ pub struct McpCall {
 /// Replies from mcp-host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum McpReply {
-    Health { health: Health, servers: u32 },
+    Health {
+        health: Health,
+        servers: u32,
+    },
     Status(Vec<McpServerStatus>),
     Tools(Vec<McpTool>),
     CallResult(McpCallResult),
     /// The registry after a reload: servers started, stopped, restarted, kept.
     Reloaded(McpReloadSummary),
     /// One server's tool list changed (a stream item of `WatchTools`).
-    ToolsChanged { server: String, tools: u32 },
+    ToolsChanged {
+        server: String,
+        tools: u32,
+    },
     /// `WatchTools` ended.
     WatchEnded,
 }
@@ -126,10 +132,20 @@ impl McpCallResult {
 pub enum McpContent {
     Text(String),
     /// Base64 data with its MIME type.
-    Image { data: String, mime_type: String },
-    Audio { data: String, mime_type: String },
+    Image {
+        data: String,
+        mime_type: String,
+    },
+    Audio {
+        data: String,
+        mime_type: String,
+    },
     /// A link to a resource (an image or file URL).
-    ResourceLink { uri: String, name: String, mime_type: Option<String> },
+    ResourceLink {
+        uri: String,
+        name: String,
+        mime_type: Option<String>,
+    },
     /// An embedded resource: text or a base64 blob.
     Resource {
         uri: String,

@@ -72,7 +72,11 @@ pub fn free_port() -> u16 {
 
 /// Waits until something accepts connections on 127.0.0.1:port.
 pub fn wait_port(port: u16, within: Duration) {
-    let up = wait_for(within, || std::net::TcpStream::connect(("127.0.0.1", port)).ok().map(|_| ()));
+    let up = wait_for(within, || {
+        std::net::TcpStream::connect(("127.0.0.1", port))
+            .ok()
+            .map(|_| ())
+    });
     assert!(up.is_some(), "nothing listens on 127.0.0.1:{port}");
 }
 
@@ -120,19 +124,32 @@ impl McpCluster {
     }
 
     pub fn start_with(servers: Value, env: &[(&str, &str)]) -> McpCluster {
-        let dir = tempfile::Builder::new().prefix("antler-mcp").tempdir_in("/tmp").expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("antler-mcp")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
         let config = dir.path().join("extensions_config.json");
-        std::fs::write(&config, serde_json::to_vec_pretty(&serde_json::json!({"mcpServers": servers})).expect("json"))
-            .expect("write config");
+        std::fs::write(
+            &config,
+            serde_json::to_vec_pretty(&serde_json::json!({"mcpServers": servers})).expect("json"),
+        )
+        .expect("write config");
         let config_s = config.display().to_string();
-        let mut all = vec![("ANTLER_EXTENSIONS_CONFIG_PATH", config_s.as_str()), ("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")];
+        let mut all = vec![
+            ("ANTLER_EXTENSIONS_CONFIG_PATH", config_s.as_str()),
+            ("ANTLER_GATEWAY_ADDR", "127.0.0.1:0"),
+        ];
         all.extend_from_slice(env);
         let cluster = Cluster::up_with(0, &all);
         let ok = wait_for(Duration::from_secs(30), || {
             let st = cluster.status()?;
             (st.len() == 3 && st.iter().all(|p| p["healthy"] == true)).then_some(())
         });
-        assert!(ok.is_some(), "cluster did not become healthy: {:?}", cluster.status());
+        assert!(
+            ok.is_some(),
+            "cluster did not become healthy: {:?}",
+            cluster.status()
+        );
         McpCluster {
             cluster,
             config,
@@ -156,8 +173,16 @@ impl McpCluster {
         let mut args = vec!["tools", "--json"];
         args.extend(server);
         let out = self.mcp(&args);
-        assert!(out.status.success(), "mcp tools failed: {}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice::<Value>(&out.stdout).expect("tools json").as_array().cloned().expect("array")
+        assert!(
+            out.status.success(),
+            "mcp tools failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout)
+            .expect("tools json")
+            .as_array()
+            .cloned()
+            .expect("array")
     }
 
     /// The tool names of one server.
@@ -171,21 +196,37 @@ impl McpCluster {
     /// `antler mcp status --json`.
     pub fn status(&self) -> Vec<Value> {
         let out = self.mcp(&["status", "--json"]);
-        assert!(out.status.success(), "mcp status failed: {}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice::<Value>(&out.stdout).expect("status json").as_array().cloned().expect("array")
+        assert!(
+            out.status.success(),
+            "mcp status failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout)
+            .expect("status json")
+            .as_array()
+            .cloned()
+            .expect("array")
     }
 
     /// One server's status entry.
     pub fn server(&self, name: &str) -> Value {
-        self.status().into_iter().find(|s| s["name"] == name).unwrap_or(Value::Null)
+        self.status()
+            .into_iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or(Value::Null)
     }
 
     /// `antler mcp call SERVER TOOL --args ARGS --json`: (exit code, result JSON).
     pub fn call(&self, server: &str, tool: &str, args: &str) -> (i32, Value) {
         let out = self.mcp(&["call", server, tool, "--args", args, "--json"]);
         let code = out.status.code().unwrap_or(-1);
-        let v = serde_json::from_slice::<Value>(&out.stdout)
-            .unwrap_or_else(|_| panic!("call output is not JSON (exit {code}): {} / {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+        let v = serde_json::from_slice::<Value>(&out.stdout).unwrap_or_else(|_| {
+            panic!(
+                "call output is not JSON (exit {code}): {} / {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
         (code, v)
     }
 
@@ -193,7 +234,12 @@ impl McpCluster {
     pub fn text(result: &Value) -> String {
         result["content"]
             .as_array()
-            .map(|a| a.iter().filter_map(|c| c["text"].as_str()).collect::<Vec<_>>().join("\n"))
+            .map(|a| {
+                a.iter()
+                    .filter_map(|c| c["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
             .unwrap_or_default()
     }
 
@@ -229,12 +275,19 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     let mut frontier = vec![pid];
     while let Some(p) = frontier.pop() {
-        let Ok(rd) = std::fs::read_dir("/proc") else { break };
+        let Ok(rd) = std::fs::read_dir("/proc") else {
+            break;
+        };
         for e in rd.flatten() {
-            let Ok(child) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let Ok(child) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
             let ppid = std::fs::read_to_string(format!("/proc/{child}/stat"))
                 .ok()
-                .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.split_whitespace().nth(1).unwrap_or("").to_owned()))
+                .and_then(|s| {
+                    s.rsplit_once(')')
+                        .map(|(_, r)| r.split_whitespace().nth(1).unwrap_or("").to_owned())
+                })
                 .and_then(|s| s.parse::<u32>().ok());
             if ppid == Some(p) {
                 out.push(child);
@@ -246,7 +299,8 @@ pub fn descendants(pid: u32) -> Vec<u32> {
 }
 
 pub fn write_config(path: &Path, servers: &Value) {
-    let text = serde_json::to_vec_pretty(&serde_json::json!({"mcpServers": servers})).expect("json");
+    let text =
+        serde_json::to_vec_pretty(&serde_json::json!({"mcpServers": servers})).expect("json");
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).expect("write");
     std::fs::rename(&tmp, path).expect("rename");
