@@ -2,9 +2,12 @@
 //! `state` holds the reducers, `model` the chat models, `middleware` DeerFlow's tool-call
 //! middlewares, `builtins` the tools executed in the lead.
 
+pub mod actor;
 pub mod builtins;
 pub mod checkpoint;
 pub mod context;
+pub mod execute;
+pub mod hosts;
 pub mod middleware;
 pub mod model;
 pub mod state;

@@ -1,0 +1,500 @@
+//! The run loop and its actor. One [`RunLoop`] owns one run's `ThreadState`: it asks the
+//! model with the visible tools, passes the reply through the after-model middlewares,
+//! admits each tool call through the call middlewares (guardrail, deferred filter,
+//! clarification), executes it where it belongs, merges the results through the
+//! reducers and checkpoints the state, until a final answer, an interrupt, a cap or an
+//! error. [`RunActor`] owns a loop and drives it on request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use serde::Serialize;
+
+use super::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
+use super::context::RunContext;
+use super::execute::Executor;
+use super::hosts::ToolHosts;
+use super::middleware::clarification::{self, Clarification};
+use super::middleware::dangling;
+use super::middleware::deferred::RoutingBeforeFilter;
+use super::middleware::guardrail::{Guardrail, GuardrailRequest};
+use super::middleware::loop_detection::{LoopDetection, LoopVerdict};
+use super::middleware::output_budget::OutputBudget;
+use super::middleware::subagent_limit::SubagentLimit;
+use super::middleware::tool_error::{failed_call_message, invalid_tool_message};
+use super::model::{ChatModel, ModelError, ModelRequest};
+use super::state::{Message, StateConflict, StateUpdate, ThreadState, ToolCall};
+use crate::catalog::builtins::ASK_CLARIFICATION;
+use crate::catalog::{Catalog, ToolSpec};
+
+/// A run's knobs.
+pub struct RunSettings {
+    /// Model turns before the run fails (LangGraph's recursion limit).
+    pub max_turns: usize,
+    /// Deadline of one tool call on a host.
+    pub tool_timeout: Duration,
+    pub loop_detection: LoopDetection,
+    pub subagent_limit: SubagentLimit,
+    pub output_budget: OutputBudget,
+    /// `guardrails.enabled` with a provider.
+    pub guardrail: Option<Guardrail>,
+    /// `tool_search.auto_promote_top_k`, clamped.
+    pub auto_promote_top_k: usize,
+}
+
+impl Default for RunSettings {
+    fn default() -> Self {
+        RunSettings {
+            max_turns: 50,
+            tool_timeout: Duration::from_secs(900),
+            loop_detection: LoopDetection::default(),
+            subagent_limit: SubagentLimit::default(),
+            output_budget: OutputBudget::default(),
+            guardrail: None,
+            auto_promote_top_k: crate::catalog::routing::DEFAULT_AUTO_PROMOTE_TOP_K,
+        }
+    }
+}
+
+/// What a run reports as it goes (the CLI prints them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum RunEvent {
+    ModelStarted {
+        turn: usize,
+    },
+    ToolStarted {
+        name: String,
+        tool_call_id: String,
+    },
+    ToolFinished {
+        name: String,
+        tool_call_id: String,
+        error: bool,
+    },
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunOutcome {
+    pub run_id: String,
+    pub status: RunStatus,
+    pub final_answer: Option<String>,
+    /// The clarification question of an interrupted run.
+    pub question: Option<String>,
+    pub error: Option<String>,
+    pub artifacts: Vec<String>,
+    pub stop_reason: Option<super::state::StopReason>,
+}
+
+/// Why a run could not go on (operator-facing; the run ends as `error`).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    State(#[from] StateConflict),
+    #[error("the run reached its limit of {0} model turns")]
+    TurnLimit(usize),
+    #[error("the run is already being driven")]
+    Busy,
+}
+
+/// Where a run's events go.
+pub type EventSink = Box<dyn Fn(&RunEvent) + Send>;
+
+/// One run: its state, its model, its catalog, and where its tools run.
+pub struct RunLoop {
+    pub context: RunContext,
+    state: ThreadState,
+    step: i64,
+    model: Arc<dyn ChatModel>,
+    catalog: Arc<Catalog>,
+    hosts: Arc<dyn ToolHosts>,
+    store: CheckpointStore,
+    settings: RunSettings,
+    events: Option<EventSink>,
+}
+
+/// What one step decided.
+enum StepEnd {
+    Continue,
+    Final(String),
+    Interrupted(String),
+}
+
+impl RunLoop {
+    /// Starts a new run: its record and initial state are checkpointed as step 0.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        context: RunContext,
+        task: &str,
+        model: Arc<dyn ChatModel>,
+        model_label: &str,
+        catalog: Arc<Catalog>,
+        hosts: Arc<dyn ToolHosts>,
+        mut store: CheckpointStore,
+        settings: RunSettings,
+    ) -> Result<RunLoop, RunError> {
+        let state = ThreadState::new(task);
+        store.create_run(
+            &RunRecord {
+                run_id: context.run_id.clone(),
+                user_id: context.user_id.clone(),
+                thread_id: context.thread_id.clone(),
+                task: task.to_owned(),
+                model: model_label.to_owned(),
+                status: RunStatus::Running,
+                detail: None,
+            },
+            &state,
+        )?;
+        Ok(RunLoop {
+            context,
+            state,
+            step: 0,
+            model,
+            catalog,
+            hosts,
+            store,
+            settings,
+            events: None,
+        })
+    }
+
+    /// Resumes a run from its last checkpoint. A tool call that was in flight gets the
+    /// interrupted-call result, merged and checkpointed as a step of its own.
+    pub fn resume(
+        context: RunContext,
+        model: Arc<dyn ChatModel>,
+        catalog: Arc<Catalog>,
+        hosts: Arc<dyn ToolHosts>,
+        store: CheckpointStore,
+        settings: RunSettings,
+    ) -> Result<RunLoop, RunError> {
+        let (step, state) = store
+            .latest(&context.run_id)?
+            .ok_or_else(|| CheckpointError::UnknownRun(context.run_id.clone()))?;
+        store.set_status(&context.run_id, RunStatus::Running, None)?;
+        let mut run = RunLoop {
+            context,
+            state,
+            step,
+            model,
+            catalog,
+            hosts,
+            store,
+            settings,
+            events: None,
+        };
+        let interrupted = dangling::interrupted_results(&run.state.messages);
+        if !interrupted.is_empty() {
+            run.merge(StateUpdate::messages(interrupted))?;
+        }
+        Ok(run)
+    }
+
+    /// Adds the user's answer to an interrupted run (a clarification), as a step.
+    pub fn answer(&mut self, text: &str) -> Result<(), RunError> {
+        self.merge(StateUpdate::messages([Message::human(text)]))
+    }
+
+    /// Reports progress to `events`.
+    pub fn on_event(&mut self, events: impl Fn(&RunEvent) + Send + 'static) {
+        self.events = Some(Box::new(events));
+    }
+
+    pub fn state(&self) -> &ThreadState {
+        &self.state
+    }
+
+    fn emit(&self, event: RunEvent) {
+        if let Some(events) = &self.events {
+            events(&event);
+        }
+    }
+
+    fn merge(&mut self, update: StateUpdate) -> Result<(), RunError> {
+        self.state.apply(update)?;
+        self.step += 1;
+        self.store
+            .save(&self.context.run_id, self.step, &self.state)?;
+        Ok(())
+    }
+
+    /// Drives the run to its end and records the outcome.
+    pub async fn drive(&mut self) -> RunOutcome {
+        let result = self.drive_steps().await;
+        let executor = self.executor();
+        executor.release(&self.state).await;
+        let (status, final_answer, question, error) = match result {
+            Ok(StepEnd::Final(answer)) => (RunStatus::Success, Some(answer), None, None),
+            Ok(StepEnd::Interrupted(question)) => {
+                (RunStatus::Interrupted, None, Some(question), None)
+            }
+            Ok(StepEnd::Continue) => (
+                RunStatus::Error,
+                None,
+                None,
+                Some("run ended mid-step".to_owned()),
+            ),
+            Err(error) => (RunStatus::Error, None, None, Some(error.to_string())),
+        };
+        let detail = error.as_deref().or(question.as_deref());
+        if let Err(e) = self.store.set_status(&self.context.run_id, status, detail) {
+            tracing::error!(run = %self.context.run_id, "cannot record the run's status: {e}");
+        }
+        RunOutcome {
+            run_id: self.context.run_id.clone(),
+            status,
+            final_answer,
+            question,
+            error,
+            artifacts: self.state.artifacts.clone(),
+            stop_reason: self.state.stop_reason,
+        }
+    }
+
+    fn executor(&self) -> Executor<'_> {
+        Executor {
+            catalog: &self.catalog,
+            hosts: self.hosts.as_ref(),
+            context: &self.context,
+            timeout: self.settings.tool_timeout,
+        }
+    }
+
+    async fn drive_steps(&mut self) -> Result<StepEnd, RunError> {
+        loop {
+            match self.step_once().await? {
+                StepEnd::Continue => continue,
+                end => return Ok(end),
+            }
+        }
+    }
+
+    /// One model turn and its tool calls, merged as one checkpointed step.
+    async fn step_once(&mut self) -> Result<StepEnd, RunError> {
+        let turn = self
+            .state
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::Ai { .. }))
+            .count()
+            + 1;
+        if turn > self.settings.max_turns {
+            return Err(RunError::TurnLimit(self.settings.max_turns));
+        }
+        let catalog = Arc::clone(&self.catalog);
+        let chain = RoutingBeforeFilter::new(&catalog, self.settings.auto_promote_top_k);
+        let mut update = StateUpdate {
+            promoted: chain.auto_promote(&self.state.messages),
+            ..StateUpdate::default()
+        };
+        if update.promoted.is_some() {
+            self.state.apply(StateUpdate {
+                promoted: update.promoted.clone(),
+                ..StateUpdate::default()
+            })?;
+        }
+        let visible: Vec<&ToolSpec> = chain.visible_tools(self.state.promoted.as_ref());
+        let messages = dangling::patched(&self.state.messages);
+        self.emit(RunEvent::ModelStarted { turn });
+        let mut reply = self
+            .model
+            .complete(ModelRequest {
+                messages: &messages,
+                tools: &visible,
+            })
+            .await?;
+        let verdict = self
+            .settings
+            .loop_detection
+            .after_model(&self.state.messages, &mut reply);
+        let limit_stop = self.settings.subagent_limit.after_model(
+            &mut reply,
+            &self.state.delegations,
+            &self.context.run_id,
+        );
+        update.stop_reason = limit_stop;
+        let mut warning = None;
+        match verdict {
+            LoopVerdict::HardStop(reason) => update.stop_reason = Some(reason),
+            LoopVerdict::Warn(message) => warning = Some(message),
+            LoopVerdict::Pass => {}
+        }
+        let calls = reply.tool_calls.clone();
+        let answer = reply.content.clone();
+        update.messages.push(reply.into_message());
+        if calls.is_empty() {
+            self.merge(update)?;
+            return Ok(StepEnd::Final(answer));
+        }
+        let mut end = StepEnd::Continue;
+        for call in &calls {
+            let mut staged = self.state.clone();
+            staged.apply(update.clone())?;
+            match self.call(call, &staged, &chain).await {
+                CallEnd::Done(result) => update = update.then(result),
+                CallEnd::Interrupt { question, message } => {
+                    update.messages.push(message);
+                    end = StepEnd::Interrupted(question);
+                    break;
+                }
+            }
+        }
+        if let Some(warning) = warning {
+            update.messages.push(warning);
+        }
+        self.merge(update)?;
+        Ok(end)
+    }
+
+    /// One tool call through the call middlewares, in DeerFlow's order: guardrail, tool
+    /// error handling, deferred filter, clarification (last), then execution; the output
+    /// budget applies to what comes back.
+    async fn call(
+        &self,
+        call: &ToolCall,
+        state: &ThreadState,
+        chain: &RoutingBeforeFilter<'_>,
+    ) -> CallEnd {
+        self.emit(RunEvent::ToolStarted {
+            name: call.name.clone(),
+            tool_call_id: call.id.clone(),
+        });
+        let result = self.admit_and_execute(call, state, chain).await;
+        let result = match result {
+            CallEnd::Done(mut update) => {
+                for message in &mut update.messages {
+                    if let Message::Tool {
+                        name,
+                        tool_call_id,
+                        content,
+                        ..
+                    } = message
+                    {
+                        let text = std::mem::take(content);
+                        *content = self.settings.output_budget.apply(
+                            name,
+                            tool_call_id,
+                            text,
+                            Some(&self.context.paths.outputs()),
+                        );
+                    }
+                }
+                CallEnd::Done(update)
+            }
+            interrupt => interrupt,
+        };
+        let error = match &result {
+            CallEnd::Done(update) => update.messages.iter().any(|m| {
+                matches!(
+                    m,
+                    Message::Tool {
+                        status: super::state::ToolStatus::Error,
+                        ..
+                    }
+                )
+            }),
+            CallEnd::Interrupt { .. } => false,
+        };
+        self.emit(RunEvent::ToolFinished {
+            name: call.name.clone(),
+            tool_call_id: call.id.clone(),
+            error,
+        });
+        result
+    }
+
+    async fn admit_and_execute(
+        &self,
+        call: &ToolCall,
+        state: &ThreadState,
+        chain: &RoutingBeforeFilter<'_>,
+    ) -> CallEnd {
+        let refused = |message: Message| CallEnd::Done(StateUpdate::messages([message]));
+        if let Some(guardrail) = &self.settings.guardrail {
+            let request = GuardrailRequest {
+                tool_name: &call.name,
+                tool_input: &call.args,
+                tool_call_id: &call.id,
+                run_id: &self.context.run_id,
+                thread_id: &self.context.thread_id,
+                user_id: &self.context.user_id,
+                is_subagent: false,
+            };
+            if let Err(denial) = guardrail.check_call(&request) {
+                return refused(denial);
+            }
+        }
+        if self.catalog.get(&call.name).is_none() {
+            let available = self.catalog.tools().iter().map(|t| t.name.as_str());
+            return refused(invalid_tool_message(&call.name, &call.id, available));
+        }
+        if let Err(hidden) = chain.check_call(state.promoted.as_ref(), &call.name, &call.id) {
+            return refused(hidden);
+        }
+        if call.name == ASK_CLARIFICATION {
+            return match clarification::handle(call, self.context.clarification_enabled) {
+                Clarification::Proceed(message) => refused(message),
+                Clarification::Interrupt {
+                    question, message, ..
+                } => CallEnd::Interrupt { question, message },
+            };
+        }
+        match self.executor().execute(call, state).await {
+            Ok(update) => CallEnd::Done(update),
+            Err(failure) => refused(failed_call_message(&call.name, &call.id, &failure)),
+        }
+    }
+}
+
+enum CallEnd {
+    Done(StateUpdate),
+    Interrupt { question: String, message: Message },
+}
+
+/// The actor that owns one [`RunLoop`].
+pub struct RunActor {
+    run: Option<RunLoop>,
+}
+
+impl RunActor {
+    pub fn new(run: RunLoop) -> RunActor {
+        RunActor { run: Some(run) }
+    }
+}
+
+impl Actor for RunActor {
+    type Context = Context<Self>;
+}
+
+/// Drives the run to its end (a final answer, an interrupt or an error).
+#[derive(Message)]
+#[rtype(result = "Result<RunOutcome, RunError>")]
+pub struct Drive;
+
+impl Handler<Drive> for RunActor {
+    type Result = ResponseActFuture<Self, Result<RunOutcome, RunError>>;
+
+    fn handle(&mut self, _: Drive, _: &mut Context<Self>) -> Self::Result {
+        let Some(mut run) = self.run.take() else {
+            return Box::pin(actix::fut::ready(Err(RunError::Busy)));
+        };
+        Box::pin(
+            async move {
+                let outcome = run.drive().await;
+                (run, outcome)
+            }
+            .into_actor(self)
+            .map(|(run, outcome), actor, _| {
+                actor.run = Some(run);
+                Ok(outcome)
+            }),
+        )
+    }
+}

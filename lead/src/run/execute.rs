@@ -1,0 +1,209 @@
+//! Where each tool call runs (the "Executed" state): builtins in the lead, sandbox
+//! tools in sandbox-host (the run's sandbox is acquired on its first sandbox call and
+//! its id written to the state), MCP tools in mcp-host. A failure the model should see
+//! is a [`ToolFailure`]; the tool error middleware turns it into the error message.
+
+use std::time::Duration;
+
+use antler_protocol::{
+    messages::{
+        McpCall, McpReply, McpRequest, Principal, Reply, Request, SandboxReply, SandboxRequest,
+        ToolCall as SandboxCall,
+    },
+    Role,
+};
+
+use super::builtins;
+use super::context::RunContext;
+use super::hosts::ToolHosts;
+use super::middleware::tool_error::ToolFailure;
+use super::state::{Message, SandboxState, StateUpdate, ThreadState, ToolCall, ToolStatus};
+use crate::catalog::builtins::PRESENT_FILES;
+use crate::catalog::{Catalog, ToolSource, TOOL_SEARCH_NAME};
+
+/// The tools sandbox-host runs.
+pub const SANDBOX_TOOLS: &[&str] = &[
+    "bash",
+    "ls",
+    "read_file",
+    "write_file",
+    "str_replace",
+    "glob",
+    "grep",
+];
+
+/// Runs tool calls for one run.
+pub struct Executor<'a> {
+    pub catalog: &'a Catalog,
+    pub hosts: &'a dyn ToolHosts,
+    pub context: &'a RunContext,
+    pub timeout: Duration,
+}
+
+impl Executor<'_> {
+    /// Runs one call already admitted by the middlewares. The returned update holds the
+    /// tool message (and any state the tool sets).
+    pub async fn execute(
+        &self,
+        call: &ToolCall,
+        state: &ThreadState,
+    ) -> Result<StateUpdate, ToolFailure> {
+        match call.name.as_str() {
+            PRESENT_FILES => return Ok(builtins::present_files(call, self.context)),
+            TOOL_SEARCH_NAME => return builtins::tool_search(call, self.catalog),
+            _ => {}
+        }
+        let spec = self.catalog.get(&call.name).ok_or_else(|| {
+            ToolFailure::new(
+                "ToolUnavailable",
+                format!("{} is not in the catalog", call.name),
+            )
+        })?;
+        match &spec.source {
+            ToolSource::Mcp {
+                server: Some(server),
+                original_name,
+            } => self.mcp(call, server, original_name).await,
+            _ if SANDBOX_TOOLS.contains(&call.name.as_str()) => self.sandbox(call, state).await,
+            _ => Err(ToolFailure::new(
+                "ToolUnavailable",
+                format!("no executor runs {} in this version of Antler", call.name),
+            )),
+        }
+    }
+
+    fn principal(&self) -> Principal {
+        Principal {
+            user_id: self.context.user_id.clone(),
+            thread_id: self.context.thread_id.clone(),
+            roles: Vec::new(),
+        }
+    }
+
+    async fn request(&self, role: Role, request: Request) -> Result<Reply, ToolFailure> {
+        self.hosts
+            .request(role, request, self.timeout)
+            .await
+            .map_err(|e| ToolFailure::new("HostUnavailable", e.0))
+    }
+
+    /// Acquires the run's sandbox (once; the id goes to the state) and runs the tool.
+    async fn sandbox(
+        &self,
+        call: &ToolCall,
+        state: &ThreadState,
+    ) -> Result<StateUpdate, ToolFailure> {
+        let mut update = StateUpdate::default();
+        let sandbox_id = match &state.sandbox {
+            Some(sandbox) => sandbox.sandbox_id.clone(),
+            None => {
+                let acquire = SandboxRequest::Acquire {
+                    principal: self.principal(),
+                    known_id: None,
+                };
+                let id = match self
+                    .request(Role::SandboxHost, Request::Sandbox(acquire))
+                    .await?
+                {
+                    Reply::Sandbox(SandboxReply::Acquired(Ok(acquired))) => acquired.sandbox_id,
+                    Reply::Sandbox(SandboxReply::Acquired(Err(e))) => {
+                        return Err(ToolFailure::new("SandboxError", e.to_string()))
+                    }
+                    other => return Err(unexpected("sandbox-host", &other)),
+                };
+                update.sandbox = Some(SandboxState {
+                    sandbox_id: id.clone(),
+                });
+                id
+            }
+        };
+        let request = SandboxRequest::Call {
+            sandbox_id,
+            call: SandboxCall {
+                tool: call.name.clone(),
+                args_json: call.args.to_string(),
+                secrets: Vec::new(),
+            },
+        };
+        let result = match self
+            .request(Role::SandboxHost, Request::Sandbox(request))
+            .await?
+        {
+            Reply::Sandbox(SandboxReply::ToolResult(Ok(result))) => result,
+            Reply::Sandbox(SandboxReply::ToolResult(Err(e))) => {
+                return Err(ToolFailure::new("SandboxError", e.to_string()))
+            }
+            other => return Err(unexpected("sandbox-host", &other)),
+        };
+        let status = if result.is_error {
+            ToolStatus::Error
+        } else {
+            ToolStatus::Success
+        };
+        update
+            .messages
+            .push(Message::tool(&call.id, &call.name, result.content, status));
+        Ok(update)
+    }
+
+    /// Calls the tool on its MCP server; an error result is DeerFlow's `ToolException`.
+    async fn mcp(
+        &self,
+        call: &ToolCall,
+        server: &str,
+        tool: &str,
+    ) -> Result<StateUpdate, ToolFailure> {
+        let request = McpRequest::CallTool(McpCall {
+            server: server.to_owned(),
+            tool: tool.to_owned(),
+            args_json: call.args.to_string(),
+            user: Some(self.context.user_id.clone()),
+            thread: Some(self.context.thread_id.clone()),
+            workspace: None,
+        });
+        let result = match self.request(Role::McpHost, Request::Mcp(request)).await? {
+            Reply::Mcp(McpReply::CallResult(result)) => result,
+            other => return Err(unexpected("mcp-host", &other)),
+        };
+        if result.is_error {
+            return Err(ToolFailure::new("ToolException", result.text()));
+        }
+        let text = result.text();
+        let content = match (text.is_empty(), result.structured_json) {
+            (true, Some(structured)) => structured,
+            _ => text,
+        };
+        Ok(StateUpdate::messages([Message::tool(
+            &call.id,
+            &call.name,
+            content,
+            ToolStatus::Success,
+        )]))
+    }
+
+    /// Releases the run's sandbox to the warm pool (at the end of the run).
+    pub async fn release(&self, state: &ThreadState) {
+        let Some(sandbox) = &state.sandbox else {
+            return;
+        };
+        let request = SandboxRequest::Release {
+            sandbox_id: sandbox.sandbox_id.clone(),
+        };
+        match self
+            .request(Role::SandboxHost, Request::Sandbox(request))
+            .await
+        {
+            Ok(Reply::Sandbox(SandboxReply::Released(Ok(())))) => {}
+            other => {
+                tracing::warn!(sandbox = %sandbox.sandbox_id, "sandbox release failed: {other:?}")
+            }
+        }
+    }
+}
+
+fn unexpected(host: &str, reply: &Reply) -> ToolFailure {
+    ToolFailure::new(
+        "HostUnavailable",
+        format!("unexpected reply from {host}: {reply:?}"),
+    )
+}

@@ -1,0 +1,344 @@
+//! The run loop end to end inside the lead: a scripted playbook, a real catalog, a real
+//! SQLite checkpoint file, and hosts that cannot be reached (so sandbox and MCP calls
+//! show the error a model sees when a host is down, and the run goes on).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use antler_lead::catalog::{Catalog, ToolSource, ToolSpec};
+use antler_lead::run::actor::{RunEvent, RunLoop, RunSettings};
+use antler_lead::run::checkpoint::{CheckpointStore, RunStatus};
+use antler_lead::run::context::{RunContext, ThreadPaths};
+use antler_lead::run::hosts::{HostError, ToolHosts};
+use antler_lead::run::model::ScriptedModel;
+use antler_lead::run::state::{Message, StateUpdate, StopReason, ToolStatus};
+use antler_protocol::messages::{Reply, Request};
+use antler_protocol::Role;
+use futures::future::BoxFuture;
+use serde_json::json;
+
+/// Hosts that are down: every request fails as an unreachable host does.
+struct UnreachableHosts;
+
+impl ToolHosts for UnreachableHosts {
+    fn request(
+        &self,
+        role: Role,
+        _: Request,
+        _: Duration,
+    ) -> BoxFuture<'_, Result<Reply, HostError>> {
+        Box::pin(async move {
+            Err(HostError(format!(
+                "{role:?} unreachable: connection refused"
+            )))
+        })
+    }
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    catalog: Arc<Catalog>,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let mut write_file = ToolSpec::builtin(
+            "write_file",
+            "Write a file.",
+            json!({"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}}),
+        );
+        write_file.source = ToolSource::Config {
+            use_id: "deerflow.sandbox.tools:write_file_tool".into(),
+        };
+        let catalog = Catalog::build(
+            vec![
+                write_file,
+                antler_lead::catalog::builtins::present_files(),
+                antler_lead::catalog::builtins::ask_clarification(),
+                ToolSpec::mcp(
+                    "everything_echo",
+                    "Echoes back the input.",
+                    json!({"type": "object", "properties": {"message": {"type": "string"}}}),
+                    Some("everything".into()),
+                    "echo",
+                ),
+            ],
+            true,
+        )
+        .unwrap();
+        Fixture {
+            dir,
+            catalog: Arc::new(catalog),
+        }
+    }
+
+    fn context(&self, run_id: &str, clarification: bool) -> RunContext {
+        let paths = ThreadPaths::new(&self.dir.path().join("data"), "u1", "t1");
+        paths.create().unwrap();
+        RunContext {
+            run_id: run_id.into(),
+            user_id: "u1".into(),
+            thread_id: "t1".into(),
+            paths,
+            clarification_enabled: clarification,
+        }
+    }
+
+    fn store(&self) -> CheckpointStore {
+        CheckpointStore::open(&self.dir.path().join("checkpoints.sqlite")).unwrap()
+    }
+
+    fn start(&self, run_id: &str, playbook: &str, clarification: bool) -> RunLoop {
+        RunLoop::start(
+            self.context(run_id, clarification),
+            "write a report",
+            Arc::new(ScriptedModel::from_yaml(playbook, "inline").unwrap()),
+            "scripted",
+            Arc::clone(&self.catalog),
+            Arc::new(UnreachableHosts),
+            self.store(),
+            RunSettings::default(),
+        )
+        .unwrap()
+    }
+
+    fn resume(&self, run_id: &str, playbook: &str) -> RunLoop {
+        RunLoop::resume(
+            self.context(run_id, true),
+            Arc::new(ScriptedModel::from_yaml(playbook, "inline").unwrap()),
+            Arc::clone(&self.catalog),
+            Arc::new(UnreachableHosts),
+            self.store(),
+            RunSettings::default(),
+        )
+        .unwrap()
+    }
+}
+
+fn tool_message<'a>(state: &'a [Message], id: &str) -> (&'a str, ToolStatus) {
+    state
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool {
+                tool_call_id,
+                content,
+                status,
+                ..
+            } if tool_call_id == id => Some((content.as_str(), *status)),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no result for {id}"))
+}
+
+fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    futures::executor::block_on(future)
+}
+
+#[test]
+fn a_deferred_tool_is_refused_until_tool_search_promotes_it() {
+    let fixture = Fixture::new();
+    let playbook = r#"
+turns:
+  - tool_calls:
+      - {name: everything_echo, args: {message: hi}}
+  - tool_calls:
+      - {name: tool_search, args: {query: "select:everything_echo"}}
+  - tool_calls:
+      - {name: everything_echo, args: {message: hi}}
+  - content: Done.
+"#;
+    let mut run = fixture.start("run-1", playbook, false);
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&events);
+    run.on_event(move |e| sink.lock().unwrap().push(e.clone()));
+    let outcome = block_on(run.drive());
+    assert_eq!(outcome.status, RunStatus::Success);
+    assert_eq!(outcome.final_answer.as_deref(), Some("Done."));
+    let messages = &run.state().messages;
+    assert_eq!(
+        tool_message(messages, "call-1-1"),
+        ("Error: Tool 'everything_echo' is deferred and has not been promoted yet. Call tool_search first to expose and promote this tool's schema, then retry.", ToolStatus::Error)
+    );
+    assert!(tool_message(messages, "call-2-1")
+        .0
+        .contains("\"name\": \"everything_echo\""));
+    assert_eq!(
+        run.state().promoted.as_ref().unwrap().names,
+        ["everything_echo"]
+    );
+    assert_eq!(
+        tool_message(messages, "call-3-1"),
+        ("Error: Tool 'everything_echo' failed with HostUnavailable: McpHost unreachable: connection refused. Continue with available context, or choose an alternative tool.", ToolStatus::Error)
+    );
+    let events = events.lock().unwrap();
+    assert_eq!(events[0], RunEvent::ModelStarted { turn: 1 });
+    assert!(events.contains(&RunEvent::ToolFinished {
+        name: "tool_search".into(),
+        tool_call_id: "call-2-1".into(),
+        error: false
+    }));
+    let store = fixture.store();
+    let (step, saved) = store.latest("run-1").unwrap().unwrap();
+    assert_eq!(step, 4, "one checkpoint per model turn");
+    assert_eq!(&saved, run.state());
+    assert_eq!(
+        store.run("run-1").unwrap().unwrap().status,
+        RunStatus::Success
+    );
+}
+
+#[test]
+fn presented_files_become_artifacts_and_unknown_tools_get_langgraphs_error() {
+    let fixture = Fixture::new();
+    let outputs = fixture.context("x", false).paths.outputs();
+    std::fs::write(outputs.join("report.md"), "# Report").unwrap();
+    let playbook = r#"
+turns:
+  - tool_calls:
+      - {name: web_search, args: {query: x}}
+      - {name: present_files, args: {filepaths: ["/mnt/user-data/outputs/report.md"]}}
+  - content: Here is the report.
+"#;
+    let mut run = fixture.start("run-2", playbook, false);
+    let outcome = block_on(run.drive());
+    assert_eq!(outcome.artifacts, ["/mnt/user-data/outputs/report.md"]);
+    assert_eq!(
+        tool_message(&run.state().messages, "call-1-1").0,
+        "Error: web_search is not a valid tool, try one of [write_file, present_files, ask_clarification, everything_echo, tool_search]."
+    );
+    assert_eq!(
+        tool_message(&run.state().messages, "call-1-2"),
+        ("Successfully presented files", ToolStatus::Success)
+    );
+}
+
+#[test]
+fn a_clarification_interrupts_and_the_answered_run_resumes() {
+    let fixture = Fixture::new();
+    let playbook = r#"
+turns:
+  - tool_calls:
+      - name: ask_clarification
+        args: {question: "Which year?", clarification_type: missing_info, options: ["2024", "2025"]}
+  - content: Report for the year you chose.
+"#;
+    let mut run = fixture.start("run-3", playbook, true);
+    let outcome = block_on(run.drive());
+    assert_eq!(outcome.status, RunStatus::Interrupted);
+    assert_eq!(
+        outcome.question.as_deref(),
+        Some("❓ Which year?\n\n  1. 2024\n  2. 2025")
+    );
+    assert_eq!(
+        fixture.store().run("run-3").unwrap().unwrap().status,
+        RunStatus::Interrupted
+    );
+    drop(run);
+    let mut resumed = fixture.resume("run-3", playbook);
+    resumed.answer("2025").unwrap();
+    let outcome = block_on(resumed.drive());
+    assert_eq!(outcome.status, RunStatus::Success);
+    assert_eq!(
+        outcome.final_answer.as_deref(),
+        Some("Report for the year you chose.")
+    );
+    assert_eq!(
+        resumed
+            .state()
+            .messages
+            .last()
+            .map(|m| matches!(m, Message::Ai { .. })),
+        Some(true)
+    );
+}
+
+#[test]
+fn a_non_interactive_clarification_proceeds_with_deerflows_text() {
+    let fixture = Fixture::new();
+    let playbook = r#"
+turns:
+  - tool_calls:
+      - {name: ask_clarification, args: {question: "Which year?"}}
+  - content: Assumed 2025.
+"#;
+    let mut run = fixture.start("run-4", playbook, false);
+    let outcome = block_on(run.drive());
+    assert_eq!(outcome.status, RunStatus::Success);
+    assert!(tool_message(&run.state().messages, "call-1-1")
+        .0
+        .starts_with("Clarification is disabled in this context — the human is not present"));
+}
+
+#[test]
+fn a_run_cut_mid_call_resumes_with_the_interrupted_result() {
+    let fixture = Fixture::new();
+    let playbook = r#"
+turns:
+  - tool_calls:
+      - {name: write_file, args: {path: /mnt/user-data/outputs/a.md, content: a}}
+  - content: Finished after the crash.
+"#;
+    let run = fixture.start("run-5", playbook, false);
+    let ai = Message::Ai {
+        id: "ai-1".into(),
+        content: String::new(),
+        tool_calls: vec![antler_lead::run::state::ToolCall {
+            id: "call-1-1".into(),
+            name: "write_file".into(),
+            args: json!({}),
+        }],
+    };
+    let mut crashed = run.state().clone();
+    crashed.apply(StateUpdate::messages([ai])).unwrap();
+    fixture.store().save("run-5", 1, &crashed).unwrap();
+    drop(run);
+    assert_eq!(fixture.store().in_progress().unwrap()[0].run_id, "run-5");
+    let mut resumed = fixture.resume("run-5", playbook);
+    assert_eq!(
+        tool_message(&resumed.state().messages, "call-1-1"),
+        (
+            "[Tool call was interrupted and did not return a result.]",
+            ToolStatus::Error
+        )
+    );
+    let outcome = block_on(resumed.drive());
+    assert_eq!(
+        outcome.final_answer.as_deref(),
+        Some("Finished after the crash.")
+    );
+    let results = resumed
+        .state()
+        .messages
+        .iter()
+        .filter(|m| matches!(m, Message::Tool { tool_call_id, .. } if tool_call_id == "call-1-1"))
+        .count();
+    assert_eq!(results, 1, "the interrupted call is answered exactly once");
+}
+
+#[test]
+fn repeating_the_same_call_is_warned_then_forced_to_stop() {
+    let fixture = Fixture::new();
+    let turn = "  - tool_calls:\n      - {name: write_file, args: {path: /mnt/user-data/outputs/a.md, content: a}}\n";
+    let playbook = format!("turns:\n{}", turn.repeat(6));
+    let mut run = fixture.start("run-6", &playbook, false);
+    let outcome = block_on(run.drive());
+    assert_eq!(outcome.status, RunStatus::Success);
+    assert_eq!(outcome.stop_reason, Some(StopReason::LoopCapped));
+    assert_eq!(
+        outcome.final_answer.as_deref(),
+        Some("\n\n[FORCED STOP] Repeated tool calls exceeded the safety limit. Producing final answer with results collected so far.")
+    );
+    let warnings = run
+        .state()
+        .messages
+        .iter()
+        .filter(|m| matches!(m, Message::Human { content, .. } if content.starts_with("[LOOP DETECTED] You are repeating the same tool calls.")))
+        .count();
+    assert_eq!(warnings, 1);
+    assert_eq!(
+        tool_message(&run.state().messages, "call-1-1").0,
+        "Error: Tool 'write_file' failed with HostUnavailable: SandboxHost unreachable: connection refused. Continue with available context, or choose an alternative tool."
+    );
+}
