@@ -3,6 +3,7 @@
 //! `$VAR` secrets and reserved fields overriding `extra_token_params`; a token the server
 //! rejects (401) is refreshed once, by one request however many calls wait; the
 //! refresh_token grant keeps a rotated refresh token in memory; no secret reaches a log.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod mcp_support;
 

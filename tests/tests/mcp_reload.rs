@@ -3,6 +3,7 @@
 //! connection (same child pid, no reconnect); a call in flight during an edit completes; a
 //! file that fails to parse or disappears keeps the last good set; a `PUT` is validated
 //! with DeerFlow's messages, written atomically, and applied without a restart.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod mcp_support;
 

@@ -1,6 +1,7 @@
 //! Real MCP servers behind `antler mcp`: server-everything over stdio and streamable HTTP,
 //! server-filesystem, mcp-server-time and a Python SDK server; listing with `{server}_{tool}`
 //! names and schemas, calls with text results, and `isError` as exit code 1.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod mcp_support;
 
