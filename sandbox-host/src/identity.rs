@@ -88,7 +88,7 @@ pub fn authorize(auth: &AuthorizationConfig, p: &Principal) -> Result<(), Sandbo
     let users = strings(config.and_then(|c| c.get("sandbox_users")));
     let roles = strings(config.and_then(|c| c.get("sandbox_roles")));
     let denied = strings(config.and_then(|c| c.get("deny_users"))).unwrap_or_default();
-    if denied.iter().any(|d| *d == p.user_id) {
+    if denied.contains(&p.user_id) {
         return Err(refused());
     }
     if users.is_none() && roles.is_none() {
@@ -98,7 +98,7 @@ pub fn authorize(auth: &AuthorizationConfig, p: &Principal) -> Result<(), Sandbo
     if my_roles.is_empty() {
         my_roles.extend(auth.default_role.clone());
     }
-    let by_user = users.is_some_and(|u| u.iter().any(|x| *x == p.user_id));
+    let by_user = users.is_some_and(|u| u.contains(&p.user_id));
     let by_role = roles.is_some_and(|r| r.iter().any(|x| my_roles.contains(x)));
     if by_user || by_role {
         Ok(())

@@ -2,6 +2,8 @@
 //! the local provider over real files: the texts a model reads, the limits, the ignore
 //! list, path validation and the masking of host paths.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use std::{os::unix::fs::symlink, path::PathBuf};
 
 use actix::Actor;
@@ -568,4 +570,31 @@ async fn paths_through_a_symlink_out_of_the_thread_are_refused() {
         "Error: Permission denied writing to file: /mnt/user-data/workspace/out/new.txt"
     );
     assert!(!outside.path().join("new.txt").exists());
+}
+
+#[actix_rt::test]
+async fn secrets_are_injected_only_when_allowlisted_and_redacted_from_output() {
+    let f = Fixture::with(|s| s.secrets = vec!["API_TOKEN".into(), "PIN".into()]);
+    let principal = Principal {
+        user_id: "u".into(),
+        thread_id: "t".into(),
+        roles: vec![],
+    };
+    let call = ToolCall {
+        tool: "bash".into(),
+        args_json: json!({"description": "d", "command": "echo \"[$API_TOKEN] [$PIN] [$OTHER]\""})
+            .to_string(),
+        secrets: vec![
+            ("API_TOKEN".into(), "tok-1234567890".into()),
+            ("PIN".into(), "1234".into()),
+            ("OTHER".into(), "not-allowlisted-value".into()),
+        ],
+    };
+    let out = call_once(&f.pool, principal, call)
+        .await
+        .expect("pool")
+        .expect("sandbox");
+    // Injected and redacted; a value under 8 characters is injected but not redacted; a
+    // name not on sandbox.secrets is not injected at all.
+    assert_eq!(out.content, "[[redacted]] [1234] []\n");
 }

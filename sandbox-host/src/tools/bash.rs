@@ -85,7 +85,7 @@ pub async fn run(ctx: &ToolContext, a: BashArgs, secrets: &[(String, String)]) -
         &outcome.stdout,
         &outcome.stderr,
         outcome.code,
-        outcome.timed_out.then(|| timeout.as_secs_f64()),
+        outcome.timed_out.then_some(timeout.as_secs_f64()),
     );
     let text = match ctx.runner {
         Runner::Local => ctx.map.mask(&text),
