@@ -9,7 +9,10 @@ use std::process::Command;
 use antler_tests::bin;
 use serde_json::Value;
 
-const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/conformance/tool_search.json");
+const VECTORS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../shared/conformance/tool_search.json"
+);
 
 fn catalog_file(dir: &tempfile::TempDir) -> (std::path::PathBuf, Value) {
     let vectors: Value = serde_json::from_str(&std::fs::read_to_string(VECTORS).unwrap()).unwrap();
@@ -19,7 +22,11 @@ fn catalog_file(dir: &tempfile::TempDir) -> (std::path::PathBuf, Value) {
 }
 
 fn antler(args: &[&str]) -> std::process::Output {
-    Command::new(bin("antler")).args(args).env("RUST_LOG", "error").output().unwrap()
+    Command::new(bin("antler"))
+        .args(args)
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -29,11 +36,18 @@ fn hash_and_every_query_match_deerflow() {
     let p = path.to_str().unwrap();
     let out = antler(&["catalog", "hash", "--catalog", p]);
     assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), vectors["catalog_hash"].as_str().unwrap());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        vectors["catalog_hash"].as_str().unwrap()
+    );
     for case in vectors["cases"].as_array().unwrap() {
         let query = case["query"].as_str().unwrap();
         let out = antler(&["catalog", "search", query, "--catalog", p, "--json"]);
-        assert!(out.status.success(), "{query}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{query}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let got: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(got, case["expect"], "query {query:?}");
     }
@@ -50,7 +64,10 @@ fn search_without_json_prints_the_schemas_or_deerflows_no_match_text() {
     assert_eq!(rendered[0]["name"], "slack_send_dm");
     assert!(rendered[0]["parameters"].is_object());
     let out = antler(&["catalog", "search", "zzz_nothing", "--catalog", p]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "No tools found matching: zzz_nothing");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "No tools found matching: zzz_nothing"
+    );
 }
 
 #[test]
@@ -61,5 +78,8 @@ fn a_malformed_catalog_file_is_a_clear_error() {
     let out = antler(&["catalog", "hash", "--catalog", path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("is not a JSON array of {name, description, parameters}"), "{err}");
+    assert!(
+        err.contains("is not a JSON array of {name, description, parameters}"),
+        "{err}"
+    );
 }

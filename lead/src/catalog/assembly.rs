@@ -169,7 +169,7 @@ pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, A
     let host_bash = is_host_bash_allowed(config);
     for tc in &config.tools {
         if let Some(groups) = &req.groups {
-            if !groups.iter().any(|g| *g == tc.group) {
+            if !groups.contains(&tc.group) {
                 continue;
             }
         }

@@ -6,7 +6,10 @@
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use antler_protocol::{
-    config::{load_app_config, load_extensions_config, process_env, resolve_app_config_path, resolve_extensions_path, AppConfig},
+    config::{
+        load_app_config, load_extensions_config, process_env, resolve_app_config_path,
+        resolve_extensions_path, AppConfig,
+    },
     messages::{McpReply, McpRequest, Reply, Request},
     Role,
 };
@@ -70,9 +73,13 @@ fn empty_object() -> Value {
 
 /// Reads a catalog file: a JSON array of `{name, description, parameters}`.
 pub fn read_catalog_file(path: &PathBuf) -> anyhow::Result<Vec<McpSourceTool>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let tools: Vec<FileTool> = serde_json::from_str(&text).with_context(|| {
-        format!("{} is not a JSON array of {{name, description, parameters}}", path.display())
+        format!(
+            "{} is not a JSON array of {{name, description, parameters}}",
+            path.display()
+        )
     })?;
     Ok(tools
         .into_iter()
@@ -102,7 +109,10 @@ fn load_config(config: Option<&PathBuf>) -> anyhow::Result<(AppConfig, Vec<Strin
     match resolve_app_config_path(config.map(|p| p.as_path()), &cwd, &process_env)? {
         Some(path) => {
             let loaded = load_app_config(&path)?;
-            Ok((loaded.value, loaded.warnings.iter().map(|w| w.to_string()).collect()))
+            Ok((
+                loaded.value,
+                loaded.warnings.iter().map(|w| w.to_string()).collect(),
+            ))
         }
         None => Ok((AppConfig::default(), Vec::new())),
     }
@@ -127,7 +137,8 @@ fn cluster_mcp_tools(ctx: &Ctx) -> anyhow::Result<Vec<McpSourceTool>> {
             let p = position.entry(t.server.clone()).or_default();
             *p += 1;
             McpSourceTool {
-                input_schema: serde_json::from_str(&t.input_schema_json).unwrap_or_else(|_| empty_object()),
+                input_schema: serde_json::from_str(&t.input_schema_json)
+                    .unwrap_or_else(|_| empty_object()),
                 server: t.server,
                 name: t.name,
                 original_name: t.original_name,
@@ -151,7 +162,12 @@ fn assembled_catalog(
     };
     let mcp = match catalog {
         Some(file) => read_catalog_file(file)?,
-        None if extensions.as_ref().is_some_and(|e| e.mcp_servers.values().any(|s| s.enabled)) => cluster_mcp_tools(ctx)?,
+        None if extensions
+            .as_ref()
+            .is_some_and(|e| e.mcp_servers.values().any(|s| s.enabled)) =>
+        {
+            cluster_mcp_tools(ctx)?
+        }
         None => Vec::new(),
     };
     let sources = Sources {
@@ -169,7 +185,11 @@ pub fn run(ctx: &Ctx, command: CatalogCommand) -> anyhow::Result<ExitCode> {
         CatalogCommand::Hash { catalog, config } => {
             let hash = match (&catalog, &config) {
                 (Some(file), None) => file_catalog(file)?.hash().map(|h| h.to_string()),
-                _ => assembled_catalog(ctx, config.as_ref(), catalog.as_ref())?.0.catalog.hash().map(|h| h.to_string()),
+                _ => assembled_catalog(ctx, config.as_ref(), catalog.as_ref())?
+                    .0
+                    .catalog
+                    .hash()
+                    .map(|h| h.to_string()),
             };
             match hash {
                 Some(h) => println!("{h}"),
@@ -177,7 +197,12 @@ pub fn run(ctx: &Ctx, command: CatalogCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        CatalogCommand::Search { query, catalog, config, json } => {
+        CatalogCommand::Search {
+            query,
+            catalog,
+            config,
+            json,
+        } => {
             let built;
             let cat = match (&catalog, &config) {
                 (Some(file), None) => {
@@ -185,12 +210,18 @@ pub fn run(ctx: &Ctx, command: CatalogCommand) -> anyhow::Result<ExitCode> {
                     &built
                 }
                 _ => {
-                    built = assembled_catalog(ctx, config.as_ref(), catalog.as_ref())?.0.catalog;
+                    built = assembled_catalog(ctx, config.as_ref(), catalog.as_ref())?
+                        .0
+                        .catalog;
                     &built
                 }
             };
             if json {
-                let names: Vec<&str> = cat.search(&query).into_iter().map(|t| t.name.as_str()).collect();
+                let names: Vec<&str> = cat
+                    .search(&query)
+                    .into_iter()
+                    .map(|t| t.name.as_str())
+                    .collect();
                 println!("{}", serde_json::to_string(&names)?);
             } else {
                 match cat.tool_search(&query, "cli") {
@@ -200,7 +231,11 @@ pub fn run(ctx: &Ctx, command: CatalogCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        CatalogCommand::Show { config, catalog, json } => {
+        CatalogCommand::Show {
+            config,
+            catalog,
+            json,
+        } => {
             let (assembled, warnings) = assembled_catalog(ctx, config.as_ref(), catalog.as_ref())?;
             let cat = &assembled.catalog;
             let tools: Vec<Value> = origins(cat)
@@ -229,7 +264,12 @@ pub fn run(ctx: &Ctx, command: CatalogCommand) -> anyhow::Result<ExitCode> {
                         t["source"].as_str().unwrap_or("")
                     );
                 }
-                println!("\ncatalog hash: {}", cat.hash().map(|h| h.to_string()).unwrap_or_else(|| "(none: nothing deferred)".into()));
+                println!(
+                    "\ncatalog hash: {}",
+                    cat.hash()
+                        .map(|h| h.to_string())
+                        .unwrap_or_else(|| "(none: nothing deferred)".into())
+                );
                 for d in &assembled.denied {
                     println!("denied by authorization: {d}");
                 }

@@ -7,7 +7,10 @@ pub mod mcp;
 pub mod sandbox;
 pub mod tool;
 
-use std::{path::{Path, PathBuf}, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use antler_protocol::{
     config::{load_app_config, process_env, resolve_app_config_path, AntlerSection},
@@ -34,7 +37,11 @@ pub struct Ctx {
 /// The cluster to start (or attach to) for a command. Settings come from the `antler:`
 /// section of `config` (or of `config.yaml` as found by the usual rules), else defaults;
 /// `workers` overrides the config.
-pub fn cluster_spec(runtime_dir: PathBuf, config: Option<&Path>, workers: Option<u32>) -> anyhow::Result<ClusterSpec> {
+pub fn cluster_spec(
+    runtime_dir: PathBuf,
+    config: Option<&Path>,
+    workers: Option<u32>,
+) -> anyhow::Result<ClusterSpec> {
     let cwd = std::env::current_dir()?;
     let antler = match resolve_app_config_path(config, &cwd, &process_env)? {
         Some(path) => {
@@ -69,7 +76,11 @@ pub fn cluster_spec(runtime_dir: PathBuf, config: Option<&Path>, workers: Option
 pub async fn lead_request(client: &LeadClient, request: LeadRequest) -> anyhow::Result<LeadReply> {
     match client
         .connection
-        .request(Request::Lead(request), TraceContext::new_root(), CLI_TIMEOUT)
+        .request(
+            Request::Lead(request),
+            TraceContext::new_root(),
+            CLI_TIMEOUT,
+        )
         .await?
     {
         Reply::Lead(r) => Ok(r),
@@ -79,7 +90,13 @@ pub async fn lead_request(client: &LeadClient, request: LeadRequest) -> anyhow::
 
 /// Sends `request` to a host through the lead of the running cluster (or of an ephemeral
 /// one started for this command) and returns the host's reply.
-pub async fn forward(ctx: &Ctx, role: Role, index: u32, request: Request, timeout: Duration) -> anyhow::Result<Reply> {
+pub async fn forward(
+    ctx: &Ctx,
+    role: Role,
+    index: u32,
+    request: Request,
+    timeout: Duration,
+) -> anyhow::Result<Reply> {
     let spec = cluster_spec(ctx.runtime_dir.clone(), None, None)?;
     let client = crate::cluster::attach_or_start(spec, Duration::from_secs(15)).await?;
     let reply = client
