@@ -77,6 +77,8 @@ struct Live {
     closed: CancellationToken,
     /// The `Authorization` value the session was opened with (OAuth).
     authorization: Option<String>,
+    /// Identifies this session among the actor's successive sessions.
+    generation: Arc<()>,
 }
 
 struct State {
@@ -251,7 +253,7 @@ impl ServerHandle {
             // `notifications/cancelled` for it.
             let outcome = tokio::select! {
                 r = live.peer.call_tool(params) => r,
-                _ = live.closed.cancelled() => return self.connection_lost(tool),
+                _ = live.closed.cancelled() => Err(ServiceError::TransportClosed),
                 _ = tokio::time::sleep(left) => {
                     return McpCallResult::error(format!(
                         "MCP tool '{tool}' on server '{}' timed out after {:.1}s",
@@ -274,7 +276,19 @@ impl ServerHandle {
                     self.reopen_and_wait(&live, timeout.saturating_sub(started.elapsed()))
                         .await;
                 }
-                Err(ServiceError::TransportClosed) => return self.connection_lost(tool),
+                Err(ServiceError::TransportClosed) => {
+                    // An OAuth server that refused the token ends the HTTP session; the
+                    // request was refused, not run, so it is sent once more if the new
+                    // session carries a new token.
+                    if s.token.is_some() && !retried_auth {
+                        retried_auth = true;
+                        let within = timeout.saturating_sub(started.elapsed());
+                        if self.reconnected_with_new_token(&live, within).await {
+                            continue;
+                        }
+                    }
+                    return self.connection_lost(tool);
+                }
                 Err(e) => {
                     return McpCallResult::error(format!(
                         "MCP tool '{tool}' on server '{}' failed: {e}",
@@ -298,6 +312,24 @@ impl ServerHandle {
             }),
         )
         .await;
+    }
+
+    /// Waits (up to `within` and the session start timeout) for the session after `live`;
+    /// true when it was opened with another token than `live`'s.
+    async fn reconnected_with_new_token(&self, live: &Live, within: Duration) -> bool {
+        let s = &self.shared;
+        let init = Duration::from_secs_f64(s.config.session_init_timeout.max(0.001));
+        let mut rx = s.live.subscribe();
+        let next = tokio::time::timeout(
+            within.min(init),
+            rx.wait_for(|l| {
+                l.as_ref().is_some_and(|l| {
+                    !l.closed.is_cancelled() && !Arc::ptr_eq(&l.generation, &live.generation)
+                })
+            }),
+        )
+        .await;
+        matches!(next, Ok(Ok(l)) if l.as_ref().is_some_and(|l| l.authorization != live.authorization))
     }
 
     fn connection_lost(&self, tool: &str) -> McpCallResult {
@@ -426,6 +458,7 @@ async fn run(s: Arc<Shared>, mut reopen: mpsc::UnboundedReceiver<Option<String>>
                     peer: peer.clone(),
                     closed: closed.clone(),
                     authorization,
+                    generation: Arc::new(()),
                 }));
                 s.settled.send_replace(true);
                 tracing::info!(server = %s.name, tools = lock(&s.state).tools.len(), "MCP server ready");

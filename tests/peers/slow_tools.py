@@ -8,13 +8,26 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("antler-slow-tools")
+# Sleeps the client cancelled (notifications/cancelled), by their `seconds`.
+CANCELLED: list[float] = []
 
 
 @server.tool()
 async def sleep(seconds: float) -> str:
     """Sleep for `seconds`, then say how long it slept."""
-    await anyio.sleep(seconds)
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        CANCELLED.append(seconds)
+        raise
     return f"slept {seconds}"
+
+
+@server.tool()
+def cancellations() -> str:
+    """The `seconds` of every sleep the client cancelled, as JSON."""
+    import json
+    return json.dumps(CANCELLED)
 
 
 @server.tool()

@@ -97,6 +97,7 @@ fn a_server_that_never_answers_initialize_is_skipped_and_the_others_work() {
     let c = McpCluster::start(json!({
         "silent": {"command": python(), "args": [peer_script("raw_server.py"), "silent"], "session_init_timeout": 2},
         "ok": stdio(python(), &[&peer_script("raw_server.py"), "paged"]),
+        "dies": stdio(python(), &["-c", "import sys; sys.stderr.write('boom: MISSING_API_KEY is not set\\n'); sys.exit(1)"]),
     }));
     let tools = c.tools(None);
     assert!(
@@ -122,6 +123,18 @@ fn a_server_that_never_answers_initialize_is_skipped_and_the_others_work() {
     );
     let (code, _) = c.call("ok", "a1", "{}");
     assert_eq!(code, 0);
+    // A stdio server that exits at start is reported with the tail of its stderr.
+    let d = c.server("dies");
+    assert_eq!(d["state"], "failed", "{d}");
+    let why = d["last_error"].as_str().unwrap_or("");
+    assert!(
+        why.starts_with("MCP server 'dies' failed to start: initialize failed"),
+        "{d}"
+    );
+    assert!(
+        why.contains("stderr: boom: MISSING_API_KEY is not set"),
+        "{d}"
+    );
 }
 
 #[test]
@@ -190,6 +203,10 @@ fn calls_run_concurrently_on_one_server_and_time_out_per_call() {
             })
         })
         .collect();
+    // All eight are in flight on the one server at the same moment.
+    let together = wait_for(Duration::from_secs(10), || {
+        (c.server("slow")["in_flight"] == 8).then_some(())
+    });
     for h in calls {
         let out = h.join().expect("call");
         assert!(
@@ -199,8 +216,10 @@ fn calls_run_concurrently_on_one_server_and_time_out_per_call() {
         );
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "slept 2.0");
     }
+    assert!(together.is_some(), "the eight calls never ran at once");
+    // One at a time they would take 16 s.
     assert!(
-        t.elapsed() < Duration::from_secs(8),
+        t.elapsed() < Duration::from_secs(14),
         "8 concurrent 2 s calls took {:?}",
         t.elapsed()
     );
@@ -214,6 +233,15 @@ fn calls_run_concurrently_on_one_server_and_time_out_per_call() {
         "MCP tool 'sleep' on server 'strict' timed out after 1.0s"
     );
     assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+    // The server was told: notifications/cancelled stopped its sleep.
+    let told = wait_for(Duration::from_secs(5), || {
+        let (_, r) = c.call("strict", "cancellations", "{}");
+        (McpCluster::text(&r) == "[20.0]").then_some(())
+    });
+    assert!(
+        told.is_some(),
+        "the server never saw notifications/cancelled"
+    );
     let (code, r) = c.call("strict", "echo", r#"{"text": "still here"}"#);
     assert_eq!((code, McpCluster::text(&r)), (0, "still here".to_owned()));
     assert_eq!(c.server("strict")["in_flight"], 0);

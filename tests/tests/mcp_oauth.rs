@@ -74,7 +74,17 @@ fn token_requests(log: &Path) -> Vec<Value> {
 }
 
 fn no_secret_in(dir: &Path) {
-    for e in walk(dir) {
+    let logs = walk(dir);
+    let host_log = logs
+        .iter()
+        .find(|p| p.ends_with("mcp-host.log"))
+        .expect("mcp-host.log");
+    let text = std::fs::read_to_string(host_log).unwrap_or_default();
+    assert!(
+        text.contains("secure"),
+        "mcp-host.log says nothing about the server: the check would be vacuous"
+    );
+    for e in logs {
         let text = std::fs::read(&e)
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default();
