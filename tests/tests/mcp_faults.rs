@@ -246,3 +246,25 @@ fn calls_run_concurrently_on_one_server_and_time_out_per_call() {
     assert_eq!((code, McpCluster::text(&r)), (0, "still here".to_owned()));
     assert_eq!(c.server("strict")["in_flight"], 0);
 }
+
+#[test]
+fn kill_9_of_mcp_host_takes_its_server_children_with_it_and_the_restart_serves_again() {
+    let c = McpCluster::start(json!({"slow": stdio(python(), &[&peer_script("slow_tools.py")])}));
+    assert_eq!(c.tool_names("slow").len(), 7);
+    let old = c.server_pids("slow_tools.py");
+    assert_eq!(old.len(), 1);
+    let host = c.cluster.process("mcp-host", 0).expect("mcp-host")["pid"]
+        .as_u64()
+        .expect("pid") as u32;
+    signal(host, libc::SIGKILL);
+    let gone = wait_for(Duration::from_secs(5), || (!alive(old[0])).then_some(()));
+    assert!(gone.is_some(), "the server child outlived its mcp-host");
+    // The supervisor restarts mcp-host, which starts the server again.
+    let back = wait_for(Duration::from_secs(20), || {
+        let p = c.cluster.process("mcp-host", 0)?;
+        (p["pid"].as_u64()? as u32 != host && p["healthy"] == true).then_some(())
+    });
+    assert!(back.is_some(), "mcp-host did not come back");
+    let (code, r) = c.call("slow", "echo", r#"{"text": "again"}"#);
+    assert_eq!((code, McpCluster::text(&r)), (0, "again".to_owned()), "{r}");
+}

@@ -79,6 +79,17 @@ pub(super) async fn open(
     }
     cmd.process_group(0);
     cmd.kill_on_drop(true);
+    // SAFETY: the closure runs in the child between fork and exec and only calls prctl,
+    // which is async-signal-safe. It makes the server die with this host even when the
+    // host is killed with SIGKILL and cannot kill the group itself.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let (proc, stderr) = TokioChildProcess::builder(cmd)
         .stderr(Stdio::piped())
         .spawn()
