@@ -97,6 +97,8 @@ fn a_server_that_never_answers_initialize_is_skipped_and_the_others_work() {
     let c = McpCluster::start(json!({
         "silent": {"command": python(), "args": [peer_script("raw_server.py"), "silent"], "session_init_timeout": 2},
         "ok": stdio(python(), &[&peer_script("raw_server.py"), "paged"]),
+        "nocmd": {"type": "stdio"},
+        "nourl": {"type": "http"},
         "dies": stdio(python(), &["-c", "import sys; sys.stderr.write('boom: MISSING_API_KEY is not set\\n'); sys.exit(1)"]),
     }));
     let tools = c.tools(None);
@@ -123,6 +125,17 @@ fn a_server_that_never_answers_initialize_is_skipped_and_the_others_work() {
     );
     let (code, _) = c.call("ok", "a1", "{}");
     assert_eq!(code, 0);
+    // Servers missing their required field are reported with DeerFlow's text and skipped.
+    let nocmd = c.server("nocmd");
+    assert_eq!(nocmd["state"], "invalid", "{nocmd}");
+    assert_eq!(
+        nocmd["last_error"],
+        "MCP server 'nocmd' with stdio transport requires 'command' field"
+    );
+    assert_eq!(
+        c.server("nourl")["last_error"],
+        "MCP server 'nourl' with http transport requires 'url' field"
+    );
     // A stdio server that exits at start is reported with the tail of its stderr.
     let d = c.server("dies");
     assert_eq!(d["state"], "failed", "{d}");
