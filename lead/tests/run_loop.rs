@@ -342,3 +342,62 @@ fn repeating_the_same_call_is_warned_then_forced_to_stop() {
         "Error: Tool 'write_file' failed with HostUnavailable: SandboxHost unreachable: connection refused. Continue with available context, or choose an alternative tool."
     );
 }
+
+#[test]
+fn an_output_produced_and_never_presented_fails_the_run_with_the_receipt_saying_so() {
+    let fixture = Fixture::new();
+    let mut run = fixture.start("run-7", "turns:\n  - content: Done.\n", false);
+    std::fs::write(run.context.paths.outputs().join("draft.md"), "draft").unwrap();
+    let outcome = block_on(run.drive());
+    assert_eq!(outcome.status, RunStatus::Error);
+    assert_eq!(
+        outcome.error.as_deref(),
+        Some("Artifact delivery incomplete: no produced output artifact was presented")
+    );
+    let receipt = fixture.store().receipt("run-7").unwrap().unwrap();
+    assert_eq!(Some(&receipt), outcome.delivery.as_ref());
+    assert_eq!(receipt.stage.as_deref(), Some("not_started"));
+    assert_eq!(receipt.satisfied, Some(false));
+    assert_eq!(receipt.produced_paths, ["/mnt/user-data/outputs/draft.md"]);
+    assert_eq!(
+        fixture.store().run("run-7").unwrap().unwrap().status,
+        RunStatus::Error
+    );
+}
+
+#[test]
+fn a_presented_output_is_delivered_and_the_receipt_matches_it() {
+    let fixture = Fixture::new();
+    let playbook = r#"
+turns:
+  - tool_calls:
+      - {name: present_files, args: {filepaths: ["/mnt/user-data/outputs/reports"]}}
+  - content: Delivered.
+"#;
+    let mut run = fixture.start("run-8", playbook, false);
+    let reports = run.context.paths.outputs().join("reports");
+    std::fs::create_dir_all(&reports).unwrap();
+    std::fs::write(reports.join("a.md"), "a").unwrap();
+    let outcome = block_on(run.drive());
+    assert_eq!(outcome.status, RunStatus::Success, "{:?}", outcome.error);
+    let receipt = outcome.delivery.unwrap();
+    assert_eq!(
+        receipt.matched_paths,
+        ["/mnt/user-data/outputs/reports/a.md"]
+    );
+    assert_eq!(receipt.stage.as_deref(), Some("presented"));
+}
+
+#[test]
+fn resuming_a_finished_run_ends_with_its_answer_without_asking_the_model() {
+    let fixture = Fixture::new();
+    let playbook = "turns:\n  - content: Done once.\n";
+    let mut run = fixture.start("run-9", playbook, false);
+    assert_eq!(block_on(run.drive()).status, RunStatus::Success);
+    drop(run);
+    let mut resumed = fixture.resume("run-9", playbook);
+    let outcome = block_on(resumed.drive());
+    assert_eq!(outcome.status, RunStatus::Success);
+    assert_eq!(outcome.final_answer.as_deref(), Some("Done once."));
+    assert_eq!(fixture.store().latest("run-9").unwrap().unwrap().0, 1);
+}

@@ -24,6 +24,7 @@ use super::middleware::output_budget::OutputBudget;
 use super::middleware::subagent_limit::SubagentLimit;
 use super::middleware::tool_error::{failed_call_message, invalid_tool_message};
 use super::model::{ChatModel, ModelError, ModelRequest};
+use super::settlement::{DeliveryReceipt, OutputsSnapshot, RECEIPT_NOT_PERSISTED};
 use super::state::{Message, StateConflict, StateUpdate, ThreadState, ToolCall};
 use crate::catalog::builtins::ASK_CLARIFICATION;
 use crate::catalog::{Catalog, ToolSpec};
@@ -86,6 +87,8 @@ pub struct RunOutcome {
     pub error: Option<String>,
     pub artifacts: Vec<String>,
     pub stop_reason: Option<super::state::StopReason>,
+    /// The delivery receipt of a run that ended (success or error).
+    pub delivery: Option<DeliveryReceipt>,
 }
 
 /// Why a run could not go on (operator-facing; the run ends as `error`).
@@ -101,7 +104,16 @@ pub enum RunError {
     TurnLimit(usize),
     #[error("the run is already being driven")]
     Busy,
+    #[error("cannot read the outputs directory: {0}")]
+    Outputs(#[from] std::io::Error),
 }
+
+/// Pauses after a failed receipt write: DeerFlow retries after 0.1 s and 0.5 s.
+const RECEIPT_RETRY_PAUSES: [Duration; 3] = [
+    Duration::from_millis(100),
+    Duration::from_millis(500),
+    Duration::ZERO,
+];
 
 /// Where a run's events go.
 pub type EventSink = Box<dyn Fn(&RunEvent) + Send>;
@@ -140,6 +152,7 @@ impl RunLoop {
         settings: RunSettings,
     ) -> Result<RunLoop, RunError> {
         let state = ThreadState::new(task);
+        let before = OutputsSnapshot::take(&context.paths.outputs())?;
         store.create_run(
             &RunRecord {
                 run_id: context.run_id.clone(),
@@ -152,6 +165,7 @@ impl RunLoop {
             },
             &state,
         )?;
+        store.save_outputs_snapshot(&context.run_id, &before)?;
         Ok(RunLoop {
             context,
             state,
@@ -230,7 +244,7 @@ impl RunLoop {
         let result = self.drive_steps().await;
         let executor = self.executor();
         executor.release(&self.state).await;
-        let (status, final_answer, question, error) = match result {
+        let (mut status, final_answer, question, mut error) = match result {
             Ok(StepEnd::Final(answer)) => (RunStatus::Success, Some(answer), None, None),
             Ok(StepEnd::Interrupted(question)) => {
                 (RunStatus::Interrupted, None, Some(question), None)
@@ -242,6 +256,17 @@ impl RunLoop {
                 Some("run ended mid-step".to_owned()),
             ),
             Err(error) => (RunStatus::Error, None, None, Some(error.to_string())),
+        };
+        let delivery = match status {
+            RunStatus::Interrupted | RunStatus::Running => None,
+            RunStatus::Success | RunStatus::Error => {
+                let (receipt, failure) = self.settle();
+                if let (RunStatus::Success, Some(failure)) = (status, failure) {
+                    status = RunStatus::Error;
+                    error = Some(failure);
+                }
+                receipt
+            }
         };
         let detail = error.as_deref().or(question.as_deref());
         if let Err(e) = self.store.set_status(&self.context.run_id, status, detail) {
@@ -255,7 +280,48 @@ impl RunLoop {
             error,
             artifacts: self.state.artifacts.clone(),
             stop_reason: self.state.stop_reason,
+            delivery,
         }
+    }
+
+    /// Settlement (spec 8): the receipt from the outputs produced since the start and
+    /// the artifacts presented, written once, and the error a successful run must end
+    /// with when delivery is incomplete or the receipt could not be written.
+    fn settle(&self) -> (Option<DeliveryReceipt>, Option<String>) {
+        let run_id = &self.context.run_id;
+        let before = match self.store.outputs_snapshot(run_id) {
+            Ok(before) => before.unwrap_or_default(),
+            Err(e) => return (None, Some(format!("{RECEIPT_NOT_PERSISTED}: {e}"))),
+        };
+        let after = match OutputsSnapshot::take(&self.context.paths.outputs()) {
+            Ok(after) => after,
+            Err(e) => return (None, Some(format!("{RECEIPT_NOT_PERSISTED}: {e}"))),
+        };
+        let produced = before.produced_since(&after);
+        let receipt = DeliveryReceipt::settle(&self.state.artifacts, &produced);
+        let mut persisted = false;
+        for (attempt, pause) in RECEIPT_RETRY_PAUSES.iter().enumerate() {
+            match self.store.put_receipt_if_absent(run_id, &receipt) {
+                Ok(_) => {
+                    persisted = true;
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(run = %run_id, attempt, "delivery receipt not written: {e}");
+                    // Only on a failing store, at most 0.6 s in all: a blocking pause
+                    // keeps settlement free of any timer runtime.
+                    std::thread::sleep(*pause);
+                }
+            }
+        }
+        let failure = if !persisted && !produced.is_empty() {
+            Some(RECEIPT_NOT_PERSISTED.to_owned())
+        } else {
+            receipt.verdict().err().map(str::to_owned)
+        };
+        // A resumed run reports the receipt written first.
+        let receipt = self.store.receipt(run_id).ok().flatten().unwrap_or(receipt);
+        (Some(receipt), failure)
     }
 
     fn executor(&self) -> Executor<'_> {
@@ -268,6 +334,17 @@ impl RunLoop {
     }
 
     async fn drive_steps(&mut self) -> Result<StepEnd, RunError> {
+        // A run that already answered (resumed after its last step) ends with that answer.
+        if let Some(Message::Ai {
+            content,
+            tool_calls,
+            ..
+        }) = self.state.messages.last()
+        {
+            if tool_calls.is_empty() {
+                return Ok(StepEnd::Final(content.clone()));
+            }
+        }
         loop {
             match self.step_once().await? {
                 StepEnd::Continue => continue,

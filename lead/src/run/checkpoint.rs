@@ -9,6 +9,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
+use super::settlement::{DeliveryReceipt, OutputsSnapshot};
 use super::state::ThreadState;
 
 /// How long a write waits for another connection's lock before failing.
@@ -108,6 +109,14 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     step   INTEGER NOT NULL,
     state  TEXT NOT NULL,
     PRIMARY KEY (run_id, step)
+);
+CREATE TABLE IF NOT EXISTS outputs_snapshots (
+    run_id   TEXT PRIMARY KEY REFERENCES runs(run_id),
+    snapshot TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS receipts (
+    run_id  TEXT PRIMARY KEY REFERENCES runs(run_id),
+    receipt TEXT NOT NULL
 );
 ";
 
@@ -218,6 +227,69 @@ impl CheckpointStore {
             return Err(CheckpointError::UnknownRun(run_id.to_owned()));
         }
         Ok(())
+    }
+
+    /// Records the outputs as they were when the run started (the first write wins).
+    pub fn save_outputs_snapshot(
+        &self,
+        run_id: &str,
+        snapshot: &OutputsSnapshot,
+    ) -> Result<(), CheckpointError> {
+        self.connection.execute(
+            "INSERT INTO outputs_snapshots (run_id, snapshot) VALUES (?1, ?2)
+             ON CONFLICT (run_id) DO NOTHING",
+            params![run_id, serde_json::to_string(snapshot)?],
+        )?;
+        Ok(())
+    }
+
+    /// The outputs as they were when the run started.
+    pub fn outputs_snapshot(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<OutputsSnapshot>, CheckpointError> {
+        self.json_row(
+            "SELECT snapshot FROM outputs_snapshots WHERE run_id = ?1",
+            run_id,
+        )
+    }
+
+    /// Writes the run's delivery receipt unless it has one; `false` when it had.
+    pub fn put_receipt_if_absent(
+        &self,
+        run_id: &str,
+        receipt: &DeliveryReceipt,
+    ) -> Result<bool, CheckpointError> {
+        let written = self.connection.execute(
+            "INSERT INTO receipts (run_id, receipt) VALUES (?1, ?2)
+             ON CONFLICT (run_id) DO NOTHING",
+            params![run_id, serde_json::to_string(receipt)?],
+        )?;
+        Ok(written == 1)
+    }
+
+    /// The run's delivery receipt.
+    pub fn receipt(&self, run_id: &str) -> Result<Option<DeliveryReceipt>, CheckpointError> {
+        self.json_row("SELECT receipt FROM receipts WHERE run_id = ?1", run_id)
+    }
+
+    fn json_row<T: serde::de::DeserializeOwned>(
+        &self,
+        sql: &str,
+        run_id: &str,
+    ) -> Result<Option<T>, CheckpointError> {
+        let text: Option<String> = self
+            .connection
+            .query_row(sql, params![run_id], |row| row.get(0))
+            .optional()?;
+        text.map(|text| {
+            serde_json::from_str(&text).map_err(|source| CheckpointError::Decode {
+                run_id: run_id.to_owned(),
+                step: -1,
+                source,
+            })
+        })
+        .transpose()
     }
 
     /// A run's record.
@@ -366,6 +438,30 @@ mod tests {
                 .to_string(),
             "checkpoint store: no run ghost"
         );
+    }
+
+    #[test]
+    fn the_receipt_is_written_once_and_the_start_snapshot_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = CheckpointStore::open(&dir.path().join("c.sqlite")).unwrap();
+        store
+            .create_run(&record("run-1"), &ThreadState::new("t"))
+            .unwrap();
+        let mut snapshot = OutputsSnapshot::default();
+        snapshot
+            .files
+            .insert("/mnt/user-data/outputs/a.md".into(), (1, 2));
+        store.save_outputs_snapshot("run-1", &snapshot).unwrap();
+        store
+            .save_outputs_snapshot("run-1", &OutputsSnapshot::default())
+            .unwrap();
+        assert_eq!(store.outputs_snapshot("run-1").unwrap(), Some(snapshot));
+        let first = DeliveryReceipt::settle(&["/mnt/user-data/outputs/a.md".into()], &[]);
+        let second = DeliveryReceipt::settle(&[], &[]);
+        assert!(store.put_receipt_if_absent("run-1", &first).unwrap());
+        assert!(!store.put_receipt_if_absent("run-1", &second).unwrap());
+        assert_eq!(store.receipt("run-1").unwrap(), Some(first));
+        assert_eq!(store.receipt("run-2").unwrap(), None);
     }
 
     #[test]

@@ -10,4 +10,5 @@ pub mod execute;
 pub mod hosts;
 pub mod middleware;
 pub mod model;
+pub mod settlement;
 pub mod state;

@@ -1,0 +1,265 @@
+//! Delivery settlement (spec 8): the outputs directory is snapshotted when a run starts
+//! and when it ends; the files created or modified in between are the produced outputs,
+//! `present_files`' artifacts are the presented ones, and a presented path covers a
+//! produced one when equal or a directory above it. A run that produced outputs and
+//! presented none of them fails. `.tool-results` (the output budget's files) is excluded.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::UNIX_EPOCH;
+
+use serde::{Deserialize, Serialize};
+
+use super::middleware::output_budget::{TOOL_RESULTS_DIR, VIRTUAL_OUTPUTS};
+use crate::catalog::builtins::PRESENT_FILES;
+
+/// The run's error when outputs were produced and none was presented.
+pub const DELIVERY_INCOMPLETE: &str =
+    "Artifact delivery incomplete: no produced output artifact was presented";
+/// The run's error when the receipt could not be written.
+pub const RECEIPT_NOT_PERSISTED: &str =
+    "Artifact delivery verification failed: terminal delivery receipt could not be persisted";
+
+/// Regular, non-symlink files under `outputs` by virtual path: (size, modification ns).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputsSnapshot {
+    pub files: BTreeMap<String, (u64, u128)>,
+}
+
+impl OutputsSnapshot {
+    /// Walks `outputs` (a missing directory is empty).
+    pub fn take(outputs: &Path) -> std::io::Result<OutputsSnapshot> {
+        let mut snapshot = OutputsSnapshot::default();
+        walk(outputs, "", &mut snapshot.files)?;
+        Ok(snapshot)
+    }
+
+    /// Files of `after` that are new or changed since `self`, sorted.
+    pub fn produced_since(&self, after: &OutputsSnapshot) -> Vec<String> {
+        after
+            .files
+            .iter()
+            .filter(|(path, meta)| self.files.get(*path) != Some(meta))
+            .map(|(path, _)| path.clone())
+            .collect()
+    }
+}
+
+fn walk(
+    dir: &Path,
+    prefix: &str,
+    files: &mut BTreeMap<String, (u64, u128)>,
+) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if prefix.is_empty() && name == TOOL_RESULTS_DIR {
+            continue;
+        }
+        let relative = if prefix.is_empty() {
+            name
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            walk(&entry.path(), &relative, files)?;
+        } else if kind.is_file() {
+            let meta = entry.metadata()?;
+            let modified = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            files.insert(
+                format!("{VIRTUAL_OUTPUTS}/{relative}"),
+                (meta.len(), modified),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `verification` of a receipt whose run changed its outputs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verification {
+    pub source: String,
+    pub requirement: String,
+}
+
+/// The delivery receipt (`run.delivery`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryReceipt {
+    pub presented: usize,
+    pub paths: Vec<String>,
+    pub by_tool: BTreeMap<String, Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<Verification>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub produced_paths: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub presented_paths: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub matched_paths: Vec<String>,
+    /// `presented` (a produced output is covered), `mismatched` (files were presented
+    /// but none covers a produced output), `not_started` (nothing presented); only when
+    /// outputs were produced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub satisfied: Option<bool>,
+}
+
+impl DeliveryReceipt {
+    /// The receipt for a run that presented `artifacts` and produced `produced`.
+    pub fn settle(artifacts: &[String], produced: &[String]) -> DeliveryReceipt {
+        let mut receipt = DeliveryReceipt {
+            presented: artifacts.len(),
+            paths: artifacts.to_vec(),
+            by_tool: BTreeMap::from([(PRESENT_FILES.to_owned(), artifacts.to_vec())]),
+            verification: None,
+            produced_paths: Vec::new(),
+            presented_paths: Vec::new(),
+            matched_paths: Vec::new(),
+            stage: None,
+            satisfied: None,
+        };
+        if produced.is_empty() {
+            return receipt;
+        }
+        let matched: Vec<String> = produced
+            .iter()
+            .filter(|q| artifacts.iter().any(|p| covers(p, q)))
+            .cloned()
+            .collect();
+        let stage = match (artifacts.is_empty(), matched.is_empty()) {
+            (true, _) => "not_started",
+            (false, true) => "mismatched",
+            (false, false) => "presented",
+        };
+        receipt.verification = Some(Verification {
+            source: "outputs_changed".to_owned(),
+            requirement: "present_files_matches_produced_output".to_owned(),
+        });
+        receipt.satisfied = Some(!matched.is_empty());
+        receipt.produced_paths = produced.to_vec();
+        receipt.presented_paths = artifacts.to_vec();
+        receipt.matched_paths = matched;
+        receipt.stage = Some(stage.to_owned());
+        receipt
+    }
+
+    /// The error a run that would succeed ends with, when delivery is incomplete.
+    pub fn verdict(&self) -> Result<(), &'static str> {
+        match self.satisfied {
+            Some(false) => Err(DELIVERY_INCOMPLETE),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A presented path covers a produced one when equal, or when it is a directory above it.
+pub fn covers(presented: &str, produced: &str) -> bool {
+    let presented = presented.trim_end_matches('/');
+    produced == presented
+        || produced
+            .strip_prefix(presented)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn strings(paths: &[&str]) -> Vec<String> {
+        paths.iter().map(|p| (*p).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_presented_directory_covers_the_files_inside_it() {
+        assert!(covers(
+            "/mnt/user-data/outputs/reports",
+            "/mnt/user-data/outputs/reports/a.md"
+        ));
+        assert!(covers(
+            "/mnt/user-data/outputs/reports/",
+            "/mnt/user-data/outputs/reports"
+        ));
+        assert!(!covers(
+            "/mnt/user-data/outputs/rep",
+            "/mnt/user-data/outputs/reports/a.md"
+        ));
+    }
+
+    #[test]
+    fn produced_files_are_new_or_changed_and_tool_results_are_excluded() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("kept.md"), "same").unwrap();
+        std::fs::write(dir.path().join("changed.md"), "v1").unwrap();
+        let before = OutputsSnapshot::take(dir.path()).unwrap();
+        std::fs::write(dir.path().join("changed.md"), "version 2").unwrap();
+        std::fs::create_dir_all(dir.path().join("charts")).unwrap();
+        std::fs::write(dir.path().join("charts/a.png"), "png").unwrap();
+        std::fs::create_dir_all(dir.path().join(".tool-results")).unwrap();
+        std::fs::write(dir.path().join(".tool-results/bash-1.log"), "log").unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", dir.path().join("link")).unwrap();
+        let after = OutputsSnapshot::take(dir.path()).unwrap();
+        assert_eq!(
+            before.produced_since(&after),
+            strings(&[
+                "/mnt/user-data/outputs/changed.md",
+                "/mnt/user-data/outputs/charts/a.png"
+            ])
+        );
+        assert_eq!(
+            OutputsSnapshot::take(&dir.path().join("none")).unwrap(),
+            OutputsSnapshot::default()
+        );
+    }
+
+    #[test]
+    fn a_run_that_produced_but_presented_nothing_fails_with_deerflows_text() {
+        let produced = strings(&["/mnt/user-data/outputs/report.md"]);
+        let receipt = DeliveryReceipt::settle(&[], &produced);
+        assert_eq!(receipt.stage.as_deref(), Some("not_started"));
+        assert_eq!(
+            receipt.verdict(),
+            Err("Artifact delivery incomplete: no produced output artifact was presented")
+        );
+        let wrong =
+            DeliveryReceipt::settle(&strings(&["/mnt/user-data/outputs/other.md"]), &produced);
+        assert_eq!(wrong.stage.as_deref(), Some("mismatched"));
+        assert!(wrong.verdict().is_err());
+    }
+
+    #[test]
+    fn a_presented_output_settles_the_run() {
+        let produced = strings(&["/mnt/user-data/outputs/reports/a.md"]);
+        let artifacts = strings(&["/mnt/user-data/outputs/reports"]);
+        let receipt = DeliveryReceipt::settle(&artifacts, &produced);
+        assert_eq!(receipt.verdict(), Ok(()));
+        let json = serde_json::to_value(&receipt).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "presented": 1,
+                "paths": ["/mnt/user-data/outputs/reports"],
+                "by_tool": {"present_files": ["/mnt/user-data/outputs/reports"]},
+                "verification": {"source": "outputs_changed", "requirement": "present_files_matches_produced_output"},
+                "produced_paths": ["/mnt/user-data/outputs/reports/a.md"],
+                "presented_paths": ["/mnt/user-data/outputs/reports"],
+                "matched_paths": ["/mnt/user-data/outputs/reports/a.md"],
+                "stage": "presented",
+                "satisfied": true
+            })
+        );
+        let nothing = DeliveryReceipt::settle(&[], &[]);
+        assert_eq!((nothing.verdict(), nothing.stage), (Ok(()), None));
+    }
+}
