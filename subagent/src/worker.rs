@@ -51,7 +51,12 @@ impl Handler {
 }
 
 impl RoleHandler for Handler {
-    fn handle(&self, request: Request, _: Call, health: Health) -> BoxFuture<'static, Result<Reply, RemoteError>> {
+    fn handle(
+        &self,
+        request: Request,
+        _: Call,
+        health: Health,
+    ) -> BoxFuture<'static, Result<Reply, RemoteError>> {
         let worker = self.worker.clone();
         Box::pin(async move {
             match request {

@@ -11,9 +11,13 @@ mod worker;
 pub use control::{ControlReply, ControlRequest, Health};
 pub use lead::{LeadReply, LeadRequest, PeerPing, ProcessStatus};
 pub use mcp::{
-    McpCall, McpCallResult, McpContent, McpReloadSummary, McpReply, McpRequest, McpServerStatus, McpTool,
+    McpCall, McpCallResult, McpContent, McpReloadSummary, McpReply, McpRequest, McpServerStatus,
+    McpTool,
 };
-pub use sandbox::{SandboxReply, SandboxRequest};
+pub use sandbox::{
+    AcquireSource, Acquired, PoolStatus, Principal, SandboxError, SandboxReply, SandboxRequest,
+    SandboxStatus, ToolCall, ToolResult,
+};
 pub use worker::{WorkerReply, WorkerRequest};
 
 use serde::{Deserialize, Serialize};

@@ -14,5 +14,9 @@ pub enum WorkerRequest {
 /// Replies from a subagent worker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WorkerReply {
-    Capacity { health: Health, slots: u32, busy: u32 },
+    Capacity {
+        health: Health,
+        slots: u32,
+        busy: u32,
+    },
 }
