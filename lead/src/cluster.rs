@@ -92,16 +92,22 @@ impl RunningCluster {
     /// Starts the cluster: runtime directory, token, control socket, children.
     /// Call inside an actix `System`.
     pub async fn start(spec: ClusterSpec) -> Result<RunningCluster, ClusterError> {
-        let runtime = RuntimeDir::open(&spec.runtime_dir).map_err(|source| ClusterError::RuntimeDir {
-            path: spec.runtime_dir.clone(),
-            source,
-        })?;
+        let runtime =
+            RuntimeDir::open(&spec.runtime_dir).map_err(|source| ClusterError::RuntimeDir {
+                path: spec.runtime_dir.clone(),
+                source,
+            })?;
         let lead_sock = runtime.socket(Role::Lead, 0);
         if let Ok(token) = runtime.read_token() {
             let probe = Identity::new(Role::Cli, "probe", Some(token));
-            if dial(&Address::Unix(lead_sock.clone()), &probe, spec.connection.clone(), None)
-                .await
-                .is_ok()
+            if dial(
+                &Address::Unix(lead_sock.clone()),
+                &probe,
+                spec.connection.clone(),
+                None,
+            )
+            .await
+            .is_ok()
             {
                 return Err(ClusterError::AlreadyRunning(runtime.root().to_path_buf()));
             }
@@ -138,15 +144,28 @@ impl RunningCluster {
                 }
             }
         }
-        let token = runtime.generate_token().map_err(|source| ClusterError::RuntimeDir {
-            path: runtime.token_path(),
-            source,
-        })?;
+        let token = runtime
+            .generate_token()
+            .map_err(|source| ClusterError::RuntimeDir {
+                path: runtime.token_path(),
+                source,
+            })?;
         let identity = Identity::new(Role::Lead, "lead", Some(token));
-        let supervisor = Supervisor::new(children, identity.clone(), spec.connection.clone(), spec.restart.clone()).start();
-        let gateway = crate::gateway::Gateway::start(runtime.root(), extensions, supervisor.clone());
+        let supervisor = Supervisor::new(
+            children,
+            identity.clone(),
+            spec.connection.clone(),
+            spec.restart.clone(),
+        )
+        .start();
+        let gateway =
+            crate::gateway::Gateway::start(runtime.root(), extensions, supervisor.clone());
         let in_flight = Arc::new(InFlight::default());
-        let service = Arc::new(LeadService::new(supervisor.clone(), lead_sock.clone(), in_flight.clone()));
+        let service = Arc::new(LeadService::new(
+            supervisor.clone(),
+            lead_sock.clone(),
+            in_flight.clone(),
+        ));
         let control = Server::bind(
             &Address::Unix(lead_sock.clone()),
             identity,
@@ -159,7 +178,10 @@ impl RunningCluster {
             path: lead_sock.clone(),
             source,
         })?;
-        let _ = runtime_dir::write_private(&runtime.pid_path(), std::process::id().to_string().as_bytes());
+        let _ = runtime_dir::write_private(
+            &runtime.pid_path(),
+            std::process::id().to_string().as_bytes(),
+        );
         tracing::info!(runtime_dir = %runtime.root().display(), workers = spec.workers, "cluster started");
         Ok(RunningCluster {
             runtime,
@@ -176,7 +198,12 @@ impl RunningCluster {
         if let Some(g) = self.gateway {
             g.stop().await;
         }
-        let _ = self.supervisor.send(StopAll { grace: self.drain_grace }).await;
+        let _ = self
+            .supervisor
+            .send(StopAll {
+                grace: self.drain_grace,
+            })
+            .await;
         let _ = std::fs::remove_file(self.runtime.pid_path());
         let _ = std::fs::remove_file(self.runtime.socket(Role::Lead, 0));
     }
@@ -190,7 +217,10 @@ pub struct LeadClient {
 }
 
 /// Connects to the lead of the cluster running in `runtime_dir`.
-pub async fn attach(runtime_dir: &Path, config: ConnectionConfig) -> Result<Connection, ClusterError> {
+pub async fn attach(
+    runtime_dir: &Path,
+    config: ConnectionConfig,
+) -> Result<Connection, ClusterError> {
     let runtime = RuntimeDir::open(runtime_dir).map_err(|source| ClusterError::RuntimeDir {
         path: runtime_dir.to_path_buf(),
         source,
@@ -202,18 +232,27 @@ pub async fn attach(runtime_dir: &Path, config: ConnectionConfig) -> Result<Conn
     let token = runtime
         .read_token()
         .map_err(|_| ClusterError::NotRunning(runtime_dir.to_path_buf()))?;
-    let me = Identity::new(Role::Cli, format!("cli-{}", std::process::id()), Some(token));
+    let me = Identity::new(
+        Role::Cli,
+        format!("cli-{}", std::process::id()),
+        Some(token),
+    );
     dial(&Address::Unix(lead_sock), &me, config, None)
         .await
         .map_err(|e| match e {
-            antler_protocol::link::DialError::Unreachable { .. } => ClusterError::NotRunning(runtime_dir.to_path_buf()),
+            antler_protocol::link::DialError::Unreachable { .. } => {
+                ClusterError::NotRunning(runtime_dir.to_path_buf())
+            }
             other => ClusterError::Unreachable(other.to_string()),
         })
 }
 
 /// Attaches to the running cluster in `spec.runtime_dir`, or starts an ephemeral one in a
 /// private directory beside it and waits (up to `ready_within`) for its children.
-pub async fn attach_or_start(spec: ClusterSpec, ready_within: Duration) -> Result<LeadClient, ClusterError> {
+pub async fn attach_or_start(
+    spec: ClusterSpec,
+    ready_within: Duration,
+) -> Result<LeadClient, ClusterError> {
     match attach(&spec.runtime_dir, spec.connection.clone()).await {
         Ok(connection) => Ok(LeadClient {
             connection,
@@ -221,7 +260,9 @@ pub async fn attach_or_start(spec: ClusterSpec, ready_within: Duration) -> Resul
         }),
         Err(ClusterError::NotRunning(_)) => {
             let mut eph = spec.clone();
-            eph.runtime_dir = spec.runtime_dir.join(format!("ephemeral-{}", std::process::id()));
+            eph.runtime_dir = spec
+                .runtime_dir
+                .join(format!("ephemeral-{}", std::process::id()));
             let cluster = RunningCluster::start(eph.clone()).await?;
             wait_until_healthy(&cluster.supervisor, ready_within).await;
             let connection = attach(&eph.runtime_dir, spec.connection.clone()).await?;
