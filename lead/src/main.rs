@@ -42,6 +42,8 @@ enum Command {
     Sandbox(commands::sandbox::SandboxCommand),
     #[command(subcommand, about = "Run one tool through the real execution path")]
     Tool(commands::tool::ToolCommand),
+    /// Run the lead agent on a task.
+    Run(commands::run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
         Command::Mcp(c) => commands::mcp::run(&ctx, c),
         Command::Sandbox(c) => commands::sandbox::run(&ctx, c),
         Command::Tool(c) => commands::tool::run(&ctx, c),
+        Command::Run(args) => commands::run::run(&ctx, args),
     };
     match result {
         Ok(code) => code,

@@ -4,6 +4,7 @@ pub mod catalog;
 pub mod cluster;
 pub mod config;
 pub mod mcp;
+pub mod run;
 pub mod sandbox;
 pub mod tool;
 
