@@ -401,3 +401,41 @@ fn resuming_a_finished_run_ends_with_its_answer_without_asking_the_model() {
     assert_eq!(outcome.final_answer.as_deref(), Some("Done once."));
     assert_eq!(fixture.store().latest("run-9").unwrap().unwrap().0, 1);
 }
+
+#[test]
+fn a_tool_the_guardrail_denies_gets_the_denial_and_the_run_goes_on() {
+    use antler_lead::run::middleware::guardrail::{AllowlistProvider, Guardrail};
+    let fixture = Fixture::new();
+    let playbook = r#"
+turns:
+  - tool_calls:
+      - {name: write_file, args: {path: /mnt/user-data/outputs/a.md, content: a}}
+  - content: Could not write.
+"#;
+    let mut run = RunLoop::start(
+        fixture.context("run-10", false),
+        "write a report",
+        Arc::new(ScriptedModel::from_yaml(playbook, "inline").unwrap()),
+        "scripted",
+        Arc::clone(&fixture.catalog),
+        Arc::new(UnreachableHosts),
+        fixture.store(),
+        RunSettings {
+            guardrail: Some(Guardrail::new(
+                Box::new(AllowlistProvider::new(
+                    None,
+                    Some(vec!["write_file".into()]),
+                )),
+                true,
+            )),
+            ..RunSettings::default()
+        },
+    )
+    .unwrap();
+    let outcome = block_on(run.drive());
+    assert_eq!(outcome.final_answer.as_deref(), Some("Could not write."));
+    assert_eq!(
+        tool_message(&run.state().messages, "call-1-1"),
+        ("Guardrail denied: tool 'write_file' was blocked (oap.tool_not_allowed). Reason: tool 'write_file' is denied. Choose an alternative approach.", ToolStatus::Error)
+    );
+}

@@ -29,6 +29,7 @@ use crate::run::actor::{RunEvent, RunLoop, RunOutcome, RunSettings};
 use crate::run::checkpoint::{CheckpointStore, RunStatus};
 use crate::run::context::{RunContext, ThreadPaths};
 use crate::run::hosts::{LeadConnectionHosts, ToolHosts};
+use crate::run::middleware::guardrail::Guardrail;
 use crate::run::model::{ChatModel, ScriptedModel};
 
 /// The checkpoint file under the runtime directory.
@@ -141,6 +142,7 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
             };
             let settings = RunSettings {
                 auto_promote_top_k: app.tool_search.top_k(),
+                guardrail: Guardrail::from_config(&app.guardrails)?,
                 ..RunSettings::default()
             };
             let mut run = match &task {

@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 
+use antler_protocol::config::GuardrailsConfig;
 use serde_json::Value;
 
 use super::error_message;
@@ -104,6 +105,42 @@ impl GuardrailProvider for AllowlistProvider {
     }
 }
 
+/// DeerFlow's class path of the allowlist provider (any `...:AllowlistProvider` is it).
+pub const ALLOWLIST_PROVIDER_USE: &str = "deerflow.guardrails.builtin:AllowlistProvider";
+
+/// A `guardrails:` section Antler cannot honour (operator-facing: the run cannot start).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GuardrailConfigError {
+    #[error("guardrails.provider.use: unknown guardrail provider {0:?}; Antler provides {ALLOWLIST_PROVIDER_USE}")]
+    UnknownProvider(String),
+    #[error("guardrails.provider.config.{0}: expected a list of tool names or null")]
+    NotANameList(&'static str),
+}
+
+impl AllowlistProvider {
+    /// The provider from its `config` (`allowed_tools`, `denied_tools`: lists or null).
+    pub fn from_config(
+        config: &serde_json::Map<String, Value>,
+    ) -> Result<AllowlistProvider, GuardrailConfigError> {
+        let list = |key: &'static str| -> Result<Option<Vec<String>>, GuardrailConfigError> {
+            match config.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .map(|item| item.as_str().map(str::to_owned))
+                    .collect::<Option<Vec<String>>>()
+                    .map(Some)
+                    .ok_or(GuardrailConfigError::NotANameList(key)),
+                Some(_) => Err(GuardrailConfigError::NotANameList(key)),
+            }
+        };
+        Ok(AllowlistProvider::new(
+            list("allowed_tools")?,
+            list("denied_tools")?,
+        ))
+    }
+}
+
 /// The guardrail: a provider and what a provider error means.
 pub struct Guardrail {
     provider: Box<dyn GuardrailProvider>,
@@ -117,6 +154,24 @@ impl Guardrail {
             provider,
             fail_closed,
         }
+    }
+
+    /// The guardrail of a `guardrails:` section: `None` unless it is enabled with a
+    /// provider (DeerFlow's condition).
+    pub fn from_config(
+        config: &GuardrailsConfig,
+    ) -> Result<Option<Guardrail>, GuardrailConfigError> {
+        let Some(provider) = config.provider.as_ref().filter(|_| config.enabled) else {
+            return Ok(None);
+        };
+        if !provider.use_.ends_with(":AllowlistProvider") {
+            return Err(GuardrailConfigError::UnknownProvider(provider.use_.clone()));
+        }
+        let allowlist = AllowlistProvider::from_config(&provider.config)?;
+        Ok(Some(Guardrail::new(
+            Box::new(allowlist),
+            config.fail_closed,
+        )))
     }
 
     /// `wrap_tool_call`: `Ok` lets the call run; `Err` is the denial tool message.
@@ -243,6 +298,46 @@ mod tests {
         assert_eq!(
             denial(&Guardrail::new(Box::new(Broken), false), "bash"),
             None
+        );
+    }
+
+    fn section(yaml: &str) -> GuardrailsConfig {
+        let app = antler_protocol::config::parse_app_config(
+            std::path::Path::new("config.yaml"),
+            yaml,
+            &|_| None,
+        )
+        .unwrap();
+        app.value.guardrails
+    }
+
+    #[test]
+    fn the_config_section_builds_the_allowlist_guardrail() {
+        let enabled = section(
+            "guardrails:\n  enabled: true\n  provider:\n    use: deerflow.guardrails.builtin:AllowlistProvider\n    config:\n      denied_tools: [bash]\n",
+        );
+        let guardrail = Guardrail::from_config(&enabled).unwrap().unwrap();
+        assert_eq!(denial(&guardrail, "read_file"), None);
+        assert_eq!(
+            denial(&guardrail, "bash").as_deref(),
+            Some("Guardrail denied: tool 'bash' was blocked (oap.tool_not_allowed). Reason: tool 'bash' is denied. Choose an alternative approach.")
+        );
+        let disabled = section(
+            "guardrails:\n  enabled: false\n  provider:\n    use: deerflow.guardrails.builtin:AllowlistProvider\n",
+        );
+        assert!(Guardrail::from_config(&disabled).unwrap().is_none());
+        let unknown =
+            section("guardrails:\n  enabled: true\n  provider:\n    use: my.module:Policy\n");
+        assert_eq!(
+            Guardrail::from_config(&unknown).err().map(|e| e.to_string()).as_deref(),
+            Some("guardrails.provider.use: unknown guardrail provider \"my.module:Policy\"; Antler provides deerflow.guardrails.builtin:AllowlistProvider")
+        );
+        let bad = section(
+            "guardrails:\n  enabled: true\n  provider:\n    use: x:AllowlistProvider\n    config:\n      allowed_tools: bash\n",
+        );
+        assert_eq!(
+            Guardrail::from_config(&bad).err(),
+            Some(GuardrailConfigError::NotANameList("allowed_tools"))
         );
     }
 
