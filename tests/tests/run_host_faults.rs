@@ -1,0 +1,102 @@
+//! `kill -9` of mcp-host in the middle of a run's MCP call: the call becomes an error
+//! tool message the model reads, and the run goes on to its final answer.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod mcp_support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use antler_tests::{bin, signal, wait_for};
+use mcp_support::{peer_script, python, stdio, McpCluster};
+use serde_json::{json, Value};
+
+const PLAYBOOK: &str = r#"
+turns:
+  - tool_calls:
+      - {name: slow_sleep, args: {seconds: 30}}
+  - content: Carried on without the sleep.
+"#;
+
+#[test]
+fn kill_9_of_mcp_host_mid_run_is_an_error_tool_message_and_the_run_completes() {
+    let files = tempfile::tempdir().unwrap();
+    let config = files.path().join("config.yaml");
+    std::fs::write(&config, "tool_search:\n  enabled: false\n").unwrap();
+    let playbook = files.path().join("playbook.yaml");
+    std::fs::write(&playbook, PLAYBOOK).unwrap();
+    let base = files.path().join("base");
+    let base_s = base.display().to_string();
+    let c = McpCluster::start_with(
+        json!({"slow": stdio(python(), &[&peer_script("slow_tools.py")])}),
+        &[("ANTLER_SANDBOX_BASE_DIR", base_s.as_str())],
+    );
+    let run = Command::new(bin("antler"))
+        .arg("--runtime-dir")
+        .arg(c.runtime_dir())
+        .args(["run", "Sleep, then answer", "--json", "--playbook"])
+        .arg(&playbook)
+        .arg("--config")
+        .arg(&config)
+        .env("ANTLER_EXTENSIONS_CONFIG_PATH", &c.config)
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The run's call goes to a stdio session pooled for its user and thread: a second
+    // slow_tools.py child. Once it exists the call is sent; give it a moment to land.
+    let pooled = wait_for(Duration::from_secs(30), || {
+        (c.server_pids("slow_tools.py").len() >= 2).then_some(())
+    });
+    if pooled.is_none() {
+        let out = run.wait_with_output().unwrap();
+        panic!(
+            "the run's pooled session never started: {:?}\n{}\n{}",
+            c.server_pids("slow_tools.py"),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let host = c.cluster.process("mcp-host", 0).unwrap();
+    signal(host["pid"].as_u64().unwrap() as u32, libc::SIGKILL);
+    let out = run.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let outcome: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
+    assert_eq!(outcome["status"], "success", "{outcome}\n{stderr}");
+    assert_eq!(outcome["final_answer"], "Carried on without the sleep.");
+    let run_id = outcome["run_id"].as_str().unwrap();
+    let store = antler_lead_store(&c.runtime_dir().join("runs.sqlite"), run_id);
+    let result = store
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == "call-1-1")
+        .unwrap_or_else(|| panic!("no result for the killed call: {store:?}"));
+    let content = result["content"].as_str().unwrap();
+    assert_eq!(result["status"], "error");
+    assert!(
+        content.starts_with("Error: Tool 'slow_sleep' failed with HostUnavailable: ")
+            && content
+                .ends_with(". Continue with available context, or choose an alternative tool."),
+        "{content}"
+    );
+}
+
+/// The messages of the run's last checkpoint, read with the sqlite3 command.
+fn antler_lead_store(path: &std::path::Path, run_id: &str) -> Vec<Value> {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3,sys;c=sqlite3.connect(sys.argv[1]);\
+             print(c.execute('select state from checkpoints where run_id=? order by step desc limit 1',(sys.argv[2],)).fetchone()[0])",
+        )
+        .arg(path)
+        .arg(run_id)
+        .output()
+        .unwrap();
+    let state: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    state["messages"].as_array().unwrap().clone()
+}
