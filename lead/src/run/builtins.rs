@@ -67,7 +67,8 @@ pub fn present_files(call: &ToolCall, context: &RunContext) -> StateUpdate {
     }
 }
 
-/// `_normalize_presented_filepath`, plus the existence check.
+/// `_normalize_presented_filepath`, plus the existence check; the outputs directory
+/// itself is `/mnt/user-data/outputs`.
 pub fn normalize_presented_path(filepath: &str, context: &RunContext) -> Result<String, String> {
     let outputs = resolve(&context.paths.outputs());
     let stripped = filepath.trim_start_matches('/');
@@ -92,12 +93,13 @@ pub fn normalize_presented_path(filepath: &str, context: &RunContext) -> Result<
         .components()
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect();
-    let relative = if parts.is_empty() {
-        ".".to_owned()
-    } else {
-        parts.join("/")
-    };
-    Ok(format!("{VIRTUAL_OUTPUTS}/{relative}"))
+    // DeerFlow gives the outputs directory itself as `/mnt/user-data/outputs/.`, which
+    // settlement's coverage rule never matches; Antler gives the directory's own path,
+    // which covers every output (spec 11.7).
+    if parts.is_empty() {
+        return Ok(VIRTUAL_OUTPUTS.to_owned());
+    }
+    Ok(format!("{VIRTUAL_OUTPUTS}/{}", parts.join("/")))
 }
 
 /// `Path.expanduser()`: a leading `~` is the home directory.

@@ -119,12 +119,21 @@ fn a_missing_file_is_an_error_and_one_bad_path_fails_the_batch() {
 }
 
 #[test]
-fn the_outputs_directory_itself_normalises_to_dot() {
+fn the_outputs_directory_itself_is_its_own_path_so_it_covers_every_output() {
     let thread = thread();
+    let artifacts = present(
+        &thread,
+        &["/mnt/user-data/outputs", "/mnt/user-data/outputs/"],
+    )
+    .artifacts;
     assert_eq!(
-        present(&thread, &["/mnt/user-data/outputs"]).artifacts,
-        ["/mnt/user-data/outputs/."]
+        artifacts,
+        ["/mnt/user-data/outputs", "/mnt/user-data/outputs"]
     );
+    assert!(crate::run::settlement::covers(
+        &artifacts[0],
+        "/mnt/user-data/outputs/report.md"
+    ));
 }
 
 #[test]

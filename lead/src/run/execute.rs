@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use antler_protocol::{
     messages::{
-        McpCall, McpReply, McpRequest, Principal, Reply, Request, SandboxReply, SandboxRequest,
-        ToolCall as SandboxCall,
+        McpCall, McpReply, McpRequest, Principal, Reply, Request, SandboxError, SandboxReply,
+        SandboxRequest, ToolCall as SandboxCall, ToolResult,
     },
     Role,
 };
@@ -87,7 +87,10 @@ impl Executor<'_> {
             .map_err(|e| ToolFailure::new("HostUnavailable", e.0))
     }
 
-    /// Acquires the run's sandbox (once; the id goes to the state) and runs the tool.
+    /// Acquires the run's sandbox (once; the id goes to the state) and runs the tool. A
+    /// sandbox-host that restarted no longer knows the id: the sandbox is acquired again
+    /// under the same deterministic id (the state's id, so a different one is a
+    /// conflict) and the call is made once more.
     async fn sandbox(
         &self,
         call: &ToolCall,
@@ -97,44 +100,21 @@ impl Executor<'_> {
         let sandbox_id = match &state.sandbox {
             Some(sandbox) => sandbox.sandbox_id.clone(),
             None => {
-                let acquire = SandboxRequest::Acquire {
-                    principal: self.principal(),
-                    known_id: None,
-                };
-                let id = match self
-                    .request(Role::SandboxHost, Request::Sandbox(acquire))
-                    .await?
-                {
-                    Reply::Sandbox(SandboxReply::Acquired(Ok(acquired))) => acquired.sandbox_id,
-                    Reply::Sandbox(SandboxReply::Acquired(Err(e))) => {
-                        return Err(ToolFailure::new("SandboxError", e.to_string()))
-                    }
-                    other => return Err(unexpected("sandbox-host", &other)),
-                };
+                let id = self.acquire(None).await?;
                 update.sandbox = Some(SandboxState {
                     sandbox_id: id.clone(),
                 });
                 id
             }
         };
-        let request = SandboxRequest::Call {
-            sandbox_id,
-            call: SandboxCall {
-                tool: call.name.clone(),
-                args_json: call.args.to_string(),
-                secrets: Vec::new(),
-            },
-        };
-        let result = match self
-            .request(Role::SandboxHost, Request::Sandbox(request))
-            .await?
-        {
-            Reply::Sandbox(SandboxReply::ToolResult(Ok(result))) => result,
-            Reply::Sandbox(SandboxReply::ToolResult(Err(e))) => {
-                return Err(ToolFailure::new("SandboxError", e.to_string()))
+        let result = match self.sandbox_call(call, &sandbox_id).await? {
+            Err(SandboxError::UnknownSandbox(_)) => {
+                let id = self.acquire(Some(sandbox_id)).await?;
+                self.sandbox_call(call, &id).await?
             }
-            other => return Err(unexpected("sandbox-host", &other)),
+            other => other,
         };
+        let result = result.map_err(|e| ToolFailure::new("SandboxError", e.to_string()))?;
         let status = if result.is_error {
             ToolStatus::Error
         } else {
@@ -144,6 +124,45 @@ impl Executor<'_> {
             .messages
             .push(Message::tool(&call.id, &call.name, result.content, status));
         Ok(update)
+    }
+
+    async fn acquire(&self, known_id: Option<String>) -> Result<String, ToolFailure> {
+        let acquire = SandboxRequest::Acquire {
+            principal: self.principal(),
+            known_id,
+        };
+        match self
+            .request(Role::SandboxHost, Request::Sandbox(acquire))
+            .await?
+        {
+            Reply::Sandbox(SandboxReply::Acquired(Ok(acquired))) => Ok(acquired.sandbox_id),
+            Reply::Sandbox(SandboxReply::Acquired(Err(e))) => {
+                Err(ToolFailure::new("SandboxError", e.to_string()))
+            }
+            other => Err(unexpected("sandbox-host", &other)),
+        }
+    }
+
+    async fn sandbox_call(
+        &self,
+        call: &ToolCall,
+        sandbox_id: &str,
+    ) -> Result<Result<ToolResult, SandboxError>, ToolFailure> {
+        let request = SandboxRequest::Call {
+            sandbox_id: sandbox_id.to_owned(),
+            call: SandboxCall {
+                tool: call.name.clone(),
+                args_json: call.args.to_string(),
+                secrets: Vec::new(),
+            },
+        };
+        match self
+            .request(Role::SandboxHost, Request::Sandbox(request))
+            .await?
+        {
+            Reply::Sandbox(SandboxReply::ToolResult(result)) => Ok(result),
+            other => Err(unexpected("sandbox-host", &other)),
+        }
     }
 
     /// Calls the tool on its MCP server; an error result is DeerFlow's `ToolException`.

@@ -84,6 +84,9 @@ fn empty_args() -> Value {
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptedTurn {
+    /// Simulated model latency before this turn's reply, in milliseconds.
+    #[serde(default)]
+    pub delay_ms: u64,
     #[serde(default)]
     pub content: String,
     #[serde(default)]
@@ -187,8 +190,19 @@ impl ChatModel for ScriptedModel {
         &'a self,
         request: ModelRequest<'a>,
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        let played = request
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::Ai { .. }))
+            .count();
+        let delay = self.playbook.turns.get(played).map_or(0, |t| t.delay_ms);
         let reply = self.reply(request.messages);
-        Box::pin(async move { reply })
+        Box::pin(async move {
+            if delay > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+            }
+            reply
+        })
     }
 }
 
