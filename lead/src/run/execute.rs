@@ -13,12 +13,12 @@ use antler_protocol::{
     Role,
 };
 
-use super::builtins;
 use super::context::RunContext;
 use super::hosts::ToolHosts;
 use super::middleware::tool_error::ToolFailure;
 use super::state::{Message, SandboxState, StateUpdate, ThreadState, ToolCall, ToolStatus};
-use crate::catalog::builtins::PRESENT_FILES;
+use super::{builtins, view_image};
+use crate::catalog::builtins::{PRESENT_FILES, VIEW_IMAGE};
 use crate::catalog::{Catalog, ToolSource, TOOL_SEARCH_NAME};
 
 /// The tools sandbox-host runs.
@@ -51,6 +51,7 @@ impl Executor<'_> {
         match call.name.as_str() {
             PRESENT_FILES => return Ok(builtins::present_files(call, self.context)),
             TOOL_SEARCH_NAME => return builtins::tool_search(call, self.catalog),
+            VIEW_IMAGE => return Ok(view_image::view_image(call, self.context)),
             _ => {}
         }
         let spec = self.catalog.get(&call.name).ok_or_else(|| {

@@ -12,3 +12,4 @@ pub mod middleware;
 pub mod model;
 pub mod settlement;
 pub mod state;
+pub mod view_image;

@@ -1,0 +1,210 @@
+//! `view_image` (spec 3.3, vision models only): checks an image under the thread's
+//! workspace, uploads or outputs and records it in `viewed_images`; the bytes are not
+//! kept in the state. Every refusal is an `Error: ...` tool message, in DeerFlow's
+//! check order.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use serde_json::Value;
+
+use super::builtins::resolve;
+use super::context::{RunContext, VIRTUAL_USER_DATA};
+use super::state::{Message, StateUpdate, ToolCall, ToolStatus, ViewedImage};
+use crate::catalog::builtins::VIEW_IMAGE;
+
+/// The reply on success.
+pub const IMAGE_READ: &str = "Successfully read image";
+/// A path outside the three allowed directories.
+pub const ONLY_IMAGE_DIRS: &str = "Only image paths under /mnt/user-data/workspace, /mnt/user-data/uploads, /mnt/user-data/outputs are allowed";
+pub const NOT_FOUND: &str = "Image file not found: {path}";
+pub const NOT_A_FILE: &str = "Path is not a file: {path}";
+pub const UNSUPPORTED: &str =
+    "Unsupported image format: {suffix}. Supported formats: .jpg, .jpeg, .png, .webp, .gif";
+pub const TOO_LARGE: &str =
+    "Image file is too large: {n} bytes. Maximum supported size is 20971520 bytes";
+pub const CHANGED: &str = "Image file changed during read";
+pub const NOT_AN_IMAGE: &str = "File contents do not match a supported image format";
+pub const MISMATCH: &str = "Image contents are {detected}, but file extension indicates {expected}";
+pub const TRAVERSAL: &str = "Access denied: path traversal detected";
+
+/// The largest image accepted (20 MiB).
+pub const MAX_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
+
+const ALLOWED_DIRS: [&str; 3] = ["workspace", "uploads", "outputs"];
+
+/// `view_image(image_path)`.
+pub fn view_image(call: &ToolCall, context: &RunContext) -> StateUpdate {
+    let path = call
+        .args
+        .get("image_path")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match check(path, context) {
+        Ok(image) => StateUpdate {
+            messages: vec![Message::tool(
+                &call.id,
+                VIEW_IMAGE,
+                IMAGE_READ,
+                ToolStatus::Success,
+            )],
+            viewed_images: Some(BTreeMap::from([(path.to_owned(), image)])),
+            ..StateUpdate::default()
+        },
+        Err(reason) => StateUpdate::messages([Message::tool(
+            &call.id,
+            VIEW_IMAGE,
+            format!("Error: {reason}"),
+            ToolStatus::Error,
+        )]),
+    }
+}
+
+fn check(path: &str, context: &RunContext) -> Result<ViewedImage, String> {
+    let allowed = ALLOWED_DIRS.iter().any(|dir| {
+        let root = format!("{VIRTUAL_USER_DATA}/{dir}");
+        path == root || path.starts_with(&format!("{root}/"))
+    });
+    if !allowed {
+        return Err(ONLY_IMAGE_DIRS.to_owned());
+    }
+    let relative = &path[VIRTUAL_USER_DATA.len() + 1..];
+    if relative.split('/').any(|part| part == "..") {
+        return Err(TRAVERSAL.to_owned());
+    }
+    let root = resolve(context.paths.user_data());
+    let actual = resolve(&context.paths.user_data().join(relative));
+    if !actual.starts_with(&root) {
+        return Err(TRAVERSAL.to_owned());
+    }
+    let with_path = |template: &str| template.replacen("{path}", path, 1);
+    let meta = std::fs::metadata(&actual).map_err(|_| with_path(NOT_FOUND))?;
+    if !meta.is_file() {
+        return Err(with_path(NOT_A_FILE));
+    }
+    let suffix = actual
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy().to_lowercase()))
+        .unwrap_or_default();
+    let expected = match suffix.as_str() {
+        ".jpg" | ".jpeg" => "image/jpeg",
+        ".png" => "image/png",
+        ".webp" => "image/webp",
+        ".gif" => "image/gif",
+        _ => return Err(UNSUPPORTED.replacen("{suffix}", &suffix, 1)),
+    };
+    if meta.len() > MAX_IMAGE_BYTES {
+        return Err(TOO_LARGE.replacen("{n}", &meta.len().to_string(), 1));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(&actual)
+        .and_then(|file| file.take(MAX_IMAGE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|_| "Error reading image file: the file could not be read".to_owned())?;
+    if bytes.len() as u64 != meta.len() {
+        return Err(CHANGED.to_owned());
+    }
+    let detected = detect(&bytes).ok_or_else(|| NOT_AN_IMAGE.to_owned())?;
+    if detected != expected {
+        return Err(MISMATCH.replacen("{detected}", detected, 1).replacen(
+            "{expected}",
+            expected,
+            1,
+        ));
+    }
+    Ok(ViewedImage {
+        mime_type: detected.to_owned(),
+        size: meta.len(),
+        actual_path: actual.display().to_string(),
+    })
+}
+
+/// The image type from the magic bytes.
+fn detect(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Some("image/jpeg")
+    } else if bytes.starts_with(&[0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]) {
+        Some("image/png")
+    } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::run::context::ThreadPaths;
+    use serde_json::json;
+
+    const PNG: &[u8] = &[0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0];
+
+    fn context(dir: &std::path::Path) -> RunContext {
+        let paths = ThreadPaths::new(dir, "u1", "t1");
+        paths.create().unwrap();
+        RunContext {
+            run_id: "run-1".into(),
+            user_id: "u1".into(),
+            thread_id: "t1".into(),
+            paths,
+            clarification_enabled: false,
+        }
+    }
+
+    fn view(context: &RunContext, path: &str) -> StateUpdate {
+        view_image(
+            &ToolCall {
+                id: "c1".into(),
+                name: VIEW_IMAGE.into(),
+                args: json!({ "image_path": path }),
+            },
+            context,
+        )
+    }
+
+    fn text(update: &StateUpdate) -> &str {
+        match &update.messages[0] {
+            Message::Tool { content, .. } => content,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_png_in_outputs_is_recorded_without_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let context = context(dir.path());
+        std::fs::write(context.paths.outputs().join("chart.png"), PNG).unwrap();
+        let update = view(&context, "/mnt/user-data/outputs/chart.png");
+        assert_eq!(text(&update), "Successfully read image");
+        let images = update.viewed_images.unwrap();
+        let image = &images["/mnt/user-data/outputs/chart.png"];
+        assert_eq!((image.mime_type.as_str(), image.size), ("image/png", 10));
+    }
+
+    #[test]
+    fn each_refusal_has_deerflows_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let context = context(dir.path());
+        let outputs = context.paths.outputs();
+        std::fs::write(outputs.join("fake.png"), b"not an image").unwrap();
+        std::fs::write(outputs.join("photo.jpg"), PNG).unwrap();
+        std::fs::write(outputs.join("notes.txt"), b"x").unwrap();
+        let cases = [
+            ("/etc/passwd", "Error: Only image paths under /mnt/user-data/workspace, /mnt/user-data/uploads, /mnt/user-data/outputs are allowed"),
+            ("/mnt/user-data/outputs/../../x.png", "Error: Access denied: path traversal detected"),
+            ("/mnt/user-data/outputs/none.png", "Error: Image file not found: /mnt/user-data/outputs/none.png"),
+            ("/mnt/user-data/outputs", "Error: Path is not a file: /mnt/user-data/outputs"),
+            ("/mnt/user-data/outputs/notes.txt", "Error: Unsupported image format: .txt. Supported formats: .jpg, .jpeg, .png, .webp, .gif"),
+            ("/mnt/user-data/outputs/fake.png", "Error: File contents do not match a supported image format"),
+            ("/mnt/user-data/outputs/photo.jpg", "Error: Image contents are image/png, but file extension indicates image/jpeg"),
+        ];
+        for (path, expected) in cases {
+            let update = view(&context, path);
+            assert_eq!(text(&update), expected, "{path}");
+            assert!(update.viewed_images.is_none());
+        }
+    }
+}
