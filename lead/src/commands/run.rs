@@ -1,5 +1,5 @@
 //! `antler run "TASK" --playbook FILE [--user U] [--thread T] [--json]` and
-//! `antler run --resume RUN_ID`: one lead-agent run against the running cluster (or an
+//! `antler run --resume RUN_ID [--answer TEXT]`: one lead-agent run against the running cluster (or an
 //! ephemeral one started for it). The run's catalog is assembled from config.yaml and
 //! mcp-host's tools; sandbox and MCP tools run through the lead on their hosts;
 //! checkpoints go to `{runtime_dir}/runs.sqlite`. Progress goes to stderr, the answer,
@@ -57,6 +57,9 @@ pub struct RunArgs {
     /// Continue the run RUN_ID from its last checkpoint.
     #[arg(long, conflicts_with = "task")]
     pub resume: Option<String>,
+    /// With --resume: the answer to the run's clarification question.
+    #[arg(long, requires = "resume")]
+    pub answer: Option<String>,
     /// config.yaml (default: found as `antler up` finds it).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -121,7 +124,11 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
     let playbook = std::fs::canonicalize(&playbook)
         .with_context(|| format!("cannot read playbook {}", playbook.display()))?;
     let model: Arc<dyn ChatModel> = Arc::new(ScriptedModel::from_file(&playbook)?);
+    // Someone can answer a clarification when the terminal is ours (asked right here) or
+    // a program reads --json (it answers with --resume RUN_ID --answer TEXT); otherwise
+    // the tool returns DeerFlow's "proceed with your best judgment" text.
     let interactive = !args.json && std::io::stdin().is_terminal();
+    let clarification_enabled = interactive || args.json;
     let spec = cluster_spec(ctx.runtime_dir.clone(), config_path.as_deref(), None)?;
     actix::System::new().block_on(async move {
         let client = crate::cluster::attach_or_start(spec, Duration::from_secs(15)).await?;
@@ -138,7 +145,7 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                 user_id: user.clone(),
                 thread_id: thread.clone(),
                 paths,
-                clarification_enabled: interactive,
+                clarification_enabled,
             };
             let settings = RunSettings {
                 auto_promote_top_k: app.tool_search.top_k(),
@@ -161,6 +168,9 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
             if !args.json {
                 eprintln!("run {run_id} (thread {thread}, user {user})");
                 run.on_event(print_event);
+            }
+            if let Some(answer) = &args.answer {
+                run.answer(answer)?;
             }
             let mut outcome = run.drive().await;
             while interactive && outcome.status == RunStatus::Interrupted {
