@@ -261,3 +261,36 @@ async fn after_kill_9_of_the_host_the_same_thread_gets_the_same_id_over_the_same
         "survived\n"
     );
 }
+
+#[tokio::test]
+async fn without_bubblewrap_the_host_refuses_sandboxed_tools_unless_fallback_is_allowed() {
+    let no_bwrap = [("ANTLER_BWRAP", "/nonexistent/bwrap")];
+    let h = SandboxHost::start_with(BWRAP_CONFIG, &no_bwrap);
+    let c = h.connect().await;
+    let err = c.acquire("u", "t").await.map_err(|e| e.to_string());
+    assert_eq!(
+        err,
+        Err("sandboxed tools are unavailable: bubblewrap cannot create its namespaces (cannot run bwrap: No such file or directory (os error 2)); sandboxed tools are refused. Install bubblewrap and allow unprivileged user namespaces, or set sandbox.allow_local_fallback: true to run them unisolated".to_string())
+    );
+    assert_eq!(c.status().await.provider, "none");
+
+    let h = SandboxHost::start_with(
+        &format!("{BWRAP_CONFIG}  allow_local_fallback: true\n"),
+        &no_bwrap,
+    );
+    let c = h.connect().await;
+    let st = c.status().await;
+    assert_eq!(st.provider, "local");
+    assert!(
+        st.provider_note
+            .contains("falling back to the local provider"),
+        "{}",
+        st.provider_note
+    );
+    let a = c.acquire("u", "t").await.expect("acquire");
+    // The local provider's own rule still holds: no host bash unless allowed.
+    assert!(c
+        .bash(&a.sandbox_id, "echo hi")
+        .await
+        .starts_with("Error: Host bash execution is disabled"));
+}
