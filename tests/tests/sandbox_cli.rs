@@ -2,6 +2,8 @@
 //! the lead and sandbox-host (its own ephemeral cluster, or a running one) and exits 1 on
 //! an error result; `antler sandbox status` shows the pool with ids, users and threads.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::{os::unix::fs::PermissionsExt, path::Path, process::Command, time::Duration};
 
 use antler_tests::{antler, bin, wait_for, Cluster};

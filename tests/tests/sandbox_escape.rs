@@ -4,6 +4,8 @@
 //! the host's loopback with the network off, host processes in /proc, and a fork bomb
 //! (bounded by the limits while the host stays responsive).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod sandbox_support;
 
 use std::{

@@ -3,6 +3,8 @@
 //! whole process group is killed and the result says so), and a call in flight when the
 //! supervisor dies (an error result, not a hang).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod sandbox_support;
 
 use std::time::{Duration, Instant};

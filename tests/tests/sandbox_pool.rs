@@ -3,6 +3,8 @@
 //! capacity with its overflow policies, id conflicts, pre-warmed sandboxes, acquire-time
 //! authorization, and thread directories that survive a `kill -9` of the host.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod sandbox_support;
 
 use std::time::Duration;
