@@ -1,4 +1,4 @@
-//! `antler run "TASK" --playbook FILE [--user U] [--thread T] [--json]` and
+//! `antler run "TASK" --playbook FILE [--user U] [--thread T] [--trace] [--json]` and
 //! `antler run --resume RUN_ID [--answer TEXT]`: one lead-agent run against the running cluster (or an
 //! ephemeral one started for it). The run's catalog is assembled from config.yaml and
 //! mcp-host's tools; sandbox and MCP tools run through the lead on their hosts;
@@ -63,6 +63,10 @@ pub struct RunArgs {
     /// config.yaml (default: found as `antler up` finds it).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Print every event, each tool's six lifecycle states included, as JSON lines on
+    /// stderr.
+    #[arg(long)]
+    pub trace: bool,
     /// Print one JSON object: run_id, status, final_answer, artifacts, delivery.
     #[arg(long)]
     pub json: bool,
@@ -165,7 +169,12 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                 )?,
                 None => RunLoop::resume(context, model, catalog, hosts.clone(), store, settings)?,
             };
-            if !args.json {
+            if args.trace {
+                let traced = run_id.clone();
+                run.on_event(move |event| {
+                    eprintln!("{}", json!({"run_id": traced, "event": event}));
+                });
+            } else if !args.json {
                 eprintln!("run {run_id} (thread {thread}, user {user})");
                 run.on_event(print_event);
             }
@@ -303,6 +312,7 @@ fn print_event(event: &RunEvent) {
             "  {} {name} [{tool_call_id}]",
             if *error { "✗" } else { "✓" }
         ),
+        RunEvent::Lifecycle { .. } => {}
     }
 }
 

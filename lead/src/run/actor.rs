@@ -26,7 +26,7 @@ use super::middleware::tool_error::{failed_call_message, invalid_tool_message};
 use super::model::{ChatModel, ModelError, ModelRequest};
 use super::settlement::{DeliveryReceipt, OutputsSnapshot, RECEIPT_NOT_PERSISTED};
 use super::state::{Message, StateConflict, StateUpdate, ThreadState, ToolCall};
-use crate::catalog::builtins::ASK_CLARIFICATION;
+use crate::catalog::builtins::{ASK_CLARIFICATION, PRESENT_FILES};
 use crate::catalog::{Catalog, ToolSpec};
 
 /// A run's knobs.
@@ -74,6 +74,28 @@ pub enum RunEvent {
         tool_call_id: String,
         error: bool,
     },
+    /// A tool reached one of its six states in this run (`antler run --trace`).
+    Lifecycle {
+        state: ToolState,
+        tool: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tool_call_id: Option<String>,
+    },
+}
+
+/// The six states of a tool's life in a run (ARCHITECTURE.md). Available and
+/// Authorized are reported once per drive for the catalog's tools, Visible per model
+/// turn, Executed when a call passes the middlewares, Returned when its result is
+/// back, Delivered for each produced output settlement finds presented.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolState {
+    Available,
+    Authorized,
+    Visible,
+    Executed,
+    Returned,
+    Delivered,
 }
 
 /// How a run ended.
@@ -225,6 +247,16 @@ impl RunLoop {
         &self.state
     }
 
+    fn lifecycle(&self, state: ToolState, tool: &str, tool_call_id: Option<&str>) {
+        if self.events.is_some() {
+            self.emit(RunEvent::Lifecycle {
+                state,
+                tool: tool.to_owned(),
+                tool_call_id: tool_call_id.map(str::to_owned),
+            });
+        }
+    }
+
     fn emit(&self, event: RunEvent) {
         if let Some(events) = &self.events {
             events(&event);
@@ -241,6 +273,11 @@ impl RunLoop {
 
     /// Drives the run to its end and records the outcome.
     pub async fn drive(&mut self) -> RunOutcome {
+        for state in [ToolState::Available, ToolState::Authorized] {
+            for tool in self.catalog.tools() {
+                self.lifecycle(state, &tool.name, None);
+            }
+        }
         let result = self.drive_steps().await;
         let executor = self.executor();
         executor.release(&self.state).await;
@@ -261,6 +298,9 @@ impl RunLoop {
             RunStatus::Interrupted | RunStatus::Running => None,
             RunStatus::Success | RunStatus::Error => {
                 let (receipt, failure) = self.settle();
+                for path in receipt.iter().flat_map(|r| &r.matched_paths) {
+                    self.lifecycle(ToolState::Delivered, PRESENT_FILES, Some(path));
+                }
                 if let (RunStatus::Success, Some(failure)) = (status, failure) {
                     status = RunStatus::Error;
                     error = Some(failure);
@@ -379,6 +419,9 @@ impl RunLoop {
         }
         let visible: Vec<&ToolSpec> = chain.visible_tools(self.state.promoted.as_ref());
         let messages = dangling::patched(&self.state.messages);
+        for tool in &visible {
+            self.lifecycle(ToolState::Visible, &tool.name, None);
+        }
         self.emit(RunEvent::ModelStarted { turn });
         let mut reply = self
             .model
@@ -479,6 +522,7 @@ impl RunLoop {
             }),
             CallEnd::Interrupt { .. } => false,
         };
+        self.lifecycle(ToolState::Returned, &call.name, Some(&call.id));
         self.emit(RunEvent::ToolFinished {
             name: call.name.clone(),
             tool_call_id: call.id.clone(),
@@ -523,6 +567,7 @@ impl RunLoop {
                 } => CallEnd::Interrupt { question, message },
             };
         }
+        self.lifecycle(ToolState::Executed, &call.name, Some(&call.id));
         match self.executor().execute(call, state).await {
             Ok(update) => CallEnd::Done(update),
             Err(failure) => refused(failed_call_message(&call.name, &call.id, &failure)),
