@@ -478,3 +478,57 @@ turns:
         ("Guardrail denied: tool 'write_file' was blocked (oap.tool_not_allowed). Reason: tool 'write_file' is denied. Choose an alternative approach.", ToolStatus::Error)
     );
 }
+
+#[test]
+fn a_skill_policy_blocks_a_call_and_narrows_tool_search() {
+    use antler_lead::run::middleware::skill_policy::{Skill, SkillPolicy};
+    let fixture = Fixture::new();
+    let skill_dir = fixture.dir.path().join("skills/report");
+    std::fs::create_dir_all(&skill_dir).unwrap();
+    std::fs::write(
+        skill_dir.join("SKILL.md"),
+        "---\nname: report\nallowed-tools: [present_files]\n---\n# Report\n",
+    )
+    .unwrap();
+    let playbook = r#"
+turns:
+  - tool_calls:
+      - {name: write_file, args: {path: /mnt/user-data/outputs/a.md, content: a}}
+      - {name: tool_search, args: {query: "select:everything_echo"}}
+  - content: Blocked.
+"#;
+    let mut run = RunLoop::start(
+        fixture.context("run-11", false),
+        "write a report",
+        Arc::new(ScriptedModel::from_yaml(playbook, "inline").unwrap()),
+        "scripted",
+        Arc::clone(&fixture.catalog),
+        Arc::new(UnreachableHosts),
+        fixture.store(),
+        RunSettings {
+            skill_policy: SkillPolicy::resolve(vec![Skill::load(&skill_dir)]),
+            ..RunSettings::default()
+        },
+    )
+    .unwrap();
+    block_on(run.drive());
+    let messages = &run.state().messages;
+    assert_eq!(
+        tool_message(messages, "call-1-1"),
+        (
+            "Error: Tool 'write_file' is not allowed by the active skill policy.",
+            ToolStatus::Error
+        )
+    );
+    assert_eq!(
+        tool_message(messages, "call-1-2"),
+        (
+            "No tools found matching the active skill policy.",
+            ToolStatus::Success
+        )
+    );
+    assert_eq!(
+        run.state().promoted.as_ref().unwrap().names,
+        Vec::<String>::new()
+    );
+}

@@ -21,13 +21,14 @@ use super::middleware::deferred::RoutingBeforeFilter;
 use super::middleware::guardrail::{Guardrail, GuardrailRequest};
 use super::middleware::loop_detection::{LoopDetection, LoopVerdict};
 use super::middleware::output_budget::OutputBudget;
+use super::middleware::skill_policy::SkillPolicy;
 use super::middleware::subagent_limit::SubagentLimit;
 use super::middleware::tool_error::{failed_call_message, invalid_tool_message};
 use super::model::{ChatModel, ModelError, ModelRequest};
 use super::settlement::{DeliveryReceipt, OutputsSnapshot, RECEIPT_NOT_PERSISTED};
 use super::state::{Message, StateConflict, StateUpdate, ThreadState, ToolCall};
 use crate::catalog::builtins::{ASK_CLARIFICATION, PRESENT_FILES};
-use crate::catalog::{Catalog, ToolSpec};
+use crate::catalog::{Catalog, ToolSpec, TOOL_SEARCH_NAME};
 
 /// A run's knobs.
 pub struct RunSettings {
@@ -42,6 +43,8 @@ pub struct RunSettings {
     pub guardrail: Option<Guardrail>,
     /// `tool_search.auto_promote_top_k`, clamped.
     pub auto_promote_top_k: usize,
+    /// The active skills' tool policy (passive: everything allowed).
+    pub skill_policy: SkillPolicy,
 }
 
 impl Default for RunSettings {
@@ -54,6 +57,7 @@ impl Default for RunSettings {
             output_budget: OutputBudget::default(),
             guardrail: None,
             auto_promote_top_k: crate::catalog::routing::DEFAULT_AUTO_PROMOTE_TOP_K,
+            skill_policy: SkillPolicy::default(),
         }
     }
 }
@@ -417,7 +421,10 @@ impl RunLoop {
                 ..StateUpdate::default()
             })?;
         }
-        let visible: Vec<&ToolSpec> = chain.visible_tools(self.state.promoted.as_ref());
+        let visible: Vec<&ToolSpec> = self
+            .settings
+            .skill_policy
+            .filter(chain.visible_tools(self.state.promoted.as_ref()));
         let messages = dangling::patched(&self.state.messages);
         for tool in &visible {
             self.lifecycle(ToolState::Visible, &tool.name, None);
@@ -474,8 +481,8 @@ impl RunLoop {
     }
 
     /// One tool call through the call middlewares, in DeerFlow's order: guardrail, tool
-    /// error handling, deferred filter, clarification (last), then execution; the output
-    /// budget applies to what comes back.
+    /// error handling, skill tool policy, deferred filter, clarification (last), then
+    /// execution; the output budget applies to what comes back.
     async fn call(
         &self,
         call: &ToolCall,
@@ -556,6 +563,9 @@ impl RunLoop {
             let available = self.catalog.tools().iter().map(|t| t.name.as_str());
             return refused(invalid_tool_message(&call.name, &call.id, available));
         }
+        if let Err(denied) = self.settings.skill_policy.check_call(&call.name, &call.id) {
+            return refused(denied);
+        }
         if let Err(hidden) = chain.check_call(state.promoted.as_ref(), &call.name, &call.id) {
             return refused(hidden);
         }
@@ -569,6 +579,9 @@ impl RunLoop {
         }
         self.lifecycle(ToolState::Executed, &call.name, Some(&call.id));
         match self.executor().execute(call, state).await {
+            Ok(update) if call.name == TOOL_SEARCH_NAME => {
+                CallEnd::Done(self.settings.skill_policy.rewrite_tool_search(update))
+            }
             Ok(update) => CallEnd::Done(update),
             Err(failure) => refused(failed_call_message(&call.name, &call.id, &failure)),
         }

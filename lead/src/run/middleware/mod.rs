@@ -11,6 +11,7 @@ pub mod deferred;
 pub mod guardrail;
 pub mod loop_detection;
 pub mod output_budget;
+pub mod skill_policy;
 pub mod subagent_limit;
 pub mod tool_error;
 
