@@ -1,6 +1,8 @@
 //! A run: the lead agent's model and tool loop over one `ThreadState` (spec 3, 4, 8).
 //! `state` holds the reducers, `model` the chat models, `middleware` DeerFlow's tool-call
-//! middlewares, `builtins` the tools executed in the lead.
+//! middlewares, `builtins` and `view_image` the tools executed in the lead, `execute`
+//! where each call runs, `hosts` the way to sandbox-host and mcp-host, `actor` the loop,
+//! `checkpoint` its SQLite store, `settlement` the delivery receipt.
 
 pub mod actor;
 pub mod builtins;

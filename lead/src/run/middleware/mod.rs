@@ -1,9 +1,9 @@
 //! DeerFlow's tool-call middlewares (spec 4), one module each, with their exact texts
 //! as constants. Each is a plain value with the hooks it needs (`before_model`,
 //! `after_model`, `check_call`, `wrap_result`); the run loop applies them in DeerFlow's
-//! chain order (spec 4.1): dangling tool calls, guardrail, tool error handling, MCP
-//! routing before the deferred filter, subagent limit, loop detection, clarification
-//! last; the tool output budget wraps every result.
+//! chain order (spec 4.1): dangling tool calls, guardrail, tool error handling, skill
+//! tool policy, MCP routing before the deferred filter, subagent limit, loop detection,
+//! clarification last; the tool output budget wraps every result.
 
 pub mod clarification;
 pub mod dangling;
