@@ -293,8 +293,10 @@ async fn a_fork_bomb_is_bounded_and_the_host_stays_responsive() {
     let out = bombing.await.expect("join");
     assert!(out.contains("Command timed out after 4 seconds"), "{out}");
     assert!(started.elapsed() < Duration::from_secs(15));
+    // max_processes is 64; processes caught between fork and the limit check, and the
+    // supervisor's own, add a margin. An unbounded bomb reaches thousands.
     assert!(
-        host_procs_during <= 64 + 16,
+        host_procs_during <= 64 * 2,
         "{host_procs_during} sandbox processes during the bomb"
     );
     // The group was killed: the sandbox's process count falls back.
