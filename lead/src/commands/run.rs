@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix::Actor;
 use antler_protocol::config::{
     load_app_config, load_extensions_config, process_env, resolve_app_config_path,
     resolve_extensions_path, AppConfig,
@@ -25,7 +26,7 @@ use serde_json::json;
 use super::{cluster_spec, Ctx};
 use crate::catalog::assembly::{assemble, AssemblyRequest, McpSourceTool, Sources};
 use crate::catalog::Catalog;
-use crate::run::actor::{RunEvent, RunLoop, RunOutcome, RunSettings};
+use crate::run::actor::{Answer, Drive, RunActor, RunEvent, RunLoop, RunOutcome, RunSettings};
 use crate::run::checkpoint::{CheckpointStore, RunStatus};
 use crate::run::context::{RunContext, ThreadPaths};
 use crate::run::hosts::{LeadConnectionHosts, ToolHosts};
@@ -181,11 +182,12 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
             if let Some(answer) = &args.answer {
                 run.answer(answer)?;
             }
-            let mut outcome = run.drive().await;
+            let actor = RunActor::new(run).start();
+            let mut outcome = actor.send(Drive).await??;
             while interactive && outcome.status == RunStatus::Interrupted {
                 let answer = ask(outcome.question.as_deref().unwrap_or_default())?;
-                run.answer(&answer)?;
-                outcome = run.drive().await;
+                actor.send(Answer(answer)).await??;
+                outcome = actor.send(Drive).await??;
             }
             anyhow::Ok(outcome)
         }

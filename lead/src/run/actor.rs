@@ -633,3 +633,19 @@ impl Handler<Drive> for RunActor {
         )
     }
 }
+
+/// Adds the user's answer to the interrupted run (a clarification).
+#[derive(Message)]
+#[rtype(result = "Result<(), RunError>")]
+pub struct Answer(pub String);
+
+impl Handler<Answer> for RunActor {
+    type Result = Result<(), RunError>;
+
+    fn handle(&mut self, answer: Answer, _: &mut Context<Self>) -> Self::Result {
+        match &mut self.run {
+            Some(run) => run.answer(&answer.0),
+            None => Err(RunError::Busy),
+        }
+    }
+}
