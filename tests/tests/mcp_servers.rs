@@ -53,7 +53,11 @@ fn tools_and_calls_over_stdio_and_streamable_http() {
         c.tool_names("time"),
         ["time_get_current_time", "time_convert_time"]
     );
-    assert_eq!(count("py"), 7, "sleep, cancellations, fail, echo, pid, where, grow");
+    assert_eq!(
+        count("py"),
+        7,
+        "sleep, cancellations, fail, echo, pid, where, grow"
+    );
     assert_eq!(count("disabled"), 0);
 
     // Status: every enabled server ready with its tool count; the disabled one absent.
