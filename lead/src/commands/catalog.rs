@@ -104,7 +104,7 @@ fn file_catalog(path: &PathBuf) -> anyhow::Result<Catalog> {
     Ok(Catalog::build(specs, true)?)
 }
 
-fn load_config(config: Option<&PathBuf>) -> anyhow::Result<(AppConfig, Vec<String>)> {
+pub(crate) fn load_config(config: Option<&PathBuf>) -> anyhow::Result<(AppConfig, Vec<String>)> {
     let cwd = std::env::current_dir()?;
     match resolve_app_config_path(config.map(|p| p.as_path()), &cwd, &process_env)? {
         Some(path) => {
@@ -127,6 +127,11 @@ fn cluster_mcp_tools(ctx: &Ctx) -> anyhow::Result<Vec<McpSourceTool>> {
         Request::Mcp(McpRequest::ListTools { server: None }),
         Duration::from_secs(60),
     ))?;
+    mcp_source_tools(reply)
+}
+
+/// The MCP tools of a `ListTools` reply, with each tool's place in its server's listing.
+pub(crate) fn mcp_source_tools(reply: Reply) -> anyhow::Result<Vec<McpSourceTool>> {
     let Reply::Mcp(McpReply::Tools(tools)) = reply else {
         bail!("unexpected reply from mcp-host: {reply:?}");
     };

@@ -100,6 +100,19 @@ pub async fn forward(
 ) -> anyhow::Result<Reply> {
     let spec = cluster_spec(ctx.runtime_dir.clone(), None, None)?;
     let client = crate::cluster::attach_or_start(spec, Duration::from_secs(15)).await?;
+    let reply = forward_with(&client, role, index, request, timeout).await;
+    client.finish().await;
+    reply
+}
+
+/// Sends `request` to a host through an open connection to the lead.
+pub async fn forward_with(
+    client: &LeadClient,
+    role: Role,
+    index: u32,
+    request: Request,
+    timeout: Duration,
+) -> anyhow::Result<Reply> {
     let reply = client
         .connection
         .request(
@@ -112,9 +125,8 @@ pub async fn forward(
             TraceContext::new_root(),
             timeout + Duration::from_secs(1),
         )
-        .await;
-    client.finish().await;
-    match reply? {
+        .await?;
+    match reply {
         Reply::Lead(LeadReply::Forwarded(r)) => Ok(*r),
         other => bail!("unexpected reply from the lead: {other:?}"),
     }

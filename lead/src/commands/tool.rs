@@ -2,18 +2,35 @@
 //! tool through the real execution path and prints its result; exit code 1 on an error
 //! result. Sandbox tools (bash, ls, read_file, write_file, str_replace, glob, grep) go
 //! through the lead to sandbox-host, which acquires the thread's sandbox, runs the tool and
-//! releases the sandbox to its warm pool.
+//! releases the sandbox to its warm pool. Any other tool is looked up in the catalog
+//! assembled from the config and mcp-host's tools: an MCP tool runs on its server through
+//! mcp-host, `tool_search` runs on the catalog; builtins that need a run's state say so.
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
+use std::sync::Arc;
+
 use antler_protocol::{
-    messages::{Principal, Reply, Request, SandboxReply, SandboxRequest, ToolCall},
+    messages::{
+        McpCall, McpReply, McpRequest, Principal, Reply, Request, SandboxReply, SandboxRequest,
+        ToolCall,
+    },
     Role,
 };
 use anyhow::{bail, Context};
 use clap::Subcommand;
 
-use super::{forward, Ctx};
+use super::{
+    catalog::{load_config, mcp_source_tools},
+    cluster_spec, forward, forward_with, Ctx,
+};
+use crate::{
+    catalog::{
+        assembly::{assemble, AssemblyRequest, Sources},
+        ToolSource, TOOL_SEARCH_NAME,
+    },
+    cluster::{attach_or_start, LeadClient},
+};
 
 /// The tools sandbox-host runs.
 pub const SANDBOX_TOOLS: &[&str] = &[
@@ -73,10 +90,17 @@ pub fn run(ctx: &Ctx, command: ToolCommand) -> anyhow::Result<ExitCode> {
         bail!("--args must be a JSON object");
     }
     if !SANDBOX_TOOLS.contains(&name.as_str()) {
-        bail!(
-            "`{name}` is not a tool this command can run yet; it runs the sandbox tools: {}",
-            SANDBOX_TOOLS.join(", ")
-        );
+        return actix::System::new().block_on(call_catalog_tool(
+            ctx,
+            config.as_ref(),
+            CatalogCall {
+                name,
+                args,
+                user,
+                thread,
+                timeout: Duration::from_secs(timeout_s),
+            },
+        ));
     }
     let secrets = secrets
         .iter()
@@ -129,4 +153,102 @@ pub fn run(ctx: &Ctx, command: ToolCommand) -> anyhow::Result<ExitCode> {
             other => bail!("unexpected reply from sandbox-host: {other:?}"),
         }
     })
+}
+
+/// A call of a tool that is not a sandbox tool.
+struct CatalogCall {
+    name: String,
+    args: String,
+    user: String,
+    thread: String,
+    timeout: Duration,
+}
+
+/// Runs a non-sandbox tool of the catalog: the catalog is assembled from the config and the
+/// cluster's MCP tools, and the tool runs where it belongs.
+async fn call_catalog_tool(
+    ctx: &Ctx,
+    config: Option<&PathBuf>,
+    call: CatalogCall,
+) -> anyhow::Result<ExitCode> {
+    let spec = cluster_spec(ctx.runtime_dir.clone(), None, None)?;
+    let client = attach_or_start(spec, Duration::from_secs(15)).await?;
+    let result = call_on(&client, config, call).await;
+    client.finish().await;
+    result
+}
+
+async fn call_on(
+    client: &LeadClient,
+    config: Option<&PathBuf>,
+    call: CatalogCall,
+) -> anyhow::Result<ExitCode> {
+    let listing = forward_with(
+        client,
+        Role::McpHost,
+        0,
+        Request::Mcp(McpRequest::ListTools { server: None }),
+        Duration::from_secs(60),
+    )
+    .await?;
+    let (app, _) = load_config(config)?;
+    let sources = Sources {
+        config: Arc::new(app),
+        extensions: None,
+        mcp: Arc::new(mcp_source_tools(listing)?),
+    };
+    let assembled = assemble(&sources, &AssemblyRequest::lead())?;
+    let catalog = &assembled.catalog;
+    let Some(tool) = catalog.get(&call.name) else {
+        let known: Vec<&str> = catalog.tools().iter().map(|t| t.name.as_str()).collect();
+        bail!(
+            "`{}` is not in the catalog; it has: {}",
+            call.name,
+            known.join(", ")
+        );
+    };
+    match &tool.source {
+        ToolSource::Mcp {
+            server: Some(server),
+            original_name,
+        } => {
+            let reply = forward_with(
+                client,
+                Role::McpHost,
+                0,
+                Request::Mcp(McpRequest::CallTool(McpCall {
+                    server: server.clone(),
+                    tool: original_name.clone(),
+                    args_json: call.args,
+                    user: Some(call.user),
+                    thread: Some(call.thread),
+                    workspace: None,
+                })),
+                call.timeout,
+            )
+            .await?;
+            let Reply::Mcp(McpReply::CallResult(result)) = reply else {
+                bail!("unexpected reply from mcp-host: {reply:?}");
+            };
+            println!("{}", result.text());
+            Ok(if result.is_error {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        _ if call.name == TOOL_SEARCH_NAME => {
+            let args: serde_json::Value = serde_json::from_str(&call.args)?;
+            let query = args["query"]
+                .as_str()
+                .context("tool_search takes {\"query\": \"...\"}")?;
+            let out = catalog.tool_search(query, "cli")?;
+            println!("{}", out.message.content);
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => bail!(
+            "`{}` is a builtin that acts on a run's state (messages, artifacts, the thread's outputs); run it inside `antler run`",
+            call.name
+        ),
+    }
 }
