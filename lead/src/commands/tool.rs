@@ -32,16 +32,7 @@ use crate::{
     cluster::{attach_or_start, LeadClient},
 };
 
-/// The tools sandbox-host runs.
-pub const SANDBOX_TOOLS: &[&str] = &[
-    "bash",
-    "ls",
-    "read_file",
-    "write_file",
-    "str_replace",
-    "glob",
-    "grep",
-];
+pub use antler_protocol::messages::SANDBOX_TOOLS;
 
 /// The tool commands.
 #[derive(Debug, Subcommand)]

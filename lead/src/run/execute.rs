@@ -21,16 +21,7 @@ use super::{builtins, view_image};
 use crate::catalog::builtins::{PRESENT_FILES, VIEW_IMAGE};
 use crate::catalog::{Catalog, ToolSource, TOOL_SEARCH_NAME};
 
-/// The tools sandbox-host runs.
-pub const SANDBOX_TOOLS: &[&str] = &[
-    "bash",
-    "ls",
-    "read_file",
-    "write_file",
-    "str_replace",
-    "glob",
-    "grep",
-];
+pub use antler_protocol::messages::SANDBOX_TOOLS;
 
 /// Runs tool calls for one run.
 pub struct Executor<'a> {

@@ -16,7 +16,7 @@ pub use mcp::{
 };
 pub use sandbox::{
     AcquireSource, Acquired, PoolStatus, Principal, SandboxError, SandboxReply, SandboxRequest,
-    SandboxStatus, ToolCall, ToolResult,
+    SandboxStatus, ToolCall, ToolResult, SANDBOX_TOOLS,
 };
 pub use worker::{WorkerReply, WorkerRequest};
 

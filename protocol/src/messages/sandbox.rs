@@ -5,6 +5,17 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The tools sandbox-host runs: the contract between the lead and sandbox-host.
+pub const SANDBOX_TOOLS: &[&str] = &[
+    "bash",
+    "ls",
+    "read_file",
+    "write_file",
+    "str_replace",
+    "glob",
+    "grep",
+];
+
 use super::control::Health;
 
 /// Who asks for a sandbox: the user and thread it belongs to, and the user's roles (for

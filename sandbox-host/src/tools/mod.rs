@@ -20,16 +20,8 @@ use serde::de::DeserializeOwned;
 
 use crate::{paths::PathMap, provider::Runner, settings::SandboxSettings};
 
-/// The names of the sandbox tools.
-pub const TOOL_NAMES: &[&str] = &[
-    "bash",
-    "ls",
-    "read_file",
-    "write_file",
-    "str_replace",
-    "glob",
-    "grep",
-];
+/// The tools sandbox-host runs (the protocol's list).
+pub use antler_protocol::messages::SANDBOX_TOOLS as TOOL_NAMES;
 
 /// Per-file locks: `write_file` and `str_replace` on one path run one at a time.
 #[derive(Debug, Default)]
