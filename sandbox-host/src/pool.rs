@@ -45,6 +45,17 @@ struct Prewarmed {
     slot: ThreadPaths,
     addr: Addr<Sandbox>,
     created: Instant,
+    /// Set when its supervisor's mounts are in place; until then its directories must not
+    /// be moved (bubblewrap would fail to mount them).
+    ready: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl Prewarmed {
+    fn is_ready(&self) -> bool {
+        self.ready
+            .as_ref()
+            .is_none_or(|r| r.load(std::sync::atomic::Ordering::SeqCst))
+    }
 }
 
 struct Waiter {
@@ -121,6 +132,7 @@ impl SandboxPool {
                 Ok(s) => self.prewarmed.push(Prewarmed {
                     id: SandboxId::unbound(&format!("prewarm-{name}")),
                     slot,
+                    ready: s.ready_flag(),
                     addr: s.start(),
                     created: Instant::now(),
                 }),
@@ -134,10 +146,11 @@ impl SandboxPool {
 
     /// Takes a pre-warmed sandbox for a thread that has no directories yet.
     fn take_prewarmed(&mut self, thread: &ThreadPaths) -> Option<Addr<Sandbox>> {
-        if thread.root.exists() || self.prewarmed.is_empty() {
+        if thread.root.exists() {
             return None;
         }
-        let p = self.prewarmed.remove(0);
+        let ready = self.prewarmed.iter().position(Prewarmed::is_ready)?;
+        let p = self.prewarmed.remove(ready);
         let moved = thread
             .root
             .parent()
@@ -194,7 +207,8 @@ impl SandboxPool {
             return Ok(Some(acquired(source)));
         }
         let thread = ThreadPaths::new(&self.settings.base_dir, &p.user_id, &p.thread_id);
-        let reusable_prewarmed = !thread.root.exists() && !self.prewarmed.is_empty();
+        let reusable_prewarmed =
+            !thread.root.exists() && self.prewarmed.iter().any(Prewarmed::is_ready);
         if !reusable_prewarmed && self.total() >= self.settings.capacity as usize {
             let freed = self.evict_oldest_warm() || self.prewarmed.pop().is_some();
             if !freed {
@@ -453,7 +467,13 @@ impl Handler<Status> for SandboxPool {
                     sandbox_id: p.id.to_string(),
                     user_id: String::new(),
                     thread_id: String::new(),
-                    state: "prewarmed".into(),
+                    // `prewarming` until its supervisor's mounts are in place.
+                    state: if p.is_ready() {
+                        "prewarmed"
+                    } else {
+                        "prewarming"
+                    }
+                    .into(),
                     holders: 0,
                     age_ms: p.created.elapsed().as_millis() as u64,
                     idle_ms: p.created.elapsed().as_millis() as u64,

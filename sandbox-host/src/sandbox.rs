@@ -44,6 +44,11 @@ impl Sandbox {
         })
     }
 
+    /// Set once the supervisor's mounts are in place (`None`: no supervisor, always ready).
+    pub fn ready_flag(&self) -> Option<Arc<std::sync::atomic::AtomicBool>> {
+        self.supervisor.as_ref().map(|s| s.ready_flag())
+    }
+
     /// The supervisor's pid, when there is one.
     pub fn supervisor_pid(&self) -> Option<u32> {
         self.supervisor.as_ref().map(|s| s.pid())

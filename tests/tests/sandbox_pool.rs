@@ -203,16 +203,23 @@ async fn a_prewarmed_sandbox_serves_the_first_acquire_of_a_new_thread() {
         std::fs::read_to_string(file).expect("file in the thread's directory"),
         "mine\n"
     );
-    // The pool refills.
-    let st = c.status().await;
-    assert_eq!(
-        st.sandboxes
+    // The pool refills: a new sandbox is pre-warming, then ready.
+    let mut refilled = false;
+    for _ in 0..100 {
+        let st = c.status().await;
+        if st
+            .sandboxes
             .iter()
             .filter(|s| s.state == "prewarmed")
-            .count(),
-        1,
-        "{st:?}"
-    );
+            .count()
+            == 1
+        {
+            refilled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(refilled, "{:?}", c.status().await);
     // A thread that already has files gets a sandbox over them, not a pre-warmed one.
     c.release(&a.sandbox_id).await.expect("release");
     drop(c);

@@ -252,8 +252,13 @@ pub struct Supervisor {
     pending: Pending,
     next_id: AtomicU64,
     alive: Arc<AtomicBool>,
+    /// Set once the supervisor answered its start-up probe: its mounts are in place.
+    ready: Arc<AtomicBool>,
     tasks: Vec<AbortHandle>,
 }
+
+/// The id of the start-up probe (requests count from 1).
+const PROBE_ID: u64 = 0;
 
 impl std::fmt::Debug for Supervisor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -336,17 +341,48 @@ impl Supervisor {
                 tracing::debug!(pid, ?status, "sandbox supervisor exited");
             })
         };
+        // Probe with `true`: the answer means bubblewrap finished its mounts, so the
+        // directories behind them may be renamed (a pre-warmed sandbox being bound).
+        let ready = Arc::new(AtomicBool::new(false));
+        let (probe_tx, probe_rx) = oneshot::channel();
+        if let Ok(mut p) = pending.lock() {
+            p.insert(PROBE_ID, probe_tx);
+        }
+        let probe = SupervisorRequest {
+            id: PROBE_ID,
+            exec: ExecRequest {
+                command: "true".into(),
+                cwd: None,
+                env: Vec::new(),
+                clear_env: true,
+                timeout_ms: 30_000,
+                max_capture: 1024,
+            },
+        };
+        if let Ok(line) = serde_json::to_string(&probe) {
+            let _ = tx.send(line + "\n");
+        }
+        let prober = {
+            let ready = ready.clone();
+            tokio::spawn(async move {
+                if let Ok(Ok(_)) = probe_rx.await {
+                    ready.store(true, Ordering::SeqCst);
+                }
+            })
+        };
         Ok(Supervisor {
             pid,
             lines: tx,
             pending,
             next_id: AtomicU64::new(1),
             alive,
+            ready,
             tasks: vec![
                 writer.abort_handle(),
                 reader.abort_handle(),
                 errors.abort_handle(),
                 waiter.abort_handle(),
+                prober.abort_handle(),
             ],
         })
     }
@@ -358,6 +394,16 @@ impl Supervisor {
 
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
+    }
+
+    /// The flag set when the start-up probe answers.
+    pub fn ready_flag(&self) -> Arc<AtomicBool> {
+        self.ready.clone()
+    }
+
+    /// Alive, and its start-up probe answered (its mounts are in place).
+    pub fn is_ready(&self) -> bool {
+        self.is_alive() && self.ready.load(Ordering::SeqCst)
     }
 
     /// Runs one command inside; `Err` when the supervisor is gone.
