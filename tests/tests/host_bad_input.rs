@@ -89,10 +89,10 @@ async fn bad_peers_are_disconnected_and_the_host_keeps_serving() {
             .await
             .expect("handshake");
         let raw = fw.get_mut();
-        raw.write_all(&(17u32 << 20).to_be_bytes())
-            .await
-            .expect("write");
-        raw.write_all(&[0u8; 4096]).await.expect("write");
+        // The host may close as soon as it reads the length, so a write can
+        // meet a broken pipe: that is the behaviour under test, not a failure.
+        let _ = raw.write_all(&(17u32 << 20).to_be_bytes()).await;
+        let _ = raw.write_all(&[0u8; 4096]).await;
         use futures::StreamExt;
         let closed = tokio::time::timeout(Duration::from_secs(5), async {
             loop {
