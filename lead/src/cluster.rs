@@ -33,6 +33,13 @@ pub struct ClusterSpec {
     pub connection: ConnectionConfig,
     pub restart: RestartPolicy,
     pub drain_grace: Duration,
+    /// config.yaml (absolute), read by runs; `None`: defaults.
+    pub config: Option<PathBuf>,
+    /// The runs' checkpoint store (`runs.sqlite` of the cluster's runtime directory; an
+    /// ephemeral cluster keeps its parent's, so its runs can be resumed later).
+    pub store_path: PathBuf,
+    /// A cluster started for one command: it does not resume the store's unfinished runs.
+    pub ephemeral: bool,
 }
 
 /// Why a cluster could not start or be reached.
@@ -56,6 +63,8 @@ pub enum ClusterError {
     NotRunning(PathBuf),
     #[error("cannot reach the lead: {0}")]
     Unreachable(String),
+    #[error(transparent)]
+    Store(#[from] crate::run::checkpoint::CheckpointError),
 }
 
 /// The directory holding the host binaries: `ANTLER_BIN_DIR`, else beside this executable.
@@ -158,11 +167,17 @@ impl RunningCluster {
             spec.restart.clone(),
         )
         .start();
-        let gateway =
-            crate::gateway::Gateway::start(runtime.root(), extensions, supervisor.clone());
+        let runs = start_runs(&spec, &supervisor, extensions.clone())?;
+        let gateway = crate::gateway::Gateway::start(
+            runtime.root(),
+            extensions,
+            supervisor.clone(),
+            runs.clone(),
+        );
         let in_flight = Arc::new(InFlight::default());
         let service = Arc::new(LeadService::new(
             supervisor.clone(),
+            runs.manager.clone(),
             lead_sock.clone(),
             in_flight.clone(),
         ));
@@ -207,6 +222,41 @@ impl RunningCluster {
         let _ = std::fs::remove_file(self.runtime.pid_path());
         let _ = std::fs::remove_file(self.runtime.socket(Role::Lead, 0));
     }
+}
+
+/// The lead's run side: the manager and the metrics it feeds.
+#[derive(Clone)]
+pub struct Runs {
+    pub manager: Addr<crate::runs::manager::RunManager>,
+    pub metrics: Arc<crate::runs::metrics::Metrics>,
+}
+
+/// Opens the checkpoint store and starts the catalog actor and the run manager (which
+/// resumes unfinished runs unless the cluster is ephemeral).
+fn start_runs(
+    spec: &ClusterSpec,
+    supervisor: &Addr<Supervisor>,
+    extensions: PathBuf,
+) -> Result<Runs, ClusterError> {
+    use crate::catalog::{actor::CatalogActor, assembly::Sources};
+    use crate::runs::{hosts::LinkHosts, manager::RunManager, metrics::Metrics, prepare::RunEnv};
+    let store = crate::run::checkpoint::CheckpointStore::open(&spec.store_path)?;
+    let catalog = CatalogActor::new(Sources {
+        config: Arc::default(),
+        extensions: None,
+        mcp: Arc::default(),
+    })
+    .start();
+    let env = Arc::new(RunEnv::new(
+        store,
+        Arc::new(LinkHosts::new(supervisor.clone())),
+        catalog,
+        spec.config.clone(),
+        extensions,
+    ));
+    let metrics = Arc::new(Metrics::default());
+    let manager = RunManager::new(env, metrics.clone(), !spec.ephemeral).start();
+    Ok(Runs { manager, metrics })
 }
 
 /// A connection to the lead of a cluster, attached or ephemeral.
@@ -260,6 +310,7 @@ pub async fn attach_or_start(
         }),
         Err(ClusterError::NotRunning(_)) => {
             let mut eph = spec.clone();
+            eph.ephemeral = true;
             eph.runtime_dir = spec
                 .runtime_dir
                 .join(format!("ephemeral-{}", std::process::id()));

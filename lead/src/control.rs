@@ -1,5 +1,7 @@
-//! The lead's control socket service: answers ping and health like every peer, and the
-//! lead requests of the CLI (`Status`, `PingPeers`) by asking the supervisor and the links.
+//! The lead's control socket service: answers ping and health like every peer, the lead
+//! requests of the CLI (`Status`, `PingPeers`, `Forward`) by asking the supervisor and the
+//! links, and the run requests (`SubmitRun`, `ResumeRun`, `WatchRun`, `GetRun`) by asking
+//! the run manager; `WatchRun` streams the run's events as they happen.
 
 use std::{
     path::PathBuf,
@@ -20,6 +22,7 @@ use antler_protocol::{
 };
 use futures::future::BoxFuture;
 
+use crate::runs::manager::{self, RunManager};
 use crate::supervisor::{GetLinks, GetStatus, Supervisor};
 
 /// How long a peer ping through a link may take.
@@ -28,15 +31,22 @@ const PEER_PING_TIMEOUT: Duration = Duration::from_secs(2);
 /// The service behind `lead.sock`.
 pub struct LeadService {
     supervisor: Addr<Supervisor>,
+    runs: Addr<RunManager>,
     address: PathBuf,
     started: Instant,
     in_flight: Arc<InFlight>,
 }
 
 impl LeadService {
-    pub fn new(supervisor: Addr<Supervisor>, address: PathBuf, in_flight: Arc<InFlight>) -> Self {
+    pub fn new(
+        supervisor: Addr<Supervisor>,
+        runs: Addr<RunManager>,
+        address: PathBuf,
+        in_flight: Arc<InFlight>,
+    ) -> Self {
         Self {
             supervisor,
+            runs,
             address,
             started: Instant::now(),
             in_flight,
@@ -68,6 +78,21 @@ impl LeadService {
             reason: None,
         }
     }
+}
+
+fn runs_gone(e: impl std::fmt::Display) -> RemoteError {
+    RemoteError::Failed(format!("the run manager is gone: {e}"))
+}
+
+async fn run_view(runs: &Addr<RunManager>, run_id: String) -> Result<Reply, RemoteError> {
+    let view = runs
+        .send(manager::GetRun(run_id))
+        .await
+        .map_err(runs_gone)?
+        .map_err(|e| RemoteError::Failed(e.to_string()))?;
+    Ok(Reply::Lead(LeadReply::Run {
+        json: view.to_string(),
+    }))
 }
 
 fn unavailable(e: impl std::fmt::Display) -> RemoteError {
@@ -165,6 +190,68 @@ impl Service for LeadService {
                     })?;
                 Ok(Reply::Lead(LeadReply::Forwarded(Box::new(reply))))
             }),
+            Request::Lead(LeadRequest::SubmitRun(submission)) => {
+                let runs = self.runs.clone();
+                Box::pin(async move {
+                    let run_id = runs
+                        .send(manager::SubmitRun(submission))
+                        .await
+                        .map_err(runs_gone)?
+                        .map_err(|e| RemoteError::Failed(e.to_string()))?;
+                    Ok(Reply::Lead(LeadReply::RunStarted { run_id }))
+                })
+            }
+            Request::Lead(LeadRequest::ResumeRun {
+                run_id,
+                answer,
+                playbook,
+            }) => {
+                let runs = self.runs.clone();
+                Box::pin(async move {
+                    let run_id = runs
+                        .send(manager::ResumeRun {
+                            run_id,
+                            answer,
+                            playbook,
+                        })
+                        .await
+                        .map_err(runs_gone)?
+                        .map_err(|e| RemoteError::Failed(e.to_string()))?;
+                    Ok(Reply::Lead(LeadReply::RunStarted { run_id }))
+                })
+            }
+            Request::Lead(LeadRequest::GetRun { run_id }) => {
+                let runs = self.runs.clone();
+                Box::pin(async move { run_view(&runs, run_id).await })
+            }
+            Request::Lead(LeadRequest::WatchRun { run_id }) => {
+                let runs = self.runs.clone();
+                Box::pin(async move {
+                    let log = runs
+                        .send(manager::WatchRun(run_id.clone()))
+                        .await
+                        .map_err(runs_gone)?;
+                    let Some(log) = log else {
+                        return run_view(&runs, run_id).await;
+                    };
+                    let call = &call;
+                    let view = log
+                        .follow(|event| async move {
+                            call.send_item(Reply::Lead(LeadReply::RunEvent {
+                                json: event.to_string(),
+                            }))
+                            .await
+                            .is_ok()
+                        })
+                        .await;
+                    match view {
+                        Some(json) => Ok(Reply::Lead(LeadReply::Run {
+                            json: json.to_string(),
+                        })),
+                        None => Err(RemoteError::Failed("the watcher went away".into())),
+                    }
+                })
+            }
             other => Box::pin(async move {
                 Err(RemoteError::Unsupported(format!(
                     "the lead does not handle {} requests",

@@ -1,9 +1,14 @@
-//! The lead's HTTP gateway (actix-web): `/health`, and `GET`/`PUT /api/mcp/config` for the
-//! MCP servers of `extensions_config.json`. A `PUT` is validated with the same loader
-//! mcp-host uses, written atomically (temporary file, fsync, rename), and applied at once by
-//! asking mcp-host to reload (its file watcher would pick it up too). Owns one HTTP server
-//! that `stop` ends. The address comes from `ANTLER_GATEWAY_ADDR` (`off` disables it) and is
-//! written to `gateway.addr` in the runtime directory.
+//! The lead's HTTP gateway (actix-web): `/health`; `GET`/`PUT /api/mcp/config` for the
+//! MCP servers of `extensions_config.json`; runs (`POST /api/runs`, `GET /api/runs/{id}`,
+//! `GET /api/runs/{id}/events` as server-sent events, `POST /api/runs/{id}/answer`); and
+//! `GET /metrics` in Prometheus' text format. A `PUT` of the MCP config is validated with
+//! the same loader mcp-host uses, written atomically (temporary file, fsync, rename), and
+//! applied at once by asking mcp-host to reload (its file watcher would pick it up too).
+//! Owns one HTTP server that `stop` ends. The address comes from `ANTLER_GATEWAY_ADDR`
+//! (`off` disables it; default 127.0.0.1) and is written to `gateway.addr` in the runtime
+//! directory. Bound to anything but a loopback address, every route but `/health` needs
+//! `Authorization: Bearer $ANTLER_GATEWAY_TOKEN`, and without a token the gateway does not
+//! start.
 
 use std::{
     io::Write,
@@ -13,7 +18,7 @@ use std::{
 };
 
 use actix::Addr;
-use actix_web::{web, App, HttpResponse, HttpServer};
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use antler_protocol::{
     config::{self, WarningKind},
     envelope::TraceContext,
@@ -23,7 +28,14 @@ use antler_protocol::{
 };
 use serde_json::{json, Value};
 
+use crate::cluster::Runs;
+use crate::runs::manager;
 use crate::supervisor::{GetLinks, Supervisor};
+
+/// The variable holding the bearer token a non-loopback gateway requires.
+pub const GATEWAY_TOKEN_ENV: &str = "ANTLER_GATEWAY_TOKEN";
+/// The largest `POST /api/runs` body.
+const MAX_RUN_BODY: usize = 1 << 20;
 
 /// The variable naming the gateway's listen address.
 pub const GATEWAY_ADDR_ENV: &str = "ANTLER_GATEWAY_ADDR";
@@ -69,6 +81,9 @@ pub struct Gateway {
 struct State {
     extensions: PathBuf,
     supervisor: Addr<Supervisor>,
+    runs: Runs,
+    /// The bearer token every route but `/health` requires (non-loopback binds).
+    token: Option<String>,
 }
 
 impl Gateway {
@@ -78,14 +93,28 @@ impl Gateway {
         runtime_root: &Path,
         extensions: PathBuf,
         supervisor: Addr<Supervisor>,
+        runs: Runs,
     ) -> Option<Gateway> {
         let addr = std::env::var(GATEWAY_ADDR_ENV).unwrap_or_else(|_| DEFAULT_GATEWAY_ADDR.into());
         if addr.eq_ignore_ascii_case("off") {
             return None;
         }
+        let token = std::env::var(GATEWAY_TOKEN_ENV)
+            .ok()
+            .filter(|t| !t.is_empty());
+        let loopback = is_loopback(&addr);
+        if !loopback && token.is_none() {
+            tracing::error!(
+                %addr,
+                "the HTTP gateway listens beyond this machine only with a bearer token: set {GATEWAY_TOKEN_ENV}; running without it"
+            );
+            return None;
+        }
         let state = State {
             extensions,
             supervisor,
+            runs,
+            token,
         };
         let server = HttpServer::new(move || {
             App::new()
@@ -94,6 +123,11 @@ impl Gateway {
                 .route("/health", web::get().to(health))
                 .route("/api/mcp/config", web::get().to(get_config))
                 .route("/api/mcp/config", web::put().to(put_config))
+                .route("/api/runs", web::post().to(post_run))
+                .route("/api/runs/{id}", web::get().to(get_run))
+                .route("/api/runs/{id}/events", web::get().to(run_events))
+                .route("/api/runs/{id}/answer", web::post().to(answer_run))
+                .route("/metrics", web::get().to(metrics))
         })
         .workers(1)
         .disable_signals()
@@ -123,6 +157,40 @@ impl Gateway {
     }
 }
 
+/// Whether `addr` (`host:port`) is a loopback address (names other than `localhost`
+/// count as not).
+fn is_loopback(addr: &str) -> bool {
+    match addr.parse::<SocketAddr>() {
+        Ok(a) => a.ip().is_loopback(),
+        Err(_) => addr
+            .rsplit_once(':')
+            .is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost")),
+    }
+}
+
+/// A 401 unless the request carries the gateway's bearer token (when it has one).
+fn refused(req: &HttpRequest, state: &State) -> Option<HttpResponse> {
+    let token = state.token.as_ref()?;
+    let given = req
+        .headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    // Compare in time independent of where the strings differ.
+    let same = given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    (!same).then(|| {
+        HttpResponse::Unauthorized()
+            .insert_header(("WWW-Authenticate", "Bearer"))
+            .json(json!({"detail": "missing or wrong bearer token"}))
+    })
+}
+
 async fn health() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
@@ -146,7 +214,10 @@ fn read_file(path: &Path) -> Result<Value, String> {
 }
 
 /// `GET /api/mcp/config`: `{"mcp_servers": {...}}` as written in the file (`$VAR`s unresolved).
-async fn get_config(state: web::Data<State>) -> HttpResponse {
+async fn get_config(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
+    if let Some(denied) = refused(&req, &state) {
+        return denied;
+    }
     match read_file(&state.extensions) {
         Ok(v) => HttpResponse::Ok()
             .json(json!({"mcp_servers": v.get("mcpServers").cloned().unwrap_or(json!({}))})),
@@ -156,8 +227,11 @@ async fn get_config(state: web::Data<State>) -> HttpResponse {
 
 /// `PUT /api/mcp/config` with `{"mcp_servers": {...}}`: replaces `mcpServers`, keeps the
 /// file's other keys, validates, writes atomically, and has mcp-host apply it.
-async fn put_config(state: web::Data<State>, body: web::Bytes) -> HttpResponse {
+async fn put_config(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -> HttpResponse {
     use actix_web::http::StatusCode;
+    if let Some(denied) = refused(&req, &state) {
+        return denied;
+    }
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
@@ -266,4 +340,206 @@ async fn reload_mcp_host(supervisor: &Addr<Supervisor>) -> Result<Value, String>
         })),
         other => Err(format!("unexpected reply from mcp-host: {other:?}")),
     }
+}
+
+/// `POST /api/runs` with `{"task", "user"?, "thread"?, "playbook"?, "model"?,
+/// "clarification"?}`: starts a run in the lead; 201 with `{"run_id", "status"}`.
+async fn post_run(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    if let Some(denied) = refused(&req, &state) {
+        return denied;
+    }
+    if body.len() > MAX_RUN_BODY {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "the run request is too large",
+        );
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Body {
+        task: String,
+        #[serde(default)]
+        user: Option<String>,
+        #[serde(default)]
+        thread: Option<String>,
+        #[serde(default)]
+        playbook: Option<String>,
+        #[serde(default)]
+        model: Option<String>,
+        #[serde(default)]
+        clarification: bool,
+    }
+    let body: Body = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("the body must be a JSON object with a `task` string: {e}"),
+            )
+        }
+    };
+    if body.task.trim().is_empty() {
+        return error(StatusCode::BAD_REQUEST, "the task is empty");
+    }
+    let submission = antler_protocol::messages::RunSubmission {
+        task: body.task,
+        user: body.user.unwrap_or_else(|| "default".into()),
+        thread: body.thread,
+        playbook: body.playbook,
+        model: body.model,
+        clarification: body.clarification,
+        config: None,
+    };
+    match state
+        .runs
+        .manager
+        .send(manager::SubmitRun(submission))
+        .await
+    {
+        Ok(Ok(run_id)) => HttpResponse::Created()
+            .insert_header(("Location", format!("/api/runs/{run_id}")))
+            .json(json!({"run_id": run_id, "status": "running"})),
+        Ok(Err(e @ crate::runs::prepare::PrepareError::InvalidId { .. })) => {
+            error(StatusCode::BAD_REQUEST, e.to_string())
+        }
+        Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+async fn view_of(state: &State, run_id: String) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    match state.runs.manager.send(manager::GetRun(run_id)).await {
+        Ok(Ok(view)) => HttpResponse::Ok().json(view),
+        Ok(Err(e @ crate::runs::prepare::PrepareError::UnknownRun(_))) => {
+            error(StatusCode::NOT_FOUND, e.to_string())
+        }
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+/// `GET /api/runs/{id}`: the run's view.
+async fn get_run(req: HttpRequest, state: web::Data<State>, id: web::Path<String>) -> HttpResponse {
+    if let Some(denied) = refused(&req, &state) {
+        return denied;
+    }
+    view_of(&state, id.into_inner()).await
+}
+
+/// `POST /api/runs/{id}/answer` with `{"answer"}`: answers an interrupted run's question
+/// and drives it again.
+async fn answer_run(
+    req: HttpRequest,
+    state: web::Data<State>,
+    id: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    if let Some(denied) = refused(&req, &state) {
+        return denied;
+    }
+    let answer = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("answer").and_then(Value::as_str).map(str::to_owned));
+    let Some(answer) = answer else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the body must be a JSON object with an `answer` string",
+        );
+    };
+    let resume = manager::ResumeRun {
+        run_id: id.into_inner(),
+        answer: Some(answer),
+        playbook: None,
+    };
+    match state.runs.manager.send(resume).await {
+        Ok(Ok(run_id)) => {
+            HttpResponse::Accepted().json(json!({"run_id": run_id, "status": "running"}))
+        }
+        Ok(Err(e @ crate::runs::prepare::PrepareError::UnknownRun(_))) => {
+            error(StatusCode::NOT_FOUND, e.to_string())
+        }
+        Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+/// One server-sent event.
+fn sse(event: &str, data: &str) -> web::Bytes {
+    // `data` is one line of JSON (serde_json never writes a raw newline).
+    web::Bytes::from(format!("event: {event}\ndata: {data}\n\n"))
+}
+
+/// `GET /api/runs/{id}/events`: the run's events as server-sent events (`event: run`,
+/// the events so far first), then `event: end` with the run's view when its drive stops.
+async fn run_events(
+    req: HttpRequest,
+    state: web::Data<State>,
+    id: web::Path<String>,
+) -> HttpResponse {
+    if let Some(denied) = refused(&req, &state) {
+        return denied;
+    }
+    let run_id = id.into_inner();
+    let log = match state
+        .runs
+        .manager
+        .send(manager::WatchRun(run_id.clone()))
+        .await
+    {
+        Ok(log) => log,
+        Err(e) => {
+            return error(
+                actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+                e.to_string(),
+            )
+        }
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<web::Bytes>(64);
+    match log {
+        Some(log) => {
+            actix_rt::spawn(async move {
+                let view = log
+                    .follow(|event| {
+                        let tx = tx.clone();
+                        async move { tx.send(sse("run", &event)).await.is_ok() }
+                    })
+                    .await;
+                if let Some(view) = view {
+                    let _ = tx.send(sse("end", &view)).await;
+                }
+            });
+        }
+        None => {
+            let response = view_of(&state, run_id).await;
+            if !response.status().is_success() {
+                return response;
+            }
+            let body = actix_web::body::to_bytes(response.into_body())
+                .await
+                .unwrap_or_default();
+            let _ = tx.try_send(sse("end", &String::from_utf8_lossy(&body)));
+        }
+    }
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|bytes| (Ok::<_, actix_web::Error>(bytes), rx))
+    });
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header(("Cache-Control", "no-cache"))
+        .streaming(stream)
+}
+
+/// `GET /metrics`: Prometheus text format.
+async fn metrics(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
+    if let Some(denied) = refused(&req, &state) {
+        return denied;
+    }
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(state.runs.metrics.render())
 }

@@ -1,5 +1,5 @@
 //! antler-lead: the lead process's library: the catalog, the supervisor of the local
-//! cluster, the lead's control socket, and the CLI's plumbing.
+//! cluster, the lead's control socket, the runs it hosts, and the CLI's plumbing.
 
 pub mod catalog;
 pub mod cli;
@@ -8,6 +8,7 @@ pub mod commands;
 pub mod control;
 pub mod gateway;
 pub mod run;
+pub mod runs;
 pub mod supervisor;
 
 pub use antler_protocol::host as host_runtime;

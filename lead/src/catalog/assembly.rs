@@ -125,7 +125,8 @@ pub struct Origin {
 
 /// One assembled catalog and what assembly had to say about it.
 pub struct Assembled {
-    pub catalog: Catalog,
+    /// Shared by every run of this catalog version.
+    pub catalog: Arc<Catalog>,
     pub warnings: Vec<String>,
     /// Tools authorization removed (never in the catalog, never searchable).
     pub denied: Vec<String>,
@@ -314,7 +315,7 @@ pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, A
 
     let catalog = Catalog::build(unique, config.tool_search.enabled)?;
     Ok(Assembled {
-        catalog,
+        catalog: Arc::new(catalog),
         warnings,
         denied,
     })

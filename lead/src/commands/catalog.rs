@@ -211,7 +211,7 @@ pub fn run(ctx: &Ctx, command: CatalogCommand) -> anyhow::Result<ExitCode> {
             let built;
             let cat = match (&catalog, &config) {
                 (Some(file), None) => {
-                    built = file_catalog(file)?;
+                    built = Arc::new(file_catalog(file)?);
                     &built
                 }
                 _ => {

@@ -44,9 +44,10 @@ pub fn cluster_spec(
     workers: Option<u32>,
 ) -> anyhow::Result<ClusterSpec> {
     let cwd = std::env::current_dir()?;
-    let antler = match resolve_app_config_path(config, &cwd, &process_env)? {
+    let config_path = resolve_app_config_path(config, &cwd, &process_env)?;
+    let antler = match &config_path {
         Some(path) => {
-            let loaded = load_app_config(&path)?;
+            let loaded = load_app_config(path)?;
             for w in &loaded.warnings {
                 tracing::warn!("{w}");
             }
@@ -54,8 +55,17 @@ pub fn cluster_spec(
         }
         None => AntlerSection::default(),
     };
+    let config_path = config_path.map(|path| std::fs::canonicalize(&path).unwrap_or(path));
+    if let Some(path) = &config_path {
+        // The hosts this cluster starts read the same file.
+        std::env::set_var("ANTLER_CONFIG", path);
+    }
+    let runtime_dir = antler.runtime_dir.clone().unwrap_or(runtime_dir);
     Ok(ClusterSpec {
-        runtime_dir: antler.runtime_dir.clone().unwrap_or(runtime_dir),
+        store_path: runtime_dir.join(crate::commands::run::CHECKPOINT_FILE),
+        config: config_path,
+        ephemeral: false,
+        runtime_dir,
         workers: workers.unwrap_or(antler.workers as u32),
         bin_dir: crate::cluster::default_bin_dir(),
         connection: ConnectionConfig {

@@ -1,44 +1,31 @@
-//! `antler run "TASK" --playbook FILE [--user U] [--thread T] [--trace] [--json]` and
-//! `antler run --resume RUN_ID [--answer TEXT]`: one lead-agent run against the running cluster (or an
-//! ephemeral one started for it). The run's catalog is assembled from config.yaml and
-//! mcp-host's tools; sandbox and MCP tools run through the lead on their hosts;
-//! checkpoints go to `{runtime_dir}/runs.sqlite`. Progress goes to stderr, the answer,
-//! artifacts (and with `--json` one object) to stdout.
+//! `antler run "TASK" [--playbook FILE | --model NAME] [--user U] [--thread T] [--trace]
+//! [--json] [--detach]` and `antler run --resume RUN_ID [--answer TEXT]`: submits a run to
+//! the lead of the running cluster (or of an ephemeral one started for it) and follows
+//! its events until it stops. The run itself lives in the lead (see `crate::runs`): it
+//! survives this command, and a lead that restarts resumes it. Progress goes to stderr;
+//! the answer, artifacts and receipt (with `--json`, one object) to stdout. A
+//! clarification is asked in the terminal and the run resumed with the answer.
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Actor;
-use antler_protocol::config::{
-    load_app_config, load_extensions_config, process_env, resolve_app_config_path,
-    resolve_extensions_path, AppConfig,
-};
-use antler_protocol::messages::{
-    McpReply, McpRequest, Reply, Request, SandboxReply, SandboxRequest,
-};
-use antler_protocol::Role;
+use antler_protocol::config::{process_env, resolve_app_config_path};
+use antler_protocol::envelope::TraceContext;
+use antler_protocol::messages::{LeadReply, LeadRequest, Reply, Request, RunSubmission};
 use anyhow::{bail, Context};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::{cluster_spec, Ctx};
-use crate::catalog::assembly::{assemble, AssemblyRequest, McpSourceTool, Sources};
-use crate::catalog::Catalog;
-use crate::run::actor::{Answer, Drive, RunActor, RunEvent, RunLoop, RunOutcome, RunSettings};
-use crate::run::checkpoint::{CheckpointStore, RunStatus};
-use crate::run::context::{RunContext, ThreadPaths};
-use crate::run::hosts::{LeadConnectionHosts, ToolHosts};
-use crate::run::middleware::guardrail::Guardrail;
-use crate::run::model::{ChatModel, ScriptedModel};
+use crate::cluster::LeadClient;
 
 /// The checkpoint file under the runtime directory.
 pub const CHECKPOINT_FILE: &str = "runs.sqlite";
-/// How the run records a scripted model, to resume it with the same playbook.
-const SCRIPTED_PREFIX: &str = "scripted:";
-/// Deadline of the set-up requests (tool listing, pool status).
-const SETUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// Deadline of a submission (preparing a run lists MCP tools and may wait for servers).
+const SUBMIT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Deadline of following one run (heartbeats notice a lead that died long before).
+const WATCH_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// `antler run`'s arguments.
 #[derive(Debug, clap::Args)]
@@ -47,15 +34,20 @@ pub struct RunArgs {
     #[arg(required_unless_present = "resume")]
     pub task: Option<String>,
     /// A YAML playbook of turns for the scripted model (tests and demos, offline).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "model")]
     pub playbook: Option<PathBuf>,
+    /// A model of config.yaml's `models:` (default: the first); any OpenAI-compatible
+    /// endpoint.
+    #[arg(long)]
+    pub model: Option<String>,
     /// The user the run belongs to.
     #[arg(long, default_value = "default")]
     pub user: String,
     /// The thread (its sandbox and files); defaults to the run id.
     #[arg(long)]
     pub thread: Option<String>,
-    /// Continue the run RUN_ID from its last checkpoint.
+    /// Continue the run RUN_ID from its last checkpoint (or follow it, if the lead is
+    /// driving it).
     #[arg(long, conflicts_with = "task")]
     pub resume: Option<String>,
     /// With --resume: the answer to the run's clarification question.
@@ -71,250 +63,170 @@ pub struct RunArgs {
     /// Print one JSON object: run_id, status, final_answer, artifacts, delivery.
     #[arg(long)]
     pub json: bool,
+    /// Submit the run and return at once with its id (needs a running cluster).
+    #[arg(long)]
+    pub detach: bool,
 }
 
 pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
     let cwd = std::env::current_dir()?;
     let config_path = resolve_app_config_path(args.config.as_deref(), &cwd, &process_env)?;
-    let app = match &config_path {
-        Some(path) => {
-            let loaded = load_app_config(path)?;
-            for warning in &loaded.warnings {
-                tracing::warn!("{warning}");
-            }
-            // The cluster this command starts (if none runs) hands it to its hosts.
-            std::env::set_var("ANTLER_CONFIG", std::fs::canonicalize(path)?);
-            loaded.value
-        }
-        None => AppConfig::default(),
+    let config_path = match config_path {
+        Some(path) => Some(
+            std::fs::canonicalize(&path)
+                .with_context(|| format!("cannot read config {}", path.display()))?,
+        ),
+        None => None,
     };
-    let store_path = ctx.runtime_dir.join(CHECKPOINT_FILE);
-    let store = CheckpointStore::open(&store_path)?;
-    let (run_id, user, thread, task, playbook) = match &args.resume {
-        Some(run_id) => {
-            let record = store
-                .run(run_id)?
-                .with_context(|| format!("no run {run_id} in {}", store_path.display()))?;
-            let playbook = match (&args.playbook, record.model.strip_prefix(SCRIPTED_PREFIX)) {
-                (Some(path), _) => path.clone(),
-                (None, Some(path)) => PathBuf::from(path),
-                (None, None) => bail!(
-                    "run {run_id} used model {:?}; pass --playbook FILE",
-                    record.model
-                ),
-            };
-            (
-                record.run_id,
-                record.user_id,
-                record.thread_id,
-                None,
-                playbook,
-            )
-        }
-        None => {
-            let Some(playbook) = args.playbook.clone() else {
-                bail!("no model to run with: pass --playbook FILE (the scripted model); the OpenAI-compatible client is not built yet");
-            };
-            let run_id = format!("run-{}", uuid::Uuid::new_v4().simple());
-            let thread = args.thread.clone().unwrap_or_else(|| run_id.clone());
-            (
-                run_id,
-                args.user.clone(),
-                thread,
-                args.task.clone(),
-                playbook,
-            )
-        }
+    let playbook = match &args.playbook {
+        Some(path) => Some(
+            std::fs::canonicalize(path)
+                .with_context(|| format!("cannot read playbook {}", path.display()))?
+                .display()
+                .to_string(),
+        ),
+        None => None,
     };
-    let playbook = std::fs::canonicalize(&playbook)
-        .with_context(|| format!("cannot read playbook {}", playbook.display()))?;
-    let model: Arc<dyn ChatModel> = Arc::new(ScriptedModel::from_file(&playbook)?);
     // Someone can answer a clarification when the terminal is ours (asked right here) or
     // a program reads --json (it answers with --resume RUN_ID --answer TEXT); otherwise
     // the tool returns DeerFlow's "proceed with your best judgment" text.
-    let interactive = !args.json && std::io::stdin().is_terminal();
-    let clarification_enabled = interactive || args.json;
+    let interactive = !args.json && !args.detach && std::io::stdin().is_terminal();
+    let clarification = interactive || args.json || args.detach;
     let spec = cluster_spec(ctx.runtime_dir.clone(), config_path.as_deref(), None)?;
     actix::System::new().block_on(async move {
         let client = crate::cluster::attach_or_start(spec, Duration::from_secs(15)).await?;
-        let hosts = Arc::new(LeadConnectionHosts::new(client.connection.clone()));
+        if args.detach && client.ephemeral.is_some() {
+            client.finish().await;
+            bail!("--detach needs a running cluster (antler up): an ephemeral one ends with this command");
+        }
         let result = async {
-            let catalog = Arc::new(run_catalog(&app, &cwd, hosts.as_ref()).await?);
-            let base = sandbox_base_dir(hosts.as_ref()).await?;
-            let paths = ThreadPaths::new(&base, &user, &thread);
-            paths
-                .create()
-                .with_context(|| format!("cannot create {}", paths.user_data().display()))?;
-            let context = RunContext {
-                run_id: run_id.clone(),
-                user_id: user.clone(),
-                thread_id: thread.clone(),
-                paths,
-                clarification_enabled,
+            let request = match &args.resume {
+                Some(run_id) => LeadRequest::ResumeRun {
+                    run_id: run_id.clone(),
+                    answer: args.answer.clone(),
+                    playbook: playbook.clone(),
+                },
+                None => LeadRequest::SubmitRun(RunSubmission {
+                    task: args.task.clone().unwrap_or_default(),
+                    user: args.user.clone(),
+                    thread: args.thread.clone(),
+                    playbook: playbook.clone(),
+                    model: args.model.clone(),
+                    clarification,
+                    // The cluster reads its own config unless this command names one.
+                    config: args
+                        .config
+                        .as_ref()
+                        .and(config_path.as_ref())
+                        .map(|p| p.display().to_string()),
+                }),
             };
-            let settings = RunSettings {
-                auto_promote_top_k: app.tool_search.top_k(),
-                guardrail: Guardrail::from_config(&app.guardrails)?,
-                ..RunSettings::default()
-            };
-            let mut run = match &task {
-                Some(task) => RunLoop::start(
-                    context,
-                    task,
-                    model,
-                    &format!("{SCRIPTED_PREFIX}{}", playbook.display()),
-                    catalog,
-                    hosts.clone(),
-                    store,
-                    settings,
-                )?,
-                None => RunLoop::resume(context, model, catalog, hosts.clone(), store, settings)?,
-            };
-            if args.trace {
-                let traced = run_id.clone();
-                run.on_event(move |event| {
-                    eprintln!("{}", json!({"run_id": traced, "event": event}));
-                });
-            } else if !args.json {
-                eprintln!("run {run_id} (thread {thread}, user {user})");
-                run.on_event(print_event);
+            let run_id = started(&client, request).await?;
+            if args.detach {
+                return Ok(json!({"run_id": run_id, "status": "running"}));
             }
-            if let Some(answer) = &args.answer {
-                run.answer(answer)?;
+            if !args.json && !args.trace {
+                eprintln!("run {run_id}");
             }
-            let actor = RunActor::new(run).start();
-            let mut outcome = actor.send(Drive).await??;
-            while interactive && outcome.status == RunStatus::Interrupted {
-                let answer = ask(outcome.question.as_deref().unwrap_or_default())?;
-                actor.send(Answer(answer)).await??;
-                outcome = actor.send(Drive).await??;
+            loop {
+                let view = follow(&client, &run_id, args.trace, args.json).await?;
+                if interactive && view["status"] == "interrupted" {
+                    let answer = ask(view["question"].as_str().unwrap_or_default())?;
+                    started(
+                        &client,
+                        LeadRequest::ResumeRun {
+                            run_id: run_id.clone(),
+                            answer: Some(answer),
+                            playbook: None,
+                        },
+                    )
+                    .await?;
+                    continue;
+                }
+                return anyhow::Ok(view);
             }
-            anyhow::Ok(outcome)
         }
         .await;
         client.finish().await;
-        let outcome = result?;
-        print_outcome(&outcome, args.json)?;
-        Ok(match outcome.status {
-            RunStatus::Success | RunStatus::Interrupted => ExitCode::SUCCESS,
-            RunStatus::Error | RunStatus::Running => ExitCode::from(1),
+        let view = result?;
+        print_outcome(&view, args.json || args.detach)?;
+        Ok(match view["status"].as_str() {
+            Some("success" | "interrupted" | "running") => ExitCode::SUCCESS,
+            _ => ExitCode::from(1),
         })
     })
 }
 
-/// The run's catalog: config tools, builtins and (when servers are configured) the MCP
-/// tools mcp-host lists.
-async fn run_catalog(
-    app: &AppConfig,
-    cwd: &Path,
-    hosts: &dyn ToolHosts,
-) -> anyhow::Result<Catalog> {
-    let extensions = match resolve_extensions_path(None, cwd, &process_env)? {
-        Some(path) => Some(Arc::new(load_extensions_config(&path)?.value)),
-        None => None,
-    };
-    let mcp = if extensions
-        .as_ref()
-        .is_some_and(|e| e.mcp_servers.values().any(|s| s.enabled))
-    {
-        wait_for_mcp_servers(hosts).await;
-        mcp_tools(hosts).await?
-    } else {
-        Vec::new()
-    };
-    let sources = Sources {
-        config: Arc::new(app.clone()),
-        extensions,
-        mcp: Arc::new(mcp),
-    };
-    let assembled = assemble(&sources, &AssemblyRequest::lead())?;
-    for warning in &assembled.warnings {
-        tracing::warn!("{warning}");
-    }
-    Ok(assembled.catalog)
-}
-
-/// How long a run waits for MCP servers still starting before it lists their tools.
-const MCP_START_WAIT: Duration = Duration::from_secs(30);
-
-/// Waits until no MCP server is `starting` (each is ready or has failed), or the time
-/// is up; the run then uses the tools of the servers that are ready.
-async fn wait_for_mcp_servers(hosts: &dyn ToolHosts) {
-    let until = std::time::Instant::now() + MCP_START_WAIT;
-    while std::time::Instant::now() < until {
-        let request = Request::Mcp(McpRequest::Status);
-        match hosts.request(Role::McpHost, request, SETUP_TIMEOUT).await {
-            Ok(Reply::Mcp(McpReply::Status(servers)))
-                if servers.iter().all(|s| s.state != "starting") =>
-            {
-                return
-            }
-            Ok(_) | Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-    tracing::warn!(
-        "MCP servers still starting after {MCP_START_WAIT:?}; running with the tools listed now"
-    );
-}
-
-async fn mcp_tools(hosts: &dyn ToolHosts) -> anyhow::Result<Vec<McpSourceTool>> {
-    let request = Request::Mcp(McpRequest::ListTools { server: None });
-    let reply = hosts.request(Role::McpHost, request, SETUP_TIMEOUT).await?;
-    let Reply::Mcp(McpReply::Tools(tools)) = reply else {
-        bail!("unexpected reply from mcp-host: {reply:?}");
-    };
-    let mut positions = std::collections::HashMap::<String, u32>::new();
-    tools
-        .into_iter()
-        .map(|tool| {
-            let position = positions.entry(tool.server.clone()).or_default();
-            let source = McpSourceTool {
-                input_schema: serde_json::from_str(&tool.input_schema_json).with_context(|| {
-                    format!(
-                        "tool {} of {} has a schema that is not JSON",
-                        tool.name, tool.server
-                    )
-                })?,
-                server: tool.server,
-                name: tool.name,
-                original_name: tool.original_name,
-                description: tool.description,
-                position: *position,
-            };
-            *position += 1;
-            Ok(source)
-        })
-        .collect()
-}
-
-/// Where sandbox-host keeps thread directories (the run's outputs live there).
-async fn sandbox_base_dir(hosts: &dyn ToolHosts) -> anyhow::Result<PathBuf> {
-    let reply = hosts
+/// Sends a submission or resumption; the run's id.
+async fn started(client: &LeadClient, request: LeadRequest) -> anyhow::Result<String> {
+    let reply = client
+        .connection
         .request(
-            Role::SandboxHost,
-            Request::Sandbox(SandboxRequest::Status),
-            SETUP_TIMEOUT,
+            Request::Lead(request),
+            TraceContext::new_root(),
+            SUBMIT_TIMEOUT,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    match reply {
+        Reply::Lead(LeadReply::RunStarted { run_id }) => Ok(run_id),
+        other => bail!("unexpected reply from the lead: {other:?}"),
+    }
+}
+
+/// Prints the run's events until its drive stops; the run's view.
+async fn follow(
+    client: &LeadClient,
+    run_id: &str,
+    trace: bool,
+    quiet: bool,
+) -> anyhow::Result<Value> {
+    let mut stream = client
+        .connection
+        .request_stream(
+            Request::Lead(LeadRequest::WatchRun {
+                run_id: run_id.to_owned(),
+            }),
+            TraceContext::new_root(),
+            WATCH_TIMEOUT,
         )
         .await?;
-    match reply {
-        Reply::Sandbox(SandboxReply::Status(status)) => Ok(PathBuf::from(status.base_dir)),
-        other => bail!("unexpected reply from sandbox-host: {other:?}"),
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(Reply::Lead(LeadReply::RunEvent { json })) => {
+                if trace {
+                    let event: Value = serde_json::from_str(&json).unwrap_or(Value::String(json));
+                    eprintln!("{}", json!({"run_id": run_id, "event": event}));
+                } else if !quiet {
+                    if let Ok(event) = serde_json::from_str::<Value>(&json) {
+                        print_event(&event);
+                    }
+                }
+            }
+            Ok(Reply::Lead(LeadReply::Run { json })) => {
+                return serde_json::from_str(&json).context("the lead sent a run view that is not JSON");
+            }
+            Ok(other) => bail!("unexpected reply from the lead: {other:?}"),
+            Err(e) => bail!(
+                "lost the run's events ({e}); the run goes on in the lead: antler run --resume {run_id}"
+            ),
+        }
     }
+    bail!("the lead ended the run's events without its outcome; antler run --resume {run_id}")
 }
 
-fn print_event(event: &RunEvent) {
-    match event {
-        RunEvent::ModelStarted { turn } => eprintln!("· model turn {turn}"),
-        RunEvent::ToolStarted { name, tool_call_id } => eprintln!("  → {name} [{tool_call_id}]"),
-        RunEvent::ToolFinished {
-            name,
-            tool_call_id,
-            error,
-        } => eprintln!(
-            "  {} {name} [{tool_call_id}]",
-            if *error { "✗" } else { "✓" }
+fn print_event(event: &Value) {
+    let text = |key: &str| event[key].as_str().unwrap_or_default().to_owned();
+    match event["event"].as_str() {
+        Some("model_started") => eprintln!("· model turn {}", event["turn"]),
+        Some("tool_started") => eprintln!("  → {} [{}]", text("name"), text("tool_call_id")),
+        Some("tool_finished") => eprintln!(
+            "  {} {} [{}]",
+            if event["error"] == true { "✗" } else { "✓" },
+            text("name"),
+            text("tool_call_id")
         ),
-        RunEvent::Lifecycle { .. } => {}
+        _ => {}
     }
 }
 
@@ -328,40 +240,30 @@ fn ask(question: &str) -> anyhow::Result<String> {
     Ok(answer.trim().to_owned())
 }
 
-fn print_outcome(outcome: &RunOutcome, as_json: bool) -> anyhow::Result<()> {
+fn print_outcome(view: &Value, as_json: bool) -> anyhow::Result<()> {
     if as_json {
-        let object = json!({
-            "run_id": outcome.run_id,
-            "status": outcome.status,
-            "final_answer": outcome.final_answer,
-            "artifacts": outcome.artifacts,
-            "delivery": outcome.delivery,
-            "question": outcome.question,
-            "error": outcome.error,
-            "stop_reason": outcome.stop_reason,
-        });
-        println!("{}", serde_json::to_string(&object)?);
+        println!("{}", serde_json::to_string(view)?);
         return Ok(());
     }
-    match outcome.status {
-        RunStatus::Success => println!("{}", outcome.final_answer.as_deref().unwrap_or_default()),
-        RunStatus::Interrupted => println!(
-            "{}\n\n(the run waits for an answer: antler run --resume {})",
-            outcome.question.as_deref().unwrap_or_default(),
-            outcome.run_id
+    let text = |key: &str| view[key].as_str().unwrap_or_default().to_owned();
+    match view["status"].as_str() {
+        Some("success") => println!("{}", text("final_answer")),
+        Some("interrupted") => println!(
+            "{}\n\n(the run waits for an answer: antler run --resume {} --answer TEXT)",
+            text("question"),
+            text("run_id")
         ),
-        RunStatus::Error | RunStatus::Running => {
-            println!(
-                "run failed: {}",
-                outcome.error.as_deref().unwrap_or("unknown error")
-            )
-        }
+        Some("running") => println!("run {} is running", text("run_id")),
+        _ => println!(
+            "run failed: {}",
+            view["error"].as_str().unwrap_or("unknown error")
+        ),
     }
-    for artifact in &outcome.artifacts {
-        println!("artifact: {artifact}");
+    for artifact in view["artifacts"].as_array().into_iter().flatten() {
+        println!("artifact: {}", artifact.as_str().unwrap_or_default());
     }
-    if let Some(delivery) = &outcome.delivery {
-        println!("delivery: {}", serde_json::to_string(delivery)?);
+    if !view["delivery"].is_null() {
+        println!("delivery: {}", serde_json::to_string(&view["delivery"])?);
     }
     Ok(())
 }

@@ -174,7 +174,7 @@ impl RunLoop {
         model_label: &str,
         catalog: Arc<Catalog>,
         hosts: Arc<dyn ToolHosts>,
-        mut store: CheckpointStore,
+        store: CheckpointStore,
         settings: RunSettings,
     ) -> Result<RunLoop, RunError> {
         let state = ThreadState::new(task);
@@ -188,6 +188,7 @@ impl RunLoop {
                 model: model_label.to_owned(),
                 status: RunStatus::Running,
                 detail: None,
+                clarification: context.clarification_enabled,
             },
             &state,
         )?;

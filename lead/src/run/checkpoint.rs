@@ -4,6 +4,7 @@
 //! step that exists is a no-op, so a replayed step is never applied twice.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -58,6 +59,8 @@ pub struct RunRecord {
     pub status: RunStatus,
     /// The error or interrupt text of a run that ended that way.
     pub detail: Option<String>,
+    /// Whether someone answers the run's clarifications (it stops at one).
+    pub clarification: bool,
 }
 
 /// A checkpoint store failure (operator-facing: it fails the run).
@@ -89,9 +92,11 @@ pub enum CheckpointError {
     Encode(#[from] serde_json::Error),
 }
 
-/// One SQLite file of runs and their checkpoints.
+/// One SQLite file of runs and their checkpoints. Clones share one connection, so every
+/// run of a lead writes through it (one page cache, however many runs).
+#[derive(Clone)]
 pub struct CheckpointStore {
-    connection: Connection,
+    connection: Arc<Mutex<Connection>>,
 }
 
 const SCHEMA: &str = "
@@ -102,7 +107,8 @@ CREATE TABLE IF NOT EXISTS runs (
     task      TEXT NOT NULL,
     model     TEXT NOT NULL,
     status    TEXT NOT NULL,
-    detail    TEXT
+    detail    TEXT,
+    clarification INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS checkpoints (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -140,20 +146,43 @@ impl CheckpointStore {
             .pragma_update(None, "synchronous", "NORMAL")
             .map_err(open_error)?;
         connection.execute_batch(SCHEMA).map_err(open_error)?;
-        Ok(CheckpointStore { connection })
+        // A store written before runs recorded `clarification` gains the column.
+        let has_column = connection
+            .prepare("SELECT clarification FROM runs LIMIT 0")
+            .is_ok();
+        if !has_column {
+            connection
+                .execute_batch(
+                    "ALTER TABLE runs ADD COLUMN clarification INTEGER NOT NULL DEFAULT 0",
+                )
+                .map_err(open_error)?;
+        }
+        Ok(CheckpointStore {
+            connection: Arc::new(Mutex::new(connection)),
+        })
+    }
+
+    /// The connection; a panic elsewhere while holding it leaves SQLite consistent (each
+    /// write is one statement or transaction), so a poisoned lock is taken over.
+    fn db(&self) -> MutexGuard<'_, Connection> {
+        self.connection
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Records a new run with its initial state as step 0.
     pub fn create_run(
-        &mut self,
+        &self,
         record: &RunRecord,
         initial: &ThreadState,
     ) -> Result<(), CheckpointError> {
         let state = serde_json::to_string(initial)?;
-        let tx = self.connection.transaction()?;
+        let mut db = self.db();
+        let tx = db.transaction()?;
         tx.execute(
-            "INSERT INTO runs (run_id, user_id, thread_id, task, model, status, detail)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO runs (run_id, user_id, thread_id, task, model, status, detail,
+                               clarification)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             params![
                 record.run_id,
                 record.user_id,
@@ -161,7 +190,8 @@ impl CheckpointStore {
                 record.task,
                 record.model,
                 record.status.as_str(),
-                record.detail
+                record.detail,
+                record.clarification
             ],
         )?;
         tx.execute(
@@ -181,7 +211,7 @@ impl CheckpointStore {
         state: &ThreadState,
     ) -> Result<bool, CheckpointError> {
         let state = serde_json::to_string(state)?;
-        let written = self.connection.execute(
+        let written = self.db().execute(
             "INSERT INTO checkpoints (run_id, step, state) VALUES (?1, ?2, ?3)
              ON CONFLICT (run_id, step) DO NOTHING",
             params![run_id, step, state],
@@ -192,7 +222,7 @@ impl CheckpointStore {
     /// The last stored step of a run and its state.
     pub fn latest(&self, run_id: &str) -> Result<Option<(i64, ThreadState)>, CheckpointError> {
         let row: Option<(i64, String)> = self
-            .connection
+            .db()
             .query_row(
                 "SELECT step, state FROM checkpoints WHERE run_id = ?1
                  ORDER BY step DESC LIMIT 1",
@@ -219,7 +249,7 @@ impl CheckpointStore {
         status: RunStatus,
         detail: Option<&str>,
     ) -> Result<(), CheckpointError> {
-        let changed = self.connection.execute(
+        let changed = self.db().execute(
             "UPDATE runs SET status = ?2, detail = ?3 WHERE run_id = ?1",
             params![run_id, status.as_str(), detail],
         )?;
@@ -235,7 +265,7 @@ impl CheckpointStore {
         run_id: &str,
         snapshot: &OutputsSnapshot,
     ) -> Result<(), CheckpointError> {
-        self.connection.execute(
+        self.db().execute(
             "INSERT INTO outputs_snapshots (run_id, snapshot) VALUES (?1, ?2)
              ON CONFLICT (run_id) DO NOTHING",
             params![run_id, serde_json::to_string(snapshot)?],
@@ -260,7 +290,7 @@ impl CheckpointStore {
         run_id: &str,
         receipt: &DeliveryReceipt,
     ) -> Result<bool, CheckpointError> {
-        let written = self.connection.execute(
+        let written = self.db().execute(
             "INSERT INTO receipts (run_id, receipt) VALUES (?1, ?2)
              ON CONFLICT (run_id) DO NOTHING",
             params![run_id, serde_json::to_string(receipt)?],
@@ -279,7 +309,7 @@ impl CheckpointStore {
         run_id: &str,
     ) -> Result<Option<T>, CheckpointError> {
         let text: Option<String> = self
-            .connection
+            .db()
             .query_row(sql, params![run_id], |row| row.get(0))
             .optional()?;
         text.map(|text| {
@@ -294,9 +324,8 @@ impl CheckpointStore {
 
     /// A run's record.
     pub fn run(&self, run_id: &str) -> Result<Option<RunRecord>, CheckpointError> {
-        let mut statement = self
-            .connection
-            .prepare(&format!("{SELECT_RUN} WHERE run_id = ?1"))?;
+        let db = self.db();
+        let mut statement = db.prepare(&format!("{SELECT_RUN} WHERE run_id = ?1"))?;
         let mut rows = statement.query_map(params![run_id], raw_record)?;
         rows.next().transpose()?.map(record).transpose()
     }
@@ -304,7 +333,8 @@ impl CheckpointStore {
     /// The runs still `running` (interrupted by a crash), in run id order: the lead
     /// resumes these when it starts.
     pub fn in_progress(&self) -> Result<Vec<RunRecord>, CheckpointError> {
-        let mut statement = self.connection.prepare(&format!(
+        let db = self.db();
+        let mut statement = db.prepare(&format!(
             "{SELECT_RUN} WHERE status = 'running' ORDER BY run_id"
         ))?;
         let rows = statement.query_map([], raw_record)?;
@@ -312,7 +342,8 @@ impl CheckpointStore {
     }
 }
 
-const SELECT_RUN: &str = "SELECT run_id, user_id, thread_id, task, model, status, detail FROM runs";
+const SELECT_RUN: &str =
+    "SELECT run_id, user_id, thread_id, task, model, status, detail, clarification FROM runs";
 
 type RawRecord = (
     String,
@@ -322,6 +353,7 @@ type RawRecord = (
     String,
     String,
     Option<String>,
+    bool,
 );
 
 fn raw_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
@@ -333,11 +365,12 @@ fn raw_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
         row.get(4)?,
         row.get(5)?,
         row.get(6)?,
+        row.get(7)?,
     ))
 }
 
 fn record(raw: RawRecord) -> Result<RunRecord, CheckpointError> {
-    let (run_id, user_id, thread_id, task, model, status, detail) = raw;
+    let (run_id, user_id, thread_id, task, model, status, detail, clarification) = raw;
     let status = RunStatus::parse(&status)
         .ok_or_else(|| CheckpointError::Status(run_id.clone(), status.clone()))?;
     Ok(RunRecord {
@@ -348,6 +381,7 @@ fn record(raw: RawRecord) -> Result<RunRecord, CheckpointError> {
         model,
         status,
         detail,
+        clarification,
     })
 }
 
@@ -366,6 +400,7 @@ mod tests {
             model: "scripted:play.yaml".into(),
             status: RunStatus::Running,
             detail: None,
+            clarification: false,
         }
     }
 
@@ -375,7 +410,7 @@ mod tests {
         let path = dir.path().join("state/checkpoints.sqlite");
         let mut state = ThreadState::new("write a report");
         {
-            let mut store = CheckpointStore::open(&path).unwrap();
+            let store = CheckpointStore::open(&path).unwrap();
             store.create_run(&record("run-1"), &state).unwrap();
             state
                 .apply(StateUpdate {
@@ -395,7 +430,7 @@ mod tests {
     #[test]
     fn a_step_is_written_once() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = CheckpointStore::open(&dir.path().join("c.sqlite")).unwrap();
+        let store = CheckpointStore::open(&dir.path().join("c.sqlite")).unwrap();
         let first = ThreadState::new("task");
         store.create_run(&record("run-1"), &first).unwrap();
         let mut second = first.clone();
@@ -410,7 +445,7 @@ mod tests {
     #[test]
     fn runs_still_running_are_listed_for_resumption() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = CheckpointStore::open(&dir.path().join("c.sqlite")).unwrap();
+        let store = CheckpointStore::open(&dir.path().join("c.sqlite")).unwrap();
         for id in ["run-b", "run-a", "run-c"] {
             store
                 .create_run(&record(id), &ThreadState::new("t"))
@@ -443,7 +478,7 @@ mod tests {
     #[test]
     fn the_receipt_is_written_once_and_the_start_snapshot_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = CheckpointStore::open(&dir.path().join("c.sqlite")).unwrap();
+        let store = CheckpointStore::open(&dir.path().join("c.sqlite")).unwrap();
         store
             .create_run(&record("run-1"), &ThreadState::new("t"))
             .unwrap();
@@ -468,7 +503,7 @@ mod tests {
     fn a_corrupt_checkpoint_names_the_run_and_step() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.sqlite");
-        let mut store = CheckpointStore::open(&path).unwrap();
+        let store = CheckpointStore::open(&path).unwrap();
         store
             .create_run(&record("run-1"), &ThreadState::new("t"))
             .unwrap();

@@ -20,6 +20,23 @@ pub enum LeadRequest {
         request: Box<Request>,
         timeout_ms: u32,
     },
+    /// Start a run in the lead; the reply is `RunStarted` at once, the run goes on in the
+    /// lead whoever watches it.
+    SubmitRun(RunSubmission),
+    /// Continue a stopped run (`interrupted`, or `running` after a crash) from its last
+    /// checkpoint, with an optional answer to its clarification question. A run the lead
+    /// is driving already is left as it is. The reply is `RunStarted`.
+    ResumeRun {
+        run_id: String,
+        answer: Option<String>,
+        /// Overrides the playbook the run was started with.
+        playbook: Option<String>,
+    },
+    /// Stream the run's events (`RunEvent` items, those so far first) until it stops;
+    /// the final reply is `Run` with its view.
+    WatchRun { run_id: String },
+    /// The run's view now (`Run`).
+    GetRun { run_id: String },
 }
 
 /// Replies to [`LeadRequest`].
@@ -28,6 +45,36 @@ pub enum LeadReply {
     Status(Vec<ProcessStatus>),
     PingPeers(Vec<PeerPing>),
     Forwarded(Box<Reply>),
+    RunStarted {
+        run_id: String,
+    },
+    /// One run event as JSON text (the lead's event type; see `antler run --trace`).
+    RunEvent {
+        json: String,
+    },
+    /// A run's view as JSON text: run_id, status, final_answer, question, error,
+    /// artifacts, delivery, ...
+    Run {
+        json: String,
+    },
+}
+
+/// A run to start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSubmission {
+    pub task: String,
+    pub user: String,
+    /// Defaults to the run id.
+    pub thread: Option<String>,
+    /// A YAML playbook for the scripted model (an absolute path on the lead's host).
+    pub playbook: Option<String>,
+    /// A model of config.yaml's `models` (the first when neither is given).
+    pub model: Option<String>,
+    /// Whether someone will answer a clarification (the run then stops at one);
+    /// otherwise `ask_clarification` returns DeerFlow's "proceed" text.
+    pub clarification: bool,
+    /// config.yaml for this run instead of the cluster's (a path on the lead's host).
+    pub config: Option<String>,
 }
 
 /// One process as `antler status` shows it.

@@ -1,0 +1,361 @@
+//! [`RunManager`]: the actor that owns every run of this lead. A submission is prepared
+//! (see `prepare`) and driven by its own `RunActor`; the manager keeps each run's
+//! [`EventLog`] for watchers and its view when a drive stops, answers a stopped run
+//! (a clarification) by driving it again, and when the lead starts it resumes the runs a
+//! crash left `running`. A run that ended frees its loop at once; the views and events of
+//! the last [`KEEP_ENDED`] ended runs stay for watchers, older ones are read from the
+//! checkpoint store.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use actix::prelude::*;
+use antler_protocol::messages::RunSubmission;
+use serde_json::Value;
+
+use super::events::EventLog;
+use super::metrics::Metrics;
+use super::prepare::{PrepareError, Prepared, RunEnv};
+use super::view;
+use crate::catalog::{Catalog, ToolSource};
+use crate::run::actor::{Drive, RunActor, RunEvent, ToolState};
+use crate::run::checkpoint::{RunRecord, RunStatus};
+
+/// Ended runs whose views and events the manager keeps in memory.
+pub const KEEP_ENDED: usize = 1_000;
+
+struct LiveRun {
+    record: RunRecord,
+    log: Arc<EventLog>,
+    /// The run's actor while it is driven or waits for an answer.
+    actor: Option<Addr<RunActor>>,
+    driving: bool,
+    timing: Arc<Mutex<Timing>>,
+}
+
+/// The owner of this lead's runs.
+pub struct RunManager {
+    env: Arc<RunEnv>,
+    metrics: Arc<Metrics>,
+    runs: HashMap<String, LiveRun>,
+    ended: VecDeque<String>,
+    resume_at_start: bool,
+}
+
+impl RunManager {
+    /// `resume_at_start`: resume the store's `running` runs when the actor starts (a
+    /// long-lived lead; an ephemeral cluster leaves them to `antler run --resume`).
+    pub fn new(env: Arc<RunEnv>, metrics: Arc<Metrics>, resume_at_start: bool) -> RunManager {
+        RunManager {
+            env,
+            metrics,
+            runs: HashMap::new(),
+            ended: VecDeque::new(),
+            resume_at_start,
+        }
+    }
+
+    /// Installs the event sink and drives the prepared run.
+    fn launch(&mut self, prepared: Prepared, new_run: bool, ctx: &mut Context<Self>) -> String {
+        let Prepared {
+            mut run,
+            record,
+            catalog,
+        } = prepared;
+        let run_id = record.run_id.clone();
+        let (log, timing) = match self.runs.get(&run_id) {
+            Some(live) => (live.log.clone(), live.timing.clone()),
+            None => (Arc::default(), Arc::default()),
+        };
+        run.on_event(event_sink(
+            log.clone(),
+            self.metrics.clone(),
+            catalog,
+            timing.clone(),
+        ));
+        let actor = RunActor::new(run).start();
+        self.ended.retain(|id| id != &run_id);
+        self.runs.insert(
+            run_id.clone(),
+            LiveRun {
+                record,
+                log,
+                actor: Some(actor),
+                driving: false,
+                timing,
+            },
+        );
+        self.drive(&run_id, new_run, ctx);
+        run_id
+    }
+
+    fn drive(&mut self, run_id: &str, new_run: bool, ctx: &mut Context<Self>) {
+        let Some(live) = self.runs.get_mut(run_id) else {
+            return;
+        };
+        let Some(actor) = live.actor.clone() else {
+            return;
+        };
+        live.driving = true;
+        live.log.driving();
+        self.metrics.drive_started(new_run);
+        let run_id = run_id.to_owned();
+        ctx.spawn(
+            actor
+                .send(Drive)
+                .into_actor(self)
+                .map(move |result, manager, _| {
+                    let Some(live) = manager.runs.get_mut(&run_id) else {
+                        return;
+                    };
+                    let (view, status) = match result {
+                        Ok(Ok(outcome)) => {
+                            (view::from_outcome(&live.record, &outcome), outcome.status)
+                        }
+                        Ok(Err(e)) => (failed_view(&live.record, &e.to_string()), RunStatus::Error),
+                        Err(e) => (failed_view(&live.record, &e.to_string()), RunStatus::Error),
+                    };
+                    if let Some(took) = live
+                        .timing
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .step_started
+                        .take()
+                        .map(|t| t.elapsed())
+                    {
+                        manager.metrics.step(took);
+                    }
+                    manager.metrics.drive_stopped(status.as_str());
+                    live.driving = false;
+                    live.log.stop(view.to_string());
+                    if status != RunStatus::Interrupted {
+                        // The run ended: its loop and state go; its view and events stay a while.
+                        live.actor = None;
+                        manager.ended.push_back(run_id.clone());
+                        while manager.ended.len() > KEEP_ENDED {
+                            if let Some(old) = manager.ended.pop_front() {
+                                manager.runs.remove(&old);
+                            }
+                        }
+                    }
+                }),
+        );
+    }
+}
+
+fn failed_view(record: &RunRecord, error: &str) -> Value {
+    serde_json::json!({
+        "run_id": record.run_id,
+        "status": RunStatus::Error,
+        "user": record.user_id,
+        "thread": record.thread_id,
+        "task": record.task,
+        "final_answer": null,
+        "question": null,
+        "error": error,
+        "artifacts": [],
+        "delivery": null,
+        "stop_reason": null,
+    })
+}
+
+impl Actor for RunManager {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if !self.resume_at_start {
+            return;
+        }
+        let pending = match self.env.store.in_progress() {
+            Ok(pending) => pending,
+            Err(e) => {
+                tracing::error!("cannot list the runs to resume: {e}");
+                return;
+            }
+        };
+        for record in pending {
+            tracing::info!(run = %record.run_id, "resuming a run the lead was driving when it stopped");
+            ctx.notify(ResumeRun {
+                run_id: record.run_id,
+                answer: None,
+                playbook: None,
+            });
+        }
+    }
+}
+
+/// Start a run; the reply (its id) comes once it is prepared and driven.
+#[derive(Message)]
+#[rtype(result = "Result<String, PrepareError>")]
+pub struct SubmitRun(pub RunSubmission);
+
+impl Handler<SubmitRun> for RunManager {
+    type Result = ResponseActFuture<Self, Result<String, PrepareError>>;
+
+    fn handle(&mut self, msg: SubmitRun, _: &mut Context<Self>) -> Self::Result {
+        let env = self.env.clone();
+        let run_id = format!("run-{}", uuid::Uuid::new_v4().simple());
+        Box::pin(
+            async move { env.start(&run_id, &msg.0).await }
+                .into_actor(self)
+                .map(|prepared, manager, ctx| Ok(manager.launch(prepared?, true, ctx))),
+        )
+    }
+}
+
+/// Continue a stopped run (with an answer to its question), or leave a driven one be.
+#[derive(Message)]
+#[rtype(result = "Result<String, PrepareError>")]
+pub struct ResumeRun {
+    pub run_id: String,
+    pub answer: Option<String>,
+    pub playbook: Option<String>,
+}
+
+impl Handler<ResumeRun> for RunManager {
+    type Result = ResponseActFuture<Self, Result<String, PrepareError>>;
+
+    fn handle(&mut self, msg: ResumeRun, _: &mut Context<Self>) -> Self::Result {
+        let run_id = msg.run_id.clone();
+        if self.runs.get(&run_id).is_some_and(|live| live.driving) {
+            return Box::pin(actix::fut::ready(Ok(run_id)));
+        }
+        let env = self.env.clone();
+        Box::pin(
+            async move {
+                env.resume(&msg.run_id, msg.answer.as_deref(), msg.playbook.as_deref())
+                    .await
+            }
+            .into_actor(self)
+            .map(move |prepared, manager, ctx| {
+                if manager.runs.get(&run_id).is_some_and(|live| live.driving) {
+                    // Resumed twice at once: the first drive goes on.
+                    return Ok(run_id);
+                }
+                Ok(manager.launch(prepared?, false, ctx))
+            }),
+        )
+    }
+}
+
+/// The events of a run this lead holds (`None`: not in memory, read the store).
+#[derive(Message)]
+#[rtype(result = "Option<Arc<EventLog>>")]
+pub struct WatchRun(pub String);
+
+impl Handler<WatchRun> for RunManager {
+    type Result = Option<Arc<EventLog>>;
+
+    fn handle(&mut self, msg: WatchRun, _: &mut Context<Self>) -> Self::Result {
+        self.runs.get(&msg.0).map(|live| live.log.clone())
+    }
+}
+
+/// A run's view now.
+#[derive(Message)]
+#[rtype(result = "Result<Value, PrepareError>")]
+pub struct GetRun(pub String);
+
+impl Handler<GetRun> for RunManager {
+    type Result = Result<Value, PrepareError>;
+
+    fn handle(&mut self, msg: GetRun, _: &mut Context<Self>) -> Self::Result {
+        if let Some(live) = self.runs.get(&msg.0) {
+            if let Some(stopped) = live.log.stopped().filter(|_| !live.driving) {
+                return serde_json::from_str(&stopped)
+                    .map_err(|e| PrepareError::Config(format!("run view: {e}")));
+            }
+        }
+        let record = self
+            .env
+            .store
+            .run(&msg.0)?
+            .ok_or_else(|| PrepareError::UnknownRun(msg.0.clone()))?;
+        Ok(view::from_store(&self.env.store, &record)?)
+    }
+}
+
+/// Per-run timing for the latency metrics.
+#[derive(Default)]
+struct Timing {
+    step_started: Option<Instant>,
+    calls: HashMap<String, (Instant, bool)>,
+}
+
+fn source_label(catalog: &Catalog, tool: &str) -> &'static str {
+    match catalog.get(tool).map(|t| &t.source) {
+        Some(ToolSource::Builtin) => "builtin",
+        Some(ToolSource::Config { .. }) => "config",
+        Some(ToolSource::Mcp { .. }) => "mcp",
+        Some(ToolSource::Acp) => "acp",
+        None => "unknown",
+    }
+}
+
+fn state_label(state: ToolState) -> &'static str {
+    match state {
+        ToolState::Available => "available",
+        ToolState::Authorized => "authorized",
+        ToolState::Visible => "visible",
+        ToolState::Executed => "executed",
+        ToolState::Returned => "returned",
+        ToolState::Delivered => "delivered",
+    }
+}
+
+/// The run's events go to its log as JSON and into the metrics.
+fn event_sink(
+    log: Arc<EventLog>,
+    metrics: Arc<Metrics>,
+    catalog: Arc<Catalog>,
+    timing: Arc<Mutex<Timing>>,
+) -> impl Fn(&RunEvent) + Send + 'static {
+    move |event| {
+        match serde_json::to_string(event) {
+            Ok(json) => log.push(json),
+            Err(e) => tracing::warn!("run event does not encode: {e}"),
+        }
+        let mut timing = timing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match event {
+            RunEvent::ModelStarted { .. } => {
+                if let Some(started) = timing.step_started.replace(Instant::now()) {
+                    metrics.step(started.elapsed());
+                }
+            }
+            RunEvent::ToolStarted { tool_call_id, .. } => {
+                timing
+                    .calls
+                    .insert(tool_call_id.clone(), (Instant::now(), false));
+            }
+            RunEvent::Lifecycle {
+                state,
+                tool,
+                tool_call_id,
+            } => {
+                metrics.tool_state(source_label(&catalog, tool), state_label(*state));
+                if let (ToolState::Executed, Some(id)) = (state, tool_call_id) {
+                    if let Some(call) = timing.calls.get_mut(id) {
+                        call.1 = true;
+                    }
+                }
+            }
+            RunEvent::ToolFinished {
+                name,
+                tool_call_id,
+                error,
+            } => {
+                if let Some((started, executed)) = timing.calls.remove(tool_call_id) {
+                    let outcome = match (executed, error) {
+                        (false, _) => "refused",
+                        (true, true) => "error",
+                        (true, false) => "ok",
+                    };
+                    metrics.tool_call(source_label(&catalog, name), outcome, started.elapsed());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! [`Metrics`]: the lead's run metrics in Prometheus' text format (`GET /metrics`): runs
+//! started and ended by status, runs being driven, tool lifecycle states and tool calls
+//! by source and outcome, and histograms of model-step and tool-call latencies.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Upper bounds (seconds) of the latency histograms' buckets.
+const BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0,
+];
+
+/// A latency histogram.
+#[derive(Default)]
+struct Histogram {
+    counts: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, took: Duration) {
+        let seconds = took.as_secs_f64();
+        for (bound, count) in BUCKETS.iter().zip(&self.counts) {
+            if seconds <= *bound {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (bound, count) in BUCKETS.iter().zip(&self.counts) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{bound}\"}} {}",
+                count.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum {sum}");
+        let _ = writeln!(out, "{name}_count {count}");
+    }
+}
+
+/// Counters keyed by label values.
+#[derive(Default)]
+struct Family(Mutex<BTreeMap<Vec<String>, u64>>);
+
+impl Family {
+    fn add(&self, labels: &[&str]) {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *map.entry(labels.iter().map(|l| (*l).to_owned()).collect())
+            .or_default() += 1;
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str, kind: &str, labels: &[&str]) {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        let map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (values, count) in map.iter() {
+            let pairs: Vec<String> = labels
+                .iter()
+                .zip(values)
+                .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+                .collect();
+            let _ = writeln!(out, "{name}{{{}}} {count}", pairs.join(","));
+        }
+    }
+}
+
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The lead's run metrics.
+#[derive(Default)]
+pub struct Metrics {
+    runs_started: AtomicU64,
+    runs_active: AtomicI64,
+    runs_ended: Family,
+    tool_states: Family,
+    tool_calls: Family,
+    step_latency: Histogram,
+    tool_latency: Histogram,
+}
+
+impl Metrics {
+    /// A drive of a run began.
+    pub fn drive_started(&self, new_run: bool) {
+        if new_run {
+            self.runs_started.fetch_add(1, Ordering::Relaxed);
+        }
+        self.runs_active.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A drive stopped with `status` (`success`, `error`, `interrupted`).
+    pub fn drive_stopped(&self, status: &str) {
+        self.runs_active.fetch_sub(1, Ordering::Relaxed);
+        self.runs_ended.add(&[status]);
+    }
+
+    /// A tool reached a lifecycle state.
+    pub fn tool_state(&self, source: &str, state: &str) {
+        self.tool_states.add(&[source, state]);
+    }
+
+    /// A tool call came back: `ok`, `error`, or `refused` by a middleware.
+    pub fn tool_call(&self, source: &str, outcome: &str, took: Duration) {
+        self.tool_calls.add(&[source, outcome]);
+        self.tool_latency.observe(took);
+    }
+
+    /// One model step (model call, its tool calls, the merge) took `took`.
+    pub fn step(&self, took: Duration) {
+        self.step_latency.observe(took);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        let _ = writeln!(out, "# HELP antler_runs_started_total Runs started.");
+        let _ = writeln!(out, "# TYPE antler_runs_started_total counter");
+        let _ = writeln!(
+            out,
+            "antler_runs_started_total {}",
+            self.runs_started.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(out, "# HELP antler_runs_active Runs being driven now.");
+        let _ = writeln!(out, "# TYPE antler_runs_active gauge");
+        let _ = writeln!(
+            out,
+            "antler_runs_active {}",
+            self.runs_active.load(Ordering::Relaxed)
+        );
+        self.runs_ended.render(
+            &mut out,
+            "antler_runs_total",
+            "Run drives that stopped, by status.",
+            "counter",
+            &["status"],
+        );
+        self.tool_states.render(
+            &mut out,
+            "antler_tool_states_total",
+            "Tools reaching a lifecycle state, by source and state.",
+            "counter",
+            &["source", "state"],
+        );
+        self.tool_calls.render(
+            &mut out,
+            "antler_tool_calls_total",
+            "Tool calls by source and outcome (ok, error, refused).",
+            "counter",
+            &["source", "outcome"],
+        );
+        self.step_latency.render(
+            &mut out,
+            "antler_step_duration_seconds",
+            "Duration of one model step with its tool calls.",
+        );
+        self.tool_latency.render(
+            &mut out,
+            "antler_tool_call_duration_seconds",
+            "Duration of one tool call through the middlewares and its host.",
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exposition_counts_runs_calls_and_latencies() {
+        let m = Metrics::default();
+        m.drive_started(true);
+        m.tool_state("mcp", "executed");
+        m.tool_call("mcp", "error", Duration::from_millis(3));
+        m.step(Duration::from_micros(700));
+        m.drive_stopped("success");
+        let text = m.render();
+        assert!(text.contains("antler_runs_started_total 1\n"), "{text}");
+        assert!(text.contains("antler_runs_active 0\n"), "{text}");
+        assert!(text.contains("antler_runs_total{status=\"success\"} 1\n"));
+        assert!(text.contains("antler_tool_states_total{source=\"mcp\",state=\"executed\"} 1\n"));
+        assert!(text.contains("antler_tool_calls_total{source=\"mcp\",outcome=\"error\"} 1\n"));
+        assert!(text.contains("antler_step_duration_seconds_bucket{le=\"0.001\"} 1\n"));
+        assert!(text.contains("antler_step_duration_seconds_bucket{le=\"0.0005\"} 0\n"));
+        assert!(text.contains("antler_tool_call_duration_seconds_count 1\n"));
+    }
+}

@@ -1,0 +1,14 @@
+//! Runs hosted by the lead process. [`manager::RunManager`] owns every run of this lead:
+//! it prepares a run (config, model, catalog, thread directories), drives its
+//! `RunActor`, keeps its events for watchers (the CLI over the control socket, the
+//! gateway's server-sent events), resumes the runs a crash left `running` when the lead
+//! starts, and feeds [`metrics::Metrics`]. `hosts` reaches sandbox-host and mcp-host
+//! through the supervisor's links; `prepare` turns a submission into a ready run loop;
+//! `view` is the JSON shape of a run for the CLI and the HTTP API.
+
+pub mod events;
+pub mod hosts;
+pub mod manager;
+pub mod metrics;
+pub mod prepare;
+pub mod view;
