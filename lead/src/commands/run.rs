@@ -130,6 +130,12 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
             }
             loop {
                 let view = follow(&client, &run_id, args.trace, args.json).await?;
+                if view["status"] == "running" {
+                    // The lead is still preparing the run (a resume after its restart):
+                    // its events are not there yet.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
                 if interactive && view["status"] == "interrupted" {
                     let answer = ask(view["question"].as_str().unwrap_or_default())?;
                     started(

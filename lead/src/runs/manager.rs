@@ -40,6 +40,8 @@ pub struct RunManager {
     metrics: Arc<Metrics>,
     runs: HashMap<String, LiveRun>,
     ended: VecDeque<String>,
+    /// Runs being prepared for a resume (a second resume leaves them be).
+    resuming: std::collections::HashSet<String>,
     resume_at_start: bool,
 }
 
@@ -52,6 +54,7 @@ impl RunManager {
             metrics,
             runs: HashMap::new(),
             ended: VecDeque::new(),
+            resuming: Default::default(),
             resume_at_start,
         }
     }
@@ -174,16 +177,44 @@ impl Actor for RunManager {
                 return;
             }
         };
-        for record in pending {
-            tracing::info!(run = %record.run_id, "resuming a run the lead was driving when it stopped");
-            ctx.notify(ResumeRun {
-                run_id: record.run_id,
-                answer: None,
-                playbook: None,
-            });
+        if pending.is_empty() {
+            return;
         }
+        let env = self.env.clone();
+        let me = ctx.address();
+        actix::spawn(async move {
+            // The hosts start with the lead: resume once they answer.
+            env.wait_for_hosts(HOSTS_WAIT).await;
+            for record in pending {
+                let run_id = record.run_id;
+                tracing::info!(run = %run_id, "resuming a run the lead was driving when it stopped");
+                for attempt in 1..=RESUME_ATTEMPTS {
+                    let resume = ResumeRun {
+                        run_id: run_id.clone(),
+                        answer: None,
+                        playbook: None,
+                    };
+                    match me.send(resume).await {
+                        Ok(Ok(_)) => break,
+                        Ok(Err(e)) if attempt < RESUME_ATTEMPTS => {
+                            tracing::warn!(run = %run_id, attempt, "cannot resume the run yet: {e}");
+                            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                        }
+                        Ok(Err(e)) => {
+                            tracing::error!(run = %run_id, "cannot resume the run: {e}; antler run --resume {run_id} retries");
+                        }
+                        Err(_) => return,
+                    }
+                }
+            }
+        });
     }
 }
+
+/// How long the lead waits for its hosts before resuming runs.
+const HOSTS_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Attempts to resume one run at start.
+const RESUME_ATTEMPTS: u32 = 5;
 
 /// Start a run; the reply (its id) comes once it is prepared and driven.
 #[derive(Message)]
@@ -218,7 +249,9 @@ impl Handler<ResumeRun> for RunManager {
 
     fn handle(&mut self, msg: ResumeRun, _: &mut Context<Self>) -> Self::Result {
         let run_id = msg.run_id.clone();
-        if self.runs.get(&run_id).is_some_and(|live| live.driving) {
+        if self.runs.get(&run_id).is_some_and(|live| live.driving)
+            || !self.resuming.insert(run_id.clone())
+        {
             return Box::pin(actix::fut::ready(Ok(run_id)));
         }
         let env = self.env.clone();
@@ -229,10 +262,7 @@ impl Handler<ResumeRun> for RunManager {
             }
             .into_actor(self)
             .map(move |prepared, manager, ctx| {
-                if manager.runs.get(&run_id).is_some_and(|live| live.driving) {
-                    // Resumed twice at once: the first drive goes on.
-                    return Ok(run_id);
-                }
+                manager.resuming.remove(&run_id);
                 Ok(manager.launch(prepared?, false, ctx))
             }),
         )

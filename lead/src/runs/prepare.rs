@@ -14,7 +14,8 @@ use antler_protocol::config::{
     load_app_config, load_extensions_config, AppConfig, ExtensionsConfig,
 };
 use antler_protocol::messages::{
-    McpReply, McpRequest, Reply, Request, RunSubmission, SandboxReply, SandboxRequest,
+    ControlRequest, McpReply, McpRequest, Reply, Request, RunSubmission, SandboxReply,
+    SandboxRequest,
 };
 use antler_protocol::Role;
 
@@ -237,6 +238,27 @@ impl RunEnv {
         let catalog = built.assembled.catalog.clone();
         feed.built = Some((built.version, catalog.clone()));
         Ok(catalog)
+    }
+
+    /// Waits (at most `within`) until sandbox-host and mcp-host answer a ping.
+    pub async fn wait_for_hosts(&self, within: Duration) {
+        let until = std::time::Instant::now() + within;
+        for role in [Role::SandboxHost, Role::McpHost] {
+            while std::time::Instant::now() < until {
+                let ping = Request::Control(ControlRequest::Ping {
+                    payload: Vec::new(),
+                });
+                if self
+                    .hosts
+                    .request(role, ping, Duration::from_secs(1))
+                    .await
+                    .is_ok()
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
     }
 
     /// Where sandbox-host keeps thread directories (asked once, then remembered).
