@@ -28,7 +28,7 @@ use crate::catalog::assembly::{assemble, AssemblyRequest, McpSourceTool, Sources
 use crate::catalog::Catalog;
 use crate::run::actor::{Answer, Drive, RunActor, RunEvent, RunLoop, RunOutcome, RunSettings};
 use crate::run::checkpoint::{CheckpointStore, RunStatus};
-use crate::run::context::{RunContext, ThreadPaths};
+use crate::run::context::{AgentContext, RunContext, ThreadPaths};
 use crate::run::hosts::{LeadConnectionHosts, ToolHosts};
 use crate::run::middleware::guardrail::Guardrail;
 use crate::run::model::{ChatModel, ScriptedModel};
@@ -151,6 +151,10 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                 thread_id: thread.clone(),
                 paths,
                 clarification_enabled,
+                agent: AgentContext {
+                    models: app.models.iter().map(|m| m.name.clone()).collect(),
+                    ..AgentContext::new(&base)
+                },
             };
             let settings = RunSettings {
                 auto_promote_top_k: app.tool_search.top_k(),

@@ -1,6 +1,6 @@
 use super::*;
 use crate::catalog::{Promoted, ToolSpec};
-use crate::run::context::ThreadPaths;
+use crate::run::context::{AgentContext, ThreadPaths};
 use serde_json::json;
 
 struct Thread {
@@ -20,6 +20,7 @@ fn thread() -> Thread {
             run_id: "run-1".into(),
             user_id: "u1".into(),
             thread_id: "thread-1".into(),
+            agent: AgentContext::new(dir.path()),
             paths,
             clarification_enabled: false,
         },
