@@ -9,7 +9,7 @@ use std::time::Duration;
 use antler_lead::catalog::{Catalog, ToolSource, ToolSpec};
 use antler_lead::run::actor::{RunEvent, RunLoop, RunSettings, ToolState};
 use antler_lead::run::checkpoint::{CheckpointStore, RunStatus};
-use antler_lead::run::context::{RunContext, ThreadPaths};
+use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
 use antler_lead::run::hosts::{HostError, ToolHosts};
 use antler_lead::run::model::ScriptedModel;
 use antler_lead::run::state::{Message, StateUpdate, StopReason, ToolStatus};
@@ -83,6 +83,7 @@ impl Fixture {
             thread_id: "t1".into(),
             paths,
             clarification_enabled: clarification,
+            agent: AgentContext::new(&self.dir.path().join("data")),
         }
     }
 

@@ -15,7 +15,7 @@ mod matcher;
 mod names;
 mod prefilter;
 pub mod promotion;
-mod pyjson;
+pub(crate) mod pyjson;
 pub mod registry;
 pub mod routing;
 pub mod search;

@@ -1,6 +1,7 @@
 //! Python `json.dumps` output, byte for byte, written by hand into a caller's `String`.
-//! Two shapes: compact with `sort_keys=True` and the default `", "` / `": "` separators
-//! (the catalog hash blob), and `indent=2` in insertion order (the `tool_search` result).
+//! Three shapes: compact with `sort_keys=True` and the default `", "` / `": "` separators
+//! (the catalog hash blob), the same in insertion order (langchain's content for a tool
+//! that returns a dict), and `indent=2` in insertion order (the `tool_search` result).
 //! Both are `ensure_ascii=False`: non-ASCII stays as is, while `"`, `\` and control
 //! characters are escaped as CPython does (`\n`-style short forms, else `\u00XX`).
 
@@ -250,6 +251,35 @@ fn sort_keys(entries: &mut [Key<'_>]) {
     }
 }
 
+/// `json.dumps(v)` in insertion order: the `", "` / `": "` separators, one line.
+pub(crate) fn write_compact(out: &mut String, value: &Value) {
+    match value {
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_compact(out, item);
+            }
+            out.push(']');
+        }
+        Value::Object(object) => {
+            out.push('{');
+            for (i, (key, item)) in object.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_str(out, key);
+                out.push_str(": ");
+                write_compact(out, item);
+            }
+            out.push('}');
+        }
+        scalar => SortedCompact::default().write(out, scalar),
+    }
+}
+
 /// `json.dumps(v, indent=2)` in insertion order, for a value that starts at nesting
 /// `level` (the caller has already written that line's indentation).
 pub(crate) fn write_pretty(out: &mut String, value: &Value, level: usize) {
@@ -411,6 +441,18 @@ mod tests {
         assert_eq!(
             compact(&value),
             "{\"Z\": -3, \"a\": 2.0, \"b\": [1, {\"a\": true, \"z\": null}], \"é\": \"x\"}"
+        );
+    }
+
+    #[test]
+    fn insertion_order_compact_matches_python_dumps() {
+        // json.dumps({"files": [], "b": {"z": 1, "a": [True, None]}, "é": "x\n"}, ensure_ascii=False)
+        let value = json!({"files": [], "b": {"z": 1, "a": [true, null]}, "é": "x\n"});
+        let mut out = String::new();
+        write_compact(&mut out, &value);
+        assert_eq!(
+            out,
+            "{\"files\": [], \"b\": {\"z\": 1, \"a\": [true, null]}, \"é\": \"x\\n\"}"
         );
     }
 

@@ -1,17 +1,21 @@
 //! The tools the lead executes itself (spec 3): `present_files`, `ask_clarification`
-//! (formatted here, intercepted by the clarification middleware) and `tool_search`
-//! over the catalog. Each returns a [`StateUpdate`] holding its tool message; a failure
+//! (formatted here, intercepted by the clarification middleware), `list_uploaded_files`
+//! and `tool_search` over the catalog (`setup_agent` and `update_agent` are in
+//! [`super::agents`]). Each returns a [`StateUpdate`] holding its tool message; a failure
 //! the model should see is an `Error: ...` tool message or a [`ToolFailure`] for the
 //! error middleware.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
+use std::time::SystemTime;
 
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 
 use super::context::{RunContext, VIRTUAL_USER_DATA};
 use super::middleware::tool_error::ToolFailure;
 use super::state::{Message, StateUpdate, ToolCall, ToolStatus};
-use crate::catalog::builtins::PRESENT_FILES;
+use crate::catalog::builtins::{LIST_UPLOADED_FILES, PRESENT_FILES};
+use crate::catalog::pyjson::write_compact;
 use crate::catalog::{Catalog, TOOL_SEARCH_NAME};
 
 pub use super::middleware::clarification::format_question as ask_clarification_text;
@@ -138,6 +142,188 @@ pub fn resolve(path: &Path) -> PathBuf {
         }
     }
     resolved
+}
+
+/// `list_uploaded_files`' message when the thread has no uploads directory.
+pub const NO_UPLOADS_DIR: &str = "No uploads directory for this thread.";
+/// `list_uploaded_files`' message when the directory holds nothing to list.
+pub const NO_HISTORICAL_UPLOADS: &str = "No historical uploaded files in this thread.";
+/// `list_uploaded_files`' message with the files; `{total_count}` before truncation.
+pub const FOUND_UPLOADS: &str = "Found {total_count} historical file(s).";
+/// The directory cannot be read. DeerFlow names the host directory; Antler names the
+/// virtual one, as the model never sees host paths.
+pub const UPLOADS_UNREADABLE: &str = "Failed to read uploads directory: {uploads_dir}";
+/// The virtual uploads directory the listed paths start with.
+pub const VIRTUAL_UPLOADS: &str = "/mnt/user-data/uploads";
+/// `max_results` when the call gives none, and its upper bound (the lower one is 1).
+pub const DEFAULT_MAX_UPLOADS: i64 = 20;
+pub const MAX_MAX_UPLOADS: i64 = 100;
+/// A gateway upload still being written: `.upload-*.part` (`is_upload_staging_file`).
+const STAGING_PREFIX: &str = ".upload-";
+const STAGING_SUFFIX: &str = ".part";
+
+/// One regular file of the uploads directory.
+struct Upload {
+    name: String,
+    size: u64,
+    modified: SystemTime,
+}
+
+/// `list_uploaded_files(include_outline=False, max_results=20)`: the thread's uploads,
+/// newest first (ties by name, so the order never depends on the directory's), as
+/// DeerFlow's dict rendered the way langchain renders it (`json.dumps`). Staging files,
+/// symlinks and anything not a regular file are skipped, and so is a `.md` file that has
+/// a sibling with its stem (the converted copy of an upload). Antler keeps no record of
+/// the current run's uploads and extracts no outlines, so `include_outline` is accepted
+/// and has no effect.
+pub fn list_uploaded_files(
+    call: &ToolCall,
+    context: &RunContext,
+) -> Result<StateUpdate, ToolFailure> {
+    let max_results = match call.args.get("max_results") {
+        None | Some(Value::Null) => DEFAULT_MAX_UPLOADS,
+        Some(Value::Number(n)) if n.is_i64() => n.as_i64().unwrap_or(DEFAULT_MAX_UPLOADS),
+        Some(_) => {
+            return Err(ToolFailure::new(
+                "ValidationError",
+                "max_results: input should be a valid integer",
+            ))
+        }
+    };
+    match call.args.get("include_outline") {
+        None | Some(Value::Null | Value::Bool(_)) => {}
+        Some(Value::Array(items)) if items.iter().all(Value::is_string) => {}
+        Some(_) => {
+            return Err(ToolFailure::new(
+                "ValidationError",
+                "include_outline: input should be a boolean or a list of file names",
+            ))
+        }
+    }
+    let result = uploads_listing(&context.paths.uploads(), max_results);
+    let mut content = String::new();
+    write_compact(&mut content, &Value::Object(result));
+    Ok(StateUpdate::messages([Message::tool(
+        &call.id,
+        LIST_UPLOADED_FILES,
+        content,
+        ToolStatus::Success,
+    )]))
+}
+
+/// `_list_uploaded_files_impl`'s dict for the directory `uploads`.
+fn uploads_listing(uploads: &Path, max_results: i64) -> Map<String, Value> {
+    let reply = |message: String| match json!({"files": [], "message": message}) {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    if !uploads.exists() {
+        return reply(NO_UPLOADS_DIR.to_owned());
+    }
+    let Ok(mut uploads) = read_uploads(uploads) else {
+        return reply(UPLOADS_UNREADABLE.replacen("{uploads_dir}", VIRTUAL_UPLOADS, 1));
+    };
+    if uploads.is_empty() {
+        return reply(NO_HISTORICAL_UPLOADS.to_owned());
+    }
+    uploads.sort_by(|a, b| {
+        b.modified
+            .cmp(&a.modified)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    let max_results = max_results.clamp(1, MAX_MAX_UPLOADS) as usize;
+    let total_count = uploads.len();
+    let files: Vec<Value> = uploads
+        .iter()
+        .take(max_results)
+        .map(|upload| {
+            json!({
+                "filename": upload.name,
+                "size": upload.size,
+                "path": format!("{VIRTUAL_UPLOADS}/{}", upload.name),
+                "extension": python_suffix(&upload.name),
+            })
+        })
+        .collect();
+    let mut result = Map::new();
+    result.insert("files".into(), Value::Array(files));
+    result.insert("total_count".into(), total_count.into());
+    if total_count > max_results {
+        result.insert("truncated".into(), true.into());
+        let omitted = uploads[max_results..].iter().map(|u| u.name.as_str());
+        result.insert("omitted_summary".into(), omitted_summary(omitted).into());
+    }
+    let found = FOUND_UPLOADS.replacen("{total_count}", &total_count.to_string(), 1);
+    result.insert("message".into(), found.into());
+    result
+}
+
+/// The regular files of `dir` that are listed: no staging files, no symlinks, no `.md`
+/// conversion beside its original.
+fn read_uploads(dir: &Path) -> std::io::Result<Vec<Upload>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        // `file_type` does not follow symlinks: a symlink is never a regular file here.
+        if !entry.file_type()?.is_file() {
+            continue;
+        }
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if name.starts_with(STAGING_PREFIX) && name.ends_with(STAGING_SUFFIX) {
+            continue;
+        }
+        let metadata = entry.metadata()?;
+        files.push(Upload {
+            name,
+            size: metadata.len(),
+            modified: metadata.modified()?,
+        });
+    }
+    let names: BTreeSet<String> = files.iter().map(|f| f.name.clone()).collect();
+    files.retain(|file| {
+        let Some(stem) = file.name.strip_suffix(".md") else {
+            return true;
+        };
+        !names
+            .iter()
+            .any(|other| *other != file.name && python_stem(other) == stem)
+    });
+    Ok(files)
+}
+
+/// `Path(name).suffix`: from the last dot, unless the dot leads or ends the name.
+fn python_suffix(name: &str) -> &str {
+    match name.rfind('.') {
+        Some(i) if i > 0 && i < name.len() - 1 => &name[i..],
+        _ => "",
+    }
+}
+
+/// `Path(name).stem`: the name without its suffix.
+fn python_stem(name: &str) -> &str {
+    &name[..name.len() - python_suffix(name).len()]
+}
+
+/// `_format_omitted_summary`: `"{count} {extension}"` per lower-cased extension (or
+/// `(no extension)`), sorted by extension, joined with `", "`.
+fn omitted_summary<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for name in names {
+        let suffix = python_suffix(name).to_lowercase();
+        let label = if suffix.is_empty() {
+            "(no extension)".to_owned()
+        } else {
+            suffix
+        };
+        *counts.entry(label).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(extension, count)| format!("{count} {extension}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `tool_search(query)`: the promotion and the rendered schemas, from the catalog.

@@ -1,6 +1,6 @@
 use super::*;
 use crate::catalog::{Promoted, ToolSpec};
-use crate::run::context::ThreadPaths;
+use crate::run::context::{AgentContext, ThreadPaths};
 use serde_json::json;
 
 struct Thread {
@@ -20,6 +20,7 @@ fn thread() -> Thread {
             run_id: "run-1".into(),
             user_id: "u1".into(),
             thread_id: "thread-1".into(),
+            agent: AgentContext::new(dir.path()),
             paths,
             clarification_enabled: false,
         },
@@ -212,4 +213,157 @@ fn tool_search_promotes_through_the_catalog() {
         tool_search(&missing, &catalog).unwrap_err(),
         ToolFailure::new("ValidationError", "query: field required (a string)")
     );
+}
+
+// list_uploaded_files
+
+fn list_uploads(thread: &Thread, args: serde_json::Value) -> String {
+    let update = list_uploaded_files(
+        &ToolCall {
+            id: "c1".into(),
+            name: "list_uploaded_files".into(),
+            args,
+        },
+        &thread.context,
+    )
+    .unwrap();
+    let (content, status) = reply(&update);
+    assert_eq!(status, ToolStatus::Success);
+    content.to_owned()
+}
+
+/// Writes `name` in the thread's uploads with `size` bytes, modified `at` seconds after
+/// the epoch.
+fn upload(thread: &Thread, name: &str, size: usize, at: u64) {
+    let path = thread.context.paths.uploads().join(name);
+    std::fs::write(&path, "x".repeat(size)).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(at))
+        .unwrap();
+}
+
+#[test]
+fn no_uploads_have_deerflows_texts() {
+    let thread = thread();
+    assert_eq!(
+        list_uploads(&thread, json!({})),
+        r#"{"files": [], "message": "No historical uploaded files in this thread."}"#
+    );
+    // Only what is never listed.
+    upload(&thread, ".upload-3f2a.part", 4, 10);
+    std::fs::create_dir(thread.context.paths.uploads().join("folder")).unwrap();
+    assert_eq!(
+        list_uploads(&thread, json!({})),
+        r#"{"files": [], "message": "No historical uploaded files in this thread."}"#
+    );
+    std::fs::remove_dir_all(thread.context.paths.uploads()).unwrap();
+    assert_eq!(
+        list_uploads(&thread, json!({})),
+        r#"{"files": [], "message": "No uploads directory for this thread."}"#
+    );
+}
+
+#[test]
+fn uploads_are_listed_newest_first_with_virtual_paths() {
+    let thread = thread();
+    upload(&thread, "notes.txt", 5, 100);
+    upload(&thread, "report.pdf", 2048, 300);
+    // The converted copy of report.pdf is hidden; a lone .md is not.
+    upload(&thread, "report.md", 10, 400);
+    upload(&thread, "summary.md", 7, 200);
+    upload(&thread, "Makefile", 1, 50);
+    upload(&thread, ".upload-9.part", 3, 500);
+    std::os::unix::fs::symlink(
+        thread.context.paths.uploads().join("notes.txt"),
+        thread.context.paths.uploads().join("link.txt"),
+    )
+    .unwrap();
+    assert_eq!(
+        list_uploads(&thread, json!({})),
+        concat!(
+            r#"{"files": ["#,
+            r#"{"filename": "report.pdf", "size": 2048, "path": "/mnt/user-data/uploads/report.pdf", "extension": ".pdf"}, "#,
+            r#"{"filename": "summary.md", "size": 7, "path": "/mnt/user-data/uploads/summary.md", "extension": ".md"}, "#,
+            r#"{"filename": "notes.txt", "size": 5, "path": "/mnt/user-data/uploads/notes.txt", "extension": ".txt"}, "#,
+            r#"{"filename": "Makefile", "size": 1, "path": "/mnt/user-data/uploads/Makefile", "extension": ""}], "#,
+            r#""total_count": 4, "message": "Found 4 historical file(s)."}"#
+        )
+    );
+}
+
+#[test]
+fn uploads_with_the_same_time_are_ordered_by_name() {
+    let thread = thread();
+    for name in ["c.csv", "a.csv", "b.csv"] {
+        upload(&thread, name, 1, 100);
+    }
+    let listed: serde_json::Value =
+        serde_json::from_str(&list_uploads(&thread, json!({}))).unwrap();
+    let names: Vec<&str> = listed["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["filename"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a.csv", "b.csv", "c.csv"]);
+}
+
+#[test]
+fn a_long_list_is_truncated_with_a_summary_of_what_was_left_out() {
+    let thread = thread();
+    upload(&thread, "new.txt", 1, 600);
+    upload(&thread, "b.CSV", 1, 500);
+    upload(&thread, "a.csv", 1, 400);
+    upload(&thread, "README", 1, 300);
+    upload(&thread, "c.csv", 1, 200);
+    assert_eq!(
+        list_uploads(&thread, json!({"max_results": 1, "include_outline": true})),
+        concat!(
+            r#"{"files": [{"filename": "new.txt", "size": 1, "path": "/mnt/user-data/uploads/new.txt", "extension": ".txt"}], "#,
+            r#""total_count": 5, "truncated": true, "omitted_summary": "1 (no extension), 3 .csv", "#,
+            r#""message": "Found 5 historical file(s)."}"#
+        )
+    );
+    // max_results is clamped to [1, 100].
+    let count = |args| {
+        let listed: serde_json::Value = serde_json::from_str(&list_uploads(&thread, args)).unwrap();
+        listed["files"].as_array().unwrap().len()
+    };
+    assert_eq!(count(json!({"max_results": 0})), 1);
+    assert_eq!(count(json!({"max_results": -5})), 1);
+    assert_eq!(count(json!({"max_results": 4})), 4);
+    for i in 0..120 {
+        upload(&thread, &format!("f{i:03}.txt"), 1, 10);
+    }
+    assert_eq!(count(json!({"max_results": 1000})), 100);
+    assert_eq!(count(json!({})), 20);
+}
+
+#[test]
+fn list_uploaded_files_refuses_mistyped_arguments() {
+    let thread = thread();
+    for (args, detail) in [
+        (
+            json!({"max_results": "5"}),
+            "max_results: input should be a valid integer",
+        ),
+        (
+            json!({"include_outline": "yes"}),
+            "include_outline: input should be a boolean or a list of file names",
+        ),
+    ] {
+        let failure = list_uploaded_files(
+            &ToolCall {
+                id: "c1".into(),
+                name: "list_uploaded_files".into(),
+                args,
+            },
+            &thread.context,
+        )
+        .unwrap_err();
+        assert_eq!(failure, ToolFailure::new("ValidationError", detail));
+    }
 }

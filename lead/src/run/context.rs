@@ -1,6 +1,7 @@
 //! Who and where a run is: its ids and the thread's directories on the lead's host
 //! (`{base}/users/{user}/threads/{thread}/user-data/{workspace,uploads,outputs}`, the
-//! same layout sandbox-host mounts at `/mnt/user-data`).
+//! same layout sandbox-host mounts at `/mnt/user-data`), and the custom agent it runs as
+//! (its files under the same `{base}`, see [`AgentContext`]).
 
 use std::path::{Path, PathBuf};
 
@@ -36,6 +37,11 @@ impl ThreadPaths {
         self.user_data.join("outputs")
     }
 
+    /// `/mnt/user-data/uploads` on the host.
+    pub fn uploads(&self) -> PathBuf {
+        self.user_data.join("uploads")
+    }
+
     /// Creates `workspace`, `uploads` and `outputs`.
     pub fn create(&self) -> std::io::Result<()> {
         for dir in ["workspace", "uploads", "outputs"] {
@@ -55,4 +61,31 @@ pub struct RunContext {
     /// Whether `ask_clarification` interrupts the run (a person can answer) or returns
     /// the "proceed with your best judgment" text.
     pub clarification_enabled: bool,
+    /// The custom agent the run is for, and where agents live.
+    pub agent: AgentContext,
+}
+
+/// DeerFlow's `agent_name` and `channel_name` from the run context, with `Paths.base_dir`
+/// (the data root the thread directories are under too): custom agents live in
+/// `{base_dir}/users/{user}/agents/{name}/`, the legacy shared layout is
+/// `{base_dir}/agents/{name}/`, and the default agent's soul is `{base_dir}/SOUL.md`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AgentContext {
+    pub base_dir: PathBuf,
+    /// Set in a custom agent's chat, or for the agent being created in bootstrap mode.
+    pub agent_name: Option<String>,
+    /// The channel the run's request came from (`github` is a webhook fan-out).
+    pub channel_name: Option<String>,
+    /// The configured model names (`models:` in config.yaml): `update_agent` refuses others.
+    pub models: Vec<String>,
+}
+
+impl AgentContext {
+    /// The default agent (no name, no channel, no models) under the data root `base_dir`.
+    pub fn new(base_dir: &Path) -> AgentContext {
+        AgentContext {
+            base_dir: base_dir.to_path_buf(),
+            ..AgentContext::default()
+        }
+    }
 }

@@ -17,8 +17,10 @@ use super::context::RunContext;
 use super::hosts::ToolHosts;
 use super::middleware::tool_error::ToolFailure;
 use super::state::{Message, SandboxState, StateUpdate, ThreadState, ToolCall, ToolStatus};
-use super::{builtins, view_image};
-use crate::catalog::builtins::{PRESENT_FILES, VIEW_IMAGE};
+use super::{agents, builtins, view_image};
+use crate::catalog::builtins::{
+    LIST_UPLOADED_FILES, PRESENT_FILES, SETUP_AGENT, UPDATE_AGENT, VIEW_IMAGE,
+};
 use crate::catalog::{Catalog, ToolSource, TOOL_SEARCH_NAME};
 
 pub use antler_protocol::messages::SANDBOX_TOOLS;
@@ -43,6 +45,9 @@ impl Executor<'_> {
             PRESENT_FILES => return Ok(builtins::present_files(call, self.context)),
             TOOL_SEARCH_NAME => return builtins::tool_search(call, self.catalog),
             VIEW_IMAGE => return Ok(view_image::view_image(call, self.context)),
+            LIST_UPLOADED_FILES => return builtins::list_uploaded_files(call, self.context),
+            SETUP_AGENT => return agents::setup_agent(call, self.context),
+            UPDATE_AGENT => return agents::update_agent(call, self.context),
             _ => {}
         }
         let spec = self.catalog.get(&call.name).ok_or_else(|| {

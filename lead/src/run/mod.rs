@@ -1,10 +1,13 @@
 //! A run: the lead agent's model and tool loop over one `ThreadState` (spec 3, 4, 8).
 //! `state` holds the reducers, `model` the chat models, `middleware` DeerFlow's tool-call
-//! middlewares, `builtins` and `view_image` the tools executed in the lead, `execute`
-//! where each call runs, `hosts` the way to sandbox-host and mcp-host, `actor` the loop,
-//! `checkpoint` its SQLite store, `settlement` the delivery receipt.
+//! middlewares, `builtins`, `view_image` and `agents` the tools executed in the lead
+//! (`agent_store` the custom agents on disk), `execute` where each call runs, `hosts` the
+//! way to sandbox-host and mcp-host, `actor` the loop, `checkpoint` its SQLite store,
+//! `settlement` the delivery receipt.
 
 pub mod actor;
+pub mod agent_store;
+pub mod agents;
 pub mod builtins;
 pub mod checkpoint;
 pub mod context;

@@ -138,6 +138,9 @@ pub struct ThreadState {
     pub viewed_images: BTreeMap<String, ViewedImage>,
     pub delegations: Vec<Delegation>,
     pub stop_reason: Option<StopReason>,
+    /// The custom agent `setup_agent` created in this thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_agent_name: Option<String>,
 }
 
 /// What one step returns; `None` and empty fields leave the state as it is, except
@@ -151,6 +154,8 @@ pub struct StateUpdate {
     pub viewed_images: Option<BTreeMap<String, ViewedImage>>,
     pub delegations: Vec<Delegation>,
     pub stop_reason: Option<StopReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_agent_name: Option<String>,
 }
 
 impl StateUpdate {
@@ -179,6 +184,7 @@ impl StateUpdate {
         };
         self.delegations.extend(later.delegations);
         self.stop_reason = later.stop_reason.or(self.stop_reason);
+        self.created_agent_name = later.created_agent_name.or(self.created_agent_name);
         self
     }
 }
@@ -211,6 +217,9 @@ impl ThreadState {
         merge_delegations(&mut self.delegations, update.delegations);
         if update.stop_reason.is_some() {
             self.stop_reason = update.stop_reason;
+        }
+        if update.created_agent_name.is_some() {
+            self.created_agent_name = update.created_agent_name;
         }
         Ok(())
     }

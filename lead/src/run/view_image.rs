@@ -137,7 +137,7 @@ fn detect(bytes: &[u8]) -> Option<&'static str> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::run::context::ThreadPaths;
+    use crate::run::context::{AgentContext, ThreadPaths};
     use serde_json::json;
 
     const PNG: &[u8] = &[0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0];
@@ -151,6 +151,7 @@ mod tests {
             thread_id: "t1".into(),
             paths,
             clarification_enabled: false,
+            agent: AgentContext::new(dir),
         }
     }
 

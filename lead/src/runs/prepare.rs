@@ -24,7 +24,7 @@ use crate::catalog::assembly::{assemble, AssemblyError, AssemblyRequest, McpSour
 use crate::catalog::Catalog;
 use crate::run::actor::{RunError, RunLoop, RunSettings};
 use crate::run::checkpoint::{CheckpointError, CheckpointStore, RunRecord};
-use crate::run::context::{RunContext, ThreadPaths};
+use crate::run::context::{AgentContext, RunContext, ThreadPaths};
 use crate::run::hosts::{HostError, ToolHosts};
 use crate::run::middleware::guardrail::Guardrail;
 use crate::run::model::{ChatModel, ModelError, ScriptedModel};
@@ -296,6 +296,7 @@ impl RunEnv {
 
     async fn context(
         &self,
+        app: &AppConfig,
         run_id: &str,
         user: &str,
         thread: &str,
@@ -313,6 +314,10 @@ impl RunEnv {
             thread_id: thread.to_owned(),
             paths,
             clarification_enabled: clarification,
+            agent: AgentContext {
+                models: app.models.iter().map(|m| m.name.clone()).collect(),
+                ..AgentContext::new(&base)
+            },
         })
     }
 
@@ -340,7 +345,13 @@ impl RunEnv {
         let model = model_for(&label, &app)?;
         let catalog = self.catalog(&app, config_override.is_some()).await?;
         let context = self
-            .context(run_id, &submission.user, &thread, submission.clarification)
+            .context(
+                &app,
+                run_id,
+                &submission.user,
+                &thread,
+                submission.clarification,
+            )
             .await?;
         let settings = settings(&app)?;
         let run = RunLoop::start(
@@ -384,6 +395,7 @@ impl RunEnv {
         let catalog = self.catalog(&app, false).await?;
         let context = self
             .context(
+                &app,
                 run_id,
                 &record.user_id,
                 &record.thread_id,
