@@ -1,0 +1,258 @@
+//! Runs over the lead's HTTP gateway: `POST /api/runs` starts a run in the lead,
+//! `GET /api/runs/{id}/events` streams its events as server-sent events and ends with its
+//! view, `GET /api/runs/{id}` shows it, `POST /api/runs/{id}/answer` answers a
+//! clarification, `/metrics` counts runs and tool calls; bad requests get 4xx with a
+//! reason. Bound beyond loopback the gateway demands a bearer token, and refuses to start
+//! without one.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use antler_tests::{http, wait_for, Cluster};
+use serde_json::{json, Value};
+
+const PLAYBOOK: &str = r#"
+turns:
+  - tool_calls:
+      - name: present_files
+        args: {filepaths: ["/mnt/user-data/outputs/missing.md"]}
+  - content: Nothing to present after all.
+"#;
+
+const CLARIFY: &str = r#"
+turns:
+  - tool_calls:
+      - name: ask_clarification
+        args: {question: "Which year?", clarification_type: missing_info, options: ["2024", "2025"]}
+  - content: The report covers the year you chose.
+"#;
+
+/// Starts a cluster with these gateway settings and waits until it is healthy.
+fn cluster(env: &[(&str, &str)]) -> Cluster {
+    let c = Cluster::up_with(0, env);
+    let ok = wait_for(Duration::from_secs(30), || {
+        let st = c.status()?;
+        (st.len() == 3 && st.iter().all(|p| p["healthy"] == true)).then_some(())
+    });
+    assert!(ok.is_some(), "cluster not healthy: {:?}", c.status());
+    c
+}
+
+/// The gateway's `host:port`, reached over loopback.
+fn gateway(c: &Cluster) -> Option<String> {
+    let addr = std::fs::read_to_string(c.runtime_dir().join("gateway.addr")).ok()?;
+    let port = addr.trim().rsplit_once(':')?.1.to_owned();
+    Some(format!("127.0.0.1:{port}"))
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// The `event: NAME` / `data: JSON` pairs of a server-sent event stream.
+fn events(stream: &str) -> Vec<(String, Value)> {
+    stream
+        .split("\n\n")
+        .filter_map(|block| {
+            let name = block.lines().find_map(|l| l.strip_prefix("event: "))?;
+            let data = block.lines().find_map(|l| l.strip_prefix("data: "))?;
+            Some((name.to_owned(), serde_json::from_str(data).ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_over_http_streams_its_events_and_is_counted() {
+    let c = cluster(&[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);
+    let addr = gateway(&c).expect("the gateway listens");
+    let playbook = write(c.dir.path(), "playbook.yaml", PLAYBOOK);
+    let body = json!({"task": "Present the report", "playbook": playbook, "user": "alice"});
+    let (status, text) = http(&addr, "POST", "/api/runs", &[], Some(&body.to_string()));
+    assert_eq!(status, 201, "{text}");
+    let run_id = serde_json::from_str::<Value>(&text).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let (status, stream) = http(
+        &addr,
+        "GET",
+        &format!("/api/runs/{run_id}/events"),
+        &[],
+        None,
+    );
+    assert_eq!(status, 200);
+    let events = events(&stream);
+    let (last, view) = events.last().expect("events");
+    assert_eq!(last, "end", "{stream}");
+    assert_eq!(view["status"], "success", "{view}");
+    assert_eq!(view["user"], "alice");
+    let names: Vec<&str> = events
+        .iter()
+        .filter(|(kind, _)| kind == "run")
+        .filter_map(|(_, e)| e["event"].as_str())
+        .collect();
+    for expected in [
+        "model_started",
+        "tool_started",
+        "lifecycle",
+        "tool_finished",
+    ] {
+        assert!(names.contains(&expected), "{expected} missing: {names:?}");
+    }
+    let finished = events
+        .iter()
+        .find(|(_, e)| e["event"] == "tool_finished")
+        .unwrap();
+    assert_eq!(finished.1["name"], "present_files");
+    assert_eq!(finished.1["error"], true, "a missing file is an error");
+
+    let (status, text) = http(&addr, "GET", &format!("/api/runs/{run_id}"), &[], None);
+    assert_eq!(status, 200);
+    let view: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(view["final_answer"], "Nothing to present after all.");
+
+    let (status, metrics) = http(&addr, "GET", "/metrics", &[], None);
+    assert_eq!(status, 200);
+    for line in [
+        "antler_runs_started_total 1",
+        "antler_runs_active 0",
+        "antler_runs_total{status=\"success\"} 1",
+        "antler_tool_calls_total{source=\"builtin\",outcome=\"error\"} 1",
+        "antler_tool_states_total{source=\"builtin\",state=\"executed\"} 1",
+        "antler_step_duration_seconds_count 2",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line} missing:\n{metrics}"
+        );
+    }
+}
+
+#[test]
+fn a_clarification_is_answered_over_http() {
+    let c = cluster(&[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);
+    let addr = gateway(&c).expect("the gateway listens");
+    let playbook = write(c.dir.path(), "clarify.yaml", CLARIFY);
+    let body = json!({"task": "Write a report", "playbook": playbook, "clarification": true});
+    let (status, text) = http(&addr, "POST", "/api/runs", &[], Some(&body.to_string()));
+    assert_eq!(status, 201, "{text}");
+    let run_id = serde_json::from_str::<Value>(&text).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let events_path = format!("/api/runs/{run_id}/events");
+    let (_, stream) = http(&addr, "GET", &events_path, &[], None);
+    let (_, view) = events(&stream).pop().unwrap();
+    assert_eq!(view["status"], "interrupted", "{view}");
+    assert!(
+        view["question"].as_str().unwrap().contains("Which year?"),
+        "{view}"
+    );
+
+    let answer_path = format!("/api/runs/{run_id}/answer");
+    let (status, text) = http(
+        &addr,
+        "POST",
+        &answer_path,
+        &[],
+        Some(r#"{"answer": "2025"}"#),
+    );
+    assert_eq!(status, 202, "{text}");
+    let (_, stream) = http(&addr, "GET", &events_path, &[], None);
+    let (_, view) = events(&stream).pop().unwrap();
+    assert_eq!(view["status"], "success", "{view}");
+    assert_eq!(
+        view["final_answer"],
+        "The report covers the year you chose."
+    );
+}
+
+#[test]
+fn bad_requests_get_a_reason_and_start_nothing() {
+    let c = cluster(&[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);
+    let addr = gateway(&c).expect("the gateway listens");
+    let playbook = write(c.dir.path(), "playbook.yaml", PLAYBOOK);
+    let cases = [
+        ("{not json".to_owned(), 400, "JSON object with a `task`"),
+        (json!({"playbook": playbook}).to_string(), 400, "task"),
+        (
+            json!({"task": "x", "playbook": playbook, "colour": "red"}).to_string(),
+            400,
+            "unknown field",
+        ),
+        (
+            json!({"task": "  ", "playbook": playbook}).to_string(),
+            400,
+            "empty",
+        ),
+        (
+            json!({"task": "x", "playbook": playbook, "user": "../../etc"}).to_string(),
+            400,
+            "invalid user",
+        ),
+        (
+            json!({"task": "x", "playbook": playbook, "thread": "a/b"}).to_string(),
+            400,
+            "invalid thread",
+        ),
+        (
+            json!({"task": "x", "playbook": "/nonexistent/playbook.yaml"}).to_string(),
+            422,
+            "playbook",
+        ),
+    ];
+    for (body, want, reason) in cases {
+        let (status, text) = http(&addr, "POST", "/api/runs", &[], Some(&body));
+        assert_eq!(status, want, "{body}: {text}");
+        assert!(text.contains(reason), "{body}: {text}");
+    }
+    let (status, text) = http(&addr, "GET", "/api/runs/run-nope", &[], None);
+    assert_eq!(status, 404, "{text}");
+    let (status, _) = http(&addr, "POST", "/api/runs/run-nope/answer", &[], Some("{}"));
+    assert_eq!(status, 400);
+    let (_, metrics) = http(&addr, "GET", "/metrics", &[], None);
+    assert!(
+        metrics.contains("antler_runs_started_total 0\n"),
+        "{metrics}"
+    );
+    let escaped = c.dir.path().join("base");
+    assert!(!escaped.join("etc").exists());
+}
+
+#[test]
+fn beyond_loopback_the_gateway_needs_a_bearer_token() {
+    let c = cluster(&[
+        ("ANTLER_GATEWAY_ADDR", "0.0.0.0:0"),
+        ("ANTLER_GATEWAY_TOKEN", "s3cret-token"),
+    ]);
+    let addr = gateway(&c).expect("the gateway listens");
+    let (status, _) = http(&addr, "GET", "/metrics", &[], None);
+    assert_eq!(status, 401);
+    let (status, _) = http(
+        &addr,
+        "GET",
+        "/metrics",
+        &[("Authorization", "Bearer wrong-token!")],
+        None,
+    );
+    assert_eq!(status, 401);
+    let (status, _) = http(&addr, "POST", "/api/runs", &[], Some(r#"{"task": "x"}"#));
+    assert_eq!(status, 401);
+    let (status, text) = http(
+        &addr,
+        "GET",
+        "/metrics",
+        &[("Authorization", "Bearer s3cret-token")],
+        None,
+    );
+    assert_eq!(status, 200, "{text}");
+    let (status, _) = http(&addr, "GET", "/health", &[], None);
+    assert_eq!(status, 200, "health needs no token");
+
+    let open = cluster(&[("ANTLER_GATEWAY_ADDR", "0.0.0.0:0")]);
+    assert_eq!(gateway(&open), None, "no token, no gateway beyond loopback");
+}
