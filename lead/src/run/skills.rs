@@ -309,10 +309,12 @@ impl SkillStore {
             matches!(m, Message::Tool { tool_call_id, status: ToolStatus::Success, content, .. }
                 if *tool_call_id == call.id && !content.trim_start().starts_with("Error:"))
         });
-        let name = dir.rsplit('/').next().unwrap_or_default().to_owned();
-        succeeded.then(|| ActiveSkill {
-            name,
-            path,
+        if !succeeded {
+            return None;
+        }
+        Some(ActiveSkill {
+            name: dir.rsplit('/').next().unwrap_or_default().to_owned(),
+            path: path.clone(),
             source: SkillSource::Read,
         })
     }

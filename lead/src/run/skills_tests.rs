@@ -341,14 +341,17 @@ fn an_active_skill_that_cannot_be_loaded_fails_closed_to_the_framework_tools() {
     root.install("public", "pdf", "name: pdf");
     let store = root.store();
     let pdf = active("pdf", "/mnt/skills/public/pdf/SKILL.md", SkillSource::Slash);
-    assert_eq!(denial(&store.policy(&[pdf.clone()]), "write_file"), None);
+    assert_eq!(
+        denial(&store.policy(std::slice::from_ref(&pdf)), "write_file"),
+        None
+    );
     // Its SKILL.md no longer loads: not installed any more, the policy fails closed.
     std::fs::write(
         root.dir.path().join("skills/public/pdf/SKILL.md"),
         "---\nallowed-tools: [unclosed\n---\n",
     )
     .unwrap();
-    let broken = store.policy(&[pdf.clone()]);
+    let broken = store.policy(std::slice::from_ref(&pdf));
     assert_eq!(denial(&broken, "read_file"), None);
     assert_eq!(
         denial(&broken, "bash").as_deref(),
