@@ -507,7 +507,7 @@ turns:
         Arc::new(UnreachableHosts),
         fixture.store(),
         RunSettings {
-            skill_policy: SkillPolicy::resolve(vec![Skill::load(&skill_dir)]),
+            skill_policy: Some(SkillPolicy::resolve(vec![Skill::load(&skill_dir)])),
             ..RunSettings::default()
         },
     )

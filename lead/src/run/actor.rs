@@ -26,6 +26,7 @@ use super::middleware::subagent_limit::SubagentLimit;
 use super::middleware::tool_error::{failed_call_message, invalid_tool_message};
 use super::model::{ChatModel, ModelError, ModelRequest};
 use super::settlement::{DeliveryReceipt, OutputsSnapshot, RECEIPT_NOT_PERSISTED};
+use super::skills::{self, SkillStore, SlashActivation};
 use super::state::{Message, StateConflict, StateUpdate, ThreadState, ToolCall};
 use crate::catalog::builtins::{ASK_CLARIFICATION, PRESENT_FILES};
 use crate::catalog::{Catalog, ToolSpec, TOOL_SEARCH_NAME};
@@ -43,8 +44,11 @@ pub struct RunSettings {
     pub guardrail: Option<Guardrail>,
     /// `tool_search.auto_promote_top_k`, clamped.
     pub auto_promote_top_k: usize,
-    /// The active skills' tool policy (passive: everything allowed).
-    pub skill_policy: SkillPolicy,
+    /// Where the run's skills are installed (activation and policy, `run::skills`).
+    pub skills: SkillStore,
+    /// A fixed tool policy instead of the active skills' one (tests); `None` resolves
+    /// the policy from the active skills at every model turn.
+    pub skill_policy: Option<SkillPolicy>,
 }
 
 impl Default for RunSettings {
@@ -57,7 +61,8 @@ impl Default for RunSettings {
             output_budget: OutputBudget::default(),
             guardrail: None,
             auto_promote_top_k: crate::catalog::routing::DEFAULT_AUTO_PROMOTE_TOP_K,
-            skill_policy: SkillPolicy::default(),
+            skills: SkillStore::default(),
+            skill_policy: None,
         }
     }
 }
@@ -369,6 +374,15 @@ impl RunLoop {
         (Some(receipt), failure)
     }
 
+    /// The tool policy of this turn: the fixed one of the settings, else the active
+    /// skills' (spec 4.3), read from the skills installed now.
+    fn skill_policy(&self) -> SkillPolicy {
+        match &self.settings.skill_policy {
+            Some(policy) => policy.clone(),
+            None => self.settings.skills.policy(&self.state.active_skills),
+        }
+    }
+
     fn executor(&self) -> Executor<'_> {
         Executor {
             catalog: &self.catalog,
@@ -422,11 +436,42 @@ impl RunLoop {
                 ..StateUpdate::default()
             })?;
         }
-        let visible: Vec<&ToolSpec> = self
-            .settings
-            .skill_policy
-            .filter(chain.visible_tools(self.state.promoted.as_ref()));
-        let messages = dangling::patched(&self.state.messages);
+        // SkillActivation (spec 4.1, lead 2): a user message `/skill-name` not yet
+        // answered activates that skill, recorded in the state, and its SKILL.md goes
+        // to this model call only; a skill that cannot be activated is the run's reply.
+        let mut reminder = None;
+        match self.settings.skills.slash_activation(&self.state.messages) {
+            Some(SlashActivation::Activated {
+                skill,
+                reminder: text,
+            }) => {
+                update.active_skills.push(skill);
+                self.state.apply(StateUpdate {
+                    active_skills: update.active_skills.clone(),
+                    ..StateUpdate::default()
+                })?;
+                reminder = Some(text);
+            }
+            Some(SlashActivation::Failed(text)) => {
+                update.messages.push(Message::Ai {
+                    id: format!("{}-skill-activation-{turn}", self.context.run_id),
+                    content: text.clone(),
+                    tool_calls: Vec::new(),
+                });
+                self.merge(update)?;
+                return Ok(StepEnd::Final(text));
+            }
+            None => {}
+        }
+        // SkillToolPolicy (spec 4.3): one policy for this turn's schemas and calls, as
+        // DeerFlow's tool wrapper reuses the decision of the model call.
+        let policy = self.skill_policy();
+        let visible: Vec<&ToolSpec> =
+            policy.filter(chain.visible_tools(self.state.promoted.as_ref()));
+        let mut messages = dangling::patched(&self.state.messages);
+        if let Some(reminder) = reminder {
+            skills::insert_reminder(&mut messages, reminder);
+        }
         for tool in &visible {
             self.lifecycle(ToolState::Visible, &tool.name, None);
         }
@@ -465,8 +510,14 @@ impl RunLoop {
         for call in &calls {
             let mut staged = self.state.clone();
             staged.apply(update.clone())?;
-            match self.call(call, &staged, &chain).await {
-                CallEnd::Done(result) => update = update.then(result),
+            match self.call(call, &staged, &chain, &policy).await {
+                CallEnd::Done(result) => {
+                    // A successful read of a skill's SKILL.md activates it (DeerFlow's
+                    // skill_context); the policy takes it into account from next turn.
+                    let read = self.settings.skills.read_activation(call, &result);
+                    update = update.then(result);
+                    update.active_skills.extend(read);
+                }
                 CallEnd::Interrupt { question, message } => {
                     update.messages.push(message);
                     end = StepEnd::Interrupted(question);
@@ -489,12 +540,13 @@ impl RunLoop {
         call: &ToolCall,
         state: &ThreadState,
         chain: &RoutingBeforeFilter<'_>,
+        policy: &SkillPolicy,
     ) -> CallEnd {
         self.emit(RunEvent::ToolStarted {
             name: call.name.clone(),
             tool_call_id: call.id.clone(),
         });
-        let result = self.admit_and_execute(call, state, chain).await;
+        let result = self.admit_and_execute(call, state, chain, policy).await;
         let result = match result {
             CallEnd::Done(mut update) => {
                 for message in &mut update.messages {
@@ -544,6 +596,7 @@ impl RunLoop {
         call: &ToolCall,
         state: &ThreadState,
         chain: &RoutingBeforeFilter<'_>,
+        policy: &SkillPolicy,
     ) -> CallEnd {
         let refused = |message: Message| CallEnd::Done(StateUpdate::messages([message]));
         if let Some(guardrail) = &self.settings.guardrail {
@@ -564,7 +617,7 @@ impl RunLoop {
             let available = self.catalog.tools().iter().map(|t| t.name.as_str());
             return refused(invalid_tool_message(&call.name, &call.id, available));
         }
-        if let Err(denied) = self.settings.skill_policy.check_call(&call.name, &call.id) {
+        if let Err(denied) = policy.check_call(&call.name, &call.id) {
             return refused(denied);
         }
         if let Err(hidden) = chain.check_call(state.promoted.as_ref(), &call.name, &call.id) {
@@ -581,7 +634,7 @@ impl RunLoop {
         self.lifecycle(ToolState::Executed, &call.name, Some(&call.id));
         match self.executor().execute(call, state).await {
             Ok(update) if call.name == TOOL_SEARCH_NAME => {
-                CallEnd::Done(self.settings.skill_policy.rewrite_tool_search(update))
+                CallEnd::Done(policy.rewrite_tool_search(update))
             }
             Ok(update) => CallEnd::Done(update),
             Err(failure) => refused(failed_call_message(&call.name, &call.id, &failure)),

@@ -3,7 +3,7 @@
 //! middlewares, `builtins`, `view_image` and `agents` the tools executed in the lead
 //! (`agent_store` the custom agents on disk), `execute` where each call runs, `hosts` the
 //! way to sandbox-host and mcp-host, `actor` the loop, `checkpoint` its SQLite store,
-//! `settlement` the delivery receipt.
+//! `settlement` the delivery receipt, `skills` the installed skills and their activation.
 
 pub mod actor;
 pub mod agent_store;
@@ -16,5 +16,6 @@ pub mod hosts;
 pub mod middleware;
 pub mod model;
 pub mod settlement;
+pub mod skills;
 pub mod state;
 pub mod view_image;

@@ -2,7 +2,8 @@
 //! returns a [`StateUpdate`] and [`ThreadState::apply`] merges it, so the state only
 //! changes through the reducers. Invariants: artifacts keep first-seen order without
 //! duplicates; promotions count only under one catalog hash; the sandbox id, once set,
-//! never changes (another id is a [`StateConflict`]).
+//! never changes (another id is a [`StateConflict`]); active skills keep first-seen order
+//! without duplicates, except that there is at most one slash-activated skill (the last).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -128,6 +129,27 @@ pub enum StopReason {
     ModelLengthCapped,
 }
 
+/// How a skill became active in a run (spec 4.3's policy sources).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkillSource {
+    /// The user typed `/skill-name` (DeerFlow's `slash` source, which dominates).
+    Slash,
+    /// The model read the skill's `SKILL.md` (DeerFlow's `skill_context` entries).
+    Read,
+}
+
+/// A skill active in the run: the container path of its `SKILL.md`, which the policy
+/// resolves against the installed skills at each model turn.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActiveSkill {
+    /// The name it was activated under (slash: the skill's name; read: its directory).
+    pub name: String,
+    /// e.g. `/mnt/skills/public/my-skill/SKILL.md`.
+    pub path: String,
+    pub source: SkillSource,
+}
+
 /// A run's state.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ThreadState {
@@ -141,6 +163,10 @@ pub struct ThreadState {
     /// The custom agent `setup_agent` created in this thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_agent_name: Option<String>,
+    /// Skills activated in this run, through [`merge_active_skills`] (absent in
+    /// checkpoints written before skills could be activated).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub active_skills: Vec<ActiveSkill>,
 }
 
 /// What one step returns; `None` and empty fields leave the state as it is, except
@@ -156,6 +182,8 @@ pub struct StateUpdate {
     pub stop_reason: Option<StopReason>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_agent_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub active_skills: Vec<ActiveSkill>,
 }
 
 impl StateUpdate {
@@ -185,6 +213,7 @@ impl StateUpdate {
         self.delegations.extend(later.delegations);
         self.stop_reason = later.stop_reason.or(self.stop_reason);
         self.created_agent_name = later.created_agent_name.or(self.created_agent_name);
+        self.active_skills.extend(later.active_skills);
         self
     }
 }
@@ -221,6 +250,7 @@ impl ThreadState {
         if update.created_agent_name.is_some() {
             self.created_agent_name = update.created_agent_name;
         }
+        merge_active_skills(&mut self.active_skills, update.active_skills);
         Ok(())
     }
 
@@ -309,6 +339,21 @@ pub fn merge_delegations(delegations: &mut Vec<Delegation>, new: Vec<Delegation>
             Some(existing) => *existing = delegation,
             None => delegations.push(delegation),
         }
+    }
+}
+
+/// Active skills: ordered dedupe (a skill already active keeps its place), except that
+/// a slash activation replaces an earlier one of another skill, since DeerFlow keeps
+/// only the latest slash activation of a run (spec 4.3: source `slash`, one path).
+pub fn merge_active_skills(active: &mut Vec<ActiveSkill>, new: Vec<ActiveSkill>) {
+    for skill in new {
+        if active.contains(&skill) {
+            continue;
+        }
+        if skill.source == SkillSource::Slash {
+            active.retain(|s| s.source != SkillSource::Slash);
+        }
+        active.push(skill);
     }
 }
 

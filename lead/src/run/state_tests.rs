@@ -229,3 +229,37 @@ fn folded_updates_apply_like_the_sequence() {
     folded.apply(first.then(second)).unwrap();
     assert_eq!(folded, sequential);
 }
+
+#[test]
+fn active_skills_dedupe_in_order_and_keep_only_the_latest_slash_skill() {
+    let skill = |name: &str, source: SkillSource| ActiveSkill {
+        name: name.to_owned(),
+        path: format!("/mnt/skills/public/{name}/SKILL.md"),
+        source,
+    };
+    let mut state = ThreadState::default();
+    for batch in [
+        vec![
+            skill("a", SkillSource::Read),
+            skill("s1", SkillSource::Slash),
+        ],
+        vec![skill("b", SkillSource::Read), skill("a", SkillSource::Read)],
+        vec![skill("s1", SkillSource::Slash)],
+        vec![skill("s2", SkillSource::Slash)],
+    ] {
+        state
+            .apply(StateUpdate {
+                active_skills: batch,
+                ..StateUpdate::default()
+            })
+            .unwrap();
+    }
+    assert_eq!(
+        state.active_skills,
+        [
+            skill("a", SkillSource::Read),
+            skill("b", SkillSource::Read),
+            skill("s2", SkillSource::Slash)
+        ]
+    );
+}

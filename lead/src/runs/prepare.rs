@@ -28,6 +28,7 @@ use crate::run::context::{AgentContext, RunContext, ThreadPaths};
 use crate::run::hosts::{HostError, ToolHosts};
 use crate::run::middleware::guardrail::Guardrail;
 use crate::run::model::{ChatModel, ModelError, ScriptedModel};
+use crate::run::skills::SkillStore;
 
 /// How a run records a scripted model, to resume it with the same playbook.
 pub const SCRIPTED_PREFIX: &str = "scripted:";
@@ -353,7 +354,7 @@ impl RunEnv {
                 submission.clarification,
             )
             .await?;
-        let settings = settings(&app)?;
+        let settings = self.settings(&app, &context)?;
         let run = RunLoop::start(
             context,
             &submission.task,
@@ -402,13 +403,14 @@ impl RunEnv {
                 record.clarification,
             )
             .await?;
+        let settings = self.settings(&app, &context)?;
         let mut run = RunLoop::resume(
             context,
             model,
             catalog.clone(),
             self.hosts.clone(),
             self.store.clone(),
-            settings(&app)?,
+            settings,
         )?;
         if let Some(answer) = answer {
             run.answer(answer)?;
@@ -421,13 +423,22 @@ impl RunEnv {
     }
 }
 
-fn settings(app: &AppConfig) -> Result<RunSettings, PrepareError> {
-    Ok(RunSettings {
-        auto_promote_top_k: app.tool_search.top_k(),
-        guardrail: Guardrail::from_config(&app.guardrails)
-            .map_err(|e| PrepareError::Config(e.to_string()))?,
-        ..RunSettings::default()
-    })
+impl RunEnv {
+    /// A run's settings from config.yaml; its skills are where sandbox-host mounts them
+    /// (under the same data root), enabled by the cluster's extensions file.
+    fn settings(&self, app: &AppConfig, context: &RunContext) -> Result<RunSettings, PrepareError> {
+        Ok(RunSettings {
+            auto_promote_top_k: app.tool_search.top_k(),
+            guardrail: Guardrail::from_config(&app.guardrails)
+                .map_err(|e| PrepareError::Config(e.to_string()))?,
+            skills: SkillStore::from_config(
+                app,
+                &context.agent.base_dir,
+                Some(self.extensions_path.clone()),
+            ),
+            ..RunSettings::default()
+        })
+    }
 }
 
 /// The model a run label names: `scripted:PATH` or `model:NAME`.

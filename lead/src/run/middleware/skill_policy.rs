@@ -63,6 +63,12 @@ pub enum SkillError {
     },
     #[error("{path}: front matter: {message}")]
     FrontMatter { path: String, message: String },
+    /// An active path that names no installed skill.
+    #[error("no installed skill has {path}")]
+    Unresolved { path: String },
+    /// An active skill switched off in extensions_config.json.
+    #[error("skill {name} is disabled")]
+    Disabled { name: String },
 }
 
 impl Skill {
