@@ -138,7 +138,7 @@ impl OpenAiModel {
                 Failure::Connection(message) => (true, None, message.clone()),
             };
             if !retryable || attempts > retry.max_retries {
-                return Err(self.into_error(failure, attempts));
+                return Err(self.final_error(failure, attempts));
             }
             let delay = retry.delay(attempts, retry_after, fastrand::f64());
             tracing::warn!(
@@ -152,7 +152,7 @@ impl OpenAiModel {
         }
     }
 
-    fn into_error(&self, failure: Failure, attempts: u32) -> ModelError {
+    fn final_error(&self, failure: Failure, attempts: u32) -> ModelError {
         let model = self.config.name.clone();
         match failure {
             Failure::Final(error) => error,
