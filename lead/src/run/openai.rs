@@ -1,8 +1,9 @@
 //! [`OpenAiModel`]: a [`ChatModel`] over any OpenAI-compatible `/chat/completions`
 //! endpoint (OpenAI, DeepSeek, vLLM, Ollama, llama.cpp...). It owns one HTTP client and
 //! one endpoint; each call streams the reply (a server that answers with plain JSON is
-//! read too), retries 429, 5xx and connection errors with backoff, and runs under a
-//! per-attempt deadline and an idle-stream deadline. The API key never leaves the
+//! read too), retries 429, 5xx and connection errors (a stream cut mid-reply included)
+//! with backoff, and runs each attempt under a deadline and an idle-stream deadline; a
+//! deadline that passes is final, not retried. The API key never leaves the
 //! `Authorization` header: errors, logs and `Debug` do not show it.
 //!
 //! `config` turns a `models:` entry into an [`OpenAiConfig`], `wire` holds the request
