@@ -140,7 +140,10 @@ fn streamed_deltas_assemble_text_and_tool_calls_by_index() {
         chunk(
             json!({"tool_calls": [{"index": 1, "function": {"name": "get_", "arguments": "{}"}}]}),
         ),
-        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "ty\": \"Par"}}]})),
+        // A repeated id and name are not doubled.
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_a", "function": {"name": "get_weather", "arguments": "ty\": \"Par"}}]}),
+        ),
         chunk(json!({"tool_calls": [{"index": 1, "function": {"name": "time"}}]})),
         chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "is\"}"}}]})),
         json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}).to_string(),

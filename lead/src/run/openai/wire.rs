@@ -214,12 +214,18 @@ impl ReplyAssembler {
                 .and_then(Value::as_u64)
                 .unwrap_or(position as u64);
             let partial = self.calls.entry(index).or_default();
+            // The id and name come in the call's first chunk; some servers repeat them
+            // in every chunk, which must not double them.
             if let Some(id) = call.get("id").and_then(Value::as_str) {
-                partial.id.push_str(id);
+                if partial.id.is_empty() {
+                    partial.id = id.to_owned();
+                }
             }
             let function = call.get("function");
             if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
-                partial.name.push_str(name);
+                if partial.name != name {
+                    partial.name.push_str(name);
+                }
             }
             match function.and_then(|f| f.get("arguments")) {
                 Some(Value::String(fragment)) => partial.arguments.push_str(fragment),
