@@ -74,7 +74,7 @@ fn messages_and_tools_become_the_openai_request() {
             "messages": [
                 {"role": "system", "content": "Be brief."},
                 {"role": "user", "content": "Weather in Paris?"},
-                {"role": "assistant", "content": null, "tool_calls": [{
+                {"role": "assistant", "content": "", "tool_calls": [{
                     "id": "call_1", "type": "function",
                     "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}
                 }]},

@@ -41,8 +41,9 @@ pub fn request_body(config: &OpenAiConfig, request: &ModelRequest<'_>) -> Value 
     Value::Object(body)
 }
 
-/// One state message as an OpenAI chat message. A summary is sent as a user message;
-/// an assistant message with tool calls and no text has `content: null`.
+/// One state message as an OpenAI chat message. A summary is sent as a user message.
+/// An assistant message with tool calls and no text has `content: ""`, not `null`:
+/// llama-cpp-python's server refuses `null` (and a missing `content`), OpenAI takes both.
 pub fn message_json(message: &Message) -> Value {
     match message {
         Message::System { content } => json!({"role": "system", "content": content}),
@@ -69,11 +70,6 @@ pub fn message_json(message: &Message) -> Value {
                     })
                 })
                 .collect();
-            let content = if content.is_empty() {
-                Value::Null
-            } else {
-                Value::String(content.clone())
-            };
             json!({"role": "assistant", "content": content, "tool_calls": calls})
         }
         Message::Tool {
