@@ -369,7 +369,7 @@ async fn ask(model: &OpenAiModel) -> Result<antler_lead::run::model::ModelReply,
 }
 
 #[tokio::test]
-async fn rate_limits_are_retried_until_the_reply_arrives() {
+async fn rate_limits_overloads_and_cut_streams_are_retried_until_the_reply_arrives() {
     let server = flaky_server(vec![
         Answer::rate_limited(),
         Answer::json(503, json!({"error": {"message": "overloaded"}})),

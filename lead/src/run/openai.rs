@@ -4,7 +4,10 @@
 //! read too), retries 429, 5xx and connection errors (a stream cut mid-reply included)
 //! with backoff, and runs each attempt under a deadline and an idle-stream deadline; a
 //! deadline that passes is final, not retried. The API key never leaves the
-//! `Authorization` header: errors, logs and `Debug` do not show it.
+//! `Authorization` header: errors, logs and `Debug` do not show it. A tool call whose
+//! arguments are not a JSON object fails the whole reply with
+//! [`ModelError::InvalidToolArguments`] naming the tool: no half-parsed call reaches a
+//! tool, and the caller decides whether to ask the model again.
 //!
 //! `config` turns a `models:` entry into an [`OpenAiConfig`], `wire` holds the request
 //! and reply formats, `retry` the retry schedule. The run command calls
