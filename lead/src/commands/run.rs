@@ -197,7 +197,29 @@ async fn follow(
             WATCH_TIMEOUT,
         )
         .await?;
-    while let Some(item) = stream.next().await {
+    // A spinner while the model thinks, on a terminal only.
+    let spin = !trace && !quiet && std::io::stderr().is_terminal();
+    let mut thinking = false;
+    let mut frame = 0usize;
+    let mut ticks = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        let item = tokio::select! {
+            item = stream.next() => item,
+            _ = ticks.tick(), if spin && thinking => {
+                const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+                frame = frame.wrapping_add(1);
+                eprint!("\r{} thinking…", FRAMES[frame % FRAMES.len()]);
+                continue;
+            }
+        };
+        let Some(item) = item else { break };
+        if spin && thinking {
+            eprint!("\r\x1b[2K");
+            thinking = false;
+        }
+        if let Ok(Reply::Lead(LeadReply::RunEvent { json })) = &item {
+            thinking = json.contains("\"event\":\"model_started\"");
+        }
         match item {
             Ok(Reply::Lead(LeadReply::RunEvent { json })) => {
                 if trace {

@@ -51,6 +51,71 @@ pub enum ModelError {
     },
     #[error("invalid playbook {path}: {message}")]
     PlaybookInvalid { path: String, message: String },
+    /// No `models:` entry and no `OPENAI_BASE_URL` to build a default one from.
+    #[error("no chat model is configured: add a `models:` entry to the config, or set {hint}")]
+    NoModelConfigured { hint: String },
+    /// A model name that is not in `models:`.
+    #[error("no model named `{name}`; configured models: {}", list_or_none(.configured))]
+    UnknownModel {
+        name: String,
+        configured: Vec<String>,
+    },
+    /// A `use:` Antler cannot speak to without a `base_url`.
+    #[error("model `{model}`: `use: {use_}` is not an OpenAI-compatible provider Antler knows; set `base_url` to its OpenAI-compatible endpoint")]
+    UnsupportedProvider { model: String, use_: String },
+    /// A `$VAR` in the model config names an unset variable (the value is never shown).
+    #[error("model `{model}`: {field} names ${variable}, which is not set")]
+    MissingEnv {
+        model: String,
+        field: &'static str,
+        variable: String,
+    },
+    /// A model setting that cannot be used as written.
+    #[error("model `{model}`: {message}")]
+    InvalidConfig { model: String, message: String },
+    /// The endpoint could not be reached (connection refused, reset, DNS, TLS), after
+    /// every retry.
+    #[error("model `{model}`: cannot reach {url} after {attempts} attempt(s): {message}")]
+    Connection {
+        model: String,
+        url: String,
+        attempts: u32,
+        message: String,
+    },
+    /// The endpoint answered an HTTP error; `message` is the server's, truncated.
+    #[error("model `{model}`: HTTP {status} after {attempts} attempt(s): {message}")]
+    Http {
+        model: String,
+        status: u16,
+        attempts: u32,
+        message: String,
+    },
+    /// A deadline passed: the whole request, or the wait between two stream chunks.
+    #[error("model `{model}`: {what} exceeded its {secs} s deadline")]
+    Timeout {
+        model: String,
+        what: &'static str,
+        secs: f64,
+    },
+    /// The reply was not the shape of an OpenAI chat completion.
+    #[error("model `{model}`: invalid reply: {message}")]
+    InvalidReply { model: String, message: String },
+    /// The model wrote arguments for a tool call that are not a JSON object. The reply
+    /// is refused as a whole, so no half-parsed call reaches a tool.
+    #[error("model `{model}` wrote invalid arguments for tool `{tool}`: {message}")]
+    InvalidToolArguments {
+        model: String,
+        tool: String,
+        message: String,
+    },
+}
+
+fn list_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        "(none)".to_owned()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// A chat model: messages and visible tool schemas in, one assistant message out.

@@ -450,12 +450,14 @@ pub fn model_for(label: &str, app: &AppConfig) -> Result<Arc<dyn ChatModel>, Pre
     named_model(app, name)
 }
 
-/// A model of config.yaml's `models:`.
+/// A model of config.yaml's `models:` (the first when unnamed), or the endpoint the
+/// environment names when `models:` is empty: any OpenAI-compatible server.
 fn named_model(app: &AppConfig, name: Option<&str>) -> Result<Arc<dyn ChatModel>, PrepareError> {
-    let _ = (app, name);
-    Err(PrepareError::Config(
-        "no model to run with: pass --playbook FILE (the scripted model)".into(),
-    ))
+    Ok(crate::run::openai::model_from_config(
+        app,
+        name,
+        &antler_protocol::config::process_env,
+    )?)
 }
 
 /// Waits until no MCP server is `starting` (each is ready or has failed), or the time
