@@ -195,6 +195,54 @@ async fn a_real_llama_server_answers_tool_calls_and_text() {
         .await
         .unwrap();
     assert_eq!(after.id, "ai-2");
+
+    // (d) `antler run --model NAME` end to end: the lead's run reaches the server through
+    // config.yaml's `models:` entry, and the model's text is the run's final answer.
+    let dir = tempfile::Builder::new()
+        .prefix("antler-oa")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::write(
+        dir.path().join("config.yaml"),
+        format!(
+            "models:\n  - name: smol\n    use: langchain_openai:ChatOpenAI\n    model: {ALIAS}\n    base_url: {}\n    temperature: 0\n    max_tokens: 24\ntool_search:\n  enabled: false\n",
+            server.base_url
+        ),
+    )
+    .unwrap();
+    let base_url = server.base_url.clone();
+    let dir_path = dir.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(antler_tests::bin("antler"))
+            .arg("--runtime-dir")
+            .arg(dir_path.join("run"))
+            .args(["run", "Say hello.", "--model", "smol", "--json", "--config"])
+            .arg(dir_path.join("config.yaml"))
+            .env("ANTLER_SANDBOX_BASE_DIR", dir_path.join("base"))
+            .env("ANTLER_GATEWAY_ADDR", "off")
+            .env("RUST_LOG", "error")
+            .current_dir(&dir_path)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let view: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(view["status"], "success", "{view} (server {base_url})");
+    assert!(
+        !view["final_answer"]
+            .as_str()
+            .unwrap_or("")
+            .trim()
+            .is_empty(),
+        "{view}"
+    );
     drop(server);
 }
 
