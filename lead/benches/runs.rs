@@ -527,43 +527,62 @@ const IDLE_PLAYBOOK: &str = "turns:
   - content: Report for the year you chose.
 ";
 
+/// Repetitions of the 1,000-run batch, each on a fresh lead.
+const CONCURRENT_REPS: usize = 3;
+/// Runs driven one at a time before each batch: the baseline of one run's wall time.
+const SOLO_RUNS: usize = 21;
+
 struct ConcurrentFigures {
-    wall: Duration,
-    one_run: Duration,
+    /// Median, fastest and slowest batch.
+    wall: [Duration; 3],
+    /// Median wall time of one run submitted alone (the baseline).
+    solo: Duration,
     failed: usize,
     statuses: Vec<(String, usize)>,
 }
 
+fn median(mut samples: Vec<Duration>) -> Duration {
+    percentile(&mut samples, 0.5)
+}
+
 fn bench_concurrent() -> ConcurrentFigures {
-    let system = actix::System::new();
-    system.block_on(async {
-        let lead = Lead::start();
-        let playbook = lead.playbook("builtin.yaml", BUILTIN_PLAYBOOK);
-        // Warm-up: the catalog is assembled and cached by the first run.
-        let started = Instant::now();
-        let warm = lead.submit_and_wait(1, &playbook, false).await;
-        let one_run = started.elapsed();
-        assert_eq!(warm, ["success"]);
-        let started = Instant::now();
-        let statuses = lead
-            .submit_and_wait(CONCURRENT_RUNS, &playbook, false)
-            .await;
-        let wall = started.elapsed();
-        let failed = statuses.iter().filter(|s| *s != "success").count();
-        let mut counted: Vec<(String, usize)> = Vec::new();
-        for status in statuses {
-            match counted.iter_mut().find(|(s, _)| *s == status) {
-                Some((_, n)) => *n += 1,
-                None => counted.push((status, 1)),
+    let mut walls = Vec::new();
+    let mut solos = Vec::new();
+    let mut failed = 0;
+    let mut statuses: Vec<(String, usize)> = Vec::new();
+    for _ in 0..CONCURRENT_REPS {
+        let system = actix::System::new();
+        system.block_on(async {
+            let lead = Lead::start();
+            let playbook = lead.playbook("builtin.yaml", BUILTIN_PLAYBOOK);
+            // Warm-up: the catalog is assembled and cached by the first run.
+            assert_eq!(lead.submit_and_wait(1, &playbook, false).await, ["success"]);
+            for _ in 0..SOLO_RUNS {
+                let started = Instant::now();
+                assert_eq!(lead.submit_and_wait(1, &playbook, false).await, ["success"]);
+                solos.push(started.elapsed());
             }
-        }
-        ConcurrentFigures {
-            wall,
-            one_run,
-            failed,
-            statuses: counted,
-        }
-    })
+            let started = Instant::now();
+            let batch = lead
+                .submit_and_wait(CONCURRENT_RUNS, &playbook, false)
+                .await;
+            walls.push(started.elapsed());
+            failed += batch.iter().filter(|s| *s != "success").count();
+            for status in batch {
+                match statuses.iter_mut().find(|(s, _)| *s == status) {
+                    Some((_, n)) => *n += 1,
+                    None => statuses.push((status, 1)),
+                }
+            }
+        });
+    }
+    walls.sort();
+    ConcurrentFigures {
+        wall: [walls[walls.len() / 2], walls[0], walls[walls.len() - 1]],
+        solo: median(solos),
+        failed,
+        statuses,
+    }
 }
 
 struct IdleFigures {
@@ -634,13 +653,22 @@ fn main() {
     );
 
     let concurrent = bench_concurrent();
-    println!("\n2. {CONCURRENT_RUNS} concurrent runs through RunManager (3 list_uploaded_files steps + answer each):");
+    let sequential = concurrent.solo.as_secs_f64() * CONCURRENT_RUNS as f64;
     println!(
-        "   wall {} for all (one run alone: {}); statuses {:?}; failed {}",
-        fmt(concurrent.wall),
-        fmt(concurrent.one_run),
-        concurrent.statuses,
-        concurrent.failed
+        "\n2. {CONCURRENT_RUNS} concurrent runs through RunManager (3 list_uploaded_files steps + answer each),"
+    );
+    println!("   {CONCURRENT_REPS} batches, each on a fresh lead after {SOLO_RUNS} runs submitted one at a time:");
+    println!(
+        "   wall p50 {} (fastest {}, slowest {}); one run alone p50 {}; batch / ({CONCURRENT_RUNS} x alone) = {:.2}x",
+        fmt(concurrent.wall[0]),
+        fmt(concurrent.wall[1]),
+        fmt(concurrent.wall[2]),
+        fmt(concurrent.solo),
+        concurrent.wall[0].as_secs_f64() / sequential
+    );
+    println!(
+        "   statuses over all batches {:?}; failed {}",
+        concurrent.statuses, concurrent.failed
     );
 
     let idle = bench_idle();
@@ -682,7 +710,7 @@ fn main() {
     );
     println!(
         "   {CONCURRENT_RUNS} concurrent runs  {:>10}   target: all complete {}  ({} failed)",
-        fmt(concurrent.wall),
+        fmt(concurrent.wall[0]),
         verdict(concurrent_pass),
         concurrent.failed
     );
