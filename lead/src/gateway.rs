@@ -369,6 +369,10 @@ async fn post_run(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -
         model: Option<String>,
         #[serde(default)]
         clarification: bool,
+        #[serde(default)]
+        agent: Option<String>,
+        #[serde(default)]
+        bootstrap: bool,
     }
     let body: Body = match serde_json::from_slice(&body) {
         Ok(b) => b,
@@ -390,6 +394,8 @@ async fn post_run(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -
         model: body.model,
         clarification: body.clarification,
         config: None,
+        agent: body.agent,
+        bootstrap: body.bootstrap,
     };
     match state
         .runs

@@ -63,6 +63,13 @@ pub struct RunArgs {
     /// Print one JSON object: run_id, status, final_answer, artifacts, delivery.
     #[arg(long)]
     pub json: bool,
+    /// Talk as this custom agent (`update_agent` can edit it); with --bootstrap, the
+    /// agent to create.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// A bootstrap run: `setup_agent` is offered to create the agent.
+    #[arg(long)]
+    pub bootstrap: bool,
     /// Submit the run and return at once with its id (needs a running cluster).
     #[arg(long)]
     pub detach: bool,
@@ -119,6 +126,8 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                         .as_ref()
                         .and(config_path.as_ref())
                         .map(|p| p.display().to_string()),
+                    agent: args.agent.clone(),
+                    bootstrap: args.bootstrap,
                 }),
             };
             let run_id = started(&client, request).await?;

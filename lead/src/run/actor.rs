@@ -194,6 +194,8 @@ impl RunLoop {
                 status: RunStatus::Running,
                 detail: None,
                 clarification: context.clarification_enabled,
+                agent: context.agent.agent_name.clone(),
+                bootstrap: context.agent.bootstrap,
             },
             &state,
         )?;

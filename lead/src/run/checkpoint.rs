@@ -61,6 +61,20 @@ pub struct RunRecord {
     pub detail: Option<String>,
     /// Whether someone answers the run's clarifications (it stops at one).
     pub clarification: bool,
+    /// The custom agent the run talks as (`update_agent` edits it), or the agent a
+    /// bootstrap run creates.
+    pub agent: Option<String>,
+    /// A bootstrap run (`setup_agent` is offered).
+    pub bootstrap: bool,
+}
+
+/// The run options stored as JSON beside the record.
+#[derive(Default, Serialize, Deserialize)]
+struct RunOptions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    agent: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    bootstrap: bool,
 }
 
 /// A checkpoint store failure (operator-facing: it fails the run).
@@ -108,7 +122,8 @@ CREATE TABLE IF NOT EXISTS runs (
     model     TEXT NOT NULL,
     status    TEXT NOT NULL,
     detail    TEXT,
-    clarification INTEGER NOT NULL DEFAULT 0
+    clarification INTEGER NOT NULL DEFAULT 0,
+    options   TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS checkpoints (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -146,16 +161,21 @@ impl CheckpointStore {
             .pragma_update(None, "synchronous", "NORMAL")
             .map_err(open_error)?;
         connection.execute_batch(SCHEMA).map_err(open_error)?;
-        // A store written before runs recorded `clarification` gains the column.
-        let has_column = connection
-            .prepare("SELECT clarification FROM runs LIMIT 0")
-            .is_ok();
-        if !has_column {
-            connection
-                .execute_batch(
-                    "ALTER TABLE runs ADD COLUMN clarification INTEGER NOT NULL DEFAULT 0",
-                )
-                .map_err(open_error)?;
+        // A store written before runs recorded these gains the columns.
+        for (column, definition) in [
+            ("clarification", "INTEGER NOT NULL DEFAULT 0"),
+            ("options", "TEXT NOT NULL DEFAULT '{}'"),
+        ] {
+            let has_column = connection
+                .prepare(&format!("SELECT {column} FROM runs LIMIT 0"))
+                .is_ok();
+            if !has_column {
+                connection
+                    .execute_batch(&format!(
+                        "ALTER TABLE runs ADD COLUMN {column} {definition}"
+                    ))
+                    .map_err(open_error)?;
+            }
         }
         Ok(CheckpointStore {
             connection: Arc::new(Mutex::new(connection)),
@@ -181,8 +201,8 @@ impl CheckpointStore {
         let tx = db.transaction()?;
         tx.execute(
             "INSERT INTO runs (run_id, user_id, thread_id, task, model, status, detail,
-                               clarification)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                               clarification, options)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
                 record.run_id,
                 record.user_id,
@@ -191,7 +211,11 @@ impl CheckpointStore {
                 record.model,
                 record.status.as_str(),
                 record.detail,
-                record.clarification
+                record.clarification,
+                serde_json::to_string(&RunOptions {
+                    agent: record.agent.clone(),
+                    bootstrap: record.bootstrap,
+                })?
             ],
         )?;
         tx.execute(
@@ -343,7 +367,7 @@ impl CheckpointStore {
 }
 
 const SELECT_RUN: &str =
-    "SELECT run_id, user_id, thread_id, task, model, status, detail, clarification FROM runs";
+    "SELECT run_id, user_id, thread_id, task, model, status, detail, clarification, options FROM runs";
 
 type RawRecord = (
     String,
@@ -354,6 +378,7 @@ type RawRecord = (
     String,
     Option<String>,
     bool,
+    String,
 );
 
 fn raw_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
@@ -366,11 +391,14 @@ fn raw_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
         row.get(5)?,
         row.get(6)?,
         row.get(7)?,
+        row.get(8)?,
     ))
 }
 
 fn record(raw: RawRecord) -> Result<RunRecord, CheckpointError> {
-    let (run_id, user_id, thread_id, task, model, status, detail, clarification) = raw;
+    let (run_id, user_id, thread_id, task, model, status, detail, clarification, options) = raw;
+    // Options this version does not know are ignored; unreadable ones are the defaults.
+    let options: RunOptions = serde_json::from_str(&options).unwrap_or_default();
     let status = RunStatus::parse(&status)
         .ok_or_else(|| CheckpointError::Status(run_id.clone(), status.clone()))?;
     Ok(RunRecord {
@@ -382,6 +410,8 @@ fn record(raw: RawRecord) -> Result<RunRecord, CheckpointError> {
         status,
         detail,
         clarification,
+        agent: options.agent,
+        bootstrap: options.bootstrap,
     })
 }
 
@@ -401,6 +431,8 @@ mod tests {
             status: RunStatus::Running,
             detail: None,
             clarification: false,
+            agent: Some("writer".into()),
+            bootstrap: true,
         }
     }
 

@@ -78,6 +78,8 @@ pub struct AgentContext {
     pub channel_name: Option<String>,
     /// The configured model names (`models:` in config.yaml): `update_agent` refuses others.
     pub models: Vec<String>,
+    /// A bootstrap run: `setup_agent` is offered to create `agent_name`.
+    pub bootstrap: bool,
 }
 
 impl AgentContext {

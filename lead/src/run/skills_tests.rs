@@ -381,6 +381,8 @@ fn active_skills_survive_a_checkpoint_round_trip_and_old_checkpoints_load() {
                 status: RunStatus::Running,
                 detail: None,
                 clarification: false,
+                agent: None,
+                bootstrap: false,
             },
             &state,
         )

@@ -75,7 +75,8 @@ struct Feed {
     config: Option<Arc<AppConfig>>,
     extensions: Option<Option<Arc<ExtensionsConfig>>>,
     mcp: Option<Vec<McpSourceTool>>,
-    built: Option<(u64, Arc<Catalog>)>,
+    /// The sources version whose warnings were logged.
+    warned: u64,
 }
 
 /// Everything a lead needs to prepare runs.
@@ -167,6 +168,7 @@ impl RunEnv {
         &self,
         app: &Arc<AppConfig>,
         own_config: bool,
+        request: AssemblyRequest,
     ) -> Result<Arc<Catalog>, PrepareError> {
         let extensions = self.load_extensions()?;
         let any_server = extensions
@@ -184,7 +186,7 @@ impl RunEnv {
                 extensions,
                 mcp: Arc::new(mcp),
             };
-            let assembled = assemble(&sources, &AssemblyRequest::lead())?;
+            let assembled = assemble(&sources, &request)?;
             for warning in &assembled.warnings {
                 tracing::warn!("{warning}");
             }
@@ -222,23 +224,21 @@ impl RunEnv {
                 .map_err(|_| PrepareError::CatalogGone)?;
             self.feed().mcp = Some(mcp);
         }
+        // The actor caches one catalog per (sources version, request): every run of a
+        // version shares it.
         let built = self
             .catalog
-            .send(Assemble(AssemblyRequest::lead()))
+            .send(Assemble(request))
             .await
             .map_err(|_| PrepareError::CatalogGone)??;
         let mut feed = self.feed();
-        if let Some((version, catalog)) = &feed.built {
-            if *version == built.version {
-                return Ok(catalog.clone());
+        if feed.warned != built.version {
+            feed.warned = built.version;
+            for warning in &built.assembled.warnings {
+                tracing::warn!("{warning}");
             }
         }
-        for warning in &built.assembled.warnings {
-            tracing::warn!("{warning}");
-        }
-        let catalog = built.assembled.catalog.clone();
-        feed.built = Some((built.version, catalog.clone()));
-        Ok(catalog)
+        Ok(built.assembled.catalog.clone())
     }
 
     /// Waits (at most `within`) until sandbox-host and mcp-host answer a ping.
@@ -295,6 +295,7 @@ impl RunEnv {
         Ok(dir)
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn context(
         &self,
         app: &AppConfig,
@@ -302,6 +303,8 @@ impl RunEnv {
         user: &str,
         thread: &str,
         clarification: bool,
+        agent: Option<&str>,
+        bootstrap: bool,
     ) -> Result<RunContext, PrepareError> {
         let base = self.base_dir().await?;
         let paths = ThreadPaths::new(&base, user, thread);
@@ -317,6 +320,8 @@ impl RunEnv {
             clarification_enabled: clarification,
             agent: AgentContext {
                 models: app.models.iter().map(|m| m.name.clone()).collect(),
+                agent_name: agent.map(str::to_owned),
+                bootstrap,
                 ..AgentContext::new(&base)
             },
         })
@@ -344,7 +349,14 @@ impl RunEnv {
             ),
         };
         let model = model_for(&label, &app)?;
-        let catalog = self.catalog(&app, config_override.is_some()).await?;
+        let request = assembly_request(
+            submission.model.clone(),
+            submission.agent.clone(),
+            submission.bootstrap,
+        );
+        let catalog = self
+            .catalog(&app, config_override.is_some(), request)
+            .await?;
         let context = self
             .context(
                 &app,
@@ -352,6 +364,8 @@ impl RunEnv {
                 &submission.user,
                 &thread,
                 submission.clarification,
+                submission.agent.as_deref(),
+                submission.bootstrap,
             )
             .await?;
         let settings = self.settings(&app, &context)?;
@@ -393,7 +407,12 @@ impl RunEnv {
             None => record.model.clone(),
         };
         let model = model_for(&label, &app)?;
-        let catalog = self.catalog(&app, false).await?;
+        let model_name = label
+            .strip_prefix(MODEL_PREFIX)
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned);
+        let request = assembly_request(model_name, record.agent.clone(), record.bootstrap);
+        let catalog = self.catalog(&app, false, request).await?;
         let context = self
             .context(
                 &app,
@@ -401,6 +420,8 @@ impl RunEnv {
                 &record.user_id,
                 &record.thread_id,
                 record.clarification,
+                record.agent.as_deref(),
+                record.bootstrap,
             )
             .await?;
         let settings = self.settings(&app, &context)?;
@@ -439,6 +460,20 @@ impl RunEnv {
             ..RunSettings::default()
         })
     }
+}
+
+/// The lead's assembly request for a run: the model decides `view_image`, a custom
+/// agent's chat offers `update_agent`, a bootstrap run `setup_agent`.
+fn assembly_request(
+    model: Option<String>,
+    agent: Option<String>,
+    bootstrap: bool,
+) -> AssemblyRequest {
+    let mut request = AssemblyRequest::lead();
+    request.model_name = model;
+    request.builtins.agent_name = agent;
+    request.builtins.bootstrap = bootstrap;
+    request
 }
 
 /// The model a run label names: `scripted:PATH` or `model:NAME`.

@@ -75,6 +75,11 @@ pub struct RunSubmission {
     pub clarification: bool,
     /// config.yaml for this run instead of the cluster's (a path on the lead's host).
     pub config: Option<String>,
+    /// The custom agent the run talks as (`update_agent` is offered to edit it), or with
+    /// `bootstrap` the agent to create.
+    pub agent: Option<String>,
+    /// A bootstrap run: `setup_agent` is offered.
+    pub bootstrap: bool,
 }
 
 /// One process as `antler status` shows it.
