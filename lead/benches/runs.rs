@@ -488,6 +488,8 @@ impl Lead {
                 model: None,
                 clarification,
                 config: None,
+                agent: None,
+                bootstrap: false,
             }))
         });
         let run_ids: Vec<String> = futures::future::join_all(submissions)
