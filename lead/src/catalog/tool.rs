@@ -4,9 +4,90 @@
 //! `inputSchema` as langchain's `convert_to_openai_function` leaves it (titles and the
 //! top-level description removed), so hashing and rendering never re-derive it.
 
+use std::fmt;
+use std::ops::Deref;
+use std::sync::{Arc, OnceLock};
+
 use serde_json::{Map, Value};
 
+use super::pyjson::SortedCompact;
 use super::routing::McpRouting;
+
+/// A tool's parameter schema: an immutable, shared JSON value (cloning a tool or a
+/// catalog never deep-copies it) with its canonical hash form
+/// (`json.dumps(v, sort_keys=True, ensure_ascii=False)`) written at most once. The value
+/// cannot change behind the cache: there is no mutable access, only a new `Schema`.
+#[derive(Clone)]
+pub struct Schema(Arc<SchemaInner>);
+
+struct SchemaInner {
+    value: Value,
+    canonical: OnceLock<Box<str>>,
+}
+
+impl Schema {
+    pub fn new(value: Value) -> Self {
+        Schema(Arc::new(SchemaInner {
+            value,
+            canonical: OnceLock::new(),
+        }))
+    }
+
+    /// The schema as the catalog hash writes it, computed on first use and then kept.
+    pub fn canonical(&self) -> &str {
+        self.0.canonical.get_or_init(|| {
+            let mut out = String::new();
+            SortedCompact::default().write(&mut out, &self.0.value);
+            out.into_boxed_str()
+        })
+    }
+
+    /// Heap bytes of the cached canonical form (0 until written).
+    pub fn canonical_bytes(&self) -> usize {
+        self.0.canonical.get().map_or(0, |c| c.len())
+    }
+
+    pub fn value(&self) -> &Value {
+        &self.0.value
+    }
+}
+
+impl Deref for Schema {
+    type Target = Value;
+    fn deref(&self) -> &Value {
+        &self.0.value
+    }
+}
+
+impl From<Value> for Schema {
+    fn from(value: Value) -> Self {
+        Schema::new(value)
+    }
+}
+
+impl PartialEq for Schema {
+    fn eq(&self, other: &Schema) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.value == other.0.value
+    }
+}
+
+impl PartialEq<Value> for Schema {
+    fn eq(&self, other: &Value) -> bool {
+        self.0.value == *other
+    }
+}
+
+impl fmt::Debug for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.value.fmt(f)
+    }
+}
+
+impl serde::Serialize for Schema {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.value.serialize(serializer)
+    }
+}
 
 /// Where a tool comes from; assembly order and deferral depend on it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,8 +110,8 @@ pub enum ToolSource {
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
-    /// OpenAI-function parameters (a JSON schema object, key order as received).
-    pub parameters: Value,
+    /// OpenAI-function parameters (a JSON schema object, key order as received), shared.
+    pub parameters: Schema,
     pub source: ToolSource,
     /// The config group (`web`, `file:read`, ...), for config tools.
     pub group: Option<String>,
@@ -58,7 +139,7 @@ impl ToolSpec {
         ToolSpec {
             name: name.into(),
             description,
-            parameters: converted.parameters,
+            parameters: Schema::new(converted.parameters),
             source: ToolSource::Mcp {
                 server,
                 original_name: original_name.into(),
@@ -77,7 +158,7 @@ impl ToolSpec {
         ToolSpec {
             name: name.into(),
             description: description.into(),
-            parameters,
+            parameters: Schema::new(parameters),
             source: ToolSource::Builtin,
             group: None,
             routing: None,
@@ -99,7 +180,7 @@ impl ToolSpec {
             "description".to_owned(),
             Value::String(self.description.clone()),
         );
-        function.insert("parameters".to_owned(), self.parameters.clone());
+        function.insert("parameters".to_owned(), self.parameters.value().clone());
         Value::Object(function)
     }
 }

@@ -24,7 +24,7 @@ use anyhow::{bail, Context};
 use serde_json::json;
 
 use super::{cluster_spec, Ctx};
-use crate::catalog::assembly::{assemble, AssemblyRequest, McpSourceTool, Sources};
+use crate::catalog::assembly::{assemble, AssemblyRequest, McpSourceTool, McpTools, Sources};
 use crate::catalog::Catalog;
 use crate::run::actor::{Answer, Drive, RunActor, RunEvent, RunLoop, RunOutcome, RunSettings};
 use crate::run::checkpoint::{CheckpointStore, RunStatus};
@@ -225,7 +225,7 @@ async fn run_catalog(
     let sources = Sources {
         config: Arc::new(app.clone()),
         extensions,
-        mcp: Arc::new(mcp),
+        mcp: McpTools::new(mcp),
     };
     let assembled = assemble(&sources, &AssemblyRequest::lead())?;
     for warning in &assembled.warnings {
