@@ -89,7 +89,10 @@ impl McpTools {
             .iter()
             .filter(|t| server.is_some_and(|s| t.server != s))
             .cloned();
-        McpTools(kept.chain(tools.into_iter().map(IngestedMcp::new)).collect())
+        McpTools(
+            kept.chain(tools.into_iter().map(IngestedMcp::new))
+                .collect(),
+        )
     }
 
     pub fn len(&self) -> usize {
