@@ -539,3 +539,43 @@ async fn concurrent_requests_while_sources_change_always_get_a_consistent_catalo
     }
     assert!(versions.len() > 1, "sources changed during the requests");
 }
+
+#[test]
+fn ingested_tools_hash_like_fresh_ones_and_share_their_schemas() {
+    let listing: Vec<McpSourceTool> = (0..40)
+        .map(|i| {
+            let mut tool = mcp(&format!("srv{}", i % 3), &format!("t{i}"), i);
+            tool.description = format!("Tool «{i}»\twith \"quotes\" and \\ and é");
+            tool.input_schema["properties"]["n"] =
+                json!({"type": "number", "default": 0.1 + f64::from(i), "enum": [1e16, 1e-5]});
+            tool
+        })
+        .collect();
+    let fresh: Vec<antler_lead::catalog::ToolSpec> = listing
+        .iter()
+        .cloned()
+        .map(|t| {
+            antler_lead::catalog::ToolSpec::mcp(
+                t.name,
+                t.description,
+                t.input_schema,
+                Some(t.server),
+                t.original_name,
+            )
+        })
+        .collect();
+    let sources = Sources {
+        config: config("tool_search:\n  enabled: true\n"),
+        extensions: None,
+        mcp: McpTools::new(listing),
+    };
+    let first = assemble(&sources, &AssemblyRequest::lead()).unwrap();
+    let second = assemble(&sources, &AssemblyRequest::lead()).unwrap();
+    let expected = antler_lead::catalog::CatalogHash::of_tools(&fresh);
+    assert_eq!(first.catalog.hash(), Some(&expected));
+    assert_eq!(second.catalog.hash(), Some(&expected));
+    let a = first.catalog.get("srv1_t7").unwrap();
+    let b = second.catalog.get("srv1_t7").unwrap();
+    assert_eq!(a.parameters, b.parameters);
+    assert!(std::ptr::eq(a.parameters.value(), b.parameters.value()));
+}
