@@ -78,7 +78,19 @@ impl IngestedMcp {
 impl McpTools {
     /// Ingests a listing.
     pub fn new(tools: Vec<McpSourceTool>) -> Self {
-        McpTools(tools.into_iter().map(IngestedMcp::new).collect())
+        Self::sorted(tools.into_iter().map(IngestedMcp::new).collect())
+    }
+
+    /// Kept ordered by (server, position, name), so a build only orders servers by their
+    /// place in the extensions config (a stable sort on one integer).
+    fn sorted(mut tools: Vec<IngestedMcp>) -> Self {
+        tools.sort_by(|a, b| {
+            a.server
+                .cmp(&b.server)
+                .then_with(|| a.position.cmp(&b.position))
+                .then_with(|| a.spec.name.cmp(&b.spec.name))
+        });
+        McpTools(tools.into())
     }
 
     /// These tools with those of `server` (all of them, with `None`) replaced by `tools`;
@@ -89,7 +101,7 @@ impl McpTools {
             .iter()
             .filter(|t| server.is_some_and(|s| t.server != s))
             .cloned();
-        McpTools(
+        Self::sorted(
             kept.chain(tools.into_iter().map(IngestedMcp::new))
                 .collect(),
         )
@@ -103,7 +115,7 @@ impl McpTools {
         self.0.is_empty()
     }
 
-    /// The ingested tools, in listing order, with their servers.
+    /// The ingested tools with their servers, by server, then place in its listing.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &ToolSpec)> {
         self.0.iter().map(|t| (t.server.as_str(), &t.spec))
     }
@@ -322,13 +334,8 @@ pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, A
                 (rank, t)
             })
             .collect();
-        mcp.sort_by(|(rank_a, a), (rank_b, b)| {
-            rank_a
-                .cmp(rank_b)
-                .then_with(|| a.server.cmp(&b.server))
-                .then_with(|| a.position.cmp(&b.position))
-                .then_with(|| a.spec.name.cmp(&b.spec.name))
-        });
+        // Stable: within a rank, the ingested (server, position, name) order stays.
+        mcp.sort_by_key(|(rank, _)| *rank);
         candidates.reserve(mcp.len() + 1);
         for (_, t) in mcp {
             if !valid_tool_name(&t.spec.name) {

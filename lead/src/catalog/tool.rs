@@ -97,9 +97,10 @@ pub enum ToolSource {
     /// A tool Antler always offers (`present_files`, `tool_search`, ...).
     Builtin,
     /// A tool discovered on an MCP server. `original_name` is the name the server knows.
+    /// Shared strings: assembly copies every MCP tool into each catalog it builds.
     Mcp {
-        server: Option<String>,
-        original_name: String,
+        server: Option<Arc<str>>,
+        original_name: Arc<str>,
     },
     /// The `invoke_acp_agent` tool.
     Acp,
@@ -141,8 +142,8 @@ impl ToolSpec {
             description,
             parameters: Schema::new(converted.parameters),
             source: ToolSource::Mcp {
-                server,
-                original_name: original_name.into(),
+                server: server.map(Arc::from),
+                original_name: Arc::from(original_name.into()),
             },
             group: None,
             routing: None,

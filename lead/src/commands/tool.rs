@@ -208,8 +208,8 @@ async fn call_on(
                 Role::McpHost,
                 0,
                 Request::Mcp(McpRequest::CallTool(McpCall {
-                    server: server.clone(),
-                    tool: original_name.clone(),
+                    server: server.to_string(),
+                    tool: original_name.to_string(),
                     args_json: call.args,
                     user: Some(call.user),
                     thread: Some(call.thread),
