@@ -77,8 +77,29 @@ impl IngestedMcp {
 
 impl McpTools {
     /// Ingests a listing.
-    pub fn new(tools: Vec<McpSourceTool>) -> Self {
-        Self::sorted(tools.into_iter().map(IngestedMcp::new).collect())
+    pub fn new(mut tools: Vec<McpSourceTool>) -> Self {
+        let ingest = |tools: Vec<McpSourceTool>| -> Vec<IngestedMcp> {
+            tools.into_iter().map(IngestedMcp::new).collect()
+        };
+        let parallel = tools.len() >= INGEST_PARALLEL_FROM
+            && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+        if !parallel {
+            return Self::sorted(ingest(tools));
+        }
+        // Large listings are converted on two threads (a scoped thread, joined here).
+        let tail = tools.split_off(tools.len() / 2);
+        let all = std::thread::scope(|scope| {
+            let worker = scope.spawn(|| ingest(tail));
+            let mut head = ingest(tools);
+            match worker.join() {
+                Ok(tail) => {
+                    head.extend(tail);
+                    head
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        });
+        Self::sorted(all)
     }
 
     /// Kept ordered by (server, position, name), so a build only orders servers by their
@@ -126,6 +147,9 @@ impl From<Vec<McpSourceTool>> for McpTools {
         McpTools::new(tools)
     }
 }
+
+/// From this many listed tools on, ingestion uses a second thread.
+const INGEST_PARALLEL_FROM: usize = 512;
 
 /// Everything assembly reads; replaced as a whole when a source changes.
 #[derive(Debug, Clone, Default)]

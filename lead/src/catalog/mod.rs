@@ -270,7 +270,15 @@ fn index_and_hash(deferred: &[&ToolSpec]) -> (SearchIndex, Option<CatalogHash>) 
         return (SearchIndex::with_order(deferred, order), Some(hash));
     }
     std::thread::scope(|scope| {
-        let worker = scope.spawn(|| SearchIndex::with_order(deferred, order.clone()));
+        let worker = scope.spawn(|| {
+            // Schemas not yet in canonical form (tools not ingested) are written from the
+            // end of the name order while this thread hashes from the start; each is
+            // written once, by whichever thread reaches it first.
+            for &p in order[order.len() / 2..].iter().rev() {
+                deferred[p as usize].parameters.canonical();
+            }
+            SearchIndex::with_order(deferred, order.clone())
+        });
         let hash = CatalogHash::of_sorted(order.iter().map(tool_at));
         match worker.join() {
             Ok(search) => (search, Some(hash)),

@@ -13,6 +13,11 @@ use serde_json::{Map, Value};
 use super::pyjson::SortedCompact;
 use super::routing::McpRouting;
 
+thread_local! {
+    static CANONICAL_BUFFER: std::cell::RefCell<String> =
+        std::cell::RefCell::new(String::with_capacity(4096));
+}
+
 /// A tool's parameter schema: an immutable, shared JSON value (cloning a tool or a
 /// catalog never deep-copies it) with its canonical hash form
 /// (`json.dumps(v, sort_keys=True, ensure_ascii=False)`) written at most once. The value
@@ -36,9 +41,13 @@ impl Schema {
     /// The schema as the catalog hash writes it, computed on first use and then kept.
     pub fn canonical(&self) -> &str {
         self.0.canonical.get_or_init(|| {
-            let mut out = String::new();
-            SortedCompact::default().write(&mut out, &self.0.value);
-            out.into_boxed_str()
+            // Written into a per-thread buffer, then copied into one exact allocation.
+            CANONICAL_BUFFER.with(|buffer| {
+                let mut buffer = buffer.borrow_mut();
+                buffer.clear();
+                SortedCompact::default().write(&mut buffer, &self.0.value);
+                Box::from(buffer.as_str())
+            })
         })
     }
 
