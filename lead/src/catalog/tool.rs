@@ -233,21 +233,21 @@ pub fn openai_parameters(input_schema: Value) -> OpenAiParameters {
     }
 }
 
-/// langchain's `_rm_titles`: `prev_key` is the key under which `object` sits.
-fn remove_titles(object: Map<String, Value>, prev_key: &str) -> Map<String, Value> {
-    let mut kept = Map::with_capacity(object.len());
-    for (key, value) in object {
-        let value = match value {
-            Value::Object(inner) if key == "title" && prev_key == "properties" => {
-                Value::Object(remove_titles(inner, &key))
-            }
-            _ if key == "title" => continue,
-            Value::Object(inner) => Value::Object(remove_titles(inner, &key)),
-            other => other,
-        };
-        kept.insert(key, value);
+/// langchain's `_rm_titles`: `prev_key` is the key under which `object` sits. Done in
+/// place (order kept, no key rehashed): a `title` goes unless it is an object under
+/// `properties` (a property named `title`), and every object below is visited.
+fn remove_titles(mut object: Map<String, Value>, prev_key: &str) -> Map<String, Value> {
+    remove_titles_in_place(&mut object, prev_key);
+    object
+}
+
+fn remove_titles_in_place(object: &mut Map<String, Value>, prev_key: &str) {
+    object.retain(|key, value| key != "title" || (prev_key == "properties" && value.is_object()));
+    for (key, value) in object.iter_mut() {
+        if let Value::Object(inner) = value {
+            remove_titles_in_place(inner, key);
+        }
     }
-    kept
 }
 
 #[cfg(test)]
