@@ -11,7 +11,11 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
+use antler_lead::catalog::assembly::{assemble, AssemblyRequest, McpSourceTool, McpTools, Sources};
 use antler_lead::catalog::{Catalog, CatalogHash, SearchMode, ToolSpec};
+use antler_protocol::config::AppConfig;
 use serde_json::json;
 
 /// Counts live heap bytes, so memory is measured, not estimated.
@@ -106,6 +110,22 @@ const OBJECTS: [&str; 10] = [
 /// `n` MCP tools from servers of 50 tools each, named `{service}{k}_{verb}_{object}`,
 /// with a one-sentence description and a schema of four or five properties.
 fn synthetic(n: usize) -> Vec<ToolSpec> {
+    listing(n)
+        .into_iter()
+        .map(|t| {
+            ToolSpec::mcp(
+                t.name,
+                t.description,
+                t.input_schema,
+                Some(t.server),
+                t.original_name,
+            )
+        })
+        .collect()
+}
+
+/// The same tools as mcp-host lists them (raw `inputSchema`, titles included).
+fn listing(n: usize) -> Vec<McpSourceTool> {
     (0..n)
         .map(|i| {
             let server_no = i / 50;
@@ -139,7 +159,14 @@ fn synthetic(n: usize) -> Vec<ToolSpec> {
                 schema["properties"]["dry_run"] =
                     json!({"type": "boolean", "description": "Validate without applying", "default": false});
             }
-            ToolSpec::mcp(name.clone(), description, schema, Some(server), format!("{verb}_{object}"))
+            McpSourceTool {
+                server,
+                name,
+                original_name: format!("{verb}_{object}"),
+                description,
+                input_schema: schema,
+                position: j as u32,
+            }
         })
         .collect()
 }
@@ -178,26 +205,63 @@ fn fmt(d: Duration) -> String {
 
 struct BuildFigures {
     n: usize,
-    build: Duration,
-    build_cpu: Duration,
+    /// `assemble()` of a lead run over ingested sources: what every catalog build costs.
+    assemble: Duration,
+    assemble_cpu: Duration,
+    /// `Catalog::build` of tools whose schemas were never serialised (fresh `ToolSpec`s):
+    /// the build as it was before schemas were prepared at ingestion.
+    cold_build: Duration,
+    /// Ingesting the listing (conversion and canonical JSON), once per listing change.
+    ingest: Duration,
     hash_only: Duration,
     bytes_per_tool: f64,
     rendered_per_tool: f64,
+    canonical_per_tool: f64,
     schema_per_tool: f64,
 }
 
+fn sources(mcp: McpTools) -> Sources {
+    let mut config = AppConfig::default();
+    config.tool_search.enabled = true;
+    Sources {
+        config: Arc::new(config),
+        extensions: None,
+        mcp,
+    }
+}
+
 fn bench_build(n: usize) -> (Catalog, BuildFigures) {
-    let tools = synthetic(n);
+    let raw = listing(n);
     let runs = if n >= 50_000 { 5 } else { 11 };
+
+    let mut ingest_samples = Vec::with_capacity(runs);
+    let mut ingested = McpTools::default();
+    for _ in 0..runs {
+        let input = raw.clone();
+        let (tools, wall, _) = timed(|| McpTools::new(input));
+        ingest_samples.push(wall);
+        ingested = tools;
+    }
+    let sources = sources(ingested);
+    let request = AssemblyRequest::lead();
     let mut samples = Vec::with_capacity(runs);
     let mut cpu_samples = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let input = tools.clone();
-        let (catalog, wall, cpu) = timed(|| Catalog::build(input, true).unwrap());
+        let (assembled, wall, cpu) = timed(|| assemble(&sources, &request).unwrap());
         samples.push(wall);
         cpu_samples.push(cpu);
+        black_box(&assembled);
+    }
+
+    let mut cold_samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let input = synthetic(n);
+        let (catalog, wall, _) = timed(|| Catalog::build(input, true).unwrap());
+        cold_samples.push(wall);
         black_box(&catalog);
     }
+
+    let tools = synthetic(n);
     let mut hash_samples = Vec::with_capacity(runs);
     for _ in 0..runs {
         let (_, _, cpu) = timed(|| black_box(CatalogHash::of_tools(&tools)));
@@ -207,6 +271,7 @@ fn bench_build(n: usize) -> (Catalog, BuildFigures) {
         .iter()
         .map(|t| serde_json::to_string(&t.parameters).unwrap().len())
         .sum();
+    let canonical_bytes: usize = tools.iter().map(|t| t.parameters.canonical_bytes()).sum();
 
     let input = tools.clone();
     drop(tools);
@@ -225,11 +290,14 @@ fn bench_build(n: usize) -> (Catalog, BuildFigures) {
         catalog,
         BuildFigures {
             n,
-            build: median(samples),
-            build_cpu: median(cpu_samples),
+            assemble: median(samples),
+            assemble_cpu: median(cpu_samples),
+            cold_build: median(cold_samples),
+            ingest: median(ingest_samples),
             hash_only: median(hash_samples),
             bytes_per_tool: added / n as f64,
             rendered_per_tool: rendered / n as f64,
+            canonical_per_tool: canonical_bytes as f64 / n as f64,
             schema_per_tool: schema_bytes as f64 / n as f64,
         },
     )
@@ -297,48 +365,63 @@ fn deerflow_query(n: usize, label: &str) -> Option<Duration> {
 fn main() {
     println!("Antler catalog benchmark (synthetic MCP catalogs, 50 tools per server)\n");
     println!(
-        "{:>7} | {:>10} | {:>10} | {:>10} | {:>13} | {:>14} | {:>12} | {:>11}",
+        "{:>7} | {:>10} | {:>10} | {:>13} | {:>10} | {:>10} | {:>10} | {:>11} | {:>9} | {:>9} | {:>9}",
         "tools",
-        "build+hash",
-        "build+hash",
-        "hash only",
+        "assemble",
+        "assemble",
         "vs DeerFlow",
+        "cold build",
+        "ingest",
+        "hash only",
         "bytes/tool",
         "+ if all",
+        "canonical",
         "schema"
     );
     println!(
-        "{:>7} | {:>10} | {:>10} | {:>10} | {:>13} | {:>14} | {:>12} | {:>11}",
+        "{:>7} | {:>10} | {:>10} | {:>13} | {:>10} | {:>10} | {:>10} | {:>11} | {:>9} | {:>9} | {:>9}",
         "",
-        "wall p50",
+        "+hash p50",
         "CPU total",
-        "CPU p50",
         "(wall ratio)",
-        "beyond tools",
+        "wall p50",
+        "wall p50",
+        "CPU p50",
+        "beyond",
         "rendered",
+        "JSON/tool",
         "JSON/tool"
     );
     let mut catalogs = Vec::new();
     for n in [100, 1_000, 5_000, 50_000] {
         let (catalog, f) = bench_build(n);
         let ratio = deerflow_build(n)
-            .map(|d| format!("{:.0}x faster", d.as_secs_f64() / f.build.as_secs_f64()))
+            .map(|d| format!("{:.0}x faster", d.as_secs_f64() / f.assemble.as_secs_f64()))
             .unwrap_or_else(|| "-".into());
         println!(
-            "{:>7} | {:>10} | {:>10} | {:>10} | {:>13} | {:>11.0} B | {:>10.0} B | {:>9.0} B",
+            "{:>7} | {:>10} | {:>10} | {:>13} | {:>10} | {:>10} | {:>10} | {:>9.0} B | {:>7.0} B | {:>7.0} B | {:>7.0} B",
             f.n,
-            fmt(f.build),
-            fmt(f.build_cpu),
-            fmt(f.hash_only),
+            fmt(f.assemble),
+            fmt(f.assemble_cpu),
             ratio,
+            fmt(f.cold_build),
+            fmt(f.ingest),
+            fmt(f.hash_only),
             f.bytes_per_tool,
             f.rendered_per_tool,
+            f.canonical_per_tool,
             f.schema_per_tool
         );
         if n >= 5_000 {
             catalogs.push((n, catalog));
         }
     }
+    println!(
+        "\nassemble+hash: `assemble()` of a lead run over ingested MCP tools (dedup, deferral, hash, index).\n\
+         cold build: `Catalog::build` of fresh tools, schemas serialised during the build.\n\
+         ingest: converting a listing once when it arrives (OpenAI form + canonical JSON).\n\
+         Memory per tool beyond its schema = bytes beyond + rendered (worst case) + canonical JSON."
+    );
 
     println!(
         "\n{:>6} | {:<18} | {:<30} | {:>4} | {:>9} | {:>9} | {:>10} | {:>10} | {:>16}",
@@ -424,5 +507,5 @@ fn main() {
             .join(" ");
     }
     println!("\nLoad average during the run: {load} (2 cores; wall times include preemption).");
-    println!("Targets at 5,000 tools: build+hash <= 7 ms; query p50 <= 20 µs bare, <= 100 µs rendered; <= 2 KiB/tool beyond the tools.");
+    println!("Targets at 5,000 tools: assemble+hash <= 7 ms; query p50 <= 20 µs bare, <= 100 µs rendered; <= 2 KiB/tool beyond the tools.");
 }

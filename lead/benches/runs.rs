@@ -450,7 +450,7 @@ impl Lead {
         let catalog = CatalogActor::new(Sources {
             config: Arc::default(),
             extensions: None,
-            mcp: Arc::default(),
+            mcp: Default::default(),
         })
         .start();
         let env = Arc::new(RunEnv::new(

@@ -244,7 +244,7 @@ fn start_runs(
     let catalog = CatalogActor::new(Sources {
         config: Arc::default(),
         extensions: None,
-        mcp: Arc::default(),
+        mcp: Default::default(),
     })
     .start();
     let env = Arc::new(RunEnv::new(

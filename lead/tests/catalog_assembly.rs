@@ -10,7 +10,7 @@ use std::{path::Path, sync::Arc};
 
 use antler_lead::catalog::{
     actor::{Assemble, CatalogActor, SetMcpTools},
-    assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, Sources},
+    assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, McpTools, Sources},
     authz::Principal,
     merge_promoted, Catalog, ToolSource,
 };
@@ -76,7 +76,7 @@ fn config_tools_win_over_builtins_and_mcp_with_one_warning_per_duplicate() {
     let sources = Sources {
         config: config(SANDBOX_TOOLS),
         extensions: None,
-        mcp: Arc::new(vec![
+        mcp: McpTools::new(vec![
             McpSourceTool {
                 name: "read_file".into(),
                 ..mcp("fs", "read_file", 0)
@@ -228,7 +228,7 @@ fn the_implementation_name_binds_over_a_mismatched_config_name() {
 fn groups_filter_only_config_tools() {
     let sources = Sources {
         config: config(SANDBOX_TOOLS),
-        mcp: Arc::new(vec![mcp("srv", "x", 0)]),
+        mcp: McpTools::new(vec![mcp("srv", "x", 0)]),
         ..Sources::default()
     };
     let with = |groups: Option<Vec<&str>>| {
@@ -297,7 +297,7 @@ fn builtins_follow_their_conditions() {
 #[test]
 fn mcp_names_outside_the_safe_alphabet_are_dropped_with_a_warning() {
     let sources = Sources {
-        mcp: Arc::new(vec![
+        mcp: McpTools::new(vec![
             McpSourceTool {
                 name: "evil<tool>".into(),
                 ..mcp("srv", "evil", 0)
@@ -333,7 +333,7 @@ authorization:
 fn a_denied_tool_never_enters_the_catalog_and_tool_search_cannot_bring_it_back() {
     let sources = Sources {
         config: config(AUTHZ),
-        mcp: Arc::new(vec![mcp("crm", "export_all", 0), mcp("crm", "lookup", 1)]),
+        mcp: McpTools::new(vec![mcp("crm", "export_all", 0), mcp("crm", "lookup", 1)]),
         ..Sources::default()
     };
     let req = AssemblyRequest {
@@ -369,7 +369,7 @@ fn the_hash_follows_schemas_and_not_arrival_order() {
     let build = |tools: Vec<McpSourceTool>| {
         let sources = Sources {
             config: config("tool_search:\n  enabled: true\n"),
-            mcp: Arc::new(tools),
+            mcp: McpTools::new(tools),
             ..Sources::default()
         };
         assemble(&sources, &AssemblyRequest::lead()).unwrap()
@@ -395,7 +395,7 @@ fn mcp_order_follows_the_server_order_of_the_extensions_config() {
     let sources = Sources {
         config: config("tool_search:\n  enabled: false\n"),
         extensions: Some(ext),
-        mcp: Arc::new(vec![
+        mcp: McpTools::new(vec![
             mcp("alpha", "t", 0),
             mcp("zeta", "t2", 1),
             mcp("zeta", "t1", 0),
@@ -420,7 +420,7 @@ fn mcp_order_follows_the_server_order_of_the_extensions_config() {
 fn a_subagent_catalog_validates_the_parents_promotions_without_changing_them() {
     let sources = Sources {
         config: config("tool_search:\n  enabled: true\n"),
-        mcp: Arc::new(vec![mcp("srv", "a", 0), mcp("srv", "b", 1)]),
+        mcp: McpTools::new(vec![mcp("srv", "a", 0), mcp("srv", "b", 1)]),
         ..Sources::default()
     };
     let parent_req = AssemblyRequest {
@@ -538,4 +538,44 @@ async fn concurrent_requests_while_sources_change_always_get_a_consistent_catalo
         );
     }
     assert!(versions.len() > 1, "sources changed during the requests");
+}
+
+#[test]
+fn ingested_tools_hash_like_fresh_ones_and_share_their_schemas() {
+    let listing: Vec<McpSourceTool> = (0..40)
+        .map(|i| {
+            let mut tool = mcp(&format!("srv{}", i % 3), &format!("t{i}"), i);
+            tool.description = format!("Tool «{i}»\twith \"quotes\" and \\ and é");
+            tool.input_schema["properties"]["n"] =
+                json!({"type": "number", "default": 0.1 + f64::from(i), "enum": [1e16, 1e-5]});
+            tool
+        })
+        .collect();
+    let fresh: Vec<antler_lead::catalog::ToolSpec> = listing
+        .iter()
+        .cloned()
+        .map(|t| {
+            antler_lead::catalog::ToolSpec::mcp(
+                t.name,
+                t.description,
+                t.input_schema,
+                Some(t.server),
+                t.original_name,
+            )
+        })
+        .collect();
+    let sources = Sources {
+        config: config("tool_search:\n  enabled: true\n"),
+        extensions: None,
+        mcp: McpTools::new(listing),
+    };
+    let first = assemble(&sources, &AssemblyRequest::lead()).unwrap();
+    let second = assemble(&sources, &AssemblyRequest::lead()).unwrap();
+    let expected = antler_lead::catalog::CatalogHash::of_tools(&fresh);
+    assert_eq!(first.catalog.hash(), Some(&expected));
+    assert_eq!(second.catalog.hash(), Some(&expected));
+    let a = first.catalog.get("srv1_t7").unwrap();
+    let b = second.catalog.get("srv1_t7").unwrap();
+    assert_eq!(a.parameters, b.parameters);
+    assert!(std::ptr::eq(a.parameters.value(), b.parameters.value()));
 }

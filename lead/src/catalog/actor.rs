@@ -119,18 +119,7 @@ impl Handler<SetMcpTools> for CatalogActor {
     type Result = u64;
 
     fn handle(&mut self, msg: SetMcpTools, _: &mut Context<Self>) -> u64 {
-        let mut all: Vec<McpSourceTool> = match &msg.server {
-            Some(server) => self
-                .sources
-                .mcp
-                .iter()
-                .filter(|t| &t.server != server)
-                .cloned()
-                .collect(),
-            None => Vec::new(),
-        };
-        all.extend(msg.tools);
-        self.sources.mcp = Arc::new(all);
+        self.sources.mcp = self.sources.mcp.replaced(msg.server.as_deref(), msg.tools);
         self.changed();
         self.version
     }

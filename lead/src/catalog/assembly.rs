@@ -6,6 +6,7 @@
 //! Deterministic: MCP tools are ordered by the server's place in the config, then by the
 //! server's own listing order, whatever order they arrived in.
 
+use std::collections::hash_map::{Entry, HashMap};
 use std::sync::Arc;
 
 use antler_protocol::config::{is_host_bash_allowed, AppConfig, ExtensionsConfig};
@@ -40,12 +41,122 @@ pub struct McpSourceTool {
     pub position: u32,
 }
 
+/// The MCP tools of the sources, ingested: each listed tool is converted to its catalog
+/// form once, when the listing arrives (OpenAI parameters, and the canonical JSON the
+/// catalog hash reads), so a catalog build shares the schemas instead of copying,
+/// converting and serialising them again. Cloning is a reference count.
+#[derive(Debug, Clone, Default)]
+pub struct McpTools(Arc<[IngestedMcp]>);
+
+#[derive(Debug, Clone)]
+struct IngestedMcp {
+    server: String,
+    position: u32,
+    /// The tool as the catalog holds it (routing is set per build, from the extensions).
+    spec: ToolSpec,
+}
+
+impl IngestedMcp {
+    fn new(tool: McpSourceTool) -> Self {
+        let spec = ToolSpec::mcp(
+            tool.name,
+            tool.description,
+            tool.input_schema,
+            Some(tool.server.clone()),
+            tool.original_name,
+        );
+        // Written now, so no catalog build serialises this schema.
+        spec.parameters.canonical();
+        IngestedMcp {
+            server: tool.server,
+            position: tool.position,
+            spec,
+        }
+    }
+}
+
+impl McpTools {
+    /// Ingests a listing.
+    pub fn new(mut tools: Vec<McpSourceTool>) -> Self {
+        let ingest = |tools: Vec<McpSourceTool>| -> Vec<IngestedMcp> {
+            tools.into_iter().map(IngestedMcp::new).collect()
+        };
+        let parallel = tools.len() >= INGEST_PARALLEL_FROM
+            && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+        if !parallel {
+            return Self::sorted(ingest(tools));
+        }
+        // Large listings are converted on two threads (a scoped thread, joined here).
+        let tail = tools.split_off(tools.len() / 2);
+        let all = std::thread::scope(|scope| {
+            let worker = scope.spawn(|| ingest(tail));
+            let mut head = ingest(tools);
+            match worker.join() {
+                Ok(tail) => {
+                    head.extend(tail);
+                    head
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        });
+        Self::sorted(all)
+    }
+
+    /// Kept ordered by (server, position, name), so a build only orders servers by their
+    /// place in the extensions config (a stable sort on one integer).
+    fn sorted(mut tools: Vec<IngestedMcp>) -> Self {
+        tools.sort_by(|a, b| {
+            a.server
+                .cmp(&b.server)
+                .then_with(|| a.position.cmp(&b.position))
+                .then_with(|| a.spec.name.cmp(&b.spec.name))
+        });
+        McpTools(tools.into())
+    }
+
+    /// These tools with those of `server` (all of them, with `None`) replaced by `tools`;
+    /// the tools kept are not ingested again.
+    pub fn replaced(&self, server: Option<&str>, tools: Vec<McpSourceTool>) -> Self {
+        let kept = self
+            .0
+            .iter()
+            .filter(|t| server.is_some_and(|s| t.server != s))
+            .cloned();
+        Self::sorted(
+            kept.chain(tools.into_iter().map(IngestedMcp::new))
+                .collect(),
+        )
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The ingested tools with their servers, by server, then place in its listing.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &ToolSpec)> {
+        self.0.iter().map(|t| (t.server.as_str(), &t.spec))
+    }
+}
+
+impl From<Vec<McpSourceTool>> for McpTools {
+    fn from(tools: Vec<McpSourceTool>) -> Self {
+        McpTools::new(tools)
+    }
+}
+
+/// From this many listed tools on, ingestion uses a second thread.
+const INGEST_PARALLEL_FROM: usize = 512;
+
 /// Everything assembly reads; replaced as a whole when a source changes.
 #[derive(Debug, Clone, Default)]
 pub struct Sources {
     pub config: Arc<AppConfig>,
     pub extensions: Option<Arc<ExtensionsConfig>>,
-    pub mcp: Arc<Vec<McpSourceTool>>,
+    pub mcp: McpTools,
 }
 
 /// What one run asks for.
@@ -209,7 +320,7 @@ pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, A
         candidates.push(ToolSpec {
             name: implementation.name.to_string(),
             description: implementation.description.to_string(),
-            parameters: (implementation.parameters)(),
+            parameters: (implementation.parameters)().into(),
             source: ToolSource::Config {
                 use_id: tc.use_.clone(),
             },
@@ -228,36 +339,49 @@ pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, A
 
     // 5: MCP tools, in a deterministic order.
     if req.include_mcp {
-        let server_rank = |server: &str| -> (usize, String) {
-            let pos = sources
+        let server_rank = |server: &str| -> usize {
+            sources
                 .extensions
                 .as_ref()
-                .and_then(|e| e.mcp_servers.keys().position(|k| k == server));
-            (pos.unwrap_or(usize::MAX), server.to_string())
+                .and_then(|e| e.mcp_servers.keys().position(|k| k == server))
+                .unwrap_or(usize::MAX)
         };
-        let mut mcp: Vec<&McpSourceTool> = sources.mcp.iter().collect();
-        mcp.sort_by_cached_key(|t| (server_rank(&t.server), t.position, t.name.clone()));
-        for t in mcp {
-            if !valid_tool_name(&t.name) {
+        // Servers are ranked once each, not once per tool.
+        let mut ranks: HashMap<&str, usize> = HashMap::new();
+        let mut mcp: Vec<(usize, &IngestedMcp)> = sources
+            .mcp
+            .0
+            .iter()
+            .map(|t| {
+                let rank = *ranks
+                    .entry(t.server.as_str())
+                    .or_insert_with(|| server_rank(&t.server));
+                (rank, t)
+            })
+            .collect();
+        // Stable: within a rank, the ingested (server, position, name) order stays.
+        mcp.sort_by_key(|(rank, _)| *rank);
+        candidates.reserve(mcp.len() + 1);
+        for (_, t) in mcp {
+            if !valid_tool_name(&t.spec.name) {
                 warnings.push(format!(
                     "Skipping MCP tool {} from server '{}': tool names must match ^[A-Za-z0-9_-]+$",
-                    python_repr(&t.name),
+                    python_repr(&t.spec.name),
                     t.server
                 ));
                 continue;
             }
-            let mut spec = ToolSpec::mcp(
-                t.name.clone(),
-                t.description.clone(),
-                t.input_schema.clone(),
-                Some(t.server.clone()),
-                t.original_name.clone(),
-            );
+            let mut spec = t.spec.clone();
             spec.routing = sources
                 .extensions
                 .as_ref()
                 .and_then(|e| e.mcp_servers.get(&t.server))
-                .map(|server| server.effective_routing(&t.original_name))
+                .map(|server| match &spec.source {
+                    ToolSource::Mcp { original_name, .. } => {
+                        server.effective_routing(original_name)
+                    }
+                    _ => server.effective_routing(&spec.name),
+                })
                 .filter(|r| r.mode != antler_protocol::config::RoutingMode::Off)
                 .map(|r| McpRouting {
                     mode: RoutingMode::Prefer,
@@ -278,22 +402,36 @@ pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, A
         ));
     }
 
-    // 7: dedup, first wins.
-    let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
-    let mut unique = Vec::with_capacity(candidates.len());
-    for c in candidates {
-        match seen.get(&c.name) {
-            Some(kept) => warnings.push(format!(
-                "{} (kept: {kept}; dropped: {})",
-                DUPLICATE_WARNING.replace("{name}", &python_repr(&c.name)),
-                describe(&c.source)
-            )),
-            None => {
-                seen.insert(c.name.clone(), describe(&c.source));
-                unique.push(c);
+    // 7: dedup, first wins (names are borrowed, not copied; a source is described only
+    // for a duplicate's warning).
+    let mut first_of: HashMap<&str, usize> = HashMap::with_capacity(candidates.len());
+    let mut keep = vec![true; candidates.len()];
+    for (i, c) in candidates.iter().enumerate() {
+        match first_of.entry(c.name.as_str()) {
+            Entry::Occupied(kept) => {
+                keep[i] = false;
+                warnings.push(format!(
+                    "{} (kept: {}; dropped: {})",
+                    DUPLICATE_WARNING.replace("{name}", &python_repr(&c.name)),
+                    describe(&candidates[*kept.get()].source),
+                    describe(&c.source)
+                ));
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(i);
             }
         }
     }
+    drop(first_of);
+    let mut unique: Vec<ToolSpec> = if keep.iter().all(|&k| k) {
+        candidates
+    } else {
+        candidates
+            .into_iter()
+            .zip(keep)
+            .filter_map(|(c, k)| k.then_some(c))
+            .collect()
+    };
 
     // Subagent name filter (spec 1.3), then authorization layer 1.
     if let Some(allowed) = &req.allowed_tools {

@@ -144,6 +144,10 @@ pub(crate) fn prompt_section_sorted<'a>(sorted: impl IntoIterator<Item = &'a str
 
 /// Python's `html.escape(text, quote=False)`: `&`, `<` and `>` only.
 pub(crate) fn html_escape(out: &mut String, text: &str) {
+    if !text.bytes().any(|b| matches!(b, b'&' | b'<' | b'>')) {
+        out.push_str(text);
+        return;
+    }
     for c in text.chars() {
         match c {
             '&' => out.push_str("&amp;"),

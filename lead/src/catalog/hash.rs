@@ -9,7 +9,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::pyjson::{write_str, SortedCompact};
+use super::pyjson::write_str;
 use super::tool::ToolSpec;
 
 /// The hash of one deferred-tool catalog.
@@ -86,17 +86,6 @@ impl BlobHasher {
         });
     }
 
-    /// Appends entries written elsewhere by [`write_entries`] (`count` of them, written
-    /// with a leading separator when entries preceded them).
-    pub(crate) fn written(&mut self, text: &str, count: usize) {
-        self.hasher.update(text.as_bytes());
-        self.entries += count;
-    }
-
-    pub(crate) fn entry_count(&self) -> usize {
-        self.entries
-    }
-
     pub(crate) fn finish(mut self) -> CatalogHash {
         self.hasher.update(b"]");
         let digest = hex::encode(self.hasher.finalize());
@@ -115,7 +104,6 @@ pub(crate) fn write_entries<'a>(
     mut sink: impl FnMut(&str),
 ) -> usize {
     let mut buf = String::with_capacity(1024);
-    let mut writer = SortedCompact::default();
     let mut count = 0;
     for tool in sorted {
         if count > 0 || separate_first {
@@ -128,11 +116,15 @@ pub(crate) fn write_entries<'a>(
         buf.push_str(", \"name\": ");
         write_str(&mut buf, &tool.name);
         buf.push_str(", \"parameters\": ");
-        writer.write(&mut buf, &tool.parameters);
-        buf.push_str("}}");
+        // The schema's canonical form is written once per schema, not once per build.
         sink(&buf);
         buf.clear();
+        sink(tool.parameters.canonical());
+        buf.push_str("}}");
         count += 1;
+    }
+    if !buf.is_empty() {
+        sink(&buf);
     }
     count
 }

@@ -253,12 +253,10 @@ pub struct DerivedBytes {
 /// milliseconds; spawning a scoped thread takes microseconds).
 const PARALLEL_FROM: usize = 512;
 
-/// Share of the name-sorted hash entries the second thread writes, besides building the
-/// search index; the calling thread writes the rest and runs sha256 over all of it.
-const WORKER_SHARE_PERCENT: usize = 40;
-
-/// Builds the search index and the catalog hash, on two threads for large catalogs. The
-/// scoped thread is joined before returning; a panic in it is resumed here.
+/// Builds the search index and the catalog hash, on two threads for large catalogs: the
+/// second builds the search index while this one streams the (cached) canonical schemas
+/// through sha256. The scoped thread is joined before returning; a panic in it is
+/// resumed here.
 fn index_and_hash(deferred: &[&ToolSpec]) -> (SearchIndex, Option<CatalogHash>) {
     if deferred.is_empty() {
         return (SearchIndex::build(deferred), None);
@@ -271,27 +269,19 @@ fn index_and_hash(deferred: &[&ToolSpec]) -> (SearchIndex, Option<CatalogHash>) 
         let hash = CatalogHash::of_sorted(order.iter().map(tool_at));
         return (SearchIndex::with_order(deferred, order), Some(hash));
     }
-    let split = order.len() - order.len() * WORKER_SHARE_PERCENT / 100;
     std::thread::scope(|scope| {
         let worker = scope.spawn(|| {
-            let mut tail = String::new();
-            let count = hash::write_entries(order[split..].iter().map(tool_at), true, |chunk| {
-                tail.push_str(chunk)
-            });
-            (
-                SearchIndex::with_order(deferred, order.clone()),
-                tail,
-                count,
-            )
-        });
-        let mut blob = hash::BlobHasher::new();
-        blob.entries(order[..split].iter().map(tool_at));
-        match worker.join() {
-            Ok((search, tail, count)) => {
-                debug_assert_eq!(blob.entry_count(), split);
-                blob.written(&tail, count);
-                (search, Some(blob.finish()))
+            // Schemas not yet in canonical form (tools not ingested) are written from the
+            // end of the name order while this thread hashes from the start; each is
+            // written once, by whichever thread reaches it first.
+            for &p in order[order.len() / 2..].iter().rev() {
+                deferred[p as usize].parameters.canonical();
             }
+            SearchIndex::with_order(deferred, order.clone())
+        });
+        let hash = CatalogHash::of_sorted(order.iter().map(tool_at));
+        match worker.join() {
+            Ok(search) => (search, Some(hash)),
             Err(panic) => std::panic::resume_unwind(panic),
         }
     })

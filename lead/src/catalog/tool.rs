@@ -4,9 +4,99 @@
 //! `inputSchema` as langchain's `convert_to_openai_function` leaves it (titles and the
 //! top-level description removed), so hashing and rendering never re-derive it.
 
+use std::fmt;
+use std::ops::Deref;
+use std::sync::{Arc, OnceLock};
+
 use serde_json::{Map, Value};
 
+use super::pyjson::SortedCompact;
 use super::routing::McpRouting;
+
+thread_local! {
+    static CANONICAL_BUFFER: std::cell::RefCell<String> =
+        std::cell::RefCell::new(String::with_capacity(4096));
+}
+
+/// A tool's parameter schema: an immutable, shared JSON value (cloning a tool or a
+/// catalog never deep-copies it) with its canonical hash form
+/// (`json.dumps(v, sort_keys=True, ensure_ascii=False)`) written at most once. The value
+/// cannot change behind the cache: there is no mutable access, only a new `Schema`.
+#[derive(Clone)]
+pub struct Schema(Arc<SchemaInner>);
+
+struct SchemaInner {
+    value: Value,
+    canonical: OnceLock<Box<str>>,
+}
+
+impl Schema {
+    pub fn new(value: Value) -> Self {
+        Schema(Arc::new(SchemaInner {
+            value,
+            canonical: OnceLock::new(),
+        }))
+    }
+
+    /// The schema as the catalog hash writes it, computed on first use and then kept.
+    pub fn canonical(&self) -> &str {
+        self.0.canonical.get_or_init(|| {
+            // Written into a per-thread buffer, then copied into one exact allocation.
+            CANONICAL_BUFFER.with(|buffer| {
+                let mut buffer = buffer.borrow_mut();
+                buffer.clear();
+                SortedCompact::default().write(&mut buffer, &self.0.value);
+                Box::from(buffer.as_str())
+            })
+        })
+    }
+
+    /// Heap bytes of the cached canonical form (0 until written).
+    pub fn canonical_bytes(&self) -> usize {
+        self.0.canonical.get().map_or(0, |c| c.len())
+    }
+
+    pub fn value(&self) -> &Value {
+        &self.0.value
+    }
+}
+
+impl Deref for Schema {
+    type Target = Value;
+    fn deref(&self) -> &Value {
+        &self.0.value
+    }
+}
+
+impl From<Value> for Schema {
+    fn from(value: Value) -> Self {
+        Schema::new(value)
+    }
+}
+
+impl PartialEq for Schema {
+    fn eq(&self, other: &Schema) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.value == other.0.value
+    }
+}
+
+impl PartialEq<Value> for Schema {
+    fn eq(&self, other: &Value) -> bool {
+        self.0.value == *other
+    }
+}
+
+impl fmt::Debug for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.value.fmt(f)
+    }
+}
+
+impl serde::Serialize for Schema {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.value.serialize(serializer)
+    }
+}
 
 /// Where a tool comes from; assembly order and deferral depend on it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,9 +106,10 @@ pub enum ToolSource {
     /// A tool Antler always offers (`present_files`, `tool_search`, ...).
     Builtin,
     /// A tool discovered on an MCP server. `original_name` is the name the server knows.
+    /// Shared strings: assembly copies every MCP tool into each catalog it builds.
     Mcp {
-        server: Option<String>,
-        original_name: String,
+        server: Option<Arc<str>>,
+        original_name: Arc<str>,
     },
     /// The `invoke_acp_agent` tool.
     Acp,
@@ -29,8 +120,8 @@ pub enum ToolSource {
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
-    /// OpenAI-function parameters (a JSON schema object, key order as received).
-    pub parameters: Value,
+    /// OpenAI-function parameters (a JSON schema object, key order as received), shared.
+    pub parameters: Schema,
     pub source: ToolSource,
     /// The config group (`web`, `file:read`, ...), for config tools.
     pub group: Option<String>,
@@ -58,10 +149,10 @@ impl ToolSpec {
         ToolSpec {
             name: name.into(),
             description,
-            parameters: converted.parameters,
+            parameters: Schema::new(converted.parameters),
             source: ToolSource::Mcp {
-                server,
-                original_name: original_name.into(),
+                server: server.map(Arc::from),
+                original_name: Arc::from(original_name.into()),
             },
             group: None,
             routing: None,
@@ -77,7 +168,7 @@ impl ToolSpec {
         ToolSpec {
             name: name.into(),
             description: description.into(),
-            parameters,
+            parameters: Schema::new(parameters),
             source: ToolSource::Builtin,
             group: None,
             routing: None,
@@ -99,7 +190,7 @@ impl ToolSpec {
             "description".to_owned(),
             Value::String(self.description.clone()),
         );
-        function.insert("parameters".to_owned(), self.parameters.clone());
+        function.insert("parameters".to_owned(), self.parameters.value().clone());
         Value::Object(function)
     }
 }
@@ -142,21 +233,21 @@ pub fn openai_parameters(input_schema: Value) -> OpenAiParameters {
     }
 }
 
-/// langchain's `_rm_titles`: `prev_key` is the key under which `object` sits.
-fn remove_titles(object: Map<String, Value>, prev_key: &str) -> Map<String, Value> {
-    let mut kept = Map::with_capacity(object.len());
-    for (key, value) in object {
-        let value = match value {
-            Value::Object(inner) if key == "title" && prev_key == "properties" => {
-                Value::Object(remove_titles(inner, &key))
-            }
-            _ if key == "title" => continue,
-            Value::Object(inner) => Value::Object(remove_titles(inner, &key)),
-            other => other,
-        };
-        kept.insert(key, value);
+/// langchain's `_rm_titles`: `prev_key` is the key under which `object` sits. Done in
+/// place (order kept, no key rehashed): a `title` goes unless it is an object under
+/// `properties` (a property named `title`), and every object below is visited.
+fn remove_titles(mut object: Map<String, Value>, prev_key: &str) -> Map<String, Value> {
+    remove_titles_in_place(&mut object, prev_key);
+    object
+}
+
+fn remove_titles_in_place(object: &mut Map<String, Value>, prev_key: &str) {
+    object.retain(|key, value| key != "title" || (prev_key == "properties" && value.is_object()));
+    for (key, value) in object.iter_mut() {
+        if let Value::Object(inner) = value {
+            remove_titles_in_place(inner, key);
+        }
     }
-    kept
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use super::{forward, Ctx};
 use crate::catalog::{
-    assembly::{assemble, origins, AssemblyRequest, McpSourceTool, Sources},
+    assembly::{assemble, origins, AssemblyRequest, McpSourceTool, McpTools, Sources},
     Catalog, ToolSpec,
 };
 
@@ -178,7 +178,7 @@ fn assembled_catalog(
     let sources = Sources {
         config: Arc::new(app),
         extensions,
-        mcp: Arc::new(mcp),
+        mcp: McpTools::new(mcp),
     };
     let assembled = assemble(&sources, &AssemblyRequest::lead())?;
     warnings.extend(assembled.warnings.iter().cloned());

@@ -26,7 +26,7 @@ use super::{
 };
 use crate::{
     catalog::{
-        assembly::{assemble, AssemblyRequest, Sources},
+        assembly::{assemble, AssemblyRequest, McpTools, Sources},
         ToolSource, TOOL_SEARCH_NAME,
     },
     cluster::{attach_or_start, LeadClient},
@@ -186,7 +186,7 @@ async fn call_on(
     let sources = Sources {
         config: Arc::new(app),
         extensions: None,
-        mcp: Arc::new(mcp_source_tools(listing)?),
+        mcp: McpTools::new(mcp_source_tools(listing)?),
     };
     let assembled = assemble(&sources, &AssemblyRequest::lead())?;
     let catalog = &assembled.catalog;
@@ -208,8 +208,8 @@ async fn call_on(
                 Role::McpHost,
                 0,
                 Request::Mcp(McpRequest::CallTool(McpCall {
-                    server: server.clone(),
-                    tool: original_name.clone(),
+                    server: server.to_string(),
+                    tool: original_name.to_string(),
                     args_json: call.args,
                     user: Some(call.user),
                     thread: Some(call.thread),

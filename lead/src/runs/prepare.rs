@@ -184,7 +184,7 @@ impl RunEnv {
             let sources = Sources {
                 config: app.clone(),
                 extensions,
-                mcp: Arc::new(mcp),
+                mcp: crate::catalog::assembly::McpTools::new(mcp),
             };
             let assembled = assemble(&sources, &request)?;
             for warning in &assembled.warnings {
