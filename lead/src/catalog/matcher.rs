@@ -2,7 +2,12 @@
 //! the literal text when the pattern does not compile. Compiled with the linear-time
 //! `regex` crate under a size limit, so a model-written pattern can neither hang nor grow
 //! without bound. Plain literals skip the regex and match on folded text; `findall`
-//! counts follow Python's rules for empty matches.
+//! counts follow Python's rules for empty matches. Compiled regexes are kept in a small
+//! process-wide cache: compiling a case-insensitive Unicode regex costs far more than
+//! matching it over thousands of tools, and models repeat their queries.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use regex::{Regex, RegexBuilder};
 
@@ -18,15 +23,42 @@ pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
 /// not support such as look-around or backreferences, or the size limit) the query is
 /// matched literally. `None` only when even the escaped literal exceeds the size limit.
 pub fn compile_query_regex(pattern: &str) -> Option<Regex> {
-    let build = |source: &str| {
-        RegexBuilder::new(source)
-            .case_insensitive(true)
-            .size_limit(REGEX_SIZE_LIMIT)
-            .build()
-    };
-    build(pattern)
-        .or_else(|_| build(&regex::escape(pattern)))
-        .ok()
+    build_cached(pattern).or_else(|| build_cached(&regex::escape(pattern)))
+}
+
+/// Compiled sources kept at most (a full cache starts over).
+const REGEX_CACHE_LIMIT: usize = 512;
+/// The longest source the cache keeps (longer ones are compiled each time).
+const REGEX_CACHE_MAX_SOURCE: usize = 1024;
+
+/// `source` compiled case-insensitively under the size limit (`None`: it does not
+/// compile), from the cache when it was compiled before. A `Regex` clone shares the
+/// compiled program.
+fn build_cached(source: &str) -> Option<Regex> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Option<Regex>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Mutex::default);
+    if let Some(hit) = cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(source)
+    {
+        return hit.clone();
+    }
+    let built = RegexBuilder::new(source)
+        .case_insensitive(true)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .ok();
+    if source.len() <= REGEX_CACHE_MAX_SOURCE {
+        let mut cache = cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cache.len() >= REGEX_CACHE_LIMIT {
+            cache.clear();
+        }
+        cache.insert(source.to_owned(), built.clone());
+    }
+    built
 }
 
 /// `len(re.findall(regex, text))`: non-overlapping matches, where an empty match may
@@ -98,16 +130,12 @@ impl Query {
                 };
             }
         }
-        match RegexBuilder::new(pattern)
-            .case_insensitive(true)
-            .size_limit(REGEX_SIZE_LIMIT)
-            .build()
-        {
-            Ok(regex) => Query {
+        match build_cached(pattern) {
+            Some(regex) => Query {
                 matcher: Matcher::Regex(regex),
                 prefilter: None,
             },
-            Err(_) => Query::literal(pattern),
+            None => Query::literal(pattern),
         }
     }
 
@@ -200,6 +228,25 @@ mod tests {
         ] {
             let regex = compile_query_regex(pattern).unwrap();
             assert_eq!(count_matches(&regex, text), expected, "{pattern} in {text}");
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod cache_tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_regex_matches_like_a_fresh_one_and_bad_patterns_stay_literal() {
+        for _ in 0..2 {
+            let regex = compile_query_regex("SLACK\\d+_(send|post)").unwrap();
+            assert!(regex.is_match("slack12_post"));
+            assert!(!regex.is_match("slack_post"));
+            // Unbalanced: matched literally, from the cache the second time too.
+            let literal = compile_query_regex("a(b").unwrap();
+            assert!(literal.is_match("xA(Bx"));
+            assert!(!literal.is_match("ab"));
         }
     }
 }
