@@ -579,3 +579,68 @@ fn ingested_tools_hash_like_fresh_ones_and_share_their_schemas() {
     assert_eq!(a.parameters, b.parameters);
     assert!(std::ptr::eq(a.parameters.value(), b.parameters.value()));
 }
+
+/// An assembled catalog takes its features, name order and hash entries from ingestion;
+/// a catalog built from the same tools computes them itself. Both must answer alike,
+/// whether every ingested tool is deferred or a subagent's denylist leaves gaps.
+#[test]
+fn assembled_catalogs_answer_like_catalogs_built_from_scratch() {
+    let verbs = ["send", "post", "list", "get", "archive"];
+    let listing: Vec<McpSourceTool> = (0..700)
+        .map(|i| {
+            let server = format!("svc{}", i % 9);
+            let mut tool = mcp(&server, &format!("{}_{i}", verbs[i as usize % 5]), i);
+            tool.description = format!(
+                "{} record {i} in {server}; Ünïcode «ok»",
+                verbs[i as usize % 5]
+            );
+            tool
+        })
+        .collect();
+    let sources = Sources {
+        config: config("tool_search:\n  enabled: true\n"),
+        extensions: None,
+        mcp: McpTools::new(listing),
+    };
+    let lead = AssemblyRequest::lead();
+    let gaps = AssemblyRequest::subagent_of(
+        &lead,
+        None,
+        (0..700)
+            .step_by(7)
+            .map(|i| format!("svc{}_{}_{i}", i % 9, verbs[i % 5]))
+            .collect(),
+    );
+    for request in [lead, gaps] {
+        let assembled = assemble(&sources, &request).unwrap().catalog;
+        let deferred: Vec<antler_lead::catalog::ToolSpec> =
+            assembled.deferred_tools().cloned().collect();
+        assert!(deferred.len() >= 600, "{} deferred", deferred.len());
+        let scratch = Catalog::build(deferred, true).unwrap();
+        assert_eq!(assembled.hash(), scratch.hash());
+        assert_eq!(assembled.prompt_section(), scratch.prompt_section());
+        for query in [
+            "select:svc3_get_3,svc0_send_0,svc8_archive_44,nope",
+            "+svc2 record",
+            "+SVC4",
+            "archive",
+            "ÜNÏCODE",
+            "svc\\d_(send|post)_1\\d\\b",
+            "record 69",
+            "post svc5 nothing",
+        ] {
+            let names = |c: &Catalog| -> Vec<String> {
+                c.search(query)
+                    .into_iter()
+                    .map(|t| t.name.clone())
+                    .collect()
+            };
+            assert_eq!(names(&assembled), names(&scratch), "{query}");
+            assert_eq!(
+                assembled.tool_search(query, "c").unwrap().message.content,
+                scratch.tool_search(query, "c").unwrap().message.content,
+                "{query}"
+            );
+        }
+    }
+}

@@ -15,10 +15,13 @@ use serde_json::Value;
 use super::{
     authz::{self, Decision, Principal},
     builtins::{self, BuiltinConditions},
+    hash,
+    prefilter::ToolFeatures,
     registry::{self, Resolution},
     routing::{McpRouting, RoutingMode},
+    search::Prepared,
     tool::{ToolSource, ToolSpec},
-    Catalog, CatalogError,
+    Candidate, Catalog, CatalogError,
 };
 
 /// DeerFlow's duplicate warning (spec 1.1 step 7), with `{name}` as Python's `%r`.
@@ -42,9 +45,10 @@ pub struct McpSourceTool {
 }
 
 /// The MCP tools of the sources, ingested: each listed tool is converted to its catalog
-/// form once, when the listing arrives (OpenAI parameters, and the canonical JSON the
-/// catalog hash reads), so a catalog build shares the schemas instead of copying,
-/// converting and serialising them again. Cloning is a reference count.
+/// form once, when the listing arrives (OpenAI parameters; its entry of the catalog-hash
+/// blob, canonical schema included; its search features; its rank by name), so a catalog
+/// build shares the schemas and streams the entries instead of converting, serialising
+/// and indexing them again. Cloning is a reference count.
 #[derive(Debug, Clone, Default)]
 pub struct McpTools(Arc<[IngestedMcp]>);
 
@@ -54,6 +58,12 @@ struct IngestedMcp {
     position: u32,
     /// The tool as the catalog holds it (routing is set per build, from the extensions).
     spec: ToolSpec,
+    /// Its search features, computed once here instead of in every catalog build.
+    features: ToolFeatures,
+    /// Its place among the listing's names (set when the listing is ordered).
+    name_rank: u32,
+    /// Its entry of the catalog-hash blob (the canonical schema, name and description).
+    hash_entry: Box<str>,
 }
 
 impl IngestedMcp {
@@ -65,12 +75,16 @@ impl IngestedMcp {
             Some(tool.server.clone()),
             tool.original_name,
         );
-        // Written now, so no catalog build serialises this schema.
-        spec.parameters.canonical();
+        // Written now, so no catalog build serialises this schema or escapes these texts.
+        let hash_entry = hash::entry_of(&spec);
+        let features = ToolFeatures::of_tool(&spec.name, &spec.description);
         IngestedMcp {
             server: tool.server,
             position: tool.position,
             spec,
+            features,
+            name_rank: 0,
+            hash_entry,
         }
     }
 }
@@ -103,7 +117,8 @@ impl McpTools {
     }
 
     /// Kept ordered by (server, position, name), so a build only orders servers by their
-    /// place in the extensions config (a stable sort on one integer).
+    /// place in the extensions config (a stable sort on one integer), and ranked by name,
+    /// so a build orders its deferred tools by name with an integer sort.
     fn sorted(mut tools: Vec<IngestedMcp>) -> Self {
         tools.sort_by(|a, b| {
             a.server
@@ -111,6 +126,16 @@ impl McpTools {
                 .then_with(|| a.position.cmp(&b.position))
                 .then_with(|| a.spec.name.cmp(&b.spec.name))
         });
+        let mut by_name: Vec<u32> = (0..index_u32(tools.len())).collect();
+        by_name.sort_by(|&a, &b| {
+            tools[a as usize]
+                .spec
+                .name
+                .cmp(&tools[b as usize].spec.name)
+        });
+        for (rank, &i) in by_name.iter().enumerate() {
+            tools[i as usize].name_rank = index_u32(rank);
+        }
         McpTools(tools.into())
     }
 
@@ -150,6 +175,11 @@ impl From<Vec<McpSourceTool>> for McpTools {
 
 /// From this many listed tools on, ingestion uses a second thread.
 const INGEST_PARALLEL_FROM: usize = 512;
+
+/// Listings are far below `u32::MAX` tools; saturating keeps the conversion total.
+fn index_u32(index: usize) -> u32 {
+    u32::try_from(index).unwrap_or(u32::MAX)
+}
 
 /// Everything assembly reads; replaced as a whole when a source changes.
 #[derive(Debug, Clone, Default)]
@@ -275,7 +305,8 @@ fn python_repr(s: &str) -> String {
 pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, AssemblyError> {
     let config = &sources.config;
     let mut warnings = Vec::new();
-    let mut candidates: Vec<ToolSpec> = Vec::new();
+    // Ingested MCP tools are borrowed until the catalog copies them.
+    let mut candidates: Vec<Candidate<'_>> = Vec::new();
 
     // 1-3: configured tools, groups filter, host-bash gate, resolution.
     let host_bash = is_host_bash_allowed(config);
@@ -317,7 +348,7 @@ pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, A
                 tc.name, implementation.name, tc.use_, implementation.name
             ));
         }
-        candidates.push(ToolSpec {
+        candidates.push(Candidate::owned(ToolSpec {
             name: implementation.name.to_string(),
             description: implementation.description.to_string(),
             parameters: (implementation.parameters)().into(),
@@ -326,7 +357,7 @@ pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, A
             },
             group: Some(tc.group.clone()),
             routing: None,
-        });
+        }));
     }
 
     // 4: builtins.
@@ -335,7 +366,7 @@ pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, A
     cond.vision = config
         .model(req.model_name.as_deref())
         .is_some_and(|m| m.supports_vision);
-    candidates.extend(builtins::builtins(&cond));
+    candidates.extend(builtins::builtins(&cond).into_iter().map(Candidate::owned));
 
     // 5: MCP tools, in a deterministic order.
     if req.include_mcp {
@@ -346,22 +377,28 @@ pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, A
                 .and_then(|e| e.mcp_servers.keys().position(|k| k == server))
                 .unwrap_or(usize::MAX)
         };
-        // Servers are ranked once each, not once per tool.
-        let mut ranks: HashMap<&str, usize> = HashMap::new();
+        // Servers are ranked once each, not once per tool: the ingested tools are
+        // grouped by server, so the previous tool's rank is reused.
+        let mut last: Option<(&str, usize)> = None;
         let mut mcp: Vec<(usize, &IngestedMcp)> = sources
             .mcp
             .0
             .iter()
             .map(|t| {
-                let rank = *ranks
-                    .entry(t.server.as_str())
-                    .or_insert_with(|| server_rank(&t.server));
+                let rank = match last {
+                    Some((server, rank)) if server == t.server => rank,
+                    _ => server_rank(&t.server),
+                };
+                last = Some((t.server.as_str(), rank));
                 (rank, t)
             })
             .collect();
         // Stable: within a rank, the ingested (server, position, name) order stays.
         mcp.sort_by_key(|(rank, _)| *rank);
         candidates.reserve(mcp.len() + 1);
+        // The server's settings, looked up once per run of its tools.
+        let mut server_config: Option<(&str, Option<&antler_protocol::config::McpServerConfig>)> =
+            None;
         for (_, t) in mcp {
             if !valid_tool_name(&t.spec.name) {
                 warnings.push(format!(
@@ -371,11 +408,19 @@ pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, A
                 ));
                 continue;
             }
-            let mut spec = t.spec.clone();
-            spec.routing = sources
-                .extensions
-                .as_ref()
-                .and_then(|e| e.mcp_servers.get(&t.server))
+            let server = match server_config {
+                Some((name, server)) if name == t.server => server,
+                _ => {
+                    let server = sources
+                        .extensions
+                        .as_ref()
+                        .and_then(|e| e.mcp_servers.get(&t.server));
+                    server_config = Some((t.server.as_str(), server));
+                    server
+                }
+            };
+            let spec = &t.spec;
+            let routing = server
                 .map(|server| match &spec.source {
                     ToolSource::Mcp { original_name, .. } => {
                         server.effective_routing(original_name)
@@ -388,32 +433,42 @@ pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, A
                     priority: i64::from(r.priority),
                     keywords: r.keywords,
                 });
-            candidates.push(spec);
+            candidates.push(Candidate::Ingested {
+                spec,
+                routing,
+                prepared: Prepared {
+                    features: &t.features,
+                    name_rank: t.name_rank,
+                    hash_entry: &t.hash_entry,
+                },
+            });
         }
     }
 
     // 6: ACP.
     if !config.acp_agents.is_empty() {
-        candidates.push(builtins::invoke_acp_agent(
+        candidates.push(Candidate::owned(builtins::invoke_acp_agent(
             config
                 .acp_agents
                 .iter()
                 .map(|(n, a)| (n, a.description.as_str())),
-        ));
+        )));
     }
 
     // 7: dedup, first wins (names are borrowed, not copied; a source is described only
     // for a duplicate's warning).
-    let mut first_of: HashMap<&str, usize> = HashMap::with_capacity(candidates.len());
+    let mut first_of: HashMap<&str, usize, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(candidates.len(), Default::default());
     let mut keep = vec![true; candidates.len()];
     for (i, c) in candidates.iter().enumerate() {
+        let c = c.spec();
         match first_of.entry(c.name.as_str()) {
             Entry::Occupied(kept) => {
                 keep[i] = false;
                 warnings.push(format!(
                     "{} (kept: {}; dropped: {})",
                     DUPLICATE_WARNING.replace("{name}", &python_repr(&c.name)),
-                    describe(&candidates[*kept.get()].source),
+                    describe(&candidates[*kept.get()].spec().source),
                     describe(&c.source)
                 ));
             }
@@ -423,35 +478,36 @@ pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, A
         }
     }
     drop(first_of);
-    let mut unique: Vec<ToolSpec> = if keep.iter().all(|&k| k) {
-        candidates
-    } else {
-        candidates
-            .into_iter()
-            .zip(keep)
-            .filter_map(|(c, k)| k.then_some(c))
-            .collect()
-    };
 
     // Subagent name filter (spec 1.3), then authorization layer 1.
-    if let Some(allowed) = &req.allowed_tools {
-        unique.retain(|t| allowed.contains(&t.name));
-    }
-    unique.retain(|t| !req.disallowed_tools.contains(&t.name));
     let decision = authz::decide(&config.authorization, &req.principal);
     if let Decision::DenyAll { reason } = &decision {
         warnings.push(format!("authorization denies every tool: {reason}"));
     }
     let mut denied = Vec::new();
-    unique.retain(|t| {
-        let ok = decision.allows(&t.name);
-        if !ok {
-            denied.push(t.name.clone());
+    for (c, k) in candidates.iter().zip(keep.iter_mut()) {
+        if !*k {
+            continue;
         }
-        ok
-    });
+        let c = c.spec();
+        let subagent_may = req
+            .allowed_tools
+            .as_ref()
+            .is_none_or(|a| a.contains(&c.name))
+            && !req.disallowed_tools.contains(&c.name);
+        if !subagent_may {
+            *k = false;
+        } else if !decision.allows(&c.name) {
+            *k = false;
+            denied.push(c.name.clone());
+        }
+    }
+    if !keep.iter().all(|&k| k) {
+        let mut kept = keep.into_iter();
+        candidates.retain(|_| kept.next().unwrap_or(false));
+    }
 
-    let catalog = Catalog::build(unique, config.tool_search.enabled)?;
+    let catalog = Catalog::build_assembled(candidates, config.tool_search.enabled)?;
     Ok(Assembled {
         catalog: Arc::new(catalog),
         warnings,

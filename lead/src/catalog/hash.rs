@@ -86,6 +86,17 @@ impl BlobHasher {
         });
     }
 
+    /// Appends entries already written by [`entry_of`], in name order.
+    pub(crate) fn written_entries<'a>(&mut self, entries: impl IntoIterator<Item = &'a str>) {
+        for entry in entries {
+            if self.entries > 0 {
+                self.hasher.update(b", ");
+            }
+            self.hasher.update(entry.as_bytes());
+            self.entries += 1;
+        }
+    }
+
     pub(crate) fn finish(mut self) -> CatalogHash {
         self.hasher.update(b"]");
         let digest = hex::encode(self.hasher.finalize());
@@ -93,10 +104,32 @@ impl BlobHasher {
     }
 }
 
+/// One tool's blob entry, written once (when an MCP listing is ingested) so that a
+/// catalog build streams it into sha256 without escaping or reassembling anything.
+/// The schema's canonical form is written into the entry only: the entry is what the
+/// hash reads, so the schema does not keep a second copy.
+pub(crate) fn entry_of(tool: &ToolSpec) -> Box<str> {
+    let mut entry = String::with_capacity(1024);
+    write_head(&mut entry, tool);
+    tool.parameters.write_canonical(&mut entry);
+    entry.push_str("}}");
+    entry.into_boxed_str()
+}
+
+/// An entry up to its parameters. Keys are written in sorted order directly:
+/// `name` < `schema` and `description` < `name` < `parameters`.
+fn write_head(buf: &mut String, tool: &ToolSpec) {
+    buf.push_str("{\"name\": ");
+    write_str(buf, &tool.name);
+    buf.push_str(", \"schema\": {\"description\": ");
+    write_str(buf, &tool.description);
+    buf.push_str(", \"name\": ");
+    write_str(buf, &tool.name);
+    buf.push_str(", \"parameters\": ");
+}
+
 /// Writes the blob entries of `sorted` tools to `sink` one at a time through a reused
 /// buffer, each preceded by `", "` unless it is the very first (`separate_first` false).
-/// Keys are written in sorted order directly: `name` < `schema` and
-/// `description` < `name` < `parameters`; only `parameters` needs sorting.
 /// Returns the number of entries written.
 pub(crate) fn write_entries<'a>(
     sorted: impl IntoIterator<Item = &'a ToolSpec>,
@@ -109,13 +142,7 @@ pub(crate) fn write_entries<'a>(
         if count > 0 || separate_first {
             buf.push_str(", ");
         }
-        buf.push_str("{\"name\": ");
-        write_str(&mut buf, &tool.name);
-        buf.push_str(", \"schema\": {\"description\": ");
-        write_str(&mut buf, &tool.description);
-        buf.push_str(", \"name\": ");
-        write_str(&mut buf, &tool.name);
-        buf.push_str(", \"parameters\": ");
+        write_head(&mut buf, tool);
         // The schema's canonical form is written once per schema, not once per build.
         sink(&buf);
         buf.clear();
@@ -169,6 +196,14 @@ mod tests {
         assert!(canonical_blob([&alpha]).starts_with(
             "[{\"name\": \"alpha_search\", \"schema\": {\"description\": \"Search alpha records by query.\", \"name\": \"alpha_search\", \"parameters\": {\"properties\": {\"query\": {\"type\": \"string\"}}, \"required\": [\"query\"], \"type\": \"object\"}}}"
         ));
+    }
+
+    #[test]
+    fn written_entries_hash_like_tools() {
+        let (alpha, beta) = golden_pair();
+        let mut blob = BlobHasher::new();
+        blob.written_entries([&*entry_of(&alpha), &*entry_of(&beta)]);
+        assert_eq!(blob.finish().as_str(), "d412c5eaf716041f");
     }
 
     #[test]

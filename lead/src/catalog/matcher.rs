@@ -2,12 +2,13 @@
 //! the literal text when the pattern does not compile. Compiled with the linear-time
 //! `regex` crate under a size limit, so a model-written pattern can neither hang nor grow
 //! without bound. Plain literals skip the regex and match on folded text; `findall`
-//! counts follow Python's rules for empty matches. Compiled regexes are kept in a small
-//! process-wide cache: compiling a case-insensitive Unicode regex costs far more than
-//! matching it over thousands of tools, and models repeat their queries.
+//! counts follow Python's rules for empty matches. Compiled regexes are kept, with their
+//! match caches, in a small bounded process-wide cache: compiling a case-insensitive
+//! Unicode regex costs far more than matching it over thousands of tools, and models
+//! repeat their queries.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use regex::{Regex, RegexBuilder};
 
@@ -22,20 +23,26 @@ pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
 /// `regex` crate: case-insensitive, and on any compile error (bad syntax, syntax Rust does
 /// not support such as look-around or backreferences, or the size limit) the query is
 /// matched literally. `None` only when even the escaped literal exceeds the size limit.
-pub fn compile_query_regex(pattern: &str) -> Option<Regex> {
+/// The regex is shared with the cache, and so are its match caches (lazy DFA states),
+/// which a repeated query finds already built.
+pub fn compile_query_regex(pattern: &str) -> Option<Arc<Regex>> {
     build_cached(pattern).or_else(|| build_cached(&regex::escape(pattern)))
 }
 
 /// Compiled sources kept at most (a full cache starts over).
-const REGEX_CACHE_LIMIT: usize = 512;
+const REGEX_CACHE_LIMIT: usize = 128;
+/// The lazy-DFA cache of one compiled query regex is kept with it; this bounds it (the
+/// `regex` default is 2 MiB), so the cache's worst case stays in tens of MiB.
+const REGEX_DFA_CACHE_LIMIT: usize = 256 * 1024;
 /// The longest source the cache keeps (longer ones are compiled each time).
 const REGEX_CACHE_MAX_SOURCE: usize = 1024;
 
 /// `source` compiled case-insensitively under the size limit (`None`: it does not
-/// compile), from the cache when it was compiled before. A `Regex` clone shares the
-/// compiled program.
-fn build_cached(source: &str) -> Option<Regex> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Option<Regex>>>> = OnceLock::new();
+/// compile), from the cache when it was compiled before. The cache hands out the same
+/// `Arc<Regex>`: a `Regex` clone would share the program but start with an empty pool of
+/// match caches, rebuilding its lazy DFA on every query.
+fn build_cached(source: &str) -> Option<Arc<Regex>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Option<Arc<Regex>>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Mutex::default);
     if let Some(hit) = cache
         .lock()
@@ -47,8 +54,10 @@ fn build_cached(source: &str) -> Option<Regex> {
     let built = RegexBuilder::new(source)
         .case_insensitive(true)
         .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_DFA_CACHE_LIMIT)
         .build()
-        .ok();
+        .ok()
+        .map(Arc::new);
     if source.len() <= REGEX_CACHE_MAX_SOURCE {
         let mut cache = cache
             .lock()
@@ -99,7 +108,7 @@ pub(crate) enum Matcher {
     /// search in the folded text, no regex needed.
     Folded(String),
     /// Anything else, matched by the compiled case-insensitive regex.
-    Regex(Regex),
+    Regex(Arc<Regex>),
     /// A literal too large for the regex size limit: lowercase substring search.
     Lowercase(String),
 }
@@ -248,5 +257,10 @@ mod cache_tests {
             assert!(literal.is_match("xA(Bx"));
             assert!(!literal.is_match("ab"));
         }
+        // A repeated query gets the very same regex, and so the match caches (lazy DFA
+        // states) the earlier query built; a `Regex` clone would start them empty.
+        let first = compile_query_regex("shared\\d+_(send|post)").unwrap();
+        let again = compile_query_regex("shared\\d+_(send|post)").unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
     }
 }

@@ -1,6 +1,6 @@
 //! The tool catalog: one built, immutable snapshot of the tools a run may use, with what
 //! DeerFlow derives from them computed once at build time (deferred set, catalog hash,
-//! search index, prompt sections, routing index; a schema is rendered on its first match).
+//! search index, prompt sections, routing index; matched schemas are rendered on demand).
 //! A `Catalog` is never changed after `build`; share it behind an `Arc` and rebuild on any
 //! source change, which yields a new hash.
 
@@ -36,7 +36,8 @@ pub use routing::{
     clamp_top_k, latest_real_user_text, resolve_effective_routing, routing_hints_section,
     McpRouting, McpRoutingOverride, RoutingIndex, RoutingMode, UserTurn,
 };
-pub use search::{SearchIndex, SearchMode, MAX_RESULTS};
+use search::Prepared;
+pub use search::{SearchIndex, SearchMode, MAX_RESULTS, RENDER_CACHE_BYTES};
 pub use tool::{openai_parameters, ToolSource, ToolSpec};
 
 use deferred::{check_fail_closed, prompt_section_sorted};
@@ -81,43 +82,68 @@ impl Catalog {
         candidates: Vec<ToolSpec>,
         tool_search_enabled: bool,
     ) -> Result<Catalog, CatalogError> {
-        let mut names = NameTable::with_capacity(candidates.len() + 1);
-        for (i, tool) in candidates.iter().enumerate() {
-            if names
-                .insert(index_u32(i), |j| candidates[j as usize].name.as_str())
-                .is_err()
-            {
-                return Err(CatalogError::DuplicateToolName(tool.name.clone()));
-            }
-        }
-        let deferred: Vec<u32> = if tool_search_enabled {
-            (0..candidates.len())
-                .filter(|&i| candidates[i].is_mcp())
-                .map(index_u32)
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let deferred = deferred_indices(candidates.iter(), tool_search_enabled);
         let refs: Vec<&ToolSpec> = deferred.iter().map(|&i| &candidates[i as usize]).collect();
-        let (search, catalog_hash) = index_and_hash(&refs);
-        let sorted = || search.by_name().iter().map(|&p| refs[p as usize]);
-        check_fail_closed(tool_search_enabled, catalog_hash.is_none(), &candidates)?;
-        let prompt_section = prompt_section_sorted(sorted().map(|tool| tool.name.as_str()));
+        let derived = derive(&candidates, &refs);
+        drop(refs);
+        Self::finish(candidates, deferred, derived, tool_search_enabled)
+    }
+
+    /// [`Catalog::build`] from assembly's candidates: the ingested MCP tools come with
+    /// their features and name ranks, and are copied into the catalog while another
+    /// thread hashes them.
+    pub(crate) fn build_assembled(
+        candidates: Vec<Candidate<'_>>,
+        tool_search_enabled: bool,
+    ) -> Result<Catalog, CatalogError> {
+        let deferred =
+            deferred_indices(candidates.iter().map(Candidate::spec), tool_search_enabled);
+        let refs: Vec<&ToolSpec> = deferred
+            .iter()
+            .map(|&i| candidates[i as usize].spec())
+            .collect();
+        let prepared_at = |p: usize| candidates[deferred[p] as usize].prepared();
+        let (tools, derived) = derive_assembled(&candidates, &refs, prepared_at);
+        drop(refs);
+        drop(candidates);
+        Self::finish(tools, deferred, derived, tool_search_enabled)
+    }
+
+    /// What every build does once the tools, name table, index and hash exist.
+    fn finish(
+        tools: Vec<ToolSpec>,
+        deferred: Vec<u32>,
+        derived: Derived,
+        tool_search_enabled: bool,
+    ) -> Result<Catalog, CatalogError> {
+        let Derived {
+            names,
+            search,
+            hash: catalog_hash,
+        } = derived;
+        let mut names = names?;
+        check_fail_closed(tool_search_enabled, catalog_hash.is_none(), &tools)?;
+        let deferred_tools = || deferred.iter().map(|&i| &tools[i as usize]);
+        let prompt_section = prompt_section_sorted(
+            search
+                .by_name()
+                .iter()
+                .map(|&p| tools[deferred[p as usize] as usize].name.as_str()),
+        );
         let routing_index = catalog_hash
             .as_ref()
-            .and_then(|hash| RoutingIndex::from_deferred(refs.iter().copied(), hash));
-        let mut deferred_of_tool = vec![NOT_DEFERRED; candidates.len() + 1];
+            .and_then(|hash| RoutingIndex::from_deferred(deferred_tools(), hash));
+        let mut deferred_of_tool = vec![NOT_DEFERRED; tools.len() + 1];
         for (position, &tool) in deferred.iter().enumerate() {
             deferred_of_tool[tool as usize] = index_u32(position);
         }
-        let routing_hints = routing_hints_section(&candidates, |name| {
+        let routing_hints = routing_hints_section(&tools, |name| {
             names
-                .get(name, |j| candidates[j as usize].name.as_str())
+                .get(name, |j| tools[j as usize].name.as_str())
                 .is_some_and(|i| deferred_of_tool[i as usize] != NOT_DEFERRED)
         });
-        drop(refs);
 
-        let mut tools = candidates;
+        let mut tools = tools;
         if catalog_hash.is_some() {
             tools.reserve_exact(1);
             tools.push(tool_search_spec());
@@ -253,38 +279,228 @@ pub struct DerivedBytes {
 /// milliseconds; spawning a scoped thread takes microseconds).
 const PARALLEL_FROM: usize = 512;
 
-/// Builds the search index and the catalog hash, on two threads for large catalogs: the
-/// second builds the search index while this one streams the (cached) canonical schemas
-/// through sha256. The scoped thread is joined before returning; a panic in it is
-/// resumed here.
-fn index_and_hash(deferred: &[&ToolSpec]) -> (SearchIndex, Option<CatalogHash>) {
+/// One candidate of an assembled catalog: a tool the build owns, or an ingested MCP tool
+/// it borrows until the catalog copies it (with this build's routing).
+pub(crate) enum Candidate<'s> {
+    /// Boxed: owned candidates are few, ingested ones many, and they share the vector.
+    Owned(Box<ToolSpec>),
+    Ingested {
+        spec: &'s ToolSpec,
+        routing: Option<McpRouting>,
+        prepared: Prepared<'s>,
+    },
+}
+
+impl<'s> Candidate<'s> {
+    pub(crate) fn owned(spec: ToolSpec) -> Self {
+        Candidate::Owned(Box::new(spec))
+    }
+
+    /// The tool (for an ingested tool, as ingested: without this build's routing).
+    pub(crate) fn spec(&self) -> &ToolSpec {
+        match self {
+            Candidate::Owned(spec) => spec,
+            Candidate::Ingested { spec, .. } => spec,
+        }
+    }
+
+    fn prepared(&self) -> Option<Prepared<'s>> {
+        match self {
+            Candidate::Owned(_) => None,
+            Candidate::Ingested { prepared, .. } => Some(*prepared),
+        }
+    }
+
+    /// The tool as the catalog holds it.
+    fn to_spec(&self) -> ToolSpec {
+        match self {
+            Candidate::Owned(spec) => (**spec).clone(),
+            Candidate::Ingested { spec, routing, .. } => ToolSpec {
+                routing: routing.clone(),
+                ..(*spec).clone()
+            },
+        }
+    }
+}
+
+/// Indices of the deferred tools: the MCP tools, when tool search is on.
+fn deferred_indices<'a>(tools: impl Iterator<Item = &'a ToolSpec>, enabled: bool) -> Vec<u32> {
+    if !enabled {
+        return Vec::new();
+    }
+    tools
+        .enumerate()
+        .filter(|(_, tool)| tool.is_mcp())
+        .map(|(i, _)| index_u32(i))
+        .collect()
+}
+
+/// What a build derives from its candidates before the cheap parts.
+struct Derived {
+    /// The name table, or the first duplicate name.
+    names: Result<NameTable, CatalogError>,
+    search: SearchIndex,
+    hash: Option<CatalogHash>,
+}
+
+/// The name table over `candidates`, or the first duplicate name.
+fn name_table(candidates: &[ToolSpec]) -> Result<NameTable, CatalogError> {
+    let mut names = NameTable::with_capacity(candidates.len() + 1);
+    for (i, tool) in candidates.iter().enumerate() {
+        if names
+            .insert(index_u32(i), |j| candidates[j as usize].name.as_str())
+            .is_err()
+        {
+            return Err(CatalogError::DuplicateToolName(tool.name.clone()));
+        }
+    }
+    Ok(names)
+}
+
+/// The positions of `deferred` in name order: by the listing's ranks when every tool
+/// has one (an integer sort), else by comparing names.
+fn deferred_order<'p>(
+    deferred: &[&ToolSpec],
+    prepared_at: impl Fn(usize) -> Option<Prepared<'p>>,
+) -> Vec<u32> {
+    let ranks: Option<Vec<u64>> = (0..deferred.len())
+        .map(|p| prepared_at(p).map(|prep| u64::from(prep.name_rank) << 32 | p as u64))
+        .collect();
+    match ranks {
+        Some(mut keyed) => {
+            keyed.sort_unstable();
+            // The low half is the position (below 2^32 by construction).
+            keyed.into_iter().map(|key| key as u32).collect()
+        }
+        None => search::name_order(deferred),
+    }
+}
+
+/// Whether a build of `deferred` tools hashes on a second thread.
+fn parallel(deferred: usize) -> bool {
+    deferred >= PARALLEL_FROM && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
+}
+
+/// Builds the name table, the search index and the catalog hash of owned candidates, on
+/// two threads for large catalogs: the second builds the name table and the index while
+/// this one streams the canonical schemas through sha256, which is the longest part.
+/// The scoped thread is joined before returning; a panic in it is resumed here.
+fn derive(candidates: &[ToolSpec], deferred: &[&ToolSpec]) -> Derived {
     if deferred.is_empty() {
-        return (SearchIndex::build(deferred), None);
+        return Derived {
+            names: name_table(candidates),
+            search: SearchIndex::build(deferred),
+            hash: None,
+        };
     }
     let order = search::name_order(deferred);
     let tool_at = |p: &u32| deferred[*p as usize];
-    let parallel = deferred.len() >= PARALLEL_FROM
-        && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
-    if !parallel {
+    if !parallel(deferred.len()) {
         let hash = CatalogHash::of_sorted(order.iter().map(tool_at));
-        return (SearchIndex::with_order(deferred, order), Some(hash));
+        return Derived {
+            names: name_table(candidates),
+            search: SearchIndex::with_order(deferred, order, |_| None),
+            hash: Some(hash),
+        };
     }
     std::thread::scope(|scope| {
         let worker = scope.spawn(|| {
-            // Schemas not yet in canonical form (tools not ingested) are written from the
-            // end of the name order while this thread hashes from the start; each is
-            // written once, by whichever thread reaches it first.
+            // Schemas not yet in canonical form are written from the end of the name
+            // order while this thread hashes from the start; each is written once, by
+            // whichever thread reaches it first.
             for &p in order[order.len() / 2..].iter().rev() {
                 deferred[p as usize].parameters.canonical();
             }
-            SearchIndex::with_order(deferred, order.clone())
+            let names = name_table(candidates);
+            (
+                names,
+                SearchIndex::with_order(deferred, order.clone(), |_| None),
+            )
         });
         let hash = CatalogHash::of_sorted(order.iter().map(tool_at));
         match worker.join() {
-            Ok(search) => (search, Some(hash)),
+            Ok((names, search)) => Derived {
+                names,
+                search,
+                hash: Some(hash),
+            },
             Err(panic) => std::panic::resume_unwind(panic),
         }
     })
+}
+
+/// [`derive`] for assembled candidates, which also copies them into the catalog's tools:
+/// for large catalogs this thread hashes the (ingested, canonical) schemas while a second
+/// one copies the tools and builds the name table and the index from the features
+/// ingestion computed.
+fn derive_assembled<'p>(
+    candidates: &[Candidate<'p>],
+    deferred: &[&ToolSpec],
+    prepared_at: impl Fn(usize) -> Option<Prepared<'p>> + Sync,
+) -> (Vec<ToolSpec>, Derived) {
+    let copy_and_index = |order: Option<Vec<u32>>| {
+        let tools: Vec<ToolSpec> = candidates.iter().map(Candidate::to_spec).collect();
+        let names = name_table(&tools);
+        let search = match order {
+            Some(order) => SearchIndex::with_order(deferred, order, |p| {
+                prepared_at(p).map(|prepared| prepared.features)
+            }),
+            None => SearchIndex::build(deferred),
+        };
+        (tools, names, search)
+    };
+    if deferred.is_empty() {
+        let (tools, names, search) = copy_and_index(None);
+        let hash = None;
+        return (
+            tools,
+            Derived {
+                names,
+                search,
+                hash,
+            },
+        );
+    }
+    let order = deferred_order(deferred, &prepared_at);
+    // Every deferred tool was ingested when the order came from ranks; hash their entries
+    // as written then.
+    let hash_of = |order: &[u32]| {
+        let entries: Option<Vec<&str>> = order
+            .iter()
+            .map(|&p| prepared_at(p as usize).map(|prepared| prepared.hash_entry))
+            .collect();
+        match entries {
+            Some(entries) => {
+                let mut blob = hash::BlobHasher::new();
+                blob.written_entries(entries);
+                blob.finish()
+            }
+            None => CatalogHash::of_sorted(order.iter().map(|&p| deferred[p as usize])),
+        }
+    };
+    let (tools, names, search, hash) = if parallel(deferred.len()) {
+        std::thread::scope(|scope| {
+            let worker = scope.spawn(|| copy_and_index(Some(order.clone())));
+            let hash = hash_of(&order);
+            match worker.join() {
+                Ok((tools, names, search)) => (tools, names, search, hash),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
+    } else {
+        let hash = hash_of(&order);
+        let (tools, names, search) = copy_and_index(Some(order));
+        (tools, names, search, hash)
+    };
+    let hash = Some(hash);
+    (
+        tools,
+        Derived {
+            names,
+            search,
+            hash,
+        },
+    )
 }
 
 /// Tool counts are bounded far below `u32::MAX` (a catalog that large could not be

@@ -1,11 +1,12 @@
 //! The catalog's name → index table: open addressing over `u32` indices into the tool
 //! list, so no name is copied (a `HashMap<String, _>` would allocate once per tool).
-//! Keys are hashed with std's randomly keyed SipHash, so tool names from MCP servers
-//! cannot be chosen to collide. At most half the slots are used.
+//! Keys are hashed with foldhash under a random per-process seed: several times faster
+//! than SipHash on short names, and names cannot be chosen to collide without the seed
+//! (which is never exposed). At most half the slots are used.
 
 use std::hash::BuildHasher;
 
-use std::collections::hash_map::RandomState;
+use foldhash::fast::RandomState;
 
 const EMPTY: u32 = u32::MAX;
 
@@ -19,7 +20,7 @@ impl NameTable {
         let slots = (names.max(1) * 2).next_power_of_two();
         NameTable {
             slots: vec![EMPTY; slots],
-            hasher: RandomState::new(),
+            hasher: RandomState::default(),
         }
     }
 

@@ -164,14 +164,6 @@ impl Slices {
         }
     }
 
-    /// Stores the features of the 64 tools of block `block` (`features[s]` has bit `t`
-    /// when tool `64 * block + t` has feature `s`).
-    pub(crate) fn store_block(&mut self, block: usize, features: &[u64]) {
-        for (slice, &bits) in features.iter().enumerate() {
-            self.bits[slice * self.words + block] = bits;
-        }
-    }
-
     /// Tools having every feature in `features` (all tools when it is empty).
     pub(crate) fn candidates(&self, features: &FeatureSet, tools: usize) -> Vec<u64> {
         let mut acc = full_bitmap(tools, self.words);
@@ -184,9 +176,97 @@ impl Slices {
         acc
     }
 
+    /// Stores the features of the (up to) 64 tools of block `block`, given per tool as
+    /// rows (`rows[t]` bit `s` of word `w`: tool `64 * block + t` has feature
+    /// `64 * w + s`); missing tools are zero rows. Each 64x64 tile is transposed in
+    /// registers, so a block costs a few hundred word operations, not one per feature.
+    pub(crate) fn store_rows<const W: usize>(&mut self, block: usize, rows: &[[u64; W]; 64]) {
+        let mut tile = [0u64; 64];
+        for w in 0..W {
+            for (t, row) in rows.iter().enumerate() {
+                tile[t] = row[w];
+            }
+            transpose64(&mut tile);
+            for (s, &bits) in tile.iter().enumerate() {
+                self.bits[(64 * w + s) * self.words + block] = bits;
+            }
+        }
+    }
+
     pub(crate) fn heap_bytes(&self) -> usize {
         self.bits.capacity() * 8
     }
+}
+
+/// Transposes a 64x64 bit matrix in place: bit `c` of `a[r]` moves to bit `r` of `a[c]`
+/// (recursive block swaps, as in Hacker's Delight 7-3, for least-significant-bit-first
+/// columns).
+fn transpose64(a: &mut [u64; 64]) {
+    let mut j = 32;
+    let mut mask: u64 = 0x0000_0000_FFFF_FFFF;
+    while j != 0 {
+        let mut k = 0;
+        while k < 64 {
+            let t = ((a[k] >> j) ^ a[k + j]) & mask;
+            a[k] ^= t << j;
+            a[k + j] ^= t;
+            k = (k + j + 1) & !j;
+        }
+        j >>= 1;
+        mask ^= mask << j;
+    }
+}
+
+/// Words of a tool's haystack feature row.
+pub(crate) const HAY_WORDS: usize = HAY_SLICES / 64;
+/// Words of a tool's name feature rows.
+pub(crate) const NAME_WORDS: usize = NAME_SLICES / 64;
+
+/// One tool's features, as rows over the slice numbers: what a search index stores for
+/// the tool. Computed once per tool (for MCP tools, when their listing is ingested) and
+/// transposed into an index's slices when a catalog is built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ToolFeatures {
+    pub(crate) hay: [u64; HAY_WORDS],
+    pub(crate) folded_name: [u64; NAME_WORDS],
+    pub(crate) lower_name: [u64; NAME_WORDS],
+}
+
+impl ToolFeatures {
+    /// The features of a tool whose folded haystack is `folded` (its first
+    /// `folded_name_len` bytes being the folded name) and whose lowercased name is
+    /// `lower_name`.
+    pub(crate) fn of_texts(folded: &[u8], folded_name_len: usize, lower_name: &str) -> Self {
+        let mut features = ToolFeatures {
+            hay: [0; HAY_WORDS],
+            folded_name: [0; NAME_WORDS],
+            lower_name: [0; NAME_WORDS],
+        };
+        hay_slots(folded, |slot| set_bit(&mut features.hay, slot));
+        name_slots(
+            folded[..folded_name_len].iter().map(|&b| u32::from(b)),
+            |slot| set_bit(&mut features.folded_name, slot),
+        );
+        name_slots(lower_name.chars().map(u32::from), |slot| {
+            set_bit(&mut features.lower_name, slot)
+        });
+        features
+    }
+
+    /// The features of `name` and `description`, as an index computes them.
+    pub(crate) fn of_tool(name: &str, description: &str) -> Self {
+        let mut folded = String::with_capacity(name.len() + 1 + description.len());
+        fold_into(&mut folded, name);
+        folded.push(' ');
+        fold_into(&mut folded, description);
+        let mut lower = String::with_capacity(name.len());
+        lowercase_into(&mut lower, name);
+        Self::of_texts(folded.as_bytes(), name.chars().count(), &lower)
+    }
+}
+
+fn set_bit<const W: usize>(row: &mut [u64; W], slot: usize) {
+    row[slot / 64] |= 1 << (slot % 64);
 }
 
 pub(crate) fn full_bitmap(tools: usize, words: usize) -> Vec<u64> {
@@ -265,6 +345,56 @@ mod tests {
     use super::*;
     use crate::catalog::matcher::compile_query_regex;
     use regex::RegexBuilder;
+
+    #[test]
+    fn transpose_moves_every_bit_to_its_mirror() {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut a = [0u64; 64];
+        for row in &mut a {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            *row = state;
+        }
+        let original = a;
+        transpose64(&mut a);
+        for (r, row) in original.iter().enumerate() {
+            for (c, col) in a.iter().enumerate() {
+                assert_eq!(row >> c & 1, col >> r & 1, "bit ({r}, {c})");
+            }
+        }
+    }
+
+    #[test]
+    fn stored_rows_answer_like_per_bit_writes() {
+        let tools = 150;
+        let rows: Vec<ToolFeatures> = (0..tools)
+            .map(|i| ToolFeatures::of_tool(&format!("srv{}_tool{i}", i % 3), "Sends a message"))
+            .collect();
+        let mut slices = Slices::new(HAY_SLICES, tools);
+        for (block, chunk) in rows.chunks(64).enumerate() {
+            let mut block_rows = [[0u64; HAY_WORDS]; 64];
+            for (t, features) in chunk.iter().enumerate() {
+                block_rows[t] = features.hay;
+            }
+            slices.store_rows(block, &block_rows);
+        }
+        for needle in ["srv1", "tool14", "message", "zzz"] {
+            let features = FeatureSet::of_folded(needle.as_bytes());
+            let candidates: Vec<usize> = iter_bits(&slices.candidates(&features, tools)).collect();
+            let brute: Vec<usize> = (0..tools)
+                .filter(|&t| {
+                    features
+                        .iter()
+                        .all(|s| rows[t].hay[s / 64] >> (s % 64) & 1 == 1)
+                })
+                .collect();
+            assert_eq!(candidates, brute, "{needle}");
+        }
+        let srv1: Vec<usize> =
+            iter_bits(&slices.candidates(&FeatureSet::of_folded(b"srv1"), tools)).collect();
+        assert!((1..tools).step_by(3).all(|t| srv1.contains(&t)));
+    }
 
     #[test]
     fn byte_search_agrees_with_str_search() {

@@ -1,21 +1,34 @@
 //! `tool_search` queries over the deferred tools (spec 2.3) as DeerFlow answers them, one
 //! documented extension ([`SearchMode::Extended`]), and the rendering of matched schemas.
 //! Built once per catalog: haystacks, folded and lowercased copies in shared buffers, the
-//! prefilter signatures and the name order; each schema is rendered the first time it is
-//! matched and reused. See [`SearchIndex`] for the few places Python's `re` differs.
+//! prefilter signatures (from per-tool features, computed at ingestion for MCP tools) and
+//! the name order; matched schemas are rendered once and kept in a bounded cache. See
+//! [`SearchIndex`] for the few places Python's `re` differs.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::matcher::Query;
 use super::prefilter::{
-    find_bytes, fold_into, has_bit, hay_slots, iter_bits, lowercase_into, name_slots, FeatureSet,
-    Slices, HAY_SLICES, NAME_SLICES,
+    find_bytes, fold_into, has_bit, iter_bits, lowercase_into, FeatureSet, Slices, ToolFeatures,
+    HAY_SLICES, HAY_WORDS, NAME_SLICES, NAME_WORDS,
 };
 use super::pyjson::{push_indent, write_pretty, write_str};
 use super::tool::ToolSpec;
 
 /// Cap of the ranked query forms (`select:` is uncapped).
 pub const MAX_RESULTS: usize = 5;
+
+/// What ingestion computed for one MCP tool, so that a catalog build does not: its
+/// search features, its rank among the names of its listing (ranks of one listing order
+/// its tools by name) and its entry of the catalog-hash blob.
+#[derive(Clone, Copy)]
+pub(crate) struct Prepared<'a> {
+    pub(crate) features: &'a ToolFeatures,
+    pub(crate) name_rank: u32,
+    /// Its entry of the catalog-hash blob.
+    pub(crate) hash_entry: &'a str,
+}
 
 /// How a query that DeerFlow answers with nothing is treated.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -144,20 +157,96 @@ pub struct SearchIndex {
     hay: Slices,
     folded_names: Slices,
     lower_names: Slices,
-    /// Each tool's `convert_to_openai_function` at nesting level 1 of
-    /// `json.dumps([...], indent=2, ensure_ascii=False)`, rendered the first time the
-    /// tool is matched and then reused: a result is a concatenation.
-    schemas: Vec<OnceLock<Box<str>>>,
+    /// Schemas rendered for earlier results, reused: a result is a concatenation.
+    rendered: RenderCache,
+}
+
+/// Bytes of rendered schemas a catalog keeps; a full cache starts over. Models fetch a
+/// few schemas per run, so the working set is small; the bound keeps a client that
+/// fetches every schema of a large catalog from doubling the catalog's memory.
+pub const RENDER_CACHE_BYTES: usize = 256 * 1024;
+
+/// Each matched tool's `convert_to_openai_function` at nesting level 1 of
+/// `json.dumps([...], indent=2, ensure_ascii=False)`, by position, within
+/// [`RENDER_CACHE_BYTES`]. The lock is held for lookups and inserts, never while rendering.
+#[derive(Default)]
+struct RenderCache(Mutex<RenderedSchemas>);
+
+#[derive(Default)]
+struct RenderedSchemas {
+    by_position: HashMap<u32, Arc<str>>,
+    bytes: usize,
+}
+
+impl RenderCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RenderedSchemas> {
+        // A panic while holding the lock cannot leave the map inconsistent (each
+        // insert is one call), so a poisoned cache is still usable.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The rendered schemas of `positions`, rendering (outside the lock) those not cached.
+    fn get_all(&self, positions: &[usize], render: impl Fn(usize) -> String) -> Vec<Arc<str>> {
+        let cached: Vec<Option<Arc<str>>> = {
+            let cache = self.lock();
+            positions
+                .iter()
+                .map(|&p| cache.by_position.get(&to_u32(p)).cloned())
+                .collect()
+        };
+        let mut fresh = Vec::new();
+        let parts: Vec<Arc<str>> = cached
+            .into_iter()
+            .zip(positions)
+            .map(|(hit, &p)| {
+                hit.unwrap_or_else(|| {
+                    let part: Arc<str> = render(p).into();
+                    fresh.push((p, Arc::clone(&part)));
+                    part
+                })
+            })
+            .collect();
+        if !fresh.is_empty() {
+            let mut cache = self.lock();
+            for (p, part) in fresh {
+                if part.len() > RENDER_CACHE_BYTES {
+                    continue;
+                }
+                if cache.bytes + part.len() > RENDER_CACHE_BYTES {
+                    cache.by_position.clear();
+                    cache.bytes = 0;
+                }
+                cache.bytes += part.len();
+                if let Some(old) = cache.by_position.insert(to_u32(p), part) {
+                    cache.bytes -= old.len();
+                }
+            }
+        }
+        parts
+    }
+
+    fn heap_bytes(&self) -> usize {
+        let cache = self.lock();
+        cache.bytes
+            + cache.by_position.capacity()
+                * (std::mem::size_of::<(u32, Arc<str>)>() + 1 + 2 * std::mem::size_of::<usize>())
+    }
 }
 
 impl SearchIndex {
     /// Builds the index over the deferred tools, in catalog order.
     pub fn build(tools: &[&ToolSpec]) -> SearchIndex {
-        Self::with_order(tools, name_order(tools))
+        Self::with_order(tools, name_order(tools), |_| None)
     }
 
-    /// The same, given `by_name`: the positions of `tools` sorted by name.
-    pub(crate) fn with_order(tools: &[&ToolSpec], by_name: Vec<u32>) -> SearchIndex {
+    /// The same, given `by_name` (the positions of `tools` sorted by name) and the
+    /// features already computed for some tools (`prepared(position)`, for MCP tools
+    /// from their ingestion); the others' features are computed here.
+    pub(crate) fn with_order<'f>(
+        tools: &[&ToolSpec],
+        by_name: Vec<u32>,
+        prepared: impl Fn(usize) -> Option<&'f ToolFeatures>,
+    ) -> SearchIndex {
         let count = tools.len();
         let text_len: usize = tools
             .iter()
@@ -170,14 +259,13 @@ impl SearchIndex {
         let mut hay = Slices::new(HAY_SLICES, count);
         let mut folded_names = Slices::new(NAME_SLICES, count);
         let mut lower_names = Slices::new(NAME_SLICES, count);
-        // Features are gathered per block of 64 tools in these small (L1-resident) tables
-        // and stored once per block, instead of scattering bit writes over the slices.
-        let mut hay_block = [0u64; HAY_SLICES];
-        let mut folded_block = [0u64; NAME_SLICES];
-        let mut lower_block = [0u64; NAME_SLICES];
+        // Each block of 64 tools' feature rows is gathered here, then transposed into
+        // the slices at once.
+        let mut hay_rows = [[0u64; HAY_WORDS]; 64];
+        let mut folded_rows = [[0u64; NAME_WORDS]; 64];
+        let mut lower_rows = [[0u64; NAME_WORDS]; 64];
         let mut spans = Vec::with_capacity(count);
         for (position, tool) in tools.iter().enumerate() {
-            let bit = 1u64 << (position % 64);
             let hay_span = Range32::push(&mut haystacks, |b| {
                 b.push_str(&tool.name);
                 b.push(' ');
@@ -189,16 +277,23 @@ impl SearchIndex {
                 b.push(' ');
                 fold_into(b, &tool.description);
             });
-            let folded_text = folded_span.of(&folded).as_bytes();
-            hay_slots(folded_text, |slot| hay_block[slot] |= bit);
-            name_slots(
-                folded_text[..folded_name_len].iter().map(|&b| u32::from(b)),
-                |slot| folded_block[slot] |= bit,
-            );
             let lower_span = Range32::push(&mut lowered, |b| lowercase_into(b, &tool.name));
-            name_slots(lower_span.of(&lowered).chars().map(u32::from), |slot| {
-                lower_block[slot] |= bit
-            });
+            let row = position % 64;
+            let computed;
+            let features = match prepared(position) {
+                Some(features) => features,
+                None => {
+                    computed = ToolFeatures::of_texts(
+                        folded_span.of(&folded).as_bytes(),
+                        folded_name_len,
+                        lower_span.of(&lowered),
+                    );
+                    &computed
+                }
+            };
+            hay_rows[row] = features.hay;
+            folded_rows[row] = features.folded_name;
+            lower_rows[row] = features.lower_name;
             spans.push(Spans {
                 hay: hay_span,
                 name_len: to_u32(tool.name.len()),
@@ -206,14 +301,14 @@ impl SearchIndex {
                 folded_name_len: to_u32(folded_name_len),
                 lower: lower_span,
             });
-            if position % 64 == 63 || position + 1 == count {
+            if row == 63 || position + 1 == count {
                 let block = position / 64;
-                hay.store_block(block, &hay_block);
-                folded_names.store_block(block, &folded_block);
-                lower_names.store_block(block, &lower_block);
-                hay_block = [0; HAY_SLICES];
-                folded_block = [0; NAME_SLICES];
-                lower_block = [0; NAME_SLICES];
+                hay.store_rows(block, &hay_rows);
+                folded_names.store_rows(block, &folded_rows);
+                lower_names.store_rows(block, &lower_rows);
+                hay_rows = [[0; HAY_WORDS]; 64];
+                folded_rows = [[0; NAME_WORDS]; 64];
+                lower_rows = [[0; NAME_WORDS]; 64];
             }
         }
         SearchIndex {
@@ -225,7 +320,7 @@ impl SearchIndex {
             hay,
             folded_names,
             lower_names,
-            schemas: (0..count).map(|_| OnceLock::new()).collect(),
+            rendered: RenderCache::default(),
         }
     }
 
@@ -449,21 +544,16 @@ impl SearchIndex {
 
     /// `json.dumps([convert_to_openai_function(t) for t in matched], indent=2,
     /// ensure_ascii=False)` for the given positions; `tool` maps a position back to its
-    /// tool (each is rendered once per catalog, then reused).
+    /// tool (a rendered schema is kept for later results, see [`RENDER_CACHE_BYTES`]).
     pub fn render<'t>(&self, positions: &[usize], tool: impl Fn(usize) -> &'t ToolSpec) -> String {
         if positions.is_empty() {
             return "[]".to_owned();
         }
-        let parts: Vec<&str> = positions
-            .iter()
-            .map(|&p| {
-                &**self.schemas[p].get_or_init(|| {
-                    let mut out = String::with_capacity(512);
-                    render_function(&mut out, tool(p));
-                    out.into_boxed_str()
-                })
-            })
-            .collect();
+        let parts = self.rendered.get_all(positions, |p| {
+            let mut out = String::with_capacity(1024);
+            render_function(&mut out, tool(p));
+            out
+        });
         let size = parts.iter().map(|part| part.len() + 2).sum::<usize>() + 4;
         let mut out = String::with_capacity(size);
         out.push_str("[\n");
@@ -471,7 +561,7 @@ impl SearchIndex {
             if i > 0 {
                 out.push_str(",\n");
             }
-            out.push_str(part);
+            out.push_str(&part[..]);
         }
         out.push_str("\n]");
         out
@@ -479,12 +569,6 @@ impl SearchIndex {
 
     /// Heap bytes the index holds, for the benchmark's accounting.
     pub fn heap_bytes(&self) -> IndexBytes {
-        let rendered: usize = self
-            .schemas
-            .iter()
-            .filter_map(|s| s.get())
-            .map(|s| s.len())
-            .sum();
         IndexBytes {
             texts: self.spans.capacity() * std::mem::size_of::<Spans>()
                 + self.haystacks.capacity()
@@ -494,8 +578,7 @@ impl SearchIndex {
                 + self.folded_names.heap_bytes()
                 + self.lower_names.heap_bytes()
                 + self.by_name.capacity() * 4,
-            rendered: self.schemas.capacity() * std::mem::size_of::<OnceLock<Box<str>>>()
-                + rendered,
+            rendered: self.rendered.heap_bytes(),
         }
     }
 }
@@ -542,7 +625,7 @@ pub struct IndexBytes {
     pub texts: usize,
     /// Bit-sliced signatures and the name order.
     pub signatures: usize,
-    /// Rendered-schema cache (slots, plus the schemas rendered so far).
+    /// Rendered-schema cache (the schemas kept and the map holding them).
     pub rendered: usize,
 }
 
@@ -664,7 +747,7 @@ mod tests {
                     words.push(word);
                 }
             }
-            let regexes: Vec<Regex> = words.iter().map(|w| rx(w)).collect();
+            let regexes: Vec<Arc<Regex>> = words.iter().map(|w| rx(w)).collect();
             scored = tools
                 .iter()
                 .enumerate()
@@ -769,5 +852,36 @@ mod tests {
             index.render(&[0], |p| &tools[p]),
             "[\n  {\n    \"name\": \"calc\",\n    \"description\": \"Σ “sum”\",\n    \"parameters\": {\n      \"type\": \"object\",\n      \"properties\": {\n        \"a\": {\n          \"type\": \"number\"\n        }\n      },\n      \"required\": []\n    }\n  }\n]"
         );
+    }
+
+    #[test]
+    fn fetching_every_schema_keeps_the_render_cache_bounded_and_answers_unchanged() {
+        // 400 schemas of about 4 KiB rendered: far more than the cache keeps.
+        let tools: Vec<ToolSpec> = (0..400)
+            .map(|i| {
+                ToolSpec::mcp(
+                    format!("tool_{i}"),
+                    "x".repeat(4000),
+                    json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+                    None,
+                    format!("tool_{i}"),
+                )
+            })
+            .collect();
+        let refs: Vec<&ToolSpec> = tools.iter().collect();
+        let index = SearchIndex::build(&refs);
+        let first: Vec<String> = (0..400)
+            .map(|p| index.render(&[p], |q| &tools[q]))
+            .collect();
+        assert!(index.heap_bytes().rendered <= RENDER_CACHE_BYTES + 64 * 1024);
+        for (p, expected) in first.iter().enumerate().rev() {
+            assert_eq!(&index.render(&[p], |q| &tools[q]), expected);
+        }
+        let fresh = SearchIndex::build(&refs);
+        assert_eq!(
+            index.render(&[3, 399, 0], |q| &tools[q]),
+            fresh.render(&[3, 399, 0], |q| &tools[q])
+        );
+        assert!(index.heap_bytes().rendered <= RENDER_CACHE_BYTES + 64 * 1024);
     }
 }

@@ -51,6 +51,15 @@ impl Schema {
         })
     }
 
+    /// Appends the canonical form to `out`, without keeping it (the cached form when it
+    /// was already written).
+    pub fn write_canonical(&self, out: &mut String) {
+        match self.0.canonical.get() {
+            Some(canonical) => out.push_str(canonical),
+            None => SortedCompact::default().write(out, &self.0.value),
+        }
+    }
+
     /// Heap bytes of the cached canonical form (0 until written).
     pub fn canonical_bytes(&self) -> usize {
         self.0.canonical.get().map_or(0, |c| c.len())
