@@ -7,6 +7,7 @@
 //! server's own listing order, whatever order they arrived in.
 
 use std::collections::hash_map::{Entry, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use antler_protocol::config::{is_host_bash_allowed, AppConfig, ExtensionsConfig};
@@ -21,7 +22,7 @@ use super::{
     routing::{McpRouting, RoutingMode},
     search::Prepared,
     tool::{ToolSource, ToolSpec},
-    Candidate, Catalog, CatalogError,
+    Candidate, Catalog, CatalogError, CatalogHash, Speculation,
 };
 
 /// DeerFlow's duplicate warning (spec 1.1 step 7), with `{name}` as Python's `%r`.
@@ -64,6 +65,8 @@ struct IngestedMcp {
     name_rank: u32,
     /// Its entry of the catalog-hash blob (the canonical schema, name and description).
     hash_entry: Box<str>,
+    /// Whether the name is one a model may see ([`valid_tool_name`]).
+    valid_name: bool,
 }
 
 impl IngestedMcp {
@@ -78,6 +81,7 @@ impl IngestedMcp {
         // Written now, so no catalog build serialises this schema or escapes these texts.
         let hash_entry = hash::entry_of(&spec);
         let features = ToolFeatures::of_tool(&spec.name, &spec.description);
+        let valid_name = valid_tool_name(&spec.name);
         IngestedMcp {
             server: tool.server,
             position: tool.position,
@@ -85,6 +89,7 @@ impl IngestedMcp {
             features,
             name_rank: 0,
             hash_entry,
+            valid_name,
         }
     }
 }
@@ -126,6 +131,21 @@ impl McpTools {
                 .then_with(|| a.position.cmp(&b.position))
                 .then_with(|| a.spec.name.cmp(&b.spec.name))
         });
+        // One shared server name per server: a build's copies of its tools then all
+        // count references on the same (cached) allocation.
+        let mut shared: Option<Arc<str>> = None;
+        for tool in &mut tools {
+            if let ToolSource::Mcp {
+                server: Some(server),
+                ..
+            } = &mut tool.spec.source
+            {
+                match &shared {
+                    Some(same) if **same == **server => *server = Arc::clone(same),
+                    _ => shared = Some(Arc::clone(server)),
+                }
+            }
+        }
         let mut by_name: Vec<u32> = (0..index_u32(tools.len())).collect();
         by_name.sort_by(|&a, &b| {
             tools[a as usize]
@@ -155,6 +175,23 @@ impl McpTools {
 
     pub fn len(&self) -> usize {
         self.0.len()
+    }
+
+    /// The catalog hash of every listed tool, from the entries written at ingestion, in
+    /// name order; `None` when `cancel` is set before it is done.
+    fn hash_all(&self, cancel: &AtomicBool) -> Option<CatalogHash> {
+        let mut by_name = vec![0u32; self.0.len()];
+        for (i, tool) in self.0.iter().enumerate() {
+            by_name[tool.name_rank as usize] = index_u32(i);
+        }
+        let mut blob = hash::BlobHasher::new();
+        for chunk in by_name.chunks(256) {
+            if cancel.load(Ordering::Relaxed) {
+                return None;
+            }
+            blob.written_entries(chunk.iter().map(|&i| &*self.0[i as usize].hash_entry));
+        }
+        Some(blob.finish())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -302,7 +339,33 @@ fn python_repr(s: &str) -> String {
 }
 
 /// Assembles the catalog of one run.
+///
+/// With tool search on and a large listing, the hash of the whole listing starts on a
+/// second thread at once: most runs defer every listed tool, and then the hash is ready
+/// when the catalog is; otherwise it is cancelled and the deferred tools are hashed.
 pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, AssemblyError> {
+    let speculate =
+        sources.config.tool_search.enabled && req.include_mcp && super::parallel(sources.mcp.len());
+    if !speculate {
+        return assemble_with(sources, req, None);
+    }
+    let cancel = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let hash = scope.spawn(|| sources.mcp.hash_all(&cancel));
+        let speculation = Speculation {
+            hash,
+            cancel: &cancel,
+            tools: sources.mcp.len(),
+        };
+        assemble_with(sources, req, Some(speculation))
+    })
+}
+
+fn assemble_with(
+    sources: &Sources,
+    req: &AssemblyRequest,
+    speculation: Option<Speculation<'_, '_>>,
+) -> Result<Assembled, AssemblyError> {
     let config = &sources.config;
     let mut warnings = Vec::new();
     // Ingested MCP tools are borrowed until the catalog copies them.
@@ -400,7 +463,7 @@ pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, A
         let mut server_config: Option<(&str, Option<&antler_protocol::config::McpServerConfig>)> =
             None;
         for (_, t) in mcp {
-            if !valid_tool_name(&t.spec.name) {
+            if !t.valid_name {
                 warnings.push(format!(
                     "Skipping MCP tool {} from server '{}': tool names must match ^[A-Za-z0-9_-]+$",
                     python_repr(&t.spec.name),
@@ -507,7 +570,7 @@ pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, A
         candidates.retain(|_| kept.next().unwrap_or(false));
     }
 
-    let catalog = Catalog::build_assembled(candidates, config.tool_search.enabled)?;
+    let catalog = Catalog::build_assembled(candidates, config.tool_search.enabled, speculation)?;
     Ok(Assembled {
         catalog: Arc::new(catalog),
         warnings,

@@ -90,11 +90,13 @@ impl Catalog {
     }
 
     /// [`Catalog::build`] from assembly's candidates: the ingested MCP tools come with
-    /// their features and name ranks, and are copied into the catalog while another
-    /// thread hashes them.
+    /// their features, name ranks and hash entries, and are copied into the catalog while
+    /// another thread hashes them. `speculation`, the hash of every ingested tool started
+    /// when assembly began, is used when exactly those tools are deferred.
     pub(crate) fn build_assembled(
         candidates: Vec<Candidate<'_>>,
         tool_search_enabled: bool,
+        speculation: Option<Speculation<'_, '_>>,
     ) -> Result<Catalog, CatalogError> {
         let deferred =
             deferred_indices(candidates.iter().map(Candidate::spec), tool_search_enabled);
@@ -103,7 +105,18 @@ impl Catalog {
             .map(|&i| candidates[i as usize].spec())
             .collect();
         let prepared_at = |p: usize| candidates[deferred[p] as usize].prepared();
-        let (tools, derived) = derive_assembled(&candidates, &refs, prepared_at);
+        // Deferred tools are distinct ingested tools, so when they are as many as the
+        // listing has, they are all of it, and the speculative hash is theirs.
+        let all_ingested = (0..deferred.len()).all(|p| prepared_at(p).is_some());
+        let speculation = speculation.and_then(|s| {
+            (all_ingested && deferred.len() == s.tools)
+                .then_some(s.hash)
+                .or_else(|| {
+                    s.cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+                    None
+                })
+        });
+        let (tools, derived) = derive_assembled(&candidates, &refs, prepared_at, speculation);
         drop(refs);
         drop(candidates);
         Self::finish(tools, deferred, derived, tool_search_enabled)
@@ -323,6 +336,16 @@ impl<'s> Candidate<'s> {
     }
 }
 
+/// The hash of every tool of an MCP listing, computed on a scoped thread while assembly
+/// decides which tools a run gets (see [`McpTools::hash_all`]).
+pub(crate) struct Speculation<'scope, 'env> {
+    pub(crate) hash: std::thread::ScopedJoinHandle<'scope, Option<CatalogHash>>,
+    /// Set when the hash will not be used; the thread then stops early.
+    pub(crate) cancel: &'env std::sync::atomic::AtomicBool,
+    /// Tools in the listing.
+    pub(crate) tools: usize,
+}
+
 /// Indices of the deferred tools: the MCP tools, when tool search is on.
 fn deferred_indices<'a>(tools: impl Iterator<Item = &'a ToolSpec>, enabled: bool) -> Vec<u32> {
     if !enabled {
@@ -377,7 +400,7 @@ fn deferred_order<'p>(
 }
 
 /// Whether a build of `deferred` tools hashes on a second thread.
-fn parallel(deferred: usize) -> bool {
+pub(crate) fn parallel(deferred: usize) -> bool {
     deferred >= PARALLEL_FROM && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
 }
 
@@ -430,13 +453,14 @@ fn derive(candidates: &[ToolSpec], deferred: &[&ToolSpec]) -> Derived {
 }
 
 /// [`derive`] for assembled candidates, which also copies them into the catalog's tools:
-/// for large catalogs this thread hashes the (ingested, canonical) schemas while a second
-/// one copies the tools and builds the name table and the index from the features
-/// ingestion computed.
+/// for large catalogs a second thread hashes the (ingested) entries, or has been hashing
+/// them since assembly began (`speculation`), while this one copies the tools and builds
+/// the name table and the index from the features ingestion computed.
 fn derive_assembled<'p>(
     candidates: &[Candidate<'p>],
     deferred: &[&ToolSpec],
     prepared_at: impl Fn(usize) -> Option<Prepared<'p>> + Sync,
+    speculation: Option<std::thread::ScopedJoinHandle<'_, Option<CatalogHash>>>,
 ) -> (Vec<ToolSpec>, Derived) {
     let copy_and_index = |order: Option<Vec<u32>>| {
         let tools: Vec<ToolSpec> = candidates.iter().map(Candidate::to_spec).collect();
@@ -478,14 +502,20 @@ fn derive_assembled<'p>(
             None => CatalogHash::of_sorted(order.iter().map(|&p| deferred[p as usize])),
         }
     };
-    let (tools, names, search, hash) = if parallel(deferred.len()) {
+    let (tools, names, search, hash) = if let Some(speculative) = speculation {
+        let (tools, names, search) = copy_and_index(Some(order.clone()));
+        // Not cancelled, so the thread ran to the end.
+        let hash = joined(speculative).unwrap_or_else(|| hash_of(&order));
+        (tools, names, search, hash)
+    } else if parallel(deferred.len()) {
         std::thread::scope(|scope| {
-            let worker = scope.spawn(|| copy_and_index(Some(order.clone())));
-            let hash = hash_of(&order);
-            match worker.join() {
-                Ok((tools, names, search)) => (tools, names, search, hash),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
+            let order = &order;
+            let hash_of = &hash_of;
+            // The hash allocates nothing: it runs on the new thread, and the allocations
+            // stay on this one.
+            let hasher = scope.spawn(move || hash_of(order));
+            let (tools, names, search) = copy_and_index(Some(order.clone()));
+            (tools, names, search, joined(hasher))
         })
     } else {
         let hash = hash_of(&order);
@@ -501,6 +531,14 @@ fn derive_assembled<'p>(
             hash,
         },
     )
+}
+
+/// The thread's result; its panic, if it panicked, continues here.
+fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    match handle.join() {
+        Ok(value) => value,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
 }
 
 /// Tool counts are bounded far below `u32::MAX` (a catalog that large could not be
