@@ -357,7 +357,10 @@ pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, A
             cancel: &cancel,
             tools: sources.mcp.len(),
         };
-        assemble_with(sources, req, Some(speculation))
+        let assembled = assemble_with(sources, req, Some(speculation));
+        // Unused when assembly failed; the scope joins the thread, so stop it first.
+        cancel.store(true, Ordering::Relaxed);
+        assembled
     })
 }
 

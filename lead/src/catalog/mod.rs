@@ -441,13 +441,11 @@ fn derive(candidates: &[ToolSpec], deferred: &[&ToolSpec]) -> Derived {
             )
         });
         let hash = CatalogHash::of_sorted(order.iter().map(tool_at));
-        match worker.join() {
-            Ok((names, search)) => Derived {
-                names,
-                search,
-                hash: Some(hash),
-            },
-            Err(panic) => std::panic::resume_unwind(panic),
+        let (names, search) = joined(worker);
+        Derived {
+            names,
+            search,
+            hash: Some(hash),
         }
     })
 }
