@@ -27,8 +27,8 @@ use antler_lead::runs::metrics::Metrics;
 use antler_lead::runs::prepare::RunEnv;
 use antler_protocol::messages::{
     AcquireSource, Acquired, ControlReply, ControlRequest, McpCallResult, McpContent, McpReply,
-    McpRequest, PoolStatus, Reply, Request, RunSubmission, SandboxReply, SandboxRequest,
-    ToolResult,
+    McpRequest, PlaybookSource, PoolStatus, Reply, Request, RunSubmission, SandboxReply,
+    SandboxRequest, ToolResult,
 };
 use antler_protocol::Role;
 use futures::future::BoxFuture;
@@ -484,7 +484,7 @@ impl Lead {
                 task: format!("task {i}"),
                 user: "bench".into(),
                 thread: None,
-                playbook: Some(playbook.to_owned()),
+                playbook: Some(PlaybookSource::File(playbook.to_owned())),
                 model: None,
                 clarification,
                 config: None,

@@ -65,6 +65,35 @@ pub enum ClusterError {
     Unreachable(String),
     #[error(transparent)]
     Store(#[from] crate::run::checkpoint::CheckpointError),
+    #[error(transparent)]
+    Gateway(#[from] crate::gateway::GatewayError),
+}
+
+/// The lock file in the runtime directory a running lead holds (`flock`, exclusive).
+pub const LOCK_FILE: &str = "lead.lock";
+
+/// Takes the runtime directory's lock without waiting: `None` when a lead holds it. The
+/// lock lasts as long as the returned file is open (the kernel drops it when the holder
+/// dies, however it dies).
+pub fn try_lock(runtime: &RuntimeDir) -> std::io::Result<Option<std::fs::File>> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(runtime.root().join(LOCK_FILE))?;
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(Some(file));
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(None)
+    } else {
+        Err(e)
+    }
 }
 
 /// The directory holding the host binaries: `ANTLER_BIN_DIR`, else beside this executable.
@@ -95,6 +124,8 @@ pub struct RunningCluster {
     drain_grace: Duration,
     /// The HTTP gateway, when it could listen.
     gateway: Option<crate::gateway::Gateway>,
+    /// The runtime directory's lock, held until the cluster has stopped.
+    _lock: std::fs::File,
 }
 
 impl RunningCluster {
@@ -107,6 +138,12 @@ impl RunningCluster {
                 source,
             })?;
         let lead_sock = runtime.socket(Role::Lead, 0);
+        let lock = try_lock(&runtime)
+            .map_err(|source| ClusterError::RuntimeDir {
+                path: runtime.root().join(LOCK_FILE),
+                source,
+            })?
+            .ok_or_else(|| ClusterError::AlreadyRunning(runtime.root().to_path_buf()))?;
         if let Ok(token) = runtime.read_token() {
             let probe = Identity::new(Role::Cli, "probe", Some(token));
             if dial(
@@ -168,12 +205,28 @@ impl RunningCluster {
         )
         .start();
         let runs = start_runs(&spec, &supervisor, extensions.clone())?;
-        let gateway = crate::gateway::Gateway::start(
-            runtime.root(),
-            extensions,
-            supervisor.clone(),
-            runs.clone(),
-        );
+        // An ephemeral cluster serves one command: it has no HTTP gateway.
+        let gateway = if spec.ephemeral {
+            Ok(None)
+        } else {
+            crate::gateway::Gateway::start(
+                runtime.root(),
+                extensions,
+                supervisor.clone(),
+                runs.clone(),
+            )
+        };
+        let gateway = match gateway {
+            Ok(gateway) => gateway,
+            Err(e) => {
+                let _ = supervisor
+                    .send(StopAll {
+                        grace: spec.drain_grace,
+                    })
+                    .await;
+                return Err(e.into());
+            }
+        };
         let in_flight = Arc::new(InFlight::default());
         let service = Arc::new(LeadService::new(
             supervisor.clone(),
@@ -204,6 +257,7 @@ impl RunningCluster {
             control,
             drain_grace: spec.drain_grace,
             gateway,
+            _lock: lock,
         })
     }
 

@@ -167,6 +167,12 @@ async fn ping(spec: ClusterSpec, role: Option<Role>, json: bool) -> anyhow::Resu
     })
 }
 
+/// How long `antler down` waits for the lead to exit: its drain grace and its children's,
+/// with room to spare.
+const DOWN_DEADLINE: Duration = Duration::from_secs(40);
+
+/// SIGTERM to the lead, then waits until it has exited (its lock on the runtime directory
+/// is free), so an `antler up` right after starts on a clean directory.
 fn down(runtime_dir: PathBuf) -> anyhow::Result<ExitCode> {
     let rd = RuntimeDir::open(&runtime_dir)?;
     let pid: i32 = std::fs::read_to_string(rd.pid_path())
@@ -174,6 +180,12 @@ fn down(runtime_dir: PathBuf) -> anyhow::Result<ExitCode> {
         .trim()
         .parse()
         .context("the pid file is damaged")?;
+    if cluster::try_lock(&rd)?.is_some() {
+        bail!(
+            "no cluster is running in {} (a stale pid file names pid {pid})",
+            runtime_dir.display()
+        );
+    }
     // SAFETY: kill has no memory-safety preconditions.
     if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
         bail!(
@@ -181,6 +193,20 @@ fn down(runtime_dir: PathBuf) -> anyhow::Result<ExitCode> {
             std::io::Error::last_os_error()
         );
     }
-    println!("antler: asked the lead (pid {pid}) to stop");
-    Ok(ExitCode::SUCCESS)
+    eprintln!("antler: asked the lead (pid {pid}) to stop; waiting for it to exit");
+    let until = std::time::Instant::now() + DOWN_DEADLINE;
+    while std::time::Instant::now() < until {
+        if cluster::try_lock(&rd)?.is_some() {
+            println!(
+                "antler: the cluster in {} has stopped",
+                runtime_dir.display()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!(
+        "the lead (pid {pid}) did not exit within {} s; it is still running (kill -9 {pid} stops it and its children)",
+        DOWN_DEADLINE.as_secs()
+    )
 }

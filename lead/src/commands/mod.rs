@@ -61,6 +61,10 @@ pub fn cluster_spec(
         std::env::set_var("ANTLER_CONFIG", path);
     }
     let runtime_dir = antler.runtime_dir.clone().unwrap_or(runtime_dir);
+    let max = antler_protocol::config::MAX_WORKERS as u32;
+    if workers.is_some_and(|n| n > max) {
+        anyhow::bail!("--workers: expected a number from 0 to {max}");
+    }
     Ok(ClusterSpec {
         store_path: runtime_dir.join(crate::commands::run::CHECKPOINT_FILE),
         config: config_path,

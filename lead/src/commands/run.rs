@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use antler_protocol::config::{process_env, resolve_app_config_path};
 use antler_protocol::envelope::TraceContext;
-use antler_protocol::messages::{LeadReply, LeadRequest, Reply, Request, RunSubmission};
+use antler_protocol::messages::{
+    LeadReply, LeadRequest, PlaybookSource, Reply, Request, RunSubmission,
+};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
@@ -117,7 +119,7 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                     task: args.task.clone().unwrap_or_default(),
                     user: args.user.clone(),
                     thread: args.thread.clone(),
-                    playbook: playbook.clone(),
+                    playbook: playbook.clone().map(PlaybookSource::File),
                     model: args.model.clone(),
                     clarification,
                     // The cluster reads its own config unless this command names one.

@@ -166,6 +166,72 @@ pub struct Playbook {
     pub turns: Vec<ScriptedTurn>,
 }
 
+/// The largest playbook a run reads, from a file or sent inline.
+pub const MAX_PLAYBOOK_BYTES: usize = 256 * 1024;
+
+/// The field names of a playbook, which an error about a file may name.
+const PLAYBOOK_FIELDS: &[&str] = &[
+    "turns",
+    "delay_ms",
+    "content",
+    "tool_calls",
+    "id",
+    "name",
+    "args",
+];
+
+/// Reads `path` if it is a regular file of at most [`MAX_PLAYBOOK_BYTES`] of UTF-8.
+fn read_playbook(path: &Path) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    // Non-blocking, so opening a FIFO does not wait for a writer; checked on the handle,
+    // so the file cannot be swapped between the check and the read.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_PLAYBOOK_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() > MAX_PLAYBOOK_BYTES {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("larger than {} KiB", MAX_PLAYBOOK_BYTES / 1024),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| Error::new(ErrorKind::InvalidData, "not UTF-8 text"))
+}
+
+/// A YAML error with every quoted value replaced by `…`: double-quoted spans, and
+/// backquoted words that are not playbook field names. Where (line, column, field path)
+/// and what kind of error stay.
+fn without_quoted_content(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(['"', '`']) {
+        out.push_str(&rest[..at]);
+        let quote = &rest[at..at + 1];
+        let after = &rest[at + 1..];
+        let Some(end) = after.find(quote) else {
+            out.push_str(quote);
+            out.push('…');
+            rest = "";
+            break;
+        };
+        let inner = &after[..end];
+        let keep = quote == "`" && PLAYBOOK_FIELDS.contains(&inner);
+        out.push_str(quote);
+        out.push_str(if keep { inner } else { "…" });
+        out.push_str(quote);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The scripted model: replays a [`Playbook`] (for tests and demos; no network).
 #[derive(Clone, Debug)]
 pub struct ScriptedModel {
@@ -200,14 +266,22 @@ impl ScriptedModel {
         Ok(ScriptedModel::new(playbook))
     }
 
-    /// Reads a playbook file.
+    /// Reads a playbook file: a regular file of at most [`MAX_PLAYBOOK_BYTES`], so a device,
+    /// a FIFO or a huge file is refused before it is read. An invalid playbook's error names
+    /// where and which field, never the file's content (the file may not be a playbook at all).
     pub fn from_file(path: &Path) -> Result<ScriptedModel, ModelError> {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ModelError::PlaybookRead {
+        let text = read_playbook(path).map_err(|source| ModelError::PlaybookRead {
             path: origin.clone(),
             source,
         })?;
-        ScriptedModel::from_yaml(&text, &origin)
+        ScriptedModel::from_yaml(&text, &origin).map_err(|e| match e {
+            ModelError::PlaybookInvalid { path, message } => ModelError::PlaybookInvalid {
+                path,
+                message: without_quoted_content(&message),
+            },
+            other => other,
+        })
     }
 
     /// The reply for the conversation so far.
@@ -344,6 +418,44 @@ turns:
             err.to_string(),
             "invalid playbook p.yaml: turns: the playbook needs at least one turn"
         );
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_playbook_is_never_quoted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shadow");
+        std::fs::write(&path, "root:$6$secrethash:19000:0:99999:7:::\n").unwrap();
+        let err = ScriptedModel::from_file(&path).unwrap_err().to_string();
+        assert!(
+            !err.contains("secrethash") && !err.contains("root:"),
+            "{err}"
+        );
+        assert!(err.starts_with("invalid playbook "), "{err}");
+        let path = dir.path().join("keys.yaml");
+        std::fs::write(&path, "turns:\n  - api_key_sk_live_123: x\n").unwrap();
+        let err = ScriptedModel::from_file(&path).unwrap_err().to_string();
+        assert!(!err.contains("api_key_sk_live_123"), "{err}");
+        assert!(
+            err.contains("turns[0]") && err.contains("`content`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn devices_fifos_and_huge_files_are_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = ScriptedModel::from_file(Path::new("/dev/zero")).unwrap_err();
+        assert!(err.to_string().ends_with("not a regular file"), "{err}");
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.display().to_string()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = ScriptedModel::from_file(&fifo).unwrap_err();
+        assert!(err.to_string().ends_with("not a regular file"), "{err}");
+        let big = dir.path().join("big.yaml");
+        std::fs::write(&big, vec![b'#'; MAX_PLAYBOOK_BYTES + 1]).unwrap();
+        let err = ScriptedModel::from_file(&big).unwrap_err();
+        assert!(err.to_string().ends_with("larger than 256 KiB"), "{err}");
     }
 
     #[test]

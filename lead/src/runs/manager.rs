@@ -249,11 +249,20 @@ impl Handler<ResumeRun> for RunManager {
 
     fn handle(&mut self, msg: ResumeRun, _: &mut Context<Self>) -> Self::Result {
         let run_id = msg.run_id.clone();
-        if self.runs.get(&run_id).is_some_and(|live| live.driving)
-            || !self.resuming.insert(run_id.clone())
-        {
+        let busy = self.runs.get(&run_id).is_some_and(|live| live.driving)
+            || self.resuming.contains(&run_id);
+        if busy && msg.answer.is_some() {
+            // Driven now: it is not waiting for an answer, and this one must not be lost
+            // silently.
+            return Box::pin(actix::fut::ready(Err(PrepareError::NotWaiting {
+                run_id,
+                status: "running".to_owned(),
+            })));
+        }
+        if busy {
             return Box::pin(actix::fut::ready(Ok(run_id)));
         }
+        self.resuming.insert(run_id.clone());
         let env = self.env.clone();
         Box::pin(
             async move {

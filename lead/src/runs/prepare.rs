@@ -14,8 +14,8 @@ use antler_protocol::config::{
     load_app_config, load_extensions_config, AppConfig, ExtensionsConfig,
 };
 use antler_protocol::messages::{
-    ControlRequest, McpReply, McpRequest, Reply, Request, RunSubmission, SandboxReply,
-    SandboxRequest,
+    ControlRequest, McpReply, McpRequest, PlaybookSource, Reply, Request, RunSubmission,
+    SandboxReply, SandboxRequest,
 };
 use antler_protocol::Role;
 
@@ -23,15 +23,17 @@ use crate::catalog::actor::{Assemble, CatalogActor, SetConfig, SetExtensions, Se
 use crate::catalog::assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, Sources};
 use crate::catalog::Catalog;
 use crate::run::actor::{RunError, RunLoop, RunSettings};
-use crate::run::checkpoint::{CheckpointError, CheckpointStore, RunRecord};
+use crate::run::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
 use crate::run::context::{AgentContext, RunContext, ThreadPaths};
 use crate::run::hosts::{HostError, ToolHosts};
 use crate::run::middleware::guardrail::Guardrail;
-use crate::run::model::{ChatModel, ModelError, ScriptedModel};
+use crate::run::model::{ChatModel, ModelError, ScriptedModel, MAX_PLAYBOOK_BYTES};
 use crate::run::skills::SkillStore;
 
 /// How a run records a scripted model, to resume it with the same playbook.
 pub const SCRIPTED_PREFIX: &str = "scripted:";
+/// How a run records a playbook sent inline (the YAML follows).
+pub const SCRIPTED_INLINE_PREFIX: &str = "scripted-yaml:";
 /// How a run records a model of `models:` (empty name: the first).
 pub const MODEL_PREFIX: &str = "model:";
 /// Deadline of the set-up requests to the hosts (tool listing, status).
@@ -67,6 +69,12 @@ pub enum PrepareError {
     UnknownRun(String),
     #[error("the catalog actor is gone")]
     CatalogGone,
+    /// A playbook the submitter may not name, or that is not there.
+    #[error("{0}")]
+    Playbook(String),
+    /// An answer for a run that is not waiting for one.
+    #[error("run {run_id} is {status}, not waiting for an answer")]
+    NotWaiting { run_id: String, status: String },
 }
 
 /// What the catalog actor was last fed, and the catalog of its last version.
@@ -342,7 +350,23 @@ impl RunEnv {
         let config_override = submission.config.as_deref().map(Path::new);
         let app = self.load_config(config_override)?;
         let label = match &submission.playbook {
-            Some(path) => format!("{SCRIPTED_PREFIX}{path}"),
+            Some(PlaybookSource::File(path)) => format!("{SCRIPTED_PREFIX}{path}"),
+            Some(PlaybookSource::Named(name)) => {
+                let dir_base = config_override
+                    .or(self.config_path.as_deref())
+                    .and_then(Path::parent);
+                let path = named_playbook(&app.antler.playbook_dirs, dir_base, name)?;
+                format!("{SCRIPTED_PREFIX}{}", path.display())
+            }
+            Some(PlaybookSource::Inline(yaml)) => {
+                if yaml.len() > MAX_PLAYBOOK_BYTES {
+                    return Err(PrepareError::Playbook(format!(
+                        "the playbook is larger than {} KiB",
+                        MAX_PLAYBOOK_BYTES / 1024
+                    )));
+                }
+                format!("{SCRIPTED_INLINE_PREFIX}{yaml}")
+            }
             None => format!(
                 "{MODEL_PREFIX}{}",
                 submission.model.as_deref().unwrap_or("")
@@ -401,6 +425,13 @@ impl RunEnv {
             .store
             .run(run_id)?
             .ok_or_else(|| PrepareError::UnknownRun(run_id.to_owned()))?;
+        // Only a run stopped at a question takes an answer; a finished run is never re-driven.
+        if answer.is_some() && record.status != RunStatus::Interrupted {
+            return Err(PrepareError::NotWaiting {
+                run_id: run_id.to_owned(),
+                status: record.status.as_str().to_owned(),
+            });
+        }
         let app = self.load_config(None)?;
         let label = match playbook {
             Some(path) => format!("{SCRIPTED_PREFIX}{path}"),
@@ -481,6 +512,9 @@ pub fn model_for(label: &str, app: &AppConfig) -> Result<Arc<dyn ChatModel>, Pre
     if let Some(path) = label.strip_prefix(SCRIPTED_PREFIX) {
         return Ok(Arc::new(ScriptedModel::from_file(Path::new(path))?));
     }
+    if let Some(yaml) = label.strip_prefix(SCRIPTED_INLINE_PREFIX) {
+        return Ok(Arc::new(ScriptedModel::from_yaml(yaml, "(inline)")?));
+    }
     let name = label.strip_prefix(MODEL_PREFIX).filter(|n| !n.is_empty());
     named_model(app, name)
 }
@@ -493,6 +527,48 @@ fn named_model(app: &AppConfig, name: Option<&str>) -> Result<Arc<dyn ChatModel>
         name,
         &antler_protocol::config::process_env,
     )?)
+}
+
+/// The file `name` names in one of `dirs` (relative ones under `base`, config.yaml's
+/// directory): a relative path of plain components, resolved beneath its directory (a link
+/// that leads out of it is not followed), the first directory that has it.
+fn named_playbook(
+    dirs: &[PathBuf],
+    base: Option<&Path>,
+    name: &str,
+) -> Result<PathBuf, PrepareError> {
+    use std::path::Component;
+    let shown: String = name.chars().take(200).collect();
+    let plain = !name.is_empty()
+        && name.len() <= 1024
+        && Path::new(name)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)));
+    if !plain {
+        return Err(PrepareError::Playbook(format!(
+            "playbook {shown:?}: name a file of antler.playbook_dirs by a relative path without `..`, or send the YAML as `playbook_yaml`"
+        )));
+    }
+    if dirs.is_empty() {
+        return Err(PrepareError::Playbook(format!(
+            "playbook {shown:?}: no playbook directories are configured (antler.playbook_dirs); send the YAML as `playbook_yaml`"
+        )));
+    }
+    for dir in dirs {
+        let dir = match base {
+            Some(base) if dir.is_relative() => base.join(dir),
+            _ => dir.clone(),
+        };
+        let (Ok(root), Ok(found)) = (dir.canonicalize(), dir.join(name).canonicalize()) else {
+            continue;
+        };
+        if found.starts_with(&root) && found != root {
+            return Ok(found);
+        }
+    }
+    Err(PrepareError::Playbook(format!(
+        "playbook {shown:?}: no such file in antler.playbook_dirs"
+    )))
 }
 
 /// Waits until no MCP server is `starting` (each is ready or has failed), or the time

@@ -26,7 +26,11 @@ pub const ANTLER_KEYS: &[&str] = &[
     "listen",
     "restart_max",
     "restart_window_s",
+    "playbook_dirs",
 ];
+
+/// The most subagent workers one local cluster starts.
+pub const MAX_WORKERS: usize = 64;
 
 /// Antler's own settings.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -54,6 +58,9 @@ pub struct AntlerSection {
     pub restart_max: u32,
     /// The window for `restart_max`.
     pub restart_window_s: u64,
+    /// Directories whose playbooks `POST /api/runs` may name (`"playbook": "name.yaml"`);
+    /// the API reads no other file. Relative entries are relative to config.yaml's directory.
+    pub playbook_dirs: Vec<PathBuf>,
 }
 
 impl Default for AntlerSection {
@@ -70,6 +77,7 @@ impl Default for AntlerSection {
             listen: None,
             restart_max: 5,
             restart_window_s: 60,
+            playbook_dirs: Vec::new(),
         }
     }
 }
@@ -110,7 +118,11 @@ impl AntlerSection {
                 problems.push((base.key(field), expected));
             }
         };
-        require(self.workers >= 1, "workers", at_least_one);
+        require(
+            (1..=MAX_WORKERS).contains(&self.workers),
+            "workers",
+            "expected an integer from 1 to 64",
+        );
         require(
             self.max_frame_bytes >= 1024,
             "max_frame_bytes",
@@ -159,6 +171,18 @@ mod tests {
             ..AntlerSection::default()
         };
         assert_eq!(a.cluster_token(), None);
+    }
+
+    #[test]
+    fn too_many_workers_is_named() {
+        let a = AntlerSection {
+            workers: MAX_WORKERS + 1,
+            ..AntlerSection::default()
+        };
+        let problems = a.check();
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].0.to_string(), "antler.workers");
+        assert_eq!(problems[0].1, "expected an integer from 1 to 64");
     }
 
     #[test]

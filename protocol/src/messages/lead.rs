@@ -66,8 +66,8 @@ pub struct RunSubmission {
     pub user: String,
     /// Defaults to the run id.
     pub thread: Option<String>,
-    /// A YAML playbook for the scripted model (an absolute path on the lead's host).
-    pub playbook: Option<String>,
+    /// A YAML playbook for the scripted model.
+    pub playbook: Option<PlaybookSource>,
     /// A model of config.yaml's `models` (the first when neither is given).
     pub model: Option<String>,
     /// Whether someone will answer a clarification (the run then stops at one);
@@ -80,6 +80,19 @@ pub struct RunSubmission {
     pub agent: Option<String>,
     /// A bootstrap run: `setup_agent` is offered.
     pub bootstrap: bool,
+}
+
+/// Where a run's scripted playbook comes from. The type says who may name what: only the
+/// control socket's caller (the operator's CLI, same user as the lead) names a host path;
+/// the HTTP API names a file of `antler.playbook_dirs` or sends the YAML itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PlaybookSource {
+    /// An absolute path on the lead's host (control socket only).
+    File(String),
+    /// A file of `antler.playbook_dirs`, by its name relative to one of them.
+    Named(String),
+    /// The playbook's YAML text.
+    Inline(String),
 }
 
 /// One process as `antler status` shows it.

@@ -9,7 +9,7 @@ mod sandbox;
 mod worker;
 
 pub use control::{ControlReply, ControlRequest, Health};
-pub use lead::{LeadReply, LeadRequest, PeerPing, ProcessStatus, RunSubmission};
+pub use lead::{LeadReply, LeadRequest, PeerPing, PlaybookSource, ProcessStatus, RunSubmission};
 pub use mcp::{
     McpCall, McpCallResult, McpContent, McpReloadSummary, McpReply, McpRequest, McpServerStatus,
     McpTool,

@@ -1,24 +1,34 @@
 //! The lead's HTTP gateway (actix-web): `/health`; `GET`/`PUT /api/mcp/config` for the
-//! MCP servers of `extensions_config.json`; runs (`POST /api/runs`, `GET /api/runs/{id}`,
-//! `GET /api/runs/{id}/events` as server-sent events, `POST /api/runs/{id}/answer`); and
-//! `GET /metrics` in Prometheus' text format. A `PUT` of the MCP config is validated with
-//! the same loader mcp-host uses, written atomically (temporary file, fsync, rename), and
-//! applied at once by asking mcp-host to reload (its file watcher would pick it up too).
+//! MCP servers of `extensions_config.json` (secrets redacted); runs (`POST /api/runs`,
+//! `GET /api/runs/{id}`, `GET /api/runs/{id}/events` as server-sent events,
+//! `POST /api/runs/{id}/answer`); and `GET /metrics` in Prometheus' text format. A `PUT` of
+//! the MCP config is validated with the same loader mcp-host uses, written atomically
+//! (temporary file, fsync, rename), and applied at once by asking mcp-host to reload.
 //! Owns one HTTP server that `stop` ends. The address comes from `ANTLER_GATEWAY_ADDR`
-//! (`off` disables it; default 127.0.0.1) and is written to `gateway.addr` in the runtime
-//! directory. Bound to anything but a loopback address, every route but `/health` needs
-//! `Authorization: Bearer $ANTLER_GATEWAY_TOKEN`, and without a token the gateway does not
-//! start.
+//! (`off` disables it; default 127.0.0.1:8001) and is written to `gateway.addr` in the
+//! runtime directory; an address that was asked for and cannot be bound fails start-up.
+//! Every request passes [`guard::Guard`] first: every route but `/health` needs
+//! `Authorization: Bearer TOKEN`, the token of `ANTLER_GATEWAY_TOKEN` or, on loopback, the
+//! one written to `gateway.token` (0600) in the runtime directory.
+
+mod guard;
+mod secrets;
+
+pub use guard::{Guard, Refusal, BODY_DEADLINE, GATEWAY_HOSTS_ENV};
 
 use std::{
     io::Write,
     net::SocketAddr,
     path::{Path, PathBuf},
+    sync::{Arc, OnceLock},
     time::Duration,
 };
 
+use actix_web::dev::Service;
+use futures::future::{Either, TryFutureExt};
+
 use actix::Addr;
-use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use actix_web::{web, App, HttpResponse, HttpServer};
 use antler_protocol::{
     config::{self, WarningKind},
     envelope::TraceContext,
@@ -32,7 +42,8 @@ use crate::cluster::Runs;
 use crate::runs::manager;
 use crate::supervisor::{GetLinks, Supervisor};
 
-/// The variable holding the bearer token a non-loopback gateway requires.
+/// The variable holding the gateway's bearer token (required beyond loopback; on
+/// loopback, without it, the gateway makes one and writes it to `gateway.token`).
 pub const GATEWAY_TOKEN_ENV: &str = "ANTLER_GATEWAY_TOKEN";
 /// The largest `POST /api/runs` body.
 const MAX_RUN_BODY: usize = 1 << 20;
@@ -43,6 +54,12 @@ pub const GATEWAY_ADDR_ENV: &str = "ANTLER_GATEWAY_ADDR";
 pub const DEFAULT_GATEWAY_ADDR: &str = "127.0.0.1:8001";
 /// The file in the runtime directory holding the bound address.
 pub const GATEWAY_ADDR_FILE: &str = "gateway.addr";
+/// The file in the runtime directory holding the loopback gateway's bearer token.
+pub const GATEWAY_TOKEN_FILE: &str = "gateway.token";
+/// The largest `PUT /api/mcp/config` body.
+const MAX_CONFIG_BODY: usize = 4 << 20;
+/// The largest `POST /api/runs/{id}/answer` body.
+const MAX_ANSWER_BODY: usize = 256 << 10;
 /// How long a reload of mcp-host may take.
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -82,44 +99,74 @@ struct State {
     extensions: PathBuf,
     supervisor: Addr<Supervisor>,
     runs: Runs,
-    /// The bearer token every route but `/health` requires (non-loopback binds).
-    token: Option<String>,
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("the HTTP gateway listens on {addr}, beyond this machine, only with a bearer token: set {GATEWAY_TOKEN_ENV} (or {GATEWAY_ADDR_ENV}=off)")]
+    NoToken { addr: String },
+    #[error("the HTTP gateway cannot listen on {addr} ({source}): free the address, or set {GATEWAY_ADDR_ENV} to another (or off)")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("cannot write the gateway's token {path}: {source}")]
+    Token {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 impl Gateway {
-    /// Starts the gateway unless `ANTLER_GATEWAY_ADDR=off`; a bind failure is logged and the
-    /// cluster runs without it. Call inside an actix `System`.
+    /// Starts the gateway unless `ANTLER_GATEWAY_ADDR=off`. An address set in
+    /// `ANTLER_GATEWAY_ADDR` that cannot be bound is an error; the default one, taken by
+    /// another cluster, is a warning and the cluster runs without a gateway. Call inside an
+    /// actix `System`.
     pub fn start(
         runtime_root: &Path,
         extensions: PathBuf,
         supervisor: Addr<Supervisor>,
         runs: Runs,
-    ) -> Option<Gateway> {
-        let addr = std::env::var(GATEWAY_ADDR_ENV).unwrap_or_else(|_| DEFAULT_GATEWAY_ADDR.into());
+    ) -> Result<Option<Gateway>, GatewayError> {
+        let asked = std::env::var(GATEWAY_ADDR_ENV)
+            .ok()
+            .filter(|a| !a.is_empty());
+        let addr = asked.clone().unwrap_or_else(|| DEFAULT_GATEWAY_ADDR.into());
         if addr.eq_ignore_ascii_case("off") {
-            return None;
+            return Ok(None);
         }
-        let token = std::env::var(GATEWAY_TOKEN_ENV)
+        let given = std::env::var(GATEWAY_TOKEN_ENV)
             .ok()
             .filter(|t| !t.is_empty());
-        let loopback = is_loopback(&addr);
-        if !loopback && token.is_none() {
-            tracing::error!(
-                %addr,
-                "the HTTP gateway listens beyond this machine only with a bearer token: set {GATEWAY_TOKEN_ENV}; running without it"
-            );
-            return None;
+        if !is_loopback(&addr) && given.is_none() {
+            return Err(GatewayError::NoToken { addr });
         }
         let state = State {
             extensions,
             supervisor,
             runs,
-            token,
         };
+        // The guard needs the bound port (the address may ask for port 0): set once bound,
+        // refusing everything until then.
+        let guard = Arc::new(OnceLock::<Guard>::new());
+        let factory_guard = guard.clone();
         let server = HttpServer::new(move || {
+            let guard = factory_guard.clone();
             App::new()
                 .app_data(web::Data::new(state.clone()))
-                .app_data(web::PayloadConfig::new(4 << 20))
+                .wrap_fn(move |req, srv| {
+                    let refusal = match guard.get() {
+                        Some(g) => g.check(req.request()),
+                        None => Some(Refusal::Credential),
+                    };
+                    match refusal {
+                        Some(refusal) => Either::Left(futures::future::ready(Ok(req
+                            .into_response(refusal.response())
+                            .map_into_right_body()))),
+                        None => Either::Right(srv.call(req).map_ok(|r| r.map_into_left_body())),
+                    }
+                })
                 .route("/health", web::get().to(health))
                 .route("/api/mcp/config", web::get().to(get_config))
                 .route("/api/mcp/config", web::put().to(put_config))
@@ -131,15 +178,43 @@ impl Gateway {
         })
         .workers(1)
         .disable_signals()
+        .client_request_timeout(Duration::from_secs(5))
         .shutdown_timeout(2);
         let server = match server.bind(&addr) {
             Ok(s) => s,
+            Err(source) if asked.is_some() => return Err(GatewayError::Bind { addr, source }),
             Err(e) => {
-                tracing::warn!(%addr, "the HTTP gateway cannot listen ({e}); running without it");
-                return None;
+                tracing::warn!(%addr, "the HTTP gateway cannot listen ({e}); running without it (set {GATEWAY_ADDR_ENV} to choose another address)");
+                return Ok(None);
             }
         };
-        let address = *server.addrs().first()?;
+        let Some(address) = server.addrs().first().copied() else {
+            return Ok(None);
+        };
+        let token = match given {
+            Some(token) => token,
+            None => {
+                let token = format!(
+                    "{}{}",
+                    uuid::Uuid::new_v4().simple(),
+                    uuid::Uuid::new_v4().simple()
+                );
+                let path = runtime_root.join(GATEWAY_TOKEN_FILE);
+                antler_protocol::runtime_dir::write_private(&path, token.as_bytes()).map_err(
+                    |source| GatewayError::Token {
+                        path: path.display().to_string(),
+                        source,
+                    },
+                )?;
+                token
+            }
+        };
+        let hosts: Vec<String> = std::env::var(GATEWAY_HOSTS_ENV)
+            .unwrap_or_default()
+            .split(',')
+            .map(str::to_owned)
+            .collect();
+        let _ = guard.set(Guard::new(address, token, &hosts));
         let running = server.run();
         let handle = running.handle();
         actix_rt::spawn(running);
@@ -148,7 +223,7 @@ impl Gateway {
             address.to_string().as_bytes(),
         );
         tracing::info!(%address, "HTTP gateway listening");
-        Some(Gateway { handle, address })
+        Ok(Some(Gateway { handle, address }))
     }
 
     /// Stops the HTTP server.
@@ -168,34 +243,14 @@ fn is_loopback(addr: &str) -> bool {
     }
 }
 
-/// A 401 unless the request carries the gateway's bearer token (when it has one).
-fn refused(req: &HttpRequest, state: &State) -> Option<HttpResponse> {
-    let token = state.token.as_ref()?;
-    let given = req
-        .headers()
-        .get(actix_web::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    // Compare in time independent of where the strings differ.
-    let same = given.len() == token.len()
-        && given
-            .bytes()
-            .zip(token.bytes())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0;
-    (!same).then(|| {
-        HttpResponse::Unauthorized()
-            .insert_header(("WWW-Authenticate", "Bearer"))
-            .json(json!({"detail": "missing or wrong bearer token"}))
-    })
-}
-
 async fn health() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-fn error(status: actix_web::http::StatusCode, detail: impl Into<String>) -> HttpResponse {
+pub(crate) fn error(
+    status: actix_web::http::StatusCode,
+    detail: impl Into<String>,
+) -> HttpResponse {
     HttpResponse::build(status).json(json!({"detail": detail.into()}))
 }
 
@@ -213,25 +268,26 @@ fn read_file(path: &Path) -> Result<Value, String> {
     }
 }
 
-/// `GET /api/mcp/config`: `{"mcp_servers": {...}}` as written in the file (`$VAR`s unresolved).
-async fn get_config(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
-    if let Some(denied) = refused(&req, &state) {
-        return denied;
-    }
+/// `GET /api/mcp/config`: `{"mcp_servers": {...}}` as written in the file (`$VAR`s
+/// unresolved), every secret value shown as `[redacted]`.
+async fn get_config(state: web::Data<State>) -> HttpResponse {
     match read_file(&state.extensions) {
-        Ok(v) => HttpResponse::Ok()
-            .json(json!({"mcp_servers": v.get("mcpServers").cloned().unwrap_or(json!({}))})),
+        Ok(v) => {
+            let servers = v.get("mcpServers").cloned().unwrap_or(json!({}));
+            HttpResponse::Ok().json(json!({"mcp_servers": secrets::redacted(&servers)}))
+        }
         Err(e) => error(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
 /// `PUT /api/mcp/config` with `{"mcp_servers": {...}}`: replaces `mcpServers`, keeps the
 /// file's other keys, validates, writes atomically, and has mcp-host apply it.
-async fn put_config(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -> HttpResponse {
+async fn put_config(state: web::Data<State>, payload: web::Payload) -> HttpResponse {
     use actix_web::http::StatusCode;
-    if let Some(denied) = refused(&req, &state) {
-        return denied;
-    }
+    let body = match guard::read_body(payload, MAX_CONFIG_BODY).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
@@ -241,7 +297,7 @@ async fn put_config(req: HttpRequest, state: web::Data<State>, body: web::Bytes)
             )
         }
     };
-    let Some(servers) = body.get("mcp_servers").filter(|v| v.is_object()).cloned() else {
+    let Some(mut servers) = body.get("mcp_servers").filter(|v| v.is_object()).cloned() else {
         return error(
             StatusCode::BAD_REQUEST,
             "the body must be an object with an `mcp_servers` object",
@@ -252,7 +308,15 @@ async fn put_config(req: HttpRequest, state: web::Data<State>, body: web::Bytes)
         Ok(_) => serde_json::Map::new(),
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
     };
-    file.insert("mcpServers".into(), servers);
+    let stored = file
+        .get("mcpServers")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    if let Err(e) = secrets::restore(&mut servers, &stored) {
+        return error(StatusCode::UNPROCESSABLE_ENTITY, e);
+    }
+    file.insert("mcpServers".into(), servers.clone());
     let text = match serde_json::to_string_pretty(&Value::Object(file)) {
         Ok(t) => t + "\n",
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
@@ -279,7 +343,7 @@ async fn put_config(req: HttpRequest, state: web::Data<State>, body: web::Bytes)
         );
     }
     let applied = reload_mcp_host(&state.supervisor).await;
-    let servers = body.get("mcp_servers").cloned().unwrap_or(json!({}));
+    let servers = secrets::redacted(&servers);
     match applied {
         Ok(summary) => HttpResponse::Ok().json(json!({"mcp_servers": servers, "applied": summary})),
         // Written; mcp-host's watcher applies it when it is back.
@@ -344,17 +408,12 @@ async fn reload_mcp_host(supervisor: &Addr<Supervisor>) -> Result<Value, String>
 
 /// `POST /api/runs` with `{"task", "user"?, "thread"?, "playbook"?, "model"?,
 /// "clarification"?}`: starts a run in the lead; 201 with `{"run_id", "status"}`.
-async fn post_run(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -> HttpResponse {
+async fn post_run(state: web::Data<State>, payload: web::Payload) -> HttpResponse {
     use actix_web::http::StatusCode;
-    if let Some(denied) = refused(&req, &state) {
-        return denied;
-    }
-    if body.len() > MAX_RUN_BODY {
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "the run request is too large",
-        );
-    }
+    let body = match guard::read_body(payload, MAX_RUN_BODY).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Body {
@@ -363,8 +422,12 @@ async fn post_run(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -
         user: Option<String>,
         #[serde(default)]
         thread: Option<String>,
+        /// A file of `antler.playbook_dirs`, by its relative name.
         #[serde(default)]
         playbook: Option<String>,
+        /// The playbook's YAML.
+        #[serde(default)]
+        playbook_yaml: Option<String>,
         #[serde(default)]
         model: Option<String>,
         #[serde(default)]
@@ -386,11 +449,21 @@ async fn post_run(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -
     if body.task.trim().is_empty() {
         return error(StatusCode::BAD_REQUEST, "the task is empty");
     }
+    use antler_protocol::messages::PlaybookSource;
+    let playbook = match (body.playbook, body.playbook_yaml) {
+        (Some(_), Some(_)) => return error(
+            StatusCode::BAD_REQUEST,
+            "send either `playbook` (a name in antler.playbook_dirs) or `playbook_yaml`, not both",
+        ),
+        (Some(name), None) => Some(PlaybookSource::Named(name)),
+        (None, Some(yaml)) => Some(PlaybookSource::Inline(yaml)),
+        (None, None) => None,
+    };
     let submission = antler_protocol::messages::RunSubmission {
         task: body.task,
         user: body.user.unwrap_or_else(|| "default".into()),
         thread: body.thread,
-        playbook: body.playbook,
+        playbook,
         model: body.model,
         clarification: body.clarification,
         config: None,
@@ -406,9 +479,10 @@ async fn post_run(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -
         Ok(Ok(run_id)) => HttpResponse::Created()
             .insert_header(("Location", format!("/api/runs/{run_id}")))
             .json(json!({"run_id": run_id, "status": "running"})),
-        Ok(Err(e @ crate::runs::prepare::PrepareError::InvalidId { .. })) => {
-            error(StatusCode::BAD_REQUEST, e.to_string())
-        }
+        Ok(Err(
+            e @ (crate::runs::prepare::PrepareError::InvalidId { .. }
+            | crate::runs::prepare::PrepareError::Playbook(_)),
+        )) => error(StatusCode::BAD_REQUEST, e.to_string()),
         Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
@@ -427,25 +501,22 @@ async fn view_of(state: &State, run_id: String) -> HttpResponse {
 }
 
 /// `GET /api/runs/{id}`: the run's view.
-async fn get_run(req: HttpRequest, state: web::Data<State>, id: web::Path<String>) -> HttpResponse {
-    if let Some(denied) = refused(&req, &state) {
-        return denied;
-    }
+async fn get_run(state: web::Data<State>, id: web::Path<String>) -> HttpResponse {
     view_of(&state, id.into_inner()).await
 }
 
 /// `POST /api/runs/{id}/answer` with `{"answer"}`: answers an interrupted run's question
 /// and drives it again.
 async fn answer_run(
-    req: HttpRequest,
     state: web::Data<State>,
     id: web::Path<String>,
-    body: web::Bytes,
+    payload: web::Payload,
 ) -> HttpResponse {
     use actix_web::http::StatusCode;
-    if let Some(denied) = refused(&req, &state) {
-        return denied;
-    }
+    let body = match guard::read_body(payload, MAX_ANSWER_BODY).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
     let answer = serde_json::from_slice::<Value>(&body)
         .ok()
         .and_then(|v| v.get("answer").and_then(Value::as_str).map(str::to_owned));
@@ -467,6 +538,9 @@ async fn answer_run(
         Ok(Err(e @ crate::runs::prepare::PrepareError::UnknownRun(_))) => {
             error(StatusCode::NOT_FOUND, e.to_string())
         }
+        Ok(Err(e @ crate::runs::prepare::PrepareError::NotWaiting { .. })) => {
+            error(StatusCode::CONFLICT, e.to_string())
+        }
         Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
@@ -480,14 +554,7 @@ fn sse(event: &str, data: &str) -> web::Bytes {
 
 /// `GET /api/runs/{id}/events`: the run's events as server-sent events (`event: run`,
 /// the events so far first), then `event: end` with the run's view when its drive stops.
-async fn run_events(
-    req: HttpRequest,
-    state: web::Data<State>,
-    id: web::Path<String>,
-) -> HttpResponse {
-    if let Some(denied) = refused(&req, &state) {
-        return denied;
-    }
+async fn run_events(state: web::Data<State>, id: web::Path<String>) -> HttpResponse {
     let run_id = id.into_inner();
     let log = match state
         .runs
@@ -541,10 +608,7 @@ async fn run_events(
 }
 
 /// `GET /metrics`: Prometheus text format.
-async fn metrics(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
-    if let Some(denied) = refused(&req, &state) {
-        return denied;
-    }
+async fn metrics(state: web::Data<State>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(state.runs.metrics.render())
