@@ -144,6 +144,18 @@ impl Cluster {
         c
     }
 
+    /// Like [`Cluster::up_with`], then waits until every process is healthy.
+    pub fn up_ready(workers: u32, env: &[(&str, &str)]) -> Cluster {
+        let c = Self::up_with(workers, env);
+        let ok = wait_for(Duration::from_secs(30), || {
+            let st = c.status()?;
+            (st.len() == 3 + workers as usize && st.iter().all(|p| p["healthy"] == true))
+                .then_some(())
+        });
+        assert!(ok.is_some(), "cluster not healthy: {:?}", c.status());
+        c
+    }
+
     pub fn runtime_dir(&self) -> PathBuf {
         self.dir.path().join("run")
     }
@@ -165,6 +177,34 @@ impl Cluster {
         self.status()?
             .into_iter()
             .find(|p| p["role"] == role && p["index"].as_u64() == Some(index))
+    }
+
+    /// The gateway's `127.0.0.1:port`, once it has written `gateway.addr`.
+    pub fn gateway_addr(&self) -> Option<String> {
+        let file = self.runtime_dir().join("gateway.addr");
+        let addr = wait_for(Duration::from_secs(10), || {
+            std::fs::read_to_string(&file).ok()
+        })?;
+        let port = addr.trim().rsplit_once(':')?.1.to_owned();
+        Some(format!("127.0.0.1:{port}"))
+    }
+
+    /// The bearer token the loopback gateway wrote to `gateway.token`.
+    pub fn gateway_token(&self) -> String {
+        let file = self.runtime_dir().join("gateway.token");
+        wait_for(Duration::from_secs(10), || {
+            std::fs::read_to_string(&file).ok()
+        })
+        .expect("gateway.token")
+        .trim()
+        .to_owned()
+    }
+
+    /// One request to the gateway with its bearer token.
+    pub fn gateway_http(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+        let addr = self.gateway_addr().expect("the gateway listens");
+        let auth = format!("Bearer {}", self.gateway_token());
+        http(&addr, method, path, &[("Authorization", &auth)], body)
     }
 
     /// The pids of the children (everything but the lead).
@@ -255,7 +295,9 @@ impl Drop for Host {
 }
 
 /// One HTTP/1.1 request to `addr` (`host:port`) with `Connection: close`; the status and
-/// the body (read to the end, chunked bodies decoded). For the gateway's tests.
+/// the body (read to the end, chunked bodies decoded). For the gateway's tests. `Host`
+/// (default: `addr`) and `Content-Type` (default: JSON, when there is a body) may be
+/// given in `headers`.
 pub fn http(
     addr: &str,
     method: &str,
@@ -268,16 +310,20 @@ pub fn http(
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .expect("timeout");
-    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let has = |name: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
+    let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !has("Host") {
+        request.push_str(&format!("Host: {addr}\r\n"));
+    }
     for (k, v) in headers {
         request.push_str(&format!("{k}: {v}\r\n"));
     }
     let body = body.unwrap_or("");
     if !body.is_empty() || method == "POST" || method == "PUT" {
-        request.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        ));
+        if !has("Content-Type") {
+            request.push_str("Content-Type: application/json\r\n");
+        }
+        request.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
     request.push_str("\r\n");
     request.push_str(body);

@@ -33,13 +33,15 @@ fn wait_names(c: &McpCluster, want: &[&str]) {
     );
 }
 
-/// One HTTP/1.1 request to the gateway: (status, JSON body).
-fn http(addr: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let mut s = std::net::TcpStream::connect(addr).expect("connect to the gateway");
+/// One HTTP/1.1 request to the gateway with its bearer token: (status, JSON body).
+fn http(c: &McpCluster, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let addr = c.gateway();
+    let token = c.cluster.gateway_token();
+    let mut s = std::net::TcpStream::connect(&addr).expect("connect to the gateway");
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .expect("write");
@@ -133,10 +135,9 @@ fn edits_to_the_file_apply_by_difference_and_bad_files_keep_the_last_good_set() 
 fn the_gateway_serves_and_replaces_the_mcp_config_without_a_restart() {
     let slow = stdio(python(), &[&peer_script("slow_tools.py")]);
     let c = McpCluster::start(json!({"slow": slow}));
-    let addr = c.gateway();
-    let (code, body) = http(&addr, "GET", "/health", None);
+    let (code, body) = http(&c, "GET", "/health", None);
     assert_eq!((code, body["status"].as_str()), (200, Some("ok")));
-    let (code, body) = http(&addr, "GET", "/api/mcp/config", None);
+    let (code, body) = http(&c, "GET", "/api/mcp/config", None);
     assert_eq!(code, 200);
     assert_eq!(
         body["mcp_servers"]["slow"]["args"][0],
@@ -147,7 +148,7 @@ fn the_gateway_serves_and_replaces_the_mcp_config_without_a_restart() {
     // Invalid: DeerFlow's message, 422, and the file is untouched.
     let before = std::fs::read(&c.config).expect("read");
     let bad = json!({"mcp_servers": {"broken": {"type": "stdio"}}});
-    let (code, body) = http(&addr, "PUT", "/api/mcp/config", Some(&bad));
+    let (code, body) = http(&c, "PUT", "/api/mcp/config", Some(&bad));
     assert_eq!(code, 422, "{body}");
     assert_eq!(
         body["detail"],
@@ -158,7 +159,7 @@ fn the_gateway_serves_and_replaces_the_mcp_config_without_a_restart() {
     // Valid: written, and applied by the time the reply comes.
     let paged = stdio(python(), &[&peer_script("raw_server.py"), "paged"]);
     let good = json!({"mcp_servers": {"slow": slow, "paged": paged}});
-    let (code, body) = http(&addr, "PUT", "/api/mcp/config", Some(&good));
+    let (code, body) = http(&c, "PUT", "/api/mcp/config", Some(&good));
     assert_eq!(code, 200, "{body}");
     assert_eq!(body["applied"]["started"], json!(["paged"]), "{body}");
     assert_eq!(body["applied"]["unchanged"], json!(["slow"]), "{body}");
@@ -174,7 +175,7 @@ fn the_gateway_serves_and_replaces_the_mcp_config_without_a_restart() {
         .filter(|e| e.file_name().to_string_lossy().contains(".tmp"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
-    let (code, body) = http(&addr, "GET", "/api/mcp/config", None);
+    let (code, body) = http(&c, "GET", "/api/mcp/config", None);
     assert_eq!(code, 200);
     assert!(body["mcp_servers"]["paged"].is_object(), "{body}");
 }

@@ -1,15 +1,14 @@
 //! Runs over the lead's HTTP gateway: `POST /api/runs` starts a run in the lead,
 //! `GET /api/runs/{id}/events` streams its events as server-sent events and ends with its
 //! view, `GET /api/runs/{id}` shows it, `POST /api/runs/{id}/answer` answers a
-//! clarification, `/metrics` counts runs and tool calls; bad requests get 4xx with a
-//! reason. Bound beyond loopback the gateway demands a bearer token, and refuses to start
-//! without one.
+//! clarification (only while the run waits for one: 409 otherwise), `/metrics` counts runs
+//! and tool calls; bad requests get 4xx with a reason. Every route but `/health` needs the
+//! bearer token; bound beyond loopback the gateway refuses to start without one.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
 use std::time::Duration;
 
-use antler_tests::{http, wait_for, Cluster};
+use antler_tests::{antler, bin, http, wait_for, Cluster};
 use serde_json::{json, Value};
 
 const PLAYBOOK: &str = r#"
@@ -39,19 +38,6 @@ fn cluster(env: &[(&str, &str)]) -> Cluster {
     c
 }
 
-/// The gateway's `host:port`, reached over loopback.
-fn gateway(c: &Cluster) -> Option<String> {
-    let addr = std::fs::read_to_string(c.runtime_dir().join("gateway.addr")).ok()?;
-    let port = addr.trim().rsplit_once(':')?.1.to_owned();
-    Some(format!("127.0.0.1:{port}"))
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path.display().to_string()
-}
-
 /// The `event: NAME` / `data: JSON` pairs of a server-sent event stream.
 fn events(stream: &str) -> Vec<(String, Value)> {
     stream
@@ -67,23 +53,15 @@ fn events(stream: &str) -> Vec<(String, Value)> {
 #[test]
 fn a_run_over_http_streams_its_events_and_is_counted() {
     let c = cluster(&[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);
-    let addr = gateway(&c).expect("the gateway listens");
-    let playbook = write(c.dir.path(), "playbook.yaml", PLAYBOOK);
-    let body = json!({"task": "Present the report", "playbook": playbook, "user": "alice"});
-    let (status, text) = http(&addr, "POST", "/api/runs", &[], Some(&body.to_string()));
+    let body = json!({"task": "Present the report", "playbook_yaml": PLAYBOOK, "user": "alice"});
+    let (status, text) = c.gateway_http("POST", "/api/runs", Some(&body.to_string()));
     assert_eq!(status, 201, "{text}");
     let run_id = serde_json::from_str::<Value>(&text).unwrap()["run_id"]
         .as_str()
         .unwrap()
         .to_owned();
 
-    let (status, stream) = http(
-        &addr,
-        "GET",
-        &format!("/api/runs/{run_id}/events"),
-        &[],
-        None,
-    );
+    let (status, stream) = c.gateway_http("GET", &format!("/api/runs/{run_id}/events"), None);
     assert_eq!(status, 200);
     let events = events(&stream);
     let (last, view) = events.last().expect("events");
@@ -110,12 +88,12 @@ fn a_run_over_http_streams_its_events_and_is_counted() {
     assert_eq!(finished.1["name"], "present_files");
     assert_eq!(finished.1["error"], true, "a missing file is an error");
 
-    let (status, text) = http(&addr, "GET", &format!("/api/runs/{run_id}"), &[], None);
+    let (status, text) = c.gateway_http("GET", &format!("/api/runs/{run_id}"), None);
     assert_eq!(status, 200);
     let view: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(view["final_answer"], "Nothing to present after all.");
 
-    let (status, metrics) = http(&addr, "GET", "/metrics", &[], None);
+    let (status, metrics) = c.gateway_http("GET", "/metrics", None);
     assert_eq!(status, 200);
     for line in [
         "antler_runs_started_total 1",
@@ -135,17 +113,15 @@ fn a_run_over_http_streams_its_events_and_is_counted() {
 #[test]
 fn a_clarification_is_answered_over_http() {
     let c = cluster(&[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);
-    let addr = gateway(&c).expect("the gateway listens");
-    let playbook = write(c.dir.path(), "clarify.yaml", CLARIFY);
-    let body = json!({"task": "Write a report", "playbook": playbook, "clarification": true});
-    let (status, text) = http(&addr, "POST", "/api/runs", &[], Some(&body.to_string()));
+    let body = json!({"task": "Write a report", "playbook_yaml": CLARIFY, "clarification": true});
+    let (status, text) = c.gateway_http("POST", "/api/runs", Some(&body.to_string()));
     assert_eq!(status, 201, "{text}");
     let run_id = serde_json::from_str::<Value>(&text).unwrap()["run_id"]
         .as_str()
         .unwrap()
         .to_owned();
     let events_path = format!("/api/runs/{run_id}/events");
-    let (_, stream) = http(&addr, "GET", &events_path, &[], None);
+    let (_, stream) = c.gateway_http("GET", &events_path, None);
     let (_, view) = events(&stream).pop().unwrap();
     assert_eq!(view["status"], "interrupted", "{view}");
     assert!(
@@ -154,16 +130,22 @@ fn a_clarification_is_answered_over_http() {
     );
 
     let answer_path = format!("/api/runs/{run_id}/answer");
-    let (status, text) = http(
-        &addr,
-        "POST",
-        &answer_path,
-        &[],
-        Some(r#"{"answer": "2025"}"#),
-    );
+    let (status, text) = c.gateway_http("POST", &answer_path, Some(r#"{"answer": "2025"}"#));
     assert_eq!(status, 202, "{text}");
-    let (_, stream) = http(&addr, "GET", &events_path, &[], None);
+    let (_, stream) = c.gateway_http("GET", &events_path, None);
     let (_, view) = events(&stream).pop().unwrap();
+    assert_eq!(view["status"], "success", "{view}");
+    assert_eq!(
+        view["final_answer"],
+        "The report covers the year you chose."
+    );
+
+    // A finished run takes no answer and is not driven again.
+    let (status, text) = c.gateway_http("POST", &answer_path, Some(r#"{"answer": "2024"}"#));
+    assert_eq!(status, 409, "{text}");
+    assert!(text.contains("is success, not waiting for an answer"), "{text}");
+    let (_, text) = c.gateway_http("GET", &format!("/api/runs/{run_id}"), None);
+    let view: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(view["status"], "success", "{view}");
     assert_eq!(
         view["final_answer"],
@@ -172,49 +154,76 @@ fn a_clarification_is_answered_over_http() {
 }
 
 #[test]
+fn a_run_that_never_asked_takes_no_answer() {
+    let c = cluster(&[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);
+    let body = json!({"task": "Present", "playbook_yaml": PLAYBOOK});
+    let (status, text) = c.gateway_http("POST", "/api/runs", Some(&body.to_string()));
+    assert_eq!(status, 201, "{text}");
+    let run_id = serde_json::from_str::<Value>(&text).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, stream) = c.gateway_http("GET", &format!("/api/runs/{run_id}/events"), None);
+    let (_, view) = events(&stream).pop().unwrap();
+    assert_eq!(view["status"], "success", "{view}");
+    let (status, text) = c.gateway_http(
+        "POST",
+        &format!("/api/runs/{run_id}/answer"),
+        Some(r#"{"answer": "x"}"#),
+    );
+    assert_eq!(status, 409, "{text}");
+    let (_, text) = c.gateway_http("GET", &format!("/api/runs/{run_id}"), None);
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["status"], "success");
+}
+
+#[test]
 fn bad_requests_get_a_reason_and_start_nothing() {
     let c = cluster(&[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);
-    let addr = gateway(&c).expect("the gateway listens");
-    let playbook = write(c.dir.path(), "playbook.yaml", PLAYBOOK);
+    let playbook = PLAYBOOK;
     let cases = [
         ("{not json".to_owned(), 400, "JSON object with a `task`"),
-        (json!({"playbook": playbook}).to_string(), 400, "task"),
+        (json!({"playbook_yaml": playbook}).to_string(), 400, "task"),
         (
-            json!({"task": "x", "playbook": playbook, "colour": "red"}).to_string(),
+            json!({"task": "x", "playbook_yaml": playbook, "colour": "red"}).to_string(),
             400,
             "unknown field",
         ),
         (
-            json!({"task": "  ", "playbook": playbook}).to_string(),
+            json!({"task": "  ", "playbook_yaml": playbook}).to_string(),
             400,
             "empty",
         ),
         (
-            json!({"task": "x", "playbook": playbook, "user": "../../etc"}).to_string(),
+            json!({"task": "x", "playbook_yaml": playbook, "user": "../../etc"}).to_string(),
             400,
             "invalid user",
         ),
         (
-            json!({"task": "x", "playbook": playbook, "thread": "a/b"}).to_string(),
+            json!({"task": "x", "playbook_yaml": playbook, "thread": "a/b"}).to_string(),
             400,
             "invalid thread",
         ),
         (
             json!({"task": "x", "playbook": "/nonexistent/playbook.yaml"}).to_string(),
+            400,
+            "relative path",
+        ),
+        (
+            json!({"task": "x", "playbook_yaml": "turns: []"}).to_string(),
             422,
-            "playbook",
+            "at least one turn",
         ),
     ];
     for (body, want, reason) in cases {
-        let (status, text) = http(&addr, "POST", "/api/runs", &[], Some(&body));
+        let (status, text) = c.gateway_http("POST", "/api/runs", Some(&body));
         assert_eq!(status, want, "{body}: {text}");
         assert!(text.contains(reason), "{body}: {text}");
     }
-    let (status, text) = http(&addr, "GET", "/api/runs/run-nope", &[], None);
+    let (status, text) = c.gateway_http("GET", "/api/runs/run-nope", None);
     assert_eq!(status, 404, "{text}");
-    let (status, _) = http(&addr, "POST", "/api/runs/run-nope/answer", &[], Some("{}"));
+    let (status, _) = c.gateway_http("POST", "/api/runs/run-nope/answer", Some("{}"));
     assert_eq!(status, 400);
-    let (_, metrics) = http(&addr, "GET", "/metrics", &[], None);
+    let (_, metrics) = c.gateway_http("GET", "/metrics", None);
     assert!(
         metrics.contains("antler_runs_started_total 0\n"),
         "{metrics}"
@@ -229,7 +238,7 @@ fn beyond_loopback_the_gateway_needs_a_bearer_token() {
         ("ANTLER_GATEWAY_ADDR", "0.0.0.0:0"),
         ("ANTLER_GATEWAY_TOKEN", "s3cret-token"),
     ]);
-    let addr = gateway(&c).expect("the gateway listens");
+    let addr = c.gateway_addr().expect("the gateway listens");
     let (status, _) = http(&addr, "GET", "/metrics", &[], None);
     assert_eq!(status, 401);
     let (status, _) = http(
@@ -253,6 +262,24 @@ fn beyond_loopback_the_gateway_needs_a_bearer_token() {
     let (status, _) = http(&addr, "GET", "/health", &[], None);
     assert_eq!(status, 200, "health needs no token");
 
-    let open = cluster(&[("ANTLER_GATEWAY_ADDR", "0.0.0.0:0")]);
-    assert_eq!(gateway(&open), None, "no token, no gateway beyond loopback");
+    assert!(
+        !c.runtime_dir().join("gateway.token").exists(),
+        "the token was given: none is written"
+    );
+
+    // No token, no gateway beyond loopback: the cluster does not start.
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(bin("antler"))
+        .arg("--runtime-dir")
+        .arg(dir.path())
+        .args(["up", "--workers", "0"])
+        .env("ANTLER_GATEWAY_ADDR", "0.0.0.0:0")
+        .env_remove("ANTLER_GATEWAY_TOKEN")
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("ANTLER_GATEWAY_TOKEN"), "{stderr}");
+    assert_eq!(antler(dir.path(), &["status", "--json"]).stdout, b"[]\n");
 }
