@@ -27,4 +27,25 @@ if [ -f tests/requirements.txt ]; then
 fi
 
 cargo build --workspace --bins
-cargo test --workspace "$@"
+
+# Every process the suites start must end with them: after the tests, anything still running
+# from this checkout's binaries or peers (a sandbox's bwrap init, a host, an MCP server, the
+# model server) is an orphan, and the run fails (after killing them, so nothing lingers).
+leftovers() {
+  ps -eo pid=,args= | grep -F -e "$PWD/target/" -e "$PWD/tests/node_modules/" -e "$PWD/tests/peers/" -e "llama_cpp.server" \
+    | grep -v -e "grep -F" -e "ps -eo" || true
+}
+status=0
+cargo test --workspace "$@" || status=$?
+for _ in $(seq 50); do
+  [ -z "$(leftovers)" ] && break
+  sleep 0.2
+done
+left=$(leftovers)
+if [ -n "$left" ]; then
+  echo "test.sh: these processes outlived the test suite (orphans):" >&2
+  echo "$left" | cut -c1-200 >&2
+  echo "$left" | awk '{print $1}' | xargs -r kill -9 2>/dev/null || true
+  status=1
+fi
+exit $status
