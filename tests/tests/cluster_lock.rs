@@ -97,7 +97,13 @@ fn a_gateway_address_that_cannot_be_bound_fails_start_up() {
     assert!(!status.success());
     let mut stderr = String::new();
     use std::io::Read;
-    child.0.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     assert!(stderr.contains(&addr), "{stderr}");
     assert!(!healthy(&runtime));
 }

@@ -97,7 +97,11 @@ fn a_web_page_cannot_make_the_gateway_start_a_command() {
     assert_eq!(status, 403);
     std::thread::sleep(Duration::from_secs(2));
     assert!(!marker.exists(), "a refused request ran its command");
-    assert_eq!(std::fs::read(&file).unwrap(), before, "the file was changed");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        before,
+        "the file was changed"
+    );
     let status = c
         .status()
         .unwrap()
@@ -140,9 +144,18 @@ fn secrets_read_redacted_and_a_put_of_that_view_keeps_them() {
         assert!(!text.contains(secret), "{secret} readable: {text}");
     }
     let shown: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(shown["mcp_servers"]["local"]["env"]["API_KEY"], "[redacted]");
-    assert_eq!(shown["mcp_servers"]["remote"]["headers"]["X-Key"], "$SOME_VAR");
-    assert_eq!(shown["mcp_servers"]["remote"]["oauth"]["client_id"], "antler");
+    assert_eq!(
+        shown["mcp_servers"]["local"]["env"]["API_KEY"],
+        "[redacted]"
+    );
+    assert_eq!(
+        shown["mcp_servers"]["remote"]["headers"]["X-Key"],
+        "$SOME_VAR"
+    );
+    assert_eq!(
+        shown["mcp_servers"]["remote"]["oauth"]["client_id"],
+        "antler"
+    );
 
     // Send the redacted view back with one change: the secrets stay as stored.
     let mut edited = shown.clone();
@@ -155,7 +168,10 @@ fn secrets_read_redacted_and_a_put_of_that_view_keeps_them() {
     assert_eq!(local["env"]["API_KEY"], "sk-env-secret");
     assert_eq!(local["args"], json!(["--quiet"]));
     let remote = &on_disk["mcpServers"]["remote"];
-    assert_eq!(remote["headers"]["Authorization"], "Bearer sk-header-secret");
+    assert_eq!(
+        remote["headers"]["Authorization"],
+        "Bearer sk-header-secret"
+    );
     assert_eq!(remote["oauth"]["client_secret"], "cs-oauth-secret");
     assert_eq!(remote["oauth"]["refresh_token"], "rt-oauth-secret");
 

@@ -143,7 +143,10 @@ fn a_clarification_is_answered_over_http() {
     // A finished run takes no answer and is not driven again.
     let (status, text) = c.gateway_http("POST", &answer_path, Some(r#"{"answer": "2024"}"#));
     assert_eq!(status, 409, "{text}");
-    assert!(text.contains("is success, not waiting for an answer"), "{text}");
+    assert!(
+        text.contains("is success, not waiting for an answer"),
+        "{text}"
+    );
     let (_, text) = c.gateway_http("GET", &format!("/api/runs/{run_id}"), None);
     let view: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(view["status"], "success", "{view}");
@@ -173,7 +176,10 @@ fn a_run_that_never_asked_takes_no_answer() {
     );
     assert_eq!(status, 409, "{text}");
     let (_, text) = c.gateway_http("GET", &format!("/api/runs/{run_id}"), None);
-    assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["status"], "success");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["status"],
+        "success"
+    );
 }
 
 #[test]

@@ -25,6 +25,7 @@ use super::middleware::skill_policy::SkillPolicy;
 use super::middleware::subagent_limit::SubagentLimit;
 use super::middleware::tool_error::{failed_call_message, invalid_tool_message};
 use super::model::{ChatModel, ModelError, ModelRequest};
+use super::prompt;
 use super::settlement::{DeliveryReceipt, OutputsSnapshot, RECEIPT_NOT_PERSISTED};
 use super::skills::{self, SkillStore, SlashActivation};
 use super::state::{Message, StateConflict, StateUpdate, ThreadState, ToolCall};
@@ -49,6 +50,8 @@ pub struct RunSettings {
     /// A fixed tool policy instead of the active skills' one (tests); `None` resolves
     /// the policy from the active skills at every model turn.
     pub skill_policy: Option<SkillPolicy>,
+    /// The lead's static system prompt (`run::prompt`); `None` sends none.
+    pub system_prompt: Option<Arc<str>>,
 }
 
 impl Default for RunSettings {
@@ -63,6 +66,7 @@ impl Default for RunSettings {
             auto_promote_top_k: crate::catalog::routing::DEFAULT_AUTO_PROMOTE_TOP_K,
             skills: SkillStore::default(),
             skill_policy: None,
+            system_prompt: None,
         }
     }
 }
@@ -473,6 +477,13 @@ impl RunLoop {
         let mut messages = dangling::patched(&self.state.messages);
         if let Some(reminder) = reminder {
             skills::insert_reminder(&mut messages, reminder);
+        }
+        if self.model.reads_prompt() {
+            prompt::prepare_request(
+                &mut messages,
+                self.settings.system_prompt.as_deref(),
+                &prompt::today(),
+            );
         }
         for tool in &visible {
             self.lifecycle(ToolState::Visible, &tool.name, None);

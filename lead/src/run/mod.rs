@@ -7,6 +7,7 @@
 //! receipt, `skills` the installed skills and their activation.
 
 pub mod actor;
+pub mod agent_profile;
 pub mod agent_store;
 pub mod agents;
 pub mod builtins;
@@ -17,6 +18,7 @@ pub mod hosts;
 pub mod middleware;
 pub mod model;
 pub mod openai;
+pub mod prompt;
 pub mod settlement;
 pub mod skills;
 pub mod state;

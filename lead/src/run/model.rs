@@ -128,6 +128,12 @@ pub trait ChatModel: Send + Sync {
         &'a self,
         request: ModelRequest<'a>,
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>>;
+
+    /// Whether the model reads the system prompt and the request context (a scripted model
+    /// replays its turns whatever it is sent, so its requests skip building them).
+    fn reads_prompt(&self) -> bool {
+        true
+    }
 }
 
 /// One scripted tool call; `id` defaults to `call-{turn}-{index}` (both 1-based).
@@ -323,6 +329,10 @@ impl ScriptedModel {
 impl ChatModel for ScriptedModel {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn reads_prompt(&self) -> bool {
+        false
     }
 
     fn complete<'a>(

@@ -338,7 +338,7 @@ pub fn insert_reminder(messages: &mut Vec<Message>, reminder: String) {
 }
 
 /// A user's own turn (not a summary, not a hidden reminder).
-fn is_real_user_message(message: &Message) -> bool {
+pub(crate) fn is_real_user_message(message: &Message) -> bool {
     matches!(message, Message::Human { name, hide_from_ui: false, .. }
         if name.as_deref() != Some(SUMMARY_MESSAGE_NAME))
 }

@@ -23,11 +23,13 @@ use crate::catalog::actor::{Assemble, CatalogActor, SetConfig, SetExtensions, Se
 use crate::catalog::assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, Sources};
 use crate::catalog::Catalog;
 use crate::run::actor::{RunError, RunLoop, RunSettings};
+use crate::run::agent_profile::AgentProfile;
 use crate::run::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
 use crate::run::context::{AgentContext, RunContext, ThreadPaths};
 use crate::run::hosts::{HostError, ToolHosts};
 use crate::run::middleware::guardrail::Guardrail;
 use crate::run::model::{ChatModel, ModelError, ScriptedModel, MAX_PLAYBOOK_BYTES};
+use crate::run::prompt::{PromptCache, PromptInputs, PromptMount};
 use crate::run::skills::SkillStore;
 
 /// How a run records a scripted model, to resume it with the same playbook.
@@ -98,6 +100,8 @@ pub struct RunEnv {
     pub extensions_path: PathBuf,
     feed: Mutex<Feed>,
     base_dir: Mutex<Option<PathBuf>>,
+    /// System prompts by their inputs, shared by the runs of this lead.
+    prompts: PromptCache,
 }
 
 /// A run ready to drive, with what the manager keeps beside it.
@@ -140,6 +144,7 @@ impl RunEnv {
             extensions_path,
             feed: Mutex::new(Feed::default()),
             base_dir: Mutex::new(None),
+            prompts: PromptCache::default(),
         }
     }
 
@@ -392,7 +397,7 @@ impl RunEnv {
                 submission.bootstrap,
             )
             .await?;
-        let settings = self.settings(&app, &context)?;
+        let settings = self.settings(&app, &context, model.reads_prompt().then_some(&*catalog))?;
         let run = RunLoop::start(
             context,
             &submission.task,
@@ -455,7 +460,7 @@ impl RunEnv {
                 record.bootstrap,
             )
             .await?;
-        let settings = self.settings(&app, &context)?;
+        let settings = self.settings(&app, &context, model.reads_prompt().then_some(&*catalog))?;
         let mut run = RunLoop::resume(
             context,
             model,
@@ -478,17 +483,65 @@ impl RunEnv {
 impl RunEnv {
     /// A run's settings from config.yaml; its skills are where sandbox-host mounts them
     /// (under the same data root), enabled by the cluster's extensions file.
-    fn settings(&self, app: &AppConfig, context: &RunContext) -> Result<RunSettings, PrepareError> {
+    /// `prompt_catalog`: the run's catalog when its model reads a system prompt.
+    fn settings(
+        &self,
+        app: &AppConfig,
+        context: &RunContext,
+        prompt_catalog: Option<&Catalog>,
+    ) -> Result<RunSettings, PrepareError> {
+        let skills = SkillStore::from_config(
+            app,
+            &context.agent.base_dir,
+            Some(self.extensions_path.clone()),
+        );
+        let system_prompt =
+            prompt_catalog.map(|catalog| self.system_prompt(app, context, &skills, catalog));
         Ok(RunSettings {
             auto_promote_top_k: app.tool_search.top_k(),
             guardrail: Guardrail::from_config(&app.guardrails)
                 .map_err(|e| PrepareError::Config(e.to_string()))?,
-            skills: SkillStore::from_config(
-                app,
-                &context.agent.base_dir,
-                Some(self.extensions_path.clone()),
-            ),
+            skills,
+            system_prompt,
             ..RunSettings::default()
+        })
+    }
+
+    /// The lead's system prompt for this run (spec A), from the cache when its inputs are
+    /// those of an earlier run.
+    fn system_prompt(
+        &self,
+        app: &AppConfig,
+        context: &RunContext,
+        skills: &SkillStore,
+        catalog: &Catalog,
+    ) -> Arc<str> {
+        let profile = AgentProfile::load(&context.agent, &context.user_id);
+        let installed = skills.scan();
+        let mounts: Vec<PromptMount> = app
+            .sandbox
+            .iter()
+            .flat_map(|s| s.mounts.iter())
+            .map(|m| PromptMount {
+                container_path: m.container_path.clone(),
+                read_only: m.read_only,
+            })
+            .collect();
+        let agent_name = context
+            .agent
+            .agent_name
+            .as_deref()
+            .filter(|_| !context.agent.bootstrap);
+        self.prompts.get(&PromptInputs {
+            catalog,
+            agent_name,
+            soul: profile.soul.as_deref(),
+            skills: &installed,
+            allowed_skills: profile.skills.as_ref(),
+            skills_container_root: &skills.container_root,
+            skill_evolution: app.skill_evolution.enabled,
+            acp_agents: !app.acp_agents.is_empty(),
+            mounts: &mounts,
         })
     }
 }

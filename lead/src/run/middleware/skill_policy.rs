@@ -34,6 +34,8 @@ pub const FRAMEWORK_TOOLS: [&str; 4] = [
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Skill {
     pub name: String,
+    /// `description` from the front matter (`""` when absent).
+    pub description: String,
     /// `allowed-tools`, when the skill declares it.
     pub allowed_tools: Option<Vec<String>>,
 }
@@ -42,6 +44,8 @@ pub struct Skill {
 struct FrontMatter {
     #[serde(default)]
     name: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
     #[serde(default, rename = "allowed-tools")]
     allowed_tools: Option<AllowedTools>,
 }
@@ -94,6 +98,7 @@ impl Skill {
             .unwrap_or_default();
         Ok(Skill {
             name: parsed.name.unwrap_or(fallback),
+            description: parsed.description.unwrap_or_default().trim().to_owned(),
             allowed_tools: parsed.allowed_tools.map(|tools| match tools {
                 AllowedTools::List(names) => names,
                 AllowedTools::Text(text) => text

@@ -1,0 +1,122 @@
+//! What a run reads of the agent it talks as, once when it is prepared: the SOUL (the
+//! custom agent's, under the user's agents then the legacy shared layout; else the default
+//! agent's `{base}/SOUL.md`) and the `skills` whitelist of its `config.yaml` (a bootstrap run
+//! is narrowed to `bootstrap`). Files are read bounded; one that cannot be read counts as
+//! absent, with a warning.
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde_yaml::Value as Yaml;
+
+use super::agent_store::{
+    legacy_agent_dir, user_agent_dir, validate_agent_name, CONFIG_FILENAME, SOUL_FILENAME,
+};
+use super::context::AgentContext;
+
+/// The largest SOUL or agent config read.
+const MAX_AGENT_FILE: u64 = 256 * 1024;
+/// The one skill a bootstrap run sees (spec A.9).
+pub const BOOTSTRAP_SKILL: &str = "bootstrap";
+
+/// The agent's files as the prompt uses them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AgentProfile {
+    pub soul: Option<String>,
+    /// `None`: every skill.
+    pub skills: Option<HashSet<String>>,
+}
+
+impl AgentProfile {
+    /// Reads the profile of `agent` for `user_id`.
+    pub fn load(agent: &AgentContext, user_id: &str) -> AgentProfile {
+        if agent.bootstrap {
+            return AgentProfile {
+                soul: None,
+                skills: Some([BOOTSTRAP_SKILL.to_owned()].into()),
+            };
+        }
+        let Some(name) = agent
+            .agent_name
+            .as_deref()
+            .filter(|n| validate_agent_name(n).is_ok())
+        else {
+            return AgentProfile {
+                soul: read_bounded(&agent.base_dir.join(SOUL_FILENAME)),
+                skills: None,
+            };
+        };
+        let dirs: [PathBuf; 2] = [
+            user_agent_dir(&agent.base_dir, user_id, name),
+            legacy_agent_dir(&agent.base_dir, name),
+        ];
+        let Some(dir) = dirs.iter().find(|d| d.is_dir()) else {
+            return AgentProfile::default();
+        };
+        AgentProfile {
+            soul: read_bounded(&dir.join(SOUL_FILENAME)),
+            skills: read_bounded(&dir.join(CONFIG_FILENAME)).and_then(|text| skills_of(&text)),
+        }
+    }
+}
+
+/// The `skills` list of an agent config (`None` when absent or not a list of names).
+fn skills_of(config: &str) -> Option<HashSet<String>> {
+    let value: Yaml = serde_yaml::from_str(config).ok()?;
+    let list = value.get("skills")?.as_sequence()?;
+    Some(
+        list.iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+    )
+}
+
+/// A regular file's text, stripped, at most [`MAX_AGENT_FILE`] bytes; `None` when absent,
+/// empty or unreadable.
+fn read_bounded(path: &Path) -> Option<String> {
+    let file = std::fs::File::open(path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    if let Err(e) = file.take(MAX_AGENT_FILE).read_to_end(&mut bytes) {
+        tracing::warn!("cannot read {}: {e}", path.display());
+        return None;
+    }
+    let text = String::from_utf8_lossy(&bytes).trim().to_owned();
+    (!text.is_empty()).then_some(text)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_custom_agent_brings_its_soul_and_skills_and_bootstrap_only_its_skill() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = user_agent_dir(base.path(), "u1", "researcher");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(SOUL_FILENAME), "\n  Curious and exact.\n").unwrap();
+        std::fs::write(
+            dir.join(CONFIG_FILENAME),
+            "name: researcher\nskills: [deep-research]\n",
+        )
+        .unwrap();
+        std::fs::write(base.path().join(SOUL_FILENAME), "Default soul").unwrap();
+        let mut agent = AgentContext::new(base.path());
+        assert_eq!(
+            AgentProfile::load(&agent, "u1").soul.as_deref(),
+            Some("Default soul")
+        );
+        agent.agent_name = Some("researcher".into());
+        let profile = AgentProfile::load(&agent, "u1");
+        assert_eq!(profile.soul.as_deref(), Some("Curious and exact."));
+        assert_eq!(profile.skills, Some(["deep-research".to_owned()].into()));
+        agent.bootstrap = true;
+        let profile = AgentProfile::load(&agent, "u1");
+        assert_eq!(profile.soul, None);
+        assert_eq!(profile.skills, Some([BOOTSTRAP_SKILL.to_owned()].into()));
+    }
+}

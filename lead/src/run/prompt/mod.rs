@@ -1,0 +1,251 @@
+//! What the model reads besides the conversation: the lead's static system prompt (spec A.2,
+//! built from the run's catalog, agent and skills, and cached by those inputs so a turn
+//! reuses it), and each request's context (spec A.7): the date reminder coalesced into the
+//! one leading system message, and the last genuine user message sanitized and wrapped as
+//! data. Request changes are made to the request's copy of the messages, never to the state.
+
+mod input;
+pub mod sections;
+pub mod skills;
+
+use std::collections::HashSet;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use crate::catalog::builtins::{ASK_CLARIFICATION, SKILL_MANAGE, UPDATE_AGENT};
+use crate::catalog::deferred::html_escape;
+use crate::catalog::Catalog;
+use crate::run::skills::InstalledSkill;
+use crate::run::state::Message;
+
+pub use input::{sanitize_user_input, BLOCKED_TAGS};
+
+/// Tools whose results are external sources, so the citations section is rendered.
+const WEB_TOOLS: &[&str] = &["web_search", "web_fetch", "image_search", "web_capture"];
+
+/// One `sandbox.mounts` entry as the prompt shows it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct PromptMount {
+    pub container_path: String,
+    pub read_only: bool,
+}
+
+/// Everything the static prompt depends on.
+pub struct PromptInputs<'a> {
+    pub catalog: &'a Catalog,
+    /// The custom agent's name (not on the bootstrap path).
+    pub agent_name: Option<&'a str>,
+    /// The agent's (or the default) SOUL.md, stripped.
+    pub soul: Option<&'a str>,
+    /// Installed skills (enabled and disabled), and the agent's whitelist.
+    pub skills: &'a [InstalledSkill],
+    pub allowed_skills: Option<&'a HashSet<String>>,
+    pub skills_container_root: &'a str,
+    pub skill_evolution: bool,
+    /// `acp_agents` is non-empty.
+    pub acp_agents: bool,
+    pub mounts: &'a [PromptMount],
+}
+
+/// The lead's system prompt for `inputs`, sections in DeerFlow's order (spec A.2); a
+/// section about a tool the catalog does not offer is left out.
+pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
+    let offers = |name: &str| inputs.catalog.get(name).is_some();
+    let clarification = offers(ASK_CLARIFICATION);
+    let agent_name = inputs.agent_name.unwrap_or(sections::DEFAULT_AGENT_NAME);
+    let mut out = String::with_capacity(8 * 1024);
+    out.push_str(&sections::role(agent_name));
+    out.push_str(sections::CONFIDENTIALITY);
+    if let Some(soul) = inputs.soul.filter(|s| !s.trim().is_empty()) {
+        out.push_str("<soul>\n");
+        html_escape(&mut out, soul);
+        out.push_str("\n</soul>\n");
+    }
+    if let Some(name) = inputs.agent_name.filter(|_| offers(UPDATE_AGENT)) {
+        out.push_str(&sections::self_update(name));
+    }
+    out.push_str(sections::THINKING_STYLE);
+    if clarification {
+        out.push_str(sections::CLARIFICATION);
+    }
+    let skills = skills::section(&skills::SkillsInput {
+        installed: inputs.skills,
+        allowed: inputs.allowed_skills,
+        container_root: inputs.skills_container_root,
+        evolution: inputs.skill_evolution && offers(SKILL_MANAGE),
+    });
+    out.push_str(&skills);
+    for section in [
+        inputs.catalog.prompt_section(),
+        inputs.catalog.routing_hints_section(),
+    ] {
+        if !section.is_empty() {
+            out.push_str(section);
+            if !section.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+    }
+    out.push_str(sections::WORKING_DIRECTORY);
+    let mut extra = Vec::new();
+    if inputs.acp_agents {
+        extra.push(sections::ACP_BLOCK.to_owned());
+    }
+    if !inputs.mounts.is_empty() {
+        let mut block = String::from(sections::CUSTOM_MOUNTS_HEADING);
+        for m in inputs.mounts {
+            block.push_str(&sections::custom_mount(&m.container_path, m.read_only));
+        }
+        block.push_str(sections::CUSTOM_MOUNTS_CLOSING);
+        extra.push(block);
+    }
+    out.push_str(&extra.join("\n"));
+    out.push_str("</working_directory>\n");
+    out.push_str(sections::RESPONSE_STYLE);
+    if WEB_TOOLS.iter().any(|t| offers(t)) {
+        out.push_str(sections::CITATIONS);
+    }
+    let skill_first = if skills.is_empty() {
+        ""
+    } else {
+        sections::SKILL_FIRST_LEGACY
+    };
+    out.push_str(&sections::critical_reminders(skill_first, clarification));
+    out
+}
+
+/// `STR"<system-reminder>\n<current_date>{%Y-%m-%d, %A}</current_date>\n</system-reminder>"`.
+pub fn date_reminder(date: &str) -> String {
+    format!("<system-reminder>\n<current_date>{date}</current_date>\n</system-reminder>")
+}
+
+/// Today in local time as `%Y-%m-%d, %A` (e.g. `2026-05-08, Friday`).
+pub fn today() -> String {
+    // SAFETY: time(NULL) and localtime_r into a zeroed tm owned here.
+    let tm = unsafe {
+        let now = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&now, &mut tm);
+        tm
+    };
+    const DAYS: [&str; 7] = [
+        "Sunday",
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+    ];
+    format!(
+        "{:04}-{:02}-{:02}, {}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        DAYS[tm.tm_wday.rem_euclid(7) as usize]
+    )
+}
+
+/// Makes `messages` (the request's copy) what the model receives: every system message
+/// coalesced, after the static prompt and the date reminder, into one leading system
+/// message joined by blank lines; the last genuine user message sanitized and wrapped.
+pub fn prepare_request(messages: &mut Vec<Message>, system: Option<&str>, date: &str) {
+    let Some(system) = system else {
+        return;
+    };
+    if let Some(at) = messages
+        .iter()
+        .rposition(crate::run::skills::is_real_user_message)
+    {
+        if let Message::Human { content, .. } = &mut messages[at] {
+            *content = sanitize_user_input(content);
+        }
+    }
+    let mut leading = String::with_capacity(system.len() + 128);
+    leading.push_str(system.trim_end());
+    leading.push_str("\n\n");
+    leading.push_str(&date_reminder(date));
+    messages.retain(|m| match m {
+        Message::System { content } => {
+            leading.push_str("\n\n");
+            leading.push_str(content);
+            false
+        }
+        _ => true,
+    });
+    messages.insert(0, Message::System { content: leading });
+}
+
+/// Built prompts by their inputs, so runs of one catalog, agent and skills share one.
+#[derive(Default)]
+pub struct PromptCache {
+    entries: Mutex<Vec<(u64, Arc<str>)>>,
+}
+
+impl PromptCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Arc<str>)>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// How many prompts the cache keeps (the oldest goes first).
+const CACHE_ENTRIES: usize = 32;
+
+impl PromptCache {
+    /// The prompt for `inputs`, built only when no cached one has the same inputs.
+    pub fn get(&self, inputs: &PromptInputs<'_>) -> Arc<str> {
+        let key = cache_key(inputs);
+        if let Some((_, hit)) = self.lock().iter().find(|(k, _)| *k == key) {
+            return hit.clone();
+        }
+        let built: Arc<str> = Arc::from(system_prompt(inputs));
+        let mut entries = self.lock();
+        if entries.len() >= CACHE_ENTRIES {
+            entries.remove(0);
+        }
+        entries.push((key, built.clone()));
+        built
+    }
+}
+
+/// A hash of every input of [`system_prompt`]. The catalog counts by what the prompt reads
+/// of it: which tools it offers and its two sections.
+fn cache_key(inputs: &PromptInputs<'_>) -> u64 {
+    let mut h = foldhash::fast::FixedState::with_seed(0x616e_746c_6572).build_hasher();
+    for tool in inputs.catalog.tools() {
+        tool.name.hash(&mut h);
+    }
+    inputs.catalog.prompt_section().hash(&mut h);
+    inputs.catalog.routing_hints_section().hash(&mut h);
+    inputs.agent_name.hash(&mut h);
+    inputs.soul.hash(&mut h);
+    for s in inputs.skills {
+        (
+            &s.skill.name,
+            &s.skill.description,
+            s.category,
+            &s.container_file,
+            s.enabled,
+        )
+            .hash(&mut h);
+    }
+    let mut allowed: Option<Vec<&String>> = inputs.allowed_skills.map(|a| a.iter().collect());
+    if let Some(a) = allowed.as_mut() {
+        a.sort();
+    }
+    allowed.hash(&mut h);
+    (
+        inputs.skills_container_root,
+        inputs.skill_evolution,
+        inputs.acp_agents,
+        inputs.mounts,
+    )
+        .hash(&mut h);
+    h.finish()
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;
