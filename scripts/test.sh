@@ -23,6 +23,15 @@ if [ -f tests/package.json ]; then
   (cd tests && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund --loglevel=error; else npm install --no-audit --no-fund --loglevel=error; fi)
 fi
 if [ -f tests/requirements.txt ]; then
+  # llama.cpp is built for a portable x86-64 (AVX2), not with -march=native: a VM may
+  # advertise AMX or AVX-512 that its kernel does not enable, and the model server then dies
+  # of a protection fault at its first completion. No wheel cache: a cached native build
+  # would be reused otherwise.
+  if ! python3 -c "import llama_cpp" >/dev/null 2>&1; then
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" \
+      python3 -m pip install --quiet --disable-pip-version-check --no-cache-dir \
+      "$(grep -E '^llama-cpp-python' tests/requirements.txt)"
+  fi
   python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 fi
 

@@ -18,17 +18,19 @@ use super::hosts::ToolHosts;
 use super::middleware::clarification::{self, Clarification};
 use super::middleware::dangling;
 use super::middleware::deferred::RoutingBeforeFilter;
+use super::middleware::finish_reason;
 use super::middleware::guardrail::{Guardrail, GuardrailRequest};
 use super::middleware::loop_detection::{LoopDetection, LoopVerdict};
 use super::middleware::output_budget::OutputBudget;
 use super::middleware::skill_policy::SkillPolicy;
 use super::middleware::subagent_limit::SubagentLimit;
+use super::middleware::token_budget::{BudgetVerdict, TokenBudget, BUDGET_WARNING_NAME};
 use super::middleware::tool_error::{failed_call_message, invalid_tool_message};
 use super::model::{ChatModel, ModelError, ModelRequest};
 use super::prompt;
 use super::settlement::{DeliveryReceipt, OutputsSnapshot, RECEIPT_NOT_PERSISTED};
 use super::skills::{self, SkillStore, SlashActivation};
-use super::state::{Message, StateConflict, StateUpdate, ThreadState, ToolCall};
+use super::state::{Message, StateConflict, StateUpdate, ThreadState, TokenUsage, ToolCall};
 use crate::catalog::builtins::{ASK_CLARIFICATION, PRESENT_FILES};
 use crate::catalog::{Catalog, ToolSpec, TOOL_SEARCH_NAME};
 
@@ -52,6 +54,8 @@ pub struct RunSettings {
     pub skill_policy: Option<SkillPolicy>,
     /// The lead's static system prompt (`run::prompt`); `None` sends none.
     pub system_prompt: Option<Arc<str>>,
+    /// `token_budget:` when enabled.
+    pub token_budget: Option<TokenBudget>,
 }
 
 impl Default for RunSettings {
@@ -67,6 +71,7 @@ impl Default for RunSettings {
             skills: SkillStore::default(),
             skill_policy: None,
             system_prompt: None,
+            token_budget: None,
         }
     }
 }
@@ -86,6 +91,16 @@ pub enum RunEvent {
         name: String,
         tool_call_id: String,
         error: bool,
+    },
+    /// A model call returned: what the provider said it used and why it stopped.
+    ModelFinished {
+        turn: usize,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usage: Option<TokenUsage>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<String>,
+        /// The run's totals after this call.
+        total_usage: TokenUsage,
     },
     /// A tool reached one of its six states in this run (`antler run --trace`).
     Lifecycle {
@@ -124,6 +139,8 @@ pub struct RunOutcome {
     pub stop_reason: Option<super::state::StopReason>,
     /// The delivery receipt of a run that ended (success or error).
     pub delivery: Option<DeliveryReceipt>,
+    /// The tokens the run's model calls used.
+    pub token_usage: TokenUsage,
 }
 
 /// Why a run could not go on (operator-facing; the run ends as `error`).
@@ -164,6 +181,17 @@ pub struct RunLoop {
     store: CheckpointStore,
     settings: RunSettings,
     events: Option<EventSink>,
+    /// The token budget's warning, sent with the next request once per drive.
+    budget_warning: BudgetWarning,
+}
+
+/// Where the token budget's one warning is.
+#[derive(Clone, Debug, Default, PartialEq)]
+enum BudgetWarning {
+    #[default]
+    NotYet,
+    Pending(String),
+    Sent,
 }
 
 /// What one step decided.
@@ -214,6 +242,7 @@ impl RunLoop {
             store,
             settings,
             events: None,
+            budget_warning: BudgetWarning::NotYet,
         })
     }
 
@@ -241,6 +270,7 @@ impl RunLoop {
             store,
             settings,
             events: None,
+            budget_warning: BudgetWarning::NotYet,
         };
         let interrupted = dangling::interrupted_results(&run.state.messages);
         if !interrupted.is_empty() {
@@ -336,6 +366,7 @@ impl RunLoop {
             error,
             artifacts: self.state.artifacts.clone(),
             stop_reason: self.state.stop_reason,
+            token_usage: self.state.token_usage,
             delivery,
         }
     }
@@ -478,6 +509,14 @@ impl RunLoop {
         if let Some(reminder) = reminder {
             skills::insert_reminder(&mut messages, reminder);
         }
+        if let BudgetWarning::Pending(text) = &self.budget_warning {
+            messages.push(Message::Human {
+                content: text.clone(),
+                name: Some(BUDGET_WARNING_NAME.to_owned()),
+                hide_from_ui: true,
+            });
+            self.budget_warning = BudgetWarning::Sent;
+        }
         if self.model.reads_prompt() {
             prompt::prepare_request(
                 &mut messages,
@@ -496,6 +535,24 @@ impl RunLoop {
                 tools: &visible,
             })
             .await?;
+        // Token accounting (spec D): the provider's usage, the budget, finish reasons.
+        update.token_usage = reply.usage;
+        let total_usage = self.state.token_usage + reply.usage.unwrap_or_default();
+        self.emit(RunEvent::ModelFinished {
+            turn,
+            usage: reply.usage,
+            finish_reason: reply.finish_reason.clone(),
+            total_usage,
+        });
+        let mut token_stop = None;
+        if let Some(budget) = &self.settings.token_budget {
+            let warned = self.budget_warning != BudgetWarning::NotYet;
+            match budget.after_model(total_usage, &mut reply, warned) {
+                BudgetVerdict::HardStop(reason) => token_stop = Some(reason),
+                BudgetVerdict::Warn(text) => self.budget_warning = BudgetWarning::Pending(text),
+                BudgetVerdict::Pass => {}
+            }
+        }
         let verdict = self
             .settings
             .loop_detection
@@ -511,6 +568,13 @@ impl RunLoop {
             LoopVerdict::HardStop(reason) => update.stop_reason = Some(reason),
             LoopVerdict::Warn(message) => warning = Some(message),
             LoopVerdict::Pass => {}
+        }
+        if token_stop.is_some() {
+            update.stop_reason = token_stop;
+        }
+        let so_far = update.stop_reason.or(self.state.stop_reason);
+        if let Some(reason) = finish_reason::after_model(&mut reply, so_far) {
+            update.stop_reason = Some(reason);
         }
         let calls = reply.tool_calls.clone();
         let answer = reply.content.clone();

@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::state::{Message, ToolCall};
+use super::state::{Message, TokenUsage, ToolCall};
 use crate::catalog::ToolSpec;
 
 /// One model call: the conversation so far and the tools visible this turn.
@@ -26,6 +26,10 @@ pub struct ModelReply {
     pub id: String,
     pub content: String,
     pub tool_calls: Vec<ToolCall>,
+    /// The tokens the provider says the call used (`None`: it did not say).
+    pub usage: Option<TokenUsage>,
+    /// Why the provider stopped (`stop`, `tool_calls`, `length`, `content_filter`, ...).
+    pub finish_reason: Option<String>,
 }
 
 impl ModelReply {
@@ -158,6 +162,12 @@ pub struct ScriptedTurn {
     /// Simulated model latency before this turn's reply, in milliseconds.
     #[serde(default)]
     pub delay_ms: u64,
+    /// The usage this turn reports, as a provider would.
+    #[serde(default)]
+    pub usage: Option<TokenUsage>,
+    /// The finish reason this turn reports.
+    #[serde(default)]
+    pub finish_reason: Option<String>,
     #[serde(default)]
     pub content: String,
     #[serde(default)]
@@ -184,6 +194,11 @@ const PLAYBOOK_FIELDS: &[&str] = &[
     "id",
     "name",
     "args",
+    "usage",
+    "finish_reason",
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
 ];
 
 /// Reads `path` if it is a regular file of at most [`MAX_PLAYBOOK_BYTES`] of UTF-8.
@@ -322,6 +337,8 @@ impl ScriptedModel {
             id: format!("ai-{turn_number}"),
             content: turn.content.clone(),
             tool_calls,
+            usage: turn.usage,
+            finish_reason: turn.finish_reason.clone(),
         })
     }
 }

@@ -118,6 +118,32 @@ pub struct Delegation {
     pub status: Option<String>,
 }
 
+/// Tokens a provider reported (`usage`), or their sum over a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// The provider's `total_tokens` when it gives one, else input + output.
+    pub total_tokens: u64,
+}
+
+impl TokenUsage {
+    pub fn is_zero(&self) -> bool {
+        *self == TokenUsage::default()
+    }
+}
+
+impl std::ops::Add for TokenUsage {
+    type Output = TokenUsage;
+    fn add(self, other: TokenUsage) -> TokenUsage {
+        TokenUsage {
+            input_tokens: self.input_tokens.saturating_add(other.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(other.output_tokens),
+            total_tokens: self.total_tokens.saturating_add(other.total_tokens),
+        }
+    }
+}
+
 /// Why a run stopped early (DeerFlow's run-level stop reasons, spec 8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -167,6 +193,9 @@ pub struct ThreadState {
     /// checkpoints written before skills could be activated).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub active_skills: Vec<ActiveSkill>,
+    /// The tokens the run's model calls used, as the provider reported them.
+    #[serde(default, skip_serializing_if = "TokenUsage::is_zero")]
+    pub token_usage: TokenUsage,
 }
 
 /// What one step returns; `None` and empty fields leave the state as it is, except
@@ -184,6 +213,9 @@ pub struct StateUpdate {
     pub created_agent_name: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub active_skills: Vec<ActiveSkill>,
+    /// Tokens to add to the run's total.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_usage: Option<TokenUsage>,
 }
 
 impl StateUpdate {
@@ -214,6 +246,10 @@ impl StateUpdate {
         self.stop_reason = later.stop_reason.or(self.stop_reason);
         self.created_agent_name = later.created_agent_name.or(self.created_agent_name);
         self.active_skills.extend(later.active_skills);
+        self.token_usage = match (self.token_usage, later.token_usage) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
         self
     }
 }
@@ -251,6 +287,9 @@ impl ThreadState {
             self.created_agent_name = update.created_agent_name;
         }
         merge_active_skills(&mut self.active_skills, update.active_skills);
+        if let Some(usage) = update.token_usage {
+            self.token_usage = self.token_usage + usage;
+        }
         Ok(())
     }
 

@@ -160,6 +160,7 @@ fn failed_view(record: &RunRecord, error: &str) -> Value {
         "artifacts": [],
         "delivery": null,
         "stop_reason": null,
+        "token_usage": crate::run::state::TokenUsage::default(),
     })
 }
 
@@ -364,6 +365,10 @@ fn event_sink(
                     metrics.step(started.elapsed());
                 }
             }
+            RunEvent::ModelFinished {
+                usage: Some(usage), ..
+            } => metrics.tokens(*usage),
+            RunEvent::ModelFinished { .. } => {}
             RunEvent::ToolStarted { tool_call_id, .. } => {
                 timing
                     .calls

@@ -101,9 +101,22 @@ pub struct Metrics {
     tool_calls: Family,
     step_latency: Histogram,
     tool_latency: Histogram,
+    input_tokens: AtomicU64,
+    output_tokens: AtomicU64,
+    total_tokens: AtomicU64,
 }
 
 impl Metrics {
+    /// A model call used these tokens (as its provider reported them).
+    pub fn tokens(&self, usage: crate::run::state::TokenUsage) {
+        self.input_tokens
+            .fetch_add(usage.input_tokens, Ordering::Relaxed);
+        self.output_tokens
+            .fetch_add(usage.output_tokens, Ordering::Relaxed);
+        self.total_tokens
+            .fetch_add(usage.total_tokens, Ordering::Relaxed);
+    }
+
     /// A drive of a run began.
     pub fn drive_started(&self, new_run: bool) {
         if new_run {
@@ -182,6 +195,22 @@ impl Metrics {
             "antler_tool_call_duration_seconds",
             "Duration of one tool call through the middlewares and its host.",
         );
+        let _ = writeln!(
+            out,
+            "# HELP antler_model_tokens_total Tokens model providers reported, by kind."
+        );
+        let _ = writeln!(out, "# TYPE antler_model_tokens_total counter");
+        for (kind, count) in [
+            ("input", &self.input_tokens),
+            ("output", &self.output_tokens),
+            ("total", &self.total_tokens),
+        ] {
+            let _ = writeln!(
+                out,
+                "antler_model_tokens_total{{kind=\"{kind}\"}} {}",
+                count.load(Ordering::Relaxed)
+            );
+        }
         out
     }
 }

@@ -28,6 +28,7 @@ use crate::run::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunSta
 use crate::run::context::{AgentContext, RunContext, ThreadPaths};
 use crate::run::hosts::{HostError, ToolHosts};
 use crate::run::middleware::guardrail::Guardrail;
+use crate::run::middleware::token_budget::TokenBudget;
 use crate::run::model::{ChatModel, ModelError, ScriptedModel, MAX_PLAYBOOK_BYTES};
 use crate::run::prompt::{PromptCache, PromptInputs, PromptMount};
 use crate::run::skills::SkillStore;
@@ -497,7 +498,10 @@ impl RunEnv {
         );
         let system_prompt =
             prompt_catalog.map(|catalog| self.system_prompt(app, context, &skills, catalog));
+        let token_budget = TokenBudget::from_config(app.other.get("token_budget"))
+            .map_err(PrepareError::Config)?;
         Ok(RunSettings {
+            token_budget,
             auto_promote_top_k: app.tool_search.top_k(),
             guardrail: Guardrail::from_config(&app.guardrails)
                 .map_err(|e| PrepareError::Config(e.to_string()))?,

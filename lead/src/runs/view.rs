@@ -1,6 +1,7 @@
 //! A run as the CLI and the HTTP API show it: `run_id`, `status` (`running`, `success`,
 //! `error`, `interrupted`), `user`, `thread`, `task`, `final_answer`, `question`,
-//! `error`, `artifacts`, `delivery` and `stop_reason`. Built from the outcome of a drive,
+//! `error`, `artifacts`, `delivery`, `stop_reason` and `token_usage` (`input_tokens`,
+//! `output_tokens`, `total_tokens`, as the model provider reported them). Built from the outcome of a drive,
 //! or from the checkpoint store for a run this lead is not driving.
 
 use serde_json::{json, Value};
@@ -23,6 +24,7 @@ pub fn from_outcome(record: &RunRecord, outcome: &RunOutcome) -> Value {
         "artifacts": outcome.artifacts,
         "delivery": outcome.delivery,
         "stop_reason": outcome.stop_reason,
+        "token_usage": outcome.token_usage,
     })
 }
 
@@ -54,5 +56,6 @@ pub fn from_store(store: &CheckpointStore, record: &RunRecord) -> Result<Value, 
         "artifacts": state.as_ref().map(|s| s.artifacts.clone()).unwrap_or_default(),
         "delivery": store.receipt(&record.run_id)?,
         "stop_reason": state.as_ref().and_then(|s| s.stop_reason),
+        "token_usage": state.as_ref().map(|s| s.token_usage).unwrap_or_default(),
     }))
 }

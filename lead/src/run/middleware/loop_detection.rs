@@ -122,6 +122,7 @@ mod tests {
                 name: "bash".into(),
                 args,
             }],
+            ..ModelReply::default()
         }
     }
 

@@ -8,11 +8,13 @@
 pub mod clarification;
 pub mod dangling;
 pub mod deferred;
+pub mod finish_reason;
 pub mod guardrail;
 pub mod loop_detection;
 pub mod output_budget;
 pub mod skill_policy;
 pub mod subagent_limit;
+pub mod token_budget;
 pub mod tool_error;
 
 use super::state::{Message, ToolStatus};

@@ -114,6 +114,7 @@ mod tests {
             id: "ai-1".into(),
             content: "Delegating.".into(),
             tool_calls: vec![call("blocked-task", "task"), call("allowed-bash", "bash")],
+            ..ModelReply::default()
         };
         let stop = SubagentLimit::new(3, 1).after_model(
             &mut reply,

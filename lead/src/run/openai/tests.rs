@@ -10,7 +10,7 @@ use super::config::{ApiKey, OpenAiConfig};
 use super::wire::{self, ReplyAssembler, SseDecoder, SseEvent};
 use super::*;
 use crate::catalog::ToolSpec;
-use crate::run::state::{Message, ToolCall, ToolStatus};
+use crate::run::state::{Message, TokenUsage, ToolCall, ToolStatus};
 
 fn weather_tool() -> ToolSpec {
     ToolSpec::builtin(
@@ -81,6 +81,7 @@ fn messages_and_tools_become_the_openai_request() {
                 {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
             ],
             "stream": true,
+            "stream_options": {"include_usage": true},
             "tools": [{"type": "function", "function": {
                 "name": "get_weather",
                 "description": "The weather in a city.",
@@ -147,6 +148,8 @@ fn streamed_deltas_assemble_text_and_tool_calls_by_index() {
         chunk(json!({"tool_calls": [{"index": 1, "function": {"name": "time"}}]})),
         chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "is\"}"}}]})),
         json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
+        // The usage chunk `stream_options.include_usage` asks for: no choices.
+        json!({"choices": [], "usage": {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}}).to_string(),
     ];
     for data in &chunks {
         assembler.push_chunk(data).unwrap();
@@ -170,6 +173,12 @@ fn streamed_deltas_assemble_text_and_tool_calls_by_index() {
                     args: json!({}),
                 },
             ],
+            usage: Some(TokenUsage {
+                input_tokens: 120,
+                output_tokens: 30,
+                total_tokens: 150
+            }),
+            finish_reason: Some("tool_calls".to_owned()),
         }
     );
 }

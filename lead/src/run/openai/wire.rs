@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 
 use super::config::OpenAiConfig;
 use crate::run::model::{ModelError, ModelReply, ModelRequest};
-use crate::run::state::{Message, ToolCall};
+use crate::run::state::{Message, TokenUsage, ToolCall};
 
 /// The longest slice of server or model text quoted in an error.
 pub const QUOTE_LIMIT: usize = 500;
@@ -24,6 +24,8 @@ pub fn request_body(config: &OpenAiConfig, request: &ModelRequest<'_>) -> Value 
         Value::Array(request.messages.iter().map(message_json).collect()),
     );
     body.insert("stream".to_owned(), Value::Bool(true));
+    // The usage of a streamed reply comes in a last chunk only when asked for.
+    body.insert("stream_options".to_owned(), json!({"include_usage": true}));
     if !request.tools.is_empty() {
         let tools = request
             .tools
@@ -145,6 +147,7 @@ pub struct ReplyAssembler {
     content: String,
     calls: BTreeMap<u64, PartialCall>,
     finish_reason: Option<String>,
+    usage: Option<TokenUsage>,
 }
 
 impl ReplyAssembler {
@@ -161,6 +164,7 @@ impl ReplyAssembler {
             content: String::new(),
             calls: BTreeMap::new(),
             finish_reason: None,
+            usage: None,
         }
     }
 
@@ -186,6 +190,12 @@ impl ReplyAssembler {
     fn push_value(&mut self, value: &Value, part: &str) -> Result<(), ModelError> {
         if let Some(error) = value.get("error") {
             return Err(self.invalid(format!("the server reported: {}", error_text(error))));
+        }
+        if let Some(usage) = value.get("usage").and_then(read_usage) {
+            self.usage = Some(usage);
+            if value.get("choices").is_none() {
+                return Ok(());
+            }
         }
         let Some(choices) = value.get("choices").and_then(Value::as_array) else {
             return Err(self.invalid(format!("no `choices` in {}", quote(&value.to_string()))));
@@ -269,6 +279,8 @@ impl ReplyAssembler {
             id: format!("ai-{turn}"),
             content: self.content,
             tool_calls,
+            usage: self.usage,
+            finish_reason: self.finish_reason,
         })
     }
 
@@ -278,6 +290,24 @@ impl ReplyAssembler {
             message,
         }
     }
+}
+
+/// An OpenAI `usage` object (`prompt_tokens`, `completion_tokens`, `total_tokens`; the
+/// Responses API's `input_tokens`/`output_tokens` too); `total_tokens` defaults to their sum.
+fn read_usage(usage: &Value) -> Option<TokenUsage> {
+    let field = |names: &[&str]| names.iter().find_map(|n| usage.get(*n)?.as_u64());
+    let input = field(&["prompt_tokens", "input_tokens"]);
+    let output = field(&["completion_tokens", "output_tokens"]);
+    let total = field(&["total_tokens"]);
+    if input.is_none() && output.is_none() && total.is_none() {
+        return None;
+    }
+    let (input, output) = (input.unwrap_or(0), output.unwrap_or(0));
+    Some(TokenUsage {
+        input_tokens: input,
+        output_tokens: output,
+        total_tokens: total.unwrap_or(input + output),
+    })
 }
 
 /// A tool call's `arguments` string as a JSON object.
