@@ -1,7 +1,9 @@
 //! Opening one MCP session over the configured transport: stdio (a child process in its own
 //! process group), streamable HTTP (rmcp), or legacy HTTP+SSE (our client on rmcp's
 //! transport trait). A session ends when its `Opened` is dropped: the child group is killed.
+//! Credentials never leave their origin (see `origin`).
 
+pub mod origin;
 pub mod sse;
 pub mod stdio;
 
@@ -57,7 +59,7 @@ pub struct OpenOptions {
     pub authorization: Option<String>,
     /// A working directory overriding the config's (the pooled thread workspace).
     pub cwd: Option<String>,
-    /// Extra environment for stdio (the pooled `TMPDIR`), under the operator's.
+    /// Extra environment for stdio (the pooled `TMPDIR`), under the server's configured `env`.
     pub default_env: Vec<(String, String)>,
 }
 
@@ -77,6 +79,7 @@ pub async fn open(
             let headers = headers(config, options)?;
             let http = reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(10))
+                .redirect(origin::redirect_policy())
                 .build()
                 .map_err(|e| OpenError::Http(e.to_string()))?;
             let cfg = StreamableHttpClientTransportConfig::with_uri(Arc::<str>::from(url.as_str()))

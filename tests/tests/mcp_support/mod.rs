@@ -3,6 +3,8 @@
 //! cluster whose mcp-host reads a given extensions config, and the `antler mcp` commands.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod standin;
+
 use std::{
     net::TcpListener,
     path::{Path, PathBuf},
