@@ -77,9 +77,10 @@ pub async fn open(
         Transport::Http => {
             let url = config.url.clone().unwrap_or_default();
             let headers = headers(config, options)?;
+            let redirects = origin::RedirectGuard::default();
             let http = reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(10))
-                .redirect(origin::redirect_policy())
+                .redirect(redirects.policy())
                 .build()
                 .map_err(|e| OpenError::Http(e.to_string()))?;
             let cfg = StreamableHttpClientTransportConfig::with_uri(Arc::<str>::from(url.as_str()))
@@ -87,7 +88,10 @@ pub async fn open(
                 .max_concurrent_requests(64);
             let t = StreamableHttpClientTransport::with_client(http, cfg);
             let session = client.serve(t).await.map_err(|e| OpenError::Initialize {
-                reason: http_reason(&e.to_string()),
+                reason: match redirects.refusal() {
+                    Some(refused) => refused.to_string(),
+                    None => http_reason(&e.to_string()),
+                },
                 stderr: String::new(),
             })?;
             Ok(Opened {

@@ -4,6 +4,8 @@
 //! the origin of its request and refuses one that leaves it; the SSE client refuses an
 //! `endpoint` event naming another origin, as the Python and TypeScript SDKs do.
 
+use std::sync::{Arc, Mutex};
+
 use reqwest::{redirect, Url};
 
 /// Redirects followed at most within one origin (reqwest's default limit).
@@ -62,10 +64,35 @@ fn decide(next: &Url, previous: &[Url]) -> Result<(), CrossOrigin> {
 
 /// The redirect policy of every HTTP client of this host.
 pub fn redirect_policy() -> redirect::Policy {
-    redirect::Policy::custom(|attempt| match decide(attempt.url(), attempt.previous()) {
-        Ok(()) => attempt.follow(),
-        Err(e) => attempt.error(e),
-    })
+    RedirectGuard::default().policy()
+}
+
+/// The redirect policy together with the last redirect it refused, for clients whose
+/// errors reach us as text only (rmcp's streamable HTTP client drops the cause).
+#[derive(Debug, Clone, Default)]
+pub struct RedirectGuard {
+    refused: Arc<Mutex<Option<CrossOrigin>>>,
+}
+
+impl RedirectGuard {
+    /// The policy; each refusal is remembered.
+    pub fn policy(&self) -> redirect::Policy {
+        let refused = self.refused.clone();
+        redirect::Policy::custom(move |attempt| match decide(attempt.url(), attempt.previous()) {
+            Ok(()) => attempt.follow(),
+            Err(e) => {
+                if let Ok(mut slot) = refused.lock() {
+                    *slot = Some(e.clone());
+                }
+                attempt.error(e)
+            }
+        })
+    }
+
+    /// The last redirect refused, if any.
+    pub fn refusal(&self) -> Option<CrossOrigin> {
+        self.refused.lock().ok().and_then(|r| r.clone())
+    }
 }
 
 /// A reqwest error said with its causes (the redirect refusal is a cause), the URL it
