@@ -82,9 +82,7 @@ fn main() -> anyhow::Result<()> {
         if let Some(path) = path {
             watch::spawn(path, registry.clone());
         }
-        let pool = std::sync::Arc::new(pool::SessionPool::new(pool_limits(
-            cli.config.as_deref(),
-        )));
+        let pool = std::sync::Arc::new(pool::SessionPool::new(pool_limits(cli.config.as_deref())));
         let sweeper = pool.spawn_sweeper();
         let result = host::serve(
             Role::McpHost,

@@ -359,7 +359,13 @@ mod tests {
         }
     }
 
-    fn candidate(last_used: u64, idle_for: Duration, busy: bool, rss: u64, now: Instant) -> Candidate {
+    fn candidate(
+        last_used: u64,
+        idle_for: Duration,
+        busy: bool,
+        rss: u64,
+        now: Instant,
+    ) -> Candidate {
         Candidate {
             last_used,
             used_at: now - idle_for,

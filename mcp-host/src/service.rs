@@ -10,8 +10,8 @@ use antler_protocol::{
     config::Transport,
     host::RoleHandler,
     messages::{
-        Health, McpCall, McpCallResult, McpDiscovery, McpReply, McpRequest, McpServerStatus,
-        Reply, Request,
+        Health, McpCall, McpCallResult, McpDiscovery, McpReply, McpRequest, McpServerStatus, Reply,
+        Request,
     },
     Call, RemoteError,
 };
@@ -155,7 +155,12 @@ impl RoleHandler for McpService {
 
 /// Waits for the servers' first starts, within [`START_GRACE`] of each spawn.
 async fn settle(servers: &[ServerHandle], within: Duration) {
-    futures::future::join_all(servers.iter().map(|h| h.settled_within(START_GRACE, within))).await;
+    futures::future::join_all(
+        servers
+            .iter()
+            .map(|h| h.settled_within(START_GRACE, within)),
+    )
+    .await;
 }
 
 /// The listed tools of `servers`, in order (a server not ready yet has none).

@@ -37,16 +37,17 @@ fn a_server_that_accepts_and_never_answers_holds_up_no_listing_and_no_run() {
     let ready = wait_for(Duration::from_secs(30), || {
         (c.server("good")["state"] == "ready").then_some(())
     });
-    assert!(ready.is_some(), "good never became ready: {}", c.server("good"));
+    assert!(
+        ready.is_some(),
+        "good never became ready: {}",
+        c.server("good")
+    );
 
     let t = Instant::now();
     let tools = c.tools(None);
     let took = t.elapsed();
     assert!(took < PROMPT, "antler mcp tools took {took:?}");
-    assert!(
-        tools.iter().any(|t| t["name"] == "good_echo"),
-        "{tools:?}"
-    );
+    assert!(tools.iter().any(|t| t["name"] == "good_echo"), "{tools:?}");
     assert!(tools.iter().all(|t| t["server"] == "good"), "{tools:?}");
 
     let t = Instant::now();
@@ -68,7 +69,10 @@ fn a_server_that_accepts_and_never_answers_holds_up_no_listing_and_no_run() {
             .any(|w| w.contains("not ready") && w.contains("'hung' (starting)")),
         "{warnings:?}"
     );
-    assert!(!warnings.iter().any(|w| w.contains("'good'")), "{warnings:?}");
+    assert!(
+        !warnings.iter().any(|w| w.contains("'good'")),
+        "{warnings:?}"
+    );
     // The hung server was still starting all along: nothing was waited out.
     assert_eq!(c.server("hung")["state"], "starting");
 }

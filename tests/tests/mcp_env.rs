@@ -34,7 +34,10 @@ fn server_env(c: &McpCluster, extra: &[&str]) -> Map<String, Value> {
 
 fn assert_clean(env: &Map<String, Value>, extra_allowed: &[&str]) {
     let text = Value::Object(env.clone()).to_string();
-    assert!(!text.contains(SECRET), "the secret reached the server: {text}");
+    assert!(
+        !text.contains(SECRET),
+        "the secret reached the server: {text}"
+    );
     assert!(!env.contains_key("OPENAI_API_KEY"), "{text}");
     assert_eq!(env["ANTLER_CONFIGURED"], "configured-value", "{text}");
     for key in env.keys() {
@@ -60,7 +63,10 @@ fn stdio_servers_get_the_sdk_default_environment_and_their_configured_env_only()
                 "env": {"ANTLER_CONFIGURED": "configured-value"},
             },
         }),
-        &[("OPENAI_API_KEY", SECRET), ("ANTLER_UNRELATED", "host-only")],
+        &[
+            ("OPENAI_API_KEY", SECRET),
+            ("ANTLER_UNRELATED", "host-only"),
+        ],
     );
     // The secret is in mcp-host's own environment: the server could have inherited it.
     let host = c

@@ -20,11 +20,8 @@ const API_KEY: &str = "configured-api-key";
 fn failed_with(c: &McpCluster, name: &str, why: &str) -> Value {
     let failed = wait_for(Duration::from_secs(30), || {
         let s = c.server(name);
-        (s["state"] == "failed"
-            && s["last_error"]
-                .as_str()
-                .is_some_and(|e| e.contains(why)))
-        .then_some(s)
+        (s["state"] == "failed" && s["last_error"].as_str().is_some_and(|e| e.contains(why)))
+            .then_some(s)
     });
     failed.unwrap_or_else(|| panic!("{name} did not fail with {why:?}: {}", c.server(name)))
 }

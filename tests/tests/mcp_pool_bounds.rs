@@ -18,7 +18,15 @@ fn pooled_pid(c: &McpCluster, user: &str, thread: &str, ws: &Path) -> u32 {
     std::fs::create_dir_all(ws).unwrap();
     let ws = ws.display().to_string();
     let out = c.mcp(&[
-        "call", "py", "where", "--user", user, "--thread", thread, "--workspace", &ws,
+        "call",
+        "py",
+        "where",
+        "--user",
+        user,
+        "--thread",
+        thread,
+        "--workspace",
+        &ws,
     ]);
     assert!(
         out.status.success(),
@@ -88,6 +96,9 @@ fn past_the_memory_cap_sessions_go_before_they_are_idle() {
     let base = base_pid(&c);
     let p = pooled_pid(&c, "bob", "t1", &dir.path().join("t1"));
     let gone = wait_for(Duration::from_secs(30), || (!alive(p)).then_some(()));
-    assert!(gone.is_some(), "the pool kept a session past its memory cap");
+    assert!(
+        gone.is_some(),
+        "the pool kept a session past its memory cap"
+    );
     assert_eq!(c.server_pids("slow_tools.py"), [base]);
 }

@@ -606,3 +606,33 @@ fn mcp_tools(tools: Vec<McpTool>) -> Vec<McpSourceTool> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(name: &str, state: &str, error: Option<&str>) -> McpServerStatus {
+        McpServerStatus {
+            name: name.into(),
+            transport: "http".into(),
+            state: state.into(),
+            tools: 0,
+            last_error: error.map(str::to_owned),
+            reconnects: 0,
+            in_flight: 0,
+        }
+    }
+
+    #[test]
+    fn the_not_ready_warning_names_each_server_and_its_state_only() {
+        assert_eq!(not_ready_warning(&[]), None);
+        let warning = not_ready_warning(&[
+            status("hung", "starting", None),
+            status("dies", "failed", Some("stderr: SECRET=sk-1")),
+        ]);
+        assert_eq!(
+            warning.as_deref(),
+            Some("MCP servers not ready, this run goes without their tools: 'hung' (starting), 'dies' (failed)")
+        );
+    }
+}

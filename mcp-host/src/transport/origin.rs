@@ -78,15 +78,17 @@ impl RedirectGuard {
     /// The policy; each refusal is remembered.
     pub fn policy(&self) -> redirect::Policy {
         let refused = self.refused.clone();
-        redirect::Policy::custom(move |attempt| match decide(attempt.url(), attempt.previous()) {
-            Ok(()) => attempt.follow(),
-            Err(e) => {
-                if let Ok(mut slot) = refused.lock() {
-                    *slot = Some(e.clone());
+        redirect::Policy::custom(
+            move |attempt| match decide(attempt.url(), attempt.previous()) {
+                Ok(()) => attempt.follow(),
+                Err(e) => {
+                    if let Ok(mut slot) = refused.lock() {
+                        *slot = Some(e.clone());
+                    }
+                    attempt.error(e)
                 }
-                attempt.error(e)
-            }
-        })
+            },
+        )
     }
 
     /// The last redirect refused, if any.
@@ -126,14 +128,23 @@ mod tests {
     #[test]
     fn redirects_stay_within_the_first_origin() {
         let first = url("http://127.0.0.1:8000/mcp");
-        assert_eq!(decide(&url("http://127.0.0.1:8000/other"), &[first.clone()]), Ok(()));
+        assert_eq!(
+            decide(
+                &url("http://127.0.0.1:8000/other"),
+                std::slice::from_ref(&first)
+            ),
+            Ok(())
+        );
         for other in [
             "http://127.0.0.1:8001/mcp",
             "https://127.0.0.1:8000/mcp",
             "http://localhost:8000/mcp",
         ] {
             assert!(
-                matches!(decide(&url(other), &[first.clone()]), Err(CrossOrigin::Redirect { .. })),
+                matches!(
+                    decide(&url(other), std::slice::from_ref(&first)),
+                    Err(CrossOrigin::Redirect { .. })
+                ),
                 "{other}"
             );
         }

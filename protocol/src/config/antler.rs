@@ -216,6 +216,20 @@ mod tests {
     }
 
     #[test]
+    fn the_mcp_pool_has_bounds_by_default_and_rejects_zero() {
+        let a: AntlerSection =
+            serde_yaml::from_str("mcp_pool: {idle_timeout_s: 30, max_rss_mb: 512}").unwrap();
+        assert_eq!(a.mcp_pool.idle_timeout(), Duration::from_secs(30));
+        assert_eq!(a.mcp_pool.max_sessions, 256);
+        assert_eq!(a.mcp_pool.max_rss_bytes(), 512 * 1024 * 1024);
+        assert_eq!(AntlerSection::default().mcp_pool.idle_timeout_s, 600);
+        let zero: AntlerSection = serde_yaml::from_str("mcp_pool: {max_sessions: 0}").unwrap();
+        let problems = zero.check();
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].0.to_string(), "antler.mcp_pool.max_sessions");
+    }
+
+    #[test]
     fn zero_workers_is_named() {
         let a = AntlerSection {
             workers: 0,

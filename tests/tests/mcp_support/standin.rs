@@ -84,11 +84,13 @@ impl StandIn {
 
     /// Answers every request with `200 OK` and an empty JSON object, and records it.
     pub fn recorder() -> StandIn {
-        Self::serve(Arc::new(|_req: &Received, stream: &mut TcpStream, _: &AtomicBool| {
-            let _ = stream.write_all(
+        Self::serve(Arc::new(
+            |_req: &Received, stream: &mut TcpStream, _: &AtomicBool| {
+                let _ = stream.write_all(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
             );
-        }))
+            },
+        ))
     }
 
     /// A legacy MCP SSE stream: `GET` gets an event stream whose `endpoint` event is
