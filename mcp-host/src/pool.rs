@@ -87,7 +87,7 @@ struct Inner {
 struct Candidate {
     last_used: u64,
     used_at: Instant,
-    /// Calls running on it now: a busy session is never stopped by a sweep.
+    /// Calls running on it now, or it is starting for one: a sweep never stops it.
     busy: bool,
     rss_bytes: u64,
 }
@@ -248,7 +248,11 @@ impl SessionPool {
             .map(|((_, h, last_used, used_at), pid)| Candidate {
                 last_used: *last_used,
                 used_at: *used_at,
-                busy: h.status().in_flight > 0,
+                // A session still starting has a call waiting for it.
+                busy: {
+                    let st = h.status();
+                    st.in_flight > 0 || st.state == "starting"
+                },
                 rss_bytes: pid.and_then(|p| rss.get(&p).copied()).unwrap_or(0),
             })
             .collect();

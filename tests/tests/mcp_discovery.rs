@@ -29,11 +29,14 @@ turns:
 #[test]
 fn a_server_that_accepts_and_never_answers_holds_up_no_listing_and_no_run() {
     let hung = Silent::start();
-    let c = McpCluster::start(json!({
-        "good": stdio(python(), &[&peer_script("slow_tools.py")]),
-        // The default session_init_timeout (60 s): the server is `starting` all along.
-        "hung": {"type": "http", "url": hung.url("/mcp")},
-    }));
+    let c = McpCluster::start_unsettled(
+        json!({
+            "good": stdio(python(), &[&peer_script("slow_tools.py")]),
+            // The default session_init_timeout (60 s): the server is `starting` all along.
+            "hung": {"type": "http", "url": hung.url("/mcp")},
+        }),
+        &[],
+    );
     let ready = wait_for(Duration::from_secs(30), || {
         (c.server("good")["state"] == "ready").then_some(())
     });
@@ -44,8 +47,15 @@ fn a_server_that_accepts_and_never_answers_holds_up_no_listing_and_no_run() {
     );
 
     let t = Instant::now();
-    let tools = c.tools(None);
+    let listing = c.mcp(&["tools", "--json"]);
     let took = t.elapsed();
+    assert!(listing.status.success(), "{listing:?}");
+    let tools: Vec<serde_json::Value> = serde_json::from_slice(&listing.stdout).unwrap();
+    let said = String::from_utf8_lossy(&listing.stderr);
+    assert!(
+        said.contains("MCP server 'hung' is not ready (starting)"),
+        "{said}"
+    );
     assert!(took < PROMPT, "antler mcp tools took {took:?}");
     assert!(tools.iter().any(|t| t["name"] == "good_echo"), "{tools:?}");
     assert!(tools.iter().all(|t| t["server"] == "good"), "{tools:?}");

@@ -125,7 +125,23 @@ impl McpCluster {
         Self::start_with(servers, &[])
     }
 
+    /// Starts the cluster and waits (up to 30 s) until no server is still starting, so a
+    /// listing right after sees every server that can start.
     pub fn start_with(servers: Value, env: &[(&str, &str)]) -> McpCluster {
+        let c = Self::start_unsettled(servers, env);
+        let settled = wait_for(Duration::from_secs(30), || {
+            (!c.status().iter().any(|s| s["state"] == "starting")).then_some(())
+        });
+        assert!(
+            settled.is_some(),
+            "servers still starting: {:?}",
+            c.status()
+        );
+        c
+    }
+
+    /// Starts the cluster without waiting for its servers (one of them may hang).
+    pub fn start_unsettled(servers: Value, env: &[(&str, &str)]) -> McpCluster {
         let dir = tempfile::Builder::new()
             .prefix("antler-mcp")
             .tempdir_in("/tmp")
