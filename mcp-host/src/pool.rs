@@ -17,7 +17,10 @@ use std::{
 use antler_protocol::config::{McpPoolSection, Transport};
 use tokio::sync::broadcast;
 
-use crate::{server::ServerHandle, transport::OpenOptions};
+use crate::{
+    server::{Phase, ServerHandle},
+    transport::OpenOptions,
+};
 
 /// The thread id when a call names only a user.
 const DEFAULT_THREAD: &str = "default";
@@ -249,10 +252,7 @@ impl SessionPool {
                 last_used: *last_used,
                 used_at: *used_at,
                 // A session still starting has a call waiting for it.
-                busy: {
-                    let st = h.status();
-                    st.in_flight > 0 || st.state == "starting"
-                },
+                busy: h.status().in_flight > 0 || h.phase() == Phase::Starting,
                 rss_bytes: pid.and_then(|p| rss.get(&p).copied()).unwrap_or(0),
             })
             .collect();

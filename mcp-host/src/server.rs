@@ -190,6 +190,11 @@ impl ServerHandle {
         let _ = tokio::time::timeout_at(until, rx.wait_for(|s| *s)).await;
     }
 
+    /// Where the server is in its life.
+    pub fn phase(&self) -> Phase {
+        lock(&self.shared.state).phase
+    }
+
     /// The stdio child of the live session, if any.
     pub fn pid(&self) -> Option<u32> {
         lock(&self.shared.state).pid

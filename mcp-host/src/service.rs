@@ -21,7 +21,7 @@ use crate::{
     naming,
     pool::SessionPool,
     registry::{McpRegistry, Reload, Servers, Skipped, Subscribe},
-    server::ServerHandle,
+    server::{Phase, ServerHandle},
 };
 
 /// A call's deadline when the requester gave none.
@@ -31,7 +31,7 @@ const DEFAULT_LIST_WAIT: Duration = Duration::from_secs(60);
 /// How long after its spawn a server still in its first start is waited for by a
 /// listing (a stdio server starts in well under a second here); past it, the listing
 /// answers without it.
-pub const START_GRACE: Duration = Duration::from_secs(5);
+const START_GRACE: Duration = Duration::from_secs(5);
 
 /// Routes mcp-host requests.
 pub struct McpService {
@@ -105,10 +105,11 @@ impl RoleHandler for McpService {
                 McpRequest::Discover => {
                     let servers = registry.send(Servers).await.map_err(unavailable)?;
                     settle(&servers, left(&call, DEFAULT_LIST_WAIT)).await;
+                    // A reconnecting server keeps its tool list: calls wait for it.
                     let mut not_ready: Vec<McpServerStatus> = servers
                         .iter()
+                        .filter(|h| !matches!(h.phase(), Phase::Ready | Phase::Reconnecting))
                         .map(ServerHandle::status)
-                        .filter(|s| !matches!(s.state.as_str(), "ready" | "reconnecting"))
                         .collect();
                     not_ready.extend(registry.send(Skipped).await.map_err(unavailable)?);
                     Ok(Reply::Mcp(McpReply::Discovery(McpDiscovery {

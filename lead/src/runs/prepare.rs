@@ -42,7 +42,8 @@ pub const MODEL_PREFIX: &str = "model:";
 const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// The run's warning when the extensions file did not load. The file holds secrets, so
 /// the event does not quote the parse error (the lead's log has it).
-pub const EXTENSIONS_FALLBACK_WARNING: &str = "extensions_config.json could not be loaded (see the lead's log); this run uses the last good one";
+pub const EXTENSIONS_FALLBACK_WARNING: &str =
+    "the extensions config could not be loaded (see the lead's log); this run uses the last good one";
 /// The longest user or thread id.
 const MAX_ID_LEN: usize = 128;
 
@@ -173,17 +174,23 @@ impl RunEnv {
         }
     }
 
-    /// Reads the extensions file. One that does not load gives way to the last good one
-    /// (as mcp-host keeps its servers), with a warning; with none yet, the run fails.
+    /// Reads the extensions file. One that does not load, or is gone after one did, gives
+    /// way to the last good one (as mcp-host keeps its servers), with a warning; with none
+    /// yet, the run fails.
     fn load_extensions(
         &self,
         warnings: &mut Vec<String>,
     ) -> Result<Option<Arc<ExtensionsConfig>>, PrepareError> {
-        let loaded = if self.extensions_path.exists() {
-            load_extensions_config(&self.extensions_path).map(|loaded| Some(Arc::new(loaded.value)))
-        } else {
-            Ok(None)
-        };
+        if !self.extensions_path.exists() {
+            let last = self.feed().last_good_extensions.clone().flatten();
+            if last.is_some() {
+                tracing::warn!(path = %self.extensions_path.display(), "the extensions config is gone; runs use the last good one");
+                warnings.push(EXTENSIONS_FALLBACK_WARNING.to_owned());
+            }
+            return Ok(last);
+        }
+        let loaded = load_extensions_config(&self.extensions_path)
+            .map(|loaded| Some(Arc::new(loaded.value)));
         match loaded {
             Ok(extensions) => {
                 self.feed().last_good_extensions = Some(extensions.clone());
