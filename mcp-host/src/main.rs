@@ -1,6 +1,7 @@
 //! `antler-mcp-host`: the process that owns every MCP server connection. It loads the
 //! extensions config (`--extensions`, else the usual locations), starts one actor per
 //! server, watches the file, and answers the lead's MCP requests; it drains on SIGTERM.
+//! config.yaml (`--config`), when given, bounds the stdio session pool (`antler.mcp_pool`).
 
 mod client;
 mod convert;
@@ -17,7 +18,7 @@ use std::path::PathBuf;
 
 use actix::Actor;
 use antler_protocol::{
-    config::{process_env, resolve_extensions_path},
+    config::{load_app_config, process_env, resolve_extensions_path},
     handshake::Role,
     host::{self, HostArgs},
 };
@@ -37,6 +38,24 @@ struct Cli {
     /// extensions_config.json or mcp_config.json in the working directory.
     #[arg(long)]
     extensions: Option<PathBuf>,
+    /// config.yaml (its `antler.mcp_pool` section).
+    #[arg(long, env = "ANTLER_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+/// The pool's bounds from config.yaml; defaults when there is none or it does not load
+/// (the lead reports a broken config.yaml itself).
+fn pool_limits(config: Option<&std::path::Path>) -> pool::PoolLimits {
+    let Some(path) = config else {
+        return pool::PoolLimits::default();
+    };
+    match load_app_config(path) {
+        Ok(loaded) => pool::PoolLimits::from(&loaded.value.antler.mcp_pool),
+        Err(e) => {
+            tracing::error!("{e}; the session pool uses its default bounds");
+            pool::PoolLimits::default()
+        }
+    }
 }
 
 fn extensions_path(explicit: Option<PathBuf>) -> Option<PathBuf> {
@@ -63,7 +82,8 @@ fn main() -> anyhow::Result<()> {
         if let Some(path) = path {
             watch::spawn(path, registry.clone());
         }
-        let pool = std::sync::Arc::new(pool::SessionPool::default());
+        let pool = std::sync::Arc::new(pool::SessionPool::new(pool_limits(cli.config.as_deref())));
+        let sweeper = pool.spawn_sweeper();
         let result = host::serve(
             Role::McpHost,
             cli.host,
@@ -71,6 +91,7 @@ fn main() -> anyhow::Result<()> {
         )
         .await;
         // Stop every server and pooled session (and their child groups) before exiting.
+        sweeper.abort();
         let mut servers = pool.stop_all();
         if let Ok(base) = registry.send(registry::Servers).await {
             servers.extend(base);

@@ -44,7 +44,8 @@ struct Token {
 /// The token state of one server.
 pub struct TokenActor {
     config: McpOAuthConfig,
-    http: reqwest::Client,
+    /// `None` when no client could be built (every fetch then fails with why).
+    http: Option<reqwest::Client>,
     cached: Mutex<Option<Token>>,
     refresh_token: Mutex<Option<String>>,
     fetch_gate: tokio::sync::Mutex<()>,
@@ -62,10 +63,12 @@ impl TokenActor {
     pub fn new(config: McpOAuthConfig) -> Arc<Self> {
         let refresh = config.refresh_token.clone();
         Arc::new(Self {
+            // The form carries the client secret: a redirect never takes it elsewhere.
             http: reqwest::Client::builder()
                 .timeout(TOKEN_TIMEOUT)
+                .redirect(crate::transport::origin::redirect_policy())
                 .build()
-                .unwrap_or_default(),
+                .ok(),
             config,
             cached: Mutex::new(None),
             refresh_token: Mutex::new(refresh),
@@ -152,8 +155,11 @@ impl TokenActor {
         let c = &self.config;
         let body = self.form()?;
         let url = c.token_url.clone();
-        let resp = self
-            .http
+        let http = self.http.as_ref().ok_or_else(|| OAuthError::Request {
+            url: url.clone(),
+            reason: "cannot build an HTTP client".into(),
+        })?;
+        let resp = http
             .post(&url)
             .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
             .body(body)
@@ -163,6 +169,8 @@ impl TokenActor {
                 url: url.clone(),
                 reason: if e.is_timeout() {
                     "timed out".into()
+                } else if e.is_redirect() {
+                    "refused a redirect to another origin".into()
                 } else if e.is_connect() {
                     "cannot connect".into()
                 } else {

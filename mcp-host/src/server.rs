@@ -86,6 +86,8 @@ struct State {
     tools: Arc<Vec<McpTool>>,
     last_error: Option<String>,
     reconnects: u32,
+    /// The stdio child (its process group's leader) of the live session.
+    pid: Option<u32>,
 }
 
 struct Shared {
@@ -96,6 +98,8 @@ struct Shared {
     live: watch::Sender<Option<Live>>,
     /// False until the first attempt to start has ended (ready or failed).
     settled: watch::Sender<bool>,
+    /// When the actor was spawned.
+    spawned_at: tokio::time::Instant,
     in_flight: AtomicU32,
     stop: CancellationToken,
     changes: broadcast::Sender<ToolsChanged>,
@@ -144,9 +148,11 @@ impl ServerHandle {
                 tools: Arc::new(Vec::new()),
                 last_error: None,
                 reconnects: 0,
+                pid: None,
             }),
             live: watch::channel(None).0,
             settled: watch::channel(false).0,
+            spawned_at: tokio::time::Instant::now(),
             in_flight: AtomicU32::new(0),
             stop: CancellationToken::new(),
             changes,
@@ -175,10 +181,28 @@ impl ServerHandle {
         self.shared.stop.cancel();
     }
 
-    /// Waits until the first start attempt has ended, or `within` passes.
-    pub async fn settled(&self, within: Duration) {
+    /// Waits until the first start attempt has ended, but no later than `grace` after the
+    /// actor was spawned (nor `within` from now): a server that hangs in its start is not
+    /// waited on for its whole start timeout.
+    pub async fn settled_within(&self, grace: Duration, within: Duration) {
+        let until = (self.shared.spawned_at + grace).min(tokio::time::Instant::now() + within);
         let mut rx = self.shared.settled.subscribe();
-        let _ = tokio::time::timeout(within, rx.wait_for(|s| *s)).await;
+        let _ = tokio::time::timeout_at(until, rx.wait_for(|s| *s)).await;
+    }
+
+    /// Where the server is in its life.
+    pub fn phase(&self) -> Phase {
+        lock(&self.shared.state).phase
+    }
+
+    /// The stdio child of the live session, if any.
+    pub fn pid(&self) -> Option<u32> {
+        lock(&self.shared.state).pid
+    }
+
+    /// Whether both handles name the same actor.
+    pub fn same(&self, other: &ServerHandle) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     pub fn status(&self) -> McpServerStatus {
@@ -453,6 +477,7 @@ async fn run(s: Arc<Shared>, mut reopen: mpsc::UnboundedReceiver<Option<String>>
                     let mut st = lock(&s.state);
                     st.phase = Phase::Ready;
                     st.last_error = None;
+                    st.pid = opened.child.as_ref().map(transport::stdio::ChildGroup::pid);
                 }
                 s.live.send_replace(Some(Live {
                     peer: peer.clone(),
@@ -473,6 +498,7 @@ async fn run(s: Arc<Shared>, mut reopen: mpsc::UnboundedReceiver<Option<String>>
                 )
                 .await;
                 s.live.send_replace(None);
+                lock(&s.state).pid = None;
                 closed.cancel();
                 match end {
                     SessionEnd::Stopped => break,

@@ -1,5 +1,7 @@
 //! The mcp-host side of the wire: routes each `McpRequest` to the registry and the server
 //! actors. Calls are run here, outside every actor, on a handle cloned out of the registry.
+//! A listing waits for a server's first start only within [`START_GRACE`] of its spawn:
+//! one that hangs is reported not ready instead of holding up every run.
 
 use std::{sync::Arc, time::Duration};
 
@@ -7,7 +9,10 @@ use actix::Addr;
 use antler_protocol::{
     config::Transport,
     host::RoleHandler,
-    messages::{Health, McpCall, McpCallResult, McpReply, McpRequest, Reply, Request},
+    messages::{
+        Health, McpCall, McpCallResult, McpDiscovery, McpReply, McpRequest, McpServerStatus, Reply,
+        Request,
+    },
     Call, RemoteError,
 };
 use futures::future::BoxFuture;
@@ -16,13 +21,17 @@ use crate::{
     naming,
     pool::SessionPool,
     registry::{McpRegistry, Reload, Servers, Skipped, Subscribe},
-    server::ServerHandle,
+    server::{Phase, ServerHandle},
 };
 
 /// A call's deadline when the requester gave none.
 const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(120);
-/// How long a listing waits for servers still starting.
+/// How long a listing may wait when the requester gave no deadline.
 const DEFAULT_LIST_WAIT: Duration = Duration::from_secs(60);
+/// How long after its spawn a server still in its first start is waited for by a
+/// listing (a stdio server starts in well under a second here); past it, the listing
+/// answers without it.
+const START_GRACE: Duration = Duration::from_secs(5);
 
 /// Routes mcp-host requests.
 pub struct McpService {
@@ -90,13 +99,23 @@ impl RoleHandler for McpService {
                             )));
                         }
                     }
-                    let within = left(&call, DEFAULT_LIST_WAIT);
-                    futures::future::join_all(wanted.iter().map(|h| h.settled(within))).await;
-                    let tools = wanted
+                    settle(&wanted, left(&call, DEFAULT_LIST_WAIT)).await;
+                    Ok(Reply::Mcp(McpReply::Tools(tools_of(&wanted))))
+                }
+                McpRequest::Discover => {
+                    let servers = registry.send(Servers).await.map_err(unavailable)?;
+                    settle(&servers, left(&call, DEFAULT_LIST_WAIT)).await;
+                    // A reconnecting server keeps its tool list: calls wait for it.
+                    let mut not_ready: Vec<McpServerStatus> = servers
                         .iter()
-                        .flat_map(|h| h.tools().as_ref().clone())
+                        .filter(|h| !matches!(h.phase(), Phase::Ready | Phase::Reconnecting))
+                        .map(ServerHandle::status)
                         .collect();
-                    Ok(Reply::Mcp(McpReply::Tools(tools)))
+                    not_ready.extend(registry.send(Skipped).await.map_err(unavailable)?);
+                    Ok(Reply::Mcp(McpReply::Discovery(McpDiscovery {
+                        tools: tools_of(&servers),
+                        not_ready,
+                    })))
                 }
                 McpRequest::CallTool(c) => {
                     let servers = registry.send(Servers).await.map_err(unavailable)?;
@@ -133,6 +152,24 @@ impl RoleHandler for McpService {
             }
         })
     }
+}
+
+/// Waits for the servers' first starts, within [`START_GRACE`] of each spawn.
+async fn settle(servers: &[ServerHandle], within: Duration) {
+    futures::future::join_all(
+        servers
+            .iter()
+            .map(|h| h.settled_within(START_GRACE, within)),
+    )
+    .await;
+}
+
+/// The listed tools of `servers`, in order (a server not ready yet has none).
+fn tools_of(servers: &[ServerHandle]) -> Vec<antler_protocol::messages::McpTool> {
+    servers
+        .iter()
+        .flat_map(|h| h.tools().as_ref().clone())
+        .collect()
 }
 
 async fn call_tool(

@@ -24,6 +24,9 @@ fn cluster(dir: &std::path::Path, servers: Value) -> (Cluster, std::path::PathBu
     (c, file)
 }
 
+/// (name, headers, the status it must get).
+type Attack<'a> = (&'a str, Vec<(&'a str, &'a str)>, u16);
+
 #[test]
 fn a_web_page_cannot_make_the_gateway_start_a_command() {
     let dir = tempfile::tempdir().unwrap();
@@ -39,7 +42,7 @@ fn a_web_page_cannot_make_the_gateway_start_a_command() {
     let before = std::fs::read(&file).unwrap();
     let auth = format!("Bearer {token}");
     let rebound = format!("rebind.evil.example:{}", addr.rsplit_once(':').unwrap().1);
-    let attacks: Vec<(&str, Vec<(&str, &str)>, u16)> = vec![
+    let attacks: Vec<Attack> = vec![
         // DNS rebinding: the page's own name, a simple text/plain request, no token.
         (
             "rebinding",

@@ -77,8 +77,24 @@ pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             }
             McpCommand::Tools { server, json } => {
-                let tools = match ask(ctx, McpRequest::ListTools { server }, LIST_TIMEOUT).await? {
+                // Every server's: what a run would start with, and who is not ready.
+                let request = match server {
+                    Some(server) => McpRequest::ListTools {
+                        server: Some(server),
+                    },
+                    None => McpRequest::Discover,
+                };
+                let tools = match ask(ctx, request, LIST_TIMEOUT).await? {
                     McpReply::Tools(t) => t,
+                    McpReply::Discovery(d) => {
+                        for s in &d.not_ready {
+                            eprintln!(
+                                "antler: MCP server '{}' is not ready ({}); its tools are not listed",
+                                s.name, s.state
+                            );
+                        }
+                        d.tools
+                    }
                     other => bail!("unexpected reply from mcp-host: {other:?}"),
                 };
                 if json {

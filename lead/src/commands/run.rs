@@ -265,6 +265,7 @@ fn print_event(event: &Value) {
             text("name"),
             text("tool_call_id")
         ),
+        Some("warning") => eprintln!("! {}", text("message")),
         _ => {}
     }
 }

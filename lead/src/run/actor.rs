@@ -109,6 +109,11 @@ pub enum RunEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         tool_call_id: Option<String>,
     },
+    /// Something the run's set-up worked around (MCP servers not ready, an extensions
+    /// file that did not load): the run goes on, the submitter should know.
+    Warning {
+        message: String,
+    },
 }
 
 /// The six states of a tool's life in a run (ARCHITECTURE.md). Available and

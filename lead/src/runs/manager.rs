@@ -65,18 +65,18 @@ impl RunManager {
             mut run,
             record,
             catalog,
+            warnings,
         } = prepared;
         let run_id = record.run_id.clone();
         let (log, timing) = match self.runs.get(&run_id) {
             Some(live) => (live.log.clone(), live.timing.clone()),
             None => (Arc::default(), Arc::default()),
         };
-        run.on_event(event_sink(
-            log.clone(),
-            self.metrics.clone(),
-            catalog,
-            timing.clone(),
-        ));
+        let sink = event_sink(log.clone(), self.metrics.clone(), catalog, timing.clone());
+        for message in warnings {
+            sink(&RunEvent::Warning { message });
+        }
+        run.on_event(sink);
         let actor = RunActor::new(run).start();
         self.ended.retain(|id| id != &run_id);
         self.runs.insert(
@@ -400,6 +400,8 @@ fn event_sink(
                     metrics.tool_call(source_label(&catalog, name), outcome, started.elapsed());
                 }
             }
+            // Logged where the set-up noticed it.
+            RunEvent::Warning { .. } => {}
         }
     }
 }

@@ -4,6 +4,9 @@
 //! extensions and mcp-host's tool list whenever they change, and shared by every run of
 //! one catalog version), the thread's directories on sandbox-host's base directory, and
 //! the run's record in the checkpoint store. Resuming rebuilds the same from the record.
+//! A run never waits on an MCP server that is not ready, and an extensions file that
+//! does not load (caught half-written) gives way to the last good one: both become
+//! warnings of the run.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,8 +17,8 @@ use antler_protocol::config::{
     load_app_config, load_extensions_config, AppConfig, ExtensionsConfig,
 };
 use antler_protocol::messages::{
-    ControlRequest, McpReply, McpRequest, PlaybookSource, Reply, Request, RunSubmission,
-    SandboxReply, SandboxRequest,
+    ControlRequest, McpDiscovery, McpReply, McpRequest, McpServerStatus, McpTool, PlaybookSource,
+    Reply, Request, RunSubmission, SandboxReply, SandboxRequest,
 };
 use antler_protocol::Role;
 
@@ -39,10 +42,13 @@ pub const SCRIPTED_PREFIX: &str = "scripted:";
 pub const SCRIPTED_INLINE_PREFIX: &str = "scripted-yaml:";
 /// How a run records a model of `models:` (empty name: the first).
 pub const MODEL_PREFIX: &str = "model:";
-/// Deadline of the set-up requests to the hosts (tool listing, status).
+/// Deadline of the set-up requests to the hosts (tool listing, status). mcp-host answers
+/// a discovery within seconds: it waits only briefly for servers just started.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a run waits for MCP servers still starting before it lists their tools.
-const MCP_START_WAIT: Duration = Duration::from_secs(30);
+/// The run's warning when the extensions file did not load. The file holds secrets, so
+/// the event does not quote the parse error (the lead's log has it).
+pub const EXTENSIONS_FALLBACK_WARNING: &str =
+    "the extensions config could not be loaded (see the lead's log); this run uses the last good one";
 /// The longest user or thread id.
 const MAX_ID_LEN: usize = 128;
 
@@ -88,6 +94,8 @@ struct Feed {
     mcp: Option<Vec<McpSourceTool>>,
     /// The sources version whose warnings were logged.
     warned: u64,
+    /// The last extensions config that loaded (`Some(None)`: there was no file).
+    last_good_extensions: Option<Option<Arc<ExtensionsConfig>>>,
 }
 
 /// Everything a lead needs to prepare runs.
@@ -110,6 +118,8 @@ pub struct Prepared {
     pub run: RunLoop,
     pub record: RunRecord,
     pub catalog: Arc<Catalog>,
+    /// What the set-up worked around, for the run's warning events.
+    pub warnings: Vec<String>,
 }
 
 /// A user or thread id safe to use as a directory name (DeerFlow's thread id rule).
@@ -137,13 +147,24 @@ impl RunEnv {
         config_path: Option<PathBuf>,
         extensions_path: PathBuf,
     ) -> RunEnv {
+        // The file as the cluster starts is the first last good one.
+        let last_good_extensions = if extensions_path.exists() {
+            load_extensions_config(&extensions_path)
+                .ok()
+                .map(|loaded| Some(Arc::new(loaded.value)))
+        } else {
+            Some(None)
+        };
         RunEnv {
             store,
             hosts,
             catalog,
             config_path,
             extensions_path,
-            feed: Mutex::new(Feed::default()),
+            feed: Mutex::new(Feed {
+                last_good_extensions,
+                ..Feed::default()
+            }),
             base_dir: Mutex::new(None),
             prompts: PromptCache::default(),
         }
@@ -167,13 +188,37 @@ impl RunEnv {
         }
     }
 
-    fn load_extensions(&self) -> Result<Option<Arc<ExtensionsConfig>>, PrepareError> {
+    /// Reads the extensions file. One that does not load, or is gone after one did, gives
+    /// way to the last good one (as mcp-host keeps its servers), with a warning; with none
+    /// yet, the run fails.
+    fn load_extensions(
+        &self,
+        warnings: &mut Vec<String>,
+    ) -> Result<Option<Arc<ExtensionsConfig>>, PrepareError> {
         if !self.extensions_path.exists() {
-            return Ok(None);
+            let last = self.feed().last_good_extensions.clone().flatten();
+            if last.is_some() {
+                tracing::warn!(path = %self.extensions_path.display(), "the extensions config is gone; runs use the last good one");
+                warnings.push(EXTENSIONS_FALLBACK_WARNING.to_owned());
+            }
+            return Ok(last);
         }
-        load_extensions_config(&self.extensions_path)
-            .map(|loaded| Some(Arc::new(loaded.value)))
-            .map_err(|e| PrepareError::Config(e.to_string()))
+        let loaded = load_extensions_config(&self.extensions_path)
+            .map(|loaded| Some(Arc::new(loaded.value)));
+        match loaded {
+            Ok(extensions) => {
+                self.feed().last_good_extensions = Some(extensions.clone());
+                Ok(extensions)
+            }
+            Err(e) => {
+                let Some(last) = self.feed().last_good_extensions.clone() else {
+                    return Err(PrepareError::Config(e.to_string()));
+                };
+                tracing::warn!("{e}; runs use the last good extensions config");
+                warnings.push(EXTENSIONS_FALLBACK_WARNING.to_owned());
+                Ok(last)
+            }
+        }
     }
 
     /// The catalog for a run with `app`: the actor's (cached per sources version) when
@@ -183,14 +228,18 @@ impl RunEnv {
         app: &Arc<AppConfig>,
         own_config: bool,
         request: AssemblyRequest,
+        warnings: &mut Vec<String>,
     ) -> Result<Arc<Catalog>, PrepareError> {
-        let extensions = self.load_extensions()?;
+        let extensions = self.load_extensions(warnings)?;
         let any_server = extensions
             .as_ref()
             .is_some_and(|e| e.mcp_servers.values().any(|s| s.enabled));
         let mcp = if any_server {
-            wait_for_mcp_servers(self.hosts.as_ref()).await;
-            mcp_tools(self.hosts.as_ref()).await?
+            let discovery = discover_mcp(self.hosts.as_ref()).await?;
+            if let Some(warning) = not_ready_warning(&discovery.not_ready) {
+                warnings.push(warning);
+            }
+            mcp_tools(discovery.tools)
         } else {
             Vec::new()
         };
@@ -384,8 +433,9 @@ impl RunEnv {
             submission.agent.clone(),
             submission.bootstrap,
         );
+        let mut warnings = Vec::new();
         let catalog = self
-            .catalog(&app, config_override.is_some(), request)
+            .catalog(&app, config_override.is_some(), request, &mut warnings)
             .await?;
         let context = self
             .context(
@@ -417,6 +467,7 @@ impl RunEnv {
             run,
             record,
             catalog,
+            warnings,
         })
     }
 
@@ -449,7 +500,8 @@ impl RunEnv {
             .filter(|n| !n.is_empty())
             .map(str::to_owned);
         let request = assembly_request(model_name, record.agent.clone(), record.bootstrap);
-        let catalog = self.catalog(&app, false, request).await?;
+        let mut warnings = Vec::new();
+        let catalog = self.catalog(&app, false, request, &mut warnings).await?;
         let context = self
             .context(
                 &app,
@@ -477,6 +529,7 @@ impl RunEnv {
             run,
             record,
             catalog,
+            warnings,
         })
     }
 }
@@ -628,35 +681,44 @@ fn named_playbook(
     )))
 }
 
-/// Waits until no MCP server is `starting` (each is ready or has failed), or the time
-/// is up; the run then uses the tools of the servers that are ready.
-async fn wait_for_mcp_servers(hosts: &dyn ToolHosts) {
-    let until = std::time::Instant::now() + MCP_START_WAIT;
-    while std::time::Instant::now() < until {
-        let request = Request::Mcp(McpRequest::Status);
-        match hosts.request(Role::McpHost, request, SETUP_TIMEOUT).await {
-            Ok(Reply::Mcp(McpReply::Status(servers)))
-                if servers.iter().all(|s| s.state != "starting") =>
-            {
-                return
-            }
-            Ok(_) | Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
+/// mcp-host's discovery: the tools of the ready servers and the servers that are not
+/// ready. It answers promptly (a server is waited for only just after its start).
+async fn discover_mcp(hosts: &dyn ToolHosts) -> Result<McpDiscovery, PrepareError> {
+    let request = Request::Mcp(McpRequest::Discover);
+    match hosts.request(Role::McpHost, request, SETUP_TIMEOUT).await? {
+        Reply::Mcp(McpReply::Discovery(discovery)) => Ok(discovery),
+        other => Err(PrepareError::Host(HostError(format!(
+            "unexpected reply from mcp-host: {other:?}"
+        )))),
     }
-    tracing::warn!(
-        "MCP servers still starting after {MCP_START_WAIT:?}; running with the tools listed now"
-    );
+}
+
+/// The run's warning naming the MCP servers it goes without (their errors go to the
+/// lead's log: a server's stderr may say more than the submitter should read).
+fn not_ready_warning(not_ready: &[McpServerStatus]) -> Option<String> {
+    if not_ready.is_empty() {
+        return None;
+    }
+    for s in not_ready {
+        tracing::warn!(
+            server = %s.name,
+            state = %s.state,
+            "MCP server not ready; runs go without its tools: {}",
+            s.last_error.as_deref().unwrap_or("no error yet")
+        );
+    }
+    let names: Vec<String> = not_ready
+        .iter()
+        .map(|s| format!("'{}' ({})", s.name, s.state))
+        .collect();
+    Some(format!(
+        "MCP servers not ready, this run goes without their tools: {}",
+        names.join(", ")
+    ))
 }
 
 /// mcp-host's tools, in its order, with each server's positions.
-async fn mcp_tools(hosts: &dyn ToolHosts) -> Result<Vec<McpSourceTool>, PrepareError> {
-    let request = Request::Mcp(McpRequest::ListTools { server: None });
-    let reply = hosts.request(Role::McpHost, request, SETUP_TIMEOUT).await?;
-    let Reply::Mcp(McpReply::Tools(tools)) = reply else {
-        return Err(PrepareError::Host(HostError(format!(
-            "unexpected reply from mcp-host: {reply:?}"
-        ))));
-    };
+fn mcp_tools(tools: Vec<McpTool>) -> Vec<McpSourceTool> {
     let mut positions = std::collections::HashMap::<String, u32>::new();
     let mut out = Vec::with_capacity(tools.len());
     for tool in tools {
@@ -682,5 +744,35 @@ async fn mcp_tools(hosts: &dyn ToolHosts) -> Result<Vec<McpSourceTool>, PrepareE
         });
         *position += 1;
     }
-    Ok(out)
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(name: &str, state: &str, error: Option<&str>) -> McpServerStatus {
+        McpServerStatus {
+            name: name.into(),
+            transport: "http".into(),
+            state: state.into(),
+            tools: 0,
+            last_error: error.map(str::to_owned),
+            reconnects: 0,
+            in_flight: 0,
+        }
+    }
+
+    #[test]
+    fn the_not_ready_warning_names_each_server_and_its_state_only() {
+        assert_eq!(not_ready_warning(&[]), None);
+        let warning = not_ready_warning(&[
+            status("hung", "starting", None),
+            status("dies", "failed", Some("stderr: SECRET=sk-1")),
+        ]);
+        assert_eq!(
+            warning.as_deref(),
+            Some("MCP servers not ready, this run goes without their tools: 'hung' (starting), 'dies' (failed)")
+        );
+    }
 }

@@ -1,7 +1,9 @@
 //! Opening one MCP session over the configured transport: stdio (a child process in its own
 //! process group), streamable HTTP (rmcp), or legacy HTTP+SSE (our client on rmcp's
 //! transport trait). A session ends when its `Opened` is dropped: the child group is killed.
+//! Credentials never leave their origin (see `origin`).
 
+pub mod origin;
 pub mod sse;
 pub mod stdio;
 
@@ -57,7 +59,7 @@ pub struct OpenOptions {
     pub authorization: Option<String>,
     /// A working directory overriding the config's (the pooled thread workspace).
     pub cwd: Option<String>,
-    /// Extra environment for stdio (the pooled `TMPDIR`), under the operator's.
+    /// Extra environment for stdio (the pooled `TMPDIR`), under the server's configured `env`.
     pub default_env: Vec<(String, String)>,
 }
 
@@ -75,8 +77,10 @@ pub async fn open(
         Transport::Http => {
             let url = config.url.clone().unwrap_or_default();
             let headers = headers(config, options)?;
+            let redirects = origin::RedirectGuard::default();
             let http = reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(10))
+                .redirect(redirects.policy())
                 .build()
                 .map_err(|e| OpenError::Http(e.to_string()))?;
             let cfg = StreamableHttpClientTransportConfig::with_uri(Arc::<str>::from(url.as_str()))
@@ -84,7 +88,10 @@ pub async fn open(
                 .max_concurrent_requests(64);
             let t = StreamableHttpClientTransport::with_client(http, cfg);
             let session = client.serve(t).await.map_err(|e| OpenError::Initialize {
-                reason: http_reason(&e.to_string()),
+                reason: match redirects.refusal() {
+                    Some(refused) => refused.to_string(),
+                    None => http_reason(&e.to_string()),
+                },
                 stderr: String::new(),
             })?;
             Ok(Opened {

@@ -1,7 +1,8 @@
 //! The legacy HTTP+SSE transport (MCP 2024-11-05), which rmcp 3 no longer ships: `GET` the
 //! SSE URL, wait for the `endpoint` event, then `POST` each message to that endpoint while
 //! replies arrive as `message` events. A reader task owns the event stream; it stops when
-//! the stream ends or the transport is dropped or closed.
+//! the stream ends or the transport is dropped or closed. An endpoint of another origin
+//! than the SSE URL's is refused: the configured headers never go there.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -17,7 +18,7 @@ use rmcp::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use super::OpenError;
+use super::{origin, OpenError};
 
 /// How long the server may take to announce its message endpoint.
 const ENDPOINT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -58,19 +59,22 @@ impl SseTransport {
             Url::parse(url).map_err(|e| OpenError::Http(format!("invalid url {url}: {e}")))?;
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
+            .redirect(origin::redirect_policy())
             .build()
             .map_err(|e| OpenError::Http(e.to_string()))?;
         let mut req = http.get(base.clone()).header(ACCEPT, "text/event-stream");
         for (k, v) in &headers {
             req = req.header(k, v);
         }
+        // The URL as errors show it: no query, which may carry a token.
+        let shown = format!("{}{}", origin::shown(&base), base.path());
         let resp = req
             .send()
             .await
-            .map_err(|e| OpenError::Http(format!("GET {base}: {}", without_url(&e))))?;
+            .map_err(|e| OpenError::Http(format!("GET {shown}: {}", origin::describe(&e))))?;
         if !resp.status().is_success() {
             return Err(OpenError::Http(format!(
-                "GET {base} answered HTTP {}",
+                "GET {shown} answered HTTP {}",
                 resp.status().as_u16()
             )));
         }
@@ -78,7 +82,11 @@ impl SseTransport {
         let (tx, incoming) = mpsc::channel(256);
         let reader = tokio::spawn(read_events(resp, base, endpoint_tx, tx));
         let endpoint = match tokio::time::timeout(ENDPOINT_TIMEOUT, endpoint_rx).await {
-            Ok(Ok(e)) => e,
+            Ok(Ok(Ok(e))) => e,
+            Ok(Ok(Err(refused))) => {
+                reader.abort();
+                return Err(OpenError::Http(refused.to_string()));
+            }
             Ok(Err(_)) => {
                 reader.abort();
                 return Err(OpenError::Http(
@@ -102,19 +110,10 @@ impl SseTransport {
     }
 }
 
-fn without_url(e: &reqwest::Error) -> String {
-    // reqwest errors print the URL, which may carry a query token; keep only the kind.
-    let mut s = e.to_string();
-    if let Some(u) = e.url() {
-        s = s.replace(u.as_str(), "<url>");
-    }
-    s
-}
-
 async fn read_events(
     resp: reqwest::Response,
     base: Url,
-    endpoint_tx: oneshot::Sender<Url>,
+    endpoint_tx: oneshot::Sender<Result<Url, origin::CrossOrigin>>,
     tx: mpsc::Sender<RxJsonRpcMessage<RoleClient>>,
 ) {
     let mut endpoint_tx = Some(endpoint_tx);
@@ -139,8 +138,14 @@ async fn read_events(
                 if kind == "endpoint" {
                     match base.join(data.trim()) {
                         Ok(url) => {
+                            // Only the first endpoint counts; later ones are ignored.
                             if let Some(t) = endpoint_tx.take() {
-                                let _ = t.send(url);
+                                let checked = origin::check_endpoint(&base, &url).map(|()| url);
+                                let refused = checked.is_err();
+                                let _ = t.send(checked);
+                                if refused {
+                                    return;
+                                }
                             }
                         }
                         Err(e) => tracing::warn!("invalid SSE endpoint {:?}: {e}", data.trim()),
@@ -191,14 +196,10 @@ impl Transport<RoleClient> for SseTransport {
             for (k, v) in headers.iter() {
                 req = req.header(k, v);
             }
-            let shown = format!(
-                "{}{}",
-                endpoint.origin().ascii_serialization(),
-                endpoint.path()
-            );
+            let shown = format!("{}{}", origin::shown(&endpoint), endpoint.path());
             let resp = req.send().await.map_err(|e| SseError::Post {
                 endpoint: shown.clone(),
-                reason: without_url(&e),
+                reason: origin::describe(&e),
             })?;
             if !resp.status().is_success() {
                 return Err(SseError::Status {

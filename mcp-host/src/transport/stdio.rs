@@ -1,6 +1,8 @@
 //! stdio servers: the command runs in its own process group with piped stdin/stdout, its
 //! stderr captured (the last lines kept to explain a failed start). Dropping the
 //! `ChildGroup` kills the whole group; rmcp's child guard reaps the child, so no zombies.
+//! The environment is never the host's: only the MCP SDK's default variables
+//! ([`INHERITED_ENV_VARS`]), then the pool's, then the server's configured `env`.
 
 use std::{
     collections::VecDeque,
@@ -18,10 +20,33 @@ use crate::client::Client;
 /// Lines of stderr kept per server.
 const STDERR_TAIL_LINES: usize = 20;
 
+/// The host variables a stdio server inherits: the MCP SDKs' `DEFAULT_INHERITED_ENV_VARS`
+/// on POSIX (Python's `get_default_environment`, TypeScript's `getDefaultEnvironment`),
+/// as DeerFlow's client passes them. Everything else (model keys, the cluster token)
+/// stays with the host.
+pub const INHERITED_ENV_VARS: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
+
+/// The values of [`INHERITED_ENV_VARS`] in `lookup` that are set; like the SDKs, a value
+/// starting with `()` (an exported shell function) is skipped.
+pub fn default_environment(lookup: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    INHERITED_ENV_VARS
+        .iter()
+        .filter_map(|k| lookup(k).map(|v| (k.to_string(), v)))
+        .filter(|(_, v)| !v.starts_with("()"))
+        .collect()
+}
+
 /// The process group of a stdio server; killed with SIGKILL when dropped.
 #[derive(Debug)]
 pub struct ChildGroup {
     pgid: i32,
+}
+
+impl ChildGroup {
+    /// The group's id, which is its leader's (the server's) pid.
+    pub fn pid(&self) -> u32 {
+        self.pgid as u32
+    }
 }
 
 impl Drop for ChildGroup {
@@ -66,6 +91,8 @@ pub(super) async fn open(
     let command = config.command.clone().unwrap_or_default();
     let mut cmd = tokio::process::Command::new(&command);
     cmd.args(&config.args);
+    cmd.env_clear();
+    cmd.envs(default_environment(|k| std::env::var(k).ok()));
     for (k, v) in &options.default_env {
         if !config.env.contains_key(k) {
             cmd.env(k, v);
@@ -122,5 +149,28 @@ pub(super) async fn open(
                 stderr: tail.text(),
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_sdk_default_variables_are_inherited() {
+        let host = |k: &str| match k {
+            "HOME" => Some("/root".to_owned()),
+            "PATH" => Some("/usr/bin".to_owned()),
+            "SHELL" => Some("() { evil; }".to_owned()),
+            "OPENAI_API_KEY" => Some("sk-secret".to_owned()),
+            _ => None,
+        };
+        assert_eq!(
+            default_environment(host),
+            [
+                ("HOME".to_owned(), "/root".to_owned()),
+                ("PATH".to_owned(), "/usr/bin".to_owned())
+            ]
+        );
     }
 }

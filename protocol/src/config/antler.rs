@@ -27,10 +27,14 @@ pub const ANTLER_KEYS: &[&str] = &[
     "restart_max",
     "restart_window_s",
     "playbook_dirs",
+    "mcp_pool",
 ];
 
 /// The most subagent workers one local cluster starts.
 pub const MAX_WORKERS: usize = 64;
+
+/// The keys of `antler.mcp_pool`.
+pub const MCP_POOL_KEYS: &[&str] = &["idle_timeout_s", "max_sessions", "max_rss_mb"];
 
 /// Antler's own settings.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -61,6 +65,45 @@ pub struct AntlerSection {
     /// Directories whose playbooks `POST /api/runs` may name (`"playbook": "name.yaml"`);
     /// the API reads no other file. Relative entries are relative to config.yaml's directory.
     pub playbook_dirs: Vec<PathBuf>,
+    /// mcp-host's stdio session pool (per user and thread sessions).
+    pub mcp_pool: McpPoolSection,
+}
+
+/// `antler.mcp_pool`: bounds of mcp-host's stdio session pool. A pooled session unused
+/// for `idle_timeout_s` is stopped; past `max_sessions` sessions, or past `max_rss_mb`
+/// of resident memory summed over the pooled servers' processes, the least recently used
+/// sessions are stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping of session pool settings")]
+pub struct McpPoolSection {
+    /// Seconds a pooled session may stay unused.
+    pub idle_timeout_s: u64,
+    /// Pooled sessions at most.
+    pub max_sessions: usize,
+    /// Resident memory of the pooled servers at most, in MiB.
+    pub max_rss_mb: u64,
+}
+
+impl Default for McpPoolSection {
+    fn default() -> Self {
+        Self {
+            idle_timeout_s: 600,
+            max_sessions: 256,
+            max_rss_mb: 2048,
+        }
+    }
+}
+
+impl McpPoolSection {
+    /// How long a pooled session may stay unused.
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.idle_timeout_s)
+    }
+
+    /// The memory cap in bytes.
+    pub fn max_rss_bytes(&self) -> u64 {
+        self.max_rss_mb.saturating_mul(1024 * 1024)
+    }
 }
 
 impl Default for AntlerSection {
@@ -78,6 +121,7 @@ impl Default for AntlerSection {
             restart_max: 5,
             restart_window_s: 60,
             playbook_dirs: Vec::new(),
+            mcp_pool: McpPoolSection::default(),
         }
     }
 }
@@ -141,6 +185,16 @@ impl AntlerSection {
         );
         require(self.restart_max >= 1, "restart_max", at_least_one);
         require(self.restart_window_s >= 1, "restart_window_s", at_least_one);
+        let pool = base.key("mcp_pool");
+        for (ok, field) in [
+            (self.mcp_pool.idle_timeout_s >= 1, "idle_timeout_s"),
+            (self.mcp_pool.max_sessions >= 1, "max_sessions"),
+            (self.mcp_pool.max_rss_mb >= 1, "max_rss_mb"),
+        ] {
+            if !ok {
+                problems.push((pool.key(field), at_least_one));
+            }
+        }
         problems
     }
 }
@@ -183,6 +237,20 @@ mod tests {
         assert_eq!(problems.len(), 1);
         assert_eq!(problems[0].0.to_string(), "antler.workers");
         assert_eq!(problems[0].1, "expected an integer from 1 to 64");
+    }
+
+    #[test]
+    fn the_mcp_pool_has_bounds_by_default_and_rejects_zero() {
+        let a: AntlerSection =
+            serde_yaml::from_str("mcp_pool: {idle_timeout_s: 30, max_rss_mb: 512}").unwrap();
+        assert_eq!(a.mcp_pool.idle_timeout(), Duration::from_secs(30));
+        assert_eq!(a.mcp_pool.max_sessions, 256);
+        assert_eq!(a.mcp_pool.max_rss_bytes(), 512 * 1024 * 1024);
+        assert_eq!(AntlerSection::default().mcp_pool.idle_timeout_s, 600);
+        let zero: AntlerSection = serde_yaml::from_str("mcp_pool: {max_sessions: 0}").unwrap();
+        let problems = zero.check();
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].0.to_string(), "antler.mcp_pool.max_sessions");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::antler::{AntlerSection, ANTLER_KEYS};
+use super::antler::{AntlerSection, ANTLER_KEYS, MCP_POOL_KEYS};
 use super::diagnostics::{
     unknown_key_message, ConfigError, ConfigWarning, FieldPath, PathSegment, WarningKind,
 };
@@ -397,6 +397,11 @@ fn unknown_key_warning(doc: &Document<'_>, path: FieldPath) -> ConfigWarning {
             .copied()
             .collect(),
         [PathSegment::Key(section), _] if section == "antler" => ANTLER_KEYS.to_vec(),
+        [PathSegment::Key(section), PathSegment::Key(sub), _]
+            if section == "antler" && sub == "mcp_pool" =>
+        {
+            MCP_POOL_KEYS.to_vec()
+        }
         _ => Vec::new(),
     };
     let message = unknown_key_message(&path, &known);

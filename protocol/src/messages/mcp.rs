@@ -22,6 +22,10 @@ pub enum McpRequest {
     /// Stream a `McpReply::ToolsChanged` item each time a server's tool list changes;
     /// the final reply comes when the subscriber cancels or the host stops.
     WatchTools,
+    /// What a run starts with (`McpReply::Discovery`): the tools of the ready servers and
+    /// the servers that are not ready. Answers promptly: a server is waited for only
+    /// briefly after it was started, never for its whole start timeout.
+    Discover,
 }
 
 /// One tool call.
@@ -60,6 +64,18 @@ pub enum McpReply {
     },
     /// `WatchTools` ended.
     WatchEnded,
+    /// The answer to `Discover`.
+    Discovery(McpDiscovery),
+}
+
+/// The tools a run can use now, and the servers it goes without.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpDiscovery {
+    /// The tools of every server that has a tool list (ready, or reconnecting).
+    pub tools: Vec<McpTool>,
+    /// The enabled servers that are not ready: those starting or failed in file order,
+    /// then those the config could not start (`invalid`).
+    pub not_ready: Vec<McpServerStatus>,
 }
 
 /// One server as `antler mcp status` shows it.

@@ -3,6 +3,8 @@
 //! cluster whose mcp-host reads a given extensions config, and the `antler mcp` commands.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod standin;
+
 use std::{
     net::TcpListener,
     path::{Path, PathBuf},
@@ -123,7 +125,23 @@ impl McpCluster {
         Self::start_with(servers, &[])
     }
 
+    /// Starts the cluster and waits (up to 30 s) until no server is still starting, so a
+    /// listing right after sees every server that can start.
     pub fn start_with(servers: Value, env: &[(&str, &str)]) -> McpCluster {
+        let c = Self::start_unsettled(servers, env);
+        let settled = wait_for(Duration::from_secs(30), || {
+            (!c.status().iter().any(|s| s["state"] == "starting")).then_some(())
+        });
+        assert!(
+            settled.is_some(),
+            "servers still starting: {:?}",
+            c.status()
+        );
+        c
+    }
+
+    /// Starts the cluster without waiting for its servers (one of them may hang).
+    pub fn start_unsettled(servers: Value, env: &[(&str, &str)]) -> McpCluster {
         let dir = tempfile::Builder::new()
             .prefix("antler-mcp")
             .tempdir_in("/tmp")
@@ -304,4 +322,73 @@ pub fn write_config(path: &Path, servers: &Value) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).expect("write");
     std::fs::rename(&tmp, path).expect("rename");
+}
+
+/// What `antler run --trace --json` printed: its exit code, the run's view, its events.
+pub struct RunOutput {
+    pub code: i32,
+    pub view: Value,
+    pub events: Vec<Value>,
+    pub stderr: String,
+}
+
+impl RunOutput {
+    /// The events named `name` (`warning`, `tool_finished`, ...).
+    pub fn events_named(&self, name: &str) -> Vec<&Value> {
+        self.events.iter().filter(|e| e["event"] == name).collect()
+    }
+
+    /// The messages of the run's warning events.
+    pub fn warnings(&self) -> Vec<String> {
+        self.events_named("warning")
+            .iter()
+            .filter_map(|e| e["message"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// Whether the run called `tool` and it did not fail.
+    pub fn called_ok(&self, tool: &str) -> bool {
+        self.events_named("tool_finished")
+            .iter()
+            .any(|e| e["name"] == tool && e["error"] == false)
+    }
+}
+
+impl McpCluster {
+    /// `antler run TASK --playbook FILE --trace --json` against this cluster, with the
+    /// playbook's text written to a file first.
+    pub fn run_playbook(&self, playbook: &str) -> RunOutput {
+        let file = self.dir().join(format!("playbook-{}.yaml", free_port()));
+        std::fs::write(&file, playbook).expect("write the playbook");
+        let out = antler(
+            &self.runtime_dir(),
+            &[
+                "run",
+                "Use the MCP tools",
+                "--playbook",
+                file.to_str().expect("utf8"),
+                "--trace",
+                "--json",
+            ],
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let view = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
+        let events = stderr
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|l| l.get("event").cloned())
+            .collect();
+        RunOutput {
+            code: out.status.code().unwrap_or(-1),
+            view,
+            events,
+            stderr,
+        }
+    }
+
+    /// The directory holding the extensions file (and the tests' scratch files).
+    pub fn dir(&self) -> PathBuf {
+        self._dir.path().to_path_buf()
+    }
 }
