@@ -178,7 +178,14 @@ turns:
     assert!(events.contains(&RunEvent::ToolFinished {
         name: "tool_search".into(),
         tool_call_id: "call-2-1".into(),
-        error: false
+        error: false,
+        message: None,
+    }));
+    assert!(events.contains(&RunEvent::ToolFinished {
+        name: "everything_echo".into(),
+        tool_call_id: "call-3-1".into(),
+        error: true,
+        message: Some("Error: Tool 'everything_echo' failed with HostUnavailable: McpHost unreachable: connection refused. Continue with available context, or choose an alternative tool.".into()),
     }));
     let store = fixture.store();
     let (step, saved) = store.latest("run-1").unwrap().unwrap();

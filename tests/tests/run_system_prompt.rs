@@ -6,64 +6,13 @@
 //! wrapped as user input with its framework tags escaped.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+mod model_support;
+
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 
 use antler_tests::bin;
+use model_support::{recording_server, Reply};
 use serde_json::{json, Value};
-
-/// A stand-in OpenAI-compatible endpoint: records each request body, streams "Done.".
-struct RecordingServer {
-    base_url: String,
-    requests: Arc<Mutex<Vec<Value>>>,
-}
-
-fn recording_server() -> RecordingServer {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let requests = Arc::new(Mutex::new(Vec::new()));
-    let seen = requests.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut length = 0usize;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                    break;
-                }
-                let lower = line.to_ascii_lowercase();
-                if let Some(v) = lower.strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-                if line == "\r\n" {
-                    break;
-                }
-            }
-            let mut body = vec![0u8; length];
-            if reader.read_exact(&mut body).is_err() {
-                continue;
-            }
-            if let Ok(v) = serde_json::from_slice::<Value>(&body) {
-                seen.lock().unwrap().push(v);
-            }
-            let chunk = json!({"id": "c1", "object": "chat.completion.chunk", "model": "m",
-                "choices": [{"index": 0, "delta": {"content": "Done."}, "finish_reason": null}]});
-            let last = json!({"id": "c1", "object": "chat.completion.chunk", "model": "m",
-                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
-            let sse = format!("data: {chunk}\n\ndata: {last}\n\ndata: [DONE]\n\n");
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{sse}",
-                sse.len()
-            );
-        }
-    });
-    RecordingServer { base_url, requests }
-}
 
 fn skill(base: &std::path::Path, name: &str, description: &str) {
     let dir = base.join("skills/public").join(name);
@@ -88,7 +37,7 @@ fn in_order(text: &str, needles: &[&str]) {
 
 #[test]
 fn a_real_model_run_sends_the_system_prompt_and_wraps_the_task() {
-    let server = recording_server();
+    let server = recording_server(vec![Reply::text("Done.")]);
     let dir = tempfile::Builder::new()
         .prefix("antler-sp")
         .tempdir_in("/tmp")

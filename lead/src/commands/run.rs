@@ -259,12 +259,13 @@ fn print_event(event: &Value) {
     match event["event"].as_str() {
         Some("model_started") => eprintln!("· model turn {}", event["turn"]),
         Some("tool_started") => eprintln!("  → {} [{}]", text("name"), text("tool_call_id")),
-        Some("tool_finished") => eprintln!(
-            "  {} {} [{}]",
-            if event["error"] == true { "✗" } else { "✓" },
+        Some("tool_finished") if event["error"] == true => eprintln!(
+            "  ✗ {} [{}]: {}",
             text("name"),
-            text("tool_call_id")
+            text("tool_call_id"),
+            text("message")
         ),
+        Some("tool_finished") => eprintln!("  ✓ {} [{}]", text("name"), text("tool_call_id")),
         Some("warning") => eprintln!("! {}", text("message")),
         _ => {}
     }

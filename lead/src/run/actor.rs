@@ -91,6 +91,9 @@ pub enum RunEvent {
         name: String,
         tool_call_id: String,
         error: bool,
+        /// The first line of an error result (at most 200 characters).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
     },
     /// A model call returned: what the provider said it used and why it stopped.
     ModelFinished {
@@ -114,6 +117,15 @@ pub enum RunEvent {
     Warning {
         message: String,
     },
+}
+
+/// The first line of `text`, at most 200 characters.
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    match line.char_indices().nth(200) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line.to_owned(),
+    }
 }
 
 /// The six states of a tool's life in a run (ARCHITECTURE.md). Available and
@@ -652,23 +664,24 @@ impl RunLoop {
             }
             interrupt => interrupt,
         };
-        let error = match &result {
-            CallEnd::Done(update) => update.messages.iter().any(|m| {
-                matches!(
-                    m,
-                    Message::Tool {
-                        status: super::state::ToolStatus::Error,
-                        ..
-                    }
-                )
+        // The first line of the error result, for `antler run` beside its ✗.
+        let error_line = match &result {
+            CallEnd::Done(update) => update.messages.iter().find_map(|m| match m {
+                Message::Tool {
+                    status: super::state::ToolStatus::Error,
+                    content,
+                    ..
+                } => Some(first_line(content)),
+                _ => None,
             }),
-            CallEnd::Interrupt { .. } => false,
+            CallEnd::Interrupt { .. } => None,
         };
         self.lifecycle(ToolState::Returned, &call.name, Some(&call.id));
         self.emit(RunEvent::ToolFinished {
             name: call.name.clone(),
             tool_call_id: call.id.clone(),
-            error,
+            error: error_line.is_some(),
+            message: error_line,
         });
         result
     }

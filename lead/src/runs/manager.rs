@@ -390,6 +390,7 @@ fn event_sink(
                 name,
                 tool_call_id,
                 error,
+                ..
             } => {
                 if let Some((started, executed)) = timing.calls.remove(tool_call_id) {
                     let outcome = match (executed, error) {

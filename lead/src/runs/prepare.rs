@@ -49,6 +49,9 @@ const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// the event does not quote the parse error (the lead's log has it).
 pub const EXTENSIONS_FALLBACK_WARNING: &str =
     "the extensions config could not be loaded (see the lead's log); this run uses the last good one";
+/// The run's warning when mcp-host does not answer the discovery.
+pub const MCP_HOST_UNREACHABLE_WARNING: &str =
+    "mcp-host cannot be reached; this run goes on without MCP tools";
 /// The longest user or thread id.
 const MAX_ID_LEN: usize = 128;
 
@@ -235,11 +238,20 @@ impl RunEnv {
             .as_ref()
             .is_some_and(|e| e.mcp_servers.values().any(|s| s.enabled));
         let mcp = if any_server {
-            let discovery = discover_mcp(self.hosts.as_ref()).await?;
-            if let Some(warning) = not_ready_warning(&discovery.not_ready) {
-                warnings.push(warning);
+            match discover_mcp(self.hosts.as_ref()).await {
+                Ok(discovery) => {
+                    if let Some(warning) = not_ready_warning(&discovery.not_ready) {
+                        warnings.push(warning);
+                    }
+                    mcp_tools(discovery.tools)
+                }
+                // DeerFlow falls back to no MCP tools; the run says so and goes on.
+                Err(e) => {
+                    tracing::warn!("mcp-host cannot be reached; a run goes without MCP tools: {e}");
+                    warnings.push(MCP_HOST_UNREACHABLE_WARNING.to_owned());
+                    Vec::new()
+                }
             }
-            mcp_tools(discovery.tools)
         } else {
             Vec::new()
         };

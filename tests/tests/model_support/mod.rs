@@ -1,0 +1,137 @@
+//! `recording_server`: the suites' own stand-in for an OpenAI-compatible endpoint. It
+//! records every request body and answers each with the next scripted reply (the last one
+//! again when they run out), streamed like OpenAI's: content, then a finish reason, then
+//! the usage chunk `stream_options.include_usage` asks for.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
+
+/// One scripted reply.
+#[derive(Clone)]
+pub struct Reply {
+    pub content: String,
+    pub tool_calls: Vec<(String, Value)>,
+    pub finish_reason: String,
+    /// (prompt, completion, total) tokens reported.
+    pub usage: Option<(u64, u64, u64)>,
+}
+
+impl Reply {
+    pub fn text(content: &str) -> Reply {
+        Reply {
+            content: content.to_owned(),
+            tool_calls: Vec::new(),
+            finish_reason: "stop".to_owned(),
+            usage: None,
+        }
+    }
+
+    pub fn call(name: &str, args: Value) -> Reply {
+        Reply {
+            content: String::new(),
+            tool_calls: vec![(name.to_owned(), args)],
+            finish_reason: "tool_calls".to_owned(),
+            usage: None,
+        }
+    }
+
+    pub fn with_usage(mut self, prompt: u64, completion: u64, total: u64) -> Reply {
+        self.usage = Some((prompt, completion, total));
+        self
+    }
+
+    pub fn finished(mut self, reason: &str) -> Reply {
+        self.finish_reason = reason.to_owned();
+        self
+    }
+
+    fn sse(&self, n: usize) -> String {
+        let mut delta = json!({"role": "assistant", "content": self.content});
+        if !self.tool_calls.is_empty() {
+            let calls: Vec<Value> = self
+                .tool_calls
+                .iter()
+                .enumerate()
+                .map(|(i, (name, args))| {
+                    json!({"index": i, "id": format!("call_{n}_{i}"), "type": "function",
+                           "function": {"name": name, "arguments": args.to_string()}})
+                })
+                .collect();
+            delta["tool_calls"] = Value::Array(calls);
+        }
+        let chunk = |choices: Value| json!({"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": choices});
+        let mut out = format!(
+            "data: {}\n\ndata: {}\n\n",
+            chunk(json!([{"index": 0, "delta": delta, "finish_reason": null}])),
+            chunk(json!([{"index": 0, "delta": {}, "finish_reason": self.finish_reason}]))
+        );
+        if let Some((p, c, t)) = self.usage {
+            let mut usage = chunk(json!([]));
+            usage["usage"] = json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": t});
+            out.push_str(&format!("data: {usage}\n\n"));
+        }
+        out.push_str("data: [DONE]\n\n");
+        out
+    }
+}
+
+/// The running stand-in.
+pub struct RecordingServer {
+    pub base_url: String,
+    pub requests: Arc<Mutex<Vec<Value>>>,
+}
+
+/// Starts the stand-in on a free loopback port; it lives as long as the test process.
+pub fn recording_server(replies: Vec<Reply>) -> RecordingServer {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let seen = requests.clone();
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let mut body = vec![0u8; length];
+            if reader.read_exact(&mut body).is_err() {
+                continue;
+            }
+            let index = {
+                let mut seen = seen.lock().unwrap();
+                if let Ok(v) = serde_json::from_slice::<Value>(&body) {
+                    seen.push(v);
+                }
+                seen.len().saturating_sub(1)
+            };
+            let reply = replies
+                .get(index)
+                .or(replies.last())
+                .cloned()
+                .unwrap_or_else(|| Reply::text("Done."));
+            let sse = reply.sse(n);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{sse}",
+                sse.len()
+            );
+        }
+    });
+    RecordingServer { base_url, requests }
+}
