@@ -6,6 +6,8 @@
 //! deadlines and key redaction, plus an endpoint where nothing listens.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod model_support;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -63,7 +65,14 @@ impl LlamaServer {
         let child = Command::new("python3")
             .args(["-m", "llama_cpp.server", "--model", &smollm2_gguf()])
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--n_threads", "2", "--model_alias", ALIAS])
+            .args([
+                "--n_threads",
+                "2",
+                "--n_ctx",
+                "8192",
+                "--model_alias",
+                ALIAS,
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -197,7 +206,14 @@ async fn a_real_llama_server_answers_tool_calls_and_text() {
     assert_eq!(after.id, "ai-2");
 
     // (d) `antler run --model NAME` end to end: the lead's run reaches the server through
-    // config.yaml's `models:` entry, and the model's text is the run's final answer.
+    // config.yaml's `models:` entry (through a recording proxy, to see what it sends),
+    // and the model's text is the run's final answer.
+    let upstream = server
+        .base_url
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_owned();
+    let proxy = model_support::recording_proxy(&upstream);
     let dir = tempfile::Builder::new()
         .prefix("antler-oa")
         .tempdir_in("/tmp")
@@ -206,7 +222,7 @@ async fn a_real_llama_server_answers_tool_calls_and_text() {
         dir.path().join("config.yaml"),
         format!(
             "models:\n  - name: smol\n    use: langchain_openai:ChatOpenAI\n    model: {ALIAS}\n    base_url: {}\n    temperature: 0\n    max_tokens: 24\ntool_search:\n  enabled: false\n",
-            server.base_url
+            proxy.base_url
         ),
     )
     .unwrap();
@@ -242,6 +258,21 @@ async fn a_real_llama_server_answers_tool_calls_and_text() {
             .trim()
             .is_empty(),
         "{view}"
+    );
+    // What the real server got: the system prompt first, the task wrapped as user input.
+    let sent = proxy.requests.lock().unwrap().clone();
+    let first = sent.first().expect("the proxy saw the run's request");
+    let messages = first["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["role"], "system");
+    let system = messages[0]["content"].as_str().unwrap();
+    assert!(
+        system.starts_with("<role>\nYou are DeerFlow 2.0, an open-source super agent.\n</role>"),
+        "{system}"
+    );
+    assert!(system.contains("<current_date>"), "{system}");
+    assert_eq!(
+        messages[1]["content"],
+        "--- BEGIN USER INPUT ---\nSay hello.\n--- END USER INPUT ---"
     );
     drop(server);
 }

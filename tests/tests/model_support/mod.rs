@@ -135,3 +135,57 @@ pub fn recording_server(replies: Vec<Reply>) -> RecordingServer {
     });
     RecordingServer { base_url, requests }
 }
+
+/// A recording proxy in front of a real OpenAI-compatible server (`upstream`,
+/// `host:port`): each request body is recorded, then the request is passed on and the
+/// reply streamed back as it comes.
+pub fn recording_proxy(upstream: &str) -> RecordingServer {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let seen = requests.clone();
+    let upstream = upstream.to_owned();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut client) = stream else { return };
+            let seen = seen.clone();
+            let upstream = upstream.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(client.try_clone().unwrap());
+                let mut head = String::new();
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                    if !lower.starts_with("connection:") {
+                        head.push_str(&line);
+                    }
+                }
+                let mut body = vec![0u8; length];
+                if reader.read_exact(&mut body).is_err() {
+                    return;
+                }
+                if let Ok(v) = serde_json::from_slice::<Value>(&body) {
+                    seen.lock().unwrap().push(v);
+                }
+                let Ok(mut up) = std::net::TcpStream::connect(&upstream) else {
+                    return;
+                };
+                let _ = up.write_all(head.as_bytes());
+                let _ = up.write_all(b"Connection: close\r\n\r\n");
+                let _ = up.write_all(&body);
+                let _ = std::io::copy(&mut up, &mut client);
+            });
+        }
+    });
+    RecordingServer { base_url, requests }
+}
