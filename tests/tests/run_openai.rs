@@ -163,6 +163,7 @@ async fn a_real_llama_server_answers_tool_calls_and_text() {
         .complete(ModelRequest {
             messages: &messages,
             tools: &tools,
+            images: &[],
         })
         .await
         .unwrap();
@@ -180,6 +181,7 @@ async fn a_real_llama_server_answers_tool_calls_and_text() {
         .complete(ModelRequest {
             messages: &[Message::human("Say hello.")],
             tools: &[],
+            images: &[],
         })
         .await
         .unwrap();
@@ -200,6 +202,7 @@ async fn a_real_llama_server_answers_tool_calls_and_text() {
         .complete(ModelRequest {
             messages: &messages,
             tools: &tools,
+            images: &[],
         })
         .await
         .unwrap();
@@ -443,6 +446,7 @@ async fn ask(model: &OpenAiModel) -> Result<antler_lead::run::model::ModelReply,
         .complete(ModelRequest {
             messages: &[Message::human("hi")],
             tools: &[],
+            images: &[],
         })
         .await
 }

@@ -31,7 +31,8 @@ use super::prompt;
 use super::settlement::{DeliveryReceipt, OutputsSnapshot, RECEIPT_NOT_PERSISTED};
 use super::skills::{self, SkillStore, SlashActivation};
 use super::state::{Message, StateConflict, StateUpdate, ThreadState, TokenUsage, ToolCall};
-use crate::catalog::builtins::{ASK_CLARIFICATION, PRESENT_FILES};
+use super::view_image;
+use crate::catalog::builtins::{ASK_CLARIFICATION, PRESENT_FILES, VIEW_IMAGE};
 use crate::catalog::{Catalog, ToolSpec, TOOL_SEARCH_NAME};
 
 /// A run's knobs.
@@ -526,6 +527,17 @@ impl RunLoop {
         if let Some(reminder) = reminder {
             skills::insert_reminder(&mut messages, reminder);
         }
+        // ViewImageMiddleware (spec C): a vision model (one offered `view_image`) sees the
+        // images of its last view_image calls with this call only.
+        let images = if self.catalog.get(VIEW_IMAGE).is_some() {
+            view_image::images_for_next_call(
+                &self.state.messages,
+                &self.state.viewed_images,
+                &self.context,
+            )
+        } else {
+            Vec::new()
+        };
         if let BudgetWarning::Pending(text) = &self.budget_warning {
             messages.push(Message::Human {
                 content: text.clone(),
@@ -550,6 +562,7 @@ impl RunLoop {
             .complete(ModelRequest {
                 messages: &messages,
                 tools: &visible,
+                images: &images,
             })
             .await?;
         // Token accounting (spec D): the provider's usage, the budget, finish reasons.

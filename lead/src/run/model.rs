@@ -12,11 +12,23 @@ use serde_json::Value;
 use super::state::{Message, TokenUsage, ToolCall};
 use crate::catalog::ToolSpec;
 
-/// One model call: the conversation so far and the tools visible this turn.
+/// One model call: the conversation so far, the tools visible this turn, and the images
+/// a vision model sees with this call only (spec C).
 #[derive(Clone, Copy, Debug)]
 pub struct ModelRequest<'a> {
     pub messages: &'a [Message],
     pub tools: &'a [&'a ToolSpec],
+    pub images: &'a [ImagePart],
+}
+
+/// One viewed image for a vision model: its virtual path, MIME type and bytes as base64
+/// (`None`: the file could not be read again, and the model is told so without its path
+/// on the host).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImagePart {
+    pub path: String,
+    pub mime_type: String,
+    pub base64: Option<String>,
 }
 
 /// The assistant's reply.

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::builtins::resolve;
 use super::context::{RunContext, VIRTUAL_USER_DATA};
+use super::model::ImagePart;
 use super::state::{Message, StateUpdate, ToolCall, ToolStatus, ViewedImage};
 use crate::catalog::builtins::VIEW_IMAGE;
 
@@ -41,7 +42,7 @@ pub fn view_image(call: &ToolCall, context: &RunContext) -> StateUpdate {
         .and_then(Value::as_str)
         .unwrap_or_default();
     match check(path, context) {
-        Ok(image) => StateUpdate {
+        Ok((image, _)) => StateUpdate {
             messages: vec![Message::tool(
                 &call.id,
                 VIEW_IMAGE,
@@ -60,7 +61,62 @@ pub fn view_image(call: &ToolCall, context: &RunContext) -> StateUpdate {
     }
 }
 
-fn check(path: &str, context: &RunContext) -> Result<ViewedImage, String> {
+/// The images of the last AI message's `view_image` calls, once every call of that message
+/// has its result (spec C.1), read again for the next model call only: each is checked as
+/// the tool checked it and must still be the file it was (same size, same type); one that
+/// is not gets no bytes. An image is sent once: the call after the next one sees it no more.
+pub fn images_for_next_call(
+    messages: &[Message],
+    viewed: &BTreeMap<String, ViewedImage>,
+    context: &RunContext,
+) -> Vec<ImagePart> {
+    use base64::Engine as _;
+    let Some((at, calls)) = messages
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, m)| match m {
+            Message::Ai { tool_calls, .. } => Some((i, tool_calls)),
+            _ => None,
+        })
+    else {
+        return Vec::new();
+    };
+    let answered = |id: &str| {
+        messages[at + 1..]
+            .iter()
+            .any(|m| matches!(m, Message::Tool { tool_call_id, .. } if tool_call_id == id))
+    };
+    if calls.is_empty() || !calls.iter().all(|c| answered(&c.id)) {
+        return Vec::new();
+    }
+    let mut parts = Vec::new();
+    for call in calls.iter().filter(|c| c.name == VIEW_IMAGE) {
+        let Some(path) = call.args.get("image_path").and_then(Value::as_str) else {
+            continue;
+        };
+        let Some(seen) = viewed.get(path) else {
+            continue;
+        };
+        if parts.iter().any(|p: &ImagePart| p.path == path) {
+            continue;
+        }
+        let base64 = match check(path, context) {
+            Ok((now, bytes)) if now.size == seen.size && now.mime_type == seen.mime_type => {
+                Some(base64::engine::general_purpose::STANDARD.encode(bytes))
+            }
+            _ => None,
+        };
+        parts.push(ImagePart {
+            path: path.to_owned(),
+            mime_type: seen.mime_type.clone(),
+            base64,
+        });
+    }
+    parts
+}
+
+fn check(path: &str, context: &RunContext) -> Result<(ViewedImage, Vec<u8>), String> {
     let allowed = ALLOWED_DIRS.iter().any(|dir| {
         let root = format!("{VIRTUAL_USER_DATA}/{dir}");
         path == root || path.starts_with(&format!("{root}/"))
@@ -111,11 +167,14 @@ fn check(path: &str, context: &RunContext) -> Result<ViewedImage, String> {
             1,
         ));
     }
-    Ok(ViewedImage {
-        mime_type: detected.to_owned(),
-        size: meta.len(),
-        actual_path: actual.display().to_string(),
-    })
+    Ok((
+        ViewedImage {
+            mime_type: detected.to_owned(),
+            size: meta.len(),
+            actual_path: actual.display().to_string(),
+        },
+        bytes,
+    ))
 }
 
 /// The image type from the magic bytes.

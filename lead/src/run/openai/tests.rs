@@ -65,6 +65,7 @@ fn messages_and_tools_become_the_openai_request() {
     let request = ModelRequest {
         messages: &messages,
         tools: &tools,
+        images: &[],
     };
     assert_eq!(config.endpoint(), "http://127.0.0.1:1/v1/chat/completions");
     assert_eq!(
@@ -97,6 +98,7 @@ fn messages_and_tools_become_the_openai_request() {
         &ModelRequest {
             messages: &messages[..2],
             tools: &[],
+            images: &[],
         },
     );
     assert!(bare.get("tools").is_none() && bare.get("tool_choice").is_none());
@@ -128,6 +130,7 @@ fn streamed_deltas_assemble_text_and_tool_calls_by_index() {
     let request = ModelRequest {
         messages: &messages,
         tools: &[],
+        images: &[],
     };
     let mut assembler = ReplyAssembler::new("smol", &request);
     let chunks = [
@@ -188,6 +191,7 @@ fn a_whole_json_completion_is_read_like_a_stream() {
     let request = ModelRequest {
         messages: &[],
         tools: &[],
+        images: &[],
     };
     let mut assembler = ReplyAssembler::new("smol", &request);
     assembler
@@ -206,6 +210,7 @@ fn invalid_tool_arguments_fail_the_reply_naming_the_tool() {
     let request = ModelRequest {
         messages: &[],
         tools: &[],
+        images: &[],
     };
     for (arguments, expected) in [
         (
@@ -232,6 +237,7 @@ fn error_chunks_and_error_bodies_carry_the_server_message() {
     let request = ModelRequest {
         messages: &[],
         tools: &[],
+        images: &[],
     };
     let mut assembler = ReplyAssembler::new("smol", &request);
     let err = assembler

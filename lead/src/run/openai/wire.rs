@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use super::config::OpenAiConfig;
-use crate::run::model::{ModelError, ModelReply, ModelRequest};
+use crate::run::model::{ImagePart, ModelError, ModelReply, ModelRequest};
 use crate::run::state::{Message, TokenUsage, ToolCall};
 
 /// The longest slice of server or model text quoted in an error.
@@ -19,10 +19,11 @@ pub const QUOTE_LIMIT: usize = 500;
 pub fn request_body(config: &OpenAiConfig, request: &ModelRequest<'_>) -> Value {
     let mut body = Map::new();
     body.insert("model".to_owned(), Value::String(config.model.clone()));
-    body.insert(
-        "messages".to_owned(),
-        Value::Array(request.messages.iter().map(message_json).collect()),
-    );
+    let mut messages: Vec<Value> = request.messages.iter().map(message_json).collect();
+    if !request.images.is_empty() {
+        messages.push(images_message(request.images));
+    }
+    body.insert("messages".to_owned(), Value::Array(messages));
     body.insert("stream".to_owned(), Value::Bool(true));
     // The usage of a streamed reply comes in a last chunk only when asked for.
     body.insert("stream_options".to_owned(), json!({"include_usage": true}));
@@ -41,6 +42,25 @@ pub fn request_body(config: &OpenAiConfig, request: &ModelRequest<'_>) -> Value 
         body.insert(key.clone(), value.clone());
     }
     Value::Object(body)
+}
+
+/// The heading of the viewed images (spec C.2).
+pub const IMAGES_HEADING: &str = "Here are the images you've viewed:";
+/// An image that could not be read again: unlike DeerFlow, no host path.
+pub const IMAGE_UNAVAILABLE: &str = "  (file unavailable or changed on disk)";
+
+/// The user message that shows a vision model the images of its last `view_image` calls:
+/// text lines naming each, and `image_url` parts with base64 data URLs.
+fn images_message(images: &[ImagePart]) -> Value {
+    let mut parts = vec![json!({"type": "text", "text": IMAGES_HEADING})];
+    for image in images {
+        parts.push(json!({"type": "text", "text": format!("\n- **{}** ({})", image.path, image.mime_type)}));
+        parts.push(match &image.base64 {
+            Some(data) => json!({"type": "image_url", "image_url": {"url": format!("data:{};base64,{data}", image.mime_type)}}),
+            None => json!({"type": "text", "text": IMAGE_UNAVAILABLE}),
+        });
+    }
+    json!({"role": "user", "content": parts})
 }
 
 /// One state message as an OpenAI chat message. A summary is sent as a user message.
