@@ -407,6 +407,7 @@ turns:
         futures::executor::block_on(model.complete(ModelRequest {
             messages,
             tools: &[],
+            images: &[],
         }))
     }
 
