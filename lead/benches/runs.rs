@@ -490,6 +490,7 @@ impl Lead {
                 config: None,
                 agent: None,
                 bootstrap: false,
+                interactive: true,
             }))
         });
         let run_ids: Vec<String> = futures::future::join_all(submissions)

@@ -165,3 +165,80 @@ fn a_real_model_run_sends_the_system_prompt_and_wraps_the_task() {
     // The key never reaches the run's output.
     assert!(!stdout.contains("sk-test-key"));
 }
+
+#[test]
+fn a_custom_agents_model_and_tool_groups_and_no_input_shape_what_is_sent() {
+    let first = recording_server(vec![Reply::text("from the first model")]);
+    let chosen = recording_server(vec![Reply::text("from the agent's model")]);
+    let dir = tempfile::Builder::new()
+        .prefix("antler-sp2")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let d = dir.path();
+    let base = d.join("base");
+    let agent = base.join("users/u1/agents/writer");
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(
+        agent.join("config.yaml"),
+        "name: writer\nmodel: chosen\ntool_groups: [file:read]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("config.yaml"),
+        format!(
+            "models:\n  - {{name: first, use: langchain_openai:ChatOpenAI, model: a, base_url: {}, api_key: k}}\n  - {{name: chosen, use: langchain_openai:ChatOpenAI, model: b, base_url: {}, api_key: k}}\ntools:\n  - {{name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}}\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n",
+            first.base_url, chosen.base_url
+        ),
+    )
+    .unwrap();
+    let out = Command::new(bin("antler"))
+        .arg("--runtime-dir")
+        .arg(d.join("run"))
+        .args([
+            "run",
+            "Write",
+            "--agent",
+            "writer",
+            "--user",
+            "u1",
+            "--no-input",
+            "--json",
+        ])
+        .arg("--config")
+        .arg(d.join("config.yaml"))
+        .current_dir(d)
+        .env("ANTLER_EXTENSIONS_CONFIG_PATH", d.join("none.json"))
+        .env("ANTLER_SANDBOX_BASE_DIR", &base)
+        .env("ANTLER_GATEWAY_ADDR", "off")
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let view: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(view["final_answer"], "from the agent's model", "{view}");
+    assert!(first.requests.lock().unwrap().is_empty());
+    let requests = chosen.requests.lock().unwrap().clone();
+    let tools: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"ls"), "{tools:?}");
+    assert!(
+        !tools.contains(&"bash"),
+        "a tool outside the agent's groups: {tools:?}"
+    );
+    assert!(
+        !tools.contains(&"ask_clarification"),
+        "--no-input: {tools:?}"
+    );
+    let system = requests[0]["messages"][0]["content"].as_str().unwrap();
+    assert!(!system.contains("<clarification_system>"), "{system}");
+    assert!(system.contains("<self_update>"), "{system}");
+}

@@ -75,6 +75,9 @@ pub struct RunArgs {
     /// Submit the run and return at once with its id (needs a running cluster).
     #[arg(long)]
     pub detach: bool,
+    /// Nobody will answer: `ask_clarification` is not offered to the model.
+    #[arg(long)]
+    pub no_input: bool,
 }
 
 pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -100,7 +103,7 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
     // a program reads --json (it answers with --resume RUN_ID --answer TEXT); otherwise
     // the tool returns DeerFlow's "proceed with your best judgment" text.
     let interactive = !args.json && !args.detach && std::io::stdin().is_terminal();
-    let clarification = interactive || args.json || args.detach;
+    let clarification = !args.no_input && (interactive || args.json || args.detach);
     let spec = cluster_spec(ctx.runtime_dir.clone(), config_path.as_deref(), None)?;
     actix::System::new().block_on(async move {
         let client = crate::cluster::attach_or_start(spec, Duration::from_secs(15)).await?;
@@ -130,6 +133,7 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                         .map(|p| p.display().to_string()),
                     agent: args.agent.clone(),
                     bootstrap: args.bootstrap,
+                    interactive: !args.no_input,
                 }),
             };
             let run_id = started(&client, request).await?;

@@ -436,6 +436,9 @@ async fn post_run(state: web::Data<State>, payload: web::Payload) -> HttpRespons
         agent: Option<String>,
         #[serde(default)]
         bootstrap: bool,
+        /// `false`: nobody talks to the run, so `ask_clarification` is not offered.
+        #[serde(default)]
+        interactive: Option<bool>,
     }
     let body: Body = match serde_json::from_slice(&body) {
         Ok(b) => b,
@@ -469,6 +472,7 @@ async fn post_run(state: web::Data<State>, payload: web::Payload) -> HttpRespons
         config: None,
         agent: body.agent,
         bootstrap: body.bootstrap,
+        interactive: body.interactive.unwrap_or(true),
     };
     match state
         .runs

@@ -246,6 +246,7 @@ impl RunLoop {
                 clarification: context.clarification_enabled,
                 agent: context.agent.agent_name.clone(),
                 bootstrap: context.agent.bootstrap,
+                non_interactive: context.agent.non_interactive,
             },
             &state,
         )?;

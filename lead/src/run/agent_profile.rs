@@ -1,8 +1,9 @@
 //! What a run reads of the agent it talks as, once when it is prepared: the SOUL (the
 //! custom agent's, under the user's agents then the legacy shared layout; else the default
-//! agent's `{base}/SOUL.md`) and the `skills` whitelist of its `config.yaml` (a bootstrap run
-//! is narrowed to `bootstrap`). Files are read bounded; one that cannot be read counts as
-//! absent, with a warning.
+//! agent's `{base}/SOUL.md`) and, from its `config.yaml`, the `skills` whitelist, the
+//! `tool_groups` that filter its catalog and the `model` it runs on (a bootstrap run is
+//! narrowed to the `bootstrap` skill). Files are read bounded; one that cannot be read
+//! counts as absent, with a warning.
 
 use std::collections::HashSet;
 use std::io::Read;
@@ -26,6 +27,10 @@ pub struct AgentProfile {
     pub soul: Option<String>,
     /// `None`: every skill.
     pub skills: Option<HashSet<String>>,
+    /// `None`: every configured tool group.
+    pub tool_groups: Option<Vec<String>>,
+    /// The model of `models:` the agent runs on (`None`: the run's or the first).
+    pub model: Option<String>,
 }
 
 impl AgentProfile {
@@ -33,8 +38,8 @@ impl AgentProfile {
     pub fn load(agent: &AgentContext, user_id: &str) -> AgentProfile {
         if agent.bootstrap {
             return AgentProfile {
-                soul: None,
                 skills: Some([BOOTSTRAP_SKILL.to_owned()].into()),
+                ..AgentProfile::default()
             };
         }
         let Some(name) = agent
@@ -44,7 +49,7 @@ impl AgentProfile {
         else {
             return AgentProfile {
                 soul: read_bounded(&agent.base_dir.join(SOUL_FILENAME)),
-                skills: None,
+                ..AgentProfile::default()
             };
         };
         let dirs: [PathBuf; 2] = [
@@ -54,22 +59,29 @@ impl AgentProfile {
         let Some(dir) = dirs.iter().find(|d| d.is_dir()) else {
             return AgentProfile::default();
         };
+        let config: Option<Yaml> = read_bounded(&dir.join(CONFIG_FILENAME))
+            .and_then(|text| serde_yaml::from_str(&text).ok());
+        let list = |key: &str| -> Option<Vec<String>> {
+            let items = config.as_ref()?.get(key)?.as_sequence()?;
+            Some(
+                items
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect(),
+            )
+        };
         AgentProfile {
             soul: read_bounded(&dir.join(SOUL_FILENAME)),
-            skills: read_bounded(&dir.join(CONFIG_FILENAME)).and_then(|text| skills_of(&text)),
+            skills: list("skills").map(|names| names.into_iter().collect()),
+            tool_groups: list("tool_groups"),
+            model: config
+                .as_ref()
+                .and_then(|c| c.get("model"))
+                .and_then(Yaml::as_str)
+                .filter(|m| !m.trim().is_empty())
+                .map(str::to_owned),
         }
     }
-}
-
-/// The `skills` list of an agent config (`None` when absent or not a list of names).
-fn skills_of(config: &str) -> Option<HashSet<String>> {
-    let value: Yaml = serde_yaml::from_str(config).ok()?;
-    let list = value.get("skills")?.as_sequence()?;
-    Some(
-        list.iter()
-            .filter_map(|v| v.as_str().map(str::to_owned))
-            .collect(),
-    )
 }
 
 /// A regular file's text, stripped, at most [`MAX_AGENT_FILE`] bytes; `None` when absent,
@@ -101,7 +113,7 @@ mod tests {
         std::fs::write(dir.join(SOUL_FILENAME), "\n  Curious and exact.\n").unwrap();
         std::fs::write(
             dir.join(CONFIG_FILENAME),
-            "name: researcher\nskills: [deep-research]\n",
+            "name: researcher\nskills: [deep-research]\ntool_groups: [web]\nmodel: fast\n",
         )
         .unwrap();
         std::fs::write(base.path().join(SOUL_FILENAME), "Default soul").unwrap();
@@ -114,6 +126,8 @@ mod tests {
         let profile = AgentProfile::load(&agent, "u1");
         assert_eq!(profile.soul.as_deref(), Some("Curious and exact."));
         assert_eq!(profile.skills, Some(["deep-research".to_owned()].into()));
+        assert_eq!(profile.tool_groups, Some(vec!["web".to_owned()]));
+        assert_eq!(profile.model.as_deref(), Some("fast"));
         agent.bootstrap = true;
         let profile = AgentProfile::load(&agent, "u1");
         assert_eq!(profile.soul, None);

@@ -66,6 +66,8 @@ pub struct RunRecord {
     pub agent: Option<String>,
     /// A bootstrap run (`setup_agent` is offered).
     pub bootstrap: bool,
+    /// A run no one talks to (`ask_clarification` is not offered).
+    pub non_interactive: bool,
 }
 
 /// The run options stored as JSON beside the record.
@@ -75,6 +77,8 @@ struct RunOptions {
     agent: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     bootstrap: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    non_interactive: bool,
 }
 
 /// A checkpoint store failure (operator-facing: it fails the run).
@@ -215,6 +219,7 @@ impl CheckpointStore {
                 serde_json::to_string(&RunOptions {
                     agent: record.agent.clone(),
                     bootstrap: record.bootstrap,
+                    non_interactive: record.non_interactive,
                 })?
             ],
         )?;
@@ -412,6 +417,7 @@ fn record(raw: RawRecord) -> Result<RunRecord, CheckpointError> {
         clarification,
         agent: options.agent,
         bootstrap: options.bootstrap,
+        non_interactive: options.non_interactive,
     })
 }
 
@@ -433,6 +439,7 @@ mod tests {
             clarification: false,
             agent: Some("writer".into()),
             bootstrap: true,
+            non_interactive: true,
         }
     }
 

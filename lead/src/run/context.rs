@@ -80,6 +80,9 @@ pub struct AgentContext {
     pub models: Vec<String>,
     /// A bootstrap run: `setup_agent` is offered to create `agent_name`.
     pub bootstrap: bool,
+    /// A run no one talks to (`interactive: false`, `antler run --no-input`):
+    /// `ask_clarification` is not offered, as on DeerFlow's non-interactive channels.
+    pub non_interactive: bool,
 }
 
 impl AgentContext {

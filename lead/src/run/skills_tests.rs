@@ -383,6 +383,7 @@ fn active_skills_survive_a_checkpoint_round_trip_and_old_checkpoints_load() {
                 clarification: false,
                 agent: None,
                 bootstrap: false,
+                non_interactive: false,
             },
             &state,
         )

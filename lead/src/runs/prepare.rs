@@ -380,6 +380,7 @@ impl RunEnv {
         clarification: bool,
         agent: Option<&str>,
         bootstrap: bool,
+        interactive: bool,
     ) -> Result<RunContext, PrepareError> {
         let base = self.base_dir().await?;
         let paths = ThreadPaths::new(&base, user, thread);
@@ -397,6 +398,7 @@ impl RunEnv {
                 models: app.models.iter().map(|m| m.name.clone()).collect(),
                 agent_name: agent.map(str::to_owned),
                 bootstrap,
+                non_interactive: !interactive,
                 ..AgentContext::new(&base)
             },
         })
@@ -416,6 +418,15 @@ impl RunEnv {
         check_id("thread", &thread)?;
         let config_override = submission.config.as_deref().map(Path::new);
         let app = self.load_config(config_override)?;
+        // The custom agent's files: its model and tool groups shape the run from the start.
+        let profile = AgentProfile::load(
+            &AgentContext {
+                agent_name: submission.agent.clone(),
+                bootstrap: submission.bootstrap,
+                ..AgentContext::new(&self.base_dir().await?)
+            },
+            &submission.user,
+        );
         let label = match &submission.playbook {
             Some(PlaybookSource::File(path)) => format!("{SCRIPTED_PREFIX}{path}"),
             Some(PlaybookSource::Named(name)) => {
@@ -436,14 +447,20 @@ impl RunEnv {
             }
             None => format!(
                 "{MODEL_PREFIX}{}",
-                submission.model.as_deref().unwrap_or("")
+                submission
+                    .model
+                    .as_deref()
+                    .or(profile.model.as_deref())
+                    .unwrap_or("")
             ),
         };
         let model = model_for(&label, &app)?;
         let request = assembly_request(
-            submission.model.clone(),
+            label_model(&label),
             submission.agent.clone(),
             submission.bootstrap,
+            submission.interactive,
+            profile.tool_groups.clone(),
         );
         let mut warnings = Vec::new();
         let catalog = self
@@ -458,9 +475,11 @@ impl RunEnv {
                 submission.clarification,
                 submission.agent.as_deref(),
                 submission.bootstrap,
+                submission.interactive,
             )
             .await?;
-        let settings = self.settings(&app, &context, model.reads_prompt().then_some(&*catalog))?;
+        let prompt = model.reads_prompt().then_some((&*catalog, &profile));
+        let settings = self.settings(&app, &context, prompt)?;
         let run = RunLoop::start(
             context,
             &submission.task,
@@ -507,11 +526,21 @@ impl RunEnv {
             None => record.model.clone(),
         };
         let model = model_for(&label, &app)?;
-        let model_name = label
-            .strip_prefix(MODEL_PREFIX)
-            .filter(|n| !n.is_empty())
-            .map(str::to_owned);
-        let request = assembly_request(model_name, record.agent.clone(), record.bootstrap);
+        let profile = AgentProfile::load(
+            &AgentContext {
+                agent_name: record.agent.clone(),
+                bootstrap: record.bootstrap,
+                ..AgentContext::new(&self.base_dir().await?)
+            },
+            &record.user_id,
+        );
+        let request = assembly_request(
+            label_model(&label),
+            record.agent.clone(),
+            record.bootstrap,
+            !record.non_interactive,
+            profile.tool_groups.clone(),
+        );
         let mut warnings = Vec::new();
         let catalog = self.catalog(&app, false, request, &mut warnings).await?;
         let context = self
@@ -523,9 +552,11 @@ impl RunEnv {
                 record.clarification,
                 record.agent.as_deref(),
                 record.bootstrap,
+                !record.non_interactive,
             )
             .await?;
-        let settings = self.settings(&app, &context, model.reads_prompt().then_some(&*catalog))?;
+        let prompt = model.reads_prompt().then_some((&*catalog, &profile));
+        let settings = self.settings(&app, &context, prompt)?;
         let mut run = RunLoop::resume(
             context,
             model,
@@ -549,20 +580,20 @@ impl RunEnv {
 impl RunEnv {
     /// A run's settings from config.yaml; its skills are where sandbox-host mounts them
     /// (under the same data root), enabled by the cluster's extensions file.
-    /// `prompt_catalog`: the run's catalog when its model reads a system prompt.
+    /// `prompt`: the run's catalog and agent when its model reads a system prompt.
     fn settings(
         &self,
         app: &AppConfig,
         context: &RunContext,
-        prompt_catalog: Option<&Catalog>,
+        prompt: Option<(&Catalog, &AgentProfile)>,
     ) -> Result<RunSettings, PrepareError> {
         let skills = SkillStore::from_config(
             app,
             &context.agent.base_dir,
             Some(self.extensions_path.clone()),
         );
-        let system_prompt =
-            prompt_catalog.map(|catalog| self.system_prompt(app, context, &skills, catalog));
+        let system_prompt = prompt
+            .map(|(catalog, profile)| self.system_prompt(app, context, &skills, catalog, profile));
         let token_budget = TokenBudget::from_config(app.other.get("token_budget"))
             .map_err(PrepareError::Config)?;
         Ok(RunSettings {
@@ -584,8 +615,8 @@ impl RunEnv {
         context: &RunContext,
         skills: &SkillStore,
         catalog: &Catalog,
+        profile: &AgentProfile,
     ) -> Arc<str> {
-        let profile = AgentProfile::load(&context.agent, &context.user_id);
         let installed = skills.scan();
         let mounts: Vec<PromptMount> = app
             .sandbox
@@ -616,17 +647,30 @@ impl RunEnv {
 }
 
 /// The lead's assembly request for a run: the model decides `view_image`, a custom
-/// agent's chat offers `update_agent`, a bootstrap run `setup_agent`.
+/// agent's chat offers `update_agent` and its `tool_groups` filter the tools, a bootstrap
+/// run offers `setup_agent`, a non-interactive one no `ask_clarification`.
 fn assembly_request(
     model: Option<String>,
     agent: Option<String>,
     bootstrap: bool,
+    interactive: bool,
+    groups: Option<Vec<String>>,
 ) -> AssemblyRequest {
     let mut request = AssemblyRequest::lead();
     request.model_name = model;
     request.builtins.agent_name = agent;
     request.builtins.bootstrap = bootstrap;
+    request.builtins.interactive = interactive;
+    request.groups = groups;
     request
+}
+
+/// The model of `models:` a run label names (`None`: a playbook, or the first model).
+fn label_model(label: &str) -> Option<String> {
+    label
+        .strip_prefix(MODEL_PREFIX)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
 }
 
 /// The model a run label names: `scripted:PATH` or `model:NAME`.

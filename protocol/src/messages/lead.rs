@@ -80,6 +80,9 @@ pub struct RunSubmission {
     pub agent: Option<String>,
     /// A bootstrap run: `setup_agent` is offered.
     pub bootstrap: bool,
+    /// Someone may talk to the run; `false` (`antler run --no-input`, `"interactive": false`)
+    /// leaves `ask_clarification` out of its catalog.
+    pub interactive: bool,
 }
 
 /// Where a run's scripted playbook comes from. The type says who may name what: only the
