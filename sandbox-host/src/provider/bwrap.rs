@@ -1,9 +1,14 @@
 //! The bwrap provider: one long-lived supervisor per sandbox inside bubblewrap (read-only
 //! minimal root, the thread's workspace/uploads/outputs read-write at /mnt/user-data,
-//! skills read-only, private /tmp, every namespace unshared, network only when configured,
-//! `--die-with-parent`, a new session, an empty environment but the declared one). When
-//! sandbox-host runs as root, bubblewrap runs as `nobody` so resource limits bind. Commands
-//! go to the supervisor as JSON lines; a call costs a fork and exec, not a bwrap start.
+//! skills read-only, a private /tmp of `sandbox.tmp_size`, every namespace unshared,
+//! network only when configured, a new session). bubblewrap itself starts with an empty
+//! environment, and the sandbox gets only the declared one. The supervisor is pid 1 of the
+//! sandbox's pid namespace (`--as-pid-1`): what it runs cannot signal it, and when it dies
+//! the kernel kills the whole namespace. It dies with sandbox-host (`--die-with-parent`, a
+//! parent-death signal on bubblewrap and on itself, and the end of its stdin), and the
+//! host's handle SIGKILLs it through a pidfd when dropped. When sandbox-host runs as root,
+//! bubblewrap runs as `nobody` so resource limits bind. Commands go to the supervisor as
+//! JSON lines; a call costs a fork and exec, not a bwrap start.
 
 use std::{
     collections::HashMap,
@@ -17,6 +22,8 @@ use std::{
     },
     time::Duration,
 };
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use serde::{Deserialize, Serialize};
 use tokio::{
@@ -44,7 +51,17 @@ pub const SUPERVISOR_EXITED: &str = "the sandbox supervisor exited";
 #[derive(Debug, Serialize, Deserialize)]
 pub struct SupervisorRequest {
     pub id: u64,
-    pub exec: ExecRequest,
+    pub op: SupervisorOp,
+}
+
+/// What the supervisor is asked to do.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum SupervisorOp {
+    /// Run one command.
+    Exec(ExecRequest),
+    /// Kill everything the commands left running (the sandbox was released); the reply's
+    /// `background` names what was killed.
+    KillBackground,
 }
 
 /// One reply from the supervisor.
@@ -54,10 +71,40 @@ pub struct SupervisorReply {
     pub result: Result<ExecOutcome, String>,
 }
 
+/// The bubblewrap binary, as an absolute path when it is found on `PATH` (bubblewrap runs
+/// with an empty environment, so the host's `PATH` is looked up here).
 fn bwrap_binary() -> PathBuf {
-    std::env::var_os("ANTLER_BWRAP")
+    let named = std::env::var_os("ANTLER_BWRAP")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("bwrap"))
+        .unwrap_or_else(|| PathBuf::from("bwrap"));
+    if named.components().count() > 1 {
+        return named;
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(&named))
+        .find(|c| c.is_file())
+        .unwrap_or(named)
+}
+
+/// Arranges for bubblewrap to be SIGKILLed when sandbox-host (the spawning thread) dies.
+fn die_with_host(cmd: &mut std::process::Command) {
+    // SAFETY: getpid has no preconditions.
+    let host = unsafe { libc::getpid() };
+    // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
+    // functions (prctl, getppid). It runs after the privilege drop, which would clear it.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != host {
+                return Err(std::io::Error::other("sandbox-host exited"));
+            }
+            Ok(())
+        });
+    }
 }
 
 fn is_root() -> bool {
@@ -120,10 +167,11 @@ pub fn probe() -> Result<String, String> {
         .trim_start_matches("bubblewrap ")
         .to_string();
     let mut cmd = std::process::Command::new(bwrap_binary());
-    cmd.args([
+    cmd.env_clear().args([
         "--unshare-all",
         "--die-with-parent",
         "--new-session",
+        "--as-pid-1",
         "--proc",
         "/proc",
         "--dev",
@@ -153,6 +201,7 @@ pub fn bwrap_args(settings: &SandboxSettings, map: &PathMap, supervisor: &Path) 
             "--unshare-all",
             "--die-with-parent",
             "--new-session",
+            "--as-pid-1",
             "--clearenv",
         ]
         .map(s),
@@ -197,7 +246,13 @@ pub fn bwrap_args(settings: &SandboxSettings, map: &PathMap, supervisor: &Path) 
     for e in etc {
         a.extend([s("--ro-bind-try"), s(e), s(e)]);
     }
-    a.extend(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"].map(s));
+    a.extend(["--proc", "/proc", "--dev", "/dev"].map(s));
+    a.extend([
+        s("--size"),
+        s(&settings.tmp_size.to_string()),
+        s("--tmpfs"),
+        s("/tmp"),
+    ]);
     let dirs = [
         &map.thread.workspace,
         &map.thread.uploads,
@@ -239,8 +294,63 @@ pub fn bwrap_args(settings: &SandboxSettings, map: &PathMap, supervisor: &Path) 
         s(&l.max_processes.to_string()),
         s(&l.max_file_size.to_string()),
         s(&l.max_memory.to_string()),
+        s(&settings.background_lifetime.as_millis().to_string()),
     ]);
     a
+}
+
+/// Reads bubblewrap's `--info-fd` report and returns a pidfd of the sandbox's pid 1 (the
+/// supervisor), checked to be bubblewrap's child.
+fn init_pidfd(info: std::fs::File, bwrap_pid: u32) -> Option<OwnedFd> {
+    use std::io::Read;
+    let mut text = String::new();
+    let mut reader = info.take(4096);
+    let mut buf = [0u8; 512];
+    let pid = loop {
+        let n = reader.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+        let Some(at) = text.find("\"child-pid\"") else {
+            continue;
+        };
+        let value = text[at + "\"child-pid\"".len()..].trim_start_matches([':', ' ', '\t', '\n']);
+        let digits: String = value.chars().take_while(char::is_ascii_digit).collect();
+        // Digits up to the end of what was read may continue in the next read.
+        if digits.is_empty() || digits.len() == value.len() {
+            continue;
+        }
+        break digits.parse::<i32>().ok()?;
+    };
+    // SAFETY: pidfd_open takes a pid and flags; it returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a new descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+    // The pid names bubblewrap's child now that the pidfd holds it (not a reused pid).
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let ppid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|v| v.trim().parse::<u32>().ok())?;
+    (ppid == bwrap_pid).then_some(fd)
+}
+
+/// SIGKILL through a pidfd (the whole namespace dies with its pid 1).
+fn kill_pidfd(fd: &OwnedFd) {
+    // SAFETY: pidfd_send_signal on a pidfd we own, with no siginfo.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        );
+    }
 }
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<ExecOutcome, String>>>>>;
@@ -254,6 +364,8 @@ pub struct Supervisor {
     alive: Arc<AtomicBool>,
     /// Set once the supervisor answered its start-up probe: its mounts are in place.
     ready: Arc<AtomicBool>,
+    /// A pidfd of the sandbox's pid 1, once bubblewrap reported it.
+    init: Arc<Mutex<Option<OwnedFd>>>,
     tasks: Vec<AbortHandle>,
 }
 
@@ -283,16 +395,56 @@ impl Supervisor {
     /// Starts bubblewrap with the supervisor inside. Must run inside a tokio runtime.
     pub fn spawn(settings: &SandboxSettings, map: &PathMap) -> std::io::Result<Supervisor> {
         let exe = std::env::current_exe()?;
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: pipe2 writes two descriptors into `fds`.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: two new descriptors that nothing else owns.
+        let (info_read, info_write) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let info_fd = info_write.as_raw_fd();
         let mut std_cmd = std::process::Command::new(bwrap_binary());
-        std_cmd.args(bwrap_args(settings, map, &exe));
+        std_cmd
+            .env_clear()
+            .arg("--info-fd")
+            .arg(info_fd.to_string())
+            .args(bwrap_args(settings, map, &exe));
         drop_privileges(&mut std_cmd);
+        die_with_host(&mut std_cmd);
+        // SAFETY: fcntl in the child between fork and exec: bubblewrap inherits the write
+        // end of the info pipe (async-signal-safe).
+        unsafe {
+            std_cmd.pre_exec(move || {
+                if libc::fcntl(info_fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let mut cmd = tokio::process::Command::from(std_cmd);
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = cmd.spawn()?;
+        let spawned = cmd.spawn();
+        drop(info_write);
+        let mut child = spawned?;
         let pid = child.id().unwrap_or(0);
+        let init: Arc<Mutex<Option<OwnedFd>>> = Arc::default();
+        {
+            let init = init.clone();
+            let info = std::fs::File::from(info_read);
+            let _ = std::thread::Builder::new()
+                .name("bwrap-info".into())
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    let fd = init_pidfd(info, pid);
+                    if let Ok(mut slot) = init.lock() {
+                        *slot = fd;
+                    }
+                });
+        }
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -350,14 +502,14 @@ impl Supervisor {
         }
         let probe = SupervisorRequest {
             id: PROBE_ID,
-            exec: ExecRequest {
+            op: SupervisorOp::Exec(ExecRequest {
                 command: "true".into(),
                 cwd: None,
                 env: Vec::new(),
                 clear_env: true,
                 timeout_ms: 30_000,
                 max_capture: 1024,
-            },
+            }),
         };
         if let Ok(line) = serde_json::to_string(&probe) {
             let _ = tx.send(line + "\n");
@@ -377,6 +529,7 @@ impl Supervisor {
             next_id: AtomicU64::new(1),
             alive,
             ready,
+            init,
             tasks: vec![
                 writer.abort_handle(),
                 reader.abort_handle(),
@@ -408,9 +561,39 @@ impl Supervisor {
 
     /// Runs one command inside; `Err` when the supervisor is gone.
     pub async fn exec(&self, exec: ExecRequest) -> Result<ExecOutcome, String> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let grace = Duration::from_millis(exec.timeout_ms).saturating_add(Duration::from_secs(10));
-        let line = serde_json::to_string(&SupervisorRequest { id, exec })
+        self.request(SupervisorOp::Exec(exec), grace).await
+    }
+
+    /// Kills what the commands left running.
+    pub async fn kill_background(&self) {
+        if let Err(e) = self
+            .request(SupervisorOp::KillBackground, Duration::from_secs(10))
+            .await
+        {
+            tracing::warn!(pid = self.pid, error = %e, "cannot kill a released sandbox's background processes");
+        }
+    }
+
+    /// SIGKILLs the sandbox's pid 1 (and so its whole namespace) and bubblewrap.
+    pub fn kill(&self) {
+        if let Ok(slot) = self.init.lock() {
+            if let Some(fd) = slot.as_ref() {
+                kill_pidfd(fd);
+            }
+        }
+        if self.pid > 0 && self.is_alive() {
+            // SAFETY: kill has no memory-safety preconditions; bubblewrap is our child and
+            // not yet reaped (the waiter clears `alive` when it is).
+            unsafe {
+                libc::kill(self.pid as libc::pid_t, libc::SIGKILL);
+            }
+        }
+    }
+
+    async fn request(&self, op: SupervisorOp, grace: Duration) -> Result<ExecOutcome, String> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let line = serde_json::to_string(&SupervisorRequest { id, op })
             .map_err(|e| e.to_string())?
             + "\n";
         let (tx, rx) = oneshot::channel();
@@ -435,8 +618,9 @@ impl Supervisor {
 
 impl Drop for Supervisor {
     fn drop(&mut self) {
-        // Aborting the waiter drops the child, and kill_on_drop kills bubblewrap (and with
-        // --die-with-parent everything inside).
+        // The sandbox's pid 1 first (the kernel then kills its namespace), then aborting
+        // the waiter drops the child, and kill_on_drop kills bubblewrap.
+        self.kill();
         for t in &self.tasks {
             t.abort();
         }
