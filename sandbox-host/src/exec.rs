@@ -196,9 +196,13 @@ pub fn run(req: &ExecRequest, jobs: &Jobs) -> std::io::Result<ExecOutcome> {
     let background = if timed_out {
         Vec::new()
     } else {
-        let left = jobs::session_members(sid);
+        let mut left = jobs::session_members(sid);
         if !left.is_empty() {
             jobs.adopt(sid);
+            // A subshell forked for `cmd &` may not have exec'd `cmd` yet: look again a
+            // moment later for the names `ps` would show.
+            std::thread::sleep(Duration::from_millis(100));
+            left = jobs::session_members(sid);
         }
         left
     };

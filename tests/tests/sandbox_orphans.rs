@@ -46,13 +46,24 @@ async fn live_sandboxes(h: &SandboxHost) -> Vec<ProcessId> {
                 .await;
         })
     };
-    let ready = antler_tests::wait_for(Duration::from_secs(20), || {
-        let n = process_tree(h.pid()).len();
-        // host, 3 × (bubblewrap + supervisor), 2 × 2 sleeps, the in-flight shell and sleep
-        (n >= 1 + 6 + 4 + 2).then_some(())
-    });
+    // The host, two bubblewraps with their supervisors, the pre-warmed one's pair, the
+    // active sandbox's two sleeps (the warm one's died at its release), the call in flight.
+    // Polled without blocking the runtime the call in flight runs on.
+    let mut ready = false;
+    for _ in 0..200 {
+        let tree = process_tree(h.pid());
+        let flying = tree.iter().any(|(p, _)| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.starts_with(b"sleep\x001002"))
+        });
+        if tree.len() >= 1 + 6 + 2 && flying {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let tree = process_tree(h.pid());
-    assert!(ready.is_some(), "sandboxes did not start: {tree:?}");
+    assert!(ready, "sandboxes did not start: {tree:?}");
     tree.into_iter().filter(|(p, _)| *p != h.pid()).collect()
 }
 

@@ -9,7 +9,7 @@ mod sandbox_support;
 use sandbox_support::*;
 
 /// Prints the in-sandbox pids of every process running the supervisor.
-const FIND_SUPERVISOR: &str = "for p in /proc/[0-9]*; do if tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q __supervise; then echo ${p#/proc/}; fi; done";
+const FIND_SUPERVISOR: &str = "for p in /proc/[0-9]*; do if tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '[_]_supervise'; then echo ${p#/proc/}; fi; done 2>/dev/null";
 
 #[tokio::test]
 async fn commands_cannot_read_write_signal_or_trace_the_supervisor() {

@@ -299,17 +299,21 @@ pub fn bwrap_args(settings: &SandboxSettings, map: &PathMap, supervisor: &Path) 
     a
 }
 
-/// Reads bubblewrap's `--info-fd` report and returns a pidfd of the sandbox's pid 1 (the
-/// supervisor), checked to be bubblewrap's child.
-fn init_pidfd(info: std::fs::File, bwrap_pid: u32) -> Option<OwnedFd> {
+/// Reads bubblewrap's `--info-fd` report, puts a pidfd of the sandbox's pid 1 (the
+/// supervisor, checked to be bubblewrap's child) in `slot`, and drains the report to its
+/// end (bubblewrap dies of SIGPIPE if the pipe closes while it writes).
+fn read_info(mut info: std::fs::File, bwrap_pid: u32, slot: &Mutex<Option<OwnedFd>>) {
     use std::io::Read;
     let mut text = String::new();
-    let mut reader = info.take(4096);
     let mut buf = [0u8; 512];
-    let pid = loop {
-        let n = reader.read(&mut buf).ok()?;
-        if n == 0 {
-            return None;
+    let mut found = false;
+    loop {
+        let n = match info.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if found || text.len() > 64 * 1024 {
+            continue;
         }
         text.push_str(&String::from_utf8_lossy(&buf[..n]));
         let Some(at) = text.find("\"child-pid\"") else {
@@ -321,8 +325,17 @@ fn init_pidfd(info: std::fs::File, bwrap_pid: u32) -> Option<OwnedFd> {
         if digits.is_empty() || digits.len() == value.len() {
             continue;
         }
-        break digits.parse::<i32>().ok()?;
-    };
+        found = true;
+        if let Some(fd) = digits.parse::<i32>().ok().and_then(|pid| init_pidfd(pid, bwrap_pid)) {
+            if let Ok(mut s) = slot.lock() {
+                *s = Some(fd);
+            }
+        }
+    }
+}
+
+/// A pidfd of `pid` when it is bubblewrap's child (not a reused pid).
+fn init_pidfd(pid: i32, bwrap_pid: u32) -> Option<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags; it returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
@@ -330,7 +343,7 @@ fn init_pidfd(info: std::fs::File, bwrap_pid: u32) -> Option<OwnedFd> {
     }
     // SAFETY: a new descriptor that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
-    // The pid names bubblewrap's child now that the pidfd holds it (not a reused pid).
+    // The pidfd holds the process now: its parent says whether it is the right one.
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let ppid = status
         .lines()
@@ -438,12 +451,7 @@ impl Supervisor {
             let _ = std::thread::Builder::new()
                 .name("bwrap-info".into())
                 .stack_size(64 * 1024)
-                .spawn(move || {
-                    let fd = init_pidfd(info, pid);
-                    if let Ok(mut slot) = init.lock() {
-                        *slot = fd;
-                    }
-                });
+                .spawn(move || read_info(info, pid, &init));
         }
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())

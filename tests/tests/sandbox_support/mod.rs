@@ -137,7 +137,10 @@ fn spawn(dir: &Path, env: &[(String, String)]) -> Child {
         .arg(dir.join("config.yaml"))
         .arg("--base-dir")
         .arg(dir.join("base"))
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("ANTLER_TEST_HOST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
