@@ -74,6 +74,7 @@ fn main() -> anyhow::Result<()> {
             );
         }
     }
+    provider::bwrap::kill_strays(&settings.base_dir);
     let verdict = provider::probe(&settings);
     let system = actix::System::new();
     system.block_on(async move {

@@ -4,9 +4,11 @@
 //! network only when configured, a new session). bubblewrap itself starts with an empty
 //! environment, and the sandbox gets only the declared one. The supervisor is pid 1 of the
 //! sandbox's pid namespace (`--as-pid-1`): what it runs cannot signal it, and when it dies
-//! the kernel kills the whole namespace. It dies with sandbox-host (`--die-with-parent`, a
-//! parent-death signal on bubblewrap and on itself, and the end of its stdin), and the
-//! host's handle SIGKILLs it through a pidfd when dropped. When sandbox-host runs as root,
+//! the kernel kills the whole namespace. It exits when its stdin ends (sandbox-host is
+//! gone) and dies with bubblewrap (a parent-death signal), and the host's handle SIGKILLs
+//! it through a pidfd, before bubblewrap, when dropped. bubblewrap is never killed first
+//! while it sets the sandbox up (no `--die-with-parent`): its child would wait forever for
+//! it, a namespace init with parent 1 that nothing kills. When sandbox-host runs as root,
 //! bubblewrap runs as `nobody` so resource limits bind. Commands go to the supervisor as
 //! JSON lines; a call costs a fork and exec, not a bwrap start.
 
@@ -86,25 +88,6 @@ fn bwrap_binary() -> PathBuf {
         .map(|d| d.join(&named))
         .find(|c| c.is_file())
         .unwrap_or(named)
-}
-
-/// Arranges for bubblewrap to be SIGKILLed when sandbox-host (the spawning thread) dies.
-fn die_with_host(cmd: &mut std::process::Command) {
-    // SAFETY: getpid has no preconditions.
-    let host = unsafe { libc::getpid() };
-    // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
-    // functions (prctl, getppid). It runs after the privilege drop, which would clear it.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() != host {
-                return Err(std::io::Error::other("sandbox-host exited"));
-            }
-            Ok(())
-        });
-    }
 }
 
 fn is_root() -> bool {
@@ -199,7 +182,6 @@ pub fn bwrap_args(settings: &SandboxSettings, map: &PathMap, supervisor: &Path) 
     a.extend(
         [
             "--unshare-all",
-            "--die-with-parent",
             "--new-session",
             "--as-pid-1",
             "--clearenv",
@@ -299,38 +281,36 @@ pub fn bwrap_args(settings: &SandboxSettings, map: &PathMap, supervisor: &Path) 
     a
 }
 
-/// Reads bubblewrap's `--info-fd` report, puts a pidfd of the sandbox's pid 1 (the
-/// supervisor, checked to be bubblewrap's child) in `slot`, and drains the report to its
-/// end (bubblewrap dies of SIGPIPE if the pipe closes while it writes).
-fn read_info(mut info: std::fs::File, bwrap_pid: u32, slot: &Mutex<Option<OwnedFd>>) {
-    use std::io::Read;
-    let mut text = String::new();
-    let mut buf = [0u8; 512];
-    let mut found = false;
-    loop {
-        let n = match info.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        if found || text.len() > 64 * 1024 {
-            continue;
-        }
-        text.push_str(&String::from_utf8_lossy(&buf[..n]));
-        let Some(at) = text.find("\"child-pid\"") else {
-            continue;
-        };
-        let value = text[at + "\"child-pid\"".len()..].trim_start_matches([':', ' ', '\t', '\n']);
-        let digits: String = value.chars().take_while(char::is_ascii_digit).collect();
-        // Digits up to the end of what was read may continue in the next read.
-        if digits.is_empty() || digits.len() == value.len() {
-            continue;
-        }
-        found = true;
-        if let Some(fd) = digits.parse::<i32>().ok().and_then(|pid| init_pidfd(pid, bwrap_pid)) {
-            if let Ok(mut s) = slot.lock() {
-                *s = Some(fd);
+/// The `"child-pid"` of bubblewrap's `--info-fd` report, once it is complete.
+fn parse_child_pid(text: &str) -> Option<i32> {
+    let at = text.find("\"child-pid\"")?;
+    let value = text[at + "\"child-pid\"".len()..].trim_start_matches([':', ' ', '\t', '\n']);
+    let digits: String = value.chars().take_while(char::is_ascii_digit).collect();
+    // Digits up to the end of what was written may continue.
+    if digits.is_empty() || digits.len() == value.len() {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Waits (up to ten seconds) for bubblewrap's `--info-fd` report in `info`, a memory file
+/// (a pipe would kill bubblewrap with SIGPIPE mid-setup if sandbox-host died, leaving its
+/// child waiting forever), and puts a pidfd of the sandbox's pid 1 in `slot`.
+fn read_info(info: std::fs::File, bwrap_pid: u32, slot: &Mutex<Option<OwnedFd>>) {
+    use std::os::unix::fs::FileExt;
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 4096];
+    while std::time::Instant::now() < until {
+        let n = info.read_at(&mut buf, 0).unwrap_or(0);
+        if let Some(pid) = parse_child_pid(&String::from_utf8_lossy(&buf[..n])) {
+            if let Some(fd) = init_pidfd(pid, bwrap_pid) {
+                if let Ok(mut s) = slot.lock() {
+                    *s = Some(fd);
+                }
             }
+            return;
         }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -379,6 +359,8 @@ pub struct Supervisor {
     ready: Arc<AtomicBool>,
     /// A pidfd of the sandbox's pid 1, once bubblewrap reported it.
     init: Arc<Mutex<Option<OwnedFd>>>,
+    /// A pidfd of bubblewrap.
+    outer: Option<Arc<OwnedFd>>,
     tasks: Vec<AbortHandle>,
 }
 
@@ -408,15 +390,14 @@ impl Supervisor {
     /// Starts bubblewrap with the supervisor inside. Must run inside a tokio runtime.
     pub fn spawn(settings: &SandboxSettings, map: &PathMap) -> std::io::Result<Supervisor> {
         let exe = std::env::current_exe()?;
-        let mut fds = [0 as libc::c_int; 2];
-        // SAFETY: pipe2 writes two descriptors into `fds`.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        // SAFETY: memfd_create takes a C string and flags; it returns a descriptor or -1.
+        let memfd = unsafe { libc::memfd_create(c"bwrap-info".as_ptr(), libc::MFD_CLOEXEC) };
+        if memfd < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        // SAFETY: two new descriptors that nothing else owns.
-        let (info_read, info_write) =
-            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let info_fd = info_write.as_raw_fd();
+        // SAFETY: a new descriptor that nothing else owns.
+        let info_file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(memfd) });
+        let info_fd = info_file.as_raw_fd();
         let mut std_cmd = std::process::Command::new(bwrap_binary());
         std_cmd
             .env_clear()
@@ -424,9 +405,8 @@ impl Supervisor {
             .arg(info_fd.to_string())
             .args(bwrap_args(settings, map, &exe));
         drop_privileges(&mut std_cmd);
-        die_with_host(&mut std_cmd);
-        // SAFETY: fcntl in the child between fork and exec: bubblewrap inherits the write
-        // end of the info pipe (async-signal-safe).
+        // SAFETY: fcntl in the child between fork and exec: bubblewrap inherits the info
+        // file (async-signal-safe).
         unsafe {
             std_cmd.pre_exec(move || {
                 if libc::fcntl(info_fd, libc::F_SETFD, 0) != 0 {
@@ -439,19 +419,23 @@ impl Supervisor {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let spawned = cmd.spawn();
-        drop(info_write);
-        let mut child = spawned?;
+            // Killed by `kill` (the sandbox's pid 1 first), not on drop.
+            .kill_on_drop(false);
+        let mut child = cmd.spawn()?;
         let pid = child.id().unwrap_or(0);
+        // SAFETY: pidfd_open of our own child, not yet reaped.
+        let outer = match unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } {
+            // SAFETY: a new descriptor that nothing else owns.
+            fd if fd >= 0 => Some(Arc::new(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })),
+            _ => None,
+        };
         let init: Arc<Mutex<Option<OwnedFd>>> = Arc::default();
         {
             let init = init.clone();
-            let info = std::fs::File::from(info_read);
             let _ = std::thread::Builder::new()
                 .name("bwrap-info".into())
                 .stack_size(64 * 1024)
-                .spawn(move || read_info(info, pid, &init));
+                .spawn(move || read_info(info_file, pid, &init));
         }
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
@@ -538,6 +522,7 @@ impl Supervisor {
             alive,
             ready,
             init,
+            outer,
             tasks: vec![
                 writer.abort_handle(),
                 reader.abort_handle(),
@@ -583,19 +568,39 @@ impl Supervisor {
         }
     }
 
-    /// SIGKILLs the sandbox's pid 1 (and so its whole namespace) and bubblewrap.
+    /// SIGKILLs the sandbox's pid 1 (and so its whole namespace), then bubblewrap. Killing
+    /// bubblewrap first would strand its child mid-setup, a namespace init that nothing
+    /// kills: until bubblewrap has reported the child, a thread waits for the report (at
+    /// most two seconds) before it kills both.
     pub fn kill(&self) {
-        if let Ok(slot) = self.init.lock() {
-            if let Some(fd) = slot.as_ref() {
+        let kill_init = |init: &Mutex<Option<OwnedFd>>| -> bool {
+            match init.lock() {
+                Ok(slot) => slot.as_ref().map(kill_pidfd).is_some(),
+                Err(_) => false,
+            }
+        };
+        let kill_outer = |outer: &Option<Arc<OwnedFd>>| {
+            if let Some(fd) = outer {
                 kill_pidfd(fd);
             }
+        };
+        if kill_init(&self.init) || !self.is_alive() {
+            kill_outer(&self.outer);
+            return;
         }
-        if self.pid > 0 && self.is_alive() {
-            // SAFETY: kill has no memory-safety preconditions; bubblewrap is our child and
-            // not yet reaped (the waiter clears `alive` when it is).
-            unsafe {
-                libc::kill(self.pid as libc::pid_t, libc::SIGKILL);
-            }
+        let (init, outer) = (self.init.clone(), self.outer.clone());
+        let spawned = std::thread::Builder::new()
+            .name("sandbox-kill".into())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                let until = std::time::Instant::now() + Duration::from_secs(2);
+                while !kill_init(&init) && std::time::Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                kill_outer(&outer);
+            });
+        if spawned.is_err() {
+            kill_outer(&self.outer);
         }
     }
 
@@ -626,12 +631,50 @@ impl Supervisor {
 
 impl Drop for Supervisor {
     fn drop(&mut self) {
-        // The sandbox's pid 1 first (the kernel then kills its namespace), then aborting
-        // the waiter drops the child, and kill_on_drop kills bubblewrap.
+        // The sandbox's pid 1 first (the kernel then kills its namespace), then bubblewrap.
         self.kill();
         for t in &self.tasks {
             t.abort();
         }
         fail_all(&self.pending, SUPERVISOR_EXITED);
+    }
+}
+
+/// Kills what a previous sandbox-host over `base_dir` left behind when it was killed while a
+/// sandbox was being set up (bubblewrap's child, orphaned with parent 1 before it ran the
+/// supervisor). Called once at start, before any sandbox of this host exists.
+pub fn kill_strays(base_dir: &Path) {
+    let marker = base_dir.as_os_str().as_encoded_bytes();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        let orphan = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, r)| r.split_whitespace().nth(1).map(|p| p == "1"))
+            })
+            .unwrap_or(false);
+        if !orphan {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let ours = cmdline.split(|b| *b == 0).any(|a| a.starts_with(marker))
+            && cmdline.split(|b| *b == 0).any(|a| a == SUPERVISE_ARG.as_bytes());
+        if ours {
+            tracing::warn!(pid, "killing a sandbox process a previous sandbox-host left behind");
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
     }
 }
