@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::UNIX_EPOCH;
 
+use antler_protocol::beneath::{Dir, Kind, Step};
 use serde::{Deserialize, Serialize};
 
 use super::middleware::output_budget::{TOOL_RESULTS_DIR, VIRTUAL_OUTPUTS};
@@ -27,10 +27,35 @@ pub struct OutputsSnapshot {
 }
 
 impl OutputsSnapshot {
-    /// Walks `outputs` (a missing directory is empty).
+    /// Walks `outputs` (a missing directory is empty) beneath a handle on it: the walk
+    /// never enters a directory through a link, so a link planted or swapped in by
+    /// sandboxed code lists nothing outside the thread.
     pub fn take(outputs: &Path) -> std::io::Result<OutputsSnapshot> {
         let mut snapshot = OutputsSnapshot::default();
-        walk(outputs, "", &mut snapshot.files)?;
+        let dir = match Dir::open(outputs) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(snapshot),
+            Err(e) => return Err(e),
+        };
+        dir.walk(None, &mut |rel, entry, parent| {
+            if rel == Path::new(TOOL_RESULTS_DIR) {
+                return Step::Skip;
+            }
+            if entry.kind == Kind::File {
+                // lstat: a file swapped for a link since the listing is not followed.
+                if let Ok(st) = parent.lstat(&entry.name) {
+                    if st.st_mode & libc::S_IFMT == libc::S_IFREG {
+                        let modified = (st.st_mtime.max(0) as u128) * 1_000_000_000
+                            + st.st_mtime_nsec.max(0) as u128;
+                        snapshot.files.insert(
+                            format!("{VIRTUAL_OUTPUTS}/{}", rel.to_string_lossy()),
+                            (st.st_size.max(0) as u64, modified),
+                        );
+                    }
+                }
+            }
+            Step::Continue
+        })?;
         Ok(snapshot)
     }
 
@@ -43,46 +68,6 @@ impl OutputsSnapshot {
             .map(|(path, _)| path.clone())
             .collect()
     }
-}
-
-fn walk(
-    dir: &Path,
-    prefix: &str,
-    files: &mut BTreeMap<String, (u64, u128)>,
-) -> std::io::Result<()> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    for entry in entries {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if prefix.is_empty() && name == TOOL_RESULTS_DIR {
-            continue;
-        }
-        let relative = if prefix.is_empty() {
-            name
-        } else {
-            format!("{prefix}/{name}")
-        };
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            walk(&entry.path(), &relative, files)?;
-        } else if kind.is_file() {
-            let meta = entry.metadata()?;
-            let modified = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_nanos());
-            files.insert(
-                format!("{VIRTUAL_OUTPUTS}/{relative}"),
-                (meta.len(), modified),
-            );
-        }
-    }
-    Ok(())
 }
 
 /// `verification` of a receipt whose run changed its outputs.

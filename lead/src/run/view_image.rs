@@ -8,7 +8,10 @@ use std::io::Read;
 
 use serde_json::Value;
 
-use super::builtins::resolve;
+use std::path::Path;
+
+use antler_protocol::beneath::{is_escape, Dir};
+
 use super::context::{RunContext, VIRTUAL_USER_DATA};
 use super::state::{Message, StateUpdate, ToolCall, ToolStatus, ViewedImage};
 use crate::catalog::builtins::VIEW_IMAGE;
@@ -72,17 +75,26 @@ fn check(path: &str, context: &RunContext) -> Result<ViewedImage, String> {
     if relative.split('/').any(|part| part == "..") {
         return Err(TRAVERSAL.to_owned());
     }
-    let root = resolve(context.paths.user_data());
-    let actual = resolve(&context.paths.user_data().join(relative));
-    if !actual.starts_with(&root) {
+    let with_path = |template: &str| template.replacen("{path}", path, 1);
+    // Everything beneath a handle on the thread's user data: a link planted or swapped in
+    // by sandboxed code never leads the read outside the thread.
+    let root = Dir::open(context.paths.user_data()).map_err(|_| with_path(NOT_FOUND))?;
+    let real = root.resolve(Path::new(relative)).map_err(|e| {
+        if is_escape(&e) {
+            TRAVERSAL.to_owned()
+        } else {
+            with_path(NOT_FOUND)
+        }
+    })?;
+    if !ALLOWED_DIRS.iter().any(|dir| real.starts_with(dir)) {
         return Err(TRAVERSAL.to_owned());
     }
-    let with_path = |template: &str| template.replacen("{path}", path, 1);
-    let meta = std::fs::metadata(&actual).map_err(|_| with_path(NOT_FOUND))?;
+    let meta = root.metadata(&real).map_err(|_| with_path(NOT_FOUND))?;
     if !meta.is_file() {
         return Err(with_path(NOT_A_FILE));
     }
-    let suffix = actual
+    let actual = context.paths.user_data().join(&real);
+    let suffix = real
         .extension()
         .map(|e| format!(".{}", e.to_string_lossy().to_lowercase()))
         .unwrap_or_default();
@@ -97,7 +109,7 @@ fn check(path: &str, context: &RunContext) -> Result<ViewedImage, String> {
         return Err(TOO_LARGE.replacen("{n}", &meta.len().to_string(), 1));
     }
     let mut bytes = Vec::new();
-    std::fs::File::open(&actual)
+    root.open_read(&real)
         .and_then(|file| file.take(MAX_IMAGE_BYTES + 1).read_to_end(&mut bytes))
         .map_err(|_| "Error reading image file: the file could not be read".to_owned())?;
     if bytes.len() as u64 != meta.len() {

@@ -5,8 +5,10 @@
 //! a replayed step writes the same file. The preview's synopsis is DeerFlow's text kind
 //! (JSON, CSV, YAML, XML and code synopses are not detected yet).
 
+use std::io::Write;
 use std::path::Path;
 
+use antler_protocol::beneath::{Dir, Open};
 use sha2::{Digest, Sha256};
 
 /// The tool-results directory under `outputs`, excluded from delivery settlement.
@@ -249,19 +251,36 @@ fn raw_sample(content: &str, head_budget: usize, tail_budget: usize) -> String {
 }
 
 /// Writes the full output to `outputs/.tool-results/{tool}-{sha256}.{ext}` (through a
-/// temporary name, then a rename) and returns its virtual path.
+/// temporary name, then a rename) and returns its virtual path. Every step resolves
+/// beneath a handle on `outputs`: a `.tool-results` (or a temporary name) that sandboxed
+/// code made a link out of the thread fails the write, and nothing is written outside.
 fn externalize(
     content: &str,
     tool_name: &str,
     tool_call_id: &str,
     outputs_dir: &Path,
 ) -> std::io::Result<String> {
-    let dir = outputs_dir.join(TOOL_RESULTS_DIR);
-    std::fs::create_dir_all(&dir)?;
+    let name = outputs_dir
+        .file_name()
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let parent = outputs_dir.parent().unwrap_or(Path::new("/"));
+    let outputs = Dir::open(parent)?.open_dir(Path::new(name))?;
+    let dir = outputs.create_dir_all(Path::new(TOOL_RESULTS_DIR), 0o777)?;
     let file_name = externalized_file_name(tool_name, tool_call_id, content);
-    let temporary = dir.join(format!(".{file_name}.tmp"));
-    std::fs::write(&temporary, content)?;
-    std::fs::rename(&temporary, dir.join(&file_name))?;
+    let temporary = format!(".{file_name}.tmp");
+    let mut file = dir.open_file(
+        Path::new(&temporary),
+        Open {
+            write: true,
+            create: true,
+            truncate: true,
+            mode: 0o644,
+            ..Open::default()
+        },
+    )?;
+    file.write_all(content.as_bytes())?;
+    drop(file);
+    dir.rename(Path::new(&temporary), Path::new(&file_name))?;
     Ok(format!("{VIRTUAL_OUTPUTS}/{TOOL_RESULTS_DIR}/{file_name}"))
 }
 
