@@ -220,11 +220,12 @@ impl Dir {
                     let cname = c_name(name)?;
                     // SAFETY: `cname` is a valid C string; mkdirat never follows the
                     // final component.
-                    let made = match cvt(unsafe { libc::mkdirat(current.raw(), cname.as_ptr(), mode) }) {
-                        Ok(_) => true,
-                        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => false,
-                        Err(e) => return Err(e),
-                    };
+                    let made =
+                        match cvt(unsafe { libc::mkdirat(current.raw(), cname.as_ptr(), mode) }) {
+                            Ok(_) => true,
+                            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => false,
+                            Err(e) => return Err(e),
+                        };
                     let d = self.open_dir(&sofar)?;
                     if made {
                         // The umask narrowed the mode; fchmod on the handle follows nothing.
@@ -353,7 +354,10 @@ impl Dir {
                 libc::DT_REG => Kind::File,
                 libc::DT_DIR => Kind::Dir,
                 libc::DT_LNK => Kind::Symlink,
-                libc::DT_UNKNOWN => self.lstat(&name).map(|s| kind_of(s.st_mode)).unwrap_or(Kind::Other),
+                libc::DT_UNKNOWN => self
+                    .lstat(&name)
+                    .map(|s| kind_of(s.st_mode))
+                    .unwrap_or(Kind::Other),
                 _ => Kind::Other,
             };
             out.push(Entry { name, kind });
@@ -508,11 +512,22 @@ mod tests {
     fn links_out_are_refused_and_links_inside_followed() {
         let (root, outside) = setup();
         symlink(outside.path().join("secret"), root.path().join("abs")).unwrap();
-        symlink("../../../../../../../../etc/hostname", root.path().join("rel")).unwrap();
+        symlink(
+            "../../../../../../../../etc/hostname",
+            root.path().join("rel"),
+        )
+        .unwrap();
         symlink("sub/in.txt", root.path().join("inner")).unwrap();
         symlink(outside.path(), root.path().join("dirlink")).unwrap();
         let dir = Dir::open(root.path()).unwrap();
-        for bad in ["abs", "rel", "dirlink/secret", "../x", "/etc/hostname", "sub/../../x"] {
+        for bad in [
+            "abs",
+            "rel",
+            "dirlink/secret",
+            "../x",
+            "/etc/hostname",
+            "sub/../../x",
+        ] {
             let e = dir.open_read(Path::new(bad)).unwrap_err();
             assert!(is_escape(&e), "{bad}: {e}");
         }
@@ -522,7 +537,10 @@ mod tests {
             .read_to_string(&mut s)
             .unwrap();
         assert_eq!(s, "inside");
-        assert_eq!(dir.resolve(Path::new("inner")).unwrap(), Path::new("sub/in.txt"));
+        assert_eq!(
+            dir.resolve(Path::new("inner")).unwrap(),
+            Path::new("sub/in.txt")
+        );
         let e = dir
             .create_dir_all(Path::new("dirlink/new"), 0o777)
             .unwrap_err();
@@ -549,7 +567,10 @@ mod tests {
             .unwrap();
         f.write_all(b"data").unwrap();
         dir.rename(Path::new("a/b/.t"), Path::new("a/b/t")).unwrap();
-        assert_eq!(std::fs::read_to_string(root.path().join("a/b/t")).unwrap(), "data");
+        assert_eq!(
+            std::fs::read_to_string(root.path().join("a/b/t")).unwrap(),
+            "data"
+        );
         assert_eq!(dir.usage().unwrap(), 10);
         let e = dir.open_read(Path::new("a")).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::IsADirectory);

@@ -136,7 +136,11 @@ impl Jobs {
         let now = Instant::now();
         let due: Vec<i32> = {
             let mut s = self.sessions();
-            let due = s.iter().filter(|(_, u)| *u <= now).map(|(x, _)| *x).collect();
+            let due = s
+                .iter()
+                .filter(|(_, u)| *u <= now)
+                .map(|(x, _)| *x)
+                .collect();
             s.retain(|(_, u)| *u > now);
             due
         };
@@ -200,14 +204,7 @@ pub fn reap_orphans() -> ! {
         // SAFETY: an all-zero siginfo is a valid value to be overwritten.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: waitid writes `info`; WNOWAIT leaves the child waitable.
-        let r = unsafe {
-            libc::waitid(
-                libc::P_ALL,
-                0,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
-        };
+        let r = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT) };
         if r != 0 {
             std::thread::sleep(Duration::from_millis(100));
             continue;

@@ -304,7 +304,10 @@ impl PathMap {
             .family(path)
             .ok_or_else(|| TRAVERSAL_DENIED.to_string())?;
         let (virtual_root, host_root) = match family {
-            Family::UserData => (VIRTUAL_PATH_PREFIX.to_string(), self.thread.user_data.clone()),
+            Family::UserData => (
+                VIRTUAL_PATH_PREFIX.to_string(),
+                self.thread.user_data.clone(),
+            ),
             Family::Skills => (self.skills_container.clone(), self.skills_dir.clone()),
             Family::Acp => (
                 ACP_WORKSPACE_VIRTUAL_PATH.to_string(),
@@ -317,7 +320,10 @@ impl PathMap {
         };
         let rel = PathBuf::from(path[virtual_root.len()..].trim_start_matches('/'));
         if family == Family::UserData {
-            let first = rel.components().next().map(|c| c.as_os_str().to_os_string());
+            let first = rel
+                .components()
+                .next()
+                .map(|c| c.as_os_str().to_os_string());
             if !first.is_some_and(|f| USER_DATA_DIRS.iter().any(|d| f == *d)) {
                 return Err(TRAVERSAL_DENIED.to_string());
             }

@@ -411,7 +411,11 @@ impl Handler<Shutdown> for SandboxPool {
         let addrs: Vec<Addr<Sandbox>> = std::mem::take(&mut self.entries)
             .into_values()
             .map(|e| e.addr)
-            .chain(std::mem::take(&mut self.prewarmed).into_iter().map(|p| p.addr))
+            .chain(
+                std::mem::take(&mut self.prewarmed)
+                    .into_iter()
+                    .map(|p| p.addr),
+            )
             .collect();
         for w in self.waiters.drain(..) {
             let _ = w.tx.send(Err(SandboxError::ProviderUnavailable(

@@ -251,7 +251,9 @@ impl SandboxSettings {
             limits,
             authorization: config.authorization.clone(),
             tmp_size: sandbox.map(|s| s.tmp_size()).unwrap_or(DEFAULT_TMP_SIZE),
-            disk_quota: sandbox.map(|s| s.disk_quota()).unwrap_or(DEFAULT_DISK_QUOTA),
+            disk_quota: sandbox
+                .map(|s| s.disk_quota())
+                .unwrap_or(DEFAULT_DISK_QUOTA),
             background_lifetime: sandbox
                 .map(|s| s.background_lifetime())
                 .unwrap_or(Duration::from_secs(DEFAULT_BACKGROUND_LIFETIME_S)),

@@ -49,7 +49,10 @@ turns:
         .arg("--config")
         .arg(d.join("config.yaml"))
         .current_dir(d)
-        .env("ANTLER_EXTENSIONS_CONFIG_PATH", d.join("extensions_config.json"))
+        .env(
+            "ANTLER_EXTENSIONS_CONFIG_PATH",
+            d.join("extensions_config.json"),
+        )
         .env("ANTLER_SANDBOX_BASE_DIR", d.join("base"))
         .env("ANTLER_GATEWAY_ADDR", "off")
         .env("RUST_LOG", "error")
@@ -63,7 +66,10 @@ turns:
         )
     });
     let tools = tool_messages(&d.join("run/runs.sqlite"), view["run_id"].as_str().unwrap());
-    let contents: Vec<&str> = tools.iter().map(|m| m["content"].as_str().unwrap()).collect();
+    let contents: Vec<&str> = tools
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
     assert_eq!(contents[0], "planted\n", "{view}");
     // Nothing was written into the host directory; the result came back in full instead.
     let names: Vec<String> = std::fs::read_dir(&host)

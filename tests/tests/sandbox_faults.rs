@@ -90,7 +90,10 @@ async fn a_command_that_outlives_its_timeout_has_its_whole_group_killed() {
             "sleep 100.41 > /mnt/user-data/workspace/server.log 2>&1 & echo started",
         )
         .await;
-    assert!(out.starts_with("started\n\nStill running in the background"), "{out}");
+    assert!(
+        out.starts_with("started\n\nStill running in the background"),
+        "{out}"
+    );
     assert!(out.contains(": sleep 100.41"), "{out}");
 }
 

@@ -44,20 +44,59 @@ fn host_untouched(dir: &Path) {
 fn calls(file: &str, dir: &str) -> Vec<(&'static str, Value)> {
     vec![
         ("read_file", json!({"description": "d", "path": file})),
-        ("read_file", json!({"description": "d", "path": format!("{dir}/file.txt")})),
-        ("write_file", json!({"description": "d", "path": format!("{dir}/written.txt"), "content": "sandbox-chose-this"})),
-        ("write_file", json!({"description": "d", "path": file, "content": "sandbox-chose-this"})),
-        ("write_file", json!({"description": "d", "path": file, "content": "more", "append": true})),
-        ("str_replace", json!({"description": "d", "path": file, "old_str": "host", "new_str": "pwned"})),
-        ("str_replace", json!({"description": "d", "path": format!("{dir}/file.txt"), "old_str": "host", "new_str": "pwned"})),
-        ("write_file", json!({"description": "d", "path": format!("{dir}/sub/deeper/x.txt"), "content": "x"})),
-        ("ls", json!({"description": "d", "path": "/mnt/user-data/workspace"})),
+        (
+            "read_file",
+            json!({"description": "d", "path": format!("{dir}/file.txt")}),
+        ),
+        (
+            "write_file",
+            json!({"description": "d", "path": format!("{dir}/written.txt"), "content": "sandbox-chose-this"}),
+        ),
+        (
+            "write_file",
+            json!({"description": "d", "path": file, "content": "sandbox-chose-this"}),
+        ),
+        (
+            "write_file",
+            json!({"description": "d", "path": file, "content": "more", "append": true}),
+        ),
+        (
+            "str_replace",
+            json!({"description": "d", "path": file, "old_str": "host", "new_str": "pwned"}),
+        ),
+        (
+            "str_replace",
+            json!({"description": "d", "path": format!("{dir}/file.txt"), "old_str": "host", "new_str": "pwned"}),
+        ),
+        (
+            "write_file",
+            json!({"description": "d", "path": format!("{dir}/sub/deeper/x.txt"), "content": "x"}),
+        ),
+        (
+            "ls",
+            json!({"description": "d", "path": "/mnt/user-data/workspace"}),
+        ),
         ("ls", json!({"description": "d", "path": dir})),
-        ("glob", json!({"description": "d", "pattern": "**/*", "path": "/mnt/user-data/workspace"})),
-        ("glob", json!({"description": "d", "pattern": "*", "path": dir})),
-        ("grep", json!({"description": "d", "pattern": "secret", "path": "/mnt/user-data/workspace"})),
-        ("grep", json!({"description": "d", "pattern": "secret", "path": dir})),
-        ("grep", json!({"description": "d", "pattern": "secret", "path": file})),
+        (
+            "glob",
+            json!({"description": "d", "pattern": "**/*", "path": "/mnt/user-data/workspace"}),
+        ),
+        (
+            "glob",
+            json!({"description": "d", "pattern": "*", "path": dir}),
+        ),
+        (
+            "grep",
+            json!({"description": "d", "pattern": "secret", "path": "/mnt/user-data/workspace"}),
+        ),
+        (
+            "grep",
+            json!({"description": "d", "pattern": "secret", "path": dir}),
+        ),
+        (
+            "grep",
+            json!({"description": "d", "pattern": "secret", "path": file}),
+        ),
     ]
 }
 
@@ -98,14 +137,21 @@ async fn links_planted_inside_the_sandbox_lead_nowhere() {
             .await;
         assert_eq!(r, format!("Error: Permission denied reading file: {file}"));
     }
-    for (tool, args) in calls("/mnt/user-data/outputs/out/secret.txt", "/mnt/user-data/outputs/out") {
+    for (tool, args) in calls(
+        "/mnt/user-data/outputs/out/secret.txt",
+        "/mnt/user-data/outputs/out",
+    ) {
         let out = c.text(id, tool, args.clone()).await;
         assert_no_host_content(tool, &args, &out);
     }
     host_untouched(dir.path());
     // The links themselves are still listed as what they are, inside the thread.
     let ls = c
-        .text(id, "ls", json!({"description": "d", "path": "/mnt/user-data/workspace"}))
+        .text(
+            id,
+            "ls",
+            json!({"description": "d", "path": "/mnt/user-data/workspace"}),
+        )
         .await;
     assert!(!ls.contains("/mnt/user-data/workspace/d/"), "{ls}");
 }
@@ -130,6 +176,7 @@ async fn links_swapped_in_a_tight_loop_lead_nowhere() {
             ),
         )
         .await;
+    assert!(looping.starts_with("looping\n"), "{looping}");
     let file = "/mnt/user-data/workspace/fswap";
     let d = "/mnt/user-data/workspace/swap";
     let mut outcomes = std::collections::BTreeSet::new();

@@ -19,7 +19,9 @@ async fn live_sandboxes(h: &SandboxHost) -> Vec<ProcessId> {
     let active = c.acquire("u", "active").await.expect("acquire");
     let warm = c.acquire("u", "warm").await.expect("acquire");
     for id in [&active.sandbox_id, &warm.sandbox_id] {
-        let out = c.bash(id, "sleep 1000 & (setsid sleep 1001 &) ; echo ok").await;
+        let out = c
+            .bash(id, "sleep 1000 & (setsid sleep 1001 &) ; echo ok")
+            .await;
         assert!(out.starts_with("ok\n"), "{out}");
     }
     c.release(&warm.sandbox_id).await.expect("release");

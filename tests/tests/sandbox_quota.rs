@@ -16,18 +16,26 @@ async fn writing_past_tmp_size_fails_inside_the_sandbox() {
     let c = h.connect().await;
     let a = c.acquire("u", "t").await.expect("acquire");
     assert_eq!(
-        c.bash(&a.sandbox_id, "head -c 4M /dev/zero > /tmp/small && echo fits")
-            .await,
+        c.bash(
+            &a.sandbox_id,
+            "head -c 4M /dev/zero > /tmp/small && echo fits"
+        )
+        .await,
         "fits\n"
     );
     let out = c
-        .bash(&a.sandbox_id, "head -c 16M /dev/zero > /tmp/big && echo fits")
+        .bash(
+            &a.sandbox_id,
+            "head -c 16M /dev/zero > /tmp/big && echo fits",
+        )
         .await;
     assert!(
         out.contains("No space left on device") && !out.contains("fits"),
         "{out}"
     );
-    let size = c.bash(&a.sandbox_id, "df -B1 --output=size /tmp | tail -1").await;
+    let size = c
+        .bash(&a.sandbox_id, "df -B1 --output=size /tmp | tail -1")
+        .await;
     assert_eq!(size.trim(), (8u64 << 20).to_string(), "{size}");
 }
 
@@ -39,12 +47,18 @@ async fn passing_disk_quota_gives_a_clear_error_and_refuses_writes() {
     let a = c.acquire("u", "t").await.expect("acquire");
     let id = a.sandbox_id.as_str();
     assert_eq!(
-        c.bash(id, "head -c 1M /dev/zero > /mnt/user-data/workspace/a && echo ok")
-            .await,
+        c.bash(
+            id,
+            "head -c 1M /dev/zero > /mnt/user-data/workspace/a && echo ok"
+        )
+        .await,
         "ok\n"
     );
     let out = c
-        .bash(id, "head -c 2M /dev/zero > /mnt/user-data/outputs/b && echo ok")
+        .bash(
+            id,
+            "head -c 2M /dev/zero > /mnt/user-data/outputs/b && echo ok",
+        )
         .await;
     let expected = format!(
         "Error: Disk quota exceeded: the thread's files under /mnt/user-data would use {} bytes, over the sandbox.disk_quota of {} bytes. Delete files under /mnt/user-data to make room.\n\nok\n",
@@ -61,10 +75,17 @@ async fn passing_disk_quota_gives_a_clear_error_and_refuses_writes() {
         .await
         .expect("result");
     assert!(r.is_error, "{}", r.content);
-    assert!(r.content.starts_with("Error: Disk quota exceeded:"), "{}", r.content);
+    assert!(
+        r.content.starts_with("Error: Disk quota exceeded:"),
+        "{}",
+        r.content
+    );
     assert!(!h.user_data("u", "t").join("workspace/c.txt").exists());
     // Deleting makes room again.
-    assert_eq!(c.bash(id, "rm /mnt/user-data/outputs/b").await, "(no output)");
+    assert_eq!(
+        c.bash(id, "rm /mnt/user-data/outputs/b").await,
+        "(no output)"
+    );
     assert_eq!(
         c.text(
             id,

@@ -43,7 +43,12 @@ async fn commands_cannot_read_write_signal_or_trace_the_supervisor() {
         }
     }
     for pid in &pids {
-        let _ = c.bash(id, &format!("kill -9 {pid}; kill -STOP {pid}; kill -TERM {pid}")).await;
+        let _ = c
+            .bash(
+                id,
+                &format!("kill -9 {pid}; kill -STOP {pid}; kill -TERM {pid}"),
+            )
+            .await;
     }
     // A process left running tries again after the call returned.
     let _ = c
@@ -55,7 +60,10 @@ async fn commands_cannot_read_write_signal_or_trace_the_supervisor() {
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     // The same supervisor answers, truly.
     for i in 0..5 {
-        assert_eq!(c.bash(id, &format!("echo call-{i}")).await, format!("call-{i}\n"));
+        assert_eq!(
+            c.bash(id, &format!("echo call-{i}")).await,
+            format!("call-{i}\n")
+        );
     }
     assert_eq!(
         c.status().await.sandboxes[0].supervisor_pid,

@@ -88,7 +88,9 @@ pub fn normalize_presented_path(filepath: &str, context: &RunContext) -> Result<
     } else {
         // A host path: it names the thread's files only when it lies under user-data.
         let path = lexical(&expand_user(filepath));
-        let canonical = user_data.canonicalize().unwrap_or_else(|_| user_data.to_path_buf());
+        let canonical = user_data
+            .canonicalize()
+            .unwrap_or_else(|_| user_data.to_path_buf());
         match path
             .strip_prefix(user_data)
             .or_else(|_| path.strip_prefix(&canonical))
@@ -110,7 +112,8 @@ pub fn normalize_presented_path(filepath: &str, context: &RunContext) -> Result<
             return Err(PATH_TRAVERSAL.to_owned());
         }
     }
-    let root = Dir::open(user_data).map_err(|_| FILE_NOT_FOUND.replacen("{filepath}", filepath, 1))?;
+    let root =
+        Dir::open(user_data).map_err(|_| FILE_NOT_FOUND.replacen("{filepath}", filepath, 1))?;
     let escaped = only_outputs;
     let (actual, exists) = match root.resolve(&relative) {
         Ok(real) => (real, true),
@@ -315,7 +318,10 @@ fn read_uploads(dir: &Dir) -> std::io::Result<Vec<Upload>> {
             continue;
         }
         let modified = UNIX_EPOCH
-            + Duration::new(st.st_mtime.max(0) as u64, st.st_mtime_nsec.clamp(0, 999_999_999) as u32);
+            + Duration::new(
+                st.st_mtime.max(0) as u64,
+                st.st_mtime_nsec.clamp(0, 999_999_999) as u32,
+            );
         files.push(Upload {
             name,
             size: st.st_size.max(0) as u64,

@@ -367,3 +367,39 @@ fn list_uploaded_files_refuses_mistyped_arguments() {
         assert_eq!(failure, ToolFailure::new("ValidationError", detail));
     }
 }
+
+#[test]
+fn uploads_behind_links_are_not_listed() {
+    let thread = thread();
+    let host = tempfile::tempdir().unwrap();
+    std::fs::write(host.path().join("host-secret.pdf"), "host").unwrap();
+    let uploads = thread.context.paths.uploads();
+    std::os::unix::fs::symlink(host.path().join("host-secret.pdf"), uploads.join("a.pdf")).unwrap();
+    std::os::unix::fs::symlink(host.path(), uploads.join("dir")).unwrap();
+    std::fs::write(uploads.join("real.txt"), "x").unwrap();
+    let listed = list_uploads(&thread, json!({}));
+    assert!(
+        !listed.contains("a.pdf") && !listed.contains("host-secret"),
+        "{listed}"
+    );
+    assert!(listed.contains("real.txt"), "{listed}");
+}
+
+#[test]
+fn present_files_through_a_link_to_the_host_is_refused() {
+    let thread = thread();
+    let host = tempfile::tempdir().unwrap();
+    std::fs::write(host.path().join("secret.txt"), "host").unwrap();
+    let outputs = thread.context.paths.outputs();
+    std::os::unix::fs::symlink(host.path(), outputs.join("hostlink")).unwrap();
+    std::os::unix::fs::symlink("../../../../../../../../../../tmp", outputs.join("up")).unwrap();
+    for path in [
+        "/mnt/user-data/outputs/hostlink/secret.txt",
+        "/mnt/user-data/outputs/up",
+    ] {
+        assert_eq!(
+            reply(&present(&thread, &[path])).0,
+            format!("Error: Only files in /mnt/user-data/outputs can be presented: {path}")
+        );
+    }
+}

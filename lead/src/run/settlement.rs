@@ -208,6 +208,70 @@ mod tests {
         );
     }
 
+    /// Swaps `a` and `b` (renameat2 RENAME_EXCHANGE) in a tight loop until `stop`.
+    fn swapper(
+        a: std::path::PathBuf,
+        b: std::path::PathBuf,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<()> {
+        use std::os::unix::ffi::OsStrExt;
+        std::thread::spawn(move || {
+            let a = std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap();
+            let b = std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: valid C strings; renameat2 only reads them.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    );
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_link_while_the_scan_runs_lists_nothing_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        std::fs::write(host.path().join("host-file.txt"), "host").unwrap();
+        std::fs::create_dir(dir.path().join("swap")).unwrap();
+        std::fs::write(dir.path().join("swap/in.md"), "a").unwrap();
+        std::os::unix::fs::symlink(host.path(), dir.path().join("alt")).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let t = swapper(
+            dir.path().join("swap"),
+            dir.path().join("alt"),
+            stop.clone(),
+        );
+        for _ in 0..2_000 {
+            let snapshot = OutputsSnapshot::take(dir.path()).unwrap();
+            assert!(
+                snapshot.files.keys().all(|k| !k.contains("host-file")),
+                "{snapshot:?}"
+            );
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn the_scan_never_enters_a_link_out_of_outputs() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        std::fs::write(host.path().join("host-file.txt"), "host").unwrap();
+        std::os::unix::fs::symlink(host.path(), dir.path().join("hostlink")).unwrap();
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::fs::write(dir.path().join("real/a.md"), "a").unwrap();
+        let snapshot = OutputsSnapshot::take(dir.path()).unwrap();
+        let paths: Vec<&String> = snapshot.files.keys().collect();
+        assert_eq!(paths, ["/mnt/user-data/outputs/real/a.md"]);
+    }
+
     #[test]
     fn a_run_that_produced_but_presented_nothing_fails_with_deerflows_text() {
         let produced = strings(&["/mnt/user-data/outputs/report.md"]);

@@ -220,4 +220,81 @@ mod tests {
             assert!(update.viewed_images.is_none());
         }
     }
+
+    /// Swaps `a` and `b` (renameat2 RENAME_EXCHANGE) in a tight loop until `stop`.
+    fn swapper(
+        a: std::path::PathBuf,
+        b: std::path::PathBuf,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<()> {
+        use std::os::unix::ffi::OsStrExt;
+        std::thread::spawn(move || {
+            let a = std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap();
+            let b = std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: valid C strings; renameat2 only reads them.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    );
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn an_image_swapped_for_a_link_while_it_is_read_is_never_read_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        // The host's image differs from the thread's in size, so a read of it shows.
+        let mut host_png = PNG.to_vec();
+        host_png.extend_from_slice(&[7; 100]);
+        std::fs::write(host.path().join("i.png"), &host_png).unwrap();
+        let context = context(dir.path());
+        let outputs = context.paths.outputs();
+        std::fs::create_dir(outputs.join("swap")).unwrap();
+        std::fs::write(outputs.join("swap/i.png"), PNG).unwrap();
+        std::os::unix::fs::symlink(host.path(), outputs.join("alt")).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let t = swapper(outputs.join("swap"), outputs.join("alt"), stop.clone());
+        for _ in 0..2_000 {
+            let update = view(&context, "/mnt/user-data/outputs/swap/i.png");
+            if let Some(images) = update.viewed_images {
+                let image = &images["/mnt/user-data/outputs/swap/i.png"];
+                assert_eq!(image.size, PNG.len() as u64, "a host file was read");
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn an_image_behind_a_link_out_of_the_thread_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        std::fs::write(host.path().join("secret.png"), PNG).unwrap();
+        let context = context(dir.path());
+        let outputs = context.paths.outputs();
+        std::os::unix::fs::symlink(host.path(), outputs.join("out")).unwrap();
+        std::os::unix::fs::symlink(host.path().join("secret.png"), outputs.join("s.png")).unwrap();
+        std::os::unix::fs::symlink("../../../../../../../../../..", outputs.join("up")).unwrap();
+        for path in [
+            "/mnt/user-data/outputs/out/secret.png",
+            "/mnt/user-data/outputs/s.png",
+            "/mnt/user-data/outputs/up/tmp/x.png",
+        ] {
+            let update = view(&context, path);
+            assert_eq!(
+                text(&update),
+                "Error: Access denied: path traversal detected",
+                "{path}"
+            );
+            assert!(update.viewed_images.is_none());
+        }
+    }
 }

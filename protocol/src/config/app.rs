@@ -364,7 +364,11 @@ pub fn parse_app_config(
     if let Some((path, expected)) = config.antler.check().into_iter().next() {
         return Err(doc.invalid(path, "value out of range", Some(expected.to_owned())));
     }
-    let sandbox_problems = config.sandbox.as_ref().map(|s| s.check()).unwrap_or_default();
+    let sandbox_problems = config
+        .sandbox
+        .as_ref()
+        .map(|s| s.check())
+        .unwrap_or_default();
     if let Some((path, expected)) = sandbox_problems.into_iter().next() {
         return Err(doc.invalid(path, "value out of range", Some(expected.to_owned())));
     }

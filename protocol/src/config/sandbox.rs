@@ -108,7 +108,7 @@ impl SandboxConfig {
         let mut problems = Vec::new();
         for key in ["tmp_size", "disk_quota"] {
             if let Some(v) = self.extra.get(key) {
-                if !parse_size(v).is_some_and(|n| n >= 1 << 20) {
+                if parse_size(v).is_none_or(|n| n < 1 << 20) {
                     problems.push((base.key(key), SIZE_EXPECTED));
                 }
             }
@@ -187,7 +187,9 @@ mod tests {
         config.extra.insert("background_lifetime".into(), v("2.5"));
         assert_eq!(config.tmp_size(), 8 << 20);
         assert_eq!(config.background_lifetime(), Duration::from_millis(2500));
-        config.extra.insert("disk_quota".into(), v("\"12 parsecs\""));
+        config
+            .extra
+            .insert("disk_quota".into(), v("\"12 parsecs\""));
         config.extra.insert("background_lifetime".into(), v("0"));
         let named: Vec<String> = config.check().iter().map(|(p, _)| p.to_string()).collect();
         assert_eq!(named, ["sandbox.disk_quota", "sandbox.background_lifetime"]);

@@ -150,21 +150,22 @@ pub fn probe() -> Result<String, String> {
         .trim_start_matches("bubblewrap ")
         .to_string();
     let mut cmd = std::process::Command::new(bwrap_binary());
-    cmd.env_clear().args([
-        "--unshare-all",
-        "--die-with-parent",
-        "--new-session",
-        "--as-pid-1",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-    ])
-    .args(root_args())
-    .args(["--", "/usr/bin/true"])
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
+    cmd.env_clear()
+        .args([
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--as-pid-1",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+        ])
+        .args(root_args())
+        .args(["--", "/usr/bin/true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     drop_privileges(&mut cmd);
     let out = cmd.output().map_err(|e| format!("cannot run bwrap: {e}"))?;
     if out.status.success() {
@@ -179,15 +180,7 @@ pub fn bwrap_args(settings: &SandboxSettings, map: &PathMap, supervisor: &Path) 
     let mut a: Vec<OsString> = Vec::new();
     let s = |x: &str| OsString::from(x);
     let p = |x: &Path| x.as_os_str().to_os_string();
-    a.extend(
-        [
-            "--unshare-all",
-            "--new-session",
-            "--as-pid-1",
-            "--clearenv",
-        ]
-        .map(s),
-    );
+    a.extend(["--unshare-all", "--new-session", "--as-pid-1", "--clearenv"].map(s));
     if settings.network {
         a.push(s("--share-net"));
     }
@@ -606,9 +599,8 @@ impl Supervisor {
 
     async fn request(&self, op: SupervisorOp, grace: Duration) -> Result<ExecOutcome, String> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let line = serde_json::to_string(&SupervisorRequest { id, op })
-            .map_err(|e| e.to_string())?
-            + "\n";
+        let line =
+            serde_json::to_string(&SupervisorRequest { id, op }).map_err(|e| e.to_string())? + "\n";
         let (tx, rx) = oneshot::channel();
         self.pending
             .lock()
@@ -668,9 +660,14 @@ pub fn kill_strays(base_dir: &Path) {
         }
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let ours = cmdline.split(|b| *b == 0).any(|a| a.starts_with(marker))
-            && cmdline.split(|b| *b == 0).any(|a| a == SUPERVISE_ARG.as_bytes());
+            && cmdline
+                .split(|b| *b == 0)
+                .any(|a| a == SUPERVISE_ARG.as_bytes());
         if ours {
-            tracing::warn!(pid, "killing a sandbox process a previous sandbox-host left behind");
+            tracing::warn!(
+                pid,
+                "killing a sandbox process a previous sandbox-host left behind"
+            );
             // SAFETY: kill has no memory-safety preconditions.
             unsafe {
                 libc::kill(pid, libc::SIGKILL);

@@ -105,7 +105,10 @@ impl SandboxHost {
         let exited = wait_for(Duration::from_secs(30), || {
             self.child.try_wait().ok().flatten()
         });
-        assert!(exited.is_some(), "sandbox-host did not exit after signal {sig}");
+        assert!(
+            exited.is_some(),
+            "sandbox-host did not exit after signal {sig}"
+        );
     }
 
     /// A connection to the host.
@@ -336,7 +339,8 @@ pub fn processes_naming(marker: &str) -> Vec<(u32, String)> {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
-        if pid == me || stat_fields(pid).is_some_and(|f| f.first().map(String::as_str) == Some("Z")) {
+        if pid == me || stat_fields(pid).is_some_and(|f| f.first().map(String::as_str) == Some("Z"))
+        {
             continue;
         }
         let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();

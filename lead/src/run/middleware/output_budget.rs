@@ -365,6 +365,20 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_results_link_out_of_outputs_gets_nothing_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        let outputs = dir.path().join("outputs");
+        std::fs::create_dir(&outputs).unwrap();
+        std::os::unix::fs::symlink(host.path(), outputs.join(".tool-results")).unwrap();
+        let content = big(1_000);
+        let out = OutputBudget::default().apply("bash", "c1", content.clone(), Some(&outputs));
+        assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0);
+        assert!(!out.contains("saved to"));
+        assert_eq!(out, OutputBudget::default().fallback(&content, "bash"));
+    }
+
+    #[test]
     fn without_disk_the_result_is_cut_with_deerflows_marker() {
         let content = "x".repeat(40_000);
         let cut = OutputBudget::default().apply("web_fetch", "c1", content, None);
