@@ -379,6 +379,51 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_results_directory_swapped_for_a_link_gets_nothing_written_outside() {
+        use std::os::unix::ffi::OsStrExt;
+        use std::sync::{atomic::AtomicBool, atomic::Ordering, Arc};
+        let dir = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        let outputs = dir.path().join("outputs");
+        std::fs::create_dir_all(outputs.join(".tool-results")).unwrap();
+        std::os::unix::fs::symlink(host.path(), outputs.join("alt")).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapping = {
+            let stop = stop.clone();
+            let a = std::ffi::CString::new(outputs.join(".tool-results").as_os_str().as_bytes())
+                .unwrap();
+            let b = std::ffi::CString::new(outputs.join("alt").as_os_str().as_bytes()).unwrap();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    // SAFETY: valid C strings; renameat2 only reads them.
+                    unsafe {
+                        libc::syscall(
+                            libc::SYS_renameat2,
+                            libc::AT_FDCWD,
+                            a.as_ptr(),
+                            libc::AT_FDCWD,
+                            b.as_ptr(),
+                            libc::RENAME_EXCHANGE,
+                        );
+                    }
+                }
+            })
+        };
+        let content = big(1_000);
+        for i in 0..500 {
+            let _ = OutputBudget::default().apply(
+                "bash",
+                &format!("c{i}"),
+                content.clone(),
+                Some(&outputs),
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapping.join().unwrap();
+        assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0);
+    }
+
+    #[test]
     fn without_disk_the_result_is_cut_with_deerflows_marker() {
         let content = "x".repeat(40_000);
         let cut = OutputBudget::default().apply("web_fetch", "c1", content, None);
