@@ -50,6 +50,12 @@ fn prctl(option: libc::c_int, arg: libc::c_ulong, what: &str) {
 /// memory, background lifetime in milliseconds.
 pub fn main(args: &[String]) -> i32 {
     let num = |i: usize| args.get(i).and_then(|a| a.parse::<u64>().ok()).unwrap_or(0);
+    // Nothing bubblewrap passed on beyond stdio (its info report among them) reaches the
+    // commands.
+    // SAFETY: close_range takes integers only and closes descriptors nothing here uses.
+    unsafe {
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+    }
     prctl(
         libc::PR_SET_PDEATHSIG,
         libc::SIGKILL as libc::c_ulong,
