@@ -2,6 +2,7 @@
 //! handshake, RPC connections and links, the host process runtime, and the shared
 //! configuration types.
 
+pub mod beneath;
 pub mod codec;
 pub mod config;
 pub mod connection;

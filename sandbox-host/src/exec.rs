@@ -1,18 +1,28 @@
-//! Running one shell command to completion: its own process group, stdout and stderr
-//! captured up to a bound (the rest is drained and dropped), and at the deadline SIGKILL
-//! to the whole group. Blocking; used by the local provider (on the blocking pool) and by
-//! the supervisor inside bubblewrap (one thread per command).
+//! Running one shell command: its own session, stdout and stderr captured up to a bound
+//! (the rest is drained and dropped), and at the deadline SIGKILL to the whole session.
+//! The call ends when the shell exits: what it left running keeps the session, is named
+//! in the outcome and handed to [`Jobs`]. Blocking; used by the local provider (on the
+//! blocking pool) and by the supervisor inside bubblewrap (one thread per command).
 
 use std::{
     io::Read,
     os::unix::process::{CommandExt, ExitStatusExt},
     path::PathBuf,
     process::{Command, Stdio},
-    sync::mpsc,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc, Arc, Mutex,
+    },
     time::{Duration, Instant},
 };
 
 use serde::{Deserialize, Serialize};
+
+use crate::jobs::{self, BackgroundProcess, Jobs};
+
+/// How long output is still read after the shell exits while something it left running
+/// holds the pipes open.
+pub const OUTPUT_GRACE: Duration = Duration::from_millis(500);
 
 /// At most this much of each of stdout and stderr is kept (DeerFlow: 10 MiB).
 pub const MAX_CAPTURE_BYTES: usize = 10 * 1024 * 1024;
@@ -39,50 +49,82 @@ pub struct ExecOutcome {
     pub code: i32,
     /// Whether the deadline passed and the group was killed.
     pub timed_out: bool,
+    /// Processes the command left running (they keep its session).
+    #[serde(default)]
+    pub background: Vec<BackgroundProcess>,
 }
 
 fn small_thread() -> std::thread::Builder {
     std::thread::Builder::new().stack_size(128 * 1024)
 }
 
-fn bounded_reader(
-    mut r: impl Read + Send + 'static,
-    max: usize,
-) -> std::io::Result<mpsc::Receiver<Vec<u8>>> {
+/// One captured stream: what was read so far, and whether it reached its end.
+struct Capture {
+    kept: Arc<Mutex<Vec<u8>>>,
+    /// Set once the output was taken: later bytes are read and dropped.
+    detached: Arc<AtomicBool>,
+    eof: mpsc::Receiver<()>,
+}
+
+impl Capture {
+    /// Waits for the end of the stream until `until`, then takes what was read.
+    fn take(&self, until: Instant) -> (Vec<u8>, bool) {
+        let eof = self
+            .eof
+            .recv_timeout(until.saturating_duration_since(Instant::now()))
+            .is_ok();
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        self.detached.store(true, Ordering::SeqCst);
+        (std::mem::take(&mut *kept), eof)
+    }
+}
+
+fn bounded_reader(mut r: impl Read + Send + 'static, max: usize) -> std::io::Result<Capture> {
     let (tx, rx) = mpsc::channel();
+    let kept: Arc<Mutex<Vec<u8>>> = Arc::default();
+    let detached = Arc::new(AtomicBool::new(false));
+    let (k, d) = (kept.clone(), detached.clone());
     small_thread().spawn(move || {
-        let mut kept = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             match r.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
+                    let mut kept = k.lock().unwrap_or_else(|p| p.into_inner());
+                    if d.load(Ordering::SeqCst) {
+                        continue;
+                    }
                     let room = max.saturating_sub(kept.len());
                     kept.extend_from_slice(&buf[..n.min(room)]);
                 }
             }
         }
-        let _ = tx.send(kept);
+        let _ = tx.send(());
     })?;
-    Ok(rx)
+    Ok(Capture {
+        kept,
+        detached,
+        eof: rx,
+    })
 }
 
-fn kill_group(pgid: u32) {
-    // SAFETY: kill has no memory-safety preconditions; a negative pid names the group.
-    unsafe {
-        libc::kill(-(pgid as libc::pid_t), libc::SIGKILL);
-    }
-}
-
-/// Runs `/bin/bash -c command` in a new process group; `Err` only when it cannot start.
-pub fn run(req: &ExecRequest) -> std::io::Result<ExecOutcome> {
+/// Runs `/bin/bash -c command` in a new session; `Err` only when it cannot start.
+pub fn run(req: &ExecRequest, jobs: &Jobs) -> std::io::Result<ExecOutcome> {
     let mut cmd = Command::new("/bin/bash");
     cmd.arg("-c")
         .arg(&req.command)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+        .stderr(Stdio::piped());
+    // SAFETY: setsid is async-signal-safe and touches no memory.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     if req.clear_env {
         cmd.env_clear();
     }
@@ -90,33 +132,43 @@ pub fn run(req: &ExecRequest) -> std::io::Result<ExecOutcome> {
     if let Some(cwd) = &req.cwd {
         cmd.current_dir(cwd);
     }
-    let mut child = cmd.spawn()?;
-    let pgid = child.id();
+    // Spawned and recorded under the lock, so the supervisor's orphan reaper never takes
+    // this child's status.
+    let mut child = {
+        let mut owned = jobs::owned().lock();
+        let child = cmd.spawn()?;
+        *owned.entry(child.id() as i32).or_default() += 1;
+        child
+    };
+    let sid = child.id() as i32;
     let deadline = Instant::now() + Duration::from_millis(req.timeout_ms);
-    let out_rx = child
+    let out = child
         .stdout
         .take()
         .map(|s| bounded_reader(s, req.max_capture))
         .transpose();
-    let err_rx = child
+    let err = child
         .stderr
         .take()
         .map(|s| bounded_reader(s, req.max_capture))
         .transpose();
-    let (out_rx, err_rx) = match (out_rx, err_rx) {
+    let (out, err) = match (out, err) {
         (Ok(o), Ok(e)) => (o, e),
         (Err(e), _) | (_, Err(e)) => {
-            kill_group(pgid);
+            jobs::kill_session(sid);
             let _ = child.wait();
+            jobs::owned().release(sid);
             return Err(e);
         }
     };
     let (status_tx, status_rx) = mpsc::channel();
     let waiter = small_thread().spawn(move || {
-        let _ = status_tx.send(child.wait());
+        let status = child.wait();
+        jobs::owned().release(sid);
+        let _ = status_tx.send(status);
     });
     if let Err(e) = waiter {
-        kill_group(pgid);
+        jobs::kill_session(sid);
         return Err(e);
     }
     let left = || deadline.saturating_duration_since(Instant::now());
@@ -125,28 +177,35 @@ pub fn run(req: &ExecRequest) -> std::io::Result<ExecOutcome> {
         Ok(s) => Some(s?),
         Err(_) => {
             timed_out = true;
-            kill_group(pgid);
+            jobs::kill_session(sid);
             status_rx
                 .recv_timeout(Duration::from_secs(5))
                 .ok()
                 .and_then(Result::ok)
         }
     };
-    // A background process may hold the pipes open after the command exits: the deadline
-    // still bounds the wait, and then the group is killed.
-    let mut collect = |rx: Option<mpsc::Receiver<Vec<u8>>>| -> Vec<u8> {
-        let Some(rx) = rx else { return Vec::new() };
-        match rx.recv_timeout(left()) {
-            Ok(v) => v,
-            Err(_) => {
-                timed_out = true;
-                kill_group(pgid);
-                rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default()
-            }
-        }
+    // The shell is gone. A process it left running may hold the pipes open: its output is
+    // read a moment longer, then the call ends.
+    let until = if timed_out {
+        Instant::now() + Duration::from_secs(1)
+    } else {
+        deadline.min(Instant::now() + OUTPUT_GRACE)
     };
-    let stdout = collect(out_rx);
-    let stderr = collect(err_rx);
+    let (stdout, _) = out.as_ref().map(|c| c.take(until)).unwrap_or_default();
+    let (stderr, _) = err.as_ref().map(|c| c.take(until)).unwrap_or_default();
+    let background = if timed_out {
+        Vec::new()
+    } else {
+        let mut left = jobs::session_members(sid);
+        if !left.is_empty() {
+            jobs.adopt(sid);
+            // A subshell forked for `cmd &` may not have exec'd `cmd` yet: look again a
+            // moment later for the names `ps` would show.
+            std::thread::sleep(Duration::from_millis(100));
+            left = jobs::session_members(sid);
+        }
+        left
+    };
     let code = match status {
         Some(s) => s.code().unwrap_or_else(|| -s.signal().unwrap_or(9)),
         None => -9,
@@ -156,12 +215,17 @@ pub fn run(req: &ExecRequest) -> std::io::Result<ExecOutcome> {
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
         code,
         timed_out,
+        background,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn jobs() -> Jobs {
+        Jobs::new(Duration::from_secs(60), false)
+    }
 
     fn req(command: &str, timeout_ms: u64) -> ExecRequest {
         ExecRequest {
@@ -176,7 +240,7 @@ mod tests {
 
     #[test]
     fn captures_both_streams_and_the_status() {
-        let o = run(&req("echo out; echo err >&2; exit 3", 5_000)).expect("run");
+        let o = run(&req("echo out; echo err >&2; exit 3", 5_000), &jobs()).expect("run");
         assert_eq!(
             (o.stdout.as_str(), o.stderr.as_str(), o.code, o.timed_out),
             ("out\n", "err\n", 3, false)
@@ -189,7 +253,7 @@ mod tests {
         let marker = dir.path().join("pid");
         let cmd = format!("sleep 30 & echo $! > {}; wait", marker.display());
         let started = Instant::now();
-        let o = run(&req(&cmd, 300)).expect("run");
+        let o = run(&req(&cmd, 300), &jobs()).expect("run");
         assert!(o.timed_out);
         assert!(started.elapsed() < Duration::from_secs(5));
         let pid: i32 = std::fs::read_to_string(&marker)
@@ -212,7 +276,37 @@ mod tests {
     fn capture_is_bounded() {
         let mut r = req("head -c 3000000 /dev/zero | tr '\\0' a", 10_000);
         r.max_capture = 1000;
-        let o = run(&r).expect("run");
+        let o = run(&r, &jobs()).expect("run");
         assert_eq!(o.stdout.len(), 1000);
+    }
+
+    #[test]
+    fn a_background_process_ends_the_call_at_the_shell_exit_and_is_named() {
+        let jobs = jobs();
+        let started = Instant::now();
+        let o = run(&req("echo started; sleep 1000 &", 60_000), &jobs).expect("run");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!((o.stdout.as_str(), o.timed_out), ("started\n", false));
+        assert_eq!(o.background.len(), 1, "{:?}", o.background);
+        assert_eq!(o.background[0].command, "sleep 1000");
+        let pid = o.background[0].pid;
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+        let killed = jobs.kill_all();
+        assert_eq!(killed, o.background);
+        std::thread::sleep(Duration::from_millis(200));
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(stat.is_empty() || stat.contains(") Z"), "{stat}");
+    }
+
+    #[test]
+    fn a_background_process_dies_after_its_lifetime() {
+        let jobs = Jobs::new(Duration::from_millis(100), false);
+        let o = run(&req("sleep 1000 &", 60_000), &jobs).expect("run");
+        let pid = o.background[0].pid;
+        std::thread::sleep(Duration::from_millis(200));
+        jobs.expire();
+        std::thread::sleep(Duration::from_millis(200));
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(stat.is_empty() || stat.contains(") Z"), "{stat}");
     }
 }

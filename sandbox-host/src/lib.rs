@@ -7,6 +7,7 @@
 pub mod command_policy;
 pub mod exec;
 pub mod identity;
+pub mod jobs;
 pub mod output;
 pub mod paths;
 pub mod pool;

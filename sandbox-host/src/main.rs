@@ -11,7 +11,7 @@ use antler_protocol::{
     host::{self, HostArgs},
 };
 use antler_sandbox_host::{
-    pool::SandboxPool,
+    pool::{SandboxPool, Shutdown},
     provider::{self, bwrap::SUPERVISE_ARG},
     service::SandboxService,
     settings::SandboxSettings,
@@ -74,12 +74,16 @@ fn main() -> anyhow::Result<()> {
             );
         }
     }
+    provider::bwrap::kill_strays(&settings.base_dir);
     let verdict = provider::probe(&settings);
     let system = actix::System::new();
     system.block_on(async move {
         let pool = SandboxPool::new(settings, verdict).start();
-        let handler = Arc::new(SandboxService::new(pool));
-        host::serve(Role::SandboxHost, cli.host, handler).await
+        let handler = Arc::new(SandboxService::new(pool.clone()));
+        let served = host::serve(Role::SandboxHost, cli.host, handler).await;
+        // Every sandbox's namespace dies before this process does.
+        let _ = pool.send(Shutdown).await;
+        served
     })?;
     Ok(())
 }

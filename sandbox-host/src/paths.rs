@@ -1,7 +1,8 @@
 //! Virtual paths and the host directories behind them (spec 6.2, 6.4): a thread's
-//! directories, validation of the paths a tool is given (`validate_tool_path`), resolution
-//! to a host path that must stay inside its root with symlinks followed (`resolve`), the
-//! reverse masking of host paths in output, and rewriting virtual paths in a host command.
+//! directories, validation of the paths a tool is given (`validate_tool_path`), location
+//! beneath a handle on the family's root (`locate`: what file tools use, so no link leads
+//! out), the reverse masking of host paths in output, and rewriting virtual paths in a host
+//! command.
 //! Prefixes are replaced longest first and only at path-segment boundaries.
 
 use std::{
@@ -9,6 +10,8 @@ use std::{
     os::unix::fs::{DirBuilderExt, PermissionsExt},
     path::{Path, PathBuf},
 };
+
+use antler_protocol::beneath::Dir;
 
 use crate::settings::{Mount, SandboxSettings};
 
@@ -68,6 +71,30 @@ impl ThreadPaths {
         }
         std::fs::set_permissions(&self.user_data, std::fs::Permissions::from_mode(0o777))?;
         Ok(())
+    }
+}
+
+/// A validated virtual path: a handle on its family's root and the path beneath it.
+#[derive(Debug)]
+pub struct Located {
+    pub root: Dir,
+    /// Relative to `root` (no `..`: validation refused it).
+    pub rel: PathBuf,
+    /// The virtual path of `root` (`/mnt/user-data`, the skills path, a mount).
+    pub virtual_root: String,
+    /// The host path of `root` (a lock key, never opened again).
+    pub host_root: PathBuf,
+}
+
+impl Located {
+    /// The virtual path of `rel` beneath the root.
+    pub fn virtual_path(&self, rel: &Path) -> String {
+        let r = rel.to_string_lossy();
+        if r.is_empty() {
+            self.virtual_root.clone()
+        } else {
+            format!("{}/{}", self.virtual_root.trim_end_matches('/'), r)
+        }
     }
 }
 
@@ -266,6 +293,48 @@ impl PathMap {
             Family::Acp => vec![self.thread.acp_workspace.clone()],
             Family::Mount(i) => vec![self.mounts[i].host_path.clone()],
         }
+    }
+
+    /// Validates `path` and returns a handle on the root of its family with the path
+    /// relative to it: every file operation then resolves beneath that handle, so no link
+    /// (planted or swapped in while the call runs) leads out of the family's roots.
+    pub fn locate(&self, path: &str, read_only: bool) -> Result<Located, String> {
+        self.validate_tool_path(path, read_only)?;
+        let family = self
+            .family(path)
+            .ok_or_else(|| TRAVERSAL_DENIED.to_string())?;
+        let (virtual_root, host_root) = match family {
+            Family::UserData => (
+                VIRTUAL_PATH_PREFIX.to_string(),
+                self.thread.user_data.clone(),
+            ),
+            Family::Skills => (self.skills_container.clone(), self.skills_dir.clone()),
+            Family::Acp => (
+                ACP_WORKSPACE_VIRTUAL_PATH.to_string(),
+                self.thread.acp_workspace.clone(),
+            ),
+            Family::Mount(i) => (
+                self.mounts[i].container_path.clone(),
+                self.mounts[i].host_path.clone(),
+            ),
+        };
+        let rel = PathBuf::from(path[virtual_root.len()..].trim_start_matches('/'));
+        if family == Family::UserData {
+            let first = rel
+                .components()
+                .next()
+                .map(|c| c.as_os_str().to_os_string());
+            if !first.is_some_and(|f| USER_DATA_DIRS.iter().any(|d| f == *d)) {
+                return Err(TRAVERSAL_DENIED.to_string());
+            }
+        }
+        let root = Dir::open(&host_root).map_err(|_| TRAVERSAL_DENIED.to_string())?;
+        Ok(Located {
+            root,
+            rel,
+            virtual_root,
+            host_root,
+        })
     }
 
     /// Validates `path` and returns its host path, with symlinks followed; the result must

@@ -21,7 +21,7 @@ use crate::{
     identity::{self, SandboxId},
     paths::ThreadPaths,
     provider::ProviderVerdict,
-    sandbox::{Bind, Sandbox, SupervisorPid},
+    sandbox::{Bind, Kill, ReleaseBackground, Sandbox, SupervisorPid},
     settings::{OverflowPolicy, ProviderKind, SandboxSettings},
 };
 
@@ -385,6 +385,7 @@ impl Handler<Release> for SandboxPool {
                     holders: holders - 1,
                 }
             } else {
+                e.addr.do_send(ReleaseBackground);
                 State::Warm
             };
         }
@@ -395,6 +396,37 @@ impl Handler<Release> for SandboxPool {
         }
         self.serve_waiters();
         Ok(())
+    }
+}
+
+/// Kills every sandbox (sandbox-host is shutting down); answers once each was told.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Shutdown;
+
+impl Handler<Shutdown> for SandboxPool {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: Shutdown, _: &mut Context<Self>) -> Self::Result {
+        let addrs: Vec<Addr<Sandbox>> = std::mem::take(&mut self.entries)
+            .into_values()
+            .map(|e| e.addr)
+            .chain(
+                std::mem::take(&mut self.prewarmed)
+                    .into_iter()
+                    .map(|p| p.addr),
+            )
+            .collect();
+        for w in self.waiters.drain(..) {
+            let _ = w.tx.send(Err(SandboxError::ProviderUnavailable(
+                "sandbox-host is shutting down".into(),
+            )));
+        }
+        Box::pin(async move {
+            for a in addrs {
+                let _ = a.send(Kill).await;
+            }
+        })
     }
 }
 

@@ -1,12 +1,14 @@
-//! `Sandbox`: one live sandbox. Owns its path mapping, its per-file locks and (bwrap) its
-//! supervisor; hands out a [`ToolContext`] for each call, starting a new supervisor over
-//! the same directories when the previous one died. Stopping the actor kills the supervisor.
+//! `Sandbox`: one live sandbox. Owns its path mapping, its per-file locks, (local) the
+//! processes its commands left running and (bwrap) its supervisor; hands out a
+//! [`ToolContext`] for each call, starting a new supervisor over the same directories when
+//! the previous one died. Stopping the actor kills the supervisor and its namespace.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use actix::prelude::*;
 
 use crate::{
+    jobs::Jobs,
     paths::{PathMap, ThreadPaths},
     provider::{bwrap::Supervisor, Runner},
     settings::{ProviderKind, SandboxSettings},
@@ -20,6 +22,8 @@ pub struct Sandbox {
     kind: ProviderKind,
     supervisor: Option<Arc<Supervisor>>,
     locks: Arc<FileLocks>,
+    /// What the local provider's commands left running.
+    jobs: Arc<Jobs>,
 }
 
 impl Sandbox {
@@ -35,12 +39,14 @@ impl Sandbox {
             ProviderKind::Bwrap => Some(Arc::new(Supervisor::spawn(&settings, &map)?)),
             ProviderKind::Local => None,
         };
+        let jobs = Arc::new(Jobs::new(settings.background_lifetime, false));
         Ok(Sandbox {
             map,
             settings,
             kind,
             supervisor,
             locks: Arc::default(),
+            jobs,
         })
     }
 
@@ -58,10 +64,73 @@ impl Sandbox {
 impl Actor for Sandbox {
     type Context = Context<Self>;
 
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if self.kind == ProviderKind::Local {
+            let tick = (self.settings.background_lifetime / 4)
+                .clamp(Duration::from_millis(50), Duration::from_secs(1));
+            ctx.run_interval(tick, |sandbox, _| {
+                let jobs = sandbox.jobs.clone();
+                tokio::task::spawn_blocking(move || jobs.expire());
+            });
+        }
+    }
+
     fn stopped(&mut self, _: &mut Context<Self>) {
-        // Dropping the last handle kills bubblewrap; calls still running keep theirs alive
-        // until they finish.
-        self.supervisor = None;
+        // The supervisor's namespace dies now, even while calls still hold the handle.
+        if let Some(s) = self.supervisor.take() {
+            s.kill();
+        }
+        let jobs = self.jobs.clone();
+        tokio::task::spawn_blocking(move || jobs.kill_all());
+    }
+}
+
+/// Kills what the sandbox's commands left running (its last holder released it).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ReleaseBackground;
+
+impl Handler<ReleaseBackground> for Sandbox {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: ReleaseBackground, _: &mut Context<Self>) -> Self::Result {
+        let runner = self.runner();
+        Box::pin(async move {
+            if let Some(r) = runner {
+                r.kill_background().await;
+            }
+        })
+    }
+}
+
+/// Kills the sandbox at once (sandbox-host is shutting down).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Kill;
+
+impl Handler<Kill> for Sandbox {
+    type Result = ();
+
+    fn handle(&mut self, _: Kill, ctx: &mut Context<Self>) {
+        if let Some(s) = self.supervisor.take() {
+            s.kill();
+        }
+        self.jobs.kill_all();
+        ctx.stop();
+    }
+}
+
+impl Sandbox {
+    /// The runner of the live supervisor (or the local one), without starting one.
+    fn runner(&self) -> Option<Runner> {
+        match self.kind {
+            ProviderKind::Local => Some(Runner::Local(self.jobs.clone())),
+            ProviderKind::Bwrap => self
+                .supervisor
+                .as_ref()
+                .filter(|s| s.is_alive())
+                .map(|s| Runner::Bwrap(s.clone())),
+        }
     }
 }
 
@@ -75,7 +144,7 @@ impl Handler<Prepare> for Sandbox {
 
     fn handle(&mut self, _: Prepare, _: &mut Context<Self>) -> Self::Result {
         let runner = match self.kind {
-            ProviderKind::Local => Runner::Local,
+            ProviderKind::Local => Runner::Local(self.jobs.clone()),
             ProviderKind::Bwrap => {
                 let alive = self.supervisor.as_ref().is_some_and(|s| s.is_alive());
                 if !alive {

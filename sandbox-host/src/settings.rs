@@ -6,7 +6,10 @@
 
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
-use antler_protocol::config::{AppConfig, AuthorizationConfig};
+use antler_protocol::config::{
+    AppConfig, AuthorizationConfig, DEFAULT_BACKGROUND_LIFETIME_S, DEFAULT_DISK_QUOTA,
+    DEFAULT_TMP_SIZE,
+};
 use serde_json::{Map, Value};
 
 /// Which isolation a sandbox gets.
@@ -104,6 +107,12 @@ pub struct SandboxSettings {
     pub secrets: Vec<String>,
     pub limits: Limits,
     pub authorization: AuthorizationConfig,
+    /// The size of the sandbox's private `/tmp` (`sandbox.tmp_size`), bytes.
+    pub tmp_size: u64,
+    /// What a thread's user-data directories may hold (`sandbox.disk_quota`), bytes.
+    pub disk_quota: u64,
+    /// How long a process a command left running may live (`sandbox.background_lifetime`).
+    pub background_lifetime: Duration,
 }
 
 /// Where thread directories go when neither the config nor the command line says.
@@ -241,6 +250,13 @@ impl SandboxSettings {
             secrets,
             limits,
             authorization: config.authorization.clone(),
+            tmp_size: sandbox.map(|s| s.tmp_size()).unwrap_or(DEFAULT_TMP_SIZE),
+            disk_quota: sandbox
+                .map(|s| s.disk_quota())
+                .unwrap_or(DEFAULT_DISK_QUOTA),
+            background_lifetime: sandbox
+                .map(|s| s.background_lifetime())
+                .unwrap_or(Duration::from_secs(DEFAULT_BACKGROUND_LIFETIME_S)),
         }
     }
 }

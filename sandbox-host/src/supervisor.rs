@@ -1,16 +1,22 @@
-//! The supervisor that lives inside a bwrap sandbox: it sets no-new-privileges and the
-//! resource limits once, then reads JSON-line requests on stdin and runs each command on
-//! its own thread (`exec::run`), writing JSON-line replies to stdout. It exits when stdin
-//! closes (its host went away); `--die-with-parent` covers a host killed outright.
+//! The supervisor that lives inside a bwrap sandbox, as pid 1 of its pid namespace: it
+//! makes itself unreachable from what it runs (not dumpable, so its `/proc` entries, fds
+//! and memory are closed to the sandbox's user, and as the namespace's init it receives no
+//! signal from inside), dies with its host (a parent-death signal and the end of stdin),
+//! sets no-new-privileges and the resource limits once, reaps orphans, and kills what
+//! commands leave running after `sandbox.background_lifetime` or on release. It reads
+//! JSON-line requests on stdin and runs each command on its own thread (`exec::run`),
+//! writing JSON-line replies to stdout.
 
 use std::{
     io::{BufRead, Write},
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
 use crate::{
-    exec,
-    provider::bwrap::{SupervisorReply, SupervisorRequest},
+    exec::{self, ExecOutcome},
+    jobs::{self, Jobs},
+    provider::bwrap::{SupervisorOp, SupervisorReply, SupervisorRequest},
 };
 
 fn set_limit(resource: libc::__rlimit_resource_t, value: u64) {
@@ -30,16 +36,64 @@ fn set_limit(resource: libc::__rlimit_resource_t, value: u64) {
     }
 }
 
-/// Runs the supervisor until stdin closes. `args`: max processes, max file size, max memory.
+fn prctl(option: libc::c_int, arg: libc::c_ulong, what: &str) {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(option, arg, 0, 0, 0) } != 0 {
+        eprintln!(
+            "supervisor: {what} failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Runs the supervisor until stdin closes. `args`: max processes, max file size, max
+/// memory, background lifetime in milliseconds.
 pub fn main(args: &[String]) -> i32 {
     let num = |i: usize| args.get(i).and_then(|a| a.parse::<u64>().ok()).unwrap_or(0);
-    // SAFETY: prctl with PR_SET_NO_NEW_PRIVS takes integer arguments only.
+    // Nothing bubblewrap passed on beyond stdio (its info report among them) reaches the
+    // commands.
+    // SAFETY: close_range takes integers only and closes descriptors nothing here uses.
     unsafe {
-        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
     }
+    prctl(
+        libc::PR_SET_PDEATHSIG,
+        libc::SIGKILL as libc::c_ulong,
+        "PR_SET_PDEATHSIG",
+    );
+    prctl(libc::PR_SET_DUMPABLE, 0, "PR_SET_DUMPABLE");
+    prctl(libc::PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS");
     set_limit(libc::RLIMIT_NPROC, num(0));
     set_limit(libc::RLIMIT_FSIZE, num(1));
     set_limit(libc::RLIMIT_AS, num(2));
+    let lifetime = match num(3) {
+        0 => Duration::from_secs(600),
+        ms => Duration::from_millis(ms),
+    };
+    // SAFETY: getpid has no preconditions.
+    let init = unsafe { libc::getpid() } == 1;
+    let jobs = Arc::new(Jobs::new(lifetime, init));
+    if init {
+        let spawned = std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(|| jobs::reap_orphans());
+        if let Err(e) = spawned {
+            eprintln!("supervisor: cannot start the orphan reaper: {e}");
+        }
+    }
+    {
+        let jobs = jobs.clone();
+        let tick = (lifetime / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let spawned = std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || loop {
+                std::thread::sleep(tick);
+                jobs.expire();
+            });
+        if let Err(e) = spawned {
+            eprintln!("supervisor: cannot start the background reaper: {e}");
+        }
+    }
     let out = Arc::new(Mutex::new(std::io::stdout()));
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
@@ -52,12 +106,28 @@ pub fn main(args: &[String]) -> i32 {
             }
         };
         let id = req.id;
+        let exec = match req.op {
+            SupervisorOp::Exec(exec) => exec,
+            SupervisorOp::KillBackground => {
+                let background = jobs.kill_all();
+                let result = Ok(ExecOutcome {
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    code: 0,
+                    timed_out: false,
+                    background,
+                });
+                reply(&out, SupervisorReply { id, result });
+                continue;
+            }
+        };
         let out2 = out.clone();
+        let jobs2 = jobs.clone();
         let spawned = std::thread::Builder::new()
             .stack_size(256 * 1024)
             .spawn(move || {
-                let result = exec::run(&req.exec).map_err(|e| format!("OSError: {e}"));
-                reply(&out2, SupervisorReply { id: req.id, result });
+                let result = exec::run(&exec, &jobs2).map_err(|e| format!("OSError: {e}"));
+                reply(&out2, SupervisorReply { id, result });
             });
         if let Err(e) = spawned {
             let result = Err(format!("OSError: cannot start the command: {e}"));

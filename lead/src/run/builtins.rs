@@ -7,7 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use antler_protocol::beneath::{is_escape, Dir, Kind};
 
 use serde_json::{json, Map, Value};
 
@@ -72,28 +74,71 @@ pub fn present_files(call: &ToolCall, context: &RunContext) -> StateUpdate {
 }
 
 /// `_normalize_presented_filepath`, plus the existence check; the outputs directory
-/// itself is `/mnt/user-data/outputs`.
+/// itself is `/mnt/user-data/outputs`. The path is resolved by the kernel beneath a handle
+/// on the thread's user data, so a link (planted or swapped in) never leads the check
+/// outside the thread.
 pub fn normalize_presented_path(filepath: &str, context: &RunContext) -> Result<String, String> {
-    let outputs = resolve(&context.paths.outputs());
+    let only_outputs = || ONLY_OUTPUTS.replacen("{filepath}", filepath, 1);
+    let user_data = context.paths.user_data();
     let stripped = filepath.trim_start_matches('/');
     let prefix = VIRTUAL_USER_DATA.trim_start_matches('/');
-    let actual = if stripped == prefix || stripped.starts_with(&format!("{prefix}/")) {
-        let base = resolve(context.paths.user_data());
-        let relative = stripped[prefix.len()..].trim_start_matches('/');
-        let actual = resolve(&base.join(relative));
-        if !actual.starts_with(&base) {
+    let is_virtual = stripped == prefix || stripped.starts_with(&format!("{prefix}/"));
+    let relative = if is_virtual {
+        PathBuf::from(stripped[prefix.len()..].trim_start_matches('/'))
+    } else {
+        // A host path: it names the thread's files only when it lies under user-data.
+        let path = lexical(&expand_user(filepath));
+        let canonical = user_data
+            .canonicalize()
+            .unwrap_or_else(|_| user_data.to_path_buf());
+        match path
+            .strip_prefix(user_data)
+            .or_else(|_| path.strip_prefix(&canonical))
+        {
+            Ok(rel) => rel.to_path_buf(),
+            Err(_) => return Err(only_outputs()),
+        }
+    };
+    // A virtual path that climbs out of user-data as written is a traversal; one that
+    // leaves it through a link is simply not in outputs.
+    let mut depth = 0i32;
+    for c in relative.components() {
+        match c {
+            Component::ParentDir => depth -= 1,
+            Component::Normal(_) => depth += 1,
+            _ => {}
+        }
+        if depth < 0 {
             return Err(PATH_TRAVERSAL.to_owned());
         }
-        actual
-    } else {
-        resolve(&expand_user(filepath))
+    }
+    let root =
+        Dir::open(user_data).map_err(|_| FILE_NOT_FOUND.replacen("{filepath}", filepath, 1))?;
+    let escaped = only_outputs;
+    let (actual, exists) = match root.resolve(&relative) {
+        Ok(real) => (real, true),
+        Err(e) if is_escape(&e) => return Err(escaped()),
+        Err(_) => {
+            // Missing: where its parent really is, else where it would be lexically.
+            let parent = relative.parent().unwrap_or(Path::new(""));
+            match (root.resolve(parent), relative.file_name()) {
+                (Ok(real), Some(name)) => (real.join(name), false),
+                (Err(e), _) if is_escape(&e) => return Err(escaped()),
+                _ => {
+                    let lexical = lexical(&Path::new("/").join(&relative));
+                    match lexical.strip_prefix("/") {
+                        Ok(rel) if !relative.starts_with("..") => (rel.to_path_buf(), false),
+                        _ => return Err(escaped()),
+                    }
+                }
+            }
+        }
     };
-    let only_outputs = || ONLY_OUTPUTS.replacen("{filepath}", filepath, 1);
-    let relative = actual.strip_prefix(&outputs).map_err(|_| only_outputs())?;
-    if !actual.exists() {
+    let inside = actual.strip_prefix("outputs").map_err(|_| only_outputs())?;
+    if !exists {
         return Err(FILE_NOT_FOUND.replacen("{filepath}", filepath, 1));
     }
-    let parts: Vec<String> = relative
+    let parts: Vec<String> = inside
         .components()
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect();
@@ -106,6 +151,21 @@ pub fn normalize_presented_path(filepath: &str, context: &RunContext) -> Result<
     Ok(format!("{VIRTUAL_OUTPUTS}/{}", parts.join("/")))
 }
 
+/// `path` with `.` and `..` applied lexically (nothing is looked up).
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for component in path.components() {
+        match component {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(part) => out.push(part),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// `Path.expanduser()`: a leading `~` is the home directory.
 fn expand_user(path: &str) -> PathBuf {
     match (path.strip_prefix('~'), std::env::var_os("HOME")) {
@@ -114,34 +174,6 @@ fn expand_user(path: &str) -> PathBuf {
         }
         _ => PathBuf::from(path),
     }
-}
-
-/// `Path.resolve()` (non-strict): absolute against the current directory, symlinks of
-/// the parts that exist followed, `..` applied after them.
-pub fn resolve(path: &Path) -> PathBuf {
-    let absolute = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir()
-            .unwrap_or_else(|_| PathBuf::from("/"))
-            .join(path)
-    };
-    let mut resolved = PathBuf::from("/");
-    for component in absolute.components() {
-        match component {
-            Component::RootDir | Component::Prefix(_) | Component::CurDir => {}
-            Component::ParentDir => {
-                resolved.pop();
-            }
-            Component::Normal(part) => {
-                resolved.push(part);
-                if let Ok(real) = resolved.canonicalize() {
-                    resolved = real;
-                }
-            }
-        }
-    }
-    resolved
 }
 
 /// `list_uploaded_files`' message when the thread has no uploads directory.
@@ -200,7 +232,7 @@ pub fn list_uploaded_files(
             ))
         }
     }
-    let result = uploads_listing(&context.paths.uploads(), max_results);
+    let result = uploads_listing(context.paths.user_data(), max_results);
     let mut content = String::new();
     write_compact(&mut content, &Value::Object(result));
     Ok(StateUpdate::messages([Message::tool(
@@ -211,16 +243,21 @@ pub fn list_uploaded_files(
     )]))
 }
 
-/// `_list_uploaded_files_impl`'s dict for the directory `uploads`.
-fn uploads_listing(uploads: &Path, max_results: i64) -> Map<String, Value> {
+/// `_list_uploaded_files_impl`'s dict for the `uploads` directory of `user_data`, read
+/// beneath a handle on `user_data` (a link never leads the listing out).
+fn uploads_listing(user_data: &Path, max_results: i64) -> Map<String, Value> {
     let reply = |message: String| match json!({"files": [], "message": message}) {
         Value::Object(map) => map,
         _ => Map::new(),
     };
-    if !uploads.exists() {
-        return reply(NO_UPLOADS_DIR.to_owned());
-    }
-    let Ok(mut uploads) = read_uploads(uploads) else {
+    let dir = match Dir::open(user_data).and_then(|d| d.open_dir(Path::new("uploads"))) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return reply(NO_UPLOADS_DIR.to_owned())
+        }
+        Err(_) => return reply(UPLOADS_UNREADABLE.replacen("{uploads_dir}", VIRTUAL_UPLOADS, 1)),
+    };
+    let Ok(mut uploads) = read_uploads(&dir) else {
         return reply(UPLOADS_UNREADABLE.replacen("{uploads_dir}", VIRTUAL_UPLOADS, 1));
     };
     if uploads.is_empty() {
@@ -260,25 +297,35 @@ fn uploads_listing(uploads: &Path, max_results: i64) -> Map<String, Value> {
 
 /// The regular files of `dir` that are listed: no staging files, no symlinks, no `.md`
 /// conversion beside its original.
-fn read_uploads(dir: &Path) -> std::io::Result<Vec<Upload>> {
+fn read_uploads(dir: &Dir) -> std::io::Result<Vec<Upload>> {
     let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        // `file_type` does not follow symlinks: a symlink is never a regular file here.
-        if !entry.file_type()?.is_file() {
+    for entry in dir.entries()? {
+        // Entries are typed without following links: a symlink is never a regular file.
+        if entry.kind != Kind::File {
             continue;
         }
-        let Ok(name) = entry.file_name().into_string() else {
+        let Ok(name) = entry.name.clone().into_string() else {
             continue;
         };
         if name.starts_with(STAGING_PREFIX) && name.ends_with(STAGING_SUFFIX) {
             continue;
         }
-        let metadata = entry.metadata()?;
+        // lstat: a file swapped for a link since the listing is not followed.
+        let Ok(st) = dir.lstat(&entry.name) else {
+            continue;
+        };
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            continue;
+        }
+        let modified = UNIX_EPOCH
+            + Duration::new(
+                st.st_mtime.max(0) as u64,
+                st.st_mtime_nsec.clamp(0, 999_999_999) as u32,
+            );
         files.push(Upload {
             name,
-            size: metadata.len(),
-            modified: metadata.modified()?,
+            size: st.st_size.max(0) as u64,
+            modified,
         });
     }
     let names: BTreeSet<String> = files.iter().map(|f| f.name.clone()).collect();

@@ -367,3 +367,103 @@ fn list_uploaded_files_refuses_mistyped_arguments() {
         assert_eq!(failure, ToolFailure::new("ValidationError", detail));
     }
 }
+
+#[test]
+fn uploads_behind_links_are_not_listed() {
+    let thread = thread();
+    let host = tempfile::tempdir().unwrap();
+    std::fs::write(host.path().join("host-secret.pdf"), "host").unwrap();
+    let uploads = thread.context.paths.uploads();
+    std::os::unix::fs::symlink(host.path().join("host-secret.pdf"), uploads.join("a.pdf")).unwrap();
+    std::os::unix::fs::symlink(host.path(), uploads.join("dir")).unwrap();
+    std::fs::write(uploads.join("real.txt"), "x").unwrap();
+    let listed = list_uploads(&thread, json!({}));
+    assert!(
+        !listed.contains("a.pdf") && !listed.contains("host-secret"),
+        "{listed}"
+    );
+    assert!(listed.contains("real.txt"), "{listed}");
+}
+
+#[test]
+fn present_files_through_a_link_to_the_host_is_refused() {
+    let thread = thread();
+    let host = tempfile::tempdir().unwrap();
+    std::fs::write(host.path().join("secret.txt"), "host").unwrap();
+    let outputs = thread.context.paths.outputs();
+    std::os::unix::fs::symlink(host.path(), outputs.join("hostlink")).unwrap();
+    std::os::unix::fs::symlink("../../../../../../../../../../tmp", outputs.join("up")).unwrap();
+    for path in [
+        "/mnt/user-data/outputs/hostlink/secret.txt",
+        "/mnt/user-data/outputs/up",
+    ] {
+        assert_eq!(
+            reply(&present(&thread, &[path])).0,
+            format!("Error: Only files in /mnt/user-data/outputs can be presented: {path}")
+        );
+    }
+}
+
+/// Swaps `a` and `b` (renameat2 RENAME_EXCHANGE) in a tight loop until `stop`.
+fn swapper(
+    a: std::path::PathBuf,
+    b: std::path::PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    use std::os::unix::ffi::OsStrExt;
+    std::thread::spawn(move || {
+        let a = std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap();
+        let b = std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            // SAFETY: valid C strings; renameat2 only reads them.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_renameat2,
+                    libc::AT_FDCWD,
+                    a.as_ptr(),
+                    libc::AT_FDCWD,
+                    b.as_ptr(),
+                    libc::RENAME_EXCHANGE,
+                );
+            }
+        }
+    })
+}
+
+#[test]
+fn links_swapped_while_present_files_and_list_uploaded_files_run_lead_nowhere() {
+    let thread = thread();
+    let host = tempfile::tempdir().unwrap();
+    std::fs::write(host.path().join("host-secret.txt"), "host").unwrap();
+    let outputs = thread.context.paths.outputs();
+    std::fs::create_dir(outputs.join("swap")).unwrap();
+    std::fs::write(outputs.join("swap/host-secret.txt"), "inside").unwrap();
+    std::os::unix::fs::symlink(host.path(), outputs.join("alt")).unwrap();
+    let uploads = thread.context.paths.uploads();
+    std::fs::write(uploads.join("u.txt"), "inside").unwrap();
+    std::os::unix::fs::symlink(host.path().join("host-secret.txt"), uploads.join("u-alt")).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swaps = [
+        swapper(outputs.join("swap"), outputs.join("alt"), stop.clone()),
+        swapper(uploads.join("u.txt"), uploads.join("u-alt"), stop.clone()),
+    ];
+    let path = "/mnt/user-data/outputs/swap/host-secret.txt";
+    for _ in 0..1_000 {
+        let update = present(&thread, &[path]);
+        let (text, status) = reply(&update);
+        match status {
+            ToolStatus::Success => {}
+            _ => assert_eq!(
+                text,
+                format!("Error: Only files in /mnt/user-data/outputs can be presented: {path}")
+            ),
+        }
+        let listed = list_uploads(&thread, json!({}));
+        // The host file is 4 bytes, the thread's 6: a listing through the link shows it.
+        assert!(!listed.contains("\"size\": 4"), "{listed}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in swaps {
+        t.join().unwrap();
+    }
+}

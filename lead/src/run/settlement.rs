@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::UNIX_EPOCH;
 
+use antler_protocol::beneath::{Dir, Kind, Step};
 use serde::{Deserialize, Serialize};
 
 use super::middleware::output_budget::{TOOL_RESULTS_DIR, VIRTUAL_OUTPUTS};
@@ -27,10 +27,35 @@ pub struct OutputsSnapshot {
 }
 
 impl OutputsSnapshot {
-    /// Walks `outputs` (a missing directory is empty).
+    /// Walks `outputs` (a missing directory is empty) beneath a handle on it: the walk
+    /// never enters a directory through a link, so a link planted or swapped in by
+    /// sandboxed code lists nothing outside the thread.
     pub fn take(outputs: &Path) -> std::io::Result<OutputsSnapshot> {
         let mut snapshot = OutputsSnapshot::default();
-        walk(outputs, "", &mut snapshot.files)?;
+        let dir = match Dir::open(outputs) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(snapshot),
+            Err(e) => return Err(e),
+        };
+        dir.walk(None, &mut |rel, entry, parent| {
+            if rel == Path::new(TOOL_RESULTS_DIR) {
+                return Step::Skip;
+            }
+            if entry.kind == Kind::File {
+                // lstat: a file swapped for a link since the listing is not followed.
+                if let Ok(st) = parent.lstat(&entry.name) {
+                    if st.st_mode & libc::S_IFMT == libc::S_IFREG {
+                        let modified = (st.st_mtime.max(0) as u128) * 1_000_000_000
+                            + st.st_mtime_nsec.max(0) as u128;
+                        snapshot.files.insert(
+                            format!("{VIRTUAL_OUTPUTS}/{}", rel.to_string_lossy()),
+                            (st.st_size.max(0) as u64, modified),
+                        );
+                    }
+                }
+            }
+            Step::Continue
+        })?;
         Ok(snapshot)
     }
 
@@ -43,46 +68,6 @@ impl OutputsSnapshot {
             .map(|(path, _)| path.clone())
             .collect()
     }
-}
-
-fn walk(
-    dir: &Path,
-    prefix: &str,
-    files: &mut BTreeMap<String, (u64, u128)>,
-) -> std::io::Result<()> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    for entry in entries {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if prefix.is_empty() && name == TOOL_RESULTS_DIR {
-            continue;
-        }
-        let relative = if prefix.is_empty() {
-            name
-        } else {
-            format!("{prefix}/{name}")
-        };
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            walk(&entry.path(), &relative, files)?;
-        } else if kind.is_file() {
-            let meta = entry.metadata()?;
-            let modified = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_nanos());
-            files.insert(
-                format!("{VIRTUAL_OUTPUTS}/{relative}"),
-                (meta.len(), modified),
-            );
-        }
-    }
-    Ok(())
 }
 
 /// `verification` of a receipt whose run changed its outputs.
@@ -221,6 +206,70 @@ mod tests {
             OutputsSnapshot::take(&dir.path().join("none")).unwrap(),
             OutputsSnapshot::default()
         );
+    }
+
+    /// Swaps `a` and `b` (renameat2 RENAME_EXCHANGE) in a tight loop until `stop`.
+    fn swapper(
+        a: std::path::PathBuf,
+        b: std::path::PathBuf,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<()> {
+        use std::os::unix::ffi::OsStrExt;
+        std::thread::spawn(move || {
+            let a = std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap();
+            let b = std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: valid C strings; renameat2 only reads them.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    );
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_link_while_the_scan_runs_lists_nothing_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        std::fs::write(host.path().join("host-file.txt"), "host").unwrap();
+        std::fs::create_dir(dir.path().join("swap")).unwrap();
+        std::fs::write(dir.path().join("swap/in.md"), "a").unwrap();
+        std::os::unix::fs::symlink(host.path(), dir.path().join("alt")).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let t = swapper(
+            dir.path().join("swap"),
+            dir.path().join("alt"),
+            stop.clone(),
+        );
+        for _ in 0..2_000 {
+            let snapshot = OutputsSnapshot::take(dir.path()).unwrap();
+            assert!(
+                snapshot.files.keys().all(|k| !k.contains("host-file")),
+                "{snapshot:?}"
+            );
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn the_scan_never_enters_a_link_out_of_outputs() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        std::fs::write(host.path().join("host-file.txt"), "host").unwrap();
+        std::os::unix::fs::symlink(host.path(), dir.path().join("hostlink")).unwrap();
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::fs::write(dir.path().join("real/a.md"), "a").unwrap();
+        let snapshot = OutputsSnapshot::take(dir.path()).unwrap();
+        let paths: Vec<&String> = snapshot.files.keys().collect();
+        assert_eq!(paths, ["/mnt/user-data/outputs/real/a.md"]);
     }
 
     #[test]

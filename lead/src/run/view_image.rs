@@ -8,7 +8,10 @@ use std::io::Read;
 
 use serde_json::Value;
 
-use super::builtins::resolve;
+use std::path::Path;
+
+use antler_protocol::beneath::{is_escape, Dir};
+
 use super::context::{RunContext, VIRTUAL_USER_DATA};
 use super::model::ImagePart;
 use super::state::{Message, StateUpdate, ToolCall, ToolStatus, ViewedImage};
@@ -128,17 +131,26 @@ fn check(path: &str, context: &RunContext) -> Result<(ViewedImage, Vec<u8>), Str
     if relative.split('/').any(|part| part == "..") {
         return Err(TRAVERSAL.to_owned());
     }
-    let root = resolve(context.paths.user_data());
-    let actual = resolve(&context.paths.user_data().join(relative));
-    if !actual.starts_with(&root) {
+    let with_path = |template: &str| template.replacen("{path}", path, 1);
+    // Everything beneath a handle on the thread's user data: a link planted or swapped in
+    // by sandboxed code never leads the read outside the thread.
+    let root = Dir::open(context.paths.user_data()).map_err(|_| with_path(NOT_FOUND))?;
+    let real = root.resolve(Path::new(relative)).map_err(|e| {
+        if is_escape(&e) {
+            TRAVERSAL.to_owned()
+        } else {
+            with_path(NOT_FOUND)
+        }
+    })?;
+    if !ALLOWED_DIRS.iter().any(|dir| real.starts_with(dir)) {
         return Err(TRAVERSAL.to_owned());
     }
-    let with_path = |template: &str| template.replacen("{path}", path, 1);
-    let meta = std::fs::metadata(&actual).map_err(|_| with_path(NOT_FOUND))?;
+    let meta = root.metadata(&real).map_err(|_| with_path(NOT_FOUND))?;
     if !meta.is_file() {
         return Err(with_path(NOT_A_FILE));
     }
-    let suffix = actual
+    let actual = context.paths.user_data().join(&real);
+    let suffix = real
         .extension()
         .map(|e| format!(".{}", e.to_string_lossy().to_lowercase()))
         .unwrap_or_default();
@@ -153,7 +165,7 @@ fn check(path: &str, context: &RunContext) -> Result<(ViewedImage, Vec<u8>), Str
         return Err(TOO_LARGE.replacen("{n}", &meta.len().to_string(), 1));
     }
     let mut bytes = Vec::new();
-    std::fs::File::open(&actual)
+    root.open_read(&real)
         .and_then(|file| file.take(MAX_IMAGE_BYTES + 1).read_to_end(&mut bytes))
         .map_err(|_| "Error reading image file: the file could not be read".to_owned())?;
     if bytes.len() as u64 != meta.len() {
@@ -264,6 +276,83 @@ mod tests {
         for (path, expected) in cases {
             let update = view(&context, path);
             assert_eq!(text(&update), expected, "{path}");
+            assert!(update.viewed_images.is_none());
+        }
+    }
+
+    /// Swaps `a` and `b` (renameat2 RENAME_EXCHANGE) in a tight loop until `stop`.
+    fn swapper(
+        a: std::path::PathBuf,
+        b: std::path::PathBuf,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<()> {
+        use std::os::unix::ffi::OsStrExt;
+        std::thread::spawn(move || {
+            let a = std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap();
+            let b = std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: valid C strings; renameat2 only reads them.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    );
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn an_image_swapped_for_a_link_while_it_is_read_is_never_read_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        // The host's image differs from the thread's in size, so a read of it shows.
+        let mut host_png = PNG.to_vec();
+        host_png.extend_from_slice(&[7; 100]);
+        std::fs::write(host.path().join("i.png"), &host_png).unwrap();
+        let context = context(dir.path());
+        let outputs = context.paths.outputs();
+        std::fs::create_dir(outputs.join("swap")).unwrap();
+        std::fs::write(outputs.join("swap/i.png"), PNG).unwrap();
+        std::os::unix::fs::symlink(host.path(), outputs.join("alt")).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let t = swapper(outputs.join("swap"), outputs.join("alt"), stop.clone());
+        for _ in 0..2_000 {
+            let update = view(&context, "/mnt/user-data/outputs/swap/i.png");
+            if let Some(images) = update.viewed_images {
+                let image = &images["/mnt/user-data/outputs/swap/i.png"];
+                assert_eq!(image.size, PNG.len() as u64, "a host file was read");
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn an_image_behind_a_link_out_of_the_thread_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        std::fs::write(host.path().join("secret.png"), PNG).unwrap();
+        let context = context(dir.path());
+        let outputs = context.paths.outputs();
+        std::os::unix::fs::symlink(host.path(), outputs.join("out")).unwrap();
+        std::os::unix::fs::symlink(host.path().join("secret.png"), outputs.join("s.png")).unwrap();
+        std::os::unix::fs::symlink("../../../../../../../../../..", outputs.join("up")).unwrap();
+        for path in [
+            "/mnt/user-data/outputs/out/secret.png",
+            "/mnt/user-data/outputs/s.png",
+            "/mnt/user-data/outputs/up/tmp/x.png",
+        ] {
+            let update = view(&context, path);
+            assert_eq!(
+                text(&update),
+                "Error: Access denied: path traversal detected",
+                "{path}"
+            );
             assert!(update.viewed_images.is_none());
         }
     }

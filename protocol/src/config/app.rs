@@ -364,6 +364,14 @@ pub fn parse_app_config(
     if let Some((path, expected)) = config.antler.check().into_iter().next() {
         return Err(doc.invalid(path, "value out of range", Some(expected.to_owned())));
     }
+    let sandbox_problems = config
+        .sandbox
+        .as_ref()
+        .map(|s| s.check())
+        .unwrap_or_default();
+    if let Some((path, expected)) = sandbox_problems.into_iter().next() {
+        return Err(doc.invalid(path, "value out of range", Some(expected.to_owned())));
+    }
     if !(1..=50).contains(&config.subagents.max_total_per_run) {
         let path = FieldPath::root().key("subagents").key("max_total_per_run");
         let expected = Some("expected an integer from 1 to 50".to_owned());

@@ -44,7 +44,10 @@ pub use location::{
 };
 pub use oauth::{GrantType, McpOAuthConfig};
 pub use routing::{clamp_priority, EffectiveRouting, McpRoutingConfig, McpToolConfig, RoutingMode};
-pub use sandbox::{is_host_bash_allowed, SandboxConfig, SandboxMount};
+pub use sandbox::{
+    is_host_bash_allowed, parse_size, SandboxConfig, SandboxMount, DEFAULT_BACKGROUND_LIFETIME_S,
+    DEFAULT_DISK_QUOTA, DEFAULT_TMP_SIZE,
+};
 pub use server_params::{build_server_params, ServerParamsError, Transport, ACCEPTED_TRANSPORTS};
 pub use shapes::NamedMap;
 pub use subagents::{CustomAgentConfig, SubagentOverride, SubagentsConfig, TokenBudgetConfig};

@@ -1,9 +1,16 @@
 //! The bwrap provider: one long-lived supervisor per sandbox inside bubblewrap (read-only
 //! minimal root, the thread's workspace/uploads/outputs read-write at /mnt/user-data,
-//! skills read-only, private /tmp, every namespace unshared, network only when configured,
-//! `--die-with-parent`, a new session, an empty environment but the declared one). When
-//! sandbox-host runs as root, bubblewrap runs as `nobody` so resource limits bind. Commands
-//! go to the supervisor as JSON lines; a call costs a fork and exec, not a bwrap start.
+//! skills read-only, a private /tmp of `sandbox.tmp_size`, every namespace unshared,
+//! network only when configured, a new session). bubblewrap itself starts with an empty
+//! environment, and the sandbox gets only the declared one. The supervisor is pid 1 of the
+//! sandbox's pid namespace (`--as-pid-1`): what it runs cannot signal it, and when it dies
+//! the kernel kills the whole namespace. It exits when its stdin ends (sandbox-host is
+//! gone) and dies with bubblewrap (a parent-death signal), and the host's handle SIGKILLs
+//! it through a pidfd, before bubblewrap, when dropped. bubblewrap is never killed first
+//! while it sets the sandbox up (no `--die-with-parent`): its child would wait forever for
+//! it, a namespace init with parent 1 that nothing kills. When sandbox-host runs as root,
+//! bubblewrap runs as `nobody` so resource limits bind. Commands go to the supervisor as
+//! JSON lines; a call costs a fork and exec, not a bwrap start.
 
 use std::{
     collections::HashMap,
@@ -17,6 +24,8 @@ use std::{
     },
     time::Duration,
 };
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use serde::{Deserialize, Serialize};
 use tokio::{
@@ -44,7 +53,17 @@ pub const SUPERVISOR_EXITED: &str = "the sandbox supervisor exited";
 #[derive(Debug, Serialize, Deserialize)]
 pub struct SupervisorRequest {
     pub id: u64,
-    pub exec: ExecRequest,
+    pub op: SupervisorOp,
+}
+
+/// What the supervisor is asked to do.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum SupervisorOp {
+    /// Run one command.
+    Exec(ExecRequest),
+    /// Kill everything the commands left running (the sandbox was released); the reply's
+    /// `background` names what was killed.
+    KillBackground,
 }
 
 /// One reply from the supervisor.
@@ -54,10 +73,21 @@ pub struct SupervisorReply {
     pub result: Result<ExecOutcome, String>,
 }
 
+/// The bubblewrap binary, as an absolute path when it is found on `PATH` (bubblewrap runs
+/// with an empty environment, so the host's `PATH` is looked up here).
 fn bwrap_binary() -> PathBuf {
-    std::env::var_os("ANTLER_BWRAP")
+    let named = std::env::var_os("ANTLER_BWRAP")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("bwrap"))
+        .unwrap_or_else(|| PathBuf::from("bwrap"));
+    if named.components().count() > 1 {
+        return named;
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(&named))
+        .find(|c| c.is_file())
+        .unwrap_or(named)
 }
 
 fn is_root() -> bool {
@@ -120,20 +150,22 @@ pub fn probe() -> Result<String, String> {
         .trim_start_matches("bubblewrap ")
         .to_string();
     let mut cmd = std::process::Command::new(bwrap_binary());
-    cmd.args([
-        "--unshare-all",
-        "--die-with-parent",
-        "--new-session",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-    ])
-    .args(root_args())
-    .args(["--", "/usr/bin/true"])
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
+    cmd.env_clear()
+        .args([
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--as-pid-1",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+        ])
+        .args(root_args())
+        .args(["--", "/usr/bin/true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     drop_privileges(&mut cmd);
     let out = cmd.output().map_err(|e| format!("cannot run bwrap: {e}"))?;
     if out.status.success() {
@@ -148,15 +180,7 @@ pub fn bwrap_args(settings: &SandboxSettings, map: &PathMap, supervisor: &Path) 
     let mut a: Vec<OsString> = Vec::new();
     let s = |x: &str| OsString::from(x);
     let p = |x: &Path| x.as_os_str().to_os_string();
-    a.extend(
-        [
-            "--unshare-all",
-            "--die-with-parent",
-            "--new-session",
-            "--clearenv",
-        ]
-        .map(s),
-    );
+    a.extend(["--unshare-all", "--new-session", "--as-pid-1", "--clearenv"].map(s));
     if settings.network {
         a.push(s("--share-net"));
     }
@@ -197,7 +221,13 @@ pub fn bwrap_args(settings: &SandboxSettings, map: &PathMap, supervisor: &Path) 
     for e in etc {
         a.extend([s("--ro-bind-try"), s(e), s(e)]);
     }
-    a.extend(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"].map(s));
+    a.extend(["--proc", "/proc", "--dev", "/dev"].map(s));
+    a.extend([
+        s("--size"),
+        s(&settings.tmp_size.to_string()),
+        s("--tmpfs"),
+        s("/tmp"),
+    ]);
     let dirs = [
         &map.thread.workspace,
         &map.thread.uploads,
@@ -239,8 +269,74 @@ pub fn bwrap_args(settings: &SandboxSettings, map: &PathMap, supervisor: &Path) 
         s(&l.max_processes.to_string()),
         s(&l.max_file_size.to_string()),
         s(&l.max_memory.to_string()),
+        s(&settings.background_lifetime.as_millis().to_string()),
     ]);
     a
+}
+
+/// The `"child-pid"` of bubblewrap's `--info-fd` report, once it is complete.
+fn parse_child_pid(text: &str) -> Option<i32> {
+    let at = text.find("\"child-pid\"")?;
+    let value = text[at + "\"child-pid\"".len()..].trim_start_matches([':', ' ', '\t', '\n']);
+    let digits: String = value.chars().take_while(char::is_ascii_digit).collect();
+    // Digits up to the end of what was written may continue.
+    if digits.is_empty() || digits.len() == value.len() {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Waits (up to ten seconds) for bubblewrap's `--info-fd` report in `info`, a memory file
+/// (a pipe would kill bubblewrap with SIGPIPE mid-setup if sandbox-host died, leaving its
+/// child waiting forever), and puts a pidfd of the sandbox's pid 1 in `slot`.
+fn read_info(info: std::fs::File, bwrap_pid: u32, slot: &Mutex<Option<OwnedFd>>) {
+    use std::os::unix::fs::FileExt;
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 4096];
+    while std::time::Instant::now() < until {
+        let n = info.read_at(&mut buf, 0).unwrap_or(0);
+        if let Some(pid) = parse_child_pid(&String::from_utf8_lossy(&buf[..n])) {
+            if let Some(fd) = init_pidfd(pid, bwrap_pid) {
+                if let Ok(mut s) = slot.lock() {
+                    *s = Some(fd);
+                }
+            }
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A pidfd of `pid` when it is bubblewrap's child (not a reused pid).
+fn init_pidfd(pid: i32, bwrap_pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; it returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a new descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+    // The pidfd holds the process now: its parent says whether it is the right one.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let ppid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|v| v.trim().parse::<u32>().ok())?;
+    (ppid == bwrap_pid).then_some(fd)
+}
+
+/// SIGKILL through a pidfd (the whole namespace dies with its pid 1).
+fn kill_pidfd(fd: &OwnedFd) {
+    // SAFETY: pidfd_send_signal on a pidfd we own, with no siginfo.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        );
+    }
 }
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<ExecOutcome, String>>>>>;
@@ -254,6 +350,10 @@ pub struct Supervisor {
     alive: Arc<AtomicBool>,
     /// Set once the supervisor answered its start-up probe: its mounts are in place.
     ready: Arc<AtomicBool>,
+    /// A pidfd of the sandbox's pid 1, once bubblewrap reported it.
+    init: Arc<Mutex<Option<OwnedFd>>>,
+    /// A pidfd of bubblewrap.
+    outer: Option<Arc<OwnedFd>>,
     tasks: Vec<AbortHandle>,
 }
 
@@ -283,16 +383,53 @@ impl Supervisor {
     /// Starts bubblewrap with the supervisor inside. Must run inside a tokio runtime.
     pub fn spawn(settings: &SandboxSettings, map: &PathMap) -> std::io::Result<Supervisor> {
         let exe = std::env::current_exe()?;
+        // SAFETY: memfd_create takes a C string and flags; it returns a descriptor or -1.
+        let memfd = unsafe { libc::memfd_create(c"bwrap-info".as_ptr(), libc::MFD_CLOEXEC) };
+        if memfd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor that nothing else owns.
+        let info_file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(memfd) });
+        let info_fd = info_file.as_raw_fd();
         let mut std_cmd = std::process::Command::new(bwrap_binary());
-        std_cmd.args(bwrap_args(settings, map, &exe));
+        std_cmd
+            .env_clear()
+            .arg("--info-fd")
+            .arg(info_fd.to_string())
+            .args(bwrap_args(settings, map, &exe));
         drop_privileges(&mut std_cmd);
+        // SAFETY: fcntl in the child between fork and exec: bubblewrap inherits the info
+        // file (async-signal-safe).
+        unsafe {
+            std_cmd.pre_exec(move || {
+                if libc::fcntl(info_fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let mut cmd = tokio::process::Command::from(std_cmd);
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true);
+            // Killed by `kill` (the sandbox's pid 1 first), not on drop.
+            .kill_on_drop(false);
         let mut child = cmd.spawn()?;
         let pid = child.id().unwrap_or(0);
+        // SAFETY: pidfd_open of our own child, not yet reaped.
+        let outer = match unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } {
+            // SAFETY: a new descriptor that nothing else owns.
+            fd if fd >= 0 => Some(Arc::new(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })),
+            _ => None,
+        };
+        let init: Arc<Mutex<Option<OwnedFd>>> = Arc::default();
+        {
+            let init = init.clone();
+            let _ = std::thread::Builder::new()
+                .name("bwrap-info".into())
+                .stack_size(64 * 1024)
+                .spawn(move || read_info(info_file, pid, &init));
+        }
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -350,14 +487,14 @@ impl Supervisor {
         }
         let probe = SupervisorRequest {
             id: PROBE_ID,
-            exec: ExecRequest {
+            op: SupervisorOp::Exec(ExecRequest {
                 command: "true".into(),
                 cwd: None,
                 env: Vec::new(),
                 clear_env: true,
                 timeout_ms: 30_000,
                 max_capture: 1024,
-            },
+            }),
         };
         if let Ok(line) = serde_json::to_string(&probe) {
             let _ = tx.send(line + "\n");
@@ -377,6 +514,8 @@ impl Supervisor {
             next_id: AtomicU64::new(1),
             alive,
             ready,
+            init,
+            outer,
             tasks: vec![
                 writer.abort_handle(),
                 reader.abort_handle(),
@@ -408,11 +547,60 @@ impl Supervisor {
 
     /// Runs one command inside; `Err` when the supervisor is gone.
     pub async fn exec(&self, exec: ExecRequest) -> Result<ExecOutcome, String> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let grace = Duration::from_millis(exec.timeout_ms).saturating_add(Duration::from_secs(10));
-        let line = serde_json::to_string(&SupervisorRequest { id, exec })
-            .map_err(|e| e.to_string())?
-            + "\n";
+        self.request(SupervisorOp::Exec(exec), grace).await
+    }
+
+    /// Kills what the commands left running.
+    pub async fn kill_background(&self) {
+        if let Err(e) = self
+            .request(SupervisorOp::KillBackground, Duration::from_secs(10))
+            .await
+        {
+            tracing::warn!(pid = self.pid, error = %e, "cannot kill a released sandbox's background processes");
+        }
+    }
+
+    /// SIGKILLs the sandbox's pid 1 (and so its whole namespace), then bubblewrap. Killing
+    /// bubblewrap first would strand its child mid-setup, a namespace init that nothing
+    /// kills: until bubblewrap has reported the child, a thread waits for the report (at
+    /// most two seconds) before it kills both.
+    pub fn kill(&self) {
+        let kill_init = |init: &Mutex<Option<OwnedFd>>| -> bool {
+            match init.lock() {
+                Ok(slot) => slot.as_ref().map(kill_pidfd).is_some(),
+                Err(_) => false,
+            }
+        };
+        let kill_outer = |outer: &Option<Arc<OwnedFd>>| {
+            if let Some(fd) = outer {
+                kill_pidfd(fd);
+            }
+        };
+        if kill_init(&self.init) || !self.is_alive() {
+            kill_outer(&self.outer);
+            return;
+        }
+        let (init, outer) = (self.init.clone(), self.outer.clone());
+        let spawned = std::thread::Builder::new()
+            .name("sandbox-kill".into())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                let until = std::time::Instant::now() + Duration::from_secs(2);
+                while !kill_init(&init) && std::time::Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                kill_outer(&outer);
+            });
+        if spawned.is_err() {
+            kill_outer(&self.outer);
+        }
+    }
+
+    async fn request(&self, op: SupervisorOp, grace: Duration) -> Result<ExecOutcome, String> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let line =
+            serde_json::to_string(&SupervisorRequest { id, op }).map_err(|e| e.to_string())? + "\n";
         let (tx, rx) = oneshot::channel();
         self.pending
             .lock()
@@ -435,11 +623,55 @@ impl Supervisor {
 
 impl Drop for Supervisor {
     fn drop(&mut self) {
-        // Aborting the waiter drops the child, and kill_on_drop kills bubblewrap (and with
-        // --die-with-parent everything inside).
+        // The sandbox's pid 1 first (the kernel then kills its namespace), then bubblewrap.
+        self.kill();
         for t in &self.tasks {
             t.abort();
         }
         fail_all(&self.pending, SUPERVISOR_EXITED);
+    }
+}
+
+/// Kills what a previous sandbox-host over `base_dir` left behind when it was killed while a
+/// sandbox was being set up (bubblewrap's child, orphaned with parent 1 before it ran the
+/// supervisor). Called once at start, before any sandbox of this host exists.
+pub fn kill_strays(base_dir: &Path) {
+    let marker = base_dir.as_os_str().as_encoded_bytes();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        let orphan = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, r)| r.split_whitespace().nth(1).map(|p| p == "1"))
+            })
+            .unwrap_or(false);
+        if !orphan {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let ours = cmdline.split(|b| *b == 0).any(|a| a.starts_with(marker))
+            && cmdline
+                .split(|b| *b == 0)
+                .any(|a| a == SUPERVISE_ARG.as_bytes());
+        if ours {
+            tracing::warn!(
+                pid,
+                "killing a sandbox process a previous sandbox-host left behind"
+            );
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
     }
 }

@@ -8,14 +8,15 @@ use std::sync::Arc;
 
 use crate::{
     exec::{self, ExecOutcome, ExecRequest},
+    jobs::Jobs,
     settings::{ProviderKind, SandboxSettings},
 };
 
 /// Runs a sandbox's commands.
 #[derive(Clone)]
 pub enum Runner {
-    /// On the host, as DeerFlow's `LocalSandboxProvider` does.
-    Local,
+    /// On the host, as DeerFlow's `LocalSandboxProvider` does; the sandbox's jobs.
+    Local(Arc<Jobs>),
     /// Through the supervisor inside bubblewrap.
     Bwrap(Arc<bwrap::Supervisor>),
 }
@@ -24,11 +25,25 @@ impl Runner {
     /// Runs one command to completion (or its deadline).
     pub async fn exec(&self, req: ExecRequest) -> Result<ExecOutcome, String> {
         match self {
-            Runner::Local => tokio::task::spawn_blocking(move || exec::run(&req))
-                .await
-                .map_err(|e| format!("JoinError: {e}"))?
-                .map_err(|e| format!("OSError: {e}")),
+            Runner::Local(jobs) => {
+                let jobs = jobs.clone();
+                tokio::task::spawn_blocking(move || exec::run(&req, &jobs))
+                    .await
+                    .map_err(|e| format!("JoinError: {e}"))?
+                    .map_err(|e| format!("OSError: {e}"))
+            }
             Runner::Bwrap(s) => s.exec(req).await,
+        }
+    }
+
+    /// Kills what the sandbox's commands left running (the sandbox was released).
+    pub async fn kill_background(&self) {
+        match self {
+            Runner::Local(jobs) => {
+                let jobs = jobs.clone();
+                let _ = tokio::task::spawn_blocking(move || jobs.kill_all()).await;
+            }
+            Runner::Bwrap(s) => s.kill_background().await,
         }
     }
 }

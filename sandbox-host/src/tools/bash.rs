@@ -6,7 +6,7 @@
 
 use serde::Deserialize;
 
-use super::ToolContext;
+use super::{quota, ToolContext};
 use crate::{
     command_policy::validate_local_bash_command,
     exec::{ExecRequest, MAX_CAPTURE_BYTES},
@@ -14,6 +14,10 @@ use crate::{
     paths::VIRTUAL_PATH_PREFIX,
     provider::Runner,
 };
+
+/// Appended when the command left processes running; `{secs}` is
+/// `sandbox.background_lifetime`.
+pub const LEFT_RUNNING: &str = "Still running in the background (killed when the sandbox is released, or after {secs} seconds):";
 
 /// DeerFlow's refusal of host bash.
 pub const HOST_BASH_DISABLED: &str = "Host bash execution is disabled for LocalSandboxProvider because it is not a secure sandbox boundary. Switch to AioSandboxProvider for isolated bash access, or set sandbox.allow_host_bash: true only in a fully trusted local environment.";
@@ -41,7 +45,7 @@ pub async fn run(ctx: &ToolContext, a: BashArgs, secrets: &[(String, String)]) -
         .collect();
     let timeout = ctx.settings.bash_command_timeout;
     let (command, cwd, env, clear_env) = match &ctx.runner {
-        Runner::Local => {
+        Runner::Local(_) => {
             if !ctx.settings.allow_host_bash {
                 return format!("Error: {HOST_BASH_DISABLED}");
             }
@@ -87,12 +91,26 @@ pub async fn run(ctx: &ToolContext, a: BashArgs, secrets: &[(String, String)]) -
         outcome.code,
         outcome.timed_out.then_some(timeout.as_secs_f64()),
     );
+    let mut text = text;
+    if !outcome.background.is_empty() {
+        let secs = crate::output::fmt_g(ctx.settings.background_lifetime.as_secs_f64());
+        text.push('\n');
+        text.push_str(&LEFT_RUNNING.replacen("{secs}", &secs, 1));
+        for p in &outcome.background {
+            text.push_str(&format!("\n- pid {}: {}", p.pid, p.command));
+        }
+    }
     let text = match ctx.runner {
-        Runner::Local => ctx.map.mask(&text),
+        Runner::Local(_) => ctx.map.mask(&text),
         Runner::Bwrap(_) => text,
     };
-    truncate_middle(
+    let text = truncate_middle(
         &redact(&text, &injected),
         ctx.settings.bash_output_max_chars,
-    )
+    );
+    let quota_ctx = ctx.clone();
+    match tokio::task::spawn_blocking(move || quota::over(&quota_ctx)).await {
+        Ok(Some(error)) => format!("{error}\n\n{text}"),
+        _ => text,
+    }
 }

@@ -1,18 +1,23 @@
 //! `read_file`, `write_file` and `str_replace` (spec 6.5), with DeerFlow's texts, the
 //! 81,920-byte single-write guard (`DEERFLOW_WRITE_FILE_MAX_BYTES`), and the section-11
 //! improvement: `str_replace` refuses an `old_str` that occurs more than once unless
-//! `replace_all` is set, and says how many times it occurs.
+//! `replace_all` is set, and says how many times it occurs. Every open, create and
+//! directory creation resolves beneath a handle on the path's root (`PathMap::locate`),
+//! so a link never leads out of the thread's directories, and no error quotes a file.
 
 use std::{
-    io::{ErrorKind, Write},
-    os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt},
-    path::Path,
+    io::{ErrorKind, Read, Seek, SeekFrom, Write},
+    os::unix::fs::PermissionsExt,
 };
 
+use antler_protocol::beneath::{is_escape, Open};
 use serde::Deserialize;
 
-use super::ToolContext;
-use crate::output::{truncate_middle, truncate_read_file};
+use super::{quota, ToolContext};
+use crate::{
+    output::{truncate_middle, truncate_read_file},
+    paths::Located,
+};
 
 /// The default single-call cap of a non-append `write_file`.
 pub const WRITE_FILE_MAX_BYTES: i64 = 80 * 1024;
@@ -82,6 +87,27 @@ pub fn write_cap(raw: Option<&str>) -> i64 {
     }
 }
 
+/// What an error of a file operation beneath the root is, for the texts.
+enum Failure {
+    NotFound,
+    Denied,
+    IsDirectory,
+    Other(String),
+}
+
+fn classify(e: &std::io::Error) -> Failure {
+    if is_escape(e) {
+        return Failure::Denied;
+    }
+    match e.kind() {
+        ErrorKind::NotFound => Failure::NotFound,
+        ErrorKind::PermissionDenied => Failure::Denied,
+        ErrorKind::IsADirectory => Failure::IsDirectory,
+        // The text of an OS error names no path and quotes no content.
+        _ => Failure::Other(e.to_string()),
+    }
+}
+
 pub fn read_file(ctx: &ToolContext, a: ReadArgs) -> String {
     let p = a.path.as_str();
     if matches!(a.start_line, Some(s) if s < 1) {
@@ -94,23 +120,22 @@ pub fn read_file(ctx: &ToolContext, a: ReadArgs) -> String {
     if matches!(a.end_line, Some(e) if start > e) {
         return "(start_line > end_line — no lines in range)".into();
     }
-    let host = match ctx.map.resolve(p, true) {
-        Ok(h) => h,
+    let at = match ctx.map.locate(p, true) {
+        Ok(l) => l,
         Err(_) => return format!("Error: Permission denied reading file: {p}"),
     };
-    let bytes = match std::fs::read(&host) {
+    let read = at.root.open_read(&at.rel).and_then(|mut f| {
+        let mut b = Vec::new();
+        f.read_to_end(&mut b).map(|_| b)
+    });
+    let bytes = match read {
         Ok(b) => b,
         Err(e) => {
-            return match e.kind() {
-                ErrorKind::NotFound => format!("Error: File not found: {p}"),
-                ErrorKind::PermissionDenied => {
-                    format!("Error: Permission denied reading file: {p}")
-                }
-                ErrorKind::IsADirectory => format!("Error: Path is a directory, not a file: {p}"),
-                _ => format!(
-                    "Error: Unexpected error reading file: {}",
-                    ctx.map.mask(&e.to_string())
-                ),
+            return match classify(&e) {
+                Failure::NotFound => format!("Error: File not found: {p}"),
+                Failure::Denied => format!("Error: Permission denied reading file: {p}"),
+                Failure::IsDirectory => format!("Error: Path is a directory, not a file: {p}"),
+                Failure::Other(e) => format!("Error: Unexpected error reading file: {e}"),
             }
         }
     };
@@ -143,31 +168,28 @@ fn write_error(text: String) -> String {
     truncate_middle(&text, WRITE_FILE_ERROR_MAX_CHARS)
 }
 
-/// Creates missing parents as directories a sandboxed user can write (mode 0777).
-fn create_parents(path: &Path) -> std::io::Result<()> {
-    match path.parent() {
-        Some(parent) if !parent.exists() => std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o777)
-            .create(parent),
-        _ => Ok(()),
+/// Writes `content` to `rel` beneath the root: missing parents are created as directories
+/// a sandboxed user can write (0777), a new file is 0666.
+fn write_beneath(at: &Located, content: &str, append: bool) -> std::io::Result<()> {
+    if let Some(parent) = at.rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+        at.root.create_dir_all(parent, 0o777)?;
     }
-}
-
-fn write_bytes(path: &Path, content: &str, append: bool) -> std::io::Result<()> {
-    create_parents(path)?;
-    let existed = path.exists();
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .append(append)
-        .truncate(!append)
-        .mode(0o666)
-        .open(path)?;
+    let existed = at.root.metadata(&at.rel).is_ok();
+    let mut f = at.root.open_file(
+        &at.rel,
+        Open {
+            write: true,
+            create: true,
+            append,
+            truncate: !append,
+            mode: 0o666,
+            ..Open::default()
+        },
+    )?;
     f.write_all(content.as_bytes())?;
     if !existed {
         // The umask narrowed the mode: a file the host writes stays writable from the sandbox.
-        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666));
+        let _ = f.set_permissions(std::fs::Permissions::from_mode(0o666));
     }
     Ok(())
 }
@@ -180,51 +202,69 @@ pub fn write_file(ctx: &ToolContext, a: WriteArgs) -> String {
             return write_too_large_message(a.content.len(), cap);
         }
     }
-    let host = match ctx.map.resolve(p, false) {
-        Ok(h) => h,
+    let at = match ctx.map.locate(p, false) {
+        Ok(l) => l,
         Err(_) => return write_error(format!("Error: Permission denied writing to file: {p}")),
     };
-    let lock = ctx.locks.of(&host);
+    let lock = ctx.locks.of(&at.host_root.join(&at.rel));
     let _held = lock.lock();
-    match write_bytes(&host, &a.content, a.append) {
+    let replacing = if a.append {
+        0
+    } else {
+        at.root.metadata(&at.rel).map(|m| m.len()).unwrap_or(0)
+    };
+    if let Err(e) = quota::check_write(ctx, a.content.len() as u64, replacing) {
+        return write_error(e);
+    }
+    match write_beneath(&at, &a.content, a.append) {
         Ok(()) => "OK".into(),
-        Err(e) => write_error(match e.kind() {
-            ErrorKind::PermissionDenied => format!("Error: Permission denied writing to file: {p}"),
-            ErrorKind::IsADirectory => format!("Error: Path is a directory, not a file: {p}"),
-            _ => format!(
-                "Error: Failed to write file '{p}': OSError: {}",
-                ctx.map.mask(&e.to_string())
-            ),
+        Err(e) => write_error(match classify(&e) {
+            Failure::Denied => format!("Error: Permission denied writing to file: {p}"),
+            Failure::IsDirectory => format!("Error: Path is a directory, not a file: {p}"),
+            Failure::NotFound => format!("Error: Failed to write file '{p}': OSError: {e}"),
+            Failure::Other(e) => format!("Error: Failed to write file '{p}': OSError: {e}"),
         }),
     }
 }
 
 pub fn str_replace(ctx: &ToolContext, a: ReplaceArgs) -> String {
     let p = a.path.as_str();
-    let host = match ctx.map.resolve(p, false) {
-        Ok(h) => h,
+    let at = match ctx.map.locate(p, false) {
+        Ok(l) => l,
         Err(_) => return format!("Error: Permission denied accessing file: {p}"),
     };
-    let lock = ctx.locks.of(&host);
+    let lock = ctx.locks.of(&at.host_root.join(&at.rel));
     let _held = lock.lock();
-    let content = match std::fs::read(&host) {
-        Ok(b) => match String::from_utf8(b) {
-            Ok(s) => s,
-            Err(e) => {
-                return format!("Error: Unexpected error replacing string: UnicodeDecodeError: {e}")
-            }
+    // One handle for the read and the write: the file replaced is the file read.
+    let opened = at.root.open_file(
+        &at.rel,
+        Open {
+            read: true,
+            write: true,
+            ..Open::default()
         },
+    );
+    let mut file = match opened {
+        Ok(f) => f,
         Err(e) => {
-            return match e.kind() {
-                ErrorKind::NotFound => format!("Error: File not found: {p}"),
-                ErrorKind::PermissionDenied => {
-                    format!("Error: Permission denied accessing file: {p}")
+            return match classify(&e) {
+                Failure::NotFound => format!("Error: File not found: {p}"),
+                Failure::Denied => format!("Error: Permission denied accessing file: {p}"),
+                Failure::IsDirectory => {
+                    format!("Error: Unexpected error replacing string: IsADirectoryError: {e}")
                 }
-                _ => format!(
-                    "Error: Unexpected error replacing string: {}",
-                    ctx.map.mask(&e.to_string())
-                ),
+                Failure::Other(e) => format!("Error: Unexpected error replacing string: {e}"),
             }
+        }
+    };
+    let mut bytes = Vec::new();
+    if let Err(e) = file.read_to_end(&mut bytes) {
+        return format!("Error: Unexpected error replacing string: {e}");
+    }
+    let content = match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => {
+            return format!("Error: Unexpected error replacing string: UnicodeDecodeError: {e}")
         }
     };
     if a.old_str.is_empty() {
@@ -238,14 +278,18 @@ pub fn str_replace(ctx: &ToolContext, a: ReplaceArgs) -> String {
         return not_unique_message(count, p);
     }
     let updated = content.replace(a.old_str.as_str(), &a.new_str);
-    match write_bytes(&host, &updated, false) {
+    if let Err(e) = quota::check_write(ctx, updated.len() as u64, content.len() as u64) {
+        return e;
+    }
+    let written = file
+        .set_len(0)
+        .and_then(|()| file.seek(SeekFrom::Start(0)))
+        .and_then(|_| file.write_all(updated.as_bytes()));
+    match written {
         Ok(()) => "OK".into(),
         Err(e) if e.kind() == ErrorKind::PermissionDenied => {
             format!("Error: Permission denied accessing file: {p}")
         }
-        Err(e) => format!(
-            "Error: Unexpected error replacing string: {}",
-            ctx.map.mask(&e.to_string())
-        ),
+        Err(e) => format!("Error: Unexpected error replacing string: {e}"),
     }
 }

@@ -1,8 +1,11 @@
-//! `grep` (spec 6.5) on ripgrep's crates: a file or a tree (ignore list pruned, symlinks
-//! skipped), files over 1,000,000 bytes and binary files (a NUL in the first 8 KiB)
+//! `grep` (spec 6.5) on ripgrep's crates: a file or a tree walked beneath a handle on the
+//! thread's root (ignore list pruned, symlinks skipped, files opened without following a
+//! link), files over 1,000,000 bytes and binary files (a NUL in the first 8 KiB)
 //! skipped, lines over 2,000 characters skipped, lines cut to 200 characters.
 
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
+
+use antler_protocol::beneath::{Kind, Step};
 
 use grep_matcher::Matcher;
 use grep_regex::RegexMatcherBuilder;
@@ -11,7 +14,7 @@ use serde::Deserialize;
 
 use super::{
     clamp_max_results,
-    walk::{search_root, walker, PosixPattern},
+    walk::{is_ignored, search_root, PosixPattern},
     ToolContext,
 };
 
@@ -40,11 +43,9 @@ fn default_max() -> i64 {
     GREP_DEFAULT_MAX_RESULTS
 }
 
-fn is_binary(path: &std::path::Path) -> bool {
+/// A NUL in the first 8 KiB; the file is read from its start again afterwards.
+fn is_binary(f: &mut std::fs::File) -> bool {
     let mut buf = vec![0u8; BINARY_SNIFF_BYTES];
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return true;
-    };
     let mut n = 0;
     while n < buf.len() {
         match f.read(&mut buf[n..]) {
@@ -53,7 +54,7 @@ fn is_binary(path: &std::path::Path) -> bool {
             Err(_) => return true,
         }
     }
-    buf[..n].contains(&0)
+    f.seek(SeekFrom::Start(0)).is_err() || buf[..n].contains(&0)
 }
 
 /// Cuts a line to 200 characters (197 and `...`).
@@ -101,43 +102,26 @@ pub fn grep(ctx: &ToolContext, a: GrepArgs) -> String {
         .line_number(true)
         .binary_detection(BinaryDetection::none())
         .build();
-    let single_file = root.is_file();
     let mut results: Vec<String> = Vec::new();
     let mut truncated = false;
-    'files: for entry in walker(&root, None).flatten() {
-        let Some(ft) = entry.file_type() else {
-            continue;
-        };
-        if ft.is_symlink() || !ft.is_file() {
-            continue;
+    // Search one regular file; false once the limit is reached.
+    let mut search = |mut file: std::fs::File, rel: &str, shown: String| -> bool {
+        if filter.as_ref().is_some_and(|f| !f.is_match(rel)) {
+            return true;
         }
-        let path = entry.path();
-        let rel = if single_file {
-            path.file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        } else {
-            path.strip_prefix(&root)
-                .map(|r| r.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        };
-        if filter.as_ref().is_some_and(|f| !f.is_match(&rel)) {
-            continue;
-        }
-        if entry
+        if file
             .metadata()
             .map(|m| m.len() > MAX_FILE_BYTES)
             .unwrap_or(true)
-            || is_binary(path)
+            || is_binary(&mut file)
         {
-            continue;
+            return true;
         }
-        let shown = ctx.map.to_virtual(path);
         let mut found: Vec<(u64, String)> = Vec::new();
         let mut over = false;
-        let _ = searcher.search_path(
+        let _ = searcher.search_file(
             &matcher,
-            path,
+            &file,
             Lossy(|line_no, line| {
                 let line = line.trim_end_matches(['\n', '\r']);
                 if line.chars().count() > MAX_LINE_CHARS {
@@ -159,9 +143,43 @@ pub fn grep(ctx: &ToolContext, a: GrepArgs) -> String {
         }
         if over {
             truncated = true;
-            break 'files;
         }
+        !over
+    };
+    if root.is_file {
+        // The root itself, opened beneath the family root (a link inside followed).
+        if let Ok(file) = root.at.root.open_read(&root.real) {
+            let name = root
+                .real
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            search(file, &name, root.at.virtual_path(&root.real));
+        }
+        return format_grep(p, &results, truncated);
     }
+    let dir = match root.at.root.open_dir(&root.real) {
+        Ok(d) => d,
+        Err(_) => return format!("Error: Directory not found: {p}"),
+    };
+    let _ = dir.walk(None, &mut |rel, entry, parent| {
+        if is_ignored(&entry.name.to_string_lossy()) {
+            return Step::Skip;
+        }
+        if entry.kind != Kind::File {
+            return Step::Continue;
+        }
+        // Opened from its directory's handle without following a link: a file swapped for
+        // a link since the listing is skipped.
+        let Ok(file) = parent.child_file(&entry.name) else {
+            return Step::Continue;
+        };
+        if search(file, &rel.to_string_lossy(), root.virtual_path(rel)) {
+            Step::Continue
+        } else {
+            Step::Stop
+        }
+    });
     format_grep(p, &results, truncated)
 }
 

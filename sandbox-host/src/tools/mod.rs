@@ -7,6 +7,7 @@
 pub mod bash;
 pub mod fs;
 pub mod grep;
+pub mod quota;
 pub mod walk;
 
 use std::{

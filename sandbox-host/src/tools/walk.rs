@@ -1,5 +1,7 @@
 //! Walking a thread's directories for `ls` (a depth-2 tree) and `glob`, pruning DeerFlow's
-//! ignore list (spec 6.6, case-sensitive), in sorted order so output is deterministic.
+//! ignore list (spec 6.6, case-sensitive), in sorted order so output is deterministic. The
+//! walk holds a handle on each directory and never enters one through a link, so a link
+//! planted or swapped in while it runs lists nothing outside the thread.
 //! Glob matching is Python's `PurePosixPath(rel).match(pattern)` (right-anchored, one
 //! component per pattern component), and a `**/x` pattern also tries `x`.
 
@@ -8,11 +10,12 @@ use std::{
     sync::OnceLock,
 };
 
+use antler_protocol::beneath::{is_escape, Kind, Step};
 use globset::{GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use serde::Deserialize;
 
 use super::{clamp_max_results, ToolContext};
-use crate::output::truncate_ls;
+use crate::{output::truncate_ls, paths::Located};
 
 /// DeerFlow's ignore list (glob, grep and ls skip these names).
 pub const IGNORE_PATTERNS: &[&str] = &[
@@ -89,17 +92,6 @@ pub fn is_ignored(name: &str) -> bool {
     ignore_set().is_match(name)
 }
 
-/// A sorted walk of `root` that prunes ignored names and does not follow symlinks.
-pub fn walker(root: &Path, max_depth: Option<usize>) -> ignore::Walk {
-    let mut b = ignore::WalkBuilder::new(root);
-    b.standard_filters(false)
-        .follow_links(false)
-        .max_depth(max_depth)
-        .sort_by_file_name(|a, b| a.cmp(b))
-        .filter_entry(|e| e.depth() == 0 || !is_ignored(&e.file_name().to_string_lossy()));
-    b.build()
-}
-
 /// `PurePosixPath(rel).match(pattern)` plus the `**/x` → `x` retry.
 pub struct PosixPattern {
     alternatives: Vec<Vec<GlobMatcher>>,
@@ -161,68 +153,89 @@ fn default_glob_max() -> i64 {
     GLOB_DEFAULT_MAX_RESULTS
 }
 
-fn inside(path: &Path, root: &Path) -> bool {
-    crate::paths::resolve_lenient(path).starts_with(root)
+/// A search root beneath its family's root: the handle on it and its virtual path.
+pub struct SearchRoot {
+    pub at: Located,
+    /// Where the given path really is beneath the family root (links inside followed).
+    pub real: PathBuf,
+    pub is_file: bool,
 }
 
-/// `ls`: sorted absolute paths down to depth 2, directories with a trailing `/`.
+impl SearchRoot {
+    /// The virtual path of `rel` beneath the search root.
+    pub fn virtual_path(&self, rel: &Path) -> String {
+        self.at.virtual_path(&self.real.join(rel))
+    }
+}
+
+fn open_error(p: &str, e: &std::io::Error) -> String {
+    if is_escape(e) || e.kind() == std::io::ErrorKind::PermissionDenied {
+        format!("Error: Permission denied: {p}")
+    } else {
+        format!("Error: Directory not found: {p}")
+    }
+}
+
+/// Resolves a search root for ls, glob and grep: the root or the tool's error text.
+pub fn search_root(ctx: &ToolContext, p: &str, allow_file: bool) -> Result<SearchRoot, String> {
+    let at = ctx
+        .map
+        .locate(p, true)
+        .map_err(|_| format!("Error: Permission denied: {p}"))?;
+    let meta = at.root.metadata(&at.rel).map_err(|e| open_error(p, &e))?;
+    if !(meta.is_dir() || (allow_file && meta.is_file())) {
+        return Err(if allow_file {
+            format!("Error: Path is not a directory: {p}")
+        } else {
+            format!("Error: Directory not found: {p}")
+        });
+    }
+    let real = at.root.resolve(&at.rel).map_err(|e| open_error(p, &e))?;
+    Ok(SearchRoot {
+        at,
+        real,
+        is_file: meta.is_file(),
+    })
+}
+
+/// `ls`: sorted absolute paths down to depth 2, directories with a trailing `/`. A link is
+/// listed when it resolves beneath the listed directory (or dangles), never followed out.
 pub fn ls(ctx: &ToolContext, a: LsArgs) -> String {
     let p = a.path.as_str();
-    let root = match ctx.map.resolve(p, true) {
+    let root = match search_root(ctx, p, false) {
         Ok(r) => r,
-        Err(_) => return format!("Error: Permission denied: {p}"),
+        Err(e) => return e,
     };
-    match std::fs::metadata(&root) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => return format!("Error: Directory not found: {p}"),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            return format!("Error: Permission denied: {p}")
-        }
-        Err(_) => return format!("Error: Directory not found: {p}"),
-    }
+    let dir = match root.at.root.open_dir(&root.real) {
+        Ok(d) => d,
+        Err(e) => return open_error(p, &e),
+    };
     let mut entries: Vec<String> = Vec::new();
-    for entry in walker(&root, Some(2)).flatten() {
-        if entry.depth() == 0 {
-            continue;
+    let _ = dir.walk(Some(2), &mut |rel, entry, _| {
+        if is_ignored(&entry.name.to_string_lossy()) {
+            return Step::Skip;
         }
-        let path = entry.path();
-        let ft = entry.file_type();
-        let is_link = ft.map(|t| t.is_symlink()).unwrap_or(false);
-        if is_link && !inside(path, &root) {
-            continue;
-        }
-        let is_dir = if is_link {
-            path.is_dir()
-        } else {
-            ft.map(|t| t.is_dir()).unwrap_or(false)
+        let is_dir = match entry.kind {
+            Kind::Dir => true,
+            Kind::Symlink => match dir.metadata(rel) {
+                Ok(m) => m.is_dir(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+                Err(_) => return Step::Continue,
+            },
+            _ => false,
         };
-        let mut shown = ctx.map.to_virtual(path);
+        let mut shown = root.virtual_path(rel);
         if is_dir {
             shown.push('/');
         }
         entries.push(shown);
-    }
+        Step::Continue
+    });
     entries.sort();
     if entries.is_empty() {
         return "(empty)".into();
     }
     truncate_ls(&entries.join("\n"), ctx.settings.ls_output_max_chars)
-}
-
-/// Resolves a search root for glob and grep: the host path or the tool's error text.
-pub fn search_root(ctx: &ToolContext, p: &str, allow_file: bool) -> Result<PathBuf, String> {
-    let root = ctx
-        .map
-        .resolve(p, true)
-        .map_err(|_| format!("Error: Permission denied: {p}"))?;
-    match std::fs::metadata(&root) {
-        Ok(m) if m.is_dir() || (allow_file && m.is_file()) => Ok(root),
-        Ok(_) => Err(format!("Error: Path is not a directory: {p}")),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            Err(format!("Error: Permission denied: {p}"))
-        }
-        Err(_) => Err(format!("Error: Directory not found: {p}")),
-    }
 }
 
 /// `glob`.
@@ -246,28 +259,29 @@ pub fn glob(ctx: &ToolContext, a: GlobArgs) -> String {
         Ok(m) => m,
         Err(e) => return format!("Error: Unexpected error searching paths: {e}"),
     };
+    let dir = match root.at.root.open_dir(&root.real) {
+        Ok(d) => d,
+        Err(e) => return open_error(p, &e),
+    };
     let mut matches = Vec::new();
     let mut truncated = false;
-    for entry in walker(&root, None).flatten() {
-        if entry.depth() == 0 {
-            continue;
+    let _ = dir.walk(None, &mut |rel, entry, _| {
+        if is_ignored(&entry.name.to_string_lossy()) {
+            return Step::Skip;
         }
-        let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
-        if is_dir && !a.include_dirs {
-            continue;
+        if entry.kind == Kind::Dir && !a.include_dirs {
+            return Step::Continue;
         }
-        let Ok(rel) = entry.path().strip_prefix(&root) else {
-            continue;
-        };
         if !pattern.is_match(&rel.to_string_lossy()) {
-            continue;
+            return Step::Continue;
         }
         if matches.len() == limit {
             truncated = true;
-            break;
+            return Step::Stop;
         }
-        matches.push(ctx.map.to_virtual(entry.path()));
-    }
+        matches.push(root.virtual_path(rel));
+        Step::Continue
+    });
     format_glob(p, &matches, truncated)
 }
 

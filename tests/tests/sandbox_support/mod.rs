@@ -94,6 +94,23 @@ impl SandboxHost {
         self.wait_listening();
     }
 
+    /// The sandbox-host's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `sig` to sandbox-host and waits (up to 30 s) for it to exit.
+    pub fn stop_with(&mut self, sig: i32) {
+        antler_tests::signal(self.child.id(), sig);
+        let exited = wait_for(Duration::from_secs(30), || {
+            self.child.try_wait().ok().flatten()
+        });
+        assert!(
+            exited.is_some(),
+            "sandbox-host did not exit after signal {sig}"
+        );
+    }
+
     /// A connection to the host.
     pub async fn connect(&self) -> Client {
         let identity = Identity::new(
@@ -123,7 +140,10 @@ fn spawn(dir: &Path, env: &[(String, String)]) -> Child {
         .arg(dir.join("config.yaml"))
         .arg("--base-dir")
         .arg(dir.join("base"))
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("ANTLER_TEST_HOST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
@@ -254,4 +274,80 @@ impl Client {
             other => panic!("unexpected reply {other:?}"),
         }
     }
+}
+
+/// (pid, start time) of a process, the pair that names it across pid reuse.
+pub type ProcessId = (u32, u64);
+
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// `root` and every process below it now, with their start times.
+pub fn process_tree(root: u32) -> Vec<ProcessId> {
+    let mut all: Vec<(u32, u32, u64)> = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Some(f) = stat_fields(pid) else { continue };
+        let ppid = f.get(1).and_then(|x| x.parse().ok()).unwrap_or(0);
+        let start = f.get(19).and_then(|x| x.parse().ok()).unwrap_or(0);
+        all.push((pid, ppid, start));
+    }
+    let mut found: Vec<ProcessId> = all
+        .iter()
+        .filter(|(p, _, _)| *p == root)
+        .map(|(p, _, s)| (*p, *s))
+        .collect();
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i].0;
+        found.extend(
+            all.iter()
+                .filter(|(_, pp, _)| *pp == parent)
+                .map(|(p, _, s)| (*p, *s)),
+        );
+        i += 1;
+    }
+    found
+}
+
+/// The processes of `ids` that still run (same pid and start time, not a zombie).
+pub fn still_running(ids: &[ProcessId]) -> Vec<(u32, String)> {
+    ids.iter()
+        .filter(|(pid, start)| {
+            stat_fields(*pid).is_some_and(|f| {
+                f.first().map(String::as_str) != Some("Z")
+                    && f.get(19).and_then(|x| x.parse::<u64>().ok()) == Some(*start)
+            })
+        })
+        .map(|(pid, _)| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            (*pid, String::from_utf8_lossy(&cmd).replace('\0', " "))
+        })
+        .collect()
+}
+
+/// Processes whose command line contains `marker`, this test process excluded.
+pub fn processes_naming(marker: &str) -> Vec<(u32, String)> {
+    let me = std::process::id();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == me || stat_fields(pid).is_some_and(|f| f.first().map(String::as_str) == Some("Z"))
+        {
+            continue;
+        }
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(marker) {
+            out.push((pid, cmd));
+        }
+    }
+    out
 }

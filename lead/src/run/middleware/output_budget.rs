@@ -5,8 +5,10 @@
 //! a replayed step writes the same file. The preview's synopsis is DeerFlow's text kind
 //! (JSON, CSV, YAML, XML and code synopses are not detected yet).
 
+use std::io::Write;
 use std::path::Path;
 
+use antler_protocol::beneath::{Dir, Open};
 use sha2::{Digest, Sha256};
 
 /// The tool-results directory under `outputs`, excluded from delivery settlement.
@@ -249,19 +251,36 @@ fn raw_sample(content: &str, head_budget: usize, tail_budget: usize) -> String {
 }
 
 /// Writes the full output to `outputs/.tool-results/{tool}-{sha256}.{ext}` (through a
-/// temporary name, then a rename) and returns its virtual path.
+/// temporary name, then a rename) and returns its virtual path. Every step resolves
+/// beneath a handle on `outputs`: a `.tool-results` (or a temporary name) that sandboxed
+/// code made a link out of the thread fails the write, and nothing is written outside.
 fn externalize(
     content: &str,
     tool_name: &str,
     tool_call_id: &str,
     outputs_dir: &Path,
 ) -> std::io::Result<String> {
-    let dir = outputs_dir.join(TOOL_RESULTS_DIR);
-    std::fs::create_dir_all(&dir)?;
+    let name = outputs_dir
+        .file_name()
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let parent = outputs_dir.parent().unwrap_or(Path::new("/"));
+    let outputs = Dir::open(parent)?.open_dir(Path::new(name))?;
+    let dir = outputs.create_dir_all(Path::new(TOOL_RESULTS_DIR), 0o777)?;
     let file_name = externalized_file_name(tool_name, tool_call_id, content);
-    let temporary = dir.join(format!(".{file_name}.tmp"));
-    std::fs::write(&temporary, content)?;
-    std::fs::rename(&temporary, dir.join(&file_name))?;
+    let temporary = format!(".{file_name}.tmp");
+    let mut file = dir.open_file(
+        Path::new(&temporary),
+        Open {
+            write: true,
+            create: true,
+            truncate: true,
+            mode: 0o644,
+            ..Open::default()
+        },
+    )?;
+    file.write_all(content.as_bytes())?;
+    drop(file);
+    dir.rename(Path::new(&temporary), Path::new(&file_name))?;
     Ok(format!("{VIRTUAL_OUTPUTS}/{TOOL_RESULTS_DIR}/{file_name}"))
 }
 
@@ -343,6 +362,65 @@ mod tests {
         assert!(preview.ends_with(&format!(
             "Access:\n- Use read_file on {virtual_path} with start_line and end_line to inspect the raw output."
         )));
+    }
+
+    #[test]
+    fn a_tool_results_link_out_of_outputs_gets_nothing_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        let outputs = dir.path().join("outputs");
+        std::fs::create_dir(&outputs).unwrap();
+        std::os::unix::fs::symlink(host.path(), outputs.join(".tool-results")).unwrap();
+        let content = big(1_000);
+        let out = OutputBudget::default().apply("bash", "c1", content.clone(), Some(&outputs));
+        assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0);
+        assert!(!out.contains("saved to"));
+        assert_eq!(out, OutputBudget::default().fallback(&content, "bash"));
+    }
+
+    #[test]
+    fn a_tool_results_directory_swapped_for_a_link_gets_nothing_written_outside() {
+        use std::os::unix::ffi::OsStrExt;
+        use std::sync::{atomic::AtomicBool, atomic::Ordering, Arc};
+        let dir = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        let outputs = dir.path().join("outputs");
+        std::fs::create_dir_all(outputs.join(".tool-results")).unwrap();
+        std::os::unix::fs::symlink(host.path(), outputs.join("alt")).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapping = {
+            let stop = stop.clone();
+            let a = std::ffi::CString::new(outputs.join(".tool-results").as_os_str().as_bytes())
+                .unwrap();
+            let b = std::ffi::CString::new(outputs.join("alt").as_os_str().as_bytes()).unwrap();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    // SAFETY: valid C strings; renameat2 only reads them.
+                    unsafe {
+                        libc::syscall(
+                            libc::SYS_renameat2,
+                            libc::AT_FDCWD,
+                            a.as_ptr(),
+                            libc::AT_FDCWD,
+                            b.as_ptr(),
+                            libc::RENAME_EXCHANGE,
+                        );
+                    }
+                }
+            })
+        };
+        let content = big(1_000);
+        for i in 0..500 {
+            let _ = OutputBudget::default().apply(
+                "bash",
+                &format!("c{i}"),
+                content.clone(),
+                Some(&outputs),
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapping.join().unwrap();
+        assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0);
     }
 
     #[test]
