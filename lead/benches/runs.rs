@@ -617,6 +617,105 @@ fn bench_idle() -> IdleFigures {
     })
 }
 
+/// The system prompt at 5,000 deferred MCP tools and 50 skills: a cold build, a cached
+/// lookup (what a run pays when its inputs are those of an earlier run), and the per-turn
+/// request preparation (date reminder, coalescing, input wrapping).
+struct PromptFigures {
+    cold: Duration,
+    cached: Duration,
+    per_turn: Duration,
+    chars: usize,
+}
+
+fn bench_prompt() -> PromptFigures {
+    use antler_lead::run::middleware::skill_policy::Skill;
+    use antler_lead::run::prompt::{prepare_request, system_prompt, PromptCache, PromptInputs};
+    use antler_lead::run::skills::InstalledSkill;
+    use antler_lead::run::state::Message;
+    let mut tools: Vec<ToolSpec> = ["present_files", "ask_clarification", "view_image"]
+        .iter()
+        .map(|n| ToolSpec::builtin(*n, "d", serde_json::json!({"type": "object"})))
+        .collect();
+    for i in 0..5000 {
+        tools.push(ToolSpec::mcp(
+            format!("server{}_tool_{i}", i % 50),
+            "A tool of a large MCP installation.",
+            serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+            Some(format!("server{}", i % 50)),
+            format!("tool_{i}"),
+        ));
+    }
+    let catalog = Catalog::build(tools, true).unwrap();
+    let skills: Vec<InstalledSkill> = (0..50)
+        .map(|i| InstalledSkill {
+            skill: Skill {
+                name: format!("skill-{i}"),
+                description: format!("Workflow number {i} for a kind of task."),
+                allowed_tools: None,
+            },
+            category: if i % 5 == 0 { "custom" } else { "public" },
+            dir: PathBuf::from("/x"),
+            container_file: format!("/mnt/skills/public/skill-{i}/SKILL.md"),
+            enabled: i % 10 != 9,
+        })
+        .collect();
+    let inputs = PromptInputs {
+        catalog: &catalog,
+        agent_name: Some("researcher"),
+        soul: Some("Curious and exact."),
+        skills: &skills,
+        allowed_skills: None,
+        skills_container_root: "/mnt/skills",
+        skill_evolution: false,
+        acp_agents: false,
+        mounts: &[],
+    };
+    const N: usize = 200;
+    let mut cold = Vec::with_capacity(N);
+    let mut chars = 0;
+    for _ in 0..N {
+        let t = Instant::now();
+        let p = system_prompt(&inputs);
+        cold.push(t.elapsed());
+        chars = std::hint::black_box(p).len();
+    }
+    let cache = PromptCache::default();
+    let prompt = cache.get(&inputs);
+    let mut cached = Vec::with_capacity(N);
+    for _ in 0..N {
+        let t = Instant::now();
+        std::hint::black_box(cache.get(&inputs));
+        cached.push(t.elapsed());
+    }
+    let history: Vec<Message> = (0..20)
+        .map(|i| {
+            if i % 2 == 0 {
+                Message::human(format!("question {i}"))
+            } else {
+                Message::Ai {
+                    id: format!("ai-{i}"),
+                    content: "answer".into(),
+                    tool_calls: Vec::new(),
+                }
+            }
+        })
+        .collect();
+    let mut per_turn = Vec::with_capacity(N);
+    for _ in 0..N {
+        let mut messages = history.clone();
+        let t = Instant::now();
+        prepare_request(&mut messages, Some(&prompt), "2026-12-01, Tuesday");
+        per_turn.push(t.elapsed());
+        std::hint::black_box(messages);
+    }
+    PromptFigures {
+        cold: median(cold),
+        cached: median(cached),
+        per_turn: median(per_turn),
+        chars,
+    }
+}
+
 fn main() {
     println!("Antler runs benchmark: scripted model at zero latency; sandbox-host and mcp-host");
     println!("replaced by ZeroLatencyHosts, which answers at once: host time is excluded.\n");
@@ -682,6 +781,19 @@ fn main() {
         "   heap live {mib:.1} MiB ({kib_per_run:.1} KiB per run); RSS growth {:.1} MiB (for reference); {} interrupted",
         idle.rss as f64 / (1024.0 * 1024.0),
         idle.interrupted
+    );
+
+    let prompt = bench_prompt();
+    println!(
+        "\n4. The lead's system prompt at 5,000 deferred MCP tools and 50 skills ({} characters):",
+        prompt.chars
+    );
+    println!(
+        "   cold build p50 {}; cached p50 {} ({:.0}x less); per-turn request preparation p50 {}",
+        fmt(prompt.cold),
+        fmt(prompt.cached),
+        prompt.cold.as_secs_f64() / prompt.cached.as_secs_f64().max(1e-9),
+        fmt(prompt.per_turn)
     );
 
     let load = std::fs::read_to_string("/proc/loadavg")

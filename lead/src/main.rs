@@ -1,7 +1,10 @@
 //! `antler`: the lead process and the command line. Parses arguments and dispatches to
 //! `antler_lead::commands`.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
 use antler_lead::commands::{self, Ctx};
 use antler_protocol::{host, runtime_dir::RuntimeDir};
@@ -17,6 +20,11 @@ struct Cli {
     /// The runtime directory of the local cluster (sockets, token, logs).
     #[arg(long, global = true, env = "ANTLER_RUNTIME_DIR")]
     runtime_dir: Option<PathBuf>,
+    /// extensions_config.json (MCP servers, skills) for the cluster this command starts
+    /// or reads: `up`, `run`, `mcp`, `tool`, `catalog`. Before ANTLER_EXTENSIONS_CONFIG_PATH,
+    /// DEER_FLOW_EXTENSIONS_CONFIG_PATH and the working directory's file.
+    #[arg(long, global = true, value_name = "FILE")]
+    extensions: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -48,13 +56,31 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    host::init_tracing();
     let ctx = Ctx {
         runtime_dir: cli
             .runtime_dir
             .clone()
             .unwrap_or_else(RuntimeDir::default_path),
     };
+    if matches!(
+        cli.command,
+        Command::Cluster(commands::cluster::ClusterCommand::Up { .. })
+    ) {
+        // The cluster in the foreground: its log is the terminal.
+        host::init_tracing();
+    } else {
+        init_command_logs(&ctx.runtime_dir);
+    }
+    if let Some(path) = &cli.extensions {
+        if !path.is_file() {
+            eprintln!("antler: --extensions {}: no such file", path.display());
+            return ExitCode::from(2);
+        }
+        let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+        // Read by every part of this process and by the hosts a cluster started here
+        // spawns; set before any thread starts.
+        std::env::set_var(antler_protocol::config::ANTLER_EXTENSIONS_ENV, path);
+    }
     let result = match cli.command {
         Command::Cluster(c) => commands::cluster::run(&ctx, c),
         Command::Catalog { command } => commands::catalog::run(&ctx, command),
@@ -71,4 +97,40 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Logs of a command other than `up`: the terminal shows warnings and errors (or what
+/// `RUST_LOG` asks for) beside the command's own output; everything from INFO up, the
+/// cluster this command may start included, goes to `logs/antler.log` in the runtime
+/// directory.
+fn init_command_logs(runtime_dir: &Path) {
+    use tracing_subscriber::{
+        fmt, layer::SubscriberExt, util::SubscriberInitExt, EnvFilter, Layer,
+    };
+    let terminal = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let file = RuntimeDir::open(runtime_dir).ok().and_then(|rd| {
+        let dir = rd.root().join("logs");
+        std::fs::create_dir_all(&dir).ok()?;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("antler.log"))
+            .ok()
+    });
+    let file_layer = file.map(|f| {
+        fmt::layer()
+            .with_writer(std::sync::Mutex::new(f))
+            .with_ansi(false)
+            .with_target(false)
+            .with_filter(EnvFilter::new("info"))
+    });
+    let _ = tracing_subscriber::registry()
+        .with(
+            fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_target(false)
+                .with_filter(terminal),
+        )
+        .with(file_layer)
+        .try_init();
 }

@@ -61,7 +61,13 @@ fn out_of_range_values_fail_with_the_accepted_range() {
     let error = parse_app_config(Path::new("config.yaml"), text, &no_env).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "config.yaml:2:3: antler.workers: value out of range; expected an integer of at least 1"
+        "config.yaml:2:3: antler.workers: value out of range; expected an integer from 1 to 64"
+    );
+    let text = "antler:\n  workers: 100000\n";
+    let error = parse_app_config(Path::new("config.yaml"), text, &no_env).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "config.yaml:2:3: antler.workers: value out of range; expected an integer from 1 to 64"
     );
     let text = "subagents:\n  max_total_per_run: 80\n";
     let error = parse_app_config(Path::new("config.yaml"), text, &no_env).unwrap_err();
