@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::{
     clamp_max_results,
-    walk::{is_ignored, search_root, PosixPattern},
+    walk::{is_ignored, search_root, PosixPattern, RootFor},
     ToolContext,
 };
 
@@ -78,7 +78,7 @@ pub fn grep(ctx: &ToolContext, a: GrepArgs) -> String {
         GREP_DEFAULT_MAX_RESULTS,
         GREP_MAX_MAX_RESULTS,
     ));
-    let root = match search_root(ctx, p, true) {
+    let root = match search_root(ctx, p, RootFor::Grep) {
         Ok(r) => r,
         Err(e) => return e,
     };

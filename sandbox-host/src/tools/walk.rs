@@ -176,18 +176,28 @@ fn open_error(p: &str, e: &std::io::Error) -> String {
     }
 }
 
+/// Which tool a search root is for: their texts for a root that is not a directory differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RootFor {
+    /// A file is "Directory not found".
+    Ls,
+    /// A file is "Path is not a directory".
+    Glob,
+    /// A file is a root of its own.
+    Grep,
+}
+
 /// Resolves a search root for ls, glob and grep: the root or the tool's error text.
-pub fn search_root(ctx: &ToolContext, p: &str, allow_file: bool) -> Result<SearchRoot, String> {
+pub fn search_root(ctx: &ToolContext, p: &str, tool: RootFor) -> Result<SearchRoot, String> {
     let at = ctx
         .map
         .locate(p, true)
         .map_err(|_| format!("Error: Permission denied: {p}"))?;
     let meta = at.root.metadata(&at.rel).map_err(|e| open_error(p, &e))?;
-    if !(meta.is_dir() || (allow_file && meta.is_file())) {
-        return Err(if allow_file {
-            format!("Error: Path is not a directory: {p}")
-        } else {
-            format!("Error: Directory not found: {p}")
+    if !(meta.is_dir() || (tool == RootFor::Grep && meta.is_file())) {
+        return Err(match tool {
+            RootFor::Ls => format!("Error: Directory not found: {p}"),
+            RootFor::Glob | RootFor::Grep => format!("Error: Path is not a directory: {p}"),
         });
     }
     let real = at.root.resolve(&at.rel).map_err(|e| open_error(p, &e))?;
@@ -202,7 +212,7 @@ pub fn search_root(ctx: &ToolContext, p: &str, allow_file: bool) -> Result<Searc
 /// listed when it resolves beneath the listed directory (or dangles), never followed out.
 pub fn ls(ctx: &ToolContext, a: LsArgs) -> String {
     let p = a.path.as_str();
-    let root = match search_root(ctx, p, false) {
+    let root = match search_root(ctx, p, RootFor::Ls) {
         Ok(r) => r,
         Err(e) => return e,
     };
@@ -251,7 +261,7 @@ pub fn glob(ctx: &ToolContext, a: GlobArgs) -> String {
         GLOB_DEFAULT_MAX_RESULTS,
         GLOB_MAX_MAX_RESULTS,
     ));
-    let root = match search_root(ctx, p, false) {
+    let root = match search_root(ctx, p, RootFor::Glob) {
         Ok(r) => r,
         Err(e) => return e,
     };
