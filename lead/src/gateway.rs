@@ -409,8 +409,24 @@ async fn post_run(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -
         Ok(Err(e @ crate::runs::prepare::PrepareError::InvalidId { .. })) => {
             error(StatusCode::BAD_REQUEST, e.to_string())
         }
+        // The lead's own load (a host away, busy or slow, the store locked): come back.
+        Ok(Err(e)) if e.is_overload() => {
+            let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+            busy.headers_mut().insert(
+                actix_web::http::header::RETRY_AFTER,
+                crate::runs::prepare::RETRY_AFTER_S.into(),
+            );
+            busy
+        }
         Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Err(e) => {
+            let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+            busy.headers_mut().insert(
+                actix_web::http::header::RETRY_AFTER,
+                crate::runs::prepare::RETRY_AFTER_S.into(),
+            );
+            busy
+        }
     }
 }
 

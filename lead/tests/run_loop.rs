@@ -29,7 +29,7 @@ impl ToolHosts for UnreachableHosts {
         _: Duration,
     ) -> BoxFuture<'_, Result<Reply, HostError>> {
         Box::pin(async move {
-            Err(HostError(format!(
+            Err(HostError::failed(format!(
                 "{role:?} unreachable: connection refused"
             )))
         })

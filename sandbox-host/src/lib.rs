@@ -7,10 +7,12 @@
 pub mod command_policy;
 pub mod exec;
 pub mod identity;
+pub mod lease;
 pub mod output;
 pub mod paths;
 pub mod pool;
 pub mod provider;
+pub mod recent_calls;
 pub mod sandbox;
 pub mod service;
 pub mod settings;

@@ -69,6 +69,21 @@ pub enum PrepareError {
     CatalogGone,
 }
 
+/// Seconds a client told to come back (HTTP 503 `Retry-After`) waits before it retries.
+pub const RETRY_AFTER_S: u64 = 1;
+
+impl PrepareError {
+    /// The lead or a host is too busy, away or slow now (not the request's fault): the
+    /// submitter should retry later, never get a 4xx for it.
+    pub fn is_overload(&self) -> bool {
+        match self {
+            PrepareError::Host(e) => e.is_unavailable(),
+            PrepareError::Checkpoint(e) | PrepareError::Run(RunError::Checkpoint(e)) => e.is_busy(),
+            _ => false,
+        }
+    }
+}
+
 /// What the catalog actor was last fed, and the catalog of its last version.
 #[derive(Default)]
 struct Feed {
@@ -283,7 +298,7 @@ impl RunEnv {
         let dir = match reply {
             Reply::Sandbox(SandboxReply::Status(status)) => PathBuf::from(status.base_dir),
             other => {
-                return Err(PrepareError::Host(HostError(format!(
+                return Err(PrepareError::Host(HostError::failed(format!(
                     "unexpected reply from sandbox-host: {other:?}"
                 ))))
             }
@@ -520,7 +535,7 @@ async fn mcp_tools(hosts: &dyn ToolHosts) -> Result<Vec<McpSourceTool>, PrepareE
     let request = Request::Mcp(McpRequest::ListTools { server: None });
     let reply = hosts.request(Role::McpHost, request, SETUP_TIMEOUT).await?;
     let Reply::Mcp(McpReply::Tools(tools)) = reply else {
-        return Err(PrepareError::Host(HostError(format!(
+        return Err(PrepareError::Host(HostError::failed(format!(
             "unexpected reply from mcp-host: {reply:?}"
         ))));
     };

@@ -186,6 +186,7 @@ impl Client {
             .request(SandboxRequest::Acquire {
                 principal: who(user, thread),
                 known_id: known_id.map(str::to_string),
+                owner: None,
             })
             .await
         {
@@ -198,6 +199,7 @@ impl Client {
         match self
             .request(SandboxRequest::Release {
                 sandbox_id: id.into(),
+                owner: None,
             })
             .await
         {
@@ -222,6 +224,8 @@ impl Client {
             .request(SandboxRequest::Call {
                 sandbox_id: id.into(),
                 call,
+                owner: None,
+                call_id: None,
             })
             .await
         {
