@@ -18,6 +18,8 @@ const PLAYBOOK: &str = r#"
 turns:
   - tool_calls:
       - {name: bash, id: count-once, args: {description: count, command: "echo ran >> /mnt/user-data/outputs/count.txt; sleep 15; echo slept"}}
+  - tool_calls:
+      - {name: present_files, args: {filepaths: ["/mnt/user-data/outputs/count.txt"]}}
   - content: Counted.
 "#;
 
@@ -58,7 +60,12 @@ fn bash_step_runs_once(kill_hosts_first: bool) {
         let status = c.run_status(&run_id);
         (status != "running").then_some(status)
     });
-    assert_eq!(ended.as_deref(), Some("success"));
+    assert_eq!(
+        ended.as_deref(),
+        Some("success"),
+        "{}",
+        c.run_state(&run_id)
+    );
     // Long past the sleep of a second run of the step, had there been one.
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(

@@ -19,7 +19,9 @@ turns:
   - tool_calls:
       - {name: write_file, args: {description: note, path: /mnt/user-data/outputs/note.md, content: held}}
   - delay_ms: 25000
-    content: Held and done.
+    tool_calls:
+      - {name: present_files, args: {filepaths: ["/mnt/user-data/outputs/note.md"]}}
+  - content: Held and done.
 "#;
 
 const RUNS: usize = 3;
