@@ -116,11 +116,17 @@ impl SandboxPool {
         }
     }
 
-    /// A lead incarnation names itself: the leases of any other one are reclaimed (one lead
-    /// drives a cluster's runs; a new incarnation means the old one is gone).
+    /// A lead incarnation names itself: when it is newer than the last one (incarnation
+    /// ids sort by the lead's start), the leases of every other one are reclaimed (one lead
+    /// drives a cluster's runs; a new incarnation means the old one is gone). A late
+    /// request of an older one changes nothing.
     fn note_incarnation(&mut self, owner: Option<&LeaseOwner>) {
         let Some(owner) = owner else { return };
-        if self.incarnation.as_deref() == Some(owner.incarnation.as_str()) {
+        if self
+            .incarnation
+            .as_deref()
+            .is_some_and(|current| owner.incarnation.as_str() <= current)
+        {
             return;
         }
         if let Some(old) = self.incarnation.replace(owner.incarnation.clone()) {

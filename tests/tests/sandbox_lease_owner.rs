@@ -1,7 +1,7 @@
 //! Leases against a real sandbox-host: a lease that is renewed stays, one that is not is
 //! reclaimed after `sandbox.lease_ttl` (the sandbox goes warm), a newer lead incarnation
-//! reclaims every lease of the older one, and a call by a run whose lease lapsed takes
-//! it again.
+//! reclaims every lease of the older one (and a late request of the older one nothing),
+//! and a call by a run whose lease lapsed takes it again.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod sandbox_support;
@@ -110,6 +110,10 @@ async fn leases_expire_unless_renewed_and_a_new_incarnation_reclaims_the_old_one
         want.sort();
         want
     });
+    // A late request of the older incarnation reclaims nothing of the newer one's.
+    let late = acquire(&client, "t4", owner("lead-1", "run-4")).await;
+    assert_eq!(state_of(&client, &late).await, "active");
+    assert_eq!(state_of(&client, &newer).await, "active");
     // Releasing the last lease parks it warm.
     match client
         .request(SandboxRequest::Release {

@@ -19,10 +19,18 @@ use super::hosts::ToolHosts;
 /// The lease TTL assumed until sandbox-host says (its default).
 const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
-/// This lead process's incarnation id (random by design: it names one process's life).
+/// This lead process's incarnation id: its start time (zero-padded milliseconds since the
+/// epoch, so a later incarnation sorts after an earlier one) and a random part, since it
+/// names one process's life.
 pub fn incarnation() -> &'static str {
     static INCARNATION: OnceLock<String> = OnceLock::new();
-    INCARNATION.get_or_init(|| uuid::Uuid::new_v4().to_string())
+    INCARNATION.get_or_init(|| {
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        format!("{started:020}-{}", uuid::Uuid::new_v4().simple())
+    })
 }
 
 /// The run's hold on its sandbox in this incarnation.

@@ -32,7 +32,7 @@ pub struct Principal {
 /// Who holds a lease on a sandbox: one run of one lead incarnation (an id the lead makes
 /// when it starts). A lease expires unless renewed (by [`SandboxRequest::RenewLease`] or
 /// any call that names it), and the leases of an older incarnation are reclaimed as
-/// soon as a newer one names itself.
+/// soon as a newer one names itself. Incarnation ids sort by the lead's start.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct LeaseOwner {
     pub incarnation: String,
