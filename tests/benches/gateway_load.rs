@@ -18,7 +18,7 @@ mod lead_support;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use antler_tests::wait_for;
@@ -133,36 +133,54 @@ fn main() -> ExitCode {
         "baseline: 1 run, submitted in {alone_submit:?}, {alone_status} after {alone_total:?}"
     );
 
-    // The load: every run submitted at once.
-    let refused = AtomicUsize::new(0);
+    // The load: every run submitted at once, while the lead's view of its hosts'
+    // heartbeats is sampled.
+    let loaded = AtomicBool::new(true);
+    let silence_ms = AtomicU64::new(0);
     let t = Instant::now();
-    let submitted: Vec<(String, usize, Duration)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..runs)
-            .map(|i| {
-                let (addr, body, refused) = (&addr, body(i), &refused);
-                s.spawn(move || match submit(addr, &body) {
-                    Ok(r) => Some(r),
-                    Err(e) => {
-                        if refused.fetch_add(1, Ordering::SeqCst) < 5 {
-                            eprintln!("refused: {e}");
-                        }
-                        None
+    let (submitted, statuses, submit_wall, refused) = std::thread::scope(|outer| {
+        outer.spawn(|| {
+            while loaded.load(Ordering::SeqCst) {
+                for p in c.status().unwrap_or_default() {
+                    if p["role"] != "lead" {
+                        let heard = p["last_heartbeat_ms"].as_u64().unwrap_or(0);
+                        silence_ms.fetch_max(heard, Ordering::SeqCst);
                     }
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        });
+        let refused = AtomicUsize::new(0);
+        let submitted: Vec<(String, usize, Duration)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..runs)
+                .map(|i| {
+                    let (addr, body, refused) = (&addr, body(i), &refused);
+                    s.spawn(move || match submit(addr, &body) {
+                        Ok(r) => Some(r),
+                        Err(e) => {
+                            if refused.fetch_add(1, Ordering::SeqCst) < 5 {
+                                eprintln!("refused: {e}");
+                            }
+                            None
+                        }
+                    })
                 })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .filter_map(|h| h.join().ok().flatten())
-            .collect()
+                .collect();
+            handles
+                .into_iter()
+                .filter_map(|h| h.join().ok().flatten())
+                .collect()
+        });
+        let submit_wall = t.elapsed();
+        let mut statuses = std::collections::BTreeMap::<String, usize>::new();
+        for (run_id, ..) in &submitted {
+            *statuses
+                .entry(wait_ended(&c, run_id, Duration::from_secs(900)))
+                .or_default() += 1;
+        }
+        loaded.store(false, Ordering::SeqCst);
+        (submitted, statuses, submit_wall, refused)
     });
-    let submit_wall = t.elapsed();
-    let mut statuses = std::collections::BTreeMap::<String, usize>::new();
-    for (run_id, ..) in &submitted {
-        *statuses
-            .entry(wait_ended(&c, run_id, Duration::from_secs(900)))
-            .or_default() += 1;
-    }
     let total_wall = t.elapsed();
     let mut times: Vec<Duration> = submitted.iter().map(|(_, _, d)| *d).collect();
     times.sort();
@@ -199,6 +217,10 @@ fn main() -> ExitCode {
         "  runs: {statuses:?}; all ended after {total_wall:?} ({:.1} runs/s; {:.2}x the baseline run's time per run)",
         runs as f64 / total_wall.as_secs_f64().max(1e-6),
         per_run / alone_total.as_secs_f64().max(1e-6),
+    );
+    println!(
+        "  longest silence of a host the lead saw: {} ms (dead after 3,000 ms)",
+        silence_ms.load(Ordering::SeqCst)
     );
     println!("  host restarts: {restarts}; pool empty afterwards: {pool_empty}");
     if refused > 0 || succeeded != runs || restarts > 0 || !pool_empty {
