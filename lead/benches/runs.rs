@@ -111,6 +111,7 @@ impl ZeroLatencyHosts {
                 Reply::Sandbox(SandboxReply::Acquired(Ok(Acquired {
                     sandbox_id: hex::encode(digest)[..16].to_owned(),
                     source: AcquireSource::Created,
+                    lease_ttl_ms: 30_000,
                 })))
             }
             Request::Sandbox(SandboxRequest::Call { .. }) => {
@@ -132,7 +133,7 @@ impl ZeroLatencyHosts {
                 }))
             }
             other => {
-                return Err(HostError(format!(
+                return Err(HostError::failed(format!(
                     "ZeroLatencyHosts does not answer {}",
                     other.kind()
                 )))

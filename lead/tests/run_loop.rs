@@ -29,7 +29,7 @@ impl ToolHosts for UnreachableHosts {
         _: Duration,
     ) -> BoxFuture<'_, Result<Reply, HostError>> {
         Box::pin(async move {
-            Err(HostError(format!(
+            Err(HostError::failed(format!(
                 "{role:?} unreachable: connection refused"
             )))
         })
@@ -189,7 +189,10 @@ turns:
     }));
     let store = fixture.store();
     let (step, saved) = store.latest("run-1").unwrap().unwrap();
-    assert_eq!(step, 4, "one checkpoint per model turn");
+    assert_eq!(
+        step, 7,
+        "each model reply is checkpointed before its calls, then each result"
+    );
     assert_eq!(&saved, run.state());
     assert_eq!(
         store.run("run-1").unwrap().unwrap().status,

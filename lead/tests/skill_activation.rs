@@ -31,7 +31,7 @@ impl ToolHosts for UnreachableHosts {
         _: Request,
         _: Duration,
     ) -> BoxFuture<'_, Result<Reply, HostError>> {
-        Box::pin(async move { Err(HostError(format!("{role:?} unreachable"))) })
+        Box::pin(async move { Err(HostError::failed(format!("{role:?} unreachable"))) })
     }
 }
 

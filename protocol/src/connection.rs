@@ -1,7 +1,10 @@
 //! One established connection and its RPC: request/reply correlation, deadlines,
 //! cancellation, streamed replies, heartbeats, bounded queues, and serving requests.
-//! Owns three tasks (reader, writer, heartbeat) that all stop when the connection closes;
-//! on close every pending request fails at once with `PeerUnavailable`.
+//! Owns three tasks (reader, writer, heartbeat) that run on the process's I/O thread
+//! ([`crate::io`]) and all stop when the connection closes; requests are served on the
+//! runtime that started the connection, so no amount of work there delays a heartbeat.
+//! The writer sends a due heartbeat before any queued frame. On close every pending
+//! request fails at once with `PeerUnavailable`.
 
 use std::{
     collections::HashMap,
@@ -12,7 +15,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::{future::BoxFuture, FutureExt, SinkExt, StreamExt};
+use futures::{future::BoxFuture, SinkExt, StreamExt};
+use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::{
@@ -174,6 +178,16 @@ struct Shared {
     peer: PeerInfo,
     config: ConnectionConfig,
     peer_going_away: AtomicBool,
+    /// The runtime that serves the peer's requests (the one that started the connection).
+    home: Handle,
+    /// A heartbeat is due: the writer sends it before anything queued.
+    heartbeat_due: AtomicBool,
+    heartbeat_wake: Notify,
+    /// The reader waits for a local stream consumer, so the peer's silence is ours.
+    reader_parked: AtomicBool,
+    /// The latest a heartbeat tick ran after its time, in microseconds (the measure of
+    /// how far heartbeats starve).
+    heartbeat_lag_us: AtomicU64,
 }
 
 impl Shared {
@@ -243,8 +257,9 @@ impl std::fmt::Debug for Connection {
 }
 
 impl Connection {
-    /// Starts the connection's tasks over framed halves that completed the handshake.
-    /// `service` answers the peer's requests; without one, requests get `Unsupported`.
+    /// Starts the connection's tasks on the I/O thread over framed halves that completed
+    /// the handshake (made on the I/O thread too, see [`crate::io`]). `service` answers
+    /// the peer's requests on `home`; without one, requests get `Unsupported`.
     pub fn start(
         reader: FrameReader,
         writer: FrameWriter,
@@ -252,6 +267,7 @@ impl Connection {
         config: ConnectionConfig,
         service: Option<Arc<dyn Service>>,
         in_flight: Arc<InFlight>,
+        home: Handle,
     ) -> Connection {
         let (out_tx, out_rx) = mpsc::channel(config.outbound_queue.max(1));
         let (closed_tx, _) = watch::channel(None);
@@ -266,11 +282,23 @@ impl Connection {
             peer,
             config,
             peer_going_away: AtomicBool::new(false),
+            home,
+            heartbeat_due: AtomicBool::new(false),
+            heartbeat_wake: Notify::new(),
+            reader_parked: AtomicBool::new(false),
+            heartbeat_lag_us: AtomicU64::new(0),
         });
-        tokio::spawn(write_loop(shared.clone(), writer, out_rx));
-        tokio::spawn(read_loop(shared.clone(), reader, service, in_flight));
-        tokio::spawn(heartbeat_loop(shared.clone()));
+        let io = crate::io::handle();
+        io.spawn(write_loop(shared.clone(), writer, out_rx));
+        io.spawn(read_loop(shared.clone(), reader, service, in_flight));
+        io.spawn(heartbeat_loop(shared.clone()));
         Connection { shared }
+    }
+
+    /// The latest any heartbeat tick of this connection ran after its time: how much the
+    /// I/O thread was starved (a few milliseconds on a healthy process).
+    pub fn heartbeat_lag(&self) -> Duration {
+        Duration::from_micros(self.shared.heartbeat_lag_us.load(Ordering::Relaxed))
     }
 
     /// The peer at the other end.
@@ -513,14 +541,30 @@ async fn write_loop(shared: Arc<Shared>, writer: FrameWriter, mut rx: mpsc::Rece
     let mut writer = writer.map_encoder(|_| EnvelopeEncoder {
         max_frame_bytes: shared.config.max_frame_bytes,
     });
+    let heartbeat = Envelope {
+        id: 0,
+        reply_to: None,
+        deadline: None,
+        trace: TraceContext::default(),
+        body: Body::Heartbeat,
+    };
     loop {
         let first = tokio::select! {
             biased;
             _ = closed.changed() => break,
-            env = rx.recv() => match env { Some(e) => e, None => break },
+            _ = shared.heartbeat_wake.notified() => None,
+            env = rx.recv() => match env { Some(e) => Some(e), None => break },
         };
-        let mut next = Some(first);
-        while let Some(env) = next.take() {
+        let mut next = first;
+        loop {
+            // A due heartbeat goes before the next queued frame, however long the queue.
+            if shared.heartbeat_due.swap(false, Ordering::SeqCst) {
+                if let Err(WriteError::Io(e)) = writer.feed(&heartbeat).await {
+                    shared.close(&format!("write failed: {e}"));
+                    return;
+                }
+            }
+            let Some(env) = next.take() else { break };
             match writer.feed(&env).await {
                 Ok(()) => {}
                 Err(WriteError::Io(e)) => {
@@ -647,7 +691,7 @@ async fn dispatch(
                     let _ = tx.send(result.map_err(RpcError::Remote));
                 }
                 Some(Pending::Stream(tx)) => {
-                    let _ = tx.send(result.map_err(RpcError::Remote)).await;
+                    park(shared, tx.send(result.map_err(RpcError::Remote))).await;
                 }
                 None => {} // cancelled or timed out: the late reply is dropped
             }
@@ -662,7 +706,7 @@ async fn dispatch(
                 Err(_) => None,
             };
             if let Some(tx) = tx {
-                let _ = tx.send(Ok(item)).await;
+                park(shared, tx.send(Ok(item))).await;
             }
         }
         Body::Cancel => {
@@ -683,6 +727,17 @@ async fn dispatch(
             in_flight,
         ),
     }
+}
+
+/// Waits for a local stream consumer; the peer is not silent meanwhile, the reader is.
+async fn park<T>(
+    shared: &Arc<Shared>,
+    send: impl std::future::Future<Output = Result<(), mpsc::error::SendError<T>>>,
+) {
+    shared.reader_parked.store(true, Ordering::SeqCst);
+    let _ = send.await;
+    shared.reader_parked.store(false, Ordering::SeqCst);
+    shared.touch();
 }
 
 fn serve(
@@ -729,29 +784,14 @@ fn serve(
     };
     let guard = in_flight.enter();
     let span = tracing::debug_span!("serve", kind = request.kind(), run_id = trace.run_id.as_deref().unwrap_or(""), trace_id = %trace.trace_hex());
-    let mut work = {
-        let _entered = span.enter();
-        service.call(request, call)
-    };
-    // Fast path: a handler that is ready at once (ping, health, cached answers) is answered
-    // without spawning a task.
-    if let Some(result) = (&mut work).now_or_never() {
-        drop(guard);
-        if let Err(mpsc::error::TrySendError::Full(env)) = shared.out.try_send(reply(result, trace))
-        {
-            let out = shared.out.clone();
-            tokio::spawn(async move {
-                let _ = out.send(env).await;
-            });
-        }
-        return;
-    }
     let task_shared = shared.clone();
     // The task waits for its abort handle to be registered, so its own removal below can
     // never run before the insertion (which would leave a stale entry).
     let (registered_tx, registered_rx) = oneshot::channel::<()>();
+    // The handler runs on the connection's home runtime, never on the I/O thread.
     let fut = async move {
         let _guard = guard;
+        let work = service.call(request, call);
         let _ = registered_rx.await;
         let result = match deadline {
             // Past the deadline the requester has given up: send nothing.
@@ -765,7 +805,9 @@ fn serve(
             let _ = task_shared.out.send(reply(result, trace)).await;
         }
     };
-    let handle = tokio::spawn(tracing::Instrument::instrument(fut, span));
+    let handle = shared
+        .home
+        .spawn(tracing::Instrument::instrument(fut, span));
     if let Ok(mut s) = shared.serving.lock() {
         s.insert(id, handle.abort_handle());
     }
@@ -780,13 +822,20 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     shared.touch();
     loop {
-        tokio::select! {
+        let scheduled = tokio::select! {
             _ = closed.changed() => return,
-            _ = tick.tick() => {}
+            at = tick.tick() => at,
+        };
+        let lag = scheduled.elapsed().as_micros().min(u64::MAX as u128) as u64;
+        shared.heartbeat_lag_us.fetch_max(lag, Ordering::Relaxed);
+        if lag > interval.as_micros() as u64 {
+            tracing::debug!(peer = %shared.peer.address, lag_ms = lag / 1000, "heartbeat tick ran late");
         }
         let now = shared.started.elapsed().as_millis() as u64;
         let silent = now.saturating_sub(shared.last_seen_ms.load(Ordering::Relaxed));
-        if silent > dead_after.as_millis() as u64 {
+        if shared.reader_parked.load(Ordering::SeqCst) {
+            // The reader waits for a consumer in this process: not the peer's silence.
+        } else if silent > dead_after.as_millis() as u64 {
             let reason = format!(
                 "no heartbeat from {} for {silent} ms ({} missed)",
                 shared.peer.role, shared.config.heartbeat_misses
@@ -795,12 +844,7 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
             shared.close(&reason);
             return;
         }
-        let _ = shared.out.try_send(Envelope {
-            id: 0,
-            reply_to: None,
-            deadline: None,
-            trace: TraceContext::default(),
-            body: Body::Heartbeat,
-        });
+        shared.heartbeat_due.store(true, Ordering::SeqCst);
+        shared.heartbeat_wake.notify_one();
     }
 }

@@ -10,6 +10,7 @@ pub mod envelope;
 pub mod frame;
 pub mod handshake;
 pub mod host;
+pub mod io;
 pub mod link;
 pub mod messages;
 pub mod runtime_dir;

@@ -26,12 +26,34 @@ pub enum DialError {
     },
 }
 
-/// Dials `address`, completes the handshake, and starts the connection.
+/// Dials `address`, completes the handshake, and starts the connection. The socket is
+/// made and driven on the I/O thread; `service` serves the peer's requests on the
+/// caller's runtime.
 pub async fn dial(
     address: &Address,
     identity: &Identity,
     config: ConnectionConfig,
     service: Option<Arc<dyn Service>>,
+) -> Result<Connection, DialError> {
+    let home = tokio::runtime::Handle::current();
+    let (address, identity) = (address.clone(), identity.clone());
+    let addr_s = address.to_string();
+    crate::io::run(async move { dial_here(&address, &identity, config, service, home).await })
+        .await
+        .unwrap_or_else(|| {
+            Err(DialError::Unreachable {
+                address: addr_s,
+                reason: "the I/O thread is gone".into(),
+            })
+        })
+}
+
+async fn dial_here(
+    address: &Address,
+    identity: &Identity,
+    config: ConnectionConfig,
+    service: Option<Arc<dyn Service>>,
+    home: tokio::runtime::Handle,
 ) -> Result<Connection, DialError> {
     let addr_s = address.to_string();
     let (r, w) = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, transport::connect(address))
@@ -58,6 +80,7 @@ pub async fn dial(
         config,
         service,
         Arc::new(InFlight::default()),
+        home,
     ))
 }
 

@@ -31,11 +31,18 @@ impl Server {
         service: Arc<dyn Service>,
         in_flight: Arc<InFlight>,
     ) -> std::io::Result<Server> {
-        let listener = Listener::bind(address).await?;
+        // The listener and its connections live on the I/O thread; requests are served on
+        // the caller's runtime.
+        let home = tokio::runtime::Handle::current();
+        let owned = address.clone();
+        let listener = crate::io::run(async move { Listener::bind(&owned).await })
+            .await
+            .unwrap_or_else(|| Err(std::io::Error::other("the I/O thread is gone")))?;
         let bound = listener.local_address();
         let connections: Arc<Mutex<Vec<Connection>>> = Arc::default();
         let (stop_tx, stop_rx) = watch::channel(false);
-        let accept_task = tokio::spawn(accept_loop(
+        let accept_task = crate::io::handle().spawn(accept_loop(
+            home,
             listener,
             identity,
             config,
@@ -87,7 +94,22 @@ impl Server {
     }
 }
 
+impl Drop for Server {
+    /// The listener and its connections run on the I/O thread, which outlives any one
+    /// runtime: a dropped server stops accepting and closes its connections.
+    fn drop(&mut self) {
+        self.accept_task.abort();
+        if let Ok(list) = self.connections.try_lock() {
+            for c in list.iter() {
+                c.close("peer shut down");
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn accept_loop(
+    home: tokio::runtime::Handle,
     listener: Listener,
     identity: Identity,
     config: ConnectionConfig,
@@ -115,12 +137,14 @@ async fn accept_loop(
         let service = service.clone();
         let in_flight = in_flight.clone();
         let connections = connections.clone();
+        let home = home.clone();
         tokio::spawn(async move {
             let (mut fr, mut fw) = handshake::framed(r, w, config.max_frame_bytes);
             match handshake::accept(&mut fr, &mut fw, &identity, &peer_addr).await {
                 Ok(peer) => {
                     tracing::debug!(peer = %peer_addr, role = %peer.role, node = %peer.node_id, "peer connected");
-                    let conn = Connection::start(fr, fw, peer, config, Some(service), in_flight);
+                    let conn =
+                        Connection::start(fr, fw, peer, config, Some(service), in_flight, home);
                     let mut list = connections.lock().await;
                     list.retain(|c| !c.is_closed());
                     list.push(conn);

@@ -74,6 +74,7 @@ async fn acquire(conn: &Connection, thread: &str) -> String {
         SandboxRequest::Acquire {
             principal: principal(thread),
             known_id: None,
+            owner: None,
         },
     )
     .await
@@ -88,6 +89,7 @@ async fn release(conn: &Connection, id: &str) {
         conn,
         SandboxRequest::Release {
             sandbox_id: id.into(),
+            owner: None,
         },
     )
     .await
@@ -253,7 +255,7 @@ fn main() {
         let mut direct = Vec::new();
         for _ in 0..ITER {
             let t = Instant::now();
-            match ask(&conn, SandboxRequest::Call { sandbox_id: id.clone(), call: bash_true() }).await {
+            match ask(&conn, SandboxRequest::Call { sandbox_id: id.clone(), call: bash_true(), owner: None, call_id: None }).await {
                 SandboxReply::ToolResult(Ok(r)) => assert_eq!(r.content, "(no output)"),
                 other => panic!("call: {other:?}"),
             }
@@ -379,6 +381,7 @@ async fn lead_leg(exe: &Path, dir: &Path, config: &Path, base: &Path) -> Option<
     let id = match via_lead(SandboxRequest::Acquire {
         principal: principal("lead-calls"),
         known_id: None,
+        owner: None,
     })
     .await
     {
@@ -391,6 +394,8 @@ async fn lead_leg(exe: &Path, dir: &Path, config: &Path, base: &Path) -> Option<
         match via_lead(SandboxRequest::Call {
             sandbox_id: id.clone(),
             call: bash_true(),
+            owner: None,
+            call_id: None,
         })
         .await
         {

@@ -1,9 +1,13 @@
 //! `SandboxPool`: owns every sandbox of this host, keyed by its deterministic id. Acquire is
 //! idempotent (handled one at a time by the actor, so concurrent acquires of one thread get
-//! one sandbox); release parks the sandbox warm. Invariants: active + warm stays at or
-//! under `replicas` unless every slot is active (then it grows, with a warning); active +
-//! warm + pre-warmed never exceeds `capacity` (an acquire then waits or is rejected); warm
-//! sandboxes idle past `idle_timeout` are destroyed by a check every `idle_check_interval`.
+//! one sandbox) and takes a lease ([`crate::lease`]); release ends it, and the last one
+//! parks the sandbox warm. Leases whose owner is gone are reclaimed: one not renewed within
+//! `lease_ttl` (checked every quarter TTL), and every lease of an older lead incarnation
+//! once a newer one names itself. Invariants: active + warm stays at or under `replicas`
+//! unless every slot is active (then it grows, with a warning); active + warm + pre-warmed
+//! never exceeds `capacity` (an acquire then waits or is rejected); warm sandboxes idle
+//! past `idle_timeout` are destroyed by a check every `idle_check_interval`. A call with a
+//! call id runs once ([`crate::recent_calls`]).
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -13,31 +17,35 @@ use std::{
 
 use actix::prelude::*;
 use antler_protocol::messages::{
-    AcquireSource, Acquired, PoolStatus, Principal, SandboxError, SandboxStatus,
+    AcquireSource, Acquired, LeaseOwner, PoolStatus, Principal, SandboxError, SandboxStatus,
+    ToolResult,
 };
 use tokio::sync::oneshot;
 
 use crate::{
     identity::{self, SandboxId},
+    lease::{LeaseKey, Leases},
     paths::ThreadPaths,
     provider::ProviderVerdict,
+    recent_calls::{Begin, CallKey, Ending, RecentCalls},
     sandbox::{Bind, Kill, ReleaseBackground, Sandbox, SupervisorPid},
     settings::{OverflowPolicy, ProviderKind, SandboxSettings},
 };
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    Active { holders: u32 },
-    Warm,
-}
 
 struct Entry {
     user_id: String,
     thread_id: String,
     addr: Addr<Sandbox>,
-    state: State,
+    /// Its holders; none (and no call running) means warm.
+    leases: Leases,
     created: Instant,
     touched: Instant,
+}
+
+impl Entry {
+    fn is_warm(&self) -> bool {
+        self.leases.is_idle()
+    }
 }
 
 struct Prewarmed {
@@ -61,6 +69,7 @@ impl Prewarmed {
 struct Waiter {
     principal: Principal,
     known_id: Option<String>,
+    owner: Option<LeaseOwner>,
     tx: oneshot::Sender<Result<Acquired, SandboxError>>,
 }
 
@@ -72,6 +81,10 @@ pub struct SandboxPool {
     prewarmed: Vec<Prewarmed>,
     waiters: VecDeque<Waiter>,
     next_slot: u64,
+    /// The lead incarnation that named itself last; older ones' leases are reclaimed.
+    incarnation: Option<String>,
+    next_anonymous: u64,
+    recent: RecentCalls,
 }
 
 impl SandboxPool {
@@ -83,7 +96,84 @@ impl SandboxPool {
             prewarmed: Vec::new(),
             waiters: VecDeque::new(),
             next_slot: 0,
+            incarnation: None,
+            next_anonymous: 0,
+            recent: RecentCalls::default(),
         }
+    }
+
+    fn lease_until(&self) -> Instant {
+        Instant::now() + self.settings.lease_ttl
+    }
+
+    fn lease_key(&mut self, owner: Option<&LeaseOwner>) -> LeaseKey {
+        match owner {
+            Some(o) => LeaseKey::Run(o.clone()),
+            None => {
+                self.next_anonymous += 1;
+                LeaseKey::Anonymous(self.next_anonymous)
+            }
+        }
+    }
+
+    /// A lead incarnation names itself: when it is newer than the last one (incarnation
+    /// ids sort by the lead's start), the leases of every other one are reclaimed (one lead
+    /// drives a cluster's runs; a new incarnation means the old one is gone). A late
+    /// request of an older one changes nothing.
+    fn note_incarnation(&mut self, owner: Option<&LeaseOwner>) {
+        let Some(owner) = owner else { return };
+        if self
+            .incarnation
+            .as_deref()
+            .is_some_and(|current| owner.incarnation.as_str() <= current)
+        {
+            return;
+        }
+        if let Some(old) = self.incarnation.replace(owner.incarnation.clone()) {
+            tracing::info!(old = %old, new = %owner.incarnation, "a new lead incarnation; reclaiming the old one's leases");
+        }
+        let now = Instant::now();
+        for (id, e) in &mut self.entries {
+            let was_warm = e.is_warm();
+            for key in e.leases.reclaim_other_incarnations(&owner.incarnation) {
+                tracing::info!(sandbox = %id, "reclaiming the lease of {key}: its lead is gone");
+            }
+            if e.is_warm() && !was_warm {
+                e.touched = now;
+                e.addr.do_send(ReleaseBackground);
+            }
+        }
+        self.after_release();
+    }
+
+    /// Reclaims the leases not renewed within the TTL (their holder is gone).
+    fn expire_leases(&mut self) {
+        let now = Instant::now();
+        let mut changed = false;
+        for (id, e) in &mut self.entries {
+            let expired = e.leases.expire(now);
+            for key in &expired {
+                tracing::warn!(sandbox = %id, "reclaiming the lease of {key}: not renewed within the lease TTL");
+            }
+            if !expired.is_empty() && e.is_warm() {
+                e.touched = now;
+                e.addr.do_send(ReleaseBackground);
+                changed = true;
+            }
+        }
+        if changed {
+            self.after_release();
+        }
+    }
+
+    /// Sandboxes went warm: trim to `replicas` and serve waiters.
+    fn after_release(&mut self) {
+        while self.entries.len() > self.settings.replicas as usize {
+            if !self.evict_oldest_warm() {
+                break;
+            }
+        }
+        self.serve_waiters();
     }
 
     fn kind(&self) -> Result<ProviderKind, SandboxError> {
@@ -102,7 +192,7 @@ impl SandboxPool {
         let oldest = self
             .entries
             .iter()
-            .filter(|(_, e)| e.state == State::Warm)
+            .filter(|(_, e)| e.is_warm())
             .min_by_key(|(id, e)| (e.touched, (*id).clone()))
             .map(|(id, _)| id.clone());
         match oldest {
@@ -174,6 +264,7 @@ impl SandboxPool {
         &mut self,
         p: &Principal,
         known_id: Option<&str>,
+        owner: Option<&LeaseOwner>,
     ) -> Result<Option<Acquired>, SandboxError> {
         identity::validate(p)?;
         identity::authorize(&self.settings.authorization, p)?;
@@ -186,25 +277,25 @@ impl SandboxPool {
                 actual: id.to_string(),
             });
         }
+        let lease_ttl_ms = self.settings.lease_ttl.as_millis() as u64;
         let acquired = |source| Acquired {
             sandbox_id: id.to_string(),
             source,
+            lease_ttl_ms,
         };
-        if let Some(e) = self.entries.get_mut(&id) {
-            e.touched = Instant::now();
-            let source = match e.state {
-                State::Active { holders } => {
-                    e.state = State::Active {
-                        holders: holders + 1,
-                    };
-                    AcquireSource::Active
-                }
-                State::Warm => {
-                    e.state = State::Active { holders: 1 };
+        if self.entries.contains_key(&id) {
+            let key = self.lease_key(owner);
+            let until = self.lease_until();
+            if let Some(e) = self.entries.get_mut(&id) {
+                e.touched = Instant::now();
+                let source = if e.is_warm() {
                     AcquireSource::Warm
-                }
-            };
-            return Ok(Some(acquired(source)));
+                } else {
+                    AcquireSource::Active
+                };
+                e.leases.hold(key, until);
+                return Ok(Some(acquired(source)));
+            }
         }
         let thread = ThreadPaths::new(&self.settings.base_dir, &p.user_id, &p.thread_id);
         let reusable_prewarmed =
@@ -237,13 +328,15 @@ impl SandboxPool {
             }
         };
         let now = Instant::now();
+        let key = self.lease_key(owner);
+        let until = self.lease_until();
         self.entries.insert(
             id.clone(),
             Entry {
                 user_id: p.user_id.clone(),
                 thread_id: p.thread_id.clone(),
                 addr,
-                state: State::Active { holders: 1 },
+                leases: Leases::held(key, until),
                 created: now,
                 touched: now,
             },
@@ -259,7 +352,7 @@ impl SandboxPool {
             if w.tx.is_closed() {
                 continue;
             }
-            match self.try_acquire(&w.principal, w.known_id.as_deref()) {
+            match self.try_acquire(&w.principal, w.known_id.as_deref(), w.owner.as_ref()) {
                 Ok(Some(a)) => {
                     let _ = w.tx.send(Ok(a));
                 }
@@ -282,7 +375,7 @@ impl SandboxPool {
         let idle: Vec<SandboxId> = self
             .entries
             .iter()
-            .filter(|(_, e)| e.state == State::Warm && e.touched.elapsed() >= timeout)
+            .filter(|(_, e)| e.is_warm() && e.touched.elapsed() >= timeout)
             .map(|(id, _)| id.clone())
             .collect();
         for id in idle {
@@ -311,6 +404,10 @@ impl Actor for SandboxPool {
                 .max(Duration::from_millis(10)),
             |pool, _| pool.evict_idle(),
         );
+        ctx.run_interval(
+            (self.settings.lease_ttl / 4).max(Duration::from_millis(25)),
+            |pool, _| pool.expire_leases(),
+        );
     }
 }
 
@@ -333,13 +430,16 @@ impl Handler<CountLive> for SandboxPool {
 pub struct Acquire {
     pub principal: Principal,
     pub known_id: Option<String>,
+    /// Who holds the lease (`None`: an anonymous hold).
+    pub owner: Option<LeaseOwner>,
 }
 
 impl Handler<Acquire> for SandboxPool {
     type Result = ResponseFuture<Result<Acquired, SandboxError>>;
 
     fn handle(&mut self, msg: Acquire, _: &mut Context<Self>) -> Self::Result {
-        match self.try_acquire(&msg.principal, msg.known_id.as_deref()) {
+        self.note_incarnation(msg.owner.as_ref());
+        match self.try_acquire(&msg.principal, msg.known_id.as_deref(), msg.owner.as_ref()) {
             Ok(Some(a)) => Box::pin(async move { Ok(a) }),
             Err(e) => Box::pin(async move { Err(e) }),
             Ok(None) => {
@@ -347,6 +447,7 @@ impl Handler<Acquire> for SandboxPool {
                 self.waiters.push_back(Waiter {
                     principal: msg.principal,
                     known_id: msg.known_id,
+                    owner: msg.owner,
                     tx,
                 });
                 let wait = self.settings.acquire_timeout;
@@ -365,37 +466,152 @@ impl Handler<Acquire> for SandboxPool {
     }
 }
 
-/// Release one hold on a sandbox; the last release parks it warm.
+/// Ends one lease on a sandbox (`owner`'s, or one anonymous hold); the last release
+/// parks it warm.
 #[derive(Debug, Message)]
 #[rtype(result = "Result<(), SandboxError>")]
-pub struct Release(pub String);
+pub struct Release {
+    pub sandbox_id: String,
+    pub owner: Option<LeaseOwner>,
+}
 
 impl Handler<Release> for SandboxPool {
     type Result = Result<(), SandboxError>;
 
-    fn handle(&mut self, Release(id): Release, _: &mut Context<Self>) -> Self::Result {
-        let key = SandboxId::unbound(&id);
+    fn handle(&mut self, msg: Release, _: &mut Context<Self>) -> Self::Result {
+        self.note_incarnation(msg.owner.as_ref());
+        let key = SandboxId::unbound(&msg.sandbox_id);
         let Some(e) = self.entries.get_mut(&key) else {
-            return Err(SandboxError::UnknownSandbox(id));
+            return Err(SandboxError::UnknownSandbox(msg.sandbox_id));
         };
         e.touched = Instant::now();
-        if let State::Active { holders } = e.state {
-            e.state = if holders > 1 {
-                State::Active {
-                    holders: holders - 1,
-                }
-            } else {
-                e.addr.do_send(ReleaseBackground);
-                State::Warm
-            };
+        let was_warm = e.is_warm();
+        e.leases.release(msg.owner.as_ref());
+        if e.is_warm() && !was_warm {
+            // Parked: what its commands left running in the background dies now.
+            e.addr.do_send(ReleaseBackground);
         }
-        while self.entries.len() > self.settings.replicas as usize {
-            if !self.evict_oldest_warm() {
-                break;
+        self.after_release();
+        Ok(())
+    }
+}
+
+/// Renews every lease `owner` holds; replies how many.
+#[derive(Debug, Message)]
+#[rtype(result = "u32")]
+pub struct RenewLease(pub LeaseOwner);
+
+impl Handler<RenewLease> for SandboxPool {
+    type Result = u32;
+
+    fn handle(&mut self, RenewLease(owner): RenewLease, _: &mut Context<Self>) -> u32 {
+        self.note_incarnation(Some(&owner));
+        let until = self.lease_until();
+        let mut renewed = 0;
+        for e in self.entries.values_mut() {
+            if e.leases.renew(&owner, until) {
+                renewed += 1;
             }
         }
-        self.serve_waiters();
-        Ok(())
+        renewed
+    }
+}
+
+/// How a call may go ahead ([`BeginCall`]).
+pub enum CallStart {
+    /// Run it in this sandbox, then send [`EndCall`].
+    Run(Addr<Sandbox>),
+    /// The same call is running; its result comes here.
+    Repeat(oneshot::Receiver<ToolResult>),
+    /// The same call ran; this was its result.
+    Repeated(ToolResult),
+}
+
+/// A call is about to run in sandbox `sandbox_id`: renews (or takes again) `owner`'s lease,
+/// keeps every lease of the sandbox from expiring until [`EndCall`], and with a call id
+/// makes sure the call runs once.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<CallStart, SandboxError>")]
+pub struct BeginCall {
+    pub sandbox_id: String,
+    pub owner: Option<LeaseOwner>,
+    pub call_id: Option<String>,
+}
+
+fn call_key(
+    sandbox_id: &str,
+    owner: Option<&LeaseOwner>,
+    call_id: Option<&str>,
+) -> Option<CallKey> {
+    Some(CallKey {
+        sandbox_id: sandbox_id.to_owned(),
+        run_id: owner?.run_id.clone(),
+        call_id: call_id?.to_owned(),
+    })
+}
+
+impl Handler<BeginCall> for SandboxPool {
+    type Result = Result<CallStart, SandboxError>;
+
+    fn handle(&mut self, msg: BeginCall, _: &mut Context<Self>) -> Self::Result {
+        self.kind()?;
+        self.note_incarnation(msg.owner.as_ref());
+        let until = self.lease_until();
+        let Some(e) = self.entries.get_mut(&SandboxId::unbound(&msg.sandbox_id)) else {
+            return Err(SandboxError::UnknownSandbox(msg.sandbox_id));
+        };
+        e.touched = Instant::now();
+        if let Some(owner) = &msg.owner {
+            // Any call renews its lease; a lease that expired (its lead was stopped) is
+            // taken again, since its run is evidently alive.
+            e.leases.hold(LeaseKey::Run(owner.clone()), until);
+        }
+        let addr = e.addr.clone();
+        if let Some(key) = call_key(&msg.sandbox_id, msg.owner.as_ref(), msg.call_id.as_deref()) {
+            match self.recent.begin(key) {
+                Begin::Run => {}
+                Begin::Wait(rx) => {
+                    tracing::warn!(sandbox = %msg.sandbox_id, call = ?msg.call_id, "a call that is running came again; it waits for the first one's result");
+                    return Ok(CallStart::Repeat(rx));
+                }
+                Begin::Done(result) => {
+                    tracing::warn!(sandbox = %msg.sandbox_id, call = ?msg.call_id, "a call that ran came again; it gets the first one's result");
+                    return Ok(CallStart::Repeated(result));
+                }
+            }
+        }
+        if let Some(e) = self.entries.get_mut(&SandboxId::unbound(&msg.sandbox_id)) {
+            e.leases.call_started();
+        }
+        Ok(CallStart::Run(addr))
+    }
+}
+
+/// A call that [`BeginCall`] let run has ended.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct EndCall {
+    pub sandbox_id: String,
+    pub owner: Option<LeaseOwner>,
+    pub call_id: Option<String>,
+    pub ending: Ending,
+}
+
+impl Handler<EndCall> for SandboxPool {
+    type Result = ();
+
+    fn handle(&mut self, msg: EndCall, _: &mut Context<Self>) {
+        let until = self.lease_until();
+        if let Some(e) = self.entries.get_mut(&SandboxId::unbound(&msg.sandbox_id)) {
+            e.leases.call_ended();
+            e.touched = Instant::now();
+            if let Some(owner) = &msg.owner {
+                e.leases.renew(owner, until);
+            }
+        }
+        if let Some(key) = call_key(&msg.sandbox_id, msg.owner.as_ref(), msg.call_id.as_deref()) {
+            self.recent.end(&key, msg.ending);
+        }
     }
 }
 
@@ -475,9 +691,10 @@ impl Handler<Status> for SandboxPool {
         };
         let mut rows: Vec<(SandboxStatus, Addr<Sandbox>)> = Vec::new();
         for (id, e) in &self.entries {
-            let (state, holders) = match e.state {
-                State::Active { holders } => ("active", holders),
-                State::Warm => ("warm", 0),
+            let (state, holders) = if e.is_warm() {
+                ("warm", 0)
+            } else {
+                ("active", e.leases.count())
             };
             rows.push((
                 SandboxStatus {

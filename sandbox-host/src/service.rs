@@ -1,20 +1,25 @@
 //! The sandbox-host's `RoleHandler`: turns `SandboxRequest`s into messages to the pool and
 //! sandbox actors, and runs tool calls outside the actors so a long command never blocks
-//! the pool. `CallOnce` acquires, calls and releases (what `antler tool call` does).
+//! the pool. `CallOnce` acquires, calls and releases (what `antler tool call` does). A
+//! call is bracketed by `BeginCall`/`EndCall` (its lease renewed, run once by call id);
+//! the end is reported even when the call is cut off.
 
 use actix::prelude::*;
 use antler_protocol::{
     host::RoleHandler,
     messages::{
-        Health, Principal, Reply, Request, SandboxError, SandboxReply, SandboxRequest, ToolCall,
-        ToolResult,
+        Health, LeaseOwner, Principal, Reply, Request, SandboxError, SandboxReply, SandboxRequest,
+        ToolCall, ToolResult,
     },
     Call, RemoteError,
 };
 use futures::future::BoxFuture;
 
 use crate::{
-    pool::{Acquire, CountLive, Release, Resolve, SandboxPool, Status},
+    pool::{
+        Acquire, BeginCall, CallStart, CountLive, EndCall, Release, RenewLease, SandboxPool, Status,
+    },
+    recent_calls::{Ending, CALL_NOT_FINISHED},
     sandbox::Prepare,
     tools::{self, TOOL_NAMES},
 };
@@ -34,24 +39,70 @@ impl SandboxService {
     }
 }
 
-/// Runs a tool in the sandbox `id`.
+/// Tells the pool how a call ended; a call dropped before it ended was cut off.
+struct CallEnd {
+    pool: Addr<SandboxPool>,
+    sandbox_id: String,
+    owner: Option<LeaseOwner>,
+    call_id: Option<String>,
+    ending: Option<Ending>,
+}
+
+impl Drop for CallEnd {
+    fn drop(&mut self) {
+        self.pool.do_send(EndCall {
+            sandbox_id: std::mem::take(&mut self.sandbox_id),
+            owner: self.owner.take(),
+            call_id: self.call_id.take(),
+            ending: self.ending.take().unwrap_or(Ending::CutOff),
+        });
+    }
+}
+
+/// Runs a tool in the sandbox `id` for `owner` (renewing its lease); with a `call_id`,
+/// a call that ran already is answered with its first result instead of running again.
 pub async fn call_in(
     pool: &Addr<SandboxPool>,
     id: String,
     call: ToolCall,
+    owner: Option<LeaseOwner>,
+    call_id: Option<String>,
 ) -> Result<Result<ToolResult, SandboxError>, MailboxError> {
     if !TOOL_NAMES.contains(&call.tool.as_str()) {
         return Ok(Err(SandboxError::UnknownTool(call.tool)));
     }
-    let sandbox = match pool.send(Resolve(id)).await? {
-        Ok(s) => s,
+    let begin = BeginCall {
+        sandbox_id: id.clone(),
+        owner: owner.clone(),
+        call_id: call_id.clone(),
+    };
+    let sandbox = match pool.send(begin).await? {
+        Ok(CallStart::Run(s)) => s,
+        Ok(CallStart::Repeated(result)) => return Ok(Ok(result)),
+        Ok(CallStart::Repeat(first)) => {
+            return Ok(Ok(first
+                .await
+                .unwrap_or_else(|_| tools::result(CALL_NOT_FINISHED.to_owned()))))
+        }
         Err(e) => return Ok(Err(e)),
+    };
+    let mut end = CallEnd {
+        pool: pool.clone(),
+        sandbox_id: id,
+        owner,
+        call_id,
+        ending: None,
     };
     let ctx = match sandbox.send(Prepare).await? {
         Ok(c) => c,
-        Err(e) => return Ok(Err(SandboxError::ProviderUnavailable(e))),
+        Err(e) => {
+            end.ending = Some(Ending::NotRun);
+            return Ok(Err(SandboxError::ProviderUnavailable(e)));
+        }
     };
-    Ok(Ok(tools::call(ctx, call).await))
+    let result = tools::call(ctx, call).await;
+    end.ending = Some(Ending::Finished(result.clone()));
+    Ok(Ok(result))
 }
 
 /// Acquires the principal's sandbox, runs the tool, releases the sandbox.
@@ -67,14 +118,20 @@ pub async fn call_once(
         .send(Acquire {
             principal,
             known_id: None,
+            owner: None,
         })
         .await?
     {
         Ok(a) => a,
         Err(e) => return Ok(Err(e)),
     };
-    let result = call_in(pool, acquired.sandbox_id.clone(), call).await;
-    let _ = pool.send(Release(acquired.sandbox_id)).await;
+    let result = call_in(pool, acquired.sandbox_id.clone(), call, None, None).await;
+    let _ = pool
+        .send(Release {
+            sandbox_id: acquired.sandbox_id,
+            owner: None,
+        })
+        .await;
     result
 }
 
@@ -95,24 +152,36 @@ impl RoleHandler for SandboxService {
                 Request::Sandbox(SandboxRequest::Acquire {
                     principal,
                     known_id,
+                    owner,
                 }) => SandboxReply::Acquired(
                     pool.send(Acquire {
                         principal,
                         known_id,
+                        owner,
                     })
                     .await
                     .map_err(unavailable)?,
                 ),
-                Request::Sandbox(SandboxRequest::Release { sandbox_id }) => SandboxReply::Released(
-                    pool.send(Release(sandbox_id)).await.map_err(unavailable)?,
-                ),
-                Request::Sandbox(SandboxRequest::Call { sandbox_id, call }) => {
-                    SandboxReply::ToolResult(
-                        call_in(&pool, sandbox_id, call)
+                Request::Sandbox(SandboxRequest::Release { sandbox_id, owner }) => {
+                    SandboxReply::Released(
+                        pool.send(Release { sandbox_id, owner })
                             .await
                             .map_err(unavailable)?,
                     )
                 }
+                Request::Sandbox(SandboxRequest::RenewLease { owner }) => {
+                    SandboxReply::Renewed(pool.send(RenewLease(owner)).await.map_err(unavailable)?)
+                }
+                Request::Sandbox(SandboxRequest::Call {
+                    sandbox_id,
+                    call,
+                    owner,
+                    call_id,
+                }) => SandboxReply::ToolResult(
+                    call_in(&pool, sandbox_id, call, owner, call_id)
+                        .await
+                        .map_err(unavailable)?,
+                ),
                 Request::Sandbox(SandboxRequest::CallOnce { principal, call }) => {
                     SandboxReply::ToolResult(
                         call_once(&pool, principal, call)

@@ -97,6 +97,9 @@ pub struct SandboxSettings {
     pub capacity: u32,
     pub overflow: OverflowPolicy,
     pub acquire_timeout: Duration,
+    /// How long a lease lasts without renewal (`sandbox.lease_ttl`, seconds); an expired
+    /// lease is reclaimed, so a sandbox whose holder is gone goes warm and idles out.
+    pub lease_ttl: Duration,
     /// Sandboxes started ahead of any acquire.
     pub prewarm: u32,
     /// Whether sandboxes share the host's network.
@@ -244,6 +247,9 @@ impl SandboxSettings {
                 _ => OverflowPolicy::Wait,
             },
             acquire_timeout: secs_key(&extra, "acquire_timeout").unwrap_or(Duration::from_secs(30)),
+            lease_ttl: secs_key(&extra, "lease_ttl")
+                .unwrap_or(Duration::from_secs(30))
+                .max(Duration::from_millis(100)),
             prewarm: u64_key(&extra, "prewarm").unwrap_or(0) as u32,
             network: bool_key(&extra, "network").unwrap_or(false),
             environment,

@@ -108,7 +108,7 @@ fn a_run_survives_kill_9_of_the_lead_and_delivers_exactly_once() {
             "select count(*) from checkpoints where run_id = ?",
             &run_id,
         );
-        (steps == "[[2]]").then_some(())
+        (steps == "[[3]]").then_some(())
     });
     assert!(
         first_step.is_some(),

@@ -41,6 +41,8 @@ async fn live_sandboxes(h: &SandboxHost) -> Vec<ProcessId> {
                                 args_json: r#"{"command": "sleep 1002"}"#.into(),
                                 secrets: vec![],
                             },
+                            owner: None,
+                            call_id: None,
                         },
                     ),
                     antler_protocol::TraceContext::new_root(),

@@ -487,8 +487,24 @@ async fn post_run(state: web::Data<State>, payload: web::Payload) -> HttpRespons
             e @ (crate::runs::prepare::PrepareError::InvalidId { .. }
             | crate::runs::prepare::PrepareError::Playbook(_)),
         )) => error(StatusCode::BAD_REQUEST, e.to_string()),
+        // The lead's own load (a host away, busy or slow, the store locked): come back.
+        Ok(Err(e)) if e.is_overload() => {
+            let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+            busy.headers_mut().insert(
+                actix_web::http::header::RETRY_AFTER,
+                crate::runs::prepare::RETRY_AFTER_S.into(),
+            );
+            busy
+        }
         Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Err(e) => {
+            let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+            busy.headers_mut().insert(
+                actix_web::http::header::RETRY_AFTER,
+                crate::runs::prepare::RETRY_AFTER_S.into(),
+            );
+            busy
+        }
     }
 }
 

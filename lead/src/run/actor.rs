@@ -15,6 +15,7 @@ use super::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
 use super::context::RunContext;
 use super::execute::Executor;
 use super::hosts::ToolHosts;
+use super::lease::{self, SandboxLease};
 use super::middleware::clarification::{self, Clarification};
 use super::middleware::dangling;
 use super::middleware::deferred::RoutingBeforeFilter;
@@ -199,6 +200,8 @@ pub struct RunLoop {
     store: CheckpointStore,
     settings: RunSettings,
     events: Option<EventSink>,
+    /// The run's lease on its sandbox, renewed while the run is driven.
+    lease: Arc<SandboxLease>,
     /// The token budget's warning, sent with the next request once per drive.
     budget_warning: BudgetWarning,
 }
@@ -252,6 +255,7 @@ impl RunLoop {
         )?;
         store.save_outputs_snapshot(&context.run_id, &before)?;
         Ok(RunLoop {
+            lease: Arc::new(SandboxLease::new(&context.run_id)),
             context,
             state,
             step: 0,
@@ -265,8 +269,10 @@ impl RunLoop {
         })
     }
 
-    /// Resumes a run from its last checkpoint. A tool call that was in flight gets the
-    /// interrupted-call result, merged and checkpointed as a step of its own.
+    /// Resumes a run from its last checkpoint. Every call of the journaled model reply
+    /// without a journaled result was issued (it may have reached its host and had its
+    /// effects): it gets the interrupted-call result, merged and checkpointed as a step of
+    /// its own, and is never sent again.
     pub fn resume(
         context: RunContext,
         model: Arc<dyn ChatModel>,
@@ -280,6 +286,7 @@ impl RunLoop {
             .ok_or_else(|| CheckpointError::UnknownRun(context.run_id.clone()))?;
         store.set_status(&context.run_id, RunStatus::Running, None)?;
         let mut run = RunLoop {
+            lease: Arc::new(SandboxLease::new(&context.run_id)),
             context,
             state,
             step,
@@ -343,7 +350,15 @@ impl RunLoop {
                 self.lifecycle(state, &tool.name, None);
             }
         }
-        let result = self.drive_steps().await;
+        let renewal = lease::keep_renewed(Arc::clone(&self.hosts), Arc::clone(&self.lease));
+        let result = {
+            let steps = self.drive_steps();
+            futures::pin_mut!(steps, renewal);
+            match futures::future::select(steps, renewal).await {
+                futures::future::Either::Left((result, _)) => result,
+                futures::future::Either::Right(((), steps)) => steps.await,
+            }
+        };
         let executor = self.executor();
         executor.release(&self.state).await;
         let (mut status, final_answer, question, mut error) = match result {
@@ -445,6 +460,7 @@ impl RunLoop {
             hosts: self.hosts.as_ref(),
             context: &self.context,
             timeout: self.settings.tool_timeout,
+            lease: &self.lease,
         }
     }
 
@@ -468,7 +484,8 @@ impl RunLoop {
         }
     }
 
-    /// One model turn and its tool calls, merged as one checkpointed step.
+    /// One model turn and its tool calls: the reply is checkpointed before the calls run,
+    /// then each call's result as it comes back.
     async fn step_once(&mut self) -> Result<StepEnd, RunError> {
         let turn = self
             .state
@@ -614,29 +631,31 @@ impl RunLoop {
             self.merge(update)?;
             return Ok(StepEnd::Final(answer));
         }
+        // The reply is journaled before any of its calls is sent: every call in it is
+        // "issued" from here on, and one without a journaled result is never sent again
+        // (a resume gives it the interrupted-call result, `resume`).
+        self.merge(update)?;
         let mut end = StepEnd::Continue;
         for call in &calls {
-            let mut staged = self.state.clone();
-            staged.apply(update.clone())?;
-            match self.call(call, &staged, &chain, &policy).await {
-                CallEnd::Done(result) => {
+            match self.call(call, &self.state, &chain, &policy).await {
+                CallEnd::Done(mut result) => {
                     // A successful read of a skill's SKILL.md activates it (DeerFlow's
                     // skill_context); the policy takes it into account from next turn.
                     let read = self.settings.skills.read_activation(call, &result);
-                    update = update.then(result);
-                    update.active_skills.extend(read);
+                    result.active_skills.extend(read);
+                    // Each result is journaled as it comes back.
+                    self.merge(result)?;
                 }
                 CallEnd::Interrupt { question, message } => {
-                    update.messages.push(message);
+                    self.merge(StateUpdate::messages([message]))?;
                     end = StepEnd::Interrupted(question);
                     break;
                 }
             }
         }
         if let Some(warning) = warning {
-            update.messages.push(warning);
+            self.merge(StateUpdate::messages([warning]))?;
         }
-        self.merge(update)?;
         Ok(end)
     }
 

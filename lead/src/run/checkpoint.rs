@@ -110,6 +110,17 @@ pub enum CheckpointError {
     Encode(#[from] serde_json::Error),
 }
 
+impl CheckpointError {
+    /// The store stayed locked past the busy timeout (load, not a broken store).
+    pub fn is_busy(&self) -> bool {
+        matches!(
+            self,
+            CheckpointError::Sql(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(e.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        )
+    }
+}
+
 /// One SQLite file of runs and their checkpoints. Clones share one connection, so every
 /// run of a lead writes through it (one page cache, however many runs).
 #[derive(Clone)]

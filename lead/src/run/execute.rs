@@ -1,6 +1,7 @@
 //! Where each tool call runs (the "Executed" state): builtins in the lead, sandbox
 //! tools in sandbox-host (the run's sandbox is acquired on its first sandbox call and
-//! its id written to the state), MCP tools in mcp-host. A failure the model should see
+//! its id written to the state; every request names the run's lease, and a call carries
+//! its call id so sandbox-host runs it once), MCP tools in mcp-host. A failure the model should see
 //! is a [`ToolFailure`]; the tool error middleware turns it into the error message.
 
 use std::time::Duration;
@@ -15,6 +16,7 @@ use antler_protocol::{
 
 use super::context::RunContext;
 use super::hosts::ToolHosts;
+use super::lease::SandboxLease;
 use super::middleware::tool_error::ToolFailure;
 use super::state::{Message, SandboxState, StateUpdate, ThreadState, ToolCall, ToolStatus};
 use super::{agents, builtins, view_image};
@@ -31,6 +33,8 @@ pub struct Executor<'a> {
     pub hosts: &'a dyn ToolHosts,
     pub context: &'a RunContext,
     pub timeout: Duration,
+    /// The run's lease on its sandbox.
+    pub lease: &'a SandboxLease,
 }
 
 impl Executor<'_> {
@@ -81,7 +85,7 @@ impl Executor<'_> {
         self.hosts
             .request(role, request, self.timeout)
             .await
-            .map_err(|e| ToolFailure::new("HostUnavailable", e.0))
+            .map_err(|e| ToolFailure::new("HostUnavailable", e.message))
     }
 
     /// Acquires the run's sandbox (once; the id goes to the state) and runs the tool. A
@@ -127,12 +131,17 @@ impl Executor<'_> {
         let acquire = SandboxRequest::Acquire {
             principal: self.principal(),
             known_id,
+            owner: Some(self.lease.owner().clone()),
         };
         match self
             .request(Role::SandboxHost, Request::Sandbox(acquire))
             .await?
         {
-            Reply::Sandbox(SandboxReply::Acquired(Ok(acquired))) => Ok(acquired.sandbox_id),
+            Reply::Sandbox(SandboxReply::Acquired(Ok(acquired))) => {
+                self.lease
+                    .taken(Some(Duration::from_millis(acquired.lease_ttl_ms)));
+                Ok(acquired.sandbox_id)
+            }
             Reply::Sandbox(SandboxReply::Acquired(Err(e))) => {
                 Err(ToolFailure::new("SandboxError", e.to_string()))
             }
@@ -152,12 +161,20 @@ impl Executor<'_> {
                 args_json: call.args.to_string(),
                 secrets: Vec::new(),
             },
+            owner: Some(self.lease.owner().clone()),
+            call_id: Some(call.id.clone()),
         };
         match self
             .request(Role::SandboxHost, Request::Sandbox(request))
             .await?
         {
-            Reply::Sandbox(SandboxReply::ToolResult(result)) => Ok(result),
+            Reply::Sandbox(SandboxReply::ToolResult(result)) => {
+                if result.is_ok() {
+                    // The call took the lease again if it had lapsed.
+                    self.lease.taken(None);
+                }
+                Ok(result)
+            }
             other => Err(unexpected("sandbox-host", &other)),
         }
     }
@@ -197,14 +214,17 @@ impl Executor<'_> {
         )]))
     }
 
-    /// Releases the run's sandbox to the warm pool (at the end of the run).
+    /// Releases the run's sandbox to the warm pool (at the end of the run's drive); a
+    /// release that fails leaves the lease to expire, since it is no longer renewed.
     pub async fn release(&self, state: &ThreadState) {
         let Some(sandbox) = &state.sandbox else {
             return;
         };
         let request = SandboxRequest::Release {
             sandbox_id: sandbox.sandbox_id.clone(),
+            owner: Some(self.lease.owner().clone()),
         };
+        self.lease.released();
         match self
             .request(Role::SandboxHost, Request::Sandbox(request))
             .await

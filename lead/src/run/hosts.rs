@@ -7,15 +7,65 @@ use std::time::Duration;
 use antler_protocol::{
     envelope::TraceContext,
     messages::{LeadReply, LeadRequest, Reply, Request},
-    Connection, Role,
+    Connection, RemoteError, Role, RpcError,
 };
 use futures::future::BoxFuture;
 
 /// A host could not be reached or answered out of protocol; the call becomes an error
 /// tool message and the run goes on.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct HostError(pub String);
+#[error("{message}")]
+pub struct HostError {
+    pub kind: HostErrorKind,
+    pub message: String,
+}
+
+/// Whether trying again later can help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostErrorKind {
+    /// The host is away, overloaded or did not answer in time (the lead's own load
+    /// included): a new attempt later may work. The gateway answers 503.
+    Unavailable,
+    /// The host answered, and the answer is an error or out of protocol.
+    Failed,
+}
+
+impl HostError {
+    /// The host answered with an error or out of protocol.
+    pub fn failed(message: impl Into<String>) -> HostError {
+        HostError {
+            kind: HostErrorKind::Failed,
+            message: message.into(),
+        }
+    }
+
+    /// The host could not be had now (away, overloaded, too slow).
+    pub fn unavailable(message: impl Into<String>) -> HostError {
+        HostError {
+            kind: HostErrorKind::Unavailable,
+            message: message.into(),
+        }
+    }
+
+    /// A request that did not get its reply: a remote error is the host's answer
+    /// (unavailable only when the host refused for load or is draining); everything else
+    /// means the host could not be had.
+    pub fn from_rpc(role: Role, error: RpcError) -> HostError {
+        match error {
+            RpcError::Remote(remote @ (RemoteError::Overloaded(_) | RemoteError::ShuttingDown)) => {
+                HostError::unavailable(format!("{role:?} unavailable: {remote}"))
+            }
+            RpcError::Remote(remote) => HostError::failed(remote.to_string()),
+            RpcError::TooLarge { .. } => HostError::failed(format!("{role:?}: {error}")),
+            other => HostError::unavailable(format!("{role:?} unreachable: {other}")),
+        }
+    }
+
+    /// Whether a new attempt later may work.
+    pub fn is_unavailable(&self) -> bool {
+        self.kind == HostErrorKind::Unavailable
+    }
+}
 
 /// Sends one request to a host and waits for its reply, at most `timeout`.
 pub trait ToolHosts: Send + Sync {
@@ -60,10 +110,10 @@ impl ToolHosts for LeadConnectionHosts {
                 .connection
                 .request(forward, TraceContext::new_root(), timeout + FORWARD_MARGIN)
                 .await
-                .map_err(|e| HostError(format!("{role:?} unreachable: {e}")))?;
+                .map_err(|e| HostError::from_rpc(role, e))?;
             match reply {
                 Reply::Lead(LeadReply::Forwarded(reply)) => Ok(*reply),
-                other => Err(HostError(format!(
+                other => Err(HostError::failed(format!(
                     "unexpected reply from the lead: {other:?}"
                 ))),
             }

@@ -3,7 +3,7 @@
 //! `openai` the OpenAI-compatible model, `middleware` DeerFlow's tool-call middlewares,
 //! `builtins`, `view_image` and `agents` the tools executed in the lead (`agent_store` the
 //! custom agents on disk), `execute` where each call runs, `hosts` the way to sandbox-host
-//! and mcp-host, `actor` the loop, `checkpoint` its SQLite store, `settlement` the delivery
+//! and mcp-host, `lease` the run's lease on its sandbox, `actor` the loop, `checkpoint` its SQLite store, `settlement` the delivery
 //! receipt, `skills` the installed skills and their activation.
 
 pub mod actor;
@@ -15,6 +15,7 @@ pub mod checkpoint;
 pub mod context;
 pub mod execute;
 pub mod hosts;
+pub mod lease;
 pub mod middleware;
 pub mod model;
 pub mod openai;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use actix::Addr;
 use antler_protocol::{envelope::TraceContext, link::Call as LinkCall, messages::Reply};
-use antler_protocol::{messages::Request, Role, RpcError};
+use antler_protocol::{messages::Request, Role};
 use futures::future::BoxFuture;
 
 use crate::run::hosts::{HostError, ToolHosts};
@@ -33,14 +33,12 @@ impl ToolHosts for LinkHosts {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Reply, HostError>> {
         Box::pin(async move {
-            let links = self
-                .supervisor
-                .send(GetLinks)
-                .await
-                .map_err(|e| HostError(format!("the lead's supervisor is gone: {e}")))?;
+            let links = self.supervisor.send(GetLinks).await.map_err(|e| {
+                HostError::unavailable(format!("the lead's supervisor is gone: {e}"))
+            })?;
             let Some((.., link)) = links.into_iter().find(|(r, i, ..)| *r == role && *i == 0)
             else {
-                return Err(HostError(format!("no {role} in this cluster")));
+                return Err(HostError::failed(format!("no {role} in this cluster")));
             };
             link.send(LinkCall {
                 request,
@@ -48,11 +46,8 @@ impl ToolHosts for LinkHosts {
                 timeout,
             })
             .await
-            .map_err(|e| HostError(format!("{role:?} unreachable: {e}")))?
-            .map_err(|e| match e {
-                RpcError::Remote(remote) => HostError(remote.to_string()),
-                other => HostError(format!("{role:?} unreachable: {other}")),
-            })
+            .map_err(|e| HostError::unavailable(format!("{role:?} unreachable: {e}")))?
+            .map_err(|e| HostError::from_rpc(role, e))
         })
     }
 }

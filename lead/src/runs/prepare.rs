@@ -89,6 +89,21 @@ pub enum PrepareError {
     NotWaiting { run_id: String, status: String },
 }
 
+/// Seconds a client told to come back (HTTP 503 `Retry-After`) waits before it retries.
+pub const RETRY_AFTER_S: u64 = 1;
+
+impl PrepareError {
+    /// The lead or a host is too busy, away or slow now (not the request's fault): the
+    /// submitter should retry later, never get a 4xx for it.
+    pub fn is_overload(&self) -> bool {
+        match self {
+            PrepareError::Host(e) => e.is_unavailable(),
+            PrepareError::Checkpoint(e) | PrepareError::Run(RunError::Checkpoint(e)) => e.is_busy(),
+            _ => false,
+        }
+    }
+}
+
 /// What the catalog actor was last fed, and the catalog of its last version.
 #[derive(Default)]
 struct Feed {
@@ -358,7 +373,7 @@ impl RunEnv {
         let dir = match reply {
             Reply::Sandbox(SandboxReply::Status(status)) => PathBuf::from(status.base_dir),
             other => {
-                return Err(PrepareError::Host(HostError(format!(
+                return Err(PrepareError::Host(HostError::failed(format!(
                     "unexpected reply from sandbox-host: {other:?}"
                 ))))
             }
@@ -743,7 +758,7 @@ async fn discover_mcp(hosts: &dyn ToolHosts) -> Result<McpDiscovery, PrepareErro
     let request = Request::Mcp(McpRequest::Discover);
     match hosts.request(Role::McpHost, request, SETUP_TIMEOUT).await? {
         Reply::Mcp(McpReply::Discovery(discovery)) => Ok(discovery),
-        other => Err(PrepareError::Host(HostError(format!(
+        other => Err(PrepareError::Host(HostError::failed(format!(
             "unexpected reply from mcp-host: {other:?}"
         )))),
     }

@@ -15,8 +15,8 @@ pub use mcp::{
     McpServerStatus, McpTool,
 };
 pub use sandbox::{
-    AcquireSource, Acquired, PoolStatus, Principal, SandboxError, SandboxReply, SandboxRequest,
-    SandboxStatus, ToolCall, ToolResult, SANDBOX_TOOLS,
+    AcquireSource, Acquired, LeaseOwner, PoolStatus, Principal, SandboxError, SandboxReply,
+    SandboxRequest, SandboxStatus, ToolCall, ToolResult, SANDBOX_TOOLS,
 };
 pub use worker::{WorkerReply, WorkerRequest};
 

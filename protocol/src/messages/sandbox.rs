@@ -1,5 +1,6 @@
-//! Messages between the lead (or a worker) and sandbox-host: acquiring and releasing a
-//! thread's sandbox, running a sandbox tool in it, and the pool's status. Errors the model
+//! Messages between the lead (or a worker) and sandbox-host: acquiring, renewing and
+//! releasing a lease on a thread's sandbox, running a sandbox tool in it, and the pool's
+//! status. Errors the model
 //! should see travel inside [`ToolResult`]; errors the operator should see are
 //! [`SandboxError`].
 
@@ -28,6 +29,16 @@ pub struct Principal {
     pub roles: Vec<String>,
 }
 
+/// Who holds a lease on a sandbox: one run of one lead incarnation (an id the lead makes
+/// when it starts). A lease expires unless renewed (by [`SandboxRequest::RenewLease`] or
+/// any call that names it), and the leases of an older incarnation are reclaimed as
+/// soon as a newer one names itself. Incarnation ids sort by the lead's start.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct LeaseOwner {
+    pub incarnation: String,
+    pub run_id: String,
+}
+
 /// One sandbox tool call (`bash`, `ls`, `read_file`, `write_file`, `str_replace`, `glob`, `grep`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
@@ -48,14 +59,29 @@ pub enum SandboxRequest {
     /// The sandbox of (user, thread), created, taken from the warm pool or reused.
     /// `known_id` is the id the thread's state already holds, if any: a different id is a
     /// conflict, not an overwrite.
+    /// `owner` holds the lease (`None`: an anonymous hold, which expires the same way).
     Acquire {
         principal: Principal,
         known_id: Option<String>,
+        owner: Option<LeaseOwner>,
     },
-    /// Parks the sandbox in the warm pool (release is not destroy).
-    Release { sandbox_id: String },
-    /// Runs a tool in an acquired sandbox.
-    Call { sandbox_id: String, call: ToolCall },
+    /// Ends `owner`'s lease (`None`: one anonymous hold); the last one parks the sandbox
+    /// in the warm pool (release is not destroy).
+    Release {
+        sandbox_id: String,
+        owner: Option<LeaseOwner>,
+    },
+    /// Runs a tool in an acquired sandbox. The call renews `owner`'s lease (taking it
+    /// again if it had expired). A `call_id` makes it idempotent: the same (owner's run,
+    /// call id) on the same sandbox is run once, and a repeat gets the first result.
+    Call {
+        sandbox_id: String,
+        call: ToolCall,
+        owner: Option<LeaseOwner>,
+        call_id: Option<String>,
+    },
+    /// Renews every lease `owner` holds (the run is still driven).
+    RenewLease { owner: LeaseOwner },
     /// Acquires the principal's sandbox, runs the tool and releases it: one tool call of a
     /// run that holds no sandbox yet (what `antler tool call` does).
     CallOnce {
@@ -75,6 +101,8 @@ pub enum SandboxReply {
     },
     Acquired(Result<Acquired, SandboxError>),
     Released(Result<(), SandboxError>),
+    /// How many leases were renewed.
+    Renewed(u32),
     /// The tool's result; `Err` when no sandbox could be had for the call.
     ToolResult(Result<ToolResult, SandboxError>),
     Status(PoolStatus),
@@ -87,6 +115,8 @@ pub struct Acquired {
     pub sandbox_id: String,
     /// Where it came from.
     pub source: AcquireSource,
+    /// How long the lease lasts without renewal, in milliseconds.
+    pub lease_ttl_ms: u64,
 }
 
 /// How an acquire was satisfied.

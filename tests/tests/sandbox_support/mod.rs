@@ -206,6 +206,7 @@ impl Client {
             .request(SandboxRequest::Acquire {
                 principal: who(user, thread),
                 known_id: known_id.map(str::to_string),
+                owner: None,
             })
             .await
         {
@@ -218,6 +219,7 @@ impl Client {
         match self
             .request(SandboxRequest::Release {
                 sandbox_id: id.into(),
+                owner: None,
             })
             .await
         {
@@ -242,6 +244,8 @@ impl Client {
             .request(SandboxRequest::Call {
                 sandbox_id: id.into(),
                 call,
+                owner: None,
+                call_id: None,
             })
             .await
         {
