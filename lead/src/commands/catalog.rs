@@ -104,6 +104,19 @@ fn file_catalog(path: &PathBuf) -> anyhow::Result<Catalog> {
     Ok(Catalog::build(specs, true)?)
 }
 
+/// The catalog hash of a file's tools, as [`file_catalog`]'s would be, without building it.
+fn file_hash(path: &PathBuf) -> anyhow::Result<Option<crate::catalog::hash::CatalogHash>> {
+    let specs: Vec<ToolSpec> = read_catalog_file(path)?
+        .into_iter()
+        .map(|t| ToolSpec::mcp(t.name, t.description, t.input_schema, None, t.original_name))
+        .collect();
+    let mut names = std::collections::HashSet::with_capacity(specs.len());
+    if let Some(dup) = specs.iter().find(|t| !names.insert(t.name.as_str())) {
+        return Err(crate::catalog::CatalogError::DuplicateToolName(dup.name.clone()).into());
+    }
+    Ok((!specs.is_empty()).then(|| crate::catalog::hash::CatalogHash::of_tools(&specs)))
+}
+
 pub(crate) fn load_config(config: Option<&PathBuf>) -> anyhow::Result<(AppConfig, Vec<String>)> {
     let cwd = std::env::current_dir()?;
     match resolve_app_config_path(config.map(|p| p.as_path()), &cwd, &process_env)? {
@@ -189,7 +202,9 @@ pub fn run(ctx: &Ctx, command: CatalogCommand) -> anyhow::Result<ExitCode> {
     match command {
         CatalogCommand::Hash { catalog, config } => {
             let hash = match (&catalog, &config) {
-                (Some(file), None) => file_catalog(file)?.hash().map(|h| h.to_string()),
+                // Only the hash: no search index is built. Every tool of a file is
+                // MCP-tagged and deferred, so the hash is over them all.
+                (Some(file), None) => file_hash(file)?.map(|h| h.to_string()),
                 _ => assembled_catalog(ctx, config.as_ref(), catalog.as_ref())?
                     .0
                     .catalog
