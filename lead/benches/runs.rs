@@ -668,6 +668,7 @@ fn bench_prompt() -> PromptFigures {
         allowed_skills: None,
         skills_container_root: "/mnt/skills",
         skill_evolution: false,
+        skill_index: false,
         acp_agents: false,
         mounts: &[],
     };

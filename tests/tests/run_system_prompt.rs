@@ -164,6 +164,25 @@ fn a_real_model_run_sends_the_system_prompt_and_wraps_the_task() {
     );
     // The key never reaches the run's output.
     assert!(!stdout.contains("sk-test-key"));
+    // The forged tags changed no state: nothing promoted, no skill active.
+    let read = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3,sys;c=sqlite3.connect(sys.argv[1]);\
+             print(c.execute('select state from checkpoints where run_id=? order by step desc limit 1',(sys.argv[2],)).fetchone()[0])",
+        )
+        .arg(d.join("run/runs.sqlite"))
+        .arg(view["run_id"].as_str().unwrap())
+        .output()
+        .unwrap();
+    let state: Value = serde_json::from_slice(&read.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&read.stderr)));
+    assert_eq!(state["promoted"], Value::Null, "{state}");
+    assert!(state.get("active_skills").is_none(), "{state}");
+    assert_eq!(
+        state["messages"][0]["content"], task,
+        "the state keeps the task as typed"
+    );
 }
 
 #[test]
@@ -241,4 +260,73 @@ fn a_custom_agents_model_and_tool_groups_and_no_input_shape_what_is_sent() {
     let system = requests[0]["messages"][0]["content"].as_str().unwrap();
     assert!(!system.contains("<clarification_system>"), "{system}");
     assert!(system.contains("<self_update>"), "{system}");
+}
+
+#[test]
+fn with_deferred_discovery_skills_are_an_index_and_describe_skill_describes_them() {
+    let server = recording_server(vec![
+        Reply::call("describe_skill", json!({"name": "deep-research"})),
+        Reply::text("Found it."),
+    ]);
+    let dir = tempfile::Builder::new()
+        .prefix("antler-sp3")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let d = dir.path();
+    let base = d.join("base");
+    skill(&base, "deep-research", "Research a topic in depth.");
+    skill(&base, "slides", "Make a slide deck.");
+    std::fs::write(
+        d.join("config.yaml"),
+        format!(
+            "models:\n  - {{name: rec, use: langchain_openai:ChatOpenAI, model: r, base_url: {}, api_key: k}}\nskills:\n  deferred_discovery: true\n",
+            server.base_url
+        ),
+    )
+    .unwrap();
+    let out = Command::new(bin("antler"))
+        .arg("--runtime-dir")
+        .arg(d.join("run"))
+        .args(["run", "Research", "--model", "rec", "--json", "--config"])
+        .arg(d.join("config.yaml"))
+        .current_dir(d)
+        .env("ANTLER_EXTENSIONS_CONFIG_PATH", d.join("none.json"))
+        .env("ANTLER_SANDBOX_BASE_DIR", &base)
+        .env("ANTLER_GATEWAY_ADDR", "off")
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let view: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(view["status"], "success", "{view}");
+    let requests = server.requests.lock().unwrap().clone();
+    let system = requests[0]["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("<skill_index>\ndeep-research, slides\n</skill_index>"),
+        "{system}"
+    );
+    assert!(!system.contains("<available_skills>"), "{system}");
+    let tools: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"describe_skill"), "{tools:?}");
+    let result = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        result["content"],
+        "## Skill: deep-research\n- Description: Research a topic in depth. [built-in]\n- Allowed tools: (all)\n- Location: /mnt/skills/public/deep-research/SKILL.md"
+    );
 }

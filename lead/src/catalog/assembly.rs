@@ -343,6 +343,17 @@ fn python_repr(s: &str) -> String {
 /// With tool search on and a large listing, the hash of the whole listing starts on a
 /// second thread at once: most runs defer every listed tool, and then the hash is ready
 /// when the catalog is; otherwise it is cancelled and the deferred tools are hashed.
+/// `skills.deferred_discovery` (off by default): skills are listed by name only and
+/// `describe_skill` tells the model more.
+pub fn skills_deferred_discovery(config: &antler_protocol::config::AppConfig) -> bool {
+    config
+        .other
+        .get("skills")
+        .and_then(|s| s.get("deferred_discovery"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false)
+}
+
 pub fn assemble(sources: &Sources, req: &AssemblyRequest) -> Result<Assembled, AssemblyError> {
     let speculate =
         sources.config.tool_search.enabled && req.include_mcp && super::parallel(sources.mcp.len());
@@ -519,6 +530,11 @@ fn assemble_with(
                 .iter()
                 .map(|(n, a)| (n, a.description.as_str())),
         )));
+    }
+
+    // 6b: late tools: describe_skill with skills.deferred_discovery (lead runs).
+    if req.builtins.include_upload_tool && skills_deferred_discovery(config) {
+        candidates.push(Candidate::owned(builtins::describe_skill()));
     }
 
     // 7: dedup, first wins (names are borrowed, not copied; a source is described only

@@ -15,6 +15,7 @@ pub const VIEW_IMAGE: &str = "view_image";
 pub const SETUP_AGENT: &str = "setup_agent";
 pub const UPDATE_AGENT: &str = "update_agent";
 pub const INVOKE_ACP_AGENT: &str = "invoke_acp_agent";
+pub const DESCRIBE_SKILL: &str = "describe_skill";
 
 /// Channels whose requests come from a webhook fan-out: `update_agent` is never offered there.
 pub const WEBHOOK_CHANNELS: &[&str] = &["github"];
@@ -77,6 +78,15 @@ pub fn task() -> ToolSpec {
             "prompt": {"type": "string", "description": "The full task for the subagent."},
             "subagent_type": {"type": "string", "description": "Which subagent to use."}
         }, "required": ["description", "prompt", "subagent_type"]}),
+    )
+}
+
+/// `describe_skill`, offered when `skills.deferred_discovery` is on (spec A.3's index mode).
+pub fn describe_skill() -> ToolSpec {
+    ToolSpec::builtin(
+        DESCRIBE_SKILL,
+        "Describe installed skills by name: what each is for, the tools it allows and where its SKILL.md is. Names come from <skill_index>; several may be given, separated by commas.",
+        json!({"type": "object", "properties": {"name": {"type": "string", "description": "A skill name from <skill_index>, or several separated by commas."}}, "required": ["name"]}),
     )
 }
 

@@ -58,6 +58,8 @@ pub struct RunSettings {
     pub system_prompt: Option<Arc<str>>,
     /// `token_budget:` when enabled.
     pub token_budget: Option<TokenBudget>,
+    /// The agent's skills whitelist (`None`: every skill), for `describe_skill`.
+    pub allowed_skills: Option<std::collections::HashSet<String>>,
 }
 
 impl Default for RunSettings {
@@ -74,6 +76,7 @@ impl Default for RunSettings {
             skill_policy: None,
             system_prompt: None,
             token_budget: None,
+            allowed_skills: None,
         }
     }
 }
@@ -461,6 +464,8 @@ impl RunLoop {
             context: &self.context,
             timeout: self.settings.tool_timeout,
             lease: &self.lease,
+            skills: &self.settings.skills,
+            allowed_skills: self.settings.allowed_skills.as_ref(),
         }
     }
 

@@ -4,6 +4,7 @@
 //! its call id so sandbox-host runs it once), MCP tools in mcp-host. A failure the model should see
 //! is a [`ToolFailure`]; the tool error middleware turns it into the error message.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use antler_protocol::{
@@ -18,10 +19,11 @@ use super::context::RunContext;
 use super::hosts::ToolHosts;
 use super::lease::SandboxLease;
 use super::middleware::tool_error::ToolFailure;
+use super::skills::SkillStore;
 use super::state::{Message, SandboxState, StateUpdate, ThreadState, ToolCall, ToolStatus};
 use super::{agents, builtins, view_image};
 use crate::catalog::builtins::{
-    LIST_UPLOADED_FILES, PRESENT_FILES, SETUP_AGENT, UPDATE_AGENT, VIEW_IMAGE,
+    DESCRIBE_SKILL, LIST_UPLOADED_FILES, PRESENT_FILES, SETUP_AGENT, UPDATE_AGENT, VIEW_IMAGE,
 };
 use crate::catalog::{Catalog, ToolSource, TOOL_SEARCH_NAME};
 
@@ -35,6 +37,9 @@ pub struct Executor<'a> {
     pub timeout: Duration,
     /// The run's lease on its sandbox.
     pub lease: &'a SandboxLease,
+    /// Where the run's skills are, and the agent's skills whitelist (`describe_skill`).
+    pub skills: &'a SkillStore,
+    pub allowed_skills: Option<&'a HashSet<String>>,
 }
 
 impl Executor<'_> {
@@ -52,6 +57,23 @@ impl Executor<'_> {
             LIST_UPLOADED_FILES => return builtins::list_uploaded_files(call, self.context),
             SETUP_AGENT => return agents::setup_agent(call, self.context),
             UPDATE_AGENT => return agents::update_agent(call, self.context),
+            DESCRIBE_SKILL => {
+                let query = call
+                    .args
+                    .get("name")
+                    .or_else(|| call.args.get("query"))
+                    .and_then(serde_json::Value::as_str)
+                    .ok_or_else(|| {
+                        ToolFailure::new("ValidationError", "name: field required (a string)")
+                    })?;
+                let text = self.skills.describe(query, self.allowed_skills);
+                return Ok(StateUpdate::messages([Message::tool(
+                    &call.id,
+                    DESCRIBE_SKILL,
+                    text,
+                    ToolStatus::Success,
+                )]));
+            }
             _ => {}
         }
         let spec = self.catalog.get(&call.name).ok_or_else(|| {

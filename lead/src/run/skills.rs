@@ -337,6 +337,63 @@ pub fn insert_reminder(messages: &mut Vec<Message>, reminder: String) {
     );
 }
 
+/// `describe_skill`'s reply when nothing matches.
+pub const NO_SKILLS_MATCHED: &str = "No skills matched: {query}";
+
+impl SkillStore {
+    /// `describe_skill(name)` (spec A.3): one block per enabled skill named (names
+    /// separated by commas; a name that is no skill's matches the skills whose names
+    /// contain it, case-insensitively), within `allowed` when the agent narrows its skills.
+    pub fn describe(&self, query: &str, allowed: Option<&HashSet<String>>) -> String {
+        let skills: Vec<InstalledSkill> = self
+            .scan()
+            .into_iter()
+            .filter(|s| s.enabled && allowed.is_none_or(|a| a.contains(&s.skill.name)))
+            .collect();
+        let mut found: Vec<&InstalledSkill> = Vec::new();
+        for wanted in query.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            let exact: Vec<&InstalledSkill> =
+                skills.iter().filter(|s| s.skill.name == wanted).collect();
+            let matched = if exact.is_empty() {
+                let lower = wanted.to_lowercase();
+                skills
+                    .iter()
+                    .filter(|s| s.skill.name.to_lowercase().contains(&lower))
+                    .collect()
+            } else {
+                exact
+            };
+            for s in matched {
+                if !found.iter().any(|f| f.skill.name == s.skill.name) {
+                    found.push(s);
+                }
+            }
+        }
+        if found.is_empty() {
+            return NO_SKILLS_MATCHED.replacen("{query}", query, 1);
+        }
+        found
+            .iter()
+            .map(|s| {
+                let label = if s.category == "custom" {
+                    "[custom, editable]"
+                } else {
+                    "[built-in]"
+                };
+                let tools = match &s.skill.allowed_tools {
+                    Some(tools) if !tools.is_empty() => tools.join(", "),
+                    _ => "(all)".to_owned(),
+                };
+                format!(
+                    "## Skill: {}\n- Description: {} {label}\n- Allowed tools: {tools}\n- Location: {}",
+                    s.skill.name, s.skill.description, s.container_file
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    }
+}
+
 /// A user's own turn (not a summary, not a hidden reminder).
 pub(crate) fn is_real_user_message(message: &Message) -> bool {
     matches!(message, Message::Human { name, hide_from_ui: false, .. }

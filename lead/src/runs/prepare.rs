@@ -493,8 +493,8 @@ impl RunEnv {
                 submission.interactive,
             )
             .await?;
-        let prompt = model.reads_prompt().then_some((&*catalog, &profile));
-        let settings = self.settings(&app, &context, prompt)?;
+        let prompt_catalog = model.reads_prompt().then_some(&*catalog);
+        let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
         let run = RunLoop::start(
             context,
             &submission.task,
@@ -570,8 +570,8 @@ impl RunEnv {
                 !record.non_interactive,
             )
             .await?;
-        let prompt = model.reads_prompt().then_some((&*catalog, &profile));
-        let settings = self.settings(&app, &context, prompt)?;
+        let prompt_catalog = model.reads_prompt().then_some(&*catalog);
+        let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
         let mut run = RunLoop::resume(
             context,
             model,
@@ -595,24 +595,26 @@ impl RunEnv {
 impl RunEnv {
     /// A run's settings from config.yaml; its skills are where sandbox-host mounts them
     /// (under the same data root), enabled by the cluster's extensions file.
-    /// `prompt`: the run's catalog and agent when its model reads a system prompt.
+    /// `prompt_catalog`: the run's catalog when its model reads a system prompt.
     fn settings(
         &self,
         app: &AppConfig,
         context: &RunContext,
-        prompt: Option<(&Catalog, &AgentProfile)>,
+        profile: &AgentProfile,
+        prompt_catalog: Option<&Catalog>,
     ) -> Result<RunSettings, PrepareError> {
         let skills = SkillStore::from_config(
             app,
             &context.agent.base_dir,
             Some(self.extensions_path.clone()),
         );
-        let system_prompt = prompt
-            .map(|(catalog, profile)| self.system_prompt(app, context, &skills, catalog, profile));
+        let system_prompt = prompt_catalog
+            .map(|catalog| self.system_prompt(app, context, &skills, catalog, profile));
         let token_budget = TokenBudget::from_config(app.other.get("token_budget"))
             .map_err(PrepareError::Config)?;
         Ok(RunSettings {
             token_budget,
+            allowed_skills: profile.skills.clone(),
             auto_promote_top_k: app.tool_search.top_k(),
             guardrail: Guardrail::from_config(&app.guardrails)
                 .map_err(|e| PrepareError::Config(e.to_string()))?,
@@ -655,6 +657,7 @@ impl RunEnv {
             allowed_skills: profile.skills.as_ref(),
             skills_container_root: &skills.container_root,
             skill_evolution: app.skill_evolution.enabled,
+            skill_index: crate::catalog::assembly::skills_deferred_discovery(app),
             acp_agents: !app.acp_agents.is_empty(),
             mounts: &mounts,
         })

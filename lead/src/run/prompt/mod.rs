@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use crate::catalog::builtins::{ASK_CLARIFICATION, SKILL_MANAGE, UPDATE_AGENT};
+use crate::catalog::builtins::{ASK_CLARIFICATION, DESCRIBE_SKILL, SKILL_MANAGE, UPDATE_AGENT};
 use crate::catalog::deferred::html_escape;
 use crate::catalog::Catalog;
 use crate::run::skills::InstalledSkill;
@@ -42,6 +42,8 @@ pub struct PromptInputs<'a> {
     pub allowed_skills: Option<&'a HashSet<String>>,
     pub skills_container_root: &'a str,
     pub skill_evolution: bool,
+    /// `skills.deferred_discovery`: the index mode when `describe_skill` is offered.
+    pub skill_index: bool,
     /// `acp_agents` is non-empty.
     pub acp_agents: bool,
     pub mounts: &'a [PromptMount],
@@ -68,11 +70,12 @@ pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
     if clarification {
         out.push_str(sections::CLARIFICATION);
     }
-    let skills = skills::section(&skills::SkillsInput {
+    let (skills, skills_mode) = skills::section(&skills::SkillsInput {
         installed: inputs.skills,
         allowed: inputs.allowed_skills,
         container_root: inputs.skills_container_root,
         evolution: inputs.skill_evolution && offers(SKILL_MANAGE),
+        index: inputs.skill_index && offers(DESCRIBE_SKILL),
     });
     out.push_str(&skills);
     for section in [
@@ -105,10 +108,10 @@ pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
     if WEB_TOOLS.iter().any(|t| offers(t)) {
         out.push_str(sections::CITATIONS);
     }
-    let skill_first = if skills.is_empty() {
-        ""
-    } else {
-        sections::SKILL_FIRST_LEGACY
+    let skill_first = match skills_mode {
+        skills::SkillsMode::None => "",
+        skills::SkillsMode::Legacy => sections::SKILL_FIRST_LEGACY,
+        skills::SkillsMode::Index => sections::SKILL_FIRST_INDEX,
     };
     out.push_str(&sections::critical_reminders(skill_first, clarification));
     out
@@ -239,6 +242,7 @@ fn cache_key(inputs: &PromptInputs<'_>) -> u64 {
     (
         inputs.skills_container_root,
         inputs.skill_evolution,
+        inputs.skill_index,
         inputs.acp_agents,
         inputs.mounts,
     )

@@ -119,6 +119,9 @@ After `web_search`, `web_fetch` or any other external source, cite it: inline as
 pub const SKILL_FIRST_LEGACY: &str =
     "- Skill First: Always load the relevant skill before starting **complex** tasks.\n";
 
+/// `{skill_first_reminder}` in index mode.
+pub const SKILL_FIRST_INDEX: &str = "- Skill First: For complex tasks, call describe_skill(name) to check if a matching skill exists, then read_file to load it.\n";
+
 /// Section 15; `skill_first` is `{skill_first_reminder}` (empty without skills).
 pub fn critical_reminders(skill_first: &str, clarification: bool) -> String {
     let mut out = String::from("<critical_reminders>\n");

@@ -1,7 +1,9 @@
-//! The `<skill_system>` section of the lead's prompt in DeerFlow's legacy mode (spec A.3):
-//! the enabled skills as `<available_skills>` items, the disabled ones as
-//! `<disabled_skills>`, both narrowed by the agent's `skills` whitelist; `""` when there is
-//! nothing to show. Item formats and escaping are DeerFlow's, byte for byte.
+//! The `<skill_system>` section of the lead's prompt (spec A.3). Legacy mode: the enabled
+//! skills as `<available_skills>` items, the disabled ones as `<disabled_skills>`, both
+//! narrowed by the agent's `skills` whitelist. Index mode (`skills.deferred_discovery` and
+//! `describe_skill` offered, with at least one usable skill): their names alone in
+//! `<skill_index>`. `""` when there is nothing to show. Item formats and escaping are
+//! DeerFlow's, byte for byte.
 
 use std::collections::HashSet;
 
@@ -18,7 +20,28 @@ pub struct SkillsInput<'a> {
     pub container_root: &'a str,
     /// `skill_evolution.enabled` (and `skill_manage` offered).
     pub evolution: bool,
+    /// Index mode: `skills.deferred_discovery` with `describe_skill` offered.
+    pub index: bool,
 }
+
+/// Which form the section took (the critical reminders name it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SkillsMode {
+    None,
+    Legacy,
+    Index,
+}
+
+const INDEX_INTRO: &str = "<skill_system>
+Skills are tested workflows for specific kinds of task. Skill Discovery:
+1. Check <skill_index> for a skill that matches the task.
+2. Call `describe_skill(name)` to see what it does and where it is.
+3. `read_file` the location it returns.
+4. Follow its instructions.
+
+Explicit Slash Skill Activation: a message starting with `/<skill-name>` activates that skill; \
+its content is injected for you, so do not `read_file` it again.
+";
 
 const INTRO: &str = "<skill_system>
 Skills are tested workflows for specific kinds of task. Progressive Loading Pattern:
@@ -60,8 +83,8 @@ fn label(category: &str) -> &'static str {
     }
 }
 
-/// The section, or `""` (spec A.3's empty cases).
-pub fn section(input: &SkillsInput<'_>) -> String {
+/// The section, or `""` (spec A.3's empty cases), and its mode.
+pub fn section(input: &SkillsInput<'_>) -> (String, SkillsMode) {
     let allowed = |s: &&InstalledSkill| input.allowed.is_none_or(|a| a.contains(&s.skill.name));
     let enabled: Vec<&InstalledSkill> = input
         .installed
@@ -69,6 +92,41 @@ pub fn section(input: &SkillsInput<'_>) -> String {
         .filter(|s| s.enabled)
         .filter(allowed)
         .collect();
+    if input.index && !enabled.is_empty() {
+        return (index_section(input, &enabled), SkillsMode::Index);
+    }
+    let legacy = legacy_section(input, &enabled);
+    let mode = if legacy.is_empty() {
+        SkillsMode::None
+    } else {
+        SkillsMode::Legacy
+    };
+    (legacy, mode)
+}
+
+fn index_section(input: &SkillsInput<'_>, enabled: &[&InstalledSkill]) -> String {
+    let mut out = String::from(INDEX_INTRO);
+    if input.evolution {
+        out.push('\n');
+        out.push_str(EVOLUTION);
+    }
+    let mut names: Vec<&str> = enabled.iter().map(|s| s.skill.name.as_str()).collect();
+    names.sort_unstable();
+    out.push_str("<skill_index>\n");
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        html_escape(&mut out, name);
+    }
+    out.push_str("\n</skill_index>\nSkills are located at: ");
+    out.push_str(input.container_root);
+    out.push_str("\n</skill_system>\n");
+    out
+}
+
+fn legacy_section(input: &SkillsInput<'_>, enabled: &[&InstalledSkill]) -> String {
+    let allowed = |s: &&InstalledSkill| input.allowed.is_none_or(|a| a.contains(&s.skill.name));
     let disabled: Vec<&InstalledSkill> = input
         .installed
         .iter()

@@ -61,6 +61,7 @@ fn inputs<'a>(catalog: &'a Catalog, skills: &'a [InstalledSkill]) -> PromptInput
         allowed_skills: None,
         skills_container_root: "/mnt/skills",
         skill_evolution: false,
+        skill_index: false,
         acp_agents: false,
         mounts: &[],
     }
@@ -261,4 +262,32 @@ fn today_reads_like_deerflows_date() {
     let (date, day) = t.split_once(", ").unwrap();
     assert_eq!(date.len(), 10, "{t}");
     assert!(day.ends_with("day"), "{t}");
+}
+
+#[test]
+fn index_mode_lists_sorted_names_and_describe_skill_describes_them() {
+    let c = catalog(&["describe_skill"]);
+    let skills = [
+        skill("zeta", "Z.", "public", true),
+        skill("a&b", "A.", "custom", true),
+        skill("off", "Off.", "public", false),
+    ];
+    let mut i = inputs(&c, &skills);
+    i.skill_index = true;
+    let p = system_prompt(&i);
+    in_order(
+        &p,
+        &[
+            "<skill_system>",
+            "describe_skill(name)",
+            "<skill_index>\na&amp;b, zeta\n</skill_index>\nSkills are located at: /mnt/skills\n</skill_system>",
+            "- Skill First: For complex tasks, call describe_skill(name) to check if a matching skill exists, then read_file to load it.",
+        ],
+    );
+    assert!(!p.contains("<available_skills>") && !p.contains("<disabled_skills>"));
+    // Without describe_skill offered, the legacy list stays.
+    let legacy = catalog(&[]);
+    let mut i = inputs(&legacy, &skills);
+    i.skill_index = true;
+    assert!(system_prompt(&i).contains("<available_skills>"));
 }
