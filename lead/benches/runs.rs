@@ -646,7 +646,7 @@ fn bench_prompt() -> PromptFigures {
             format!("tool_{i}"),
         ));
     }
-    let catalog = Catalog::build(tools, true).unwrap();
+    let catalog = Arc::new(Catalog::build(tools, true).unwrap());
     let skills: Vec<InstalledSkill> = (0..50)
         .map(|i| InstalledSkill {
             skill: Skill {

@@ -493,7 +493,7 @@ impl RunEnv {
                 submission.interactive,
             )
             .await?;
-        let prompt_catalog = model.reads_prompt().then_some(&*catalog);
+        let prompt_catalog = model.reads_prompt().then_some(&catalog);
         let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
         let run = RunLoop::start(
             context,
@@ -570,7 +570,7 @@ impl RunEnv {
                 !record.non_interactive,
             )
             .await?;
-        let prompt_catalog = model.reads_prompt().then_some(&*catalog);
+        let prompt_catalog = model.reads_prompt().then_some(&catalog);
         let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
         let mut run = RunLoop::resume(
             context,
@@ -601,7 +601,7 @@ impl RunEnv {
         app: &AppConfig,
         context: &RunContext,
         profile: &AgentProfile,
-        prompt_catalog: Option<&Catalog>,
+        prompt_catalog: Option<&Arc<Catalog>>,
     ) -> Result<RunSettings, PrepareError> {
         let skills = SkillStore::from_config(
             app,
@@ -631,7 +631,7 @@ impl RunEnv {
         app: &AppConfig,
         context: &RunContext,
         skills: &SkillStore,
-        catalog: &Catalog,
+        catalog: &Arc<Catalog>,
         profile: &AgentProfile,
     ) -> Arc<str> {
         let installed = skills.scan();

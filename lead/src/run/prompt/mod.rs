@@ -10,7 +10,7 @@ pub mod skills;
 
 use std::collections::HashSet;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::catalog::builtins::{ASK_CLARIFICATION, DESCRIBE_SKILL, SKILL_MANAGE, UPDATE_AGENT};
 use crate::catalog::deferred::html_escape;
@@ -32,7 +32,7 @@ pub struct PromptMount {
 
 /// Everything the static prompt depends on.
 pub struct PromptInputs<'a> {
-    pub catalog: &'a Catalog,
+    pub catalog: &'a Arc<Catalog>,
     /// The custom agent's name (not on the bootstrap path).
     pub agent_name: Option<&'a str>,
     /// The agent's (or the default) SOUL.md, stripped.
@@ -179,49 +179,58 @@ pub fn prepare_request(messages: &mut Vec<Message>, system: Option<&str>, date: 
     messages.insert(0, Message::System { content: leading });
 }
 
-/// Built prompts by their inputs, so runs of one catalog, agent and skills share one.
+/// Built prompts by their inputs, so runs of one catalog, agent and skills share one. A
+/// catalog is recognised by identity: an entry holds a `Weak` to it, which keeps its
+/// allocation (so its address) from being reused while the entry lives, and an entry
+/// whose catalog is gone is dropped.
 #[derive(Default)]
 pub struct PromptCache {
-    entries: Mutex<Vec<(u64, Arc<str>)>>,
+    entries: Mutex<Vec<CacheEntry>>,
 }
 
-impl PromptCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Arc<str>)>> {
-        self.entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
+struct CacheEntry {
+    catalog: Weak<Catalog>,
+    key: u64,
+    prompt: Arc<str>,
 }
 
 /// How many prompts the cache keeps (the oldest goes first).
 const CACHE_ENTRIES: usize = 32;
 
 impl PromptCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<CacheEntry>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The prompt for `inputs`, built only when no cached one has the same inputs.
     pub fn get(&self, inputs: &PromptInputs<'_>) -> Arc<str> {
         let key = cache_key(inputs);
-        if let Some((_, hit)) = self.lock().iter().find(|(k, _)| *k == key) {
-            return hit.clone();
+        let same = |e: &CacheEntry| {
+            e.key == key && std::ptr::eq(e.catalog.as_ptr(), Arc::as_ptr(inputs.catalog))
+        };
+        if let Some(hit) = self.lock().iter().find(|e| same(e)) {
+            return hit.prompt.clone();
         }
         let built: Arc<str> = Arc::from(system_prompt(inputs));
         let mut entries = self.lock();
+        entries.retain(|e| e.catalog.strong_count() > 0);
         if entries.len() >= CACHE_ENTRIES {
             entries.remove(0);
         }
-        entries.push((key, built.clone()));
+        entries.push(CacheEntry {
+            catalog: Arc::downgrade(inputs.catalog),
+            key,
+            prompt: built.clone(),
+        });
         built
     }
 }
 
-/// A hash of every input of [`system_prompt`]. The catalog counts by what the prompt reads
-/// of it: which tools it offers and its two sections.
+/// A hash of every input of [`system_prompt`] but the catalog (recognised by identity).
 fn cache_key(inputs: &PromptInputs<'_>) -> u64 {
     let mut h = foldhash::fast::FixedState::with_seed(0x616e_746c_6572).build_hasher();
-    for tool in inputs.catalog.tools() {
-        tool.name.hash(&mut h);
-    }
-    inputs.catalog.prompt_section().hash(&mut h);
-    inputs.catalog.routing_hints_section().hash(&mut h);
     inputs.agent_name.hash(&mut h);
     inputs.soul.hash(&mut h);
     for s in inputs.skills {

@@ -13,7 +13,7 @@ fn builtin(name: &str) -> ToolSpec {
     ToolSpec::builtin(name, "d", json!({"type": "object", "properties": {}}))
 }
 
-fn catalog(builtins: &[&str]) -> Catalog {
+fn catalog(builtins: &[&str]) -> Arc<Catalog> {
     let mut tools: Vec<ToolSpec> = builtins.iter().map(|n| builtin(n)).collect();
     let mut search = ToolSpec::mcp(
         "db_query",
@@ -35,7 +35,7 @@ fn catalog(builtins: &[&str]) -> Catalog {
         Some("slack".into()),
         "send",
     ));
-    Catalog::build(tools, true).unwrap()
+    Arc::new(Catalog::build(tools, true).unwrap())
 }
 
 fn skill(name: &str, description: &str, category: &'static str, enabled: bool) -> InstalledSkill {
@@ -52,7 +52,7 @@ fn skill(name: &str, description: &str, category: &'static str, enabled: bool) -
     }
 }
 
-fn inputs<'a>(catalog: &'a Catalog, skills: &'a [InstalledSkill]) -> PromptInputs<'a> {
+fn inputs<'a>(catalog: &'a Arc<Catalog>, skills: &'a [InstalledSkill]) -> PromptInputs<'a> {
     PromptInputs {
         catalog,
         agent_name: Some("researcher"),
@@ -254,6 +254,11 @@ fn the_cache_builds_a_prompt_once_per_inputs() {
     let changed = cache.get(&other);
     assert!(!Arc::ptr_eq(&first, &changed));
     assert!(changed.contains("<soul>\nchanged\n</soul>"));
+    // Another catalog with the same tools is another input.
+    let twin = catalog(&["ask_clarification"]);
+    let other_catalog = cache.get(&inputs(&twin, &[]));
+    assert!(!Arc::ptr_eq(&first, &other_catalog));
+    assert_eq!(&*first, &*other_catalog);
 }
 
 #[test]
