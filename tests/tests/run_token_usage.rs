@@ -8,10 +8,7 @@
 
 mod model_support;
 
-use std::process::Command;
-
-use antler_tests::bin;
-use model_support::{recording_server, Reply};
+use model_support::{antler_run, recording_server, Reply};
 use serde_json::{json, Value};
 
 /// Runs one task against `replies`; the view, the trace lines and the recorded requests.
@@ -30,30 +27,7 @@ fn run(replies: Vec<Reply>, extra_config: &str) -> (Value, Vec<Value>, Vec<Value
         ),
     )
     .unwrap();
-    let out = Command::new(bin("antler"))
-        .arg("--runtime-dir")
-        .arg(d.join("run"))
-        .args([
-            "run",
-            "List the workspace",
-            "--model",
-            "rec",
-            "--json",
-            "--trace",
-            "--config",
-        ])
-        .arg(d.join("config.yaml"))
-        .current_dir(d)
-        .env("ANTLER_SANDBOX_BASE_DIR", d.join("base"))
-        .env("ANTLER_EXTENSIONS_CONFIG_PATH", d.join("none.json"))
-        .env("ANTLER_GATEWAY_ADDR", "off")
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let view: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
+    let (view, stderr) = antler_run(d, &["List the workspace", "--model", "rec", "--trace"]);
     let events = stderr
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())

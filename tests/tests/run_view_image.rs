@@ -7,10 +7,7 @@
 
 mod model_support;
 
-use std::process::Command;
-
-use antler_tests::bin;
-use model_support::{recording_server, Reply};
+use model_support::{antler_run, recording_server, Reply};
 use serde_json::{json, Value};
 
 /// A PNG's signature and a few bytes: what view_image checks.
@@ -45,34 +42,10 @@ fn run(vision: bool) -> (Value, Vec<Value>) {
         ),
     )
     .unwrap();
-    let out = Command::new(bin("antler"))
-        .arg("--runtime-dir")
-        .arg(d.join("run"))
-        .args([
-            "run",
-            "Describe the chart",
-            "--model",
-            "rec",
-            "--thread",
-            "t1",
-            "--json",
-        ])
-        .arg("--config")
-        .arg(d.join("config.yaml"))
-        .current_dir(d)
-        .env("ANTLER_SANDBOX_BASE_DIR", d.join("base"))
-        .env("ANTLER_EXTENSIONS_CONFIG_PATH", d.join("none.json"))
-        .env("ANTLER_GATEWAY_ADDR", "off")
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let view: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let (view, _) = antler_run(
+        d,
+        &["Describe the chart", "--model", "rec", "--thread", "t1"],
+    );
     let requests = server.requests.lock().unwrap().clone();
     (view, requests)
 }

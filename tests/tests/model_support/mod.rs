@@ -189,3 +189,31 @@ pub fn recording_proxy(upstream: &str) -> RecordingServer {
     });
     RecordingServer { base_url, requests }
 }
+
+/// `antler run ARGS --json --config DIR/config.yaml` in `dir`: runtime directory `dir/run`,
+/// data root `dir/base`, extensions `dir/extensions_config.json` (absent: none), no
+/// gateway. The run's view (it must be JSON) and the command's stderr.
+pub fn antler_run(dir: &std::path::Path, args: &[&str]) -> (Value, String) {
+    let out = std::process::Command::new(antler_tests::bin("antler"))
+        .arg("--runtime-dir")
+        .arg(dir.join("run"))
+        .arg("run")
+        .args(args)
+        .args(["--json", "--config"])
+        .arg(dir.join("config.yaml"))
+        .current_dir(dir)
+        .env("ANTLER_SANDBOX_BASE_DIR", dir.join("base"))
+        .env(
+            "ANTLER_EXTENSIONS_CONFIG_PATH",
+            dir.join("extensions_config.json"),
+        )
+        .env("ANTLER_GATEWAY_ADDR", "off")
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let view = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
+    (view, stderr)
+}
