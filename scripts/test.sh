@@ -45,7 +45,7 @@ leftovers() {
     | grep -v -e "grep -F" -e "ps -eo" || true
 }
 status=0
-cargo test --workspace "$@" || status=$?
+cargo test --workspace --no-fail-fast "$@" || status=$?
 for _ in $(seq 50); do
   [ -z "$(leftovers)" ] && break
   sleep 0.2

@@ -162,7 +162,16 @@ fn kill_9_of_sandbox_host_mid_run_is_an_error_tool_message_and_the_sandbox_comes
         outputs.join("a.md").exists().then_some(())
     });
     assert!(first.is_some(), "the first write never landed");
-    std::thread::sleep(Duration::from_secs(2));
+    // The bash call is in flight once its `sleep 30` runs in the sandbox (a fixed pause
+    // is not enough on a loaded machine: the call may not have been sent yet).
+    let sleeping = wait_for(Duration::from_secs(30), || {
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            (cmdline == b"sleep\x0030\x00").then_some(())
+        })
+    });
+    assert!(sleeping.is_some(), "the bash call never started");
+    std::thread::sleep(Duration::from_millis(500));
     let host = c.cluster.process("sandbox-host", 0).unwrap();
     signal(host["pid"].as_u64().unwrap() as u32, libc::SIGKILL);
     let out = run.wait_with_output().unwrap();
