@@ -205,3 +205,84 @@ fn kill_9_of_sandbox_host_mid_run_is_an_error_tool_message_and_the_sandbox_comes
     assert_eq!(std::fs::read_to_string(outputs.join("b.md")).unwrap(), "b");
     assert_eq!(outcome["delivery"]["stage"], "presented");
 }
+
+const AFTER_RESTART_PLAYBOOK: &str = r#"
+turns:
+  - tool_calls:
+      - {name: write_file, args: {description: first, path: /mnt/user-data/outputs/a.md, content: a}}
+  - delay_ms: 6000
+    tool_calls:
+      - {name: bash, args: {description: second, command: "sleep 1; echo ok > /mnt/user-data/outputs/b.md"}}
+  - tool_calls:
+      - {name: present_files, args: {filepaths: ["/mnt/user-data/outputs"]}}
+  - content: Both files written.
+"#;
+
+#[test]
+fn a_call_after_sandbox_host_restarted_runs_in_the_sandbox_that_comes_back() {
+    let files = tempfile::tempdir().unwrap();
+    let config = files.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "tools:\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\n  - {name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n",
+    )
+    .unwrap();
+    let playbook = files.path().join("playbook.yaml");
+    std::fs::write(&playbook, AFTER_RESTART_PLAYBOOK).unwrap();
+    let base = files.path().join("base");
+    let base_s = base.display().to_string();
+    let config_s = config.display().to_string();
+    let c = McpCluster::start_with(
+        json!({}),
+        &[
+            ("ANTLER_SANDBOX_BASE_DIR", base_s.as_str()),
+            ("ANTLER_CONFIG_PATH", config_s.as_str()),
+        ],
+    );
+    let run = Command::new(bin("antler"))
+        .arg("--runtime-dir")
+        .arg(c.runtime_dir())
+        .args([
+            "run",
+            "Write two files",
+            "--json",
+            "--user",
+            "bob",
+            "--thread",
+            "t2",
+        ])
+        .arg("--playbook")
+        .arg(&playbook)
+        .arg("--config")
+        .arg(&config)
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let outputs = base.join("users/bob/threads/t2/user-data/outputs");
+    let first = wait_for(Duration::from_secs(30), || {
+        outputs.join("a.md").exists().then_some(())
+    });
+    assert!(first.is_some(), "the first write never landed");
+    // Between the calls, while the model "thinks": the next call meets a new sandbox-host.
+    let host = c.cluster.process("sandbox-host", 0).unwrap();
+    signal(host["pid"].as_u64().unwrap() as u32, libc::SIGKILL);
+    let out = run.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let outcome: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
+    let run_id = outcome["run_id"].as_str().unwrap();
+    let messages = antler_lead_store(&c.runtime_dir().join("runs.sqlite"), run_id);
+    assert_eq!(outcome["status"], "success", "{outcome}\n{messages:?}");
+    let second = messages
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == "call-2-1")
+        .unwrap_or_else(|| panic!("no result for call-2-1: {messages:?}"));
+    assert_eq!(second["status"], "success", "{second}");
+    assert_eq!(
+        std::fs::read_to_string(outputs.join("b.md")).unwrap(),
+        "ok\n"
+    );
+}
