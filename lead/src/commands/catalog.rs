@@ -104,36 +104,53 @@ fn file_catalog(path: &PathBuf) -> anyhow::Result<Catalog> {
     Ok(Catalog::build(specs, true)?)
 }
 
-/// The catalog hash of a file's tools, as [`file_catalog`]'s would be, without building it:
-/// each tool's hash entry (its schema normalised and written canonically), hashed in name
-/// order. One thread: a second one costs more in allocator arenas than it saves here.
+/// The catalog hash of a file's tools, as [`file_catalog`]'s would be, without building it.
+/// The array is read one tool at a time: each tool's schema is normalised, its hash entry
+/// written, and the tool dropped before the next is parsed, so memory stays small (at
+/// 5,000 tools most of the time went to faulting in the pages of every parsed schema).
 fn file_hash(path: &PathBuf) -> anyhow::Result<Option<crate::catalog::hash::CatalogHash>> {
     use crate::catalog::hash::{entry_of, BlobHasher};
-    let tools = read_catalog_file(path)?;
-    let mut names = std::collections::HashSet::with_capacity(tools.len());
-    if let Some(dup) = tools.iter().find(|t| !names.insert(t.name.as_str())) {
-        return Err(crate::catalog::CatalogError::DuplicateToolName(dup.name.clone()).into());
+    use serde::de::{Deserializer as _, SeqAccess, Visitor};
+
+    /// Visits the array, keeping (name, hash entry) of each tool.
+    struct Entries;
+    impl<'de> Visitor<'de> for Entries {
+        type Value = Vec<(String, Box<str>)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON array of {name, description, parameters}")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut entries = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+            while let Some(t) = seq.next_element::<FileTool>()? {
+                let spec = ToolSpec::mcp(t.name.clone(), t.description, t.parameters, None, t.name);
+                let entry = entry_of(&spec);
+                entries.push((spec.name, entry));
+            }
+            Ok(entries)
+        }
     }
-    drop(names);
-    if tools.is_empty() {
+
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut de = serde_json::Deserializer::from_str(&text);
+    let mut entries = de
+        .deserialize_seq(Entries)
+        .and_then(|e| de.end().map(|()| e))
+        .with_context(|| {
+            format!(
+                "{} is not a JSON array of {{name, description, parameters}}",
+                path.display()
+            )
+        })?;
+    if entries.is_empty() {
         return Ok(None);
     }
-    let mut entries: Vec<(String, Box<str>)> = tools
-        .into_iter()
-        .map(|t| {
-            let spec = ToolSpec::mcp(t.name, t.description, t.input_schema, None, t.original_name);
-            let entry = entry_of(&spec);
-            // The command prints the hash and exits: what it parsed is not freed piece by
-            // piece (that was a fifth of the command's time at 5,000 tools).
-            let name = spec.name.clone();
-            std::mem::forget(spec);
-            (name, entry)
-        })
-        .collect();
     entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    if let Some(dup) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(crate::catalog::CatalogError::DuplicateToolName(dup[0].0.clone()).into());
+    }
     let mut blob = BlobHasher::new();
     blob.written_entries(entries.iter().map(|(_, e)| &**e));
-    std::mem::forget(entries);
     Ok(Some(blob.finish()))
 }
 
