@@ -38,10 +38,10 @@ fi
 cargo build --workspace --bins
 
 # Every process the suites start must end with them: after the tests, anything still running
-# from this checkout's binaries or peers (a sandbox's bwrap init, a host, an MCP server, the
-# model server) is an orphan, and the run fails (after killing them, so nothing lingers).
+# from this checkout's binaries or peers (a host, an MCP server, the model server) or a
+# sandbox (bubblewrap and its init run `sandbox-host __supervise`) is an orphan, and the run fails (after killing them, so nothing lingers).
 leftovers() {
-  ps -eo pid=,args= | grep -F -e "$PWD/target/" -e "$PWD/tests/node_modules/" -e "$PWD/tests/peers/" -e "llama_cpp.server" \
+  ps -eo pid=,args= | grep -F -e "$PWD/target/" -e "$PWD/tests/node_modules/" -e "$PWD/tests/peers/" -e "llama_cpp.server" -e "sandbox-host __supervise" \
     | grep -v -e "grep -F" -e "ps -eo" || true
 }
 status=0
