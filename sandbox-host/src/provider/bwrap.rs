@@ -176,14 +176,7 @@ pub fn probe() -> Result<String, String> {
 }
 
 /// The whole bubblewrap command line of one sandbox.
-/// `supervisor`: a descriptor of the supervisor binary that bubblewrap inherits, so it is
-/// bound without bubblewrap (run as `nobody`) walking the path to it, which may pass
-/// through a directory only root may enter.
-pub fn bwrap_args(
-    settings: &SandboxSettings,
-    map: &PathMap,
-    supervisor: std::os::fd::RawFd,
-) -> Vec<OsString> {
+pub fn bwrap_args(settings: &SandboxSettings, map: &PathMap, supervisor: &Path) -> Vec<OsString> {
     let mut a: Vec<OsString> = Vec::new();
     let s = |x: &str| OsString::from(x);
     let p = |x: &Path| x.as_os_str().to_os_string();
@@ -265,11 +258,7 @@ pub fn bwrap_args(
         let flag = if m.read_only { "--ro-bind" } else { "--bind" };
         a.extend([s(flag), p(&m.host_path), s(&m.container_path)]);
     }
-    a.extend([
-        s("--ro-bind-fd"),
-        s(&supervisor.to_string()),
-        s(SUPERVISOR_PATH),
-    ]);
+    a.extend([s("--ro-bind"), p(supervisor), s(SUPERVISOR_PATH)]);
     a.extend([s("--remount-ro"), s("/")]);
     a.extend([s("--chdir"), s(&format!("{VIRTUAL_PATH_PREFIX}/workspace"))]);
     let l = settings.limits;
@@ -393,8 +382,7 @@ fn fail_all(pending: &Pending, why: &str) {
 impl Supervisor {
     /// Starts bubblewrap with the supervisor inside. Must run inside a tokio runtime.
     pub fn spawn(settings: &SandboxSettings, map: &PathMap) -> std::io::Result<Supervisor> {
-        let exe = std::fs::File::open(std::env::current_exe()?)?;
-        let exe_fd = exe.as_raw_fd();
+        let exe = std::env::current_exe()?;
         // SAFETY: memfd_create takes a C string and flags; it returns a descriptor or -1.
         let memfd = unsafe { libc::memfd_create(c"bwrap-info".as_ptr(), libc::MFD_CLOEXEC) };
         if memfd < 0 {
@@ -408,16 +396,14 @@ impl Supervisor {
             .env_clear()
             .arg("--info-fd")
             .arg(info_fd.to_string())
-            .args(bwrap_args(settings, map, exe_fd));
+            .args(bwrap_args(settings, map, &exe));
         drop_privileges(&mut std_cmd);
         // SAFETY: fcntl in the child between fork and exec: bubblewrap inherits the info
-        // file and the supervisor binary (async-signal-safe).
+        // file (async-signal-safe).
         unsafe {
             std_cmd.pre_exec(move || {
-                for fd in [info_fd, exe_fd] {
-                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
+                if libc::fcntl(info_fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
             });
