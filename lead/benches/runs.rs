@@ -17,14 +17,14 @@ use actix::prelude::*;
 use antler_lead::catalog::actor::CatalogActor;
 use antler_lead::catalog::assembly::Sources;
 use antler_lead::catalog::{Catalog, ToolSource, ToolSpec};
+use antler_lead::checkpoint::{CheckpointStore, RunStatus};
 use antler_lead::run::actor::{RunLoop, RunSettings};
-use antler_lead::run::checkpoint::{CheckpointStore, RunStatus};
 use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
 use antler_lead::run::hosts::{HostError, ToolHosts};
 use antler_lead::run::model::{ChatModel, ModelError, ModelReply, ModelRequest, ScriptedModel};
-use antler_lead::runs::manager::{RunManager, SubmitRun, WatchRun};
-use antler_lead::runs::metrics::Metrics;
-use antler_lead::runs::prepare::RunEnv;
+use antler_lead::run_manager::manager::{RunManager, SubmitRun, WatchRun};
+use antler_lead::run_manager::metrics::Metrics;
+use antler_lead::run_manager::prepare::RunEnv;
 use antler_protocol::messages::{
     AcquireSource, Acquired, ControlReply, ControlRequest, McpCallResult, McpContent, McpReply,
     McpRequest, PlaybookSource, PoolStatus, Reply, Request, RunSubmission, SandboxReply,
@@ -339,17 +339,13 @@ async fn measured_run(
         inner: ScriptedModel::from_yaml(&kind.playbook(), "bench").unwrap(),
         calls: calls.clone(),
     };
-    let mut run = RunLoop::start(
-        context,
-        "write a report in parts",
-        Arc::new(model),
-        "scripted:bench",
-        catalog.clone(),
-        hosts.clone(),
-        store.clone(),
-        RunSettings::default(),
-    )
-    .unwrap();
+    let mut run = RunLoop::builder(context, Arc::new(model), catalog.clone(), hosts.clone())
+        .journal(Arc::new(store.clone()))
+        .model_label("scripted:bench")
+        .settings(RunSettings::default())
+        .start("write a report in parts")
+        .await
+        .unwrap();
     // Events go to a log as JSON, as the RunManager's sink does.
     let log = Arc::new(Mutex::new(Vec::<Arc<str>>::new()));
     let sink = log.clone();

@@ -64,7 +64,7 @@ pub enum ClusterError {
     #[error("cannot reach the lead: {0}")]
     Unreachable(String),
     #[error(transparent)]
-    Store(#[from] crate::run::checkpoint::CheckpointError),
+    Store(#[from] crate::checkpoint::CheckpointError),
     #[error(transparent)]
     Gateway(#[from] crate::gateway::GatewayError),
 }
@@ -281,8 +281,8 @@ impl RunningCluster {
 /// The lead's run side: the manager and the metrics it feeds.
 #[derive(Clone)]
 pub struct Runs {
-    pub manager: Addr<crate::runs::manager::RunManager>,
-    pub metrics: Arc<crate::runs::metrics::Metrics>,
+    pub manager: Addr<crate::run_manager::manager::RunManager>,
+    pub metrics: Arc<crate::run_manager::metrics::Metrics>,
 }
 
 /// Opens the checkpoint store and starts the catalog actor and the run manager (which
@@ -293,8 +293,10 @@ fn start_runs(
     extensions: PathBuf,
 ) -> Result<Runs, ClusterError> {
     use crate::catalog::{actor::CatalogActor, assembly::Sources};
-    use crate::runs::{hosts::LinkHosts, manager::RunManager, metrics::Metrics, prepare::RunEnv};
-    let store = crate::run::checkpoint::CheckpointStore::open(&spec.store_path)?;
+    use crate::run_manager::{
+        hosts::LinkHosts, manager::RunManager, metrics::Metrics, prepare::RunEnv,
+    };
+    let store = crate::checkpoint::CheckpointStore::open(&spec.store_path)?;
     let catalog = CatalogActor::new(Sources {
         config: Arc::default(),
         extensions: None,

@@ -22,7 +22,7 @@ use antler_protocol::{
 };
 use futures::future::BoxFuture;
 
-use crate::runs::manager::{self, RunManager};
+use crate::run_manager::manager::{self, RunManager};
 use crate::supervisor::{GetLinks, GetStatus, Supervisor};
 
 /// How long a peer ping through a link may take.

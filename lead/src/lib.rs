@@ -1,14 +1,18 @@
-//! antler-lead: the lead process's library: the catalog, the supervisor of the local
-//! cluster, the lead's control socket, the runs it hosts, and the CLI's plumbing.
+//! antler-lead: the lead process's library: the supervisor of the local cluster, the
+//! lead's control socket, the run manager (the runs it hosts, their checkpoints and
+//! events), custom agents, the subagent dispatcher, the gateway and the CLI's plumbing.
+//! The agent engine (catalog and run loop) is `antler-engine`, re-exported as
+//! [`catalog`] and [`run`].
 
-pub mod catalog;
+pub mod agents;
+pub mod checkpoint;
 pub mod cli;
 pub mod cluster;
 pub mod commands;
 pub mod control;
 pub mod gateway;
-pub mod run;
-pub mod runs;
+pub mod run_manager;
 pub mod supervisor;
 
+pub use antler_engine::{catalog, run};
 pub use antler_protocol::host as host_runtime;

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use antler_lead::catalog::{Catalog, ToolSource, ToolSpec};
+use antler_lead::checkpoint::{CheckpointStore, RunStatus};
 use antler_lead::run::actor::{RunLoop, RunSettings};
-use antler_lead::run::checkpoint::{CheckpointStore, RunStatus};
 use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
 use antler_lead::run::hosts::{HostError, ToolHosts};
 use antler_lead::run::middleware::dangling::INTERRUPTED_CALL;
@@ -104,43 +104,55 @@ fn a_call_at_its_host_when_the_lead_dies_is_not_sent_again() {
     let store = CheckpointStore::open(&dir.path().join("c.sqlite")).unwrap();
     let calls = Arc::new(Mutex::new(Vec::new()));
     let model = || Arc::new(ScriptedModel::from_yaml(PLAYBOOK, "inline").unwrap());
-    let mut run = RunLoop::start(
-        context(dir.path()),
-        "count once",
-        model(),
-        "scripted",
-        catalog(),
-        Arc::new(RecordingHosts {
-            calls: calls.clone(),
-            hang: true,
-        }),
-        store.clone(),
-        RunSettings::default(),
+    let mut run = block_on(
+        RunLoop::builder(
+            context(dir.path()),
+            model(),
+            catalog(),
+            Arc::new(RecordingHosts {
+                calls: calls.clone(),
+                hang: true,
+            }),
+        )
+        .journal(Arc::new(store.clone()))
+        .model_label("scripted")
+        .settings(RunSettings::default())
+        .start("count once"),
     )
     .unwrap();
     {
         // Drive until the call is at its host, then drop the drive: the lead is gone.
         let mut drive = Box::pin(run.drive());
-        futures::executor::block_on(async {
-            assert!(futures::poll!(&mut drive).is_pending());
+        // Checkpoint writes run on the blocking pool: poll until the call reaches it.
+        block_on(async {
+            for _ in 0..500 {
+                assert!(futures::poll!(&mut drive).is_pending());
+                if !calls.lock().unwrap().is_empty() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
         });
     }
     drop(run);
     assert_eq!(*calls.lock().unwrap(), ["bash call-1-1"]);
 
-    let mut resumed = RunLoop::resume(
-        context(dir.path()),
-        model(),
-        catalog(),
-        Arc::new(RecordingHosts {
-            calls: calls.clone(),
-            hang: false,
-        }),
-        store.clone(),
-        RunSettings::default(),
+    let mut resumed = block_on(
+        RunLoop::builder(
+            context(dir.path()),
+            model(),
+            catalog(),
+            Arc::new(RecordingHosts {
+                calls: calls.clone(),
+                hang: false,
+            }),
+        )
+        .journal(Arc::new(store.clone()))
+        .settings(RunSettings::default())
+        .resume(),
     )
     .unwrap();
-    let outcome = futures::executor::block_on(resumed.drive());
+    let outcome = block_on(resumed.drive());
     assert_eq!(outcome.status, RunStatus::Success, "{:?}", outcome.error);
     assert_eq!(outcome.final_answer.as_deref(), Some("Done."));
     assert_eq!(
@@ -165,4 +177,12 @@ fn a_call_at_its_host_when_the_lead_dies_is_not_sent_again() {
     assert_eq!(results.len(), 1, "{results:?}");
     assert!(results[0].0.contains(INTERRUPTED_CALL), "{results:?}");
     assert_eq!(results[0].1, ToolStatus::Error);
+}
+
+fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
 }

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use antler_lead::catalog::{Catalog, ToolSource, ToolSpec};
+use antler_lead::checkpoint::{CheckpointStore, RunStatus};
 use antler_lead::run::actor::{RunEvent, RunLoop, RunSettings, ToolState};
-use antler_lead::run::checkpoint::{CheckpointStore, RunStatus};
 use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
 use antler_lead::run::hosts::{HostError, ToolHosts};
 use antler_lead::run::model::ScriptedModel;
@@ -92,27 +92,32 @@ impl Fixture {
     }
 
     fn start(&self, run_id: &str, playbook: &str, clarification: bool) -> RunLoop {
-        RunLoop::start(
-            self.context(run_id, clarification),
-            "write a report",
-            Arc::new(ScriptedModel::from_yaml(playbook, "inline").unwrap()),
-            "scripted",
-            Arc::clone(&self.catalog),
-            Arc::new(UnreachableHosts),
-            self.store(),
-            RunSettings::default(),
+        block_on(
+            RunLoop::builder(
+                self.context(run_id, clarification),
+                Arc::new(ScriptedModel::from_yaml(playbook, "inline").unwrap()),
+                Arc::clone(&self.catalog),
+                Arc::new(UnreachableHosts),
+            )
+            .journal(Arc::new(self.store()))
+            .model_label("scripted")
+            .settings(RunSettings::default())
+            .start("write a report"),
         )
         .unwrap()
     }
 
     fn resume(&self, run_id: &str, playbook: &str) -> RunLoop {
-        RunLoop::resume(
-            self.context(run_id, true),
-            Arc::new(ScriptedModel::from_yaml(playbook, "inline").unwrap()),
-            Arc::clone(&self.catalog),
-            Arc::new(UnreachableHosts),
-            self.store(),
-            RunSettings::default(),
+        block_on(
+            RunLoop::builder(
+                self.context(run_id, true),
+                Arc::new(ScriptedModel::from_yaml(playbook, "inline").unwrap()),
+                Arc::clone(&self.catalog),
+                Arc::new(UnreachableHosts),
+            )
+            .journal(Arc::new(self.store()))
+            .settings(RunSettings::default())
+            .resume(),
         )
         .unwrap()
     }
@@ -134,7 +139,11 @@ fn tool_message<'a>(state: &'a [Message], id: &str) -> (&'a str, ToolStatus) {
 }
 
 fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
-    futures::executor::block_on(future)
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
 }
 
 #[test]
@@ -248,7 +257,7 @@ turns:
     );
     drop(run);
     let mut resumed = fixture.resume("run-3", playbook);
-    resumed.answer("2025").unwrap();
+    block_on(resumed.answer("2025")).unwrap();
     let outcome = block_on(resumed.drive());
     assert_eq!(outcome.status, RunStatus::Success);
     assert_eq!(
@@ -462,15 +471,16 @@ turns:
       - {name: write_file, args: {path: /mnt/user-data/outputs/a.md, content: a}}
   - content: Could not write.
 "#;
-    let mut run = RunLoop::start(
-        fixture.context("run-10", false),
-        "write a report",
-        Arc::new(ScriptedModel::from_yaml(playbook, "inline").unwrap()),
-        "scripted",
-        Arc::clone(&fixture.catalog),
-        Arc::new(UnreachableHosts),
-        fixture.store(),
-        RunSettings {
+    let mut run = block_on(
+        RunLoop::builder(
+            fixture.context("run-10", false),
+            Arc::new(ScriptedModel::from_yaml(playbook, "inline").unwrap()),
+            Arc::clone(&fixture.catalog),
+            Arc::new(UnreachableHosts),
+        )
+        .journal(Arc::new(fixture.store()))
+        .model_label("scripted")
+        .settings(RunSettings {
             guardrail: Some(Guardrail::new(
                 Box::new(AllowlistProvider::new(
                     None,
@@ -479,7 +489,8 @@ turns:
                 true,
             )),
             ..RunSettings::default()
-        },
+        })
+        .start("write a report"),
     )
     .unwrap();
     let outcome = block_on(run.drive());
@@ -508,18 +519,20 @@ turns:
       - {name: tool_search, args: {query: "select:everything_echo"}}
   - content: Blocked.
 "#;
-    let mut run = RunLoop::start(
-        fixture.context("run-11", false),
-        "write a report",
-        Arc::new(ScriptedModel::from_yaml(playbook, "inline").unwrap()),
-        "scripted",
-        Arc::clone(&fixture.catalog),
-        Arc::new(UnreachableHosts),
-        fixture.store(),
-        RunSettings {
+    let mut run = block_on(
+        RunLoop::builder(
+            fixture.context("run-11", false),
+            Arc::new(ScriptedModel::from_yaml(playbook, "inline").unwrap()),
+            Arc::clone(&fixture.catalog),
+            Arc::new(UnreachableHosts),
+        )
+        .journal(Arc::new(fixture.store()))
+        .model_label("scripted")
+        .settings(RunSettings {
             skill_policy: Some(SkillPolicy::resolve(vec![Skill::load(&skill_dir)])),
             ..RunSettings::default()
-        },
+        })
+        .start("write a report"),
     )
     .unwrap();
     block_on(run.drive());

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use antler_lead::catalog::{Catalog, ToolSource, ToolSpec};
+use antler_lead::checkpoint::{CheckpointStore, RunStatus};
 use antler_lead::run::actor::{RunLoop, RunSettings};
-use antler_lead::run::checkpoint::{CheckpointStore, RunStatus};
 use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
 use antler_lead::run::hosts::{HostError, ToolHosts};
 use antler_lead::run::model::{ChatModel, ModelError, ModelReply, ModelRequest, ScriptedModel};
@@ -138,18 +138,20 @@ fn a_slash_skill_limits_the_tools_of_the_run_across_a_resume() {
         seen: Mutex::new(Vec::new()),
     });
     let store = || CheckpointStore::open(&dir.path().join("checkpoints.sqlite")).unwrap();
-    let mut run = RunLoop::start(
-        context.clone(),
-        "/my-skill write the yearly report",
-        model.clone(),
-        "scripted",
-        Arc::clone(&catalog),
-        Arc::new(UnreachableHosts),
-        store(),
-        settings(),
+    let mut run = block_on(
+        RunLoop::builder(
+            context.clone(),
+            model.clone(),
+            Arc::clone(&catalog),
+            Arc::new(UnreachableHosts),
+        )
+        .journal(Arc::new(store()))
+        .model_label("scripted")
+        .settings(settings())
+        .start("/my-skill write the yearly report"),
     )
     .unwrap();
-    let outcome = futures::executor::block_on(run.drive());
+    let outcome = block_on(run.drive());
     assert_eq!(outcome.status, RunStatus::Interrupted);
     let messages = &run.state().messages;
     assert_eq!(
@@ -198,18 +200,21 @@ fn a_slash_skill_limits_the_tools_of_the_run_across_a_resume() {
     drop(run);
 
     // Resumed from its checkpoint and answered: the skill is still active.
-    let mut resumed = RunLoop::resume(
-        context,
-        model.clone(),
-        Arc::clone(&catalog),
-        Arc::new(UnreachableHosts),
-        store(),
-        settings(),
+    let mut resumed = block_on(
+        RunLoop::builder(
+            context,
+            model.clone(),
+            Arc::clone(&catalog),
+            Arc::new(UnreachableHosts),
+        )
+        .journal(Arc::new(store()))
+        .settings(settings())
+        .resume(),
     )
     .unwrap();
     assert_eq!(resumed.state().active_skills, [skill]);
-    resumed.answer("2025").unwrap();
-    let outcome = futures::executor::block_on(resumed.drive());
+    block_on(resumed.answer("2025")).unwrap();
+    let outcome = block_on(resumed.drive());
     assert_eq!(outcome.final_answer.as_deref(), Some("Done."));
     assert_eq!(
         tool_message(&resumed.state().messages, "call-3-1"),
@@ -222,4 +227,12 @@ fn a_slash_skill_limits_the_tools_of_the_run_across_a_resume() {
         model.seen.lock().unwrap()[2].1,
         ["present_files", "ask_clarification"]
     );
+}
+
+fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
 }

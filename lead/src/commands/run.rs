@@ -1,7 +1,7 @@
 //! `antler run "TASK" [--playbook FILE | --model NAME] [--user U] [--thread T] [--trace]
 //! [--json] [--detach]` and `antler run --resume RUN_ID [--answer TEXT]`: submits a run to
 //! the lead of the running cluster (or of an ephemeral one started for it) and follows
-//! its events until it stops. The run itself lives in the lead (see `crate::runs`): it
+//! its events until it stops. The run itself lives in the lead (see `crate::run_manager`): it
 //! survives this command, and a lead that restarts resumes it. Progress goes to stderr;
 //! the answer, artifacts and receipt (with `--json`, one object) to stdout. A
 //! clarification is asked in the terminal and the run resumed with the answer.

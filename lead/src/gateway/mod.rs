@@ -39,7 +39,7 @@ use antler_protocol::{
 use serde_json::{json, Value};
 
 use crate::cluster::Runs;
-use crate::runs::manager;
+use crate::run_manager::manager;
 use crate::supervisor::{GetLinks, Supervisor};
 
 /// The variable holding the gateway's bearer token (required beyond loopback; on
@@ -484,15 +484,15 @@ async fn post_run(state: web::Data<State>, payload: web::Payload) -> HttpRespons
             .insert_header(("Location", format!("/api/runs/{run_id}")))
             .json(json!({"run_id": run_id, "status": "running"})),
         Ok(Err(
-            e @ (crate::runs::prepare::PrepareError::InvalidId { .. }
-            | crate::runs::prepare::PrepareError::Playbook(_)),
+            e @ (crate::run_manager::prepare::PrepareError::InvalidId { .. }
+            | crate::run_manager::prepare::PrepareError::Playbook(_)),
         )) => error(StatusCode::BAD_REQUEST, e.to_string()),
         // The lead's own load (a host away, busy or slow, the store locked): come back.
         Ok(Err(e)) if e.is_overload() => {
             let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
             busy.headers_mut().insert(
                 actix_web::http::header::RETRY_AFTER,
-                crate::runs::prepare::RETRY_AFTER_S.into(),
+                crate::run_manager::prepare::RETRY_AFTER_S.into(),
             );
             busy
         }
@@ -501,7 +501,7 @@ async fn post_run(state: web::Data<State>, payload: web::Payload) -> HttpRespons
             let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
             busy.headers_mut().insert(
                 actix_web::http::header::RETRY_AFTER,
-                crate::runs::prepare::RETRY_AFTER_S.into(),
+                crate::run_manager::prepare::RETRY_AFTER_S.into(),
             );
             busy
         }
@@ -512,7 +512,7 @@ async fn view_of(state: &State, run_id: String) -> HttpResponse {
     use actix_web::http::StatusCode;
     match state.runs.manager.send(manager::GetRun(run_id)).await {
         Ok(Ok(view)) => HttpResponse::Ok().json(view),
-        Ok(Err(e @ crate::runs::prepare::PrepareError::UnknownRun(_))) => {
+        Ok(Err(e @ crate::run_manager::prepare::PrepareError::UnknownRun(_))) => {
             error(StatusCode::NOT_FOUND, e.to_string())
         }
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
@@ -555,10 +555,10 @@ async fn answer_run(
         Ok(Ok(run_id)) => {
             HttpResponse::Accepted().json(json!({"run_id": run_id, "status": "running"}))
         }
-        Ok(Err(e @ crate::runs::prepare::PrepareError::UnknownRun(_))) => {
+        Ok(Err(e @ crate::run_manager::prepare::PrepareError::UnknownRun(_))) => {
             error(StatusCode::NOT_FOUND, e.to_string())
         }
-        Ok(Err(e @ crate::runs::prepare::PrepareError::NotWaiting { .. })) => {
+        Ok(Err(e @ crate::run_manager::prepare::PrepareError::NotWaiting { .. })) => {
             error(StatusCode::CONFLICT, e.to_string())
         }
         Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),

@@ -19,7 +19,7 @@ pub const BUDGET_WARNING: &str = "[TOKEN BUDGET WARNING] You have used {used} of
 pub const BUDGET_WARNING_NAME: &str = "budget_warning";
 
 /// `token_budget:` (DeerFlow's `TokenBudgetConfig`).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TokenBudget {
     pub enabled: bool,

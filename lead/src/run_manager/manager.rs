@@ -19,8 +19,8 @@ use super::metrics::Metrics;
 use super::prepare::{PrepareError, Prepared, RunEnv};
 use super::view;
 use crate::catalog::{Catalog, ToolSource};
+use crate::checkpoint::{RunRecord, RunStatus};
 use crate::run::actor::{Drive, RunActor, RunEvent, ToolState};
-use crate::run::checkpoint::{RunRecord, RunStatus};
 
 /// Ended runs whose views and events the manager keeps in memory.
 pub const KEEP_ENDED: usize = 1_000;
@@ -368,7 +368,9 @@ fn event_sink(
             RunEvent::ModelFinished {
                 usage: Some(usage), ..
             } => metrics.tokens(*usage),
-            RunEvent::ModelFinished { .. } => {}
+            RunEvent::ModelFinished { .. }
+            | RunEvent::AssistantMessage { .. }
+            | RunEvent::Task { .. } => {}
             RunEvent::ToolStarted { tool_call_id, .. } => {
                 timing
                     .calls

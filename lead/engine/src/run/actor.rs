@@ -3,7 +3,9 @@
 //! admits each tool call through the call middlewares (guardrail, deferred filter,
 //! clarification), executes it where it belongs, merges the results through the
 //! reducers and checkpoints the state, until a final answer, an interrupt, a cap or an
-//! error. [`RunActor`] owns a loop and drives it on request.
+//! error. [`RunActor`] owns a loop and drives it on request. [`RunBuilder`] is the one
+//! way to make a loop: the lead's runs add their journal, custom-agent tools and
+//! delegator; a subagent's task graph runs with none of them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,10 +13,10 @@ use std::time::Duration;
 use actix::prelude::*;
 use serde::Serialize;
 
-use super::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
 use super::context::RunContext;
-use super::execute::Executor;
+use super::execute::{Executor, LeadTools};
 use super::hosts::ToolHosts;
+use super::journal::{Journal, JournalError, NoJournal, RunRecord, RunStatus};
 use super::lease::{self, SandboxLease};
 use super::middleware::clarification::{self, Clarification};
 use super::middleware::dangling;
@@ -32,8 +34,10 @@ use super::prompt;
 use super::settlement::{DeliveryReceipt, OutputsSnapshot, RECEIPT_NOT_PERSISTED};
 use super::skills::{self, SkillStore, SlashActivation};
 use super::state::{Message, StateConflict, StateUpdate, ThreadState, TokenUsage, ToolCall};
+use super::task::delegation::{self, Delegator, TaskCall, TaskEventSink};
+use super::task::{TaskArgs, TaskEvent, TaskResult};
 use super::view_image;
-use crate::catalog::builtins::{ASK_CLARIFICATION, PRESENT_FILES, VIEW_IMAGE};
+use crate::catalog::builtins::{ASK_CLARIFICATION, PRESENT_FILES, TASK, VIEW_IMAGE};
 use crate::catalog::{Catalog, ToolSpec, TOOL_SEARCH_NAME};
 
 /// A run's knobs.
@@ -60,6 +64,13 @@ pub struct RunSettings {
     pub token_budget: Option<TokenBudget>,
     /// The agent's skills whitelist (`None`: every skill), for `describe_skill`.
     pub allowed_skills: Option<std::collections::HashSet<String>>,
+    /// Whether the run ends with settlement (the lead's runs; a subagent's task does not).
+    pub settle: bool,
+    /// Whether each AI message is reported as [`RunEvent::AssistantMessage`] (a
+    /// subagent's task streams them to its parent as `task_running`).
+    pub report_messages: bool,
+    /// Whether this run is a subagent's (the guardrail is told so).
+    pub is_subagent: bool,
 }
 
 impl Default for RunSettings {
@@ -77,6 +88,9 @@ impl Default for RunSettings {
             system_prompt: None,
             token_budget: None,
             allowed_skills: None,
+            settle: true,
+            report_messages: false,
+            is_subagent: false,
         }
     }
 }
@@ -122,6 +136,21 @@ pub enum RunEvent {
     Warning {
         message: String,
     },
+    /// An AI message of the run (only when `report_messages`).
+    AssistantMessage {
+        /// 1-based.
+        index: usize,
+        content: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usage: Option<TokenUsage>,
+    },
+    /// What a subagent task of the `task` call `tool_call_id` reports (spec 7.4's
+    /// `task_*` events), as it happens.
+    Task {
+        tool_call_id: String,
+        #[serde(flatten)]
+        task: TaskEvent,
+    },
 }
 
 /// The first line of `text`, at most 200 characters.
@@ -163,6 +192,8 @@ pub struct RunOutcome {
     pub delivery: Option<DeliveryReceipt>,
     /// The tokens the run's model calls used.
     pub token_usage: TokenUsage,
+    /// The run ended at its limit of model turns.
+    pub turn_limited: bool,
 }
 
 /// Why a run could not go on (operator-facing; the run ends as `error`).
@@ -170,8 +201,8 @@ pub struct RunOutcome {
 pub enum RunError {
     #[error(transparent)]
     Model(#[from] ModelError),
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
+    #[error("checkpoint store: {0}")]
+    Journal(#[from] JournalError),
     #[error(transparent)]
     State(#[from] StateConflict),
     #[error("the run reached its limit of {0} model turns")]
@@ -180,6 +211,10 @@ pub enum RunError {
     Busy,
     #[error("cannot read the outputs directory: {0}")]
     Outputs(#[from] std::io::Error),
+    #[error("no run {0} in the checkpoint store")]
+    UnknownRun(String),
+    #[error("the run was cancelled")]
+    Cancelled,
 }
 
 /// Pauses after a failed receipt write: DeerFlow retries after 0.1 s and 0.5 s.
@@ -190,7 +225,162 @@ const RECEIPT_RETRY_PAUSES: [Duration; 3] = [
 ];
 
 /// Where a run's events go.
-pub type EventSink = Box<dyn Fn(&RunEvent) + Send>;
+pub type EventSink = Arc<dyn Fn(&RunEvent) + Send + Sync>;
+
+/// A cooperative cancellation: checked between steps, and it ends a step that waits.
+#[derive(Debug, Default)]
+pub struct CancelFlag {
+    cancelled: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl CancelFlag {
+    pub fn cancel(&self) {
+        self.cancelled
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Resolves once [`CancelFlag::cancel`] was called.
+    pub async fn cancelled(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// What a run is made of; [`RunBuilder::start`] and [`RunBuilder::resume`] make the loop.
+pub struct RunBuilder {
+    context: RunContext,
+    model: Arc<dyn ChatModel>,
+    model_label: String,
+    catalog: Arc<Catalog>,
+    hosts: Arc<dyn ToolHosts>,
+    journal: Arc<dyn Journal>,
+    settings: RunSettings,
+    lead_tools: Option<Arc<dyn LeadTools>>,
+    delegator: Option<Arc<dyn Delegator>>,
+    cancel: Option<Arc<CancelFlag>>,
+}
+
+impl RunBuilder {
+    /// Where the run is journaled (none by default: nothing is kept).
+    pub fn journal(mut self, journal: Arc<dyn Journal>) -> Self {
+        self.journal = journal;
+        self
+    }
+
+    pub fn settings(mut self, settings: RunSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// The label the journal records to resume the run with the same model.
+    pub fn model_label(mut self, label: impl Into<String>) -> Self {
+        self.model_label = label.into();
+        self
+    }
+
+    /// Tools only the lead runs (`setup_agent`, `update_agent`).
+    pub fn lead_tools(mut self, tools: Arc<dyn LeadTools>) -> Self {
+        self.lead_tools = Some(tools);
+        self
+    }
+
+    /// Where the run's `task` calls go.
+    pub fn delegator(mut self, delegator: Arc<dyn Delegator>) -> Self {
+        self.delegator = Some(delegator);
+        self
+    }
+
+    /// A cancellation the run checks between steps.
+    pub fn cancel(mut self, cancel: Arc<CancelFlag>) -> Self {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    fn into_loop(self, state: ThreadState, step: i64) -> RunLoop {
+        RunLoop {
+            lease: Arc::new(SandboxLease::new(&self.context.run_id)),
+            context: self.context,
+            state,
+            step,
+            model: self.model,
+            catalog: self.catalog,
+            hosts: self.hosts,
+            journal: self.journal,
+            settings: self.settings,
+            events: None,
+            budget_warning: BudgetWarning::NotYet,
+            lead_tools: self.lead_tools,
+            delegator: self.delegator,
+            cancel: self.cancel,
+        }
+    }
+
+    /// Starts a new run: its record and initial state are journaled as step 0.
+    pub async fn start(self, task: &str) -> Result<RunLoop, RunError> {
+        let state = ThreadState::new(task);
+        let context = &self.context;
+        let record = RunRecord {
+            run_id: context.run_id.clone(),
+            user_id: context.user_id.clone(),
+            thread_id: context.thread_id.clone(),
+            task: task.to_owned(),
+            model: self.model_label.clone(),
+            status: RunStatus::Running,
+            detail: None,
+            clarification: context.clarification_enabled,
+            agent: context.agent.agent_name.clone(),
+            bootstrap: context.agent.bootstrap,
+            non_interactive: context.agent.non_interactive,
+        };
+        self.journal.create_run(&record, &state).await?;
+        if self.settings.settle {
+            let before = OutputsSnapshot::take(&context.paths.outputs())?;
+            self.journal
+                .save_outputs_snapshot(&context.run_id, before)
+                .await?;
+        }
+        Ok(self.into_loop(state, 0))
+    }
+
+    /// Resumes a run from its last checkpoint. Every call of the journaled model reply
+    /// without a journaled result was issued (it may have reached its host and had its
+    /// effects): it gets the interrupted-call result, merged and checkpointed as a step of
+    /// its own, and is never sent again. A `task` call is the exception when the run has
+    /// a delegator: its task may still run, or have finished, on a worker, and the drive
+    /// collects it first.
+    pub async fn resume(self) -> Result<RunLoop, RunError> {
+        let run_id = self.context.run_id.clone();
+        let (step, state) = self
+            .journal
+            .latest(&run_id)
+            .await?
+            .ok_or_else(|| RunError::UnknownRun(run_id.clone()))?;
+        self.journal
+            .set_status(&run_id, RunStatus::Running, None)
+            .await?;
+        let collect_tasks = self.delegator.is_some();
+        let mut run = self.into_loop(state, step);
+        let interrupted: Vec<Message> = dangling::interrupted_results(&run.state.messages)
+            .into_iter()
+            .filter(|m| !(collect_tasks && matches!(m, Message::Tool { name, .. } if name == TASK)))
+            .collect();
+        if !interrupted.is_empty() {
+            run.merge(StateUpdate::messages(interrupted)).await?;
+        }
+        Ok(run)
+    }
+}
 
 /// One run: its state, its model, its catalog, and where its tools run.
 pub struct RunLoop {
@@ -200,9 +390,12 @@ pub struct RunLoop {
     model: Arc<dyn ChatModel>,
     catalog: Arc<Catalog>,
     hosts: Arc<dyn ToolHosts>,
-    store: CheckpointStore,
+    journal: Arc<dyn Journal>,
     settings: RunSettings,
     events: Option<EventSink>,
+    lead_tools: Option<Arc<dyn LeadTools>>,
+    delegator: Option<Arc<dyn Delegator>>,
+    cancel: Option<Arc<CancelFlag>>,
     /// The run's lease on its sandbox, renewed while the run is driven.
     lease: Arc<SandboxLease>,
     /// The token budget's warning, sent with the next request once per drive.
@@ -226,96 +419,36 @@ enum StepEnd {
 }
 
 impl RunLoop {
-    /// Starts a new run: its record and initial state are checkpointed as step 0.
-    #[allow(clippy::too_many_arguments)]
-    pub fn start(
-        context: RunContext,
-        task: &str,
-        model: Arc<dyn ChatModel>,
-        model_label: &str,
-        catalog: Arc<Catalog>,
-        hosts: Arc<dyn ToolHosts>,
-        store: CheckpointStore,
-        settings: RunSettings,
-    ) -> Result<RunLoop, RunError> {
-        let state = ThreadState::new(task);
-        let before = OutputsSnapshot::take(&context.paths.outputs())?;
-        store.create_run(
-            &RunRecord {
-                run_id: context.run_id.clone(),
-                user_id: context.user_id.clone(),
-                thread_id: context.thread_id.clone(),
-                task: task.to_owned(),
-                model: model_label.to_owned(),
-                status: RunStatus::Running,
-                detail: None,
-                clarification: context.clarification_enabled,
-                agent: context.agent.agent_name.clone(),
-                bootstrap: context.agent.bootstrap,
-                non_interactive: context.agent.non_interactive,
-            },
-            &state,
-        )?;
-        store.save_outputs_snapshot(&context.run_id, &before)?;
-        Ok(RunLoop {
-            lease: Arc::new(SandboxLease::new(&context.run_id)),
-            context,
-            state,
-            step: 0,
-            model,
-            catalog,
-            hosts,
-            store,
-            settings,
-            events: None,
-            budget_warning: BudgetWarning::NotYet,
-        })
-    }
-
-    /// Resumes a run from its last checkpoint. Every call of the journaled model reply
-    /// without a journaled result was issued (it may have reached its host and had its
-    /// effects): it gets the interrupted-call result, merged and checkpointed as a step of
-    /// its own, and is never sent again.
-    pub fn resume(
+    /// The builder of a run of `model` over `catalog`, its tools reached through `hosts`.
+    pub fn builder(
         context: RunContext,
         model: Arc<dyn ChatModel>,
         catalog: Arc<Catalog>,
         hosts: Arc<dyn ToolHosts>,
-        store: CheckpointStore,
-        settings: RunSettings,
-    ) -> Result<RunLoop, RunError> {
-        let (step, state) = store
-            .latest(&context.run_id)?
-            .ok_or_else(|| CheckpointError::UnknownRun(context.run_id.clone()))?;
-        store.set_status(&context.run_id, RunStatus::Running, None)?;
-        let mut run = RunLoop {
-            lease: Arc::new(SandboxLease::new(&context.run_id)),
+    ) -> RunBuilder {
+        RunBuilder {
+            model_label: model.name().to_owned(),
             context,
-            state,
-            step,
             model,
             catalog,
             hosts,
-            store,
-            settings,
-            events: None,
-            budget_warning: BudgetWarning::NotYet,
-        };
-        let interrupted = dangling::interrupted_results(&run.state.messages);
-        if !interrupted.is_empty() {
-            run.merge(StateUpdate::messages(interrupted))?;
+            journal: Arc::new(NoJournal),
+            settings: RunSettings::default(),
+            lead_tools: None,
+            delegator: None,
+            cancel: None,
         }
-        Ok(run)
     }
 
     /// Adds the user's answer to an interrupted run (a clarification), as a step.
-    pub fn answer(&mut self, text: &str) -> Result<(), RunError> {
+    pub async fn answer(&mut self, text: &str) -> Result<(), RunError> {
         self.merge(StateUpdate::messages([Message::human(text)]))
+            .await
     }
 
     /// Reports progress to `events`.
-    pub fn on_event(&mut self, events: impl Fn(&RunEvent) + Send + 'static) {
-        self.events = Some(Box::new(events));
+    pub fn on_event(&mut self, events: impl Fn(&RunEvent) + Send + Sync + 'static) {
+        self.events = Some(Arc::new(events));
     }
 
     pub fn state(&self) -> &ThreadState {
@@ -338,11 +471,12 @@ impl RunLoop {
         }
     }
 
-    fn merge(&mut self, update: StateUpdate) -> Result<(), RunError> {
+    async fn merge(&mut self, update: StateUpdate) -> Result<(), RunError> {
         self.state.apply(update)?;
         self.step += 1;
-        self.store
-            .save(&self.context.run_id, self.step, &self.state)?;
+        self.journal
+            .save(&self.context.run_id, self.step, &self.state)
+            .await?;
         Ok(())
     }
 
@@ -364,6 +498,11 @@ impl RunLoop {
         };
         let executor = self.executor();
         executor.release(&self.state).await;
+        let turn_limited = matches!(result, Err(RunError::TurnLimit(_)));
+        if let (Some(delegator), Err(_)) = (&self.delegator, &result) {
+            // A run that failed or was cancelled takes its tasks with it.
+            delegator.cancel_run(&self.context.run_id);
+        }
         let (mut status, final_answer, question, mut error) = match result {
             Ok(StepEnd::Final(answer)) => (RunStatus::Success, Some(answer), None, None),
             Ok(StepEnd::Interrupted(question)) => {
@@ -379,8 +518,9 @@ impl RunLoop {
         };
         let delivery = match status {
             RunStatus::Interrupted | RunStatus::Running => None,
+            _ if !self.settings.settle => None,
             RunStatus::Success | RunStatus::Error => {
-                let (receipt, failure) = self.settle();
+                let (receipt, failure) = self.settle().await;
                 for path in receipt.iter().flat_map(|r| &r.matched_paths) {
                     self.lifecycle(ToolState::Delivered, PRESENT_FILES, Some(path));
                 }
@@ -391,8 +531,12 @@ impl RunLoop {
                 receipt
             }
         };
-        let detail = error.as_deref().or(question.as_deref());
-        if let Err(e) = self.store.set_status(&self.context.run_id, status, detail) {
+        let detail = error.clone().or_else(|| question.clone());
+        if let Err(e) = self
+            .journal
+            .set_status(&self.context.run_id, status, detail)
+            .await
+        {
             tracing::error!(run = %self.context.run_id, "cannot record the run's status: {e}");
         }
         RunOutcome {
@@ -405,15 +549,16 @@ impl RunLoop {
             stop_reason: self.state.stop_reason,
             token_usage: self.state.token_usage,
             delivery,
+            turn_limited,
         }
     }
 
     /// Settlement (spec 8): the receipt from the outputs produced since the start and
     /// the artifacts presented, written once, and the error a successful run must end
     /// with when delivery is incomplete or the receipt could not be written.
-    fn settle(&self) -> (Option<DeliveryReceipt>, Option<String>) {
+    async fn settle(&self) -> (Option<DeliveryReceipt>, Option<String>) {
         let run_id = &self.context.run_id;
-        let before = match self.store.outputs_snapshot(run_id) {
+        let before = match self.journal.outputs_snapshot(run_id).await {
             Ok(before) => before.unwrap_or_default(),
             Err(e) => return (None, Some(format!("{RECEIPT_NOT_PERSISTED}: {e}"))),
         };
@@ -425,16 +570,19 @@ impl RunLoop {
         let receipt = DeliveryReceipt::settle(&self.state.artifacts, &produced);
         let mut persisted = false;
         for (attempt, pause) in RECEIPT_RETRY_PAUSES.iter().enumerate() {
-            match self.store.put_receipt_if_absent(run_id, &receipt) {
+            match self
+                .journal
+                .put_receipt_if_absent(run_id, receipt.clone())
+                .await
+            {
                 Ok(_) => {
                     persisted = true;
                     break;
                 }
                 Err(e) => {
                     tracing::warn!(run = %run_id, attempt, "delivery receipt not written: {e}");
-                    // Only on a failing store, at most 0.6 s in all: a blocking pause
-                    // keeps settlement free of any timer runtime.
-                    std::thread::sleep(*pause);
+                    // Only on a failing store, at most 0.6 s in all.
+                    tokio::time::sleep(*pause).await;
                 }
             }
         }
@@ -444,7 +592,13 @@ impl RunLoop {
             receipt.verdict().err().map(str::to_owned)
         };
         // A resumed run reports the receipt written first.
-        let receipt = self.store.receipt(run_id).ok().flatten().unwrap_or(receipt);
+        let receipt = self
+            .journal
+            .receipt(run_id)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(receipt);
         (Some(receipt), failure)
     }
 
@@ -466,6 +620,7 @@ impl RunLoop {
             lease: &self.lease,
             skills: &self.settings.skills,
             allowed_skills: self.settings.allowed_skills.as_ref(),
+            lead_tools: self.lead_tools.as_deref(),
         }
     }
 
@@ -481,10 +636,118 @@ impl RunLoop {
                 return Ok(StepEnd::Final(content.clone()));
             }
         }
+        self.collect_dangling_tasks().await?;
         loop {
-            match self.step_once().await? {
+            if self.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+                return Err(RunError::Cancelled);
+            }
+            let cancel = self.cancel.clone();
+            let step = self.step_once();
+            let end = match cancel {
+                Some(cancel) => {
+                    futures::pin_mut!(step);
+                    let cancelled = cancel.cancelled();
+                    futures::pin_mut!(cancelled);
+                    match futures::future::select(step, cancelled).await {
+                        futures::future::Either::Left((end, _)) => end?,
+                        futures::future::Either::Right(_) => return Err(RunError::Cancelled),
+                    }
+                }
+                None => step.await?,
+            };
+            match end {
                 StepEnd::Continue => continue,
                 end => return Ok(end),
+            }
+        }
+    }
+
+    /// A resumed run's `task` calls that have no result yet: each is collected from the
+    /// worker that ran it (re-attached while it runs); one no worker knows was lost with
+    /// its worker or never placed, and gets the interrupted-call result.
+    async fn collect_dangling_tasks(&mut self) -> Result<(), RunError> {
+        let Some(delegator) = self.delegator.clone() else {
+            return Ok(());
+        };
+        let dangling: Vec<ToolCall> = self
+            .state
+            .pending_tool_calls()
+            .into_iter()
+            .filter(|c| c.name == TASK)
+            .collect();
+        if dangling.is_empty() {
+            return Ok(());
+        }
+        let run_id = self.context.run_id.clone();
+        let collected = futures::future::join_all(
+            dangling
+                .iter()
+                .map(|call| delegator.collect(&run_id, &call.id, self.task_events(&call.id))),
+        )
+        .await;
+        let mut update = StateUpdate::default();
+        for (call, result) in dangling.iter().zip(collected) {
+            match result {
+                Some(result) => {
+                    update = update.then(delegation::task_update(&run_id, &call.id, &result))
+                }
+                None => {
+                    update = update.then(StateUpdate::messages(dangling::interrupted_results(&[
+                        Message::Ai {
+                            id: String::new(),
+                            content: String::new(),
+                            tool_calls: vec![call.clone()],
+                        },
+                    ])))
+                }
+            }
+        }
+        self.merge(update).await
+    }
+
+    /// Where the events of the task of call `tool_call_id` go: the run's stream.
+    fn task_events(&self, tool_call_id: &str) -> TaskEventSink {
+        let events = self.events.clone();
+        let tool_call_id = tool_call_id.to_owned();
+        Arc::new(move |task: TaskEvent| {
+            if let Some(events) = &events {
+                events(&RunEvent::Task {
+                    tool_call_id: tool_call_id.clone(),
+                    task,
+                });
+            }
+        })
+    }
+
+    /// One admitted `task` call, placed through the delegator (every failure is a
+    /// result); the future borrows nothing of the run, so several run at once while the
+    /// run goes on with its other calls.
+    fn task_future(&self, call: &ToolCall) -> futures::future::BoxFuture<'static, StateUpdate> {
+        let run_id = self.context.run_id.clone();
+        let call_id = call.id.clone();
+        match (&self.delegator, TaskArgs::parse(&call.args)) {
+            (None, _) => {
+                let result = TaskResult::failed("subagents are not enabled for this run");
+                Box::pin(futures::future::ready(delegation::task_update(
+                    &run_id, &call_id, &result,
+                )))
+            }
+            (Some(_), Err(message)) => Box::pin(futures::future::ready(StateUpdate::messages([
+                invalid_args_message(call, &message),
+            ]))),
+            (Some(delegator), Ok(args)) => {
+                let task = TaskCall {
+                    run_id: run_id.clone(),
+                    tool_call_id: call_id.clone(),
+                    user_id: self.context.user_id.clone(),
+                    thread_id: self.context.thread_id.clone(),
+                    args,
+                };
+                let running = delegator.delegate(task, self.task_events(&call_id));
+                Box::pin(async move {
+                    let result = running.await;
+                    delegation::task_update(&run_id, &call_id, &result)
+                })
             }
         }
     }
@@ -536,7 +799,7 @@ impl RunLoop {
                     content: text.clone(),
                     tool_calls: Vec::new(),
                 });
-                self.merge(update)?;
+                self.merge(update).await?;
                 return Ok(StepEnd::Final(text));
             }
             None => {}
@@ -631,35 +894,101 @@ impl RunLoop {
         }
         let calls = reply.tool_calls.clone();
         let answer = reply.content.clone();
+        let usage = reply.usage;
         update.messages.push(reply.into_message());
+        if self.settings.report_messages {
+            self.emit(RunEvent::AssistantMessage {
+                index: turn,
+                content: answer.clone(),
+                usage,
+            });
+        }
         if calls.is_empty() {
-            self.merge(update)?;
+            self.merge(update).await?;
             return Ok(StepEnd::Final(answer));
         }
         // The reply is journaled before any of its calls is sent: every call in it is
         // "issued" from here on, and one without a journaled result is never sent again
         // (a resume gives it the interrupted-call result, `resume`).
-        self.merge(update)?;
+        self.merge(update).await?;
         let mut end = StepEnd::Continue;
-        for call in &calls {
-            match self.call(call, &self.state, &chain, &policy).await {
+        // The reply's `task` calls run at once, each on a worker, while the other calls
+        // run here one after the other; the tasks' results are merged after those.
+        let (tasks, others): (Vec<&ToolCall>, Vec<&ToolCall>) =
+            calls.iter().partition(|c| c.name == TASK);
+        let mut admitted = Vec::with_capacity(tasks.len());
+        let mut refused = Vec::new();
+        for call in &tasks {
+            self.emit(RunEvent::ToolStarted {
+                name: call.name.clone(),
+                tool_call_id: call.id.clone(),
+            });
+            match self.admit(call, &self.state, &chain, &policy) {
+                Some(end) => refused.push((*call, end)),
+                None => {
+                    self.lifecycle(ToolState::Executed, &call.name, Some(&call.id));
+                    admitted.push(self.task_future(call));
+                }
+            }
+        }
+        let tasks_done = futures::future::join_all(admitted);
+        futures::pin_mut!(tasks_done);
+        let mut task_results = None;
+        for call in &others {
+            let outcome = {
+                let done = self.call(call, &self.state, &chain, &policy);
+                futures::pin_mut!(done);
+                // Poll the tasks while this call runs (they share this task's thread).
+                loop {
+                    if task_results.is_some() {
+                        break done.await;
+                    }
+                    match futures::future::select(done, tasks_done.as_mut()).await {
+                        futures::future::Either::Left((outcome, _)) => break outcome,
+                        futures::future::Either::Right((results, rest)) => {
+                            task_results = Some(results);
+                            done = rest;
+                        }
+                    }
+                }
+            };
+            match outcome {
                 CallEnd::Done(mut result) => {
                     // A successful read of a skill's SKILL.md activates it (DeerFlow's
                     // skill_context); the policy takes it into account from next turn.
                     let read = self.settings.skills.read_activation(call, &result);
                     result.active_skills.extend(read);
                     // Each result is journaled as it comes back.
-                    self.merge(result)?;
+                    self.merge(result).await?;
                 }
                 CallEnd::Interrupt { question, message } => {
-                    self.merge(StateUpdate::messages([message]))?;
+                    self.merge(StateUpdate::messages([message])).await?;
                     end = StepEnd::Interrupted(question);
                     break;
                 }
             }
         }
+        let task_results = match task_results {
+            Some(results) => results,
+            None => tasks_done.await,
+        };
+        let refused_ids: Vec<String> = refused.iter().map(|(c, _)| c.id.clone()).collect();
+        let admitted_calls = tasks.iter().filter(|c| !refused_ids.contains(&c.id));
+        let ends = refused
+            .into_iter()
+            .chain(
+                admitted_calls
+                    .copied()
+                    .zip(task_results.into_iter().map(CallEnd::Done)),
+            )
+            .collect::<Vec<_>>();
+        for (call, end) in ends {
+            if let CallEnd::Done(result) = self.finish_call(call, end) {
+                self.merge(result).await?;
+            }
+        }
         if let Some(warning) = warning {
-            self.merge(StateUpdate::messages([warning]))?;
+            self.merge(StateUpdate::messages([warning])).await?;
         }
         Ok(end)
     }
@@ -679,6 +1008,12 @@ impl RunLoop {
             tool_call_id: call.id.clone(),
         });
         let result = self.admit_and_execute(call, state, chain, policy).await;
+        self.finish_call(call, result)
+    }
+
+    /// What every call's result goes through once it is back: the output budget, and
+    /// the Returned and finished events.
+    fn finish_call(&self, call: &ToolCall, result: CallEnd) -> CallEnd {
         let result = match result {
             CallEnd::Done(mut update) => {
                 for message in &mut update.messages {
@@ -732,6 +1067,31 @@ impl RunLoop {
         policy: &SkillPolicy,
     ) -> CallEnd {
         let refused = |message: Message| CallEnd::Done(StateUpdate::messages([message]));
+        if let Some(end) = self.admit(call, state, chain, policy) {
+            return end;
+        }
+        self.lifecycle(ToolState::Executed, &call.name, Some(&call.id));
+        if call.name == TASK {
+            return CallEnd::Done(self.task_future(call).await);
+        }
+        match self.executor().execute(call, state).await {
+            Ok(update) if call.name == TOOL_SEARCH_NAME => {
+                CallEnd::Done(policy.rewrite_tool_search(update))
+            }
+            Ok(update) => CallEnd::Done(update),
+            Err(failure) => refused(failed_call_message(&call.name, &call.id, &failure)),
+        }
+    }
+
+    /// The call middlewares before execution; `Some` is the call's end without running.
+    fn admit(
+        &self,
+        call: &ToolCall,
+        state: &ThreadState,
+        chain: &RoutingBeforeFilter<'_>,
+        policy: &SkillPolicy,
+    ) -> Option<CallEnd> {
+        let refused = |message: Message| Some(CallEnd::Done(StateUpdate::messages([message])));
         if let Some(guardrail) = &self.settings.guardrail {
             let request = GuardrailRequest {
                 tool_name: &call.name,
@@ -740,7 +1100,7 @@ impl RunLoop {
                 run_id: &self.context.run_id,
                 thread_id: &self.context.thread_id,
                 user_id: &self.context.user_id,
-                is_subagent: false,
+                is_subagent: self.settings.is_subagent,
             };
             if let Err(denial) = guardrail.check_call(&request) {
                 return refused(denial);
@@ -761,23 +1121,26 @@ impl RunLoop {
                 Clarification::Proceed(message) => refused(message),
                 Clarification::Interrupt {
                     question, message, ..
-                } => CallEnd::Interrupt { question, message },
+                } => Some(CallEnd::Interrupt { question, message }),
             };
         }
-        self.lifecycle(ToolState::Executed, &call.name, Some(&call.id));
-        match self.executor().execute(call, state).await {
-            Ok(update) if call.name == TOOL_SEARCH_NAME => {
-                CallEnd::Done(policy.rewrite_tool_search(update))
-            }
-            Ok(update) => CallEnd::Done(update),
-            Err(failure) => refused(failed_call_message(&call.name, &call.id, &failure)),
-        }
+        None
     }
 }
 
 enum CallEnd {
     Done(StateUpdate),
     Interrupt { question: String, message: Message },
+}
+
+/// The tool message of a `task` call whose arguments do not validate.
+fn invalid_args_message(call: &ToolCall, message: &str) -> Message {
+    Message::tool(
+        &call.id,
+        &call.name,
+        format!("Error: invalid arguments for task: {message}"),
+        super::state::ToolStatus::Error,
+    )
 }
 
 /// The actor that owns one [`RunLoop`].
@@ -827,12 +1190,22 @@ impl Handler<Drive> for RunActor {
 pub struct Answer(pub String);
 
 impl Handler<Answer> for RunActor {
-    type Result = Result<(), RunError>;
+    type Result = ResponseActFuture<Self, Result<(), RunError>>;
 
     fn handle(&mut self, answer: Answer, _: &mut Context<Self>) -> Self::Result {
-        match &mut self.run {
-            Some(run) => run.answer(&answer.0),
-            None => Err(RunError::Busy),
-        }
+        let Some(mut run) = self.run.take() else {
+            return Box::pin(actix::fut::ready(Err(RunError::Busy)));
+        };
+        Box::pin(
+            async move {
+                let result = run.answer(&answer.0).await;
+                (run, result)
+            }
+            .into_actor(self)
+            .map(|(run, result), actor, _| {
+                actor.run = Some(run);
+                result
+            }),
+        )
     }
 }

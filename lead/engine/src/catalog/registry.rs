@@ -363,7 +363,7 @@ mod tests {
 
     #[test]
     fn every_use_id_of_deerflows_example_config_is_known() {
-        let text = include_str!("../../../../shared/conformance/deerflow-config.example.yaml");
+        let text = include_str!("../../../../../shared/conformance/deerflow-config.example.yaml");
         let tools_section = &text[text.find("\ntools:").expect("tools section")
             ..text.find("\ntool_search:").expect("tool_search section")];
         let mut seen = 0;

@@ -1,6 +1,4 @@
 use super::*;
-use crate::run::checkpoint::{CheckpointStore, RunRecord, RunStatus};
-use crate::run::state::ThreadState;
 use serde_json::json;
 
 /// A skills root with `{category}/{dir}/SKILL.md` for each skill.
@@ -363,57 +361,4 @@ fn an_active_skill_that_cannot_be_loaded_fails_closed_to_the_framework_tools() {
     root.install("public", "pdf", "name: pdf");
     root.disable("pdf");
     assert!(denial(&store.policy(&[pdf]), "bash").is_some());
-}
-
-#[test]
-fn active_skills_survive_a_checkpoint_round_trip_and_old_checkpoints_load() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = CheckpointStore::open(&dir.path().join("checkpoints.sqlite")).unwrap();
-    let mut state = ThreadState::new("/pdf summarise");
-    store
-        .create_run(
-            &RunRecord {
-                run_id: "run-1".into(),
-                user_id: "u1".into(),
-                thread_id: "t1".into(),
-                task: "/pdf summarise".into(),
-                model: "scripted:play.yaml".into(),
-                status: RunStatus::Running,
-                detail: None,
-                clarification: false,
-                agent: None,
-                bootstrap: false,
-                non_interactive: false,
-            },
-            &state,
-        )
-        .unwrap();
-    state
-        .apply(StateUpdate {
-            active_skills: vec![
-                active("pdf", "/mnt/skills/public/pdf/SKILL.md", SkillSource::Slash),
-                active(
-                    "charts",
-                    "/mnt/skills/custom/charts/SKILL.md",
-                    SkillSource::Read,
-                ),
-            ],
-            ..StateUpdate::default()
-        })
-        .unwrap();
-    store.save("run-1", 1, &state).unwrap();
-    let (_, loaded) = store.latest("run-1").unwrap().unwrap();
-    assert_eq!(loaded, state);
-    let json = serde_json::to_value(&loaded).unwrap();
-    assert_eq!(json["active_skills"][0]["source"], "slash");
-    assert_eq!(
-        json["active_skills"][1]["path"],
-        "/mnt/skills/custom/charts/SKILL.md"
-    );
-    // A checkpoint written before skills could be activated has no such field.
-    let mut old = serde_json::to_value(ThreadState::new("task")).unwrap();
-    assert!(old.get("active_skills").is_none());
-    old.as_object_mut().unwrap().remove("active_skills");
-    let old: ThreadState = serde_json::from_value(old).unwrap();
-    assert!(old.active_skills.is_empty());
 }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use super::*;
-use crate::run::agent_store::{write_files, WriteError};
+use crate::agents::store::{write_files, WriteError};
 use crate::run::context::{AgentContext, ThreadPaths};
 
 /// A data root with no files, and a run of user `u1` as agent `name` (if any).

@@ -21,13 +21,22 @@ use super::lease::SandboxLease;
 use super::middleware::tool_error::ToolFailure;
 use super::skills::SkillStore;
 use super::state::{Message, SandboxState, StateUpdate, ThreadState, ToolCall, ToolStatus};
-use super::{agents, builtins, view_image};
-use crate::catalog::builtins::{
-    DESCRIBE_SKILL, LIST_UPLOADED_FILES, PRESENT_FILES, SETUP_AGENT, UPDATE_AGENT, VIEW_IMAGE,
-};
+use super::{builtins, view_image};
+use crate::catalog::builtins::{DESCRIBE_SKILL, LIST_UPLOADED_FILES, PRESENT_FILES, VIEW_IMAGE};
 use crate::catalog::{Catalog, ToolSource, TOOL_SEARCH_NAME};
 
 pub use antler_protocol::messages::SANDBOX_TOOLS;
+
+/// Tools only the lead runs, because they need its state (the custom-agent tools
+/// `setup_agent` and `update_agent`, which write the user's agents on disk).
+pub trait LeadTools: Send + Sync {
+    /// Runs `call` when it is one of these tools (`None`: it is not).
+    fn execute(
+        &self,
+        call: &ToolCall,
+        context: &RunContext,
+    ) -> Option<Result<StateUpdate, ToolFailure>>;
+}
 
 /// Runs tool calls for one run.
 pub struct Executor<'a> {
@@ -40,6 +49,8 @@ pub struct Executor<'a> {
     /// Where the run's skills are, and the agent's skills whitelist (`describe_skill`).
     pub skills: &'a SkillStore,
     pub allowed_skills: Option<&'a HashSet<String>>,
+    /// The lead's own tools (none on a worker).
+    pub lead_tools: Option<&'a dyn LeadTools>,
 }
 
 impl Executor<'_> {
@@ -55,8 +66,6 @@ impl Executor<'_> {
             TOOL_SEARCH_NAME => return builtins::tool_search(call, self.catalog),
             VIEW_IMAGE => return Ok(view_image::view_image(call, self.context)),
             LIST_UPLOADED_FILES => return builtins::list_uploaded_files(call, self.context),
-            SETUP_AGENT => return agents::setup_agent(call, self.context),
-            UPDATE_AGENT => return agents::update_agent(call, self.context),
             DESCRIBE_SKILL => {
                 let query = call
                     .args
@@ -75,6 +84,12 @@ impl Executor<'_> {
                 )]));
             }
             _ => {}
+        }
+        if let Some(result) = self
+            .lead_tools
+            .and_then(|tools| tools.execute(call, self.context))
+        {
+            return result;
         }
         let spec = self.catalog.get(&call.name).ok_or_else(|| {
             ToolFailure::new(

@@ -101,6 +101,7 @@ mod tests {
                 name,
                 content,
                 status,
+                ..
             } => (tool_call_id, name, content, *status),
             other => panic!("not a tool message: {other:?}"),
         }

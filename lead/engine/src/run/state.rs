@@ -58,6 +58,9 @@ pub enum Message {
         content: String,
         #[serde(default)]
         status: ToolStatus,
+        /// Structured fields beside the content (a task's `subagent_*` fields, 7.2).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        additional_kwargs: Option<Value>,
     },
 }
 
@@ -83,6 +86,7 @@ impl Message {
             name: name.into(),
             content: content.into(),
             status,
+            additional_kwargs: None,
         }
     }
 

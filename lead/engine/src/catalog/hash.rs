@@ -66,13 +66,13 @@ pub fn canonical_blob<'a>(tools: impl IntoIterator<Item = &'a ToolSpec>) -> Stri
 }
 
 /// Streams the blob `[entry, entry, ...]` into sha256, possibly in several parts.
-pub(crate) struct BlobHasher {
+pub struct BlobHasher {
     hasher: Sha256,
     entries: usize,
 }
 
 impl BlobHasher {
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         let mut hasher = Sha256::new();
         hasher.update(b"[");
         BlobHasher { hasher, entries: 0 }
@@ -87,7 +87,7 @@ impl BlobHasher {
     }
 
     /// Appends entries already written by [`entry_of`], in name order.
-    pub(crate) fn written_entries<'a>(&mut self, entries: impl IntoIterator<Item = &'a str>) {
+    pub fn written_entries<'a>(&mut self, entries: impl IntoIterator<Item = &'a str>) {
         for entry in entries {
             if self.entries > 0 {
                 self.hasher.update(b", ");
@@ -97,7 +97,7 @@ impl BlobHasher {
         }
     }
 
-    pub(crate) fn finish(mut self) -> CatalogHash {
+    pub fn finish(mut self) -> CatalogHash {
         self.hasher.update(b"]");
         let digest = hex::encode(self.hasher.finalize());
         CatalogHash(digest[..CatalogHash::LEN].to_owned())
@@ -108,7 +108,7 @@ impl BlobHasher {
 /// catalog build streams it into sha256 without escaping or reassembling anything.
 /// The schema's canonical form is written into the entry only: the entry is what the
 /// hash reads, so the schema does not keep a second copy.
-pub(crate) fn entry_of(tool: &ToolSpec) -> Box<str> {
+pub fn entry_of(tool: &ToolSpec) -> Box<str> {
     let mut entry = String::with_capacity(1024);
     write_head(&mut entry, tool);
     tool.parameters.write_canonical(&mut entry);

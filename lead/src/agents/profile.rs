@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 
 use serde_yaml::Value as Yaml;
 
-use super::agent_store::{
+use super::store::{
     legacy_agent_dir, user_agent_dir, validate_agent_name, CONFIG_FILENAME, SOUL_FILENAME,
 };
-use super::context::AgentContext;
+use crate::run::context::AgentContext;
 
 /// The largest SOUL or agent config read.
 const MAX_AGENT_FILE: u64 = 256 * 1024;

@@ -6,8 +6,8 @@
 
 use serde_json::{json, Value};
 
+use crate::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
 use crate::run::actor::RunOutcome;
-use crate::run::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
 use crate::run::state::Message;
 
 /// The view of a run whose drive just stopped.

@@ -324,6 +324,13 @@ impl ChatModel for OpenAiModel {
         &self.config.name
     }
 
+    fn for_subagent(
+        &self,
+        _task: &crate::run::task::TaskArgs,
+    ) -> Option<crate::run::task::spec::WireModel> {
+        Some(crate::run::task::spec::WireModel::of_openai(&self.config))
+    }
+
     fn complete<'a>(
         &'a self,
         request: ModelRequest<'a>,

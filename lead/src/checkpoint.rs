@@ -2,73 +2,26 @@
 //! `ThreadState` after each merged step, so a run resumes from its last step after the
 //! lead dies. Steps are numbered from 0 (the initial state) and written once: writing a
 //! step that exists is a no-op, so a replayed step is never applied twice.
+//! [`CheckpointStore`] is the engine's [`Journal`] for the lead's runs: the run loop's
+//! writes go to the blocking pool (`spawn_blocking`), never onto an actor's thread.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
-use super::settlement::{DeliveryReceipt, OutputsSnapshot};
-use super::state::ThreadState;
+use crate::run::journal::{Journal, JournalError, JournalResult};
+
+use crate::run::settlement::{DeliveryReceipt, OutputsSnapshot};
+use crate::run::state::ThreadState;
 
 /// How long a write waits for another connection's lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A run's lifecycle status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    Running,
-    Success,
-    Error,
-    Interrupted,
-}
-
-impl RunStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::Success => "success",
-            RunStatus::Error => "error",
-            RunStatus::Interrupted => "interrupted",
-        }
-    }
-
-    fn parse(text: &str) -> Option<RunStatus> {
-        Some(match text {
-            "running" => RunStatus::Running,
-            "success" => RunStatus::Success,
-            "error" => RunStatus::Error,
-            "interrupted" => RunStatus::Interrupted,
-            _ => return None,
-        })
-    }
-}
-
-/// What the store knows about a run besides its state.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RunRecord {
-    pub run_id: String,
-    pub user_id: String,
-    pub thread_id: String,
-    pub task: String,
-    /// The playbook or model the run was started with, to resume it with the same.
-    pub model: String,
-    pub status: RunStatus,
-    /// The error or interrupt text of a run that ended that way.
-    pub detail: Option<String>,
-    /// Whether someone answers the run's clarifications (it stops at one).
-    pub clarification: bool,
-    /// The custom agent the run talks as (`update_agent` edits it), or the agent a
-    /// bootstrap run creates.
-    pub agent: Option<String>,
-    /// A bootstrap run (`setup_agent` is offered).
-    pub bootstrap: bool,
-    /// A run no one talks to (`ask_clarification` is not offered).
-    pub non_interactive: bool,
-}
+pub use crate::run::journal::{RunRecord, RunStatus};
 
 /// The run options stored as JSON beside the record.
 #[derive(Default, Serialize, Deserialize)]
@@ -211,7 +164,11 @@ impl CheckpointStore {
         record: &RunRecord,
         initial: &ThreadState,
     ) -> Result<(), CheckpointError> {
-        let state = serde_json::to_string(initial)?;
+        self.create_run_encoded(record, &serde_json::to_string(initial)?)
+    }
+
+    /// [`CheckpointStore::create_run`] with the state already encoded.
+    fn create_run_encoded(&self, record: &RunRecord, state: &str) -> Result<(), CheckpointError> {
         let mut db = self.db();
         let tx = db.transaction()?;
         tx.execute(
@@ -250,7 +207,11 @@ impl CheckpointStore {
         step: i64,
         state: &ThreadState,
     ) -> Result<bool, CheckpointError> {
-        let state = serde_json::to_string(state)?;
+        self.save_encoded(run_id, step, &serde_json::to_string(state)?)
+    }
+
+    /// [`CheckpointStore::save`] with the state already encoded.
+    fn save_encoded(&self, run_id: &str, step: i64, state: &str) -> Result<bool, CheckpointError> {
         let written = self.db().execute(
             "INSERT INTO checkpoints (run_id, step, state) VALUES (?1, ?2, ?3)
              ON CONFLICT (run_id, step) DO NOTHING",
@@ -432,11 +393,110 @@ fn record(raw: RawRecord) -> Result<RunRecord, CheckpointError> {
     })
 }
 
+impl From<CheckpointError> for JournalError {
+    fn from(error: CheckpointError) -> JournalError {
+        JournalError {
+            busy: error.is_busy(),
+            message: error.to_string(),
+        }
+    }
+}
+
+impl CheckpointStore {
+    /// Runs `write` on the blocking pool, with a clone of the store.
+    fn off_thread<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&CheckpointStore) -> Result<T, CheckpointError> + Send + 'static,
+    ) -> BoxFuture<'static, JournalResult<T>> {
+        let store = self.clone();
+        Box::pin(async move {
+            match tokio::task::spawn_blocking(move || write(&store)).await {
+                Ok(result) => result.map_err(JournalError::from),
+                Err(e) => Err(JournalError::new(format!(
+                    "checkpoint write did not finish: {e}"
+                ))),
+            }
+        })
+    }
+}
+
+impl Journal for CheckpointStore {
+    fn create_run(
+        &self,
+        record: &RunRecord,
+        state: &ThreadState,
+    ) -> BoxFuture<'static, JournalResult<()>> {
+        let record = record.clone();
+        let encoded = serde_json::to_string(state);
+        self.off_thread(move |store| store.create_run_encoded(&record, &encoded?))
+    }
+
+    fn save(
+        &self,
+        run_id: &str,
+        step: i64,
+        state: &ThreadState,
+    ) -> BoxFuture<'static, JournalResult<()>> {
+        let run_id = run_id.to_owned();
+        let encoded = serde_json::to_string(state);
+        self.off_thread(move |store| store.save_encoded(&run_id, step, &encoded?).map(|_| ()))
+    }
+
+    fn latest(
+        &self,
+        run_id: &str,
+    ) -> BoxFuture<'static, JournalResult<Option<(i64, ThreadState)>>> {
+        let run_id = run_id.to_owned();
+        self.off_thread(move |store| store.latest(&run_id))
+    }
+
+    fn set_status(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        detail: Option<String>,
+    ) -> BoxFuture<'static, JournalResult<()>> {
+        let run_id = run_id.to_owned();
+        self.off_thread(move |store| store.set_status(&run_id, status, detail.as_deref()))
+    }
+
+    fn save_outputs_snapshot(
+        &self,
+        run_id: &str,
+        snapshot: OutputsSnapshot,
+    ) -> BoxFuture<'static, JournalResult<()>> {
+        let run_id = run_id.to_owned();
+        self.off_thread(move |store| store.save_outputs_snapshot(&run_id, &snapshot))
+    }
+
+    fn outputs_snapshot(
+        &self,
+        run_id: &str,
+    ) -> BoxFuture<'static, JournalResult<Option<OutputsSnapshot>>> {
+        let run_id = run_id.to_owned();
+        self.off_thread(move |store| store.outputs_snapshot(&run_id))
+    }
+
+    fn put_receipt_if_absent(
+        &self,
+        run_id: &str,
+        receipt: DeliveryReceipt,
+    ) -> BoxFuture<'static, JournalResult<bool>> {
+        let run_id = run_id.to_owned();
+        self.off_thread(move |store| store.put_receipt_if_absent(&run_id, &receipt))
+    }
+
+    fn receipt(&self, run_id: &str) -> BoxFuture<'static, JournalResult<Option<DeliveryReceipt>>> {
+        let run_id = run_id.to_owned();
+        self.off_thread(move |store| store.receipt(&run_id))
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::run::state::{Message, StateUpdate};
+    use crate::run::state::{ActiveSkill, Message, SkillSource, StateUpdate};
 
     fn record(run_id: &str) -> RunRecord {
         RunRecord {
@@ -568,5 +628,66 @@ mod tests {
             err.starts_with("checkpoint of run run-1 step 1 does not decode: "),
             "{err}"
         );
+    }
+
+    fn active_skill(name: &str, path: &str, source: SkillSource) -> ActiveSkill {
+        ActiveSkill {
+            name: name.into(),
+            path: path.into(),
+            source,
+        }
+    }
+
+    #[test]
+    fn active_skills_survive_a_checkpoint_round_trip_and_old_checkpoints_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(&dir.path().join("checkpoints.sqlite")).unwrap();
+        let mut state = ThreadState::new("/pdf summarise");
+        store
+            .create_run(
+                &RunRecord {
+                    run_id: "run-1".into(),
+                    user_id: "u1".into(),
+                    thread_id: "t1".into(),
+                    task: "/pdf summarise".into(),
+                    model: "scripted:play.yaml".into(),
+                    status: RunStatus::Running,
+                    detail: None,
+                    clarification: false,
+                    agent: None,
+                    bootstrap: false,
+                    non_interactive: false,
+                },
+                &state,
+            )
+            .unwrap();
+        state
+            .apply(StateUpdate {
+                active_skills: vec![
+                    active_skill("pdf", "/mnt/skills/public/pdf/SKILL.md", SkillSource::Slash),
+                    active_skill(
+                        "charts",
+                        "/mnt/skills/custom/charts/SKILL.md",
+                        SkillSource::Read,
+                    ),
+                ],
+                ..StateUpdate::default()
+            })
+            .unwrap();
+        store.save("run-1", 1, &state).unwrap();
+        let (_, loaded) = store.latest("run-1").unwrap().unwrap();
+        assert_eq!(loaded, state);
+        let json = serde_json::to_value(&loaded).unwrap();
+        assert_eq!(json["active_skills"][0]["source"], "slash");
+        assert_eq!(
+            json["active_skills"][1]["path"],
+            "/mnt/skills/custom/charts/SKILL.md"
+        );
+        // A checkpoint written before skills could be activated has no such field.
+        let mut old = serde_json::to_value(ThreadState::new("task")).unwrap();
+        assert!(old.get("active_skills").is_none());
+        old.as_object_mut().unwrap().remove("active_skills");
+        let old: ThreadState = serde_json::from_value(old).unwrap();
+        assert!(old.active_skills.is_empty());
     }
 }

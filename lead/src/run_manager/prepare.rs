@@ -22,12 +22,13 @@ use antler_protocol::messages::{
 };
 use antler_protocol::Role;
 
+use crate::agents::profile::AgentProfile;
+use crate::agents::LeadAgentTools;
 use crate::catalog::actor::{Assemble, CatalogActor, SetConfig, SetExtensions, SetMcpTools};
 use crate::catalog::assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, Sources};
 use crate::catalog::Catalog;
-use crate::run::actor::{RunError, RunLoop, RunSettings};
-use crate::run::agent_profile::AgentProfile;
-use crate::run::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
+use crate::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
+use crate::run::actor::{RunBuilder, RunError, RunLoop, RunSettings};
 use crate::run::context::{AgentContext, RunContext, ThreadPaths};
 use crate::run::hosts::{HostError, ToolHosts};
 use crate::run::middleware::guardrail::Guardrail;
@@ -98,7 +99,8 @@ impl PrepareError {
     pub fn is_overload(&self) -> bool {
         match self {
             PrepareError::Host(e) => e.is_unavailable(),
-            PrepareError::Checkpoint(e) | PrepareError::Run(RunError::Checkpoint(e)) => e.is_busy(),
+            PrepareError::Checkpoint(e) => e.is_busy(),
+            PrepareError::Run(RunError::Journal(e)) => e.busy,
             _ => false,
         }
     }
@@ -495,16 +497,11 @@ impl RunEnv {
             .await?;
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
         let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
-        let run = RunLoop::start(
-            context,
-            &submission.task,
-            model,
-            &label,
-            catalog.clone(),
-            self.hosts.clone(),
-            self.store.clone(),
-            settings,
-        )?;
+        let run = self
+            .builder(context, model, &catalog, settings)
+            .model_label(&label)
+            .start(&submission.task)
+            .await?;
         let record = self
             .store
             .run(run_id)?
@@ -572,16 +569,12 @@ impl RunEnv {
             .await?;
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
         let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
-        let mut run = RunLoop::resume(
-            context,
-            model,
-            catalog.clone(),
-            self.hosts.clone(),
-            self.store.clone(),
-            settings,
-        )?;
+        let mut run = self
+            .builder(context, model, &catalog, settings)
+            .resume()
+            .await?;
         if let Some(answer) = answer {
-            run.answer(answer)?;
+            run.answer(answer).await?;
         }
         Ok(Prepared {
             run,
@@ -593,6 +586,21 @@ impl RunEnv {
 }
 
 impl RunEnv {
+    /// The lead's run of `model` over `catalog`: journaled in the checkpoint store, with
+    /// the custom-agent tools.
+    fn builder(
+        &self,
+        context: RunContext,
+        model: Arc<dyn ChatModel>,
+        catalog: &Arc<Catalog>,
+        settings: RunSettings,
+    ) -> RunBuilder {
+        RunLoop::builder(context, model, Arc::clone(catalog), self.hosts.clone())
+            .journal(Arc::new(self.store.clone()))
+            .lead_tools(Arc::new(LeadAgentTools))
+            .settings(settings)
+    }
+
     /// A run's settings from config.yaml; its skills are where sandbox-host mounts them
     /// (under the same data root), enabled by the cluster's extensions file.
     /// `prompt_catalog`: the run's catalog when its model reads a system prompt.

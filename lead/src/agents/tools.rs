@@ -1,19 +1,19 @@
 //! `setup_agent` (spec 3.4) and `update_agent` (spec 3.5): a custom agent's `config.yaml`
-//! and `SOUL.md`, written through [`super::agent_store`]. Every check runs before the
+//! and `SOUL.md`, written through [`super::store`]. Every check runs before the
 //! disk is touched, so a refused call changes nothing; a failed write leaves the agent
 //! as it was (and removes a directory it had just created).
 
 use serde_json::Value;
 use serde_yaml::{Mapping, Value as Yaml};
 
-use super::agent_store::{
+use super::store::{
     legacy_agent_dir, user_agent_dir, validate_agent_name, write_files, CONFIG_FILENAME,
     SOUL_FILENAME,
 };
-use super::context::RunContext;
-use super::middleware::tool_error::ToolFailure;
-use super::state::{Message, StateUpdate, ToolCall, ToolStatus};
 use crate::catalog::builtins::{SETUP_AGENT, UPDATE_AGENT, WEBHOOK_CHANNELS};
+use crate::run::context::RunContext;
+use crate::run::middleware::tool_error::ToolFailure;
+use crate::run::state::{Message, StateUpdate, ToolCall, ToolStatus};
 
 /// `setup_agent` with a blank soul (checked before anything else).
 pub const SETUP_EMPTY_SOUL: &str =
@@ -292,5 +292,5 @@ fn is_nullish(text: &str) -> bool {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
-#[path = "agents_tests.rs"]
+#[path = "tools_tests.rs"]
 mod tests;

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use futures::future::BoxFuture;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::state::{Message, TokenUsage, ToolCall};
@@ -150,10 +150,19 @@ pub trait ChatModel: Send + Sync {
     fn reads_prompt(&self) -> bool {
         true
     }
+
+    /// The model a subagent of this run's `task` call uses when its type names none, as
+    /// it travels to a worker (`None`: this model cannot be delegated).
+    fn for_subagent(
+        &self,
+        _task: &crate::run::task::TaskArgs,
+    ) -> Option<crate::run::task::spec::WireModel> {
+        None
+    }
 }
 
 /// One scripted tool call; `id` defaults to `call-{turn}-{index}` (both 1-based).
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptedCall {
     pub name: String,
@@ -168,7 +177,7 @@ fn empty_args() -> Value {
 }
 
 /// One scripted assistant turn.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptedTurn {
     /// Simulated model latency before this turn's reply, in milliseconds.
@@ -188,10 +197,14 @@ pub struct ScriptedTurn {
 
 /// A playbook: `turns:` in order. The model plays turn N when the conversation holds
 /// N-1 assistant messages, so a resumed run continues where it stopped.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Playbook {
     pub turns: Vec<ScriptedTurn>,
+    /// The playbooks of the run's subagents: a task plays the one named by its
+    /// `description`, else by its `subagent_type`, else `default`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub subagents: std::collections::BTreeMap<String, Playbook>,
 }
 
 /// The largest playbook a run reads, from a file or sent inline.
@@ -200,6 +213,7 @@ pub const MAX_PLAYBOOK_BYTES: usize = 256 * 1024;
 /// The field names of a playbook, which an error about a file may name.
 const PLAYBOOK_FIELDS: &[&str] = &[
     "turns",
+    "subagents",
     "delay_ms",
     "content",
     "tool_calls",
@@ -358,6 +372,20 @@ impl ScriptedModel {
 impl ChatModel for ScriptedModel {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn for_subagent(
+        &self,
+        task: &crate::run::task::TaskArgs,
+    ) -> Option<crate::run::task::spec::WireModel> {
+        let subagents = &self.playbook.subagents;
+        let playbook = subagents
+            .get(&task.description)
+            .or_else(|| subagents.get(&task.subagent_type))
+            .or_else(|| subagents.get("default"))?;
+        Some(crate::run::task::spec::WireModel::Scripted {
+            playbook: playbook.clone(),
+        })
     }
 
     fn reads_prompt(&self) -> bool {

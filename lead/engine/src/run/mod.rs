@@ -1,0 +1,26 @@
+//! A run: an agent's model and tool loop over one `ThreadState` (spec 3, 4, 8), the
+//! same for the lead's runs and a subagent's task. `state` holds the reducers, `model`
+//! the chat model trait and the scripted model, `openai` the OpenAI-compatible model,
+//! `prompt` the system prompts, `middleware` DeerFlow's tool-call middlewares,
+//! `builtins` and `view_image` the tools executed by the engine, `execute` where each
+//! call runs, `hosts` the way to sandbox-host and mcp-host, `lease` the run's lease on its
+//! sandbox, `actor` the loop, `journal` where it is checkpointed, `settlement` the
+//! delivery receipt, `skills` the installed skills and their activation, `task` the
+//! `task` tool and the subagent task graph.
+
+pub mod actor;
+pub mod builtins;
+pub mod context;
+pub mod execute;
+pub mod hosts;
+pub mod journal;
+pub mod lease;
+pub mod middleware;
+pub mod model;
+pub mod openai;
+pub mod prompt;
+pub mod settlement;
+pub mod skills;
+pub mod state;
+pub mod task;
+pub mod view_image;

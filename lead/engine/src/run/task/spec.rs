@@ -1,0 +1,274 @@
+//! A task as it travels from the lead to a worker: who it is for (run, call, user and
+//! thread, so it uses the parent's sandbox), what to do (the task text and the system
+//! prompt the lead built per spec B), the subagent's catalog with its hash (the worker
+//! rebuilds it and refuses a task whose catalog does not hash to what the lead sent),
+//! the model's settings, and the limits. It is JSON inside the protocol's frame; the
+//! model's key is in it but never in its `Debug` form, a log or an event.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::catalog::routing::McpRouting;
+use crate::catalog::{Catalog, CatalogError, ToolSource, ToolSpec, TOOL_SEARCH_NAME};
+use crate::run::middleware::token_budget::TokenBudget;
+use crate::run::model::{ChatModel, ModelError, Playbook, ScriptedModel};
+use crate::run::openai::config::{ApiKey, OpenAiConfig};
+use crate::run::openai::retry::RetryPolicy;
+use crate::run::openai::OpenAiModel;
+
+/// One task for a worker.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TaskSpec {
+    pub run_id: String,
+    pub tool_call_id: String,
+    pub user_id: String,
+    pub thread_id: String,
+    /// The data root the thread's directories are under (`ThreadPaths`).
+    pub data_root: PathBuf,
+    pub subagent_type: String,
+    pub description: String,
+    /// The task text, exactly as the lead's model wrote it.
+    pub prompt: String,
+    /// The subagent's system message (spec B.1), `None` when it has no parts.
+    pub system_prompt: Option<String>,
+    pub catalog: WireCatalog,
+    pub model: WireModel,
+    /// The recursion limit (`max_turns`).
+    pub max_turns: usize,
+    /// The task's timeout (7.3).
+    pub timeout_s: u64,
+    /// Deadline of one tool call on a host.
+    pub tool_timeout_s: u64,
+    pub token_budget: Option<TokenBudget>,
+}
+
+/// A catalog's tools and deferral setting, and the hash it must have.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WireCatalog {
+    pub tools: Vec<WireTool>,
+    pub tool_search_enabled: bool,
+    pub hash: Option<String>,
+}
+
+/// One tool of a [`WireCatalog`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WireTool {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+    pub source: WireSource,
+    #[serde(default)]
+    pub group: Option<String>,
+    #[serde(default)]
+    pub routing: Option<McpRouting>,
+}
+
+/// Where a [`WireTool`] comes from.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum WireSource {
+    Config {
+        use_id: String,
+    },
+    Builtin,
+    Mcp {
+        server: Option<String>,
+        original_name: String,
+    },
+    Acp,
+}
+
+/// Why a worker refuses a catalog.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogMismatch {
+    #[error("the subagent's catalog does not build: {0}")]
+    Build(#[from] CatalogError),
+    #[error("the subagent's catalog hashes to {got}, the lead sent {sent}: refused")]
+    Hash { sent: String, got: String },
+}
+
+impl WireCatalog {
+    /// `catalog` as it travels (`tool_search` is rebuilt by the worker, not sent).
+    pub fn of(catalog: &Catalog, tool_search_enabled: bool) -> WireCatalog {
+        WireCatalog {
+            tools: catalog
+                .tools()
+                .iter()
+                .filter(|t| !(t.name == TOOL_SEARCH_NAME && t.source == ToolSource::Builtin))
+                .map(WireTool::of)
+                .collect(),
+            tool_search_enabled,
+            hash: catalog.hash().map(|h| h.as_str().to_owned()),
+        }
+    }
+
+    /// The catalog again, checked against the hash the lead computed.
+    pub fn rebuild(&self) -> Result<Catalog, CatalogMismatch> {
+        let tools = self.tools.iter().map(WireTool::to_spec).collect();
+        let catalog = Catalog::build(tools, self.tool_search_enabled)?;
+        let got = catalog.hash().map(|h| h.as_str().to_owned());
+        if got != self.hash {
+            return Err(CatalogMismatch::Hash {
+                sent: self.hash.clone().unwrap_or_else(|| "none".into()),
+                got: got.unwrap_or_else(|| "none".into()),
+            });
+        }
+        Ok(catalog)
+    }
+}
+
+impl WireTool {
+    fn of(tool: &ToolSpec) -> WireTool {
+        WireTool {
+            name: tool.name.clone(),
+            description: tool.description.clone(),
+            parameters: tool.parameters.value().clone(),
+            source: match &tool.source {
+                ToolSource::Config { use_id } => WireSource::Config {
+                    use_id: use_id.clone(),
+                },
+                ToolSource::Builtin => WireSource::Builtin,
+                ToolSource::Mcp {
+                    server,
+                    original_name,
+                } => WireSource::Mcp {
+                    server: server.as_deref().map(str::to_owned),
+                    original_name: original_name.to_string(),
+                },
+                ToolSource::Acp => WireSource::Acp,
+            },
+            group: tool.group.clone(),
+            routing: tool.routing.clone(),
+        }
+    }
+
+    fn to_spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            parameters: self.parameters.clone().into(),
+            source: match &self.source {
+                WireSource::Config { use_id } => ToolSource::Config {
+                    use_id: use_id.clone(),
+                },
+                WireSource::Builtin => ToolSource::Builtin,
+                WireSource::Mcp {
+                    server,
+                    original_name,
+                } => ToolSource::Mcp {
+                    server: server.as_deref().map(Arc::from),
+                    original_name: Arc::from(original_name.as_str()),
+                },
+                WireSource::Acp => ToolSource::Acp,
+            },
+            group: self.group.clone(),
+            routing: self.routing.clone(),
+        }
+    }
+}
+
+/// The model a task runs with.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum WireModel {
+    /// A playbook's turns (tests and demos).
+    Scripted { playbook: Playbook },
+    /// An OpenAI-compatible endpoint.
+    OpenAi {
+        name: String,
+        model: String,
+        base_url: String,
+        api_key: Option<String>,
+        params: Map<String, Value>,
+        max_retries: u32,
+        connect_timeout_ms: u64,
+        request_timeout_ms: u64,
+        idle_timeout_ms: u64,
+    },
+}
+
+impl fmt::Debug for WireModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireModel::Scripted { playbook } => f
+                .debug_struct("Scripted")
+                .field("turns", &playbook.turns.len())
+                .finish(),
+            WireModel::OpenAi {
+                name,
+                base_url,
+                api_key,
+                ..
+            } => f
+                .debug_struct("OpenAi")
+                .field("name", name)
+                .field("base_url", base_url)
+                .field("api_key", &api_key.as_ref().map(|_| "[redacted]"))
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl WireModel {
+    /// An OpenAI-compatible model's settings as they travel.
+    pub fn of_openai(config: &OpenAiConfig) -> WireModel {
+        WireModel::OpenAi {
+            name: config.name.clone(),
+            model: config.model.clone(),
+            base_url: config.base_url.clone(),
+            api_key: config.api_key.as_ref().map(|k| k.expose().to_owned()),
+            params: config.params.clone(),
+            max_retries: config.retry.max_retries,
+            connect_timeout_ms: millis(config.connect_timeout),
+            request_timeout_ms: millis(config.request_timeout),
+            idle_timeout_ms: millis(config.idle_timeout),
+        }
+    }
+
+    /// The model's name (`subagent_model_name`).
+    pub fn name(&self) -> &str {
+        match self {
+            WireModel::Scripted { .. } => ScriptedModel::NAME,
+            WireModel::OpenAi { name, .. } => name,
+        }
+    }
+
+    /// The chat model these settings make.
+    pub fn build(&self) -> Result<Arc<dyn ChatModel>, ModelError> {
+        Ok(match self {
+            WireModel::Scripted { playbook } => Arc::new(ScriptedModel::new(playbook.clone())),
+            WireModel::OpenAi {
+                name,
+                model,
+                base_url,
+                api_key,
+                params,
+                max_retries,
+                connect_timeout_ms,
+                request_timeout_ms,
+                idle_timeout_ms,
+            } => {
+                let mut config = OpenAiConfig::new(name, model, base_url);
+                config.api_key = api_key.as_deref().map(ApiKey::new);
+                config.params = params.clone();
+                config.retry = RetryPolicy {
+                    max_retries: *max_retries,
+                    ..RetryPolicy::default()
+                };
+                config.connect_timeout = Duration::from_millis(*connect_timeout_ms);
+                config.request_timeout = Duration::from_millis(*request_timeout_ms);
+                config.idle_timeout = Duration::from_millis(*idle_timeout_ms);
+                Arc::new(OpenAiModel::new(config)?)
+            }
+        })
+    }
+}
