@@ -42,7 +42,6 @@ pub use tool::{openai_parameters, ToolSource, ToolSpec};
 
 use deferred::{check_fail_closed, prompt_section_sorted};
 use names::NameTable;
-use promotion::NOT_DEFERRED;
 
 /// Why a catalog could not be built (an operator-facing error).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -55,6 +54,9 @@ pub enum CatalogError {
     )]
     DuplicateToolName(String),
 }
+
+/// Marks a tool that is not deferred in `Catalog::deferred_of_tool`.
+pub(crate) const NOT_DEFERRED: u32 = u32::MAX;
 
 /// A built, immutable tool catalog.
 pub struct Catalog {

@@ -1,6 +1,7 @@
 //! Promotions (spec 2.4, 2.5): the `promoted` state and its `merge_promoted` reducer, the
 //! deferred filter that hides unpromoted deferred tools from the model and refuses calls
-//! to them, and `tool_search` execution, which returns the state update and its message.
+//! to them, and the two producers of state updates: `tool_search` execution (the update
+//! and its message) and MCP routing's auto-promotion (`RoutingIndex::auto_promote`).
 //! Promotions count only under the catalog hash they were made for; the filter resolves
 //! a state once into a bitset, so each later check is O(1).
 
@@ -9,9 +10,10 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 
 use super::deferred::TOOL_SEARCH_NAME;
+use super::routing::RoutingIndex;
 use super::search::SearchMode;
 use super::tool::ToolSpec;
-use super::Catalog;
+use super::{Catalog, NOT_DEFERRED};
 
 /// The `tool_call_id` of a refused call that carried none.
 pub const MISSING_TOOL_CALL_ID: &str = "missing_tool_call_id";
@@ -54,6 +56,18 @@ fn dedupe(names: impl IntoIterator<Item = String>) -> Vec<String> {
         .into_iter()
         .filter(|name| seen.insert(name.clone()))
         .collect()
+}
+
+// Here rather than in `routing`, so that `routing` does not depend on promotions.
+impl RoutingIndex {
+    /// The state update auto-promotion emits, or `None` when nothing matches.
+    pub fn auto_promote(&self, user_text: &str, top_k: usize) -> Option<Promoted> {
+        let names = self.matches(user_text, top_k);
+        (!names.is_empty()).then(|| Promoted {
+            catalog_hash: self.catalog_hash().as_str().to_owned(),
+            names,
+        })
+    }
 }
 
 /// A refused call to a hidden tool: the error tool message to hand back, `status="error"`.
@@ -131,9 +145,6 @@ impl<'c> DeferredFilter<'c> {
         })
     }
 }
-
-/// Marks a tool that is not deferred in `Catalog::deferred_of_tool`.
-pub(crate) const NOT_DEFERRED: u32 = u32::MAX;
 
 /// The `ToolMessage` a `tool_search` call answers with.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,17 +1,18 @@
-//! MCP routing (spec 2.7): per-server `routing` settings with per-tool overrides, the
-//! auto-promotion index (deferred `prefer` tools with keywords, matched by casefolded
-//! substring against the latest real user message, best `top_k` by priority then name),
-//! and the `<mcp_routing_hints>` prompt block. The index is built once per catalog and
-//! holds keywords already casefolded.
-
-use serde::{Deserialize, Serialize};
+//! MCP routing (spec 2.7) from the settings each tool carries (`McpRouting`, defined in
+//! `tool` and re-exported here): the auto-promotion index (deferred `prefer` tools with
+//! keywords, matched by casefolded substring against the latest real user message, best
+//! `top_k` by priority then name) and the `<mcp_routing_hints>` prompt block. The index is
+//! built once per catalog and holds keywords already casefolded.
 
 use super::casefold::casefold;
 use super::deferred::{html_escape, DeferredSetup};
 use super::hash::CatalogHash;
-use super::promotion::Promoted;
 use super::search::py_strip;
 use super::tool::ToolSpec;
+// The routing settings live beside `ToolSpec`, which holds them; named here as before.
+pub use super::tool::{
+    clamp_priority, resolve_effective_routing, McpRouting, McpRoutingOverride, RoutingMode,
+};
 
 /// Opening and closing tags of the hints block.
 pub const ROUTING_HINTS_OPEN_TAG: &str = "<mcp_routing_hints>";
@@ -31,107 +32,6 @@ pub const MAX_AUTO_PROMOTE_TOP_K: usize = 5;
 
 /// The `name` DeerFlow gives summary messages, which are not real user turns.
 pub const SUMMARY_MESSAGE_NAME: &str = "summary";
-
-/// Whether routing hints and auto-promotion apply to a tool.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RoutingMode {
-    #[default]
-    Off,
-    Prefer,
-}
-
-/// A server's `routing` section, or a tool's effective routing. `priority` is clamped to
-/// 0..=100 when read.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "RawRouting")]
-pub struct McpRouting {
-    pub mode: RoutingMode,
-    pub priority: i64,
-    pub keywords: Vec<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRouting {
-    #[serde(default)]
-    mode: RoutingMode,
-    #[serde(default)]
-    priority: i64,
-    #[serde(default)]
-    keywords: Vec<String>,
-}
-
-impl From<RawRouting> for McpRouting {
-    fn from(raw: RawRouting) -> Self {
-        McpRouting {
-            mode: raw.mode,
-            priority: clamp_priority(raw.priority),
-            keywords: raw.keywords,
-        }
-    }
-}
-
-/// A tool's `routing` override: only the fields it sets replace the server's.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "RawOverride")]
-pub struct McpRoutingOverride {
-    pub mode: Option<RoutingMode>,
-    pub priority: Option<i64>,
-    pub keywords: Option<Vec<String>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawOverride {
-    mode: Option<RoutingMode>,
-    priority: Option<i64>,
-    keywords: Option<Vec<String>>,
-}
-
-impl From<RawOverride> for McpRoutingOverride {
-    fn from(raw: RawOverride) -> Self {
-        McpRoutingOverride {
-            mode: raw.mode,
-            priority: raw.priority.map(clamp_priority),
-            keywords: raw.keywords,
-        }
-    }
-}
-
-/// Clamps a routing priority to 0..=100, with DeerFlow's warnings.
-pub fn clamp_priority(priority: i64) -> i64 {
-    if priority < 0 {
-        tracing::warn!("MCP routing priority {priority} is below 0; clamping to 0.");
-        0
-    } else if priority > 100 {
-        tracing::warn!("MCP routing priority {priority} is above 100; clamping to 100.");
-        100
-    } else {
-        priority
-    }
-}
-
-/// `resolve_effective_mcp_routing`: the server's routing (defaults without a server) with
-/// the fields the tool's override sets.
-pub fn resolve_effective_routing(
-    server: Option<&McpRouting>,
-    tool_override: Option<&McpRoutingOverride>,
-) -> McpRouting {
-    let mut effective = server.cloned().unwrap_or_default();
-    if let Some(over) = tool_override {
-        if let Some(mode) = over.mode {
-            effective.mode = mode;
-        }
-        if let Some(priority) = over.priority {
-            effective.priority = priority;
-        }
-        if let Some(keywords) = &over.keywords {
-            effective.keywords = keywords.clone();
-        }
-    }
-    effective
-}
 
 /// `tool_search.auto_promote_top_k`: 3 when unset, clamped to 1..=5.
 pub fn clamp_top_k(top_k: Option<i64>) -> usize {
@@ -244,15 +144,6 @@ impl RoutingIndex {
             .map(|entry| entry.name.clone())
             .collect()
     }
-
-    /// The state update auto-promotion emits, or `None` when nothing matches.
-    pub fn auto_promote(&self, user_text: &str, top_k: usize) -> Option<Promoted> {
-        let names = self.matches(user_text, top_k);
-        (!names.is_empty()).then(|| Promoted {
-            catalog_hash: self.catalog_hash.as_str().to_owned(),
-            names,
-        })
-    }
 }
 
 /// `get_mcp_routing_hints_prompt_section`: one hint per `prefer` tool with keywords,
@@ -306,32 +197,6 @@ pub fn routing_hints_section<'a>(
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn routing_reads_with_defaults_clamps_and_forbids_extra_fields() {
-        let routing: McpRouting =
-            serde_json::from_value(json!({"mode": "prefer", "priority": 250})).unwrap();
-        assert_eq!(routing.priority, 100);
-        assert_eq!(routing.mode, RoutingMode::Prefer);
-        let low: McpRouting = serde_json::from_value(json!({"priority": -3})).unwrap();
-        assert_eq!((low.mode, low.priority), (RoutingMode::Off, 0));
-        assert!(serde_json::from_value::<McpRouting>(json!({"mode": "prefer", "x": 1})).is_err());
-        assert!(serde_json::from_value::<McpRouting>(json!({"mode": "always"})).is_err());
-    }
-
-    #[test]
-    fn override_replaces_only_the_fields_it_sets() {
-        let server: McpRouting =
-            serde_json::from_value(json!({"mode": "prefer", "priority": 10, "keywords": ["sql"]}))
-                .unwrap();
-        let over: McpRoutingOverride = serde_json::from_value(json!({"priority": 900})).unwrap();
-        let effective = resolve_effective_routing(Some(&server), Some(&over));
-        assert_eq!(effective.mode, RoutingMode::Prefer);
-        assert_eq!(effective.priority, 100);
-        assert_eq!(effective.keywords, ["sql"]);
-        assert_eq!(resolve_effective_routing(None, None), McpRouting::default());
-    }
 
     #[test]
     fn top_k_defaults_to_3_and_clamps() {

@@ -659,9 +659,12 @@ fn render_function(out: &mut String, tool: &ToolSpec) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::catalog::matcher::compile_query_regex;
+    use crate::catalog::matcher::{compile_query_regex, count_matches};
+    use proptest::prelude::*;
+    use proptest::sample::Index;
     use regex::Regex;
     use serde_json::json;
+    use std::collections::HashSet;
 
     fn catalog(tools: &[(&str, &str)]) -> Vec<ToolSpec> {
         tools
@@ -726,32 +729,75 @@ mod tests {
         );
     }
 
-    /// Reference semantics written the slow, obvious way: no prefilter, no pruning.
-    fn brute_force(tools: &[ToolSpec], query: &str) -> Vec<String> {
+    /// The reference search: DeerFlow's `DeferredToolCatalog.search` (spec 2.3) and the
+    /// extension, written the slow, obvious way over the tools themselves (no prefilter,
+    /// no folded text, no pruning). The matched names, in result order.
+    fn reference_search(tools: &[ToolSpec], query: &str, mode: SearchMode) -> Vec<String> {
         let rx = |p: &str| compile_query_regex(p).unwrap();
-        let query = py_strip(query);
+        let haystack = |t: &ToolSpec| format!("{} {}", t.name, t.description);
+        let names = |found: Vec<&ToolSpec>| -> Vec<String> {
+            found
+                .into_iter()
+                .take(MAX_RESULTS)
+                .map(|t| t.name.clone())
+                .collect()
+        };
+        let query = query.trim_matches(is_py_space);
+        if query.is_empty() {
+            return Vec::new();
+        }
+        if let Some(list) = query.strip_prefix("select:") {
+            let wanted: HashSet<&str> = list
+                .split(',')
+                .map(|n| n.trim_matches(is_py_space))
+                .collect();
+            // Uncapped.
+            return tools
+                .iter()
+                .filter(|t| wanted.contains(t.name.as_str()))
+                .map(|t| t.name.clone())
+                .collect();
+        }
+        if let Some(text) = query.strip_prefix('+') {
+            // `parts = text.split(None, 1)`
+            let text = text.trim_start_matches(is_py_space);
+            let Some(first) = text.split(is_py_space).next().filter(|w| !w.is_empty()) else {
+                return Vec::new();
+            };
+            let remainder = text[first.len()..].trim_start_matches(is_py_space);
+            let required = first.to_lowercase();
+            let mut found: Vec<&ToolSpec> = tools
+                .iter()
+                .filter(|t| t.name.to_lowercase().contains(&required))
+                .collect();
+            if !remainder.is_empty() {
+                let rank = rx(remainder);
+                // A stable sort, as Python's.
+                found.sort_by_key(|t| std::cmp::Reverse(count_matches(&rank, &haystack(t))));
+            }
+            return names(found);
+        }
         let whole = rx(query);
-        let mut scored: Vec<(usize, usize)> = tools
+        let mut scored: Vec<(usize, &ToolSpec)> = tools
             .iter()
-            .enumerate()
-            .filter(|(_, t)| whole.is_match(&format!("{} {}", t.name, t.description)))
-            .map(|(i, t)| (if whole.is_match(&t.name) { 2 } else { 1 }, i))
+            .filter(|t| whole.is_match(&haystack(t)))
+            .map(|t| (if whole.is_match(&t.name) { 2 } else { 1 }, t))
             .collect();
-        if scored.is_empty() && py_split(query).nth(1).is_some() {
-            let mut words: Vec<&str> = Vec::new();
-            for word in py_split(query) {
-                if !words
+        let words: Vec<&str> = query.split(is_py_space).filter(|w| !w.is_empty()).collect();
+        if scored.is_empty() && mode == SearchMode::Extended && words.len() > 1 {
+            let mut distinct: Vec<&str> = Vec::new();
+            for word in words {
+                if !distinct
                     .iter()
                     .any(|w| w.to_lowercase() == word.to_lowercase())
                 {
-                    words.push(word);
+                    distinct.push(word);
                 }
             }
-            let regexes: Vec<Arc<Regex>> = words.iter().map(|w| rx(w)).collect();
+            let regexes: Vec<Arc<Regex>> = distinct.iter().map(|w| rx(w)).collect();
             scored = tools
                 .iter()
-                .enumerate()
-                .map(|(i, t)| {
+                .map(|t| {
                     let score = regexes
                         .iter()
                         .map(|r| {
@@ -762,21 +808,18 @@ mod tests {
                             }
                         })
                         .sum();
-                    (score, i)
+                    (score, t)
                 })
                 .filter(|(score, _)| *score > 0)
                 .collect();
         }
-        scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        scored
-            .into_iter()
-            .take(MAX_RESULTS)
-            .map(|(_, i)| tools[i].name.clone())
-            .collect()
+        // A stable sort: equal scores keep catalog order.
+        scored.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
+        names(scored.into_iter().map(|(_, t)| t).collect())
     }
 
     #[test]
-    fn prefilters_and_pruning_agree_with_brute_force() {
+    fn prefilters_and_pruning_agree_with_the_reference() {
         let words = [
             "slack",
             "Send",
@@ -830,9 +873,210 @@ mod tests {
                     .collect();
                 assert_eq!(
                     ours,
-                    brute_force(&tools, &query),
+                    reference_search(&tools, &query, SearchMode::Extended),
                     "round {round}, query {query:?}"
                 );
+            }
+        }
+    }
+
+    /// Name pieces: case variants, the characters `regex` folds onto ASCII (`ſ`, the
+    /// Kelvin sign), a final-sigma pair, non-ASCII letters and regex metacharacters, few
+    /// enough that queries often match.
+    const NAME_ATOMS: &[&str] = &[
+        "slack", "Slack", "SLACK", "send", "Send", "post", "file", "FILE", "s", "k", "a", "b", "x",
+        "_", "-", ".", "+", "(", "|", "ſ", "\u{212a}", "Σ", "σ", "é", "É", "İ", "ß", "日历",
+    ];
+    /// Description pieces: the name pieces, words, phrases and Python whitespace.
+    #[rustfmt::skip]
+    const DESCRIPTION_ATOMS: &[&str] = &[
+        "message", "to", "sum(x)", "a|b", "aa", "aaa", "send message", "slack send",
+        "\n", "\t", "\u{a0}", "\u{1f}",
+    ];
+    /// Query pieces besides the name pieces and the tools' own names: regexes DeerFlow
+    /// compiles, patterns that fall back to a literal, patterns `regex` lacks.
+    #[rustfmt::skip]
+    const QUERY_ATOMS: &[&str] = &[
+        "a|b", "aa", "s.*k", "^mcp", "k$", "[sk]", "sum(", "sum(x)", r"\w+", "(?=x)", r"(a)\1",
+        "a??", "|", "sl?ack", "mcp__", "__", "slack send", "send message", ".", "*", "",
+    ];
+    /// How a query opens: each form of spec 2.3, near misses of it, and whitespace.
+    const QUERY_PREFIXES: &[&str] = &[
+        "", "", "", "select:", "select: ", "SELECT:", "+", "+ ", " +", "+\u{a0}", " ", "\t",
+    ];
+    const QUERY_SEPARATORS: &[&str] = &[" ", " ", ",", " , ", "|", "", "  ", "\u{1f}"];
+    const QUERY_SUFFIXES: &[&str] = &["", "", " ", "\u{1f}", ",", "\n"];
+
+    fn atom(atoms: &'static [&'static str]) -> impl Strategy<Value = &'static str> {
+        prop::sample::select(atoms)
+    }
+
+    /// A tool name: `mcp__server__tool`, or a few name pieces run together.
+    fn tool_name() -> impl Strategy<Value = String> {
+        let piece = || atom(NAME_ATOMS);
+        prop_oneof![
+            (
+                prop::sample::select(&["slack", "Slack", "github", "fs", "s"][..]),
+                prop::collection::vec(piece(), 1..3)
+            )
+                .prop_map(|(server, tool)| format!("mcp__{server}__{}", tool.join("_"))),
+            prop::collection::vec(piece(), 1..4).prop_map(|pieces| pieces.concat()),
+        ]
+    }
+
+    fn description() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![atom(NAME_ATOMS), atom(DESCRIPTION_ATOMS)];
+        (
+            prop::collection::vec(piece, 0..7),
+            prop::sample::select(&[" ", " ", ""][..]),
+        )
+            .prop_map(|(pieces, glue)| pieces.join(glue))
+    }
+
+    /// A catalog with unique names (as every catalog has), in generated order.
+    fn tools() -> impl Strategy<Value = Vec<ToolSpec>> {
+        prop::collection::vec((tool_name(), description()), 0..90).prop_map(|drafts| {
+            let mut seen = HashSet::new();
+            drafts
+                .into_iter()
+                .filter(|(name, _)| seen.insert(name.clone()))
+                .map(|(name, description)| {
+                    ToolSpec::mcp(name.clone(), description, json!({}), None, name)
+                })
+                .collect()
+        })
+    }
+
+    /// One piece of a query: a fixed piece, or the name of a catalog tool (picked when
+    /// the catalog is known), as given or uppercased.
+    #[derive(Clone, Debug)]
+    enum QueryPiece {
+        Text(&'static str),
+        ToolName(Index, bool),
+    }
+
+    #[derive(Clone, Debug)]
+    struct QueryDraft {
+        prefix: &'static str,
+        pieces: Vec<QueryPiece>,
+        separator: &'static str,
+        suffix: &'static str,
+    }
+
+    impl QueryDraft {
+        fn render(&self, tools: &[ToolSpec]) -> String {
+            let pieces: Vec<String> = self
+                .pieces
+                .iter()
+                .map(|piece| match piece {
+                    QueryPiece::Text(text) => (*text).to_owned(),
+                    QueryPiece::ToolName(_, _) if tools.is_empty() => "slack".to_owned(),
+                    QueryPiece::ToolName(at, upper) => {
+                        let name = &tools[at.index(tools.len())].name;
+                        if *upper {
+                            name.to_uppercase()
+                        } else {
+                            name.clone()
+                        }
+                    }
+                })
+                .collect();
+            format!(
+                "{}{}{}",
+                self.prefix,
+                pieces.join(self.separator),
+                self.suffix
+            )
+        }
+    }
+
+    fn query() -> impl Strategy<Value = QueryDraft> {
+        let tool_name = || {
+            (any::<Index>(), prop::bool::weighted(0.2))
+                .prop_map(|(at, upper)| QueryPiece::ToolName(at, upper))
+        };
+        let piece = prop_oneof![
+            atom(NAME_ATOMS).prop_map(QueryPiece::Text),
+            atom(QUERY_ATOMS).prop_map(QueryPiece::Text),
+            tool_name(),
+        ];
+        let any_form = (
+            atom(QUERY_PREFIXES),
+            prop::collection::vec(piece, 0..4),
+            atom(QUERY_SEPARATORS),
+            atom(QUERY_SUFFIXES),
+        );
+        // `select:` lists, mostly of names the catalog has.
+        let select = (
+            prop::sample::select(&["select:", " select:", "select: ", "SELECT:"][..]),
+            prop::collection::vec(
+                prop_oneof![4 => tool_name(), 1 => atom(NAME_ATOMS).prop_map(QueryPiece::Text)],
+                0..9,
+            ),
+            prop::sample::select(&[",", " , ", ",\u{a0}", ",,"][..]),
+            atom(QUERY_SUFFIXES),
+        );
+        prop_oneof![3 => any_form, 1 => select].prop_map(|(prefix, pieces, separator, suffix)| {
+            QueryDraft {
+                prefix,
+                pieces,
+                separator,
+                suffix,
+            }
+        })
+    }
+
+    fn found(
+        index: &SearchIndex,
+        tools: &[ToolSpec],
+        query: &str,
+        mode: SearchMode,
+    ) -> Vec<String> {
+        index
+            .search(query, mode)
+            .into_iter()
+            .map(|p| tools[p].name.clone())
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 256,
+            // A divergence found is kept as a plain unit test, not a file beside the code.
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// The fast path (prefilters, folded literals, pruned ranking), over an index built
+        /// from the tools and over one built from ingestion's features, answers every query
+        /// form exactly as the reference does: the same tools in the same order.
+        #[test]
+        fn fast_search_returns_exactly_the_reference_results(
+            tools in tools(),
+            drafts in prop::collection::vec(query(), 1..8),
+        ) {
+            let refs: Vec<&ToolSpec> = tools.iter().collect();
+            let built = SearchIndex::build(&refs);
+            let features: Vec<ToolFeatures> = tools
+                .iter()
+                .map(|t| ToolFeatures::of_tool(&t.name, &t.description))
+                .collect();
+            let ingested = SearchIndex::with_order(&refs, name_order(&refs), |p| Some(&features[p]));
+            for draft in &drafts {
+                let query = draft.render(&tools);
+                for mode in [SearchMode::Parity, SearchMode::Extended] {
+                    let expected = reference_search(&tools, &query, mode);
+                    prop_assert_eq!(
+                        &found(&built, &tools, &query, mode),
+                        &expected,
+                        "query {:?}, {:?}", query, mode
+                    );
+                    prop_assert_eq!(
+                        &found(&ingested, &tools, &query, mode),
+                        &expected,
+                        "query {:?}, {:?}, ingested features", query, mode
+                    );
+                }
             }
         }
     }

@@ -1,5 +1,7 @@
 //! What one tool is to the catalog: its name, the description and parameter schema the
-//! model reads, and where it comes from (config, builtin, MCP, ACP).
+//! model reads, where it comes from (config, builtin, MCP, ACP) and its MCP routing
+//! settings (spec 2.7, read from config; `routing` derives hints and auto-promotion).
+//! A leaf of `catalog`: it depends on nothing in it but `pyjson`.
 //! `parameters` is always in OpenAI-function form: for MCP tools that is the server's
 //! `inputSchema` as langchain's `convert_to_openai_function` leaves it (titles and the
 //! top-level description removed), so hashing and rendering never re-derive it.
@@ -8,10 +10,10 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::{Arc, OnceLock};
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::pyjson::SortedCompact;
-use super::routing::McpRouting;
 
 thread_local! {
     static CANONICAL_BUFFER: std::cell::RefCell<String> =
@@ -259,6 +261,107 @@ fn remove_titles_in_place(object: &mut Map<String, Value>, prev_key: &str) {
     }
 }
 
+/// Whether routing hints and auto-promotion apply to a tool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RoutingMode {
+    #[default]
+    Off,
+    Prefer,
+}
+
+/// A server's `routing` section, or a tool's effective routing. `priority` is clamped to
+/// 0..=100 when read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "RawRouting")]
+pub struct McpRouting {
+    pub mode: RoutingMode,
+    pub priority: i64,
+    pub keywords: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRouting {
+    #[serde(default)]
+    mode: RoutingMode,
+    #[serde(default)]
+    priority: i64,
+    #[serde(default)]
+    keywords: Vec<String>,
+}
+
+impl From<RawRouting> for McpRouting {
+    fn from(raw: RawRouting) -> Self {
+        McpRouting {
+            mode: raw.mode,
+            priority: clamp_priority(raw.priority),
+            keywords: raw.keywords,
+        }
+    }
+}
+
+/// A tool's `routing` override: only the fields it sets replace the server's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "RawOverride")]
+pub struct McpRoutingOverride {
+    pub mode: Option<RoutingMode>,
+    pub priority: Option<i64>,
+    pub keywords: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOverride {
+    mode: Option<RoutingMode>,
+    priority: Option<i64>,
+    keywords: Option<Vec<String>>,
+}
+
+impl From<RawOverride> for McpRoutingOverride {
+    fn from(raw: RawOverride) -> Self {
+        McpRoutingOverride {
+            mode: raw.mode,
+            priority: raw.priority.map(clamp_priority),
+            keywords: raw.keywords,
+        }
+    }
+}
+
+/// Clamps a routing priority to 0..=100, with DeerFlow's warnings.
+pub fn clamp_priority(priority: i64) -> i64 {
+    if priority < 0 {
+        tracing::warn!("MCP routing priority {priority} is below 0; clamping to 0.");
+        0
+    } else if priority > 100 {
+        tracing::warn!("MCP routing priority {priority} is above 100; clamping to 100.");
+        100
+    } else {
+        priority
+    }
+}
+
+/// `resolve_effective_mcp_routing`: the server's routing (defaults without a server) with
+/// the fields the tool's override sets.
+pub fn resolve_effective_routing(
+    server: Option<&McpRouting>,
+    tool_override: Option<&McpRoutingOverride>,
+) -> McpRouting {
+    let mut effective = server.cloned().unwrap_or_default();
+    if let Some(over) = tool_override {
+        if let Some(mode) = over.mode {
+            effective.mode = mode;
+        }
+        if let Some(priority) = over.priority {
+            effective.priority = priority;
+        }
+        if let Some(keywords) = &over.keywords {
+            effective.keywords = keywords.clone();
+        }
+    }
+    effective
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -313,5 +416,30 @@ mod tests {
             .map(|o| o.keys().map(String::as_str).collect())
             .unwrap_or_default();
         assert_eq!(keys, ["name", "description", "parameters"]);
+    }
+
+    #[test]
+    fn routing_reads_with_defaults_clamps_and_forbids_extra_fields() {
+        let routing: McpRouting =
+            serde_json::from_value(json!({"mode": "prefer", "priority": 250})).unwrap();
+        assert_eq!(routing.priority, 100);
+        assert_eq!(routing.mode, RoutingMode::Prefer);
+        let low: McpRouting = serde_json::from_value(json!({"priority": -3})).unwrap();
+        assert_eq!((low.mode, low.priority), (RoutingMode::Off, 0));
+        assert!(serde_json::from_value::<McpRouting>(json!({"mode": "prefer", "x": 1})).is_err());
+        assert!(serde_json::from_value::<McpRouting>(json!({"mode": "always"})).is_err());
+    }
+
+    #[test]
+    fn override_replaces_only_the_fields_it_sets() {
+        let server: McpRouting =
+            serde_json::from_value(json!({"mode": "prefer", "priority": 10, "keywords": ["sql"]}))
+                .unwrap();
+        let over: McpRoutingOverride = serde_json::from_value(json!({"priority": 900})).unwrap();
+        let effective = resolve_effective_routing(Some(&server), Some(&over));
+        assert_eq!(effective.mode, RoutingMode::Prefer);
+        assert_eq!(effective.priority, 100);
+        assert_eq!(effective.keywords, ["sql"]);
+        assert_eq!(resolve_effective_routing(None, None), McpRouting::default());
     }
 }
