@@ -667,6 +667,7 @@ fn bench_prompt() -> PromptFigures {
         skill_index: false,
         acp_agents: false,
         mounts: &[],
+        subagents: None,
     };
     const N: usize = 200;
     let mut cold = Vec::with_capacity(N);

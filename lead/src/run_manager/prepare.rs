@@ -668,6 +668,7 @@ impl RunEnv {
             skill_index: crate::catalog::assembly::skills_deferred_discovery(app),
             acp_agents: !app.acp_agents.is_empty(),
             mounts: &mounts,
+            subagents: None,
         })
     }
 }

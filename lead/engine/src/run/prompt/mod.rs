@@ -4,21 +4,27 @@
 //! one leading system message, and the last genuine user message sanitized and wrapped as
 //! data. Request changes are made to the request's copy of the messages, never to the state.
 
+pub mod delegation;
 mod input;
 pub mod sections;
 pub mod skills;
+pub mod subagent;
 
 use std::collections::HashSet;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::catalog::builtins::{ASK_CLARIFICATION, DESCRIBE_SKILL, SKILL_MANAGE, UPDATE_AGENT};
+use crate::catalog::builtins::{
+    ASK_CLARIFICATION, DESCRIBE_SKILL, SKILL_MANAGE, TASK, UPDATE_AGENT,
+};
 use crate::catalog::deferred::html_escape;
 use crate::catalog::Catalog;
 use crate::run::skills::InstalledSkill;
 use crate::run::state::Message;
 
+pub use delegation::SubagentPromptInputs;
 pub use input::{sanitize_user_input, BLOCKED_TAGS};
+pub use subagent::{subagent_system_prompt, SubagentPromptParts};
 
 /// Tools whose results are external sources, so the citations section is rendered.
 const WEB_TOOLS: &[&str] = &["web_search", "web_fetch", "image_search", "web_capture"];
@@ -47,6 +53,9 @@ pub struct PromptInputs<'a> {
     /// `acp_agents` is non-empty.
     pub acp_agents: bool,
     pub mounts: &'a [PromptMount],
+    /// The run's subagent settings; the `<subagent_system>` section and its bullets are
+    /// rendered only with these and `task` offered.
+    pub subagents: Option<SubagentPromptInputs<'a>>,
 }
 
 /// The lead's system prompt for `inputs`, sections in DeerFlow's order (spec A.2); a
@@ -54,6 +63,7 @@ pub struct PromptInputs<'a> {
 pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
     let offers = |name: &str| inputs.catalog.get(name).is_some();
     let clarification = offers(ASK_CLARIFICATION);
+    let subagents = inputs.subagents.as_ref().filter(|_| offers(TASK));
     let agent_name = inputs.agent_name.unwrap_or(sections::DEFAULT_AGENT_NAME);
     let mut out = String::with_capacity(8 * 1024);
     out.push_str(&sections::role(agent_name));
@@ -66,7 +76,8 @@ pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
     if let Some(name) = inputs.agent_name.filter(|_| offers(UPDATE_AGENT)) {
         out.push_str(&sections::self_update(name));
     }
-    out.push_str(sections::THINKING_STYLE);
+    let subagent_thinking = subagents.map(delegation::thinking).unwrap_or_default();
+    out.push_str(&sections::thinking_style(&subagent_thinking));
     if clarification {
         out.push_str(sections::CLARIFICATION);
     }
@@ -88,6 +99,9 @@ pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
                 out.push('\n');
             }
         }
+    }
+    if let Some(subagents) = subagents {
+        out.push_str(&delegation::section(subagents));
     }
     out.push_str(sections::WORKING_DIRECTORY);
     let mut extra = Vec::new();
@@ -113,7 +127,12 @@ pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
         skills::SkillsMode::Legacy => sections::SKILL_FIRST_LEGACY,
         skills::SkillsMode::Index => sections::SKILL_FIRST_INDEX,
     };
-    out.push_str(&sections::critical_reminders(skill_first, clarification));
+    let subagent_reminder = subagents.map(delegation::reminder).unwrap_or_default();
+    out.push_str(&sections::critical_reminders(
+        &subagent_reminder,
+        skill_first,
+        clarification,
+    ));
     out
 }
 
@@ -254,6 +273,7 @@ fn cache_key(inputs: &PromptInputs<'_>) -> u64 {
         inputs.skill_index,
         inputs.acp_agents,
         inputs.mounts,
+        inputs.subagents,
     )
         .hash(&mut h);
     h.finish()

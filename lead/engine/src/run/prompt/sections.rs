@@ -43,14 +43,19 @@ files with sandbox tools.
     )
 }
 
-/// Section 5.
-pub const THINKING_STYLE: &str = "<thinking_style>
+/// Section 5; `subagent_thinking` is `{subagent_thinking}`, its 4th bullet (empty without
+/// subagents).
+pub fn thinking_style(subagent_thinking: &str) -> String {
+    format!(
+        "<thinking_style>
 - Think briefly and concretely before acting: what is asked, what you know, the next step.
 - If something essential is unclear, ask before working.
 - Keep the final answer out of your thinking.
-- Always end with a visible response to the user.
+{subagent_thinking}- Always end with a visible response to the user.
 </thinking_style>
-";
+"
+    )
+}
 
 /// Section 6, rendered only when `ask_clarification` is offered.
 pub const CLARIFICATION: &str = "<clarification_system>
@@ -122,12 +127,14 @@ pub const SKILL_FIRST_LEGACY: &str =
 /// `{skill_first_reminder}` in index mode.
 pub const SKILL_FIRST_INDEX: &str = "- Skill First: For complex tasks, call describe_skill(name) to check if a matching skill exists, then read_file to load it.\n";
 
-/// Section 15; `skill_first` is `{skill_first_reminder}` (empty without skills).
-pub fn critical_reminders(skill_first: &str, clarification: bool) -> String {
+/// Section 15; `subagent` is `{subagent_reminder}` (empty without subagents) and
+/// `skill_first` is `{skill_first_reminder}` (empty without skills).
+pub fn critical_reminders(subagent: &str, skill_first: &str, clarification: bool) -> String {
     let mut out = String::from("<critical_reminders>\n");
     if clarification {
         out.push_str("- Clarification First: ask when essential information is missing.\n");
     }
+    out.push_str(subagent);
     out.push_str(skill_first);
     out.push_str(
         "- Progressive loading: read files, skills and tool schemas only when you need them.\n\

@@ -64,6 +64,7 @@ fn inputs<'a>(catalog: &'a Arc<Catalog>, skills: &'a [InstalledSkill]) -> Prompt
         skill_index: false,
         acp_agents: false,
         mounts: &[],
+        subagents: None,
     }
 }
 
@@ -295,4 +296,178 @@ fn index_mode_lists_sorted_names_and_describe_skill_describes_them() {
     let mut i = inputs(&legacy, &skills);
     i.skill_index = true;
     assert!(system_prompt(&i).contains("<available_skills>"));
+}
+
+fn subagent_list() -> Vec<(String, String)> {
+    vec![
+        ("general-purpose".into(), "Config text never shown.".into()),
+        ("bash".into(), "Config text never shown.".into()),
+        ("researcher".into(), "  Research agent  \nmore lines".into()),
+    ]
+}
+
+fn with_subagents<'a>(
+    catalog: &'a Arc<Catalog>,
+    skills: &'a [InstalledSkill],
+    available: &'a [(String, String)],
+    max_concurrent: usize,
+    bash_available: bool,
+) -> PromptInputs<'a> {
+    let mut i = inputs(catalog, skills);
+    i.subagents = Some(SubagentPromptInputs {
+        max_concurrent,
+        max_total: 5,
+        available,
+        bash_available,
+    });
+    i
+}
+
+#[test]
+fn the_subagent_section_for_three_per_response_sits_in_deerflows_place() {
+    let c = catalog(&["task", "ask_clarification"]);
+    let skills = [skill("deep-research", "Research deeply.", "public", true)];
+    let available = subagent_list();
+    let p = system_prompt(&with_subagents(&c, &skills, &available, 3, true));
+    in_order(
+        &p,
+        &[
+            "<thinking_style>",
+            "- Keep the final answer out of your thinking.\n- **DELEGATION CHECK",
+            "never exceed 3 `task` calls in one response or 5 total in this run.**\n- Always end with a visible response",
+            "</thinking_style>",
+            "<clarification_system>",
+            "</skill_system>",
+            "</available-deferred-tools>",
+            "</mcp_routing_hints>\n<subagent_system>\n## Subagent Routing: Delegate Only for Clear Net Benefit\n",
+            "Default to direct execution",
+            "**DELEGATION CHECK**",
+            "- Expected benefit = parallel wall-clock savings + specialist capability + context isolation\n- Expected cost = ",
+            "**Hard vetoes for parallel dispatch:**",
+            "Routine git, build, test, or deploy operations are not sufficient reason to delegate",
+            "**Clarify first:**",
+            "- **MAXIMUM 3 `task` CALLS PER RESPONSE - NEVER emit more. VIOLATION IS A HARD ERROR.** Excess calls are discarded and their work is lost.\n",
+            "- **MAXIMUM 5 `task` CALLS PER RUN - NEVER exceed it. VIOLATION IS A HARD ERROR.** Count only delegations for the current user request/run; older thread history does not consume this run's allowance.\n",
+            "**Available Subagents:**\n",
+            &format!("- **general-purpose**: {}\n", delegation::GENERAL_PURPOSE_DESCRIPTION),
+            &format!("- **bash**: {}\n", delegation::BASH_DESCRIPTION),
+            "- **researcher**: Research agent\n",
+            "**Multi-batch example (limit 3):**",
+            "Otherwise execute directly using available tools (bash, ls, read_file, web_search, etc.)",
+            "bash(\"npm test\")",
+            "\nThe `task` tool waits for the subagent and returns its result directly; no polling is needed.\n</subagent_system>\n<working_directory existed=\"true\">",
+            "<critical_reminders>\n- Clarification First",
+            "- **Benefit-Based Delegation**: Default to direct execution. Use `task` only when expected benefit from real parallel latency",
+            "HARD LIMITS ARE NON-NEGOTIABLE: max 3 `task` calls per response, max 5 per run; excess calls are discarded and their work is lost.\n",
+            "Always load the relevant skill",
+            "</critical_reminders>",
+        ],
+    );
+    for absent in [
+        "more lines",
+        "Config text never shown",
+        "Expected benefit = specialist capability + context isolation",
+        "Parallel dispatch cannot reduce wall-clock latency",
+        "available tools (ls, read_file",
+        "read_file(\"/mnt/user-data/workspace/README.md\")",
+    ] {
+        assert!(!p.contains(absent), "{absent} rendered:\n{p}");
+    }
+}
+
+#[test]
+fn the_subagent_section_for_one_per_response_drops_the_parallel_parts() {
+    let c = catalog(&["task"]);
+    let available = subagent_list();
+    let p = system_prompt(&with_subagents(&c, &[], &available, 1, false));
+    in_order(
+        &p,
+        &[
+            "never exceed 1 `task` calls in one response or 5 total in this run.**",
+            "<subagent_system>",
+            "Default to direct execution",
+            "DELEGATION CHECK",
+            "- Expected benefit = specialist capability + context isolation\n",
+            "Routine git, build, test, or deploy operations are not sufficient reason to delegate",
+            "Parallel dispatch cannot reduce wall-clock latency in this configuration",
+            "MAXIMUM 1 `task` CALLS PER RESPONSE",
+            "MAXIMUM 5 `task` CALLS PER RUN",
+            "- **researcher**: Research agent\n",
+            "Otherwise execute directly using available tools (ls, read_file, web_search, etc.)",
+            "read_file(\"/mnt/user-data/workspace/README.md\")",
+            "The `task` tool waits for the subagent and returns its result directly; no polling is needed.\n</subagent_system>",
+            "HARD LIMITS ARE NON-NEGOTIABLE: max 1 `task` calls per response, max 5 per run; excess calls are discarded and their work is lost.",
+        ],
+    );
+    for absent in [
+        "Multi-batch example",
+        "Hard vetoes",
+        "parallel wall-clock savings",
+        "bash(\"npm test\")",
+        "available tools (bash,",
+    ] {
+        assert!(!p.contains(absent), "{absent} rendered:\n{p}");
+    }
+}
+
+#[test]
+fn subagent_limits_are_clamped_and_descriptions_escaped() {
+    let c = catalog(&["task"]);
+    let available = vec![("critic".to_owned(), "Checks <b> & flags\nrest".to_owned())];
+    let mut i = with_subagents(&c, &[], &available, 9, true);
+    let p = system_prompt(&i);
+    assert!(p.contains("MAXIMUM 4 `task` CALLS PER RESPONSE"), "{p}");
+    assert!(p.contains("Multi-batch example (limit 4)"), "{p}");
+    assert!(
+        p.contains("- **critic**: Checks &lt;b&gt; &amp; flags\n"),
+        "{p}"
+    );
+    if let Some(s) = i.subagents.as_mut() {
+        s.max_concurrent = 0;
+        s.max_total = 0;
+    }
+    let p = system_prompt(&i);
+    assert!(p.contains("MAXIMUM 1 `task` CALLS PER RESPONSE"), "{p}");
+    assert!(p.contains("MAXIMUM 1 `task` CALLS PER RUN"), "{p}");
+    if let Some(s) = i.subagents.as_mut() {
+        s.max_total = 100;
+    }
+    assert!(system_prompt(&i).contains("MAXIMUM 50 `task` CALLS PER RUN"));
+}
+
+#[test]
+fn the_subagent_section_needs_task_offered_and_subagent_settings() {
+    let available = subagent_list();
+    let without_task = catalog(&["ask_clarification"]);
+    let with_task = catalog(&["task"]);
+    for p in [
+        system_prompt(&with_subagents(&without_task, &[], &available, 3, true)),
+        system_prompt(&inputs(&with_task, &[])),
+    ] {
+        for absent in [
+            "<subagent_system>",
+            "DELEGATION CHECK",
+            "HARD LIMITS ARE NON-NEGOTIABLE",
+            "Benefit-Based Delegation",
+        ] {
+            assert!(!p.contains(absent), "{absent} rendered:\n{p}");
+        }
+    }
+}
+
+#[test]
+fn the_cache_keys_on_the_subagent_settings() {
+    let c = catalog(&["task"]);
+    let available = subagent_list();
+    let cache = PromptCache::default();
+    let none = cache.get(&inputs(&c, &[]));
+    let three = cache.get(&with_subagents(&c, &[], &available, 3, true));
+    let one = cache.get(&with_subagents(&c, &[], &available, 1, true));
+    let no_bash = cache.get(&with_subagents(&c, &[], &available, 3, false));
+    assert!(!none.contains("<subagent_system>"));
+    assert!(three.contains("MAXIMUM 3 `task` CALLS PER RESPONSE"));
+    assert!(one.contains("MAXIMUM 1 `task` CALLS PER RESPONSE"));
+    assert!(no_bash.contains("available tools (ls, read_file, web_search, etc.)"));
+    let again = cache.get(&with_subagents(&c, &[], &available, 3, true));
+    assert!(Arc::ptr_eq(&three, &again));
 }
