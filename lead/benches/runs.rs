@@ -488,6 +488,7 @@ impl Lead {
                 agent: None,
                 bootstrap: false,
                 interactive: true,
+                subagents: None,
             }))
         });
         let run_ids: Vec<String> = futures::future::join_all(submissions)

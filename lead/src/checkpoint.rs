@@ -32,6 +32,8 @@ struct RunOptions {
     bootstrap: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     non_interactive: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    subagents: bool,
 }
 
 /// A checkpoint store failure (operator-facing: it fails the run).
@@ -188,6 +190,7 @@ impl CheckpointStore {
                     agent: record.agent.clone(),
                     bootstrap: record.bootstrap,
                     non_interactive: record.non_interactive,
+                    subagents: record.subagents,
                 })?
             ],
         )?;
@@ -390,6 +393,7 @@ fn record(raw: RawRecord) -> Result<RunRecord, CheckpointError> {
         agent: options.agent,
         bootstrap: options.bootstrap,
         non_interactive: options.non_interactive,
+        subagents: options.subagents,
     })
 }
 
@@ -511,6 +515,7 @@ mod tests {
             agent: Some("writer".into()),
             bootstrap: true,
             non_interactive: true,
+            subagents: true,
         }
     }
 
@@ -657,6 +662,7 @@ mod tests {
                     agent: None,
                     bootstrap: false,
                     non_interactive: false,
+                    subagents: false,
                 },
                 &state,
             )

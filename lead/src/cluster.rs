@@ -28,6 +28,8 @@ use crate::{
 pub struct ClusterSpec {
     pub runtime_dir: PathBuf,
     pub workers: u32,
+    /// Task slots of each worker (`antler.worker_slots`).
+    pub worker_slots: u32,
     /// Where the host binaries are (`antler-mcp-host`, ...).
     pub bin_dir: PathBuf,
     pub connection: ConnectionConfig,
@@ -189,6 +191,11 @@ impl RunningCluster {
                     child.args.push(extensions.display().to_string());
                 }
             }
+            if role == Role::Subagent {
+                if let Some(child) = children.last_mut() {
+                    child.args.extend(worker_args(&runtime, spec.worker_slots));
+                }
+            }
         }
         let token = runtime
             .generate_token()
@@ -204,7 +211,9 @@ impl RunningCluster {
             spec.restart.clone(),
         )
         .start();
-        let runs = start_runs(&spec, &supervisor, extensions.clone())?;
+        let dispatcher =
+            crate::subagents::dispatcher::SubagentDispatcher::new(supervisor.clone()).start();
+        let runs = start_runs(&spec, &supervisor, &dispatcher, extensions.clone())?;
         // An ephemeral cluster serves one command: it has no HTTP gateway.
         let gateway = if spec.ephemeral {
             Ok(None)
@@ -287,9 +296,25 @@ pub struct Runs {
 
 /// Opens the checkpoint store and starts the catalog actor and the run manager (which
 /// resumes unfinished runs unless the cluster is ephemeral).
+/// What a worker is told beyond the common arguments: its slots, where the hosts are,
+/// and a drain grace long enough for its tasks (a removed worker finishes them first).
+pub fn worker_args(runtime: &RuntimeDir, slots: u32) -> Vec<String> {
+    vec![
+        "--capacity".into(),
+        slots.max(1).to_string(),
+        "--sandbox-host".into(),
+        format!("unix:{}", runtime.socket(Role::SandboxHost, 0).display()),
+        "--mcp-host".into(),
+        format!("unix:{}", runtime.socket(Role::McpHost, 0).display()),
+        "--drain-grace-s".into(),
+        "1800".into(),
+    ]
+}
+
 fn start_runs(
     spec: &ClusterSpec,
     supervisor: &Addr<Supervisor>,
+    dispatcher: &Addr<crate::subagents::dispatcher::SubagentDispatcher>,
     extensions: PathBuf,
 ) -> Result<Runs, ClusterError> {
     use crate::catalog::{actor::CatalogActor, assembly::Sources};
@@ -303,13 +328,15 @@ fn start_runs(
         mcp: Default::default(),
     })
     .start();
-    let env = Arc::new(RunEnv::new(
+    let mut env = RunEnv::new(
         store,
         Arc::new(LinkHosts::new(supervisor.clone())),
         catalog,
         spec.config.clone(),
         extensions,
-    ));
+    );
+    env.dispatcher = Some(dispatcher.clone());
+    let env = Arc::new(env);
     let metrics = Arc::new(Metrics::default());
     let manager = RunManager::new(env, metrics.clone(), !spec.ephemeral).start();
     Ok(Runs { manager, metrics })

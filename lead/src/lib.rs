@@ -12,6 +12,7 @@ pub mod commands;
 pub mod control;
 pub mod gateway;
 pub mod run_manager;
+pub mod subagents;
 pub mod supervisor;
 
 pub use antler_engine::{catalog, run};

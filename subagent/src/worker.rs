@@ -1,23 +1,193 @@
-//! `Worker`: owns this worker process's task slots (its advertised capacity) and answers
-//! the lead's worker requests.
+//! `Worker`: owns this worker process's task slots (its advertised capacity), the task
+//! graphs running here, and the results of finished tasks, kept for a while by (run,
+//! tool call) so a lead that restarted collects them instead of running them again.
+//! [`Handler`] answers the lead: a `RunTask` starts a graph (or re-attaches when that
+//! task already runs or ran here: nothing runs twice) and streams its events and its
+//! end; a task without a free slot is refused, never queued.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use antler_engine::run::actor::CancelFlag;
+use antler_engine::run::task::spec::TaskSpec;
+use antler_engine::run::task::{TaskEvent, TaskResult};
 use antler_protocol::{
-    host::{HostArgs, RoleHandler},
+    host::RoleHandler,
     messages::{Health, Reply, Request, WorkerReply, WorkerRequest},
     Call, RemoteError,
 };
 use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+
+use crate::graph::{CancelTask, TaskGraph};
+use crate::hosts::WorkerHosts;
+
+/// A task's key: its parent run and the `task` call's id.
+pub type TaskKey = (String, String);
+
+/// What a listener of a task receives.
+#[derive(Debug)]
+pub enum Update {
+    Event(TaskEvent),
+    Ended(TaskResult),
+}
+
+/// A listener's view of a task: live updates, or the result it already has.
+pub enum Subscription {
+    Live(mpsc::UnboundedReceiver<Update>),
+    Done(TaskResult),
+}
+
+enum Entry {
+    Running {
+        graph: Addr<TaskGraph>,
+        listeners: Vec<mpsc::UnboundedSender<Update>>,
+    },
+    Finished {
+        result: TaskResult,
+        at: Instant,
+    },
+}
 
 /// The worker actor.
-#[derive(Debug)]
 pub struct Worker {
+    node: String,
     slots: u32,
-    busy: u32,
+    tasks: HashMap<TaskKey, Entry>,
+    hosts: Arc<WorkerHosts>,
+    keep: Duration,
+    draining: bool,
+}
+
+impl Worker {
+    fn busy(&self) -> u32 {
+        let running = self
+            .tasks
+            .values()
+            .filter(|e| matches!(e, Entry::Running { .. }))
+            .count();
+        u32::try_from(running).unwrap_or(u32::MAX)
+    }
+
+    fn subscribe(&mut self, key: &TaskKey) -> Option<Subscription> {
+        match self.tasks.get_mut(key)? {
+            Entry::Running { listeners, .. } => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                listeners.push(tx);
+                Some(Subscription::Live(rx))
+            }
+            Entry::Finished { result, .. } => Some(Subscription::Done(result.clone())),
+        }
+    }
 }
 
 impl Actor for Worker {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        // Kept results expire.
+        ctx.run_interval(Duration::from_secs(5), |worker, _| {
+            let keep = worker.keep;
+            worker.tasks.retain(|_, entry| match entry {
+                Entry::Finished { at, .. } => at.elapsed() < keep,
+                Entry::Running { .. } => true,
+            });
+        });
+    }
+}
+
+/// Why a task was not started.
+#[derive(Debug)]
+pub enum StartError {
+    NoSlot { slots: u32 },
+    Draining,
+}
+
+/// Starts the task of `spec` (or re-attaches to it).
+#[derive(Message)]
+#[rtype(result = "Result<Subscription, StartError>")]
+pub struct Start(pub TaskSpec);
+
+impl actix::Handler<Start> for Worker {
+    type Result = Result<Subscription, StartError>;
+
+    fn handle(&mut self, Start(spec): Start, ctx: &mut Context<Self>) -> Self::Result {
+        let key = (spec.run_id.clone(), spec.tool_call_id.clone());
+        if let Some(existing) = self.subscribe(&key) {
+            return Ok(existing);
+        }
+        if self.draining {
+            return Err(StartError::Draining);
+        }
+        if self.busy() >= self.slots {
+            return Err(StartError::NoSlot { slots: self.slots });
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(Update::Event(TaskEvent::TaskStarted {
+            task_id: spec.tool_call_id.clone(),
+            description: spec.description.clone(),
+            model_name: Some(spec.model.name().to_owned()),
+            worker: Some(self.node.clone()),
+        }));
+        tracing::info!(run = %spec.run_id, call = %spec.tool_call_id, subagent = %spec.subagent_type, "task started");
+        let graph = TaskGraph {
+            key: key.clone(),
+            spec: Some(spec),
+            hosts: Arc::clone(&self.hosts),
+            cancel: Arc::new(CancelFlag::default()),
+            worker: ctx.address(),
+            node: self.node.clone(),
+        }
+        .start();
+        self.tasks.insert(
+            key,
+            Entry::Running {
+                graph,
+                listeners: vec![tx],
+            },
+        );
+        Ok(Subscription::Live(rx))
+    }
+}
+
+/// Re-attaches to a task that runs or ran here.
+#[derive(Message)]
+#[rtype(result = "Option<Subscription>")]
+pub struct Attach(pub TaskKey);
+
+impl actix::Handler<Attach> for Worker {
+    type Result = Option<Subscription>;
+
+    fn handle(&mut self, Attach(key): Attach, _: &mut Context<Self>) -> Self::Result {
+        self.subscribe(&key)
+    }
+}
+
+/// Cancels a task, or every task of a run; how many it reached.
+#[derive(Message)]
+#[rtype(result = "u32")]
+pub struct Cancel {
+    pub run_id: String,
+    pub tool_call_id: Option<String>,
+}
+
+impl actix::Handler<Cancel> for Worker {
+    type Result = u32;
+
+    fn handle(&mut self, msg: Cancel, _: &mut Context<Self>) -> u32 {
+        let mut reached = 0;
+        for ((run, call), entry) in &self.tasks {
+            let matches =
+                *run == msg.run_id && msg.tool_call_id.as_ref().is_none_or(|id| id == call);
+            if let (true, Entry::Running { graph, .. }) = (matches, entry) {
+                graph.do_send(CancelTask);
+                reached += 1;
+            }
+        }
+        reached
+    }
 }
 
 /// Total and busy task slots.
@@ -29,7 +199,64 @@ impl actix::Handler<Slots> for Worker {
     type Result = MessageResult<Slots>;
 
     fn handle(&mut self, _: Slots, _: &mut Context<Self>) -> Self::Result {
-        MessageResult((self.slots, self.busy))
+        MessageResult((self.slots, self.busy()))
+    }
+}
+
+/// Takes no new task from now on.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Drain;
+
+impl actix::Handler<Drain> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, _: Drain, _: &mut Context<Self>) {
+        tracing::info!(running = self.busy(), "draining: no new tasks");
+        self.draining = true;
+    }
+}
+
+/// An event of a running task (from its graph).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct TaskEventOf {
+    pub key: TaskKey,
+    pub event: TaskEvent,
+}
+
+impl actix::Handler<TaskEventOf> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, msg: TaskEventOf, _: &mut Context<Self>) {
+        if let Some(Entry::Running { listeners, .. }) = self.tasks.get_mut(&msg.key) {
+            listeners.retain(|l| l.send(Update::Event(msg.event.clone())).is_ok());
+        }
+    }
+}
+
+/// A task ended (from its graph): its listeners get the result, which is kept.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct TaskFinished {
+    pub key: TaskKey,
+    pub result: TaskResult,
+}
+
+impl actix::Handler<TaskFinished> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, msg: TaskFinished, _: &mut Context<Self>) {
+        tracing::info!(run = %msg.key.0, call = %msg.key.1, status = msg.result.status.as_str(), "task ended");
+        let finished = Entry::Finished {
+            result: msg.result.clone(),
+            at: Instant::now(),
+        };
+        if let Some(Entry::Running { listeners, .. }) = self.tasks.insert(msg.key, finished) {
+            for listener in listeners {
+                let _ = listener.send(Update::Ended(msg.result.clone()));
+            }
+        }
     }
 }
 
@@ -39,42 +266,143 @@ pub struct Handler {
 }
 
 impl Handler {
-    pub fn start(args: &HostArgs) -> Self {
+    pub fn start(node: String, slots: u32, hosts: Arc<WorkerHosts>, keep: Duration) -> Self {
         Self {
             worker: Worker {
-                slots: args.capacity,
-                busy: 0,
+                node,
+                slots: slots.max(1),
+                tasks: HashMap::new(),
+                hosts,
+                keep,
+                draining: false,
             }
             .start(),
         }
     }
 }
 
+fn gone(e: MailboxError) -> RemoteError {
+    RemoteError::Failed(format!("worker unavailable: {e}"))
+}
+
+fn json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
+}
+
+/// Streams a subscription to the requester: events as items, then the end.
+async fn stream(subscription: Subscription, call: Call) -> Result<Reply, RemoteError> {
+    let mut updates = match subscription {
+        Subscription::Done(result) => {
+            return Ok(Reply::Worker(WorkerReply::TaskEnded {
+                result_json: json(&result),
+            }))
+        }
+        Subscription::Live(updates) => updates,
+    };
+    while let Some(update) = updates.recv().await {
+        match update {
+            Update::Event(event) => {
+                let item = Reply::Worker(WorkerReply::TaskEvent {
+                    event_json: json(&event),
+                });
+                if call.send_item(item).await.is_err() {
+                    // The lead is gone; the task goes on and its result is kept.
+                    return Err(RemoteError::Failed("the requester left".into()));
+                }
+            }
+            Update::Ended(result) => {
+                return Ok(Reply::Worker(WorkerReply::TaskEnded {
+                    result_json: json(&result),
+                }))
+            }
+        }
+    }
+    Err(RemoteError::Failed(
+        "the task's graph stopped without a result".into(),
+    ))
+}
+
 impl RoleHandler for Handler {
     fn handle(
         &self,
         request: Request,
-        _: Call,
+        call: Call,
         health: Health,
     ) -> BoxFuture<'static, Result<Reply, RemoteError>> {
         let worker = self.worker.clone();
         Box::pin(async move {
+            let Request::Worker(request) = request else {
+                return Err(RemoteError::Unsupported(format!(
+                    "the subagent worker does not handle {} requests",
+                    request.kind()
+                )));
+            };
             match request {
-                Request::Worker(WorkerRequest::Capacity) => {
-                    let (slots, busy) = worker
-                        .send(Slots)
-                        .await
-                        .map_err(|e| RemoteError::Failed(format!("worker unavailable: {e}")))?;
+                WorkerRequest::Capacity => {
+                    let (slots, busy) = worker.send(Slots).await.map_err(gone)?;
                     Ok(Reply::Worker(WorkerReply::Capacity {
                         health,
                         slots,
                         busy,
                     }))
                 }
-                other => Err(RemoteError::Unsupported(format!(
-                    "the subagent worker does not handle {} requests",
-                    other.kind()
-                ))),
+                WorkerRequest::RunTask(assignment) => {
+                    // A decoding error names where, never what (the text is the user's).
+                    let spec: TaskSpec =
+                        serde_json::from_str(&assignment.spec_json).map_err(|e| {
+                            RemoteError::Failed(format!(
+                                "the task does not decode (line {}, column {}): {:?}",
+                                e.line(),
+                                e.column(),
+                                e.classify()
+                            ))
+                        })?;
+                    if (spec.run_id.as_str(), spec.tool_call_id.as_str())
+                        != (assignment.run_id.as_str(), assignment.tool_call_id.as_str())
+                    {
+                        return Err(RemoteError::Failed(
+                            "the task's ids do not match its assignment".into(),
+                        ));
+                    }
+                    let subscription = match worker.send(Start(spec)).await.map_err(gone)? {
+                        Ok(subscription) => subscription,
+                        Err(StartError::NoSlot { slots }) => {
+                            return Err(RemoteError::Overloaded(format!(
+                                "all {slots} task slots of this worker are busy"
+                            )))
+                        }
+                        Err(StartError::Draining) => return Err(RemoteError::ShuttingDown),
+                    };
+                    stream(subscription, call).await
+                }
+                WorkerRequest::Attach {
+                    run_id,
+                    tool_call_id,
+                } => match worker
+                    .send(Attach((run_id, tool_call_id)))
+                    .await
+                    .map_err(gone)?
+                {
+                    Some(subscription) => stream(subscription, call).await,
+                    None => Ok(Reply::Worker(WorkerReply::UnknownTask)),
+                },
+                WorkerRequest::Cancel {
+                    run_id,
+                    tool_call_id,
+                } => {
+                    let tasks = worker
+                        .send(Cancel {
+                            run_id,
+                            tool_call_id,
+                        })
+                        .await
+                        .map_err(gone)?;
+                    Ok(Reply::Worker(WorkerReply::Cancelled { tasks }))
+                }
+                WorkerRequest::Drain => {
+                    worker.send(Drain).await.map_err(gone)?;
+                    Ok(Reply::Worker(WorkerReply::Draining))
+                }
             }
         })
     }

@@ -71,6 +71,7 @@ pub fn cluster_spec(
         ephemeral: false,
         runtime_dir,
         workers: workers.unwrap_or(antler.workers as u32),
+        worker_slots: antler.worker_slots,
         bin_dir: crate::cluster::default_bin_dir(),
         connection: ConnectionConfig {
             max_frame_bytes: antler.max_frame_bytes,

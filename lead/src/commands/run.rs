@@ -78,6 +78,9 @@ pub struct RunArgs {
     /// Nobody will answer: `ask_clarification` is not offered to the model.
     #[arg(long)]
     pub no_input: bool,
+    /// Offer the model `task`: it may delegate work to subagents on the workers.
+    #[arg(long)]
+    pub subagents: bool,
 }
 
 pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -134,6 +137,7 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                     agent: args.agent.clone(),
                     bootstrap: args.bootstrap,
                     interactive: !args.no_input,
+                    subagents: args.subagents.then_some(true),
                 }),
             };
             let run_id = started(&client, request).await?;
@@ -271,6 +275,45 @@ fn print_event(event: &Value) {
         ),
         Some("tool_finished") => eprintln!("  ✓ {} [{}]", text("name"), text("tool_call_id")),
         Some("warning") => eprintln!("! {}", text("message")),
+        Some("task") => print_task_event(event),
+        _ => {}
+    }
+}
+
+/// A subagent task's event, nested under its `task` call.
+fn print_task_event(event: &Value) {
+    let text = |key: &str| event[key].as_str().unwrap_or_default().to_owned();
+    let first_line = |value: &Value| {
+        let line = value
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .next()
+            .unwrap_or_default();
+        line.chars().take(120).collect::<String>()
+    };
+    let id = text("tool_call_id");
+    match event["type"].as_str() {
+        Some("task_started") => eprintln!(
+            "    ↳ [{id}] {} on {}",
+            text("description"),
+            event["worker"].as_str().unwrap_or("a worker")
+        ),
+        Some("task_waiting") => eprintln!("    ↳ [{id}] waiting for a free worker slot"),
+        Some("task_running") => {
+            let message = first_line(&event["message"]);
+            if !message.is_empty() {
+                eprintln!("    ↳ [{id}] {message}");
+            }
+        }
+        Some(kind @ ("task_completed" | "task_failed" | "task_cancelled" | "task_timed_out")) => {
+            let result = &event["result"];
+            let detail = match kind {
+                "task_completed" => first_line(&result["result"]),
+                _ => first_line(&result["error"]),
+            };
+            eprintln!("    ↳ [{id}] {} {detail}", kind.trim_start_matches("task_"));
+        }
         _ => {}
     }
 }

@@ -439,6 +439,9 @@ async fn post_run(state: web::Data<State>, payload: web::Payload) -> HttpRespons
         /// `false`: nobody talks to the run, so `ask_clarification` is not offered.
         #[serde(default)]
         interactive: Option<bool>,
+        /// `true`: the run is offered `task` (subagents on the cluster's workers).
+        #[serde(default)]
+        subagents: Option<bool>,
     }
     let body: Body = match serde_json::from_slice(&body) {
         Ok(b) => b,
@@ -473,6 +476,7 @@ async fn post_run(state: web::Data<State>, payload: web::Payload) -> HttpRespons
         agent: body.agent,
         bootstrap: body.bootstrap,
         interactive: body.interactive.unwrap_or(true),
+        subagents: body.subagents,
     };
     match state
         .runs

@@ -32,10 +32,14 @@ use crate::run::actor::{RunBuilder, RunError, RunLoop, RunSettings};
 use crate::run::context::{AgentContext, RunContext, ThreadPaths};
 use crate::run::hosts::{HostError, ToolHosts};
 use crate::run::middleware::guardrail::Guardrail;
+use crate::run::middleware::subagent_limit::SubagentLimit;
 use crate::run::middleware::token_budget::TokenBudget;
 use crate::run::model::{ChatModel, ModelError, ScriptedModel, MAX_PLAYBOOK_BYTES};
+use crate::run::prompt::SubagentPromptInputs;
 use crate::run::prompt::{PromptCache, PromptInputs, PromptMount};
 use crate::run::skills::SkillStore;
+use crate::run::task::delegation::Delegator;
+use crate::subagents::delegator::LeadDelegator;
 
 /// How a run records a scripted model, to resume it with the same playbook.
 pub const SCRIPTED_PREFIX: &str = "scripted:";
@@ -123,6 +127,8 @@ pub struct RunEnv {
     pub store: CheckpointStore,
     pub hosts: Arc<dyn ToolHosts>,
     pub catalog: Addr<CatalogActor>,
+    /// Where `task` calls are placed (`None`: runs are never offered `task`).
+    pub dispatcher: Option<Addr<crate::subagents::dispatcher::SubagentDispatcher>>,
     /// The cluster's config.yaml (`None`: defaults).
     pub config_path: Option<PathBuf>,
     /// The cluster's extensions_config.json (mcp-host reads the same file).
@@ -179,6 +185,7 @@ impl RunEnv {
             store,
             hosts,
             catalog,
+            dispatcher: None,
             config_path,
             extensions_path,
             feed: Mutex::new(Feed {
@@ -243,7 +250,7 @@ impl RunEnv {
 
     /// The catalog for a run with `app`: the actor's (cached per sources version) when
     /// the run uses the cluster's config, else one assembled for this run alone.
-    async fn catalog(
+    pub(crate) async fn catalog(
         &self,
         app: &Arc<AppConfig>,
         own_config: bool,
@@ -423,7 +430,7 @@ impl RunEnv {
 
     /// A new run, recorded as `running` with its initial state.
     pub async fn start(
-        &self,
+        self: &Arc<Self>,
         run_id: &str,
         submission: &RunSubmission,
     ) -> Result<Prepared, PrepareError> {
@@ -472,18 +479,26 @@ impl RunEnv {
             ),
         };
         let model = model_for(&label, &app)?;
-        let request = assembly_request(
+        let subagents =
+            self.dispatcher.is_some() && submission.subagents.unwrap_or(app.subagents.enabled);
+        let mut request = assembly_request(
             label_model(&label),
             submission.agent.clone(),
             submission.bootstrap,
             submission.interactive,
             profile.tool_groups.clone(),
         );
+        request.builtins.subagent_enabled = subagents;
         let mut warnings = Vec::new();
         let catalog = self
-            .catalog(&app, config_override.is_some(), request, &mut warnings)
+            .catalog(
+                &app,
+                config_override.is_some(),
+                request.clone(),
+                &mut warnings,
+            )
             .await?;
-        let context = self
+        let mut context = self
             .context(
                 &app,
                 run_id,
@@ -495,10 +510,20 @@ impl RunEnv {
                 submission.interactive,
             )
             .await?;
+        context.agent.subagents = subagents;
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
         let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
+        let delegator = self.delegator(
+            &app,
+            config_override.is_some(),
+            request,
+            &model,
+            &context,
+            &settings,
+            &profile,
+        );
         let run = self
-            .builder(context, model, &catalog, settings)
+            .builder(context, model, &catalog, settings, delegator)
             .model_label(&label)
             .start(&submission.task)
             .await?;
@@ -516,7 +541,7 @@ impl RunEnv {
 
     /// A stopped run from its last checkpoint, with `answer` added as the user's turn.
     pub async fn resume(
-        &self,
+        self: &Arc<Self>,
         run_id: &str,
         answer: Option<&str>,
         playbook: Option<&str>,
@@ -546,16 +571,20 @@ impl RunEnv {
             },
             &record.user_id,
         );
-        let request = assembly_request(
+        let subagents = self.dispatcher.is_some() && record.subagents;
+        let mut request = assembly_request(
             label_model(&label),
             record.agent.clone(),
             record.bootstrap,
             !record.non_interactive,
             profile.tool_groups.clone(),
         );
+        request.builtins.subagent_enabled = subagents;
         let mut warnings = Vec::new();
-        let catalog = self.catalog(&app, false, request, &mut warnings).await?;
-        let context = self
+        let catalog = self
+            .catalog(&app, false, request.clone(), &mut warnings)
+            .await?;
+        let mut context = self
             .context(
                 &app,
                 run_id,
@@ -567,10 +596,12 @@ impl RunEnv {
                 !record.non_interactive,
             )
             .await?;
+        context.agent.subagents = subagents;
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
         let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
+        let delegator = self.delegator(&app, false, request, &model, &context, &settings, &profile);
         let mut run = self
-            .builder(context, model, &catalog, settings)
+            .builder(context, model, &catalog, settings, delegator)
             .resume()
             .await?;
         if let Some(answer) = answer {
@@ -594,11 +625,48 @@ impl RunEnv {
         model: Arc<dyn ChatModel>,
         catalog: &Arc<Catalog>,
         settings: RunSettings,
+        delegator: Option<Arc<dyn Delegator>>,
     ) -> RunBuilder {
-        RunLoop::builder(context, model, Arc::clone(catalog), self.hosts.clone())
+        let builder = RunLoop::builder(context, model, Arc::clone(catalog), self.hosts.clone())
             .journal(Arc::new(self.store.clone()))
             .lead_tools(Arc::new(LeadAgentTools))
-            .settings(settings)
+            .settings(settings);
+        match delegator {
+            Some(delegator) => builder.delegator(delegator),
+            None => builder,
+        }
+    }
+
+    /// The run's delegator when it is offered `task`: its tasks are placed through the
+    /// cluster's dispatcher, with the parent's assembly request, model and skills.
+    #[allow(clippy::too_many_arguments)]
+    fn delegator(
+        self: &Arc<Self>,
+        app: &Arc<AppConfig>,
+        own_config: bool,
+        request: AssemblyRequest,
+        model: &Arc<dyn ChatModel>,
+        context: &RunContext,
+        settings: &RunSettings,
+        profile: &AgentProfile,
+    ) -> Option<Arc<dyn Delegator>> {
+        let dispatcher = self
+            .dispatcher
+            .clone()
+            .filter(|_| context.agent.subagents)?;
+        Some(Arc::new(LeadDelegator {
+            env: Arc::clone(self),
+            app: Arc::clone(app),
+            own_config,
+            parent_request: request,
+            parent_model: Arc::clone(model),
+            dispatcher,
+            limit: settings.subagent_limit,
+            data_root: context.agent.base_dir.clone(),
+            tool_timeout: settings.tool_timeout,
+            skills: settings.skills.clone(),
+            parent_skills: profile.skills.as_ref().map(|s| s.iter().cloned().collect()),
+        }))
     }
 
     /// A run's settings from config.yaml; its skills are where sandbox-host mounts them
@@ -628,6 +696,10 @@ impl RunEnv {
                 .map_err(|e| PrepareError::Config(e.to_string()))?,
             skills,
             system_prompt,
+            subagent_limit: SubagentLimit::new(
+                app.subagents.max_concurrent as usize,
+                app.subagents.max_total_per_run as usize,
+            ),
             ..RunSettings::default()
         })
     }
@@ -643,6 +715,12 @@ impl RunEnv {
         profile: &AgentProfile,
     ) -> Arc<str> {
         let installed = skills.scan();
+        let subagent_inputs: Option<Vec<(String, String)>> = context.agent.subagents.then(|| {
+            crate::subagents::types::available(app)
+                .into_iter()
+                .map(|t| (t.name, t.description))
+                .collect()
+        });
         let mounts: Vec<PromptMount> = app
             .sandbox
             .iter()
@@ -668,7 +746,14 @@ impl RunEnv {
             skill_index: crate::catalog::assembly::skills_deferred_discovery(app),
             acp_agents: !app.acp_agents.is_empty(),
             mounts: &mounts,
-            subagents: None,
+            subagents: subagent_inputs
+                .as_ref()
+                .map(|available| SubagentPromptInputs {
+                    max_concurrent: app.subagents.max_concurrent as usize,
+                    max_total: app.subagents.max_total_per_run as usize,
+                    available,
+                    bash_available: antler_protocol::config::is_host_bash_allowed(app),
+                }),
         })
     }
 }

@@ -28,10 +28,14 @@ pub const ANTLER_KEYS: &[&str] = &[
     "restart_window_s",
     "playbook_dirs",
     "mcp_pool",
+    "worker_slots",
 ];
 
 /// The most subagent workers one local cluster starts.
 pub const MAX_WORKERS: usize = 64;
+
+/// The most tasks one subagent worker runs at once.
+pub const MAX_WORKER_SLOTS: u32 = 1024;
 
 /// The keys of `antler.mcp_pool`.
 pub const MCP_POOL_KEYS: &[&str] = &["idle_timeout_s", "max_sessions", "max_rss_mb"];
@@ -67,6 +71,8 @@ pub struct AntlerSection {
     pub playbook_dirs: Vec<PathBuf>,
     /// mcp-host's stdio session pool (per user and thread sessions).
     pub mcp_pool: McpPoolSection,
+    /// Tasks one subagent worker runs at once (its advertised slots).
+    pub worker_slots: u32,
 }
 
 /// `antler.mcp_pool`: bounds of mcp-host's stdio session pool. A pooled session unused
@@ -111,6 +117,7 @@ impl Default for AntlerSection {
         Self {
             runtime_dir: None,
             workers: 2,
+            worker_slots: 4,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             heartbeat_interval_ms: 1000,
             heartbeat_misses: 3,
@@ -166,6 +173,11 @@ impl AntlerSection {
             (1..=MAX_WORKERS).contains(&self.workers),
             "workers",
             "expected an integer from 1 to 64",
+        );
+        require(
+            (1..=MAX_WORKER_SLOTS).contains(&self.worker_slots),
+            "worker_slots",
+            "expected an integer from 1 to 1024",
         );
         require(
             self.max_frame_bytes >= 1024,

@@ -11,6 +11,14 @@ use super::shapes::{null_as_default, NamedMap};
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, expecting = "a mapping of subagent settings")]
 pub struct SubagentsConfig {
+    /// Whether runs are offered `task` unless they say otherwise (Antler's; a run asks
+    /// with `"subagents": true` or `antler run --subagents`).
+    pub enabled: bool,
+    /// `task` calls one response may make (DeerFlow's `max_concurrent_subagents`,
+    /// clamped to 1..=4).
+    pub max_concurrent: u32,
+    /// Seconds a task waits for a free worker slot before it gets a capacity result.
+    pub slot_wait_s: u64,
     /// Timeout in seconds for built-in subagents (custom agents use their own).
     pub timeout_seconds: u64,
     /// Global max-turn override; `None` keeps each agent's own.
@@ -30,6 +38,9 @@ pub struct SubagentsConfig {
 impl Default for SubagentsConfig {
     fn default() -> Self {
         Self {
+            enabled: false,
+            max_concurrent: 3,
+            slot_wait_s: 30,
             timeout_seconds: 1800,
             max_turns: None,
             max_total_per_run: 6,

@@ -83,6 +83,8 @@ pub struct RunSubmission {
     /// Someone may talk to the run; `false` (`antler run --no-input`, `"interactive": false`)
     /// leaves `ask_clarification` out of its catalog.
     pub interactive: bool,
+    /// Whether the run is offered `task` (`None`: config.yaml's `subagents.enabled`).
+    pub subagents: Option<bool>,
 }
 
 /// Where a run's scripted playbook comes from. The type says who may name what: only the

@@ -18,7 +18,7 @@ pub use sandbox::{
     AcquireSource, Acquired, LeaseOwner, PoolStatus, Principal, SandboxError, SandboxReply,
     SandboxRequest, SandboxStatus, ToolCall, ToolResult, SANDBOX_TOOLS,
 };
-pub use worker::{WorkerReply, WorkerRequest};
+pub use worker::{TaskAssignment, WorkerReply, WorkerRequest};
 
 use serde::{Deserialize, Serialize};
 

@@ -71,6 +71,12 @@ pub struct BlobHasher {
     entries: usize,
 }
 
+impl Default for BlobHasher {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl BlobHasher {
     pub fn new() -> Self {
         let mut hasher = Sha256::new();

@@ -342,6 +342,7 @@ impl RunBuilder {
             agent: context.agent.agent_name.clone(),
             bootstrap: context.agent.bootstrap,
             non_interactive: context.agent.non_interactive,
+            subagents: context.agent.subagents,
         };
         self.journal.create_run(&record, &state).await?;
         if self.settings.settle {
@@ -689,6 +690,7 @@ impl RunLoop {
         for (call, result) in dangling.iter().zip(collected) {
             match result {
                 Some(result) => {
+                    self.task_events(&call.id)(TaskEvent::ended(&call.id, result.clone()));
                     update = update.then(delegation::task_update(&run_id, &call.id, &result))
                 }
                 None => {
@@ -743,9 +745,12 @@ impl RunLoop {
                     thread_id: self.context.thread_id.clone(),
                     args,
                 };
-                let running = delegator.delegate(task, self.task_events(&call_id));
+                let events = self.task_events(&call_id);
+                let running = delegator.delegate(task, Arc::clone(&events));
                 Box::pin(async move {
                     let result = running.await;
+                    // The task's last event, typed by how it ended (7.4).
+                    events(TaskEvent::ended(&call_id, result.clone()));
                     delegation::task_update(&run_id, &call_id, &result)
                 })
             }

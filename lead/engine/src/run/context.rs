@@ -83,6 +83,8 @@ pub struct AgentContext {
     /// A run no one talks to (`interactive: false`, `antler run --no-input`):
     /// `ask_clarification` is not offered, as on DeerFlow's non-interactive channels.
     pub non_interactive: bool,
+    /// The run is offered `task` (subagents).
+    pub subagents: bool,
 }
 
 impl AgentContext {

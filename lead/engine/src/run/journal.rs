@@ -66,6 +66,8 @@ pub struct RunRecord {
     pub bootstrap: bool,
     /// A run no one talks to (`ask_clarification` is not offered).
     pub non_interactive: bool,
+    /// A run offered `task`.
+    pub subagents: bool,
 }
 
 /// A journal failure (operator-facing: it fails the run).

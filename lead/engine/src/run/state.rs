@@ -60,7 +60,7 @@ pub enum Message {
         status: ToolStatus,
         /// Structured fields beside the content (a task's `subagent_*` fields, 7.2).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        additional_kwargs: Option<Value>,
+        additional_kwargs: Option<Box<Value>>,
     },
 }
 

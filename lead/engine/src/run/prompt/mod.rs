@@ -184,8 +184,11 @@ pub fn prepare_request(messages: &mut Vec<Message>, system: Option<&str>, date: 
         }
     }
     let mut leading = String::with_capacity(system.len() + 128);
-    leading.push_str(system.trim_end());
-    leading.push_str("\n\n");
+    // A subagent with no prompt parts still gets the date and the input markers (B.1).
+    if !system.trim().is_empty() {
+        leading.push_str(system.trim_end());
+        leading.push_str("\n\n");
+    }
     leading.push_str(&date_reminder(date));
     messages.retain(|m| match m {
         Message::System { content } => {

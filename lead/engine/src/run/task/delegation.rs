@@ -53,7 +53,7 @@ pub fn task_update(run_id: &str, tool_call_id: &str, result: &TaskResult) -> Sta
         name: TASK.to_owned(),
         content: result.content(),
         status,
-        additional_kwargs: Some(result.additional_kwargs()),
+        additional_kwargs: Some(Box::new(result.additional_kwargs())),
     }]);
     update.delegations.push(Delegation {
         id: tool_call_id.to_owned(),

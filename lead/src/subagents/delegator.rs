@@ -1,0 +1,366 @@
+//! [`LeadDelegator`]: the lead's [`Delegator`] for one run. A `task` call's type is
+//! resolved (7.1), its catalog assembled by the `CatalogActor` from the parent's request
+//! (`AssemblyRequest::subagent_of`, 1.3: the parent's groups and principal, the type's
+//! tools and disallowed tools, authorization, its own deferral and hash), its model and
+//! system prompt (spec B) chosen, and the task placed through the
+//! [`SubagentDispatcher`]. The worker runs it and calls the model and the hosts itself;
+//! the lead streams its events to the parent run and collects its result. A worker lost
+//! mid-task ends the task `failed`, naming the worker.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::Addr;
+use antler_engine::catalog::assembly::AssemblyRequest;
+use antler_engine::run::middleware::subagent_limit::SubagentLimit;
+use antler_engine::run::middleware::token_budget::TokenBudget;
+use antler_engine::run::model::ChatModel;
+use antler_engine::run::prompt::subagent::builtin_system_prompt;
+use antler_engine::run::prompt::{subagent_system_prompt, SubagentPromptParts};
+use antler_engine::run::skills::SkillStore;
+use antler_engine::run::task::delegation::{Delegator, TaskCall, TaskEventSink};
+use antler_engine::run::task::spec::{TaskSpec, WireCatalog};
+use antler_engine::run::task::{TaskEvent, TaskResult};
+use antler_protocol::config::{AppConfig, TokenBudgetConfig};
+use antler_protocol::messages::{Reply, Request, TaskAssignment, WorkerReply, WorkerRequest};
+use antler_protocol::{Connection, RemoteError, RpcError, TraceContext};
+use futures::future::BoxFuture;
+
+use super::dispatcher::{
+    Connections, Placement, Release, Reserve, Reserved, SubagentDispatcher, Unplace,
+};
+use super::types;
+use crate::run_manager::prepare::RunEnv;
+
+/// Time the lead's stream of a task gets beyond the task's own timeout (the worker ends
+/// a task at its timeout; this bounds a worker that stops answering).
+const STREAM_MARGIN: Duration = Duration::from_secs(60);
+/// Placements tried when a worker refuses a task for a slot race.
+const PLACEMENT_ATTEMPTS: usize = 3;
+/// How long a resumed run waits for its workers' links before it decides a task is lost.
+const COLLECT_WAIT: Duration = Duration::from_secs(10);
+
+/// The delegator of one lead run.
+pub struct LeadDelegator {
+    pub env: Arc<RunEnv>,
+    pub app: Arc<AppConfig>,
+    pub own_config: bool,
+    pub parent_request: AssemblyRequest,
+    pub parent_model: Arc<dyn ChatModel>,
+    pub dispatcher: Addr<SubagentDispatcher>,
+    pub limit: SubagentLimit,
+    pub data_root: PathBuf,
+    pub tool_timeout: Duration,
+    pub skills: SkillStore,
+    /// The parent's skills allowlist (`None`: all).
+    pub parent_skills: Option<Vec<String>>,
+}
+
+/// A task that ended before reaching a worker, with the model it would have used.
+fn failed(text: impl Into<String>) -> TaskResult {
+    TaskResult::failed(text)
+}
+
+fn budget(config: Option<&TokenBudgetConfig>) -> Option<TokenBudget> {
+    let config = config?;
+    let mut value = serde_json::Map::new();
+    if let Some(enabled) = config.enabled {
+        value.insert("enabled".into(), enabled.into());
+    }
+    if let Some(max) = config.max_tokens {
+        value.insert("max_tokens".into(), max.into());
+    }
+    if let Some(warn) = config.warn_threshold {
+        value.insert("warn_threshold".into(), warn.into());
+    }
+    TokenBudget::from_config(Some(&serde_json::Value::Object(value)))
+        .ok()
+        .flatten()
+}
+
+impl LeadDelegator {
+    /// The task's spec: type, catalog, model, prompt and limits.
+    async fn spec(&self, call: &TaskCall) -> Result<TaskSpec, String> {
+        let ty = types::resolve(&self.app, &call.args.subagent_type)?;
+        let mut request = AssemblyRequest::subagent_of(
+            &self.parent_request,
+            ty.tools.clone(),
+            ty.disallowed_tools.clone(),
+        );
+        if let Some(model) = &ty.model {
+            request.model_name = Some(model.clone());
+        }
+        let mut warnings = Vec::new();
+        let catalog = self
+            .env
+            .catalog(&self.app, self.own_config, request, &mut warnings)
+            .await
+            .map_err(|e| format!("the subagent's tools could not be assembled: {e}"))?;
+        let model = match &ty.model {
+            Some(name) => {
+                crate::run_manager::prepare::model_for(&format!("model:{name}"), &self.app)
+                    .map_err(|e| e.to_string())?
+                    .for_subagent(&call.args)
+            }
+            None => self.parent_model.for_subagent(&call.args),
+        }
+        .ok_or_else(|| "this run's model cannot be handed to a subagent worker".to_owned())?;
+        let skills = types::skills_for(ty.skills.as_deref(), self.parent_skills.as_deref());
+        let installed = if skills.as_ref().is_some_and(Vec::is_empty) {
+            Vec::new()
+        } else {
+            self.skills.scan()
+        };
+        let allowed: Option<HashSet<String>> = skills.map(|s| s.into_iter().collect());
+        let own_prompt = ty
+            .system_prompt
+            .as_deref()
+            .or_else(|| builtin_system_prompt(&ty.name));
+        let system_prompt = subagent_system_prompt(&SubagentPromptParts {
+            catalog: &catalog,
+            system_prompt: own_prompt,
+            skills: &installed,
+            allowed_skills: allowed.as_ref(),
+            skills_container_root: &self.skills.container_root,
+            skill_evolution: self.app.skill_evolution.enabled,
+            skill_index: antler_engine::catalog::assembly::skills_deferred_discovery(&self.app),
+        });
+        Ok(TaskSpec {
+            run_id: call.run_id.clone(),
+            tool_call_id: call.tool_call_id.clone(),
+            user_id: call.user_id.clone(),
+            thread_id: call.thread_id.clone(),
+            data_root: self.data_root.clone(),
+            subagent_type: ty.name.clone(),
+            description: call.args.description.clone(),
+            prompt: call.args.prompt.clone(),
+            system_prompt,
+            catalog: WireCatalog::of(&catalog, self.app.tool_search.enabled),
+            model,
+            max_turns: ty.max_turns as usize,
+            timeout_s: ty.timeout_seconds,
+            tool_timeout_s: self.tool_timeout.as_secs().max(1),
+            token_budget: budget(ty.token_budget.as_ref()),
+        })
+    }
+
+    /// A slot for the task, waiting for one at most `subagents.slot_wait_s`.
+    async fn place(
+        &self,
+        run_id: &str,
+        task_id: &str,
+        events: &TaskEventSink,
+    ) -> Result<Placement, String> {
+        let wait = Duration::from_secs(self.app.subagents.slot_wait_s);
+        let reserved = self
+            .dispatcher
+            .send(Reserve {
+                run_id: run_id.to_owned(),
+                max_concurrent: self.limit.max_concurrent(),
+                max_total: self.limit.max_total(),
+                wait,
+            })
+            .await
+            .map_err(|e| format!("the subagent dispatcher is gone: {e}"))?;
+        match reserved {
+            Reserved::Placed(placement) => Ok(placement),
+            Reserved::Refused(text) => Err(text),
+            Reserved::Queued(slot) => {
+                events(TaskEvent::TaskWaiting {
+                    task_id: task_id.to_owned(),
+                    deadline_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                });
+                match tokio::time::timeout(wait + Duration::from_secs(1), slot).await {
+                    Ok(Ok(placed)) => placed,
+                    _ => Err(super::dispatcher::no_slot_text(0, 0, 1)),
+                }
+            }
+        }
+    }
+}
+
+/// Reads a task's stream to its end: events to `events`, the result last. A stream that
+/// breaks is a lost worker.
+async fn follow(
+    connection: &Connection,
+    request: Request,
+    timeout: Duration,
+    node: &str,
+    events: &TaskEventSink,
+) -> Result<TaskResult, RpcError> {
+    let mut stream = connection
+        .request_stream(request, TraceContext::new_root(), timeout)
+        .await?;
+    while let Some(item) = stream.next().await {
+        match item? {
+            Reply::Worker(WorkerReply::TaskEvent { event_json }) => {
+                match serde_json::from_str::<TaskEvent>(&event_json) {
+                    Ok(event) => events(event),
+                    Err(e) => tracing::warn!(worker = %node, "a task event does not decode: {e}"),
+                }
+            }
+            Reply::Worker(WorkerReply::TaskEnded { result_json }) => {
+                return Ok(
+                    serde_json::from_str::<TaskResult>(&result_json).unwrap_or_else(|e| {
+                        failed(format!("the result from {node} does not decode: {e}"))
+                    }),
+                );
+            }
+            Reply::Worker(WorkerReply::UnknownTask) => {
+                return Err(RpcError::Remote(RemoteError::Failed("unknown task".into())))
+            }
+            other => {
+                return Ok(failed(format!("unexpected reply from {node}: {other:?}")));
+            }
+        }
+    }
+    Err(RpcError::PeerUnavailable(format!(
+        "{node} closed the task's stream"
+    )))
+}
+
+fn lost(node: &str, error: &RpcError) -> TaskResult {
+    failed(format!(
+        "the subagent worker {node} was lost mid-task ({error}); its work is gone"
+    ))
+}
+
+impl Delegator for LeadDelegator {
+    fn delegate(&self, call: TaskCall, events: TaskEventSink) -> BoxFuture<'static, TaskResult> {
+        let this = LeadDelegator {
+            env: Arc::clone(&self.env),
+            app: Arc::clone(&self.app),
+            own_config: self.own_config,
+            parent_request: self.parent_request.clone(),
+            parent_model: Arc::clone(&self.parent_model),
+            dispatcher: self.dispatcher.clone(),
+            limit: self.limit,
+            data_root: self.data_root.clone(),
+            tool_timeout: self.tool_timeout,
+            skills: self.skills.clone(),
+            parent_skills: self.parent_skills.clone(),
+        };
+        Box::pin(async move {
+            let spec = match this.spec(&call).await {
+                Ok(spec) => spec,
+                Err(text) => return failed(text),
+            };
+            let model_name = spec.model.name().to_owned();
+            let timeout = Duration::from_secs(spec.timeout_s) + STREAM_MARGIN;
+            let spec_json = match serde_json::to_string(&spec) {
+                Ok(json) => json,
+                Err(e) => return failed(format!("the task does not encode: {e}")),
+            };
+            for attempt in 1..=PLACEMENT_ATTEMPTS {
+                let placement = match this.place(&call.run_id, &call.tool_call_id, &events).await {
+                    Ok(placement) => placement,
+                    Err(text) => {
+                        return TaskResult {
+                            model_name: Some(model_name),
+                            ..failed(text)
+                        }
+                    }
+                };
+                let request = Request::Worker(WorkerRequest::RunTask(TaskAssignment {
+                    run_id: call.run_id.clone(),
+                    tool_call_id: call.tool_call_id.clone(),
+                    spec_json: spec_json.clone(),
+                }));
+                let outcome = follow(
+                    &placement.connection,
+                    request,
+                    timeout,
+                    &placement.node,
+                    &events,
+                )
+                .await;
+                match outcome {
+                    Err(RpcError::Remote(
+                        RemoteError::Overloaded(_) | RemoteError::ShuttingDown,
+                    )) if attempt < PLACEMENT_ATTEMPTS => {
+                        this.dispatcher.do_send(Unplace {
+                            index: placement.index,
+                            run_id: call.run_id.clone(),
+                        });
+                        continue;
+                    }
+                    result => {
+                        this.dispatcher.do_send(Release {
+                            index: placement.index,
+                            run_id: call.run_id.clone(),
+                        });
+                        return match result {
+                            Ok(result) => result,
+                            Err(e) => TaskResult {
+                                model_name: Some(model_name),
+                                worker: Some(placement.node.clone()),
+                                ..lost(&placement.node, &e)
+                            },
+                        };
+                    }
+                }
+            }
+            failed("no subagent worker took the task")
+        })
+    }
+
+    fn collect(
+        &self,
+        run_id: &str,
+        tool_call_id: &str,
+        events: TaskEventSink,
+    ) -> BoxFuture<'static, Option<TaskResult>> {
+        let dispatcher = self.dispatcher.clone();
+        let run_id = run_id.to_owned();
+        let tool_call_id = tool_call_id.to_owned();
+        Box::pin(async move {
+            // The links of a lead that just started may still be dialling.
+            let until = tokio::time::Instant::now() + COLLECT_WAIT;
+            let mut asked = HashSet::new();
+            loop {
+                let workers = dispatcher.send(Connections).await.unwrap_or_default();
+                for (index, node, connection) in workers {
+                    if !asked.insert(index) {
+                        continue;
+                    }
+                    let request = Request::Worker(WorkerRequest::Attach {
+                        run_id: run_id.clone(),
+                        tool_call_id: tool_call_id.clone(),
+                    });
+                    let timeout = Duration::from_secs(3600);
+                    match follow(&connection, request, timeout, &node, &events).await {
+                        Ok(result) => return Some(result),
+                        Err(RpcError::Remote(_)) => {}
+                        Err(e) => return Some(lost(&node, &e)),
+                    }
+                }
+                if tokio::time::Instant::now() >= until {
+                    return None;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    }
+
+    fn cancel_run(&self, run_id: &str) {
+        let dispatcher = self.dispatcher.clone();
+        let run_id = run_id.to_owned();
+        actix::spawn(async move {
+            let workers = dispatcher.send(Connections).await.unwrap_or_default();
+            for (_, node, connection) in workers {
+                let request = Request::Worker(WorkerRequest::Cancel {
+                    run_id: run_id.clone(),
+                    tool_call_id: None,
+                });
+                if let Err(e) = connection
+                    .request(request, TraceContext::new_root(), Duration::from_secs(5))
+                    .await
+                {
+                    tracing::warn!(worker = %node, run = %run_id, "cancel not delivered: {e}");
+                }
+            }
+        });
+    }
+}

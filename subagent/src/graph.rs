@@ -1,0 +1,71 @@
+//! `TaskGraph`: one actor per task, thrown away when the task ends. It owns the task's
+//! cancellation and drives the engine's task run (`antler_engine::run::task::graph`): no
+//! checkpoint, no `task` tool, its budgets and timeout. Its events and its end go to the
+//! [`Worker`](crate::worker::Worker), which streams them to whoever listens; the first
+//! terminal state is the only one (the actor stops after it).
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use antler_engine::run::actor::CancelFlag;
+use antler_engine::run::task::graph::run_task;
+use antler_engine::run::task::spec::TaskSpec;
+use antler_engine::run::task::TaskEvent;
+
+use crate::hosts::WorkerHosts;
+use crate::worker::{TaskEventOf, TaskFinished, TaskKey, Worker};
+
+/// One task's actor.
+pub struct TaskGraph {
+    pub key: TaskKey,
+    pub spec: Option<TaskSpec>,
+    pub hosts: Arc<WorkerHosts>,
+    pub cancel: Arc<CancelFlag>,
+    pub worker: Addr<Worker>,
+    pub node: String,
+}
+
+impl Actor for TaskGraph {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let Some(spec) = self.spec.take() else {
+            ctx.stop();
+            return;
+        };
+        let worker = self.worker.clone();
+        let key = self.key.clone();
+        let events = Arc::new(move |event: TaskEvent| {
+            worker.do_send(TaskEventOf {
+                key: key.clone(),
+                event,
+            })
+        });
+        let hosts: Arc<dyn antler_engine::run::hosts::ToolHosts> = self.hosts.clone();
+        let cancel = Arc::clone(&self.cancel);
+        async move { run_task(&spec, hosts, cancel, events).await }
+            .into_actor(self)
+            .map(|mut result, act, ctx| {
+                result.worker = Some(act.node.clone());
+                act.worker.do_send(TaskFinished {
+                    key: act.key.clone(),
+                    result,
+                });
+                ctx.stop();
+            })
+            .spawn(ctx);
+    }
+}
+
+/// Asks the task to stop (between its steps, or while it waits on its model or a tool).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CancelTask;
+
+impl Handler<CancelTask> for TaskGraph {
+    type Result = ();
+
+    fn handle(&mut self, _: CancelTask, _: &mut Context<Self>) {
+        self.cancel.cancel();
+    }
+}
