@@ -300,6 +300,12 @@ fn print_task_event(event: &Value) {
             event["worker"].as_str().unwrap_or("a worker")
         ),
         Some("task_waiting") => eprintln!("    ↳ [{id}] waiting for a free worker slot"),
+        Some("task_tool") if event["error"] == true => eprintln!(
+            "    ↳ [{id}] ✗ {}: {}",
+            text("name"),
+            first_line(&event["message"])
+        ),
+        Some("task_tool") => eprintln!("    ↳ [{id}] ✓ {}", text("name")),
         Some("task_running") => {
             let message = first_line(&event["message"]);
             if !message.is_empty() {

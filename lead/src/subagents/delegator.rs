@@ -39,6 +39,8 @@ use crate::run_manager::prepare::RunEnv;
 const STREAM_MARGIN: Duration = Duration::from_secs(60);
 /// Placements tried when a worker refuses a task for a slot race.
 const PLACEMENT_ATTEMPTS: usize = 3;
+/// How long a task waits for a slot before it says so in a `task_waiting` event.
+const QUIET_WAIT: Duration = Duration::from_millis(750);
 /// How long a resumed run waits for its workers' links before it decides a task is lost.
 const COLLECT_WAIT: Duration = Duration::from_secs(10);
 
@@ -167,7 +169,13 @@ impl LeadDelegator {
         match reserved {
             Reserved::Placed(placement) => Ok(placement),
             Reserved::Refused(text) => Err(text),
-            Reserved::Queued(slot) => {
+            Reserved::Queued(mut slot) => {
+                // Membership is re-read at once: a slot that comes within a moment is
+                // not worth a waiting event.
+                let quick = tokio::time::timeout(QUIET_WAIT, &mut slot).await;
+                if let Ok(Ok(placed)) = quick {
+                    return placed;
+                }
                 events(TaskEvent::TaskWaiting {
                     task_id: task_id.to_owned(),
                     deadline_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),

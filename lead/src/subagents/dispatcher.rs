@@ -273,7 +273,7 @@ pub enum Reserved {
 impl Handler<Reserve> for SubagentDispatcher {
     type Result = MessageResult<Reserve>;
 
-    fn handle(&mut self, msg: Reserve, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Reserve, ctx: &mut Context<Self>) -> Self::Result {
         let count = self.runs.entry(msg.run_id.clone()).or_default();
         let max_concurrent = msg.max_concurrent.clamp(1, 4);
         if count.total >= msg.max_total {
@@ -294,6 +294,8 @@ impl Handler<Reserve> for SubagentDispatcher {
         if let Some(count) = self.runs.get_mut(&msg.run_id) {
             count.running += 1;
         }
+        // A worker that connected since the last refresh may have the slot.
+        ctx.notify(Refresh);
         let (tx, rx) = oneshot::channel();
         self.waiting.push_back(Waiter {
             run_id: msg.run_id,

@@ -83,22 +83,32 @@ pub async fn run_task(
     let task_id = spec.tool_call_id.clone();
     let reporter_model = model_name.clone();
     let reporter = Arc::clone(&events);
-    run.on_event(move |event| {
-        if let RunEvent::AssistantMessage {
+    run.on_event(move |event| match event {
+        RunEvent::AssistantMessage {
             index,
             content,
             usage,
-        } = event
-        {
-            reporter(TaskEvent::TaskRunning {
-                task_id: task_id.clone(),
-                message: content.clone(),
-                message_index: *index,
-                total_messages: *index,
-                usage: *usage,
-                model_name: Some(reporter_model.clone()),
-            });
-        }
+        } => reporter(TaskEvent::TaskRunning {
+            task_id: task_id.clone(),
+            message: content.clone(),
+            message_index: *index,
+            total_messages: *index,
+            usage: *usage,
+            model_name: Some(reporter_model.clone()),
+        }),
+        RunEvent::ToolFinished {
+            name,
+            tool_call_id,
+            error,
+            message,
+        } => reporter(TaskEvent::TaskTool {
+            task_id: task_id.clone(),
+            name: name.clone(),
+            call_id: tool_call_id.clone(),
+            error: *error,
+            message: message.clone(),
+        }),
+        _ => {}
     });
     let timeout = Duration::from_secs(spec.timeout_s.max(1));
     let outcome = match tokio::time::timeout(timeout, run.drive()).await {

@@ -255,6 +255,17 @@ pub enum TaskEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         model_name: Option<String>,
     },
+    /// A tool call of the subagent came back (Antler's: the parent sees what its
+    /// subagent did, not only what it said).
+    TaskTool {
+        task_id: String,
+        name: String,
+        /// The subagent's own call id.
+        call_id: String,
+        error: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
     TaskCompleted {
         task_id: String,
         result: TaskResult,
