@@ -1,0 +1,156 @@
+//! Subagent capacity and worker loss through the whole cluster (one worker with one
+//! slot): a task that finds every slot busy says so and gets a capacity result at its
+//! deadline (never an unbounded queue); a worker killed with SIGKILL mid-task ends its
+//! task `failed` with an error naming the worker, well within the heartbeat window, the
+//! run goes on, and the restarted worker takes the next task.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod mcp_support;
+mod subagent_support;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use antler_tests::{signal, wait_for};
+use subagent_support::{Run, SubagentCluster};
+
+const CONFIG: &str = r#"
+tool_search:
+  enabled: true
+sandbox:
+  use: deerflow.community.aio_sandbox:AioSandboxProvider
+subagents:
+  slot_wait_s: 1
+antler:
+  worker_slots: 1
+"#;
+
+const BUSY: &str = r#"
+turns:
+  - tool_calls:
+      - {id: slow, name: task, args: {description: slow, prompt: p, subagent_type: general-purpose}}
+      - {id: queued, name: task, args: {description: queued, prompt: p, subagent_type: general-purpose}}
+  - content: Done with what I could.
+subagents:
+  slow:
+    turns:
+      - {delay_ms: 4000, content: slow done}
+  queued:
+    turns:
+      - content: never runs
+"#;
+
+const KILLED: &str = r#"
+turns:
+  - tool_calls:
+      - {id: doomed, name: task, args: {description: doomed, prompt: p, subagent_type: general-purpose}}
+  - content: The worker was lost; I did it myself.
+subagents:
+  doomed:
+    turns:
+      - {delay_ms: 30000, content: too late}
+"#;
+
+const AFTER: &str = r#"
+turns:
+  - tool_calls:
+      - {id: again, name: task, args: {description: again, prompt: p, subagent_type: general-purpose}}
+  - content: ok
+subagents:
+  again:
+    turns:
+      - content: back at work
+"#;
+
+#[test]
+fn capacity_and_a_lost_worker_end_tasks_with_results_the_model_can_act_on() {
+    let cluster = SubagentCluster::up(CONFIG, 1);
+
+    // One slot: the second task waits for it, says so, and is refused at its deadline.
+    let run = cluster.run(BUSY, &[]);
+    assert_eq!(run.view["status"], "success", "{:#}\n{}", run.view, run.stderr);
+    let queued = cluster.task_message(&run.run_id(), "queued");
+    let text = queued["content"].as_str().unwrap();
+    assert!(
+        text.starts_with("Task failed. Error: No subagent worker had a free slot in time (1 of 1 slots busy on 1 worker(s))"),
+        "{text}"
+    );
+    assert_eq!(run.task_events("queued"), ["task_waiting", "task_failed"]);
+    assert_eq!(run.task_event("queued", "task_waiting")["deadline_ms"], 1000);
+    assert_eq!(
+        cluster.task_message(&run.run_id(), "slow")["content"],
+        "Task Succeeded. Result: slow done"
+    );
+
+    // SIGKILL of the worker while its task runs.
+    let mut child = cluster
+        .run_command(KILLED, &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let Ok(line) = lines_rx.recv_timeout(Duration::from_secs(1)) else {
+            continue;
+        };
+        let started = line.contains("\"task_started\"");
+        seen.push(line);
+        if started {
+            break;
+        }
+    }
+    assert!(
+        seen.iter().any(|l| l.contains("\"task_started\"")),
+        "the task never started: {seen:#?}"
+    );
+    let pid = cluster.worker_pid(0).expect("the worker's pid");
+    signal(pid, libc::SIGKILL);
+    let killed = Instant::now();
+    let mut failed_after = None;
+    for line in lines_rx.iter() {
+        if failed_after.is_none() && line.contains("\"task_failed\"") {
+            failed_after = Some(killed.elapsed());
+        }
+        seen.push(line);
+    }
+    reader.join().unwrap();
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(child.wait().unwrap().success());
+    let run = Run::parse(&stdout, &seen.join("\n"));
+    assert_eq!(run.view["status"], "success", "{:#}", run.view);
+    let lost = cluster.task_message(&run.run_id(), "doomed");
+    let text = lost["content"].as_str().unwrap();
+    assert!(
+        text.starts_with("Task failed. Error: the subagent worker subagent-0 was lost mid-task"),
+        "{text}"
+    );
+    // The heartbeat window is 3 s (1 s x 3 misses); the socket closing tells sooner.
+    let failed_after = failed_after.expect("a task_failed event");
+    assert!(failed_after < Duration::from_secs(10), "{failed_after:?}");
+
+    // The supervisor restarts the worker, and it takes the next task.
+    let back = wait_for(Duration::from_secs(30), || {
+        let worker = cluster
+            .status()?
+            .into_iter()
+            .find(|p| p["role"] == "subagent")?;
+        (worker["healthy"] == true && worker["restarts"].as_u64() >= Some(1)).then_some(())
+    });
+    assert!(back.is_some(), "{:?}", cluster.status());
+    let run = cluster.run(AFTER, &[]);
+    assert_eq!(
+        cluster.task_message(&run.run_id(), "again")["content"],
+        "Task Succeeded. Result: back at work"
+    );
+}
