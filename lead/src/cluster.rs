@@ -176,6 +176,7 @@ impl RunningCluster {
                 socket: runtime.socket(role, index),
                 log: runtime.log(role, index),
                 token_file: runtime.token_path(),
+                survives_lead: role == Role::Subagent,
                 args: vec![
                     "--heartbeat-ms".into(),
                     spec.connection.heartbeat_interval.as_millis().to_string(),
@@ -197,8 +198,11 @@ impl RunningCluster {
                 }
             }
         }
+        // The token of the lead before this one is kept: workers it left running are
+        // adopted, and they know only that token.
         let token = runtime
-            .generate_token()
+            .read_token()
+            .or_else(|_| runtime.generate_token())
             .map_err(|source| ClusterError::RuntimeDir {
                 path: runtime.token_path(),
                 source,

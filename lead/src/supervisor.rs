@@ -31,6 +31,9 @@ pub struct ChildSpec {
     pub token_file: PathBuf,
     /// Extra arguments after the common ones.
     pub args: Vec<String>,
+    /// The process outlives a killed lead, and the next lead adopts it (subagent
+    /// workers: their tasks finish and their results wait to be collected).
+    pub survives_lead: bool,
 }
 
 /// Restart policy of the supervisor.
@@ -87,6 +90,8 @@ struct Child {
     generation: u64,
     /// Since when the running process has not been reachable through its link.
     unreachable_since: Option<Instant>,
+    /// The process was started by an earlier lead and adopted by this one.
+    adopted: bool,
 }
 
 type Key = (Role, u32);
@@ -101,6 +106,9 @@ pub struct Supervisor {
     heartbeat_dead_after: Duration,
     stopping: bool,
     stop_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
+    /// How this lead introduces itself to a child it may adopt.
+    identity: Identity,
+    config: ConnectionConfig,
 }
 
 impl Supervisor {
@@ -134,6 +142,7 @@ impl Supervisor {
                         link,
                         generation: 0,
                         unreachable_since: None,
+                        adopted: false,
                     },
                 )
             })
@@ -144,13 +153,66 @@ impl Supervisor {
             heartbeat_dead_after,
             stopping: false,
             stop_waiters: Vec::new(),
+            identity,
+            config,
         }
     }
 
+    /// Starts the child, or first adopts a live one an earlier lead left on its socket.
     fn spawn_child(&mut self, key: Key, ctx: &mut Context<Self>) {
+        let Some(child) = self.children.get(&key) else {
+            return;
+        };
+        if !child.spec.survives_lead || !child.spec.socket.exists() || child.restarts > 0 {
+            self.start_fresh(key, ctx);
+            return;
+        }
+        let address = Address::Unix(child.spec.socket.clone());
+        let identity = self.identity.clone();
+        let config = self.config.clone();
+        actix::fut::wrap_future::<_, Self>(
+            async move { live_pid(&address, &identity, config).await },
+        )
+        .map(move |pid, act, ctx| match pid {
+            Some(pid) => act.adopt(key, pid, ctx),
+            None => act.start_fresh(key, ctx),
+        })
+        .spawn(ctx);
+    }
+
+    /// Takes over a child an earlier lead started: it is watched by its pid, since this
+    /// lead cannot wait for a process it did not start.
+    fn adopt(&mut self, key: Key, pid: u32, ctx: &mut Context<Self>) {
         let Some(child) = self.children.get_mut(&key) else {
             return;
         };
+        child.generation += 1;
+        let generation = child.generation;
+        child.pid = Some(pid);
+        child.adopted = true;
+        child.started_at = Some(Instant::now());
+        child.unreachable_since = None;
+        child.phase = Phase::Running;
+        tracing::info!(role = %key.0, index = key.1, pid, "adopted a child an earlier lead started");
+        child.link.do_send(RedialNow);
+        ctx.run_interval(Duration::from_millis(250), move |act, ctx| {
+            let Some(child) = act.children.get(&key) else {
+                return;
+            };
+            if child.generation != generation {
+                return;
+            }
+            if !process_exists(pid) {
+                act.child_exited(key, generation, "the adopted process exited".into(), ctx);
+            }
+        });
+    }
+
+    fn start_fresh(&mut self, key: Key, ctx: &mut Context<Self>) {
+        let Some(child) = self.children.get_mut(&key) else {
+            return;
+        };
+        child.adopted = false;
         child.generation += 1;
         let generation = child.generation;
         let spec = child.spec.clone();
@@ -314,6 +376,41 @@ impl Actor for Supervisor {
     }
 }
 
+/// The pid of the live child answering on `address`, if one does.
+async fn live_pid(address: &Address, identity: &Identity, config: ConnectionConfig) -> Option<u32> {
+    use antler_protocol::messages::{ControlReply, ControlRequest, Reply, Request};
+    let connection = tokio::time::timeout(
+        Duration::from_secs(2),
+        antler_protocol::link::dial(address, identity, config, None),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    let reply = connection
+        .request(
+            Request::Control(ControlRequest::Health),
+            antler_protocol::TraceContext::new_root(),
+            Duration::from_secs(2),
+        )
+        .await;
+    connection.close("adoption probe done");
+    match reply {
+        Ok(Reply::Control(ControlReply::Health(health))) => Some(health.pid),
+        _ => None,
+    }
+}
+
+/// Whether `pid` names a live (not zombie) process.
+fn process_exists(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command in parentheses: Z is a zombie.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
 fn signal(pid: u32, sig: i32) {
     // SAFETY: kill has no memory-safety preconditions; the pid belongs to a child that has
     // not been reaped yet (its wait future has not resolved), so it cannot have been reused.
@@ -352,10 +449,16 @@ fn start_process(spec: &ChildSpec) -> std::io::Result<tokio::process::Child> {
         .kill_on_drop(true);
     // SAFETY: getpid is async-signal-safe and has no preconditions.
     let parent = unsafe { libc::getpid() };
+    let survives_lead = spec.survives_lead;
     // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
     // functions (prctl, getppid, _exit).
     unsafe {
         cmd.pre_exec(move || {
+            if survives_lead {
+                // A worker outlives a killed lead (its own orphan check ends it when
+                // no lead comes back).
+                return Ok(());
+            }
             // Die with the lead, even when it is killed with SIGKILL.
             if libc::prctl(
                 libc::PR_SET_PDEATHSIG,

@@ -37,6 +37,34 @@ struct Cli {
     keep_results_s: u64,
 }
 
+/// How long a worker whose lead died waits for a new lead in its runtime directory
+/// (which adopts it and collects its results) before it exits.
+const ORPHAN_GRACE: Duration = Duration::from_secs(60);
+
+/// Ends the process when its lead is gone and no lead comes back within
+/// [`ORPHAN_GRACE`]; while a lead listens on `lead_socket`, the worker stays.
+async fn orphan_watch(lead_socket: std::path::PathBuf) {
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() };
+    let mut alone_since: Option<std::time::Instant> = None;
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        // SAFETY: as above.
+        if unsafe { libc::getppid() } == parent {
+            continue;
+        }
+        if tokio::net::UnixStream::connect(&lead_socket).await.is_ok() {
+            alone_since = None;
+            continue;
+        }
+        let since = *alone_since.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() >= ORPHAN_GRACE {
+            tracing::warn!("the lead is gone and none came back; exiting");
+            std::process::exit(0);
+        }
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     host::init_tracing();
@@ -55,6 +83,11 @@ fn main() -> anyhow::Result<()> {
             identity,
             cli.host.connection_config(),
         ));
+        if let Address::Unix(socket) = &cli.host.listen {
+            if let Some(dir) = socket.parent() {
+                actix::spawn(orphan_watch(dir.join("lead.sock")));
+            }
+        }
         let handler = Arc::new(worker::Handler::start(
             node_id,
             cli.host.capacity,

@@ -69,7 +69,11 @@ fn capacity_and_a_lost_worker_end_tasks_with_results_the_model_can_act_on() {
 
     // One slot: the second task waits for it, says so, and is refused at its deadline.
     let run = cluster.run(BUSY, &[]);
-    assert_eq!(run.view["status"], "success", "{:#}\n{}", run.view, run.stderr);
+    assert_eq!(
+        run.view["status"], "success",
+        "{:#}\n{}",
+        run.view, run.stderr
+    );
     let queued = cluster.task_message(&run.run_id(), "queued");
     let text = queued["content"].as_str().unwrap();
     assert!(
@@ -77,7 +81,10 @@ fn capacity_and_a_lost_worker_end_tasks_with_results_the_model_can_act_on() {
         "{text}"
     );
     assert_eq!(run.task_events("queued"), ["task_waiting", "task_failed"]);
-    assert_eq!(run.task_event("queued", "task_waiting")["deadline_ms"], 1000);
+    assert_eq!(
+        run.task_event("queued", "task_waiting")["deadline_ms"],
+        1000
+    );
     assert_eq!(
         cluster.task_message(&run.run_id(), "slow")["content"],
         "Task Succeeded. Result: slow done"
@@ -153,4 +160,93 @@ fn capacity_and_a_lost_worker_end_tasks_with_results_the_model_can_act_on() {
         cluster.task_message(&run.run_id(), "again")["content"],
         "Task Succeeded. Result: back at work"
     );
+}
+
+const LEAD_CONFIG: &str = r#"
+tool_search:
+  enabled: true
+tools:
+  - name: bash
+    group: bash
+    use: deerflow.sandbox.tools:bash_tool
+sandbox:
+  use: deerflow.community.aio_sandbox:AioSandboxProvider
+"#;
+
+const OUTLIVES: &str = r#"
+turns:
+  - tool_calls:
+      - {id: long, name: task, args: {description: long, prompt: p, subagent_type: general-purpose}}
+  - content: collected
+subagents:
+  long:
+    turns:
+      - tool_calls:
+          - {name: bash, args: {description: mark, command: "echo ran >> /mnt/user-data/workspace/ran.txt"}}
+      - {delay_ms: 6000, content: finished on the worker}
+"#;
+
+#[test]
+fn a_task_outlives_a_killed_lead_and_the_resumed_run_collects_it_once() {
+    let mut cluster = SubagentCluster::up(LEAD_CONFIG, 1);
+    let playbook = cluster.write("outlives.yaml", OUTLIVES);
+    let out = antler_tests::antler(
+        &cluster.runtime(),
+        &[
+            "run",
+            "Delegate",
+            "--detach",
+            "--subagents",
+            "--playbook",
+            playbook.to_str().unwrap(),
+        ],
+    );
+    let submitted: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let run_id = submitted["run_id"].as_str().unwrap().to_owned();
+    let marker = cluster
+        .base()
+        .join("users/default/threads")
+        .join(&run_id)
+        .join("user-data/workspace/ran.txt");
+    assert!(
+        wait_for(Duration::from_secs(60), || marker.exists().then_some(())).is_some(),
+        "the task's first step never ran"
+    );
+    let worker = cluster.worker_pid(0).unwrap();
+
+    // The lead dies mid-task; the worker does not.
+    let mut lead = cluster.lead.take().unwrap();
+    signal(lead.id(), libc::SIGKILL);
+    let _ = lead.wait();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(antler_tests::alive(worker), "the worker died with the lead");
+
+    // A new lead adopts the worker; the resumed run collects the task's result.
+    cluster.start();
+    assert_eq!(
+        cluster.worker_pid(0),
+        Some(worker),
+        "the worker was not adopted"
+    );
+    let status = wait_for(Duration::from_secs(60), || {
+        let state = cluster.state(&run_id);
+        let done = state["messages"]
+            .as_array()?
+            .iter()
+            .any(|m| m["role"] == "ai" && m["content"] == "collected");
+        done.then_some(state)
+    });
+    assert!(
+        status.is_some(),
+        "the resumed run did not finish: {:#}",
+        cluster.state(&run_id)
+    );
+    let task = cluster.task_message(&run_id, "long");
+    assert_eq!(
+        task["content"],
+        "Task Succeeded. Result: finished on the worker"
+    );
+    // Collected, not run again: its first step ran once.
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "ran\n");
 }
