@@ -2,8 +2,9 @@
 //! against the hash the lead sent, its model, a run over the parent's thread (so its
 //! sandbox) with no journal and no settlement, the recursion limit of `max_turns`, the
 //! token budget and loop detection, the timeout, and cooperative cancellation. The
-//! outcome becomes a [`TaskResult`] per 7.3; each AI message is reported as it comes.
-//! A worker's `TaskGraph` actor owns one of these; it is engine code so the same task
+//! outcome becomes a [`TaskResult`] per 7.3 (the first terminal state wins; a timed-out
+//! run is cancelled, so it still gives back its sandbox lease); each AI message is
+//! reported as it comes. [`drive_task`] also keeps the run's final state. A worker's `TaskGraph` actor owns one of these; it is engine code so the same task
 //! runs the same way wherever it is placed.
 
 use std::sync::Arc;
@@ -14,16 +15,33 @@ use super::{
     TaskEvent, TaskResult, TaskStatus, TaskStopReason, CANCELLED_ERROR, MAX_TURNS_ERROR,
     NO_RESPONSE, TIMED_OUT_ERROR,
 };
-use crate::run::actor::{CancelFlag, RunEvent, RunLoop, RunSettings};
+use crate::run::actor::{CancelFlag, RunEvent, RunLoop, RunOutcome, RunSettings};
 use crate::run::context::{AgentContext, RunContext, ThreadPaths};
 use crate::run::hosts::ToolHosts;
 use crate::run::journal::RunStatus;
-use crate::run::state::{Message, StopReason};
+use crate::run::state::{Message, StopReason, ThreadState};
+
+/// The refusal of a task whose catalog offers `task` (subagents do not nest).
+pub const TASK_IN_CATALOG: &str = "a subagent's catalog never offers `task`: refused";
+/// The error of a task whose model asked for a clarification.
+pub const CLARIFICATION_REFUSED: &str =
+    "the subagent asked for clarification, which subagents cannot";
+/// The error of a failed task whose run gave no reason.
+pub const TASK_FAILED: &str = "the task failed";
 
 /// The run id of the task of call `tool_call_id` in run `run_id` (its sandbox lease
 /// and its calls' ids on sandbox-host are its own).
 pub fn task_run_id(run_id: &str, tool_call_id: &str) -> String {
     format!("{run_id}.task.{tool_call_id}")
+}
+
+/// How one task ended, and the subagent's state at its end (its messages, its token
+/// use): what a test or a log inspects beyond the [`TaskResult`] the parent sees.
+#[derive(Clone, Debug)]
+pub struct TaskRun {
+    pub result: TaskResult,
+    /// `None`: the task was refused before its run began (catalog, model, set-up).
+    pub state: Option<ThreadState>,
 }
 
 /// Runs `spec` to its end. `events` gets `task_running` for every AI message; the
@@ -34,21 +52,34 @@ pub async fn run_task(
     cancel: Arc<CancelFlag>,
     events: Arc<dyn Fn(TaskEvent) + Send + Sync>,
 ) -> TaskResult {
+    drive_task(spec, hosts, cancel, events).await.result
+}
+
+/// [`run_task`], keeping the subagent's final state beside its result.
+pub async fn drive_task(
+    spec: &TaskSpec,
+    hosts: Arc<dyn ToolHosts>,
+    cancel: Arc<CancelFlag>,
+    events: Arc<dyn Fn(TaskEvent) + Send + Sync>,
+) -> TaskRun {
     let model_name = spec.model.name().to_owned();
-    let failed = |error: String| TaskResult {
-        model_name: Some(model_name.clone()),
-        ..TaskResult::failed(error)
+    let refused = |error: String| TaskRun {
+        result: TaskResult {
+            model_name: Some(model_name.clone()),
+            ..TaskResult::failed(error)
+        },
+        state: None,
     };
     let catalog = match spec.catalog.rebuild() {
         Ok(catalog) => Arc::new(catalog),
-        Err(e) => return failed(e.to_string()),
+        Err(e) => return refused(e.to_string()),
     };
     if catalog.get(crate::catalog::builtins::TASK).is_some() {
-        return failed("a subagent's catalog never offers `task`: refused".to_owned());
+        return refused(TASK_IN_CATALOG.to_owned());
     }
     let model = match spec.model.build() {
         Ok(model) => model,
-        Err(e) => return failed(e.to_string()),
+        Err(e) => return refused(e.to_string()),
     };
     let context = RunContext {
         run_id: task_run_id(&spec.run_id, &spec.tool_call_id),
@@ -61,8 +92,10 @@ pub async fn run_task(
             ..AgentContext::new(&spec.data_root)
         },
     };
+    let max_turns = spec.max_turns.max(1);
+    let timeout_s = spec.timeout_s.max(1);
     let settings = RunSettings {
-        max_turns: spec.max_turns.max(1),
+        max_turns,
         tool_timeout: Duration::from_secs(spec.tool_timeout_s.max(1)),
         system_prompt: Some(Arc::from(spec.system_prompt.clone().unwrap_or_default())),
         token_budget: spec.token_budget.clone(),
@@ -78,7 +111,7 @@ pub async fn run_task(
         .await;
     let mut run = match built {
         Ok(run) => run,
-        Err(e) => return failed(e.to_string()),
+        Err(e) => return refused(e.to_string()),
     };
     let task_id = spec.tool_call_id.clone();
     let reporter_model = model_name.clone();
@@ -110,45 +143,82 @@ pub async fn run_task(
         }),
         _ => {}
     });
-    let timeout = Duration::from_secs(spec.timeout_s.max(1));
-    let outcome = match tokio::time::timeout(timeout, run.drive()).await {
-        Ok(outcome) => outcome,
-        Err(_) => {
-            cancel.cancel();
-            return TaskResult {
-                status: TaskStatus::TimedOut,
-                error: Some(TIMED_OUT_ERROR.replace("{t}", &spec.timeout_s.to_string())),
-                model_name: Some(model_name),
-                token_usage: run.state().token_usage,
-                ..TaskResult::failed("")
-            };
+    // At the timeout the run is cancelled, not dropped: it stops at once (a step waits
+    // on the cancellation) and still releases its sandbox lease as a cancelled run does.
+    let (outcome, timed_out) = {
+        let drive = run.drive();
+        futures::pin_mut!(drive);
+        match tokio::time::timeout(Duration::from_secs(timeout_s), &mut drive).await {
+            Ok(outcome) => (outcome, false),
+            Err(_) => {
+                cancel.cancel();
+                (drive.await, true)
+            }
         }
     };
-    let guard_reason = match run.state().stop_reason {
-        Some(StopReason::TokenCapped) => Some(TaskStopReason::TokenCapped),
-        Some(StopReason::LoopCapped) => Some(TaskStopReason::LoopCapped),
-        _ => None,
+    let state = run.state().clone();
+    let result = if timed_out {
+        TaskResult {
+            status: TaskStatus::TimedOut,
+            error: Some(TIMED_OUT_ERROR.replace("{t}", &timeout_s.to_string())),
+            ..ended_as(&state)
+        }
+    } else {
+        drove(outcome, &state, cancel.is_cancelled(), max_turns)
     };
-    let last_text = run.state().messages.iter().rev().find_map(|m| match m {
-        Message::Ai { content, .. } if !content.trim().is_empty() => Some(content.clone()),
-        _ => None,
-    });
-    let base = TaskResult {
+    TaskRun {
+        result: TaskResult {
+            model_name: Some(model_name),
+            ..result
+        },
+        state: Some(state),
+    }
+}
+
+/// A completed task with nothing yet but the tokens of its run, which ended at `state`.
+fn ended_as(state: &ThreadState) -> TaskResult {
+    TaskResult {
         status: TaskStatus::Completed,
         result: None,
         error: None,
-        stop_reason: guard_reason,
-        model_name: Some(model_name),
-        token_usage: outcome.token_usage,
+        stop_reason: None,
+        model_name: None,
+        token_usage: state.token_usage,
         worker: None,
-    };
-    if cancel.is_cancelled() {
+    }
+}
+
+/// The result (without its model's name) of a task whose drive ended by itself, or was
+/// cancelled (`cancelled`: the flag is set), at `state`, per spec 7.3.
+fn drove(
+    outcome: RunOutcome,
+    state: &ThreadState,
+    cancelled: bool,
+    max_turns: usize,
+) -> TaskResult {
+    let base = ended_as(state);
+    // A run that reached its end before the cancellation keeps that end (the
+    // first terminal state wins); one the cancellation stopped is cancelled.
+    if cancelled && outcome.status != RunStatus::Success && !outcome.turn_limited {
         return TaskResult {
             status: TaskStatus::Cancelled,
             error: Some(CANCELLED_ERROR.to_owned()),
             ..base
         };
     }
+    let guard_reason = match state.stop_reason {
+        Some(StopReason::TokenCapped) => Some(TaskStopReason::TokenCapped),
+        Some(StopReason::LoopCapped) => Some(TaskStopReason::LoopCapped),
+        _ => None,
+    };
+    let base = TaskResult {
+        stop_reason: guard_reason,
+        ..base
+    };
+    let last_text = state.messages.iter().rev().find_map(|m| match m {
+        Message::Ai { content, .. } if !content.trim().is_empty() => Some(content.clone()),
+        _ => None,
+    });
     if outcome.turn_limited {
         let stop_reason = guard_reason.or(Some(TaskStopReason::TurnCapped));
         return match last_text {
@@ -159,7 +229,7 @@ pub async fn run_task(
             },
             None => TaskResult {
                 status: TaskStatus::Failed,
-                error: Some(MAX_TURNS_ERROR.replace("{n}", &spec.max_turns.to_string())),
+                error: Some(MAX_TURNS_ERROR.replace("{n}", &max_turns.to_string())),
                 stop_reason,
                 ..base
             },
@@ -178,12 +248,12 @@ pub async fn run_task(
         },
         RunStatus::Interrupted => TaskResult {
             status: TaskStatus::Failed,
-            error: Some("the subagent asked for clarification, which subagents cannot".into()),
+            error: Some(CLARIFICATION_REFUSED.to_owned()),
             ..base
         },
         RunStatus::Error | RunStatus::Running => TaskResult {
             status: TaskStatus::Failed,
-            error: Some(outcome.error.unwrap_or_else(|| "the task failed".into())),
+            error: Some(outcome.error.unwrap_or_else(|| TASK_FAILED.to_owned())),
             ..base
         },
     }
