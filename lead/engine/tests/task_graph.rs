@@ -189,6 +189,7 @@ impl Observed {
     fn running(&self) -> Vec<(usize, usize, String, Option<TokenUsage>)> {
         self.events
             .iter()
+            .filter(|event| !matches!(event, TaskEvent::TaskTool { .. }))
             .map(|event| match event {
                 TaskEvent::TaskRunning {
                     task_id,
@@ -202,7 +203,9 @@ impl Observed {
                     assert_eq!(model_name.as_deref(), Some(MODEL));
                     (*message_index, *total_messages, message.clone(), *usage)
                 }
-                other => panic!("the task graph reports only task_running: {other:?}"),
+                other => {
+                    panic!("the task graph reports only task_running and task_tool: {other:?}")
+                }
             })
             .collect()
     }
