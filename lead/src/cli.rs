@@ -1,4 +1,5 @@
-//! Rendering of CLI output: the `antler status` table and its JSON form, and peer pings.
+//! Rendering of CLI output: the `antler status` table and its JSON form (a worker's slots
+//! and slots in use included), and peer pings.
 
 use antler_protocol::messages::{PeerPing, ProcessStatus};
 use serde_json::{json, Value};
@@ -19,6 +20,8 @@ pub fn status_json(list: &[ProcessStatus]) -> Value {
                     "last_heartbeat_ms": p.last_heartbeat_ms,
                     "state": p.state,
                     "reason": p.reason,
+                    "slots": p.slots,
+                    "in_use": p.in_use,
                 })
             })
             .collect(),
@@ -28,8 +31,8 @@ pub fn status_json(list: &[ProcessStatus]) -> Value {
 /// The table `antler status` prints.
 pub fn status_table(list: &[ProcessStatus]) -> String {
     let mut out = format!(
-        "{:<14} {:>8} {:<8} {:>8} {:>9} {:>10}  {:<10} {}\n",
-        "ROLE", "PID", "HEALTHY", "RESTARTS", "UPTIME", "HEARTBEAT", "STATE", "ADDRESS"
+        "{:<14} {:>8} {:<8} {:>8} {:>9} {:>10}  {:<10} {:>7} {}\n",
+        "ROLE", "PID", "HEALTHY", "RESTARTS", "UPTIME", "HEARTBEAT", "STATE", "SLOTS", "ADDRESS"
     );
     for p in list {
         let role = if p.role == antler_protocol::Role::Subagent {
@@ -37,8 +40,14 @@ pub fn status_table(list: &[ProcessStatus]) -> String {
         } else {
             p.role.as_str().to_string()
         };
+        // A worker's slots in use of its slots.
+        let slots = match (p.in_use, p.slots) {
+            (Some(used), Some(slots)) => format!("{used}/{slots}"),
+            (None, Some(slots)) => format!("-/{slots}"),
+            _ => "-".to_owned(),
+        };
         out.push_str(&format!(
-            "{:<14} {:>8} {:<8} {:>8} {:>8.1}s {:>10}  {:<10} {}\n",
+            "{:<14} {:>8} {:<8} {:>8} {:>8.1}s {:>10}  {:<10} {:>7} {}\n",
             role,
             p.pid.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
             if p.healthy { "yes" } else { "no" },
@@ -48,6 +57,7 @@ pub fn status_table(list: &[ProcessStatus]) -> String {
                 .map(|m| format!("{m} ms"))
                 .unwrap_or_else(|| "never".into()),
             p.state,
+            slots,
             p.address
         ));
         if let Some(r) = &p.reason {

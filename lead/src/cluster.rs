@@ -118,6 +118,55 @@ fn binary_for(role: Role) -> &'static str {
     }
 }
 
+/// How this cluster starts a child: the same binary, socket, log and arguments at start
+/// and when `antler workers N` adds a worker later.
+#[derive(Debug, Clone)]
+pub struct ChildPlan {
+    pub runtime: RuntimeDir,
+    pub bin_dir: PathBuf,
+    pub connection: ConnectionConfig,
+    pub worker_slots: u32,
+    /// SIGTERM to SIGKILL when a child is stopped.
+    pub drain_grace: Duration,
+    pub extensions: PathBuf,
+}
+
+impl ChildPlan {
+    /// The spec of child `index` of `role`.
+    pub fn child(&self, role: Role, index: u32) -> Result<ChildSpec, ClusterError> {
+        let binary = self.bin_dir.join(binary_for(role));
+        if !binary.exists() {
+            return Err(ClusterError::MissingBinary(binary));
+        }
+        let mut args = vec![
+            "--heartbeat-ms".into(),
+            self.connection.heartbeat_interval.as_millis().to_string(),
+            "--heartbeat-misses".into(),
+            self.connection.heartbeat_misses.to_string(),
+            "--max-frame-bytes".into(),
+            self.connection.max_frame_bytes.to_string(),
+        ];
+        match role {
+            Role::McpHost => {
+                args.push("--extensions".into());
+                args.push(self.extensions.display().to_string());
+            }
+            Role::Subagent => args.extend(worker_args(&self.runtime, self.worker_slots)),
+            _ => {}
+        }
+        Ok(ChildSpec {
+            role,
+            index,
+            binary,
+            socket: self.runtime.socket(role, index),
+            log: self.runtime.log(role, index),
+            token_file: self.runtime.token_path(),
+            survives_lead: role == Role::Subagent,
+            args,
+        })
+    }
+}
+
 /// A running cluster owned by this process.
 pub struct RunningCluster {
     pub runtime: RuntimeDir,
@@ -162,42 +211,19 @@ impl RunningCluster {
         }
         let mut roles = vec![(Role::McpHost, 0), (Role::SandboxHost, 0)];
         roles.extend((0..spec.workers).map(|i| (Role::Subagent, i)));
-        let mut children = Vec::new();
         let extensions = crate::gateway::extensions_path();
-        for (role, index) in roles {
-            let binary = spec.bin_dir.join(binary_for(role));
-            if !binary.exists() {
-                return Err(ClusterError::MissingBinary(binary));
-            }
-            children.push(ChildSpec {
-                role,
-                index,
-                binary,
-                socket: runtime.socket(role, index),
-                log: runtime.log(role, index),
-                token_file: runtime.token_path(),
-                survives_lead: role == Role::Subagent,
-                args: vec![
-                    "--heartbeat-ms".into(),
-                    spec.connection.heartbeat_interval.as_millis().to_string(),
-                    "--heartbeat-misses".into(),
-                    spec.connection.heartbeat_misses.to_string(),
-                    "--max-frame-bytes".into(),
-                    spec.connection.max_frame_bytes.to_string(),
-                ],
-            });
-            if role == Role::McpHost {
-                if let Some(child) = children.last_mut() {
-                    child.args.push("--extensions".into());
-                    child.args.push(extensions.display().to_string());
-                }
-            }
-            if role == Role::Subagent {
-                if let Some(child) = children.last_mut() {
-                    child.args.extend(worker_args(&runtime, spec.worker_slots));
-                }
-            }
-        }
+        let plan = ChildPlan {
+            runtime: runtime.clone(),
+            bin_dir: spec.bin_dir.clone(),
+            connection: spec.connection.clone(),
+            worker_slots: spec.worker_slots,
+            drain_grace: spec.drain_grace,
+            extensions: extensions.clone(),
+        };
+        let children = roles
+            .into_iter()
+            .map(|(role, index)| plan.child(role, index))
+            .collect::<Result<Vec<_>, _>>()?;
         // The token of the lead before this one is kept: workers it left running are
         // adopted, and they know only that token.
         let token = runtime
@@ -246,6 +272,11 @@ impl RunningCluster {
             runs.manager.clone(),
             lead_sock.clone(),
             in_flight.clone(),
+            crate::subagents::scaling::WorkerScaling::new(
+                plan,
+                supervisor.clone(),
+                dispatcher.clone(),
+            ),
         ));
         let control = Server::bind(
             &Address::Unix(lead_sock.clone()),

@@ -1,7 +1,9 @@
 //! The lead's control socket service: answers ping and health like every peer, the lead
 //! requests of the CLI (`Status`, `PingPeers`, `Forward`) by asking the supervisor and the
 //! links, and the run requests (`SubmitRun`, `ResumeRun`, `WatchRun`, `GetRun`) by asking
-//! the run manager; `WatchRun` streams the run's events as they happen.
+//! the run manager; `WatchRun` streams the run's events as they happen. `CancelRun` asks
+//! the run manager too; `SetWorkers` changes the workers through [`WorkerScaling`], and
+//! `Status` shows each worker's slots from the dispatcher.
 
 use std::{
     path::PathBuf,
@@ -23,6 +25,8 @@ use antler_protocol::{
 use futures::future::BoxFuture;
 
 use crate::run_manager::manager::{self, RunManager};
+use crate::run_manager::prepare::PrepareError;
+use crate::subagents::scaling::{self, WorkerScaling};
 use crate::supervisor::{GetLinks, GetStatus, Supervisor};
 
 /// How long a peer ping through a link may take.
@@ -35,6 +39,7 @@ pub struct LeadService {
     address: PathBuf,
     started: Instant,
     in_flight: Arc<InFlight>,
+    scaling: WorkerScaling,
 }
 
 impl LeadService {
@@ -43,6 +48,7 @@ impl LeadService {
         runs: Addr<RunManager>,
         address: PathBuf,
         in_flight: Arc<InFlight>,
+        scaling: WorkerScaling,
     ) -> Self {
         Self {
             supervisor,
@@ -50,6 +56,7 @@ impl LeadService {
             address,
             started: Instant::now(),
             in_flight,
+            scaling,
         }
     }
 
@@ -76,6 +83,8 @@ impl LeadService {
             last_heartbeat_ms: Some(0),
             state: "running".into(),
             reason: None,
+            slots: None,
+            in_use: None,
         }
     }
 }
@@ -112,9 +121,11 @@ impl Service for LeadService {
             }
             Request::Lead(LeadRequest::Status) => {
                 let lead = self.lead_status();
+                let dispatcher = self.scaling.dispatcher().clone();
                 Box::pin(async move {
                     let mut all = vec![lead];
                     all.extend(supervisor.send(GetStatus).await.map_err(unavailable)?);
+                    scaling::with_slots(&mut all, &dispatcher).await;
                     Ok(Reply::Lead(LeadReply::Status(all)))
                 })
             }
@@ -250,6 +261,35 @@ impl Service for LeadService {
                         })),
                         None => Err(RemoteError::Failed("the watcher went away".into())),
                     }
+                })
+            }
+            Request::Lead(LeadRequest::CancelRun { run_id }) => {
+                let runs = self.runs.clone();
+                Box::pin(async move {
+                    let outcome = runs
+                        .send(manager::CancelRun(run_id.clone()))
+                        .await
+                        .map_err(runs_gone)?;
+                    let (cancelled, status) = match outcome {
+                        Ok(manager::CancelOutcome::Cancelled) => (true, "error".to_owned()),
+                        Err(PrepareError::NotRunning { status, .. }) => (false, status),
+                        Err(e) => return Err(RemoteError::Failed(e.to_string())),
+                    };
+                    Ok(Reply::Lead(LeadReply::RunCancelled {
+                        run_id,
+                        cancelled,
+                        status,
+                    }))
+                })
+            }
+            Request::Lead(LeadRequest::SetWorkers { workers }) => {
+                let scaling = self.scaling.clone();
+                Box::pin(async move {
+                    let list = scaling
+                        .set(workers)
+                        .await
+                        .map_err(|e| RemoteError::Failed(e.to_string()))?;
+                    Ok(Reply::Lead(LeadReply::Workers(list)))
                 })
             }
             other => Box::pin(async move {

@@ -2,6 +2,8 @@
 //! sandbox-host, subagent workers) and owns their supervision state. A child that exits is
 //! restarted with backoff; after `restart_max` crashes within `restart_window` it is marked
 //! failed with the reason. Children die with the lead (PDEATHSIG) and are reaped here.
+//! Children can be added while the cluster runs (`AddChildren`) and removed
+//! (`RemoveChild`: SIGTERM, SIGKILL after the grace, then forgotten, never restarted).
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -14,7 +16,7 @@ use std::{
 use actix::prelude::*;
 use antler_protocol::{
     handshake::{Identity, Role},
-    link::{PeerLink, RedialNow, Snapshot},
+    link::{PeerLink, RedialNow, Snapshot, StopLink},
     messages::ProcessStatus,
     transport::Address,
     ConnectionConfig,
@@ -92,6 +94,8 @@ struct Child {
     unreachable_since: Option<Instant>,
     /// The process was started by an earlier lead and adopted by this one.
     adopted: bool,
+    /// Being removed: its exit is final, and the waiters learn when it is reaped.
+    removing: Option<Vec<tokio::sync::oneshot::Sender<()>>>,
 }
 
 type Key = (Role, u32);
@@ -122,44 +126,28 @@ impl Supervisor {
         let heartbeat_dead_after = config.heartbeat_interval * config.heartbeat_misses.max(1);
         let children = specs
             .into_iter()
-            .map(|spec| {
-                let link = PeerLink::new(
-                    Address::Unix(spec.socket.clone()),
-                    identity.clone(),
-                    config.clone(),
-                )
-                .start();
-                (
-                    (spec.role, spec.index),
-                    Child {
-                        spec,
-                        pid: None,
-                        started_at: None,
-                        restarts: 0,
-                        crashes: VecDeque::new(),
-                        phase: Phase::Starting,
-                        reason: None,
-                        link,
-                        generation: 0,
-                        unreachable_since: None,
-                        adopted: false,
-                    },
-                )
-            })
+            .map(|spec| ((spec.role, spec.index), new_child(spec, &identity, &config)))
             .collect();
         Self {
             children,
+            identity,
+            config,
             policy,
             heartbeat_dead_after,
             stopping: false,
             stop_waiters: Vec::new(),
-            identity,
-            config,
         }
     }
 
     /// Starts the child, or first adopts a live one an earlier lead left on its socket.
     fn spawn_child(&mut self, key: Key, ctx: &mut Context<Self>) {
+        if self
+            .children
+            .get(&key)
+            .is_some_and(|c| c.removing.is_some())
+        {
+            return;
+        }
         let Some(child) = self.children.get(&key) else {
             return;
         };
@@ -195,14 +183,23 @@ impl Supervisor {
         child.phase = Phase::Running;
         tracing::info!(role = %key.0, index = key.1, pid, "adopted a child an earlier lead started");
         child.link.do_send(RedialNow);
-        ctx.run_interval(Duration::from_millis(250), move |act, ctx| {
-            let Some(child) = act.children.get(&key) else {
-                return;
-            };
-            if child.generation != generation {
+        Self::watch_adopted(key, generation, pid, ctx);
+    }
+
+    /// Checks every 250 ms that an adopted child still lives; stops watching once the
+    /// child is gone from the table or replaced by a newer process.
+    fn watch_adopted(key: Key, generation: u64, pid: u32, ctx: &mut Context<Self>) {
+        ctx.run_later(Duration::from_millis(250), move |act, ctx| {
+            if !act
+                .children
+                .get(&key)
+                .is_some_and(|c| c.generation == generation)
+            {
                 return;
             }
-            if !process_exists(pid) {
+            if process_exists(pid) {
+                Self::watch_adopted(key, generation, pid, ctx);
+            } else {
                 act.child_exited(key, generation, "the adopted process exited".into(), ctx);
             }
         });
@@ -264,6 +261,18 @@ impl Supervisor {
         }
         child.pid = None;
         child.started_at = None;
+        if let Some(waiters) = child.removing.take() {
+            // A removed child's exit is final: it is forgotten, never restarted.
+            tracing::info!(role = %key.0, index = key.1, exit = %desc, "removed child stopped");
+            if let Some(old) = self.children.remove(&key) {
+                old.link.do_send(StopLink);
+            }
+            for w in waiters {
+                let _ = w.send(());
+            }
+            self.maybe_finish_stop();
+            return;
+        }
         if stopping {
             child.phase = Phase::Stopped;
             self.maybe_finish_stop();
@@ -315,7 +324,7 @@ impl Supervisor {
         }
         let hung_after = self.heartbeat_dead_after * HUNG_AFTER_MISSES;
         for (key, child) in &self.children {
-            if child.phase != Phase::Running {
+            if child.phase != Phase::Running || child.removing.is_some() {
                 continue;
             }
             let key = *key;
@@ -408,6 +417,30 @@ fn process_exists(pid: u32) -> bool {
             .rsplit_once(')')
             .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
         Err(_) => false,
+    }
+}
+
+/// A child not started yet, with its link.
+fn new_child(spec: ChildSpec, identity: &Identity, config: &ConnectionConfig) -> Child {
+    let link = PeerLink::new(
+        Address::Unix(spec.socket.clone()),
+        identity.clone(),
+        config.clone(),
+    )
+    .start();
+    Child {
+        spec,
+        pid: None,
+        started_at: None,
+        restarts: 0,
+        crashes: VecDeque::new(),
+        phase: Phase::Starting,
+        reason: None,
+        link,
+        generation: 0,
+        unreachable_since: None,
+        adopted: false,
+        removing: None,
     }
 }
 
@@ -527,6 +560,8 @@ impl Handler<GetStatus> for Supervisor {
                             last_heartbeat_ms: heard.map(|h| h.as_millis() as u64),
                             state: c.phase.as_str().to_string(),
                             reason: c.reason.clone(),
+                            slots: None,
+                            in_use: None,
                         })
                     })
                     .collect()
@@ -597,5 +632,81 @@ impl Handler<StopAll> for Supervisor {
             }
             .into_actor(self),
         )
+    }
+}
+
+/// Adds children to a running cluster and starts them (a key it has already is left as
+/// it is). Supervised like the others from then on.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct AddChildren(pub Vec<ChildSpec>);
+
+impl Handler<AddChildren> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: AddChildren, ctx: &mut Context<Self>) {
+        if self.stopping {
+            return;
+        }
+        for spec in msg.0 {
+            let key = (spec.role, spec.index);
+            if self.children.contains_key(&key) {
+                continue;
+            }
+            let child = new_child(spec, &self.identity, &self.config);
+            self.children.insert(key, child);
+            self.spawn_child(key, ctx);
+        }
+    }
+}
+
+/// Removes one child: SIGTERM, SIGKILL if it still runs after `grace`, and once it is
+/// reaped it is forgotten (its exit is never restarted). Resolves when it is gone
+/// (at once for a key it does not have).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct RemoveChild {
+    pub role: Role,
+    pub index: u32,
+    pub grace: Duration,
+}
+
+impl Handler<RemoveChild> for Supervisor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, msg: RemoveChild, ctx: &mut Context<Self>) -> Self::Result {
+        let key = (msg.role, msg.index);
+        let Some(child) = self.children.get_mut(&key) else {
+            return Box::pin(async {});
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        child.removing.get_or_insert_with(Vec::new).push(tx);
+        child.phase = Phase::Stopped;
+        match child.pid {
+            Some(pid) => {
+                tracing::info!(role = %key.0, index = key.1, pid, "removing child: SIGTERM");
+                signal(pid, libc::SIGTERM);
+                let generation = child.generation;
+                ctx.run_later(msg.grace, move |act, _| {
+                    let Some(child) = act.children.get(&key) else { return };
+                    if let (Some(pid), true) = (child.pid, child.generation == generation) {
+                        tracing::warn!(role = %key.0, index = key.1, pid, "removed child did not stop in time; killing it");
+                        signal(pid, libc::SIGKILL);
+                    }
+                });
+            }
+            None => {
+                // Not running (restarting, failed): nothing to stop, forget it now.
+                if let Some(old) = self.children.remove(&key) {
+                    old.link.do_send(StopLink);
+                    for w in old.removing.into_iter().flatten() {
+                        let _ = w.send(());
+                    }
+                }
+            }
+        }
+        Box::pin(async move {
+            let _ = rx.await;
+        })
     }
 }

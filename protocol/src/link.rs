@@ -310,6 +310,20 @@ impl Handler<RedialNow> for PeerLink {
     }
 }
 
+/// Stop the link for good: its connection is closed and it dials no more (the peer was
+/// removed from the cluster).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct StopLink;
+
+impl Handler<StopLink> for PeerLink {
+    type Result = ();
+
+    fn handle(&mut self, _: StopLink, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,9 @@ use serde_json::Value;
 /// The directory holding the workspace's binaries (`target/debug`).
 pub fn bin_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("ANTLER_BIN_DIR") {
-        return PathBuf::from(d);
+        // A relative directory is the workspace's (cargo runs tests and benches in the
+        // package's directory).
+        return Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(d);
     }
     let exe = std::env::current_exe().expect("test executable path");
     // target/debug/deps/<test> -> target/debug

@@ -1,5 +1,6 @@
-//! `antler up`, `status`, `ping` and `down`: starting, inspecting and stopping the local
-//! cluster.
+//! `antler up`, `status`, `ping`, `workers` and `down`: starting, inspecting, resizing
+//! and stopping the local cluster; and `antler cancel`, which cancels a run of the
+//! running cluster.
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
@@ -48,6 +49,25 @@ pub enum ClusterCommand {
     },
     /// Stop the running cluster (SIGTERM to its lead).
     Down,
+    /// Change the number of subagent workers of the running cluster (1 to 64). Removed
+    /// workers (highest indexes first) take no new task and are stopped once their tasks
+    /// have finished; returns when the change is done and prints the workers.
+    Workers {
+        /// The number of workers the cluster should have.
+        count: u32,
+        /// Print a JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a run of the running cluster: it ends `error` with "the run was cancelled"
+    /// and its subagent tasks are cancelled.
+    Cancel {
+        /// The run's id (`antler run --detach` prints it).
+        run_id: String,
+        /// Print one JSON object: run_id, cancelled, status.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn run(ctx: &Ctx, command: ClusterCommand) -> anyhow::Result<ExitCode> {
@@ -79,7 +99,85 @@ pub fn run(ctx: &Ctx, command: ClusterCommand) -> anyhow::Result<ExitCode> {
             actix::System::new().block_on(ping(spec, role, json))
         }
         ClusterCommand::Down => down(runtime_dir),
+        ClusterCommand::Workers { count, json } => {
+            let max = antler_protocol::config::MAX_WORKERS as u32;
+            if !(1..=max).contains(&count) {
+                bail!("workers: expected a number from 1 to {max}");
+            }
+            actix::System::new().block_on(workers(runtime_dir, count, json))
+        }
+        ClusterCommand::Cancel { run_id, json } => {
+            actix::System::new().block_on(cancel(runtime_dir, run_id, json))
+        }
     }
+}
+
+/// Deadline of `antler workers N`: removed workers get up to 30 minutes to finish their
+/// tasks, added ones a minute to come up.
+const WORKERS_TIMEOUT: Duration = Duration::from_secs(32 * 60);
+
+/// A connection to the running cluster's lead (never an ephemeral one).
+async fn running(runtime_dir: &std::path::Path) -> anyhow::Result<cluster::LeadClient> {
+    let connection = cluster::attach(runtime_dir, ConnectionConfig::default()).await?;
+    Ok(cluster::LeadClient {
+        connection,
+        ephemeral: None,
+    })
+}
+
+async fn workers(runtime_dir: PathBuf, count: u32, json: bool) -> anyhow::Result<ExitCode> {
+    let client = running(&runtime_dir).await?;
+    if !json {
+        eprintln!("antler: changing the cluster to {count} worker(s); removed workers finish their tasks first");
+    }
+    let reply = client
+        .connection
+        .request(
+            antler_protocol::messages::Request::Lead(LeadRequest::SetWorkers { workers: count }),
+            antler_protocol::TraceContext::new_root(),
+            WORKERS_TIMEOUT,
+        )
+        .await;
+    client.finish().await;
+    let list = match reply? {
+        antler_protocol::messages::Reply::Lead(LeadReply::Workers(list)) => list,
+        other => bail!("unexpected reply to workers: {other:?}"),
+    };
+    if json {
+        println!("{}", cli::status_json(&list));
+    } else {
+        print!("{}", cli::status_table(&list));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn cancel(runtime_dir: PathBuf, run_id: String, json: bool) -> anyhow::Result<ExitCode> {
+    let client = running(&runtime_dir).await?;
+    let reply = lead_request(&client, LeadRequest::CancelRun { run_id }).await;
+    client.finish().await;
+    let LeadReply::RunCancelled {
+        run_id,
+        cancelled,
+        status,
+    } = reply?
+    else {
+        bail!("unexpected reply to cancel");
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"run_id": run_id, "cancelled": cancelled, "status": status})
+        );
+    } else if cancelled {
+        println!("antler: run {run_id} cancelled");
+    } else {
+        println!("antler: run {run_id} is {status}, not running: nothing to cancel");
+    }
+    Ok(if cancelled {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 async fn up(spec: ClusterSpec, show_status: bool) -> anyhow::Result<ExitCode> {

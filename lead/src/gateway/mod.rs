@@ -1,7 +1,7 @@
 //! The lead's HTTP gateway (actix-web): `/health`; `GET`/`PUT /api/mcp/config` for the
 //! MCP servers of `extensions_config.json` (secrets redacted); runs (`POST /api/runs`,
 //! `GET /api/runs/{id}`, `GET /api/runs/{id}/events` as server-sent events,
-//! `POST /api/runs/{id}/answer`); and `GET /metrics` in Prometheus' text format. A `PUT` of
+//! `POST /api/runs/{id}/answer`, `POST /api/runs/{id}/cancel`); and `GET /metrics` in Prometheus' text format. A `PUT` of
 //! the MCP config is validated with the same loader mcp-host uses, written atomically
 //! (temporary file, fsync, rename), and applied at once by asking mcp-host to reload.
 //! Owns one HTTP server that `stop` ends. The address comes from `ANTLER_GATEWAY_ADDR`
@@ -174,6 +174,7 @@ impl Gateway {
                 .route("/api/runs/{id}", web::get().to(get_run))
                 .route("/api/runs/{id}/events", web::get().to(run_events))
                 .route("/api/runs/{id}/answer", web::post().to(answer_run))
+                .route("/api/runs/{id}/cancel", web::post().to(cancel_run))
                 .route("/metrics", web::get().to(metrics))
         })
         .workers(1)
@@ -566,6 +567,32 @@ async fn answer_run(
             error(StatusCode::CONFLICT, e.to_string())
         }
         Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+/// `POST /api/runs/{id}/cancel`: cancels a running run (or one waiting for an answer);
+/// 202 with `{"run_id", "status": "error", "cancelled": true}`, 404 for an unknown run,
+/// 409 for one that has ended.
+async fn cancel_run(state: web::Data<State>, id: web::Path<String>) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    let run_id = id.into_inner();
+    match state
+        .runs
+        .manager
+        .send(manager::CancelRun(run_id.clone()))
+        .await
+    {
+        Ok(Ok(manager::CancelOutcome::Cancelled)) => HttpResponse::Accepted()
+            .json(json!({"run_id": run_id, "status": "error", "cancelled": true})),
+        Ok(Err(e @ crate::run_manager::prepare::PrepareError::UnknownRun(_))) => {
+            error(StatusCode::NOT_FOUND, e.to_string())
+        }
+        Ok(Err(e @ crate::run_manager::prepare::PrepareError::NotRunning { .. })) => {
+            error(StatusCode::CONFLICT, e.to_string())
+        }
+        Ok(Err(e)) if e.is_overload() => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }

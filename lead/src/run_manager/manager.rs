@@ -4,7 +4,8 @@
 //! (a clarification) by driving it again, and when the lead starts it resumes the runs a
 //! crash left `running`. A run that ended frees its loop at once; the views and events of
 //! the last [`KEEP_ENDED`] ended runs stay for watchers, older ones are read from the
-//! checkpoint store.
+//! checkpoint store. A run is cancelled through its [`CancelFlag`] while it is driven
+//! (its drive ends `error`); one waiting for an answer is ended without being driven.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -20,7 +21,8 @@ use super::prepare::{PrepareError, Prepared, RunEnv};
 use super::view;
 use crate::catalog::{Catalog, ToolSource};
 use crate::checkpoint::{RunRecord, RunStatus};
-use crate::run::actor::{Drive, RunActor, RunEvent, ToolState};
+use crate::run::actor::{CancelFlag, Drive, RunActor, RunError, RunEvent, ToolState};
+use crate::run::journal::Journal;
 
 /// Ended runs whose views and events the manager keeps in memory.
 pub const KEEP_ENDED: usize = 1_000;
@@ -32,6 +34,8 @@ struct LiveRun {
     actor: Option<Addr<RunActor>>,
     driving: bool,
     timing: Arc<Mutex<Timing>>,
+    /// Cancels the drive of the run's loop.
+    cancel: Arc<CancelFlag>,
 }
 
 /// The owner of this lead's runs.
@@ -42,6 +46,8 @@ pub struct RunManager {
     ended: VecDeque<String>,
     /// Runs being prepared for a resume (a second resume leaves them be).
     resuming: std::collections::HashSet<String>,
+    /// Runs cancelled while they were being prepared for a resume: cancelled at launch.
+    cancel_at_launch: std::collections::HashSet<String>,
     resume_at_start: bool,
 }
 
@@ -55,6 +61,7 @@ impl RunManager {
             runs: HashMap::new(),
             ended: VecDeque::new(),
             resuming: Default::default(),
+            cancel_at_launch: Default::default(),
             resume_at_start,
         }
     }
@@ -66,7 +73,11 @@ impl RunManager {
             record,
             catalog,
             warnings,
+            cancel,
         } = prepared;
+        if self.cancel_at_launch.remove(&record.run_id) {
+            cancel.cancel();
+        }
         let run_id = record.run_id.clone();
         let (log, timing) = match self.runs.get(&run_id) {
             Some(live) => (live.log.clone(), live.timing.clone()),
@@ -87,6 +98,7 @@ impl RunManager {
                 actor: Some(actor),
                 driving: false,
                 timing,
+                cancel,
             },
         );
         self.drive(&run_id, new_run, ctx);
@@ -144,6 +156,39 @@ impl RunManager {
                     }
                 }),
         );
+    }
+}
+
+impl RunManager {
+    /// Ends `run_id`, stopped at a question (in memory or only in the store), as
+    /// cancelled without driving it: recorded `error`, its view and watchers told.
+    fn end_cancelled(
+        &mut self,
+        run_id: String,
+    ) -> ResponseActFuture<Self, Result<CancelOutcome, PrepareError>> {
+        let error = RunError::Cancelled.to_string();
+        // Through the journal: the write leaves the actor's thread.
+        let write = Journal::set_status(
+            &self.env.store,
+            &run_id,
+            RunStatus::Error,
+            Some(error.clone()),
+        );
+        if let Some(live) = self.runs.get_mut(&run_id) {
+            // Taken now, so an answer arriving meanwhile does not drive it.
+            live.actor = None;
+            live.driving = false;
+        }
+        Box::pin(write.into_actor(self).map(move |written, manager, _| {
+            written.map_err(|e| PrepareError::Config(format!("cannot record the cancel: {e}")))?;
+            if let Some(live) = manager.runs.get_mut(&run_id) {
+                live.log.stop(failed_view(&live.record, &error).to_string());
+                manager.ended.retain(|id| id != &run_id);
+                manager.ended.push_back(run_id.clone());
+            }
+            tracing::info!(run = %run_id, "run cancelled while it waited for an answer");
+            Ok(CancelOutcome::Cancelled)
+        }))
     }
 }
 
@@ -276,6 +321,57 @@ impl Handler<ResumeRun> for RunManager {
                 Ok(manager.launch(prepared?, false, ctx))
             }),
         )
+    }
+}
+
+/// How a [`CancelRun`] went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The run was live (driven, waiting for an answer, or about to be resumed) and is
+    /// cancelled: it ends `error` with "the run was cancelled".
+    Cancelled,
+}
+
+/// Cancel a run: a driven one through its flag (its drive ends, its subagent tasks are
+/// cancelled), one stopped at a question at once. An ended run is `NotRunning`, an
+/// unknown one `UnknownRun`.
+#[derive(Message)]
+#[rtype(result = "Result<CancelOutcome, PrepareError>")]
+pub struct CancelRun(pub String);
+
+impl Handler<CancelRun> for RunManager {
+    type Result = ResponseActFuture<Self, Result<CancelOutcome, PrepareError>>;
+
+    fn handle(&mut self, CancelRun(run_id): CancelRun, _: &mut Context<Self>) -> Self::Result {
+        let ready = |r| Box::pin(actix::fut::ready(r));
+        if let Some(live) = self.runs.get(&run_id) {
+            if live.driving {
+                tracing::info!(run = %run_id, "cancelling the run");
+                live.cancel.cancel();
+                return ready(Ok(CancelOutcome::Cancelled));
+            }
+            if live.actor.is_some() {
+                return self.end_cancelled(run_id);
+            }
+        }
+        if self.resuming.contains(&run_id) {
+            self.cancel_at_launch.insert(run_id);
+            return ready(Ok(CancelOutcome::Cancelled));
+        }
+        let record = match self.env.store.run(&run_id) {
+            Ok(Some(record)) => record,
+            Ok(None) => return ready(Err(PrepareError::UnknownRun(run_id))),
+            Err(e) => return ready(Err(e.into())),
+        };
+        match record.status {
+            // Waiting for an answer, or left `running` by a lead that stopped: nobody
+            // drives it now.
+            RunStatus::Interrupted | RunStatus::Running => self.end_cancelled(run_id),
+            status => ready(Err(PrepareError::NotRunning {
+                run_id,
+                status: status.as_str().to_owned(),
+            })),
+        }
     }
 }
 

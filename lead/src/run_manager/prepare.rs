@@ -28,7 +28,7 @@ use crate::catalog::actor::{Assemble, CatalogActor, SetConfig, SetExtensions, Se
 use crate::catalog::assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, Sources};
 use crate::catalog::Catalog;
 use crate::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
-use crate::run::actor::{RunBuilder, RunError, RunLoop, RunSettings};
+use crate::run::actor::{CancelFlag, RunBuilder, RunError, RunLoop, RunSettings};
 use crate::run::context::{AgentContext, RunContext, ThreadPaths};
 use crate::run::hosts::{HostError, ToolHosts};
 use crate::run::middleware::guardrail::Guardrail;
@@ -57,6 +57,9 @@ pub const EXTENSIONS_FALLBACK_WARNING: &str =
 /// The run's warning when mcp-host does not answer the discovery.
 pub const MCP_HOST_UNREACHABLE_WARNING: &str =
     "mcp-host cannot be reached; this run goes on without MCP tools";
+/// The error of a cancelled run ("the run was cancelled").
+static CANCELLED: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| RunError::Cancelled.to_string());
 /// The longest user or thread id.
 const MAX_ID_LEN: usize = 128;
 
@@ -92,6 +95,9 @@ pub enum PrepareError {
     /// An answer for a run that is not waiting for one.
     #[error("run {run_id} is {status}, not waiting for an answer")]
     NotWaiting { run_id: String, status: String },
+    /// A cancel of a run that has ended already.
+    #[error("run {run_id} is {status}, not running")]
+    NotRunning { run_id: String, status: String },
 }
 
 /// Seconds a client told to come back (HTTP 503 `Retry-After`) waits before it retries.
@@ -146,6 +152,8 @@ pub struct Prepared {
     pub catalog: Arc<Catalog>,
     /// What the set-up worked around, for the run's warning events.
     pub warnings: Vec<String>,
+    /// Cancels the run (`antler cancel`): its drive ends `error`, its tasks cancelled.
+    pub cancel: Arc<CancelFlag>,
 }
 
 /// A user or thread id safe to use as a directory name (DeerFlow's thread id rule).
@@ -522,8 +530,10 @@ impl RunEnv {
             &settings,
             &profile,
         );
+        let cancel = Arc::new(CancelFlag::default());
         let run = self
             .builder(context, model, &catalog, settings, delegator)
+            .cancel(Arc::clone(&cancel))
             .model_label(&label)
             .start(&submission.task)
             .await?;
@@ -536,6 +546,7 @@ impl RunEnv {
             record,
             catalog,
             warnings,
+            cancel,
         })
     }
 
@@ -555,6 +566,14 @@ impl RunEnv {
             return Err(PrepareError::NotWaiting {
                 run_id: run_id.to_owned(),
                 status: record.status.as_str().to_owned(),
+            });
+        }
+        // A cancelled run stays cancelled: it is never driven again.
+        if record.status == RunStatus::Error && record.detail.as_deref() == Some(CANCELLED.as_str())
+        {
+            return Err(PrepareError::NotRunning {
+                run_id: run_id.to_owned(),
+                status: "cancelled".to_owned(),
             });
         }
         let app = self.load_config(None)?;
@@ -600,8 +619,10 @@ impl RunEnv {
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
         let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
         let delegator = self.delegator(&app, false, request, &model, &context, &settings, &profile);
+        let cancel = Arc::new(CancelFlag::default());
         let mut run = self
             .builder(context, model, &catalog, settings, delegator)
+            .cancel(Arc::clone(&cancel))
             .resume()
             .await?;
         if let Some(answer) = answer {
@@ -612,6 +633,7 @@ impl RunEnv {
             record,
             catalog,
             warnings,
+            cancel,
         })
     }
 }

@@ -229,6 +229,38 @@ async fn follow(
     )))
 }
 
+/// A placed task's slot, given back to the dispatcher when the task's future ends,
+/// however it ends: a run that is cancelled drops its task's future mid-stream.
+struct Slot {
+    dispatcher: Addr<SubagentDispatcher>,
+    index: u32,
+    run_id: String,
+    /// Given back already (as `Unplace`).
+    returned: bool,
+}
+
+impl Slot {
+    /// The task did not start there after all: its slot and its run's counts go back.
+    fn unplace(mut self) {
+        self.returned = true;
+        self.dispatcher.do_send(Unplace {
+            index: self.index,
+            run_id: self.run_id.clone(),
+        });
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if !self.returned {
+            self.dispatcher.do_send(Release {
+                index: self.index,
+                run_id: std::mem::take(&mut self.run_id),
+            });
+        }
+    }
+}
+
 fn lost(node: &str, error: &RpcError) -> TaskResult {
     failed(format!(
         "the subagent worker {node} was lost mid-task ({error}); its work is gone"
@@ -271,6 +303,12 @@ impl Delegator for LeadDelegator {
                         }
                     }
                 };
+                let slot = Slot {
+                    dispatcher: this.dispatcher.clone(),
+                    index: placement.index,
+                    run_id: call.run_id.clone(),
+                    returned: false,
+                };
                 let request = Request::Worker(WorkerRequest::RunTask(TaskAssignment {
                     run_id: call.run_id.clone(),
                     tool_call_id: call.tool_call_id.clone(),
@@ -288,17 +326,11 @@ impl Delegator for LeadDelegator {
                     Err(RpcError::Remote(
                         RemoteError::Overloaded(_) | RemoteError::ShuttingDown,
                     )) if attempt < PLACEMENT_ATTEMPTS => {
-                        this.dispatcher.do_send(Unplace {
-                            index: placement.index,
-                            run_id: call.run_id.clone(),
-                        });
+                        slot.unplace();
                         continue;
                     }
                     result => {
-                        this.dispatcher.do_send(Release {
-                            index: placement.index,
-                            run_id: call.run_id.clone(),
-                        });
+                        drop(slot);
                         return match result {
                             Ok(result) => result,
                             Err(e) => TaskResult {

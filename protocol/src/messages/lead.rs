@@ -37,6 +37,14 @@ pub enum LeadRequest {
     WatchRun { run_id: String },
     /// The run's view now (`Run`).
     GetRun { run_id: String },
+    /// Cancel a run the lead is driving, or one waiting for a clarification answer: it
+    /// ends `error` with "the run was cancelled" and its subagent tasks are cancelled.
+    /// The reply is `RunCancelled`.
+    CancelRun { run_id: String },
+    /// Change the number of subagent workers (1 to `MAX_WORKERS`): new workers are
+    /// started; removed ones (highest indexes first) take no new task, finish theirs and
+    /// are stopped. The reply (`Workers`) comes once the change is done.
+    SetWorkers { workers: u32 },
 }
 
 /// Replies to [`LeadRequest`].
@@ -57,6 +65,15 @@ pub enum LeadReply {
     Run {
         json: String,
     },
+    /// How a `CancelRun` went: `cancelled` when a live run was cancelled; otherwise the
+    /// run's `status` says why not (it has ended already).
+    RunCancelled {
+        run_id: String,
+        cancelled: bool,
+        status: String,
+    },
+    /// The subagent workers after a `SetWorkers`.
+    Workers(Vec<ProcessStatus>),
 }
 
 /// A run to start.
@@ -117,6 +134,12 @@ pub struct ProcessStatus {
     pub state: String,
     /// Why the process is failed or was last restarted.
     pub reason: Option<String>,
+    /// A subagent worker's task slots (from its handshake), as the dispatcher sees them.
+    #[serde(default)]
+    pub slots: Option<u32>,
+    /// A subagent worker's slots taken by tasks now.
+    #[serde(default)]
+    pub in_use: Option<u32>,
 }
 
 /// The outcome of pinging one peer through its link.

@@ -1,0 +1,353 @@
+//! The subagent bench (issue 12), a bench command reporting ratios measured in the same
+//! run. Real `antler-subagent` processes under the lead's `Supervisor`, placed through
+//! the lead's `SubagentDispatcher`, each task a real `TaskGraph` on the engine with a
+//! scripted model (no network):
+//! - throughput: tasks of 4 model turns, each turn 50 ms of model latency, 3 slots per
+//!   worker, with 1, 2 and 4 workers; target: 4 workers ≥ 3.6× one worker;
+//! - dispatch overhead: a task sent until its first model request (its first
+//!   `task_running` event, the model answering at once), p50 over Unix sockets; target
+//!   ≤ 1 ms;
+//! - 1,000 concurrent tasks across 4 workers (250 slots each), all idle in their model
+//!   call at once, then all completed; target: each worker's memory per idle task
+//!   ≤ 64 KiB. DeerFlow runs at most 3 subagents per process.
+//!
+//! `cargo build --workspace --bins --release`, then
+//! `cargo bench -p antler-tests --bench subagents` (the bench runs the binaries beside it,
+//! in `target/release`)
+//! (`cargo test -p antler-tests --bench subagents` runs it against the debug build).
+//! Exits 1 when a task does not complete.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use antler_lead::catalog::{Catalog, ToolSpec};
+use antler_lead::run::model::{Playbook, ScriptedCall, ScriptedTurn};
+use antler_lead::run::task::spec::{TaskSpec, WireCatalog, WireModel};
+use antler_lead::run::task::{TaskEvent, TaskResult, TaskStatus};
+use antler_lead::subagents::dispatcher::{Release, Reserve, Reserved, SubagentDispatcher, Workers};
+use antler_lead::supervisor::{ChildSpec, GetStatus, RestartPolicy, StopAll, Supervisor};
+use antler_protocol::messages::{Reply, Request, TaskAssignment, WorkerReply, WorkerRequest};
+use antler_protocol::runtime_dir::RuntimeDir;
+use antler_protocol::{ConnectionConfig, Identity, Role, TraceContext};
+use serde_json::json;
+
+const SLOTS: u32 = 3;
+const TURNS: usize = 4;
+const TURN_MS: u64 = 50;
+
+struct Pool {
+    _dir: tempfile::TempDir,
+    supervisor: Addr<Supervisor>,
+    dispatcher: Addr<SubagentDispatcher>,
+}
+
+impl Pool {
+    async fn start(workers: u32, slots: u32) -> Pool {
+        let dir = tempfile::Builder::new()
+            .prefix("antler-bench-sa")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let runtime = RuntimeDir::open(dir.path().join("run")).unwrap();
+        let token = runtime.generate_token().unwrap();
+        let specs = (0..workers)
+            .map(|index| ChildSpec {
+                role: Role::Subagent,
+                index,
+                binary: antler_tests::bin("antler-subagent"),
+                socket: runtime.socket(Role::Subagent, index),
+                log: runtime.log(Role::Subagent, index),
+                token_file: runtime.token_path(),
+                args: vec!["--capacity".into(), slots.to_string()],
+                survives_lead: false,
+            })
+            .collect();
+        let identity = Identity::new(Role::Lead, "bench", Some(token));
+        let supervisor = Supervisor::new(
+            specs,
+            identity,
+            ConnectionConfig::default(),
+            RestartPolicy::default(),
+        )
+        .start();
+        let dispatcher = SubagentDispatcher::new(supervisor.clone()).start();
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            let known = dispatcher.send(Workers).await.unwrap();
+            if known.len() == workers as usize && known.iter().all(|w| w.connected) {
+                break;
+            }
+            if Instant::now() >= until {
+                let logs: Vec<String> = (0..workers)
+                    .map(|i| {
+                        std::fs::read_to_string(runtime.log(Role::Subagent, i)).unwrap_or_default()
+                    })
+                    .collect();
+                panic!("workers did not connect: {known:?}\n{}", logs.join("\n"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Pool {
+            _dir: dir,
+            supervisor,
+            dispatcher,
+        }
+    }
+
+    async fn stop(self) {
+        let _ = self
+            .supervisor
+            .send(StopAll {
+                grace: Duration::from_secs(5),
+            })
+            .await;
+    }
+
+    /// Resident memory of every worker, in KiB.
+    async fn rss_kib(&self) -> u64 {
+        let status = self.supervisor.send(GetStatus).await.unwrap();
+        status
+            .iter()
+            .filter_map(|p| p.pid)
+            .map(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/status"))
+                    .ok()
+                    .and_then(|s| {
+                        s.lines()
+                            .find_map(|l| l.strip_prefix("VmRSS:"))
+                            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                    })
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
+    /// Places one task and follows it to its end: (result, time to its first model
+    /// request).
+    async fn task(
+        &self,
+        n: usize,
+        playbook: &Playbook,
+        catalog: &WireCatalog,
+    ) -> (TaskResult, Duration) {
+        let run_id = format!("bench-{n}");
+        let spec = TaskSpec {
+            run_id: run_id.clone(),
+            tool_call_id: format!("call-{n}"),
+            user_id: "bench".into(),
+            thread_id: format!("t-{n}"),
+            data_root: std::env::temp_dir(),
+            subagent_type: "general-purpose".into(),
+            description: format!("task {n}"),
+            prompt: "work".into(),
+            system_prompt: None,
+            catalog: catalog.clone(),
+            model: WireModel::Scripted {
+                playbook: playbook.clone(),
+            },
+            max_turns: 50,
+            timeout_s: 600,
+            tool_timeout_s: 60,
+            token_budget: None,
+        };
+        let reserved = self
+            .dispatcher
+            .send(Reserve {
+                run_id: run_id.clone(),
+                max_concurrent: 4,
+                max_total: 50,
+                wait: Duration::from_secs(600),
+            })
+            .await
+            .unwrap();
+        let placement = match reserved {
+            Reserved::Placed(p) => p,
+            Reserved::Queued(slot) => slot.await.unwrap().unwrap(),
+            Reserved::Refused(text) => panic!("{text}"),
+        };
+        let request = Request::Worker(WorkerRequest::RunTask(TaskAssignment {
+            run_id: run_id.clone(),
+            tool_call_id: spec.tool_call_id.clone(),
+            spec_json: serde_json::to_string(&spec).unwrap(),
+        }));
+        let sent = Instant::now();
+        let mut first = None;
+        let mut stream = placement
+            .connection
+            .request_stream(request, TraceContext::new_root(), Duration::from_secs(900))
+            .await
+            .unwrap();
+        let mut result = None;
+        while let Some(item) = stream.next().await {
+            match item.unwrap() {
+                Reply::Worker(WorkerReply::TaskEvent { event_json }) => {
+                    let event: TaskEvent = serde_json::from_str(&event_json).unwrap();
+                    if matches!(event, TaskEvent::TaskRunning { .. }) && first.is_none() {
+                        first = Some(sent.elapsed());
+                    }
+                }
+                Reply::Worker(WorkerReply::TaskEnded { result_json }) => {
+                    result = Some(serde_json::from_str(&result_json).unwrap());
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        self.dispatcher.do_send(Release {
+            index: placement.index,
+            run_id,
+        });
+        (result.unwrap(), first.unwrap_or_default())
+    }
+}
+
+/// `turns` model turns of `delay_ms` each: tool_search calls, then the answer.
+fn playbook(turns: usize, delay_ms: u64) -> Playbook {
+    let mut all: Vec<ScriptedTurn> = (1..turns)
+        .map(|i| ScriptedTurn {
+            delay_ms,
+            tool_calls: vec![ScriptedCall {
+                name: "tool_search".into(),
+                args: json!({"query": format!("bench {i}")}),
+                id: None,
+            }],
+            ..ScriptedTurn::default()
+        })
+        .collect();
+    all.push(ScriptedTurn {
+        delay_ms,
+        content: "done".into(),
+        ..ScriptedTurn::default()
+    });
+    Playbook {
+        turns: all,
+        ..Playbook::default()
+    }
+}
+
+fn bench_catalog() -> WireCatalog {
+    let tool = ToolSpec::mcp(
+        "srv_bench",
+        "A deferred tool for the bench's searches.",
+        json!({"type": "object", "properties": {}}),
+        Some("srv".into()),
+        "bench",
+    );
+    WireCatalog::of(&Catalog::build(vec![tool], true).unwrap(), true)
+}
+
+async fn throughput(workers: u32, tasks: usize) -> (f64, usize) {
+    let pool = Arc::new(Pool::start(workers, SLOTS).await);
+    let playbook = playbook(TURNS, TURN_MS);
+    let catalog = bench_catalog();
+    let started = Instant::now();
+    let results = futures::future::join_all((0..tasks).map(|n| {
+        let pool = pool.clone();
+        let playbook = playbook.clone();
+        let catalog = catalog.clone();
+        async move { pool.task(n, &playbook, &catalog).await.0 }
+    }))
+    .await;
+    let took = started.elapsed().as_secs_f64();
+    let failed = results
+        .iter()
+        .filter(|r| r.status != TaskStatus::Completed)
+        .count();
+    if let Ok(pool) = Arc::try_unwrap(pool) {
+        pool.stop().await;
+    }
+    (tasks as f64 / took, failed)
+}
+
+fn main() -> ExitCode {
+    let system = actix::System::new();
+    let ok = system.block_on(async {
+        let rounds = std::env::var("ANTLER_BENCH_ROUNDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(6usize);
+        let mut failures = 0;
+        let mut rates = Vec::new();
+        for workers in [1u32, 2, 4] {
+            let tasks = SLOTS as usize * workers as usize * rounds;
+            let (rate, failed) = throughput(workers, tasks).await;
+            failures += failed;
+            println!("throughput: {workers} worker(s), {tasks} tasks of {TURNS} x {TURN_MS} ms turns: {rate:.1} tasks/s");
+            rates.push(rate);
+        }
+        let scale = rates[2] / rates[0];
+        let ideal = 1000.0 / (TURNS as f64 * TURN_MS as f64) * SLOTS as f64;
+        println!(
+            "throughput ratio 4 workers / 1 worker: {scale:.2}x (target >= 3.60x: {}); 1 worker runs at {:.0}% of its ideal {ideal:.1} tasks/s",
+            if scale >= 3.6 { "met" } else { "MISSED" },
+            rates[0] / ideal * 100.0
+        );
+
+        // Dispatch overhead: sequential tasks whose model answers at once.
+        let pool = Pool::start(1, SLOTS).await;
+        let instant = playbook(1, 0);
+        let catalog = bench_catalog();
+        let mut overheads = Vec::new();
+        for n in 0..200 {
+            let (result, first) = pool.task(10_000 + n, &instant, &catalog).await;
+            failures += usize::from(result.status != TaskStatus::Completed);
+            overheads.push(first);
+        }
+        pool.stop().await;
+        overheads.sort();
+        let p50 = overheads[overheads.len() / 2];
+        let p99 = overheads[overheads.len() * 99 / 100];
+        println!(
+            "dispatch overhead (task sent -> first model request, Unix sockets): p50 {:.3} ms, p99 {:.3} ms (target p50 <= 1 ms: {}); events are streamed, where DeerFlow's task tool polls its task every 5 s",
+            p50.as_secs_f64() * 1e3,
+            p99.as_secs_f64() * 1e3,
+            if p50 <= Duration::from_millis(1) { "met" } else { "MISSED" },
+        );
+
+        // 1,000 concurrent idle tasks across 4 workers.
+        let concurrent = 1000usize;
+        let pool = Arc::new(Pool::start(4, 250).await);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = pool.rss_kib().await;
+        let idle = playbook(1, 6000);
+        let catalog = bench_catalog();
+        let all = futures::future::join_all((0..concurrent).map(|n| {
+            let pool = pool.clone();
+            let idle = idle.clone();
+            let catalog = catalog.clone();
+            async move { pool.task(20_000 + n, &idle, &catalog).await.0 }
+        }));
+        let sampler = {
+            let pool = pool.clone();
+            async move {
+                tokio::time::sleep(Duration::from_secs(4)).await;
+                pool.rss_kib().await
+            }
+        };
+        let (results, during) = futures::future::join(all, sampler).await;
+        let completed = results
+            .iter()
+            .filter(|r| r.status == TaskStatus::Completed)
+            .count();
+        failures += concurrent - completed;
+        let per_task = during.saturating_sub(before) as f64 / concurrent as f64;
+        println!(
+            "{concurrent} concurrent tasks on 4 workers: {completed} completed; worker memory per idle task {per_task:.1} KiB (target <= 64 KiB: {}); {} per worker process, {:.0}x DeerFlow's 3 subagents per process",
+            if per_task <= 64.0 { "met" } else { "MISSED" },
+            concurrent / 4,
+            concurrent as f64 / 4.0 / 3.0
+        );
+        if let Ok(pool) = Arc::try_unwrap(pool) {
+            pool.stop().await;
+        }
+        failures == 0
+    });
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("subagents bench: some tasks did not complete");
+        ExitCode::FAILURE
+    }
+}
