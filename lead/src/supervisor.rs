@@ -16,7 +16,7 @@ use std::{
 use actix::prelude::*;
 use antler_protocol::{
     handshake::{Identity, Role},
-    link::{PeerLink, RedialNow, Snapshot, StopLink},
+    link::{HostLink, RedialNow, Snapshot, StopLink},
     messages::ProcessStatus,
     transport::Address,
     ConnectionConfig,
@@ -87,7 +87,7 @@ struct Child {
     crashes: VecDeque<Instant>,
     phase: Phase,
     reason: Option<String>,
-    link: Addr<PeerLink>,
+    link: Addr<HostLink>,
     /// Bumped at each spawn, so an exit report of an older process is recognised.
     generation: u64,
     /// Since when the running process has not been reachable through its link.
@@ -422,7 +422,7 @@ fn process_exists(pid: u32) -> bool {
 
 /// A child not started yet, with its link.
 fn new_child(spec: ChildSpec, identity: &Identity, config: &ConnectionConfig) -> Child {
-    let link = PeerLink::new(
+    let link = HostLink::new(
         Address::Unix(spec.socket.clone()),
         identity.clone(),
         config.clone(),
@@ -522,7 +522,7 @@ impl Handler<GetStatus> for Supervisor {
     type Result = ResponseActFuture<Self, Vec<ProcessStatus>>;
 
     fn handle(&mut self, _: GetStatus, _: &mut Context<Self>) -> Self::Result {
-        let links: Vec<(Key, Addr<PeerLink>)> = self
+        let links: Vec<(Key, Addr<HostLink>)> = self
             .children
             .iter()
             .map(|(k, c)| (*k, c.link.clone()))
@@ -572,7 +572,7 @@ impl Handler<GetStatus> for Supervisor {
 
 /// The links to the children, to send them requests.
 #[derive(Debug, Message)]
-#[rtype(result = "Vec<(Role, u32, String, Addr<PeerLink>)>")]
+#[rtype(result = "Vec<(Role, u32, String, Addr<HostLink>)>")]
 pub struct GetLinks;
 
 impl Handler<GetLinks> for Supervisor {

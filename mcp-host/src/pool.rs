@@ -18,7 +18,7 @@ use antler_protocol::config::{McpPoolSection, Transport};
 use tokio::sync::broadcast;
 
 use crate::{
-    server::{Phase, ServerHandle},
+    server::{McpServerActor, Phase},
     transport::OpenOptions,
 };
 
@@ -66,7 +66,7 @@ impl PoolLimits {
 }
 
 struct Entry {
-    handle: ServerHandle,
+    handle: McpServerActor,
     /// Order of last use (higher is more recent).
     last_used: u64,
     used_at: Instant,
@@ -145,11 +145,11 @@ impl SessionPool {
     /// The pooled session of `base` for `user`/`thread`, started when missing.
     pub fn session(
         &self,
-        base: &ServerHandle,
+        base: &McpServerActor,
         user: Option<&str>,
         thread: Option<&str>,
         workspace: Option<&str>,
-    ) -> Result<ServerHandle, String> {
+    ) -> Result<McpServerActor, String> {
         let key = (
             base.name().to_owned(),
             format!(
@@ -182,7 +182,7 @@ impl SessionPool {
                 .map(|k| (k.to_string(), tmp.clone()))
                 .collect();
         }
-        let handle = ServerHandle::spawn(
+        let handle = McpServerActor::spawn(
             base.name().to_owned(),
             base.config().clone(),
             Transport::Stdio,
@@ -216,7 +216,7 @@ impl SessionPool {
     }
 
     /// Stops the sessions whose server is gone or was changed.
-    pub fn retain_current(&self, servers: &[ServerHandle]) {
+    pub fn retain_current(&self, servers: &[McpServerActor]) {
         let mut inner = self.lock();
         inner.entries.retain(|(name, _), e| {
             let keep = servers
@@ -231,7 +231,7 @@ impl SessionPool {
 
     /// Stops the idle sessions, then the least recently used ones past the memory cap.
     pub async fn sweep(&self) {
-        let snapshot: Vec<((String, String), ServerHandle, u64, Instant)> = self
+        let snapshot: Vec<((String, String), McpServerActor, u64, Instant)> = self
             .lock()
             .entries
             .iter()
@@ -291,7 +291,7 @@ impl SessionPool {
     }
 
     /// Stops every pooled session; returns them so the caller can wait for them.
-    pub fn stop_all(&self) -> Vec<ServerHandle> {
+    pub fn stop_all(&self) -> Vec<McpServerActor> {
         self.lock()
             .entries
             .drain()

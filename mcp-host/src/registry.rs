@@ -13,7 +13,7 @@ use antler_protocol::{
 use tokio::sync::broadcast;
 
 use crate::{
-    server::{ServerHandle, ToolsChanged},
+    server::{McpServerActor, ToolsChanged},
     transport::OpenOptions,
     watch::Signature,
 };
@@ -21,7 +21,7 @@ use crate::{
 /// The registry actor.
 pub struct McpRegistry {
     path: Option<PathBuf>,
-    servers: Vec<ServerHandle>,
+    servers: Vec<McpServerActor>,
     /// Enabled servers the config could not start, with DeerFlow's message.
     skipped: Vec<(String, String)>,
     signature: Option<Signature>,
@@ -46,7 +46,7 @@ impl McpRegistry {
     ) -> McpReloadSummary {
         let mut summary = McpReloadSummary::default();
         let mut next = Vec::new();
-        let mut old: Vec<Option<ServerHandle>> = self.servers.drain(..).map(Some).collect();
+        let mut old: Vec<Option<McpServerActor>> = self.servers.drain(..).map(Some).collect();
         for (name, server) in config.enabled_servers() {
             let transport = match build_server_params(name, server) {
                 Ok(t) => t,
@@ -96,8 +96,8 @@ impl McpRegistry {
         name: &str,
         config: antler_protocol::config::McpServerConfig,
         transport: antler_protocol::config::Transport,
-    ) -> ServerHandle {
-        ServerHandle::spawn(
+    ) -> McpServerActor {
+        McpServerActor::spawn(
             name.to_owned(),
             config,
             transport,
@@ -178,7 +178,7 @@ impl Actor for McpRegistry {
 
 /// The live server actors, in file order.
 #[derive(Debug, Message)]
-#[rtype(result = "Vec<ServerHandle>")]
+#[rtype(result = "Vec<McpServerActor>")]
 pub struct Servers;
 
 impl Handler<Servers> for McpRegistry {

@@ -1,5 +1,6 @@
 //! `McpServerActor`: owns one server's connection (a task owns the rmcp session), its
-//! lifecycle and reconnects, and its tool list. Others hold a `ServerHandle`: calls clone
+//! lifecycle and reconnects, and its tool list. Others hold a clone of the `McpServerActor`
+//! handle (the actor is a tokio task, addressed through it): calls clone
 //! the live peer out of the state and run with no lock held, so many calls run at once.
 //! When the session dies every call in flight on it gets an error result at once; the actor
 //! reconnects with backoff and re-lists its tools.
@@ -110,9 +111,9 @@ struct Shared {
     reopen: mpsc::UnboundedSender<Option<String>>,
 }
 
-/// A handle on one server actor. Dropping handles does not stop it: `stop` does.
+/// The handle of one server's actor (its task). Dropping handles does not stop it: `stop` does.
 #[derive(Clone)]
-pub struct ServerHandle {
+pub struct McpServerActor {
     shared: Arc<Shared>,
 }
 
@@ -121,7 +122,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl ServerHandle {
+impl McpServerActor {
     /// Starts the actor for `name`: it connects at once and keeps reconnecting until stopped.
     pub fn spawn(
         name: String,
@@ -129,7 +130,7 @@ impl ServerHandle {
         transport: Transport,
         changes: broadcast::Sender<ToolsChanged>,
         options: OpenOptions,
-    ) -> ServerHandle {
+    ) -> McpServerActor {
         let token = match transport {
             Transport::Sse | Transport::Http => config
                 .oauth
@@ -161,7 +162,7 @@ impl ServerHandle {
             reopen,
         });
         tokio::spawn(run(shared.clone(), reopen_rx));
-        ServerHandle { shared }
+        McpServerActor { shared }
     }
 
     pub fn name(&self) -> &str {
@@ -201,7 +202,7 @@ impl ServerHandle {
     }
 
     /// Whether both handles name the same actor.
-    pub fn same(&self, other: &ServerHandle) -> bool {
+    pub fn same(&self, other: &McpServerActor) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 

@@ -21,7 +21,7 @@ use crate::{
     naming,
     pool::SessionPool,
     registry::{McpRegistry, Reload, Servers, Skipped, Subscribe},
-    server::{Phase, ServerHandle},
+    server::{McpServerActor, Phase},
 };
 
 /// A call's deadline when the requester gave none.
@@ -82,13 +82,13 @@ impl RoleHandler for McpService {
                 }
                 McpRequest::Status => {
                     let servers = registry.send(Servers).await.map_err(unavailable)?;
-                    let mut out: Vec<_> = servers.iter().map(ServerHandle::status).collect();
+                    let mut out: Vec<_> = servers.iter().map(McpServerActor::status).collect();
                     out.extend(registry.send(Skipped).await.map_err(unavailable)?);
                     Ok(Reply::Mcp(McpReply::Status(out)))
                 }
                 McpRequest::ListTools { server } => {
                     let servers = registry.send(Servers).await.map_err(unavailable)?;
-                    let wanted: Vec<ServerHandle> = servers
+                    let wanted: Vec<McpServerActor> = servers
                         .into_iter()
                         .filter(|h| server.as_deref().is_none_or(|s| s == h.name()))
                         .collect();
@@ -109,7 +109,7 @@ impl RoleHandler for McpService {
                     let mut not_ready: Vec<McpServerStatus> = servers
                         .iter()
                         .filter(|h| !matches!(h.phase(), Phase::Ready | Phase::Reconnecting))
-                        .map(ServerHandle::status)
+                        .map(McpServerActor::status)
                         .collect();
                     not_ready.extend(registry.send(Skipped).await.map_err(unavailable)?);
                     Ok(Reply::Mcp(McpReply::Discovery(McpDiscovery {
@@ -155,7 +155,7 @@ impl RoleHandler for McpService {
 }
 
 /// Waits for the servers' first starts, within [`START_GRACE`] of each spawn.
-async fn settle(servers: &[ServerHandle], within: Duration) {
+async fn settle(servers: &[McpServerActor], within: Duration) {
     futures::future::join_all(
         servers
             .iter()
@@ -165,7 +165,7 @@ async fn settle(servers: &[ServerHandle], within: Duration) {
 }
 
 /// The listed tools of `servers`, in order (a server not ready yet has none).
-fn tools_of(servers: &[ServerHandle]) -> Vec<antler_protocol::messages::McpTool> {
+fn tools_of(servers: &[McpServerActor]) -> Vec<antler_protocol::messages::McpTool> {
     servers
         .iter()
         .flat_map(|h| h.tools().as_ref().clone())
@@ -173,7 +173,7 @@ fn tools_of(servers: &[ServerHandle]) -> Vec<antler_protocol::messages::McpTool>
 }
 
 async fn call_tool(
-    servers: Vec<ServerHandle>,
+    servers: Vec<McpServerActor>,
     pool: &SessionPool,
     c: McpCall,
     deadline: Duration,

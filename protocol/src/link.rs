@@ -1,4 +1,4 @@
-//! `PeerLink`: the actor that owns one outgoing connection to a peer. It dials, keeps the
+//! `HostLink`: the actor that owns one outgoing connection to a peer. It dials, keeps the
 //! connection, reconnects with exponential backoff and jitter when it dies, and forwards
 //! `Call`s. A call made while the peer is away fails at once with `PeerUnavailable`.
 
@@ -130,7 +130,7 @@ pub struct LinkSnapshot {
 }
 
 /// The link actor.
-pub struct PeerLink {
+pub struct HostLink {
     address: Address,
     identity: Identity,
     config: ConnectionConfig,
@@ -143,7 +143,7 @@ pub struct PeerLink {
     retry: Option<SpawnHandle>,
 }
 
-impl PeerLink {
+impl HostLink {
     pub fn new(address: Address, identity: Identity, config: ConnectionConfig) -> Self {
         Self {
             address,
@@ -217,7 +217,7 @@ impl PeerLink {
     }
 }
 
-impl Actor for PeerLink {
+impl Actor for HostLink {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
@@ -240,7 +240,7 @@ pub struct Call {
     pub timeout: Duration,
 }
 
-impl Handler<Call> for PeerLink {
+impl Handler<Call> for HostLink {
     type Result = ResponseFuture<Result<Reply, RpcError>>;
 
     fn handle(&mut self, msg: Call, _: &mut Context<Self>) -> Self::Result {
@@ -264,7 +264,7 @@ impl Handler<Call> for PeerLink {
 #[rtype(result = "Option<Connection>")]
 pub struct CurrentConnection;
 
-impl Handler<CurrentConnection> for PeerLink {
+impl Handler<CurrentConnection> for HostLink {
     type Result = Option<Connection>;
 
     fn handle(&mut self, _: CurrentConnection, _: &mut Context<Self>) -> Self::Result {
@@ -277,7 +277,7 @@ impl Handler<CurrentConnection> for PeerLink {
 #[rtype(result = "LinkSnapshot")]
 pub struct Snapshot;
 
-impl Handler<Snapshot> for PeerLink {
+impl Handler<Snapshot> for HostLink {
     type Result = MessageResult<Snapshot>;
 
     fn handle(&mut self, _: Snapshot, _: &mut Context<Self>) -> Self::Result {
@@ -298,7 +298,7 @@ impl Handler<Snapshot> for PeerLink {
 #[rtype(result = "()")]
 pub struct RedialNow;
 
-impl Handler<RedialNow> for PeerLink {
+impl Handler<RedialNow> for HostLink {
     type Result = ();
 
     fn handle(&mut self, _: RedialNow, ctx: &mut Context<Self>) {
@@ -316,7 +316,7 @@ impl Handler<RedialNow> for PeerLink {
 #[rtype(result = "()")]
 pub struct StopLink;
 
-impl Handler<StopLink> for PeerLink {
+impl Handler<StopLink> for HostLink {
     type Result = ();
 
     fn handle(&mut self, _: StopLink, ctx: &mut Context<Self>) {

@@ -9,7 +9,7 @@ use antler_engine::run::hosts::{HostError, ToolHosts};
 use antler_protocol::{
     envelope::TraceContext,
     handshake::{Identity, Role},
-    link::{Call, PeerLink},
+    link::{Call, HostLink},
     messages::{Reply, Request},
     transport::Address,
     ConnectionConfig,
@@ -18,8 +18,8 @@ use futures::future::BoxFuture;
 
 /// The worker's links to the hosts.
 pub struct WorkerHosts {
-    sandbox: Option<Addr<PeerLink>>,
-    mcp: Option<Addr<PeerLink>>,
+    sandbox: Option<Addr<HostLink>>,
+    mcp: Option<Addr<HostLink>>,
 }
 
 impl WorkerHosts {
@@ -31,7 +31,7 @@ impl WorkerHosts {
         config: ConnectionConfig,
     ) -> WorkerHosts {
         let link =
-            |address: Address| PeerLink::new(address, identity.clone(), config.clone()).start();
+            |address: Address| HostLink::new(address, identity.clone(), config.clone()).start();
         WorkerHosts {
             sandbox: sandbox.map(link),
             mcp: mcp.map(link),
