@@ -190,10 +190,10 @@ impl Supervisor {
     /// child is gone from the table or replaced by a newer process.
     fn watch_adopted(key: Key, generation: u64, pid: u32, ctx: &mut Context<Self>) {
         ctx.run_later(Duration::from_millis(250), move |act, ctx| {
-            if !act
+            if act
                 .children
                 .get(&key)
-                .is_some_and(|c| c.generation == generation)
+                .is_none_or(|c| c.generation != generation)
             {
                 return;
             }

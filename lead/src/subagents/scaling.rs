@@ -114,7 +114,7 @@ impl WorkerScaling {
             let removed: Vec<u32> = current.iter().rev().take(have - want).copied().collect();
             self.remove(&removed).await?;
         }
-        Ok(self.status().await?)
+        self.status().await
     }
 
     /// The subagent rows of the status, with their slots.
