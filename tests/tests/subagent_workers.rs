@@ -2,7 +2,8 @@
 //! `antler workers N` adds workers (healthy, with their slots in `antler status`) and
 //! removes them only once their tasks have finished; `antler cancel RUN_ID` ends a run
 //! `error` "the run was cancelled" while its subagent task sleeps, and the worker's slot
-//! is free again; the gateway's cancel route answers 404 and 409.
+//! is free again; the gateway's cancel route answers 404 and 409; a task waiting for a
+//! slot is placed on a worker added meanwhile.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -463,4 +464,41 @@ fn cancel_ends_a_run_and_frees_its_workers_slot() {
     );
     let out = ops.antler(&["run", "--resume", &waiting, "--answer", "2025"]);
     assert!(!out.status.success(), "a cancelled run took an answer");
+}
+
+#[test]
+fn a_task_waiting_for_a_slot_is_placed_on_a_worker_added_under_load() {
+    // One worker with one slot: the second task waits (up to 60 s) while the first runs.
+    let ops = Ops::up(
+        1,
+        "antler:\n  worker_slots: 1\nsubagents:\n  slot_wait_s: 60\n",
+        false,
+    );
+    let playbook = ops.write("p.yaml", &delegating_playbook(2, 10_000));
+    let run_id = ops.submit(&playbook, &["--subagents"]);
+    let placed = wait_for(Duration::from_secs(30), || {
+        (ops.in_use(0) == Some(1)).then_some(())
+    });
+    assert!(placed.is_some(), "first task not placed: {:?}", ops.status());
+    let out = ops.antler(&["workers", "2"]);
+    assert!(out.status.success(), "workers 2: {}", stderr(&out));
+    // The waiting task goes to the new worker while the first still runs on worker 0.
+    let both = wait_for(Duration::from_secs(8), || {
+        (ops.in_use(0) == Some(1) && ops.in_use(1) == Some(1)).then_some(())
+    });
+    assert!(
+        both.is_some(),
+        "the waiting task was not placed on the added worker: {:?}",
+        ops.status()
+    );
+    let ended = wait_for(Duration::from_secs(60), || {
+        let (status, _) = ops.run_row(&run_id);
+        (status != "running").then_some(status)
+    });
+    assert_eq!(ended.as_deref(), Some("success"), "{:?}", ops.run_row(&run_id));
+    let messages = ops.task_messages(&run_id);
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    for m in &messages {
+        assert!(m.starts_with("Task Succeeded"), "{messages:?}");
+    }
 }
