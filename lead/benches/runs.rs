@@ -489,6 +489,7 @@ impl Lead {
                 bootstrap: false,
                 interactive: true,
                 subagents: None,
+                role: None,
             }))
         });
         let run_ids: Vec<String> = futures::future::join_all(submissions)

@@ -34,6 +34,8 @@ struct RunOptions {
     non_interactive: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     subagents: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    role: Option<String>,
 }
 
 /// A checkpoint store failure (operator-facing: it fails the run).
@@ -191,6 +193,7 @@ impl CheckpointStore {
                     bootstrap: record.bootstrap,
                     non_interactive: record.non_interactive,
                     subagents: record.subagents,
+                    role: record.role.clone(),
                 })?
             ],
         )?;
@@ -334,6 +337,25 @@ impl CheckpointStore {
         rows.next().transpose()?.map(record).transpose()
     }
 
+    /// The newest runs (by when they were recorded), of `user` only when given, of
+    /// `status` only when given, at most `limit`.
+    pub fn list(
+        &self,
+        user: Option<&str>,
+        status: Option<RunStatus>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, CheckpointError> {
+        let db = self.db();
+        let mut statement = db.prepare(&format!(
+            "{SELECT_RUN} WHERE (?1 IS NULL OR user_id = ?1) AND (?2 IS NULL OR status = ?2)
+             ORDER BY rowid DESC LIMIT ?3"
+        ))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows =
+            statement.query_map(params![user, status.map(|s| s.as_str()), limit], raw_record)?;
+        rows.map(|row| record(row?)).collect()
+    }
+
     /// The runs still `running` (interrupted by a crash), in run id order: the lead
     /// resumes these when it starts.
     pub fn in_progress(&self) -> Result<Vec<RunRecord>, CheckpointError> {
@@ -394,6 +416,7 @@ fn record(raw: RawRecord) -> Result<RunRecord, CheckpointError> {
         bootstrap: options.bootstrap,
         non_interactive: options.non_interactive,
         subagents: options.subagents,
+        role: options.role,
     })
 }
 
@@ -516,6 +539,7 @@ mod tests {
             bootstrap: true,
             non_interactive: true,
             subagents: true,
+            role: Some("member".into()),
         }
     }
 
@@ -663,6 +687,7 @@ mod tests {
                     bootstrap: false,
                     non_interactive: false,
                     subagents: false,
+                    role: None,
                 },
                 &state,
             )

@@ -42,6 +42,8 @@ pub struct ClusterSpec {
     pub store_path: PathBuf,
     /// A cluster started for one command: it does not resume the store's unfinished runs.
     pub ephemeral: bool,
+    /// Who may use the HTTP gateway (`antler.gateway`).
+    pub gateway: antler_protocol::config::GatewaySection,
 }
 
 /// Why a cluster could not start or be reached.
@@ -248,11 +250,20 @@ impl RunningCluster {
         let gateway = if spec.ephemeral {
             Ok(None)
         } else {
+            // A relative JWKS file is relative to config.yaml's directory.
+            let config_dir = spec
+                .config
+                .as_deref()
+                .and_then(Path::parent)
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
             crate::gateway::Gateway::start(
                 runtime.root(),
                 extensions,
                 supervisor.clone(),
                 runs.clone(),
+                &spec.gateway,
+                &config_dir,
             )
         };
         let gateway = match gateway {

@@ -479,7 +479,11 @@ fn a_task_waiting_for_a_slot_is_placed_on_a_worker_added_under_load() {
     let placed = wait_for(Duration::from_secs(30), || {
         (ops.in_use(0) == Some(1)).then_some(())
     });
-    assert!(placed.is_some(), "first task not placed: {:?}", ops.status());
+    assert!(
+        placed.is_some(),
+        "first task not placed: {:?}",
+        ops.status()
+    );
     let out = ops.antler(&["workers", "2"]);
     assert!(out.status.success(), "workers 2: {}", stderr(&out));
     // The waiting task goes to the new worker while the first still runs on worker 0.
@@ -495,7 +499,12 @@ fn a_task_waiting_for_a_slot_is_placed_on_a_worker_added_under_load() {
         let (status, _) = ops.run_row(&run_id);
         (status != "running").then_some(status)
     });
-    assert_eq!(ended.as_deref(), Some("success"), "{:?}", ops.run_row(&run_id));
+    assert_eq!(
+        ended.as_deref(),
+        Some("success"),
+        "{:?}",
+        ops.run_row(&run_id)
+    );
     let messages = ops.task_messages(&run_id);
     assert_eq!(messages.len(), 2, "{messages:?}");
     for m in &messages {

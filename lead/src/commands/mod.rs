@@ -85,6 +85,7 @@ pub fn cluster_spec(
             ..RestartPolicy::default()
         },
         drain_grace: antler.drain_grace(),
+        gateway: antler.gateway.clone(),
     })
 }
 

@@ -138,6 +138,7 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                     bootstrap: args.bootstrap,
                     interactive: !args.no_input,
                     subagents: args.subagents.then_some(true),
+                    role: None,
                 }),
             };
             let run_id = started(&client, request).await?;

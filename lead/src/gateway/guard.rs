@@ -2,16 +2,21 @@
 //! (a DNS-rebound page sends its own name); a browser's cross-origin request is refused
 //! (`Origin`, `Sec-Fetch-Site`); a request with a body must be JSON (no "simple" form or
 //! text/plain request slips through); and every route but `/health` (and `/metrics` on
-//! loopback) needs the bearer token, even on loopback. Bodies are read with a size limit
-//! and a deadline, so a trickled body cannot hold a connection open.
+//! loopback) needs a bearer token, even on loopback, that [`Authenticator`] maps to a
+//! principal; `/metrics` off loopback and the MCP config routes need the operator. Bodies
+//! are read with a size limit and a deadline, so a trickled body cannot hold a connection
+//! open.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::{header, Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use futures::StreamExt;
 use serde_json::json;
+
+use super::principal::{Authenticator, Principal};
 
 /// The variable listing the extra names (`host[:port]`, comma-separated) a gateway bound
 /// beyond loopback answers to.
@@ -20,9 +25,9 @@ pub const GATEWAY_HOSTS_ENV: &str = "ANTLER_GATEWAY_HOSTS";
 pub const BODY_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The checks of one gateway.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Guard {
-    token: String,
+    principals: Arc<Authenticator>,
     /// Accepted `Host` values, lowercase `host:port`; `None`: any (a non-loopback bind with
     /// no names configured: the token alone decides).
     hosts: Option<Vec<String>>,
@@ -41,12 +46,14 @@ pub enum Refusal {
     ContentType,
     #[error("missing or wrong bearer token")]
     Credential,
+    #[error("this route needs the operator role")]
+    NotOperator,
 }
 
 impl Refusal {
     fn status(&self) -> StatusCode {
         match self {
-            Refusal::Host | Refusal::CrossOrigin => StatusCode::FORBIDDEN,
+            Refusal::Host | Refusal::CrossOrigin | Refusal::NotOperator => StatusCode::FORBIDDEN,
             Refusal::ContentType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Refusal::Credential => StatusCode::UNAUTHORIZED,
         }
@@ -63,9 +70,13 @@ impl Refusal {
 }
 
 impl Guard {
-    /// The guard of a gateway bound to `address` with `token`; `extra_hosts` are the names
-    /// of `ANTLER_GATEWAY_HOSTS`.
-    pub fn new(address: SocketAddr, token: String, extra_hosts: &[String]) -> Guard {
+    /// The guard of a gateway bound to `address` whose bearer tokens `principals` knows;
+    /// `extra_hosts` are the names of `ANTLER_GATEWAY_HOSTS`.
+    pub fn new(
+        address: SocketAddr,
+        principals: Arc<Authenticator>,
+        extra_hosts: &[String],
+    ) -> Guard {
         let loopback = address.ip().is_loopback();
         let port = address.port();
         let mut hosts: Vec<String> = extra_hosts
@@ -93,18 +104,19 @@ impl Guard {
             None
         };
         Guard {
-            token,
+            principals,
             hosts,
             loopback,
             port,
         }
     }
 
-    /// `None` when `req` may go on to its route.
-    pub fn check(&self, req: &HttpRequest) -> Option<Refusal> {
+    /// The principal `req` acts for when it may go on to its route (`None`: an open
+    /// route, `/health` or `/metrics` on loopback, asked without a token).
+    pub fn check(&self, req: &HttpRequest) -> Result<Option<Principal>, Refusal> {
         let path = req.path();
         if path == "/health" {
-            return None;
+            return Ok(None);
         }
         let host = req
             .headers()
@@ -121,36 +133,35 @@ impl Guard {
                 hosts.contains(&h)
             });
             if !named {
-                return Some(Refusal::Host);
+                return Err(Refusal::Host);
             }
         }
         if cross_origin(req, host.as_deref()) {
-            return Some(Refusal::CrossOrigin);
+            return Err(Refusal::CrossOrigin);
         }
         let writes = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
         if writes && !json_body(req) {
-            return Some(Refusal::ContentType);
+            return Err(Refusal::ContentType);
         }
-        if path == "/metrics" && self.loopback {
-            return None;
-        }
-        (!self.credential_matches(req)).then_some(Refusal::Credential)
-    }
-
-    fn credential_matches(&self, req: &HttpRequest) -> bool {
-        let given = req
+        let bearer = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        // Compared in time independent of where the strings differ.
-        given.len() == self.token.len()
-            && given
-                .bytes()
-                .zip(self.token.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if path == "/metrics" && self.loopback {
+            return Ok(None);
+        }
+        let principal = match self.principals.authenticate(bearer) {
+            Ok(principal) => principal,
+            Err(reason) => {
+                tracing::info!(%reason, path, "gateway request refused");
+                return Err(Refusal::Credential);
+            }
+        };
+        if !principal.operator && (path == "/metrics" || path.starts_with("/api/mcp/")) {
+            return Err(Refusal::NotOperator);
+        }
+        Ok(Some(principal))
     }
 }
 
@@ -249,8 +260,15 @@ mod tests {
     use super::*;
     use actix_web::test::TestRequest;
 
+    fn principals() -> Arc<Authenticator> {
+        let config: antler_protocol::config::GatewaySection =
+            serde_yaml::from_str("tokens:\n  - {token: alice-token-0123456789, user: alice}\n")
+                .unwrap();
+        Arc::new(Authenticator::new("tok".into(), &config, std::path::Path::new(".")).unwrap())
+    }
+
     fn guard() -> Guard {
-        Guard::new("127.0.0.1:8001".parse().unwrap(), "tok".into(), &[])
+        Guard::new("127.0.0.1:8001".parse().unwrap(), principals(), &[])
     }
 
     #[test]
@@ -261,14 +279,14 @@ mod tests {
             .insert_header(("Host", "rebind.evil.example"))
             .insert_header(("Authorization", "Bearer tok"))
             .to_http_request();
-        assert_eq!(g.check(&req), Some(Refusal::Host));
+        assert_eq!(g.check(&req).err(), Some(Refusal::Host));
         for host in ["127.0.0.1:8001", "LOCALHOST:8001"] {
             let req = TestRequest::get()
                 .uri("/api/mcp/config")
                 .insert_header(("Host", host))
                 .insert_header(("Authorization", "Bearer tok"))
                 .to_http_request();
-            assert_eq!(g.check(&req), None, "{host}");
+            assert!(g.check(&req).is_ok(), "{host}");
         }
     }
 
@@ -285,28 +303,28 @@ mod tests {
             .insert_header(("Content-Type", "application/json"))
             .insert_header(("Authorization", "Bearer tok"))
             .to_http_request();
-        assert_eq!(g.check(&req), Some(Refusal::CrossOrigin));
+        assert_eq!(g.check(&req).err(), Some(Refusal::CrossOrigin));
         let req = base()
             .insert_header(("Sec-Fetch-Site", "cross-site"))
             .insert_header(("Content-Type", "application/json"))
             .insert_header(("Authorization", "Bearer tok"))
             .to_http_request();
-        assert_eq!(g.check(&req), Some(Refusal::CrossOrigin));
+        assert_eq!(g.check(&req).err(), Some(Refusal::CrossOrigin));
         let req = base()
             .insert_header(("Content-Type", "text/plain"))
             .insert_header(("Authorization", "Bearer tok"))
             .to_http_request();
-        assert_eq!(g.check(&req), Some(Refusal::ContentType));
+        assert_eq!(g.check(&req).err(), Some(Refusal::ContentType));
         let req = base()
             .insert_header(("Content-Type", "application/json"))
             .to_http_request();
-        assert_eq!(g.check(&req), Some(Refusal::Credential));
+        assert_eq!(g.check(&req).err(), Some(Refusal::Credential));
         let req = base()
             .insert_header(("Origin", "http://127.0.0.1:8001"))
             .insert_header(("Content-Type", "application/json; charset=utf-8"))
             .insert_header(("Authorization", "Bearer tok"))
             .to_http_request();
-        assert_eq!(g.check(&req), None);
+        assert!(g.check(&req).unwrap().unwrap().operator);
     }
 
     #[test]
@@ -315,25 +333,49 @@ mod tests {
             .uri("/health")
             .insert_header(("Host", "anything"))
             .to_http_request();
-        assert_eq!(guard().check(&req), None);
+        assert_eq!(guard().check(&req), Ok(None));
         let req = TestRequest::get()
             .uri("/metrics")
             .insert_header(("Host", "127.0.0.1:8001"))
             .to_http_request();
-        assert_eq!(guard().check(&req), None);
-        let open = Guard::new("0.0.0.0:8001".parse().unwrap(), "tok".into(), &[]);
+        assert_eq!(guard().check(&req), Ok(None));
+        let open = Guard::new("0.0.0.0:8001".parse().unwrap(), principals(), &[]);
         let req = TestRequest::get()
             .uri("/metrics")
             .insert_header(("Host", "10.0.0.5:8001"))
             .to_http_request();
-        assert_eq!(open.check(&req), Some(Refusal::Credential));
+        assert_eq!(open.check(&req).err(), Some(Refusal::Credential));
+    }
+
+    #[test]
+    fn a_users_token_passes_to_its_routes_but_not_to_the_operators() {
+        let g = guard();
+        let get = |path: &str| {
+            TestRequest::get()
+                .uri(path)
+                .insert_header(("Host", "127.0.0.1:8001"))
+                .insert_header(("Authorization", "Bearer alice-token-0123456789"))
+                .to_http_request()
+        };
+        let alice = g.check(&get("/api/runs/r1")).unwrap().unwrap();
+        assert_eq!(alice.user.as_deref(), Some("alice"));
+        assert!(!alice.operator);
+        assert_eq!(
+            g.check(&get("/api/mcp/config")).err(),
+            Some(Refusal::NotOperator)
+        );
+        let open = Guard::new("0.0.0.0:8001".parse().unwrap(), principals(), &[]);
+        assert_eq!(
+            open.check(&get("/metrics")).err(),
+            Some(Refusal::NotOperator)
+        );
     }
 
     #[test]
     fn configured_names_bind_a_non_loopback_gateway() {
         let g = Guard::new(
             "0.0.0.0:443".parse().unwrap(),
-            "tok".into(),
+            principals(),
             &["antler.example.com".into()],
         );
         let ok = TestRequest::get()
@@ -341,12 +383,12 @@ mod tests {
             .insert_header(("Host", "antler.example.com:443"))
             .insert_header(("Authorization", "Bearer tok"))
             .to_http_request();
-        assert_eq!(g.check(&ok), None);
+        assert!(g.check(&ok).is_ok());
         let other = TestRequest::get()
             .uri("/api/runs/x")
             .insert_header(("Host", "other.example.com:443"))
             .insert_header(("Authorization", "Bearer tok"))
             .to_http_request();
-        assert_eq!(g.check(&other), Some(Refusal::Host));
+        assert_eq!(g.check(&other).err(), Some(Refusal::Host));
     }
 }

@@ -8,13 +8,18 @@
 //! (`off` disables it; default 127.0.0.1:8001) and is written to `gateway.addr` in the
 //! runtime directory; an address that was asked for and cannot be bound fails start-up.
 //! Every request passes [`guard::Guard`] first: every route but `/health` needs
-//! `Authorization: Bearer TOKEN`, the token of `ANTLER_GATEWAY_TOKEN` or, on loopback, the
-//! one written to `gateway.token` (0600) in the runtime directory.
+//! `Authorization: Bearer TOKEN` naming a principal: the operator's token
+//! (`ANTLER_GATEWAY_TOKEN` or, on loopback, the one written to `gateway.token` (0600) in the
+//! runtime directory), or a user's (`antler.gateway`: static tokens and JWTs). A user's
+//! runs are its own: it starts them as itself, and another user's run is 404 to it, as if
+//! it did not exist; the operator sees every run (`GET /api/runs` lists them).
 
 mod guard;
+mod principal;
 mod secrets;
 
 pub use guard::{Guard, Refusal, BODY_DEADLINE, GATEWAY_HOSTS_ENV};
+pub use principal::{Authenticator, Principal, PrincipalsError};
 
 use std::{
     io::Write,
@@ -116,6 +121,8 @@ pub enum GatewayError {
         path: String,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Principals(#[from] PrincipalsError),
 }
 
 impl Gateway {
@@ -128,6 +135,8 @@ impl Gateway {
         extensions: PathBuf,
         supervisor: Addr<Supervisor>,
         runs: Runs,
+        principals: &antler_protocol::config::GatewaySection,
+        config_dir: &Path,
     ) -> Result<Option<Gateway>, GatewayError> {
         let asked = std::env::var(GATEWAY_ADDR_ENV)
             .ok()
@@ -156,21 +165,27 @@ impl Gateway {
             App::new()
                 .app_data(web::Data::new(state.clone()))
                 .wrap_fn(move |req, srv| {
-                    let refusal = match guard.get() {
+                    let checked = match guard.get() {
                         Some(g) => g.check(req.request()),
-                        None => Some(Refusal::Credential),
+                        None => Err(Refusal::Credential),
                     };
-                    match refusal {
-                        Some(refusal) => Either::Left(futures::future::ready(Ok(req
+                    match checked {
+                        Err(refusal) => Either::Left(futures::future::ready(Ok(req
                             .into_response(refusal.response())
                             .map_into_right_body()))),
-                        None => Either::Right(srv.call(req).map_ok(|r| r.map_into_left_body())),
+                        Ok(principal) => {
+                            if let Some(principal) = principal {
+                                actix_web::HttpMessage::extensions_mut(&req).insert(principal);
+                            }
+                            Either::Right(srv.call(req).map_ok(|r| r.map_into_left_body()))
+                        }
                     }
                 })
                 .route("/health", web::get().to(health))
                 .route("/api/mcp/config", web::get().to(get_config))
                 .route("/api/mcp/config", web::put().to(put_config))
                 .route("/api/runs", web::post().to(post_run))
+                .route("/api/runs", web::get().to(list_runs))
                 .route("/api/runs/{id}", web::get().to(get_run))
                 .route("/api/runs/{id}/events", web::get().to(run_events))
                 .route("/api/runs/{id}/answer", web::post().to(answer_run))
@@ -215,7 +230,8 @@ impl Gateway {
             .split(',')
             .map(str::to_owned)
             .collect();
-        let _ = guard.set(Guard::new(address, token, &hosts));
+        let principals = Arc::new(Authenticator::new(token, principals, config_dir)?);
+        let _ = guard.set(Guard::new(address, principals, &hosts));
         let running = server.run();
         let handle = running.handle();
         actix_rt::spawn(running);
@@ -409,8 +425,15 @@ async fn reload_mcp_host(supervisor: &Addr<Supervisor>) -> Result<Value, String>
 
 /// `POST /api/runs` with `{"task", "user"?, "thread"?, "playbook"?, "model"?,
 /// "clarification"?}`: starts a run in the lead; 201 with `{"run_id", "status"}`.
-async fn post_run(state: web::Data<State>, payload: web::Payload) -> HttpResponse {
+async fn post_run(
+    state: web::Data<State>,
+    req: actix_web::HttpRequest,
+    payload: web::Payload,
+) -> HttpResponse {
     use actix_web::http::StatusCode;
+    let Some(principal) = principal_of(&req) else {
+        return Refusal::Credential.response();
+    };
     let body = match guard::read_body(payload, MAX_RUN_BODY).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -466,9 +489,23 @@ async fn post_run(state: web::Data<State>, payload: web::Payload) -> HttpRespons
         (None, Some(yaml)) => Some(PlaybookSource::Inline(yaml)),
         (None, None) => None,
     };
+    // A user's runs are its own; the operator names the user (else `default`).
+    let user = match (&principal.user, body.user) {
+        (_, Some(asked)) if principal.operator => asked,
+        (None, None) => "default".to_owned(),
+        (Some(own), None) => own.clone(),
+        (Some(own), Some(asked)) if &asked == own => asked,
+        (Some(own), Some(_)) => {
+            return error(
+                StatusCode::FORBIDDEN,
+                format!("this token acts as user {own}: a run's user is its principal's"),
+            )
+        }
+        (None, Some(asked)) => asked,
+    };
     let submission = antler_protocol::messages::RunSubmission {
         task: body.task,
-        user: body.user.unwrap_or_else(|| "default".into()),
+        user,
         thread: body.thread,
         playbook,
         model: body.model,
@@ -478,6 +515,10 @@ async fn post_run(state: web::Data<State>, payload: web::Payload) -> HttpRespons
         bootstrap: body.bootstrap,
         interactive: body.interactive.unwrap_or(true),
         subagents: body.subagents,
+        role: principal
+            .role
+            .clone()
+            .filter(|_| !principal.operator || principal.user.is_some()),
     };
     match state
         .runs
@@ -525,19 +566,127 @@ async fn view_of(state: &State, run_id: String) -> HttpResponse {
     }
 }
 
+/// The principal the guard found for `req`.
+fn principal_of(req: &actix_web::HttpRequest) -> Option<Principal> {
+    actix_web::HttpMessage::extensions(req)
+        .get::<Principal>()
+        .cloned()
+}
+
+/// `Ok` when `req`'s principal may see run `run_id`; otherwise the response: 404 for a run
+/// that does not exist and for another user's alike, so ids say nothing.
+async fn visible(
+    state: &State,
+    req: &actix_web::HttpRequest,
+    run_id: &str,
+) -> Result<(), HttpResponse> {
+    use actix_web::http::StatusCode;
+    let Some(principal) = principal_of(req) else {
+        return Err(Refusal::Credential.response());
+    };
+    let unknown = || {
+        error(
+            StatusCode::NOT_FOUND,
+            crate::run_manager::prepare::PrepareError::UnknownRun(run_id.to_owned()).to_string(),
+        )
+    };
+    match state
+        .runs
+        .manager
+        .send(manager::RunOwner(run_id.to_owned()))
+        .await
+    {
+        Ok(Ok(Some(owner))) if principal.may_see(&owner) => Ok(()),
+        Ok(Ok(_)) => Err(unknown()),
+        Ok(Err(e)) if e.is_overload() => Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+        Ok(Err(e)) => Err(error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+        Err(e) => Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+    }
+}
+
 /// `GET /api/runs/{id}`: the run's view.
-async fn get_run(state: web::Data<State>, id: web::Path<String>) -> HttpResponse {
-    view_of(&state, id.into_inner()).await
+async fn get_run(
+    state: web::Data<State>,
+    req: actix_web::HttpRequest,
+    id: web::Path<String>,
+) -> HttpResponse {
+    let run_id = id.into_inner();
+    if let Err(response) = visible(&state, &req, &run_id).await {
+        return response;
+    }
+    view_of(&state, run_id).await
+}
+
+/// The largest `limit` of `GET /api/runs`.
+const MAX_LIST: usize = 1000;
+
+/// `GET /api/runs[?status=S][&limit=N]`: the principal's runs, newest first (the
+/// operator's: every user's, or one user's with `user=U`); `limit` 100 by default.
+async fn list_runs(
+    state: web::Data<State>,
+    req: actix_web::HttpRequest,
+    query: web::Query<std::collections::HashMap<String, String>>,
+) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    let Some(principal) = principal_of(&req) else {
+        return Refusal::Credential.response();
+    };
+    let limit = match query.get("limit").map(|l| l.parse::<usize>()) {
+        None => 100,
+        Some(Ok(n)) if (1..=MAX_LIST).contains(&n) => n,
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("limit: expected an integer from 1 to {MAX_LIST}"),
+            )
+        }
+    };
+    let status = match query.get("status") {
+        None => None,
+        Some(s) => match crate::checkpoint::RunStatus::parse(s) {
+            Some(status) => Some(status),
+            None => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "status: expected running, success, error or interrupted",
+                )
+            }
+        },
+    };
+    let user = if principal.operator {
+        query.get("user").cloned()
+    } else {
+        principal.user.clone()
+    };
+    match state
+        .runs
+        .manager
+        .send(manager::ListRuns {
+            user,
+            status,
+            limit,
+        })
+        .await
+    {
+        Ok(Ok(runs)) => HttpResponse::Ok().json(json!({"runs": runs})),
+        Ok(Err(e)) if e.is_overload() => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
 }
 
 /// `POST /api/runs/{id}/answer` with `{"answer"}`: answers an interrupted run's question
 /// and drives it again.
 async fn answer_run(
     state: web::Data<State>,
+    req: actix_web::HttpRequest,
     id: web::Path<String>,
     payload: web::Payload,
 ) -> HttpResponse {
     use actix_web::http::StatusCode;
+    if let Err(response) = visible(&state, &req, &id).await {
+        return response;
+    }
     let body = match guard::read_body(payload, MAX_ANSWER_BODY).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -574,9 +723,16 @@ async fn answer_run(
 /// `POST /api/runs/{id}/cancel`: cancels a running run (or one waiting for an answer);
 /// 202 with `{"run_id", "status": "error", "cancelled": true}`, 404 for an unknown run,
 /// 409 for one that has ended.
-async fn cancel_run(state: web::Data<State>, id: web::Path<String>) -> HttpResponse {
+async fn cancel_run(
+    state: web::Data<State>,
+    req: actix_web::HttpRequest,
+    id: web::Path<String>,
+) -> HttpResponse {
     use actix_web::http::StatusCode;
     let run_id = id.into_inner();
+    if let Err(response) = visible(&state, &req, &run_id).await {
+        return response;
+    }
     match state
         .runs
         .manager
@@ -605,8 +761,15 @@ fn sse(event: &str, data: &str) -> web::Bytes {
 
 /// `GET /api/runs/{id}/events`: the run's events as server-sent events (`event: run`,
 /// the events so far first), then `event: end` with the run's view when its drive stops.
-async fn run_events(state: web::Data<State>, id: web::Path<String>) -> HttpResponse {
+async fn run_events(
+    state: web::Data<State>,
+    req: actix_web::HttpRequest,
+    id: web::Path<String>,
+) -> HttpResponse {
     let run_id = id.into_inner();
+    if let Err(response) = visible(&state, &req, &run_id).await {
+        return response;
+    }
     let log = match state
         .runs
         .manager

@@ -412,6 +412,56 @@ impl Handler<GetRun> for RunManager {
     }
 }
 
+/// The user a run belongs to (`None`: no such run), for the gateway's principal check.
+#[derive(Message)]
+#[rtype(result = "Result<Option<String>, PrepareError>")]
+pub struct RunOwner(pub String);
+
+impl Handler<RunOwner> for RunManager {
+    type Result = Result<Option<String>, PrepareError>;
+
+    fn handle(&mut self, msg: RunOwner, _: &mut Context<Self>) -> Self::Result {
+        if let Some(live) = self.runs.get(&msg.0) {
+            return Ok(Some(live.record.user_id.clone()));
+        }
+        Ok(self.env.store.run(&msg.0)?.map(|r| r.user_id))
+    }
+}
+
+/// The newest runs, of one user (`None`: every user's), at most `limit`, newest first:
+/// each `{run_id, status, user, thread, task, started}`.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<Value>, PrepareError>")]
+pub struct ListRuns {
+    pub user: Option<String>,
+    pub status: Option<RunStatus>,
+    pub limit: usize,
+}
+
+impl Handler<ListRuns> for RunManager {
+    type Result = Result<Vec<Value>, PrepareError>;
+
+    fn handle(&mut self, msg: ListRuns, _: &mut Context<Self>) -> Self::Result {
+        let records = self
+            .env
+            .store
+            .list(msg.user.as_deref(), msg.status, msg.limit)?;
+        Ok(records
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "run_id": r.run_id,
+                    "status": r.status,
+                    "user": r.user_id,
+                    "thread": r.thread_id,
+                    "task": r.task,
+                    "agent": r.agent,
+                })
+            })
+            .collect())
+    }
+}
+
 /// Per-run timing for the latency metrics.
 #[derive(Default)]
 struct Timing {

@@ -497,6 +497,11 @@ impl RunEnv {
             profile.tool_groups.clone(),
         );
         request.builtins.subagent_enabled = subagents;
+        request.principal = crate::catalog::authz::Principal {
+            user: Some(submission.user.clone()),
+            role: submission.role.clone(),
+            agent: submission.agent.clone(),
+        };
         let mut warnings = Vec::new();
         let catalog = self
             .catalog(
@@ -519,6 +524,7 @@ impl RunEnv {
             )
             .await?;
         context.agent.subagents = subagents;
+        context.agent.role = submission.role.clone();
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
         let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
         let delegator = self.delegator(
@@ -599,6 +605,11 @@ impl RunEnv {
             profile.tool_groups.clone(),
         );
         request.builtins.subagent_enabled = subagents;
+        request.principal = crate::catalog::authz::Principal {
+            user: Some(record.user_id.clone()),
+            role: record.role.clone(),
+            agent: record.agent.clone(),
+        };
         let mut warnings = Vec::new();
         let catalog = self
             .catalog(&app, false, request.clone(), &mut warnings)
@@ -616,6 +627,7 @@ impl RunEnv {
             )
             .await?;
         context.agent.subagents = subagents;
+        context.agent.role = record.role.clone();
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
         let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
         let delegator = self.delegator(&app, false, request, &model, &context, &settings, &profile);

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::diagnostics::FieldPath;
+use super::gateway::GatewaySection;
 
 /// 16 MiB, the default maximum frame size.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
@@ -29,6 +30,7 @@ pub const ANTLER_KEYS: &[&str] = &[
     "playbook_dirs",
     "mcp_pool",
     "worker_slots",
+    "gateway",
 ];
 
 /// The most subagent workers one local cluster starts.
@@ -73,6 +75,8 @@ pub struct AntlerSection {
     pub mcp_pool: McpPoolSection,
     /// Tasks one subagent worker runs at once (its advertised slots).
     pub worker_slots: u32,
+    /// Who may use the HTTP gateway: static tokens and JWT principals.
+    pub gateway: GatewaySection,
 }
 
 /// `antler.mcp_pool`: bounds of mcp-host's stdio session pool. A pooled session unused
@@ -129,6 +133,7 @@ impl Default for AntlerSection {
             restart_window_s: 60,
             playbook_dirs: Vec::new(),
             mcp_pool: McpPoolSection::default(),
+            gateway: GatewaySection::default(),
         }
     }
 }
@@ -207,6 +212,7 @@ impl AntlerSection {
                 problems.push((pool.key(field), at_least_one));
             }
         }
+        problems.extend(self.gateway.check(&base));
         problems
     }
 }

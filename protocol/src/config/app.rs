@@ -410,6 +410,16 @@ fn unknown_key_warning(doc: &Document<'_>, path: FieldPath) -> ConfigWarning {
         {
             MCP_POOL_KEYS.to_vec()
         }
+        [PathSegment::Key(section), PathSegment::Key(sub), _]
+            if section == "antler" && sub == "gateway" =>
+        {
+            super::gateway::GATEWAY_KEYS.to_vec()
+        }
+        [PathSegment::Key(section), PathSegment::Key(sub), PathSegment::Key(jwt), _]
+            if section == "antler" && sub == "gateway" && jwt == "jwt" =>
+        {
+            super::gateway::JWT_KEYS.to_vec()
+        }
         _ => Vec::new(),
     };
     let message = unknown_key_message(&path, &known);

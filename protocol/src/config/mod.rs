@@ -10,6 +10,7 @@ mod diagnostics;
 mod document;
 mod env;
 mod extensions;
+mod gateway;
 mod locate;
 mod location;
 mod oauth;
@@ -37,6 +38,9 @@ pub use env::{process_env, resolve_json, resolve_str, resolve_yaml, EnvLookup};
 pub use extensions::{
     parse_extensions_config, ExtensionsConfig, McpServerConfig, McpTaskToolset, SkillStateConfig,
     DEFAULT_MCP_SESSION_INIT_TIMEOUT,
+};
+pub use gateway::{
+    valid_user, GatewaySection, JwtSection, StaticPrincipal, GATEWAY_KEYS, JWT_ALGORITHMS, JWT_KEYS,
 };
 pub use location::{
     resolve_app_config_path, resolve_extensions_path, ANTLER_CONFIG_ENV, ANTLER_EXTENSIONS_ENV,

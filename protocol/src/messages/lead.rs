@@ -102,6 +102,9 @@ pub struct RunSubmission {
     pub interactive: bool,
     /// Whether the run is offered `task` (`None`: config.yaml's `subagents.enabled`).
     pub subagents: Option<bool>,
+    /// The role of the gateway principal the run acts for (`None`: the operator), for the
+    /// catalog's authorization policy.
+    pub role: Option<String>,
 }
 
 /// Where a run's scripted playbook comes from. The type says who may name what: only the

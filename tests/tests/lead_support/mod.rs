@@ -35,6 +35,15 @@ impl LeadCluster {
     /// Starts `antler up --workers 0` with `config` as its config.yaml and waits until
     /// it is healthy. `env` goes to the lead (and its children).
     pub fn up(config: &str, env: &[(&str, &str)]) -> LeadCluster {
+        Self::up_with_files(config, &[], env)
+    }
+
+    /// [`LeadCluster::up`] with `files` (name, content) written beside config.yaml first.
+    pub fn up_with_files(
+        config: &str,
+        files: &[(&str, &str)],
+        env: &[(&str, &str)],
+    ) -> LeadCluster {
         let dir = tempfile::Builder::new()
             .prefix("antler-ld")
             .tempdir_in("/tmp")
@@ -42,6 +51,9 @@ impl LeadCluster {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
             .expect("chmod");
         std::fs::write(dir.path().join("config.yaml"), config).expect("config");
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).expect("file");
+        }
         let mut c = LeadCluster {
             dir,
             lead: None,

@@ -343,6 +343,7 @@ impl RunBuilder {
             bootstrap: context.agent.bootstrap,
             non_interactive: context.agent.non_interactive,
             subagents: context.agent.subagents,
+            role: context.agent.role.clone(),
         };
         self.journal.create_run(&record, &state).await?;
         if self.settings.settle {

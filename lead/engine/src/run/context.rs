@@ -85,6 +85,9 @@ pub struct AgentContext {
     pub non_interactive: bool,
     /// The run is offered `task` (subagents).
     pub subagents: bool,
+    /// The role of the principal the run acts for (the gateway's), for the catalog's
+    /// authorization policy and the hosts.
+    pub role: Option<String>,
 }
 
 impl AgentContext {

@@ -114,7 +114,7 @@ impl Executor<'_> {
         Principal {
             user_id: self.context.user_id.clone(),
             thread_id: self.context.thread_id.clone(),
-            roles: Vec::new(),
+            roles: self.context.agent.role.iter().cloned().collect(),
         }
     }
 

@@ -68,6 +68,8 @@ pub struct RunRecord {
     pub non_interactive: bool,
     /// A run offered `task`.
     pub subagents: bool,
+    /// The role of the principal the run acts for (`None`: the operator's CLI or token).
+    pub role: Option<String>,
 }
 
 /// A journal failure (operator-facing: it fails the run).
