@@ -364,3 +364,35 @@ fn dechunk(mut rest: &str) -> String {
     }
     out
 }
+
+/// One request straight to process `index` of `role` of the cluster in `runtime_dir`,
+/// on its socket with the cluster's token (the lead may be stopped); `None` when it
+/// cannot be reached or fails.
+pub fn host_request(
+    runtime_dir: &Path,
+    role: antler_protocol::Role,
+    index: u32,
+    request: antler_protocol::messages::Request,
+) -> Option<antler_protocol::messages::Reply> {
+    use antler_protocol::{
+        link::dial, runtime_dir::RuntimeDir, Address, ConnectionConfig, Identity, TraceContext,
+    };
+    let rd = RuntimeDir::open(runtime_dir).ok()?;
+    let token = rd.read_token().ok()?;
+    let address = Address::Unix(rd.socket(role, index));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    rt.block_on(async move {
+        let identity = Identity::new(antler_protocol::Role::Lead, "test-probe", Some(token));
+        let conn = dial(&address, &identity, ConnectionConfig::default(), None)
+            .await
+            .ok()?;
+        let reply = conn
+            .request(request, TraceContext::default(), Duration::from_secs(10))
+            .await;
+        conn.close("done");
+        reply.ok()
+    })
+}

@@ -17,10 +17,8 @@ use std::{
 };
 
 use antler_protocol::{
-    link::dial,
     messages::{Reply, Request, WorkerReply, WorkerRequest},
-    runtime_dir::RuntimeDir,
-    Address, ConnectionConfig, Identity, Role, TraceContext,
+    Role,
 };
 use antler_tests::{antler, bin, signal, wait_for};
 use lead_support::{http_full, sql};
@@ -172,31 +170,35 @@ impl Ops {
 
     /// Worker `index`'s busy slots, asked of the worker itself (not the lead's count).
     fn worker_busy(&self, index: u32) -> Option<u32> {
-        let rd = RuntimeDir::open(self.runtime()).ok()?;
-        let token = rd.read_token().ok()?;
-        let address = Address::Unix(rd.socket(Role::Subagent, index));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .ok()?;
-        rt.block_on(async move {
-            let identity = Identity::new(Role::Lead, "test-probe", Some(token));
-            let conn = dial(&address, &identity, ConnectionConfig::default(), None)
-                .await
-                .ok()?;
-            let reply = conn
-                .request(
-                    Request::Worker(WorkerRequest::Capacity),
-                    TraceContext::default(),
-                    Duration::from_secs(10),
-                )
-                .await;
-            conn.close("done");
-            match reply {
-                Ok(Reply::Worker(WorkerReply::Capacity { busy, .. })) => Some(busy),
-                _ => None,
-            }
-        })
+        match antler_tests::host_request(
+            &self.runtime(),
+            Role::Subagent,
+            index,
+            Request::Worker(WorkerRequest::Capacity),
+        )? {
+            Reply::Worker(WorkerReply::Capacity { busy, .. }) => Some(busy),
+            _ => None,
+        }
+    }
+
+    /// Waits until the run stopped; asserts it succeeded with `tasks` tasks, each
+    /// `Task Succeeded`.
+    fn assert_tasks_succeeded(&self, run_id: &str, tasks: usize) {
+        let ended = wait_for(Duration::from_secs(60), || {
+            let (status, _) = self.run_row(run_id);
+            (status != "running").then_some(status)
+        });
+        assert_eq!(
+            ended.as_deref(),
+            Some("success"),
+            "{:?}",
+            self.run_row(run_id)
+        );
+        let messages = self.task_messages(run_id);
+        assert_eq!(messages.len(), tasks, "{messages:?}");
+        for m in &messages {
+            assert!(m.starts_with("Task Succeeded"), "{messages:?}");
+        }
     }
 }
 
@@ -332,21 +334,7 @@ fn a_removed_worker_finishes_its_task_before_it_stops() {
         "workers 1 returned after {:?}, before the task ended",
         asked.elapsed()
     );
-    let ended = wait_for(Duration::from_secs(60), || {
-        let (status, _) = ops.run_row(&run_id);
-        (status != "running").then_some(status)
-    });
-    assert_eq!(
-        ended.as_deref(),
-        Some("success"),
-        "{:?}",
-        ops.run_row(&run_id)
-    );
-    let messages = ops.task_messages(&run_id);
-    assert_eq!(messages.len(), 2, "{messages:?}");
-    for m in &messages {
-        assert!(m.starts_with("Task Succeeded"), "{messages:?}");
-    }
+    ops.assert_tasks_succeeded(&run_id, 2);
     let workers = Ops::workers(&ops.status().unwrap());
     assert_eq!(workers.len(), 1, "{workers:?}");
 }
@@ -495,19 +483,5 @@ fn a_task_waiting_for_a_slot_is_placed_on_a_worker_added_under_load() {
         "the waiting task was not placed on the added worker: {:?}",
         ops.status()
     );
-    let ended = wait_for(Duration::from_secs(60), || {
-        let (status, _) = ops.run_row(&run_id);
-        (status != "running").then_some(status)
-    });
-    assert_eq!(
-        ended.as_deref(),
-        Some("success"),
-        "{:?}",
-        ops.run_row(&run_id)
-    );
-    let messages = ops.task_messages(&run_id);
-    assert_eq!(messages.len(), 2, "{messages:?}");
-    for m in &messages {
-        assert!(m.starts_with("Task Succeeded"), "{messages:?}");
-    }
+    ops.assert_tasks_succeeded(&run_id, 2);
 }

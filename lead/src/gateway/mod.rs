@@ -598,9 +598,18 @@ async fn visible(
     {
         Ok(Ok(Some(owner))) if principal.may_see(&owner) => Ok(()),
         Ok(Ok(_)) => Err(unknown()),
-        Ok(Err(e)) if e.is_overload() => Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
-        Ok(Err(e)) => Err(error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+        Ok(Err(e)) => Err(manager_error(e)),
         Err(e) => Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+    }
+}
+
+/// The response to a run manager's failure: 503 for the lead's own load, 500 otherwise.
+fn manager_error(e: crate::run_manager::prepare::PrepareError) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    if e.is_overload() {
+        error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+    } else {
+        error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
     }
 }
 
@@ -669,8 +678,7 @@ async fn list_runs(
         .await
     {
         Ok(Ok(runs)) => HttpResponse::Ok().json(json!({"runs": runs})),
-        Ok(Err(e)) if e.is_overload() => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Ok(Err(e)) => manager_error(e),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }
@@ -747,8 +755,7 @@ async fn cancel_run(
         Ok(Err(e @ crate::run_manager::prepare::PrepareError::NotRunning { .. })) => {
             error(StatusCode::CONFLICT, e.to_string())
         }
-        Ok(Err(e)) if e.is_overload() => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Ok(Err(e)) => manager_error(e),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }

@@ -16,10 +16,8 @@ use std::{
 };
 
 use antler_protocol::{
-    link::dial,
     messages::{PoolStatus, Reply, Request, SandboxReply, SandboxRequest},
-    runtime_dir::RuntimeDir,
-    Address, ConnectionConfig, Identity, Role, TraceContext,
+    Role,
 };
 use antler_tests::{antler, bin, signal, wait_for};
 use serde_json::Value;
@@ -215,31 +213,15 @@ impl LeadCluster {
 
     /// The pool straight from sandbox-host (the lead may be stopped).
     pub fn pool_from_host(&self) -> Option<PoolStatus> {
-        let rd = RuntimeDir::open(self.runtime()).ok()?;
-        let token = rd.read_token().ok()?;
-        let address = Address::Unix(rd.socket(Role::SandboxHost, 0));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .ok()?;
-        rt.block_on(async move {
-            let identity = Identity::new(Role::Lead, "test-probe", Some(token));
-            let conn = dial(&address, &identity, ConnectionConfig::default(), None)
-                .await
-                .ok()?;
-            let reply = conn
-                .request(
-                    Request::Sandbox(SandboxRequest::Status),
-                    TraceContext::default(),
-                    Duration::from_secs(10),
-                )
-                .await;
-            conn.close("done");
-            match reply {
-                Ok(Reply::Sandbox(SandboxReply::Status(status))) => Some(status),
-                _ => None,
-            }
-        })
+        match antler_tests::host_request(
+            &self.runtime(),
+            Role::SandboxHost,
+            0,
+            Request::Sandbox(SandboxRequest::Status),
+        )? {
+            Reply::Sandbox(SandboxReply::Status(status)) => Some(status),
+            _ => None,
+        }
     }
 }
 
