@@ -190,6 +190,7 @@ impl Gateway {
                 .route("/api/runs/{id}/events", web::get().to(run_events))
                 .route("/api/runs/{id}/answer", web::post().to(answer_run))
                 .route("/api/runs/{id}/cancel", web::post().to(cancel_run))
+                .route("/api/runs/{id}/artifact", web::get().to(download_artifact))
                 .route("/metrics", web::get().to(metrics))
         })
         .workers(1)
@@ -624,6 +625,94 @@ async fn get_run(
         return response;
     }
     view_of(&state, run_id).await
+}
+
+/// The largest artifact the gateway sends.
+const MAX_ARTIFACT_BYTES: u64 = 64 << 20;
+
+/// `GET /api/runs/{id}/artifact?path=/mnt/user-data/outputs/F`: a file the run presented,
+/// as an attachment (`nosniff`, a sandbox CSP: an HTML artifact never runs as the
+/// gateway's page). 404 for a file the run did not present, one outside the thread's
+/// outputs, or another user's run.
+async fn download_artifact(
+    state: web::Data<State>,
+    req: actix_web::HttpRequest,
+    id: web::Path<String>,
+    query: web::Query<std::collections::HashMap<String, String>>,
+) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    let run_id = id.into_inner();
+    if let Err(response) = visible(&state, &req, &run_id).await {
+        return response;
+    }
+    let Some(path) = query.get("path").cloned() else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "path: the artifact's path is required",
+        );
+    };
+    let file = match state
+        .runs
+        .manager
+        .send(manager::RunArtifact {
+            run_id,
+            path: path.clone(),
+        })
+        .await
+    {
+        Ok(Ok(file)) => file,
+        Ok(Err(e @ crate::run_manager::prepare::PrepareError::NoArtifact { .. })) => {
+            return error(StatusCode::NOT_FOUND, e.to_string())
+        }
+        Ok(Err(e)) => return manager_error(e),
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    };
+    let read = web::block(move || -> std::io::Result<Option<Vec<u8>>> {
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        std::fs::File::open(&file)?
+            .take(MAX_ARTIFACT_BYTES + 1)
+            .read_to_end(&mut bytes)?;
+        Ok((bytes.len() as u64 <= MAX_ARTIFACT_BYTES).then_some(bytes))
+    })
+    .await;
+    let bytes = match read {
+        Ok(Ok(Some(bytes))) => bytes,
+        Ok(Ok(None)) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the artifact is larger than {MAX_ARTIFACT_BYTES} bytes"),
+            )
+        }
+        _ => {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!("the artifact {path} cannot be read"),
+            )
+        }
+    };
+    let name: String = path
+        .rsplit('/')
+        .next()
+        .unwrap_or("artifact")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || ".-_".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    HttpResponse::Ok()
+        .content_type("application/octet-stream")
+        .insert_header((
+            "Content-Disposition",
+            format!("attachment; filename=\"{name}\""),
+        ))
+        .insert_header(("X-Content-Type-Options", "nosniff"))
+        .insert_header(("Content-Security-Policy", "sandbox; default-src 'none'"))
+        .body(bytes)
 }
 
 /// The largest `limit` of `GET /api/runs`.

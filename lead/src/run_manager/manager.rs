@@ -397,7 +397,14 @@ impl Handler<GetRun> for RunManager {
     type Result = Result<Value, PrepareError>;
 
     fn handle(&mut self, msg: GetRun, _: &mut Context<Self>) -> Self::Result {
-        if let Some(live) = self.runs.get(&msg.0) {
+        self.view(&msg.0)
+    }
+}
+
+impl RunManager {
+    /// A run's view now: a stopped drive's, else the store's.
+    fn view(&self, run_id: &str) -> Result<Value, PrepareError> {
+        if let Some(live) = self.runs.get(run_id) {
             if let Some(stopped) = live.log.stopped().filter(|_| !live.driving) {
                 return serde_json::from_str(&stopped)
                     .map_err(|e| PrepareError::Config(format!("run view: {e}")));
@@ -406,9 +413,65 @@ impl Handler<GetRun> for RunManager {
         let record = self
             .env
             .store
-            .run(&msg.0)?
-            .ok_or_else(|| PrepareError::UnknownRun(msg.0.clone()))?;
+            .run(run_id)?
+            .ok_or_else(|| PrepareError::UnknownRun(run_id.to_owned()))?;
         Ok(view::from_store(&self.env.store, &record)?)
+    }
+}
+
+/// Where the sandbox shows a thread's outputs.
+const OUTPUTS_PREFIX: &str = "/mnt/user-data/outputs/";
+
+/// The file on disk of a file run `run_id` presented (`path` as its artifacts list it,
+/// `/mnt/user-data/outputs/...`): only a presented file, only a regular file inside the
+/// thread's outputs once links are resolved.
+#[derive(Message)]
+#[rtype(result = "Result<std::path::PathBuf, PrepareError>")]
+pub struct RunArtifact {
+    pub run_id: String,
+    pub path: String,
+}
+
+impl Handler<RunArtifact> for RunManager {
+    type Result = ResponseFuture<Result<std::path::PathBuf, PrepareError>>;
+
+    fn handle(&mut self, msg: RunArtifact, _: &mut Context<Self>) -> Self::Result {
+        let env = self.env.clone();
+        let found = self.view(&msg.run_id).map(|view| {
+            let presented = view["artifacts"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|p| p.as_str() == Some(msg.path.as_str())));
+            let owner = (
+                view["user"].as_str().unwrap_or_default().to_owned(),
+                view["thread"].as_str().unwrap_or_default().to_owned(),
+            );
+            (presented, owner)
+        });
+        Box::pin(async move {
+            let missing = || PrepareError::NoArtifact {
+                run_id: msg.run_id.clone(),
+                path: msg.path.clone(),
+            };
+            let (presented, (user, thread)) = found?;
+            let relative = msg
+                .path
+                .strip_prefix(OUTPUTS_PREFIX)
+                .filter(|_| presented)
+                .ok_or_else(missing)?;
+            let outputs =
+                crate::run::context::ThreadPaths::new(&env.base_dir().await?, &user, &thread)
+                    .outputs();
+            let relative = relative.to_owned();
+            tokio::task::spawn_blocking(move || {
+                let root = std::fs::canonicalize(&outputs).ok()?;
+                let file = std::fs::canonicalize(root.join(relative)).ok()?;
+                (file.starts_with(&root) && file.is_file()).then_some(file)
+            })
+            .await
+            .ok()
+            .flatten()
+            .ok_or_else(missing)
+        })
     }
 }
 

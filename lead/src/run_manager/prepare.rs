@@ -98,6 +98,9 @@ pub enum PrepareError {
     /// A cancel of a run that has ended already.
     #[error("run {run_id} is {status}, not running")]
     NotRunning { run_id: String, status: String },
+    /// A download of a file the run did not present (or that is gone).
+    #[error("run {run_id} presented no file {path}")]
+    NoArtifact { run_id: String, path: String },
 }
 
 /// Seconds a client told to come back (HTTP 503 `Retry-After`) waits before it retries.
@@ -370,7 +373,7 @@ impl RunEnv {
     }
 
     /// Where sandbox-host keeps thread directories (asked once, then remembered).
-    async fn base_dir(&self) -> Result<PathBuf, PrepareError> {
+    pub async fn base_dir(&self) -> Result<PathBuf, PrepareError> {
         if let Some(dir) = self
             .base_dir
             .lock()
