@@ -10,6 +10,8 @@ command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
 # llama-cpp-python (tests/requirements.txt) builds llama.cpp with cmake.
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+# inspector_page.rs drives the run inspector in headless Chromium.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

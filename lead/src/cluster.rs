@@ -338,6 +338,8 @@ impl RunningCluster {
 pub struct Runs {
     pub manager: Addr<crate::run_manager::manager::RunManager>,
     pub metrics: Arc<crate::run_manager::metrics::Metrics>,
+    /// The workers' slots, for the gateway's cluster view.
+    pub dispatcher: Addr<crate::subagents::dispatcher::SubagentDispatcher>,
 }
 
 /// Opens the checkpoint store and starts the catalog actor and the run manager (which
@@ -385,7 +387,11 @@ fn start_runs(
     let env = Arc::new(env);
     let metrics = Arc::new(Metrics::default());
     let manager = RunManager::new(env, metrics.clone(), !spec.ephemeral).start();
-    Ok(Runs { manager, metrics })
+    Ok(Runs {
+        manager,
+        metrics,
+        dispatcher: dispatcher.clone(),
+    })
 }
 
 /// A connection to the lead of a cluster, attached or ephemeral.

@@ -139,6 +139,10 @@ impl Guard {
         if cross_origin(req, host.as_deref()) {
             return Err(Refusal::CrossOrigin);
         }
+        // The run inspector's page and assets hold no data: they load without a token.
+        if *req.method() == Method::GET && super::ui::is_page(path) {
+            return Ok(None);
+        }
         let writes = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
         if writes && !json_body(req) {
             return Err(Refusal::ContentType);
@@ -158,7 +162,9 @@ impl Guard {
                 return Err(Refusal::Credential);
             }
         };
-        if !principal.operator && (path == "/metrics" || path.starts_with("/api/mcp/")) {
+        if !principal.operator
+            && (path == "/metrics" || path == "/api/cluster" || path.starts_with("/api/mcp/"))
+        {
             return Err(Refusal::NotOperator);
         }
         Ok(Some(principal))

@@ -17,6 +17,7 @@
 mod guard;
 mod principal;
 mod secrets;
+mod ui;
 
 pub use guard::{Guard, Refusal, BODY_DEADLINE, GATEWAY_HOSTS_ENV};
 pub use principal::{Authenticator, Principal, PrincipalsError};
@@ -101,6 +102,8 @@ pub struct Gateway {
 
 #[derive(Clone)]
 struct State {
+    /// When the gateway (and so the lead) started.
+    started: std::time::Instant,
     extensions: PathBuf,
     supervisor: Addr<Supervisor>,
     runs: Runs,
@@ -152,6 +155,7 @@ impl Gateway {
             return Err(GatewayError::NoToken { addr });
         }
         let state = State {
+            started: std::time::Instant::now(),
             extensions,
             supervisor,
             runs,
@@ -191,7 +195,10 @@ impl Gateway {
                 .route("/api/runs/{id}/answer", web::post().to(answer_run))
                 .route("/api/runs/{id}/cancel", web::post().to(cancel_run))
                 .route("/api/runs/{id}/artifact", web::get().to(download_artifact))
+                .route("/api/cluster", web::get().to(cluster_view))
                 .route("/metrics", web::get().to(metrics))
+                .route("/", web::get().to(ui::index))
+                .route("/ui/{asset}", web::get().to(ui::asset))
         })
         .workers(1)
         .disable_signals()
@@ -396,22 +403,13 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 async fn reload_mcp_host(supervisor: &Addr<Supervisor>) -> Result<Value, String> {
-    let links = supervisor.send(GetLinks).await.map_err(|e| e.to_string())?;
-    let Some((.., link)) = links
-        .into_iter()
-        .find(|(r, i, ..)| *r == Role::McpHost && *i == 0)
-    else {
-        return Err("no mcp-host in this cluster".into());
-    };
-    let reply = link
-        .send(LinkCall {
-            request: Request::Mcp(McpRequest::Reload),
-            trace: TraceContext::new_root(),
-            timeout: RELOAD_TIMEOUT,
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    let reply = host_call(
+        supervisor,
+        Role::McpHost,
+        Request::Mcp(McpRequest::Reload),
+        RELOAD_TIMEOUT,
+    )
+    .await?;
     match reply {
         Reply::Mcp(McpReply::Reloaded(s)) => Ok(json!({
             "started": s.started,
@@ -422,6 +420,107 @@ async fn reload_mcp_host(supervisor: &Addr<Supervisor>) -> Result<Value, String>
         })),
         other => Err(format!("unexpected reply from mcp-host: {other:?}")),
     }
+}
+
+/// One request to the first host of `role` through the supervisor's link.
+async fn host_call(
+    supervisor: &Addr<Supervisor>,
+    role: Role,
+    request: Request,
+    timeout: Duration,
+) -> Result<Reply, String> {
+    let links = supervisor.send(GetLinks).await.map_err(|e| e.to_string())?;
+    let Some((.., link)) = links.into_iter().find(|(r, i, ..)| *r == role && *i == 0) else {
+        return Err(format!("no {} in this cluster", role.as_str()));
+    };
+    link.send(LinkCall {
+        request,
+        trace: TraceContext::new_root(),
+        timeout,
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())
+}
+
+/// How long the cluster view waits for each host.
+const CLUSTER_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// `GET /api/cluster` (the operator's): `processes` (as `antler status --json`, workers
+/// with their slots), `sandboxes` (sandbox-host's pool) and `mcp_servers` (mcp-host's
+/// servers); a host that does not answer is `null` with an `errors` entry.
+async fn cluster_view(state: web::Data<State>) -> HttpResponse {
+    use antler_protocol::messages::{SandboxReply, SandboxRequest};
+    let mut processes = match state.supervisor.send(crate::supervisor::GetStatus).await {
+        Ok(list) => list,
+        Err(e) => {
+            return error(
+                actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+                e.to_string(),
+            )
+        }
+    };
+    crate::subagents::scaling::with_slots(&mut processes, &state.runs.dispatcher).await;
+    processes.insert(
+        0,
+        antler_protocol::messages::ProcessStatus {
+            role: Role::Lead,
+            index: 0,
+            pid: Some(std::process::id()),
+            address: "lead".into(),
+            healthy: true,
+            restarts: 0,
+            uptime_s: state.started.elapsed().as_secs_f64(),
+            last_heartbeat_ms: Some(0),
+            state: "running".into(),
+            reason: None,
+            slots: None,
+            in_use: None,
+        },
+    );
+    let (pool, mcp) = futures::join!(
+        host_call(
+            &state.supervisor,
+            Role::SandboxHost,
+            Request::Sandbox(SandboxRequest::Status),
+            CLUSTER_TIMEOUT,
+        ),
+        host_call(
+            &state.supervisor,
+            Role::McpHost,
+            Request::Mcp(McpRequest::Status),
+            CLUSTER_TIMEOUT,
+        ),
+    );
+    let mut errors = Vec::new();
+    let sandboxes = match pool {
+        Ok(Reply::Sandbox(SandboxReply::Status(status))) => json!(status),
+        Ok(other) => {
+            errors.push(format!("sandbox-host: unexpected reply {other:?}"));
+            Value::Null
+        }
+        Err(e) => {
+            errors.push(format!("sandbox-host: {e}"));
+            Value::Null
+        }
+    };
+    let mcp_servers = match mcp {
+        Ok(Reply::Mcp(McpReply::Status(list))) => json!(list),
+        Ok(other) => {
+            errors.push(format!("mcp-host: unexpected reply {other:?}"));
+            Value::Null
+        }
+        Err(e) => {
+            errors.push(format!("mcp-host: {e}"));
+            Value::Null
+        }
+    };
+    HttpResponse::Ok().json(json!({
+        "processes": crate::cli::status_json(&processes),
+        "sandboxes": sandboxes,
+        "mcp_servers": mcp_servers,
+        "errors": errors,
+    }))
 }
 
 /// `POST /api/runs` with `{"task", "user"?, "thread"?, "playbook"?, "model"?,

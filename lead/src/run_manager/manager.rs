@@ -561,8 +561,17 @@ fn event_sink(
     timing: Arc<Mutex<Timing>>,
 ) -> impl Fn(&RunEvent) + Send + 'static {
     move |event| {
-        match serde_json::to_string(event) {
-            Ok(json) => log.push(json),
+        // Each event carries when the lead saw it (Unix ms), for timelines.
+        match serde_json::to_value(event) {
+            Ok(mut json) => {
+                if let Some(object) = json.as_object_mut() {
+                    let at = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as u64);
+                    object.insert("at_ms".into(), at.into());
+                }
+                log.push(json.to_string());
+            }
             Err(e) => tracing::warn!("run event does not encode: {e}"),
         }
         let mut timing = timing

@@ -27,6 +27,7 @@ pub struct LeadCluster {
     pub dir: tempfile::TempDir,
     pub lead: Option<Child>,
     env: Vec<(String, String)>,
+    workers: u32,
 }
 
 impl LeadCluster {
@@ -41,6 +42,16 @@ impl LeadCluster {
         config: &str,
         files: &[(&str, &str)],
         env: &[(&str, &str)],
+    ) -> LeadCluster {
+        Self::up_with_workers(config, files, env, 0)
+    }
+
+    /// [`LeadCluster::up_with_files`] with `workers` subagent workers.
+    pub fn up_with_workers(
+        config: &str,
+        files: &[(&str, &str)],
+        env: &[(&str, &str)],
+        workers: u32,
     ) -> LeadCluster {
         let dir = tempfile::Builder::new()
             .prefix("antler-ld")
@@ -59,6 +70,7 @@ impl LeadCluster {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            workers,
         };
         c.start();
         c
@@ -69,7 +81,7 @@ impl LeadCluster {
         let mut cmd = Command::new(bin("antler"));
         cmd.arg("--runtime-dir")
             .arg(self.runtime())
-            .args(["up", "--workers", "0", "--config"])
+            .args(["up", "--workers", &self.workers.to_string(), "--config"])
             .arg(self.dir.path().join("config.yaml"))
             .env("ANTLER_SANDBOX_BASE_DIR", self.base())
             .env("RUST_LOG", "warn")
@@ -86,7 +98,8 @@ impl LeadCluster {
         self.lead = Some(cmd.spawn().expect("start antler up"));
         let healthy = wait_for(Duration::from_secs(60), || {
             let list = self.status()?;
-            (list.len() == 3 && list.iter().all(|p| p["healthy"] == true)).then_some(())
+            (list.len() == 3 + self.workers as usize && list.iter().all(|p| p["healthy"] == true))
+                .then_some(())
         });
         assert!(
             healthy.is_some(),

@@ -1,0 +1,409 @@
+// The Antler run inspector. Plain script, no dependencies: it reads the gateway's public
+// API with the token the user gives it, and writes text only through textContent.
+"use strict";
+
+const TOKEN_KEY = "antler.token";
+const THEME_KEY = "antler.theme";
+const REFRESH_MS = 3000;
+let stopView = () => {};
+
+// ---- small helpers -------------------------------------------------------------------
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function token() { return sessionStorage.getItem(TOKEN_KEY); }
+
+class ApiError extends Error {
+  constructor(status, detail) { super(detail); this.status = status; }
+}
+
+async function api(path, options = {}) {
+  const headers = Object.assign({ Authorization: "Bearer " + token() }, options.headers || {});
+  if (options.body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, Object.assign({}, options, { headers }));
+  if (response.status === 401) { showLogin("The token was refused."); throw new ApiError(401, "unauthorized"); }
+  if (!response.ok) {
+    let detail = response.statusText;
+    try { detail = (await response.json()).detail || detail; } catch (_) { /* not JSON */ }
+    throw new ApiError(response.status, detail);
+  }
+  return response;
+}
+
+function fmtTime(ms) { return ms ? new Date(ms).toLocaleTimeString() : ""; }
+function clip(text, n) { text = String(text ?? ""); return text.length > n ? text.slice(0, n) + "…" : text; }
+function setLive(text) { document.getElementById("live").textContent = text; }
+
+// ---- sign-in, theme, routing -------------------------------------------------------
+
+function showLogin(message) {
+  stopView();
+  document.getElementById("view").replaceChildren();
+  document.getElementById("login").hidden = false;
+  document.getElementById("logout").hidden = true;
+  if (message) document.getElementById("login-title").textContent = "Sign in: " + message;
+  document.getElementById("token").focus();
+}
+
+function applyTheme() {
+  const theme = localStorage.getItem(THEME_KEY);
+  if (theme) document.documentElement.dataset.theme = theme;
+}
+
+/// A `#token=...` link signs in: the token goes to the tab's storage and leaves the URL.
+function takeTokenFromHash() {
+  if (!location.hash.startsWith("#token=")) return;
+  const given = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (given) sessionStorage.setItem(TOKEN_KEY, given);
+  history.replaceState(null, "", location.pathname + "#/runs");
+}
+
+function route() {
+  stopView();
+  stopView = () => {};
+  takeTokenFromHash();
+  if (!token()) { showLogin(); return; }
+  document.getElementById("login").hidden = true;
+  document.getElementById("logout").hidden = false;
+  const hash = location.hash || "#/runs";
+  const parts = hash.slice(2).split("/");
+  for (const [id, name] of [["nav-runs", "runs"], ["nav-cluster", "cluster"]]) {
+    const link = document.getElementById(id);
+    if (parts[0] === name) link.setAttribute("aria-current", "page"); else link.removeAttribute("aria-current");
+  }
+  const view = document.getElementById("view");
+  if (parts[0] === "runs" && parts[1]) stopView = runView(view, decodeURIComponent(parts[1]));
+  else if (parts[0] === "cluster") stopView = clusterView(view);
+  else stopView = runsView(view);
+}
+
+// ---- the runs list ------------------------------------------------------------------
+
+function runsView(view) {
+  const filter = el("input", { id: "filter", type: "search", placeholder: "Filter by id, user, thread or task", "aria-label": "Filter runs" });
+  const status = el("select", { id: "status-filter", "aria-label": "Status" },
+    ["", "running", "success", "error", "interrupted"].map((s) => el("option", { value: s, text: s || "any status" })));
+  const body = el("tbody");
+  const table = el("table", { id: "runs", "aria-label": "Runs" },
+    el("thead", {}, el("tr", {}, ["Status", "Run", "User", "Thread", "Task"].map((h, i) => el("th", { scope: "col", class: i > 2 ? "wide" : null, text: h })))),
+    body);
+  const note = el("p", { class: "muted", id: "runs-note" });
+  view.replaceChildren(el("h2", { text: "Runs" }), el("div", { class: "filters" }, filter, status), table, note);
+  let runs = [];
+  const render = () => {
+    const q = filter.value.toLowerCase();
+    const shown = runs.filter((r) => (!status.value || r.status === status.value) &&
+      (!q || [r.run_id, r.user, r.thread, r.task].some((f) => String(f || "").toLowerCase().includes(q))));
+    body.replaceChildren(...shown.map((r) => el("tr", { "data-run": r.run_id },
+      el("td", { class: "status-" + r.status, text: r.status }),
+      el("td", {}, el("a", { href: "#/runs/" + encodeURIComponent(r.run_id), text: r.run_id })),
+      el("td", { text: r.user }),
+      el("td", { class: "wide", text: r.thread }),
+      el("td", { class: "wide", text: clip(r.task, 80) }))));
+    note.textContent = shown.length ? "" : "No runs to show.";
+  };
+  filter.addEventListener("input", render);
+  status.addEventListener("change", render);
+  let stopped = false;
+  const load = async () => {
+    try {
+      runs = (await (await api("/api/runs?limit=200")).json()).runs;
+      setLive("live");
+      render();
+    } catch (e) { if (e.status !== 401) setLive("offline: " + e.message); }
+    if (!stopped) timer = setTimeout(load, REFRESH_MS);
+  };
+  let timer = null;
+  load();
+  return () => { stopped = true; clearTimeout(timer); };
+}
+
+// ---- one run: the timeline ---------------------------------------------------------
+
+function newModel() {
+  return { items: [], calls: new Map(), turns: [], view: null };
+}
+
+/// Folds one run event into the timeline model.
+function fold(model, ev) {
+  switch (ev.event) {
+    case "model_started": {
+      const turn = { kind: "turn", turn: ev.turn, at: ev.at_ms };
+      model.items.push(turn); model.turns[ev.turn] = turn; break;
+    }
+    case "model_finished": {
+      const turn = model.turns[ev.turn] || {};
+      turn.usage = ev.usage; turn.finish = ev.finish_reason; turn.done = ev.at_ms; break;
+    }
+    case "lifecycle": {
+      if (!ev.tool_call_id) break;
+      call(model, ev.tool_call_id, ev.tool).states.push({ state: ev.state, at: ev.at_ms }); break;
+    }
+    case "tool_started": call(model, ev.tool_call_id, ev.name).started = ev.at_ms; break;
+    case "tool_finished": {
+      const c = call(model, ev.tool_call_id, ev.name);
+      c.finished = ev.at_ms; c.error = ev.error; c.message = ev.message; break;
+    }
+    case "task": call(model, ev.tool_call_id, "task").tasks.push(ev); break;
+    case "warning": model.items.push({ kind: "warning", message: ev.message, at: ev.at_ms }); break;
+    case "assistant_message": model.items.push({ kind: "message", content: ev.content, at: ev.at_ms }); break;
+    default: break;
+  }
+}
+
+function call(model, id, name) {
+  let c = model.calls.get(id);
+  if (!c) {
+    c = { kind: "call", id, name, states: [], tasks: [] };
+    model.calls.set(id, c); model.items.push(c);
+  }
+  return c;
+}
+
+function renderCall(c) {
+  const states = el("ul", { class: "states", "aria-label": "Lifecycle of " + c.name },
+    c.states.map((s) => el("li", { "data-state": s.state, title: fmtTime(s.at), text: s.state })));
+  const tasks = c.tasks.length ? el("ol", { class: "tasks", "aria-label": "Subagent task of " + c.id },
+    c.tasks.map((t) => {
+      const r = t.result || {};
+      const bad = t.type === "task_tool" ? t.error : ["task_failed", "task_cancelled", "task_timed_out"].includes(t.type);
+      return el("li", { "data-task-event": t.type, class: bad ? "err" : null },
+        el("strong", { text: t.type.replace("task_", "") }), " ",
+        t.type === "task_started" ? el("span", { text: `${t.description || ""} on ${t.worker || "a worker"}` }) : null,
+        t.type === "task_waiting" ? el("span", { class: "muted", text: "waiting for a free worker slot" }) : null,
+        t.type === "task_running" ? el("span", { class: "muted", text: clip(t.message, 300) }) : null,
+        t.type === "task_tool" ? el("span", { text: (t.error ? "✗ " : "✓ ") + t.name + (t.message ? ": " + clip(t.message, 200) : "") }) : null,
+        r.result ? el("details", {}, el("summary", { text: "result" }), el("pre", { text: clip(r.result, 4000) })) : null,
+        r.error ? el("span", { class: "err", text: " " + clip(r.error, 300) }) : null);
+    })) : null;
+  const took = c.started && c.finished ? ` (${c.finished - c.started} ms)` : "";
+  return el("li", { class: "call" + (c.error ? " error" : ""), "data-call": c.id },
+    el("span", { class: "name", text: (c.error ? "✗ " : c.finished ? "✓ " : "… ") + c.name }),
+    el("span", { class: "muted", text: took + " " + fmtTime(c.started) }),
+    c.message ? el("div", { class: "err", text: clip(c.message, 300) }) : null,
+    states, tasks);
+}
+
+function renderChart(turns) {
+  const usage = turns.filter(Boolean).map((t) => (t.usage && t.usage.total_tokens) || 0);
+  if (!usage.some((u) => u > 0)) return null;
+  const max = Math.max(...usage), w = 24, h = 60;
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("class", "chart"); svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", "Tokens per model turn: " + usage.join(", "));
+  svg.setAttribute("width", String(usage.length * w)); svg.setAttribute("height", String(h + 14));
+  usage.forEach((u, i) => {
+    const bar = document.createElementNS(svg.namespaceURI, "rect");
+    const bh = max ? Math.max(1, Math.round((u / max) * h)) : 1;
+    bar.setAttribute("x", String(i * w + 4)); bar.setAttribute("y", String(h - bh));
+    bar.setAttribute("width", String(w - 8)); bar.setAttribute("height", String(bh));
+    const label = document.createElementNS(svg.namespaceURI, "text");
+    label.setAttribute("x", String(i * w + 4)); label.setAttribute("y", String(h + 12));
+    label.textContent = String(u);
+    svg.append(bar, label);
+  });
+  return svg;
+}
+
+function runView(view, runId) {
+  const model = newModel();
+  const summary = el("div", { id: "summary" });
+  const timeline = el("ol", { class: "timeline", id: "timeline", "aria-label": "Run timeline" });
+  const chart = el("div", { id: "chart" });
+  view.replaceChildren(el("p", {}, el("a", { href: "#/runs", text: "← Runs" })),
+    el("h2", { text: "Run " + runId }), summary, el("h3", { text: "Timeline" }), timeline,
+    el("h3", { text: "Tokens per turn" }), chart);
+  let stopped = false, controller = null, poller = null, retry = 1000;
+
+  const render = () => {
+    timeline.replaceChildren(...model.items.map((item) => {
+      if (item.kind === "turn") {
+        const u = item.usage ? ` · ${item.usage.input_tokens} in / ${item.usage.output_tokens} out` : "";
+        return el("li", { class: "turn", "data-turn": item.turn },
+          el("strong", { text: "Model turn " + item.turn }),
+          el("span", { class: "muted", text: " " + fmtTime(item.at) + u + (item.finish ? " · " + item.finish : "") }));
+      }
+      if (item.kind === "warning") return el("li", { class: "warning", text: "⚠ " + item.message });
+      if (item.kind === "message") return el("li", {}, el("pre", { text: clip(item.content, 4000) }));
+      return renderCall(item);
+    }));
+    chart.replaceChildren(renderChart(model.turns) || el("p", { class: "muted", text: "No token usage reported." }));
+    renderSummary();
+  };
+
+  const renderSummary = () => {
+    const v = model.view;
+    if (!v) { summary.replaceChildren(el("p", { class: "status-running", text: "running" })); return; }
+    const parts = [el("p", {}, "Status: ", el("strong", { class: "status-" + v.status, id: "run-status", text: v.status }),
+      ` · user ${v.user} · thread ${v.thread}`)];
+    parts.push(el("p", { class: "muted", text: "Task: " + clip(v.task, 500) }));
+    if (v.error) parts.push(el("p", { class: "err", role: "alert", text: "Error: " + v.error }));
+    if (v.final_answer) parts.push(el("div", { class: "card" }, el("strong", { text: "Final answer" }), el("pre", { text: v.final_answer })));
+    if (v.status === "interrupted" && v.question) parts.push(answerBox(v.question));
+    if (v.artifacts && v.artifacts.length) {
+      parts.push(el("div", { class: "card", id: "artifacts" }, el("strong", { text: "Artifacts" }),
+        el("ul", {}, v.artifacts.map((p) => el("li", {},
+          el("button", { type: "button", "data-artifact": p, onclick: () => download(p), text: "Download " + p.split("/").pop() }))))));
+    }
+    if (v.delivery) parts.push(el("details", { id: "delivery" }, el("summary", { text: "Delivery receipt" }), el("pre", { text: JSON.stringify(v.delivery, null, 2) })));
+    summary.replaceChildren(...parts);
+  };
+
+  const answerBox = (question) => {
+    const input = el("textarea", { id: "answer", rows: 3, "aria-label": "Your answer" });
+    const note = el("span", { class: "muted", role: "status" });
+    const form = el("form", { class: "card", id: "answer-form" },
+      el("p", {}, el("strong", { text: "The run asks: " }), question), input, " ",
+      el("button", { type: "submit", text: "Send answer" }), " ", note);
+    form.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      try {
+        await api(`/api/runs/${encodeURIComponent(runId)}/answer`, { method: "POST", body: JSON.stringify({ answer: input.value }) });
+        note.textContent = "Answer sent.";
+        model.view = null;
+        follow();
+      } catch (err) { note.textContent = "Not sent: " + err.message; }
+    });
+    return form;
+  };
+
+  const download = async (path) => {
+    try {
+      const response = await api(`/api/runs/${encodeURIComponent(runId)}/artifact?path=${encodeURIComponent(path)}`);
+      const url = URL.createObjectURL(await response.blob());
+      const a = el("a", { href: url, download: path.split("/").pop() });
+      document.body.append(a); a.click(); a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 10000);
+    } catch (err) { setLive("download failed: " + err.message); }
+  };
+
+  const poll = async () => {
+    try {
+      model.view = await (await api(`/api/runs/${encodeURIComponent(runId)}`)).json();
+      render();
+    } catch (err) {
+      if (err.status === 404) { summary.replaceChildren(el("p", { class: "err", role: "alert", text: err.message })); return; }
+    }
+    if (!stopped && (!model.view || model.view.status === "running")) poller = setTimeout(poll, REFRESH_MS);
+  };
+
+  // The event stream, read with fetch (EventSource cannot send the token).
+  const follow = async () => {
+    if (controller) controller.abort();
+    controller = new AbortController();
+    model.items = []; model.calls = new Map(); model.turns = [];
+    try {
+      const response = await api(`/api/runs/${encodeURIComponent(runId)}/events`, { signal: controller.signal });
+      setLive("live");
+      retry = 1000;
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, cut); buffer = buffer.slice(cut + 2);
+          const name = (block.match(/^event: (.*)$/m) || [])[1];
+          const data = (block.match(/^data: (.*)$/m) || [])[1];
+          if (!data) continue;
+          const json = JSON.parse(data);
+          if (name === "end") model.view = json; else fold(model, json);
+        }
+        render();
+      }
+      render();
+      setLive(model.view ? "ended" : "");
+    } catch (err) {
+      if (stopped || err.name === "AbortError") return;
+      if (err.status === 404) { summary.replaceChildren(el("p", { class: "err", role: "alert", text: err.message })); return; }
+      // The stream was cut: poll the view, and reconnect with backoff.
+      setLive("polling");
+      poll();
+      setTimeout(() => { if (!stopped) follow(); }, retry);
+      retry = Math.min(retry * 2, 30000);
+    }
+  };
+  render();
+  follow();
+  return () => { stopped = true; if (controller) controller.abort(); clearTimeout(poller); };
+}
+
+// ---- the cluster -------------------------------------------------------------------
+
+function clusterView(view) {
+  const out = el("div", { id: "cluster" });
+  view.replaceChildren(el("h2", { text: "Cluster" }), out);
+  const table = (label, headers, rows) => el("table", { "aria-label": label },
+    el("thead", {}, el("tr", {}, headers.map((h) => el("th", { scope: "col", text: h })))),
+    el("tbody", {}, rows.map((r) => el("tr", {}, r.map((c) => el("td", { text: c ?? "" }))))));
+  let stopped = false, timer = null;
+  const load = async () => {
+    try {
+      const c = await (await api("/api/cluster")).json();
+      const parts = [el("h3", { text: "Processes" }), table("Processes",
+        ["Role", "PID", "Healthy", "Restarts", "Heartbeat", "State", "Slots"],
+        c.processes.map((p) => [p.role + (p.role === "subagent" ? "-" + p.index : ""), p.pid, p.healthy ? "yes" : "no",
+          p.restarts, p.last_heartbeat_ms == null ? "never" : p.last_heartbeat_ms + " ms", p.state,
+          p.slots == null ? "" : `${p.in_use ?? "-"}/${p.slots}`]))];
+      if (c.sandboxes) {
+        parts.push(el("h3", { text: `Sandboxes (${c.sandboxes.provider}, ${c.sandboxes.sandboxes.length} of ${c.sandboxes.capacity})` }),
+          table("Sandboxes", ["Id", "State", "User", "Thread", "Holders", "Age"],
+            c.sandboxes.sandboxes.map((s) => [s.sandbox_id, s.state, s.user_id, s.thread_id, s.holders,
+              Math.round(s.age_ms / 1000) + " s"])));
+      }
+      if (c.mcp_servers) {
+        parts.push(el("h3", { text: "MCP servers" }), table("MCP servers",
+          ["Server", "Transport", "State", "Tools", "Reconnects", "Version", "Last error"],
+          c.mcp_servers.map((m) => [m.name, m.transport, m.state, m.tools, m.reconnects, m.protocol_version, m.last_error])));
+      }
+      for (const e of c.errors) parts.push(el("p", { class: "err", text: e }));
+      out.replaceChildren(...parts);
+      setLive("live");
+    } catch (err) {
+      if (err.status === 403) { out.replaceChildren(el("p", { role: "alert", text: "The cluster view needs the operator role." })); return; }
+      if (err.status !== 401) setLive("offline: " + err.message);
+    }
+    if (!stopped) timer = setTimeout(load, REFRESH_MS + 2000);
+  };
+  load();
+  return () => { stopped = true; clearTimeout(timer); };
+}
+
+// ---- start --------------------------------------------------------------------------
+
+document.addEventListener("DOMContentLoaded", () => {
+  applyTheme();
+  document.getElementById("login-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, document.getElementById("token").value.trim());
+    document.getElementById("token").value = "";
+    route();
+  });
+  document.getElementById("logout").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); showLogin(); });
+  document.getElementById("theme").addEventListener("click", () => {
+    const dark = document.documentElement.dataset.theme === "dark" ||
+      (!document.documentElement.dataset.theme && matchMedia("(prefers-color-scheme: dark)").matches);
+    const next = dark ? "light" : "dark";
+    localStorage.setItem(THEME_KEY, next);
+    document.documentElement.dataset.theme = next;
+  });
+  window.addEventListener("hashchange", route);
+  route();
+});
