@@ -195,6 +195,7 @@ impl Gateway {
                 .route("/api/runs/{id}/answer", web::post().to(answer_run))
                 .route("/api/runs/{id}/cancel", web::post().to(cancel_run))
                 .route("/api/runs/{id}/artifact", web::get().to(download_artifact))
+                .route("/api/runs/{id}/messages", web::get().to(run_messages))
                 .route("/api/cluster", web::get().to(cluster_view))
                 .route("/metrics", web::get().to(metrics))
                 .route("/", web::get().to(ui::index))
@@ -724,6 +725,32 @@ async fn get_run(
         return response;
     }
     view_of(&state, run_id).await
+}
+
+/// `GET /api/runs/{id}/messages`: the run's messages (its last checkpoint), tool-call
+/// arguments that hold secrets redacted and texts cut at 16 KiB.
+async fn run_messages(
+    state: web::Data<State>,
+    req: actix_web::HttpRequest,
+    id: web::Path<String>,
+) -> HttpResponse {
+    let run_id = id.into_inner();
+    if let Err(response) = visible(&state, &req, &run_id).await {
+        return response;
+    }
+    match state.runs.manager.send(manager::RunMessages(run_id)).await {
+        Ok(Ok(messages)) => {
+            HttpResponse::Ok().json(json!({"messages": secrets::shown_messages(&messages)}))
+        }
+        Ok(Err(e @ crate::run_manager::prepare::PrepareError::UnknownRun(_))) => {
+            error(actix_web::http::StatusCode::NOT_FOUND, e.to_string())
+        }
+        Ok(Err(e)) => manager_error(e),
+        Err(e) => error(
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            e.to_string(),
+        ),
+    }
 }
 
 /// The largest artifact the gateway sends.

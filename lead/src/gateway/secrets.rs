@@ -146,3 +146,80 @@ mod tests {
         );
     }
 }
+
+/// Whether an argument named `key` holds a secret (a token, password, key or credential).
+fn secret_argument(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    [
+        "secret",
+        "token",
+        "password",
+        "passwd",
+        "api_key",
+        "apikey",
+        "authorization",
+        "credential",
+        "private_key",
+    ]
+    .iter()
+    .any(|word| key.contains(word))
+}
+
+/// The longest text of one message the gateway sends in a run's messages.
+pub const MAX_MESSAGE_TEXT: usize = 16 * 1024;
+
+/// A run's messages as the gateway shows them: tool-call arguments whose name says
+/// they hold a secret are [`REDACTED`] (at any depth), and every text is cut at
+/// [`MAX_MESSAGE_TEXT`] bytes (on a character boundary, marked with `…`).
+pub fn shown_messages(messages: &Value) -> Value {
+    fn walk(value: &mut Value, in_args: bool) {
+        match value {
+            Value::Object(map) => {
+                for (key, v) in map.iter_mut() {
+                    if in_args && secret_argument(key) && !v.is_null() {
+                        *v = Value::String(REDACTED.to_owned());
+                    } else {
+                        walk(v, in_args || key == "args");
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| walk(v, in_args)),
+            Value::String(text) if text.len() > MAX_MESSAGE_TEXT => {
+                let mut end = MAX_MESSAGE_TEXT;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+                text.push('…');
+            }
+            _ => {}
+        }
+    }
+    let mut shown = messages.clone();
+    walk(&mut shown, false);
+    shown
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod shown_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn secret_arguments_are_redacted_and_long_texts_cut() {
+        let messages = json!([
+            {"role": "ai", "id": "a", "content": "calling", "tool_calls": [
+                {"id": "c", "name": "http", "args": {"url": "https://x", "api_key": "sk-1", "nested": {"Password": "p"}}}
+            ]},
+            {"role": "tool", "tool_call_id": "c", "name": "http", "content": "é".repeat(MAX_MESSAGE_TEXT)}
+        ]);
+        let shown = shown_messages(&messages);
+        let args = &shown[0]["tool_calls"][0]["args"];
+        assert_eq!(args["url"], "https://x");
+        assert_eq!(args["api_key"], REDACTED);
+        assert_eq!(args["nested"]["Password"], REDACTED);
+        let content = shown[1]["content"].as_str().unwrap();
+        assert!(content.len() <= MAX_MESSAGE_TEXT + 3 && content.ends_with('…'));
+    }
+}

@@ -419,6 +419,36 @@ impl RunManager {
     }
 }
 
+/// A run's messages as its last checkpoint holds them (JSON, spec 1's message shapes).
+#[derive(Message)]
+#[rtype(result = "Result<Value, PrepareError>")]
+pub struct RunMessages(pub String);
+
+impl Handler<RunMessages> for RunManager {
+    type Result = ResponseFuture<Result<Value, PrepareError>>;
+
+    fn handle(&mut self, msg: RunMessages, _: &mut Context<Self>) -> Self::Result {
+        // The read leaves the actor's thread: a long run's state is large.
+        let store = self.env.store.clone();
+        Box::pin(async move {
+            let run_id = msg.0;
+            let read = tokio::task::spawn_blocking(move || {
+                if store.run(&run_id)?.is_none() {
+                    return Err(PrepareError::UnknownRun(run_id));
+                }
+                let messages = store
+                    .latest(&run_id)?
+                    .map(|(_, state)| serde_json::to_value(state.messages))
+                    .transpose()
+                    .map_err(|e| PrepareError::Config(format!("run messages: {e}")))?;
+                Ok(messages.unwrap_or(Value::Array(Vec::new())))
+            });
+            read.await
+                .map_err(|e| PrepareError::Config(format!("run messages: {e}")))?
+        })
+    }
+}
+
 /// Where the sandbox shows a thread's outputs.
 const OUTPUTS_PREFIX: &str = "/mnt/user-data/outputs/";
 

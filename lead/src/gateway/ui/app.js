@@ -135,7 +135,16 @@ function runsView(view) {
 // ---- one run: the timeline ---------------------------------------------------------
 
 function newModel() {
-  return { items: [], calls: new Map(), turns: [], view: null };
+  return { items: [], calls: new Map(), turns: [], view: null, io: new Map() };
+}
+
+/// Each call's arguments and result, from the run's messages.
+function foldMessages(model, messages) {
+  model.io = new Map();
+  for (const m of messages) {
+    if (m.role === "ai") for (const c of m.tool_calls || []) model.io.set(c.id, Object.assign(model.io.get(c.id) || {}, { args: c.args }));
+    if (m.role === "tool") model.io.set(m.tool_call_id, Object.assign(model.io.get(m.tool_call_id) || {}, { result: m.content, status: m.status }));
+  }
 }
 
 /// Folds one run event into the timeline model.
@@ -174,7 +183,7 @@ function call(model, id, name) {
   return c;
 }
 
-function renderCall(c) {
+function renderCall(c, io) {
   const states = el("ul", { class: "states", "aria-label": "Lifecycle of " + c.name },
     c.states.map((s) => el("li", { "data-state": s.state, title: fmtTime(s.at), text: s.state })));
   const tasks = c.tasks.length ? el("ol", { class: "tasks", "aria-label": "Subagent task of " + c.id },
@@ -195,7 +204,10 @@ function renderCall(c) {
     el("span", { class: "name", text: (c.error ? "✗ " : c.finished ? "✓ " : "… ") + c.name }),
     el("span", { class: "muted", text: took + " " + fmtTime(c.started) }),
     c.message ? el("div", { class: "err", text: clip(c.message, 300) }) : null,
-    states, tasks);
+    states,
+    io && io.args !== undefined ? el("details", { class: "args" }, el("summary", { text: "arguments" }), el("pre", { text: JSON.stringify(io.args, null, 2) })) : null,
+    io && io.result !== undefined ? el("details", { class: "result" }, el("summary", { text: "result" }), el("pre", { text: io.result })) : null,
+    tasks);
 }
 
 function renderChart(turns) {
@@ -239,7 +251,7 @@ function runView(view, runId) {
       }
       if (item.kind === "warning") return el("li", { class: "warning", text: "⚠ " + item.message });
       if (item.kind === "message") return el("li", {}, el("pre", { text: clip(item.content, 4000) }));
-      return renderCall(item);
+      return renderCall(item, model.io.get(item.id));
     }));
     chart.replaceChildren(renderChart(model.turns) || el("p", { class: "muted", text: "No token usage reported." }));
     renderSummary();
@@ -291,9 +303,16 @@ function runView(view, runId) {
     } catch (err) { setLive("download failed: " + err.message); }
   };
 
+  const loadMessages = async () => {
+    try {
+      foldMessages(model, (await (await api(`/api/runs/${encodeURIComponent(runId)}/messages`)).json()).messages);
+    } catch (_) { /* the timeline stands without them */ }
+  };
+
   const poll = async () => {
     try {
       model.view = await (await api(`/api/runs/${encodeURIComponent(runId)}`)).json();
+      await loadMessages();
       render();
     } catch (err) {
       if (err.status === 404) { summary.replaceChildren(el("p", { class: "err", role: "alert", text: err.message })); return; }
@@ -328,6 +347,7 @@ function runView(view, runId) {
         }
         render();
       }
+      await loadMessages();
       render();
       setLive(model.view ? "ended" : "");
     } catch (err) {
