@@ -35,8 +35,8 @@ pub use diagnostics::{
 };
 pub use env::{process_env, resolve_json, resolve_str, resolve_yaml, EnvLookup};
 pub use extensions::{
-    parse_extensions_config, ExtensionsConfig, McpServerConfig, McpTaskToolset, SkillStateConfig,
-    DEFAULT_MCP_SESSION_INIT_TIMEOUT,
+    parse_extensions_config, ElicitationPolicy, ExtensionsConfig, McpServerConfig, McpTaskToolset,
+    SkillStateConfig, DEFAULT_MCP_SESSION_INIT_TIMEOUT,
 };
 pub use location::{
     resolve_app_config_path, resolve_extensions_path, ANTLER_CONFIG_ENV, ANTLER_EXTENSIONS_ENV,
