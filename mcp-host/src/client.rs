@@ -12,6 +12,8 @@ use rmcp::{
     service::{NotificationContext, RequestContext},
     ClientHandler, RoleClient,
 };
+use std::sync::Arc;
+
 use tokio::sync::{mpsc, watch};
 
 use crate::elicitation::{self, ElicitationPolicy};
@@ -40,6 +42,8 @@ pub struct Client {
     tools_changed: mpsc::UnboundedSender<()>,
     /// The session's roots, as directories on this host (none: an empty list).
     roots: watch::Receiver<Vec<String>>,
+    /// `roots/list` requests answered on this connection.
+    roots_asked: Arc<watch::Sender<u32>>,
     elicitation: ElicitationPolicy,
 }
 
@@ -54,8 +58,14 @@ impl Client {
         Self {
             tools_changed,
             roots,
+            roots_asked: Arc::new(watch::channel(0).0),
             elicitation,
         }
+    }
+
+    /// How many `roots/list` requests this connection has answered.
+    pub fn roots_asked(&self) -> watch::Receiver<u32> {
+        self.roots_asked.subscribe()
     }
 }
 
@@ -81,6 +91,7 @@ impl ClientHandler for Client {
         _context: RequestContext<RoleClient>,
     ) -> impl std::future::Future<Output = Result<rmcp::model::ListRootsResult, ErrorData>> + Send + '_
     {
+        self.roots_asked.send_modify(|n| *n += 1);
         let roots = self
             .roots
             .borrow()

@@ -19,7 +19,7 @@ use antler_protocol::{
     messages::{McpCallResult, McpServerStatus, McpTool},
 };
 use rmcp::{
-    model::{CallToolRequestParams, PaginatedRequestParams},
+    model::{CallToolRequestParams, ClientRequest, PaginatedRequestParams},
     service::ServiceError,
     Peer, RoleClient,
 };
@@ -39,6 +39,10 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// How long a stopping session gets to close before it is dropped.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a new session with roots waits for the server to ask for them.
+const ROOTS_ASK_WINDOW: Duration = Duration::from_millis(200);
+/// How long a server that asked gets to apply the answer before the session is used.
+const ROOTS_APPLY_GRACE: Duration = Duration::from_millis(100);
 /// Pages of `tools/list` followed at most.
 const MAX_PAGES: usize = 1000;
 
@@ -648,7 +652,9 @@ async fn connect(
         );
     }
     let client = || Client::new(changed.clone(), s.roots.subscribe(), s.config.elicitation);
-    let mut opened = transport::open(&s.name, &s.config, s.transport, client(), &options).await;
+    let first = client();
+    let mut roots_asked = first.roots_asked();
+    let mut opened = transport::open(&s.name, &s.config, s.transport, first, &options).await;
     if let (Err(e), Some(token), Some(rejected)) = (&opened, &s.token, &options.authorization) {
         if e.to_string().contains("HTTP 401") {
             // The cached token was refused: one fresh token, one more try.
@@ -659,7 +665,9 @@ async fn connect(
                     .await
                     .map_err(|e| format!("MCP server '{}': {e}", s.name))?,
             );
-            opened = transport::open(&s.name, &s.config, s.transport, client(), &options).await;
+            let again = client();
+            roots_asked = again.roots_asked();
+            opened = transport::open(&s.name, &s.config, s.transport, again, &options).await;
         }
     }
     let opened =
@@ -683,7 +691,25 @@ async fn connect(
     let tools = list_tools(&s.name, &s.config, opened.session.peer())
         .await
         .map_err(|e| format!("MCP server '{}' failed to list tools: {e}", s.name))?;
+    if !s.roots.borrow().is_empty() {
+        settle_roots(opened.session.peer(), roots_asked).await;
+    }
     Ok((opened, tools, options.authorization))
+}
+
+/// A server that asks for its roots as it starts (the filesystem server does, once
+/// initialized) applies them while it already serves: the session waits up to
+/// [`ROOTS_ASK_WINDOW`] for that request, and when it came, [`ROOTS_APPLY_GRACE`] and a
+/// ping more, so a first call does not meet the roots of the server's command line.
+async fn settle_roots(peer: &Peer<RoleClient>, mut asked: watch::Receiver<u32>) {
+    let was_asked = tokio::time::timeout(ROOTS_ASK_WINDOW, asked.wait_for(|n| *n > 0))
+        .await
+        .is_ok_and(|r| r.is_ok());
+    if was_asked {
+        tokio::time::sleep(ROOTS_APPLY_GRACE).await;
+        let request = ClientRequest::PingRequest(Default::default());
+        let _ = tokio::time::timeout(ROOTS_ASK_WINDOW * 10, peer.send_request(request)).await;
+    }
 }
 
 /// `tools/list` with pagination, stopping at a cursor seen before; names validated.
