@@ -81,15 +81,31 @@ fn last_tool_message(request: &Value) -> String {
 fn a_vision_model_sees_an_mcp_image_and_every_block_is_named() {
     let requests = run(true);
     let image = last_tool_message(&requests[2]);
-    assert!(image.starts_with("Here's the image you requested:\n[image image/png, "), "{image}");
-    assert!(image.contains(" bytes: attached below]\nThe image above is the MCP logo."), "{image}");
+    assert!(
+        image.starts_with("Here's the image you requested:\n[image image/png, "),
+        "{image}"
+    );
+    assert!(
+        image.contains(" bytes: attached below]\nThe image above is the MCP logo."),
+        "{image}"
+    );
     let parts = image_parts(&requests[2]);
     assert_eq!(parts.len(), 1, "{parts:?}");
     let url = parts[0]["image_url"]["url"].as_str().unwrap();
-    assert!(url.starts_with("data:image/png;base64,iVBORw0KGgo"), "{url}");
-    let label = requests[2]["messages"].as_array().unwrap().last().unwrap()["content"][1]["text"].clone();
-    assert_eq!(label, "\n- **everything_get-tiny-image result** (image/png)");
-    assert!(image_parts(&requests[3]).is_empty(), "an image is sent once");
+    assert!(
+        url.starts_with("data:image/png;base64,iVBORw0KGgo"),
+        "{url}"
+    );
+    let label =
+        requests[2]["messages"].as_array().unwrap().last().unwrap()["content"][1]["text"].clone();
+    assert_eq!(
+        label,
+        "\n- **everything_get-tiny-image result** (image/png)"
+    );
+    assert!(
+        image_parts(&requests[3]).is_empty(),
+        "an image is sent once"
+    );
 
     let links = last_tool_message(&requests[3]);
     assert_eq!(
