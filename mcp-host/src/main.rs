@@ -5,6 +5,7 @@
 
 mod client;
 mod convert;
+mod elicitation;
 mod naming;
 mod oauth;
 mod pool;

@@ -1,7 +1,9 @@
 //! The stdio session pool (spec 5.3): a call that names a user or thread runs on its own
 //! session of a stdio server, keyed by `(server, "user:thread")`, with the working directory
-//! pinned to the thread's workspace and `TMPDIR`/`TMP`/`TEMP` under `workspace/.mcp/tmp`
-//! (mode 0700; the server's configured `env` wins). The pool is bounded (`antler.mcp_pool`):
+//! pinned to the thread's workspace, the workspace as its only root (`roots/list`; a later
+//! call naming another workspace changes the root and tells the server), and
+//! `TMPDIR`/`TMP`/`TEMP` under `workspace/.mcp/tmp` (mode 0700; the server's configured
+//! `env` wins). The pool is bounded (`antler.mcp_pool`):
 //! a session unused for the idle timeout is stopped, and past the session count or the
 //! servers' summed resident memory the least recently used ones are; a session whose
 //! server was changed or removed is stopped. The lock is held only to look up, insert or
@@ -165,6 +167,11 @@ impl SessionPool {
             if e.handle.config() == base.config() {
                 e.last_used = tick;
                 e.used_at = Instant::now();
+                // The thread's workspace moved: the server is told its roots changed (its
+                // working directory stays where the session started).
+                if let Some(ws) = workspace {
+                    e.handle.set_roots(vec![ws.to_owned()]);
+                }
                 return Ok(e.handle.clone());
             }
             // The server was changed since: this session is stale.
@@ -174,6 +181,7 @@ impl SessionPool {
         let mut options = OpenOptions::default();
         if let Some(ws) = workspace {
             options.cwd = Some(ws.to_owned());
+            options.roots = vec![ws.to_owned()];
             let tmp = Path::new(ws).join(".mcp").join("tmp");
             make_private_dir(&tmp).map_err(|e| format!("cannot prepare {}: {e}", tmp.display()))?;
             let tmp = tmp.display().to_string();

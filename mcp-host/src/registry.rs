@@ -209,6 +209,7 @@ impl Handler<Skipped> for McpRegistry {
                     last_error: Some(why.clone()),
                     reconnects: 0,
                     in_flight: 0,
+                    protocol_version: None,
                 })
                 .collect(),
         )

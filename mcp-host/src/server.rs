@@ -19,7 +19,7 @@ use antler_protocol::{
     messages::{McpCallResult, McpServerStatus, McpTool},
 };
 use rmcp::{
-    model::{CallToolRequestParams, PaginatedRequestParams},
+    model::{CallToolRequestParams, ClientRequest, PaginatedRequestParams},
     service::ServiceError,
     Peer, RoleClient,
 };
@@ -27,6 +27,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    client::{self, Client},
     convert, naming,
     oauth::TokenActor,
     transport::{self, OpenError, OpenOptions},
@@ -38,6 +39,10 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// How long a stopping session gets to close before it is dropped.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a new session with roots waits for the server to ask for them.
+const ROOTS_ASK_WINDOW: Duration = Duration::from_millis(200);
+/// How long a server that asked gets to apply the answer before the session is used.
+const ROOTS_APPLY_GRACE: Duration = Duration::from_millis(100);
 /// Pages of `tools/list` followed at most.
 const MAX_PAGES: usize = 1000;
 
@@ -89,6 +94,8 @@ struct State {
     reconnects: u32,
     /// The stdio child (its process group's leader) of the live session.
     pid: Option<u32>,
+    /// The protocol version the live (or last) session agreed on.
+    protocol_version: Option<String>,
 }
 
 struct Shared {
@@ -109,6 +116,9 @@ struct Shared {
     /// Ask the actor to reopen its session if it still uses this `Authorization` (a 401,
     /// or a token refreshed since the session opened).
     reopen: mpsc::UnboundedSender<Option<String>>,
+    /// The session's roots (directories on this host): `roots/list` answers with them,
+    /// and a change is told to the server with `notifications/roots/list_changed`.
+    roots: watch::Sender<Vec<String>>,
 }
 
 /// The handle of one server's actor (its task). Dropping handles does not stop it: `stop` does.
@@ -140,6 +150,7 @@ impl McpServerActor {
             Transport::Stdio => None,
         };
         let (reopen, reopen_rx) = mpsc::unbounded_channel();
+        let roots = watch::channel(options.roots.clone()).0;
         let shared = Arc::new(Shared {
             name,
             config,
@@ -150,6 +161,7 @@ impl McpServerActor {
                 last_error: None,
                 reconnects: 0,
                 pid: None,
+                protocol_version: None,
             }),
             live: watch::channel(None).0,
             settled: watch::channel(false).0,
@@ -160,6 +172,7 @@ impl McpServerActor {
             token,
             options,
             reopen,
+            roots,
         });
         tokio::spawn(run(shared.clone(), reopen_rx));
         McpServerActor { shared }
@@ -221,7 +234,17 @@ impl McpServerActor {
             last_error: st.last_error.clone(),
             reconnects: st.reconnects,
             in_flight: self.shared.in_flight.load(Ordering::SeqCst),
+            protocol_version: st.protocol_version.clone(),
         }
+    }
+
+    /// Replaces the session's roots; a live session's server is told they changed.
+    pub fn set_roots(&self, roots: Vec<String>) {
+        self.shared.roots.send_if_modified(|now| {
+            let changed = *now != roots;
+            *now = roots;
+            changed
+        });
     }
 
     pub fn tools(&self) -> Arc<Vec<McpTool>> {
@@ -563,6 +586,8 @@ async fn serve(
 ) -> SessionEnd {
     let transport::Opened { session, child } = opened;
     let ct = session.cancellation_token();
+    let mut roots = s.roots.subscribe();
+    roots.mark_unchanged();
     let mut waiting = Box::pin(session.waiting());
     let end = loop {
         tokio::select! {
@@ -585,6 +610,15 @@ async fn serve(
                 ct.cancel();
                 let _ = tokio::time::timeout(CLOSE_TIMEOUT, &mut waiting).await;
                 break SessionEnd::Reopen;
+            }
+            Ok(()) = roots.changed() => {
+                roots.mark_unchanged();
+                // The server asks `roots/list` again when it wants the new ones.
+                match tokio::time::timeout(list_timeout, peer.notify_roots_list_changed()).await {
+                    Ok(Ok(())) => tracing::info!(server = %s.name, "roots changed; told the server"),
+                    Ok(Err(e)) => tracing::warn!(server = %s.name, "telling the server its roots changed failed: {e}"),
+                    Err(_) => tracing::warn!(server = %s.name, "telling the server its roots changed timed out"),
+                }
             }
             Some(()) = changed.recv() => {
                 while changed.try_recv().is_ok() {}
@@ -617,8 +651,10 @@ async fn connect(
                 .map_err(|e| format!("MCP server '{}': {e}", s.name))?,
         );
     }
-    let mut opened =
-        transport::open(&s.name, &s.config, s.transport, changed.clone(), &options).await;
+    let client = || Client::new(changed.clone(), s.roots.subscribe(), s.config.elicitation);
+    let first = client();
+    let mut roots_asked = first.roots_asked();
+    let mut opened = transport::open(&s.name, &s.config, s.transport, first, &options).await;
     if let (Err(e), Some(token), Some(rejected)) = (&opened, &s.token, &options.authorization) {
         if e.to_string().contains("HTTP 401") {
             // The cached token was refused: one fresh token, one more try.
@@ -629,15 +665,51 @@ async fn connect(
                     .await
                     .map_err(|e| format!("MCP server '{}': {e}", s.name))?,
             );
-            opened = transport::open(&s.name, &s.config, s.transport, changed, &options).await;
+            let again = client();
+            roots_asked = again.roots_asked();
+            opened = transport::open(&s.name, &s.config, s.transport, again, &options).await;
         }
     }
     let opened =
         opened.map_err(|e: OpenError| format!("MCP server '{}' failed to start: {e}", s.name))?;
+    // rmcp takes any version the server answers: one Antler does not speak ends here.
+    let version = opened
+        .session
+        .peer()
+        .peer_info()
+        .map(|info| info.protocol_version.clone());
+    if let Some(v) = &version {
+        if !client::speaks(v) {
+            return Err(format!(
+                "MCP server '{}' answered protocol version {v}, which Antler does not speak ({})",
+                s.name,
+                client::spoken_versions()
+            ));
+        }
+    }
+    lock(&s.state).protocol_version = version.map(|v| v.to_string());
     let tools = list_tools(&s.name, &s.config, opened.session.peer())
         .await
         .map_err(|e| format!("MCP server '{}' failed to list tools: {e}", s.name))?;
+    if !s.roots.borrow().is_empty() {
+        settle_roots(opened.session.peer(), roots_asked).await;
+    }
     Ok((opened, tools, options.authorization))
+}
+
+/// A server that asks for its roots as it starts (the filesystem server does, once
+/// initialized) applies them while it already serves: the session waits up to
+/// [`ROOTS_ASK_WINDOW`] for that request, and when it came, [`ROOTS_APPLY_GRACE`] and a
+/// ping more, so a first call does not meet the roots of the server's command line.
+async fn settle_roots(peer: &Peer<RoleClient>, mut asked: watch::Receiver<u32>) {
+    let was_asked = tokio::time::timeout(ROOTS_ASK_WINDOW, asked.wait_for(|n| *n > 0))
+        .await
+        .is_ok_and(|r| r.is_ok());
+    if was_asked {
+        tokio::time::sleep(ROOTS_APPLY_GRACE).await;
+        let request = ClientRequest::PingRequest(Default::default());
+        let _ = tokio::time::timeout(ROOTS_ASK_WINDOW * 10, peer.send_request(request)).await;
+    }
 }
 
 /// `tools/list` with pagination, stopping at a cursor seen before; names validated.

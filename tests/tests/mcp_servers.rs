@@ -24,7 +24,14 @@ fn tools_and_calls_over_stdio_and_streamable_http() {
     }));
 
     // Every tool is named {server}_{tool} and carries its schema.
-    let all = c.tools(None);
+    // server-everything lists 13 tools, and 2 more for a client that declares roots and
+    // elicitation (get-roots-list, trigger-elicitation-request), announced once initialized.
+    let all = antler_tests::wait_for(std::time::Duration::from_secs(15), || {
+        let all = c.tools(None);
+        let count = |s: &str| all.iter().filter(|t| t["server"] == s).count();
+        (count("everything") == 15 && count("web") == 15).then_some(all)
+    })
+    .unwrap_or_else(|| c.tools(None));
     for t in &all {
         let server = t["server"].as_str().expect("server");
         let name = t["name"].as_str().expect("name");
@@ -44,10 +51,10 @@ fn tools_and_calls_over_stdio_and_streamable_http() {
     let count = |s: &str| all.iter().filter(|t| t["server"] == s).count();
     assert_eq!(
         count("everything"),
-        13,
-        "server-everything without roots/sampling/elicitation lists 13 tools"
+        15,
+        "server-everything lists 13 tools and 2 for roots and elicitation"
     );
-    assert_eq!(count("web"), 13, "the same server over streamable HTTP");
+    assert_eq!(count("web"), 15, "the same server over streamable HTTP");
     assert_eq!(count("fs"), 14);
     assert_eq!(
         c.tool_names("time"),

@@ -169,6 +169,7 @@ pub fn status_json(list: &[McpServerStatus]) -> Value {
                     "last_error": s.last_error,
                     "reconnects": s.reconnects,
                     "in_flight": s.in_flight,
+                    "protocol_version": s.protocol_version,
                 })
             })
             .collect(),
@@ -177,15 +178,23 @@ pub fn status_json(list: &[McpServerStatus]) -> Value {
 
 fn status_table(list: &[McpServerStatus]) -> String {
     let mut out = format!(
-        "{:<20} {:<9} {:<13} {:>5} {:>10} {:>9}  {}\n",
-        "SERVER", "TRANSPORT", "STATE", "TOOLS", "RECONNECTS", "IN-FLIGHT", "LAST ERROR"
+        "{:<20} {:<9} {:<13} {:<10} {:>5} {:>10} {:>9}  {}\n",
+        "SERVER",
+        "TRANSPORT",
+        "STATE",
+        "PROTOCOL",
+        "TOOLS",
+        "RECONNECTS",
+        "IN-FLIGHT",
+        "LAST ERROR"
     );
     for s in list {
         out.push_str(&format!(
-            "{:<20} {:<9} {:<13} {:>5} {:>10} {:>9}  {}\n",
+            "{:<20} {:<9} {:<13} {:<10} {:>5} {:>10} {:>9}  {}\n",
             s.name,
             s.transport,
             s.state,
+            s.protocol_version.as_deref().unwrap_or("-"),
             s.tools,
             s.reconnects,
             s.in_flight,

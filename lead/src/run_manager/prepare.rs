@@ -965,6 +965,7 @@ mod tests {
             last_error: error.map(str::to_owned),
             reconnects: 0,
             in_flight: 0,
+            protocol_version: None,
         }
     }
 

@@ -61,6 +61,8 @@ pub struct OpenOptions {
     pub cwd: Option<String>,
     /// Extra environment for stdio (the pooled `TMPDIR`), under the server's configured `env`.
     pub default_env: Vec<(String, String)>,
+    /// The session's first roots (the pooled thread workspace): directories on this host.
+    pub roots: Vec<String>,
 }
 
 /// Opens a session to `name` over `transport`.
@@ -68,10 +70,9 @@ pub async fn open(
     name: &str,
     config: &McpServerConfig,
     transport: Transport,
-    tools_changed: tokio::sync::mpsc::UnboundedSender<()>,
+    client: Client,
     options: &OpenOptions,
 ) -> Result<Opened, OpenError> {
-    let client = Client::new(tools_changed);
     match transport {
         Transport::Stdio => stdio::open(name, config, client, options).await,
         Transport::Http => {

@@ -41,6 +41,7 @@ const SERVER_KEYS: &[&str] = &[
     "tool_call_timeout",
     "session_init_timeout",
     "task_toolsets",
+    "elicitation",
 ];
 
 /// DeerFlow's `extensions_config.json`.
@@ -141,6 +142,24 @@ pub struct McpServerConfig {
     /// Background-task contracts.
     #[serde(default, deserialize_with = "null_as_default")]
     pub task_toolsets: Vec<McpTaskToolset>,
+    /// How the server's `elicitation/create` requests are answered.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub elicitation: ElicitationPolicy,
+}
+
+/// `elicitation`: how a server's request for user input is answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(
+    rename_all = "snake_case",
+    expecting = "one of decline, accept_defaults"
+)]
+pub enum ElicitationPolicy {
+    /// Every request is declined (the server goes on without the input).
+    #[default]
+    Decline,
+    /// A form request is accepted with its schema's defaults when they fill every
+    /// required field and fit the schema; otherwise it is declined.
+    AcceptDefaults,
 }
 
 fn default_session_init_timeout() -> f64 {

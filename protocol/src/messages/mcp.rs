@@ -91,6 +91,8 @@ pub struct McpServerStatus {
     pub reconnects: u32,
     /// Calls running on this server now.
     pub in_flight: u32,
+    /// The MCP protocol version its session agreed on (`None`: never connected).
+    pub protocol_version: Option<String>,
 }
 
 /// One tool as the model would see it.

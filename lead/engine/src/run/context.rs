@@ -32,6 +32,12 @@ impl ThreadPaths {
         &self.user_data
     }
 
+    /// `/mnt/user-data/workspace` on the host (a pooled stdio MCP server's working
+    /// directory and root).
+    pub fn workspace(&self) -> PathBuf {
+        self.user_data.join("workspace")
+    }
+
     /// `/mnt/user-data/outputs` on the host.
     pub fn outputs(&self) -> PathBuf {
         self.user_data.join("outputs")

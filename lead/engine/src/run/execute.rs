@@ -21,7 +21,7 @@ use super::lease::SandboxLease;
 use super::middleware::tool_error::ToolFailure;
 use super::skills::SkillStore;
 use super::state::{Message, SandboxState, StateUpdate, ThreadState, ToolCall, ToolStatus};
-use super::{builtins, view_image};
+use super::{builtins, mcp_result, view_image};
 use crate::catalog::builtins::{DESCRIBE_SKILL, LIST_UPLOADED_FILES, PRESENT_FILES, VIEW_IMAGE};
 use crate::catalog::{Catalog, ToolSource, TOOL_SEARCH_NAME};
 
@@ -229,7 +229,7 @@ impl Executor<'_> {
             args_json: call.args.to_string(),
             user: Some(self.context.user_id.clone()),
             thread: Some(self.context.thread_id.clone()),
-            workspace: None,
+            workspace: Some(self.context.paths.workspace().display().to_string()),
         });
         let result = match self.request(Role::McpHost, Request::Mcp(request)).await? {
             Reply::Mcp(McpReply::CallResult(result)) => result,
@@ -238,17 +238,22 @@ impl Executor<'_> {
         if result.is_error {
             return Err(ToolFailure::new("ToolException", result.text()));
         }
-        let text = result.text();
-        let content = match (text.is_empty(), result.structured_json) {
-            (true, Some(structured)) => structured,
-            _ => text,
-        };
-        Ok(StateUpdate::messages([Message::tool(
-            &call.id,
-            &call.name,
-            content,
-            ToolStatus::Success,
-        )]))
+        // A vision model is one offered `view_image`: it sees the result's images.
+        let vision = self.catalog.get(VIEW_IMAGE).is_some();
+        let rendered = mcp_result::render(&result, vision);
+        let mut message = Message::tool(&call.id, &call.name, rendered.text, ToolStatus::Success);
+        if let (
+            false,
+            Message::Tool {
+                additional_kwargs, ..
+            },
+        ) = (rendered.images.is_empty(), &mut message)
+        {
+            *additional_kwargs = Some(Box::new(serde_json::json!({
+                mcp_result::IMAGES_KEY: rendered.images
+            })));
+        }
+        Ok(StateUpdate::messages([message]))
     }
 
     /// Releases the run's sandbox to the warm pool (at the end of the run's drive); a

@@ -15,6 +15,7 @@ pub mod execute;
 pub mod hosts;
 pub mod journal;
 pub mod lease;
+pub mod mcp_result;
 pub mod middleware;
 pub mod model;
 pub mod openai;

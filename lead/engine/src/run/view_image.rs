@@ -13,6 +13,7 @@ use std::path::Path;
 use antler_protocol::beneath::{is_escape, Dir};
 
 use super::context::{RunContext, VIRTUAL_USER_DATA};
+use super::mcp_result;
 use super::model::ImagePart;
 use super::state::{Message, StateUpdate, ToolCall, ToolStatus, ViewedImage};
 use crate::catalog::builtins::VIEW_IMAGE;
@@ -67,7 +68,8 @@ pub fn view_image(call: &ToolCall, context: &RunContext) -> StateUpdate {
 /// The images of the last AI message's `view_image` calls, once every call of that message
 /// has its result (spec C.1), read again for the next model call only: each is checked as
 /// the tool checked it and must still be the file it was (same size, same type); one that
-/// is not gets no bytes. An image is sent once: the call after the next one sees it no more.
+/// is not gets no bytes. The images its MCP calls returned follow (see `mcp_result`). An
+/// image is sent once: the call after the next one sees it no more.
 pub fn images_for_next_call(
     messages: &[Message],
     viewed: &BTreeMap<String, ViewedImage>,
@@ -116,6 +118,9 @@ pub fn images_for_next_call(
             base64,
         });
     }
+    // The images MCP tools returned for the same calls.
+    let ids: Vec<&str> = calls.iter().map(|c| c.id.as_str()).collect();
+    parts.extend(mcp_result::attached_images(&messages[at + 1..], &ids));
     parts
 }
 
