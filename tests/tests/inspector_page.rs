@@ -221,6 +221,12 @@ fn the_inspector_shows_a_users_runs_timelines_artifacts_and_the_cluster() {
             .as_u64()
             >= Some(2)
     );
+    // The catalog the run saw: the task tool and the builtins.
+    b.wait("!!document.querySelector('#catalog [data-tool=\"task\"]')");
+    assert_eq!(
+        b.eval("!!document.querySelector('#catalog [data-tool=\"present_files\"]')"),
+        true
+    );
     b.screenshot("run-with-task");
 
     // An artifact, downloaded through the gateway.

@@ -196,6 +196,7 @@ impl Gateway {
                 .route("/api/runs/{id}/cancel", web::post().to(cancel_run))
                 .route("/api/runs/{id}/artifact", web::get().to(download_artifact))
                 .route("/api/runs/{id}/messages", web::get().to(run_messages))
+                .route("/api/runs/{id}/catalog", web::get().to(run_catalog))
                 .route("/api/cluster", web::get().to(cluster_view))
                 .route("/metrics", web::get().to(metrics))
                 .route("/", web::get().to(ui::index))
@@ -750,6 +751,33 @@ async fn run_messages(
             actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
             e.to_string(),
         ),
+    }
+}
+
+/// `GET /api/runs/{id}/catalog`: the tools the run sees, by source, deferred or not, and
+/// the catalog's hash; 404 when the lead no longer holds the run (after a restart).
+async fn run_catalog(
+    state: web::Data<State>,
+    req: actix_web::HttpRequest,
+    id: web::Path<String>,
+) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    let run_id = id.into_inner();
+    if let Err(response) = visible(&state, &req, &run_id).await {
+        return response;
+    }
+    match state
+        .runs
+        .manager
+        .send(manager::RunCatalog(run_id.clone()))
+        .await
+    {
+        Ok(Some(catalog)) => HttpResponse::Ok().json(catalog),
+        Ok(None) => error(
+            StatusCode::NOT_FOUND,
+            format!("the lead no longer holds the catalog of run {run_id}"),
+        ),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }
 

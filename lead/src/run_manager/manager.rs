@@ -36,6 +36,8 @@ struct LiveRun {
     timing: Arc<Mutex<Timing>>,
     /// Cancels the drive of the run's loop.
     cancel: Arc<CancelFlag>,
+    /// The catalog the run sees (shared by the runs of one catalog version).
+    catalog: Arc<Catalog>,
 }
 
 /// The owner of this lead's runs.
@@ -83,7 +85,12 @@ impl RunManager {
             Some(live) => (live.log.clone(), live.timing.clone()),
             None => (Arc::default(), Arc::default()),
         };
-        let sink = event_sink(log.clone(), self.metrics.clone(), catalog, timing.clone());
+        let sink = event_sink(
+            log.clone(),
+            self.metrics.clone(),
+            catalog.clone(),
+            timing.clone(),
+        );
         for message in warnings {
             sink(&RunEvent::Warning { message });
         }
@@ -99,6 +106,7 @@ impl RunManager {
                 driving: false,
                 timing,
                 cancel,
+                catalog,
             },
         );
         self.drive(&run_id, new_run, ctx);
@@ -416,6 +424,40 @@ impl RunManager {
             .run(run_id)?
             .ok_or_else(|| PrepareError::UnknownRun(run_id.to_owned()))?;
         Ok(view::from_store(&self.env.store, &record)?)
+    }
+}
+
+/// The catalog a run this lead holds sees: `{hash, tools: [{name, source, server?,
+/// deferred}]}` (`None`: the run is not in memory; its catalog was not kept).
+#[derive(Message)]
+#[rtype(result = "Option<Value>")]
+pub struct RunCatalog(pub String);
+
+impl Handler<RunCatalog> for RunManager {
+    type Result = Option<Value>;
+
+    fn handle(&mut self, msg: RunCatalog, _: &mut Context<Self>) -> Self::Result {
+        let catalog = &self.runs.get(&msg.0)?.catalog;
+        let tools: Vec<Value> = catalog
+            .tools()
+            .iter()
+            .map(|t| {
+                let server = match &t.source {
+                    ToolSource::Mcp { server, .. } => server.as_deref(),
+                    _ => None,
+                };
+                serde_json::json!({
+                    "name": t.name,
+                    "source": source_label(catalog, &t.name),
+                    "server": server,
+                    "deferred": catalog.is_deferred(&t.name),
+                })
+            })
+            .collect();
+        Some(serde_json::json!({
+            "hash": catalog.hash().map(|h| h.as_str().to_owned()),
+            "tools": tools,
+        }))
     }
 }
 

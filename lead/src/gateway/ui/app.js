@@ -236,9 +236,18 @@ function runView(view, runId) {
   const summary = el("div", { id: "summary" });
   const timeline = el("ol", { class: "timeline", id: "timeline", "aria-label": "Run timeline" });
   const chart = el("div", { id: "chart" });
+  const catalogBox = el("details", { id: "catalog" }, el("summary", { text: "Catalog the run sees" }));
+  api(`/api/runs/${encodeURIComponent(runId)}/catalog`).then((r) => r.json()).then((c) => {
+    const rows = c.tools.map((t) => el("tr", { "data-tool": t.name },
+      el("td", { text: t.name }), el("td", { text: t.source + (t.server ? " (" + t.server + ")" : "") }),
+      el("td", { text: t.deferred ? "deferred" : "visible" })));
+    catalogBox.append(el("p", { class: "muted", text: "Hash: " + (c.hash || "none (nothing deferred)") }),
+      el("table", { "aria-label": "Catalog" }, el("thead", {}, el("tr", {}, ["Tool", "Source", "Offered"].map((h) => el("th", { scope: "col", text: h })))),
+        el("tbody", {}, rows)));
+  }).catch(() => catalogBox.append(el("p", { class: "muted", text: "The lead no longer holds this run's catalog." })));
   view.replaceChildren(el("p", {}, el("a", { href: "#/runs", text: "← Runs" })),
     el("h2", { text: "Run " + runId }), summary, el("h3", { text: "Timeline" }), timeline,
-    el("h3", { text: "Tokens per turn" }), chart);
+    el("h3", { text: "Tokens per turn" }), chart, catalogBox);
   let stopped = false, controller = null, poller = null, retry = 1000;
 
   const render = () => {
