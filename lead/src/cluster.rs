@@ -14,6 +14,7 @@ use antler_protocol::{
     link::dial,
     runtime_dir::{self, RuntimeDir},
     server::Server,
+    tls::{ClusterTls, TlsFiles},
     transport::Address,
     Connection, ConnectionConfig, InFlight,
 };
@@ -42,6 +43,9 @@ pub struct ClusterSpec {
     pub store_path: PathBuf,
     /// A cluster started for one command: it does not resume the store's unfinished runs.
     pub ephemeral: bool,
+    /// The lead's TLS files (`antler.tls`), for its TCP connections; the local cluster's
+    /// Unix sockets carry no TLS.
+    pub tls: Option<TlsFiles>,
 }
 
 /// Why a cluster could not start or be reached.
@@ -69,6 +73,8 @@ pub enum ClusterError {
     Store(#[from] crate::checkpoint::CheckpointError),
     #[error(transparent)]
     Gateway(#[from] crate::gateway::GatewayError),
+    #[error("antler.tls: {0}")]
+    Tls(#[from] antler_protocol::tls::TlsError),
 }
 
 /// The lock file in the runtime directory a running lead holds (`flock`, exclusive).
@@ -233,7 +239,11 @@ impl RunningCluster {
                 path: runtime.token_path(),
                 source,
             })?;
-        let identity = Identity::new(Role::Lead, "lead", Some(token));
+        let tls = match &spec.tls {
+            Some(files) => Some(Arc::new(ClusterTls::load(files, Role::Lead)?)),
+            None => None,
+        };
+        let identity = Identity::new(Role::Lead, "lead", Some(token)).with_tls(tls);
         let supervisor = Supervisor::new(
             children,
             identity.clone(),

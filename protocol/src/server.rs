@@ -1,7 +1,8 @@
 //! A listener that accepts peers: handshake, then a [`Connection`] served by one
 //! [`Service`]. Drain stops accepting, tells connected peers, and waits for requests in
 //! flight up to a grace period. A peer that fails its handshake is logged and dropped;
-//! the listener keeps serving the others.
+//! the listener keeps serving the others. On TCP the identity's TLS is required of every
+//! peer; a listener without TLS binds loopback only.
 
 use std::{sync::Arc, time::Duration};
 
@@ -10,7 +11,7 @@ use tokio::sync::{watch, Mutex};
 use crate::{
     connection::{Connection, ConnectionConfig, InFlight, Service},
     handshake::{self, Identity},
-    transport::{Address, Listener},
+    transport::{Address, Listener, Stream},
 };
 
 /// A bound, serving listener.
@@ -34,6 +35,9 @@ impl Server {
         // The listener and its connections live on the I/O thread; requests are served on
         // the caller's runtime.
         let home = tokio::runtime::Handle::current();
+        if let (Address::Tcp(a), None) = (address, &identity.tls) {
+            crate::tls::check_plaintext(a).await?;
+        }
         let owned = address.clone();
         let listener = crate::io::run(async move { Listener::bind(&owned).await })
             .await
@@ -122,9 +126,9 @@ async fn accept_loop(
     loop {
         let accepted = tokio::select! {
             _ = stop.changed() => break,
-            a = listener.accept() => a,
+            a = listener.accept_stream() => a,
         };
-        let (r, w, peer_addr) = match accepted {
+        let (stream, peer_addr) = match accepted {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
@@ -139,8 +143,23 @@ async fn accept_loop(
         let connections = connections.clone();
         let home = home.clone();
         tokio::spawn(async move {
+            let (r, w, certified) = match (stream, &identity.tls) {
+                (Stream::Tcp(tcp), Some(tls)) => match tls.accept(tcp).await {
+                    Ok((r, w, role)) => (r, w, Some(role)),
+                    Err(reason) => {
+                        tracing::warn!(peer = %peer_addr, %reason, "refused a connection: TLS");
+                        return;
+                    }
+                },
+                (stream, _) => {
+                    let (r, w) = stream.into_halves();
+                    (r, w, None)
+                }
+            };
             let (mut fr, mut fw) = handshake::framed(r, w, config.max_frame_bytes);
-            match handshake::accept(&mut fr, &mut fw, &identity, &peer_addr).await {
+            match handshake::accept_certified(&mut fr, &mut fw, &identity, &peer_addr, certified)
+                .await
+            {
                 Ok(peer) => {
                     tracing::debug!(peer = %peer_addr, role = %peer.role, node = %peer.node_id, "peer connected");
                     let conn =
