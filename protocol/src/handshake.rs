@@ -304,7 +304,7 @@ fn certificate_verdict(me: Role, claimed: Role, certified: Role) -> Result<(), S
             .map(Role::as_str)
             .collect();
         return Err(format!(
-            "a {me} accepts certificates of {} only; the peer's certificate names {certified}",
+            "{me} accepts certificates of {} only; the peer's certificate names {certified}",
             if accepted.is_empty() {
                 "no role".to_string()
             } else {
@@ -392,6 +392,26 @@ mod tests {
         assert_eq!(negotiate((1, 1), (1, 1)), Ok(1));
         assert!(negotiate((1, 1), (2, 2)).unwrap_err().contains("mismatch"));
         assert!(negotiate((1, 1), (3, 2)).is_err());
+    }
+
+    #[test]
+    fn a_certificate_must_name_the_claimed_role_and_one_allowed_to_call() {
+        assert_eq!(
+            certificate_verdict(Role::McpHost, Role::Lead, Role::Lead),
+            Ok(())
+        );
+        assert_eq!(
+            certificate_verdict(Role::SandboxHost, Role::Subagent, Role::Subagent),
+            Ok(())
+        );
+        assert_eq!(
+            certificate_verdict(Role::McpHost, Role::Lead, Role::Subagent).unwrap_err(),
+            "the hello claims role lead but the peer's certificate names subagent"
+        );
+        assert_eq!(
+            certificate_verdict(Role::Subagent, Role::McpHost, Role::McpHost).unwrap_err(),
+            "subagent accepts certificates of lead only; the peer's certificate names mcp-host"
+        );
     }
 
     #[test]

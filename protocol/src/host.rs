@@ -264,12 +264,15 @@ pub async fn wait_for_shutdown_signal() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`); colours only on a terminal,
+/// so a log file reads as plain text.
 pub fn init_tracing() {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();

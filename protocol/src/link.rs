@@ -75,14 +75,16 @@ async fn dial_peer(
     let home = tokio::runtime::Handle::current();
     let (address, identity) = (address.clone(), identity.clone());
     let addr_s = address.to_string();
-    crate::io::run(async move { dial_here(&address, expect, &identity, config, service, home).await })
-        .await
-        .unwrap_or_else(|| {
-            Err(DialError::Unreachable {
-                address: addr_s,
-                reason: "the I/O thread is gone".into(),
-            })
+    crate::io::run(
+        async move { dial_here(&address, expect, &identity, config, service, home).await },
+    )
+    .await
+    .unwrap_or_else(|| {
+        Err(DialError::Unreachable {
+            address: addr_s,
+            reason: "the I/O thread is gone".into(),
         })
+    })
 }
 
 async fn dial_here(

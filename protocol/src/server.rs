@@ -176,3 +176,60 @@ async fn accept_loop(
     }
     listener.unlink();
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::{
+        envelope::RemoteError,
+        link::{dial, DialError},
+        messages::{Reply, Request},
+        Call, Role,
+    };
+    use futures::future::BoxFuture;
+
+    struct Nothing;
+
+    impl Service for Nothing {
+        fn call(&self, _: Request, _: Call) -> BoxFuture<'static, Result<Reply, RemoteError>> {
+            Box::pin(async { Err(RemoteError::Unsupported("test".into())) })
+        }
+    }
+
+    async fn bind(address: &str) -> std::io::Result<Server> {
+        Server::bind(
+            &address.parse().unwrap(),
+            Identity::new(Role::McpHost, "test", None),
+            ConnectionConfig::default(),
+            Arc::new(Nothing),
+            Arc::new(InFlight::default()),
+        )
+        .await
+    }
+
+    #[tokio::test]
+    async fn plaintext_tcp_listens_and_dials_on_loopback_only() {
+        // Refused before anything is bound.
+        let e = bind("tcp:0.0.0.0:0").await.err().unwrap();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+        assert!(e
+            .to_string()
+            .contains("plaintext TCP is allowed only on loopback, and tcp:0.0.0.0:0"));
+        let server = bind("tcp:127.0.0.1:0").await.unwrap();
+        let me = Identity::new(Role::Lead, "test", None);
+        let conn = dial(server.address(), &me, ConnectionConfig::default(), None)
+            .await
+            .unwrap();
+        assert_eq!(conn.peer().role, Role::McpHost);
+        conn.close("done");
+        // Dialing plaintext off loopback is refused before any packet is sent.
+        let off: Address = "tcp:0.0.0.0:9".parse().unwrap();
+        let e = dial(&off, &me, ConnectionConfig::default(), None)
+            .await
+            .err()
+            .unwrap();
+        assert!(matches!(e, DialError::Insecure { .. }), "{e}");
+        assert!(e.to_string().contains("only on loopback"), "{e}");
+    }
+}

@@ -60,7 +60,10 @@ pub fn may_connect(caller: Role, listener: Role) -> bool {
     matches!(
         (caller, listener),
         (Role::Cli | Role::Lead, Role::Lead)
-            | (Role::Lead | Role::Subagent, Role::McpHost | Role::SandboxHost)
+            | (
+                Role::Lead | Role::Subagent,
+                Role::McpHost | Role::SandboxHost
+            )
             | (Role::Lead, Role::Subagent)
     )
 }
@@ -94,7 +97,7 @@ pub enum TlsError {
     Pem { path: PathBuf, reason: String },
     #[error("the certificate {} names no Antler role: expected a DNS name such as mcp-host.{ROLE_DOMAIN} (make certificates with `antler cluster init`)", path.display())]
     NoRole { path: PathBuf },
-    #[error("the certificate {} is a {found} certificate; this process is a {expected}", path.display())]
+    #[error("the certificate {} names role {found}, not this process's role {expected}", path.display())]
     WrongRole {
         path: PathBuf,
         found: Role,
@@ -432,22 +435,22 @@ pub fn describe(e: &rustls::Error) -> String {
 /// What is wrong with the peer's certificate, as this side found it.
 fn describe_local(e: &rustls::Error) -> String {
     let why = match e {
-        rustls::Error::NoCertificatesPresented => return "the peer presented no certificate".into(),
+        rustls::Error::NoCertificatesPresented => {
+            return "the peer presented no certificate".into()
+        }
         rustls::Error::InvalidCertificate(c) => match c {
             CertificateError::UnknownIssuer | CertificateError::BadSignature => {
                 "it is not signed by the cluster CA".to_string()
             }
             CertificateError::Expired => "it has expired".to_string(),
             CertificateError::ExpiredContext { time, not_after } => format!(
-                "it expired {}s ago (valid until {} s since the epoch)",
-                time.as_secs().saturating_sub(not_after.as_secs()),
-                not_after.as_secs()
+                "it expired {} ago",
+                ago(time.as_secs().saturating_sub(not_after.as_secs()))
             ),
             CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
                 "it is not valid yet".to_string()
             }
-            CertificateError::NotValidForName
-            | CertificateError::NotValidForNameContext { .. } => {
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
                 let expected = match c {
                     CertificateError::NotValidForNameContext { expected, .. } => {
                         format!(" {}", name_role(expected))
@@ -461,6 +464,16 @@ fn describe_local(e: &rustls::Error) -> String {
         other => return format!("TLS failed: {other}"),
     };
     format!("the peer's certificate was refused: {why}")
+}
+
+/// Seconds as the largest whole unit: `3 d`, `5 h`, `12 s`.
+fn ago(secs: u64) -> String {
+    match secs {
+        s if s >= 86_400 => format!("{} d", s / 86_400),
+        s if s >= 3_600 => format!("{} h", s / 3_600),
+        s if s >= 60 => format!("{} min", s / 60),
+        s => format!("{s} s"),
+    }
 }
 
 /// `mcp-host.antler.cluster` as `(mcp-host)`.

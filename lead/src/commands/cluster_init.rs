@@ -18,8 +18,8 @@ use antler_protocol::{
 use anyhow::{bail, Context};
 use clap::Subcommand;
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
 };
 
 /// The roles `cluster init` writes a certificate for, in order.
@@ -81,7 +81,10 @@ pub fn ca_params() -> CertificateParams {
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
     dn.push(DnType::OrganizationName, "Antler");
-    dn.push(DnType::CommonName, format!("Antler cluster CA ({ROLE_DOMAIN})"));
+    dn.push(
+        DnType::CommonName,
+        format!("Antler cluster CA ({ROLE_DOMAIN})"),
+    );
     params.distinguished_name = dn;
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![
@@ -218,7 +221,9 @@ mod tests {
             };
             let e = ClusterTls::load(&files, other).unwrap_err().to_string();
             assert!(
-                e.contains(&format!("is a {role} certificate; this process is a {other}")),
+                e.contains(&format!(
+                    "names role {role}, not this process's role {other}"
+                )),
                 "{e}"
             );
         }
@@ -242,7 +247,9 @@ mod tests {
         assert!(std::fs::read_to_string(tmp.path().join("ca.crt"))
             .unwrap()
             .starts_with("-----BEGIN CERTIFICATE-----"));
-        let e = init(&tmp.path().join("x"), 0, false).unwrap_err().to_string();
+        let e = init(&tmp.path().join("x"), 0, false)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--days"), "{e}");
     }
 }
