@@ -201,6 +201,26 @@ impl AntlerSection {
         Duration::from_secs(self.restart_window_s)
     }
 
+    /// The `antler.tls` files missing beside one that is given, as (path, expectation).
+    pub(crate) fn check_tls(&self) -> Vec<(FieldPath, &'static str)> {
+        let base = FieldPath::root().key("antler");
+        let mut problems = Vec::new();
+        let tls = [
+            ("ca", TlsSection::given(&self.tls.ca)),
+            ("cert", TlsSection::given(&self.tls.cert)),
+            ("key", TlsSection::given(&self.tls.key)),
+        ];
+        if tls.iter().any(|(_, given)| *given) {
+            for (field, _) in tls.iter().filter(|(_, given)| !given) {
+                problems.push((
+                    base.key("tls").key(*field),
+                    "expected a file path: antler.tls takes ca, cert and key together",
+                ));
+            }
+        }
+        problems
+    }
+
     /// Values the runtime cannot work with, as (path under `antler`, expectation).
     pub(crate) fn check(&self) -> Vec<(FieldPath, &'static str)> {
         let base = FieldPath::root().key("antler");
@@ -247,19 +267,6 @@ impl AntlerSection {
         ] {
             if !ok {
                 problems.push((pool.key(field), at_least_one));
-            }
-        }
-        let tls = [
-            ("ca", TlsSection::given(&self.tls.ca)),
-            ("cert", TlsSection::given(&self.tls.cert)),
-            ("key", TlsSection::given(&self.tls.key)),
-        ];
-        if tls.iter().any(|(_, given)| *given) {
-            for (field, _) in tls.iter().filter(|(_, given)| !given) {
-                problems.push((
-                    base.key("tls").key(*field),
-                    "expected a file path: antler.tls takes ca, cert and key together",
-                ));
             }
         }
         problems
@@ -324,14 +331,15 @@ mod tests {
     fn tls_takes_its_three_files_together() {
         let a: AntlerSection =
             serde_yaml::from_str("tls: {ca: ca.crt, cert: /s/lead.crt, key: lead.key}").unwrap();
-        assert!(a.check().is_empty());
+        assert!(a.check_tls().is_empty());
         let files = a.tls.files(Path::new("/etc/antler")).unwrap();
         assert_eq!(files.ca, PathBuf::from("/etc/antler/ca.crt"));
         assert_eq!(files.cert, PathBuf::from("/s/lead.crt"));
         assert_eq!(files.key, PathBuf::from("/etc/antler/lead.key"));
         assert_eq!(AntlerSection::default().tls.files(Path::new("/")), None);
         let half: AntlerSection = serde_yaml::from_str("tls: {ca: ca.crt}").unwrap();
-        let problems = half.check();
+        assert!(half.check().is_empty());
+        let problems = half.check_tls();
         let paths: Vec<String> = problems.iter().map(|p| p.0.to_string()).collect();
         assert_eq!(paths, ["antler.tls.cert", "antler.tls.key"]);
         assert!(problems[0].1.contains("ca, cert and key together"));

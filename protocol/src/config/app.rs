@@ -364,6 +364,9 @@ pub fn parse_app_config(
     if let Some((path, expected)) = config.antler.check().into_iter().next() {
         return Err(doc.invalid(path, "value out of range", Some(expected.to_owned())));
     }
+    if let Some((path, expected)) = config.antler.check_tls().into_iter().next() {
+        return Err(doc.invalid(path, "missing", Some(expected.to_owned())));
+    }
     let sandbox_problems = config
         .sandbox
         .as_ref()
