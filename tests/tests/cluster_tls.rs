@@ -3,7 +3,8 @@
 //! this test dials it as the lead would. A request round trip succeeds; a certificate of
 //! another CA, an expired one, none at all, one of the wrong role (either side) and a
 //! wrong token are each refused, with the reason in the host's log and in the dialer's
-//! error. A host refuses to start plaintext TCP off loopback, or with TLS files that do
+//! error. A real worker's links reach mcp-host over TLS and refuse a host of the wrong
+//! role. A host refuses to start plaintext TCP off loopback, or with TLS files that do
 //! not fit it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -119,6 +120,17 @@ struct TlsHost {
 
 impl TlsHost {
     fn start(binary: &str, role: Role, secret: &Secret) -> TlsHost {
+        Self::start_with(binary, role, secret, &[], "info")
+    }
+
+    /// [`TlsHost::start`] with more arguments and a log filter.
+    fn start_with(
+        binary: &str,
+        role: Role,
+        secret: &Secret,
+        extra: &[&str],
+        log_filter: &str,
+    ) -> TlsHost {
         let log = secret.dir.join(format!("{binary}.log"));
         let d = &secret.dir;
         let child = Command::new(bin(binary))
@@ -131,8 +143,9 @@ impl TlsHost {
             .arg(d.join(format!("{role}.crt")))
             .arg("--tls-key")
             .arg(d.join(format!("{role}.key")))
+            .args(extra)
             .current_dir(d)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", log_filter)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -162,15 +175,21 @@ impl TlsHost {
 
     /// Waits for a warning in the log that contains `reason`.
     fn assert_logged(&self, reason: &str) {
-        let found = wait_for(Duration::from_secs(5), || {
+        self.assert_line("WARN", reason);
+    }
+
+    /// Waits for a line of `level` in the log that contains `text`.
+    fn assert_line(&self, level: &str, text: &str) {
+        let reason = text;
+        let found = wait_for(Duration::from_secs(10), || {
             self.log_text()
                 .lines()
-                .any(|l| l.contains("WARN") && l.contains(reason))
+                .any(|l| l.contains(level) && l.contains(reason))
                 .then_some(())
         });
         assert!(
             found.is_some(),
-            "the host's log has no warning with {reason:?}:\n{}",
+            "the log has no {level} line with {reason:?}:\n{}",
             self.log_text()
         );
     }
@@ -397,6 +416,34 @@ async fn a_wrong_token_is_refused_inside_tls() {
     let e = ping(&host.address, &wrong).await.unwrap_err();
     assert_contains(&e, "handshake refused by peer: cluster token mismatch");
     host.assert_logged("cluster token mismatch");
+}
+
+#[test]
+fn a_worker_links_to_its_hosts_over_tls_and_checks_their_roles() {
+    let secret = Secret::init();
+    let mcp = TlsHost::start_with("antler-mcp-host", Role::McpHost, &secret, &[], "debug");
+    let Address::Tcp(at) = &mcp.address else {
+        unreachable!()
+    };
+    let at = format!("tcp:{at}");
+    // The worker's mcp-host link connects; its sandbox-host link is pointed at the same
+    // mcp-host, whose certificate does not name sandbox-host.
+    let worker = TlsHost::start_with(
+        "antler-subagent",
+        Role::Subagent,
+        &secret,
+        &["--mcp-host", &at, "--sandbox-host", &at],
+        "info",
+    );
+    // The only line naming the worker's node is the connection's.
+    mcp.assert_line("DEBUG", "role=subagent node=subagent-0");
+    worker.assert_logged("peer refused the link address=tcp:127.0.0.1:");
+    worker.assert_logged(
+        "TLS refused: the peer's certificate was refused: it does not name the role dialed (sandbox-host)",
+    );
+    mcp.assert_logged(
+        "the peer refused this side's certificate: it does not name the role the peer dialed",
+    );
 }
 
 /// Runs a host binary that should refuse to start; returns its stderr.
