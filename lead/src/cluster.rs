@@ -14,6 +14,7 @@ use antler_protocol::{
     link::dial,
     runtime_dir::{self, RuntimeDir},
     server::Server,
+    tls::{ClusterTls, TlsFiles},
     transport::Address,
     Connection, ConnectionConfig, InFlight,
 };
@@ -44,6 +45,9 @@ pub struct ClusterSpec {
     pub ephemeral: bool,
     /// Who may use the HTTP gateway (`antler.gateway`).
     pub gateway: antler_protocol::config::GatewaySection,
+    /// The lead's TLS files (`antler.tls`), for its TCP connections; the local cluster's
+    /// Unix sockets carry no TLS.
+    pub tls: Option<TlsFiles>,
 }
 
 /// Why a cluster could not start or be reached.
@@ -71,6 +75,8 @@ pub enum ClusterError {
     Store(#[from] crate::checkpoint::CheckpointError),
     #[error(transparent)]
     Gateway(#[from] crate::gateway::GatewayError),
+    #[error("antler.tls: {0}")]
+    Tls(#[from] antler_protocol::tls::TlsError),
 }
 
 /// The lock file in the runtime directory a running lead holds (`flock`, exclusive).
@@ -235,7 +241,11 @@ impl RunningCluster {
                 path: runtime.token_path(),
                 source,
             })?;
-        let identity = Identity::new(Role::Lead, "lead", Some(token));
+        let tls = match &spec.tls {
+            Some(files) => Some(Arc::new(ClusterTls::load(files, Role::Lead)?)),
+            None => None,
+        };
+        let identity = Identity::new(Role::Lead, "lead", Some(token)).with_tls(tls);
         let supervisor = Supervisor::new(
             children,
             identity.clone(),

@@ -33,6 +33,10 @@ struct Cli {
 enum Command {
     #[command(flatten)]
     Cluster(commands::cluster::ClusterCommand),
+    /// Cluster mode's files: `antler cluster init DIR` writes the CA, per-role
+    /// certificates and the token.
+    #[command(name = "cluster", subcommand)]
+    ClusterMode(commands::cluster_init::ClusterModeCommand),
     /// The tool catalog: show, search, hash.
     Catalog {
         #[command(subcommand)]
@@ -64,9 +68,10 @@ fn main() -> ExitCode {
     };
     if matches!(
         cli.command,
-        Command::Cluster(commands::cluster::ClusterCommand::Up { .. })
+        Command::Cluster(commands::cluster::ClusterCommand::Up { .. }) | Command::ClusterMode(_)
     ) {
-        // The cluster in the foreground: its log is the terminal.
+        // The cluster in the foreground: its log is the terminal (and `cluster init`
+        // touches no runtime directory).
         host::init_tracing();
     } else {
         init_command_logs(&ctx.runtime_dir);
@@ -83,6 +88,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Cluster(c) => commands::cluster::run(&ctx, c),
+        Command::ClusterMode(c) => commands::cluster_init::run(c),
         Command::Catalog { command } => commands::catalog::run(&ctx, command),
         Command::Config { command } => commands::config::run(command),
         Command::Mcp(c) => commands::mcp::run(&ctx, c),

@@ -427,6 +427,7 @@ fn new_child(spec: ChildSpec, identity: &Identity, config: &ConnectionConfig) ->
         identity.clone(),
         config.clone(),
     )
+    .expecting(spec.role)
     .start();
     Child {
         spec,
@@ -475,6 +476,11 @@ fn start_process(spec: &ChildSpec) -> std::io::Result<tokio::process::Child> {
         .arg("--index")
         .arg(spec.index.to_string())
         .args(&spec.args)
+        // The children listen on Unix sockets, which carry no TLS; TLS files meant for
+        // this process (another role's certificate) are not theirs.
+        .env_remove(antler_protocol::tls::TLS_CA_ENV)
+        .env_remove(antler_protocol::tls::TLS_CERT_ENV)
+        .env_remove(antler_protocol::tls::TLS_KEY_ENV)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

@@ -1,6 +1,8 @@
-//! Protocol benchmark: round trip of a small request over a Unix socket and over TCP
-//! loopback (p50, p99), and pipelined small messages per second on one connection, each
-//! beside a raw socket echo of the same bytes measured in the same run.
+//! Protocol benchmark: round trip of a small request over a Unix socket, over TCP
+//! loopback and over TCP loopback with mutual TLS 1.3 (p50, p99), and pipelined small
+//! messages per second on one connection, each beside a raw echo of the same bytes on the
+//! same transport (for TLS: a tokio-rustls echo with the same certificates and configs)
+//! measured in the same run; then TLS against plain TCP.
 //! Run: `cargo bench -p antler-protocol --bench rpc` (ANTLER_BENCH_N to change the count).
 
 #![allow(clippy::expect_used)]
@@ -15,6 +17,8 @@ use antler_protocol::{
     link::dial,
     messages::{ControlReply, ControlRequest, Reply, Request},
     server::Server,
+    tls::{role_dns_name, ClusterTls},
+    transport::{ReadHalf, Stream, WriteHalf},
     Address, Body, Call, ConnectionConfig, Envelope, Identity, InFlight, RemoteError, Role,
     Service, TraceContext,
 };
@@ -76,16 +80,86 @@ where
     rx.recv().expect("peer ready");
 }
 
-async fn raw_echo_server(addr: Address, ready: std::sync::mpsc::Sender<()>) {
+/// A cluster CA and a certificate for the lead and for mcp-host, in memory.
+struct BenchTls {
+    lead: Arc<ClusterTls>,
+    host: Arc<ClusterTls>,
+}
+
+fn bench_tls() -> BenchTls {
+    let ca_key = rcgen::KeyPair::generate().expect("key");
+    let mut ca = rcgen::CertificateParams::default();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "bench CA");
+    let ca_pem = ca.self_signed(&ca_key).expect("ca").pem();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let for_role = |role: Role| {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec![role_dns_name(role)])
+            .expect("params")
+            .signed_by(&key, &issuer)
+            .expect("sign");
+        Arc::new(
+            ClusterTls::from_pem(
+                ca_pem.as_bytes(),
+                cert.pem().as_bytes(),
+                key.serialize_pem().as_bytes(),
+            )
+            .expect("tls"),
+        )
+    };
+    BenchTls {
+        lead: for_role(Role::Lead),
+        host: for_role(Role::McpHost),
+    }
+}
+
+/// How a raw echo is reached: plaintext, or TLS with this side's material.
+#[derive(Clone)]
+struct Raw {
+    address: Address,
+    tls: Option<Arc<ClusterTls>>,
+}
+
+async fn raw_connect(raw: &Raw) -> (ReadHalf, WriteHalf) {
+    let stream = Stream::connect(&raw.address).await.expect("connect");
+    match (stream, &raw.tls) {
+        (Stream::Tcp(tcp), Some(tls)) => {
+            let (r, w, _) = tls
+                .connect(tcp, Some(Role::McpHost))
+                .await
+                .expect("tls connect");
+            (r, w)
+        }
+        (stream, _) => stream.into_halves(),
+    }
+}
+
+async fn raw_echo_server(
+    addr: Address,
+    tls: Option<Arc<ClusterTls>>,
+    ready: std::sync::mpsc::Sender<()>,
+) {
     let listener = antler_protocol::transport::Listener::bind(&addr)
         .await
         .expect("bind");
     let _ = ready.send(());
     loop {
-        let Ok((mut r, mut w, _)) = listener.accept().await else {
+        let Ok((stream, _)) = listener.accept_stream().await else {
             return;
         };
+        let tls = tls.clone();
         tokio::spawn(async move {
+            let (mut r, mut w) = match (stream, tls) {
+                (Stream::Tcp(tcp), Some(tls)) => {
+                    let Ok((r, w, _)) = tls.accept(tcp).await else {
+                        return;
+                    };
+                    (r, w)
+                }
+                (stream, _) => stream.into_halves(),
+            };
             let mut buf = vec![0u8; 64 * 1024];
             loop {
                 match r.read(&mut buf).await {
@@ -101,10 +175,14 @@ async fn raw_echo_server(addr: Address, ready: std::sync::mpsc::Sender<()>) {
     }
 }
 
-async fn rpc_server(addr: Address, ready: std::sync::mpsc::Sender<()>) {
+async fn rpc_server(
+    addr: Address,
+    tls: Option<Arc<ClusterTls>>,
+    ready: std::sync::mpsc::Sender<()>,
+) {
     let _server = Server::bind(
         &addr,
-        Identity::new(Role::McpHost, "bench", None),
+        Identity::new(Role::McpHost, "bench", None).with_tls(tls),
         ConnectionConfig::default(),
         Arc::new(Echo),
         Arc::new(InFlight::default()),
@@ -120,10 +198,8 @@ struct Figures {
     p99: Duration,
 }
 
-async fn raw_round_trips(addr: &Address, n: usize) -> Figures {
-    let (mut r, mut w) = antler_protocol::transport::connect(addr)
-        .await
-        .expect("connect");
+async fn raw_round_trips(raw: &Raw, n: usize) -> Figures {
+    let (mut r, mut w) = raw_connect(raw).await;
     let msg = request_frame();
     let mut back = vec![0u8; msg.len()];
     let mut lat = Vec::with_capacity(n);
@@ -140,15 +216,10 @@ async fn raw_round_trips(addr: &Address, n: usize) -> Figures {
     }
 }
 
-async fn rpc_round_trips(addr: &Address, n: usize) -> Figures {
-    let c = dial(
-        addr,
-        &Identity::new(Role::Lead, "bench", None),
-        ConnectionConfig::default(),
-        None,
-    )
-    .await
-    .expect("dial");
+async fn rpc_round_trips(addr: &Address, me: &Identity, n: usize) -> Figures {
+    let c = dial(addr, me, ConnectionConfig::default(), None)
+        .await
+        .expect("dial");
     let mut lat = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
@@ -168,10 +239,8 @@ async fn rpc_round_trips(addr: &Address, n: usize) -> Figures {
     }
 }
 
-async fn raw_pipelined(addr: &Address, n: usize) -> f64 {
-    let (mut r, mut w) = antler_protocol::transport::connect(addr)
-        .await
-        .expect("connect");
+async fn raw_pipelined(raw: &Raw, n: usize) -> f64 {
+    let (mut r, mut w) = raw_connect(raw).await;
     let msg = request_frame();
     let total = msg.len() * n;
     let t = Instant::now();
@@ -195,15 +264,10 @@ async fn raw_pipelined(addr: &Address, n: usize) -> f64 {
     n as f64 / t.elapsed().as_secs_f64()
 }
 
-async fn rpc_pipelined(addr: &Address, n: usize, window: usize) -> f64 {
-    let c = dial(
-        addr,
-        &Identity::new(Role::Lead, "bench", None),
-        ConnectionConfig::default(),
-        None,
-    )
-    .await
-    .expect("dial");
+async fn rpc_pipelined(addr: &Address, me: &Identity, n: usize, window: usize) -> f64 {
+    let c = dial(addr, me, ConnectionConfig::default(), None)
+        .await
+        .expect("dial");
     let t = Instant::now();
     let mut inflight = FuturesUnordered::new();
     let mut issued = 0;
@@ -249,32 +313,62 @@ fn main() {
         "{:<22} {:>10} {:>10} {:>10} {:>10} {:>8}",
         "transport", "raw p50", "rpc p50", "raw p99", "rpc p99", "p50 x"
     );
-    let unix_raw = Address::Unix(dir.path().join("raw.sock"));
-    let unix_rpc = Address::Unix(dir.path().join("rpc.sock"));
-    let tcp_raw_port = free_port();
-    let tcp_rpc_port = free_port();
-    let tcp_raw = Address::Tcp(format!("127.0.0.1:{tcp_raw_port}"));
-    let tcp_rpc = Address::Tcp(format!("127.0.0.1:{tcp_rpc_port}"));
-    for a in [unix_raw.clone(), tcp_raw.clone()] {
-        spawn_peer(move |ready| raw_echo_server(a, ready));
+    let tls = bench_tls();
+    let tcp = |port: u16| Address::Tcp(format!("127.0.0.1:{port}"));
+    let plain = Identity::new(Role::Lead, "bench", None);
+    let secure = Identity::new(Role::Lead, "bench", None).with_tls(Some(tls.lead.clone()));
+    // (name, raw echo, rpc server, the rpc client's identity)
+    let paths = [
+        (
+            "unix socket",
+            Raw {
+                address: Address::Unix(dir.path().join("raw.sock")),
+                tls: None,
+            },
+            Address::Unix(dir.path().join("rpc.sock")),
+            None,
+            plain.clone(),
+        ),
+        (
+            "tcp loopback",
+            Raw {
+                address: tcp(free_port()),
+                tls: None,
+            },
+            tcp(free_port()),
+            None,
+            plain,
+        ),
+        (
+            "tcp + tls 1.3",
+            Raw {
+                address: tcp(free_port()),
+                tls: Some(tls.lead.clone()),
+            },
+            tcp(free_port()),
+            Some(tls.host.clone()),
+            secure,
+        ),
+    ];
+    for (_, raw, rpc, server_tls, _) in &paths {
+        let (a, t) = (raw.address.clone(), server_tls.clone());
+        spawn_peer(move |ready| raw_echo_server(a, t, ready));
+        let (a, t) = (rpc.clone(), server_tls.clone());
+        spawn_peer(move |ready| rpc_server(a, t, ready));
     }
-    for a in [unix_rpc.clone(), tcp_rpc.clone()] {
-        spawn_peer(move |ready| rpc_server(a, ready));
-    }
-    for (name, raw, rpc) in [
-        ("unix socket", &unix_raw, &unix_rpc),
-        ("tcp loopback", &tcp_raw, &tcp_rpc),
-    ] {
+    let mut rpc_p50s = Vec::new();
+    for (name, raw, rpc, _, me) in &paths {
         rt.block_on(async {
             // Warm up both paths, then alternate halves so drift on a shared machine hits both.
             raw_round_trips(raw, n / 10).await;
-            rpc_round_trips(rpc, n / 10).await;
+            rpc_round_trips(rpc, me, n / 10).await;
             let r1 = raw_round_trips(raw, n / 2).await;
-            let p1 = rpc_round_trips(rpc, n / 2).await;
+            let p1 = rpc_round_trips(rpc, me, n / 2).await;
             let r2 = raw_round_trips(raw, n / 2).await;
-            let p2 = rpc_round_trips(rpc, n / 2).await;
+            let p2 = rpc_round_trips(rpc, me, n / 2).await;
             let raw_p50 = (r1.p50 + r2.p50) / 2;
             let rpc_p50 = (p1.p50 + p2.p50) / 2;
+            rpc_p50s.push(rpc_p50);
             println!(
                 "{:<22} {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>7.2}x",
                 name,
@@ -292,14 +386,13 @@ fn main() {
         "{:<22} {:>14} {:>14} {:>8}",
         "pipelined (1 conn)", "raw msg/s", "rpc msg/s", "rpc/raw"
     );
-    for (name, raw, rpc) in [
-        ("unix socket", &unix_raw, &unix_rpc),
-        ("tcp loopback", &tcp_raw, &tcp_rpc),
-    ] {
+    let mut rpc_rates = Vec::new();
+    for (name, raw, rpc, _, me) in &paths {
         rt.block_on(async {
-            rpc_pipelined(rpc, pipelined / 10, 256).await;
+            rpc_pipelined(rpc, me, pipelined / 10, 256).await;
             let raw_rate = raw_pipelined(raw, pipelined).await;
-            let rpc_rate = rpc_pipelined(rpc, pipelined, 256).await;
+            let rpc_rate = rpc_pipelined(rpc, me, pipelined, 256).await;
+            rpc_rates.push(rpc_rate);
             println!(
                 "{:<22} {:>14.0} {:>14.0} {:>8.2}",
                 name,
@@ -309,7 +402,12 @@ fn main() {
             );
         });
     }
-    println!("\ntargets: rpc p50 <= 2.0x raw echo p50; >= 200000 pipelined msg/s");
+    println!(
+        "\ntls against plain tcp: rpc p50 {:.2}x, pipelined rpc {:.2}x",
+        rpc_p50s[2].as_secs_f64() / rpc_p50s[1].as_secs_f64(),
+        rpc_rates[2] / rpc_rates[1]
+    );
+    println!("targets: rpc p50 <= 2.0x raw echo p50 (unix, tcp); over tls <= 1.3x the raw tls echo; >= 200000 pipelined msg/s");
 }
 
 fn us(d: Duration) -> f64 {

@@ -1,15 +1,17 @@
 //! The handshake that opens every connection: magic, the protocol versions each side
 //! supports, role, node id, capacity and the cluster token. A mismatch refuses the
 //! connection with a reason both sides log; nothing else is read before it succeeds.
+//! Over TLS the listener also checks the role the dialer's certificate names: it must be
+//! the role the hello claims and one [`crate::tls::may_connect`] lets call this side.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use futures::{SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 
-use crate::{codec, frame};
+use crate::{codec, frame, tls::ClusterTls};
 
 /// Four bytes that open every hello, so a peer speaking another protocol is told apart.
 pub const MAGIC: [u8; 4] = *b"ANTL";
@@ -76,6 +78,9 @@ pub struct Identity {
     pub token: Option<String>,
     /// The versions this side speaks, inclusive.
     pub versions: (u16, u16),
+    /// The CA, certificate and key TCP connections use; `None` leaves TCP plaintext,
+    /// which listens and dials on loopback only. Unix sockets never use it.
+    pub tls: Option<Arc<ClusterTls>>,
 }
 
 impl Identity {
@@ -86,7 +91,14 @@ impl Identity {
             capacity: 0,
             token,
             versions: (MIN_PROTOCOL_VERSION, PROTOCOL_VERSION),
+            tls: None,
         }
+    }
+
+    /// The same identity with TLS for its TCP connections.
+    pub fn with_tls(mut self, tls: Option<Arc<ClusterTls>>) -> Self {
+        self.tls = tls;
+        self
     }
 }
 
@@ -139,6 +151,10 @@ pub enum HandshakeError {
     Io(String),
     #[error("handshake timed out after {0:?}")]
     Timeout(Duration),
+    /// TLS refused the connection after its handshake (TLS 1.3 delivers the listener's
+    /// verdict on a client certificate with the first read).
+    #[error("TLS refused: {0}")]
+    Tls(String),
 }
 
 /// Chooses the version both ranges share: the newest one, or an error saying why none fits.
@@ -194,7 +210,10 @@ async fn read_frame(r: &mut FrameReader) -> Result<bytes::BytesMut, HandshakeErr
             f.len()
         ))),
         Some(Ok(f)) => Ok(f),
-        Some(Err(e)) => Err(HandshakeError::Rejected(format!("bad hello frame: {e}"))),
+        Some(Err(e)) => Err(match crate::tls::tls_reason(&e) {
+            Some(reason) => HandshakeError::Tls(reason),
+            None => HandshakeError::Rejected(format!("bad hello frame: {e}")),
+        }),
         None => Err(HandshakeError::Io(
             "connection closed during handshake".into(),
         )),
@@ -204,7 +223,10 @@ async fn read_frame(r: &mut FrameReader) -> Result<bytes::BytesMut, HandshakeErr
 async fn write_frame(w: &mut FrameWriter, payload: Vec<u8>) -> Result<(), HandshakeError> {
     w.send(bytes::Bytes::from(payload))
         .await
-        .map_err(|e| HandshakeError::Io(e.to_string()))
+        .map_err(|e| match crate::tls::tls_reason(&e) {
+            Some(reason) => HandshakeError::Tls(reason),
+            None => HandshakeError::Io(e.to_string()),
+        })
 }
 
 /// The connecting side: sends a hello, reads the answer.
@@ -266,6 +288,41 @@ pub async fn accept(
     me: &Identity,
     address: &str,
 ) -> Result<PeerInfo, HandshakeError> {
+    accept_certified(r, w, me, address, None).await
+}
+
+/// Why a dialer whose certificate names `certified` may not open this connection.
+fn certificate_verdict(me: Role, claimed: Role, certified: Role) -> Result<(), String> {
+    if claimed != certified {
+        return Err(format!(
+            "the hello claims role {claimed} but the peer's certificate names {certified}"
+        ));
+    }
+    if !crate::tls::may_connect(certified, me) {
+        let accepted: Vec<&str> = crate::tls::accepted_callers(me)
+            .into_iter()
+            .map(Role::as_str)
+            .collect();
+        return Err(format!(
+            "{me} accepts certificates of {} only; the peer's certificate names {certified}",
+            if accepted.is_empty() {
+                "no role".to_string()
+            } else {
+                accepted.join(", ")
+            }
+        ));
+    }
+    Ok(())
+}
+
+/// [`accept`] on a TLS connection whose dialer's certificate names `certified`.
+pub async fn accept_certified(
+    r: &mut FrameReader,
+    w: &mut FrameWriter,
+    me: &Identity,
+    address: &str,
+    certified: Option<Role>,
+) -> Result<PeerInfo, HandshakeError> {
     let fut = async {
         let frame = read_frame(r).await?;
         let hello: Hello = match codec::decode(&frame) {
@@ -280,6 +337,9 @@ pub async fn accept(
             Err("not an Antler peer (bad magic)".to_string())
         } else {
             negotiate(me.versions, (hello.min_version, hello.max_version)).and_then(|v| {
+                if let Some(certified) = certified {
+                    certificate_verdict(me.role, hello.role, certified)?;
+                }
                 match &me.token {
                     Some(t) if !token_matches(t, &hello.token) => {
                         Err("cluster token mismatch".to_string())
@@ -332,6 +392,26 @@ mod tests {
         assert_eq!(negotiate((1, 1), (1, 1)), Ok(1));
         assert!(negotiate((1, 1), (2, 2)).unwrap_err().contains("mismatch"));
         assert!(negotiate((1, 1), (3, 2)).is_err());
+    }
+
+    #[test]
+    fn a_certificate_must_name_the_claimed_role_and_one_allowed_to_call() {
+        assert_eq!(
+            certificate_verdict(Role::McpHost, Role::Lead, Role::Lead),
+            Ok(())
+        );
+        assert_eq!(
+            certificate_verdict(Role::SandboxHost, Role::Subagent, Role::Subagent),
+            Ok(())
+        );
+        assert_eq!(
+            certificate_verdict(Role::McpHost, Role::Lead, Role::Subagent).unwrap_err(),
+            "the hello claims role lead but the peer's certificate names subagent"
+        );
+        assert_eq!(
+            certificate_verdict(Role::Subagent, Role::McpHost, Role::McpHost).unwrap_err(),
+            "subagent accepts certificates of lead only; the peer's certificate names mcp-host"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The runtime every host process shares (mcp-host, sandbox-host, subagent worker): its
 //! command-line arguments, the control requests every peer answers (ping, health), the
-//! listener, and drain on SIGTERM: stop accepting, finish in-flight work within the grace
-//! period, exit.
+//! listener (with TLS for TCP when `--tls-ca`, `--tls-cert`, `--tls-key` are given), and
+//! drain on SIGTERM: stop accepting, finish in-flight work within the grace period, exit.
 
 use std::{
     path::PathBuf,
@@ -18,6 +18,7 @@ use crate::{
     messages::{ControlReply, ControlRequest, Health, Reply, Request},
     runtime_dir::{self, TOKEN_ENV},
     server::Server,
+    tls::{ClusterTls, TlsError, TlsFiles},
     transport::Address,
 };
 
@@ -51,6 +52,17 @@ pub struct HostArgs {
     /// Work this process takes at once (advertised in the handshake).
     #[arg(long, default_value_t = 4)]
     pub capacity: u32,
+    /// The cluster CA certificate (PEM) TCP peers must be signed by; with --tls-cert and
+    /// --tls-key, TCP is mutual TLS 1.3.
+    #[arg(long, env = crate::tls::TLS_CA_ENV, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// This process's certificate (PEM), signed by the CA and naming its role
+    /// (`antler cluster init` writes one per role).
+    #[arg(long, env = crate::tls::TLS_CERT_ENV, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = crate::tls::TLS_KEY_ENV, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Why a host could not start.
@@ -70,6 +82,10 @@ pub enum HostError {
     },
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
+    #[error("TLS needs --tls-ca, --tls-cert and --tls-key together; missing {0}")]
+    TlsIncomplete(&'static str),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 impl HostArgs {
@@ -84,6 +100,33 @@ impl HostArgs {
         match std::env::var(TOKEN_ENV) {
             Ok(t) if !t.trim().is_empty() => Ok(t.trim().to_string()),
             _ => Err(HostError::NoToken),
+        }
+    }
+
+    /// The TLS files given, if any: all three or none.
+    pub fn tls_files(&self) -> Result<Option<TlsFiles>, HostError> {
+        match (&self.tls_ca, &self.tls_cert, &self.tls_key) {
+            (None, None, None) => Ok(None),
+            (Some(ca), Some(cert), Some(key)) => Ok(Some(TlsFiles {
+                ca: ca.clone(),
+                cert: cert.clone(),
+                key: key.clone(),
+            })),
+            (ca, cert, _) => Err(HostError::TlsIncomplete(if ca.is_none() {
+                "--tls-ca"
+            } else if cert.is_none() {
+                "--tls-cert"
+            } else {
+                "--tls-key"
+            })),
+        }
+    }
+
+    /// This process's TLS, loaded and checked for `role`, if TLS files are given.
+    pub fn tls(&self, role: Role) -> Result<Option<Arc<ClusterTls>>, HostError> {
+        match self.tls_files()? {
+            Some(files) => Ok(Some(Arc::new(ClusterTls::load(&files, role)?))),
+            None => Ok(None),
         }
     }
 
@@ -171,8 +214,9 @@ pub async fn serve(
         .node_id
         .clone()
         .unwrap_or_else(|| format!("{}-{}", role.as_str(), std::process::id()));
-    let mut identity = Identity::new(role, node_id.clone(), Some(token));
+    let mut identity = Identity::new(role, node_id.clone(), Some(token)).with_tls(args.tls(role)?);
     identity.capacity = args.capacity;
+    let identity_tls = identity.tls.is_some() && matches!(args.listen, Address::Tcp(_));
     let in_flight = Arc::new(InFlight::default());
     let service = Arc::new(HostService::new(
         role,
@@ -192,7 +236,7 @@ pub async fn serve(
         address: args.listen.clone(),
         source,
     })?;
-    tracing::info!(role = %role, node = %node_id, address = %server.address(), "listening");
+    tracing::info!(role = %role, node = %node_id, address = %server.address(), tls = identity_tls, "listening");
     wait_for_shutdown_signal()
         .await
         .map_err(HostError::Signals)?;
@@ -220,12 +264,15 @@ pub async fn wait_for_shutdown_signal() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`); colours only on a terminal,
+/// so a log file reads as plain text.
 pub fn init_tracing() {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();

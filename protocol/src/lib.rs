@@ -15,6 +15,7 @@ pub mod link;
 pub mod messages;
 pub mod runtime_dir;
 pub mod server;
+pub mod tls;
 pub mod transport;
 
 pub use connection::{Call, Connection, ConnectionConfig, InFlight, RpcError, Service};

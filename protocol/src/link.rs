@@ -1,6 +1,7 @@
 //! `HostLink`: the actor that owns one outgoing connection to a peer. It dials, keeps the
 //! connection, reconnects with exponential backoff and jitter when it dies, and forwards
 //! `Call`s. A call made while the peer is away fails at once with `PeerUnavailable`.
+//! TCP uses the identity's TLS ([`crate::tls`]); without it, TCP dials loopback only.
 
 use std::{sync::Arc, time::Duration};
 
@@ -9,9 +10,9 @@ use actix::prelude::*;
 use crate::{
     connection::{Connection, ConnectionConfig, InFlight, RpcError, Service},
     envelope::TraceContext,
-    handshake::{self, HandshakeError, Identity, PeerInfo},
+    handshake::{self, HandshakeError, Identity, PeerInfo, Role},
     messages::{Reply, Request},
-    transport::{self, Address},
+    transport::{Address, Stream},
 };
 
 /// Why dialing a peer failed.
@@ -24,13 +25,49 @@ pub enum DialError {
         address: String,
         source: HandshakeError,
     },
+    /// TLS refused the connection, or this side refused the peer's certificate.
+    #[error("{address}: TLS refused: {reason}")]
+    Tls { address: String, reason: String },
+    /// Plaintext TCP to an address off loopback (this process has no TLS settings).
+    #[error("{address}: {reason}")]
+    Insecure { address: String, reason: String },
+}
+
+impl DialError {
+    /// Whether the peer (or this side) refused the connection, as opposed to not being
+    /// reachable: a refusal is a configuration problem worth a warning.
+    pub fn is_refusal(&self) -> bool {
+        !matches!(self, DialError::Unreachable { .. })
+    }
 }
 
 /// Dials `address`, completes the handshake, and starts the connection. The socket is
 /// made and driven on the I/O thread; `service` serves the peer's requests on the
-/// caller's runtime.
+/// caller's runtime. Over TLS the peer's certificate may name any role (the one its
+/// hello claims); [`dial_expecting`] insists on one.
 pub async fn dial(
     address: &Address,
+    identity: &Identity,
+    config: ConnectionConfig,
+    service: Option<Arc<dyn Service>>,
+) -> Result<Connection, DialError> {
+    dial_peer(address, None, identity, config, service).await
+}
+
+/// [`dial`] a peer of a known role: over TLS its certificate must name `role`.
+pub async fn dial_expecting(
+    address: &Address,
+    role: Role,
+    identity: &Identity,
+    config: ConnectionConfig,
+    service: Option<Arc<dyn Service>>,
+) -> Result<Connection, DialError> {
+    dial_peer(address, Some(role), identity, config, service).await
+}
+
+async fn dial_peer(
+    address: &Address,
+    expect: Option<Role>,
     identity: &Identity,
     config: ConnectionConfig,
     service: Option<Arc<dyn Service>>,
@@ -38,25 +75,36 @@ pub async fn dial(
     let home = tokio::runtime::Handle::current();
     let (address, identity) = (address.clone(), identity.clone());
     let addr_s = address.to_string();
-    crate::io::run(async move { dial_here(&address, &identity, config, service, home).await })
-        .await
-        .unwrap_or_else(|| {
-            Err(DialError::Unreachable {
-                address: addr_s,
-                reason: "the I/O thread is gone".into(),
-            })
+    crate::io::run(
+        async move { dial_here(&address, expect, &identity, config, service, home).await },
+    )
+    .await
+    .unwrap_or_else(|| {
+        Err(DialError::Unreachable {
+            address: addr_s,
+            reason: "the I/O thread is gone".into(),
         })
+    })
 }
 
 async fn dial_here(
     address: &Address,
+    expect: Option<Role>,
     identity: &Identity,
     config: ConnectionConfig,
     service: Option<Arc<dyn Service>>,
     home: tokio::runtime::Handle,
 ) -> Result<Connection, DialError> {
     let addr_s = address.to_string();
-    let (r, w) = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, transport::connect(address))
+    if let (Address::Tcp(a), None) = (address, &identity.tls) {
+        crate::tls::check_plaintext(a)
+            .await
+            .map_err(|e| DialError::Insecure {
+                address: addr_s.clone(),
+                reason: e.to_string(),
+            })?;
+    }
+    let stream = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, Stream::connect(address))
         .await
         .map_err(|_| DialError::Unreachable {
             address: addr_s.clone(),
@@ -66,13 +114,44 @@ async fn dial_here(
             address: addr_s.clone(),
             reason: e.to_string(),
         })?;
+    let (r, w, certified) = match (stream, &identity.tls) {
+        (Stream::Tcp(tcp), Some(tls)) => {
+            let (r, w, role) = tls
+                .connect(tcp, expect)
+                .await
+                .map_err(|reason| DialError::Tls {
+                    address: addr_s.clone(),
+                    reason,
+                })?;
+            (r, w, Some(role))
+        }
+        (stream, _) => {
+            let (r, w) = stream.into_halves();
+            (r, w, None)
+        }
+    };
     let (mut fr, mut fw) = handshake::framed(r, w, config.max_frame_bytes);
     let peer = handshake::connect(&mut fr, &mut fw, identity, &addr_s)
         .await
-        .map_err(|source| DialError::Handshake {
-            address: addr_s.clone(),
-            source,
+        .map_err(|source| match source {
+            HandshakeError::Tls(reason) => DialError::Tls {
+                address: addr_s.clone(),
+                reason,
+            },
+            source => DialError::Handshake {
+                address: addr_s.clone(),
+                source,
+            },
         })?;
+    if let Some(certified) = certified.filter(|r| *r != peer.role) {
+        return Err(DialError::Tls {
+            address: addr_s,
+            reason: format!(
+                "the peer's hello claims role {} but its certificate names {certified}",
+                peer.role
+            ),
+        });
+    }
     Ok(Connection::start(
         fr,
         fw,
@@ -132,6 +211,8 @@ pub struct LinkSnapshot {
 /// The link actor.
 pub struct HostLink {
     address: Address,
+    /// The role the peer must have (its certificate must name it over TLS).
+    expect: Option<Role>,
     identity: Identity,
     config: ConnectionConfig,
     conn: Option<Connection>,
@@ -147,6 +228,7 @@ impl HostLink {
     pub fn new(address: Address, identity: Identity, config: ConnectionConfig) -> Self {
         Self {
             address,
+            expect: None,
             identity,
             config,
             conn: None,
@@ -159,6 +241,13 @@ impl HostLink {
         }
     }
 
+    /// The link dials a peer of `role`: over TLS, a certificate naming another role is
+    /// refused.
+    pub fn expecting(mut self, role: Role) -> Self {
+        self.expect = Some(role);
+        self
+    }
+
     fn dial(&mut self, ctx: &mut Context<Self>) {
         if self.dialing || self.conn.as_ref().is_some_and(|c| !c.is_closed()) {
             return;
@@ -167,7 +256,8 @@ impl HostLink {
         let address = self.address.clone();
         let identity = self.identity.clone();
         let config = self.config.clone();
-        async move { dial(&address, &identity, config, None).await }
+        let expect = self.expect;
+        async move { dial_peer(&address, expect, &identity, config, None).await }
             .into_actor(self)
             .map(|result, act, ctx| {
                 act.dialing = false;
@@ -194,8 +284,8 @@ impl HostLink {
                     }
                     Err(e) => {
                         tracing::debug!(address = %act.address, error = %e, "dial failed");
-                        if let DialError::Handshake { .. } = &e {
-                            tracing::warn!(address = %act.address, error = %e, "peer refused the link");
+                        if e.is_refusal() {
+                            tracing::warn!(address = %act.address, reason = %e, "peer refused the link");
                         }
                         act.last_error = Some(e.to_string());
                         act.schedule(ctx);

@@ -1,7 +1,8 @@
 //! A listener that accepts peers: handshake, then a [`Connection`] served by one
 //! [`Service`]. Drain stops accepting, tells connected peers, and waits for requests in
 //! flight up to a grace period. A peer that fails its handshake is logged and dropped;
-//! the listener keeps serving the others.
+//! the listener keeps serving the others. On TCP the identity's TLS is required of every
+//! peer; a listener without TLS binds loopback only.
 
 use std::{sync::Arc, time::Duration};
 
@@ -10,7 +11,7 @@ use tokio::sync::{watch, Mutex};
 use crate::{
     connection::{Connection, ConnectionConfig, InFlight, Service},
     handshake::{self, Identity},
-    transport::{Address, Listener},
+    transport::{Address, Listener, Stream},
 };
 
 /// A bound, serving listener.
@@ -34,6 +35,9 @@ impl Server {
         // The listener and its connections live on the I/O thread; requests are served on
         // the caller's runtime.
         let home = tokio::runtime::Handle::current();
+        if let (Address::Tcp(a), None) = (address, &identity.tls) {
+            crate::tls::check_plaintext(a).await?;
+        }
         let owned = address.clone();
         let listener = crate::io::run(async move { Listener::bind(&owned).await })
             .await
@@ -122,9 +126,9 @@ async fn accept_loop(
     loop {
         let accepted = tokio::select! {
             _ = stop.changed() => break,
-            a = listener.accept() => a,
+            a = listener.accept_stream() => a,
         };
-        let (r, w, peer_addr) = match accepted {
+        let (stream, peer_addr) = match accepted {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
@@ -139,8 +143,23 @@ async fn accept_loop(
         let connections = connections.clone();
         let home = home.clone();
         tokio::spawn(async move {
+            let (r, w, certified) = match (stream, &identity.tls) {
+                (Stream::Tcp(tcp), Some(tls)) => match tls.accept(tcp).await {
+                    Ok((r, w, role)) => (r, w, Some(role)),
+                    Err(reason) => {
+                        tracing::warn!(peer = %peer_addr, %reason, "refused a connection: TLS");
+                        return;
+                    }
+                },
+                (stream, _) => {
+                    let (r, w) = stream.into_halves();
+                    (r, w, None)
+                }
+            };
             let (mut fr, mut fw) = handshake::framed(r, w, config.max_frame_bytes);
-            match handshake::accept(&mut fr, &mut fw, &identity, &peer_addr).await {
+            match handshake::accept_certified(&mut fr, &mut fw, &identity, &peer_addr, certified)
+                .await
+            {
                 Ok(peer) => {
                     tracing::debug!(peer = %peer_addr, role = %peer.role, node = %peer.node_id, "peer connected");
                     let conn =
@@ -156,4 +175,61 @@ async fn accept_loop(
         });
     }
     listener.unlink();
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::{
+        envelope::RemoteError,
+        link::{dial, DialError},
+        messages::{Reply, Request},
+        Call, Role,
+    };
+    use futures::future::BoxFuture;
+
+    struct Nothing;
+
+    impl Service for Nothing {
+        fn call(&self, _: Request, _: Call) -> BoxFuture<'static, Result<Reply, RemoteError>> {
+            Box::pin(async { Err(RemoteError::Unsupported("test".into())) })
+        }
+    }
+
+    async fn bind(address: &str) -> std::io::Result<Server> {
+        Server::bind(
+            &address.parse().unwrap(),
+            Identity::new(Role::McpHost, "test", None),
+            ConnectionConfig::default(),
+            Arc::new(Nothing),
+            Arc::new(InFlight::default()),
+        )
+        .await
+    }
+
+    #[tokio::test]
+    async fn plaintext_tcp_listens_and_dials_on_loopback_only() {
+        // Refused before anything is bound.
+        let e = bind("tcp:0.0.0.0:0").await.err().unwrap();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+        assert!(e
+            .to_string()
+            .contains("plaintext TCP is allowed only on loopback, and tcp:0.0.0.0:0"));
+        let server = bind("tcp:127.0.0.1:0").await.unwrap();
+        let me = Identity::new(Role::Lead, "test", None);
+        let conn = dial(server.address(), &me, ConnectionConfig::default(), None)
+            .await
+            .unwrap();
+        assert_eq!(conn.peer().role, Role::McpHost);
+        conn.close("done");
+        // Dialing plaintext off loopback is refused before any packet is sent.
+        let off: Address = "tcp:0.0.0.0:9".parse().unwrap();
+        let e = dial(&off, &me, ConnectionConfig::default(), None)
+            .await
+            .err()
+            .unwrap();
+        assert!(matches!(e, DialError::Insecure { .. }), "{e}");
+        assert!(e.to_string().contains("only on loopback"), "{e}");
+    }
 }

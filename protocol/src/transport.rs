@@ -1,6 +1,7 @@
 //! Where a peer listens and how to reach it: Unix sockets (local mode, mode 0600 inside a
-//! 0700 runtime directory) and TCP (cluster mode). Streams come out as boxed halves so the
-//! rest of the protocol does not care which it is.
+//! 0700 runtime directory) and TCP (cluster mode, TLS from [`crate::tls`] on top, or
+//! plaintext on loopback only). Streams come out as boxed halves so the rest of the
+//! protocol does not care which it is.
 
 use std::{fmt, os::unix::fs::PermissionsExt, path::PathBuf, str::FromStr};
 
@@ -53,21 +54,43 @@ impl FromStr for Address {
     }
 }
 
-/// Connects to `addr`, returning both halves.
-pub async fn connect(addr: &Address) -> std::io::Result<(ReadHalf, WriteHalf)> {
-    match addr {
-        Address::Unix(p) => {
-            let s = UnixStream::connect(p).await?;
-            let (r, w) = s.into_split();
-            Ok((Box::new(r), Box::new(w)))
-        }
-        Address::Tcp(a) => {
-            let s = TcpStream::connect(a).await?;
-            s.set_nodelay(true)?;
-            let (r, w) = s.into_split();
-            Ok((Box::new(r), Box::new(w)))
+/// A connected socket of either kind, before TLS (if any) and framing.
+pub enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    /// Connects to `addr` (TCP with `TCP_NODELAY`).
+    pub async fn connect(addr: &Address) -> std::io::Result<Stream> {
+        match addr {
+            Address::Unix(p) => Ok(Stream::Unix(UnixStream::connect(p).await?)),
+            Address::Tcp(a) => {
+                let s = TcpStream::connect(a).await?;
+                s.set_nodelay(true)?;
+                Ok(Stream::Tcp(s))
+            }
         }
     }
+
+    /// The plaintext halves.
+    pub fn into_halves(self) -> (ReadHalf, WriteHalf) {
+        match self {
+            Stream::Unix(s) => {
+                let (r, w) = s.into_split();
+                (Box::new(r), Box::new(w))
+            }
+            Stream::Tcp(s) => {
+                let (r, w) = s.into_split();
+                (Box::new(r), Box::new(w))
+            }
+        }
+    }
+}
+
+/// Connects to `addr` in plaintext, returning both halves (raw clients, tests, benches).
+pub async fn connect(addr: &Address) -> std::io::Result<(ReadHalf, WriteHalf)> {
+    Ok(Stream::connect(addr).await?.into_halves())
 }
 
 /// A bound listener of either kind.
@@ -113,21 +136,26 @@ impl Listener {
         }
     }
 
-    /// Accepts one connection: its halves and a printable peer address.
-    pub async fn accept(&self) -> std::io::Result<(ReadHalf, WriteHalf, String)> {
+    /// Accepts one connection: its socket and a printable peer address.
+    pub async fn accept_stream(&self) -> std::io::Result<(Stream, String)> {
         match self {
             Listener::Unix(l, p) => {
                 let (s, _) = l.accept().await?;
-                let (r, w) = s.into_split();
-                Ok((Box::new(r), Box::new(w), format!("unix:{}", p.display())))
+                Ok((Stream::Unix(s), format!("unix:{}", p.display())))
             }
             Listener::Tcp(l) => {
                 let (s, peer) = l.accept().await?;
                 s.set_nodelay(true)?;
-                let (r, w) = s.into_split();
-                Ok((Box::new(r), Box::new(w), format!("tcp:{peer}")))
+                Ok((Stream::Tcp(s), format!("tcp:{peer}")))
             }
         }
+    }
+
+    /// Accepts one plaintext connection: its halves and a printable peer address.
+    pub async fn accept(&self) -> std::io::Result<(ReadHalf, WriteHalf, String)> {
+        let (s, peer) = self.accept_stream().await?;
+        let (r, w) = s.into_halves();
+        Ok((r, w, peer))
     }
 
     /// Removes the socket file of a Unix listener (when draining, so no one new connects).

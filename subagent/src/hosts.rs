@@ -30,11 +30,14 @@ impl WorkerHosts {
         identity: Identity,
         config: ConnectionConfig,
     ) -> WorkerHosts {
-        let link =
-            |address: Address| HostLink::new(address, identity.clone(), config.clone()).start();
+        let link = |address: Address, role: Role| {
+            HostLink::new(address, identity.clone(), config.clone())
+                .expecting(role)
+                .start()
+        };
         WorkerHosts {
-            sandbox: sandbox.map(link),
-            mcp: mcp.map(link),
+            sandbox: sandbox.map(|a| link(a, Role::SandboxHost)),
+            mcp: mcp.map(|a| link(a, Role::McpHost)),
         }
     }
 }

@@ -76,7 +76,8 @@ fn main() -> anyhow::Result<()> {
             .node_id
             .clone()
             .unwrap_or_else(|| format!("subagent-{}", cli.host.index));
-        let identity = Identity::new(Role::Subagent, node_id.clone(), Some(token));
+        let identity = Identity::new(Role::Subagent, node_id.clone(), Some(token))
+            .with_tls(cli.host.tls(Role::Subagent)?);
         let hosts = Arc::new(hosts::WorkerHosts::start(
             cli.sandbox_host.clone(),
             cli.mcp_host.clone(),

@@ -1,5 +1,6 @@
 //! Stopping `antler up` leaves no child behind: SIGTERM drains and stops every child,
-//! SIGKILL of the lead takes its children with it (they die with their parent), and a
+//! SIGKILL of the lead takes its hosts with it (they die with their parent) while a worker
+//! outlives it for a while (a new lead adopts it) and then exits by itself, and a
 //! command run with no cluster up starts an ephemeral one and cleans it away.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -26,20 +27,40 @@ fn sigterm_stops_every_child_and_reaps_it() {
 }
 
 #[test]
-fn sigkill_of_the_lead_takes_the_children_with_it() {
+fn sigkill_of_the_lead_takes_the_hosts_and_an_orphaned_worker_leaves_alone() {
     let mut c = Cluster::up(1);
-    let pids = c.child_pids();
-    assert_eq!(pids.len(), 3);
+    let status = c.status().expect("status");
+    let pid_of = |role: &str| -> Vec<u32> {
+        status
+            .iter()
+            .filter(|p| p["role"] == role)
+            .filter_map(|p| p["pid"].as_u64().map(|x| x as u32))
+            .collect()
+    };
+    let hosts: Vec<u32> = [pid_of("mcp-host"), pid_of("sandbox-host")].concat();
+    let workers = pid_of("subagent");
+    assert_eq!((hosts.len(), workers.len()), (2, 1), "{status:?}");
     signal(c.lead.id(), libc::SIGKILL);
     let _ = c.lead.wait();
+    // The hosts die with the lead.
     let gone = wait_for(Duration::from_secs(5), || {
-        pids.iter().all(|p| !alive(*p)).then_some(())
+        hosts.iter().all(|p| !alive(*p)).then_some(())
     });
     assert!(
         gone.is_some(),
-        "children still alive: {:?}",
-        pids.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+        "hosts still alive: {:?}",
+        hosts.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
     );
+    // A worker outlives its lead, so a new lead can adopt it and its tasks finish...
+    assert!(alive(workers[0]), "the worker died with its lead");
+    // ...and with no lead back within its grace (60 s) it exits by itself.
+    let left = wait_for(Duration::from_secs(80), || {
+        (!alive(workers[0])).then_some(())
+    });
+    if left.is_none() {
+        signal(workers[0], libc::SIGKILL);
+    }
+    assert!(left.is_some(), "an orphaned worker never exited");
 }
 
 #[test]

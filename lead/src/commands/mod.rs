@@ -2,6 +2,7 @@
 
 pub mod catalog;
 pub mod cluster;
+pub mod cluster_init;
 pub mod config;
 pub mod mcp;
 pub mod run;
@@ -56,6 +57,9 @@ pub fn cluster_spec(
         None => AntlerSection::default(),
     };
     let config_path = config_path.map(|path| std::fs::canonicalize(&path).unwrap_or(path));
+    let tls = config_path
+        .as_deref()
+        .and_then(|path| antler.tls.files(path.parent().unwrap_or(Path::new("."))));
     if let Some(path) = &config_path {
         // The hosts this cluster starts read the same file.
         std::env::set_var("ANTLER_CONFIG", path);
@@ -86,6 +90,7 @@ pub fn cluster_spec(
         },
         drain_grace: antler.drain_grace(),
         gateway: antler.gateway.clone(),
+        tls,
     })
 }
 

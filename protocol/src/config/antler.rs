@@ -1,15 +1,17 @@
 //! The `antler:` section of `config.yaml`: what is Antler's own and not DeerFlow's (runtime
 //! directory, workers, frames, heartbeats, deadlines, draining, the cluster token and the
-//! supervisor's restart budget). Every field has a default, so the section may be absent.
+//! supervisor's restart budget, the TLS files of TCP cluster mode). Every field has a
+//! default, so the section may be absent.
 //! `check` rejects values the runtime cannot work with (a zero worker count, a zero heartbeat).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::diagnostics::FieldPath;
 use super::gateway::GatewaySection;
+use crate::tls::TlsFiles;
 
 /// 16 MiB, the default maximum frame size.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
@@ -31,7 +33,11 @@ pub const ANTLER_KEYS: &[&str] = &[
     "mcp_pool",
     "worker_slots",
     "gateway",
+    "tls",
 ];
+
+/// The keys of `antler.tls`.
+pub const TLS_KEYS: &[&str] = &["ca", "cert", "key"];
 
 /// The most subagent workers one local cluster starts.
 pub const MAX_WORKERS: usize = 64;
@@ -77,6 +83,41 @@ pub struct AntlerSection {
     pub worker_slots: u32,
     /// Who may use the HTTP gateway: static tokens and JWT principals.
     pub gateway: GatewaySection,
+    /// The lead's TLS files for TCP connections (cluster mode).
+    pub tls: TlsSection,
+}
+
+/// `antler.tls`: the cluster CA, the lead's certificate and key (PEM files, as `antler
+/// cluster init` writes them: `ca.crt`, `lead.crt`, `lead.key`). With them, the lead's
+/// TCP connections are mutual TLS 1.3; without, TCP is plaintext and loopback only.
+/// Relative paths are relative to config.yaml's directory; `$VAR` reads the environment.
+/// The three are given together or not at all.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping with ca, cert and key")]
+pub struct TlsSection {
+    /// The cluster CA certificate.
+    pub ca: Option<PathBuf>,
+    /// The lead's certificate, signed by the CA and naming `lead.antler.cluster`.
+    pub cert: Option<PathBuf>,
+    /// The lead's private key.
+    pub key: Option<PathBuf>,
+}
+
+impl TlsSection {
+    /// The files, relative ones resolved against `base` (config.yaml's directory);
+    /// `None` when TLS is not configured. Assumes [`AntlerSection::check`] passed.
+    pub fn files(&self, base: &Path) -> Option<TlsFiles> {
+        let at = |p: &Option<PathBuf>| p.as_ref().map(|p| base.join(p));
+        Some(TlsFiles {
+            ca: at(&self.ca)?,
+            cert: at(&self.cert)?,
+            key: at(&self.key)?,
+        })
+    }
+
+    fn given(p: &Option<PathBuf>) -> bool {
+        p.as_ref().is_some_and(|p| !p.as_os_str().is_empty())
+    }
 }
 
 /// `antler.mcp_pool`: bounds of mcp-host's stdio session pool. A pooled session unused
@@ -134,6 +175,7 @@ impl Default for AntlerSection {
             playbook_dirs: Vec::new(),
             mcp_pool: McpPoolSection::default(),
             gateway: GatewaySection::default(),
+            tls: TlsSection::default(),
         }
     }
 }
@@ -162,6 +204,26 @@ impl AntlerSection {
     /// The restart-budget window.
     pub fn restart_window(&self) -> Duration {
         Duration::from_secs(self.restart_window_s)
+    }
+
+    /// The `antler.tls` files missing beside one that is given, as (path, expectation).
+    pub(crate) fn check_tls(&self) -> Vec<(FieldPath, &'static str)> {
+        let base = FieldPath::root().key("antler");
+        let mut problems = Vec::new();
+        let tls = [
+            ("ca", TlsSection::given(&self.tls.ca)),
+            ("cert", TlsSection::given(&self.tls.cert)),
+            ("key", TlsSection::given(&self.tls.key)),
+        ];
+        if tls.iter().any(|(_, given)| *given) {
+            for (field, _) in tls.iter().filter(|(_, given)| !given) {
+                problems.push((
+                    base.key("tls").key(*field),
+                    "expected a file path: antler.tls takes ca, cert and key together",
+                ));
+            }
+        }
+        problems
     }
 
     /// Values the runtime cannot work with, as (path under `antler`, expectation).
@@ -269,6 +331,24 @@ mod tests {
         let problems = zero.check();
         assert_eq!(problems.len(), 1);
         assert_eq!(problems[0].0.to_string(), "antler.mcp_pool.max_sessions");
+    }
+
+    #[test]
+    fn tls_takes_its_three_files_together() {
+        let a: AntlerSection =
+            serde_yaml::from_str("tls: {ca: ca.crt, cert: /s/lead.crt, key: lead.key}").unwrap();
+        assert!(a.check_tls().is_empty());
+        let files = a.tls.files(Path::new("/etc/antler")).unwrap();
+        assert_eq!(files.ca, PathBuf::from("/etc/antler/ca.crt"));
+        assert_eq!(files.cert, PathBuf::from("/s/lead.crt"));
+        assert_eq!(files.key, PathBuf::from("/etc/antler/lead.key"));
+        assert_eq!(AntlerSection::default().tls.files(Path::new("/")), None);
+        let half: AntlerSection = serde_yaml::from_str("tls: {ca: ca.crt}").unwrap();
+        assert!(half.check().is_empty());
+        let problems = half.check_tls();
+        let paths: Vec<String> = problems.iter().map(|p| p.0.to_string()).collect();
+        assert_eq!(paths, ["antler.tls.cert", "antler.tls.key"]);
+        assert!(problems[0].1.contains("ca, cert and key together"));
     }
 
     #[test]

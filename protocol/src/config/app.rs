@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::antler::{AntlerSection, ANTLER_KEYS, MCP_POOL_KEYS};
+use super::antler::{AntlerSection, ANTLER_KEYS, MCP_POOL_KEYS, TLS_KEYS};
 use super::diagnostics::{
     unknown_key_message, ConfigError, ConfigWarning, FieldPath, PathSegment, WarningKind,
 };
@@ -364,6 +364,9 @@ pub fn parse_app_config(
     if let Some((path, expected)) = config.antler.check().into_iter().next() {
         return Err(doc.invalid(path, "value out of range", Some(expected.to_owned())));
     }
+    if let Some((path, expected)) = config.antler.check_tls().into_iter().next() {
+        return Err(doc.invalid(path, "missing", Some(expected.to_owned())));
+    }
     let sandbox_problems = config
         .sandbox
         .as_ref()
@@ -419,6 +422,11 @@ fn unknown_key_warning(doc: &Document<'_>, path: FieldPath) -> ConfigWarning {
             if section == "antler" && sub == "gateway" && jwt == "jwt" =>
         {
             super::gateway::JWT_KEYS.to_vec()
+        }
+        [PathSegment::Key(section), PathSegment::Key(sub), _]
+            if section == "antler" && sub == "tls" =>
+        {
+            TLS_KEYS.to_vec()
         }
         _ => Vec::new(),
     };

@@ -23,7 +23,7 @@ mod subagents;
 use std::path::{Path, PathBuf};
 
 pub use antler::{
-    AntlerSection, McpPoolSection, ANTLER_KEYS, DEFAULT_MAX_FRAME_BYTES, MAX_WORKERS,
+    AntlerSection, McpPoolSection, TlsSection, ANTLER_KEYS, DEFAULT_MAX_FRAME_BYTES, MAX_WORKERS,
 };
 pub use app::{
     parse_app_config, AcpAgentConfig, AppConfig, AuthorizationConfig, GuardrailsConfig,
