@@ -62,12 +62,24 @@ const END_NEUTRAL: &str = "[END USER INPUT]";
 
 /// `text` as the model receives it: blocked tags escaped, markers neutralised, wrapped.
 pub fn sanitize_user_input(text: &str) -> String {
+    let neutral = neutralize_untrusted_tags(text);
+    let mut out = String::with_capacity(neutral.len() + 64);
+    out.push_str(USER_INPUT_BEGIN);
+    out.push('\n');
+    out.push_str(&neutral);
+    out.push('\n');
+    out.push_str(USER_INPUT_END);
+    out
+}
+
+/// Untrusted text (user input, web tool results: DeerFlow's `neutralize_untrusted_tags`)
+/// with the input markers in it neutralised and every blocked tag, opening or closing,
+/// escaped (`<tag` becomes `&lt;tag`), so it can forge no prompt section or marker.
+pub fn neutralize_untrusted_tags(text: &str) -> String {
     let text = text
         .replace(USER_INPUT_BEGIN, BEGIN_NEUTRAL)
         .replace(USER_INPUT_END, END_NEUTRAL);
-    let mut out = String::with_capacity(text.len() + 64);
-    out.push_str(USER_INPUT_BEGIN);
-    out.push('\n');
+    let mut out = String::with_capacity(text.len() + 16);
     let mut rest = text.as_str();
     while let Some(at) = rest.find('<') {
         out.push_str(&rest[..at]);
@@ -89,7 +101,5 @@ pub fn sanitize_user_input(text: &str) -> String {
         rest = after;
     }
     out.push_str(rest);
-    out.push('\n');
-    out.push_str(USER_INPUT_END);
     out
 }
