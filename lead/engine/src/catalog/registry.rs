@@ -270,6 +270,10 @@ pub static DEERFLOW_ALIASES: &[(&str, &str)] = &[
         "antler.web.tavily:web_search",
     ),
     (
+        "deerflow.community.tavily.tools:web_fetch_tool",
+        "antler.web.tavily:web_fetch",
+    ),
+    (
         "deerflow.community.infoquest.tools:web_search_tool",
         "antler.web.infoquest:web_search",
     ),
