@@ -215,7 +215,10 @@ fn unknown_ids_fail_and_unavailable_ids_are_left_out_with_a_warning() {
         &AssemblyRequest::lead(),
     )
     .unwrap();
-    assert_eq!(a.catalog.get("web_search").unwrap().description, "Search the web.");
+    assert_eq!(
+        a.catalog.get("web_search").unwrap().description,
+        "Search the web."
+    );
 }
 
 #[test]
