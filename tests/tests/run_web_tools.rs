@@ -15,11 +15,14 @@ use std::sync::{Arc, Mutex};
 use antler_tests::bin;
 use serde_json::{json, Value};
 
+/// The requests a stand-in got: first line and body.
+type Seen = Arc<Mutex<Vec<(String, String)>>>;
+
 /// A stand-in HTTP server on loopback: each request's first line and body are kept, the
 /// reply is `answer(path, body)`. Its thread ends with the test process.
 fn stand_in(
     answer: fn(&str, &str) -> (&'static str, String),
-) -> (u16, Arc<Mutex<Vec<(String, String)>>>) {
+) -> (u16, Seen) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let seen = Arc::new(Mutex::new(Vec::new()));

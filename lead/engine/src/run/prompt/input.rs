@@ -1,7 +1,8 @@
 //! User input is data (spec A.7, `InputSanitizationMiddleware`): framework tags in it are
 //! escaped (`<tag` becomes `&lt;tag`, closing tags too), the input markers already in it are
 //! neutralised, and the text is wrapped in the BEGIN/END USER INPUT markers, so no message
-//! can forge a prompt section, a reminder or a tool result.
+//! can forge a prompt section, a reminder or a tool result. Web tool results get the same
+//! escaping and neutralising ([`neutralize_untrusted_tags`], `run::web`), unwrapped.
 
 use super::sections::{USER_INPUT_BEGIN, USER_INPUT_END};
 
