@@ -20,9 +20,7 @@ type Seen = Arc<Mutex<Vec<(String, String)>>>;
 
 /// A stand-in HTTP server on loopback: each request's first line and body are kept, the
 /// reply is `answer(path, body)`. Its thread ends with the test process.
-fn stand_in(
-    answer: fn(&str, &str) -> (&'static str, String),
-) -> (u16, Seen) {
+fn stand_in(answer: fn(&str, &str) -> (&'static str, String)) -> (u16, Seen) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let seen = Arc::new(Mutex::new(Vec::new()));

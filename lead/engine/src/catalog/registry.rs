@@ -125,6 +125,12 @@ fn ddg_image_params() -> Value {
         &["query"],
     )
 }
+fn search_with_count_params() -> Value {
+    object(
+        json!({"query": {"type": "string", "description": "The query to search for."}, "max_results": {"type": "integer", "default": 5, "description": "Maximum number of results to return. Default is 5."}}),
+        &["query"],
+    )
+}
 fn web_fetch_params() -> Value {
     object(
         json!({"url": {"type": "string", "description": "The URL to fetch the contents of."}}),
@@ -202,24 +208,24 @@ pub static IMPLEMENTATIONS: &[Implementation] = &[
     web_tool!("antler.web.tavily:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
     web_tool!("antler.web.jina_ai:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
     web_tool!("antler.web.searxng:web_search", "web_search", "Search the web using SearXNG.", web_search_params),
-    unavailable!("antler.web.serper:web_search", "web_search", Place::Web, "Search the web.", web_search_params),
-    unavailable!("antler.web.brave:web_search", "web_search", Place::Web, "Search the web.", web_search_params),
-    unavailable!("antler.web.infoquest:web_search", "web_search", Place::Web, "Search the web.", web_search_params),
-    unavailable!("antler.web.exa:web_search", "web_search", Place::Web, "Search the web.", web_search_params),
-    unavailable!("antler.web.firecrawl:web_search", "web_search", Place::Web, "Search the web.", web_search_params),
-    unavailable!("antler.web.groundroute:web_search", "web_search", Place::Web, "Search the web.", web_search_params),
-    unavailable!("antler.web.fastcrw:web_search", "web_search", Place::Web, "Search the web.", web_search_params),
-    unavailable!("antler.web.browserless:web_fetch", "web_fetch", Place::Web, "Fetch the contents of a web page at a given URL.", web_fetch_params),
-    unavailable!("antler.web.crawl4ai:web_fetch", "web_fetch", Place::Web, "Fetch the contents of a web page at a given URL.", web_fetch_params),
-    unavailable!("antler.web.exa:web_fetch", "web_fetch", Place::Web, "Fetch the contents of a web page at a given URL.", web_fetch_params),
-    unavailable!("antler.web.infoquest:web_fetch", "web_fetch", Place::Web, "Fetch the contents of a web page at a given URL.", web_fetch_params),
-    unavailable!("antler.web.firecrawl:web_fetch", "web_fetch", Place::Web, "Fetch the contents of a web page at a given URL.", web_fetch_params),
-    unavailable!("antler.web.groundroute:web_fetch", "web_fetch", Place::Web, "Fetch the contents of a web page at a given URL.", web_fetch_params),
-    unavailable!("antler.web.fastcrw:web_fetch", "web_fetch", Place::Web, "Fetch the contents of a web page at a given URL.", web_fetch_params),
+    web_tool!("antler.web.serper:web_search", "web_search", "Search the web.", search_with_count_params),
+    web_tool!("antler.web.brave:web_search", "web_search", "Search the web.", search_with_count_params),
+    web_tool!("antler.web.infoquest:web_search", "web_search", "Search the web.", web_search_params),
+    web_tool!("antler.web.exa:web_search", "web_search", "Search the web.", web_search_params),
+    web_tool!("antler.web.firecrawl:web_search", "web_search", "Search the web.", web_search_params),
+    web_tool!("antler.web.groundroute:web_search", "web_search", "Search the web.", search_with_count_params),
+    web_tool!("antler.web.fastcrw:web_search", "web_search", "Search the web.", web_search_params),
+    web_tool!("antler.web.browserless:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
+    web_tool!("antler.web.crawl4ai:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
+    web_tool!("antler.web.exa:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
+    web_tool!("antler.web.infoquest:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
+    web_tool!("antler.web.firecrawl:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
+    web_tool!("antler.web.groundroute:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
+    web_tool!("antler.web.fastcrw:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
     unavailable!("antler.web.browserless:web_capture", "web_capture", Place::Web, "Capture a screenshot of a web page.", url_params),
     unavailable!("antler.web.infoquest:image_search", "image_search", Place::Web, "Search for images online.", web_search_params),
-    unavailable!("antler.web.serper:image_search", "image_search", Place::Web, "Search for images online.", web_search_params),
-    unavailable!("antler.web.brave:image_search", "image_search", Place::Web, "Search for images online.", web_search_params),
+    web_tool!("antler.web.serper:image_search", "image_search", IMAGE_SEARCH_DESCRIPTION, search_with_count_params),
+    web_tool!("antler.web.brave:image_search", "image_search", IMAGE_SEARCH_DESCRIPTION, search_with_count_params),
     unavailable!("antler.browser:navigate", "browser_navigate", Place::Browser, "Navigate the browser to a URL.", url_params),
     unavailable!("antler.browser:snapshot", "browser_snapshot", Place::Browser, "Take an accessibility snapshot of the current page.", no_params),
     unavailable!("antler.browser:click", "browser_click", Place::Browser, "Click an element of the current page.", browser_target_params),
