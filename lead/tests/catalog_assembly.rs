@@ -188,7 +188,7 @@ fn unknown_ids_fail_and_unavailable_ids_are_left_out_with_a_warning() {
         .contains("closest known ids: deerflow.sandbox.tools:read_file_tool"));
 
     // A backend Antler has not built yet is left out with a warning...
-    let web = "tools:\n  - name: web_search\n    group: web\n    use: deerflow.community.brave.tools:web_search_tool\n";
+    let web = "tools:\n  - name: web_capture\n    group: web\n    use: deerflow.community.browserless.tools:web_capture_tool\n";
     let a = assemble(
         &Sources {
             config: config(web),
@@ -197,11 +197,11 @@ fn unknown_ids_fail_and_unavailable_ids_are_left_out_with_a_warning() {
         &AssemblyRequest::lead(),
     )
     .unwrap();
-    assert!(a.catalog.get("web_search").is_none());
+    assert!(a.catalog.get("web_capture").is_none());
     assert!(
         a.warnings
             .iter()
-            .any(|w| w.contains("'web_search'") && w.contains("not available in Antler")),
+            .any(|w| w.contains("'web_capture'") && w.contains("not available in Antler")),
         "{:?}",
         a.warnings
     );
