@@ -17,7 +17,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use antler_protocol::config::ToolConfig;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use self::backends::Backend;
 use self::entry::ToolEntry;
@@ -144,6 +145,73 @@ impl WebTools {
             };
             StateUpdate::messages([Message::tool(&call.id, &call.name, text, status)])
         }))
+    }
+}
+
+/// The web entries of config.yaml as they travel to a subagent worker inside its task
+/// spec, so a subagent's web tools run as the lead's do. Their keys (API keys, tokens)
+/// never show in the `Debug` form: only names and `use:` ids do.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WireWebTools {
+    pub entries: Vec<WireWebEntry>,
+}
+
+/// One web entry of [`WireWebTools`].
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub struct WireWebEntry {
+    pub name: String,
+    pub group: String,
+    pub use_id: String,
+    pub extra: Map<String, Value>,
+}
+
+impl std::fmt::Debug for WireWebTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(
+                self.entries
+                    .iter()
+                    .map(|e| format!("{} ({})", e.name, e.use_id)),
+            )
+            .finish()
+    }
+}
+
+impl WireWebTools {
+    /// The entries of `tools` that are web tools (by `use:` id or by DeerFlow's entry names).
+    pub fn of(tools: &[ToolConfig]) -> WireWebTools {
+        let entries = tools
+            .iter()
+            .filter(|tc| {
+                UNTRUSTED_RESULT_TOOLS.contains(&tc.name.as_str())
+                    || matches!(registry::resolve(&tc.use_), Resolution::Found(i) if i.place == Place::Web)
+            })
+            .map(|tc| WireWebEntry {
+                name: tc.name.clone(),
+                group: tc.group.clone(),
+                use_id: tc.use_.clone(),
+                extra: tc.extra.clone(),
+            })
+            .collect();
+        WireWebTools { entries }
+    }
+
+    /// The web tools these entries configure (`None` when there are none).
+    pub fn tools(&self) -> Option<WebTools> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        let configs: Vec<ToolConfig> = self
+            .entries
+            .iter()
+            .map(|e| ToolConfig {
+                name: e.name.clone(),
+                group: e.group.clone(),
+                use_: e.use_id.clone(),
+                extra: e.extra.clone(),
+            })
+            .collect();
+        Some(WebTools::from_config(&configs))
     }
 }
 
