@@ -89,6 +89,8 @@ pub struct ApiClient {
 
 impl ApiClient {
     pub fn new() -> ApiClient {
+        // Building fails only when the TLS backend cannot start, and then so would any
+        // client: the default one is the same failure, reported when it is first used.
         let client = Client::builder()
             .redirect(reqwest::redirect::Policy::limited(MAX_REDIRECTS))
             .connect_timeout(Duration::from_secs(10))
