@@ -89,8 +89,9 @@ pub struct ApiClient {
 
 impl ApiClient {
     pub fn new() -> ApiClient {
-        // Building fails only when the TLS backend cannot start, and then so would any
-        // client: the default one is the same failure, reported when it is first used.
+        // Invariant: building fails only when the TLS backend cannot start; the lead's
+        // model client and gateway build the same rustls stack at start-up, so a process
+        // that got here has one (the default client would panic otherwise).
         let client = Client::builder()
             .redirect(reqwest::redirect::Policy::limited(MAX_REDIRECTS))
             .connect_timeout(Duration::from_secs(10))
