@@ -187,7 +187,8 @@ fn unknown_ids_fail_and_unavailable_ids_are_left_out_with_a_warning() {
         .to_string()
         .contains("closest known ids: deerflow.sandbox.tools:read_file_tool"));
 
-    let web = "tools:\n  - name: web_search\n    group: web\n    use: deerflow.community.tavily.tools:web_search_tool\n";
+    // A backend Antler has not built yet is left out with a warning...
+    let web = "tools:\n  - name: web_capture\n    group: web\n    use: deerflow.community.browserless.tools:web_capture_tool\n";
     let a = assemble(
         &Sources {
             config: config(web),
@@ -196,13 +197,27 @@ fn unknown_ids_fail_and_unavailable_ids_are_left_out_with_a_warning() {
         &AssemblyRequest::lead(),
     )
     .unwrap();
-    assert!(a.catalog.get("web_search").is_none());
+    assert!(a.catalog.get("web_capture").is_none());
     assert!(
         a.warnings
             .iter()
-            .any(|w| w.contains("'web_search'") && w.contains("not available in Antler")),
+            .any(|w| w.contains("'web_capture'") && w.contains("not available in Antler")),
         "{:?}",
         a.warnings
+    );
+    // ...while a built one is offered with its DeerFlow description.
+    let tavily = "tools:\n  - name: web_search\n    group: web\n    use: deerflow.community.tavily.tools:web_search_tool\n";
+    let a = assemble(
+        &Sources {
+            config: config(tavily),
+            ..Sources::default()
+        },
+        &AssemblyRequest::lead(),
+    )
+    .unwrap();
+    assert_eq!(
+        a.catalog.get("web_search").unwrap().description,
+        "Search the web."
     );
 }
 

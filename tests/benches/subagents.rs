@@ -152,6 +152,7 @@ impl Pool {
             timeout_s: 600,
             tool_timeout_s: 60,
             token_budget: None,
+            web_tools: Default::default(),
         };
         let reserved = self
             .dispatcher

@@ -170,6 +170,7 @@ fn spec(dir: &tempfile::TempDir, turns: Vec<ScriptedTurn>) -> TaskSpec {
         timeout_s: 60,
         tool_timeout_s: 5,
         token_budget: None,
+        web_tools: Default::default(),
     }
 }
 

@@ -39,6 +39,7 @@ use crate::run::prompt::SubagentPromptInputs;
 use crate::run::prompt::{PromptCache, PromptInputs, PromptMount};
 use crate::run::skills::SkillStore;
 use crate::run::task::delegation::Delegator;
+use crate::run::web::WebTools;
 use crate::subagents::delegator::LeadDelegator;
 
 /// How a run records a scripted model, to resume it with the same playbook.
@@ -737,6 +738,7 @@ impl RunEnv {
                 app.subagents.max_concurrent as usize,
                 app.subagents.max_total_per_run as usize,
             ),
+            web: Some(Arc::new(WebTools::from_config(&app.tools))),
             ..RunSettings::default()
         })
     }

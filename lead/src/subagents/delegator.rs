@@ -23,6 +23,7 @@ use antler_engine::run::skills::SkillStore;
 use antler_engine::run::task::delegation::{Delegator, TaskCall, TaskEventSink};
 use antler_engine::run::task::spec::{TaskSpec, WireCatalog};
 use antler_engine::run::task::{TaskEvent, TaskResult};
+use antler_engine::run::web::WireWebTools;
 use antler_protocol::config::{AppConfig, TokenBudgetConfig};
 use antler_protocol::messages::{Reply, Request, TaskAssignment, WorkerReply, WorkerRequest};
 use antler_protocol::{Connection, RemoteError, RpcError, TraceContext};
@@ -145,6 +146,7 @@ impl LeadDelegator {
             timeout_s: ty.timeout_seconds,
             tool_timeout_s: self.tool_timeout.as_secs().max(1),
             token_budget: budget(ty.token_budget.as_ref()),
+            web_tools: WireWebTools::of(&self.app.tools),
         })
     }
 

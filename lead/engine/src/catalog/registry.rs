@@ -93,15 +93,47 @@ fn grep_params() -> Value {
         &["description", "pattern", "path"],
     )
 }
-fn query_params() -> Value {
-    object(
-        json!({"query": {"type": "string", "description": "The search query."}}),
-        &["query"],
-    )
-}
 fn url_params() -> Value {
     object(
         json!({"url": {"type": "string", "description": "The URL to fetch."}}),
+        &["url"],
+    )
+}
+fn web_search_params() -> Value {
+    object(
+        json!({"query": {"type": "string", "description": "The query to search for."}}),
+        &["query"],
+    )
+}
+fn ddg_search_params() -> Value {
+    object(
+        json!({"query": {"type": "string", "description": "Search keywords describing what you want to find. Be specific for better results."}, "max_results": {"type": "integer", "default": 5, "description": "Maximum number of results to return. Default is 5."}}),
+        &["query"],
+    )
+}
+fn ddg_image_params() -> Value {
+    object(
+        json!({
+            "query": {"type": "string", "description": "Search keywords describing the images you want to find. Be specific for better results (e.g., \"Japanese woman street photography 1990s\" instead of just \"woman\")."},
+            "max_results": {"type": "integer", "default": 5, "description": "Maximum number of images to return. Default is 5."},
+            "size": {"type": "string", "description": "Image size filter. Options: \"Small\", \"Medium\", \"Large\", \"Wallpaper\". Use \"Large\" for reference images."},
+            "color": {"type": "string", "description": "Color filter. Options: \"color\", \"Monochrome\", \"Red\", \"Orange\", \"Yellow\", \"Green\", \"Blue\", \"Purple\", \"Pink\", \"Brown\", \"Black\", \"Gray\", \"Teal\", \"White\"."},
+            "type_image": {"type": "string", "description": "Image type filter. Options: \"photo\", \"clipart\", \"gif\", \"transparent\", \"line\". Use \"photo\" for realistic references."},
+            "layout": {"type": "string", "description": "Layout filter. Options: \"Square\", \"Tall\", \"Wide\". Choose based on your generation needs."},
+            "license_image": {"type": "string", "description": "License filter. Options: \"any\", \"Public\", \"Share\", \"ShareCommercially\", \"Modify\", \"ModifyCommercially\"."}
+        }),
+        &["query"],
+    )
+}
+fn search_with_count_params() -> Value {
+    object(
+        json!({"query": {"type": "string", "description": "The query to search for."}, "max_results": {"type": "integer", "default": 5, "description": "Maximum number of results to return. Default is 5."}}),
+        &["query"],
+    )
+}
+fn web_fetch_params() -> Value {
+    object(
+        json!({"url": {"type": "string", "description": "The URL to fetch the contents of."}}),
         &["url"],
     )
 }
@@ -128,6 +160,25 @@ macro_rules! sandbox_tool {
     };
 }
 
+macro_rules! web_tool {
+    ($id:literal, $name:literal, $desc:expr, $params:ident) => {
+        Implementation {
+            id: $id,
+            name: $name,
+            place: Place::Web,
+            available: true,
+            description: $desc,
+            parameters: $params,
+        }
+    };
+}
+
+/// Every `web_fetch`'s description (DeerFlow's docstring).
+pub const WEB_FETCH_DESCRIPTION: &str = "Fetch the contents of a web page at a given URL.\nOnly fetch EXACT URLs that have been provided directly by the user or have been returned in results from the web_search and web_fetch tools.\nThis tool can NOT access content that requires authentication, such as private Google Docs or pages behind login walls.\nDo NOT add www. to URLs that do NOT have them.\nURLs must include the schema: https://example.com is a valid URL while example.com is an invalid URL.";
+
+/// DuckDuckGo's `image_search` description (DeerFlow's docstring).
+pub const IMAGE_SEARCH_DESCRIPTION: &str = "Search for images online. Use this tool BEFORE image generation to find reference images for characters, portraits, objects, scenes, or any content requiring visual accuracy.\n\n**When to use:**\n- Before generating character/portrait images: search for similar poses, expressions, styles\n- Before generating specific objects/products: search for accurate visual references\n- Before generating scenes/locations: search for architectural or environmental references\n- Before generating fashion/clothing: search for style and detail references\n\nThe returned image URLs can be used as reference images in image generation to significantly improve quality.";
+
 macro_rules! unavailable {
     ($id:literal, $name:literal, $place:expr, $desc:literal, $params:ident) => {
         Implementation {
@@ -150,10 +201,31 @@ pub static IMPLEMENTATIONS: &[Implementation] = &[
     sandbox_tool!("antler.sandbox:str_replace", "str_replace", "Replace a substring in a file with another substring. The old string must appear exactly once unless replace_all is true.", str_replace_params),
     sandbox_tool!("antler.sandbox:glob", "glob", "Find files or directories that match a glob pattern under a root directory.", glob_params),
     sandbox_tool!("antler.sandbox:grep", "grep", "Search for matching lines inside text files under a root directory.", grep_params),
-    unavailable!("antler.web:web_search", "web_search", Place::Web, "Search the web.", query_params),
-    unavailable!("antler.web:web_fetch", "web_fetch", Place::Web, "Fetch the contents of a web page at a given URL.", url_params),
-    unavailable!("antler.web:web_capture", "web_capture", Place::Web, "Capture a screenshot of a web page.", url_params),
-    unavailable!("antler.web:image_search", "image_search", Place::Web, "Search for images on the web.", query_params),
+    web_tool!("antler.web:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
+    web_tool!("antler.web.ddg_search:web_search", "web_search", "Search the web for information. Use this tool to find current information, news, articles, and facts from the internet.", ddg_search_params),
+    web_tool!("antler.web.image_search:image_search", "image_search", IMAGE_SEARCH_DESCRIPTION, ddg_image_params),
+    web_tool!("antler.web.tavily:web_search", "web_search", "Search the web.", web_search_params),
+    web_tool!("antler.web.tavily:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
+    web_tool!("antler.web.jina_ai:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
+    web_tool!("antler.web.searxng:web_search", "web_search", "Search the web using SearXNG.", web_search_params),
+    web_tool!("antler.web.serper:web_search", "web_search", "Search the web.", search_with_count_params),
+    web_tool!("antler.web.brave:web_search", "web_search", "Search the web.", search_with_count_params),
+    web_tool!("antler.web.infoquest:web_search", "web_search", "Search the web.", web_search_params),
+    web_tool!("antler.web.exa:web_search", "web_search", "Search the web.", web_search_params),
+    web_tool!("antler.web.firecrawl:web_search", "web_search", "Search the web.", web_search_params),
+    web_tool!("antler.web.groundroute:web_search", "web_search", "Search the web.", search_with_count_params),
+    web_tool!("antler.web.fastcrw:web_search", "web_search", "Search the web.", web_search_params),
+    web_tool!("antler.web.browserless:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
+    web_tool!("antler.web.crawl4ai:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
+    web_tool!("antler.web.exa:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
+    web_tool!("antler.web.infoquest:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
+    web_tool!("antler.web.firecrawl:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
+    web_tool!("antler.web.groundroute:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
+    web_tool!("antler.web.fastcrw:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
+    unavailable!("antler.web.browserless:web_capture", "web_capture", Place::Web, "Capture a screenshot of a web page.", url_params),
+    unavailable!("antler.web.infoquest:image_search", "image_search", Place::Web, "Search for images online.", web_search_params),
+    web_tool!("antler.web.serper:image_search", "image_search", IMAGE_SEARCH_DESCRIPTION, search_with_count_params),
+    web_tool!("antler.web.brave:image_search", "image_search", IMAGE_SEARCH_DESCRIPTION, search_with_count_params),
     unavailable!("antler.browser:navigate", "browser_navigate", Place::Browser, "Navigate the browser to a URL.", url_params),
     unavailable!("antler.browser:snapshot", "browser_snapshot", Place::Browser, "Take an accessibility snapshot of the current page.", no_params),
     unavailable!("antler.browser:click", "browser_click", Place::Browser, "Click an element of the current page.", browser_target_params),
@@ -185,95 +257,99 @@ pub static DEERFLOW_ALIASES: &[(&str, &str)] = &[
     ("deerflow.sandbox.tools:grep_tool", "antler.sandbox:grep"),
     (
         "deerflow.community.ddg_search.tools:web_search_tool",
-        "antler.web:web_search",
+        "antler.web.ddg_search:web_search",
     ),
     (
         "deerflow.community.searxng.tools:web_search_tool",
-        "antler.web:web_search",
+        "antler.web.searxng:web_search",
     ),
     (
         "deerflow.community.serper.tools:web_search_tool",
-        "antler.web:web_search",
+        "antler.web.serper:web_search",
     ),
     (
         "deerflow.community.brave.tools:web_search_tool",
-        "antler.web:web_search",
+        "antler.web.brave:web_search",
     ),
     (
         "deerflow.community.tavily.tools:web_search_tool",
-        "antler.web:web_search",
+        "antler.web.tavily:web_search",
+    ),
+    (
+        "deerflow.community.tavily.tools:web_fetch_tool",
+        "antler.web.tavily:web_fetch",
     ),
     (
         "deerflow.community.infoquest.tools:web_search_tool",
-        "antler.web:web_search",
+        "antler.web.infoquest:web_search",
     ),
     (
         "deerflow.community.exa.tools:web_search_tool",
-        "antler.web:web_search",
+        "antler.web.exa:web_search",
     ),
     (
         "deerflow.community.firecrawl.tools:web_search_tool",
-        "antler.web:web_search",
+        "antler.web.firecrawl:web_search",
     ),
     (
         "deerflow.community.groundroute.tools:web_search_tool",
-        "antler.web:web_search",
+        "antler.web.groundroute:web_search",
     ),
     (
         "deerflow.community.fastcrw.tools:web_search_tool",
-        "antler.web:web_search",
+        "antler.web.fastcrw:web_search",
     ),
     (
         "deerflow.community.browserless.tools:web_fetch_tool",
-        "antler.web:web_fetch",
+        "antler.web.browserless:web_fetch",
     ),
     (
         "deerflow.community.crawl4ai.tools:web_fetch_tool",
-        "antler.web:web_fetch",
+        "antler.web.crawl4ai:web_fetch",
     ),
     (
         "deerflow.community.exa.tools:web_fetch_tool",
-        "antler.web:web_fetch",
+        "antler.web.exa:web_fetch",
     ),
     (
         "deerflow.community.jina_ai.tools:web_fetch_tool",
-        "antler.web:web_fetch",
+        "antler.web.jina_ai:web_fetch",
     ),
     (
         "deerflow.community.infoquest.tools:web_fetch_tool",
-        "antler.web:web_fetch",
+        "antler.web.infoquest:web_fetch",
     ),
     (
         "deerflow.community.firecrawl.tools:web_fetch_tool",
-        "antler.web:web_fetch",
+        "antler.web.firecrawl:web_fetch",
     ),
     (
         "deerflow.community.groundroute.tools:web_fetch_tool",
-        "antler.web:web_fetch",
+        "antler.web.groundroute:web_fetch",
     ),
     (
         "deerflow.community.fastcrw.tools:web_fetch_tool",
-        "antler.web:web_fetch",
+        "antler.web.fastcrw:web_fetch",
     ),
     (
         "deerflow.community.browserless.tools:web_capture_tool",
-        "antler.web:web_capture",
+        "antler.web.browserless:web_capture",
     ),
     (
         "deerflow.community.image_search.tools:image_search_tool",
-        "antler.web:image_search",
+        "antler.web.image_search:image_search",
     ),
     (
         "deerflow.community.infoquest.tools:image_search_tool",
-        "antler.web:image_search",
+        "antler.web.infoquest:image_search",
     ),
     (
         "deerflow.community.serper.tools:image_search_tool",
-        "antler.web:image_search",
+        "antler.web.serper:image_search",
     ),
     (
         "deerflow.community.brave.tools:image_search_tool",
-        "antler.web:image_search",
+        "antler.web.brave:image_search",
     ),
     (
         "deerflow.community.browser_automation.tools:browser_navigate_tool",

@@ -71,6 +71,8 @@ pub struct RunSettings {
     pub report_messages: bool,
     /// Whether this run is a subagent's (the guardrail is told so).
     pub is_subagent: bool,
+    /// The configured web tools (`run::web`), from config.yaml's `tools:`.
+    pub web: Option<Arc<super::web::WebTools>>,
 }
 
 impl Default for RunSettings {
@@ -91,6 +93,7 @@ impl Default for RunSettings {
             settle: true,
             report_messages: false,
             is_subagent: false,
+            web: None,
         }
     }
 }
@@ -623,6 +626,7 @@ impl RunLoop {
             skills: &self.settings.skills,
             allowed_skills: self.settings.allowed_skills.as_ref(),
             lead_tools: self.lead_tools.as_deref(),
+            web: self.settings.web.as_deref(),
         }
     }
 

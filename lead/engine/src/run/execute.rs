@@ -1,7 +1,8 @@
 //! Where each tool call runs (the "Executed" state): builtins in the lead, sandbox
 //! tools in sandbox-host (the run's sandbox is acquired on its first sandbox call and
 //! its id written to the state; every request names the run's lease, and a call carries
-//! its call id so sandbox-host runs it once), MCP tools in mcp-host. A failure the model should see
+//! its call id so sandbox-host runs it once), MCP tools in mcp-host, the configured web
+//! tools in the engine (`web`, async HTTP with deadlines). A failure the model should see
 //! is a [`ToolFailure`]; the tool error middleware turns it into the error message.
 
 use std::collections::HashSet;
@@ -21,6 +22,7 @@ use super::lease::SandboxLease;
 use super::middleware::tool_error::ToolFailure;
 use super::skills::SkillStore;
 use super::state::{Message, SandboxState, StateUpdate, ThreadState, ToolCall, ToolStatus};
+use super::web::WebTools;
 use super::{builtins, mcp_result, view_image};
 use crate::catalog::builtins::{DESCRIBE_SKILL, LIST_UPLOADED_FILES, PRESENT_FILES, VIEW_IMAGE};
 use crate::catalog::{Catalog, ToolSource, TOOL_SEARCH_NAME};
@@ -51,6 +53,8 @@ pub struct Executor<'a> {
     pub allowed_skills: Option<&'a HashSet<String>>,
     /// The lead's own tools (none on a worker).
     pub lead_tools: Option<&'a dyn LeadTools>,
+    /// The configured web tools (`web_search`, `web_fetch`, `image_search`).
+    pub web: Option<&'a WebTools>,
 }
 
 impl Executor<'_> {
@@ -97,6 +101,11 @@ impl Executor<'_> {
                 format!("{} is not in the catalog", call.name),
             )
         })?;
+        if let (ToolSource::Config { .. }, Some(web)) = (&spec.source, self.web) {
+            if let Some(result) = web.execute(call, self.timeout).await {
+                return result;
+            }
+        }
         match &spec.source {
             ToolSource::Mcp {
                 server: Some(server),

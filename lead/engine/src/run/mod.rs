@@ -6,7 +6,7 @@
 //! call runs, `hosts` the way to sandbox-host and mcp-host, `lease` the run's lease on its
 //! sandbox, `actor` the loop, `journal` where it is checkpointed, `settlement` the
 //! delivery receipt, `skills` the installed skills and their activation, `task` the
-//! `task` tool and the subagent task graph.
+//! `task` tool and the subagent task graph, `web` the web tools (search, fetch, images).
 
 pub mod actor;
 pub mod builtins;
@@ -25,3 +25,4 @@ pub mod skills;
 pub mod state;
 pub mod task;
 pub mod view_image;
+pub mod web;

@@ -1,7 +1,8 @@
 //! User input is data (spec A.7, `InputSanitizationMiddleware`): framework tags in it are
 //! escaped (`<tag` becomes `&lt;tag`, closing tags too), the input markers already in it are
 //! neutralised, and the text is wrapped in the BEGIN/END USER INPUT markers, so no message
-//! can forge a prompt section, a reminder or a tool result.
+//! can forge a prompt section, a reminder or a tool result. Web tool results get the same
+//! escaping and neutralising ([`neutralize_untrusted_tags`], `run::web`), unwrapped.
 
 use super::sections::{USER_INPUT_BEGIN, USER_INPUT_END};
 
@@ -62,12 +63,24 @@ const END_NEUTRAL: &str = "[END USER INPUT]";
 
 /// `text` as the model receives it: blocked tags escaped, markers neutralised, wrapped.
 pub fn sanitize_user_input(text: &str) -> String {
+    let neutral = neutralize_untrusted_tags(text);
+    let mut out = String::with_capacity(neutral.len() + 64);
+    out.push_str(USER_INPUT_BEGIN);
+    out.push('\n');
+    out.push_str(&neutral);
+    out.push('\n');
+    out.push_str(USER_INPUT_END);
+    out
+}
+
+/// Untrusted text (user input, web tool results: DeerFlow's `neutralize_untrusted_tags`)
+/// with the input markers in it neutralised and every blocked tag, opening or closing,
+/// escaped (`<tag` becomes `&lt;tag`), so it can forge no prompt section or marker.
+pub fn neutralize_untrusted_tags(text: &str) -> String {
     let text = text
         .replace(USER_INPUT_BEGIN, BEGIN_NEUTRAL)
         .replace(USER_INPUT_END, END_NEUTRAL);
-    let mut out = String::with_capacity(text.len() + 64);
-    out.push_str(USER_INPUT_BEGIN);
-    out.push('\n');
+    let mut out = String::with_capacity(text.len() + 16);
     let mut rest = text.as_str();
     while let Some(at) = rest.find('<') {
         out.push_str(&rest[..at]);
@@ -89,7 +102,5 @@ pub fn sanitize_user_input(text: &str) -> String {
         rest = after;
     }
     out.push_str(rest);
-    out.push('\n');
-    out.push_str(USER_INPUT_END);
     out
 }

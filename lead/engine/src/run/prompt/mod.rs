@@ -23,7 +23,7 @@ use crate::run::skills::InstalledSkill;
 use crate::run::state::Message;
 
 pub use delegation::SubagentPromptInputs;
-pub use input::{sanitize_user_input, BLOCKED_TAGS};
+pub use input::{neutralize_untrusted_tags, sanitize_user_input, BLOCKED_TAGS};
 pub use subagent::{subagent_system_prompt, SubagentPromptParts};
 
 /// Tools whose results are external sources, so the citations section is rendered.

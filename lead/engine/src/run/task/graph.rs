@@ -102,6 +102,7 @@ pub async fn drive_task(
         settle: false,
         report_messages: true,
         is_subagent: true,
+        web: spec.web_tools.tools().map(Arc::new),
         ..RunSettings::default()
     };
     let built = RunLoop::builder(context, model, catalog, hosts)

@@ -20,6 +20,7 @@ use crate::run::model::{ChatModel, ModelError, Playbook, ScriptedModel};
 use crate::run::openai::config::{ApiKey, OpenAiConfig};
 use crate::run::openai::retry::RetryPolicy;
 use crate::run::openai::OpenAiModel;
+use crate::run::web::WireWebTools;
 
 /// One task for a worker.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -45,6 +46,9 @@ pub struct TaskSpec {
     /// Deadline of one tool call on a host.
     pub tool_timeout_s: u64,
     pub token_budget: Option<TokenBudget>,
+    /// The config's web tool entries, so the subagent's web tools run on the worker.
+    #[serde(default)]
+    pub web_tools: WireWebTools,
 }
 
 /// A catalog's tools and deferral setting, and the hash it must have.

@@ -1,0 +1,75 @@
+//! Crawl4AI (spec E.11, `crawl4ai.tools:web_fetch_tool`): the address guard, then `POST
+//! {base}/md` with `{"url", "f": filter}`; the Markdown it returns, cut, with no title
+//! line. Config: `base_url` (`http://localhost:11235`), `token`, `timeout` (30 s),
+//! `filter` (`fit|raw|bm25|llm`, else `fit`), the guard keys.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::run::middleware::tool_error::ToolFailure;
+use crate::run::web::guard::validate_public_http_url;
+use crate::run::web::http::{secs, HttpError};
+use crate::run::web::readability::{cut_chars, MAX_FETCH_CHARS};
+use crate::run::web::WebCall;
+
+pub const BASE: &str = "http://localhost:11235";
+const FILTERS: &[&str] = &["fit", "raw", "bm25", "llm"];
+
+pub async fn web_fetch(call: &WebCall<'_>) -> Result<String, ToolFailure> {
+    let url = call.str_arg("url")?;
+    let entry = call.entry("web_fetch");
+    if let Some(refusal) = validate_public_http_url(&url, &entry.guard(), "fetch").await {
+        return Ok(refusal);
+    }
+    let filter = entry
+        .str("filter")
+        .filter(|f| FILTERS.contains(&f.as_str()))
+        .unwrap_or_else(|| "fit".into());
+    let timeout = Duration::from_secs_f64(entry.secs_or("timeout", 30.0));
+    let mut request = call
+        .client
+        .post(&format!("{}/md", entry.base_url(BASE)))
+        .header("Content-Type", "application/json");
+    if let Some(token) = entry.str("token") {
+        request = request.header("Authorization", format!("Bearer {token}"));
+    }
+    let reply = match call
+        .client
+        .send(
+            request.body(json!({"url": url, "f": filter}).to_string()),
+            call.deadline(timeout),
+        )
+        .await
+    {
+        Ok(reply) => reply,
+        Err(HttpError::Timeout(_)) => {
+            return Ok(format!(
+                "Error: Crawl4AI request timed out after {}s",
+                secs(timeout)
+            ))
+        }
+        Err(e) => return Ok(format!("Error: Crawl4AI request failed: {e}")),
+    };
+    let head: String = reply.body.chars().take(200).collect();
+    if reply.status.as_u16() != 200 {
+        return Ok(format!(
+            "Error: Crawl4AI HTTP {}: {head}",
+            reply.status.as_u16()
+        ));
+    }
+    let Some(json) = reply.json() else {
+        return Ok(format!(
+            "Error: Crawl4AI returned a non-JSON 200 response (content-type: {}): {head}",
+            reply.content_type()
+        ));
+    };
+    if json.get("success") == Some(&Value::Bool(false)) {
+        return Ok(format!("Error: Crawl4AI reported failure for {url}"));
+    }
+    let markdown = json.get("markdown").and_then(Value::as_str).unwrap_or("");
+    if markdown.trim().is_empty() {
+        return Ok("Error: Crawl4AI returned empty markdown".into());
+    }
+    Ok(cut_chars(markdown, MAX_FETCH_CHARS).to_owned())
+}

@@ -1,0 +1,201 @@
+//! InfoQuest (BytePlus, spec E.9, `infoquest.tools:web_search_tool | web_fetch_tool`; its
+//! `image_search_tool` is not built: E.9 does not say its reply's shape): `POST` to the search host (web and images) and the reader host
+//! (fetch), with a bearer `INFOQUEST_API_KEY` when set. DeerFlow sends these without a
+//! timeout; Antler gives each one (`timeout`, 60 s by default). Config: `search_time_range`,
+//! `fetch_time`, `navigation_timeout`, `base_url` (search) and `reader_url` (fetch), the guard keys.
+
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use crate::run::middleware::tool_error::ToolFailure;
+use crate::run::web::guard::validate_public_http_url;
+use crate::run::web::readability::markdown_of_async;
+use crate::run::web::{pretty, WebCall};
+
+pub const SEARCH_BASE: &str = "https://search.infoquest.bytepluses.com";
+pub const READER_BASE: &str = "https://reader.infoquest.bytepluses.com";
+
+async fn post(
+    call: &WebCall<'_>,
+    url: &str,
+    body: Value,
+    deadline: Duration,
+) -> Result<crate::run::web::http::ApiResponse, String> {
+    let mut request = call
+        .client
+        .post(url)
+        .header("Content-Type", "application/json");
+    if let Ok(key) = std::env::var("INFOQUEST_API_KEY") {
+        if !key.is_empty() {
+            request = request.header("Authorization", format!("Bearer {key}"));
+        }
+    }
+    call.client
+        .send(request.body(body.to_string()), call.deadline(deadline))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn deadline(call: &WebCall<'_>, entry: &str) -> Duration {
+    Duration::from_secs_f64(call.entry(entry).secs_or("timeout", 60.0))
+}
+
+async fn search(call: &WebCall<'_>, entry_name: &str, body: Value) -> Result<Value, String> {
+    let base = call.entry(entry_name).base_url(SEARCH_BASE);
+    let reply = post(call, &base, body, deadline(call, entry_name)).await?;
+    if !reply.status.is_success() {
+        return Err(format!("{} Error for url: {base}", reply.status.as_u16()));
+    }
+    reply
+        .json()
+        .ok_or_else(|| "InfoQuest returned a body that is not JSON".into())
+}
+
+/// The `content.results` objects of a search reply, or what to answer instead.
+fn contents(raw: &Value, wrong: &str) -> Result<Vec<Map<String, Value>>, String> {
+    match raw
+        .pointer("/search_result/results")
+        .and_then(Value::as_array)
+    {
+        Some(results) => Ok(results
+            .iter()
+            .filter_map(|r| {
+                r.pointer("/content/results")
+                    .and_then(Value::as_object)
+                    .cloned()
+            })
+            .collect()),
+        None if raw.get("content").is_some() => Err(wrong.to_owned()),
+        None => Err(crate::run::web::compact(raw)),
+    }
+}
+
+pub async fn web_search(call: &WebCall<'_>) -> Result<String, ToolFailure> {
+    let query = call.str_arg("query")?;
+    let range = call.entry("web_search").int_or("search_time_range", -1);
+    let mut body = json!({"format": "JSON", "query": query});
+    if range > 0 {
+        body["time_range"] = json!(range);
+    }
+    let raw = match search(call, "web_search", body).await {
+        Ok(raw) => raw,
+        Err(e) => return Ok(format!("Error: InfoQuest Web-Search - Search tool execution failed | mode=synchronous | error={e}")),
+    };
+    let blocks = match contents(&raw, "Error: web search API return wrong format") {
+        Ok(b) => b,
+        Err(text) => return Ok(text),
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for block in blocks {
+        for item in block
+            .get("organic")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let url = item
+                .get("url")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            if url.is_empty() || !seen.insert(url.clone()) {
+                continue;
+            }
+            let mut page = Map::new();
+            page.insert("type".into(), json!("page"));
+            for key in ["title", "desc"] {
+                if let Some(v) = item.get(key) {
+                    page.insert(key.into(), v.clone());
+                }
+            }
+            if let Some(desc) = item.get("desc") {
+                page.insert("snippet".into(), desc.clone());
+            }
+            page.insert("url".into(), json!(url));
+            out.push(Value::Object(page));
+        }
+        for item in block
+            .get("top_stories")
+            .and_then(|t| t.get("items"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let url = item
+                .get("url")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            let Some(title) = item.get("title") else {
+                continue;
+            };
+            if url.is_empty() || !seen.insert(url.clone()) {
+                continue;
+            }
+            let mut news = Map::new();
+            news.insert("type".into(), json!("news"));
+            for key in ["time_frame", "source"] {
+                if let Some(v) = item.get(key) {
+                    news.insert(key.into(), v.clone());
+                }
+            }
+            news.insert("title".into(), title.clone());
+            news.insert("url".into(), json!(url));
+            out.push(Value::Object(news));
+        }
+    }
+    Ok(pretty(&Value::Array(out)))
+}
+
+pub async fn web_fetch(call: &WebCall<'_>) -> Result<String, ToolFailure> {
+    let url = call.str_arg("url")?;
+    let entry = call.entry("web_fetch");
+    if let Some(refusal) = validate_public_http_url(&url, &entry.guard(), "fetch").await {
+        return Ok(refusal);
+    }
+    let mut body = json!({"url": url, "format": "HTML"});
+    for (key, field) in [
+        ("fetch_time", "fetch_time"),
+        ("timeout", "timeout"),
+        ("navigation_timeout", "navi_timeout"),
+    ] {
+        let v = entry.int_or(key, -1);
+        if v > 0 {
+            body[field] = json!(v);
+        }
+    }
+    let reader = entry
+        .str("reader_url")
+        .unwrap_or_else(|| READER_BASE.into());
+    let reply = match post(
+        call,
+        reader.trim_end_matches('/'),
+        body,
+        deadline(call, "web_fetch"),
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => return Ok(format!("Error: fetch API failed: {e}")),
+    };
+    if reply.status.as_u16() != 200 {
+        return Ok(format!(
+            "Error: fetch API returned status {}: {}",
+            reply.status.as_u16(),
+            reply.body
+        ));
+    }
+    if reply.body.trim().is_empty() {
+        return Ok("Error: no result found".into());
+    }
+    let html = match reply.json() {
+        Some(j) => ["reader_result", "content"]
+            .iter()
+            .find_map(|k| j.get(*k).and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_else(|| reply.body.clone()),
+        None => reply.body.clone(),
+    };
+    Ok(markdown_of_async(html, Some(url)).await)
+}

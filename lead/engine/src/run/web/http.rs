@@ -1,0 +1,256 @@
+//! HTTP for the web tools, on reqwest (rustls): calls to a backend's API (its configured
+//! base URL, trusted like the rest of config.yaml) and the guarded fetch of a page a model
+//! named. Every request has a deadline and every body a size cap; the guarded fetch
+//! checks each hop with the address guard, pins the connection to the addresses checked,
+//! follows at most [`MAX_REDIRECTS`] redirects itself and never uses a proxy.
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, CONTENT_TYPE, LOCATION};
+use reqwest::{Client, RequestBuilder, StatusCode, Url};
+
+use super::guard::{parse_http_url, GuardPolicy, Refusal, Target};
+
+/// Redirects the guarded fetch follows.
+pub const MAX_REDIRECTS: usize = 5;
+/// The largest body read from a backend's API.
+pub const MAX_API_BODY: usize = 8 * 1024 * 1024;
+/// The largest page body the guarded fetch reads (more is cut off).
+pub const MAX_PAGE_BODY: usize = 5 * 1024 * 1024;
+/// The guarded fetch's answer to a sixth redirect.
+pub const TOO_MANY_REDIRECTS: &str = "Error: Too many redirects (more than {max})";
+/// A redirect without a usable `Location`.
+pub const BAD_REDIRECT: &str = "Error: Redirect without a valid Location header";
+
+/// What went wrong on the way; `Display` is what the model reads after the backend's prefix.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("request timed out after {0}s")]
+    Timeout(String),
+    #[error("response body exceeds {0} bytes")]
+    TooLarge(usize),
+    #[error("{0}")]
+    Request(String),
+}
+
+impl HttpError {
+    fn from_reqwest(e: reqwest::Error, deadline: Duration) -> HttpError {
+        if e.is_timeout() {
+            return HttpError::Timeout(secs(deadline));
+        }
+        // reqwest's own text is "error sending request"; the cause says what happened.
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(cause) = source {
+            text = format!("{text}: {cause}");
+            source = cause.source();
+        }
+        HttpError::Request(text)
+    }
+}
+
+/// Seconds as Python prints a float or an int (`30` for 30 s, `2.5` for 2.5 s).
+pub fn secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{}", s as u64)
+    } else {
+        format!("{s}")
+    }
+}
+
+/// One reply of a backend's API.
+#[derive(Debug)]
+pub struct ApiResponse {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl ApiResponse {
+    pub fn json(&self) -> Option<serde_json::Value> {
+        serde_json::from_str(&self.body).ok()
+    }
+
+    pub fn content_type(&self) -> String {
+        self.headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    }
+}
+
+/// The client backends' API calls share.
+#[derive(Clone, Debug)]
+pub struct ApiClient {
+    client: Client,
+}
+
+impl ApiClient {
+    pub fn new() -> ApiClient {
+        // Invariant: building fails only when the TLS backend cannot start; the lead's
+        // model client and gateway build the same rustls stack at start-up, so a process
+        // that got here has one (the default client would panic otherwise).
+        let client = Client::builder()
+            .redirect(reqwest::redirect::Policy::limited(MAX_REDIRECTS))
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .unwrap_or_default();
+        ApiClient { client }
+    }
+
+    pub fn get(&self, url: &str) -> RequestBuilder {
+        self.client.get(url)
+    }
+
+    pub fn post(&self, url: &str) -> RequestBuilder {
+        self.client.post(url)
+    }
+
+    /// Sends `request` with `deadline` and reads at most [`MAX_API_BODY`] bytes of the reply.
+    pub async fn send(
+        &self,
+        request: RequestBuilder,
+        deadline: Duration,
+    ) -> Result<ApiResponse, HttpError> {
+        let work = async {
+            let response = request
+                .timeout(deadline)
+                .send()
+                .await
+                .map_err(|e| HttpError::from_reqwest(e, deadline))?;
+            let status = response.status();
+            let headers = response.headers().clone();
+            let (bytes, cut) = read_capped(response, MAX_API_BODY, deadline).await?;
+            if cut {
+                return Err(HttpError::TooLarge(MAX_API_BODY));
+            }
+            Ok(ApiResponse {
+                status,
+                headers,
+                body: String::from_utf8_lossy(&bytes).into_owned(),
+            })
+        };
+        tokio::time::timeout(deadline, work)
+            .await
+            .unwrap_or_else(|_| Err(HttpError::Timeout(secs(deadline))))
+    }
+}
+
+impl Default for ApiClient {
+    fn default() -> Self {
+        ApiClient::new()
+    }
+}
+
+/// Reads at most `cap` bytes of the body; `true` when there was more.
+async fn read_capped(
+    mut response: reqwest::Response,
+    cap: usize,
+    deadline: Duration,
+) -> Result<(Vec<u8>, bool), HttpError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| HttpError::from_reqwest(e, deadline))?
+    {
+        let room = cap.saturating_sub(body.len());
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok((body, true));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, false))
+}
+
+/// A page the guarded fetch got.
+#[derive(Debug)]
+pub struct Page {
+    /// Where it was in the end (after redirects).
+    pub url: Url,
+    pub status: StatusCode,
+    pub content_type: String,
+    pub body: String,
+}
+
+/// Why the guarded fetch got no page.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("{0}")]
+    Refused(#[from] Refusal),
+    #[error("{}", TOO_MANY_REDIRECTS.replace("{max}", &MAX_REDIRECTS.to_string()))]
+    TooManyRedirects,
+    #[error("{BAD_REDIRECT}")]
+    BadRedirect,
+    #[error("Error: Request failed: {0}")]
+    Http(#[from] HttpError),
+}
+
+/// Fetches `raw_url` for the model: every hop checked by `guard`, connected only to the
+/// addresses checked, at most [`MAX_REDIRECTS`] redirects, at most [`MAX_PAGE_BODY`]
+/// bytes, all within `deadline`.
+pub async fn fetch_page(
+    raw_url: &str,
+    guard: &GuardPolicy,
+    deadline: Duration,
+    user_agent: &str,
+) -> Result<Page, FetchError> {
+    let work = async {
+        let mut url = parse_http_url(raw_url)?;
+        for _hop in 0..=MAX_REDIRECTS {
+            let target = guard.check(&url, "fetch").await?;
+            let mut builder = Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .no_proxy()
+                .connect_timeout(deadline)
+                .user_agent(user_agent.to_owned());
+            if let Target::Pinned { host, addrs } = &target {
+                builder = builder.resolve_to_addrs(host, addrs);
+            }
+            let client = builder
+                .build()
+                .map_err(|e| HttpError::from_reqwest(e, deadline))?;
+            let response = client
+                .get(url.clone())
+                .header(
+                    reqwest::header::ACCEPT,
+                    "text/html,application/xhtml+xml,*/*;q=0.8",
+                )
+                .timeout(deadline)
+                .send()
+                .await
+                .map_err(|e| HttpError::from_reqwest(e, deadline))?;
+            let status = response.status();
+            if status.is_redirection() {
+                let next = response
+                    .headers()
+                    .get(LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|loc| url.join(loc).ok())
+                    .ok_or(FetchError::BadRedirect)?;
+                url = parse_http_url(next.as_str())?;
+                continue;
+            }
+            let content_type = response
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            let (bytes, _cut) = read_capped(response, MAX_PAGE_BODY, deadline).await?;
+            return Ok(Page {
+                url,
+                status,
+                content_type,
+                body: String::from_utf8_lossy(&bytes).into_owned(),
+            });
+        }
+        Err(FetchError::TooManyRedirects)
+    };
+    tokio::time::timeout(deadline, work)
+        .await
+        .unwrap_or_else(|_| Err(HttpError::Timeout(secs(deadline)).into()))
+}
