@@ -715,30 +715,46 @@ fn manager_error(e: crate::run_manager::prepare::PrepareError) -> HttpResponse {
     }
 }
 
-/// `GET /api/runs/{id}`: the run's view.
-async fn get_run(
-    state: web::Data<State>,
-    req: actix_web::HttpRequest,
-    id: web::Path<String>,
-) -> HttpResponse {
-    let run_id = id.into_inner();
-    if let Err(response) = visible(&state, &req, &run_id).await {
-        return response;
+/// The `{id}` of a run route whose principal may see that run: extracting it answers
+/// the request with [`visible`]'s refusal otherwise, before any body is read.
+struct VisibleRun(String);
+
+impl actix_web::FromRequest for VisibleRun {
+    type Error = actix_web::Error;
+    type Future = futures::future::LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &actix_web::HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            let refused = |response| {
+                actix_web::Error::from(actix_web::error::InternalError::from_response(
+                    "run not visible",
+                    response,
+                ))
+            };
+            let (Some(state), Some(run_id)) = (
+                req.app_data::<web::Data<State>>().cloned(),
+                req.match_info().get("id").map(str::to_owned),
+            ) else {
+                return Err(refused(error(
+                    actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    "a run route without its run",
+                )));
+            };
+            visible(&state, &req, &run_id).await.map_err(refused)?;
+            Ok(VisibleRun(run_id))
+        })
     }
+}
+
+/// `GET /api/runs/{id}`: the run's view.
+async fn get_run(state: web::Data<State>, VisibleRun(run_id): VisibleRun) -> HttpResponse {
     view_of(&state, run_id).await
 }
 
 /// `GET /api/runs/{id}/messages`: the run's messages (its last checkpoint), tool-call
 /// arguments that hold secrets redacted and texts cut at 16 KiB.
-async fn run_messages(
-    state: web::Data<State>,
-    req: actix_web::HttpRequest,
-    id: web::Path<String>,
-) -> HttpResponse {
-    let run_id = id.into_inner();
-    if let Err(response) = visible(&state, &req, &run_id).await {
-        return response;
-    }
+async fn run_messages(state: web::Data<State>, VisibleRun(run_id): VisibleRun) -> HttpResponse {
     match state.runs.manager.send(manager::RunMessages(run_id)).await {
         Ok(Ok(messages)) => {
             HttpResponse::Ok().json(json!({"messages": secrets::shown_messages(&messages)}))
@@ -756,16 +772,8 @@ async fn run_messages(
 
 /// `GET /api/runs/{id}/catalog`: the tools the run sees, by source, deferred or not, and
 /// the catalog's hash; 404 when the lead no longer holds the run (after a restart).
-async fn run_catalog(
-    state: web::Data<State>,
-    req: actix_web::HttpRequest,
-    id: web::Path<String>,
-) -> HttpResponse {
+async fn run_catalog(state: web::Data<State>, VisibleRun(run_id): VisibleRun) -> HttpResponse {
     use actix_web::http::StatusCode;
-    let run_id = id.into_inner();
-    if let Err(response) = visible(&state, &req, &run_id).await {
-        return response;
-    }
     match state
         .runs
         .manager
@@ -790,15 +798,10 @@ const MAX_ARTIFACT_BYTES: u64 = 64 << 20;
 /// outputs, or another user's run.
 async fn download_artifact(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
-    id: web::Path<String>,
+    VisibleRun(run_id): VisibleRun,
     query: web::Query<std::collections::HashMap<String, String>>,
 ) -> HttpResponse {
     use actix_web::http::StatusCode;
-    let run_id = id.into_inner();
-    if let Err(response) = visible(&state, &req, &run_id).await {
-        return response;
-    }
     let Some(path) = query.get("path").cloned() else {
         return error(
             StatusCode::BAD_REQUEST,
@@ -930,14 +933,10 @@ async fn list_runs(
 /// and drives it again.
 async fn answer_run(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
-    id: web::Path<String>,
+    VisibleRun(run_id): VisibleRun,
     payload: web::Payload,
 ) -> HttpResponse {
     use actix_web::http::StatusCode;
-    if let Err(response) = visible(&state, &req, &id).await {
-        return response;
-    }
     let body = match guard::read_body(payload, MAX_ANSWER_BODY).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -952,7 +951,7 @@ async fn answer_run(
         );
     };
     let resume = manager::ResumeRun {
-        run_id: id.into_inner(),
+        run_id,
         answer: Some(answer),
         playbook: None,
     };
@@ -974,16 +973,8 @@ async fn answer_run(
 /// `POST /api/runs/{id}/cancel`: cancels a running run (or one waiting for an answer);
 /// 202 with `{"run_id", "status": "error", "cancelled": true}`, 404 for an unknown run,
 /// 409 for one that has ended.
-async fn cancel_run(
-    state: web::Data<State>,
-    req: actix_web::HttpRequest,
-    id: web::Path<String>,
-) -> HttpResponse {
+async fn cancel_run(state: web::Data<State>, VisibleRun(run_id): VisibleRun) -> HttpResponse {
     use actix_web::http::StatusCode;
-    let run_id = id.into_inner();
-    if let Err(response) = visible(&state, &req, &run_id).await {
-        return response;
-    }
     match state
         .runs
         .manager
@@ -1011,15 +1002,7 @@ fn sse(event: &str, data: &str) -> web::Bytes {
 
 /// `GET /api/runs/{id}/events`: the run's events as server-sent events (`event: run`,
 /// the events so far first), then `event: end` with the run's view when its drive stops.
-async fn run_events(
-    state: web::Data<State>,
-    req: actix_web::HttpRequest,
-    id: web::Path<String>,
-) -> HttpResponse {
-    let run_id = id.into_inner();
-    if let Err(response) = visible(&state, &req, &run_id).await {
-        return response;
-    }
+async fn run_events(state: web::Data<State>, VisibleRun(run_id): VisibleRun) -> HttpResponse {
     let log = match state
         .runs
         .manager
