@@ -5,6 +5,8 @@
 //! tool messages are read from the run's last checkpoint.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod model_support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
@@ -12,7 +14,6 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use antler_tests::bin;
 use serde_json::{json, Value};
 
 /// The requests a stand-in got: first line and body.
@@ -115,30 +116,9 @@ turns:
 "#
     );
     std::fs::write(d.join("playbook.yaml"), playbook).unwrap();
-    let out = Command::new(bin("antler"))
-        .arg("--runtime-dir")
-        .arg(d.join("run"))
-        .args(["run", "Research actors", "--json", "--playbook"])
-        .arg(d.join("playbook.yaml"))
-        .arg("--config")
-        .arg(d.join("config.yaml"))
-        .current_dir(d)
-        .env(
-            "ANTLER_EXTENSIONS_CONFIG_PATH",
-            d.join("extensions_config.json"),
-        )
-        .env("ANTLER_SANDBOX_BASE_DIR", d.join("base"))
-        .env("ANTLER_GATEWAY_ADDR", "off")
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let view: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let playbook_path = d.join("playbook.yaml").display().to_string();
+    let (view, _) =
+        model_support::antler_run(d, &["Research actors", "--playbook", &playbook_path]);
     assert_eq!(view["status"], "success", "{view}");
     let tools = tool_messages(&d.join("run/runs.sqlite"), view["run_id"].as_str().unwrap());
     let contents: Vec<&str> = tools
