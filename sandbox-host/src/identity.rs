@@ -7,7 +7,6 @@ use antler_protocol::{
     messages::{Principal, SandboxError},
 };
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 /// A deterministic sandbox id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -16,8 +15,7 @@ pub struct SandboxId(String);
 impl SandboxId {
     /// The id of (user, thread).
     pub fn for_thread(user_id: &str, thread_id: &str) -> Self {
-        let digest = Sha256::digest(format!("{user_id}:{thread_id}").as_bytes());
-        SandboxId(hex::encode(digest)[..16].to_string())
+        SandboxId(antler_protocol::placement::sandbox_id(user_id, thread_id))
     }
 
     /// An id for something that is not bound to a thread (a pre-warmed slot).
@@ -110,6 +108,7 @@ pub fn authorize(auth: &AuthorizationConfig, p: &Principal) -> Result<(), Sandbo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
 
     #[test]
     fn id_is_the_sha256_prefix_of_user_colon_thread() {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::cluster::ClusterSection;
 use super::diagnostics::FieldPath;
 use super::gateway::GatewaySection;
 use crate::tls::TlsFiles;
@@ -34,6 +35,7 @@ pub const ANTLER_KEYS: &[&str] = &[
     "worker_slots",
     "gateway",
     "tls",
+    "cluster",
 ];
 
 /// The keys of `antler.tls`.
@@ -85,6 +87,8 @@ pub struct AntlerSection {
     pub gateway: GatewaySection,
     /// The lead's TLS files for TCP connections (cluster mode).
     pub tls: TlsSection,
+    /// The hosts a lead in cluster mode dials instead of starting them.
+    pub cluster: ClusterSection,
 }
 
 /// `antler.tls`: the cluster CA, the lead's certificate and key (PEM files, as `antler
@@ -176,6 +180,7 @@ impl Default for AntlerSection {
             mcp_pool: McpPoolSection::default(),
             gateway: GatewaySection::default(),
             tls: TlsSection::default(),
+            cluster: ClusterSection::default(),
         }
     }
 }
@@ -275,6 +280,8 @@ impl AntlerSection {
             }
         }
         problems.extend(self.gateway.check(&base));
+        let tls = TlsSection::given(&self.tls.ca);
+        problems.extend(self.cluster.check(&base, tls));
         problems
     }
 }

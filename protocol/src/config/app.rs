@@ -428,6 +428,11 @@ fn unknown_key_warning(doc: &Document<'_>, path: FieldPath) -> ConfigWarning {
         {
             TLS_KEYS.to_vec()
         }
+        [PathSegment::Key(section), PathSegment::Key(sub), _]
+            if section == "antler" && sub == "cluster" =>
+        {
+            super::cluster::CLUSTER_KEYS.to_vec()
+        }
         _ => Vec::new(),
     };
     let message = unknown_key_message(&path, &known);

@@ -6,6 +6,7 @@
 
 mod antler;
 mod app;
+mod cluster;
 mod diagnostics;
 mod document;
 mod env;
@@ -30,6 +31,7 @@ pub use app::{
     ModelConfig, ProviderConfig, SkillEvolutionConfig, ToolConfig, ToolGroupConfig,
     ToolSearchConfig, DEERFLOW_OPAQUE_KEYS, TYPED_KEYS,
 };
+pub use cluster::{is_loopback, ClusterHosts, ClusterSection, CLUSTER_KEYS};
 pub use diagnostics::{
     CheckReport, ConfigError, ConfigKind, ConfigWarning, FieldError, FieldPath, Location,
     PathSegment, WarningKind,
