@@ -1,6 +1,9 @@
-//! The local cluster: the lead's control socket plus the supervised children, all on Unix
-//! sockets in one runtime directory. `antler up` runs one in the foreground; any other
-//! command that needs the hosts attaches to a running one or starts an ephemeral one.
+//! The cluster: the lead's control socket plus its hosts. In local mode (the default) the
+//! hosts are supervised children, all on Unix sockets in one runtime directory. In
+//! cluster mode (`antler.cluster`) the hosts run elsewhere (Kubernetes pods): the lead
+//! dials them over mutual TLS, follows the replicas its names resolve to, and starts no
+//! process. `antler up` runs one in the foreground; any other command that needs the
+//! hosts attaches to a running one or starts an ephemeral one.
 
 use std::{
     path::{Path, PathBuf},
@@ -48,6 +51,11 @@ pub struct ClusterSpec {
     /// The lead's TLS files (`antler.tls`), for its TCP connections; the local cluster's
     /// Unix sockets carry no TLS.
     pub tls: Option<TlsFiles>,
+    /// Cluster mode: the hosts to dial instead of starting them.
+    pub cluster: Option<antler_protocol::config::ClusterHosts>,
+    /// The cluster token (`antler.cluster_token`, else `ANTLER_CLUSTER_TOKEN`); cluster
+    /// mode needs it, since the hosts were given it by their orchestrator.
+    pub cluster_token: Option<String>,
 }
 
 /// Why a cluster could not start or be reached.
@@ -77,6 +85,13 @@ pub enum ClusterError {
     Gateway(#[from] crate::gateway::GatewayError),
     #[error("antler.tls: {0}")]
     Tls(#[from] antler_protocol::tls::TlsError),
+    #[error(
+        "cluster mode needs the hosts' cluster token: set antler.cluster_token or {}",
+        antler_protocol::runtime_dir::TOKEN_ENV
+    )]
+    NoClusterToken,
+    #[error("in cluster mode the orchestrator starts the workers (for Kubernetes: kubectl scale deployment/antler-subagent --replicas=N); the lead finds them through antler.cluster.workers")]
+    ScaledElsewhere,
 }
 
 /// The lock file in the runtime directory a running lead holds (`flock`, exclusive).
@@ -137,11 +152,16 @@ pub struct ChildPlan {
     /// SIGTERM to SIGKILL when a child is stopped.
     pub drain_grace: Duration,
     pub extensions: PathBuf,
+    /// Cluster mode: this lead starts no process.
+    pub cluster_mode: bool,
 }
 
 impl ChildPlan {
     /// The spec of child `index` of `role`.
     pub fn child(&self, role: Role, index: u32) -> Result<ChildSpec, ClusterError> {
+        if self.cluster_mode {
+            return Err(ClusterError::ScaledElsewhere);
+        }
         let binary = self.bin_dir.join(binary_for(role));
         if !binary.exists() {
             return Err(ClusterError::MissingBinary(binary));
@@ -170,6 +190,7 @@ impl ChildPlan {
             log: self.runtime.log(role, index),
             token_file: self.runtime.token_path(),
             survives_lead: role == Role::Subagent,
+            remote: None,
             args,
         })
     }
@@ -183,6 +204,8 @@ pub struct RunningCluster {
     drain_grace: Duration,
     /// The HTTP gateway, when it could listen.
     gateway: Option<crate::gateway::Gateway>,
+    /// Cluster mode's replica discovery, running as long as the cluster.
+    _discovery: Option<Addr<crate::discovery::Discovery>>,
     /// The runtime directory's lock, held until the cluster has stopped.
     _lock: std::fs::File,
 }
@@ -217,8 +240,6 @@ impl RunningCluster {
                 return Err(ClusterError::AlreadyRunning(runtime.root().to_path_buf()));
             }
         }
-        let mut roles = vec![(Role::McpHost, 0), (Role::SandboxHost, 0)];
-        roles.extend((0..spec.workers).map(|i| (Role::Subagent, i)));
         let extensions = crate::gateway::extensions_path();
         let plan = ChildPlan {
             runtime: runtime.clone(),
@@ -227,20 +248,41 @@ impl RunningCluster {
             worker_slots: spec.worker_slots,
             drain_grace: spec.drain_grace,
             extensions: extensions.clone(),
+            cluster_mode: spec.cluster.is_some(),
         };
-        let children = roles
-            .into_iter()
-            .map(|(role, index)| plan.child(role, index))
-            .collect::<Result<Vec<_>, _>>()?;
-        // The token of the lead before this one is kept: workers it left running are
-        // adopted, and they know only that token.
-        let token = runtime
-            .read_token()
-            .or_else(|_| runtime.generate_token())
-            .map_err(|source| ClusterError::RuntimeDir {
-                path: runtime.token_path(),
-                source,
-            })?;
+        let children = match &spec.cluster {
+            None => {
+                let mut roles = vec![(Role::McpHost, 0), (Role::SandboxHost, 0)];
+                roles.extend((0..spec.workers).map(|i| (Role::Subagent, i)));
+                roles
+                    .into_iter()
+                    .map(|(role, index)| plan.child(role, index))
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+            // Each sandbox-host replica is named; the others are discovered.
+            Some(hosts) => hosts
+                .sandbox_hosts
+                .iter()
+                .enumerate()
+                .map(|(i, a)| ChildSpec::remote(Role::SandboxHost, i as u32, a.clone()))
+                .collect(),
+        };
+        let token = match (&spec.cluster, &spec.cluster_token) {
+            // The hosts know the token their orchestrator gave them; local commands
+            // (`antler status`) read it from the runtime directory.
+            (Some(_), Some(token)) => {
+                runtime_dir::write_private(&runtime.token_path(), token.as_bytes())
+                    .map(|()| token.clone())
+            }
+            (Some(_), None) => return Err(ClusterError::NoClusterToken),
+            // The token of the lead before this one is kept: workers it left running
+            // are adopted, and they know only that token.
+            (None, _) => runtime.read_token().or_else(|_| runtime.generate_token()),
+        }
+        .map_err(|source| ClusterError::RuntimeDir {
+            path: runtime.token_path(),
+            source,
+        })?;
         let tls = match &spec.tls {
             Some(files) => Some(Arc::new(ClusterTls::load(files, Role::Lead)?)),
             None => None,
@@ -253,6 +295,13 @@ impl RunningCluster {
             spec.restart.clone(),
         )
         .start();
+        let discovery = spec.cluster.as_ref().map(|hosts| {
+            let mut entries: Vec<(Role, Address)> = Vec::new();
+            entries.extend(hosts.mcp_hosts.iter().map(|a| (Role::McpHost, a.clone())));
+            entries.extend(hosts.workers.iter().map(|a| (Role::Subagent, a.clone())));
+            crate::discovery::Discovery::new(supervisor.clone(), entries, hosts.resolve_interval)
+                .start()
+        });
         let dispatcher =
             crate::subagents::dispatcher::SubagentDispatcher::new(supervisor.clone()).start();
         let runs = start_runs(&spec, &supervisor, &dispatcher, extensions.clone())?;
@@ -322,6 +371,7 @@ impl RunningCluster {
             control,
             drain_grace: spec.drain_grace,
             gateway,
+            _discovery: discovery,
             _lock: lock,
         })
     }

@@ -178,11 +178,25 @@ impl Service for LeadService {
                 request,
                 timeout_ms,
             }) => Box::pin(async move {
-                let links = supervisor.send(GetLinks).await.map_err(unavailable)?;
-                let Some((.., link)) = links
-                    .into_iter()
-                    .find(|(r, i, ..)| *r == role && *i == index)
-                else {
+                // A request pinned to a thread goes to the replica holding the thread,
+                // whatever index the caller named (it cannot know the replica set).
+                let link = match antler_protocol::placement::route(&request) {
+                    antler_protocol::placement::Route::Pinned(key) => {
+                        let replicas = crate::run_manager::hosts::replicas(&supervisor, role)
+                            .await
+                            .map_err(|e| RemoteError::Failed(e.message))?;
+                        crate::run_manager::hosts::pinned(&replicas, &key)
+                            .map(|(_, link)| link.clone())
+                    }
+                    _ => {
+                        let links = supervisor.send(GetLinks).await.map_err(unavailable)?;
+                        links
+                            .into_iter()
+                            .find(|(r, i, ..)| *r == role && *i == index)
+                            .map(|(.., link)| link)
+                    }
+                };
+                let Some(link) = link else {
                     return Err(RemoteError::Failed(format!(
                         "no {role} with index {index} in this cluster"
                     )));

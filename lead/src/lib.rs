@@ -10,6 +10,7 @@ pub mod cli;
 pub mod cluster;
 pub mod commands;
 pub mod control;
+pub mod discovery;
 pub mod gateway;
 pub mod run_manager;
 pub mod subagents;

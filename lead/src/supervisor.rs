@@ -4,6 +4,9 @@
 //! failed with the reason. Children die with the lead (PDEATHSIG) and are reaped here.
 //! Children can be added while the cluster runs (`AddChildren`) and removed
 //! (`RemoveChild`: SIGTERM, SIGKILL after the grace, then forgotten, never restarted).
+//! In cluster mode the children are remote: processes on other machines that something
+//! else (Kubernetes) starts and restarts. The supervisor only dials them ([`ChildSpec::remote`]):
+//! their state is their link's, and removing one closes its link.
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -36,6 +39,32 @@ pub struct ChildSpec {
     /// The process outlives a killed lead, and the next lead adopts it (subagent
     /// workers: their tasks finish and their results wait to be collected).
     pub survives_lead: bool,
+    /// A process this lead does not start: it only dials this address.
+    pub remote: Option<Address>,
+}
+
+impl ChildSpec {
+    /// A child on another machine (cluster mode), reached at `address`.
+    pub fn remote(role: Role, index: u32, address: Address) -> ChildSpec {
+        ChildSpec {
+            role,
+            index,
+            binary: PathBuf::new(),
+            socket: PathBuf::new(),
+            log: PathBuf::new(),
+            token_file: PathBuf::new(),
+            args: Vec::new(),
+            survives_lead: false,
+            remote: Some(address),
+        }
+    }
+
+    /// Where the child listens.
+    pub fn address(&self) -> Address {
+        self.remote
+            .clone()
+            .unwrap_or_else(|| Address::Unix(self.socket.clone()))
+    }
 }
 
 /// Restart policy of the supervisor.
@@ -148,9 +177,16 @@ impl Supervisor {
         {
             return;
         }
-        let Some(child) = self.children.get(&key) else {
+        let Some(child) = self.children.get_mut(&key) else {
             return;
         };
+        if child.spec.remote.is_some() {
+            child.generation += 1;
+            child.started_at = Some(Instant::now());
+            child.phase = Phase::Running;
+            child.link.do_send(RedialNow);
+            return;
+        }
         if !child.spec.survives_lead || !child.spec.socket.exists() || child.restarts > 0 {
             self.start_fresh(key, ctx);
             return;
@@ -336,12 +372,22 @@ impl Supervisor {
                         return;
                     }
                     let reachable = snap.is_ok_and(|s| s.connected);
+                    let remote = child.spec.remote.is_some();
                     if reachable {
                         child.unreachable_since = None;
+                        if remote {
+                            child.reason = None;
+                        }
                         return;
                     }
                     let now = Instant::now();
                     let since = *child.unreachable_since.get_or_insert(now);
+                    if remote {
+                        // Not this lead's to restart: it says how long it has been away.
+                        let away = now.duration_since(since).as_millis();
+                        child.reason = Some(format!("unreachable for {away} ms"));
+                        return;
+                    }
                     if now.duration_since(since) >= hung_after {
                         if let Some(pid) = child.pid {
                             tracing::warn!(role = %key.0, index = key.1, pid, "child unreachable for {:?}; killing it to restart", now.duration_since(since));
@@ -422,13 +468,9 @@ fn process_exists(pid: u32) -> bool {
 
 /// A child not started yet, with its link.
 fn new_child(spec: ChildSpec, identity: &Identity, config: &ConnectionConfig) -> Child {
-    let link = HostLink::new(
-        Address::Unix(spec.socket.clone()),
-        identity.clone(),
-        config.clone(),
-    )
-    .expecting(spec.role)
-    .start();
+    let link = HostLink::new(spec.address(), identity.clone(), config.clone())
+        .expecting(spec.role)
+        .start();
     Child {
         spec,
         pid: None,
@@ -554,7 +596,7 @@ impl Handler<GetStatus> for Supervisor {
                             role: k.0,
                             index: k.1,
                             pid: c.pid,
-                            address: format!("unix:{}", c.spec.socket.display()),
+                            address: c.spec.address().to_string(),
                             healthy: c.phase == Phase::Running
                                 && connected
                                 && heard.is_some_and(|h| h < dead_after),
@@ -588,14 +630,7 @@ impl Handler<GetLinks> for Supervisor {
         MessageResult(
             self.children
                 .iter()
-                .map(|(k, c)| {
-                    (
-                        k.0,
-                        k.1,
-                        format!("unix:{}", c.spec.socket.display()),
-                        c.link.clone(),
-                    )
-                })
+                .map(|(k, c)| (k.0, k.1, c.spec.address().to_string(), c.link.clone()))
                 .collect(),
         )
     }

@@ -41,7 +41,10 @@ impl Actor for TaskGraph {
                 event,
             })
         });
-        let hosts: Arc<dyn antler_engine::run::hosts::ToolHosts> = self.hosts.clone();
+        let hosts: Arc<dyn antler_engine::run::hosts::ToolHosts> = Arc::new(
+            self.hosts
+                .for_task(spec.sandbox_host.as_deref(), spec.mcp_host.as_deref()),
+        );
         let cancel = Arc::clone(&self.cancel);
         async move { run_task(&spec, hosts, cancel, events).await }
             .into_actor(self)

@@ -63,6 +63,7 @@ impl Pool {
                 token_file: runtime.token_path(),
                 args: vec!["--capacity".into(), slots.to_string()],
                 survives_lead: false,
+                remote: None,
             })
             .collect();
         let identity = Identity::new(Role::Lead, "bench", Some(token));
@@ -153,6 +154,8 @@ impl Pool {
             tool_timeout_s: 60,
             token_budget: None,
             web_tools: Default::default(),
+            sandbox_host: None,
+            mcp_host: None,
         };
         let reserved = self
             .dispatcher

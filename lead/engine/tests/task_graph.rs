@@ -171,6 +171,8 @@ fn spec(dir: &tempfile::TempDir, turns: Vec<ScriptedTurn>) -> TaskSpec {
         tool_timeout_s: 5,
         token_budget: None,
         web_tools: Default::default(),
+        sandbox_host: None,
+        mcp_host: None,
     }
 }
 

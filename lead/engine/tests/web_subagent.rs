@@ -102,6 +102,8 @@ async fn a_subagent_task_runs_web_search_on_its_worker() {
         tool_timeout_s: 10,
         token_budget: None,
         web_tools,
+        sandbox_host: None,
+        mcp_host: None,
     };
     let run = drive_task(
         &spec,

@@ -91,6 +91,12 @@ pub fn cluster_spec(
         drain_grace: antler.drain_grace(),
         gateway: antler.gateway.clone(),
         tls,
+        cluster: antler.cluster.hosts(),
+        cluster_token: antler
+            .cluster_token()
+            .map(str::to_owned)
+            .or_else(|| std::env::var(antler_protocol::runtime_dir::TOKEN_ENV).ok())
+            .filter(|t| !t.trim().is_empty()),
     })
 }
 

@@ -1,28 +1,112 @@
 //! [`LinkHosts`]: how runs in the lead reach sandbox-host and mcp-host: the request goes
-//! through the supervisor's link to the host (one link per child, reconnecting on its
-//! own), with the caller's deadline; a host that is down fails the call at once with a
-//! [`HostError`], which the run turns into an error tool message.
+//! through the supervisor's link to a replica of the host (one link per replica,
+//! reconnecting on its own), with the caller's deadline. Which replica follows the
+//! request's [`Route`]: a thread's sandbox and pooled stdio sessions stay on the replica
+//! its sandbox id hashes to (rendezvous over the replicas' addresses), other calls go to
+//! a connected replica in turn, and lease renewals go to all of them. A local cluster has
+//! one replica of each. A host that is down fails the call at once with a [`HostError`],
+//! which the run turns into an error tool message.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Addr;
-use antler_protocol::{envelope::TraceContext, link::Call as LinkCall, messages::Reply};
+use antler_protocol::{
+    envelope::TraceContext,
+    link::{Call as LinkCall, HostLink, Snapshot},
+    messages::{Reply, SandboxReply},
+    placement::{self, Route},
+};
 use antler_protocol::{messages::Request, Role};
 use futures::future::BoxFuture;
 
 use crate::run::hosts::{HostError, ToolHosts};
 use crate::supervisor::{GetLinks, Supervisor};
 
+/// One replica: its address (its identity for hashing) and its link.
+pub type Replica = (String, Addr<HostLink>);
+
 /// Tool hosts reached through the lead's own links.
 #[derive(Clone)]
 pub struct LinkHosts {
     supervisor: Addr<Supervisor>,
+    /// Where the next spread call starts looking.
+    turn: Arc<AtomicUsize>,
 }
 
 impl LinkHosts {
     pub fn new(supervisor: Addr<Supervisor>) -> LinkHosts {
-        LinkHosts { supervisor }
+        LinkHosts {
+            supervisor,
+            turn: Arc::default(),
+        }
     }
+
+    /// The replicas of `role`, by index.
+    pub async fn replicas(&self, role: Role) -> Result<Vec<Replica>, HostError> {
+        replicas(&self.supervisor, role).await
+    }
+}
+
+/// The replicas of `role` the supervisor links to, by index.
+pub async fn replicas(
+    supervisor: &Addr<Supervisor>,
+    role: Role,
+) -> Result<Vec<Replica>, HostError> {
+    let mut links = supervisor
+        .send(GetLinks)
+        .await
+        .map_err(|e| HostError::unavailable(format!("the lead's supervisor is gone: {e}")))?;
+    links.retain(|(r, ..)| *r == role);
+    links.sort_by_key(|(_, i, ..)| *i);
+    Ok(links.into_iter().map(|(_, _, a, l)| (a, l)).collect())
+}
+
+/// The replica a key (a sandbox id) is pinned to.
+pub fn pinned<'a>(replicas: &'a [Replica], key: &str) -> Option<&'a Replica> {
+    placement::rendezvous(key, replicas.iter().map(|(a, _)| a.as_str())).map(|i| &replicas[i])
+}
+
+async fn call(
+    role: Role,
+    link: &Addr<HostLink>,
+    request: Request,
+    timeout: Duration,
+) -> Result<Reply, HostError> {
+    link.send(LinkCall {
+        request,
+        trace: TraceContext::new_root(),
+        timeout,
+    })
+    .await
+    .map_err(|e| HostError::unavailable(format!("{role:?} unreachable: {e}")))?
+    .map_err(|e| HostError::from_rpc(role, e))
+}
+
+/// The replies of every replica as one: renewals add up; otherwise the first success,
+/// else the first error.
+fn combine(replies: Vec<Result<Reply, HostError>>) -> Result<Reply, HostError> {
+    let mut renewed = Some(0u32);
+    for r in &replies {
+        renewed = match (renewed, r) {
+            (Some(n), Ok(Reply::Sandbox(SandboxReply::Renewed(k)))) => Some(n + k),
+            _ => None,
+        };
+    }
+    if let (Some(n), false) = (renewed, replies.is_empty()) {
+        return Ok(Reply::Sandbox(SandboxReply::Renewed(n)));
+    }
+    let mut first_error = None;
+    for r in replies {
+        match r {
+            Ok(reply) => return Ok(reply),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_error.unwrap_or_else(|| HostError::failed("no replica answered")))
 }
 
 impl ToolHosts for LinkHosts {
@@ -33,21 +117,67 @@ impl ToolHosts for LinkHosts {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Reply, HostError>> {
         Box::pin(async move {
-            let links = self.supervisor.send(GetLinks).await.map_err(|e| {
-                HostError::unavailable(format!("the lead's supervisor is gone: {e}"))
-            })?;
-            let Some((.., link)) = links.into_iter().find(|(r, i, ..)| *r == role && *i == 0)
-            else {
+            let replicas = self.replicas(role).await?;
+            if replicas.is_empty() {
                 return Err(HostError::failed(format!("no {role} in this cluster")));
-            };
-            link.send(LinkCall {
-                request,
-                trace: TraceContext::new_root(),
-                timeout,
-            })
-            .await
-            .map_err(|e| HostError::unavailable(format!("{role:?} unreachable: {e}")))?
-            .map_err(|e| HostError::from_rpc(role, e))
+            }
+            match placement::route(&request) {
+                Route::Pinned(key) => {
+                    let Some((_, link)) = pinned(&replicas, &key) else {
+                        return Err(HostError::failed(format!("no {role} in this cluster")));
+                    };
+                    call(role, link, request, timeout).await
+                }
+                Route::Every => {
+                    let calls = replicas
+                        .iter()
+                        .map(|(_, link)| call(role, link, request.clone(), timeout));
+                    combine(futures::future::join_all(calls).await)
+                }
+                Route::Spread => {
+                    let start = self.turn.fetch_add(1, Ordering::Relaxed);
+                    let n = replicas.len();
+                    let mut chosen = &replicas[start % n].1;
+                    if n > 1 {
+                        for k in 0..n {
+                            let link = &replicas[(start + k) % n].1;
+                            if link.send(Snapshot).await.is_ok_and(|s| s.connected) {
+                                chosen = link;
+                                break;
+                            }
+                        }
+                    }
+                    call(role, chosen, request, timeout).await
+                }
+            }
         })
+    }
+
+    fn pinned_address(&self, role: Role, key: &str) -> BoxFuture<'_, Option<String>> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            let replicas = self.replicas(role).await.ok()?;
+            pinned(&replicas, &key).map(|(address, _)| address.clone())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewals_add_up_and_a_success_wins_over_errors() {
+        let renewed = |n| Ok(Reply::Sandbox(SandboxReply::Renewed(n)));
+        assert_eq!(
+            combine(vec![renewed(2), renewed(3)]),
+            Ok(Reply::Sandbox(SandboxReply::Renewed(5)))
+        );
+        let down = Err(HostError::unavailable("down"));
+        assert_eq!(
+            combine(vec![down.clone(), renewed(1)]),
+            Ok(Reply::Sandbox(SandboxReply::Renewed(1)))
+        );
+        assert_eq!(combine(vec![down.clone()]), down);
     }
 }

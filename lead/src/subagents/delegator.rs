@@ -26,6 +26,7 @@ use antler_engine::run::task::{TaskEvent, TaskResult};
 use antler_engine::run::web::WireWebTools;
 use antler_protocol::config::{AppConfig, TokenBudgetConfig};
 use antler_protocol::messages::{Reply, Request, TaskAssignment, WorkerReply, WorkerRequest};
+use antler_protocol::Role;
 use antler_protocol::{Connection, RemoteError, RpcError, TraceContext};
 use futures::future::BoxFuture;
 
@@ -130,6 +131,7 @@ impl LeadDelegator {
             skill_evolution: self.app.skill_evolution.enabled,
             skill_index: antler_engine::catalog::assembly::skills_deferred_discovery(&self.app),
         });
+        let key = antler_protocol::placement::sandbox_id(&call.user_id, &call.thread_id);
         Ok(TaskSpec {
             run_id: call.run_id.clone(),
             tool_call_id: call.tool_call_id.clone(),
@@ -147,6 +149,8 @@ impl LeadDelegator {
             tool_timeout_s: self.tool_timeout.as_secs().max(1),
             token_budget: budget(ty.token_budget.as_ref()),
             web_tools: WireWebTools::of(&self.app.tools),
+            sandbox_host: self.env.hosts.pinned_address(Role::SandboxHost, &key).await,
+            mcp_host: self.env.hosts.pinned_address(Role::McpHost, &key).await,
         })
     }
 

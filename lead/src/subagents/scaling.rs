@@ -88,6 +88,9 @@ impl WorkerScaling {
 
     /// Changes the number of workers to `workers`; the workers after the change.
     pub async fn set(&self, workers: u32) -> Result<Vec<ProcessStatus>, ScaleError> {
+        if self.plan.cluster_mode {
+            return Err(ClusterError::ScaledElsewhere.into());
+        }
         let max = MAX_WORKERS as u32;
         if !(1..=max).contains(&workers) {
             return Err(ScaleError::OutOfRange { got: workers, max });

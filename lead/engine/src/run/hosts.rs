@@ -75,6 +75,12 @@ pub trait ToolHosts: Send + Sync {
         request: Request,
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Reply, HostError>>;
+
+    /// The address of the replica of `role` that `key` (a sandbox id) is pinned to, so a
+    /// subagent task of the thread uses the same one (`None`: whichever the worker has).
+    fn pinned_address(&self, _role: Role, _key: &str) -> BoxFuture<'_, Option<String>> {
+        Box::pin(async { None })
+    }
 }
 
 /// Hosts reached through a connection to the lead.

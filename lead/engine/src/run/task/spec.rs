@@ -49,6 +49,12 @@ pub struct TaskSpec {
     /// The config's web tool entries, so the subagent's web tools run on the worker.
     #[serde(default)]
     pub web_tools: WireWebTools,
+    /// The sandbox-host replica holding the thread's sandbox (`None`: the worker's own).
+    #[serde(default)]
+    pub sandbox_host: Option<String>,
+    /// The mcp-host replica holding the thread's pooled sessions (`None`: the worker's own).
+    #[serde(default)]
+    pub mcp_host: Option<String>,
 }
 
 /// A catalog's tools and deferral setting, and the hash it must have.
