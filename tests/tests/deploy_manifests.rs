@@ -1,0 +1,838 @@
+//! `deploy/`, the Kubernetes manifests, checked offline as a user applying them would meet
+//! them: each overlay builds with `kubectl kustomize` and passes `kubernetes-validate`
+//! (strict, against the bundled schemas of Kubernetes 1.30, the oldest version the
+//! manifests need), and the built output holds what the issue promises: every kind, a
+//! sandbox-host replica per `sandbox_hosts` entry, requests, limits and probes on the ports
+//! the processes listen on, only flags the binaries have, NetworkPolicies under which only
+//! the lead and workers reach the hosts and sandbox-host reaches nothing, no key material
+//! unless given, images pinned by tag. A Secret made from `antler cluster init` gives every
+//! pod the keys it names; a broken manifest is rejected, so the validator is live.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use antler_tests::bin;
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The Kubernetes version the output is validated against: the first whose schema has
+/// `securityContext.appArmorProfile`, which sandbox-host sets.
+const KUBERNETES_VERSION: &str = "1.30.0";
+const OVERLAYS: &[&str] = &["small", "large"];
+/// The files of `antler cluster init` that go into the Secret (all but ca.key), and the
+/// gateway's operator token added beside them.
+const SECRET_FILES: &[&str] = &[
+    "ca.crt",
+    "token",
+    "gateway-token",
+    "lead.crt",
+    "lead.key",
+    "mcp-host.crt",
+    "mcp-host.key",
+    "sandbox-host.crt",
+    "sandbox-host.key",
+    "subagent.crt",
+    "subagent.key",
+];
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .canonicalize()
+        .unwrap()
+}
+
+/// `path` as kustomize accepts it from `from`: relative (it refuses absolute roots).
+fn relative(from: &Path, path: &Path) -> String {
+    let from = from.canonicalize().unwrap();
+    let ups = from.components().count() - 1;
+    let rest = path.strip_prefix("/").unwrap();
+    format!("{}{}", "../".repeat(ups), rest.display())
+}
+
+/// The output of `kubectl kustomize dir`.
+fn kustomize(dir: &Path) -> String {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .expect("kubectl is not installed (the machine image has it at /usr/bin/kubectl)");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {} failed: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Every document of a multi-document YAML stream.
+fn documents(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// Runs kubernetes-validate (strict) on `yaml`: (exit code, output).
+fn kubernetes_validate(yaml: &str) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("manifests.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let out = Command::new("python3")
+        .args([
+            "-m",
+            "kubernetes_validate",
+            "--strict",
+            "-k",
+            KUBERNETES_VERSION,
+        ])
+        .arg(&file)
+        .output()
+        .expect("python3 runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains("No module named kubernetes_validate"),
+        "kubernetes-validate is not installed: pip install -r tests/requirements.txt"
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// Asserts that every resource of `yaml` passed, each against a schema it has.
+fn assert_valid(what: &str, yaml: &str) -> Vec<Value> {
+    let docs = documents(yaml);
+    let (code, text) = kubernetes_validate(yaml);
+    assert_eq!(code, 0, "{what} did not validate:\n{text}");
+    // A kind without a schema is only a WARN with exit 0: count the passes instead.
+    let passed = text
+        .lines()
+        .filter(|l| l.contains(" passed for resource "))
+        .count();
+    assert_eq!(
+        passed,
+        docs.len(),
+        "{what}: not every resource was validated:\n{text}"
+    );
+    docs
+}
+
+/// The built, validated output of an overlay.
+fn overlay(name: &str) -> Vec<Value> {
+    let yaml = kustomize(&deploy_dir().join("overlays").join(name));
+    assert_valid(&format!("overlay {name}"), &yaml)
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in the output"))
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    docs.iter().filter(move |d| d["kind"] == kind)
+}
+
+/// The workloads (Deployments and StatefulSets).
+fn workloads(docs: &[Value]) -> Vec<&Value> {
+    docs.iter()
+        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "StatefulSet")
+        .collect()
+}
+
+fn labels_match(selector: &Value, labels: &Value) -> bool {
+    selector
+        .as_object()
+        .unwrap()
+        .iter()
+        .all(|(k, v)| &labels[k] == v)
+}
+
+/// The pod labels of the workload whose component is `component`.
+fn pod_labels<'a>(docs: &'a [Value], component: &str) -> &'a Value {
+    let w = workloads(docs)
+        .into_iter()
+        .find(|w| {
+            w["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == component
+        })
+        .unwrap_or_else(|| panic!("no workload for {component}"));
+    &w["spec"]["template"]["metadata"]["labels"]
+}
+
+/// config.yaml as the lead reads it, from the ConfigMap.
+fn lead_config(docs: &[Value]) -> Value {
+    let cm = of_kind(docs, "ConfigMap")
+        .find(|c| {
+            c["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("antler-config")
+        })
+        .expect("the antler-config ConfigMap");
+    serde_yaml::from_str(cm["data"]["config.yaml"].as_str().unwrap()).unwrap()
+}
+
+#[test]
+fn every_kind_the_issue_lists_is_built_and_wired() {
+    for name in OVERLAYS {
+        let docs = overlay(name);
+        let lead = find(&docs, "StatefulSet", "antler-lead");
+        assert_eq!(
+            lead["spec"]["replicas"], 1,
+            "{name}: the lead is one replica"
+        );
+        assert_eq!(lead["spec"]["serviceName"], "antler-lead");
+        find(&docs, "Service", "antler-lead");
+        find(&docs, "Deployment", "antler-mcp-host");
+        let sandbox = find(&docs, "StatefulSet", "antler-sandbox-host");
+        assert_eq!(sandbox["spec"]["serviceName"], "antler-sandbox-host");
+        assert!(
+            !sandbox["spec"]["volumeClaimTemplates"]
+                .as_array()
+                .unwrap()
+                .is_empty(),
+            "{name}: each sandbox-host replica gets its own volume"
+        );
+        find(&docs, "Deployment", "antler-subagent");
+        // The lead resolves these names to every replica: they must be headless.
+        for s in ["antler-mcp-host", "antler-sandbox-host", "antler-subagent"] {
+            assert_eq!(
+                find(&docs, "Service", s)["spec"]["clusterIP"],
+                "None",
+                "{name}: {s} is headless"
+            );
+        }
+        let cm = of_kind(&docs, "ConfigMap").next().expect("a ConfigMap");
+        assert!(cm["data"]["config.yaml"].is_string());
+        assert!(cm["data"]["extensions_config.json"].is_string());
+        find(&docs, "Secret", "antler-cluster");
+        assert!(of_kind(&docs, "PodDisruptionBudget").count() >= 3);
+        let hpa = find(&docs, "HorizontalPodAutoscaler", "antler-subagent");
+        assert_eq!(hpa["spec"]["scaleTargetRef"]["kind"], "Deployment");
+        assert_eq!(hpa["spec"]["scaleTargetRef"]["name"], "antler-subagent");
+        assert!(of_kind(&docs, "NetworkPolicy").count() >= 5);
+
+        // Every Service and PodDisruptionBudget selects pods that exist, and a Service's
+        // target port is one its pods declare.
+        for svc in of_kind(&docs, "Service") {
+            let selector = &svc["spec"]["selector"];
+            let pods: Vec<&Value> = workloads(&docs)
+                .into_iter()
+                .filter(|w| labels_match(selector, &w["spec"]["template"]["metadata"]["labels"]))
+                .collect();
+            assert_eq!(
+                pods.len(),
+                1,
+                "{name}: {} selects one workload",
+                svc["metadata"]["name"]
+            );
+            let declared: Vec<&Value> = pods[0]["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|c| c["ports"].as_array().unwrap())
+                .map(|p| &p["name"])
+                .collect();
+            for port in svc["spec"]["ports"].as_array().unwrap() {
+                assert!(
+                    declared.contains(&&port["targetPort"]),
+                    "{name}: {port} is declared"
+                );
+            }
+        }
+        for pdb in of_kind(&docs, "PodDisruptionBudget") {
+            let selector = &pdb["spec"]["selector"]["matchLabels"];
+            assert!(
+                workloads(&docs)
+                    .iter()
+                    .any(|w| labels_match(selector, &w["spec"]["template"]["metadata"]["labels"])),
+                "{name}: {} selects pods",
+                pdb["metadata"]["name"]
+            );
+            assert_ne!(
+                selector["app.kubernetes.io/component"], "lead",
+                "a budget on the one lead would block every node drain"
+            );
+        }
+    }
+}
+
+#[test]
+fn sandbox_host_replicas_match_the_leads_sandbox_hosts() {
+    let mut counts = Vec::new();
+    for name in OVERLAYS {
+        let docs = overlay(name);
+        let replicas = find(&docs, "StatefulSet", "antler-sandbox-host")["spec"]["replicas"]
+            .as_u64()
+            .unwrap();
+        let config = lead_config(&docs);
+        let listed: Vec<&str> = config["antler"]["cluster"]["sandbox_hosts"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: config.yaml has antler.cluster.sandbox_hosts"))
+            .iter()
+            .map(|h| h.as_str().unwrap())
+            .collect();
+        // One entry per replica, each the replica's stable name, none left out.
+        let expected: Vec<String> = (0..replicas)
+            .map(|i| format!("tcp:antler-sandbox-host-{i}.antler-sandbox-host:7103"))
+            .collect();
+        assert_eq!(
+            listed, expected,
+            "{name}: sandbox_hosts names every replica"
+        );
+        assert_eq!(
+            config["antler"]["cluster"]["mcp_hosts"][0],
+            "tcp:antler-mcp-host:7102"
+        );
+        assert_eq!(
+            config["antler"]["cluster"]["workers"][0],
+            "tcp:antler-subagent:7104"
+        );
+        let hpa = find(&docs, "HorizontalPodAutoscaler", "antler-subagent");
+        counts.push((
+            replicas,
+            find(&docs, "Deployment", "antler-mcp-host")["spec"]["replicas"]
+                .as_u64()
+                .unwrap(),
+            hpa["spec"]["minReplicas"].as_u64().unwrap(),
+            hpa["spec"]["maxReplicas"].as_u64().unwrap(),
+        ));
+    }
+    // small: one sandbox-host, one mcp-host, two workers; large: more of each.
+    assert_eq!(
+        (counts[0].0, counts[0].1, counts[0].2),
+        (1, 1, 2),
+        "small overlay"
+    );
+    let (small, large) = (counts[0], counts[1]);
+    assert!(large.0 > small.0 && large.1 > small.1 && large.2 > small.2 && large.3 > small.3);
+}
+
+/// `--flag` names of a binary's help text.
+fn flags_of(help: &str) -> BTreeSet<String> {
+    help.split_whitespace()
+        .filter(|w| w.starts_with("--"))
+        .map(|w| {
+            w.trim_end_matches([',', '.'])
+                .split('=')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn every_container_has_requests_limits_probes_and_real_flags() {
+    for name in OVERLAYS {
+        let docs = overlay(name);
+        for w in workloads(&docs) {
+            let spec = &w["spec"]["template"]["spec"];
+            for c in spec["containers"].as_array().unwrap() {
+                let at = format!("{name}: {}/{}", w["metadata"]["name"], c["name"]);
+                for k in ["requests", "limits"] {
+                    for r in ["cpu", "memory"] {
+                        assert!(c["resources"][k][r].is_string(), "{at}: resources.{k}.{r}");
+                    }
+                }
+                let image = c["image"].as_str().unwrap();
+                let tag = image.rsplit_once(':').map(|(_, t)| t).unwrap_or("");
+                assert!(
+                    !tag.is_empty() && !tag.contains('/') && tag != "latest",
+                    "{at}: image {image} is pinned by tag"
+                );
+
+                // The flags exist in the binary the container runs.
+                let command: Vec<&str> = c["command"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap())
+                    .collect();
+                let help = Command::new(bin(command[0]))
+                    .args(&command[1..])
+                    .arg("--help")
+                    .output()
+                    .unwrap();
+                assert!(help.status.success(), "{at}: {command:?} --help");
+                let known = flags_of(&String::from_utf8_lossy(&help.stdout));
+                let args: Vec<&str> = c["args"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap())
+                    .collect();
+                for a in &args {
+                    let flag = a.split('=').next().unwrap();
+                    assert!(known.contains(flag), "{at}: {command:?} has no flag {flag}");
+                }
+
+                // Probes on the port the process serves: the gateway's /health for the
+                // lead, the listen port for a host.
+                let ports = c["ports"].as_array().unwrap();
+                let port_number = |p: &Value| -> u64 {
+                    match p {
+                        Value::Number(n) => n.as_u64().unwrap(),
+                        Value::String(s) => ports.iter().find(|q| q["name"] == *s).unwrap()
+                            ["containerPort"]
+                            .as_u64()
+                            .unwrap(),
+                        _ => panic!("{at}: probe port {p}"),
+                    }
+                };
+                let serves: u64 = match args.iter().find_map(|a| a.strip_prefix("--listen=tcp:")) {
+                    Some(addr) => addr.rsplit(':').next().unwrap().parse().unwrap(),
+                    None => {
+                        let env = c["env"].as_array().unwrap();
+                        let gw = env
+                            .iter()
+                            .find(|e| e["name"] == "ANTLER_GATEWAY_ADDR")
+                            .unwrap();
+                        gw["value"]
+                            .as_str()
+                            .unwrap()
+                            .rsplit(':')
+                            .next()
+                            .unwrap()
+                            .parse()
+                            .unwrap()
+                    }
+                };
+                for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
+                    let p = &c[probe];
+                    let port = if p["httpGet"].is_object() {
+                        assert_eq!(p["httpGet"]["path"], "/health", "{at}: {probe}");
+                        port_number(&p["httpGet"]["port"])
+                    } else {
+                        assert!(p["tcpSocket"].is_object(), "{at}: {probe}");
+                        port_number(&p["tcpSocket"]["port"])
+                    };
+                    assert_eq!(port, serves, "{at}: {probe} checks the served port");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn only_sandbox_host_is_privileged_and_the_rest_are_locked_down() {
+    for name in OVERLAYS {
+        let docs = overlay(name);
+        for w in workloads(&docs) {
+            let spec = &w["spec"]["template"]["spec"];
+            let c = &spec["containers"][0];
+            let sc = &c["securityContext"];
+            let at = format!("{name}: {}", w["metadata"]["name"]);
+            assert_eq!(sc["readOnlyRootFilesystem"], true, "{at}");
+            if w["metadata"]["name"] == "antler-sandbox-host" {
+                // What bubblewrap needs: an unmasked /proc, unshare and mount allowed.
+                assert_eq!(sc["privileged"], true, "{at}");
+                assert_eq!(sc["seccompProfile"]["type"], "Unconfined", "{at}");
+                assert_eq!(sc["appArmorProfile"]["type"], "Unconfined", "{at}");
+            } else {
+                assert_eq!(spec["securityContext"]["runAsNonRoot"], true, "{at}");
+                assert_eq!(
+                    spec["securityContext"]["seccompProfile"]["type"],
+                    "RuntimeDefault"
+                );
+                assert_eq!(sc["allowPrivilegeEscalation"], false, "{at}");
+                assert_eq!(
+                    sc["capabilities"]["drop"],
+                    serde_json::json!(["ALL"]),
+                    "{at}"
+                );
+                assert!(sc["privileged"].is_null() && sc["capabilities"]["add"].is_null());
+            }
+        }
+    }
+}
+
+/// A connection `from` (pod labels) to `to` (pod labels) on `port`, under the
+/// NetworkPolicies of `docs` (pod selectors with matchLabels, as the manifests use).
+fn ingress_allowed(docs: &[Value], from: &Value, to: &Value, port: u64) -> bool {
+    let selecting: Vec<&Value> = of_kind(docs, "NetworkPolicy")
+        .filter(|p| {
+            let sel = &p["spec"]["podSelector"]["matchLabels"];
+            sel.is_null() || labels_match(sel, to)
+        })
+        .filter(|p| {
+            p["spec"]["policyTypes"]
+                .as_array()
+                .unwrap()
+                .contains(&"Ingress".into())
+        })
+        .collect();
+    assert!(!selecting.is_empty(), "every pod is isolated for ingress");
+    selecting.iter().any(|p| {
+        p["spec"]["ingress"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|rule| {
+                let from_ok = match rule["from"].as_array() {
+                    None => true,
+                    Some(peers) => peers.iter().any(|peer| {
+                        peer["namespaceSelector"].is_null()
+                            && peer["ipBlock"].is_null()
+                            && labels_match(&peer["podSelector"]["matchLabels"], from)
+                    }),
+                };
+                let port_ok = match rule["ports"].as_array() {
+                    None => true,
+                    Some(ports) => ports.iter().any(|p| p["port"] == port),
+                };
+                from_ok && port_ok
+            })
+    })
+}
+
+/// The egress rules that apply to pods with `labels`.
+fn egress_rules<'a>(docs: &'a [Value], labels: &Value) -> Vec<&'a Value> {
+    let selecting: Vec<&Value> = of_kind(docs, "NetworkPolicy")
+        .filter(|p| {
+            let sel = &p["spec"]["podSelector"]["matchLabels"];
+            sel.is_null() || labels_match(sel, labels)
+        })
+        .filter(|p| {
+            p["spec"]["policyTypes"]
+                .as_array()
+                .unwrap()
+                .contains(&"Egress".into())
+        })
+        .collect();
+    assert!(!selecting.is_empty(), "every pod is isolated for egress");
+    selecting
+        .iter()
+        .flat_map(|p| p["spec"]["egress"].as_array().into_iter().flatten())
+        .collect()
+}
+
+#[test]
+fn network_policies_let_only_the_lead_and_workers_reach_the_hosts() {
+    for name in OVERLAYS {
+        let docs = overlay(name);
+        let deny = find(&docs, "NetworkPolicy", "antler-default-deny");
+        assert_eq!(deny["spec"]["podSelector"], serde_json::json!({}));
+        let lead = pod_labels(&docs, "lead");
+        let mcp = pod_labels(&docs, "mcp-host");
+        let sandbox = pod_labels(&docs, "sandbox-host");
+        let worker = pod_labels(&docs, "subagent");
+        let stranger = serde_json::json!({"app": "something-else"});
+
+        assert!(
+            ingress_allowed(&docs, &stranger, lead, 8001),
+            "{name}: the gateway is open"
+        );
+        assert!(
+            !ingress_allowed(&docs, &stranger, lead, 7102),
+            "{name}: only the gateway"
+        );
+        for (host, port) in [(mcp, 7102), (sandbox, 7103)] {
+            assert!(
+                ingress_allowed(&docs, lead, host, port),
+                "{name}: lead -> {port}"
+            );
+            assert!(
+                ingress_allowed(&docs, worker, host, port),
+                "{name}: worker -> {port}"
+            );
+            assert!(
+                !ingress_allowed(&docs, &stranger, host, port),
+                "{name}: others -> {port}"
+            );
+            assert!(
+                !ingress_allowed(&docs, lead, host, 9999),
+                "{name}: other ports"
+            );
+        }
+        assert!(
+            !ingress_allowed(&docs, mcp, sandbox, 7103),
+            "{name}: mcp-host -/-> sandbox"
+        );
+        assert!(
+            !ingress_allowed(&docs, sandbox, mcp, 7102),
+            "{name}: sandbox -/-> mcp-host"
+        );
+        assert!(
+            ingress_allowed(&docs, lead, worker, 7104),
+            "{name}: lead -> worker"
+        );
+        assert!(
+            !ingress_allowed(&docs, worker, worker, 7104),
+            "{name}: worker -/-> worker"
+        );
+        assert!(
+            !ingress_allowed(&docs, &stranger, worker, 7104),
+            "{name}: others -/-> worker"
+        );
+
+        // sandbox-host: no egress rule at all, so nothing, not even DNS.
+        assert!(
+            egress_rules(&docs, sandbox).is_empty(),
+            "{name}: sandbox-host has no egress"
+        );
+        // mcp-host reaches the internet (MCP servers); the lead and workers reach DNS.
+        assert!(egress_rules(&docs, mcp)
+            .iter()
+            .any(|r| r.as_object().unwrap().is_empty()));
+        for who in [lead, worker] {
+            assert!(egress_rules(&docs, who).iter().any(|r| {
+                r["ports"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|p| p["port"] == 53)
+                    && r["to"][0]["podSelector"]["matchLabels"]["k8s-app"] == "kube-dns"
+            }));
+        }
+    }
+}
+
+/// Whether any Secret in `docs` holds PEM private key material.
+fn secrets_with_private_keys(docs: &[Value]) -> Vec<String> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut found = Vec::new();
+    for s in of_kind(docs, "Secret") {
+        let mut values: Vec<(String, String)> = Vec::new();
+        for (k, v) in s["data"].as_object().into_iter().flatten() {
+            // kubectl kustomize folds long values over several lines.
+            let text: String = v.as_str().unwrap().split_whitespace().collect();
+            let bytes = b64.decode(text).unwrap();
+            values.push((k.clone(), String::from_utf8_lossy(&bytes).into_owned()));
+        }
+        for (k, v) in s["stringData"].as_object().into_iter().flatten() {
+            values.push((k.clone(), v.as_str().unwrap().to_string()));
+        }
+        for (k, v) in values {
+            if v.contains("PRIVATE KEY") {
+                found.push(format!("{}/{k}", s["metadata"]["name"].as_str().unwrap()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_shipped_overlays_hold_no_key_material() {
+    for name in OVERLAYS {
+        let docs = overlay(name);
+        assert_eq!(
+            secrets_with_private_keys(&docs),
+            Vec::<String>::new(),
+            "{name}"
+        );
+        let secret = find(&docs, "Secret", "antler-cluster");
+        assert!(
+            secret["data"].is_null() && secret["stringData"].is_null(),
+            "{name}: a placeholder"
+        );
+    }
+}
+
+/// A throwaway overlay in a temp dir: `kustomization` (its `resources` relative to the
+/// temp dir) and the files it needs.
+struct TempOverlay {
+    dir: tempfile::TempDir,
+}
+
+impl TempOverlay {
+    fn new() -> TempOverlay {
+        TempOverlay {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn path_to(&self, deploy_path: &str) -> String {
+        relative(self.dir.path(), &deploy_dir().join(deploy_path))
+    }
+
+    fn build(&self, kustomization: &str) -> String {
+        std::fs::write(self.dir.path().join("kustomization.yaml"), kustomization).unwrap();
+        kustomize(self.dir.path())
+    }
+}
+
+/// The Secret keys each workload's pods name (projected items and secretKeyRefs).
+fn secret_keys_named(w: &Value) -> BTreeSet<String> {
+    let spec = &w["spec"]["template"]["spec"];
+    let mut keys = BTreeSet::new();
+    for v in spec["volumes"].as_array().unwrap() {
+        for s in v["projected"]["sources"].as_array().into_iter().flatten() {
+            for item in s["secret"]["items"].as_array().into_iter().flatten() {
+                keys.insert(item["key"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    for c in spec["containers"].as_array().unwrap() {
+        for e in c["env"].as_array().into_iter().flatten() {
+            if let Some(k) = e["valueFrom"]["secretKeyRef"]["key"].as_str() {
+                keys.insert(k.to_string());
+            }
+        }
+    }
+    keys
+}
+
+#[test]
+fn a_secret_from_cluster_init_gives_every_pod_its_keys_and_only_its_own() {
+    let overlay = TempOverlay::new();
+    let secret = overlay.dir.path().join("secret");
+    let out = Command::new(bin("antler"))
+        .args(["cluster", "init"])
+        .arg(&secret)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(
+        secret.join("gateway-token"),
+        "0123456789abcdef0123456789abcdef",
+    )
+    .unwrap();
+    let files: Vec<String> = SECRET_FILES.iter().map(|f| format!("secret/{f}")).collect();
+    for base in OVERLAYS {
+        let yaml = overlay.build(&format!(
+            "resources: [{}]\nsecretGenerator:\n  - name: antler-cluster\n    behavior: replace\n    files: [{}]\n",
+            overlay.path_to(&format!("overlays/{base}")),
+            files.join(", ")
+        ));
+        let docs = assert_valid(&format!("{base} with the Secret"), &yaml);
+        let s = find(&docs, "Secret", "antler-cluster");
+        let held: BTreeSet<String> = s["data"].as_object().unwrap().keys().cloned().collect();
+        assert_eq!(held, SECRET_FILES.iter().map(|f| f.to_string()).collect());
+        // The keys are there (the generator read the files), ca.key is not.
+        assert_eq!(
+            secrets_with_private_keys(&docs).len(),
+            4,
+            "{base}: the four roles' keys"
+        );
+        for w in workloads(&docs) {
+            let named = secret_keys_named(w);
+            let component = w["spec"]["template"]["metadata"]["labels"]
+                ["app.kubernetes.io/component"]
+                .as_str()
+                .unwrap();
+            for k in &named {
+                assert!(
+                    held.contains(k),
+                    "{base}: {component} names {k}, missing from the Secret"
+                );
+            }
+            let keys: Vec<&String> = named.iter().filter(|k| k.ends_with(".key")).collect();
+            assert_eq!(
+                keys,
+                vec![&format!("{component}.key")],
+                "{base}: {component}'s own key only"
+            );
+        }
+    }
+
+    // Created with `kubectl create secret` instead: the overlay deletes the placeholder, so
+    // an apply never touches the Secret.
+    let yaml = overlay.build(&format!(
+        "resources: [{}]\npatches:\n  - patch: |-\n      $patch: delete\n      apiVersion: v1\n      kind: Secret\n      metadata:\n        name: antler-cluster\n",
+        overlay.path_to("overlays/small")
+    ));
+    let docs = assert_valid("small without the Secret", &yaml);
+    assert_eq!(of_kind(&docs, "Secret").count(), 0);
+}
+
+#[test]
+fn the_user_namespace_component_drops_privileged_for_an_unmasked_proc() {
+    let overlay = TempOverlay::new();
+    let yaml = overlay.build(&format!(
+        "resources: [{}]\ncomponents: [{}]\n",
+        overlay.path_to("overlays/large"),
+        overlay.path_to("components/sandbox-userns")
+    ));
+    let docs = assert_valid("large with sandbox-userns", &yaml);
+    let sandbox = find(&docs, "StatefulSet", "antler-sandbox-host");
+    let spec = &sandbox["spec"]["template"]["spec"];
+    assert_eq!(spec["hostUsers"], false);
+    let sc = &spec["containers"][0]["securityContext"];
+    assert_eq!(sc["privileged"], false);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["procMount"], "Unmasked");
+    assert_eq!(sc["seccompProfile"]["type"], "Unconfined");
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    // The other workloads are as they were.
+    let lead = find(&docs, "StatefulSet", "antler-lead");
+    assert!(lead["spec"]["template"]["spec"]["hostUsers"].is_null());
+}
+
+#[test]
+fn the_shipped_configuration_files_parse() {
+    for name in OVERLAYS {
+        let docs = overlay(name);
+        let cm = of_kind(&docs, "ConfigMap").next().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        for (file, kind) in [
+            ("extensions_config.json", "extensions config"),
+            ("config.yaml", "app config"),
+        ] {
+            let path = dir.path().join(file);
+            std::fs::write(&path, cm["data"][file].as_str().unwrap()).unwrap();
+            let out = Command::new(bin("antler"))
+                .args(["config", "check"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.status.success(), "{name}: {file}: {text}");
+            assert!(
+                text.contains(&format!("{kind}: 0 error(s)")),
+                "{name}: {file}: {text}"
+            );
+            // The lead's `antler.cluster` section may still be unknown to this build (a
+            // warning); anything else the check says is a mistake in the file.
+            for line in text.lines().filter(|l| l.starts_with("warning")) {
+                assert!(line.contains("antler.cluster"), "{name}: {file}: {line}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_validator_rejects_a_broken_manifest() {
+    let deployment = |spec_extra: &str, replicas: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: broken}}\nspec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{a: b}}}}\n  template:\n    metadata: {{labels: {{a: b}}}}\n    spec:\n      containers:\n        - name: c\n          image: antler:0.1.0\n{spec_extra}"
+        )
+    };
+    // The well-formed one passes, so what fails below fails for its one mistake.
+    assert_valid("a good deployment", &deployment("", "1"));
+    for (mistake, yaml) in [
+        ("a string for replicas", deployment("", "\"two\"")),
+        (
+            "an unknown field",
+            deployment("          imagePullPolicyy: Always\n", "1"),
+        ),
+        (
+            "a container without a name",
+            deployment("        - image: x:1\n", "1"),
+        ),
+    ] {
+        let (code, text) = kubernetes_validate(&yaml);
+        assert_ne!(code, 0, "{mistake} passed:\n{text}");
+        assert!(
+            text.contains("ERROR") && text.contains("deployment/broken"),
+            "{mistake}: {text}"
+        );
+    }
+}
