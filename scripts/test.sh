@@ -12,6 +12,10 @@ command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 # inspector_page.rs drives the run inspector in headless Chromium.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# deploy_manifests: `kubectl kustomize` builds the overlays offline.
+command -v kubectl >/dev/null 2>&1 || need_apt+=(kubectl)
+# cluster_multihost: network namespaces and veth links.
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
