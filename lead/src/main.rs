@@ -56,6 +56,10 @@ enum Command {
     Tool(commands::tool::ToolCommand),
     /// Run the lead agent on a task.
     Run(commands::run::RunArgs),
+    /// Chaos: a seeded schedule of faults (kill -9, SIGTERM, SIGSTOP of every process
+    /// kind) under concurrent runs against a local cluster of its own; prints a report and
+    /// exits 1 when an invariant breaks.
+    Chaos(commands::chaos::ChaosArgs),
 }
 
 fn main() -> ExitCode {
@@ -95,6 +99,7 @@ fn main() -> ExitCode {
         Command::Sandbox(c) => commands::sandbox::run(&ctx, c),
         Command::Tool(c) => commands::tool::run(&ctx, c),
         Command::Run(args) => commands::run::run(&ctx, args),
+        Command::Chaos(args) => commands::chaos::run(args),
     };
     match result {
         Ok(code) => code,

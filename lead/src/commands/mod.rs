@@ -1,6 +1,7 @@
 //! The `antler` subcommands, one module per group; `main.rs` only parses and dispatches.
 
 pub mod catalog;
+pub mod chaos;
 pub mod cluster;
 pub mod cluster_init;
 pub mod config;

@@ -348,6 +348,8 @@ pub struct Supervisor {
     pending: Pending,
     next_id: AtomicU64,
     alive: Arc<AtomicBool>,
+    /// Set when the host kills it, so an exit nobody asked for is logged as one.
+    killed: Arc<AtomicBool>,
     /// Set once the supervisor answered its start-up probe: its mounts are in place.
     ready: Arc<AtomicBool>,
     /// A pidfd of the sandbox's pid 1, once bubblewrap reported it.
@@ -470,12 +472,20 @@ impl Supervisor {
                 tracing::warn!(pid, %line, "sandbox supervisor");
             }
         });
+        let killed = Arc::new(AtomicBool::new(false));
         let waiter = {
             let alive = alive.clone();
+            let killed = killed.clone();
             tokio::spawn(async move {
                 let status = child.wait().await;
                 alive.store(false, Ordering::SeqCst);
-                tracing::debug!(pid, ?status, "sandbox supervisor exited");
+                if killed.load(Ordering::SeqCst) {
+                    tracing::debug!(pid, ?status, "sandbox supervisor exited");
+                } else {
+                    // Killed from outside or crashed: its calls fail, and the sandbox's
+                    // next call starts a new one.
+                    tracing::warn!(pid, ?status, "sandbox supervisor exited unexpectedly");
+                }
             })
         };
         // Probe with `true`: the answer means bubblewrap finished its mounts, so the
@@ -513,6 +523,7 @@ impl Supervisor {
             pending,
             next_id: AtomicU64::new(1),
             alive,
+            killed,
             ready,
             init,
             outer,
@@ -566,6 +577,7 @@ impl Supervisor {
     /// kills: until bubblewrap has reported the child, a thread waits for the report (at
     /// most two seconds) before it kills both.
     pub fn kill(&self) {
+        self.killed.store(true, Ordering::SeqCst);
         let kill_init = |init: &Mutex<Option<OwnedFd>>| -> bool {
             match init.lock() {
                 Ok(slot) => slot.as_ref().map(kill_pidfd).is_some(),

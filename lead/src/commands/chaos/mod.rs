@@ -1,0 +1,531 @@
+//! `antler chaos`: faults at random, under load, against a whole local cluster, and a
+//! report of what held. It starts a cluster of its own (`antler up` in a private
+//! directory, the gateway on a free loopback port), submits the schedule's runs through
+//! the gateway while its faults fire (it is the lead's orchestrator too: a killed lead is
+//! started again, as Kubernetes would), answers clarifications, waits for every run to
+//! end, checks the invariants, stops the cluster and checks that nothing is left. The
+//! seed is printed and accepted, so a failure replays. The report is a table per fault
+//! kind and the invariants, printed and written as JSON (its last line on stdout); the
+//! command exits 1 when an invariant breaks.
+
+mod checks;
+mod faults;
+mod plan;
+mod report;
+
+use std::path::PathBuf;
+use std::process::{Child, ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use serde_json::{json, Value};
+
+use faults::{FaultKind, FaultOutcome};
+use plan::{Plan, PlannedRun};
+
+/// `antler chaos`'s arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ChaosArgs {
+    /// The schedule's seed (printed; a random one when absent).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Runs the schedule submits.
+    #[arg(long, default_value_t = 9)]
+    pub runs: usize,
+    /// How long faults fire, in minutes (runs are submitted over the first 60%).
+    #[arg(long, default_value_t = 2.0)]
+    pub minutes: f64,
+    /// Only these fault kinds (comma-separated, e.g. kill9:lead,sigstop:worker); default all.
+    #[arg(long, value_delimiter = ',')]
+    pub faults: Vec<String>,
+    /// The same schedule without faults: the throughput to compare against.
+    #[arg(long)]
+    pub no_faults: bool,
+    /// Subagent workers of the cluster.
+    #[arg(long, default_value_t = 2)]
+    pub workers: u32,
+    /// Where to write the JSON report (default: chaos-report.json in the directory).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// The directory for the cluster, its logs and (by default) the report; default a new
+    /// one under the temporary directory. Kept, unless every invariant held and the report
+    /// was written elsewhere (--report) into a directory this command made.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// The cluster under test and how to reach it.
+pub struct ChaosCluster {
+    dir: PathBuf,
+    exe: PathBuf,
+    gateway: String,
+    token: String,
+    pub workers: u32,
+    lead: Mutex<Option<Child>>,
+    starts: Mutex<u32>,
+    http: reqwest::Client,
+}
+
+/// How long one gateway request may take (a paused lead must not hang the schedule).
+const HTTP_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl ChaosCluster {
+    fn runtime(&self) -> PathBuf {
+        self.dir.join("run")
+    }
+
+    fn base(&self) -> PathBuf {
+        self.dir.join("base")
+    }
+
+    /// A host's log in the runtime directory.
+    pub fn host_log(&self, role: &str, index: u32) -> PathBuf {
+        let name = if role == "subagent" {
+            format!("subagent-{index}.log")
+        } else {
+            format!("{role}.log")
+        };
+        self.runtime().join("logs").join(name)
+    }
+
+    fn lead_log(&self, n: u32) -> PathBuf {
+        self.dir.join(format!("lead-{n}.log"))
+    }
+
+    /// The last lines of the current lead's log that say what it did at start.
+    pub fn lead_log_tail(&self) -> String {
+        let n = *self.starts.lock().unwrap_or_else(|e| e.into_inner());
+        let text = std::fs::read_to_string(self.lead_log(n)).unwrap_or_default();
+        text.lines()
+            .rev()
+            .find(|l| l.contains("resum") || l.contains("adopted") || l.contains("cluster started"))
+            .map(|l| l.chars().take(200).collect())
+            .unwrap_or_else(|| "started".into())
+    }
+
+    /// The newest line of any lead's log containing every one of `needles`.
+    pub fn lead_log_matching(&self, needles: &[&str]) -> Option<String> {
+        let n = *self.starts.lock().unwrap_or_else(|e| e.into_inner());
+        (1..=n).rev().find_map(|i| {
+            let text = std::fs::read_to_string(self.lead_log(i)).ok()?;
+            text.lines()
+                .rev()
+                .find(|l| needles.iter().all(|x| l.contains(x)))
+                .map(|l| l.chars().take(240).collect())
+        })
+    }
+
+    /// Starts `antler up` (again).
+    fn start_lead(&self) -> anyhow::Result<()> {
+        let n = {
+            let mut starts = self.starts.lock().unwrap_or_else(|e| e.into_inner());
+            *starts += 1;
+            *starts
+        };
+        let log = std::fs::File::create(self.lead_log(n))?;
+        let child = std::process::Command::new(&self.exe)
+            .arg("--runtime-dir")
+            .arg(self.runtime())
+            .args(["up", "--config"])
+            .arg(self.dir.join("config.yaml"))
+            .env("ANTLER_GATEWAY_ADDR", &self.gateway)
+            .env("ANTLER_GATEWAY_TOKEN", &self.token)
+            .env(
+                antler_protocol::config::ANTLER_EXTENSIONS_ENV,
+                self.dir.join("extensions_config.json"),
+            )
+            .env("ANTLER_SANDBOX_BASE_DIR", self.base())
+            .env("RUST_LOG", "info")
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("cannot start `antler up`")?;
+        *self.lead.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
+        Ok(())
+    }
+
+    /// The lead's pid, while it runs.
+    pub fn lead_pid(&self) -> Option<u32> {
+        let mut lead = self.lead.lock().unwrap_or_else(|e| e.into_inner());
+        let child = lead.as_mut()?;
+        match child.try_wait() {
+            Ok(None) => Some(child.id()),
+            _ => None,
+        }
+    }
+
+    /// Waits for the lead `pid` to exit (it was signalled), then starts a new one.
+    pub async fn restart_lead(&self, pid: u32) {
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            let gone = {
+                let mut lead = self.lead.lock().unwrap_or_else(|e| e.into_inner());
+                match lead.as_mut() {
+                    Some(c) if c.id() == pid => !matches!(c.try_wait(), Ok(None)),
+                    _ => true,
+                }
+            };
+            if gone || Instant::now() >= until {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if let Err(e) = self.start_lead() {
+            eprintln!("antler chaos: {e:#}");
+        }
+    }
+
+    /// `GET /api/cluster`: processes, sandboxes, MCP servers; `None` when the lead does not
+    /// answer in time.
+    pub async fn view(&self) -> Option<Value> {
+        self.get("/api/cluster")
+            .await
+            .filter(|v| v["processes"].is_array())
+    }
+
+    async fn get(&self, path: &str) -> Option<Value> {
+        let reply = self
+            .http
+            .get(format!("http://{}{path}", self.gateway))
+            .bearer_auth(&self.token)
+            .timeout(HTTP_TIMEOUT)
+            .send()
+            .await
+            .ok()?;
+        if !reply.status().is_success() {
+            return None;
+        }
+        reply.json().await.ok()
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Result<(u16, Value), String> {
+        let reply = self
+            .http
+            .post(format!("http://{}{path}", self.gateway))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .timeout(HTTP_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = reply.status().as_u16();
+        Ok((status, reply.json().await.unwrap_or(Value::Null)))
+    }
+
+    /// Every process of the view healthy, the lead and all its hosts present.
+    pub fn all_healthy(&self, view: &Value) -> bool {
+        view["processes"].as_array().is_some_and(|ps| {
+            ps.len() == 3 + self.workers as usize && ps.iter().all(|p| p["healthy"] == true)
+        })
+    }
+
+    async fn wait_healthy(&self, within: Duration) -> bool {
+        let until = Instant::now() + within;
+        while Instant::now() < until {
+            if let Some(v) = self.view().await {
+                if self.all_healthy(&v)
+                    && v["mcp_servers"].as_array().is_some_and(|s| !s.is_empty())
+                {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
+    /// SIGTERM to the lead (it stops its hosts and workers), SIGKILL after 30 s.
+    fn stop(&self) {
+        let mut lead = self.lead.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(child) = lead.as_mut() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+            }
+            let until = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < until {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// What became of one run of the schedule.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    pub planned: PlannedRun,
+    pub run_id: Option<String>,
+    /// The last view seen.
+    pub view: Value,
+    pub answered: bool,
+    pub ended_at: Option<Duration>,
+}
+
+/// Submits the run at its time and follows it to its end (answering its clarification),
+/// riding out a lead that is away.
+async fn drive(
+    cluster: Arc<ChaosCluster>,
+    run: PlannedRun,
+    started: Instant,
+    deadline: Instant,
+) -> RunOutcome {
+    tokio::time::sleep_until((started + run.at).into()).await;
+    let mut outcome = RunOutcome {
+        planned: run.clone(),
+        run_id: None,
+        view: Value::Null,
+        answered: false,
+        ended_at: None,
+    };
+    let body = json!({
+        "task": format!("chaos run {} ({})", run.index, run.kind.as_str()),
+        "thread": format!("chaos-{}", run.index),
+        "playbook_yaml": plan::playbook(&run),
+        "subagents": run.kind == plan::RunKind::Delegate,
+    });
+    while Instant::now() < deadline {
+        match cluster.post("/api/runs", body.clone()).await {
+            Ok((201, reply)) => {
+                outcome.run_id = reply["run_id"].as_str().map(str::to_owned);
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    let Some(id) = outcome.run_id.clone() else {
+        return outcome;
+    };
+    while Instant::now() < deadline {
+        if let Some(view) = cluster.get(&format!("/api/runs/{id}")).await {
+            let status = view["status"].as_str().unwrap_or_default().to_owned();
+            outcome.view = view;
+            match status.as_str() {
+                "success" | "error" => {
+                    outcome.ended_at = Some(started.elapsed());
+                    return outcome;
+                }
+                "interrupted" if !outcome.view["question"].is_null() => {
+                    if let Ok((code, _)) = cluster
+                        .post(
+                            &format!("/api/runs/{id}/answer"),
+                            json!({"answer": "Chaos"}),
+                        )
+                        .await
+                    {
+                        outcome.answered |= code < 300;
+                    }
+                }
+                _ => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    outcome
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// The `everything` MCP server's command: on PATH (scripts/chaos.sh puts the pinned one
+/// there), or `ANTLER_CHAOS_MCP_COMMAND`.
+fn everything() -> anyhow::Result<String> {
+    if let Ok(c) = std::env::var("ANTLER_CHAOS_MCP_COMMAND") {
+        return Ok(c);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("mcp-server-everything"))
+        .find(|p| p.is_file())
+        .map(|p| p.display().to_string())
+        .context("mcp-server-everything is not on PATH (scripts/chaos.sh installs it; or set ANTLER_CHAOS_MCP_COMMAND)")
+}
+
+/// Runs `antler chaos`.
+pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
+    let seed = args.seed.unwrap_or_else(|| fastrand::u64(..1_000_000));
+    let kinds: Vec<FaultKind> = if args.no_faults {
+        Vec::new()
+    } else if args.faults.is_empty() {
+        FaultKind::all_local()
+    } else {
+        args.faults
+            .iter()
+            .map(|n| {
+                FaultKind::parse(n).with_context(|| {
+                    let all: Vec<String> =
+                        FaultKind::all_local().iter().map(FaultKind::name).collect();
+                    format!(
+                        "--faults: unknown fault `{n}`; expected some of {}",
+                        all.join(", ")
+                    )
+                })
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    if !(0.1..=24.0 * 60.0).contains(&args.minutes) {
+        anyhow::bail!("--minutes: expected 0.1 to 1440");
+    }
+    if args.runs == 0 || args.runs > 10_000 {
+        anyhow::bail!("--runs: expected 1 to 10000");
+    }
+    if !(1..=8).contains(&args.workers) {
+        anyhow::bail!("--workers: expected 1 to 8");
+    }
+    let duration = Duration::from_secs_f64(args.minutes * 60.0);
+    let plan = Plan::new(seed, args.runs, duration, &kinds);
+    eprintln!(
+        "antler chaos: seed {seed} (replay with --seed {seed}), {} runs, {} faults over {:.1} min",
+        plan.runs.len(),
+        plan.faults.len(),
+        args.minutes
+    );
+    let dir = match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            d.clone()
+        }
+        None => {
+            let d =
+                std::env::temp_dir().join(format!("antler-chaos-{seed}-{}", std::process::id()));
+            std::fs::create_dir_all(&d)?;
+            d
+        }
+    };
+    // The sandbox's user reaches its thread's directories through this one.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    std::fs::write(dir.join("config.yaml"), plan::config_yaml(args.workers))?;
+    std::fs::write(
+        dir.join("extensions_config.json"),
+        plan::extensions_json(&everything()?),
+    )?;
+    let cluster = Arc::new(ChaosCluster {
+        dir: dir.clone(),
+        exe: std::env::current_exe()?,
+        gateway: format!("127.0.0.1:{}", free_port()?),
+        token: uuid::Uuid::new_v4().simple().to_string(),
+        workers: args.workers,
+        lead: Mutex::new(None),
+        starts: Mutex::new(0),
+        http: reqwest::Client::new(),
+    });
+    let report_path = args
+        .report
+        .clone()
+        .unwrap_or_else(|| dir.join("chaos-report.json"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let report = rt.block_on(schedule(cluster.clone(), plan, args.workers));
+    drop(rt);
+    let report = match report {
+        Ok(r) => r,
+        Err(e) => {
+            cluster.stop();
+            return Err(e);
+        }
+    };
+    std::fs::write(&report_path, serde_json::to_vec_pretty(&report.json)?)?;
+    print!("{}", report.table);
+    println!("report: {}", report_path.display());
+    println!("{}", report.json);
+    if report.ok {
+        if args.dir.is_none() && args.report.is_some() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "antler chaos: an invariant broke; the cluster's files and logs are in {}",
+            dir.display()
+        );
+        Ok(ExitCode::from(1))
+    }
+}
+
+/// The schedule from start to report.
+async fn schedule(
+    cluster: Arc<ChaosCluster>,
+    plan: Plan,
+    workers: u32,
+) -> anyhow::Result<report::Report> {
+    cluster.start_lead()?;
+    if !cluster.wait_healthy(Duration::from_secs(90)).await {
+        cluster.stop();
+        anyhow::bail!(
+            "the cluster did not come up; see {}",
+            cluster.lead_log(1).display()
+        );
+    }
+    // One run before the schedule warms every process, so their memory is measured warm.
+    let warm = PlannedRun {
+        index: 10_000,
+        kind: plan::RunKind::Tools,
+        at: Duration::ZERO,
+    };
+    let now = Instant::now();
+    drive(cluster.clone(), warm, now, now + Duration::from_secs(120)).await;
+    let memory_before = checks::memory(&cluster).await;
+    let started = Instant::now();
+    // Runs get the schedule plus time to finish once the faults have stopped.
+    let deadline = started + plan.duration + Duration::from_secs(180);
+    let drivers: Vec<_> = plan
+        .runs
+        .iter()
+        .cloned()
+        .map(|run| tokio::spawn(drive(cluster.clone(), run, started, deadline)))
+        .collect();
+    let faults: Vec<_> = plan
+        .faults
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, fault)| {
+            let cluster = cluster.clone();
+            let pick = (plan.seed as usize).wrapping_add(i * 7919);
+            tokio::spawn(async move {
+                tokio::time::sleep_until((started + fault.at).into()).await;
+                faults::inject(&cluster, fault.kind, fault.pause, started, pick).await
+            })
+        })
+        .collect();
+    let mut fault_outcomes: Vec<FaultOutcome> = Vec::new();
+    for f in faults {
+        if let Ok(o) = f.await {
+            fault_outcomes.push(o);
+        }
+    }
+    let mut runs: Vec<RunOutcome> = Vec::new();
+    for d in drivers {
+        if let Ok(o) = d.await {
+            runs.push(o);
+        }
+    }
+    let elapsed = started.elapsed();
+    let healthy = cluster.wait_healthy(Duration::from_secs(60)).await;
+    let invariants =
+        checks::after_runs(&cluster, &runs, memory_before, healthy, &fault_outcomes).await;
+    let lead_pid = cluster.lead_pid();
+    cluster.stop();
+    let mut invariants = invariants;
+    invariants.push(checks::nothing_left(&cluster.dir, lead_pid));
+    Ok(report::build(
+        &plan,
+        workers,
+        &runs,
+        &fault_outcomes,
+        invariants,
+        elapsed,
+    ))
+}
