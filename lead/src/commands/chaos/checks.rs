@@ -192,13 +192,15 @@ pub async fn after_runs(
                 artifact_problems.push(format!("{id} presents {a} twice"));
             }
         }
-        if success {
-            for a in expected_artifacts(r.planned.kind, i) {
-                if !artifacts.contains(&a) {
-                    artifact_problems.push(format!("{id} ended success without {a}"));
-                } else if !host_path(&base, i, &a).is_file() {
-                    artifact_problems.push(format!("{id} presented {a}, which is gone"));
-                }
+        for a in expected_artifacts(r.planned.kind, i) {
+            let on_disk = host_path(&base, i, &a).is_file();
+            if artifacts.contains(&a) && !on_disk {
+                artifact_problems.push(format!("{id} presented {a}, which is gone"));
+            }
+            // A scripted model goes on after a failed write; an output it did produce
+            // must be delivered (settlement turns an unpresented one into an error).
+            if success && on_disk && !artifacts.contains(&a) {
+                artifact_problems.push(format!("{id} ended success without presenting {a}"));
             }
         }
         match stored(&db, id) {

@@ -189,13 +189,36 @@ fn role_name(target: Target) -> &'static str {
     }
 }
 
-/// Whether `log` has a line containing every one of `needles`.
-fn logged(log: &Path, needles: &[&str]) -> Option<String> {
+/// The wall-clock second now, as the logs' timestamps begin (`2026-12-01T17:21:30`).
+pub fn log_clock() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+        now.year(),
+        u8::from(now.month()),
+        now.day(),
+        now.hour(),
+        now.minute(),
+        now.second()
+    )
+}
+
+/// The newest line of `log`, written at `since` or later, containing every one of
+/// `needles`.
+pub fn logged_since(log: &Path, needles: &[&str], since: &str) -> Option<String> {
     let text = std::fs::read_to_string(log).ok()?;
     text.lines()
         .rev()
+        .take_while(|l| l.get(..19).is_none_or(|t| t >= since))
         .find(|l| needles.iter().all(|n| l.contains(n)))
         .map(|l| l.chars().take(240).collect())
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
 }
 
 /// Injects one fault and measures it. `pick` chooses among candidates (the schedule's
@@ -247,10 +270,14 @@ pub async fn inject(
         }),
         _ => host_pid,
     };
-    let Some(pid) = pid else {
+    // Another fault may have taken the process since the view was read (a lead killed
+    // takes its hosts with it): there is nothing to hit then.
+    let Some(pid) = pid.filter(|p| alive(*p)) else {
         return outcome;
     };
     outcome.pid = Some(pid);
+    let since = log_clock();
+    let lead_then = cluster.lead_pid();
     let restarts = restarts_of(&before, role, worker_index);
     let reconnects_before = reconnects(&before);
     let mut paused_seen_unhealthy = false;
@@ -321,7 +348,17 @@ pub async fn inject(
                 reconnects_before,
                 pid,
                 paused_seen_unhealthy,
-            );
+                &since,
+            )
+            .or_else(|| {
+                // A lead restarted by another fault meanwhile started every host again.
+                let now = cluster.lead_pid();
+                (kind.target != Target::Lead && now.is_some() && now != lead_then).then(|| {
+                    format!(
+                        "the lead restarted meanwhile (pid {lead_then:?} -> {now:?}) and started every host again"
+                    )
+                })
+            });
         }
         if outcome.evidence.is_none() {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -338,6 +375,7 @@ fn evidence(
     reconnects_before: u64,
     pid: u32,
     paused_seen: bool,
+    since: &str,
 ) -> Option<String> {
     let role = role_name(kind.target);
     match (kind.signal, kind.target) {
@@ -354,18 +392,26 @@ fn evidence(
         }),
         (_, Target::McpServer) => {
             let now = reconnects(view);
-            (now > reconnects_before)
-                .then(|| {
+            logged_since(
+                &cluster.host_log("mcp-host", 0),
+                &["WARN", "server=everything"],
+                since,
+            )
+            .map(|l| format!("mcp-host: {l}"))
+            .or_else(|| {
+                (now > reconnects_before).then(|| {
                     format!(
                         "mcp-host reconnected the server ({reconnects_before} -> {now} reconnects)"
                     )
                 })
-                .or_else(|| logged(&cluster.host_log("mcp-host", 0), &["everything"]))
+            })
         }
-        (_, Target::SandboxSupervisor) => logged(
+        (_, Target::SandboxSupervisor) => logged_since(
             &cluster.host_log("sandbox-host", 0),
             &["sandbox supervisor exited unexpectedly"],
-        ),
+            since,
+        )
+        .map(|l| format!("sandbox-host: {l}")),
         _ => {
             let total: u64 = view["processes"]
                 .as_array()
@@ -376,8 +422,9 @@ fn evidence(
                         .sum()
                 })
                 .unwrap_or(0);
+            let role_field = format!("role={role}");
             let reason = cluster
-                .lead_log_matching(&["child exited; restarting", role])
+                .lead_log_matching(&["child exited; restarting", &role_field], since)
                 .unwrap_or_default();
             (total > restarts_before || !reason.is_empty()).then(|| {
                 format!(

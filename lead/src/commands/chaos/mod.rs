@@ -104,16 +104,13 @@ impl ChaosCluster {
             .unwrap_or_else(|| "started".into())
     }
 
-    /// The newest line of any lead's log containing every one of `needles`.
-    pub fn lead_log_matching(&self, needles: &[&str]) -> Option<String> {
+    /// The newest line of any lead's log, written at `since` or later, containing every
+    /// one of `needles`.
+    pub fn lead_log_matching(&self, needles: &[&str], since: &str) -> Option<String> {
         let n = *self.starts.lock().unwrap_or_else(|e| e.into_inner());
-        (1..=n).rev().find_map(|i| {
-            let text = std::fs::read_to_string(self.lead_log(i)).ok()?;
-            text.lines()
-                .rev()
-                .find(|l| needles.iter().all(|x| l.contains(x)))
-                .map(|l| l.chars().take(240).collect())
-        })
+        (1..=n)
+            .rev()
+            .find_map(|i| faults::logged_since(&self.lead_log(i), needles, since))
     }
 
     /// Starts `antler up` (again).
