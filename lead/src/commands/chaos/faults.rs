@@ -340,16 +340,14 @@ pub async fn inject(
     let until = Instant::now() + Duration::from_secs(5);
     while outcome.evidence.is_none() && Instant::now() < until {
         if let Some(view) = cluster.view().await {
-            outcome.evidence = evidence(
-                cluster,
-                kind,
-                &view,
+            let before = Before {
                 restarts,
-                reconnects_before,
+                reconnects: reconnects_before,
                 pid,
-                paused_seen_unhealthy,
-                &since,
-            )
+                paused_seen: paused_seen_unhealthy,
+                since: &since,
+            };
+            outcome.evidence = evidence(cluster, kind, &view, &before)
             .or_else(|| {
                 // A lead restarted by another fault meanwhile started every host again.
                 let now = cluster.lead_pid();
@@ -367,24 +365,30 @@ pub async fn inject(
     outcome
 }
 
+/// What was known when a fault was injected, to tell what it changed.
+struct Before<'a> {
+    restarts: u64,
+    reconnects: u64,
+    pid: u32,
+    paused_seen: bool,
+    since: &'a str,
+}
+
 fn evidence(
     cluster: &ChaosCluster,
     kind: FaultKind,
     view: &Value,
-    restarts_before: u64,
-    reconnects_before: u64,
-    pid: u32,
-    paused_seen: bool,
-    since: &str,
+    before: &Before<'_>,
 ) -> Option<String> {
     let role = role_name(kind.target);
     match (kind.signal, kind.target) {
-        (Signal::Stop, Target::Lead) => paused_seen
+        (Signal::Stop, Target::Lead) => before
+            .paused_seen
             .then(|| "the lead stopped answering `antler status` while paused".to_owned()),
-        (Signal::Stop, _) => {
-            paused_seen.then(|| format!("{role} shown unhealthy in `antler status` while paused"))
-        }
-        (_, Target::Lead) => cluster.lead_pid().filter(|p| *p != pid).map(|p| {
+        (Signal::Stop, _) => before
+            .paused_seen
+            .then(|| format!("{role} shown unhealthy in `antler status` while paused")),
+        (_, Target::Lead) => cluster.lead_pid().filter(|p| *p != before.pid).map(|p| {
             format!(
                 "the lead came back as pid {p}; its log: {}",
                 cluster.lead_log_tail()
@@ -395,13 +399,14 @@ fn evidence(
             logged_since(
                 &cluster.host_log("mcp-host", 0),
                 &["WARN", "server=everything"],
-                since,
+                before.since,
             )
             .map(|l| format!("mcp-host: {l}"))
             .or_else(|| {
-                (now > reconnects_before).then(|| {
+                (now > before.reconnects).then(|| {
                     format!(
-                        "mcp-host reconnected the server ({reconnects_before} -> {now} reconnects)"
+                        "mcp-host reconnected the server ({} -> {now} reconnects)",
+                        before.reconnects
                     )
                 })
             })
@@ -409,7 +414,7 @@ fn evidence(
         (_, Target::SandboxSupervisor) => logged_since(
             &cluster.host_log("sandbox-host", 0),
             &["sandbox supervisor exited unexpectedly"],
-            since,
+            before.since,
         )
         .map(|l| format!("sandbox-host: {l}")),
         _ => {
@@ -424,11 +429,12 @@ fn evidence(
                 .unwrap_or(0);
             let role_field = format!("role={role}");
             let reason = cluster
-                .lead_log_matching(&["child exited; restarting", &role_field], since)
+                .lead_log_matching(&["child exited; restarting", &role_field], before.since)
                 .unwrap_or_default();
-            (total > restarts_before || !reason.is_empty()).then(|| {
+            (total > before.restarts || !reason.is_empty()).then(|| {
                 format!(
-                    "`antler status` counts {role} restarts {restarts_before} -> {total}; {reason}"
+                    "`antler status` counts {role} restarts {} -> {total}; {reason}",
+                    before.restarts
                 )
             })
         }
