@@ -348,7 +348,11 @@ impl DiscoveredAuth {
             scopes,
             resource: Some(self.url.clone()),
         };
-        m.validate_client_credentials_metadata(&cc).map_err(fail)?;
+        if let Err(e) = m.validate_client_credentials_metadata(&cc) {
+            // Metadata that names no secret method (`none` only) is a hint, not a refusal:
+            // the configured secret is sent, as the operator asked.
+            tracing::warn!(server = %self.server, "{}", said(&e));
+        }
         m.configure_client_credentials(&cc).map_err(fail)?;
         m.exchange_client_credentials(&cc).await.map_err(fail)
     }
