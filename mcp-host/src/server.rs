@@ -496,7 +496,11 @@ async fn login_now(
     token: &Authorizer,
     why: &str,
 ) -> Result<Option<String>, OAuthError> {
-    let user = s.options.user.clone().unwrap_or_else(|| oauth::DEFAULT_USER.into());
+    let user = s
+        .options
+        .user
+        .clone()
+        .unwrap_or_else(|| oauth::DEFAULT_USER.into());
     let needed = |reason: String| OAuthError::LoginNeeded {
         server: s.name.clone(),
         user: user.clone(),
@@ -505,13 +509,21 @@ async fn login_now(
     let Some(d) = token.discovered().filter(|d| d.is_login()) else {
         return Ok(None);
     };
-    let status = if why.contains("HTTP 403") { "HTTP 403" } else { "HTTP 401 Unauthorized" };
+    let status = if why.contains("HTTP 403") {
+        "HTTP 403"
+    } else {
+        "HTTP 401 Unauthorized"
+    };
     let Some(browser) = login::browser() else {
-        return Err(needed(format!("{status}, no token, and no $BROWSER to log in with")));
+        return Err(needed(format!(
+            "{status}, no token, and no $BROWSER to log in with"
+        )));
     };
     let url = d.start_login(None).await?;
     if let Err(e) = login::open_in(&browser, &url) {
-        return Err(needed(format!("{status}; $BROWSER could not be started: {e}")));
+        return Err(needed(format!(
+            "{status}; $BROWSER could not be started: {e}"
+        )));
     }
     let within = Duration::from_secs_f64(s.config.session_init_timeout.max(1.0));
     d.wait_login(within).await?;
@@ -757,7 +769,9 @@ async fn connect(
         if !unauthorized && !forbidden {
             break;
         }
-        let Some(token) = authorizer_for(s) else { break };
+        let Some(token) = authorizer_for(s) else {
+            break;
+        };
         let url = s.config.url.clone().unwrap_or_default();
         let challenge = transport::challenge(&url, &s.config, &options).await;
         token.set_challenge(challenge.clone());

@@ -63,7 +63,9 @@ fn login_of(
     user: Option<&str>,
 ) -> Result<(McpServerActor, Arc<DiscoveredAuth>), RemoteError> {
     let Some(base) = servers.iter().find(|h| h.name() == server) else {
-        return Err(RemoteError::Failed(format!("no MCP server named '{server}'")));
+        return Err(RemoteError::Failed(format!(
+            "no MCP server named '{server}'"
+        )));
     };
     if base.transport() == Transport::Stdio {
         return Err(RemoteError::Failed(format!(

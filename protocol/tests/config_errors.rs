@@ -134,10 +134,12 @@ fn oauth_errors_name_the_field_and_the_accepted_values() {
         "ext.json:1:33: mcpServers.a.oauth.grant_type: unknown variant `password`, \
          expected one of `client_credentials`, `refresh_token`, `authorization_code`"
     );
-    let text = r#"{"mcpServers": {"a": {"oauth": []}}}"#;
+    let text = r#"{"mcpServers": {"a": {"oauth": 5}}}"#;
     let error = parse_extensions_config(Path::new("ext.json"), text, &no_env).unwrap_err();
     assert!(
-        error.to_string().contains("mcpServers.a.oauth: invalid type: sequence, expected an oauth mapping"),
+        error
+            .to_string()
+            .contains("mcpServers.a.oauth: invalid type: integer `5`, expected an oauth mapping"),
         "{error}"
     );
 }

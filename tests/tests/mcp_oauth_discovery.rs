@@ -41,7 +41,11 @@ fn client_credentials_discovers_the_token_endpoint() {
     let sport = free_port();
     let _server = Peer(
         Command::new(python())
-            .args([&peer_script("oauth_server.py"), &sport.to_string(), &iport.to_string()])
+            .args([
+                &peer_script("oauth_server.py"),
+                &sport.to_string(),
+                &iport.to_string(),
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -56,7 +60,11 @@ fn client_credentials_discovers_the_token_endpoint() {
             "client_secret": "discovered-secret", "scope": "mcp"}},
     }));
     let (code, r) = c.call("secure", "whoami", "{}");
-    assert_eq!((code, McpCluster::text(&r)), (0, "antler-discovered".to_owned()), "{r}");
+    assert_eq!(
+        (code, McpCluster::text(&r)),
+        (0, "antler-discovered".to_owned()),
+        "{r}"
+    );
     let reqs: Vec<Value> = std::fs::read_to_string(&log)
         .unwrap()
         .lines()

@@ -25,9 +25,14 @@ use serde_json::{json, Value};
 fn example_server() -> (Peer, u16) {
     let _ = npm_bin("oauth2-mock-server"); // the npm peers are installed
     let (mcp, auth) = (free_port(), free_port());
-    let script = tests_dir()
-        .join("node_modules/@modelcontextprotocol/sdk/dist/esm/examples/server/simpleStreamableHttp.js");
-    assert!(script.exists(), "{} is missing: `cd tests && npm ci`", script.display());
+    let script = tests_dir().join(
+        "node_modules/@modelcontextprotocol/sdk/dist/esm/examples/server/simpleStreamableHttp.js",
+    );
+    assert!(
+        script.exists(),
+        "{} is missing: `cd tests && npm ci`",
+        script.display()
+    );
     let child = Command::new("node")
         .arg(script)
         .arg("--oauth")
@@ -152,7 +157,9 @@ fn login_gets_a_token_that_survives_a_restart_and_is_never_shown() {
     assert!(token.len() >= 16, "{token}");
 
     // mcp-host restarts: the stored token serves the next call with no new login.
-    let host = c.cluster.process("mcp-host", 0).unwrap()["pid"].as_u64().unwrap() as u32;
+    let host = c.cluster.process("mcp-host", 0).unwrap()["pid"]
+        .as_u64()
+        .unwrap() as u32;
     signal(host, libc::SIGKILL);
     let back = wait_for(Duration::from_secs(30), || {
         let p = c.cluster.process("mcp-host", 0)?;
@@ -182,7 +189,8 @@ fn login_gets_a_token_that_survives_a_restart_and_is_never_shown() {
     assert!(!body.contains(&token));
     let logs = all_text(&c.runtime_dir());
     assert!(
-        logs.iter().any(|(p, t)| p.ends_with("mcp-host.log") && t.contains("notes")),
+        logs.iter()
+            .any(|(p, t)| p.ends_with("mcp-host.log") && t.contains("notes")),
         "mcp-host.log says nothing about the server: the check would be vacuous"
     );
     for (p, t) in logs {

@@ -6,8 +6,8 @@ use std::{process::ExitCode, time::Duration};
 
 use antler_protocol::{
     messages::{
-        McpCall, McpCallResult, McpContent, McpOAuthLogin, McpReply, McpRequest, McpServerStatus, McpTool, Reply,
-        Request,
+        McpCall, McpCallResult, McpContent, McpOAuthLogin, McpReply, McpRequest, McpServerStatus,
+        McpTool, Reply, Request,
     },
     Role,
 };
@@ -180,7 +180,10 @@ async fn login(ctx: &Ctx, server: String, user: Option<String>) -> anyhow::Resul
             Reply::Mcp(McpReply::OAuthUrl { url }) => url,
             other => bail!("unexpected reply from mcp-host: {other:?}"),
         };
-        match std::env::var("BROWSER").ok().filter(|b| !b.trim().is_empty()) {
+        match std::env::var("BROWSER")
+            .ok()
+            .filter(|b| !b.trim().is_empty())
+        {
             Some(browser) => {
                 eprintln!("antler: opening the login page with $BROWSER ({browser})");
                 open_browser(&browser, &url)?;

@@ -16,8 +16,9 @@ use antler_protocol::config::{McpOAuthConfig, OAuthFlow};
 use oauth2::TokenResponse;
 use rmcp::transport::auth::CredentialStore;
 use rmcp::transport::auth::{
-    AuthError, AuthorizationManager, AuthorizationMetadata, AuthorizationRequest, AuthorizationSession,
-    ClientCredentialsConfig, OAuthClientConfig, OAuthTokenResponse, StoredCredentials,
+    AuthError, AuthorizationManager, AuthorizationMetadata, AuthorizationRequest,
+    AuthorizationSession, ClientCredentialsConfig, OAuthClientConfig, OAuthTokenResponse,
+    StoredCredentials,
 };
 use tokio::sync::watch;
 
@@ -324,12 +325,8 @@ impl DiscoveredAuth {
                 &self.url,
             )
             .await?;
-            let stored = StoredCredentials::new(
-                client_id,
-                Some(t.clone()),
-                scopes,
-                Some(now_secs()),
-            );
+            let stored =
+                StoredCredentials::new(client_id, Some(t.clone()), scopes, Some(now_secs()));
             self.store
                 .slot(&self.server, &self.user)
                 .save(stored)
@@ -472,7 +469,12 @@ impl DiscoveredAuth {
         let mut rx = self.login.subscribe();
         let end = tokio::time::timeout(
             within,
-            rx.wait_for(|s| matches!(s, LoginState::Done | LoginState::Failed(_) | LoginState::Idle)),
+            rx.wait_for(|s| {
+                matches!(
+                    s,
+                    LoginState::Done | LoginState::Failed(_) | LoginState::Idle
+                )
+            }),
         )
         .await;
         match end {
@@ -510,7 +512,9 @@ mod tests {
     #[test]
     fn the_challenge_names_the_scopes() {
         assert_eq!(
-            challenge_scope(r#"Bearer error="insufficient_scope", scope="mcp admin", resource_metadata="x""#),
+            challenge_scope(
+                r#"Bearer error="insufficient_scope", scope="mcp admin", resource_metadata="x""#
+            ),
             Some(vec!["mcp".to_owned(), "admin".to_owned()])
         );
         assert_eq!(challenge_scope(r#"Bearer resource_metadata="x""#), None);

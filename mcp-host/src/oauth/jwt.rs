@@ -54,7 +54,9 @@ pub fn assertion(
         Algorithm::ES256 | Algorithm::ES384 => EncodingKey::from_ec_pem(pem.as_bytes()),
         _ => EncodingKey::from_rsa_pem(pem.as_bytes()),
     }
-    .map_err(|_| OAuthError::Config("oauth.private_key_pem is not a PEM key of its algorithm".into()))?;
+    .map_err(|_| {
+        OAuthError::Config("oauth.private_key_pem is not a PEM key of its algorithm".into())
+    })?;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()

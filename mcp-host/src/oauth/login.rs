@@ -91,7 +91,9 @@ fn response(status: u16, body: &str) -> String {
 
 /// The `$BROWSER` of this process, if one is set.
 pub fn browser() -> Option<String> {
-    std::env::var("BROWSER").ok().filter(|b| !b.trim().is_empty())
+    std::env::var("BROWSER")
+        .ok()
+        .filter(|b| !b.trim().is_empty())
 }
 
 /// Opens `url` with the `browser` command (its first `:`-separated entry), detached; its

@@ -193,9 +193,9 @@ mod tests {
         )
         .err()
         .unwrap();
-        assert!(err
-            .to_string()
-            .contains("expected one of `client_credentials`, `refresh_token`, `authorization_code`"));
+        assert!(err.to_string().contains(
+            "expected one of `client_credentials`, `refresh_token`, `authorization_code`"
+        ));
     }
 
     #[test]
@@ -210,7 +210,9 @@ mod tests {
             parse(r#"{"grant_type": "client_credentials", "client_id": "a"}"#).flow(),
             OAuthFlow::DiscoveredClientCredentials
         );
-        assert!(parse(r#"{"grant_type": "refresh_token"}"#).problem().is_some());
+        assert!(parse(r#"{"grant_type": "refresh_token"}"#)
+            .problem()
+            .is_some());
         assert!(parse(r#"{"signing_algorithm": "HS256"}"#)
             .problem()
             .unwrap()

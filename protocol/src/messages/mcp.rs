@@ -39,7 +39,10 @@ pub enum McpRequest {
     },
     /// Wait, within the request's deadline, for the login in progress to complete:
     /// `McpReply::OAuthDone`, or an error saying why it did not.
-    OAuthWait { server: String, user: Option<String> },
+    OAuthWait {
+        server: String,
+        user: Option<String>,
+    },
 }
 
 /// A login to start.
@@ -93,9 +96,14 @@ pub enum McpReply {
     /// The answer to `Discover`.
     Discovery(McpDiscovery),
     /// The authorization URL of a login just started (never a token).
-    OAuthUrl { url: String },
+    OAuthUrl {
+        url: String,
+    },
     /// A login completed: the user's token is stored (and never returned).
-    OAuthDone { server: String, user: String },
+    OAuthDone {
+        server: String,
+        user: String,
+    },
 }
 
 /// The tools a run can use now, and the servers it goes without.

@@ -12,8 +12,7 @@ pub use control::{ControlReply, ControlRequest, Health};
 pub use lead::{LeadReply, LeadRequest, PeerPing, PlaybookSource, ProcessStatus, RunSubmission};
 pub use mcp::{
     McpCall, McpCallResult, McpContent, McpDiscovery, McpOAuthLogin, McpReloadSummary, McpReply,
-    McpRequest,
-    McpServerStatus, McpTool,
+    McpRequest, McpServerStatus, McpTool,
 };
 pub use sandbox::{
     AcquireSource, Acquired, LeaseOwner, PoolStatus, Principal, SandboxError, SandboxReply,
