@@ -152,6 +152,9 @@ pub struct ChildPlan {
     /// SIGTERM to SIGKILL when a child is stopped.
     pub drain_grace: Duration,
     pub extensions: PathBuf,
+    /// mcp-host's data directory (its OAuth token store): beside the run store, so an
+    /// ephemeral cluster uses its parent's tokens.
+    pub mcp_data_dir: Option<PathBuf>,
     /// Cluster mode: this lead starts no process.
     pub cluster_mode: bool,
 }
@@ -178,6 +181,10 @@ impl ChildPlan {
             Role::McpHost => {
                 args.push("--extensions".into());
                 args.push(self.extensions.display().to_string());
+                if let Some(dir) = &self.mcp_data_dir {
+                    args.push("--data-dir".into());
+                    args.push(dir.display().to_string());
+                }
             }
             Role::Subagent => args.extend(worker_args(&self.runtime, self.worker_slots)),
             _ => {}
@@ -248,6 +255,7 @@ impl RunningCluster {
             worker_slots: spec.worker_slots,
             drain_grace: spec.drain_grace,
             extensions: extensions.clone(),
+            mcp_data_dir: spec.store_path.parent().map(std::path::Path::to_path_buf),
             cluster_mode: spec.cluster.is_some(),
         };
         let children = match &spec.cluster {

@@ -42,6 +42,10 @@ struct Cli {
     /// config.yaml (its `antler.mcp_pool` section).
     #[arg(long, env = "ANTLER_CONFIG")]
     config: Option<PathBuf>,
+    /// Where OAuth tokens are kept across restarts (`mcp-oauth.json`, mode 0600); without
+    /// it they live in memory only.
+    #[arg(long, env = "ANTLER_MCP_DATA_DIR")]
+    data_dir: Option<PathBuf>,
 }
 
 /// The pool's bounds from config.yaml; defaults when there is none or it does not load
@@ -79,7 +83,8 @@ fn main() -> anyhow::Result<()> {
     let path = extensions_path(cli.extensions.clone());
     let system = actix::System::new();
     system.block_on(async move {
-        let registry = registry::McpRegistry::new(path.clone()).start();
+        let broker = oauth::OAuthBroker::new(cli.data_dir.clone());
+        let registry = registry::McpRegistry::new(path.clone(), broker.clone()).start();
         if let Some(path) = path {
             watch::spawn(path, registry.clone());
         }
@@ -88,7 +93,7 @@ fn main() -> anyhow::Result<()> {
         let result = host::serve(
             Role::McpHost,
             cli.host,
-            service::McpService::new(registry.clone(), pool.clone()),
+            service::McpService::new(registry.clone(), pool.clone(), broker.clone()),
         )
         .await;
         // Stop every server and pooled session (and their child groups) before exiting.

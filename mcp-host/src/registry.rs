@@ -3,7 +3,7 @@
 //! Applying a config starts added servers, stops removed ones, restarts changed ones and
 //! leaves unchanged ones connected. A file that fails to load keeps the old set.
 
-use std::path::PathBuf;
+use std::{path::PathBuf, sync::Arc};
 
 use actix::prelude::*;
 use antler_protocol::{
@@ -13,6 +13,7 @@ use antler_protocol::{
 use tokio::sync::broadcast;
 
 use crate::{
+    oauth::OAuthBroker,
     server::{McpServerActor, ToolsChanged},
     transport::OpenOptions,
     watch::Signature,
@@ -26,11 +27,14 @@ pub struct McpRegistry {
     skipped: Vec<(String, String)>,
     signature: Option<Signature>,
     changes: broadcast::Sender<ToolsChanged>,
+    /// The OAuth authorizers every server actor shares.
+    oauth: Arc<OAuthBroker>,
 }
 
 impl McpRegistry {
-    pub fn new(path: Option<PathBuf>) -> Self {
+    pub fn new(path: Option<PathBuf>, oauth: Arc<OAuthBroker>) -> Self {
         Self {
+            oauth,
             path,
             servers: Vec::new(),
             skipped: Vec::new(),
@@ -102,7 +106,10 @@ impl McpRegistry {
             config,
             transport,
             self.changes.clone(),
-            OpenOptions::default(),
+            OpenOptions {
+                oauth: Some(self.oauth.clone()),
+                ..OpenOptions::default()
+            },
         )
     }
 

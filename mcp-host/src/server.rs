@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     client::{self, Client},
     convert, naming,
-    oauth::TokenActor,
+    oauth::{self, login, Authorizer, OAuthError},
     transport::{self, OpenError, OpenOptions},
 };
 
@@ -111,8 +111,11 @@ struct Shared {
     in_flight: AtomicU32,
     stop: CancellationToken,
     changes: broadcast::Sender<ToolsChanged>,
-    token: Option<Arc<TokenActor>>,
+    /// The OAuth token source: the configured one, or the login one a 401 asked for.
+    token: std::sync::OnceLock<Authorizer>,
     options: OpenOptions,
+    /// Cuts a reconnect's backoff short (a login just completed).
+    wake: tokio::sync::Notify,
     /// Ask the actor to reopen its session if it still uses this `Authorization` (a 401,
     /// or a token refreshed since the session opened).
     reopen: mpsc::UnboundedSender<Option<String>>,
@@ -141,14 +144,15 @@ impl McpServerActor {
         changes: broadcast::Sender<ToolsChanged>,
         options: OpenOptions,
     ) -> McpServerActor {
-        let token = match transport {
-            Transport::Sse | Transport::Http => config
-                .oauth
-                .clone()
-                .filter(|o| o.enabled)
-                .map(TokenActor::new),
-            Transport::Stdio => None,
-        };
+        let token = std::sync::OnceLock::new();
+        if let (Transport::Sse | Transport::Http, Some(broker), Some(o)) = (
+            transport,
+            options.oauth.as_ref(),
+            config.oauth.as_ref().filter(|o| o.enabled),
+        ) {
+            let url = config.url.clone().unwrap_or_default();
+            let _ = token.set(broker.authorizer(&name, options.user.as_deref(), &url, o));
+        }
         let (reopen, reopen_rx) = mpsc::unbounded_channel();
         let roots = watch::channel(options.roots.clone()).0;
         let shared = Arc::new(Shared {
@@ -171,6 +175,7 @@ impl McpServerActor {
             changes,
             token,
             options,
+            wake: tokio::sync::Notify::new(),
             reopen,
             roots,
         });
@@ -238,6 +243,33 @@ impl McpServerActor {
         }
     }
 
+    /// The OAuth token source of this server (configured, or asked for by a 401).
+    pub fn authorizer(&self) -> Option<Authorizer> {
+        authorizer_for(&self.shared)
+    }
+
+    /// The token source of this server for `user` (a login for another user than the
+    /// session's: its token is stored for that user's sessions).
+    pub fn authorizer_for_user(&self, user: &str) -> Option<Authorizer> {
+        let s = &self.shared;
+        if s.options.user.as_deref().unwrap_or(oauth::DEFAULT_USER) == user {
+            return self.authorizer();
+        }
+        let broker = s.options.oauth.as_ref()?;
+        let o = match &s.config.oauth {
+            Some(o) if o.enabled => o.clone(),
+            Some(_) => return None,
+            None => antler_protocol::config::McpOAuthConfig::login_default(),
+        };
+        let url = s.config.url.clone().unwrap_or_default();
+        Some(broker.authorizer(&s.name, Some(user), &url, &o))
+    }
+
+    /// Reconnects now if the actor is waiting out a backoff (a login just completed).
+    pub fn wake(&self) {
+        self.shared.wake.notify_one();
+    }
+
     /// Replaces the session's roots; a live session's server is told they changed.
     pub fn set_roots(&self, roots: Vec<String>) {
         self.shared.roots.send_if_modified(|now| {
@@ -277,10 +309,15 @@ impl McpServerActor {
                 Ok(l) => l,
                 Err(e) => return McpCallResult::error(e),
             };
-            if let Some(token) = &s.token {
-                // A token refreshed since the session opened: reopen with it first.
-                match token.authorization().await {
-                    Ok(current)
+            if let Some(token) = s.token.get() {
+                // A token refreshed since the session opened: reopen with it first. A
+                // fresh cached token is compared without any await or request.
+                let current = match token.fresh() {
+                    Some(h) => Ok(Some(h)),
+                    None => token.authorization().await,
+                };
+                match current {
+                    Ok(Some(current))
                         if live.authorization.as_deref() != Some(current.as_str())
                             && refreshes < 2 =>
                     {
@@ -290,6 +327,9 @@ impl McpServerActor {
                         continue;
                     }
                     Ok(_) => {}
+                    Err(e @ OAuthError::LoginNeeded { .. }) => {
+                        return McpCallResult::error(e.to_string())
+                    }
                     Err(e) => return McpCallResult::error(format!("MCP server '{}': {e}", s.name)),
                 }
             }
@@ -315,10 +355,10 @@ impl McpServerActor {
                     let json = serde_json::to_value(&result).unwrap_or_default();
                     return convert::call_result(&json);
                 }
-                Err(e) if is_unauthorized(&e) && !retried_auth && s.token.is_some() => {
+                Err(e) if is_unauthorized(&e) && !retried_auth && s.token.get().is_some() => {
                     // One refresh and one retry: forget the rejected token, reopen.
                     retried_auth = true;
-                    if let (Some(t), Some(a)) = (&s.token, &live.authorization) {
+                    if let (Some(t), Some(a)) = (s.token.get(), &live.authorization) {
                         t.invalidate(a);
                     }
                     self.reopen_and_wait(&live, timeout.saturating_sub(started.elapsed()))
@@ -328,7 +368,7 @@ impl McpServerActor {
                     // An OAuth server that refused the token ends the HTTP session; the
                     // request was refused, not run, so it is sent once more if the new
                     // session carries a new token.
-                    if s.token.is_some() && !retried_auth {
+                    if s.token.get().is_some() && !retried_auth {
                         retried_auth = true;
                         let within = timeout.saturating_sub(started.elapsed());
                         if self.reconnected_with_new_token(&live, within).await {
@@ -423,6 +463,71 @@ impl McpServerActor {
             )),
         }
     }
+}
+
+fn is_forbidden(text: &str) -> bool {
+    text.contains("HTTP 403") || text.contains("insufficient scope") || text.contains("Forbidden")
+}
+
+/// The server's token source, created on a 401 for an HTTP server with no `oauth` block.
+fn authorizer_for(s: &Shared) -> Option<Authorizer> {
+    if let Some(t) = s.token.get() {
+        return Some(t.clone());
+    }
+    if s.transport == Transport::Stdio {
+        return None;
+    }
+    let broker = s.options.oauth.as_ref()?;
+    if s.config.oauth.is_some() {
+        // Configured but disabled.
+        return None;
+    }
+    let o = antler_protocol::config::McpOAuthConfig::login_default();
+    let url = s.config.url.clone().unwrap_or_default();
+    let a = broker.authorizer(&s.name, s.options.user.as_deref(), &url, &o);
+    Some(s.token.get_or_init(|| a).clone())
+}
+
+/// No usable token and only a login gets one: with `$BROWSER` set, the login runs now
+/// (the URL goes to the browser, the redirect comes back to a loopback listener) and its
+/// token is returned; without one, the error names the command to run.
+async fn login_now(
+    s: &Shared,
+    token: &Authorizer,
+    why: &str,
+) -> Result<Option<String>, OAuthError> {
+    let user = s
+        .options
+        .user
+        .clone()
+        .unwrap_or_else(|| oauth::DEFAULT_USER.into());
+    let needed = |reason: String| OAuthError::LoginNeeded {
+        server: s.name.clone(),
+        user: user.clone(),
+        reason,
+    };
+    let Some(d) = token.discovered().filter(|d| d.is_login()) else {
+        return Ok(None);
+    };
+    let status = if why.contains("HTTP 403") {
+        "HTTP 403"
+    } else {
+        "HTTP 401 Unauthorized"
+    };
+    let Some(browser) = login::browser() else {
+        return Err(needed(format!(
+            "{status}, no token, and no $BROWSER to log in with"
+        )));
+    };
+    let url = d.start_login(None).await?;
+    if let Err(e) = login::open_in(&browser, &url) {
+        return Err(needed(format!(
+            "{status}; $BROWSER could not be started: {e}"
+        )));
+    }
+    let within = Duration::from_secs_f64(s.config.session_init_timeout.max(1.0));
+    d.wait_login(within).await?;
+    token.authorization().await
 }
 
 fn is_unauthorized(e: &ServiceError) -> bool {
@@ -559,6 +664,7 @@ async fn run(s: Arc<Shared>, mut reopen: mpsc::UnboundedReceiver<Option<String>>
         s.settled.send_replace(true);
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
+            _ = s.wake.notified() => backoff = FIRST_BACKOFF,
             _ = s.stop.cancelled() => break,
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -643,32 +749,54 @@ async fn connect(
     changed: mpsc::UnboundedSender<()>,
 ) -> Result<(transport::Opened, Vec<McpTool>, Option<String>), String> {
     let mut options = s.options.clone();
-    if let Some(token) = &s.token {
-        options.authorization = Some(
-            token
-                .authorization()
-                .await
-                .map_err(|e| format!("MCP server '{}': {e}", s.name))?,
-        );
+    let said = |e: OAuthError| match e {
+        e @ OAuthError::LoginNeeded { .. } => e.to_string(),
+        e => format!("MCP server '{}': {e}", s.name),
+    };
+    if let Some(token) = s.token.get() {
+        options.authorization = token.authorization().await.map_err(said)?;
     }
     let client = || Client::new(changed.clone(), s.roots.subscribe(), s.config.elicitation);
     let first = client();
     let mut roots_asked = first.roots_asked();
     let mut opened = transport::open(&s.name, &s.config, s.transport, first, &options).await;
-    if let (Err(e), Some(token), Some(rejected)) = (&opened, &s.token, &options.authorization) {
-        if e.to_string().contains("HTTP 401") {
-            // The cached token was refused: one fresh token, one more try.
-            token.invalidate(rejected);
-            options.authorization = Some(
-                token
-                    .authorization()
-                    .await
-                    .map_err(|e| format!("MCP server '{}': {e}", s.name))?,
-            );
-            let again = client();
-            roots_asked = again.roots_asked();
-            opened = transport::open(&s.name, &s.config, s.transport, again, &options).await;
+    // A refused token (401), a missing one, or too narrow a scope (403): at most a few
+    // more tries, each with what the server's challenge asked for.
+    for _ in 0..3 {
+        let Err(e) = &opened else { break };
+        let text = e.to_string();
+        let (unauthorized, forbidden) = (text.contains("HTTP 401"), is_forbidden(&text));
+        if !unauthorized && !forbidden {
+            break;
         }
+        let Some(token) = authorizer_for(s) else {
+            break;
+        };
+        let url = s.config.url.clone().unwrap_or_default();
+        let challenge = transport::challenge(&url, &s.config, &options).await;
+        token.set_challenge(challenge.clone());
+        if forbidden {
+            let stepped = match (token.discovered(), challenge.as_deref()) {
+                (Some(d), Some(c)) => d.step_up(c).await,
+                _ => false,
+            };
+            if !stepped {
+                break;
+            }
+        } else if let Some(rejected) = &options.authorization {
+            token.invalidate(rejected);
+        }
+        let mut next = token.authorization().await.map_err(said)?;
+        if next.is_none() {
+            next = login_now(s, &token, &text).await.map_err(said)?;
+        }
+        if next.is_none() || next == options.authorization {
+            break;
+        }
+        options.authorization = next;
+        let again = client();
+        roots_asked = again.roots_asked();
+        opened = transport::open(&s.name, &s.config, s.transport, again, &options).await;
     }
     let opened =
         opened.map_err(|e: OpenError| format!("MCP server '{}' failed to start: {e}", s.name))?;

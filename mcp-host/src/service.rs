@@ -19,6 +19,7 @@ use futures::future::BoxFuture;
 
 use crate::{
     naming,
+    oauth::{self, DiscoveredAuth, OAuthBroker},
     pool::SessionPool,
     registry::{McpRegistry, Reload, Servers, Skipped, Subscribe},
     server::{McpServerActor, Phase},
@@ -37,11 +38,51 @@ const START_GRACE: Duration = Duration::from_secs(5);
 pub struct McpService {
     registry: Addr<McpRegistry>,
     pool: Arc<SessionPool>,
+    /// Kept so the logins' authorizers outlive every server restart.
+    _oauth: Arc<OAuthBroker>,
 }
 
 impl McpService {
-    pub fn new(registry: Addr<McpRegistry>, pool: Arc<SessionPool>) -> Arc<Self> {
-        Arc::new(Self { registry, pool })
+    pub fn new(
+        registry: Addr<McpRegistry>,
+        pool: Arc<SessionPool>,
+        oauth: Arc<OAuthBroker>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            registry,
+            pool,
+            _oauth: oauth,
+        })
+    }
+}
+
+/// The login authorizer of `server` for `user`, or why there is none.
+fn login_of(
+    servers: &[McpServerActor],
+    server: &str,
+    user: Option<&str>,
+) -> Result<(McpServerActor, Arc<DiscoveredAuth>), RemoteError> {
+    let Some(base) = servers.iter().find(|h| h.name() == server) else {
+        return Err(RemoteError::Failed(format!(
+            "no MCP server named '{server}'"
+        )));
+    };
+    if base.transport() == Transport::Stdio {
+        return Err(RemoteError::Failed(format!(
+            "MCP server '{server}' is a stdio server: it has no OAuth login"
+        )));
+    }
+    let user_key = user.unwrap_or(oauth::DEFAULT_USER);
+    let authorizer = match user {
+        None => base.authorizer(),
+        Some(_) => base.authorizer_for_user(user_key),
+    };
+    match authorizer.as_ref().and_then(|a| a.discovered().cloned()) {
+        Some(d) if d.is_login() => Ok((base.clone(), d)),
+        _ => Err(RemoteError::Failed(format!(
+            "MCP server '{server}' does not log users in: its oauth block configures a \
+             client_credentials or refresh_token grant (or OAuth is disabled)"
+        ))),
     }
 }
 
@@ -148,6 +189,43 @@ impl RoleHandler for McpService {
                         }
                     }
                     Ok(Reply::Mcp(McpReply::WatchEnded))
+                }
+                McpRequest::OAuthStart(login) => {
+                    let servers = registry.send(Servers).await.map_err(unavailable)?;
+                    let (_, d) = login_of(&servers, &login.server, login.user.as_deref())?;
+                    let url = d
+                        .start_login(login.redirect_uri)
+                        .await
+                        .map_err(|e| RemoteError::Failed(e.to_string()))?;
+                    Ok(Reply::Mcp(McpReply::OAuthUrl { url }))
+                }
+                McpRequest::OAuthComplete {
+                    server,
+                    user,
+                    redirected,
+                } => {
+                    let servers = registry.send(Servers).await.map_err(unavailable)?;
+                    let (base, d) = login_of(&servers, &server, user.as_deref())?;
+                    d.complete_login(&redirected)
+                        .await
+                        .map_err(|e| RemoteError::Failed(e.to_string()))?;
+                    base.wake();
+                    Ok(Reply::Mcp(McpReply::OAuthDone {
+                        server,
+                        user: user.unwrap_or_else(|| oauth::DEFAULT_USER.into()),
+                    }))
+                }
+                McpRequest::OAuthWait { server, user } => {
+                    let servers = registry.send(Servers).await.map_err(unavailable)?;
+                    let (base, d) = login_of(&servers, &server, user.as_deref())?;
+                    d.wait_login(left(&call, DEFAULT_CALL_DEADLINE))
+                        .await
+                        .map_err(|e| RemoteError::Failed(e.to_string()))?;
+                    base.wake();
+                    Ok(Reply::Mcp(McpReply::OAuthDone {
+                        server,
+                        user: user.unwrap_or_else(|| oauth::DEFAULT_USER.into()),
+                    }))
                 }
             }
         })

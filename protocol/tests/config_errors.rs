@@ -132,13 +132,15 @@ fn oauth_errors_name_the_field_and_the_accepted_values() {
     assert_eq!(
         error.to_string(),
         "ext.json:1:33: mcpServers.a.oauth.grant_type: unknown variant `password`, \
-         expected `client_credentials` or `refresh_token`"
+         expected one of `client_credentials`, `refresh_token`, `authorization_code`"
     );
-    let text = r#"{"mcpServers": {"a": {"oauth": {}}}}"#;
+    let text = r#"{"mcpServers": {"a": {"oauth": 5}}}"#;
     let error = parse_extensions_config(Path::new("ext.json"), text, &no_env).unwrap_err();
-    assert_eq!(
-        error.to_string(),
-        "ext.json:1:23: mcpServers.a.oauth: missing field `token_url`"
+    assert!(
+        error
+            .to_string()
+            .contains("mcpServers.a.oauth: invalid type: integer `5`, expected an oauth mapping"),
+        "{error}"
     );
 }
 

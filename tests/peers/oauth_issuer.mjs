@@ -8,6 +8,8 @@ import { OAuth2Server } from 'oauth2-mock-server';
 
 const [port, ttl, log, flag, expiresIn] = process.argv.slice(2);
 const server = new OAuth2Server();
+// The issuer is named as clients reach it, so metadata discovery finds the issuer it asked.
+server.issuer.url = `http://127.0.0.1:${port}`;
 await server.issuer.keys.generate('RS256');
 server.service.on('beforeTokenSigning', (token, req) => {
   token.payload.exp = Math.floor(Date.now() / 1000) + Number(ttl);

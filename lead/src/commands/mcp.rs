@@ -1,4 +1,4 @@
-//! `antler mcp status`, `antler mcp tools` and `antler mcp call`: the MCP servers of the
+//! `antler mcp status`, `antler mcp tools`, `antler mcp call` and `antler mcp login`: the MCP servers of the
 //! running cluster (or of an ephemeral one started for the command), reached through the
 //! lead and mcp-host.
 
@@ -6,8 +6,8 @@ use std::{process::ExitCode, time::Duration};
 
 use antler_protocol::{
     messages::{
-        McpCall, McpCallResult, McpContent, McpReply, McpRequest, McpServerStatus, McpTool, Reply,
-        Request,
+        McpCall, McpCallResult, McpContent, McpOAuthLogin, McpReply, McpRequest, McpServerStatus,
+        McpTool, Reply, Request,
     },
     Role,
 };
@@ -15,12 +15,16 @@ use anyhow::bail;
 use clap::Subcommand;
 use serde_json::{json, Value};
 
-use super::{forward, Ctx};
+use super::{forward, forward_with, Ctx};
 
 /// How long listing may wait for servers that are still starting.
 const LIST_TIMEOUT: Duration = Duration::from_secs(75);
 /// How long one call may take end to end.
 const CALL_TIMEOUT: Duration = Duration::from_secs(130);
+/// How long discovery and registration may take when a login starts.
+const LOGIN_START: Duration = Duration::from_secs(60);
+/// How long a login waits for the user.
+const LOGIN_WAIT: Duration = Duration::from_secs(300);
 
 /// `antler mcp ...`
 #[derive(Debug, Subcommand)]
@@ -58,6 +62,15 @@ pub enum McpCommand {
         /// The thread's workspace: the pooled server's working directory.
         #[arg(long)]
         workspace: Option<std::path::PathBuf>,
+    },
+    /// Log in to an HTTP server with OAuth (authorization code + PKCE): the URL goes to
+    /// `$BROWSER` (or is printed), the redirect comes back to mcp-host on loopback, and the
+    /// token is kept by mcp-host for this user (never shown).
+    Login {
+        server: String,
+        /// Whose token it is (default: the default user).
+        #[arg(long)]
+        user: Option<String>,
     },
 }
 
@@ -107,6 +120,7 @@ pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
                 }
                 Ok(ExitCode::SUCCESS)
             }
+            McpCommand::Login { server, user } => login(ctx, server, user).await,
             McpCommand::Call {
                 server,
                 tool,
@@ -147,6 +161,70 @@ pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
             }
         }
     })
+}
+
+/// `antler mcp login`: one connection to the lead for both the start and the wait, so an
+/// ephemeral cluster lives until the login is done.
+async fn login(ctx: &Ctx, server: String, user: Option<String>) -> anyhow::Result<ExitCode> {
+    let spec = super::cluster_spec(ctx.runtime_dir.clone(), None, None)?;
+    let client = crate::cluster::attach_or_start(spec, Duration::from_secs(15)).await?;
+    let outcome = async {
+        let start = McpRequest::OAuthStart(McpOAuthLogin {
+            server: server.clone(),
+            user: user.clone(),
+            redirect_uri: None,
+        });
+        let url = match forward_with(&client, Role::McpHost, 0, Request::Mcp(start), LOGIN_START)
+            .await?
+        {
+            Reply::Mcp(McpReply::OAuthUrl { url }) => url,
+            other => bail!("unexpected reply from mcp-host: {other:?}"),
+        };
+        match std::env::var("BROWSER")
+            .ok()
+            .filter(|b| !b.trim().is_empty())
+        {
+            Some(browser) => {
+                eprintln!("antler: opening the login page with $BROWSER ({browser})");
+                open_browser(&browser, &url)?;
+            }
+            None => println!("Open this URL to log in to '{server}':\n{url}"),
+        }
+        let wait = McpRequest::OAuthWait {
+            server: server.clone(),
+            user: user.clone(),
+        };
+        match forward_with(&client, Role::McpHost, 0, Request::Mcp(wait), LOGIN_WAIT).await? {
+            Reply::Mcp(McpReply::OAuthDone { server, user }) => {
+                println!("logged in to '{server}' as user '{user}'");
+                Ok(ExitCode::SUCCESS)
+            }
+            other => bail!("unexpected reply from mcp-host: {other:?}"),
+        }
+    }
+    .await;
+    client.finish().await;
+    outcome
+}
+
+/// Runs `$BROWSER` (its first `:`-separated entry; `%s` is the URL, else it is appended).
+fn open_browser(browser: &str, url: &str) -> anyhow::Result<()> {
+    let first = browser.split(':').next().unwrap_or(browser);
+    let mut words: Vec<String> = first.split_whitespace().map(str::to_owned).collect();
+    if words.is_empty() {
+        bail!("$BROWSER is empty");
+    }
+    if words.iter().any(|w| w.contains("%s")) {
+        words.iter_mut().for_each(|w| *w = w.replace("%s", url));
+    } else {
+        words.push(url.to_owned());
+    }
+    std::process::Command::new(&words[0])
+        .args(&words[1..])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot start $BROWSER `{}`: {e}", words[0]))?;
+    Ok(())
 }
 
 async fn ask(ctx: &Ctx, request: McpRequest, timeout: Duration) -> anyhow::Result<McpReply> {

@@ -53,7 +53,7 @@ fn stderr_suffix(stderr: &str) -> String {
 }
 
 /// What `open` needs beyond the server's config.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct OpenOptions {
     /// The full `Authorization` value (`Bearer …`) for sse/http, from OAuth.
     pub authorization: Option<String>,
@@ -63,6 +63,54 @@ pub struct OpenOptions {
     pub default_env: Vec<(String, String)>,
     /// The session's first roots (the pooled thread workspace): directories on this host.
     pub roots: Vec<String>,
+    /// The host's OAuth authorizers (sse/http); `None`: no OAuth at all.
+    pub oauth: Option<Arc<crate::oauth::OAuthBroker>>,
+    /// The user whose tokens the session uses (`None`: the default user).
+    pub user: Option<String>,
+}
+
+/// The `WWW-Authenticate` challenge `url` answers an `initialize` with (sent with the
+/// configured headers and `options.authorization`), if it answers 401 or 403 with one.
+pub async fn challenge(
+    url: &str,
+    config: &McpServerConfig,
+    options: &OpenOptions,
+) -> Option<String> {
+    let headers = headers(config, options).ok()?;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .redirect(origin::redirect_policy())
+        .build()
+        .ok()?;
+    let mut req = http
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"antler-mcp-host","version":"0"}}}"#,
+        );
+    for (k, v) in headers {
+        req = req.header(k, v);
+    }
+    let resp = req.send().await.ok()?;
+    if !matches!(resp.status().as_u16(), 401 | 403) {
+        return None;
+    }
+    resp.headers()
+        .get(reqwest::header::WWW_AUTHENTICATE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+impl std::fmt::Debug for OpenOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The authorization value is a token: never printed.
+        f.debug_struct("OpenOptions")
+            .field("cwd", &self.cwd)
+            .field("roots", &self.roots)
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Opens a session to `name` over `transport`.

@@ -1,6 +1,8 @@
-//! An MCP server's `oauth:` block (`McpOAuthConfig`, spec §5.4): where and how to fetch a
-//! token, and which response fields carry it. Defaults are DeerFlow's. Fetching, caching
-//! and refreshing tokens belong to the MCP host, not here.
+//! An MCP server's `oauth:` block (`McpOAuthConfig`, spec §5.4, and the MCP authorization
+//! spec): where and how to get a token, and which response fields carry it. With a
+//! `token_url` it is DeerFlow's fixed grant (its defaults); without one the endpoints are
+//! discovered from the server (`OAuthFlow`). Fetching, caching, storing and refreshing
+//! tokens belong to the MCP host, not here.
 
 use serde::Deserialize;
 
@@ -15,6 +17,8 @@ pub enum GrantType {
     ClientCredentials,
     /// `refresh_token`: needs `refresh_token`.
     RefreshToken,
+    /// `authorization_code` with PKCE: a user logs in (`antler mcp login`).
+    AuthorizationCode,
 }
 
 impl GrantType {
@@ -23,22 +27,39 @@ impl GrantType {
         match self {
             Self::ClientCredentials => "client_credentials",
             Self::RefreshToken => "refresh_token",
+            Self::AuthorizationCode => "authorization_code",
         }
     }
 }
 
+/// How a server's token is had, from its `oauth` block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OAuthFlow {
+    /// DeerFlow's: a fixed `token_url` and a `client_credentials` or `refresh_token` grant.
+    Fixed(GrantType),
+    /// `client_credentials` at a token endpoint discovered from the server.
+    DiscoveredClientCredentials,
+    /// A user's login (authorization code + PKCE) at discovered endpoints.
+    AuthorizationCode,
+}
+
+/// `oauth.signing_algorithm` values for `private_key_jwt`.
+pub const SIGNING_ALGORITHMS: [&str; 5] = ["RS256", "RS384", "RS512", "ES256", "ES384"];
+
 /// `mcpServers.<name>.oauth`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(expecting = "an oauth mapping with at least token_url")]
+#[serde(expecting = "an oauth mapping")]
 pub struct McpOAuthConfig {
     /// Whether the token is fetched and sent.
     #[serde(default = "super::shapes::default_true")]
     pub enabled: bool,
-    /// The token endpoint.
-    pub token_url: String,
-    /// `client_credentials` or `refresh_token`.
+    /// The token endpoint; `None`: discovered from the server's metadata.
     #[serde(default)]
-    pub grant_type: GrantType,
+    pub token_url: Option<String>,
+    /// `client_credentials`, `refresh_token` or `authorization_code`; unset: the first
+    /// with a `token_url` (DeerFlow's default), the last without.
+    #[serde(default)]
+    pub grant_type: Option<GrantType>,
     /// The client id.
     #[serde(default)]
     pub client_id: Option<String>,
@@ -72,6 +93,53 @@ pub struct McpOAuthConfig {
     /// Extra form fields; the reserved ones override them.
     #[serde(default, deserialize_with = "null_as_default")]
     pub extra_token_params: NamedMap<String>,
+    /// The HTTPS URL of this client's metadata document (a URL client id), used when the
+    /// authorization server supports it and no `client_id` is configured.
+    #[serde(default)]
+    pub client_metadata_url: Option<String>,
+    /// A PEM private key (RSA or EC): `client_credentials` authenticates with a signed
+    /// JWT (`private_key_jwt`) instead of the secret.
+    #[serde(default)]
+    pub private_key_pem: Option<String>,
+    /// The JWT's algorithm for `private_key_pem` (`RS256` when unset).
+    #[serde(default)]
+    pub signing_algorithm: Option<String>,
+}
+
+impl McpOAuthConfig {
+    /// The flow this block configures (see `grant_type`).
+    pub fn flow(&self) -> OAuthFlow {
+        match (self.token_url.as_deref(), self.grant_type) {
+            (_, Some(GrantType::AuthorizationCode)) => OAuthFlow::AuthorizationCode,
+            (Some(_), g) => OAuthFlow::Fixed(g.unwrap_or_default()),
+            (None, Some(GrantType::ClientCredentials)) => OAuthFlow::DiscoveredClientCredentials,
+            (None, Some(GrantType::RefreshToken)) => OAuthFlow::Fixed(GrantType::RefreshToken),
+            (None, None) => OAuthFlow::AuthorizationCode,
+        }
+    }
+
+    /// What is wrong with this block, said for the operator; `None`: nothing.
+    pub fn problem(&self) -> Option<String> {
+        if self.flow() == OAuthFlow::Fixed(GrantType::RefreshToken) && self.token_url.is_none() {
+            return Some("oauth.grant_type refresh_token needs oauth.token_url".into());
+        }
+        if let Some(alg) = self.signing_algorithm.as_deref() {
+            if !SIGNING_ALGORITHMS.contains(&alg) {
+                return Some(format!(
+                    "oauth.signing_algorithm `{alg}` is not one of {}",
+                    SIGNING_ALGORITHMS.join(", ")
+                ));
+            }
+        }
+        None
+    }
+
+    /// A block for a server that asked for OAuth with none configured: a user's login
+    /// with dynamic registration.
+    pub fn login_default() -> Self {
+        // Every field has a default: an empty mapping always parses.
+        serde_json::from_str("{}").unwrap_or_else(|_| unreachable!("an empty oauth block parses"))
+    }
 }
 
 fn default_token_field() -> String {
@@ -104,7 +172,7 @@ mod tests {
         let o: McpOAuthConfig =
             serde_json::from_str(r#"{"token_url": "https://auth.example/token"}"#).unwrap();
         assert!(o.enabled);
-        assert_eq!(o.grant_type, GrantType::ClientCredentials);
+        assert_eq!(o.flow(), OAuthFlow::Fixed(GrantType::ClientCredentials));
         assert_eq!(
             (
                 o.token_field.as_str(),
@@ -125,8 +193,29 @@ mod tests {
         )
         .err()
         .unwrap();
-        assert!(err
-            .to_string()
-            .contains("expected `client_credentials` or `refresh_token`"));
+        assert!(err.to_string().contains(
+            "expected one of `client_credentials`, `refresh_token`, `authorization_code`"
+        ));
+    }
+
+    #[test]
+    fn without_a_token_url_the_endpoints_are_discovered() {
+        let parse = |j: &str| serde_json::from_str::<McpOAuthConfig>(j).unwrap();
+        assert_eq!(parse("{}").flow(), OAuthFlow::AuthorizationCode);
+        assert_eq!(
+            parse(r#"{"client_id": "a", "client_secret": "b"}"#).flow(),
+            OAuthFlow::AuthorizationCode
+        );
+        assert_eq!(
+            parse(r#"{"grant_type": "client_credentials", "client_id": "a"}"#).flow(),
+            OAuthFlow::DiscoveredClientCredentials
+        );
+        assert!(parse(r#"{"grant_type": "refresh_token"}"#)
+            .problem()
+            .is_some());
+        assert!(parse(r#"{"signing_algorithm": "HS256"}"#)
+            .problem()
+            .unwrap()
+            .contains("RS256"));
     }
 }

@@ -26,6 +26,35 @@ pub enum McpRequest {
     /// the servers that are not ready. Answers promptly: a server is waited for only
     /// briefly after it was started, never for its whole start timeout.
     Discover,
+    /// Start a user's OAuth login (authorization code + PKCE) to an HTTP server: the
+    /// answer is the authorization URL to open (`McpReply::OAuthUrl`). Without
+    /// `redirect_uri`, mcp-host takes the redirect on a loopback listener of its own.
+    OAuthStart(McpOAuthLogin),
+    /// Complete the login in progress with the URL the browser was redirected to (the
+    /// gateway's callback route): `McpReply::OAuthDone`.
+    OAuthComplete {
+        server: String,
+        user: Option<String>,
+        redirected: String,
+    },
+    /// Wait, within the request's deadline, for the login in progress to complete:
+    /// `McpReply::OAuthDone`, or an error saying why it did not.
+    OAuthWait {
+        server: String,
+        user: Option<String>,
+    },
+}
+
+/// A login to start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpOAuthLogin {
+    /// The server as named in `mcpServers`.
+    pub server: String,
+    /// Whose token it gets (`None`: the default user).
+    pub user: Option<String>,
+    /// Where the authorization server redirects the browser (`None`: a loopback listener
+    /// of mcp-host's).
+    pub redirect_uri: Option<String>,
 }
 
 /// One tool call.
@@ -66,6 +95,15 @@ pub enum McpReply {
     WatchEnded,
     /// The answer to `Discover`.
     Discovery(McpDiscovery),
+    /// The authorization URL of a login just started (never a token).
+    OAuthUrl {
+        url: String,
+    },
+    /// A login completed: the user's token is stored (and never returned).
+    OAuthDone {
+        server: String,
+        user: String,
+    },
 }
 
 /// The tools a run can use now, and the servers it goes without.

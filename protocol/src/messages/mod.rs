@@ -11,8 +11,8 @@ mod worker;
 pub use control::{ControlReply, ControlRequest, Health};
 pub use lead::{LeadReply, LeadRequest, PeerPing, PlaybookSource, ProcessStatus, RunSubmission};
 pub use mcp::{
-    McpCall, McpCallResult, McpContent, McpDiscovery, McpReloadSummary, McpReply, McpRequest,
-    McpServerStatus, McpTool,
+    McpCall, McpCallResult, McpContent, McpDiscovery, McpOAuthLogin, McpReloadSummary, McpReply,
+    McpRequest, McpServerStatus, McpTool,
 };
 pub use sandbox::{
     AcquireSource, Acquired, LeaseOwner, PoolStatus, Principal, SandboxError, SandboxReply,

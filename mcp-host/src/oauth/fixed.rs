@@ -1,4 +1,4 @@
-//! `TokenActor`: one per OAuth server (spec 5.4). Owns the access token, its expiry and the
+//! `FixedGrant`: DeerFlow's OAuth (spec 5.4), a fixed `token_url`. Owns the access token, its expiry and the
 //! (possibly rotated) refresh token. A cached token is reused until `expires_at - skew`;
 //! one fetch runs at a time per server however many calls wait (the fetch gate is the only
 //! lock held across an await, and only by the one caller doing the fetch). Tokens and
@@ -9,7 +9,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use antler_protocol::config::{GrantType, McpOAuthConfig};
+use antler_protocol::config::{GrantType, McpOAuthConfig, OAuthFlow};
+
+use super::OAuthError;
 use reqwest::{header::CONTENT_TYPE, Url};
 use serde_json::Value;
 
@@ -18,23 +20,6 @@ const TOKEN_TIMEOUT: Duration = Duration::from_secs(15);
 /// `expires_in` when the response has none or an invalid one.
 const DEFAULT_EXPIRES_IN: u64 = 3600;
 
-/// Why no token could be had. The texts never carry a secret or a token.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum OAuthError {
-    #[error("OAuth client_credentials grant requires client_id and client_secret")]
-    MissingClientCredentials,
-    #[error("OAuth refresh_token grant requires refresh_token")]
-    MissingRefreshToken,
-    #[error("OAuth token request to {url} failed: {reason}")]
-    Request { url: String, reason: String },
-    #[error("OAuth token endpoint {url} answered HTTP {status}")]
-    Status { url: String, status: u16 },
-    #[error("OAuth token response is not JSON")]
-    NotJson,
-    #[error("OAuth token response missing '{0}'")]
-    MissingField(String),
-}
-
 #[derive(Clone)]
 struct Token {
     header: String,
@@ -42,7 +27,7 @@ struct Token {
 }
 
 /// The token state of one server.
-pub struct TokenActor {
+pub struct FixedGrant {
     config: McpOAuthConfig,
     /// `None` when no client could be built (every fetch then fails with why).
     http: Option<reqwest::Client>,
@@ -51,15 +36,15 @@ pub struct TokenActor {
     fetch_gate: tokio::sync::Mutex<()>,
 }
 
-impl std::fmt::Debug for TokenActor {
+impl std::fmt::Debug for FixedGrant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenActor")
+        f.debug_struct("FixedGrant")
             .field("token_url", &self.config.token_url)
             .finish_non_exhaustive()
     }
 }
 
-impl TokenActor {
+impl FixedGrant {
     pub fn new(config: McpOAuthConfig) -> Arc<Self> {
         let refresh = config.refresh_token.clone();
         Arc::new(Self {
@@ -76,7 +61,7 @@ impl TokenActor {
         })
     }
 
-    fn fresh(&self) -> Option<String> {
+    pub fn fresh(&self) -> Option<String> {
         let skew = Duration::from_secs(self.config.refresh_skew_seconds.max(0) as u64);
         let cached = self.cached.lock().ok()?;
         cached
@@ -125,8 +110,12 @@ impl TokenActor {
                 fields.push((k.to_owned(), v));
             }
         };
-        set("grant_type", Some(c.grant_type.as_str().to_owned()));
-        match c.grant_type {
+        let grant = match c.flow() {
+            OAuthFlow::Fixed(g) => g,
+            _ => GrantType::ClientCredentials,
+        };
+        set("grant_type", Some(grant.as_str().to_owned()));
+        match grant {
             GrantType::ClientCredentials => {
                 if c.client_id.as_deref().unwrap_or("").is_empty()
                     || c.client_secret.as_deref().unwrap_or("").is_empty()
@@ -141,6 +130,7 @@ impl TokenActor {
                 }
                 set("refresh_token", rt);
             }
+            GrantType::AuthorizationCode => {}
         }
         set("scope", c.scope.clone());
         set("audience", c.audience.clone());
@@ -154,7 +144,7 @@ impl TokenActor {
     async fn fetch(&self) -> Result<Token, OAuthError> {
         let c = &self.config;
         let body = self.form()?;
-        let url = c.token_url.clone();
+        let url = c.token_url.clone().unwrap_or_default();
         let http = self.http.as_ref().ok_or_else(|| OAuthError::Request {
             url: url.clone(),
             reason: "cannot build an HTTP client".into(),
@@ -233,8 +223,8 @@ impl TokenActor {
 mod tests {
     use super::*;
 
-    fn actor(json: &str) -> Arc<TokenActor> {
-        TokenActor::new(serde_json::from_str(json).unwrap())
+    fn actor(json: &str) -> Arc<FixedGrant> {
+        FixedGrant::new(serde_json::from_str(json).unwrap())
     }
 
     #[test]

@@ -1,0 +1,526 @@
+//! `DiscoveredAuth`: the token of one (server, user) at endpoints discovered from the
+//! server, per the MCP authorization spec, on rmcp's `AuthorizationManager`: protected
+//! resource metadata (the challenge's `resource_metadata`, then the well-known paths),
+//! authorization-server or OpenID metadata, then a client (pre-registered, a metadata
+//! document URL, or dynamic registration), PKCE S256 and `resource`. Owns the configured
+//! manager, the cached `Authorization` value, the last challenge and a login in progress.
+//! A cached token is used without any request until `expires_at - skew`; then it is
+//! refreshed (or, for client_credentials, fetched again). Tokens live in the `TokenStore`.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use antler_protocol::config::{McpOAuthConfig, OAuthFlow};
+use oauth2::TokenResponse;
+use rmcp::transport::auth::CredentialStore;
+use rmcp::transport::auth::{
+    AuthError, AuthorizationManager, AuthorizationMetadata, AuthorizationRequest,
+    AuthorizationSession, ClientCredentialsConfig, OAuthClientConfig, OAuthTokenResponse,
+    StoredCredentials,
+};
+use tokio::sync::watch;
+
+use super::{login, store::TokenStore, OAuthError};
+
+/// Scope step-ups tried for one token before a 403 is final.
+pub const MAX_STEP_UPS: u32 = 2;
+/// The client name sent in dynamic registration.
+const CLIENT_NAME: &str = "Antler";
+
+/// Where a login of this (server, user) is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoginState {
+    Idle,
+    Pending,
+    Done,
+    Failed(String),
+}
+
+#[derive(Clone)]
+struct Cached {
+    header: String,
+    refresh_at: Instant,
+}
+
+/// The discovered-endpoint token state of one (server, user).
+pub struct DiscoveredAuth {
+    server: String,
+    user: String,
+    url: String,
+    config: McpOAuthConfig,
+    store: Arc<TokenStore>,
+    cached: Mutex<Option<Cached>>,
+    /// An `Authorization` value the server refused: the next fetch does not return it.
+    rejected: Mutex<Option<String>>,
+    /// The last `WWW-Authenticate` challenge the server sent.
+    challenge: Mutex<Option<String>>,
+    /// Scopes a 403 asked for beyond the configured ones.
+    extra_scopes: Mutex<Vec<String>>,
+    step_ups: Mutex<u32>,
+    /// The configured manager (its single-flight gate: one fetch at a time).
+    manager: tokio::sync::Mutex<Option<AuthorizationManager>>,
+    /// A login waiting for its redirect.
+    session: tokio::sync::Mutex<Option<AuthorizationSession>>,
+    login: watch::Sender<LoginState>,
+}
+
+impl std::fmt::Debug for DiscoveredAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiscoveredAuth")
+            .field("server", &self.server)
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A said-for-the-operator text of an rmcp auth error (never carries a token).
+fn said(e: &AuthError) -> String {
+    e.to_string()
+}
+
+impl DiscoveredAuth {
+    pub fn new(
+        server: &str,
+        user: &str,
+        url: &str,
+        config: McpOAuthConfig,
+        store: Arc<TokenStore>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            server: server.to_owned(),
+            user: user.to_owned(),
+            url: url.to_owned(),
+            config,
+            store,
+            cached: Mutex::new(None),
+            rejected: Mutex::new(None),
+            challenge: Mutex::new(None),
+            extra_scopes: Mutex::new(Vec::new()),
+            step_ups: Mutex::new(0),
+            manager: tokio::sync::Mutex::new(None),
+            session: tokio::sync::Mutex::new(None),
+            login: watch::channel(LoginState::Idle).0,
+        })
+    }
+
+    pub fn is_login(&self) -> bool {
+        self.config.flow() == OAuthFlow::AuthorizationCode
+    }
+
+    fn skew(&self) -> u64 {
+        self.config.refresh_skew_seconds.max(0) as u64
+    }
+
+    /// Records the server's latest challenge (a 401 or 403 `WWW-Authenticate`).
+    pub fn set_challenge(&self, challenge: Option<String>) {
+        if challenge.is_some() {
+            *lock(&self.challenge) = challenge;
+        }
+    }
+
+    /// The cached `Authorization` value while fresh.
+    pub fn fresh(&self) -> Option<String> {
+        lock(&self.cached)
+            .as_ref()
+            .filter(|c| c.refresh_at > Instant::now())
+            .map(|c| c.header.clone())
+    }
+
+    /// Forgets `rejected` (the server answered 401 with it).
+    pub fn invalidate(&self, rejected: &str) {
+        let mut c = lock(&self.cached);
+        if c.as_ref().is_some_and(|t| t.header == rejected) {
+            *c = None;
+        }
+        *lock(&self.rejected) = Some(rejected.to_owned());
+    }
+
+    /// The `Authorization` value: cached, stored, refreshed or (client_credentials)
+    /// fetched. `Ok(None)`: no token, and only a login gets one.
+    pub async fn authorization(&self) -> Result<Option<String>, OAuthError> {
+        if let Some(h) = self.fresh() {
+            return Ok(Some(h));
+        }
+        let mut manager = self.manager.lock().await;
+        if let Some(h) = self.fresh() {
+            return Ok(Some(h));
+        }
+        let stored = self.store.get(&self.server, &self.user);
+        let usable = stored.as_ref().and_then(|s| {
+            let t = s.token_response.as_ref()?;
+            let header = format!("Bearer {}", t.access_token().secret());
+            if lock(&self.rejected).as_deref() == Some(header.as_str()) {
+                return None;
+            }
+            let left = match (t.expires_in(), s.token_received_at) {
+                (Some(e), Some(at)) => {
+                    let e = e.as_secs();
+                    let left = e.saturating_sub(now_secs().saturating_sub(at));
+                    let buffer = self.skew().min(e / 2);
+                    Some(left.saturating_sub(buffer))
+                }
+                _ => None,
+            };
+            match left {
+                Some(0) => None,
+                Some(s) => Some((header, Duration::from_secs(s))),
+                None => Some((header, Duration::from_secs(3600))),
+            }
+        });
+        if let Some((header, left)) = usable {
+            self.cache(&header, left);
+            return Ok(Some(header));
+        }
+        // Refresh when there is a refresh token; else fetch (client_credentials) or login.
+        let has_refresh = stored
+            .as_ref()
+            .and_then(|s| s.token_response.as_ref())
+            .is_some_and(|t| t.refresh_token().is_some());
+        if has_refresh {
+            if manager.is_none() {
+                *manager = Some(self.restore(stored.as_ref()).await?);
+            }
+            if let Some(m) = manager.as_ref() {
+                match m.refresh_token().await {
+                    Ok(t) => return Ok(Some(self.cache_response(&t))),
+                    Err(e) => {
+                        tracing::warn!(server = %self.server, "OAuth refresh failed: {}", said(&e));
+                        if !self.is_login() {
+                            *manager = None;
+                        } else {
+                            return Err(OAuthError::LoginNeeded {
+                                server: self.server.clone(),
+                                user: self.user.clone(),
+                                reason: format!("the refresh failed ({})", said(&e)),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        match self.config.flow() {
+            OAuthFlow::DiscoveredClientCredentials => {
+                let t = self.client_credentials().await?;
+                Ok(Some(self.cache_response(&t)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn cache(&self, header: &str, left: Duration) {
+        *lock(&self.cached) = Some(Cached {
+            header: header.to_owned(),
+            refresh_at: Instant::now() + left,
+        });
+    }
+
+    fn cache_response(&self, t: &OAuthTokenResponse) -> String {
+        let header = format!("Bearer {}", t.access_token().secret());
+        let e = t.expires_in().map(|d| d.as_secs()).unwrap_or(3600).max(1);
+        let left = e.saturating_sub(self.skew().min(e / 2)).max(1);
+        self.cache(&header, Duration::from_secs(left));
+        *lock(&self.rejected) = None;
+        header
+    }
+
+    /// A manager with discovered metadata, bound to this (server, user)'s store slot.
+    async fn discover(&self) -> Result<(AuthorizationManager, AuthorizationMetadata), OAuthError> {
+        let fail = |e: AuthError| OAuthError::Discovery {
+            server: self.server.clone(),
+            reason: said(&e),
+        };
+        let mut m = AuthorizationManager::new(self.url.as_str())
+            .await
+            .map_err(fail)?;
+        m.set_credential_store(self.store.slot(&self.server, &self.user));
+        let challenge = lock(&self.challenge).clone();
+        let resolved = m
+            .resolve_metadata_from_challenge(challenge.as_deref())
+            .await
+            .map_err(fail)?;
+        m.set_metadata(resolved.metadata.clone());
+        Ok((m, resolved.metadata))
+    }
+
+    /// The manager for stored credentials (after a restart): metadata again, the stored
+    /// client id, and the configured secret if the client is the configured one.
+    async fn restore(
+        &self,
+        stored: Option<&StoredCredentials>,
+    ) -> Result<AuthorizationManager, OAuthError> {
+        let (mut m, _) = self.discover().await?;
+        if let Some(s) = stored {
+            let mut client = OAuthClientConfig::new(s.client_id.clone(), self.url.clone());
+            if self.config.client_id.as_deref() == Some(s.client_id.as_str()) {
+                if let Some(secret) = self.config.client_secret.clone() {
+                    client = client.with_client_secret(secret);
+                }
+            }
+            m.configure_client(client)
+                .map_err(|e| OAuthError::Discovery {
+                    server: self.server.clone(),
+                    reason: said(&e),
+                })?;
+        }
+        Ok(m)
+    }
+
+    fn scopes(&self) -> Vec<String> {
+        let mut s: Vec<String> = self
+            .config
+            .scope
+            .as_deref()
+            .unwrap_or("")
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        for x in lock(&self.extra_scopes).iter() {
+            if !s.contains(x) {
+                s.push(x.clone());
+            }
+        }
+        s
+    }
+
+    /// client_credentials at the discovered token endpoint: the secret (basic or post, as
+    /// the metadata names) or a signed JWT (`private_key_jwt`).
+    async fn client_credentials(&self) -> Result<OAuthTokenResponse, OAuthError> {
+        let c = &self.config;
+        let client_id = c
+            .client_id
+            .clone()
+            .filter(|s| !s.is_empty())
+            .ok_or(OAuthError::MissingClientCredentials)?;
+        let (mut m, metadata) = self.discover().await?;
+        let fail = |e: AuthError| OAuthError::Request {
+            url: self.url.clone(),
+            reason: said(&e),
+        };
+        let mut scopes = self.scopes();
+        if scopes.is_empty() {
+            if let Some(challenged) = lock(&self.challenge).as_deref().and_then(challenge_scope) {
+                scopes = challenged;
+            }
+        }
+        if let Some(pem) = c.private_key_pem.clone().filter(|p| !p.trim().is_empty()) {
+            let t = super::jwt::exchange(
+                &metadata,
+                &client_id,
+                &pem,
+                c.signing_algorithm.as_deref(),
+                &scopes,
+                &self.url,
+            )
+            .await?;
+            let stored =
+                StoredCredentials::new(client_id, Some(t.clone()), scopes, Some(now_secs()));
+            self.store
+                .slot(&self.server, &self.user)
+                .save(stored)
+                .await
+                .map_err(fail)?;
+            return Ok(t);
+        }
+        let secret = c
+            .client_secret
+            .clone()
+            .filter(|s| !s.is_empty())
+            .ok_or(OAuthError::MissingClientCredentials)?;
+        let cc = ClientCredentialsConfig::ClientSecret {
+            client_id,
+            client_secret: secret,
+            scopes,
+            resource: Some(self.url.clone()),
+        };
+        if let Err(e) = m.validate_client_credentials_metadata(&cc) {
+            // Metadata that names no secret method (`none` only) is a hint, not a refusal:
+            // the configured secret is sent, as the operator asked.
+            tracing::warn!(server = %self.server, "{}", said(&e));
+        }
+        m.configure_client_credentials(&cc).map_err(fail)?;
+        m.exchange_client_credentials(&cc).await.map_err(fail)
+    }
+
+    /// A 403 `insufficient_scope`: the challenged scopes are added and a new token is
+    /// fetched (client_credentials), at most [`MAX_STEP_UPS`] times. True: try again.
+    pub async fn step_up(&self, challenge: &str) -> bool {
+        let Some(wanted) = challenge_scope(challenge) else {
+            return false;
+        };
+        {
+            let mut n = lock(&self.step_ups);
+            if *n >= MAX_STEP_UPS {
+                return false;
+            }
+            *n += 1;
+        }
+        {
+            let mut extra = lock(&self.extra_scopes);
+            for s in wanted {
+                if !extra.contains(&s) {
+                    extra.push(s);
+                }
+            }
+        }
+        self.set_challenge(Some(challenge.to_owned()));
+        *lock(&self.cached) = None;
+        if let Some(s) = self.store.get(&self.server, &self.user) {
+            if let Some(t) = s.token_response.as_ref() {
+                *lock(&self.rejected) = Some(format!("Bearer {}", t.access_token().secret()));
+            }
+        }
+        true
+    }
+
+    /// Starts a login: discovery, a client, and the authorization URL (PKCE S256,
+    /// `resource`, the scopes by the spec's rules plus `offline_access` when offered).
+    /// With no `redirect_uri` a loopback listener takes the redirect and completes it.
+    pub async fn start_login(
+        self: &Arc<Self>,
+        redirect_uri: Option<String>,
+    ) -> Result<String, OAuthError> {
+        let (redirect_uri, callback) = match redirect_uri {
+            Some(r) => (r, None),
+            None => {
+                let cb = login::listen(login::LOGIN_DEADLINE)
+                    .await
+                    .map_err(|e| OAuthError::Login(format!("cannot listen on loopback: {e}")))?;
+                (cb.redirect_uri.clone(), Some(cb.redirected))
+            }
+        };
+        let (m, _) = self.discover().await?;
+        let c = &self.config;
+        let mut request = AuthorizationRequest::new(redirect_uri).with_client_name(CLIENT_NAME);
+        if let Some(id) = c.client_id.clone().filter(|s| !s.is_empty()) {
+            request = request.with_preregistered_client(id);
+            if let Some(secret) = c.client_secret.clone().filter(|s| !s.is_empty()) {
+                request = request.with_client_secret(secret);
+            }
+        } else if let Some(u) = c.client_metadata_url.clone() {
+            request = request.with_client_metadata_url(u);
+        }
+        let scopes = self.scopes();
+        if !scopes.is_empty() {
+            request = request.with_scopes(scopes);
+        } else {
+            request = request.with_initial_scope_selection();
+        }
+        let session = AuthorizationSession::new(m, request)
+            .await
+            .map_err(|(_, e)| OAuthError::Login(said(&e)))?;
+        let url = session.get_authorization_url().to_owned();
+        *self.session.lock().await = Some(session);
+        self.login.send_replace(LoginState::Pending);
+        if let Some(rx) = callback {
+            let me = self.clone();
+            tokio::spawn(async move {
+                match rx.await {
+                    Ok(redirected) => {
+                        let _ = me.complete_login(&redirected).await;
+                    }
+                    Err(_) => {
+                        me.login.send_replace(LoginState::Failed(
+                            "no redirect came before the login's deadline".into(),
+                        ));
+                    }
+                }
+            });
+        }
+        Ok(url)
+    }
+
+    /// Completes the login in progress with the redirect URL the browser was sent to.
+    pub async fn complete_login(&self, redirected: &str) -> Result<(), OAuthError> {
+        let Some(session) = self.session.lock().await.take() else {
+            return Err(OAuthError::Login("no login is in progress".into()));
+        };
+        match session.handle_callback_url(redirected).await {
+            Ok(t) => {
+                self.cache_response(&t);
+                *lock(&self.step_ups) = 0;
+                *self.manager.lock().await = Some(session.auth_manager);
+                tracing::info!(server = %self.server, user = %self.user, "OAuth login complete");
+                self.login.send_replace(LoginState::Done);
+                Ok(())
+            }
+            Err(e) => {
+                let why = said(&e);
+                self.login.send_replace(LoginState::Failed(why.clone()));
+                Err(OAuthError::Login(why))
+            }
+        }
+    }
+
+    /// Waits (up to `within`) for the login in progress to end.
+    pub async fn wait_login(&self, within: Duration) -> Result<(), OAuthError> {
+        let mut rx = self.login.subscribe();
+        let end = tokio::time::timeout(
+            within,
+            rx.wait_for(|s| {
+                matches!(
+                    s,
+                    LoginState::Done | LoginState::Failed(_) | LoginState::Idle
+                )
+            }),
+        )
+        .await;
+        match end {
+            Ok(Ok(s)) => match &*s {
+                LoginState::Done => Ok(()),
+                LoginState::Failed(why) => Err(OAuthError::Login(why.clone())),
+                _ => Err(OAuthError::Login("no login is in progress".into())),
+            },
+            _ => Err(OAuthError::Login(format!(
+                "the login did not complete within {}s",
+                within.as_secs()
+            ))),
+        }
+    }
+}
+
+/// The `scope` of a `WWW-Authenticate` challenge, split.
+pub fn challenge_scope(challenge: &str) -> Option<Vec<String>> {
+    let at = challenge.find("scope=")?;
+    let rest = &challenge[at + "scope=".len()..];
+    let value = if let Some(q) = rest.strip_prefix('"') {
+        q.split('"').next().unwrap_or("")
+    } else {
+        rest.split([',', ' ']).next().unwrap_or("")
+    };
+    let v: Vec<String> = value.split_whitespace().map(str::to_owned).collect();
+    (!v.is_empty()).then_some(v)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_challenge_names_the_scopes() {
+        assert_eq!(
+            challenge_scope(
+                r#"Bearer error="insufficient_scope", scope="mcp admin", resource_metadata="x""#
+            ),
+            Some(vec!["mcp".to_owned(), "admin".to_owned()])
+        );
+        assert_eq!(challenge_scope(r#"Bearer resource_metadata="x""#), None);
+        assert_eq!(
+            challenge_scope("Bearer scope=mcp, error=insufficient_scope"),
+            Some(vec!["mcp".to_owned()])
+        );
+    }
+}
