@@ -66,7 +66,9 @@ pub fn serve(user_data: &Path, op: ThreadFileOp) -> Result<ThreadFileReply, Thre
             let rel = relative(&path)?;
             let root = Dir::open(user_data).map_err(|e| error(&path, &e))?;
             let real = root.resolve(&rel).map_err(|e| error(&path, &e))?;
-            Ok(ThreadFileReply::Resolved(real.to_string_lossy().into_owned()))
+            Ok(ThreadFileReply::Resolved(
+                real.to_string_lossy().into_owned(),
+            ))
         }
         ThreadFileOp::Read {
             path,
