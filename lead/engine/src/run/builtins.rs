@@ -15,8 +15,8 @@ use serde_json::{json, Map, Value};
 
 use super::context::{RunContext, VIRTUAL_USER_DATA};
 use super::middleware::tool_error::ToolFailure;
-use super::thread_files::ThreadFiles;
 use super::state::{Message, StateUpdate, ToolCall, ToolStatus};
+use super::thread_files::ThreadFiles;
 use crate::catalog::builtins::{LIST_UPLOADED_FILES, PRESENT_FILES};
 use crate::catalog::pyjson::write_compact;
 use crate::catalog::{Catalog, TOOL_SEARCH_NAME};
@@ -396,4 +396,4 @@ pub fn tool_search(call: &ToolCall, catalog: &Catalog) -> Result<StateUpdate, To
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 #[path = "builtins_tests.rs"]
-mod tests;
+pub(crate) mod tests;

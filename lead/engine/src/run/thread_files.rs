@@ -93,14 +93,15 @@ impl dyn ThreadFiles + '_ {
     pub async fn read(&self, path: &str, max_size: u64) -> Result<FileRead, ThreadFileError> {
         let chunk = self.read_chunk().min(max_size.saturating_add(1)).max(1);
         let mut whole = self.read_at(path, 0, chunk, max_size).await?;
-        let FileContent::Bytes(mut bytes) =
-            std::mem::replace(&mut whole.content, FileContent::Unreadable)
-        else {
-            return Ok(whole);
+        let mut bytes = match std::mem::replace(&mut whole.content, FileContent::Unreadable) {
+            FileContent::Bytes(bytes) => bytes,
+            other => {
+                whole.content = other;
+                return Ok(whole);
+            }
         };
         let mut last = bytes.len() as u64;
-        while last == chunk && (bytes.len() as u64) < whole.size && bytes.len() as u64 <= max_size
-        {
+        while last == chunk && (bytes.len() as u64) < whole.size && bytes.len() as u64 <= max_size {
             let next = self
                 .read_at(path, bytes.len() as u64, chunk, max_size)
                 .await?;
@@ -154,9 +155,7 @@ impl dyn ThreadFiles + '_ {
 
     /// The regular files under `outputs` (not `.tool-results`): virtual path ->
     /// (size, modification ns).
-    pub async fn snapshot_outputs(
-        &self,
-    ) -> Result<BTreeMap<String, (u64, u128)>, ThreadFileError> {
+    pub async fn snapshot_outputs(&self) -> Result<BTreeMap<String, (u64, u128)>, ThreadFileError> {
         match self.op(ThreadFileOp::SnapshotOutputs).await? {
             ThreadFileReply::Snapshot(files) => Ok(files),
             other => Err(unexpected(other)),
@@ -165,7 +164,10 @@ impl dyn ThreadFiles + '_ {
 
     /// The regular files directly in the virtual directory `path`.
     pub async fn list_files(&self, path: &str) -> Result<Vec<ListedFile>, ThreadFileError> {
-        match self.op(ThreadFileOp::ListFiles { path: path.into() }).await? {
+        match self
+            .op(ThreadFileOp::ListFiles { path: path.into() })
+            .await?
+        {
             ThreadFileReply::Files(files) => Ok(files),
             other => Err(unexpected(other)),
         }

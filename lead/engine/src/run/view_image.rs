@@ -227,6 +227,7 @@ mod tests {
             run_id: "run-1".into(),
             user_id: "u1".into(),
             thread_id: "t1".into(),
+            files: paths.local_files(),
             paths,
             clarification_enabled: false,
             agent: AgentContext::new(dir),
@@ -234,14 +235,14 @@ mod tests {
     }
 
     fn view(context: &RunContext, path: &str) -> StateUpdate {
-        view_image(
+        crate::run::builtins::tests::block(view_image(
             &ToolCall {
                 id: "c1".into(),
                 name: VIEW_IMAGE.into(),
                 args: json!({ "image_path": path }),
             },
             context,
-        )
+        ))
     }
 
     fn text(update: &StateUpdate) -> &str {
