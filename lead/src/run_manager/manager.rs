@@ -13,6 +13,8 @@ use std::time::Instant;
 
 use actix::prelude::*;
 use antler_protocol::messages::{FileContent, RunSubmission, ThreadFileError};
+
+use crate::run::thread_files::ThreadFiles;
 use serde_json::Value;
 
 use super::events::EventLog;
@@ -543,25 +545,38 @@ impl Handler<RunArtifact> for RunManager {
             let paths =
                 crate::run::context::ThreadPaths::new(&env.base_dir().await?, &user, &thread);
             let files = env.thread_files(&paths, &user, &thread);
-            let read = match files.read(&msg.path, MAX_ARTIFACT_BYTES).await {
-                Ok(read) => read,
-                Err(ThreadFileError::Unavailable(e)) => {
-                    return Err(PrepareError::FilesUnavailable(e))
-                }
-                Err(_) => return Err(missing()),
-            };
-            let inside = std::path::Path::new(&read.resolved)
-                .strip_prefix("outputs")
-                .is_ok_and(|rest| !rest.as_os_str().is_empty());
-            match read.content {
-                FileContent::Bytes(bytes) if inside && read.is_file => {
-                    Ok(ArtifactContent::Bytes(bytes))
-                }
-                FileContent::TooLarge if inside => Ok(ArtifactContent::TooLarge),
-                _ => Err(missing()),
+            match read_artifact(&*files, &msg.path).await {
+                Ok(Some(content)) => Ok(content),
+                Ok(None) => Err(missing()),
+                Err(e) => Err(PrepareError::FilesUnavailable(e)),
             }
         })
     }
+}
+
+/// The content of the presented file `path` (`/mnt/user-data/outputs/...`) of a thread:
+/// `None` unless it is a regular file inside the thread's outputs once links are resolved
+/// (a link out is simply not there); `Err` when the thread's files cannot be had now.
+pub async fn read_artifact(
+    files: &dyn ThreadFiles,
+    path: &str,
+) -> Result<Option<ArtifactContent>, String> {
+    if !path.starts_with(OUTPUTS_PREFIX) {
+        return Ok(None);
+    }
+    let read = match files.read(path, MAX_ARTIFACT_BYTES).await {
+        Ok(read) => read,
+        Err(ThreadFileError::Unavailable(e)) => return Err(e),
+        Err(_) => return Ok(None),
+    };
+    let inside = std::path::Path::new(&read.resolved)
+        .strip_prefix("outputs")
+        .is_ok_and(|rest| !rest.as_os_str().is_empty());
+    Ok(match read.content {
+        FileContent::Bytes(bytes) if inside && read.is_file => Some(ArtifactContent::Bytes(bytes)),
+        FileContent::TooLarge if inside => Some(ArtifactContent::TooLarge),
+        _ => None,
+    })
 }
 
 /// The user a run belongs to (`None`: no such run), for the gateway's principal check.
