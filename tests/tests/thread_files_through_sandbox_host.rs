@@ -290,3 +290,40 @@ async fn escapes_through_sandbox_host_are_refused_without_quoting_the_target() {
     );
     assert_eq!(entries(lead_root.path()), 0);
 }
+
+#[actix_rt::test]
+async fn a_sandbox_host_that_is_gone_is_an_error_the_model_reads_not_a_missing_file() {
+    let host = SandboxHost::start(LOCAL_CONFIG);
+    let client = host.connect().await;
+    let hosts: Arc<dyn ToolHosts> = Arc::new(DirectHosts(client.conn.clone()));
+    let lead_root = tempfile::tempdir().unwrap();
+    let paths = ThreadPaths::new(lead_root.path(), "u1", "t1");
+    let files = ThreadFilesMode::SandboxHost.for_thread(&paths, hosts, "u1", "t1");
+    let context = RunContext {
+        run_id: "run-1".into(),
+        user_id: "u1".into(),
+        thread_id: "t1".into(),
+        paths,
+        files: Arc::clone(&files),
+        clarification_enabled: false,
+        agent: AgentContext::new(lead_root.path()),
+    };
+    drop(host);
+    let viewed = view_image(
+        &call(
+            "view_image",
+            json!({"image_path": "/mnt/user-data/outputs/chart.png"}),
+        ),
+        &context,
+    )
+    .await;
+    let said = text(&viewed);
+    assert!(
+        said.starts_with("Error: the thread's files are unavailable: "),
+        "{said}"
+    );
+    assert!(matches!(
+        read_artifact(&*files, "/mnt/user-data/outputs/report.md").await,
+        Err(_)
+    ));
+}

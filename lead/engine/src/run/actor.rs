@@ -213,9 +213,7 @@ pub enum RunError {
     #[error("the run is already being driven")]
     Busy,
     #[error("cannot read the outputs directory: {0}")]
-    Outputs(#[from] std::io::Error),
-    #[error("cannot read the outputs directory: {0}")]
-    ThreadFiles(#[from] antler_protocol::messages::ThreadFileError),
+    Outputs(#[from] antler_protocol::messages::ThreadFileError),
     #[error("no run {0} in the checkpoint store")]
     UnknownRun(String),
     #[error("the run was cancelled")]

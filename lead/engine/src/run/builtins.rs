@@ -132,9 +132,7 @@ pub async fn normalize_presented_path(
     let (actual, exists) = match files.resolve(&virtual_of(&relative)).await {
         Ok(real) => (real, true),
         Err(ThreadFileError::Escape { .. }) => return Err(escaped()),
-        Err(ThreadFileError::Unavailable(_)) => {
-            return Err(FILE_NOT_FOUND.replacen("{filepath}", filepath, 1))
-        }
+        Err(e @ ThreadFileError::Unavailable(_)) => return Err(e.to_string()),
         Err(_) => {
             // Missing: where its parent really is, else where it would be lexically.
             let parent = relative.parent().unwrap_or(Path::new(""));

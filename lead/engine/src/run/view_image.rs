@@ -143,6 +143,7 @@ async fn check(path: &str, context: &RunContext) -> Result<(ViewedImage, Vec<u8>
         .await
         .map_err(|e| match e {
             ThreadFileError::Escape { .. } => TRAVERSAL.to_owned(),
+            e @ ThreadFileError::Unavailable(_) => e.to_string(),
             _ => with_path(NOT_FOUND),
         })?;
     let real = Path::new(&read.resolved);
