@@ -330,6 +330,7 @@ async fn measured_run(
         run_id: run_id.clone(),
         user_id: "bench".into(),
         thread_id: thread,
+        files: paths.local_files(),
         paths,
         clarification_enabled: false,
         agent: AgentContext::new(base),

@@ -92,6 +92,7 @@ fn context(dir: &std::path::Path) -> RunContext {
         run_id: "run-1".into(),
         user_id: "u1".into(),
         thread_id: "t1".into(),
+        files: paths.local_files(),
         paths,
         clarification_enabled: false,
         agent: AgentContext::new(&dir.join("data")),

@@ -81,6 +81,7 @@ impl Fixture {
             run_id: run_id.into(),
             user_id: "u1".into(),
             thread_id: "t1".into(),
+            files: paths.local_files(),
             paths,
             clarification_enabled: clarification,
             agent: AgentContext::new(&self.dir.path().join("data")),

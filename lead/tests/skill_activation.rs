@@ -122,6 +122,7 @@ fn a_slash_skill_limits_the_tools_of_the_run_across_a_resume() {
         run_id: "run-1".into(),
         user_id: "u1".into(),
         thread_id: "t1".into(),
+        files: paths.local_files(),
         paths,
         clarification_enabled: true,
         agent: AgentContext::new(&base),

@@ -16,6 +16,7 @@ pub mod messages;
 pub mod placement;
 pub mod runtime_dir;
 pub mod server;
+pub mod thread_dir;
 pub mod tls;
 pub mod transport;
 

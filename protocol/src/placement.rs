@@ -33,7 +33,8 @@ pub fn route(request: &Request) -> Route {
     match request {
         Request::Sandbox(s) => match s {
             SandboxRequest::Acquire { principal, .. }
-            | SandboxRequest::CallOnce { principal, .. } => {
+            | SandboxRequest::CallOnce { principal, .. }
+            | SandboxRequest::ThreadFiles { principal, .. } => {
                 Route::Pinned(sandbox_id(&principal.user_id, &principal.thread_id))
             }
             SandboxRequest::Release { sandbox_id, .. }
@@ -148,6 +149,15 @@ mod tests {
             owner: None,
         });
         assert_eq!(route(&release), Route::Pinned(id.clone()));
+        let files = Request::Sandbox(SandboxRequest::ThreadFiles {
+            principal: Principal {
+                user_id: "alice".into(),
+                thread_id: "t1".into(),
+                roles: vec![],
+            },
+            op: crate::messages::ThreadFileOp::SnapshotOutputs,
+        });
+        assert_eq!(route(&files), Route::Pinned(id.clone()));
         let renew = Request::Sandbox(SandboxRequest::RenewLease {
             owner: LeaseOwner {
                 incarnation: "i".into(),

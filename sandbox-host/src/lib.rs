@@ -2,7 +2,8 @@
 //! owns the sandboxes of (user, thread) pairs under deterministic ids, with a warm pool; a
 //! `Sandbox` actor per live sandbox owns its isolation (a long-lived supervisor inside
 //! bubblewrap, or DeerFlow's local provider); the sandbox tools run against it with
-//! DeerFlow's parameters, limits and texts.
+//! DeerFlow's parameters, limits and texts; a lead or worker without the volume reaches a
+//! thread's own files through `thread_files`.
 
 pub mod command_policy;
 pub mod exec;
@@ -18,4 +19,5 @@ pub mod sandbox;
 pub mod service;
 pub mod settings;
 pub mod supervisor;
+pub mod thread_files;
 pub mod tools;

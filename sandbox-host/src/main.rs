@@ -78,8 +78,9 @@ fn main() -> anyhow::Result<()> {
     let verdict = provider::probe(&settings);
     let system = actix::System::new();
     system.block_on(async move {
+        let base_dir = settings.base_dir.clone();
         let pool = SandboxPool::new(settings, verdict).start();
-        let handler = Arc::new(SandboxService::new(pool.clone()));
+        let handler = Arc::new(SandboxService::new(pool.clone(), base_dir));
         let served = host::serve(Role::SandboxHost, cli.host, handler).await;
         // Every sandbox's namespace dies before this process does.
         let _ = pool.send(Shutdown).await;

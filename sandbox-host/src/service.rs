@@ -24,9 +24,11 @@ use crate::{
     tools::{self, TOOL_NAMES},
 };
 
-/// Routes sandbox-host requests to the pool.
+/// Routes sandbox-host requests to the pool (and thread file operations to the thread
+/// directories under `base_dir`).
 pub struct SandboxService {
     pool: Addr<SandboxPool>,
+    base_dir: std::path::PathBuf,
 }
 
 fn unavailable(e: MailboxError) -> RemoteError {
@@ -34,8 +36,8 @@ fn unavailable(e: MailboxError) -> RemoteError {
 }
 
 impl SandboxService {
-    pub fn new(pool: Addr<SandboxPool>) -> Self {
-        Self { pool }
+    pub fn new(pool: Addr<SandboxPool>, base_dir: std::path::PathBuf) -> Self {
+        Self { pool, base_dir }
     }
 }
 
@@ -143,6 +145,7 @@ impl RoleHandler for SandboxService {
         health: Health,
     ) -> BoxFuture<'static, Result<Reply, RemoteError>> {
         let pool = self.pool.clone();
+        let base_dir = self.base_dir.clone();
         Box::pin(async move {
             let reply = match request {
                 Request::Sandbox(SandboxRequest::Health) => SandboxReply::Health {
@@ -191,6 +194,11 @@ impl RoleHandler for SandboxService {
                 }
                 Request::Sandbox(SandboxRequest::Status) => {
                     SandboxReply::Status(pool.send(Status).await.map_err(unavailable)?)
+                }
+                Request::Sandbox(SandboxRequest::ThreadFiles { principal, op }) => {
+                    SandboxReply::ThreadFiles(
+                        crate::thread_files::serve(&base_dir, principal, op).await,
+                    )
                 }
                 other => {
                     return Err(RemoteError::Unsupported(format!(

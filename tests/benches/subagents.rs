@@ -181,6 +181,7 @@ impl Pool {
             user_id: "bench".into(),
             thread_id: format!("t-{n}"),
             data_root: std::env::temp_dir(),
+            thread_files: Default::default(),
             subagent_type: "general-purpose".into(),
             description: format!("task {n}"),
             prompt: "work".into(),

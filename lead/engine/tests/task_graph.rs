@@ -155,6 +155,7 @@ fn spec(dir: &tempfile::TempDir, turns: Vec<ScriptedTurn>) -> TaskSpec {
         user_id: "alice".to_owned(),
         thread_id: "thread-1".to_owned(),
         data_root: dir.path().to_path_buf(),
+        thread_files: Default::default(),
         subagent_type: "general-purpose".to_owned(),
         description: "find the answer".to_owned(),
         prompt: "Find the answer.".to_owned(),

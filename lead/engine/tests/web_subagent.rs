@@ -73,6 +73,7 @@ async fn a_subagent_task_runs_web_search_on_its_worker() {
         user_id: "alice".into(),
         thread_id: "thread-1".into(),
         data_root: dir.path().to_path_buf(),
+        thread_files: Default::default(),
         subagent_type: "general-purpose".into(),
         description: "search".into(),
         prompt: "Search.".into(),

@@ -19,6 +19,7 @@ fn agents(name: Option<&str>) -> Agents {
         run_id: "run-1".into(),
         user_id: "u1".into(),
         thread_id: "t1".into(),
+        files: ThreadPaths::new(dir.path(), "u1", "t1").local_files(),
         paths: ThreadPaths::new(dir.path(), "u1", "t1"),
         clarification_enabled: false,
         agent: AgentContext {

@@ -789,9 +789,6 @@ async fn run_catalog(state: web::Data<State>, VisibleRun(run_id): VisibleRun) ->
     }
 }
 
-/// The largest artifact the gateway sends.
-const MAX_ARTIFACT_BYTES: u64 = 64 << 20;
-
 /// `GET /api/runs/{id}/artifact?path=/mnt/user-data/outputs/F`: a file the run presented,
 /// as an attachment (`nosniff`, a sandbox CSP: an HTML artifact never runs as the
 /// gateway's page). 404 for a file the run did not present, one outside the thread's
@@ -808,7 +805,7 @@ async fn download_artifact(
             "path: the artifact's path is required",
         );
     };
-    let file = match state
+    let bytes = match state
         .runs
         .manager
         .send(manager::RunArtifact {
@@ -817,36 +814,21 @@ async fn download_artifact(
         })
         .await
     {
-        Ok(Ok(file)) => file,
+        Ok(Ok(manager::ArtifactContent::Bytes(bytes))) => bytes,
+        Ok(Ok(manager::ArtifactContent::TooLarge)) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the artifact is larger than {} bytes",
+                    manager::MAX_ARTIFACT_BYTES
+                ),
+            )
+        }
         Ok(Err(e @ crate::run_manager::prepare::PrepareError::NoArtifact { .. })) => {
             return error(StatusCode::NOT_FOUND, e.to_string())
         }
         Ok(Err(e)) => return manager_error(e),
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-    };
-    let read = web::block(move || -> std::io::Result<Option<Vec<u8>>> {
-        use std::io::Read;
-        let mut bytes = Vec::new();
-        std::fs::File::open(&file)?
-            .take(MAX_ARTIFACT_BYTES + 1)
-            .read_to_end(&mut bytes)?;
-        Ok((bytes.len() as u64 <= MAX_ARTIFACT_BYTES).then_some(bytes))
-    })
-    .await;
-    let bytes = match read {
-        Ok(Ok(Some(bytes))) => bytes,
-        Ok(Ok(None)) => {
-            return error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the artifact is larger than {MAX_ARTIFACT_BYTES} bytes"),
-            )
-        }
-        _ => {
-            return error(
-                StatusCode::NOT_FOUND,
-                format!("the artifact {path} cannot be read"),
-            )
-        }
     };
     let name: String = path
         .rsplit('/')

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use actix::prelude::*;
-use antler_protocol::messages::RunSubmission;
+use antler_protocol::messages::{FileContent, RunSubmission, ThreadFileError};
+
+use crate::run::thread_files::ThreadFiles;
 use serde_json::Value;
 
 use super::events::EventLog;
@@ -494,18 +496,30 @@ impl Handler<RunMessages> for RunManager {
 /// Where the sandbox shows a thread's outputs.
 const OUTPUTS_PREFIX: &str = "/mnt/user-data/outputs/";
 
-/// The file on disk of a file run `run_id` presented (`path` as its artifacts list it,
-/// `/mnt/user-data/outputs/...`): only a presented file, only a regular file inside the
-/// thread's outputs once links are resolved.
+/// The largest artifact the gateway sends.
+pub const MAX_ARTIFACT_BYTES: u64 = 64 << 20;
+
+/// A presented file's content, or why it is not sent.
+#[derive(Debug)]
+pub enum ArtifactContent {
+    Bytes(Vec<u8>),
+    /// Larger than [`MAX_ARTIFACT_BYTES`].
+    TooLarge,
+}
+
+/// The content of a file run `run_id` presented (`path` as its artifacts list it,
+/// `/mnt/user-data/outputs/...`), read through the run's thread files (this disk, or the
+/// sandbox-host replica that owns the thread): only a presented file, only a regular file
+/// inside the thread's outputs once links are resolved.
 #[derive(Message)]
-#[rtype(result = "Result<std::path::PathBuf, PrepareError>")]
+#[rtype(result = "Result<ArtifactContent, PrepareError>")]
 pub struct RunArtifact {
     pub run_id: String,
     pub path: String,
 }
 
 impl Handler<RunArtifact> for RunManager {
-    type Result = ResponseFuture<Result<std::path::PathBuf, PrepareError>>;
+    type Result = ResponseFuture<Result<ArtifactContent, PrepareError>>;
 
     fn handle(&mut self, msg: RunArtifact, _: &mut Context<Self>) -> Self::Result {
         let env = self.env.clone();
@@ -525,26 +539,44 @@ impl Handler<RunArtifact> for RunManager {
                 path: msg.path.clone(),
             };
             let (presented, (user, thread)) = found?;
-            let relative = msg
-                .path
-                .strip_prefix(OUTPUTS_PREFIX)
-                .filter(|_| presented)
-                .ok_or_else(missing)?;
-            let outputs =
-                crate::run::context::ThreadPaths::new(&env.base_dir().await?, &user, &thread)
-                    .outputs();
-            let relative = relative.to_owned();
-            tokio::task::spawn_blocking(move || {
-                let root = std::fs::canonicalize(&outputs).ok()?;
-                let file = std::fs::canonicalize(root.join(relative)).ok()?;
-                (file.starts_with(&root) && file.is_file()).then_some(file)
-            })
-            .await
-            .ok()
-            .flatten()
-            .ok_or_else(missing)
+            if !presented || !msg.path.starts_with(OUTPUTS_PREFIX) {
+                return Err(missing());
+            }
+            let paths =
+                crate::run::context::ThreadPaths::new(&env.base_dir().await?, &user, &thread);
+            let files = env.thread_files(&paths, &user, &thread);
+            match read_artifact(&*files, &msg.path).await {
+                Ok(Some(content)) => Ok(content),
+                Ok(None) => Err(missing()),
+                Err(e) => Err(PrepareError::FilesUnavailable(e)),
+            }
         })
     }
+}
+
+/// The content of the presented file `path` (`/mnt/user-data/outputs/...`) of a thread:
+/// `None` unless it is a regular file inside the thread's outputs once links are resolved
+/// (a link out is simply not there); `Err` when the thread's files cannot be had now.
+pub async fn read_artifact(
+    files: &dyn ThreadFiles,
+    path: &str,
+) -> Result<Option<ArtifactContent>, String> {
+    if !path.starts_with(OUTPUTS_PREFIX) {
+        return Ok(None);
+    }
+    let read = match files.read(path, MAX_ARTIFACT_BYTES).await {
+        Ok(read) => read,
+        Err(ThreadFileError::Unavailable(e)) => return Err(e),
+        Err(_) => return Ok(None),
+    };
+    let inside = std::path::Path::new(&read.resolved)
+        .strip_prefix("outputs")
+        .is_ok_and(|rest| !rest.as_os_str().is_empty());
+    Ok(match read.content {
+        FileContent::Bytes(bytes) if inside && read.is_file => Some(ArtifactContent::Bytes(bytes)),
+        FileContent::TooLarge if inside => Some(ArtifactContent::TooLarge),
+        _ => None,
+    })
 }
 
 /// The user a run belongs to (`None`: no such run), for the gateway's principal check.

@@ -18,7 +18,7 @@ use antler_protocol::config::{
 };
 use antler_protocol::messages::{
     ControlRequest, McpDiscovery, McpReply, McpRequest, McpServerStatus, McpTool, PlaybookSource,
-    Reply, Request, RunSubmission, SandboxReply, SandboxRequest,
+    Reply, Request, RunSubmission, SandboxReply, SandboxRequest, ThreadFileError,
 };
 use antler_protocol::Role;
 
@@ -39,6 +39,7 @@ use crate::run::prompt::SubagentPromptInputs;
 use crate::run::prompt::{PromptCache, PromptInputs, PromptMount};
 use crate::run::skills::SkillStore;
 use crate::run::task::delegation::Delegator;
+use crate::run::thread_files::{ThreadFiles, ThreadFilesMode};
 use crate::run::web::WebTools;
 use crate::subagents::delegator::LeadDelegator;
 
@@ -84,8 +85,11 @@ pub enum PrepareError {
     #[error("cannot create the thread's directories {path}: {source}")]
     ThreadDirs {
         path: String,
-        source: std::io::Error,
+        source: ThreadFileError,
     },
+    /// The run's thread files could not be read now (sandbox-host away or too slow).
+    #[error("the thread's files are unavailable: {0}")]
+    FilesUnavailable(String),
     #[error("no run {0}")]
     UnknownRun(String),
     #[error("the catalog actor is gone")]
@@ -115,6 +119,11 @@ impl PrepareError {
             PrepareError::Host(e) => e.is_unavailable(),
             PrepareError::Checkpoint(e) => e.is_busy(),
             PrepareError::Run(RunError::Journal(e)) => e.busy,
+            PrepareError::ThreadDirs {
+                source: ThreadFileError::Unavailable(_),
+                ..
+            }
+            | PrepareError::FilesUnavailable(_) => true,
             _ => false,
         }
     }
@@ -147,6 +156,8 @@ pub struct RunEnv {
     base_dir: Mutex<Option<PathBuf>>,
     /// System prompts by their inputs, shared by the runs of this lead.
     prompts: PromptCache,
+    /// How runs (and their subagent tasks) reach their thread's files.
+    thread_files: ThreadFilesMode,
 }
 
 /// A run ready to drive, with what the manager keeps beside it.
@@ -206,7 +217,31 @@ impl RunEnv {
             }),
             base_dir: Mutex::new(None),
             prompts: PromptCache::default(),
+            thread_files: ThreadFilesMode::Local,
         }
+    }
+
+    /// Runs (and their subagent tasks) reach their thread's files through the
+    /// sandbox-host replica that owns the thread instead of this machine's disk: for a
+    /// cluster whose lead and workers have no access to sandbox-host's volume.
+    pub fn thread_files_through_sandbox_host(&mut self) {
+        self.thread_files = ThreadFilesMode::SandboxHost;
+    }
+
+    /// How runs reach their thread's files.
+    pub fn thread_files_mode(&self) -> ThreadFilesMode {
+        self.thread_files
+    }
+
+    /// The files of (`user`, `thread`), whose directories on this disk would be `paths`.
+    pub fn thread_files(
+        &self,
+        paths: &ThreadPaths,
+        user: &str,
+        thread: &str,
+    ) -> Arc<dyn ThreadFiles> {
+        self.thread_files
+            .for_thread(paths, Arc::clone(&self.hosts), user, thread)
     }
 
     fn feed(&self) -> MutexGuard<'_, Feed> {
@@ -420,15 +455,20 @@ impl RunEnv {
     ) -> Result<RunContext, PrepareError> {
         let base = self.base_dir().await?;
         let paths = ThreadPaths::new(&base, user, thread);
-        paths.create().map_err(|source| PrepareError::ThreadDirs {
-            path: paths.user_data().display().to_string(),
-            source,
-        })?;
+        let files = self.thread_files(&paths, user, thread);
+        files
+            .ensure_dirs()
+            .await
+            .map_err(|source| PrepareError::ThreadDirs {
+                path: paths.user_data().display().to_string(),
+                source,
+            })?;
         Ok(RunContext {
             run_id: run_id.to_owned(),
             user_id: user.to_owned(),
             thread_id: thread.to_owned(),
             paths,
+            files,
             clarification_enabled: clarification,
             agent: AgentContext {
                 models: app.models.iter().map(|m| m.name.clone()).collect(),

@@ -138,6 +138,7 @@ impl LeadDelegator {
             user_id: call.user_id.clone(),
             thread_id: call.thread_id.clone(),
             data_root: self.data_root.clone(),
+            thread_files: self.env.thread_files_mode(),
             subagent_type: ty.name.clone(),
             description: call.args.description.clone(),
             prompt: call.args.prompt.clone(),

@@ -15,8 +15,9 @@ pub use mcp::{
     McpRequest, McpServerStatus, McpTool,
 };
 pub use sandbox::{
-    AcquireSource, Acquired, LeaseOwner, PoolStatus, Principal, SandboxError, SandboxReply,
-    SandboxRequest, SandboxStatus, ToolCall, ToolResult, SANDBOX_TOOLS,
+    AcquireSource, Acquired, FileContent, FileRead, LeaseOwner, ListedFile, PoolStatus, Principal,
+    SandboxError, SandboxReply, SandboxRequest, SandboxStatus, ThreadFileError, ThreadFileOp,
+    ThreadFileReply, ToolCall, ToolResult, SANDBOX_TOOLS,
 };
 pub use worker::{TaskAssignment, WorkerReply, WorkerRequest};
 

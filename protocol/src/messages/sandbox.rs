@@ -1,5 +1,6 @@
 //! Messages between the lead (or a worker) and sandbox-host: acquiring, renewing and
-//! releasing a lease on a thread's sandbox, running a sandbox tool in it, and the pool's
+//! releasing a lease on a thread's sandbox, running a sandbox tool in it, the thread's
+//! own files (for a lead or worker that cannot see sandbox-host's volume), and the pool's
 //! status. Errors the model
 //! should see travel inside [`ToolResult`]; errors the operator should see are
 //! [`SandboxError`].
@@ -90,6 +91,110 @@ pub enum SandboxRequest {
     },
     /// The pool and every sandbox in it.
     Status,
+    /// One operation on the principal's thread directories (`/mnt/user-data/...`), on
+    /// the replica that owns the thread: spill files, `view_image`, settlement and
+    /// artifact downloads of a lead or worker that has no access to the volume. It needs
+    /// no sandbox and holds no lease.
+    ThreadFiles {
+        principal: Principal,
+        op: ThreadFileOp,
+    },
+}
+
+/// An operation on one thread's `user-data` directory. Paths are virtual
+/// (`/mnt/user-data/outputs/a.png`) and resolved beneath the directory, links inside
+/// followed and none out: a path that would leave it is [`ThreadFileError::Escape`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ThreadFileOp {
+    /// Creates `workspace`, `uploads` and `outputs` (existing files are kept).
+    EnsureDirs,
+    /// Where `path` really is, relative to `user-data` (`outputs/charts/a.png`).
+    Resolve { path: String },
+    /// Up to `len` bytes of the regular file `path` from `offset`, with its size; a file
+    /// larger than `max_size` is not read ([`FileContent::TooLarge`]).
+    Read {
+        path: String,
+        offset: u64,
+        len: u64,
+        max_size: u64,
+    },
+    /// Writes `outputs/.tool-results/{name}` (through a temporary name, then a rename):
+    /// the output budget's spill file. `name` is one plain file name.
+    WriteSpill { name: String, content: Vec<u8> },
+    /// The regular files under `outputs` (not `.tool-results`, never through a link),
+    /// for delivery settlement.
+    SnapshotOutputs,
+    /// The regular files (not links) directly in the directory `path`.
+    ListFiles { path: String },
+}
+
+/// What a [`ThreadFileOp`] returned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ThreadFileReply {
+    /// `EnsureDirs` and `WriteSpill` succeeded.
+    Done,
+    /// `Resolve`: the real path relative to `user-data`.
+    Resolved(String),
+    Read(FileRead),
+    /// `SnapshotOutputs`: virtual path -> (size, modification time in ns).
+    Snapshot(std::collections::BTreeMap<String, (u64, u128)>),
+    /// `ListFiles`.
+    Files(Vec<ListedFile>),
+}
+
+/// A [`ThreadFileOp::Read`]'s answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRead {
+    /// The real path relative to `user-data`.
+    pub resolved: String,
+    /// Whether it is a regular file (only those are read).
+    pub is_file: bool,
+    /// Its size when it was opened.
+    pub size: u64,
+    pub content: FileContent,
+}
+
+/// The bytes of a [`FileRead`], or why there are none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileContent {
+    /// From the requested offset (shorter than asked at the end of the file).
+    Bytes(Vec<u8>),
+    /// Not a regular file.
+    NotAFile,
+    /// Larger than `max_size`.
+    TooLarge,
+    /// It could not be read.
+    Unreadable,
+}
+
+/// One entry of [`ThreadFileReply::Files`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedFile {
+    pub name: String,
+    pub size: u64,
+    /// Modification time, ns since the epoch.
+    pub modified_ns: u128,
+}
+
+/// Why a [`ThreadFileOp`] failed. An escape names the path as it was given, never where
+/// it led.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum ThreadFileError {
+    #[error("access denied: {path} leads outside the thread's directories")]
+    Escape { path: String },
+    #[error("not found: {path}")]
+    NotFound { path: String },
+    #[error("not a path under /mnt/user-data: {path}")]
+    NotVirtual { path: String },
+    #[error("not a plain file name: {name}")]
+    BadName { name: String },
+    #[error("{path}: {message}")]
+    Io { path: String, message: String },
+    #[error("{0}")]
+    InvalidIdentity(String),
+    /// The replica that owns the thread could not be had, or answered out of protocol.
+    #[error("the thread's files are unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// Replies from sandbox-host.
@@ -106,6 +211,7 @@ pub enum SandboxReply {
     /// The tool's result; `Err` when no sandbox could be had for the call.
     ToolResult(Result<ToolResult, SandboxError>),
     Status(PoolStatus),
+    ThreadFiles(Result<ThreadFileReply, ThreadFileError>),
 }
 
 /// A successful acquire.

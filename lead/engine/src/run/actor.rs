@@ -213,7 +213,7 @@ pub enum RunError {
     #[error("the run is already being driven")]
     Busy,
     #[error("cannot read the outputs directory: {0}")]
-    Outputs(#[from] std::io::Error),
+    Outputs(#[from] antler_protocol::messages::ThreadFileError),
     #[error("no run {0} in the checkpoint store")]
     UnknownRun(String),
     #[error("the run was cancelled")]
@@ -350,7 +350,7 @@ impl RunBuilder {
         };
         self.journal.create_run(&record, &state).await?;
         if self.settings.settle {
-            let before = OutputsSnapshot::take(&context.paths.outputs())?;
+            let before = OutputsSnapshot::take_through(&*context.files).await?;
             self.journal
                 .save_outputs_snapshot(&context.run_id, before)
                 .await?;
@@ -567,7 +567,7 @@ impl RunLoop {
             Ok(before) => before.unwrap_or_default(),
             Err(e) => return (None, Some(format!("{RECEIPT_NOT_PERSISTED}: {e}"))),
         };
-        let after = match OutputsSnapshot::take(&self.context.paths.outputs()) {
+        let after = match OutputsSnapshot::take_through(&*self.context.files).await {
             Ok(after) => after,
             Err(e) => return (None, Some(format!("{RECEIPT_NOT_PERSISTED}: {e}"))),
         };
@@ -831,6 +831,7 @@ impl RunLoop {
                 &self.state.viewed_images,
                 &self.context,
             )
+            .await
         } else {
             Vec::new()
         };
@@ -993,7 +994,7 @@ impl RunLoop {
             )
             .collect::<Vec<_>>();
         for (call, end) in ends {
-            if let CallEnd::Done(result) = self.finish_call(call, end) {
+            if let CallEnd::Done(result) = self.finish_call(call, end).await {
                 self.merge(result).await?;
             }
         }
@@ -1018,12 +1019,12 @@ impl RunLoop {
             tool_call_id: call.id.clone(),
         });
         let result = self.admit_and_execute(call, state, chain, policy).await;
-        self.finish_call(call, result)
+        self.finish_call(call, result).await
     }
 
     /// What every call's result goes through once it is back: the output budget, and
     /// the Returned and finished events.
-    fn finish_call(&self, call: &ToolCall, result: CallEnd) -> CallEnd {
+    async fn finish_call(&self, call: &ToolCall, result: CallEnd) -> CallEnd {
         let result = match result {
             CallEnd::Done(mut update) => {
                 for message in &mut update.messages {
@@ -1035,12 +1036,11 @@ impl RunLoop {
                     } = message
                     {
                         let text = std::mem::take(content);
-                        *content = self.settings.output_budget.apply(
-                            name,
-                            tool_call_id,
-                            text,
-                            Some(&self.context.paths.outputs()),
-                        );
+                        *content = self
+                            .settings
+                            .output_budget
+                            .apply_through(name, tool_call_id, text, &*self.context.files)
+                            .await;
                     }
                 }
                 CallEnd::Done(update)

@@ -9,13 +9,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use antler_protocol::beneath::{is_escape, Dir, Kind};
+use antler_protocol::messages::{ListedFile, ThreadFileError};
 
 use serde_json::{json, Map, Value};
 
 use super::context::{RunContext, VIRTUAL_USER_DATA};
 use super::middleware::tool_error::ToolFailure;
 use super::state::{Message, StateUpdate, ToolCall, ToolStatus};
+use super::thread_files::ThreadFiles;
 use crate::catalog::builtins::{LIST_UPLOADED_FILES, PRESENT_FILES};
 use crate::catalog::pyjson::write_compact;
 use crate::catalog::{Catalog, TOOL_SEARCH_NAME};
@@ -36,7 +37,7 @@ pub const VIRTUAL_OUTPUTS: &str = "/mnt/user-data/outputs";
 /// `present_files(filepaths)`: all or nothing. Every path is normalised to
 /// `/mnt/user-data/outputs/...`; the first that fails makes the reply `Error: {reason}`
 /// and no artifact is recorded.
-pub fn present_files(call: &ToolCall, context: &RunContext) -> StateUpdate {
+pub async fn present_files(call: &ToolCall, context: &RunContext) -> StateUpdate {
     let paths: Vec<String> = match call.args.get("filepaths") {
         Some(Value::Array(items)) => items
             .iter()
@@ -49,10 +50,20 @@ pub fn present_files(call: &ToolCall, context: &RunContext) -> StateUpdate {
         Some(Value::String(one)) => vec![one.clone()],
         _ => Vec::new(),
     };
-    let normalised: Result<Vec<String>, String> = paths
-        .iter()
-        .map(|path| normalize_presented_path(path, context))
-        .collect();
+    let mut normalised: Result<Vec<String>, String> = Ok(Vec::with_capacity(paths.len()));
+    for path in &paths {
+        match normalize_presented_path(path, context).await {
+            Ok(artifact) => {
+                if let Ok(artifacts) = &mut normalised {
+                    artifacts.push(artifact);
+                }
+            }
+            Err(reason) => {
+                normalised = Err(reason);
+                break;
+            }
+        }
+    }
     match normalised {
         Ok(artifacts) => StateUpdate {
             artifacts,
@@ -75,9 +86,12 @@ pub fn present_files(call: &ToolCall, context: &RunContext) -> StateUpdate {
 
 /// `_normalize_presented_filepath`, plus the existence check; the outputs directory
 /// itself is `/mnt/user-data/outputs`. The path is resolved by the kernel beneath a handle
-/// on the thread's user data, so a link (planted or swapped in) never leads the check
-/// outside the thread.
-pub fn normalize_presented_path(filepath: &str, context: &RunContext) -> Result<String, String> {
+/// on the thread's user data (on this disk or on the sandbox-host that owns the thread),
+/// so a link (planted or swapped in) never leads the check outside the thread.
+pub async fn normalize_presented_path(
+    filepath: &str,
+    context: &RunContext,
+) -> Result<String, String> {
     let only_outputs = || ONLY_OUTPUTS.replacen("{filepath}", filepath, 1);
     let user_data = context.paths.user_data();
     let stripped = filepath.trim_start_matches('/');
@@ -112,18 +126,22 @@ pub fn normalize_presented_path(filepath: &str, context: &RunContext) -> Result<
             return Err(PATH_TRAVERSAL.to_owned());
         }
     }
-    let root =
-        Dir::open(user_data).map_err(|_| FILE_NOT_FOUND.replacen("{filepath}", filepath, 1))?;
+    let files = &*context.files;
+    let virtual_of = |rel: &Path| format!("{VIRTUAL_USER_DATA}/{}", rel.to_string_lossy());
     let escaped = only_outputs;
-    let (actual, exists) = match root.resolve(&relative) {
+    let (actual, exists) = match files.resolve(&virtual_of(&relative)).await {
         Ok(real) => (real, true),
-        Err(e) if is_escape(&e) => return Err(escaped()),
+        Err(ThreadFileError::Escape { .. }) => return Err(escaped()),
+        Err(e @ ThreadFileError::Unavailable(_)) => return Err(e.to_string()),
         Err(_) => {
             // Missing: where its parent really is, else where it would be lexically.
             let parent = relative.parent().unwrap_or(Path::new(""));
-            match (root.resolve(parent), relative.file_name()) {
+            match (
+                files.resolve(&virtual_of(parent)).await,
+                relative.file_name(),
+            ) {
                 (Ok(real), Some(name)) => (real.join(name), false),
-                (Err(e), _) if is_escape(&e) => return Err(escaped()),
+                (Err(ThreadFileError::Escape { .. }), _) => return Err(escaped()),
                 _ => {
                     let lexical = lexical(&Path::new("/").join(&relative));
                     match lexical.strip_prefix("/") {
@@ -208,7 +226,7 @@ struct Upload {
 /// a sibling with its stem (the converted copy of an upload). Antler keeps no record of
 /// the current run's uploads and extracts no outlines, so `include_outline` is accepted
 /// and has no effect.
-pub fn list_uploaded_files(
+pub async fn list_uploaded_files(
     call: &ToolCall,
     context: &RunContext,
 ) -> Result<StateUpdate, ToolFailure> {
@@ -232,7 +250,7 @@ pub fn list_uploaded_files(
             ))
         }
     }
-    let result = uploads_listing(context.paths.user_data(), max_results);
+    let result = uploads_listing(&*context.files, max_results).await;
     let mut content = String::new();
     write_compact(&mut content, &Value::Object(result));
     Ok(StateUpdate::messages([Message::tool(
@@ -243,22 +261,17 @@ pub fn list_uploaded_files(
     )]))
 }
 
-/// `_list_uploaded_files_impl`'s dict for the `uploads` directory of `user_data`, read
-/// beneath a handle on `user_data` (a link never leads the listing out).
-fn uploads_listing(user_data: &Path, max_results: i64) -> Map<String, Value> {
+/// `_list_uploaded_files_impl`'s dict for the thread's `uploads` directory, read beneath
+/// a handle on its user data (a link never leads the listing out).
+async fn uploads_listing(files: &dyn ThreadFiles, max_results: i64) -> Map<String, Value> {
     let reply = |message: String| match json!({"files": [], "message": message}) {
         Value::Object(map) => map,
         _ => Map::new(),
     };
-    let dir = match Dir::open(user_data).and_then(|d| d.open_dir(Path::new("uploads"))) {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return reply(NO_UPLOADS_DIR.to_owned())
-        }
+    let mut uploads = match files.list_files(VIRTUAL_UPLOADS).await {
+        Ok(listed) => read_uploads(listed),
+        Err(ThreadFileError::NotFound { .. }) => return reply(NO_UPLOADS_DIR.to_owned()),
         Err(_) => return reply(UPLOADS_UNREADABLE.replacen("{uploads_dir}", VIRTUAL_UPLOADS, 1)),
-    };
-    let Ok(mut uploads) = read_uploads(&dir) else {
-        return reply(UPLOADS_UNREADABLE.replacen("{uploads_dir}", VIRTUAL_UPLOADS, 1));
     };
     if uploads.is_empty() {
         return reply(NO_HISTORICAL_UPLOADS.to_owned());
@@ -295,39 +308,22 @@ fn uploads_listing(user_data: &Path, max_results: i64) -> Map<String, Value> {
     result
 }
 
-/// The regular files of `dir` that are listed: no staging files, no symlinks, no `.md`
-/// conversion beside its original.
-fn read_uploads(dir: &Dir) -> std::io::Result<Vec<Upload>> {
-    let mut files = Vec::new();
-    for entry in dir.entries()? {
-        // Entries are typed without following links: a symlink is never a regular file.
-        if entry.kind != Kind::File {
-            continue;
-        }
-        let Ok(name) = entry.name.clone().into_string() else {
-            continue;
-        };
-        if name.starts_with(STAGING_PREFIX) && name.ends_with(STAGING_SUFFIX) {
-            continue;
-        }
-        // lstat: a file swapped for a link since the listing is not followed.
-        let Ok(st) = dir.lstat(&entry.name) else {
-            continue;
-        };
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            continue;
-        }
-        let modified = UNIX_EPOCH
-            + Duration::new(
-                st.st_mtime.max(0) as u64,
-                st.st_mtime_nsec.clamp(0, 999_999_999) as u32,
-            );
-        files.push(Upload {
-            name,
-            size: st.st_size.max(0) as u64,
-            modified,
-        });
-    }
+/// The regular files of the uploads directory that are listed: no staging files, no
+/// `.md` conversion beside its original (links and other kinds are never in `listed`).
+fn read_uploads(listed: Vec<ListedFile>) -> Vec<Upload> {
+    let mut files: Vec<Upload> = listed
+        .into_iter()
+        .filter(|f| !(f.name.starts_with(STAGING_PREFIX) && f.name.ends_with(STAGING_SUFFIX)))
+        .map(|f| Upload {
+            modified: UNIX_EPOCH
+                + Duration::new(
+                    (f.modified_ns / 1_000_000_000).min(u64::MAX as u128) as u64,
+                    (f.modified_ns % 1_000_000_000) as u32,
+                ),
+            name: f.name,
+            size: f.size,
+        })
+        .collect();
     let names: BTreeSet<String> = files.iter().map(|f| f.name.clone()).collect();
     files.retain(|file| {
         let Some(stem) = file.name.strip_suffix(".md") else {
@@ -337,7 +333,7 @@ fn read_uploads(dir: &Dir) -> std::io::Result<Vec<Upload>> {
             .iter()
             .any(|other| *other != file.name && python_stem(other) == stem)
     });
-    Ok(files)
+    files
 }
 
 /// `Path(name).suffix`: from the last dot, unless the dot leads or ends the name.
@@ -398,4 +394,4 @@ pub fn tool_search(call: &ToolCall, catalog: &Catalog) -> Result<StateUpdate, To
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 #[path = "builtins_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -21,6 +21,7 @@ fn thread() -> Thread {
             user_id: "u1".into(),
             thread_id: "thread-1".into(),
             agent: AgentContext::new(dir.path()),
+            files: paths.local_files(),
             paths,
             clarification_enabled: false,
         },
@@ -28,15 +29,26 @@ fn thread() -> Thread {
     }
 }
 
+/// Runs a tool's future to its end on this test thread's runtime.
+pub(crate) fn block<F: std::future::Future>(future: F) -> F::Output {
+    thread_local! {
+        static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+    }
+    RUNTIME.with(|rt| rt.block_on(future))
+}
+
 fn present(thread: &Thread, paths: &[&str]) -> StateUpdate {
-    present_files(
+    block(present_files(
         &ToolCall {
             id: "c1".into(),
             name: "present_files".into(),
             args: json!({ "filepaths": paths }),
         },
         &thread.context,
-    )
+    ))
 }
 
 fn reply(update: &StateUpdate) -> (&str, ToolStatus) {
@@ -218,14 +230,14 @@ fn tool_search_promotes_through_the_catalog() {
 // list_uploaded_files
 
 fn list_uploads(thread: &Thread, args: serde_json::Value) -> String {
-    let update = list_uploaded_files(
+    let update = block(list_uploaded_files(
         &ToolCall {
             id: "c1".into(),
             name: "list_uploaded_files".into(),
             args,
         },
         &thread.context,
-    )
+    ))
     .unwrap();
     let (content, status) = reply(&update);
     assert_eq!(status, ToolStatus::Success);
@@ -355,14 +367,14 @@ fn list_uploaded_files_refuses_mistyped_arguments() {
             "include_outline: input should be a boolean or a list of file names",
         ),
     ] {
-        let failure = list_uploaded_files(
+        let failure = block(list_uploaded_files(
             &ToolCall {
                 id: "c1".into(),
                 name: "list_uploaded_files".into(),
                 args,
             },
             &thread.context,
-        )
+        ))
         .unwrap_err();
         assert_eq!(failure, ToolFailure::new("ValidationError", detail));
     }

@@ -4,6 +4,9 @@
 //! (its files under the same `{base}`, see [`AgentContext`]).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::thread_files::{LocalThreadFiles, ThreadFiles};
 
 /// The virtual root of a thread's user data, as the model sees it.
 pub const VIRTUAL_USER_DATA: &str = "/mnt/user-data";
@@ -48,6 +51,11 @@ impl ThreadPaths {
         self.user_data.join("uploads")
     }
 
+    /// The thread's files on this machine's disk, under these directories.
+    pub fn local_files(&self) -> Arc<dyn ThreadFiles> {
+        Arc::new(LocalThreadFiles::new(self))
+    }
+
     /// Creates `workspace`, `uploads` and `outputs`.
     pub fn create(&self) -> std::io::Result<()> {
         for dir in ["workspace", "uploads", "outputs"] {
@@ -64,6 +72,9 @@ pub struct RunContext {
     pub user_id: String,
     pub thread_id: String,
     pub paths: ThreadPaths,
+    /// How the run reaches the thread's files: on this disk under `paths`, or through the
+    /// sandbox-host replica that owns the thread.
+    pub files: Arc<dyn ThreadFiles>,
     /// Whether `ask_clarification` interrupts the run (a person can answer) or returns
     /// the "proceed with your best judgment" text.
     pub clarification_enabled: bool,

@@ -66,10 +66,10 @@ impl Executor<'_> {
         state: &ThreadState,
     ) -> Result<StateUpdate, ToolFailure> {
         match call.name.as_str() {
-            PRESENT_FILES => return Ok(builtins::present_files(call, self.context)),
+            PRESENT_FILES => return Ok(builtins::present_files(call, self.context).await),
             TOOL_SEARCH_NAME => return builtins::tool_search(call, self.catalog),
-            VIEW_IMAGE => return Ok(view_image::view_image(call, self.context)),
-            LIST_UPLOADED_FILES => return builtins::list_uploaded_files(call, self.context),
+            VIEW_IMAGE => return Ok(view_image::view_image(call, self.context).await),
+            LIST_UPLOADED_FILES => return builtins::list_uploaded_files(call, self.context).await,
             DESCRIBE_SKILL => {
                 let query = call
                     .args

@@ -6,7 +6,8 @@
 //! call runs, `hosts` the way to sandbox-host and mcp-host, `lease` the run's lease on its
 //! sandbox, `actor` the loop, `journal` where it is checkpointed, `settlement` the
 //! delivery receipt, `skills` the installed skills and their activation, `task` the
-//! `task` tool and the subagent task graph, `web` the web tools (search, fetch, images).
+//! `task` tool and the subagent task graph, `thread_files` the thread's own files (local or
+//! through sandbox-host), `web` the web tools (search, fetch, images).
 
 pub mod actor;
 pub mod builtins;
@@ -24,5 +25,6 @@ pub mod settlement;
 pub mod skills;
 pub mod state;
 pub mod task;
+pub mod thread_files;
 pub mod view_image;
 pub mod web;

@@ -7,10 +7,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use antler_protocol::beneath::{Dir, Kind, Step};
+use antler_protocol::messages::ThreadFileError;
+use antler_protocol::thread_dir;
 use serde::{Deserialize, Serialize};
 
-use super::middleware::output_budget::{TOOL_RESULTS_DIR, VIRTUAL_OUTPUTS};
+use super::thread_files::ThreadFiles;
 use crate::catalog::builtins::PRESENT_FILES;
 
 /// The run's error when outputs were produced and none was presented.
@@ -31,32 +32,16 @@ impl OutputsSnapshot {
     /// never enters a directory through a link, so a link planted or swapped in by
     /// sandboxed code lists nothing outside the thread.
     pub fn take(outputs: &Path) -> std::io::Result<OutputsSnapshot> {
-        let mut snapshot = OutputsSnapshot::default();
-        let dir = match Dir::open(outputs) {
-            Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(snapshot),
-            Err(e) => return Err(e),
-        };
-        dir.walk(None, &mut |rel, entry, parent| {
-            if rel == Path::new(TOOL_RESULTS_DIR) {
-                return Step::Skip;
-            }
-            if entry.kind == Kind::File {
-                // lstat: a file swapped for a link since the listing is not followed.
-                if let Ok(st) = parent.lstat(&entry.name) {
-                    if st.st_mode & libc::S_IFMT == libc::S_IFREG {
-                        let modified = (st.st_mtime.max(0) as u128) * 1_000_000_000
-                            + st.st_mtime_nsec.max(0) as u128;
-                        snapshot.files.insert(
-                            format!("{VIRTUAL_OUTPUTS}/{}", rel.to_string_lossy()),
-                            (st.st_size.max(0) as u64, modified),
-                        );
-                    }
-                }
-            }
-            Step::Continue
-        })?;
-        Ok(snapshot)
+        thread_dir::snapshot_outputs(outputs).map(|files| OutputsSnapshot { files })
+    }
+
+    /// The same walk, of the thread's outputs wherever they are (this disk or the
+    /// sandbox-host replica that owns the thread).
+    pub async fn take_through(files: &dyn ThreadFiles) -> Result<OutputsSnapshot, ThreadFileError> {
+        files
+            .snapshot_outputs()
+            .await
+            .map(|files| OutputsSnapshot { files })
     }
 
     /// Files of `after` that are new or changed since `self`, sorted.

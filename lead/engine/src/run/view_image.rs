@@ -4,13 +4,10 @@
 //! check order.
 
 use std::collections::BTreeMap;
-use std::io::Read;
-
-use serde_json::Value;
-
 use std::path::Path;
 
-use antler_protocol::beneath::{is_escape, Dir};
+use antler_protocol::messages::{FileContent, ThreadFileError};
+use serde_json::Value;
 
 use super::context::{RunContext, VIRTUAL_USER_DATA};
 use super::mcp_result;
@@ -39,13 +36,13 @@ pub const MAX_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
 const ALLOWED_DIRS: [&str; 3] = ["workspace", "uploads", "outputs"];
 
 /// `view_image(image_path)`.
-pub fn view_image(call: &ToolCall, context: &RunContext) -> StateUpdate {
+pub async fn view_image(call: &ToolCall, context: &RunContext) -> StateUpdate {
     let path = call
         .args
         .get("image_path")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    match check(path, context) {
+    match check(path, context).await {
         Ok((image, _)) => StateUpdate {
             messages: vec![Message::tool(
                 &call.id,
@@ -70,7 +67,7 @@ pub fn view_image(call: &ToolCall, context: &RunContext) -> StateUpdate {
 /// the tool checked it and must still be the file it was (same size, same type); one that
 /// is not gets no bytes. The images its MCP calls returned follow (see `mcp_result`). An
 /// image is sent once: the call after the next one sees it no more.
-pub fn images_for_next_call(
+pub async fn images_for_next_call(
     messages: &[Message],
     viewed: &BTreeMap<String, ViewedImage>,
     context: &RunContext,
@@ -106,7 +103,7 @@ pub fn images_for_next_call(
         if parts.iter().any(|p: &ImagePart| p.path == path) {
             continue;
         }
-        let base64 = match check(path, context) {
+        let base64 = match check(path, context).await {
             Ok((now, bytes)) if now.size == seen.size && now.mime_type == seen.mime_type => {
                 Some(base64::engine::general_purpose::STANDARD.encode(bytes))
             }
@@ -124,7 +121,7 @@ pub fn images_for_next_call(
     parts
 }
 
-fn check(path: &str, context: &RunContext) -> Result<(ViewedImage, Vec<u8>), String> {
+async fn check(path: &str, context: &RunContext) -> Result<(ViewedImage, Vec<u8>), String> {
     let allowed = ALLOWED_DIRS.iter().any(|dir| {
         let root = format!("{VIRTUAL_USER_DATA}/{dir}");
         path == root || path.starts_with(&format!("{root}/"))
@@ -137,24 +134,26 @@ fn check(path: &str, context: &RunContext) -> Result<(ViewedImage, Vec<u8>), Str
         return Err(TRAVERSAL.to_owned());
     }
     let with_path = |template: &str| template.replacen("{path}", path, 1);
-    // Everything beneath a handle on the thread's user data: a link planted or swapped in
-    // by sandboxed code never leads the read outside the thread.
-    let root = Dir::open(context.paths.user_data()).map_err(|_| with_path(NOT_FOUND))?;
-    let real = root.resolve(Path::new(relative)).map_err(|e| {
-        if is_escape(&e) {
-            TRAVERSAL.to_owned()
-        } else {
-            with_path(NOT_FOUND)
-        }
-    })?;
+    // Everything beneath a handle on the thread's user data (on this disk or on the
+    // sandbox-host that owns the thread): a link planted or swapped in by sandboxed code
+    // never leads the read outside the thread.
+    let read = context
+        .files
+        .read(path, MAX_IMAGE_BYTES)
+        .await
+        .map_err(|e| match e {
+            ThreadFileError::Escape { .. } => TRAVERSAL.to_owned(),
+            e @ ThreadFileError::Unavailable(_) => e.to_string(),
+            _ => with_path(NOT_FOUND),
+        })?;
+    let real = Path::new(&read.resolved);
     if !ALLOWED_DIRS.iter().any(|dir| real.starts_with(dir)) {
         return Err(TRAVERSAL.to_owned());
     }
-    let meta = root.metadata(&real).map_err(|_| with_path(NOT_FOUND))?;
-    if !meta.is_file() {
+    if !read.is_file {
         return Err(with_path(NOT_A_FILE));
     }
-    let actual = context.paths.user_data().join(&real);
+    let actual = context.paths.user_data().join(real);
     let suffix = real
         .extension()
         .map(|e| format!(".{}", e.to_string_lossy().to_lowercase()))
@@ -166,14 +165,18 @@ fn check(path: &str, context: &RunContext) -> Result<(ViewedImage, Vec<u8>), Str
         ".gif" => "image/gif",
         _ => return Err(UNSUPPORTED.replacen("{suffix}", &suffix, 1)),
     };
-    if meta.len() > MAX_IMAGE_BYTES {
-        return Err(TOO_LARGE.replacen("{n}", &meta.len().to_string(), 1));
-    }
-    let mut bytes = Vec::new();
-    root.open_read(&real)
-        .and_then(|file| file.take(MAX_IMAGE_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(|_| "Error reading image file: the file could not be read".to_owned())?;
-    if bytes.len() as u64 != meta.len() {
+    let bytes = match read.content {
+        FileContent::Bytes(bytes) => bytes,
+        FileContent::TooLarge => {
+            return Err(TOO_LARGE.replacen("{n}", &read.size.to_string(), 1));
+        }
+        FileContent::NotAFile => return Err(with_path(NOT_A_FILE)),
+        FileContent::Unreadable => {
+            return Err("Error reading image file: the file could not be read".to_owned())
+        }
+    };
+    let meta_len = read.size;
+    if bytes.len() as u64 != meta_len {
         return Err(CHANGED.to_owned());
     }
     let detected = detect(&bytes).ok_or_else(|| NOT_AN_IMAGE.to_owned())?;
@@ -187,7 +190,7 @@ fn check(path: &str, context: &RunContext) -> Result<(ViewedImage, Vec<u8>), Str
     Ok((
         ViewedImage {
             mime_type: detected.to_owned(),
-            size: meta.len(),
+            size: meta_len,
             actual_path: actual.display().to_string(),
         },
         bytes,
@@ -225,6 +228,7 @@ mod tests {
             run_id: "run-1".into(),
             user_id: "u1".into(),
             thread_id: "t1".into(),
+            files: paths.local_files(),
             paths,
             clarification_enabled: false,
             agent: AgentContext::new(dir),
@@ -232,14 +236,14 @@ mod tests {
     }
 
     fn view(context: &RunContext, path: &str) -> StateUpdate {
-        view_image(
+        crate::run::builtins::tests::block(view_image(
             &ToolCall {
                 id: "c1".into(),
                 name: VIEW_IMAGE.into(),
                 args: json!({ "image_path": path }),
             },
             context,
-        )
+        ))
     }
 
     fn text(update: &StateUpdate) -> &str {

@@ -5,16 +5,18 @@
 //! a replayed step writes the same file. The preview's synopsis is DeerFlow's text kind
 //! (JSON, CSV, YAML, XML and code synopses are not detected yet).
 
-use std::io::Write;
 use std::path::Path;
 
-use antler_protocol::beneath::{Dir, Open};
+use antler_protocol::beneath::Dir;
+use antler_protocol::thread_dir;
 use sha2::{Digest, Sha256};
 
+use crate::run::thread_files::ThreadFiles;
+
 /// The tool-results directory under `outputs`, excluded from delivery settlement.
-pub const TOOL_RESULTS_DIR: &str = ".tool-results";
+pub const TOOL_RESULTS_DIR: &str = thread_dir::TOOL_RESULTS_DIR;
 /// The virtual outputs root the model sees.
-pub const VIRTUAL_OUTPUTS: &str = "/mnt/user-data/outputs";
+pub const VIRTUAL_OUTPUTS: &str = thread_dir::VIRTUAL_OUTPUTS;
 
 /// The fallback's marker; `{n}` omitted characters of `{tool}`'s output.
 pub const OMITTED_MARKER: &str = "\n\n[... {n} chars omitted from {tool} output. Persistent storage unavailable. Consider narrowing the query or using more specific parameters.]\n\n";
@@ -47,8 +49,38 @@ impl Default for OutputBudget {
 }
 
 impl OutputBudget {
+    /// The content the model gets for one tool result, its spill file written through
+    /// the thread's `files` (on this disk or on the sandbox-host that owns the thread).
+    pub async fn apply_through(
+        &self,
+        tool_name: &str,
+        tool_call_id: &str,
+        content: String,
+        files: &dyn ThreadFiles,
+    ) -> String {
+        if !self.exceeds(tool_name, &content) {
+            return content;
+        }
+        let file_name = externalized_file_name(tool_name, tool_call_id, &content);
+        match files.write_spill(&file_name, &content).await {
+            Ok(()) => {
+                let virtual_path = format!("{VIRTUAL_OUTPUTS}/{TOOL_RESULTS_DIR}/{file_name}");
+                self.preview(&content, tool_name, &virtual_path)
+            }
+            Err(error) => {
+                tracing::warn!(tool = tool_name, %error, "cannot externalise a tool result, truncating");
+                self.fallback(&content, tool_name)
+            }
+        }
+    }
+
+    /// Whether the result is over the budget (and not exempt).
+    fn exceeds(&self, tool_name: &str, content: &str) -> bool {
+        content.chars().count() > self.max_chars && !EXEMPT_TOOLS.contains(&tool_name)
+    }
+
     /// The content the model gets for one tool result. `outputs_dir` is the thread's
-    /// host outputs directory, when the lead can write it.
+    /// host outputs directory, when this process can write it.
     pub fn apply(
         &self,
         tool_name: &str,
@@ -56,8 +88,7 @@ impl OutputBudget {
         content: String,
         outputs_dir: Option<&Path>,
     ) -> String {
-        let total = content.chars().count();
-        if total <= self.max_chars || EXEMPT_TOOLS.contains(&tool_name) {
+        if !self.exceeds(tool_name, &content) {
             return content;
         }
         if let Some(dir) = outputs_dir {
@@ -251,9 +282,8 @@ fn raw_sample(content: &str, head_budget: usize, tail_budget: usize) -> String {
 }
 
 /// Writes the full output to `outputs/.tool-results/{tool}-{sha256}.{ext}` (through a
-/// temporary name, then a rename) and returns its virtual path. Every step resolves
-/// beneath a handle on `outputs`: a `.tool-results` (or a temporary name) that sandboxed
-/// code made a link out of the thread fails the write, and nothing is written outside.
+/// temporary name, then a rename, beneath a handle on `outputs`: see
+/// `thread_dir::write_spill`) and returns its virtual path.
 fn externalize(
     content: &str,
     tool_name: &str,
@@ -265,22 +295,9 @@ fn externalize(
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     let parent = outputs_dir.parent().unwrap_or(Path::new("/"));
     let outputs = Dir::open(parent)?.open_dir(Path::new(name))?;
-    let dir = outputs.create_dir_all(Path::new(TOOL_RESULTS_DIR), 0o777)?;
     let file_name = externalized_file_name(tool_name, tool_call_id, content);
-    let temporary = format!(".{file_name}.tmp");
-    let mut file = dir.open_file(
-        Path::new(&temporary),
-        Open {
-            write: true,
-            create: true,
-            truncate: true,
-            mode: 0o644,
-            ..Open::default()
-        },
-    )?;
-    file.write_all(content.as_bytes())?;
-    drop(file);
-    dir.rename(Path::new(&temporary), Path::new(&file_name))?;
+    thread_dir::write_spill(&outputs, &file_name, content.as_bytes())
+        .map_err(std::io::Error::other)?;
     Ok(format!("{VIRTUAL_OUTPUTS}/{TOOL_RESULTS_DIR}/{file_name}"))
 }
 

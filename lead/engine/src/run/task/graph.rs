@@ -81,11 +81,16 @@ pub async fn drive_task(
         Ok(model) => model,
         Err(e) => return refused(e.to_string()),
     };
+    let paths = ThreadPaths::new(&spec.data_root, &spec.user_id, &spec.thread_id);
+    let files =
+        spec.thread_files
+            .for_thread(&paths, Arc::clone(&hosts), &spec.user_id, &spec.thread_id);
     let context = RunContext {
         run_id: task_run_id(&spec.run_id, &spec.tool_call_id),
         user_id: spec.user_id.clone(),
         thread_id: spec.thread_id.clone(),
-        paths: ThreadPaths::new(&spec.data_root, &spec.user_id, &spec.thread_id),
+        paths,
+        files,
         clarification_enabled: false,
         agent: AgentContext {
             non_interactive: true,

@@ -31,6 +31,10 @@ pub struct TaskSpec {
     pub thread_id: String,
     /// The data root the thread's directories are under (`ThreadPaths`).
     pub data_root: PathBuf,
+    /// Whether the thread's files are on the worker's disk under `data_root` or reached
+    /// through the sandbox-host replica that owns the thread.
+    #[serde(default)]
+    pub thread_files: crate::run::thread_files::ThreadFilesMode,
     pub subagent_type: String,
     pub description: String,
     /// The task text, exactly as the lead's model wrote it.
