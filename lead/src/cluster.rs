@@ -452,6 +452,11 @@ fn start_runs(
         extensions,
     );
     env.dispatcher = Some(dispatcher.clone());
+    if spec.cluster.is_some() {
+        // The lead has no share of sandbox-host's volumes: the thread's files are reached
+        // through the replica that owns the thread.
+        env.thread_files_through_sandbox_host();
+    }
     let env = Arc::new(env);
     let metrics = Arc::new(Metrics::default());
     let manager = RunManager::new(env, metrics.clone(), !spec.ephemeral).start();

@@ -312,6 +312,7 @@ fn runs_cross_hosts_over_tls_and_a_thread_stays_on_its_replica() {
         "{:#}\n{}",
         run.view, run.stderr
     );
+    assert_eq!(run.view["delivery"]["satisfied"], true, "{:#}", run.view);
     let thread = run.run_id();
     let home = mh.replica_of(&thread);
     assert!(
@@ -327,6 +328,7 @@ fn runs_cross_hosts_over_tls_and_a_thread_stays_on_its_replica() {
         "{:#}\n{}",
         run.view, run.stderr
     );
+    assert_eq!(run.view["delivery"]["satisfied"], true, "{:#}", run.view);
     let on: std::collections::BTreeSet<String> = ["t-a", "t-b"]
         .iter()
         .map(|id| {
