@@ -38,6 +38,12 @@ impl Service for Echo {
             }
         })
     }
+
+    /// As every host does ([`antler_protocol::host::HostService`]): a ping is answered on
+    /// the I/O thread.
+    fn answers_now(&self, request: &Request) -> bool {
+        matches!(request, Request::Control(ControlRequest::Ping { .. }))
+    }
 }
 
 fn small_request() -> Request {

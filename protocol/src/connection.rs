@@ -460,8 +460,10 @@ impl Connection {
     }
 
     fn register(&self, pending: Pending) -> Result<RequestId, RpcError> {
-        if let Some(reason) = self.close_reason() {
-            return Err(RpcError::PeerUnavailable(reason));
+        if self.is_closed() {
+            return Err(RpcError::PeerUnavailable(
+                self.close_reason().unwrap_or_default(),
+            ));
         }
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         self.shared
@@ -470,9 +472,11 @@ impl Connection {
             .map_err(|_| RpcError::PeerUnavailable("connection state poisoned".into()))?
             .insert(id, pending);
         // Close may have drained the map just before the insert: check again.
-        if let Some(reason) = self.close_reason() {
+        if self.is_closed() {
             self.shared.take_pending(id);
-            return Err(RpcError::PeerUnavailable(reason));
+            return Err(RpcError::PeerUnavailable(
+                self.close_reason().unwrap_or_default(),
+            ));
         }
         Ok(id)
     }
@@ -481,7 +485,11 @@ impl Connection {
     /// and the request is no longer pending.
     async fn enqueue(&self, env: Envelope, guard: &mut CancelGuard, deadline: Instant) -> Result<(), RpcError> {
         let r = match self.shared.written(self.shared.out.push(&env, Some(deadline)).await) {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                // A cancel carries the request's trace.
+                guard.trace = env.trace;
+                return Ok(());
+            }
             Err(PushError::Closed) | Err(PushError::Io(_)) => Err(RpcError::PeerUnavailable(
                 self.close_reason()
                     .unwrap_or_else(|| "connection closed".into()),
@@ -532,7 +540,7 @@ impl Connection {
         let mut guard = CancelGuard {
             shared: self.shared.clone(),
             id,
-            trace: trace.clone(),
+            trace: TraceContext::default(),
             armed: true,
         };
         self.enqueue(Self::envelope(id, request, trace, timeout), &mut guard, deadline)
@@ -567,7 +575,7 @@ impl Connection {
         let mut guard = CancelGuard {
             shared: self.shared.clone(),
             id,
-            trace: trace.clone(),
+            trace: TraceContext::default(),
             armed: true,
         };
         self.enqueue(Self::envelope(id, request, trace, timeout), &mut guard, deadline)
@@ -709,6 +717,11 @@ async fn read_loop(
     in_flight: Arc<InFlight>,
 ) {
     let mut closed = shared.closed.subscribe();
+    // One wait for the whole loop (not one registration per read).
+    let closing = async move {
+        let _ = closed.changed().await;
+    };
+    tokio::pin!(closing);
     let max = shared.config.max_frame_bytes;
     loop {
         // Every whole frame of what was read, then the replies they made in one write.
@@ -750,8 +763,8 @@ async fn read_loop(
                 buf.reserve(want.saturating_sub(buf.len()).max(READ_CHUNK));
                 tokio::select! {
                     biased;
-                    _ = closed.changed() => return,
                     r = reader.read_buf(&mut buf) => r,
+                    _ = &mut closing => return,
                 }
             }
         };

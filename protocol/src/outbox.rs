@@ -225,6 +225,10 @@ impl Outbox {
 
     /// Queues `env`, waiting for room until `deadline` (forever without one).
     pub(crate) async fn push(&self, env: &Envelope, deadline: Option<Instant>) -> Result<(), PushError> {
+        match self.try_push(env, true, true) {
+            Err(PushError::Full) => {}
+            other => return other,
+        }
         loop {
             let room = self.room.notified();
             tokio::pin!(room);
