@@ -483,8 +483,16 @@ impl Connection {
 
     /// Queues (and, if the socket takes it, writes) a request. On error nothing was sent
     /// and the request is no longer pending.
-    async fn enqueue(&self, env: Envelope, guard: &mut CancelGuard, deadline: Instant) -> Result<(), RpcError> {
-        let r = match self.shared.written(self.shared.out.push(&env, Some(deadline)).await) {
+    async fn enqueue(
+        &self,
+        env: Envelope,
+        guard: &mut CancelGuard,
+        deadline: Instant,
+    ) -> Result<(), RpcError> {
+        let r = match self
+            .shared
+            .written(self.shared.out.push(&env, Some(deadline)).await)
+        {
             Ok(()) => {
                 // A cancel carries the request's trace.
                 guard.trace = env.trace;
@@ -543,8 +551,12 @@ impl Connection {
             trace: TraceContext::default(),
             armed: true,
         };
-        self.enqueue(Self::envelope(id, request, trace, timeout), &mut guard, deadline)
-            .await?;
+        self.enqueue(
+            Self::envelope(id, request, trace, timeout),
+            &mut guard,
+            deadline,
+        )
+        .await?;
         match tokio::time::timeout_at(deadline.into(), rx).await {
             Ok(Ok(result)) => {
                 guard.armed = false;
@@ -578,8 +590,12 @@ impl Connection {
             trace: TraceContext::default(),
             armed: true,
         };
-        self.enqueue(Self::envelope(id, request, trace, timeout), &mut guard, deadline)
-            .await?;
+        self.enqueue(
+            Self::envelope(id, request, trace, timeout),
+            &mut guard,
+            deadline,
+        )
+        .await?;
         Ok(ReplyStream {
             rx,
             deadline,
@@ -863,6 +879,8 @@ async fn park<T>(
     shared: &Arc<Shared>,
     send: impl std::future::Future<Output = Result<(), mpsc::error::SendError<T>>>,
 ) {
+    // Replies this read made go now, not after the consumer.
+    let _ = shared.written(shared.out.flush());
     shared.reader_parked.store(true, Ordering::SeqCst);
     let _ = send.await;
     shared.reader_parked.store(false, Ordering::SeqCst);

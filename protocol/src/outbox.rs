@@ -141,7 +141,12 @@ pub(crate) struct Outbox {
 }
 
 impl Outbox {
-    pub(crate) fn new(io: WriteHalf, pending: BytesMut, max_frames: usize, max_frame_bytes: usize) -> Outbox {
+    pub(crate) fn new(
+        io: WriteHalf,
+        pending: BytesMut,
+        max_frames: usize,
+        max_frame_bytes: usize,
+    ) -> Outbox {
         // Bytes the handshake left unwritten are whole frames (it flushes; normally none).
         let mut buf = BytesMut::with_capacity(8192);
         buf.extend_from_slice(&pending);
@@ -174,12 +179,19 @@ impl Outbox {
     /// Encodes `env` and queues its frame; `bounded` senders are refused with `Full` when
     /// the buffer holds `outbound_queue` frames. With `write`, the buffer is written now
     /// unless the writer task owns it; without, the caller writes later ([`Outbox::flush`]).
-    pub(crate) fn try_push(&self, env: &Envelope, bounded: bool, write: bool) -> Result<(), PushError> {
+    pub(crate) fn try_push(
+        &self,
+        env: &Envelope,
+        bounded: bool,
+        write: bool,
+    ) -> Result<(), PushError> {
         SCRATCH.with(|scratch| {
             let mut scratch = match scratch.try_borrow_mut() {
                 Ok(s) => s,
                 // Not reentrant in practice; never panic if it were.
-                Err(_) => return self.push_encoded(&encode(self.encoder, env)?, bounded, write, false),
+                Err(_) => {
+                    return self.push_encoded(&encode(self.encoder, env)?, bounded, write, false)
+                }
             };
             scratch.clear();
             let mut enc = self.encoder;
@@ -197,7 +209,13 @@ impl Outbox {
         self.push_encoded(frame, false, true, true)
     }
 
-    fn push_encoded(&self, frame: &[u8], bounded: bool, write: bool, first: bool) -> Result<(), PushError> {
+    fn push_encoded(
+        &self,
+        frame: &[u8],
+        bounded: bool,
+        write: bool,
+        first: bool,
+    ) -> Result<(), PushError> {
         let mut st = self.lock();
         if st.closed {
             return Err(PushError::Closed);
@@ -224,7 +242,11 @@ impl Outbox {
     }
 
     /// Queues `env`, waiting for room until `deadline` (forever without one).
-    pub(crate) async fn push(&self, env: &Envelope, deadline: Option<Instant>) -> Result<(), PushError> {
+    pub(crate) async fn push(
+        &self,
+        env: &Envelope,
+        deadline: Option<Instant>,
+    ) -> Result<(), PushError> {
         match self.try_push(env, true, true) {
             Err(PushError::Full) => {}
             other => return other,
