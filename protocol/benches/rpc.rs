@@ -2,7 +2,8 @@
 //! loopback and over TCP loopback with mutual TLS 1.3 (p50, p99), and pipelined small
 //! messages per second on one connection, each beside a raw echo of the same bytes on the
 //! same transport (for TLS: a tokio-rustls echo with the same certificates and configs)
-//! measured in the same run; then TLS against plain TCP.
+//! measured in the same run; then TLS against plain TCP. The RPC server answers pings on
+//! its I/O thread, as every host does (`Service::answers_now`).
 //! Run: `cargo bench -p antler-protocol --bench rpc` (ANTLER_BENCH_N to change the count).
 
 #![allow(clippy::expect_used)]
@@ -37,6 +38,12 @@ impl Service for Echo {
                 _ => Err(RemoteError::Unsupported("bench".into())),
             }
         })
+    }
+
+    /// As every host does ([`antler_protocol::host::HostService`]): a ping is answered on
+    /// the I/O thread.
+    fn answers_now(&self, request: &Request) -> bool {
+        matches!(request, Request::Control(ControlRequest::Ping { .. }))
     }
 }
 

@@ -2,9 +2,13 @@
 //! cancellation, streamed replies, heartbeats, bounded queues, and serving requests.
 //! Owns three tasks (reader, writer, heartbeat) that run on the process's I/O thread
 //! ([`crate::io`]) and all stop when the connection closes; requests are served on the
-//! runtime that started the connection, so no amount of work there delays a heartbeat.
-//! The writer sends a due heartbeat before any queued frame. On close every pending
-//! request fails at once with `PeerUnavailable`.
+//! runtime that started the connection, so no amount of work there delays a heartbeat,
+//! except those the service answers at once ([`Service::answers_now`]), which the reader
+//! answers itself. Frames are written by the task that sends them unless the socket
+//! would block, and then by the writer task ([`crate::outbox`]); the reader decodes every
+//! frame of one read before writing the replies they made in one go. A due heartbeat
+//! goes before any queued frame. On close every pending request fails at once with
+//! `PeerUnavailable`.
 
 use std::{
     collections::HashMap,
@@ -15,16 +19,20 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::{future::BoxFuture, SinkExt, StreamExt};
+use bytes::{Buf, BytesMut};
+use futures::future::BoxFuture;
+use tokio::io::AsyncReadExt;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::{
     codec,
     envelope::{Body, Envelope, RemoteError, RequestId, TraceContext},
-    frame::{EnvelopeEncoder, WriteError},
+    frame::WriteError,
     handshake::{FrameReader, FrameWriter, PeerInfo},
     messages::{Reply, Request},
+    outbox::{Outbox, PushError},
+    transport::ReadHalf,
 };
 
 /// Tunables of a connection.
@@ -82,6 +90,16 @@ pub trait Service: Send + Sync + 'static {
     /// Handles one request. Items sent through `call` before the returned future resolves
     /// are streamed to the requester; the resolved value is the final reply.
     fn call(&self, request: Request, call: Call) -> BoxFuture<'static, Result<Reply, RemoteError>>;
+
+    /// Whether `call` answers `request` at once: the call and the first poll of its future
+    /// take microseconds and neither block, wait nor stream (a ping, a counter read). Such
+    /// requests are answered on the connection's I/O thread, in the serving runtime's
+    /// context, without the hop to that runtime; should the future not be ready after
+    /// all, it finishes on the serving runtime. Anything slower answered this way delays
+    /// the heartbeats and reads of every connection of the process. Default: none.
+    fn answers_now(&self, _request: &Request) -> bool {
+        false
+    }
 }
 
 /// Counts requests being served across the connections of one process (for health and drain).
@@ -142,11 +160,13 @@ pub struct Call {
     /// The peer that asked.
     pub peer: PeerInfo,
     id: RequestId,
-    out: mpsc::Sender<Envelope>,
+    shared: Arc<Shared>,
 }
 
 impl Call {
-    /// Streams one item of the reply. Waits while the outgoing queue is full.
+    /// Streams one item of the reply. Waits while the outgoing queue is full. An item
+    /// over the frame limit ends the requester's stream with an error reply (and is
+    /// `TooLarge` here).
     pub async fn send_item(&self, item: Reply) -> Result<(), RpcError> {
         let env = Envelope {
             id: 0,
@@ -155,10 +175,7 @@ impl Call {
             trace: self.trace.clone(),
             body: Body::StreamItem(item),
         };
-        self.out
-            .send(env)
-            .await
-            .map_err(|_| RpcError::PeerUnavailable("connection closed".into()))
+        self.shared.send_reply(env).await
     }
 }
 
@@ -168,7 +185,7 @@ enum Pending {
 }
 
 struct Shared {
-    out: mpsc::Sender<Envelope>,
+    out: Outbox,
     pending: Mutex<HashMap<RequestId, Pending>>,
     serving: Mutex<HashMap<RequestId, tokio::task::AbortHandle>>,
     next_id: AtomicU64,
@@ -180,9 +197,6 @@ struct Shared {
     peer_going_away: AtomicBool,
     /// The runtime that serves the peer's requests (the one that started the connection).
     home: Handle,
-    /// A heartbeat is due: the writer sends it before anything queued.
-    heartbeat_due: AtomicBool,
-    heartbeat_wake: Notify,
     /// The reader waits for a local stream consumer, so the peer's silence is ours.
     reader_parked: AtomicBool,
     /// The latest a heartbeat tick ran after its time, in microseconds (the measure of
@@ -204,6 +218,7 @@ impl Shared {
             return;
         }
         tracing::debug!(peer = %self.peer.address, role = %self.peer.role, reason, "connection closed");
+        self.out.close();
         let drained: Vec<Pending> = match self.pending.lock() {
             Ok(mut p) => p.drain().map(|(_, v)| v).collect(),
             Err(_) => Vec::new(),
@@ -238,6 +253,78 @@ impl Shared {
         let ms = self.started.elapsed().as_millis() as u64;
         self.last_seen_ms.store(ms, Ordering::Relaxed);
     }
+
+    /// A failed write kills the connection; anything else is the caller's to report.
+    fn written(&self, r: Result<(), PushError>) -> Result<(), PushError> {
+        match r {
+            Err(PushError::Io(e)) => {
+                self.close(&format!("write failed: {e}"));
+                Err(PushError::Closed)
+            }
+            other => other,
+        }
+    }
+
+    /// Queues a frame that is dropped should the queue be full (refusals, cancels,
+    /// going-away); with `write`, writes it now.
+    fn send_or_drop(&self, env: &Envelope, write: bool) {
+        match self.written(self.out.try_push(env, true, write)) {
+            Ok(()) | Err(PushError::Closed) | Err(PushError::Full) => {}
+            Err(PushError::Encode(e)) => {
+                tracing::error!(error = %e, "dropping a message that does not encode");
+            }
+            Err(PushError::Io(_)) => {}
+        }
+    }
+
+    /// Sends a reply or stream item, waiting while the queue is full. One that does not
+    /// fit a frame (or encode) is answered with an error reply instead.
+    async fn send_reply(&self, env: Envelope) -> Result<(), RpcError> {
+        let r = self.written(self.out.push(&env, None).await);
+        self.reply_sent(&env, r)
+    }
+
+    fn reply_sent(&self, env: &Envelope, r: Result<(), PushError>) -> Result<(), RpcError> {
+        match r {
+            Ok(()) => Ok(()),
+            Err(PushError::Closed) | Err(PushError::Io(_)) => {
+                Err(RpcError::PeerUnavailable("connection closed".into()))
+            }
+            Err(PushError::Full) => Err(RpcError::Overloaded("outgoing queue full".into())),
+            Err(PushError::Encode(e)) => {
+                let err = encode_error(e);
+                match &err {
+                    RpcError::TooLarge { size, max } => {
+                        tracing::warn!(size, max, "refusing to send an oversize frame")
+                    }
+                    other => {
+                        tracing::error!(error = %other, "dropping a message that does not encode")
+                    }
+                }
+                self.send_or_drop(
+                    &Envelope {
+                        id: 0,
+                        reply_to: env.reply_to,
+                        deadline: None,
+                        trace: env.trace.clone(),
+                        body: Body::Reply(Err(RemoteError::Failed(format!(
+                            "reply not sent: {err}"
+                        )))),
+                    },
+                    true,
+                );
+                Err(err)
+            }
+        }
+    }
+}
+
+fn encode_error(e: WriteError) -> RpcError {
+    match e {
+        WriteError::TooLarge { size, max } => RpcError::TooLarge { size, max },
+        WriteError::Encode(e) => RpcError::Remote(RemoteError::Failed(e)),
+        WriteError::Io(e) => RpcError::PeerUnavailable(format!("write failed: {e}")),
+    }
 }
 
 /// A handle on a live connection; cheap to clone. Dropping handles does not close it:
@@ -269,10 +356,17 @@ impl Connection {
         in_flight: Arc<InFlight>,
         home: Handle,
     ) -> Connection {
-        let (out_tx, out_rx) = mpsc::channel(config.outbound_queue.max(1));
+        let read = reader.into_parts();
+        let write = writer.into_parts();
+        let out = Outbox::new(
+            write.io,
+            write.write_buf,
+            config.outbound_queue,
+            config.max_frame_bytes,
+        );
         let (closed_tx, _) = watch::channel(None);
         let shared = Arc::new(Shared {
-            out: out_tx,
+            out,
             pending: Mutex::new(HashMap::new()),
             serving: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -283,14 +377,18 @@ impl Connection {
             config,
             peer_going_away: AtomicBool::new(false),
             home,
-            heartbeat_due: AtomicBool::new(false),
-            heartbeat_wake: Notify::new(),
             reader_parked: AtomicBool::new(false),
             heartbeat_lag_us: AtomicU64::new(0),
         });
         let io = crate::io::handle();
-        io.spawn(write_loop(shared.clone(), writer, out_rx));
-        io.spawn(read_loop(shared.clone(), reader, service, in_flight));
+        io.spawn(write_loop(shared.clone()));
+        io.spawn(read_loop(
+            shared.clone(),
+            read.io,
+            read.read_buf,
+            service,
+            in_flight,
+        ));
         io.spawn(heartbeat_loop(shared.clone()));
         Connection { shared }
     }
@@ -347,20 +445,25 @@ impl Connection {
 
     /// Tells the peer this side is draining and takes no new requests.
     pub fn send_going_away(&self, reason: &str) {
-        let _ = self.shared.out.try_send(Envelope {
-            id: 0,
-            reply_to: None,
-            deadline: None,
-            trace: TraceContext::default(),
-            body: Body::GoingAway {
-                reason: reason.to_string(),
+        self.shared.send_or_drop(
+            &Envelope {
+                id: 0,
+                reply_to: None,
+                deadline: None,
+                trace: TraceContext::default(),
+                body: Body::GoingAway {
+                    reason: reason.to_string(),
+                },
             },
-        });
+            true,
+        );
     }
 
     fn register(&self, pending: Pending) -> Result<RequestId, RpcError> {
-        if let Some(reason) = self.close_reason() {
-            return Err(RpcError::PeerUnavailable(reason));
+        if self.is_closed() {
+            return Err(RpcError::PeerUnavailable(
+                self.close_reason().unwrap_or_default(),
+            ));
         }
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         self.shared
@@ -369,30 +472,51 @@ impl Connection {
             .map_err(|_| RpcError::PeerUnavailable("connection state poisoned".into()))?
             .insert(id, pending);
         // Close may have drained the map just before the insert: check again.
-        if let Some(reason) = self.close_reason() {
+        if self.is_closed() {
             self.shared.take_pending(id);
-            return Err(RpcError::PeerUnavailable(reason));
+            return Err(RpcError::PeerUnavailable(
+                self.close_reason().unwrap_or_default(),
+            ));
         }
         Ok(id)
     }
 
-    async fn enqueue(&self, env: Envelope, deadline: Instant) -> Result<(), RpcError> {
-        match self.shared.out.try_send(env) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                Err(RpcError::PeerUnavailable("connection closed".into()))
+    /// Queues (and, if the socket takes it, writes) a request. On error nothing was sent
+    /// and the request is no longer pending.
+    async fn enqueue(
+        &self,
+        env: Envelope,
+        guard: &mut CancelGuard,
+        deadline: Instant,
+    ) -> Result<(), RpcError> {
+        let r = match self
+            .shared
+            .written(self.shared.out.push(&env, Some(deadline)).await)
+        {
+            Ok(()) => {
+                // A cancel carries the request's trace.
+                guard.trace = env.trace;
+                return Ok(());
             }
-            Err(mpsc::error::TrySendError::Full(env)) => {
-                match tokio::time::timeout_at(deadline.into(), self.shared.out.send(env)).await {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(_)) => Err(RpcError::PeerUnavailable("connection closed".into())),
-                    Err(_) => Err(RpcError::Overloaded(format!(
-                        "outgoing queue to {} stayed full until the deadline",
-                        self.shared.peer.role
-                    ))),
+            Err(PushError::Closed) | Err(PushError::Io(_)) => Err(RpcError::PeerUnavailable(
+                self.close_reason()
+                    .unwrap_or_else(|| "connection closed".into()),
+            )),
+            Err(PushError::Full) => Err(RpcError::Overloaded(format!(
+                "outgoing queue to {} stayed full until the deadline",
+                self.shared.peer.role
+            ))),
+            Err(PushError::Encode(e)) => {
+                let err = encode_error(e);
+                if let RpcError::TooLarge { size, max } = &err {
+                    tracing::warn!(size, max, "refusing to send an oversize frame");
                 }
+                Err(err)
             }
-        }
+        };
+        guard.armed = false;
+        self.shared.take_pending(guard.id);
+        r
     }
 
     fn envelope(
@@ -424,11 +548,15 @@ impl Connection {
         let mut guard = CancelGuard {
             shared: self.shared.clone(),
             id,
-            trace: trace.clone(),
+            trace: TraceContext::default(),
             armed: true,
         };
-        self.enqueue(Self::envelope(id, request, trace, timeout), deadline)
-            .await?;
+        self.enqueue(
+            Self::envelope(id, request, trace, timeout),
+            &mut guard,
+            deadline,
+        )
+        .await?;
         match tokio::time::timeout_at(deadline.into(), rx).await {
             Ok(Ok(result)) => {
                 guard.armed = false;
@@ -456,14 +584,18 @@ impl Connection {
         let deadline = Instant::now() + timeout;
         let (tx, rx) = mpsc::channel(self.shared.config.stream_buffer.max(1));
         let id = self.register(Pending::Stream(tx))?;
-        let guard = CancelGuard {
+        let mut guard = CancelGuard {
             shared: self.shared.clone(),
             id,
-            trace: trace.clone(),
+            trace: TraceContext::default(),
             armed: true,
         };
-        self.enqueue(Self::envelope(id, request, trace, timeout), deadline)
-            .await?;
+        self.enqueue(
+            Self::envelope(id, request, trace, timeout),
+            &mut guard,
+            deadline,
+        )
+        .await?;
         Ok(ReplyStream {
             rx,
             deadline,
@@ -488,13 +620,16 @@ impl Drop for CancelGuard {
             return;
         }
         if self.shared.take_pending(self.id).is_some() && !self.shared.is_closed() {
-            let _ = self.shared.out.try_send(Envelope {
-                id: 0,
-                reply_to: Some(self.id),
-                deadline: None,
-                trace: std::mem::take(&mut self.trace),
-                body: Body::Cancel,
-            });
+            self.shared.send_or_drop(
+                &Envelope {
+                    id: 0,
+                    reply_to: Some(self.id),
+                    deadline: None,
+                    trace: std::mem::take(&mut self.trace),
+                    body: Body::Cancel,
+                },
+                true,
+            );
         }
     }
 }
@@ -536,107 +671,132 @@ impl ReplyStream {
     }
 }
 
-async fn write_loop(shared: Arc<Shared>, writer: FrameWriter, mut rx: mpsc::Receiver<Envelope>) {
+/// Drains the queue whenever a sender found the socket would block, and shuts the socket
+/// (after a last bounded flush) when the connection closes.
+async fn write_loop(shared: Arc<Shared>) {
     let mut closed = shared.closed.subscribe();
-    let mut writer = writer.map_encoder(|_| EnvelopeEncoder {
-        max_frame_bytes: shared.config.max_frame_bytes,
-    });
-    let heartbeat = Envelope {
-        id: 0,
-        reply_to: None,
-        deadline: None,
-        trace: TraceContext::default(),
-        body: Body::Heartbeat,
-    };
     loop {
-        let first = tokio::select! {
+        if shared.is_closed() {
+            break;
+        }
+        tokio::select! {
             biased;
             _ = closed.changed() => break,
-            _ = shared.heartbeat_wake.notified() => None,
-            env = rx.recv() => match env { Some(e) => Some(e), None => break },
-        };
-        let mut next = first;
-        loop {
-            // A due heartbeat goes before the next queued frame, however long the queue.
-            if shared.heartbeat_due.swap(false, Ordering::SeqCst) {
-                if let Err(WriteError::Io(e)) = writer.feed(&heartbeat).await {
-                    shared.close(&format!("write failed: {e}"));
-                    return;
-                }
-            }
-            let Some(env) = next.take() else { break };
-            match writer.feed(&env).await {
-                Ok(()) => {}
-                Err(WriteError::Io(e)) => {
-                    shared.close(&format!("write failed: {e}"));
-                    return;
-                }
-                Err(WriteError::TooLarge { size, max }) => {
-                    tracing::warn!(size, max, "refusing to send an oversize frame");
-                    fail_outgoing(&shared, &env, RpcError::TooLarge { size, max });
-                }
-                Err(WriteError::Encode(e)) => {
-                    tracing::error!(error = %e, "dropping a message that does not encode");
-                    fail_outgoing(&shared, &env, RpcError::Remote(RemoteError::Failed(e)));
-                }
-            }
-            // Batch what is already queued into one write, up to the codec's backpressure
-            // boundary (feed flushes by itself past it).
-            next = rx.try_recv().ok();
+            _ = shared.out.writer_wake.notified() => {}
         }
-        if let Err(e) = SinkExt::<&Envelope>::flush(&mut writer).await {
+        let drained = tokio::select! {
+            biased;
+            _ = closed.changed() => break,
+            r = std::future::poll_fn(|cx| shared.out.poll_drain(cx)) => r,
+        };
+        if let Err(e) = drained {
             shared.close(&format!("write failed: {e}"));
             return;
         }
     }
-    let _ = SinkExt::<&Envelope>::close(&mut writer).await;
+    if let Some((mut io, rest)) = shared.out.take_io() {
+        use tokio::io::AsyncWriteExt;
+        let last = async {
+            io.write_all(&rest).await?;
+            io.shutdown().await
+        };
+        let _ = tokio::time::timeout(LAST_FLUSH, last).await;
+    }
 }
 
-/// An outgoing message could not be sent: fail the request it is, or answer the request
-/// it replies to with an error that fits.
-fn fail_outgoing(shared: &Arc<Shared>, env: &Envelope, err: RpcError) {
-    match &env.body {
-        Body::Request(_) => {
-            if let Some(p) = shared.take_pending(env.id) {
-                match p {
-                    Pending::Unary(tx) => {
-                        let _ = tx.send(Err(err));
-                    }
-                    Pending::Stream(tx) => {
-                        let _ = tx.try_send(Err(err));
-                    }
-                }
-            }
-        }
-        Body::Reply(_) | Body::StreamItem(_) => {
-            let _ = shared.out.try_send(Envelope {
-                id: 0,
-                reply_to: env.reply_to,
-                deadline: None,
-                trace: env.trace.clone(),
-                body: Body::Reply(Err(RemoteError::Failed(format!("reply not sent: {err}")))),
-            });
-        }
-        _ => {}
+/// How long a closing connection tries to write what is left and say goodbye.
+const LAST_FLUSH: Duration = Duration::from_secs(2);
+
+/// Read buffer to keep free before each read (many small frames per read).
+const READ_CHUNK: usize = 64 * 1024;
+
+/// The length of the whole frame at the head of `buf`, if it is all there.
+fn whole_frame(buf: &[u8], max: usize) -> Result<Option<usize>, std::io::Error> {
+    if buf.len() < 4 {
+        return Ok(None);
     }
+    let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    if len > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "frame size too big",
+        ));
+    }
+    Ok((buf.len() >= 4 + len).then_some(len))
 }
 
 async fn read_loop(
     shared: Arc<Shared>,
-    mut reader: FrameReader,
+    mut reader: ReadHalf,
+    mut buf: BytesMut,
     service: Option<Arc<dyn Service>>,
     in_flight: Arc<InFlight>,
 ) {
     let mut closed = shared.closed.subscribe();
+    // One wait for the whole loop (not one registration per read).
+    let closing = async move {
+        let _ = closed.changed().await;
+    };
+    tokio::pin!(closing);
+    let max = shared.config.max_frame_bytes;
     loop {
-        let frame = tokio::select! {
-            biased;
-            _ = closed.changed() => return,
-            f = reader.next() => f,
+        // Every whole frame of what was read, then the replies they made in one write.
+        let mut frames = 0usize;
+        let failure = loop {
+            let len = match whole_frame(&buf, max) {
+                Ok(Some(len)) => len,
+                Ok(None) => break None,
+                Err(e) => break Some(e),
+            };
+            frames += 1;
+            let decoded = codec::decode::<Envelope>(&buf[4..4 + len]);
+            buf.advance(4 + len);
+            let env = match decoded {
+                Ok(e) => e,
+                Err(e) => {
+                    let reason = format!("frame does not decode: {e}");
+                    tracing::warn!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "closing connection");
+                    shared.close(&reason);
+                    return;
+                }
+            };
+            if frames == 1 {
+                shared.touch();
+            }
+            dispatch(&shared, env, service.as_ref(), &in_flight).await;
         };
-        let frame = match frame {
-            Some(Ok(f)) => f,
-            Some(Err(e)) => {
+        if shared.written(shared.out.flush()).is_err() {
+            return;
+        }
+        let read = match failure {
+            Some(e) => Err(e),
+            None => {
+                // Room for the rest of a frame that has begun, or for many small ones.
+                let want = match buf.get(..4) {
+                    Some(p) => 4 + u32::from_be_bytes([p[0], p[1], p[2], p[3]]) as usize,
+                    None => 0,
+                };
+                buf.reserve(want.saturating_sub(buf.len()).max(READ_CHUNK));
+                tokio::select! {
+                    biased;
+                    r = reader.read_buf(&mut buf) => r,
+                    _ = &mut closing => return,
+                }
+            }
+        };
+        match read {
+            Ok(0) if buf.is_empty() => {
+                shared.close("peer closed the connection");
+                return;
+            }
+            Ok(0) => {
+                let reason = "read failed: bytes remaining on stream".to_string();
+                tracing::warn!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "closing connection");
+                shared.close(&reason);
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => {
                 let reason = if e.kind() == std::io::ErrorKind::InvalidData {
                     format!(
                         "bad frame: {e} (limit {} bytes)",
@@ -653,22 +813,7 @@ async fn read_loop(
                 shared.close(&reason);
                 return;
             }
-            None => {
-                shared.close("peer closed the connection");
-                return;
-            }
-        };
-        shared.touch();
-        let env: Envelope = match codec::decode(&frame) {
-            Ok(e) => e,
-            Err(e) => {
-                let reason = format!("frame does not decode: {e}");
-                tracing::warn!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "closing connection");
-                shared.close(&reason);
-                return;
-            }
-        };
-        dispatch(&shared, env, service.as_ref(), &in_flight).await;
+        }
     }
 }
 
@@ -734,6 +879,8 @@ async fn park<T>(
     shared: &Arc<Shared>,
     send: impl std::future::Future<Output = Result<(), mpsc::error::SendError<T>>>,
 ) {
+    // Replies this read made go now, not after the consumer.
+    let _ = shared.written(shared.out.flush());
     shared.reader_parked.store(true, Ordering::SeqCst);
     let _ = send.await;
     shared.reader_parked.store(false, Ordering::SeqCst);
@@ -756,9 +903,8 @@ fn serve(
         trace,
         body: Body::Reply(body),
     };
-    let refuse = |err: RemoteError| {
-        let _ = shared.out.try_send(reply(Err(err), trace.clone()));
-    };
+    // Written with the other replies of this read (see `read_loop`).
+    let refuse = |err: RemoteError| shared.send_or_drop(&reply(Err(err), trace.clone()), false);
     let Some(service) = service.cloned() else {
         return refuse(RemoteError::Unsupported(format!(
             "this peer serves no requests ({})",
@@ -780,10 +926,45 @@ fn serve(
         deadline,
         peer: shared.peer.clone(),
         id,
-        out: shared.out.clone(),
+        shared: shared.clone(),
     };
     let guard = in_flight.enter();
     let span = tracing::debug_span!("serve", kind = request.kind(), run_id = trace.run_id.as_deref().unwrap_or(""), trace_id = %trace.trace_hex());
+    let mut made = None;
+    let mut later = None;
+    if service.answers_now(&request) {
+        // Answered here, in the serving runtime's context (anything it spawns or times
+        // goes there), with no hop; the reply leaves with the others of this read.
+        let _home = shared.home.enter();
+        let _span = span.enter();
+        let mut work = service.call(request, call);
+        let polled = work
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+        match polled {
+            std::task::Poll::Ready(result) => {
+                let env = reply(result, trace);
+                match shared.written(shared.out.try_push(&env, true, false)) {
+                    Err(PushError::Full) => {
+                        // Wait for room on the serving runtime, not here.
+                        let task_shared = shared.clone();
+                        shared.home.spawn(async move {
+                            let _guard = guard;
+                            let _ = task_shared.send_reply(env).await;
+                        });
+                    }
+                    r => {
+                        let _ = shared.reply_sent(&env, r);
+                    }
+                }
+                return;
+            }
+            // Not ready after all: it finishes on the serving runtime.
+            std::task::Poll::Pending => made = Some(work),
+        }
+    } else {
+        later = Some((request, call));
+    }
     let task_shared = shared.clone();
     // The task waits for its abort handle to be registered, so its own removal below can
     // never run before the insertion (which would leave a stale entry).
@@ -791,7 +972,11 @@ fn serve(
     // The handler runs on the connection's home runtime, never on the I/O thread.
     let fut = async move {
         let _guard = guard;
-        let work = service.call(request, call);
+        let work = match (made, later) {
+            (Some(work), _) => work,
+            (None, Some((request, call))) => service.call(request, call),
+            (None, None) => return,
+        };
         let _ = registered_rx.await;
         let result = match deadline {
             // Past the deadline the requester has given up: send nothing.
@@ -802,7 +987,7 @@ fn serve(
             s.remove(&id);
         }
         if let Some(result) = result {
-            let _ = task_shared.out.send(reply(result, trace)).await;
+            let _ = task_shared.send_reply(reply(result, trace)).await;
         }
     };
     let handle = shared
@@ -818,6 +1003,7 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
     let interval = shared.config.heartbeat_interval;
     let dead_after = interval * shared.config.heartbeat_misses.max(1);
     let mut closed = shared.closed.subscribe();
+    let heartbeat = heartbeat_frame();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     shared.touch();
@@ -844,7 +1030,23 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
             shared.close(&reason);
             return;
         }
-        shared.heartbeat_due.store(true, Ordering::SeqCst);
-        shared.heartbeat_wake.notify_one();
+        // Ahead of every queued frame not yet begun.
+        if let Err(PushError::Io(e)) = shared.out.push_first(&heartbeat) {
+            shared.close(&format!("write failed: {e}"));
+            return;
+        }
     }
+}
+
+/// The encoded frame of a heartbeat (the same bytes every time).
+fn heartbeat_frame() -> Vec<u8> {
+    let env = Envelope {
+        id: 0,
+        reply_to: None,
+        deadline: None,
+        trace: TraceContext::default(),
+        body: Body::Heartbeat,
+    };
+    let payload = codec::encode(&env).unwrap_or_default();
+    crate::frame::frame_bytes(&payload)
 }

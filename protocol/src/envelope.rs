@@ -11,6 +11,8 @@ use crate::messages::{Reply, Request};
 pub type RequestId = u64;
 
 /// Trace context carried by every envelope so logs of one run join up across processes.
+/// Trace ids identify, they do not authenticate: they come from a fast thread-local
+/// generator seeded by the OS (no system call per request).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceContext {
     /// The run this message belongs to, if any.
@@ -24,7 +26,7 @@ impl TraceContext {
     pub fn new_root() -> Self {
         Self {
             run_id: None,
-            trace_id: uuid::Uuid::new_v4().as_u128(),
+            trace_id: fastrand::u128(..),
         }
     }
 
@@ -32,7 +34,7 @@ impl TraceContext {
     pub fn for_run(run_id: impl Into<String>) -> Self {
         Self {
             run_id: Some(run_id.into()),
-            trace_id: uuid::Uuid::new_v4().as_u128(),
+            trace_id: fastrand::u128(..),
         }
     }
 

@@ -37,8 +37,8 @@ pub enum WriteError {
     Io(#[from] std::io::Error),
 }
 
-/// Encodes envelopes straight into the write buffer (prefix, then bincode), with no
-/// intermediate copy; a message over the limit is refused and leaves the buffer as it was.
+/// Encodes an envelope as one frame (prefix, then bincode) at the end of a buffer; a
+/// message over the limit is refused and leaves the buffer as it was.
 #[derive(Debug, Clone, Copy)]
 pub struct EnvelopeEncoder {
     pub max_frame_bytes: usize,

@@ -201,6 +201,14 @@ impl Service for HostService {
             other => self.handler.handle(other, call, self.health()),
         }
     }
+
+    /// A ping and a health check are answered on the I/O thread, with no hop.
+    fn answers_now(&self, request: &Request) -> bool {
+        matches!(
+            request,
+            Request::Control(ControlRequest::Ping { .. } | ControlRequest::Health)
+        )
+    }
 }
 
 /// Runs a host until SIGTERM or SIGINT, then drains. Call inside an actix `System`.

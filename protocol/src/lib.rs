@@ -13,6 +13,7 @@ pub mod host;
 pub mod io;
 pub mod link;
 pub mod messages;
+mod outbox;
 pub mod placement;
 pub mod runtime_dir;
 pub mod server;
