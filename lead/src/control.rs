@@ -109,6 +109,11 @@ fn unavailable(e: impl std::fmt::Display) -> RemoteError {
 }
 
 impl Service for LeadService {
+    /// A ping is answered on the I/O thread: a busy lead still shows it is alive.
+    fn answers_now(&self, request: &Request) -> bool {
+        matches!(request, Request::Control(ControlRequest::Ping { .. }))
+    }
+
     fn call(&self, request: Request, call: Call) -> BoxFuture<'static, Result<Reply, RemoteError>> {
         let supervisor = self.supervisor.clone();
         match request {

@@ -146,6 +146,10 @@ async fn accept_loop(
             let (r, w, certified) = match (stream, &identity.tls) {
                 (Stream::Tcp(tcp), Some(tls)) => match tls.accept(tcp).await {
                     Ok((r, w, role)) => (r, w, Some(role)),
+                    Err(reason) if reason == crate::tls::PROBE => {
+                        tracing::debug!(peer = %peer_addr, %reason, "connection closed");
+                        return;
+                    }
                     Err(reason) => {
                         tracing::warn!(peer = %peer_addr, %reason, "refused a connection: TLS");
                         return;

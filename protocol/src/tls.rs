@@ -310,6 +310,18 @@ impl ClusterTls {
     /// of the cluster CA that names a role, which is returned (the handshake then checks
     /// it against [`may_connect`]).
     pub async fn accept(&self, tcp: TcpStream) -> Result<(ReadHalf, WriteHalf, Role), String> {
+        // A peer that closes before sending a byte is a TCP probe (a Kubernetes
+        // `tcpSocket` check), not a refusal worth a warning.
+        let mut first = [0u8; 1];
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, tcp.peek(&mut first)).await {
+            Ok(Ok(0)) => return Err(PROBE.to_owned()),
+            Err(_) => {
+                return Err(format!(
+                    "TLS handshake timed out after {HANDSHAKE_TIMEOUT:?}"
+                ))
+            }
+            _ => {}
+        }
         let acceptor = tokio_rustls::TlsAcceptor::from(self.server.clone());
         let stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
             .await
@@ -326,6 +338,9 @@ impl ClusterTls {
         Ok((Box::new(r), Box::new(w), role))
     }
 }
+
+/// Why [`ClusterTls::accept`] gave up on a connection that closed before its first byte.
+pub const PROBE: &str = "the peer closed before sending anything (a TCP probe)";
 
 fn roots(path: &Path, pem: &[u8]) -> Result<Arc<RootCertStore>, TlsError> {
     let mut store = RootCertStore::empty();

@@ -27,6 +27,8 @@ use serde_json::{json, Value};
 use subagent_support::Run;
 
 const WORKERS_NAME: &str = "workers.antler.test";
+/// The operator's gateway token.
+const GATEWAY_TOKEN: &str = "multihost-operator-token";
 
 /// The layout: a lead, an mcp-host, two sandbox-host replicas and workers.
 struct MultiHost {
@@ -136,7 +138,9 @@ impl MultiHost {
             &lead_args,
             &[
                 ("ANTLER_CLUSTER_TOKEN", token.trim().to_owned()),
-                ("ANTLER_GATEWAY_ADDR", "off".into()),
+                // The gateway on the loopback of the lead's own namespace.
+                ("ANTLER_GATEWAY_ADDR", "127.0.0.1:8001".into()),
+                ("ANTLER_GATEWAY_TOKEN", GATEWAY_TOKEN.into()),
                 (
                     "ANTLER_EXTENSIONS_CONFIG_PATH",
                     dir.join("extensions_config.json").display().to_string(),
@@ -223,6 +227,18 @@ impl MultiHost {
         self.net.dir.path().join(format!(
             "sandbox-{i}/users/default/threads/{thread}/user-data/outputs"
         ))
+    }
+
+    /// `GET path` on the gateway, from inside the lead's namespace.
+    fn gateway_get(&self, path: &str) -> Value {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.lead.ns, "curl", "-sf", "-H"])
+            .arg(format!("Authorization: Bearer {GATEWAY_TOKEN}"))
+            .arg(format!("http://127.0.0.1:8001{path}"))
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{path}: {e}: {}", String::from_utf8_lossy(&out.stderr)))
     }
 
     /// The replica a thread of the default user is pinned to.
@@ -369,6 +385,20 @@ fn runs_cross_hosts_over_tls_and_a_thread_stays_on_its_replica() {
         seen.insert(home);
     }
     assert_eq!(seen.len(), 2, "four threads all hashed to one replica");
+
+    // The cluster view lists the sandboxes of both replicas, each with its replica.
+    let view = mh.gateway_get("/api/cluster");
+    let sandboxes = view["sandboxes"]["sandboxes"].as_array().unwrap();
+    for thread in ["kept-1", "kept-2", "kept-3", "kept-4"] {
+        let replica = format!("tcp:{}:7103", mh.sandboxes[mh.replica_of(thread)].ip);
+        assert!(
+            sandboxes
+                .iter()
+                .any(|s| s["thread_id"] == thread && s["replica"] == replica.as_str()),
+            "{thread} not on {replica}: {sandboxes:#?}"
+        );
+    }
+    assert_eq!(view["errors"], serde_json::json!([]), "{view:#}");
 }
 
 const DOOMED_THEN_NEXT: &str = r##"

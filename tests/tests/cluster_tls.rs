@@ -262,6 +262,23 @@ async fn a_request_round_trip_over_mutual_tls_succeeds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tcp_probe_is_not_a_refusal() {
+    let secret = Secret::init();
+    let host = TlsHost::start("antler-mcp-host", Role::McpHost, &secret);
+    let Address::Tcp(bound) = &host.address else {
+        panic!("not tcp")
+    };
+    // What a Kubernetes tcpSocket probe does: connect, then close without a byte.
+    for _ in 0..3 {
+        drop(tokio::net::TcpStream::connect(bound).await.unwrap());
+    }
+    let lead = lead(&secret, secret.tls(Role::Lead));
+    assert_eq!(ping(&host.address, &lead).await.unwrap(), b"over tls");
+    let log = host.log_text();
+    assert!(!log.contains("refused a connection"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_certificate_of_another_ca_is_refused_both_ways() {
     let secret = Secret::init();
     let host = TlsHost::start("antler-mcp-host", Role::McpHost, &secret);

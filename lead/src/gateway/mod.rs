@@ -404,14 +404,26 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     result
 }
 
+/// Reloads every mcp-host replica; the first one's summary (they read the same file),
+/// or the first failure.
 async fn reload_mcp_host(supervisor: &Addr<Supervisor>) -> Result<Value, String> {
-    let reply = host_call(
+    let replies = host_calls(
         supervisor,
         Role::McpHost,
         Request::Mcp(McpRequest::Reload),
         RELOAD_TIMEOUT,
     )
     .await?;
+    let mut first = None;
+    for (address, reply) in replies {
+        match reply {
+            Err(e) => return Err(format!("{address}: {e}")),
+            Ok(r) => {
+                first.get_or_insert(r);
+            }
+        }
+    }
+    let reply = first.ok_or_else(|| "no mcp-host in this cluster".to_owned())?;
     match reply {
         Reply::Mcp(McpReply::Reloaded(s)) => Ok(json!({
             "started": s.started,
@@ -424,25 +436,36 @@ async fn reload_mcp_host(supervisor: &Addr<Supervisor>) -> Result<Value, String>
     }
 }
 
-/// One request to the first host of `role` through the supervisor's link.
-async fn host_call(
+/// One request to every replica of `role` (one in a local cluster) through the
+/// supervisor's links, at once: each replica's address and reply.
+async fn host_calls(
     supervisor: &Addr<Supervisor>,
     role: Role,
     request: Request,
     timeout: Duration,
-) -> Result<Reply, String> {
-    let links = supervisor.send(GetLinks).await.map_err(|e| e.to_string())?;
-    let Some((.., link)) = links.into_iter().find(|(r, i, ..)| *r == role && *i == 0) else {
+) -> Result<Vec<(String, Result<Reply, String>)>, String> {
+    let mut links = supervisor.send(GetLinks).await.map_err(|e| e.to_string())?;
+    links.retain(|(r, ..)| *r == role);
+    links.sort_by_key(|(_, i, ..)| *i);
+    if links.is_empty() {
         return Err(format!("no {} in this cluster", role.as_str()));
-    };
-    link.send(LinkCall {
-        request,
-        trace: TraceContext::new_root(),
-        timeout,
-    })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| e.to_string())
+    }
+    let calls = links.into_iter().map(|(_, _, address, link)| {
+        let request = request.clone();
+        async move {
+            let reply = link
+                .send(LinkCall {
+                    request,
+                    trace: TraceContext::new_root(),
+                    timeout,
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            (address, reply)
+        }
+    });
+    Ok(futures::future::join_all(calls).await)
 }
 
 /// How long the cluster view waits for each host.
@@ -480,14 +503,14 @@ async fn cluster_view(state: web::Data<State>) -> HttpResponse {
             in_use: None,
         },
     );
-    let (pool, mcp) = futures::join!(
-        host_call(
+    let (pools, mcp) = futures::join!(
+        host_calls(
             &state.supervisor,
             Role::SandboxHost,
             Request::Sandbox(SandboxRequest::Status),
             CLUSTER_TIMEOUT,
         ),
-        host_call(
+        host_calls(
             &state.supervisor,
             Role::McpHost,
             Request::Mcp(McpRequest::Status),
@@ -495,28 +518,55 @@ async fn cluster_view(state: web::Data<State>) -> HttpResponse {
         ),
     );
     let mut errors = Vec::new();
-    let sandboxes = match pool {
-        Ok(Reply::Sandbox(SandboxReply::Status(status))) => json!(status),
-        Ok(other) => {
-            errors.push(format!("sandbox-host: unexpected reply {other:?}"));
-            Value::Null
+    // The pool of every sandbox-host replica as one: the first replica's settings, every
+    // replica's sandboxes (each with its replica's address when there are several).
+    let mut sandboxes = Value::Null;
+    let several = pools.as_ref().is_ok_and(|p| p.len() > 1);
+    for (address, reply) in pools.unwrap_or_else(|e| vec![(String::new(), Err(e))]) {
+        match reply {
+            Ok(Reply::Sandbox(SandboxReply::Status(status))) => {
+                let mut listed = json!(status.sandboxes);
+                if several {
+                    for sandbox in listed.as_array_mut().into_iter().flatten() {
+                        sandbox["replica"] = json!(address);
+                    }
+                }
+                if sandboxes.is_null() {
+                    sandboxes = json!(status);
+                    sandboxes["sandboxes"] = listed;
+                } else if let (Some(all), Some(more)) =
+                    (sandboxes["sandboxes"].as_array_mut(), listed.as_array())
+                {
+                    all.extend(more.iter().cloned());
+                }
+            }
+            Ok(other) => errors.push(format!(
+                "sandbox-host {address}: unexpected reply {other:?}"
+            )),
+            Err(e) => errors.push(format!("sandbox-host {address}: {e}").replace("  ", " ")),
         }
-        Err(e) => {
-            errors.push(format!("sandbox-host: {e}"));
-            Value::Null
+    }
+    // Every replica connects to every server: each server once per replica.
+    let mut mcp_servers = Value::Null;
+    let several = mcp.as_ref().is_ok_and(|p| p.len() > 1);
+    for (address, reply) in mcp.unwrap_or_else(|e| vec![(String::new(), Err(e))]) {
+        match reply {
+            Ok(Reply::Mcp(McpReply::Status(list))) => {
+                let mut listed = json!(list);
+                if several {
+                    for server in listed.as_array_mut().into_iter().flatten() {
+                        server["replica"] = json!(address);
+                    }
+                }
+                match (mcp_servers.as_array_mut(), listed) {
+                    (Some(all), Value::Array(more)) => all.extend(more),
+                    (_, listed) => mcp_servers = listed,
+                }
+            }
+            Ok(other) => errors.push(format!("mcp-host {address}: unexpected reply {other:?}")),
+            Err(e) => errors.push(format!("mcp-host {address}: {e}").replace("  ", " ")),
         }
-    };
-    let mcp_servers = match mcp {
-        Ok(Reply::Mcp(McpReply::Status(list))) => json!(list),
-        Ok(other) => {
-            errors.push(format!("mcp-host: unexpected reply {other:?}"));
-            Value::Null
-        }
-        Err(e) => {
-            errors.push(format!("mcp-host: {e}"));
-            Value::Null
-        }
-    };
+    }
     HttpResponse::Ok().json(json!({
         "processes": crate::cli::status_json(&processes),
         "sandboxes": sandboxes,
