@@ -9,11 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use antler_engine::run::hosts::{HostError, ToolHosts};
+use antler_engine::run::hosts::{call_link, HostError, ToolHosts};
 use antler_protocol::{
-    envelope::TraceContext,
     handshake::{Identity, Role},
-    link::{Call, HostLink},
+    link::HostLink,
     messages::{Reply, Request},
     transport::Address,
     ConnectionConfig,
@@ -123,14 +122,7 @@ impl ToolHosts for TaskHosts {
                     "this worker has no link to {role}"
                 )));
             };
-            link.send(Call {
-                request,
-                trace: TraceContext::new_root(),
-                timeout,
-            })
-            .await
-            .map_err(|e| HostError::unavailable(format!("{role:?} unreachable: {e}")))?
-            .map_err(|e| HostError::from_rpc(role, e))
+            call_link(role, &link, request, timeout).await
         })
     }
 }

@@ -15,16 +15,15 @@ mod mcp_support;
 mod netns_support;
 mod subagent_support;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use antler_protocol::placement;
 use antler_tests::{antler, bin, wait_for};
 use netns_support::{Node, Topology};
 use serde_json::{json, Value};
-use subagent_support::Run;
+use subagent_support::{Follow, Run};
 
 const WORKERS_NAME: &str = "workers.antler.test";
 /// The operator's gateway token.
@@ -276,6 +275,18 @@ impl MultiHost {
     }
 }
 
+/// The workers the tasks of calls `ids` started on.
+fn workers_of(run: &Run, ids: &[&str]) -> std::collections::BTreeSet<String> {
+    ids.iter()
+        .map(|id| {
+            run.task_event(id, "task_started")["worker"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
 const TWO_TASKS: &str = r##"
 turns:
   - tool_calls:
@@ -345,15 +356,7 @@ fn runs_cross_hosts_over_tls_and_a_thread_stays_on_its_replica() {
         run.view, run.stderr
     );
     assert_eq!(run.view["delivery"]["satisfied"], true, "{:#}", run.view);
-    let on: std::collections::BTreeSet<String> = ["t-a", "t-b"]
-        .iter()
-        .map(|id| {
-            run.task_event(id, "task_started")["worker"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
+    let on = workers_of(&run, &["t-a", "t-b"]);
     assert_eq!(
         on,
         ["worker-0".to_owned(), "worker-1".to_owned()].into(),
@@ -427,27 +430,13 @@ fn a_worker_cut_off_fails_its_task_and_workers_follow_the_name() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let mut seen = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut doomed_on = None;
-    while Instant::now() < deadline && doomed_on.is_none() {
-        let Ok(line) = rx.recv_timeout(Duration::from_secs(1)) else {
-            continue;
-        };
-        if line.contains("\"task_started\"") {
-            let v: Value = serde_json::from_str(&line).unwrap_or_default();
-            doomed_on = v["event"]["worker"].as_str().map(str::to_owned);
-        }
-        seen.push(line);
-    }
-    let doomed_on = doomed_on.unwrap_or_else(|| panic!("the task never started: {seen:#?}"));
+    let mut follow = Follow::stderr(&mut child);
+    let started = follow.until(Duration::from_secs(60), |l| l.contains("\"task_started\""));
+    let doomed_on = started
+        .and_then(|line| serde_json::from_str::<Value>(&line).ok())
+        .and_then(|v| v["event"]["worker"].as_str().map(str::to_owned));
+    let doomed_on =
+        doomed_on.unwrap_or_else(|| panic!("the task never started: {:#?}", follow.seen));
     let cut = mh
         .workers
         .iter()
@@ -455,14 +444,11 @@ fn a_worker_cut_off_fails_its_task_and_workers_follow_the_name() {
         .unwrap()
         .clone();
     mh.net.set_link(&cut, false);
-    for line in rx.iter() {
-        seen.push(line);
-    }
-    reader.join().unwrap();
+    let stderr = follow.rest(|_| {});
     let mut stdout = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
     assert!(child.wait().unwrap().success());
-    let run = Run::parse(&stdout, &seen.join("\n"));
+    let run = Run::parse(&stdout, &stderr);
     assert_eq!(run.view["status"], "success", "{:#}", run.view);
     let lost = mh.tool_message(&run.run_id(), "doomed");
     assert!(
@@ -512,15 +498,7 @@ fn a_worker_cut_off_fails_its_task_and_workers_follow_the_name() {
     // Two tasks at once go to the two workers the name has now.
     let run = mh.run(TWO_TASKS, &["--subagents"]);
     assert_eq!(run.view["status"], "success", "{:#}", run.view);
-    let ran_on: std::collections::BTreeSet<String> = ["t-a", "t-b"]
-        .iter()
-        .map(|id| {
-            run.task_event(id, "task_started")["worker"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
+    let ran_on = workers_of(&run, &["t-a", "t-b"]);
     let expected: std::collections::BTreeSet<String> =
         mh.workers.iter().map(|w| w.name.clone()).collect();
     assert_eq!(ran_on, expected, "{:#?}", run.events);

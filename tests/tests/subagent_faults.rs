@@ -8,12 +8,11 @@
 mod mcp_support;
 mod subagent_support;
 
-use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use antler_tests::{signal, wait_for};
-use subagent_support::{Run, SubagentCluster};
+use subagent_support::{Follow, Run, SubagentCluster};
 
 const CONFIG: &str = r#"
 tool_search:
@@ -97,44 +96,26 @@ fn capacity_and_a_lost_worker_end_tasks_with_results_the_model_can_act_on() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
-    let mut seen = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        let Ok(line) = lines_rx.recv_timeout(Duration::from_secs(1)) else {
-            continue;
-        };
-        let started = line.contains("\"task_started\"");
-        seen.push(line);
-        if started {
-            break;
-        }
-    }
+    let mut follow = Follow::stderr(&mut child);
+    let started = follow.until(Duration::from_secs(60), |l| l.contains("\"task_started\""));
     assert!(
-        seen.iter().any(|l| l.contains("\"task_started\"")),
-        "the task never started: {seen:#?}"
+        started.is_some(),
+        "the task never started: {:#?}",
+        follow.seen
     );
     let pid = cluster.worker_pid(0).expect("the worker's pid");
     signal(pid, libc::SIGKILL);
     let killed = Instant::now();
     let mut failed_after = None;
-    for line in lines_rx.iter() {
+    let stderr = follow.rest(|line| {
         if failed_after.is_none() && line.contains("\"task_failed\"") {
             failed_after = Some(killed.elapsed());
         }
-        seen.push(line);
-    }
-    reader.join().unwrap();
+    });
     let mut stdout = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
     assert!(child.wait().unwrap().success());
-    let run = Run::parse(&stdout, &seen.join("\n"));
+    let run = Run::parse(&stdout, &stderr);
     assert_eq!(run.view["status"], "success", "{:#}", run.view);
     let lost = cluster.task_message(&run.run_id(), "doomed");
     let text = lost["content"].as_str().unwrap();

@@ -13,15 +13,14 @@ use std::time::Duration;
 
 use actix::Addr;
 use antler_protocol::{
-    envelope::TraceContext,
-    link::{Call as LinkCall, HostLink, Snapshot},
+    link::{HostLink, Snapshot},
     messages::{Reply, SandboxReply},
     placement::{self, Route},
 };
 use antler_protocol::{messages::Request, Role};
 use futures::future::BoxFuture;
 
-use crate::run::hosts::{HostError, ToolHosts};
+use crate::run::hosts::{call_link, HostError, ToolHosts};
 use crate::supervisor::{GetLinks, Supervisor};
 
 /// One replica: its address (its identity for hashing) and its link.
@@ -68,22 +67,6 @@ pub fn pinned<'a>(replicas: &'a [Replica], key: &str) -> Option<&'a Replica> {
     placement::rendezvous(key, replicas.iter().map(|(a, _)| a.as_str())).map(|i| &replicas[i])
 }
 
-async fn call(
-    role: Role,
-    link: &Addr<HostLink>,
-    request: Request,
-    timeout: Duration,
-) -> Result<Reply, HostError> {
-    link.send(LinkCall {
-        request,
-        trace: TraceContext::new_root(),
-        timeout,
-    })
-    .await
-    .map_err(|e| HostError::unavailable(format!("{role:?} unreachable: {e}")))?
-    .map_err(|e| HostError::from_rpc(role, e))
-}
-
 /// The replies of every replica as one: renewals add up; otherwise the first success,
 /// else the first error.
 fn combine(replies: Vec<Result<Reply, HostError>>) -> Result<Reply, HostError> {
@@ -126,12 +109,12 @@ impl ToolHosts for LinkHosts {
                     let Some((_, link)) = pinned(&replicas, &key) else {
                         return Err(HostError::failed(format!("no {role} in this cluster")));
                     };
-                    call(role, link, request, timeout).await
+                    call_link(role, link, request, timeout).await
                 }
                 Route::Every => {
                     let calls = replicas
                         .iter()
-                        .map(|(_, link)| call(role, link, request.clone(), timeout));
+                        .map(|(_, link)| call_link(role, link, request.clone(), timeout));
                     combine(futures::future::join_all(calls).await)
                 }
                 Route::Spread => {
@@ -147,7 +130,7 @@ impl ToolHosts for LinkHosts {
                             }
                         }
                     }
-                    call(role, chosen, request, timeout).await
+                    call_link(role, chosen, request, timeout).await
                 }
             }
         })

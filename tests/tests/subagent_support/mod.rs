@@ -193,6 +193,65 @@ impl Drop for SubagentCluster {
     }
 }
 
+/// A running `antler run`'s stderr, line by line, as it comes: wait for a line, then
+/// read the rest once the run ends.
+pub struct Follow {
+    lines: std::sync::mpsc::Receiver<String>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    /// Every line read so far.
+    pub seen: Vec<String>,
+}
+
+impl Follow {
+    /// Starts reading `child`'s piped stderr.
+    pub fn stderr(child: &mut Child) -> Follow {
+        let stderr = child.stderr.take().expect("stderr piped");
+        let (tx, lines) = std::sync::mpsc::channel::<String>();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+        Follow {
+            lines,
+            reader: Some(reader),
+            seen: Vec::new(),
+        }
+    }
+
+    /// The first line for which `f` is true, within `within`.
+    pub fn until(&mut self, within: Duration, f: impl Fn(&str) -> bool) -> Option<String> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) else {
+                continue;
+            };
+            let hit = f(&line);
+            self.seen.push(line.clone());
+            if hit {
+                return Some(line);
+            }
+        }
+        None
+    }
+
+    /// Every line to the end of the stream, each passed to `f` as it comes.
+    pub fn rest(&mut self, mut f: impl FnMut(&str)) -> String {
+        for line in self.lines.iter() {
+            f(&line);
+            self.seen.push(line);
+        }
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        self.seen.join("\n")
+    }
+}
+
 fn fastrand_name() -> String {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)

@@ -67,6 +67,24 @@ impl HostError {
     }
 }
 
+/// One request through a link to a host process, with its deadline: a link that is gone
+/// or a host that cannot be had is unavailable; the host's own answer is its error.
+pub async fn call_link(
+    role: Role,
+    link: &actix::Addr<antler_protocol::link::HostLink>,
+    request: Request,
+    timeout: Duration,
+) -> Result<Reply, HostError> {
+    link.send(antler_protocol::link::Call {
+        request,
+        trace: TraceContext::new_root(),
+        timeout,
+    })
+    .await
+    .map_err(|e| HostError::unavailable(format!("{role:?} unreachable: {e}")))?
+    .map_err(|e| HostError::from_rpc(role, e))
+}
+
 /// Sends one request to a host and waits for its reply, at most `timeout`.
 pub trait ToolHosts: Send + Sync {
     fn request(
