@@ -381,10 +381,70 @@ fn fail_all(pending: &Pending, why: &str) {
     }
 }
 
+/// Whether every directory above `path` lets others through (the sandbox's user must
+/// reach the supervisor binary bubblewrap binds in).
+fn reachable_by_others(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.ancestors()
+        .skip(1)
+        .all(|d| std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+}
+
+/// The binary bubblewrap runs as the supervisor: this executable, or, when it sits under
+/// a directory others cannot enter (a checkout in a 0700 directory), a copy of it in a
+/// directory of this user's under the temporary directory, mode 0755, checked to be
+/// this user's and writable by nobody else, named by the executable's content so runs
+/// share it. Made once per process.
+fn supervisor_binary() -> std::io::Result<std::path::PathBuf> {
+    static BINARY: std::sync::OnceLock<Result<std::path::PathBuf, String>> =
+        std::sync::OnceLock::new();
+    BINARY
+        .get_or_init(|| copy_if_unreachable().map_err(|e| e.to_string()))
+        .clone()
+        .map_err(std::io::Error::other)
+}
+
+fn copy_if_unreachable() -> std::io::Result<std::path::PathBuf> {
+    use sha2::Digest;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let exe = std::env::current_exe()?;
+    if reachable_by_others(&exe) {
+        return Ok(exe);
+    }
+    let bytes = std::fs::read(&exe)?;
+    let name = format!(
+        "sandbox-host-{}",
+        &hex::encode(sha2::Sha256::digest(&bytes))[..16]
+    );
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let dir = std::env::temp_dir().join(format!("antler-supervisor-{uid}"));
+    match std::fs::create_dir(&dir) {
+        Ok(()) => std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(&dir)?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory of this user's that only it may write; the sandbox supervisor cannot be placed where the sandbox's user reaches it",
+            dir.display()
+        )));
+    }
+    let target = dir.join(name);
+    if !target.is_file() {
+        let tmp = dir.join(format!(".{}.tmp", std::process::id()));
+        std::fs::write(&tmp, &bytes)?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::rename(&tmp, &target)?;
+    }
+    Ok(target)
+}
+
 impl Supervisor {
     /// Starts bubblewrap with the supervisor inside. Must run inside a tokio runtime.
     pub fn spawn(settings: &SandboxSettings, map: &PathMap) -> std::io::Result<Supervisor> {
-        let exe = std::env::current_exe()?;
+        let exe = supervisor_binary()?;
         // SAFETY: memfd_create takes a C string and flags; it returns a descriptor or -1.
         let memfd = unsafe { libc::memfd_create(c"bwrap-info".as_ptr(), libc::MFD_CLOEXEC) };
         if memfd < 0 {
