@@ -5,7 +5,11 @@
 # release binaries (or uses ANTLER_BIN_DIR), prints the report's table, ends with the report
 # as one JSON line, and exits non-zero when an invariant breaks.
 #
-#   scripts/chaos.sh [--seed S] [--runs N] [--minutes M] [--mode local] [antler chaos flags]
+#   scripts/chaos.sh [--seed S] [--runs N] [--minutes M] [--mode local|multi-host] [antler chaos flags]
+#
+# --mode multi-host (root: network namespaces) puts every host in a namespace of its own,
+# over TLS, each behind a TCP fault proxy (PyPI faulty, installed here), and adds the
+# network faults (delay, drop, throttle, corrupt, a cut link) to the process faults.
 #
 # The soak: scripts/chaos.sh --runs 200 --minutes 30 (and --no-faults for the baseline).
 set -euo pipefail
@@ -21,14 +25,23 @@ while [ $# -gt 0 ]; do
     *) args+=("$1"); shift ;;
   esac
 done
-if [ "$mode" != local ]; then
-  echo "chaos: --mode $mode is not built yet: the schedule runs against a local cluster (--mode local)" >&2
-  exit 2
-fi
+case "$mode" in
+  local) ;;
+  multi-host)
+    if [ "$(id -u)" != 0 ]; then
+      echo "chaos: --mode multi-host creates network namespaces: run it with sudo" >&2
+      exit 2
+    fi ;;
+  *) echo "chaos: --mode is local or multi-host, not $mode" >&2; exit 2 ;;
+esac
 
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
+if [ "$mode" = multi-host ]; then
+  command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+  command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
@@ -40,11 +53,17 @@ fi
 if [ ! -x tests/node_modules/.bin/mcp-server-everything ]; then
   (cd tests && npm ci --no-audit --no-fund --loglevel=error)
 fi
+if [ "$mode" = multi-host ] && ! command -v faulty >/dev/null 2>&1; then
+  # The TCP fault proxy, pinned in tests/requirements.txt.
+  python3 -m pip install --quiet --disable-pip-version-check \
+    "$(grep -E '^faulty==' tests/requirements.txt)"
+fi
 if [ -n "${ANTLER_BIN_DIR:-}" ]; then
   bin=$(cd "$ANTLER_BIN_DIR" && pwd)
+  export ANTLER_BIN_DIR=$bin
 else
   cargo build --release --workspace --bins
   bin=$root/target/release
 fi
 export PATH="$root/tests/node_modules/.bin:$PATH"
-exec "$bin/antler" chaos "${args[@]}"
+exec "$bin/antler" chaos --mode "$mode" "${args[@]}"

@@ -101,6 +101,7 @@ impl ZeroLatencyHosts {
                     capacity: 0,
                     idle_timeout_s: 0,
                     base_dir: self.base_dir.display().to_string(),
+                    volume: None,
                     sandboxes: Vec::new(),
                 }))
             }
@@ -491,6 +492,7 @@ impl Lead {
                 interactive: true,
                 subagents: None,
                 role: None,
+                idempotency_key: None,
             }))
         });
         let run_ids: Vec<String> = futures::future::join_all(submissions)

@@ -76,7 +76,71 @@ impl CheckpointError {
                 if matches!(e.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
         )
     }
+
+    /// Whether the storage under the store failed, for a while perhaps: an I/O error, a
+    /// read-only or full volume, a file that cannot be opened. A write is worth trying
+    /// again; a malformed state or an unknown run is not.
+    pub fn is_storage(&self) -> bool {
+        matches!(
+            self,
+            CheckpointError::Sql(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::SystemIoFailure
+                        | rusqlite::ErrorCode::ReadOnly
+                        | rusqlite::ErrorCode::DiskFull
+                        | rusqlite::ErrorCode::CannotOpen
+                )
+        )
+    }
 }
+
+/// Why the runs database cannot be written now (`None`: it can), as the lead's own health
+/// shows it in `antler status` and the gateway's cluster view. Set by [`probe_writes`].
+static UNWRITABLE: Mutex<Option<String>> = Mutex::new(None);
+
+/// Why this lead's runs database cannot be written, if it cannot.
+pub fn unwritable() -> Option<String> {
+    UNWRITABLE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+}
+
+/// How often [`probe_writes`] writes.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Writes one row every [`PROBE_INTERVAL`], so a runs database that cannot be written (a
+/// volume read-only or full) is seen, logged and shown while no run writes, not only when
+/// a run's checkpoint fails. Runs until the runtime stops.
+pub async fn probe_writes(store: CheckpointStore) {
+    let mut tick = tokio::time::interval(PROBE_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let s = store.clone();
+        let result = tokio::task::spawn_blocking(move || s.probe_write()).await;
+        let problem = match result {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) if e.is_busy() => continue,
+            Ok(Err(e)) => Some(format!("runs database cannot be written: {e}")),
+            Err(_) => continue,
+        };
+        let mut now = UNWRITABLE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match (&*now, &problem) {
+            (None, Some(p)) => tracing::error!("{p}"),
+            (Some(_), None) => tracing::info!("runs database can be written again"),
+            _ => {}
+        }
+        *now = problem;
+    }
+}
+
+/// How long a write waits out a failing storage (a volume read-only or full for a while)
+/// before its error reaches the run: retried with backoff from 50 ms to 2 s.
+pub const STORAGE_RETRY_WINDOW: Duration = Duration::from_secs(30);
 
 /// One SQLite file of runs and their checkpoints. Clones share one connection, so every
 /// run of a lead writes through it (one page cache, however many runs).
@@ -106,6 +170,10 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 CREATE TABLE IF NOT EXISTS outputs_snapshots (
     run_id   TEXT PRIMARY KEY REFERENCES runs(run_id),
     snapshot TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS write_probe (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    at INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS receipts (
     run_id  TEXT PRIMARY KEY REFERENCES runs(run_id),
@@ -160,6 +228,20 @@ impl CheckpointStore {
         self.connection
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The write [`probe_writes`] makes.
+    pub fn probe_write(&self) -> Result<(), CheckpointError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        self.db().execute(
+            "INSERT INTO write_probe (id, at) VALUES (1, ?1)
+             ON CONFLICT(id) DO UPDATE SET at = excluded.at",
+            params![now],
+        )?;
+        Ok(())
     }
 
     /// Records a new run with its initial state as step 0.
@@ -430,18 +512,52 @@ impl From<CheckpointError> for JournalError {
 }
 
 impl CheckpointStore {
-    /// Runs `write` on the blocking pool, with a clone of the store.
+    /// Runs `write` on the blocking pool, with a clone of the store. A write the storage
+    /// fails is tried again for up to [`STORAGE_RETRY_WINDOW`] (logged once): a volume
+    /// read-only or full for a while delays a run, it does not fail it.
     fn off_thread<T: Send + 'static>(
         &self,
-        write: impl FnOnce(&CheckpointStore) -> Result<T, CheckpointError> + Send + 'static,
+        write: impl Fn(&CheckpointStore) -> Result<T, CheckpointError> + Send + Sync + 'static,
     ) -> BoxFuture<'static, JournalResult<T>> {
         let store = self.clone();
+        let write = Arc::new(write);
         Box::pin(async move {
-            match tokio::task::spawn_blocking(move || write(&store)).await {
-                Ok(result) => result.map_err(JournalError::from),
-                Err(e) => Err(JournalError::new(format!(
-                    "checkpoint write did not finish: {e}"
-                ))),
+            let started = std::time::Instant::now();
+            let mut pause = Duration::from_millis(50);
+            let mut warned = false;
+            loop {
+                let (s, w) = (store.clone(), Arc::clone(&write));
+                let result = match tokio::task::spawn_blocking(move || w(&s)).await {
+                    Ok(result) => result,
+                    Err(e) => {
+                        return Err(JournalError::new(format!(
+                            "checkpoint write did not finish: {e}"
+                        )))
+                    }
+                };
+                match result {
+                    Err(e) if e.is_storage() && started.elapsed() < STORAGE_RETRY_WINDOW => {
+                        if !warned {
+                            tracing::warn!(
+                                "runs database cannot be written ({e}); trying again for up to {} s",
+                                STORAGE_RETRY_WINDOW.as_secs()
+                            );
+                            warned = true;
+                        }
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(2));
+                    }
+                    Err(e) => return Err(JournalError::from(e)),
+                    Ok(value) => {
+                        if warned {
+                            tracing::info!(
+                                "runs database written again after {} ms",
+                                started.elapsed().as_millis()
+                            );
+                        }
+                        return Ok(value);
+                    }
+                }
             }
         })
     }
@@ -455,7 +571,13 @@ impl Journal for CheckpointStore {
     ) -> BoxFuture<'static, JournalResult<()>> {
         let record = record.clone();
         let encoded = serde_json::to_string(state);
-        self.off_thread(move |store| store.create_run_encoded(&record, &encoded?))
+        let encoded = match encoded {
+            Ok(e) => e,
+            Err(e) => {
+                return Box::pin(async move { Err(JournalError::from(CheckpointError::from(e))) })
+            }
+        };
+        self.off_thread(move |store| store.create_run_encoded(&record, &encoded))
     }
 
     fn save(
@@ -466,7 +588,13 @@ impl Journal for CheckpointStore {
     ) -> BoxFuture<'static, JournalResult<()>> {
         let run_id = run_id.to_owned();
         let encoded = serde_json::to_string(state);
-        self.off_thread(move |store| store.save_encoded(&run_id, step, &encoded?).map(|_| ()))
+        let encoded = match encoded {
+            Ok(e) => e,
+            Err(e) => {
+                return Box::pin(async move { Err(JournalError::from(CheckpointError::from(e))) })
+            }
+        };
+        self.off_thread(move |store| store.save_encoded(&run_id, step, &encoded).map(|_| ()))
     }
 
     fn latest(

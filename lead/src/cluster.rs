@@ -438,6 +438,7 @@ fn start_runs(
         hosts::LinkHosts, manager::RunManager, metrics::Metrics, prepare::RunEnv,
     };
     let store = crate::checkpoint::CheckpointStore::open(&spec.store_path)?;
+    actix::spawn(crate::checkpoint::probe_writes(store.clone()));
     let catalog = CatalogActor::new(Sources {
         config: Arc::default(),
         extensions: None,

@@ -72,17 +72,19 @@ impl LeadService {
     }
 
     fn lead_status(&self) -> ProcessStatus {
+        // The lead is unhealthy while its runs database cannot be written.
+        let unwritable = crate::checkpoint::unwritable();
         ProcessStatus {
             role: Role::Lead,
             index: 0,
             pid: Some(std::process::id()),
             address: format!("unix:{}", self.address.display()),
-            healthy: true,
+            healthy: unwritable.is_none(),
             restarts: 0,
             uptime_s: self.started.elapsed().as_secs_f64(),
             last_heartbeat_ms: Some(0),
             state: "running".into(),
-            reason: None,
+            reason: unwritable,
             slots: None,
             in_use: None,
         }

@@ -21,3 +21,4 @@ pub mod settings;
 pub mod supervisor;
 pub mod thread_files;
 pub mod tools;
+pub mod volume;

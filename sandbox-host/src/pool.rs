@@ -398,6 +398,11 @@ impl Actor for SandboxPool {
         }
         let _ = std::fs::remove_dir_all(self.prewarm_root());
         self.refill_prewarmed();
+        // A full volume is seen within two seconds (statvfs: no blocking worth a thread).
+        let mut volume = crate::volume::Watch::default();
+        ctx.run_interval(Duration::from_secs(2), move |pool, _| {
+            volume.check(&pool.settings.base_dir)
+        });
         ctx.run_interval(
             self.settings
                 .idle_check_interval
@@ -687,6 +692,7 @@ impl Handler<Status> for SandboxPool {
             capacity: s.capacity,
             idle_timeout_s: s.idle_timeout.as_secs(),
             base_dir: s.base_dir.display().to_string(),
+            volume: crate::volume::status(&s.base_dir),
             sandboxes: Vec::new(),
         };
         let mut rows: Vec<(SandboxStatus, Addr<Sandbox>)> = Vec::new();

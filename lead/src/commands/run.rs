@@ -139,6 +139,7 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                     interactive: !args.no_input,
                     subagents: args.subagents.then_some(true),
                     role: None,
+                    idempotency_key: None,
                 }),
             };
             let run_id = started(&client, request).await?;

@@ -59,6 +59,7 @@ pub fn status_json(s: &PoolStatus) -> Value {
         "capacity": s.capacity,
         "idle_timeout_s": s.idle_timeout_s,
         "base_dir": s.base_dir,
+        "volume": s.volume,
         "sandboxes": s.sandboxes.iter().map(|b| json!({
             "sandbox_id": b.sandbox_id,
             "user_id": b.user_id,
@@ -86,6 +87,18 @@ pub fn status_table(s: &PoolStatus) -> String {
         s.idle_timeout_s,
         s.base_dir
     );
+    if let Some(v) = &s.volume {
+        out.push_str(&format!(
+            "volume: {} MiB free of {} MiB{}\n",
+            v.free_bytes >> 20,
+            v.total_bytes >> 20,
+            if v.full {
+                " (FULL: sandbox writes fail)"
+            } else {
+                ""
+            }
+        ));
+    }
     out.push_str(&format!(
         "{:<18} {:<10} {:<16} {:<20} {:>7} {:>9} {:>9} {:>8}\n",
         "SANDBOX", "STATE", "USER", "THREAD", "HOLDERS", "AGE", "IDLE", "PID"

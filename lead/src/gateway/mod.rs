@@ -486,6 +486,8 @@ async fn cluster_view(state: web::Data<State>) -> HttpResponse {
         }
     };
     crate::subagents::scaling::with_slots(&mut processes, &state.runs.dispatcher).await;
+    // The lead is unhealthy while its runs database cannot be written.
+    let unwritable = crate::checkpoint::unwritable();
     processes.insert(
         0,
         antler_protocol::messages::ProcessStatus {
@@ -493,12 +495,12 @@ async fn cluster_view(state: web::Data<State>) -> HttpResponse {
             index: 0,
             pid: Some(std::process::id()),
             address: "lead".into(),
-            healthy: true,
+            healthy: unwritable.is_none(),
             restarts: 0,
             uptime_s: state.started.elapsed().as_secs_f64(),
             last_heartbeat_ms: Some(0),
             state: "running".into(),
-            reason: None,
+            reason: unwritable,
             slots: None,
             in_use: None,
         },
@@ -531,13 +533,24 @@ async fn cluster_view(state: web::Data<State>) -> HttpResponse {
                         sandbox["replica"] = json!(address);
                     }
                 }
+                // Each replica's volume: a full one is where sandbox writes fail.
+                let mut volume = json!(status.volume);
+                if !volume.is_null() {
+                    volume["replica"] = json!(address);
+                }
                 if sandboxes.is_null() {
                     sandboxes = json!(status);
                     sandboxes["sandboxes"] = listed;
+                    sandboxes["volumes"] = json!([]);
                 } else if let (Some(all), Some(more)) =
                     (sandboxes["sandboxes"].as_array_mut(), listed.as_array())
                 {
                     all.extend(more.iter().cloned());
+                }
+                if let Some(volumes) = sandboxes["volumes"].as_array_mut() {
+                    if !volume.is_null() {
+                        volumes.push(volume);
+                    }
                 }
             }
             Ok(other) => errors.push(format!(
@@ -575,8 +588,14 @@ async fn cluster_view(state: web::Data<State>) -> HttpResponse {
     }))
 }
 
+/// The header that makes a run's submission safe to repeat.
+const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+/// The longest idempotency key.
+const MAX_IDEMPOTENCY_KEY: usize = 200;
+
 /// `POST /api/runs` with `{"task", "user"?, "thread"?, "playbook"?, "model"?,
-/// "clarification"?}`: starts a run in the lead; 201 with `{"run_id", "status"}`.
+/// "clarification"?}`: starts a run in the lead; 201 with `{"run_id", "status"}`. With an
+/// `Idempotency-Key` header, a repeat by the same user is answered the first one's run.
 async fn post_run(
     state: web::Data<State>,
     req: actix_web::HttpRequest,
@@ -655,6 +674,25 @@ async fn post_run(
         }
         (None, Some(asked)) => asked,
     };
+    // A client that repeats a submission whose reply it lost (a timeout, a lead restart)
+    // sends the same key, and is answered the first one's run.
+    let idempotency_key = match req.headers().get(IDEMPOTENCY_KEY) {
+        None => None,
+        Some(value) => match value.to_str() {
+            Ok(key)
+                if (1..=MAX_IDEMPOTENCY_KEY).contains(&key.len())
+                    && key.bytes().all(|b| b.is_ascii_graphic()) =>
+            {
+                Some(key.to_owned())
+            }
+            _ => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("the {IDEMPOTENCY_KEY} header must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
+                )
+            }
+        },
+    };
     let submission = antler_protocol::messages::RunSubmission {
         task: body.task,
         user,
@@ -671,6 +709,7 @@ async fn post_run(
             .role
             .clone()
             .filter(|_| !principal.operator || principal.user.is_some()),
+        idempotency_key,
     };
     match state
         .runs

@@ -52,6 +52,8 @@ pub struct RunManager {
     resuming: std::collections::HashSet<String>,
     /// Runs cancelled while they were being prepared for a resume: cancelled at launch.
     cancel_at_launch: std::collections::HashSet<String>,
+    /// Submissions with an idempotency key being prepared (a repeat is answered their id).
+    submitting: std::collections::HashSet<String>,
     resume_at_start: bool,
 }
 
@@ -66,6 +68,7 @@ impl RunManager {
             ended: VecDeque::new(),
             resuming: Default::default(),
             cancel_at_launch: Default::default(),
+            submitting: Default::default(),
             resume_at_start,
         }
     }
@@ -282,13 +285,43 @@ impl Handler<SubmitRun> for RunManager {
 
     fn handle(&mut self, msg: SubmitRun, _: &mut Context<Self>) -> Self::Result {
         let env = self.env.clone();
-        let run_id = format!("run-{}", uuid::Uuid::new_v4().simple());
+        let keyed = msg.0.idempotency_key.is_some();
+        let run_id = match &msg.0.idempotency_key {
+            Some(key) => idempotent_run_id(&msg.0.user, key),
+            None => format!("run-{}", uuid::Uuid::new_v4().simple()),
+        };
+        if keyed {
+            // A repeat of a submission (its reply was lost) is answered the first one's run.
+            let known = self.runs.contains_key(&run_id)
+                || self.submitting.contains(&run_id)
+                || self.resuming.contains(&run_id);
+            match env.store.run(&run_id) {
+                Ok(Some(_)) => return Box::pin(actix::fut::ready(Ok(run_id))),
+                Ok(None) if known => return Box::pin(actix::fut::ready(Ok(run_id))),
+                Ok(None) => {}
+                Err(e) => return Box::pin(actix::fut::ready(Err(e.into()))),
+            }
+            self.submitting.insert(run_id.clone());
+        }
+        let id = run_id.clone();
         Box::pin(
             async move { env.start(&run_id, &msg.0).await }
                 .into_actor(self)
-                .map(|prepared, manager, ctx| Ok(manager.launch(prepared?, true, ctx))),
+                .map(move |prepared, manager, ctx| {
+                    manager.submitting.remove(&id);
+                    Ok(manager.launch(prepared?, true, ctx))
+                }),
         )
     }
+}
+
+/// The run of `user`'s submission with idempotency key `key`: the same run id for every
+/// repeat of it, another for another user's same key.
+pub fn idempotent_run_id(user: &str, key: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("{user}\0{key}").as_bytes());
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("run-{hex}")
 }
 
 /// Continue a stopped run (with an answer to its question), or leave a driven one be.

@@ -105,6 +105,10 @@ pub struct RunSubmission {
     /// The role of the gateway principal the run acts for (`None`: the operator), for the
     /// catalog's authorization policy.
     pub role: Option<String>,
+    /// The client's key for this submission (HTTP `Idempotency-Key`): a repeat with the same
+    /// key and user is answered the first one's run instead of starting another.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
 }
 
 /// Where a run's scripted playbook comes from. The type says who may name what: only the

@@ -17,7 +17,7 @@ pub use mcp::{
 pub use sandbox::{
     AcquireSource, Acquired, FileContent, FileRead, LeaseOwner, ListedFile, PoolStatus, Principal,
     SandboxError, SandboxReply, SandboxRequest, SandboxStatus, ThreadFileError, ThreadFileOp,
-    ThreadFileReply, ToolCall, ToolResult, SANDBOX_TOOLS,
+    ThreadFileReply, ToolCall, ToolResult, VolumeStatus, SANDBOX_TOOLS,
 };
 pub use worker::{TaskAssignment, WorkerReply, WorkerRequest};
 

@@ -285,7 +285,19 @@ pub struct PoolStatus {
     pub capacity: u32,
     pub idle_timeout_s: u64,
     pub base_dir: String,
+    /// The filesystem under the base directory (`None`: it cannot be read).
+    #[serde(default)]
+    pub volume: Option<VolumeStatus>,
     pub sandboxes: Vec<SandboxStatus>,
+}
+
+/// How full the sandboxes' volume is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeStatus {
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+    /// Below 1% free (at least 16 MiB): writes in sandboxes are about to fail, or do.
+    pub full: bool,
 }
 
 /// One sandbox in [`PoolStatus`].

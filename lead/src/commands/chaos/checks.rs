@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::faults::{pid_of, FaultOutcome};
+use super::faults::FaultOutcome;
 use super::plan::{self, RunKind};
 use super::{ChaosCluster, RunOutcome};
 
@@ -50,7 +50,8 @@ pub async fn memory(cluster: &ChaosCluster) -> u64 {
     };
     let mut pids: Vec<u32> = ["mcp-host", "sandbox-host"]
         .iter()
-        .filter_map(|r| pid_of(&view, r, None))
+        .flat_map(|r| (0..cluster.replicas(r)).map(move |i| (*r, i)))
+        .filter_map(|(r, i)| cluster.host_pid(&view, r, i))
         .collect();
     pids.extend(cluster.lead_pid());
     pids.into_iter().map(rss_kib).sum()
@@ -66,16 +67,35 @@ fn expected_artifacts(kind: RunKind, i: usize) -> Vec<String> {
     }
 }
 
-/// A virtual path of thread `chaos-i` on the host.
-fn host_path(base: &Path, i: usize, virtual_path: &str) -> PathBuf {
-    base.join(format!("users/default/threads/chaos-{i}/user-data"))
-        .join(virtual_path.trim_start_matches("/mnt/user-data/"))
+/// A virtual path of thread `chaos-i` on each sandbox-host replica's base (its files are
+/// on the replica its thread is pinned to).
+fn host_paths(bases: &[PathBuf], i: usize, virtual_path: &str) -> Vec<PathBuf> {
+    bases
+        .iter()
+        .map(|b| {
+            b.join(format!("users/default/threads/chaos-{i}/user-data"))
+                .join(virtual_path.trim_start_matches("/mnt/user-data/"))
+        })
+        .collect()
 }
 
-fn lines(path: &Path) -> usize {
-    std::fs::read_to_string(path)
-        .map(|t| t.lines().count())
-        .unwrap_or(0)
+/// Whether the file is on some replica.
+fn on_disk(bases: &[PathBuf], i: usize, virtual_path: &str) -> bool {
+    host_paths(bases, i, virtual_path)
+        .iter()
+        .any(|p| p.is_file())
+}
+
+/// The lines of the file, over every replica.
+fn lines(bases: &[PathBuf], i: usize, virtual_path: &str) -> usize {
+    host_paths(bases, i, virtual_path)
+        .iter()
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .map(|t| t.lines().count())
+                .unwrap_or(0)
+        })
+        .sum()
 }
 
 /// The run's last checkpointed state and its receipts, from runs.sqlite.
@@ -146,7 +166,7 @@ pub async fn after_runs(
     healthy: bool,
     faults: &[FaultOutcome],
 ) -> Vec<Invariant> {
-    let base = cluster.base();
+    let base = cluster.bases();
     let db = cluster.runtime().join("runs.sqlite");
     let mut out = Vec::new();
 
@@ -193,7 +213,7 @@ pub async fn after_runs(
             }
         }
         for a in expected_artifacts(r.planned.kind, i) {
-            let on_disk = host_path(&base, i, &a).is_file();
+            let on_disk = on_disk(&base, i, &a);
             if artifacts.contains(&a) && !on_disk {
                 artifact_problems.push(format!("{id} presented {a}, which is gone"));
             }
@@ -219,18 +239,14 @@ pub async fn after_runs(
         }
         if r.planned.kind == RunKind::Delegate {
             for task in ["a", "b"] {
-                let n = lines(&host_path(&base, i, &plan::task_trace(i, task)));
+                let n = lines(&base, i, &plan::task_trace(i, task));
                 if n > 1 {
                     task_problems.push(format!("{id}: task {task} ran {n} times"));
                 }
             }
         }
         if r.planned.kind == RunKind::Tools {
-            let n = lines(&host_path(
-                &base,
-                i,
-                &format!("/mnt/user-data/workspace/bash-{i}.log"),
-            ));
+            let n = lines(&base, i, &format!("/mnt/user-data/workspace/bash-{i}.log"));
             if n > 1 {
                 once_problems.push(format!("{id}: its bash call ran {n} times"));
             }
@@ -348,6 +364,9 @@ pub async fn after_runs(
 /// Zombie children of the lead and its hosts.
 async fn zombies_of(cluster: &ChaosCluster) -> Vec<String> {
     let mut parents: Vec<u32> = cluster.lead_pid().into_iter().collect();
+    if let Some(m) = &cluster.multi {
+        parents.extend(m.pids());
+    }
     if let Some(v) = cluster.view().await {
         for p in v["processes"].as_array().into_iter().flatten() {
             if let Some(pid) = p["pid"].as_u64() {

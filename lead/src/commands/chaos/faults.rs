@@ -1,10 +1,13 @@
-//! The faults a chaos schedule injects into a local cluster, and how each is measured:
-//! `kill -9`, SIGTERM and SIGSTOP/SIGCONT of every process kind (the lead, mcp-host,
-//! sandbox-host, the workers), `kill -9` of an MCP server's process and of a sandbox's
-//! supervisor inside bubblewrap. Recovery is the time from the fault (for a pause, from
-//! SIGCONT) until the cluster serves again: every process healthy, the killed one
-//! replaced, the MCP server ready. Each fault also records what made it visible (the
-//! restart counter of `antler status`, a pid that changed, a reconnect count, a log line).
+//! The faults a chaos schedule injects, and how each is measured: `kill -9`, SIGTERM and
+//! SIGSTOP/SIGCONT of every process kind (the lead, mcp-host, sandbox-host, the workers),
+//! `kill -9` of an MCP server's process and of a sandbox's supervisor inside bubblewrap;
+//! in multi-host mode also the network between the lead and each host kind: its fault
+//! proxy restarted with delay, drop, throttle or corruption, or its link cut, for a while.
+//! Recovery is the time from the fault (for a pause, a proxy fault or a cut: from its
+//! end) until the cluster serves again: every process healthy, the killed one replaced,
+//! the MCP server ready. Each fault also records what made it visible (the restart counter
+//! or the "unreachable" reason of `antler status`, a pid that changed, a reconnect count,
+//! a log line).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -13,7 +16,7 @@ use serde_json::Value;
 
 use super::ChaosCluster;
 
-/// A process kind a fault hits.
+/// What a fault hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Target {
     Lead,
@@ -22,14 +25,53 @@ pub enum Target {
     Worker,
     McpServer,
     SandboxSupervisor,
+    /// The runs database (runs.sqlite).
+    RunsDb,
+    /// A sandbox-host's volume.
+    SandboxVolume,
 }
 
-/// How it is hit.
+/// How it is hit: a signal to its process, or (multi-host) its network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Signal {
     Kill,
     Term,
     Stop,
+    /// Its proxy restarted with 1.2 to 2 s of latency per chunk, both ways.
+    Delay,
+    /// Its proxy restarted dropping 30% of the chunks.
+    Drop,
+    /// Its proxy restarted at 2 KB/s.
+    Throttle,
+    /// Its proxy restarted corrupting a byte of 5% of the chunks.
+    Corrupt,
+    /// Its veth set down: the host is cut off, with no reset, until it is set up again.
+    Cut,
+    /// Made read-only (the runs database).
+    ReadOnly,
+    /// Filled to its last bytes (a sandbox volume).
+    Fill,
+}
+
+impl Signal {
+    /// Whether the fault is on the network (multi-host only).
+    pub fn network(self) -> bool {
+        matches!(
+            self,
+            Signal::Delay | Signal::Drop | Signal::Throttle | Signal::Corrupt | Signal::Cut
+        )
+    }
+
+    /// faulty's flags for a proxy fault.
+    fn proxy_flags(self) -> &'static [&'static str] {
+        match self {
+            Signal::Delay => &["--delay", "1200-2000"],
+            Signal::Drop => &["--drop", "0.3"],
+            Signal::Throttle => &["--throttle", "2kb"],
+            Signal::Corrupt => &["--corrupt", "0.05"],
+            _ => &[],
+        }
+    }
 }
 
 /// One kind of fault.
@@ -40,8 +82,10 @@ pub struct FaultKind {
 }
 
 impl FaultKind {
-    /// Every kind a local cluster can take.
-    pub fn all_local() -> Vec<FaultKind> {
+    /// Every kind a cluster of `mode` can take: signals to every process kind, `kill -9`
+    /// of an MCP server and of a sandbox supervisor; in multi-host mode also every network
+    /// fault on the link to each host kind.
+    pub fn all(mode: super::Mode) -> Vec<FaultKind> {
         use Signal::*;
         use Target::*;
         let mut all = Vec::new();
@@ -58,15 +102,45 @@ impl FaultKind {
             signal: Kill,
             target: SandboxSupervisor,
         });
+        if super::disk::available() {
+            all.push(FaultKind {
+                signal: ReadOnly,
+                target: RunsDb,
+            });
+            all.push(FaultKind {
+                signal: Fill,
+                target: SandboxVolume,
+            });
+        }
+        if mode == super::Mode::MultiHost {
+            for target in [McpHost, SandboxHost, Worker] {
+                for signal in [Delay, Drop, Throttle, Corrupt, Cut] {
+                    all.push(FaultKind { signal, target });
+                }
+            }
+        }
         all
     }
 
-    /// `kill9:lead`, `sigterm:worker`, `sigstop:mcp-host`, ...
+    /// Every kind of a local cluster.
+    #[cfg(test)]
+    pub fn all_local() -> Vec<FaultKind> {
+        FaultKind::all(super::Mode::Local)
+    }
+
+    /// `kill9:lead`, `sigterm:worker`, `sigstop:mcp-host`, `cut:sandbox-host`, ...
     pub fn name(&self) -> String {
         let signal = match self.signal {
             Signal::Kill => "kill9",
             Signal::Term => "sigterm",
             Signal::Stop => "sigstop",
+            Signal::Delay => "delay",
+            Signal::Drop => "drop",
+            Signal::Throttle => "throttle",
+            Signal::Corrupt => "corrupt",
+            Signal::Cut => "cut",
+            Signal::ReadOnly => "readonly",
+            Signal::Fill => "full",
         };
         let target = match self.target {
             Target::Lead => "lead",
@@ -75,15 +149,15 @@ impl FaultKind {
             Target::Worker => "worker",
             Target::McpServer => "mcp-server",
             Target::SandboxSupervisor => "sandbox-supervisor",
+            Target::RunsDb => "runs-db",
+            Target::SandboxVolume => "sandbox-volume",
         };
         format!("{signal}:{target}")
     }
 
-    /// The kind named `name` (as [`FaultKind::name`] writes it).
-    pub fn parse(name: &str) -> Option<FaultKind> {
-        FaultKind::all_local()
-            .into_iter()
-            .find(|k| k.name() == name)
+    /// The kind named `name` (as [`FaultKind::name`] writes it) that `mode` can take.
+    pub fn parse(name: &str, mode: super::Mode) -> Option<FaultKind> {
+        FaultKind::all(mode).into_iter().find(|k| k.name() == name)
     }
 }
 
@@ -155,18 +229,6 @@ pub fn pid_of(view: &Value, role: &str, index: Option<u64>) -> Option<u32> {
         .map(|p| p as u32)
 }
 
-/// The restart counter of `role` (index `index`).
-fn restarts_of(view: &Value, role: &str, index: Option<u64>) -> u64 {
-    view["processes"]
-        .as_array()
-        .and_then(|ps| {
-            ps.iter()
-                .find(|p| p["role"] == role && index.is_none_or(|i| p["index"].as_u64() == Some(i)))
-        })
-        .and_then(|p| p["restarts"].as_u64())
-        .unwrap_or(0)
-}
-
 fn reconnects(view: &Value) -> u64 {
     view["mcp_servers"]
         .as_array()
@@ -182,9 +244,9 @@ fn mcp_ready(view: &Value) -> bool {
 
 fn role_name(target: Target) -> &'static str {
     match target {
-        Target::Lead => "lead",
+        Target::Lead | Target::RunsDb => "lead",
         Target::McpHost | Target::McpServer => "mcp-host",
-        Target::SandboxHost | Target::SandboxSupervisor => "sandbox-host",
+        Target::SandboxHost | Target::SandboxSupervisor | Target::SandboxVolume => "sandbox-host",
         Target::Worker => "subagent",
     }
 }
@@ -221,8 +283,36 @@ fn alive(pid: u32) -> bool {
     })
 }
 
+/// The process entry of `role` replica `replica` in a cluster view: by its proxied
+/// address in multi-host mode (the lead numbers discovered replicas as it finds them),
+/// by role and worker index in local mode.
+fn process_of<'v>(
+    cluster: &ChaosCluster,
+    view: &'v Value,
+    role: &str,
+    replica: u32,
+) -> Option<&'v Value> {
+    let ps = view["processes"].as_array()?;
+    match &cluster.multi {
+        Some(m) => {
+            let node = &m.nodes[m.node(role, replica)?];
+            let address = node.proxied();
+            ps.iter().find(|p| {
+                p["role"] == role
+                    && p["address"]
+                        .as_str()
+                        .is_some_and(|a| a.ends_with(address.trim_start_matches("tcp:")))
+            })
+        }
+        None => ps.iter().find(|p| {
+            p["role"] == role
+                && (role != "subagent" || p["index"].as_u64() == Some(u64::from(replica)))
+        }),
+    }
+}
+
 /// Injects one fault and measures it. `pick` chooses among candidates (the schedule's
-/// random choice of a worker or sandbox).
+/// random choice of a replica, a worker or a sandbox).
 pub async fn inject(
     cluster: &ChaosCluster,
     kind: FaultKind,
@@ -243,16 +333,12 @@ pub async fn inject(
         return outcome;
     };
     let role = role_name(kind.target);
-    let worker_index = if kind.target == Target::Worker {
-        let n = cluster.workers.max(1) as u64;
-        Some(pick as u64 % n)
-    } else {
-        None
-    };
-    let host_pid = if kind.target == Target::Lead {
+    let replica = (pick % cluster.replicas(role).max(1) as usize) as u32;
+    let node = cluster.multi.as_ref().and_then(|m| m.node(role, replica));
+    let host_pid = if matches!(kind.target, Target::Lead | Target::RunsDb) {
         cluster.lead_pid()
     } else {
-        pid_of(&before, role, worker_index)
+        cluster.host_pid(&before, role, replica)
     };
     let pid = match kind.target {
         Target::McpServer => host_pid.and_then(|h| {
@@ -278,9 +364,35 @@ pub async fn inject(
     outcome.pid = Some(pid);
     let since = log_clock();
     let lead_then = cluster.lead_pid();
-    let restarts = restarts_of(&before, role, worker_index);
+    let restarts = process_of(cluster, &before, role, replica)
+        .and_then(|p| p["restarts"].as_u64())
+        .unwrap_or(0);
     let reconnects_before = reconnects(&before);
-    let mut paused_seen_unhealthy = false;
+    // What `antler status` said of the hit process while it was away.
+    let mut shown_away: Option<String> = None;
+    let watch = |view: Option<&Value>, shown_away: &mut Option<String>| {
+        if shown_away.is_some() {
+            return;
+        }
+        match view {
+            None if kind.target == Target::Lead => {
+                *shown_away = Some("the lead stopped answering `antler status`".into())
+            }
+            None => {}
+            Some(v) => {
+                if let Some(p) = process_of(cluster, v, role, replica) {
+                    if p["healthy"] == false {
+                        *shown_away = Some(format!(
+                            "`antler status` showed {role} {replica} unhealthy ({})",
+                            p["reason"]
+                                .as_str()
+                                .unwrap_or(p["state"].as_str().unwrap_or("?"))
+                        ));
+                    }
+                }
+            }
+        }
+    };
     let from = match kind.signal {
         Signal::Kill | Signal::Term => {
             send(
@@ -291,9 +403,14 @@ pub async fn inject(
                     libc::SIGTERM
                 },
             );
-            if kind.target == Target::Lead {
-                // Nothing restarts the lead but its orchestrator: this one.
-                cluster.restart_lead(pid).await;
+            match (kind.target, &cluster.multi, node) {
+                // Nothing restarts the lead but its orchestrator: this command.
+                (Target::Lead, _, _) => cluster.restart_lead(pid).await,
+                // Nor, in multi-host mode, a host.
+                (Target::McpHost | Target::SandboxHost | Target::Worker, Some(m), Some(n)) => {
+                    m.restart_host(n, pid).await
+                }
+                _ => {}
             }
             Instant::now()
         }
@@ -301,34 +418,87 @@ pub async fn inject(
             send(pid, libc::SIGSTOP);
             let until = Instant::now() + pause;
             while Instant::now() < until {
-                match cluster.view().await {
-                    None => paused_seen_unhealthy = true,
-                    Some(v) => {
-                        let unhealthy = v["processes"].as_array().is_some_and(|ps| {
-                            ps.iter().any(|p| {
-                                p["role"] == role
-                                    && worker_index.is_none_or(|i| p["index"].as_u64() == Some(i))
-                                    && p["healthy"] == false
-                            })
-                        });
-                        paused_seen_unhealthy |= unhealthy;
-                    }
-                }
+                let v = cluster.view().await;
+                watch(v.as_ref(), &mut shown_away);
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             send(pid, libc::SIGCONT);
             Instant::now()
         }
+        Signal::ReadOnly | Signal::Fill => {
+            let base = cluster.bases().get(replica as usize).cloned();
+            let hit = match (kind.signal, &base) {
+                (Signal::ReadOnly, _) => super::disk::database_read_only(&cluster.runtime(), true),
+                (_, Some(b)) => super::disk::fill(b).map(|_| ()),
+                (_, None) => Err(anyhow::anyhow!("no sandbox volume")),
+            };
+            if let Err(e) = hit {
+                eprintln!("antler chaos: {}: {e:#}", kind.name());
+                outcome.pid = None;
+                return outcome;
+            }
+            let until = Instant::now() + pause * 2;
+            while Instant::now() < until {
+                let v = cluster.view().await;
+                if kind.signal == Signal::Fill && shown_away.is_none() {
+                    if let Some(free) = v.as_ref().and_then(|v| volume_full(cluster, v, replica)) {
+                        shown_away = Some(format!(
+                            "the cluster view showed sandbox-host {replica}'s volume full ({} KiB free)",
+                            free >> 10
+                        ));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            match (kind.signal, &base) {
+                (Signal::ReadOnly, _) => {
+                    if let Err(e) = super::disk::database_read_only(&cluster.runtime(), false) {
+                        eprintln!("antler chaos: {e:#}");
+                    }
+                }
+                (_, Some(b)) => super::disk::unfill(b),
+                _ => {}
+            }
+            Instant::now()
+        }
+        network => {
+            let (Some(m), Some(n)) = (&cluster.multi, node) else {
+                outcome.pid = None;
+                return outcome;
+            };
+            let hit = if network == Signal::Cut {
+                m.link(n, false)
+            } else {
+                tokio::task::block_in_place(|| m.spawn_proxy(n, network.proxy_flags()))
+            };
+            if let Err(e) = hit {
+                eprintln!("antler chaos: {}: {e:#}", kind.name());
+                outcome.pid = None;
+                return outcome;
+            }
+            let until = Instant::now() + pause * 2;
+            while Instant::now() < until {
+                let v = cluster.view().await;
+                watch(v.as_ref(), &mut shown_away);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let restored = if network == Signal::Cut {
+                m.link(n, true)
+            } else {
+                tokio::task::block_in_place(|| m.spawn_proxy(n, &[]))
+            };
+            if let Err(e) = restored {
+                eprintln!("antler chaos: restoring after {}: {e:#}", kind.name());
+            }
+            Instant::now()
+        }
     };
     // Serving again: every process healthy, the one hit replaced, the MCP server ready.
     while from.elapsed() < RECOVERY_LIMIT {
-        if let Some(view) = cluster.view().await {
-            let replaced = match (kind.signal, kind.target) {
-                (Signal::Stop, _) | (_, Target::McpServer | Target::SandboxSupervisor) => true,
-                (_, Target::Lead) => cluster.lead_pid().is_some_and(|p| p != pid),
-                _ => pid_of(&view, role, worker_index).is_some_and(|p| p != pid),
-            };
-            if replaced && cluster.all_healthy(&view) && mcp_ready(&view) {
+        let view = cluster.view().await;
+        watch(view.as_ref(), &mut shown_away);
+        if let Some(view) = view {
+            if served_again(cluster, kind, &view, role, replica, pid) {
                 outcome.recovery = Some(from.elapsed());
                 break;
             }
@@ -344,14 +514,14 @@ pub async fn inject(
                 restarts,
                 reconnects: reconnects_before,
                 pid,
-                paused_seen: paused_seen_unhealthy,
+                shown_away: shown_away.as_deref(),
                 since: &since,
             };
             outcome.evidence = evidence(cluster, kind, &view, &before)
             .or_else(|| {
                 // A lead restarted by another fault meanwhile started every host again.
                 let now = cluster.lead_pid();
-                (kind.target != Target::Lead && now.is_some() && now != lead_then).then(|| {
+                (cluster.multi.is_none() && kind.target != Target::Lead && now.is_some() && now != lead_then).then(|| {
                     format!(
                         "the lead restarted meanwhile (pid {lead_then:?} -> {now:?}) and started every host again"
                     )
@@ -365,12 +535,63 @@ pub async fn inject(
     outcome
 }
 
+/// Whether what `kind` hit serves again: the lead back with every host (a lead fault), or
+/// the hit host healthy (and replaced, when it was killed), with the MCP server ready
+/// when the fault was on MCP's side. Other faults at the same time do not count against
+/// this one's recovery.
+fn served_again(
+    cluster: &ChaosCluster,
+    kind: FaultKind,
+    view: &Value,
+    role: &str,
+    replica: u32,
+    pid: u32,
+) -> bool {
+    let killed = matches!(kind.signal, Signal::Kill | Signal::Term);
+    match kind.target {
+        Target::Lead => {
+            (!killed || cluster.lead_pid().is_some_and(|p| p != pid))
+                && cluster.all_healthy(view)
+                && mcp_ready(view)
+        }
+        Target::McpServer => mcp_ready(view),
+        Target::RunsDb => cluster.all_healthy(view),
+        Target::SandboxVolume => volume_full(cluster, view, replica).is_none(),
+        Target::SandboxSupervisor => {
+            process_of(cluster, view, role, replica).is_some_and(|p| p["healthy"] == true)
+        }
+        Target::McpHost | Target::SandboxHost | Target::Worker => {
+            process_of(cluster, view, role, replica).is_some_and(|p| p["healthy"] == true)
+                && (!killed
+                    || cluster
+                        .host_pid(view, role, replica)
+                        .is_some_and(|p| p != pid))
+                && (kind.target != Target::McpHost || mcp_ready(view))
+        }
+    }
+}
+
+/// The free bytes of sandbox-host `replica`'s volume, when the cluster view shows it full.
+fn volume_full(cluster: &ChaosCluster, view: &Value, replica: u32) -> Option<u64> {
+    let volumes = view["sandboxes"]["volumes"].as_array()?;
+    let volume = match &cluster.multi {
+        None => volumes.first()?,
+        Some(m) => {
+            let address = m.nodes[m.node("sandbox-host", replica)?].proxied();
+            volumes
+                .iter()
+                .find(|v| v["replica"].as_str() == Some(address.as_str()))?
+        }
+    };
+    (volume["full"] == true).then(|| volume["free_bytes"].as_u64().unwrap_or(0))
+}
+
 /// What was known when a fault was injected, to tell what it changed.
 struct Before<'a> {
     restarts: u64,
     reconnects: u64,
     pid: u32,
-    paused_seen: bool,
+    shown_away: Option<&'a str>,
     since: &'a str,
 }
 
@@ -381,13 +602,31 @@ fn evidence(
     before: &Before<'_>,
 ) -> Option<String> {
     let role = role_name(kind.target);
+    let away = || before.shown_away.map(str::to_owned);
     match (kind.signal, kind.target) {
-        (Signal::Stop, Target::Lead) => before
-            .paused_seen
-            .then(|| "the lead stopped answering `antler status` while paused".to_owned()),
-        (Signal::Stop, _) => before
-            .paused_seen
-            .then(|| format!("{role} shown unhealthy in `antler status` while paused")),
+        (Signal::Stop, _) => away().map(|a| format!("while paused: {a}")),
+        (_, Target::RunsDb) => ["ERROR", "WARN"].iter().find_map(|level| {
+            ["checkpoint", "runs database", "readonly", "not permitted"]
+                .iter()
+                .find_map(|n| cluster.lead_log_matching(&[level, n], before.since))
+                .map(|l| format!("the lead: {l}"))
+        }),
+        (_, Target::SandboxVolume) => away().or_else(|| {
+            (0..cluster.replicas("sandbox-host"))
+                .find_map(|i| {
+                    logged_since(
+                        &cluster.host_log("sandbox-host", i),
+                        &["sandbox volume is full"],
+                        before.since,
+                    )
+                })
+                .map(|l| format!("sandbox-host: {l}"))
+        }),
+        (s, _) if s.network() => away().or_else(|| {
+            cluster
+                .lead_log_matching(&["WARN", role], before.since)
+                .map(|l| format!("the lead: {l}"))
+        }),
         (_, Target::Lead) => cluster.lead_pid().filter(|p| *p != before.pid).map(|p| {
             format!(
                 "the lead came back as pid {p}; its log: {}",
@@ -396,27 +635,35 @@ fn evidence(
         }),
         (_, Target::McpServer) => {
             let now = reconnects(view);
-            logged_since(
-                &cluster.host_log("mcp-host", 0),
-                &["WARN", "server=everything"],
-                before.since,
-            )
-            .map(|l| format!("mcp-host: {l}"))
-            .or_else(|| {
-                (now > before.reconnects).then(|| {
-                    format!(
-                        "mcp-host reconnected the server ({} -> {now} reconnects)",
-                        before.reconnects
+            (0..cluster.replicas("mcp-host"))
+                .find_map(|i| {
+                    logged_since(
+                        &cluster.host_log("mcp-host", i),
+                        &["WARN", "server=everything"],
+                        before.since,
                     )
                 })
-            })
+                .map(|l| format!("mcp-host: {l}"))
+                .or_else(|| {
+                    (now > before.reconnects).then(|| {
+                        format!(
+                            "mcp-host reconnected the server ({} -> {now} reconnects)",
+                            before.reconnects
+                        )
+                    })
+                })
         }
-        (_, Target::SandboxSupervisor) => logged_since(
-            &cluster.host_log("sandbox-host", 0),
-            &["sandbox supervisor exited unexpectedly"],
-            before.since,
-        )
-        .map(|l| format!("sandbox-host: {l}")),
+        (_, Target::SandboxSupervisor) => (0..cluster.replicas("sandbox-host"))
+            .find_map(|i| {
+                logged_since(
+                    &cluster.host_log("sandbox-host", i),
+                    &["sandbox supervisor exited unexpectedly"],
+                    before.since,
+                )
+            })
+            .map(|l| format!("sandbox-host: {l}")),
+        // A remote host is the orchestrator's to restart: the lead shows it away.
+        _ if cluster.multi.is_some() => away(),
         _ => {
             let total: u64 = view["processes"]
                 .as_array()

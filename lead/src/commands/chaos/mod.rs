@@ -9,7 +9,9 @@
 //! command exits 1 when an invariant breaks.
 
 mod checks;
+mod disk;
 mod faults;
+mod multihost;
 mod plan;
 mod report;
 
@@ -45,6 +47,10 @@ pub struct ChaosArgs {
     /// Subagent workers of the cluster.
     #[arg(long, default_value_t = 2)]
     pub workers: u32,
+    /// `local`: a cluster of `antler up`'s own processes; `multi-host`: every host in a
+    /// network namespace of its own, over TLS through a fault proxy each (needs root).
+    #[arg(long, value_enum, default_value_t = Mode::Local)]
+    pub mode: Mode,
     /// Where to write the JSON report (default: chaos-report.json in the directory).
     #[arg(long)]
     pub report: Option<PathBuf>,
@@ -55,9 +61,27 @@ pub struct ChaosArgs {
     pub dir: Option<PathBuf>,
 }
 
+/// Where the cluster's processes run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Local,
+    MultiHost,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Local => "local",
+            Mode::MultiHost => "multi-host",
+        }
+    }
+}
+
 /// The cluster under test and how to reach it.
 pub struct ChaosCluster {
     dir: PathBuf,
+    /// The multi-host layout, in multi-host mode.
+    pub multi: Option<multihost::MultiHost>,
     exe: PathBuf,
     gateway: String,
     token: String,
@@ -71,16 +95,43 @@ pub struct ChaosCluster {
 const HTTP_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl ChaosCluster {
-    fn runtime(&self) -> PathBuf {
+    pub fn runtime(&self) -> PathBuf {
         self.dir.join("run")
     }
 
-    fn base(&self) -> PathBuf {
-        self.dir.join("base")
+    /// The sandbox-host replicas' base directories (the threads' files).
+    pub fn bases(&self) -> Vec<PathBuf> {
+        match &self.multi {
+            Some(m) => m.bases(),
+            None => vec![self.dir.join("base")],
+        }
     }
 
-    /// A host's log in the runtime directory.
+    /// Replicas of `role` (`sandbox-host`, `subagent`, ...).
+    pub fn replicas(&self, role: &str) -> u32 {
+        match (&self.multi, role) {
+            (Some(m), _) => m.replicas(role),
+            (None, "subagent") => self.workers,
+            (None, _) => 1,
+        }
+    }
+
+    /// The pid of host `role` (replica `index`): from the cluster view in local mode, from
+    /// this command's own children in multi-host mode.
+    pub fn host_pid(&self, view: &Value, role: &str, index: u32) -> Option<u32> {
+        match &self.multi {
+            Some(m) => m.node(role, index).and_then(|i| m.pid(i)),
+            None => faults::pid_of(view, role, (role == "subagent").then_some(u64::from(index))),
+        }
+    }
+
+    /// A host's log: in the runtime directory, or in multi-host mode beside its node.
     pub fn host_log(&self, role: &str, index: u32) -> PathBuf {
+        if let Some(m) = &self.multi {
+            if let Some(i) = m.node(role, index) {
+                return m.log(i);
+            }
+        }
         let name = if role == "subagent" {
             format!("subagent-{index}.log")
         } else {
@@ -121,7 +172,11 @@ impl ChaosCluster {
             *starts
         };
         let log = std::fs::File::create(self.lead_log(n))?;
-        let child = std::process::Command::new(&self.exe)
+        let mut command = std::process::Command::new(&self.exe);
+        if let Some(m) = &self.multi {
+            command.env("ANTLER_CLUSTER_TOKEN", m.token()?);
+        }
+        let child = command
             .arg("--runtime-dir")
             .arg(self.runtime())
             .args(["up", "--config"])
@@ -132,7 +187,7 @@ impl ChaosCluster {
                 antler_protocol::config::ANTLER_EXTENSIONS_ENV,
                 self.dir.join("extensions_config.json"),
             )
-            .env("ANTLER_SANDBOX_BASE_DIR", self.base())
+            .env("ANTLER_SANDBOX_BASE_DIR", self.dir.join("base"))
             .env("RUST_LOG", "info")
             .current_dir(&self.dir)
             .stdin(Stdio::null())
@@ -199,10 +254,24 @@ impl ChaosCluster {
     }
 
     async fn post(&self, path: &str, body: Value) -> Result<(u16, Value), String> {
-        let reply = self
+        self.post_keyed(path, body, None).await
+    }
+
+    /// A POST with an `Idempotency-Key`, when `key` is given: safe to repeat.
+    async fn post_keyed(
+        &self,
+        path: &str,
+        body: Value,
+        key: Option<&str>,
+    ) -> Result<(u16, Value), String> {
+        let mut request = self
             .http
             .post(format!("http://{}{path}", self.gateway))
-            .bearer_auth(&self.token)
+            .bearer_auth(&self.token);
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        let reply = request
             .json(&body)
             .timeout(HTTP_TIMEOUT)
             .send()
@@ -215,7 +284,11 @@ impl ChaosCluster {
     /// Every process of the view healthy, the lead and all its hosts present.
     pub fn all_healthy(&self, view: &Value) -> bool {
         view["processes"].as_array().is_some_and(|ps| {
-            ps.len() == 3 + self.workers as usize && ps.iter().all(|p| p["healthy"] == true)
+            let hosts = match &self.multi {
+                Some(m) => m.nodes.len(),
+                None => 2 + self.workers as usize,
+            };
+            ps.len() == 1 + hosts && ps.iter().all(|p| p["healthy"] == true)
         })
     }
 
@@ -234,10 +307,29 @@ impl ChaosCluster {
         false
     }
 
-    /// SIGTERM to the lead (it stops its hosts and workers), SIGKILL after 30 s.
+    /// SIGTERM to the lead (it stops its hosts and workers), SIGKILL after 30 s; in
+    /// multi-host mode then the hosts, their proxies and the namespaces.
     fn stop(&self) {
+        // A disk fault cut short by an error is undone.
+        if disk::available() {
+            let _ = disk::database_read_only(&self.runtime(), false);
+            for base in self.bases() {
+                disk::unfill(&base);
+            }
+        }
+        self.stop_lead();
+        if let Some(m) = &self.multi {
+            m.stop();
+        }
+    }
+
+    fn stop_lead(&self) {
         let mut lead = self.lead.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(child) = lead.as_mut() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGCONT);
+            }
             // SAFETY: kill has no memory-safety preconditions.
             unsafe {
                 libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
@@ -288,8 +380,14 @@ async fn drive(
         "playbook_yaml": plan::playbook(&run),
         "subagents": run.kind == plan::RunKind::Delegate,
     });
+    // A submission whose reply was lost (the lead killed or paused) is repeated with the
+    // same key: the lead answers the first one's run instead of starting a second.
+    let key = format!("chaos-run-{}", run.index);
     while Instant::now() < deadline {
-        match cluster.post("/api/runs", body.clone()).await {
+        match cluster
+            .post_keyed("/api/runs", body.clone(), Some(&key))
+            .await
+        {
             Ok((201, reply)) => {
                 outcome.run_id = reply["run_id"].as_str().map(str::to_owned);
                 break;
@@ -354,14 +452,16 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     let kinds: Vec<FaultKind> = if args.no_faults {
         Vec::new()
     } else if args.faults.is_empty() {
-        FaultKind::all_local()
+        FaultKind::all(args.mode)
     } else {
         args.faults
             .iter()
             .map(|n| {
-                FaultKind::parse(n).with_context(|| {
-                    let all: Vec<String> =
-                        FaultKind::all_local().iter().map(FaultKind::name).collect();
+                FaultKind::parse(n, args.mode).with_context(|| {
+                    let all: Vec<String> = FaultKind::all(args.mode)
+                        .iter()
+                        .map(FaultKind::name)
+                        .collect();
                     format!(
                         "--faults: unknown fault `{n}`; expected some of {}",
                         all.join(", ")
@@ -401,14 +501,37 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     };
     // The sandbox's user reaches its thread's directories through this one.
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-    std::fs::write(dir.join("config.yaml"), plan::config_yaml(args.workers))?;
+    let exe = std::env::current_exe()?;
     std::fs::write(
         dir.join("extensions_config.json"),
         plan::extensions_json(&everything()?),
     )?;
+    // Before any thread starts: mounts of this command's own (for the disk faults), the
+    // namespaces, and this process in the lead's.
+    if disk::available() {
+        disk::private_mounts()?;
+    }
+    let multi = match args.mode {
+        Mode::Local => None,
+        Mode::MultiHost => Some(multihost::MultiHost::create(&dir, &exe, args.workers)?),
+    };
+    if disk::available() {
+        let bases = match &multi {
+            Some(m) => m.bases(),
+            None => vec![dir.join("base")],
+        };
+        for base in bases {
+            disk::mount_volume(&base)?;
+        }
+    }
+    std::fs::write(
+        dir.join("config.yaml"),
+        plan::config_yaml(args.workers, multi.as_ref().map(|m| m.antler_config())),
+    )?;
     let cluster = Arc::new(ChaosCluster {
         dir: dir.clone(),
-        exe: std::env::current_exe()?,
+        multi,
+        exe,
         gateway: format!("127.0.0.1:{}", free_port()?),
         token: uuid::Uuid::new_v4().simple().to_string(),
         workers: args.workers,
@@ -424,7 +547,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let report = rt.block_on(schedule(cluster.clone(), plan, args.workers));
+    let report = rt.block_on(schedule(cluster.clone(), plan, args.workers, args.mode));
     drop(rt);
     let report = match report {
         Ok(r) => r,
@@ -456,8 +579,18 @@ async fn schedule(
     cluster: Arc<ChaosCluster>,
     plan: Plan,
     workers: u32,
+    mode: Mode,
 ) -> anyhow::Result<report::Report> {
-    cluster.start_lead()?;
+    if let Some(m) = &cluster.multi {
+        if let Err(e) = m.start() {
+            cluster.stop();
+            return Err(e);
+        }
+    }
+    if let Err(e) = cluster.start_lead() {
+        cluster.stop();
+        return Err(e);
+    }
     if !cluster.wait_healthy(Duration::from_secs(90)).await {
         cluster.stop();
         anyhow::bail!(
@@ -519,6 +652,7 @@ async fn schedule(
     invariants.push(checks::nothing_left(&cluster.dir, lead_pid));
     Ok(report::build(
         &plan,
+        mode,
         workers,
         &runs,
         &fault_outcomes,

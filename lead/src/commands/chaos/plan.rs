@@ -103,8 +103,13 @@ impl Plan {
 }
 
 /// The cluster's config.yaml: sandbox tools, MCP tools behind tool_search, subagents, a
-/// fast heartbeat (faults are seen quickly) and a restart budget no schedule exhausts.
-pub fn config_yaml(workers: u32) -> String {
+/// fast heartbeat (faults are seen quickly) and a restart budget no schedule exhausts. With
+/// `cluster` (lines of `antler:` that name the hosts to dial), the lead starts no host.
+pub fn config_yaml(workers: u32, cluster: Option<String>) -> String {
+    let workers = match &cluster {
+        Some(lines) => lines.clone(),
+        None => format!("  workers: {workers}\n"),
+    };
     format!(
         r#"tool_search:
   enabled: true
@@ -119,8 +124,7 @@ subagents:
   max_total_per_run: 6
   slot_wait_s: 120
 antler:
-  workers: {workers}
-  worker_slots: 3
+{workers}  worker_slots: 3
   heartbeat_interval_ms: 500
   heartbeat_misses: 3
   restart_max: 1000

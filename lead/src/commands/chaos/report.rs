@@ -25,6 +25,7 @@ fn ms(d: Duration) -> u64 {
 
 pub fn build(
     plan: &Plan,
+    mode: super::Mode,
     workers: u32,
     runs: &[RunOutcome],
     faults: &[FaultOutcome],
@@ -36,8 +37,9 @@ pub fn build(
         by_kind.entry(f.kind.name()).or_default().push(f);
     }
     let mut table = format!(
-        "chaos schedule: seed {}, {} runs, {} workers, {:.1} s\n{:<26} {:>8} {:>8} {:>8} {:>10} {:>10}\n",
+        "chaos schedule: seed {}, {} mode, {} runs, {} workers, {:.1} s\n{:<26} {:>8} {:>8} {:>8} {:>10} {:>10}\n",
         plan.seed,
+        mode.as_str(),
         runs.len(),
         workers,
         elapsed.as_secs_f64(),
@@ -95,7 +97,7 @@ pub fn build(
     let ok = invariants.iter().all(|i| i.held);
     let json = json!({
         "seed": plan.seed,
-        "mode": "local",
+        "mode": mode.as_str(),
         "workers": workers,
         "elapsed_s": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
         "runs": {"planned": runs.len(), "ended": ended, "success": success, "error": error,
