@@ -1,7 +1,8 @@
 //! The chaos suite's short schedule in CI (`scripts/chaos.sh` with a fixed seed, in local
 //! mode, against this build's binaries): every fault kind fires under concurrent runs
 //! that use builtins, sandbox tools, MCP tools behind tool_search, clarifications and
-//! subagent tasks; the report (its last line) says every invariant held and every fault
+//! subagent tasks, the disk faults among them (the runs database read-only, the sandbox
+//! volume full); the report (its last line) says every invariant held and every fault
 //! recovered; the command exits 0; nothing of the cluster is left running.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -68,6 +69,8 @@ fn a_short_seeded_schedule_keeps_every_invariant() {
         "sigstop:mcp-host",
         "sigstop:sandbox-host",
         "sigstop:worker",
+        "readonly:runs-db",
+        "full:sandbox-volume",
     ] {
         let k = kinds
             .iter()

@@ -227,6 +227,9 @@ const RECEIPT_RETRY_PAUSES: [Duration; 3] = [
     Duration::ZERO,
 ];
 
+/// How long settlement waits for the thread's files to be reachable again.
+const THREAD_FILES_WAIT: Duration = Duration::from_secs(20);
+
 /// Where a run's events go.
 pub type EventSink = Arc<dyn Fn(&RunEvent) + Send + Sync>;
 
@@ -567,9 +570,20 @@ impl RunLoop {
             Ok(before) => before.unwrap_or_default(),
             Err(e) => return (None, Some(format!("{RECEIPT_NOT_PERSISTED}: {e}"))),
         };
-        let after = match OutputsSnapshot::take_through(&*self.context.files).await {
-            Ok(after) => after,
-            Err(e) => return (None, Some(format!("{RECEIPT_NOT_PERSISTED}: {e}"))),
+        // The replica that holds the thread's files may be away for a moment (restarted,
+        // its link cut): settlement waits for it, up to a bound, before it fails the run.
+        let waited = std::time::Instant::now();
+        let after = loop {
+            match OutputsSnapshot::take_through(&*self.context.files).await {
+                Ok(after) => break after,
+                Err(antler_protocol::messages::ThreadFileError::Unavailable(why))
+                    if waited.elapsed() < THREAD_FILES_WAIT =>
+                {
+                    tracing::warn!(run = %run_id, "settlement waits for the thread's files: {why}");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => return (None, Some(format!("{RECEIPT_NOT_PERSISTED}: {e}"))),
+            }
         };
         let produced = before.produced_since(&after);
         let receipt = DeliveryReceipt::settle(&self.state.artifacts, &produced);
