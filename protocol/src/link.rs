@@ -114,22 +114,30 @@ async fn dial_here(
             address: addr_s.clone(),
             reason: e.to_string(),
         })?;
-    let (r, w, certified) = match (stream, &identity.tls) {
+    // A second descriptor of the socket, for reads by callers on the home runtime; a
+    // connection without it (the process is out of descriptors) only loses those.
+    let dup = crate::direct::duplicate(&stream)
+        .map_err(|e| tracing::debug!(error = %e, "no direct reads on this connection"))
+        .ok();
+    let unix = matches!(stream, Stream::Unix(_));
+    let (r, w, certified, shared_tls) = match (stream, &identity.tls) {
         (Stream::Tcp(tcp), Some(tls)) => {
-            let (r, w, role) = tls
-                .connect(tcp, expect)
-                .await
-                .map_err(|reason| DialError::Tls {
-                    address: addr_s.clone(),
-                    reason,
-                })?;
-            (r, w, Some(role))
+            let (shared, role) =
+                tls.connect_shared(tcp, expect)
+                    .await
+                    .map_err(|reason| DialError::Tls {
+                        address: addr_s.clone(),
+                        reason,
+                    })?;
+            let (r, w) = crate::tls::shared_halves(&shared);
+            (r, w, Some(role), Some(shared))
         }
         (stream, _) => {
             let (r, w) = stream.into_halves();
-            (r, w, None)
+            (r, w, None, None)
         }
     };
+    let direct = dup.map(|fd| crate::direct::Direct::new(fd, unix, shared_tls, &home));
     let (mut fr, mut fw) = handshake::framed(r, w, config.max_frame_bytes);
     let peer = handshake::connect(&mut fr, &mut fw, identity, &addr_s)
         .await
@@ -152,7 +160,7 @@ async fn dial_here(
             ),
         });
     }
-    Ok(Connection::start(
+    Ok(Connection::start_with(
         fr,
         fw,
         peer,
@@ -160,6 +168,7 @@ async fn dial_here(
         service,
         Arc::new(InFlight::default()),
         home,
+        direct,
     ))
 }
 

@@ -10,7 +10,9 @@ use std::{
     fmt,
     net::SocketAddr,
     path::{Path, PathBuf},
-    sync::Arc,
+    pin::Pin,
+    sync::{Arc, Mutex},
+    task::{Context, Poll},
 };
 
 use rustls::{
@@ -24,7 +26,10 @@ use rustls::{
     AlertDescription, CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore,
     ServerConfig, SignatureScheme,
 };
-use tokio::net::TcpStream;
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::TcpStream,
+};
 
 use crate::{
     handshake::{Role, HANDSHAKE_TIMEOUT},
@@ -285,6 +290,27 @@ impl ClusterTls {
         tcp: TcpStream,
         expect: Option<Role>,
     ) -> Result<(ReadHalf, WriteHalf, Role), String> {
+        let (stream, role) = self.connect_stream(tcp, expect).await?;
+        let (r, w) = tokio::io::split(stream);
+        Ok((Box::new(r), Box::new(w), role))
+    }
+
+    /// [`ClusterTls::connect`] for a connection: the session is shared by its halves and
+    /// its direct reader ([`crate::direct`]).
+    pub(crate) async fn connect_shared(
+        &self,
+        tcp: TcpStream,
+        expect: Option<Role>,
+    ) -> Result<(SharedTls, Role), String> {
+        let (stream, role) = self.connect_stream(tcp, expect).await?;
+        Ok((Arc::new(Mutex::new(TlsConn::Client(stream))), role))
+    }
+
+    async fn connect_stream(
+        &self,
+        tcp: TcpStream,
+        expect: Option<Role>,
+    ) -> Result<(tokio_rustls::client::TlsStream<TcpStream>, Role), String> {
         let name = match expect {
             Some(role) => role_dns_name(role),
             None => ROLE_DOMAIN.to_string(),
@@ -302,8 +328,7 @@ impl ClusterTls {
             .and_then(|c| c.first())
             .and_then(certificate_role)
             .ok_or_else(|| "the peer's certificate names no Antler role".to_string())?;
-        let (r, w) = tokio::io::split(stream);
-        Ok((Box::new(r), Box::new(w), role))
+        Ok((stream, role))
     }
 
     /// The TLS server side on an accepted socket: the peer must present a certificate
@@ -336,6 +361,112 @@ impl ClusterTls {
             .ok_or_else(|| "the peer's certificate names no Antler role".to_string())?;
         let (r, w) = tokio::io::split(stream);
         Ok((Box::new(r), Box::new(w), role))
+    }
+}
+
+/// One TLS session shared by a connection's read half, write half and direct reader.
+pub(crate) type SharedTls = Arc<Mutex<TlsConn>>;
+
+/// A dialed TLS stream (the side that has a direct reader).
+pub(crate) enum TlsConn {
+    Client(tokio_rustls::client::TlsStream<TcpStream>),
+}
+
+/// The halves of a shared session, for framing.
+pub(crate) fn shared_halves(tls: &SharedTls) -> (ReadHalf, WriteHalf) {
+    (
+        Box::new(SharedRead(tls.clone())),
+        Box::new(SharedWrite(tls.clone())),
+    )
+}
+
+fn lock_tls(tls: &SharedTls) -> std::sync::MutexGuard<'_, TlsConn> {
+    // rustls leaves a session whose call panicked in a usable (or failed) state.
+    tls.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl TlsConn {
+    fn stream(&mut self) -> Pin<&mut tokio_rustls::client::TlsStream<TcpStream>> {
+        match self {
+            TlsConn::Client(s) => Pin::new(s),
+        }
+    }
+
+    /// Reads what `socket` has through the session and appends the plaintext to `out`,
+    /// without waiting (`WouldBlock` when the socket has nothing).
+    pub(crate) fn read_direct(
+        &mut self,
+        socket: &mut dyn std::io::Read,
+        out: &mut bytes::BytesMut,
+    ) -> std::io::Result<crate::direct::Got> {
+        use crate::direct::Got;
+        let TlsConn::Client(stream) = self;
+        let conn = stream.get_mut().1;
+        // Plaintext from an earlier read first, then whatever the socket has.
+        let mut got = drain_plaintext(conn, out)?;
+        if got.is_none() {
+            let n = conn.read_tls(socket)?;
+            if n == 0 {
+                return Ok(Got::Eof);
+            }
+            conn.process_new_packets()
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            got = drain_plaintext(conn, out)?;
+        }
+        Ok(got.unwrap_or(Got::Data))
+    }
+}
+
+/// Moves every plaintext byte the session holds into `out`: `None` if it held none.
+fn drain_plaintext(
+    conn: &mut rustls::ClientConnection,
+    out: &mut bytes::BytesMut,
+) -> std::io::Result<Option<crate::direct::Got>> {
+    use crate::direct::Got;
+    use std::io::Read;
+    let mut chunk = [0u8; 16 * 1024];
+    let mut any = None;
+    loop {
+        match conn.reader().read(&mut chunk) {
+            Ok(0) => return Ok(Some(any.unwrap_or(Got::Eof))),
+            Ok(n) => {
+                out.extend_from_slice(&chunk[..n]);
+                any = Some(Got::Data);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(any),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+struct SharedRead(SharedTls);
+struct SharedWrite(SharedTls);
+
+impl AsyncRead for SharedRead {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        lock_tls(&self.0).stream().poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for SharedWrite {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        lock_tls(&self.0).stream().poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        lock_tls(&self.0).stream().poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        lock_tls(&self.0).stream().poll_shutdown(cx)
     }
 }
 
