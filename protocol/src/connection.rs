@@ -542,9 +542,7 @@ impl Connection {
         in_flight: Arc<InFlight>,
         home: Handle,
     ) -> Connection {
-        Self::start_with(
-            reader, writer, peer, config, service, in_flight, home, None,
-        )
+        Self::start_with(reader, writer, peer, config, service, in_flight, home, None)
     }
 
     /// [`Connection::start`] with a direct read path for callers on `home`.
@@ -952,6 +950,10 @@ async fn write_loop(shared: Arc<Shared>) {
 /// How long a closing connection tries to write what is left and say goodbye.
 const LAST_FLUSH: Duration = Duration::from_secs(2);
 
+/// How long the I/O reader leaves the socket to a caller waiting on it before it reads
+/// anyway.
+const STAND_BACK: Duration = Duration::from_millis(1);
+
 /// Read buffer to keep free before each read (many small frames per read).
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -996,7 +998,10 @@ async fn read_loop(shared: Arc<Shared>) {
                     continue;
                 }
                 Ok(Next::Frame(env)) => env,
-                Ok(Next::Nothing) => break None,
+                Ok(Next::Nothing) => {
+                    shared.lock_inbox().held = false;
+                    break None;
+                }
                 Ok(Next::TooBig(e)) => break Some(e),
                 Ok(Next::Bad(reason)) => {
                     tracing::warn!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "closing connection");
@@ -1017,6 +1022,21 @@ async fn read_loop(shared: Arc<Shared>) {
         }
         let read = match failure {
             Some(e) => Err(e),
+            None if shared.watching.load(Ordering::Acquire) => {
+                // A caller on the home runtime waits on the socket and reads what comes:
+                // stand back so the two do not both wake for every reply, then read once
+                // anyway, so no frame waits on a busy home runtime longer than this.
+                tokio::select! {
+                    biased;
+                    _ = shared.backlog.notified() => continue,
+                    _ = tokio::time::sleep(STAND_BACK) => {}
+                    _ = &mut closing => return,
+                }
+                match futures::poll!(std::future::poll_fn(|cx| shared.poll_read_inbox(cx))) {
+                    std::task::Poll::Ready(r) => r,
+                    std::task::Poll::Pending => continue,
+                }
+            }
             None => tokio::select! {
                 biased;
                 r = std::future::poll_fn(|cx| shared.poll_read_inbox(cx)) => r,
@@ -1066,8 +1086,7 @@ fn read_failed(shared: &Shared, e: &std::io::Error) {
 /// Handles one frame without waiting. A reply to `mine` (the caller reading) is returned;
 /// a stream item whose consumer is behind comes back to be delivered by the I/O reader.
 fn handle_now(shared: &Arc<Shared>, env: Envelope, mine: Option<RequestId>) -> Handled {
-    let stream_send = |tx: mpsc::Sender<Result<Reply, RpcError>>, item| match tx.try_send(item)
-    {
+    let stream_send = |tx: mpsc::Sender<Result<Reply, RpcError>>, item| match tx.try_send(item) {
         Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => Handled::Done,
         Err(mpsc::error::TrySendError::Full(item)) => Handled::Stalled((tx, item)),
     };

@@ -8,11 +8,12 @@
 
 use std::{
     io::{self, Read},
-    os::fd::{AsFd, OwnedFd},
+    os::fd::{AsFd, AsRawFd, OwnedFd, RawFd},
     sync::{Arc, Mutex},
 };
 
 use bytes::BytesMut;
+use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::tls::SharedTls;
 
@@ -22,10 +23,26 @@ enum Raw {
     Tcp(std::net::TcpStream),
 }
 
-/// The duplicate registered with the home runtime's reactor.
-pub(crate) enum HomeSocket {
-    Unix(tokio::net::UnixStream),
-    Tcp(tokio::net::TcpStream),
+/// The duplicate registered with the home runtime's reactor, for reading only (so the
+/// caller's own writes do not wake it).
+pub(crate) struct HomeSocket(AsyncFd<Raw>);
+
+impl AsRawFd for Raw {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Raw::Unix(s) => s.as_raw_fd(),
+            Raw::Tcp(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+impl Raw {
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Raw::Unix(s) => (&*s).read(buf),
+            Raw::Tcp(s) => (&*s).read(buf),
+        }
+    }
 }
 
 enum Registration {
@@ -99,9 +116,12 @@ impl Direct {
         };
         // Tokio panics when the runtime was built without its I/O driver (and offers no
         // way to ask first): such a runtime simply gets no direct reads.
-        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match raw {
-            Raw::Unix(s) => tokio::net::UnixStream::from_std(s).map(HomeSocket::Unix),
-            Raw::Tcp(s) => tokio::net::TcpStream::from_std(s).map(HomeSocket::Tcp),
+        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: `raw` owns its descriptor, which stays open and the same for as long
+            // as the `AsyncFd` owns `raw`.
+            unsafe { AsyncFd::register_with_interest(raw, Interest::READABLE) }
+                .map(HomeSocket)
+                .map_err(io::Error::from)
         }));
         match made {
             Ok(Ok(s)) => {
@@ -127,17 +147,15 @@ impl Direct {
     pub(crate) fn read(&self, sock: &HomeSocket, buf: &mut BytesMut) -> io::Result<Got> {
         match &self.tls {
             None => {
-                buf.reserve(READ_CHUNK);
-                let n = match sock {
-                    HomeSocket::Unix(s) => s.try_read_buf(buf)?,
-                    HomeSocket::Tcp(s) => s.try_read_buf(buf)?,
-                };
-                Ok(if n == 0 { Got::Eof } else { Got::Data })
+                let start = buf.len();
+                buf.resize(start + READ_CHUNK, 0);
+                let n = sock
+                    .0
+                    .try_io(Interest::READABLE, |raw| raw.read(&mut buf[start..]));
+                buf.truncate(start + *n.as_ref().unwrap_or(&0));
+                Ok(if n? == 0 { Got::Eof } else { Got::Data })
             }
             Some(tls) => {
-                let HomeSocket::Tcp(sock) = sock else {
-                    return Err(io::Error::other("TLS over a Unix socket"));
-                };
                 let mut conn = tls.lock().unwrap_or_else(|p| p.into_inner());
                 conn.read_direct(&mut TryRead(sock), buf)
             }
@@ -146,10 +164,8 @@ impl Direct {
 
     /// Readiness to read on the home runtime.
     pub(crate) async fn readable(sock: &HomeSocket) -> io::Result<()> {
-        match sock {
-            HomeSocket::Unix(s) => s.readable().await,
-            HomeSocket::Tcp(s) => s.readable().await,
-        }
+        // The guard is dropped without clearing: the read that meets `WouldBlock` clears.
+        sock.0.readable().await.map(|_| ())
     }
 }
 
@@ -157,10 +173,10 @@ impl Direct {
 const READ_CHUNK: usize = 16 * 1024;
 
 /// A non-blocking `Read` over the registered socket (for rustls).
-pub(crate) struct TryRead<'a>(&'a tokio::net::TcpStream);
+pub(crate) struct TryRead<'a>(&'a HomeSocket);
 
 impl Read for TryRead<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.0.try_read(buf)
+        self.0 .0.try_io(Interest::READABLE, |raw| raw.read(buf))
     }
 }

@@ -402,40 +402,30 @@ impl TlsConn {
         use crate::direct::Got;
         let TlsConn::Client(stream) = self;
         let conn = stream.get_mut().1;
+        let bad = |e: rustls::Error| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
         // Plaintext from an earlier read first, then whatever the socket has.
-        let mut got = drain_plaintext(conn, out)?;
-        if got.is_none() {
-            let n = conn.read_tls(socket)?;
-            if n == 0 {
+        let mut state = conn.process_new_packets().map_err(bad)?;
+        if state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed() {
+            if conn.read_tls(socket)? == 0 {
                 return Ok(Got::Eof);
             }
-            conn.process_new_packets()
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-            got = drain_plaintext(conn, out)?;
+            state = conn.process_new_packets().map_err(bad)?;
         }
-        Ok(got.unwrap_or(Got::Data))
-    }
-}
-
-/// Moves every plaintext byte the session holds into `out`: `None` if it held none.
-fn drain_plaintext(
-    conn: &mut rustls::ClientConnection,
-    out: &mut bytes::BytesMut,
-) -> std::io::Result<Option<crate::direct::Got>> {
-    use crate::direct::Got;
-    use std::io::Read;
-    let mut chunk = [0u8; 16 * 1024];
-    let mut any = None;
-    loop {
-        match conn.reader().read(&mut chunk) {
-            Ok(0) => return Ok(Some(any.unwrap_or(Got::Eof))),
-            Ok(n) => {
-                out.extend_from_slice(&chunk[..n]);
-                any = Some(Got::Data);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(any),
-            Err(e) => return Err(e),
+        let n = state.plaintext_bytes_to_read();
+        if n == 0 {
+            return Ok(if state.peer_has_closed() {
+                Got::Eof
+            } else {
+                Got::Data
+            });
         }
+        let start = out.len();
+        out.resize(start + n, 0);
+        if let Err(e) = std::io::Read::read_exact(&mut conn.reader(), &mut out[start..]) {
+            out.truncate(start);
+            return Err(e);
+        }
+        Ok(Got::Data)
     }
 }
 
