@@ -21,14 +21,12 @@ use std::{
 
 use bytes::{Buf, BytesMut};
 use futures::future::BoxFuture;
-use std::future::Future;
 use tokio::io::AsyncReadExt;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::{
     codec,
-    direct::{Direct, Got, HomeSocket},
     envelope::{Body, Envelope, RemoteError, RequestId, TraceContext},
     frame::WriteError,
     handshake::{FrameReader, FrameWriter, PeerInfo},
@@ -204,94 +202,6 @@ struct Shared {
     /// The latest a heartbeat tick ran after its time, in microseconds (the measure of
     /// how far heartbeats starve).
     heartbeat_lag_us: AtomicU64,
-    /// What has been read and not yet handled, and the I/O thread's read half.
-    inbox: Mutex<Inbox>,
-    /// The I/O reader has work in the inbox that no socket readiness will announce (a
-    /// caller left it a stream item to deliver, or a frame it would not handle).
-    backlog: Notify,
-    /// Reads on the home runtime by callers waiting for their reply ([`crate::direct`]).
-    direct: Option<Direct>,
-    /// A caller waits on the direct path's readiness (one at a time, so a burst of calls
-    /// does not wake every caller on each read).
-    watching: AtomicBool,
-    service: Option<Arc<dyn Service>>,
-    in_flight: Arc<InFlight>,
-}
-
-/// The read side of a connection. Whoever holds its lock reads the socket and handles
-/// every whole frame read, in order: the I/O thread's reader, or a caller on the home
-/// runtime waiting for its reply. The lock is never held across an await.
-struct Inbox {
-    reader: ReadHalf,
-    buf: BytesMut,
-    /// The I/O reader is handling frames (and may wait between them): nobody else reads.
-    held: bool,
-    /// A stream item whose consumer was behind when a caller read it: the I/O reader
-    /// delivers it, waiting for room, before any later frame.
-    stalled: Option<Stalled>,
-}
-
-/// A streamed item (or final reply) waiting for room in its consumer's channel.
-type Stalled = (
-    mpsc::Sender<Result<Reply, RpcError>>,
-    Result<Reply, RpcError>,
-);
-
-/// The next thing in an inbox.
-enum Next {
-    Frame(Envelope),
-    /// No whole frame.
-    Nothing,
-    /// A frame over the limit (left in the buffer).
-    TooBig(std::io::Error),
-    /// A frame that does not decode (left in the buffer), and why.
-    Bad(String),
-}
-
-impl Inbox {
-    /// Takes the whole frame at the head of the buffer, if it decodes.
-    fn next_frame(&mut self, max: usize) -> Next {
-        let len = match whole_frame(&self.buf, max) {
-            Ok(Some(len)) => len,
-            Ok(None) => return Next::Nothing,
-            Err(e) => return Next::TooBig(e),
-        };
-        match codec::decode::<Envelope>(&self.buf[4..4 + len]) {
-            Ok(env) => {
-                self.buf.advance(4 + len);
-                Next::Frame(env)
-            }
-            Err(e) => Next::Bad(format!("frame does not decode: {e}")),
-        }
-    }
-}
-
-/// What a frame read by a caller came to.
-enum Handled {
-    Done,
-    /// The reply the caller waits for.
-    Mine(Result<Reply, RpcError>),
-    /// A stream item that must wait for its consumer.
-    Stalled(Stalled),
-}
-
-/// What a caller's direct read came to.
-enum Here {
-    Mine(Result<Reply, RpcError>),
-    /// Nothing for this caller yet; read again when the socket is readable.
-    NotYet,
-    /// The I/O reader takes over (it holds the inbox, or the read met something only it
-    /// handles): wait for the reply it dispatches.
-    Leave,
-}
-
-/// Frees the direct path's readiness seat when its caller is done (or dropped).
-struct Seat<'a>(&'a AtomicBool);
-
-impl Drop for Seat<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
 }
 
 impl Shared {
@@ -309,9 +219,6 @@ impl Shared {
         }
         tracing::debug!(peer = %self.peer.address, role = %self.peer.role, reason, "connection closed");
         self.out.close();
-        if let Some(d) = &self.direct {
-            d.close();
-        }
         let drained: Vec<Pending> = match self.pending.lock() {
             Ok(mut p) => p.drain().map(|(_, v)| v).collect(),
             Err(_) => Vec::new(),
@@ -345,99 +252,6 @@ impl Shared {
     fn touch(&self) {
         let ms = self.started.elapsed().as_millis() as u64;
         self.last_seen_ms.store(ms, Ordering::Relaxed);
-    }
-
-    fn lock_inbox(&self) -> std::sync::MutexGuard<'_, Inbox> {
-        // Every section under the lock leaves whole frames or none: a panic in one leaves
-        // the inbox usable.
-        self.inbox.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The I/O reader's read into the inbox (its waker registered on `Pending`): the
-    /// bytes read and whether the inbox is empty.
-    fn poll_read_inbox(
-        &self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<(usize, bool)>> {
-        let mut inbox = self.lock_inbox();
-        let inbox = &mut *inbox;
-        inbox.held = false;
-        // Room for the rest of a frame that has begun, or for many small ones.
-        let want = match inbox.buf.get(..4) {
-            Some(p) => 4 + u32::from_be_bytes([p[0], p[1], p[2], p[3]]) as usize,
-            None => 0,
-        };
-        inbox
-            .buf
-            .reserve(want.saturating_sub(inbox.buf.len()).max(READ_CHUNK));
-        let read = std::pin::pin!(inbox.reader.read_buf(&mut inbox.buf)).poll(cx);
-        read.map(|r| r.map(|n| (n, inbox.buf.is_empty())))
-    }
-
-    /// A caller's read on the home runtime: what the socket has, every whole frame of it
-    /// handled (replies to other callers handed to them, requests served), and the reply
-    /// to `mine` if it was among them. Never waits.
-    fn read_here(self: &Arc<Self>, direct: &Direct, sock: &HomeSocket, mine: RequestId) -> Here {
-        let mut inbox = self.lock_inbox();
-        if inbox.held {
-            return Here::Leave;
-        }
-        match direct.read(sock, &mut inbox.buf) {
-            Ok(Got::Data) => {}
-            Ok(Got::Eof) => {
-                // The I/O reader reads the end too and closes the connection.
-                drop(inbox);
-                self.backlog.notify_one();
-                return Here::Leave;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Here::NotYet,
-            Err(e) => {
-                drop(inbox);
-                read_failed(self, &e);
-                return Here::Leave;
-            }
-        }
-        let max = self.config.max_frame_bytes;
-        let mut mine_reply = None;
-        let mut frames = 0usize;
-        let mut leave = false;
-        loop {
-            match inbox.next_frame(max) {
-                Next::Frame(env) => {
-                    frames += 1;
-                    match handle_now(self, env, Some(mine)) {
-                        Handled::Done => {}
-                        Handled::Mine(r) => mine_reply = Some(r),
-                        Handled::Stalled(s) => {
-                            inbox.stalled = Some(s);
-                            inbox.held = true;
-                            leave = true;
-                            break;
-                        }
-                    }
-                }
-                Next::Nothing => break,
-                // The I/O reader meets it too and closes the connection.
-                Next::TooBig(_) | Next::Bad(_) => {
-                    leave = true;
-                    break;
-                }
-            }
-        }
-        drop(inbox);
-        if leave {
-            self.backlog.notify_one();
-        }
-        if frames > 0 {
-            self.touch();
-        }
-        // The replies the frames made (requests answered at once) go now.
-        let _ = self.written(self.out.flush());
-        match (mine_reply, leave) {
-            (Some(r), _) => Here::Mine(r),
-            (None, true) => Here::Leave,
-            (None, false) => Here::NotYet,
-        }
     }
 
     /// A failed write kills the connection; anything else is the caller's to report.
@@ -542,21 +356,6 @@ impl Connection {
         in_flight: Arc<InFlight>,
         home: Handle,
     ) -> Connection {
-        Self::start_with(reader, writer, peer, config, service, in_flight, home, None)
-    }
-
-    /// [`Connection::start`] with a direct read path for callers on `home`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn start_with(
-        reader: FrameReader,
-        writer: FrameWriter,
-        peer: PeerInfo,
-        config: ConnectionConfig,
-        service: Option<Arc<dyn Service>>,
-        in_flight: Arc<InFlight>,
-        home: Handle,
-        direct: Option<Direct>,
-    ) -> Connection {
         let read = reader.into_parts();
         let write = writer.into_parts();
         let out = Outbox::new(
@@ -580,21 +379,16 @@ impl Connection {
             home,
             reader_parked: AtomicBool::new(false),
             heartbeat_lag_us: AtomicU64::new(0),
-            inbox: Mutex::new(Inbox {
-                reader: read.io,
-                buf: read.read_buf,
-                held: false,
-                stalled: None,
-            }),
-            backlog: Notify::new(),
-            direct,
-            watching: AtomicBool::new(false),
-            service,
-            in_flight,
         });
         let io = crate::io::handle();
         io.spawn(write_loop(shared.clone()));
-        io.spawn(read_loop(shared.clone()));
+        io.spawn(read_loop(
+            shared.clone(),
+            read.io,
+            read.read_buf,
+            service,
+            in_flight,
+        ));
         io.spawn(heartbeat_loop(shared.clone()));
         Connection { shared }
     }
@@ -749,7 +543,7 @@ impl Connection {
         timeout: Duration,
     ) -> Result<Reply, RpcError> {
         let deadline = Instant::now() + timeout;
-        let (tx, mut rx) = oneshot::channel();
+        let (tx, rx) = oneshot::channel();
         let id = self.register(Pending::Unary(tx))?;
         let mut guard = CancelGuard {
             shared: self.shared.clone(),
@@ -763,13 +557,7 @@ impl Connection {
             deadline,
         )
         .await?;
-        let reply = async {
-            match self.read_own(id, &mut rx).await {
-                Some(r) => r,
-                None => (&mut rx).await,
-            }
-        };
-        match tokio::time::timeout_at(deadline.into(), reply).await {
+        match tokio::time::timeout_at(deadline.into(), rx).await {
             Ok(Ok(result)) => {
                 guard.armed = false;
                 result
@@ -782,37 +570,6 @@ impl Connection {
                 ))
             }
             Err(_) => Err(RpcError::DeadlineExceeded(timeout)),
-        }
-    }
-
-    /// Waits for the reply to `id` by reading the socket on this task's thread: when the
-    /// connection has a direct path, this task runs on its home runtime and no other
-    /// caller watches it. `None` when the reply is to come through `rx` instead. Cancel
-    /// safe: it waits only for readiness and `rx`; reads happen between awaits.
-    async fn read_own(
-        &self,
-        id: RequestId,
-        rx: &mut oneshot::Receiver<Result<Reply, RpcError>>,
-    ) -> Option<Result<Result<Reply, RpcError>, oneshot::error::RecvError>> {
-        let direct = self.shared.direct.as_ref()?;
-        if self.shared.watching.swap(true, Ordering::AcqRel) {
-            return None;
-        }
-        let _seat = Seat(&self.shared.watching);
-        let sock = direct.here()?;
-        loop {
-            tokio::select! {
-                biased;
-                r = &mut *rx => return Some(r),
-                ready = Direct::readable(&sock) => {
-                    ready.ok()?;
-                    match self.shared.read_here(direct, &sock, id) {
-                        Here::Mine(r) => return Some(Ok(r)),
-                        Here::NotYet => {}
-                        Here::Leave => return None,
-                    }
-                }
-            }
         }
     }
 
@@ -950,10 +707,6 @@ async fn write_loop(shared: Arc<Shared>) {
 /// How long a closing connection tries to write what is left and say goodbye.
 const LAST_FLUSH: Duration = Duration::from_secs(2);
 
-/// How long the I/O reader leaves the socket to a caller waiting on it before it reads
-/// anyway.
-const STAND_BACK: Duration = Duration::from_millis(1);
-
 /// Read buffer to keep free before each read (many small frames per read).
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -972,7 +725,13 @@ fn whole_frame(buf: &[u8], max: usize) -> Result<Option<usize>, std::io::Error> 
     Ok((buf.len() >= 4 + len).then_some(len))
 }
 
-async fn read_loop(shared: Arc<Shared>) {
+async fn read_loop(
+    shared: Arc<Shared>,
+    mut reader: ReadHalf,
+    mut buf: BytesMut,
+    service: Option<Arc<dyn Service>>,
+    in_flight: Arc<InFlight>,
+) {
     let mut closed = shared.closed.subscribe();
     // One wait for the whole loop (not one registration per read).
     let closing = async move {
@@ -984,73 +743,53 @@ async fn read_loop(shared: Arc<Shared>) {
         // Every whole frame of what was read, then the replies they made in one write.
         let mut frames = 0usize;
         let failure = loop {
-            let next = {
-                let mut inbox = shared.lock_inbox();
-                inbox.held = true;
-                match inbox.stalled.take() {
-                    Some(stalled) => Err(stalled),
-                    None => Ok(inbox.next_frame(max)),
-                }
+            let len = match whole_frame(&buf, max) {
+                Ok(Some(len)) => len,
+                Ok(None) => break None,
+                Err(e) => break Some(e),
             };
-            let env = match next {
-                Err((tx, item)) => {
-                    park(&shared, tx.send(item)).await;
-                    continue;
-                }
-                Ok(Next::Frame(env)) => env,
-                Ok(Next::Nothing) => {
-                    shared.lock_inbox().held = false;
-                    break None;
-                }
-                Ok(Next::TooBig(e)) => break Some(e),
-                Ok(Next::Bad(reason)) => {
+            frames += 1;
+            let decoded = codec::decode::<Envelope>(&buf[4..4 + len]);
+            buf.advance(4 + len);
+            let env = match decoded {
+                Ok(e) => e,
+                Err(e) => {
+                    let reason = format!("frame does not decode: {e}");
                     tracing::warn!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "closing connection");
                     shared.close(&reason);
                     return;
                 }
             };
-            frames += 1;
             if frames == 1 {
                 shared.touch();
             }
-            if let Handled::Stalled((tx, item)) = handle_now(&shared, env, None) {
-                park(&shared, tx.send(item)).await;
-            }
+            dispatch(&shared, env, service.as_ref(), &in_flight).await;
         };
         if shared.written(shared.out.flush()).is_err() {
             return;
         }
         let read = match failure {
             Some(e) => Err(e),
-            None if shared.watching.load(Ordering::Acquire) => {
-                // A caller on the home runtime waits on the socket and reads what comes:
-                // stand back so the two do not both wake for every reply, then read once
-                // anyway, so no frame waits on a busy home runtime longer than this.
+            None => {
+                // Room for the rest of a frame that has begun, or for many small ones.
+                let want = match buf.get(..4) {
+                    Some(p) => 4 + u32::from_be_bytes([p[0], p[1], p[2], p[3]]) as usize,
+                    None => 0,
+                };
+                buf.reserve(want.saturating_sub(buf.len()).max(READ_CHUNK));
                 tokio::select! {
                     biased;
-                    _ = shared.backlog.notified() => continue,
-                    _ = tokio::time::sleep(STAND_BACK) => {}
+                    r = reader.read_buf(&mut buf) => r,
                     _ = &mut closing => return,
                 }
-                match futures::poll!(std::future::poll_fn(|cx| shared.poll_read_inbox(cx))) {
-                    std::task::Poll::Ready(r) => r,
-                    std::task::Poll::Pending => continue,
-                }
             }
-            None => tokio::select! {
-                biased;
-                r = std::future::poll_fn(|cx| shared.poll_read_inbox(cx)) => r,
-                // A caller left frames or a stalled item: handle them.
-                _ = shared.backlog.notified() => continue,
-                _ = &mut closing => return,
-            },
         };
         match read {
-            Ok((0, true)) => {
+            Ok(0) if buf.is_empty() => {
                 shared.close("peer closed the connection");
                 return;
             }
-            Ok((0, false)) => {
+            Ok(0) => {
                 let reason = "read failed: bytes remaining on stream".to_string();
                 tracing::warn!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "closing connection");
                 shared.close(&reason);
@@ -1058,65 +797,52 @@ async fn read_loop(shared: Arc<Shared>) {
             }
             Ok(_) => {}
             Err(e) => {
-                read_failed(&shared, &e);
+                let reason = if e.kind() == std::io::ErrorKind::InvalidData {
+                    format!(
+                        "bad frame: {e} (limit {} bytes)",
+                        shared.config.max_frame_bytes
+                    )
+                } else {
+                    format!("read failed: {e}")
+                };
+                if e.kind() == std::io::ErrorKind::ConnectionReset {
+                    tracing::debug!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "connection reset");
+                } else {
+                    tracing::warn!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "closing connection");
+                }
+                shared.close(&reason);
                 return;
             }
         }
     }
 }
 
-/// Closes the connection for a failed read, with the reason both readers give.
-fn read_failed(shared: &Shared, e: &std::io::Error) {
-    let reason = if e.kind() == std::io::ErrorKind::InvalidData {
-        format!(
-            "bad frame: {e} (limit {} bytes)",
-            shared.config.max_frame_bytes
-        )
-    } else {
-        format!("read failed: {e}")
-    };
-    if e.kind() == std::io::ErrorKind::ConnectionReset {
-        tracing::debug!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "connection reset");
-    } else {
-        tracing::warn!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "closing connection");
-    }
-    shared.close(&reason);
-}
-
-/// Handles one frame without waiting. A reply to `mine` (the caller reading) is returned;
-/// a stream item whose consumer is behind comes back to be delivered by the I/O reader.
-fn handle_now(shared: &Arc<Shared>, env: Envelope, mine: Option<RequestId>) -> Handled {
-    let stream_send = |tx: mpsc::Sender<Result<Reply, RpcError>>, item| match tx.try_send(item) {
-        Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => Handled::Done,
-        Err(mpsc::error::TrySendError::Full(item)) => Handled::Stalled((tx, item)),
-    };
+async fn dispatch(
+    shared: &Arc<Shared>,
+    env: Envelope,
+    service: Option<&Arc<dyn Service>>,
+    in_flight: &Arc<InFlight>,
+) {
     match env.body {
-        Body::Heartbeat => Handled::Done,
+        Body::Heartbeat => {}
         Body::GoingAway { reason } => {
             tracing::info!(peer = %shared.peer.address, %reason, "peer is draining");
             shared.peer_going_away.store(true, Ordering::SeqCst);
-            Handled::Done
         }
         Body::Reply(result) => {
-            let Some(id) = env.reply_to else {
-                return Handled::Done;
-            };
+            let Some(id) = env.reply_to else { return };
             match shared.take_pending(id) {
-                Some(Pending::Unary(_)) if Some(id) == mine => {
-                    Handled::Mine(result.map_err(RpcError::Remote))
-                }
                 Some(Pending::Unary(tx)) => {
                     let _ = tx.send(result.map_err(RpcError::Remote));
-                    Handled::Done
                 }
-                Some(Pending::Stream(tx)) => stream_send(tx, result.map_err(RpcError::Remote)),
-                None => Handled::Done, // cancelled or timed out: the late reply is dropped
+                Some(Pending::Stream(tx)) => {
+                    park(shared, tx.send(result.map_err(RpcError::Remote))).await;
+                }
+                None => {} // cancelled or timed out: the late reply is dropped
             }
         }
         Body::StreamItem(item) => {
-            let Some(id) = env.reply_to else {
-                return Handled::Done;
-            };
+            let Some(id) = env.reply_to else { return };
             let tx = match shared.pending.lock() {
                 Ok(p) => match p.get(&id) {
                     Some(Pending::Stream(tx)) => Some(tx.clone()),
@@ -1124,9 +850,8 @@ fn handle_now(shared: &Arc<Shared>, env: Envelope, mine: Option<RequestId>) -> H
                 },
                 Err(_) => None,
             };
-            match tx {
-                Some(tx) => stream_send(tx, Ok(item)),
-                None => Handled::Done,
+            if let Some(tx) = tx {
+                park(shared, tx.send(Ok(item))).await;
             }
         }
         Body::Cancel => {
@@ -1136,12 +861,16 @@ fn handle_now(shared: &Arc<Shared>, env: Envelope, mine: Option<RequestId>) -> H
                     h.abort();
                 }
             }
-            Handled::Done
         }
-        Body::Request(request) => {
-            serve(shared, env.id, env.deadline, env.trace, request);
-            Handled::Done
-        }
+        Body::Request(request) => serve(
+            shared,
+            env.id,
+            env.deadline,
+            env.trace,
+            request,
+            service,
+            in_flight,
+        ),
     }
 }
 
@@ -1164,8 +893,9 @@ fn serve(
     deadline: Option<u32>,
     trace: TraceContext,
     request: Request,
+    service: Option<&Arc<dyn Service>>,
+    in_flight: &Arc<InFlight>,
 ) {
-    let (service, in_flight) = (shared.service.as_ref(), &shared.in_flight);
     let reply = move |body: Result<Reply, RemoteError>, trace: TraceContext| Envelope {
         id: 0,
         reply_to: Some(id),

@@ -6,7 +6,6 @@ pub mod beneath;
 pub mod codec;
 pub mod config;
 pub mod connection;
-mod direct;
 pub mod envelope;
 pub mod frame;
 pub mod handshake;

@@ -114,30 +114,22 @@ async fn dial_here(
             address: addr_s.clone(),
             reason: e.to_string(),
         })?;
-    // A second descriptor of the socket, for reads by callers on the home runtime; a
-    // connection without it (the process is out of descriptors) only loses those.
-    let dup = crate::direct::duplicate(&stream)
-        .map_err(|e| tracing::debug!(error = %e, "no direct reads on this connection"))
-        .ok();
-    let unix = matches!(stream, Stream::Unix(_));
-    let (r, w, certified, shared_tls) = match (stream, &identity.tls) {
+    let (r, w, certified) = match (stream, &identity.tls) {
         (Stream::Tcp(tcp), Some(tls)) => {
-            let (shared, role) =
-                tls.connect_shared(tcp, expect)
-                    .await
-                    .map_err(|reason| DialError::Tls {
-                        address: addr_s.clone(),
-                        reason,
-                    })?;
-            let (r, w) = crate::tls::shared_halves(&shared);
-            (r, w, Some(role), Some(shared))
+            let (r, w, role) = tls
+                .connect(tcp, expect)
+                .await
+                .map_err(|reason| DialError::Tls {
+                    address: addr_s.clone(),
+                    reason,
+                })?;
+            (r, w, Some(role))
         }
         (stream, _) => {
             let (r, w) = stream.into_halves();
-            (r, w, None, None)
+            (r, w, None)
         }
     };
-    let direct = dup.map(|fd| crate::direct::Direct::new(fd, unix, shared_tls, &home));
     let (mut fr, mut fw) = handshake::framed(r, w, config.max_frame_bytes);
     let peer = handshake::connect(&mut fr, &mut fw, identity, &addr_s)
         .await
@@ -160,7 +152,7 @@ async fn dial_here(
             ),
         });
     }
-    Ok(Connection::start_with(
+    Ok(Connection::start(
         fr,
         fw,
         peer,
@@ -168,7 +160,6 @@ async fn dial_here(
         service,
         Arc::new(InFlight::default()),
         home,
-        direct,
     ))
 }
 

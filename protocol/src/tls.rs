@@ -10,9 +10,7 @@ use std::{
     fmt,
     net::SocketAddr,
     path::{Path, PathBuf},
-    pin::Pin,
-    sync::{Arc, Mutex},
-    task::{Context, Poll},
+    sync::Arc,
 };
 
 use rustls::{
@@ -26,10 +24,7 @@ use rustls::{
     AlertDescription, CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore,
     ServerConfig, SignatureScheme,
 };
-use tokio::{
-    io::{AsyncRead, AsyncWrite, ReadBuf},
-    net::TcpStream,
-};
+use tokio::net::TcpStream;
 
 use crate::{
     handshake::{Role, HANDSHAKE_TIMEOUT},
@@ -290,27 +285,6 @@ impl ClusterTls {
         tcp: TcpStream,
         expect: Option<Role>,
     ) -> Result<(ReadHalf, WriteHalf, Role), String> {
-        let (stream, role) = self.connect_stream(tcp, expect).await?;
-        let (r, w) = tokio::io::split(stream);
-        Ok((Box::new(r), Box::new(w), role))
-    }
-
-    /// [`ClusterTls::connect`] for a connection: the session is shared by its halves and
-    /// its direct reader ([`crate::direct`]).
-    pub(crate) async fn connect_shared(
-        &self,
-        tcp: TcpStream,
-        expect: Option<Role>,
-    ) -> Result<(SharedTls, Role), String> {
-        let (stream, role) = self.connect_stream(tcp, expect).await?;
-        Ok((Arc::new(Mutex::new(TlsConn::Client(stream))), role))
-    }
-
-    async fn connect_stream(
-        &self,
-        tcp: TcpStream,
-        expect: Option<Role>,
-    ) -> Result<(tokio_rustls::client::TlsStream<TcpStream>, Role), String> {
         let name = match expect {
             Some(role) => role_dns_name(role),
             None => ROLE_DOMAIN.to_string(),
@@ -328,7 +302,8 @@ impl ClusterTls {
             .and_then(|c| c.first())
             .and_then(certificate_role)
             .ok_or_else(|| "the peer's certificate names no Antler role".to_string())?;
-        Ok((stream, role))
+        let (r, w) = tokio::io::split(stream);
+        Ok((Box::new(r), Box::new(w), role))
     }
 
     /// The TLS server side on an accepted socket: the peer must present a certificate
@@ -361,102 +336,6 @@ impl ClusterTls {
             .ok_or_else(|| "the peer's certificate names no Antler role".to_string())?;
         let (r, w) = tokio::io::split(stream);
         Ok((Box::new(r), Box::new(w), role))
-    }
-}
-
-/// One TLS session shared by a connection's read half, write half and direct reader.
-pub(crate) type SharedTls = Arc<Mutex<TlsConn>>;
-
-/// A dialed TLS stream (the side that has a direct reader).
-pub(crate) enum TlsConn {
-    Client(tokio_rustls::client::TlsStream<TcpStream>),
-}
-
-/// The halves of a shared session, for framing.
-pub(crate) fn shared_halves(tls: &SharedTls) -> (ReadHalf, WriteHalf) {
-    (
-        Box::new(SharedRead(tls.clone())),
-        Box::new(SharedWrite(tls.clone())),
-    )
-}
-
-fn lock_tls(tls: &SharedTls) -> std::sync::MutexGuard<'_, TlsConn> {
-    // rustls leaves a session whose call panicked in a usable (or failed) state.
-    tls.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl TlsConn {
-    fn stream(&mut self) -> Pin<&mut tokio_rustls::client::TlsStream<TcpStream>> {
-        match self {
-            TlsConn::Client(s) => Pin::new(s),
-        }
-    }
-
-    /// Reads what `socket` has through the session and appends the plaintext to `out`,
-    /// without waiting (`WouldBlock` when the socket has nothing).
-    pub(crate) fn read_direct(
-        &mut self,
-        socket: &mut dyn std::io::Read,
-        out: &mut bytes::BytesMut,
-    ) -> std::io::Result<crate::direct::Got> {
-        use crate::direct::Got;
-        let TlsConn::Client(stream) = self;
-        let conn = stream.get_mut().1;
-        let bad = |e: rustls::Error| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
-        // Plaintext from an earlier read first, then whatever the socket has.
-        let mut state = conn.process_new_packets().map_err(bad)?;
-        if state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed() {
-            if conn.read_tls(socket)? == 0 {
-                return Ok(Got::Eof);
-            }
-            state = conn.process_new_packets().map_err(bad)?;
-        }
-        let n = state.plaintext_bytes_to_read();
-        if n == 0 {
-            return Ok(if state.peer_has_closed() {
-                Got::Eof
-            } else {
-                Got::Data
-            });
-        }
-        let start = out.len();
-        out.resize(start + n, 0);
-        if let Err(e) = std::io::Read::read_exact(&mut conn.reader(), &mut out[start..]) {
-            out.truncate(start);
-            return Err(e);
-        }
-        Ok(Got::Data)
-    }
-}
-
-struct SharedRead(SharedTls);
-struct SharedWrite(SharedTls);
-
-impl AsyncRead for SharedRead {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        lock_tls(&self.0).stream().poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for SharedWrite {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        lock_tls(&self.0).stream().poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        lock_tls(&self.0).stream().poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        lock_tls(&self.0).stream().poll_shutdown(cx)
     }
 }
 

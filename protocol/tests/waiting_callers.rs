@@ -1,7 +1,8 @@
-//! Callers that read their own replies (the reader baton, `antler_protocol::connection`),
-//! over a Unix socket and over TCP with mutual TLS: a caller dropped while it waits on the
-//! socket, after it has read and handed on other callers' replies, loses no frame and
-//! leaves the connection usable; a peer that goes away ends every waiting call.
+//! Callers waiting on one connection, over a Unix socket and over TCP with mutual TLS: a
+//! caller dropped while others' replies arrive loses no one's frame and leaves the
+//! connection usable; a peer that goes away ends every waiting call; a streamed reply keeps
+//! its order while calls come and go beside it. (Written for a reader-baton design that
+//! let a caller read the socket itself; the tests hold for any reader.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -77,8 +78,8 @@ async fn tls_peer() -> (Server, Arc<Counters>, Connection) {
     (server, counters, c)
 }
 
-/// The first caller waits on the socket (its reply is slow) and reads the replies of the
-/// callers after it; it is dropped before its own reply comes. Every other caller gets its
+/// The first caller waits (its reply is slow) while the replies of the callers after it
+/// arrive; it is dropped before its own reply comes. Every other caller gets its
 /// own reply, the dropped call is cancelled at the peer, and the connection still serves.
 async fn a_dropped_reader_loses_nothing(c: Connection, counters: Arc<Counters>) {
     let first = {
@@ -88,7 +89,7 @@ async fn a_dropped_reader_loses_nothing(c: Connection, counters: Arc<Counters>) 
                 .await
         })
     };
-    // The first caller is now the one waiting on the socket.
+    // The first caller is now waiting.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let others: Vec<_> = (0..40)
         .map(|i| {
@@ -184,7 +185,7 @@ async fn streamed_replies_keep_their_order_while_callers_read_replies() {
         .request_stream(ping(b"stream:300"), t(), Duration::from_secs(20))
         .await
         .unwrap();
-    // Calls read the socket while the stream's items arrive and its consumer lags.
+    // Calls come and go while the stream's items arrive and its consumer lags.
     let calls = {
         let c = c.clone();
         tokio::spawn(async move {
