@@ -1,0 +1,214 @@
+//! Callers waiting on one connection, over a Unix socket and over TCP with mutual TLS: a
+//! caller dropped while others' replies arrive loses no one's frame and leaves the
+//! connection usable; a peer that goes away ends every waiting call; a streamed reply keeps
+//! its order while calls come and go beside it. (Written for a reader-baton design that
+//! let a caller read the socket itself; the tests hold for any reader.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common_peer;
+
+use std::{
+    sync::{atomic::Ordering, Arc},
+    time::{Duration, Instant},
+};
+
+use antler_protocol::{
+    link::dial,
+    server::Server,
+    tls::{role_dns_name, ClusterTls},
+    Address, Connection, ConnectionConfig, Identity, InFlight, Role, RpcError, TraceContext,
+};
+use common_peer::*;
+
+fn t() -> TraceContext {
+    TraceContext::for_run("run-1")
+}
+
+/// A cluster CA and certificates for the lead and for mcp-host, in memory.
+fn cluster_tls() -> (Arc<ClusterTls>, Arc<ClusterTls>) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::default();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "test CA");
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let for_role = |role: Role| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![role_dns_name(role)])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        Arc::new(
+            ClusterTls::from_pem(
+                ca_pem.as_bytes(),
+                cert.pem().as_bytes(),
+                key.serialize_pem().as_bytes(),
+            )
+            .unwrap(),
+        )
+    };
+    (for_role(Role::Lead), for_role(Role::McpHost))
+}
+
+/// The test service behind a TLS listener on a free loopback port, and a client of it.
+async fn tls_peer() -> (Server, Arc<Counters>, Connection) {
+    let (lead, host) = cluster_tls();
+    let counters = Arc::new(Counters::default());
+    let server = Server::bind(
+        &Address::Tcp("127.0.0.1:0".into()),
+        Identity::new(Role::McpHost, "peer", Some(TOKEN.into())).with_tls(Some(host)),
+        ConnectionConfig::default(),
+        Arc::new(TestService {
+            counters: counters.clone(),
+        }),
+        Arc::new(InFlight::default()),
+    )
+    .await
+    .unwrap();
+    let c = dial(
+        server.address(),
+        &Identity::new(Role::Lead, "lead", Some(TOKEN.into())).with_tls(Some(lead)),
+        ConnectionConfig::default(),
+        None,
+    )
+    .await
+    .unwrap();
+    (server, counters, c)
+}
+
+/// The first caller waits (its reply is slow) while the replies of the callers after it
+/// arrive; it is dropped before its own reply comes. Every other caller gets its
+/// own reply, the dropped call is cancelled at the peer, and the connection still serves.
+async fn a_dropped_reader_loses_nothing(c: Connection, counters: Arc<Counters>) {
+    let first = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.request(ping(b"sleep:800"), t(), Duration::from_secs(30))
+                .await
+        })
+    };
+    // The first caller is now waiting.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let others: Vec<_> = (0..40)
+        .map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let body = if i % 2 == 0 {
+                    format!("sleep:{}", 20 + i * 5)
+                } else {
+                    format!("n{i}")
+                };
+                let r = c
+                    .request(ping(body.as_bytes()), t(), Duration::from_secs(10))
+                    .await;
+                (body, r)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    for other in others {
+        let (body, r) = other.await.unwrap();
+        assert_eq!(r.unwrap(), pong(body.as_bytes()));
+    }
+    // A new caller reads its reply at once, and the cancel reached the peer.
+    let started = Instant::now();
+    assert_eq!(
+        c.request(ping(b"after"), t(), Duration::from_secs(5))
+            .await
+            .unwrap(),
+        pong(b"after")
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+    let until = Instant::now() + Duration::from_secs(3);
+    while counters.dropped_unfinished.load(Ordering::SeqCst) == 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(counters.dropped_unfinished.load(Ordering::SeqCst), 1);
+    // The late reply of the dropped call went nowhere: replies still match their calls.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    for i in 0..20 {
+        let body = format!("again {i}");
+        assert_eq!(
+            c.request(ping(body.as_bytes()), t(), Duration::from_secs(5))
+                .await
+                .unwrap(),
+            pong(body.as_bytes())
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_caller_dropped_while_reading_for_others_loses_no_frame_over_unix() {
+    let peer = start_peer(ConnectionConfig::default()).await;
+    let c = client(&peer, ConnectionConfig::default()).await;
+    a_dropped_reader_loses_nothing(c, peer.counters.clone()).await;
+}
+
+#[tokio::test]
+async fn a_caller_dropped_while_reading_for_others_loses_no_frame_over_tls() {
+    let (_server, counters, c) = tls_peer().await;
+    a_dropped_reader_loses_nothing(c, counters).await;
+}
+
+#[tokio::test]
+async fn callers_waiting_on_the_socket_fail_at_once_when_a_tls_peer_goes_away() {
+    let (server, _counters, c) = tls_peer().await;
+    let waiting: Vec<_> = (0..3)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                c.request(ping(b"sleep:20000"), t(), Duration::from_secs(30))
+                    .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    server.drain(Duration::from_millis(0)).await;
+    for w in waiting {
+        let r = w.await.unwrap();
+        assert!(matches!(r, Err(RpcError::PeerUnavailable(_))), "{r:?}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let r = c.request(ping(b"x"), t(), Duration::from_secs(1)).await;
+    assert!(matches!(r, Err(RpcError::PeerUnavailable(_))), "{r:?}");
+}
+
+#[tokio::test]
+async fn streamed_replies_keep_their_order_while_callers_read_replies() {
+    let (_server, _counters, c) = tls_peer().await;
+    let mut stream = c
+        .request_stream(ping(b"stream:300"), t(), Duration::from_secs(20))
+        .await
+        .unwrap();
+    // Calls come and go while the stream's items arrive and its consumer lags.
+    let calls = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            for i in 0..100 {
+                let body = format!("c{i}");
+                let r = c
+                    .request(ping(body.as_bytes()), t(), Duration::from_secs(10))
+                    .await;
+                assert_eq!(r.unwrap(), pong(body.as_bytes()));
+            }
+        })
+    };
+    let mut items = Vec::new();
+    while let Some(item) = stream.next().await {
+        items.push(item.unwrap());
+        if items.len() % 50 == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    calls.await.unwrap();
+    assert_eq!(items.len(), 301);
+    for (i, item) in items.iter().take(300).enumerate() {
+        assert_eq!(item, &pong(format!("item {i}").as_bytes()));
+    }
+    assert_eq!(items[300], pong(b"done"));
+}
