@@ -291,10 +291,13 @@ impl Handler<SubmitRun> for RunManager {
             None => format!("run-{}", uuid::Uuid::new_v4().simple()),
         };
         if keyed {
-            // A repeat of a submission (its reply was lost) is answered the first one's run.
-            let known = self.runs.contains_key(&run_id)
-                || self.submitting.contains(&run_id)
-                || self.resuming.contains(&run_id);
+            // A repeat of a submission (its reply was lost) is answered the first one's run
+            // once it is stored; while the first is still being prepared, it is told to
+            // retry (the first may yet fail, or die with this lead).
+            if self.submitting.contains(&run_id) {
+                return Box::pin(actix::fut::ready(Err(PrepareError::BeingSubmitted(run_id))));
+            }
+            let known = self.runs.contains_key(&run_id) || self.resuming.contains(&run_id);
             match env.store.run(&run_id) {
                 Ok(Some(_)) => return Box::pin(actix::fut::ready(Ok(run_id))),
                 Ok(None) if known => return Box::pin(actix::fut::ready(Ok(run_id))),

@@ -92,6 +92,11 @@ pub enum PrepareError {
     FilesUnavailable(String),
     #[error("no run {0}")]
     UnknownRun(String),
+    /// A repeat of a keyed submission that is still being prepared: the client retries
+    /// (503 with `Retry-After`) and is answered the run once it is stored, or starts it
+    /// afresh when the first attempt died with its lead.
+    #[error("run {0} is being submitted; retry")]
+    BeingSubmitted(String),
     #[error("the catalog actor is gone")]
     CatalogGone,
     /// A playbook the submitter may not name, or that is not there.
@@ -123,7 +128,8 @@ impl PrepareError {
                 source: ThreadFileError::Unavailable(_),
                 ..
             }
-            | PrepareError::FilesUnavailable(_) => true,
+            | PrepareError::FilesUnavailable(_)
+            | PrepareError::BeingSubmitted(_) => true,
             _ => false,
         }
     }
