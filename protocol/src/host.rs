@@ -67,7 +67,7 @@ pub struct HostArgs {
     pub tls_key: Option<PathBuf>,
     /// Chaos mode: accept `ChaosStop` control requests, which stop one of this process's
     /// actors as if it had crashed (for chaos tests; off by default).
-    #[arg(long, env = crate::messages::CHAOS_ENV)]
+    #[arg(long, env = crate::messages::CHAOS_ENV, value_parser = clap::builder::FalseyValueParser::new())]
     pub chaos: bool,
 }
 

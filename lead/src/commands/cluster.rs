@@ -33,7 +33,7 @@ pub enum ClusterCommand {
         show_status: bool,
         /// Chaos mode: every process accepts `antler chaos stop`, which stops one actor
         /// as if it had crashed. Off by default; in cluster mode only on loopback.
-        #[arg(long, env = antler_protocol::messages::CHAOS_ENV)]
+        #[arg(long, env = antler_protocol::messages::CHAOS_ENV, value_parser = clap::builder::FalseyValueParser::new())]
         chaos: bool,
     },
     /// Show every process of the running cluster.
