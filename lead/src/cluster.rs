@@ -56,6 +56,9 @@ pub struct ClusterSpec {
     /// The cluster token (`antler.cluster_token`, else `ANTLER_CLUSTER_TOKEN`); cluster
     /// mode needs it, since the hosts were given it by their orchestrator.
     pub cluster_token: Option<String>,
+    /// Chaos mode (`antler up --chaos`): every process takes `ChaosStop` requests. In
+    /// cluster mode only when every address is loopback.
+    pub chaos: bool,
 }
 
 /// Why a cluster could not start or be reached.
@@ -90,6 +93,8 @@ pub enum ClusterError {
         antler_protocol::runtime_dir::TOKEN_ENV
     )]
     NoClusterToken,
+    #[error("--chaos is refused in cluster mode off loopback ({0}): chaos mode stops actors on purpose and is for test clusters only")]
+    ChaosOffLoopback(String),
     #[error("in cluster mode the orchestrator starts the workers (for Kubernetes: kubectl scale deployment/antler-subagent --replicas=N); the lead finds them through antler.cluster.workers")]
     ScaledElsewhere,
 }
@@ -157,6 +162,8 @@ pub struct ChildPlan {
     pub mcp_data_dir: Option<PathBuf>,
     /// Cluster mode: this lead starts no process.
     pub cluster_mode: bool,
+    /// Chaos mode: the children get `--chaos`.
+    pub chaos: bool,
 }
 
 impl ChildPlan {
@@ -177,6 +184,9 @@ impl ChildPlan {
             "--max-frame-bytes".into(),
             self.connection.max_frame_bytes.to_string(),
         ];
+        if self.chaos {
+            args.push("--chaos".into());
+        }
         match role {
             Role::McpHost => {
                 args.push("--extensions".into());
@@ -257,7 +267,23 @@ impl RunningCluster {
             extensions: extensions.clone(),
             mcp_data_dir: spec.store_path.parent().map(std::path::Path::to_path_buf),
             cluster_mode: spec.cluster.is_some(),
+            chaos: spec.chaos,
         };
+        if let (true, Some(hosts)) = (spec.chaos, &spec.cluster) {
+            let all: Vec<Address> = hosts
+                .sandbox_hosts
+                .iter()
+                .chain(&hosts.mcp_hosts)
+                .chain(&hosts.workers)
+                .cloned()
+                .collect();
+            crate::chaos_actors::check_loopback(&all)
+                .await
+                .map_err(ClusterError::ChaosOffLoopback)?;
+        }
+        if spec.chaos {
+            tracing::warn!("chaos mode: actors may be stopped on purpose (antler chaos stop)");
+        }
         let children = match &spec.cluster {
             None => {
                 let mut roles = vec![(Role::McpHost, 0), (Role::SandboxHost, 0)];
@@ -355,6 +381,12 @@ impl RunningCluster {
                 supervisor.clone(),
                 dispatcher.clone(),
             ),
+            crate::chaos_actors::ChaosActors::new(
+                spec.chaos,
+                supervisor.clone(),
+                runs.manager.clone(),
+                runs.catalog.clone(),
+            ),
         ));
         let control = Server::bind(
             &Address::Unix(lead_sock.clone()),
@@ -408,6 +440,8 @@ pub struct Runs {
     pub metrics: Arc<crate::run_manager::metrics::Metrics>,
     /// The workers' slots, for the gateway's cluster view.
     pub dispatcher: Addr<crate::subagents::dispatcher::SubagentDispatcher>,
+    /// The catalog actor the runs' catalogs come from.
+    pub catalog: Addr<crate::catalog::actor::CatalogActor>,
 }
 
 /// Opens the checkpoint store and starts the catalog actor and the run manager (which
@@ -444,11 +478,11 @@ fn start_runs(
         extensions: None,
         mcp: Default::default(),
     })
-    .start();
+    .supervised();
     let mut env = RunEnv::new(
         store,
         Arc::new(LinkHosts::new(supervisor.clone())),
-        catalog,
+        catalog.clone(),
         spec.config.clone(),
         extensions,
     );
@@ -465,6 +499,7 @@ fn start_runs(
         manager,
         metrics,
         dispatcher: dispatcher.clone(),
+        catalog,
     })
 }
 

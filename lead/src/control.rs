@@ -3,7 +3,8 @@
 //! links, and the run requests (`SubmitRun`, `ResumeRun`, `WatchRun`, `GetRun`) by asking
 //! the run manager; `WatchRun` streams the run's events as they happen. `CancelRun` asks
 //! the run manager too; `SetWorkers` changes the workers through [`WorkerScaling`], and
-//! `Status` shows each worker's slots from the dispatcher.
+//! `Status` shows each worker's slots from the dispatcher. In chaos mode a `ChaosStop`
+//! goes to [`ChaosActors`] (refused otherwise).
 
 use std::{
     path::PathBuf,
@@ -24,6 +25,7 @@ use antler_protocol::{
 };
 use futures::future::BoxFuture;
 
+use crate::chaos_actors::ChaosActors;
 use crate::run_manager::manager::{self, RunManager};
 use crate::run_manager::prepare::PrepareError;
 use crate::subagents::scaling::{self, WorkerScaling};
@@ -40,6 +42,7 @@ pub struct LeadService {
     started: Instant,
     in_flight: Arc<InFlight>,
     scaling: WorkerScaling,
+    chaos: ChaosActors,
 }
 
 impl LeadService {
@@ -49,6 +52,7 @@ impl LeadService {
         address: PathBuf,
         in_flight: Arc<InFlight>,
         scaling: WorkerScaling,
+        chaos: ChaosActors,
     ) -> Self {
         Self {
             supervisor,
@@ -57,6 +61,7 @@ impl LeadService {
             started: Instant::now(),
             in_flight,
             scaling,
+            chaos,
         }
     }
 
@@ -84,7 +89,9 @@ impl LeadService {
             uptime_s: self.started.elapsed().as_secs_f64(),
             last_heartbeat_ms: Some(0),
             state: "running".into(),
-            reason: unwritable,
+            // Why the runs database cannot be written, else in chaos mode the last actor
+            // stopped on purpose, and what it did.
+            reason: unwritable.or_else(|| self.chaos.last_stop()),
             slots: None,
             in_use: None,
         }
@@ -125,6 +132,11 @@ impl Service for LeadService {
             Request::Control(ControlRequest::Health) => {
                 let h = self.health();
                 Box::pin(async move { Ok(Reply::Control(ControlReply::Health(h))) })
+            }
+            Request::Control(ControlRequest::ChaosStop { actor }) => {
+                let chaos = self.chaos.clone();
+                let trace = call.trace.clone();
+                Box::pin(async move { Ok(Reply::Control(chaos.stop(actor, trace).await?)) })
             }
             Request::Lead(LeadRequest::Status) => {
                 let lead = self.lead_status();
@@ -185,6 +197,12 @@ impl Service for LeadService {
                 request,
                 timeout_ms,
             }) => Box::pin(async move {
+                if matches!(*request, Request::Control(ControlRequest::ChaosStop { .. })) {
+                    return Err(RemoteError::Failed(
+                        "a ChaosStop goes to the lead itself (antler chaos stop), which routes it"
+                            .into(),
+                    ));
+                }
                 // A request pinned to a thread goes to the replica holding the thread,
                 // whatever index the caller named (it cannot know the replica set).
                 let link = match antler_protocol::placement::route(&request) {

@@ -5,6 +5,7 @@
 //! [`catalog`] and [`run`].
 
 pub mod agents;
+pub mod chaos_actors;
 pub mod checkpoint;
 pub mod cli;
 pub mod cluster;

@@ -468,9 +468,10 @@ fn process_exists(pid: u32) -> bool {
 
 /// A child not started yet, with its link.
 fn new_child(spec: ChildSpec, identity: &Identity, config: &ConnectionConfig) -> Child {
+    // Supervised: a link that stops (chaos mode) is restarted in place and redials.
     let link = HostLink::new(spec.address(), identity.clone(), config.clone())
         .expecting(spec.role)
-        .start();
+        .supervised();
     Child {
         spec,
         pid: None,
@@ -523,6 +524,8 @@ fn start_process(spec: &ChildSpec) -> std::io::Result<tokio::process::Child> {
         .env_remove(antler_protocol::tls::TLS_CA_ENV)
         .env_remove(antler_protocol::tls::TLS_CERT_ENV)
         .env_remove(antler_protocol::tls::TLS_KEY_ENV)
+        // Chaos mode reaches a child only as `--chaos`, from a lead in chaos mode.
+        .env_remove(antler_protocol::messages::CHAOS_ENV)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

@@ -298,6 +298,16 @@ impl SessionPool {
         })
     }
 
+    /// The pooled sessions of the server `name` (every user and thread).
+    pub fn sessions_of(&self, name: &str) -> Vec<McpServerActor> {
+        self.lock()
+            .entries
+            .iter()
+            .filter(|((server, _), _)| server == name)
+            .map(|(_, e)| e.handle.clone())
+            .collect()
+    }
+
     /// Stops every pooled session; returns them so the caller can wait for them.
     pub fn stop_all(&self) -> Vec<McpServerActor> {
         self.lock()

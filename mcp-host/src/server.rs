@@ -3,7 +3,9 @@
 //! handle (the actor is a tokio task, addressed through it): calls clone
 //! the live peer out of the state and run with no lock held, so many calls run at once.
 //! When the session dies every call in flight on it gets an error result at once; the actor
-//! reconnects with backoff and re-lists its tools.
+//! reconnects with backoff and re-lists its tools. In chaos mode [`McpServerActor::crash`]
+//! kills the live session the way a crash would (no close handshake, the stdio child's
+//! group killed), and the same reconnect path brings a new one up.
 
 use std::{
     collections::HashSet,
@@ -122,6 +124,8 @@ struct Shared {
     /// The session's roots (directories on this host): `roots/list` answers with them,
     /// and a change is told to the server with `notifications/roots/list_changed`.
     roots: watch::Sender<Vec<String>>,
+    /// Bumped by [`McpServerActor::crash`]: the live session dies at once.
+    crash: watch::Sender<u64>,
 }
 
 /// The handle of one server's actor (its task). Dropping handles does not stop it: `stop` does.
@@ -178,6 +182,7 @@ impl McpServerActor {
             wake: tokio::sync::Notify::new(),
             reopen,
             roots,
+            crash: watch::channel(0).0,
         });
         tokio::spawn(run(shared.clone(), reopen_rx));
         McpServerActor { shared }
@@ -207,6 +212,17 @@ impl McpServerActor {
         let until = (self.shared.spawned_at + grace).min(tokio::time::Instant::now() + within);
         let mut rx = self.shared.settled.subscribe();
         let _ = tokio::time::timeout_at(until, rx.wait_for(|s| *s)).await;
+    }
+
+    /// Chaos mode: the live session dies as if it crashed (no close handshake; a stdio
+    /// child's group is killed); calls in flight on it get the connection-lost error and
+    /// the actor reconnects. False when no session was live.
+    pub fn crash(&self) -> bool {
+        let live = self.shared.live.borrow().is_some();
+        if live {
+            self.shared.crash.send_modify(|n| *n += 1);
+        }
+        live
     }
 
     /// Where the server is in its life.
@@ -694,9 +710,18 @@ async fn serve(
     let ct = session.cancellation_token();
     let mut roots = s.roots.subscribe();
     roots.mark_unchanged();
+    let mut crash = s.crash.subscribe();
+    crash.mark_unchanged();
     let mut waiting = Box::pin(session.waiting());
     let end = loop {
         tokio::select! {
+            Ok(()) = crash.changed() => {
+                // No close handshake: the session and the child go as a crash takes them.
+                break SessionEnd::Died(format!(
+                    "MCP server '{}' connection stopped by chaos (as if it crashed); reconnecting",
+                    s.name
+                ));
+            }
             q = &mut waiting => {
                 break SessionEnd::Died(format!("MCP server '{}' connection closed ({})", s.name, match q {
                     Ok(reason) => format!("{reason:?}"),

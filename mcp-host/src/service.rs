@@ -101,6 +101,43 @@ fn left(call: &Call, default: Duration) -> Duration {
 }
 
 impl RoleHandler for McpService {
+    /// Chaos mode: crashes the live session of a server and of its pooled sessions.
+    fn chaos_stop(
+        &self,
+        actor: antler_protocol::messages::ActorRef,
+    ) -> BoxFuture<'static, Result<antler_protocol::messages::ControlReply, RemoteError>> {
+        use antler_protocol::messages::{ActorRef, ControlReply};
+        let registry = self.registry.clone();
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let ActorRef::McpServer { name } = actor else {
+                return Ok(ControlReply::ChaosStopped {
+                    stopped: 0,
+                    detail: format!("mcp-host owns no {} actor", actor.kind()),
+                });
+            };
+            let servers = registry.send(Servers).await.map_err(unavailable)?;
+            let mut of_name: Vec<McpServerActor> =
+                servers.into_iter().filter(|h| h.name() == name).collect();
+            if of_name.is_empty() {
+                return Err(RemoteError::Failed(format!("no MCP server named '{name}'")));
+            }
+            of_name.extend(pool.sessions_of(&name));
+            let stopped = of_name.iter().filter(|h| h.crash()).count() as u32;
+            Ok(ControlReply::ChaosStopped {
+                stopped,
+                detail: if stopped == 0 {
+                    format!("MCP server '{name}' has no live session to stop")
+                } else {
+                    format!(
+                        "stopped {stopped} session(s) of MCP server '{name}'; calls in flight got \
+                         'connection lost', the server actor reconnects"
+                    )
+                },
+            })
+        })
+    }
+
     fn handle(
         &self,
         request: Request,

@@ -2,6 +2,8 @@
 //! command-line arguments, the control requests every peer answers (ping, health), the
 //! listener (with TLS for TCP when `--tls-ca`, `--tls-cert`, `--tls-key` are given), and
 //! drain on SIGTERM: stop accepting, finish in-flight work within the grace period, exit.
+//! With `--chaos` a host also takes `ChaosStop` for the actors its role owns; without it
+//! that request is refused with [`CHAOS_OFF`].
 
 use std::{
     path::PathBuf,
@@ -15,7 +17,7 @@ use crate::{
     connection::{Call, ConnectionConfig, InFlight, Service},
     envelope::RemoteError,
     handshake::{Identity, Role},
-    messages::{ControlReply, ControlRequest, Health, Reply, Request},
+    messages::{ActorRef, ControlReply, ControlRequest, Health, Reply, Request, CHAOS_OFF},
     runtime_dir::{self, TOKEN_ENV},
     server::Server,
     tls::{ClusterTls, TlsError, TlsFiles},
@@ -63,6 +65,10 @@ pub struct HostArgs {
     /// The private key of --tls-cert (PEM).
     #[arg(long, env = crate::tls::TLS_KEY_ENV, value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
+    /// Chaos mode: accept `ChaosStop` control requests, which stop one of this process's
+    /// actors as if it had crashed (for chaos tests; off by default).
+    #[arg(long, env = crate::messages::CHAOS_ENV, value_parser = clap::builder::FalseyValueParser::new())]
+    pub chaos: bool,
 }
 
 /// Why a host could not start.
@@ -148,6 +154,17 @@ pub trait RoleHandler: Send + Sync + 'static {
         call: Call,
         health: Health,
     ) -> BoxFuture<'static, Result<Reply, RemoteError>>;
+
+    /// Chaos mode: stop `actor` as if it had crashed, when this process owns it. The
+    /// default owns none: the reply says 0 were stopped.
+    fn chaos_stop(&self, actor: ActorRef) -> BoxFuture<'static, Result<ControlReply, RemoteError>> {
+        Box::pin(async move {
+            Ok(ControlReply::ChaosStopped {
+                stopped: 0,
+                detail: format!("this process owns no {} actor", actor.kind()),
+            })
+        })
+    }
 }
 
 /// The service of a host: answers control requests itself, hands the rest to its role.
@@ -157,6 +174,8 @@ pub struct HostService {
     started: Instant,
     in_flight: Arc<InFlight>,
     handler: Arc<dyn RoleHandler>,
+    /// Chaos mode: `ChaosStop` is handed to the role.
+    chaos: bool,
 }
 
 impl HostService {
@@ -172,7 +191,14 @@ impl HostService {
             started: Instant::now(),
             in_flight,
             handler,
+            chaos: false,
         }
+    }
+
+    /// Takes `ChaosStop` requests (`--chaos`).
+    pub fn with_chaos(mut self, chaos: bool) -> Self {
+        self.chaos = chaos;
+        self
     }
 
     pub fn health(&self) -> Health {
@@ -197,6 +223,14 @@ impl Service for HostService {
             Request::Control(ControlRequest::Health) => {
                 let h = self.health();
                 Box::pin(async move { Ok(Reply::Control(ControlReply::Health(h))) })
+            }
+            Request::Control(ControlRequest::ChaosStop { actor }) => {
+                if !self.chaos {
+                    return Box::pin(async { Err(RemoteError::Failed(CHAOS_OFF.to_owned())) });
+                }
+                tracing::warn!(role = %self.role, %actor, "chaos: stopping {actor} as if it crashed");
+                let stop = self.handler.chaos_stop(actor);
+                Box::pin(async move { Ok(Reply::Control(stop.await?)) })
             }
             other => self.handler.handle(other, call, self.health()),
         }
@@ -226,12 +260,9 @@ pub async fn serve(
     identity.capacity = args.capacity;
     let identity_tls = identity.tls.is_some() && matches!(args.listen, Address::Tcp(_));
     let in_flight = Arc::new(InFlight::default());
-    let service = Arc::new(HostService::new(
-        role,
-        node_id.clone(),
-        in_flight.clone(),
-        handler,
-    ));
+    let service = Arc::new(
+        HostService::new(role, node_id.clone(), in_flight.clone(), handler).with_chaos(args.chaos),
+    );
     let server = Server::bind(
         &args.listen,
         identity,
@@ -244,7 +275,7 @@ pub async fn serve(
         address: args.listen.clone(),
         source,
     })?;
-    tracing::info!(role = %role, node = %node_id, address = %server.address(), tls = identity_tls, "listening");
+    tracing::info!(role = %role, node = %node_id, address = %server.address(), tls = identity_tls, chaos = args.chaos, "listening");
     wait_for_shutdown_signal()
         .await
         .map_err(HostError::Signals)?;

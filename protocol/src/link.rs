@@ -2,6 +2,8 @@
 //! connection, reconnects with exponential backoff and jitter when it dies, and forwards
 //! `Call`s. A call made while the peer is away fails at once with `PeerUnavailable`.
 //! TCP uses the identity's TLS ([`crate::tls`]); without it, TCP dials loopback only.
+//! Started under an actix `Supervisor` ([`HostLink::supervised`]), a link that stops
+//! (chaos mode's [`CrashLink`]) is restarted in place, under the same address, and redials.
 
 use std::{sync::Arc, time::Duration};
 
@@ -222,6 +224,8 @@ pub struct HostLink {
     ever_connected: bool,
     last_error: Option<String>,
     retry: Option<SpawnHandle>,
+    /// Stopped for good ([`StopLink`]): a supervised restart does not dial again.
+    retired: bool,
 }
 
 impl HostLink {
@@ -238,7 +242,14 @@ impl HostLink {
             ever_connected: false,
             last_error: None,
             retry: None,
+            retired: false,
         }
+    }
+
+    /// Starts the link under an actix `Supervisor`: if it stops (crashes), it is restarted
+    /// with its address, identity and reconnect count, and dials again.
+    pub fn supervised(self) -> Addr<HostLink> {
+        actix::Supervisor::start(move |_| self)
     }
 
     /// The link dials a peer of `role`: over TLS, a certificate naming another role is
@@ -311,13 +322,51 @@ impl Actor for HostLink {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        self.dial(ctx);
+        if !self.retired {
+            self.dial(ctx);
+        }
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
         if let Some(c) = self.conn.take() {
             c.close("link stopped");
         }
+    }
+}
+
+impl actix::Supervised for HostLink {
+    /// A restart after a crash: what the dead instance had in flight is gone (its
+    /// futures were dropped with it); the new one dials at once.
+    fn restarting(&mut self, _: &mut Context<Self>) {
+        self.conn = None;
+        self.dialing = false;
+        self.retry = None;
+        self.backoff.reset();
+        if !self.retired {
+            self.reconnects += 1;
+            tracing::warn!(address = %self.address, "link restarted after it stopped; redialing");
+        }
+    }
+}
+
+/// The reason a link's calls fail after chaos mode stopped it.
+pub const LINK_CRASHED: &str = "the link actor stopped (chaos: as if it crashed); redialing";
+
+/// Chaos mode: the link stops as if it crashed: its connection is dropped (calls in
+/// flight on it fail with [`LINK_CRASHED`]) and, when supervised, it restarts and redials.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct CrashLink;
+
+impl Handler<CrashLink> for HostLink {
+    type Result = ();
+
+    fn handle(&mut self, _: CrashLink, ctx: &mut Context<Self>) {
+        self.last_error = Some(LINK_CRASHED.to_owned());
+        if let Some(c) = self.conn.take() {
+            c.close(LINK_CRASHED);
+        }
+        ctx.stop();
     }
 }
 
@@ -392,6 +441,9 @@ impl Handler<RedialNow> for HostLink {
     type Result = ();
 
     fn handle(&mut self, _: RedialNow, ctx: &mut Context<Self>) {
+        if self.retired {
+            return;
+        }
         self.backoff.reset();
         if let Some(h) = self.retry.take() {
             ctx.cancel_future(h);
@@ -410,6 +462,8 @@ impl Handler<StopLink> for HostLink {
     type Result = ();
 
     fn handle(&mut self, _: StopLink, ctx: &mut Context<Self>) {
+        self.retired = true;
+        self.last_error = Some(format!("the link to {} was stopped", self.address));
         ctx.stop();
     }
 }

@@ -7,7 +7,9 @@
 //! unless every slot is active (then it grows, with a warning); active + warm + pre-warmed
 //! never exceeds `capacity` (an acquire then waits or is rejected); warm sandboxes idle
 //! past `idle_timeout` are destroyed by a check every `idle_check_interval`. A call with a
-//! call id runs once ([`crate::recent_calls`]).
+//! call id runs once ([`crate::recent_calls`]). The pool supervises its sandbox actors: one
+//! that stopped (crashed) is replaced at its next use by a fresh one over the same thread
+//! directories, under the same id and leases.
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -28,7 +30,7 @@ use crate::{
     paths::ThreadPaths,
     provider::ProviderVerdict,
     recent_calls::{Begin, CallKey, Ending, RecentCalls},
-    sandbox::{Bind, Kill, ReleaseBackground, Sandbox, SupervisorPid},
+    sandbox::{Bind, Crash, Kill, ReleaseBackground, Sandbox, SupervisorPid},
     settings::{OverflowPolicy, ProviderKind, SandboxSettings},
 };
 
@@ -40,6 +42,8 @@ struct Entry {
     leases: Leases,
     created: Instant,
     touched: Instant,
+    /// Times its actor stopped unexpectedly and was started again.
+    restarts: u32,
 }
 
 impl Entry {
@@ -259,6 +263,26 @@ impl SandboxPool {
         }
     }
 
+    /// The supervision of the sandbox actors: an entry whose actor stopped (it crashed)
+    /// gets a fresh one over the same thread directories, keeping its id and leases.
+    fn revive(&mut self, id: &SandboxId) -> Result<(), SandboxError> {
+        let kind = self.kind()?;
+        let Some(e) = self.entries.get_mut(id) else {
+            return Ok(());
+        };
+        if e.addr.connected() {
+            return Ok(());
+        }
+        let thread = ThreadPaths::new(&self.settings.base_dir, &e.user_id, &e.thread_id);
+        let fresh = Sandbox::new(self.settings.clone(), kind, thread).map_err(|e| {
+            SandboxError::ProviderUnavailable(format!("cannot restart the sandbox: {e}"))
+        })?;
+        e.addr = fresh.start();
+        e.restarts += 1;
+        tracing::warn!(sandbox = %id, restarts = e.restarts, "the sandbox's actor had stopped; started a fresh one over the same files");
+        Ok(())
+    }
+
     /// Acquire without waiting: `Ok(None)` means "at capacity, wait".
     fn try_acquire(
         &mut self,
@@ -284,6 +308,7 @@ impl SandboxPool {
             lease_ttl_ms,
         };
         if self.entries.contains_key(&id) {
+            self.revive(&id)?;
             let key = self.lease_key(owner);
             let until = self.lease_until();
             if let Some(e) = self.entries.get_mut(&id) {
@@ -339,6 +364,7 @@ impl SandboxPool {
                 leases: Leases::held(key, until),
                 created: now,
                 touched: now,
+                restarts: 0,
             },
         );
         if source == AcquireSource::Prewarmed {
@@ -562,6 +588,7 @@ impl Handler<BeginCall> for SandboxPool {
         self.kind()?;
         self.note_incarnation(msg.owner.as_ref());
         let until = self.lease_until();
+        self.revive(&SandboxId::unbound(&msg.sandbox_id))?;
         let Some(e) = self.entries.get_mut(&SandboxId::unbound(&msg.sandbox_id)) else {
             return Err(SandboxError::UnknownSandbox(msg.sandbox_id));
         };
@@ -661,12 +688,37 @@ impl Handler<Resolve> for SandboxPool {
 
     fn handle(&mut self, Resolve(id): Resolve, _: &mut Context<Self>) -> Self::Result {
         self.kind()?;
+        self.revive(&SandboxId::unbound(&id))?;
         match self.entries.get_mut(&SandboxId::unbound(&id)) {
             Some(e) => {
                 e.touched = Instant::now();
                 Ok(e.addr.clone())
             }
             None => Err(SandboxError::UnknownSandbox(id)),
+        }
+    }
+}
+
+/// Chaos mode: stop the sandbox actor of (user, thread) as if it crashed. False when
+/// the thread has no sandbox here.
+#[derive(Debug, Message)]
+#[rtype(result = "bool")]
+pub struct ChaosStop {
+    pub user_id: String,
+    pub thread_id: String,
+}
+
+impl Handler<ChaosStop> for SandboxPool {
+    type Result = bool;
+
+    fn handle(&mut self, msg: ChaosStop, _: &mut Context<Self>) -> bool {
+        let id = SandboxId::for_thread(&msg.user_id, &msg.thread_id);
+        match self.entries.get(&id) {
+            Some(e) => {
+                e.addr.do_send(Crash);
+                true
+            }
+            None => false,
         }
     }
 }

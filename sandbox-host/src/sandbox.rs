@@ -1,7 +1,8 @@
 //! `Sandbox`: one live sandbox. Owns its path mapping, its per-file locks, (local) the
 //! processes its commands left running and (bwrap) its supervisor; hands out a
 //! [`ToolContext`] for each call, starting a new supervisor over the same directories when
-//! the previous one died. Stopping the actor kills the supervisor and its namespace.
+//! the previous one died. Stopping the actor kills the supervisor and its namespace;
+//! the pool starts a fresh actor over the same directories at the next use of a stopped one.
 
 use std::{sync::Arc, time::Duration};
 
@@ -116,6 +117,20 @@ impl Handler<Kill> for Sandbox {
             s.kill();
         }
         self.jobs.kill_all();
+        ctx.stop();
+    }
+}
+
+/// Chaos mode: the actor stops as if it crashed (its supervisor and namespace die with
+/// it, calls in flight in it fail); the pool starts a fresh one at the next use.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Crash;
+
+impl Handler<Crash> for Sandbox {
+    type Result = ();
+
+    fn handle(&mut self, _: Crash, ctx: &mut Context<Self>) {
         ctx.stop();
     }
 }

@@ -17,7 +17,8 @@ use futures::future::BoxFuture;
 
 use crate::{
     pool::{
-        Acquire, BeginCall, CallStart, CountLive, EndCall, Release, RenewLease, SandboxPool, Status,
+        Acquire, BeginCall, CallStart, ChaosStop, CountLive, EndCall, Release, RenewLease,
+        SandboxPool, Status,
     },
     recent_calls::{Ending, CALL_NOT_FINISHED},
     sandbox::Prepare,
@@ -138,6 +139,41 @@ pub async fn call_once(
 }
 
 impl RoleHandler for SandboxService {
+    /// Chaos mode: stops a thread's sandbox actor as if it crashed.
+    fn chaos_stop(
+        &self,
+        actor: antler_protocol::messages::ActorRef,
+    ) -> BoxFuture<'static, Result<antler_protocol::messages::ControlReply, RemoteError>> {
+        use antler_protocol::messages::{ActorRef, ControlReply};
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let ActorRef::Sandbox { user, thread } = actor else {
+                return Ok(ControlReply::ChaosStopped {
+                    stopped: 0,
+                    detail: format!("sandbox-host owns no {} actor", actor.kind()),
+                });
+            };
+            let stopped = pool
+                .send(ChaosStop {
+                    user_id: user.clone(),
+                    thread_id: thread.clone(),
+                })
+                .await
+                .map_err(unavailable)?;
+            Ok(ControlReply::ChaosStopped {
+                stopped: u32::from(stopped),
+                detail: if stopped {
+                    format!(
+                        "stopped the sandbox of {user}/{thread}: calls in flight in it fail, the \
+                         next call gets a fresh sandbox over the same files"
+                    )
+                } else {
+                    format!("no sandbox of {user}/{thread} on this host")
+                },
+            })
+        })
+    }
+
     fn handle(
         &self,
         request: Request,

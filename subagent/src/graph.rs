@@ -2,7 +2,8 @@
 //! cancellation and drives the engine's task run (`antler_engine::run::task::graph`): no
 //! checkpoint, no `task` tool, its budgets and timeout. Its events and its end go to the
 //! [`Worker`](crate::worker::Worker), which streams them to whoever listens; the first
-//! terminal state is the only one (the actor stops after it).
+//! terminal state is the only one (the actor stops after it). A graph that stops without
+//! one (it crashed, or chaos mode's [`Crash`]) is reported `failed` by the worker.
 
 use std::sync::Arc;
 
@@ -70,5 +71,19 @@ impl Handler<CancelTask> for TaskGraph {
 
     fn handle(&mut self, _: CancelTask, _: &mut Context<Self>) {
         self.cancel.cancel();
+    }
+}
+
+/// Chaos mode: the graph stops as if it crashed, mid-step, with no result; its worker
+/// reports the task failed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Crash;
+
+impl Handler<Crash> for TaskGraph {
+    type Result = ();
+
+    fn handle(&mut self, _: Crash, ctx: &mut Context<Self>) {
+        ctx.stop();
     }
 }

@@ -3,7 +3,9 @@
 //! tool call) so a lead that restarted collects them instead of running them again.
 //! [`Handler`] answers the lead: a `RunTask` starts a graph (or re-attaches when that
 //! task already runs or ran here: nothing runs twice) and streams its events and its
-//! end; a task without a free slot is refused, never queued.
+//! end; a task without a free slot is refused, never queued. The worker supervises its
+//! graphs: one that stopped without a result (it crashed) ends its task `failed` with
+//! [`GRAPH_CRASHED`], so the lead's run goes on instead of waiting for it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,11 +23,18 @@ use antler_protocol::{
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 
-use crate::graph::{CancelTask, TaskGraph};
+use crate::graph::{CancelTask, Crash, TaskGraph};
 use crate::hosts::WorkerHosts;
 
 /// A task's key: its parent run and the `task` call's id.
 pub type TaskKey = (String, String);
+
+/// The error of a task whose graph stopped without a result.
+pub const GRAPH_CRASHED: &str =
+    "the task's graph stopped unexpectedly (it crashed) before it had a result";
+
+/// How often the worker looks for graphs that stopped without a result.
+const GRAPH_CHECK: Duration = Duration::from_millis(200);
 
 /// What a listener of a task receives.
 #[derive(Debug)]
@@ -95,6 +104,50 @@ impl Actor for Worker {
                 Entry::Running { .. } => true,
             });
         });
+        ctx.run_interval(GRAPH_CHECK, |worker, ctx| worker.reap_crashed(ctx));
+    }
+}
+
+impl Worker {
+    /// Ends `failed` every task whose graph stopped without reporting its end.
+    fn reap_crashed(&mut self, ctx: &mut Context<Self>) {
+        let crashed: Vec<TaskKey> = self
+            .tasks
+            .iter()
+            .filter_map(|(key, entry)| match entry {
+                Entry::Running { graph, .. } if !graph.connected() => Some(key.clone()),
+                _ => None,
+            })
+            .collect();
+        for key in crashed {
+            tracing::warn!(run = %key.0, call = %key.1, "{GRAPH_CRASHED}; the task ends failed");
+            let mut result = TaskResult::failed(GRAPH_CRASHED);
+            result.worker = Some(self.node.clone());
+            actix::Handler::handle(self, TaskFinished { key, result }, ctx);
+        }
+    }
+}
+
+/// Chaos mode: stop the graphs of the tasks with this id (a `task` call id) as if they
+/// crashed; how many were running.
+#[derive(Message)]
+#[rtype(result = "u32")]
+pub struct ChaosStop {
+    pub task_id: String,
+}
+
+impl actix::Handler<ChaosStop> for Worker {
+    type Result = u32;
+
+    fn handle(&mut self, msg: ChaosStop, _: &mut Context<Self>) -> u32 {
+        let mut stopped = 0;
+        for ((_, call), entry) in &self.tasks {
+            if let (true, Entry::Running { graph, .. }) = (*call == msg.task_id, entry) {
+                graph.do_send(Crash);
+                stopped += 1;
+            }
+        }
+        stopped
     }
 }
 
@@ -323,6 +376,37 @@ async fn stream(subscription: Subscription, call: Call) -> Result<Reply, RemoteE
 }
 
 impl RoleHandler for Handler {
+    /// Chaos mode: stops a task's graph as if it crashed.
+    fn chaos_stop(
+        &self,
+        actor: antler_protocol::messages::ActorRef,
+    ) -> BoxFuture<'static, Result<antler_protocol::messages::ControlReply, RemoteError>> {
+        use antler_protocol::messages::{ActorRef, ControlReply};
+        let worker = self.worker.clone();
+        Box::pin(async move {
+            let ActorRef::TaskGraph { task_id } = actor else {
+                return Ok(ControlReply::ChaosStopped {
+                    stopped: 0,
+                    detail: format!("a subagent worker owns no {} actor", actor.kind()),
+                });
+            };
+            let stopped = worker
+                .send(ChaosStop {
+                    task_id: task_id.clone(),
+                })
+                .await
+                .map_err(gone)?;
+            Ok(ControlReply::ChaosStopped {
+                stopped,
+                detail: if stopped > 0 {
+                    format!("stopped the graph of task '{task_id}': the task ends failed")
+                } else {
+                    format!("no running task '{task_id}' on this worker")
+                },
+            })
+        })
+    }
+
     fn handle(
         &self,
         request: Request,

@@ -31,6 +31,10 @@ pub enum ClusterCommand {
         /// Print the status table once every process is healthy.
         #[arg(long)]
         show_status: bool,
+        /// Chaos mode: every process accepts `antler chaos stop`, which stops one actor
+        /// as if it had crashed. Off by default; in cluster mode only on loopback.
+        #[arg(long, env = antler_protocol::messages::CHAOS_ENV, value_parser = clap::builder::FalseyValueParser::new())]
+        chaos: bool,
     },
     /// Show every process of the running cluster.
     Status {
@@ -77,8 +81,10 @@ pub fn run(ctx: &Ctx, command: ClusterCommand) -> anyhow::Result<ExitCode> {
             config,
             workers,
             show_status,
+            chaos,
         } => {
-            let spec = cluster_spec(runtime_dir, config.as_deref(), workers)?;
+            let mut spec = cluster_spec(runtime_dir, config.as_deref(), workers)?;
+            spec.chaos = chaos;
             actix::System::new().block_on(up(spec, show_status))
         }
         ClusterCommand::Status { json } => actix::System::new().block_on(status(runtime_dir, json)),

@@ -2,6 +2,7 @@
 
 pub mod catalog;
 pub mod chaos;
+pub mod chaos_stop;
 pub mod cluster;
 pub mod cluster_init;
 pub mod config;
@@ -98,6 +99,7 @@ pub fn cluster_spec(
             .map(str::to_owned)
             .or_else(|| std::env::var(antler_protocol::runtime_dir::TOKEN_ENV).ok())
             .filter(|t| !t.trim().is_empty()),
+        chaos: false,
     })
 }
 

@@ -6,6 +6,9 @@
 //! the last [`KEEP_ENDED`] ended runs stay for watchers, older ones are read from the
 //! checkpoint store. A run is cancelled through its [`CancelFlag`] while it is driven
 //! (its drive ends `error`); one waiting for an answer is ended without being driven.
+//! The manager supervises the run actors: one that stops mid-drive (it crashed; chaos
+//! mode's [`ChaosStopRun`]) is resumed from its last checkpoint, and the resumed run's
+//! events say so ([`RUN_ACTOR_CRASHED`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -23,8 +26,16 @@ use super::prepare::{PrepareError, Prepared, RunEnv};
 use super::view;
 use crate::catalog::{Catalog, ToolSource};
 use crate::checkpoint::{RunRecord, RunStatus};
-use crate::run::actor::{CancelFlag, Drive, RunActor, RunError, RunEvent, ToolState};
+use crate::run::actor::{CancelFlag, Crash, Drive, RunActor, RunError, RunEvent, ToolState};
 use crate::run::journal::Journal;
+
+/// The warning a run resumed after its actor crashed carries in its events.
+pub const RUN_ACTOR_CRASHED: &str =
+    "the run's actor stopped unexpectedly (it crashed); the run was resumed from its last checkpoint";
+
+/// How long after a run actor's crash its resume starts, so the checkpoint writes the dead
+/// drive had handed to the journal have landed.
+const RESUME_AFTER_CRASH: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Ended runs whose views and events the manager keeps in memory.
 pub const KEEP_ENDED: usize = 1_000;
@@ -55,6 +66,8 @@ pub struct RunManager {
     /// Submissions with an idempotency key being prepared (a repeat is answered their id).
     submitting: std::collections::HashSet<String>,
     resume_at_start: bool,
+    /// Runs being resumed because their actor crashed, with the warning their events get.
+    crashed: HashMap<String, String>,
 }
 
 impl RunManager {
@@ -70,6 +83,7 @@ impl RunManager {
             cancel_at_launch: Default::default(),
             submitting: Default::default(),
             resume_at_start,
+            crashed: HashMap::new(),
         }
     }
 
@@ -97,6 +111,9 @@ impl RunManager {
             timing.clone(),
         );
         for message in warnings {
+            sink(&RunEvent::Warning { message });
+        }
+        if let Some(message) = self.crashed.remove(&run_id) {
             sink(&RunEvent::Warning { message });
         }
         run.on_event(sink);
@@ -133,10 +150,21 @@ impl RunManager {
             actor
                 .send(Drive)
                 .into_actor(self)
-                .map(move |result, manager, _| {
+                .map(move |result, manager, ctx| {
                     let Some(live) = manager.runs.get_mut(&run_id) else {
                         return;
                     };
+                    if result.is_err() && !live.cancel.is_cancelled() {
+                        // The actor is gone mid-drive: it crashed. Its state is the last
+                        // checkpoint's; resume from there.
+                        live.driving = false;
+                        live.actor = None;
+                        manager
+                            .metrics
+                            .drive_stopped(RunStatus::Interrupted.as_str());
+                        manager.resume_crashed(run_id, ctx);
+                        return;
+                    }
                     let (view, status) = match result {
                         Ok(Ok(outcome)) => {
                             (view::from_outcome(&live.record, &outcome), outcome.status)
@@ -173,6 +201,35 @@ impl RunManager {
 }
 
 impl RunManager {
+    /// Resumes a run whose actor crashed, from its last checkpoint.
+    fn resume_crashed(&mut self, run_id: String, ctx: &mut Context<Self>) {
+        tracing::warn!(run = %run_id, "{RUN_ACTOR_CRASHED}");
+        self.crashed
+            .insert(run_id.clone(), RUN_ACTOR_CRASHED.to_owned());
+        let me = ctx.address();
+        actix::spawn(async move {
+            tokio::time::sleep(RESUME_AFTER_CRASH).await;
+            for attempt in 1..=RESUME_ATTEMPTS {
+                let resume = ResumeRun {
+                    run_id: run_id.clone(),
+                    answer: None,
+                    playbook: None,
+                };
+                match me.send(resume).await {
+                    Ok(Ok(_)) => return,
+                    Ok(Err(e)) if attempt < RESUME_ATTEMPTS => {
+                        tracing::warn!(run = %run_id, attempt, "cannot resume the run yet: {e}");
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::error!(run = %run_id, "cannot resume the run after its actor crashed: {e}; antler run --resume {run_id} retries");
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
+    }
+
     /// Ends `run_id`, stopped at a question (in memory or only in the store), as
     /// cancelled without driving it: recorded `error`, its view and watchers told.
     fn end_cancelled(
@@ -367,6 +424,39 @@ impl Handler<ResumeRun> for RunManager {
                 Ok(manager.launch(prepared?, false, ctx))
             }),
         )
+    }
+}
+
+/// Chaos mode: stop the actor of a run being driven as if it crashed; the manager then
+/// resumes the run from its last checkpoint. The reply says what happens, or why not.
+#[derive(Message)]
+#[rtype(result = "Result<String, String>")]
+pub struct ChaosStopRun(pub String);
+
+impl Handler<ChaosStopRun> for RunManager {
+    type Result = Result<String, String>;
+
+    fn handle(
+        &mut self,
+        ChaosStopRun(run_id): ChaosStopRun,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
+        match self.runs.get(&run_id) {
+            Some(LiveRun {
+                actor: Some(actor),
+                driving: true,
+                ..
+            }) => {
+                actor.do_send(Crash);
+                Ok(format!(
+                    "stopped the actor of run '{run_id}' mid-drive; it is resumed from its last checkpoint"
+                ))
+            }
+            Some(_) => Err(format!(
+                "run '{run_id}' is not being driven (ended, or waiting for an answer): its actor cannot be stopped mid-drive"
+            )),
+            None => Err(format!("no run '{run_id}' is live on this lead")),
+        }
     }
 }
 

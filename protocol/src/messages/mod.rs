@@ -8,7 +8,9 @@ mod mcp;
 mod sandbox;
 mod worker;
 
-pub use control::{ControlReply, ControlRequest, Health};
+pub use control::{
+    ActorRef, ControlReply, ControlRequest, Health, ACTOR_KINDS, CHAOS_ENV, CHAOS_OFF,
+};
 pub use lead::{LeadReply, LeadRequest, PeerPing, PlaybookSource, ProcessStatus, RunSubmission};
 pub use mcp::{
     McpCall, McpCallResult, McpContent, McpDiscovery, McpOAuthLogin, McpReloadSummary, McpReply,

@@ -2,7 +2,10 @@
 //! them. Catalogs are cached by (sources version, assembly request); any source change
 //! (config, extensions, an MCP tool list) bumps the version, so the next request builds a
 //! new catalog with a new hash. A reply is always one whole, immutable catalog: builds
-//! happen inside the actor, between messages, never visible half-done.
+//! happen inside the actor, between messages, never visible half-done. Started with
+//! [`CatalogActor::supervised`], a crash (chaos mode's [`Crash`]) restarts it in place with
+//! the sources its feeders gave it and an empty cache: the next catalog is rebuilt from the
+//! same sources, so it has the same hash, and queued requests wait instead of failing.
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -21,6 +24,8 @@ pub struct CatalogActor {
     sources: Sources,
     version: u64,
     cache: HashMap<AssemblyRequest, Arc<Assembled>>,
+    /// Times the supervisor restarted it.
+    restarts: u32,
 }
 
 impl CatalogActor {
@@ -29,6 +34,7 @@ impl CatalogActor {
             sources,
             version: 1,
             cache: HashMap::new(),
+            restarts: 0,
         }
     }
 
@@ -38,8 +44,53 @@ impl CatalogActor {
     }
 }
 
+impl CatalogActor {
+    /// Starts the actor under an actix `Supervisor`, which restarts it when it stops.
+    pub fn supervised(self) -> Addr<CatalogActor> {
+        actix::Supervisor::start(move |_| self)
+    }
+}
+
 impl Actor for CatalogActor {
     type Context = Context<Self>;
+}
+
+impl actix::Supervised for CatalogActor {
+    /// What a crash loses is the cache; the sources are the feeders' and stay.
+    fn restarting(&mut self, _: &mut Context<Self>) {
+        self.cache.clear();
+        self.restarts += 1;
+        tracing::warn!(
+            restarts = self.restarts,
+            "the catalog actor stopped; restarted with the same sources (its catalogs are rebuilt)"
+        );
+    }
+}
+
+/// Chaos mode: stop as if crashed; the supervisor restarts the actor.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Crash;
+
+impl Handler<Crash> for CatalogActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Crash, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+/// How many times the actor was restarted.
+#[derive(Debug, Message)]
+#[rtype(result = "u32")]
+pub struct Restarts;
+
+impl Handler<Restarts> for CatalogActor {
+    type Result = u32;
+
+    fn handle(&mut self, _: Restarts, _: &mut Context<Self>) -> u32 {
+        self.restarts
+    }
 }
 
 /// A built catalog and the sources version it was built from.

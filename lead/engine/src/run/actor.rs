@@ -1208,6 +1208,21 @@ impl Handler<Drive> for RunActor {
     }
 }
 
+/// Chaos mode: the actor stops as if it crashed, mid-drive: the drive is dropped where it
+/// is and its caller sees the actor gone (the run manager resumes the run from its last
+/// checkpoint).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Crash;
+
+impl Handler<Crash> for RunActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Crash, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
 /// Adds the user's answer to the interrupted run (a clarification).
 #[derive(Message)]
 #[rtype(result = "Result<(), RunError>")]

@@ -1,0 +1,109 @@
+//! `antler chaos stop KIND [NAME]`: asks the lead of the running cluster (started with
+//! `antler up --chaos`) to stop one actor as if it had crashed, and prints what happened.
+//! [`stop_actor`] is the same request for code (the chaos suite).
+
+use std::{path::Path, process::ExitCode, time::Duration};
+
+use antler_protocol::{
+    messages::{ActorRef, ControlReply, ControlRequest, Reply, Request, ACTOR_KINDS},
+    ConnectionConfig, RpcError, TraceContext,
+};
+use anyhow::{anyhow, bail};
+use clap::{Args, Subcommand};
+
+use super::Ctx;
+
+/// How long the lead may take to stop an actor (a routed stop waits for its host).
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `antler chaos`: the suite (its own flags), or `stop`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ChaosCli {
+    #[command(subcommand)]
+    pub command: Option<ChaosCommand>,
+    #[command(flatten)]
+    pub suite: super::chaos::ChaosArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ChaosCommand {
+    /// Stop one actor of the running cluster as if it had crashed (the cluster must run
+    /// with `antler up --chaos`). KIND: mcp-server NAME, sandbox [USER:]THREAD,
+    /// task-graph TASK_ID, catalog, peer-link ROLE-INDEX (e.g. sandbox-host-0), run RUN_ID.
+    Stop {
+        /// What kind of actor: mcp-server, sandbox, task-graph, catalog, peer-link or run.
+        kind: String,
+        /// Which one (none for `catalog`).
+        name: Option<String>,
+        /// Print one JSON object: actor, stopped, detail.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// What a stop did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stopped {
+    /// Actors stopped (a server's pooled sessions count one each).
+    pub stopped: u32,
+    /// What their supervisors do next.
+    pub detail: String,
+}
+
+/// Stops `actor` in the cluster running in `runtime_dir`, through its lead.
+pub async fn stop_actor(runtime_dir: &Path, actor: ActorRef) -> anyhow::Result<Stopped> {
+    let connection = crate::cluster::attach(runtime_dir, ConnectionConfig::default()).await?;
+    let reply = connection
+        .request(
+            Request::Control(ControlRequest::ChaosStop { actor }),
+            TraceContext::new_root(),
+            STOP_TIMEOUT,
+        )
+        .await;
+    connection.close("chaos stop done");
+    match reply {
+        Ok(Reply::Control(ControlReply::ChaosStopped { stopped, detail })) => {
+            Ok(Stopped { stopped, detail })
+        }
+        Ok(other) => bail!("unexpected reply from the lead: {other:?}"),
+        Err(RpcError::Remote(e)) => Err(anyhow!("{}", remote_text(&e))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn remote_text(e: &antler_protocol::RemoteError) -> String {
+    match e {
+        antler_protocol::RemoteError::Failed(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Runs `antler chaos ...`.
+pub fn run(ctx: &Ctx, cli: ChaosCli) -> anyhow::Result<ExitCode> {
+    let Some(ChaosCommand::Stop { kind, name, json }) = cli.command else {
+        return super::chaos::run(cli.suite);
+    };
+    let actor = ActorRef::parse(&kind, name.as_deref())
+        .map_err(|e| anyhow!("{e} (kinds: {})", ACTOR_KINDS.join(", ")))?;
+    let runtime_dir = ctx.runtime_dir.clone();
+    let shown = actor.to_string();
+    let kind = actor.kind();
+    match actix::System::new().block_on(stop_actor(&runtime_dir, actor)) {
+        Ok(s) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"actor": kind, "stopped": s.stopped, "detail": s.detail})
+                );
+            } else {
+                println!("stopped {shown}: {}", s.detail);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("antler: chaos stop {kind}: {e:#}");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
