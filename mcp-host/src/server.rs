@@ -265,6 +265,19 @@ impl McpServerActor {
         Some(broker.authorizer(&s.name, Some(user), &url, &o))
     }
 
+    /// Whether users log in to this server (its token source is an authorization-code
+    /// login): each user's calls then need that user's session.
+    pub fn logs_users_in(&self) -> bool {
+        self.authorizer()
+            .and_then(|a| a.discovered().cloned())
+            .is_some_and(|d| d.is_login())
+    }
+
+    /// The host's OAuth authorizers this server's sessions use.
+    pub fn oauth_broker(&self) -> Option<Arc<oauth::OAuthBroker>> {
+        self.shared.options.oauth.clone()
+    }
+
     /// Reconnects now if the actor is waiting out a backoff (a login just completed).
     pub fn wake(&self) {
         self.shared.wake.notify_one();
