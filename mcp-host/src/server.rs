@@ -478,8 +478,13 @@ impl McpServerActor {
     }
 }
 
+/// A 403, as rmcp says it: `HTTP 403`, `Forbidden`, or its `Insufficient scope` error
+/// (a 403 `insufficient_scope` challenge).
 fn is_forbidden(text: &str) -> bool {
-    text.contains("HTTP 403") || text.contains("insufficient scope") || text.contains("Forbidden")
+    let lower = text.to_ascii_lowercase();
+    lower.contains("http 403")
+        || lower.contains("insufficient scope")
+        || lower.contains("forbidden")
 }
 
 /// The server's token source, created on a 401 for an HTTP server with no `oauth` block.

@@ -50,9 +50,17 @@ const scopeOf = (b) => {
   return grant(b.scope);
 };
 
+// The client: the body's, else HTTP Basic's (client_secret_basic).
+const clientOf = (req) => {
+  if (req.body.client_id) return req.body.client_id;
+  const basic = /^Basic (.+)$/i.exec(req.headers.authorization ?? '');
+  if (!basic) return undefined;
+  return decodeURIComponent(Buffer.from(basic[1], 'base64').toString().split(':')[0]);
+};
+
 server.service.on('beforeTokenSigning', (token, req) => {
   token.payload.exp = Math.floor(Date.now() / 1000) + ttl;
-  token.payload.client_id = req.body.client_id ?? 'login-client';
+  token.payload.client_id = clientOf(req) ?? 'login-client';
   token.payload.scope = scopeOf(req.body);
 });
 
@@ -75,7 +83,7 @@ const verifyAssertion = async (b) => {
 server.service.on('beforeResponse', (response, req) => {
   const b = req.body;
   const entry = {
-    grant_type: b.grant_type, client_id: b.client_id, requested_scope: b.scope,
+    grant_type: b.grant_type, client_id: clientOf(req), requested_scope: b.scope,
     refresh_token: b.refresh_token, resource: b.resource,
     assertion: req.assertionRefusal === undefined ? (b.client_assertion ? 'verified' : 'none') : 'refused',
   };

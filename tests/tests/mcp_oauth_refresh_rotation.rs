@@ -134,7 +134,10 @@ fn assert_rotation(reqs: &[Value]) {
 #[test]
 fn login_tokens_refresh_before_expiry_and_after_a_401_with_rotated_refresh_tokens() {
     let logs = tempfile::tempdir().unwrap();
-    let (early_log, late_log) = (logs.path().join("early.jsonl"), logs.path().join("late.jsonl"));
+    let (early_log, late_log) = (
+        logs.path().join("early.jsonl"),
+        logs.path().join("late.jsonl"),
+    );
     let (_early_issuer, early_iport) = issuer(&early_log, &["--expires-in", "6"]);
     let (_late_issuer, late_iport) = issuer(&late_log, &["--ttl", "4", "--expires-in", "3600"]);
     let (_early, early_port) = resource_server(early_iport);
@@ -187,7 +190,9 @@ fn login_tokens_refresh_before_expiry_and_after_a_401_with_rotated_refresh_token
     assert_rotation(&reqs);
     assert_eq!(
         stored_refresh(&c, "early"),
-        reqs.last().unwrap()["issued_refresh_token"].as_str().unwrap()
+        reqs.last().unwrap()["issued_refresh_token"]
+            .as_str()
+            .unwrap()
     );
 
     // late: the token looks good for an hour but the server refuses it after 4 s (401);
