@@ -114,7 +114,7 @@ fn main() -> ExitCode {
 /// Logs of a command other than `up`: the terminal shows warnings and errors (or what
 /// `RUST_LOG` asks for) beside the command's own output; everything from INFO up, the
 /// cluster this command may start included, goes to `logs/antler.log` in the runtime
-/// directory.
+/// directory. OAuth secrets are never logged ([`host::secret_cap`]).
 fn init_command_logs(runtime_dir: &Path) {
     use tracing_subscriber::{
         fmt, layer::SubscriberExt, util::SubscriberInitExt, EnvFilter, Layer,
@@ -137,6 +137,7 @@ fn init_command_logs(runtime_dir: &Path) {
             .with_filter(EnvFilter::new("info"))
     });
     let _ = tracing_subscriber::registry()
+        .with(host::secret_cap())
         .with(
             fmt::layer()
                 .with_writer(std::io::stderr)

@@ -1,9 +1,11 @@
-//! The stdio session pool (spec 5.3): a call that names a user or thread runs on its own
+//! The session pool (spec 5.3): a call that names a user or thread runs on its own
 //! session of a stdio server, keyed by `(server, "user:thread")`, with the working directory
 //! pinned to the thread's workspace, the workspace as its only root (`roots/list`; a later
 //! call naming another workspace changes the root and tells the server), and
 //! `TMPDIR`/`TMP`/`TEMP` under `workspace/.mcp/tmp` (mode 0700; the server's configured
-//! `env` wins). The pool is bounded (`antler.mcp_pool`):
+//! `env` wins). A call that names a user of an HTTP server users log in to (OAuth
+//! authorization code) runs on that user's session, with that user's tokens, keyed
+//! `(server, "user:default")`. The pool is bounded (`antler.mcp_pool`):
 //! a session unused for the idle timeout is stopped, and past the session count or the
 //! servers' summed resident memory the least recently used ones are; a session whose
 //! server was changed or removed is stopped. The lock is held only to look up, insert or
@@ -74,7 +76,7 @@ struct Entry {
     used_at: Instant,
 }
 
-/// Pooled sessions of every stdio server of this host.
+/// Pooled sessions of the servers of this host.
 #[derive(Default)]
 pub struct SessionPool {
     inner: Mutex<Inner>,
@@ -179,7 +181,11 @@ impl SessionPool {
             inner.entries.remove(&key);
         }
         let mut options = OpenOptions::default();
-        if let Some(ws) = workspace {
+        if base.transport() != Transport::Stdio {
+            // A user's session of a server users log in to: that user's tokens.
+            options.oauth = base.oauth_broker();
+            options.user = user.map(str::to_owned);
+        } else if let Some(ws) = workspace {
             options.cwd = Some(ws.to_owned());
             options.roots = vec![ws.to_owned()];
             let tmp = Path::new(ws).join(".mcp").join("tmp");
@@ -193,7 +199,7 @@ impl SessionPool {
         let handle = McpServerActor::spawn(
             base.name().to_owned(),
             base.config().clone(),
-            Transport::Stdio,
+            base.transport(),
             // Pooled sessions list the same tools as the base session: no announcements.
             broadcast::channel(1).0,
             options,
@@ -306,6 +312,17 @@ impl SessionPool {
             .filter(|((server, _), _)| server == name)
             .map(|(_, e)| e.handle.clone())
             .collect()
+    }
+
+    /// Reconnects now the pooled sessions of `server` for `user` that wait out a backoff
+    /// (that user's login just completed).
+    pub fn wake(&self, server: &str, user: &str) {
+        let prefix = format!("{user}:");
+        for ((name, session), e) in self.lock().entries.iter() {
+            if name == server && session.starts_with(&prefix) {
+                e.handle.wake();
+            }
+        }
     }
 
     /// Stops every pooled session; returns them so the caller can wait for them.

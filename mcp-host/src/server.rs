@@ -281,6 +281,19 @@ impl McpServerActor {
         Some(broker.authorizer(&s.name, Some(user), &url, &o))
     }
 
+    /// Whether users log in to this server (its token source is an authorization-code
+    /// login): each user's calls then need that user's session.
+    pub fn logs_users_in(&self) -> bool {
+        self.authorizer()
+            .and_then(|a| a.discovered().cloned())
+            .is_some_and(|d| d.is_login())
+    }
+
+    /// The host's OAuth authorizers this server's sessions use.
+    pub fn oauth_broker(&self) -> Option<Arc<oauth::OAuthBroker>> {
+        self.shared.options.oauth.clone()
+    }
+
     /// Reconnects now if the actor is waiting out a backoff (a login just completed).
     pub fn wake(&self) {
         self.shared.wake.notify_one();
@@ -481,8 +494,13 @@ impl McpServerActor {
     }
 }
 
+/// A 403, as rmcp says it: `HTTP 403`, `Forbidden`, or its `Insufficient scope` error
+/// (a 403 `insufficient_scope` challenge).
 fn is_forbidden(text: &str) -> bool {
-    text.contains("HTTP 403") || text.contains("insufficient scope") || text.contains("Forbidden")
+    let lower = text.to_ascii_lowercase();
+    lower.contains("http 403")
+        || lower.contains("insufficient scope")
+        || lower.contains("forbidden")
 }
 
 /// The server's token source, created on a 401 for an HTTP server with no `oauth` block.

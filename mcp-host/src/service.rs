@@ -247,6 +247,7 @@ impl RoleHandler for McpService {
                         .await
                         .map_err(|e| RemoteError::Failed(e.to_string()))?;
                     base.wake();
+                    pool.wake(&server, user.as_deref().unwrap_or(oauth::DEFAULT_USER));
                     Ok(Reply::Mcp(McpReply::OAuthDone {
                         server,
                         user: user.unwrap_or_else(|| oauth::DEFAULT_USER.into()),
@@ -259,6 +260,7 @@ impl RoleHandler for McpService {
                         .await
                         .map_err(|e| RemoteError::Failed(e.to_string()))?;
                     base.wake();
+                    pool.wake(&server, user.as_deref().unwrap_or(oauth::DEFAULT_USER));
                     Ok(Reply::Mcp(McpReply::OAuthDone {
                         server,
                         user: user.unwrap_or_else(|| oauth::DEFAULT_USER.into()),
@@ -313,21 +315,32 @@ async fn call_tool(
     } else {
         naming::original_name(&c.server, &c.tool, prefix).to_owned()
     };
-    // A stdio call for a user or thread runs on that (user, thread)'s pooled session.
-    let session =
-        if server.transport() == Transport::Stdio && (c.user.is_some() || c.thread.is_some()) {
-            pool.retain_current(&servers);
-            match pool.session(
-                &server,
-                c.user.as_deref(),
-                c.thread.as_deref(),
-                c.workspace.as_deref(),
-            ) {
-                Ok(s) => s,
-                Err(e) => return McpCallResult::error(format!("MCP server '{}': {e}", c.server)),
-            }
-        } else {
-            server
-        };
+    // A stdio call for a user or thread runs on that (user, thread)'s pooled session; a
+    // call for a user of a server users log in to, on that user's session.
+    let stdio = server.transport() == Transport::Stdio;
+    let other_user = c
+        .user
+        .as_deref()
+        .filter(|u| *u != oauth::DEFAULT_USER && !stdio && server.logs_users_in());
+    let session = if stdio && (c.user.is_some() || c.thread.is_some()) {
+        pool.retain_current(&servers);
+        match pool.session(
+            &server,
+            c.user.as_deref(),
+            c.thread.as_deref(),
+            c.workspace.as_deref(),
+        ) {
+            Ok(s) => s,
+            Err(e) => return McpCallResult::error(format!("MCP server '{}': {e}", c.server)),
+        }
+    } else if let Some(user) = other_user {
+        pool.retain_current(&servers);
+        match pool.session(&server, Some(user), None, None) {
+            Ok(s) => s,
+            Err(e) => return McpCallResult::error(format!("MCP server '{}': {e}", c.server)),
+        }
+    } else {
+        server
+    };
     session.call(&tool, args, deadline).await
 }

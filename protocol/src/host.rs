@@ -303,16 +303,91 @@ pub async fn wait_for_shutdown_signal() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`); colours only on a terminal,
-/// so a log file reads as plain text.
+/// Log targets that carry OAuth secrets below INFO: rmcp's auth module logs the
+/// authorization code and token responses at DEBUG, and `oauth2` is the client under it.
+pub const SECRET_LOG_TARGETS: &[&str] = &["rmcp::transport::auth", "oauth2"];
+
+/// A global filter that drops every event and span of [`SECRET_LOG_TARGETS`] below INFO,
+/// whatever `RUST_LOG` asks for (a more specific directive cannot lift it): no code, token,
+/// client secret or PKCE verifier reaches a log. Every process's subscriber has it.
+pub fn secret_cap() -> tracing_subscriber::filter::FilterFn<fn(&tracing::Metadata<'_>) -> bool> {
+    tracing_subscriber::filter::filter_fn(may_log)
+}
+
+/// Whether an event or span of `meta` may be logged under [`secret_cap`].
+fn may_log(meta: &tracing::Metadata<'_>) -> bool {
+    *meta.level() <= tracing::Level::INFO
+        || !SECRET_LOG_TARGETS.iter().any(|t| {
+            meta.target()
+                .strip_prefix(t)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+        })
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`) under [`secret_cap`]; colours
+/// only on a terminal, so a log file reads as plain text.
 pub fn init_tracing() {
     use std::io::IsTerminal;
+    use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt, Layer};
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .with_target(false)
+    let _ = tracing_subscriber::registry()
+        .with(secret_cap())
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_writer(std::io::stderr)
+                .with_target(false)
+                .with_filter(filter),
+        )
         .try_init();
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::{layer::SubscriberExt, EnvFilter, Layer};
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_oauth_targets_are_capped_at_info_whatever_rust_log_asks() {
+        let out = Buffer::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::registry()
+            .with(super::secret_cap())
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(move || writer.clone())
+                    .with_filter(EnvFilter::new("trace,rmcp::transport::auth=trace")),
+            );
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::debug!(target: "rmcp::transport::auth", "code secret-code-1");
+            tracing::trace!(target: "rmcp::transport::auth::metadata_resolver", "secret-2");
+            tracing::debug!(target: "oauth2", "secret-3");
+            tracing::info!(target: "rmcp::transport::auth", "Refreshed access token.");
+            tracing::debug!(target: "rmcp::transport::authority", "kept-1");
+            tracing::debug!(target: "antler_mcp_host", "kept-2");
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        for secret in ["secret-code-1", "secret-2", "secret-3"] {
+            assert!(!text.contains(secret), "{text}");
+        }
+        for kept in ["Refreshed access token.", "kept-1", "kept-2"] {
+            assert!(text.contains(kept), "{text}");
+        }
+    }
 }

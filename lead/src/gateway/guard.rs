@@ -3,7 +3,9 @@
 //! (`Origin`, `Sec-Fetch-Site`); a request with a body must be JSON (no "simple" form or
 //! text/plain request slips through); and every route but `/health` (and `/metrics` on
 //! loopback) needs a bearer token, even on loopback, that [`Authenticator`] maps to a
-//! principal; `/metrics` off loopback and the MCP config routes need the operator. Bodies
+//! principal; `/metrics` off loopback and the MCP config routes need the operator (a user
+//! may start its own MCP login). The OAuth callback is exempt from the origin and token
+//! checks: it completes only a login the gateway started (see `oauth`). Bodies
 //! are read with a size limit and a deadline, so a trickled body cannot hold a connection
 //! open.
 
@@ -136,6 +138,12 @@ impl Guard {
                 return Err(Refusal::Host);
             }
         }
+        // The OAuth callback is the browser's top-level navigation back from an
+        // authorization server: cross-site and without a token by nature. It completes
+        // only a login the gateway started for a principal (its single-use `state`).
+        if *req.method() == Method::GET && path == super::oauth::CALLBACK_PATH {
+            return Ok(None);
+        }
         if cross_origin(req, host.as_deref()) {
             return Err(Refusal::CrossOrigin);
         }
@@ -162,8 +170,12 @@ impl Guard {
                 return Err(Refusal::Credential);
             }
         };
+        // A user may start its own logins; the rest of `/api/mcp/` is the operator's.
+        let own_login = path.starts_with("/api/mcp/") && path.ends_with(super::oauth::START_SUFFIX);
         if !principal.operator
-            && (path == "/metrics" || path == "/api/cluster" || path.starts_with("/api/mcp/"))
+            && (path == "/metrics"
+                || path == "/api/cluster"
+                || (path.starts_with("/api/mcp/") && !own_login))
         {
             return Err(Refusal::NotOperator);
         }
@@ -375,6 +387,54 @@ mod tests {
             open.check(&get("/metrics")).err(),
             Some(Refusal::NotOperator)
         );
+    }
+
+    #[test]
+    fn the_oauth_callback_is_open_cross_site_and_a_user_may_start_its_own_login() {
+        let g = guard();
+        let callback = TestRequest::get()
+            .uri("/api/mcp/oauth/callback?code=c&state=s")
+            .insert_header(("Host", "127.0.0.1:8001"))
+            .insert_header(("Sec-Fetch-Site", "cross-site"))
+            .to_http_request();
+        assert_eq!(g.check(&callback), Ok(None));
+        // Only the GET: a POST there is an ordinary route, token and all.
+        let posted = TestRequest::post()
+            .uri("/api/mcp/oauth/callback?code=c&state=s")
+            .insert_header(("Host", "127.0.0.1:8001"))
+            .insert_header(("Content-Type", "application/json"))
+            .to_http_request();
+        assert_eq!(g.check(&posted).err(), Some(Refusal::Credential));
+        let rebound = TestRequest::get()
+            .uri("/api/mcp/oauth/callback?code=c&state=s")
+            .insert_header(("Host", "rebind.evil.example"))
+            .to_http_request();
+        assert_eq!(g.check(&rebound).err(), Some(Refusal::Host));
+        let start = |token: &str| {
+            TestRequest::post()
+                .uri("/api/mcp/notes/oauth/start")
+                .insert_header(("Host", "127.0.0.1:8001"))
+                .insert_header(("Content-Type", "application/json"))
+                .insert_header(("Authorization", format!("Bearer {token}")))
+                .to_http_request()
+        };
+        let alice = g.check(&start("alice-token-0123456789")).unwrap().unwrap();
+        assert_eq!(alice.user.as_deref(), Some("alice"));
+        let forged = TestRequest::post()
+            .uri("/api/mcp/notes/oauth/start")
+            .insert_header(("Host", "127.0.0.1:8001"))
+            .insert_header(("Content-Type", "application/json"))
+            .insert_header(("Origin", "http://evil.example"))
+            .insert_header(("Authorization", "Bearer alice-token-0123456789"))
+            .to_http_request();
+        assert_eq!(g.check(&forged).err(), Some(Refusal::CrossOrigin));
+        let no_token = TestRequest::post()
+            .uri("/api/mcp/notes/oauth/start")
+            .insert_header(("Host", "127.0.0.1:8001"))
+            .insert_header(("Content-Type", "application/json"))
+            .to_http_request();
+        assert_eq!(g.check(&no_token).err(), Some(Refusal::Credential));
+        assert_eq!(g.check(&start("x")).err(), Some(Refusal::Credential));
     }
 
     #[test]

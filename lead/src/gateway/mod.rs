@@ -1,5 +1,6 @@
 //! The lead's HTTP gateway (actix-web): `/health`; `GET`/`PUT /api/mcp/config` for the
-//! MCP servers of `extensions_config.json` (secrets redacted); runs (`POST /api/runs`,
+//! MCP servers of `extensions_config.json` (secrets redacted); a principal's MCP login
+//! (`POST /api/mcp/{server}/oauth/start`, `GET /api/mcp/oauth/callback`, see `oauth`); runs (`POST /api/runs`,
 //! `GET /api/runs/{id}`, `GET /api/runs/{id}/events` as server-sent events,
 //! `POST /api/runs/{id}/answer`, `POST /api/runs/{id}/cancel`); and `GET /metrics` in Prometheus' text format. A `PUT` of
 //! the MCP config is validated with the same loader mcp-host uses, written atomically
@@ -15,6 +16,7 @@
 //! it did not exist; the operator sees every run (`GET /api/runs` lists them).
 
 mod guard;
+mod oauth;
 mod principal;
 mod secrets;
 mod ui;
@@ -107,6 +109,8 @@ struct State {
     extensions: PathBuf,
     supervisor: Addr<Supervisor>,
     runs: Runs,
+    /// Logins started through `POST /api/mcp/{server}/oauth/start`, by their `state`.
+    logins: Arc<oauth::LoginStates>,
 }
 
 /// Why the gateway could not start.
@@ -159,6 +163,7 @@ impl Gateway {
             extensions,
             supervisor,
             runs,
+            logins: Arc::default(),
         };
         // The guard needs the bound port (the address may ask for port 0): set once bound,
         // refusing everything until then.
@@ -188,6 +193,11 @@ impl Gateway {
                 .route("/health", web::get().to(health))
                 .route("/api/mcp/config", web::get().to(get_config))
                 .route("/api/mcp/config", web::put().to(put_config))
+                .route(oauth::CALLBACK_PATH, web::get().to(oauth::callback))
+                .route(
+                    "/api/mcp/{server}/oauth/start",
+                    web::post().to(oauth::start),
+                )
                 .route("/api/runs", web::post().to(post_run))
                 .route("/api/runs", web::get().to(list_runs))
                 .route("/api/runs/{id}", web::get().to(get_run))

@@ -1,0 +1,254 @@
+//! A web user's MCP login through the gateway, against the npm `@modelcontextprotocol/sdk`
+//! example server with `--oauth` (its own authorization server, dynamic registration,
+//! PKCE, an `/authorize` that approves with a redirect). `POST
+//! /api/mcp/{server}/oauth/start` as alice returns the authorization URL whose redirect is
+//! the gateway's callback; a headless browser follows it, the callback (no token, a
+//! top-level navigation) completes alice's login and says so on a page that shows no code;
+//! then alice's calls work while bob's still fail with the login hint. A forged state and a
+//! reused one are refused with 400.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod lead_support;
+mod mcp_support;
+
+use std::{
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use antler_tests::{antler, wait_for};
+use lead_support::{http_full, LeadCluster};
+use mcp_support::{free_port, npm_bin, tests_dir, wait_port, McpCluster, Peer};
+use serde_json::{json, Value};
+
+const ALICE: &str = "alice-token-000000000001";
+const BOB: &str = "bob-token-00000000000002";
+
+/// The sdk's example server with OAuth: (peer, MCP port).
+fn example_server() -> (Peer, u16) {
+    let _ = npm_bin("oauth2-mock-server"); // the npm peers are installed
+    let (mcp, auth) = (free_port(), free_port());
+    let script = tests_dir().join(
+        "node_modules/@modelcontextprotocol/sdk/dist/esm/examples/server/simpleStreamableHttp.js",
+    );
+    assert!(
+        script.exists(),
+        "{} is missing: `cd tests && npm ci`",
+        script.display()
+    );
+    let child = Command::new("node")
+        .arg(script)
+        .arg("--oauth")
+        .env("MCP_PORT", mcp.to_string())
+        .env("MCP_AUTH_PORT", auth.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the example server");
+    let peer = Peer(child);
+    wait_port(mcp, Duration::from_secs(20));
+    wait_port(auth, Duration::from_secs(20));
+    (peer, mcp)
+}
+
+struct Gateway {
+    cluster: LeadCluster,
+    addr: String,
+}
+
+impl Gateway {
+    fn up(port: u16) -> Gateway {
+        let config = format!(
+            "antler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice}}\n      - {{token: {BOB}, user: bob}}\n"
+        );
+        let servers = json!({"mcpServers": {
+            // The example server names itself `localhost` in its metadata.
+            "notes": {"type": "http", "url": format!("http://localhost:{port}/mcp")}}});
+        let extensions = servers.to_string();
+        let cluster = LeadCluster::up_with_files(
+            &config,
+            &[("extensions_config.json", &extensions)],
+            &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")],
+        );
+        let addr = cluster.gateway();
+        Gateway { cluster, addr }
+    }
+
+    fn post(&self, token: &str, path: &str) -> (u16, Value) {
+        let (code, _, text) = http_full(&self.addr, token, "POST", path, Some("{}"));
+        (
+            code,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    /// A GET with no credential and a browser's cross-site navigation headers.
+    fn navigate(&self, path_and_query: &str) -> (u16, String) {
+        antler_tests::http(
+            &self.addr,
+            "GET",
+            path_and_query,
+            &[
+                ("Sec-Fetch-Site", "cross-site"),
+                ("Sec-Fetch-Mode", "navigate"),
+            ],
+            None,
+        )
+    }
+
+    /// `antler mcp call notes greet --user USER --json`: (exit code, result JSON).
+    fn call_as(&self, user: &str, name: &str) -> (i32, Value) {
+        let args = json!({ "name": name }).to_string();
+        let out = antler(
+            &self.cluster.runtime(),
+            &[
+                "mcp", "call", "notes", "greet", "--args", &args, "--user", user, "--json",
+            ],
+        );
+        let code = out.status.code().unwrap_or(-1);
+        let v = serde_json::from_slice::<Value>(&out.stdout).unwrap_or_else(|_| {
+            panic!(
+                "call output is not JSON (exit {code}): {} / {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (code, v)
+    }
+
+    fn server_state(&self) -> Value {
+        let out = antler(&self.cluster.runtime(), &["mcp", "status", "--json"]);
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        list.as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["name"] == "notes")
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+}
+
+/// Follows `url` and its redirects as a headless browser would: (final status, final URL,
+/// page).
+fn follow(url: &str) -> (u16, String, String) {
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "-L",
+            "--max-time",
+            "30",
+            "-H",
+            "Sec-Fetch-Site: cross-site",
+            "-w",
+            "\n%{http_code} %{url_effective}",
+            url,
+        ])
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (page, tail) = text.rsplit_once('\n').unwrap_or(("", &text));
+    let (code, last) = tail.split_once(' ').unwrap_or((tail, ""));
+    (code.parse().unwrap_or(0), last.to_owned(), page.to_owned())
+}
+
+#[test]
+fn a_web_user_logs_in_through_the_gateway_for_itself_only() {
+    let (_server, port) = example_server();
+    let g = Gateway::up(port);
+    // No token for anyone yet: the server failed its start with a 401.
+    let failed = wait_for(Duration::from_secs(30), || {
+        let s = g.server_state();
+        (s["state"] == "failed").then_some(s)
+    });
+    assert!(failed.is_some(), "{}", g.server_state());
+
+    // A forged state completes nothing.
+    let (code, page) = g.navigate("/api/mcp/oauth/callback?code=x&state=forged");
+    assert_eq!(code, 400, "{page}");
+    assert!(page.contains("unknown or was already used"), "{page}");
+
+    // alice starts her login: the URL sends the browser back to the gateway.
+    let (code, body) = g.post(ALICE, "/api/mcp/notes/oauth/start");
+    assert_eq!(code, 200, "{body}");
+    let url = body["authorization_url"].as_str().unwrap().to_owned();
+    let parsed = url::Url::parse(&url).unwrap();
+    let q: std::collections::HashMap<_, _> = parsed.query_pairs().into_owned().collect();
+    assert_eq!(
+        q["redirect_uri"],
+        format!("http://{}/api/mcp/oauth/callback", g.addr),
+        "{url}"
+    );
+    assert_eq!(q["code_challenge_method"], "S256", "{url}");
+    assert!(!q["state"].is_empty(), "{url}");
+
+    // The browser follows it; the authorization server approves and redirects to the
+    // callback, which completes alice's login.
+    let (code, last, page) = follow(&url);
+    assert_eq!(code, 200, "{last}: {page}");
+    assert!(
+        last.contains("/api/mcp/oauth/callback?"),
+        "the browser did not come back to the gateway: {last}"
+    );
+    assert!(
+        page.contains("Logged in to &#39;notes&#39; as &#39;alice&#39;"),
+        "{page}"
+    );
+    let back = url::Url::parse(&last).unwrap();
+    let code_param = back
+        .query_pairs()
+        .find(|(k, _)| k == "code")
+        .map(|(_, v)| v.into_owned())
+        .expect("the redirect carries a code");
+    assert!(
+        !page.contains(&code_param),
+        "the page shows the code: {page}"
+    );
+
+    // The same callback again: the state was used.
+    let again = format!("/api/mcp/oauth/callback?{}", back.query().unwrap());
+    let (code, page) = g.navigate(&again);
+    assert_eq!(code, 400, "{page}");
+    assert!(page.contains("unknown or was already used"), "{page}");
+
+    // alice's calls work; bob's (and the default user's) still need a login.
+    let (code, r) = g.call_as("alice", "Alice");
+    assert_eq!(code, 0, "{r}");
+    assert!(McpCluster::text(&r).contains("Hello, Alice"), "{r}");
+    let (code, r) = g.call_as("bob", "Bob");
+    assert_ne!(code, 0, "{r}");
+    let text = McpCluster::text(&r);
+    assert!(
+        text.contains("run `antler mcp login notes --user bob`"),
+        "{r}"
+    );
+    assert_eq!(
+        g.server_state()["state"],
+        "failed",
+        "the default user has no login"
+    );
+
+    // bob cannot start a login to a server that does not exist, and gets a clear error.
+    let (code, body) = g.post(BOB, "/api/mcp/nope/oauth/start");
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no MCP server named 'nope'"),
+        "{body}"
+    );
+    // The start needs a credential; the rest of /api/mcp stays the operator's.
+    let (code, _) = g.post("wrong-token", "/api/mcp/notes/oauth/start");
+    assert_eq!(code, 401);
+    let (code, _, _) = http_full(&g.addr, ALICE, "GET", "/api/mcp/config", None);
+    assert_eq!(code, 403);
+
+    // alice's token is stored for her, and never in the store under bob.
+    let store: Value =
+        serde_json::from_slice(&std::fs::read(g.cluster.runtime().join("mcp-oauth.json")).unwrap())
+            .unwrap();
+    let keys: Vec<&String> = store.as_object().unwrap().keys().collect();
+    assert!(keys.iter().any(|k| *k == "notes\u{1f}alice"), "{keys:?}");
+    assert!(!keys.iter().any(|k| k.ends_with("bob")), "{keys:?}");
+}
