@@ -2,7 +2,7 @@
 //! mode, against this build's binaries): every fault kind fires under concurrent runs
 //! that use builtins, sandbox tools, MCP tools behind tool_search, clarifications and
 //! subagent tasks, the disk faults among them (the runs database read-only, the sandbox
-//! volume full); the report (its last line) says every invariant held and every fault
+//! volume full) and one actor of each kind stopped as if it crashed; the report (its last line) says every invariant held and every fault
 //! recovered; the command exits 0; nothing of the cluster is left running.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -26,7 +26,7 @@ fn a_short_seeded_schedule_keeps_every_invariant() {
             "--runs",
             "6",
             "--minutes",
-            "1.2",
+            "1.5",
             "--mode",
             "local",
         ])
@@ -71,6 +71,12 @@ fn a_short_seeded_schedule_keeps_every_invariant() {
         "sigstop:worker",
         "readonly:runs-db",
         "full:sandbox-volume",
+        "actor:mcp-server",
+        "actor:sandbox",
+        "actor:task-graph",
+        "actor:catalog",
+        "actor:peer-link",
+        "actor:run",
     ] {
         let k = kinds
             .iter()

@@ -479,7 +479,7 @@ async fn host_calls(
 }
 
 /// How long the cluster view waits for each host.
-const CLUSTER_TIMEOUT: Duration = Duration::from_secs(3);
+const CLUSTER_TIMEOUT: Duration = Duration::from_millis(2000);
 
 /// `GET /api/cluster` (the operator's): `processes` (as `antler status --json`, workers
 /// with their slots), `sandboxes` (sandbox-host's pool) and `mcp_servers` (mcp-host's

@@ -27,6 +27,16 @@ pub enum Target {
     SandboxSupervisor,
     /// The runs database (runs.sqlite).
     RunsDb,
+    /// A sandbox's actor (local mode: `antler up --chaos`).
+    Sandbox,
+    /// A subagent task's graph on its worker.
+    TaskGraph,
+    /// The lead's catalog actor.
+    Catalog,
+    /// The lead's link to a host.
+    PeerLink,
+    /// The actor driving a run.
+    Run,
     /// A sandbox-host's volume.
     SandboxVolume,
 }
@@ -51,6 +61,9 @@ pub enum Signal {
     ReadOnly,
     /// Filled to its last bytes (a sandbox volume).
     Fill,
+    /// One actor stopped as if it crashed (`antler chaos stop`; local mode, where the
+    /// cluster runs with `--chaos`).
+    Crash,
 }
 
 impl Signal {
@@ -112,6 +125,14 @@ impl FaultKind {
                 target: SandboxVolume,
             });
         }
+        if mode == super::Mode::Local {
+            for target in [McpServer, Sandbox, TaskGraph, Catalog, PeerLink, Run] {
+                all.push(FaultKind {
+                    signal: Crash,
+                    target,
+                });
+            }
+        }
         if mode == super::Mode::MultiHost {
             for target in [McpHost, SandboxHost, Worker] {
                 for signal in [Delay, Drop, Throttle, Corrupt, Cut] {
@@ -141,6 +162,7 @@ impl FaultKind {
             Signal::Cut => "cut",
             Signal::ReadOnly => "readonly",
             Signal::Fill => "full",
+            Signal::Crash => "actor",
         };
         let target = match self.target {
             Target::Lead => "lead",
@@ -151,6 +173,11 @@ impl FaultKind {
             Target::SandboxSupervisor => "sandbox-supervisor",
             Target::RunsDb => "runs-db",
             Target::SandboxVolume => "sandbox-volume",
+            Target::Sandbox => "sandbox",
+            Target::TaskGraph => "task-graph",
+            Target::Catalog => "catalog",
+            Target::PeerLink => "peer-link",
+            Target::Run => "run",
         };
         format!("{signal}:{target}")
     }
@@ -244,9 +271,13 @@ fn mcp_ready(view: &Value) -> bool {
 
 fn role_name(target: Target) -> &'static str {
     match target {
-        Target::Lead | Target::RunsDb => "lead",
+        Target::Lead | Target::RunsDb | Target::Catalog | Target::PeerLink | Target::Run => "lead",
         Target::McpHost | Target::McpServer => "mcp-host",
-        Target::SandboxHost | Target::SandboxSupervisor | Target::SandboxVolume => "sandbox-host",
+        Target::SandboxHost
+        | Target::SandboxSupervisor
+        | Target::SandboxVolume
+        | Target::Sandbox => "sandbox-host",
+        Target::TaskGraph => "subagent",
         Target::Worker => "subagent",
     }
 }
@@ -335,6 +366,9 @@ pub async fn inject(
     let role = role_name(kind.target);
     let replica = (pick % cluster.replicas(role).max(1) as usize) as u32;
     let node = cluster.multi.as_ref().and_then(|m| m.node(role, replica));
+    if kind.signal == Signal::Crash {
+        return crash(cluster, kind, &before, started, pick).await;
+    }
     let host_pid = if matches!(kind.target, Target::Lead | Target::RunsDb) {
         cluster.lead_pid()
     } else {
@@ -380,6 +414,15 @@ pub async fn inject(
             }
             None => {}
             Some(v) => {
+                // A host that does not answer its part of the view is named in its errors.
+                if let Some(e) = v["errors"].as_array().into_iter().flatten().find_map(|e| {
+                    e.as_str()
+                        .filter(|e| e.starts_with(role))
+                        .map(str::to_owned)
+                }) {
+                    *shown_away = Some(format!("the cluster view: {e}"));
+                    return;
+                }
                 if let Some(p) = process_of(cluster, v, role, replica) {
                     if p["healthy"] == false {
                         *shown_away = Some(format!(
@@ -535,6 +578,121 @@ pub async fn inject(
     outcome
 }
 
+/// Stops one actor as if it crashed (`antler chaos stop`), chosen among those alive now,
+/// and measures until the cluster serves again. What shows it: the MCP reconnect for a
+/// server's connection, else the lead's log of the stop with its reason, and what the
+/// actor's supervisor logged after it.
+async fn crash(
+    cluster: &ChaosCluster,
+    kind: FaultKind,
+    before: &Value,
+    started: Instant,
+    pick: usize,
+) -> FaultOutcome {
+    use antler_protocol::messages::ActorRef;
+    let mut outcome = FaultOutcome {
+        kind,
+        at_s: started.elapsed().as_secs_f64(),
+        pid: None,
+        recovery: None,
+        evidence: None,
+    };
+    let running: Vec<String> = match kind.target {
+        Target::TaskGraph | Target::Run => cluster
+            .get("/api/runs?status=running")
+            .await
+            .and_then(|v| v["runs"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|r| {
+                let thread = r["thread"].as_str()?;
+                let i: usize = thread.strip_prefix("chaos-")?.parse().ok()?;
+                match kind.target {
+                    // Delegate runs: their tasks' `task` call ids.
+                    Target::TaskGraph => (i % 3 == 2).then(|| {
+                        super::plan::task_call_id(i, if pick % 2 == 0 { "a" } else { "b" })
+                    }),
+                    _ => r["run_id"].as_str().map(str::to_owned),
+                }
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let one = |list: &[String]| list.get(pick % list.len().max(1)).cloned();
+    let actor = match kind.target {
+        Target::McpServer => Some(ActorRef::McpServer {
+            name: "everything".into(),
+        }),
+        Target::Sandbox => {
+            let active: Vec<String> = before["sandboxes"]["sandboxes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|s| s["state"] == "active")
+                .filter_map(|s| {
+                    Some(format!(
+                        "{}:{}",
+                        s["user_id"].as_str()?,
+                        s["thread_id"].as_str()?
+                    ))
+                })
+                .collect();
+            one(&active).and_then(|n| ActorRef::parse("sandbox", Some(&n)).ok())
+        }
+        Target::TaskGraph => one(&running).map(|task_id| ActorRef::TaskGraph { task_id }),
+        Target::Run => one(&running).map(|run_id| ActorRef::Run { run_id }),
+        Target::Catalog => Some(ActorRef::Catalog),
+        Target::PeerLink => {
+            let links = ["mcp-host-0".to_owned(), "sandbox-host-0".to_owned()]
+                .into_iter()
+                .chain((0..cluster.workers).map(|w| format!("subagent-{w}")))
+                .collect::<Vec<_>>();
+            one(&links).and_then(|n| ActorRef::parse("peer-link", Some(&n)).ok())
+        }
+        _ => None,
+    };
+    let Some(actor) = actor else {
+        return outcome;
+    };
+    let since = log_clock();
+    let reconnects_before = reconnects(before);
+    let name = actor.to_string();
+    if let Err(e) = crate::commands::chaos_stop::stop_actor(&cluster.runtime(), actor).await {
+        // Nothing of that name alive any more (a task that ended meanwhile): not hit.
+        let _ = e;
+        return outcome;
+    }
+    outcome.pid = cluster.lead_pid();
+    let from = Instant::now();
+    while from.elapsed() < RECOVERY_LIMIT {
+        if let Some(view) = cluster.view().await {
+            if served_again(cluster, kind, &view, "lead", 0, 0) {
+                outcome.recovery = Some(from.elapsed());
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let until = Instant::now() + Duration::from_secs(5);
+    while outcome.evidence.is_none() && Instant::now() < until {
+        let view = cluster.view().await.unwrap_or(Value::Null);
+        let now = reconnects(&view);
+        outcome.evidence = if kind.target == Target::McpServer && now > reconnects_before {
+            Some(format!(
+                "mcp-host reconnected {name} ({reconnects_before} -> {now} reconnects)"
+            ))
+        } else {
+            cluster
+                .lead_log_matching(&["chaos: stopping", "as if it crashed"], &since)
+                .map(|l| format!("the lead: {l}"))
+        };
+        if outcome.evidence.is_none() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    outcome
+}
+
 /// Whether what `kind` hit serves again: the lead back with every host (a lead fault), or
 /// the hit host healthy (and replaced, when it was killed), with the MCP server ready
 /// when the fault was on MCP's side. Other faults at the same time do not count against
@@ -555,7 +713,12 @@ fn served_again(
                 && mcp_ready(view)
         }
         Target::McpServer => mcp_ready(view),
-        Target::RunsDb => cluster.all_healthy(view),
+        Target::RunsDb
+        | Target::Sandbox
+        | Target::TaskGraph
+        | Target::Catalog
+        | Target::PeerLink
+        | Target::Run => cluster.all_healthy(view) && mcp_ready(view),
         Target::SandboxVolume => volume_full(cluster, view, replica).is_none(),
         Target::SandboxSupervisor => {
             process_of(cluster, view, role, replica).is_some_and(|p| p["healthy"] == true)

@@ -176,11 +176,16 @@ impl ChaosCluster {
         if let Some(m) = &self.multi {
             command.env("ANTLER_CLUSTER_TOKEN", m.token()?);
         }
-        let child = command
+        command
             .arg("--runtime-dir")
             .arg(self.runtime())
             .args(["up", "--config"])
-            .arg(self.dir.join("config.yaml"))
+            .arg(self.dir.join("config.yaml"));
+        if self.multi.is_none() {
+            // Actors are stopped on purpose only here (refused off loopback).
+            command.arg("--chaos");
+        }
+        let child = command
             .env("ANTLER_GATEWAY_ADDR", &self.gateway)
             .env("ANTLER_GATEWAY_TOKEN", &self.token)
             .env(
@@ -238,7 +243,7 @@ impl ChaosCluster {
             .filter(|v| v["processes"].is_array())
     }
 
-    async fn get(&self, path: &str) -> Option<Value> {
+    pub async fn get(&self, path: &str) -> Option<Value> {
         let reply = self
             .http
             .get(format!("http://{}{path}", self.gateway))

@@ -145,6 +145,11 @@ pub fn task_trace(run: usize, task: &str) -> String {
     format!("/mnt/user-data/workspace/task-{run}-{task}.log")
 }
 
+/// The id of the `task` call of run `run`'s task `task` (the task's id on its worker).
+pub fn task_call_id(run: usize, task: &str) -> String {
+    format!("t{task}-{run}")
+}
+
 /// The playbook of `run`.
 pub fn playbook(run: &PlannedRun) -> String {
     let i = run.index;
@@ -203,8 +208,8 @@ pub fn playbook(run: &PlannedRun) -> String {
                 r#"turns:
   - delay_ms: 300
     tool_calls:
-      - {{id: ta, name: task, args: {{description: work a, prompt: "Write note a", subagent_type: general-purpose}}}}
-      - {{id: tb, name: task, args: {{description: work b, prompt: "Write note b", subagent_type: general-purpose}}}}
+      - {{id: ta-{i}, name: task, args: {{description: work a, prompt: "Write note a", subagent_type: general-purpose}}}}
+      - {{id: tb-{i}, name: task, args: {{description: work b, prompt: "Write note b", subagent_type: general-purpose}}}}
   - delay_ms: 300
     tool_calls:
       - {{id: present, name: present_files, args: {{filepaths: [/mnt/user-data/outputs/sub-{i}-a.md, /mnt/user-data/outputs/sub-{i}-b.md]}}}}
