@@ -205,6 +205,9 @@ impl CheckpointStore {
         for (column, definition) in [
             ("clarification", "INTEGER NOT NULL DEFAULT 0"),
             ("options", "TEXT NOT NULL DEFAULT '{}'"),
+            // Unix milliseconds: when the run was created, and when it last ended.
+            ("started_ms", "INTEGER"),
+            ("ended_ms", "INTEGER"),
         ] {
             let has_column = connection
                 .prepare(&format!("SELECT {column} FROM runs LIMIT 0"))
@@ -283,6 +286,10 @@ impl CheckpointStore {
             "INSERT INTO checkpoints (run_id, step, state) VALUES (?1, 0, ?2)",
             params![record.run_id, state],
         )?;
+        tx.execute(
+            "UPDATE runs SET started_ms = ?2 WHERE run_id = ?1",
+            params![record.run_id, now_ms()],
+        )?;
         tx.commit()?;
         Ok(())
     }
@@ -338,9 +345,11 @@ impl CheckpointStore {
         status: RunStatus,
         detail: Option<&str>,
     ) -> Result<(), CheckpointError> {
+        // A run that ends records when; one driven again has not ended.
+        let ended = matches!(status, RunStatus::Success | RunStatus::Error).then(now_ms);
         let changed = self.db().execute(
-            "UPDATE runs SET status = ?2, detail = ?3 WHERE run_id = ?1",
-            params![run_id, status.as_str(), detail],
+            "UPDATE runs SET status = ?2, detail = ?3, ended_ms = ?4 WHERE run_id = ?1",
+            params![run_id, status.as_str(), detail, ended],
         )?;
         if changed == 0 {
             return Err(CheckpointError::UnknownRun(run_id.to_owned()));
@@ -438,6 +447,65 @@ impl CheckpointStore {
         rows.map(|row| record(row?)).collect()
     }
 
+    /// What the runs list shows of the newest `limit` runs (of `user`, with `status`):
+    /// the record, when it started and ended, the tokens and tool calls of its last
+    /// checkpoint, and its delivery receipt. Read by SQLite's JSON functions, so no state
+    /// is decoded here.
+    pub fn list_summaries(
+        &self,
+        user: Option<&str>,
+        status: Option<RunStatus>,
+        limit: usize,
+    ) -> Result<Vec<RunSummary>, CheckpointError> {
+        let db = self.db();
+        let mut statement = db.prepare(
+            "SELECT r.run_id, r.started_ms, r.ended_ms,
+                    json_extract(c.state, '$.token_usage.total_tokens'),
+                    (SELECT COUNT(*) FROM json_each(c.state, '$.messages') m,
+                                          json_each(m.value, '$.tool_calls')),
+                    (SELECT receipt FROM receipts WHERE run_id = r.run_id)
+             FROM runs r
+             LEFT JOIN checkpoints c ON c.run_id = r.run_id
+                 AND c.step = (SELECT MAX(step) FROM checkpoints WHERE run_id = r.run_id)
+             WHERE (?1 IS NULL OR r.user_id = ?1) AND (?2 IS NULL OR r.status = ?2)
+             ORDER BY r.rowid DESC LIMIT ?3",
+        )?;
+        let max = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = statement.query_map(params![user, status.map(|s| s.as_str()), max], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, Option<i64>>(1)?,
+                row.get::<_, Option<i64>>(2)?,
+                row.get::<_, Option<i64>>(3)?,
+                row.get::<_, Option<i64>>(4)?,
+                row.get::<_, Option<String>>(5)?,
+            ))
+        })?;
+        let mut extra = std::collections::HashMap::new();
+        for row in rows {
+            let (run_id, started_ms, ended_ms, tokens, tool_calls, receipt) = row?;
+            extra.insert(run_id, (started_ms, ended_ms, tokens, tool_calls, receipt));
+        }
+        drop(statement);
+        drop(db);
+        let records = self.list(user, status, limit)?;
+        Ok(records
+            .into_iter()
+            .map(|record| {
+                let (started_ms, ended_ms, tokens, tool_calls, receipt) =
+                    extra.remove(&record.run_id).unwrap_or_default();
+                RunSummary {
+                    started_ms,
+                    ended_ms,
+                    total_tokens: tokens.map(|t| t.max(0) as u64),
+                    tool_calls: tool_calls.map(|t| t.max(0) as u64).unwrap_or(0),
+                    delivery: receipt.and_then(|r| serde_json::from_str(&r).ok()),
+                    record,
+                }
+            })
+            .collect())
+    }
+
     /// The runs still `running` (interrupted by a crash), in run id order: the lead
     /// resumes these when it starts.
     pub fn in_progress(&self) -> Result<Vec<RunRecord>, CheckpointError> {
@@ -448,6 +516,25 @@ impl CheckpointStore {
         let rows = statement.query_map([], raw_record)?;
         rows.map(|row| record(row?)).collect()
     }
+}
+
+/// One row of the runs list.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    pub record: RunRecord,
+    pub started_ms: Option<i64>,
+    pub ended_ms: Option<i64>,
+    pub total_tokens: Option<u64>,
+    pub tool_calls: u64,
+    pub delivery: Option<DeliveryReceipt>,
+}
+
+/// Now, in Unix milliseconds.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 const SELECT_RUN: &str =
@@ -669,6 +756,67 @@ mod tests {
             subagents: true,
             role: Some("member".into()),
         }
+    }
+
+    #[test]
+    fn the_runs_list_summarises_each_run_from_its_last_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(&dir.path().join("runs.sqlite")).unwrap();
+        store
+            .create_run(&record("run-1"), &ThreadState::new("write"))
+            .unwrap();
+        store
+            .create_run(&record("run-2"), &ThreadState::new("write"))
+            .unwrap();
+        store
+            .save_encoded(
+                "run-1",
+                1,
+                r#"{"messages": [{"role": "assistant", "tool_calls": [{"id": "a"}, {"id": "b"}]},
+                                 {"role": "tool", "tool_call_id": "a"},
+                                 {"role": "assistant", "tool_calls": [{"id": "c"}]}],
+                    "token_usage": {"input_tokens": 30, "output_tokens": 12, "total_tokens": 42}}"#,
+            )
+            .unwrap();
+        store
+            .put_receipt_if_absent(
+                "run-1",
+                &DeliveryReceipt::settle(&["/mnt/user-data/outputs/r.md".into()], &[]),
+            )
+            .unwrap();
+        store.set_status("run-1", RunStatus::Success, None).unwrap();
+        let list = store.list_summaries(None, None, 10).unwrap();
+        assert_eq!(list.len(), 2);
+        // Newest first: run-2 has not ended and has no receipt.
+        assert_eq!(list[0].record.run_id, "run-2");
+        assert!(list[0].started_ms.is_some() && list[0].ended_ms.is_none());
+        assert_eq!(list[0].tool_calls, 0);
+        assert!(list[0].delivery.is_none());
+        let one = &list[1];
+        assert_eq!(one.record.model, "scripted:play.yaml");
+        assert_eq!(one.total_tokens, Some(42));
+        assert_eq!(one.tool_calls, 3);
+        assert_eq!(one.delivery.as_ref().map(|d| d.presented), Some(1));
+        let (from, to) = (one.started_ms.unwrap(), one.ended_ms.unwrap());
+        assert!(to >= from, "{from} {to}");
+        // Filters apply as in the plain list.
+        assert_eq!(
+            store
+                .list_summaries(None, Some(RunStatus::Success), 10)
+                .unwrap()
+                .len(),
+            1
+        );
+        assert!(store
+            .list_summaries(Some("u2"), None, 10)
+            .unwrap()
+            .is_empty());
+        // Driven again, it has not ended.
+        store.set_status("run-1", RunStatus::Running, None).unwrap();
+        let again = store
+            .list_summaries(None, Some(RunStatus::Running), 10)
+            .unwrap();
+        assert!(again.iter().all(|s| s.ended_ms.is_none()));
     }
 
     #[test]

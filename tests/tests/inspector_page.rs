@@ -191,6 +191,25 @@ fn the_inspector_shows_a_users_runs_timelines_artifacts_and_the_cluster() {
         false,
         "alice sees bob's run"
     );
+    // Each row says what the run used and delivered.
+    b.wait(&format!(
+        "document.querySelector('[data-run=\"{report}\"] [data-col=\"delivery\"]')?.textContent.includes('file')"
+    ));
+    let cell = |b: &mut Browser, col: &str| {
+        b.eval(&format!(
+            "document.querySelector('[data-run=\"{report}\"] [data-col=\"{col}\"]').textContent"
+        ))
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+    };
+    assert!(
+        cell(&mut b, "model").starts_with("scripted"),
+        "{}",
+        cell(&mut b, "model")
+    );
+    assert!(cell(&mut b, "tool-calls").parse::<u32>().unwrap_or(0) >= 1);
+    assert!(!cell(&mut b, "duration").is_empty());
     b.screenshot("runs");
 
     // A run's timeline: every call with its states, the task nested under its call.

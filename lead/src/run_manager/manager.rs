@@ -735,13 +735,21 @@ impl Handler<ListRuns> for RunManager {
     type Result = Result<Vec<Value>, PrepareError>;
 
     fn handle(&mut self, msg: ListRuns, _: &mut Context<Self>) -> Self::Result {
-        let records = self
+        let runs = self
             .env
             .store
-            .list(msg.user.as_deref(), msg.status, msg.limit)?;
-        Ok(records
+            .list_summaries(msg.user.as_deref(), msg.status, msg.limit)?;
+        Ok(runs
             .iter()
-            .map(|r| {
+            .map(|s| {
+                let r = &s.record;
+                let delivery = s.delivery.as_ref().map(|d| {
+                    serde_json::json!({
+                        "presented": d.presented,
+                        "stage": d.stage,
+                        "satisfied": d.satisfied,
+                    })
+                });
                 serde_json::json!({
                     "run_id": r.run_id,
                     "status": r.status,
@@ -749,6 +757,20 @@ impl Handler<ListRuns> for RunManager {
                     "thread": r.thread_id,
                     "task": r.task,
                     "agent": r.agent,
+                    "model": r.model,
+                    "started_ms": s.started_ms,
+                    "ended_ms": s.ended_ms,
+                    "duration_ms": s.started_ms.map(|from| {
+                        s.ended_ms.unwrap_or_else(|| {
+                            std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map(|d| d.as_millis() as i64)
+                                .unwrap_or(from)
+                        }) - from
+                    }),
+                    "total_tokens": s.total_tokens,
+                    "tool_calls": s.tool_calls,
+                    "delivery": delivery,
                 })
             })
             .collect())

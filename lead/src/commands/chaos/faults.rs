@@ -610,7 +610,7 @@ async fn crash(
                 match kind.target {
                     // Delegate runs: their tasks' `task` call ids.
                     Target::TaskGraph => (i % 3 == 2).then(|| {
-                        super::plan::task_call_id(i, if pick % 2 == 0 { "a" } else { "b" })
+                        super::plan::task_call_id(i, if pick.is_multiple_of(2) { "a" } else { "b" })
                     }),
                     _ => r["run_id"].as_str().map(str::to_owned),
                 }

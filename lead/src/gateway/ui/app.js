@@ -45,6 +45,18 @@ async function api(path, options = {}) {
 }
 
 function fmtTime(ms) { return ms ? new Date(ms).toLocaleTimeString() : ""; }
+function fmtDuration(ms) {
+  if (ms == null) return "";
+  if (ms < 1000) return ms + " ms";
+  const s = ms / 1000;
+  return s < 120 ? s.toFixed(1) + " s" : Math.floor(s / 60) + " min " + Math.round(s % 60) + " s";
+}
+function fmtDelivery(d) {
+  if (!d) return "";
+  const files = d.presented + (d.presented === 1 ? " file" : " files");
+  if (d.satisfied === false) return "incomplete (" + files + ")";
+  return d.satisfied === true ? "delivered (" + files + ")" : files;
+}
 function clip(text, n) { text = String(text ?? ""); return text.length > n ? text.slice(0, n) + "…" : text; }
 function setLive(text) { document.getElementById("live").textContent = text; }
 
@@ -94,12 +106,13 @@ function route() {
 // ---- the runs list ------------------------------------------------------------------
 
 function runsView(view) {
-  const filter = el("input", { id: "filter", type: "search", placeholder: "Filter by id, user, thread or task", "aria-label": "Filter runs" });
+  const filter = el("input", { id: "filter", type: "search", placeholder: "Filter by id, user, thread, model or task", "aria-label": "Filter runs" });
   const status = el("select", { id: "status-filter", "aria-label": "Status" },
     ["", "running", "success", "error", "interrupted"].map((s) => el("option", { value: s, text: s || "any status" })));
   const body = el("tbody");
   const table = el("table", { id: "runs", "aria-label": "Runs" },
-    el("thead", {}, el("tr", {}, ["Status", "Run", "User", "Thread", "Task"].map((h, i) => el("th", { scope: "col", class: i > 2 ? "wide" : null, text: h })))),
+    el("thead", {}, el("tr", {}, ["Status", "Run", "User", "Thread", "Model", "Started", "Duration", "Tokens", "Tool calls", "Delivery", "Task"]
+      .map((h, i) => el("th", { scope: "col", class: i > 2 ? "wide" : null, text: h })))),
     body);
   const note = el("p", { class: "muted", id: "runs-note" });
   view.replaceChildren(el("h2", { text: "Runs" }), el("div", { class: "filters" }, filter, status), table, note);
@@ -107,12 +120,18 @@ function runsView(view) {
   const render = () => {
     const q = filter.value.toLowerCase();
     const shown = runs.filter((r) => (!status.value || r.status === status.value) &&
-      (!q || [r.run_id, r.user, r.thread, r.task].some((f) => String(f || "").toLowerCase().includes(q))));
+      (!q || [r.run_id, r.user, r.thread, r.task, r.model].some((f) => String(f || "").toLowerCase().includes(q))));
     body.replaceChildren(...shown.map((r) => el("tr", { "data-run": r.run_id },
       el("td", { class: "status-" + r.status, text: r.status }),
       el("td", {}, el("a", { href: "#/runs/" + encodeURIComponent(r.run_id), text: r.run_id })),
       el("td", { text: r.user }),
       el("td", { class: "wide", text: r.thread }),
+      el("td", { class: "wide", "data-col": "model", text: clip(r.model, 40) }),
+      el("td", { class: "wide", text: r.started_ms ? new Date(r.started_ms).toLocaleString() : "" }),
+      el("td", { class: "wide", "data-col": "duration", text: fmtDuration(r.duration_ms) }),
+      el("td", { class: "wide", "data-col": "tokens", text: r.total_tokens == null ? "" : String(r.total_tokens) }),
+      el("td", { class: "wide", "data-col": "tool-calls", text: String(r.tool_calls ?? "") }),
+      el("td", { class: "wide", "data-col": "delivery", text: fmtDelivery(r.delivery) }),
       el("td", { class: "wide", text: clip(r.task, 80) }))));
     note.textContent = shown.length ? "" : "No runs to show.";
   };
