@@ -251,6 +251,32 @@ authorization:
         "{}",
         tool_result(&g.cluster, &bob_run, "present_files")
     );
+    // The run's catalog view says what authorization removed, and the skill policy in
+    // force (no skill active: every tool).
+    let (code, catalog) = g.call(
+        ALICE,
+        "GET",
+        &format!("/api/runs/{alice_run}/catalog"),
+        None,
+    );
+    assert_eq!(code, 200, "{catalog}");
+    assert_eq!(
+        catalog["authorization"]["denied"],
+        json!(["present_files"]),
+        "{catalog}"
+    );
+    assert_eq!(
+        catalog["skill_policy"]["allowed_tools"],
+        Value::Null,
+        "{catalog}"
+    );
+    assert_eq!(
+        catalog["skill_policy"]["active_skills"],
+        json!([]),
+        "{catalog}"
+    );
+    let (_, catalog) = g.call(BOB, "GET", &format!("/api/runs/{bob_run}/catalog"), None);
+    assert_eq!(catalog["authorization"]["denied"], json!([]), "{catalog}");
 
     // Another user's run does not exist for bob, on every route.
     let (code, missing) = g.call(BOB, "GET", "/api/runs/run-nope", None);

@@ -246,6 +246,16 @@ fn the_inspector_shows_a_users_runs_timelines_artifacts_and_the_cluster() {
         b.eval("!!document.querySelector('#catalog [data-tool=\"present_files\"]')"),
         true
     );
+    // And what authorization and the skill policy left of it.
+    assert_eq!(
+        b.eval("document.getElementById('catalog-denied').textContent"),
+        "Removed by authorization: none"
+    );
+    assert!(b
+        .eval("document.getElementById('catalog-skill-policy').textContent")
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("Skill policy: every tool"));
     b.screenshot("run-with-task");
 
     // An artifact, downloaded through the gateway.

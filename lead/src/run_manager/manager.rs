@@ -51,6 +51,10 @@ struct LiveRun {
     cancel: Arc<CancelFlag>,
     /// The catalog the run sees (shared by the runs of one catalog version).
     catalog: Arc<Catalog>,
+    /// Tools authorization removed for the run's principal.
+    denied: Vec<String>,
+    /// The run's skills (the skill policy follows its active ones).
+    skills: crate::run::skills::SkillStore,
 }
 
 /// The owner of this lead's runs.
@@ -95,6 +99,8 @@ impl RunManager {
             catalog,
             warnings,
             cancel,
+            denied,
+            skills,
         } = prepared;
         if self.cancel_at_launch.remove(&record.run_id) {
             cancel.cancel();
@@ -129,6 +135,8 @@ impl RunManager {
                 timing,
                 cancel,
                 catalog,
+                denied,
+                skills,
             },
         );
         self.drive(&run_id, new_run, ctx);
@@ -562,10 +570,13 @@ impl RunManager {
 pub struct RunCatalog(pub String);
 
 impl Handler<RunCatalog> for RunManager {
-    type Result = Option<Value>;
+    type Result = ResponseFuture<Option<Value>>;
 
     fn handle(&mut self, msg: RunCatalog, _: &mut Context<Self>) -> Self::Result {
-        let catalog = &self.runs.get(&msg.0)?.catalog;
+        let Some(live) = self.runs.get(&msg.0) else {
+            return Box::pin(async { None });
+        };
+        let catalog = &live.catalog;
         let tools: Vec<Value> = catalog
             .tools()
             .iter()
@@ -582,10 +593,33 @@ impl Handler<RunCatalog> for RunManager {
                 })
             })
             .collect();
-        Some(serde_json::json!({
+        let mut view = serde_json::json!({
             "hash": catalog.hash().map(|h| h.as_str().to_owned()),
             "tools": tools,
-        }))
+            "authorization": {"denied": live.denied},
+        });
+        let (store, skills, run_id) = (self.env.store.clone(), live.skills.clone(), msg.0);
+        // The skill policy in force follows the run's active skills, as its last
+        // checkpoint holds them (read off the actor's thread: a state is large).
+        Box::pin(async move {
+            let policy = tokio::task::spawn_blocking(move || {
+                let active = store
+                    .latest(&run_id)
+                    .ok()
+                    .flatten()
+                    .map(|(_, state)| state.active_skills)
+                    .unwrap_or_default();
+                let policy = skills.policy(&active);
+                serde_json::json!({
+                    "active_skills": active.iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
+                    "allowed_tools": policy.allowed(),
+                })
+            })
+            .await
+            .unwrap_or(Value::Null);
+            view["skill_policy"] = policy;
+            Some(view)
+        })
     }
 }
 

@@ -175,6 +175,10 @@ pub struct Prepared {
     pub warnings: Vec<String>,
     /// Cancels the run (`antler cancel`): its drive ends `error`, its tasks cancelled.
     pub cancel: Arc<CancelFlag>,
+    /// Tools the authorization policy removed for the run's principal.
+    pub denied: Vec<String>,
+    /// The run's skills, for the skill policy in force (from its active skills).
+    pub skills: SkillStore,
 }
 
 /// A user or thread id safe to use as a directory name (DeerFlow's thread id rule).
@@ -309,7 +313,7 @@ impl RunEnv {
         own_config: bool,
         request: AssemblyRequest,
         warnings: &mut Vec<String>,
-    ) -> Result<Arc<Catalog>, PrepareError> {
+    ) -> Result<(Arc<Catalog>, Vec<String>), PrepareError> {
         let extensions = self.load_extensions(warnings)?;
         let any_server = extensions
             .as_ref()
@@ -342,7 +346,7 @@ impl RunEnv {
             for warning in &assembled.warnings {
                 tracing::warn!("{warning}");
             }
-            return Ok(assembled.catalog);
+            return Ok((assembled.catalog, assembled.denied));
         }
         let (new_config, new_extensions, new_mcp) = {
             let feed = self.feed();
@@ -390,7 +394,10 @@ impl RunEnv {
                 tracing::warn!("{warning}");
             }
         }
-        Ok(built.assembled.catalog.clone())
+        Ok((
+            built.assembled.catalog.clone(),
+            built.assembled.denied.clone(),
+        ))
     }
 
     /// Waits (at most `within`) until sandbox-host and mcp-host answer a ping.
@@ -553,7 +560,7 @@ impl RunEnv {
             agent: submission.agent.clone(),
         };
         let mut warnings = Vec::new();
-        let catalog = self
+        let (catalog, denied) = self
             .catalog(
                 &app,
                 config_override.is_some(),
@@ -577,6 +584,7 @@ impl RunEnv {
         context.agent.role = submission.role.clone();
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
         let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
+        let skills = settings.skills.clone();
         let delegator = self.delegator(
             &app,
             config_override.is_some(),
@@ -603,6 +611,8 @@ impl RunEnv {
             catalog,
             warnings,
             cancel,
+            denied,
+            skills,
         })
     }
 
@@ -661,7 +671,7 @@ impl RunEnv {
             agent: record.agent.clone(),
         };
         let mut warnings = Vec::new();
-        let catalog = self
+        let (catalog, denied) = self
             .catalog(&app, false, request.clone(), &mut warnings)
             .await?;
         let mut context = self
@@ -680,6 +690,7 @@ impl RunEnv {
         context.agent.role = record.role.clone();
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
         let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
+        let skills = settings.skills.clone();
         let delegator = self.delegator(&app, false, request, &model, &context, &settings, &profile);
         let cancel = Arc::new(CancelFlag::default());
         let mut run = self
@@ -696,6 +707,8 @@ impl RunEnv {
             catalog,
             warnings,
             cancel,
+            denied,
+            skills,
         })
     }
 }

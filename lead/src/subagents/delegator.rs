@@ -97,7 +97,7 @@ impl LeadDelegator {
             request.model_name = Some(model.clone());
         }
         let mut warnings = Vec::new();
-        let catalog = self
+        let (catalog, _denied) = self
             .env
             .catalog(&self.app, self.own_config, request, &mut warnings)
             .await

@@ -260,6 +260,12 @@ function runView(view, runId) {
     const rows = c.tools.map((t) => el("tr", { "data-tool": t.name },
       el("td", { text: t.name }), el("td", { text: t.source + (t.server ? " (" + t.server + ")" : "") }),
       el("td", { text: t.deferred ? "deferred" : "visible" })));
+    const denied = (c.authorization && c.authorization.denied) || [];
+    const policy = c.skill_policy || {};
+    catalogBox.append(el("p", { id: "catalog-denied", text: "Removed by authorization: " + (denied.length ? denied.join(", ") : "none") }),
+      el("p", { id: "catalog-skill-policy", text: "Skill policy: " + (policy.allowed_tools
+        ? "only " + policy.allowed_tools.join(", ") + " (active: " + (policy.active_skills || []).join(", ") + ")"
+        : "every tool" + ((policy.active_skills || []).length ? " (active: " + policy.active_skills.join(", ") + ")" : " (no skill active)")) }));
     catalogBox.append(el("p", { class: "muted", text: "Hash: " + (c.hash || "none (nothing deferred)") }),
       el("table", { "aria-label": "Catalog" }, el("thead", {}, el("tr", {}, ["Tool", "Source", "Offered"].map((h) => el("th", { scope: "col", text: h })))),
         el("tbody", {}, rows)));

@@ -167,6 +167,15 @@ impl SkillPolicy {
         self.allowed.as_ref().is_none_or(|a| a.contains(name))
     }
 
+    /// The tools it allows, sorted; `None`: every tool.
+    pub fn allowed(&self) -> Option<Vec<String>> {
+        self.allowed.as_ref().map(|a| {
+            let mut names: Vec<String> = a.iter().cloned().collect();
+            names.sort();
+            names
+        })
+    }
+
     /// `wrap_model_call`: the tools the policy lets the model see.
     pub fn filter<'c>(&self, tools: Vec<&'c ToolSpec>) -> Vec<&'c ToolSpec> {
         tools.into_iter().filter(|t| self.allows(&t.name)).collect()
