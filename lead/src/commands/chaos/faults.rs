@@ -200,6 +200,12 @@ pub struct FaultOutcome {
     pub recovery: Option<Duration>,
     /// What showed the fault, with its reason; `None`: nothing did.
     pub evidence: Option<String>,
+    /// When it was injected.
+    pub hit: Instant,
+    /// The replica it hit (a worker's index, ...).
+    pub replica: u32,
+    /// For a lead fault: when the lead answered again.
+    pub back: Option<Instant>,
 }
 
 /// How long a fault may take to recover before it counts as not survived.
@@ -358,6 +364,9 @@ pub async fn inject(
         pid: None,
         recovery: None,
         evidence: None,
+        hit: Instant::now(),
+        replica: 0,
+        back: None,
     };
     let Some(before) = cluster.view().await else {
         // The lead does not answer (another fault holds it): nothing to aim at now.
@@ -365,6 +374,7 @@ pub async fn inject(
     };
     let role = role_name(kind.target);
     let replica = (pick % cluster.replicas(role).max(1) as usize) as u32;
+    outcome.replica = replica;
     let node = cluster.multi.as_ref().and_then(|m| m.node(role, replica));
     if kind.signal == Signal::Crash {
         return crash(cluster, kind, &before, started, pick).await;
@@ -396,6 +406,7 @@ pub async fn inject(
         return outcome;
     };
     outcome.pid = Some(pid);
+    outcome.hit = Instant::now();
     let since = log_clock();
     let lead_then = cluster.lead_pid();
     let restarts = process_of(cluster, &before, role, replica)
@@ -540,6 +551,13 @@ pub async fn inject(
     while from.elapsed() < RECOVERY_LIMIT {
         let view = cluster.view().await;
         watch(view.as_ref(), &mut shown_away);
+        let lead_back = match kind.signal {
+            Signal::Kill | Signal::Term => cluster.lead_pid().is_some_and(|p| p != pid),
+            _ => true,
+        };
+        if kind.target == Target::Lead && view.is_some() && lead_back && outcome.back.is_none() {
+            outcome.back = Some(Instant::now());
+        }
         if let Some(view) = view {
             if served_again(cluster, kind, &view, role, replica, pid) {
                 outcome.recovery = Some(from.elapsed());
@@ -596,6 +614,9 @@ async fn crash(
         pid: None,
         recovery: None,
         evidence: None,
+        hit: Instant::now(),
+        replica: 0,
+        back: None,
     };
     let running: Vec<String> = match kind.target {
         Target::TaskGraph | Target::Run => cluster

@@ -10,6 +10,7 @@
 
 mod checks;
 mod disk;
+mod events;
 mod faults;
 mod multihost;
 mod plan;
@@ -89,6 +90,8 @@ pub struct ChaosCluster {
     lead: Mutex<Option<Child>>,
     starts: Mutex<u32>,
     http: reqwest::Client,
+    /// What the runs reported, as it arrived.
+    events: events::Events,
 }
 
 /// How long one gateway request may take (a paused lead must not hang the schedule).
@@ -403,6 +406,12 @@ async fn drive(
     let Some(id) = outcome.run_id.clone() else {
         return outcome;
     };
+    tokio::spawn(events::follow(
+        cluster.clone(),
+        run.index,
+        id.clone(),
+        deadline,
+    ));
     while Instant::now() < deadline {
         if let Some(view) = cluster.get(&format!("/api/runs/{id}")).await {
             let status = view["status"].as_str().unwrap_or_default().to_owned();
@@ -543,6 +552,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         lead: Mutex::new(None),
         starts: Mutex::new(0),
         http: reqwest::Client::new(),
+        events: events::Events::default(),
     });
     let report_path = args
         .report
@@ -655,6 +665,15 @@ async fn schedule(
     cluster.stop();
     let mut invariants = invariants;
     invariants.push(checks::nothing_left(&cluster.dir, lead_pid));
+    let observed = cluster.events.all();
+    let node_of = |replica: u32| match &cluster.multi {
+        Some(m) => m
+            .node("subagent", replica)
+            .map(|i| m.nodes[i].name.clone())
+            .unwrap_or_default(),
+        None => format!("subagent-{replica}"),
+    };
+    let figures = report::Figures::from(&fault_outcomes, &observed, node_of);
     Ok(report::build(
         &plan,
         mode,
@@ -663,5 +682,6 @@ async fn schedule(
         &fault_outcomes,
         invariants,
         elapsed,
+        figures,
     ))
 }

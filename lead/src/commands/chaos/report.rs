@@ -8,9 +8,96 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::checks::Invariant;
-use super::faults::FaultOutcome;
+use super::events::{self, Observed};
+use super::faults::{FaultOutcome, Signal, Target};
 use super::plan::Plan;
 use super::RunOutcome;
+
+/// The recovery figures the benchmark names, from the schedule's faults and the
+/// runs' events: a restarted host serving again, a resumed run continuing after the lead
+/// is back, a lost worker's task reported failed. Each a list of samples.
+pub struct Figures {
+    /// Run events followed (for the last two).
+    pub events: usize,
+    pub host_serving: Vec<Duration>,
+    pub run_continuing: Vec<Duration>,
+    pub task_failed: Vec<Duration>,
+}
+
+/// Targets: at most 3 s, 5 s and 4 s.
+const TARGETS_MS: [u64; 3] = [3000, 5000, 4000];
+
+impl Figures {
+    /// `node_of(replica)`: the node name a worker replica's tasks report.
+    pub fn from(
+        faults: &[FaultOutcome],
+        observed: &[Observed],
+        node_of: impl Fn(u32) -> String,
+    ) -> Figures {
+        let killed = |f: &&FaultOutcome| {
+            f.pid.is_some() && matches!(f.kind.signal, Signal::Kill | Signal::Term)
+        };
+        let host_serving = faults
+            .iter()
+            .filter(killed)
+            .filter(|f| {
+                matches!(
+                    f.kind.target,
+                    Target::McpHost | Target::SandboxHost | Target::Worker
+                )
+            })
+            .filter_map(|f| f.recovery)
+            .collect();
+        let run_continuing = faults
+            .iter()
+            .filter(killed)
+            .filter(|f| f.kind.target == Target::Lead)
+            .filter_map(|f| Some(events::continued_after(observed, f.hit, f.back?)))
+            .flatten()
+            .collect();
+        let task_failed = faults
+            .iter()
+            .filter(killed)
+            .filter(|f| f.kind.target == Target::Worker)
+            .flat_map(|f| events::lost_tasks_failed(observed, &node_of(f.replica), f.hit))
+            .collect();
+        Figures {
+            events: observed.len(),
+            host_serving,
+            run_continuing,
+            task_failed,
+        }
+    }
+
+    fn rows(&self) -> [(&'static str, &Vec<Duration>, u64); 3] {
+        [
+            (
+                "a restarted host serving again",
+                &self.host_serving,
+                TARGETS_MS[0],
+            ),
+            (
+                "a resumed run continuing after the lead is back",
+                &self.run_continuing,
+                TARGETS_MS[1],
+            ),
+            (
+                "a lost worker's task reported failed",
+                &self.task_failed,
+                TARGETS_MS[2],
+            ),
+        ]
+    }
+}
+
+fn p50_max(samples: &[Duration]) -> (Option<Duration>, Option<Duration>) {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    (
+        sorted.get(sorted.len() / 2).copied(),
+        sorted.last().copied(),
+    )
+}
 
 /// The report in both forms, and whether every invariant held.
 pub struct Report {
@@ -23,6 +110,7 @@ fn ms(d: Duration) -> u64 {
     d.as_millis() as u64
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn build(
     plan: &Plan,
     mode: super::Mode,
@@ -31,6 +119,7 @@ pub fn build(
     faults: &[FaultOutcome],
     invariants: Vec<Invariant>,
     elapsed: Duration,
+    figures: Figures,
 ) -> Report {
     let mut by_kind: BTreeMap<String, Vec<&FaultOutcome>> = BTreeMap::new();
     for f in faults {
@@ -74,6 +163,29 @@ pub fn build(
             "recovery_ms": {"p50": p50.map(ms), "max": max.map(ms)},
         }));
     }
+    table.push_str(&format!(
+        "\n{:<50} {:>8} {:>10} {:>10} {:>10}\n",
+        "RECOVERY", "SAMPLES", "P50 MS", "MAX MS", "TARGET MS"
+    ));
+    let mut figures_json = Vec::new();
+    for (name, samples, target) in figures.rows() {
+        let (p50, max) = p50_max(samples);
+        let show = |d: Option<Duration>| d.map(|d| ms(d).to_string()).unwrap_or_else(|| "-".into());
+        table.push_str(&format!(
+            "{name:<50} {:>8} {:>10} {:>10} {target:>10}\n",
+            samples.len(),
+            show(p50),
+            show(max)
+        ));
+        figures_json.push(json!({
+            "name": name,
+            "samples": samples.len(),
+            "p50_ms": p50.map(ms),
+            "max_ms": max.map(ms),
+            "target_ms": target,
+            "met": max.is_none_or(|m| ms(m) <= target),
+        }));
+    }
     table.push_str("\nINVARIANT\n");
     for inv in &invariants {
         table.push_str(&format!(
@@ -103,6 +215,8 @@ pub fn build(
         "runs": {"planned": runs.len(), "ended": ended, "success": success, "error": error,
                  "throughput_per_min": (per_min * 10.0).round() / 10.0},
         "faults": kinds_json,
+        "recovery": figures_json,
+        "events_followed": figures.events,
         "fault_events": faults.iter().map(|f| json!({
             "kind": f.kind.name(),
             "at_s": (f.at_s * 10.0).round() / 10.0,
