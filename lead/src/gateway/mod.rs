@@ -1076,6 +1076,26 @@ async fn cancel_run(state: web::Data<State>, VisibleRun(run_id): VisibleRun) -> 
 }
 
 /// One server-sent event.
+/// How long a run's event stream waits for this lead to resume a run a lead before it
+/// left `running`.
+const RESUME_FOLLOW_WAIT: Duration = Duration::from_secs(60);
+
+/// Sends a held run's events, then `end` with its view when its drive stops.
+async fn follow_log(
+    log: std::sync::Arc<crate::run_manager::events::EventLog>,
+    tx: tokio::sync::mpsc::Sender<web::Bytes>,
+) {
+    let view = log
+        .follow(|event| {
+            let tx = tx.clone();
+            async move { tx.send(sse("run", &event)).await.is_ok() }
+        })
+        .await;
+    if let Some(view) = view {
+        let _ = tx.send(sse("end", &view)).await;
+    }
+}
+
 fn sse(event: &str, data: &str) -> web::Bytes {
     // `data` is one line of JSON (serde_json never writes a raw newline).
     web::Bytes::from(format!("event: {event}\ndata: {data}\n\n"))
@@ -1101,27 +1121,42 @@ async fn run_events(state: web::Data<State>, VisibleRun(run_id): VisibleRun) -> 
     let (tx, rx) = tokio::sync::mpsc::channel::<web::Bytes>(64);
     match log {
         Some(log) => {
-            actix_rt::spawn(async move {
-                let view = log
-                    .follow(|event| {
-                        let tx = tx.clone();
-                        async move { tx.send(sse("run", &event)).await.is_ok() }
-                    })
-                    .await;
-                if let Some(view) = view {
-                    let _ = tx.send(sse("end", &view)).await;
-                }
-            });
+            actix_rt::spawn(follow_log(log, tx));
         }
         None => {
-            let response = view_of(&state, run_id).await;
+            let response = view_of(&state, run_id.clone()).await;
             if !response.status().is_success() {
                 return response;
             }
             let body = actix_web::body::to_bytes(response.into_body())
                 .await
                 .unwrap_or_default();
-            let _ = tx.try_send(sse("end", &String::from_utf8_lossy(&body)));
+            let text = String::from_utf8_lossy(&body).into_owned();
+            let left_running =
+                serde_json::from_str::<Value>(&text).is_ok_and(|v| v["status"] == "running");
+            if left_running {
+                // Left `running` by a lead before this one and not resumed yet: the stream
+                // waits for this lead to take it up (then follows it) instead of ending a
+                // run that is not over.
+                let state = state.clone();
+                actix_rt::spawn(async move {
+                    let until = std::time::Instant::now() + RESUME_FOLLOW_WAIT;
+                    while std::time::Instant::now() < until && !tx.is_closed() {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        let held = state
+                            .runs
+                            .manager
+                            .send(manager::WatchRun(run_id.clone()))
+                            .await;
+                        if let Ok(Some(log)) = held {
+                            return follow_log(log, tx).await;
+                        }
+                    }
+                    let _ = tx.send(sse("end", &text)).await;
+                });
+            } else {
+                let _ = tx.try_send(sse("end", &text));
+            }
         }
     }
     let stream = futures::stream::unfold(rx, |mut rx| async move {
