@@ -147,6 +147,8 @@ fn echo(i: usize) -> Request {
             user: None,
             thread: None,
             workspace: None,
+            run_id: None,
+            tool_call_id: None,
         }))),
         timeout_ms: 10_000,
     })

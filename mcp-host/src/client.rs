@@ -2,7 +2,8 @@
 //! version proposed in `initialize`, the capabilities declared), the
 //! `notifications/tools/list_changed` hook that tells the owning server actor to re-list,
 //! the answer to `roots/list` (the session's roots, as `file://` URIs of its workspace),
-//! and the answer to `elicitation/create` (the server's `elicitation` policy).
+//! and the answer to `elicitation/create` (the server's `elicitation` policy; under `ask`,
+//! the run's user of the call in flight, see `crate::ask`).
 
 use rmcp::{
     model::{
@@ -16,6 +17,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
 
+use crate::ask::AskingCalls;
 use crate::elicitation::{self, ElicitationPolicy};
 
 /// The version proposed in `initialize`: the newest one that still has the handshake
@@ -45,6 +47,10 @@ pub struct Client {
     /// `roots/list` requests answered on this connection.
     roots_asked: Arc<watch::Sender<u32>>,
     elicitation: ElicitationPolicy,
+    /// The server's name, for the elicitations it asks.
+    server: Arc<str>,
+    /// The session's calls made for runs (their users answer under `ask`).
+    asking: Arc<AskingCalls>,
 }
 
 impl Client {
@@ -54,12 +60,16 @@ impl Client {
         tools_changed: mpsc::UnboundedSender<()>,
         roots: watch::Receiver<Vec<String>>,
         elicitation: ElicitationPolicy,
+        server: Arc<str>,
+        asking: Arc<AskingCalls>,
     ) -> Self {
         Self {
             tools_changed,
             roots,
             roots_asked: Arc::new(watch::channel(0).0),
             elicitation,
+            server,
+            asking,
         }
     }
 
@@ -114,7 +124,36 @@ impl ClientHandler for Client {
         request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> impl std::future::Future<Output = Result<ElicitResult, ErrorData>> + Send + '_ {
-        std::future::ready(Ok(elicitation::answer(self.elicitation, &request)))
+        let asking = match (self.elicitation, &request) {
+            (ElicitationPolicy::Ask, ElicitRequestParams::FormElicitationParams { .. }) => {
+                let call = self.asking.current();
+                if call.is_none() {
+                    tracing::info!(server = %self.server, "elicitation outside a run's call: declined");
+                }
+                call
+            }
+            _ => None,
+        };
+        async move {
+            match (asking, request) {
+                (
+                    Some(call),
+                    ElicitRequestParams::FormElicitationParams {
+                        message,
+                        requested_schema,
+                        ..
+                    },
+                ) => {
+                    let schema =
+                        serde_json::to_value(&requested_schema).unwrap_or(serde_json::Value::Null);
+                    Ok(call
+                        .elicitations
+                        .ask(&call, &self.server, message, schema)
+                        .await)
+                }
+                (_, request) => Ok(elicitation::answer(self.elicitation, &request)),
+            }
+        }
     }
 
     #[allow(deprecated)]

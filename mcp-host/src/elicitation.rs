@@ -2,7 +2,9 @@
 //! default) declines; `accept_defaults` accepts a form request with the defaults of its
 //! requested schema, but only when they fill every required field and each fits its
 //! property's schema (type, enum, length and range); anything else is declined. A URL
-//! request is always declined: no one here can open it.
+//! request is always declined: no one here can open it. Under `ask` a form request made
+//! during a run's call is asked of the run's user (`crate::ask`); anything else is
+//! declined, as here.
 
 use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
 use serde_json::{Map, Value};
@@ -19,7 +21,7 @@ pub fn answer(policy: ElicitationPolicy, request: &ElicitRequestParams) -> Elici
         return decline();
     };
     match policy {
-        ElicitationPolicy::Decline => decline(),
+        ElicitationPolicy::Decline | ElicitationPolicy::Ask => decline(),
         ElicitationPolicy::AcceptDefaults => {
             let schema = serde_json::to_value(requested_schema).unwrap_or(Value::Null);
             match defaults(&schema) {
@@ -54,6 +56,31 @@ pub fn defaults(schema: &Value) -> Result<Map<String, Value>, String> {
         }
     }
     Ok(content)
+}
+
+/// Whether `content` (a user's answer) fits the requested schema: an object of its
+/// properties only, each fitting its property's schema, every required one present.
+pub fn validate(schema: &Value, content: &Value) -> Result<(), String> {
+    let content = content
+        .as_object()
+        .ok_or("the content must be a JSON object")?;
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .ok_or("the requested schema has no properties")?;
+    for (name, value) in content {
+        let property = properties
+            .get(name)
+            .ok_or_else(|| format!("`{name}` is not a field of the requested schema"))?;
+        fits(property, value).map_err(|why| format!("`{name}`: {why}"))?;
+    }
+    let required = schema.get("required").and_then(Value::as_array);
+    for name in required.into_iter().flatten().filter_map(Value::as_str) {
+        if !content.contains_key(name) {
+            return Err(format!("required field `{name}` is missing"));
+        }
+    }
+    Ok(())
 }
 
 /// Whether `value` fits one primitive property schema of an elicitation request.
@@ -146,6 +173,32 @@ mod tests {
             Value::Object(defaults(&schema).unwrap()),
             json!({"name": "Ada", "age": 36, "tone": "dry"})
         );
+    }
+
+    #[test]
+    fn an_answer_is_checked_against_the_requested_schema() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "n": {"type": "integer", "maximum": 5}},
+            "required": ["name"]
+        });
+        assert!(validate(&schema, &json!({"name": "Ada", "n": 3})).is_ok());
+        assert_eq!(
+            validate(&schema, &json!({"n": 3})).unwrap_err(),
+            "required field `name` is missing"
+        );
+        assert_eq!(
+            validate(&schema, &json!({"name": 7})).unwrap_err(),
+            "`name`: not a string"
+        );
+        assert_eq!(
+            validate(&schema, &json!({"name": "A", "n": 9})).unwrap_err(),
+            "`n`: out of range"
+        );
+        assert!(validate(&schema, &json!({"name": "A", "odd": 1}))
+            .unwrap_err()
+            .contains("`odd` is not a field"));
+        assert!(validate(&schema, &json!(["name"])).is_err());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! server, watches the file, and answers the lead's MCP requests; it drains on SIGTERM.
 //! config.yaml (`--config`), when given, bounds the stdio session pool (`antler.mcp_pool`).
 
+mod ask;
 mod client;
 mod convert;
 mod elicitation;

@@ -29,6 +29,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    ask::{AskingCall, AskingCalls},
     client::{self, Client},
     convert, naming,
     oauth::{self, login, Authorizer, OAuthError},
@@ -126,6 +127,8 @@ struct Shared {
     roots: watch::Sender<Vec<String>>,
     /// Bumped by [`McpServerActor::crash`]: the live session dies at once.
     crash: watch::Sender<u64>,
+    /// The calls made for runs in flight on this session (policy `ask`).
+    asking: Arc<AskingCalls>,
 }
 
 /// The handle of one server's actor (its task). Dropping handles does not stop it: `stop` does.
@@ -183,6 +186,7 @@ impl McpServerActor {
             reopen,
             roots,
             crash: watch::channel(0).0,
+            asking: Arc::default(),
         });
         tokio::spawn(run(shared.clone(), reopen_rx));
         McpServerActor { shared }
@@ -313,12 +317,14 @@ impl McpServerActor {
     }
 
     /// Calls `tool` (the server's own name) with `args`. Every failure is an error result:
-    /// the model sees it as an error tool message and the run goes on.
+    /// the model sees it as an error tool message and the run goes on. A call made for a
+    /// run (`asking`) lets the server's elicitations reach its user until it ends.
     pub async fn call(
         &self,
         tool: &str,
         args: serde_json::Map<String, serde_json::Value>,
         deadline: Duration,
+        asking: Option<AskingCall>,
     ) -> McpCallResult {
         let s = &self.shared;
         let timeout = s
@@ -328,6 +334,10 @@ impl McpServerActor {
             .map(Duration::from_secs_f64)
             .map_or(deadline, |t| t.min(deadline));
         let started = tokio::time::Instant::now();
+        let _asking = asking.map(|mut call| {
+            call.deadline = started + timeout;
+            s.asking.enter(call)
+        });
         let mut retried_auth = false;
         let mut refreshes = 0;
         loop {
@@ -799,7 +809,16 @@ async fn connect(
     if let Some(token) = s.token.get() {
         options.authorization = token.authorization().await.map_err(said)?;
     }
-    let client = || Client::new(changed.clone(), s.roots.subscribe(), s.config.elicitation);
+    let server: Arc<str> = Arc::from(s.name.as_str());
+    let client = || {
+        Client::new(
+            changed.clone(),
+            s.roots.subscribe(),
+            s.config.elicitation,
+            server.clone(),
+            s.asking.clone(),
+        )
+    };
     let first = client();
     let mut roots_asked = first.roots_asked();
     let mut opened = transport::open(&s.name, &s.config, s.transport, first, &options).await;

@@ -18,6 +18,7 @@ use antler_protocol::{
 use futures::future::BoxFuture;
 
 use crate::{
+    ask::{AskingCall, Elicitations},
     naming,
     oauth::{self, DiscoveredAuth, OAuthBroker},
     pool::SessionPool,
@@ -40,6 +41,8 @@ pub struct McpService {
     pool: Arc<SessionPool>,
     /// Kept so the logins' authorizers outlive every server restart.
     _oauth: Arc<OAuthBroker>,
+    /// Elicitations waiting for a run's user (policy `ask`).
+    elicitations: Arc<Elicitations>,
 }
 
 impl McpService {
@@ -52,6 +55,7 @@ impl McpService {
             registry,
             pool,
             _oauth: oauth,
+            elicitations: Arc::default(),
         })
     }
 }
@@ -146,6 +150,7 @@ impl RoleHandler for McpService {
     ) -> BoxFuture<'static, Result<Reply, RemoteError>> {
         let registry = self.registry.clone();
         let pool = self.pool.clone();
+        let elicitations = self.elicitations.clone();
         Box::pin(async move {
             let Request::Mcp(request) = request else {
                 return Err(RemoteError::Unsupported(format!(
@@ -197,10 +202,42 @@ impl RoleHandler for McpService {
                 }
                 McpRequest::CallTool(c) => {
                     let servers = registry.send(Servers).await.map_err(unavailable)?;
-                    Ok(Reply::Mcp(McpReply::CallResult(
-                        call_tool(servers, &pool, c, left(&call, DEFAULT_CALL_DEADLINE)).await,
-                    )))
+                    let deadline = left(&call, DEFAULT_CALL_DEADLINE);
+                    let (items, mut asked) = tokio::sync::mpsc::unbounded_channel();
+                    let asking = match (&c.user, &c.run_id, &c.tool_call_id) {
+                        (Some(user), Some(run_id), Some(_)) => Some(AskingCall {
+                            user: user.clone(),
+                            run_id: run_id.clone(),
+                            deadline: tokio::time::Instant::now() + deadline,
+                            items,
+                            elicitations,
+                        }),
+                        _ => None,
+                    };
+                    // The call's elicitations are stream items of its reply; the result is
+                    // the final reply.
+                    let result = call_tool(servers, &pool, c, deadline, asking);
+                    tokio::pin!(result);
+                    loop {
+                        tokio::select! {
+                            r = &mut result => break Ok(Reply::Mcp(McpReply::CallResult(r))),
+                            Some(a) = asked.recv() => {
+                                let item = Reply::Mcp(McpReply::Elicitation {
+                                    id: a.id,
+                                    server: a.server,
+                                    message: a.message,
+                                    requested_schema_json: a.requested_schema.to_string(),
+                                });
+                                if let Err(e) = call.send_item(item).await {
+                                    tracing::warn!("an elicitation could not be told: {e}");
+                                }
+                            }
+                        }
+                    }
                 }
+                McpRequest::AnswerElicitation(answer) => Ok(Reply::Mcp(
+                    McpReply::ElicitationAnswered(elicitations.answer(&answer)),
+                )),
                 McpRequest::Reload => {
                     let summary = registry
                         .send(Reload { force: false })
@@ -294,6 +331,7 @@ async fn call_tool(
     pool: &SessionPool,
     c: McpCall,
     deadline: Duration,
+    asking: Option<AskingCall>,
 ) -> McpCallResult {
     let Some(server) = servers.iter().find(|h| h.name() == c.server).cloned() else {
         return McpCallResult::error(format!("no MCP server named '{}'", c.server));
@@ -342,5 +380,5 @@ async fn call_tool(
     } else {
         server
     };
-    session.call(&tool, args, deadline).await
+    session.call(&tool, args, deadline, asking).await
 }

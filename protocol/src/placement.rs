@@ -46,6 +46,10 @@ pub fn route(request: &Request) -> Route {
             (Some(user), Some(thread)) => Route::Pinned(sandbox_id(user, thread)),
             _ => Route::Spread,
         },
+        // The answer goes where the waiting call runs.
+        Request::Mcp(McpRequest::AnswerElicitation(answer)) => {
+            Route::Pinned(sandbox_id(&answer.user, &answer.thread))
+        }
         _ => Route::Spread,
     }
 }
@@ -172,10 +176,24 @@ mod tests {
             user: Some("alice".into()),
             thread: Some("t1".into()),
             workspace: None,
+            run_id: None,
+            tool_call_id: None,
         };
         assert_eq!(
             route(&Request::Mcp(McpRequest::CallTool(call.clone()))),
             Route::Pinned(id)
+        );
+        let answer = crate::messages::McpElicitationAnswer {
+            id: "e1".into(),
+            user: "alice".into(),
+            thread: "t1".into(),
+            run_id: "r".into(),
+            action: crate::messages::ElicitationAction::Decline,
+            content_json: None,
+        };
+        assert_eq!(
+            route(&Request::Mcp(McpRequest::AnswerElicitation(answer))),
+            route(&Request::Mcp(McpRequest::CallTool(call.clone())))
         );
         call.thread = None;
         assert_eq!(

@@ -1,4 +1,4 @@
-//! Elicitation (issue 13, without the question to the run's user): Antler declares form
+//! Elicitation by policy (asking the run's user is `mcp_elicitation_ask`): Antler declares form
 //! elicitation; a server's `elicitation/create` is declined by default, and under
 //! `"elicitation": "accept_defaults"` accepted with the requested schema's defaults when
 //! they fill every required field (the raw server's `ask`), else declined
@@ -74,7 +74,7 @@ fn an_unknown_elicitation_policy_is_refused_with_what_is_accepted() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        said.contains("mcpServers.odd.elicitation: unknown variant `ask_the_moon`, expected `decline` or `accept_defaults`"),
+        said.contains("mcpServers.odd.elicitation: unknown variant `ask_the_moon`, expected one of `decline`, `accept_defaults`, `ask`"),
         "{said}"
     );
 }

@@ -143,6 +143,8 @@ pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
                     thread,
                     workspace: workspace
                         .map(|w| std::path::absolute(&w).unwrap_or(w).display().to_string()),
+                    run_id: None,
+                    tool_call_id: None,
                 });
                 let result = match ask(ctx, request, CALL_TIMEOUT).await? {
                     McpReply::CallResult(r) => r,

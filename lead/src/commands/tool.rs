@@ -214,6 +214,8 @@ async fn call_on(
                     user: Some(call.user),
                     thread: Some(call.thread),
                     workspace: None,
+                    run_id: None,
+                    tool_call_id: None,
                 })),
                 call.timeout,
             )

@@ -2,7 +2,8 @@
 //! MCP servers of `extensions_config.json` (secrets redacted); a principal's MCP login
 //! (`POST /api/mcp/{server}/oauth/start`, `GET /api/mcp/oauth/callback`, see `oauth`); runs (`POST /api/runs`,
 //! `GET /api/runs/{id}`, `GET /api/runs/{id}/events` as server-sent events,
-//! `POST /api/runs/{id}/answer`, `POST /api/runs/{id}/cancel`); and `GET /metrics` in Prometheus' text format. A `PUT` of
+//! `POST /api/runs/{id}/answer`, `POST /api/runs/{id}/cancel`, an MCP elicitation's
+//! answer `POST /api/runs/{id}/elicitations/{eid}`, see `elicitation`); and `GET /metrics` in Prometheus' text format. A `PUT` of
 //! the MCP config is validated with the same loader mcp-host uses, written atomically
 //! (temporary file, fsync, rename), and applied at once by asking mcp-host to reload.
 //! Owns one HTTP server that `stop` ends. The address comes from `ANTLER_GATEWAY_ADDR`
@@ -15,6 +16,7 @@
 //! runs are its own: it starts them as itself, and another user's run is 404 to it, as if
 //! it did not exist; the operator sees every run (`GET /api/runs` lists them).
 
+mod elicitation;
 mod guard;
 mod oauth;
 mod principal;
@@ -204,6 +206,10 @@ impl Gateway {
                 .route("/api/runs/{id}/events", web::get().to(run_events))
                 .route("/api/runs/{id}/answer", web::post().to(answer_run))
                 .route("/api/runs/{id}/cancel", web::post().to(cancel_run))
+                .route(
+                    "/api/runs/{id}/elicitations/{eid}",
+                    web::post().to(elicitation::answer),
+                )
                 .route("/api/runs/{id}/artifact", web::get().to(download_artifact))
                 .route("/api/runs/{id}/messages", web::get().to(run_messages))
                 .route("/api/runs/{id}/catalog", web::get().to(run_catalog))

@@ -20,7 +20,7 @@ use antler_protocol::{
 use antler_protocol::{messages::Request, Role};
 use futures::future::BoxFuture;
 
-use crate::run::hosts::{call_link, HostError, ToolHosts};
+use crate::run::hosts::{call_link, stream_link, HostError, ToolHosts};
 use crate::supervisor::{GetLinks, Supervisor};
 
 /// One replica: its address (its identity for hashing) and its link.
@@ -133,6 +133,30 @@ impl ToolHosts for LinkHosts {
                     call_link(role, chosen, request, timeout).await
                 }
             }
+        })
+    }
+
+    fn relays_items(&self) -> bool {
+        true
+    }
+
+    /// A pinned request streams through its replica's connection; others are unary.
+    fn request_items<'a>(
+        &'a self,
+        role: Role,
+        request: Request,
+        timeout: Duration,
+        items: &'a (dyn Fn(Reply) + Send + Sync),
+    ) -> BoxFuture<'a, Result<Reply, HostError>> {
+        Box::pin(async move {
+            let Route::Pinned(key) = placement::route(&request) else {
+                return self.request(role, request, timeout).await;
+            };
+            let replicas = self.replicas(role).await?;
+            let Some((_, link)) = pinned(&replicas, &key) else {
+                return Err(HostError::failed(format!("no {role} in this cluster")));
+            };
+            stream_link(role, link, request, timeout, items).await
         })
     }
 

@@ -20,6 +20,7 @@ use antler_protocol::messages::{FileContent, RunSubmission, ThreadFileError};
 use crate::run::thread_files::ThreadFiles;
 use serde_json::Value;
 
+use super::elicitations::{PendingElicitation, PendingElicitations};
 use super::events::EventLog;
 use super::metrics::Metrics;
 use super::prepare::{PrepareError, Prepared, RunEnv};
@@ -55,6 +56,8 @@ struct LiveRun {
     denied: Vec<String>,
     /// The run's skills (the skill policy follows its active ones).
     skills: crate::run::skills::SkillStore,
+    /// What the run's MCP calls are asking its user now.
+    elicitations: Arc<PendingElicitations>,
 }
 
 /// The owner of this lead's runs.
@@ -106,15 +109,20 @@ impl RunManager {
             cancel.cancel();
         }
         let run_id = record.run_id.clone();
-        let (log, timing) = match self.runs.get(&run_id) {
-            Some(live) => (live.log.clone(), live.timing.clone()),
-            None => (Arc::default(), Arc::default()),
+        let (log, timing, elicitations) = match self.runs.get(&run_id) {
+            Some(live) => (
+                live.log.clone(),
+                live.timing.clone(),
+                live.elicitations.clone(),
+            ),
+            None => (Arc::default(), Arc::default(), Arc::default()),
         };
         let sink = event_sink(
             log.clone(),
             self.metrics.clone(),
             catalog.clone(),
             timing.clone(),
+            elicitations.clone(),
         );
         for message in warnings {
             sink(&RunEvent::Warning { message });
@@ -137,6 +145,7 @@ impl RunManager {
                 catalog,
                 denied,
                 skills,
+                elicitations,
             },
         );
         self.drive(&run_id, new_run, ctx);
@@ -546,20 +555,52 @@ impl Handler<GetRun> for RunManager {
 }
 
 impl RunManager {
-    /// A run's view now: a stopped drive's, else the store's.
+    /// A run's view now: a stopped drive's, else the store's; with the elicitations its
+    /// calls wait on.
     fn view(&self, run_id: &str) -> Result<Value, PrepareError> {
-        if let Some(live) = self.runs.get(run_id) {
-            if let Some(stopped) = live.log.stopped().filter(|_| !live.driving) {
-                return serde_json::from_str(&stopped)
-                    .map_err(|e| PrepareError::Config(format!("run view: {e}")));
+        let live = self.runs.get(run_id);
+        let mut view = match live.and_then(|l| l.log.stopped().filter(|_| !l.driving)) {
+            Some(stopped) => serde_json::from_str(&stopped)
+                .map_err(|e| PrepareError::Config(format!("run view: {e}")))?,
+            None => {
+                let record = self
+                    .env
+                    .store
+                    .run(run_id)?
+                    .ok_or_else(|| PrepareError::UnknownRun(run_id.to_owned()))?;
+                view::from_store(&self.env.store, &record)?
             }
+        };
+        if let Some(object) = view.as_object_mut() {
+            let pending = live.map_or(Value::Array(Vec::new()), |l| l.elicitations.view());
+            object.insert("elicitations".into(), pending);
         }
-        let record = self
-            .env
-            .store
-            .run(run_id)?
-            .ok_or_else(|| PrepareError::UnknownRun(run_id.to_owned()))?;
-        Ok(view::from_store(&self.env.store, &record)?)
+        Ok(view)
+    }
+}
+
+/// The elicitations a run this lead holds waits on, with its user and thread (`None`:
+/// the lead does not hold the run).
+#[derive(Message)]
+#[rtype(result = "Option<RunElicitations>")]
+pub struct GetElicitations(pub String);
+
+/// What [`GetElicitations`] answers.
+pub struct RunElicitations {
+    pub user: String,
+    pub thread: String,
+    pub pending: Arc<PendingElicitations>,
+}
+
+impl Handler<GetElicitations> for RunManager {
+    type Result = Option<RunElicitations>;
+
+    fn handle(&mut self, msg: GetElicitations, _: &mut Context<Self>) -> Self::Result {
+        self.runs.get(&msg.0).map(|live| RunElicitations {
+            user: live.record.user_id.clone(),
+            thread: live.record.thread_id.clone(),
+            pending: live.elicitations.clone(),
+        })
     }
 }
 
@@ -845,6 +886,7 @@ fn event_sink(
     metrics: Arc<Metrics>,
     catalog: Arc<Catalog>,
     timing: Arc<Mutex<Timing>>,
+    elicitations: Arc<PendingElicitations>,
 ) -> impl Fn(&RunEvent) + Send + 'static {
     move |event| {
         // Each event carries when the lead saw it (Unix ms), for timelines.
@@ -875,6 +917,19 @@ fn event_sink(
             RunEvent::ModelFinished { .. }
             | RunEvent::AssistantMessage { .. }
             | RunEvent::Task { .. } => {}
+            RunEvent::Elicitation {
+                tool_call_id,
+                id,
+                server,
+                message,
+                requested_schema,
+            } => elicitations.asked(PendingElicitation {
+                id: id.clone(),
+                server: server.clone(),
+                message: message.clone(),
+                requested_schema: requested_schema.clone(),
+                tool_call_id: tool_call_id.clone(),
+            }),
             RunEvent::ToolStarted { tool_call_id, .. } => {
                 timing
                     .calls
@@ -898,6 +953,7 @@ fn event_sink(
                 error,
                 ..
             } => {
+                elicitations.call_ended(tool_call_id);
                 if let Some((started, executed)) = timing.calls.remove(tool_call_id) {
                     let outcome = match (executed, error) {
                         (false, _) => "refused",

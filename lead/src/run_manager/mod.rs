@@ -4,8 +4,10 @@
 //! gateway's server-sent events), resumes the runs a crash left `running` when the lead
 //! starts, and feeds [`metrics::Metrics`]. `hosts` reaches sandbox-host and mcp-host
 //! through the supervisor's links; `prepare` turns a submission into a ready run loop;
-//! `view` is the JSON shape of a run for the CLI and the HTTP API.
+//! `view` is the JSON shape of a run for the CLI and the HTTP API; `elicitations` the
+//! questions a run's MCP calls wait on.
 
+pub mod elicitations;
 pub mod events;
 pub mod hosts;
 pub mod manager;

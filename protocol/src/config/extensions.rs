@@ -151,7 +151,7 @@ pub struct McpServerConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(
     rename_all = "snake_case",
-    expecting = "one of decline, accept_defaults"
+    expecting = "one of decline, accept_defaults, ask"
 )]
 pub enum ElicitationPolicy {
     /// Every request is declined (the server goes on without the input).
@@ -160,6 +160,10 @@ pub enum ElicitationPolicy {
     /// A form request is accepted with its schema's defaults when they fill every
     /// required field and fit the schema; otherwise it is declined.
     AcceptDefaults,
+    /// A form request made during a run's tool call is asked of the run's user (the run
+    /// inspector shows a form); unanswered within its deadline, or asked outside a run,
+    /// it is declined.
+    Ask,
 }
 
 fn default_session_init_timeout() -> f64 {

@@ -43,6 +43,47 @@ pub enum McpRequest {
         server: String,
         user: Option<String>,
     },
+    /// The run's user answers an elicitation a call of theirs is waiting on (policy
+    /// `ask`): `McpReply::ElicitationAnswered`, refused when the id is not pending for
+    /// this user and run, or when accepted content does not fit the requested schema.
+    AnswerElicitation(McpElicitationAnswer),
+}
+
+/// One answer to a pending elicitation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpElicitationAnswer {
+    /// The elicitation's id, as `McpReply::Elicitation` gave it.
+    pub id: String,
+    /// Who answers: it must be the user the waiting call runs for.
+    pub user: String,
+    /// The thread of the waiting call (it routes the answer to the call's replica).
+    pub thread: String,
+    /// The run of the waiting call.
+    pub run_id: String,
+    pub action: ElicitationAction,
+    /// The answered fields, a JSON object as text (`accept` only).
+    pub content_json: Option<String>,
+}
+
+/// What the user did with an elicitation (MCP's `action`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ElicitationAction {
+    Accept,
+    Decline,
+    Cancel,
+}
+
+/// Why an answer to an elicitation was refused (the elicitation stays as it was).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum ElicitationRefusal {
+    /// No elicitation with this id waits for this user and run (answered, expired, or
+    /// never asked).
+    #[error("no pending elicitation '{0}' for this run")]
+    Unknown(String),
+    /// The content does not fit the requested schema; the elicitation stays pending.
+    #[error("the content does not fit the requested schema: {0}")]
+    Invalid(String),
 }
 
 /// A login to start.
@@ -72,6 +113,14 @@ pub struct McpCall {
     pub thread: Option<String>,
     /// The thread's workspace directory (stdio servers run there when pooled).
     pub workspace: Option<String>,
+    /// The run the call is made for: with `tool_call_id`, a server's elicitation under
+    /// policy `ask` is streamed to the caller (`McpReply::Elicitation`) and waits for
+    /// the run's user; without them it is declined.
+    #[serde(default)]
+    pub run_id: Option<String>,
+    /// The model's id for this tool call.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
 }
 
 /// Replies from mcp-host.
@@ -104,6 +153,17 @@ pub enum McpReply {
         server: String,
         user: String,
     },
+    /// A stream item of `CallTool`: the server asks the run's user for input (policy
+    /// `ask`); the call's result follows once it is answered, declined or expired.
+    Elicitation {
+        id: String,
+        server: String,
+        message: String,
+        /// The requested schema (an object of primitive properties), as JSON text.
+        requested_schema_json: String,
+    },
+    /// The answer to `AnswerElicitation`.
+    ElicitationAnswered(Result<(), ElicitationRefusal>),
 }
 
 /// The tools a run can use now, and the servers it goes without.

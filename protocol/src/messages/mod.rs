@@ -13,8 +13,9 @@ pub use control::{
 };
 pub use lead::{LeadReply, LeadRequest, PeerPing, PlaybookSource, ProcessStatus, RunSubmission};
 pub use mcp::{
-    McpCall, McpCallResult, McpContent, McpDiscovery, McpOAuthLogin, McpReloadSummary, McpReply,
-    McpRequest, McpServerStatus, McpTool,
+    ElicitationAction, ElicitationRefusal, McpCall, McpCallResult, McpContent, McpDiscovery,
+    McpElicitationAnswer, McpOAuthLogin, McpReloadSummary, McpReply, McpRequest, McpServerStatus,
+    McpTool,
 };
 pub use sandbox::{
     AcquireSource, Acquired, FileContent, FileRead, LeaseOwner, ListedFile, PoolStatus, Principal,

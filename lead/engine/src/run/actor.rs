@@ -147,6 +147,15 @@ pub enum RunEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         usage: Option<TokenUsage>,
     },
+    /// The MCP server of the call `tool_call_id` asks the run's user for input (policy
+    /// `ask`): answered through `POST /api/runs/{id}/elicitations/{id}`, the call goes on.
+    Elicitation {
+        tool_call_id: String,
+        id: String,
+        server: String,
+        message: String,
+        requested_schema: serde_json::Value,
+    },
     /// What a subagent task of the `task` call `tool_call_id` reports (spec 7.4's
     /// `task_*` events), as it happens.
     Task {
@@ -641,6 +650,7 @@ impl RunLoop {
             allowed_skills: self.settings.allowed_skills.as_ref(),
             lead_tools: self.lead_tools.as_deref(),
             web: self.settings.web.as_deref(),
+            events: self.events.as_ref(),
         }
     }
 

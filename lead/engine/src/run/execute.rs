@@ -2,7 +2,9 @@
 //! tools in sandbox-host (the run's sandbox is acquired on its first sandbox call and
 //! its id written to the state; every request names the run's lease, and a call carries
 //! its call id so sandbox-host runs it once), MCP tools in mcp-host, the configured web
-//! tools in the engine (`web`, async HTTP with deadlines). A failure the model should see
+//! tools in the engine (`web`, async HTTP with deadlines). An MCP call for a run whose
+//! hosts relay stream items carries the run and call ids, and each elicitation its server
+//! asks becomes a [`RunEvent::Elicitation`] while the call waits. A failure the model should see
 //! is a [`ToolFailure`]; the tool error middleware turns it into the error message.
 
 use std::collections::HashSet;
@@ -16,6 +18,7 @@ use antler_protocol::{
     Role,
 };
 
+use super::actor::{EventSink, RunEvent};
 use super::context::RunContext;
 use super::hosts::ToolHosts;
 use super::lease::SandboxLease;
@@ -55,6 +58,8 @@ pub struct Executor<'a> {
     pub lead_tools: Option<&'a dyn LeadTools>,
     /// The configured web tools (`web_search`, `web_fetch`, `image_search`).
     pub web: Option<&'a WebTools>,
+    /// Where the run's events go (an MCP call's elicitations are told there).
+    pub events: Option<&'a EventSink>,
 }
 
 impl Executor<'_> {
@@ -232,6 +237,8 @@ impl Executor<'_> {
         server: &str,
         tool: &str,
     ) -> Result<StateUpdate, ToolFailure> {
+        // Elicitations are asked for only when someone will see them.
+        let events = self.events.filter(|_| self.hosts.relays_items());
         let request = McpRequest::CallTool(McpCall {
             server: server.to_owned(),
             tool: tool.to_owned(),
@@ -239,8 +246,37 @@ impl Executor<'_> {
             user: Some(self.context.user_id.clone()),
             thread: Some(self.context.thread_id.clone()),
             workspace: Some(self.context.paths.workspace().display().to_string()),
+            run_id: events.map(|_| self.context.run_id.clone()),
+            tool_call_id: events.map(|_| call.id.clone()),
         });
-        let result = match self.request(Role::McpHost, Request::Mcp(request)).await? {
+        let told = |item: Reply| {
+            let (
+                Some(events),
+                Reply::Mcp(McpReply::Elicitation {
+                    id,
+                    server,
+                    message,
+                    requested_schema_json,
+                }),
+            ) = (events, item)
+            else {
+                return;
+            };
+            events(&RunEvent::Elicitation {
+                tool_call_id: call.id.clone(),
+                id,
+                server,
+                message,
+                requested_schema: serde_json::from_str(&requested_schema_json)
+                    .unwrap_or(serde_json::Value::Null),
+            });
+        };
+        let reply = self
+            .hosts
+            .request_items(Role::McpHost, Request::Mcp(request), self.timeout, &told)
+            .await
+            .map_err(|e| ToolFailure::new("HostUnavailable", e.message))?;
+        let result = match reply {
             Reply::Mcp(McpReply::CallResult(result)) => result,
             other => return Err(unexpected("mcp-host", &other)),
         };

@@ -1,5 +1,6 @@
 //! How a run reaches the hosts that execute its tools: one request to sandbox-host or
-//! mcp-host with a deadline. [`LeadConnectionHosts`] sends it through the lead of a
+//! mcp-host with a deadline (an MCP call for a run may stream its server's elicitations
+//! before its result, when the hosts relay stream items: [`ToolHosts::relays_items`]). [`LeadConnectionHosts`] sends it through the lead of a
 //! cluster (`LeadRequest::Forward`), which is how `antler run` reaches them today.
 
 use std::time::Duration;
@@ -85,6 +86,37 @@ pub async fn call_link(
     .map_err(|e| HostError::from_rpc(role, e))
 }
 
+/// One request through a link whose reply may stream: each item goes to `items`
+/// (an MCP call's elicitations), the final reply is returned; all within `timeout`.
+pub async fn stream_link(
+    role: Role,
+    link: &actix::Addr<antler_protocol::link::HostLink>,
+    request: Request,
+    timeout: Duration,
+    items: &(dyn Fn(Reply) + Send + Sync),
+) -> Result<Reply, HostError> {
+    let connection = link
+        .send(antler_protocol::link::CurrentConnection)
+        .await
+        .map_err(|e| HostError::unavailable(format!("{role:?} unreachable: {e}")))?
+        .ok_or_else(|| HostError::unavailable(format!("{role:?} unreachable: not connected")))?;
+    let mut stream = connection
+        .request_stream(request, TraceContext::new_root(), timeout)
+        .await
+        .map_err(|e| HostError::from_rpc(role, e))?;
+    while let Some(reply) = stream.next().await {
+        match reply.map_err(|e| HostError::from_rpc(role, e))? {
+            item @ Reply::Mcp(antler_protocol::messages::McpReply::Elicitation { .. }) => {
+                items(item)
+            }
+            last => return Ok(last),
+        }
+    }
+    Err(HostError::unavailable(format!(
+        "{role:?} unreachable: the reply's stream ended without a result"
+    )))
+}
+
 /// Sends one request to a host and waits for its reply, at most `timeout`.
 pub trait ToolHosts: Send + Sync {
     fn request(
@@ -93,6 +125,25 @@ pub trait ToolHosts: Send + Sync {
         request: Request,
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Reply, HostError>>;
+
+    /// Whether [`ToolHosts::request_items`] hands over the reply's stream items (without
+    /// that, nobody would see a call's elicitation, so a call does not ask for them).
+    fn relays_items(&self) -> bool {
+        false
+    }
+
+    /// Like [`ToolHosts::request`], handing each stream item of the reply to `items`
+    /// before the final reply. By default there are none: the request is unary.
+    fn request_items<'a>(
+        &'a self,
+        role: Role,
+        request: Request,
+        timeout: Duration,
+        items: &'a (dyn Fn(Reply) + Send + Sync),
+    ) -> BoxFuture<'a, Result<Reply, HostError>> {
+        let _ = items;
+        self.request(role, request, timeout)
+    }
 
     /// The address of the replica of `role` that `key` (a sandbox id) is pinned to, so a
     /// subagent task of the thread uses the same one (`None`: whichever the worker has).

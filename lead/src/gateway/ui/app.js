@@ -154,7 +154,7 @@ function runsView(view) {
 // ---- one run: the timeline ---------------------------------------------------------
 
 function newModel() {
-  return { items: [], calls: new Map(), turns: [], view: null, io: new Map() };
+  return { items: [], calls: new Map(), turns: [], view: null, io: new Map(), elicitations: [] };
 }
 
 /// Each call's arguments and result, from the run's messages.
@@ -250,6 +250,79 @@ function renderChart(turns) {
   return svg;
 }
 
+/// The fields of an elicitation's requested schema as form controls, each with a reader
+/// of its answer: `[name, control, read]`, `read()` giving `undefined` for no answer.
+function elicitationFields(e) {
+  const schema = e.requested_schema || {};
+  const required = new Set(schema.required || []);
+  const fields = [];
+  for (const [name, p] of Object.entries(schema.properties || {})) {
+    const id = "elicit-" + e.id + "-" + name;
+    const must = required.has(name);
+    const label = el("label", { for: id }, p.title || name, must ? el("span", { class: "required", "aria-hidden": "true", text: " *" }) : null);
+    const hint = p.description ? el("span", { class: "muted", id: id + "-hint", text: " " + p.description }) : null;
+    const common = { id, name, required: must, "aria-required": must ? "true" : null, "aria-describedby": hint ? id + "-hint" : null };
+    const choices = (schema) => (schema.enum || []).map((v, i) => [v, (schema.enumNames || [])[i] || v])
+      .concat((schema.oneOf || schema.anyOf || []).map((o) => [o.const, o.title || o.const]));
+    let control, read;
+    if (p.type === "boolean") {
+      control = el("input", Object.assign({ type: "checkbox", checked: p.default === true }, common, { required: false }));
+      read = () => control.checked;
+    } else if (p.type === "array") {
+      const boxes = choices(p.items || {}).map(([v, t], i) => {
+        const box = el("input", { type: "checkbox", id: id + "-" + i, value: v, checked: (p.default || []).includes(v) });
+        return [box, el("label", { for: id + "-" + i, text: t })];
+      });
+      control = el("fieldset", { id, "aria-describedby": hint ? id + "-hint" : null },
+        el("legend", {}, p.title || name, must ? el("span", { class: "required", "aria-hidden": "true", text: " *" }) : null),
+        boxes.map(([b, l]) => el("span", { class: "choice" }, b, l)), hint);
+      read = () => { const v = boxes.filter(([b]) => b.checked).map(([b]) => b.value); return v.length || must ? v : undefined; };
+      fields.push([name, el("div", { class: "field" }, control), read]);
+      continue;
+    } else if (choices(p).length) {
+      control = el("select", common, must ? null : el("option", { value: "", text: "—" }),
+        choices(p).map(([v, t]) => el("option", { value: v, selected: p.default === v, text: t })));
+      read = () => control.value === "" ? undefined : control.value;
+    } else if (p.type === "number" || p.type === "integer") {
+      control = el("input", Object.assign({ type: "number", step: p.type === "integer" ? "1" : "any", min: p.minimum, max: p.maximum, value: p.default }, common));
+      read = () => control.value === "" ? undefined : Number(control.value);
+    } else if (p.type === "string") {
+      const type = { email: "email", uri: "url", date: "date", "date-time": "datetime-local" }[p.format] || "text";
+      control = el("input", Object.assign({ type, minlength: p.minLength, maxlength: p.maxLength, value: p.default }, common));
+      read = () => control.value === "" ? undefined : control.value;
+    } else {
+      continue; // not a field the form can ask for
+    }
+    fields.push([name, el("div", { class: "field" }, label, " ", control, hint), read]);
+  }
+  return fields;
+}
+
+/// A card asking for one pending elicitation: its fields, Accept and Decline; `done` is
+/// called once it was answered.
+function elicitationForm(runId, e, done) {
+  const fields = elicitationFields(e);
+  const note = el("p", { class: "muted", role: "status" });
+  const send = async (action) => {
+    const content = {};
+    for (const [name, , read] of fields) { const v = read(); if (v !== undefined) content[name] = v; }
+    try {
+      await api(`/api/runs/${encodeURIComponent(runId)}/elicitations/${encodeURIComponent(e.id)}`,
+        { method: "POST", body: JSON.stringify(action === "accept" ? { action, content } : { action }) });
+      note.textContent = action === "accept" ? "Answer sent." : "Declined.";
+      done();
+    } catch (err) { note.textContent = "Not sent: " + err.message; }
+  };
+  const form = el("form", { class: "card elicitation", "data-elicitation": e.id, "aria-labelledby": "elicit-" + e.id + "-title" },
+    el("p", { id: "elicit-" + e.id + "-title" }, el("strong", { text: "MCP server " + e.server + " asks: " }), e.message),
+    fields.map(([, row]) => row),
+    el("p", {}, el("button", { type: "submit", text: "Accept" }), " ",
+      el("button", { type: "button", "data-action": "decline", onclick: () => send("decline"), text: "Decline" })),
+    note);
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); send("accept"); });
+  return form;
+}
+
 function runView(view, runId) {
   const model = newModel();
   const summary = el("div", { id: "summary" });
@@ -291,15 +364,34 @@ function runView(view, runId) {
     renderSummary();
   };
 
+  // The forms of pending elicitations, kept across renders so what is typed stays.
+  const forms = new Map();
+  const elicitationParts = () => {
+    const pending = model.elicitations || [];
+    for (const id of forms.keys()) if (!pending.some((e) => e.id === id)) forms.delete(id);
+    return pending.map((e) => {
+      if (!forms.has(e.id)) forms.set(e.id, elicitationForm(runId, e, () => setTimeout(loadElicitations, 300)));
+      return forms.get(e.id);
+    });
+  };
+  const loadElicitations = async () => {
+    try {
+      const v = await (await api(`/api/runs/${encodeURIComponent(runId)}`)).json();
+      model.elicitations = v.elicitations || [];
+      renderSummary();
+    } catch (_) { /* the next event or poll tries again */ }
+  };
+
   const renderSummary = () => {
     const v = model.view;
-    if (!v) { summary.replaceChildren(el("p", { class: "status-running", text: "running" })); return; }
+    if (!v) { summary.replaceChildren(el("p", { class: "status-running", text: "running" }), ...elicitationParts()); return; }
     const parts = [el("p", {}, "Status: ", el("strong", { class: "status-" + v.status, id: "run-status", text: v.status }),
       ` · user ${v.user} · thread ${v.thread}`)];
     parts.push(el("p", { class: "muted", text: "Task: " + clip(v.task, 500) }));
     if (v.error) parts.push(el("p", { class: "err", role: "alert", text: "Error: " + v.error }));
     if (v.final_answer) parts.push(el("div", { class: "card" }, el("strong", { text: "Final answer" }), el("pre", { text: v.final_answer })));
     if (v.status === "interrupted" && v.question) parts.push(answerBox(v.question));
+    parts.push(...elicitationParts());
     if (v.artifacts && v.artifacts.length) {
       parts.push(el("div", { class: "card", id: "artifacts" }, el("strong", { text: "Artifacts" }),
         el("ul", {}, v.artifacts.map((p) => el("li", {},
@@ -346,6 +438,7 @@ function runView(view, runId) {
   const poll = async () => {
     try {
       model.view = await (await api(`/api/runs/${encodeURIComponent(runId)}`)).json();
+      model.elicitations = model.view.elicitations || [];
       await loadMessages();
       render();
     } catch (err) {
@@ -377,7 +470,9 @@ function runView(view, runId) {
           const data = (block.match(/^data: (.*)$/m) || [])[1];
           if (!data) continue;
           const json = JSON.parse(data);
-          if (name === "end") model.view = json; else fold(model, json);
+          if (name === "end") { model.view = json; model.elicitations = json.elicitations || []; } else fold(model, json);
+          // A call asks the user, or a call that asked ended: the view says what is pending.
+          if (json.event === "elicitation" || (json.event === "tool_finished" && model.elicitations.length)) loadElicitations();
         }
         render();
       }

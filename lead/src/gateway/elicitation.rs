@@ -1,0 +1,137 @@
+//! `POST /api/runs/{id}/elicitations/{eid}` with `{"action": "accept"|"decline"|"cancel",
+//! "content": {...}}`: the run's principal answers an elicitation one of its MCP calls
+//! waits on (policy `ask`). The answer goes to the mcp-host replica of the run's thread,
+//! as the run's user: 200 once taken, 404 for an id the run is not waiting on, 400 for
+//! content that does not fit the requested schema (it stays pending).
+
+use std::time::Duration;
+
+use actix_web::{http::StatusCode, web, HttpRequest, HttpResponse};
+use antler_protocol::{
+    messages::{
+        ElicitationAction, ElicitationRefusal, McpElicitationAnswer, McpReply, McpRequest, Reply,
+        Request,
+    },
+    Role,
+};
+use serde_json::{json, Value};
+
+use super::{error, guard, State, VisibleRun, MAX_ANSWER_BODY};
+use crate::run::hosts::ToolHosts;
+use crate::run_manager::{hosts::LinkHosts, manager::GetElicitations};
+
+/// How long mcp-host gets to take an answer.
+const ANSWER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The answer's action and content, or why the body is not one.
+fn parse(body: &[u8]) -> Result<(ElicitationAction, Option<String>), String> {
+    let body: Value =
+        serde_json::from_slice(body).map_err(|e| format!("the body must be a JSON object: {e}"))?;
+    let action = match body.get("action").and_then(Value::as_str) {
+        Some("accept") => ElicitationAction::Accept,
+        Some("decline") => ElicitationAction::Decline,
+        Some("cancel") => ElicitationAction::Cancel,
+        _ => return Err("action: expected accept, decline or cancel".into()),
+    };
+    let content = match (action, body.get("content")) {
+        (ElicitationAction::Accept, Some(c @ Value::Object(_))) => Some(c.to_string()),
+        (ElicitationAction::Accept, None) => Some("{}".into()),
+        (ElicitationAction::Accept, Some(_)) => {
+            return Err("content: expected a JSON object of the requested fields".into())
+        }
+        _ => None,
+    };
+    Ok((action, content))
+}
+
+/// `POST /api/runs/{id}/elicitations/{eid}`.
+pub async fn answer(
+    state: web::Data<State>,
+    VisibleRun(run_id): VisibleRun,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> HttpResponse {
+    let id = req.match_info().get("eid").unwrap_or_default().to_owned();
+    let body = match guard::read_body(payload, MAX_ANSWER_BODY).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let (action, content_json) = match parse(&body) {
+        Ok(answer) => answer,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
+    let not_pending = || {
+        error(
+            StatusCode::NOT_FOUND,
+            format!("run {run_id} is not waiting on an elicitation '{id}'"),
+        )
+    };
+    let run = match state
+        .runs
+        .manager
+        .send(GetElicitations(run_id.clone()))
+        .await
+    {
+        Ok(Some(run)) => run,
+        Ok(None) => return not_pending(),
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    };
+    if run.pending.get(&id).is_none() {
+        return not_pending();
+    }
+    let request = McpRequest::AnswerElicitation(McpElicitationAnswer {
+        id: id.clone(),
+        user: run.user,
+        thread: run.thread,
+        run_id: run_id.clone(),
+        action,
+        content_json,
+    });
+    let hosts = LinkHosts::new(state.supervisor.clone());
+    match hosts
+        .request(Role::McpHost, Request::Mcp(request), ANSWER_DEADLINE)
+        .await
+    {
+        Ok(Reply::Mcp(McpReply::ElicitationAnswered(Ok(())))) => {
+            run.pending.answered(&id);
+            HttpResponse::Ok().json(json!({"run_id": run_id, "id": id, "action": action}))
+        }
+        Ok(Reply::Mcp(McpReply::ElicitationAnswered(Err(ElicitationRefusal::Unknown(_))))) => {
+            // mcp-host no longer holds it (its call ended): nor does the run.
+            run.pending.answered(&id);
+            not_pending()
+        }
+        Ok(Reply::Mcp(McpReply::ElicitationAnswered(Err(e @ ElicitationRefusal::Invalid(_))))) => {
+            error(StatusCode::BAD_REQUEST, e.to_string())
+        }
+        Ok(other) => error(
+            StatusCode::BAD_GATEWAY,
+            format!("unexpected reply from mcp-host: {other:?}"),
+        ),
+        Err(e) if e.is_unavailable() => error(StatusCode::SERVICE_UNAVAILABLE, e.message),
+        Err(e) => error(StatusCode::BAD_GATEWAY, e.message),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_is_an_action_with_content_for_accept() {
+        assert_eq!(
+            parse(br#"{"action": "accept", "content": {"name": "Ada"}}"#).unwrap(),
+            (ElicitationAction::Accept, Some(r#"{"name":"Ada"}"#.into()))
+        );
+        assert_eq!(
+            parse(br#"{"action": "decline", "content": {"x": 1}}"#).unwrap(),
+            (ElicitationAction::Decline, None)
+        );
+        assert!(parse(br#"{"action": "maybe"}"#)
+            .unwrap_err()
+            .contains("accept, decline or cancel"));
+        assert!(parse(br#"{"action": "accept", "content": [1]}"#).is_err());
+        assert!(parse(b"nope").is_err());
+    }
+}
