@@ -217,6 +217,7 @@ impl Handler<Skipped> for McpRegistry {
                     reconnects: 0,
                     in_flight: 0,
                     protocol_version: None,
+                    auth: None,
                 })
                 .collect(),
         )

@@ -260,6 +260,37 @@ impl McpServerActor {
             reconnects: st.reconnects,
             in_flight: self.shared.in_flight.load(Ordering::SeqCst),
             protocol_version: st.protocol_version.clone(),
+            auth: Some(self.auth_state()),
+        }
+    }
+
+    /// How the server's calls are authorized now, for the status: `none`, a client
+    /// credentials token held or not yet, or how many users have logged in (never a token).
+    fn auth_state(&self) -> String {
+        let s = &self.shared;
+        let Some(a) = s.token.get() else {
+            return if s.config.oauth.as_ref().is_some_and(|o| o.enabled) {
+                "oauth: no token yet".into()
+            } else {
+                "none".into()
+            };
+        };
+        match a.discovered() {
+            Some(d) if d.is_login() => {
+                match s
+                    .options
+                    .oauth
+                    .as_ref()
+                    .map(|b| b.logged_in(&s.name))
+                    .unwrap_or(0)
+                {
+                    0 => "login required".into(),
+                    1 => "logged in: 1 user".into(),
+                    n => format!("logged in: {n} users"),
+                }
+            }
+            _ if a.fresh().is_some() => "client credentials: token held".into(),
+            _ => "client credentials: no token yet".into(),
         }
     }
 

@@ -162,6 +162,13 @@ fn a_web_user_logs_in_through_the_gateway_for_itself_only() {
         (s["state"] == "failed").then_some(s)
     });
     assert!(failed.is_some(), "{}", g.server_state());
+    // The status says a login is needed (and never shows a token).
+    assert_eq!(
+        g.server_state()["auth"],
+        "login required",
+        "{}",
+        g.server_state()
+    );
 
     // A forged state completes nothing.
     let (code, page) = g.navigate("/api/mcp/oauth/callback?code=x&state=forged");
@@ -194,6 +201,10 @@ fn a_web_user_logs_in_through_the_gateway_for_itself_only() {
         page.contains("Logged in to &#39;notes&#39; as &#39;alice&#39;"),
         "{page}"
     );
+    let logged_in = wait_for(Duration::from_secs(10), || {
+        (g.server_state()["auth"] == "logged in: 1 user").then_some(())
+    });
+    assert!(logged_in.is_some(), "{}", g.server_state());
     let back = url::Url::parse(&last).unwrap();
     let code_param = back
         .query_pairs()

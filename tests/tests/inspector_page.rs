@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod lead_support;
+mod mcp_support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -23,6 +24,8 @@ use serde_json::{json, Value};
 const ALICE: &str = "alice-token-000000000001";
 const BOB: &str = "bob-token-00000000000002";
 
+/// Calls server-everything's eliciting tool, then ends.
+const ELICIT: &str = "turns:\n  - tool_calls:\n      - {id: ask-mcp, name: everything_trigger-elicitation-request, args: {}}\n  - content: Thanks for the details.\n";
 const CONFIG: &str = "tools:\n  - {name: write_file, group: file, use: \"deerflow.sandbox.tools:write_file_tool\"}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n  bash_command_timeout: 20\nsubagents:\n  enabled: true\nantler:\n  worker_slots: 2\n  gateway:\n    tokens:\n      - {token: alice-token-000000000001, user: alice}\n      - {token: bob-token-00000000000002, user: bob}\n";
 
 const DELEGATE: &str = "turns:\n  - tool_calls:\n      - id: call-job\n        name: task\n        args: {description: summarise, prompt: Summarise the notes., subagent_type: general-purpose}\n  - content: The subagent summarised the notes.\nsubagents:\n  summarise:\n    turns:\n      - content: The notes say all is well.\n";
@@ -124,8 +127,29 @@ impl Drop for Browser {
 
 #[test]
 fn the_inspector_shows_a_users_runs_timelines_artifacts_and_the_cluster() {
-    let cluster =
-        LeadCluster::up_with_workers(CONFIG, &[], &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")], 1);
+    // An MCP server whose tool asks the run's user for details (`elicitation: ask`).
+    let servers = json!({"mcpServers": {"everything": {
+        "type": "stdio",
+        "command": mcp_support::npm_bin("mcp-server-everything").display().to_string(),
+        "args": ["stdio"],
+        "elicitation": "ask",
+    }}});
+    let cluster = LeadCluster::up_with_workers(
+        CONFIG,
+        &[("extensions_config.json", &servers.to_string())],
+        &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")],
+        1,
+    );
+    // server-everything adds its eliciting tool once it knows the client can answer.
+    let listed = wait_for(Duration::from_secs(30), || {
+        let out = antler_tests::antler(&cluster.runtime(), &["mcp", "status", "--json"]);
+        let list: Value = serde_json::from_slice(&out.stdout).ok()?;
+        list.as_array()?
+            .iter()
+            .any(|s| s["name"] == "everything" && s["tools"] == 15)
+            .then_some(())
+    });
+    assert!(listed.is_some(), "the eliciting tool was not listed");
     let addr = cluster.gateway();
     let start = |token: &str, playbook: &str, subagents: bool| {
         let body = json!({"task": "Inspect me", "playbook_yaml": playbook, "clarification": true, "subagents": subagents});
@@ -148,6 +172,7 @@ fn the_inspector_shows_a_users_runs_timelines_artifacts_and_the_cluster() {
     let report = start(ALICE, REPORT, false);
     let asking = start(ALICE, ASK, false);
     let bobs = start(BOB, REPORT, false);
+    let eliciting = start(ALICE, ELICIT, false);
     assert_eq!(ended(ALICE, &delegated)["status"], "success");
     assert_eq!(ended(ALICE, &report)["status"], "success");
     assert_eq!(ended(ALICE, &asking)["status"], "interrupted");
@@ -278,6 +303,27 @@ fn the_inspector_shows_a_users_runs_timelines_artifacts_and_the_cluster() {
         ended(ALICE, &asking)["final_answer"],
         "The report covers the year you chose."
     );
+
+    // An MCP server's elicitation answered from the page: a form from its schema.
+    b.goto(&format!("{base}#/runs/{eliciting}"));
+    b.wait("!!document.querySelector('form[data-elicitation]')");
+    b.screenshot("elicitation");
+    b.eval(
+        "(() => { const f = document.querySelector('form[data-elicitation]'); \
+         const name = f.querySelector('[id$=\"-name\"]'); name.value = 'Ada Lovelace'; \
+         name.dispatchEvent(new Event('input')); f.querySelector('button[type=submit]').click(); return true; })()",
+    );
+    b.wait("document.getElementById('run-status')?.textContent === 'success'");
+    let answered = ended(ALICE, &eliciting);
+    assert_eq!(answered["status"], "success", "{answered}");
+    let (_, _, messages) = http_full(
+        &addr,
+        ALICE,
+        "GET",
+        &format!("/api/runs/{eliciting}/messages"),
+        None,
+    );
+    assert!(messages.contains("Ada Lovelace"), "{messages}");
 
     // The cluster view is the operator's.
     b.goto(&format!("{base}#/cluster"));

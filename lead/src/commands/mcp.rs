@@ -250,6 +250,7 @@ pub fn status_json(list: &[McpServerStatus]) -> Value {
                     "reconnects": s.reconnects,
                     "in_flight": s.in_flight,
                     "protocol_version": s.protocol_version,
+                    "auth": s.auth,
                 })
             })
             .collect(),

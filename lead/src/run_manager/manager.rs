@@ -832,7 +832,13 @@ impl Handler<ListRuns> for RunManager {
                     "thread": r.thread_id,
                     "task": r.task,
                     "agent": r.agent,
-                    "model": r.model,
+                    // A playbook sent inline is recorded in the label (a resume reads it);
+                    // the list says what it is rather than quoting it.
+                    "model": if r.model.starts_with(crate::run_manager::prepare::SCRIPTED_INLINE_PREFIX) {
+                        "scripted (inline playbook)"
+                    } else {
+                        r.model.as_str()
+                    },
                     "started_ms": s.started_ms,
                     "ended_ms": s.ended_ms,
                     "duration_ms": s.started_ms.map(|from| {

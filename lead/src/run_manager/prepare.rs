@@ -1027,6 +1027,7 @@ mod tests {
             reconnects: 0,
             in_flight: 0,
             protocol_version: None,
+            auth: None,
         }
     }
 

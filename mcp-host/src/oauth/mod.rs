@@ -129,6 +129,11 @@ impl std::fmt::Debug for OAuthBroker {
 }
 
 impl OAuthBroker {
+    /// How many users have logged in to `server` (hold its credentials).
+    pub fn logged_in(&self, server: &str) -> usize {
+        self.store.users_of(server)
+    }
+
     /// The broker of a host whose data directory is `data_dir` (`None`: tokens in memory).
     pub fn new(data_dir: Option<PathBuf>) -> Arc<Self> {
         Arc::new(Self {

@@ -56,6 +56,15 @@ impl TokenStore {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// How many users hold credentials for `server`.
+    pub fn users_of(&self, server: &str) -> usize {
+        let prefix = format!("{server}\u{1f}");
+        self.lock()
+            .keys()
+            .filter(|k| k.starts_with(&prefix))
+            .count()
+    }
+
     /// The credentials of `(server, user)`.
     pub fn get(&self, server: &str, user: &str) -> Option<StoredCredentials> {
         self.lock().get(&key(server, user)).cloned()

@@ -191,6 +191,10 @@ pub struct McpServerStatus {
     pub in_flight: u32,
     /// The MCP protocol version its session agreed on (`None`: never connected).
     pub protocol_version: Option<String>,
+    /// How its calls are authorized: `none`, `client credentials: token held`, `login
+    /// required`, `logged in: N users`, ... (never a token).
+    #[serde(default)]
+    pub auth: Option<String>,
 }
 
 /// One tool as the model would see it.

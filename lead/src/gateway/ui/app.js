@@ -519,8 +519,8 @@ function clusterView(view) {
       }
       if (c.mcp_servers) {
         parts.push(el("h3", { text: "MCP servers" }), table("MCP servers",
-          ["Server", "Transport", "State", "Tools", "Reconnects", "Version", "Last error"],
-          c.mcp_servers.map((m) => [m.name, m.transport, m.state, m.tools, m.reconnects, m.protocol_version, m.last_error])));
+          ["Server", "Transport", "State", "Tools", "Reconnects", "Version", "Auth", "Last error"],
+          c.mcp_servers.map((m) => [m.name, m.transport, m.state, m.tools, m.reconnects, m.protocol_version, m.auth, m.last_error])));
       }
       for (const e of c.errors) parts.push(el("p", { class: "err", text: e }));
       out.replaceChildren(...parts);
