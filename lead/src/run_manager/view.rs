@@ -22,6 +22,10 @@ pub fn from_outcome(record: &RunRecord, outcome: &RunOutcome) -> Value {
         "question": outcome.question,
         "error": outcome.error,
         "artifacts": outcome.artifacts,
+        "promoted": outcome.promoted.as_ref().map(|p| json!({
+            "catalog_hash": p.catalog_hash,
+            "names": p.names,
+        })),
         "delivery": outcome.delivery,
         "stop_reason": outcome.stop_reason,
         "token_usage": outcome.token_usage,
@@ -54,6 +58,11 @@ pub fn from_store(store: &CheckpointStore, record: &RunRecord) -> Result<Value, 
         "question": question,
         "error": error,
         "artifacts": state.as_ref().map(|s| s.artifacts.clone()).unwrap_or_default(),
+        // The deferred tools `tool_search` promoted for the run (under the catalog's hash).
+        "promoted": state.as_ref().and_then(|s| s.promoted.as_ref()).map(|p| json!({
+            "catalog_hash": p.catalog_hash,
+            "names": p.names,
+        })),
         "delivery": store.receipt(&record.run_id)?,
         "stop_reason": state.as_ref().and_then(|s| s.stop_reason),
         "token_usage": state.as_ref().map(|s| s.token_usage).unwrap_or_default(),

@@ -199,6 +199,8 @@ pub struct RunOutcome {
     pub question: Option<String>,
     pub error: Option<String>,
     pub artifacts: Vec<String>,
+    /// The deferred tools `tool_search` promoted for the run.
+    pub promoted: Option<crate::catalog::promotion::Promoted>,
     pub stop_reason: Option<super::state::StopReason>,
     /// The delivery receipt of a run that ended (success or error).
     pub delivery: Option<DeliveryReceipt>,
@@ -563,6 +565,7 @@ impl RunLoop {
             question,
             error,
             artifacts: self.state.artifacts.clone(),
+            promoted: self.state.promoted.clone(),
             stop_reason: self.state.stop_reason,
             token_usage: self.state.token_usage,
             delivery,

@@ -389,6 +389,9 @@ function runView(view, runId) {
       ` · user ${v.user} · thread ${v.thread}`)];
     parts.push(el("p", { class: "muted", text: "Task: " + clip(v.task, 500) }));
     if (v.error) parts.push(el("p", { class: "err", role: "alert", text: "Error: " + v.error }));
+    if (v.promoted && v.promoted.names && v.promoted.names.length) {
+      parts.push(el("p", { id: "promoted", text: "Promoted by tool_search: " + v.promoted.names.join(", ") }));
+    }
     if (v.final_answer) parts.push(el("div", { class: "card" }, el("strong", { text: "Final answer" }), el("pre", { text: v.final_answer })));
     if (v.status === "interrupted" && v.question) parts.push(answerBox(v.question));
     parts.push(...elicitationParts());
