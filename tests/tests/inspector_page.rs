@@ -173,9 +173,21 @@ fn the_inspector_shows_a_users_runs_timelines_artifacts_and_the_cluster() {
     let asking = start(ALICE, ASK, false);
     let bobs = start(BOB, REPORT, false);
     let eliciting = start(ALICE, ELICIT, false);
+    // The bundled example (examples/report): tool_search, an MCP call, a report delivered.
+    let example = start(
+        ALICE,
+        include_str!("../../examples/report/playbook.yaml"),
+        false,
+    );
     assert_eq!(ended(ALICE, &delegated)["status"], "success");
     assert_eq!(ended(ALICE, &report)["status"], "success");
     assert_eq!(ended(ALICE, &asking)["status"], "interrupted");
+    let example_view = ended(ALICE, &example);
+    assert_eq!(example_view["status"], "success", "{example_view}");
+    assert_eq!(
+        example_view["artifacts"],
+        json!(["/mnt/user-data/outputs/report.md"])
+    );
     ended(BOB, &bobs);
 
     // The page holds no data and needs no token; it is never framed or fed script.
@@ -203,7 +215,7 @@ fn the_inspector_shows_a_users_runs_timelines_artifacts_and_the_cluster() {
         "document.querySelectorAll('#runs tbody tr').length >= 3 && !!document.querySelector('[data-run=\"{delegated}\"]')"
     ));
     assert_eq!(b.eval("location.hash"), "#/runs", "the token left the URL");
-    for run in [&delegated, &report, &asking] {
+    for run in [&delegated, &report, &asking, &example] {
         assert_eq!(
             b.eval(&format!("!!document.querySelector('[data-run=\"{run}\"]')")),
             true
