@@ -77,6 +77,15 @@ impl CheckpointError {
         )
     }
 
+    /// Whether SQLite refused a write to a database it holds read-only.
+    pub fn is_read_only(&self) -> bool {
+        matches!(
+            self,
+            CheckpointError::Sql(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::ReadOnly
+        )
+    }
+
     /// Whether the storage under the store failed, for a while perhaps: an I/O error, a
     /// read-only or full volume, a file that cannot be opened. A write is worth trying
     /// again; a malformed state or an unknown run is not.
@@ -119,7 +128,14 @@ pub async fn probe_writes(store: CheckpointStore) {
     loop {
         tick.tick().await;
         let s = store.clone();
-        let result = tokio::task::spawn_blocking(move || s.probe_write()).await;
+        let result = tokio::task::spawn_blocking(move || {
+            let first = s.probe_write();
+            match first {
+                Err(e) if e.is_read_only() && s.reopen_if_read_only() => s.probe_write(),
+                other => other,
+            }
+        })
+        .await;
         let problem = match result {
             Ok(Ok(())) => None,
             Ok(Err(e)) if e.is_busy() => continue,
@@ -147,6 +163,8 @@ pub const STORAGE_RETRY_WINDOW: Duration = Duration::from_secs(30);
 #[derive(Clone)]
 pub struct CheckpointStore {
     connection: Arc<Mutex<Connection>>,
+    /// The file, to open again a connection SQLite opened read-only.
+    path: Arc<std::path::PathBuf>,
 }
 
 const SCHEMA: &str = "
@@ -222,7 +240,32 @@ impl CheckpointStore {
         }
         Ok(CheckpointStore {
             connection: Arc::new(Mutex::new(connection)),
+            path: Arc::new(path.to_path_buf()),
         })
+    }
+
+    /// SQLite opens a file it cannot write (a volume read-only at that moment) read-only,
+    /// and such a connection never writes again, even once the volume can be written:
+    /// after a read-only error, a new connection replaces it when the file can be opened
+    /// for writing now. Returns whether it did.
+    pub fn reopen_if_read_only(&self) -> bool {
+        let read_only = self.db().is_readonly(rusqlite::MAIN_DB).unwrap_or(false);
+        if !read_only {
+            return false;
+        }
+        let Ok(fresh) = Connection::open(self.path.as_path()) else {
+            return false;
+        };
+        if fresh.is_readonly(rusqlite::MAIN_DB).unwrap_or(true)
+            || fresh.busy_timeout(BUSY_TIMEOUT).is_err()
+            || fresh.pragma_update(None, "journal_mode", "WAL").is_err()
+            || fresh.pragma_update(None, "synchronous", "NORMAL").is_err()
+        {
+            return false;
+        }
+        *self.db() = fresh;
+        tracing::info!(path = %self.path.display(), "runs database opened again for writing");
+        true
     }
 
     /// The connection; a panic elsewhere while holding it leaves SQLite consistent (each
@@ -624,6 +667,11 @@ impl CheckpointStore {
                 };
                 match result {
                     Err(e) if e.is_storage() && started.elapsed() < STORAGE_RETRY_WINDOW => {
+                        if e.is_read_only() {
+                            let s = store.clone();
+                            let _ =
+                                tokio::task::spawn_blocking(move || s.reopen_if_read_only()).await;
+                        }
                         if !warned {
                             tracing::warn!(
                                 "runs database cannot be written ({e}); trying again for up to {} s",
@@ -756,6 +804,33 @@ mod tests {
             subagents: true,
             role: Some("member".into()),
         }
+    }
+
+    #[test]
+    fn a_connection_opened_read_only_is_replaced_once_the_file_can_be_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.sqlite");
+        let store = CheckpointStore::open(&path).unwrap();
+        store
+            .create_run(&record("run-1"), &ThreadState::new("write"))
+            .unwrap();
+        // As SQLite does when the file cannot be written at open: a read-only connection.
+        *store.db() =
+            Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let refused = store
+            .set_status("run-1", RunStatus::Success, None)
+            .unwrap_err();
+        assert!(refused.is_read_only() && refused.is_storage(), "{refused}");
+        assert!(store.reopen_if_read_only());
+        assert!(
+            !store.reopen_if_read_only(),
+            "a writable connection is kept"
+        );
+        store.set_status("run-1", RunStatus::Success, None).unwrap();
+        assert_eq!(
+            store.run("run-1").unwrap().unwrap().status,
+            RunStatus::Success
+        );
     }
 
     #[test]

@@ -449,6 +449,10 @@ pub async fn inject(
     };
     let from = match kind.signal {
         Signal::Kill | Signal::Term => {
+            if kind.target == Target::Lead {
+                // This fault restarts the lead: the watchdog must not start another.
+                cluster.lead_restart_begins();
+            }
             send(
                 pid,
                 if kind.signal == Signal::Kill {

@@ -92,6 +92,10 @@ pub struct ChaosCluster {
     http: reqwest::Client,
     /// What the runs reported, as it arrived.
     events: events::Events,
+    /// Faults restarting the lead now (the watchdog leaves it be).
+    restarting: std::sync::atomic::AtomicU32,
+    /// The schedule is over: nothing restarts the lead any more.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 /// How long one gateway request may take (a paused lead must not hang the schedule).
@@ -217,8 +221,48 @@ impl ChaosCluster {
         }
     }
 
-    /// Waits for the lead `pid` to exit (it was signalled), then starts a new one.
+    /// As an orchestrator restarts a container that exits: a lead that exited on its own
+    /// (it could not start, or it crashed) is started again after a second. Runs until the
+    /// schedule stops.
+    async fn watch_lead(cluster: Arc<ChaosCluster>) {
+        use std::sync::atomic::Ordering;
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if cluster.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            if cluster.restarting.load(Ordering::SeqCst) > 0 {
+                continue;
+            }
+            let exited = {
+                let mut lead = cluster.lead.lock().unwrap_or_else(|e| e.into_inner());
+                lead.as_mut()
+                    .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
+            };
+            if exited && cluster.restarting.load(Ordering::SeqCst) == 0 {
+                eprintln!("antler chaos: the lead exited on its own; starting it again");
+                if let Err(e) = cluster.start_lead() {
+                    eprintln!("antler chaos: {e:#}");
+                }
+            }
+        }
+    }
+
+    /// A fault is about to stop the lead and start it again itself.
+    pub fn lead_restart_begins(&self) {
+        self.restarting
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Waits for the lead `pid` to exit (it was signalled, after
+    /// [`ChaosCluster::lead_restart_begins`]), then starts a new one.
     pub async fn restart_lead(&self, pid: u32) {
+        self.restart_lead_now(pid).await;
+        self.restarting
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    async fn restart_lead_now(&self, pid: u32) {
         let until = Instant::now() + Duration::from_secs(60);
         loop {
             let gone = {
@@ -318,6 +362,8 @@ impl ChaosCluster {
     /// SIGTERM to the lead (it stops its hosts and workers), SIGKILL after 30 s; in
     /// multi-host mode then the hosts, their proxies and the namespaces.
     fn stop(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         // A disk fault cut short by an error is undone.
         if disk::available() {
             let _ = disk::database_read_only(&self.runtime(), false);
@@ -553,6 +599,8 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         starts: Mutex::new(0),
         http: reqwest::Client::new(),
         events: events::Events::default(),
+        restarting: Default::default(),
+        stopping: Default::default(),
     });
     let report_path = args
         .report
@@ -613,6 +661,7 @@ async fn schedule(
             cluster.lead_log(1).display()
         );
     }
+    tokio::spawn(ChaosCluster::watch_lead(cluster.clone()));
     // One run before the schedule warms every process, so their memory is measured warm.
     let warm = PlannedRun {
         index: 10_000,
