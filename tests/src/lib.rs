@@ -85,6 +85,27 @@ pub fn signal(pid: u32, sig: i32) {
     }
 }
 
+/// Freezes a process with SIGSTOP and returns once every one of its threads is stopped.
+/// `kill` returns before the stop takes effect, so a request sent right after a bare
+/// SIGSTOP can still be answered by a thread that has not stopped yet.
+pub fn freeze(pid: u32) {
+    signal(pid, libc::SIGSTOP);
+    let stopped = wait_for(Duration::from_secs(5), || {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        let all = tasks.flatten().all(|t| {
+            std::fs::read_to_string(t.path().join("stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')
+                        .and_then(|(_, rest)| rest.trim_start().chars().next())
+                })
+                .is_none_or(|state| state == 'T' || state == 't')
+        });
+        all.then_some(())
+    });
+    assert!(stopped.is_some(), "process {pid} did not stop within 5 s");
+}
+
 /// Polls `f` every 20 ms until it returns Some, or `within` passes.
 pub fn wait_for<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let until = Instant::now() + within;

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use antler_tests::{signal, wait_for, Cluster};
+use antler_tests::{freeze, signal, wait_for, Cluster};
 
 #[test]
 fn a_hung_child_is_killed_and_restarted() {
@@ -17,7 +17,7 @@ fn a_hung_child_is_killed_and_restarted() {
         .iter()
         .map(|r| c.process(r, 0).unwrap()["pid"].as_u64().unwrap())
         .collect();
-    signal(pid, libc::SIGSTOP);
+    freeze(pid);
     let unhealthy = wait_for(Duration::from_secs(8), || {
         c.process("sandbox-host", 0)
             .filter(|p| p["healthy"] == false)

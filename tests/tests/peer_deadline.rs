@@ -11,7 +11,7 @@ use antler_protocol::{
     messages::{ControlReply, ControlRequest, Reply, Request},
     ConnectionConfig, RpcError, TraceContext,
 };
-use antler_tests::{signal, Host};
+use antler_tests::{freeze, signal, Host};
 
 fn ping() -> Request {
     Request::Control(ControlRequest::Ping {
@@ -35,7 +35,7 @@ async fn a_frozen_peer_fails_requests_at_their_deadline() {
         .await
         .is_ok());
 
-    signal(host.child.id(), libc::SIGSTOP);
+    freeze(host.child.id());
     let deadline = Duration::from_millis(400);
     let started = Instant::now();
     let r = conn
@@ -71,7 +71,7 @@ async fn a_peer_frozen_past_three_heartbeats_is_declared_dead() {
     let conn = dial(&host.address(), &host.identity(), cfg, None)
         .await
         .expect("connect");
-    signal(host.child.id(), libc::SIGSTOP);
+    freeze(host.child.id());
     let reason = tokio::time::timeout(Duration::from_secs(10), conn.closed()).await;
     signal(host.child.id(), libc::SIGCONT);
     let reason = reason.expect("declared dead within 10 s");

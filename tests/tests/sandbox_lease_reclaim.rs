@@ -8,7 +8,7 @@ mod lead_support;
 
 use std::time::{Duration, Instant};
 
-use antler_tests::{signal, wait_for};
+use antler_tests::{freeze, signal, wait_for};
 use lead_support::{active, LeadCluster};
 
 const CONFIG: &str = "tools:\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n  lease_ttl: 2\n  replicas: 8\ntool_search:\n  enabled: false\n";
@@ -60,7 +60,7 @@ fn leases_are_renewed_while_runs_hold_them_and_reclaimed_when_the_lead_stops() {
     );
 
     // The lead stops: nobody renews, and the pool drains within a few TTLs.
-    signal(c.lead_pid(), libc::SIGSTOP);
+    freeze(c.lead_pid());
     let stopped = Instant::now();
     let drained = wait_for(Duration::from_secs(30), || {
         let pool = c.pool_from_host()?;
