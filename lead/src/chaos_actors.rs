@@ -111,10 +111,7 @@ impl ChaosActors {
             }
         };
         if let ControlReply::ChaosStopped { detail, .. } = &reply {
-            let at = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or_default();
+            let at = antler_protocol::sys::unix_ms() / 1000;
             *self
                 .last
                 .lock()

@@ -278,10 +278,7 @@ impl CheckpointStore {
 
     /// The write [`probe_writes`] makes.
     pub fn probe_write(&self) -> Result<(), CheckpointError> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
+        let now = now_ms() / 1000;
         self.db().execute(
             "INSERT INTO write_probe (id, at) VALUES (1, ?1)
              ON CONFLICT(id) DO UPDATE SET at = excluded.at",
@@ -471,25 +468,6 @@ impl CheckpointStore {
         rows.next().transpose()?.map(record).transpose()
     }
 
-    /// The newest runs (by when they were recorded), of `user` only when given, of
-    /// `status` only when given, at most `limit`.
-    pub fn list(
-        &self,
-        user: Option<&str>,
-        status: Option<RunStatus>,
-        limit: usize,
-    ) -> Result<Vec<RunRecord>, CheckpointError> {
-        let db = self.db();
-        let mut statement = db.prepare(&format!(
-            "{SELECT_RUN} WHERE (?1 IS NULL OR user_id = ?1) AND (?2 IS NULL OR status = ?2)
-             ORDER BY rowid DESC LIMIT ?3"
-        ))?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows =
-            statement.query_map(params![user, status.map(|s| s.as_str()), limit], raw_record)?;
-        rows.map(|row| record(row?)).collect()
-    }
-
     /// What the runs list shows of the newest `limit` runs (of `user`, with `status`):
     /// the record, when it started and ended, the tokens and tool calls of its last
     /// checkpoint, and its delivery receipt. Read by SQLite's JSON functions, so no state
@@ -502,7 +480,8 @@ impl CheckpointStore {
     ) -> Result<Vec<RunSummary>, CheckpointError> {
         let db = self.db();
         let mut statement = db.prepare(
-            "SELECT r.run_id, r.started_ms, r.ended_ms,
+            "SELECT r.run_id, r.user_id, r.thread_id, r.task, r.model, r.status, r.detail,
+                    r.clarification, r.options, r.started_ms, r.ended_ms,
                     json_extract(c.state, '$.token_usage.total_tokens'),
                     (SELECT COUNT(*) FROM json_each(c.state, '$.messages') m,
                                           json_each(m.value, '$.tool_calls')),
@@ -516,37 +495,26 @@ impl CheckpointStore {
         let max = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = statement.query_map(params![user, status.map(|s| s.as_str()), max], |row| {
             Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, Option<i64>>(1)?,
-                row.get::<_, Option<i64>>(2)?,
-                row.get::<_, Option<i64>>(3)?,
-                row.get::<_, Option<i64>>(4)?,
-                row.get::<_, Option<String>>(5)?,
+                raw_record(row)?,
+                row.get::<_, Option<i64>>(9)?,
+                row.get::<_, Option<i64>>(10)?,
+                row.get::<_, Option<i64>>(11)?,
+                row.get::<_, Option<i64>>(12)?,
+                row.get::<_, Option<String>>(13)?,
             ))
         })?;
-        let mut extra = std::collections::HashMap::new();
-        for row in rows {
-            let (run_id, started_ms, ended_ms, tokens, tool_calls, receipt) = row?;
-            extra.insert(run_id, (started_ms, ended_ms, tokens, tool_calls, receipt));
-        }
-        drop(statement);
-        drop(db);
-        let records = self.list(user, status, limit)?;
-        Ok(records
-            .into_iter()
-            .map(|record| {
-                let (started_ms, ended_ms, tokens, tool_calls, receipt) =
-                    extra.remove(&record.run_id).unwrap_or_default();
-                RunSummary {
-                    started_ms,
-                    ended_ms,
-                    total_tokens: tokens.map(|t| t.max(0) as u64),
-                    tool_calls: tool_calls.map(|t| t.max(0) as u64).unwrap_or(0),
-                    delivery: receipt.and_then(|r| serde_json::from_str(&r).ok()),
-                    record,
-                }
+        rows.map(|row| {
+            let (raw, started_ms, ended_ms, tokens, tool_calls, receipt) = row?;
+            Ok(RunSummary {
+                record: record(raw)?,
+                started_ms,
+                ended_ms,
+                total_tokens: tokens.map(|t| t.max(0) as u64),
+                tool_calls: tool_calls.map(|t| t.max(0) as u64).unwrap_or(0),
+                delivery: receipt.and_then(|r| serde_json::from_str(&r).ok()),
             })
-            .collect())
+        })
+        .collect()
     }
 
     /// The runs still `running` (interrupted by a crash), in run id order: the lead
@@ -572,12 +540,9 @@ pub struct RunSummary {
     pub delivery: Option<DeliveryReceipt>,
 }
 
-/// Now, in Unix milliseconds.
+/// Now, in Unix milliseconds, as the store keeps times.
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    antler_protocol::sys::unix_ms() as i64
 }
 
 const SELECT_RUN: &str =

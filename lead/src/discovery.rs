@@ -125,6 +125,9 @@ impl Actor for Discovery {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if crate::teardown::tearing_down() {
+            return;
+        }
         self.resolve_all(ctx);
         ctx.run_interval(self.interval, |act, ctx| act.resolve_all(ctx));
     }

@@ -16,6 +16,7 @@ pub mod gateway;
 pub mod run_manager;
 pub mod subagents;
 pub mod supervisor;
+pub mod teardown;
 
 pub use antler_engine::{catalog, run};
 pub use antler_protocol::host as host_runtime;

@@ -414,6 +414,9 @@ impl Actor for Supervisor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if crate::teardown::tearing_down() {
+            return;
+        }
         let keys: Vec<Key> = self.children.keys().copied().collect();
         for k in keys {
             self.spawn_child(k, ctx);

@@ -33,7 +33,7 @@ use crate::{
     client::{self, Client},
     convert, naming,
     oauth::{self, login, Authorizer, OAuthError},
-    transport::{self, OpenError, OpenOptions},
+    transport::{self, OpenOptions},
 };
 
 /// First wait before reconnecting a session that died; doubles up to `MAX_BACKOFF`.
@@ -425,6 +425,34 @@ impl McpServerActor {
                     let json = serde_json::to_value(&result).unwrap_or_default();
                     return convert::call_result(&json);
                 }
+                Err(e)
+                    if is_forbidden(&e.to_string())
+                        && !retried_auth
+                        && e.auth_challenge().is_some() =>
+                {
+                    // Too narrow a scope for this tool (403 `insufficient_scope`): the
+                    // token is stepped up to what the challenge names (a new login, within
+                    // the step-up limit), and the call is sent once more.
+                    retried_auth = true;
+                    let stepped = match (
+                        s.token.get().and_then(|t| t.discovered()),
+                        e.auth_challenge(),
+                    ) {
+                        (Some(d), Some(c)) => d.step_up(c).await,
+                        _ => false,
+                    };
+                    if !stepped {
+                        return McpCallResult::error(format!(
+                            "MCP tool '{tool}' on server '{}' failed: {e}",
+                            s.name
+                        ));
+                    }
+                    if let (Some(t), Some(a)) = (s.token.get(), &live.authorization) {
+                        t.invalidate(a);
+                    }
+                    self.reopen_and_wait(&live, timeout.saturating_sub(started.elapsed()))
+                        .await;
+                }
                 Err(e) if is_unauthorized(&e) && !retried_auth && s.token.get().is_some() => {
                     // One refresh and one retry: forget the rejected token, reopen.
                     retried_auth = true;
@@ -584,7 +612,7 @@ async fn login_now(
     let Some(d) = token.discovered().filter(|d| d.is_login()) else {
         return Ok(None);
     };
-    let status = if why.contains("HTTP 403") {
+    let status = if is_forbidden(why) {
         "HTTP 403"
     } else {
         "HTTP 401 Unauthorized"
@@ -593,6 +621,17 @@ async fn login_now(
         return Err(needed(format!(
             "{status}, no token, and no $BROWSER to log in with"
         )));
+    };
+    // One login at a time: a call that waited here for another's gets its token.
+    let _gate = match d.login_gate.try_lock() {
+        Ok(gate) => gate,
+        Err(_) => {
+            let gate = d.login_gate.lock().await;
+            if let Ok(Some(header)) = token.authorization().await {
+                return Ok(Some(header));
+            }
+            gate
+        }
     };
     let url = d.start_login(None).await?;
     if let Err(e) = login::open_in(&browser, &url) {
@@ -850,25 +889,27 @@ async fn connect(
             s.asking.clone(),
         )
     };
-    let first = client();
-    let mut roots_asked = first.roots_asked();
-    let mut opened = transport::open(&s.name, &s.config, s.transport, first, &options).await;
-    // A refused token (401), a missing one, or too narrow a scope (403): at most a few
-    // more tries, each with what the server's challenge asked for.
+    let mut attempt = open_and_list(s, client(), &options).await;
+    // A refused token (401), a missing one, or too narrow a scope (403), at `initialize`
+    // or at the first `tools/list` (a server may let a session start unauthenticated): at
+    // most a few more tries, each with what the server's challenge asked for.
     for _ in 0..3 {
-        let Err(e) = &opened else { break };
-        let text = e.to_string();
-        let (unauthorized, forbidden) = (text.contains("HTTP 401"), is_forbidden(&text));
-        if !unauthorized && !forbidden {
+        let Err(failure) = &attempt else { break };
+        if !failure.unauthorized && !failure.forbidden {
             break;
         }
         let Some(token) = authorizer_for(s) else {
             break;
         };
-        let url = s.config.url.clone().unwrap_or_default();
-        let challenge = transport::challenge(&url, &s.config, &options).await;
+        let challenge = match &failure.challenge {
+            Some(c) => Some(c.clone()),
+            None => {
+                let url = s.config.url.clone().unwrap_or_default();
+                transport::challenge(&url, &s.config, &options).await
+            }
+        };
         token.set_challenge(challenge.clone());
-        if forbidden {
+        if failure.forbidden {
             let stepped = match (token.discovered(), challenge.as_deref()) {
                 (Some(d), Some(c)) => d.step_up(c).await,
                 _ => false,
@@ -881,18 +922,55 @@ async fn connect(
         }
         let mut next = token.authorization().await.map_err(said)?;
         if next.is_none() {
-            next = login_now(s, &token, &text).await.map_err(said)?;
+            next = login_now(s, &token, &failure.text).await.map_err(said)?;
         }
         if next.is_none() || next == options.authorization {
             break;
         }
         options.authorization = next;
-        let again = client();
-        roots_asked = again.roots_asked();
-        opened = transport::open(&s.name, &s.config, s.transport, again, &options).await;
+        attempt = open_and_list(s, client(), &options).await;
     }
-    let opened =
-        opened.map_err(|e: OpenError| format!("MCP server '{}' failed to start: {e}", s.name))?;
+    let (opened, tools, roots_asked) = attempt.map_err(|f| f.message)?;
+    if !s.roots.borrow().is_empty() {
+        settle_roots(opened.session.peer(), roots_asked).await;
+    }
+    Ok((opened, tools, options.authorization))
+}
+
+/// Why a session could not be opened and listed.
+struct Failure {
+    /// What the operator is told.
+    message: String,
+    /// The transport's own words.
+    text: String,
+    /// The server refused the token or asked for one (401).
+    unauthorized: bool,
+    /// The server refused the token's scope (403).
+    forbidden: bool,
+    /// The `WWW-Authenticate` challenge of that refusal, when the transport kept it.
+    challenge: Option<String>,
+}
+
+/// Opens a session with `client`, checks its protocol version and lists its tools.
+async fn open_and_list(
+    s: &Shared,
+    client: Client,
+    options: &OpenOptions,
+) -> Result<(transport::Opened, Vec<McpTool>, watch::Receiver<u32>), Failure> {
+    let roots_asked = client.roots_asked();
+    let opened = match transport::open(&s.name, &s.config, s.transport, client, options).await {
+        Ok(o) => o,
+        Err(e) => {
+            let text = e.to_string();
+            return Err(Failure {
+                message: format!("MCP server '{}' failed to start: {e}", s.name),
+                unauthorized: text.contains("HTTP 401"),
+                forbidden: is_forbidden(&text),
+                challenge: None,
+                text,
+            });
+        }
+    };
     // rmcp takes any version the server answers: one Antler does not speak ends here.
     let version = opened
         .session
@@ -901,21 +979,34 @@ async fn connect(
         .map(|info| info.protocol_version.clone());
     if let Some(v) = &version {
         if !client::speaks(v) {
-            return Err(format!(
+            let message = format!(
                 "MCP server '{}' answered protocol version {v}, which Antler does not speak ({})",
                 s.name,
                 client::spoken_versions()
-            ));
+            );
+            return Err(Failure {
+                text: message.clone(),
+                message,
+                unauthorized: false,
+                forbidden: false,
+                challenge: None,
+            });
         }
     }
     lock(&s.state).protocol_version = version.map(|v| v.to_string());
-    let tools = list_tools(&s.name, &s.config, opened.session.peer())
-        .await
-        .map_err(|e| format!("MCP server '{}' failed to list tools: {e}", s.name))?;
-    if !s.roots.borrow().is_empty() {
-        settle_roots(opened.session.peer(), roots_asked).await;
+    match list_tools(&s.name, &s.config, opened.session.peer()).await {
+        Ok(tools) => Ok((opened, tools, roots_asked)),
+        Err(e) => {
+            let text = e.to_string();
+            Err(Failure {
+                message: format!("MCP server '{}' failed to list tools: {e}", s.name),
+                unauthorized: is_unauthorized(&e) && !is_forbidden(&text),
+                forbidden: is_forbidden(&text),
+                challenge: e.auth_challenge().map(str::to_owned),
+                text,
+            })
+        }
     }
-    Ok((opened, tools, options.authorization))
 }
 
 /// A server that asks for its roots as it starts (the filesystem server does, once

@@ -267,7 +267,12 @@ async fn raw_pipelined(raw: &Raw, n: usize) -> f64 {
             got += r.read(&mut buf).await.expect("read");
         }
     };
-    tokio::join!(writer, reader);
+    // A deadline, as on every request here: a stalled echo fails the bench, not hangs it.
+    tokio::time::timeout(Duration::from_secs(120), async {
+        tokio::join!(writer, reader);
+    })
+    .await
+    .expect("the raw echo stalled: no reply within 120 s");
     n as f64 / t.elapsed().as_secs_f64()
 }
 

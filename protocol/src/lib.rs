@@ -17,6 +17,7 @@ mod outbox;
 pub mod placement;
 pub mod runtime_dir;
 pub mod server;
+pub mod sys;
 pub mod thread_dir;
 pub mod tls;
 pub mod transport;

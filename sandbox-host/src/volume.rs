@@ -14,16 +14,7 @@ pub fn full_below(total_bytes: u64) -> u64 {
 
 /// The filesystem under `dir` now; `None` when it cannot be read.
 pub fn status(dir: &Path) -> Option<VolumeStatus> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: statvfs is plain old data; all zeroes is a valid value.
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path and `s` a valid out-pointer.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
-        return None;
-    }
-    let block = s.f_frsize as u64;
-    let total_bytes = s.f_blocks as u64 * block;
-    let free_bytes = s.f_bavail as u64 * block;
+    let (free_bytes, total_bytes) = antler_protocol::sys::volume_bytes(dir).ok()?;
     Some(VolumeStatus {
         free_bytes,
         total_bytes,

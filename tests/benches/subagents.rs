@@ -153,16 +153,7 @@ impl Pool {
         status
             .iter()
             .filter_map(|p| p.pid)
-            .map(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/status"))
-                    .ok()
-                    .and_then(|s| {
-                        s.lines()
-                            .find_map(|l| l.strip_prefix("VmRSS:"))
-                            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-                    })
-                    .unwrap_or(0)
-            })
+            .map(antler_protocol::sys::rss_kib)
             .sum()
     }
 

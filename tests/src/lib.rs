@@ -5,6 +5,8 @@
 // Test support: a failure to set up is a test failure, so panicking is the right report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod chaos;
+
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},

@@ -7,11 +7,7 @@
 //! every fault recovered; the command exits 0; no process and no namespace is left.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
-use std::process::Command;
-
-use antler_tests::bin_dir;
-use serde_json::Value;
+use antler_tests::chaos;
 
 fn namespaces() -> Vec<String> {
     std::fs::read_dir("/run/netns")
@@ -31,9 +27,8 @@ fn a_short_seeded_multi_host_schedule_keeps_every_invariant() {
         .tempdir_in("/tmp")
         .unwrap();
     let before = namespaces();
-    let out = Command::new("bash")
-        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/chaos.sh"))
-        .args([
+    let schedule = chaos::run(
+        &[
             "--seed",
             "20261201",
             "--runs",
@@ -42,40 +37,19 @@ fn a_short_seeded_multi_host_schedule_keeps_every_invariant() {
             "2.5",
             "--mode",
             "multi-host",
-        ])
-        .arg("--dir")
-        .arg(dir.path().join("cluster"))
-        .env("ANTLER_BIN_DIR", bin_dir())
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let last = stdout.lines().last().unwrap_or_default();
-    let report: Value = serde_json::from_str(last)
-        .unwrap_or_else(|e| panic!("the last line is not the report ({e}):\n{stdout}\n{stderr}"));
-    assert_eq!(report["mode"], "multi-host");
-    let broken: Vec<&Value> = report["invariants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["held"] != true)
-        .collect();
-    assert!(broken.is_empty(), "{broken:#?}\n{stdout}");
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert_eq!(report["runs"]["ended"], 8, "{:#}", report["runs"]);
-    let kinds = report["faults"].as_array().unwrap();
-    let mut expected = Vec::new();
-    for signal in ["kill9", "sigterm", "sigstop"] {
-        for target in ["lead", "mcp-host", "sandbox-host", "worker"] {
-            expected.push(format!("{signal}:{target}"));
-        }
-    }
-    for network in ["delay", "drop", "throttle", "corrupt", "cut"] {
-        for target in ["mcp-host", "sandbox-host", "worker"] {
-            expected.push(format!("{network}:{target}"));
-        }
-    }
+        ],
+        &dir.path().join("cluster"),
+    );
+    assert_eq!(schedule.report["mode"], "multi-host");
+    schedule.assert_held(8);
+    let mut expected = chaos::kinds(
+        &["kill9", "sigterm", "sigstop"],
+        &["lead", "mcp-host", "sandbox-host", "worker"],
+    );
+    expected.extend(chaos::kinds(
+        &["delay", "drop", "throttle", "corrupt", "cut"],
+        &["mcp-host", "sandbox-host", "worker"],
+    ));
     expected.extend(
         [
             "kill9:mcp-server",
@@ -85,15 +59,7 @@ fn a_short_seeded_multi_host_schedule_keeps_every_invariant() {
         ]
         .map(String::from),
     );
-    for kind in &expected {
-        let k = kinds
-            .iter()
-            .find(|k| &k["kind"] == kind)
-            .unwrap_or_else(|| panic!("{kind} never fired: {kinds:#?}"));
-        let fired = k["injected"].as_u64().unwrap() + k["skipped"].as_u64().unwrap();
-        assert!(fired >= 1, "{k:#}");
-        assert_eq!(k["injected"], k["survived"], "{k:#}");
-    }
+    schedule.assert_survived(&expected);
     // The namespaces are gone with the schedule.
     let left: Vec<String> = namespaces()
         .into_iter()

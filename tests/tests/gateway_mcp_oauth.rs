@@ -11,46 +11,15 @@
 mod lead_support;
 mod mcp_support;
 
-use std::{
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{process::Command, time::Duration};
 
 use antler_tests::{antler, wait_for};
 use lead_support::{http_full, LeadCluster};
-use mcp_support::{free_port, npm_bin, tests_dir, wait_port, McpCluster, Peer};
+use mcp_support::{oauth_example_server, McpCluster};
 use serde_json::{json, Value};
 
 const ALICE: &str = "alice-token-000000000001";
 const BOB: &str = "bob-token-00000000000002";
-
-/// The sdk's example server with OAuth: (peer, MCP port).
-fn example_server() -> (Peer, u16) {
-    let _ = npm_bin("oauth2-mock-server"); // the npm peers are installed
-    let (mcp, auth) = (free_port(), free_port());
-    let script = tests_dir().join(
-        "node_modules/@modelcontextprotocol/sdk/dist/esm/examples/server/simpleStreamableHttp.js",
-    );
-    assert!(
-        script.exists(),
-        "{} is missing: `cd tests && npm ci`",
-        script.display()
-    );
-    let child = Command::new("node")
-        .arg(script)
-        .arg("--oauth")
-        .env("MCP_PORT", mcp.to_string())
-        .env("MCP_AUTH_PORT", auth.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the example server");
-    let peer = Peer(child);
-    wait_port(mcp, Duration::from_secs(20));
-    wait_port(auth, Duration::from_secs(20));
-    (peer, mcp)
-}
 
 struct Gateway {
     cluster: LeadCluster,
@@ -154,7 +123,7 @@ fn follow(url: &str) -> (u16, String, String) {
 
 #[test]
 fn a_web_user_logs_in_through_the_gateway_for_itself_only() {
-    let (_server, port) = example_server();
+    let (_server, port) = oauth_example_server();
     let g = Gateway::up(port);
     // No token for anyone yet: the server failed its start with a 401.
     let failed = wait_for(Duration::from_secs(30), || {
@@ -233,6 +202,8 @@ fn a_web_user_logs_in_through_the_gateway_for_itself_only() {
         text.contains("run `antler mcp login notes --user bob`"),
         "{r}"
     );
+    // A web user is told the gateway's route too.
+    assert!(text.contains("POST /api/mcp/notes/oauth/start"), "{r}");
     assert_eq!(
         g.server_state()["state"],
         "failed",

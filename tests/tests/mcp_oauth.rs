@@ -7,14 +7,9 @@
 
 mod mcp_support;
 
-use std::{
-    path::Path,
-    process::{Command, Stdio},
-    thread,
-    time::Duration,
-};
+use std::{path::Path, process::Command, thread, time::Duration};
 
-use mcp_support::{free_port, npm_bin, peer_script, python, wait_port, McpCluster, Peer};
+use mcp_support::{free_port, npm_bin, peer_script, python, spawn_peer, McpCluster, Peer};
 use serde_json::{json, Value};
 
 const SECRET: &str = "s3cret-value-never-logged";
@@ -36,32 +31,21 @@ fn issuer(ttl: u32, expires_in: Option<u32>, log: &Path) -> (Peer, u16) {
     if let Some(e) = expires_in {
         cmd.args(["--expires-in", &e.to_string()]);
     }
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the issuer");
-    let peer = Peer(child);
-    wait_port(port, Duration::from_secs(20));
+    let peer = spawn_peer(&mut cmd, "the issuer", &[port]);
     (peer, port)
 }
 
 fn secure_server(issuer_port: u16) -> (Peer, u16) {
     let port = free_port();
-    let child = Command::new(python())
-        .args([
+    let peer = spawn_peer(
+        Command::new(python()).args([
             &peer_script("oauth_server.py"),
             &port.to_string(),
             &issuer_port.to_string(),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the secure server");
-    let peer = Peer(child);
-    wait_port(port, Duration::from_secs(20));
+        ]),
+        "the secure server",
+        &[port],
+    );
     (peer, port)
 }
 

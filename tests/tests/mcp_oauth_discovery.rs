@@ -12,24 +12,23 @@ use std::{
     time::Duration,
 };
 
-use mcp_support::{free_port, npm_bin, peer_script, python, wait_port, McpCluster, Peer};
+use mcp_support::{
+    free_port, npm_bin, peer_script, python, spawn_peer, wait_port, McpCluster, Peer,
+};
 use serde_json::{json, Value};
 
 fn issuer(log: &Path) -> (Peer, u16) {
     let _ = npm_bin("oauth2-mock-server");
     let port = free_port();
-    let child = Command::new("node")
-        .arg(peer_script("oauth_issuer.mjs"))
-        .arg(port.to_string())
-        .arg("3600")
-        .arg(log)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the issuer");
-    let peer = Peer(child);
-    wait_port(port, Duration::from_secs(20));
+    let peer = spawn_peer(
+        Command::new("node")
+            .arg(peer_script("oauth_issuer.mjs"))
+            .arg(port.to_string())
+            .arg("3600")
+            .arg(log),
+        "the issuer",
+        &[port],
+    );
     (peer, port)
 }
 

@@ -10,60 +10,11 @@
 
 mod mcp_support;
 
-use std::{
-    os::unix::fs::PermissionsExt,
-    path::Path,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{os::unix::fs::PermissionsExt, path::Path, process::Command, time::Duration};
 
 use antler_tests::{bin, signal, wait_for};
-use mcp_support::{free_port, npm_bin, tests_dir, wait_port, McpCluster, Peer};
+use mcp_support::{headless_browser, oauth_example_server, BrowserLog, McpCluster};
 use serde_json::{json, Value};
-
-/// The sdk's example server with OAuth: (peer, MCP port).
-fn example_server() -> (Peer, u16) {
-    let _ = npm_bin("oauth2-mock-server"); // the npm peers are installed
-    let (mcp, auth) = (free_port(), free_port());
-    let script = tests_dir().join(
-        "node_modules/@modelcontextprotocol/sdk/dist/esm/examples/server/simpleStreamableHttp.js",
-    );
-    assert!(
-        script.exists(),
-        "{} is missing: `cd tests && npm ci`",
-        script.display()
-    );
-    let child = Command::new("node")
-        .arg(script)
-        .arg("--oauth")
-        .env("MCP_PORT", mcp.to_string())
-        .env("MCP_AUTH_PORT", auth.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the example server");
-    let peer = Peer(child);
-    wait_port(mcp, Duration::from_secs(20));
-    wait_port(auth, Duration::from_secs(20));
-    (peer, mcp)
-}
-
-/// A headless browser: records the URL it was given, then follows its redirects.
-fn browser(dir: &Path) -> String {
-    let path = dir.join("browser.sh");
-    let log = dir.join("opened.txt");
-    std::fs::write(
-        &path,
-        format!(
-            "#!/bin/sh\necho \"$1\" >> '{}'\nexec curl -sS -L --max-time 20 -o /dev/null \"$1\"\n",
-            log.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.display().to_string()
-}
 
 fn login(c: &McpCluster, browser: &str, args: &[&str]) -> std::process::Output {
     Command::new(bin("antler"))
@@ -93,9 +44,9 @@ fn all_text(dir: &Path) -> Vec<(String, String)> {
 
 #[test]
 fn login_gets_a_token_that_survives_a_restart_and_is_never_shown() {
-    let (_server, port) = example_server();
+    let (_server, port) = oauth_example_server();
     let work = tempfile::tempdir().unwrap();
-    let browser = browser(work.path());
+    let browser = headless_browser(work.path(), BrowserLog::Opened);
     // The example server names itself `localhost` in its metadata: the URL matches it.
     let c = McpCluster::start_with(
         json!({"notes": {"type": "http", "url": format!("http://localhost:{port}/mcp")}}),

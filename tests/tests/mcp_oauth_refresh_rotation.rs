@@ -10,65 +10,44 @@
 
 mod mcp_support;
 
-use std::{
-    os::unix::fs::PermissionsExt,
-    path::Path,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{path::Path, process::Command, time::Duration};
 
 use antler_tests::{bin, signal, wait_for};
-use mcp_support::{free_port, npm_bin, peer_script, python, wait_port, McpCluster, Peer};
+use mcp_support::{
+    free_port, headless_browser, npm_bin, peer_script, python, spawn_peer, BrowserLog, McpCluster,
+    Peer,
+};
 use serde_json::{json, Value};
 
 /// The strict issuer with `args`, logging to `log`: (peer, port).
 fn issuer(log: &Path, args: &[&str]) -> (Peer, u16) {
     let _ = npm_bin("oauth2-mock-server");
     let port = free_port();
-    let child = Command::new("node")
-        .arg(peer_script("oauth_strict_issuer.mjs"))
-        .arg(port.to_string())
-        .arg(log)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the issuer");
-    let peer = Peer(child);
-    wait_port(port, Duration::from_secs(20));
+    let peer = spawn_peer(
+        Command::new("node")
+            .arg(peer_script("oauth_strict_issuer.mjs"))
+            .arg(port.to_string())
+            .arg(log)
+            .args(args),
+        "the issuer",
+        &[port],
+    );
     (peer, port)
 }
 
 /// A Python SDK server requiring scope `mcp` from `issuer_port`'s tokens: (peer, port).
 fn resource_server(issuer_port: u16) -> (Peer, u16) {
     let port = free_port();
-    let child = Command::new(python())
-        .args([
+    let peer = spawn_peer(
+        Command::new(python()).args([
             &peer_script("oauth_server.py"),
             &port.to_string(),
             &issuer_port.to_string(),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the secure server");
-    let peer = Peer(child);
-    wait_port(port, Duration::from_secs(20));
+        ]),
+        "the secure server",
+        &[port],
+    );
     (peer, port)
-}
-
-/// A headless browser that follows the authorization URL's redirects.
-fn browser(dir: &Path) -> String {
-    let path = dir.join("browser.sh");
-    std::fs::write(
-        &path,
-        "#!/bin/sh\nexec curl -sS -L --max-time 20 -o /dev/null \"$1\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.display().to_string()
 }
 
 fn requests(log: &Path) -> Vec<Value> {
@@ -147,7 +126,7 @@ fn login_tokens_refresh_before_expiry_and_after_a_401_with_rotated_refresh_token
         "early": {"type": "http", "url": format!("http://127.0.0.1:{early_port}/mcp"), "oauth": oauth},
         "late": {"type": "http", "url": format!("http://127.0.0.1:{late_port}/mcp"), "oauth": oauth},
     }));
-    let browser = browser(logs.path());
+    let browser = headless_browser(logs.path(), BrowserLog::None);
 
     // early: the login's token, then a refresh before it expires (the JWT is still good
     // for an hour: nothing but the client's clock asked for it).

@@ -10,60 +10,14 @@
 mod mcp_support;
 
 use std::{
-    os::unix::fs::PermissionsExt,
     path::Path,
     process::{Command, Stdio},
     time::Duration,
 };
 
 use antler_tests::{antler, bin, wait_for, Cluster};
-use mcp_support::{free_port, npm_bin, tests_dir, wait_port, McpCluster, Peer};
+use mcp_support::{headless_browser, oauth_example_server, BrowserLog, McpCluster};
 use serde_json::{json, Value};
-
-/// The sdk's example server with OAuth: (peer, MCP port).
-fn example_server() -> (Peer, u16) {
-    let _ = npm_bin("oauth2-mock-server"); // the npm peers are installed
-    let (mcp, auth) = (free_port(), free_port());
-    let script = tests_dir().join(
-        "node_modules/@modelcontextprotocol/sdk/dist/esm/examples/server/simpleStreamableHttp.js",
-    );
-    assert!(
-        script.exists(),
-        "{} is missing: `cd tests && npm ci`",
-        script.display()
-    );
-    let child = Command::new("node")
-        .arg(script)
-        .arg("--oauth")
-        .env("MCP_PORT", mcp.to_string())
-        .env("MCP_AUTH_PORT", auth.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the example server");
-    let peer = Peer(child);
-    wait_port(mcp, Duration::from_secs(20));
-    wait_port(auth, Duration::from_secs(20));
-    (peer, mcp)
-}
-
-/// A headless browser that follows the URL's redirects and appends the URL it ended on
-/// (the callback, with the code) to `landed.txt`.
-fn browser(dir: &Path) -> String {
-    let path = dir.join("browser.sh");
-    let landed = dir.join("landed.txt");
-    std::fs::write(
-        &path,
-        format!(
-            "#!/bin/sh\ncurl -sS -L --max-time 20 -o /dev/null -w '%{{url_effective}}\\n' \"$1\" >> '{}'\n",
-            landed.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.display().to_string()
-}
 
 /// The `code` of a redirect URL.
 fn code_of(url: &str) -> String {
@@ -92,9 +46,9 @@ fn all_files(dir: &Path) -> Vec<(String, String)> {
 
 #[test]
 fn no_code_or_token_is_logged_even_at_trace() {
-    let (_server, port) = example_server();
+    let (_server, port) = oauth_example_server();
     let work = tempfile::tempdir().unwrap();
-    let browser = browser(work.path());
+    let browser = headless_browser(work.path(), BrowserLog::Landed);
     let dir = tempfile::Builder::new()
         .prefix("antler-t")
         .tempdir_in("/tmp")

@@ -1,7 +1,7 @@
 //! Step-up on 403 `insufficient_scope` (the MCP authorization spec), with a retry limit:
 //! client_credentials at a discovered token endpoint (`peers/oauth_strict_issuer.mjs`, which
 //! never grants scope `root`) for Python SDK servers whose 403 challenge names the scopes
-//! they need (`peers/oauth_scoped_server.py`). `admin` needs `mcp admin`: the configured `mcp`
+//! they need (`peers/oauth_server.py`). `admin` needs `mcp admin`: the configured `mcp`
 //! is refused, the client asks again with the challenged scopes and the call succeeds.
 //! `root` needs `mcp root`, which is never granted: after [`MAX_STEP_UPS`] step-ups the
 //! server is failed with rmcp's `Insufficient scope`, and no further token is asked for.
@@ -9,13 +9,9 @@
 
 mod mcp_support;
 
-use std::{
-    path::Path,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{path::Path, process::Command, time::Duration};
 
-use mcp_support::{free_port, npm_bin, peer_script, python, wait_port, McpCluster, Peer};
+use mcp_support::{free_port, npm_bin, peer_script, python, spawn_peer, McpCluster, Peer};
 use serde_json::{json, Value};
 
 /// mcp-host's limit (`antler_mcp_host::oauth::discovered::MAX_STEP_UPS`).
@@ -24,37 +20,30 @@ const MAX_STEP_UPS: usize = 2;
 fn issuer(log: &Path) -> (Peer, u16) {
     let _ = npm_bin("oauth2-mock-server");
     let port = free_port();
-    let child = Command::new("node")
-        .arg(peer_script("oauth_strict_issuer.mjs"))
-        .arg(port.to_string())
-        .arg(log)
-        .args(["--deny-scope", "root"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the issuer");
-    let peer = Peer(child);
-    wait_port(port, Duration::from_secs(20));
+    let peer = spawn_peer(
+        Command::new("node")
+            .arg(peer_script("oauth_strict_issuer.mjs"))
+            .arg(port.to_string())
+            .arg(log)
+            .args(["--deny-scope", "root"]),
+        "the issuer",
+        &[port],
+    );
     (peer, port)
 }
 
 fn scoped_server(issuer_port: u16, scopes: &str) -> (Peer, u16) {
     let port = free_port();
-    let child = Command::new(python())
-        .args([
-            &peer_script("oauth_scoped_server.py"),
+    let peer = spawn_peer(
+        Command::new(python()).args([
+            &peer_script("oauth_server.py"),
             &port.to_string(),
             &issuer_port.to_string(),
             scopes,
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the scoped server");
-    let peer = Peer(child);
-    wait_port(port, Duration::from_secs(20));
+        ]),
+        "the scoped server",
+        &[port],
+    );
     (peer, port)
 }
 

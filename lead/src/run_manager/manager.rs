@@ -300,6 +300,9 @@ impl Actor for RunManager {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if crate::teardown::tearing_down() {
+            return;
+        }
         if !self.resume_at_start {
             return;
         }
@@ -547,7 +550,7 @@ impl Handler<WatchRun> for RunManager {
 pub struct GetRun(pub String);
 
 impl Handler<GetRun> for RunManager {
-    type Result = Result<Value, PrepareError>;
+    type Result = ResponseFuture<Result<Value, PrepareError>>;
 
     fn handle(&mut self, msg: GetRun, _: &mut Context<Self>) -> Self::Result {
         self.view(&msg.0)
@@ -555,27 +558,38 @@ impl Handler<GetRun> for RunManager {
 }
 
 impl RunManager {
-    /// A run's view now: a stopped drive's, else the store's; with the elicitations its
-    /// calls wait on.
-    fn view(&self, run_id: &str) -> Result<Value, PrepareError> {
+    /// A run's view now: a stopped drive's, else the store's (read off the actor's
+    /// thread: a long run's state is large, and a slow database must not stall the runs
+    /// this actor drives); with the elicitations its calls wait on.
+    fn view(&self, run_id: &str) -> ResponseFuture<Result<Value, PrepareError>> {
         let live = self.runs.get(run_id);
-        let mut view = match live.and_then(|l| l.log.stopped().filter(|_| !l.driving)) {
-            Some(stopped) => serde_json::from_str(&stopped)
-                .map_err(|e| PrepareError::Config(format!("run view: {e}")))?,
-            None => {
-                let record = self
-                    .env
-                    .store
-                    .run(run_id)?
-                    .ok_or_else(|| PrepareError::UnknownRun(run_id.to_owned()))?;
-                view::from_store(&self.env.store, &record)?
+        let pending = live.map_or(Value::Array(Vec::new()), |l| l.elicitations.view());
+        let with_pending = move |mut view: Value| {
+            if let Some(object) = view.as_object_mut() {
+                object.insert("elicitations".into(), pending);
             }
+            view
         };
-        if let Some(object) = view.as_object_mut() {
-            let pending = live.map_or(Value::Array(Vec::new()), |l| l.elicitations.view());
-            object.insert("elicitations".into(), pending);
+        if let Some(stopped) = live.and_then(|l| l.log.stopped().filter(|_| !l.driving)) {
+            let view = serde_json::from_str(&stopped)
+                .map(with_pending)
+                .map_err(|e| PrepareError::Config(format!("run view: {e}")));
+            return Box::pin(actix::fut::ready(view));
         }
-        Ok(view)
+        let store = self.env.store.clone();
+        let run_id = run_id.to_owned();
+        Box::pin(async move {
+            let read = tokio::task::spawn_blocking(move || {
+                let record = store
+                    .run(&run_id)?
+                    .ok_or_else(|| PrepareError::UnknownRun(run_id.clone()))?;
+                Ok::<_, PrepareError>(view::from_store(&store, &record)?)
+            });
+            let view = read
+                .await
+                .map_err(|e| PrepareError::Config(format!("run view: {e}")))??;
+            Ok(with_pending(view))
+        })
     }
 }
 
@@ -724,22 +738,18 @@ impl Handler<RunArtifact> for RunManager {
 
     fn handle(&mut self, msg: RunArtifact, _: &mut Context<Self>) -> Self::Result {
         let env = self.env.clone();
-        let found = self.view(&msg.run_id).map(|view| {
-            let presented = view["artifacts"]
-                .as_array()
-                .is_some_and(|a| a.iter().any(|p| p.as_str() == Some(msg.path.as_str())));
-            let owner = (
-                view["user"].as_str().unwrap_or_default().to_owned(),
-                view["thread"].as_str().unwrap_or_default().to_owned(),
-            );
-            (presented, owner)
-        });
+        let view = self.view(&msg.run_id);
         Box::pin(async move {
             let missing = || PrepareError::NoArtifact {
                 run_id: msg.run_id.clone(),
                 path: msg.path.clone(),
             };
-            let (presented, (user, thread)) = found?;
+            let view = view.await?;
+            let presented = view["artifacts"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|p| p.as_str() == Some(msg.path.as_str())));
+            let user = view["user"].as_str().unwrap_or_default().to_owned();
+            let thread = view["thread"].as_str().unwrap_or_default().to_owned();
             if !presented || !msg.path.starts_with(OUTPUTS_PREFIX) {
                 return Err(missing());
             }
@@ -807,14 +817,27 @@ pub struct ListRuns {
 }
 
 impl Handler<ListRuns> for RunManager {
-    type Result = Result<Vec<Value>, PrepareError>;
+    type Result = ResponseFuture<Result<Vec<Value>, PrepareError>>;
 
     fn handle(&mut self, msg: ListRuns, _: &mut Context<Self>) -> Self::Result {
-        let runs = self
-            .env
-            .store
-            .list_summaries(msg.user.as_deref(), msg.status, msg.limit)?;
-        Ok(runs
+        // The query leaves the actor's thread: it reads every listed run's last
+        // checkpoint, and a slow or stuck database must not stall the runs it drives.
+        let store = self.env.store.clone();
+        Box::pin(async move {
+            let read = tokio::task::spawn_blocking(move || {
+                store.list_summaries(msg.user.as_deref(), msg.status, msg.limit)
+            });
+            let runs = read
+                .await
+                .map_err(|e| PrepareError::Config(format!("runs list: {e}")))??;
+            Ok(summaries_json(&runs))
+        })
+    }
+}
+
+/// The runs list's rows as the gateway returns them.
+fn summaries_json(runs: &[crate::checkpoint::RunSummary]) -> Vec<Value> {
+    runs
             .iter()
             .map(|s| {
                 let r = &s.record;
@@ -842,20 +865,16 @@ impl Handler<ListRuns> for RunManager {
                     "started_ms": s.started_ms,
                     "ended_ms": s.ended_ms,
                     "duration_ms": s.started_ms.map(|from| {
-                        s.ended_ms.unwrap_or_else(|| {
-                            std::time::SystemTime::now()
-                                .duration_since(std::time::UNIX_EPOCH)
-                                .map(|d| d.as_millis() as i64)
-                                .unwrap_or(from)
-                        }) - from
+                        s.ended_ms
+                            .unwrap_or_else(|| antler_protocol::sys::unix_ms() as i64)
+                            - from
                     }),
                     "total_tokens": s.total_tokens,
                     "tool_calls": s.tool_calls,
                     "delivery": delivery,
                 })
             })
-            .collect())
-    }
+            .collect()
 }
 
 /// Per-run timing for the latency metrics.
@@ -899,9 +918,7 @@ fn event_sink(
         match serde_json::to_value(event) {
             Ok(mut json) => {
                 if let Some(object) = json.as_object_mut() {
-                    let at = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_millis() as u64);
+                    let at = antler_protocol::sys::unix_ms();
                     object.insert("at_ms".into(), at.into());
                 }
                 log.push(json.to_string());

@@ -45,6 +45,10 @@ const PLACEMENT_ATTEMPTS: usize = 3;
 const QUIET_WAIT: Duration = Duration::from_millis(750);
 /// How long a resumed run waits for its workers' links before it decides a task is lost.
 const COLLECT_WAIT: Duration = Duration::from_secs(10);
+/// After a task's stream breaks, how long the link to its worker is waited for to come
+/// back and the task re-attached (the worker goes on with it): a network blip loses
+/// nothing; a worker that is gone is reported within the lost-task target (4 s).
+const REATTACH_WINDOW: Duration = Duration::from_secs(3);
 
 /// The delegator of one lead run.
 pub struct LeadDelegator {
@@ -268,6 +272,40 @@ impl Drop for Slot {
     }
 }
 
+/// Follows a task again on worker `index` once its link is back, for at most
+/// [`REATTACH_WINDOW`] of trying; `None`: the worker does not have the task (a new
+/// process) or did not come back in time.
+async fn reattach(
+    dispatcher: &Addr<SubagentDispatcher>,
+    index: u32,
+    run_id: &str,
+    tool_call_id: &str,
+    timeout: Duration,
+    events: &TaskEventSink,
+) -> Option<TaskResult> {
+    let until = tokio::time::Instant::now() + REATTACH_WINDOW;
+    while tokio::time::Instant::now() < until {
+        let workers = dispatcher.send(Connections).await.unwrap_or_default();
+        if let Some((_, node, connection)) = workers.into_iter().find(|(i, _, _)| *i == index) {
+            let request = Request::Worker(WorkerRequest::Attach {
+                run_id: run_id.to_owned(),
+                tool_call_id: tool_call_id.to_owned(),
+            });
+            match follow(&connection, request, timeout, &node, events).await {
+                Ok(result) => {
+                    tracing::info!(worker = %node, run = %run_id, call = %tool_call_id, "followed the task again after its link came back");
+                    return Some(result);
+                }
+                // The worker there does not know the task: its work is gone.
+                Err(RpcError::Remote(_)) => return None,
+                Err(_) => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
 fn lost(node: &str, error: &RpcError) -> TaskResult {
     failed(format!(
         "the subagent worker {node} was lost mid-task ({error}); its work is gone"
@@ -335,6 +373,25 @@ impl Delegator for LeadDelegator {
                     )) if attempt < PLACEMENT_ATTEMPTS => {
                         slot.unplace();
                         continue;
+                    }
+                    Err(e @ RpcError::PeerUnavailable(_)) => {
+                        // The stream broke: the link, or the worker. A worker that is
+                        // still there has the task still; its result is followed again.
+                        let again = reattach(
+                            &this.dispatcher,
+                            placement.index,
+                            &call.run_id,
+                            &call.tool_call_id,
+                            timeout,
+                            &events,
+                        )
+                        .await;
+                        drop(slot);
+                        return again.unwrap_or_else(|| TaskResult {
+                            model_name: Some(model_name),
+                            worker: Some(placement.node.clone()),
+                            ..lost(&placement.node, &e)
+                        });
                     }
                     result => {
                         drop(slot);

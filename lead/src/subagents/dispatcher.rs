@@ -191,6 +191,9 @@ impl Actor for SubagentDispatcher {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if crate::teardown::tearing_down() {
+            return;
+        }
         ctx.notify(Refresh);
         ctx.run_interval(Duration::from_millis(500), |_, ctx| ctx.notify(Refresh));
     }

@@ -8,8 +8,9 @@
 //! refreshed (or, for client_credentials, fetched again). Tokens live in the `TokenStore`.
 
 use std::{
+    collections::HashMap,
     sync::{Arc, Mutex},
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
 use antler_protocol::config::{McpOAuthConfig, OAuthFlow};
@@ -61,8 +62,12 @@ pub struct DiscoveredAuth {
     step_ups: Mutex<u32>,
     /// The configured manager (its single-flight gate: one fetch at a time).
     manager: tokio::sync::Mutex<Option<AuthorizationManager>>,
-    /// A login waiting for its redirect.
-    session: tokio::sync::Mutex<Option<AuthorizationSession>>,
+    /// The logins waiting for their redirect, by their `state` (each has its own PKCE
+    /// verifier: a redirect completes the login that sent it, never another).
+    sessions: tokio::sync::Mutex<HashMap<String, AuthorizationSession>>,
+    /// Held by a login a call started on its own (`$BROWSER`), so that calls meeting a
+    /// 401 together open one browser, not one each.
+    pub login_gate: tokio::sync::Mutex<()>,
     login: watch::Sender<LoginState>,
 }
 
@@ -76,10 +81,7 @@ impl std::fmt::Debug for DiscoveredAuth {
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs()
+    antler_protocol::sys::unix_ms() / 1000
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -111,7 +113,8 @@ impl DiscoveredAuth {
             extra_scopes: Mutex::new(Vec::new()),
             step_ups: Mutex::new(0),
             manager: tokio::sync::Mutex::new(None),
-            session: tokio::sync::Mutex::new(None),
+            sessions: tokio::sync::Mutex::new(HashMap::new()),
+            login_gate: tokio::sync::Mutex::new(()),
             login: watch::channel(LoginState::Idle).0,
         })
     }
@@ -216,6 +219,10 @@ impl DiscoveredAuth {
                 let t = self.client_credentials().await?;
                 Ok(Some(self.cache_response(&t)))
             }
+            OAuthFlow::EnterpriseManaged => {
+                let t = self.enterprise_managed().await?;
+                Ok(Some(self.cache_response(&t)))
+            }
             _ => Ok(None),
         }
     }
@@ -247,12 +254,124 @@ impl DiscoveredAuth {
             .map_err(fail)?;
         m.set_credential_store(self.store.slot(&self.server, &self.user));
         let challenge = lock(&self.challenge).clone();
-        let resolved = m
+        let metadata = match m
             .resolve_metadata_from_challenge(challenge.as_deref())
             .await
-            .map_err(fail)?;
-        m.set_metadata(resolved.metadata.clone());
-        Ok((m, resolved.metadata))
+        {
+            Ok(resolved) => resolved.metadata,
+            Err(e @ AuthError::AuthorizationServerMismatch { .. }) => {
+                // A 2025-03-26 server: no protected-resource metadata, and the
+                // authorization server's metadata at the root of the MCP server's own
+                // origin, whose issuer that revision did not ask to match. It is the
+                // server's own word, so it is taken (with a warning), not refused.
+                let Some(md) = self.origin_metadata().await else {
+                    return Err(fail(e));
+                };
+                tracing::warn!(
+                    server = %self.server,
+                    "the authorization server metadata at the MCP server's origin names another issuer ({}); using it as MCP 2025-03-26 did",
+                    said(&e)
+                );
+                md
+            }
+            Err(e) => return Err(fail(e)),
+        };
+        m.set_metadata(metadata.clone());
+        Ok((m, metadata))
+    }
+
+    /// Enterprise-managed authorization (SEP-990): the configured ID token exchanged at
+    /// the identity provider for an ID-JAG (RFC 8693, audience the MCP server's
+    /// authorization server, resource the MCP server), then that assertion presented at
+    /// the discovered token endpoint as a JWT bearer grant (RFC 7523), this client
+    /// authenticated with its secret (HTTP Basic, else in the form).
+    async fn enterprise_managed(&self) -> Result<OAuthTokenResponse, OAuthError> {
+        const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+        const ID_TOKEN: &str = "urn:ietf:params:oauth:token-type:id_token";
+        const ID_JAG: &str = "urn:ietf:params:oauth:token-type:id-jag";
+        let c = &self.config;
+        let (Some(idp), Some(subject), Some(client_id)) = (
+            c.idp_token_endpoint.as_deref(),
+            c.subject_token.as_deref(),
+            c.client_id.as_deref(),
+        ) else {
+            return Err(OAuthError::Config(
+                "oauth.grant_type jwt_bearer needs idp_token_endpoint, subject_token and client_id"
+                    .into(),
+            ));
+        };
+        let (_, metadata) = self.discover().await?;
+        let audience = metadata
+            .issuer
+            .clone()
+            .unwrap_or_else(|| metadata.authorization_endpoint.clone());
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| OAuthError::Request {
+                url: idp.to_owned(),
+                reason: e.to_string(),
+            })?;
+        let scope = self.scopes().join(" ");
+        let mut exchange = vec![
+            ("grant_type", TOKEN_EXCHANGE),
+            ("subject_token", subject),
+            ("subject_token_type", ID_TOKEN),
+            ("requested_token_type", ID_JAG),
+            ("audience", audience.as_str()),
+            ("resource", self.url.as_str()),
+        ];
+        if !scope.is_empty() {
+            exchange.push(("scope", scope.as_str()));
+        }
+        let mut req = http.post(idp);
+        match (c.idp_client_id.as_deref(), c.idp_client_secret.as_deref()) {
+            (Some(id), Some(secret)) => req = req.basic_auth(id, Some(secret)),
+            (Some(id), None) => exchange.push(("client_id", id)),
+            _ => {}
+        }
+        let assertion = token_post(with_form(req, &exchange), idp).await?;
+        let assertion = assertion["access_token"]
+            .as_str()
+            .ok_or_else(|| OAuthError::MissingField("access_token".into()))?
+            .to_owned();
+        let token_url = metadata.token_endpoint.clone();
+        let mut grant = vec![
+            ("grant_type", antler_protocol::config::JWT_BEARER_GRANT),
+            ("assertion", assertion.as_str()),
+            ("resource", self.url.as_str()),
+        ];
+        if !scope.is_empty() {
+            grant.push(("scope", scope.as_str()));
+        }
+        let mut req = http.post(&token_url);
+        match c.client_secret.as_deref() {
+            Some(secret) => req = req.basic_auth(client_id, Some(secret)),
+            None => grant.push(("client_id", client_id)),
+        }
+        let token = token_post(with_form(req, &grant), &token_url).await?;
+        serde_json::from_value(token).map_err(|_| OAuthError::MissingField("access_token".into()))
+    }
+
+    /// The authorization server metadata at `/.well-known/oauth-authorization-server`
+    /// of the MCP server's origin (MCP 2025-03-26's authorization base URL).
+    async fn origin_metadata(&self) -> Option<AuthorizationMetadata> {
+        let mut url = url::Url::parse(&self.url).ok()?;
+        url.set_path("/.well-known/oauth-authorization-server");
+        url.set_query(None);
+        url.set_fragment(None);
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .ok()?;
+        let resp = http.get(url).send().await.ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        let md: AuthorizationMetadata = serde_json::from_slice(&resp.bytes().await.ok()?).ok()?;
+        (!md.authorization_endpoint.is_empty() && !md.token_endpoint.is_empty()).then_some(md)
     }
 
     /// The manager for stored credentials (after a restart): metadata again, the stored
@@ -422,7 +541,15 @@ impl DiscoveredAuth {
             .await
             .map_err(|(_, e)| OAuthError::Login(said(&e)))?;
         let url = session.get_authorization_url().to_owned();
-        *self.session.lock().await = Some(session);
+        let state = query_param(&url, "state").unwrap_or_default();
+        {
+            let mut sessions = self.sessions.lock().await;
+            // Logins abandoned in a browser are not kept for ever.
+            if sessions.len() >= MAX_PENDING_LOGINS {
+                sessions.clear();
+            }
+            sessions.insert(state, session);
+        }
         self.login.send_replace(LoginState::Pending);
         if let Some(rx) = callback {
             let me = self.clone();
@@ -444,8 +571,11 @@ impl DiscoveredAuth {
 
     /// Completes the login in progress with the redirect URL the browser was sent to.
     pub async fn complete_login(&self, redirected: &str) -> Result<(), OAuthError> {
-        let Some(session) = self.session.lock().await.take() else {
-            return Err(OAuthError::Login("no login is in progress".into()));
+        let state = query_param(redirected, "state").unwrap_or_default();
+        let Some(session) = self.sessions.lock().await.remove(&state) else {
+            return Err(OAuthError::Login(
+                "no login in progress sent this redirect (its state is unknown or expired)".into(),
+            ));
         };
         match session.handle_callback_url(redirected).await {
             Ok(t) => {
@@ -489,6 +619,56 @@ impl DiscoveredAuth {
             ))),
         }
     }
+}
+
+/// `req` with `pairs` as its `application/x-www-form-urlencoded` body.
+fn with_form(req: reqwest::RequestBuilder, pairs: &[(&str, &str)]) -> reqwest::RequestBuilder {
+    let body = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish();
+    req.header("content-type", "application/x-www-form-urlencoded")
+        .header("accept", "application/json")
+        .body(body)
+}
+
+/// A token endpoint's JSON answer, or why there is none (its `error` said, never the
+/// request's secrets).
+async fn token_post(
+    req: reqwest::RequestBuilder,
+    url: &str,
+) -> Result<serde_json::Value, OAuthError> {
+    let failed = |reason: String| OAuthError::Request {
+        url: url.to_owned(),
+        reason,
+    };
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| failed(e.without_url().to_string()))?;
+    let status = resp.status();
+    let body: serde_json::Value = resp.json().await.map_err(|_| OAuthError::NotJson)?;
+    if !status.is_success() {
+        let error = body["error"].as_str().unwrap_or("error");
+        let description = body["error_description"].as_str().unwrap_or("");
+        return Err(failed(
+            format!("HTTP {status}: {error} {description}")
+                .trim()
+                .to_owned(),
+        ));
+    }
+    Ok(body)
+}
+
+/// Logins waiting for a redirect at most, per (server, user).
+const MAX_PENDING_LOGINS: usize = 16;
+
+/// A query parameter of a URL.
+fn query_param(url: &str, name: &str) -> Option<String> {
+    url::Url::parse(url)
+        .ok()?
+        .query_pairs()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
 }
 
 /// The `scope` of a `WWW-Authenticate` challenge, split.

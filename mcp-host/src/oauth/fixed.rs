@@ -130,7 +130,7 @@ impl FixedGrant {
                 }
                 set("refresh_token", rt);
             }
-            GrantType::AuthorizationCode => {}
+            GrantType::AuthorizationCode | GrantType::JwtBearer => {}
         }
         set("scope", c.scope.clone());
         set("audience", c.audience.clone());

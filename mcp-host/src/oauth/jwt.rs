@@ -2,7 +2,7 @@
 //! with the configured PEM key, sent to the discovered token endpoint with the scopes and
 //! `resource`. The key and the token never reach a log or an error.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use antler_protocol::config::SIGNING_ALGORITHMS;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
@@ -57,10 +57,7 @@ pub fn assertion(
     .map_err(|_| {
         OAuthError::Config("oauth.private_key_pem is not a PEM key of its algorithm".into())
     })?;
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
+    let now = antler_protocol::sys::unix_ms() / 1000;
     let claims = Claims {
         iss: client_id,
         sub: client_id,

@@ -47,7 +47,7 @@ pub enum OAuthError {
     Config(String),
     #[error("OAuth login failed: {0}")]
     Login(String),
-    #[error("MCP server '{server}' needs a login for user '{user}' ({reason}): run `antler mcp login {server}{}`", user_flag(.user))]
+    #[error("MCP server '{server}' needs a login for user '{user}' ({reason}): run `antler mcp login {server}{}`, or through the gateway `POST /api/mcp/{server}/oauth/start` as that user and open the URL it returns", user_flag(.user))]
     LoginNeeded {
         server: String,
         user: String,
@@ -161,15 +161,15 @@ impl OAuthBroker {
         }
         let authorizer = match config.flow() {
             OAuthFlow::Fixed(_) => Authorizer::Fixed(FixedGrant::new(config.clone())),
-            OAuthFlow::DiscoveredClientCredentials | OAuthFlow::AuthorizationCode => {
-                Authorizer::Discovered(DiscoveredAuth::new(
-                    server,
-                    user,
-                    url,
-                    config.clone(),
-                    self.store.clone(),
-                ))
-            }
+            OAuthFlow::DiscoveredClientCredentials
+            | OAuthFlow::AuthorizationCode
+            | OAuthFlow::EnterpriseManaged => Authorizer::Discovered(DiscoveredAuth::new(
+                server,
+                user,
+                url,
+                config.clone(),
+                self.store.clone(),
+            )),
         };
         entries.insert(
             key,

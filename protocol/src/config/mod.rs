@@ -48,7 +48,7 @@ pub use location::{
     resolve_app_config_path, resolve_extensions_path, ANTLER_CONFIG_ENV, ANTLER_EXTENSIONS_ENV,
     DEERFLOW_CONFIG_ENV, DEERFLOW_EXTENSIONS_ENV, EXTENSIONS_FILE_NAMES,
 };
-pub use oauth::{GrantType, McpOAuthConfig, OAuthFlow, SIGNING_ALGORITHMS};
+pub use oauth::{GrantType, McpOAuthConfig, OAuthFlow, JWT_BEARER_GRANT, SIGNING_ALGORITHMS};
 pub use routing::{clamp_priority, EffectiveRouting, McpRoutingConfig, McpToolConfig, RoutingMode};
 pub use sandbox::{
     is_host_bash_allowed, parse_size, SandboxConfig, SandboxMount, DEFAULT_BACKGROUND_LIFETIME_S,

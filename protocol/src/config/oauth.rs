@@ -19,6 +19,11 @@ pub enum GrantType {
     RefreshToken,
     /// `authorization_code` with PKCE: a user logs in (`antler mcp login`).
     AuthorizationCode,
+    /// Enterprise-managed authorization (MCP SEP-990): the user's identity-provider ID
+    /// token (`subject_token`) is exchanged at `idp_token_endpoint` for an identity
+    /// assertion grant (ID-JAG), which the MCP server's authorization server takes as a
+    /// JWT bearer grant from this client (`client_id`, `client_secret`).
+    JwtBearer,
 }
 
 impl GrantType {
@@ -28,9 +33,13 @@ impl GrantType {
             Self::ClientCredentials => "client_credentials",
             Self::RefreshToken => "refresh_token",
             Self::AuthorizationCode => "authorization_code",
+            Self::JwtBearer => JWT_BEARER_GRANT,
         }
     }
 }
+
+/// The JWT bearer grant's `grant_type` (RFC 7523).
+pub const JWT_BEARER_GRANT: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 
 /// How a server's token is had, from its `oauth` block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +50,9 @@ pub enum OAuthFlow {
     DiscoveredClientCredentials,
     /// A user's login (authorization code + PKCE) at discovered endpoints.
     AuthorizationCode,
+    /// SEP-990: an ID token exchanged for an ID-JAG, then a JWT bearer grant at the
+    /// discovered token endpoint.
+    EnterpriseManaged,
 }
 
 /// `oauth.signing_algorithm` values for `private_key_jwt`.
@@ -104,6 +116,18 @@ pub struct McpOAuthConfig {
     /// The JWT's algorithm for `private_key_pem` (`RS256` when unset).
     #[serde(default)]
     pub signing_algorithm: Option<String>,
+    /// `jwt_bearer`: the identity provider's token endpoint (RFC 8693 token exchange).
+    #[serde(default)]
+    pub idp_token_endpoint: Option<String>,
+    /// `jwt_bearer`: this client's id at the identity provider.
+    #[serde(default)]
+    pub idp_client_id: Option<String>,
+    /// `jwt_bearer`: this client's secret at the identity provider, if it has one.
+    #[serde(default)]
+    pub idp_client_secret: Option<String>,
+    /// `jwt_bearer`: the user's ID token from the identity provider.
+    #[serde(default)]
+    pub subject_token: Option<String>,
 }
 
 impl McpOAuthConfig {
@@ -111,6 +135,7 @@ impl McpOAuthConfig {
     pub fn flow(&self) -> OAuthFlow {
         match (self.token_url.as_deref(), self.grant_type) {
             (_, Some(GrantType::AuthorizationCode)) => OAuthFlow::AuthorizationCode,
+            (_, Some(GrantType::JwtBearer)) => OAuthFlow::EnterpriseManaged,
             (Some(_), g) => OAuthFlow::Fixed(g.unwrap_or_default()),
             (None, Some(GrantType::ClientCredentials)) => OAuthFlow::DiscoveredClientCredentials,
             (None, Some(GrantType::RefreshToken)) => OAuthFlow::Fixed(GrantType::RefreshToken),
@@ -122,6 +147,17 @@ impl McpOAuthConfig {
     pub fn problem(&self) -> Option<String> {
         if self.flow() == OAuthFlow::Fixed(GrantType::RefreshToken) && self.token_url.is_none() {
             return Some("oauth.grant_type refresh_token needs oauth.token_url".into());
+        }
+        if self.flow() == OAuthFlow::EnterpriseManaged {
+            for (field, value) in [
+                ("idp_token_endpoint", &self.idp_token_endpoint),
+                ("subject_token", &self.subject_token),
+                ("client_id", &self.client_id),
+            ] {
+                if value.as_deref().is_none_or(str::is_empty) {
+                    return Some(format!("oauth.grant_type jwt_bearer needs oauth.{field}"));
+                }
+            }
         }
         if let Some(alg) = self.signing_algorithm.as_deref() {
             if !SIGNING_ALGORITHMS.contains(&alg) {

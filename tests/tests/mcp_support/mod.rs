@@ -92,6 +92,78 @@ impl Drop for Peer {
     }
 }
 
+/// Starts a peer with no stdio and waits until it listens on each of `ports`.
+pub fn spawn_peer(cmd: &mut Command, what: &str, ports: &[u16]) -> Peer {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
+    let peer = Peer(child);
+    for port in ports {
+        wait_port(*port, Duration::from_secs(20));
+    }
+    peer
+}
+
+/// The npm `@modelcontextprotocol/sdk` example server with `--oauth` (its own
+/// authorization server beside it): (peer, MCP port).
+pub fn oauth_example_server() -> (Peer, u16) {
+    let _ = npm_bin("oauth2-mock-server"); // the npm peers are installed
+    let (mcp, auth) = (free_port(), free_port());
+    let script = tests_dir().join(
+        "node_modules/@modelcontextprotocol/sdk/dist/esm/examples/server/simpleStreamableHttp.js",
+    );
+    assert!(
+        script.exists(),
+        "{} is missing: `cd tests && npm ci`",
+        script.display()
+    );
+    let peer = spawn_peer(
+        Command::new("node")
+            .arg(script)
+            .arg("--oauth")
+            .env("MCP_PORT", mcp.to_string())
+            .env("MCP_AUTH_PORT", auth.to_string()),
+        "the sdk's example server",
+        &[mcp, auth],
+    );
+    (peer, mcp)
+}
+
+/// What a headless browser notes of each URL it is handed, in a file beside it.
+pub enum BrowserLog {
+    /// Nothing.
+    None,
+    /// The URL it was given, in `opened.txt`.
+    Opened,
+    /// The URL it ended on after the redirects (the callback, with the code), in
+    /// `landed.txt`.
+    Landed,
+}
+
+/// A headless `$BROWSER` in `dir`: curl following the authorization URL's redirects to
+/// the callback. Returns its path.
+pub fn headless_browser(dir: &Path, log: BrowserLog) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("browser.sh");
+    let script = match log {
+        BrowserLog::None => "#!/bin/sh\nexec curl -sS -L --max-time 20 -o /dev/null \"$1\"\n".to_owned(),
+        BrowserLog::Opened => format!(
+            "#!/bin/sh\necho \"$1\" >> '{}'\nexec curl -sS -L --max-time 20 -o /dev/null \"$1\"\n",
+            dir.join("opened.txt").display()
+        ),
+        BrowserLog::Landed => format!(
+            "#!/bin/sh\ncurl -sS -L --max-time 20 -o /dev/null -w '%{{url_effective}}\\n' \"$1\" >> '{}'\n",
+            dir.join("landed.txt").display()
+        ),
+    };
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
 /// server-everything in an HTTP mode (`streamableHttp` or `sse`) on a free port.
 pub fn everything_http(mode: &str) -> (Peer, u16) {
     let port = free_port();

@@ -32,16 +32,7 @@ fn invariant(name: &'static str, problems: Vec<String>, fine: String) -> Invaria
     }
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
+use antler_protocol::sys::rss_kib;
 
 /// Resident memory of the lead, mcp-host and sandbox-host, in KiB.
 pub async fn memory(cluster: &ChaosCluster) -> u64 {

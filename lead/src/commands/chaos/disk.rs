@@ -115,18 +115,9 @@ pub fn unfill(dir: &Path) {
 }
 
 fn free_bytes(dir: &Path) -> anyhow::Result<u64> {
-    let c = CString::new(dir.as_os_str().as_encoded_bytes())?;
-    // SAFETY: statvfs is plain old data; all zeroes is a valid value.
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid C string and out-pointer.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
-        anyhow::bail!(
-            "statvfs {}: {}",
-            dir.display(),
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(s.f_bavail as u64 * s.f_frsize as u64)
+    let (free, _) = antler_protocol::sys::volume_bytes(dir)
+        .map_err(|e| anyhow::anyhow!("statvfs {}: {e}", dir.display()))?;
+    Ok(free)
 }
 
 /// Makes the runs database read-only (`on`) or writable again: the database file and its

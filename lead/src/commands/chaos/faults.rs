@@ -206,6 +206,9 @@ pub struct FaultOutcome {
     pub replica: u32,
     /// For a lead fault: when the lead answered again.
     pub back: Option<Instant>,
+    /// For a SIGTERM: how long the process took to exit (it drains first: finishes the
+    /// work in flight, as Kubernetes' grace period allows). Its restart begins then.
+    pub drained: Option<Duration>,
 }
 
 /// How long a fault may take to recover before it counts as not survived.
@@ -367,6 +370,7 @@ pub async fn inject(
         hit: Instant::now(),
         replica: 0,
         back: None,
+        drained: None,
     };
     let Some(before) = cluster.view().await else {
         // The lead does not answer (another fault holds it): nothing to aim at now.
@@ -461,6 +465,14 @@ pub async fn inject(
                     libc::SIGTERM
                 },
             );
+            if kind.signal == Signal::Term {
+                // The drain: until the process is gone (a zombie counts as gone).
+                let signalled = Instant::now();
+                while alive(pid) && signalled.elapsed() < RECOVERY_LIMIT {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                outcome.drained = Some(signalled.elapsed());
+            }
             match (kind.target, &cluster.multi, node) {
                 // Nothing restarts the lead but its orchestrator: this command.
                 (Target::Lead, _, _) => cluster.restart_lead(pid).await,
@@ -552,52 +564,81 @@ pub async fn inject(
         }
     };
     // Serving again: every process healthy, the one hit replaced, the MCP server ready.
-    while from.elapsed() < RECOVERY_LIMIT {
-        let view = cluster.view().await;
-        watch(view.as_ref(), &mut shown_away);
+    let mut back = None;
+    outcome.recovery = recovered(cluster, from, |view| {
+        watch(view, &mut shown_away);
         let lead_back = match kind.signal {
             Signal::Kill | Signal::Term => cluster.lead_pid().is_some_and(|p| p != pid),
             _ => true,
         };
-        if kind.target == Target::Lead && view.is_some() && lead_back && outcome.back.is_none() {
-            outcome.back = Some(Instant::now());
+        if kind.target == Target::Lead && view.is_some() && lead_back && back.is_none() {
+            back = Some(Instant::now());
         }
-        if let Some(view) = view {
-            if served_again(cluster, kind, &view, role, replica, pid) {
-                outcome.recovery = Some(from.elapsed());
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    // What shows the fault may come a moment after the cluster serves again (a log line
-    // written once the host notices).
-    let until = Instant::now() + Duration::from_secs(5);
-    while outcome.evidence.is_none() && Instant::now() < until {
-        if let Some(view) = cluster.view().await {
-            let before = Before {
-                restarts,
-                reconnects: reconnects_before,
-                pid,
-                shown_away: shown_away.as_deref(),
-                since: &since,
-            };
-            outcome.evidence = evidence(cluster, kind, &view, &before)
-            .or_else(|| {
-                // A lead restarted by another fault meanwhile started every host again.
-                let now = cluster.lead_pid();
-                (cluster.multi.is_none() && kind.target != Target::Lead && now.is_some() && now != lead_then).then(|| {
+        view.is_some_and(|v| served_again(cluster, kind, v, role, replica, pid))
+    })
+    .await;
+    outcome.back = back;
+    let before = Before {
+        restarts,
+        reconnects: reconnects_before,
+        pid,
+        shown_away: shown_away.as_deref(),
+        since: &since,
+    };
+    outcome.evidence = evidence_within(cluster, |view| {
+        evidence(cluster, kind, view?, &before).or_else(|| {
+            // A lead restarted by another fault meanwhile started every host again.
+            let now = cluster.lead_pid();
+            (cluster.multi.is_none()
+                && kind.target != Target::Lead
+                && now.is_some()
+                && now != lead_then)
+                .then(|| {
                     format!(
                         "the lead restarted meanwhile (pid {lead_then:?} -> {now:?}) and started every host again"
                     )
                 })
-            });
-        }
-        if outcome.evidence.is_none() {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
+        })
+    })
+    .await;
     outcome
+}
+
+/// Polls the cluster view (`None`: the lead does not answer) every 100 ms until `done`
+/// says what was hit serves again, at most [`RECOVERY_LIMIT`] after `from`: how long it
+/// took.
+async fn recovered(
+    cluster: &ChaosCluster,
+    from: Instant,
+    mut done: impl FnMut(Option<&Value>) -> bool,
+) -> Option<Duration> {
+    while from.elapsed() < RECOVERY_LIMIT {
+        let view = cluster.view().await;
+        if done(view.as_ref()) {
+            return Some(from.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// What shows a fault, looked for every 200 ms for 5 s: it may come a moment after the
+/// cluster serves again (a log line written once the host notices).
+async fn evidence_within(
+    cluster: &ChaosCluster,
+    mut find: impl FnMut(Option<&Value>) -> Option<String>,
+) -> Option<String> {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let view = cluster.view().await;
+        if let Some(found) = find(view.as_ref()) {
+            return Some(found);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Stops one actor as if it crashed (`antler chaos stop`), chosen among those alive now,
@@ -621,6 +662,7 @@ async fn crash(
         hit: Instant::now(),
         replica: 0,
         back: None,
+        drained: None,
     };
     let running: Vec<String> = match kind.target {
         Target::TaskGraph | Target::Run => cluster
@@ -688,21 +730,13 @@ async fn crash(
         return outcome;
     }
     outcome.pid = cluster.lead_pid();
-    let from = Instant::now();
-    while from.elapsed() < RECOVERY_LIMIT {
-        if let Some(view) = cluster.view().await {
-            if served_again(cluster, kind, &view, "lead", 0, 0) {
-                outcome.recovery = Some(from.elapsed());
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let until = Instant::now() + Duration::from_secs(5);
-    while outcome.evidence.is_none() && Instant::now() < until {
-        let view = cluster.view().await.unwrap_or(Value::Null);
-        let now = reconnects(&view);
-        outcome.evidence = if kind.target == Target::McpServer && now > reconnects_before {
+    outcome.recovery = recovered(cluster, Instant::now(), |view| {
+        view.is_some_and(|v| served_again(cluster, kind, v, "lead", 0, 0))
+    })
+    .await;
+    outcome.evidence = evidence_within(cluster, |view| {
+        let now = view.map_or(0, reconnects);
+        if kind.target == Target::McpServer && now > reconnects_before {
             Some(format!(
                 "mcp-host reconnected {name} ({reconnects_before} -> {now} reconnects)"
             ))
@@ -710,11 +744,9 @@ async fn crash(
             cluster
                 .lead_log_matching(&["chaos: stopping", "as if it crashed"], &since)
                 .map(|l| format!("the lead: {l}"))
-        };
-        if outcome.evidence.is_none() {
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-    }
+    })
+    .await;
     outcome
 }
 

@@ -1,0 +1,87 @@
+//! The chaos suite's CI schedules: `scripts/chaos.sh` run against this build's binaries,
+//! its report (the last line of its output) read, and the checks both modes share.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+
+use serde_json::Value;
+
+/// What one schedule printed and ended with.
+pub struct Schedule {
+    pub report: Value,
+    pub stdout: String,
+    pub stderr: String,
+    pub status: ExitStatus,
+}
+
+/// Runs `scripts/chaos.sh ARGS --dir DIR` against this build's binaries.
+pub fn run(args: &[&str], dir: &Path) -> Schedule {
+    let out = Command::new("bash")
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/chaos.sh"))
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .env("ANTLER_BIN_DIR", crate::bin_dir())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("scripts/chaos.sh runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let last = stdout.lines().last().unwrap_or_default();
+    let report: Value = serde_json::from_str(last)
+        .unwrap_or_else(|e| panic!("the last line is not the report ({e}):\n{stdout}\n{stderr}"));
+    Schedule {
+        report,
+        stdout,
+        stderr,
+        status: out.status,
+    }
+}
+
+impl Schedule {
+    /// Every invariant held, the command exited 0, `runs` runs ended, and the table was
+    /// printed.
+    pub fn assert_held(&self, runs: u64) {
+        let broken: Vec<&Value> = self.report["invariants"]
+            .as_array()
+            .expect("invariants")
+            .iter()
+            .filter(|i| i["held"] != true)
+            .collect();
+        assert!(broken.is_empty(), "{broken:#?}\n{}", self.stdout);
+        assert!(self.status.success(), "{}\n{}", self.stdout, self.stderr);
+        assert_eq!(self.report["ok"], true);
+        assert_eq!(
+            self.report["runs"]["ended"], runs,
+            "{:#}",
+            self.report["runs"]
+        );
+        assert!(
+            self.stdout.contains("INVARIANT"),
+            "no table: {}",
+            self.stdout
+        );
+    }
+
+    /// Each of `kinds` fired at least once, and every injection of it survived.
+    pub fn assert_survived(&self, kinds: &[String]) {
+        let faults = self.report["faults"].as_array().expect("faults");
+        for kind in kinds {
+            let k = faults
+                .iter()
+                .find(|k| k["kind"] == kind.as_str())
+                .unwrap_or_else(|| panic!("{kind} never fired: {faults:#?}"));
+            let fired = k["injected"].as_u64().unwrap_or(0) + k["skipped"].as_u64().unwrap_or(0);
+            assert!(fired >= 1, "{k:#}");
+            assert_eq!(k["injected"], k["survived"], "{k:#}");
+        }
+    }
+}
+
+/// `SIGNAL:TARGET` for every pair.
+pub fn kinds(signals: &[&str], targets: &[&str]) -> Vec<String> {
+    signals
+        .iter()
+        .flat_map(|s| targets.iter().map(move |t| format!("{s}:{t}")))
+        .collect()
+}
