@@ -1000,8 +1000,14 @@ fn serve(
 }
 
 async fn heartbeat_loop(shared: Arc<Shared>) {
-    let interval = shared.config.heartbeat_interval;
-    let dead_after = interval * shared.config.heartbeat_misses.max(1);
+    // The shorter interval of the two sides to send at, the longer one's misses to wait
+    // (a peer that said none, or zero, is held to this side's).
+    let own = shared.config.heartbeat_interval;
+    let theirs = Some(shared.peer.heartbeat)
+        .filter(|d| !d.is_zero())
+        .unwrap_or(own);
+    let interval = own.min(theirs);
+    let dead_after = own.max(theirs) * shared.config.heartbeat_misses.max(1);
     let mut closed = shared.closed.subscribe();
     let heartbeat = heartbeat_frame();
     let mut tick = tokio::time::interval(interval);

@@ -81,6 +81,11 @@ pub struct Identity {
     /// The CA, certificate and key TCP connections use; `None` leaves TCP plaintext,
     /// which listens and dials on loopback only. Unix sockets never use it.
     pub tls: Option<Arc<ClusterTls>>,
+    /// How often this side sends heartbeats (its connection config's), told to the peer
+    /// in the handshake: each side then sends at the shorter of the two intervals and
+    /// declares the other dead after the longer one's misses, so a client with another
+    /// interval than the cluster's is not dropped for its quiet.
+    pub heartbeat: Duration,
 }
 
 impl Identity {
@@ -92,6 +97,7 @@ impl Identity {
             token,
             versions: (MIN_PROTOCOL_VERSION, PROTOCOL_VERSION),
             tls: None,
+            heartbeat: Duration::from_secs(1),
         }
     }
 
@@ -100,6 +106,10 @@ impl Identity {
         self.tls = tls;
         self
     }
+}
+
+fn millis(d: Duration) -> u32 {
+    d.as_millis().min(u32::MAX as u128) as u32
 }
 
 /// The first frame a connecting peer sends.
@@ -112,6 +122,8 @@ pub struct Hello {
     pub node_id: String,
     pub capacity: u32,
     pub token: String,
+    /// The sender's heartbeat interval in ms.
+    pub heartbeat_ms: u32,
 }
 
 /// The listener's answer to a [`Hello`].
@@ -122,6 +134,8 @@ pub enum HelloReply {
         role: Role,
         node_id: String,
         capacity: u32,
+        /// The listener's heartbeat interval in ms.
+        heartbeat_ms: u32,
     },
     Refuse {
         reason: String,
@@ -138,6 +152,8 @@ pub struct PeerInfo {
     pub version: u16,
     /// Where the peer is (socket path or address), for logs.
     pub address: String,
+    /// How often the peer sends heartbeats (what its handshake said).
+    pub heartbeat: Duration,
 }
 
 /// Why a handshake failed.
@@ -244,6 +260,7 @@ pub async fn connect(
         node_id: me.node_id.clone(),
         capacity: me.capacity,
         token: me.token.clone().unwrap_or_default(),
+        heartbeat_ms: millis(me.heartbeat),
     };
     let fut = async {
         let bytes = codec::encode(&hello).map_err(|e| HandshakeError::Io(e.to_string()))?;
@@ -257,6 +274,7 @@ pub async fn connect(
                 role,
                 node_id,
                 capacity,
+                heartbeat_ms,
             } => {
                 if version < me.versions.0 || version > me.versions.1 {
                     return Err(HandshakeError::Rejected(format!(
@@ -270,6 +288,7 @@ pub async fn connect(
                     capacity,
                     version,
                     address: address.to_string(),
+                    heartbeat: Duration::from_millis(heartbeat_ms.into()),
                 })
             }
             HelloReply::Refuse { reason } => Err(HandshakeError::Refused(reason)),
@@ -355,6 +374,7 @@ pub async fn accept_certified(
                     role: me.role,
                     node_id: me.node_id.clone(),
                     capacity: me.capacity,
+                    heartbeat_ms: millis(me.heartbeat),
                 };
                 let bytes = codec::encode(&reply).map_err(|e| HandshakeError::Io(e.to_string()))?;
                 write_frame(w, bytes).await?;
@@ -364,6 +384,7 @@ pub async fn accept_certified(
                     capacity: hello.capacity,
                     version,
                     address: address.to_string(),
+                    heartbeat: Duration::from_millis(hello.heartbeat_ms.into()),
                 })
             }
             Err(reason) => {

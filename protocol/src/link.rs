@@ -133,7 +133,11 @@ async fn dial_here(
         }
     };
     let (mut fr, mut fw) = handshake::framed(r, w, config.max_frame_bytes);
-    let peer = handshake::connect(&mut fr, &mut fw, identity, &addr_s)
+    let me = Identity {
+        heartbeat: config.heartbeat_interval,
+        ..identity.clone()
+    };
+    let peer = handshake::connect(&mut fr, &mut fw, &me, &addr_s)
         .await
         .map_err(|source| match source {
             HandshakeError::Tls(reason) => DialError::Tls {

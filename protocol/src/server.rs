@@ -122,7 +122,10 @@ async fn accept_loop(
     connections: Arc<Mutex<Vec<Connection>>>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let identity = Arc::new(identity);
+    let identity = Arc::new(Identity {
+        heartbeat: config.heartbeat_interval,
+        ..identity
+    });
     loop {
         let accepted = tokio::select! {
             _ = stop.changed() => break,

@@ -132,7 +132,7 @@ fn oauth_errors_name_the_field_and_the_accepted_values() {
     assert_eq!(
         error.to_string(),
         "ext.json:1:33: mcpServers.a.oauth.grant_type: unknown variant `password`, \
-         expected one of `client_credentials`, `refresh_token`, `authorization_code`"
+         expected one of `client_credentials`, `refresh_token`, `authorization_code`, `jwt_bearer`"
     );
     let text = r#"{"mcpServers": {"a": {"oauth": 5}}}"#;
     let error = parse_extensions_config(Path::new("ext.json"), text, &no_env).unwrap_err();

@@ -447,7 +447,11 @@ fn a_worker_cut_off_fails_its_task_and_workers_follow_the_name() {
     let stderr = follow.rest(|_| {});
     let mut stdout = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
-    assert!(child.wait().unwrap().success());
+    assert!(
+        child.wait().unwrap().success(),
+        "{stdout}\n{stderr}\nthe lead:\n{}",
+        mh.net.log("lead")
+    );
     let run = Run::parse(&stdout, &stderr);
     assert_eq!(run.view["status"], "success", "{:#}", run.view);
     let lost = mh.tool_message(&run.run_id(), "doomed");

@@ -1,6 +1,7 @@
 //! A request to a peer that stops answering (a host frozen with SIGSTOP) fails with
 //! `DeadlineExceeded` at its deadline, not later and never hanging; after SIGCONT the same
-//! connection answers again. A peer that stays silent past 3 heartbeats is declared dead.
+//! connection answers again. A peer that stays silent past 3 heartbeats is declared dead;
+//! one whose own heartbeat interval is longer than the host's is not.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -80,4 +81,25 @@ async fn a_peer_frozen_past_three_heartbeats_is_declared_dead() {
         .request(ping(), TraceContext::new_root(), Duration::from_secs(1))
         .await;
     assert!(matches!(r, Err(RpcError::PeerUnavailable(_))), "{r:?}");
+}
+
+#[tokio::test]
+async fn a_client_with_a_slower_heartbeat_than_the_host_is_not_dropped_for_its_quiet() {
+    // The host beats every second and declares a peer dead after 3 s of silence; this
+    // client's own interval is 5 s. The handshake tells each side the other's, so the
+    // client beats at the shorter one and stays connected through 4 s of quiet.
+    let host = Host::start("antler-sandbox-host");
+    let cfg = ConnectionConfig {
+        heartbeat_interval: Duration::from_secs(5),
+        ..ConnectionConfig::default()
+    };
+    let conn = dial(&host.address(), &host.identity(), cfg, None)
+        .await
+        .expect("connect");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(!conn.is_closed(), "{:?}", conn.close_reason());
+    let r = conn
+        .request(ping(), TraceContext::new_root(), Duration::from_secs(5))
+        .await;
+    assert!(r.is_ok(), "{r:?}");
 }
