@@ -85,3 +85,22 @@ pub fn kinds(signals: &[&str], targets: &[&str]) -> Vec<String> {
         .flat_map(|s| targets.iter().map(move |t| format!("{s}:{t}")))
         .collect()
 }
+
+/// The kinds both modes fire: every signal at every process kind, an MCP server child
+/// and a sandbox supervisor killed, and the two disk faults.
+pub fn common_kinds() -> Vec<String> {
+    let mut kinds = kinds(
+        &["kill9", "sigterm", "sigstop"],
+        &["lead", "mcp-host", "sandbox-host", "worker"],
+    );
+    kinds.extend(
+        [
+            "kill9:mcp-server",
+            "kill9:sandbox-supervisor",
+            "readonly:runs-db",
+            "full:sandbox-volume",
+        ]
+        .map(String::from),
+    );
+    kinds
+}

@@ -34,10 +34,7 @@ fn a_short_seeded_schedule_keeps_every_invariant() {
         schedule.stderr
     );
     schedule.assert_held(6);
-    let mut expected = chaos::kinds(
-        &["kill9", "sigterm", "sigstop"],
-        &["lead", "mcp-host", "sandbox-host", "worker"],
-    );
+    let mut expected = chaos::common_kinds();
     expected.extend(chaos::kinds(
         &["actor"],
         &[
@@ -49,14 +46,5 @@ fn a_short_seeded_schedule_keeps_every_invariant() {
             "run",
         ],
     ));
-    expected.extend(
-        [
-            "kill9:mcp-server",
-            "kill9:sandbox-supervisor",
-            "readonly:runs-db",
-            "full:sandbox-volume",
-        ]
-        .map(String::from),
-    );
     schedule.assert_survived(&expected);
 }

@@ -42,23 +42,11 @@ fn a_short_seeded_multi_host_schedule_keeps_every_invariant() {
     );
     assert_eq!(schedule.report["mode"], "multi-host");
     schedule.assert_held(8);
-    let mut expected = chaos::kinds(
-        &["kill9", "sigterm", "sigstop"],
-        &["lead", "mcp-host", "sandbox-host", "worker"],
-    );
+    let mut expected = chaos::common_kinds();
     expected.extend(chaos::kinds(
         &["delay", "drop", "throttle", "corrupt", "cut"],
         &["mcp-host", "sandbox-host", "worker"],
     ));
-    expected.extend(
-        [
-            "kill9:mcp-server",
-            "kill9:sandbox-supervisor",
-            "readonly:runs-db",
-            "full:sandbox-volume",
-        ]
-        .map(String::from),
-    );
     schedule.assert_survived(&expected);
     // The namespaces are gone with the schedule.
     let left: Vec<String> = namespaces()

@@ -57,6 +57,13 @@ impl EventLog {
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
+    /// The bytes of text the log holds (its events and its stopped view).
+    pub fn bytes(&self) -> usize {
+        let inner = self.lock();
+        inner.events.iter().map(|e| e.len()).sum::<usize>()
+            + inner.stopped.as_ref().map_or(0, |v| v.len())
+    }
+
     /// Appends one event.
     pub fn push(&self, json: String) {
         {

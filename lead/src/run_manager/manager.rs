@@ -3,8 +3,8 @@
 //! [`EventLog`] for watchers and its view when a drive stops, answers a stopped run
 //! (a clarification) by driving it again, and when the lead starts it resumes the runs a
 //! crash left `running`. A run that ended frees its loop at once; the views and events of
-//! the last [`KEEP_ENDED`] ended runs stay for watchers, older ones are read from the
-//! checkpoint store. A run is cancelled through its [`CancelFlag`] while it is driven
+//! the last [`KEEP_ENDED`] ended runs (at most [`KEEP_ENDED_BYTES`] of their text) stay
+//! for watchers, older ones are read from the checkpoint store. A run is cancelled through its [`CancelFlag`] while it is driven
 //! (its drive ends `error`); one waiting for an answer is ended without being driven.
 //! The manager supervises the run actors: one that stops mid-drive (it crashed; chaos
 //! mode's [`ChaosStopRun`]) is resumed from its last checkpoint, and the resumed run's
@@ -40,6 +40,12 @@ const RESUME_AFTER_CRASH: std::time::Duration = std::time::Duration::from_millis
 
 /// Ended runs whose views and events the manager keeps in memory.
 pub const KEEP_ENDED: usize = 1_000;
+/// The text the kept ended runs may hold together: beyond it the oldest go (down to
+/// [`KEEP_ENDED_AT_LEAST`]), so a lead that has run many runs holds a few MiB of them, not
+/// whatever a thousand runs' events add up to.
+pub const KEEP_ENDED_BYTES: usize = 4 << 20;
+/// Ended runs kept whatever their size.
+pub const KEEP_ENDED_AT_LEAST: usize = 16;
 
 struct LiveRun {
     record: RunRecord,
@@ -206,11 +212,7 @@ impl RunManager {
                         // The run ended: its loop and state go; its view and events stay a while.
                         live.actor = None;
                         manager.ended.push_back(run_id.clone());
-                        while manager.ended.len() > KEEP_ENDED {
-                            if let Some(old) = manager.ended.pop_front() {
-                                manager.runs.remove(&old);
-                            }
-                        }
+                        manager.forget_old_ended();
                     }
                 }),
         );
@@ -558,6 +560,22 @@ impl Handler<GetRun> for RunManager {
 }
 
 impl RunManager {
+    /// Drops the oldest ended runs beyond [`KEEP_ENDED`], or beyond [`KEEP_ENDED_BYTES`]
+    /// of kept text (their views and events are read from the store then).
+    fn forget_old_ended(&mut self) {
+        let size = |m: &Self, id: &String| m.runs.get(id).map_or(0, |l| l.log.bytes());
+        let mut bytes: usize = self.ended.iter().map(|id| size(self, id)).sum();
+        while self.ended.len() > KEEP_ENDED
+            || (self.ended.len() > KEEP_ENDED_AT_LEAST && bytes > KEEP_ENDED_BYTES)
+        {
+            let Some(old) = self.ended.pop_front() else {
+                break;
+            };
+            bytes = bytes.saturating_sub(size(self, &old));
+            self.runs.remove(&old);
+        }
+    }
+
     /// A run's view now: a stopped drive's, else the store's (read off the actor's
     /// thread: a long run's state is large, and a slow database must not stall the runs
     /// this actor drives); with the elicitations its calls wait on.
