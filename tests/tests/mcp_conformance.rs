@@ -14,27 +14,16 @@ mod mcp_support;
 use std::{path::Path, process::Command};
 
 use antler_tests::bin_dir;
-use mcp_support::tests_dir;
+use mcp_support::{npm_bin, tests_dir};
 use serde_json::Value;
 
+/// Node 22 from npm `node` (the suite's runtime).
 fn node() -> String {
-    let node = tests_dir().join("node_modules/.bin/node");
-    assert!(
-        node.exists(),
-        "{} is missing: `cd tests && npm ci` (.ci/run does this)",
-        node.display()
-    );
-    node.display().to_string()
+    npm_bin("node").display().to_string()
 }
 
 fn conformance() -> String {
-    let cli = tests_dir().join("node_modules/.bin/conformance");
-    assert!(
-        cli.exists(),
-        "{} is missing: `cd tests && npm ci`",
-        cli.display()
-    );
-    cli.display().to_string()
+    npm_bin("conformance").display().to_string()
 }
 
 /// The client scenarios the suite has.

@@ -305,14 +305,7 @@ impl DiscoveredAuth {
             .issuer
             .clone()
             .unwrap_or_else(|| metadata.authorization_endpoint.clone());
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| OAuthError::Request {
-                url: idp.to_owned(),
-                reason: e.to_string(),
-            })?;
+        let http = oauth_http(idp)?;
         let scope = self.scopes().join(" ");
         let mut exchange = vec![
             ("grant_type", TOKEN_EXCHANGE),
@@ -361,11 +354,7 @@ impl DiscoveredAuth {
         url.set_path("/.well-known/oauth-authorization-server");
         url.set_query(None);
         url.set_fragment(None);
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .ok()?;
+        let http = oauth_http(url.as_str()).ok()?;
         let resp = http.get(url).send().await.ok()?;
         if !resp.status().is_success() {
             return None;
@@ -619,6 +608,19 @@ impl DiscoveredAuth {
             ))),
         }
     }
+}
+
+/// The HTTP client of this host's own OAuth requests (metadata, token endpoints): a
+/// deadline, and the origin-checked redirect policy every MCP request has.
+pub(super) fn oauth_http(url: &str) -> Result<reqwest::Client, OAuthError> {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(15))
+        .redirect(crate::transport::origin::redirect_policy())
+        .build()
+        .map_err(|_| OAuthError::Request {
+            url: url.to_owned(),
+            reason: "cannot build an HTTP client".into(),
+        })
 }
 
 /// `req` with `pairs` as its `application/x-www-form-urlencoded` body.

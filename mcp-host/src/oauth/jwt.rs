@@ -95,14 +95,7 @@ pub async fn exchange(
         }
         q.append_pair("resource", resource);
     }
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(15))
-        .redirect(crate::transport::origin::redirect_policy())
-        .build()
-        .map_err(|_| OAuthError::Request {
-            url: url.clone(),
-            reason: "cannot build an HTTP client".into(),
-        })?;
+    let http = super::discovered::oauth_http(&url)?;
     let resp = http
         .post(&url)
         .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
