@@ -34,7 +34,8 @@ pub fn route(request: &Request) -> Route {
         Request::Sandbox(s) => match s {
             SandboxRequest::Acquire { principal, .. }
             | SandboxRequest::CallOnce { principal, .. }
-            | SandboxRequest::ThreadFiles { principal, .. } => {
+            | SandboxRequest::ThreadFiles { principal, .. }
+            | SandboxRequest::InvokeAcp(crate::messages::AcpInvocation { principal, .. }) => {
                 Route::Pinned(sandbox_id(&principal.user_id, &principal.thread_id))
             }
             SandboxRequest::Release { sandbox_id, .. }

@@ -3,8 +3,9 @@
 //! `Sandbox` actor per live sandbox owns its isolation (a long-lived supervisor inside
 //! bubblewrap, or DeerFlow's local provider); the sandbox tools run against it with
 //! DeerFlow's parameters, limits and texts; a lead or worker without the volume reaches a
-//! thread's own files through `thread_files`.
+//! thread's own files through `thread_files`; `invoke_acp_agent` runs its agents (`acp`).
 
+pub mod acp;
 pub mod command_policy;
 pub mod exec;
 pub mod identity;

@@ -56,6 +56,7 @@ fn main() -> anyhow::Result<()> {
         None => AppConfig::default(),
     };
     let settings = SandboxSettings::from_config(&config, cli.base_dir.clone());
+    let acp_agents = antler_sandbox_host::acp::AcpAgents::from_config(&config);
     std::fs::create_dir_all(&settings.base_dir).with_context(|| {
         format!(
             "cannot create the sandbox base directory {}",
@@ -80,7 +81,7 @@ fn main() -> anyhow::Result<()> {
     system.block_on(async move {
         let base_dir = settings.base_dir.clone();
         let pool = SandboxPool::new(settings, verdict).start();
-        let handler = Arc::new(SandboxService::new(pool.clone(), base_dir));
+        let handler = Arc::new(SandboxService::new(pool.clone(), base_dir, acp_agents));
         let served = host::serve(Role::SandboxHost, cli.host, handler).await;
         // Every sandbox's namespace dies before this process does.
         let _ = pool.send(Shutdown).await;

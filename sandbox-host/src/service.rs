@@ -30,6 +30,7 @@ use crate::{
 pub struct SandboxService {
     pool: Addr<SandboxPool>,
     base_dir: std::path::PathBuf,
+    acp: std::sync::Arc<crate::acp::AcpAgents>,
 }
 
 fn unavailable(e: MailboxError) -> RemoteError {
@@ -37,8 +38,16 @@ fn unavailable(e: MailboxError) -> RemoteError {
 }
 
 impl SandboxService {
-    pub fn new(pool: Addr<SandboxPool>, base_dir: std::path::PathBuf) -> Self {
-        Self { pool, base_dir }
+    pub fn new(
+        pool: Addr<SandboxPool>,
+        base_dir: std::path::PathBuf,
+        acp: crate::acp::AcpAgents,
+    ) -> Self {
+        Self {
+            pool,
+            base_dir,
+            acp: std::sync::Arc::new(acp),
+        }
     }
 }
 
@@ -138,6 +147,40 @@ pub async fn call_once(
     result
 }
 
+/// Runs an `invoke_acp_agent` call in a task of its own, its activity sent as stream
+/// items. A caller that goes away (the stream dropped, this future with it) cancels it:
+/// the task then sends `session/cancel` and stops the agent.
+async fn invoke_acp(
+    agents: std::sync::Arc<crate::acp::AcpAgents>,
+    base_dir: std::path::PathBuf,
+    invocation: antler_protocol::messages::AcpInvocation,
+    call: &Call,
+) -> Result<SandboxReply, RemoteError> {
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let _cancel_on_drop = cancel.clone().drop_guard();
+    let (activity, mut told) = tokio::sync::mpsc::unbounded_channel();
+    let job = tokio::spawn(async move {
+        crate::acp::invoke(&agents, &base_dir, invocation, activity, cancel).await
+    });
+    tokio::pin!(job);
+    loop {
+        tokio::select! {
+            ended = &mut job => {
+                let outcome = ended
+                    .map_err(|e| RemoteError::Failed(format!("the ACP call failed: {e}")))?
+                    .map_err(|e| RemoteError::Failed(e.to_string()))?;
+                return Ok(SandboxReply::AcpEnded(outcome));
+            }
+            Some(update_json) = told.recv() => {
+                let item = Reply::Sandbox(SandboxReply::AcpActivity { update_json });
+                if let Err(e) = call.send_item(item).await {
+                    tracing::debug!("an ACP agent's activity could not be told: {e}");
+                }
+            }
+        }
+    }
+}
+
 impl RoleHandler for SandboxService {
     /// Chaos mode: stops a thread's sandbox actor as if it crashed.
     fn chaos_stop(
@@ -177,11 +220,12 @@ impl RoleHandler for SandboxService {
     fn handle(
         &self,
         request: Request,
-        _: Call,
+        call: Call,
         health: Health,
     ) -> BoxFuture<'static, Result<Reply, RemoteError>> {
         let pool = self.pool.clone();
         let base_dir = self.base_dir.clone();
+        let acp = std::sync::Arc::clone(&self.acp);
         Box::pin(async move {
             let reply = match request {
                 Request::Sandbox(SandboxRequest::Health) => SandboxReply::Health {
@@ -235,6 +279,9 @@ impl RoleHandler for SandboxService {
                     SandboxReply::ThreadFiles(
                         crate::thread_files::serve(&base_dir, principal, op).await,
                     )
+                }
+                Request::Sandbox(SandboxRequest::InvokeAcp(invocation)) => {
+                    invoke_acp(acp, base_dir, invocation, &call).await?
                 }
                 other => {
                     return Err(RemoteError::Unsupported(format!(

@@ -278,7 +278,43 @@ fn print_event(event: &Value) {
         Some("tool_finished") => eprintln!("  ✓ {} [{}]", text("name"), text("tool_call_id")),
         Some("warning") => eprintln!("! {}", text("message")),
         Some("task") => print_task_event(event),
+        Some("acp_activity") => print_acp_activity(event),
         _ => {}
+    }
+}
+
+/// An ACP agent's tool call or plan, nested under its `invoke_acp_agent` call. The text is
+/// the agent's: control characters are dropped so it cannot rewrite the terminal.
+fn print_acp_activity(event: &Value) {
+    let clean = |value: &Value| -> String {
+        value
+            .as_str()
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(120)
+            .collect()
+    };
+    let update = &event["update"];
+    let id = clean(&event["tool_call_id"]);
+    let agent = clean(&event["agent"]);
+    match update["sessionUpdate"].as_str() {
+        Some(kind) if kind.starts_with("plan") => {
+            let steps = update["entries"].as_array().map_or(0, Vec::len);
+            eprintln!("    ↳ [{id}] {agent}: a plan of {steps} steps");
+        }
+        Some(_) => {
+            let title = clean(&update["title"]);
+            let status = clean(&update["status"]);
+            let call = clean(&update["toolCallId"]);
+            match (title.is_empty(), status.is_empty()) {
+                (false, false) => eprintln!("    ↳ [{id}] {agent}: {title} ({status})"),
+                (false, true) => eprintln!("    ↳ [{id}] {agent}: {title}"),
+                (true, false) => eprintln!("    ↳ [{id}] {agent}: {call} {status}"),
+                (true, true) => {}
+            }
+        }
+        None => {}
     }
 }
 

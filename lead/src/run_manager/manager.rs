@@ -957,6 +957,7 @@ fn event_sink(
             } => metrics.tokens(*usage),
             RunEvent::ModelFinished { .. }
             | RunEvent::AssistantMessage { .. }
+            | RunEvent::AcpActivity { .. }
             | RunEvent::Task { .. } => {}
             RunEvent::Elicitation {
                 tool_call_id,

@@ -798,6 +798,10 @@ impl RunEnv {
                 app.subagents.max_total_per_run as usize,
             ),
             web: Some(Arc::new(WebTools::from_config(&app.tools))),
+            acp: {
+                let extensions = self.feed().last_good_extensions.clone().flatten();
+                crate::run::acp::AcpCalls::from_config(app, extensions.as_deref()).map(Arc::new)
+            },
             ..RunSettings::default()
         })
     }

@@ -18,9 +18,10 @@ pub use mcp::{
     McpTool,
 };
 pub use sandbox::{
-    AcquireSource, Acquired, FileContent, FileRead, LeaseOwner, ListedFile, PoolStatus, Principal,
-    SandboxError, SandboxReply, SandboxRequest, SandboxStatus, ThreadFileError, ThreadFileOp,
-    ThreadFileReply, ToolCall, ToolResult, VolumeStatus, SANDBOX_TOOLS,
+    AcpInvocation, AcpOutcome, AcquireSource, Acquired, FileContent, FileRead, LeaseOwner,
+    ListedFile, PoolStatus, Principal, SandboxError, SandboxReply, SandboxRequest, SandboxStatus,
+    ThreadFileError, ThreadFileOp, ThreadFileReply, ToolCall, ToolResult, VolumeStatus,
+    SANDBOX_TOOLS,
 };
 pub use worker::{TaskAssignment, WorkerReply, WorkerRequest};
 

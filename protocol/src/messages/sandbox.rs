@@ -99,6 +99,34 @@ pub enum SandboxRequest {
         principal: Principal,
         op: ThreadFileOp,
     },
+    /// `invoke_acp_agent` (spec F): runs one prompt on the ACP agent `agent` of
+    /// sandbox-host's own `acp_agents` (a lead cannot name a command), in the principal's
+    /// thread's `acp-workspace`. The reply is a stream: [`SandboxReply::AcpActivity`] items
+    /// (the agent's tool calls and plan) as they happen, then [`SandboxReply::AcpEnded`].
+    /// Dropping the stream cancels the prompt (`session/cancel`) and stops the agent.
+    InvokeAcp(AcpInvocation),
+}
+
+/// One `invoke_acp_agent` call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcpInvocation {
+    pub principal: Principal,
+    /// The `acp_agents` entry.
+    pub agent: String,
+    pub prompt: String,
+    /// The session's `mcpServers` (spec F.2.3: the enabled servers of the extensions
+    /// config in ACP's shape), a JSON array.
+    pub mcp_servers_json: String,
+}
+
+/// How an `invoke_acp_agent` call ended: the tool message's text (spec F.5's texts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcpOutcome {
+    pub text: String,
+    /// An error text (unknown agent, timeout, the agent failed).
+    pub is_error: bool,
+    /// The ACP protocol version the agent and sandbox-host agreed on (`None`: none).
+    pub protocol_version: Option<u16>,
 }
 
 /// An operation on one thread's `user-data` directory. Paths are virtual
@@ -212,6 +240,13 @@ pub enum SandboxReply {
     ToolResult(Result<ToolResult, SandboxError>),
     Status(PoolStatus),
     ThreadFiles(Result<ThreadFileReply, ThreadFileError>),
+    /// A stream item of [`SandboxRequest::InvokeAcp`]: one `session/update` of the agent
+    /// that is not message text (a tool call, its update, a plan), as ACP's JSON.
+    AcpActivity {
+        update_json: String,
+    },
+    /// The final reply of [`SandboxRequest::InvokeAcp`].
+    AcpEnded(AcpOutcome),
 }
 
 /// A successful acquire.

@@ -73,6 +73,8 @@ pub struct RunSettings {
     pub is_subagent: bool,
     /// The configured web tools (`run::web`), from config.yaml's `tools:`.
     pub web: Option<Arc<super::web::WebTools>>,
+    /// What `invoke_acp_agent` calls carry (`None`: no agent is configured).
+    pub acp: Option<Arc<super::acp::AcpCalls>>,
 }
 
 impl Default for RunSettings {
@@ -94,6 +96,7 @@ impl Default for RunSettings {
             report_messages: false,
             is_subagent: false,
             web: None,
+            acp: None,
         }
     }
 }
@@ -155,6 +158,13 @@ pub enum RunEvent {
         server: String,
         message: String,
         requested_schema: serde_json::Value,
+    },
+    /// What the ACP agent of the `invoke_acp_agent` call `tool_call_id` does meanwhile: a
+    /// tool call, its update or its plan (ACP's `session/update`, as the agent sent it).
+    AcpActivity {
+        tool_call_id: String,
+        agent: String,
+        update: serde_json::Value,
     },
     /// What a subagent task of the `task` call `tool_call_id` reports (spec 7.4's
     /// `task_*` events), as it happens.
@@ -653,6 +663,7 @@ impl RunLoop {
             allowed_skills: self.settings.allowed_skills.as_ref(),
             lead_tools: self.lead_tools.as_deref(),
             web: self.settings.web.as_deref(),
+            acp: self.settings.acp.as_deref(),
             events: self.events.as_ref(),
         }
     }

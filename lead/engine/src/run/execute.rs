@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use antler_protocol::{
     messages::{
-        McpCall, McpReply, McpRequest, Principal, Reply, Request, SandboxError, SandboxReply,
-        SandboxRequest, ToolCall as SandboxCall, ToolResult,
+        AcpInvocation, McpCall, McpReply, McpRequest, Principal, Reply, Request, SandboxError,
+        SandboxReply, SandboxRequest, ToolCall as SandboxCall, ToolResult,
     },
     Role,
 };
@@ -27,7 +27,9 @@ use super::skills::SkillStore;
 use super::state::{Message, SandboxState, StateUpdate, ThreadState, ToolCall, ToolStatus};
 use super::web::WebTools;
 use super::{builtins, mcp_result, view_image};
-use crate::catalog::builtins::{DESCRIBE_SKILL, LIST_UPLOADED_FILES, PRESENT_FILES, VIEW_IMAGE};
+use crate::catalog::builtins::{
+    DESCRIBE_SKILL, INVOKE_ACP_AGENT, LIST_UPLOADED_FILES, PRESENT_FILES, VIEW_IMAGE,
+};
 use crate::catalog::{Catalog, ToolSource, TOOL_SEARCH_NAME};
 
 pub use antler_protocol::messages::SANDBOX_TOOLS;
@@ -58,6 +60,8 @@ pub struct Executor<'a> {
     pub lead_tools: Option<&'a dyn LeadTools>,
     /// The configured web tools (`web_search`, `web_fetch`, `image_search`).
     pub web: Option<&'a WebTools>,
+    /// What `invoke_acp_agent` calls carry.
+    pub acp: Option<&'a super::acp::AcpCalls>,
     /// Where the run's events go (an MCP call's elicitations are told there).
     pub events: Option<&'a EventSink>,
 }
@@ -92,6 +96,7 @@ impl Executor<'_> {
                     ToolStatus::Success,
                 )]));
             }
+            INVOKE_ACP_AGENT if self.acp.is_some() => return self.acp(call).await,
             _ => {}
         }
         if let Some(result) = self
@@ -231,6 +236,71 @@ impl Executor<'_> {
     }
 
     /// Calls the tool on its MCP server; an error result is DeerFlow's `ToolException`.
+    /// `invoke_acp_agent`: sandbox-host runs the agent; its activity becomes run events.
+    async fn acp(&self, call: &ToolCall) -> Result<StateUpdate, ToolFailure> {
+        let field = |name: &str| {
+            call.args
+                .get(name)
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| {
+                    ToolFailure::new(
+                        "ValidationError",
+                        format!("{name}: field required (a string)"),
+                    )
+                })
+        };
+        let (agent, prompt) = (field("agent")?, field("prompt")?);
+        let Some(acp) = self.acp else {
+            return Err(ToolFailure::new(
+                "ToolUnavailable",
+                "no ACP agent is configured",
+            ));
+        };
+        let principal = self.principal();
+        let request = Request::Sandbox(SandboxRequest::InvokeAcp(AcpInvocation {
+            principal,
+            agent: agent.clone(),
+            prompt,
+            mcp_servers_json: acp.mcp_servers_json.clone(),
+        }));
+        let told = |item: Reply| {
+            let (Some(events), Reply::Sandbox(SandboxReply::AcpActivity { update_json })) =
+                (self.events, item)
+            else {
+                return;
+            };
+            events(&RunEvent::AcpActivity {
+                tool_call_id: call.id.clone(),
+                agent: agent.clone(),
+                update: serde_json::from_str(&update_json).unwrap_or(serde_json::Value::Null),
+            });
+        };
+        let reply = self
+            .hosts
+            .request_items(Role::SandboxHost, request, acp.deadline(&agent), &told)
+            .await
+            .map_err(|e| ToolFailure::new("HostUnavailable", e.message))?;
+        let outcome = match reply {
+            Reply::Sandbox(SandboxReply::AcpEnded(outcome)) => outcome,
+            Reply::Sandbox(SandboxReply::Acquired(Err(e))) => {
+                return Err(ToolFailure::new("SandboxError", e.to_string()))
+            }
+            other => return Err(unexpected("sandbox-host", &other)),
+        };
+        let status = if outcome.is_error {
+            ToolStatus::Error
+        } else {
+            ToolStatus::Success
+        };
+        Ok(StateUpdate::messages([Message::tool(
+            &call.id,
+            INVOKE_ACP_AGENT,
+            outcome.text,
+            status,
+        )]))
+    }
+
     async fn mcp(
         &self,
         call: &ToolCall,

@@ -87,7 +87,8 @@ pub async fn call_link(
 }
 
 /// One request through a link whose reply may stream: each item goes to `items`
-/// (an MCP call's elicitations), the final reply is returned; all within `timeout`.
+/// (an MCP call's elicitations, an ACP agent's activity), the final reply is returned;
+/// all within `timeout`.
 pub async fn stream_link(
     role: Role,
     link: &actix::Addr<antler_protocol::link::HostLink>,
@@ -106,9 +107,10 @@ pub async fn stream_link(
         .map_err(|e| HostError::from_rpc(role, e))?;
     while let Some(reply) = stream.next().await {
         match reply.map_err(|e| HostError::from_rpc(role, e))? {
-            item @ Reply::Mcp(antler_protocol::messages::McpReply::Elicitation { .. }) => {
-                items(item)
-            }
+            item @ (Reply::Mcp(antler_protocol::messages::McpReply::Elicitation { .. })
+            | Reply::Sandbox(antler_protocol::messages::SandboxReply::AcpActivity {
+                ..
+            })) => items(item),
             last => return Ok(last),
         }
     }

@@ -7,8 +7,10 @@
 //! sandbox, `actor` the loop, `journal` where it is checkpointed, `settlement` the
 //! delivery receipt, `skills` the installed skills and their activation, `task` the
 //! `task` tool and the subagent task graph, `thread_files` the thread's own files (local or
-//! through sandbox-host), `web` the web tools (search, fetch, images).
+//! through sandbox-host), `web` the web tools (search, fetch, images), `acp` what a run adds
+//! to its `invoke_acp_agent` calls (sandbox-host runs the agents).
 
+pub mod acp;
 pub mod actor;
 pub mod builtins;
 pub mod context;
