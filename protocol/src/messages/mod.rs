@@ -20,7 +20,7 @@ pub use mcp::{
 pub use sandbox::{
     AcquireSource, Acquired, FileContent, FileRead, LeaseOwner, ListedFile, PoolStatus, Principal,
     SandboxError, SandboxReply, SandboxRequest, SandboxStatus, ThreadFileError, ThreadFileOp,
-    ThreadFileReply, ToolCall, ToolResult, VolumeStatus, SANDBOX_TOOLS,
+    ThreadFileReply, ToolCall, ToolResult, VolumeStatus, MAX_NAME_PROBES, SANDBOX_TOOLS,
 };
 pub use worker::{TaskAssignment, WorkerReply, WorkerRequest};
 
