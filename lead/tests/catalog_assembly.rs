@@ -187,24 +187,42 @@ fn unknown_ids_fail_and_unavailable_ids_are_left_out_with_a_warning() {
         .to_string()
         .contains("closest known ids: deerflow.sandbox.tools:read_file_tool"));
 
-    // A backend Antler has not built yet is left out with a warning...
-    let web = "tools:\n  - name: web_capture\n    group: web\n    use: deerflow.community.browserless.tools:web_capture_tool\n";
+    // A tool Antler has not built yet is left out with a warning...
+    let browser = "tools:\n  - name: browser_navigate\n    group: web\n    use: deerflow.community.browser_automation.tools:browser_navigate_tool\n";
     let a = assemble(
         &Sources {
-            config: config(web),
+            config: config(browser),
             ..Sources::default()
         },
         &AssemblyRequest::lead(),
     )
     .unwrap();
-    assert!(a.catalog.get("web_capture").is_none());
+    assert!(a.catalog.get("browser_navigate").is_none());
     assert!(
         a.warnings
             .iter()
-            .any(|w| w.contains("'web_capture'") && w.contains("not available in Antler")),
+            .any(|w| w.contains("'browser_navigate'") && w.contains("not available in Antler")),
         "{:?}",
         a.warnings
     );
+    // ...Browserless web_capture is built, with DeerFlow's description and parameters...
+    let capture = "tools:\n  - name: web_capture\n    group: web\n    use: deerflow.community.browserless.tools:web_capture_tool\n";
+    let a = assemble(
+        &Sources {
+            config: config(capture),
+            ..Sources::default()
+        },
+        &AssemblyRequest::lead(),
+    )
+    .unwrap();
+    let spec = a
+        .catalog
+        .get("web_capture")
+        .expect("web_capture is offered");
+    assert!(spec
+        .description
+        .starts_with("Capture a rendered webpage screenshot and present it as an artifact."));
+    assert!(a.warnings.is_empty(), "{:?}", a.warnings);
     // ...while a built one is offered with its DeerFlow description.
     let tavily = "tools:\n  - name: web_search\n    group: web\n    use: deerflow.community.tavily.tools:web_search_tool\n";
     let a = assemble(

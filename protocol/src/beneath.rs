@@ -166,6 +166,8 @@ pub struct Open {
     pub create: bool,
     pub append: bool,
     pub truncate: bool,
+    /// Create the file, failing with `AlreadyExists` when the name is taken (`O_EXCL`).
+    pub create_new: bool,
     /// The mode of a created file (the umask still applies).
     pub mode: u32,
 }
@@ -249,6 +251,9 @@ impl Dir {
         };
         if how.create {
             flags |= libc::O_CREAT;
+        }
+        if how.create_new {
+            flags |= libc::O_CREAT | libc::O_EXCL;
         }
         if how.append {
             flags |= libc::O_APPEND;

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use crate::beneath::{is_escape, Dir, Kind, Open, Step};
 use crate::messages::{
     FileContent, FileRead, ListedFile, ThreadFileError, ThreadFileOp, ThreadFileReply,
+    MAX_NAME_PROBES,
 };
 
 /// The virtual root of a thread's user data, as the model sees it.
@@ -83,6 +84,12 @@ pub fn serve(user_data: &Path, op: ThreadFileOp) -> Result<ThreadFileReply, Thre
             write_spill(&outputs, &name, &content)?;
             Ok(ThreadFileReply::Done)
         }
+        ThreadFileOp::WriteOutput { name, content } => {
+            let outputs = Dir::open(user_data)
+                .and_then(|d| d.open_dir(Path::new("outputs")))
+                .map_err(|e| error(VIRTUAL_OUTPUTS, &e))?;
+            write_output(&outputs, &name, &content).map(ThreadFileReply::Written)
+        }
         ThreadFileOp::SnapshotOutputs => snapshot_outputs(&user_data.join("outputs"))
             .map(ThreadFileReply::Snapshot)
             .map_err(|e| error(VIRTUAL_OUTPUTS, &e)),
@@ -140,11 +147,7 @@ fn read(
 /// rename. Every step resolves beneath `outputs`: a `.tool-results` (or a temporary name)
 /// made a link out of the thread fails the write, and nothing is written outside.
 pub fn write_spill(outputs: &Dir, name: &str, content: &[u8]) -> Result<(), ThreadFileError> {
-    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
-        return Err(ThreadFileError::BadName {
-            name: name.to_owned(),
-        });
-    }
+    let name = plain_name(name)?;
     let virtual_path = format!("{VIRTUAL_OUTPUTS}/{TOOL_RESULTS_DIR}/{name}");
     let fail = |e: io::Error| error(&virtual_path, &e);
     let dir = outputs
@@ -167,6 +170,64 @@ pub fn write_spill(outputs: &Dir, name: &str, content: &[u8]) -> Result<(), Thre
     drop(file);
     dir.rename(Path::new(&temporary), Path::new(name))
         .map_err(fail)
+}
+
+/// `name` when it is one plain file name.
+fn plain_name(name: &str) -> Result<&str, ThreadFileError> {
+    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+        return Err(ThreadFileError::BadName {
+            name: name.to_owned(),
+        });
+    }
+    Ok(name)
+}
+
+/// `name`, then `{stem}-1{ext}`, `{stem}-2{ext}`, ...: the names [`write_output`] tries.
+fn candidate(name: &str, index: u32) -> String {
+    if index == 0 {
+        return name.to_owned();
+    }
+    match name.rfind('.').filter(|&dot| dot > 0) {
+        Some(dot) => format!("{}-{index}{}", &name[..dot], &name[dot..]),
+        None => format!("{name}-{index}"),
+    }
+}
+
+/// Writes `content` as a new file directly under `outputs` and returns its virtual path:
+/// `name` when it is free, else the first free `{stem}-{n}{ext}` (`n` up to
+/// [`MAX_NAME_PROBES`]). Each name is claimed with `O_EXCL` beneath `outputs`, so two
+/// writers never get one name, an existing file (or a link planted there) is never
+/// written through, and a write that fails removes the file it created.
+pub fn write_output(outputs: &Dir, name: &str, content: &[u8]) -> Result<String, ThreadFileError> {
+    let name = plain_name(name)?;
+    for index in 0..=MAX_NAME_PROBES {
+        let probe = candidate(name, index);
+        let virtual_path = format!("{VIRTUAL_OUTPUTS}/{probe}");
+        let opened = outputs.open_file(
+            Path::new(&probe),
+            Open {
+                write: true,
+                create_new: true,
+                mode: 0o644,
+                ..Open::default()
+            },
+        );
+        let mut file = match opened {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(error(&virtual_path, &e)),
+        };
+        if let Err(e) = file.write_all(content).and_then(|()| file.flush()) {
+            drop(file);
+            let _ = outputs.remove_file(Path::new(&probe));
+            return Err(error(&virtual_path, &e));
+        }
+        return Ok(virtual_path);
+    }
+    Err(ThreadFileError::Io {
+        path: format!("{VIRTUAL_OUTPUTS}/{name}"),
+        message: format!("no free name after {MAX_NAME_PROBES} tries"),
+    })
 }
 
 /// The regular, non-link files under `outputs` by virtual path: (size, modification ns).
@@ -346,5 +407,54 @@ mod tests {
             ),
             Err(ThreadFileError::BadName { .. })
         ));
+    }
+
+    fn write_output(
+        user_data: &Path,
+        name: &str,
+        content: &[u8],
+    ) -> Result<ThreadFileReply, ThreadFileError> {
+        serve(
+            user_data,
+            ThreadFileOp::WriteOutput {
+                name: name.into(),
+                content: content.to_vec(),
+            },
+        )
+    }
+
+    #[test]
+    fn an_output_never_overwrites_a_file_or_goes_through_a_link() {
+        let (dir, user_data) = thread();
+        let outputs = user_data.join("outputs");
+        std::fs::write(outputs.join("shot.png"), "earlier").unwrap();
+        assert_eq!(
+            write_output(&user_data, "shot.png", b"second").unwrap(),
+            ThreadFileReply::Written("/mnt/user-data/outputs/shot-1.png".into())
+        );
+        assert_eq!(
+            write_output(&user_data, "shot.png", b"third").unwrap(),
+            ThreadFileReply::Written("/mnt/user-data/outputs/shot-2.png".into())
+        );
+        assert_eq!(std::fs::read(outputs.join("shot.png")).unwrap(), b"earlier");
+        assert_eq!(
+            std::fs::read(outputs.join("shot-1.png")).unwrap(),
+            b"second"
+        );
+        assert_eq!(std::fs::read(outputs.join("shot-2.png")).unwrap(), b"third");
+        // A link planted under the name is a taken name, never written through.
+        let target = dir.path().join("outside.txt");
+        std::os::unix::fs::symlink(&target, outputs.join("notes")).unwrap();
+        assert_eq!(
+            write_output(&user_data, "notes", b"x").unwrap(),
+            ThreadFileReply::Written("/mnt/user-data/outputs/notes-1".into())
+        );
+        assert!(!target.exists());
+        for bad in ["", "..", "a/b.png"] {
+            assert!(matches!(
+                write_output(&user_data, bad, b"x"),
+                Err(ThreadFileError::BadName { .. })
+            ));
+        }
     }
 }

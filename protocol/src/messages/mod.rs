@@ -21,7 +21,7 @@ pub use sandbox::{
     AcpInvocation, AcpOutcome, AcquireSource, Acquired, FileContent, FileRead, LeaseOwner,
     ListedFile, PoolStatus, Principal, SandboxError, SandboxReply, SandboxRequest, SandboxStatus,
     ThreadFileError, ThreadFileOp, ThreadFileReply, ToolCall, ToolResult, VolumeStatus,
-    SANDBOX_TOOLS,
+    MAX_NAME_PROBES, SANDBOX_TOOLS,
 };
 pub use worker::{TaskAssignment, WorkerReply, WorkerRequest};
 

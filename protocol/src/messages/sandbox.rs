@@ -149,12 +149,19 @@ pub enum ThreadFileOp {
     /// Writes `outputs/.tool-results/{name}` (through a temporary name, then a rename):
     /// the output budget's spill file. `name` is one plain file name.
     WriteSpill { name: String, content: Vec<u8> },
+    /// Writes `outputs/{name}` as a new file, never over one: when the name is taken the
+    /// first free `{stem}-1{ext}`, `{stem}-2{ext}`, ... (at most [`MAX_NAME_PROBES`]) is
+    /// used. `name` is one plain file name. Answers [`ThreadFileReply::Written`].
+    WriteOutput { name: String, content: Vec<u8> },
     /// The regular files under `outputs` (not `.tool-results`, never through a link),
     /// for delivery settlement.
     SnapshotOutputs,
     /// The regular files (not links) directly in the directory `path`.
     ListFiles { path: String },
 }
+
+/// How many suffixed names [`ThreadFileOp::WriteOutput`] tries before it gives up.
+pub const MAX_NAME_PROBES: u32 = 1000;
 
 /// What a [`ThreadFileOp`] returned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,6 +175,8 @@ pub enum ThreadFileReply {
     Snapshot(std::collections::BTreeMap<String, (u64, u128)>),
     /// `ListFiles`.
     Files(Vec<ListedFile>),
+    /// `WriteOutput`: the virtual path written (`/mnt/user-data/outputs/shot-1.png`).
+    Written(String),
 }
 
 /// A [`ThreadFileOp::Read`]'s answer.

@@ -137,6 +137,25 @@ fn web_fetch_params() -> Value {
         &["url"],
     )
 }
+fn web_capture_params() -> Value {
+    object(
+        json!({
+            "url": {"type": "string", "description": "The http(s) URL to capture."},
+            "filename": {"type": "string", "description": "Optional output filename. Directories are ignored and the extension is determined by output_format."},
+            "full_page": {"type": "boolean", "description": "Optional override for full-page capture."},
+            "output_format": {"type": "string", "description": "Optional image format: png, jpeg, or webp."},
+            "viewport_width": {"type": "integer", "description": "Optional viewport width in pixels."},
+            "viewport_height": {"type": "integer", "description": "Optional viewport height in pixels."}
+        }),
+        &["url"],
+    )
+}
+fn infoquest_image_params() -> Value {
+    object(
+        json!({"query": {"type": "string", "description": "The query to search for images."}}),
+        &["query"],
+    )
+}
 fn no_params() -> Value {
     object(json!({}), &[])
 }
@@ -178,6 +197,9 @@ pub const WEB_FETCH_DESCRIPTION: &str = "Fetch the contents of a web page at a g
 
 /// DuckDuckGo's `image_search` description (DeerFlow's docstring).
 pub const IMAGE_SEARCH_DESCRIPTION: &str = "Search for images online. Use this tool BEFORE image generation to find reference images for characters, portraits, objects, scenes, or any content requiring visual accuracy.\n\n**When to use:**\n- Before generating character/portrait images: search for similar poses, expressions, styles\n- Before generating specific objects/products: search for accurate visual references\n- Before generating scenes/locations: search for architectural or environmental references\n- Before generating fashion/clothing: search for style and detail references\n\nThe returned image URLs can be used as reference images in image generation to significantly improve quality.";
+
+/// Browserless `web_capture`'s description (DeerFlow's docstring).
+pub const WEB_CAPTURE_DESCRIPTION: &str = "Capture a rendered webpage screenshot and present it as an artifact.\n\nUse this tool when you need a visual capture of a public webpage, especially JavaScript-heavy pages, UI states, dashboards, or visual evidence for a report.\nOnly capture exact URLs provided by the user or discovered through other tools. Do not use this for private pages behind login unless the user has explicitly configured Browserless outside DeerFlow.\nURLs must include the schema: https://example.com is valid while example.com is invalid.";
 
 macro_rules! unavailable {
     ($id:literal, $name:literal, $place:expr, $desc:literal, $params:ident) => {
@@ -222,8 +244,8 @@ pub static IMPLEMENTATIONS: &[Implementation] = &[
     web_tool!("antler.web.firecrawl:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
     web_tool!("antler.web.groundroute:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
     web_tool!("antler.web.fastcrw:web_fetch", "web_fetch", WEB_FETCH_DESCRIPTION, web_fetch_params),
-    unavailable!("antler.web.browserless:web_capture", "web_capture", Place::Web, "Capture a screenshot of a web page.", url_params),
-    unavailable!("antler.web.infoquest:image_search", "image_search", Place::Web, "Search for images online.", web_search_params),
+    web_tool!("antler.web.browserless:web_capture", "web_capture", WEB_CAPTURE_DESCRIPTION, web_capture_params),
+    web_tool!("antler.web.infoquest:image_search", "image_search", IMAGE_SEARCH_DESCRIPTION, infoquest_image_params),
     web_tool!("antler.web.serper:image_search", "image_search", IMAGE_SEARCH_DESCRIPTION, search_with_count_params),
     web_tool!("antler.web.brave:image_search", "image_search", IMAGE_SEARCH_DESCRIPTION, search_with_count_params),
     unavailable!("antler.browser:navigate", "browser_navigate", Place::Browser, "Navigate the browser to a URL.", url_params),

@@ -58,7 +58,7 @@ pub struct Executor<'a> {
     pub allowed_skills: Option<&'a HashSet<String>>,
     /// The lead's own tools (none on a worker).
     pub lead_tools: Option<&'a dyn LeadTools>,
-    /// The configured web tools (`web_search`, `web_fetch`, `image_search`).
+    /// The configured web tools (`web_search`, `web_fetch`, `image_search`, `web_capture`).
     pub web: Option<&'a WebTools>,
     /// What `invoke_acp_agent` calls carry.
     pub acp: Option<&'a super::acp::AcpCalls>,
@@ -112,7 +112,10 @@ impl Executor<'_> {
             )
         })?;
         if let (ToolSource::Config { .. }, Some(web)) = (&spec.source, self.web) {
-            if let Some(result) = web.execute(call, self.timeout).await {
+            if let Some(result) = web
+                .execute(call, self.timeout, self.context.files.as_ref())
+                .await
+            {
                 return result;
             }
         }

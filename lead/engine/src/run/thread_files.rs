@@ -1,6 +1,6 @@
 //! [`ThreadFiles`]: how a run (the lead's, or a subagent's on a worker) reaches its
 //! thread's own files (`/mnt/user-data/...`): spill files, `view_image`, `present_files`,
-//! `list_uploaded_files`, settlement's snapshots, the thread directories and artifact
+//! `list_uploaded_files`, `web_capture`'s screenshots, settlement's snapshots, the thread directories and artifact
 //! downloads. [`LocalThreadFiles`] works on this machine's disk (local mode, the default);
 //! [`HostThreadFiles`] asks the sandbox-host replica that owns the thread (a cluster whose
 //! lead and workers have no access to its volume). Both run the same operations
@@ -149,6 +149,24 @@ impl dyn ThreadFiles + '_ {
         };
         match self.op(op).await? {
             ThreadFileReply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Writes `content` as a new file directly under `outputs`, named `name` or, when that
+    /// is taken, `{stem}-1{ext}`, `{stem}-2{ext}`, ...; never over an existing file.
+    /// Returns the virtual path written.
+    pub async fn write_output(
+        &self,
+        name: &str,
+        content: Vec<u8>,
+    ) -> Result<String, ThreadFileError> {
+        let op = ThreadFileOp::WriteOutput {
+            name: name.into(),
+            content,
+        };
+        match self.op(op).await? {
+            ThreadFileReply::Written(path) => Ok(path),
             other => Err(unexpected(other)),
         }
     }

@@ -1,14 +1,17 @@
 //! Shared by the web tool tests: a stand-in HTTP server on loopback (a free port) that
 //! records each request and answers with what the test's handler says, and a way to run
-//! one web tool call from a `tools:` entry as config.yaml writes it. The server's task is
-//! owned by the [`StandIn`] and stops when it is dropped.
+//! one web tool call from a `tools:` entry as config.yaml writes it, on a thread whose
+//! directories are under a temporary directory. The server's task is owned by the
+//! [`StandIn`] and stops when it is dropped.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use antler_engine::run::context::ThreadPaths;
 use antler_engine::run::state::{Message, ToolCall, ToolStatus};
+use antler_engine::run::thread_files::ThreadFiles;
 use antler_engine::run::web::WebTools;
 use antler_protocol::config::ToolConfig;
 use serde_json::Value;
@@ -48,7 +51,9 @@ impl Seen {
 pub struct Reply {
     pub status: u16,
     pub headers: Vec<(String, String)>,
-    pub body: String,
+    pub body: Vec<u8>,
+    /// Wait this long before answering (a backend that is too slow).
+    pub delay: Duration,
 }
 
 impl Reply {
@@ -59,17 +64,22 @@ impl Reply {
         Reply::with(200, "text/html; charset=utf-8", body.to_owned())
     }
     pub fn with(status: u16, content_type: &str, body: String) -> Reply {
+        Reply::bytes(status, content_type, body.into_bytes())
+    }
+    pub fn bytes(status: u16, content_type: &str, body: Vec<u8>) -> Reply {
         Reply {
             status,
             headers: vec![("Content-Type".into(), content_type.into())],
             body,
+            delay: Duration::ZERO,
         }
     }
     pub fn redirect(location: &str) -> Reply {
         Reply {
             status: 302,
             headers: vec![("Location".into(), location.into())],
-            body: String::new(),
+            body: Vec::new(),
+            delay: Duration::ZERO,
         }
     }
 }
@@ -106,6 +116,9 @@ impl StandIn {
                     };
                     let reply = handler(&request);
                     log.lock().unwrap().push(request);
+                    if !reply.delay.is_zero() {
+                        tokio::time::sleep(reply.delay).await;
+                    }
                     let mut head = format!(
                         "HTTP/1.1 {} X\r\nContent-Length: {}\r\nConnection: close\r\n",
                         reply.status,
@@ -116,7 +129,7 @@ impl StandIn {
                     }
                     head.push_str("\r\n");
                     let _ = stream.write_all(head.as_bytes()).await;
-                    let _ = stream.write_all(reply.body.as_bytes()).await;
+                    let _ = stream.write_all(&reply.body).await;
                     let _ = stream.shutdown().await;
                 });
             }
@@ -192,15 +205,39 @@ pub fn entry(name: &str, use_: &str, extra: Value) -> ToolConfig {
     }
 }
 
-/// What the model gets back from one call.
+/// A thread's directories (`user-data/{workspace,uploads,outputs}`) under a temporary
+/// directory, reached as a local run reaches them.
+pub struct Thread {
+    pub dir: tempfile::TempDir,
+    pub paths: ThreadPaths,
+    pub files: Arc<dyn ThreadFiles>,
+}
+
+impl Thread {
+    pub fn new() -> Thread {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = ThreadPaths::new(dir.path(), "u", "t");
+        paths.create().unwrap();
+        let files = paths.local_files();
+        Thread { dir, paths, files }
+    }
+}
+
+/// What the model gets back from one call, and the artifacts it declares.
 #[derive(Debug)]
 pub struct Outcome {
     pub text: String,
     pub error: bool,
+    pub artifacts: Vec<String>,
 }
 
 /// Runs one call of `tool` with `args` on the web tools of `entries`.
 pub async fn call(entries: &[ToolConfig], tool: &str, args: Value) -> Outcome {
+    call_in(&Thread::new(), entries, tool, args).await
+}
+
+/// Runs one call of `tool` with `args` on the web tools of `entries`, on `thread`.
+pub async fn call_in(thread: &Thread, entries: &[ToolConfig], tool: &str, args: Value) -> Outcome {
     let web = WebTools::from_config(entries);
     assert!(web.handles(tool), "{tool} is not a configured web tool");
     let call = ToolCall {
@@ -209,7 +246,7 @@ pub async fn call(entries: &[ToolConfig], tool: &str, args: Value) -> Outcome {
         args,
     };
     let update = web
-        .execute(&call, Duration::from_secs(30))
+        .execute(&call, Duration::from_secs(30), thread.files.as_ref())
         .await
         .expect("a web tool")
         .unwrap_or_else(|f| panic!("the tool failed: {f:?}"));
@@ -219,6 +256,7 @@ pub async fn call(entries: &[ToolConfig], tool: &str, args: Value) -> Outcome {
         }) => Outcome {
             text: content,
             error: status == ToolStatus::Error,
+            artifacts: update.artifacts,
         },
         other => panic!("not a tool message: {other:?}"),
     }
@@ -236,7 +274,11 @@ pub async fn failure(
         name: tool.into(),
         args,
     };
-    match web.execute(&call, Duration::from_secs(30)).await {
+    let thread = Thread::new();
+    match web
+        .execute(&call, Duration::from_secs(30), thread.files.as_ref())
+        .await
+    {
         Some(Err(f)) => f,
         other => panic!("expected a failure, got {other:?}"),
     }

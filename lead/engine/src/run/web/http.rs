@@ -81,6 +81,14 @@ impl ApiResponse {
     }
 }
 
+/// One reply of a backend's API, its body as bytes (an image, say).
+#[derive(Debug)]
+pub struct RawResponse {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+}
+
 /// The client backends' API calls share.
 #[derive(Clone, Debug)]
 pub struct ApiClient {
@@ -114,6 +122,20 @@ impl ApiClient {
         request: RequestBuilder,
         deadline: Duration,
     ) -> Result<ApiResponse, HttpError> {
+        let raw = self.send_raw(request, deadline).await?;
+        Ok(ApiResponse {
+            status: raw.status,
+            headers: raw.headers,
+            body: String::from_utf8_lossy(&raw.body).into_owned(),
+        })
+    }
+
+    /// [`ApiClient::send`], the body kept as bytes.
+    pub async fn send_raw(
+        &self,
+        request: RequestBuilder,
+        deadline: Duration,
+    ) -> Result<RawResponse, HttpError> {
         let work = async {
             let response = request
                 .timeout(deadline)
@@ -126,10 +148,10 @@ impl ApiClient {
             if cut {
                 return Err(HttpError::TooLarge(MAX_API_BODY));
             }
-            Ok(ApiResponse {
+            Ok(RawResponse {
                 status,
                 headers,
-                body: String::from_utf8_lossy(&bytes).into_owned(),
+                body: bytes,
             })
         };
         tokio::time::timeout(deadline, work)

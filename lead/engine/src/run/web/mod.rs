@@ -1,7 +1,8 @@
-//! The web tools (spec E): `web_search`, `web_fetch` and `image_search` of every DeerFlow
-//! backend by its `use:` id, and Antler's own fetch (`antler.web:web_fetch`, no remote
-//! reader). They run in the engine, as builtins do, on async reqwest with a deadline per
-//! call. [`WebTools`] holds the `tools:` entries (matched by entry name, as DeerFlow's
+//! The web tools (spec E): `web_search`, `web_fetch`, `image_search` and `web_capture` of
+//! every DeerFlow backend by its `use:` id, and Antler's own fetch (`antler.web:web_fetch`,
+//! no remote reader). They run in the engine, as builtins do, on async reqwest with a
+//! deadline per call; a capture is written to the thread's `outputs` through the run's
+//! [`ThreadFiles`] (this disk, or the sandbox-host that owns the thread). [`WebTools`] holds the `tools:` entries (matched by entry name, as DeerFlow's
 //! `get_tool_config(name)`); a result is neutralised as untrusted text before the model
 //! sees it, and one that reads as an error (`Error:`, or JSON with an `"error"`) is an
 //! error tool message. `guard` owns the address checks, `http` the requests,
@@ -26,6 +27,7 @@ use self::http::ApiClient;
 use super::middleware::tool_error::ToolFailure;
 use super::prompt::neutralize_untrusted_tags;
 use super::state::{Message, StateUpdate, ToolCall, ToolStatus};
+use super::thread_files::ThreadFiles;
 use crate::catalog::pyjson;
 use crate::catalog::registry::{self, Place, Resolution};
 
@@ -50,6 +52,25 @@ pub struct WebCall<'a> {
     pub args: &'a serde_json::Map<String, Value>,
     /// The longest the call may take (the run's tool timeout).
     pub limit: Duration,
+    /// The run's thread files (where `web_capture` writes).
+    pub files: &'a dyn ThreadFiles,
+}
+
+/// What a web tool produced: the text the model reads, and the artifacts it declares
+/// (`web_capture`'s screenshot).
+#[derive(Debug, Default)]
+pub struct WebOutcome {
+    pub text: String,
+    pub artifacts: Vec<String>,
+}
+
+impl From<String> for WebOutcome {
+    fn from(text: String) -> WebOutcome {
+        WebOutcome {
+            text,
+            artifacts: Vec::new(),
+        }
+    }
 }
 
 impl WebCall<'_> {
@@ -109,11 +130,13 @@ impl WebTools {
         self.backends.contains_key(name)
     }
 
-    /// Runs `call` when it is a web tool (`None`: it is not), within `limit`.
+    /// Runs `call` when it is a web tool (`None`: it is not), within `limit`, on the thread
+    /// whose files are `files`.
     pub async fn execute(
         &self,
         call: &ToolCall,
         limit: Duration,
+        files: &dyn ThreadFiles,
     ) -> Option<Result<StateUpdate, ToolFailure>> {
         let backend = *self.backends.get(&call.name)?;
         let empty = serde_json::Map::new();
@@ -123,6 +146,7 @@ impl WebTools {
             client: &self.client,
             args,
             limit,
+            files,
         };
         let work = backend.run(&call.name, &web_call);
         let result = match tokio::time::timeout(limit, work).await {
@@ -132,7 +156,7 @@ impl WebTools {
                 format!("{} did not finish within {}s", call.name, http::secs(limit)),
             )),
         };
-        Some(result.map(|text| {
+        Some(result.map(|WebOutcome { text, artifacts }| {
             let status = if reads_as_error(&text) {
                 ToolStatus::Error
             } else {
@@ -143,7 +167,10 @@ impl WebTools {
             } else {
                 text
             };
-            StateUpdate::messages([Message::tool(&call.id, &call.name, text, status)])
+            StateUpdate {
+                artifacts,
+                ..StateUpdate::messages([Message::tool(&call.id, &call.name, text, status)])
+            }
         }))
     }
 }

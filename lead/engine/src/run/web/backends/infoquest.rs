@@ -1,8 +1,9 @@
-//! InfoQuest (BytePlus, spec E.9, `infoquest.tools:web_search_tool | web_fetch_tool`; its
-//! `image_search_tool` is not built: E.9 does not say its reply's shape): `POST` to the search host (web and images) and the reader host
+//! InfoQuest (BytePlus, spec E.9, `infoquest.tools:web_search_tool | web_fetch_tool |
+//! image_search_tool`): `POST` to the search host (web and images) and the reader host
 //! (fetch), with a bearer `INFOQUEST_API_KEY` when set. DeerFlow sends these without a
 //! timeout; Antler gives each one (`timeout`, 60 s by default). Config: `search_time_range`,
-//! `fetch_time`, `navigation_timeout`, `base_url` (search) and `reader_url` (fetch), the guard keys.
+//! `fetch_time`, `navigation_timeout`, `image_search_time_range`, `image_size` (`i`),
+//! `base_url` (search, images) and `reader_url` (fetch), the guard keys.
 
 use std::time::Duration;
 
@@ -15,6 +16,18 @@ use crate::run::web::{pretty, WebCall};
 
 pub const SEARCH_BASE: &str = "https://search.infoquest.bytepluses.com";
 pub const READER_BASE: &str = "https://reader.infoquest.bytepluses.com";
+/// `web_search`'s text when the request or its reply failed (`{e}` follows).
+pub const SEARCH_FAILED: &str =
+    "Error: InfoQuest Web-Search - Search tool execution failed | mode=synchronous | error=";
+/// `image_search`'s text when the request or its reply failed (`{e}` follows).
+pub const IMAGE_SEARCH_FAILED: &str =
+    "Error: InfoQuest Image Search - Image search tool execution failed | mode=synchronous | error=";
+/// A search reply with `content` but no `search_result`.
+pub const SEARCH_WRONG_FORMAT: &str = "Error: web search API return wrong format";
+/// An image search reply with `content` but no `search_result`.
+pub const IMAGE_SEARCH_WRONG_FORMAT: &str = "Error: image search API return wrong format";
+/// The image sizes InfoQuest takes (`l`arge, `m`edium, `i`con).
+pub const IMAGE_SIZES: [&str; 3] = ["l", "m", "i"];
 
 async fn post(
     call: &WebCall<'_>,
@@ -80,9 +93,9 @@ pub async fn web_search(call: &WebCall<'_>) -> Result<String, ToolFailure> {
     }
     let raw = match search(call, "web_search", body).await {
         Ok(raw) => raw,
-        Err(e) => return Ok(format!("Error: InfoQuest Web-Search - Search tool execution failed | mode=synchronous | error={e}")),
+        Err(e) => return Ok(format!("{SEARCH_FAILED}{e}")),
     };
-    let blocks = match contents(&raw, "Error: web search API return wrong format") {
+    let blocks = match contents(&raw, SEARCH_WRONG_FORMAT) {
         Ok(b) => b,
         Err(text) => return Ok(text),
     };
@@ -144,6 +157,60 @@ pub async fn web_search(call: &WebCall<'_>) -> Result<String, ToolFailure> {
             news.insert("title".into(), title.clone());
             news.insert("url".into(), json!(url));
             out.push(Value::Object(news));
+        }
+    }
+    Ok(pretty(&Value::Array(out)))
+}
+
+/// `image_search(query)`: the search host with `"search_type": "Images"`; each
+/// `images_results[]` item with an `original` becomes `{"image_url", "title"?}`, kept only
+/// when its URL is new.
+pub async fn image_search(call: &WebCall<'_>) -> Result<String, ToolFailure> {
+    let query = call.str_arg("query")?;
+    let entry = call.entry("image_search");
+    let mut body = json!({"format": "JSON", "query": query, "search_type": "Images"});
+    let range = entry.int_or("image_search_time_range", -1);
+    if (1..=365).contains(&range) {
+        body["time_range"] = json!(range);
+    }
+    let size = if entry.has("image_size") {
+        entry.str("image_size")
+    } else {
+        Some("i".to_owned())
+    };
+    if let Some(size) = size.filter(|s| IMAGE_SIZES.contains(&s.as_str())) {
+        body["image_size"] = json!(size);
+    }
+    let raw = match search(call, "image_search", body).await {
+        Ok(raw) => raw,
+        Err(e) => return Ok(format!("{IMAGE_SEARCH_FAILED}{e}")),
+    };
+    let blocks = match contents(&raw, IMAGE_SEARCH_WRONG_FORMAT) {
+        Ok(b) => b,
+        Err(text) => return Ok(text),
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for block in blocks {
+        for item in block
+            .get("images_results")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some(original) = item.get("original") else {
+                continue;
+            };
+            let url = original.as_str().unwrap_or("");
+            if url.is_empty() || !seen.insert(url.to_owned()) {
+                continue;
+            }
+            let mut image = Map::new();
+            image.insert("image_url".into(), original.clone());
+            if let Some(title) = item.get("title") {
+                image.insert("title".into(), title.clone());
+            }
+            out.push(Value::Object(image));
         }
     }
     Ok(pretty(&Value::Array(out)))

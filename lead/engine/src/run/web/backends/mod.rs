@@ -17,7 +17,7 @@ pub mod searxng;
 pub mod serper;
 pub mod tavily;
 
-use super::WebCall;
+use super::{WebCall, WebOutcome};
 use crate::run::middleware::tool_error::ToolFailure;
 
 /// A web backend.
@@ -64,9 +64,18 @@ impl Backend {
         })
     }
 
-    /// Runs `tool` (`web_search`, `web_fetch` or `image_search`) on this backend: the
-    /// text the model reads, or a failure the tool did not catch (DeerFlow's exceptions).
-    pub async fn run(self, tool: &str, call: &WebCall<'_>) -> Result<String, ToolFailure> {
+    /// Runs `tool` (`web_search`, `web_fetch`, `image_search` or `web_capture`) on this
+    /// backend: what the model reads (and any artifact), or a failure the tool did not
+    /// catch (DeerFlow's exceptions).
+    pub async fn run(self, tool: &str, call: &WebCall<'_>) -> Result<WebOutcome, ToolFailure> {
+        match (self, tool) {
+            (Backend::Browserless, "web_capture") => browserless::web_capture(call).await,
+            _ => self.run_text(tool, call).await.map(WebOutcome::from),
+        }
+    }
+
+    /// The tools whose result is their text alone.
+    async fn run_text(self, tool: &str, call: &WebCall<'_>) -> Result<String, ToolFailure> {
         use Backend::*;
         match (self, tool) {
             (Antler, "web_fetch") => antler::web_fetch(call).await,
@@ -92,6 +101,7 @@ impl Backend {
             (FastCrw, "web_fetch") => firecrawl::web_fetch(call, firecrawl::Flavour::FastCrw).await,
             (InfoQuest, "web_search") => infoquest::web_search(call).await,
             (InfoQuest, "web_fetch") => infoquest::web_fetch(call).await,
+            (InfoQuest, "image_search") => infoquest::image_search(call).await,
             (GroundRoute, "web_search") => groundroute::web_search(call).await,
             (GroundRoute, "web_fetch") => groundroute::web_fetch(call).await,
             (Crawl4ai, "web_fetch") => crawl4ai::web_fetch(call).await,

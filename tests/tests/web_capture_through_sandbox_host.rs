@@ -1,0 +1,181 @@
+//! `web_capture` from a lead without sandbox-host's volume: the screenshot a Browserless
+//! stand-in renders is written through a real `antler-sandbox-host`
+//! (`ThreadFileOp::WriteOutput`) into the thread's `outputs` there, where a sandbox tool
+//! reads it; a second capture under the same name gets `-1` and leaves the first as it
+//! was; both are declared artifacts that settle the run; the lead side's directory stays
+//! empty throughout.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod sandbox_support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use antler_lead::run::context::ThreadPaths;
+use antler_lead::run::hosts::{HostError, ToolHosts};
+use antler_lead::run::settlement::{DeliveryReceipt, OutputsSnapshot};
+use antler_lead::run::state::{Message, ToolCall};
+use antler_lead::run::thread_files::ThreadFilesMode;
+use antler_lead::run::web::WebTools;
+use antler_protocol::config::ToolConfig;
+use antler_protocol::messages::{Reply, Request};
+use antler_protocol::{Connection, Role, TraceContext};
+use futures::future::BoxFuture;
+use sandbox_support::{SandboxHost, LOCAL_CONFIG};
+use serde_json::json;
+
+/// Requests straight to one sandbox-host over the real protocol.
+struct DirectHosts(Connection);
+
+impl ToolHosts for DirectHosts {
+    fn request(
+        &self,
+        role: Role,
+        request: Request,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Reply, HostError>> {
+        Box::pin(async move {
+            self.0
+                .request(request, TraceContext::new_root(), timeout)
+                .await
+                .map_err(|e| HostError::from_rpc(role, e))
+        })
+    }
+}
+
+/// What a screenshot stand-in answers: a PNG's signature and a few bytes.
+const PNG: &[u8] = &[0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1A, b'\n', 7, 7, 7];
+
+/// A Browserless stand-in on loopback: each request's first line is kept, every
+/// screenshot is [`PNG`]. Its thread ends with the test process.
+fn browserless_stand_in() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut first = String::new();
+            reader.read_line(&mut first).unwrap();
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                if line.trim().is_empty() {
+                    break;
+                }
+                if let Some((k, v)) = line.split_once(':') {
+                    if k.eq_ignore_ascii_case("content-length") {
+                        length = v.trim().parse().unwrap();
+                    }
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            log.lock().unwrap().push(first.trim().to_owned());
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                PNG.len()
+            );
+            let _ = stream.write_all(PNG);
+        }
+    });
+    (port, seen)
+}
+
+fn text(messages: &[Message]) -> String {
+    match messages {
+        [Message::Tool { content, .. }] => content.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[actix_rt::test]
+async fn a_capture_lands_on_sandbox_host_and_settles_the_run() {
+    let host = SandboxHost::start(LOCAL_CONFIG);
+    let client = host.connect().await;
+    let hosts: Arc<dyn ToolHosts> = Arc::new(DirectHosts(client.conn.clone()));
+    let lead_root = tempfile::tempdir().unwrap();
+    let paths = ThreadPaths::new(lead_root.path(), "u1", "t1");
+    let files = ThreadFilesMode::SandboxHost.for_thread(&paths, hosts, "u1", "t1");
+    files.ensure_dirs().await.unwrap();
+    let before = OutputsSnapshot::take_through(&*files).await.unwrap();
+
+    let (port, seen) = browserless_stand_in();
+    let web = WebTools::from_config(&[ToolConfig {
+        name: "web_capture".into(),
+        group: "web".into(),
+        use_: "deerflow.community.browserless.tools:web_capture_tool".into(),
+        extra: json!({"base_url": format!("http://127.0.0.1:{port}"), "token": "bt"})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    }]);
+    let capture = ToolCall {
+        id: "call-capture".into(),
+        name: "web_capture".into(),
+        args: json!({"url": "https://93.184.216.34/status", "filename": "status.png"}),
+    };
+    let mut artifacts = Vec::new();
+    for expected in ["status.png", "status-1.png"] {
+        let update = web
+            .execute(&capture, Duration::from_secs(30), files.as_ref())
+            .await
+            .expect("web_capture is a web tool")
+            .unwrap();
+        assert_eq!(
+            text(&update.messages),
+            format!("Captured screenshot: /mnt/user-data/outputs/{expected}")
+        );
+        assert_eq!(
+            update.artifacts,
+            [format!("/mnt/user-data/outputs/{expected}")]
+        );
+        artifacts.extend(update.artifacts);
+    }
+    assert_eq!(
+        seen.lock().unwrap().clone(),
+        ["POST /screenshot?token=bt HTTP/1.1"; 2]
+    );
+
+    // The images are on sandbox-host's volume, where the sandbox reads them.
+    let remote = host.user_data("u1", "t1");
+    assert_eq!(
+        std::fs::read(remote.join("outputs/status.png")).unwrap(),
+        PNG
+    );
+    assert_eq!(
+        std::fs::read(remote.join("outputs/status-1.png")).unwrap(),
+        PNG
+    );
+    let id = client.acquire("u1", "t1").await.unwrap().sandbox_id;
+    let sizes = client
+        .bash(&id, "wc -c < /mnt/user-data/outputs/status.png; wc -c < /mnt/user-data/outputs/status-1.png")
+        .await;
+    assert_eq!(
+        sizes.split_whitespace().collect::<Vec<_>>(),
+        [PNG.len().to_string(), PNG.len().to_string()],
+        "{sizes}"
+    );
+
+    // Both captures are produced outputs, and declared: the run settles.
+    let after = OutputsSnapshot::take_through(&*files).await.unwrap();
+    let produced = before.produced_since(&after);
+    assert_eq!(
+        produced,
+        [
+            "/mnt/user-data/outputs/status-1.png",
+            "/mnt/user-data/outputs/status.png"
+        ]
+    );
+    let receipt = DeliveryReceipt::settle(&artifacts, &produced);
+    assert_eq!(receipt.satisfied, Some(true));
+
+    // Nothing of the thread was ever on the lead side's disk.
+    assert_eq!(std::fs::read_dir(lead_root.path()).unwrap().count(), 0);
+}
