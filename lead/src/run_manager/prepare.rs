@@ -780,7 +780,8 @@ impl RunEnv {
             app,
             &context.agent.base_dir,
             Some(self.extensions_path.clone()),
-        );
+        )
+        .for_user(&context.user_id);
         let system_prompt = prompt_catalog
             .map(|catalog| self.system_prompt(app, context, &skills, catalog, profile));
         let token_budget = TokenBudget::from_config(app.other.get("token_budget"))
@@ -798,6 +799,7 @@ impl RunEnv {
                 app.subagents.max_total_per_run as usize,
             ),
             web: Some(Arc::new(WebTools::from_config(&app.tools))),
+            skill_manage: crate::run::skill_manage::SkillManageSettings::from_config(app),
             ..RunSettings::default()
         })
     }

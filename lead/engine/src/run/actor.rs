@@ -73,6 +73,9 @@ pub struct RunSettings {
     pub is_subagent: bool,
     /// The configured web tools (`run::web`), from config.yaml's `tools:`.
     pub web: Option<Arc<super::web::WebTools>>,
+    /// `skill_manage` (`run::skill_manage`) when `skill_evolution.enabled`; it writes
+    /// under `skills` for the run's user.
+    pub skill_manage: Option<super::skill_manage::SkillManageSettings>,
 }
 
 impl Default for RunSettings {
@@ -94,6 +97,7 @@ impl Default for RunSettings {
             report_messages: false,
             is_subagent: false,
             web: None,
+            skill_manage: None,
         }
     }
 }
@@ -654,6 +658,8 @@ impl RunLoop {
             lead_tools: self.lead_tools.as_deref(),
             web: self.settings.web.as_deref(),
             events: self.events.as_ref(),
+            model: self.model.as_ref(),
+            skill_manage: self.settings.skill_manage.as_ref(),
         }
     }
 
