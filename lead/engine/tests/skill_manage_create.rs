@@ -28,25 +28,41 @@ fn a_created_skill_is_on_disk_recorded_and_described() {
     let results = run_blocking(&data, "alice", &playbook.to_string());
     assert_eq!(
         results[0],
-        ("call-1-1".into(), "Created custom skill 'weekly-report'.".into(), ToolStatus::Success)
+        (
+            "call-1-1".into(),
+            "Created custom skill 'weekly-report'.".into(),
+            ToolStatus::Success
+        )
     );
     let dir = data.custom("alice", "weekly-report");
-    assert_eq!(std::fs::read_to_string(dir.join("SKILL.md")).unwrap(), content);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("SKILL.md")).unwrap(),
+        content
+    );
     assert_eq!(
         results[1].1,
         "## Skill: weekly-report\n- Description: Writes the weekly report. [custom, editable]\n- Allowed tools: (all)\n- Location: /mnt/skills/users/alice/custom/weekly-report/SKILL.md"
     );
     assert_eq!(
         (results[2].1.as_str(), results[2].2),
-        (failed("ValueError", "Custom skill 'weekly-report' already exists.").as_str(), ToolStatus::Error)
+        (
+            failed("ValueError", "Custom skill 'weekly-report' already exists.").as_str(),
+            ToolStatus::Error
+        )
     );
     assert_eq!(
         results[3].1,
-        failed("ValueError", "Skill name must be hyphen-case using lowercase letters, digits, and hyphens only.")
+        failed(
+            "ValueError",
+            "Skill name must be hyphen-case using lowercase letters, digits, and hyphens only."
+        )
     );
     assert_eq!(
         results[4].1,
-        failed("ValueError", "Frontmatter name 'weekly-report' must match requested skill name 'other'.")
+        failed(
+            "ValueError",
+            "Frontmatter name 'weekly-report' must match requested skill name 'other'."
+        )
     );
     let records = history(&data, "alice", "weekly-report");
     assert_eq!(records.len(), 1, "{records:?}");

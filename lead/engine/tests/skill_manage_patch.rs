@@ -16,7 +16,8 @@ fn a_patch_applies_the_expected_count_and_says_so() {
     let before = "---\nname: deploy\ndescription: Deploys.\n---\n# Deploy\n\nRun make. Then run make again.\n";
     std::fs::write(dir.join("SKILL.md"), before).unwrap();
     let patch = |find: &str, replace: &str, count: Option<u64>| {
-        let mut args = json!({"action": "patch", "name": "deploy", "find": find, "replace": replace});
+        let mut args =
+            json!({"action": "patch", "name": "deploy", "find": find, "replace": replace});
         if let Some(n) = count {
             args["expected_count"] = json!(n);
         }

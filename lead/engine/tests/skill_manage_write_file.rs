@@ -36,11 +36,23 @@ fn a_script_is_written_under_scripts_and_removed() {
         texts,
         [
             "Wrote 'scripts/plot.sh' for custom skill 'charts'.",
-            failed("ValueError", "Security scan rejected executable content: Calls an external API.").as_str(),
+            failed(
+                "ValueError",
+                "Security scan rejected executable content: Calls an external API."
+            )
+            .as_str(),
             "Wrote 'references/api.md' for custom skill 'charts'.",
             "Removed 'scripts/plot.sh' from custom skill 'charts'.",
-            failed("FileNotFoundError", "Supporting file 'scripts/plot.sh' not found for skill 'charts'.").as_str(),
-            failed("ValueError", "path and content are required for write_file.").as_str(),
+            failed(
+                "FileNotFoundError",
+                "Supporting file 'scripts/plot.sh' not found for skill 'charts'."
+            )
+            .as_str(),
+            failed(
+                "ValueError",
+                "path and content are required for write_file."
+            )
+            .as_str(),
         ]
     );
     assert!(!dir.join("scripts/plot.sh").exists());
@@ -48,7 +60,20 @@ fn a_script_is_written_under_scripts_and_removed() {
     assert!(dir.join("references/api.md").is_file());
     let actions: Vec<String> = history(&data, "alice", "charts")
         .iter()
-        .map(|r| format!("{} {}", r["action"].as_str().unwrap(), r["file_path"].as_str().unwrap()))
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["action"].as_str().unwrap(),
+                r["file_path"].as_str().unwrap()
+            )
+        })
         .collect();
-    assert_eq!(actions, ["write_file scripts/plot.sh", "write_file references/api.md", "remove_file scripts/plot.sh"]);
+    assert_eq!(
+        actions,
+        [
+            "write_file scripts/plot.sh",
+            "write_file references/api.md",
+            "remove_file scripts/plot.sh"
+        ]
+    );
 }

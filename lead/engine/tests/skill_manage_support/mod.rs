@@ -27,7 +27,12 @@ pub const ALLOW: &str = r#"{"decision":"allow","reason":"Plain workflow instruct
 struct UnreachableHosts;
 
 impl ToolHosts for UnreachableHosts {
-    fn request(&self, role: Role, _: Request, _: Duration) -> BoxFuture<'_, Result<Reply, HostError>> {
+    fn request(
+        &self,
+        role: Role,
+        _: Request,
+        _: Duration,
+    ) -> BoxFuture<'_, Result<Reply, HostError>> {
         Box::pin(async move { Err(HostError::failed(format!("{role:?} unreachable"))) })
     }
 }
@@ -39,7 +44,9 @@ pub struct Data {
 
 impl Data {
     pub fn new() -> Data {
-        let data = Data { dir: tempfile::tempdir().unwrap() };
+        let data = Data {
+            dir: tempfile::tempdir().unwrap(),
+        };
         std::fs::create_dir_all(data.skills()).unwrap();
         data
     }
@@ -50,7 +57,11 @@ impl Data {
 
     /// `{skills}/users/{user}/custom/{name}`.
     pub fn custom(&self, user: &str, name: &str) -> PathBuf {
-        self.skills().join("users").join(user).join("custom").join(name)
+        self.skills()
+            .join("users")
+            .join(user)
+            .join("custom")
+            .join(name)
     }
 
     /// Installs a shared skill under `{skills}/{dir}/{name}`.
@@ -81,9 +92,18 @@ pub fn failed(class: &str, detail: &str) -> String {
 
 /// Drives one run of `model` for `user` to its end; the tool messages, in order, as
 /// (call id, content, status).
-pub async fn run_with(data: &Data, user: &str, thread: &str, model: Arc<dyn ChatModel>) -> Vec<(String, String, ToolStatus)> {
+pub async fn run_with(
+    data: &Data,
+    user: &str,
+    thread: &str,
+    model: Arc<dyn ChatModel>,
+) -> Vec<(String, String, ToolStatus)> {
     let catalog = Arc::new(
-        Catalog::build(vec![builtins::skill_manage(), builtins::describe_skill()], true).unwrap(),
+        Catalog::build(
+            vec![builtins::skill_manage(), builtins::describe_skill()],
+            true,
+        )
+        .unwrap(),
     );
     let base = data.dir.path().to_path_buf();
     let paths = ThreadPaths::new(&base, user, thread);
@@ -114,7 +134,12 @@ pub async fn run_with(data: &Data, user: &str, thread: &str, model: Arc<dyn Chat
         .messages
         .iter()
         .filter_map(|m| match m {
-            Message::Tool { tool_call_id, content, status, .. } => Some((tool_call_id.clone(), content.clone(), *status)),
+            Message::Tool {
+                tool_call_id,
+                content,
+                status,
+                ..
+            } => Some((tool_call_id.clone(), content.clone(), *status)),
             _ => None,
         })
         .collect()
@@ -166,16 +191,23 @@ impl ChatModel for CountingScans {
         false
     }
 
-    fn complete<'a>(&'a self, request: ModelRequest<'a>) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+    fn complete<'a>(
+        &'a self,
+        request: ModelRequest<'a>,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
         self.model.complete(request)
     }
 
-    fn moderate<'a>(&'a self, system: &'a str, user: &'a str) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+    fn moderate<'a>(
+        &'a self,
+        system: &'a str,
+        user: &'a str,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
         Box::pin(async move {
             let now = self.gauge.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.gauge.most.fetch_max(now, Ordering::SeqCst);
             let deadline = Instant::now() + self.wait;
-            while self.gauge.in_flight.load(Ordering::SeqCst) < self.peers && Instant::now() < deadline {
+            while self.gauge.most.load(Ordering::SeqCst) < self.peers && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             let reply = self.model.moderate(system, user).await;
@@ -188,7 +220,12 @@ impl ChatModel for CountingScans {
 
 /// The history records of a user's skill.
 pub fn history(data: &Data, user: &str, name: &str) -> Vec<serde_json::Value> {
-    let file = data.skills().join("users").join(user).join("custom/.history").join(format!("{name}.jsonl"));
+    let file = data
+        .skills()
+        .join("users")
+        .join(user)
+        .join("custom/.history")
+        .join(format!("{name}.jsonl"));
     std::fs::read_to_string(file)
         .unwrap_or_default()
         .lines()
