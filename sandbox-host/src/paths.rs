@@ -578,7 +578,9 @@ mod tests {
         assert!(m
             .validate_tool_path("/mnt/skills/users/u1/custom/x/SKILL.md", true)
             .is_ok());
-        assert!(m.validate_tool_path("/mnt/skills/users/u1x/a", true).is_err());
+        assert!(m
+            .validate_tool_path("/mnt/skills/users/u1x/a", true)
+            .is_err());
         assert!(m.validate_tool_path("/mnt/skills/public/x", true).is_ok());
         // Shell patterns that could reach another user's directory (host bash).
         assert!(!m.is_allowed_command_path("/mnt/skills/users/*/custom"));
