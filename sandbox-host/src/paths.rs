@@ -3,7 +3,9 @@
 //! beneath a handle on the family's root (`locate`: what file tools use, so no link leads
 //! out), the reverse masking of host paths in output, and rewriting virtual paths in a host
 //! command.
-//! Prefixes are replaced longest first and only at path-segment boundaries.
+//! Prefixes are replaced longest first and only at path-segment boundaries. Under the
+//! skills root only the sandbox's own user's `users/{user}` is reachable: another user's
+//! is refused in one text whatever is there, and walks skip it.
 
 use std::{
     io,

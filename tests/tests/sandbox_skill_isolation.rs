@@ -3,8 +3,9 @@
 //! (bwrap: they are not mounted; the file tools refuse them in the same words whether
 //! or not the file exists, and their walks skip them), while A reads its own custom
 //! skills and the public ones at the paths the lead shows the model; the local provider
-//! refuses them too; a pre-warmed sandbox bound to A gets A's skills only; and `ls` of a
-//! disabled skill gets DeerFlow's exact error.
+//! refuses them too; a pre-warmed sandbox bound to A gets A's skills only; a skills root
+//! whose `users` cannot be a directory still shows the shared skills and nothing more; and
+//! `ls` of a disabled skill gets DeerFlow's exact error.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -323,6 +324,13 @@ async fn a_prewarmed_sandbox_bound_to_a_user_gets_that_users_skills_only() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(ready, "no pre-warmed sandbox");
+    // Warmed for no user: it made no user's skills directory.
+    let mut users: Vec<String> = std::fs::read_dir(skills.root().join("users"))
+        .expect("users")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    users.sort();
+    assert_eq!(users, ["alice", "bob"]);
     let a = c.acquire("alice", "warm").await.expect("acquire");
     assert_eq!(a.source, AcquireSource::Prewarmed);
     assert_eq!(
@@ -378,4 +386,22 @@ async fn ls_of_a_disabled_skill_gets_deerflows_error() {
         ls(&c, id, "/mnt/skills/users/alice/custom/alice-notes").await,
         "Error: Skill 'alice-notes' is disabled. Access to its files is blocked. Enable the skill in settings before using it."
     );
+}
+
+#[tokio::test]
+async fn without_a_users_directory_the_shared_skills_are_still_mounted_and_nothing_else() {
+    let skills = Skills::new();
+    std::fs::remove_dir_all(skills.root().join("users")).expect("no users dir");
+    // Nothing can make `users/` a directory: it is a file.
+    std::fs::write(skills.root().join("users"), "not a directory").expect("users file");
+    let h = skills.host(BWRAP_CONFIG);
+    let c = h.connect().await;
+    let a = c.acquire("alice", "t1").await.expect("acquire");
+    assert_eq!(c.bash(&a.sandbox_id, "ls /mnt/skills").await, "public\n");
+    assert!(c
+        .bash(&a.sandbox_id, &format!("cat {PUBLIC_SKILL}"))
+        .await
+        .contains("public pdf skill"));
+    let w = c.bash(&a.sandbox_id, "touch /mnt/skills/x").await;
+    assert!(w.contains("Read-only file system"), "{w}");
 }

@@ -191,9 +191,12 @@ pub fn skills_args(map: &PathMap) -> Vec<OsString> {
     let s = |x: &str| OsString::from(x);
     let p = |x: &Path| x.as_os_str().to_os_string();
     let users = root.join(SKILLS_USERS_DIR);
-    let mine = users.join(&map.user_id);
-    if let Err(e) = create_readable_dirs(&mine) {
-        tracing::debug!(dir = %mine.display(), error = %e, "cannot create the user's skills directory");
+    // No user (a pre-warmed sandbox not bound yet): no user's skills.
+    let mine = (!map.user_id.is_empty()).then(|| users.join(&map.user_id));
+    if let Some(mine) = &mine {
+        if let Err(e) = create_readable_dirs(mine) {
+            tracing::debug!(dir = %mine.display(), error = %e, "cannot create the user's skills directory");
+        }
     }
     let container = map.skills_container.trim_end_matches('/');
     let container_users = format!("{container}/{SKILLS_USERS_DIR}");
@@ -201,7 +204,7 @@ pub fn skills_args(map: &PathMap) -> Vec<OsString> {
     if users.is_dir() && !users.is_symlink() {
         a.extend([s("--ro-bind"), p(root), s(container)]);
         a.extend([s("--tmpfs"), s(&container_users)]);
-        if mine.is_dir() {
+        if let Some(mine) = mine.filter(|m| m.is_dir()) {
             a.extend([
                 s("--ro-bind"),
                 p(&mine),
@@ -810,5 +813,85 @@ pub fn kill_strays(base_dir: &Path) {
                 libc::kill(pid, libc::SIGKILL);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths::ThreadPaths;
+
+    fn args_of(skills: &Path, user: &str) -> Vec<String> {
+        let settings = SandboxSettings {
+            skills_dir: skills.to_path_buf(),
+            ..SandboxSettings::default()
+        };
+        let map = PathMap::new(ThreadPaths::new(Path::new("/B"), user, "t"), &settings);
+        skills_args(&map)
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn only_the_users_own_skills_are_bound_over_an_empty_users_tmpfs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("skills");
+        std::fs::create_dir_all(root.join("public/a")).expect("public");
+        std::fs::create_dir_all(root.join("users/bob")).expect("bob");
+        let r = root.display().to_string();
+        assert_eq!(
+            args_of(&root, "alice"),
+            [
+                "--ro-bind".to_string(),
+                r.clone(),
+                "/mnt/skills".into(),
+                "--tmpfs".into(),
+                "/mnt/skills/users".into(),
+                "--ro-bind".into(),
+                format!("{r}/users/alice"),
+                "/mnt/skills/users/alice".into(),
+                "--remount-ro".into(),
+                "/mnt/skills/users".into(),
+            ]
+        );
+        assert!(root.join("users/alice").is_dir(), "made for the mount");
+        // Not bound to a user yet (pre-warmed): no user's skills.
+        assert_eq!(
+            args_of(&root, "")[3..],
+            [
+                "--tmpfs",
+                "/mnt/skills/users",
+                "--remount-ro",
+                "/mnt/skills/users"
+            ]
+        );
+        assert!(args_of(&dir.path().join("none"), "alice").is_empty());
+    }
+
+    #[test]
+    fn without_a_users_directory_the_other_entries_are_bound_one_by_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("skills");
+        std::fs::create_dir_all(root.join("public")).expect("public");
+        std::fs::create_dir_all(root.join("custom")).expect("custom");
+        // `users` cannot be made a directory: it is a file.
+        std::fs::write(root.join("users"), "").expect("users file");
+        let r = root.display().to_string();
+        assert_eq!(
+            args_of(&root, "alice"),
+            [
+                "--tmpfs".to_string(),
+                "/mnt/skills".into(),
+                "--ro-bind-try".into(),
+                format!("{r}/custom"),
+                "/mnt/skills/custom".into(),
+                "--ro-bind-try".into(),
+                format!("{r}/public"),
+                "/mnt/skills/public".into(),
+                "--remount-ro".into(),
+                "/mnt/skills".into(),
+            ]
+        );
     }
 }
