@@ -125,8 +125,8 @@ start() {
   pids+=($!)
 }
 start 1 mcp-host antler-mcp-host 7102 --extensions "$work/extensions_config.json" --config "$work/config.yaml"
-start 2 sandbox-host antler-sandbox-host 7103 --index 0 --config "$work/config.yaml" --base-dir "$work/sandbox-0"
-start 3 sandbox-host antler-sandbox-host 7103 --index 1 --config "$work/config.yaml" --base-dir "$work/sandbox-1"
+start 2 sandbox-host antler-sandbox-host 7103 --index 0 --config "$work/config.yaml" --extensions "$work/extensions_config.json" --base-dir "$work/sandbox-0"
+start 3 sandbox-host antler-sandbox-host 7103 --index 1 --config "$work/config.yaml" --extensions "$work/extensions_config.json" --base-dir "$work/sandbox-1"
 start 4 subagent antler-subagent 7104 --capacity 1
 start 5 subagent antler-subagent 7104 --capacity 1
 ANTLER_CLUSTER_TOKEN=$(cat "$certs/token") ANTLER_GATEWAY_ADDR=off \

@@ -196,6 +196,11 @@ impl ChildPlan {
                     args.push(dir.display().to_string());
                 }
             }
+            Role::SandboxHost => {
+                // For `skills.{name}.enabled`: `ls` of a disabled skill is refused there.
+                args.push("--extensions".into());
+                args.push(self.extensions.display().to_string());
+            }
             Role::Subagent => args.extend(worker_args(&self.runtime, self.worker_slots)),
             _ => {}
         }

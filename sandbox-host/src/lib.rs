@@ -19,6 +19,7 @@ pub mod recent_calls;
 pub mod sandbox;
 pub mod service;
 pub mod settings;
+pub mod skill_state;
 pub mod supervisor;
 pub mod thread_files;
 pub mod tools;

@@ -35,6 +35,10 @@ struct Cli {
     /// Where thread directories live (overrides `sandbox.base_dir`).
     #[arg(long, env = "ANTLER_SANDBOX_BASE_DIR")]
     base_dir: Option<PathBuf>,
+    /// extensions_config.json, for its `skills.{name}.enabled` (`ls` of a disabled
+    /// skill is refused); without it every skill counts as enabled.
+    #[arg(long, env = "ANTLER_EXTENSIONS_CONFIG_PATH")]
+    extensions: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -55,7 +59,8 @@ fn main() -> anyhow::Result<()> {
         }
         None => AppConfig::default(),
     };
-    let settings = SandboxSettings::from_config(&config, cli.base_dir.clone());
+    let mut settings = SandboxSettings::from_config(&config, cli.base_dir.clone());
+    settings.extensions_path = cli.extensions.clone();
     let acp_agents = antler_sandbox_host::acp::AcpAgents::from_config(&config);
     std::fs::create_dir_all(&settings.base_dir).with_context(|| {
         format!(

@@ -3,7 +3,9 @@
 //! beneath a handle on the family's root (`locate`: what file tools use, so no link leads
 //! out), the reverse masking of host paths in output, and rewriting virtual paths in a host
 //! command.
-//! Prefixes are replaced longest first and only at path-segment boundaries.
+//! Prefixes are replaced longest first and only at path-segment boundaries. Under the
+//! skills root only the sandbox's own user's `users/{user}` is reachable: another user's
+//! is refused in one text whatever is there, and walks skip it.
 
 use std::{
     io,
@@ -23,10 +25,23 @@ pub const ACP_WORKSPACE_VIRTUAL_PATH: &str = "/mnt/acp-workspace";
 pub const TRAVERSAL_DENIED: &str = "Access denied: path traversal detected";
 /// The three user-data directories every thread has.
 pub const USER_DATA_DIRS: [&str; 3] = ["workspace", "uploads", "outputs"];
+/// Where users' own skills are under the skills root: `users/{user}/custom/{name}` (the
+/// lead's `SkillStore`); a sandbox sees only its own user's directory there.
+pub const SKILLS_USERS_DIR: &str = "users";
+/// The category directory of a user's own skills under `users/{user}`.
+pub const SKILLS_USER_CUSTOM_DIR: &str = "custom";
+
+/// A path under another user's skills (`{skills}/users/{other}`): the same refusal
+/// whether or not anything is there.
+pub fn other_user_skills_denied(path: &str) -> String {
+    format!("Access to another user's skills is not allowed: {path}")
+}
 
 /// The host directories of one thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadPaths {
+    /// The user the thread belongs to (its skills are the ones the sandbox sees).
+    pub user_id: String,
     /// `{base}/users/{uid}/threads/{tid}`.
     pub root: PathBuf,
     pub user_data: PathBuf,
@@ -45,6 +60,7 @@ impl ThreadPaths {
             .join(thread_id);
         let user_data = root.join("user-data");
         Self {
+            user_id: user_id.to_string(),
             workspace: user_data.join("workspace"),
             uploads: user_data.join("uploads"),
             outputs: user_data.join("outputs"),
@@ -84,6 +100,9 @@ pub struct Located {
     pub virtual_root: String,
     /// The host path of `root` (a lock key, never opened again).
     pub host_root: PathBuf,
+    /// The skills root: only this user's `users/{user}` beneath it is visible (walks skip
+    /// the other users' directories). `None` for the other families.
+    pub skills_user: Option<String>,
 }
 
 impl Located {
@@ -95,6 +114,16 @@ impl Located {
         } else {
             format!("{}/{}", self.virtual_root.trim_end_matches('/'), r)
         }
+    }
+
+    /// Whether `rel` (beneath the root) lies in another user's skills directory.
+    pub fn hides(&self, rel: &Path) -> bool {
+        let Some(me) = &self.skills_user else {
+            return false;
+        };
+        let mut parts = rel.components().map(|c| c.as_os_str());
+        parts.next() == Some(std::ffi::OsStr::new(SKILLS_USERS_DIR))
+            && parts.next().is_some_and(|u| u != std::ffi::OsStr::new(me))
     }
 }
 
@@ -111,6 +140,8 @@ enum Family {
 #[derive(Debug, Clone)]
 pub struct PathMap {
     pub thread: ThreadPaths,
+    /// The user whose own skills (`{skills}/users/{user}`) this sandbox sees.
+    pub user_id: String,
     pub skills_dir: PathBuf,
     pub skills_container: String,
     pub mounts: Vec<Mount>,
@@ -195,6 +226,7 @@ pub fn resolve_lenient(path: &Path) -> PathBuf {
 impl PathMap {
     pub fn new(thread: ThreadPaths, settings: &SandboxSettings) -> Self {
         Self {
+            user_id: thread.user_id.clone(),
             thread,
             skills_dir: settings.skills_dir.clone(),
             skills_container: settings.skills_container_path.clone(),
@@ -221,9 +253,55 @@ impl PathMap {
             .map(|(i, _)| Family::Mount(i))
     }
 
+    /// The segments of a skills path after the skills container path (`None`: not one).
+    fn skills_segments<'a>(&self, path: &'a str) -> Option<Vec<&'a str>> {
+        under(path, &self.skills_container).then(|| {
+            path[self.skills_container.len()..]
+                .split(['/', '\\'])
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+    }
+
+    /// Whether `path` names (or may name, through a shell pattern) something under another
+    /// user's skills directory: `{skills}/users/{x}` with `x` not this sandbox's user.
+    pub fn is_other_users_skills(&self, path: &str) -> bool {
+        let Some(parts) = self.skills_segments(path) else {
+            return false;
+        };
+        let pattern = |s: &str| s.contains(['*', '?', '[', '{']);
+        match parts.as_slice() {
+            [first, user, ..] => {
+                (*first == SKILLS_USERS_DIR || pattern(first)) && *user != self.user_id
+            }
+            _ => false,
+        }
+    }
+
+    /// DeerFlow's `_extract_skill_name_from_skills_path`, with Antler's per-user layout:
+    /// `{category}/{name}/...` for `public`, `custom` and `legacy`, `users/{user}/custom/{name}/...`,
+    /// else the first segment (a direct `{name}/...`); a category root names none.
+    pub fn skill_name_of<'a>(&self, path: &'a str) -> Option<&'a str> {
+        let parts = self.skills_segments(path)?;
+        match parts.as_slice() {
+            [] => None,
+            [c] if ["public", "custom", "legacy", SKILLS_USERS_DIR].contains(c) => None,
+            [c, name, ..] if ["public", "custom", "legacy"].contains(c) => Some(name),
+            [c, rest @ ..] if *c == SKILLS_USERS_DIR => match rest {
+                [_, custom, name, ..] if *custom == SKILLS_USER_CUSTOM_DIR => Some(name),
+                _ => None,
+            },
+            [name, ..] => Some(name),
+        }
+    }
+
     /// DeerFlow's `validate_local_tool_path`: the error is the `PermissionError` text.
+    /// Another user's skills are refused first, in the same words whatever is there.
     pub fn validate_tool_path(&self, path: &str, read_only: bool) -> Result<(), String> {
         reject_traversal(path)?;
+        if self.is_other_users_skills(path) {
+            return Err(other_user_skills_denied(path));
+        }
         match self.family(path) {
             Some(Family::Skills) if !read_only => Err(format!("Write access to skills path is not allowed: {path}")),
             Some(Family::Acp) if !read_only => Err(format!("Write access to ACP workspace is not allowed: {path}")),
@@ -329,12 +407,20 @@ impl PathMap {
             }
         }
         let root = Dir::open(&host_root).map_err(|_| TRAVERSAL_DENIED.to_string())?;
-        Ok(Located {
+        let located = Located {
             root,
             rel,
             virtual_root,
             host_root,
-        })
+            skills_user: (family == Family::Skills).then(|| self.user_id.clone()),
+        };
+        // A link inside the skills root must not lead into another user's directory.
+        if let Ok(real) = located.root.resolve(&located.rel) {
+            if located.hides(&real) {
+                return Err(other_user_skills_denied(path));
+            }
+        }
+        Ok(located)
     }
 
     /// Validates `path` and returns its host path, with symlinks followed; the result must
@@ -354,6 +440,13 @@ impl PathMap {
         });
         if !inside {
             return Err(TRAVERSAL_DENIED.to_string());
+        }
+        if family == Family::Skills {
+            let users = resolve_lenient(&self.skills_dir).join(SKILLS_USERS_DIR);
+            let mine = users.join(&self.user_id);
+            if resolved.starts_with(&users) && resolved != users && !resolved.starts_with(&mine) {
+                return Err(other_user_skills_denied(path));
+            }
         }
         Ok(resolved)
     }
@@ -405,7 +498,11 @@ impl PathMap {
     }
 
     /// Whether `path` is under a virtual root the local bash validator accepts.
+    /// Never one under another user's skills.
     pub fn is_allowed_command_path(&self, path: &str) -> bool {
+        if self.is_other_users_skills(path) {
+            return false;
+        }
         under(path, VIRTUAL_PATH_PREFIX)
             || under(path, &self.skills_container)
             || under(path, ACP_WORKSPACE_VIRTUAL_PATH)
@@ -464,6 +561,54 @@ mod tests {
         assert!(m
             .validate_tool_path("/mnt/user-data/workspace/a", false)
             .is_ok());
+    }
+
+    #[test]
+    fn another_users_skills_are_refused_in_the_same_words_whatever_is_there() {
+        let m = map(Path::new("/B"));
+        let other = "/mnt/skills/users/u2/custom/x/SKILL.md";
+        assert_eq!(
+            m.validate_tool_path(other, true),
+            Err(other_user_skills_denied(other))
+        );
+        assert_eq!(
+            other_user_skills_denied(other),
+            "Access to another user's skills is not allowed: /mnt/skills/users/u2/custom/x/SKILL.md"
+        );
+        assert!(m.validate_tool_path("/mnt/skills/users/u2", true).is_err());
+        assert!(m.validate_tool_path("/mnt/skills/users", true).is_ok());
+        assert!(m
+            .validate_tool_path("/mnt/skills/users/u1/custom/x/SKILL.md", true)
+            .is_ok());
+        assert!(m
+            .validate_tool_path("/mnt/skills/users/u1x/a", true)
+            .is_err());
+        assert!(m.validate_tool_path("/mnt/skills/public/x", true).is_ok());
+        // Shell patterns that could reach another user's directory (host bash).
+        assert!(!m.is_allowed_command_path("/mnt/skills/users/*/custom"));
+        assert!(!m.is_allowed_command_path("/mnt/skills/*/u2/custom"));
+        assert!(m.is_allowed_command_path("/mnt/skills/users/u1/custom/x"));
+        assert!(m.is_allowed_command_path("/mnt/skills/public/x/SKILL.md"));
+    }
+
+    #[test]
+    fn the_skill_of_a_path_is_deerflows_with_the_per_user_layout() {
+        let m = map(Path::new("/B"));
+        for (path, name) in [
+            ("/mnt/skills/public/pdf/SKILL.md", Some("pdf")),
+            ("/mnt/skills/public/pdf", Some("pdf")),
+            ("/mnt/skills/public/", None),
+            ("/mnt/skills/custom/old", Some("old")),
+            ("/mnt/skills/users/u1/custom/mine/SKILL.md", Some("mine")),
+            ("/mnt/skills/users/u1/custom", None),
+            ("/mnt/skills/users/u1", None),
+            ("/mnt/skills/users", None),
+            ("/mnt/skills/direct/SKILL.md", Some("direct")),
+            ("/mnt/skills", None),
+            ("/mnt/user-data/workspace/pdf", None),
+        ] {
+            assert_eq!(m.skill_name_of(path), name, "{path}");
+        }
     }
 
     #[test]

@@ -221,7 +221,9 @@ impl SandboxPool {
         {
             self.next_slot += 1;
             let name = format!("slot-{}", self.next_slot);
-            let slot = ThreadPaths::new(&self.prewarm_root(), "pool", &name);
+            let mut slot = ThreadPaths::new(&self.prewarm_root(), "pool", &name);
+            // Bound to no user yet: it sees no user's skills (Bind gives it its user's).
+            slot.user_id.clear();
             match Sandbox::new(self.settings.clone(), kind, slot.clone()) {
                 Ok(s) => self.prewarmed.push(Prewarmed {
                     id: SandboxId::unbound(&format!("prewarm-{name}")),

@@ -202,7 +202,9 @@ impl Handler<SupervisorPid> for Sandbox {
 }
 
 /// Binds a pre-warmed sandbox to a thread whose directories were just moved into place
-/// (the supervisor's mounts follow the renamed directories).
+/// (the supervisor's mounts follow the renamed directories). The skills mounts depend on
+/// the user, who was not known when it was warmed: when skills are mounted, its
+/// supervisor is replaced by one with this user's skills (and no other user's).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct Bind(pub ThreadPaths);
@@ -212,5 +214,15 @@ impl Handler<Bind> for Sandbox {
 
     fn handle(&mut self, Bind(thread): Bind, _: &mut Context<Self>) {
         self.map = Arc::new(PathMap::new(thread, &self.settings));
+        if self.kind == ProviderKind::Bwrap && self.settings.skills_dir.is_dir() {
+            if let Some(old) = self.supervisor.take() {
+                old.kill();
+            }
+            match Supervisor::spawn(&self.settings, &self.map) {
+                Ok(fresh) => self.supervisor = Some(Arc::new(fresh)),
+                // The next call starts one (Prepare), or reports why it cannot.
+                Err(e) => tracing::warn!(error = %e, "cannot start the bound sandbox's supervisor"),
+            }
+        }
     }
 }

@@ -80,6 +80,9 @@ pub struct SandboxSettings {
     /// The host directory shown read-only at `skills_container_path`.
     pub skills_dir: PathBuf,
     pub skills_container_path: String,
+    /// `extensions_config.json` (its `skills.{name}.enabled`), when one is given
+    /// (`--extensions`, `ANTLER_EXTENSIONS_CONFIG_PATH`): `ls` of a disabled skill is refused.
+    pub extensions_path: Option<PathBuf>,
     pub mounts: Vec<Mount>,
     pub bash_command_timeout: Duration,
     pub bash_output_max_chars: usize,
@@ -227,6 +230,7 @@ impl SandboxSettings {
             base_dir,
             skills_dir,
             skills_container_path,
+            extensions_path: None,
             mounts,
             bash_command_timeout: secs_key(&extra, "bash_command_timeout")
                 .unwrap_or(Duration::from_secs(600)),

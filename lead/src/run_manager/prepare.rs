@@ -780,7 +780,8 @@ impl RunEnv {
             app,
             &context.agent.base_dir,
             Some(self.extensions_path.clone()),
-        );
+        )
+        .for_user(&context.user_id);
         let system_prompt = prompt_catalog
             .map(|catalog| self.system_prompt(app, context, &skills, catalog, profile));
         let token_budget = TokenBudget::from_config(app.other.get("token_budget"))
@@ -802,6 +803,7 @@ impl RunEnv {
                 let extensions = self.feed().last_good_extensions.clone().flatten();
                 crate::run::acp::AcpCalls::from_config(app, extensions.as_deref()).map(Arc::new)
             },
+            skill_manage: crate::run::skill_manage::SkillManageSettings::from_config(app),
             ..RunSettings::default()
         })
     }

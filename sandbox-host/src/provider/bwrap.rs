@@ -1,6 +1,6 @@
 //! The bwrap provider: one long-lived supervisor per sandbox inside bubblewrap (read-only
 //! minimal root, the thread's workspace/uploads/outputs read-write at /mnt/user-data,
-//! skills read-only, a private /tmp of `sandbox.tmp_size`, every namespace unshared,
+//! skills read-only with only the sandbox's own user's `users/{user}` in them, a private /tmp of `sandbox.tmp_size`, every namespace unshared,
 //! network only when configured, a new session). bubblewrap itself starts with an empty
 //! environment, and the sandbox gets only the declared one. The supervisor is pid 1 of the
 //! sandbox's pid namespace (`--as-pid-1`): what it runs cannot signal it, and when it dies
@@ -36,7 +36,9 @@ use tokio::{
 
 use crate::{
     exec::{ExecOutcome, ExecRequest},
-    paths::{PathMap, ACP_WORKSPACE_VIRTUAL_PATH, USER_DATA_DIRS, VIRTUAL_PATH_PREFIX},
+    paths::{
+        PathMap, ACP_WORKSPACE_VIRTUAL_PATH, SKILLS_USERS_DIR, USER_DATA_DIRS, VIRTUAL_PATH_PREFIX,
+    },
     settings::SandboxSettings,
 };
 
@@ -175,6 +177,74 @@ pub fn probe() -> Result<String, String> {
     }
 }
 
+/// The skills mounts of the sandbox of `map`'s user: the skills root read-only, an empty
+/// read-only tmpfs over its `users/`, and only this user's `users/{user}` bound back in,
+/// so no other user's skills are there to read (the directory is created when missing,
+/// so skills this user makes later appear). When `users/` cannot be made, the root's
+/// other entries are bound one by one over a tmpfs instead, so a `users/` made later
+/// stays out of sight.
+pub fn skills_args(map: &PathMap) -> Vec<OsString> {
+    let root = &map.skills_dir;
+    if !root.is_dir() {
+        return Vec::new();
+    }
+    let s = |x: &str| OsString::from(x);
+    let p = |x: &Path| x.as_os_str().to_os_string();
+    let users = root.join(SKILLS_USERS_DIR);
+    // No user (a pre-warmed sandbox not bound yet): no user's skills.
+    let mine = (!map.user_id.is_empty()).then(|| users.join(&map.user_id));
+    if let Some(mine) = &mine {
+        if let Err(e) = create_readable_dirs(mine) {
+            tracing::debug!(dir = %mine.display(), error = %e, "cannot create the user's skills directory");
+        }
+    }
+    let container = map.skills_container.trim_end_matches('/');
+    let container_users = format!("{container}/{SKILLS_USERS_DIR}");
+    let mut a: Vec<OsString> = Vec::new();
+    if users.is_dir() && !users.is_symlink() {
+        a.extend([s("--ro-bind"), p(root), s(container)]);
+        a.extend([s("--tmpfs"), s(&container_users)]);
+        if let Some(mine) = mine.filter(|m| m.is_dir()) {
+            a.extend([
+                s("--ro-bind"),
+                p(&mine),
+                s(&format!("{container_users}/{}", map.user_id)),
+            ]);
+        }
+        a.extend([s("--remount-ro"), s(&container_users)]);
+        return a;
+    }
+    let mut entries: Vec<OsString> = std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n != SKILLS_USERS_DIR)
+        .collect();
+    entries.sort();
+    a.extend([s("--tmpfs"), s(container)]);
+    for name in entries {
+        let mut target = OsString::from(format!("{container}/"));
+        target.push(&name);
+        a.extend([s("--ro-bind-try"), p(&root.join(&name)), target]);
+    }
+    a.extend([s("--remount-ro"), s(container)]);
+    a
+}
+
+/// `create_dir_all` with every directory it makes readable and enterable by all (0755):
+/// bubblewrap may run as `nobody`.
+fn create_readable_dirs(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+}
+
 /// The whole bubblewrap command line of one sandbox.
 pub fn bwrap_args(settings: &SandboxSettings, map: &PathMap, supervisor: &Path) -> Vec<OsString> {
     let mut a: Vec<OsString> = Vec::new();
@@ -247,9 +317,7 @@ pub fn bwrap_args(settings: &SandboxSettings, map: &PathMap, supervisor: &Path) 
             s(ACP_WORKSPACE_VIRTUAL_PATH),
         ]);
     }
-    if map.skills_dir.is_dir() {
-        a.extend([s("--ro-bind"), p(&map.skills_dir), s(&map.skills_container)]);
-    }
+    a.extend(skills_args(map));
     for m in &map.mounts {
         if !m.host_path.exists() {
             tracing::error!(host_path = %m.host_path.display(), "sandbox mount does not exist; skipped");
@@ -745,5 +813,85 @@ pub fn kill_strays(base_dir: &Path) {
                 libc::kill(pid, libc::SIGKILL);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths::ThreadPaths;
+
+    fn args_of(skills: &Path, user: &str) -> Vec<String> {
+        let settings = SandboxSettings {
+            skills_dir: skills.to_path_buf(),
+            ..SandboxSettings::default()
+        };
+        let map = PathMap::new(ThreadPaths::new(Path::new("/B"), user, "t"), &settings);
+        skills_args(&map)
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn only_the_users_own_skills_are_bound_over_an_empty_users_tmpfs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("skills");
+        std::fs::create_dir_all(root.join("public/a")).expect("public");
+        std::fs::create_dir_all(root.join("users/bob")).expect("bob");
+        let r = root.display().to_string();
+        assert_eq!(
+            args_of(&root, "alice"),
+            [
+                "--ro-bind".to_string(),
+                r.clone(),
+                "/mnt/skills".into(),
+                "--tmpfs".into(),
+                "/mnt/skills/users".into(),
+                "--ro-bind".into(),
+                format!("{r}/users/alice"),
+                "/mnt/skills/users/alice".into(),
+                "--remount-ro".into(),
+                "/mnt/skills/users".into(),
+            ]
+        );
+        assert!(root.join("users/alice").is_dir(), "made for the mount");
+        // Not bound to a user yet (pre-warmed): no user's skills.
+        assert_eq!(
+            args_of(&root, "")[3..],
+            [
+                "--tmpfs",
+                "/mnt/skills/users",
+                "--remount-ro",
+                "/mnt/skills/users"
+            ]
+        );
+        assert!(args_of(&dir.path().join("none"), "alice").is_empty());
+    }
+
+    #[test]
+    fn without_a_users_directory_the_other_entries_are_bound_one_by_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("skills");
+        std::fs::create_dir_all(root.join("public")).expect("public");
+        std::fs::create_dir_all(root.join("custom")).expect("custom");
+        // `users` cannot be made a directory: it is a file.
+        std::fs::write(root.join("users"), "").expect("users file");
+        let r = root.display().to_string();
+        assert_eq!(
+            args_of(&root, "alice"),
+            [
+                "--tmpfs".to_string(),
+                "/mnt/skills".into(),
+                "--ro-bind-try".into(),
+                format!("{r}/custom"),
+                "/mnt/skills/custom".into(),
+                "--ro-bind-try".into(),
+                format!("{r}/public"),
+                "/mnt/skills/public".into(),
+                "--remount-ro".into(),
+                "/mnt/skills".into(),
+            ]
+        );
     }
 }

@@ -163,7 +163,7 @@ pub fn grep(ctx: &ToolContext, a: GrepArgs) -> String {
         Err(_) => return format!("Error: Directory not found: {p}"),
     };
     let _ = dir.walk(None, &mut |rel, entry, parent| {
-        if is_ignored(&entry.name.to_string_lossy()) {
+        if is_ignored(&entry.name.to_string_lossy()) || root.hides(rel) {
             return Step::Skip;
         }
         if entry.kind != Kind::File {

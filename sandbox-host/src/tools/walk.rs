@@ -15,7 +15,7 @@ use globset::{GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use serde::Deserialize;
 
 use super::{clamp_max_results, ToolContext};
-use crate::{output::truncate_ls, paths::Located};
+use crate::{output::truncate_ls, paths::Located, skill_state};
 
 /// DeerFlow's ignore list (glob, grep and ls skip these names).
 pub const IGNORE_PATTERNS: &[&str] = &[
@@ -166,6 +166,12 @@ impl SearchRoot {
     pub fn virtual_path(&self, rel: &Path) -> String {
         self.at.virtual_path(&self.real.join(rel))
     }
+
+    /// Whether `rel` beneath the search root is in another user's skills (never listed,
+    /// never entered).
+    pub fn hides(&self, rel: &Path) -> bool {
+        self.at.hides(&self.real.join(rel))
+    }
 }
 
 fn open_error(p: &str, e: &std::io::Error) -> String {
@@ -210,8 +216,15 @@ pub fn search_root(ctx: &ToolContext, p: &str, tool: RootFor) -> Result<SearchRo
 
 /// `ls`: sorted absolute paths down to depth 2, directories with a trailing `/`. A link is
 /// listed when it resolves beneath the listed directory (or dangles), never followed out.
+/// A path in a disabled skill's directory gets DeerFlow's refusal first, before any
+/// validation.
 pub fn ls(ctx: &ToolContext, a: LsArgs) -> String {
     let p = a.path.as_str();
+    if let Some(name) = ctx.map.skill_name_of(p) {
+        if skill_state::is_disabled(ctx.settings.extensions_path.as_deref(), name) {
+            return skill_state::skill_disabled_message(name);
+        }
+    }
     let root = match search_root(ctx, p, RootFor::Ls) {
         Ok(r) => r,
         Err(e) => return e,
@@ -222,7 +235,7 @@ pub fn ls(ctx: &ToolContext, a: LsArgs) -> String {
     };
     let mut entries: Vec<String> = Vec::new();
     let _ = dir.walk(Some(2), &mut |rel, entry, _| {
-        if is_ignored(&entry.name.to_string_lossy()) {
+        if is_ignored(&entry.name.to_string_lossy()) || root.hides(rel) {
             return Step::Skip;
         }
         let is_dir = match entry.kind {
@@ -276,7 +289,7 @@ pub fn glob(ctx: &ToolContext, a: GlobArgs) -> String {
     let mut matches = Vec::new();
     let mut truncated = false;
     let _ = dir.walk(None, &mut |rel, entry, _| {
-        if is_ignored(&entry.name.to_string_lossy()) {
+        if is_ignored(&entry.name.to_string_lossy()) || root.hides(rel) {
             return Step::Skip;
         }
         if entry.kind == Kind::Dir && !a.include_dirs {

@@ -75,6 +75,9 @@ pub struct RunSettings {
     pub web: Option<Arc<super::web::WebTools>>,
     /// What `invoke_acp_agent` calls carry (`None`: no agent is configured).
     pub acp: Option<Arc<super::acp::AcpCalls>>,
+    /// `skill_manage` (`run::skill_manage`) when `skill_evolution.enabled`; it writes
+    /// under `skills` for the run's user.
+    pub skill_manage: Option<super::skill_manage::SkillManageSettings>,
 }
 
 impl Default for RunSettings {
@@ -97,6 +100,7 @@ impl Default for RunSettings {
             is_subagent: false,
             web: None,
             acp: None,
+            skill_manage: None,
         }
     }
 }
@@ -665,6 +669,8 @@ impl RunLoop {
             web: self.settings.web.as_deref(),
             acp: self.settings.acp.as_deref(),
             events: self.events.as_ref(),
+            model: self.model.as_ref(),
+            skill_manage: self.settings.skill_manage.as_ref(),
         }
     }
 

@@ -2,7 +2,8 @@
 //! tools in sandbox-host (the run's sandbox is acquired on its first sandbox call and
 //! its id written to the state; every request names the run's lease, and a call carries
 //! its call id so sandbox-host runs it once), MCP tools in mcp-host, the configured web
-//! tools in the engine (`web`, async HTTP with deadlines). An MCP call for a run whose
+//! tools in the engine (`web`, async HTTP with deadlines), `skill_manage` in the engine
+//! against the skills root (`skill_manage`). An MCP call for a run whose
 //! hosts relay stream items carries the run and call ids, and each elicitation its server
 //! asks becomes a [`RunEvent::Elicitation`] while the call waits. A failure the model should see
 //! is a [`ToolFailure`]; the tool error middleware turns it into the error message.
@@ -23,12 +24,14 @@ use super::context::RunContext;
 use super::hosts::ToolHosts;
 use super::lease::SandboxLease;
 use super::middleware::tool_error::ToolFailure;
+use super::model::ChatModel;
+use super::skill_manage::{SkillManageSettings, SkillManager};
 use super::skills::SkillStore;
 use super::state::{Message, SandboxState, StateUpdate, ThreadState, ToolCall, ToolStatus};
 use super::web::WebTools;
 use super::{builtins, mcp_result, view_image};
 use crate::catalog::builtins::{
-    DESCRIBE_SKILL, INVOKE_ACP_AGENT, LIST_UPLOADED_FILES, PRESENT_FILES, VIEW_IMAGE,
+    DESCRIBE_SKILL, INVOKE_ACP_AGENT, LIST_UPLOADED_FILES, PRESENT_FILES, SKILL_MANAGE, VIEW_IMAGE,
 };
 use crate::catalog::{Catalog, ToolSource, TOOL_SEARCH_NAME};
 
@@ -64,6 +67,10 @@ pub struct Executor<'a> {
     pub acp: Option<&'a super::acp::AcpCalls>,
     /// Where the run's events go (an MCP call's elicitations are told there).
     pub events: Option<&'a EventSink>,
+    /// The run's model (`skill_manage`'s security scan asks it).
+    pub model: &'a dyn ChatModel,
+    /// `skill_manage` when `skill_evolution.enabled` (`None`: not run here).
+    pub skill_manage: Option<&'a SkillManageSettings>,
 }
 
 impl Executor<'_> {
@@ -97,6 +104,17 @@ impl Executor<'_> {
                 )]));
             }
             INVOKE_ACP_AGENT if self.acp.is_some() => return self.acp(call).await,
+            SKILL_MANAGE if self.skill_manage.is_some() => {
+                if let Some(settings) = self.skill_manage {
+                    let manager = SkillManager {
+                        store: self.skills,
+                        settings,
+                        model: self.model,
+                        thread_id: &self.context.thread_id,
+                    };
+                    return manager.execute(call).await;
+                }
+            }
             _ => {}
         }
         if let Some(result) = self

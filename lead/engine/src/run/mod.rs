@@ -5,7 +5,8 @@
 //! `builtins` and `view_image` the tools executed by the engine, `execute` where each
 //! call runs, `hosts` the way to sandbox-host and mcp-host, `lease` the run's lease on its
 //! sandbox, `actor` the loop, `journal` where it is checkpointed, `settlement` the
-//! delivery receipt, `skills` the installed skills and their activation, `task` the
+//! delivery receipt, `skills` the installed skills and their activation, `skill_manage`
+//! the agent's edits of the user's custom skills, `task` the
 //! `task` tool and the subagent task graph, `thread_files` the thread's own files (local or
 //! through sandbox-host), `web` the web tools (search, fetch, images), `acp` what a run adds
 //! to its `invoke_acp_agent` calls (sandbox-host runs the agents).
@@ -24,6 +25,7 @@ pub mod model;
 pub mod openai;
 pub mod prompt;
 pub mod settlement;
+pub mod skill_manage;
 pub mod skills;
 pub mod state;
 pub mod task;

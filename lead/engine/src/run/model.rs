@@ -67,6 +67,9 @@ pub enum ModelError {
     },
     #[error("invalid playbook {path}: {message}")]
     PlaybookInvalid { path: String, message: String },
+    /// A scripted model asked for a security scan its playbook has no reply for.
+    #[error("the playbook has no security_scan reply")]
+    NoScriptedScan,
     /// No `models:` entry and no `OPENAI_BASE_URL` to build a default one from.
     #[error("no chat model is configured: add a `models:` entry to the config, or set {hint}")]
     NoModelConfigured { hint: String },
@@ -159,6 +162,29 @@ pub trait ChatModel: Send + Sync {
     ) -> Option<crate::run::task::spec::WireModel> {
         None
     }
+
+    /// A one-off call outside the run's conversation, with no tools: a system prompt and
+    /// one user message (`skill_manage`'s security scan, DeerFlow's `security_agent`).
+    fn moderate<'a>(
+        &'a self,
+        system: &'a str,
+        user: &'a str,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async move {
+            let messages = [
+                Message::System {
+                    content: system.to_owned(),
+                },
+                Message::human(user),
+            ];
+            self.complete(ModelRequest {
+                messages: &messages,
+                tools: &[],
+                images: &[],
+            })
+            .await
+        })
+    }
 }
 
 /// One scripted tool call; `id` defaults to `call-{turn}-{index}` (both 1-based).
@@ -205,6 +231,10 @@ pub struct Playbook {
     /// `description`, else by its `subagent_type`, else `default`.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub subagents: std::collections::BTreeMap<String, Playbook>,
+    /// The replies to the run's security scans (`skill_manage`), in order; the last one
+    /// answers every later scan. None: a scan fails as an unreachable model does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub security_scan: Vec<ScriptedTurn>,
 }
 
 /// The largest playbook a run reads, from a file or sent inline.
@@ -214,6 +244,7 @@ pub const MAX_PLAYBOOK_BYTES: usize = 256 * 1024;
 const PLAYBOOK_FIELDS: &[&str] = &[
     "turns",
     "subagents",
+    "security_scan",
     "delay_ms",
     "content",
     "tool_calls",
@@ -284,6 +315,8 @@ fn without_quoted_content(message: &str) -> String {
 pub struct ScriptedModel {
     name: String,
     playbook: Playbook,
+    /// How many security scans the model has answered.
+    scans: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl ScriptedModel {
@@ -294,6 +327,7 @@ impl ScriptedModel {
         ScriptedModel {
             name: Self::NAME.to_owned(),
             playbook,
+            scans: std::sync::Arc::default(),
         }
     }
 
@@ -390,6 +424,29 @@ impl ChatModel for ScriptedModel {
 
     fn reads_prompt(&self) -> bool {
         false
+    }
+
+    fn moderate<'a>(
+        &'a self,
+        _system: &'a str,
+        _user: &'a str,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        let n = self.scans.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let scans = &self.playbook.security_scan;
+        let turn = scans.get(n).or(scans.last()).cloned();
+        Box::pin(async move {
+            let turn = turn.ok_or(ModelError::NoScriptedScan)?;
+            if turn.delay_ms > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(turn.delay_ms)).await;
+            }
+            Ok(ModelReply {
+                id: format!("security-scan-{}", n + 1),
+                content: turn.content,
+                usage: turn.usage,
+                finish_reason: turn.finish_reason,
+                tool_calls: Vec::new(),
+            })
+        })
     }
 
     fn complete<'a>(

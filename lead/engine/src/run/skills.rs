@@ -3,7 +3,10 @@
 //! user message `/skill-name`, or a successful `read_file` of a skill's `SKILL.md`), and
 //! the tool policy of the active skills. Installed skills are read from disk at every
 //! model turn, so an edit or a disabled skill applies at once; activations live in the
-//! thread state, so they survive checkpoints and resumes.
+//! thread state, so they survive checkpoints and resumes. A user's own custom skills
+//! (`{root}/users/{user}/custom/`, written by `skill_manage`) are scanned only for that
+//! user's runs; the shared `{root}/custom/` of earlier versions is DeerFlow's read-only
+//! "legacy" category.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -20,8 +23,14 @@ use crate::catalog::routing::SUMMARY_MESSAGE_NAME;
 pub const DEFAULT_SKILLS_CONTAINER_PATH: &str = "/mnt/skills";
 /// The file that makes a directory a skill.
 pub const SKILL_FILE: &str = "SKILL.md";
-/// The categories scanned under the skills root, in order (a later one wins a name).
-const CATEGORIES: [&str; 2] = ["public", "custom"];
+/// The shared categories scanned under the skills root, in order (a later one wins a
+/// name): each as (category, its directory under the root). The user's own custom
+/// skills come after them, so a user's skill shadows a shared one of the same name.
+const SHARED_CATEGORIES: [(&str, &str); 2] = [("public", "public"), ("legacy", "custom")];
+/// The category of a user's own skills (editable through `skill_manage`).
+pub const CUSTOM_CATEGORY: &str = "custom";
+/// Where users' own skills are under the skills root: `users/{user}/custom/{name}`.
+pub const USERS_DIR: &str = "users";
 /// The tool whose successful read of a `SKILL.md` activates the skill.
 const READ_TOOL: &str = "read_file";
 /// The argument names a read call's path may come under, in order.
@@ -49,6 +58,8 @@ pub struct SkillStore {
     pub container_root: String,
     /// `extensions_config.json` (`skills.{name}.enabled`), read at every scan.
     pub extensions: Option<PathBuf>,
+    /// The user whose own custom skills are scanned too (`None`: shared skills only).
+    pub user: Option<String>,
 }
 
 impl Default for SkillStore {
@@ -57,6 +68,7 @@ impl Default for SkillStore {
             root: None,
             container_root: DEFAULT_SKILLS_CONTAINER_PATH.to_owned(),
             extensions: None,
+            user: None,
         }
     }
 }
@@ -65,7 +77,7 @@ impl Default for SkillStore {
 #[derive(Clone, Debug)]
 pub struct InstalledSkill {
     pub skill: Skill,
-    /// `public` or `custom`.
+    /// `public`, `legacy` (the shared `custom/` directory) or `custom` (the user's own).
     pub category: &'static str,
     pub dir: PathBuf,
     /// `{container_root}/{category}/{relative dir}/SKILL.md`.
@@ -132,12 +144,39 @@ impl SkillStore {
                 .unwrap_or(DEFAULT_SKILLS_CONTAINER_PATH)
                 .to_owned(),
             extensions,
+            user: None,
         }
     }
 
-    /// DeerFlow's `load_skills`: every directory under `{root}/public` and
-    /// `{root}/custom` (hidden ones skipped, sorted, symlinks followed) with a
-    /// `SKILL.md` that loads, one per name (a later one wins), sorted by name.
+    /// The same store, scanning `user`'s own custom skills too.
+    pub fn for_user(mut self, user: &str) -> Self {
+        self.user = Some(user.to_owned());
+        self
+    }
+
+    /// `{root}/users/{user}/custom` and its path in the sandbox, when the store has a
+    /// root and a user whose id is a safe directory name (`[A-Za-z0-9_-]`, as DeerFlow's).
+    pub fn user_custom_dir(&self) -> Option<(PathBuf, String)> {
+        let (root, user) = (self.root.as_ref()?, self.user.as_deref()?);
+        let safe = !user.is_empty()
+            && user
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        safe.then(|| {
+            (
+                root.join(USERS_DIR).join(user).join(CUSTOM_CATEGORY),
+                format!(
+                    "{}/{USERS_DIR}/{user}/{CUSTOM_CATEGORY}",
+                    self.container_root
+                ),
+            )
+        })
+    }
+
+    /// DeerFlow's `load_skills`: every directory under `{root}/public`, `{root}/custom`
+    /// and the user's own `{root}/users/{user}/custom` (hidden ones skipped, sorted,
+    /// symlinks followed) with a `SKILL.md` that loads, one per name (a later one wins),
+    /// sorted by name.
     pub fn scan(&self) -> Vec<InstalledSkill> {
         let Some(root) = &self.root else {
             return Vec::new();
@@ -154,8 +193,21 @@ impl SkillStore {
                 }
             });
         let mut by_name: HashMap<String, InstalledSkill> = HashMap::new();
-        for category in CATEGORIES {
-            let category_dir = root.join(category);
+        let mut sources: Vec<(&'static str, PathBuf, String)> = SHARED_CATEGORIES
+            .iter()
+            .map(|(category, dir)| {
+                (
+                    *category,
+                    root.join(dir),
+                    format!("{}/{dir}", self.container_root),
+                )
+            })
+            .collect();
+        sources.extend(
+            self.user_custom_dir()
+                .map(|(dir, shown)| (CUSTOM_CATEGORY, dir, shown)),
+        );
+        for (category, category_dir, base) in sources {
             let mut dirs = Vec::new();
             collect_skill_dirs(&category_dir, 0, &mut dirs);
             for dir in dirs {
@@ -170,9 +222,8 @@ impl SkillStore {
                     .strip_prefix(&category_dir)
                     .map(|r| r.to_string_lossy().replace('\\', "/"))
                     .unwrap_or_default();
-                let base = format!("{}/{category}", self.container_root);
                 let container_dir = if relative.is_empty() {
-                    base
+                    base.clone()
                 } else {
                     format!("{base}/{relative}")
                 };
@@ -375,7 +426,7 @@ impl SkillStore {
         found
             .iter()
             .map(|s| {
-                let label = if s.category == "custom" {
+                let label = if s.category == CUSTOM_CATEGORY {
                     "[custom, editable]"
                 } else {
                     "[built-in]"
@@ -414,7 +465,7 @@ fn activation_reminder(found: &InstalledSkill, content: &str, remaining: &str) -
         request = escape(request, false),
         category = escape(found.category, true),
         path = escape(&found.container_file, true),
-        editable = found.category == "custom",
+        editable = found.category == CUSTOM_CATEGORY,
         content = escape(content, false),
     )
 }

@@ -29,6 +29,7 @@ impl Root {
             root: Some(self.dir.path().join("skills")),
             container_root: DEFAULT_SKILLS_CONTAINER_PATH.into(),
             extensions: Some(self.dir.path().join("extensions_config.json")),
+            user: None,
         }
     }
 
@@ -117,18 +118,61 @@ fn installed_skills_are_public_and_custom_directories_with_a_loadable_skill_md()
         .iter()
         .map(|s| (s.skill.name.as_str(), s.category, s.container_file.as_str()))
         .collect();
+    // The shared `custom/` directory is DeerFlow's read-only legacy category.
     assert_eq!(
         found,
         [
-            ("pdf", "custom", "/mnt/skills/custom/pdf/SKILL.md"),
+            ("pdf", "legacy", "/mnt/skills/custom/pdf/SKILL.md"),
             (
                 "report",
-                "custom",
+                "legacy",
                 "/mnt/skills/custom/team/report/SKILL.md"
             ),
         ]
     );
     assert!(SkillStore::default().scan().is_empty());
+}
+
+#[test]
+fn a_users_own_skills_are_scanned_for_that_user_only_and_shadow_shared_ones() {
+    let root = Root::new();
+    root.install("public", "pdf", "name: pdf")
+        .install("users/alice/custom", "pdf", "name: pdf\ndescription: Mine")
+        .install("users/alice/custom", "notes", "name: notes")
+        .install("users/bob/custom", "bobs", "name: bobs");
+    let names = |store: SkillStore| -> Vec<(String, &'static str, String)> {
+        store
+            .scan()
+            .into_iter()
+            .map(|s| (s.skill.name, s.category, s.container_file))
+            .collect()
+    };
+    assert_eq!(
+        names(root.store().for_user("alice")),
+        [
+            (
+                "notes".to_owned(),
+                "custom",
+                "/mnt/skills/users/alice/custom/notes/SKILL.md".to_owned()
+            ),
+            (
+                "pdf".to_owned(),
+                "custom",
+                "/mnt/skills/users/alice/custom/pdf/SKILL.md".to_owned()
+            ),
+        ]
+    );
+    assert_eq!(
+        names(root.store()),
+        [(
+            "pdf".to_owned(),
+            "public",
+            "/mnt/skills/public/pdf/SKILL.md".to_owned()
+        )]
+    );
+    // A user id that is not a safe directory name has no directory of its own.
+    assert!(root.store().for_user("../bob").user_custom_dir().is_none());
+    assert_eq!(names(root.store().for_user("../bob")).len(), 1);
 }
 
 #[test]

@@ -193,7 +193,7 @@ impl MultiHost {
             "antler-mcp-host",
             vec![
                 "--extensions".into(),
-                extensions,
+                extensions.clone(),
                 "--config".into(),
                 config.clone(),
             ],
@@ -210,6 +210,8 @@ impl MultiHost {
                     i.to_string(),
                     "--config".into(),
                     config.clone(),
+                    "--extensions".into(),
+                    extensions.clone(),
                     "--base-dir".into(),
                     dir.join(format!("sandbox-{i}")).display().to_string(),
                 ],

@@ -61,7 +61,7 @@ const EVOLUTION: &str = "
 After a task that took 5 or more tool calls, hit non-obvious pitfalls, needed the user's \
 corrections, or is likely to recur, offer to save it as a skill, or patch the skill you used.
 - Every skill operation goes through `skill_manage`: `skill_manage(action=\"create\", name=..., content=...)`, \
-`skill_manage(action=\"patch\", name=..., old_string=..., new_string=...)`, `skill_manage(action=\"edit\", ...)`, \
+`skill_manage(action=\"patch\", name=..., find=..., replace=..., expected_count=...)`, `skill_manage(action=\"edit\", ...)`, \
 `skill_manage(action=\"write_file\", ...)`, `skill_manage(action=\"remove_file\", ...)`, `skill_manage(action=\"delete\", ...)`.
 - Never write a SKILL.md into the workspace or the outputs.
 - Prefer patch to edit; confirm with the user before creating; skip one-off tasks.
