@@ -515,6 +515,23 @@ fn a_subagent_catalog_validates_the_parents_promotions_without_changing_them() {
         .all(|t| t.name != "srv_a"));
 }
 
+#[test]
+fn a_subagent_is_not_offered_skill_manage() {
+    let sources = Sources {
+        config: config("skill_evolution:\n  enabled: true\n"),
+        ..Sources::default()
+    };
+    let parent_req = AssemblyRequest::lead();
+    let parent = assemble(&sources, &parent_req).unwrap();
+    assert!(parent.catalog.get("skill_manage").is_some());
+    let child = assemble(
+        &sources,
+        &AssemblyRequest::subagent_of(&parent_req, None, vec![]),
+    )
+    .unwrap();
+    assert!(child.catalog.get("skill_manage").is_none());
+}
+
 #[actix_rt::test]
 async fn concurrent_requests_while_sources_change_always_get_a_consistent_catalog() {
     use actix::Actor;

@@ -803,7 +803,15 @@ impl RunEnv {
                 let extensions = self.feed().last_good_extensions.clone().flatten();
                 crate::run::acp::AcpCalls::from_config(app, extensions.as_deref()).map(Arc::new)
             },
-            skill_manage: crate::run::skill_manage::SkillManageSettings::from_config(app),
+            skill_manage: crate::run::skill_manage::SkillManageSettings::from_config(app).map(
+                |mut settings| {
+                    // A scripted run's scans are answered by its playbook.
+                    if prompt_catalog.is_some() {
+                        settings.moderation_model = moderation_model(app);
+                    }
+                    settings
+                },
+            ),
             ..RunSettings::default()
         })
     }
@@ -879,6 +887,19 @@ fn assembly_request(
     request.builtins.interactive = interactive;
     request.groups = groups;
     request
+}
+
+/// `skill_evolution.moderation_model_name`'s model for `skill_manage`'s LLM scan (`None`:
+/// unset, the run's model scans); one that cannot be built refuses every scan.
+fn moderation_model(app: &AppConfig) -> Option<Arc<dyn ChatModel>> {
+    let name = app.skill_evolution.moderation_model_name.as_deref()?;
+    Some(named_model(app, Some(name)).unwrap_or_else(|e| {
+        tracing::warn!("skill_evolution.moderation_model_name: {e}; skill scans fail");
+        Arc::new(crate::run::skill_manage::UnavailableModel {
+            name: name.to_owned(),
+            reason: e.to_string(),
+        })
+    }))
 }
 
 /// The model of `models:` a run label names (`None`: a playbook, or the first model).

@@ -109,7 +109,7 @@ impl Executor<'_> {
                     let manager = SkillManager {
                         store: self.skills,
                         settings,
-                        model: self.model,
+                        model: settings.moderation_model.as_deref().unwrap_or(self.model),
                         thread_id: &self.context.thread_id,
                     };
                     return manager.execute(call).await;

@@ -98,6 +98,17 @@ pub async fn run_with(
     thread: &str,
     model: Arc<dyn ChatModel>,
 ) -> Vec<(String, String, ToolStatus)> {
+    run_with_settings(data, user, thread, model, SkillManageSettings::default()).await
+}
+
+/// [`run_with`] with `skill_manage`'s settings.
+pub async fn run_with_settings(
+    data: &Data,
+    user: &str,
+    thread: &str,
+    model: Arc<dyn ChatModel>,
+    skill_manage: SkillManageSettings,
+) -> Vec<(String, String, ToolStatus)> {
     let catalog = Arc::new(
         Catalog::build(
             vec![builtins::skill_manage(), builtins::describe_skill()],
@@ -119,7 +130,7 @@ pub async fn run_with(
     };
     let settings = RunSettings {
         skills: data.store(user),
-        skill_manage: Some(SkillManageSettings::default()),
+        skill_manage: Some(skill_manage),
         settle: false,
         ..RunSettings::default()
     };

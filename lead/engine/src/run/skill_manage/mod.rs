@@ -60,11 +60,26 @@ const EXECUTABLE_MARKER: &str = "scripts/";
 const HISTORY_DIR: &str = ".history";
 
 /// `skill_manage`'s configuration: whether it runs at all in this run, the static scan
-/// switch (`skill_scan.enabled`) and `skill_evolution.security_fail_closed`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// switch (`skill_scan.enabled`), `skill_evolution.security_fail_closed`, and the model the
+/// LLM scan asks (`skill_evolution.moderation_model_name`; `None`: the run's own).
+#[derive(Clone)]
 pub struct SkillManageSettings {
     pub static_scan: bool,
     pub fail_closed: bool,
+    pub moderation_model: Option<std::sync::Arc<dyn ChatModel>>,
+}
+
+impl std::fmt::Debug for SkillManageSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SkillManageSettings")
+            .field("static_scan", &self.static_scan)
+            .field("fail_closed", &self.fail_closed)
+            .field(
+                "moderation_model",
+                &self.moderation_model.as_ref().map(|m| m.name().to_owned()),
+            )
+            .finish()
+    }
 }
 
 impl Default for SkillManageSettings {
@@ -72,12 +87,13 @@ impl Default for SkillManageSettings {
         SkillManageSettings {
             static_scan: true,
             fail_closed: true,
+            moderation_model: None,
         }
     }
 }
 
 impl SkillManageSettings {
-    /// `Some` when `skill_evolution.enabled`.
+    /// `Some` when `skill_evolution.enabled`; the scan asks the run's model.
     pub fn from_config(app: &AppConfig) -> Option<Self> {
         app.skill_evolution.enabled.then(|| SkillManageSettings {
             static_scan: app
@@ -87,6 +103,35 @@ impl SkillManageSettings {
                 .and_then(Value::as_bool)
                 .unwrap_or(true),
             fail_closed: app.skill_evolution.security_fail_closed,
+            moderation_model: None,
+        })
+    }
+}
+
+/// The moderation model `skill_evolution.moderation_model_name` names when it cannot be
+/// built (not in `models:`, a missing key): every scan it is asked fails with the reason,
+/// so the write is refused when `security_fail_closed` (DeerFlow's `create_chat_model`
+/// raises there too).
+pub struct UnavailableModel {
+    pub name: String,
+    pub reason: String,
+}
+
+impl ChatModel for UnavailableModel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn complete<'a>(
+        &'a self,
+        _request: super::model::ModelRequest<'a>,
+    ) -> futures::future::BoxFuture<'a, Result<super::model::ModelReply, super::model::ModelError>>
+    {
+        Box::pin(async move {
+            Err(super::model::ModelError::InvalidConfig {
+                model: self.name.clone(),
+                message: self.reason.clone(),
+            })
         })
     }
 }
