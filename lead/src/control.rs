@@ -321,6 +321,28 @@ impl Service for LeadService {
                     }))
                 })
             }
+            Request::Lead(LeadRequest::AnswerElicitation {
+                run_id,
+                id,
+                action,
+                content_json,
+            }) => {
+                let (runs, supervisor) = (self.runs.clone(), self.supervisor.clone());
+                Box::pin(async move {
+                    let answered = crate::run_manager::elicitations::answer(
+                        &runs,
+                        &supervisor,
+                        &run_id,
+                        &id,
+                        action,
+                        content_json,
+                    )
+                    .await;
+                    Ok(Reply::Lead(LeadReply::ElicitationAnswered(
+                        answered.map_err(|e| e.to_string()),
+                    )))
+                })
+            }
             Request::Lead(LeadRequest::SetWorkers { workers }) => {
                 let scaling = self.scaling.clone();
                 Box::pin(async move {

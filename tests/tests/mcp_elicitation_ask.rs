@@ -5,6 +5,8 @@
 //! and the elicitation stays pending; another user cannot answer it (404, as if it did not
 //! exist); the run's user's answer completes the call and the tool result holds the
 //! answered values; a decline gives the server's decline outcome; an unknown id is 404.
+//! The same from the CLI: `antler run` following the run names the elicitation and the
+//! command that answers it, and `antler run --resume RUN --elicitation ID --answer` does.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod lead_support;
@@ -27,7 +29,7 @@ fn playbook(call_id: &str) -> String {
 }
 
 struct Gateway {
-    _cluster: LeadCluster,
+    cluster: LeadCluster,
     addr: String,
 }
 
@@ -61,10 +63,7 @@ impl Gateway {
             "server-everything did not list its 15 tools"
         );
         let addr = cluster.gateway();
-        Gateway {
-            _cluster: cluster,
-            addr,
-        }
+        Gateway { cluster, addr }
     }
 
     fn http(&self, token: &str, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
@@ -216,4 +215,150 @@ fn the_runs_user_answers_an_elicitation_from_the_run_view() {
         result.contains("User declined to provide the requested information"),
         "{result}"
     );
+}
+
+#[test]
+fn antler_run_names_the_elicitation_and_answers_it() {
+    use std::io::BufRead;
+    let g = Gateway::up();
+    let runtime = g.cluster.runtime();
+    let playbook_path = g.cluster.dir.path().join("ask.yaml");
+    std::fs::write(&playbook_path, playbook("ask-cli")).unwrap();
+    let out = antler_tests::antler(
+        &runtime,
+        &[
+            "run",
+            "Collect my details",
+            "--detach",
+            "--user",
+            "alice",
+            "--playbook",
+            &playbook_path.display().to_string(),
+        ],
+    );
+    let submitted: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let run_id = submitted["run_id"].as_str().unwrap().to_owned();
+
+    // A follower without a terminal shows the question and how to answer it.
+    let mut follower = std::process::Command::new(antler_tests::bin("antler"))
+        .arg("--runtime-dir")
+        .arg(&runtime)
+        .args(["run", "--resume", &run_id])
+        .env("RUST_LOG", "error")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(follower.stderr.take().unwrap()).lines();
+    let mut shown = Vec::new();
+    let id = loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("the follower ended: {shown:?}"))
+            .unwrap();
+        shown.push(line.clone());
+        if let Some(rest) = line.split("(elicitation ").nth(1) {
+            assert!(
+                line.contains("everything asks: Please provide inputs"),
+                "{line}"
+            );
+            break rest.trim_end_matches(')').to_owned();
+        }
+    };
+    let hint = lines.next().unwrap().unwrap();
+    assert!(
+        hint.contains(&format!(
+            "antler run --resume {run_id} --elicitation {id} --answer"
+        )),
+        "{hint}"
+    );
+
+    // An answer that is no answer, and one that does not fit: refused, still pending.
+    let answer = |text: &str| {
+        antler_tests::antler(
+            &runtime,
+            &[
+                "run",
+                "--resume",
+                &run_id,
+                "--elicitation",
+                &id,
+                "--answer",
+                text,
+                "--json",
+            ],
+        )
+    };
+    let out = answer("maybe");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("decline, cancel, or a JSON object"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = answer(r#"{"integer": 7}"#);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("required field `name` is missing"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(g.pending(&run_id)["id"], id.as_str());
+
+    // The answer completes the call; the command follows the run to its end.
+    let out = answer(r#"{"name": "Grace Hopper", "integer": 9}"#);
+    let view: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(view["status"], "success", "{view}");
+    let result = g.tool_result(&run_id, "ask-cli");
+    assert!(result.contains("Grace Hopper"), "{result}");
+    assert!(follower.wait().unwrap().success());
+}
+
+#[test]
+fn antler_run_on_a_terminal_asks_the_fields_and_answers() {
+    use std::io::{Read, Write};
+    let g = Gateway::up();
+    let runtime = g.cluster.runtime();
+    let run_id = g.start("ask-tty");
+    g.pending(&run_id);
+    // `script` gives `antler run` a terminal; what is typed: Enter (answer it), a name,
+    // then Enter for every other field (left out).
+    let command = format!(
+        "'{}' --runtime-dir '{}' run --resume {run_id}",
+        antler_tests::bin("antler").display(),
+        runtime.display()
+    );
+    let mut follower = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("RUST_LOG", "error")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = follower.stdin.take().unwrap();
+    stdin.write_all(b"\nAda Byron\n").unwrap();
+    stdin.write_all(&[b'\n'; 40]).unwrap();
+    stdin.flush().unwrap();
+    let view = g.ended(&run_id);
+    drop(stdin);
+    let mut shown = String::new();
+    follower
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut shown)
+        .unwrap();
+    let _ = follower.wait();
+    assert_eq!(view["status"], "success", "{view}\n{shown}");
+    assert!(
+        shown.contains("everything asks: Please provide inputs"),
+        "{shown}"
+    );
+    assert!(shown.contains("(answered)"), "{shown}");
+    let result = g.tool_result(&run_id, "ask-tty");
+    assert!(result.contains("Ada Byron"), "{result}");
 }

@@ -52,9 +52,15 @@ pub struct RunArgs {
     /// driving it).
     #[arg(long, conflicts_with = "task")]
     pub resume: Option<String>,
-    /// With --resume: the answer to the run's clarification question.
+    /// With --resume: the answer to the run's clarification question; with --elicitation,
+    /// the answer to that MCP elicitation (`decline`, `cancel`, or a JSON object of the
+    /// requested fields).
     #[arg(long, requires = "resume")]
     pub answer: Option<String>,
+    /// With --resume and --answer: the id of the MCP elicitation the run waits on (shown
+    /// by `antler run`, and in the run's view) that --answer answers.
+    #[arg(long, requires = "answer")]
+    pub elicitation: Option<String>,
     /// config.yaml (default: found as `antler up` finds it).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -115,10 +121,16 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
             bail!("--detach needs a running cluster (antler up): an ephemeral one ends with this command");
         }
         let result = async {
+            if let (Some(run_id), Some(id), Some(text)) =
+                (&args.resume, &args.elicitation, &args.answer)
+            {
+                answer_elicitation(&client.connection, run_id, id, text).await?;
+            }
             let request = match &args.resume {
                 Some(run_id) => LeadRequest::ResumeRun {
                     run_id: run_id.clone(),
-                    answer: args.answer.clone(),
+                    // An elicitation's answer is not the clarification's.
+                    answer: args.answer.clone().filter(|_| args.elicitation.is_none()),
                     playbook: playbook.clone(),
                 },
                 None => LeadRequest::SubmitRun(RunSubmission {
@@ -150,7 +162,7 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("run {run_id}");
             }
             loop {
-                let view = follow(&client, &run_id, args.trace, args.json).await?;
+                let view = follow(&client, &run_id, args.trace, args.json, interactive).await?;
                 if view["status"] == "running" {
                     // The lead is still preparing the run (a resume after its restart):
                     // its events are not there yet.
@@ -207,6 +219,7 @@ async fn follow(
     run_id: &str,
     trace: bool,
     quiet: bool,
+    interactive: bool,
 ) -> anyhow::Result<Value> {
     let mut stream = client
         .connection
@@ -249,6 +262,9 @@ async fn follow(
                 } else if !quiet {
                     if let Ok(event) = serde_json::from_str::<Value>(&json) {
                         print_event(&event);
+                        if event["event"] == "elicitation" {
+                            elicited(&client.connection, run_id, &event, interactive);
+                        }
                     }
                 }
             }
@@ -279,6 +295,22 @@ fn print_event(event: &Value) {
         Some("warning") => eprintln!("! {}", text("message")),
         Some("task") => print_task_event(event),
         Some("acp_activity") => print_acp_activity(event),
+        Some("elicitation") => {
+            let clean = |key: &str| -> String {
+                text(key)
+                    .chars()
+                    .filter(|c| !c.is_control())
+                    .take(300)
+                    .collect()
+            };
+            eprintln!(
+                "  ? [{}] {} asks: {} (elicitation {})",
+                clean("tool_call_id"),
+                clean("server"),
+                clean("message"),
+                clean("id")
+            );
+        }
         _ => {}
     }
 }
@@ -363,6 +395,138 @@ fn print_task_event(event: &Value) {
 }
 
 /// Shows the clarification question and reads the answer from the terminal.
+/// Sends the answer `text` to elicitation `id` of `run_id`.
+async fn answer_elicitation(
+    connection: &antler_protocol::Connection,
+    run_id: &str,
+    id: &str,
+    text: &str,
+) -> anyhow::Result<()> {
+    let (action, content_json) = crate::run_manager::elicitations::parse_answer(text)
+        .map_err(|e| anyhow::anyhow!("--answer: {e}"))?;
+    let reply = connection
+        .request(
+            Request::Lead(LeadRequest::AnswerElicitation {
+                run_id: run_id.to_owned(),
+                id: id.to_owned(),
+                action,
+                content_json,
+            }),
+            TraceContext::new_root(),
+            SUBMIT_TIMEOUT,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    match reply {
+        Reply::Lead(LeadReply::ElicitationAnswered(Ok(()))) => Ok(()),
+        Reply::Lead(LeadReply::ElicitationAnswered(Err(why))) => bail!("{why}"),
+        other => bail!("unexpected reply from the lead: {other:?}"),
+    }
+}
+
+/// An MCP server asks the run's user (policy `ask`): on a terminal the questions are asked
+/// here, one per requested field, off the events' task (the run's events keep coming);
+/// otherwise the command that answers is printed.
+fn elicited(
+    connection: &antler_protocol::Connection,
+    run_id: &str,
+    event: &Value,
+    interactive: bool,
+) {
+    let id = event["id"].as_str().unwrap_or_default().to_owned();
+    if !interactive {
+        eprintln!(
+            "    (answer with: antler run --resume {run_id} --elicitation {id} --answer '{{...}}' | decline | cancel)"
+        );
+        return;
+    }
+    let (connection, run_id, event) = (connection.clone(), run_id.to_owned(), event.clone());
+    actix::spawn(async move {
+        let asked = tokio::task::spawn_blocking(move || ask_fields(&event)).await;
+        let text = match asked {
+            Ok(Ok(text)) => text,
+            _ => return,
+        };
+        match answer_elicitation(&connection, &run_id, &id, &text).await {
+            Ok(()) => eprintln!("    (answered)"),
+            Err(e) => eprintln!(
+                "    ({e}; answer again with: antler run --resume {run_id} --elicitation {id} --answer '{{...}}')"
+            ),
+        }
+    });
+}
+
+/// Asks for each field of an elicitation's requested schema on the terminal; the answer
+/// as `--answer` takes it.
+fn ask_fields(event: &Value) -> anyhow::Result<String> {
+    let clean = |v: &Value| -> String {
+        v.as_str()
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| !c.is_control() || *c == '\n')
+            .collect()
+    };
+    let read = || -> anyhow::Result<String> {
+        std::io::stderr().flush()?;
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line)?;
+        Ok(line.trim().to_owned())
+    };
+    eprintln!(
+        "\n{} asks: {}",
+        clean(&event["server"]),
+        clean(&event["message"])
+    );
+    eprint!("answer it? [Enter: yes, d: decline, c: cancel] ");
+    match read()?.as_str() {
+        "d" | "decline" => return Ok("decline".into()),
+        "c" | "cancel" => return Ok("cancel".into()),
+        _ => {}
+    }
+    let schema = &event["requested_schema"];
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut content = serde_json::Map::new();
+    if let Some(properties) = schema["properties"].as_object() {
+        for (name, property) in properties {
+            let title = property["title"].as_str().unwrap_or(name);
+            let kind = property["type"].as_str().unwrap_or("string");
+            let default = &property["default"];
+            let mut label = format!("  {}", clean(&Value::String(title.to_owned())));
+            if let Some(options) = property["enum"].as_array() {
+                let options: Vec<String> = options.iter().map(&clean).collect();
+                label.push_str(&format!(" [{}]", options.join("/")));
+            } else {
+                label.push_str(&format!(" ({kind})"));
+            }
+            if !default.is_null() {
+                label.push_str(&format!(", default {default}"));
+            }
+            if required.contains(&name.as_str()) {
+                label.push('*');
+            }
+            eprint!("{label}: ");
+            let line = read()?;
+            if line.is_empty() {
+                continue;
+            }
+            let value = match kind {
+                "integer" => line.parse::<i64>().map(Value::from).ok(),
+                "number" => line.parse::<f64>().ok().map(Value::from),
+                "boolean" => Some(Value::Bool(matches!(
+                    line.to_ascii_lowercase().as_str(),
+                    "y" | "yes" | "true" | "1"
+                ))),
+                _ => Some(Value::String(line.clone())),
+            };
+            content.insert(name.clone(), value.unwrap_or(Value::String(line)));
+        }
+    }
+    Ok(Value::Object(content).to_string())
+}
+
 fn ask(question: &str) -> anyhow::Result<String> {
     eprintln!("\n{question}\n");
     eprint!("> ");

@@ -4,24 +4,12 @@
 //! as the run's user: 200 once taken, 404 for an id the run is not waiting on, 400 for
 //! content that does not fit the requested schema (it stays pending).
 
-use std::time::Duration;
-
 use actix_web::{http::StatusCode, web, HttpRequest, HttpResponse};
-use antler_protocol::{
-    messages::{
-        ElicitationAction, ElicitationRefusal, McpElicitationAnswer, McpReply, McpRequest, Reply,
-        Request,
-    },
-    Role,
-};
+use antler_protocol::messages::ElicitationAction;
 use serde_json::{json, Value};
 
 use super::{error, guard, State, VisibleRun, MAX_ANSWER_BODY};
-use crate::run::hosts::ToolHosts;
-use crate::run_manager::{hosts::LinkHosts, manager::GetElicitations};
-
-/// How long mcp-host gets to take an answer.
-const ANSWER_DEADLINE: Duration = Duration::from_secs(10);
+use crate::run_manager::elicitations::AnswerError;
 
 /// The answer's action and content, or why the body is not one.
 fn parse(body: &[u8]) -> Result<(ElicitationAction, Option<String>), String> {
@@ -60,56 +48,21 @@ pub async fn answer(
         Ok(answer) => answer,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
-    let not_pending = || {
-        error(
-            StatusCode::NOT_FOUND,
-            format!("run {run_id} is not waiting on an elicitation '{id}'"),
-        )
-    };
-    let run = match state
-        .runs
-        .manager
-        .send(GetElicitations(run_id.clone()))
-        .await
-    {
-        Ok(Some(run)) => run,
-        Ok(None) => return not_pending(),
-        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-    };
-    if run.pending.get(&id).is_none() {
-        return not_pending();
-    }
-    let request = McpRequest::AnswerElicitation(McpElicitationAnswer {
-        id: id.clone(),
-        user: run.user,
-        thread: run.thread,
-        run_id: run_id.clone(),
+    match crate::run_manager::elicitations::answer(
+        &state.runs.manager,
+        &state.supervisor,
+        &run_id,
+        &id,
         action,
         content_json,
-    });
-    let hosts = LinkHosts::new(state.supervisor.clone());
-    match hosts
-        .request(Role::McpHost, Request::Mcp(request), ANSWER_DEADLINE)
-        .await
+    )
+    .await
     {
-        Ok(Reply::Mcp(McpReply::ElicitationAnswered(Ok(())))) => {
-            run.pending.answered(&id);
-            HttpResponse::Ok().json(json!({"run_id": run_id, "id": id, "action": action}))
-        }
-        Ok(Reply::Mcp(McpReply::ElicitationAnswered(Err(ElicitationRefusal::Unknown(_))))) => {
-            // mcp-host no longer holds it (its call ended): nor does the run.
-            run.pending.answered(&id);
-            not_pending()
-        }
-        Ok(Reply::Mcp(McpReply::ElicitationAnswered(Err(e @ ElicitationRefusal::Invalid(_))))) => {
-            error(StatusCode::BAD_REQUEST, e.to_string())
-        }
-        Ok(other) => error(
-            StatusCode::BAD_GATEWAY,
-            format!("unexpected reply from mcp-host: {other:?}"),
-        ),
-        Err(e) if e.is_unavailable() => error(StatusCode::SERVICE_UNAVAILABLE, e.message),
-        Err(e) => error(StatusCode::BAD_GATEWAY, e.message),
+        Ok(()) => HttpResponse::Ok().json(json!({"run_id": run_id, "id": id, "action": action})),
+        Err(e @ AnswerError::NotPending { .. }) => error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(AnswerError::Invalid(why)) => error(StatusCode::BAD_REQUEST, why),
+        Err(AnswerError::Unavailable(why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
+        Err(AnswerError::Failed(why)) => error(StatusCode::BAD_GATEWAY, why),
     }
 }
 

@@ -96,3 +96,106 @@ mod tests {
         assert_eq!(p.view(), json!([]));
     }
 }
+
+/// Why an answer to an elicitation was not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    /// The run does not wait on this id (answered, expired, never asked, or not this run).
+    #[error("run {run_id} is not waiting on an elicitation '{id}'")]
+    NotPending { run_id: String, id: String },
+    /// The content does not fit the requested schema; the elicitation stays pending.
+    #[error("{0}")]
+    Invalid(String),
+    /// mcp-host or the run manager could not be had now.
+    #[error("{0}")]
+    Unavailable(String),
+    /// mcp-host answered out of protocol.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// How long mcp-host gets to take an answer.
+const ANSWER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Hands the run's user's answer to elicitation `id` of `run_id` to the mcp-host replica of
+/// the run's thread (the gateway's `POST /api/runs/{id}/elicitations/{eid}` and the CLI's
+/// `antler run --resume RUN --elicitation ID --answer ...`).
+pub async fn answer(
+    manager: &actix::Addr<super::manager::RunManager>,
+    supervisor: &actix::Addr<crate::supervisor::Supervisor>,
+    run_id: &str,
+    id: &str,
+    action: antler_protocol::messages::ElicitationAction,
+    content_json: Option<String>,
+) -> Result<(), AnswerError> {
+    use crate::run::hosts::ToolHosts;
+    use antler_protocol::messages::{
+        ElicitationRefusal, McpElicitationAnswer, McpReply, McpRequest, Reply, Request,
+    };
+    let not_pending = || AnswerError::NotPending {
+        run_id: run_id.to_owned(),
+        id: id.to_owned(),
+    };
+    let run = manager
+        .send(super::manager::GetElicitations(run_id.to_owned()))
+        .await
+        .map_err(|e| AnswerError::Unavailable(e.to_string()))?
+        .ok_or_else(not_pending)?;
+    if run.pending.get(id).is_none() {
+        return Err(not_pending());
+    }
+    let request = McpRequest::AnswerElicitation(McpElicitationAnswer {
+        id: id.to_owned(),
+        user: run.user,
+        thread: run.thread,
+        run_id: run_id.to_owned(),
+        action,
+        content_json,
+    });
+    let hosts = super::hosts::LinkHosts::new(supervisor.clone());
+    match hosts
+        .request(
+            antler_protocol::Role::McpHost,
+            Request::Mcp(request),
+            ANSWER_DEADLINE,
+        )
+        .await
+    {
+        Ok(Reply::Mcp(McpReply::ElicitationAnswered(Ok(())))) => {
+            run.pending.answered(id);
+            Ok(())
+        }
+        Ok(Reply::Mcp(McpReply::ElicitationAnswered(Err(ElicitationRefusal::Unknown(_))))) => {
+            // mcp-host no longer holds it (its call ended): nor does the run.
+            run.pending.answered(id);
+            Err(not_pending())
+        }
+        Ok(Reply::Mcp(McpReply::ElicitationAnswered(Err(e @ ElicitationRefusal::Invalid(_))))) => {
+            Err(AnswerError::Invalid(e.to_string()))
+        }
+        Ok(other) => Err(AnswerError::Failed(format!(
+            "unexpected reply from mcp-host: {other:?}"
+        ))),
+        Err(e) if e.is_unavailable() => Err(AnswerError::Unavailable(e.message)),
+        Err(e) => Err(AnswerError::Failed(e.message)),
+    }
+}
+
+/// An answer given as text (the CLI's `--answer`): `decline`, `cancel`, or a JSON object
+/// of the requested fields (accept).
+pub fn parse_answer(
+    text: &str,
+) -> Result<(antler_protocol::messages::ElicitationAction, Option<String>), String> {
+    use antler_protocol::messages::ElicitationAction;
+    match text.trim() {
+        "decline" => Ok((ElicitationAction::Decline, None)),
+        "cancel" => Ok((ElicitationAction::Cancel, None)),
+        other => match serde_json::from_str::<Value>(other) {
+            Ok(v @ Value::Object(_)) => Ok((ElicitationAction::Accept, Some(v.to_string()))),
+            _ => Err(
+                "an elicitation's answer is decline, cancel, or a JSON object of the requested fields"
+                    .to_owned(),
+            ),
+        },
+    }
+}

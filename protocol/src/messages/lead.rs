@@ -41,6 +41,15 @@ pub enum LeadRequest {
     /// ends `error` with "the run was cancelled" and its subagent tasks are cancelled.
     /// The reply is `RunCancelled`.
     CancelRun { run_id: String },
+    /// Answers elicitation `id` that an MCP call of `run_id` waits on (policy `ask`), as
+    /// the run's user: `content_json` is the requested fields when `action` is accept.
+    /// The reply is `ElicitationAnswered`.
+    AnswerElicitation {
+        run_id: String,
+        id: String,
+        action: super::ElicitationAction,
+        content_json: Option<String>,
+    },
     /// Change the number of subagent workers (1 to `MAX_WORKERS`): new workers are
     /// started; removed ones (highest indexes first) take no new task, finish theirs and
     /// are stopped. The reply (`Workers`) comes once the change is done.
@@ -74,6 +83,9 @@ pub enum LeadReply {
     },
     /// The subagent workers after a `SetWorkers`.
     Workers(Vec<ProcessStatus>),
+    /// How an `AnswerElicitation` went: `Err` says why it was not taken (not pending, or
+    /// content that does not fit the schema: it stays pending).
+    ElicitationAnswered(Result<(), String>),
 }
 
 /// A run to start.
