@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use antler_engine::run::hosts::{call_link, HostError, ToolHosts};
+use antler_engine::run::hosts::{call_link, stream_link, HostError, ToolHosts};
 use antler_protocol::{
     handshake::{Identity, Role},
     link::HostLink,
@@ -123,6 +123,34 @@ impl ToolHosts for TaskHosts {
                 )));
             };
             call_link(role, &link, request, timeout).await
+        })
+    }
+
+    /// A task's MCP calls stream their server's elicitations: the worker relays them to
+    /// the parent run as task events, so its user can answer.
+    fn relays_items(&self) -> bool {
+        self.mcp.is_some()
+    }
+
+    fn request_items<'a>(
+        &'a self,
+        role: Role,
+        request: Request,
+        timeout: Duration,
+        items: &'a (dyn Fn(Reply) + Send + Sync),
+    ) -> BoxFuture<'a, Result<Reply, HostError>> {
+        let link = match role {
+            Role::SandboxHost => self.sandbox.clone(),
+            Role::McpHost => self.mcp.clone(),
+            _ => None,
+        };
+        Box::pin(async move {
+            let Some(link) = link else {
+                return Err(HostError::failed(format!(
+                    "this worker has no link to {role}"
+                )));
+            };
+            stream_link(role, &link, request, timeout, items).await
         })
     }
 }

@@ -7,6 +7,7 @@
 //! answered values; a decline gives the server's decline outcome; an unknown id is 404.
 //! The same from the CLI: `antler run` following the run names the elicitation and the
 //! command that answers it, and `antler run --resume RUN --elicitation ID --answer` does.
+//! A subagent's call on a worker asks the parent run's user the same way.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod lead_support;
@@ -35,6 +36,10 @@ struct Gateway {
 
 impl Gateway {
     fn up() -> Gateway {
+        Self::up_with_workers(0)
+    }
+
+    fn up_with_workers(workers: u32) -> Gateway {
         let config = format!(
             "antler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice}}\n      - {{token: {BOB}, user: bob}}\n"
         );
@@ -44,10 +49,11 @@ impl Gateway {
             "args": ["stdio"],
             "elicitation": "ask",
         }}});
-        let cluster = LeadCluster::up_with_files(
+        let cluster = LeadCluster::up_with_workers(
             &config,
             &[("extensions_config.json", &servers.to_string())],
             &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")],
+            workers,
         );
         // server-everything adds its eliciting tool once it knows the client can answer.
         let listed = wait_for(Duration::from_secs(30), || {
@@ -361,4 +367,41 @@ fn antler_run_on_a_terminal_asks_the_fields_and_answers() {
     assert!(shown.contains("(answered)"), "{shown}");
     let result = g.tool_result(&run_id, "ask-tty");
     assert!(result.contains("Ada Byron"), "{result}");
+}
+
+#[test]
+fn a_subagents_call_asks_the_parent_runs_user() {
+    let g = Gateway::up_with_workers(1);
+    let playbook = "turns:\n  - tool_calls:\n      - {id: delegate, name: task, args: {description: details, prompt: Collect the details., subagent_type: general-purpose}}\n  - content: Delegated.\nsubagents:\n  details:\n    turns:\n      - tool_calls:\n          - {id: ask-sub, name: everything_trigger-elicitation-request, args: {}}\n      - content: Collected.\n";
+    let body = json!({"task": "Delegate it", "playbook_yaml": playbook, "subagents": true});
+    let (code, reply) = g.http(ALICE, "POST", "/api/runs", Some(&body.to_string()));
+    assert_eq!(code, 201, "{reply}");
+    let run_id = reply["run_id"].as_str().unwrap().to_owned();
+    // The worker's call waits on the parent run's user, who sees it in the parent's view.
+    let asked = g.pending(&run_id);
+    assert_eq!(asked["server"], "everything");
+    assert_eq!(asked["requested_schema"]["required"], json!(["name"]));
+    let id = asked["id"].as_str().unwrap().to_owned();
+    let (code, reply) = g.answer(BOB, &run_id, &id, json!({"action": "decline"}));
+    assert_eq!(code, 404, "{reply}");
+    let (code, reply) = g.answer(
+        ALICE,
+        &run_id,
+        &id,
+        json!({"action": "accept", "content": {"name": "Katherine Johnson"}}),
+    );
+    assert_eq!(code, 200, "{reply}");
+    let view = g.ended(&run_id);
+    assert_eq!(view["status"], "success", "{view}");
+    // The parent's events carry the task's elicitation, then the subagent's call
+    // completing with the answer, and nothing waits any more.
+    let (code, events) = g.http(ALICE, "GET", &format!("/api/runs/{run_id}/events"), None);
+    assert_eq!(code, 200, "{events}");
+    let text = events.to_string();
+    assert!(text.contains(r#"\"type\":\"task_elicitation\""#), "{text}");
+    assert!(
+        text.contains(r#"\"call_id\":\"ask-sub\",\"error\":false"#),
+        "{text}"
+    );
+    assert_eq!(view["elicitations"], json!([]), "{view}");
 }

@@ -262,7 +262,9 @@ async fn follow(
                 } else if !quiet {
                     if let Ok(event) = serde_json::from_str::<Value>(&json) {
                         print_event(&event);
-                        if event["event"] == "elicitation" {
+                        let asks = event["event"] == "elicitation"
+                            || (event["event"] == "task" && event["type"] == "task_elicitation");
+                        if asks {
                             elicited(&client.connection, run_id, &event, interactive);
                         }
                     }
@@ -370,6 +372,21 @@ fn print_task_event(event: &Value) {
             event["worker"].as_str().unwrap_or("a worker")
         ),
         Some("task_waiting") => eprintln!("    ↳ [{id}] waiting for a free worker slot"),
+        Some("task_elicitation") => {
+            let clean = |key: &str| -> String {
+                text(key)
+                    .chars()
+                    .filter(|c| !c.is_control())
+                    .take(300)
+                    .collect()
+            };
+            eprintln!(
+                "    ↳ [{id}] ? {} asks: {} (elicitation {})",
+                clean("server"),
+                clean("message"),
+                clean("id")
+            );
+        }
         Some("task_tool") if event["error"] == true => eprintln!(
             "    ↳ [{id}] ✗ {}: {}",
             text("name"),

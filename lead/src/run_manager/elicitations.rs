@@ -15,9 +15,13 @@ pub struct PendingElicitation {
     pub server: String,
     pub message: String,
     pub requested_schema: Value,
-    /// The call that waits on it.
+    /// The call that waits on it (for a subagent's call: the parent's `task` call).
     #[serde(skip)]
     pub tool_call_id: String,
+    /// The run id mcp-host knows the waiting call by, when it is not this run's (a
+    /// subagent task's own run id).
+    #[serde(skip)]
+    pub mcp_run_id: Option<String>,
 }
 
 /// The pending elicitations of one run, in the order they were asked.
@@ -75,6 +79,7 @@ mod tests {
             message: "name?".into(),
             requested_schema: json!({"type": "object", "properties": {}}),
             tool_call_id: call.into(),
+            mcp_run_id: None,
         }
     }
 
@@ -141,14 +146,14 @@ pub async fn answer(
         .await
         .map_err(|e| AnswerError::Unavailable(e.to_string()))?
         .ok_or_else(not_pending)?;
-    if run.pending.get(id).is_none() {
+    let Some(pending) = run.pending.get(id) else {
         return Err(not_pending());
-    }
+    };
     let request = McpRequest::AnswerElicitation(McpElicitationAnswer {
         id: id.to_owned(),
         user: run.user,
         thread: run.thread,
-        run_id: run_id.to_owned(),
+        run_id: pending.mcp_run_id.unwrap_or_else(|| run_id.to_owned()),
         action,
         content_json,
     });

@@ -957,8 +957,28 @@ fn event_sink(
             } => metrics.tokens(*usage),
             RunEvent::ModelFinished { .. }
             | RunEvent::AssistantMessage { .. }
-            | RunEvent::AcpActivity { .. }
-            | RunEvent::Task { .. } => {}
+            | RunEvent::AcpActivity { .. } => {}
+            // A subagent's MCP call asks the parent run's user.
+            RunEvent::Task {
+                tool_call_id,
+                task:
+                    antler_engine::run::task::TaskEvent::TaskElicitation {
+                        run_id,
+                        id,
+                        server,
+                        message,
+                        requested_schema,
+                        ..
+                    },
+            } => elicitations.asked(PendingElicitation {
+                id: id.clone(),
+                server: server.clone(),
+                message: message.clone(),
+                requested_schema: requested_schema.clone(),
+                tool_call_id: tool_call_id.clone(),
+                mcp_run_id: Some(run_id.clone()),
+            }),
+            RunEvent::Task { .. } => {}
             RunEvent::Elicitation {
                 tool_call_id,
                 id,
@@ -971,6 +991,7 @@ fn event_sink(
                 message: message.clone(),
                 requested_schema: requested_schema.clone(),
                 tool_call_id: tool_call_id.clone(),
+                mcp_run_id: None,
             }),
             RunEvent::ToolStarted { tool_call_id, .. } => {
                 timing

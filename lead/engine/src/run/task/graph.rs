@@ -120,6 +120,7 @@ pub async fn drive_task(
         Err(e) => return refused(e.to_string()),
     };
     let task_id = spec.tool_call_id.clone();
+    let task_run = task_run_id(&spec.run_id, &spec.tool_call_id);
     let reporter_model = model_name.clone();
     let reporter = Arc::clone(&events);
     run.on_event(move |event| match event {
@@ -146,6 +147,20 @@ pub async fn drive_task(
             call_id: tool_call_id.clone(),
             error: *error,
             message: message.clone(),
+        }),
+        RunEvent::Elicitation {
+            id,
+            server,
+            message,
+            requested_schema,
+            ..
+        } => reporter(TaskEvent::TaskElicitation {
+            task_id: task_id.clone(),
+            run_id: task_run.clone(),
+            id: id.clone(),
+            server: server.clone(),
+            message: message.clone(),
+            requested_schema: requested_schema.clone(),
         }),
         _ => {}
     });

@@ -266,6 +266,17 @@ pub enum TaskEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         message: Option<String>,
     },
+    /// An MCP server the subagent called asks the parent run's user (policy `ask`):
+    /// answered as the parent run's elicitation; `run_id` is the task's own run id, by
+    /// which mcp-host knows the waiting call.
+    TaskElicitation {
+        task_id: String,
+        run_id: String,
+        id: String,
+        server: String,
+        message: String,
+        requested_schema: serde_json::Value,
+    },
     TaskCompleted {
         task_id: String,
         result: TaskResult,
