@@ -516,20 +516,24 @@ fn a_subagent_catalog_validates_the_parents_promotions_without_changing_them() {
 }
 
 #[test]
-fn a_subagent_is_not_offered_skill_manage() {
+fn a_subagent_is_not_offered_skill_manage_or_invoke_acp_agent() {
     let sources = Sources {
-        config: config("skill_evolution:\n  enabled: true\n"),
+        config: config(
+            "skill_evolution:\n  enabled: true\nacp_agents:\n  coder:\n    command: coder-acp\n    description: Writes code\n",
+        ),
         ..Sources::default()
     };
     let parent_req = AssemblyRequest::lead();
     let parent = assemble(&sources, &parent_req).unwrap();
     assert!(parent.catalog.get("skill_manage").is_some());
+    assert!(parent.catalog.get("invoke_acp_agent").is_some());
     let child = assemble(
         &sources,
         &AssemblyRequest::subagent_of(&parent_req, None, vec![]),
     )
     .unwrap();
     assert!(child.catalog.get("skill_manage").is_none());
+    assert!(child.catalog.get("invoke_acp_agent").is_none());
 }
 
 #[actix_rt::test]

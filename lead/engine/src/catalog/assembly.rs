@@ -258,19 +258,22 @@ impl AssemblyRequest {
 
     /// The request for a subagent of a run made with `parent` (spec 1.3): subagents off,
     /// no upload tool, the parent's groups and principal, plus the subagent's own lists.
-    /// Unlike DeerFlow, a subagent is never offered `skill_manage`: skill writes are the
+    /// Unlike DeerFlow, a subagent is never offered `skill_manage` (skill writes are the
     /// lead's, whose per-(user, skill) lock serialises them, and a worker has neither that
-    /// lock nor, in a cluster, the skills volume.
+    /// lock nor, in a cluster, the skills volume) nor `invoke_acp_agent` (a worker's task
+    /// does not carry the lead's ACP settings: the session's MCP servers and deadlines).
     pub fn subagent_of(
         parent: &AssemblyRequest,
         allowed: Option<Vec<String>>,
         mut disallowed: Vec<String>,
     ) -> Self {
-        if !disallowed
-            .iter()
-            .any(|t| t == super::builtins::SKILL_MANAGE)
-        {
-            disallowed.push(super::builtins::SKILL_MANAGE.to_owned());
+        for lead_only in [
+            super::builtins::SKILL_MANAGE,
+            super::builtins::INVOKE_ACP_AGENT,
+        ] {
+            if !disallowed.iter().any(|t| t == lead_only) {
+                disallowed.push(lead_only.to_owned());
+            }
         }
         AssemblyRequest {
             groups: parent.groups.clone(),
