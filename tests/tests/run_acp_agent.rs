@@ -80,22 +80,6 @@ fn simple_agent_v2() -> PathBuf {
     target.join("debug/examples/simple_agent_v2")
 }
 
-fn tool_messages(store: &Path, run_id: &str) -> Vec<Value> {
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(
-            "import sqlite3,sys,json;c=sqlite3.connect(sys.argv[1]);\
-             s=json.loads(c.execute('select state from checkpoints where run_id=? order by step desc limit 1',(sys.argv[2],)).fetchone()[0]);\
-             print(json.dumps([m for m in s['messages'] if m['role']=='tool']))",
-        )
-        .arg(store)
-        .arg(run_id)
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
-}
-
 /// The content of the tool message answering `call`.
 fn answer<'a>(tools: &'a [Value], call: &str) -> (&'a str, &'a str) {
     let m = tools
@@ -211,7 +195,7 @@ turns:
     assert_eq!(view["status"], "success", "{view}\n{stderr}");
     let run_id = view["run_id"].as_str().unwrap();
     let thread = view["thread"].as_str().unwrap();
-    let tools = tool_messages(&d.join("run/runs.sqlite"), run_id);
+    let tools = model_support::tool_messages(&d.join("run/runs.sqlite"), run_id);
 
     // Approved: the agent's whole text, its permission request answered allow_once.
     let (text, status) = answer(&tools, "yes");
@@ -325,7 +309,8 @@ turns:
     .unwrap();
     let (view, stderr) = model_support::antler_run(d, &["Echo", "--playbook", &playbook_path]);
     assert_eq!(view["status"], "success", "{view}\n{stderr}");
-    let tools = tool_messages(&d.join("run/runs.sqlite"), view["run_id"].as_str().unwrap());
+    let tools =
+        model_support::tool_messages(&d.join("run/runs.sqlite"), view["run_id"].as_str().unwrap());
     assert_eq!(answer(&tools, "v2"), ("Echo: Hello from Antler", "success"));
     assert_eq!(processes_under(&d.join("base")), Vec::<String>::new());
 }

@@ -10,8 +10,6 @@ mod model_support;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
@@ -72,22 +70,6 @@ fn site(_path: &str, _body: &str) -> (&'static str, String) {
     ("text/html", "<html><head><title>Supervision trees</title></head><body><nav>Home | Blog | Login</nav><article><h1>Supervision trees</h1><p>A supervisor restarts the actors under it when they fail, so one crash never takes the whole system down with it.</p></article><footer>Cookie policy</footer></body></html>".to_owned())
 }
 
-fn tool_messages(store: &Path, run_id: &str) -> Vec<Value> {
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(
-            "import sqlite3,sys,json;c=sqlite3.connect(sys.argv[1]);\
-             s=json.loads(c.execute('select state from checkpoints where run_id=? order by step desc limit 1',(sys.argv[2],)).fetchone()[0]);\
-             print(json.dumps([m for m in s['messages'] if m['role']=='tool']))",
-        )
-        .arg(store)
-        .arg(run_id)
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
-}
-
 #[test]
 fn deerflow_shaped_web_entries_search_and_fetch_in_a_run() {
     let (api_port, api_seen) = stand_in(tavily);
@@ -120,7 +102,8 @@ turns:
     let (view, _) =
         model_support::antler_run(d, &["Research actors", "--playbook", &playbook_path]);
     assert_eq!(view["status"], "success", "{view}");
-    let tools = tool_messages(&d.join("run/runs.sqlite"), view["run_id"].as_str().unwrap());
+    let tools =
+        model_support::tool_messages(&d.join("run/runs.sqlite"), view["run_id"].as_str().unwrap());
     let contents: Vec<&str> = tools
         .iter()
         .map(|m| m["content"].as_str().unwrap())

@@ -10,41 +10,19 @@
 mod sandbox_support;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use antler_lead::run::builtins::present_files;
 use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
-use antler_lead::run::hosts::{HostError, ToolHosts};
+use antler_lead::run::hosts::ToolHosts;
 use antler_lead::run::middleware::output_budget::OutputBudget;
 use antler_lead::run::settlement::{DeliveryReceipt, OutputsSnapshot};
 use antler_lead::run::state::{Message, StateUpdate, ToolCall};
 use antler_lead::run::thread_files::ThreadFilesMode;
 use antler_lead::run::view_image::{images_for_next_call, view_image};
 use antler_lead::run_manager::manager::{read_artifact, ArtifactContent};
-use antler_protocol::messages::{Reply, Request, ThreadFileError};
-use antler_protocol::{Connection, Role, TraceContext};
-use futures::future::BoxFuture;
-use sandbox_support::{SandboxHost, LOCAL_CONFIG};
+use antler_protocol::messages::ThreadFileError;
+use sandbox_support::{DirectHosts, SandboxHost, LOCAL_CONFIG};
 use serde_json::json;
-
-/// Requests straight to one sandbox-host over the real protocol.
-struct DirectHosts(Connection);
-
-impl ToolHosts for DirectHosts {
-    fn request(
-        &self,
-        role: Role,
-        request: Request,
-        timeout: Duration,
-    ) -> BoxFuture<'_, Result<Reply, HostError>> {
-        Box::pin(async move {
-            self.0
-                .request(request, TraceContext::new_root(), timeout)
-                .await
-                .map_err(|e| HostError::from_rpc(role, e))
-        })
-    }
-}
 
 const PNG: &[u8] = &[0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1A, b'\n', 1, 2, 3];
 

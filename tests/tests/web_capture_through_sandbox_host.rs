@@ -14,36 +14,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use antler_lead::run::context::ThreadPaths;
-use antler_lead::run::hosts::{HostError, ToolHosts};
+use antler_lead::run::hosts::ToolHosts;
 use antler_lead::run::settlement::{DeliveryReceipt, OutputsSnapshot};
 use antler_lead::run::state::{Message, ToolCall};
 use antler_lead::run::thread_files::ThreadFilesMode;
 use antler_lead::run::web::WebTools;
 use antler_protocol::config::ToolConfig;
-use antler_protocol::messages::{Reply, Request};
-use antler_protocol::{Connection, Role, TraceContext};
-use futures::future::BoxFuture;
-use sandbox_support::{SandboxHost, LOCAL_CONFIG};
+use sandbox_support::{DirectHosts, SandboxHost, LOCAL_CONFIG};
 use serde_json::json;
-
-/// Requests straight to one sandbox-host over the real protocol.
-struct DirectHosts(Connection);
-
-impl ToolHosts for DirectHosts {
-    fn request(
-        &self,
-        role: Role,
-        request: Request,
-        timeout: Duration,
-    ) -> BoxFuture<'_, Result<Reply, HostError>> {
-        Box::pin(async move {
-            self.0
-                .request(request, TraceContext::new_root(), timeout)
-                .await
-                .map_err(|e| HostError::from_rpc(role, e))
-        })
-    }
-}
 
 /// What a screenshot stand-in answers: a PNG's signature and a few bytes.
 const PNG: &[u8] = &[0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1A, b'\n', 7, 7, 7];

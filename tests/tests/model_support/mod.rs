@@ -217,3 +217,20 @@ pub fn antler_run(dir: &std::path::Path, args: &[&str]) -> (Value, String) {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
     (view, stderr)
 }
+
+/// The tool messages of the last checkpoint of `run_id` in the runs database `store`.
+pub fn tool_messages(store: &std::path::Path, run_id: &str) -> Vec<Value> {
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3,sys,json;c=sqlite3.connect(sys.argv[1]);\
+             s=json.loads(c.execute('select state from checkpoints where run_id=? order by step desc limit 1',(sys.argv[2],)).fetchone()[0]);\
+             print(json.dumps([m for m in s['messages'] if m['role']=='tool']))",
+        )
+        .arg(store)
+        .arg(run_id)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}

@@ -355,3 +355,26 @@ pub fn processes_naming(marker: &str) -> Vec<(u32, String)> {
     }
     out
 }
+
+/// A run's hosts that send every request straight to one sandbox-host over the real
+/// protocol (a lead without the volume, reaching the replica that owns the thread).
+pub struct DirectHosts(pub antler_protocol::Connection);
+
+impl antler_lead::run::hosts::ToolHosts for DirectHosts {
+    fn request(
+        &self,
+        role: antler_protocol::Role,
+        request: antler_protocol::messages::Request,
+        timeout: Duration,
+    ) -> futures::future::BoxFuture<
+        '_,
+        Result<antler_protocol::messages::Reply, antler_lead::run::hosts::HostError>,
+    > {
+        Box::pin(async move {
+            self.0
+                .request(request, antler_protocol::TraceContext::new_root(), timeout)
+                .await
+                .map_err(|e| antler_lead::run::hosts::HostError::from_rpc(role, e))
+        })
+    }
+}

@@ -65,6 +65,21 @@ async fn search(call: &WebCall<'_>, entry_name: &str, body: Value) -> Result<Val
         .ok_or_else(|| "InfoQuest returned a body that is not JSON".into())
 }
 
+/// One search's `content.results` objects, or the tool's text instead: `failed` with the
+/// error when the request fails, `wrong` (or the reply) when it is not a result list.
+async fn search_blocks(
+    call: &WebCall<'_>,
+    entry_name: &str,
+    body: Value,
+    failed: &str,
+    wrong: &str,
+) -> Result<Vec<Map<String, Value>>, String> {
+    let raw = search(call, entry_name, body)
+        .await
+        .map_err(|e| format!("{failed}{e}"))?;
+    contents(&raw, wrong)
+}
+
 /// The `content.results` objects of a search reply, or what to answer instead.
 fn contents(raw: &Value, wrong: &str) -> Result<Vec<Map<String, Value>>, String> {
     match raw
@@ -91,14 +106,11 @@ pub async fn web_search(call: &WebCall<'_>) -> Result<String, ToolFailure> {
     if range > 0 {
         body["time_range"] = json!(range);
     }
-    let raw = match search(call, "web_search", body).await {
-        Ok(raw) => raw,
-        Err(e) => return Ok(format!("{SEARCH_FAILED}{e}")),
-    };
-    let blocks = match contents(&raw, SEARCH_WRONG_FORMAT) {
-        Ok(b) => b,
-        Err(text) => return Ok(text),
-    };
+    let blocks =
+        match search_blocks(call, "web_search", body, SEARCH_FAILED, SEARCH_WRONG_FORMAT).await {
+            Ok(b) => b,
+            Err(text) => return Ok(text),
+        };
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for block in blocks {
@@ -181,11 +193,15 @@ pub async fn image_search(call: &WebCall<'_>) -> Result<String, ToolFailure> {
     if let Some(size) = size.filter(|s| IMAGE_SIZES.contains(&s.as_str())) {
         body["image_size"] = json!(size);
     }
-    let raw = match search(call, "image_search", body).await {
-        Ok(raw) => raw,
-        Err(e) => return Ok(format!("{IMAGE_SEARCH_FAILED}{e}")),
-    };
-    let blocks = match contents(&raw, IMAGE_SEARCH_WRONG_FORMAT) {
+    let blocks = match search_blocks(
+        call,
+        "image_search",
+        body,
+        IMAGE_SEARCH_FAILED,
+        IMAGE_SEARCH_WRONG_FORMAT,
+    )
+    .await
+    {
         Ok(b) => b,
         Err(text) => return Ok(text),
     };
