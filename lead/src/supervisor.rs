@@ -233,7 +233,7 @@ impl Supervisor {
             {
                 return;
             }
-            if process_exists(pid) {
+            if antler_protocol::sys::process_runs(pid) {
                 Self::watch_adopted(key, generation, pid, ctx);
             } else {
                 act.child_exited(key, generation, "the adopted process exited".into(), ctx);
@@ -455,17 +455,6 @@ async fn live_pid(address: &Address, identity: &Identity, config: ConnectionConf
     match reply {
         Ok(Reply::Control(ControlReply::Health(health))) => Some(health.pid),
         _ => None,
-    }
-}
-
-/// Whether `pid` names a live (not zombie) process.
-fn process_exists(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command in parentheses: Z is a zombie.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
-        Err(_) => false,
     }
 }
 

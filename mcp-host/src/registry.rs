@@ -26,6 +26,10 @@ pub struct McpRegistry {
     /// Enabled servers the config could not start, with DeerFlow's message.
     skipped: Vec<(String, String)>,
     signature: Option<Signature>,
+    /// What applying the file of `signature` changed: a reload that finds the file as it
+    /// was answers with it, so a writer whose change the watcher applied first still
+    /// learns what its write did.
+    last_applied: McpReloadSummary,
     changes: broadcast::Sender<ToolsChanged>,
     /// The OAuth authorizers every server actor shares.
     oauth: Arc<OAuthBroker>,
@@ -39,6 +43,7 @@ impl McpRegistry {
             servers: Vec::new(),
             skipped: Vec::new(),
             signature: None,
+            last_applied: McpReloadSummary::default(),
             changes: broadcast::channel(256).0,
         }
     }
@@ -134,13 +139,10 @@ impl McpRegistry {
             };
         }
         if !force && self.signature.as_ref() == Some(&signature) {
-            return McpReloadSummary {
-                unchanged: self.servers.iter().map(|h| h.name().to_owned()).collect(),
-                ..Default::default()
-            };
+            return self.last_applied.clone();
         }
         self.signature = Some(signature);
-        match load_extensions_config(&path) {
+        let summary = match load_extensions_config(&path) {
             Ok(loaded) => {
                 let mut skipped = Vec::new();
                 for w in &loaded.warnings {
@@ -160,7 +162,9 @@ impl McpRegistry {
                     ..Default::default()
                 }
             }
-        }
+        };
+        self.last_applied = summary.clone();
+        summary
     }
 }
 
@@ -224,7 +228,8 @@ impl Handler<Skipped> for McpRegistry {
     }
 }
 
-/// Re-read the config file (when its signature changed, or always with `force`).
+/// Re-read the config file (when its signature changed, or always with `force`); the reply
+/// says what applying the file as it now is changed.
 #[derive(Debug, Message)]
 #[rtype(result = "McpReloadSummary")]
 pub struct Reload {
@@ -249,5 +254,55 @@ impl Handler<Subscribe> for McpRegistry {
 
     fn handle(&mut self, _: Subscribe, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.changes.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &std::path::Path, servers: &[&str]) {
+        let servers: serde_json::Map<String, serde_json::Value> = servers
+            .iter()
+            .map(|name| {
+                // Nothing listens on port 1: the server actors only retry in the background.
+                let url = format!("http://127.0.0.1:1/{name}");
+                (
+                    (*name).to_owned(),
+                    serde_json::json!({"type": "http", "url": url}),
+                )
+            })
+            .collect();
+        let text = serde_json::json!({ "mcpServers": servers }).to_string();
+        std::fs::write(path, text).expect("write config");
+    }
+
+    /// The gateway writes the file and then asks for a reload; the watcher may have applied
+    /// the write in between, and the reload must still say what the write changed.
+    #[actix::test]
+    async fn a_reload_after_the_watcher_applied_the_file_says_what_it_changed() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("extensions_config.json");
+        write(&path, &["a"]);
+        let mut registry = McpRegistry::new(Some(path.clone()), OAuthBroker::new(None));
+        assert_eq!(registry.reload(true).started, ["a"]);
+
+        write(&path, &["a", "b"]);
+        let by_watcher = registry.reload(false);
+        assert_eq!(
+            (by_watcher.started.clone(), by_watcher.unchanged.clone()),
+            (vec!["b".to_owned()], vec!["a".to_owned()])
+        );
+        assert_eq!(registry.reload(false), by_watcher);
+
+        // A later write of the same servers changes nothing, and says so.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        write(&path, &["a", "b"]);
+        let again = registry.reload(false);
+        assert!(again.started.is_empty(), "{again:?}");
+        assert_eq!(again.unchanged, ["a", "b"]);
+        for h in &registry.servers {
+            h.stop();
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! Facts about the machine every process reads the same way: the wall clock in Unix
-//! milliseconds, how full a filesystem is, and a process's resident memory.
+//! milliseconds, how full a filesystem is, a process's resident memory and whether it still
+//! runs, and the host variables a spawned tool process inherits.
 
 use std::path::Path;
 
@@ -37,6 +38,34 @@ pub fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Whether process `pid` still runs: a zombie waiting for its parent has exited.
+pub fn process_runs(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| !matches!(state, 'Z' | 'X')),
+        Err(_) => false,
+    }
+}
+
+/// The host variables a spawned MCP server or ACP agent inherits: the MCP SDKs'
+/// `DEFAULT_INHERITED_ENV_VARS` on POSIX (Python's `get_default_environment`, TypeScript's
+/// `getDefaultEnvironment`), as DeerFlow passes them. Everything else (model keys, the
+/// cluster token) stays with the host.
+pub const INHERITED_ENV_VARS: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
+
+/// The values of [`INHERITED_ENV_VARS`] in `lookup` that are set; like the SDKs, a value
+/// starting with `()` (an exported shell function) is skipped.
+pub fn default_environment(lookup: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    INHERITED_ENV_VARS
+        .iter()
+        .filter_map(|k| lookup(k).map(|v| (k.to_string(), v)))
+        .filter(|(_, v)| !v.starts_with("()"))
+        .collect()
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -51,5 +80,7 @@ mod tests {
         assert!(volume_bytes(Path::new("/nonexistent/antler")).is_err());
         assert!(rss_kib(std::process::id()) > 0);
         assert_eq!(rss_kib(u32::MAX), 0);
+        assert!(process_runs(std::process::id()));
+        assert!(!process_runs(u32::MAX));
     }
 }

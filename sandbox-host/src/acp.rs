@@ -30,9 +30,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{identity, paths::ThreadPaths};
 
-/// The host variables an agent inherits (spec F.2.4); everything else stays here.
-pub const INHERITED_ENV_VARS: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
-
 /// How long `initialize` and `session/new` may take each (DeerFlow waits forever).
 pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -676,11 +673,9 @@ impl Processes {
         command
             .args(&config.args)
             .env_clear()
-            .envs(INHERITED_ENV_VARS.iter().filter_map(|k| {
-                std::env::var(k)
-                    .ok()
-                    .filter(|v| !v.starts_with("()"))
-                    .map(|v| (*k, v))
+            // Spec F.2.4: the trimmed environment, then the agent's own.
+            .envs(antler_protocol::sys::default_environment(|k| {
+                std::env::var(k).ok()
             }))
             .envs(config.env.iter().map(|(k, v)| (k, v.as_str())))
             .current_dir(cwd)

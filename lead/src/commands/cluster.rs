@@ -277,18 +277,6 @@ const DOWN_DEADLINE: Duration = Duration::from_secs(40);
 
 /// SIGTERM to the lead, then waits until it has exited (its lock on the runtime directory
 /// is free), so an `antler up` right after starts on a clean directory.
-/// Whether process `pid` still runs (a zombie waiting for its parent has exited).
-fn process_runs(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !matches!(
-            stat.rsplit_once(')')
-                .and_then(|(_, rest)| rest.trim_start().chars().next()),
-            Some('Z' | 'X') | None
-        ),
-        Err(_) => false,
-    }
-}
-
 fn down(runtime_dir: PathBuf) -> anyhow::Result<ExitCode> {
     let rd = RuntimeDir::open(&runtime_dir)?;
     let pid: i32 = std::fs::read_to_string(rd.pid_path())
@@ -313,7 +301,9 @@ fn down(runtime_dir: PathBuf) -> anyhow::Result<ExitCode> {
     let until = std::time::Instant::now() + DOWN_DEADLINE;
     while std::time::Instant::now() < until {
         // The lock is released a moment before the process is gone: wait for both.
-        if cluster::try_lock(&rd)?.is_some() && !process_runs(pid) {
+        if cluster::try_lock(&rd)?.is_some()
+            && !antler_protocol::sys::process_runs(pid.unsigned_abs())
+        {
             println!(
                 "antler: the cluster in {} has stopped",
                 runtime_dir.display()

@@ -298,13 +298,7 @@ fn print_event(event: &Value) {
         Some("task") => print_task_event(event),
         Some("acp_activity") => print_acp_activity(event),
         Some("elicitation") => {
-            let clean = |key: &str| -> String {
-                text(key)
-                    .chars()
-                    .filter(|c| !c.is_control())
-                    .take(300)
-                    .collect()
-            };
+            let clean = |key: &str| printable(&event[key], 300);
             eprintln!(
                 "  ? [{}] {} asks: {} (elicitation {})",
                 clean("tool_call_id"),
@@ -317,18 +311,22 @@ fn print_event(event: &Value) {
     }
 }
 
+/// Text another party wrote (an MCP server, an ACP agent), fit for the terminal: control
+/// characters dropped so it cannot rewrite the screen, at most `max` characters.
+fn printable(value: &Value, max: usize) -> String {
+    value
+        .as_str()
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(max)
+        .collect()
+}
+
 /// An ACP agent's tool call or plan, nested under its `invoke_acp_agent` call. The text is
 /// the agent's: control characters are dropped so it cannot rewrite the terminal.
 fn print_acp_activity(event: &Value) {
-    let clean = |value: &Value| -> String {
-        value
-            .as_str()
-            .unwrap_or_default()
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(120)
-            .collect()
-    };
+    let clean = |value: &Value| printable(value, 120);
     let update = &event["update"];
     let id = clean(&event["tool_call_id"]);
     let agent = clean(&event["agent"]);
@@ -373,13 +371,7 @@ fn print_task_event(event: &Value) {
         ),
         Some("task_waiting") => eprintln!("    ↳ [{id}] waiting for a free worker slot"),
         Some("task_elicitation") => {
-            let clean = |key: &str| -> String {
-                text(key)
-                    .chars()
-                    .filter(|c| !c.is_control())
-                    .take(300)
-                    .collect()
-            };
+            let clean = |key: &str| printable(&event[key], 300);
             eprintln!(
                 "    ↳ [{id}] ? {} asks: {} (elicitation {})",
                 clean("server"),
@@ -476,13 +468,7 @@ fn elicited(
 /// Asks for each field of an elicitation's requested schema on the terminal; the answer
 /// as `--answer` takes it.
 fn ask_fields(event: &Value) -> anyhow::Result<String> {
-    let clean = |v: &Value| -> String {
-        v.as_str()
-            .unwrap_or_default()
-            .chars()
-            .filter(|c| !c.is_control() || *c == '\n')
-            .collect()
-    };
+    let clean = |v: &Value| printable(v, 2000);
     let read = || -> anyhow::Result<String> {
         std::io::stderr().flush()?;
         let mut line = String::new();

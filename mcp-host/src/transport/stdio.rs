@@ -2,7 +2,7 @@
 //! stderr captured (the last lines kept to explain a failed start). Dropping the
 //! `ChildGroup` kills the whole group; rmcp's child guard reaps the child, so no zombies.
 //! The environment is never the host's: only the MCP SDK's default variables
-//! ([`INHERITED_ENV_VARS`]), then the pool's, then the server's configured `env`.
+//! ([`antler_protocol::sys::INHERITED_ENV_VARS`]), then the pool's, then the server's configured `env`.
 
 use std::{
     collections::VecDeque,
@@ -20,21 +20,7 @@ use crate::client::Client;
 /// Lines of stderr kept per server.
 const STDERR_TAIL_LINES: usize = 20;
 
-/// The host variables a stdio server inherits: the MCP SDKs' `DEFAULT_INHERITED_ENV_VARS`
-/// on POSIX (Python's `get_default_environment`, TypeScript's `getDefaultEnvironment`),
-/// as DeerFlow's client passes them. Everything else (model keys, the cluster token)
-/// stays with the host.
-pub const INHERITED_ENV_VARS: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
-
-/// The values of [`INHERITED_ENV_VARS`] in `lookup` that are set; like the SDKs, a value
-/// starting with `()` (an exported shell function) is skipped.
-pub fn default_environment(lookup: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
-    INHERITED_ENV_VARS
-        .iter()
-        .filter_map(|k| lookup(k).map(|v| (k.to_string(), v)))
-        .filter(|(_, v)| !v.starts_with("()"))
-        .collect()
-}
+pub use antler_protocol::sys::default_environment;
 
 /// The process group of a stdio server; killed with SIGKILL when dropped.
 #[derive(Debug)]

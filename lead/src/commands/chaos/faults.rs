@@ -316,13 +316,6 @@ pub fn logged_since(log: &Path, needles: &[&str], since: &str) -> Option<String>
         .map(|l| l.chars().take(240).collect())
 }
 
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-    })
-}
-
 /// The process entry of `role` replica `replica` in a cluster view: by its proxied
 /// address in multi-host mode (the lead numbers discovered replicas as it finds them),
 /// by role and worker index in local mode.
@@ -406,7 +399,7 @@ pub async fn inject(
     };
     // Another fault may have taken the process since the view was read (a lead killed
     // takes its hosts with it): there is nothing to hit then.
-    let Some(pid) = pid.filter(|p| alive(*p)) else {
+    let Some(pid) = pid.filter(|p| antler_protocol::sys::process_runs(*p)) else {
         return outcome;
     };
     outcome.pid = Some(pid);
@@ -468,7 +461,9 @@ pub async fn inject(
             if kind.signal == Signal::Term {
                 // The drain: until the process is gone (a zombie counts as gone).
                 let signalled = Instant::now();
-                while alive(pid) && signalled.elapsed() < RECOVERY_LIMIT {
+                while antler_protocol::sys::process_runs(pid)
+                    && signalled.elapsed() < RECOVERY_LIMIT
+                {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 outcome.drained = Some(signalled.elapsed());
