@@ -236,6 +236,7 @@ impl RunningCluster {
     /// Starts the cluster: runtime directory, token, control socket, children.
     /// Call inside an actix `System`.
     pub async fn start(spec: ClusterSpec) -> Result<RunningCluster, ClusterError> {
+        antler_protocol::sys::start_heap_trimmer();
         let runtime =
             RuntimeDir::open(&spec.runtime_dir).map_err(|source| ClusterError::RuntimeDir {
                 path: spec.runtime_dir.clone(),

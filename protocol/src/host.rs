@@ -252,6 +252,7 @@ pub async fn serve(
     handler: Arc<dyn RoleHandler>,
 ) -> Result<(), HostError> {
     let token = args.token()?;
+    crate::sys::start_heap_trimmer();
     let node_id = args
         .node_id
         .clone()

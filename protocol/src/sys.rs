@@ -1,6 +1,7 @@
 //! Facts about the machine every process reads the same way: the wall clock in Unix
 //! milliseconds, how full a filesystem is, a process's resident memory and whether it still
-//! runs, and the host variables a spawned tool process inherits.
+//! runs, and the host variables a spawned tool process inherits; and the heap trimmer
+//! every long-lived process runs.
 
 use std::path::Path;
 
@@ -36,6 +37,50 @@ pub fn rss_kib(pid: u32) -> u64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// How often [`start_heap_trimmer`] hands free heap memory back.
+pub const HEAP_TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Starts (once per process) a thread that hands the heap's free pages back to the system
+/// every [`HEAP_TRIM_EVERY`]. glibc's allocator keeps what a burst of work freed in its
+/// per-thread arenas, so a long-lived process's resident memory stays at its high-water
+/// mark however little it holds; `malloc_trim` returns the free pages of every arena. On
+/// a thread of its own, so no actor's thread waits on the arenas' locks. Elsewhere than
+/// glibc, nothing.
+pub fn start_heap_trimmer() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        static STARTED: std::sync::Once = std::sync::Once::new();
+        STARTED.call_once(|| {
+            let spawned = std::thread::Builder::new()
+                .name("antler-heap-trim".into())
+                .spawn(|| loop {
+                    std::thread::sleep(HEAP_TRIM_EVERY);
+                    trim_heap();
+                });
+            if let Err(e) = spawned {
+                tracing::warn!("cannot start the heap trimmer: {e}");
+            }
+        });
+    }
+}
+
+/// Hands the free pages of every heap arena back to the system now (glibc's
+/// `malloc_trim`); `false` where the allocator has no such call.
+pub fn trim_heap() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim only walks the allocator's own free lists.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+        true
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
 }
 
 /// Whether process `pid` still runs: a zombie waiting for its parent has exited.

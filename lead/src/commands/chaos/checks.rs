@@ -34,18 +34,50 @@ fn invariant(name: &'static str, problems: Vec<String>, fine: String) -> Invaria
 
 use antler_protocol::sys::rss_kib;
 
-/// Resident memory of the lead, mcp-host and sandbox-host, in KiB.
-pub async fn memory(cluster: &ChaosCluster) -> u64 {
-    let Some(view) = cluster.view().await else {
-        return 0;
-    };
-    let mut pids: Vec<u32> = ["mcp-host", "sandbox-host"]
-        .iter()
-        .flat_map(|r| (0..cluster.replicas(r)).map(move |i| (*r, i)))
-        .filter_map(|(r, i)| cluster.host_pid(&view, r, i))
-        .collect();
-    pids.extend(cluster.lead_pid());
-    pids.into_iter().map(rss_kib).sum()
+/// Resident memory of the lead, mcp-host and sandbox-host replicas, in KiB.
+#[derive(Debug, Clone, Default)]
+pub struct Memory {
+    /// (process, KiB): `lead`, then `mcp-host` and `sandbox-host` replicas by index.
+    pub processes: Vec<(String, u64)>,
+}
+
+impl Memory {
+    pub fn total(&self) -> u64 {
+        self.processes.iter().map(|(_, kib)| kib).sum()
+    }
+
+    /// Each process's figure before and after, e.g. `lead 31200→33100 KiB`.
+    fn against(&self, before: &Memory) -> String {
+        self.processes
+            .iter()
+            .map(|(name, after)| {
+                let was = before
+                    .processes
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or_else(|| "?".to_owned(), |(_, kib)| kib.to_string());
+                format!("{name} {was}→{after} KiB")
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+pub async fn memory(cluster: &ChaosCluster) -> Memory {
+    let mut processes = Vec::new();
+    if let Some(pid) = cluster.lead_pid() {
+        processes.push(("lead".to_owned(), rss_kib(pid)));
+    }
+    if let Some(view) = cluster.view().await {
+        for role in ["mcp-host", "sandbox-host"] {
+            for i in 0..cluster.replicas(role) {
+                if let Some(pid) = cluster.host_pid(&view, role, i) {
+                    processes.push((format!("{role}#{i}"), rss_kib(pid)));
+                }
+            }
+        }
+    }
+    Memory { processes }
 }
 
 /// The outputs a finished run of `kind` presents.
@@ -153,7 +185,7 @@ fn unanswered(messages: &[Value]) -> Vec<String> {
 pub async fn after_runs(
     cluster: &ChaosCluster,
     runs: &[RunOutcome],
-    memory_before: u64,
+    memory_before: &Memory,
     healthy: bool,
     faults: &[FaultOutcome],
 ) -> Vec<Invariant> {
@@ -305,17 +337,20 @@ pub async fn after_runs(
 
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = memory(cluster).await;
-    let limit = memory_before + memory_before / 10;
+    let (total, before) = (after.total(), memory_before.total());
+    let limit = before + before / 10;
+    let figures = format!(
+        "lead and hosts at {total} KiB after, {before} KiB before ({})",
+        after.against(memory_before)
+    );
     out.push(invariant(
         "memory back within 10% of before the schedule",
-        if after <= limit && after > 0 {
+        if total <= limit && total > 0 {
             Vec::new()
         } else {
-            vec![format!(
-                "lead and hosts at {after} KiB after, {memory_before} KiB before"
-            )]
+            vec![figures.clone()]
         },
-        format!("lead and hosts at {after} KiB after, {memory_before} KiB before"),
+        figures,
     ));
 
     let zombies = zombies_of(cluster).await;

@@ -709,7 +709,7 @@ async fn schedule(
     let elapsed = started.elapsed();
     let healthy = cluster.wait_healthy(Duration::from_secs(60)).await;
     let invariants =
-        checks::after_runs(&cluster, &runs, memory_before, healthy, &fault_outcomes).await;
+        checks::after_runs(&cluster, &runs, &memory_before, healthy, &fault_outcomes).await;
     let lead_pid = cluster.lead_pid();
     cluster.stop();
     let mut invariants = invariants;
