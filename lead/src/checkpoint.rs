@@ -197,6 +197,13 @@ CREATE TABLE IF NOT EXISTS receipts (
     run_id  TEXT PRIMARY KEY REFERENCES runs(run_id),
     receipt TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS mcp_credentials (
+    server     TEXT NOT NULL,
+    user_id    TEXT NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    sealed     BLOB,
+    PRIMARY KEY (server, user_id)
+);
 ";
 
 impl CheckpointStore {
@@ -274,6 +281,39 @@ impl CheckpointStore {
         self.connection
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Keeps an mcp-host replica's sealed OAuth credential when it is newer than the one
+    /// kept (the lead cannot open it); whether it was.
+    pub fn keep_credential(
+        &self,
+        c: &antler_protocol::messages::SealedCredential,
+    ) -> Result<bool, CheckpointError> {
+        let changed = self.db().execute(
+            "INSERT INTO mcp_credentials (server, user_id, updated_ms, sealed) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(server, user_id) DO UPDATE SET updated_ms = excluded.updated_ms, sealed = excluded.sealed
+             WHERE excluded.updated_ms > mcp_credentials.updated_ms",
+            params![c.server, c.user, c.updated_ms as i64, c.sealed],
+        )?;
+        Ok(changed > 0)
+    }
+
+    /// Every sealed credential kept, for a replica that connects.
+    pub fn credentials(
+        &self,
+    ) -> Result<Vec<antler_protocol::messages::SealedCredential>, CheckpointError> {
+        let db = self.db();
+        let mut q =
+            db.prepare("SELECT server, user_id, updated_ms, sealed FROM mcp_credentials")?;
+        let rows = q.query_map([], |r| {
+            Ok(antler_protocol::messages::SealedCredential {
+                server: r.get(0)?,
+                user: r.get(1)?,
+                updated_ms: r.get::<_, i64>(2)?.max(0) as u64,
+                sealed: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
     /// The write [`probe_writes`] makes.

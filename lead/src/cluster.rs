@@ -479,6 +479,10 @@ fn start_runs(
     };
     let store = crate::checkpoint::CheckpointStore::open(&spec.store_path)?;
     actix::spawn(crate::checkpoint::probe_writes(store.clone()));
+    actix::spawn(crate::mcp_credentials::relay(
+        supervisor.clone(),
+        store.clone(),
+    ));
     let catalog = CatalogActor::new(Sources {
         config: Arc::default(),
         extensions: None,

@@ -13,6 +13,7 @@ pub mod commands;
 pub mod control;
 pub mod discovery;
 pub mod gateway;
+pub mod mcp_credentials;
 pub mod run_manager;
 pub mod subagents;
 pub mod supervisor;

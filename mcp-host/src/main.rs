@@ -47,6 +47,12 @@ struct Cli {
     /// it they live in memory only.
     #[arg(long, env = "ANTLER_MCP_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// The key every mcp-host replica of the cluster holds (`antler cluster init` writes
+    /// `mcp-oauth.key`): with it, this host's OAuth credentials are sealed and shared
+    /// through the lead with the other replicas, and come back to a replica that starts
+    /// with an empty disk. The lead cannot open them.
+    #[arg(long, env = "ANTLER_MCP_OAUTH_KEY_FILE")]
+    oauth_key_file: Option<PathBuf>,
 }
 
 /// The pool's bounds from config.yaml; defaults when there is none or it does not load
@@ -82,9 +88,14 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     host::init_tracing();
     let path = extensions_path(cli.extensions.clone());
+    let sealer = cli
+        .oauth_key_file
+        .as_deref()
+        .map(oauth::share::Sealer::from_file)
+        .transpose()?;
     let system = actix::System::new();
     system.block_on(async move {
-        let broker = oauth::OAuthBroker::new(cli.data_dir.clone());
+        let broker = oauth::OAuthBroker::sharing(cli.data_dir.clone(), sealer);
         let registry = registry::McpRegistry::new(path.clone(), broker.clone()).start();
         if let Some(path) = path {
             watch::spawn(path, registry.clone());

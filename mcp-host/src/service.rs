@@ -20,7 +20,7 @@ use futures::future::BoxFuture;
 use crate::{
     ask::{AskingCall, Elicitations},
     naming,
-    oauth::{self, DiscoveredAuth, OAuthBroker},
+    oauth::{self, share, DiscoveredAuth, OAuthBroker},
     pool::SessionPool,
     registry::{McpRegistry, Reload, Servers, Skipped, Subscribe},
     server::{McpServerActor, Phase},
@@ -39,8 +39,9 @@ const START_GRACE: Duration = Duration::from_secs(5);
 pub struct McpService {
     registry: Addr<McpRegistry>,
     pool: Arc<SessionPool>,
-    /// Kept so the logins' authorizers outlive every server restart.
-    _oauth: Arc<OAuthBroker>,
+    /// Kept so the logins' authorizers outlive every server restart; its store is what
+    /// the replicas share.
+    oauth: Arc<OAuthBroker>,
     /// Elicitations waiting for a run's user (policy `ask`).
     elicitations: Arc<Elicitations>,
 }
@@ -54,10 +55,20 @@ impl McpService {
         Arc::new(Self {
             registry,
             pool,
-            _oauth: oauth,
+            oauth,
             elicitations: Arc::default(),
         })
     }
+}
+
+/// The sealing key of a host that shares its credentials, or the refusal of one that
+/// does not.
+fn shared(oauth: &OAuthBroker) -> Result<Arc<share::Sealer>, RemoteError> {
+    oauth.sealer().cloned().ok_or_else(|| {
+        RemoteError::Unsupported(
+            "this mcp-host has no --oauth-key-file: its OAuth credentials are not shared".into(),
+        )
+    })
 }
 
 /// The login authorizer of `server` for `user`, or why there is none.
@@ -151,6 +162,7 @@ impl RoleHandler for McpService {
         let registry = self.registry.clone();
         let pool = self.pool.clone();
         let elicitations = self.elicitations.clone();
+        let oauth = self.oauth.clone();
         Box::pin(async move {
             let Request::Mcp(request) = request else {
                 return Err(RemoteError::Unsupported(format!(
@@ -263,6 +275,65 @@ impl RoleHandler for McpService {
                         }
                     }
                     Ok(Reply::Mcp(McpReply::WatchEnded))
+                }
+                McpRequest::WatchCredentials => {
+                    let sealer = shared(&oauth)?;
+                    let store = oauth.store().clone();
+                    // Subscribed before the snapshot, so no change falls between them.
+                    let mut rx = store.subscribe();
+                    let mut pending = store.snapshot();
+                    loop {
+                        for change in pending.drain(..) {
+                            let Some(sealed) = share::seal_change(&sealer, &change) else {
+                                continue;
+                            };
+                            let item = Reply::Mcp(McpReply::Credential(sealed));
+                            if call.send_item(item).await.is_err() {
+                                return Ok(Reply::Mcp(McpReply::WatchEnded));
+                            }
+                        }
+                        match rx.recv().await {
+                            Ok(change) => pending.push(change),
+                            // Changes were missed: everything again (the newer wins).
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                                pending = store.snapshot();
+                            }
+                            Err(_) => return Ok(Reply::Mcp(McpReply::WatchEnded)),
+                        }
+                    }
+                }
+                McpRequest::PutCredentials(list) => {
+                    let sealer = shared(&oauth)?;
+                    let mut taken = 0u32;
+                    let mut woken = Vec::new();
+                    for sealed in &list {
+                        let Some(change) = share::open_sealed(&sealer, sealed) else {
+                            continue;
+                        };
+                        let login = change.entry.credentials.is_some();
+                        let (server, user) = (change.server.clone(), change.user.clone());
+                        match oauth.store().take(change).await {
+                            Ok(true) => {
+                                taken += 1;
+                                if login {
+                                    woken.push((server, user));
+                                }
+                            }
+                            Ok(false) => {}
+                            Err(e) => return Err(RemoteError::Failed(e.to_string())),
+                        }
+                    }
+                    if !woken.is_empty() {
+                        // A server waiting for a login connects with the shared one.
+                        let servers = registry.send(Servers).await.map_err(unavailable)?;
+                        for (server, user) in &woken {
+                            for h in servers.iter().filter(|h| h.name() == server) {
+                                h.wake();
+                            }
+                            pool.wake(server, user);
+                        }
+                    }
+                    Ok(Reply::Mcp(McpReply::CredentialsTaken(taken)))
                 }
                 McpRequest::OAuthStart(login) => {
                     let servers = registry.send(Servers).await.map_err(unavailable)?;

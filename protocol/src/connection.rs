@@ -404,6 +404,11 @@ impl Connection {
         &self.shared.peer
     }
 
+    /// Whether `other` is a handle of this same connection (not another to the peer).
+    pub fn same(&self, other: &Connection) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// Whether the connection has closed.
     pub fn is_closed(&self) -> bool {
         self.shared.is_closed()

@@ -39,6 +39,7 @@ const SECRET_FILES: &[&str] = &[
     "sandbox-host.key",
     "subagent.crt",
     "subagent.key",
+    "mcp-oauth.key",
 ];
 
 fn deploy_dir() -> PathBuf {
@@ -730,7 +731,17 @@ fn a_secret_from_cluster_init_gives_every_pod_its_keys_and_only_its_own() {
                     "{base}: {component} names {k}, missing from the Secret"
                 );
             }
-            let keys: Vec<&String> = named.iter().filter(|k| k.ends_with(".key")).collect();
+            // The OAuth sealing key is mcp-host's alone: the lead keeps the sealed logins
+            // and must not be able to open them.
+            assert_eq!(
+                named.iter().any(|k| k == "mcp-oauth.key"),
+                component == "mcp-host",
+                "{base}: {component} and the OAuth sealing key"
+            );
+            let keys: Vec<&String> = named
+                .iter()
+                .filter(|k| k.ends_with(".key") && *k != "mcp-oauth.key")
+                .collect();
             assert_eq!(
                 keys,
                 vec![&format!("{component}.key")],

@@ -230,7 +230,7 @@ fn a_web_user_logs_in_through_the_gateway_for_itself_only() {
     let store: Value =
         serde_json::from_slice(&std::fs::read(g.cluster.runtime().join("mcp-oauth.json")).unwrap())
             .unwrap();
-    let keys: Vec<&String> = store.as_object().unwrap().keys().collect();
+    let keys: Vec<&String> = store["entries"].as_object().unwrap().keys().collect();
     assert!(keys.iter().any(|k| *k == "notes\u{1f}alice"), "{keys:?}");
     assert!(!keys.iter().any(|k| k.ends_with("bob")), "{keys:?}");
 }

@@ -94,14 +94,14 @@ fn login_gets_a_token_that_survives_a_restart_and_is_never_shown() {
     let mode = std::fs::metadata(&store).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     let stored: Value = serde_json::from_slice(&std::fs::read(&store).unwrap()).unwrap();
-    let entry = stored
+    let entry = stored["entries"]
         .as_object()
         .unwrap()
         .iter()
         .find(|(k, _)| k.starts_with("notes"))
         .map(|(_, v)| v.clone())
         .expect("a stored entry for notes");
-    let token = entry["token_response"]["access_token"]
+    let token = entry["credentials"]["token_response"]["access_token"]
         .as_str()
         .unwrap()
         .to_owned();

@@ -63,7 +63,8 @@ fn stored_refresh(c: &McpCluster, server: &str) -> String {
     let store: Value =
         serde_json::from_slice(&std::fs::read(c.runtime_dir().join("mcp-oauth.json")).unwrap())
             .unwrap();
-    store[format!("{server}\u{1f}default")]["token_response"]["refresh_token"]
+    store["entries"][format!("{server}\u{1f}default")]["credentials"]["token_response"]
+        ["refresh_token"]
         .as_str()
         .unwrap_or_else(|| panic!("no stored refresh token for {server}: {store}"))
         .to_owned()

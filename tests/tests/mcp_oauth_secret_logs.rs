@@ -152,8 +152,8 @@ fn no_code_or_token_is_logged_even_at_trace() {
     let store: Value =
         serde_json::from_slice(&std::fs::read(runtime.join("mcp-oauth.json")).unwrap()).unwrap();
     let mut secrets = vec![cli_code, gateway_code];
-    for (_, entry) in store.as_object().unwrap() {
-        let t = &entry["token_response"];
+    for (_, entry) in store["entries"].as_object().unwrap() {
+        let t = &entry["credentials"]["token_response"];
         for field in ["access_token", "refresh_token"] {
             if let Some(s) = t[field].as_str() {
                 secrets.push(s.to_owned());

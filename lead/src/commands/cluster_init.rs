@@ -1,7 +1,9 @@
 //! `antler cluster init DIR`: the files cluster mode's mutual TLS needs, in the shape of a
 //! Kubernetes Secret (one file per key): the cluster CA (`ca.crt`, `ca.key`), a
 //! certificate and key per role (`lead`, `mcp-host`, `sandbox-host`, `subagent`, `cli`),
-//! each naming its role as `<role>.antler.cluster`, and the cluster `token`. Files are
+//! each naming its role as `<role>.antler.cluster`, the cluster `token`, and the key the
+//! mcp-host replicas seal their shared OAuth credentials with (`mcp-oauth.key`, for
+//! mcp-host's `--oauth-key-file` only: the lead never needs it). Files are
 //! 0600 in a 0700 directory; a non-empty directory is overwritten only with `--force`.
 
 use std::{
@@ -30,6 +32,9 @@ pub const ROLES: [Role; 5] = [
     Role::Subagent,
     Role::Cli,
 ];
+
+/// The file of mcp-host's OAuth sealing key (64 hex digits).
+pub const MCP_OAUTH_KEY: &str = "mcp-oauth.key";
 
 /// The longest validity `--days` accepts (about 100 years).
 pub const MAX_DAYS: u32 = 36_500;
@@ -176,6 +181,9 @@ pub fn init(dir: &Path, days: u32, force: bool) -> anyhow::Result<Vec<String>> {
         uuid::Uuid::new_v4().simple()
     );
     files.push(("token".into(), token));
+    let mut key = [0u8; 32];
+    aws_lc_rs::rand::fill(&mut key).context("the system gave no randomness for the key")?;
+    files.push((MCP_OAUTH_KEY.into(), hex::encode(key) + "\n"));
     for (name, text) in &files {
         let path = dir.join(name);
         write_private(&path, text.as_bytes())
@@ -195,7 +203,9 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("secret");
         let names = init(&dir, 30, false).unwrap();
-        assert_eq!(names.len(), 2 + 2 * ROLES.len() + 1);
+        assert_eq!(names.len(), 2 + 2 * ROLES.len() + 2);
+        let key = std::fs::read_to_string(dir.join(MCP_OAUTH_KEY)).unwrap();
+        assert_eq!(hex::decode(key.trim()).unwrap().len(), 32);
         assert_eq!(
             std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
             0o700

@@ -9,6 +9,7 @@ pub mod discovered;
 pub mod fixed;
 pub mod jwt;
 pub mod login;
+pub mod share;
 pub mod store;
 
 use std::{
@@ -120,6 +121,8 @@ struct Entry {
 pub struct OAuthBroker {
     store: Arc<TokenStore>,
     entries: Mutex<HashMap<(String, String), Entry>>,
+    /// The key the credentials are sealed with to be shared (`--oauth-key-file`).
+    sealer: Option<Arc<share::Sealer>>,
 }
 
 impl std::fmt::Debug for OAuthBroker {
@@ -135,11 +138,29 @@ impl OAuthBroker {
     }
 
     /// The broker of a host whose data directory is `data_dir` (`None`: tokens in memory).
+    #[cfg(test)]
     pub fn new(data_dir: Option<PathBuf>) -> Arc<Self> {
+        Self::sharing(data_dir, None)
+    }
+
+    /// [`OAuthBroker::new`], sharing its credentials with the other replicas sealed with
+    /// `sealer` (`None`: not shared).
+    pub fn sharing(data_dir: Option<PathBuf>, sealer: Option<share::Sealer>) -> Arc<Self> {
         Arc::new(Self {
             store: TokenStore::open(data_dir),
             entries: Mutex::new(HashMap::new()),
+            sealer: sealer.map(Arc::new),
         })
+    }
+
+    /// The token store every authorizer of this host shares.
+    pub fn store(&self) -> &Arc<TokenStore> {
+        &self.store
+    }
+
+    /// The replicas' sealing key, when this host shares its credentials.
+    pub fn sealer(&self) -> Option<&Arc<share::Sealer>> {
+        self.sealer.as_ref()
     }
 
     /// The authorizer of (`server`, `user`) for `config` at `url`; a changed config gets

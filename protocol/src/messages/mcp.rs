@@ -47,6 +47,27 @@ pub enum McpRequest {
     /// `ask`): `McpReply::ElicitationAnswered`, refused when the id is not pending for
     /// this user and run, or when accepted content does not fit the requested schema.
     AnswerElicitation(McpElicitationAnswer),
+    /// Stream this host's OAuth credentials, sealed with the mcp-host replicas' shared key
+    /// (`--oauth-key-file`): every one it holds, then each change, as
+    /// `McpReply::Credential` items. The lead keeps them for the other replicas and for
+    /// a replica that starts empty; it cannot open them. Refused (`Unsupported`) by a host
+    /// with no key.
+    WatchCredentials,
+    /// Credentials another replica sealed: each is taken when it is newer than the one
+    /// held (`McpReply::CredentialsTaken` with how many were).
+    PutCredentials(Vec<SealedCredential>),
+}
+
+/// One (server, user)'s OAuth credentials, sealed (AES-256-GCM, the (server, user) as
+/// associated data) with the key every mcp-host replica holds and the lead does not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SealedCredential {
+    pub server: String,
+    pub user: String,
+    /// When the sealing replica stored them (Unix ms): the newer one wins.
+    pub updated_ms: u64,
+    /// Nonce and ciphertext; `None`: the credentials were removed.
+    pub sealed: Option<Vec<u8>>,
 }
 
 /// One answer to a pending elicitation.
@@ -164,6 +185,10 @@ pub enum McpReply {
     },
     /// The answer to `AnswerElicitation`.
     ElicitationAnswered(Result<(), ElicitationRefusal>),
+    /// A stream item of `WatchCredentials`.
+    Credential(SealedCredential),
+    /// The answer to `PutCredentials`: how many were newer and taken.
+    CredentialsTaken(u32),
 }
 
 /// The tools a run can use now, and the servers it goes without.

@@ -15,7 +15,7 @@ pub use lead::{LeadReply, LeadRequest, PeerPing, PlaybookSource, ProcessStatus, 
 pub use mcp::{
     ElicitationAction, ElicitationRefusal, McpCall, McpCallResult, McpContent, McpDiscovery,
     McpElicitationAnswer, McpOAuthLogin, McpReloadSummary, McpReply, McpRequest, McpServerStatus,
-    McpTool,
+    McpTool, SealedCredential,
 };
 pub use sandbox::{
     AcpInvocation, AcpOutcome, AcquireSource, Acquired, FileContent, FileRead, LeaseOwner,
