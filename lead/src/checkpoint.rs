@@ -197,6 +197,12 @@ CREATE TABLE IF NOT EXISTS receipts (
     run_id  TEXT PRIMARY KEY REFERENCES runs(run_id),
     receipt TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS run_events (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    seq    INTEGER NOT NULL,
+    event  TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
 CREATE TABLE IF NOT EXISTS mcp_credentials (
     server     TEXT NOT NULL,
     user_id    TEXT NOT NULL,
@@ -281,6 +287,39 @@ impl CheckpointStore {
         self.connection
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Appends the events of a run's drives that ended here, after those an earlier lead
+    /// kept (a run resumed by this lead has its own log), in one transaction.
+    pub fn append_events(
+        &self,
+        run_id: &str,
+        events: &[std::sync::Arc<str>],
+    ) -> Result<(), CheckpointError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let next: i64 = tx.query_row(
+            "SELECT COALESCE(MAX(seq) + 1, 0) FROM run_events WHERE run_id = ?1",
+            params![run_id],
+            |r| r.get(0),
+        )?;
+        {
+            let mut insert =
+                tx.prepare("INSERT INTO run_events (run_id, seq, event) VALUES (?1, ?2, ?3)")?;
+            for (i, event) in events.iter().enumerate() {
+                insert.execute(params![run_id, next + i as i64, event.as_ref()])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The events kept for `run_id`, in order (none for a run that has not ended here).
+    pub fn events(&self, run_id: &str) -> Result<Vec<String>, CheckpointError> {
+        let db = self.db();
+        let mut q = db.prepare("SELECT event FROM run_events WHERE run_id = ?1 ORDER BY seq")?;
+        let rows = q.query_map(params![run_id], |r| r.get(0))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
     /// Keeps an mcp-host replica's sealed OAuth credential when it is newer than the one

@@ -290,3 +290,63 @@ fn beyond_loopback_the_gateway_needs_a_bearer_token() {
     assert!(stderr.contains("ANTLER_GATEWAY_TOKEN"), "{stderr}");
     assert_eq!(antler(dir.path(), &["status", "--json"]).stdout, b"[]\n");
 }
+
+/// A run's events are kept with it: after the lead restarts, `GET /api/runs/{id}/events`
+/// still streams them before the view (the lead keeps only recent runs in memory).
+#[test]
+fn a_finished_runs_events_are_streamed_again_after_a_lead_restart() {
+    let env = [("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")];
+    let mut c = cluster(&env);
+    let body = json!({"task": "Present the report", "playbook_yaml": PLAYBOOK, "user": "alice"});
+    let (status, text) = c.gateway_http("POST", "/api/runs", Some(&body.to_string()));
+    assert_eq!(status, 201, "{text}");
+    let run_id = serde_json::from_str::<Value>(&text).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/api/runs/{run_id}/events");
+    let (_, first) = c.gateway_http("GET", &path, None);
+    let first = events(&first);
+    assert_eq!(first.last().map(|(k, _)| k.as_str()), Some("end"));
+    let run_events = |all: &[(String, Value)]| -> Vec<Value> {
+        all.iter()
+            .filter(|(k, _)| k == "run")
+            .map(|(_, e)| e.clone())
+            .collect()
+    };
+    assert!(!run_events(&first).is_empty());
+
+    antler_tests::signal(c.lead.id(), libc::SIGTERM);
+    let stopped = wait_for(Duration::from_secs(30), || {
+        c.lead.try_wait().ok().flatten().map(|_| ())
+    });
+    assert!(stopped.is_some(), "the lead did not stop");
+    c.lead = std::process::Command::new(bin("antler"))
+        .arg("--runtime-dir")
+        .arg(c.runtime_dir())
+        .args(["up", "--workers", "0"])
+        .envs(env)
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let back = wait_for(Duration::from_secs(30), || {
+        let st = c.status()?;
+        (st.len() == 3 && st.iter().all(|p| p["healthy"] == true)).then_some(())
+    });
+    assert!(
+        back.is_some(),
+        "the lead did not come back: {:?}",
+        c.status()
+    );
+
+    let (status, again) = c.gateway_http("GET", &path, None);
+    assert_eq!(status, 200, "{again}");
+    let again = events(&again);
+    let (last, view) = again.last().expect("events");
+    assert_eq!(last, "end");
+    assert_eq!(view["status"], "success", "{view}");
+    assert_eq!(run_events(&again), run_events(&first));
+}

@@ -4,7 +4,9 @@
 //! (a clarification) by driving it again, and when the lead starts it resumes the runs a
 //! crash left `running`. A run that ended frees its loop at once; the views and events of
 //! the last [`KEEP_ENDED`] ended runs (at most [`KEEP_ENDED_BYTES`] of their text) stay
-//! for watchers, older ones are read from the checkpoint store. A run is cancelled through its [`CancelFlag`] while it is driven
+//! for watchers; every ended run's events are also kept in the checkpoint store, and an
+//! older run's view and events are read from there. A run is cancelled through its
+//! [`CancelFlag`] while it is driven
 //! (its drive ends `error`); one waiting for an answer is ended without being driven.
 //! The manager supervises the run actors: one that stops mid-drive (it crashed; chaos
 //! mode's [`ChaosStopRun`]) is resumed from its last checkpoint, and the resumed run's
@@ -41,9 +43,9 @@ const RESUME_AFTER_CRASH: std::time::Duration = std::time::Duration::from_millis
 /// Ended runs whose views and events the manager keeps in memory.
 pub const KEEP_ENDED: usize = 1_000;
 /// The text the kept ended runs may hold together: beyond it the oldest go (down to
-/// [`KEEP_ENDED_AT_LEAST`]), so a lead that has run many runs holds a few MiB of them, not
-/// whatever a thousand runs' events add up to.
-pub const KEEP_ENDED_BYTES: usize = 4 << 20;
+/// [`KEEP_ENDED_AT_LEAST`]), so a lead that has run many runs holds about a MiB of them, not
+/// whatever a thousand runs' events add up to (the store has them all).
+pub const KEEP_ENDED_BYTES: usize = 1 << 20;
 /// Ended runs kept whatever their size.
 pub const KEEP_ENDED_AT_LEAST: usize = 16;
 
@@ -209,8 +211,16 @@ impl RunManager {
                     live.driving = false;
                     live.log.stop(view.to_string());
                     if status != RunStatus::Interrupted {
-                        // The run ended: its loop and state go; its view and events stay a while.
+                        // The run ended: its loop and state go; its view and events stay a
+                        // while, and its events are kept in the store for later watchers.
                         live.actor = None;
+                        let events = live.log.since(0).events;
+                        let (store, id) = (manager.env.store.clone(), run_id.clone());
+                        tokio::task::spawn_blocking(move || {
+                            if let Err(e) = store.append_events(&id, &events) {
+                                tracing::warn!(run = %id, "cannot keep the run's events: {e}");
+                            }
+                        });
                         manager.ended.push_back(run_id.clone());
                         manager.forget_old_ended();
                     }
@@ -533,16 +543,41 @@ impl Handler<CancelRun> for RunManager {
     }
 }
 
-/// The events of a run this lead holds (`None`: not in memory, read the store).
+/// The events of a run: those this lead holds, or for a run that ended and is no longer
+/// in memory (or ended under an earlier lead) a stopped log of its kept events and its
+/// view. `None`: neither (the store's view is all there is, or the run is not over).
 #[derive(Message)]
 #[rtype(result = "Option<Arc<EventLog>>")]
 pub struct WatchRun(pub String);
 
 impl Handler<WatchRun> for RunManager {
-    type Result = Option<Arc<EventLog>>;
+    type Result = ResponseFuture<Option<Arc<EventLog>>>;
 
     fn handle(&mut self, msg: WatchRun, _: &mut Context<Self>) -> Self::Result {
-        self.runs.get(&msg.0).map(|live| live.log.clone())
+        if let Some(live) = self.runs.get(&msg.0) {
+            let log = live.log.clone();
+            return Box::pin(async move { Some(log) });
+        }
+        let view = self.view(&msg.0);
+        let store = self.env.store.clone();
+        let run_id = msg.0;
+        Box::pin(async move {
+            let events = tokio::task::spawn_blocking(move || store.events(&run_id))
+                .await
+                .ok()?
+                .ok()
+                .filter(|e| !e.is_empty())?;
+            let view = view.await.ok()?;
+            if view["status"] == "running" {
+                return None;
+            }
+            let log = EventLog::default();
+            for event in events {
+                log.push(event);
+            }
+            log.stop(view.to_string());
+            Some(Arc::new(log))
+        })
     }
 }
 

@@ -63,7 +63,10 @@ impl Memory {
     }
 }
 
+/// Each process's resident memory once its heap trimmer has run since the work measured
+/// (`HEAP_TRIM_EVERY` and a second): what it holds, not what it freed a moment ago.
 pub async fn memory(cluster: &ChaosCluster) -> Memory {
+    tokio::time::sleep(antler_protocol::sys::HEAP_TRIM_EVERY + Duration::from_secs(1)).await;
     let mut processes = Vec::new();
     if let Some(pid) = cluster.lead_pid() {
         processes.push(("lead".to_owned(), rss_kib(pid)));
@@ -335,7 +338,6 @@ pub async fn after_runs(
         "no sandbox is held once the runs have ended".into(),
     ));
 
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let after = memory(cluster).await;
     let (total, before) = (after.total(), memory_before.total());
     let limit = before + before / 10;
