@@ -29,30 +29,55 @@ pub fn volume_bytes(dir: &Path) -> std::io::Result<(u64, u64)> {
 
 /// A process's resident memory in KiB (`VmRSS`); 0 when it is gone.
 pub fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    status_kib(pid, &["VmRSS:"])
+}
+
+/// The part of a process's resident memory that it allocated (`RssAnon` + `RssShmem`:
+/// heap, stacks, shared mappings), in KiB: what a leak grows. The rest of `VmRSS` is its
+/// files' pages (the binary's code as it runs, libraries), which the kernel can drop and
+/// read again. 0 when it is gone.
+pub fn anon_rss_kib(pid: u32) -> u64 {
+    status_kib(pid, &["RssAnon:", "RssShmem:"])
+}
+
+fn status_kib(pid: u32, fields: &[&str]) -> u64 {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return 0;
+    };
+    status
+        .lines()
+        .filter_map(|l| {
+            let (name, value) = l.split_once(char::is_whitespace)?;
+            fields
+                .contains(&name)
+                .then(|| value.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .flatten()
         })
-        .unwrap_or(0)
+        .sum()
 }
 
 /// How often [`start_heap_trimmer`] hands free heap memory back.
 pub const HEAP_TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Starts (once per process) a thread that hands the heap's free pages back to the system
-/// every [`HEAP_TRIM_EVERY`]. glibc's allocator keeps what a burst of work freed in its
-/// per-thread arenas, so a long-lived process's resident memory stays at its high-water
-/// mark however little it holds; `malloc_trim` returns the free pages of every arena. On
-/// a thread of its own, so no actor's thread waits on the arenas' locks. Elsewhere than
-/// glibc, nothing.
+/// Arenas glibc's allocator may make (its default is eight per core).
+pub const HEAP_ARENAS: i32 = 2;
+
+/// Keeps a long-lived process's resident memory near what it holds (once per process):
+/// glibc's allocator keeps what a burst of work freed in per-thread arenas, one more for
+/// each thread that allocates while the others are busy (every blocking-pool thread a
+/// database read runs on), so resident memory stays at its high-water mark however little
+/// is held. The arenas are capped at [`HEAP_ARENAS`], and a thread of its own hands the
+/// free pages of every arena back every [`HEAP_TRIM_EVERY`] (`malloc_trim`), so no
+/// actor's thread waits on the arenas' locks. Elsewhere than glibc, nothing.
 pub fn start_heap_trimmer() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         static STARTED: std::sync::Once = std::sync::Once::new();
         STARTED.call_once(|| {
+            // SAFETY: mallopt only sets an allocator parameter; new arenas obey it.
+            unsafe {
+                libc::mallopt(libc::M_ARENA_MAX, HEAP_ARENAS);
+            }
             let spawned = std::thread::Builder::new()
                 .name("antler-heap-trim".into())
                 .spawn(|| loop {
@@ -119,6 +144,10 @@ mod tests {
     #[test]
     fn the_machine_is_read() {
         assert!(unix_ms() > 1_700_000_000_000);
+        let me = std::process::id();
+        let (rss, anon) = (rss_kib(me), anon_rss_kib(me));
+        assert!(anon > 0 && anon <= rss, "{anon} of {rss}");
+        assert_eq!(rss_kib(u32::MAX), 0);
         let dir = tempfile::tempdir().unwrap();
         let (free, total) = volume_bytes(dir.path()).unwrap();
         assert!(total > 0 && free <= total);

@@ -48,6 +48,7 @@ fn main() -> anyhow::Result<()> {
     }
     let cli = Cli::parse();
     host::init_tracing();
+    antler_protocol::sys::start_heap_trimmer();
     let config = match &cli.config {
         Some(path) => {
             let loaded =

@@ -68,6 +68,7 @@ async fn orphan_watch(lead_socket: std::path::PathBuf) {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     host::init_tracing();
+    antler_protocol::sys::start_heap_trimmer();
     let system = actix::System::new();
     system.block_on(async move {
         let token = cli.host.token()?;

@@ -32,31 +32,39 @@ fn invariant(name: &'static str, problems: Vec<String>, fine: String) -> Invaria
     }
 }
 
-use antler_protocol::sys::rss_kib;
+use antler_protocol::sys::{anon_rss_kib, rss_kib};
 
-/// Resident memory of the lead, mcp-host and sandbox-host replicas, in KiB.
+/// The memory of the lead, mcp-host and sandbox-host replicas, in KiB: what each
+/// allocated (anonymous resident memory: heap, stacks), which a leak grows and the
+/// invariant checks, and its whole resident set beside it (which also counts the pages of
+/// its binary read in as more of its code runs, and which the kernel can drop).
 #[derive(Debug, Clone, Default)]
 pub struct Memory {
-    /// (process, KiB): `lead`, then `mcp-host` and `sandbox-host` replicas by index.
-    pub processes: Vec<(String, u64)>,
+    /// (process, allocated KiB, resident KiB): `lead`, then `mcp-host` and
+    /// `sandbox-host` replicas by index.
+    pub processes: Vec<(String, u64, u64)>,
 }
 
 impl Memory {
     pub fn total(&self) -> u64 {
-        self.processes.iter().map(|(_, kib)| kib).sum()
+        self.processes.iter().map(|(_, anon, _)| anon).sum()
     }
 
-    /// Each process's figure before and after, e.g. `lead 31200→33100 KiB`.
+    fn resident(&self) -> u64 {
+        self.processes.iter().map(|(_, _, rss)| rss).sum()
+    }
+
+    /// Each process's figures before and after, e.g. `lead 3100→3300 KiB (rss 31200→33100)`.
     fn against(&self, before: &Memory) -> String {
         self.processes
             .iter()
-            .map(|(name, after)| {
-                let was = before
-                    .processes
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map_or_else(|| "?".to_owned(), |(_, kib)| kib.to_string());
-                format!("{name} {was}→{after} KiB")
+            .map(|(name, anon, rss)| {
+                let was = before.processes.iter().find(|(n, ..)| n == name);
+                let (a, r) = was.map_or_else(
+                    || ("?".to_owned(), "?".to_owned()),
+                    |(_, a, r)| (a.to_string(), r.to_string()),
+                );
+                format!("{name} {a}→{anon} KiB (rss {r}→{rss})")
             })
             .collect::<Vec<_>>()
             .join(", ")
@@ -69,13 +77,13 @@ pub async fn memory(cluster: &ChaosCluster) -> Memory {
     tokio::time::sleep(antler_protocol::sys::HEAP_TRIM_EVERY + Duration::from_secs(1)).await;
     let mut processes = Vec::new();
     if let Some(pid) = cluster.lead_pid() {
-        processes.push(("lead".to_owned(), rss_kib(pid)));
+        processes.push(("lead".to_owned(), anon_rss_kib(pid), rss_kib(pid)));
     }
     if let Some(view) = cluster.view().await {
         for role in ["mcp-host", "sandbox-host"] {
             for i in 0..cluster.replicas(role) {
                 if let Some(pid) = cluster.host_pid(&view, role, i) {
-                    processes.push((format!("{role}#{i}"), rss_kib(pid)));
+                    processes.push((format!("{role}#{i}"), anon_rss_kib(pid), rss_kib(pid)));
                 }
             }
         }
@@ -338,11 +346,31 @@ pub async fn after_runs(
         "no sandbox is held once the runs have ended".into(),
     ));
 
+    // Each run's pooled stdio session stops once idle: what is left is each mcp-host's
+    // session of the configured server, nothing per run.
+    let idle = Duration::from_secs(super::plan::POOL_IDLE_TIMEOUT_S + 20);
+    let until = Instant::now() + idle;
+    let mut sessions = stdio_sessions(cluster).await;
+    while !sessions.is_empty() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        sessions = stdio_sessions(cluster).await;
+    }
+    out.push(invariant(
+        "no stdio session is leaked",
+        sessions,
+        format!(
+            "every run's pooled stdio session stopped once idle ({} s)",
+            super::plan::POOL_IDLE_TIMEOUT_S
+        ),
+    ));
+
     let after = memory(cluster).await;
     let (total, before) = (after.total(), memory_before.total());
     let limit = before + before / 10;
     let figures = format!(
-        "lead and hosts at {total} KiB after, {before} KiB before ({})",
+        "lead and hosts hold {total} KiB after, {before} KiB before; resident {} KiB after, {} KiB before ({})",
+        after.resident(),
+        memory_before.resident(),
         after.against(memory_before)
     );
     out.push(invariant(
@@ -390,6 +418,45 @@ pub async fn after_runs(
 }
 
 /// Zombie children of the lead and its hosts.
+/// The MCP server sessions of each mcp-host beyond its one session of the configured
+/// server (its direct children: each session's process group is led by one).
+async fn stdio_sessions(cluster: &ChaosCluster) -> Vec<String> {
+    let Some(view) = cluster.view().await else {
+        return vec!["the cluster view is unavailable".into()];
+    };
+    let hosts: Vec<u32> = (0..cluster.replicas("mcp-host"))
+        .filter_map(|i| cluster.host_pid(&view, "mcp-host", i))
+        .collect();
+    let mut children: std::collections::HashMap<u32, Vec<u32>> = Default::default();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().unwrap_or_default();
+        let ppid: u32 = fields.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        if state != "Z" && hosts.contains(&ppid) {
+            children.entry(ppid).or_default().push(pid);
+        }
+    }
+    children
+        .into_iter()
+        .filter(|(_, kids)| kids.len() > 1)
+        .map(|(host, kids)| {
+            format!(
+                "mcp-host {host} still runs {} sessions of MCP servers",
+                kids.len()
+            )
+        })
+        .collect()
+}
+
 async fn zombies_of(cluster: &ChaosCluster) -> Vec<String> {
     let mut parents: Vec<u32> = cluster.lead_pid().into_iter().collect();
     if let Some(m) = &cluster.multi {

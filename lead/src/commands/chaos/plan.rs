@@ -105,6 +105,10 @@ impl Plan {
 /// The cluster's config.yaml: sandbox tools, MCP tools behind tool_search, subagents, a
 /// fast heartbeat (faults are seen quickly) and a restart budget no schedule exhausts. With
 /// `cluster` (lines of `antler:` that name the hosts to dial), the lead starts no host.
+/// How long a run's pooled stdio session outlives its last call in the schedule's cluster:
+/// short, so that once the runs have ended every pooled session is seen to stop.
+pub const POOL_IDLE_TIMEOUT_S: u64 = 15;
+
 pub fn config_yaml(workers: u32, cluster: Option<String>) -> String {
     let workers = match &cluster {
         Some(lines) => lines.clone(),
@@ -129,6 +133,8 @@ antler:
   heartbeat_misses: 3
   restart_max: 1000
   restart_window_s: 60
+  mcp_pool:
+    idle_timeout_s: {POOL_IDLE_TIMEOUT_S}
 "#
     )
 }
