@@ -50,7 +50,14 @@ fn status_kib(pid: u32, fields: &[&str]) -> u64 {
             let (name, value) = l.split_once(char::is_whitespace)?;
             fields
                 .contains(&name)
-                .then(|| value.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .then(|| {
+                    value
+                        .trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
                 .flatten()
         })
         .sum()

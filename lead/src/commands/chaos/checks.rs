@@ -34,10 +34,10 @@ fn invariant(name: &'static str, problems: Vec<String>, fine: String) -> Invaria
 
 use antler_protocol::sys::{anon_rss_kib, rss_kib};
 
-/// The memory of the lead, mcp-host and sandbox-host replicas, in KiB: what each
-/// allocated (anonymous resident memory: heap, stacks), which a leak grows and the
-/// invariant checks, and its whole resident set beside it (which also counts the pages of
-/// its binary read in as more of its code runs, and which the kernel can drop).
+/// The memory of the lead, mcp-host and sandbox-host replicas, in KiB: each one's
+/// resident set, which the invariant checks, and beside it what it allocated (anonymous
+/// resident memory: heap, stacks), the part a leak grows (the rest is its binary's and
+/// libraries' pages).
 #[derive(Debug, Clone, Default)]
 pub struct Memory {
     /// (process, allocated KiB, resident KiB): `lead`, then `mcp-host` and
@@ -47,14 +47,14 @@ pub struct Memory {
 
 impl Memory {
     pub fn total(&self) -> u64 {
-        self.processes.iter().map(|(_, anon, _)| anon).sum()
-    }
-
-    fn resident(&self) -> u64 {
         self.processes.iter().map(|(_, _, rss)| rss).sum()
     }
 
-    /// Each process's figures before and after, e.g. `lead 3100→3300 KiB (rss 31200→33100)`.
+    fn allocated(&self) -> u64 {
+        self.processes.iter().map(|(_, anon, _)| anon).sum()
+    }
+
+    /// Each process's figures before and after, e.g. `lead 31200→33100 KiB (allocated 3100→3300)`.
     fn against(&self, before: &Memory) -> String {
         self.processes
             .iter()
@@ -64,7 +64,7 @@ impl Memory {
                     || ("?".to_owned(), "?".to_owned()),
                     |(_, a, r)| (a.to_string(), r.to_string()),
                 );
-                format!("{name} {a}→{anon} KiB (rss {r}→{rss})")
+                format!("{name} {r}→{rss} KiB (allocated {a}→{anon})")
             })
             .collect::<Vec<_>>()
             .join(", ")
@@ -368,9 +368,9 @@ pub async fn after_runs(
     let (total, before) = (after.total(), memory_before.total());
     let limit = before + before / 10;
     let figures = format!(
-        "lead and hosts hold {total} KiB after, {before} KiB before; resident {} KiB after, {} KiB before ({})",
-        after.resident(),
-        memory_before.resident(),
+        "lead and hosts resident {total} KiB after, {before} KiB before; allocated {} KiB after, {} KiB before ({})",
+        after.allocated(),
+        memory_before.allocated(),
         after.against(memory_before)
     );
     out.push(invariant(
