@@ -32,7 +32,7 @@ const WATCH_DEADLINE: Duration = Duration::from_secs(3600);
 /// What the relay knows of one replica's current connection.
 struct Watched {
     connection: Connection,
-    task: Option<tokio::task::JoinHandle<()>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 /// Runs the relay until the supervisor stops. Spawn it on the lead's system.
@@ -60,9 +60,7 @@ pub async fn relay(supervisor: Addr<Supervisor>, store: CheckpointStore) {
                 continue;
             }
             if let Some(old) = watched.remove(address) {
-                if let Some(t) = old.task {
-                    t.abort();
-                }
+                old.task.abort();
             }
             let task = tokio::spawn(watch(
                 address.clone(),
@@ -74,16 +72,14 @@ pub async fn relay(supervisor: Addr<Supervisor>, store: CheckpointStore) {
                 address.clone(),
                 Watched {
                     connection: connection.clone(),
-                    task: Some(task),
+                    task,
                 },
             );
         }
         tokio::time::sleep(LOOK_EVERY).await;
     }
     for (_, w) in watched {
-        if let Some(t) = w.task {
-            t.abort();
-        }
+        w.task.abort();
     }
 }
 

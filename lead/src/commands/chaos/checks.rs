@@ -418,6 +418,28 @@ pub async fn after_runs(
 }
 
 /// Zombie children of the lead and its hosts.
+/// Every process of the machine as (pid, state, parent pid), from `/proc/PID/stat`.
+fn processes() -> Vec<(u32, char, u32)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // The state and the parent follow the command in parentheses.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().and_then(|s| s.chars().next()).unwrap_or('?');
+        let ppid = fields.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        out.push((pid, state, ppid));
+    }
+    out
+}
+
 /// The MCP server sessions of each mcp-host beyond its one session of the configured
 /// server (its direct children: each session's process group is led by one).
 async fn stdio_sessions(cluster: &ChaosCluster) -> Vec<String> {
@@ -428,20 +450,8 @@ async fn stdio_sessions(cluster: &ChaosCluster) -> Vec<String> {
         .filter_map(|i| cluster.host_pid(&view, "mcp-host", i))
         .collect();
     let mut children: std::collections::HashMap<u32, Vec<u32>> = Default::default();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next().unwrap_or_default();
-        let ppid: u32 = fields.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        if state != "Z" && hosts.contains(&ppid) {
+    for (pid, state, ppid) in processes() {
+        if state != 'Z' && hosts.contains(&ppid) {
             children.entry(ppid).or_default().push(pid);
         }
     }
@@ -470,21 +480,9 @@ async fn zombies_of(cluster: &ChaosCluster) -> Vec<String> {
         }
     }
     let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next().unwrap_or_default();
-        let ppid: u32 = fields.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        if state == "Z" && parents.contains(&ppid) {
-            found.push(format!(
-                "zombie {} of {ppid}",
-                entry.file_name().to_string_lossy()
-            ));
+    for (pid, state, ppid) in processes() {
+        if state == 'Z' && parents.contains(&ppid) {
+            found.push(format!("zombie {pid} of {ppid}"));
         }
     }
     found
