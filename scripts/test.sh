@@ -16,6 +16,12 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v kubectl >/dev/null 2>&1 || need_apt+=(kubectl)
 # cluster_multihost: network namespaces and veth links.
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+# deploy_image: deploy/build-image.sh builds the image with buildah and mmdebstrap; podman
+# runs it with runc (crun refuses hosts whose cgroups are in hybrid mode).
+command -v buildah >/dev/null 2>&1 || need_apt+=(buildah)
+command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
+command -v podman >/dev/null 2>&1 || need_apt+=(podman)
+command -v runc >/dev/null 2>&1 || need_apt+=(runc)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
