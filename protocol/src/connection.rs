@@ -157,8 +157,8 @@ pub struct Call {
     pub trace: TraceContext,
     /// When the requester gives up.
     pub deadline: Option<Instant>,
-    /// The peer that asked.
-    pub peer: PeerInfo,
+    /// The peer that asked (shared by every call of the connection).
+    pub peer: Arc<PeerInfo>,
     id: RequestId,
     shared: Arc<Shared>,
 }
@@ -184,15 +184,39 @@ enum Pending {
     Stream(mpsc::Sender<Result<Reply, RpcError>>),
 }
 
+/// Hashes this side's request ids: sequential numbers it assigned itself, so a
+/// multiplication spreads them and no peer can choose them (the peer's ids, in `serving`,
+/// keep the default hasher).
+#[derive(Default, Clone, Copy)]
+struct OwnIdHasher(u64);
+
+impl std::hash::Hasher for OwnIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type PendingMap = HashMap<RequestId, Pending, std::hash::BuildHasherDefault<OwnIdHasher>>;
+
 struct Shared {
     out: Outbox,
-    pending: Mutex<HashMap<RequestId, Pending>>,
+    pending: Mutex<PendingMap>,
     serving: Mutex<HashMap<RequestId, tokio::task::AbortHandle>>,
     next_id: AtomicU64,
     closed: watch::Sender<Option<String>>,
     started: Instant,
     last_seen_ms: AtomicU64,
-    peer: PeerInfo,
+    peer: Arc<PeerInfo>,
     config: ConnectionConfig,
     peer_going_away: AtomicBool,
     /// The runtime that serves the peer's requests (the one that started the connection).
@@ -367,13 +391,13 @@ impl Connection {
         let (closed_tx, _) = watch::channel(None);
         let shared = Arc::new(Shared {
             out,
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(PendingMap::default()),
             serving: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             closed: closed_tx,
             started: Instant::now(),
             last_seen_ms: AtomicU64::new(0),
-            peer,
+            peer: Arc::new(peer),
             config,
             peer_going_away: AtomicBool::new(false),
             home,

@@ -16,7 +16,10 @@ use std::{
     cell::RefCell,
     io,
     pin::Pin,
-    sync::Mutex,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Mutex,
+    },
     task::{Context, Poll, Waker},
     time::Instant,
 };
@@ -138,6 +141,10 @@ pub(crate) struct Outbox {
     room: Notify,
     max_frames: usize,
     encoder: EnvelopeEncoder,
+    /// Frames were queued without writing since the last [`Outbox::flush`]: only then
+    /// has a flush anything to do (any other sender writes what it queues, or the
+    /// writer task owns the buffer), so a read that made no reply takes no lock.
+    held: AtomicBool,
 }
 
 impl Outbox {
@@ -167,6 +174,7 @@ impl Outbox {
             room: Notify::new(),
             max_frames: max_frames.max(1),
             encoder: EnvelopeEncoder { max_frame_bytes },
+            held: AtomicBool::new(false),
         }
     }
 
@@ -237,6 +245,7 @@ impl Outbox {
         if write {
             self.write_locked(&mut st)
         } else {
+            self.held.store(true, Ordering::Release);
             Ok(())
         }
     }
@@ -270,8 +279,11 @@ impl Outbox {
         }
     }
 
-    /// Writes what is queued now, unless the writer task owns the buffer.
+    /// Writes what was queued without writing, unless the writer task owns the buffer.
     pub(crate) fn flush(&self) -> Result<(), PushError> {
+        if !self.held.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
         let mut st = self.lock();
         if st.q.buf.is_empty() && !st.unflushed {
             return Ok(());

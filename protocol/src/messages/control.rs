@@ -17,7 +17,10 @@ pub const CHAOS_OFF: &str = "chaos mode is off: start the cluster with `antler u
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ControlRequest {
     /// Echo the payload back: a liveness and round-trip probe.
-    Ping { payload: Vec<u8> },
+    Ping {
+        #[serde(with = "super::bytes")]
+        payload: Vec<u8>,
+    },
     /// Report the process's health.
     Health,
     /// Chaos mode: stop this actor as if it had crashed (no graceful path). Refused with
@@ -162,6 +165,7 @@ impl std::fmt::Display for ActorRef {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ControlReply {
     Pong {
+        #[serde(with = "super::bytes")]
         payload: Vec<u8>,
     },
     Health(Health),

@@ -2,6 +2,7 @@
 //! `Request`/`Reply` wrap them so one connection type carries any pair; a host answers
 //! the pairs of its role and replies `RemoteError::Unsupported` to the others.
 
+mod bytes;
 mod control;
 mod lead;
 mod mcp;

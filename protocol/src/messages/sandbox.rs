@@ -148,11 +148,19 @@ pub enum ThreadFileOp {
     },
     /// Writes `outputs/.tool-results/{name}` (through a temporary name, then a rename):
     /// the output budget's spill file. `name` is one plain file name.
-    WriteSpill { name: String, content: Vec<u8> },
+    WriteSpill {
+        name: String,
+        #[serde(with = "super::bytes")]
+        content: Vec<u8>,
+    },
     /// Writes `outputs/{name}` as a new file, never over one: when the name is taken the
     /// first free `{stem}-1{ext}`, `{stem}-2{ext}`, ... (at most [`MAX_NAME_PROBES`]) is
     /// used. `name` is one plain file name. Answers [`ThreadFileReply::Written`].
-    WriteOutput { name: String, content: Vec<u8> },
+    WriteOutput {
+        name: String,
+        #[serde(with = "super::bytes")]
+        content: Vec<u8>,
+    },
     /// The regular files under `outputs` (not `.tool-results`, never through a link),
     /// for delivery settlement.
     SnapshotOutputs,
@@ -195,7 +203,7 @@ pub struct FileRead {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FileContent {
     /// From the requested offset (shorter than asked at the end of the file).
-    Bytes(Vec<u8>),
+    Bytes(#[serde(with = "super::bytes")] Vec<u8>),
     /// Not a regular file.
     NotAFile,
     /// Larger than `max_size`.
