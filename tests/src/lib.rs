@@ -49,6 +49,16 @@ pub fn bin(name: &str) -> PathBuf {
     bin_dir().join(name)
 }
 
+/// A command's exit code, stdout and stderr, for an assertion's message.
+pub fn output_text(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// Runs `antler` with the runtime directory and arguments; returns its output.
 pub fn antler(runtime_dir: &Path, args: &[&str]) -> Output {
     Command::new(bin("antler"))

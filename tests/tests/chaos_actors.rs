@@ -10,12 +10,11 @@ mod lead_support;
 mod mcp_support;
 
 use std::{
-    process::Output,
     thread,
     time::{Duration, Instant},
 };
 
-use antler_tests::{antler, wait_for};
+use antler_tests::{antler, output_text, wait_for};
 use lead_support::LeadCluster;
 use mcp_support::{peer_script, python, stdio, McpCluster};
 use serde_json::{json, Value};
@@ -31,15 +30,6 @@ sandbox:
 tool_search:
   enabled: false
 "#;
-
-fn text(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// `antler chaos stop KIND [NAME] --json`, retried (for up to `within`) until an actor is
 /// found to stop: the JSON reply.
@@ -58,7 +48,7 @@ fn stop_when_found(
         if out.status.success() {
             return serde_json::from_slice::<Value>(&out.stdout).ok();
         }
-        last = Some(text(&out));
+        last = Some(output_text(&out));
         thread::sleep(Duration::from_millis(100));
         None
     });
@@ -111,20 +101,20 @@ fn without_chaos_mode_a_stop_is_refused_and_nothing_stops() {
         vec!["chaos", "stop", "peer-link", "sandbox-host-0"],
     ] {
         let out = antler(&cluster.runtime(), &args);
-        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("chaos mode is off"),
             "{}",
-            text(&out)
+            output_text(&out)
         );
     }
     // A bad name is refused before anything is asked.
     let out = antler(&cluster.runtime(), &["chaos", "stop", "worker", "x"]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", output_text(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("unknown actor kind `worker`"),
         "{}",
-        text(&out)
+        output_text(&out)
     );
     let status = cluster.status().unwrap();
     assert!(status.iter().all(|p| p["healthy"] == true), "{status:?}");
@@ -145,7 +135,7 @@ fn chaos_is_refused_in_cluster_mode_off_loopback() {
             dir.path().join("secret").to_str().unwrap(),
         ],
     );
-    assert!(init.status.success(), "{}", text(&init));
+    assert!(init.status.success(), "{}", output_text(&init));
     let config = dir.path().join("config.yaml");
     std::fs::write(
         &config,
@@ -160,12 +150,12 @@ fn chaos_is_refused_in_cluster_mode_off_loopback() {
         .env("ANTLER_GATEWAY_ADDR", "off")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", output_text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("--chaos is refused in cluster mode off loopback (tcp:192.0.2.10:7001 is not a loopback address)"),
         "{}",
-        text(&out)
+        output_text(&out)
     );
 }
 
@@ -213,7 +203,7 @@ fn a_stopped_mcp_connection_fails_its_call_in_flight_and_reconnects_and_the_cata
     assert_eq!(stop["stopped"], 1, "{stop}");
     let out = call.join().unwrap();
     assert!(stopped_at.elapsed() < Duration::from_secs(10));
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
     let result: Value = serde_json::from_slice(&out.stdout).expect("a JSON result");
     assert!(
         McpCluster::text(&result).contains(
@@ -374,7 +364,7 @@ turns:
             .lines()
             .any(|l| l.starts_with("sandbox-host-0") && l.contains(" ok ")),
         "{}",
-        text(&out)
+        output_text(&out)
     );
 }
 
@@ -436,7 +426,7 @@ turns:
     assert!(
         stderr.contains("the run's actor stopped unexpectedly (it crashed); the run was resumed from its last checkpoint"),
         "{}",
-        text(&out)
+        output_text(&out)
     );
 }
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use antler_tests::{bin_dir, wait_for};
+use antler_tests::{bin_dir, output_text, wait_for};
 use serde_json::{json, Value};
 
 const IMAGE: &str = "localhost/antler:0.1.0";
@@ -28,6 +28,10 @@ const BWRAP_AS_NOBODY: &str = "setpriv --reuid 65534 --regid 65534 --clear-group
     -- /usr/bin/true";
 /// What bubblewrap needs of a container: the /proc that container runtimes mask, unmasked.
 const UNMASK_PROC: &[&str] = &["--security-opt", "unmask=/proc/*"];
+
+/// The extensions config of both runs: the test peers' everything server, mounted in the
+/// image at /opt/node_modules.
+const EVERYTHING_EXTENSIONS: &str = r#"{"mcpServers": {"everything": {"type": "stdio", "command": "mcp-server-everything", "args": ["stdio"]}}}"#;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -142,15 +146,6 @@ fn hard_limits() -> (u64, u64) {
     (hard("Max open files"), hard("Max processes"))
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 #[test]
 fn the_offline_image_runs_the_binaries_bubblewrap_and_the_example_under_podman() {
     let storage = Storage::new();
@@ -166,12 +161,12 @@ fn the_offline_image_runs_the_binaries_bubblewrap_and_the_example_under_podman()
     assert!(
         build.status.success(),
         "build-image.sh failed: {}",
-        text(&build)
+        output_text(&build)
     );
     assert!(
         String::from_utf8_lossy(&build.stderr).contains("built antler:0.1.0"),
         "{}",
-        text(&build)
+        output_text(&build)
     );
     let listing = Command::new("tar")
         .arg("tf")
@@ -183,7 +178,7 @@ fn the_offline_image_runs_the_binaries_bubblewrap_and_the_example_under_podman()
             .lines()
             .any(|l| l == "index.json"),
         "the OCI archive has no index.json: {}",
-        text(&listing)
+        output_text(&listing)
     );
     // The working containers are gone; the base and the image stay.
     let containers = storage
@@ -195,23 +190,23 @@ fn the_offline_image_runs_the_binaries_bubblewrap_and_the_example_under_podman()
         String::from_utf8_lossy(&containers.stdout),
         "",
         "{}",
-        text(&containers)
+        output_text(&containers)
     );
 
     // The image's default: `antler --help`, under tini, as uid 10001.
     let help = storage.run(&[], &[]);
-    assert!(help.status.success(), "{}", text(&help));
+    assert!(help.status.success(), "{}", output_text(&help));
     assert!(
         String::from_utf8_lossy(&help.stdout).contains("Usage: antler"),
         "{}",
-        text(&help)
+        output_text(&help)
     );
     let whoami = storage.run(&[], &["sh", "-c", "id -u; id -g; echo $HOME; pwd; test -s /etc/ssl/certs/ca-certificates.crt && echo certificates"]);
     assert_eq!(
         String::from_utf8_lossy(&whoami.stdout),
         "10001\n10001\n/home/antler\n/home/antler\ncertificates\n",
         "{}",
-        text(&whoami)
+        output_text(&whoami)
     );
     for binary in [
         "antler",
@@ -220,23 +215,27 @@ fn the_offline_image_runs_the_binaries_bubblewrap_and_the_example_under_podman()
         "antler-subagent",
     ] {
         let version = storage.run(&[], &[binary, "--version"]);
-        assert!(version.status.success(), "{binary}: {}", text(&version));
+        assert!(
+            version.status.success(),
+            "{binary}: {}",
+            output_text(&version)
+        );
         assert!(
             String::from_utf8_lossy(&version.stdout).starts_with(&format!("{binary} ")),
             "{binary}: {}",
-            text(&version)
+            output_text(&version)
         );
     }
 
     // Bubblewrap, as sandbox-host starts it: refused under the runtime's masked /proc,
     // working once it is unmasked (deploy/README.md, "What bubblewrap needs in a pod").
     let masked = storage.run(&["--user", "0"], &["sh", "-c", BWRAP_AS_NOBODY]);
-    assert!(!masked.status.success(), "{}", text(&masked));
+    assert!(!masked.status.success(), "{}", output_text(&masked));
     assert!(
         String::from_utf8_lossy(&masked.stderr)
             .contains("Can't mount proc on /newroot/proc: Operation not permitted"),
         "{}",
-        text(&masked)
+        output_text(&masked)
     );
     let unmasked = storage.run(
         &[
@@ -253,7 +252,7 @@ fn the_offline_image_runs_the_binaries_bubblewrap_and_the_example_under_podman()
         .concat(),
         &["sh", "-c", BWRAP_AS_NOBODY],
     );
-    assert!(unmasked.status.success(), "{}", text(&unmasked));
+    assert!(unmasked.status.success(), "{}", output_text(&unmasked));
 
     // The bundled example, in the container as its default user: the run starts mcp-host
     // (with the test peers' everything server, mounted) and sandbox-host (bubblewrap) in
@@ -262,13 +261,7 @@ fn the_offline_image_runs_the_binaries_bubblewrap_and_the_example_under_podman()
     std::fs::create_dir(&work).unwrap();
     std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::os::unix::fs::chown(&work, Some(10001), Some(10001)).unwrap();
-    std::fs::write(
-        work.join("extensions_config.json"),
-        serde_json::to_vec(&json!({"mcpServers": {"everything": {"type": "stdio",
-            "command": "mcp-server-everything", "args": ["stdio"]}}}))
-        .unwrap(),
-    )
-    .unwrap();
+    std::fs::write(work.join("extensions_config.json"), EVERYTHING_EXTENSIONS).unwrap();
     let node_modules = repo().join("tests/node_modules");
     assert!(
         node_modules.join(".bin/mcp-server-everything").exists(),
@@ -319,9 +312,9 @@ fn the_offline_image_runs_the_binaries_bubblewrap_and_the_example_under_podman()
     );
     let stdout = String::from_utf8_lossy(&run.stdout);
     let out: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {}", text(&run)));
-    assert!(run.status.success(), "{}", text(&run));
-    assert_eq!(out["status"], "success", "{}", text(&run));
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {}", output_text(&run)));
+    assert!(run.status.success(), "{}", output_text(&run));
+    assert_eq!(out["status"], "success", "{}", output_text(&run));
     assert_eq!(out["delivery"]["stage"], "presented", "{out}");
     assert_eq!(
         out["delivery"]["matched_paths"],
@@ -333,7 +326,12 @@ fn the_offline_image_runs_the_binaries_bubblewrap_and_the_example_under_podman()
         "# Report\n\nThe everything server's echo tool answered.\n"
     );
     let left = storage.podman(&["ps", "--all", "--quiet"]);
-    assert_eq!(String::from_utf8_lossy(&left.stdout), "", "{}", text(&left));
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout),
+        "",
+        "{}",
+        output_text(&left)
+    );
 
     the_image_runs_a_cluster_in_a_pod(&storage, &node_modules);
 }
@@ -360,7 +358,7 @@ fn the_image_runs_a_cluster_in_a_pod(storage: &Storage, node_modules: &Path) {
         &["--volume", &format!("{}:/secret", secret.display())],
         &["antler", "cluster", "init", "/secret"],
     );
-    assert!(init.status.success(), "{}", text(&init));
+    assert!(init.status.success(), "{}", output_text(&init));
     let example = std::fs::read_to_string(repo().join("examples/report/config.yaml")).unwrap();
     std::fs::write(
         pod.join("config.yaml"),
@@ -371,17 +369,11 @@ fn the_image_runs_a_cluster_in_a_pod(storage: &Storage, node_modules: &Path) {
         ),
     )
     .unwrap();
-    std::fs::write(
-        pod.join("extensions_config.json"),
-        serde_json::to_vec(&json!({"mcpServers": {"everything": {"type": "stdio",
-            "command": "mcp-server-everything", "args": ["stdio"]}}}))
-        .unwrap(),
-    )
-    .unwrap();
+    std::fs::write(pod.join("extensions_config.json"), EVERYTHING_EXTENSIONS).unwrap();
     let token = std::fs::read_to_string(secret.join("token")).unwrap();
 
     let created = storage.podman(&["pod", "create", "--name", "antler", "--network", "none"]);
-    assert!(created.status.success(), "{}", text(&created));
+    assert!(created.status.success(), "{}", output_text(&created));
     let host = |role: &str, port: u16| -> Vec<String> {
         [
             format!("--listen=tcp:127.0.0.1:{port}"),
@@ -465,7 +457,11 @@ fn the_image_runs_a_cluster_in_a_pod(storage: &Storage, node_modules: &Path) {
             args.extend(configs);
         }
         let started = storage.podman(&args);
-        assert!(started.status.success(), "{name}: {}", text(&started));
+        assert!(
+            started.status.success(),
+            "{name}: {}",
+            output_text(&started)
+        );
     }
     let logs = || -> String {
         containers
@@ -505,7 +501,7 @@ fn the_image_runs_a_cluster_in_a_pod(storage: &Storage, node_modules: &Path) {
         let status = in_lead(&["status"]);
         panic!(
             "the lead did not reach every host: {}\n{}",
-            text(&status),
+            output_text(&status),
             logs()
         );
     }
@@ -520,9 +516,20 @@ fn the_image_runs_a_cluster_in_a_pod(storage: &Storage, node_modules: &Path) {
         "t1",
         "--json",
     ]);
-    let out: Value = serde_json::from_slice(&run.stdout)
-        .unwrap_or_else(|e| panic!("not one JSON object ({e}): {}\n{}", text(&run), logs()));
-    assert_eq!(out["status"], "success", "{}\n{}", text(&run), logs());
+    let out: Value = serde_json::from_slice(&run.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not one JSON object ({e}): {}\n{}",
+            output_text(&run),
+            logs()
+        )
+    });
+    assert_eq!(
+        out["status"],
+        "success",
+        "{}\n{}",
+        output_text(&run),
+        logs()
+    );
     assert_eq!(out["delivery"]["stage"], "presented", "{out}");
     let report = threads.join("users/alice/threads/t1/user-data/outputs/report.md");
     assert_eq!(
@@ -533,7 +540,7 @@ fn the_image_runs_a_cluster_in_a_pod(storage: &Storage, node_modules: &Path) {
     );
 
     let stopped = storage.podman(&["pod", "stop", "--time", "30", "antler"]);
-    assert!(stopped.status.success(), "{}", text(&stopped));
+    assert!(stopped.status.success(), "{}", output_text(&stopped));
     for (name, ..) in &containers {
         let code = storage.podman(&["inspect", "--format", "{{.State.ExitCode}}", name]);
         assert_eq!(
@@ -544,5 +551,5 @@ fn the_image_runs_a_cluster_in_a_pod(storage: &Storage, node_modules: &Path) {
         );
     }
     let removed = storage.podman(&["pod", "rm", "antler"]);
-    assert!(removed.status.success(), "{}", text(&removed));
+    assert!(removed.status.success(), "{}", output_text(&removed));
 }
