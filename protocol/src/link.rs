@@ -1,6 +1,9 @@
 //! `HostLink`: the actor that owns one outgoing connection to a peer. It dials, keeps the
 //! connection, reconnects with exponential backoff and jitter when it dies, and forwards
 //! `Call`s. A call made while the peer is away fails at once with `PeerUnavailable`.
+//! For [`FAST_REDIAL_FOR`] after a connection is lost it redials at least every
+//! [`FAST_REDIAL_CAP`] (a restarted host is found as soon as it listens), and each of its
+//! dials gives up after [`DIAL_ATTEMPT`] (a dial into a cut link does not outlive the cut).
 //! TCP uses the identity's TLS ([`crate::tls`]); without it, TCP dials loopback only.
 //! Started under an actix `Supervisor` ([`HostLink::supervised`]), a link that stops
 //! (chaos mode's [`CrashLink`]) is restarted in place, under the same address, and redials.
@@ -12,7 +15,7 @@ use actix::prelude::*;
 use crate::{
     connection::{Connection, ConnectionConfig, InFlight, RpcError, Service},
     envelope::TraceContext,
-    handshake::{self, HandshakeError, Identity, PeerInfo, Role},
+    handshake::{self, HandshakeError, Identity, PeerInfo, Role, HANDSHAKE_TIMEOUT},
     messages::{Reply, Request},
     transport::{Address, Stream},
 };
@@ -53,7 +56,7 @@ pub async fn dial(
     config: ConnectionConfig,
     service: Option<Arc<dyn Service>>,
 ) -> Result<Connection, DialError> {
-    dial_peer(address, None, identity, config, service).await
+    dial_peer(address, None, identity, config, service, HANDSHAKE_TIMEOUT).await
 }
 
 /// [`dial`] a peer of a known role: over TLS its certificate must name `role`.
@@ -64,7 +67,15 @@ pub async fn dial_expecting(
     config: ConnectionConfig,
     service: Option<Arc<dyn Service>>,
 ) -> Result<Connection, DialError> {
-    dial_peer(address, Some(role), identity, config, service).await
+    dial_peer(
+        address,
+        Some(role),
+        identity,
+        config,
+        service,
+        HANDSHAKE_TIMEOUT,
+    )
+    .await
 }
 
 async fn dial_peer(
@@ -73,13 +84,24 @@ async fn dial_peer(
     identity: &Identity,
     config: ConnectionConfig,
     service: Option<Arc<dyn Service>>,
+    within: Duration,
 ) -> Result<Connection, DialError> {
     let home = tokio::runtime::Handle::current();
     let (address, identity) = (address.clone(), identity.clone());
     let addr_s = address.to_string();
-    crate::io::run(
-        async move { dial_here(&address, expect, &identity, config, service, home).await },
-    )
+    crate::io::run(async move {
+        // The whole dial (connect, TLS, hello) is bounded here, on the I/O thread, before
+        // the connection starts: a connection is never started for a caller that gave up.
+        let attempt = dial_here(&address, expect, &identity, config, service, home);
+        tokio::time::timeout(within, attempt)
+            .await
+            .unwrap_or_else(|_| {
+                Err(DialError::Unreachable {
+                    address: address.to_string(),
+                    reason: format!("no connection within the dial deadline of {within:?}"),
+                })
+            })
+    })
     .await
     .unwrap_or_else(|| {
         Err(DialError::Unreachable {
@@ -202,6 +224,19 @@ impl Backoff {
     }
 }
 
+/// How long after losing its connection a link redials at least every [`FAST_REDIAL_CAP`]
+/// (then its backoff grows to two seconds): a host that restarts is listening again well
+/// within this, and a refused connect costs the peer nothing.
+pub const FAST_REDIAL_FOR: Duration = Duration::from_secs(30);
+
+/// The longest wait between two dials while the loss is recent.
+pub const FAST_REDIAL_CAP: Duration = Duration::from_millis(300);
+
+/// How long one dial of a link may take, connect, TLS and hello together. Inside a
+/// cluster these take milliseconds; a dial still pending after this went into a cut link
+/// or a peer that hangs, and the next dial (after the backoff) finds the link restored.
+pub const DIAL_ATTEMPT: Duration = Duration::from_secs(2);
+
 /// What a link knows about its peer, for `antler status`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinkSnapshot {
@@ -228,6 +263,8 @@ pub struct HostLink {
     ever_connected: bool,
     last_error: Option<String>,
     retry: Option<SpawnHandle>,
+    /// When the last connection was lost (the fast redial phase runs from here).
+    lost_at: Option<std::time::Instant>,
     /// Stopped for good ([`StopLink`]): a supervised restart does not dial again.
     retired: bool,
 }
@@ -246,6 +283,7 @@ impl HostLink {
             ever_connected: false,
             last_error: None,
             retry: None,
+            lost_at: None,
             retired: false,
         }
     }
@@ -272,7 +310,7 @@ impl HostLink {
         let identity = self.identity.clone();
         let config = self.config.clone();
         let expect = self.expect;
-        async move { dial_peer(&address, expect, &identity, config, None).await }
+        async move { dial_peer(&address, expect, &identity, config, None, DIAL_ATTEMPT).await }
             .into_actor(self)
             .map(|result, act, ctx| {
                 act.dialing = false;
@@ -293,6 +331,7 @@ impl HostLink {
                                 tracing::info!(address = %act.address, %reason, "link lost; reconnecting");
                                 act.last_error = Some(reason);
                                 act.conn = None;
+                                act.lost_at = Some(std::time::Instant::now());
                                 act.schedule(ctx);
                             })
                             .spawn(ctx);
@@ -311,7 +350,10 @@ impl HostLink {
     }
 
     fn schedule(&mut self, ctx: &mut Context<Self>) {
-        let delay = self.backoff.next_delay();
+        let mut delay = self.backoff.next_delay();
+        if self.lost_at.is_some_and(|t| t.elapsed() < FAST_REDIAL_FOR) {
+            delay = delay.min(FAST_REDIAL_CAP);
+        }
         if let Some(h) = self.retry.take() {
             ctx.cancel_future(h);
         }
@@ -345,6 +387,7 @@ impl actix::Supervised for HostLink {
         self.conn = None;
         self.dialing = false;
         self.retry = None;
+        self.lost_at = Some(std::time::Instant::now());
         self.backoff.reset();
         if !self.retired {
             self.reconnects += 1;
