@@ -34,7 +34,8 @@ async fn wait_connected(link: &actix::Addr<HostLink>, within: Duration) -> bool 
 #[actix_rt::test]
 async fn a_lost_peer_is_redialed_every_few_hundred_milliseconds() {
     let peer = start_peer(ConnectionConfig::default()).await;
-    let link = HostLink::new(peer.address.clone(), lead(), ConnectionConfig::default()).supervised();
+    let link =
+        HostLink::new(peer.address.clone(), lead(), ConnectionConfig::default()).supervised();
     assert!(wait_connected(&link, Duration::from_secs(10)).await);
     // The peer goes away; in its place a listener that counts the dials and refuses them
     // (it closes each at once, as a host still starting would).
@@ -44,9 +45,7 @@ async fn a_lost_peer_is_redialed_every_few_hundred_milliseconds() {
     let listener = tokio::net::UnixListener::bind(&path).unwrap();
     let mut dials = Vec::new();
     let watch = Instant::now() + Duration::from_secs(4);
-    while let Ok(Ok((stream, _))) =
-        tokio::time::timeout_at(watch.into(), listener.accept()).await
-    {
+    while let Ok(Ok((stream, _))) = tokio::time::timeout_at(watch.into(), listener.accept()).await {
         dials.push(Instant::now());
         drop(stream);
     }

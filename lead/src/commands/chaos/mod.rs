@@ -171,8 +171,16 @@ impl ChaosCluster {
             .find_map(|i| faults::logged_since(&self.lead_log(i), needles, since))
     }
 
-    /// Starts `antler up` (again).
-    fn start_lead(&self) -> anyhow::Result<()> {
+    /// Starts `antler up` (again): in place of the lead `replacing` when given, unless
+    /// another fault or the watchdog has replaced it already (two faults that hit one
+    /// lead at once start one successor, not two).
+    fn start_lead(&self, replacing: Option<u32>) -> anyhow::Result<()> {
+        let mut lead = self.lead.lock().unwrap_or_else(|e| e.into_inner());
+        if let (Some(old), Some(current)) = (replacing, lead.as_ref()) {
+            if current.id() != old {
+                return Ok(());
+            }
+        }
         let n = {
             let mut starts = self.starts.lock().unwrap_or_else(|e| e.into_inner());
             *starts += 1;
@@ -207,7 +215,7 @@ impl ChaosCluster {
             .stderr(log)
             .spawn()
             .context("cannot start `antler up`")?;
-        *self.lead.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
+        *lead = Some(child);
         Ok(())
     }
 
@@ -237,11 +245,11 @@ impl ChaosCluster {
             let exited = {
                 let mut lead = cluster.lead.lock().unwrap_or_else(|e| e.into_inner());
                 lead.as_mut()
-                    .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
+                    .and_then(|c| matches!(c.try_wait(), Ok(Some(_))).then(|| c.id()))
             };
-            if exited && cluster.restarting.load(Ordering::SeqCst) == 0 {
+            if exited.is_some() && cluster.restarting.load(Ordering::SeqCst) == 0 {
                 eprintln!("antler chaos: the lead exited on its own; starting it again");
-                if let Err(e) = cluster.start_lead() {
+                if let Err(e) = cluster.start_lead(exited) {
                     eprintln!("antler chaos: {e:#}");
                 }
             }
@@ -277,7 +285,7 @@ impl ChaosCluster {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        if let Err(e) = self.start_lead() {
+        if let Err(e) = self.start_lead(Some(pid)) {
             eprintln!("antler chaos: {e:#}");
         }
     }
@@ -650,7 +658,7 @@ async fn schedule(
             return Err(e);
         }
     }
-    if let Err(e) = cluster.start_lead() {
+    if let Err(e) = cluster.start_lead(None) {
         cluster.stop();
         return Err(e);
     }

@@ -351,6 +351,12 @@ impl MultiHost {
     }
 
     fn spawn_host(&self, i: usize) -> anyhow::Result<()> {
+        let child = self.spawn_child(i)?;
+        self.hosts.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(child);
+        Ok(())
+    }
+
+    fn spawn_child(&self, i: usize) -> anyhow::Result<std::process::Child> {
         let node = &self.nodes[i];
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -366,8 +372,7 @@ impl MultiHost {
             .stderr(log)
             .spawn()
             .with_context(|| format!("cannot start {}", node.name))?;
-        self.hosts.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(child);
-        Ok(())
+        Ok(child)
     }
 
     /// (Re)starts node `i`'s proxy with `faults` (faulty's flags), and waits until it
@@ -440,9 +445,18 @@ impl MultiHost {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        self.restarts.lock().unwrap_or_else(|e| e.into_inner())[i] += 1;
-        if let Err(e) = self.spawn_host(i) {
-            eprintln!("antler chaos: {e:#}");
+        // Two faults that hit the same process at once both wait for it: only the first
+        // starts its successor (a second would be an orphan beside it).
+        let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+        if hosts[i].as_ref().is_some_and(|c| c.id() != pid) {
+            return;
+        }
+        match self.spawn_child(i) {
+            Ok(child) => {
+                hosts[i] = Some(child);
+                self.restarts.lock().unwrap_or_else(|e| e.into_inner())[i] += 1;
+            }
+            Err(e) => eprintln!("antler chaos: {e:#}"),
         }
     }
 
