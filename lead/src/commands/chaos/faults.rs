@@ -214,6 +214,36 @@ pub struct FaultOutcome {
 /// How long a fault may take to recover before it counts as not survived.
 const RECOVERY_LIMIT: Duration = Duration::from_secs(60);
 
+/// How long a fault that needs something alive to hit (a worker with a task in flight, a
+/// running run, an active sandbox, a running task graph) waits for one before it is
+/// skipped: runs come and go within seconds, and a fault that fires between them would
+/// otherwise measure nothing.
+const AIM_WAIT: Duration = Duration::from_secs(15);
+
+/// A worker replica with a task in flight, waiting up to [`AIM_WAIT`] for one (with the
+/// view it was seen in); `None` when none had one meanwhile.
+async fn busy_worker(cluster: &ChaosCluster, pick: usize) -> Option<(Value, u32)> {
+    let until = Instant::now() + AIM_WAIT;
+    let replicas = cluster.replicas("subagent").max(1);
+    loop {
+        if let Some(view) = cluster.view().await {
+            let busy: Vec<u32> = (0..replicas)
+                .filter(|r| {
+                    process_of(cluster, &view, "subagent", *r)
+                        .is_some_and(|p| p["in_use"].as_u64().is_some_and(|n| n > 0))
+                })
+                .collect();
+            if let Some(r) = busy.get(pick % busy.len().max(1)) {
+                return Some((view, *r));
+            }
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
 fn send(pid: u32, sig: i32) {
     // SAFETY: kill has no memory-safety preconditions.
     unsafe {
@@ -365,12 +395,20 @@ pub async fn inject(
         back: None,
         drained: None,
     };
-    let Some(before) = cluster.view().await else {
+    let Some(mut before) = cluster.view().await else {
         // The lead does not answer (another fault holds it): nothing to aim at now.
         return outcome;
     };
     let role = role_name(kind.target);
-    let replica = (pick % cluster.replicas(role).max(1) as usize) as u32;
+    let mut replica = (pick % cluster.replicas(role).max(1) as usize) as u32;
+    if kind.target == Target::Worker {
+        // A worker with a task in flight, when one comes: its loss is what a lost
+        // worker's task measures. Otherwise the one picked, idle.
+        if let Some((view, busy)) = busy_worker(cluster, pick).await {
+            (before, replica) = (view, busy);
+        }
+        outcome.at_s = started.elapsed().as_secs_f64();
+    }
     outcome.replica = replica;
     let node = cluster.multi.as_ref().and_then(|m| m.node(role, replica));
     if kind.signal == Signal::Crash {
@@ -647,7 +685,6 @@ async fn crash(
     started: Instant,
     pick: usize,
 ) -> FaultOutcome {
-    use antler_protocol::messages::ActorRef;
     let mut outcome = FaultOutcome {
         kind,
         at_s: started.elapsed().as_secs_f64(),
@@ -659,6 +696,43 @@ async fn crash(
         back: None,
         drained: None,
     };
+    // Something alive to stop, waiting up to `AIM_WAIT` for one to come.
+    let until = Instant::now() + AIM_WAIT;
+    let mut before = before.clone();
+    loop {
+        if let Some(actor) = crash_candidate(cluster, kind, &before, pick).await {
+            let since = log_clock();
+            let reconnects_before = reconnects(&before);
+            let name = actor.to_string();
+            outcome.at_s = started.elapsed().as_secs_f64();
+            outcome.hit = Instant::now();
+            // Nothing of that name alive any more (a task that ended meanwhile): try
+            // another.
+            if crate::commands::chaos_stop::stop_actor(&cluster.runtime(), actor)
+                .await
+                .is_ok()
+            {
+                return crashed(cluster, kind, outcome, since, reconnects_before, name).await;
+            }
+        }
+        if Instant::now() >= until {
+            return outcome;
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        if let Some(view) = cluster.view().await {
+            before = view;
+        }
+    }
+}
+
+/// An actor of `kind` alive now, chosen by `pick`.
+async fn crash_candidate(
+    cluster: &ChaosCluster,
+    kind: FaultKind,
+    before: &Value,
+    pick: usize,
+) -> Option<antler_protocol::messages::ActorRef> {
+    use antler_protocol::messages::ActorRef;
     let running: Vec<String> = match kind.target {
         Target::TaskGraph | Target::Run => cluster
             .get("/api/runs?status=running")
@@ -713,17 +787,18 @@ async fn crash(
         }
         _ => None,
     };
-    let Some(actor) = actor else {
-        return outcome;
-    };
-    let since = log_clock();
-    let reconnects_before = reconnects(before);
-    let name = actor.to_string();
-    if let Err(e) = crate::commands::chaos_stop::stop_actor(&cluster.runtime(), actor).await {
-        // Nothing of that name alive any more (a task that ended meanwhile): not hit.
-        let _ = e;
-        return outcome;
-    }
+    actor
+}
+
+/// Measures a stopped actor until the cluster serves again, and finds what shows it.
+async fn crashed(
+    cluster: &ChaosCluster,
+    kind: FaultKind,
+    mut outcome: FaultOutcome,
+    since: String,
+    reconnects_before: u64,
+    name: String,
+) -> FaultOutcome {
     outcome.pid = cluster.lead_pid();
     outcome.recovery = recovered(cluster, Instant::now(), |view| {
         view.is_some_and(|v| served_again(cluster, kind, v, "lead", 0, 0))
