@@ -48,6 +48,12 @@ const ROOTS_ASK_WINDOW: Duration = Duration::from_millis(200);
 const ROOTS_APPLY_GRACE: Duration = Duration::from_millis(100);
 /// Pages of `tools/list` followed at most.
 const MAX_PAGES: usize = 1000;
+/// How often a live stdio session is pinged (a local child answers in microseconds).
+const STDIO_PING_EVERY: Duration = Duration::from_secs(1);
+/// How often a live HTTP session is pinged (a remote server is not chattered at).
+const REMOTE_PING_EVERY: Duration = Duration::from_secs(15);
+/// A ping not answered within this says the server is paused, hung or saturated.
+const PING_DEADLINE: Duration = Duration::from_secs(1);
 
 /// A tool list change, told to subscribers (the catalog rebuilds).
 #[derive(Debug, Clone)]
@@ -811,6 +817,12 @@ async fn serve(
     let mut crash = s.crash.subscribe();
     crash.mark_unchanged();
     let mut waiting = Box::pin(session.waiting());
+    let every = match s.transport {
+        Transport::Stdio => STDIO_PING_EVERY,
+        Transport::Sse | Transport::Http => REMOTE_PING_EVERY,
+    };
+    let liveness = tokio::spawn(watch_liveness(s.name.clone(), peer.clone(), every));
+    let _liveness = liveness_guard(liveness.abort_handle());
     let end = loop {
         tokio::select! {
             Ok(()) = crash.changed() => {
@@ -864,6 +876,45 @@ async fn serve(
     };
     drop(child);
     end
+}
+
+/// Aborts the session's liveness watch when the session ends.
+fn liveness_guard(handle: tokio::task::AbortHandle) -> impl Drop {
+    struct Guard(tokio::task::AbortHandle);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    Guard(handle)
+}
+
+/// Pings the session's server every `every`: a server that stops answering (paused,
+/// hung, or too busy to answer a ping) is logged once with how long it has been silent,
+/// and again when it answers. Nothing is torn down: calls wait for it as before (their
+/// own deadlines apply), and a server that died ends the session by itself.
+async fn watch_liveness(server: String, peer: Peer<RoleClient>, every: Duration) {
+    let mut silent_since: Option<std::time::Instant> = None;
+    loop {
+        tokio::time::sleep(every).await;
+        let asked = std::time::Instant::now();
+        let ping = peer.send_request(ClientRequest::PingRequest(Default::default()));
+        match tokio::time::timeout(PING_DEADLINE, ping).await {
+            Ok(Ok(_)) => {
+                if let Some(since) = silent_since.take() {
+                    tracing::info!(server = %server, silent_ms = since.elapsed().as_millis() as u64, "MCP server answers pings again");
+                }
+            }
+            // The session is ending: its end is reported there.
+            Ok(Err(_)) => return,
+            Err(_) => {
+                if silent_since.is_none() {
+                    silent_since = Some(asked);
+                    tracing::warn!(server = %server, deadline_ms = PING_DEADLINE.as_millis() as u64, "MCP server did not answer a ping within the deadline (paused, hung or busy); calls to it wait");
+                }
+            }
+        }
+    }
 }
 
 /// Opens a session and lists its tools.

@@ -46,6 +46,39 @@ fn prctl(option: libc::c_int, arg: libc::c_ulong, what: &str) {
     }
 }
 
+/// As the namespace's pid 1 the supervisor gets no signal it has no handler for, but
+/// SIGKILL and SIGSTOP: a SIGTERM from the host's side (an operator, an orchestrator
+/// stopping the node) would be lost. It exits on one (143, as a SIGTERM'd process does),
+/// taking the namespace with it; the host logs the exit and the sandbox's next call
+/// starts a new supervisor. A SIGTERM sent from inside the sandbox (a sender the
+/// namespace can see, so `si_pid` is not 0) is still ignored: a command cannot end its
+/// own supervisor.
+fn exit_on_outside_sigterm() {
+    extern "C" fn on_term(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler; si_pid and
+        // _exit are async-signal-safe.
+        unsafe {
+            if !info.is_null() && (*info).si_pid() == 0 {
+                libc::_exit(143);
+            }
+        }
+    }
+    // SAFETY: a zeroed sigaction is valid; the handler only calls async-signal-safe
+    // functions.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_term as *const () as usize;
+        action.sa_flags = libc::SA_SIGINFO;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut()) != 0 {
+            eprintln!(
+                "supervisor: cannot handle SIGTERM: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
 /// Runs the supervisor until stdin closes. `args`: max processes, max file size, max
 /// memory, background lifetime in milliseconds.
 pub fn main(args: &[String]) -> i32 {
@@ -72,6 +105,9 @@ pub fn main(args: &[String]) -> i32 {
     };
     // SAFETY: getpid has no preconditions.
     let init = unsafe { libc::getpid() } == 1;
+    if init {
+        exit_on_outside_sigterm();
+    }
     let jobs = Arc::new(Jobs::new(lifetime, init));
     if init {
         let spawned = std::thread::Builder::new()
@@ -108,6 +144,17 @@ pub fn main(args: &[String]) -> i32 {
         let id = req.id;
         let exec = match req.op {
             SupervisorOp::Exec(exec) => exec,
+            SupervisorOp::Ping => {
+                let result = Ok(ExecOutcome {
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    code: 0,
+                    timed_out: false,
+                    background: Vec::new(),
+                });
+                reply(&out, SupervisorReply { id, result });
+                continue;
+            }
             SupervisorOp::KillBackground => {
                 let background = jobs.kill_all();
                 let result = Ok(ExecOutcome {

@@ -86,21 +86,20 @@ pub fn kinds(signals: &[&str], targets: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// The kinds both modes fire: every signal at every process kind, an MCP server child
-/// and a sandbox supervisor killed, and the two disk faults.
+/// The kinds both modes fire: every signal at every process kind (the MCP server's child
+/// and the sandbox supervisors among them), and the two disk faults.
 pub fn common_kinds() -> Vec<String> {
     let mut kinds = kinds(
         &["kill9", "sigterm", "sigstop"],
-        &["lead", "mcp-host", "sandbox-host", "worker"],
+        &[
+            "lead",
+            "mcp-host",
+            "sandbox-host",
+            "worker",
+            "mcp-server",
+            "sandbox-supervisor",
+        ],
     );
-    kinds.extend(
-        [
-            "kill9:mcp-server",
-            "kill9:sandbox-supervisor",
-            "readonly:runs-db",
-            "full:sandbox-volume",
-        ]
-        .map(String::from),
-    );
+    kinds.extend(["readonly:runs-db", "full:sandbox-volume"].map(String::from));
     kinds
 }

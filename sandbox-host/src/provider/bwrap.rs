@@ -66,6 +66,8 @@ pub enum SupervisorOp {
     /// Kill everything the commands left running (the sandbox was released); the reply's
     /// `background` names what was killed.
     KillBackground,
+    /// Answer at once (the host's liveness check).
+    Ping,
 }
 
 /// One reply from the supervisor.
@@ -430,6 +432,72 @@ pub struct Supervisor {
 /// The id of the start-up probe (requests count from 1).
 const PROBE_ID: u64 = 0;
 
+/// Liveness pings have ids of their own, with this bit set (requests never reach it).
+const PING_IDS: u64 = 1 << 63;
+/// How often a ready supervisor is pinged.
+const PING_EVERY: Duration = Duration::from_secs(1);
+/// A ping not answered within this says the supervisor is paused or hung.
+const PING_DEADLINE: Duration = Duration::from_secs(1);
+
+/// Pings the supervisor `pid` every [`PING_EVERY`] once it is ready: one that stops
+/// answering (paused, hung) is logged once, and again when it answers. Nothing is killed:
+/// its calls keep their own deadlines. Ends when the supervisor does.
+async fn watch_liveness(
+    pid: u32,
+    lines: mpsc::UnboundedSender<String>,
+    pending: Pending,
+    alive: Arc<AtomicBool>,
+    ready: Arc<AtomicBool>,
+) {
+    let mut silent_since: Option<std::time::Instant> = None;
+    for n in 0u64.. {
+        tokio::time::sleep(PING_EVERY).await;
+        if !alive.load(Ordering::SeqCst) {
+            return;
+        }
+        if !ready.load(Ordering::SeqCst) {
+            continue;
+        }
+        let id = PING_IDS | n;
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut p) = pending.lock() {
+            p.insert(id, tx);
+        }
+        let Ok(line) = serde_json::to_string(&SupervisorRequest {
+            id,
+            op: SupervisorOp::Ping,
+        }) else {
+            return;
+        };
+        if lines.send(line + "\n").is_err() {
+            return;
+        }
+        let asked = std::time::Instant::now();
+        match tokio::time::timeout(PING_DEADLINE, rx).await {
+            Ok(Ok(Ok(_))) => {
+                if let Some(since) = silent_since.take() {
+                    tracing::info!(
+                        pid,
+                        silent_ms = since.elapsed().as_millis() as u64,
+                        "sandbox supervisor answers pings again"
+                    );
+                }
+            }
+            // Gone: its exit is reported where it is reaped.
+            Ok(_) => return,
+            Err(_) => {
+                if let Ok(mut p) = pending.lock() {
+                    p.remove(&id);
+                }
+                if silent_since.is_none() {
+                    silent_since = Some(asked);
+                    tracing::warn!(pid, deadline_ms = PING_DEADLINE.as_millis() as u64, "sandbox supervisor did not answer a ping within the deadline (paused or hung); its sandbox's calls wait");
+                }
+            }
+        }
+    }
+}
+
 impl std::fmt::Debug for Supervisor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Supervisor")
@@ -645,6 +713,13 @@ impl Supervisor {
                 }
             })
         };
+        let liveness = tokio::spawn(watch_liveness(
+            pid,
+            tx.clone(),
+            pending.clone(),
+            alive.clone(),
+            ready.clone(),
+        ));
         Ok(Supervisor {
             pid,
             lines: tx,
@@ -661,6 +736,7 @@ impl Supervisor {
                 errors.abort_handle(),
                 waiter.abort_handle(),
                 prober.abort_handle(),
+                liveness.abort_handle(),
             ],
         })
     }

@@ -41,6 +41,17 @@ impl SandboxHost {
         Self::start_with(config, &[])
     }
 
+    /// Starts sandbox-host logging at info into `host.log` in its directory (see
+    /// [`SandboxHost::log`]).
+    pub fn start_logged(config: &str) -> SandboxHost {
+        Self::start_with(config, &[("ANTLER_TEST_LOG_FILE", "host.log")])
+    }
+
+    /// What a host started with [`SandboxHost::start_logged`] has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("host.log")).unwrap_or_default()
+    }
+
     pub fn start_with(config: &str, env: &[(&str, &str)]) -> SandboxHost {
         let dir = tempfile::Builder::new()
             .prefix("antler-sb")
@@ -148,7 +159,13 @@ fn spawn(dir: &Path, env: &[(String, String)]) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
     for (k, v) in env {
-        cmd.env(k, v);
+        if k == "ANTLER_TEST_LOG_FILE" {
+            // The host's log into a file of the test's (read by `SandboxHost::log`).
+            let file = std::fs::File::create(dir.join(v)).expect("log file");
+            cmd.stderr(file).env("RUST_LOG", "info");
+        } else {
+            cmd.env(k, v);
+        }
     }
     cmd.spawn().expect("start sandbox-host")
 }

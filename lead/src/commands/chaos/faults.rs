@@ -107,14 +107,11 @@ impl FaultKind {
                 all.push(FaultKind { signal, target });
             }
         }
-        all.push(FaultKind {
-            signal: Kill,
-            target: McpServer,
-        });
-        all.push(FaultKind {
-            signal: Kill,
-            target: SandboxSupervisor,
-        });
+        for target in [McpServer, SandboxSupervisor] {
+            for signal in [Kill, Term, Stop] {
+                all.push(FaultKind { signal, target });
+            }
+        }
         if super::disk::available() {
             all.push(FaultKind {
                 signal: ReadOnly,
@@ -425,7 +422,8 @@ pub async fn inject(
             servers.get(pick % servers.len().max(1)).copied()
         }),
         Target::SandboxSupervisor => host_pid.and_then(|h| {
-            // bubblewrap's children are the sandboxes' supervisors.
+            // bubblewrap's children are the sandboxes' supervisors (each its namespace's
+            // pid 1).
             let all: Vec<u32> = children(h)
                 .into_iter()
                 .filter(|p| cmdline(*p).contains("bwrap"))
@@ -894,6 +892,24 @@ fn evidence(
     let role = role_name(kind.target);
     let away = || before.shown_away.map(str::to_owned);
     match (kind.signal, kind.target) {
+        // A paused MCP server or sandbox supervisor stops answering its host's pings.
+        (Signal::Stop, Target::McpServer) => (0..cluster.replicas("mcp-host")).find_map(|i| {
+            logged_since(
+                &cluster.host_log("mcp-host", i),
+                &["did not answer a ping", "server=everything"],
+                before.since,
+            )
+            .map(|l| format!("mcp-host: {l}"))
+        }),
+        (Signal::Stop, Target::SandboxSupervisor) => (0..cluster.replicas("sandbox-host"))
+            .find_map(|i| {
+                logged_since(
+                    &cluster.host_log("sandbox-host", i),
+                    &["sandbox supervisor did not answer a ping"],
+                    before.since,
+                )
+                .map(|l| format!("sandbox-host: {l}"))
+            }),
         (Signal::Stop, _) => away().map(|a| format!("while paused: {a}")),
         (_, Target::RunsDb) => ["ERROR", "WARN"].iter().find_map(|level| {
             ["checkpoint", "runs database", "readonly", "not permitted"]
