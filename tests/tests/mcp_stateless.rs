@@ -3,7 +3,8 @@
 //! `stateless_tools.py`, over stdio and streamable HTTP) is listed and called in it, and
 //! `antler mcp status` shows `2026-07-28` and the `discover` lifecycle. A server that only
 //! knows `initialize` (server-everything: -32601 over stdio, HTTP 400 over streamable HTTP)
-//! falls back on a fresh connection and shows what it answered; the lifecycle chosen is kept,
+//! falls back on a fresh connection and shows what it answered, as does one that never
+//! answers `server/discover` (after the 5 s probe window); the lifecycle chosen is kept,
 //! so a reconnect does not probe again. The default (`legacy`) never probes. An unknown
 //! `protocol` value is refused by name, with the accepted values.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -77,10 +78,11 @@ fn kill_and_await_reconnect(c: &McpCluster, name: &str, needle: &str) {
 #[test]
 fn auto_uses_the_stateless_era_where_offered_and_initialize_elsewhere() {
     let dir = tempfile::tempdir().unwrap();
-    let (stateless_log, everything_log, legacy_log) = (
+    let (stateless_log, everything_log, legacy_log, deaf_log) = (
         dir.path().join("stateless.log"),
         dir.path().join("everything.log"),
         dir.path().join("legacy.log"),
+        dir.path().join("deaf.log"),
     );
     let python = python();
     // The argument after the script only tells the two stdio servers apart.
@@ -90,6 +92,7 @@ fn auto_uses_the_stateless_era_where_offered_and_initialize_elsewhere() {
         format!("{python} {script} legacy"),
     );
     let everything = format!("{} stdio", npm_bin("mcp-server-everything").display());
+    let deaf = format!("{python} {} deaf-to-discover", peer_script("raw_server.py"));
 
     let port = free_port();
     let _stateless_http = spawn_peer(
@@ -117,6 +120,7 @@ fn auto_uses_the_stateless_era_where_offered_and_initialize_elsewhere() {
             "protocol": "auto",
         },
         "legacy": counted(&legacy_log, &legacy, None),
+        "deaf": counted(&deaf_log, &deaf, Some("auto")),
     }));
 
     // The new era where the server offers it, over stdio and streamable HTTP: listed,
@@ -139,6 +143,11 @@ fn auto_uses_the_stateless_era_where_offered_and_initialize_elsewhere() {
     }
     // The probe's child and then a fresh one for `initialize`.
     assert_eq!(starts(&everything_log), 2);
+
+    // No answer to `server/discover` within the window: the same, after it.
+    assert_eq!(era(&c, "deaf"), handshake, "{}", c.server("deaf"));
+    assert_eq!(starts(&deaf_log), 2);
+    assert_eq!(c.tool_names("deaf"), ["deaf_echo"]);
 
     // The default never probes: one start, the handshake, and the same server answers in
     // the old era.
