@@ -7,6 +7,7 @@ mod ask;
 mod client;
 mod convert;
 mod elicitation;
+mod lifecycle;
 mod naming;
 mod oauth;
 mod pool;

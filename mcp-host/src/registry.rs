@@ -221,6 +221,7 @@ impl Handler<Skipped> for McpRegistry {
                     reconnects: 0,
                     in_flight: 0,
                     protocol_version: None,
+                    lifecycle: None,
                     auth: None,
                 })
                 .collect(),

@@ -31,7 +31,9 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     ask::{AskingCall, AskingCalls},
     client::{self, Client},
-    convert, naming,
+    convert,
+    lifecycle::{self, Lifecycle, Plan},
+    naming,
     oauth::{self, login, Authorizer, OAuthError},
     transport::{self, OpenOptions},
 };
@@ -105,6 +107,8 @@ struct State {
     pid: Option<u32>,
     /// The protocol version the live (or last) session agreed on.
     protocol_version: Option<String>,
+    /// The lifecycle that opened the live (or last) session; kept for the next one.
+    lifecycle: Option<Lifecycle>,
 }
 
 struct Shared {
@@ -179,6 +183,7 @@ impl McpServerActor {
                 reconnects: 0,
                 pid: None,
                 protocol_version: None,
+                lifecycle: None,
             }),
             live: watch::channel(None).0,
             settled: watch::channel(false).0,
@@ -266,6 +271,7 @@ impl McpServerActor {
             reconnects: st.reconnects,
             in_flight: self.shared.in_flight.load(Ordering::SeqCst),
             protocol_version: st.protocol_version.clone(),
+            lifecycle: st.lifecycle.map(|l| l.as_str().to_owned()),
             auth: Some(self.auth_state()),
         }
     }
@@ -854,6 +860,10 @@ async fn serve(
             }
             Ok(()) = roots.changed() => {
                 roots.mark_unchanged();
+                if !has_handshake(peer) {
+                    // The stateless lifecycle has no roots: nothing to tell.
+                    continue;
+                }
                 // The server asks `roots/list` again when it wants the new ones.
                 match tokio::time::timeout(list_timeout, peer.notify_roots_list_changed()).await {
                     Ok(Ok(())) => tracing::info!(server = %s.name, "roots changed; told the server"),
@@ -915,6 +925,13 @@ async fn watch_liveness(server: String, peer: Peer<RoleClient>, every: Duration)
             }
         }
     }
+}
+
+/// Whether the session started with `initialize` (roots and notifications to the server
+/// exist only there).
+fn has_handshake(peer: &Peer<RoleClient>) -> bool {
+    peer.peer_info()
+        .is_none_or(|info| info.protocol_version.has_initialize())
 }
 
 /// Opens a session and lists its tools.
@@ -982,7 +999,7 @@ async fn connect(
         attempt = open_and_list(s, client(), &options).await;
     }
     let (opened, tools, roots_asked) = attempt.map_err(|f| f.message)?;
-    if !s.roots.borrow().is_empty() {
+    if !s.roots.borrow().is_empty() && has_handshake(opened.session.peer()) {
         settle_roots(opened.session.peer(), roots_asked).await;
     }
     Ok((opened, tools, options.authorization))
@@ -1009,8 +1026,11 @@ async fn open_and_list(
     options: &OpenOptions,
 ) -> Result<(transport::Opened, Vec<McpTool>, watch::Receiver<u32>), Failure> {
     let roots_asked = client.roots_asked();
-    let opened = match transport::open(&s.name, &s.config, s.transport, client, options).await {
-        Ok(o) => o,
+    let opened = match open_session(s, client, options).await {
+        Ok((o, used)) => {
+            lock(&s.state).lifecycle = Some(used);
+            o
+        }
         Err(e) => {
             let text = e.to_string();
             return Err(Failure {
@@ -1056,6 +1076,40 @@ async fn open_and_list(
                 challenge: e.auth_challenge().map(str::to_owned),
                 text,
             })
+        }
+    }
+}
+
+/// Opens a session with the lifecycle [`lifecycle::plan`] gives: under a probe, a server
+/// that does not take `server/discover` within the window (an error, HTTP 400, -32601, no
+/// answer) gets `initialize` on a fresh connection (a new child, a new HTTP session).
+async fn open_session(
+    s: &Shared,
+    client: Client,
+    options: &OpenOptions,
+) -> Result<(transport::Opened, Lifecycle), transport::OpenError> {
+    let kept = lock(&s.state).lifecycle;
+    let open = |lifecycle, client| {
+        transport::open(&s.name, &s.config, s.transport, lifecycle, client, options)
+    };
+    match lifecycle::plan(s.config.protocol, s.transport, kept) {
+        Plan::Use(lifecycle) => Ok((open(lifecycle, client).await?, lifecycle)),
+        Plan::Probe => {
+            let probe = tokio::time::timeout(
+                lifecycle::PROBE_WINDOW,
+                open(Lifecycle::Discover, client.clone()),
+            )
+            .await;
+            let why = match probe {
+                Ok(Ok(opened)) => return Ok((opened, Lifecycle::Discover)),
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {}s", lifecycle::PROBE_WINDOW.as_secs()),
+            };
+            tracing::info!(server = %s.name, "server/discover not taken ({why}); using initialize");
+            Ok((
+                open(Lifecycle::Initialize, client).await?,
+                Lifecycle::Initialize,
+            ))
         }
     }
 }

@@ -1,20 +1,37 @@
-"""The baseline of Antler's MCP benchmark: the Python `mcp` client calling server-everything's
-`echo` over stdio directly. Prints one JSON line: p50/p99 in microseconds one call at a time,
-calls/s one at a time, and calls/s with `inflight` calls in flight.
-Usage: bench_client.py SERVER_COMMAND N INFLIGHT"""
+"""The baseline of Antler's MCP benchmark: the Python `mcp` client calling an `echo` tool
+directly: server-everything's over stdio, or, with `--url URL --token TOKEN`, an HTTP server's
+(streamable HTTP) with `Authorization: Bearer TOKEN` on every request. Prints one JSON line:
+p50/p99 in microseconds one call at a time, calls/s one at a time, and calls/s with
+`inflight` calls in flight.
+Usage: bench_client.py SERVER_COMMAND N INFLIGHT
+       bench_client.py --url URL --token TOKEN N INFLIGHT"""
 import json
 import statistics
 import sys
 import time
+from contextlib import asynccontextmanager
 
 import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 
-async def main(command: str, n: int, inflight: int) -> None:
-    params = StdioServerParameters(command=command, args=["stdio"])
-    async with stdio_client(params) as (read, write):
+@asynccontextmanager
+async def connect(command: str | None, url: str | None, token: str | None):
+    if url is None:
+        params = StdioServerParameters(command=command, args=["stdio"])
+        async with stdio_client(params) as streams:
+            yield streams[0], streams[1]
+        return
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with http, streamable_http_client(url, http_client=http) as streams:
+        yield streams[0], streams[1]
+
+
+async def main(command: str | None, url: str | None, token: str | None, n: int, inflight: int) -> None:
+    async with connect(command, url, token) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
             for _ in range(50):
@@ -49,4 +66,11 @@ async def main(command: str, n: int, inflight: int) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    args = sys.argv[1:]
+    url = token = command = None
+    if args and args[0] == "--url":
+        url, token = args[1], args[3]
+        args = args[4:]
+    else:
+        command = args.pop(0)
+    anyio.run(main, command, url, token, int(args[0]), int(args[1]))

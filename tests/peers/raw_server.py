@@ -5,6 +5,7 @@ Usage: raw_server.py MODE
   repeat-cursor  tools/list whose second page points back at the same cursor forever
   bad-names      tools named "ok_tool", "bad name", "<script>" and "md`x`"
   silent         never answers initialize (reads and ignores everything)
+  deaf-to-discover  never answers server/discover; one tool, `echo`
   malformed      answers initialize, then writes garbage lines before each reply
   crash-on-call  exits with status 3 when a tool is called
   answer:VERSION answers initialize with VERSION whatever the client proposed; its tool
@@ -68,6 +69,8 @@ for line in sys.stdin:
         send({"jsonrpc": "2.0", "id": call, "result": {"content": [{"type": "text", "text": json.dumps(answer, sort_keys=True)}]}})
         continue
     if MODE == "silent" or "id" not in msg or "method" not in msg:
+        continue
+    if MODE == "deaf-to-discover" and msg["method"] == "server/discover":
         continue
     method, mid = msg["method"], msg["id"]
     if MODE == "malformed":

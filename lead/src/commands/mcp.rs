@@ -250,6 +250,7 @@ pub fn status_json(list: &[McpServerStatus]) -> Value {
                     "reconnects": s.reconnects,
                     "in_flight": s.in_flight,
                     "protocol_version": s.protocol_version,
+                    "lifecycle": s.lifecycle,
                     "auth": s.auth,
                 })
             })
@@ -259,11 +260,12 @@ pub fn status_json(list: &[McpServerStatus]) -> Value {
 
 fn status_table(list: &[McpServerStatus]) -> String {
     let mut out = format!(
-        "{:<20} {:<9} {:<13} {:<10} {:>5} {:>10} {:>9}  {}\n",
+        "{:<20} {:<9} {:<13} {:<10} {:<10} {:>5} {:>10} {:>9}  {}\n",
         "SERVER",
         "TRANSPORT",
         "STATE",
         "PROTOCOL",
+        "LIFECYCLE",
         "TOOLS",
         "RECONNECTS",
         "IN-FLIGHT",
@@ -271,11 +273,12 @@ fn status_table(list: &[McpServerStatus]) -> String {
     );
     for s in list {
         out.push_str(&format!(
-            "{:<20} {:<9} {:<13} {:<10} {:>5} {:>10} {:>9}  {}\n",
+            "{:<20} {:<9} {:<13} {:<10} {:<10} {:>5} {:>10} {:>9}  {}\n",
             s.name,
             s.transport,
             s.state,
             s.protocol_version.as_deref().unwrap_or("-"),
+            s.lifecycle.as_deref().unwrap_or("-"),
             s.tools,
             s.reconnects,
             s.in_flight,

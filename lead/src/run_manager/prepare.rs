@@ -1054,6 +1054,7 @@ mod tests {
             reconnects: 0,
             in_flight: 0,
             protocol_version: None,
+            lifecycle: None,
             auth: None,
         }
     }

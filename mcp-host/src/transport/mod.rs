@@ -19,7 +19,7 @@ use rmcp::{
     RoleClient, ServiceExt,
 };
 
-use crate::client::Client;
+use crate::{client::Client, lifecycle::Lifecycle};
 
 /// A live rmcp client session.
 pub type Session = RunningService<RoleClient, Client>;
@@ -113,16 +113,18 @@ impl std::fmt::Debug for OpenOptions {
     }
 }
 
-/// Opens a session to `name` over `transport`.
+/// Opens a session to `name` over `transport`, starting it with `lifecycle` (legacy
+/// HTTP+SSE has only `initialize`).
 pub async fn open(
     name: &str,
     config: &McpServerConfig,
     transport: Transport,
+    lifecycle: Lifecycle,
     client: Client,
     options: &OpenOptions,
 ) -> Result<Opened, OpenError> {
     match transport {
-        Transport::Stdio => stdio::open(name, config, client, options).await,
+        Transport::Stdio => stdio::open(name, config, lifecycle, client, options).await,
         Transport::Http => {
             let url = config.url.clone().unwrap_or_default();
             let headers = headers(config, options)?;
@@ -136,13 +138,16 @@ pub async fn open(
                 .custom_headers(headers)
                 .max_concurrent_requests(64);
             let t = StreamableHttpClientTransport::with_client(http, cfg);
-            let session = client.serve(t).await.map_err(|e| OpenError::Initialize {
-                reason: match redirects.refusal() {
-                    Some(refused) => refused.to_string(),
-                    None => http_reason(&e.to_string()),
-                },
-                stderr: String::new(),
-            })?;
+            let session = lifecycle
+                .serve(client, t)
+                .await
+                .map_err(|e| OpenError::Initialize {
+                    reason: match redirects.refusal() {
+                        Some(refused) => refused.to_string(),
+                        None => http_reason(&e.to_string()),
+                    },
+                    stderr: String::new(),
+                })?;
             Ok(Opened {
                 session,
                 child: None,

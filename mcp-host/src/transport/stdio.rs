@@ -11,11 +11,11 @@ use std::{
 };
 
 use antler_protocol::config::McpServerConfig;
-use rmcp::{transport::TokioChildProcess, ServiceExt};
+use rmcp::transport::TokioChildProcess;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::{OpenError, OpenOptions, Opened};
-use crate::client::Client;
+use crate::{client::Client, lifecycle::Lifecycle};
 
 /// Lines of stderr kept per server.
 const STDERR_TAIL_LINES: usize = 20;
@@ -71,6 +71,7 @@ impl StderrTail {
 pub(super) async fn open(
     name: &str,
     config: &McpServerConfig,
+    lifecycle: Lifecycle,
     client: Client,
     options: &OpenOptions,
 ) -> Result<Opened, OpenError> {
@@ -124,7 +125,7 @@ pub(super) async fn open(
             }
         });
     }
-    match client.serve(proc).await {
+    match lifecycle.serve(client, proc).await {
         Ok(session) => Ok(Opened { session, child }),
         Err(e) => {
             drop(child);

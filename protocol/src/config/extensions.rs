@@ -42,6 +42,7 @@ const SERVER_KEYS: &[&str] = &[
     "session_init_timeout",
     "task_toolsets",
     "elicitation",
+    "protocol",
 ];
 
 /// DeerFlow's `extensions_config.json`.
@@ -145,6 +146,9 @@ pub struct McpServerConfig {
     /// How the server's `elicitation/create` requests are answered.
     #[serde(default, deserialize_with = "null_as_default")]
     pub elicitation: ElicitationPolicy,
+    /// Which protocol lifecycle the server's sessions use.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub protocol: McpProtocol,
 }
 
 /// `elicitation`: how a server's request for user input is answered.
@@ -164,6 +168,21 @@ pub enum ElicitationPolicy {
     /// inspector shows a form); unanswered within its deadline, or asked outside a run,
     /// it is declined.
     Ask,
+}
+
+/// `protocol`: whether a server's sessions may use the stateless `2026-07-28` lifecycle
+/// (`server/discover`, no handshake, no server-initiated requests) or always `initialize`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case", expecting = "one of legacy, auto")]
+pub enum McpProtocol {
+    /// Always the `initialize` handshake, proposing `2025-11-25` (the server can elicit and
+    /// ask for roots).
+    #[default]
+    Legacy,
+    /// `server/discover` first; a server that does not answer it (an error, HTTP 400, no
+    /// answer within 5 s) gets `initialize` on a fresh connection. The era that worked is
+    /// kept for the server's reconnects.
+    Auto,
 }
 
 fn default_session_init_timeout() -> f64 {
@@ -303,6 +322,30 @@ mod tests {
         assert_eq!(s.tool_call_timeout, None);
         assert_eq!(s.session_init_timeout, 60.0);
         assert!(s.task_toolsets.is_empty() && s.tools.is_empty() && s.oauth.is_none());
+        assert_eq!(s.protocol, McpProtocol::Legacy);
+    }
+
+    #[test]
+    fn protocol_is_legacy_or_auto_and_nothing_else() {
+        assert_eq!(
+            server(r#"{"protocol": "auto"}"#).protocol,
+            McpProtocol::Auto
+        );
+        assert_eq!(
+            server(r#"{"protocol": "legacy"}"#).protocol,
+            McpProtocol::Legacy
+        );
+        assert_eq!(
+            server(r#"{"protocol": null}"#).protocol,
+            McpProtocol::Legacy
+        );
+        let e = serde_json::from_str::<McpServerConfig>(r#"{"protocol": "stateless"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown variant `stateless`, expected `legacy` or `auto`"),
+            "{e}"
+        );
     }
 
     #[test]

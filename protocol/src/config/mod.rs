@@ -38,8 +38,8 @@ pub use diagnostics::{
 };
 pub use env::{process_env, resolve_json, resolve_str, resolve_yaml, EnvLookup};
 pub use extensions::{
-    parse_extensions_config, ElicitationPolicy, ExtensionsConfig, McpServerConfig, McpTaskToolset,
-    SkillStateConfig, DEFAULT_MCP_SESSION_INIT_TIMEOUT,
+    parse_extensions_config, ElicitationPolicy, ExtensionsConfig, McpProtocol, McpServerConfig,
+    McpTaskToolset, SkillStateConfig, DEFAULT_MCP_SESSION_INIT_TIMEOUT,
 };
 pub use gateway::{
     valid_user, GatewaySection, JwtSection, StaticPrincipal, GATEWAY_KEYS, JWT_ALGORITHMS, JWT_KEYS,

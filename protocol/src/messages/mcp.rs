@@ -216,6 +216,10 @@ pub struct McpServerStatus {
     pub in_flight: u32,
     /// The MCP protocol version its session agreed on (`None`: never connected).
     pub protocol_version: Option<String>,
+    /// How that session started: `initialize` (the handshake) or `discover` (the stateless
+    /// `2026-07-28` lifecycle, `server/discover`); `None`: never connected.
+    #[serde(default)]
+    pub lifecycle: Option<String>,
     /// How its calls are authorized: `none`, `client credentials: token held`, `login
     /// required`, `logged in: N users`, ... (never a token).
     #[serde(default)]
