@@ -829,6 +829,16 @@ async fn serve(
     };
     let liveness = tokio::spawn(watch_liveness(s.name.clone(), peer.clone(), every));
     let _liveness = liveness_guard(liveness.abort_handle());
+    // The stateless era sends list changes only on a `subscriptions/listen` stream.
+    let (listened_tx, mut listened) = mpsc::unbounded_channel::<()>();
+    let _listen = (!has_handshake(peer)).then(|| {
+        let task = tokio::spawn(listen_for_changes(
+            s.name.clone(),
+            peer.clone(),
+            listened_tx,
+        ));
+        liveness_guard(task.abort_handle())
+    });
     let end = loop {
         tokio::select! {
             Ok(()) = crash.changed() => {
@@ -871,8 +881,8 @@ async fn serve(
                     Err(_) => tracing::warn!(server = %s.name, "telling the server its roots changed timed out"),
                 }
             }
-            Some(()) = changed.recv() => {
-                while changed.try_recv().is_ok() {}
+            Some(()) = async { tokio::select! { c = changed.recv() => c, l = listened.recv() => l } } => {
+                while changed.try_recv().is_ok() || listened.try_recv().is_ok() {}
                 match tokio::time::timeout(list_timeout, list_tools(&s.name, &s.config, peer)).await {
                     Ok(Ok(tools)) => {
                         tracing::info!(server = %s.name, tools = tools.len(), "tool list changed");
@@ -922,6 +932,49 @@ async fn watch_liveness(server: String, peer: Peer<RoleClient>, every: Duration)
                     silent_since = Some(asked);
                     tracing::warn!(server = %server, deadline_ms = PING_DEADLINE.as_millis() as u64, "MCP server did not answer a ping within the deadline (paused, hung or busy); calls to it wait");
                 }
+            }
+        }
+    }
+}
+
+/// A stateless-era session's `subscriptions/listen` stream for tool list changes: each
+/// `notifications/tools/list_changed` on it is told to the session (which re-lists). A
+/// server that does not offer the stream, or ends it, is logged; its tools are listed
+/// again when the session reconnects.
+async fn listen_for_changes(
+    server: String,
+    peer: Peer<RoleClient>,
+    changed: mpsc::UnboundedSender<()>,
+) {
+    let filter = rmcp::model::SubscriptionFilter::builder()
+        .tools_list_changed()
+        .build();
+    let mut subscription = match peer.listen(filter).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::info!(server = %server, "no subscriptions/listen stream for tool list changes: {e}");
+            return;
+        }
+    };
+    if subscription.acknowledged().tools_list_changed != Some(true) {
+        tracing::info!(server = %server, "the server does not send tool list changes on subscriptions/listen");
+        return;
+    }
+    loop {
+        match subscription.next().await {
+            Ok(Some(rmcp::model::ServerNotification::ToolListChangedNotification(_))) => {
+                if changed.send(()).is_err() {
+                    return;
+                }
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                tracing::info!(server = %server, end = ?subscription.end(), "the subscriptions/listen stream ended");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(server = %server, "the subscriptions/listen stream failed: {e}");
+                return;
             }
         }
     }

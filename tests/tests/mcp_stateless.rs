@@ -6,7 +6,8 @@
 //! falls back on a fresh connection and shows what it answered, as does one that never
 //! answers `server/discover` (after the 5 s probe window); the lifecycle chosen is kept,
 //! so a reconnect does not probe again. The default (`legacy`) never probes. An unknown
-//! `protocol` value is refused by name, with the accepted values.
+//! `protocol` value is refused by name, with the accepted values. In the new era a tool
+//! list change arrives on a `subscriptions/listen` stream and is listed without a reconnect.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod mcp_support;
@@ -128,7 +129,10 @@ fn auto_uses_the_stateless_era_where_offered_and_initialize_elsewhere() {
     let modern = (json!("ready"), json!("2026-07-28"), json!("discover"));
     for name in ["stateless", "stateless_http"] {
         assert_eq!(era(&c, name), modern, "{}", c.server(name));
-        assert_eq!(c.tool_names(name), [format!("{name}_era")]);
+        assert_eq!(
+            c.tool_names(name),
+            [format!("{name}_era"), format!("{name}_grow")]
+        );
         assert_eq!(called_under(&c, name), "2026-07-28");
     }
 
@@ -216,5 +220,48 @@ fn an_unknown_protocol_value_is_refused_with_what_is_accepted() {
             "mcpServers.odd.protocol: unknown variant `stateless`, expected `legacy` or `auto`"
         ),
         "{said}"
+    );
+}
+
+/// In the new era list changes ride a `subscriptions/listen` stream: a server that adds a
+/// tool and says so has it listed without a reconnect.
+#[test]
+fn a_stateless_server_tells_its_list_changes_on_a_listen_stream() {
+    let c = McpCluster::start(json!({
+        "stateless": {
+            "type": "stdio",
+            "command": python(),
+            "args": [peer_script("stateless_tools.py")],
+            "protocol": "auto",
+        },
+    }));
+    assert_eq!(
+        c.server("stateless")["lifecycle"],
+        "discover",
+        "{}",
+        c.server("stateless")
+    );
+    assert!(!c
+        .tool_names("stateless")
+        .iter()
+        .any(|t| t.contains("grown")));
+    let (code, result) = c.call("stateless", "grow", "{}");
+    assert_eq!(code, 0, "{result}");
+    let listed = wait_for(Duration::from_secs(15), || {
+        c.tool_names("stateless")
+            .iter()
+            .any(|t| t.contains("grown"))
+            .then_some(())
+    });
+    assert!(
+        listed.is_some(),
+        "the new tool was not listed: {:?}",
+        c.tool_names("stateless")
+    );
+    assert_eq!(
+        c.server("stateless")["reconnects"],
+        0,
+        "{}",
+        c.server("stateless")
     );
 }
