@@ -602,7 +602,16 @@ pub async fn inject(
             Signal::Kill | Signal::Term => cluster.lead_pid().is_some_and(|p| p != pid),
             _ => true,
         };
-        if kind.target == Target::Lead && view.is_some() && lead_back && back.is_none() {
+        // The lead is back when it serves: its gateway answers and it says it is healthy
+        // (a lead that cannot write its runs database, under a disk fault at the same
+        // time, drives no run until it can).
+        let lead_serves = view.is_some_and(|v| {
+            v["processes"]
+                .as_array()
+                .and_then(|ps| ps.iter().find(|p| p["role"] == "lead"))
+                .is_some_and(|p| p["healthy"] == true)
+        });
+        if kind.target == Target::Lead && lead_serves && lead_back && back.is_none() {
             back = Some(Instant::now());
         }
         view.is_some_and(|v| served_again(cluster, kind, v, role, replica, pid))
