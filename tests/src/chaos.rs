@@ -39,8 +39,8 @@ pub fn run(args: &[&str], dir: &Path) -> Schedule {
 }
 
 impl Schedule {
-    /// Every invariant held, the command exited 0, `runs` runs ended, and the table was
-    /// printed.
+    /// Every invariant held, the command exited 0, `runs` runs ended (each that ended in
+    /// error with its reason), and the table was printed.
     pub fn assert_held(&self, runs: u64) {
         let broken: Vec<&Value> = self.report["invariants"]
             .as_array()
@@ -55,6 +55,20 @@ impl Schedule {
             self.report["runs"]["ended"], runs,
             "{:#}",
             self.report["runs"]
+        );
+        // Every run that ended in error says why.
+        let errors = self.report["runs"]["errors"].as_array().expect("errors");
+        assert_eq!(
+            errors.len() as u64,
+            self.report["runs"]["error"].as_u64().unwrap_or(u64::MAX),
+            "{:#}",
+            self.report["runs"]
+        );
+        assert!(
+            errors
+                .iter()
+                .all(|e| e["error"].as_str().is_some_and(|t| !t.is_empty())),
+            "{errors:#?}"
         );
         assert!(
             self.stdout.contains("INVARIANT"),

@@ -208,6 +208,25 @@ pub fn build(
         "\nruns: {ended} of {} ended ({success} success, {error} error), {per_min:.1} runs/min\n",
         runs.len()
     ));
+    // Why each run that ended in error did: a fault it met, in its own words.
+    let errors: Vec<Value> = runs
+        .iter()
+        .filter(|r| r.view["status"] == "error")
+        .map(|r| {
+            let why: String = r.view["error"]
+                .as_str()
+                .unwrap_or("(no error text)")
+                .chars()
+                .take(300)
+                .collect();
+            table.push_str(&format!(
+                "  run {} ({}): {why}\n",
+                r.planned.index,
+                r.planned.kind.as_str()
+            ));
+            json!({"run": r.planned.index, "kind": r.planned.kind.as_str(), "error": why})
+        })
+        .collect();
     let ok = invariants.iter().all(|i| i.held);
     let json = json!({
         "seed": plan.seed,
@@ -215,7 +234,8 @@ pub fn build(
         "workers": workers,
         "elapsed_s": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
         "runs": {"planned": runs.len(), "ended": ended, "success": success, "error": error,
-                 "throughput_per_min": (per_min * 10.0).round() / 10.0},
+                 "throughput_per_min": (per_min * 10.0).round() / 10.0,
+                 "errors": errors},
         "faults": kinds_json,
         "recovery": figures_json,
         "events_followed": figures.events,
