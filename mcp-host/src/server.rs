@@ -835,10 +835,13 @@ async fn serve(
         let task = tokio::spawn(listen_for_changes(
             s.name.clone(),
             peer.clone(),
-            listened_tx,
+            listened_tx.clone(),
         ));
         liveness_guard(task.abort_handle())
     });
+    // Held for the session, so `listened` waits (rather than ends at once, which would
+    // starve the `changed` arm below) when nothing listens or the stream ended.
+    let _listened_open = listened_tx;
     let end = loop {
         tokio::select! {
             Ok(()) = crash.changed() => {
