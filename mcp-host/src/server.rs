@@ -714,7 +714,7 @@ async fn run(s: Arc<Shared>, mut reopen: mpsc::UnboundedReceiver<Option<String>>
             }
         }
         let (changed_tx, mut changed_rx) = mpsc::unbounded_channel();
-        let attempt = tokio::time::timeout(init_timeout, connect(&s, changed_tx));
+        let attempt = tokio::time::timeout(init_timeout, connect(&s, changed_tx.clone()));
         let outcome = tokio::select! {
             r = attempt => r,
             _ = s.stop.cancelled() => break,
@@ -747,7 +747,7 @@ async fn run(s: Arc<Shared>, mut reopen: mpsc::UnboundedReceiver<Option<String>>
                     opened,
                     &peer,
                     opened_with,
-                    &mut changed_rx,
+                    (&changed_tx, &mut changed_rx),
                     &mut reopen,
                     init_timeout,
                 )
@@ -812,7 +812,7 @@ async fn serve(
     opened: transport::Opened,
     peer: &Peer<RoleClient>,
     authorization: Option<String>,
-    changed: &mut mpsc::UnboundedReceiver<()>,
+    (changes, changed): (&mpsc::UnboundedSender<()>, &mut mpsc::UnboundedReceiver<()>),
     reopen: &mut mpsc::UnboundedReceiver<Option<String>>,
     list_timeout: Duration,
 ) -> SessionEnd {
@@ -828,20 +828,17 @@ async fn serve(
         Transport::Sse | Transport::Http => REMOTE_PING_EVERY,
     };
     let liveness = tokio::spawn(watch_liveness(s.name.clone(), peer.clone(), every));
-    let _liveness = liveness_guard(liveness.abort_handle());
-    // The stateless era sends list changes only on a `subscriptions/listen` stream.
-    let (listened_tx, mut listened) = mpsc::unbounded_channel::<()>();
+    let _liveness = abort_on_drop(liveness.abort_handle());
+    // The stateless era sends list changes only on a `subscriptions/listen` stream; they
+    // arrive where the handshake era's notifications do.
     let _listen = (!has_handshake(peer)).then(|| {
         let task = tokio::spawn(listen_for_changes(
             s.name.clone(),
             peer.clone(),
-            listened_tx.clone(),
+            changes.clone(),
         ));
-        liveness_guard(task.abort_handle())
+        abort_on_drop(task.abort_handle())
     });
-    // Held for the session, so `listened` waits (rather than ends at once, which would
-    // starve the `changed` arm below) when nothing listens or the stream ended.
-    let _listened_open = listened_tx;
     let end = loop {
         tokio::select! {
             Ok(()) = crash.changed() => {
@@ -884,8 +881,8 @@ async fn serve(
                     Err(_) => tracing::warn!(server = %s.name, "telling the server its roots changed timed out"),
                 }
             }
-            Some(()) = async { tokio::select! { c = changed.recv() => c, l = listened.recv() => l } } => {
-                while changed.try_recv().is_ok() || listened.try_recv().is_ok() {}
+            Some(()) = changed.recv() => {
+                while changed.try_recv().is_ok() {}
                 match tokio::time::timeout(list_timeout, list_tools(&s.name, &s.config, peer)).await {
                     Ok(Ok(tools)) => {
                         tracing::info!(server = %s.name, tools = tools.len(), "tool list changed");
@@ -901,8 +898,9 @@ async fn serve(
     end
 }
 
-/// Aborts the session's liveness watch when the session ends.
-fn liveness_guard(handle: tokio::task::AbortHandle) -> impl Drop {
+/// Aborts a task of the session (its liveness watch, its listen stream) when the session
+/// ends.
+fn abort_on_drop(handle: tokio::task::AbortHandle) -> impl Drop {
     struct Guard(tokio::task::AbortHandle);
     impl Drop for Guard {
         fn drop(&mut self) {

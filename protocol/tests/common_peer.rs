@@ -117,24 +117,30 @@ pub async fn start_peer(config: ConnectionConfig) -> Peer {
     let dir = tempfile::tempdir().unwrap();
     let address = Address::Unix(socket_in(&dir));
     let counters = Arc::new(Counters::default());
-    let service = Arc::new(TestService {
-        counters: counters.clone(),
-    });
-    let server = Server::bind(
-        &address,
-        Identity::new(Role::McpHost, "peer", Some(TOKEN.into())),
-        config,
-        service,
-        Arc::new(InFlight::default()),
-    )
-    .await
-    .unwrap();
+    let server = serve_at(&address, config, counters.clone()).await;
     Peer {
         dir,
         server,
         counters,
         address,
     }
+}
+
+/// The test service (as mcp-host, with the test token) listening at `address`.
+pub async fn serve_at(
+    address: &Address,
+    config: ConnectionConfig,
+    counters: Arc<Counters>,
+) -> Server {
+    Server::bind(
+        address,
+        Identity::new(Role::McpHost, "peer", Some(TOKEN.into())),
+        config,
+        Arc::new(TestService { counters }),
+        Arc::new(InFlight::default()),
+    )
+    .await
+    .unwrap()
 }
 
 pub async fn client(peer: &Peer, config: ConnectionConfig) -> Connection {

@@ -64,17 +64,12 @@ async fn a_lost_peer_is_redialed_every_few_hundred_milliseconds() {
     drop(listener);
     let _ = std::fs::remove_file(&path);
     // The host is back: the link is connected again.
-    let _back = antler_protocol::server::Server::bind(
+    let _back = serve_at(
         &antler_protocol::Address::Unix(path.clone()),
-        Identity::new(Role::McpHost, "peer", Some(TOKEN.into())),
         ConnectionConfig::default(),
-        std::sync::Arc::new(TestService {
-            counters: Default::default(),
-        }),
         Default::default(),
     )
-    .await
-    .unwrap();
+    .await;
     assert!(wait_connected(&link, Duration::from_secs(10)).await);
     link.send(antler_protocol::link::StopLink).await.unwrap();
 }
@@ -116,17 +111,12 @@ async fn a_dial_into_a_silent_peer_gives_up_at_the_dial_deadline() {
     // cut link's would): the next dial connects.
     drop(silent);
     let _ = std::fs::remove_file(&path);
-    let _peer = antler_protocol::server::Server::bind(
+    let _peer = serve_at(
         &antler_protocol::Address::Unix(path.clone()),
-        Identity::new(Role::McpHost, "peer", Some(TOKEN.into())),
         ConnectionConfig::default(),
-        std::sync::Arc::new(TestService {
-            counters: Default::default(),
-        }),
         Default::default(),
     )
-    .await
-    .unwrap();
+    .await;
     assert!(wait_connected(&link, Duration::from_secs(10)).await);
     drop(held);
     link.send(antler_protocol::link::StopLink).await.unwrap();

@@ -7,7 +7,7 @@
 
 mod mcp_support;
 
-use mcp_support::{npm_bin, peer_script, python, McpCluster};
+use mcp_support::{config_check_refused, npm_bin, peer_script, python, McpCluster};
 use serde_json::{json, Value};
 
 fn raw_elicit(policy: Option<&str>) -> Value {
@@ -59,20 +59,7 @@ fn elicitation_is_declined_or_answered_with_the_schema_defaults() {
 
 #[test]
 fn an_unknown_elicitation_policy_is_refused_with_what_is_accepted() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("extensions_config.json");
-    std::fs::write(
-        &file,
-        json!({"mcpServers": {"odd": raw_elicit(Some("ask_the_moon"))}}).to_string(),
-    )
-    .unwrap();
-    let out = antler_tests::antler(dir.path(), &["config", "check", file.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = config_check_refused(&json!({"odd": raw_elicit(Some("ask_the_moon"))}));
     assert!(
         said.contains("mcpServers.odd.elicitation: unknown variant `ask_the_moon`, expected one of `decline`, `accept_defaults`, `ask`"),
         "{said}"

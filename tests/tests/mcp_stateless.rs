@@ -16,7 +16,8 @@ use std::{path::Path, process::Command, time::Duration};
 
 use antler_tests::wait_for;
 use mcp_support::{
-    everything_http, free_port, npm_bin, peer_script, python, spawn_peer, McpCluster,
+    config_check_refused, everything_http, free_port, npm_bin, peer_script, python, spawn_peer,
+    McpCluster,
 };
 use serde_json::{json, Value};
 
@@ -204,17 +205,8 @@ fn auto_uses_the_stateless_era_where_offered_and_initialize_elsewhere() {
 
 #[test]
 fn an_unknown_protocol_value_is_refused_with_what_is_accepted() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("extensions_config.json");
     let server = json!({"type": "stdio", "command": "true", "protocol": "stateless"});
-    std::fs::write(&file, json!({"mcpServers": {"odd": server}}).to_string()).unwrap();
-    let out = antler_tests::antler(dir.path(), &["config", "check", file.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = config_check_refused(&json!({"odd": server}));
     assert!(
         said.contains(
             "mcpServers.odd.protocol: unknown variant `stateless`, expected `legacy` or `auto`"

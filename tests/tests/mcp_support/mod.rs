@@ -396,6 +396,25 @@ pub fn write_config(path: &Path, servers: &Value) {
     std::fs::rename(&tmp, path).expect("rename");
 }
 
+/// `antler config check` of an extensions file holding `servers`: asserts it is refused
+/// (exit 1) and returns what it said (stdout and stderr).
+pub fn config_check_refused(servers: &Value) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("extensions_config.json");
+    write_config(&file, servers);
+    let out = antler_tests::antler(
+        dir.path(),
+        &["config", "check", file.to_str().expect("utf-8 path")],
+    );
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    said
+}
+
 /// What `antler run --trace --json` printed: its exit code, the run's view, its events.
 pub struct RunOutput {
     pub code: i32,

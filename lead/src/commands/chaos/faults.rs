@@ -343,6 +343,19 @@ pub fn logged_since(log: &Path, needles: &[&str], since: &str) -> Option<String>
         .map(|l| l.chars().take(240).collect())
 }
 
+/// The newest line any replica of host `role` logged at `since` or later containing every
+/// one of `needles`, as "ROLE: LINE".
+fn host_logged(
+    cluster: &ChaosCluster,
+    role: &str,
+    needles: &[&str],
+    since: &str,
+) -> Option<String> {
+    (0..cluster.replicas(role))
+        .find_map(|i| logged_since(&cluster.host_log(role, i), needles, since))
+        .map(|l| format!("{role}: {l}"))
+}
+
 /// The process entry of `role` replica `replica` in a cluster view: by its proxied
 /// address in multi-host mode (the lead numbers discovered replicas as it finds them),
 /// by role and worker index in local mode.
@@ -902,23 +915,18 @@ fn evidence(
     let away = || before.shown_away.map(str::to_owned);
     match (kind.signal, kind.target) {
         // A paused MCP server or sandbox supervisor stops answering its host's pings.
-        (Signal::Stop, Target::McpServer) => (0..cluster.replicas("mcp-host")).find_map(|i| {
-            logged_since(
-                &cluster.host_log("mcp-host", i),
-                &["did not answer a ping", "server=everything"],
-                before.since,
-            )
-            .map(|l| format!("mcp-host: {l}"))
-        }),
-        (Signal::Stop, Target::SandboxSupervisor) => (0..cluster.replicas("sandbox-host"))
-            .find_map(|i| {
-                logged_since(
-                    &cluster.host_log("sandbox-host", i),
-                    &["sandbox supervisor did not answer a ping"],
-                    before.since,
-                )
-                .map(|l| format!("sandbox-host: {l}"))
-            }),
+        (Signal::Stop, Target::McpServer) => host_logged(
+            cluster,
+            "mcp-host",
+            &["did not answer a ping", "server=everything"],
+            before.since,
+        ),
+        (Signal::Stop, Target::SandboxSupervisor) => host_logged(
+            cluster,
+            "sandbox-host",
+            &["sandbox supervisor did not answer a ping"],
+            before.since,
+        ),
         (Signal::Stop, _) => away().map(|a| format!("while paused: {a}")),
         (_, Target::RunsDb) => ["ERROR", "WARN"].iter().find_map(|level| {
             ["checkpoint", "runs database", "readonly", "not permitted"]
@@ -927,15 +935,12 @@ fn evidence(
                 .map(|l| format!("the lead: {l}"))
         }),
         (_, Target::SandboxVolume) => away().or_else(|| {
-            (0..cluster.replicas("sandbox-host"))
-                .find_map(|i| {
-                    logged_since(
-                        &cluster.host_log("sandbox-host", i),
-                        &["sandbox volume is full"],
-                        before.since,
-                    )
-                })
-                .map(|l| format!("sandbox-host: {l}"))
+            host_logged(
+                cluster,
+                "sandbox-host",
+                &["sandbox volume is full"],
+                before.since,
+            )
         }),
         (s, _) if s.network() => away().or_else(|| {
             cluster
@@ -950,33 +955,27 @@ fn evidence(
         }),
         (_, Target::McpServer) => {
             let now = reconnects(view);
-            (0..cluster.replicas("mcp-host"))
-                .find_map(|i| {
-                    logged_since(
-                        &cluster.host_log("mcp-host", i),
-                        &["WARN", "server=everything"],
-                        before.since,
+            host_logged(
+                cluster,
+                "mcp-host",
+                &["WARN", "server=everything"],
+                before.since,
+            )
+            .or_else(|| {
+                (now > before.reconnects).then(|| {
+                    format!(
+                        "mcp-host reconnected the server ({} -> {now} reconnects)",
+                        before.reconnects
                     )
                 })
-                .map(|l| format!("mcp-host: {l}"))
-                .or_else(|| {
-                    (now > before.reconnects).then(|| {
-                        format!(
-                            "mcp-host reconnected the server ({} -> {now} reconnects)",
-                            before.reconnects
-                        )
-                    })
-                })
-        }
-        (_, Target::SandboxSupervisor) => (0..cluster.replicas("sandbox-host"))
-            .find_map(|i| {
-                logged_since(
-                    &cluster.host_log("sandbox-host", i),
-                    &["sandbox supervisor exited unexpectedly"],
-                    before.since,
-                )
             })
-            .map(|l| format!("sandbox-host: {l}")),
+        }
+        (_, Target::SandboxSupervisor) => host_logged(
+            cluster,
+            "sandbox-host",
+            &["sandbox supervisor exited unexpectedly"],
+            before.since,
+        ),
         // A remote host is the orchestrator's to restart: the lead shows it away.
         _ if cluster.multi.is_some() => away(),
         _ => {
