@@ -1,6 +1,9 @@
 //! The handshake that opens every connection: magic, the protocol versions each side
-//! supports, role, node id, capacity and the cluster token. A mismatch refuses the
-//! connection with a reason both sides log; nothing else is read before it succeeds.
+//! supports, the fingerprint of the message schema it was built with, role, node id,
+//! capacity and the cluster token. A mismatch refuses the connection with a reason both
+//! sides log; nothing else is read before it succeeds. Two different builds of Antler
+//! (a host left on the old image by a rolling upgrade) are refused here, by schema, rather
+//! than failing every frame after a successful hello.
 //! Over TLS the listener also checks the role the dialer's certificate names: it must be
 //! the role the hello claims and one [`crate::tls::may_connect`] lets call this side.
 
@@ -19,6 +22,7 @@ pub const MAGIC: [u8; 4] = *b"ANTL";
 pub const PROTOCOL_VERSION: u16 = 1;
 /// The oldest protocol version this build still speaks (rolling upgrades).
 pub const MIN_PROTOCOL_VERSION: u16 = 1;
+include!(concat!(env!("OUT_DIR"), "/schema_fingerprint.rs"));
 /// How long a peer has to complete the handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Hellos are small; anything larger is not a hello.
@@ -78,6 +82,8 @@ pub struct Identity {
     pub token: Option<String>,
     /// The versions this side speaks, inclusive.
     pub versions: (u16, u16),
+    /// The fingerprint of the message schema this side encodes ([`SCHEMA_FINGERPRINT`]).
+    pub schema: u64,
     /// The CA, certificate and key TCP connections use; `None` leaves TCP plaintext,
     /// which listens and dials on loopback only. Unix sockets never use it.
     pub tls: Option<Arc<ClusterTls>>,
@@ -96,6 +102,7 @@ impl Identity {
             capacity: 0,
             token,
             versions: (MIN_PROTOCOL_VERSION, PROTOCOL_VERSION),
+            schema: SCHEMA_FINGERPRINT,
             tls: None,
             heartbeat: Duration::from_secs(1),
         }
@@ -118,6 +125,8 @@ pub struct Hello {
     pub magic: [u8; 4],
     pub min_version: u16,
     pub max_version: u16,
+    /// The sender's [`SCHEMA_FINGERPRINT`].
+    pub schema: u64,
     pub role: Role,
     pub node_id: String,
     pub capacity: u32,
@@ -131,6 +140,8 @@ pub struct Hello {
 pub enum HelloReply {
     Accept {
         version: u16,
+        /// The listener's [`SCHEMA_FINGERPRINT`].
+        schema: u64,
         role: Role,
         node_id: String,
         capacity: u32,
@@ -190,6 +201,16 @@ pub fn negotiate(ours: (u16, u16), theirs: (u16, u16)) -> Result<u16, String> {
         ));
     }
     Ok(high)
+}
+
+/// Why two sides with these schema fingerprints cannot talk, if they cannot.
+pub fn schema_verdict(ours: u64, theirs: u64) -> Result<(), String> {
+    if ours == theirs {
+        return Ok(());
+    }
+    Err(format!(
+        "message schema mismatch: the peer was built with schema {theirs:016x}, this process with {ours:016x}; every process of a cluster must run the same Antler build"
+    ))
 }
 
 /// Compares tokens in time independent of where they differ.
@@ -256,6 +277,7 @@ pub async fn connect(
         magic: MAGIC,
         min_version: me.versions.0,
         max_version: me.versions.1,
+        schema: me.schema,
         role: me.role,
         node_id: me.node_id.clone(),
         capacity: me.capacity,
@@ -271,6 +293,7 @@ pub async fn connect(
         match reply {
             HelloReply::Accept {
                 version,
+                schema,
                 role,
                 node_id,
                 capacity,
@@ -282,6 +305,7 @@ pub async fn connect(
                         me.versions.0, me.versions.1
                     )));
                 }
+                schema_verdict(me.schema, schema).map_err(HandshakeError::Rejected)?;
                 Ok(PeerInfo {
                     role,
                     node_id,
@@ -347,15 +371,25 @@ pub async fn accept_certified(
         let hello: Hello = match codec::decode(&frame) {
             Ok(h) => h,
             Err(e) => {
-                return Err(HandshakeError::Rejected(format!(
-                    "hello does not decode: {e}"
-                )))
+                let reason = if frame.starts_with(&MAGIC) {
+                    format!("hello does not decode ({e}): the peer runs another Antler build whose hello differs; every process of a cluster must run the same build")
+                } else {
+                    format!("hello does not decode: {e}")
+                };
+                let reply = HelloReply::Refuse {
+                    reason: reason.clone(),
+                };
+                if let Ok(bytes) = codec::encode(&reply) {
+                    let _ = write_frame(w, bytes).await;
+                }
+                return Err(HandshakeError::Rejected(reason));
             }
         };
         let verdict = if hello.magic != MAGIC {
             Err("not an Antler peer (bad magic)".to_string())
         } else {
             negotiate(me.versions, (hello.min_version, hello.max_version)).and_then(|v| {
+                schema_verdict(me.schema, hello.schema)?;
                 if let Some(certified) = certified {
                     certificate_verdict(me.role, hello.role, certified)?;
                 }
@@ -371,6 +405,7 @@ pub async fn accept_certified(
             Ok(version) => {
                 let reply = HelloReply::Accept {
                     version,
+                    schema: me.schema,
                     role: me.role,
                     node_id: me.node_id.clone(),
                     capacity: me.capacity,
