@@ -2,7 +2,9 @@
 //! loopback and over TCP loopback with mutual TLS 1.3 (p50, p99), and pipelined small
 //! messages per second on one connection, each beside a raw echo of the same bytes on the
 //! same transport (for TLS: a tokio-rustls echo with the same certificates and configs)
-//! measured in the same run; then TLS against plain TCP. The RPC server answers pings on
+//! measured in the same run, in alternating rounds whose times are pooled (drift on a shared
+//! machine, its load or a vCPU's idle state, hits both paths alike); then TLS against plain
+//! TCP. The RPC server answers pings on
 //! its I/O thread, as every host does (`Service::answers_now`).
 //! Run: `cargo bench -p antler-protocol --bench rpc` (ANTLER_BENCH_N to change the count).
 
@@ -64,6 +66,9 @@ fn request_frame() -> Vec<u8> {
     };
     frame::frame_bytes(&codec::encode(&env).expect("encode"))
 }
+
+/// Rounds of the round-trip comparison: each measures both paths, in turn.
+const ROUNDS: usize = 10;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -205,7 +210,17 @@ struct Figures {
     p99: Duration,
 }
 
-async fn raw_round_trips(raw: &Raw, n: usize) -> Figures {
+impl Figures {
+    fn of(mut lat: Vec<Duration>) -> Figures {
+        lat.sort();
+        Figures {
+            p50: percentile(&lat, 0.5),
+            p99: percentile(&lat, 0.99),
+        }
+    }
+}
+
+async fn raw_round_trips(raw: &Raw, n: usize) -> Vec<Duration> {
     let (mut r, mut w) = raw_connect(raw).await;
     let msg = request_frame();
     let mut back = vec![0u8; msg.len()];
@@ -216,14 +231,10 @@ async fn raw_round_trips(raw: &Raw, n: usize) -> Figures {
         r.read_exact(&mut back).await.expect("read");
         lat.push(t.elapsed());
     }
-    lat.sort();
-    Figures {
-        p50: percentile(&lat, 0.5),
-        p99: percentile(&lat, 0.99),
-    }
+    lat
 }
 
-async fn rpc_round_trips(addr: &Address, me: &Identity, n: usize) -> Figures {
+async fn rpc_round_trips(addr: &Address, me: &Identity, n: usize) -> Vec<Duration> {
     let c = dial(addr, me, ConnectionConfig::default(), None)
         .await
         .expect("dial");
@@ -239,11 +250,7 @@ async fn rpc_round_trips(addr: &Address, me: &Identity, n: usize) -> Figures {
         .expect("reply");
         lat.push(t.elapsed());
     }
-    lat.sort();
-    Figures {
-        p50: percentile(&lat, 0.5),
-        p99: percentile(&lat, 0.99),
-    }
+    lat
 }
 
 async fn raw_pipelined(raw: &Raw, n: usize) -> f64 {
@@ -371,27 +378,35 @@ fn main() {
     let mut rpc_p50s = Vec::new();
     for (name, raw, rpc, _, me) in &paths {
         rt.block_on(async {
-            // Warm up both paths, then alternate halves so drift on a shared machine hits both.
+            // Warm up both paths, then alternate short rounds (and which goes first) so
+            // drift on a shared machine (load, a vCPU's idle state) hits both alike; the
+            // ratio is the median of the rounds' ratios.
             raw_round_trips(raw, n / 10).await;
             rpc_round_trips(rpc, me, n / 10).await;
-            let r1 = raw_round_trips(raw, n / 2).await;
-            let p1 = rpc_round_trips(rpc, me, n / 2).await;
-            let r2 = raw_round_trips(raw, n / 2).await;
-            let p2 = rpc_round_trips(rpc, me, n / 2).await;
-            let raw_p50 = (r1.p50 + r2.p50) / 2;
-            let rpc_p50 = (p1.p50 + p2.p50) / 2;
-            rpc_p50s.push(rpc_p50);
+            let (mut raws, mut rpcs) = (Vec::new(), Vec::new());
+            for round in 0..ROUNDS {
+                if round % 2 == 0 {
+                    raws.extend(raw_round_trips(raw, n / ROUNDS).await);
+                    rpcs.extend(rpc_round_trips(rpc, me, n / ROUNDS).await);
+                } else {
+                    rpcs.extend(rpc_round_trips(rpc, me, n / ROUNDS).await);
+                    raws.extend(raw_round_trips(raw, n / ROUNDS).await);
+                }
+            }
+            let (raw_f, rpc_f) = (Figures::of(raws), Figures::of(rpcs));
+            rpc_p50s.push(rpc_f.p50);
             println!(
                 "{:<22} {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>7.2}x",
                 name,
-                us(raw_p50),
-                us(rpc_p50),
-                us(r1.p99.max(r2.p99)),
-                us(p1.p99.max(p2.p99)),
-                rpc_p50.as_secs_f64() / raw_p50.as_secs_f64()
+                us(raw_f.p50),
+                us(rpc_f.p50),
+                us(raw_f.p99),
+                us(rpc_f.p99),
+                rpc_f.p50.as_secs_f64() / raw_f.p50.as_secs_f64()
             );
         });
     }
+
     let pipelined = n * 10;
     println!();
     println!(
