@@ -602,7 +602,13 @@ impl Handler<GetStatus> for Supervisor {
                                 .unwrap_or(0.0),
                             last_heartbeat_ms: heard.map(|h| h.as_millis() as u64),
                             state: c.phase.as_str().to_string(),
-                            reason: c.reason.clone(),
+                            // Why a child that is not linked is not: its own reason, else
+                            // the link's (a refused handshake: another build, a wrong token).
+                            reason: c.reason.clone().or_else(|| {
+                                snap.as_ref()
+                                    .filter(|s| !s.connected)
+                                    .and_then(|s| s.last_error.clone())
+                            }),
                             slots: None,
                             in_use: None,
                         })

@@ -435,6 +435,135 @@ async fn a_wrong_token_is_refused_inside_tls() {
     host.assert_logged("cluster token mismatch");
 }
 
+/// `identity` as a process of another Antler build presents it: another message schema
+/// (standing in for a second build, which a test cannot make).
+fn of_another_build(identity: Identity) -> Identity {
+    Identity {
+        schema: handshake::SCHEMA_FINGERPRINT ^ 0x00ff,
+        ..identity
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_of_another_build_is_refused_at_the_handshake() {
+    let secret = Secret::init();
+    let host = TlsHost::start("antler-mcp-host", Role::McpHost, &secret);
+    let old_lead = of_another_build(lead(&secret, secret.tls(Role::Lead)));
+    let e = ping(&host.address, &old_lead).await.unwrap_err();
+    assert_contains(&e, "handshake refused by peer: message schema mismatch");
+    assert_contains(
+        &e,
+        "every process of a cluster must run the same Antler build",
+    );
+    host.assert_logged("message schema mismatch");
+    // The same build still gets in.
+    let lead = lead(&secret, secret.tls(Role::Lead));
+    assert_eq!(ping(&host.address, &lead).await.unwrap(), b"over tls");
+}
+
+/// Answers pings: the service of the stand-in host below.
+struct Pong;
+
+impl antler_protocol::Service for Pong {
+    fn call(
+        &self,
+        request: Request,
+        _: antler_protocol::Call,
+    ) -> futures::future::BoxFuture<'static, Result<Reply, antler_protocol::RemoteError>> {
+        Box::pin(async move {
+            match request {
+                Request::Control(ControlRequest::Ping { payload }) => {
+                    Ok(Reply::Control(ControlReply::Pong { payload }))
+                }
+                other => Err(antler_protocol::RemoteError::Unsupported(
+                    other.kind().into(),
+                )),
+            }
+        })
+    }
+}
+
+#[test]
+fn the_lead_shows_a_host_of_another_build_unlinked_with_the_reason() {
+    let secret = Secret::init();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // mcp-host as another build would serve it: with TLS, the cluster's files and token.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _old_mcp_host = rt
+        .block_on(antler_protocol::server::Server::bind(
+            &Address::Tcp(format!("127.0.0.1:{port}")),
+            of_another_build(
+                Identity::new(Role::McpHost, "old-mcp-host", Some(secret.token()))
+                    .with_tls(Some(secret.tls(Role::McpHost))),
+            ),
+            ConnectionConfig::default(),
+            Arc::new(Pong),
+            Arc::new(antler_protocol::InFlight::default()),
+        ))
+        .unwrap();
+    // No sandbox-host listens at the address named: the mcp-host row is what is checked.
+    let idle = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let d = &secret.dir;
+    std::fs::write(
+        d.join("config.yaml"),
+        format!(
+            "antler:\n  cluster_token: {}\n  tls: {{ca: ca.crt, cert: lead.crt, key: lead.key}}\n  cluster:\n    sandbox_hosts: [\"tcp:127.0.0.1:{idle}\"]\n    mcp_hosts: [\"tcp:127.0.0.1:{port}\"]\n",
+            secret.token().trim()
+        ),
+    )
+    .unwrap();
+    let run = d.join("run");
+    let mut lead = Command::new(bin("antler"))
+        .arg("--runtime-dir")
+        .arg(&run)
+        .args(["up", "--config"])
+        .arg(d.join("config.yaml"))
+        .current_dir(d)
+        .env("ANTLER_GATEWAY_ADDR", "off")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(d.join("lead.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let row = wait_for(Duration::from_secs(30), || {
+        let out = antler_tests::antler(&run, &["status", "--json"]);
+        let list: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).ok()?;
+        list.into_iter().find(|p| {
+            p["role"] == "mcp-host"
+                && p["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("message schema mismatch"))
+        })
+    });
+    let table = antler_tests::antler(&run, &["status"]);
+    let _ = lead.kill();
+    let _ = lead.wait();
+    let log = std::fs::read_to_string(d.join("lead.log")).unwrap_or_default();
+    let row = row.unwrap_or_else(|| panic!("no mcp-host row with the mismatch:\n{log}"));
+    assert_eq!(row["healthy"], false, "{row}");
+    // The table says it under the host's row, and the lead logged the refusal.
+    let table = String::from_utf8_lossy(&table.stdout).to_string();
+    assert!(
+        table.lines().any(|l| l.starts_with("  └ ")
+            && l.contains("handshake refused by peer: message schema mismatch")),
+        "{table}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("message schema mismatch")),
+        "{log}"
+    );
+}
+
 #[test]
 fn a_worker_links_to_its_hosts_over_tls_and_checks_their_roles() {
     let secret = Secret::init();
