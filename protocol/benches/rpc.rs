@@ -4,8 +4,10 @@
 //! same transport (for TLS: a tokio-rustls echo with the same certificates and configs)
 //! measured in the same run, in alternating rounds whose times are pooled (drift on a shared
 //! machine, its load or a vCPU's idle state, hits both paths alike); then TLS against plain
-//! TCP. The RPC server answers pings on
-//! its I/O thread, as every host does (`Service::answers_now`).
+//! TCP. The RPC server answers pings on its I/O thread, as every host does
+//! (`Service::answers_now`). Round trips are measured twice: with the servers in this
+//! process (whose one I/O thread then serves both ends of each connection), and with them
+//! in a child process, as in a cluster (the bench runs itself with `--serve-child`).
 //! Run: `cargo bench -p antler-protocol --bench rpc` (ANTLER_BENCH_N to change the count).
 
 #![allow(clippy::expect_used)]
@@ -92,10 +94,12 @@ where
     rx.recv().expect("peer ready");
 }
 
-/// A cluster CA and a certificate for the lead and for mcp-host, in memory.
+/// A cluster CA and a certificate for the lead and for mcp-host, in memory; the host's as
+/// PEM too (CA, certificate, key), for servers in a child process.
 struct BenchTls {
     lead: Arc<ClusterTls>,
     host: Arc<ClusterTls>,
+    host_pem: [String; 3],
 }
 
 fn bench_tls() -> BenchTls {
@@ -112,18 +116,16 @@ fn bench_tls() -> BenchTls {
             .expect("params")
             .signed_by(&key, &issuer)
             .expect("sign");
-        Arc::new(
-            ClusterTls::from_pem(
-                ca_pem.as_bytes(),
-                cert.pem().as_bytes(),
-                key.serialize_pem().as_bytes(),
-            )
-            .expect("tls"),
-        )
+        [ca_pem.clone(), cert.pem(), key.serialize_pem()]
     };
+    let tls = |[ca, cert, key]: &[String; 3]| {
+        Arc::new(ClusterTls::from_pem(ca.as_bytes(), cert.as_bytes(), key.as_bytes()).expect("tls"))
+    };
+    let host_pem = for_role(Role::McpHost);
     BenchTls {
-        lead: for_role(Role::Lead),
-        host: for_role(Role::McpHost),
+        lead: tls(&for_role(Role::Lead)),
+        host: tls(&host_pem),
+        host_pem,
     }
 }
 
@@ -312,39 +314,29 @@ async fn rpc_pipelined(addr: &Address, me: &Identity, n: usize, window: usize) -
     n as f64 / t.elapsed().as_secs_f64()
 }
 
-fn main() {
-    // `cargo bench` passes `--bench`; a filter argument other than that is ignored.
-    let n: usize = std::env::var("ANTLER_BENCH_N")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20_000);
-    let dir = tempfile::tempdir().expect("tmp");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
+/// One transport measured: its name, the raw echo, the RPC server, the server's TLS and
+/// the RPC client's identity.
+type Path = (
+    &'static str,
+    Raw,
+    Address,
+    Option<Arc<ClusterTls>>,
+    Identity,
+);
 
-    println!(
-        "antler-protocol bench: {n} round trips each; small request = {} bytes on the wire",
-        request_frame().len()
-    );
-    println!(
-        "{:<22} {:>10} {:>10} {:>10} {:>10} {:>8}",
-        "transport", "raw p50", "rpc p50", "raw p99", "rpc p99", "p50 x"
-    );
-    let tls = bench_tls();
+/// The three transports, at fresh addresses in `dir` (`tag` tells two sets apart).
+fn paths(dir: &std::path::Path, tag: &str, tls: &BenchTls) -> [Path; 3] {
     let tcp = |port: u16| Address::Tcp(format!("127.0.0.1:{port}"));
     let plain = Identity::new(Role::Lead, "bench", None);
     let secure = Identity::new(Role::Lead, "bench", None).with_tls(Some(tls.lead.clone()));
-    // (name, raw echo, rpc server, the rpc client's identity)
-    let paths = [
+    [
         (
             "unix socket",
             Raw {
-                address: Address::Unix(dir.path().join("raw.sock")),
+                address: Address::Unix(dir.join(format!("raw-{tag}.sock"))),
                 tls: None,
             },
-            Address::Unix(dir.path().join("rpc.sock")),
+            Address::Unix(dir.join(format!("rpc-{tag}.sock"))),
             None,
             plain.clone(),
         ),
@@ -368,19 +360,75 @@ fn main() {
             Some(tls.host.clone()),
             secure,
         ),
-    ];
-    for (_, raw, rpc, server_tls, _) in &paths {
-        let (a, t) = (raw.address.clone(), server_tls.clone());
-        spawn_peer(move |ready| raw_echo_server(a, t, ready));
-        let (a, t) = (rpc.clone(), server_tls.clone());
-        spawn_peer(move |ready| rpc_server(a, t, ready));
+    ]
+}
+
+/// Starts the raw echo and the RPC server of each transport in this process.
+fn serve(servers: Vec<(Address, Address, Option<Arc<ClusterTls>>)>) {
+    for (raw, rpc, tls) in servers {
+        let t = tls.clone();
+        spawn_peer(move |ready| raw_echo_server(raw, t, ready));
+        spawn_peer(move |ready| rpc_server(rpc, tls, ready));
     }
+}
+
+/// The child process's part (`--serve-child PEM_DIR RAW RPC RAW RPC RAW RPC`): the servers
+/// of the three transports (the last over TLS with the host's PEM files), "ready" on
+/// stdout, then serving until stdin closes (the parent ended).
+fn serve_child(args: &[String]) {
+    let pem = |name: &str| std::fs::read(format!("{}/{name}", args[0])).expect("pem");
+    let tls = Arc::new(
+        ClusterTls::from_pem(&pem("ca.pem"), &pem("host.crt"), &pem("host.key")).expect("tls"),
+    );
+    let addr = |i: usize| -> Address { args[i].parse().expect("address") };
+    serve(vec![
+        (addr(1), addr(2), None),
+        (addr(3), addr(4), None),
+        (addr(5), addr(6), Some(tls)),
+    ]);
+    println!("ready");
+    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+}
+
+/// The servers in a child process of this bench, killed when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_child(dir: &std::path::Path, tls: &BenchTls, paths: &[Path; 3]) -> Child {
+    for (name, pem) in ["ca.pem", "host.crt", "host.key"].iter().zip(&tls.host_pem) {
+        std::fs::write(dir.join(name), pem).expect("pem");
+    }
+    let mut cmd = std::process::Command::new(std::env::current_exe().expect("exe"));
+    cmd.arg("--serve-child").arg(dir);
+    for (_, raw, rpc, _, _) in paths {
+        cmd.arg(raw.address.to_string()).arg(rpc.to_string());
+    }
+    let mut child = Child(
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn the servers' process"),
+    );
+    let mut line = String::new();
+    let out = child.0.stdout.as_mut().expect("stdout");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).expect("ready");
+    assert_eq!(line.trim(), "ready", "the servers' process did not start");
+    child
+}
+
+/// Round trips of each transport, raw and RPC, in alternating rounds whose times are
+/// pooled, so drift on a shared machine (load, a vCPU's idle state) hits both alike.
+/// Prints a row per transport and returns the RPC p50s.
+fn round_trips(rt: &tokio::runtime::Runtime, paths: &[Path; 3], n: usize) -> Vec<Duration> {
     let mut rpc_p50s = Vec::new();
-    for (name, raw, rpc, _, me) in &paths {
+    for (name, raw, rpc, _, me) in paths {
         rt.block_on(async {
-            // Warm up both paths, then alternate short rounds (and which goes first) so
-            // drift on a shared machine (load, a vCPU's idle state) hits both alike; the
-            // ratio is the median of the rounds' ratios.
             raw_round_trips(raw, n / 10).await;
             rpc_round_trips(rpc, me, n / 10).await;
             let (mut raws, mut rpcs) = (Vec::new(), Vec::new());
@@ -406,6 +454,52 @@ fn main() {
             );
         });
     }
+    rpc_p50s
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--serve-child") {
+        return serve_child(&args[i + 1..]);
+    }
+    // `cargo bench` passes `--bench`; a filter argument other than that is ignored.
+    let n: usize = std::env::var("ANTLER_BENCH_N")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_000);
+    let dir = tempfile::tempdir().expect("tmp");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+
+    println!(
+        "antler-protocol bench: {n} round trips each; small request = {} bytes on the wire",
+        request_frame().len()
+    );
+    let header = |layout: &str| {
+        println!(
+            "{:<22} {:>10} {:>10} {:>10} {:>10} {:>8}   ({layout})",
+            "transport", "raw p50", "rpc p50", "raw p99", "rpc p99", "p50 x"
+        )
+    };
+    let tls = bench_tls();
+    let paths = paths(dir.path(), "in", &tls);
+    serve(
+        paths
+            .iter()
+            .map(|(_, raw, rpc, t, _)| (raw.address.clone(), rpc.clone(), t.clone()))
+            .collect(),
+    );
+    header("servers in this process: its one I/O thread serves both ends");
+    let rpc_p50s = round_trips(&rt, &paths, n);
+    // As in a cluster: the servers in another process, so a reply crosses the server's
+    // I/O thread, this process's I/O thread and the calling task.
+    let apart = self::paths(dir.path(), "apart", &tls);
+    let _child = spawn_child(dir.path(), &tls, &apart);
+    println!();
+    header("servers in a child process, as in a cluster");
+    let apart_p50s = round_trips(&rt, &apart, n);
 
     let pipelined = n * 10;
     println!();
@@ -430,8 +524,9 @@ fn main() {
         });
     }
     println!(
-        "\ntls against plain tcp: rpc p50 {:.2}x, pipelined rpc {:.2}x",
+        "\ntls against plain tcp: rpc p50 {:.2}x (in a child process {:.2}x), pipelined rpc {:.2}x",
         rpc_p50s[2].as_secs_f64() / rpc_p50s[1].as_secs_f64(),
+        apart_p50s[2].as_secs_f64() / apart_p50s[1].as_secs_f64(),
         rpc_rates[2] / rpc_rates[1]
     );
     println!("targets: rpc p50 <= 2.0x raw echo p50 (unix, tcp); over tls <= 1.3x the raw tls echo; >= 200000 pipelined msg/s");
