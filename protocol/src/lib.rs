@@ -15,6 +15,7 @@ pub mod link;
 pub mod messages;
 mod outbox;
 pub mod placement;
+pub mod quiet;
 pub mod runtime_dir;
 pub mod server;
 pub mod sys;

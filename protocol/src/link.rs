@@ -262,6 +262,8 @@ pub struct HostLink {
     reconnects: u32,
     ever_connected: bool,
     last_error: Option<String>,
+    /// Refusals warned of, so one that repeats at every redial is not logged each time.
+    refusals: crate::quiet::Quieter,
     retry: Option<SpawnHandle>,
     /// When the last connection was lost (the fast redial phase runs from here).
     lost_at: Option<std::time::Instant>,
@@ -282,6 +284,7 @@ impl HostLink {
             reconnects: 0,
             ever_connected: false,
             last_error: None,
+            refusals: crate::quiet::Quieter::default(),
             retry: None,
             lost_at: None,
             retired: false,
@@ -322,6 +325,7 @@ impl HostLink {
                         act.ever_connected = true;
                         act.backoff.reset();
                         act.last_error = None;
+                        act.refusals.clear();
                         tracing::debug!(address = %act.address, "link connected");
                         let watch = conn.clone();
                         act.conn = Some(conn);
@@ -339,7 +343,10 @@ impl HostLink {
                     Err(e) => {
                         tracing::debug!(address = %act.address, error = %e, "dial failed");
                         if e.is_refusal() {
-                            tracing::warn!(address = %act.address, reason = %e, "peer refused the link");
+                            // Once a minute while the same refusal lasts, not at every redial.
+                            if let Some(quieted) = act.refusals.admit(&e.to_string()) {
+                                tracing::warn!(address = %act.address, reason = %e, quieted, "peer refused the link");
+                            }
                         }
                         act.last_error = Some(e.to_string());
                         act.schedule(ctx);

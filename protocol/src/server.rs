@@ -126,6 +126,9 @@ async fn accept_loop(
         heartbeat: config.heartbeat_interval,
         ..identity
     });
+    // A peer refused again and again (another build, a stale token) is warned of once a
+    // minute, not at each of its redials.
+    let refusals = Arc::new(crate::quiet::Quieter::default());
     loop {
         let accepted = tokio::select! {
             _ = stop.changed() => break,
@@ -145,6 +148,7 @@ async fn accept_loop(
         let in_flight = in_flight.clone();
         let connections = connections.clone();
         let home = home.clone();
+        let refusals = refusals.clone();
         tokio::spawn(async move {
             let (r, w, certified) = match (stream, &identity.tls) {
                 (Stream::Tcp(tcp), Some(tls)) => match tls.accept(tcp).await {
@@ -154,7 +158,14 @@ async fn accept_loop(
                         return;
                     }
                     Err(reason) => {
-                        tracing::warn!(peer = %peer_addr, %reason, "refused a connection: TLS");
+                        match refusals.admit(&reason) {
+                            Some(quieted) => {
+                                tracing::warn!(peer = %peer_addr, %reason, quieted, "refused a connection: TLS")
+                            }
+                            None => {
+                                tracing::debug!(peer = %peer_addr, %reason, "refused a connection: TLS")
+                            }
+                        }
                         return;
                     }
                 },
@@ -176,7 +187,13 @@ async fn accept_loop(
                     list.push(conn);
                 }
                 Err(e) => {
-                    tracing::warn!(peer = %peer_addr, reason = %e, "refused a connection");
+                    let reason = e.to_string();
+                    match refusals.admit(&reason) {
+                        Some(quieted) => {
+                            tracing::warn!(peer = %peer_addr, %reason, quieted, "refused a connection")
+                        }
+                        None => tracing::debug!(peer = %peer_addr, %reason, "refused a connection"),
+                    }
                 }
             }
         });
