@@ -333,8 +333,9 @@ impl RunningCluster {
             identity.clone(),
             spec.connection.clone(),
             spec.restart.clone(),
-        )
-        .start();
+        );
+        let links = supervisor.link_table();
+        let supervisor = supervisor.start();
         let discovery = spec.cluster.as_ref().map(|hosts| {
             let mut entries: Vec<(Role, Address)> = Vec::new();
             entries.extend(hosts.mcp_hosts.iter().map(|a| (Role::McpHost, a.clone())));
@@ -379,6 +380,7 @@ impl RunningCluster {
         let in_flight = Arc::new(InFlight::default());
         let service = Arc::new(LeadService::new(
             supervisor.clone(),
+            links,
             runs.manager.clone(),
             lead_sock.clone(),
             in_flight.clone(),

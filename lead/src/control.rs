@@ -29,7 +29,20 @@ use crate::chaos_actors::ChaosActors;
 use crate::run_manager::manager::{self, RunManager};
 use crate::run_manager::prepare::PrepareError;
 use crate::subagents::scaling::{self, WorkerScaling};
-use crate::supervisor::{GetLinks, GetStatus, Supervisor};
+use crate::supervisor::{GetLinks, GetStatus, LinkEntry, LinkTable, Supervisor};
+
+/// The replica of `role` that `key` (a sandbox id) is pinned to: rendezvous over the
+/// replicas' addresses, as [`crate::run_manager::hosts::pinned`] picks.
+fn pinned(links: &LinkTable, role: Role, key: &str) -> Option<LinkEntry> {
+    let mut replicas: Vec<(u32, LinkEntry)> = links
+        .iter()
+        .filter(|e| e.key().0 == role)
+        .map(|e| (e.key().1, e.value().clone()))
+        .collect();
+    replicas.sort_by_key(|(i, _)| *i);
+    antler_protocol::placement::rendezvous(key, replicas.iter().map(|(_, e)| e.address.as_str()))
+        .map(|i| replicas[i].1.clone())
+}
 
 /// How long a peer ping through a link may take.
 const PEER_PING_TIMEOUT: Duration = Duration::from_secs(2);
@@ -37,6 +50,8 @@ const PEER_PING_TIMEOUT: Duration = Duration::from_secs(2);
 /// The service behind `lead.sock`.
 pub struct LeadService {
     supervisor: Addr<Supervisor>,
+    /// The supervisor's links, read by forwards on the I/O thread.
+    links: LinkTable,
     runs: Addr<RunManager>,
     address: PathBuf,
     started: Instant,
@@ -48,6 +63,7 @@ pub struct LeadService {
 impl LeadService {
     pub fn new(
         supervisor: Addr<Supervisor>,
+        links: LinkTable,
         runs: Addr<RunManager>,
         address: PathBuf,
         in_flight: Arc<InFlight>,
@@ -56,6 +72,7 @@ impl LeadService {
     ) -> Self {
         Self {
             supervisor,
+            links,
             runs,
             address,
             started: Instant::now(),
@@ -121,6 +138,13 @@ impl Service for LeadService {
     /// A ping is answered on the I/O thread: a busy lead still shows it is alive.
     fn answers_now(&self, request: &Request) -> bool {
         matches!(request, Request::Control(ControlRequest::Ping { .. }))
+    }
+
+    /// A forward to a host only relays: it runs on the I/O thread, with the links read
+    /// from the table, so it crosses no other thread of the lead.
+    fn relays(&self, request: &Request) -> bool {
+        matches!(request, Request::Lead(LeadRequest::Forward { request, .. })
+            if !matches!(**request, Request::Control(ControlRequest::ChaosStop { .. })))
     }
 
     fn call(&self, request: Request, call: Call) -> BoxFuture<'static, Result<Reply, RemoteError>> {
@@ -196,50 +220,49 @@ impl Service for LeadService {
                 index,
                 request,
                 timeout_ms,
-            }) => Box::pin(async move {
-                if matches!(*request, Request::Control(ControlRequest::ChaosStop { .. })) {
-                    return Err(RemoteError::Failed(
+            }) => {
+                let links = self.links.clone();
+                Box::pin(async move {
+                    if matches!(*request, Request::Control(ControlRequest::ChaosStop { .. })) {
+                        return Err(RemoteError::Failed(
                         "a ChaosStop goes to the lead itself (antler chaos stop), which routes it"
                             .into(),
                     ));
-                }
-                // A request pinned to a thread goes to the replica holding the thread,
-                // whatever index the caller named (it cannot know the replica set).
-                let link = match antler_protocol::placement::route(&request) {
-                    antler_protocol::placement::Route::Pinned(key) => {
-                        let replicas = crate::run_manager::hosts::replicas(&supervisor, role)
+                    }
+                    // A request pinned to a thread goes to the replica holding the thread,
+                    // whatever index the caller named (it cannot know the replica set).
+                    let entry = match antler_protocol::placement::route(&request) {
+                        antler_protocol::placement::Route::Pinned(key) => {
+                            pinned(&links, role, &key)
+                        }
+                        _ => links.get(&(role, index)).map(|e| e.value().clone()),
+                    };
+                    let Some(entry) = entry else {
+                        return Err(RemoteError::Failed(format!(
+                            "no {role} with index {index} in this cluster"
+                        )));
+                    };
+                    let timeout = Duration::from_millis(timeout_ms as u64);
+                    let reply = match entry.connection() {
+                        Some(conn) => conn.request(*request, call.trace.clone(), timeout).await,
+                        // Down: the link says why.
+                        None => entry
+                            .link
+                            .send(LinkCall {
+                                request: *request,
+                                trace: call.trace.clone(),
+                                timeout,
+                            })
                             .await
-                            .map_err(|e| RemoteError::Failed(e.message))?;
-                        crate::run_manager::hosts::pinned(&replicas, &key)
-                            .map(|(_, link)| link.clone())
+                            .map_err(|e| RemoteError::Failed(format!("link unavailable: {e}")))?,
                     }
-                    _ => {
-                        let links = supervisor.send(GetLinks).await.map_err(unavailable)?;
-                        links
-                            .into_iter()
-                            .find(|(r, i, ..)| *r == role && *i == index)
-                            .map(|(.., link)| link)
-                    }
-                };
-                let Some(link) = link else {
-                    return Err(RemoteError::Failed(format!(
-                        "no {role} with index {index} in this cluster"
-                    )));
-                };
-                let reply = link
-                    .send(LinkCall {
-                        request: *request,
-                        trace: call.trace.clone(),
-                        timeout: Duration::from_millis(timeout_ms as u64),
-                    })
-                    .await
-                    .map_err(|e| RemoteError::Failed(format!("link unavailable: {e}")))?
                     .map_err(|e| match e {
                         antler_protocol::RpcError::Remote(r) => r,
                         other => RemoteError::Failed(format!("{role}: {other}")),
                     })?;
-                Ok(Reply::Lead(LeadReply::Forwarded(Box::new(reply))))
-            }),
+                    Ok(Reply::Lead(LeadReply::Forwarded(Box::new(reply))))
+                })
+            }
             Request::Lead(LeadRequest::SubmitRun(submission)) => {
                 let runs = self.runs.clone();
                 Box::pin(async move {

@@ -13,10 +13,12 @@ use std::{
     os::unix::process::ExitStatusExt,
     path::PathBuf,
     process::Stdio,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use actix::prelude::*;
+use antler_protocol::link::Published;
 use antler_protocol::{
     handshake::{Identity, Role},
     link::{HostLink, RedialNow, Snapshot, StopLink},
@@ -117,6 +119,8 @@ struct Child {
     phase: Phase,
     reason: Option<String>,
     link: Addr<HostLink>,
+    /// The link's current connection, as it publishes it.
+    conn: Published,
     /// Bumped at each spawn, so an exit report of an older process is recognised.
     generation: u64,
     /// Since when the running process has not been reachable through its link.
@@ -128,6 +132,32 @@ struct Child {
 }
 
 type Key = (Role, u32);
+
+/// One child's link, in [`LinkTable`].
+#[derive(Clone)]
+pub struct LinkEntry {
+    /// The child's address (its identity for rendezvous hashing).
+    pub address: String,
+    pub link: Addr<HostLink>,
+    /// The link's current connection, read without a message to it.
+    pub conn: Published,
+}
+
+impl LinkEntry {
+    /// The link's connection if it is up.
+    pub fn connection(&self) -> Option<antler_protocol::Connection> {
+        self.conn
+            .read()
+            .ok()
+            .and_then(|c| c.clone())
+            .filter(|c| !c.is_closed())
+    }
+}
+
+/// The supervisor's links by (role, index), kept in step with its children, for callers
+/// that must not wait on the supervisor's thread (the lead's relays, which run on its I/O
+/// thread and read it from there).
+pub type LinkTable = Arc<dashmap::DashMap<Key, LinkEntry>>;
 
 /// Heartbeat windows a running child may stay unreachable before it is killed.
 const HUNG_AFTER_MISSES: u32 = 2;
@@ -142,6 +172,8 @@ pub struct Supervisor {
     /// How this lead introduces itself to a child it may adopt.
     identity: Identity,
     config: ConnectionConfig,
+    /// `children`'s links, for readers on other threads.
+    table: LinkTable,
 }
 
 impl Supervisor {
@@ -153,19 +185,43 @@ impl Supervisor {
         policy: RestartPolicy,
     ) -> Self {
         let heartbeat_dead_after = config.heartbeat_interval * config.heartbeat_misses.max(1);
-        let children = specs
+        let children: BTreeMap<Key, Child> = specs
             .into_iter()
             .map(|spec| ((spec.role, spec.index), new_child(spec, &identity, &config)))
             .collect();
+        let table = LinkTable::default();
+        for (key, child) in &children {
+            table.insert(*key, child.entry());
+        }
         Self {
             children,
             identity,
             config,
+            table,
             policy,
             heartbeat_dead_after,
             stopping: false,
             stop_waiters: Vec::new(),
         }
+    }
+
+    /// The links of the children, kept in step with them (take it before starting).
+    pub fn link_table(&self) -> LinkTable {
+        self.table.clone()
+    }
+
+    /// Adds a child and its link to the table.
+    fn add(&mut self, key: Key, child: Child) {
+        self.table.insert(key, child.entry());
+        self.children.insert(key, child);
+    }
+
+    /// Forgets a child and its link; the link is stopped for good.
+    fn forget(&mut self, key: &Key) -> Option<Child> {
+        self.table.remove(key);
+        let old = self.children.remove(key)?;
+        old.link.do_send(StopLink);
+        Some(old)
     }
 
     /// Starts the child, or first adopts a live one an earlier lead left on its socket.
@@ -300,9 +356,7 @@ impl Supervisor {
         if let Some(waiters) = child.removing.take() {
             // A removed child's exit is final: it is forgotten, never restarted.
             tracing::info!(role = %key.0, index = key.1, exit = %desc, "removed child stopped");
-            if let Some(old) = self.children.remove(&key) {
-                old.link.do_send(StopLink);
-            }
+            self.forget(&key);
             for w in waiters {
                 let _ = w.send(());
             }
@@ -459,13 +513,24 @@ async fn live_pid(address: &Address, identity: &Identity, config: ConnectionConf
 }
 
 /// A child not started yet, with its link.
+impl Child {
+    fn entry(&self) -> LinkEntry {
+        LinkEntry {
+            address: self.spec.address().to_string(),
+            link: self.link.clone(),
+            conn: self.conn.clone(),
+        }
+    }
+}
+
 fn new_child(spec: ChildSpec, identity: &Identity, config: &ConnectionConfig) -> Child {
     // Supervised: a link that stops (chaos mode) is restarted in place and redials.
-    let link = HostLink::new(spec.address(), identity.clone(), config.clone())
-        .expecting(spec.role)
-        .supervised();
+    let link = HostLink::new(spec.address(), identity.clone(), config.clone()).expecting(spec.role);
+    let conn = link.published();
+    let link = link.supervised();
     Child {
         spec,
+        conn,
         pid: None,
         started_at: None,
         restarts: 0,
@@ -696,7 +761,7 @@ impl Handler<AddChildren> for Supervisor {
                 continue;
             }
             let child = new_child(spec, &self.identity, &self.config);
-            self.children.insert(key, child);
+            self.add(key, child);
             self.spawn_child(key, ctx);
         }
     }
@@ -739,8 +804,7 @@ impl Handler<RemoveChild> for Supervisor {
             }
             None => {
                 // Not running (restarting, failed): nothing to stop, forget it now.
-                if let Some(old) = self.children.remove(&key) {
-                    old.link.do_send(StopLink);
+                if let Some(old) = self.forget(&key) {
                     for w in old.removing.into_iter().flatten() {
                         let _ = w.send(());
                     }

@@ -4,7 +4,8 @@
 //! ([`crate::io`]) and all stop when the connection closes; requests are served on the
 //! runtime that started the connection, so no amount of work there delays a heartbeat,
 //! except those the service answers at once ([`Service::answers_now`]), which the reader
-//! answers itself. Frames are written by the task that sends them unless the socket
+//! answers itself, and relays to another connection ([`Service::relays`]), which run on the
+//! I/O thread. Frames are written by the task that sends them unless the socket
 //! would block, and then by the writer task ([`crate::outbox`]); the reader decodes every
 //! frame of one read before writing the replies they made in one go. A due heartbeat
 //! goes before any queued frame. On close every pending request fails at once with
@@ -98,6 +99,16 @@ pub trait Service: Send + Sync + 'static {
     /// all, it finishes on the serving runtime. Anything slower answered this way delays
     /// the heartbeats and reads of every connection of the process. Default: none.
     fn answers_now(&self, _request: &Request) -> bool {
+        false
+    }
+
+    /// Whether `call` only relays `request` to another connection and awaits its reply
+    /// (a proxy's forward): its future then runs on the connection's I/O thread from start
+    /// to end, so the request and its reply cross no thread but the I/O thread's, instead
+    /// of hopping to the serving runtime and back on each side. Its future must do nothing
+    /// but look up a connection without waiting, send and await (no actor message, no
+    /// blocking, no work that takes time). Default: none.
+    fn relays(&self, _request: &Request) -> bool {
         false
     }
 }
@@ -994,11 +1005,16 @@ fn serve(
     } else {
         later = Some((request, call));
     }
+    // A relay runs on the I/O thread (this one); everything else on the serving runtime.
+    let runtime = match &later {
+        Some((request, _)) if service.relays(request) => crate::io::handle(),
+        _ => shared.home.clone(),
+    };
     let task_shared = shared.clone();
     // The task waits for its abort handle to be registered, so its own removal below can
     // never run before the insertion (which would leave a stale entry).
     let (registered_tx, registered_rx) = oneshot::channel::<()>();
-    // The handler runs on the connection's home runtime, never on the I/O thread.
+    // The handler runs on the connection's home runtime, and only a relay on the I/O thread.
     let fut = async move {
         let _guard = guard;
         let work = match (made, later) {
@@ -1019,9 +1035,7 @@ fn serve(
             let _ = task_shared.send_reply(reply(result, trace)).await;
         }
     };
-    let handle = shared
-        .home
-        .spawn(tracing::Instrument::instrument(fut, span));
+    let handle = runtime.spawn(tracing::Instrument::instrument(fut, span));
     if let Ok(mut s) = shared.serving.lock() {
         s.insert(id, handle.abort_handle());
     }

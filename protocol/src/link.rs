@@ -269,7 +269,14 @@ pub struct HostLink {
     lost_at: Option<std::time::Instant>,
     /// Stopped for good ([`StopLink`]): a supervised restart does not dial again.
     retired: bool,
+    /// `conn`, for callers that reach the peer without a message to this actor.
+    published: Published,
 }
+
+/// A link's current connection, readable from any thread without a message to the link
+/// (a relay on the I/O thread). It may have closed a moment before the link learns it:
+/// check [`Connection::is_closed`], and ask the link itself for why it is down.
+pub type Published = Arc<std::sync::RwLock<Option<Connection>>>;
 
 impl HostLink {
     pub fn new(address: Address, identity: Identity, config: ConnectionConfig) -> Self {
@@ -288,7 +295,21 @@ impl HostLink {
             retry: None,
             lost_at: None,
             retired: false,
+            published: Published::default(),
         }
+    }
+
+    /// The slot this link publishes its current connection in (take it before starting).
+    pub fn published(&self) -> Published {
+        self.published.clone()
+    }
+
+    /// Sets the current connection and publishes it; returns the one it replaces.
+    fn set_conn(&mut self, conn: Option<Connection>) -> Option<Connection> {
+        if let Ok(mut slot) = self.published.write() {
+            slot.clone_from(&conn);
+        }
+        std::mem::replace(&mut self.conn, conn)
     }
 
     /// Starts the link under an actix `Supervisor`: if it stops (crashes), it is restarted
@@ -328,13 +349,13 @@ impl HostLink {
                         act.refusals.clear();
                         tracing::debug!(address = %act.address, "link connected");
                         let watch = conn.clone();
-                        act.conn = Some(conn);
+                        act.set_conn(Some(conn));
                         async move { watch.closed().await }
                             .into_actor(act)
                             .map(|reason, act, ctx| {
                                 tracing::info!(address = %act.address, %reason, "link lost; reconnecting");
                                 act.last_error = Some(reason);
-                                act.conn = None;
+                                act.set_conn(None);
                                 act.lost_at = Some(std::time::Instant::now());
                                 act.schedule(ctx);
                             })
@@ -381,7 +402,7 @@ impl Actor for HostLink {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        if let Some(c) = self.conn.take() {
+        if let Some(c) = self.set_conn(None) {
             c.close("link stopped");
         }
     }
@@ -391,7 +412,7 @@ impl actix::Supervised for HostLink {
     /// A restart after a crash: what the dead instance had in flight is gone (its
     /// futures were dropped with it); the new one dials at once.
     fn restarting(&mut self, _: &mut Context<Self>) {
-        self.conn = None;
+        self.set_conn(None);
         self.dialing = false;
         self.retry = None;
         self.lost_at = Some(std::time::Instant::now());
@@ -417,7 +438,7 @@ impl Handler<CrashLink> for HostLink {
 
     fn handle(&mut self, _: CrashLink, ctx: &mut Context<Self>) {
         self.last_error = Some(LINK_CRASHED.to_owned());
-        if let Some(c) = self.conn.take() {
+        if let Some(c) = self.set_conn(None) {
             c.close(LINK_CRASHED);
         }
         ctx.stop();
