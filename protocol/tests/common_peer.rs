@@ -132,9 +132,20 @@ pub async fn serve_at(
     config: ConnectionConfig,
     counters: Arc<Counters>,
 ) -> Server {
+    let me = Identity::new(Role::McpHost, "peer", Some(TOKEN.into()));
+    serve_as(address, me, config, counters).await
+}
+
+/// The test service listening at `address` as `identity`.
+pub async fn serve_as(
+    address: &Address,
+    identity: Identity,
+    config: ConnectionConfig,
+    counters: Arc<Counters>,
+) -> Server {
     Server::bind(
         address,
-        Identity::new(Role::McpHost, "peer", Some(TOKEN.into())),
+        identity,
         config,
         Arc::new(TestService { counters }),
         Arc::new(InFlight::default()),

@@ -17,8 +17,7 @@ use antler_protocol::{
     codec, frame,
     handshake::{self, HandshakeError, HelloReply, SCHEMA_FINGERPRINT},
     link::{dial, HostLink, Snapshot},
-    server::Server,
-    Address, ConnectionConfig, Identity, InFlight, Role,
+    Address, ConnectionConfig, Identity, Role,
 };
 use common_peer::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -73,17 +72,8 @@ async fn both_sides_of_a_handshake_between_two_builds_say_the_schemas_differ() {
 async fn a_dial_into_another_build_fails_with_the_mismatch_not_a_connection() {
     let dir = tempfile::tempdir().unwrap();
     let address = Address::Unix(socket_in(&dir));
-    let _server = Server::bind(
-        &address,
-        other_build(Role::McpHost, "old-mcp-host"),
-        ConnectionConfig::default(),
-        Arc::new(TestService {
-            counters: Default::default(),
-        }),
-        Arc::new(InFlight::default()),
-    )
-    .await
-    .unwrap();
+    let old_host = other_build(Role::McpHost, "old-mcp-host");
+    let _server = serve_as(&address, old_host, Default::default(), Default::default()).await;
     let me = Identity::new(Role::Lead, "lead", Some(TOKEN.into()));
     let Err(err) = dial(&address, &me, ConnectionConfig::default(), None).await else {
         panic!("a dial into another build connected");
@@ -104,17 +94,8 @@ async fn a_link_to_another_build_stays_down_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let address = Address::Unix(socket_in(&dir));
     let counters = Arc::new(Counters::default());
-    let _server = Server::bind(
-        &address,
-        other_build(Role::McpHost, "old-mcp-host"),
-        ConnectionConfig::default(),
-        Arc::new(TestService {
-            counters: counters.clone(),
-        }),
-        Arc::new(InFlight::default()),
-    )
-    .await
-    .unwrap();
+    let old_host = other_build(Role::McpHost, "old-mcp-host");
+    let _server = serve_as(&address, old_host, Default::default(), counters.clone()).await;
     let link = HostLink::new(
         address,
         Identity::new(Role::Lead, "lead", Some(TOKEN.into())),
