@@ -545,8 +545,8 @@ fn the_lead_shows_a_host_of_another_build_unlinked_with_the_reason_and_warns_onc
         })
     });
     let table = antler_tests::antler(&run, &["status"]);
-    // The link keeps redialing (the old host may be replaced any moment): about ten dials
-    // in these 4 s, each refused alike, are one warning, not ten.
+    // The link keeps redialing (the old host may be replaced any moment): the dials of
+    // these 4 s (about seven), each refused alike, are one warning.
     std::thread::sleep(Duration::from_secs(4));
     let _ = lead.kill();
     let _ = lead.wait();
