@@ -7,7 +7,11 @@
 //! TCP. The RPC server answers pings on its I/O thread, as every host does
 //! (`Service::answers_now`). Round trips are measured twice: with the servers in this
 //! process (whose one I/O thread then serves both ends of each connection), and with them
-//! in a child process, as in a cluster (the bench runs itself with `--serve-child`).
+//! in a child process, as in a cluster (the bench runs itself with `--serve-child`), each
+//! with the context switches a round trip costs this process's threads ("cs": with the
+//! servers in a child process, 1.0 is the calling thread's own wake, all a raw echo costs;
+//! an RPC whose reply crossed the I/O thread on its way costs 2.0, see `antler_protocol::sock`);
+//! last, with both processes pinned to one CPU, where no wake waits for an idle vCPU.
 //! Run: `cargo bench -p antler-protocol --bench rpc` (ANTLER_BENCH_N to change the count).
 
 #![allow(clippy::expect_used)]
@@ -422,8 +426,32 @@ fn spawn_child(dir: &std::path::Path, tls: &BenchTls, paths: &[Path; 3]) -> Chil
     child
 }
 
+/// Context switches of every thread of this process so far (voluntary and not).
+fn context_switches() -> u64 {
+    // SAFETY: `getrusage` fills the zeroed struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    (usage.ru_nvcsw + usage.ru_nivcsw) as u64
+}
+
+/// Times `n` round trips of `f`, adding the context switches they cost this process.
+async fn counted<F: std::future::Future<Output = Vec<Duration>>>(
+    switches: &mut u64,
+    f: F,
+) -> Vec<Duration> {
+    let before = context_switches();
+    let lat = f.await;
+    *switches += context_switches() - before;
+    lat
+}
+
 /// Round trips of each transport, raw and RPC, in alternating rounds whose times are
-/// pooled, so drift on a shared machine (load, a vCPU's idle state) hits both alike.
+/// pooled, so drift on a shared machine (load, a vCPU's idle state) hits both alike, with
+/// the context switches per round trip of this process's threads (the calling thread's
+/// own wake is one; each thread a reply crosses on its way to the caller is another).
 /// Prints a row per transport and returns the RPC p50s.
 fn round_trips(rt: &tokio::runtime::Runtime, paths: &[Path; 3], n: usize) -> Vec<Duration> {
     let mut rpc_p50s = Vec::new();
@@ -432,25 +460,30 @@ fn round_trips(rt: &tokio::runtime::Runtime, paths: &[Path; 3], n: usize) -> Vec
             raw_round_trips(raw, n / 10).await;
             rpc_round_trips(rpc, me, n / 10).await;
             let (mut raws, mut rpcs) = (Vec::new(), Vec::new());
+            let (mut raw_cs, mut rpc_cs) = (0, 0);
+            let each = n / ROUNDS;
             for round in 0..ROUNDS {
                 if round % 2 == 0 {
-                    raws.extend(raw_round_trips(raw, n / ROUNDS).await);
-                    rpcs.extend(rpc_round_trips(rpc, me, n / ROUNDS).await);
+                    raws.extend(counted(&mut raw_cs, raw_round_trips(raw, each)).await);
+                    rpcs.extend(counted(&mut rpc_cs, rpc_round_trips(rpc, me, each)).await);
                 } else {
-                    rpcs.extend(rpc_round_trips(rpc, me, n / ROUNDS).await);
-                    raws.extend(raw_round_trips(raw, n / ROUNDS).await);
+                    rpcs.extend(counted(&mut rpc_cs, rpc_round_trips(rpc, me, each)).await);
+                    raws.extend(counted(&mut raw_cs, raw_round_trips(raw, each)).await);
                 }
             }
             let (raw_f, rpc_f) = (Figures::of(raws), Figures::of(rpcs));
             rpc_p50s.push(rpc_f.p50);
+            let per = |cs: u64| cs as f64 / (each * ROUNDS) as f64;
             println!(
-                "{:<22} {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>7.2}x",
+                "{:<22} {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>7.2}x {:>7.2} {:>7.2}",
                 name,
                 us(raw_f.p50),
                 us(rpc_f.p50),
                 us(raw_f.p99),
                 us(rpc_f.p99),
-                rpc_f.p50.as_secs_f64() / raw_f.p50.as_secs_f64()
+                rpc_f.p50.as_secs_f64() / raw_f.p50.as_secs_f64(),
+                per(raw_cs),
+                per(rpc_cs),
             );
         });
     }
@@ -479,8 +512,8 @@ fn main() {
     );
     let header = |layout: &str| {
         println!(
-            "{:<22} {:>10} {:>10} {:>10} {:>10} {:>8}   ({layout})",
-            "transport", "raw p50", "rpc p50", "raw p99", "rpc p99", "p50 x"
+            "{:<22} {:>10} {:>10} {:>10} {:>10} {:>8} {:>7} {:>7}   ({layout})",
+            "transport", "raw p50", "rpc p50", "raw p99", "rpc p99", "p50 x", "raw cs", "rpc cs"
         )
     };
     let tls = bench_tls();
@@ -529,7 +562,37 @@ fn main() {
         apart_p50s[2].as_secs_f64() / apart_p50s[1].as_secs_f64(),
         rpc_rates[2] / rpc_rates[1]
     );
+
+    // Last, as it cannot be undone: every thread of this process and of a new child on one
+    // CPU, so a wake is a context switch, never a vCPU brought out of idle (whose latency
+    // on a VM swings the figures above by a factor of two either way).
+    if pin_to_one_cpu() {
+        let pinned = self::paths(dir.path(), "pinned", &tls);
+        let _pinned_child = spawn_child(dir.path(), &tls, &pinned);
+        println!();
+        header("servers in a child process, both processes on one CPU");
+        round_trips(&rt, &pinned, n);
+    } else {
+        println!("\n(this machine would not pin the bench to one CPU: that layout is left out)");
+    }
     println!("targets: rpc p50 <= 2.0x raw echo p50 (unix, tcp); over tls <= 1.3x the raw tls echo; >= 200000 pipelined msg/s");
+}
+
+/// Pins every thread of this process to CPU 0; processes it starts later inherit it.
+fn pin_to_one_cpu() -> bool {
+    // SAFETY: a zeroed `cpu_set_t` is the empty set, which `CPU_SET` fills in.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(0, &mut set) };
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        let tid: libc::pid_t = task.file_name().to_string_lossy().parse().unwrap_or(0);
+        // SAFETY: `set` is a valid CPU set of the size given.
+        tid > 0
+            && unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) }
+                == 0
+    })
 }
 
 fn us(d: Duration) -> f64 {

@@ -7,16 +7,23 @@
 //! answers itself, and relays to another connection ([`Service::relays`]), which run on the
 //! I/O thread. Frames are written by the task that sends them unless the socket
 //! would block, and then by the writer task ([`crate::outbox`]); the reader decodes every
-//! frame of one read before writing the replies they made in one go. A due heartbeat
-//! goes before any queued frame. On close every pending request fails at once with
-//! `PeerUnavailable`.
+//! frame of one read before writing the replies they made in one go. A caller waiting
+//! alone for its reply reads the socket itself, on its own thread, while its request is in
+//! flight ([`Connection::request`], [`crate::sock`]); the I/O thread takes the socket
+//! back at its next heartbeat tick after the caller is done, or after a whole heartbeat
+//! interval should the caller's thread be busy. A due heartbeat goes before any queued
+//! frame. On close every pending request fails at once
+//! with `PeerUnavailable`.
 
 use std::{
     collections::HashMap,
+    future::Future,
+    pin::Pin,
     sync::{
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex,
     },
+    task::{Context, Poll},
     time::{Duration, Instant},
 };
 
@@ -33,6 +40,7 @@ use crate::{
     handshake::{FrameReader, FrameWriter, PeerInfo},
     messages::{Reply, Request},
     outbox::{Outbox, PushError},
+    sock::{Held, Sock},
     transport::ReadHalf,
 };
 
@@ -237,6 +245,11 @@ struct Shared {
     /// The latest a heartbeat tick ran after its time, in microseconds (the measure of
     /// how far heartbeats starve).
     heartbeat_lag_us: AtomicU64,
+    /// The read side; `None` once the connection closed.
+    read: Mutex<Option<ReadState>>,
+    /// The socket, whose read readiness a caller waiting alone for its reply may watch
+    /// itself (see [`Connection::request`]); `None` for a stream that is no [`Sock`].
+    sock: Option<Sock>,
 }
 
 impl Shared {
@@ -381,7 +394,10 @@ impl std::fmt::Debug for Connection {
 impl Connection {
     /// Starts the connection's tasks on the I/O thread over framed halves that completed
     /// the handshake (made on the I/O thread too, see [`crate::io`]). `service` answers
-    /// the peer's requests on `home`; without one, requests get `Unsupported`.
+    /// the peer's requests on `home`; without one, requests get `Unsupported`. With `sock`,
+    /// the socket under the halves, a caller that waits alone for its reply reads it on its
+    /// own thread (see [`Connection::request`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         reader: FrameReader,
         writer: FrameWriter,
@@ -390,6 +406,7 @@ impl Connection {
         service: Option<Arc<dyn Service>>,
         in_flight: Arc<InFlight>,
         home: Handle,
+        sock: Option<Sock>,
     ) -> Connection {
         let read = reader.into_parts();
         let write = writer.into_parts();
@@ -414,16 +431,19 @@ impl Connection {
             home,
             reader_parked: AtomicBool::new(false),
             heartbeat_lag_us: AtomicU64::new(0),
+            read: Mutex::new(Some(ReadState {
+                reader: read.io,
+                buf: read.read_buf,
+                task: std::task::Waker::noop().clone(),
+                stalled: None,
+                service,
+                in_flight,
+            })),
+            sock,
         });
         let io = crate::io::handle();
         io.spawn(write_loop(shared.clone()));
-        io.spawn(read_loop(
-            shared.clone(),
-            read.io,
-            read.read_buf,
-            service,
-            in_flight,
-        ));
+        io.spawn(read_loop(shared.clone()));
         io.spawn(heartbeat_loop(shared.clone()));
         Connection { shared }
     }
@@ -432,6 +452,15 @@ impl Connection {
     /// I/O thread was starved (a few milliseconds on a healthy process).
     pub fn heartbeat_lag(&self) -> Duration {
         Duration::from_micros(self.shared.heartbeat_lag_us.load(Ordering::Relaxed))
+    }
+
+    /// Whether a caller waiting alone for its reply watches the socket now, rather than
+    /// the I/O thread (see [`Connection::request`]).
+    pub fn watched_by_caller(&self) -> bool {
+        matches!(
+            self.shared.sock.as_ref().map(Sock::holder),
+            Some(Held::Turn(_))
+        )
     }
 
     /// The peer at the other end.
@@ -575,7 +604,8 @@ impl Connection {
     }
 
     /// Sends a request and waits for its reply, at most `timeout`. Dropping the returned
-    /// future cancels the request at the peer.
+    /// future cancels the request at the peer. Alone in flight, the caller reads its reply
+    /// on its own thread ([`Connection::watch_here`]).
     pub async fn request(
         &self,
         request: Request,
@@ -583,7 +613,7 @@ impl Connection {
         timeout: Duration,
     ) -> Result<Reply, RpcError> {
         let deadline = Instant::now() + timeout;
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut rx) = oneshot::channel();
         let id = self.register(Pending::Unary(tx))?;
         let mut guard = CancelGuard {
             shared: self.shared.clone(),
@@ -591,13 +621,25 @@ impl Connection {
             trace: TraceContext::default(),
             armed: true,
         };
-        self.enqueue(
-            Self::envelope(id, request, trace, timeout),
-            &mut guard,
-            deadline,
-        )
-        .await?;
-        match tokio::time::timeout_at(deadline.into(), rx).await {
+        let turn = self.watch_here();
+        let sent = self
+            .enqueue(
+                Self::envelope(id, request, trace, timeout),
+                &mut guard,
+                deadline,
+            )
+            .await;
+        let reply = async {
+            match turn {
+                Some(turn) => self.read_own_reply(turn, &mut rx).await,
+                None => (&mut rx).await,
+            }
+        };
+        if let Err(e) = sent {
+            drop(reply);
+            return Err(e);
+        }
+        match tokio::time::timeout_at(deadline.into(), reply).await {
             Ok(Ok(result)) => {
                 guard.armed = false;
                 result
@@ -611,6 +653,54 @@ impl Connection {
             }
             Err(_) => Err(RpcError::DeadlineExceeded(timeout)),
         }
+    }
+
+    /// Has a caller that waits alone for its reply watch the socket itself: its read
+    /// readiness moves to the caller's runtime, so the kernel wakes the caller's thread
+    /// when the reply arrives and the caller reads it there, instead of waking the I/O
+    /// thread, which would then wake the caller (on a shared or busy machine each wake is
+    /// a context switch, or a vCPU brought out of idle). Returns the caller's turn; `None`
+    /// on the I/O thread (its reader is there already), with other requests in flight
+    /// (the reader task reads theirs in batches, cheaper per reply), while the read side
+    /// is busy, or on a runtime without an I/O driver. Moving readiness here costs two
+    /// system calls, and nothing if this thread held it for its last turn.
+    fn watch_here(&self) -> Option<u64> {
+        let sock = self.shared.sock.as_ref()?;
+        if crate::io::on_io_thread()
+            || self.shared.pending.lock().map(|p| p.len()).unwrap_or(0) != 1
+        {
+            return None;
+        }
+        // Not while a pass is under way (which may be this very thread's, serving a
+        // request that answers at once).
+        let read = self.shared.read.try_lock().ok()?;
+        sock.watch_here(&read.as_ref()?.task)
+    }
+
+    /// Waits for this caller's reply, reading the socket whenever the kernel says it is
+    /// readable (see [`Connection::watch_here`]), and ends its turn when done, or dropped
+    /// (the reader task reads through this thread's registration until the I/O thread
+    /// takes it back). Should the I/O thread take it back first (this thread was busy for a
+    /// heartbeat interval), the reply comes by the reader task.
+    async fn read_own_reply(
+        &self,
+        turn: u64,
+        rx: &mut oneshot::Receiver<Result<Reply, RpcError>>,
+    ) -> Result<Result<Reply, RpcError>, oneshot::error::RecvError> {
+        let _back = GiveBack {
+            shared: &self.shared,
+            turn,
+        };
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(reply) = Pin::new(&mut *rx).poll(cx) {
+                return Poll::Ready(reply);
+            }
+            if let Poll::Ready(Pass::Closed) = read_side(&self.shared, Reader::Caller(turn, cx)) {
+                // Every pending request failed with the connection: `rx` says so.
+            }
+            Pin::new(&mut *rx).poll(cx)
+        })
+        .await
     }
 
     /// Sends a request whose reply is streamed: items, then the final reply, then the end.
@@ -765,75 +855,208 @@ fn whole_frame(buf: &[u8], max: usize) -> Result<Option<usize>, std::io::Error> 
     Ok((buf.len() >= 4 + len).then_some(len))
 }
 
-async fn read_loop(
-    shared: Arc<Shared>,
-    mut reader: ReadHalf,
-    mut buf: BytesMut,
+/// The read side of a connection: the socket's read half and the bytes read from it not
+/// yet decoded. The reader task on the I/O thread reads it whenever the socket is readable;
+/// a caller waiting alone for its reply may take it to read that reply on its own thread
+/// ([`Connection::request`]). Whoever reads decodes every whole frame and dispatches it.
+struct ReadState {
+    reader: ReadHalf,
+    buf: BytesMut,
+    /// The reader task's waker. A read that would block registers this one with the
+    /// socket, whoever made it, so the I/O thread always wakes the reader task.
+    task: std::task::Waker,
+    /// A stream item its consumer had no room for, which the reader task waits to hand over.
+    stalled: Option<Stalled>,
     service: Option<Arc<dyn Service>>,
     in_flight: Arc<InFlight>,
-) {
-    let mut closed = shared.closed.subscribe();
-    // One wait for the whole loop (not one registration per read).
-    let closing = async move {
-        let _ = closed.changed().await;
+}
+
+/// A stream item (or final reply) waiting for room in its consumer's buffer.
+struct Stalled {
+    tx: mpsc::Sender<Result<Reply, RpcError>>,
+    item: Result<Reply, RpcError>,
+}
+
+/// How a pass over the read side ended.
+enum Pass {
+    /// The socket would block: everything read was dispatched.
+    Drained,
+    /// A stream consumer had no room: the reader task must wait for it.
+    Stalled(Stalled),
+    /// The connection closed.
+    Closed,
+}
+
+/// Who reads: the reader task, or a caller watching the socket in its turn.
+enum Reader<'a, 'b> {
+    Task(&'a mut Context<'b>),
+    Caller(u64, &'a mut Context<'b>),
+}
+
+/// One pass over the read side by whoever watches the socket's read readiness now: the
+/// reader task, or a caller in its turn; the other returns `Pending` (the reader task is
+/// woken when the socket comes back to it). A caller leaves a stalled stream item to the
+/// reader task, and the socket with it.
+fn read_side(shared: &Arc<Shared>, who: Reader<'_, '_>) -> Poll<Pass> {
+    let Ok(mut guard) = shared.read.lock() else {
+        return Poll::Ready(Pass::Closed);
     };
-    tokio::pin!(closing);
+    let Some(st) = guard.as_mut() else {
+        return Poll::Ready(Pass::Closed);
+    };
+    let watcher = match shared.sock.as_ref().map(Sock::holder) {
+        Some(Held::Turn(turn)) => Some(turn),
+        _ => None,
+    };
+    let cx = match who {
+        Reader::Task(cx) => {
+            if !st.task.will_wake(cx.waker()) {
+                st.task = cx.waker().clone();
+            }
+            if let Some(stalled) = st.stalled.take() {
+                return Poll::Ready(Pass::Stalled(stalled));
+            }
+            if watcher.is_some() {
+                return Poll::Pending;
+            }
+            cx
+        }
+        Reader::Caller(turn, cx) => {
+            if watcher != Some(turn) || st.stalled.is_some() {
+                return Poll::Pending;
+            }
+            cx
+        }
+    };
+    match read_pass(shared, st, cx) {
+        Pass::Drained => Poll::Pending,
+        Pass::Stalled(stalled) if watcher.is_some() => {
+            // The reader task waits for the consumer, and reads on after it: the socket
+            // goes back to the I/O thread (this caller's reply comes by the reader task).
+            st.stalled = Some(stalled);
+            if let Some(sock) = shared.sock.as_ref() {
+                sock.watch_on_io(watcher, &st.task);
+            }
+            st.task.wake_by_ref();
+            Poll::Pending
+        }
+        Pass::Closed => {
+            *guard = None;
+            Poll::Ready(Pass::Closed)
+        }
+        stalled => Poll::Ready(stalled),
+    }
+}
+
+/// Ends a caller's turn when its wait ends.
+struct GiveBack<'a> {
+    shared: &'a Arc<Shared>,
+    turn: u64,
+}
+
+impl Drop for GiveBack<'_> {
+    fn drop(&mut self) {
+        self.shared.end_turn(self.turn);
+    }
+}
+
+impl Shared {
+    /// Ends a caller's turn: its thread keeps the socket's read readiness until its next
+    /// turn or the next heartbeat tick, with the reader task's waker on it.
+    fn end_turn(&self, turn: u64) {
+        let (Some(sock), Ok(read)) = (self.sock.as_ref(), self.read.lock()) else {
+            return;
+        };
+        match read.as_ref() {
+            Some(st) => sock.end_turn(turn, &st.task),
+            None => sock.watch_on_io(Some(turn), std::task::Waker::noop()),
+        }
+    }
+
+    /// Gives the socket's read readiness back to the I/O thread, from the caller in `turn`
+    /// (`None`: from whichever caller has it) and wakes the reader task should the socket be
+    /// readable already.
+    fn watch_on_io(&self, turn: Option<u64>) {
+        let Some(sock) = self.sock.as_ref() else {
+            return;
+        };
+        let Ok(read) = self.read.lock() else {
+            return;
+        };
+        match read.as_ref() {
+            Some(st) => sock.watch_on_io(turn, &st.task),
+            None => sock.watch_on_io(turn, std::task::Waker::noop()),
+        }
+    }
+}
+
+/// Decodes and dispatches every whole frame read, writes the replies they made in one go,
+/// and reads again, until the socket would block (registering `cx`), a stream consumer
+/// has no room, or the connection closes.
+fn read_pass(shared: &Arc<Shared>, st: &mut ReadState, cx: &mut Context<'_>) -> Pass {
     let max = shared.config.max_frame_bytes;
     loop {
-        // Every whole frame of what was read, then the replies they made in one write.
         let mut frames = 0usize;
         let failure = loop {
-            let len = match whole_frame(&buf, max) {
+            let len = match whole_frame(&st.buf, max) {
                 Ok(Some(len)) => len,
                 Ok(None) => break None,
                 Err(e) => break Some(e),
             };
             frames += 1;
-            let decoded = codec::decode::<Envelope>(&buf[4..4 + len]);
-            buf.advance(4 + len);
+            let decoded = codec::decode::<Envelope>(&st.buf[4..4 + len]);
+            st.buf.advance(4 + len);
             let env = match decoded {
                 Ok(e) => e,
                 Err(e) => {
                     let reason = format!("frame does not decode: {e}");
                     tracing::warn!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "closing connection");
                     shared.close(&reason);
-                    return;
+                    return Pass::Closed;
                 }
             };
             if frames == 1 {
                 shared.touch();
             }
-            dispatch(&shared, env, service.as_ref(), &in_flight).await;
+            if let Some(stalled) = dispatch(shared, env, st.service.as_ref(), &st.in_flight) {
+                // Replies this read made go now, not after the consumer.
+                if shared.written(shared.out.flush()).is_err() {
+                    return Pass::Closed;
+                }
+                return Pass::Stalled(stalled);
+            }
         };
         if shared.written(shared.out.flush()).is_err() {
-            return;
+            return Pass::Closed;
         }
         let read = match failure {
             Some(e) => Err(e),
             None => {
                 // Room for the rest of a frame that has begun, or for many small ones.
-                let want = match buf.get(..4) {
+                let want = match st.buf.get(..4) {
                     Some(p) => 4 + u32::from_be_bytes([p[0], p[1], p[2], p[3]]) as usize,
                     None => 0,
                 };
-                buf.reserve(want.saturating_sub(buf.len()).max(READ_CHUNK));
-                tokio::select! {
-                    biased;
-                    r = reader.read_buf(&mut buf) => r,
-                    _ = &mut closing => return,
+                st.buf
+                    .reserve(want.saturating_sub(st.buf.len()).max(READ_CHUNK));
+                let read = st.reader.read_buf(&mut st.buf);
+                tokio::pin!(read);
+                match read.poll(cx) {
+                    Poll::Pending => return Pass::Drained,
+                    Poll::Ready(r) => r,
                 }
             }
         };
         match read {
-            Ok(0) if buf.is_empty() => {
+            Ok(0) if st.buf.is_empty() => {
                 shared.close("peer closed the connection");
-                return;
+                return Pass::Closed;
             }
             Ok(0) => {
                 let reason = "read failed: bytes remaining on stream".to_string();
                 tracing::warn!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "closing connection");
                 shared.close(&reason);
-                return;
+                return Pass::Closed;
             }
             Ok(_) => {}
             Err(e) => {
@@ -851,18 +1074,56 @@ async fn read_loop(
                     tracing::warn!(peer = %shared.peer.address, role = %shared.peer.role, %reason, "closing connection");
                 }
                 shared.close(&reason);
-                return;
+                return Pass::Closed;
             }
         }
     }
 }
 
-async fn dispatch(
+/// The reader task: reads whenever the socket is readable, and waits for stream consumers
+/// that have no room (the one thing a caller's read leaves to it).
+async fn read_loop(shared: Arc<Shared>) {
+    let mut closed = shared.closed.subscribe();
+    // One wait for the whole loop (not one registration per read).
+    let closing = async move {
+        let _ = closed.changed().await;
+    };
+    tokio::pin!(closing);
+    loop {
+        let pass = tokio::select! {
+            biased;
+            _ = &mut closing => break,
+            pass = std::future::poll_fn(|cx| read_side(&shared, Reader::Task(cx))) => pass,
+        };
+        match pass {
+            Pass::Stalled(Stalled { tx, item }) => park(&shared, tx.send(item)).await,
+            Pass::Drained | Pass::Closed => break,
+        }
+    }
+    // The read half goes with the connection.
+    if let Ok(mut st) = shared.read.lock() {
+        st.take();
+    }
+}
+
+/// Hands a stream item to its consumer if it has room; else it is stalled.
+fn offer(
+    tx: mpsc::Sender<Result<Reply, RpcError>>,
+    item: Result<Reply, RpcError>,
+) -> Option<Stalled> {
+    match tx.try_send(item) {
+        Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => None,
+        Err(mpsc::error::TrySendError::Full(item)) => Some(Stalled { tx, item }),
+    }
+}
+
+/// Acts on one frame from the peer; a stream item its consumer has no room for is returned.
+fn dispatch(
     shared: &Arc<Shared>,
     env: Envelope,
     service: Option<&Arc<dyn Service>>,
     in_flight: &Arc<InFlight>,
-) {
+) -> Option<Stalled> {
     match env.body {
         Body::Heartbeat => {}
         Body::GoingAway { reason } => {
@@ -870,19 +1131,17 @@ async fn dispatch(
             shared.peer_going_away.store(true, Ordering::SeqCst);
         }
         Body::Reply(result) => {
-            let Some(id) = env.reply_to else { return };
+            let id = env.reply_to?;
             match shared.take_pending(id) {
                 Some(Pending::Unary(tx)) => {
                     let _ = tx.send(result.map_err(RpcError::Remote));
                 }
-                Some(Pending::Stream(tx)) => {
-                    park(shared, tx.send(result.map_err(RpcError::Remote))).await;
-                }
+                Some(Pending::Stream(tx)) => return offer(tx, result.map_err(RpcError::Remote)),
                 None => {} // cancelled or timed out: the late reply is dropped
             }
         }
         Body::StreamItem(item) => {
-            let Some(id) = env.reply_to else { return };
+            let id = env.reply_to?;
             let tx = match shared.pending.lock() {
                 Ok(p) => match p.get(&id) {
                     Some(Pending::Stream(tx)) => Some(tx.clone()),
@@ -891,7 +1150,7 @@ async fn dispatch(
                 Err(_) => None,
             };
             if let Some(tx) = tx {
-                park(shared, tx.send(Ok(item))).await;
+                return offer(tx, Ok(item));
             }
         }
         Body::Cancel => {
@@ -912,6 +1171,7 @@ async fn dispatch(
             in_flight,
         ),
     }
+    None
 }
 
 /// Waits for a local stream consumer; the peer is not silent meanwhile, the reader is.
@@ -1056,11 +1316,33 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     shared.touch();
+    // The caller seen watching the socket at the last tick.
+    let mut watching = None;
     loop {
         let scheduled = tokio::select! {
             _ = closed.changed() => return,
             at = tick.tick() => at,
         };
+        // A caller that has watched the socket for a whole interval may not be reading it
+        // (its thread is busy): the I/O thread takes the socket back, so the peer's frames
+        // are read whatever that thread does.
+        if let Some(sock) = shared.sock.as_ref() {
+            match sock.holder() {
+                Held::Io => watching = None,
+                // Between a caller's turns the socket goes back to the I/O thread at the
+                // next tick (its reader task is woken through the caller's runtime until
+                // then, which a busy thread would delay).
+                Held::Between(_) => {
+                    shared.watch_on_io(None);
+                    watching = None;
+                }
+                Held::Turn(turn) if watching == Some(turn) => {
+                    shared.watch_on_io(Some(turn));
+                    watching = None;
+                }
+                Held::Turn(turn) => watching = Some(turn),
+            }
+        }
         let lag = scheduled.elapsed().as_micros().min(u64::MAX as u128) as u64;
         shared.heartbeat_lag_us.fetch_max(lag, Ordering::Relaxed);
         if lag > interval.as_micros() as u64 {

@@ -3,11 +3,63 @@
 //! heartbeats are sent and checked however busy the threads that serve requests and drive
 //! runs are. Requests are still served on the runtime that started the connection (but
 //! for those its service answers at once); senders write their own frames while the
-//! socket takes them, and the writer task here drains the rest.
+//! socket takes them, and the writer task here drains the rest; a caller waiting alone
+//! for its reply reads it on its own thread ([`crate::sock`]).
 
-use std::sync::OnceLock;
+use std::{
+    cell::Cell,
+    os::fd::{AsRawFd, OwnedFd},
+    sync::OnceLock,
+};
 
-use tokio::runtime::{Handle, Runtime};
+use tokio::{
+    io::{unix::AsyncFd, Interest},
+    runtime::{Handle, Runtime},
+};
+
+use crate::sock::Watched;
+
+thread_local! {
+    /// This thread is the I/O thread.
+    static ON_IO_THREAD: Cell<bool> = const { Cell::new(false) };
+    /// This thread ran a runtime without an I/O driver (see [`register`]).
+    static NO_IO_DRIVER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the current thread is the I/O thread.
+pub(crate) fn on_io_thread() -> bool {
+    ON_IO_THREAD.with(Cell::get)
+}
+
+/// Whether this thread was found running a runtime without an I/O driver.
+pub(crate) fn no_driver_here() -> bool {
+    NO_IO_DRIVER.with(Cell::get) || Handle::try_current().is_err()
+}
+
+/// Registers `fd` with the I/O thread's runtime (`on_io`) or the current thread's, if it
+/// has an I/O driver. Tokio has no question for that but to try (it panics without one);
+/// a thread found without one, which no runtime of Antler's is, is not tried again. The
+/// registration must be dropped before `fd` is closed.
+pub(crate) fn register(fd: &OwnedFd, interest: Interest, on_io: bool) -> Option<AsyncFd<Watched>> {
+    let io = on_io.then(handle);
+    let _io = io.as_ref().map(|h| h.enter());
+    if !on_io && no_driver_here() {
+        return None;
+    }
+    let watched = Watched(fd.as_raw_fd());
+    // SAFETY: `fd` stays open, and the same descriptor, until the registration is dropped
+    // (the caller's promise above).
+    let register = move || unsafe { AsyncFd::register_with_interest(watched, interest) };
+    match std::panic::catch_unwind(register) {
+        Ok(watch) => watch.ok(),
+        Err(_) => {
+            if !on_io {
+                NO_IO_DRIVER.with(|c| c.set(true));
+            }
+            None
+        }
+    }
+}
 
 static IO_RUNTIME: OnceLock<Option<Runtime>> = OnceLock::new();
 
@@ -19,6 +71,7 @@ pub fn handle() -> Handle {
             .worker_threads(1)
             .max_blocking_threads(1)
             .thread_name("antler-io")
+            .on_thread_start(|| ON_IO_THREAD.with(|c| c.set(true)))
             .enable_all()
             .build()
         {

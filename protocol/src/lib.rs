@@ -18,6 +18,7 @@ pub mod placement;
 pub mod quiet;
 pub mod runtime_dir;
 pub mod server;
+pub mod sock;
 pub mod sys;
 pub mod thread_dir;
 pub mod tls;

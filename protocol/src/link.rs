@@ -138,21 +138,30 @@ async fn dial_here(
             address: addr_s.clone(),
             reason: e.to_string(),
         })?;
-    let (r, w, certified) = match (stream, &identity.tls) {
-        (Stream::Tcp(tcp), Some(tls)) => {
-            let (r, w, role) = tls
-                .connect(tcp, expect)
-                .await
-                .map_err(|reason| DialError::Tls {
-                    address: addr_s.clone(),
-                    reason,
-                })?;
+    let tls = match (&stream, &identity.tls) {
+        (Stream::Tcp(_), Some(tls)) => Some(tls.clone()),
+        _ => None,
+    };
+    let sock = stream.into_sock().map_err(|e| DialError::Unreachable {
+        address: addr_s.clone(),
+        reason: e.to_string(),
+    })?;
+    let (r, w, certified) = match tls {
+        Some(tls) => {
+            let (r, w, role) =
+                tls.connect(sock.clone(), expect)
+                    .await
+                    .map_err(|reason| DialError::Tls {
+                        address: addr_s.clone(),
+                        reason,
+                    })?;
             (r, w, Some(role))
         }
-        (stream, _) => {
-            let (r, w) = stream.into_halves();
-            (r, w, None)
-        }
+        None => (
+            Box::new(sock.clone()) as crate::transport::ReadHalf,
+            Box::new(sock.clone()) as crate::transport::WriteHalf,
+            None,
+        ),
     };
     let (mut fr, mut fw) = handshake::framed(r, w, config.max_frame_bytes);
     let me = Identity {
@@ -188,6 +197,7 @@ async fn dial_here(
         service,
         Arc::new(InFlight::default()),
         home,
+        Some(sock),
     ))
 }
 

@@ -150,29 +150,43 @@ async fn accept_loop(
         let home = home.clone();
         let refusals = refusals.clone();
         tokio::spawn(async move {
-            let (r, w, certified) = match (stream, &identity.tls) {
-                (Stream::Tcp(tcp), Some(tls)) => match tls.accept(tcp).await {
-                    Ok((r, w, role)) => (r, w, Some(role)),
-                    Err(reason) if reason == crate::tls::PROBE => {
-                        tracing::debug!(peer = %peer_addr, %reason, "connection closed");
-                        return;
-                    }
-                    Err(reason) => {
-                        match refusals.admit(&reason) {
-                            Some(quieted) => {
-                                tracing::warn!(peer = %peer_addr, %reason, quieted, "refused a connection: TLS")
-                            }
-                            None => {
-                                tracing::debug!(peer = %peer_addr, %reason, "refused a connection: TLS")
-                            }
+            let refuse = |reason: String, what: &str| match refusals.admit(&reason) {
+                Some(quieted) => {
+                    tracing::warn!(peer = %peer_addr, %reason, quieted, "refused a connection: {what}")
+                }
+                None => tracing::debug!(peer = %peer_addr, %reason, "refused a connection: {what}"),
+            };
+            let tls = match (&stream, &identity.tls) {
+                (Stream::Tcp(tcp), Some(tls)) => {
+                    if let Err(reason) = crate::tls::probe(tcp).await {
+                        if reason == crate::tls::PROBE {
+                            tracing::debug!(peer = %peer_addr, %reason, "connection closed");
+                        } else {
+                            refuse(reason, "TLS");
                         }
                         return;
                     }
-                },
-                (stream, _) => {
-                    let (r, w) = stream.into_halves();
-                    (r, w, None)
+                    Some(tls.clone())
                 }
+                _ => None,
+            };
+            let sock = match stream.into_sock() {
+                Ok(sock) => sock,
+                Err(e) => {
+                    tracing::warn!(peer = %peer_addr, error = %e, "cannot watch an accepted socket");
+                    return;
+                }
+            };
+            let (r, w, certified) = match tls {
+                Some(tls) => match tls.accept_io(sock.clone()).await {
+                    Ok((r, w, role)) => (r, w, Some(role)),
+                    Err(reason) => return refuse(reason, "TLS"),
+                },
+                None => (
+                    Box::new(sock.clone()) as crate::transport::ReadHalf,
+                    Box::new(sock.clone()) as crate::transport::WriteHalf,
+                    None,
+                ),
             };
             let (mut fr, mut fw) = handshake::framed(r, w, config.max_frame_bytes);
             match handshake::accept_certified(&mut fr, &mut fw, &identity, &peer_addr, certified)
@@ -180,8 +194,16 @@ async fn accept_loop(
             {
                 Ok(peer) => {
                     tracing::debug!(peer = %peer_addr, role = %peer.role, node = %peer.node_id, "peer connected");
-                    let conn =
-                        Connection::start(fr, fw, peer, config, Some(service), in_flight, home);
+                    let conn = Connection::start(
+                        fr,
+                        fw,
+                        peer,
+                        config,
+                        Some(service),
+                        in_flight,
+                        home,
+                        Some(sock),
+                    );
                     let mut list = connections.lock().await;
                     list.retain(|c| !c.is_closed());
                     list.push(conn);

@@ -24,7 +24,10 @@ use rustls::{
     AlertDescription, CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore,
     ServerConfig, SignatureScheme,
 };
-use tokio::net::TcpStream;
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::TcpStream,
+};
 
 use crate::{
     handshake::{Role, HANDSHAKE_TIMEOUT},
@@ -280,11 +283,14 @@ impl ClusterTls {
 
     /// The TLS client side on a connected socket. With `expect`, the peer's certificate
     /// must name that role; without, any role, which is returned.
-    pub async fn connect(
+    pub async fn connect<IO>(
         &self,
-        tcp: TcpStream,
+        tcp: IO,
         expect: Option<Role>,
-    ) -> Result<(ReadHalf, WriteHalf, Role), String> {
+    ) -> Result<(ReadHalf, WriteHalf, Role), String>
+    where
+        IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
         let name = match expect {
             Some(role) => role_dns_name(role),
             None => ROLE_DOMAIN.to_string(),
@@ -310,18 +316,15 @@ impl ClusterTls {
     /// of the cluster CA that names a role, which is returned (the handshake then checks
     /// it against [`may_connect`]).
     pub async fn accept(&self, tcp: TcpStream) -> Result<(ReadHalf, WriteHalf, Role), String> {
-        // A peer that closes before sending a byte is a TCP probe (a Kubernetes
-        // `tcpSocket` check), not a refusal worth a warning.
-        let mut first = [0u8; 1];
-        match tokio::time::timeout(HANDSHAKE_TIMEOUT, tcp.peek(&mut first)).await {
-            Ok(Ok(0)) => return Err(PROBE.to_owned()),
-            Err(_) => {
-                return Err(format!(
-                    "TLS handshake timed out after {HANDSHAKE_TIMEOUT:?}"
-                ))
-            }
-            _ => {}
-        }
+        probe(&tcp).await?;
+        self.accept_io(tcp).await
+    }
+
+    /// [`ClusterTls::accept`] over any stream, once [`probe`] found it is not a probe.
+    pub async fn accept_io<IO>(&self, tcp: IO) -> Result<(ReadHalf, WriteHalf, Role), String>
+    where
+        IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
         let acceptor = tokio_rustls::TlsAcceptor::from(self.server.clone());
         let stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
             .await
@@ -341,6 +344,19 @@ impl ClusterTls {
 
 /// Why [`ClusterTls::accept`] gave up on a connection that closed before its first byte.
 pub const PROBE: &str = "the peer closed before sending anything (a TCP probe)";
+
+/// Waits for an accepted socket's first byte: a peer that closes before sending one is a
+/// TCP probe (a Kubernetes `tcpSocket` check), not a refusal worth a warning ([`PROBE`]).
+pub async fn probe(tcp: &TcpStream) -> Result<(), String> {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tcp.peek(&mut first)).await {
+        Ok(Ok(0)) => Err(PROBE.to_owned()),
+        Err(_) => Err(format!(
+            "TLS handshake timed out after {HANDSHAKE_TIMEOUT:?}"
+        )),
+        _ => Ok(()),
+    }
+}
 
 fn roots(path: &Path, pem: &[u8]) -> Result<Arc<RootCertStore>, TlsError> {
     let mut store = RootCertStore::empty();

@@ -5,6 +5,7 @@
 
 use std::{fmt, os::unix::fs::PermissionsExt, path::PathBuf, str::FromStr};
 
+use crate::sock::Sock;
 use tokio::{
     io::{AsyncRead, AsyncWrite},
     net::{TcpListener, TcpStream, UnixListener, UnixStream},
@@ -73,7 +74,18 @@ impl Stream {
         }
     }
 
-    /// The plaintext halves.
+    /// The socket as a connection's [`Sock`] (readiness watched on the I/O thread or by a
+    /// waiting caller, see [`crate::sock`]).
+    pub fn into_sock(self) -> std::io::Result<Sock> {
+        let fd: std::os::fd::OwnedFd = match self {
+            Stream::Unix(s) => s.into_std()?.into(),
+            Stream::Tcp(s) => s.into_std()?.into(),
+        };
+        Sock::new(fd)
+    }
+
+    /// The plaintext halves, each watched by the runtime that polls it (raw clients,
+    /// tests, benches; a connection's socket is a [`Sock`]).
     pub fn into_halves(self) -> (ReadHalf, WriteHalf) {
         match self {
             Stream::Unix(s) => {

@@ -164,3 +164,15 @@ pub async fn client(peer: &Peer, config: ConnectionConfig) -> Connection {
     .await
     .unwrap()
 }
+
+/// Waits (up to 100 ms) until a caller alone in flight on `c` watches the socket itself,
+/// and fails the test with `why` if none does.
+pub async fn until_watched_by_caller(c: &Connection, why: &str) {
+    for _ in 0..100 {
+        if c.watched_by_caller() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("{why}");
+}

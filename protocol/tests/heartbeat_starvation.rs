@@ -54,3 +54,84 @@ async fn a_blocked_runtime_keeps_its_links_alive() {
         .await;
     assert_eq!(ok.unwrap(), pong(b"after"));
 }
+
+/// A caller waiting alone reads its reply on its own thread (the socket's read readiness
+/// is watched by its runtime): should that thread then block, the I/O thread takes the
+/// socket back within two heartbeat intervals, so the peer's heartbeats and the replies
+/// other runtimes wait for are still read.
+#[tokio::test(flavor = "current_thread")]
+async fn a_blocked_caller_does_not_keep_the_socket_from_the_io_thread() {
+    let config = ConnectionConfig {
+        heartbeat_interval: Duration::from_millis(50),
+        heartbeat_misses: 3,
+        ..ConnectionConfig::default()
+    };
+    // The peer serves on a runtime of its own, which this test does not block.
+    let serving = tokio::runtime::Runtime::new().unwrap();
+    let peer = serving.spawn(start_peer(config.clone())).await.unwrap();
+    let c = client(&peer, config).await;
+    // Alone in flight, from this runtime: its caller watches the socket.
+    let waiting = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.request(
+                ping(b"sleep:1500"),
+                TraceContext::default(),
+                Duration::from_secs(10),
+            )
+            .await
+        })
+    };
+    until_watched_by_caller(
+        &c,
+        "a caller alone in flight should watch the socket itself",
+    )
+    .await;
+    // Another runtime pings while this one's thread is blocked.
+    let other = {
+        let c = c.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let mut slowest = Duration::ZERO;
+                for i in 0..10 {
+                    let payload = format!("other {i}");
+                    let t = std::time::Instant::now();
+                    let reply = c
+                        .request(
+                            ping(payload.as_bytes()),
+                            TraceContext::default(),
+                            Duration::from_secs(5),
+                        )
+                        .await;
+                    assert_eq!(reply.unwrap(), pong(payload.as_bytes()));
+                    slowest = slowest.max(t.elapsed());
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                slowest
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1000));
+    let slowest = other.join().unwrap();
+    assert!(
+        !c.is_closed(),
+        "the link was declared dead while a blocked caller watched it: {:?}",
+        c.close_reason()
+    );
+    assert!(
+        slowest < Duration::from_millis(500),
+        "another runtime's ping waited {slowest:?} behind the blocked caller"
+    );
+    let reply = waiting.await.unwrap();
+    assert_eq!(reply.unwrap(), pong(b"sleep:1500"));
+    assert!(
+        !c.watched_by_caller(),
+        "the socket stays with the caller after its reply"
+    );
+    drop(peer);
+    serving.shutdown_background();
+}

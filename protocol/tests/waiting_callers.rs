@@ -1,8 +1,10 @@
 //! Callers waiting on one connection, over a Unix socket and over TCP with mutual TLS: a
 //! caller dropped while others' replies arrive loses no one's frame and leaves the
 //! connection usable; a peer that goes away ends every waiting call; a streamed reply keeps
-//! its order while calls come and go beside it. (Written for a reader-baton design that
-//! let a caller read the socket itself; the tests hold for any reader.)
+//! its order while calls come and go beside it; a caller reading the socket for itself that
+//! meets a stream item with no room hands it, and the socket, to the reader task. (The
+//! tests hold for any reader: the I/O thread's reader task, or a caller waiting alone,
+//! which reads the socket itself, see `protocol/src/sock.rs`.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -211,4 +213,107 @@ async fn streamed_replies_keep_their_order_while_callers_read_replies() {
         assert_eq!(item, &pong(format!("item {i}").as_bytes()));
     }
     assert_eq!(items[300], pong(b"done"));
+}
+
+/// A caller alone in flight reads the socket itself; a stream started beside it whose
+/// consumer has no room stalls the read: the caller hands the item and the socket to the
+/// reader task, which delivers the item once there is room and reads the caller's reply.
+#[tokio::test(flavor = "current_thread")]
+async fn a_lone_caller_leaves_a_stalled_stream_and_the_socket_to_the_reader_task() {
+    let config = ConnectionConfig {
+        stream_buffer: 2,
+        ..ConnectionConfig::default()
+    };
+    let peer = start_peer(config.clone()).await;
+    let c = client(&peer, config).await;
+    let lone = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.request(ping(b"sleep:300"), t(), Duration::from_secs(10))
+                .await
+        })
+    };
+    until_watched_by_caller(&c, "the lone caller should watch the socket").await;
+    // A stream whose consumer waits: its third item has no room.
+    let mut stream = c
+        .request_stream(ping(b"stream:20"), t(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        !c.watched_by_caller(),
+        "a caller whose read stalled on a stream should give the socket back"
+    );
+    let consumed = Instant::now();
+    let mut items = 0;
+    while let Some(item) = stream.next().await {
+        item.unwrap();
+        items += 1;
+    }
+    assert_eq!(items, 21);
+    let reply = lone.await.unwrap();
+    assert_eq!(reply.unwrap(), pong(b"sleep:300"));
+    assert!(
+        consumed.elapsed() < Duration::from_millis(500),
+        "the lone caller's reply waited {:?} after the stream was drained",
+        consumed.elapsed()
+    );
+    assert!(!c.is_closed());
+}
+
+/// Between its turns a caller's thread keeps the socket's read readiness (its next turn
+/// costs no system call): should that thread's runtime end meanwhile, the connection
+/// still reads, for streams (which the reader task reads) and lone callers alike.
+#[tokio::test(flavor = "current_thread")]
+async fn a_caller_runtime_that_ends_between_turns_leaves_the_connection_working() {
+    let config = ConnectionConfig {
+        heartbeat_interval: Duration::from_secs(5),
+        ..ConnectionConfig::default()
+    };
+    // The peer serves on a runtime of its own: this one waits for the thread below.
+    let serving = tokio::runtime::Runtime::new().unwrap();
+    let peer = serving.spawn(start_peer(config.clone())).await.unwrap();
+    let c = client(&peer, config).await;
+    {
+        let c = c.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                for i in 0..3 {
+                    let body = format!("from a short-lived runtime {i}");
+                    let r = c
+                        .request(ping(body.as_bytes()), t(), Duration::from_secs(5))
+                        .await;
+                    assert_eq!(r.unwrap(), pong(body.as_bytes()));
+                }
+            });
+        })
+        .join()
+        .unwrap();
+    }
+    // Read by the reader task, through the ended runtime's registration first.
+    let started = Instant::now();
+    let mut stream = c
+        .request_stream(ping(b"stream:5"), t(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let mut items = 0;
+    while let Some(item) = stream.next().await {
+        item.unwrap();
+        items += 1;
+    }
+    assert_eq!(items, 6);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the stream waited {:?} (the heartbeat tick is 5 s away)",
+        started.elapsed()
+    );
+    let r = c.request(ping(b"lone"), t(), Duration::from_secs(5)).await;
+    assert_eq!(r.unwrap(), pong(b"lone"));
+    assert!(!c.is_closed(), "{:?}", c.close_reason());
+    drop(peer);
+    serving.shutdown_background();
 }
