@@ -31,9 +31,10 @@ const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(120);
 /// How long a listing may wait when the requester gave no deadline.
 const DEFAULT_LIST_WAIT: Duration = Duration::from_secs(60);
 /// How long after its spawn a server still in its first start is waited for by a
-/// listing (a stdio server starts in well under a second here); past it, the listing
-/// answers without it.
-const START_GRACE: Duration = Duration::from_secs(5);
+/// listing; past it, the listing answers without it. A stdio server starts in well under
+/// a second on an idle machine, but an `npx` or Python server on a loaded one (the first
+/// run after a cluster starts, beside a busy build) was seen to take over 5 s.
+const START_GRACE: Duration = Duration::from_secs(10);
 
 /// Routes mcp-host requests.
 pub struct McpService {

@@ -12,8 +12,9 @@ use antler_tests::wait_for;
 use mcp_support::{peer_script, python, standin::Silent, stdio, McpCluster};
 use serde_json::json;
 
-/// Far below the ~57 s a hung server cost, far above a prompt answer on a busy machine.
-const PROMPT: Duration = Duration::from_secs(10);
+/// Far below the ~57 s a hung server cost, far above a prompt answer on a busy machine
+/// (a listing may wait out what is left of the 10 s start grace of a server's spawn).
+const PROMPT: Duration = Duration::from_secs(20);
 
 const PLAYBOOK: &str = r#"
 turns:

@@ -76,6 +76,8 @@ fn a_run_sees_only_its_thread_workspace() {
     .unwrap();
     let (view, stderr) = antler_run(d, &["Look around", "--model", "rec", "--thread", "t1"]);
     assert_eq!(view["status"], "success", "{view}\n{stderr}");
+    // Shown with a failure only: why a run might have gone without its MCP tools.
+    eprintln!("the run's view: {view}\nits stderr: {stderr}");
     let requests = server.requests.lock().unwrap().clone();
     assert_eq!(requests.len(), 5, "{stderr}");
     let workspace = d.join("base/users/default/threads/t1/user-data/workspace");

@@ -85,6 +85,8 @@ fn a_real_model_run_sends_the_system_prompt_and_wraps_the_task() {
     );
     assert_eq!(view["status"], "success", "{view}");
     assert_eq!(view["final_answer"], "Done.");
+    // Shown with a failure only: why a run might have gone without its MCP tools.
+    eprintln!("the run's view: {view}\nits stderr: {stderr}");
 
     let requests = server.requests.lock().unwrap().clone();
     let first = requests.first().expect("the model was asked");
