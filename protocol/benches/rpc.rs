@@ -183,7 +183,9 @@ async fn raw_echo_server(
                 match r.read(&mut buf).await {
                     Ok(0) | Err(_) => return,
                     Ok(n) => {
-                        if w.write_all(&buf[..n]).await.is_err() {
+                        // TLS keeps what the socket did not take until flushed (nothing
+                        // to do, and no system call, when it took it all).
+                        if w.write_all(&buf[..n]).await.is_err() || w.flush().await.is_err() {
                             return;
                         }
                     }
@@ -234,6 +236,7 @@ async fn raw_round_trips(raw: &Raw, n: usize) -> Vec<Duration> {
     for _ in 0..n {
         let t = Instant::now();
         w.write_all(&msg).await.expect("write");
+        w.flush().await.expect("flush");
         r.read_exact(&mut back).await.expect("read");
         lat.push(t.elapsed());
     }
@@ -272,6 +275,8 @@ async fn raw_pipelined(raw: &Raw, n: usize) -> f64 {
             w.write_all(&batch[..k]).await.expect("write");
             sent += k;
         }
+        // Else TLS may keep the last records, and the echo never comes.
+        w.flush().await.expect("flush");
     };
     let reader = async {
         let mut buf = vec![0u8; 256 * 1024];
@@ -398,7 +403,13 @@ fn serve_child(args: &[String]) {
 struct Child(std::process::Child);
 
 impl Drop for Child {
+    /// Closes the child's stdin, which ends it; kills it if it is still there after 2 s.
     fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -510,13 +521,12 @@ fn main() {
         "antler-protocol bench: {n} round trips each; small request = {} bytes on the wire",
         request_frame().len()
     );
-    let header = |layout: &str| {
-        println!(
-            "{:<22} {:>10} {:>10} {:>10} {:>10} {:>8} {:>7} {:>7}   ({layout})",
-            "transport", "raw p50", "rpc p50", "raw p99", "rpc p99", "p50 x", "raw cs", "rpc cs"
-        )
-    };
+    // `ANTLER_BENCH_ONLY=pinned` runs only the pinned layout (for a profiler or strace).
+    let only_pinned = std::env::var("ANTLER_BENCH_ONLY").is_ok_and(|v| v == "pinned");
     let tls = bench_tls();
+    if only_pinned {
+        return pinned_round_trips(&rt, dir.path(), &tls, n);
+    }
     let paths = paths(dir.path(), "in", &tls);
     serve(
         paths
@@ -566,16 +576,34 @@ fn main() {
     // Last, as it cannot be undone: every thread of this process and of a new child on one
     // CPU, so a wake is a context switch, never a vCPU brought out of idle (whose latency
     // on a VM swings the figures above by a factor of two either way).
+    pinned_round_trips(&rt, dir.path(), &tls, n);
+    println!("targets: rpc p50 <= 2.0x raw echo p50 (unix, tcp); over tls <= 1.3x the raw tls echo; >= 200000 pipelined msg/s");
+}
+
+/// The head of a round-trip table of one layout.
+fn header(layout: &str) {
+    println!(
+        "{:<22} {:>10} {:>10} {:>10} {:>10} {:>8} {:>7} {:>7}   ({layout})",
+        "transport", "raw p50", "rpc p50", "raw p99", "rpc p99", "p50 x", "raw cs", "rpc cs"
+    )
+}
+
+/// The round trips with this process and the servers' child pinned to one CPU.
+fn pinned_round_trips(
+    rt: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    tls: &BenchTls,
+    n: usize,
+) {
     if pin_to_one_cpu() {
-        let pinned = self::paths(dir.path(), "pinned", &tls);
-        let _pinned_child = spawn_child(dir.path(), &tls, &pinned);
+        let pinned = paths(dir, "pinned", tls);
+        let _pinned_child = spawn_child(dir, tls, &pinned);
         println!();
         header("servers in a child process, both processes on one CPU");
-        round_trips(&rt, &pinned, n);
+        round_trips(rt, &pinned, n);
     } else {
         println!("\n(this machine would not pin the bench to one CPU: that layout is left out)");
     }
-    println!("targets: rpc p50 <= 2.0x raw echo p50 (unix, tcp); over tls <= 1.3x the raw tls echo; >= 200000 pipelined msg/s");
 }
 
 /// Pins every thread of this process to CPU 0; processes it starts later inherit it.

@@ -191,7 +191,8 @@ impl Call {
             id: 0,
             reply_to: Some(self.id),
             deadline: None,
-            trace: self.trace.clone(),
+            // As a reply, an item carries no trace.
+            trace: TraceContext::default(),
             body: Body::StreamItem(item),
         };
         self.shared.send_reply(env).await
@@ -692,7 +693,11 @@ impl Connection {
             turn,
         };
         std::future::poll_fn(|cx| {
-            if let Poll::Ready(reply) = Pin::new(&mut *rx).poll(cx) {
+            // The reply this thread reads is sent to `rx` with no waker on it: a wake of
+            // this very task would have its runtime look for events once more (a system
+            // call) and poll it again for nothing. The last poll below puts `cx` back.
+            let mut unwoken = Context::from_waker(std::task::Waker::noop());
+            if let Poll::Ready(reply) = Pin::new(&mut *rx).poll(&mut unwoken) {
                 return Poll::Ready(reply);
             }
             if let Poll::Ready(Pass::Closed) = read_side(&self.shared, Reader::Caller(turn, cx)) {
@@ -1196,15 +1201,16 @@ fn serve(
     service: Option<&Arc<dyn Service>>,
     in_flight: &Arc<InFlight>,
 ) {
-    let reply = move |body: Result<Reply, RemoteError>, trace: TraceContext| Envelope {
+    // A reply carries no trace: its requester knows the request's (and reads none).
+    let reply = move |body: Result<Reply, RemoteError>| Envelope {
         id: 0,
         reply_to: Some(id),
         deadline: None,
-        trace,
+        trace: TraceContext::default(),
         body: Body::Reply(body),
     };
     // Written with the other replies of this read (see `read_loop`).
-    let refuse = |err: RemoteError| shared.send_or_drop(&reply(Err(err), trace.clone()), false);
+    let refuse = |err: RemoteError| shared.send_or_drop(&reply(Err(err)), false);
     let Some(service) = service.cloned() else {
         return refuse(RemoteError::Unsupported(format!(
             "this peer serves no requests ({})",
@@ -1221,15 +1227,15 @@ fn serve(
         )));
     }
     let deadline = deadline.map(|ms| Instant::now() + Duration::from_millis(ms as u64));
+    let span = tracing::debug_span!("serve", kind = request.kind(), run_id = trace.run_id.as_deref().unwrap_or(""), trace_id = %trace.trace_hex());
     let call = Call {
-        trace: trace.clone(),
+        trace,
         deadline,
         peer: shared.peer.clone(),
         id,
         shared: shared.clone(),
     };
     let guard = in_flight.enter();
-    let span = tracing::debug_span!("serve", kind = request.kind(), run_id = trace.run_id.as_deref().unwrap_or(""), trace_id = %trace.trace_hex());
     let mut made = None;
     let mut later = None;
     if service.answers_now(&request) {
@@ -1243,7 +1249,7 @@ fn serve(
             .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
         match polled {
             std::task::Poll::Ready(result) => {
-                let env = reply(result, trace);
+                let env = reply(result);
                 match shared.written(shared.out.try_push(&env, true, false)) {
                     Err(PushError::Full) => {
                         // Wait for room on the serving runtime, not here.
@@ -1292,7 +1298,7 @@ fn serve(
             s.remove(&id);
         }
         if let Some(result) = result {
-            let _ = task_shared.send_reply(reply(result, trace)).await;
+            let _ = task_shared.send_reply(reply(result)).await;
         }
     };
     let handle = runtime.spawn(tracing::Instrument::instrument(fut, span));

@@ -61,21 +61,35 @@ pub(crate) fn register(fd: &OwnedFd, interest: Interest, on_io: bool) -> Option<
     }
 }
 
-static IO_RUNTIME: OnceLock<Option<Runtime>> = OnceLock::new();
+static IO_RUNTIME: OnceLock<Option<Handle>> = OnceLock::new();
 
-/// The I/O runtime's handle. Built on first use; should the thread not start (the
-/// process is out of threads), the caller's runtime is used and heartbeats share it.
+/// The I/O runtime's handle. Built on first use: a current-thread runtime driven by its own
+/// thread, `antler-io`, for the life of the process (one thread has no use for a
+/// multi-thread scheduler's work stealing, parking protocol and statistics, which it
+/// would pay for at every frame). Should the thread not start (the process is out of
+/// threads), the caller's runtime is used and heartbeats share it.
 pub fn handle() -> Handle {
     let runtime = IO_RUNTIME.get_or_init(|| {
-        match tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
+        let built = tokio::runtime::Builder::new_current_thread()
             .max_blocking_threads(1)
-            .thread_name("antler-io")
-            .on_thread_start(|| ON_IO_THREAD.with(|c| c.set(true)))
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => Some(rt),
+            // No signal or process driver: they would look for exited children at every
+            // park of this thread, that is at every frame.
+            .enable_io()
+            .enable_time()
+            .build();
+        let started = built.map_err(|e| e.to_string()).and_then(|rt: Runtime| {
+            let handle = rt.handle().clone();
+            std::thread::Builder::new()
+                .name("antler-io".into())
+                .spawn(move || {
+                    ON_IO_THREAD.with(|c| c.set(true));
+                    rt.block_on(std::future::pending::<()>());
+                })
+                .map(|_| handle)
+                .map_err(|e| e.to_string())
+        });
+        match started {
+            Ok(handle) => Some(handle),
             Err(e) => {
                 tracing::error!(
                     "cannot start the I/O thread ({e}); connections share the caller's runtime"
@@ -85,7 +99,7 @@ pub fn handle() -> Handle {
         }
     });
     match runtime {
-        Some(rt) => rt.handle().clone(),
+        Some(handle) => handle.clone(),
         None => Handle::current(),
     }
 }
