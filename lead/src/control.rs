@@ -26,22 +26,17 @@ use antler_protocol::{
 use futures::future::BoxFuture;
 
 use crate::chaos_actors::ChaosActors;
+use crate::run_manager::hosts;
 use crate::run_manager::manager::{self, RunManager};
 use crate::run_manager::prepare::PrepareError;
 use crate::subagents::scaling::{self, WorkerScaling};
 use crate::supervisor::{GetLinks, GetStatus, LinkEntry, LinkTable, Supervisor};
 
-/// The replica of `role` that `key` (a sandbox id) is pinned to: rendezvous over the
-/// replicas' addresses, as [`crate::run_manager::hosts::pinned`] picks.
+/// The replica of `role` that `key` (a sandbox id) is pinned to: the one a run's own calls
+/// pick ([`hosts::pinned_by`]).
 fn pinned(links: &LinkTable, role: Role, key: &str) -> Option<LinkEntry> {
-    let mut replicas: Vec<(u32, LinkEntry)> = links
-        .iter()
-        .filter(|e| e.key().0 == role)
-        .map(|e| (e.key().1, e.value().clone()))
-        .collect();
-    replicas.sort_by_key(|(i, _)| *i);
-    antler_protocol::placement::rendezvous(key, replicas.iter().map(|(_, e)| e.address.as_str()))
-        .map(|i| replicas[i].1.clone())
+    let replicas = hosts::table_replicas(links, role);
+    hosts::pinned_by(&replicas, |e| e.address.as_str(), key).cloned()
 }
 
 /// How long a peer ping through a link may take.

@@ -21,7 +21,7 @@ use antler_protocol::{messages::Request, Role};
 use futures::future::BoxFuture;
 
 use crate::run::hosts::{call_link, stream_link, HostError, ToolHosts};
-use crate::supervisor::{GetLinks, Supervisor};
+use crate::supervisor::{GetLinks, LinkEntry, LinkTable, Supervisor};
 
 /// One replica: its address (its identity for hashing) and its link.
 pub type Replica = (String, Addr<HostLink>);
@@ -64,7 +64,29 @@ pub async fn replicas(
 
 /// The replica a key (a sandbox id) is pinned to.
 pub fn pinned<'a>(replicas: &'a [Replica], key: &str) -> Option<&'a Replica> {
-    placement::rendezvous(key, replicas.iter().map(|(a, _)| a.as_str())).map(|i| &replicas[i])
+    pinned_by(replicas, |(a, _)| a, key)
+}
+
+/// The replica of `replicas` (listed by index) that `key` (a sandbox id) is pinned to:
+/// rendezvous hashing over their addresses. Every choice of a thread's replica, the runs'
+/// and the forwards', is this one.
+pub fn pinned_by<'a, T>(
+    replicas: &'a [T],
+    address: impl Fn(&T) -> &str,
+    key: &str,
+) -> Option<&'a T> {
+    placement::rendezvous(key, replicas.iter().map(&address)).map(|i| &replicas[i])
+}
+
+/// The entries of `role` in the supervisor's link table, by index.
+pub fn table_replicas(links: &LinkTable, role: Role) -> Vec<LinkEntry> {
+    let mut replicas: Vec<(u32, LinkEntry)> = links
+        .iter()
+        .filter(|e| e.key().0 == role)
+        .map(|e| (e.key().1, e.value().clone()))
+        .collect();
+    replicas.sort_by_key(|(i, _)| *i);
+    replicas.into_iter().map(|(_, e)| e).collect()
 }
 
 /// The replies of every replica as one: renewals add up; otherwise the first success,
