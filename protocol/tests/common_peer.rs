@@ -176,3 +176,19 @@ pub async fn until_watched_by_caller(c: &Connection, why: &str) {
     }
     panic!("{why}");
 }
+
+/// Runs `work` on a new thread with a current-thread runtime of its own (another
+/// process's caller, or a runtime that ends), and returns the thread's handle.
+pub fn on_own_runtime<F, T>(work: impl FnOnce() -> F + Send + 'static) -> std::thread::JoinHandle<T>
+where
+    F: std::future::Future<Output = T>,
+    T: Send + 'static,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(work())
+    })
+}

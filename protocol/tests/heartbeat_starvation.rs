@@ -90,29 +90,23 @@ async fn a_blocked_caller_does_not_keep_the_socket_from_the_io_thread() {
     // Another runtime pings while this one's thread is blocked.
     let other = {
         let c = c.clone();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let mut slowest = Duration::ZERO;
-                for i in 0..10 {
-                    let payload = format!("other {i}");
-                    let t = std::time::Instant::now();
-                    let reply = c
-                        .request(
-                            ping(payload.as_bytes()),
-                            TraceContext::default(),
-                            Duration::from_secs(5),
-                        )
-                        .await;
-                    assert_eq!(reply.unwrap(), pong(payload.as_bytes()));
-                    slowest = slowest.max(t.elapsed());
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                slowest
-            })
+        on_own_runtime(move || async move {
+            let mut slowest = Duration::ZERO;
+            for i in 0..10 {
+                let payload = format!("other {i}");
+                let t = std::time::Instant::now();
+                let reply = c
+                    .request(
+                        ping(payload.as_bytes()),
+                        TraceContext::default(),
+                        Duration::from_secs(5),
+                    )
+                    .await;
+                assert_eq!(reply.unwrap(), pong(payload.as_bytes()));
+                slowest = slowest.max(t.elapsed());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            slowest
         })
     };
     std::thread::sleep(Duration::from_millis(1000));

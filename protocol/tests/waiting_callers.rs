@@ -276,20 +276,14 @@ async fn a_caller_runtime_that_ends_between_turns_leaves_the_connection_working(
     let c = client(&peer, config).await;
     {
         let c = c.clone();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                for i in 0..3 {
-                    let body = format!("from a short-lived runtime {i}");
-                    let r = c
-                        .request(ping(body.as_bytes()), t(), Duration::from_secs(5))
-                        .await;
-                    assert_eq!(r.unwrap(), pong(body.as_bytes()));
-                }
-            });
+        on_own_runtime(move || async move {
+            for i in 0..3 {
+                let body = format!("from a short-lived runtime {i}");
+                let r = c
+                    .request(ping(body.as_bytes()), t(), Duration::from_secs(5))
+                    .await;
+                assert_eq!(r.unwrap(), pong(body.as_bytes()));
+            }
         })
         .join()
         .unwrap();
