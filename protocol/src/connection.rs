@@ -529,18 +529,23 @@ impl Connection {
         );
     }
 
-    fn register(&self, pending: Pending) -> Result<RequestId, RpcError> {
+    /// Registers a pending request: its id, and whether it is alone in flight.
+    fn register(&self, pending: Pending) -> Result<(RequestId, bool), RpcError> {
         if self.is_closed() {
             return Err(RpcError::PeerUnavailable(
                 self.close_reason().unwrap_or_default(),
             ));
         }
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        self.shared
-            .pending
-            .lock()
-            .map_err(|_| RpcError::PeerUnavailable("connection state poisoned".into()))?
-            .insert(id, pending);
+        let alone = {
+            let mut map = self
+                .shared
+                .pending
+                .lock()
+                .map_err(|_| RpcError::PeerUnavailable("connection state poisoned".into()))?;
+            map.insert(id, pending);
+            map.len() == 1
+        };
         // Close may have drained the map just before the insert: check again.
         if self.is_closed() {
             self.shared.take_pending(id);
@@ -548,7 +553,7 @@ impl Connection {
                 self.close_reason().unwrap_or_default(),
             ));
         }
-        Ok(id)
+        Ok((id, alone))
     }
 
     /// Queues (and, if the socket takes it, writes) a request. On error nothing was sent
@@ -615,14 +620,14 @@ impl Connection {
     ) -> Result<Reply, RpcError> {
         let deadline = Instant::now() + timeout;
         let (tx, mut rx) = oneshot::channel();
-        let id = self.register(Pending::Unary(tx))?;
+        let (id, alone) = self.register(Pending::Unary(tx))?;
         let mut guard = CancelGuard {
             shared: self.shared.clone(),
             id,
             trace: TraceContext::default(),
             armed: true,
         };
-        let turn = self.watch_here();
+        let turn = if alone { self.watch_here() } else { None };
         let sent = self
             .enqueue(
                 Self::envelope(id, request, trace, timeout),
@@ -660,16 +665,14 @@ impl Connection {
     /// readiness moves to the caller's runtime, so the kernel wakes the caller's thread
     /// when the reply arrives and the caller reads it there, instead of waking the I/O
     /// thread, which would then wake the caller (on a shared or busy machine each wake is
-    /// a context switch, or a vCPU brought out of idle). Returns the caller's turn; `None`
-    /// on the I/O thread (its reader is there already), with other requests in flight
-    /// (the reader task reads theirs in batches, cheaper per reply), while the read side
-    /// is busy, or on a runtime without an I/O driver. Moving readiness here costs two
+    /// a context switch, or a vCPU brought out of idle). Only for a request alone in flight
+    /// (with others, the reader task reads their replies in batches, cheaper per reply).
+    /// Returns the caller's turn; `None` on the I/O thread (its reader is there already),
+    /// while the read side is busy, or on a runtime without an I/O driver. Moving readiness here costs two
     /// system calls, and nothing if this thread held it for its last turn.
     fn watch_here(&self) -> Option<u64> {
         let sock = self.shared.sock.as_ref()?;
-        if crate::io::on_io_thread()
-            || self.shared.pending.lock().map(|p| p.len()).unwrap_or(0) != 1
-        {
+        if crate::io::on_io_thread() {
             return None;
         }
         // Not while a pass is under way (which may be this very thread's, serving a
@@ -700,9 +703,8 @@ impl Connection {
             if let Poll::Ready(reply) = Pin::new(&mut *rx).poll(&mut unwoken) {
                 return Poll::Ready(reply);
             }
-            if let Poll::Ready(Pass::Closed) = read_side(&self.shared, Reader::Caller(turn, cx)) {
-                // Every pending request failed with the connection: `rx` says so.
-            }
+            // Should the connection close, every pending request fails with it: `rx` says so.
+            let _ = read_side(&self.shared, Reader::Caller(turn, cx));
             Pin::new(&mut *rx).poll(cx)
         })
         .await
@@ -718,7 +720,7 @@ impl Connection {
     ) -> Result<ReplyStream, RpcError> {
         let deadline = Instant::now() + timeout;
         let (tx, rx) = mpsc::channel(self.shared.config.stream_buffer.max(1));
-        let id = self.register(Pending::Stream(tx))?;
+        let (id, _) = self.register(Pending::Stream(tx))?;
         let mut guard = CancelGuard {
             shared: self.shared.clone(),
             id,
@@ -969,29 +971,28 @@ impl Shared {
     /// Ends a caller's turn: its thread keeps the socket's read readiness until its next
     /// turn or the next heartbeat tick, with the reader task's waker on it.
     fn end_turn(&self, turn: u64) {
-        let (Some(sock), Ok(read)) = (self.sock.as_ref(), self.read.lock()) else {
-            return;
-        };
-        match read.as_ref() {
-            Some(st) => sock.end_turn(turn, &st.task),
+        self.with_sock(|sock, task| match task {
+            Some(task) => sock.end_turn(turn, task),
             None => sock.watch_on_io(Some(turn), std::task::Waker::noop()),
-        }
+        });
     }
 
     /// Gives the socket's read readiness back to the I/O thread, from the caller in `turn`
     /// (`None`: from whichever caller has it) and wakes the reader task should the socket be
     /// readable already.
     fn watch_on_io(&self, turn: Option<u64>) {
-        let Some(sock) = self.sock.as_ref() else {
+        self.with_sock(|sock, task| {
+            sock.watch_on_io(turn, task.unwrap_or(std::task::Waker::noop()));
+        });
+    }
+
+    /// Runs `f` on the socket, with the reader task's waker (`None` once the read side
+    /// closed), under the read side's lock.
+    fn with_sock(&self, f: impl FnOnce(&Sock, Option<&std::task::Waker>)) {
+        let (Some(sock), Ok(read)) = (self.sock.as_ref(), self.read.lock()) else {
             return;
         };
-        let Ok(read) = self.read.lock() else {
-            return;
-        };
-        match read.as_ref() {
-            Some(st) => sock.watch_on_io(turn, &st.task),
-            None => sock.watch_on_io(turn, std::task::Waker::noop()),
-        }
+        f(sock, read.as_ref().map(|st| &st.task));
     }
 }
 
@@ -1338,7 +1339,7 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
                 // Between a caller's turns the socket goes back to the I/O thread at the
                 // next tick (its reader task is woken through the caller's runtime until
                 // then, which a busy thread would delay).
-                Held::Between(_) => {
+                Held::Between => {
                     shared.watch_on_io(None);
                     watching = None;
                 }

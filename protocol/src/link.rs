@@ -157,11 +157,10 @@ async fn dial_here(
                     })?;
             (r, w, Some(role))
         }
-        None => (
-            Box::new(sock.clone()) as crate::transport::ReadHalf,
-            Box::new(sock.clone()) as crate::transport::WriteHalf,
-            None,
-        ),
+        None => {
+            let (r, w) = sock.halves();
+            (r, w, None)
+        }
     };
     let (mut fr, mut fw) = handshake::framed(r, w, config.max_frame_bytes);
     let me = Identity {

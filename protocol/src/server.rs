@@ -182,11 +182,10 @@ async fn accept_loop(
                     Ok((r, w, role)) => (r, w, Some(role)),
                     Err(reason) => return refuse(reason, "TLS"),
                 },
-                None => (
-                    Box::new(sock.clone()) as crate::transport::ReadHalf,
-                    Box::new(sock.clone()) as crate::transport::WriteHalf,
-                    None,
-                ),
+                None => {
+                    let (r, w) = sock.halves();
+                    (r, w, None)
+                }
             };
             let (mut fr, mut fw) = handshake::framed(r, w, config.max_frame_bytes);
             match handshake::accept_certified(&mut fr, &mut fw, &identity, &peer_addr, certified)

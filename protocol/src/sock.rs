@@ -103,7 +103,7 @@ pub(crate) enum Held {
     /// The I/O thread.
     Io,
     /// A caller runtime, between turns.
-    Between(u64),
+    Between,
     /// A caller in its turn, reading the socket itself.
     Turn(u64),
 }
@@ -127,6 +127,11 @@ impl Sock {
                 fd,
             }),
         })
+    }
+
+    /// The plaintext halves: handles on this socket, one to read and one to write.
+    pub fn halves(&self) -> (crate::transport::ReadHalf, crate::transport::WriteHalf) {
+        (Box::new(self.clone()), Box::new(self.clone()))
     }
 
     /// Starts a turn for a caller that waits alone for its reply: read readiness is
@@ -199,7 +204,7 @@ impl Sock {
                 if h.on {
                     Held::Turn(h.turn)
                 } else {
-                    Held::Between(h.turn)
+                    Held::Between
                 }
             })
         }) {
