@@ -466,6 +466,18 @@ async fn counted<F: std::future::Future<Output = Vec<Duration>>>(
 /// Prints a row per transport and returns the RPC p50s.
 fn round_trips(rt: &tokio::runtime::Runtime, paths: &[Path; 3], n: usize) -> Vec<Duration> {
     let mut rpc_p50s = Vec::new();
+    // `ANTLER_BENCH_PROFILE=rpc|raw`: only that path over TLS, n round trips, no table (for
+    // an instruction count of one path, taken as the difference of two counts of n).
+    if let Ok(path) = std::env::var("ANTLER_BENCH_PROFILE") {
+        let (_, raw, rpc, _, me) = &paths[2];
+        rt.block_on(async {
+            match path.as_str() {
+                "raw" => drop(raw_round_trips(raw, n).await),
+                _ => drop(rpc_round_trips(rpc, me, n).await),
+            }
+        });
+        return rpc_p50s;
+    }
     for (name, raw, rpc, _, me) in paths {
         rt.block_on(async {
             raw_round_trips(raw, n / 10).await;

@@ -16,6 +16,7 @@ pub type RequestId = u64;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceContext {
     /// The run this message belongs to, if any.
+    #[serde(deserialize_with = "run_id_from_str")]
     pub run_id: Option<String>,
     /// A 128-bit trace id, shown as 32 hex characters in logs.
     pub trace_id: u128,
@@ -42,6 +43,36 @@ impl TraceContext {
     pub fn trace_hex(&self) -> String {
         format!("{:032x}", self.trace_id)
     }
+}
+
+/// Reads a run id as a borrowed string, copied once into the field: every request carries
+/// one, and an owned string from the codec is zero-filled first, then copied into.
+fn run_id_from_str<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    struct RunId;
+    impl<'de> serde::de::Visitor<'de> for RunId {
+        type Value = Option<String>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a run id or none")
+        }
+
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_str(self)
+        }
+
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(v.to_owned()))
+        }
+    }
+    d.deserialize_option(RunId)
 }
 
 /// One frame's payload.
@@ -92,4 +123,35 @@ pub enum RemoteError {
     /// The request was understood but failed; the text says why.
     #[error("{0}")]
     Failed(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec;
+
+    #[test]
+    fn a_run_id_round_trips_through_the_codec_and_json() {
+        for run_id in [None, Some(String::new()), Some("run-ünï-7".to_string())] {
+            let t = TraceContext {
+                run_id,
+                trace_id: 42,
+            };
+            assert_eq!(codec::decode::<TraceContext>(&codec::encode(&t).unwrap()).unwrap(), t);
+            let json = serde_json::to_string(&t).unwrap();
+            assert_eq!(serde_json::from_str::<TraceContext>(&json).unwrap(), t);
+        }
+        // An escaped JSON string is no borrowed one: it is read all the same.
+        let t: TraceContext = serde_json::from_str(r#"{"run_id":"a\"b","trace_id":1}"#).unwrap();
+        assert_eq!(t.run_id.as_deref(), Some("a\"b"));
+    }
+
+    #[test]
+    fn a_run_id_that_is_not_utf8_is_refused() {
+        let mut wire = codec::encode(&TraceContext::for_run("ab")).unwrap();
+        // Some, length 2, then the two bytes of the id.
+        assert_eq!(&wire[..4], &[1, 2, b'a', b'b']);
+        wire[2] = 0xff;
+        assert!(codec::decode::<TraceContext>(&wire).is_err());
+    }
 }

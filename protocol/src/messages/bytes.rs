@@ -9,8 +9,10 @@ pub(crate) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::E
     s.serialize_bytes(bytes)
 }
 
+/// Asks for borrowed bytes: the codec then hands over a slice of the frame, copied once
+/// into the field (an owned buffer would be zero-filled first, then copied into).
 pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-    d.deserialize_byte_buf(BytesVisitor)
+    d.deserialize_bytes(BytesVisitor)
 }
 
 struct BytesVisitor;
