@@ -1,6 +1,6 @@
 //! One established connection and its RPC: request/reply correlation, deadlines,
 //! cancellation, streamed replies, heartbeats, bounded queues, and serving requests.
-//! Owns three tasks (reader, writer, heartbeat) that run on the process's I/O thread
+//! Owns four tasks (reader, writer, heartbeat, deadlines) that run on the process's I/O thread
 //! ([`crate::io`]) and all stop when the connection closes; requests are served on the
 //! runtime that started the connection, so no amount of work there delays a heartbeat,
 //! except those the service answers at once ([`Service::answers_now`]), which the reader
@@ -35,6 +35,7 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::{
     codec,
+    deadline::Deadlines,
     envelope::{Body, Envelope, RemoteError, RequestId, TraceContext},
     frame::WriteError,
     handshake::{FrameReader, FrameWriter, PeerInfo},
@@ -200,8 +201,16 @@ impl Call {
 }
 
 enum Pending {
-    Unary(oneshot::Sender<Result<Reply, RpcError>>),
+    Unary(Waiting),
     Stream(mpsc::Sender<Result<Reply, RpcError>>),
+}
+
+/// A caller waiting for one reply, until its due time (see [`crate::deadline`]).
+struct Waiting {
+    tx: oneshot::Sender<Result<Reply, RpcError>>,
+    /// Milliseconds since the connection started.
+    due: u64,
+    timeout: Duration,
 }
 
 /// Hashes this side's request ids: sequential numbers it assigned itself, so a
@@ -251,6 +260,8 @@ struct Shared {
     /// The socket, whose read readiness a caller waiting alone for its reply may watch
     /// itself (see [`Connection::request`]); `None` for a stream that is no [`Sock`].
     sock: Option<Sock>,
+    /// When the unary requests in `pending` give up.
+    deadlines: Deadlines,
 }
 
 impl Shared {
@@ -275,8 +286,8 @@ impl Shared {
         for p in drained {
             let err = RpcError::PeerUnavailable(reason.to_string());
             match p {
-                Pending::Unary(tx) => {
-                    let _ = tx.send(Err(err));
+                Pending::Unary(w) => {
+                    let _ = w.tx.send(Err(err));
                 }
                 Pending::Stream(tx) => {
                     let _ = tx.try_send(Err(err));
@@ -296,6 +307,43 @@ impl Shared {
 
     fn take_pending(&self, id: RequestId) -> Option<Pending> {
         self.pending.lock().ok().and_then(|mut p| p.remove(&id))
+    }
+
+    /// Fails the unary requests past their due time with `DeadlineExceeded` (their callers
+    /// tell the peer to stop), and sets the next due time.
+    fn expire(&self) {
+        let overdue: Vec<Waiting> = {
+            let Ok(mut map) = self.pending.lock() else {
+                return;
+            };
+            let now = self.deadlines.now_ms();
+            let ids: Vec<RequestId> = map
+                .iter()
+                .filter_map(|(id, p)| match p {
+                    Pending::Unary(w) if w.due <= now => Some(*id),
+                    _ => None,
+                })
+                .collect();
+            let overdue = ids
+                .iter()
+                .filter_map(|id| match map.remove(id) {
+                    Some(Pending::Unary(w)) => Some(w),
+                    _ => None,
+                })
+                .collect();
+            let next = map
+                .values()
+                .filter_map(|p| match p {
+                    Pending::Unary(w) => Some(w.due),
+                    Pending::Stream(_) => None,
+                })
+                .min();
+            self.deadlines.set_next(next);
+            overdue
+        };
+        for w in overdue {
+            let _ = w.tx.send(Err(RpcError::DeadlineExceeded(w.timeout)));
+        }
     }
 
     fn touch(&self) {
@@ -418,13 +466,14 @@ impl Connection {
             config.max_frame_bytes,
         );
         let (closed_tx, _) = watch::channel(None);
+        let started = Instant::now();
         let shared = Arc::new(Shared {
             out,
             pending: Mutex::new(PendingMap::default()),
             serving: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             closed: closed_tx,
-            started: Instant::now(),
+            started,
             last_seen_ms: AtomicU64::new(0),
             peer: Arc::new(peer),
             config,
@@ -441,11 +490,13 @@ impl Connection {
                 in_flight,
             })),
             sock,
+            deadlines: Deadlines::new(started),
         });
         let io = crate::io::handle();
         io.spawn(write_loop(shared.clone()));
         io.spawn(read_loop(shared.clone()));
         io.spawn(heartbeat_loop(shared.clone()));
+        io.spawn(deadline_loop(shared.clone()));
         Connection { shared }
     }
 
@@ -537,15 +588,22 @@ impl Connection {
             ));
         }
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let alone = {
+        let (alone, earlier) = {
             let mut map = self
                 .shared
                 .pending
                 .lock()
                 .map_err(|_| RpcError::PeerUnavailable("connection state poisoned".into()))?;
+            let earlier = match &pending {
+                Pending::Unary(w) => self.shared.deadlines.registered(w.due),
+                Pending::Stream(_) => false,
+            };
             map.insert(id, pending);
-            map.len() == 1
+            (map.len() == 1, earlier)
         };
+        if earlier {
+            self.shared.deadlines.wake();
+        }
         // Close may have drained the map just before the insert: check again.
         if self.is_closed() {
             self.shared.take_pending(id);
@@ -620,12 +678,17 @@ impl Connection {
     ) -> Result<Reply, RpcError> {
         let deadline = Instant::now() + timeout;
         let (tx, mut rx) = oneshot::channel();
-        let (id, alone) = self.register(Pending::Unary(tx))?;
+        let (id, alone) = self.register(Pending::Unary(Waiting {
+            tx,
+            due: self.shared.deadlines.due_in(timeout),
+            timeout,
+        }))?;
         let mut guard = CancelGuard {
             shared: self.shared.clone(),
             id,
             trace: TraceContext::default(),
             armed: true,
+            expired: false,
         };
         let turn = if alone { self.watch_here() } else { None };
         let sent = self
@@ -645,19 +708,24 @@ impl Connection {
             drop(reply);
             return Err(e);
         }
-        match tokio::time::timeout_at(deadline.into(), reply).await {
-            Ok(Ok(result)) => {
+        // No timer here: the connection's deadline task fails the request when due.
+        match reply.await {
+            Ok(Err(RpcError::DeadlineExceeded(t))) => {
+                // The guard tells the peer to stop.
+                guard.expired = true;
+                Err(RpcError::DeadlineExceeded(t))
+            }
+            Ok(result) => {
                 guard.armed = false;
                 result
             }
-            Ok(Err(_)) => {
+            Err(_) => {
                 guard.armed = false;
                 Err(RpcError::PeerUnavailable(
                     self.close_reason()
                         .unwrap_or_else(|| "connection closed".into()),
                 ))
             }
-            Err(_) => Err(RpcError::DeadlineExceeded(timeout)),
         }
     }
 
@@ -726,6 +794,7 @@ impl Connection {
             id,
             trace: TraceContext::default(),
             armed: true,
+            expired: false,
         };
         self.enqueue(
             Self::envelope(id, request, trace, timeout),
@@ -749,6 +818,8 @@ struct CancelGuard {
     id: RequestId,
     trace: TraceContext,
     armed: bool,
+    /// The deadline task took the request off the table: it was pending all the same.
+    expired: bool,
 }
 
 impl Drop for CancelGuard {
@@ -756,7 +827,8 @@ impl Drop for CancelGuard {
         if !self.armed {
             return;
         }
-        if self.shared.take_pending(self.id).is_some() && !self.shared.is_closed() {
+        let pending = self.shared.take_pending(self.id).is_some() || self.expired;
+        if pending && !self.shared.is_closed() {
             self.shared.send_or_drop(
                 &Envelope {
                     id: 0,
@@ -1139,8 +1211,8 @@ fn dispatch(
         Body::Reply(result) => {
             let id = env.reply_to?;
             match shared.take_pending(id) {
-                Some(Pending::Unary(tx)) => {
-                    let _ = tx.send(result.map_err(RpcError::Remote));
+                Some(Pending::Unary(w)) => {
+                    let _ = w.tx.send(result.map_err(RpcError::Remote));
                 }
                 Some(Pending::Stream(tx)) => return offer(tx, result.map_err(RpcError::Remote)),
                 None => {} // cancelled or timed out: the late reply is dropped
@@ -1307,6 +1379,21 @@ fn serve(
         s.insert(id, handle.abort_handle());
     }
     let _ = registered_tx.send(());
+}
+
+/// Fails unary requests when due (see [`crate::deadline`]).
+async fn deadline_loop(shared: Arc<Shared>) {
+    let mut closed = shared.closed.subscribe();
+    loop {
+        let due = tokio::select! {
+            biased;
+            _ = closed.changed() => return,
+            due = shared.deadlines.wait() => due,
+        };
+        if due {
+            shared.expire();
+        }
+    }
 }
 
 async fn heartbeat_loop(shared: Arc<Shared>) {

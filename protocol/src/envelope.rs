@@ -137,7 +137,10 @@ mod tests {
                 run_id,
                 trace_id: 42,
             };
-            assert_eq!(codec::decode::<TraceContext>(&codec::encode(&t).unwrap()).unwrap(), t);
+            assert_eq!(
+                codec::decode::<TraceContext>(&codec::encode(&t).unwrap()).unwrap(),
+                t
+            );
             let json = serde_json::to_string(&t).unwrap();
             assert_eq!(serde_json::from_str::<TraceContext>(&json).unwrap(), t);
         }

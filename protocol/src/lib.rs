@@ -6,6 +6,7 @@ pub mod beneath;
 pub mod codec;
 pub mod config;
 pub mod connection;
+mod deadline;
 pub mod envelope;
 pub mod frame;
 pub mod handshake;

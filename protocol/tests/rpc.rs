@@ -90,6 +90,31 @@ async fn a_slow_reply_fails_with_deadline_exceeded_and_the_server_stops_the_work
 }
 
 #[tokio::test]
+async fn a_short_deadline_sent_after_a_long_one_fires_on_time() {
+    let peer = start_peer(ConnectionConfig::default()).await;
+    let c = client(&peer, ConnectionConfig::default()).await;
+    let long = c.request(ping(b"sleep:1500"), t(), Duration::from_secs(20));
+    let short = async {
+        // Sent once the long request waits.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let started = Instant::now();
+        let r = c
+            .request(ping(b"sleep:5000"), t(), Duration::from_millis(200))
+            .await;
+        (r, started.elapsed())
+    };
+    let (long, (short, waited)) = tokio::join!(long, short);
+    assert_eq!(
+        short,
+        Err(RpcError::DeadlineExceeded(Duration::from_millis(200)))
+    );
+    assert!(waited >= Duration::from_millis(200), "waited {waited:?}");
+    // Not held until the long request's reply (1.5 s) or its deadline (20 s).
+    assert!(waited < Duration::from_millis(1400), "waited {waited:?}");
+    assert_eq!(long.unwrap(), pong(b"sleep:1500"));
+}
+
+#[tokio::test]
 async fn dropping_a_request_cancels_it_at_the_peer() {
     let peer = start_peer(ConnectionConfig::default()).await;
     let c = client(&peer, ConnectionConfig::default()).await;
