@@ -35,7 +35,7 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::{
     codec,
-    deadline::Deadlines,
+    deadline::{self, Deadlines},
     envelope::{Body, Envelope, RemoteError, RequestId, TraceContext},
     frame::WriteError,
     handshake::{FrameReader, FrameWriter, PeerInfo},
@@ -205,9 +205,12 @@ enum Pending {
     Stream(mpsc::Sender<Result<Reply, RpcError>>),
 }
 
+/// Where a unary request's reply goes.
+type ReplyTx = oneshot::Sender<Result<Reply, RpcError>>;
+
 /// A caller waiting for one reply, until its due time (see [`crate::deadline`]).
 struct Waiting {
-    tx: oneshot::Sender<Result<Reply, RpcError>>,
+    tx: ReplyTx,
     /// Milliseconds since the connection started.
     due: u64,
     timeout: Duration,
@@ -243,7 +246,13 @@ struct Shared {
     serving: Mutex<HashMap<RequestId, tokio::task::AbortHandle>>,
     next_id: AtomicU64,
     closed: watch::Sender<Option<String>>,
-    started: Instant,
+    /// Set once `closed` is (read on every request and every read, without the watch's lock).
+    is_closed: AtomicBool,
+    /// The reader task, woken when the connection closes (it watches nothing else for it).
+    reader_wake: futures::task::AtomicWaker,
+    /// The coarse clock when the connection started, and when a frame last came
+    /// ([`deadline::coarse_ms`]).
+    started_ms: u64,
     last_seen_ms: AtomicU64,
     peer: Arc<PeerInfo>,
     config: ConnectionConfig,
@@ -277,6 +286,8 @@ impl Shared {
         if !first {
             return;
         }
+        // Before the pending table is drained (see `Connection::register`).
+        self.is_closed.store(true, Ordering::SeqCst);
         tracing::debug!(peer = %self.peer.address, role = %self.peer.role, reason, "connection closed");
         self.out.close();
         let drained: Vec<Pending> = match self.pending.lock() {
@@ -299,10 +310,11 @@ impl Shared {
                 h.abort();
             }
         }
+        self.reader_wake.wake();
     }
 
     fn is_closed(&self) -> bool {
-        self.closed.borrow().is_some()
+        self.is_closed.load(Ordering::SeqCst)
     }
 
     fn take_pending(&self, id: RequestId) -> Option<Pending> {
@@ -347,8 +359,13 @@ impl Shared {
     }
 
     fn touch(&self) {
-        let ms = self.started.elapsed().as_millis() as u64;
-        self.last_seen_ms.store(ms, Ordering::Relaxed);
+        self.last_seen_ms
+            .store(self.since_start_ms(), Ordering::Relaxed);
+    }
+
+    /// Milliseconds since the connection started, on the coarse clock.
+    fn since_start_ms(&self) -> u64 {
+        deadline::coarse_ms().saturating_sub(self.started_ms)
     }
 
     /// A failed write kills the connection; anything else is the caller's to report.
@@ -473,7 +490,9 @@ impl Connection {
             serving: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             closed: closed_tx,
-            started,
+            is_closed: AtomicBool::new(false),
+            reader_wake: futures::task::AtomicWaker::new(),
+            started_ms: deadline::coarse_ms(),
             last_seen_ms: AtomicU64::new(0),
             peer: Arc::new(peer),
             config,
@@ -542,7 +561,7 @@ impl Connection {
 
     /// Milliseconds since any frame (heartbeats included) arrived from the peer.
     pub fn since_last_heard(&self) -> Duration {
-        let now = self.shared.started.elapsed().as_millis() as u64;
+        let now = self.shared.since_start_ms();
         Duration::from_millis(now.saturating_sub(self.shared.last_seen_ms.load(Ordering::Relaxed)))
     }
 
@@ -676,11 +695,12 @@ impl Connection {
         trace: TraceContext,
         timeout: Duration,
     ) -> Result<Reply, RpcError> {
-        let deadline = Instant::now() + timeout;
-        let (tx, mut rx) = oneshot::channel();
+        let now = Instant::now();
+        let deadline = now + timeout;
+        let (tx, rx) = oneshot::channel();
         let (id, alone) = self.register(Pending::Unary(Waiting {
             tx,
-            due: self.shared.deadlines.due_in(timeout),
+            due: self.shared.deadlines.due_at(now, timeout),
             timeout,
         }))?;
         let mut guard = CancelGuard {
@@ -700,8 +720,8 @@ impl Connection {
             .await;
         let reply = async {
             match turn {
-                Some(turn) => self.read_own_reply(turn, &mut rx).await,
-                None => (&mut rx).await,
+                Some(turn) => self.read_own_reply(id, turn, rx).await,
+                None => rx.await.ok(),
             }
         };
         if let Err(e) = sent {
@@ -710,16 +730,16 @@ impl Connection {
         }
         // No timer here: the connection's deadline task fails the request when due.
         match reply.await {
-            Ok(Err(RpcError::DeadlineExceeded(t))) => {
+            Some(Err(RpcError::DeadlineExceeded(t))) => {
                 // The guard tells the peer to stop.
                 guard.expired = true;
                 Err(RpcError::DeadlineExceeded(t))
             }
-            Ok(result) => {
+            Some(result) => {
                 guard.armed = false;
                 result
             }
-            Err(_) => {
+            None => {
                 guard.armed = false;
                 Err(RpcError::PeerUnavailable(
                     self.close_reason()
@@ -753,29 +773,46 @@ impl Connection {
     /// readable (see [`Connection::watch_here`]), and ends its turn when done, or dropped
     /// (the reader task reads through this thread's registration until the I/O thread
     /// takes it back). Should the I/O thread take it back first (this thread was busy for a
-    /// heartbeat interval), the reply comes by the reader task.
+    /// heartbeat interval), the reply comes by the reader task. `None`: the connection
+    /// closed.
     async fn read_own_reply(
         &self,
+        id: RequestId,
         turn: u64,
-        rx: &mut oneshot::Receiver<Result<Reply, RpcError>>,
-    ) -> Result<Result<Reply, RpcError>, oneshot::error::RecvError> {
+        mut rx: oneshot::Receiver<Result<Reply, RpcError>>,
+    ) -> Option<Result<Reply, RpcError>> {
         let _back = GiveBack {
             shared: &self.shared,
             turn,
         };
-        std::future::poll_fn(|cx| {
-            // The reply this thread reads is sent to `rx` with no waker on it: a wake of
-            // this very task would have its runtime look for events once more (a system
-            // call) and poll it again for nothing. The last poll below puts `cx` back.
-            let mut unwoken = Context::from_waker(std::task::Waker::noop());
-            if let Poll::Ready(reply) = Pin::new(&mut *rx).poll(&mut unwoken) {
-                return Poll::Ready(reply);
+        // The reply this thread reads is kept, not sent to `rx`: a send would wake this very
+        // task, and its runtime would look for events once more (a system call) and poll it
+        // again for nothing. Its sender is kept too, and dropped after `rx` for the same
+        // reason.
+        let mut kept = None;
+        let reply = std::future::poll_fn(|cx| {
+            match rx.try_recv() {
+                Ok(reply) => return Poll::Ready(Some(reply)),
+                Err(oneshot::error::TryRecvError::Closed) => return Poll::Ready(None),
+                Err(oneshot::error::TryRecvError::Empty) => {}
             }
-            // Should the connection close, every pending request fails with it: `rx` says so.
-            let _ = read_side(&self.shared, Reader::Caller(turn, cx));
-            Pin::new(&mut *rx).poll(cx)
+            let mut catch = Catch {
+                id: Some(id),
+                caught: None,
+            };
+            let _ = read_side(&self.shared, Reader::Caller(turn, cx, &mut catch));
+            if let Some((reply, tx)) = catch.caught {
+                kept = Some(tx);
+                return Poll::Ready(Some(reply));
+            }
+            // Should the connection close, or the request be due, `rx` says so; and the
+            // reader task sends the reply there should the I/O thread take the socket back.
+            Pin::new(&mut rx).poll(cx).map(Result::ok)
         })
-        .await
+        .await;
+        drop(rx);
+        drop(kept);
+        reply
     }
 
     /// Sends a request whose reply is streamed: items, then the final reply, then the end.
@@ -969,7 +1006,21 @@ enum Pass {
 /// Who reads: the reader task, or a caller watching the socket in its turn.
 enum Reader<'a, 'b> {
     Task(&'a mut Context<'b>),
-    Caller(u64, &'a mut Context<'b>),
+    Caller(u64, &'a mut Context<'b>, &'a mut Catch),
+}
+
+/// The reply a caller reading in its turn keeps for itself, with its sender.
+struct Catch {
+    id: Option<RequestId>,
+    caught: Option<(Result<Reply, RpcError>, ReplyTx)>,
+}
+
+impl Catch {
+    /// The reader task's: it keeps nothing.
+    const NONE: Catch = Catch {
+        id: None,
+        caught: None,
+    };
 }
 
 /// One pass over the read side by whoever watches the socket's read readiness now: the
@@ -987,7 +1038,8 @@ fn read_side(shared: &Arc<Shared>, who: Reader<'_, '_>) -> Poll<Pass> {
         Some(Held::Turn(turn)) => Some(turn),
         _ => None,
     };
-    let cx = match who {
+    let mut none = Catch::NONE;
+    let (cx, catch) = match who {
         Reader::Task(cx) => {
             if !st.task.will_wake(cx.waker()) {
                 st.task = cx.waker().clone();
@@ -998,16 +1050,16 @@ fn read_side(shared: &Arc<Shared>, who: Reader<'_, '_>) -> Poll<Pass> {
             if watcher.is_some() {
                 return Poll::Pending;
             }
-            cx
+            (cx, &mut none)
         }
-        Reader::Caller(turn, cx) => {
+        Reader::Caller(turn, cx, catch) => {
             if watcher != Some(turn) || st.stalled.is_some() {
                 return Poll::Pending;
             }
-            cx
+            (cx, catch)
         }
     };
-    match read_pass(shared, st, cx) {
+    match read_pass(shared, st, cx, catch) {
         Pass::Drained => Poll::Pending,
         Pass::Stalled(stalled) if watcher.is_some() => {
             // The reader task waits for the consumer, and reads on after it: the socket
@@ -1071,7 +1123,12 @@ impl Shared {
 /// Decodes and dispatches every whole frame read, writes the replies they made in one go,
 /// and reads again, until the socket would block (registering `cx`), a stream consumer
 /// has no room, or the connection closes.
-fn read_pass(shared: &Arc<Shared>, st: &mut ReadState, cx: &mut Context<'_>) -> Pass {
+fn read_pass(
+    shared: &Arc<Shared>,
+    st: &mut ReadState,
+    cx: &mut Context<'_>,
+    catch: &mut Catch,
+) -> Pass {
     let max = shared.config.max_frame_bytes;
     loop {
         let mut frames = 0usize;
@@ -1096,7 +1153,8 @@ fn read_pass(shared: &Arc<Shared>, st: &mut ReadState, cx: &mut Context<'_>) -> 
             if frames == 1 {
                 shared.touch();
             }
-            if let Some(stalled) = dispatch(shared, env, st.service.as_ref(), &st.in_flight) {
+            if let Some(stalled) = dispatch(shared, env, st.service.as_ref(), &st.in_flight, catch)
+            {
                 // Replies this read made go now, not after the consumer.
                 if shared.written(shared.out.flush()).is_err() {
                     return Pass::Closed;
@@ -1161,18 +1219,21 @@ fn read_pass(shared: &Arc<Shared>, st: &mut ReadState, cx: &mut Context<'_>) -> 
 /// The reader task: reads whenever the socket is readable, and waits for stream consumers
 /// that have no room (the one thing a caller's read leaves to it).
 async fn read_loop(shared: Arc<Shared>) {
-    let mut closed = shared.closed.subscribe();
-    // One wait for the whole loop (not one registration per read).
-    let closing = async move {
-        let _ = closed.changed().await;
-    };
-    tokio::pin!(closing);
+    // The waker `close` wakes, registered again only should it change (a registration at
+    // every wake would cost more than the read).
+    let mut known: Option<std::task::Waker> = None;
     loop {
-        let pass = tokio::select! {
-            biased;
-            _ = &mut closing => break,
-            pass = std::future::poll_fn(|cx| read_side(&shared, Reader::Task(cx))) => pass,
-        };
+        let pass = std::future::poll_fn(|cx| {
+            if !known.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                shared.reader_wake.register(cx.waker());
+                known = Some(cx.waker().clone());
+            }
+            if shared.is_closed() {
+                return Poll::Ready(Pass::Closed);
+            }
+            read_side(&shared, Reader::Task(cx))
+        })
+        .await;
         match pass {
             Pass::Stalled(Stalled { tx, item }) => park(&shared, tx.send(item)).await,
             Pass::Drained | Pass::Closed => break,
@@ -1201,6 +1262,7 @@ fn dispatch(
     env: Envelope,
     service: Option<&Arc<dyn Service>>,
     in_flight: &Arc<InFlight>,
+    catch: &mut Catch,
 ) -> Option<Stalled> {
     match env.body {
         Body::Heartbeat => {}
@@ -1211,6 +1273,9 @@ fn dispatch(
         Body::Reply(result) => {
             let id = env.reply_to?;
             match shared.take_pending(id) {
+                Some(Pending::Unary(w)) if catch.id == Some(id) => {
+                    catch.caught = Some((result.map_err(RpcError::Remote), w.tx));
+                }
                 Some(Pending::Unary(w)) => {
                     let _ = w.tx.send(result.map_err(RpcError::Remote));
                 }
@@ -1442,7 +1507,7 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
         if lag > interval.as_micros() as u64 {
             tracing::debug!(peer = %shared.peer.address, lag_ms = lag / 1000, "heartbeat tick ran late");
         }
-        let now = shared.started.elapsed().as_millis() as u64;
+        let now = shared.since_start_ms();
         let silent = now.saturating_sub(shared.last_seen_ms.load(Ordering::Relaxed));
         if shared.reader_parked.load(Ordering::SeqCst) {
             // The reader waits for a consumer in this process: not the peer's silence.

@@ -1,4 +1,4 @@
-//! When a connection's unary requests give up. One task per connection, on the I/O thread,
+//! When a connection's unary requests give up, and the coarse clock its liveness is read on. One task per connection, on the I/O thread,
 //! sleeps until the earliest deadline of the requests in flight and fails the overdue ones
 //! with `DeadlineExceeded` (see `connection::deadline_loop`); a request costs its caller
 //! no timer of its own (a registration in its runtime's timer wheel, then its removal, on
@@ -40,11 +40,13 @@ impl Deadlines {
             .min(u128::from(NONE_DUE - 1)) as u64
     }
 
-    /// The due time of a request sent now that may wait `timeout` (rounded up).
-    pub(crate) fn due_in(&self, timeout: Duration) -> u64 {
-        let due = (self.started.elapsed().saturating_add(timeout))
-            .as_micros()
-            .div_ceil(1000);
+    /// The due time of a request sent at `sent` that may wait `timeout` (rounded up).
+    pub(crate) fn due_at(&self, sent: Instant, timeout: Duration) -> u64 {
+        let due = (sent
+            .saturating_duration_since(self.started)
+            .saturating_add(timeout))
+        .as_micros()
+        .div_ceil(1000);
         due.min(u128::from(NONE_DUE - 1)) as u64
     }
 
@@ -89,6 +91,22 @@ impl Deadlines {
     }
 }
 
+/// Milliseconds on the monotonic clock at its coarse resolution (a few milliseconds): read
+/// from memory the kernel updates at each tick, with no hardware timer read, for what
+/// needs no finer time on every frame (when the peer was last heard from).
+pub(crate) fn coarse_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; the clock exists on every Linux since 2.6.32.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    if r != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64) * 1000 + (ts.tv_nsec as u64) / 1_000_000
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,21 +114,34 @@ mod tests {
     #[test]
     fn a_due_time_is_rounded_up_and_only_an_earlier_one_wakes() {
         let d = Deadlines::new(Instant::now());
-        let due = d.due_in(Duration::from_millis(50));
+        let due = d.due_at(Instant::now(), Duration::from_millis(50));
         assert!((50..=60).contains(&due), "{due}");
         assert!(d.registered(due));
         assert!(!d.registered(due + 10));
         assert!(d.registered(due - 10));
         d.set_next(None);
         assert!(d.registered(due + 10));
-        assert!(d.due_in(Duration::MAX) < NONE_DUE);
+        assert!(d.due_at(Instant::now(), Duration::MAX) < NONE_DUE);
+    }
+
+    #[test]
+    fn the_coarse_clock_moves_with_the_fine_one() {
+        let (c, f) = (coarse_ms(), Instant::now());
+        std::thread::sleep(Duration::from_millis(50));
+        let moved = coarse_ms() - c;
+        let fine = f.elapsed().as_millis() as u64;
+        // Within the coarse clock's resolution (a tick: 10 ms at the lowest HZ) of the fine one.
+        assert!(
+            moved + 10 >= fine && moved <= fine + 10,
+            "{moved} vs {fine}"
+        );
     }
 
     #[tokio::test]
     async fn the_wait_ends_at_the_due_time_or_at_an_earlier_registration() {
         let d = std::sync::Arc::new(Deadlines::new(Instant::now()));
         let t = Instant::now();
-        d.registered(d.due_in(Duration::from_millis(30)));
+        d.registered(d.due_at(Instant::now(), Duration::from_millis(30)));
         assert!(d.wait().await);
         assert!(t.elapsed() >= Duration::from_millis(30));
         // None due: the wait lasts until a registration wakes it.
@@ -121,7 +152,7 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!waiter.is_finished());
-        if d.registered(d.due_in(Duration::from_millis(5))) {
+        if d.registered(d.due_at(Instant::now(), Duration::from_millis(5))) {
             d.wake();
         }
         assert!(!waiter.await.unwrap());
