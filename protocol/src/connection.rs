@@ -696,7 +696,7 @@ impl Connection {
         timeout: Duration,
     ) -> Result<Reply, RpcError> {
         let now = Instant::now();
-        let deadline = now + timeout;
+        let deadline = far(now, timeout);
         let (tx, rx) = oneshot::channel();
         let (id, alone) = self.register(Pending::Unary(Waiting {
             tx,
@@ -823,7 +823,7 @@ impl Connection {
         trace: TraceContext,
         timeout: Duration,
     ) -> Result<ReplyStream, RpcError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = far(Instant::now(), timeout);
         let (tx, rx) = mpsc::channel(self.shared.config.stream_buffer.max(1));
         let (id, _) = self.register(Pending::Stream(tx))?;
         let mut guard = CancelGuard {
@@ -847,6 +847,12 @@ impl Connection {
             done: false,
         })
     }
+}
+
+/// `now + timeout`, or a century from now for a timeout past what an instant can hold.
+fn far(now: Instant, timeout: Duration) -> Instant {
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
 /// Removes a pending request and tells the peer to stop, unless disarmed by a reply.

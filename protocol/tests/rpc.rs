@@ -115,6 +115,26 @@ async fn a_short_deadline_sent_after_a_long_one_fires_on_time() {
 }
 
 #[tokio::test]
+async fn a_request_with_no_practical_deadline_is_answered() {
+    let peer = start_peer(ConnectionConfig::default()).await;
+    let c = client(&peer, ConnectionConfig::default()).await;
+    assert_eq!(
+        c.request(ping(b"x"), t(), Duration::MAX).await.unwrap(),
+        pong(b"x")
+    );
+    let mut s = c
+        .request_stream(ping(b"stream:2"), t(), Duration::MAX)
+        .await
+        .unwrap();
+    let mut n = 0;
+    while let Some(item) = s.next().await {
+        item.unwrap();
+        n += 1;
+    }
+    assert_eq!(n, 3);
+}
+
+#[tokio::test]
 async fn dropping_a_request_cancels_it_at_the_peer() {
     let peer = start_peer(ConnectionConfig::default()).await;
     let c = client(&peer, ConnectionConfig::default()).await;
