@@ -34,8 +34,8 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::{
-    codec,
-    deadline::{self, Deadlines},
+    clock, codec,
+    deadline::Deadlines,
     envelope::{Body, Envelope, RemoteError, RequestId, TraceContext},
     frame::WriteError,
     handshake::{FrameReader, FrameWriter, PeerInfo},
@@ -251,7 +251,7 @@ struct Shared {
     /// The reader task, woken when the connection closes (it watches nothing else for it).
     reader_wake: futures::task::AtomicWaker,
     /// The coarse clock when the connection started, and when a frame last came
-    /// ([`deadline::coarse_ms`]).
+    /// ([`clock::coarse_ms`]).
     started_ms: u64,
     last_seen_ms: AtomicU64,
     peer: Arc<PeerInfo>,
@@ -275,19 +275,13 @@ struct Shared {
 
 impl Shared {
     fn close(&self, reason: &str) {
-        let first = self.closed.send_if_modified(|r| {
-            if r.is_none() {
-                *r = Some(reason.to_string());
-                true
-            } else {
-                false
-            }
-        });
-        if !first {
+        // The first closer sets the flag before anything else: whoever sees the watch
+        // change sees the flag set, and the flag is set before the pending table is drained
+        // (see `Connection::register`).
+        if self.is_closed.swap(true, Ordering::SeqCst) {
             return;
         }
-        // Before the pending table is drained (see `Connection::register`).
-        self.is_closed.store(true, Ordering::SeqCst);
+        self.closed.send_replace(Some(reason.to_string()));
         tracing::debug!(peer = %self.peer.address, role = %self.peer.role, reason, "connection closed");
         self.out.close();
         let drained: Vec<Pending> = match self.pending.lock() {
@@ -317,30 +311,35 @@ impl Shared {
         self.is_closed.load(Ordering::SeqCst)
     }
 
+    /// Resolves once the connection has closed, also when it closed before the call (a
+    /// task that subscribed to the watch after the close would wait for a change forever).
+    fn on_close(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.closed.subscribe();
+        async move {
+            let _ = rx.wait_for(Option::is_some).await;
+        }
+    }
+
     fn take_pending(&self, id: RequestId) -> Option<Pending> {
         self.pending.lock().ok().and_then(|mut p| p.remove(&id))
     }
 
-    /// Fails the unary requests past their due time with `DeadlineExceeded` (their callers
-    /// tell the peer to stop), and sets the next due time.
+    /// Fails the unary requests past their due time with `DeadlineExceeded`, tells the peer
+    /// to stop each (here, not by its caller, which may be gone before it reads the error),
+    /// and sets the next due time.
     fn expire(&self) {
-        let overdue: Vec<Waiting> = {
+        let overdue: Vec<(RequestId, Waiting)> = {
             let Ok(mut map) = self.pending.lock() else {
+                // Nothing can register on a poisoned table: sleep until woken.
+                self.deadlines.set_next(None);
                 return;
             };
             let now = self.deadlines.now_ms();
-            let ids: Vec<RequestId> = map
-                .iter()
+            let overdue: Vec<(RequestId, Waiting)> = map
+                .extract_if(|_, p| matches!(p, Pending::Unary(w) if w.due <= now))
                 .filter_map(|(id, p)| match p {
-                    Pending::Unary(w) if w.due <= now => Some(*id),
-                    _ => None,
-                })
-                .collect();
-            let overdue = ids
-                .iter()
-                .filter_map(|id| match map.remove(id) {
-                    Some(Pending::Unary(w)) => Some(w),
-                    _ => None,
+                    Pending::Unary(w) => Some((id, w)),
+                    Pending::Stream(_) => None,
                 })
                 .collect();
             let next = map
@@ -353,8 +352,11 @@ impl Shared {
             self.deadlines.set_next(next);
             overdue
         };
-        for w in overdue {
+        for (id, w) in overdue {
             let _ = w.tx.send(Err(RpcError::DeadlineExceeded(w.timeout)));
+            if !self.is_closed() {
+                self.send_or_drop(&cancel_frame(id, TraceContext::default()), true);
+            }
         }
     }
 
@@ -365,7 +367,7 @@ impl Shared {
 
     /// Milliseconds since the connection started, on the coarse clock.
     fn since_start_ms(&self) -> u64 {
-        deadline::coarse_ms().saturating_sub(self.started_ms)
+        clock::coarse_ms().saturating_sub(self.started_ms)
     }
 
     /// A failed write kills the connection; anything else is the caller's to report.
@@ -492,7 +494,7 @@ impl Connection {
             closed: closed_tx,
             is_closed: AtomicBool::new(false),
             reader_wake: futures::task::AtomicWaker::new(),
-            started_ms: deadline::coarse_ms(),
+            started_ms: clock::coarse_ms(),
             last_seen_ms: AtomicU64::new(0),
             peer: Arc::new(peer),
             config,
@@ -603,7 +605,8 @@ impl Connection {
     fn register(&self, pending: Pending) -> Result<(RequestId, bool), RpcError> {
         if self.is_closed() {
             return Err(RpcError::PeerUnavailable(
-                self.close_reason().unwrap_or_default(),
+                self.close_reason()
+                    .unwrap_or_else(|| "connection closed".into()),
             ));
         }
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
@@ -627,7 +630,8 @@ impl Connection {
         if self.is_closed() {
             self.shared.take_pending(id);
             return Err(RpcError::PeerUnavailable(
-                self.close_reason().unwrap_or_default(),
+                self.close_reason()
+                    .unwrap_or_else(|| "connection closed".into()),
             ));
         }
         Ok((id, alone))
@@ -688,7 +692,10 @@ impl Connection {
 
     /// Sends a request and waits for its reply, at most `timeout`. Dropping the returned
     /// future cancels the request at the peer. Alone in flight, the caller reads its reply
-    /// on its own thread ([`Connection::watch_here`]).
+    /// on its own thread ([`Connection::watch_here`]). The deadline is kept by the
+    /// connection's task on the I/O thread, in whole milliseconds rounded up: the request
+    /// fails with `DeadlineExceeded` (and the peer is told to stop) no earlier than
+    /// `timeout`, and later by as long as the I/O thread is starved.
     pub async fn request(
         &self,
         request: Request,
@@ -708,9 +715,12 @@ impl Connection {
             id,
             trace: TraceContext::default(),
             armed: true,
-            expired: false,
         };
-        let turn = if alone { self.watch_here() } else { None };
+        // Given back when dropped, should the send fail too.
+        let turn = if alone { self.watch_here() } else { None }.map(|turn| GiveBack {
+            shared: &self.shared,
+            turn,
+        });
         let sent = self
             .enqueue(
                 Self::envelope(id, request, trace, timeout),
@@ -730,11 +740,6 @@ impl Connection {
         }
         // No timer here: the connection's deadline task fails the request when due.
         match reply.await {
-            Some(Err(RpcError::DeadlineExceeded(t))) => {
-                // The guard tells the peer to stop.
-                guard.expired = true;
-                Err(RpcError::DeadlineExceeded(t))
-            }
             Some(result) => {
                 guard.armed = false;
                 result
@@ -778,13 +783,10 @@ impl Connection {
     async fn read_own_reply(
         &self,
         id: RequestId,
-        turn: u64,
+        back: GiveBack<'_>,
         mut rx: oneshot::Receiver<Result<Reply, RpcError>>,
     ) -> Option<Result<Reply, RpcError>> {
-        let _back = GiveBack {
-            shared: &self.shared,
-            turn,
-        };
+        let turn = back.turn;
         // The reply this thread reads is kept, not sent to `rx`: a send would wake this very
         // task, and its runtime would look for events once more (a system call) and poll it
         // again for nothing. Its sender is kept too, and dropped after `rx` for the same
@@ -831,7 +833,6 @@ impl Connection {
             id,
             trace: TraceContext::default(),
             armed: true,
-            expired: false,
         };
         self.enqueue(
             Self::envelope(id, request, trace, timeout),
@@ -861,8 +862,6 @@ struct CancelGuard {
     id: RequestId,
     trace: TraceContext,
     armed: bool,
-    /// The deadline task took the request off the table: it was pending all the same.
-    expired: bool,
 }
 
 impl Drop for CancelGuard {
@@ -870,19 +869,25 @@ impl Drop for CancelGuard {
         if !self.armed {
             return;
         }
-        let pending = self.shared.take_pending(self.id).is_some() || self.expired;
+        // Not pending: answered, or failed by the deadline task (which told the peer).
+        let pending = self.shared.take_pending(self.id).is_some();
         if pending && !self.shared.is_closed() {
             self.shared.send_or_drop(
-                &Envelope {
-                    id: 0,
-                    reply_to: Some(self.id),
-                    deadline: None,
-                    trace: std::mem::take(&mut self.trace),
-                    body: Body::Cancel,
-                },
+                &cancel_frame(self.id, std::mem::take(&mut self.trace)),
                 true,
             );
         }
+    }
+}
+
+/// The frame telling the peer to stop serving request `id`.
+fn cancel_frame(id: RequestId, trace: TraceContext) -> Envelope {
+    Envelope {
+        id: 0,
+        reply_to: Some(id),
+        deadline: None,
+        trace,
+        body: Body::Cancel,
     }
 }
 
@@ -926,19 +931,17 @@ impl ReplyStream {
 /// Drains the queue whenever a sender found the socket would block, and shuts the socket
 /// (after a last bounded flush) when the connection closes.
 async fn write_loop(shared: Arc<Shared>) {
-    let mut closed = shared.closed.subscribe();
+    let closed = shared.on_close();
+    tokio::pin!(closed);
     loop {
-        if shared.is_closed() {
-            break;
-        }
         tokio::select! {
             biased;
-            _ = closed.changed() => break,
+            _ = &mut closed => break,
             _ = shared.out.writer_wake.notified() => {}
         }
         let drained = tokio::select! {
             biased;
-            _ = closed.changed() => break,
+            _ = &mut closed => break,
             r = std::future::poll_fn(|cx| shared.out.poll_drain(cx)) => r,
         };
         if let Err(e) = drained {
@@ -1454,11 +1457,12 @@ fn serve(
 
 /// Fails unary requests when due (see [`crate::deadline`]).
 async fn deadline_loop(shared: Arc<Shared>) {
-    let mut closed = shared.closed.subscribe();
+    let closed = shared.on_close();
+    tokio::pin!(closed);
     loop {
         let due = tokio::select! {
             biased;
-            _ = closed.changed() => return,
+            _ = &mut closed => return,
             due = shared.deadlines.wait() => due,
         };
         if due {
@@ -1476,7 +1480,8 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
         .unwrap_or(own);
     let interval = own.min(theirs);
     let dead_after = own.max(theirs) * shared.config.heartbeat_misses.max(1);
-    let mut closed = shared.closed.subscribe();
+    let closed = shared.on_close();
+    tokio::pin!(closed);
     let heartbeat = heartbeat_frame();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -1485,7 +1490,7 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
     let mut watching = None;
     loop {
         let scheduled = tokio::select! {
-            _ = closed.changed() => return,
+            _ = &mut closed => return,
             at = tick.tick() => at,
         };
         // A caller that has watched the socket for a whole interval may not be reading it

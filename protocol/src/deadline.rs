@@ -1,9 +1,10 @@
-//! When a connection's unary requests give up, and the coarse clock its liveness is read on. One task per connection, on the I/O thread,
-//! sleeps until the earliest deadline of the requests in flight and fails the overdue ones
-//! with `DeadlineExceeded` (see `connection::deadline_loop`); a request costs its caller
-//! no timer of its own (a registration in its runtime's timer wheel, then its removal, on
-//! the hot path of every request). Deadlines are kept in whole milliseconds since the
-//! connection started, rounded up, so none fires early.
+//! When a connection's unary requests give up. One task per connection, on the I/O
+//! thread, sleeps until the earliest deadline of the requests in flight and fails the
+//! overdue ones with `DeadlineExceeded` (see `connection::deadline_loop`); a request costs
+//! its caller no timer of its own (a registration in its runtime's timer wheel, then its
+//! removal, on the hot path of every request). Deadlines are kept in whole milliseconds
+//! since the connection started, rounded up, so none fires early; they fire as late as the
+//! I/O thread is starved, and a zero timeout about a millisecond after the send.
 
 use std::{
     sync::atomic::{AtomicU64, Ordering},
@@ -34,20 +35,17 @@ impl Deadlines {
 
     /// Now, in milliseconds since the connection started (rounded down).
     pub(crate) fn now_ms(&self) -> u64 {
-        self.started
-            .elapsed()
-            .as_millis()
-            .min(u128::from(NONE_DUE - 1)) as u64
+        capped(self.started.elapsed().as_millis())
     }
 
     /// The due time of a request sent at `sent` that may wait `timeout` (rounded up).
     pub(crate) fn due_at(&self, sent: Instant, timeout: Duration) -> u64 {
-        let due = (sent
-            .saturating_duration_since(self.started)
-            .saturating_add(timeout))
-        .as_micros()
-        .div_ceil(1000);
-        due.min(u128::from(NONE_DUE - 1)) as u64
+        capped(
+            sent.saturating_duration_since(self.started)
+                .saturating_add(timeout)
+                .as_micros()
+                .div_ceil(1000),
+        )
     }
 
     /// Notes a request's due time; called under the lock of the table that holds it.
@@ -91,20 +89,9 @@ impl Deadlines {
     }
 }
 
-/// Milliseconds on the monotonic clock at its coarse resolution (a few milliseconds): read
-/// from memory the kernel updates at each tick, with no hardware timer read, for what
-/// needs no finer time on every frame (when the peer was last heard from).
-pub(crate) fn coarse_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write; the clock exists on every Linux since 2.6.32.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    if r != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64) * 1000 + (ts.tv_nsec as u64) / 1_000_000
+/// Milliseconds as a due time: short of [`NONE_DUE`], however far.
+fn capped(ms: u128) -> u64 {
+    ms.min(u128::from(NONE_DUE - 1)) as u64
 }
 
 #[cfg(test)]
@@ -122,19 +109,6 @@ mod tests {
         d.set_next(None);
         assert!(d.registered(due + 10));
         assert!(d.due_at(Instant::now(), Duration::MAX) < NONE_DUE);
-    }
-
-    #[test]
-    fn the_coarse_clock_moves_with_the_fine_one() {
-        let (c, f) = (coarse_ms(), Instant::now());
-        std::thread::sleep(Duration::from_millis(50));
-        let moved = coarse_ms() - c;
-        let fine = f.elapsed().as_millis() as u64;
-        // Within the coarse clock's resolution (a tick: 10 ms at the lowest HZ) of the fine one.
-        assert!(
-            moved + 10 >= fine && moved <= fine + 10,
-            "{moved} vs {fine}"
-        );
     }
 
     #[tokio::test]

@@ -16,7 +16,7 @@ pub type RequestId = u64;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceContext {
     /// The run this message belongs to, if any.
-    #[serde(deserialize_with = "run_id_from_str")]
+    #[serde(default, deserialize_with = "run_id_from_str")]
     pub run_id: Option<String>,
     /// A 128-bit trace id, shown as 32 hex characters in logs.
     pub trace_id: u128,

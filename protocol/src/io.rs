@@ -1,7 +1,7 @@
 //! The process's I/O thread: one runtime of its own (thread `antler-io`) on which every
-//! connection's reader, writer and heartbeat run, and on which sockets are made, so
-//! heartbeats are sent and checked however busy the threads that serve requests and drive
-//! runs are. Requests are still served on the runtime that started the connection (but
+//! connection's reader, writer, heartbeat and deadline tasks run, and on which sockets are
+//! made, so heartbeats are sent and checked, and requests given up when due, however busy
+//! the threads that serve requests and drive runs are. Requests are still served on the runtime that started the connection (but
 //! for those its service answers at once); senders write their own frames while the
 //! socket takes them, and the writer task here drains the rest; a caller waiting alone
 //! for its reply reads it on its own thread ([`crate::sock`]).

@@ -3,6 +3,7 @@
 //! configuration types.
 
 pub mod beneath;
+mod clock;
 pub mod codec;
 pub mod config;
 pub mod connection;

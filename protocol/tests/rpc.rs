@@ -115,6 +115,82 @@ async fn a_short_deadline_sent_after_a_long_one_fires_on_time() {
 }
 
 #[tokio::test]
+async fn a_request_due_while_its_caller_is_busy_is_cancelled_at_the_peer_though_dropped_unread() {
+    // A peer that keeps no deadline of its own (an older or foreign server): only a
+    // cancel stops its work. It reports the id of the request it got, then each cancel.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deaf.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let me = antler_protocol::Identity::new(antler_protocol::Role::SandboxHost, "deaf", None);
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let peer = tokio::spawn(async move {
+        use futures::StreamExt;
+        let (s, _) = listener.accept().await.unwrap();
+        let (r, w) = s.into_split();
+        let (mut fr, mut fw) =
+            antler_protocol::handshake::framed(Box::new(r), Box::new(w), 1 << 20);
+        antler_protocol::handshake::accept(&mut fr, &mut fw, &me, "deaf")
+            .await
+            .unwrap();
+        while let Some(Ok(frame)) = fr.next().await {
+            let env: antler_protocol::Envelope = antler_protocol::codec::decode(&frame).unwrap();
+            match env.body {
+                antler_protocol::Body::Request(_) => seen_tx.send(("request", env.id)).unwrap(),
+                antler_protocol::Body::Cancel => {
+                    seen_tx.send(("cancel", env.reply_to.unwrap())).unwrap()
+                }
+                _ => {}
+            }
+        }
+        drop(fw);
+    });
+    let cfg = ConnectionConfig {
+        heartbeat_interval: Duration::from_secs(30),
+        ..ConnectionConfig::default()
+    };
+    let c = antler_protocol::link::dial(
+        &antler_protocol::Address::Unix(path),
+        &antler_protocol::Identity::new(antler_protocol::Role::Lead, "lead", None),
+        cfg,
+        None,
+    )
+    .await
+    .unwrap();
+    // The caller sends, then its thread is busy past the deadline, then it gives up on
+    // the request without reading the error the deadline task left for it.
+    let caller = on_own_runtime({
+        let c = c.clone();
+        move || async move {
+            let request = c.request(ping(b"work"), t(), Duration::from_millis(100));
+            tokio::pin!(request);
+            let early = tokio::time::timeout(Duration::from_millis(20), &mut request).await;
+            assert!(early.is_err(), "the deaf peer answered: {early:?}");
+            std::thread::sleep(Duration::from_millis(400));
+        }
+    });
+    let within = Duration::from_secs(5);
+    let (kind, id) = tokio::time::timeout(within, seen.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(kind, "request");
+    caller.join().unwrap();
+    let cancel = tokio::time::timeout(within, seen.recv()).await;
+    assert_eq!(
+        cancel.ok().flatten(),
+        Some(("cancel", id)),
+        "the peer was never told to stop the overdue request"
+    );
+    // Told once, not again when the caller dropped it.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), seen.recv())
+            .await
+            .is_err()
+    );
+    peer.abort();
+}
+
+#[tokio::test]
 async fn a_request_with_no_practical_deadline_is_answered() {
     let peer = start_peer(ConnectionConfig::default()).await;
     let c = client(&peer, ConnectionConfig::default()).await;
