@@ -11,7 +11,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use antler_protocol::{ConnectionConfig, RemoteError, RpcError, TraceContext};
+use antler_protocol::{
+    handshake::{FrameReader, FrameWriter},
+    ConnectionConfig, RemoteError, RpcError, TraceContext,
+};
 use common_peer::*;
 
 fn t() -> TraceContext {
@@ -118,20 +121,9 @@ async fn a_short_deadline_sent_after_a_long_one_fires_on_time() {
 async fn a_request_due_while_its_caller_is_busy_is_cancelled_at_the_peer_though_dropped_unread() {
     // A peer that keeps no deadline of its own (an older or foreign server): only a
     // cancel stops its work. It reports the id of the request it got, then each cancel.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("deaf.sock");
-    let listener = tokio::net::UnixListener::bind(&path).unwrap();
-    let me = antler_protocol::Identity::new(antler_protocol::Role::SandboxHost, "deaf", None);
     let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
-    let peer = tokio::spawn(async move {
+    let (_dir, path, peer) = raw_peer("deaf", |mut fr, fw| async move {
         use futures::StreamExt;
-        let (s, _) = listener.accept().await.unwrap();
-        let (r, w) = s.into_split();
-        let (mut fr, mut fw) =
-            antler_protocol::handshake::framed(Box::new(r), Box::new(w), 1 << 20);
-        antler_protocol::handshake::accept(&mut fr, &mut fw, &me, "deaf")
-            .await
-            .unwrap();
         while let Some(Ok(frame)) = fr.next().await {
             let env: antler_protocol::Envelope = antler_protocol::codec::decode(&frame).unwrap();
             match env.body {
@@ -144,18 +136,14 @@ async fn a_request_due_while_its_caller_is_busy_is_cancelled_at_the_peer_though_
         }
         drop(fw);
     });
-    let cfg = ConnectionConfig {
-        heartbeat_interval: Duration::from_secs(30),
-        ..ConnectionConfig::default()
-    };
-    let c = antler_protocol::link::dial(
-        &antler_protocol::Address::Unix(path),
-        &antler_protocol::Identity::new(antler_protocol::Role::Lead, "lead", None),
-        cfg,
-        None,
+    let c = dial_lead(
+        path,
+        ConnectionConfig {
+            heartbeat_interval: Duration::from_secs(30),
+            ..ConnectionConfig::default()
+        },
     )
-    .await
-    .unwrap();
+    .await;
     // The caller sends, then its thread is busy past the deadline, then it gives up on
     // the request without reading the error the deadline task left for it.
     let caller = on_own_runtime({
@@ -313,34 +301,19 @@ async fn drain_lets_requests_in_flight_finish_and_refuses_new_ones() {
 async fn a_full_outgoing_queue_slows_the_sender_then_reports_overloaded() {
     // A peer that completes the handshake and then never reads: the socket buffer and the
     // bounded queue fill up; senders wait, then get Overloaded at their deadline.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("stuck.sock");
-    let listener = tokio::net::UnixListener::bind(&path).unwrap();
-    let me = antler_protocol::Identity::new(antler_protocol::Role::SandboxHost, "stuck", None);
-    let holder = tokio::spawn(async move {
-        let (s, _) = listener.accept().await.unwrap();
-        let (r, w) = s.into_split();
-        let (mut fr, mut fw) =
-            antler_protocol::handshake::framed(Box::new(r), Box::new(w), 1 << 20);
-        antler_protocol::handshake::accept(&mut fr, &mut fw, &me, "stuck")
-            .await
-            .unwrap();
+    let (_dir, path, holder) = raw_peer("stuck", |fr, fw| async move {
         tokio::time::sleep(Duration::from_secs(60)).await;
         drop((fr, fw));
     });
-    let cfg = ConnectionConfig {
-        outbound_queue: 8,
-        heartbeat_interval: Duration::from_secs(30),
-        ..ConnectionConfig::default()
-    };
-    let c = antler_protocol::link::dial(
-        &antler_protocol::Address::Unix(path),
-        &antler_protocol::Identity::new(antler_protocol::Role::Lead, "lead", None),
-        cfg,
-        None,
+    let c = dial_lead(
+        path,
+        ConnectionConfig {
+            outbound_queue: 8,
+            heartbeat_interval: Duration::from_secs(30),
+            ..ConnectionConfig::default()
+        },
     )
-    .await
-    .unwrap();
+    .await;
     let payload = vec![0u8; 256 * 1024];
     let mut overloaded = 0;
     let mut deadline = 0;
@@ -361,34 +334,19 @@ async fn a_full_outgoing_queue_slows_the_sender_then_reports_overloaded() {
 
 #[tokio::test]
 async fn a_silent_peer_is_declared_dead_after_missed_heartbeats() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("silent.sock");
-    let listener = tokio::net::UnixListener::bind(&path).unwrap();
-    let me = antler_protocol::Identity::new(antler_protocol::Role::SandboxHost, "silent", None);
-    let holder = tokio::spawn(async move {
-        let (s, _) = listener.accept().await.unwrap();
-        let (r, w) = s.into_split();
-        let (mut fr, mut fw) =
-            antler_protocol::handshake::framed(Box::new(r), Box::new(w), 1 << 20);
-        antler_protocol::handshake::accept(&mut fr, &mut fw, &me, "silent")
-            .await
-            .unwrap();
+    let (_dir, path, holder) = raw_peer("silent", |fr, fw| async move {
         tokio::time::sleep(Duration::from_secs(60)).await;
         drop((fr, fw));
     });
-    let cfg = ConnectionConfig {
-        heartbeat_interval: Duration::from_millis(50),
-        heartbeat_misses: 3,
-        ..ConnectionConfig::default()
-    };
-    let c = antler_protocol::link::dial(
-        &antler_protocol::Address::Unix(path),
-        &antler_protocol::Identity::new(antler_protocol::Role::Lead, "lead", None),
-        cfg,
-        None,
+    let c = dial_lead(
+        path,
+        ConnectionConfig {
+            heartbeat_interval: Duration::from_millis(50),
+            heartbeat_misses: 3,
+            ..ConnectionConfig::default()
+        },
     )
-    .await
-    .unwrap();
+    .await;
     let pending = c.request(ping(b"x"), t(), Duration::from_secs(30));
     let r = tokio::time::timeout(Duration::from_secs(10), pending)
         .await
@@ -400,4 +358,47 @@ async fn a_silent_peer_is_declared_dead_after_missed_heartbeats() {
         other => panic!("unexpected {other:?}"),
     }
     holder.abort();
+}
+
+/// A bare peer (no Antler server) at a socket in a new directory: it accepts one
+/// connection, shakes hands as sandbox-host `name`, then does `then` with the framed halves.
+fn raw_peer<F, Fut>(
+    name: &'static str,
+    then: F,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    tokio::task::JoinHandle<()>,
+)
+where
+    F: FnOnce(FrameReader, FrameWriter) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(format!("{name}.sock"));
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let me = antler_protocol::Identity::new(antler_protocol::Role::SandboxHost, name, None);
+    let task = tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap();
+        let (r, w) = s.into_split();
+        let (mut fr, mut fw) =
+            antler_protocol::handshake::framed(Box::new(r), Box::new(w), 1 << 20);
+        antler_protocol::handshake::accept(&mut fr, &mut fw, &me, name)
+            .await
+            .unwrap();
+        then(fr, fw).await;
+    });
+    (dir, path, task)
+}
+
+/// A connection dialed as the lead (no token) to the socket at `path`.
+async fn dial_lead(path: std::path::PathBuf, cfg: ConnectionConfig) -> antler_protocol::Connection {
+    antler_protocol::link::dial(
+        &antler_protocol::Address::Unix(path),
+        &antler_protocol::Identity::new(antler_protocol::Role::Lead, "lead", None),
+        cfg,
+        None,
+    )
+    .await
+    .unwrap()
 }
