@@ -25,6 +25,17 @@ fn supervisor_of(bwrap: u32) -> u32 {
         .unwrap_or_else(|| panic!("bubblewrap {bwrap} has no child"))
 }
 
+/// Lets a paused supervisor go on when the test ends, whatever its outcome: one left stopped
+/// would never read the end of its stdin when sandbox-host is killed, and would outlive
+/// the test with its bubblewrap.
+struct Resume(u32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        signal(self.0, libc::SIGCONT);
+    }
+}
+
 fn logged(h: &SandboxHost, needle: &str) -> bool {
     wait_for(Duration::from_secs(15), || {
         h.log().contains(needle).then_some(())
@@ -43,6 +54,7 @@ async fn a_paused_supervisor_is_noticed_and_a_terminated_one_replaced() {
         .supervisor_pid
         .expect("supervisor pid");
     let supervisor = supervisor_of(bwrap);
+    let _resume = Resume(supervisor);
 
     signal(supervisor, libc::SIGSTOP);
     assert!(

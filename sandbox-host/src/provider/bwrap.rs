@@ -420,7 +420,7 @@ pub struct Supervisor {
     alive: Arc<AtomicBool>,
     /// Set when the host kills it, so an exit nobody asked for is logged as one.
     killed: Arc<AtomicBool>,
-    /// Set once the supervisor answered its start-up probe: its mounts are in place.
+    /// Set by its first answer (the start-up probe's or a call's): its mounts are in place.
     ready: Arc<AtomicBool>,
     /// A pidfd of the sandbox's pid 1, once bubblewrap reported it.
     init: Arc<Mutex<Option<OwnedFd>>>,
@@ -643,9 +643,16 @@ impl Supervisor {
                 }
             }
         });
+        // Set by the first answer: the supervisor only runs once bubblewrap finished its
+        // mounts, so the directories behind them may be renamed (a pre-warmed sandbox being
+        // bound), and its pings may start. Any answer counts, not only the start-up
+        // probe's: a call can be answered first (the supervisor runs each in a thread of
+        // its own), and a supervisor paused right after must still be pinged.
+        let ready = Arc::new(AtomicBool::new(false));
         let reader = {
             let pending = pending.clone();
             let alive = alive.clone();
+            let ready = ready.clone();
             tokio::spawn(async move {
                 let mut lines = BufReader::new(stdout).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
@@ -653,6 +660,7 @@ impl Supervisor {
                         tracing::warn!(%line, "unreadable line from a sandbox supervisor");
                         continue;
                     };
+                    ready.store(true, Ordering::SeqCst);
                     let tx = pending.lock().ok().and_then(|mut p| p.remove(&reply.id));
                     if let Some(tx) = tx {
                         let _ = tx.send(reply.result);
@@ -684,13 +692,8 @@ impl Supervisor {
                 }
             })
         };
-        // Probe with `true`: the answer means bubblewrap finished its mounts, so the
-        // directories behind them may be renamed (a pre-warmed sandbox being bound).
-        let ready = Arc::new(AtomicBool::new(false));
-        let (probe_tx, probe_rx) = oneshot::channel();
-        if let Ok(mut p) = pending.lock() {
-            p.insert(PROBE_ID, probe_tx);
-        }
+        // Probe with `true`, so that a sandbox nobody calls yet (pre-warmed) learns it is
+        // ready: its answer is only awaited as the first answer (above).
         let probe = SupervisorRequest {
             id: PROBE_ID,
             op: SupervisorOp::Exec(ExecRequest {
@@ -705,14 +708,6 @@ impl Supervisor {
         if let Ok(line) = serde_json::to_string(&probe) {
             let _ = tx.send(line + "\n");
         }
-        let prober = {
-            let ready = ready.clone();
-            tokio::spawn(async move {
-                if let Ok(Ok(_)) = probe_rx.await {
-                    ready.store(true, Ordering::SeqCst);
-                }
-            })
-        };
         let liveness = tokio::spawn(watch_liveness(
             pid,
             tx.clone(),
@@ -735,7 +730,6 @@ impl Supervisor {
                 reader.abort_handle(),
                 errors.abort_handle(),
                 waiter.abort_handle(),
-                prober.abort_handle(),
                 liveness.abort_handle(),
             ],
         })
