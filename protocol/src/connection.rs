@@ -354,9 +354,8 @@ impl Shared {
         };
         for (id, w) in overdue {
             let _ = w.tx.send(Err(RpcError::DeadlineExceeded(w.timeout)));
-            if !self.is_closed() {
-                self.send_or_drop(&cancel_frame(id, TraceContext::default()), true);
-            }
+            // Should the request not be queued yet, its caller sends one more once it is.
+            self.send_cancel(id, TraceContext::default());
         }
     }
 
@@ -383,6 +382,21 @@ impl Shared {
 
     /// Queues a frame that is dropped should the queue be full (refusals, cancels,
     /// going-away); with `write`, writes it now.
+    /// Tells the peer to stop serving request `id`. Not bounded by the queue: a cancel is
+    /// a few bytes that ends work, and one dropped for a full queue would leave the peer
+    /// serving a request nobody waits for.
+    fn send_cancel(&self, id: RequestId, trace: TraceContext) {
+        if self.is_closed() {
+            return;
+        }
+        match self.written(self.out.try_push(&cancel_frame(id, trace), false, true)) {
+            Ok(()) | Err(PushError::Closed) | Err(PushError::Full) | Err(PushError::Io(_)) => {}
+            Err(PushError::Encode(e)) => {
+                tracing::error!(error = %e, "dropping a cancel that does not encode");
+            }
+        }
+    }
+
     fn send_or_drop(&self, env: &Envelope, write: bool) {
         match self.written(self.out.try_push(env, true, write)) {
             Ok(()) | Err(PushError::Closed) | Err(PushError::Full) => {}
@@ -704,12 +718,9 @@ impl Connection {
     ) -> Result<Reply, RpcError> {
         let now = Instant::now();
         let deadline = far(now, timeout);
+        let due = self.shared.deadlines.due_at(now, timeout);
         let (tx, rx) = oneshot::channel();
-        let (id, alone) = self.register(Pending::Unary(Waiting {
-            tx,
-            due: self.shared.deadlines.due_at(now, timeout),
-            timeout,
-        }))?;
+        let (id, alone) = self.register(Pending::Unary(Waiting { tx, due, timeout }))?;
         let mut guard = CancelGuard {
             shared: self.shared.clone(),
             id,
@@ -737,6 +748,12 @@ impl Connection {
         if let Err(e) = sent {
             drop(reply);
             return Err(e);
+        }
+        // Queued at or past its due time (this thread was preempted before the push): the
+        // deadline task may have failed it and sent its cancel before the request, which
+        // the peer ignores. One more, behind it (a second one is a no-op at the peer).
+        if self.shared.deadlines.now_ms() >= due {
+            self.shared.send_cancel(id, guard.trace.clone());
         }
         // No timer here: the connection's deadline task fails the request when due.
         match reply.await {
@@ -870,12 +887,9 @@ impl Drop for CancelGuard {
             return;
         }
         // Not pending: answered, or failed by the deadline task (which told the peer).
-        let pending = self.shared.take_pending(self.id).is_some();
-        if pending && !self.shared.is_closed() {
-            self.shared.send_or_drop(
-                &cancel_frame(self.id, std::mem::take(&mut self.trace)),
-                true,
-            );
+        if self.shared.take_pending(self.id).is_some() {
+            self.shared
+                .send_cancel(self.id, std::mem::take(&mut self.trace));
         }
     }
 }

@@ -250,7 +250,9 @@ impl Outbox {
         }
     }
 
-    /// Queues `env`, waiting for room until `deadline` (forever without one).
+    /// Queues `env`, waiting for room until `deadline` (forever without one). Room that
+    /// comes only after the deadline is not taken (a sender whose thread was busy sees both
+    /// at once): `Full`, and nothing was queued.
     pub(crate) async fn push(
         &self,
         env: &Envelope,
@@ -270,7 +272,8 @@ impl Outbox {
             }
             match deadline {
                 Some(d) => {
-                    if tokio::time::timeout_at(d.into(), room).await.is_err() {
+                    if tokio::time::timeout_at(d.into(), room).await.is_err() || Instant::now() >= d
+                    {
                         return Err(PushError::Full);
                     }
                 }

@@ -179,6 +179,102 @@ async fn a_request_due_while_its_caller_is_busy_is_cancelled_at_the_peer_though_
 }
 
 #[tokio::test]
+async fn a_request_queued_past_its_deadline_is_not_served_without_a_cancel_behind_it() {
+    // A peer that reads nothing until released (its socket and the sender's queue fill
+    // up), then reports every request and cancel it gets, in order.
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let (_dir, path, peer) = raw_peer("slow", |mut fr, fw| async move {
+        use futures::StreamExt;
+        let _ = released.await;
+        while let Some(Ok(frame)) = fr.next().await {
+            let env: antler_protocol::Envelope = antler_protocol::codec::decode(&frame).unwrap();
+            match env.body {
+                antler_protocol::Body::Request(_) => seen_tx.send(("request", env.id)).unwrap(),
+                antler_protocol::Body::Cancel => {
+                    seen_tx.send(("cancel", env.reply_to.unwrap())).unwrap()
+                }
+                _ => {}
+            }
+        }
+        drop(fw);
+    });
+    let c = dial_lead(
+        path,
+        ConnectionConfig {
+            heartbeat_interval: Duration::from_secs(30),
+            outbound_queue: 1,
+            ..ConnectionConfig::default()
+        },
+    )
+    .await;
+    // Large requests the peer does not read fill the socket, then the queue.
+    let big = vec![b'x'; 600 << 10];
+    let fillers: Vec<_> = (0..3)
+        .map(|_| {
+            let (c, big) = (c.clone(), big.clone());
+            tokio::spawn(async move {
+                let _ = c.request(ping(&big), t(), Duration::from_secs(30)).await;
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The last request waits for room in the queue; its thread is busy past its deadline,
+    // and room comes while it is busy.
+    let caller = on_own_runtime({
+        let c = c.clone();
+        move || async move {
+            let request = c.request(ping(b"late"), t(), Duration::from_millis(100));
+            tokio::pin!(request);
+            let early = tokio::time::timeout(Duration::from_millis(20), &mut request).await;
+            assert!(
+                early.is_err(),
+                "the request did not wait for room: {early:?}"
+            );
+            std::thread::sleep(Duration::from_millis(400));
+            request.await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    release.send(()).unwrap();
+    let outcome = tokio::task::spawn_blocking(move || caller.join().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        outcome.is_err(),
+        "an overdue request got a reply: {outcome:?}"
+    );
+    let mut order = Vec::new();
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(500), seen.recv()).await
+    {
+        order.push(event);
+    }
+    let fillers_seen = order.iter().filter(|(k, _)| *k == "request").count();
+    assert!(
+        fillers_seen >= 3,
+        "the fillers did not all arrive: {order:?}"
+    );
+    // The late request has the highest id. If it reached the peer, a cancel came after it.
+    let late = order
+        .iter()
+        .filter(|(k, _)| *k == "request")
+        .map(|(_, id)| *id)
+        .max()
+        .unwrap();
+    if fillers_seen > 3 {
+        let at = order.iter().position(|e| *e == ("request", late)).unwrap();
+        assert!(
+            order[at..].contains(&("cancel", late)),
+            "the peer got an overdue request with no cancel behind it: {order:?}"
+        );
+    }
+    for f in fillers {
+        f.abort();
+    }
+    peer.abort();
+}
+
+#[tokio::test]
 async fn a_request_with_no_practical_deadline_is_answered() {
     let peer = start_peer(ConnectionConfig::default()).await;
     let c = client(&peer, ConnectionConfig::default()).await;

@@ -744,12 +744,12 @@ impl Supervisor {
         self.alive.load(Ordering::SeqCst)
     }
 
-    /// The flag set when the start-up probe answers.
+    /// The flag set at its first answer (the start-up probe's or a call's).
     pub fn ready_flag(&self) -> Arc<AtomicBool> {
         self.ready.clone()
     }
 
-    /// Alive, and its start-up probe answered (its mounts are in place).
+    /// Alive, and it answered once (its mounts are in place).
     pub fn is_ready(&self) -> bool {
         self.is_alive() && self.ready.load(Ordering::SeqCst)
     }
