@@ -380,30 +380,25 @@ impl Shared {
         }
     }
 
-    /// Queues a frame that is dropped should the queue be full (refusals, cancels,
-    /// going-away); with `write`, writes it now.
     /// Tells the peer to stop serving request `id`. Not bounded by the queue: a cancel is
     /// a few bytes that ends work, and one dropped for a full queue would leave the peer
     /// serving a request nobody waits for.
     fn send_cancel(&self, id: RequestId, trace: TraceContext) {
-        if self.is_closed() {
-            return;
-        }
-        match self.written(self.out.try_push(&cancel_frame(id, trace), false, true)) {
-            Ok(()) | Err(PushError::Closed) | Err(PushError::Full) | Err(PushError::Io(_)) => {}
-            Err(PushError::Encode(e)) => {
-                tracing::error!(error = %e, "dropping a cancel that does not encode");
-            }
+        if !self.is_closed() {
+            self.push_now(&cancel_frame(id, trace), false, true);
         }
     }
 
+    /// Queues a frame that is dropped should the queue be full (refusals, going-away);
+    /// with `write`, writes it now.
     fn send_or_drop(&self, env: &Envelope, write: bool) {
-        match self.written(self.out.try_push(env, true, write)) {
-            Ok(()) | Err(PushError::Closed) | Err(PushError::Full) => {}
-            Err(PushError::Encode(e)) => {
-                tracing::error!(error = %e, "dropping a message that does not encode");
-            }
-            Err(PushError::Io(_)) => {}
+        self.push_now(env, true, write);
+    }
+
+    /// Queues a frame without waiting for room; a frame that is not queued is dropped.
+    fn push_now(&self, env: &Envelope, bounded: bool, write: bool) {
+        if let Err(PushError::Encode(e)) = self.written(self.out.try_push(env, bounded, write)) {
+            tracing::error!(error = %e, "dropping a message that does not encode");
         }
     }
 

@@ -122,20 +122,7 @@ async fn a_request_due_while_its_caller_is_busy_is_cancelled_at_the_peer_though_
     // A peer that keeps no deadline of its own (an older or foreign server): only a
     // cancel stops its work. It reports the id of the request it got, then each cancel.
     let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
-    let (_dir, path, peer) = raw_peer("deaf", |mut fr, fw| async move {
-        use futures::StreamExt;
-        while let Some(Ok(frame)) = fr.next().await {
-            let env: antler_protocol::Envelope = antler_protocol::codec::decode(&frame).unwrap();
-            match env.body {
-                antler_protocol::Body::Request(_) => seen_tx.send(("request", env.id)).unwrap(),
-                antler_protocol::Body::Cancel => {
-                    seen_tx.send(("cancel", env.reply_to.unwrap())).unwrap()
-                }
-                _ => {}
-            }
-        }
-        drop(fw);
-    });
+    let (_dir, path, peer) = raw_peer("deaf", |fr, fw| report_requests(fr, fw, seen_tx));
     let c = dial_lead(
         path,
         ConnectionConfig {
@@ -184,20 +171,9 @@ async fn a_request_queued_past_its_deadline_is_not_served_without_a_cancel_behin
     // up), then reports every request and cancel it gets, in order.
     let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
     let (release, released) = tokio::sync::oneshot::channel::<()>();
-    let (_dir, path, peer) = raw_peer("slow", |mut fr, fw| async move {
-        use futures::StreamExt;
+    let (_dir, path, peer) = raw_peer("slow", |fr, fw| async move {
         let _ = released.await;
-        while let Some(Ok(frame)) = fr.next().await {
-            let env: antler_protocol::Envelope = antler_protocol::codec::decode(&frame).unwrap();
-            match env.body {
-                antler_protocol::Body::Request(_) => seen_tx.send(("request", env.id)).unwrap(),
-                antler_protocol::Body::Cancel => {
-                    seen_tx.send(("cancel", env.reply_to.unwrap())).unwrap()
-                }
-                _ => {}
-            }
-        }
-        drop(fw);
+        report_requests(fr, fw, seen_tx).await;
     });
     let c = dial_lead(
         path,
@@ -454,6 +430,25 @@ async fn a_silent_peer_is_declared_dead_after_missed_heartbeats() {
         other => panic!("unexpected {other:?}"),
     }
     holder.abort();
+}
+
+/// A peer that answers nothing and reports each request it reads (`"request"`, its id)
+/// and each cancel (`"cancel"`, the id it cancels), in order, until the connection ends.
+async fn report_requests(
+    mut fr: FrameReader,
+    fw: FrameWriter,
+    seen: tokio::sync::mpsc::UnboundedSender<(&'static str, antler_protocol::envelope::RequestId)>,
+) {
+    use futures::StreamExt;
+    while let Some(Ok(frame)) = fr.next().await {
+        let env: antler_protocol::Envelope = antler_protocol::codec::decode(&frame).unwrap();
+        match env.body {
+            antler_protocol::Body::Request(_) => seen.send(("request", env.id)).unwrap(),
+            antler_protocol::Body::Cancel => seen.send(("cancel", env.reply_to.unwrap())).unwrap(),
+            _ => {}
+        }
+    }
+    drop(fw);
 }
 
 /// A bare peer (no Antler server) at a socket in a new directory: it accepts one
