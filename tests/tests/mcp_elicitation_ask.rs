@@ -236,6 +236,7 @@ fn antler_run_names_the_elicitation_and_answers_it() {
             "run",
             "Collect my details",
             "--detach",
+            "--json",
             "--user",
             "alice",
             "--playbook",

@@ -402,6 +402,7 @@ fn a_cancelled_run_cancels_the_agents_prompt_and_stops_it() {
             "run",
             "Use the agent",
             "--detach",
+            "--json",
             "--playbook",
             &d.join("playbook.yaml").display().to_string(),
         ],

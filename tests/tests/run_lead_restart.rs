@@ -88,6 +88,7 @@ fn a_run_survives_kill_9_of_the_lead_and_delivers_exactly_once() {
             "run",
             "Write two files and present them",
             "--detach",
+            "--json",
             "--playbook",
             dir.join("playbook.yaml").to_str().unwrap(),
         ],

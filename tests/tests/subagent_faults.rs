@@ -177,6 +177,7 @@ fn a_task_outlives_a_killed_lead_and_the_resumed_run_collects_it_once() {
             "run",
             "Delegate",
             "--detach",
+            "--json",
             "--subagents",
             "--playbook",
             playbook.to_str().unwrap(),

@@ -126,6 +126,7 @@ impl Ops {
             "run",
             "Delegate the work",
             "--detach",
+            "--json",
             "--playbook",
             playbook,
         ];

@@ -7,8 +7,7 @@ use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use antler_protocol::{
     config::{
-        load_app_config, load_extensions_config, process_env, resolve_app_config_path,
-        resolve_extensions_path, AppConfig,
+        load_app_config, load_extensions_config, process_env, resolve_app_config_path, AppConfig,
     },
     messages::{McpReply, McpRequest, Reply, Request},
     Role,
@@ -18,7 +17,7 @@ use clap::Subcommand;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{forward, Ctx};
+use super::{extensions::ExtensionsFile, forward, Ctx};
 use crate::catalog::{
     assembly::{assemble, origins, AssemblyRequest, McpSourceTool, McpTools, Sources},
     Catalog, ToolSpec,
@@ -211,9 +210,12 @@ fn assembled_catalog(
 ) -> anyhow::Result<(crate::catalog::assembly::Assembled, Vec<String>)> {
     let (app, mut warnings) = load_config(config)?;
     let cwd = std::env::current_dir()?;
-    let extensions = match resolve_extensions_path(None, &cwd, &process_env)? {
-        Some(p) => Some(Arc::new(load_extensions_config(&p)?.value)),
-        None => None,
+    let config_path = resolve_app_config_path(config.map(|p| p.as_path()), &cwd, &process_env)?;
+    // Pinned, so an ephemeral cluster started for the MCP tools reads the same file.
+    let extensions = match super::extensions::pin(config_path.as_deref()) {
+        ExtensionsFile::Found(p) => Some(Arc::new(load_extensions_config(&p)?.value)),
+        ExtensionsFile::Unusable(why) => bail!("{why}"),
+        ExtensionsFile::NotFound => None,
     };
     let mcp = match catalog {
         Some(file) => read_catalog_file(file)?,

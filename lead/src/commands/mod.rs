@@ -6,6 +6,7 @@ pub mod chaos_stop;
 pub mod cluster;
 pub mod cluster_init;
 pub mod config;
+pub mod extensions;
 pub mod mcp;
 pub mod run;
 pub mod sandbox;
@@ -66,6 +67,8 @@ pub fn cluster_spec(
         // The hosts this cluster starts read the same file.
         std::env::set_var("ANTLER_CONFIG", path);
     }
+    // And the same extensions file: the one beside the config when none is named.
+    extensions::pin(config_path.as_deref());
     let runtime_dir = antler.runtime_dir.clone().unwrap_or(runtime_dir);
     let max = antler_protocol::config::MAX_WORKERS as u32;
     if workers.is_some_and(|n| n > max) {

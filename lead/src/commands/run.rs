@@ -7,25 +7,29 @@
 //! clarification is asked in the terminal and the run resumed with the answer.
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use antler_protocol::config::{process_env, resolve_app_config_path};
 use antler_protocol::envelope::TraceContext;
 use antler_protocol::messages::{
-    LeadReply, LeadRequest, PlaybookSource, Reply, Request, RunSubmission,
+    LeadReply, LeadRequest, PlaybookSource, Reply, Request, RunSubmission, SandboxReply,
+    SandboxRequest,
 };
+use antler_protocol::Role;
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use super::{cluster_spec, Ctx};
+use super::{cluster_spec, extensions::RUNNING_CLUSTER_EXTENSIONS, Ctx};
 use crate::cluster::LeadClient;
 
 /// The checkpoint file under the runtime directory.
 pub const CHECKPOINT_FILE: &str = "runs.sqlite";
 /// Deadline of a submission (preparing a run lists MCP tools and may wait for servers).
 const SUBMIT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Deadline of asking sandbox-host where the thread directories are.
+const BASE_DIR_TIMEOUT: Duration = Duration::from_secs(5);
 /// Deadline of following one run (heartbeats notice a lead that died long before).
 const WATCH_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
@@ -78,7 +82,8 @@ pub struct RunArgs {
     /// A bootstrap run: `setup_agent` is offered to create the agent.
     #[arg(long)]
     pub bootstrap: bool,
-    /// Submit the run and return at once with its id (needs a running cluster).
+    /// Submit the run and print its id alone (with --json, `{"run_id", "status"}`) at
+    /// once (needs a running cluster).
     #[arg(long)]
     pub detach: bool,
     /// Nobody will answer: `ask_clarification` is not offered to the model.
@@ -109,10 +114,12 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     // Someone can answer a clarification when the terminal is ours (asked right here) or
-    // a program reads --json (it answers with --resume RUN_ID --answer TEXT); otherwise
-    // the tool returns DeerFlow's "proceed with your best judgment" text.
+    // a program reads --json or --detach's id (it answers with --resume RUN_ID --answer
+    // TEXT); otherwise nobody can, and the model is not offered `ask_clarification` at
+    // all, as with --no-input.
     let interactive = !args.json && !args.detach && std::io::stdin().is_terminal();
     let clarification = !args.no_input && (interactive || args.json || args.detach);
+    let extensions = super::extensions::pin(config_path.as_deref());
     let spec = cluster_spec(ctx.runtime_dir.clone(), config_path.as_deref(), None)?;
     actix::System::new().block_on(async move {
         let client = crate::cluster::attach_or_start(spec, Duration::from_secs(15)).await?;
@@ -120,17 +127,36 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
             client.finish().await;
             bail!("--detach needs a running cluster (antler up): an ephemeral one ends with this command");
         }
+        // The MCP servers this run can use, before anything else: a run without them
+        // must not look like one with them.
+        if client.ephemeral.is_some() {
+            eprintln!("{extensions}");
+        } else {
+            eprintln!("{RUNNING_CLUSTER_EXTENSIONS}");
+        }
         let result = async {
             if let (Some(run_id), Some(id), Some(text)) =
                 (&args.resume, &args.elicitation, &args.answer)
             {
                 answer_elicitation(&client.connection, run_id, id, text).await?;
             }
+            // An elicitation's answer is not the clarification's.
+            let mut answer = args.answer.clone().filter(|_| args.elicitation.is_none());
+            if let (Some(run_id), None, None) = (&args.resume, &answer, &args.elicitation) {
+                // A run waiting for an answer is never carried on without one: the
+                // question is asked here, or the command says an answer is needed.
+                let view = run_view(&client, run_id).await?;
+                if view["status"] == "interrupted" {
+                    if !interactive {
+                        return anyhow::Ok(Followed::Stopped(view));
+                    }
+                    answer = Some(ask(view["question"].as_str().unwrap_or_default())?);
+                }
+            }
             let request = match &args.resume {
                 Some(run_id) => LeadRequest::ResumeRun {
                     run_id: run_id.clone(),
-                    // An elicitation's answer is not the clarification's.
-                    answer: args.answer.clone().filter(|_| args.elicitation.is_none()),
+                    answer,
                     playbook: playbook.clone(),
                 },
                 None => LeadRequest::SubmitRun(RunSubmission {
@@ -148,7 +174,8 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                         .map(|p| p.display().to_string()),
                     agent: args.agent.clone(),
                     bootstrap: args.bootstrap,
-                    interactive: !args.no_input,
+                    // Nobody to answer: `ask_clarification` is left out of the catalog.
+                    interactive: clarification,
                     subagents: args.subagents.then_some(true),
                     role: None,
                     idempotency_key: None,
@@ -156,7 +183,7 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
             };
             let run_id = started(&client, request).await?;
             if args.detach {
-                return Ok(json!({"run_id": run_id, "status": "running"}));
+                return Ok(Followed::Detached(run_id));
             }
             if !args.json && !args.trace {
                 eprintln!("run {run_id}");
@@ -182,18 +209,85 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                     .await?;
                     continue;
                 }
-                return anyhow::Ok(view);
+                return anyhow::Ok(Followed::Stopped(view));
             }
         }
         .await;
+        let followed = match result {
+            Ok(followed) => followed,
+            Err(e) => {
+                client.finish().await;
+                return Err(e);
+            }
+        };
+        let view = match followed {
+            Followed::Detached(run_id) => {
+                client.finish().await;
+                if args.json {
+                    println!("{}", json!({"run_id": run_id, "status": "running"}));
+                } else {
+                    println!("{run_id}");
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            Followed::Stopped(view) => view,
+        };
+        // Where the artifacts are on this machine: asked of sandbox-host before an
+        // ephemeral cluster goes.
+        let base_dir = if args.json { None } else { sandbox_base_dir(&client).await };
         client.finish().await;
-        let view = result?;
-        print_outcome(&view, args.json || args.detach)?;
-        Ok(match view["status"].as_str() {
-            Some("success" | "interrupted" | "running") => ExitCode::SUCCESS,
-            _ => ExitCode::from(1),
-        })
+        if args.json {
+            println!("{}", serde_json::to_string(&view)?);
+        } else {
+            print!("{}", outcome_text(&view, base_dir.as_deref()));
+        }
+        Ok(exit_code(&view))
     })
+}
+
+/// The exit status of `antler run` when the run waits for an answer to its clarification
+/// (`antler run --resume RUN_ID --answer TEXT` gives it). 0 is success (or, with
+/// --detach, submitted), 1 a failed run, 2 a command that could not be carried out.
+pub const EXIT_NEEDS_ANSWER: u8 = 3;
+
+/// How following a run ended.
+enum Followed {
+    /// `--detach`: submitted, not followed.
+    Detached(String),
+    /// The run stopped (or waits for an answer); its view.
+    Stopped(Value),
+}
+
+/// The command's exit status for a run's view.
+fn exit_code(view: &Value) -> ExitCode {
+    match view["status"].as_str() {
+        Some("success" | "running") => ExitCode::SUCCESS,
+        Some("interrupted") => ExitCode::from(EXIT_NEEDS_ANSWER),
+        _ => ExitCode::from(1),
+    }
+}
+
+/// The run's view now.
+async fn run_view(client: &LeadClient, run_id: &str) -> anyhow::Result<Value> {
+    let request = LeadRequest::GetRun {
+        run_id: run_id.to_owned(),
+    };
+    match super::lead_request(client, request).await? {
+        LeadReply::Run { json } => {
+            serde_json::from_str(&json).context("the lead sent a run view that is not JSON")
+        }
+        other => bail!("unexpected reply from the lead: {other:?}"),
+    }
+}
+
+/// Where sandbox-host keeps thread directories on this machine, when it answers.
+async fn sandbox_base_dir(client: &LeadClient) -> Option<PathBuf> {
+    let request = Request::Sandbox(SandboxRequest::Status);
+    let reply = super::forward_with(client, Role::SandboxHost, 0, request, BASE_DIR_TIMEOUT);
+    match reply.await {
+        Ok(Reply::Sandbox(SandboxReply::Status(status))) => Some(PathBuf::from(status.base_dir)),
+        _ => None,
+    }
 }
 
 /// Sends a submission or resumption; the run's id.
@@ -403,7 +497,6 @@ fn print_task_event(event: &Value) {
     }
 }
 
-/// Shows the clarification question and reads the answer from the terminal.
 /// Sends the answer `text` to elicitation `id` of `run_id`.
 async fn answer_elicitation(
     connection: &antler_protocol::Connection,
@@ -530,6 +623,7 @@ fn ask_fields(event: &Value) -> anyhow::Result<String> {
     Ok(Value::Object(content).to_string())
 }
 
+/// Shows the clarification question and reads the answer from the terminal.
 fn ask(question: &str) -> anyhow::Result<String> {
     eprintln!("\n{question}\n");
     eprint!("> ");
@@ -539,30 +633,78 @@ fn ask(question: &str) -> anyhow::Result<String> {
     Ok(answer.trim().to_owned())
 }
 
-fn print_outcome(view: &Value, as_json: bool) -> anyhow::Result<()> {
-    if as_json {
-        println!("{}", serde_json::to_string(view)?);
-        return Ok(());
-    }
+/// What `antler run` prints on stdout when the run stops: the answer (or the question,
+/// or the error), each artifact with its file on this machine, and the delivery receipt
+/// in words.
+fn outcome_text(view: &Value, base_dir: Option<&Path>) -> String {
     let text = |key: &str| view[key].as_str().unwrap_or_default().to_owned();
-    match view["status"].as_str() {
-        Some("success") => println!("{}", text("final_answer")),
-        Some("interrupted") => println!(
-            "{}\n\n(the run waits for an answer: antler run --resume {} --answer TEXT)",
+    let mut out = match view["status"].as_str() {
+        Some("success") => format!("{}\n", text("final_answer")),
+        Some("interrupted") => format!(
+            "{}\n\n(the run waits for an answer: antler run --resume {} --answer TEXT)\n",
             text("question"),
             text("run_id")
         ),
-        Some("running") => println!("run {} is running", text("run_id")),
-        _ => println!(
-            "run failed: {}",
+        Some("running") => format!("run {} is running\n", text("run_id")),
+        _ => format!(
+            "run failed: {}\n",
             view["error"].as_str().unwrap_or("unknown error")
         ),
-    }
+    };
     for artifact in view["artifacts"].as_array().into_iter().flatten() {
-        println!("artifact: {}", artifact.as_str().unwrap_or_default());
+        let sandbox_path = artifact.as_str().unwrap_or_default();
+        let on_host = base_dir.and_then(|base| host_path(base, view, sandbox_path));
+        match on_host {
+            Some(path) => out.push_str(&format!(
+                "artifact: {sandbox_path} (on this machine: {})\n",
+                path.display()
+            )),
+            None => out.push_str(&format!("artifact: {sandbox_path}\n")),
+        }
     }
-    if !view["delivery"].is_null() {
-        println!("delivery: {}", serde_json::to_string(&view["delivery"])?);
+    if let Some(delivery) = delivery_text(&view["delivery"]) {
+        out.push_str(&format!("delivery: {delivery}\n"));
     }
-    Ok(())
+    out
+}
+
+/// The file behind a sandbox path of the run's thread:
+/// `BASE/users/USER/threads/THREAD/user-data/...`.
+fn host_path(base_dir: &Path, view: &Value, sandbox_path: &str) -> Option<PathBuf> {
+    let user = view["user"].as_str()?;
+    let thread = view["thread"].as_str()?;
+    let relative = antler_protocol::thread_dir::relative(sandbox_path).ok()?;
+    Some(
+        base_dir
+            .join("users")
+            .join(user)
+            .join("threads")
+            .join(thread)
+            .join("user-data")
+            .join(relative),
+    )
+}
+
+/// The delivery receipt in words: its stage, what was produced and presented.
+fn delivery_text(receipt: &Value) -> Option<String> {
+    if receipt.is_null() {
+        return None;
+    }
+    let count = |key: &str| receipt[key].as_array().map_or(0, Vec::len);
+    let presented = receipt["presented"].as_u64().unwrap_or(0);
+    let produced = count("produced_paths");
+    let matched = count("matched_paths");
+    Some(match receipt["stage"].as_str() {
+        Some("presented") => format!(
+            "delivered: {matched} of {produced} output(s) the run produced presented ({presented} file(s) presented)"
+        ),
+        Some("mismatched") => format!(
+            "NOT delivered: {presented} file(s) presented, none of the {produced} output(s) the run produced"
+        ),
+        Some("not_started") => format!(
+            "NOT delivered: the run produced {produced} output(s) and presented none"
+        ),
+        Some(other) => format!("{other}: {presented} file(s) presented, {produced} output(s) produced"),
+        None => format!("{presented} file(s) presented; the run produced no outputs"),
+    })
 }

@@ -68,6 +68,39 @@ pub fn resolve_extensions_path(
         .find(|candidate| candidate.is_file()))
 }
 
+/// [`resolve_extensions_path`] for a command that was given `config.yaml`: after the
+/// explicit path and the variables, the usual names beside `config` come before those in
+/// `project_dir`, so `--config examples/report/config.yaml` from anywhere finds
+/// `examples/report/extensions_config.json`.
+pub fn resolve_extensions_beside(
+    explicit: Option<&Path>,
+    config: Option<&Path>,
+    project_dir: &Path,
+    env: EnvLookup<'_>,
+) -> Result<Option<PathBuf>, ConfigError> {
+    let named = explicit.is_some()
+        || [ANTLER_EXTENSIONS_ENV, DEERFLOW_EXTENSIONS_ENV]
+            .iter()
+            .any(|var| env(var).is_some_and(|v| !v.is_empty()));
+    let beside = config.and_then(Path::parent).map(|dir| {
+        if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        }
+    });
+    if let (false, Some(dir)) = (named, beside) {
+        let found = EXTENSIONS_FILE_NAMES
+            .iter()
+            .map(|name| dir.join(name))
+            .find(|candidate| candidate.is_file());
+        if found.is_some() {
+            return Ok(found);
+        }
+    }
+    resolve_extensions_path(explicit, project_dir, env)
+}
+
 /// `Some(path)` when the named file exists, else DeerFlow's `FileNotFoundError`.
 fn named_file(
     what: &'static str,
@@ -78,5 +111,37 @@ fn named_file(
         Ok(Some(path))
     } else {
         Err(ConfigError::NotFound { what, path, origin })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn the_extensions_file_beside_config_comes_before_the_working_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let example = root.path().join("examples/report");
+        std::fs::create_dir_all(&example).unwrap();
+        let beside = example.join("extensions_config.json");
+        std::fs::write(&beside, "{}").unwrap();
+        let cwd_file = root.path().join("extensions_config.json");
+        std::fs::write(&cwd_file, "{}").unwrap();
+        let config = example.join("config.yaml");
+        let found = resolve_extensions_beside(None, Some(&config), root.path(), &no_env);
+        assert_eq!(found.unwrap(), Some(beside));
+        // Without a config, the working directory's file.
+        let found = resolve_extensions_beside(None, None, root.path(), &no_env);
+        assert_eq!(found.unwrap(), Some(cwd_file.clone()));
+        // A variable wins over the file beside the config.
+        let env =
+            |var: &str| (var == ANTLER_EXTENSIONS_ENV).then(|| cwd_file.display().to_string());
+        let found = resolve_extensions_beside(None, Some(&config), root.path(), &env);
+        assert_eq!(found.unwrap(), Some(cwd_file));
     }
 }

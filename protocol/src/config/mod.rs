@@ -45,8 +45,8 @@ pub use gateway::{
     valid_user, GatewaySection, JwtSection, StaticPrincipal, GATEWAY_KEYS, JWT_ALGORITHMS, JWT_KEYS,
 };
 pub use location::{
-    resolve_app_config_path, resolve_extensions_path, ANTLER_CONFIG_ENV, ANTLER_EXTENSIONS_ENV,
-    DEERFLOW_CONFIG_ENV, DEERFLOW_EXTENSIONS_ENV, EXTENSIONS_FILE_NAMES,
+    resolve_app_config_path, resolve_extensions_beside, resolve_extensions_path, ANTLER_CONFIG_ENV,
+    ANTLER_EXTENSIONS_ENV, DEERFLOW_CONFIG_ENV, DEERFLOW_EXTENSIONS_ENV, EXTENSIONS_FILE_NAMES,
 };
 pub use oauth::{GrantType, McpOAuthConfig, OAuthFlow, JWT_BEARER_GRANT, SIGNING_ALGORITHMS};
 pub use routing::{clamp_priority, EffectiveRouting, McpRoutingConfig, McpToolConfig, RoutingMode};

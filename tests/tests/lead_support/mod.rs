@@ -179,9 +179,9 @@ impl LeadCluster {
         path.display().to_string()
     }
 
-    /// Submits a run with `antler run --detach`; its id.
+    /// Submits a run with `antler run --detach --json`; its id.
     pub fn submit(&self, task: &str, playbook: &str, extra: &[&str]) -> String {
-        let mut args = vec!["run", task, "--detach", "--playbook", playbook];
+        let mut args = vec!["run", task, "--detach", "--json", "--playbook", playbook];
         args.extend_from_slice(extra);
         let out = antler(&self.runtime(), &args);
         let submitted: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
