@@ -182,6 +182,10 @@ impl ToolHosts for LinkHosts {
         })
     }
 
+    fn linked(&self, role: Role) -> BoxFuture<'_, bool> {
+        Box::pin(super::readiness::any_linked(&self.supervisor, role))
+    }
+
     fn pinned_address(&self, role: Role, key: &str) -> BoxFuture<'_, Option<String>> {
         let key = key.to_owned();
         Box::pin(async move {

@@ -197,6 +197,16 @@ impl Metrics {
         );
         let _ = writeln!(
             out,
+            "# HELP antler_http_clients_built_total HTTP clients (model endpoints, web backends) this lead built; one per client configuration, not per run."
+        );
+        let _ = writeln!(out, "# TYPE antler_http_clients_built_total counter");
+        let _ = writeln!(
+            out,
+            "antler_http_clients_built_total {}",
+            crate::run::http_clients::clients_built()
+        );
+        let _ = writeln!(
+            out,
             "# HELP antler_model_tokens_total Tokens model providers reported, by kind."
         );
         let _ = writeln!(out, "# TYPE antler_model_tokens_total counter");

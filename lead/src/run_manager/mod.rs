@@ -4,6 +4,7 @@
 //! gateway's server-sent events), resumes the runs a crash left `running` when the lead
 //! starts, and feeds [`metrics::Metrics`]. `hosts` reaches sandbox-host and mcp-host
 //! through the supervisor's links; `prepare` turns a submission into a ready run loop;
+//! `readiness` says whether runs can be prepared yet (`/ready`);
 //! `view` is the JSON shape of a run for the CLI and the HTTP API; `elicitations` the
 //! questions a run's MCP calls wait on.
 
@@ -13,4 +14,5 @@ pub mod hosts;
 pub mod manager;
 pub mod metrics;
 pub mod prepare;
+pub mod readiness;
 pub mod view;

@@ -4,13 +4,14 @@
 //! extensions and mcp-host's tool list whenever they change, and shared by every run of
 //! one catalog version), the thread's directories on sandbox-host's base directory, and
 //! the run's record in the checkpoint store. Resuming rebuilds the same from the record.
-//! A run never waits on an MCP server that is not ready, and an extensions file that
+//! A run submitted while the hosts are still starting waits for their links (at most
+//! [`HOSTS_START_WAIT`]); it never waits on an MCP server that is not ready, and an extensions file that
 //! does not load (caught half-written) gives way to the last good one: both become
 //! warnings of the run.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::Addr;
 use antler_protocol::config::{
@@ -42,6 +43,8 @@ use crate::run::task::delegation::Delegator;
 use crate::run::thread_files::{ThreadFiles, ThreadFilesMode};
 use crate::run::web::WebTools;
 use crate::subagents::delegator::LeadDelegator;
+
+use super::readiness::{wait_linked, HOSTS_START_WAIT};
 
 /// How a run records a scripted model, to resume it with the same playbook.
 pub const SCRIPTED_PREFIX: &str = "scripted:";
@@ -319,6 +322,10 @@ impl RunEnv {
             .as_ref()
             .is_some_and(|e| e.mcp_servers.values().any(|s| s.enabled));
         let mcp = if any_server {
+            // mcp-host may still be starting (a run submitted with the cluster): wait
+            // for its link; one that does not come leaves the run without MCP tools.
+            let until = Instant::now() + HOSTS_START_WAIT;
+            wait_linked(self.hosts.as_ref(), Role::McpHost, until).await;
             match discover_mcp(self.hosts.as_ref()).await {
                 Ok(discovery) => {
                     if let Some(warning) = not_ready_warning(&discovery.not_ready) {
@@ -421,6 +428,20 @@ impl RunEnv {
         }
     }
 
+    /// Waits (at most [`HOSTS_START_WAIT`]) for a linked sandbox-host, which every run
+    /// needs at once: a run submitted while the cluster is still starting waits for it
+    /// instead of failing with "unreachable". Returns at once when it is linked; when it
+    /// does not come, the run's first request to it says why.
+    async fn wait_for_sandbox_host(&self) {
+        let until = Instant::now() + HOSTS_START_WAIT;
+        if !wait_linked(self.hosts.as_ref(), Role::SandboxHost, until).await {
+            tracing::warn!(
+                "sandbox-host is not linked after {}s; the run cannot be prepared",
+                HOSTS_START_WAIT.as_secs()
+            );
+        }
+    }
+
     /// Where sandbox-host keeps thread directories (asked once, then remembered).
     pub async fn base_dir(&self) -> Result<PathBuf, PrepareError> {
         if let Some(dir) = self
@@ -505,6 +526,7 @@ impl RunEnv {
             .clone()
             .unwrap_or_else(|| run_id.to_owned());
         check_id("thread", &thread)?;
+        self.wait_for_sandbox_host().await;
         let config_override = submission.config.as_deref().map(Path::new);
         let app = self.load_config(config_override)?;
         // The custom agent's files: its model and tool groups shape the run from the start.
@@ -642,6 +664,7 @@ impl RunEnv {
                 status: "cancelled".to_owned(),
             });
         }
+        self.wait_for_sandbox_host().await;
         let app = self.load_config(None)?;
         let label = match playbook {
             Some(path) => format!("{SCRIPTED_PREFIX}{path}"),
@@ -798,7 +821,9 @@ impl RunEnv {
                 app.subagents.max_concurrent as usize,
                 app.subagents.max_total_per_run as usize,
             ),
-            web: Some(Arc::new(WebTools::from_config(&app.tools))),
+            web: Some(WebTools::from_config(&app.tools))
+                .filter(|web| !web.is_empty())
+                .map(Arc::new),
             acp: {
                 let extensions = self.feed().last_good_extensions.clone().flatten();
                 crate::run::acp::AcpCalls::from_config(app, extensions.as_deref()).map(Arc::new)

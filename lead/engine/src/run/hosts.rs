@@ -147,6 +147,12 @@ pub trait ToolHosts: Send + Sync {
         self.request(role, request, timeout)
     }
 
+    /// Whether a request to `role` would find a connection now (`false`: its host is
+    /// still starting, or away). By default yes: the request itself says otherwise.
+    fn linked(&self, _role: Role) -> BoxFuture<'_, bool> {
+        Box::pin(async { true })
+    }
+
     /// The address of the replica of `role` that `key` (a sandbox id) is pinned to, so a
     /// subagent task of the thread uses the same one (`None`: whichever the worker has).
     fn pinned_address(&self, _role: Role, _key: &str) -> BoxFuture<'_, Option<String>> {

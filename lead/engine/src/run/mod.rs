@@ -1,6 +1,7 @@
 //! A run: an agent's model and tool loop over one `ThreadState` (spec 3, 4, 8), the
 //! same for the lead's runs and a subagent's task. `state` holds the reducers, `model`
-//! the chat model trait and the scripted model, `openai` the OpenAI-compatible model,
+//! the chat model trait and the scripted model, `openai` the OpenAI-compatible model, `http_clients`
+//! the process's shared HTTP clients,
 //! `prompt` the system prompts, `middleware` DeerFlow's tool-call middlewares,
 //! `builtins` and `view_image` the tools executed by the engine, `execute` where each
 //! call runs, `hosts` the way to sandbox-host and mcp-host, `lease` the run's lease on its
@@ -17,6 +18,7 @@ pub mod builtins;
 pub mod context;
 pub mod execute;
 pub mod hosts;
+pub mod http_clients;
 pub mod journal;
 pub mod lease;
 pub mod mcp_result;

@@ -1,6 +1,6 @@
 //! [`OpenAiModel`]: a [`ChatModel`] over any OpenAI-compatible `/chat/completions`
-//! endpoint (OpenAI, DeepSeek, vLLM, Ollama, llama.cpp...). It owns one HTTP client and
-//! one endpoint; each call streams the reply (a server that answers with plain JSON is
+//! endpoint (OpenAI, DeepSeek, vLLM, Ollama, llama.cpp...). It owns one endpoint and a
+//! handle on the process's shared HTTP client (built once, see `http_clients`); each call streams the reply (a server that answers with plain JSON is
 //! read too), retries 429, 5xx and connection errors (a stream cut mid-reply included)
 //! with backoff, and runs each attempt under a deadline and an idle-stream deadline; a
 //! deadline that passes is final, not retried. The API key never leaves the
@@ -33,6 +33,7 @@ use serde_json::Value;
 pub use config::{ApiKey, OpenAiConfig, USE_CHAT_DEEPSEEK, USE_CHAT_OPENAI};
 pub use retry::RetryPolicy;
 
+use super::http_clients::{shared_client, ClientKind};
 use super::model::{ChatModel, ModelError, ModelReply, ModelRequest};
 use wire::{ReplyAssembler, SseDecoder, SseEvent};
 
@@ -77,13 +78,14 @@ enum Failure {
 impl OpenAiModel {
     /// A model for `config`.
     pub fn new(config: OpenAiConfig) -> Result<OpenAiModel, ModelError> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .build()
-            .map_err(|e| ModelError::InvalidConfig {
-                model: config.name.clone(),
-                message: format!("cannot build the HTTP client: {}", error_chain(&e)),
-            })?;
+        // One client per connect timeout in the process, shared by every run and model.
+        let http = shared_client(ClientKind::Model {
+            connect_timeout: config.connect_timeout,
+        })
+        .map_err(|e| ModelError::InvalidConfig {
+            model: config.name.clone(),
+            message: format!("cannot build the HTTP client: {}", error_chain(&e)),
+        })?;
         Ok(OpenAiModel {
             endpoint: config.endpoint(),
             config,

@@ -415,3 +415,18 @@ fn model_from_config_picks_by_name_or_builds_the_environment_default() {
         "no model named `gpt`; configured models: smollm2"
     );
 }
+
+#[test]
+fn models_of_one_configuration_share_one_http_client() {
+    use crate::run::http_clients::{builds_of, ClientKind};
+    // A connect timeout no other test uses: this test's client kind alone.
+    let connect_timeout = Duration::from_millis(7_331);
+    let kind = ClientKind::Model { connect_timeout };
+    for run in 0..4 {
+        let mut config = OpenAiConfig::new(&format!("m{run}"), "gpt", "http://127.0.0.1:9/v1");
+        config.connect_timeout = connect_timeout;
+        OpenAiModel::new(config).unwrap();
+    }
+    // Each build parses the system's CA store: four runs, one build.
+    assert_eq!(builds_of(kind), 1);
+}

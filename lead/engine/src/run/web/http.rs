@@ -10,9 +10,10 @@ use reqwest::header::{HeaderMap, CONTENT_TYPE, LOCATION};
 use reqwest::{Client, RequestBuilder, StatusCode, Url};
 
 use super::guard::{parse_http_url, GuardPolicy, Refusal, Target};
+use crate::run::http_clients::{shared_client, ClientKind};
 
-/// Redirects the guarded fetch follows.
-pub const MAX_REDIRECTS: usize = 5;
+/// Redirects the guarded fetch (and a backend's API client) follows.
+pub const MAX_REDIRECTS: usize = crate::run::http_clients::API_MAX_REDIRECTS;
 /// The largest body read from a backend's API.
 pub const MAX_API_BODY: usize = 8 * 1024 * 1024;
 /// The largest page body the guarded fetch reads (more is cut off).
@@ -39,14 +40,19 @@ impl HttpError {
             return HttpError::Timeout(secs(deadline));
         }
         // reqwest's own text is "error sending request"; the cause says what happened.
-        let mut text = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(cause) = source {
-            text = format!("{text}: {cause}");
-            source = cause.source();
-        }
-        HttpError::Request(text)
+        HttpError::Request(chain(&e))
     }
+}
+
+/// An error and its causes, joined by `: `.
+fn chain(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        text = format!("{text}: {cause}");
+        source = cause.source();
+    }
+    text
 }
 
 /// Seconds as Python prints a float or an int (`30` for 30 s, `2.5` for 2.5 s).
@@ -89,23 +95,20 @@ pub struct RawResponse {
     pub body: Vec<u8>,
 }
 
-/// The client backends' API calls share.
+/// The client backends' API calls share: a handle on the process's one web API client
+/// (built on first use, see `http_clients`).
 #[derive(Clone, Debug)]
 pub struct ApiClient {
     client: Client,
 }
 
 impl ApiClient {
-    pub fn new() -> ApiClient {
-        // Invariant: building fails only when the TLS backend cannot start; the lead's
-        // model client and gateway build the same rustls stack at start-up, so a process
-        // that got here has one (the default client would panic otherwise).
-        let client = Client::builder()
-            .redirect(reqwest::redirect::Policy::limited(MAX_REDIRECTS))
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .unwrap_or_default();
-        ApiClient { client }
+    /// The process's web API client (built the first time a web tool needs it).
+    pub fn new() -> Result<ApiClient, HttpError> {
+        let client = shared_client(ClientKind::WebApi).map_err(|e| {
+            HttpError::Request(format!("cannot build the HTTP client: {}", chain(&e)))
+        })?;
+        Ok(ApiClient { client })
     }
 
     pub fn get(&self, url: &str) -> RequestBuilder {
@@ -157,12 +160,6 @@ impl ApiClient {
         tokio::time::timeout(deadline, work)
             .await
             .unwrap_or_else(|_| Err(HttpError::Timeout(secs(deadline))))
-    }
-}
-
-impl Default for ApiClient {
-    fn default() -> Self {
-        ApiClient::new()
     }
 }
 

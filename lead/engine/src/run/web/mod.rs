@@ -42,7 +42,6 @@ pub struct WebTools {
     backends: HashMap<String, Backend>,
     /// Entry name → its extra keys.
     entries: HashMap<String, ToolEntry>,
-    client: ApiClient,
 }
 
 /// What one backend call has at hand.
@@ -125,6 +124,11 @@ impl WebTools {
         web
     }
 
+    /// Whether no web tool is configured.
+    pub fn is_empty(&self) -> bool {
+        self.backends.is_empty()
+    }
+
     /// Whether `name` is one of these web tools.
     pub fn handles(&self, name: &str) -> bool {
         self.backends.contains_key(name)
@@ -139,11 +143,17 @@ impl WebTools {
         files: &dyn ThreadFiles,
     ) -> Option<Result<StateUpdate, ToolFailure>> {
         let backend = *self.backends.get(&call.name)?;
+        // The process's API client, built at the first web call (never for a config
+        // without web tools, or runs that call none).
+        let client = match ApiClient::new() {
+            Ok(client) => client,
+            Err(e) => return Some(Err(ToolFailure::new("ConnectionError", e.to_string()))),
+        };
         let empty = serde_json::Map::new();
         let args = call.args.as_object().unwrap_or(&empty);
         let web_call = WebCall {
             tools: self,
-            client: &self.client,
+            client: &client,
             args,
             limit,
             files,
