@@ -377,8 +377,8 @@ fn every_container_has_requests_limits_probes_and_real_flags() {
                     assert!(known.contains(flag), "{at}: {command:?} has no flag {flag}");
                 }
 
-                // Probes on the port the process serves: the gateway's /health for the
-                // lead, the listen port for a host.
+                // Probes on the port the process serves: the gateway's /ready and
+                // /health for the lead, the listen port for a host.
                 let ports = c["ports"].as_array().unwrap();
                 let port_number = |p: &Value| -> u64 {
                     match p {
@@ -411,7 +411,13 @@ fn every_container_has_requests_limits_probes_and_real_flags() {
                 for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
                     let p = &c[probe];
                     let port = if p["httpGet"].is_object() {
-                        assert_eq!(p["httpGet"]["path"], "/health", "{at}: {probe}");
+                        // Liveness is the process answering; start-up and readiness
+                        // wait until runs can be prepared (the hosts linked).
+                        let path = match probe {
+                            "livenessProbe" => "/health",
+                            _ => "/ready",
+                        };
+                        assert_eq!(p["httpGet"]["path"], path, "{at}: {probe}");
                         port_number(&p["httpGet"]["port"])
                     } else {
                         assert!(p["tcpSocket"].is_object(), "{at}: {probe}");
