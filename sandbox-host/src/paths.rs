@@ -70,9 +70,39 @@ impl ThreadPaths {
         }
     }
 
-    /// Creates the directories (mode 0777, as DeerFlow does, so an unprivileged sandbox
-    /// user can write them). Existing directories and their files are kept.
+    /// `{base}/users/{uid}`: every thread of the user (and, with a disk quota, the
+    /// mount point of the user's own filesystem).
+    pub fn user_dir(&self) -> PathBuf {
+        self.root
+            .parent()
+            .and_then(Path::parent)
+            .map(Path::to_path_buf)
+            // `root` is always `{base}/users/{uid}/threads/{tid}` (see `new`).
+            .unwrap_or_else(|| self.root.clone())
+    }
+
+    /// Creates the user's directory and `threads/` in it, both private to the sandbox's
+    /// user; `users/` above them lets that user through without listing who else is there.
+    pub fn create_parents(&self) -> io::Result<()> {
+        let user_dir = self.user_dir();
+        let threads = user_dir.join("threads");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(PRIVATE_DIR_MODE)
+            .create(&threads)?;
+        if let Some(users) = user_dir.parent() {
+            std::fs::set_permissions(users, std::fs::Permissions::from_mode(USERS_DIR_MODE))?;
+        }
+        make_private(&user_dir)?;
+        make_private(&threads)
+    }
+
+    /// Creates the directories, each owned by the user the sandbox runs as
+    /// ([`sandbox_owner`]) with no access for anyone else (0700): another local user can
+    /// neither read nor replace a thread's files. Existing directories and their files
+    /// are kept; directories an older version made 0777 are narrowed.
     pub fn create(&self) -> io::Result<()> {
+        self.create_parents()?;
         for dir in [
             &self.workspace,
             &self.uploads,
@@ -81,13 +111,51 @@ impl ThreadPaths {
         ] {
             std::fs::DirBuilder::new()
                 .recursive(true)
-                .mode(0o777)
+                .mode(PRIVATE_DIR_MODE)
                 .create(dir)?;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))?;
         }
-        std::fs::set_permissions(&self.user_data, std::fs::Permissions::from_mode(0o777))?;
+        for dir in [
+            &self.root,
+            &self.user_data,
+            &self.workspace,
+            &self.uploads,
+            &self.outputs,
+            &self.acp_workspace,
+        ] {
+            make_private(dir)?;
+        }
         Ok(())
     }
+}
+
+/// The mode of a user's and a thread's directories: the sandbox's user only.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+/// The mode of `{base}/users`: the sandbox's user passes through to its own directory,
+/// nobody lists the users.
+pub const USERS_DIR_MODE: u32 = 0o711;
+
+/// The (uid, gid) a sandbox's processes run as, when it is not this process's own:
+/// bubblewrap runs as `nobody` when sandbox-host is root.
+pub fn sandbox_owner() -> Option<(u32, u32)> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    root.then_some((crate::provider::bwrap::NOBODY, crate::provider::bwrap::NOBODY))
+}
+
+/// Gives `dir` to the sandbox's user, mode [`PRIVATE_DIR_MODE`]. A link is refused (never
+/// followed): these directories are made here, never by a sandbox.
+fn make_private(dir: &Path) -> io::Result<()> {
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(io::Error::other(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    if let Some((uid, gid)) = sandbox_owner() {
+        std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(PRIVATE_DIR_MODE))
 }
 
 /// A validated virtual path: a handle on its family's root and the path beneath it.

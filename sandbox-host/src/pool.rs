@@ -248,10 +248,7 @@ impl SandboxPool {
         let ready = self.prewarmed.iter().position(Prewarmed::is_ready)?;
         let p = self.prewarmed.remove(ready);
         let moved = thread
-            .root
-            .parent()
-            .map(std::fs::create_dir_all)
-            .unwrap_or(Ok(()))
+            .create_parents()
             .and_then(|()| std::fs::rename(&p.slot.root, &thread.root));
         match moved {
             Ok(()) => {

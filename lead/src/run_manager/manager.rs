@@ -304,7 +304,7 @@ fn failed_view(record: &RunRecord, error: &str) -> Value {
         "artifacts": [],
         "delivery": null,
         "stop_reason": null,
-        "token_usage": crate::run::state::TokenUsage::default(),
+        "token_usage": null,
     })
 }
 

@@ -1,7 +1,8 @@
 //! A run as the CLI and the HTTP API show it: `run_id`, `status` (`running`, `success`,
 //! `error`, `interrupted`), `user`, `thread`, `task`, `final_answer`, `question`,
 //! `error`, `artifacts`, `delivery`, `stop_reason` and `token_usage` (`input_tokens`,
-//! `output_tokens`, `total_tokens`, as the model provider reported them). Built from the outcome of a drive,
+//! `output_tokens`, `total_tokens`, as the model provider reported them; `null` when it
+//! reported none). Built from the outcome of a drive,
 //! or from the checkpoint store for a run this lead is not driving.
 
 use serde_json::{json, Value};
@@ -28,7 +29,7 @@ pub fn from_outcome(record: &RunRecord, outcome: &RunOutcome) -> Value {
         })),
         "delivery": outcome.delivery,
         "stop_reason": outcome.stop_reason,
-        "token_usage": outcome.token_usage,
+        "token_usage": outcome.token_usage.reported(),
     })
 }
 
@@ -65,6 +66,6 @@ pub fn from_store(store: &CheckpointStore, record: &RunRecord) -> Result<Value, 
         })),
         "delivery": store.receipt(&record.run_id)?,
         "stop_reason": state.as_ref().and_then(|s| s.stop_reason),
-        "token_usage": state.as_ref().map(|s| s.token_usage).unwrap_or_default(),
+        "token_usage": state.as_ref().and_then(|s| s.token_usage.reported()),
     }))
 }

@@ -143,16 +143,55 @@ fn root_args() -> Vec<OsString> {
     a
 }
 
-/// Whether bubblewrap can create its namespaces here: `Ok(version)` or why not.
-pub fn probe() -> Result<String, String> {
-    let version = std::process::Command::new(bwrap_binary())
-        .arg("--version")
-        .output()
-        .map_err(|e| format!("cannot run bwrap: {e}"))?;
-    let version = String::from_utf8_lossy(&version.stdout)
-        .trim()
-        .trim_start_matches("bubblewrap ")
-        .to_string();
+/// Whether this bubblewrap has `--disable-userns` and it works here: checked once (its
+/// `--help`, then a sandbox started with it).
+pub fn userns_lockdown() -> bool {
+    static LOCKDOWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LOCKDOWN.get_or_init(|| {
+        let help = std::process::Command::new(bwrap_binary())
+            .arg("--help")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).contains("--disable-userns"))
+            .unwrap_or(false);
+        help && run_probe(LOCKDOWN_ARGS, &[]).is_ok()
+    })
+}
+
+/// The arguments of the user-namespace lockdown: a user namespace of the sandbox's own in
+/// which no further one can be made.
+const LOCKDOWN_ARGS: &[&str] = &["--unshare-user", "--disable-userns"];
+
+/// Lets the child inherit `fds` (cleared close-on-exec between fork and exec).
+fn inherit_fds(cmd: &mut std::process::Command, fds: Vec<libc::c_int>) {
+    // SAFETY: fcntl in the child between fork and exec (async-signal-safe).
+    unsafe {
+        cmd.pre_exec(move || {
+            for fd in &fds {
+                if libc::fcntl(*fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The arguments that hand the seccomp programs in `files` to bubblewrap.
+fn seccomp_flags(files: &[OwnedFd]) -> Vec<OsString> {
+    files
+        .iter()
+        .flat_map(|f| {
+            [
+                OsString::from("--add-seccomp-fd"),
+                OsString::from(f.as_raw_fd().to_string()),
+            ]
+        })
+        .collect()
+}
+
+/// Starts `true` in a sandbox shaped as the real ones (the seccomp programs of `seccomp`
+/// loaded, `extra` added): `Err` with bubblewrap's complaint.
+fn run_probe(extra: &[&str], seccomp: &[OwnedFd]) -> Result<(), String> {
     let mut cmd = std::process::Command::new(bwrap_binary());
     cmd.env_clear()
         .args([
@@ -165,18 +204,44 @@ pub fn probe() -> Result<String, String> {
             "--dev",
             "/dev",
         ])
+        .args(extra)
+        .args(seccomp_flags(seccomp))
         .args(root_args())
         .args(["--", "/usr/bin/true"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
+    inherit_fds(&mut cmd, seccomp.iter().map(|f| f.as_raw_fd()).collect());
     drop_privileges(&mut cmd);
     let out = cmd.output().map_err(|e| format!("cannot run bwrap: {e}"))?;
     if out.status.success() {
-        Ok(version)
+        Ok(())
     } else {
         Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
     }
+}
+
+/// Whether bubblewrap can create its namespaces here, with the seccomp filter loaded:
+/// `Ok(what the sandboxes get)` or why not.
+pub fn probe() -> Result<String, String> {
+    let version = std::process::Command::new(bwrap_binary())
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("cannot run bwrap: {e}"))?;
+    let version = String::from_utf8_lossy(&version.stdout)
+        .trim()
+        .trim_start_matches("bubblewrap ")
+        .to_string();
+    let seccomp = super::seccomp::program_files().map_err(|e| e.to_string())?;
+    run_probe(&[], &seccomp)?;
+    let lockdown = if userns_lockdown() {
+        "user namespaces locked (--disable-userns)"
+    } else {
+        "this bubblewrap has no working --disable-userns: the seccomp filter alone denies new user namespaces"
+    };
+    Ok(format!(
+        "{version}: namespaces available; seccomp filter on; {lockdown}"
+    ))
 }
 
 /// The skills mounts of the sandbox of `map`'s user: the skills root read-only, an empty
@@ -253,6 +318,9 @@ pub fn bwrap_args(settings: &SandboxSettings, map: &PathMap, supervisor: &Path) 
     let s = |x: &str| OsString::from(x);
     let p = |x: &Path| x.as_os_str().to_os_string();
     a.extend(["--unshare-all", "--new-session", "--as-pid-1", "--clearenv"].map(s));
+    if userns_lockdown() {
+        a.extend(LOCKDOWN_ARGS.iter().map(|x| s(x)));
+    }
     if settings.network {
         a.push(s("--share-net"));
     }
@@ -589,23 +657,21 @@ impl Supervisor {
         // SAFETY: a new descriptor that nothing else owns.
         let info_file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(memfd) });
         let info_fd = info_file.as_raw_fd();
+        // Dropped (closed here) once bubblewrap has its own copies.
+        let seccomp_files =
+            super::seccomp::program_files().map_err(std::io::Error::other)?;
         let mut std_cmd = std::process::Command::new(bwrap_binary());
         std_cmd
             .env_clear()
             .arg("--info-fd")
             .arg(info_fd.to_string())
+            .args(seccomp_flags(&seccomp_files))
             .args(bwrap_args(settings, map, &exe));
+        // Bubblewrap inherits the info file and the seccomp programs.
+        let mut inherited = vec![info_fd];
+        inherited.extend(seccomp_files.iter().map(|f| f.as_raw_fd()));
+        inherit_fds(&mut std_cmd, inherited);
         drop_privileges(&mut std_cmd);
-        // SAFETY: fcntl in the child between fork and exec: bubblewrap inherits the info
-        // file (async-signal-safe).
-        unsafe {
-            std_cmd.pre_exec(move || {
-                if libc::fcntl(info_fd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
         let mut cmd = tokio::process::Command::from(std_cmd);
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -613,6 +679,7 @@ impl Supervisor {
             // Killed by `kill` (the sandbox's pid 1 first), not on drop.
             .kill_on_drop(false);
         let mut child = cmd.spawn()?;
+        drop(seccomp_files);
         let pid = child.id().unwrap_or(0);
         // SAFETY: pidfd_open of our own child, not yet reaped.
         let outer = match unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } {

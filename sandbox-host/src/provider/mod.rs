@@ -3,6 +3,7 @@
 //! bubblewrap. [`probe`] decides at start which one this host serves with.
 
 pub mod bwrap;
+pub mod seccomp;
 
 use std::sync::Arc;
 
@@ -66,9 +67,9 @@ pub fn probe(settings: &SandboxSettings) -> ProviderVerdict {
             note: "local provider (sandbox.use is LocalSandboxProvider): no isolation".into(),
         },
         ProviderKind::Bwrap => match bwrap::probe() {
-            Ok(version) => ProviderVerdict::Serve {
+            Ok(what) => ProviderVerdict::Serve {
                 kind: ProviderKind::Bwrap,
-                note: format!("bubblewrap {version}: namespaces available"),
+                note: format!("bubblewrap {what}"),
             },
             Err(why) if settings.allow_local_fallback => ProviderVerdict::Serve {
                 kind: ProviderKind::Local,

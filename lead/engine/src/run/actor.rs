@@ -131,8 +131,8 @@ pub enum RunEvent {
         usage: Option<TokenUsage>,
         #[serde(skip_serializing_if = "Option::is_none")]
         finish_reason: Option<String>,
-        /// The run's totals after this call.
-        total_usage: TokenUsage,
+        /// The run's totals after this call (`null` while no call reported any).
+        total_usage: Option<TokenUsage>,
     },
     /// A tool reached one of its six states in this run (`antler run --trace`).
     Lifecycle {
@@ -913,7 +913,7 @@ impl RunLoop {
             turn,
             usage: reply.usage,
             finish_reason: reply.finish_reason.clone(),
-            total_usage,
+            total_usage: total_usage.reported(),
         });
         let mut token_stop = None;
         if let Some(budget) = &self.settings.token_budget {

@@ -101,6 +101,15 @@ pub enum ModelError {
         attempts: u32,
         message: String,
     },
+    /// The endpoint answered 404: the URL tried, the server's text, and what is usually
+    /// wrong (see `openai::not_found_hint`).
+    #[error("model `{model}`: HTTP 404 from {url} ({message}): {hint}")]
+    EndpointNotFound {
+        model: String,
+        url: String,
+        message: String,
+        hint: String,
+    },
     /// The endpoint answered an HTTP error; `message` is the server's, truncated.
     #[error("model `{model}`: HTTP {status} after {attempts} attempt(s): {message}")]
     Http {
@@ -152,6 +161,12 @@ pub trait ChatModel: Send + Sync {
     /// replays its turns whatever it is sent, so its requests skip building them).
     fn reads_prompt(&self) -> bool {
         true
+    }
+
+    /// Whether the model is a script (a playbook): it answers whatever its author wrote,
+    /// so it is never asked to judge the run's own writes (`skill_manage`'s scan).
+    fn is_scripted(&self) -> bool {
+        false
     }
 
     /// The model a subagent of this run's `task` call uses when its type names none, as
@@ -424,6 +439,10 @@ impl ChatModel for ScriptedModel {
 
     fn reads_prompt(&self) -> bool {
         false
+    }
+
+    fn is_scripted(&self) -> bool {
+        true
     }
 
     fn moderate<'a>(

@@ -52,6 +52,25 @@ pub fn model_from_config(
     Ok(Arc::new(OpenAiModel::from_model_config(&config, env)?))
 }
 
+/// What a 404 from a `base_url` without `/v1` usually means; `{url}` is the base URL
+/// with `/v1` added.
+pub const NOT_FOUND_MISSING_V1: &str = "the base_url is probably missing `/v1` (OpenAI-compatible servers such as llama.cpp, vLLM and Ollama serve /v1/chat/completions): try base_url: {url}";
+/// What else a 404 usually means; `{model}` is the model name sent.
+pub const NOT_FOUND_CHECK: &str = "check the model's base_url (Antler posts to <base_url>/chat/completions) and that the server serves the model `{model}`";
+
+/// What is usually wrong when `base_url` answers 404 for `model`.
+pub fn not_found_hint(base_url: &str, model: &str) -> String {
+    let base = base_url.trim_end_matches('/');
+    let has_version = base.rsplit('/').next().is_some_and(|last| {
+        last.len() >= 2 && last.starts_with('v') && last[1..].bytes().all(|b| b.is_ascii_digit())
+    });
+    if has_version {
+        NOT_FOUND_CHECK.replace("{model}", model)
+    } else {
+        NOT_FOUND_MISSING_V1.replace("{url}", &format!("{base}/v1"))
+    }
+}
+
 /// A chat model behind an OpenAI-compatible endpoint.
 #[derive(Clone, Debug)]
 pub struct OpenAiModel {
@@ -162,6 +181,16 @@ impl OpenAiModel {
         let model = self.config.name.clone();
         match failure {
             Failure::Final(error) => error,
+            Failure::Status {
+                status: 404,
+                message,
+                ..
+            } => ModelError::EndpointNotFound {
+                hint: not_found_hint(&self.config.base_url, &self.config.model),
+                url: self.endpoint.clone(),
+                message,
+                model,
+            },
             Failure::Status {
                 status, message, ..
             } => ModelError::Http {

@@ -135,6 +135,12 @@ impl TokenUsage {
     pub fn is_zero(&self) -> bool {
         *self == TokenUsage::default()
     }
+
+    /// The usage as a run shows it: `None` ("not reported", JSON `null`) when no
+    /// provider reported any (llama.cpp's server, a scripted model), never zeros.
+    pub fn reported(self) -> Option<TokenUsage> {
+        (!self.is_zero()).then_some(self)
+    }
 }
 
 impl std::ops::Add for TokenUsage {

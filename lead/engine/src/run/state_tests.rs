@@ -263,3 +263,14 @@ fn active_skills_dedupe_in_order_and_keep_only_the_latest_slash_skill() {
         ]
     );
 }
+
+#[test]
+fn usage_no_provider_reported_is_none_not_zeros() {
+    assert_eq!(TokenUsage::default().reported(), None);
+    let some = TokenUsage {
+        input_tokens: 3,
+        output_tokens: 2,
+        total_tokens: 5,
+    };
+    assert_eq!(some.reported(), Some(some));
+}

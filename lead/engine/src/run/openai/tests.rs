@@ -430,3 +430,28 @@ fn models_of_one_configuration_share_one_http_client() {
     // Each build parses the system's CA store: four runs, one build.
     assert_eq!(builds_of(kind), 1);
 }
+
+#[test]
+fn a_404_names_the_url_and_what_is_usually_wrong() {
+    assert_eq!(
+        not_found_hint("http://127.0.0.1:8080", "smol"),
+        "the base_url is probably missing `/v1` (OpenAI-compatible servers such as llama.cpp, vLLM and Ollama serve /v1/chat/completions): try base_url: http://127.0.0.1:8080/v1"
+    );
+    assert_eq!(
+        not_found_hint("http://127.0.0.1:8080/", "smol"),
+        not_found_hint("http://127.0.0.1:8080", "smol")
+    );
+    assert_eq!(
+        not_found_hint("https://api.example.com/v1/", "gpt-x"),
+        "check the model's base_url (Antler posts to <base_url>/chat/completions) and that the server serves the model `gpt-x`"
+    );
+    let err = ModelError::EndpointNotFound {
+        model: "m".into(),
+        url: "http://h:1/chat/completions".into(),
+        message: "Not Found".into(),
+        hint: not_found_hint("http://h:1", "x"),
+    };
+    assert!(err
+        .to_string()
+        .starts_with("model `m`: HTTP 404 from http://h:1/chat/completions (Not Found): the base_url is probably missing `/v1`"));
+}
