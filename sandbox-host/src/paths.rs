@@ -139,7 +139,10 @@ pub const USERS_DIR_MODE: u32 = 0o711;
 pub fn sandbox_owner() -> Option<(u32, u32)> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    root.then_some((crate::provider::bwrap::NOBODY, crate::provider::bwrap::NOBODY))
+    root.then_some((
+        crate::provider::bwrap::NOBODY,
+        crate::provider::bwrap::NOBODY,
+    ))
 }
 
 /// Gives `dir` to the sandbox's user, mode [`PRIVATE_DIR_MODE`]. A link is refused (never

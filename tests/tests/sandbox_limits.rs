@@ -156,7 +156,10 @@ async fn a_sandbox_cannot_use_keyrings_or_perf_events() {
     let c = h.connect().await;
     let a = c.acquire("u", "t").await.expect("acquire");
     let out = c
-        .bash(&a.sandbox_id, "keyctl add user antler secret @s; echo rc=$?")
+        .bash(
+            &a.sandbox_id,
+            "keyctl add user antler secret @s; echo rc=$?",
+        )
         .await;
     assert!(
         out.contains("Operation not permitted") && out.contains("rc=1"),

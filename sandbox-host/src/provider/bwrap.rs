@@ -658,8 +658,7 @@ impl Supervisor {
         let info_file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(memfd) });
         let info_fd = info_file.as_raw_fd();
         // Dropped (closed here) once bubblewrap has its own copies.
-        let seccomp_files =
-            super::seccomp::program_files().map_err(std::io::Error::other)?;
+        let seccomp_files = super::seccomp::program_files().map_err(std::io::Error::other)?;
         let mut std_cmd = std::process::Command::new(bwrap_binary());
         std_cmd
             .env_clear()

@@ -180,7 +180,12 @@ fn to_bytes(program: &BpfProgram) -> Vec<u8> {
 pub fn programs() -> Result<&'static [Vec<u8>], SeccompError> {
     static PROGRAMS: OnceLock<Result<Vec<Vec<u8>>, SeccompError>> = OnceLock::new();
     PROGRAMS
-        .get_or_init(|| Ok(vec![to_bytes(&eperm_program()?), to_bytes(&enosys_program()?)]))
+        .get_or_init(|| {
+            Ok(vec![
+                to_bytes(&eperm_program()?),
+                to_bytes(&enosys_program()?),
+            ])
+        })
         .as_ref()
         .map(Vec::as_slice)
         .map_err(Clone::clone)
