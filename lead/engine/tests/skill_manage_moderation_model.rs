@@ -59,3 +59,31 @@ fn a_moderation_model_that_cannot_be_built_refuses_the_write() {
     assert_eq!(results[0].2, ToolStatus::Error, "{results:?}");
     assert!(!data.custom("alice", "notes").exists());
 }
+
+#[test]
+fn a_scripted_run_never_moderates_its_own_write() {
+    // The playbook answers its own scan with `allow`: that answer is never asked for.
+    let data = Data::new();
+    let scripted = json!({
+        "turns": [
+            {"tool_calls": [{"name": "skill_manage", "args": {"action": "create", "name": "notes", "content": skill_md("notes", "Takes notes.")}}]},
+            {"content": "Done."}
+        ],
+        "security_scan": [{"content": ALLOW}]
+    })
+    .to_string();
+    let run_model = Arc::new(ScriptedModel::from_yaml(&scripted, "run").unwrap());
+    let results = runtime().block_on(run_with_settings(
+        &data,
+        "alice",
+        "t1",
+        run_model,
+        SkillManageSettings::default(),
+    ));
+    assert_eq!(results[0].2, ToolStatus::Error, "{results:?}");
+    assert!(
+        results[0].1.contains("Security scan unavailable"),
+        "{results:?}"
+    );
+    assert!(!data.custom("alice", "notes").exists());
+}

@@ -1,6 +1,6 @@
 //! What a run reads of the agent it talks as, once when it is prepared: the SOUL (the
-//! custom agent's, under the user's agents then the legacy shared layout; else the default
-//! agent's `{base}/SOUL.md`) and, from its `config.yaml`, the `skills` whitelist, the
+//! custom agent's, under the user's agents then the legacy shared layout; else the user's
+//! default agent's `{base}/users/{user}/SOUL.md`, else the operator's `{base}/SOUL.md`) and, from its `config.yaml`, the `skills` whitelist, the
 //! `tool_groups` that filter its catalog and the `model` it runs on (a bootstrap run is
 //! narrowed to the `bootstrap` skill). Files are read bounded; one that cannot be read
 //! counts as absent, with a warning.
@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use serde_yaml::Value as Yaml;
 
 use super::store::{
-    legacy_agent_dir, user_agent_dir, validate_agent_name, CONFIG_FILENAME, SOUL_FILENAME,
+    legacy_agent_dir, user_agent_dir, user_default_dir, validate_agent_name, CONFIG_FILENAME,
+    SOUL_FILENAME,
 };
 use crate::run::context::AgentContext;
 
@@ -47,8 +48,13 @@ impl AgentProfile {
             .as_deref()
             .filter(|n| validate_agent_name(n).is_ok())
         else {
+            // The user's own default soul, else the operator's global one.
+            let soul = read_bounded(
+                &user_default_dir(&agent.base_dir, user_id).join(SOUL_FILENAME),
+            )
+            .or_else(|| read_bounded(&agent.base_dir.join(SOUL_FILENAME)));
             return AgentProfile {
-                soul: read_bounded(&agent.base_dir.join(SOUL_FILENAME)),
+                soul,
                 ..AgentProfile::default()
             };
         };
@@ -118,6 +124,19 @@ mod tests {
         .unwrap();
         std::fs::write(base.path().join(SOUL_FILENAME), "Default soul").unwrap();
         let mut agent = AgentContext::new(base.path());
+        assert_eq!(
+            AgentProfile::load(&agent, "u1").soul.as_deref(),
+            Some("Default soul")
+        );
+        // A user's own default soul comes before the operator's global one, for that
+        // user only.
+        let own = user_default_dir(base.path(), "u2");
+        std::fs::create_dir_all(&own).unwrap();
+        std::fs::write(own.join(SOUL_FILENAME), "Bob's soul").unwrap();
+        assert_eq!(
+            AgentProfile::load(&agent, "u2").soul.as_deref(),
+            Some("Bob's soul")
+        );
         assert_eq!(
             AgentProfile::load(&agent, "u1").soul.as_deref(),
             Some("Default soul")

@@ -1,6 +1,7 @@
 //! Custom agents on disk (DeerFlow's `FileAgentStore`): `{base}/users/{user}/agents/{name}/`
-//! holds `config.yaml` and `SOUL.md`; `{base}/agents/{name}/` is the legacy shared layout,
-//! never written. Invariants: a name is checked before it becomes a path; a reader never
+//! holds `config.yaml` and `SOUL.md`; `{base}/users/{user}/SOUL.md` is the user's default
+//! agent's soul; `{base}/agents/{name}/` (the legacy shared layout) and `{base}/SOUL.md` (the
+//! operator's global soul) are never written by a run. Invariants: a name is checked before it becomes a path; a reader never
 //! sees a half-written file (each is staged under a temporary name in its directory, then
 //! renamed into place); a failed write leaves what was there before, and removes the
 //! agent directory (and any parent) it created.
@@ -34,6 +35,13 @@ pub fn validate_agent_name(name: &str) -> Result<&str, String> {
 /// `Paths.user_agent_dir`: where `user_id`'s agent `name` (already validated) lives.
 pub fn user_agent_dir(base: &Path, user_id: &str, name: &str) -> PathBuf {
     base.join("users").join(user_id).join("agents").join(name)
+}
+
+/// `user_id`'s own default agent: its SOUL lives here, beside its custom agents. The
+/// global `{base}/SOUL.md` is the operator's file, read when a user has none, never
+/// written by a run.
+pub fn user_default_dir(base: &Path, user_id: &str) -> PathBuf {
+    base.join("users").join(user_id)
 }
 
 /// `Paths.agent_dir`: the legacy shared layout, read only.

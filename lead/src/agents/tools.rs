@@ -7,8 +7,8 @@ use serde_json::Value;
 use serde_yaml::{Mapping, Value as Yaml};
 
 use super::store::{
-    legacy_agent_dir, user_agent_dir, validate_agent_name, write_files, CONFIG_FILENAME,
-    SOUL_FILENAME,
+    legacy_agent_dir, user_agent_dir, user_default_dir, validate_agent_name, write_files,
+    CONFIG_FILENAME, SOUL_FILENAME,
 };
 use crate::catalog::builtins::{SETUP_AGENT, UPDATE_AGENT, WEBHOOK_CHANNELS};
 use crate::run::context::RunContext;
@@ -56,8 +56,10 @@ const MANAGED: &[&str] = &["name", "description", "model", "tool_groups", "skill
 
 /// `setup_agent(soul, description, skills=None)`: writes the agent named by the run
 /// context (`{base}/users/{user}/agents/{name}/config.yaml` with `name`, `description`
-/// when not empty and `skills` when given, plus `SOUL.md`), or, with no name, the
-/// default agent's `{base}/SOUL.md`. An upsert: an existing agent is overwritten.
+/// when not empty and `skills` when given, plus `SOUL.md`), or, with no name, the user's
+/// default agent's `{base}/users/{user}/SOUL.md` (DeerFlow writes the global
+/// `{base}/SOUL.md`, which every user's runs read: here only the operator edits that).
+/// An upsert: an existing agent is overwritten.
 pub fn setup_agent(call: &ToolCall, context: &RunContext) -> Result<StateUpdate, ToolFailure> {
     let soul = required_text(&call.args, "soul")?;
     let description = required_text(&call.args, "description")?;
@@ -93,7 +95,11 @@ pub fn setup_agent(call: &ToolCall, context: &RunContext) -> Result<StateUpdate,
                 ],
             )
         }
-        None => write_files(&agents.base_dir, &[(SOUL_FILENAME, soul.as_bytes())]),
+        // The caller's own default agent, never the global SOUL every user's runs read.
+        None => write_files(
+            &user_default_dir(&agents.base_dir, &context.user_id),
+            &[(SOUL_FILENAME, soul.as_bytes())],
+        ),
     };
     if let Err(e) = written {
         return Ok(reply(format!("Error: {e}"), ToolStatus::Error));

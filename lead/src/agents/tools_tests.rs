@@ -161,7 +161,7 @@ fn setup_is_an_upsert() {
 }
 
 #[test]
-fn setup_without_a_name_writes_the_default_agents_soul() {
+fn setup_without_a_name_writes_the_users_own_soul_never_the_global_one() {
     let agents = agents(None);
     let (content, status, update) = agents.setup(json!({"soul": "default", "description": "d"}));
     // DeerFlow formats the missing name with Python's `None`.
@@ -169,10 +169,12 @@ fn setup_without_a_name_writes_the_default_agents_soul() {
     assert_eq!(status, ToolStatus::Success);
     assert_eq!(update.created_agent_name, None);
     assert_eq!(
-        std::fs::read_to_string(agents.base().join("SOUL.md")).unwrap(),
+        std::fs::read_to_string(agents.base().join("users/u1/SOUL.md")).unwrap(),
         "default"
     );
-    assert_eq!(names(agents.base()), ["SOUL.md"]);
+    // The global SOUL every user's runs read is the operator's file.
+    assert_eq!(names(agents.base()), ["users"]);
+    assert_eq!(names(&agents.base().join("users/u1")), ["SOUL.md"]);
 }
 
 #[test]

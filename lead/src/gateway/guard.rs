@@ -1,11 +1,10 @@
 //! Who may talk to the gateway, checked before any route runs. `Host` must name the gateway
 //! (a DNS-rebound page sends its own name); a browser's cross-origin request is refused
 //! (`Origin`, `Sec-Fetch-Site`); a request with a body must be JSON (no "simple" form or
-//! text/plain request slips through); and every route but `/health` (and `/metrics` on
-//! loopback) needs a bearer token, even on loopback, that [`Authenticator`] maps to a
-//! principal; `/metrics` off loopback and the MCP config routes need the operator (a user
-//! may start its own MCP login). The OAuth callback is exempt from the origin and token
-//! checks: it completes only a login the gateway started (see `oauth`). Bodies
+//! text/plain request slips through); and every route needs what its [`Access`] says: a
+//! bearer token, even on loopback, that [`Authenticator`] maps to a principal, and for
+//! the operator's routes the operator. The access comes from the route the router matched
+//! (see `routes`), never from the path string. Bodies
 //! are read with a size limit and a deadline, so a trickled body cannot hold a connection
 //! open.
 
@@ -19,6 +18,7 @@ use futures::StreamExt;
 use serde_json::json;
 
 use super::principal::{Authenticator, Principal};
+use super::routes::Access;
 
 /// The variable listing the extra names (`host[:port]`, comma-separated) a gateway bound
 /// beyond loopback answers to.
@@ -113,11 +113,11 @@ impl Guard {
         }
     }
 
-    /// The principal `req` acts for when it may go on to its route (`None`: an open
-    /// route, `/health` or `/metrics` on loopback, asked without a token).
-    pub fn check(&self, req: &HttpRequest) -> Result<Option<Principal>, Refusal> {
-        let path = req.path();
-        if path == "/health" {
+    /// The principal `req` acts for when it may go on to the route it matched, whose
+    /// access is `access` (`None`: a route that needs no principal, asked without one).
+    /// Nothing here reads the request's path: the route decides.
+    pub fn check(&self, req: &HttpRequest, access: Access) -> Result<Option<Principal>, Refusal> {
+        if access == Access::Open {
             return Ok(None);
         }
         let host = req
@@ -138,17 +138,13 @@ impl Guard {
                 return Err(Refusal::Host);
             }
         }
-        // The OAuth callback is the browser's top-level navigation back from an
-        // authorization server: cross-site and without a token by nature. It completes
-        // only a login the gateway started for a principal (its single-use `state`).
-        if *req.method() == Method::GET && path == super::oauth::CALLBACK_PATH {
+        if access == Access::Callback && *req.method() == Method::GET {
             return Ok(None);
         }
         if cross_origin(req, host.as_deref()) {
             return Err(Refusal::CrossOrigin);
         }
-        // The run inspector's page and assets hold no data: they load without a token.
-        if *req.method() == Method::GET && super::ui::is_page(path) {
+        if access == Access::Page && *req.method() == Method::GET {
             return Ok(None);
         }
         let writes = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
@@ -160,23 +156,21 @@ impl Guard {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        if path == "/metrics" && self.loopback {
+        if access == Access::Metrics
+            && self.loopback
+            && bearer.is_none()
+            && !self.principals.has_users()
+        {
             return Ok(None);
         }
         let principal = match self.principals.authenticate(bearer) {
             Ok(principal) => principal,
             Err(reason) => {
-                tracing::info!(%reason, path, "gateway request refused");
+                tracing::info!(%reason, path = req.path(), "gateway request refused");
                 return Err(Refusal::Credential);
             }
         };
-        // A user may start its own logins; the rest of `/api/mcp/` is the operator's.
-        let own_login = path.starts_with("/api/mcp/") && path.ends_with(super::oauth::START_SUFFIX);
-        if !principal.operator
-            && (path == "/metrics"
-                || path == "/api/cluster"
-                || (path.starts_with("/api/mcp/") && !own_login))
-        {
+        if matches!(access, Access::Operator | Access::Metrics) && !principal.operator {
             return Err(Refusal::NotOperator);
         }
         Ok(Some(principal))
@@ -285,6 +279,21 @@ mod tests {
         Arc::new(Authenticator::new("tok".into(), &config, std::path::Path::new(".")).unwrap())
     }
 
+    /// The check of the route `req`'s path matches (`{x}` is any one segment).
+    fn check(g: &Guard, req: &HttpRequest) -> Result<Option<Principal>, Refusal> {
+        let segments: Vec<&str> = req.path().split('/').collect();
+        let matched = crate::gateway::routes::ROUTES.iter().find(|r| {
+            let pattern: Vec<&str> = r.path.split('/').collect();
+            r.method == req.method().as_str()
+                && pattern.len() == segments.len()
+                && pattern
+                    .iter()
+                    .zip(&segments)
+                    .all(|(p, s)| p.starts_with('{') || p == s)
+        });
+        g.check(req, matched.map_or(Access::Member, |r| r.access))
+    }
+
     fn guard() -> Guard {
         Guard::new("127.0.0.1:8001".parse().unwrap(), principals(), &[])
     }
@@ -297,14 +306,14 @@ mod tests {
             .insert_header(("Host", "rebind.evil.example"))
             .insert_header(("Authorization", "Bearer tok"))
             .to_http_request();
-        assert_eq!(g.check(&req).err(), Some(Refusal::Host));
+        assert_eq!(check(&g, &req).err(), Some(Refusal::Host));
         for host in ["127.0.0.1:8001", "LOCALHOST:8001"] {
             let req = TestRequest::get()
                 .uri("/api/mcp/config")
                 .insert_header(("Host", host))
                 .insert_header(("Authorization", "Bearer tok"))
                 .to_http_request();
-            assert!(g.check(&req).is_ok(), "{host}");
+            assert!(check(&g, &req).is_ok(), "{host}");
         }
     }
 
@@ -321,48 +330,56 @@ mod tests {
             .insert_header(("Content-Type", "application/json"))
             .insert_header(("Authorization", "Bearer tok"))
             .to_http_request();
-        assert_eq!(g.check(&req).err(), Some(Refusal::CrossOrigin));
+        assert_eq!(check(&g, &req).err(), Some(Refusal::CrossOrigin));
         let req = base()
             .insert_header(("Sec-Fetch-Site", "cross-site"))
             .insert_header(("Content-Type", "application/json"))
             .insert_header(("Authorization", "Bearer tok"))
             .to_http_request();
-        assert_eq!(g.check(&req).err(), Some(Refusal::CrossOrigin));
+        assert_eq!(check(&g, &req).err(), Some(Refusal::CrossOrigin));
         let req = base()
             .insert_header(("Content-Type", "text/plain"))
             .insert_header(("Authorization", "Bearer tok"))
             .to_http_request();
-        assert_eq!(g.check(&req).err(), Some(Refusal::ContentType));
+        assert_eq!(check(&g, &req).err(), Some(Refusal::ContentType));
         let req = base()
             .insert_header(("Content-Type", "application/json"))
             .to_http_request();
-        assert_eq!(g.check(&req).err(), Some(Refusal::Credential));
+        assert_eq!(check(&g, &req).err(), Some(Refusal::Credential));
         let req = base()
             .insert_header(("Origin", "http://127.0.0.1:8001"))
             .insert_header(("Content-Type", "application/json; charset=utf-8"))
             .insert_header(("Authorization", "Bearer tok"))
             .to_http_request();
-        assert!(g.check(&req).unwrap().unwrap().operator);
+        assert!(check(&g, &req).unwrap().unwrap().operator);
     }
 
     #[test]
-    fn health_is_open_and_metrics_open_on_loopback_only() {
+    fn health_is_open_and_metrics_open_on_loopback_only_without_users() {
         let req = TestRequest::get()
             .uri("/health")
             .insert_header(("Host", "anything"))
             .to_http_request();
-        assert_eq!(guard().check(&req), Ok(None));
+        assert_eq!(check(&guard(), &req), Ok(None));
         let req = TestRequest::get()
             .uri("/metrics")
             .insert_header(("Host", "127.0.0.1:8001"))
             .to_http_request();
-        assert_eq!(guard().check(&req), Ok(None));
+        // Users are configured: a member's process on this machine is not the operator.
+        assert_eq!(check(&guard(), &req).err(), Some(Refusal::Credential));
+        let config = antler_protocol::config::GatewaySection::default();
+        let alone = Guard::new(
+            "127.0.0.1:8001".parse().unwrap(),
+            Arc::new(Authenticator::new("tok".into(), &config, std::path::Path::new(".")).unwrap()),
+            &[],
+        );
+        assert_eq!(check(&alone, &req), Ok(None));
         let open = Guard::new("0.0.0.0:8001".parse().unwrap(), principals(), &[]);
         let req = TestRequest::get()
             .uri("/metrics")
             .insert_header(("Host", "10.0.0.5:8001"))
             .to_http_request();
-        assert_eq!(open.check(&req).err(), Some(Refusal::Credential));
+        assert_eq!(check(&open, &req).err(), Some(Refusal::Credential));
     }
 
     #[test]
@@ -375,16 +392,16 @@ mod tests {
                 .insert_header(("Authorization", "Bearer alice-token-0123456789"))
                 .to_http_request()
         };
-        let alice = g.check(&get("/api/runs/r1")).unwrap().unwrap();
+        let alice = check(&g, &get("/api/runs/r1")).unwrap().unwrap();
         assert_eq!(alice.user.as_deref(), Some("alice"));
         assert!(!alice.operator);
         assert_eq!(
-            g.check(&get("/api/mcp/config")).err(),
+            check(&g, &get("/api/mcp/config")).err(),
             Some(Refusal::NotOperator)
         );
         let open = Guard::new("0.0.0.0:8001".parse().unwrap(), principals(), &[]);
         assert_eq!(
-            open.check(&get("/metrics")).err(),
+            check(&open, &get("/metrics")).err(),
             Some(Refusal::NotOperator)
         );
     }
@@ -397,19 +414,19 @@ mod tests {
             .insert_header(("Host", "127.0.0.1:8001"))
             .insert_header(("Sec-Fetch-Site", "cross-site"))
             .to_http_request();
-        assert_eq!(g.check(&callback), Ok(None));
+        assert_eq!(check(&g, &callback), Ok(None));
         // Only the GET: a POST there is an ordinary route, token and all.
         let posted = TestRequest::post()
             .uri("/api/mcp/oauth/callback?code=c&state=s")
             .insert_header(("Host", "127.0.0.1:8001"))
             .insert_header(("Content-Type", "application/json"))
             .to_http_request();
-        assert_eq!(g.check(&posted).err(), Some(Refusal::Credential));
+        assert_eq!(check(&g, &posted).err(), Some(Refusal::Credential));
         let rebound = TestRequest::get()
             .uri("/api/mcp/oauth/callback?code=c&state=s")
             .insert_header(("Host", "rebind.evil.example"))
             .to_http_request();
-        assert_eq!(g.check(&rebound).err(), Some(Refusal::Host));
+        assert_eq!(check(&g, &rebound).err(), Some(Refusal::Host));
         let start = |token: &str| {
             TestRequest::post()
                 .uri("/api/mcp/notes/oauth/start")
@@ -418,7 +435,7 @@ mod tests {
                 .insert_header(("Authorization", format!("Bearer {token}")))
                 .to_http_request()
         };
-        let alice = g.check(&start("alice-token-0123456789")).unwrap().unwrap();
+        let alice = check(&g, &start("alice-token-0123456789")).unwrap().unwrap();
         assert_eq!(alice.user.as_deref(), Some("alice"));
         let forged = TestRequest::post()
             .uri("/api/mcp/notes/oauth/start")
@@ -427,14 +444,14 @@ mod tests {
             .insert_header(("Origin", "http://evil.example"))
             .insert_header(("Authorization", "Bearer alice-token-0123456789"))
             .to_http_request();
-        assert_eq!(g.check(&forged).err(), Some(Refusal::CrossOrigin));
+        assert_eq!(check(&g, &forged).err(), Some(Refusal::CrossOrigin));
         let no_token = TestRequest::post()
             .uri("/api/mcp/notes/oauth/start")
             .insert_header(("Host", "127.0.0.1:8001"))
             .insert_header(("Content-Type", "application/json"))
             .to_http_request();
-        assert_eq!(g.check(&no_token).err(), Some(Refusal::Credential));
-        assert_eq!(g.check(&start("x")).err(), Some(Refusal::Credential));
+        assert_eq!(check(&g, &no_token).err(), Some(Refusal::Credential));
+        assert_eq!(check(&g, &start("x")).err(), Some(Refusal::Credential));
     }
 
     #[test]
@@ -449,12 +466,12 @@ mod tests {
             .insert_header(("Host", "antler.example.com:443"))
             .insert_header(("Authorization", "Bearer tok"))
             .to_http_request();
-        assert!(g.check(&ok).is_ok());
+        assert!(check(&g, &ok).is_ok());
         let other = TestRequest::get()
             .uri("/api/runs/x")
             .insert_header(("Host", "other.example.com:443"))
             .insert_header(("Authorization", "Bearer tok"))
             .to_http_request();
-        assert_eq!(g.check(&other).err(), Some(Refusal::Host));
+        assert_eq!(check(&g, &other).err(), Some(Refusal::Host));
     }
 }

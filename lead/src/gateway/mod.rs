@@ -20,6 +20,8 @@ mod elicitation;
 mod guard;
 mod oauth;
 mod principal;
+mod quota;
+pub mod routes;
 mod secrets;
 mod ui;
 
@@ -113,6 +115,10 @@ struct State {
     runs: Runs,
     /// Logins started through `POST /api/mcp/{server}/oauth/start`, by their `state`.
     logins: Arc<oauth::LoginStates>,
+    /// `antler.gateway`: what the operator opened, and the per-user limits.
+    settings: Arc<antler_protocol::config::GatewaySection>,
+    /// What each user holds now (runs submitted, streams open), against `settings.limits`.
+    quotas: Arc<quota::Quotas>,
 }
 
 /// Why the gateway could not start.
@@ -154,6 +160,7 @@ impl Gateway {
         if addr.eq_ignore_ascii_case("off") {
             return Ok(None);
         }
+        raise_descriptor_limit();
         let given = std::env::var(GATEWAY_TOKEN_ENV)
             .ok()
             .filter(|t| !t.is_empty());
@@ -166,6 +173,8 @@ impl Gateway {
             supervisor,
             runs,
             logins: Arc::default(),
+            settings: Arc::new(principals.clone()),
+            quotas: Arc::new(quota::Quotas::new(&principals.limits)),
         };
         // The guard needs the bound port (the address may ask for port 0): set once bound,
         // refusing everything until then.
@@ -173,11 +182,20 @@ impl Gateway {
         let factory_guard = guard.clone();
         let server = HttpServer::new(move || {
             let guard = factory_guard.clone();
-            App::new()
+            let mut app = App::new()
                 .app_data(web::Data::new(state.clone()))
-                .wrap_fn(move |req, srv| {
+                .app_data(web::Data::new(guard.clone()))
+                .default_service(web::to(unrouted));
+            for path in routes::paths() {
+                let guard = guard.clone();
+                let mut resource = web::resource(path);
+                for spec in routes::ROUTES.iter().filter(|r| r.path == path) {
+                    resource = resource.route(handler(spec));
+                }
+                app = app.service(resource.wrap_fn(move |req, srv| {
+                    let access = routes::access_of(path, req.method());
                     let checked = match guard.get() {
-                        Some(g) => g.check(req.request()),
+                        Some(g) => g.check(req.request(), access),
                         None => Err(Refusal::Credential),
                     };
                     match checked {
@@ -191,34 +209,20 @@ impl Gateway {
                             Either::Right(srv.call(req).map_ok(|r| r.map_into_left_body()))
                         }
                     }
-                })
-                .route("/health", web::get().to(health))
-                .route("/api/mcp/config", web::get().to(get_config))
-                .route("/api/mcp/config", web::put().to(put_config))
-                .route(oauth::CALLBACK_PATH, web::get().to(oauth::callback))
-                .route(
-                    "/api/mcp/{server}/oauth/start",
-                    web::post().to(oauth::start),
-                )
-                .route("/api/runs", web::post().to(post_run))
-                .route("/api/runs", web::get().to(list_runs))
-                .route("/api/runs/{id}", web::get().to(get_run))
-                .route("/api/runs/{id}/events", web::get().to(run_events))
-                .route("/api/runs/{id}/answer", web::post().to(answer_run))
-                .route("/api/runs/{id}/cancel", web::post().to(cancel_run))
-                .route(
-                    "/api/runs/{id}/elicitations/{eid}",
-                    web::post().to(elicitation::answer),
-                )
-                .route("/api/runs/{id}/artifact", web::get().to(download_artifact))
-                .route("/api/runs/{id}/messages", web::get().to(run_messages))
-                .route("/api/runs/{id}/catalog", web::get().to(run_catalog))
-                .route("/api/cluster", web::get().to(cluster_view))
-                .route("/metrics", web::get().to(metrics))
-                .route("/", web::get().to(ui::index))
-                .route("/ui/{asset}", web::get().to(ui::asset))
+                }));
+            }
+            app
         })
         .workers(1)
+        // Beyond this many connections, new ones wait in the kernel's backlog.
+        .max_connections(principals.limits.connections as usize)
+        // A response's body must not wait for the client's delayed ACK (Nagle): an
+        // `/events` stream followed on a kept-alive connection got its body 40 ms late.
+        .on_connect(|conn, _| {
+            if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() {
+                let _ = tcp.set_nodelay(true);
+            }
+        })
         .disable_signals()
         .client_request_timeout(Duration::from_secs(5))
         .shutdown_timeout(2);
@@ -272,6 +276,100 @@ impl Gateway {
     /// Stops the HTTP server.
     pub async fn stop(self) {
         self.handle.stop(true).await;
+    }
+}
+
+/// The handler of one route of [`routes::ROUTES`].
+fn handler(spec: &routes::RouteSpec) -> actix_web::Route {
+    let method = match spec.method {
+        "PUT" => web::put(),
+        "POST" => web::post(),
+        _ => web::get(),
+    };
+    match (spec.method, spec.path) {
+        ("GET", "/health") => method.to(health),
+        ("GET", "/ready") => method.to(ready),
+        ("GET", "/api/mcp/config") => method.to(get_config),
+        ("PUT", "/api/mcp/config") => method.to(put_config),
+        ("GET", oauth::CALLBACK_PATH) => method.to(oauth::callback),
+        ("POST", "/api/mcp/{server}/oauth/start") => method.to(oauth::start),
+        ("POST", "/api/runs") => method.to(post_run),
+        ("GET", "/api/runs") => method.to(list_runs),
+        ("GET", "/api/runs/{id}") => method.to(get_run),
+        ("GET", "/api/runs/{id}/events") => method.to(run_events),
+        ("POST", "/api/runs/{id}/answer") => method.to(answer_run),
+        ("POST", "/api/runs/{id}/cancel") => method.to(cancel_run),
+        ("POST", "/api/runs/{id}/elicitations/{eid}") => method.to(elicitation::answer),
+        ("GET", "/api/runs/{id}/artifact") => method.to(download_artifact),
+        ("GET", "/api/runs/{id}/messages") => method.to(run_messages),
+        ("GET", "/api/runs/{id}/catalog") => method.to(run_catalog),
+        ("GET", "/api/whoami") => method.to(whoami),
+        ("GET", "/api/cluster") => method.to(cluster_view),
+        ("GET", "/metrics") => method.to(metrics),
+        ("GET", "/") => method.to(ui::index),
+        ("GET", "/ui/{asset}") => method.to(ui::asset),
+        // A route of the table without a handler answers 404 (the unit test below
+        // keeps the table and this match in step).
+        _ => method.to(unrouted),
+    }
+}
+
+/// A request no route matched: it still needs a principal (an unknown path says nothing
+/// to a caller without one), then 404.
+async fn unrouted(req: actix_web::HttpRequest) -> HttpResponse {
+    let guard = req
+        .app_data::<web::Data<Arc<OnceLock<Guard>>>>()
+        .and_then(|g| g.get().cloned());
+    match guard.map(|g| g.check(&req, routes::Access::Member)) {
+        Some(Ok(_)) => error(actix_web::http::StatusCode::NOT_FOUND, "no such route"),
+        Some(Err(refusal)) => refusal.response(),
+        None => Refusal::Credential.response(),
+    }
+}
+
+/// `GET /api/whoami`: the principal the token acts as (the inspector shows it).
+async fn whoami(req: actix_web::HttpRequest) -> HttpResponse {
+    match principal_of(&req) {
+        Some(p) => HttpResponse::Ok().json(json!({
+            "user": p.user.as_deref().unwrap_or(config::OPERATOR_USER),
+            "role": p.role,
+            "operator": p.operator,
+        })),
+        None => Refusal::Credential.response(),
+    }
+}
+
+/// `GET /ready`: 200 once a healthy replica of each host is linked and the runs store
+/// takes writes (runs can be prepared), 503 with what it waits for until then; `/health`
+/// is liveness only.
+async fn ready(state: web::Data<State>) -> HttpResponse {
+    let readiness = crate::run_manager::readiness::readiness(&state.supervisor).await;
+    if readiness.is_ready() {
+        HttpResponse::Ok().json(json!({"status": "ready"}))
+    } else {
+        HttpResponse::ServiceUnavailable()
+            .insert_header((actix_web::http::header::RETRY_AFTER, "1"))
+            .json(json!({"status": "starting", "waiting_for": readiness.waiting_for}))
+    }
+}
+
+/// Raises this process's open-file limit to its hard limit: every connection and event
+/// stream is a descriptor, and the soft default (often 1,024) is what ran out.
+fn raise_descriptor_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            let before = limit.rlim_cur;
+            limit.rlim_cur = limit.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                tracing::info!(before, after = limit.rlim_max, "raised the open-file limit");
+            }
+        }
     }
 }
 
@@ -359,6 +457,15 @@ async fn put_config(state: web::Data<State>, payload: web::Payload) -> HttpRespo
     if let Err(e) = secrets::restore(&mut servers, &stored) {
         return error(StatusCode::UNPROCESSABLE_ENTITY, e);
     }
+    if !state.settings.allow_stdio_mcp {
+        let changed = stdio_changes(&servers, &stored);
+        if !changed.is_empty() {
+            return error(
+                StatusCode::FORBIDDEN,
+                format!("{STDIO_REFUSED} ({})", changed.join(", ")),
+            );
+        }
+    }
     file.insert("mcpServers".into(), servers.clone());
     let text = match serde_json::to_string_pretty(&Value::Object(file)) {
         Ok(t) => t + "\n",
@@ -394,6 +501,42 @@ async fn put_config(state: web::Data<State>, payload: web::Payload) -> HttpRespo
             HttpResponse::Ok().json(json!({"mcp_servers": servers, "applied": null, "warning": e}))
         }
     }
+}
+
+/// Why a `PUT /api/mcp/config` that adds or changes a stdio server is refused.
+pub const STDIO_REFUSED: &str = "stdio MCP servers run a command on the host as the operator's user: they are added and changed only in the extensions file (or set antler.gateway.allow_stdio_mcp: true)";
+
+/// The keys of a server entry that say what command runs.
+const STDIO_KEYS: &[&str] = &["type", "transport", "command", "args", "env", "cwd"];
+
+/// The names of the stdio servers of `servers` that are new or whose command differs
+/// from `stored`'s entry.
+fn stdio_changes(servers: &Value, stored: &serde_json::Map<String, Value>) -> Vec<String> {
+    let is_stdio = |entry: &Value| {
+        let transport = entry
+            .get("type")
+            .or_else(|| entry.get("transport"))
+            .and_then(Value::as_str)
+            .unwrap_or("stdio");
+        transport.eq_ignore_ascii_case("stdio") || entry.get("command").is_some()
+    };
+    let command = |entry: Option<&Value>| -> Vec<Option<Value>> {
+        STDIO_KEYS
+            .iter()
+            .map(|k| entry.and_then(|e| e.get(*k)).cloned())
+            .collect()
+    };
+    servers
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(name, entry)| {
+            is_stdio(entry)
+                && (stored.get(*name).is_none_or(|old| !is_stdio(old))
+                    || command(Some(entry)) != command(stored.get(*name)))
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 /// Writes `bytes` to a temporary file beside `path`, syncs it, and renames it over `path`.
@@ -690,6 +833,34 @@ async fn post_run(
         }
         (None, Some(asked)) => asked,
     };
+    // A scripted model scripts every call of the run: a test and demo facility, the
+    // operator's unless the operator opened it to everyone.
+    if playbook.is_some() && !principal.operator && !state.settings.allow_scripted_models {
+        return error(StatusCode::FORBIDDEN, SCRIPTED_REFUSED);
+    }
+    if !principal.operator {
+        if let Err(over) = state.quotas.submit(&user) {
+            return over_limit(&over);
+        }
+        let running = state
+            .runs
+            .manager
+            .send(manager::ListRuns {
+                user: Some(user.clone()),
+                status: Some(crate::checkpoint::RunStatus::Running),
+                limit: state.settings.limits.concurrent_runs as usize + 1,
+            })
+            .await;
+        match running {
+            Ok(Ok(runs)) => {
+                if let Err(over) = state.quotas.concurrent(&user, runs.len()) {
+                    return over_limit(&over);
+                }
+            }
+            Ok(Err(e)) => return manager_error(e),
+            Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        }
+    }
     // A client that repeats a submission whose reply it lost (a timeout, a lead restart)
     // sends the same key, and is answered the first one's run.
     let idempotency_key = match req.headers().get(IDEMPOTENCY_KEY) {
@@ -759,6 +930,27 @@ async fn post_run(
             busy
         }
     }
+}
+
+/// Why a member's run with a playbook is refused.
+pub const SCRIPTED_REFUSED: &str = "scripted models (playbook, playbook_yaml) are the operator's: a test and demo facility (set antler.gateway.allow_scripted_models: true to open them)";
+
+/// 429 with `Retry-After` for a user over its own limit; 503 when the gateway as a whole
+/// is full.
+fn over_limit(over: &quota::OverLimit) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    let status = if over.is_cluster_wide() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    let mut response = error(status, over.to_string());
+    if let Ok(value) = over.retry_after_s().to_string().parse() {
+        response
+            .headers_mut()
+            .insert(actix_web::http::header::RETRY_AFTER, value);
+    }
+    response
 }
 
 async fn view_of(state: &State, run_id: String) -> HttpResponse {
@@ -1109,7 +1301,19 @@ fn sse(event: &str, data: &str) -> web::Bytes {
 
 /// `GET /api/runs/{id}/events`: the run's events as server-sent events (`event: run`,
 /// the events so far first), then `event: end` with the run's view when its drive stops.
-async fn run_events(state: web::Data<State>, VisibleRun(run_id): VisibleRun) -> HttpResponse {
+async fn run_events(
+    state: web::Data<State>,
+    req: actix_web::HttpRequest,
+    VisibleRun(run_id): VisibleRun,
+) -> HttpResponse {
+    let user = principal_of(&req)
+        .filter(|p| !p.operator)
+        .and_then(|p| p.user);
+    // Held by the stream until it ends, however it ends.
+    let slot = match state.quotas.open_stream(user.as_deref()) {
+        Ok(slot) => slot,
+        Err(over) => return over_limit(&over),
+    };
     let log = match state
         .runs
         .manager
@@ -1165,10 +1369,10 @@ async fn run_events(state: web::Data<State>, VisibleRun(run_id): VisibleRun) -> 
             }
         }
     }
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
+    let stream = futures::stream::unfold((rx, slot), |(mut rx, slot)| async move {
         rx.recv()
             .await
-            .map(|bytes| (Ok::<_, actix_web::Error>(bytes), rx))
+            .map(|bytes| (Ok::<_, actix_web::Error>(bytes), (rx, slot)))
     });
     HttpResponse::Ok()
         .content_type("text/event-stream")

@@ -27,8 +27,6 @@ use crate::supervisor::{GetLinks, Supervisor};
 
 /// The gateway's callback route: the `redirect_uri` of every login it starts.
 pub const CALLBACK_PATH: &str = "/api/mcp/oauth/callback";
-/// How the start route's path ends (`/api/mcp/{server}/oauth/start`).
-pub const START_SUFFIX: &str = "/oauth/start";
 /// How long a started login's `state` may come back.
 pub const STATE_DEADLINE: Duration = Duration::from_secs(300);
 /// How long mcp-host may take to start a login (discovery, client registration).

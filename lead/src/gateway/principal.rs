@@ -2,7 +2,9 @@
 //! [`Principal`]: the cluster's gateway token is the operator; a static token of
 //! `antler.gateway.tokens` is its user; a JWT is verified against the configured JWKS
 //! (signature by a key of the set, `iss`, `aud`, `exp` and `nbf` with the leeway, RS256 or
-//! ES256 only) and acts as the user its user claim names. A JWKS from a URL is fetched at
+//! ES256 only; `exp`, `iss` and `aud` required) and acts as the user its user claim names,
+//! behind the configured `user_prefix` (`jwt-`), so a JWT's `sub` never names a static
+//! token's user or the operator's own (`default`). A JWKS from a URL is fetched at
 //! start, every `refresh_s`, and when a token names a key the set lacks (at most every
 //! [`MIN_REFETCH`]). Verification is synchronous and never waits on the network: a token
 //! whose key is not known yet is refused, and the refetch it starts lets the next one in.
@@ -115,6 +117,12 @@ impl Authenticator {
         })
     }
 
+    /// Whether any user principal is configured (static tokens or JWTs): the gateway is
+    /// shared, and loopback says nothing of who asks.
+    pub fn has_users(&self) -> bool {
+        !self.statics.is_empty() || self.jwt.is_some()
+    }
+
     /// The principal of `bearer` (the `Authorization: Bearer` value).
     pub fn authenticate(&self, bearer: Option<&str>) -> Result<Principal, TokenRefusal> {
         let Some(given) = bearer.filter(|t| !t.is_empty()) else {
@@ -171,6 +179,8 @@ pub struct JwtVerifier {
     issuer: String,
     audience: String,
     user_claim: String,
+    /// Put before the user claim's value: JWT users live in their own namespace.
+    user_prefix: String,
     role_claim: Option<String>,
     algorithms: Vec<Algorithm>,
     leeway: u64,
@@ -221,6 +231,7 @@ impl JwtVerifier {
             issuer: section.issuer.clone(),
             audience: section.audience.clone(),
             user_claim: section.user_claim.clone(),
+            user_prefix: section.user_prefix.clone(),
             role_claim: section.role_claim.clone(),
             algorithms,
             leeway: section.leeway_s,
@@ -327,6 +338,9 @@ impl JwtVerifier {
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.audience]);
+        // Configured means required: a token without `iss` or `aud` is refused, as is one
+        // that never expires.
+        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
         validation.leeway = self.leeway;
         validation.validate_nbf = true;
         let data = jsonwebtoken::decode::<Value>(token, &key, &validation)
@@ -335,7 +349,8 @@ impl JwtVerifier {
         let user = claims
             .get(&self.user_claim)
             .and_then(Value::as_str)
-            .filter(|u| valid_user(u))
+            .map(|u| format!("{}{u}", self.user_prefix))
+            .filter(|u| valid_user(u) && u != antler_protocol::config::OPERATOR_USER)
             .ok_or_else(|| TokenRefusal::BadUser {
                 claim: self.user_claim.clone(),
             })?;
@@ -349,7 +364,7 @@ impl JwtVerifier {
                 _ => None,
             });
         Ok(Principal {
-            user: Some(user.to_owned()),
+            user: Some(user),
             operator: role.as_deref() == Some(operator_role),
             role,
         })

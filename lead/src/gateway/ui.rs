@@ -16,11 +16,6 @@ const STYLE: &str = include_str!("ui/app.css");
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
 connect-src 'self'; form-action 'none'; base-uri 'none'; frame-ancestors 'none'";
 
-/// Whether `path` is the page or one of its assets.
-pub fn is_page(path: &str) -> bool {
-    matches!(path, "/" | "/ui/app.js" | "/ui/app.css")
-}
-
 fn page(content_type: &str, body: &'static str) -> HttpResponse {
     HttpResponse::Ok()
         .content_type(content_type)

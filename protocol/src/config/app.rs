@@ -423,6 +423,11 @@ fn unknown_key_warning(doc: &Document<'_>, path: FieldPath) -> ConfigWarning {
         {
             super::gateway::JWT_KEYS.to_vec()
         }
+        [PathSegment::Key(section), PathSegment::Key(sub), PathSegment::Key(limits), _]
+            if section == "antler" && sub == "gateway" && limits == "limits" =>
+        {
+            super::gateway::LIMITS_KEYS.to_vec()
+        }
         [PathSegment::Key(section), PathSegment::Key(sub), _]
             if section == "antler" && sub == "tls" =>
         {

@@ -12,7 +12,25 @@ use serde::Deserialize;
 use super::diagnostics::FieldPath;
 
 /// The keys of `antler.gateway`.
-pub const GATEWAY_KEYS: &[&str] = &["operator_role", "tokens", "jwt"];
+pub const GATEWAY_KEYS: &[&str] = &[
+    "operator_role",
+    "tokens",
+    "jwt",
+    "allow_stdio_mcp",
+    "allow_scripted_models",
+    "allow_shared_user_ids",
+    "limits",
+];
+/// The keys of `antler.gateway.limits`.
+pub const LIMITS_KEYS: &[&str] = &[
+    "concurrent_runs",
+    "submissions_per_minute",
+    "event_streams",
+    "connections",
+];
+/// The user id of the operator's own runs (the cluster's token names no user): no
+/// principal of the config may take it.
+pub const OPERATOR_USER: &str = "default";
 /// The keys of `antler.gateway.jwt`.
 pub const JWT_KEYS: &[&str] = &[
     "jwks_file",
@@ -24,6 +42,7 @@ pub const JWT_KEYS: &[&str] = &[
     "algorithms",
     "leeway_s",
     "refresh_s",
+    "user_prefix",
 ];
 /// The signature algorithms a JWT principal may use.
 pub const JWT_ALGORITHMS: &[&str] = &["RS256", "ES256"];
@@ -39,6 +58,44 @@ pub struct GatewaySection {
     pub tokens: Vec<StaticPrincipal>,
     /// JWT bearer tokens.
     pub jwt: Option<JwtSection>,
+    /// Whether `PUT /api/mcp/config` may add or change a stdio server (a command mcp-host
+    /// runs as the operator's Unix user, outside any sandbox). Off: commands come only
+    /// from the file the operator edits.
+    pub allow_stdio_mcp: bool,
+    /// Whether a gateway principal other than the operator may run a scripted model
+    /// (`playbook`, `playbook_yaml`): a test and demo facility that scripts every call.
+    pub allow_scripted_models: bool,
+    /// Whether a JWT `user_prefix` may map JWT users onto the names of static tokens.
+    pub allow_shared_user_ids: bool,
+    /// Per-user limits.
+    pub limits: LimitsSection,
+}
+
+/// `antler.gateway.limits`: what one user may hold of the cluster (the operator is not
+/// limited). A user over its own limit gets 429 with `Retry-After`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping of per-user limits")]
+pub struct LimitsSection {
+    /// Runs of one user running at once (waiting for an answer counts).
+    pub concurrent_runs: u32,
+    /// Runs one user may submit per minute (a burst of as many, refilled evenly).
+    pub submissions_per_minute: u32,
+    /// Open `/events` streams of one user.
+    pub event_streams: u32,
+    /// Open connections to the gateway in all (beyond them, new ones wait in the
+    /// kernel's backlog).
+    pub connections: u32,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            concurrent_runs: 16,
+            submissions_per_minute: 120,
+            event_streams: 32,
+            connections: 2048,
+        }
+    }
 }
 
 impl Default for GatewaySection {
@@ -47,6 +104,10 @@ impl Default for GatewaySection {
             operator_role: "operator".into(),
             tokens: Vec::new(),
             jwt: None,
+            allow_stdio_mcp: false,
+            allow_scripted_models: false,
+            allow_shared_user_ids: false,
+            limits: LimitsSection::default(),
         }
     }
 }
@@ -90,7 +151,13 @@ pub struct JwtSection {
     pub leeway_s: u64,
     /// Seconds between fetches of `jwks_url`.
     pub refresh_s: u64,
+    /// Put before the user claim's value to make the user id, so a JWT's `sub` never
+    /// names a static token's user or the operator's own (`jwt-` by default).
+    pub user_prefix: String,
 }
+
+/// The default [`JwtSection::user_prefix`].
+pub const DEFAULT_JWT_USER_PREFIX: &str = "jwt-";
 
 impl Default for JwtSection {
     fn default() -> Self {
@@ -104,6 +171,7 @@ impl Default for JwtSection {
             algorithms: JWT_ALGORITHMS.iter().map(|a| (*a).to_owned()).collect(),
             leeway_s: 30,
             refresh_s: 300,
+            user_prefix: DEFAULT_JWT_USER_PREFIX.into(),
         }
     }
 }
@@ -132,6 +200,23 @@ impl GatewaySection {
             }
             if self.tokens[..i].iter().any(|o| o.token == t.token) {
                 problems.push((at.key("token"), "expected a token no other entry uses"));
+            }
+            if t.user == OPERATOR_USER {
+                problems.push((
+                    at.key("user"),
+                    "expected a user other than `default` (the operator's own runs)",
+                ));
+            }
+        }
+        let limits = base.key("limits");
+        for (key, value) in [
+            ("concurrent_runs", self.limits.concurrent_runs),
+            ("submissions_per_minute", self.limits.submissions_per_minute),
+            ("event_streams", self.limits.event_streams),
+            ("connections", self.limits.connections),
+        ] {
+            if value == 0 {
+                problems.push((limits.key(key), "expected an integer of at least 1"));
             }
         }
         if let Some(jwt) = &self.jwt {
@@ -163,6 +248,24 @@ impl GatewaySection {
             }
             if jwt.refresh_s == 0 {
                 problems.push((at.key("refresh_s"), "expected an integer of at least 1"));
+            }
+            if !jwt.user_prefix.is_empty() && !valid_user(&jwt.user_prefix) {
+                problems.push((
+                    at.key("user_prefix"),
+                    "expected letters, digits, - and _ (or empty, with allow_shared_user_ids)",
+                ));
+            }
+            // Two login sources onto one name: a JWT's `sub` would act as a static user.
+            let shared = jwt.user_prefix.is_empty()
+                || self
+                    .tokens
+                    .iter()
+                    .any(|t| t.user.starts_with(jwt.user_prefix.as_str()));
+            if shared && !self.allow_shared_user_ids {
+                problems.push((
+                    at.key("user_prefix"),
+                    "expected a prefix no static token's user starts with (JWT users and static users would share ids; set allow_shared_user_ids: true to allow it)",
+                ));
             }
         }
         problems

@@ -106,10 +106,30 @@ impl Executor<'_> {
             INVOKE_ACP_AGENT if self.acp.is_some() => return self.acp(call).await,
             SKILL_MANAGE if self.skill_manage.is_some() => {
                 if let Some(settings) = self.skill_manage {
+                    // A scripted run never judges its own writes: with no moderation
+                    // model of the operator's, the scan is unavailable and fails closed.
+                    let scripted = settings.moderation_model.is_none() && self.model.is_scripted();
+                    let closed;
+                    let unavailable = crate::run::skill_manage::UnavailableModel {
+                        name: self.model.name().to_owned(),
+                        reason: crate::run::skill_manage::moderation::SCRIPTED_RUN.to_owned(),
+                    };
+                    let (settings, model): (_, &dyn ChatModel) = if scripted {
+                        closed = crate::run::skill_manage::SkillManageSettings {
+                            fail_closed: true,
+                            ..settings.clone()
+                        };
+                        (&closed, &unavailable)
+                    } else {
+                        (
+                            settings,
+                            settings.moderation_model.as_deref().unwrap_or(self.model),
+                        )
+                    };
                     let manager = SkillManager {
                         store: self.skills,
                         settings,
-                        model: settings.moderation_model.as_deref().unwrap_or(self.model),
+                        model,
                         thread_id: &self.context.thread_id,
                     };
                     return manager.execute(call).await;

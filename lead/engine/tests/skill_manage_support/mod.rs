@@ -157,9 +157,17 @@ pub async fn run_with_settings(
 }
 
 /// [`run_with`] with the playbook `yaml`.
+/// The playbook's `security_scan` answers as the operator's moderation model (a scripted
+/// run never moderates itself).
 pub async fn run(data: &Data, user: &str, yaml: &str) -> Vec<(String, String, ToolStatus)> {
     let model = Arc::new(ScriptedModel::from_yaml(yaml, "inline").unwrap());
-    run_with(data, user, "t1", model).await
+    let settings = SkillManageSettings {
+        moderation_model: Some(Arc::new(
+            ScriptedModel::from_yaml(yaml, "moderator").unwrap(),
+        )),
+        ..SkillManageSettings::default()
+    };
+    run_with_settings(data, user, "t1", model, settings).await
 }
 
 /// A blocking [`run`] on a runtime of its own.

@@ -17,6 +17,9 @@ pub const UNAVAILABLE_FAIL_CLOSED: &str =
 pub const UNAVAILABLE_WARN: &str =
     "Security scan unavailable for non-executable skill content; manual review recommended.";
 pub const NO_REASON: &str = "No reason provided.";
+/// Why a scripted run's write is not scanned (and so refused): a script would answer its
+/// own moderation question.
+pub const SCRIPTED_RUN: &str = "the run's model is scripted and no moderation model is configured (skill_evolution.moderation_model_name)";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -1,0 +1,115 @@
+//! The gateway's route table: every route once, with the [`Access`] it needs. Who may use a
+//! route is decided on the route the router matched (a middleware on each resource), never
+//! on the request's path string: a percent-encoded, doubled or dotted path either matches a
+//! route, and gets that route's check, or matches none, and gets the default service's (a
+//! credential, then 404). [`ROUTES`] is public so tests can walk every route × role.
+
+use actix_web::http::Method;
+
+/// Who may use a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// `/health`: anyone, no check (liveness probes).
+    Open,
+    /// The OAuth callback: the browser's top-level navigation back from an authorization
+    /// server, cross-site and tokenless by nature; `Host` is checked, and it completes
+    /// only a login the gateway started (its single-use `state`).
+    Callback,
+    /// The run inspector's page and assets: no data, no token; `Host` and origin checked.
+    Page,
+    /// `/metrics`: the operator's; open without a token on loopback only while no user
+    /// principal is configured (one person's machine).
+    Metrics,
+    /// Any principal: a user, acting as itself.
+    Member,
+    /// The operator only.
+    Operator,
+}
+
+/// One route of the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteSpec {
+    /// `GET`, `POST` or `PUT`.
+    pub method: &'static str,
+    /// The router's pattern (`{name}` segments).
+    pub path: &'static str,
+    pub access: Access,
+}
+
+const fn route(method: &'static str, path: &'static str, access: Access) -> RouteSpec {
+    RouteSpec {
+        method,
+        path,
+        access,
+    }
+}
+
+/// Every route of the gateway, in the order the router tries them.
+pub const ROUTES: &[RouteSpec] = &[
+    route("GET", "/health", Access::Open),
+    route("GET", "/ready", Access::Open),
+    route("GET", "/api/mcp/config", Access::Operator),
+    route("PUT", "/api/mcp/config", Access::Operator),
+    route("GET", super::oauth::CALLBACK_PATH, Access::Callback),
+    // A user starts its own MCP logins.
+    route("POST", "/api/mcp/{server}/oauth/start", Access::Member),
+    route("POST", "/api/runs", Access::Member),
+    route("GET", "/api/runs", Access::Member),
+    route("GET", "/api/runs/{id}", Access::Member),
+    route("GET", "/api/runs/{id}/events", Access::Member),
+    route("POST", "/api/runs/{id}/answer", Access::Member),
+    route("POST", "/api/runs/{id}/cancel", Access::Member),
+    route("POST", "/api/runs/{id}/elicitations/{eid}", Access::Member),
+    route("GET", "/api/runs/{id}/artifact", Access::Member),
+    route("GET", "/api/runs/{id}/messages", Access::Member),
+    route("GET", "/api/runs/{id}/catalog", Access::Member),
+    route("GET", "/api/whoami", Access::Member),
+    route("GET", "/api/cluster", Access::Operator),
+    route("GET", "/metrics", Access::Metrics),
+    route("GET", "/", Access::Page),
+    route("GET", "/ui/{asset}", Access::Page),
+];
+
+/// The access a request with `method` needs on the resource of `path` (a method the
+/// resource does not route needs a principal, then gets 405).
+pub fn access_of(path: &str, method: &Method) -> Access {
+    ROUTES
+        .iter()
+        .find(|r| r.path == path && r.method == method.as_str())
+        .map(|r| r.access)
+        .unwrap_or(Access::Member)
+}
+
+/// The distinct paths of [`ROUTES`], in order (one resource each).
+pub fn paths() -> Vec<&'static str> {
+    let mut paths: Vec<&'static str> = Vec::new();
+    for r in ROUTES {
+        if !paths.contains(&r.path) {
+            paths.push(r.path);
+        }
+    }
+    paths
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_path_has_one_access_per_method_and_unknown_methods_need_a_principal() {
+        for (i, r) in ROUTES.iter().enumerate() {
+            assert!(
+                !ROUTES[..i]
+                    .iter()
+                    .any(|o| o.path == r.path && o.method == r.method),
+                "{r:?} twice"
+            );
+        }
+        assert_eq!(
+            access_of("/api/mcp/config", &Method::PUT),
+            Access::Operator
+        );
+        assert_eq!(access_of("/health", &Method::POST), Access::Member);
+        assert_eq!(access_of("/nope", &Method::GET), Access::Member);
+    }
+}
