@@ -664,6 +664,7 @@ fn bench_prompt() -> PromptFigures {
     let inputs = PromptInputs {
         catalog: &catalog,
         agent_name: Some("researcher"),
+        default_agent_name: None,
         soul: Some("Curious and exact."),
         skills: &skills,
         allowed_skills: None,

@@ -269,7 +269,7 @@ async fn a_real_llama_server_answers_tool_calls_and_text() {
     assert_eq!(messages[0]["role"], "system");
     let system = messages[0]["content"].as_str().unwrap();
     assert!(
-        system.starts_with("<role>\nYou are DeerFlow 2.0, an open-source super agent.\n</role>"),
+        system.starts_with("<role>\nYou are Antler, an open-source super agent.\n</role>"),
         "{system}"
     );
     assert!(system.contains("<current_date>"), "{system}");

@@ -875,6 +875,7 @@ impl RunEnv {
         self.prompts.get(&PromptInputs {
             catalog,
             agent_name,
+            default_agent_name: app.antler.agent_name.as_deref(),
             soul: profile.soul.as_deref(),
             skills: &installed,
             allowed_skills: profile.skills.as_ref(),

@@ -36,6 +36,7 @@ pub const ANTLER_KEYS: &[&str] = &[
     "gateway",
     "tls",
     "cluster",
+    "agent_name",
 ];
 
 /// The keys of `antler.tls`.
@@ -89,6 +90,9 @@ pub struct AntlerSection {
     pub tls: TlsSection,
     /// The hosts a lead in cluster mode dials instead of starting them.
     pub cluster: ClusterSection,
+    /// The agent's name in the lead's system prompt when a run talks as no custom agent
+    /// (`None`: Antler's own, "Antler").
+    pub agent_name: Option<String>,
 }
 
 /// `antler.tls`: the cluster CA, the lead's certificate and key (PEM files, as `antler
@@ -181,6 +185,7 @@ impl Default for AntlerSection {
             gateway: GatewaySection::default(),
             tls: TlsSection::default(),
             cluster: ClusterSection::default(),
+            agent_name: None,
         }
     }
 }

@@ -15,7 +15,8 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::catalog::builtins::{
-    ASK_CLARIFICATION, DESCRIBE_SKILL, SKILL_MANAGE, TASK, UPDATE_AGENT,
+    ASK_CLARIFICATION, DESCRIBE_SKILL, LIST_UPLOADED_FILES, PRESENT_FILES, SKILL_MANAGE, TASK,
+    UPDATE_AGENT,
 };
 use crate::catalog::deferred::html_escape;
 use crate::catalog::Catalog;
@@ -28,6 +29,9 @@ pub use subagent::{subagent_system_prompt, SubagentPromptParts};
 
 /// Tools whose results are external sources, so the citations section is rendered.
 const WEB_TOOLS: &[&str] = &["web_search", "web_fetch", "image_search", "web_capture"];
+/// The sandbox's file tools the editing reminder names.
+const STR_REPLACE: &str = "str_replace";
+const WRITE_FILE: &str = "write_file";
 
 /// One `sandbox.mounts` entry as the prompt shows it.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -41,6 +45,9 @@ pub struct PromptInputs<'a> {
     pub catalog: &'a Arc<Catalog>,
     /// The custom agent's name (not on the bootstrap path).
     pub agent_name: Option<&'a str>,
+    /// `antler.agent_name`: the name without a custom agent (`None`:
+    /// [`sections::DEFAULT_AGENT_NAME`]).
+    pub default_agent_name: Option<&'a str>,
     /// The agent's (or the default) SOUL.md, stripped.
     pub soul: Option<&'a str>,
     /// Installed skills (enabled and disabled), and the agent's whitelist.
@@ -64,7 +71,10 @@ pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
     let offers = |name: &str| inputs.catalog.get(name).is_some();
     let clarification = offers(ASK_CLARIFICATION);
     let subagents = inputs.subagents.as_ref().filter(|_| offers(TASK));
-    let agent_name = inputs.agent_name.unwrap_or(sections::DEFAULT_AGENT_NAME);
+    let agent_name = inputs
+        .agent_name
+        .or(inputs.default_agent_name)
+        .unwrap_or(sections::DEFAULT_AGENT_NAME);
     let mut out = String::with_capacity(8 * 1024);
     out.push_str(&sections::role(agent_name));
     out.push_str(sections::CONFIDENTIALITY);
@@ -103,7 +113,10 @@ pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
     if let Some(subagents) = subagents {
         out.push_str(&delegation::section(subagents));
     }
-    out.push_str(sections::WORKING_DIRECTORY);
+    out.push_str(&sections::working_directory(
+        offers(LIST_UPLOADED_FILES),
+        offers(PRESENT_FILES),
+    ));
     let mut extra = Vec::new();
     if inputs.acp_agents {
         extra.push(sections::ACP_BLOCK.to_owned());
@@ -119,8 +132,13 @@ pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
     out.push_str(&extra.join("\n"));
     out.push_str("</working_directory>\n");
     out.push_str(sections::RESPONSE_STYLE);
-    if WEB_TOOLS.iter().any(|t| offers(t)) {
-        out.push_str(sections::CITATIONS);
+    let sources: Vec<String> = WEB_TOOLS
+        .iter()
+        .filter(|t| offers(t))
+        .map(|t| format!("`{t}`"))
+        .collect();
+    if !sources.is_empty() {
+        out.push_str(&sections::citations(&sources.join(", ")));
     }
     let skill_first = match skills_mode {
         skills::SkillsMode::None => "",
@@ -128,11 +146,13 @@ pub fn system_prompt(inputs: &PromptInputs<'_>) -> String {
         skills::SkillsMode::Index => sections::SKILL_FIRST_INDEX,
     };
     let subagent_reminder = subagents.map(delegation::reminder).unwrap_or_default();
-    out.push_str(&sections::critical_reminders(
-        &subagent_reminder,
+    out.push_str(&sections::critical_reminders(&sections::Reminders {
+        subagent: &subagent_reminder,
         skill_first,
         clarification,
-    ));
+        editing: sections::editing(offers(STR_REPLACE), offers(WRITE_FILE)),
+        present: offers(PRESENT_FILES),
+    }));
     out
 }
 
@@ -254,6 +274,7 @@ impl PromptCache {
 fn cache_key(inputs: &PromptInputs<'_>) -> u64 {
     let mut h = foldhash::fast::FixedState::with_seed(0x616e_746c_6572).build_hasher();
     inputs.agent_name.hash(&mut h);
+    inputs.default_agent_name.hash(&mut h);
     inputs.soul.hash(&mut h);
     for s in inputs.skills {
         (

@@ -2,8 +2,9 @@
 //! the strings of spec A.8 are contracts and exact; the prose is Antler's own, shorter than
 //! DeerFlow's and written for today's models.
 
-/// The agent name when the run talks as no custom agent.
-pub const DEFAULT_AGENT_NAME: &str = "DeerFlow 2.0";
+/// The agent name when the run talks as no custom agent and `antler.agent_name` is unset:
+/// Antler's own identity (DeerFlow's is `DeerFlow 2.0`, which that key can restore).
+pub const DEFAULT_AGENT_NAME: &str = "Antler";
 
 /// Section 1: `STR"You are {agent_name}, an open-source super agent."`.
 pub fn role(agent_name: &str) -> String {
@@ -71,16 +72,30 @@ The run stops after the call until the user answers; do not guess in the same tu
 </clarification_system>
 ";
 
-/// Section 12, before its ACP and custom-mount blocks.
-pub const WORKING_DIRECTORY: &str = "<working_directory existed=\"true\">
-- Uploads: `/mnt/user-data/uploads` (files of this turn are listed in `<current_uploads>`; \
-`list_uploaded_files` finds earlier ones). PDF, PPT, Excel and Word uploads have a converted \
-`.md` file beside them.
+/// Section 12, before its ACP and custom-mount blocks; `list_uploads` and `present` say
+/// whether `list_uploaded_files` and `present_files` are offered (a tool the model does
+/// not have is never named).
+pub fn working_directory(list_uploads: bool, present: bool) -> String {
+    let earlier = if list_uploads {
+        "; `list_uploaded_files` finds earlier ones"
+    } else {
+        ""
+    };
+    let deliver = if present {
+        "; call `present_files` on them"
+    } else {
+        ""
+    };
+    format!(
+        "<working_directory existed=\"true\">
+- Uploads: `/mnt/user-data/uploads` (files of this turn are listed in `<current_uploads>`{earlier}). \
+PDF, PPT, Excel and Word uploads have a converted `.md` file beside them.
 - Treat `/mnt/user-data/workspace` as your default current working directory: prefer relative \
 paths such as `hello.txt`, `../uploads/data.csv`, and `../outputs/report.md`.
-- Deliverables go in `/mnt/user-data/outputs`; call `present_files` on them. Skills are not \
-deliverables.
-";
+- Deliverables go in `/mnt/user-data/outputs`{deliver}. Skills are not deliverables.
+"
+    )
+}
 
 /// The ACP block of section 12 (`acp_agents` configured).
 pub const ACP_BLOCK: &str = "
@@ -112,13 +127,18 @@ you did rather than what you might do.
 </response_style>
 ";
 
-/// Section 14, rendered only when a web tool is offered.
-pub const CITATIONS: &str = "<citations>
-After `web_search`, `web_fetch` or any other external source, cite it: inline as \
+/// Section 14, rendered only when a web tool is offered; `sources` names the offered
+/// ones (e.g. "`web_search`, `web_fetch`").
+pub fn citations(sources: &str) -> String {
+    format!(
+        "<citations>
+After {sources} or any other external source, cite it: inline as \
 `[citation:TITLE](URL)` right after the claim, and in a final \"Sources\" section as \
 `[Title](URL) - Description` (no `citation:` prefix there). Never invent a source.
 </citations>
-";
+"
+    )
+}
 
 /// `{skill_first_reminder}` in legacy mode (spec A.3).
 pub const SKILL_FIRST_LEGACY: &str =
@@ -127,21 +147,59 @@ pub const SKILL_FIRST_LEGACY: &str =
 /// `{skill_first_reminder}` in index mode.
 pub const SKILL_FIRST_INDEX: &str = "- Skill First: For complex tasks, call describe_skill(name) to check if a matching skill exists, then read_file to load it.\n";
 
-/// Section 15; `subagent` is `{subagent_reminder}` (empty without subagents) and
-/// `skill_first` is `{skill_first_reminder}` (empty without skills).
-pub fn critical_reminders(subagent: &str, skill_first: &str, clarification: bool) -> String {
+/// Section 15's editing reminder with both `str_replace` and `write_file` offered.
+pub const EDITING_BOTH: &str = "- Editing: prefer `str_replace` to rewriting a file; write long files in sections with `append=True`.\n";
+/// Section 15's editing reminder with `str_replace` offered and no `write_file`.
+pub const EDITING_STR_REPLACE: &str = "- Editing: prefer `str_replace` to rewriting a file.\n";
+/// Section 15's editing reminder with `write_file` offered and no `str_replace`.
+pub const EDITING_WRITE_FILE: &str =
+    "- Editing: write long files in sections with `write_file`'s `append=True`.\n";
+
+/// The editing reminder for the file tools offered (empty with neither).
+pub fn editing(str_replace: bool, write_file: bool) -> &'static str {
+    match (str_replace, write_file) {
+        (true, true) => EDITING_BOTH,
+        (true, false) => EDITING_STR_REPLACE,
+        (false, true) => EDITING_WRITE_FILE,
+        (false, false) => "",
+    }
+}
+
+/// What section 15 names besides its fixed bullets, each only when the model has it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Reminders<'a> {
+    /// `{subagent_reminder}` (empty without subagents).
+    pub subagent: &'a str,
+    /// `{skill_first_reminder}` (empty without skills).
+    pub skill_first: &'a str,
+    /// `ask_clarification` is offered.
+    pub clarification: bool,
+    /// [`editing`]'s reminder.
+    pub editing: &'a str,
+    /// `present_files` is offered.
+    pub present: bool,
+}
+
+/// Section 15.
+pub fn critical_reminders(r: &Reminders<'_>) -> String {
     let mut out = String::from("<critical_reminders>\n");
-    if clarification {
+    if r.clarification {
         out.push_str("- Clarification First: ask when essential information is missing.\n");
     }
-    out.push_str(subagent);
-    out.push_str(skill_first);
+    out.push_str(r.subagent);
+    out.push_str(r.skill_first);
     out.push_str(
         "- Progressive loading: read files, skills and tool schemas only when you need them.\n\
-- Outputs go in `/mnt/user-data/outputs`.\n\
-- Editing: prefer `str_replace` to rewriting a file; write long files in sections with `append=True`.\n\
-- Images and diagrams: use the full virtual path, e.g. `![Chart](/mnt/user-data/outputs/chart.png)`, after `present_files`; never a bare file name.\n\
-- Make independent tool calls in parallel.\n\
+- Outputs go in `/mnt/user-data/outputs`.\n",
+    );
+    out.push_str(r.editing);
+    out.push_str(if r.present {
+        "- Images and diagrams: use the full virtual path, e.g. `![Chart](/mnt/user-data/outputs/chart.png)`, after `present_files`; never a bare file name.\n"
+    } else {
+        "- Images and diagrams: use the full virtual path, e.g. `![Chart](/mnt/user-data/outputs/chart.png)`; never a bare file name.\n"
+    });
+    out.push_str(
+        "- Make independent tool calls in parallel.\n\
 - Answer in the user's language.\n\
 - Always respond.\n\
 </critical_reminders>\n",

@@ -56,6 +56,7 @@ fn inputs<'a>(catalog: &'a Arc<Catalog>, skills: &'a [InstalledSkill]) -> Prompt
     PromptInputs {
         catalog,
         agent_name: Some("researcher"),
+        default_agent_name: None,
         soul: Some("I am <careful> & thorough."),
         skills,
         allowed_skills: None,
@@ -142,8 +143,67 @@ fn a_section_whose_tool_is_absent_is_not_rendered() {
     default.agent_name = None;
     default.soul = None;
     let p = system_prompt(&default);
-    assert!(p.starts_with("<role>\nYou are DeerFlow 2.0, an open-source super agent."));
+    assert!(p.starts_with("<role>\nYou are Antler, an open-source super agent."));
+    assert!(!p.contains("DeerFlow"), "{p}");
     assert!(!p.contains("<soul>"));
+    // `antler.agent_name: DeerFlow 2.0` gives DeerFlow's own role line.
+    default.default_agent_name = Some("DeerFlow 2.0");
+    let p = system_prompt(&default);
+    assert!(p.starts_with("<role>\nYou are DeerFlow 2.0, an open-source super agent.\n</role>"));
+}
+
+#[test]
+fn the_prompt_names_only_the_tools_the_model_has() {
+    let mut default = |tools: &[&str]| {
+        let c = catalog(tools);
+        let mut i = inputs(&c, &[]);
+        i.agent_name = None;
+        system_prompt(&i)
+    };
+    // No file tools, no presenting, no uploads listing, no web tools: none is named.
+    let bare = default(&[]);
+    for absent in [
+        "str_replace",
+        "write_file",
+        "append=True",
+        "present_files",
+        "list_uploaded_files",
+        "web_search",
+        "web_fetch",
+    ] {
+        assert!(
+            !bare.contains(absent),
+            "{absent} named without the tool:\n{bare}"
+        );
+    }
+    assert!(bare
+        .contains("- Deliverables go in `/mnt/user-data/outputs`. Skills are not deliverables.\n"));
+    // The editing reminder follows the file tools offered.
+    let write_only = default(&["write_file"]);
+    assert!(
+        write_only.contains(sections::EDITING_WRITE_FILE),
+        "{write_only}"
+    );
+    assert!(!write_only.contains("str_replace"), "{write_only}");
+    let replace_only = default(&["str_replace"]);
+    assert!(replace_only.contains(sections::EDITING_STR_REPLACE));
+    assert!(!replace_only.contains("append=True"));
+    let both = default(&[
+        "str_replace",
+        "write_file",
+        "present_files",
+        "list_uploaded_files",
+        "web_search",
+    ]);
+    assert!(both.contains(sections::EDITING_BOTH));
+    assert!(both.contains("; call `present_files` on them."));
+    assert!(both.contains("`list_uploaded_files` finds earlier ones"));
+    // Citations name the web tools offered, and only those.
+    assert!(
+        both.contains("After `web_search` or any other external source"),
+        "{both}"
+    );
+    assert!(!both.contains("web_fetch"));
 }
 
 #[test]
