@@ -638,7 +638,8 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     } else {
         eprintln!(
-            "antler chaos: an invariant broke; the cluster's files and logs are in {}",
+            "antler chaos: {}; the cluster's files and logs are in {}",
+            report.failures.join("; "),
             dir.display()
         );
         Ok(ExitCode::from(1))

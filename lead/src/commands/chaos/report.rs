@@ -1,6 +1,7 @@
 //! The chaos report: per fault kind, how many were injected, survived, and how long
-//! recovery took (p50 and max); the invariants; the runs and their throughput. As a table
-//! for people and as one JSON object.
+//! recovery took (p50 and max) against its target; the invariants; the runs and their
+//! throughput. As a table for people and as one JSON object. It passes (`ok`, exit 0) only
+//! when every invariant held and every recovery target was met.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -101,11 +102,35 @@ fn p50_max(samples: &[Duration]) -> (Option<Duration>, Option<Duration>) {
     )
 }
 
-/// The report in both forms, and whether every invariant held.
+/// The report in both forms, and whether the schedule passed: every invariant held and
+/// every recovery target was met.
 pub struct Report {
     pub table: String,
     pub json: Value,
     pub ok: bool,
+    /// Why it did not pass (empty when `ok`): the invariants broken, the targets missed.
+    pub failures: Vec<String>,
+}
+
+/// Why a schedule fails: each invariant that broke, and each recovery figure whose worst
+/// sample is over its target (a figure without samples is not missed).
+pub fn failures(invariants: &[Invariant], figures: &Figures) -> Vec<String> {
+    let mut out: Vec<String> = invariants
+        .iter()
+        .filter(|i| !i.held)
+        .map(|i| format!("invariant broken: {}", i.name))
+        .collect();
+    for (name, samples, target) in figures.rows() {
+        if let (_, Some(max)) = p50_max(samples) {
+            if ms(max) > target {
+                out.push(format!(
+                    "recovery target missed: {name}: {} ms against {target} ms",
+                    ms(max)
+                ));
+            }
+        }
+    }
+    out
 }
 
 fn ms(d: Duration) -> u64 {
@@ -227,7 +252,14 @@ pub fn build(
             json!({"run": r.planned.index, "kind": r.planned.kind.as_str(), "error": why})
         })
         .collect();
-    let ok = invariants.iter().all(|i| i.held);
+    let failures = failures(&invariants, &figures);
+    let ok = failures.is_empty();
+    if !ok {
+        table.push_str("\nFAILED\n");
+        for failure in &failures {
+            table.push_str(&format!("  {failure}\n"));
+        }
+    }
     let json = json!({
         "seed": plan.seed,
         "mode": mode.as_str(),
@@ -251,6 +283,51 @@ pub fn build(
             "name": i.name, "held": i.held, "detail": i.detail,
         })).collect::<Vec<_>>(),
         "ok": ok,
+        "failures": failures,
     });
-    Report { table, json, ok }
+    Report {
+        table,
+        json,
+        ok,
+        failures,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(host_serving_ms: &[u64]) -> Figures {
+        Figures {
+            events: 0,
+            host_serving: host_serving_ms
+                .iter()
+                .map(|m| Duration::from_millis(*m))
+                .collect(),
+            run_continuing: Vec::new(),
+            task_failed: Vec::new(),
+        }
+    }
+
+    fn held(name: &'static str, held: bool) -> Invariant {
+        Invariant {
+            name,
+            held,
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_missed_recovery_target_fails_the_schedule_though_every_invariant_held() {
+        let invariants = [held("no run lost", true)];
+        assert!(failures(&invariants, &figures(&[900, 2_999, 3_000])).is_empty());
+        assert_eq!(
+            failures(&invariants, &figures(&[900, 4_283])),
+            ["recovery target missed: a restarted host serving again (from its exit): 4283 ms against 3000 ms"]
+        );
+        assert_eq!(
+            failures(&[held("no run lost", false)], &figures(&[])),
+            ["invariant broken: no run lost"]
+        );
+    }
 }
