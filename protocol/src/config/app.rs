@@ -61,6 +61,15 @@ pub const DEERFLOW_OPAQUE_KEYS: &[&str] = &[
     "plugins",
 ];
 
+/// Keys of [`DEERFLOW_OPAQUE_KEYS`] that Antler reads from `other` (`config_version` is
+/// the file's own version stamp); every other one does nothing in Antler yet and is
+/// warned about ([`WarningKind::Ignored`]).
+pub const DEERFLOW_READ_KEYS: &[&str] = &["config_version", "token_budget", "skills", "skill_scan"];
+
+/// The warning's text for a DeerFlow setting Antler does not act on.
+pub const IGNORED_SETTING: &str =
+    "a DeerFlow setting Antler does not act on yet: it does nothing here";
+
 /// Top-level keys read into typed fields of `AppConfig`.
 pub const TYPED_KEYS: &[&str] = &[
     "models",
@@ -351,34 +360,36 @@ pub fn parse_app_config(
         text,
         format: Format::Yaml,
     };
+    let (config, warnings) = load_app(&doc, env)?;
+    if let Some(error) = semantic_errors(&doc, &config).into_iter().next() {
+        return Err(error);
+    }
+    Ok(Loaded {
+        value: config,
+        path: Some(file.to_path_buf()),
+        warnings,
+    })
+}
+
+/// The typed config and its warnings (unknown keys, ignored DeerFlow settings, clamped
+/// values), in file order; values out of range are [`semantic_errors`]' to find.
+pub(crate) fn load_app(
+    doc: &Document<'_>,
+    env: EnvLookup<'_>,
+) -> Result<(AppConfig, Vec<ConfigWarning>), ConfigError> {
     let (config, unknown) = doc.load::<AppConfig>(env)?;
     let mut warnings: Vec<ConfigWarning> = unknown
         .into_iter()
-        .map(|path| unknown_key_warning(&doc, path))
+        .map(|path| unknown_key_warning(doc, path))
         .collect();
-    for key in config.other.keys() {
+    for (key, value) in config.other.iter() {
         if !DEERFLOW_OPAQUE_KEYS.contains(&key) {
-            warnings.push(unknown_key_warning(&doc, FieldPath::root().key(key)));
+            warnings.push(unknown_key_warning(doc, FieldPath::root().key(key)));
+        } else if !DEERFLOW_READ_KEYS.contains(&key) && !value.is_null() {
+            // An empty section (DeerFlow's example comments them out) sets nothing.
+            let path = FieldPath::root().key(key);
+            warnings.push(doc.warning(WarningKind::Ignored, path, IGNORED_SETTING));
         }
-    }
-    if let Some((path, expected)) = config.antler.check().into_iter().next() {
-        return Err(doc.invalid(path, "value out of range", Some(expected.to_owned())));
-    }
-    if let Some((path, expected)) = config.antler.check_tls().into_iter().next() {
-        return Err(doc.invalid(path, "missing", Some(expected.to_owned())));
-    }
-    let sandbox_problems = config
-        .sandbox
-        .as_ref()
-        .map(|s| s.check())
-        .unwrap_or_default();
-    if let Some((path, expected)) = sandbox_problems.into_iter().next() {
-        return Err(doc.invalid(path, "value out of range", Some(expected.to_owned())));
-    }
-    if !(1..=50).contains(&config.subagents.max_total_per_run) {
-        let path = FieldPath::root().key("subagents").key("max_total_per_run");
-        let expected = Some("expected an integer from 1 to 50".to_owned());
-        return Err(doc.invalid(path, "value out of range", expected));
     }
     let top_k = config.tool_search.auto_promote_top_k;
     if !(1..=5).contains(&top_k) {
@@ -392,11 +403,33 @@ pub fn parse_app_config(
         warnings.push(doc.warning(WarningKind::Clamped, path, message));
     }
     warnings.sort_by_key(|w| w.location.map(|l| (l.line, l.column)));
-    Ok(Loaded {
-        value: config,
-        path: Some(file.to_path_buf()),
-        warnings,
-    })
+    Ok((config, warnings))
+}
+
+/// Every value that type-checks but is out of range or incomplete, in file order.
+pub(crate) fn semantic_errors(doc: &Document<'_>, config: &AppConfig) -> Vec<ConfigError> {
+    let mut errors = Vec::new();
+    for (path, expected) in config.antler.check() {
+        errors.push(doc.invalid(path, "value out of range", Some(expected.to_owned())));
+    }
+    for (path, expected) in config.antler.check_tls() {
+        errors.push(doc.invalid(path, "missing", Some(expected.to_owned())));
+    }
+    let sandbox_problems = config
+        .sandbox
+        .as_ref()
+        .map(|s| s.check())
+        .unwrap_or_default();
+    for (path, expected) in sandbox_problems {
+        errors.push(doc.invalid(path, "value out of range", Some(expected.to_owned())));
+    }
+    if !(1..=50).contains(&config.subagents.max_total_per_run) {
+        let path = FieldPath::root().key("subagents").key("max_total_per_run");
+        let expected = Some("expected an integer from 1 to 50".to_owned());
+        errors.push(doc.invalid(path, "value out of range", expected));
+    }
+    errors.sort_by_key(|e| e.location().map(|l| (l.line, l.column)));
+    errors
 }
 
 /// The warning for a key neither DeerFlow nor Antler knows.

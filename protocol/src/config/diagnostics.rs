@@ -242,6 +242,8 @@ pub enum WarningKind {
     Clamped,
     /// An enabled MCP server that cannot start as configured; it is skipped, the others load.
     ServerSkipped,
+    /// A DeerFlow setting Antler reads but does not act on (not built yet); it does nothing.
+    Ignored,
 }
 
 /// Something a load accepted but the operator should see.
@@ -361,6 +363,21 @@ impl CheckReport {
     /// Whether the file has no errors (warnings allowed).
     pub fn is_ok(&self) -> bool {
         self.errors.is_empty()
+    }
+
+    /// `antler config check --strict`: every key that does nothing (unknown, or a DeerFlow
+    /// setting Antler ignores) is an error.
+    pub fn strict(mut self) -> Self {
+        let (inert, kept): (Vec<_>, Vec<_>) = self
+            .warnings
+            .into_iter()
+            .partition(|w| matches!(w.kind, WarningKind::UnknownKey | WarningKind::Ignored));
+        self.errors
+            .extend(inert.into_iter().map(ConfigWarning::into_error));
+        self.errors
+            .sort_by_key(|e| e.location().map(|l| (l.line, l.column)));
+        self.warnings = kept;
+        self
     }
 }
 

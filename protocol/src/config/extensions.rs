@@ -245,6 +245,17 @@ pub fn parse_extensions_config(
             doc.warning(WarningKind::UnknownKey, path, message)
         })
         .collect();
+    // Read, but nothing in Antler acts on them yet.
+    let inert = [
+        ("mcpInterceptors", !config.mcp_interceptors.is_empty()),
+        ("middlewares", !config.middlewares.is_empty()),
+    ];
+    for (key, set) in inert {
+        if set {
+            let path = FieldPath::root().key(key);
+            warnings.push(doc.warning(WarningKind::Ignored, path, super::app::IGNORED_SETTING));
+        }
+    }
     let servers = FieldPath::root().key("mcpServers");
     let mut skipped = Vec::new();
     for (name, server) in config.mcp_servers.iter() {

@@ -6,6 +6,7 @@
 
 mod antler;
 mod app;
+mod check;
 mod cluster;
 mod diagnostics;
 mod document;
@@ -29,8 +30,9 @@ pub use antler::{
 pub use app::{
     parse_app_config, AcpAgentConfig, AppConfig, AuthorizationConfig, GuardrailsConfig,
     ModelConfig, ProviderConfig, SkillEvolutionConfig, ToolConfig, ToolGroupConfig,
-    ToolSearchConfig, DEERFLOW_OPAQUE_KEYS, TYPED_KEYS,
+    ToolSearchConfig, DEERFLOW_OPAQUE_KEYS, DEERFLOW_READ_KEYS, IGNORED_SETTING, TYPED_KEYS,
 };
+pub use check::{ExtraChecks, Finding};
 pub use cluster::{is_loopback, ClusterHosts, ClusterSection, CLUSTER_KEYS};
 pub use diagnostics::{
     CheckReport, ConfigError, ConfigKind, ConfigWarning, FieldError, FieldPath, Location,
@@ -121,6 +123,12 @@ pub fn check_file(path: &Path) -> CheckReport {
 
 /// `check_file` with `env` as the environment.
 pub fn check_file_with_env(path: &Path, env: EnvLookup<'_>) -> CheckReport {
+    check_file_with(path, env, &|_| Vec::new())
+}
+
+/// `check_file` with `env` as the environment and `extra` run on a `config.yaml` that
+/// loads. Every error is reported, not only the first.
+pub fn check_file_with(path: &Path, env: EnvLookup<'_>, extra: ExtraChecks<'_>) -> CheckReport {
     let file = path.to_path_buf();
     let text = match read(path) {
         Ok(text) => text,
@@ -136,7 +144,15 @@ pub fn check_file_with_env(path: &Path, env: EnvLookup<'_>) -> CheckReport {
     };
     let kind = ConfigKind::detect(path, &text);
     let outcome = match kind {
-        ConfigKind::App => parse_app_config(path, &text, env).map(|l| l.warnings),
+        ConfigKind::App => {
+            let (errors, warnings) = check::check_app(path, &text, env, extra);
+            return CheckReport {
+                file,
+                kind,
+                errors,
+                warnings,
+            };
+        }
         ConfigKind::Extensions => parse_extensions_config(path, &text, env).map(|l| l.warnings),
     };
     match outcome {
