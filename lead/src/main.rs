@@ -71,15 +71,15 @@ fn main() -> ExitCode {
             .clone()
             .unwrap_or_else(RuntimeDir::default_path),
     };
-    if matches!(
-        cli.command,
-        Command::Cluster(commands::cluster::ClusterCommand::Up { .. }) | Command::ClusterMode(_)
-    ) {
-        // The cluster in the foreground: its log is the terminal (and `cluster init`
-        // touches no runtime directory).
-        host::init_tracing();
-    } else {
-        init_command_logs(&ctx.runtime_dir);
+    match cli.command {
+        // `cluster init` touches no runtime directory.
+        Command::ClusterMode(_) => host::init_tracing(),
+        // The cluster in the foreground: its INFO log is on the terminal as well as in
+        // logs/antler.log.
+        Command::Cluster(commands::cluster::ClusterCommand::Up { .. }) => {
+            init_command_logs(&ctx.runtime_dir, FOREGROUND_TERMINAL_LOG)
+        }
+        _ => init_command_logs(&ctx.runtime_dir, COMMAND_TERMINAL_LOG),
     }
     if let Some(path) = &cli.extensions {
         if !path.is_file() {
@@ -111,15 +111,25 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs of a command other than `up`: the terminal shows warnings and errors (or what
-/// `RUST_LOG` asks for) beside the command's own output; everything from INFO up, the
-/// cluster this command may start included, goes to `logs/antler.log` in the runtime
-/// directory. OAuth secrets are never logged ([`host::secret_cap`]).
-fn init_command_logs(runtime_dir: &Path) {
+/// What a command shows on the terminal unless `RUST_LOG` says otherwise: warnings and
+/// errors beside its own output.
+const COMMAND_TERMINAL_LOG: &str = "warn";
+/// What `antler up` in the foreground shows: its INFO log (actix-server's count of HTTP
+/// threads, which reads like a count of subagent workers, left out).
+const FOREGROUND_TERMINAL_LOG: &str = "info,actix_server=warn";
+/// What goes to `logs/antler.log`.
+const FILE_LOG: &str = "info,actix_server=warn";
+
+/// Logs of a command: the terminal shows `terminal_default` (or what `RUST_LOG` asks
+/// for); everything from INFO up, the cluster this command may start (or `up` runs)
+/// included, goes to `logs/antler.log` in the runtime directory. OAuth secrets are never
+/// logged ([`host::secret_cap`]).
+fn init_command_logs(runtime_dir: &Path, terminal_default: &str) {
     use tracing_subscriber::{
         fmt, layer::SubscriberExt, util::SubscriberInitExt, EnvFilter, Layer,
     };
-    let terminal = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let terminal =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(terminal_default));
     let file = RuntimeDir::open(runtime_dir).ok().and_then(|rd| {
         let dir = rd.root().join("logs");
         std::fs::create_dir_all(&dir).ok()?;
@@ -134,13 +144,14 @@ fn init_command_logs(runtime_dir: &Path) {
             .with_writer(std::sync::Mutex::new(f))
             .with_ansi(false)
             .with_target(false)
-            .with_filter(EnvFilter::new("info"))
+            .with_filter(EnvFilter::new(FILE_LOG))
     });
     let _ = tracing_subscriber::registry()
         .with(host::secret_cap())
         .with(
             fmt::layer()
                 .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_target(false)
                 .with_filter(terminal),
         )

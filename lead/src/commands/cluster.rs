@@ -215,12 +215,9 @@ async fn status(runtime_dir: PathBuf, json: bool) -> anyhow::Result<ExitCode> {
             if json {
                 println!("[]");
             } else {
-                println!(
-                    "no cluster is running in {} (start one with `antler up`)",
-                    dir.display()
-                );
+                println!("{}", not_running(&dir));
             }
-            return Ok(ExitCode::from(1));
+            return Ok(ExitCode::from(EXIT_NOT_RUNNING));
         }
         Err(e) => return Err(e.into()),
     };
@@ -271,6 +268,17 @@ async fn ping(spec: ClusterSpec, role: Option<Role>, json: bool) -> anyhow::Resu
     })
 }
 
+/// The exit status of `status` and `down` when no cluster is running.
+pub const EXIT_NOT_RUNNING: u8 = 1;
+
+/// What `status` and `down` say when no cluster is running in `dir`.
+fn not_running(dir: &std::path::Path) -> String {
+    format!(
+        "no cluster is running in {} (start one with `antler up`)",
+        dir.display()
+    )
+}
+
 /// How long `antler down` waits for the lead to exit: its drain grace and its children's,
 /// with room to spare.
 const DOWN_DEADLINE: Duration = Duration::from_secs(40);
@@ -278,17 +286,24 @@ const DOWN_DEADLINE: Duration = Duration::from_secs(40);
 /// SIGTERM to the lead, then waits until it has exited (its lock on the runtime directory
 /// is free), so an `antler up` right after starts on a clean directory.
 fn down(runtime_dir: PathBuf) -> anyhow::Result<ExitCode> {
+    // A directory that is not there has no cluster (and is not made by asking).
+    if !runtime_dir.is_dir() {
+        println!("{}", not_running(&runtime_dir));
+        return Ok(ExitCode::from(EXIT_NOT_RUNNING));
+    }
     let rd = RuntimeDir::open(&runtime_dir)?;
-    let pid: i32 = std::fs::read_to_string(rd.pid_path())
-        .with_context(|| format!("no cluster is running in {}", runtime_dir.display()))?
-        .trim()
-        .parse()
-        .context("the pid file is damaged")?;
+    let pid = match std::fs::read_to_string(rd.pid_path()) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            println!("{}", not_running(&runtime_dir));
+            return Ok(ExitCode::from(EXIT_NOT_RUNNING));
+        }
+        Err(e) => bail!("cannot read {}: {e}", rd.pid_path().display()),
+    };
+    let pid: i32 = pid.trim().parse().context("the pid file is damaged")?;
     if cluster::try_lock(&rd)?.is_some() {
-        bail!(
-            "no cluster is running in {} (a stale pid file names pid {pid})",
-            runtime_dir.display()
-        );
+        println!("{}", not_running(&runtime_dir));
+        return Ok(ExitCode::from(EXIT_NOT_RUNNING));
     }
     // SAFETY: kill has no memory-safety preconditions.
     if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
