@@ -48,7 +48,7 @@ fn encode(path: &str) -> String {
 #[test]
 fn only_presented_files_of_ones_own_runs_are_downloaded() {
     let config = format!(
-        "{}antler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice}}\n      - {{token: {BOB}, user: bob}}\n",
+        "{}antler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice}}\n      - {{token: {BOB}, user: bob}}\n    allow_scripted_models: true\n",
         "tools:\n  - {name: write_file, group: file, use: \"deerflow.sandbox.tools:write_file_tool\"}\n  - {name: bash, group: bash, use: \"deerflow.sandbox.tools:bash_tool\"}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n  bash_command_timeout: 20\n"
     );
     let cluster = LeadCluster::up(&config, &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);

@@ -14,10 +14,15 @@ use serde_json::{json, Value};
 fn cluster(dir: &std::path::Path, servers: Value) -> (Cluster, std::path::PathBuf) {
     let file = dir.join("extensions_config.json");
     std::fs::write(&file, json!({"mcpServers": servers}).to_string()).unwrap();
+    // The operator lets the gateway add stdio servers (off by default): what is left to
+    // stop a web page is the gateway's guard.
+    let config = dir.join("config.yaml");
+    std::fs::write(&config, "antler:\n  gateway:\n    allow_stdio_mcp: true\n").unwrap();
     let c = Cluster::up_ready(
         0,
         &[
             ("ANTLER_EXTENSIONS_CONFIG_PATH", file.to_str().unwrap()),
+            ("ANTLER_CONFIG_PATH", config.to_str().unwrap()),
             ("ANTLER_GATEWAY_ADDR", "127.0.0.1:0"),
         ],
     );

@@ -197,6 +197,7 @@ fn principals_see_only_their_own_runs_and_jwts_are_verified() {
       - {{token: {ALICE}, user: alice, role: member}}
       - {{token: {BOB}, user: bob}}
       - {{token: {OPS}, user: ops, role: operator}}
+    allow_scripted_models: true
     jwt:
       jwks_file: jwks.json
       issuer: https://idp.test
@@ -347,7 +348,19 @@ authorization:
     // JWTs: RS256 and ES256 keys of the set act as their sub.
     let carol = jwt(Algorithm::RS256, "k-rsa", &rsa_pem, claims("carol"));
     let carol_run = g.start(&carol, PRESENT);
-    assert_eq!(g.ended(&carol, &carol_run)["user"], "carol");
+    // A JWT's users live in their own namespace: `sub` carol is user jwt-carol.
+    assert_eq!(g.ended(&carol, &carol_run)["user"], "jwt-carol");
+    // A JWT whose `sub` names a static user or the operator's own id reads none of theirs.
+    for sub in ["alice", "default"] {
+        let token = jwt(Algorithm::RS256, "k-rsa", &rsa_pem, claims(sub));
+        assert_eq!(g.listed(&token, ""), Vec::<String>::new(), "sub {sub}");
+        assert_eq!(
+            g.call(&token, "GET", &format!("/api/runs/{alice_run}"), None)
+                .0,
+            404,
+            "sub {sub}"
+        );
+    }
     assert_eq!(g.listed(&carol, ""), vec![carol_run.clone()]);
     assert_eq!(
         g.call(&carol, "GET", &format!("/api/runs/{alice_run}"), None)
@@ -367,6 +380,12 @@ authorization:
     issuer["iss"] = json!("https://evil.test");
     let mut bad_user = claims("../carol");
     bad_user["sub"] = json!("../carol");
+    // Configured means required: a token lacking the claim is refused.
+    let without = |claim: &str| {
+        let mut c = claims("carol");
+        c.as_object_mut().unwrap().remove(claim);
+        jwt(Algorithm::RS256, "k-rsa", &rsa_pem, c)
+    };
     for (what, token) in [
         (
             "another key",
@@ -389,6 +408,9 @@ authorization:
             "a sub that is no user id",
             jwt(Algorithm::RS256, "k-rsa", &rsa_pem, bad_user),
         ),
+        ("no aud", without("aud")),
+        ("no iss", without("iss")),
+        ("no exp", without("exp")),
     ] {
         let (code, body) = g.call(&token, "GET", "/api/runs", None);
         assert_eq!(code, 401, "{what}: {body}");
@@ -475,7 +497,7 @@ fn a_jwks_url_is_fetched_and_a_rotated_key_is_found_again() {
     });
     assert!(rotated.is_some(), "the rotated key was never fetched");
     let run = g.start(&new, PRESENT);
-    assert_eq!(g.ended(&new, &run)["user"], "erin");
+    assert_eq!(g.ended(&new, &run)["user"], "jwt-erin");
     // The old key left the set: its tokens are refused once it is fetched again.
     assert_eq!(g.call(&old, "GET", "/api/runs", None).0, 401);
 }

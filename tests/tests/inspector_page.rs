@@ -26,7 +26,7 @@ const BOB: &str = "bob-token-00000000000002";
 
 /// Calls server-everything's eliciting tool, then ends.
 const ELICIT: &str = "turns:\n  - tool_calls:\n      - {id: find, name: tool_search, args: {query: \"select:everything_trigger-elicitation-request\"}}\n  - tool_calls:\n      - {id: ask-mcp, name: everything_trigger-elicitation-request, args: {}}\n  - content: Thanks for the details.\n";
-const CONFIG: &str = "tool_search:\n  enabled: true\ntools:\n  - {name: write_file, group: file, use: \"deerflow.sandbox.tools:write_file_tool\"}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n  bash_command_timeout: 20\nsubagents:\n  enabled: true\nantler:\n  worker_slots: 2\n  gateway:\n    tokens:\n      - {token: alice-token-000000000001, user: alice}\n      - {token: bob-token-00000000000002, user: bob}\n";
+const CONFIG: &str = "tool_search:\n  enabled: true\ntools:\n  - {name: write_file, group: file, use: \"deerflow.sandbox.tools:write_file_tool\"}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n  bash_command_timeout: 20\nsubagents:\n  enabled: true\nantler:\n  worker_slots: 2\n  gateway:\n    tokens:\n      - {token: alice-token-000000000001, user: alice}\n      - {token: bob-token-00000000000002, user: bob}\n    allow_scripted_models: true\n";
 
 const DELEGATE: &str = "turns:\n  - tool_calls:\n      - id: call-job\n        name: task\n        args: {description: summarise, prompt: Summarise the notes., subagent_type: general-purpose}\n  - content: The subagent summarised the notes.\nsubagents:\n  summarise:\n    turns:\n      - content: The notes say all is well.\n";
 

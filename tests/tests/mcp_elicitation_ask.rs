@@ -41,7 +41,7 @@ impl Gateway {
 
     fn up_with_workers(workers: u32) -> Gateway {
         let config = format!(
-            "antler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice}}\n      - {{token: {BOB}, user: bob}}\n"
+            "antler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice}}\n      - {{token: {BOB}, user: bob}}\n    allow_scripted_models: true\n"
         );
         let servers = json!({"mcpServers": {"everything": {
             "type": "stdio",

@@ -134,7 +134,14 @@ fn edits_to_the_file_apply_by_difference_and_bad_files_keep_the_last_good_set() 
 #[test]
 fn the_gateway_serves_and_replaces_the_mcp_config_without_a_restart() {
     let slow = stdio(python(), &[&peer_script("slow_tools.py")]);
-    let c = McpCluster::start(json!({"slow": slow}));
+    // The operator lets the gateway add stdio servers (off by default).
+    let opened = tempfile::tempdir().unwrap();
+    let config = opened.path().join("config.yaml");
+    std::fs::write(&config, "antler:\n  gateway:\n    allow_stdio_mcp: true\n").unwrap();
+    let c = McpCluster::start_with(
+        json!({"slow": slow}),
+        &[("ANTLER_CONFIG_PATH", config.to_str().unwrap())],
+    );
     let (code, body) = http(&c, "GET", "/health", None);
     assert_eq!((code, body["status"].as_str()), (200, Some("ok")));
     let (code, body) = http(&c, "GET", "/api/mcp/config", None);

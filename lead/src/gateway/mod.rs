@@ -457,15 +457,6 @@ async fn put_config(state: web::Data<State>, payload: web::Payload) -> HttpRespo
     if let Err(e) = secrets::restore(&mut servers, &stored) {
         return error(StatusCode::UNPROCESSABLE_ENTITY, e);
     }
-    if !state.settings.allow_stdio_mcp {
-        let changed = stdio_changes(&servers, &stored);
-        if !changed.is_empty() {
-            return error(
-                StatusCode::FORBIDDEN,
-                format!("{STDIO_REFUSED} ({})", changed.join(", ")),
-            );
-        }
-    }
     file.insert("mcpServers".into(), servers.clone());
     let text = match serde_json::to_string_pretty(&Value::Object(file)) {
         Ok(t) => t + "\n",
@@ -485,6 +476,15 @@ async fn put_config(state: web::Data<State>, payload: web::Payload) -> HttpRespo
             }
         }
         Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+    }
+    if !state.settings.allow_stdio_mcp {
+        let changed = stdio_changes(&servers, &stored);
+        if !changed.is_empty() {
+            return error(
+                StatusCode::FORBIDDEN,
+                format!("{STDIO_REFUSED} ({})", changed.join(", ")),
+            );
+        }
     }
     if let Err(e) = write_atomically(&state.extensions, text.as_bytes()) {
         return error(
