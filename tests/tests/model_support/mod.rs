@@ -234,3 +234,46 @@ pub fn tool_messages(store: &std::path::Path, run_id: &str) -> Vec<Value> {
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
 }
+
+/// A stand-in for a server that has no route at the URL Antler posts to (a base URL
+/// without `/v1` on llama.cpp, say): every request is answered `404 Not Found` with that
+/// text as its body. Its `http://127.0.0.1:PORT` (no path) and the requests' paths.
+pub fn not_found_server() -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    let paths = Arc::new(Mutex::new(Vec::new()));
+    let seen = paths.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut first = String::new();
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                if first.is_empty() {
+                    first = line.clone();
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let mut body = vec![0u8; length];
+            let _ = reader.read_exact(&mut body);
+            if let Some(path) = first.split_whitespace().nth(1) {
+                seen.lock().unwrap().push(path.to_owned());
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 9\r\nConnection: close\r\n\r\nNot Found"
+            );
+        }
+    });
+    (base_url, paths)
+}

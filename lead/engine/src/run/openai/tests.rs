@@ -423,7 +423,7 @@ fn models_of_one_configuration_share_one_http_client() {
     let connect_timeout = Duration::from_millis(7_331);
     let kind = ClientKind::Model { connect_timeout };
     for run in 0..4 {
-        let mut config = OpenAiConfig::new(&format!("m{run}"), "gpt", "http://127.0.0.1:9/v1");
+        let mut config = OpenAiConfig::new(format!("m{run}"), "gpt", "http://127.0.0.1:9/v1");
         config.connect_timeout = connect_timeout;
         OpenAiModel::new(config).unwrap();
     }

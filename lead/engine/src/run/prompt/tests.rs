@@ -154,7 +154,7 @@ fn a_section_whose_tool_is_absent_is_not_rendered() {
 
 #[test]
 fn the_prompt_names_only_the_tools_the_model_has() {
-    let mut default = |tools: &[&str]| {
+    let default = |tools: &[&str]| {
         let c = catalog(tools);
         let mut i = inputs(&c, &[]);
         i.agent_name = None;
