@@ -472,7 +472,7 @@ fn a_jwks_url_is_fetched_and_a_rotated_key_is_found_again() {
     std::fs::write(&jwks, json!({"keys": [old_jwk]}).to_string()).unwrap();
     let server = JwksServer::start(keys.path());
     let config = format!(
-        "antler:\n  gateway:\n    jwt:\n      jwks_url: {}\n      issuer: https://idp.test\n      audience: antler\n",
+        "antler:\n  gateway:\n    allow_scripted_models: true\n    jwt:\n      jwks_url: {}\n      issuer: https://idp.test\n      audience: antler\n",
         server.url
     );
     let cluster = LeadCluster::up(&config, &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);
