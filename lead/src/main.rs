@@ -158,3 +158,37 @@ fn init_command_logs(runtime_dir: &Path, terminal_default: &str) {
         .with(file_layer)
         .try_init();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every argument of every subcommand, as `antler … --help` lists it, says what it
+    /// is: (command path, argument id) of those that do not.
+    fn arguments_without_help(command: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches!(id, "help" | "version") {
+                continue;
+            }
+            if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                out.push(format!("{path} {id}"));
+            }
+        }
+        for sub in command.get_subcommands() {
+            let path = format!("{path} {}", sub.get_name());
+            if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                out.push(format!("{path} (the command itself)"));
+            }
+            arguments_without_help(sub, &path, out);
+        }
+    }
+
+    #[test]
+    fn every_argument_of_every_subcommand_has_help() {
+        let mut missing = Vec::new();
+        arguments_without_help(&Cli::command(), "antler", &mut missing);
+        assert!(missing.is_empty(), "without help text: {missing:#?}");
+    }
+}

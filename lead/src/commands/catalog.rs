@@ -35,23 +35,33 @@ pub enum CatalogCommand {
         /// Use these MCP tools instead of asking mcp-host.
         #[arg(long)]
         catalog: Option<PathBuf>,
+        /// Print one JSON object: the tools (name, source, group, deferred), warnings and
+        /// the catalog hash.
         #[arg(long)]
         json: bool,
     },
     /// Run a tool_search query; `--json` prints the matched names in result order.
     Search {
+        /// The query, as the model writes it: `select:a,b`, `+required words`, or a regex.
         query: String,
+        /// A JSON array of MCP tools {name, description, parameters} to search instead of
+        /// mcp-host's.
         #[arg(long)]
         catalog: Option<PathBuf>,
+        /// config.yaml (default: found as `antler up` finds it).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Print the matched tool names as a JSON array, in result order.
         #[arg(long)]
         json: bool,
     },
     /// Print the catalog hash alone.
     Hash {
+        /// A JSON array of MCP tools {name, description, parameters} to hash instead of
+        /// mcp-host's.
         #[arg(long)]
         catalog: Option<PathBuf>,
+        /// config.yaml (default: found as `antler up` finds it).
         #[arg(long)]
         config: Option<PathBuf>,
     },

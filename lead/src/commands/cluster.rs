@@ -48,6 +48,7 @@ pub enum ClusterCommand {
         /// Only peers of this role: mcp-host, sandbox-host or subagent.
         #[arg(long)]
         role: Option<String>,
+        /// Print a JSON array: role, index, address, ok, rtt_us, error.
         #[arg(long)]
         json: bool,
     },

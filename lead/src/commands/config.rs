@@ -113,8 +113,8 @@ const BASE_URL_EXPECTED: &str =
     "expected an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1";
 
 /// The known values nearest to `value` by edit distance, best first.
-fn closest(value: &str, known: &[&'static str]) -> Vec<&'static str> {
-    let mut scored: Vec<(usize, &'static str)> = known
+pub(super) fn closest<'k>(value: &str, known: &[&'k str]) -> Vec<&'k str> {
+    let mut scored: Vec<(usize, &'k str)> = known
         .iter()
         .map(|k| (edit_distance(value, k), *k))
         .collect();
@@ -122,7 +122,8 @@ fn closest(value: &str, known: &[&'static str]) -> Vec<&'static str> {
     scored.into_iter().map(|(_, k)| k).collect()
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
+/// Levenshtein distance of two names.
+pub(super) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];

@@ -31,6 +31,7 @@ const LOGIN_WAIT: Duration = Duration::from_secs(300);
 pub enum McpCommand {
     /// Each MCP server: state, tool count, last error and reconnect count.
     Status {
+        /// Print a JSON array, one object per server.
         #[arg(long)]
         json: bool,
     },
@@ -44,6 +45,7 @@ pub enum McpCommand {
     },
     /// Call one tool and print its result; exits 1 on an error result.
     Call {
+        /// The server's name in extensions_config.json.
         server: String,
         /// The tool's name as the server lists it (or the prefixed `{server}_{tool}`).
         tool: String,
@@ -67,6 +69,7 @@ pub enum McpCommand {
     /// `$BROWSER` (or is printed), the redirect comes back to mcp-host on loopback, and the
     /// token is kept by mcp-host for this user (never shown).
     Login {
+        /// The server's name in extensions_config.json.
         server: String,
         /// Whose token it is (default: the default user).
         #[arg(long)]

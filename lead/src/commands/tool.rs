@@ -146,6 +146,27 @@ pub fn run(ctx: &Ctx, command: ToolCommand) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// What `antler tool call NAME` says when it cannot run NAME: the closest name it can run
+/// and every one it can, the sandbox tools first (they run without a catalog entry).
+fn unknown_tool(name: &str, catalog: &[&str]) -> String {
+    let mut runnable: Vec<&str> = SANDBOX_TOOLS.to_vec();
+    for tool in catalog {
+        if !runnable.contains(tool) {
+            runnable.push(tool);
+        }
+    }
+    let hint = super::config::closest(name, &runnable)
+        .into_iter()
+        .next()
+        .filter(|best| super::config::edit_distance(name, best) <= 2)
+        .map(|best| format!(" (did you mean `{best}`?)"))
+        .unwrap_or_default();
+    format!(
+        "`{name}` is not a tool `antler tool call` can run{hint}; it runs: {}",
+        runnable.join(", ")
+    )
+}
+
 /// A call of a tool that is not a sandbox tool.
 struct CatalogCall {
     name: String,
@@ -192,11 +213,7 @@ async fn call_on(
     let catalog = &assembled.catalog;
     let Some(tool) = catalog.get(&call.name) else {
         let known: Vec<&str> = catalog.tools().iter().map(|t| t.name.as_str()).collect();
-        bail!(
-            "`{}` is not in the catalog; it has: {}",
-            call.name,
-            known.join(", ")
-        );
+        bail!("{}", unknown_tool(&call.name, &known));
     };
     match &tool.source {
         ToolSource::Mcp {
@@ -243,5 +260,30 @@ async fn call_on(
             "`{}` is a builtin that acts on a run's state (messages, artifacts, the thread's outputs); run it inside `antler run`",
             call.name
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_name_lists_the_sandbox_tools_and_suggests_the_closest() {
+        let text = unknown_tool("bsh", &["present_files", "tool_search"]);
+        assert!(
+            text.starts_with(
+                "`bsh` is not a tool `antler tool call` can run (did you mean `bash`?); it runs: "
+            ),
+            "{text}"
+        );
+        for tool in [
+            "bash",
+            "read_file",
+            "write_file",
+            "tool_search",
+            "present_files",
+        ] {
+            assert!(text.contains(tool), "{tool} missing: {text}");
+        }
     }
 }
