@@ -11,10 +11,11 @@ use antler_protocol::{
     host::{self, HostArgs},
 };
 use antler_sandbox_host::{
+    cgroup::Cgroups,
     pool::{SandboxPool, Shutdown},
-    provider::{self, bwrap::SUPERVISE_ARG},
+    provider::{self, bwrap::SUPERVISE_ARG, ProviderVerdict},
     service::SandboxService,
-    settings::SandboxSettings,
+    settings::{ProviderKind, SandboxSettings},
     supervisor,
 };
 use anyhow::Context as _;
@@ -82,15 +83,44 @@ fn main() -> anyhow::Result<()> {
         }
     }
     provider::bwrap::kill_strays(&settings.base_dir);
-    let verdict = provider::probe(&settings);
+    let mut verdict = provider::probe(&settings);
+    if let ProviderVerdict::Serve {
+        kind: ProviderKind::Bwrap,
+        note,
+    } = &mut verdict
+    {
+        let bound = match Cgroups::detect(&settings.base_dir, settings.limits) {
+            Ok(cgroups) => {
+                let bound = cgroups.note();
+                settings.cgroups = Some(Arc::new(cgroups));
+                bound
+            }
+            Err(e) => {
+                let l = settings.limits;
+                let why = format!(
+                    "no cgroups ({e}): each sandbox process is bounded alone (RLIMIT_AS {} MiB, RLIMIT_NPROC {}), so one sandbox can take the host's memory and CPU",
+                    l.max_memory >> 20,
+                    l.max_processes
+                );
+                tracing::warn!("{why}");
+                why
+            }
+        };
+        note.push_str("; ");
+        note.push_str(&bound);
+    }
+    let cgroups = settings.cgroups.clone();
     let system = actix::System::new();
     system.block_on(async move {
         let base_dir = settings.base_dir.clone();
         let pool = SandboxPool::new(settings, verdict).start();
         let handler = Arc::new(SandboxService::new(pool.clone(), base_dir, acp_agents));
         let served = host::serve(Role::SandboxHost, cli.host, handler).await;
-        // Every sandbox's namespace dies before this process does.
+        // Every sandbox's namespace dies before this process does, then their cgroups.
         let _ = pool.send(Shutdown).await;
+        if let Some(cgroups) = cgroups {
+            let _ = tokio::task::spawn_blocking(move || cgroups.remove_all()).await;
+        }
         served
     })?;
     Ok(())

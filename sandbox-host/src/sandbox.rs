@@ -77,9 +77,13 @@ impl Actor for Sandbox {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        // The supervisor's namespace dies now, even while calls still hold the handle.
+        // The supervisor's namespace dies now, even while calls still hold the handle;
+        // its cgroup goes once its processes have.
         if let Some(s) = self.supervisor.take() {
             s.kill();
+            if let Some(cg) = s.cgroup() {
+                cg.remove_later();
+            }
         }
         let jobs = self.jobs.clone();
         tokio::task::spawn_blocking(move || jobs.kill_all());
@@ -202,9 +206,10 @@ impl Handler<SupervisorPid> for Sandbox {
 }
 
 /// Binds a pre-warmed sandbox to a thread whose directories were just moved into place
-/// (the supervisor's mounts follow the renamed directories). The skills mounts depend on
-/// the user, who was not known when it was warmed: when skills are mounted, its
-/// supervisor is replaced by one with this user's skills (and no other user's).
+/// (the supervisor's mounts follow the renamed directories). The skills mounts and the
+/// cgroup depend on the user, who was not known when it was warmed: when skills are
+/// mounted or cgroups bound sandboxes, its supervisor is replaced by one with this user's
+/// skills (and no other user's), in this user's cgroup.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct Bind(pub ThreadPaths);
@@ -214,9 +219,13 @@ impl Handler<Bind> for Sandbox {
 
     fn handle(&mut self, Bind(thread): Bind, _: &mut Context<Self>) {
         self.map = Arc::new(PathMap::new(thread, &self.settings));
-        if self.kind == ProviderKind::Bwrap && self.settings.skills_dir.is_dir() {
+        let moves_cgroup = self.settings.cgroups.is_some();
+        if self.kind == ProviderKind::Bwrap && (self.settings.skills_dir.is_dir() || moves_cgroup) {
             if let Some(old) = self.supervisor.take() {
                 old.kill();
+                if let Some(cg) = old.cgroup() {
+                    cg.remove_later();
+                }
             }
             match Supervisor::spawn(&self.settings, &self.map) {
                 Ok(fresh) => self.supervisor = Some(Arc::new(fresh)),

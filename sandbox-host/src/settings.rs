@@ -54,8 +54,15 @@ pub struct Limits {
     pub max_processes: u64,
     /// RLIMIT_FSIZE, bytes.
     pub max_file_size: u64,
-    /// RLIMIT_AS per process, bytes (0: unlimited).
+    /// RLIMIT_AS per process, and the memory of all the sandbox's processes together
+    /// where cgroups are available, bytes (0: unlimited).
     pub max_memory: u64,
+    /// The sandbox's CPU weight against the others (cgroup v2's 1–10000, 100 the default).
+    pub cpu_weight: u64,
+    /// The memory of all one user's sandboxes together, bytes (0: unlimited).
+    pub user_memory: u64,
+    /// The processes of all one user's sandboxes together (0: unlimited).
+    pub user_max_processes: u64,
 }
 
 impl Default for Limits {
@@ -64,6 +71,9 @@ impl Default for Limits {
             max_processes: 128,
             max_file_size: 1 << 30,
             max_memory: 4 << 30,
+            cpu_weight: 100,
+            user_memory: 8 << 30,
+            user_max_processes: 1024,
         }
     }
 }
@@ -119,6 +129,9 @@ pub struct SandboxSettings {
     pub disk_quota: u64,
     /// How long a process a command left running may live (`sandbox.background_lifetime`).
     pub background_lifetime: Duration,
+    /// The cgroups that bound each sandbox and each user's sandboxes (`None`: none are
+    /// usable here; per-process rlimits only). Detected at start, not configured.
+    pub cgroups: Option<std::sync::Arc<crate::cgroup::Cgroups>>,
 }
 
 /// Where thread directories go when neither the config nor the command line says.
@@ -190,6 +203,14 @@ impl SandboxSettings {
             max_memory: u64_key(&limits_map, "max_memory_mb")
                 .map(|m| m << 20)
                 .unwrap_or(d.max_memory),
+            cpu_weight: u64_key(&limits_map, "cpu_weight")
+                .map(|w| w.clamp(1, 10_000))
+                .unwrap_or(d.cpu_weight),
+            user_memory: u64_key(&limits_map, "user_max_memory_mb")
+                .map(|m| m << 20)
+                .unwrap_or(d.user_memory),
+            user_max_processes: u64_key(&limits_map, "user_max_processes")
+                .unwrap_or(d.user_max_processes),
         };
         let environment = extra
             .get("environment")
@@ -267,6 +288,7 @@ impl SandboxSettings {
             background_lifetime: sandbox
                 .map(|s| s.background_lifetime())
                 .unwrap_or(Duration::from_secs(DEFAULT_BACKGROUND_LIFETIME_S)),
+            cgroups: None,
         }
     }
 }

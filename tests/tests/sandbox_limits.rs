@@ -185,3 +185,130 @@ async fn a_sandbox_cannot_use_keyrings_or_perf_events() {
         );
     }
 }
+
+/// The directory of `pid`'s cgroup in the v1 hierarchy of `controller` (or v2's).
+fn cgroup_dir(pid: u32, controller: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("cgroup");
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next(), parts.next().unwrap(), parts.next().unwrap());
+        if controllers.split(',').any(|c| c == controller) {
+            return std::path::Path::new("/sys/fs/cgroup")
+                .join(controller)
+                .join(path.trim_start_matches('/'));
+        }
+    }
+    let path = text
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .expect("a cgroup");
+    std::path::Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'))
+}
+
+fn read_trimmed(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .to_string()
+}
+
+/// The sandbox's supervisor (bubblewrap) pid from the pool's status.
+async fn supervisor_of(c: &Client, id: &str) -> u32 {
+    c.status()
+        .await
+        .sandboxes
+        .iter()
+        .find(|s| s.sandbox_id == id)
+        .and_then(|s| s.supervisor_pid)
+        .expect("a supervisor")
+}
+
+const LIMITED: &str = "sandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n  bash_command_timeout: 30\n  limits:\n    max_memory_mb: 256\n    max_processes: 40\n    user_max_memory_mb: 400\n    user_max_processes: 60\n";
+
+#[tokio::test]
+async fn a_sandbox_out_of_memory_gets_a_clear_error_and_the_host_keeps_answering() {
+    let mut h = SandboxHost::start(LIMITED);
+    let c = h.connect().await;
+    let a = c.acquire("alice", "t1").await.expect("acquire");
+    let b = c.acquire("bob", "t1").await.expect("acquire");
+    // Three processes of 150 MiB each: every one within the per-process limit, together
+    // past the sandbox's 256 MiB.
+    let out = c
+        .bash(
+            &a.sandbox_id,
+            "for i in 1 2 3; do python3 -c 'import time; b = bytearray(150 << 20); time.sleep(4)' & done; wait; echo finished",
+        )
+        .await;
+    assert!(
+        out.starts_with("Error: Out of memory: the sandbox's processes together passed its memory limit of 256 MiB (sandbox.limits.max_memory_mb), and the kernel killed one of them."),
+        "{out}"
+    );
+    assert!(out.contains("finished"), "{out}");
+    // The sandbox, the other user's sandbox and the host all keep answering.
+    assert_eq!(c.bash(&a.sandbox_id, "echo alive").await, "alive\n");
+    assert_eq!(c.bash(&b.sandbox_id, "echo bob").await, "bob\n");
+    // The caps are the kernel's: the sandbox's and its user's.
+    let pid = supervisor_of(&c, &a.sandbox_id).await;
+    let memory = cgroup_dir(pid, "memory");
+    let status = c.status().await;
+    assert!(
+        status
+            .provider_note
+            .contains("256 MiB and 40 processes per sandbox"),
+        "{}",
+        status.provider_note
+    );
+    if memory.join("memory.limit_in_bytes").exists() {
+        assert_eq!(
+            read_trimmed(&memory.join("memory.limit_in_bytes")),
+            (256u64 << 20).to_string()
+        );
+        assert_eq!(
+            read_trimmed(&memory.parent().unwrap().join("memory.limit_in_bytes")),
+            (400u64 << 20).to_string()
+        );
+    } else {
+        assert_eq!(
+            read_trimmed(&memory.join("memory.max")),
+            (256u64 << 20).to_string()
+        );
+    }
+    // Stopped, the host leaves no cgroup behind.
+    let subtree = memory.parent().unwrap().parent().unwrap().to_path_buf();
+    assert!(subtree
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .starts_with("antler-"));
+    h.stop_with(libc::SIGTERM);
+    assert!(!subtree.exists(), "{} is left", subtree.display());
+}
+
+#[tokio::test]
+async fn one_users_sandboxes_share_a_process_cap_that_others_do_not() {
+    let mut h = SandboxHost::start(LIMITED);
+    let c = h.connect().await;
+    let a1 = c.acquire("alice", "t1").await.expect("acquire");
+    let a2 = c.acquire("alice", "t2").await.expect("acquire");
+    let b = c.acquire("bob", "t1").await.expect("acquire");
+    // 25 processes fit in one sandbox (40, its supervisor's threads counted), but not
+    // twice that in two of one user's (60).
+    let spawn = "for i in $(seq 25); do sleep 30 & done; jobs -p | wc -l; kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; true";
+    let hold = "for i in $(seq 25); do sleep 8 & done; echo held";
+    let held = c.bash(&a1.sandbox_id, hold).await;
+    assert_eq!(held.lines().next(), Some("held"), "{held}");
+    let second = c.bash(&a2.sandbox_id, spawn).await;
+    assert!(
+        second.contains("Resource temporarily unavailable") || second.contains("fork"),
+        "{second}"
+    );
+    // Bob's sandbox is not alice's: all 25 start.
+    let bobs = c.bash(&b.sandbox_id, spawn).await;
+    assert_eq!(bobs.lines().next(), Some("25"), "{bobs}");
+    let pid = supervisor_of(&c, &a1.sandbox_id).await;
+    let pids = cgroup_dir(pid, "pids");
+    assert_eq!(read_trimmed(&pids.join("pids.max")), "40");
+    assert_eq!(read_trimmed(&pids.parent().unwrap().join("pids.max")), "60");
+    h.stop_with(libc::SIGTERM);
+    assert!(!pids.exists(), "{} is left", pids.display());
+}

@@ -35,6 +35,7 @@ use tokio::{
 };
 
 use crate::{
+    cgroup::SandboxCgroup,
     exec::{ExecOutcome, ExecRequest},
     paths::{
         PathMap, ACP_WORKSPACE_VIRTUAL_PATH, SKILLS_USERS_DIR, USER_DATA_DIRS, VIRTUAL_PATH_PREFIX,
@@ -218,6 +219,41 @@ fn run_probe(extra: &[&str], seccomp: &[OwnedFd]) -> Result<(), String> {
         Ok(())
     } else {
         Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// The cgroup of the sandbox of `map` (its user's, named for its thread directory), made
+/// now; `None` without cgroups, or (logged) when it cannot be made.
+fn sandbox_cgroup(settings: &SandboxSettings, map: &PathMap) -> Option<SandboxCgroup> {
+    let cgroups = settings.cgroups.as_ref()?;
+    let slot = map.thread.root.file_name()?.to_string_lossy().into_owned();
+    match cgroups.sandbox(&map.user_id, &slot) {
+        Ok(cg) => Some(cg),
+        Err(e) => {
+            tracing::error!(user = %map.user_id, error = %e, "cannot make the sandbox's cgroup; only its rlimits bound it");
+            None
+        }
+    }
+}
+
+/// Makes the child join the cgroup whose `cgroup.procs` files are `files` (writing `0`
+/// moves the writer), before it drops its privileges and before bubblewrap forks, so
+/// nothing in the sandbox starts outside it.
+fn join_cgroup(cmd: &mut std::process::Command, files: Vec<libc::c_int>) {
+    if files.is_empty() {
+        return;
+    }
+    // SAFETY: write in the child between fork and exec (async-signal-safe), on
+    // descriptors the parent keeps open until the spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            for fd in &files {
+                if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
     }
 }
 
@@ -495,6 +531,8 @@ pub struct Supervisor {
     /// A pidfd of bubblewrap.
     outer: Option<Arc<OwnedFd>>,
     tasks: Vec<AbortHandle>,
+    /// The cgroup bubblewrap and everything in the sandbox run in (`None`: no cgroups).
+    cgroup: Option<SandboxCgroup>,
 }
 
 /// The id of the start-up probe (requests count from 1).
@@ -670,6 +708,15 @@ impl Supervisor {
         let mut inherited = vec![info_fd];
         inherited.extend(seccomp_files.iter().map(|f| f.as_raw_fd()));
         inherit_fds(&mut std_cmd, inherited);
+        let cgroup = sandbox_cgroup(settings, map);
+        let join_files = match &cgroup {
+            Some(cg) => cg.join_files()?,
+            None => Vec::new(),
+        };
+        join_cgroup(
+            &mut std_cmd,
+            join_files.iter().map(|f| f.as_raw_fd()).collect(),
+        );
         drop_privileges(&mut std_cmd);
         let mut cmd = tokio::process::Command::from(std_cmd);
         cmd.stdin(Stdio::piped())
@@ -679,6 +726,7 @@ impl Supervisor {
             .kill_on_drop(false);
         let mut child = cmd.spawn()?;
         drop(seccomp_files);
+        drop(join_files);
         let pid = child.id().unwrap_or(0);
         // SAFETY: pidfd_open of our own child, not yet reaped.
         let outer = match unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } {
@@ -783,6 +831,7 @@ impl Supervisor {
         ));
         Ok(Supervisor {
             pid,
+            cgroup,
             lines: tx,
             pending,
             next_id: AtomicU64::new(1),
@@ -799,6 +848,11 @@ impl Supervisor {
                 liveness.abort_handle(),
             ],
         })
+    }
+
+    /// The cgroup the sandbox runs in, when cgroups bound it.
+    pub fn cgroup(&self) -> Option<&SandboxCgroup> {
+        self.cgroup.as_ref()
     }
 
     /// The bubblewrap process's pid.

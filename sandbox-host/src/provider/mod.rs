@@ -37,6 +37,14 @@ impl Runner {
         }
     }
 
+    /// The sandbox's OOM kills so far and its memory cap in bytes, when a cgroup bounds it.
+    pub fn oom_kills(&self) -> Option<(u64, u64)> {
+        match self {
+            Runner::Local(_) => None,
+            Runner::Bwrap(s) => s.cgroup().map(|cg| (cg.oom_kills(), cg.memory_limit)),
+        }
+    }
+
     /// Kills what the sandbox's commands left running (the sandbox was released).
     pub async fn kill_background(&self) {
         match self {

@@ -22,6 +22,14 @@ pub const LEFT_RUNNING: &str = "Still running in the background (killed when the
 /// DeerFlow's refusal of host bash.
 pub const HOST_BASH_DISABLED: &str = "Host bash execution is disabled for LocalSandboxProvider because it is not a secure sandbox boundary. Switch to AioSandboxProvider for isolated bash access, or set sandbox.allow_host_bash: true only in a fully trusted local environment.";
 
+/// In front of the output of a command during which the kernel killed a process of the
+/// sandbox for memory; `{limit}` is the sandbox's memory cap in MiB.
+pub const OUT_OF_MEMORY: &str = "Error: Out of memory: the sandbox's processes together passed its memory limit of {limit} MiB (sandbox.limits.max_memory_mb), and the kernel killed one of them. Use less memory at once (smaller inputs, fewer processes in parallel), or ask the operator for a higher limit.";
+
+fn out_of_memory(limit: u64) -> String {
+    OUT_OF_MEMORY.replacen("{limit}", &(limit >> 20).to_string(), 1)
+}
+
 #[derive(Debug, Deserialize)]
 pub struct BashArgs {
     pub command: String,
@@ -76,13 +84,23 @@ pub async fn run(ctx: &ToolContext, a: BashArgs, secrets: &[(String, String)]) -
         timeout_ms: timeout.as_millis().min(u64::MAX as u128) as u64,
         max_capture: MAX_CAPTURE_BYTES,
     };
-    let outcome = match ctx.runner.exec(req).await {
+    let oom_before = ctx.runner.oom_kills();
+    let result = ctx.runner.exec(req).await;
+    // An OOM kill during the command (of it, or of the supervisor that ran it).
+    let oom = match (oom_before, ctx.runner.oom_kills()) {
+        (Some((before, _)), Some((after, limit))) if after > before => Some(out_of_memory(limit)),
+        _ => None,
+    };
+    let outcome = match result {
         Ok(o) => o,
         Err(e) => {
-            return format!(
-                "Error: Unexpected error executing command: {}",
-                ctx.map.mask(&e)
-            )
+            return match oom {
+                Some(oom) => format!("{oom}\n\n({})", ctx.map.mask(&e)),
+                None => format!(
+                    "Error: Unexpected error executing command: {}",
+                    ctx.map.mask(&e)
+                ),
+            }
         }
     };
     let text = format_bash(
@@ -108,6 +126,10 @@ pub async fn run(ctx: &ToolContext, a: BashArgs, secrets: &[(String, String)]) -
         &redact(&text, &injected),
         ctx.settings.bash_output_max_chars,
     );
+    let text = match oom {
+        Some(oom) => format!("{oom}\n\n{text}"),
+        None => text,
+    };
     let quota_ctx = ctx.clone();
     match tokio::task::spawn_blocking(move || quota::over(&quota_ctx)).await {
         Ok(Some(error)) => format!("{error}\n\n{text}"),

@@ -171,8 +171,18 @@ fn spawn(dir: &Path, env: &[(String, String)]) -> Child {
 }
 
 impl Drop for SandboxHost {
+    /// SIGTERM first, so the host removes its sandboxes' cgroups and unmounts what it
+    /// mounted; SIGKILL when it has not exited within ten seconds.
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        if let Ok(None) = self.child.try_wait() {
+            antler_tests::signal(self.child.id(), libc::SIGTERM);
+            let exited = wait_for(Duration::from_secs(10), || {
+                self.child.try_wait().ok().flatten()
+            });
+            if exited.is_none() {
+                let _ = self.child.kill();
+            }
+        }
         let _ = self.child.wait();
     }
 }
