@@ -20,7 +20,7 @@ use antler_protocol::{
 use antler_protocol::{messages::Request, Role};
 use futures::future::BoxFuture;
 
-use crate::run::hosts::{call_link, stream_link, HostError, ToolHosts};
+use crate::run::hosts::{call_link, stream_link, HostError, HostReadiness, ToolHosts};
 use crate::supervisor::{GetLinks, LinkEntry, LinkTable, Supervisor};
 
 /// One replica: its address (its identity for hashing) and its link.
@@ -182,8 +182,8 @@ impl ToolHosts for LinkHosts {
         })
     }
 
-    fn linked(&self, role: Role) -> BoxFuture<'_, bool> {
-        Box::pin(super::readiness::any_linked(&self.supervisor, role))
+    fn readiness(&self, role: Role) -> BoxFuture<'_, HostReadiness> {
+        Box::pin(super::readiness::host_readiness(&self.supervisor, role))
     }
 
     fn pinned_address(&self, role: Role, key: &str) -> BoxFuture<'_, Option<String>> {

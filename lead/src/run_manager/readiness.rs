@@ -2,7 +2,8 @@
 //! readiness probe ask it (liveness, `/health`, is the process answering at all). Ready
 //! means a linked replica of each host a run needs (sandbox-host, mcp-host) and a runs
 //! store that takes writes. A run submitted before that does not fail: `prepare` waits
-//! for the hosts' links, at most [`HOSTS_START_WAIT`].
+//! for the links of hosts that are starting or restarting (never for one the supervisor
+//! gave up on), at most [`HOSTS_START_WAIT`].
 
 use std::time::{Duration, Instant};
 
@@ -11,8 +12,8 @@ use antler_protocol::link::Snapshot;
 use antler_protocol::Role;
 
 use super::hosts::replicas;
-use crate::run::hosts::ToolHosts;
-use crate::supervisor::Supervisor;
+use crate::run::hosts::{HostReadiness, ToolHosts};
+use crate::supervisor::{GetStatus, Supervisor};
 
 /// The hosts every run needs linked.
 pub const RUN_HOSTS: [Role; 2] = [Role::SandboxHost, Role::McpHost];
@@ -68,17 +69,113 @@ pub async fn any_linked(supervisor: &Addr<Supervisor>, role: Role) -> bool {
     false
 }
 
-/// Waits until `hosts` has a linked replica of `role`, until `until` at the latest;
-/// whether it has one.
+/// The states of `antler status` in which a child is not coming back by itself (the
+/// supervisor gave up on it, or it was stopped).
+const GIVEN_UP: [&str; 2] = ["failed", "stopped"];
+
+/// Whether `role` is linked now, and if not whether a replica is on its way (starting or
+/// restarting under the supervisor, or a remote one it keeps dialling).
+pub async fn host_readiness(supervisor: &Addr<Supervisor>, role: Role) -> HostReadiness {
+    if any_linked(supervisor, role).await {
+        return HostReadiness::Linked;
+    }
+    let processes = supervisor.send(GetStatus).await.unwrap_or_default();
+    let coming = processes
+        .iter()
+        .any(|p| p.role == role && !GIVEN_UP.contains(&p.state.as_str()));
+    if coming {
+        HostReadiness::Starting
+    } else {
+        HostReadiness::Down
+    }
+}
+
+/// Waits while `hosts` has no linked replica of `role` but one is coming, until `until`
+/// at the latest; whether one is linked. A host that is down for good is not waited for.
 pub async fn wait_linked(hosts: &dyn ToolHosts, role: Role, until: Instant) -> bool {
     loop {
-        if hosts.linked(role).await {
-            return true;
+        match hosts.readiness(role).await {
+            HostReadiness::Linked => return true,
+            HostReadiness::Down => return false,
+            HostReadiness::Starting => {}
         }
         let now = Instant::now();
         if now >= until {
             return false;
         }
         tokio::time::sleep(LINK_POLL.min(until - now)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use antler_protocol::messages::{Reply, Request};
+    use futures::future::BoxFuture;
+
+    use super::*;
+    use crate::run::hosts::HostError;
+
+    /// Hosts whose readiness follows a script (the last state repeats); they serve no
+    /// request.
+    struct ScriptedHosts(Mutex<Vec<HostReadiness>>);
+
+    impl ToolHosts for ScriptedHosts {
+        fn request(
+            &self,
+            _role: Role,
+            _request: Request,
+            _timeout: Duration,
+        ) -> BoxFuture<'_, Result<Reply, HostError>> {
+            Box::pin(async { Err(HostError::failed("scripted")) })
+        }
+
+        fn readiness(&self, _role: Role) -> BoxFuture<'_, HostReadiness> {
+            let mut script = self.0.lock().unwrap();
+            let next = if script.len() > 1 {
+                script.remove(0)
+            } else {
+                script[0]
+            };
+            Box::pin(async move { next })
+        }
+    }
+
+    fn hosts(script: &[HostReadiness]) -> ScriptedHosts {
+        ScriptedHosts(Mutex::new(script.to_vec()))
+    }
+
+    #[tokio::test]
+    async fn a_starting_host_is_waited_for_and_a_down_one_is_not() {
+        use HostReadiness::*;
+        let later = Instant::now() + Duration::from_secs(5);
+        let starting = hosts(&[Starting, Starting, Linked]);
+        assert!(wait_linked(&starting, Role::SandboxHost, later).await);
+
+        let gave_up = hosts(&[Starting, Down]);
+        let t = Instant::now();
+        assert!(!wait_linked(&gave_up, Role::SandboxHost, later).await);
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+
+        // One that never comes is waited for until the deadline, no longer.
+        let never = hosts(&[Starting]);
+        let t = Instant::now();
+        let soon = t + Duration::from_millis(200);
+        assert!(!wait_linked(&never, Role::McpHost, soon).await);
+        let waited = t.elapsed();
+        assert!(
+            waited >= Duration::from_millis(200) && waited < Duration::from_secs(2),
+            "{waited:?}"
+        );
+    }
+
+    #[test]
+    fn ready_only_with_nothing_to_wait_for() {
+        assert!(Readiness::default().is_ready());
+        let starting = Readiness {
+            waiting_for: vec!["sandbox-host".into()],
+        };
+        assert!(!starting.is_ready());
     }
 }

@@ -119,6 +119,17 @@ pub async fn stream_link(
     )))
 }
 
+/// Whether a host can be reached now ([`ToolHosts::readiness`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostReadiness {
+    /// A replica is linked: a request finds a connection.
+    Linked,
+    /// None is linked yet, and one is starting or restarting: worth waiting for.
+    Starting,
+    /// None is linked and none is coming (it failed for good, or was stopped).
+    Down,
+}
+
 /// Sends one request to a host and waits for its reply, at most `timeout`.
 pub trait ToolHosts: Send + Sync {
     fn request(
@@ -147,10 +158,10 @@ pub trait ToolHosts: Send + Sync {
         self.request(role, request, timeout)
     }
 
-    /// Whether a request to `role` would find a connection now (`false`: its host is
-    /// still starting, or away). By default yes: the request itself says otherwise.
-    fn linked(&self, _role: Role) -> BoxFuture<'_, bool> {
-        Box::pin(async { true })
+    /// Whether a request to `role` would find a connection now, and if not whether one
+    /// is coming. By default [`HostReadiness::Linked`]: the request itself says otherwise.
+    fn readiness(&self, _role: Role) -> BoxFuture<'_, HostReadiness> {
+        Box::pin(async { HostReadiness::Linked })
     }
 
     /// The address of the replica of `role` that `key` (a sandbox id) is pinned to, so a
