@@ -98,9 +98,12 @@ impl Gateway {
     }
 }
 
-/// Follows `url` and its redirects as a headless browser would: (final status, final URL,
-/// page).
-fn follow(url: &str) -> (u16, String, String) {
+/// Follows `url` and its redirects as a headless browser holding `cookie` (`name=value`,
+/// or empty) would: (final status, final URL, page).
+fn follow(url: &str, cookie: &str) -> (u16, String, String) {
+    // `-b`: curl's cookie engine (a `Cookie:` header of `-H` is dropped on a redirect to
+    // another host, as a browser's jar is not).
+    let cookie = if cookie.is_empty() { "none=1" } else { cookie };
     let out = Command::new("curl")
         .args([
             "-sS",
@@ -109,6 +112,8 @@ fn follow(url: &str) -> (u16, String, String) {
             "30",
             "-H",
             "Sec-Fetch-Site: cross-site",
+            "-b",
+            cookie,
             "-w",
             "\n%{http_code} %{url_effective}",
             url,
@@ -144,9 +149,18 @@ fn a_web_user_logs_in_through_the_gateway_for_itself_only() {
     assert_eq!(code, 400, "{page}");
     assert!(page.contains("unknown or was already used"), "{page}");
 
-    // alice starts her login: the URL sends the browser back to the gateway.
-    let (code, body) = g.post(ALICE, "/api/mcp/notes/oauth/start");
+    // alice starts her login: the URL sends the browser back to the gateway, and her
+    // browser gets the cookie that binds the login to it.
+    let (code, head, text) = http_full(&g.addr, ALICE, "POST", "/api/mcp/notes/oauth/start", Some("{}"));
+    let body: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(code, 200, "{body}");
+    let cookie = head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .and_then(|c| c.split(';').next())
+        .expect("the start sets the browser's binding cookie")
+        .to_owned();
+    assert!(head.contains("httponly") && head.contains("samesite=lax"), "{head}");
     let url = body["authorization_url"].as_str().unwrap().to_owned();
     let parsed = url::Url::parse(&url).unwrap();
     let q: std::collections::HashMap<_, _> = parsed.query_pairs().into_owned().collect();
@@ -158,14 +172,56 @@ fn a_web_user_logs_in_through_the_gateway_for_itself_only() {
     assert_eq!(q["code_challenge_method"], "S256", "{url}");
     assert!(!q["state"].is_empty(), "{url}");
 
-    // The browser follows it; the authorization server approves and redirects to the
-    // callback, which completes alice's login.
-    let (code, last, page) = follow(&url);
+    // Another browser (bob's victim, say) that opens the link completes nothing: the page
+    // names the user the link was made for.
+    let (code, head2, text2) = http_full(&g.addr, BOB, "POST", "/api/mcp/notes/oauth/start", Some("{}"));
+    assert_eq!(code, 200, "{text2}");
+    assert!(head2.contains("set-cookie: "), "{head2}");
+    let bobs_link = serde_json::from_str::<Value>(&text2).unwrap()["authorization_url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (code, _, page) = follow(&bobs_link, &cookie);
+    assert_eq!(code, 403, "{page}");
+    assert!(page.contains("another browser"), "{page}");
+    assert!(page.contains("&#39;bob&#39;"), "{page}");
+
+    // alice's browser follows hers; the authorization server approves and redirects to
+    // the callback, which names who is being linked before anything is.
+    let (code, last, page) = follow(&url, &cookie);
     assert_eq!(code, 200, "{last}: {page}");
     assert!(
         last.contains("/api/mcp/oauth/callback?"),
         "the browser did not come back to the gateway: {last}"
     );
+    assert!(
+        page.contains("Link your account at &#39;notes&#39; to Antler user &#39;alice&#39;?"),
+        "{page}"
+    );
+    assert_eq!(g.server_state()["auth"], "login required", "nothing linked before the confirmation");
+    let field = |name: &str| {
+        let at = page.find(&format!("name=\"{name}\" value=\"")).unwrap() + name.len() + 15;
+        page[at..].split('"').next().unwrap().to_owned()
+    };
+    let form = format!("nonce={}&cookie={}", field("nonce"), field("cookie"));
+    let origin = format!("http://{}", g.addr);
+    // The confirmation needs the same browser's cookie and the gateway's own origin.
+    let (code, _) = antler_tests::http(
+        &g.addr,
+        "POST",
+        "/api/mcp/oauth/confirm",
+        &[("Origin", "http://evil.example"), ("Cookie", &cookie), ("Content-Type", "application/x-www-form-urlencoded")],
+        Some(&form),
+    );
+    assert_eq!(code, 403);
+    let (code, page) = antler_tests::http(
+        &g.addr,
+        "POST",
+        "/api/mcp/oauth/confirm",
+        &[("Origin", &origin), ("Cookie", &cookie), ("Content-Type", "application/x-www-form-urlencoded")],
+        Some(&form),
+    );
+    assert_eq!(code, 200, "{page}");
     assert!(
         page.contains("Logged in to &#39;notes&#39; as &#39;alice&#39;"),
         "{page}"

@@ -144,6 +144,13 @@ impl Guard {
         if cross_origin(req, host.as_deref()) {
             return Err(Refusal::CrossOrigin);
         }
+        if access == Access::Confirm {
+            // A form: no JSON, no token; a browser's same-origin post names its origin.
+            return match req.headers().get(header::ORIGIN) {
+                Some(_) => Ok(None),
+                None => Err(Refusal::CrossOrigin),
+            };
+        }
         if access == Access::Page && *req.method() == Method::GET {
             return Ok(None);
         }

@@ -292,6 +292,7 @@ fn handler(spec: &routes::RouteSpec) -> actix_web::Route {
         ("GET", "/api/mcp/config") => method.to(get_config),
         ("PUT", "/api/mcp/config") => method.to(put_config),
         ("GET", oauth::CALLBACK_PATH) => method.to(oauth::callback),
+        ("POST", oauth::CONFIRM_PATH) => method.to(oauth::confirm),
         ("POST", "/api/mcp/{server}/oauth/start") => method.to(oauth::start),
         ("POST", "/api/runs") => method.to(post_run),
         ("GET", "/api/runs") => method.to(list_runs),

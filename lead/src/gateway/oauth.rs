@@ -4,7 +4,11 @@
 //! is kept here ([`LoginStates`]), bound to that principal, the server and the mcp-host
 //! replica, until its deadline. `GET /api/mcp/oauth/callback` is the browser coming back
 //! from the authorization server: it takes the state once (unknown, expired or reused: 400)
-//! and has mcp-host complete that principal's login. Its page never shows a code or token.
+//! and, in the browser that started the login only, shows who is being linked and asks to
+//! confirm; `POST /api/mcp/oauth/confirm` (same origin, that browser's cookie) has mcp-host
+//! complete that principal's login. The start binds the state to the starting browser with
+//! an HttpOnly cookie, so a login link handed to another person completes nothing for the
+//! sender (login CSRF). Its pages never show a code or token.
 
 use std::{
     collections::HashMap,
@@ -27,6 +31,14 @@ use crate::supervisor::{GetLinks, Supervisor};
 
 /// The gateway's callback route: the `redirect_uri` of every login it starts.
 pub const CALLBACK_PATH: &str = "/api/mcp/oauth/callback";
+/// Where the callback's confirmation form posts.
+pub const CONFIRM_PATH: &str = "/api/mcp/oauth/confirm";
+/// The path the binding cookies are sent to (the callback and the confirmation).
+const COOKIE_PATH: &str = "/api/mcp/oauth/";
+/// The binding cookie of one login: this prefix and a digest of its state.
+const COOKIE_PREFIX: &str = "antler_login_";
+/// The page for a login link opened in a browser other than the one that started it.
+pub const OTHER_BROWSER: &str = "This login was started in another browser, for Antler user '{user}'. Nothing was linked: to link your own account, start the login yourself, signed in as yourself.";
 /// How long a started login's `state` may come back.
 pub const STATE_DEADLINE: Duration = Duration::from_secs(300);
 /// How long mcp-host may take to start a login (discovery, client registration).
@@ -46,6 +58,16 @@ pub struct PendingLogin {
     pub replica: u32,
     pub redirect_uri: String,
     pub deadline: Instant,
+    /// The secret of the starting browser's cookie.
+    pub binding: String,
+}
+
+/// A login called back in its own browser, waiting for the user's confirmation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confirming {
+    pub login: PendingLogin,
+    /// The callback's query, as the authorization server sent it.
+    pub query: String,
 }
 
 /// Why a callback's `state` completes nothing.
@@ -63,6 +85,8 @@ pub enum StateRefusal {
 #[derive(Debug, Default)]
 pub struct LoginStates {
     pending: Mutex<HashMap<String, PendingLogin>>,
+    /// Called back and shown to the user, by the confirmation form's nonce.
+    confirming: Mutex<HashMap<String, Confirming>>,
 }
 
 impl LoginStates {
@@ -101,6 +125,54 @@ impl LoginStates {
         }
         Ok(login)
     }
+
+    /// Keeps a called-back login for its confirmation; the nonce the form sends.
+    pub fn hold(&self, confirming: Confirming) -> String {
+        let nonce = format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        let now = Instant::now();
+        let mut map = self.confirming.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, c| c.login.deadline > now);
+        if map.len() < MAX_STATES {
+            map.insert(nonce.clone(), confirming);
+        }
+        nonce
+    }
+
+    /// Takes the login a confirmation names, once.
+    pub fn confirm(&self, nonce: &str) -> Result<Confirming, StateRefusal> {
+        let held = self
+            .confirming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(nonce)
+            .ok_or(StateRefusal::Unknown)?;
+        if held.login.deadline <= Instant::now() {
+            return Err(StateRefusal::Expired);
+        }
+        Ok(held)
+    }
+}
+
+/// The binding cookie's name for `state`.
+fn cookie_name(state: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(state.as_bytes());
+    format!("{COOKIE_PREFIX}{}", &hex::encode(digest)[..16])
+}
+
+/// Whether `req` carries the binding cookie of `login` (started for `state`).
+fn same_browser(req: &HttpRequest, state: &str, login: &PendingLogin) -> bool {
+    req.cookie(&cookie_name(state))
+        .is_some_and(|c| same_secret(c.value(), &login.binding))
+}
+
+/// Compares in time independent of where the strings differ.
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Why mcp-host gave no usable answer.
@@ -209,6 +281,20 @@ pub async fn start(
             "the authorization URL from mcp-host carries no state",
         );
     };
+    let binding = format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let cookie = actix_web::cookie::Cookie::build(cookie_name(&login_state), binding.clone())
+        .path(COOKIE_PATH)
+        .http_only(true)
+        .same_site(actix_web::cookie::SameSite::Lax)
+        .secure(req.connection_info().scheme() == "https")
+        .max_age(actix_web::cookie::time::Duration::seconds(
+            STATE_DEADLINE.as_secs() as i64,
+        ))
+        .finish();
     state.logins.issue(
         login_state,
         PendingLogin {
@@ -217,11 +303,13 @@ pub async fn start(
             replica,
             redirect_uri,
             deadline: Instant::now() + STATE_DEADLINE,
+            binding,
         },
     );
     tracing::info!(%server, user = user.as_deref().unwrap_or("default"), "OAuth login started through the gateway");
     HttpResponse::Ok()
         .insert_header(("cache-control", "no-store"))
+        .cookie(cookie)
         .json(json!({"authorization_url": url, "expires_in_s": STATE_DEADLINE.as_secs()}))
 }
 
@@ -234,8 +322,9 @@ pub struct CallbackQuery {
     error: Option<String>,
 }
 
-/// `GET /api/mcp/oauth/callback?code&state`: completes the login `state` was issued for,
-/// for the principal who started it; a small page says done or why not.
+/// `GET /api/mcp/oauth/callback?code&state`: in the browser that started the login, a page
+/// naming the server and the Antler user being linked, with a button that confirms; in any
+/// other browser, a refusal naming the user the link was made for (nothing is linked).
 pub async fn callback(
     state: web::Data<State>,
     req: HttpRequest,
@@ -245,6 +334,17 @@ pub async fn callback(
         Ok(l) => l,
         Err(refusal) => return page(StatusCode::BAD_REQUEST, &refusal.to_string()),
     };
+    let user = login
+        .user
+        .clone()
+        .unwrap_or_else(|| antler_protocol::config::OPERATOR_USER.to_owned());
+    if !same_browser(&req, &query.state, &login) {
+        tracing::warn!(server = %login.server, %user, "an OAuth login link came back in another browser: refused");
+        return page(
+            StatusCode::FORBIDDEN,
+            &OTHER_BROWSER.replacen("{user}", &user, 1),
+        );
+    }
     if let Some(e) = &query.error {
         return page(
             StatusCode::BAD_REQUEST,
@@ -254,7 +354,51 @@ pub async fn callback(
             ),
         );
     }
-    let redirected = format!("{}?{}", login.redirect_uri, req.query_string());
+    let server = login.server.clone();
+    let cookie = cookie_name(&query.state);
+    let nonce = state.logins.hold(Confirming {
+        login,
+        query: req.query_string().to_owned(),
+    });
+    confirm_page(&server, &user, &nonce, &cookie)
+}
+
+/// The form of `POST /api/mcp/oauth/confirm`.
+#[derive(Debug, serde::Deserialize)]
+pub struct ConfirmForm {
+    #[serde(default)]
+    nonce: String,
+    #[serde(default)]
+    cookie: String,
+}
+
+/// `POST /api/mcp/oauth/confirm` (a same-origin form, the starting browser's cookie): has
+/// mcp-host complete the login the page named.
+pub async fn confirm(
+    state: web::Data<State>,
+    req: HttpRequest,
+    form: web::Form<ConfirmForm>,
+) -> HttpResponse {
+    let held = match state.logins.confirm(&form.nonce) {
+        Ok(held) => held,
+        Err(refusal) => return page(StatusCode::BAD_REQUEST, &refusal.to_string()),
+    };
+    let login = held.login;
+    let bound = form.cookie.starts_with(COOKIE_PREFIX)
+        && req
+            .cookie(&form.cookie)
+            .is_some_and(|c| same_secret(c.value(), &login.binding));
+    if !bound {
+        let user = login
+            .user
+            .clone()
+            .unwrap_or_else(|| antler_protocol::config::OPERATOR_USER.to_owned());
+        return page(
+            StatusCode::FORBIDDEN,
+            &OTHER_BROWSER.replacen("{user}", &user, 1),
+        );
+    }
+    let redirected = format!("{}?{}", login.redirect_uri, held.query);
     let complete = McpRequest::OAuthComplete {
         server: login.server.clone(),
         user: login.user.clone(),
@@ -281,6 +425,33 @@ pub async fn callback(
         }
         Err(e) => page(e.status(), &format!("The login did not complete: {e}")),
     }
+}
+
+/// The page that names who is being linked and asks to confirm (a form posting to
+/// [`CONFIRM_PATH`]; no script).
+fn confirm_page(server: &str, user: &str, nonce: &str, cookie: &str) -> HttpResponse {
+    let title = "Antler: confirm the login";
+    HttpResponse::Ok()
+        .insert_header(("content-type", "text/html; charset=utf-8"))
+        .insert_header(("cache-control", "no-store"))
+        .insert_header(("referrer-policy", "no-referrer"))
+        .insert_header((
+            "content-security-policy",
+            "default-src 'none'; form-action 'self'; frame-ancestors 'none'",
+        ))
+        .body(format!(
+            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title></head>\
+             <body><h1>{title}</h1><p>{}</p>\
+             <form method=\"post\" action=\"{CONFIRM_PATH}\">\
+             <input type=\"hidden\" name=\"nonce\" value=\"{}\">\
+             <input type=\"hidden\" name=\"cookie\" value=\"{}\">\
+             <button type=\"submit\">Link</button></form></body></html>\n",
+            escape(&format!(
+                "Link your account at '{server}' to Antler user '{user}'?"
+            )),
+            escape(nonce),
+            escape(cookie)
+        ))
 }
 
 /// A small HTML page that says `text` (escaped), never cached, sending no referrer on.
@@ -322,6 +493,7 @@ mod tests {
             replica: 0,
             redirect_uri: "http://127.0.0.1:1/api/mcp/oauth/callback".into(),
             deadline,
+            binding: "b".into(),
         }
     }
 

@@ -15,6 +15,10 @@ pub enum Access {
     /// server, cross-site and tokenless by nature; `Host` is checked, and it completes
     /// only a login the gateway started (its single-use `state`).
     Callback,
+    /// The OAuth confirmation: a form the callback's page posts, same origin only (a
+    /// browser sends `Origin`), no token; it completes only a login whose browser cookie
+    /// it carries.
+    Confirm,
     /// The run inspector's page and assets: no data, no token; `Host` and origin checked.
     Page,
     /// `/metrics`: the operator's; open without a token on loopback only while no user
@@ -51,6 +55,7 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/api/mcp/config", Access::Operator),
     route("PUT", "/api/mcp/config", Access::Operator),
     route("GET", super::oauth::CALLBACK_PATH, Access::Callback),
+    route("POST", super::oauth::CONFIRM_PATH, Access::Confirm),
     // A user starts its own MCP logins.
     route("POST", "/api/mcp/{server}/oauth/start", Access::Member),
     route("POST", "/api/runs", Access::Member),
