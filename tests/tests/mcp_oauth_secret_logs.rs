@@ -44,6 +44,22 @@ fn all_files(dir: &Path) -> Vec<(String, String)> {
     out
 }
 
+/// `POST /api/mcp/notes/oauth/start` as `token`: (status, lower-case head, body).
+fn start_with_head(addr: &str, token: &str) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "POST /api/mcp/notes/oauth/start HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, head.to_ascii_lowercase(), body.to_owned())
+}
+
 #[test]
 fn no_code_or_token_is_logged_even_at_trace() {
     let (_server, port) = oauth_example_server();
@@ -102,21 +118,48 @@ fn no_code_or_token_is_logged_even_at_trace() {
     let landed = std::fs::read_to_string(work.path().join("landed.txt")).unwrap();
     let cli_code = code_of(landed.lines().next().unwrap());
 
-    // A login through the gateway's callback, as the operator (the default user).
-    let (code, body) = cluster.gateway_http("POST", "/api/mcp/notes/oauth/start", Some("{}"));
+    // A login through the gateway's callback, as the operator (the default user), in the
+    // browser that started it (its binding cookie), confirmed on the gateway's page.
+    let addr = cluster.gateway_addr().expect("the gateway listens");
+    let (code, head, body) = start_with_head(&addr, &cluster.gateway_token());
     assert_eq!(code, 200, "{body}");
+    let cookie = head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .and_then(|c| c.split(';').next())
+        .expect("the binding cookie")
+        .to_owned();
     let url = serde_json::from_str::<Value>(&body).unwrap()["authorization_url"]
         .as_str()
         .unwrap()
         .to_owned();
-    let out = Command::new(&browser).arg(&url).output().unwrap();
-    assert!(out.status.success());
-    let landed = std::fs::read_to_string(work.path().join("landed.txt")).unwrap();
-    let gateway_landing = landed.lines().nth(1).expect("the second login's landing");
+    let out = Command::new("curl")
+        .args(["-sS", "-L", "--max-time", "20", "-b", &cookie, "-w", "\n%{url_effective}", &url])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (page, gateway_landing) = text.rsplit_once('\n').unwrap();
     assert!(
         gateway_landing.contains("/api/mcp/oauth/callback?"),
         "{gateway_landing}"
     );
+    let field = |name: &str| {
+        let at = page.find(&format!("name=\"{name}\" value=\"")).unwrap() + name.len() + 15;
+        page[at..].split('"').next().unwrap().to_owned()
+    };
+    let form = format!("nonce={}&cookie={}", field("nonce"), field("cookie"));
+    let (code, confirmed) = antler_tests::http(
+        &addr,
+        "POST",
+        "/api/mcp/oauth/confirm",
+        &[
+            ("Origin", &format!("http://{addr}")),
+            ("Cookie", &cookie),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        Some(&form),
+    );
+    assert_eq!(code, 200, "{confirmed}");
     let gateway_code = code_of(gateway_landing);
 
     // Calls with both tokens (the Authorization header goes out at trace).
