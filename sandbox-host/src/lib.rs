@@ -24,4 +24,5 @@ pub mod skill_state;
 pub mod supervisor;
 pub mod thread_files;
 pub mod tools;
+pub mod user_volume;
 pub mod volume;

@@ -17,6 +17,7 @@ use antler_sandbox_host::{
     service::SandboxService,
     settings::{ProviderKind, SandboxSettings},
     supervisor,
+    user_volume::UserVolumes,
 };
 use anyhow::Context as _;
 use clap::Parser;
@@ -108,8 +109,25 @@ fn main() -> anyhow::Result<()> {
         };
         note.push_str("; ");
         note.push_str(&bound);
+        if let Some(size) = settings.user_disk_quota {
+            let quota = match UserVolumes::start(&settings.base_dir, size) {
+                Ok(volumes) => {
+                    let quota = volumes.note();
+                    settings.volumes = Some(Arc::new(volumes));
+                    quota
+                }
+                Err(e) => {
+                    let why = format!("disk quota NOT enforced ({e}): only reported after each command, so one command can write past it into the volume every thread shares");
+                    tracing::warn!("{why}");
+                    why
+                }
+            };
+            note.push_str("; ");
+            note.push_str(&quota);
+        }
     }
     let cgroups = settings.cgroups.clone();
+    let volumes = settings.volumes.clone();
     let system = actix::System::new();
     system.block_on(async move {
         let base_dir = settings.base_dir.clone();
@@ -120,6 +138,9 @@ fn main() -> anyhow::Result<()> {
         let _ = pool.send(Shutdown).await;
         if let Some(cgroups) = cgroups {
             let _ = tokio::task::spawn_blocking(move || cgroups.remove_all()).await;
+        }
+        if let Some(volumes) = volumes {
+            let _ = tokio::task::spawn_blocking(move || volumes.unmount_all()).await;
         }
         served
     })?;

@@ -242,7 +242,9 @@ impl SandboxPool {
 
     /// Takes a pre-warmed sandbox for a thread that has no directories yet.
     fn take_prewarmed(&mut self, thread: &ThreadPaths) -> Option<Addr<Sandbox>> {
-        if thread.root.exists() {
+        // A user's own filesystem (the disk quota) is not the one the slots are on: their
+        // directories cannot be moved there.
+        if thread.root.exists() || self.settings.volumes.is_some() {
             return None;
         }
         let ready = self.prewarmed.iter().position(Prewarmed::is_ready)?;

@@ -34,7 +34,23 @@ impl Sandbox {
         kind: ProviderKind,
         thread: ThreadPaths,
     ) -> std::io::Result<Sandbox> {
-        thread.create()?;
+        // The user's own filesystem first (the disk quota), then the directories in it.
+        if let Some(volumes) = settings
+            .volumes
+            .as_ref()
+            .filter(|_| !thread.user_id.is_empty())
+        {
+            volumes.ensure(&thread.user_id).map_err(|e| {
+                std::io::Error::other(format!("the user's disk quota filesystem: {e}"))
+            })?;
+        }
+        thread.create().map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOSPC) if settings.volumes.is_some() => std::io::Error::other(format!(
+                "{}'s files fill the disk quota (sandbox.disk_quota): delete files of another thread to make room ({e})",
+                thread.user_id
+            )),
+            _ => e,
+        })?;
         let map = Arc::new(PathMap::new(thread, &settings));
         let supervisor = match kind {
             ProviderKind::Bwrap => Some(Arc::new(Supervisor::spawn(&settings, &map)?)),

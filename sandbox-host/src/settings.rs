@@ -7,7 +7,7 @@
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
 use antler_protocol::config::{
-    AppConfig, AuthorizationConfig, DEFAULT_BACKGROUND_LIFETIME_S, DEFAULT_DISK_QUOTA,
+    parse_size, AppConfig, AuthorizationConfig, DEFAULT_BACKGROUND_LIFETIME_S, DEFAULT_DISK_QUOTA,
     DEFAULT_TMP_SIZE,
 };
 use serde_json::{Map, Value};
@@ -129,6 +129,12 @@ pub struct SandboxSettings {
     pub disk_quota: u64,
     /// How long a process a command left running may live (`sandbox.background_lifetime`).
     pub background_lifetime: Duration,
+    /// The size of each user's own filesystem, when the quota is to be enforced by one
+    /// (`sandbox.user_disk_quota`, else an explicitly set `sandbox.disk_quota`).
+    pub user_disk_quota: Option<u64>,
+    /// The users' filesystems, when they could be made here (`None`: the quota is only
+    /// reported). Made at start, not configured.
+    pub volumes: Option<std::sync::Arc<crate::user_volume::UserVolumes>>,
     /// The cgroups that bound each sandbox and each user's sandboxes (`None`: none are
     /// usable here; per-process rlimits only). Detected at start, not configured.
     pub cgroups: Option<std::sync::Arc<crate::cgroup::Cgroups>>,
@@ -288,6 +294,11 @@ impl SandboxSettings {
             background_lifetime: sandbox
                 .map(|s| s.background_lifetime())
                 .unwrap_or(Duration::from_secs(DEFAULT_BACKGROUND_LIFETIME_S)),
+            user_disk_quota: extra
+                .get("user_disk_quota")
+                .and_then(parse_size)
+                .or_else(|| extra.get("disk_quota").and_then(parse_size)),
+            volumes: None,
             cgroups: None,
         }
     }

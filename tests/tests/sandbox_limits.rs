@@ -312,3 +312,99 @@ async fn one_users_sandboxes_share_a_process_cap_that_others_do_not() {
     h.stop_with(libc::SIGTERM);
     assert!(!pids.exists(), "{} is left", pids.display());
 }
+
+const QUOTA: &str = "sandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n  bash_command_timeout: 30\n  disk_quota: 64MiB\n";
+
+/// Whether something is mounted at `dir`.
+fn mounted_at(dir: &std::path::Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let dir = dir.to_string_lossy();
+    info.lines()
+        .any(|l| l.split(' ').nth(4) == Some(dir.as_ref()))
+}
+
+#[tokio::test]
+async fn a_write_past_the_disk_quota_fails_inside_and_other_users_keep_their_room() {
+    if !is_root() {
+        eprintln!("skipped: the disk quota is a loop-mounted filesystem, which needs root");
+        return;
+    }
+    let mut h = SandboxHost::start(QUOTA);
+    let c = h.connect().await;
+    let a = c.acquire("alice", "t1").await.expect("acquire");
+    let b = c.acquire("bob", "t1").await.expect("acquire");
+    let a2 = c.acquire("alice", "t2").await.expect("acquire");
+    let out = c
+        .bash(
+            &a.sandbox_id,
+            "head -c 192M /dev/zero > /mnt/user-data/workspace/big; echo rc=$?",
+        )
+        .await;
+    assert!(
+        out.contains("No space left on device") && out.contains("rc=1"),
+        "{out}"
+    );
+    let written = std::fs::metadata(h.user_data("alice", "t1").join("workspace/big"))
+        .unwrap()
+        .len();
+    assert!(written <= 64 << 20, "{written} bytes written");
+    // Alice's other threads share her quota, and a new one cannot start while it is
+    // full; bob's room is his own.
+    let full = c.acquire("alice", "t3").await.unwrap_err().to_string();
+    assert!(full.contains("alice's files fill the disk quota"), "{full}");
+    let out = c
+        .bash(
+            &a2.sandbox_id,
+            "head -c 8M /dev/zero > /mnt/user-data/outputs/more; echo rc=$?",
+        )
+        .await;
+    assert!(out.contains("No space left on device"), "{out}");
+    assert_eq!(
+        c.bash(
+            &b.sandbox_id,
+            "head -c 32M /dev/zero > /mnt/user-data/workspace/f && echo ok"
+        )
+        .await,
+        "ok\n"
+    );
+    // Deleting makes room again.
+    assert_eq!(
+        c.bash(
+            &a.sandbox_id,
+            "rm /mnt/user-data/workspace/big && head -c 16M /dev/zero > /mnt/user-data/workspace/f && echo keep > /mnt/user-data/outputs/kept && echo ok"
+        )
+        .await,
+        "ok\n"
+    );
+    let status = c.status().await;
+    assert!(
+        status
+            .provider_note
+            .contains("disk quota enforced: a 64 MiB ext4 filesystem per user"),
+        "{}",
+        status.provider_note
+    );
+    // After a crash and a restart the files are there, on the same filesystem.
+    let alice = h.base().join("users/alice");
+    h.kill_and_restart();
+    let c = h.connect().await;
+    let a = c.acquire("alice", "t1").await.expect("acquire");
+    assert_eq!(
+        c.bash(&a.sandbox_id, "cat /mnt/user-data/outputs/kept")
+            .await,
+        "keep\n"
+    );
+    assert!(mounted_at(&alice));
+    // Stopped, the host unmounts every user's filesystem, and the loop devices go.
+    h.stop_with(libc::SIGTERM);
+    assert!(!mounted_at(&alice));
+    assert!(!mounted_at(&h.base().join("users/bob")));
+    let image = h.base().join("volumes/alice.ext4");
+    assert!(image.exists());
+    let loops = std::process::Command::new("losetup")
+        .arg("-j")
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&loops.stdout), "");
+}

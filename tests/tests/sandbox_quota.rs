@@ -1,6 +1,8 @@
 //! Resource bounds on a sandbox's storage: its private `/tmp` has `sandbox.tmp_size`, and a
 //! thread's user-data directories hold at most `sandbox.disk_quota` (a clear error after a
-//! command that passed it, and writes refused that would pass it).
+//! command that passed it, and writes refused that would pass it). The filesystem limit
+//! (`sandbox.user_disk_quota`, a write past it fails inside) is `sandbox_limits.rs`'s; here
+//! it is set above the thread's quota so the thread's own accounting is what shows.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -41,7 +43,7 @@ async fn writing_past_tmp_size_fails_inside_the_sandbox() {
 
 #[tokio::test]
 async fn passing_disk_quota_gives_a_clear_error_and_refuses_writes() {
-    let cfg = "sandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n  bash_command_timeout: 20\n  disk_quota: 2MiB\n";
+    let cfg = "sandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n  bash_command_timeout: 20\n  disk_quota: 2MiB\n  user_disk_quota: 64MiB\n";
     let h = SandboxHost::start(cfg);
     let c = h.connect().await;
     let a = c.acquire("u", "t").await.expect("acquire");

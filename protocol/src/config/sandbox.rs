@@ -106,7 +106,7 @@ impl SandboxConfig {
     pub(crate) fn check(&self) -> Vec<(FieldPath, &'static str)> {
         let base = FieldPath::root().key("sandbox");
         let mut problems = Vec::new();
-        for key in ["tmp_size", "disk_quota"] {
+        for key in ["tmp_size", "disk_quota", "user_disk_quota"] {
             if let Some(v) = self.extra.get(key) {
                 if parse_size(v).is_none_or(|n| n < 1 << 20) {
                     problems.push((base.key(key), SIZE_EXPECTED));

@@ -1,6 +1,8 @@
 //! `sandbox.disk_quota`: what a thread's user-data directories may hold, counted beneath a
 //! handle on them (links never followed). A write that would pass it is refused; a command
-//! that passed it gets the error in front of its output.
+//! that passed it gets the error in front of its output. The limit a command cannot pass
+//! is the user's own filesystem (`crate::user_volume`), sized by `sandbox.user_disk_quota`
+//! or an explicitly set `disk_quota`.
 
 use std::path::Path;
 
