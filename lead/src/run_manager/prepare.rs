@@ -4,10 +4,10 @@
 //! extensions and mcp-host's tool list whenever they change, and shared by every run of
 //! one catalog version), the thread's directories on sandbox-host's base directory, and
 //! the run's record in the checkpoint store. Resuming rebuilds the same from the record.
-//! A run submitted while the hosts are still starting waits for their links (at most
-//! [`HOSTS_START_WAIT`]); it never waits on an MCP server that is not ready, and an extensions file that
-//! does not load (caught half-written) gives way to the last good one: both become
-//! warnings of the run.
+//! A run submitted while its hosts are still starting waits for their links (at most
+//! [`HOSTS_START_WAIT`] each); it never waits on an MCP server that is not ready, and an
+//! extensions file that does not load (caught half-written) gives way to the last good
+//! one: both become warnings of the run.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -436,7 +436,7 @@ impl RunEnv {
         let until = Instant::now() + HOSTS_START_WAIT;
         if !wait_linked(self.hosts.as_ref(), Role::SandboxHost, until).await {
             tracing::warn!(
-                "sandbox-host is not linked after {}s; the run cannot be prepared",
+                "sandbox-host is not linked (it failed, or is not back within {}s); the run cannot be prepared",
                 HOSTS_START_WAIT.as_secs()
             );
         }
