@@ -190,7 +190,7 @@ fn model_parameter_problems(
         let Some(value) = model.extra.get(*key).filter(|v| !v.is_null()) else {
             continue;
         };
-        if !value.as_u64().is_some_and(|n| n > 0) {
+        if value.as_u64().is_none_or(|n| n == 0) {
             let message = format!("`{}` cannot be used", shown(value));
             problems.push((
                 at.key(*key),
