@@ -330,11 +330,20 @@ impl Cgroups {
                 } else {
                     memory.to_string()
                 };
-                write(&dir.join("memory.limit_in_bytes"), &limit)?;
-                // Memory plus swap, where swap is accounted: the same cap.
+                // Memory plus swap, where swap is accounted: the same cap. The kernel keeps
+                // memory's cap at or under memsw's: lowered first, raised second.
+                let memory_file = dir.join("memory.limit_in_bytes");
                 let memsw = dir.join("memory.memsw.limit_in_bytes");
-                if memsw.exists() {
-                    write(&memsw, &limit)?;
+                let memsw = memsw.exists().then_some(memsw);
+                if write(&memory_file, &limit).is_ok() {
+                    if let Some(memsw) = &memsw {
+                        write(memsw, &limit)?;
+                    }
+                } else {
+                    if let Some(memsw) = &memsw {
+                        write(memsw, &limit)?;
+                    }
+                    write(&memory_file, &limit)?;
                 }
                 let dir = pids.join(rel);
                 create(&dir).map_err(io::Error::other)?;
