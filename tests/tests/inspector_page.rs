@@ -338,6 +338,16 @@ fn the_inspector_shows_a_users_runs_timelines_artifacts_and_the_cluster() {
         None,
     );
     assert!(messages.contains("Ada Lovelace"), "{messages}");
+    // A schema's field named like a form property (or `__proto__`) is a field, and the
+    // form still renders and sends.
+    let built = b.eval(
+        "(() => { try { const f = elicitationForm('r', {id: 'odd', server: 's', message: 'm', \
+         requested_schema: {properties: {addEventListener: {type: 'string'}, submit: {type: 'string'}, ['__proto__']: {type: 'string'}}}}, () => {}); \
+         document.body.append(f); return f.querySelectorAll('input').length; } catch (e) { return String(e); } })()",
+    );
+    assert_eq!(built, json!(3), "{built}");
+    // The header says who the page is signed in as.
+    b.wait("document.getElementById('whoami')?.textContent === 'Signed in as alice'");
 
     // The cluster view is the operator's.
     b.goto(&format!("{base}#/cluster"));

@@ -309,6 +309,7 @@ fn handler(spec: &routes::RouteSpec) -> actix_web::Route {
         ("GET", "/metrics") => method.to(metrics),
         ("GET", "/") => method.to(ui::index),
         ("GET", "/ui/{asset}") => method.to(ui::asset),
+        ("GET", "/favicon.ico") => method.to(ui::favicon),
         // A route of the table without a handler answers 404 (the unit test below
         // keeps the table and this match in step).
         _ => method.to(unrouted),

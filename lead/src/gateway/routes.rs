@@ -73,6 +73,7 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/metrics", Access::Metrics),
     route("GET", "/", Access::Page),
     route("GET", "/ui/{asset}", Access::Page),
+    route("GET", "/favicon.ico", Access::Page),
 ];
 
 /// The access a request with `method` needs on the resource of `path` (a method the

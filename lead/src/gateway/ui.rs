@@ -40,3 +40,10 @@ pub async fn asset(name: web::Path<String>) -> HttpResponse {
         _ => HttpResponse::NotFound().finish(),
     }
 }
+
+/// `GET /favicon.ico`: none (204), so a browser's automatic request logs no error.
+pub async fn favicon() -> HttpResponse {
+    HttpResponse::NoContent()
+        .insert_header(("Cache-Control", "max-age=86400"))
+        .finish()
+}

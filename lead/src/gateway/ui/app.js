@@ -67,8 +67,19 @@ function showLogin(message) {
   document.getElementById("view").replaceChildren();
   document.getElementById("login").hidden = false;
   document.getElementById("logout").hidden = true;
+  document.getElementById("whoami").hidden = true;
   if (message) document.getElementById("login-title").textContent = "Sign in: " + message;
   document.getElementById("token").focus();
+}
+
+/// Says in the header which principal the token is (`GET /api/whoami`).
+async function showPrincipal() {
+  const who = document.getElementById("whoami");
+  try {
+    const me = await (await api("/api/whoami")).json();
+    who.textContent = "Signed in as " + me.user + (me.operator ? " (operator)" : me.role ? " (" + me.role + ")" : "");
+    who.hidden = false;
+  } catch (_) { who.hidden = true; }
 }
 
 function applyTheme() {
@@ -91,6 +102,7 @@ function route() {
   if (!token()) { showLogin(); return; }
   document.getElementById("login").hidden = true;
   document.getElementById("logout").hidden = false;
+  showPrincipal();
   const hash = location.hash || "#/runs";
   const parts = hash.slice(2).split("/");
   for (const [id, name] of [["nav-runs", "runs"], ["nav-cluster", "cluster"]]) {
@@ -261,7 +273,9 @@ function elicitationFields(e) {
     const must = required.has(name);
     const label = el("label", { for: id }, p.title || name, must ? el("span", { class: "required", "aria-hidden": "true", text: " *" }) : null);
     const hint = p.description ? el("span", { class: "muted", id: id + "-hint", text: " " + p.description }) : null;
-    const common = { id, name, required: must, "aria-required": must ? "true" : null, "aria-describedby": hint ? id + "-hint" : null };
+    // No `name` attribute: a control named like a form property (`addEventListener`,
+    // `submit`) would shadow it on the form. Each answer is read through its closure.
+    const common = { id, required: must, "aria-required": must ? "true" : null, "aria-describedby": hint ? id + "-hint" : null };
     const choices = (schema) => (schema.enum || []).map((v, i) => [v, (schema.enumNames || [])[i] || v])
       .concat((schema.oneOf || schema.anyOf || []).map((o) => [o.const, o.title || o.const]));
     let control, read;
@@ -304,8 +318,8 @@ function elicitationForm(runId, e, done) {
   const fields = elicitationFields(e);
   const note = el("p", { class: "muted", role: "status" });
   const send = async (action) => {
-    const content = {};
-    for (const [name, , read] of fields) { const v = read(); if (v !== undefined) content[name] = v; }
+    // Own data properties only (a field named `__proto__` is a field, not the prototype).
+    const content = Object.fromEntries(fields.map(([name, , read]) => [name, read()]).filter(([, v]) => v !== undefined));
     try {
       await api(`/api/runs/${encodeURIComponent(runId)}/elicitations/${encodeURIComponent(e.id)}`,
         { method: "POST", body: JSON.stringify(action === "accept" ? { action, content } : { action }) });
@@ -319,7 +333,7 @@ function elicitationForm(runId, e, done) {
     el("p", {}, el("button", { type: "submit", text: "Accept" }), " ",
       el("button", { type: "button", "data-action": "decline", onclick: () => send("decline"), text: "Decline" })),
     note);
-  form.addEventListener("submit", (ev) => { ev.preventDefault(); send("accept"); });
+  EventTarget.prototype.addEventListener.call(form, "submit", (ev) => { ev.preventDefault(); send("accept"); });
   return form;
 }
 
