@@ -208,6 +208,54 @@ pub enum FetchError {
     Http(#[from] HttpError),
 }
 
+/// Follows `raw_url` to the first answer that is not a redirect: every hop checked by
+/// `guard`, connected only to the addresses checked, at most [`MAX_REDIRECTS`] redirects.
+/// The URL it ended at and the response, body unread.
+async fn follow_guarded(
+    raw_url: &str,
+    guard: &GuardPolicy,
+    deadline: Duration,
+    user_agent: &str,
+) -> Result<(Url, reqwest::Response), FetchError> {
+    let mut url = parse_http_url(raw_url)?;
+    for _hop in 0..=MAX_REDIRECTS {
+        let target = guard.check(&url, "fetch").await?;
+        let mut builder = Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(deadline)
+            .user_agent(user_agent.to_owned());
+        if let Target::Pinned { host, addrs } = &target {
+            builder = builder.resolve_to_addrs(host, addrs);
+        }
+        let client = builder
+            .build()
+            .map_err(|e| HttpError::from_reqwest(e, deadline))?;
+        let response = client
+            .get(url.clone())
+            .header(
+                reqwest::header::ACCEPT,
+                "text/html,application/xhtml+xml,*/*;q=0.8",
+            )
+            .timeout(deadline)
+            .send()
+            .await
+            .map_err(|e| HttpError::from_reqwest(e, deadline))?;
+        if response.status().is_redirection() {
+            let next = response
+                .headers()
+                .get(LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|loc| url.join(loc).ok())
+                .ok_or(FetchError::BadRedirect)?;
+            url = parse_http_url(next.as_str())?;
+            continue;
+        }
+        return Ok((url, response));
+    }
+    Err(FetchError::TooManyRedirects)
+}
+
 /// Fetches `raw_url` for the model: every hop checked by `guard`, connected only to the
 /// addresses checked, at most [`MAX_REDIRECTS`] redirects, at most [`MAX_PAGE_BODY`]
 /// bytes, all within `deadline`.
@@ -218,58 +266,67 @@ pub async fn fetch_page(
     user_agent: &str,
 ) -> Result<Page, FetchError> {
     let work = async {
-        let mut url = parse_http_url(raw_url)?;
-        for _hop in 0..=MAX_REDIRECTS {
-            let target = guard.check(&url, "fetch").await?;
-            let mut builder = Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .no_proxy()
-                .connect_timeout(deadline)
-                .user_agent(user_agent.to_owned());
-            if let Target::Pinned { host, addrs } = &target {
-                builder = builder.resolve_to_addrs(host, addrs);
-            }
-            let client = builder
-                .build()
-                .map_err(|e| HttpError::from_reqwest(e, deadline))?;
-            let response = client
-                .get(url.clone())
-                .header(
-                    reqwest::header::ACCEPT,
-                    "text/html,application/xhtml+xml,*/*;q=0.8",
-                )
-                .timeout(deadline)
-                .send()
-                .await
-                .map_err(|e| HttpError::from_reqwest(e, deadline))?;
-            let status = response.status();
-            if status.is_redirection() {
-                let next = response
-                    .headers()
-                    .get(LOCATION)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|loc| url.join(loc).ok())
-                    .ok_or(FetchError::BadRedirect)?;
-                url = parse_http_url(next.as_str())?;
-                continue;
-            }
-            let content_type = response
-                .headers()
-                .get(CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_owned();
-            let (bytes, _cut) = read_capped(response, MAX_PAGE_BODY, deadline).await?;
-            return Ok(Page {
-                url,
-                status,
-                content_type,
-                body: String::from_utf8_lossy(&bytes).into_owned(),
-            });
-        }
-        Err(FetchError::TooManyRedirects)
+        let (url, response) = follow_guarded(raw_url, guard, deadline, user_agent).await?;
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let (bytes, _cut) = read_capped(response, MAX_PAGE_BODY, deadline).await?;
+        Ok(Page {
+            url,
+            status,
+            content_type,
+            body: String::from_utf8_lossy(&bytes).into_owned(),
+        })
     };
     tokio::time::timeout(deadline, work)
         .await
         .unwrap_or_else(|_| Err(HttpError::Timeout(secs(deadline)).into()))
+}
+
+/// How long the hand-off's own look at a page may take before the URL goes to the crawler
+/// as it was checked (an Antler without egress cannot follow it).
+pub const HANDOFF_LOOK: Duration = Duration::from_secs(5);
+
+/// The URL a remote crawler is handed for `raw_url`: Antler follows its redirects itself,
+/// every hop through `guard`, and hands over where they end, so a public page that
+/// redirects to a private address is refused here, not fetched by the crawler. A page
+/// Antler cannot reach (no egress, a timeout within [`HANDOFF_LOOK`]) goes over as it was
+/// checked; the crawler's own final URL is checked again where it reports one.
+pub async fn crawler_url(
+    raw_url: &str,
+    guard: &GuardPolicy,
+    action: &'static str,
+) -> Result<String, String> {
+    let url = parse_http_url(raw_url).map_err(|r| r.to_string())?;
+    guard.check(&url, action).await.map_err(|r| r.to_string())?;
+    if guard.allow_private {
+        return Ok(raw_url.to_owned());
+    }
+    let look = follow_guarded(raw_url, guard, HANDOFF_LOOK, super::backends::antler::USER_AGENT);
+    match tokio::time::timeout(HANDOFF_LOOK, look).await {
+        Ok(Ok((end, _response))) => Ok(end.to_string()),
+        Ok(Err(e @ (FetchError::Refused(_) | FetchError::TooManyRedirects | FetchError::BadRedirect))) => {
+            Err(e.to_string())
+        }
+        Ok(Err(FetchError::Http(e))) => {
+            tracing::debug!(url = raw_url, "the hand-off could not look at the page ({e}); handing it over as checked");
+            Ok(raw_url.to_owned())
+        }
+        Err(_) => Ok(raw_url.to_owned()),
+    }
+}
+
+/// Checks the final URL a crawler reports having fetched: `Some(refusal)` when the guard
+/// refuses it (the crawler followed a redirect Antler would not have).
+pub async fn check_reported(reported: Option<&str>, guard: &GuardPolicy) -> Option<String> {
+    let reported = reported.filter(|r| !r.trim().is_empty())?;
+    let url = match parse_http_url(reported) {
+        Ok(url) => url,
+        Err(refusal) => return Some(refusal.to_string()),
+    };
+    guard.check(&url, "fetch").await.err().map(|r| r.to_string())
 }

@@ -18,8 +18,7 @@ use serde_json::{json, Value};
 
 use crate::run::middleware::tool_error::ToolFailure;
 use crate::run::web::entry::ToolEntry;
-use crate::run::web::guard::validate_public_http_url;
-use crate::run::web::http::{secs, HttpError};
+use crate::run::web::http::{crawler_url, secs, HttpError};
 use crate::run::web::readability::markdown_of_async;
 use crate::run::web::{WebCall, WebOutcome};
 use antler_protocol::messages::ThreadFileError;
@@ -65,9 +64,11 @@ fn target_status_warning(headers: &HeaderMap) -> String {
 pub async fn web_fetch(call: &WebCall<'_>) -> Result<String, ToolFailure> {
     let url = call.str_arg("url")?;
     let entry = call.entry("web_fetch");
-    if let Some(refusal) = validate_public_http_url(&url, &entry.guard(), "fetch").await {
-        return Ok(refusal);
-    }
+    // Antler follows the page's redirects itself: the browser gets where they end.
+    let url = match crawler_url(&url, &entry.guard(), "fetch").await {
+        Ok(url) => url,
+        Err(refusal) => return Ok(refusal),
+    };
     let timeout = timeout(&entry);
     let mut body = json!({"url": url});
     if let Some(token) = entry.str_or_env("token", "BROWSERLESS_TOKEN") {
@@ -197,9 +198,10 @@ fn int_arg(call: &WebCall<'_>, name: &str) -> Option<i64> {
 pub async fn web_capture(call: &WebCall<'_>) -> Result<WebOutcome, ToolFailure> {
     let url = call.str_arg("url")?;
     let entry = call.entry("web_capture");
-    if let Some(refusal) = validate_public_http_url(&url, &entry.guard(), "capture").await {
-        return Ok(refusal.into());
-    }
+    let url = match crawler_url(&url, &entry.guard(), "capture").await {
+        Ok(url) => url,
+        Err(refusal) => return Ok(refusal.into()),
+    };
     let asked = call
         .arg("output_format")
         .and_then(Value::as_str)

@@ -8,8 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::web::guard::validate_public_http_url;
-use crate::run::web::http::{secs, HttpError};
+use crate::run::web::http::{check_reported, crawler_url, secs, HttpError};
 use crate::run::web::readability::{cut_chars, MAX_FETCH_CHARS};
 use crate::run::web::WebCall;
 
@@ -19,9 +18,11 @@ const FILTERS: &[&str] = &["fit", "raw", "bm25", "llm"];
 pub async fn web_fetch(call: &WebCall<'_>) -> Result<String, ToolFailure> {
     let url = call.str_arg("url")?;
     let entry = call.entry("web_fetch");
-    if let Some(refusal) = validate_public_http_url(&url, &entry.guard(), "fetch").await {
-        return Ok(refusal);
-    }
+    // Antler follows the page's redirects itself: the crawler gets where they end.
+    let url = match crawler_url(&url, &entry.guard(), "fetch").await {
+        Ok(url) => url,
+        Err(refusal) => return Ok(refusal),
+    };
     let filter = entry
         .str("filter")
         .filter(|f| FILTERS.contains(&f.as_str()))
@@ -66,6 +67,15 @@ pub async fn web_fetch(call: &WebCall<'_>) -> Result<String, ToolFailure> {
     };
     if json.get("success") == Some(&Value::Bool(false)) {
         return Ok(format!("Error: Crawl4AI reported failure for {url}"));
+    }
+    // Where the crawler says it ended: a redirect it followed to a private address
+    // never reaches the model.
+    let reported = json
+        .get("redirected_url")
+        .or_else(|| json.get("url"))
+        .and_then(Value::as_str);
+    if let Some(refusal) = check_reported(reported, &entry.guard()).await {
+        return Ok(refusal);
     }
     let markdown = json.get("markdown").and_then(Value::as_str).unwrap_or("");
     if markdown.trim().is_empty() {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::web::guard::validate_public_http_url;
+use crate::run::web::http::{check_reported, crawler_url};
 use crate::run::web::readability::{cut_chars, MAX_FETCH_CHARS};
 use crate::run::web::{pretty, WebCall};
 
@@ -150,11 +150,11 @@ pub async fn web_search(call: &WebCall<'_>, flavour: Flavour) -> Result<String, 
 pub async fn web_fetch(call: &WebCall<'_>, flavour: Flavour) -> Result<String, ToolFailure> {
     let url = call.str_arg("url")?;
     // DeerFlow checks only fastCRW's URLs; Antler checks both.
-    if let Some(refusal) =
-        validate_public_http_url(&url, &call.entry("web_fetch").guard(), "fetch").await
-    {
-        return Ok(refusal);
-    }
+    // Antler follows the page's redirects itself: the crawler gets where they end.
+    let url = match crawler_url(&url, &call.entry("web_fetch").guard(), "fetch").await {
+        Ok(url) => url,
+        Err(refusal) => return Ok(refusal),
+    };
     Ok(
         match post(
             call,
@@ -167,6 +167,17 @@ pub async fn web_fetch(call: &WebCall<'_>, flavour: Flavour) -> Result<String, T
         .await
         {
             Ok(reply) => {
+                // Where the crawler says it ended: a redirect it followed to a private
+                // address never reaches the model.
+                let reported = reply
+                    .pointer("/data/metadata/url")
+                    .or_else(|| reply.pointer("/data/metadata/sourceURL"))
+                    .and_then(Value::as_str);
+                if let Some(refusal) =
+                    check_reported(reported, &call.entry("web_fetch").guard()).await
+                {
+                    return Ok(refusal);
+                }
                 let markdown = reply
                     .pointer("/data/markdown")
                     .and_then(Value::as_str)

@@ -9,8 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::web::guard::validate_public_http_url;
-use crate::run::web::http::HttpError;
+use crate::run::web::http::{crawler_url, HttpError};
 use crate::run::web::readability::markdown_of_async;
 use crate::run::web::WebCall;
 
@@ -22,9 +21,11 @@ pub const FAILED: &str = "Error: Request to Jina API failed: {class}: {e}";
 pub async fn web_fetch(call: &WebCall<'_>) -> Result<String, ToolFailure> {
     let url = call.str_arg("url")?;
     let entry = call.entry("web_fetch");
-    if let Some(refusal) = validate_public_http_url(&url, &entry.guard(), "fetch").await {
-        return Ok(refusal);
-    }
+    // Antler follows the page's redirects itself: the reader gets where they end.
+    let url = match crawler_url(&url, &entry.guard(), "fetch").await {
+        Ok(url) => url,
+        Err(refusal) => return Ok(refusal),
+    };
     let timeout = match entry.get("timeout") {
         Some(Value::Bool(_)) | None => 10,
         Some(_) => entry.int_or("timeout", 10).max(1),
