@@ -708,3 +708,37 @@ fn delivery_text(receipt: &Value) -> Option<String> {
         None => format!("{presented} file(s) presented; the run produced no outputs"),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_waiting_for_an_answer_has_its_own_exit_status() {
+        let status = |s: &str| exit_code(&json!({"status": s}));
+        assert_eq!(status("success"), ExitCode::SUCCESS);
+        assert_eq!(status("interrupted"), ExitCode::from(EXIT_NEEDS_ANSWER));
+        assert_eq!(status("error"), ExitCode::from(1));
+    }
+
+    #[test]
+    fn the_outcome_names_each_artifacts_file_and_the_receipt_in_words() {
+        let view = json!({
+            "status": "success", "final_answer": "Done.", "user": "alice", "thread": "t1",
+            "artifacts": ["/mnt/user-data/outputs/report.md"],
+            "delivery": {"presented": 1, "paths": [], "produced_paths": ["/mnt/user-data/outputs/report.md"],
+                "matched_paths": ["/mnt/user-data/outputs/report.md"], "stage": "presented"},
+        });
+        assert_eq!(
+            outcome_text(&view, Some(Path::new("/b"))),
+            "Done.\n\
+             artifact: /mnt/user-data/outputs/report.md (on this machine: /b/users/alice/threads/t1/user-data/outputs/report.md)\n\
+             delivery: delivered: 1 of 1 output(s) the run produced presented (1 file(s) presented)\n"
+        );
+        let not = json!({"presented": 0, "produced_paths": ["/mnt/user-data/outputs/a"], "stage": "not_started"});
+        assert_eq!(
+            delivery_text(&not).as_deref(),
+            Some("NOT delivered: the run produced 1 output(s) and presented none")
+        );
+    }
+}
