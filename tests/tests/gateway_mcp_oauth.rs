@@ -151,7 +151,13 @@ fn a_web_user_logs_in_through_the_gateway_for_itself_only() {
 
     // alice starts her login: the URL sends the browser back to the gateway, and her
     // browser gets the cookie that binds the login to it.
-    let (code, head, text) = http_full(&g.addr, ALICE, "POST", "/api/mcp/notes/oauth/start", Some("{}"));
+    let (code, head, text) = http_full(
+        &g.addr,
+        ALICE,
+        "POST",
+        "/api/mcp/notes/oauth/start",
+        Some("{}"),
+    );
     let body: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(code, 200, "{body}");
     let cookie = head
@@ -160,7 +166,10 @@ fn a_web_user_logs_in_through_the_gateway_for_itself_only() {
         .and_then(|c| c.split(';').next())
         .expect("the start sets the browser's binding cookie")
         .to_owned();
-    assert!(head.contains("httponly") && head.contains("samesite=lax"), "{head}");
+    assert!(
+        head.contains("httponly") && head.contains("samesite=lax"),
+        "{head}"
+    );
     let url = body["authorization_url"].as_str().unwrap().to_owned();
     let parsed = url::Url::parse(&url).unwrap();
     let q: std::collections::HashMap<_, _> = parsed.query_pairs().into_owned().collect();
@@ -174,7 +183,13 @@ fn a_web_user_logs_in_through_the_gateway_for_itself_only() {
 
     // Another browser (bob's victim, say) that opens the link completes nothing: the page
     // names the user the link was made for.
-    let (code, head2, text2) = http_full(&g.addr, BOB, "POST", "/api/mcp/notes/oauth/start", Some("{}"));
+    let (code, head2, text2) = http_full(
+        &g.addr,
+        BOB,
+        "POST",
+        "/api/mcp/notes/oauth/start",
+        Some("{}"),
+    );
     assert_eq!(code, 200, "{text2}");
     assert!(head2.contains("set-cookie: "), "{head2}");
     let bobs_link = serde_json::from_str::<Value>(&text2).unwrap()["authorization_url"]
@@ -198,7 +213,11 @@ fn a_web_user_logs_in_through_the_gateway_for_itself_only() {
         page.contains("Link your account at &#39;notes&#39; to Antler user &#39;alice&#39;?"),
         "{page}"
     );
-    assert_eq!(g.server_state()["auth"], "login required", "nothing linked before the confirmation");
+    assert_eq!(
+        g.server_state()["auth"],
+        "login required",
+        "nothing linked before the confirmation"
+    );
     let field = |name: &str| {
         let at = page.find(&format!("name=\"{name}\" value=\"")).unwrap() + name.len() + 15;
         page[at..].split('"').next().unwrap().to_owned()
@@ -210,7 +229,11 @@ fn a_web_user_logs_in_through_the_gateway_for_itself_only() {
         &g.addr,
         "POST",
         "/api/mcp/oauth/confirm",
-        &[("Origin", "http://evil.example"), ("Cookie", &cookie), ("Content-Type", "application/x-www-form-urlencoded")],
+        &[
+            ("Origin", "http://evil.example"),
+            ("Cookie", &cookie),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
         Some(&form),
     );
     assert_eq!(code, 403);
@@ -218,7 +241,11 @@ fn a_web_user_logs_in_through_the_gateway_for_itself_only() {
         &g.addr,
         "POST",
         "/api/mcp/oauth/confirm",
-        &[("Origin", &origin), ("Cookie", &cookie), ("Content-Type", "application/x-www-form-urlencoded")],
+        &[
+            ("Origin", &origin),
+            ("Cookie", &cookie),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
         Some(&form),
     );
     assert_eq!(code, 200, "{page}");

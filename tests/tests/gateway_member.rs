@@ -125,7 +125,10 @@ fn no_spelling_of_a_route_gives_a_member_more_than_the_route_does() {
                 }
                 // Nothing reaches the MCP config's writer but the operator.
                 if spelling.to_ascii_lowercase().contains("config") && route.method == "PUT" {
-                    assert!(matches!(code, 401 | 403 | 404 | 405), "{who} {spelling}: {code}");
+                    assert!(
+                        matches!(code, 401 | 403 | 404 | 405),
+                        "{who} {spelling}: {code}"
+                    );
                 }
             }
         }
@@ -173,7 +176,8 @@ fn a_stdio_server_is_never_added_through_the_api_unless_the_operator_opened_it()
         "{reply}"
     );
     // An http server is the operator's to add as before.
-    let http = json!({"mcp_servers": {"remote": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}});
+    let http =
+        json!({"mcp_servers": {"remote": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}});
     let (code, reply) = call(&addr, &operator, "PUT", "/api/mcp/config", Some(&http));
     assert_eq!(code, 200, "{reply}");
     std::thread::sleep(Duration::from_millis(500));
@@ -269,10 +273,7 @@ fn open_events(addr: &str, token: &str, run: &str) -> (u16, String, TcpStream) {
 #[test]
 fn a_user_over_its_own_limits_gets_429_and_others_go_on() {
     let limits = "    allow_scripted_models: true\n    limits:\n      concurrent_runs: 2\n      submissions_per_minute: 5\n      event_streams: 2\n";
-    let cluster = LeadCluster::up(
-        &members(limits),
-        &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")],
-    );
+    let cluster = LeadCluster::up(&members(limits), &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);
     let addr = cluster.gateway();
     let sleepy = || json!({"task": "Sleep", "playbook_yaml": SLEEPY});
     let mut runs = Vec::new();
@@ -286,7 +287,10 @@ fn a_user_over_its_own_limits_gets_429_and_others_go_on() {
     assert_eq!(code, 429, "{reply}");
     assert!(head.contains("retry-after:"), "{head}");
     assert!(
-        reply["detail"].as_str().unwrap().contains("concurrent_runs"),
+        reply["detail"]
+            .as_str()
+            .unwrap()
+            .contains("concurrent_runs"),
         "{reply}"
     );
     // Bob is not alice.
@@ -316,12 +320,19 @@ fn a_user_over_its_own_limits_gets_429_and_others_go_on() {
     // The rate: five submissions a minute (the two refused for running runs counted too
     // once they passed the rate); past it, 429 naming the rate.
     for run in &runs {
-        let (code, reply) = call(&addr, ALICE, "POST", &format!("/api/runs/{run}/cancel"), None);
+        let (code, reply) = call(
+            &addr,
+            ALICE,
+            "POST",
+            &format!("/api/runs/{run}/cancel"),
+            None,
+        );
         assert_eq!(code, 202, "{reply}");
     }
     let mut rated = None;
     for _ in 0..5 {
-        let (code, reply, head) = submit(&addr, ALICE, json!({"task": "Hi", "playbook_yaml": HELLO}));
+        let (code, reply, head) =
+            submit(&addr, ALICE, json!({"task": "Hi", "playbook_yaml": HELLO}));
         if code == 429 {
             rated = Some((reply, head));
             break;

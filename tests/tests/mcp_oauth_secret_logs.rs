@@ -134,7 +134,17 @@ fn no_code_or_token_is_logged_even_at_trace() {
         .unwrap()
         .to_owned();
     let out = Command::new("curl")
-        .args(["-sS", "-L", "--max-time", "20", "-b", &cookie, "-w", "\n%{url_effective}", &url])
+        .args([
+            "-sS",
+            "-L",
+            "--max-time",
+            "20",
+            "-b",
+            &cookie,
+            "-w",
+            "\n%{url_effective}",
+            &url,
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();

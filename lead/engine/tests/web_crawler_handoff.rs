@@ -25,10 +25,8 @@ async fn a_redirect_to_a_private_address_is_never_handed_to_a_crawler() {
         _ => Reply::html("<p>public</p>"),
     })
     .await;
-    let crawl4ai = StandIn::start(|_| {
-        Reply::json(json!({"success": true, "markdown": "crawled text"}))
-    })
-    .await;
+    let crawl4ai =
+        StandIn::start(|_| Reply::json(json!({"success": true, "markdown": "crawled text"}))).await;
     let reported = internal_url.clone();
     let firecrawl = StandIn::start(move |_| {
         // The crawler says it followed the page to the internal address.
@@ -43,14 +41,24 @@ async fn a_redirect_to_a_private_address_is_never_handed_to_a_crawler() {
     )];
     let fetch = |url: String| {
         let entries = crawl4ai_entries.clone();
-        async move { call(&entries, "web_fetch", json!({ "url": url })).await.text }
+        async move {
+            call(&entries, "web_fetch", json!({ "url": url }))
+                .await
+                .text
+        }
     };
 
     // The public page moved to the internal site: refused, the crawler never asked.
     assert_eq!(fetch(format!("{}/moved", public.base())).await, PRIVATE);
-    assert!(crawl4ai.seen().is_empty(), "the crawler was handed a redirect to a private address");
+    assert!(
+        crawl4ai.seen().is_empty(),
+        "the crawler was handed a redirect to a private address"
+    );
     // A redirect that stays public: the crawler gets where it ends.
-    assert_eq!(fetch(format!("{}/hop", public.base())).await, "crawled text");
+    assert_eq!(
+        fetch(format!("{}/hop", public.base())).await,
+        "crawled text"
+    );
     assert_eq!(
         crawl4ai.one().json()["url"],
         format!("{}/final", public.base())
@@ -70,5 +78,8 @@ async fn a_redirect_to_a_private_address_is_never_handed_to_a_crawler() {
     .await;
     assert_eq!(out.text, PRIVATE);
     assert!(!out.text.contains("internal admin"));
-    assert!(internal.seen().is_empty(), "Antler reached the internal site");
+    assert!(
+        internal.seen().is_empty(),
+        "Antler reached the internal site"
+    );
 }

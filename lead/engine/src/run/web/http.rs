@@ -306,14 +306,22 @@ pub async fn crawler_url(
     if guard.allow_private {
         return Ok(raw_url.to_owned());
     }
-    let look = follow_guarded(raw_url, guard, HANDOFF_LOOK, super::backends::antler::USER_AGENT);
+    let look = follow_guarded(
+        raw_url,
+        guard,
+        HANDOFF_LOOK,
+        super::backends::antler::USER_AGENT,
+    );
     match tokio::time::timeout(HANDOFF_LOOK, look).await {
         Ok(Ok((end, _response))) => Ok(end.to_string()),
-        Ok(Err(e @ (FetchError::Refused(_) | FetchError::TooManyRedirects | FetchError::BadRedirect))) => {
-            Err(e.to_string())
-        }
+        Ok(Err(
+            e @ (FetchError::Refused(_) | FetchError::TooManyRedirects | FetchError::BadRedirect),
+        )) => Err(e.to_string()),
         Ok(Err(FetchError::Http(e))) => {
-            tracing::debug!(url = raw_url, "the hand-off could not look at the page ({e}); handing it over as checked");
+            tracing::debug!(
+                url = raw_url,
+                "the hand-off could not look at the page ({e}); handing it over as checked"
+            );
             Ok(raw_url.to_owned())
         }
         Err(_) => Ok(raw_url.to_owned()),
@@ -328,5 +336,9 @@ pub async fn check_reported(reported: Option<&str>, guard: &GuardPolicy) -> Opti
         Ok(url) => url,
         Err(refusal) => return Some(refusal.to_string()),
     };
-    guard.check(&url, "fetch").await.err().map(|r| r.to_string())
+    guard
+        .check(&url, "fetch")
+        .await
+        .err()
+        .map(|r| r.to_string())
 }
