@@ -411,11 +411,11 @@ fn every_container_has_requests_limits_probes_and_real_flags() {
                 for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
                     let p = &c[probe];
                     let port = if p["httpGet"].is_object() {
-                        // Liveness is the process answering; start-up and readiness
-                        // wait until runs can be prepared (the hosts linked).
+                        // Readiness waits until runs can be prepared (the hosts
+                        // linked); start-up and liveness are the process answering.
                         let path = match probe {
-                            "livenessProbe" => "/health",
-                            _ => "/ready",
+                            "readinessProbe" => "/ready",
+                            _ => "/health",
                         };
                         assert_eq!(p["httpGet"]["path"], path, "{at}: {probe}");
                         port_number(&p["httpGet"]["port"])
