@@ -86,13 +86,19 @@ impl ThreadPaths {
     pub fn create_parents(&self) -> io::Result<()> {
         let user_dir = self.user_dir();
         let threads = user_dir.join("threads");
+        // `users/` and what is missing above it (the pre-warm root) let the sandbox's user
+        // through.
+        if let Some(users) = user_dir.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(USERS_DIR_MODE)
+                .create(users)?;
+            std::fs::set_permissions(users, std::fs::Permissions::from_mode(USERS_DIR_MODE))?;
+        }
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(PRIVATE_DIR_MODE)
             .create(&threads)?;
-        if let Some(users) = user_dir.parent() {
-            std::fs::set_permissions(users, std::fs::Permissions::from_mode(USERS_DIR_MODE))?;
-        }
         make_private(&user_dir)?;
         make_private(&threads)
     }
