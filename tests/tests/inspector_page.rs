@@ -247,6 +247,12 @@ fn the_inspector_shows_a_users_runs_timelines_artifacts_and_the_cluster() {
     );
     assert!(cell(&mut b, "tool-calls").parse::<u32>().unwrap_or(0) >= 1);
     assert!(!cell(&mut b, "duration").is_empty());
+    // At 1280 px the table fits: no sideways scroll hides Task and Delivery.
+    assert_eq!(
+        b.eval("(() => { const t = document.getElementById('runs'); return t.scrollWidth <= t.parentElement.clientWidth + 1; })()"),
+        true,
+        "the runs table is wider than the page"
+    );
     b.screenshot("runs");
 
     // A run's timeline: every call with its states, the task nested under its call.
@@ -294,6 +300,20 @@ fn the_inspector_shows_a_users_runs_timelines_artifacts_and_the_cluster() {
         .unwrap_or_default()
         .starts_with("Skill policy: every tool"));
     b.screenshot("run-with-task");
+    // The calls on a time axis: a bar per model turn and per call, the task's among them.
+    b.wait("document.querySelectorAll('#waterfall svg.waterfall rect').length >= 3");
+    assert!(b
+        .eval("document.querySelector('#waterfall svg.waterfall').getAttribute('aria-label')")
+        .as_str()
+        .unwrap_or_default()
+        .contains("task"));
+
+    // A link with the token opens the run it names, not the list.
+    b.eval("sessionStorage.clear(), true");
+    b.goto(&format!("{base}#/runs/{report}&token={ALICE}"));
+    b.wait(&format!(
+        "location.hash === '#/runs/{report}' && !!document.getElementById('run-status')"
+    ));
 
     // An artifact, downloaded through the gateway.
     b.goto(&format!("{base}#/runs/{report}"));
@@ -309,6 +329,13 @@ fn the_inspector_shows_a_users_runs_timelines_artifacts_and_the_cluster() {
     b.goto(&format!("{base}#/runs/{asking}"));
     b.wait("!!document.getElementById('answer-form')");
     b.screenshot("clarification");
+    // DeerFlow's question icon is said in words: no glyph a machine may draw as a box.
+    let asked = b.eval("document.getElementById('answer-form').textContent");
+    let asked = asked.as_str().unwrap_or_default();
+    assert!(
+        asked.contains("Which year?") && !asked.contains('\u{2753}'),
+        "{asked}"
+    );
     b.eval("document.getElementById('answer').value = '2025', document.querySelector('#answer-form button').click(), true");
     b.wait("document.getElementById('run-status')?.textContent === 'success'");
     assert_eq!(

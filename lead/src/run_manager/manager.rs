@@ -890,44 +890,39 @@ impl Handler<ListRuns> for RunManager {
 
 /// The runs list's rows as the gateway returns them.
 fn summaries_json(runs: &[crate::checkpoint::RunSummary]) -> Vec<Value> {
-    runs
-            .iter()
-            .map(|s| {
-                let r = &s.record;
-                let delivery = s.delivery.as_ref().map(|d| {
-                    serde_json::json!({
-                        "presented": d.presented,
-                        "stage": d.stage,
-                        "satisfied": d.satisfied,
-                    })
-                });
+    runs.iter()
+        .map(|s| {
+            let r = &s.record;
+            let delivery = s.delivery.as_ref().map(|d| {
                 serde_json::json!({
-                    "run_id": r.run_id,
-                    "status": r.status,
-                    "user": r.user_id,
-                    "thread": r.thread_id,
-                    "task": r.task,
-                    "agent": r.agent,
-                    // A playbook sent inline is recorded in the label (a resume reads it);
-                    // the list says what it is rather than quoting it.
-                    "model": if r.model.starts_with(crate::run_manager::prepare::SCRIPTED_INLINE_PREFIX) {
-                        "scripted (inline playbook)"
-                    } else {
-                        r.model.as_str()
-                    },
-                    "started_ms": s.started_ms,
-                    "ended_ms": s.ended_ms,
-                    "duration_ms": s.started_ms.map(|from| {
-                        s.ended_ms
-                            .unwrap_or_else(|| antler_protocol::sys::unix_ms() as i64)
-                            - from
-                    }),
-                    "total_tokens": s.total_tokens,
-                    "tool_calls": s.tool_calls,
-                    "delivery": delivery,
+                    "presented": d.presented,
+                    "stage": d.stage,
+                    "satisfied": d.satisfied,
                 })
+            });
+            serde_json::json!({
+                "run_id": r.run_id,
+                "status": r.status,
+                "user": r.user_id,
+                "thread": r.thread_id,
+                "task": r.task,
+                "agent": r.agent,
+                // A playbook sent inline is recorded in the label (a resume reads it);
+                // the list says what it is rather than quoting it.
+                "model": crate::run_manager::prepare::shown_model(&r.model),
+                "started_ms": s.started_ms,
+                "ended_ms": s.ended_ms,
+                "duration_ms": s.started_ms.map(|from| {
+                    s.ended_ms
+                        .unwrap_or_else(|| antler_protocol::sys::unix_ms() as i64)
+                        - from
+                }),
+                "total_tokens": s.total_tokens,
+                "tool_calls": s.tool_calls,
+                "delivery": delivery,
             })
-            .collect()
+        })
+        .collect()
 }
 
 /// Per-run timing for the latency metrics.

@@ -928,6 +928,23 @@ fn moderation_model(app: &AppConfig) -> Option<Arc<dyn ChatModel>> {
     }))
 }
 
+/// A run label as a person reads it: the model's name (`default` for the first model of
+/// `models:` or the environment's endpoint), `scripted (PATH)` for a playbook file, and
+/// `scripted (inline playbook)` for one sent inline (the label holds it; it is not quoted).
+pub fn shown_model(label: &str) -> String {
+    if label.starts_with(SCRIPTED_INLINE_PREFIX) {
+        return "scripted (inline playbook)".to_owned();
+    }
+    if let Some(path) = label.strip_prefix(SCRIPTED_PREFIX) {
+        return format!("scripted ({path})");
+    }
+    match label.strip_prefix(MODEL_PREFIX) {
+        Some("") => "default".to_owned(),
+        Some(name) => name.to_owned(),
+        None => label.to_owned(),
+    }
+}
+
 /// The model of `models:` a run label names (`None`: a playbook, or the first model).
 fn label_model(label: &str) -> Option<String> {
     label
@@ -1069,6 +1086,20 @@ fn mcp_tools(tools: Vec<McpTool>) -> Vec<McpSourceTool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_label_reads_as_the_model_a_person_knows() {
+        assert_eq!(shown_model("model:"), "default");
+        assert_eq!(shown_model("model:smol"), "smol");
+        assert_eq!(
+            shown_model("scripted:/p/playbook.yaml"),
+            "scripted (/p/playbook.yaml)"
+        );
+        assert_eq!(
+            shown_model("scripted-yaml:turns: []"),
+            "scripted (inline playbook)"
+        );
+    }
 
     fn status(name: &str, state: &str, error: Option<&str>) -> McpServerStatus {
         McpServerStatus {

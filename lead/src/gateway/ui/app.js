@@ -87,12 +87,19 @@ function applyTheme() {
   if (theme) document.documentElement.dataset.theme = theme;
 }
 
-/// A `#token=...` link signs in: the token goes to the tab's storage and leaves the URL.
+/// A link with a token signs in: `#token=T` (the runs), `#token=T&view=/runs/ID`, or
+/// `#/runs/ID&token=T` (that view). The token goes to the tab's storage and leaves the URL;
+/// the view it names stays.
 function takeTokenFromHash() {
-  if (!location.hash.startsWith("#token=")) return;
-  const given = new URLSearchParams(location.hash.slice(1)).get("token");
+  const hash = location.hash.slice(1);
+  const at = hash.startsWith("token=") ? 0 : hash.indexOf("&token=") + 1;
+  if (at <= 0 && !hash.startsWith("token=")) return;
+  const params = new URLSearchParams(hash.slice(at));
+  const given = params.get("token");
   if (given) sessionStorage.setItem(TOKEN_KEY, given);
-  history.replaceState(null, "", location.pathname + "#/runs");
+  const path = at > 0 ? hash.slice(0, at - 1) : "";
+  const target = (params.get("view") || path || "/runs").replace(/^#?\/?/, "/");
+  history.replaceState(null, "", location.pathname + "#" + target);
 }
 
 function route() {
@@ -241,6 +248,61 @@ function renderCall(c, io) {
     tasks);
 }
 
+/// Model turns and tool calls on one time axis, as trace viewers draw them: a bar from
+/// each one's start to its end, so overlap and a slow step are seen at a glance. SVG (no
+/// inline style, which the page's CSP refuses).
+function renderWaterfall(model) {
+  const spans = [];
+  for (const item of model.items) {
+    if (item.kind === "turn" && item.at) spans.push({ label: "model turn " + item.turn, from: item.at, to: item.done, kind: "turn" });
+    if (item.kind === "call" && item.started) spans.push({ label: item.name, from: item.started, to: item.finished, kind: item.error ? "error" : "call" });
+  }
+  if (!spans.length) return null;
+  const now = Date.now();
+  const start = Math.min(...spans.map((s) => s.from));
+  const end = Math.max(...spans.map((s) => s.to || now));
+  const total = Math.max(1, end - start);
+  const labelW = 170, barW = 560, row = 18;
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("class", "waterfall"); svg.setAttribute("role", "img");
+  svg.setAttribute("viewBox", `0 0 ${labelW + barW + 70} ${spans.length * row + 16}`);
+  svg.setAttribute("aria-label", "Waterfall: " + spans.map((s) => `${s.label} ${s.to ? s.to - s.from + " ms" : "running"}`).join(", "));
+  const text = (x, y, t, cls) => {
+    const node = document.createElementNS(svg.namespaceURI, "text");
+    node.setAttribute("x", String(x)); node.setAttribute("y", String(y));
+    if (cls) node.setAttribute("class", cls);
+    node.textContent = t; return node;
+  };
+  spans.forEach((s, i) => {
+    const y = i * row;
+    const x = labelW + ((s.from - start) / total) * barW;
+    const w = Math.max(2, (((s.to || now) - s.from) / total) * barW);
+    const bar = document.createElementNS(svg.namespaceURI, "rect");
+    bar.setAttribute("x", x.toFixed(1)); bar.setAttribute("y", String(y + 3));
+    bar.setAttribute("width", w.toFixed(1)); bar.setAttribute("height", String(row - 6));
+    bar.setAttribute("class", "span-" + s.kind);
+    const took = s.to ? (s.to - s.from) + " ms" : "…";
+    const title = document.createElementNS(svg.namespaceURI, "title"); title.textContent = `${s.label}: ${took}`;
+    bar.append(title);
+    svg.append(text(0, y + row - 5, clip(s.label, 26)), bar, text(x + w + 4, y + row - 5, took, "took"));
+  });
+  svg.append(text(labelW, spans.length * row + 12, "0 ms", "axis"), text(labelW + barW - 40, spans.length * row + 12, total + " ms", "axis"));
+  return svg;
+}
+
+/// DeerFlow's clarification icons (the question the model formatted starts with one), as
+/// words: a machine without an emoji font draws them as empty boxes.
+const QUESTION_ICONS = [["🤔", "ambiguous requirement"], ["🔀", "a choice of approach"],
+  ["⚠️", "a risk to confirm"], ["💡", "a suggestion"], ["❓", ""]];
+function questionKind(q) {
+  const hit = QUESTION_ICONS.find(([icon]) => String(q).startsWith(icon));
+  return hit && hit[1] ? " (" + hit[1] + ")" : "";
+}
+function withoutIcon(q) {
+  const hit = QUESTION_ICONS.find(([icon]) => String(q).startsWith(icon));
+  return hit ? String(q).slice(hit[0].length).trimStart() : q;
+}
+
 function renderChart(turns) {
   const usage = turns.filter(Boolean).map((t) => (t.usage && t.usage.total_tokens) || 0);
   if (!usage.some((u) => u > 0)) return null;
@@ -342,6 +404,7 @@ function runView(view, runId) {
   const summary = el("div", { id: "summary" });
   const timeline = el("ol", { class: "timeline", id: "timeline", "aria-label": "Run timeline" });
   const chart = el("div", { id: "chart" });
+  const waterfall = el("div", { id: "waterfall" });
   const catalogBox = el("details", { id: "catalog" }, el("summary", { text: "Catalog the run sees" }));
   api(`/api/runs/${encodeURIComponent(runId)}/catalog`).then((r) => r.json()).then((c) => {
     const rows = c.tools.map((t) => el("tr", { "data-tool": t.name },
@@ -359,7 +422,7 @@ function runView(view, runId) {
   }).catch(() => catalogBox.append(el("p", { class: "muted", text: "The lead no longer holds this run's catalog." })));
   view.replaceChildren(el("p", {}, el("a", { href: "#/runs", text: "← Runs" })),
     el("h2", { text: "Run " + runId }), summary, el("h3", { text: "Timeline" }), timeline,
-    el("h3", { text: "Tokens per turn" }), chart, catalogBox);
+    el("h3", { text: "Waterfall" }), waterfall, el("h3", { text: "Tokens per turn" }), chart, catalogBox);
   let stopped = false, controller = null, poller = null, retry = 1000;
 
   const render = () => {
@@ -375,6 +438,7 @@ function runView(view, runId) {
       return renderCall(item, model.io.get(item.id));
     }));
     chart.replaceChildren(renderChart(model.turns) || el("p", { class: "muted", text: "No token usage reported." }));
+    waterfall.replaceChildren(renderWaterfall(model) || el("p", { class: "muted", text: "Nothing has run yet." }));
     renderSummary();
   };
 
@@ -422,7 +486,7 @@ function runView(view, runId) {
     const input = el("textarea", { id: "answer", rows: 3, "aria-label": "Your answer" });
     const note = el("span", { class: "muted", role: "status" });
     const form = el("form", { class: "card", id: "answer-form" },
-      el("p", {}, el("strong", { text: "The run asks: " }), question), input, " ",
+      el("p", {}, el("strong", { text: "The run asks" + questionKind(question) + ": " }), withoutIcon(question)), input, " ",
       el("button", { type: "submit", text: "Send answer" }), " ", note);
     form.addEventListener("submit", async (e) => {
       e.preventDefault();
