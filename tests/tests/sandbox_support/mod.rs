@@ -172,7 +172,8 @@ fn spawn(dir: &Path, env: &[(String, String)]) -> Child {
 
 impl Drop for SandboxHost {
     /// SIGTERM first, so the host removes its sandboxes' cgroups and unmounts what it
-    /// mounted; SIGKILL when it has not exited within ten seconds.
+    /// mounted; SIGKILL when it has not exited within ten seconds. What a host killed
+    /// with SIGKILL (here or by the test) left is removed after it.
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             antler_tests::signal(self.child.id(), libc::SIGTERM);
@@ -184,7 +185,72 @@ impl Drop for SandboxHost {
             }
         }
         let _ = self.child.wait();
+        remove_leftovers(&self.base());
     }
+}
+
+/// The cgroup subtree a sandbox-host over `base` makes (sandbox-host's `cgroup` module:
+/// `antler-` and the first 12 hex characters of sha256 of the base directory), in every
+/// hierarchy this process is in (the host's children inherit them).
+pub fn cgroup_subtrees(base: &Path) -> Vec<PathBuf> {
+    use sha2::Digest;
+    let name = format!(
+        "antler-{}",
+        &hex::encode(sha2::Sha256::digest(base.as_os_str().as_encoded_bytes()))[..12]
+    );
+    let text = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let root = Path::new("/sys/fs/cgroup");
+    let mut found = Vec::new();
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let path = path.trim_start_matches('/');
+        let mut mounts: Vec<PathBuf> = vec![root.join(controllers)];
+        mounts.extend(controllers.split(',').map(|c| root.join(c)));
+        if controllers.is_empty() {
+            mounts = vec![root.join("unified"), root.to_path_buf()];
+        }
+        for m in mounts {
+            let dir = m.join(path).join(&name);
+            if dir.is_dir() && !found.contains(&dir) {
+                found.push(dir);
+            }
+        }
+    }
+    found
+}
+
+fn remove_cgroup_tree(dir: &Path) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_cgroup_tree(&e.path());
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// Unmounts what is mounted under `base` (the users' disk-quota filesystems) and removes
+/// the host's cgroups, once its sandboxes' processes are gone (up to five seconds).
+fn remove_leftovers(base: &Path) {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let base_text = base.to_string_lossy().to_string();
+    for line in info.lines() {
+        if let Some(point) = line.split(' ').nth(4) {
+            if point.starts_with(&format!("{base_text}/")) {
+                let _ = Command::new("umount").arg("-l").arg(point).status();
+            }
+        }
+    }
+    let subtrees = cgroup_subtrees(base);
+    let _ = wait_for(Duration::from_secs(5), || {
+        for dir in &subtrees {
+            remove_cgroup_tree(dir);
+        }
+        subtrees.iter().all(|d| !d.exists()).then_some(())
+    });
 }
 
 /// A principal with no roles.
