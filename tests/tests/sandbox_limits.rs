@@ -141,13 +141,27 @@ async fn a_sandbox_cannot_make_user_namespaces() {
         .await,
         "thread ok\nspawned\n"
     );
-    // The host says what the sandboxes get.
+    // The host says what the sandboxes get: bubblewrap's own lockdown too, where it has
+    // one (0.8 and later).
     let status = c.status().await;
     assert!(
         status.provider_note.contains("seccomp filter on"),
         "{}",
         status.provider_note
     );
+    let help = std::process::Command::new("bwrap")
+        .arg("--help")
+        .output()
+        .expect("bwrap");
+    if String::from_utf8_lossy(&help.stdout).contains("--disable-userns") {
+        assert!(
+            status
+                .provider_note
+                .contains("user namespaces locked (--disable-userns)"),
+            "{}",
+            status.provider_note
+        );
+    }
 }
 
 #[tokio::test]
