@@ -422,3 +422,37 @@ async fn a_write_past_the_disk_quota_fails_inside_and_other_users_keep_their_roo
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&loops.stdout), "");
 }
+
+#[tokio::test]
+async fn a_quota_set_on_an_existing_install_keeps_the_users_files() {
+    if !is_root() {
+        eprintln!("skipped: the disk quota is a loop-mounted filesystem, which needs root");
+        return;
+    }
+    let mut h = SandboxHost::start(BWRAP_CONFIG);
+    let c = h.connect().await;
+    let a = c.acquire("alice", "t1").await.expect("acquire");
+    assert_eq!(
+        c.bash(&a.sandbox_id, "echo before > /mnt/user-data/outputs/r.md")
+            .await,
+        "(no output)"
+    );
+    h.stop_with(libc::SIGTERM);
+    std::fs::write(h.dir.path().join("config.yaml"), QUOTA).unwrap();
+    h.kill_and_restart();
+    let c = h.connect().await;
+    let a = c.acquire("alice", "t1").await.expect("acquire");
+    let out = c
+        .bash(
+            &a.sandbox_id,
+            "cat /mnt/user-data/outputs/r.md; head -c 100M /dev/zero > /mnt/user-data/workspace/big; echo rc=$?",
+        )
+        .await;
+    assert!(out.starts_with("before\n"), "{out}");
+    assert!(
+        out.contains("No space left on device") && out.contains("rc=1"),
+        "{out}"
+    );
+    assert!(mounted_at(&h.base().join("users/alice")));
+    assert!(!h.base().join("users/.alice.before-quota").exists());
+}
