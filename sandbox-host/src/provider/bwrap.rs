@@ -9,8 +9,11 @@
 //! it through a pidfd, before bubblewrap, when dropped. bubblewrap is never killed first
 //! while it sets the sandbox up (no `--die-with-parent`): its child would wait forever for
 //! it, a namespace init with parent 1 that nothing kills. When sandbox-host runs as root,
-//! bubblewrap runs as `nobody` so resource limits bind. Commands go to the supervisor as
-//! JSON lines; a call costs a fork and exec, not a bwrap start.
+//! bubblewrap runs as `nobody` so resource limits bind. bubblewrap joins the sandbox's
+//! cgroup (`crate::cgroup`) before it starts, loads the seccomp filter
+//! (`super::seccomp`) before the supervisor runs, and, where it has `--disable-userns`,
+//! leaves the sandbox a user namespace in which no further one can be made. Commands go to
+//! the supervisor as JSON lines; a call costs a fork and exec, not a bwrap start.
 
 use std::{
     collections::HashMap,
