@@ -237,7 +237,7 @@ async fn supervisor_of(c: &Client, id: &str) -> u32 {
         .expect("a supervisor")
 }
 
-const LIMITED: &str = "sandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n  bash_command_timeout: 30\n  limits:\n    max_memory_mb: 256\n    max_processes: 40\n    user_max_memory_mb: 400\n    user_max_processes: 60\n";
+const LIMITED: &str = "sandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n  bash_command_timeout: 30\n  limits:\n    max_memory_mb: 256\n    max_processes: 40\n    cpu_weight: 50\n    user_max_memory_mb: 400\n    user_max_processes: 60\n";
 
 #[tokio::test]
 async fn a_sandbox_out_of_memory_gets_a_clear_error_and_the_host_keeps_answering() {
@@ -281,11 +281,15 @@ async fn a_sandbox_out_of_memory_gets_a_clear_error_and_the_host_keeps_answering
             read_trimmed(&memory.parent().unwrap().join("memory.limit_in_bytes")),
             (400u64 << 20).to_string()
         );
+        // Half the CPU share of a default sandbox (cpu_weight 50).
+        let cpu = cgroup_dir(pid, "cpu");
+        assert_eq!(read_trimmed(&cpu.join("cpu.shares")), "512");
     } else {
         assert_eq!(
             read_trimmed(&memory.join("memory.max")),
             (256u64 << 20).to_string()
         );
+        assert_eq!(read_trimmed(&memory.join("cpu.weight")), "50");
     }
     // Stopped, the host leaves no cgroup behind.
     let subtree = memory.parent().unwrap().parent().unwrap().to_path_buf();
