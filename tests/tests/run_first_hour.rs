@@ -82,9 +82,9 @@ fn runs_of_one_model_config_share_one_http_client_and_no_web_client_is_built() {
     assert_eq!(view["token_usage"], Value::Null, "{view}");
 }
 
-/// A bin directory whose sandbox-host starts `delay_s` seconds late (the real one, after
-/// a `sleep`), the other binaries the build's own.
-fn slow_sandbox_host_bins(delay_s: u32) -> tempfile::TempDir {
+/// A bin directory whose sandbox-host starts only once the file `go` exists in it (the
+/// real one, after a wait of at most 20 s), the other binaries the build's own.
+fn held_sandbox_host_bins() -> tempfile::TempDir {
     let dir = tempfile::Builder::new()
         .prefix("antler-bin")
         .tempdir_in("/tmp")
@@ -96,8 +96,9 @@ fn slow_sandbox_host_bins(delay_s: u32) -> tempfile::TempDir {
     std::fs::write(
         &wrapper,
         format!(
-            "#!/bin/sh\nsleep {delay_s}\nexec {} \"$@\"\n",
-            bin_dir().join("antler-sandbox-host").display()
+            "#!/bin/sh\nfor i in $(seq 200); do [ -e {go} ] && break; sleep 0.1; done\nexec {real} \"$@\"\n",
+            go = dir.path().join("go").display(),
+            real = bin_dir().join("antler-sandbox-host").display()
         ),
     )
     .unwrap();
@@ -107,7 +108,7 @@ fn slow_sandbox_host_bins(delay_s: u32) -> tempfile::TempDir {
 
 #[test]
 fn a_run_submitted_while_the_hosts_start_waits_for_them_and_ready_says_so() {
-    let bins = slow_sandbox_host_bins(3);
+    let bins = held_sandbox_host_bins();
     let cluster = Cluster::up_with(
         0,
         &[
@@ -120,13 +121,29 @@ fn a_run_submitted_while_the_hosts_start_waits_for_them_and_ready_says_so() {
         (http(&addr, "GET", "/health", &[], None).0 == 200).then_some(())
     });
     assert!(live.is_some(), "/health never answered");
-    // Live, not ready: sandbox-host is still asleep.
+    // Live, not ready: sandbox-host is held back.
     let (status, text) = http(&addr, "GET", "/ready", &[], None);
     assert_eq!(status, 503, "{text}");
     assert!(text.contains("sandbox-host"), "{text}");
-    // Submitted now, the run waits for its hosts and goes on.
-    let body = json!({"task": "x", "playbook_yaml": "turns:\n  - content: Done while starting.\n"});
-    let (status, text) = cluster.gateway_http("POST", "/api/runs", Some(&body.to_string()));
+    // Submitted now, the run waits for its hosts (it failed with "SandboxHost
+    // unreachable" before) and goes on once sandbox-host is let start.
+    let token = cluster.gateway_token();
+    let submit = std::thread::spawn(move || {
+        let body =
+            json!({"task": "x", "playbook_yaml": "turns:\n  - content: Done while starting.\n"});
+        let auth = format!("Bearer {token}");
+        http(
+            &addr,
+            "POST",
+            "/api/runs",
+            &[("Authorization", &auth)],
+            Some(&body.to_string()),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!submit.is_finished(), "the submission did not wait");
+    std::fs::write(bins.path().join("go"), "").unwrap();
+    let (status, text) = submit.join().unwrap();
     assert_eq!(status, 201, "{text}");
     let run_id = serde_json::from_str::<Value>(&text).unwrap()["run_id"]
         .as_str()
@@ -140,6 +157,7 @@ fn a_run_submitted_while_the_hosts_start_waits_for_them_and_ready_says_so() {
     .expect("the run ends");
     assert_eq!(view["status"], "success", "{view}");
     assert_eq!(view["final_answer"], "Done while starting.");
+    let addr = cluster.gateway_addr().unwrap();
     let ready = wait_for(Duration::from_secs(10), || {
         (http(&addr, "GET", "/ready", &[], None).0 == 200).then_some(())
     });
