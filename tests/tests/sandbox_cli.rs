@@ -75,7 +75,7 @@ fn tool_call_runs_sandbox_tools_and_exits_1_on_an_error_result() {
     let (code, _, err) = tool_call(dir.path(), "no_such_tool", "{}");
     assert_eq!(code, 2);
     assert!(
-        err.contains("`no_such_tool` is not in the catalog"),
+        err.contains("`no_such_tool` is not a tool `antler tool call` can run; it runs: bash, "),
         "{err}"
     );
 }

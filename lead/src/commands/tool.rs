@@ -212,7 +212,23 @@ async fn call_on(
     let assembled = assemble(&sources, &AssemblyRequest::lead())?;
     let catalog = &assembled.catalog;
     let Some(tool) = catalog.get(&call.name) else {
-        let known: Vec<&str> = catalog.tools().iter().map(|t| t.name.as_str()).collect();
+        // What this command runs of the catalog: MCP tools and tool_search (builtins need
+        // a run's state).
+        let known: Vec<&str> = catalog
+            .tools()
+            .iter()
+            .filter(|t| {
+                t.name == TOOL_SEARCH_NAME
+                    || matches!(
+                        &t.source,
+                        ToolSource::Mcp {
+                            server: Some(_),
+                            ..
+                        }
+                    )
+            })
+            .map(|t| t.name.as_str())
+            .collect();
         bail!("{}", unknown_tool(&call.name, &known));
     };
     match &tool.source {
@@ -269,7 +285,7 @@ mod tests {
 
     #[test]
     fn an_unknown_name_lists_the_sandbox_tools_and_suggests_the_closest() {
-        let text = unknown_tool("bsh", &["present_files", "tool_search"]);
+        let text = unknown_tool("bsh", &["everything_echo", "tool_search"]);
         assert!(
             text.starts_with(
                 "`bsh` is not a tool `antler tool call` can run (did you mean `bash`?); it runs: "
@@ -281,7 +297,7 @@ mod tests {
             "read_file",
             "write_file",
             "tool_search",
-            "present_files",
+            "everything_echo",
         ] {
             assert!(text.contains(tool), "{tool} missing: {text}");
         }
