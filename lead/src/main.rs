@@ -22,7 +22,8 @@ struct Cli {
     runtime_dir: Option<PathBuf>,
     /// extensions_config.json (MCP servers, skills) for the cluster this command starts
     /// or reads: `up`, `run`, `mcp`, `tool`, `catalog`. Before ANTLER_EXTENSIONS_CONFIG_PATH,
-    /// DEER_FLOW_EXTENSIONS_CONFIG_PATH and the working directory's file.
+    /// DEER_FLOW_EXTENSIONS_CONFIG_PATH, the file beside --config's and the working
+    /// directory's.
     #[arg(long, global = true, value_name = "FILE")]
     extensions: Option<PathBuf>,
     #[command(subcommand)]
