@@ -251,7 +251,10 @@ subagents:
         let lines = lines(&errors);
         assert_eq!(lines.len(), 3, "{lines:#?}");
         assert!(lines[0].starts_with("c.yaml:3:"), "{lines:#?}");
-        assert!(lines[0].contains(" tools[0].group: invalid type"), "{lines:#?}");
+        assert!(
+            lines[0].contains(" tools[0].group: invalid type"),
+            "{lines:#?}"
+        );
         assert_eq!(lines[1], "c.yaml:5:5: tools[1]: missing field `group`");
         assert!(
             lines[2].starts_with("c.yaml:10:3: subagents.max_total_per_run: invalid type"),
