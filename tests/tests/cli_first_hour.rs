@@ -694,3 +694,72 @@ fn the_readme_says_what_a_playbook_is_and_stops_a_host_by_its_pid() {
         "no word on where a run's files land"
     );
 }
+
+#[test]
+fn resume_on_a_terminal_of_a_run_waiting_for_an_answer_asks_the_question_and_waits() {
+    use std::io::{Read, Write};
+    let dir = work_dir("antler-fh");
+    std::fs::write(
+        dir.path().join("config.yaml"),
+        "tool_search:\n  enabled: false\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("p.yaml"), ASKS).unwrap();
+    let first = antler_in(
+        dir.path(),
+        dir.path(),
+        &[
+            "run",
+            "Write a report",
+            "--playbook",
+            "p.yaml",
+            "--config",
+            "config.yaml",
+            "--json",
+        ],
+    );
+    let view: Value = serde_json::from_slice(&first.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", output_text(&first)));
+    let run_id = view["run_id"].as_str().unwrap();
+    // `script` gives `antler run` a terminal; the answer is typed once it asks.
+    let command = format!(
+        "'{}' --runtime-dir '{}' run --resume {run_id} --config config.yaml",
+        bin("antler").display(),
+        dir.path().join("run").display()
+    );
+    let mut follower = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(dir.path())
+        .env("ANTLER_SANDBOX_BASE_DIR", dir.path().join("base"))
+        .env("ANTLER_GATEWAY_ADDR", "off")
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = follower.stdin.take().unwrap();
+    stdin.write_all(b"2025\n").unwrap();
+    stdin.flush().unwrap();
+    let status = wait_for(Duration::from_secs(60), || {
+        follower.try_wait().ok().flatten()
+    });
+    drop(stdin);
+    let mut shown = String::new();
+    follower
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut shown)
+        .unwrap();
+    let status = status.unwrap_or_else(|| {
+        let _ = follower.kill();
+        panic!("antler run --resume did not end: {shown}")
+    });
+    assert!(status.success(), "{shown}");
+    assert!(shown.contains("Which year?"), "{shown}");
+    assert!(
+        shown.contains("The report covers the year you chose."),
+        "{shown}"
+    );
+}
