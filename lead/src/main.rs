@@ -77,8 +77,9 @@ fn main() -> ExitCode {
         Command::ClusterMode(_) => host::init_tracing(),
         // The cluster in the foreground: its INFO log is on the terminal as well as in
         // logs/antler.log.
-        Command::Cluster(commands::cluster::ClusterCommand::Up { .. }) => {
-            init_command_logs(&ctx.runtime_dir, FOREGROUND_TERMINAL_LOG)
+        Command::Cluster(commands::cluster::ClusterCommand::Up { ref config, .. }) => {
+            let runtime_dir = commands::runtime_dir_of(&ctx.runtime_dir, config.as_deref());
+            init_command_logs(&runtime_dir, FOREGROUND_TERMINAL_LOG)
         }
         _ => init_command_logs(&ctx.runtime_dir, COMMAND_TERMINAL_LOG),
     }

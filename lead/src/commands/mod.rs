@@ -106,6 +106,19 @@ pub fn cluster_spec(
     })
 }
 
+/// The runtime directory a cluster started with `config` uses: the config's
+/// `antler.runtime_dir`, else `runtime_dir` (as [`cluster_spec`] decides, before logging
+/// starts: a config that does not load leaves it to `cluster_spec` to report).
+pub fn runtime_dir_of(runtime_dir: &Path, config: Option<&Path>) -> PathBuf {
+    let configured = std::env::current_dir()
+        .ok()
+        .and_then(|cwd| resolve_app_config_path(config, &cwd, &process_env).ok())
+        .flatten()
+        .and_then(|path| load_app_config(&path).ok())
+        .and_then(|loaded| loaded.value.antler.runtime_dir);
+    configured.unwrap_or_else(|| runtime_dir.to_path_buf())
+}
+
 /// Sends one request to the lead and returns its reply.
 pub async fn lead_request(client: &LeadClient, request: LeadRequest) -> anyhow::Result<LeadReply> {
     match client
