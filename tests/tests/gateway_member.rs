@@ -110,7 +110,8 @@ fn no_spelling_of_a_route_gives_a_member_more_than_the_route_does() {
                 let (code, reply) = call(&addr, token, route.method, &spelling, body.as_ref());
                 checked += 1;
                 let refused_here = match route.access {
-                    Access::Operator | Access::Metrics => true,
+                    // The confirmation needs a browser's same-origin form and cookie.
+                    Access::Operator | Access::Metrics | Access::Confirm => true,
                     Access::Member => token.is_empty(),
                     Access::Open | Access::Page | Access::Callback => false,
                 };
