@@ -5,7 +5,9 @@
 //! `lease_ttl` (checked every quarter TTL), and every lease of an older lead incarnation
 //! once a newer one names itself. Invariants: active + warm stays at or under `replicas`
 //! unless every slot is active (then it grows, with a warning); active + warm + pre-warmed
-//! never exceeds `capacity` (an acquire then waits or is rejected); warm sandboxes idle
+//! never exceeds `capacity` (an acquire then waits or is rejected); one user holds at most
+//! its share of active sandboxes (`limits.user_max_sandboxes`, half the capacity by
+//! default), so one user cannot take every slot; warm sandboxes idle
 //! past `idle_timeout` are destroyed by a check every `idle_check_interval`. A call with a
 //! call id runs once ([`crate::recent_calls`]). The pool supervises its sandbox actors: one
 //! that stopped (crashed) is replaced at its next use by a fresh one over the same thread
@@ -187,6 +189,15 @@ impl SandboxPool {
         }
     }
 
+    /// Active sandboxes one user may hold: `sandbox.limits.user_max_sandboxes`, else half
+    /// the capacity (at least one).
+    fn user_sandbox_limit(&self) -> usize {
+        match self.settings.limits.user_max_sandboxes {
+            0 => (self.settings.capacity as usize / 2).max(1),
+            n => n as usize,
+        }
+    }
+
     fn total(&self) -> usize {
         self.entries.len() + self.prewarmed.len()
     }
@@ -322,6 +333,19 @@ impl SandboxPool {
                 e.leases.hold(key, until);
                 return Ok(Some(acquired(source)));
             }
+        }
+        // One user's share: its sandboxes that are in use (its warm ones give way).
+        let limit = self.user_sandbox_limit();
+        let held = self
+            .entries
+            .values()
+            .filter(|e| e.user_id == p.user_id && !e.is_warm())
+            .count();
+        if held >= limit {
+            return Err(SandboxError::UserAtLimit {
+                user_id: p.user_id.clone(),
+                limit: limit as u32,
+            });
         }
         let thread = ThreadPaths::new(&self.settings.base_dir, &p.user_id, &p.thread_id);
         let reusable_prewarmed =

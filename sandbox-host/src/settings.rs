@@ -63,6 +63,9 @@ pub struct Limits {
     pub user_memory: u64,
     /// The processes of all one user's sandboxes together (0: unlimited).
     pub user_max_processes: u64,
+    /// Active sandboxes one user may hold at once (0: half the pool's capacity, at least
+    /// one), so one user cannot take every slot.
+    pub user_max_sandboxes: u64,
 }
 
 impl Default for Limits {
@@ -74,6 +77,7 @@ impl Default for Limits {
             cpu_weight: 100,
             user_memory: 8 << 30,
             user_max_processes: 1024,
+            user_max_sandboxes: 0,
         }
     }
 }
@@ -217,6 +221,8 @@ impl SandboxSettings {
                 .unwrap_or(d.user_memory),
             user_max_processes: u64_key(&limits_map, "user_max_processes")
                 .unwrap_or(d.user_max_processes),
+            user_max_sandboxes: u64_key(&limits_map, "user_max_sandboxes")
+                .unwrap_or(d.user_max_sandboxes),
         };
         let environment = extra
             .get("environment")

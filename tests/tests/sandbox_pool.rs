@@ -144,12 +144,12 @@ async fn capacity_rejects_or_waits_as_configured() {
     let c = h.connect().await;
     let a = c.acquire("u", "t1").await.expect("acquire");
     assert_eq!(
-        c.acquire("u", "t2").await.map_err(|e| e.to_string()),
+        c.acquire("v", "t2").await.map_err(|e| e.to_string()),
         Err("the sandbox pool is at capacity (1 sandboxes)".to_string())
     );
     // A warm sandbox gives its slot up.
     c.release(&a.sandbox_id).await.expect("release");
-    assert!(c.acquire("u", "t2").await.is_ok());
+    assert!(c.acquire("v", "t2").await.is_ok());
 
     let h = SandboxHost::start(&format!(
         "{BWRAP_CONFIG}  capacity: 1\n  acquire_timeout: 1\n"
@@ -158,7 +158,7 @@ async fn capacity_rejects_or_waits_as_configured() {
     let a = c.acquire("u", "t1").await.expect("acquire");
     let started = std::time::Instant::now();
     assert_eq!(
-        c.acquire("u", "t2").await,
+        c.acquire("v", "t2").await,
         Err(SandboxError::WaitTimedOut {
             capacity: 1,
             waited_ms: 1000
@@ -167,7 +167,7 @@ async fn capacity_rejects_or_waits_as_configured() {
     assert!(started.elapsed() >= Duration::from_millis(900));
     let waiter = {
         let c = c.clone();
-        tokio::spawn(async move { c.acquire("u", "t2").await })
+        tokio::spawn(async move { c.acquire("v", "t2").await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     c.release(&a.sandbox_id).await.expect("release");
@@ -176,6 +176,50 @@ async fn capacity_rejects_or_waits_as_configured() {
         .expect("join")
         .expect("acquired after the release");
     assert_eq!(got.source, AcquireSource::Created);
+}
+
+#[tokio::test]
+async fn one_user_holds_its_share_of_the_pool_and_another_still_gets_a_sandbox() {
+    // Capacity 4: a user's share is 2 active sandboxes by default.
+    let h = SandboxHost::start(&format!(
+        "{BWRAP_CONFIG}  capacity: 4\n  overflow_policy: reject\n"
+    ));
+    let c = h.connect().await;
+    let a1 = c.acquire("alice", "t1").await.expect("alice's first");
+    c.acquire("alice", "t2").await.expect("alice's second");
+    let third = c.acquire("alice", "t3").await;
+    assert_eq!(
+        third,
+        Err(SandboxError::UserAtLimit {
+            user_id: "alice".into(),
+            limit: 2
+        })
+    );
+    assert!(
+        third
+            .unwrap_err()
+            .to_string()
+            .contains("sandbox.limits.user_max_sandboxes"),
+        "the error names the setting"
+    );
+    // Her held threads still reach their sandboxes; bob gets his.
+    assert!(c.acquire("alice", "t1").await.is_ok());
+    c.acquire("bob", "t1").await.expect("bob is not alice");
+    // A sandbox of hers that goes warm gives her room again.
+    c.release(&a1.sandbox_id).await.expect("release");
+    c.release(&a1.sandbox_id).await.expect("release");
+    assert!(c.acquire("alice", "t3").await.is_ok());
+
+    // The setting overrides the default share.
+    let h = SandboxHost::start(&format!(
+        "{BWRAP_CONFIG}  capacity: 4\n  limits:\n    user_max_sandboxes: 1\n"
+    ));
+    let c = h.connect().await;
+    c.acquire("alice", "t1").await.expect("acquire");
+    assert!(matches!(
+        c.acquire("alice", "t2").await,
+        Err(SandboxError::UserAtLimit { limit: 1, .. })
+    ));
 }
 
 #[tokio::test]

@@ -314,6 +314,8 @@ pub enum SandboxError {
     },
     #[error("the sandbox pool is at capacity ({capacity} sandboxes)")]
     AtCapacity { capacity: u32 },
+    #[error("user '{user_id}' holds {limit} active sandboxes, its share of the pool (sandbox.limits.user_max_sandboxes): a thread's sandbox frees when its run ends")]
+    UserAtLimit { user_id: String, limit: u32 },
     #[error("no sandbox became free within {waited_ms} ms (capacity {capacity})")]
     WaitTimedOut { capacity: u32, waited_ms: u64 },
     #[error("no sandbox with id {0}")]
