@@ -624,7 +624,8 @@ fn phase(cluster: &LeadCluster, clients: usize, runs: usize, first: usize) -> Ph
     times.sort();
     Phase {
         runs,
-        failed: failed.load(Ordering::SeqCst),
+        // A client that panicked returned none of its runs: they count as failed too.
+        failed: runs - results.len(),
         busy: results.iter().map(|(_, b)| b).sum(),
         times,
         wall,
