@@ -39,8 +39,9 @@ pub fn run(args: &[&str], dir: &Path) -> Schedule {
 }
 
 impl Schedule {
-    /// Every invariant held, the command exited 0, `runs` runs ended (each that ended in
-    /// error with its reason), and the table was printed.
+    /// Every invariant held, the verdict and exit status agree with the recovery targets,
+    /// `runs` runs ended (each that ended in error with its reason), and the table was
+    /// printed.
     pub fn assert_held(&self, runs: u64) {
         let broken: Vec<&Value> = self.report["invariants"]
             .as_array()
@@ -49,8 +50,38 @@ impl Schedule {
             .filter(|i| i["held"] != true)
             .collect();
         assert!(broken.is_empty(), "{broken:#?}\n{}", self.stdout);
-        assert!(self.status.success(), "{}\n{}", self.stdout, self.stderr);
-        assert_eq!(self.report["ok"], true);
+        // The verdict and the exit status include the recovery targets: ok, and exit 0, only
+        // when every one was met. A missed target is a time on a shared, noisy machine,
+        // which a test does not hold (the soak and the bench report them): the test checks
+        // that the verdict says so, not that this machine was fast enough.
+        let missed: Vec<&Value> = self.report["recovery"]
+            .as_array()
+            .expect("recovery")
+            .iter()
+            .filter(|r| r["met"] != true)
+            .collect();
+        assert_eq!(
+            self.report["ok"],
+            missed.is_empty(),
+            "the verdict disagrees with the targets: {missed:#?}"
+        );
+        assert_eq!(
+            self.status.success(),
+            missed.is_empty(),
+            "the exit status disagrees with the verdict\n{}\n{}",
+            self.stdout,
+            self.stderr
+        );
+        if !missed.is_empty() {
+            let failures = self.report["failures"].as_array().expect("failures");
+            assert!(
+                missed.iter().all(|m| failures.iter().any(|f| f
+                    .as_str()
+                    .is_some_and(|f| f.contains(m["name"].as_str().unwrap_or("?"))))),
+                "a missed target is not among the failures: {failures:#?}"
+            );
+            eprintln!("recovery targets missed on this machine (reported, not held): {missed:?}");
+        }
         assert_eq!(
             self.report["runs"]["ended"], runs,
             "{:#}",
