@@ -62,7 +62,8 @@ fn mcp_tools_and_tool_search_run_through_tool_call() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("`everything_nope` is not in the catalog") && err.contains("everything_echo"),
+        err.contains("`everything_nope` is not a tool `antler tool call` can run")
+            && err.contains("everything_echo"),
         "{err}"
     );
 
