@@ -182,6 +182,8 @@ CREATE TABLE IF NOT EXISTS runs (
     clarification INTEGER NOT NULL DEFAULT 0,
     options   TEXT NOT NULL DEFAULT '{}'
 );
+-- The gateway's per-user count of running runs, at every member's submission.
+CREATE INDEX IF NOT EXISTS runs_by_user_status ON runs(user_id, status);
 CREATE TABLE IF NOT EXISTS checkpoints (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
     step   INTEGER NOT NULL,
@@ -560,6 +562,17 @@ impl CheckpointStore {
     /// the record, when it started and ended, the tokens and tool calls of its last
     /// checkpoint, and its delivery receipt. Read by SQLite's JSON functions, so no state
     /// is decoded here.
+    /// How many runs of `user` are in `status` (an index count: no checkpoint is read).
+    pub fn count_runs(&self, user: &str, status: RunStatus) -> Result<usize, CheckpointError> {
+        let db = self.db();
+        let n: i64 = db.query_row(
+            "SELECT COUNT(*) FROM runs WHERE user_id = ?1 AND status = ?2",
+            params![user, status.as_str()],
+            |row| row.get(0),
+        )?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
     pub fn list_summaries(
         &self,
         user: Option<&str>,

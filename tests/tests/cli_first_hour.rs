@@ -78,6 +78,34 @@ turns:
   - content: The report covers the year you chose.
 "#;
 
+/// A run of [`ASKS`] with `--json` in a directory of its own, stopped at its question:
+/// the directory, the command's output and the run's view.
+fn run_that_asks() -> (tempfile::TempDir, Output, Value) {
+    let dir = work_dir("antler-fh");
+    std::fs::write(
+        dir.path().join("config.yaml"),
+        "tool_search:\n  enabled: false\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("p.yaml"), ASKS).unwrap();
+    let first = antler_in(
+        dir.path(),
+        dir.path(),
+        &[
+            "run",
+            "Write a report",
+            "--playbook",
+            "p.yaml",
+            "--config",
+            "config.yaml",
+            "--json",
+        ],
+    );
+    let view: Value = serde_json::from_slice(&first.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", output_text(&first)));
+    (dir, first, view)
+}
+
 /// A playbook that writes a report and presents it.
 const WRITES: &str = r##"
 turns:
@@ -413,28 +441,7 @@ fn a_run_without_a_terminal_is_not_offered_ask_clarification() {
 
 #[test]
 fn resume_of_a_run_waiting_for_an_answer_shows_the_question_and_exits_3() {
-    let dir = work_dir("antler-fh");
-    std::fs::write(
-        dir.path().join("config.yaml"),
-        "tool_search:\n  enabled: false\n",
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("p.yaml"), ASKS).unwrap();
-    let first = antler_in(
-        dir.path(),
-        dir.path(),
-        &[
-            "run",
-            "Write a report",
-            "--playbook",
-            "p.yaml",
-            "--config",
-            "config.yaml",
-            "--json",
-        ],
-    );
-    let view: Value = serde_json::from_slice(&first.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", output_text(&first)));
+    let (dir, _, view) = run_that_asks();
     assert_eq!(view["status"], "interrupted", "{view}");
     assert_eq!(first.status.code(), Some(3), "{}", output_text(&first));
     let run_id = view["run_id"].as_str().unwrap();
@@ -698,28 +705,7 @@ fn the_readme_says_what_a_playbook_is_and_stops_a_host_by_its_pid() {
 #[test]
 fn resume_on_a_terminal_of_a_run_waiting_for_an_answer_asks_the_question_and_waits() {
     use std::io::{Read, Write};
-    let dir = work_dir("antler-fh");
-    std::fs::write(
-        dir.path().join("config.yaml"),
-        "tool_search:\n  enabled: false\n",
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("p.yaml"), ASKS).unwrap();
-    let first = antler_in(
-        dir.path(),
-        dir.path(),
-        &[
-            "run",
-            "Write a report",
-            "--playbook",
-            "p.yaml",
-            "--config",
-            "config.yaml",
-            "--json",
-        ],
-    );
-    let view: Value = serde_json::from_slice(&first.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", output_text(&first)));
+    let (dir, _, view) = run_that_asks();
     let run_id = view["run_id"].as_str().unwrap();
     // `script` gives `antler run` a terminal; the answer is typed once it asks.
     let command = format!(

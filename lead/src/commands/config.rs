@@ -81,7 +81,7 @@ fn as_a_run_would(app: &AppConfig) -> Vec<Finding> {
                 message: error.to_string(),
                 expected: Some(format!(
                     "closest known: {} (or any class with a base_url)",
-                    closest(&model.use_, MODEL_USES).join(", ")
+                    registry::closest(&model.use_, MODEL_USES.iter().copied()).join(", ")
                 )),
             },
             Err(ModelError::InvalidConfig {
@@ -111,32 +111,6 @@ fn as_a_run_would(app: &AppConfig) -> Vec<Finding> {
 /// What a model's `base_url` must look like.
 const BASE_URL_EXPECTED: &str =
     "expected an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1";
-
-/// The known values nearest to `value` by edit distance, best first.
-pub(super) fn closest<'k>(value: &str, known: &[&'k str]) -> Vec<&'k str> {
-    let mut scored: Vec<(usize, &'k str)> = known
-        .iter()
-        .map(|k| (edit_distance(value, k), *k))
-        .collect();
-    scored.sort();
-    scored.into_iter().map(|(_, k)| k).collect()
-}
-
-/// Levenshtein distance of two names.
-pub(super) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for (i, ca) in a.chars().enumerate() {
-        cur[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
-}
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

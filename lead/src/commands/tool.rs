@@ -155,10 +155,10 @@ fn unknown_tool(name: &str, catalog: &[&str]) -> String {
             runnable.push(tool);
         }
     }
-    let hint = super::config::closest(name, &runnable)
+    let hint = crate::catalog::registry::closest(name, runnable.iter().copied())
         .into_iter()
         .next()
-        .filter(|best| super::config::edit_distance(name, best) <= 2)
+        .filter(|best| crate::catalog::registry::edit_distance(name, best) <= 2)
         .map(|best| format!(" (did you mean `{best}`?)"))
         .unwrap_or_default();
     format!(

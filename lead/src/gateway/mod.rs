@@ -190,7 +190,9 @@ impl Gateway {
                 let guard = guard.clone();
                 let mut resource = web::resource(path);
                 for spec in routes::ROUTES.iter().filter(|r| r.path == path) {
-                    resource = resource.route(handler(spec));
+                    let method = actix_web::http::Method::from_bytes(spec.method.as_bytes())
+                        .unwrap_or(actix_web::http::Method::GET);
+                    resource = resource.route((spec.handler)().method(method));
                 }
                 app = app.service(resource.wrap_fn(move |req, srv| {
                     let access = routes::access_of(path, req.method());
@@ -276,43 +278,6 @@ impl Gateway {
     /// Stops the HTTP server.
     pub async fn stop(self) {
         self.handle.stop(true).await;
-    }
-}
-
-/// The handler of one route of [`routes::ROUTES`].
-fn handler(spec: &routes::RouteSpec) -> actix_web::Route {
-    let method = match spec.method {
-        "PUT" => web::put(),
-        "POST" => web::post(),
-        _ => web::get(),
-    };
-    match (spec.method, spec.path) {
-        ("GET", "/health") => method.to(health),
-        ("GET", "/ready") => method.to(ready),
-        ("GET", "/api/mcp/config") => method.to(get_config),
-        ("PUT", "/api/mcp/config") => method.to(put_config),
-        ("GET", oauth::CALLBACK_PATH) => method.to(oauth::callback),
-        ("POST", oauth::CONFIRM_PATH) => method.to(oauth::confirm),
-        ("POST", "/api/mcp/{server}/oauth/start") => method.to(oauth::start),
-        ("POST", "/api/runs") => method.to(post_run),
-        ("GET", "/api/runs") => method.to(list_runs),
-        ("GET", "/api/runs/{id}") => method.to(get_run),
-        ("GET", "/api/runs/{id}/events") => method.to(run_events),
-        ("POST", "/api/runs/{id}/answer") => method.to(answer_run),
-        ("POST", "/api/runs/{id}/cancel") => method.to(cancel_run),
-        ("POST", "/api/runs/{id}/elicitations/{eid}") => method.to(elicitation::answer),
-        ("GET", "/api/runs/{id}/artifact") => method.to(download_artifact),
-        ("GET", "/api/runs/{id}/messages") => method.to(run_messages),
-        ("GET", "/api/runs/{id}/catalog") => method.to(run_catalog),
-        ("GET", "/api/whoami") => method.to(whoami),
-        ("GET", "/api/cluster") => method.to(cluster_view),
-        ("GET", "/metrics") => method.to(metrics),
-        ("GET", "/") => method.to(ui::index),
-        ("GET", "/ui/{asset}") => method.to(ui::asset),
-        ("GET", "/favicon.ico") => method.to(ui::favicon),
-        // A route of the table without a handler answers 404 (the unit test below
-        // keeps the table and this match in step).
-        _ => method.to(unrouted),
     }
 }
 
@@ -847,15 +812,11 @@ async fn post_run(
         let running = state
             .runs
             .manager
-            .send(manager::ListRuns {
-                user: Some(user.clone()),
-                status: Some(crate::checkpoint::RunStatus::Running),
-                limit: state.settings.limits.concurrent_runs as usize + 1,
-            })
+            .send(manager::CountRunning { user: user.clone() })
             .await;
         match running {
-            Ok(Ok(runs)) => {
-                if let Err(over) = state.quotas.concurrent(&user, runs.len()) {
+            Ok(Ok(running)) => {
+                if let Err(over) = state.quotas.concurrent(&user, running) {
                     return over_limit(&over);
                 }
             }

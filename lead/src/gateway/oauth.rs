@@ -167,16 +167,7 @@ fn cookie_name(state: &str) -> String {
 /// Whether `req` carries the binding cookie of `login` (started for `state`).
 fn same_browser(req: &HttpRequest, state: &str, login: &PendingLogin) -> bool {
     req.cookie(&cookie_name(state))
-        .is_some_and(|c| same_secret(c.value(), &login.binding))
-}
-
-/// Compares in time independent of where the strings differ.
-fn same_secret(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+        .is_some_and(|c| super::principal::same(c.value(), &login.binding))
 }
 
 /// Why mcp-host gave no usable answer.
@@ -391,7 +382,7 @@ pub async fn confirm(
     let bound = form.cookie.starts_with(COOKIE_PREFIX)
         && req
             .cookie(&form.cookie)
-            .is_some_and(|c| same_secret(c.value(), &login.binding));
+            .is_some_and(|c| super::principal::same(c.value(), &login.binding));
     if !bound {
         let user = login
             .user

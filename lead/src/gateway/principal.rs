@@ -153,7 +153,7 @@ impl Authenticator {
 }
 
 /// Compares in time independent of where the strings differ.
-fn same(given: &str, token: &str) -> bool {
+pub(super) fn same(given: &str, token: &str) -> bool {
     given.len() == token.len()
         && given
             .bytes()

@@ -4,7 +4,9 @@
 //! route, and gets that route's check, or matches none, and gets the default service's (a
 //! credential, then 404). [`ROUTES`] is public so tests can walk every route × role.
 
-use actix_web::http::Method;
+use actix_web::{http::Method, web, Route};
+
+use super::{elicitation, oauth, ui};
 
 /// Who may use a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,49 +33,99 @@ pub enum Access {
 }
 
 /// One route of the gateway.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct RouteSpec {
     /// `GET`, `POST` or `PUT`.
     pub method: &'static str,
     /// The router's pattern (`{name}` segments).
     pub path: &'static str,
     pub access: Access,
+    /// Its handler (the gateway adds the method guard).
+    pub handler: fn() -> Route,
 }
 
-const fn route(method: &'static str, path: &'static str, access: Access) -> RouteSpec {
+const fn route(
+    method: &'static str,
+    path: &'static str,
+    access: Access,
+    handler: fn() -> Route,
+) -> RouteSpec {
     RouteSpec {
         method,
         path,
         access,
+        handler,
     }
 }
 
 /// Every route of the gateway, in the order the router tries them.
 pub const ROUTES: &[RouteSpec] = &[
-    route("GET", "/health", Access::Open),
-    route("GET", "/ready", Access::Open),
-    route("GET", "/api/mcp/config", Access::Operator),
-    route("PUT", "/api/mcp/config", Access::Operator),
-    route("GET", super::oauth::CALLBACK_PATH, Access::Callback),
-    route("POST", super::oauth::CONFIRM_PATH, Access::Confirm),
+    route("GET", "/health", Access::Open, || web::to(super::health)),
+    route("GET", "/ready", Access::Open, || web::to(super::ready)),
+    route("GET", "/api/mcp/config", Access::Operator, || {
+        web::to(super::get_config)
+    }),
+    route("PUT", "/api/mcp/config", Access::Operator, || {
+        web::to(super::put_config)
+    }),
+    route("GET", oauth::CALLBACK_PATH, Access::Callback, || {
+        web::to(oauth::callback)
+    }),
+    route("POST", oauth::CONFIRM_PATH, Access::Confirm, || {
+        web::to(oauth::confirm)
+    }),
     // A user starts its own MCP logins.
-    route("POST", "/api/mcp/{server}/oauth/start", Access::Member),
-    route("POST", "/api/runs", Access::Member),
-    route("GET", "/api/runs", Access::Member),
-    route("GET", "/api/runs/{id}", Access::Member),
-    route("GET", "/api/runs/{id}/events", Access::Member),
-    route("POST", "/api/runs/{id}/answer", Access::Member),
-    route("POST", "/api/runs/{id}/cancel", Access::Member),
-    route("POST", "/api/runs/{id}/elicitations/{eid}", Access::Member),
-    route("GET", "/api/runs/{id}/artifact", Access::Member),
-    route("GET", "/api/runs/{id}/messages", Access::Member),
-    route("GET", "/api/runs/{id}/catalog", Access::Member),
-    route("GET", "/api/whoami", Access::Member),
-    route("GET", "/api/cluster", Access::Operator),
-    route("GET", "/metrics", Access::Metrics),
-    route("GET", "/", Access::Page),
-    route("GET", "/ui/{asset}", Access::Page),
-    route("GET", "/favicon.ico", Access::Page),
+    route(
+        "POST",
+        "/api/mcp/{server}/oauth/start",
+        Access::Member,
+        || web::to(oauth::start),
+    ),
+    route("POST", "/api/runs", Access::Member, || {
+        web::to(super::post_run)
+    }),
+    route("GET", "/api/runs", Access::Member, || {
+        web::to(super::list_runs)
+    }),
+    route("GET", "/api/runs/{id}", Access::Member, || {
+        web::to(super::get_run)
+    }),
+    route("GET", "/api/runs/{id}/events", Access::Member, || {
+        web::to(super::run_events)
+    }),
+    route("POST", "/api/runs/{id}/answer", Access::Member, || {
+        web::to(super::answer_run)
+    }),
+    route("POST", "/api/runs/{id}/cancel", Access::Member, || {
+        web::to(super::cancel_run)
+    }),
+    route(
+        "POST",
+        "/api/runs/{id}/elicitations/{eid}",
+        Access::Member,
+        || web::to(elicitation::answer),
+    ),
+    route("GET", "/api/runs/{id}/artifact", Access::Member, || {
+        web::to(super::download_artifact)
+    }),
+    route("GET", "/api/runs/{id}/messages", Access::Member, || {
+        web::to(super::run_messages)
+    }),
+    route("GET", "/api/runs/{id}/catalog", Access::Member, || {
+        web::to(super::run_catalog)
+    }),
+    route("GET", "/api/whoami", Access::Member, || {
+        web::to(super::whoami)
+    }),
+    route("GET", "/api/cluster", Access::Operator, || {
+        web::to(super::cluster_view)
+    }),
+    route("GET", "/metrics", Access::Metrics, || {
+        web::to(super::metrics)
+    }),
+    route("GET", "/", Access::Page, || web::to(ui::index)),
+    route("GET", "/ui/{asset}", Access::Page, || web::to(ui::asset)),
+    route("GET", "/favicon.ico", Access::Page, || web::to(ui::favicon)),
 ];
 
 /// The access a request with `method` needs on the resource of `path` (a method the
@@ -104,6 +156,7 @@ mod tests {
     #[test]
     fn every_path_has_one_access_per_method_and_unknown_methods_need_a_principal() {
         for (i, r) in ROUTES.iter().enumerate() {
+            assert!(matches!(r.method, "GET" | "POST" | "PUT"), "{r:?}");
             assert!(
                 !ROUTES[..i]
                     .iter()

@@ -888,6 +888,28 @@ impl Handler<ListRuns> for RunManager {
     }
 }
 
+/// How many runs of one user are running (the gateway's per-user limit), off the actor's
+/// thread like every store read.
+#[derive(Message)]
+#[rtype(result = "Result<usize, PrepareError>")]
+pub struct CountRunning {
+    pub user: String,
+}
+
+impl Handler<CountRunning> for RunManager {
+    type Result = ResponseFuture<Result<usize, PrepareError>>;
+
+    fn handle(&mut self, msg: CountRunning, _: &mut Context<Self>) -> Self::Result {
+        let store = self.env.store.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || store.count_runs(&msg.user, RunStatus::Running))
+                .await
+                .map_err(|e| PrepareError::Config(format!("runs count: {e}")))?
+                .map_err(PrepareError::from)
+        })
+    }
+}
+
 /// The runs list's rows as the gateway returns them.
 fn summaries_json(runs: &[crate::checkpoint::RunSummary]) -> Vec<Value> {
     runs.iter()

@@ -76,7 +76,7 @@ pub struct GatewaySection {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, expecting = "a mapping of per-user limits")]
 pub struct LimitsSection {
-    /// Runs of one user running at once (waiting for an answer counts).
+    /// Runs of one user running at once (one waiting for an answer does not count).
     pub concurrent_runs: u32,
     /// Runs one user may submit per minute (a burst of as many, refilled evenly).
     pub submissions_per_minute: u32,

@@ -432,15 +432,23 @@ pub fn known_ids() -> impl Iterator<Item = &'static str> {
 
 /// The three known ids nearest to `id` by edit distance (ties in registry order).
 fn closest_ids(id: &str) -> Vec<&'static str> {
-    let mut scored: Vec<(usize, usize, &'static str)> = known_ids()
-        .enumerate()
-        .map(|(i, known)| (edit_distance(id, known), i, known))
-        .collect();
-    scored.sort();
-    scored.into_iter().take(3).map(|(_, _, k)| k).collect()
+    closest(id, known_ids()).into_iter().take(3).collect()
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
+/// `known`, nearest to `value` by edit distance first (ties in the order given): the
+/// "closest known" hints of the catalog, `config check` and `tool call`.
+pub fn closest<'k>(value: &str, known: impl IntoIterator<Item = &'k str>) -> Vec<&'k str> {
+    let mut scored: Vec<(usize, usize, &'k str)> = known
+        .into_iter()
+        .enumerate()
+        .map(|(i, k)| (edit_distance(value, k), i, k))
+        .collect();
+    scored.sort();
+    scored.into_iter().map(|(_, _, k)| k).collect()
+}
+
+/// Levenshtein distance of two names.
+pub fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];

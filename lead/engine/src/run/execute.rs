@@ -108,24 +108,25 @@ impl Executor<'_> {
                 if let Some(settings) = self.skill_manage {
                     // A scripted run never judges its own writes: with no moderation
                     // model of the operator's, the scan is unavailable and fails closed.
-                    let scripted = settings.moderation_model.is_none() && self.model.is_scripted();
-                    let closed;
-                    let unavailable = crate::run::skill_manage::UnavailableModel {
-                        name: self.model.name().to_owned(),
-                        reason: crate::run::skill_manage::moderation::SCRIPTED_RUN.to_owned(),
-                    };
-                    let (settings, model): (_, &dyn ChatModel) = if scripted {
-                        closed = crate::run::skill_manage::SkillManageSettings {
-                            fail_closed: true,
-                            ..settings.clone()
+                    let (closed, unavailable);
+                    let (settings, model): (_, &dyn ChatModel) =
+                        if settings.moderation_model.is_none() && self.model.is_scripted() {
+                            closed = crate::run::skill_manage::SkillManageSettings {
+                                fail_closed: true,
+                                ..settings.clone()
+                            };
+                            unavailable = crate::run::skill_manage::UnavailableModel {
+                                name: self.model.name().to_owned(),
+                                reason: crate::run::skill_manage::moderation::SCRIPTED_RUN
+                                    .to_owned(),
+                            };
+                            (&closed, &unavailable)
+                        } else {
+                            (
+                                settings,
+                                settings.moderation_model.as_deref().unwrap_or(self.model),
+                            )
                         };
-                        (&closed, &unavailable)
-                    } else {
-                        (
-                            settings,
-                            settings.moderation_model.as_deref().unwrap_or(self.model),
-                        )
-                    };
                     let manager = SkillManager {
                         store: self.skills,
                         settings,

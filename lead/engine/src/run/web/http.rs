@@ -9,7 +9,7 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, CONTENT_TYPE, LOCATION};
 use reqwest::{Client, RequestBuilder, StatusCode, Url};
 
-use super::guard::{parse_http_url, GuardPolicy, Refusal, Target};
+use super::guard::{parse_http_url, validate_public_http_url, GuardPolicy, Refusal, Target};
 use crate::run::http_clients::{shared_client, ClientKind};
 
 /// Redirects the guarded fetch (and a backend's API client) follows.
@@ -301,8 +301,9 @@ pub async fn crawler_url(
     guard: &GuardPolicy,
     action: &'static str,
 ) -> Result<String, String> {
-    let url = parse_http_url(raw_url).map_err(|r| r.to_string())?;
-    guard.check(&url, action).await.map_err(|r| r.to_string())?;
+    if let Some(refusal) = validate_public_http_url(raw_url, guard, action).await {
+        return Err(refusal);
+    }
     if guard.allow_private {
         return Ok(raw_url.to_owned());
     }
@@ -332,13 +333,5 @@ pub async fn crawler_url(
 /// refuses it (the crawler followed a redirect Antler would not have).
 pub async fn check_reported(reported: Option<&str>, guard: &GuardPolicy) -> Option<String> {
     let reported = reported.filter(|r| !r.trim().is_empty())?;
-    let url = match parse_http_url(reported) {
-        Ok(url) => url,
-        Err(refusal) => return Some(refusal.to_string()),
-    };
-    guard
-        .check(&url, "fetch")
-        .await
-        .err()
-        .map(|r| r.to_string())
+    validate_public_http_url(reported, guard, "fetch").await
 }
