@@ -441,7 +441,7 @@ fn a_run_without_a_terminal_is_not_offered_ask_clarification() {
 
 #[test]
 fn resume_of_a_run_waiting_for_an_answer_shows_the_question_and_exits_3() {
-    let (dir, _, view) = run_that_asks();
+    let (dir, first, view) = run_that_asks();
     assert_eq!(view["status"], "interrupted", "{view}");
     assert_eq!(first.status.code(), Some(3), "{}", output_text(&first));
     let run_id = view["run_id"].as_str().unwrap();
