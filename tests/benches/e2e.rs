@@ -21,6 +21,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// The bench uses part of the suites' support module.
+#[allow(dead_code)]
 #[path = "../tests/lead_support/mod.rs"]
 mod lead_support;
 

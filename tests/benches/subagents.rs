@@ -333,6 +333,8 @@ fn remote_side(addresses: String) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+// The bench uses part of the suites' support module.
+#[allow(dead_code)]
 #[path = "../tests/netns_support/mod.rs"]
 mod netns_support;
 

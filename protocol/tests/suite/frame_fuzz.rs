@@ -4,14 +4,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common_peer;
-
 use std::time::Duration;
 
+use crate::common_peer::*;
 use antler_protocol::{
     codec, frame, handshake, transport, ConnectionConfig, Envelope, Identity, Role, TraceContext,
 };
-use common_peer::*;
 use proptest::{prelude::*, strategy::ValueTree};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

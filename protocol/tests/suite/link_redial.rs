@@ -6,15 +6,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common_peer;
-
 use std::time::{Duration, Instant};
 
+use crate::common_peer::*;
 use antler_protocol::{
     link::{HostLink, Snapshot, DIAL_ATTEMPT, FAST_REDIAL_CAP},
     ConnectionConfig, Identity, Role,
 };
-use common_peer::*;
 
 fn lead() -> Identity {
     Identity::new(Role::Lead, "lead", Some(TOKEN.into()))

@@ -4,10 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common_peer;
-
 use std::{sync::Arc, time::Duration};
 
+use crate::common_peer::*;
 use antler_protocol::{
     link::dial,
     messages::{ControlReply, ControlRequest, Reply, Request},
@@ -15,7 +14,6 @@ use antler_protocol::{
     Address, Call, Connection, ConnectionConfig, Identity, InFlight, RemoteError, Role, Service,
     TraceContext,
 };
-use common_peer::*;
 use futures::future::BoxFuture;
 
 /// Relays pings whose payload is "relay" to the test peer behind it; answers the others

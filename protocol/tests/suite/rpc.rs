@@ -4,18 +4,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common_peer;
-
 use std::{
     sync::atomic::Ordering,
     time::{Duration, Instant},
 };
 
+use crate::common_peer::*;
 use antler_protocol::{
     handshake::{FrameReader, FrameWriter},
     ConnectionConfig, RemoteError, RpcError, TraceContext,
 };
-use common_peer::*;
 
 fn t() -> TraceContext {
     TraceContext::for_run("run-1")

@@ -6,20 +6,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common_peer;
-
 use std::{
     sync::Arc,
     time::{Duration, Instant},
 };
 
+use crate::common_peer::*;
 use antler_protocol::{
     codec, frame,
     handshake::{self, HandshakeError, HelloReply, SCHEMA_FINGERPRINT},
     link::{dial, HostLink, Snapshot},
     Address, ConnectionConfig, Identity, Role,
 };
-use common_peer::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// An identity as another build of Antler would present it.

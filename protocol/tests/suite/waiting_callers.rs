@@ -8,20 +8,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common_peer;
-
 use std::{
     sync::{atomic::Ordering, Arc},
     time::{Duration, Instant},
 };
 
+use crate::common_peer::*;
 use antler_protocol::{
     link::dial,
     server::Server,
     tls::{role_dns_name, ClusterTls},
     Address, Connection, ConnectionConfig, Identity, InFlight, Role, RpcError, TraceContext,
 };
-use common_peer::*;
 
 fn t() -> TraceContext {
     TraceContext::for_run("run-1")

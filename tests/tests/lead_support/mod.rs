@@ -5,7 +5,7 @@
 //! and the sandbox pool read through the lead or straight from sandbox-host (for when the
 //! lead is stopped).
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
     io::{Read, Write},

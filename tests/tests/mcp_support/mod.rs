@@ -1,7 +1,7 @@
 //! Shared plumbing of the MCP suites: where the npm and pip peers are (installed by
 //! `.ci/run` with `npm ci` in `tests/` and `pip install -r tests/requirements.txt`), a local
 //! cluster whose mcp-host reads a given extensions config, and the `antler mcp` commands.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod standin;
 

@@ -3,7 +3,7 @@
 //! stream whose `endpoint` event names any URL, a server that answers every request with
 //! a redirect, and a listener that accepts connections and never answers. Each runs on a
 //! thread of the test on a free 127.0.0.1 port and stops when dropped.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
     io::{Read, Write},

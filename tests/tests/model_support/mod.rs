@@ -2,7 +2,7 @@
 //! records every request body and answers each with the next scripted reply (the last one
 //! again when they run out), streamed like OpenAI's: content, then a finish reason, then
 //! the usage chunk `stream_options.include_usage` asks for.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;

@@ -8,7 +8,7 @@
 //! Everything goes with the value: processes killed, namespaces and their files removed;
 //! namespaces a killed test left behind are removed by the next one.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -232,15 +232,6 @@ impl Topology {
     /// The node's log so far.
     pub fn log(&self, name: &str) -> String {
         std::fs::read_to_string(self.log_path(name)).unwrap_or_default()
-    }
-
-    /// Stops the process of node `name`: SIGTERM, then SIGKILL after `grace`.
-    pub fn stop(&mut self, name: &str, grace: Duration) {
-        let Some(pos) = self.children.iter().position(|(n, _)| n == name) else {
-            return;
-        };
-        let (_, mut child) = self.children.remove(pos);
-        stop_child(&mut child, grace);
     }
 }
 

@@ -2,7 +2,7 @@
 //! socket with a config.yaml and a base directory in a temporary directory, a client that
 //! speaks the real protocol to it, and helpers to call tools and read the pool.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
     os::unix::fs::PermissionsExt,

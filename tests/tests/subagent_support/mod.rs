@@ -4,7 +4,7 @@
 //! driven with `antler run --json --trace --subagents` (the outcome, and every event in
 //! order); a run's last checkpointed state read from runs.sqlite; the pids of the workers.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;

@@ -6,17 +6,17 @@
 //! the stop is refused.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lead_support;
-mod mcp_support;
+use crate::lead_support;
+use crate::mcp_support;
 
 use std::{
     thread,
     time::{Duration, Instant},
 };
 
+use crate::lead_support::LeadCluster;
+use crate::mcp_support::{peer_script, python, stdio, McpCluster};
 use antler_tests::{antler, output_text, wait_for};
-use lead_support::LeadCluster;
-use mcp_support::{peer_script, python, stdio, McpCluster};
 use serde_json::{json, Value};
 
 const CHAOS: (&str, &str) = ("ANTLER_CHAOS", "1");

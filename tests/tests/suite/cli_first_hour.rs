@@ -7,15 +7,13 @@
 //! binaries carry no debug info; a run's output says where its files are.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lead_support;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use crate::lead_support::LeadCluster;
 use antler_tests::{antler, bin, output_text, wait_for};
-use lead_support::LeadCluster;
 use serde_json::Value;
 
 /// The workspace root, where the README's commands run.

@@ -11,19 +11,17 @@
 //!   from it is dropped.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-mod netns_support;
-mod subagent_support;
+use crate::mcp_support;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::netns_support::{Node, Topology};
+use crate::subagent_support::{Follow, Run};
 use antler_protocol::placement;
 use antler_tests::{antler, bin, wait_for};
-use netns_support::{Node, Topology};
 use serde_json::{json, Value};
-use subagent_support::{Follow, Run};
 
 const WORKERS_NAME: &str = "workers.antler.test";
 /// The operator's gateway token.

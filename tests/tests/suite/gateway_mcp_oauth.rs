@@ -8,14 +8,11 @@
 //! reused one are refused with 400.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lead_support;
-mod mcp_support;
-
 use std::{process::Command, time::Duration};
 
+use crate::lead_support::{http_full, LeadCluster};
+use crate::mcp_support::{oauth_example_server, McpCluster};
 use antler_tests::{antler, wait_for};
-use lead_support::{http_full, LeadCluster};
-use mcp_support::{oauth_example_server, McpCluster};
 use serde_json::{json, Value};
 
 const ALICE: &str = "alice-token-000000000001";

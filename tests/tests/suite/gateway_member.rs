@@ -10,15 +10,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lead_support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use crate::lead_support::{http_full, LeadCluster};
 use antler_lead::gateway::routes::{Access, ROUTES};
 use antler_tests::wait_for;
-use lead_support::{http_full, LeadCluster};
 use serde_json::{json, Value};
 
 const ALICE: &str = "alice-token-000000000001";

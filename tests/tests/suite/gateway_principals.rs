@@ -9,16 +9,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lead_support;
-
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::lead_support::{http_full, LeadCluster};
 use antler_tests::wait_for;
 use base64::Engine;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use lead_support::{http_full, LeadCluster};
 use serde_json::{json, Value};
 
 const ALICE: &str = "alice-token-000000000001";

@@ -9,16 +9,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lead_support;
-mod mcp_support;
+use crate::mcp_support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
+use crate::lead_support::{http_full, LeadCluster};
 use antler_tests::wait_for;
-use lead_support::{http_full, LeadCluster};
 use serde_json::{json, Value};
 
 const ALICE: &str = "alice-token-000000000001";
@@ -176,7 +175,7 @@ fn the_inspector_shows_a_users_runs_timelines_artifacts_and_the_cluster() {
     // The bundled example (examples/report): tool_search, an MCP call, a report delivered.
     let example = start(
         ALICE,
-        include_str!("../../examples/report/playbook.yaml"),
+        include_str!("../../../examples/report/playbook.yaml"),
         false,
     );
     assert_eq!(ended(ALICE, &delegated)["status"], "success");

@@ -5,9 +5,7 @@
 //! warning goes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
-use mcp_support::{peer_script, python, stdio, McpCluster};
+use crate::mcp_support::{peer_script, python, stdio, McpCluster};
 use serde_json::json;
 
 const PLAYBOOK: &str = r#"

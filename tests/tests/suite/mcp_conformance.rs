@@ -9,12 +9,10 @@
 //! the test, with the scenario's checks and the adapter's output.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::{path::Path, process::Command};
 
+use crate::mcp_support::{npm_bin, tests_dir};
 use antler_tests::bin_dir;
-use mcp_support::{npm_bin, tests_dir};
 use serde_json::Value;
 
 /// Node 22 from npm `node` (the suite's runtime).

@@ -6,11 +6,8 @@
 //! naming its type and size.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-mod model_support;
-
-use mcp_support::{npm_bin, peer_script, python, stdio};
-use model_support::{antler_run, recording_server, Reply};
+use crate::mcp_support::{npm_bin, peer_script, python, stdio};
+use crate::model_support::{antler_run, recording_server, Reply};
 use serde_json::{json, Value};
 
 fn run(vision: bool) -> Vec<Value> {

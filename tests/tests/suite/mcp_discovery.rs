@@ -4,12 +4,10 @@
 //! the good server's tools, and the run carries a warning event naming the other.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::time::{Duration, Instant};
 
+use crate::mcp_support::{peer_script, python, standin::Silent, stdio, McpCluster};
 use antler_tests::wait_for;
-use mcp_support::{peer_script, python, standin::Silent, stdio, McpCluster};
 use serde_json::json;
 
 /// Far below the ~57 s a hung server cost, far above a prompt answer on a busy machine

@@ -5,9 +5,7 @@
 //! (server-everything's `trigger-elicitation-request`, whose required `name` has none).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
-use mcp_support::{config_check_refused, npm_bin, peer_script, python, McpCluster};
+use crate::mcp_support::{config_check_refused, npm_bin, peer_script, python, McpCluster};
 use serde_json::{json, Value};
 
 fn raw_elicit(policy: Option<&str>) -> Value {

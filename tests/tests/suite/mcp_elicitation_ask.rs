@@ -10,14 +10,11 @@
 //! A subagent's call on a worker asks the parent run's user the same way.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lead_support;
-mod mcp_support;
-
 use std::time::Duration;
 
+use crate::lead_support::{http_full, LeadCluster};
+use crate::mcp_support::npm_bin;
 use antler_tests::wait_for;
-use lead_support::{http_full, LeadCluster};
-use mcp_support::npm_bin;
 use serde_json::{json, Value};
 
 const ALICE: &str = "alice-token-000000000001";

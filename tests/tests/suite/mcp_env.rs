@@ -4,9 +4,7 @@
 //! secrets, on the base session and on a pooled (user, thread) session alike.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
-use mcp_support::{npm_bin, McpCluster};
+use crate::mcp_support::{npm_bin, McpCluster};
 use serde_json::{json, Map, Value};
 
 const SECRET: &str = "sk-secret-item4-do-not-leak";

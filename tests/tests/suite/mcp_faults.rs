@@ -4,15 +4,13 @@
 //! pagination (with a cursor that repeats), unsafe tool names, and per-call timeouts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::{
     thread,
     time::{Duration, Instant},
 };
 
+use crate::mcp_support::{npm_bin, peer_script, python, stdio, McpCluster};
 use antler_tests::{alive, signal, wait_for};
-use mcp_support::{npm_bin, peer_script, python, stdio, McpCluster};
 use serde_json::json;
 
 #[test]

@@ -5,12 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::time::Duration;
 
+use crate::mcp_support::{npm_bin, stdio, McpCluster};
 use antler_tests::{signal, wait_for};
-use mcp_support::{npm_bin, stdio, McpCluster};
 use serde_json::json;
 
 #[test]

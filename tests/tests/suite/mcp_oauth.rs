@@ -5,11 +5,9 @@
 //! refresh_token grant keeps a rotated refresh token in memory; no secret reaches a log.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::{path::Path, process::Command, thread, time::Duration};
 
-use mcp_support::{free_port, npm_bin, peer_script, python, spawn_peer, McpCluster, Peer};
+use crate::mcp_support::{free_port, npm_bin, peer_script, python, spawn_peer, McpCluster, Peer};
 use serde_json::{json, Value};
 
 const SECRET: &str = "s3cret-value-never-logged";

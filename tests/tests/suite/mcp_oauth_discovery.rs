@@ -4,15 +4,13 @@
 //! oauth2-mock-server and a Python SDK MCPServer verifying its JWTs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::{
     path::Path,
     process::{Command, Stdio},
     time::Duration,
 };
 
-use mcp_support::{
+use crate::mcp_support::{
     free_port, npm_bin, peer_script, python, spawn_peer, wait_port, McpCluster, Peer,
 };
 use serde_json::{json, Value};

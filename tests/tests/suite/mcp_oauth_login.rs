@@ -8,12 +8,10 @@
 //! `antler mcp status` or `GET /api/mcp/config`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::{os::unix::fs::PermissionsExt, path::Path, process::Command, time::Duration};
 
+use crate::mcp_support::{headless_browser, oauth_example_server, BrowserLog, McpCluster};
 use antler_tests::{bin, signal, wait_for};
-use mcp_support::{headless_browser, oauth_example_server, BrowserLog, McpCluster};
 use serde_json::{json, Value};
 
 fn login(c: &McpCluster, browser: &str, args: &[&str]) -> std::process::Output {

@@ -6,15 +6,13 @@
 //! endpoint (401 `invalid_client`) and the server fails saying so, without the key.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::{
     path::Path,
     process::{Command, Stdio},
     time::Duration,
 };
 
-use mcp_support::{free_port, npm_bin, peer_script, python, wait_port, McpCluster, Peer};
+use crate::mcp_support::{free_port, npm_bin, peer_script, python, wait_port, McpCluster, Peer};
 use serde_json::{json, Value};
 
 fn openssl(args: &[&str], dir: &Path) {

@@ -8,15 +8,13 @@
 //! what leads to the refresh.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::{path::Path, process::Command, time::Duration};
 
-use antler_tests::{bin, signal, wait_for};
-use mcp_support::{
+use crate::mcp_support::{
     free_port, headless_browser, npm_bin, peer_script, python, spawn_peer, BrowserLog, McpCluster,
     Peer,
 };
+use antler_tests::{bin, signal, wait_for};
 use serde_json::{json, Value};
 
 /// The strict issuer with `args`, logging to `log`: (peer, port).

@@ -7,16 +7,14 @@
 //! CLI's output.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::{
     path::Path,
     process::{Command, Stdio},
     time::Duration,
 };
 
+use crate::mcp_support::{headless_browser, oauth_example_server, BrowserLog, McpCluster};
 use antler_tests::{antler, bin, wait_for, Cluster};
-use mcp_support::{headless_browser, oauth_example_server, BrowserLog, McpCluster};
 use serde_json::{json, Value};
 
 /// The `code` of a redirect URL.

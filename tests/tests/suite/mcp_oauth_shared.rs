@@ -7,8 +7,6 @@
 //! token.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
@@ -16,6 +14,7 @@ use std::{
     time::Duration,
 };
 
+use crate::mcp_support::{free_port, headless_browser, oauth_example_server, BrowserLog};
 use antler_protocol::{
     link::dial_expecting,
     messages::{McpReply, McpRequest, Reply, Request},
@@ -23,7 +22,6 @@ use antler_protocol::{
     Address, ConnectionConfig, Identity, Role, TraceContext,
 };
 use antler_tests::{bin, wait_for};
-use mcp_support::{free_port, headless_browser, oauth_example_server, BrowserLog};
 use serde_json::{json, Value};
 
 /// One hand-started mcp-host replica, as a pod of the Deployment would be.

@@ -7,11 +7,9 @@
 //! server is failed with rmcp's `Insufficient scope`, and no further token is asked for.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::{path::Path, process::Command, time::Duration};
 
-use mcp_support::{free_port, npm_bin, peer_script, python, spawn_peer, McpCluster, Peer};
+use crate::mcp_support::{free_port, npm_bin, peer_script, python, spawn_peer, McpCluster, Peer};
 use serde_json::{json, Value};
 
 /// mcp-host's limit (`antler_mcp_host::oauth::discovered::MAX_STEP_UPS`).

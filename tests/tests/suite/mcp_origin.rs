@@ -5,12 +5,10 @@
 //! sends nothing there. The hostile servers and the other origin are stand-ins.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::time::Duration;
 
+use crate::mcp_support::{standin::StandIn, McpCluster};
 use antler_tests::wait_for;
-use mcp_support::{standin::StandIn, McpCluster};
 use serde_json::{json, Value};
 
 const TOKEN: &str = "Bearer configured-secret-token";

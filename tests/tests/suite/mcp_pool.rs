@@ -4,11 +4,9 @@
 //! pair or no pair gets another; a configured `env` wins over the pool's TMPDIR.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::os::unix::fs::PermissionsExt;
 
-use mcp_support::{peer_script, python, stdio, McpCluster};
+use crate::mcp_support::{peer_script, python, stdio, McpCluster};
 use serde_json::{json, Value};
 
 fn where_(c: &McpCluster, server: &str, pair: Option<(&str, &str, &std::path::Path)>) -> Value {

@@ -5,12 +5,10 @@
 //! session is not pooled and stays; the pool drains back to zero.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::{path::Path, time::Duration};
 
+use crate::mcp_support::{peer_script, python, stdio, McpCluster};
 use antler_tests::{alive, wait_for};
-use mcp_support::{peer_script, python, stdio, McpCluster};
 use serde_json::{json, Value};
 
 /// `where` on the pooled session of (user, thread): its pid.

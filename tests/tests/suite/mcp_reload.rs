@@ -5,16 +5,14 @@
 //! with DeerFlow's messages, written atomically, and applied without a restart.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::{
     io::{Read, Write},
     thread,
     time::Duration,
 };
 
+use crate::mcp_support::{peer_script, python, stdio, write_config, McpCluster};
 use antler_tests::wait_for;
-use mcp_support::{peer_script, python, stdio, write_config, McpCluster};
 use serde_json::{json, Value};
 
 fn names(c: &McpCluster) -> Vec<String> {

@@ -7,14 +7,11 @@
 //! the server follows.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-mod model_support;
-
 use std::time::Duration;
 
+use crate::mcp_support::{npm_bin, stdio, McpCluster};
+use crate::model_support::{antler_run, recording_server, Reply};
 use antler_tests::wait_for;
-use mcp_support::{npm_bin, stdio, McpCluster};
-use model_support::{antler_run, recording_server, Reply};
 use serde_json::{json, Value};
 
 fn filesystem(allowed: &std::path::Path) -> Value {

@@ -3,9 +3,9 @@
 //! names and schemas, calls with text results, and `isError` as exit code 1.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
-use mcp_support::{everything_http, npm_bin, peer_script, pip_bin, python, stdio, McpCluster};
+use crate::mcp_support::{
+    everything_http, npm_bin, peer_script, pip_bin, python, stdio, McpCluster,
+};
 use serde_json::json;
 
 #[test]

@@ -10,15 +10,13 @@
 //! list change arrives on a `subscriptions/listen` stream and is listed without a reconnect.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::{path::Path, process::Command, time::Duration};
 
-use antler_tests::wait_for;
-use mcp_support::{
+use crate::mcp_support::{
     config_check_refused, everything_http, free_port, npm_bin, peer_script, python, spawn_peer,
     McpCluster,
 };
+use antler_tests::wait_for;
 use serde_json::{json, Value};
 
 /// A stdio entry whose command first appends a line to `log`, so each start is counted.

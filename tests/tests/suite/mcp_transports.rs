@@ -3,12 +3,10 @@
 //! adds a tool at run time has it listed and callable without a reconnect.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::time::Duration;
 
+use crate::mcp_support::{everything_http, peer_script, python, stdio, McpCluster};
 use antler_tests::wait_for;
-use mcp_support::{everything_http, peer_script, python, stdio, McpCluster};
 use serde_json::json;
 
 #[test]

@@ -6,12 +6,10 @@
 //! streamable HTTP), the Python SDK server, and the raw stdio server's `answer:` modes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::time::Duration;
 
+use crate::mcp_support::{everything_http, npm_bin, peer_script, python, stdio, McpCluster};
 use antler_tests::wait_for;
-use mcp_support::{everything_http, npm_bin, peer_script, python, stdio, McpCluster};
 use serde_json::{json, Value};
 
 fn raw(mode: &str) -> Value {

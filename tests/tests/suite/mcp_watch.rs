@@ -2,10 +2,9 @@
 //! `ToolsChanged` item when a server re-lists its tools after `notifications/tools/list_changed`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::time::Duration;
 
+use crate::mcp_support::{peer_script, python, stdio, McpCluster};
 use antler_protocol::{
     envelope::TraceContext,
     link::dial,
@@ -13,7 +12,6 @@ use antler_protocol::{
     runtime_dir::RuntimeDir,
     Address, ConnectionConfig, Identity, Role,
 };
-use mcp_support::{peer_script, python, stdio, McpCluster};
 use serde_json::json;
 
 #[test]

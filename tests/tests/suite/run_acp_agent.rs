@@ -7,8 +7,8 @@
 //! client wrote to the agent and the agent's working directory and environment.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-mod model_support;
+use crate::mcp_support;
+use crate::model_support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

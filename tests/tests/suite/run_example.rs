@@ -4,14 +4,12 @@
 //! it, and the run settles as delivered; `--resume` of the finished run keeps its receipt.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::mcp_support::npm_bin;
 use antler_tests::bin;
-use mcp_support::npm_bin;
 use serde_json::{json, Value};
 
 fn example_dir() -> PathBuf {

@@ -6,15 +6,12 @@
 //! prompt is Antler's own and names only the tools the model has.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lead_support;
-mod model_support;
-
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
+use crate::lead_support::LeadCluster;
+use crate::model_support::{antler_run, not_found_server, recording_server, Reply};
 use antler_tests::{antler, bin, bin_dir, http, wait_for, Cluster};
-use lead_support::LeadCluster;
-use model_support::{antler_run, not_found_server, recording_server, Reply};
 use serde_json::{json, Value};
 
 /// config.yaml with one model at `base_url`, the `ls` tool only, and `extra` appended.

@@ -2,13 +2,11 @@
 //! tool message the model reads, and the run goes on to its final answer.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::process::Command;
 use std::time::Duration;
 
+use crate::mcp_support::{peer_script, python, stdio, McpCluster};
 use antler_tests::{bin, signal, wait_for};
-use mcp_support::{peer_script, python, stdio, McpCluster};
 use serde_json::{json, Value};
 
 const PLAYBOOK: &str = r#"
@@ -164,11 +162,18 @@ fn kill_9_of_sandbox_host_mid_run_is_an_error_tool_message_and_the_sandbox_comes
     assert!(first.is_some(), "the first write never landed");
     // The bash call is in flight once its `sleep 30` runs in the sandbox (a fixed pause
     // is not enough on a loaded machine: the call may not have been sent yet).
+    // Looked for below this cluster's sandbox-host only: other tests of the binary run
+    // `sleep 30` in their own sandboxes.
+    let sandbox_host = c.cluster.process("sandbox-host", 0).unwrap()["pid"]
+        .as_u64()
+        .unwrap() as u32;
     let sleeping = wait_for(Duration::from_secs(30), || {
-        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-            (cmdline == b"sleep\x0030\x00").then_some(())
-        })
+        crate::mcp_support::descendants(sandbox_host)
+            .into_iter()
+            .find_map(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+                (cmdline == b"sleep\x0030\x00").then_some(())
+            })
     });
     assert!(sleeping.is_some(), "the bash call never started");
     std::thread::sleep(Duration::from_millis(500));

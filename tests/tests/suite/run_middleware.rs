@@ -5,14 +5,12 @@
 //! the run as an error with the receipt saying so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
+use crate::mcp_support::npm_bin;
 use antler_tests::bin;
-use mcp_support::npm_bin;
 use serde_json::{json, Value};
 
 const CONFIG: &str = "tool_search:\n  enabled: true\ntools:\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\n  - {name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nguardrails:\n  enabled: true\n  provider:\n    use: deerflow.guardrails.builtin:AllowlistProvider\n    config:\n      denied_tools: [bash]\n";

@@ -6,7 +6,7 @@
 //! deadlines and key redaction, plus an endpoint where nothing listens.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod model_support;
+use crate::model_support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -5,12 +5,10 @@
 //! the pool holds no lease afterwards.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lead_support;
-
 use std::time::Duration;
 
+use crate::lead_support::{http_full, LeadCluster};
 use antler_tests::wait_for;
-use lead_support::{http_full, LeadCluster};
 use serde_json::{json, Value};
 
 /// Heartbeats every 250 ms, dead after 4 missed (1 s): a lead whose heartbeats wait

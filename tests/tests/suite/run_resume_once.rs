@@ -5,12 +5,10 @@
 //! hosts die with it), once with sandbox-host and mcp-host killed first.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lead_support;
-
 use std::time::Duration;
 
+use crate::lead_support::LeadCluster;
 use antler_tests::{alive, signal, wait_for};
-use lead_support::LeadCluster;
 
 const CONFIG: &str = "tools:\n  - {name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n  bash_command_timeout: 120\ntool_search:\n  enabled: false\n";
 

@@ -6,11 +6,9 @@
 //! wrapped as user input with its framework tags escaped.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod model_support;
-
 use std::process::Command;
 
-use model_support::{antler_run, recording_server, Reply};
+use crate::model_support::{antler_run, recording_server, Reply};
 use serde_json::{json, Value};
 
 fn skill(base: &std::path::Path, name: &str, description: &str) {

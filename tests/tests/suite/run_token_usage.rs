@@ -6,9 +6,7 @@
 //! DeerFlow's note.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod model_support;
-
-use model_support::{antler_run, recording_server, Reply};
+use crate::model_support::{antler_run, recording_server, Reply};
 use serde_json::{json, Value};
 
 /// Runs one task against `replies`; the view, the trace lines and the recorded requests.

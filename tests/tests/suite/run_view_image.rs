@@ -5,9 +5,7 @@
 //! without `supports_vision` is never offered `view_image` and never gets image parts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod model_support;
-
-use model_support::{antler_run, recording_server, Reply};
+use crate::model_support::{antler_run, recording_server, Reply};
 use serde_json::{json, Value};
 
 /// A PNG's signature and a few bytes: what view_image checks.

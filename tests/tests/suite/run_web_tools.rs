@@ -5,7 +5,7 @@
 //! tool messages are read from the run's last checkpoint.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod model_support;
+use crate::model_support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;

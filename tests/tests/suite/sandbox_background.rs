@@ -4,11 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
 use std::time::{Duration, Instant};
 
-use sandbox_support::*;
+use crate::sandbox_support::*;
 
 /// The pid the result names for `command`.
 fn named_pid(out: &str, command: &str) -> u32 {

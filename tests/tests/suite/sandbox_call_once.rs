@@ -4,10 +4,8 @@
 //! runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
+use crate::sandbox_support::{SandboxHost, BWRAP_CONFIG};
 use antler_protocol::messages::{LeaseOwner, SandboxReply, SandboxRequest, ToolCall};
-use sandbox_support::{SandboxHost, BWRAP_CONFIG};
 
 fn counted(call_id: &str) -> SandboxRequest {
     SandboxRequest::Call {

@@ -4,9 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
-use sandbox_support::*;
+use crate::sandbox_support::*;
 
 const SECRET: &str = "sk-operator-secret-9f1c2e7a";
 

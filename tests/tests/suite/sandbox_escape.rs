@@ -6,8 +6,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
 use std::{
     io::ErrorKind,
     net::TcpListener,
@@ -15,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sandbox_support::*;
+use crate::sandbox_support::*;
 use serde_json::json;
 
 /// A host file the sandbox must not see.

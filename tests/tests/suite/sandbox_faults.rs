@@ -5,11 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
 use std::time::{Duration, Instant};
 
-use sandbox_support::*;
+use crate::sandbox_support::*;
 
 #[tokio::test]
 async fn kill_9_of_a_supervisor_gives_the_next_call_a_new_one_over_the_same_files() {

@@ -4,12 +4,10 @@
 //! and a call by a run whose lease lapsed takes it again.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
 use std::time::Duration;
 
+use crate::sandbox_support::{who, Client, SandboxHost};
 use antler_protocol::messages::{LeaseOwner, SandboxReply, SandboxRequest, ToolCall};
-use sandbox_support::{who, Client, SandboxHost};
 
 const CONFIG: &str =
     "sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\n  lease_ttl: 1\n  replicas: 8\n";

@@ -4,12 +4,10 @@
 //! the pool drains back to zero active; after SIGCONT the runs finish.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lead_support;
-
 use std::time::{Duration, Instant};
 
+use crate::lead_support::{active, LeadCluster};
 use antler_tests::{freeze, signal, wait_for};
-use lead_support::{active, LeadCluster};
 
 const CONFIG: &str = "tools:\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n  lease_ttl: 2\n  replicas: 8\ntool_search:\n  enabled: false\n";
 

@@ -7,11 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
 use std::os::unix::fs::MetadataExt;
 
-use sandbox_support::*;
+use crate::sandbox_support::*;
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.

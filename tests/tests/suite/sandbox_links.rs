@@ -6,11 +6,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
 use std::path::{Path, PathBuf};
 
-use sandbox_support::*;
+use crate::sandbox_support::*;
 use serde_json::{json, Value};
 
 const SECRET: &str = "host-secret-value-5b7e";

@@ -5,11 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
 use std::time::Duration;
 
-use sandbox_support::*;
+use crate::sandbox_support::*;
 
 const CONFIG: &str = "sandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n  bash_command_timeout: 20\n  prewarm: 1\n";
 

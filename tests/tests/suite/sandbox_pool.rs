@@ -5,12 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
 use std::time::Duration;
 
+use crate::sandbox_support::*;
 use antler_protocol::messages::{AcquireSource, SandboxError};
-use sandbox_support::*;
 use sha2::{Digest, Sha256};
 
 fn expected_id(user: &str, thread: &str) -> String {

@@ -6,9 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
-use sandbox_support::*;
+use crate::sandbox_support::*;
 use serde_json::json;
 
 #[tokio::test]

@@ -9,16 +9,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
 use std::{
     os::unix::fs::{symlink, PermissionsExt},
     path::{Path, PathBuf},
     time::Duration,
 };
 
+use crate::sandbox_support::*;
 use antler_protocol::messages::AcquireSource;
-use sandbox_support::*;
 use serde_json::json;
 
 const ALICE_SKILL: &str = "/mnt/skills/users/alice/custom/alice-notes/SKILL.md";

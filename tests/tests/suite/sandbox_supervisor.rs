@@ -4,9 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
-use sandbox_support::*;
+use crate::sandbox_support::*;
 
 /// Prints the in-sandbox pids of every process running the supervisor.
 const FIND_SUPERVISOR: &str = "for p in /proc/[0-9]*; do if tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '[_]_supervise'; then echo ${p#/proc/}; fi; done 2>/dev/null";

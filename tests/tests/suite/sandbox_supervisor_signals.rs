@@ -7,12 +7,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
 use std::time::Duration;
 
+use crate::sandbox_support::*;
 use antler_tests::{signal, wait_for};
-use sandbox_support::*;
 
 /// The supervisor's pid: bubblewrap's child (the sandbox's pid 1).
 fn supervisor_of(bwrap: u32) -> u32 {

@@ -5,14 +5,11 @@
 //! run goes on, and the restarted worker takes the next task.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-mod subagent_support;
-
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::subagent_support::{Follow, Run, SubagentCluster};
 use antler_tests::{signal, wait_for};
-use subagent_support::{Follow, Run, SubagentCluster};
 
 const CONFIG: &str = r#"
 tool_search:

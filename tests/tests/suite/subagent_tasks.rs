@@ -7,12 +7,11 @@
 //! timeout end as DeerFlow says; and a run over its limits gets capacity results.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-mod subagent_support;
+use crate::subagent_support;
 
+use crate::subagent_support::SubagentCluster;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use subagent_support::SubagentCluster;
 
 const CONFIG: &str = r#"
 tool_search:

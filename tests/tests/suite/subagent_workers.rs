@@ -7,8 +7,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lead_support;
-
 use std::{
     os::unix::fs::PermissionsExt,
     path::PathBuf,
@@ -16,12 +14,12 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::lead_support::{http_full, sql};
 use antler_protocol::{
     messages::{Reply, Request, WorkerReply, WorkerRequest},
     Role,
 };
 use antler_tests::{antler, bin, signal, wait_for};
-use lead_support::{http_full, sql};
 use serde_json::Value;
 
 /// A cluster with `workers` workers and `config` as its config.yaml; every process goes

@@ -7,10 +7,9 @@
 //! lead side's directory stays empty throughout.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
 use std::sync::Arc;
 
+use crate::sandbox_support::{DirectHosts, SandboxHost, LOCAL_CONFIG};
 use antler_lead::run::builtins::present_files;
 use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
 use antler_lead::run::hosts::ToolHosts;
@@ -21,7 +20,6 @@ use antler_lead::run::thread_files::ThreadFilesMode;
 use antler_lead::run::view_image::{images_for_next_call, view_image};
 use antler_lead::run_manager::manager::{read_artifact, ArtifactContent};
 use antler_protocol::messages::ThreadFileError;
-use sandbox_support::{DirectHosts, SandboxHost, LOCAL_CONFIG};
 use serde_json::json;
 
 const PNG: &[u8] = &[0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1A, b'\n', 1, 2, 3];

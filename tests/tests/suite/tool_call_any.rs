@@ -4,10 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
-
+use crate::mcp_support::{npm_bin, stdio, McpCluster};
 use antler_tests::antler;
-use mcp_support::{npm_bin, stdio, McpCluster};
 use serde_json::json;
 
 #[test]

@@ -6,13 +6,12 @@
 //! empty throughout.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod sandbox_support;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::sandbox_support::{DirectHosts, SandboxHost, LOCAL_CONFIG};
 use antler_lead::run::context::ThreadPaths;
 use antler_lead::run::hosts::ToolHosts;
 use antler_lead::run::settlement::{DeliveryReceipt, OutputsSnapshot};
@@ -20,7 +19,6 @@ use antler_lead::run::state::{Message, ToolCall};
 use antler_lead::run::thread_files::ThreadFilesMode;
 use antler_lead::run::web::WebTools;
 use antler_protocol::config::ToolConfig;
-use sandbox_support::{DirectHosts, SandboxHost, LOCAL_CONFIG};
 use serde_json::json;
 
 /// What a screenshot stand-in answers: a PNG's signature and a few bytes.

@@ -1,9 +1,9 @@
 //! What the skill_manage tests share: a skills root on disk, a run of the real run loop
 //! for one user with a scripted model (whose playbook answers the security scans), and
 //! a model that counts the scans in flight at once.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -250,8 +250,4 @@ pub fn history(data: &Data, user: &str, name: &str) -> Vec<serde_json::Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
-}
-
-pub fn exists(path: &Path) -> bool {
-    path.symlink_metadata().is_ok()
 }

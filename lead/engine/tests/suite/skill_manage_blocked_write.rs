@@ -5,11 +5,9 @@
 //! SKILL.md there). The LLM scan's `block` refuses a write too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod skill_manage_support;
-
+use crate::skill_manage_support::{failed, history, run_blocking, skill_md, Data, ALLOW};
 use antler_engine::run::state::ToolStatus;
 use serde_json::json;
-use skill_manage_support::{failed, history, run_blocking, skill_md, Data, ALLOW};
 
 #[test]
 fn critical_findings_block_the_write_with_every_reason_whole() {

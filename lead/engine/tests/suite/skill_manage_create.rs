@@ -4,11 +4,9 @@
 //! `[custom, editable]`, and creating it again is refused.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod skill_manage_support;
-
+use crate::skill_manage_support::{failed, history, run_blocking, skill_md, Data, ALLOW};
 use antler_engine::run::state::ToolStatus;
 use serde_json::json;
-use skill_manage_support::{failed, history, run_blocking, skill_md, Data, ALLOW};
 
 #[test]
 fn a_created_skill_is_on_disk_recorded_and_described() {

@@ -2,15 +2,13 @@
 //! run's; a named model that cannot be built refuses the write (fail closed).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod skill_manage_support;
-
 use std::sync::Arc;
 
+use crate::skill_manage_support::{run_with_settings, runtime, skill_md, Data, ALLOW};
 use antler_engine::run::model::ScriptedModel;
 use antler_engine::run::skill_manage::{SkillManageSettings, UnavailableModel};
 use antler_engine::run::state::ToolStatus;
 use serde_json::json;
-use skill_manage_support::{run_with_settings, runtime, skill_md, Data, ALLOW};
 
 fn playbook() -> String {
     // The run's model has no scan reply: only the moderation model can allow the write.

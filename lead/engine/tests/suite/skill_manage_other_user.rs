@@ -3,12 +3,10 @@
 //! edit or delete it (it is "not found" for them), while the owner's next run sees it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod skill_manage_support;
-
+use crate::skill_manage_support::{failed, run_blocking, skill_md, Data, ALLOW};
 use antler_engine::run::skills::SlashActivation;
 use antler_engine::run::state::Message;
 use serde_json::json;
-use skill_manage_support::{failed, run_blocking, skill_md, Data, ALLOW};
 
 #[test]
 fn another_user_does_not_see_a_users_custom_skill() {

@@ -3,15 +3,15 @@
 //! both skills are written.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod skill_manage_support;
-
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::skill_manage_support::{
+    run_with, runtime, skill_md, CountingScans, Data, ScanGauge, ALLOW,
+};
 use antler_engine::run::model::ScriptedModel;
 use serde_json::json;
-use skill_manage_support::{run_with, runtime, skill_md, CountingScans, Data, ScanGauge, ALLOW};
 
 #[test]
 fn two_skills_are_written_in_parallel() {

@@ -3,10 +3,8 @@
 //! with DeerFlow's texts and leave the skill as it was; the history keeps both versions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod skill_manage_support;
-
+use crate::skill_manage_support::{failed, history, run_blocking, Data, ALLOW};
 use serde_json::json;
-use skill_manage_support::{failed, history, run_blocking, Data, ALLOW};
 
 #[test]
 fn a_patch_applies_the_expected_count_and_says_so() {

@@ -4,10 +4,8 @@
 //! name shadows the public one for this user.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod skill_manage_support;
-
+use crate::skill_manage_support::{failed, run_blocking, skill_md, Data, ALLOW};
 use serde_json::json;
-use skill_manage_support::{failed, run_blocking, skill_md, Data, ALLOW};
 
 #[test]
 fn public_and_shared_skills_are_read_only() {

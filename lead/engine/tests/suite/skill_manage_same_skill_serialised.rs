@@ -4,15 +4,13 @@
 //! are in the file, none is lost.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod skill_manage_support;
-
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::skill_manage_support::{run_with, runtime, CountingScans, Data, ScanGauge, ALLOW};
 use antler_engine::run::model::ScriptedModel;
 use serde_json::json;
-use skill_manage_support::{run_with, runtime, CountingScans, Data, ScanGauge, ALLOW};
 
 #[test]
 fn two_patches_of_one_skill_run_one_after_the_other() {

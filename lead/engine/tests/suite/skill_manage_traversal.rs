@@ -3,10 +3,8 @@
 //! out of the skill; each gets DeerFlow's text and nothing is written anywhere.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod skill_manage_support;
-
+use crate::skill_manage_support::{failed, run_blocking, skill_md, Data, ALLOW};
 use serde_json::json;
-use skill_manage_support::{failed, run_blocking, skill_md, Data, ALLOW};
 
 #[test]
 fn paths_out_of_the_support_directories_are_refused() {

@@ -4,10 +4,8 @@
 //! a file that is not there gets DeerFlow's not-found text.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod skill_manage_support;
-
+use crate::skill_manage_support::{failed, history, run_blocking, skill_md, Data, ALLOW};
 use serde_json::json;
-use skill_manage_support::{failed, history, run_blocking, skill_md, Data, ALLOW};
 
 const WARN: &str = r#"{"decision":"warn","reason":"Calls an external API."}"#;
 

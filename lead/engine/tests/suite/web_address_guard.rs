@@ -5,10 +5,10 @@
 //! ways through. No traffic leaves loopback: refused addresses are never connected to.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
+use crate::web_support;
 
+use crate::web_support::{call, entry, Reply, StandIn};
 use serde_json::json;
-use web_support::{call, entry, Reply, StandIn};
 
 const PRIVATE: &str = "Error: Refusing to fetch a private, loopback, or metadata address";
 const PRIVATE_NAME: &str = "Error: Refusing to fetch a private or loopback address";

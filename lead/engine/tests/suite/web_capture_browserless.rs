@@ -6,12 +6,10 @@
 //! the error texts: an error status, an empty image, a timeout, a server that is gone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
-
 use std::time::Duration;
 
+use crate::web_support::{call_in, entry, Reply, Seen, StandIn, Thread};
 use serde_json::json;
-use web_support::{call_in, entry, Reply, Seen, StandIn, Thread};
 
 /// A 1x1 PNG, as Browserless answers a screenshot.
 const PNG: [u8; 68] = [

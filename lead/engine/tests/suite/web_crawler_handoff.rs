@@ -7,10 +7,8 @@
 //! internal site is another one that is not, and must never be reached.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
-
+use crate::web_support::{call, entry, Reply, Seen, StandIn};
 use serde_json::json;
-use web_support::{call, entry, Reply, Seen, StandIn};
 
 const PRIVATE: &str = "Error: Refusing to fetch a private, loopback, or metadata address";
 

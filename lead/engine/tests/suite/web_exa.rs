@@ -3,10 +3,8 @@
 //! status error as `Error: Request failed with status code ...`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
-
+use crate::web_support::{call, entry, Reply, Seen, StandIn};
 use serde_json::json;
-use web_support::{call, entry, Reply, Seen, StandIn};
 
 fn exa(seen: &Seen) -> Reply {
     match seen.path() {

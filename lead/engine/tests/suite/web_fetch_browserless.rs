@@ -3,10 +3,8 @@
 //! step on its HTML, and the warning suffix for a target page's error status.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
-
+use crate::web_support::{call, entry, Reply, Seen, StandIn};
 use serde_json::json;
-use web_support::{call, entry, Reply, Seen, StandIn};
 
 fn browserless(seen: &Seen) -> Reply {
     let mut reply = Reply::html("<html><head><title>Rendered</title></head><body><article><p>The page as the browser rendered it, with enough words to be kept as the article of the page.</p></article></body></html>");

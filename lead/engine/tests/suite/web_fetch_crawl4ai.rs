@@ -3,10 +3,8 @@
 //! E.11's error texts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
-
+use crate::web_support::{call, entry, Reply, Seen, StandIn};
 use serde_json::json;
-use web_support::{call, entry, Reply, Seen, StandIn};
 
 fn crawl4ai(seen: &Seen) -> Reply {
     let url = seen.json()["url"].as_str().unwrap_or("").to_owned();

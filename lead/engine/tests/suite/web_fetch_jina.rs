@@ -3,10 +3,8 @@
 //! readability step on the HTML it returns, and E.7's error texts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
-
+use crate::web_support::{call, entry, Reply, Seen, StandIn};
 use serde_json::json;
-use web_support::{call, entry, Reply, Seen, StandIn};
 
 fn jina(seen: &Seen) -> Reply {
     match seen.json()["url"].as_str().unwrap_or("") {

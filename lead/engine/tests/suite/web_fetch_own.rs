@@ -4,10 +4,10 @@
 //! the entry names it in `allowed_private_hosts`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
+use crate::web_support;
 
+use crate::web_support::{call, entry, Reply, StandIn};
 use serde_json::json;
-use web_support::{call, entry, Reply, StandIn};
 
 fn article_page(paragraphs: usize) -> String {
     let body: String = (0..paragraphs)

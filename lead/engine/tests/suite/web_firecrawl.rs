@@ -3,13 +3,11 @@
 //! E.6's texts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::web_support::{call, entry, Reply, Seen, StandIn};
 use serde_json::json;
-use web_support::{call, entry, Reply, Seen, StandIn};
 
 #[tokio::test]
 async fn firecrawl_search_and_scrape() {

@@ -3,10 +3,8 @@
 //! clamped, the page mode of fetch, and E.10's texts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
-
+use crate::web_support::{call, entry, Reply, Seen, StandIn};
 use serde_json::json;
-use web_support::{call, entry, Reply, Seen, StandIn};
 
 fn groundroute(seen: &Seen) -> Reply {
     if seen.json()["query"] == "down" {

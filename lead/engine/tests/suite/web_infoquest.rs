@@ -4,10 +4,8 @@
 //! with their config keys, the reader's HTML through readability, and E.9's texts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
-
+use crate::web_support::{call, entry, Reply, Seen, StandIn};
 use serde_json::json;
-use web_support::{call, entry, Reply, Seen, StandIn};
 
 fn search(seen: &Seen) -> Reply {
     if seen.json()["query"] == "wrong" {

@@ -3,10 +3,8 @@
 //! escaped and the markers neutralised, so it can forge no prompt section.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
-
+use crate::web_support::{call, entry, Reply, StandIn};
 use serde_json::json;
-use web_support::{call, entry, Reply, StandIn};
 
 #[tokio::test]
 async fn tags_and_markers_in_search_results_are_neutralised() {

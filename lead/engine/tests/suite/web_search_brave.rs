@@ -3,10 +3,8 @@
 //! the unsafe-image filter and E.3's error texts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
-
+use crate::web_support::{call, entry, Reply, Seen, StandIn};
 use serde_json::json;
-use web_support::{call, entry, Reply, Seen, StandIn};
 
 fn brave(seen: &Seen) -> Reply {
     if seen.header("x-subscription-token") != Some("bk") {

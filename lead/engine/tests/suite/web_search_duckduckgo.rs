@@ -4,10 +4,8 @@
 //! links unwrapped, `max_results` from config winning), DeerFlow's output and empty texts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
-
+use crate::web_support::{call, entry, Reply, Seen, StandIn};
 use serde_json::json;
-use web_support::{call, entry, Reply, Seen, StandIn};
 
 const RESULTS_PAGE: &str = r#"<html><body><div class="results">
 <div class="result results_links result--ad"><a class="result__a" href="https://ads.example/">Sponsored thing</a><a class="result__snippet">Buy it</a></div>

@@ -3,10 +3,8 @@
 //! DeerFlow's list output, and an HTTP error as `{"error", "query"}`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
-
+use crate::web_support::{call, entry, Reply, Seen, StandIn};
 use serde_json::json;
-use web_support::{call, entry, Reply, Seen, StandIn};
 
 fn searxng(seen: &Seen) -> Reply {
     if seen.query().iter().any(|(k, v)| k == "q" && v == "boom") {

@@ -3,10 +3,8 @@
 //! and E.4's error texts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
-
+use crate::web_support::{call, entry, Reply, Seen, StandIn};
 use serde_json::json;
-use web_support::{call, entry, Reply, Seen, StandIn};
 
 fn serper(seen: &Seen) -> Reply {
     match seen.path() {

@@ -3,11 +3,10 @@
 //! catalog has `web_search` gets the SearXNG stand-in's results rather than "no executor".
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::web_support::{entry, Reply, StandIn};
 use antler_engine::catalog::{Catalog, ToolSource, ToolSpec};
 use antler_engine::run::actor::CancelFlag;
 use antler_engine::run::hosts::{HostError, ToolHosts};
@@ -20,7 +19,6 @@ use antler_protocol::messages::{Reply as HostReply, Request};
 use antler_protocol::Role;
 use futures::future::BoxFuture;
 use serde_json::json;
-use web_support::{entry, Reply, StandIn};
 
 /// No host is needed: web tools run in the engine.
 struct NoHosts;

@@ -4,10 +4,8 @@
 //! and the client's exceptions (missing key, 401) as failures the model sees.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod web_support;
-
+use crate::web_support::{call, entry, failure, Reply, Seen, StandIn};
 use serde_json::json;
-use web_support::{call, entry, failure, Reply, Seen, StandIn};
 
 fn tavily(seen: &Seen) -> Reply {
     if seen.header("authorization") != Some("Bearer tvly-test") {

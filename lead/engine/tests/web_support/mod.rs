@@ -3,7 +3,7 @@
 //! one web tool call from a `tools:` entry as config.yaml writes it, on a thread whose
 //! directories are under a temporary directory. The server's task is owned by the
 //! [`StandIn`] and stops when it is dropped.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -208,7 +208,8 @@ pub fn entry(name: &str, use_: &str, extra: Value) -> ToolConfig {
 /// A thread's directories (`user-data/{workspace,uploads,outputs}`) under a temporary
 /// directory, reached as a local run reaches them.
 pub struct Thread {
-    pub dir: tempfile::TempDir,
+    /// Held, not read: dropping it removes the directories.
+    pub _dir: tempfile::TempDir,
     pub paths: ThreadPaths,
     pub files: Arc<dyn ThreadFiles>,
 }
@@ -219,7 +220,11 @@ impl Thread {
         let paths = ThreadPaths::new(dir.path(), "u", "t");
         paths.create().unwrap();
         let files = paths.local_files();
-        Thread { dir, paths, files }
+        Thread {
+            _dir: dir,
+            paths,
+            files,
+        }
     }
 }
 
