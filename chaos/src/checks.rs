@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::faults::FaultOutcome;
-use super::plan::{self, RunKind};
-use super::{ChaosCluster, RunOutcome};
+use crate::cluster::ChaosCluster;
+use crate::faults::FaultOutcome;
+use crate::plan::{self, RunKind};
+use crate::runs::RunOutcome;
 
 /// One invariant and whether it held.
 #[derive(Debug, Clone)]
@@ -348,7 +349,7 @@ pub async fn after_runs(
 
     // Each run's pooled stdio session stops once idle: what is left is each mcp-host's
     // session of the configured server, nothing per run.
-    let idle = Duration::from_secs(super::plan::POOL_IDLE_TIMEOUT_S + 20);
+    let idle = Duration::from_secs(crate::plan::POOL_IDLE_TIMEOUT_S + 20);
     let until = Instant::now() + idle;
     let mut sessions = stdio_sessions(cluster).await;
     while !sessions.is_empty() && Instant::now() < until {
@@ -360,7 +361,7 @@ pub async fn after_runs(
         sessions,
         format!(
             "every run's pooled stdio session stopped once idle ({} s)",
-            super::plan::POOL_IDLE_TIMEOUT_S
+            crate::plan::POOL_IDLE_TIMEOUT_S
         ),
     ));
 

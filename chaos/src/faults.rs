@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::ChaosCluster;
+use crate::cluster::ChaosCluster;
 
 /// What a fault hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -98,7 +98,7 @@ impl FaultKind {
     /// Every kind a cluster of `mode` can take: signals to every process kind, `kill -9`
     /// of an MCP server and of a sandbox supervisor; in multi-host mode also every network
     /// fault on the link to each host kind.
-    pub fn all(mode: super::Mode) -> Vec<FaultKind> {
+    pub fn all(mode: crate::command::Mode) -> Vec<FaultKind> {
         use Signal::*;
         use Target::*;
         let mut all = Vec::new();
@@ -112,7 +112,7 @@ impl FaultKind {
                 all.push(FaultKind { signal, target });
             }
         }
-        if super::disk::available() {
+        if crate::disk::available() {
             all.push(FaultKind {
                 signal: ReadOnly,
                 target: RunsDb,
@@ -122,7 +122,7 @@ impl FaultKind {
                 target: SandboxVolume,
             });
         }
-        if mode == super::Mode::Local {
+        if mode == crate::command::Mode::Local {
             for target in [McpServer, Sandbox, TaskGraph, Catalog, PeerLink, Run] {
                 all.push(FaultKind {
                     signal: Crash,
@@ -130,7 +130,7 @@ impl FaultKind {
                 });
             }
         }
-        if mode == super::Mode::MultiHost {
+        if mode == crate::command::Mode::MultiHost {
             for target in [McpHost, SandboxHost, Worker] {
                 for signal in [Delay, Drop, Throttle, Corrupt, Cut] {
                     all.push(FaultKind { signal, target });
@@ -143,7 +143,7 @@ impl FaultKind {
     /// Every kind of a local cluster.
     #[cfg(test)]
     pub fn all_local() -> Vec<FaultKind> {
-        FaultKind::all(super::Mode::Local)
+        FaultKind::all(crate::command::Mode::Local)
     }
 
     /// `kill9:lead`, `sigterm:worker`, `sigstop:mcp-host`, `cut:sandbox-host`, ...
@@ -180,7 +180,7 @@ impl FaultKind {
     }
 
     /// The kind named `name` (as [`FaultKind::name`] writes it) that `mode` can take.
-    pub fn parse(name: &str, mode: super::Mode) -> Option<FaultKind> {
+    pub fn parse(name: &str, mode: crate::command::Mode) -> Option<FaultKind> {
         FaultKind::all(mode).into_iter().find(|k| k.name() == name)
     }
 }
@@ -542,8 +542,8 @@ pub async fn inject(
         Signal::ReadOnly | Signal::Fill => {
             let base = cluster.bases().get(replica as usize).cloned();
             let hit = match (kind.signal, &base) {
-                (Signal::ReadOnly, _) => super::disk::database_read_only(&cluster.runtime(), true),
-                (_, Some(b)) => super::disk::fill(b).map(|_| ()),
+                (Signal::ReadOnly, _) => crate::disk::database_read_only(&cluster.runtime(), true),
+                (_, Some(b)) => crate::disk::fill(b).map(|_| ()),
                 (_, None) => Err(anyhow::anyhow!("no sandbox volume")),
             };
             if let Err(e) = hit {
@@ -566,11 +566,11 @@ pub async fn inject(
             }
             match (kind.signal, &base) {
                 (Signal::ReadOnly, _) => {
-                    if let Err(e) = super::disk::database_read_only(&cluster.runtime(), false) {
+                    if let Err(e) = crate::disk::database_read_only(&cluster.runtime(), false) {
                         eprintln!("antler chaos: {e:#}");
                     }
                 }
-                (_, Some(b)) => super::disk::unfill(b),
+                (_, Some(b)) => crate::disk::unfill(b),
                 _ => {}
             }
             Instant::now()
@@ -728,7 +728,7 @@ async fn crash(
             outcome.hit = Instant::now();
             // Nothing of that name alive any more (a task that ended meanwhile): try
             // another.
-            if crate::commands::chaos_stop::stop_actor(&cluster.runtime(), actor)
+            if crate::lead::stop_actor(&cluster.runtime(), actor)
                 .await
                 .is_ok()
             {
@@ -766,7 +766,7 @@ async fn crash_candidate(
                 match kind.target {
                     // Delegate runs: their tasks' `task` call ids.
                     Target::TaskGraph => (i % 3 == 2).then(|| {
-                        super::plan::task_call_id(i, if pick.is_multiple_of(2) { "a" } else { "b" })
+                        crate::plan::task_call_id(i, if pick.is_multiple_of(2) { "a" } else { "b" })
                     }),
                     _ => r["run_id"].as_str().map(str::to_owned),
                 }

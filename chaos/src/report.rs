@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::checks::Invariant;
-use super::events::{self, Observed};
-use super::faults::{FaultOutcome, Signal, Target};
-use super::plan::Plan;
-use super::RunOutcome;
+use crate::checks::Invariant;
+use crate::events::{self, Observed};
+use crate::faults::{FaultOutcome, Signal, Target};
+use crate::plan::Plan;
+use crate::runs::RunOutcome;
 
 /// The recovery figures the benchmark names, from the schedule's faults and the
 /// runs' events: a restarted host serving again, a resumed run continuing after the lead
@@ -140,7 +140,7 @@ fn ms(d: Duration) -> u64 {
 #[allow(clippy::too_many_arguments)]
 pub fn build(
     plan: &Plan,
-    mode: super::Mode,
+    mode: crate::command::Mode,
     workers: u32,
     runs: &[RunOutcome],
     faults: &[FaultOutcome],
