@@ -22,6 +22,7 @@ mod faults;
 mod lead;
 mod multihost;
 mod plan;
+mod procfs;
 mod report;
 mod runs;
 mod schedule;
