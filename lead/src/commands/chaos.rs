@@ -51,6 +51,11 @@ pub enum ChaosCommand {
         /// Print one JSON object: actor, stopped, detail.
         #[arg(long)]
         json: bool,
+        // `antler chaos` hands its own help flag to the suite, which clap's setting takes
+        // from its subcommands too: `stop` declares its own.
+        /// Print help
+        #[arg(short = 'h', long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
     },
 }
 
@@ -93,7 +98,10 @@ fn remote_text(e: &antler_protocol::RemoteError) -> String {
 
 /// Runs `antler chaos ...`.
 pub fn run(ctx: &Ctx, cli: ChaosCli) -> anyhow::Result<ExitCode> {
-    let Some(ChaosCommand::Stop { kind, name, json }) = cli.command else {
+    let Some(ChaosCommand::Stop {
+        kind, name, json, ..
+    }) = cli.command
+    else {
         return run_suite(cli.suite);
     };
     let actor = ActorRef::parse(&kind, name.as_deref())
