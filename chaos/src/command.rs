@@ -3,7 +3,7 @@
 //! starts, the schedule run on a runtime of its own, and its report printed and written
 //! (the command exits 1 when an invariant breaks).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +13,7 @@ use anyhow::Context as _;
 use crate::cluster::ChaosCluster;
 use crate::faults::FaultKind;
 use crate::plan::{self, Plan};
+use crate::report::Report;
 use crate::{disk, multihost, schedule};
 
 /// `antler chaos`'s arguments.
@@ -106,36 +107,8 @@ fn everything() -> anyhow::Result<String> {
 /// Runs `antler chaos`.
 pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     let seed = args.seed.unwrap_or_else(|| fastrand::u64(..1_000_000));
-    let kinds: Vec<FaultKind> = if args.no_faults {
-        Vec::new()
-    } else if args.faults.is_empty() {
-        FaultKind::all(args.mode)
-    } else {
-        args.faults
-            .iter()
-            .map(|n| {
-                FaultKind::parse(n, args.mode).with_context(|| {
-                    let all: Vec<String> = FaultKind::all(args.mode)
-                        .iter()
-                        .map(FaultKind::name)
-                        .collect();
-                    format!(
-                        "--faults: unknown fault `{n}`; expected some of {}",
-                        all.join(", ")
-                    )
-                })
-            })
-            .collect::<anyhow::Result<_>>()?
-    };
-    if !(0.1..=24.0 * 60.0).contains(&args.minutes) {
-        anyhow::bail!("--minutes: expected 0.1 to 1440");
-    }
-    if args.runs == 0 || args.runs > 10_000 {
-        anyhow::bail!("--runs: expected 1 to 10000");
-    }
-    if !(1..=8).contains(&args.workers) {
-        anyhow::bail!("--workers: expected 1 to 8");
-    }
+    let kinds = fault_kinds(&args)?;
+    check_sizes(&args)?;
     let duration = Duration::from_secs_f64(args.minutes * 60.0);
     let plan = Plan::new(seed, args.runs, duration, &kinds);
     eprintln!(
@@ -144,54 +117,8 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         plan.faults.len(),
         args.minutes
     );
-    let dir = match &args.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d)?;
-            d.clone()
-        }
-        None => {
-            let d =
-                std::env::temp_dir().join(format!("antler-chaos-{seed}-{}", std::process::id()));
-            std::fs::create_dir_all(&d)?;
-            d
-        }
-    };
-    // The sandbox's user reaches its thread's directories through this one.
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-    let exe = antler_beside()?;
-    std::fs::write(
-        dir.join("extensions_config.json"),
-        plan::extensions_json(&everything()?),
-    )?;
-    // Before any thread starts: mounts of this command's own (for the disk faults), the
-    // namespaces, and this process in the lead's.
-    if disk::available() {
-        disk::private_mounts()?;
-    }
-    let multi = match args.mode {
-        Mode::Local => None,
-        Mode::MultiHost => Some(multihost::MultiHost::create(&dir, &exe, args.workers)?),
-    };
-    if disk::available() {
-        let bases = match &multi {
-            Some(m) => m.bases(),
-            None => vec![dir.join("base")],
-        };
-        for base in bases {
-            disk::mount_volume(&base)?;
-        }
-    }
-    std::fs::write(
-        dir.join("config.yaml"),
-        plan::config_yaml(args.workers, multi.as_ref().map(|m| m.antler_config())),
-    )?;
-    let cluster = Arc::new(ChaosCluster::new(
-        dir.clone(),
-        multi,
-        exe,
-        format!("127.0.0.1:{}", free_port()?),
-        args.workers,
-    ));
+    let dir = cluster_dir(&args, seed)?;
+    let cluster = Arc::new(prepare_cluster(&args, &dir)?);
     let report_path = args
         .report
         .clone()
@@ -214,13 +141,123 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
             return Err(e);
         }
     };
-    std::fs::write(&report_path, serde_json::to_vec_pretty(&report.json)?)?;
+    print_report(&args, &dir, &report, &report_path)
+}
+
+/// The fault kinds of the schedule: none with --no-faults, --faults' (each one `mode`
+/// can take), else every kind of `mode`.
+fn fault_kinds(args: &ChaosArgs) -> anyhow::Result<Vec<FaultKind>> {
+    Ok(if args.no_faults {
+        Vec::new()
+    } else if args.faults.is_empty() {
+        FaultKind::all(args.mode)
+    } else {
+        args.faults
+            .iter()
+            .map(|n| {
+                FaultKind::parse(n, args.mode).with_context(|| {
+                    let all: Vec<String> = FaultKind::all(args.mode)
+                        .iter()
+                        .map(FaultKind::name)
+                        .collect();
+                    format!(
+                        "--faults: unknown fault `{n}`; expected some of {}",
+                        all.join(", ")
+                    )
+                })
+            })
+            .collect::<anyhow::Result<_>>()?
+    })
+}
+
+/// --minutes, --runs and --workers within their bounds.
+fn check_sizes(args: &ChaosArgs) -> anyhow::Result<()> {
+    if !(0.1..=24.0 * 60.0).contains(&args.minutes) {
+        anyhow::bail!("--minutes: expected 0.1 to 1440");
+    }
+    if args.runs == 0 || args.runs > 10_000 {
+        anyhow::bail!("--runs: expected 1 to 10000");
+    }
+    if !(1..=8).contains(&args.workers) {
+        anyhow::bail!("--workers: expected 1 to 8");
+    }
+    Ok(())
+}
+
+/// The cluster's directory: --dir, else a new one under the temporary directory; readable
+/// by the sandbox's user.
+fn cluster_dir(args: &ChaosArgs, seed: u64) -> anyhow::Result<PathBuf> {
+    let dir = match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            d.clone()
+        }
+        None => {
+            let d =
+                std::env::temp_dir().join(format!("antler-chaos-{seed}-{}", std::process::id()));
+            std::fs::create_dir_all(&d)?;
+            d
+        }
+    };
+    // The sandbox's user reaches its thread's directories through this one.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    Ok(dir)
+}
+
+/// The cluster in `dir`, not started: its extensions and config files written, and
+/// before any thread starts, mounts of this command's own (for the disk faults), the
+/// namespaces, and this process in the lead's.
+fn prepare_cluster(args: &ChaosArgs, dir: &Path) -> anyhow::Result<ChaosCluster> {
+    let exe = antler_beside()?;
+    std::fs::write(
+        dir.join("extensions_config.json"),
+        plan::extensions_json(&everything()?),
+    )?;
+    if disk::available() {
+        disk::private_mounts()?;
+    }
+    let multi = match args.mode {
+        Mode::Local => None,
+        Mode::MultiHost => Some(multihost::MultiHost::create(dir, &exe, args.workers)?),
+    };
+    if disk::available() {
+        let bases = match &multi {
+            Some(m) => m.bases(),
+            None => vec![dir.join("base")],
+        };
+        for base in bases {
+            disk::mount_volume(&base)?;
+        }
+    }
+    std::fs::write(
+        dir.join("config.yaml"),
+        plan::config_yaml(args.workers, multi.as_ref().map(|m| m.antler_config())),
+    )?;
+    Ok(ChaosCluster::new(
+        dir.to_path_buf(),
+        multi,
+        exe,
+        format!("127.0.0.1:{}", free_port()?),
+        args.workers,
+    ))
+}
+
+/// Writes the report to `report_path` and prints its table, its path and the report as
+/// one JSON line: exit 0 when every invariant held (the directory removed when this
+/// command made it and the report went elsewhere), else 1, naming the failures.
+fn print_report(
+    args: &ChaosArgs,
+    dir: &Path,
+    report: &Report,
+    report_path: &Path,
+) -> anyhow::Result<ExitCode> {
+    std::fs::write(report_path, serde_json::to_vec_pretty(&report.json)?)?;
     print!("{}", report.table);
     println!("report: {}", report_path.display());
     println!("{}", report.json);
     if report.ok {
         if args.dir.is_none() && args.report.is_some() {
-            let _ = std::fs::remove_dir_all(&dir);
+            let _ = std::fs::remove_dir_all(dir);
         }
         Ok(ExitCode::SUCCESS)
     } else {
