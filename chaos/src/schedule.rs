@@ -21,6 +21,35 @@ pub async fn schedule(
     workers: u32,
     mode: Mode,
 ) -> anyhow::Result<report::Report> {
+    start(&cluster).await?;
+    tokio::spawn(ChaosCluster::watch_lead(cluster.clone()));
+    let memory_before = warm_up(&cluster).await;
+    let started = Instant::now();
+    let (fault_outcomes, runs) = play(&cluster, &plan, started).await;
+    let elapsed = started.elapsed();
+    let healthy = cluster.wait_healthy(Duration::from_secs(60)).await;
+    let invariants =
+        checks::after_runs(&cluster, &runs, &memory_before, healthy, &fault_outcomes).await;
+    let lead_pid = cluster.lead_pid();
+    cluster.stop();
+    let mut invariants = invariants;
+    invariants.push(checks::nothing_left(&cluster.dir, lead_pid));
+    let figures = figures(&cluster, &fault_outcomes);
+    Ok(report::build(
+        &plan,
+        mode,
+        workers,
+        &runs,
+        &fault_outcomes,
+        invariants,
+        elapsed,
+        figures,
+    ))
+}
+
+/// Starts the cluster (in multi-host mode its hosts and proxies first, then the lead)
+/// and waits until every process is healthy; stops it when it does not come up.
+async fn start(cluster: &ChaosCluster) -> anyhow::Result<()> {
     if let Some(m) = &cluster.multi {
         if let Err(e) = m.start() {
             cluster.stop();
@@ -38,8 +67,12 @@ pub async fn schedule(
             cluster.lead_log(1).display()
         );
     }
-    tokio::spawn(ChaosCluster::watch_lead(cluster.clone()));
-    // One run before the schedule warms every process, so their memory is measured warm.
+    Ok(())
+}
+
+/// One run before the schedule warms every process, so their memory is measured warm:
+/// that memory.
+async fn warm_up(cluster: &Arc<ChaosCluster>) -> checks::Memory {
     let warm = PlannedRun {
         index: 10_000,
         kind: plan::RunKind::Tools,
@@ -47,8 +80,16 @@ pub async fn schedule(
     };
     let now = Instant::now();
     drive(cluster.clone(), warm, now, now + Duration::from_secs(120)).await;
-    let memory_before = checks::memory(&cluster).await;
-    let started = Instant::now();
+    checks::memory(cluster).await
+}
+
+/// The schedule's runs driven and its faults fired, each at its time after `started`:
+/// what came of each fault and each run, once all have ended.
+async fn play(
+    cluster: &Arc<ChaosCluster>,
+    plan: &Plan,
+    started: Instant,
+) -> (Vec<FaultOutcome>, Vec<RunOutcome>) {
     // Runs get the schedule plus time to finish once the faults have stopped.
     let deadline = started + plan.duration + Duration::from_secs(180);
     let drivers: Vec<_> = plan
@@ -83,14 +124,11 @@ pub async fn schedule(
             runs.push(o);
         }
     }
-    let elapsed = started.elapsed();
-    let healthy = cluster.wait_healthy(Duration::from_secs(60)).await;
-    let invariants =
-        checks::after_runs(&cluster, &runs, &memory_before, healthy, &fault_outcomes).await;
-    let lead_pid = cluster.lead_pid();
-    cluster.stop();
-    let mut invariants = invariants;
-    invariants.push(checks::nothing_left(&cluster.dir, lead_pid));
+    (fault_outcomes, runs)
+}
+
+/// The recovery figures, from the faults and the events the runs reported.
+fn figures(cluster: &ChaosCluster, fault_outcomes: &[FaultOutcome]) -> report::Figures {
     let observed = cluster.events.all();
     let node_of = |replica: u32| match &cluster.multi {
         Some(m) => m
@@ -99,15 +137,5 @@ pub async fn schedule(
             .unwrap_or_default(),
         None => format!("subagent-{replica}"),
     };
-    let figures = report::Figures::from(&fault_outcomes, &observed, node_of);
-    Ok(report::build(
-        &plan,
-        mode,
-        workers,
-        &runs,
-        &fault_outcomes,
-        invariants,
-        elapsed,
-        figures,
-    ))
+    report::Figures::from(fault_outcomes, &observed, node_of)
 }
