@@ -4,6 +4,7 @@
 //! [`stop_actor`] is the same request for code (the chaos suite). `antler chaos <suite
 //! flags>` is the chaos suite, which is a binary of its own (`antler-chaos`, crate
 //! `chaos/`): this process becomes it, with the same arguments, exit status and help.
+
 use std::{ffi::OsString, path::Path, process::ExitCode, time::Duration};
 
 use antler_protocol::{
