@@ -59,9 +59,10 @@ enum Command {
     Run(commands::run::RunArgs),
     /// Chaos: a seeded schedule of faults (kill -9, SIGTERM, SIGSTOP of every process
     /// kind) under concurrent runs against a local cluster of its own; prints a report and
-    /// exits 1 when an invariant breaks. `antler chaos stop KIND NAME` stops one actor of a
-    /// cluster started with `antler up --chaos`, as if it had crashed.
-    Chaos(commands::chaos_stop::ChaosCli),
+    /// exits 1 when an invariant breaks (the suite is the antler-chaos binary beside
+    /// antler). `antler chaos stop KIND NAME` stops one actor of a cluster started with
+    /// `antler up --chaos`, as if it had crashed.
+    Chaos(commands::chaos::ChaosCli),
 }
 
 fn main() -> ExitCode {
@@ -102,7 +103,7 @@ fn main() -> ExitCode {
         Command::Sandbox(c) => commands::sandbox::run(&ctx, c),
         Command::Tool(c) => commands::tool::run(&ctx, c),
         Command::Run(args) => commands::run::run(&ctx, args),
-        Command::Chaos(args) => commands::chaos_stop::run(&ctx, args),
+        Command::Chaos(args) => commands::chaos::run(&ctx, args),
     };
     match result {
         Ok(code) => code,

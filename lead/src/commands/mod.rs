@@ -2,7 +2,6 @@
 
 pub mod catalog;
 pub mod chaos;
-pub mod chaos_stop;
 pub mod cluster;
 pub mod cluster_init;
 pub mod config;

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::checks::Invariant;
-use super::events::{self, Observed};
-use super::faults::{FaultOutcome, Signal, Target};
-use super::plan::Plan;
-use super::RunOutcome;
+use crate::checks::Invariant;
+use crate::events::{self, Observed};
+use crate::faults::{FaultOutcome, Signal, Target};
+use crate::plan::Plan;
+use crate::runs::RunOutcome;
 
 /// The recovery figures the benchmark names, from the schedule's faults and the
 /// runs' events: a restarted host serving again, a resumed run continuing after the lead
@@ -137,10 +137,18 @@ fn ms(d: Duration) -> u64 {
     d.as_millis() as u64
 }
 
+/// A millisecond figure for the table: `-` when there is none.
+fn shown_ms(d: Option<Duration>) -> String {
+    d.map(|d| ms(d).to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// The report of a schedule: its header, then a section per part (the fault kinds, the
+/// recovery figures, the invariants, the runs, what failed), each in the table and in
+/// the JSON.
 #[allow(clippy::too_many_arguments)]
 pub fn build(
     plan: &Plan,
-    mode: super::Mode,
+    mode: crate::command::Mode,
     workers: u32,
     runs: &[RunOutcome],
     faults: &[FaultOutcome],
@@ -148,10 +156,6 @@ pub fn build(
     elapsed: Duration,
     figures: Figures,
 ) -> Report {
-    let mut by_kind: BTreeMap<String, Vec<&FaultOutcome>> = BTreeMap::new();
-    for f in faults {
-        by_kind.entry(f.kind.name()).or_default().push(f);
-    }
     let mut table = format!(
         "chaos schedule: seed {}, {} mode, {} runs, {} workers, {:.1} s\n{:<26} {:>8} {:>8} {:>8} {:>10} {:>10}\n",
         plan.seed,
@@ -166,92 +170,10 @@ pub fn build(
         "P50 MS",
         "MAX MS"
     );
-    let mut kinds_json = Vec::new();
-    for (name, list) in &by_kind {
-        let injected: Vec<&&FaultOutcome> = list.iter().filter(|f| f.pid.is_some()).collect();
-        let skipped = list.len() - injected.len();
-        let mut recoveries: Vec<Duration> = injected.iter().filter_map(|f| f.recovery).collect();
-        recoveries.sort();
-        let survived = recoveries.len();
-        let p50 = recoveries.get(recoveries.len() / 2).copied();
-        let max = recoveries.last().copied();
-        let show = |d: Option<Duration>| d.map(|d| ms(d).to_string()).unwrap_or_else(|| "-".into());
-        table.push_str(&format!(
-            "{name:<26} {:>8} {skipped:>8} {survived:>8} {:>10} {:>10}\n",
-            injected.len(),
-            show(p50),
-            show(max)
-        ));
-        kinds_json.push(json!({
-            "kind": name,
-            "injected": injected.len(),
-            "skipped": skipped,
-            "survived": survived,
-            "recovery_ms": {"p50": p50.map(ms), "max": max.map(ms)},
-        }));
-    }
-    table.push_str(&format!(
-        "\n{:<50} {:>8} {:>10} {:>10} {:>10}\n",
-        "RECOVERY", "SAMPLES", "P50 MS", "MAX MS", "TARGET MS"
-    ));
-    let mut figures_json = Vec::new();
-    for (name, samples, target) in figures.rows() {
-        let (p50, max) = p50_max(samples);
-        let show = |d: Option<Duration>| d.map(|d| ms(d).to_string()).unwrap_or_else(|| "-".into());
-        table.push_str(&format!(
-            "{name:<50} {:>8} {:>10} {:>10} {target:>10}\n",
-            samples.len(),
-            show(p50),
-            show(max)
-        ));
-        figures_json.push(json!({
-            "name": name,
-            "samples": samples.len(),
-            "p50_ms": p50.map(ms),
-            "max_ms": max.map(ms),
-            "target_ms": target,
-            "met": max.is_none_or(|m| ms(m) <= target),
-        }));
-    }
-    table.push_str("\nINVARIANT\n");
-    for inv in &invariants {
-        table.push_str(&format!(
-            "{} {}: {}\n",
-            if inv.held { "held  " } else { "BROKEN" },
-            inv.name,
-            inv.detail
-        ));
-    }
-    let ended = runs.iter().filter(|r| r.ended_at.is_some()).count();
-    let success = runs
-        .iter()
-        .filter(|r| r.view["status"] == "success")
-        .count();
-    let error = runs.iter().filter(|r| r.view["status"] == "error").count();
-    let per_min = ended as f64 / elapsed.as_secs_f64().max(1e-9) * 60.0;
-    table.push_str(&format!(
-        "\nruns: {ended} of {} ended ({success} success, {error} error), {per_min:.1} runs/min\n",
-        runs.len()
-    ));
-    // Why each run that ended in error did: a fault it met, in its own words.
-    let errors: Vec<Value> = runs
-        .iter()
-        .filter(|r| r.view["status"] == "error")
-        .map(|r| {
-            let why: String = r.view["error"]
-                .as_str()
-                .unwrap_or("(no error text)")
-                .chars()
-                .take(300)
-                .collect();
-            table.push_str(&format!(
-                "  run {} ({}): {why}\n",
-                r.planned.index,
-                r.planned.kind.as_str()
-            ));
-            json!({"run": r.planned.index, "kind": r.planned.kind.as_str(), "error": why})
-        })
-        .collect();
+    let kinds_json = fault_kinds(&mut table, faults);
+    let figures_json = recovery_figures(&mut table, &figures);
+    invariant_lines(&mut table, &invariants);
+    let runs_json = run_summary(&mut table, runs, elapsed);
     let failures = failures(&invariants, &figures);
     let ok = failures.is_empty();
     if !ok {
@@ -265,9 +187,7 @@ pub fn build(
         "mode": mode.as_str(),
         "workers": workers,
         "elapsed_s": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
-        "runs": {"planned": runs.len(), "ended": ended, "success": success, "error": error,
-                 "throughput_per_min": (per_min * 10.0).round() / 10.0,
-                 "errors": errors},
+        "runs": runs_json,
         "faults": kinds_json,
         "recovery": figures_json,
         "events_followed": figures.events,
@@ -291,6 +211,115 @@ pub fn build(
         ok,
         failures,
     }
+}
+
+/// Per fault kind (by name): injected, skipped, survived, recovery p50 and max.
+fn fault_kinds(table: &mut String, faults: &[FaultOutcome]) -> Vec<Value> {
+    let mut by_kind: BTreeMap<String, Vec<&FaultOutcome>> = BTreeMap::new();
+    for f in faults {
+        by_kind.entry(f.kind.name()).or_default().push(f);
+    }
+    let mut kinds_json = Vec::new();
+    for (name, list) in &by_kind {
+        let injected: Vec<&&FaultOutcome> = list.iter().filter(|f| f.pid.is_some()).collect();
+        let skipped = list.len() - injected.len();
+        let mut recoveries: Vec<Duration> = injected.iter().filter_map(|f| f.recovery).collect();
+        recoveries.sort();
+        let survived = recoveries.len();
+        let p50 = recoveries.get(recoveries.len() / 2).copied();
+        let max = recoveries.last().copied();
+        table.push_str(&format!(
+            "{name:<26} {:>8} {skipped:>8} {survived:>8} {:>10} {:>10}\n",
+            injected.len(),
+            shown_ms(p50),
+            shown_ms(max)
+        ));
+        kinds_json.push(json!({
+            "kind": name,
+            "injected": injected.len(),
+            "skipped": skipped,
+            "survived": survived,
+            "recovery_ms": {"p50": p50.map(ms), "max": max.map(ms)},
+        }));
+    }
+    kinds_json
+}
+
+/// Each recovery figure: its samples, p50 and max against its target.
+fn recovery_figures(table: &mut String, figures: &Figures) -> Vec<Value> {
+    table.push_str(&format!(
+        "\n{:<50} {:>8} {:>10} {:>10} {:>10}\n",
+        "RECOVERY", "SAMPLES", "P50 MS", "MAX MS", "TARGET MS"
+    ));
+    let mut figures_json = Vec::new();
+    for (name, samples, target) in figures.rows() {
+        let (p50, max) = p50_max(samples);
+        table.push_str(&format!(
+            "{name:<50} {:>8} {:>10} {:>10} {target:>10}\n",
+            samples.len(),
+            shown_ms(p50),
+            shown_ms(max)
+        ));
+        figures_json.push(json!({
+            "name": name,
+            "samples": samples.len(),
+            "p50_ms": p50.map(ms),
+            "max_ms": max.map(ms),
+            "target_ms": target,
+            "met": max.is_none_or(|m| ms(m) <= target),
+        }));
+    }
+    figures_json
+}
+
+/// Each invariant, held or broken, with its detail (in the JSON, the caller lists them).
+fn invariant_lines(table: &mut String, invariants: &[Invariant]) {
+    table.push_str("\nINVARIANT\n");
+    for inv in invariants {
+        table.push_str(&format!(
+            "{} {}: {}\n",
+            if inv.held { "held  " } else { "BROKEN" },
+            inv.name,
+            inv.detail
+        ));
+    }
+}
+
+/// The runs: how many ended, succeeded and failed, the throughput, and why each that
+/// ended in error did (a fault it met, in its own words).
+fn run_summary(table: &mut String, runs: &[RunOutcome], elapsed: Duration) -> Value {
+    let ended = runs.iter().filter(|r| r.ended_at.is_some()).count();
+    let success = runs
+        .iter()
+        .filter(|r| r.view["status"] == "success")
+        .count();
+    let error = runs.iter().filter(|r| r.view["status"] == "error").count();
+    let per_min = ended as f64 / elapsed.as_secs_f64().max(1e-9) * 60.0;
+    table.push_str(&format!(
+        "\nruns: {ended} of {} ended ({success} success, {error} error), {per_min:.1} runs/min\n",
+        runs.len()
+    ));
+    let errors: Vec<Value> = runs
+        .iter()
+        .filter(|r| r.view["status"] == "error")
+        .map(|r| {
+            let why: String = r.view["error"]
+                .as_str()
+                .unwrap_or("(no error text)")
+                .chars()
+                .take(300)
+                .collect();
+            table.push_str(&format!(
+                "  run {} ({}): {why}\n",
+                r.planned.index,
+                r.planned.kind.as_str()
+            ));
+            json!({"run": r.planned.index, "kind": r.planned.kind.as_str(), "error": why})
+        })
+        .collect();
+    json!({"planned": runs.len(), "ended": ended, "success": success, "error": error,
+           "throughput_per_min": (per_min * 10.0).round() / 10.0,
+           "errors": errors})
 }
 
 #[cfg(test)]

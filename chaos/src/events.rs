@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use serde_json::Value;
 
-use super::ChaosCluster;
+use crate::cluster::ChaosCluster;
 
 /// One event of a run, as it arrived.
 #[derive(Debug, Clone)]

@@ -125,7 +125,7 @@ fn free_bytes(dir: &Path) -> anyhow::Result<u64> {
 /// write through the mapping of an immutable file is a SIGBUS, not an error SQLite could
 /// answer; a read-only volume keeps its page cache writable.
 pub fn database_read_only(runtime: &Path, on: bool) -> anyhow::Result<()> {
-    let db = runtime.join(crate::commands::run::CHECKPOINT_FILE);
+    let db = runtime.join(crate::lead::CHECKPOINT_FILE);
     let mut files = vec![db.clone()];
     for suffix in ["-journal", "-wal"] {
         let mut p = db.clone().into_os_string();

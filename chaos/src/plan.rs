@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::faults::FaultKind;
+use crate::faults::FaultKind;
 
 /// A run of the schedule.
 #[derive(Debug, Clone)]

@@ -1,8 +1,11 @@
-//! `antler chaos stop KIND [NAME]`: asks the lead of the running cluster (started with
-//! `antler up --chaos`) to stop one actor as if it had crashed, and prints what happened.
-//! [`stop_actor`] is the same request for code (the chaos suite).
+//! `antler chaos`: the command's two halves. `antler chaos stop KIND [NAME]` is the lead's
+//! control client: it asks the lead of the running cluster (started with `antler up
+//! --chaos`) to stop one actor as if it had crashed, and prints what happened;
+//! [`stop_actor`] is the same request for code (the chaos suite). `antler chaos <suite
+//! flags>` is the chaos suite, which is a binary of its own (`antler-chaos`, crate
+//! `chaos/`): this process becomes it, with the same arguments, exit status and help.
 
-use std::{path::Path, process::ExitCode, time::Duration};
+use std::{ffi::OsString, path::Path, process::ExitCode, time::Duration};
 
 use antler_protocol::{
     messages::{ActorRef, ControlReply, ControlRequest, Reply, Request, ACTOR_KINDS},
@@ -16,14 +19,24 @@ use super::Ctx;
 /// How long the lead may take to stop an actor (a routed stop waits for its host).
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `antler chaos`: the suite (its own flags), or `stop`.
+/// The chaos suite's binary, beside `antler`.
+pub const SUITE_BINARY: &str = "antler-chaos";
+
+/// `antler chaos`: the suite (its own flags, read by `antler-chaos`), or `stop`. The help
+/// flag goes to the suite too: `antler chaos --help` is the suite's help.
 #[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(args_conflicts_with_subcommands = true, disable_help_flag = true)]
 pub struct ChaosCli {
     #[command(subcommand)]
     pub command: Option<ChaosCommand>,
-    #[command(flatten)]
-    pub suite: super::chaos::ChaosArgs,
+    /// The suite's flags (--seed, --runs, --minutes, --faults, --mode, ...; `antler chaos
+    /// --help` lists them), passed to antler-chaos as they are.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "SUITE_FLAGS"
+    )]
+    pub suite: Vec<OsString>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -39,6 +52,11 @@ pub enum ChaosCommand {
         /// Print one JSON object: actor, stopped, detail.
         #[arg(long)]
         json: bool,
+        // `antler chaos` hands its own help flag to the suite, which clap's setting takes
+        // from its subcommands too: `stop` declares its own.
+        /// Print help
+        #[arg(short = 'h', long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
     },
 }
 
@@ -81,8 +99,11 @@ fn remote_text(e: &antler_protocol::RemoteError) -> String {
 
 /// Runs `antler chaos ...`.
 pub fn run(ctx: &Ctx, cli: ChaosCli) -> anyhow::Result<ExitCode> {
-    let Some(ChaosCommand::Stop { kind, name, json }) = cli.command else {
-        return super::chaos::run(cli.suite);
+    let Some(ChaosCommand::Stop {
+        kind, name, json, ..
+    }) = cli.command
+    else {
+        return run_suite(cli.suite);
     };
     let actor = ActorRef::parse(&kind, name.as_deref())
         .map_err(|e| anyhow!("{e} (kinds: {})", ACTOR_KINDS.join(", ")))?;
@@ -106,4 +127,27 @@ pub fn run(ctx: &Ctx, cli: ChaosCli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// Becomes `antler-chaos` (found beside this executable) with the suite's arguments: the
+/// same process, so the same exit status and signals. Returns only when it cannot.
+fn run_suite(args: Vec<OsString>) -> anyhow::Result<ExitCode> {
+    use std::os::unix::process::CommandExt as _;
+    let exe = std::env::current_exe()?;
+    let suite = exe
+        .parent()
+        .map(|dir| dir.join(SUITE_BINARY))
+        .ok_or_else(|| anyhow!("the antler binary has no directory"))?;
+    if !suite.is_file() {
+        bail!(
+            "the chaos suite is a binary of its own, {SUITE_BINARY}, and it is not beside antler ({}): build it with `cargo build --workspace --bins` (scripts/chaos.sh does)",
+            suite.display()
+        );
+    }
+    // Its help and errors name the command as it was typed.
+    let e = std::process::Command::new(&suite)
+        .arg0("antler chaos")
+        .args(args)
+        .exec();
+    Err(anyhow!("cannot run {}: {e}", suite.display()))
 }

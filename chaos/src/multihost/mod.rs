@@ -10,6 +10,8 @@
 //! host's veth set down. This command is the hosts' orchestrator, as Kubernetes is: a host
 //! that exits is started again; the lead never restarts a remote host.
 
+mod netns;
+
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -17,6 +19,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+
+use netns::ip;
 
 /// The namespaces' subnet (inside them only).
 const SUBNET: &str = "10.78.0";
@@ -75,22 +79,6 @@ pub struct MultiHost {
     pub restarts: Mutex<Vec<u32>>,
 }
 
-fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .context("cannot run `ip` (iproute2; scripts/chaos.sh installs it)")?;
-    if !out.status.success() {
-        anyhow::bail!(
-            "`ip {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
-
 fn on_path(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
@@ -122,56 +110,49 @@ pub fn preflight(bin: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-impl MultiHost {
-    /// Creates the namespaces and the certificates and moves this process into the lead's
-    /// namespace. Must run before any thread starts (a namespace is per thread, and the
-    /// threads started afterwards inherit it).
-    pub fn create(dir: &Path, exe: &Path, workers: u32) -> anyhow::Result<MultiHost> {
-        let bin = exe
-            .parent()
-            .context("the antler binary has no directory")?
-            .to_path_buf();
-        preflight(&bin)?;
-        let tag = format!("antler-chaos-{}", std::process::id());
-        let certs = dir.join("certs");
-        let out = Command::new(exe)
-            .args(["cluster", "init"])
-            .arg(&certs)
-            .stdout(Stdio::null())
-            .output()
-            .context("cannot run `antler cluster init`")?;
-        if !out.status.success() {
-            anyhow::bail!(
-                "`antler cluster init` failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let c = |f: &str| certs.join(f).display().to_string();
-        let config = dir.join("config.yaml").display().to_string();
-        let extensions = dir.join("extensions_config.json").display().to_string();
-        let tls = |role: &str, name: &str, addr: String| -> Vec<String> {
-            vec![
-                "--listen".into(),
-                format!("tcp:{addr}"),
-                "--token-file".into(),
-                c("token"),
-                "--tls-ca".into(),
-                c("ca.crt"),
-                "--tls-cert".into(),
-                c(&format!("{role}.crt")),
-                "--tls-key".into(),
-                c(&format!("{role}.key")),
-                "--node-id".into(),
-                name.into(),
-            ]
-        };
-        let mut nodes = Vec::new();
-        let mut add = |name: String,
-                       role: &'static str,
-                       index: u32,
-                       port: u16,
-                       program,
-                       extra: Vec<String>| {
+/// The cluster's CA, per-role certificates and token in `certs` (`antler cluster init`).
+fn cluster_init(exe: &Path, certs: &Path) -> anyhow::Result<()> {
+    let out = Command::new(exe)
+        .args(["cluster", "init"])
+        .arg(certs)
+        .stdout(Stdio::null())
+        .output()
+        .context("cannot run `antler cluster init`")?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "`antler cluster init` failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// The hosts of the layout, numbered from 1: mcp-host, two sandbox-host replicas (their
+/// bases in `dir`), `workers` workers; each listening over TLS on the certificates in
+/// `certs`.
+fn nodes(dir: &Path, certs: &Path, workers: u32) -> Vec<Node> {
+    let c = |f: &str| certs.join(f).display().to_string();
+    let config = dir.join("config.yaml").display().to_string();
+    let extensions = dir.join("extensions_config.json").display().to_string();
+    let tls = |role: &str, name: &str, addr: String| -> Vec<String> {
+        vec![
+            "--listen".into(),
+            format!("tcp:{addr}"),
+            "--token-file".into(),
+            c("token"),
+            "--tls-ca".into(),
+            c("ca.crt"),
+            "--tls-cert".into(),
+            c(&format!("{role}.crt")),
+            "--tls-key".into(),
+            c(&format!("{role}.key")),
+            "--node-id".into(),
+            name.into(),
+        ]
+    };
+    let mut nodes = Vec::new();
+    let mut add =
+        |name: String, role: &'static str, index: u32, port: u16, program, extra: Vec<String>| {
             let number = nodes.len() as u32 + 1;
             let mut args = tls(role, &name, format!("{SUBNET}.{}:{port}", 10 + number));
             args.extend(extra);
@@ -185,48 +166,65 @@ impl MultiHost {
                 args,
             });
         };
+    add(
+        "mcp-host".into(),
+        "mcp-host",
+        0,
+        7102,
+        "antler-mcp-host",
+        vec![
+            "--extensions".into(),
+            extensions.clone(),
+            "--config".into(),
+            config.clone(),
+        ],
+    );
+    for i in 0..2u32 {
         add(
-            "mcp-host".into(),
-            "mcp-host",
-            0,
-            7102,
-            "antler-mcp-host",
+            format!("sandbox-{i}"),
+            "sandbox-host",
+            i,
+            7103,
+            "antler-sandbox-host",
             vec![
-                "--extensions".into(),
-                extensions.clone(),
+                "--index".into(),
+                i.to_string(),
                 "--config".into(),
                 config.clone(),
+                "--extensions".into(),
+                extensions.clone(),
+                "--base-dir".into(),
+                dir.join(format!("sandbox-{i}")).display().to_string(),
             ],
         );
-        for i in 0..2u32 {
-            add(
-                format!("sandbox-{i}"),
-                "sandbox-host",
-                i,
-                7103,
-                "antler-sandbox-host",
-                vec![
-                    "--index".into(),
-                    i.to_string(),
-                    "--config".into(),
-                    config.clone(),
-                    "--extensions".into(),
-                    extensions.clone(),
-                    "--base-dir".into(),
-                    dir.join(format!("sandbox-{i}")).display().to_string(),
-                ],
-            );
-        }
-        for i in 0..workers {
-            add(
-                format!("worker-{i}"),
-                "subagent",
-                i,
-                7104,
-                "antler-subagent",
-                vec!["--capacity".into(), "3".into()],
-            );
-        }
+    }
+    for i in 0..workers {
+        add(
+            format!("worker-{i}"),
+            "subagent",
+            i,
+            7104,
+            "antler-subagent",
+            vec!["--capacity".into(), "3".into()],
+        );
+    }
+    nodes
+}
+
+impl MultiHost {
+    /// Creates the namespaces and the certificates and moves this process into the lead's
+    /// namespace. Must run before any thread starts (a namespace is per thread, and the
+    /// threads started afterwards inherit it).
+    pub fn create(dir: &Path, exe: &Path, workers: u32) -> anyhow::Result<MultiHost> {
+        let bin = exe
+            .parent()
+            .context("the antler binary has no directory")?
+            .to_path_buf();
+        preflight(&bin)?;
+        let tag = format!("antler-chaos-{}", std::process::id());
+        let certs = dir.join("certs");
+        cluster_init(exe, &certs)?;
+        let nodes = nodes(dir, &certs, workers);
         let layout = MultiHost {
             tag: tag.clone(),
             dir: dir.to_path_buf(),
@@ -238,50 +236,8 @@ impl MultiHost {
         };
         std::fs::create_dir_all(dir.join("nodes"))?;
         // Torn down by `stop` (also when a step here fails: the caller stops the layout).
-        let hub = format!("{tag}-hub");
-        ip(&["netns", "add", &hub])?;
-        ip(&["-n", &hub, "link", "add", "br0", "type", "bridge"])?;
-        ip(&["-n", &hub, "link", "set", "br0", "up"])?;
-        let lead_ns = format!("{tag}-0");
-        let mut all: Vec<(String, String, String)> =
-            vec![(lead_ns.clone(), "h0".into(), lead_ip())];
-        for n in &layout.nodes {
-            all.push((
-                n.namespace(&tag),
-                n.hub_link(),
-                format!("{SUBNET}.{}", 10 + n.number),
-            ));
-        }
-        for (ns, hub_end, addr) in &all {
-            ip(&["netns", "add", ns])?;
-            ip(&[
-                "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", hub_end, "netns",
-                &hub,
-            ])?;
-            ip(&["-n", &hub, "link", "set", hub_end, "master", "br0"])?;
-            ip(&["-n", &hub, "link", "set", hub_end, "up"])?;
-            ip(&[
-                "-n",
-                ns,
-                "addr",
-                "add",
-                &format!("{addr}/24"),
-                "dev",
-                "eth0",
-            ])?;
-            ip(&["-n", ns, "link", "set", "eth0", "up"])?;
-            ip(&["-n", ns, "link", "set", "lo", "up"])?;
-        }
-        let f = std::fs::File::open(format!("/run/netns/{lead_ns}"))
-            .context("cannot open the lead's namespace")?;
-        // SAFETY: setns on a namespace file this process opened; no thread has started yet,
-        // so every thread and child from here on is in the lead's namespace.
-        if unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) } != 0 {
-            anyhow::bail!(
-                "cannot enter the lead's namespace: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+        netns::connect(&tag, &layout.nodes)?;
+        netns::enter(&format!("{tag}-0"))?;
         Ok(layout)
     }
 
