@@ -16,6 +16,7 @@ mod cluster_stop;
 mod cluster_tls;
 mod deploy_image;
 mod deploy_manifests;
+mod docs_cli;
 mod gateway_artifacts;
 mod gateway_csrf;
 mod gateway_idempotency;
