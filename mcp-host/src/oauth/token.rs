@@ -54,7 +54,7 @@ pub struct TokenActor {
 }
 
 impl TokenActor {
-    /// Starts the token actor of a fixed grant (call inside an actix system); its address.
+    /// Starts the token actor of a fixed grant (call on the actix system's thread); its address.
     pub fn fixed(grant: Arc<FixedGrant>) -> Authorizer {
         let refresh_token = grant.configured_refresh_token();
         Self::start_with(Grant::Fixed {
@@ -63,7 +63,7 @@ impl TokenActor {
         })
     }
 
-    /// Starts the token actor of a discovered grant (call inside an actix system); its
+    /// Starts the token actor of a discovered grant (call on the actix system's thread); its
     /// address.
     pub fn discovered(grant: Arc<DiscoveredGrant>) -> Authorizer {
         Self::start_with(Grant::Discovered {
@@ -80,14 +80,16 @@ impl TokenActor {
         };
         let cached = watch::channel(None).0;
         let published = cached.subscribe();
-        let addr = TokenActor {
+        let actor = TokenActor {
             grant,
             cached,
             refresh: None,
             login: watch::channel(LoginState::Idle).0,
             browser_login: None,
-        }
-        .start();
+        };
+        // Requests are served on tasks outside the system's arbiter: the actor is started
+        // there, where every actor of this host runs.
+        let addr = TokenActor::start_in_arbiter(&Arbiter::current(), move |_| actor);
         Authorizer {
             addr,
             published,
@@ -214,7 +216,8 @@ fn stopped() -> OAuthError {
 }
 
 /// Forget `rejected` (the server answered 401 with it): the next token is a new one.
-#[derive(Debug, Message)]
+/// (No `Debug`: it carries a token.)
+#[derive(Message)]
 #[rtype(result = "()")]
 pub struct Invalidate(pub String);
 
@@ -324,8 +327,9 @@ fn not_a_login() -> OAuthError {
     OAuthError::Login("this server's OAuth grant has no login".into())
 }
 
-/// Complete the login that sent this redirect (the URL the browser was sent to).
-#[derive(Debug, Message)]
+/// Complete the login that sent this redirect (the URL the browser was sent to). (No
+/// `Debug`: the redirect carries the authorization code.)
+#[derive(Message)]
 #[rtype(result = "Result<(), OAuthError>")]
 pub struct CompleteLogin {
     pub redirected: String,

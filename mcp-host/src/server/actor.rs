@@ -500,8 +500,8 @@ impl Actor for McpServerActor {
     }
 }
 
-/// Which session a caller waits for.
-#[derive(Debug, Clone)]
+/// Which session a caller waits for. (No `Debug`: it may carry a token.)
+#[derive(Clone)]
 pub enum Want {
     /// The live one; a failed or stopped server answers at once.
     Any,
@@ -532,7 +532,7 @@ pub enum Unavailable {
 
 /// The live session a caller wants, waiting while the server starts or reconnects (the
 /// caller bounds the wait); a failed or stopped server answers at once with why.
-#[derive(Debug, Message)]
+#[derive(Message)]
 #[rtype(result = "Result<Live, Unavailable>")]
 pub struct Session(pub Want);
 
@@ -575,8 +575,9 @@ impl Handler<WhyNot> for McpServerActor {
 }
 
 /// Close the session opened with `stale` and open one with a fresh token (a 401, or a
-/// token refreshed since it opened); a session already reopened is left alone.
-#[derive(Debug, Message)]
+/// token refreshed since it opened); a session already reopened is left alone. (No
+/// `Debug`: it carries a token.)
+#[derive(Message)]
 #[rtype(result = "()")]
 pub struct Reopen {
     pub stale: Option<String>,

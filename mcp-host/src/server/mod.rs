@@ -84,7 +84,7 @@ pub struct McpServer {
 
 impl McpServer {
     /// Starts the actor for `name`: it connects at once and keeps reconnecting until stopped.
-    /// Call inside an actix system.
+    /// Call on the actix system's thread.
     pub fn spawn(
         name: String,
         config: McpServerConfig,
@@ -100,7 +100,10 @@ impl McpServer {
             started_at: tokio::time::Instant::now(),
             asking: Arc::default(),
         });
-        let addr = McpServerActor::new(id.clone(), changes).start();
+        let actor = McpServerActor::new(id.clone(), changes);
+        // Requests are served on tasks outside the system's arbiter: the actor is started
+        // there, where every actor of this host runs.
+        let addr = McpServerActor::start_in_arbiter(&actix::Arbiter::current(), move |_| actor);
         McpServer { addr, id }
     }
 
