@@ -571,3 +571,64 @@ impl Drop for BrowserLogin {
         self.addr.do_send(EndBrowserLoginTurn);
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::{
+        atomic::{AtomicU32, Ordering},
+        Arc,
+    };
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A token endpoint that answers each request after `delay`, counting them.
+    async fn token_endpoint(delay: Duration) -> (String, Arc<AtomicU32>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/token", listener.local_addr().unwrap());
+        let count = Arc::new(AtomicU32::new(0));
+        let counted = count.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let _ = stream.read(&mut buf).await;
+                    tokio::time::sleep(delay).await;
+                    let body = format!(r#"{{"access_token": "t{n}", "expires_in": 3600}}"#);
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(reply.as_bytes()).await;
+                });
+            }
+        });
+        (url, count)
+    }
+
+    /// Calls that need a token while it is being fetched wait for that one fetch.
+    #[actix::test]
+    async fn concurrent_callers_share_one_refresh() {
+        let (url, count) = token_endpoint(Duration::from_millis(200)).await;
+        let config = serde_json::json!({
+            "token_url": url, "client_id": "id", "client_secret": "s"
+        });
+        let a = TokenActor::fixed(FixedGrant::new(serde_json::from_value(config).unwrap()));
+        assert_eq!(a.fresh(), None);
+        let got = futures::future::join_all((0..8).map(|_| a.authorization())).await;
+        for g in &got {
+            assert_eq!(g, &Ok(Some("Bearer t1".to_owned())));
+        }
+        assert_eq!(count.load(Ordering::SeqCst), 1);
+        // Cached: no request, no message.
+        assert_eq!(a.fresh().as_deref(), Some("Bearer t1"));
+        // A refused token is forgotten: the next caller fetches a new one.
+        a.invalidate("Bearer t1").await;
+        assert_eq!(a.fresh(), None);
+        assert_eq!(a.authorization().await, Ok(Some("Bearer t2".to_owned())));
+        assert_eq!(count.load(Ordering::SeqCst), 2);
+    }
+}
