@@ -15,10 +15,12 @@ use rmcp::{
 };
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, watch};
+use actix::Recipient;
+use tokio::sync::watch;
 
 use crate::ask::AskingCalls;
 use crate::elicitation::{self, ElicitationPolicy};
+use crate::server::ToolListChanged;
 
 /// The version proposed in `initialize`: the newest one that still has the handshake
 /// (`2026-07-28` has none; a server answering an older known version is accepted).
@@ -41,7 +43,7 @@ pub fn spoken_versions() -> String {
 /// The handler rmcp drives for one connection.
 #[derive(Debug, Clone)]
 pub struct Client {
-    tools_changed: mpsc::UnboundedSender<()>,
+    tools_changed: Recipient<ToolListChanged>,
     /// The session's roots, as directories on this host (none: an empty list).
     roots: watch::Receiver<Vec<String>>,
     /// `roots/list` requests answered on this connection.
@@ -57,7 +59,7 @@ impl Client {
     /// A handler that signals `tools_changed` on each `tools/list_changed` notification,
     /// answers `roots/list` with the current `roots`, and elicitation with `elicitation`.
     pub fn new(
-        tools_changed: mpsc::UnboundedSender<()>,
+        tools_changed: Recipient<ToolListChanged>,
         roots: watch::Receiver<Vec<String>>,
         elicitation: ElicitationPolicy,
         server: Arc<str>,
@@ -89,7 +91,7 @@ impl ClientHandler for Client {
         &self,
         _context: NotificationContext<RoleClient>,
     ) -> impl std::future::Future<Output = ()> + Send + '_ {
-        let _ = self.tools_changed.send(());
+        self.tools_changed.do_send(ToolListChanged);
         std::future::ready(())
     }
 

@@ -120,9 +120,7 @@ fn main() -> anyhow::Result<()> {
             s.stop();
         }
         let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
-        while std::time::Instant::now() < until
-            && servers.iter().any(|s| s.status().state != "stopped")
-        {
+        while std::time::Instant::now() < until && servers.iter().any(|s| !s.is_stopped()) {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         result

@@ -21,10 +21,7 @@ use std::{
 use antler_protocol::config::{McpPoolSection, Transport};
 use tokio::sync::broadcast;
 
-use crate::{
-    server::{McpServerActor, Phase},
-    transport::OpenOptions,
-};
+use crate::{server::McpServer, transport::OpenOptions};
 
 /// The thread id when a call names only a user.
 const DEFAULT_THREAD: &str = "default";
@@ -70,7 +67,7 @@ impl PoolLimits {
 }
 
 struct Entry {
-    handle: McpServerActor,
+    handle: McpServer,
     /// Order of last use (higher is more recent).
     last_used: u64,
     used_at: Instant,
@@ -149,11 +146,11 @@ impl SessionPool {
     /// The pooled session of `base` for `user`/`thread`, started when missing.
     pub fn session(
         &self,
-        base: &McpServerActor,
+        base: &McpServer,
         user: Option<&str>,
         thread: Option<&str>,
         workspace: Option<&str>,
-    ) -> Result<McpServerActor, String> {
+    ) -> Result<McpServer, String> {
         let key = (
             base.name().to_owned(),
             format!(
@@ -196,7 +193,7 @@ impl SessionPool {
                 .map(|k| (k.to_string(), tmp.clone()))
                 .collect();
         }
-        let handle = McpServerActor::spawn(
+        let handle = McpServer::spawn(
             base.name().to_owned(),
             base.config().clone(),
             base.transport(),
@@ -230,7 +227,7 @@ impl SessionPool {
     }
 
     /// Stops the sessions whose server is gone or was changed.
-    pub fn retain_current(&self, servers: &[McpServerActor]) {
+    pub fn retain_current(&self, servers: &[McpServer]) {
         let mut inner = self.lock();
         inner.entries.retain(|(name, _), e| {
             let keep = servers
@@ -245,7 +242,7 @@ impl SessionPool {
 
     /// Stops the idle sessions, then the least recently used ones past the memory cap.
     pub async fn sweep(&self) {
-        let snapshot: Vec<((String, String), McpServerActor, u64, Instant)> = self
+        let snapshot: Vec<((String, String), McpServer, u64, Instant)> = self
             .lock()
             .entries
             .iter()
@@ -254,20 +251,21 @@ impl SessionPool {
         if snapshot.is_empty() {
             return;
         }
-        let pids: Vec<Option<u32>> = snapshot.iter().map(|(_, h, _, _)| h.pid()).collect();
-        let groups: HashSet<u32> = pids.iter().flatten().copied().collect();
+        let usage =
+            futures::future::join_all(snapshot.iter().map(|(_, h, _, _)| h.occupancy())).await;
+        let groups: HashSet<u32> = usage.iter().filter_map(|u| u.pid).collect();
         let rss = tokio::task::spawn_blocking(move || group_rss(&groups))
             .await
             .unwrap_or_default();
         let candidates: Vec<Candidate> = snapshot
             .iter()
-            .zip(&pids)
-            .map(|((_, h, last_used, used_at), pid)| Candidate {
+            .zip(&usage)
+            .map(|((_, _, last_used, used_at), u)| Candidate {
                 last_used: *last_used,
                 used_at: *used_at,
                 // A session still starting has a call waiting for it.
-                busy: h.status().in_flight > 0 || h.phase() == Phase::Starting,
-                rss_bytes: pid.and_then(|p| rss.get(&p).copied()).unwrap_or(0),
+                busy: u.busy,
+                rss_bytes: u.pid.and_then(|p| rss.get(&p).copied()).unwrap_or(0),
             })
             .collect();
         let evictions = plan(&candidates, &self.limits, Instant::now());
@@ -305,7 +303,7 @@ impl SessionPool {
     }
 
     /// The pooled sessions of the server `name` (every user and thread).
-    pub fn sessions_of(&self, name: &str) -> Vec<McpServerActor> {
+    pub fn sessions_of(&self, name: &str) -> Vec<McpServer> {
         self.lock()
             .entries
             .iter()
@@ -326,7 +324,7 @@ impl SessionPool {
     }
 
     /// Stops every pooled session; returns them so the caller can wait for them.
-    pub fn stop_all(&self) -> Vec<McpServerActor> {
+    pub fn stop_all(&self) -> Vec<McpServer> {
         self.lock()
             .entries
             .drain()

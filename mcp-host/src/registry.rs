@@ -14,7 +14,7 @@ use tokio::sync::broadcast;
 
 use crate::{
     oauth::OAuthBroker,
-    server::{McpServerActor, ToolsChanged},
+    server::{McpServer, ToolsChanged},
     transport::OpenOptions,
     watch::Signature,
 };
@@ -22,7 +22,7 @@ use crate::{
 /// The registry actor.
 pub struct McpRegistry {
     path: Option<PathBuf>,
-    servers: Vec<McpServerActor>,
+    servers: Vec<McpServer>,
     /// Enabled servers the config could not start, with DeerFlow's message.
     skipped: Vec<(String, String)>,
     signature: Option<Signature>,
@@ -55,7 +55,7 @@ impl McpRegistry {
     ) -> McpReloadSummary {
         let mut summary = McpReloadSummary::default();
         let mut next = Vec::new();
-        let mut old: Vec<Option<McpServerActor>> = self.servers.drain(..).map(Some).collect();
+        let mut old: Vec<Option<McpServer>> = self.servers.drain(..).map(Some).collect();
         for (name, server) in config.enabled_servers() {
             let transport = match build_server_params(name, server) {
                 Ok(t) => t,
@@ -105,8 +105,8 @@ impl McpRegistry {
         name: &str,
         config: antler_protocol::config::McpServerConfig,
         transport: antler_protocol::config::Transport,
-    ) -> McpServerActor {
-        McpServerActor::spawn(
+    ) -> McpServer {
+        McpServer::spawn(
             name.to_owned(),
             config,
             transport,
@@ -189,7 +189,7 @@ impl Actor for McpRegistry {
 
 /// The live server actors, in file order.
 #[derive(Debug, Message)]
-#[rtype(result = "Vec<McpServerActor>")]
+#[rtype(result = "Vec<McpServer>")]
 pub struct Servers;
 
 impl Handler<Servers> for McpRegistry {

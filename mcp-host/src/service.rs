@@ -1,5 +1,6 @@
 //! The mcp-host side of the wire: routes each `McpRequest` to the registry and the server
-//! actors. Calls are run here, outside every actor, on a handle cloned out of the registry.
+//! actors. Calls are run here, outside every actor, on a server's address cloned out of the
+//! registry (the actor hands each call its live session).
 //! A listing waits for a server's first start only within [`START_GRACE`] of its spawn:
 //! one that hangs is reported not ready instead of holding up every run.
 
@@ -20,10 +21,10 @@ use futures::future::BoxFuture;
 use crate::{
     ask::{AskingCall, Elicitations},
     naming,
-    oauth::{self, share, DiscoveredAuth, OAuthBroker},
+    oauth::{self, share, Authorizer, OAuthBroker},
     pool::SessionPool,
     registry::{McpRegistry, Reload, Servers, Skipped, Subscribe},
-    server::{McpServerActor, Phase},
+    server::{McpServer, Phase},
 };
 
 /// A call's deadline when the requester gave none.
@@ -73,11 +74,11 @@ fn shared(oauth: &OAuthBroker) -> Result<Arc<share::Sealer>, RemoteError> {
 }
 
 /// The login authorizer of `server` for `user`, or why there is none.
-fn login_of(
-    servers: &[McpServerActor],
+async fn login_of(
+    servers: &[McpServer],
     server: &str,
     user: Option<&str>,
-) -> Result<(McpServerActor, Arc<DiscoveredAuth>), RemoteError> {
+) -> Result<(McpServer, Authorizer), RemoteError> {
     let Some(base) = servers.iter().find(|h| h.name() == server) else {
         return Err(RemoteError::Failed(format!(
             "no MCP server named '{server}'"
@@ -90,11 +91,11 @@ fn login_of(
     }
     let user_key = user.unwrap_or(oauth::DEFAULT_USER);
     let authorizer = match user {
-        None => base.authorizer(),
-        Some(_) => base.authorizer_for_user(user_key),
+        None => base.authorizer().await,
+        Some(_) => base.authorizer_for_user(user_key).await,
     };
-    match authorizer.as_ref().and_then(|a| a.discovered().cloned()) {
-        Some(d) if d.is_login() => Ok((base.clone(), d)),
+    match authorizer {
+        Some(a) if a.is_login() => Ok((base.clone(), a)),
         _ => Err(RemoteError::Failed(format!(
             "MCP server '{server}' does not log users in: its oauth block configures a \
              client_credentials or refresh_token grant (or OAuth is disabled)"
@@ -133,13 +134,14 @@ impl RoleHandler for McpService {
                 });
             };
             let servers = registry.send(Servers).await.map_err(unavailable)?;
-            let mut of_name: Vec<McpServerActor> =
+            let mut of_name: Vec<McpServer> =
                 servers.into_iter().filter(|h| h.name() == name).collect();
             if of_name.is_empty() {
                 return Err(RemoteError::Failed(format!("no MCP server named '{name}'")));
             }
             of_name.extend(pool.sessions_of(&name));
-            let stopped = of_name.iter().filter(|h| h.crash()).count() as u32;
+            let crashed = futures::future::join_all(of_name.iter().map(McpServer::crash)).await;
+            let stopped = crashed.into_iter().filter(|c| *c).count() as u32;
             Ok(ControlReply::ChaosStopped {
                 stopped,
                 detail: if stopped == 0 {
@@ -178,13 +180,13 @@ impl RoleHandler for McpService {
                 }
                 McpRequest::Status => {
                     let servers = registry.send(Servers).await.map_err(unavailable)?;
-                    let mut out: Vec<_> = servers.iter().map(McpServerActor::status).collect();
+                    let mut out = statuses(&servers).await;
                     out.extend(registry.send(Skipped).await.map_err(unavailable)?);
                     Ok(Reply::Mcp(McpReply::Status(out)))
                 }
                 McpRequest::ListTools { server } => {
                     let servers = registry.send(Servers).await.map_err(unavailable)?;
-                    let wanted: Vec<McpServerActor> = servers
+                    let wanted: Vec<McpServer> = servers
                         .into_iter()
                         .filter(|h| server.as_deref().is_none_or(|s| s == h.name()))
                         .collect();
@@ -196,20 +198,23 @@ impl RoleHandler for McpService {
                         }
                     }
                     settle(&wanted, left(&call, DEFAULT_LIST_WAIT)).await;
-                    Ok(Reply::Mcp(McpReply::Tools(tools_of(&wanted))))
+                    Ok(Reply::Mcp(McpReply::Tools(tools_of(&wanted).await)))
                 }
                 McpRequest::Discover => {
                     let servers = registry.send(Servers).await.map_err(unavailable)?;
                     settle(&servers, left(&call, DEFAULT_LIST_WAIT)).await;
                     // A reconnecting server keeps its tool list: calls wait for it.
-                    let mut not_ready: Vec<McpServerStatus> = servers
-                        .iter()
-                        .filter(|h| !matches!(h.phase(), Phase::Ready | Phase::Reconnecting))
-                        .map(McpServerActor::status)
+                    let mut not_ready: Vec<McpServerStatus> = statuses(&servers)
+                        .await
+                        .into_iter()
+                        .filter(|s| {
+                            s.state != Phase::Ready.as_str()
+                                && s.state != Phase::Reconnecting.as_str()
+                        })
                         .collect();
                     not_ready.extend(registry.send(Skipped).await.map_err(unavailable)?);
                     Ok(Reply::Mcp(McpReply::Discovery(McpDiscovery {
-                        tools: tools_of(&servers),
+                        tools: tools_of(&servers).await,
                         not_ready,
                     })))
                 }
@@ -338,7 +343,7 @@ impl RoleHandler for McpService {
                 }
                 McpRequest::OAuthStart(login) => {
                     let servers = registry.send(Servers).await.map_err(unavailable)?;
-                    let (_, d) = login_of(&servers, &login.server, login.user.as_deref())?;
+                    let (_, d) = login_of(&servers, &login.server, login.user.as_deref()).await?;
                     let url = d
                         .start_login(login.redirect_uri)
                         .await
@@ -351,7 +356,7 @@ impl RoleHandler for McpService {
                     redirected,
                 } => {
                     let servers = registry.send(Servers).await.map_err(unavailable)?;
-                    let (base, d) = login_of(&servers, &server, user.as_deref())?;
+                    let (base, d) = login_of(&servers, &server, user.as_deref()).await?;
                     d.complete_login(&redirected)
                         .await
                         .map_err(|e| RemoteError::Failed(e.to_string()))?;
@@ -364,7 +369,7 @@ impl RoleHandler for McpService {
                 }
                 McpRequest::OAuthWait { server, user } => {
                     let servers = registry.send(Servers).await.map_err(unavailable)?;
-                    let (base, d) = login_of(&servers, &server, user.as_deref())?;
+                    let (base, d) = login_of(&servers, &server, user.as_deref()).await?;
                     d.wait_login(left(&call, DEFAULT_CALL_DEADLINE))
                         .await
                         .map_err(|e| RemoteError::Failed(e.to_string()))?;
@@ -381,7 +386,7 @@ impl RoleHandler for McpService {
 }
 
 /// Waits for the servers' first starts, within [`START_GRACE`] of each spawn.
-async fn settle(servers: &[McpServerActor], within: Duration) {
+async fn settle(servers: &[McpServer], within: Duration) {
     futures::future::join_all(
         servers
             .iter()
@@ -391,15 +396,21 @@ async fn settle(servers: &[McpServerActor], within: Duration) {
 }
 
 /// The listed tools of `servers`, in order (a server not ready yet has none).
-fn tools_of(servers: &[McpServerActor]) -> Vec<antler_protocol::messages::McpTool> {
-    servers
+async fn tools_of(servers: &[McpServer]) -> Vec<antler_protocol::messages::McpTool> {
+    futures::future::join_all(servers.iter().map(McpServer::tools))
+        .await
         .iter()
-        .flat_map(|h| h.tools().as_ref().clone())
+        .flat_map(|tools| tools.as_ref().clone())
         .collect()
 }
 
+/// The status lines of `servers`, in order.
+async fn statuses(servers: &[McpServer]) -> Vec<McpServerStatus> {
+    futures::future::join_all(servers.iter().map(McpServer::status)).await
+}
+
 async fn call_tool(
-    servers: Vec<McpServerActor>,
+    servers: Vec<McpServer>,
     pool: &SessionPool,
     c: McpCall,
     deadline: Duration,
@@ -419,7 +430,7 @@ async fn call_tool(
     };
     // Accept the exposed `{server}_{tool}` name as well as the server's own.
     let prefix = server.config().tool_name_prefix;
-    let tools = server.tools();
+    let tools = server.tools().await;
     let tool = if tools.iter().any(|t| t.original_name == c.tool) {
         c.tool.clone()
     } else {
@@ -428,10 +439,10 @@ async fn call_tool(
     // A stdio call for a user or thread runs on that (user, thread)'s pooled session; a
     // call for a user of a server users log in to, on that user's session.
     let stdio = server.transport() == Transport::Stdio;
-    let other_user = c
-        .user
-        .as_deref()
-        .filter(|u| *u != oauth::DEFAULT_USER && !stdio && server.logs_users_in());
+    let other_user = match c.user.as_deref() {
+        Some(u) if u != oauth::DEFAULT_USER && !stdio && server.logs_users_in().await => Some(u),
+        _ => None,
+    };
     let session = if stdio && (c.user.is_some() || c.thread.is_some()) {
         pool.retain_current(&servers);
         match pool.session(

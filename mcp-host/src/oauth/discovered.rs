@@ -2,17 +2,21 @@
 //! server, per the MCP authorization spec, on rmcp's `AuthorizationManager`: protected
 //! resource metadata (the challenge's `resource_metadata`, then the well-known paths),
 //! authorization-server or OpenID metadata, then a client (pre-registered, a metadata
-//! document URL, or dynamic registration), PKCE S256 and `resource`. Owns the configured
-//! manager, the cached `Authorization` value, the last challenge and a login in progress.
-//! A cached token is used without any request until `expires_at - skew`; then it is
-//! refreshed (or, for client_credentials, fetched again). Tokens live in the `TokenStore`.
+//! document URL, or dynamic registration), PKCE S256 and `resource`. `DiscoveredGrant`
+//! is what never changes (the server, user, URL, config and the shared store) and the
+//! requests; what changes (the configured manager, the refused token, the last challenge,
+//! step-up scopes, the logins waiting for their redirect) is [`DiscoveredState`], owned by
+//! the (server, user)'s `TokenActor`, which caches the `Authorization` value until
+//! `expires_at - skew` and then refreshes it (or, for client_credentials, fetches it
+//! again) once however many calls wait. Tokens live in the `TokenStore`.
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
+use super::{login, store::TokenStore, OAuthError};
 use antler_protocol::config::{McpOAuthConfig, OAuthFlow};
 use oauth2::TokenResponse;
 use rmcp::transport::auth::CredentialStore;
@@ -21,9 +25,6 @@ use rmcp::transport::auth::{
     AuthorizationSession, ClientCredentialsConfig, OAuthClientConfig, OAuthTokenResponse,
     StoredCredentials,
 };
-use tokio::sync::watch;
-
-use super::{login, store::TokenStore, OAuthError};
 
 /// Scope step-ups tried for one token before a 403 is final.
 pub const MAX_STEP_UPS: u32 = 2;
@@ -39,41 +40,51 @@ pub enum LoginState {
     Failed(String),
 }
 
-#[derive(Clone)]
-struct Cached {
-    header: String,
-    refresh_at: Instant,
+/// A token the grant got: its `Authorization` value and until when it is reused.
+pub struct Fetched {
+    pub header: String,
+    pub fresh_until: Instant,
+    /// It came from the token endpoint (not the store): a refused token is forgotten.
+    pub from_endpoint: bool,
 }
 
-/// The discovered-endpoint token state of one (server, user).
-pub struct DiscoveredAuth {
+/// What changes for one (server, user)'s discovered grant, owned by its `TokenActor`.
+#[derive(Default)]
+pub struct DiscoveredState {
+    /// An `Authorization` value the server refused: the next fetch does not return it.
+    pub rejected: Option<String>,
+    /// The last `WWW-Authenticate` challenge the server sent.
+    pub challenge: Option<String>,
+    /// Scopes a 403 asked for beyond the configured ones.
+    pub extra_scopes: Vec<String>,
+    pub step_ups: u32,
+    /// The configured manager (out of the state while a refresh uses it).
+    pub manager: Option<AuthorizationManager>,
+    /// The logins waiting for their redirect, by their `state` (each has its own PKCE
+    /// verifier: a redirect completes the login that sent it, never another).
+    pub sessions: HashMap<String, AuthorizationSession>,
+}
+
+/// What a token request needs of the state, copied (and the manager taken) out of it.
+pub struct Ask {
+    pub rejected: Option<String>,
+    pub challenge: Option<String>,
+    pub scopes: Vec<String>,
+    pub manager: Option<AuthorizationManager>,
+}
+
+/// The discovered-endpoint grant of one (server, user): what never changes.
+pub struct DiscoveredGrant {
     server: String,
     user: String,
     url: String,
     config: McpOAuthConfig,
     store: Arc<TokenStore>,
-    cached: Mutex<Option<Cached>>,
-    /// An `Authorization` value the server refused: the next fetch does not return it.
-    rejected: Mutex<Option<String>>,
-    /// The last `WWW-Authenticate` challenge the server sent.
-    challenge: Mutex<Option<String>>,
-    /// Scopes a 403 asked for beyond the configured ones.
-    extra_scopes: Mutex<Vec<String>>,
-    step_ups: Mutex<u32>,
-    /// The configured manager (its single-flight gate: one fetch at a time).
-    manager: tokio::sync::Mutex<Option<AuthorizationManager>>,
-    /// The logins waiting for their redirect, by their `state` (each has its own PKCE
-    /// verifier: a redirect completes the login that sent it, never another).
-    sessions: tokio::sync::Mutex<HashMap<String, AuthorizationSession>>,
-    /// Held by a login a call started on its own (`$BROWSER`), so that calls meeting a
-    /// 401 together open one browser, not one each.
-    pub login_gate: tokio::sync::Mutex<()>,
-    login: watch::Sender<LoginState>,
 }
 
-impl std::fmt::Debug for DiscoveredAuth {
+impl std::fmt::Debug for DiscoveredGrant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DiscoveredAuth")
+        f.debug_struct("DiscoveredGrant")
             .field("server", &self.server)
             .field("user", &self.user)
             .finish_non_exhaustive()
@@ -84,16 +95,12 @@ fn now_secs() -> u64 {
     antler_protocol::sys::unix_ms() / 1000
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// A said-for-the-operator text of an rmcp auth error (never carries a token).
 fn said(e: &AuthError) -> String {
     e.to_string()
 }
 
-impl DiscoveredAuth {
+impl DiscoveredGrant {
     pub fn new(
         server: &str,
         user: &str,
@@ -107,16 +114,15 @@ impl DiscoveredAuth {
             url: url.to_owned(),
             config,
             store,
-            cached: Mutex::new(None),
-            rejected: Mutex::new(None),
-            challenge: Mutex::new(None),
-            extra_scopes: Mutex::new(Vec::new()),
-            step_ups: Mutex::new(0),
-            manager: tokio::sync::Mutex::new(None),
-            sessions: tokio::sync::Mutex::new(HashMap::new()),
-            login_gate: tokio::sync::Mutex::new(()),
-            login: watch::channel(LoginState::Idle).0,
         })
+    }
+
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    pub fn user(&self) -> &str {
+        &self.user
     }
 
     pub fn is_login(&self) -> bool {
@@ -127,45 +133,39 @@ impl DiscoveredAuth {
         self.config.refresh_skew_seconds.max(0) as u64
     }
 
-    /// Records the server's latest challenge (a 401 or 403 `WWW-Authenticate`).
-    pub fn set_challenge(&self, challenge: Option<String>) {
-        if challenge.is_some() {
-            *lock(&self.challenge) = challenge;
+    /// The token of a token endpoint's answer, reused until `expires_in - skew`.
+    pub fn fetched(&self, t: &OAuthTokenResponse) -> Fetched {
+        let header = format!("Bearer {}", t.access_token().secret());
+        let e = t.expires_in().map(|d| d.as_secs()).unwrap_or(3600).max(1);
+        let left = e.saturating_sub(self.skew().min(e / 2)).max(1);
+        Fetched {
+            header,
+            fresh_until: Instant::now() + Duration::from_secs(left),
+            from_endpoint: true,
         }
     }
 
-    /// The cached `Authorization` value while fresh.
-    pub fn fresh(&self) -> Option<String> {
-        lock(&self.cached)
-            .as_ref()
-            .filter(|c| c.refresh_at > Instant::now())
-            .map(|c| c.header.clone())
-    }
-
-    /// Forgets `rejected` (the server answered 401 with it).
-    pub fn invalidate(&self, rejected: &str) {
-        let mut c = lock(&self.cached);
-        if c.as_ref().is_some_and(|t| t.header == rejected) {
-            *c = None;
-        }
-        *lock(&self.rejected) = Some(rejected.to_owned());
-    }
-
-    /// The `Authorization` value: cached, stored, refreshed or (client_credentials)
-    /// fetched. `Ok(None)`: no token, and only a login gets one.
-    pub async fn authorization(&self) -> Result<Option<String>, OAuthError> {
-        if let Some(h) = self.fresh() {
-            return Ok(Some(h));
-        }
-        let mut manager = self.manager.lock().await;
-        if let Some(h) = self.fresh() {
-            return Ok(Some(h));
-        }
+    /// The `Authorization` value: stored, refreshed or (client_credentials, enterprise)
+    /// fetched. `Ok(None)`: no token, and only a login gets one. The manager goes back to
+    /// the state with the answer (`None`: it is to be configured again).
+    pub async fn fetch(
+        self: Arc<Self>,
+        ask: Ask,
+    ) -> (
+        Result<Option<Fetched>, OAuthError>,
+        Option<AuthorizationManager>,
+    ) {
+        let Ask {
+            rejected,
+            challenge,
+            scopes,
+            mut manager,
+        } = ask;
         let stored = self.store.get(&self.server, &self.user);
         let usable = stored.as_ref().and_then(|s| {
             let t = s.token_response.as_ref()?;
             let header = format!("Bearer {}", t.access_token().secret());
-            if lock(&self.rejected).as_deref() == Some(header.as_str()) {
+            if rejected.as_deref() == Some(header.as_str()) {
                 return None;
             }
             let left = match (t.expires_in(), s.token_received_at) {
@@ -184,8 +184,12 @@ impl DiscoveredAuth {
             }
         });
         if let Some((header, left)) = usable {
-            self.cache(&header, left);
-            return Ok(Some(header));
+            let fetched = Fetched {
+                header,
+                fresh_until: Instant::now() + left,
+                from_endpoint: false,
+            };
+            return (Ok(Some(fetched)), manager);
         }
         // Refresh when there is a refresh token; else fetch (client_credentials) or login.
         let has_refresh = stored
@@ -194,57 +198,47 @@ impl DiscoveredAuth {
             .is_some_and(|t| t.refresh_token().is_some());
         if has_refresh {
             if manager.is_none() {
-                *manager = Some(self.restore(stored.as_ref()).await?);
+                match self.restore(stored.as_ref(), challenge.as_deref()).await {
+                    Ok(m) => manager = Some(m),
+                    Err(e) => return (Err(e), None),
+                }
             }
             if let Some(m) = manager.as_ref() {
                 match m.refresh_token().await {
-                    Ok(t) => return Ok(Some(self.cache_response(&t))),
+                    Ok(t) => return (Ok(Some(self.fetched(&t))), manager),
                     Err(e) => {
                         tracing::warn!(server = %self.server, "OAuth refresh failed: {}", said(&e));
                         if !self.is_login() {
-                            *manager = None;
+                            manager = None;
                         } else {
-                            return Err(OAuthError::LoginNeeded {
+                            let needed = OAuthError::LoginNeeded {
                                 server: self.server.clone(),
                                 user: self.user.clone(),
                                 reason: format!("the refresh failed ({})", said(&e)),
-                            });
+                            };
+                            return (Err(needed), manager);
                         }
                     }
                 }
             }
         }
-        match self.config.flow() {
+        let got = match self.config.flow() {
             OAuthFlow::DiscoveredClientCredentials => {
-                let t = self.client_credentials().await?;
-                Ok(Some(self.cache_response(&t)))
+                self.client_credentials(challenge.as_deref(), scopes).await
             }
             OAuthFlow::EnterpriseManaged => {
-                let t = self.enterprise_managed().await?;
-                Ok(Some(self.cache_response(&t)))
+                self.enterprise_managed(challenge.as_deref(), &scopes).await
             }
-            _ => Ok(None),
-        }
-    }
-
-    fn cache(&self, header: &str, left: Duration) {
-        *lock(&self.cached) = Some(Cached {
-            header: header.to_owned(),
-            refresh_at: Instant::now() + left,
-        });
-    }
-
-    fn cache_response(&self, t: &OAuthTokenResponse) -> String {
-        let header = format!("Bearer {}", t.access_token().secret());
-        let e = t.expires_in().map(|d| d.as_secs()).unwrap_or(3600).max(1);
-        let left = e.saturating_sub(self.skew().min(e / 2)).max(1);
-        self.cache(&header, Duration::from_secs(left));
-        *lock(&self.rejected) = None;
-        header
+            _ => return (Ok(None), manager),
+        };
+        (got.map(|t| Some(self.fetched(&t))), manager)
     }
 
     /// A manager with discovered metadata, bound to this (server, user)'s store slot.
-    async fn discover(&self) -> Result<(AuthorizationManager, AuthorizationMetadata), OAuthError> {
+    async fn discover(
+        &self,
+        challenge: Option<&str>,
+    ) -> Result<(AuthorizationManager, AuthorizationMetadata), OAuthError> {
         let fail = |e: AuthError| OAuthError::Discovery {
             server: self.server.clone(),
             reason: said(&e),
@@ -253,11 +247,7 @@ impl DiscoveredAuth {
             .await
             .map_err(fail)?;
         m.set_credential_store(self.store.slot(&self.server, &self.user));
-        let challenge = lock(&self.challenge).clone();
-        let metadata = match m
-            .resolve_metadata_from_challenge(challenge.as_deref())
-            .await
-        {
+        let metadata = match m.resolve_metadata_from_challenge(challenge).await {
             Ok(resolved) => resolved.metadata,
             Err(e @ AuthError::AuthorizationServerMismatch { .. }) => {
                 // A 2025-03-26 server: no protected-resource metadata, and the
@@ -285,7 +275,11 @@ impl DiscoveredAuth {
     /// authorization server, resource the MCP server), then that assertion presented at
     /// the discovered token endpoint as a JWT bearer grant (RFC 7523), this client
     /// authenticated with its secret (HTTP Basic, else in the form).
-    async fn enterprise_managed(&self) -> Result<OAuthTokenResponse, OAuthError> {
+    async fn enterprise_managed(
+        &self,
+        challenge: Option<&str>,
+        scopes: &[String],
+    ) -> Result<OAuthTokenResponse, OAuthError> {
         const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
         const ID_TOKEN: &str = "urn:ietf:params:oauth:token-type:id_token";
         const ID_JAG: &str = "urn:ietf:params:oauth:token-type:id-jag";
@@ -300,13 +294,13 @@ impl DiscoveredAuth {
                     .into(),
             ));
         };
-        let (_, metadata) = self.discover().await?;
+        let (_, metadata) = self.discover(challenge).await?;
         let audience = metadata
             .issuer
             .clone()
             .unwrap_or_else(|| metadata.authorization_endpoint.clone());
         let http = oauth_http(idp)?;
-        let scope = self.scopes().join(" ");
+        let scope = scopes.join(" ");
         let mut exchange = vec![
             ("grant_type", TOKEN_EXCHANGE),
             ("subject_token", subject),
@@ -368,8 +362,9 @@ impl DiscoveredAuth {
     async fn restore(
         &self,
         stored: Option<&StoredCredentials>,
+        challenge: Option<&str>,
     ) -> Result<AuthorizationManager, OAuthError> {
-        let (mut m, _) = self.discover().await?;
+        let (mut m, _) = self.discover(challenge).await?;
         if let Some(s) = stored {
             let mut client = OAuthClientConfig::new(s.client_id.clone(), self.url.clone());
             if self.config.client_id.as_deref() == Some(s.client_id.as_str()) {
@@ -386,7 +381,8 @@ impl DiscoveredAuth {
         Ok(m)
     }
 
-    fn scopes(&self) -> Vec<String> {
+    /// The configured scopes, then those step-ups added (`extra`).
+    pub fn scopes(&self, extra: &[String]) -> Vec<String> {
         let mut s: Vec<String> = self
             .config
             .scope
@@ -395,7 +391,7 @@ impl DiscoveredAuth {
             .split_whitespace()
             .map(str::to_owned)
             .collect();
-        for x in lock(&self.extra_scopes).iter() {
+        for x in extra {
             if !s.contains(x) {
                 s.push(x.clone());
             }
@@ -405,21 +401,24 @@ impl DiscoveredAuth {
 
     /// client_credentials at the discovered token endpoint: the secret (basic or post, as
     /// the metadata names) or a signed JWT (`private_key_jwt`).
-    async fn client_credentials(&self) -> Result<OAuthTokenResponse, OAuthError> {
+    async fn client_credentials(
+        &self,
+        challenge: Option<&str>,
+        mut scopes: Vec<String>,
+    ) -> Result<OAuthTokenResponse, OAuthError> {
         let c = &self.config;
         let client_id = c
             .client_id
             .clone()
             .filter(|s| !s.is_empty())
             .ok_or(OAuthError::MissingClientCredentials)?;
-        let (mut m, metadata) = self.discover().await?;
+        let (mut m, metadata) = self.discover(challenge).await?;
         let fail = |e: AuthError| OAuthError::Request {
             url: self.url.clone(),
             reason: said(&e),
         };
-        let mut scopes = self.scopes();
         if scopes.is_empty() {
-            if let Some(challenged) = lock(&self.challenge).as_deref().and_then(challenge_scope) {
+            if let Some(challenged) = challenge.and_then(challenge_scope) {
                 scopes = challenged;
             }
         }
@@ -462,44 +461,41 @@ impl DiscoveredAuth {
         m.exchange_client_credentials(&cc).await.map_err(fail)
     }
 
-    /// A 403 `insufficient_scope`: the challenged scopes are added and a new token is
-    /// fetched (client_credentials), at most [`MAX_STEP_UPS`] times. True: try again.
-    pub async fn step_up(&self, challenge: &str) -> bool {
+    /// A 403 `insufficient_scope`: the challenged scopes are added to `state` and the
+    /// token held is refused, so a new one is fetched (client_credentials), at most
+    /// [`MAX_STEP_UPS`] times. True: try again.
+    pub fn step_up(&self, state: &mut DiscoveredState, challenge: &str) -> bool {
         let Some(wanted) = challenge_scope(challenge) else {
             return false;
         };
-        {
-            let mut n = lock(&self.step_ups);
-            if *n >= MAX_STEP_UPS {
-                return false;
-            }
-            *n += 1;
+        if state.step_ups >= MAX_STEP_UPS {
+            return false;
         }
-        {
-            let mut extra = lock(&self.extra_scopes);
-            for s in wanted {
-                if !extra.contains(&s) {
-                    extra.push(s);
-                }
+        state.step_ups += 1;
+        for s in wanted {
+            if !state.extra_scopes.contains(&s) {
+                state.extra_scopes.push(s);
             }
         }
-        self.set_challenge(Some(challenge.to_owned()));
-        *lock(&self.cached) = None;
+        state.challenge = Some(challenge.to_owned());
         if let Some(s) = self.store.get(&self.server, &self.user) {
             if let Some(t) = s.token_response.as_ref() {
-                *lock(&self.rejected) = Some(format!("Bearer {}", t.access_token().secret()));
+                state.rejected = Some(format!("Bearer {}", t.access_token().secret()));
             }
         }
         true
     }
 
     /// Starts a login: discovery, a client, and the authorization URL (PKCE S256,
-    /// `resource`, the scopes by the spec's rules plus `offline_access` when offered).
-    /// With no `redirect_uri` a loopback listener takes the redirect and completes it.
+    /// `resource`, `scopes` by the spec's rules plus `offline_access` when offered). With
+    /// no `redirect_uri` a loopback listener is started to take the redirect: the answer
+    /// carries the redirect it receives.
     pub async fn start_login(
-        self: &Arc<Self>,
+        self: Arc<Self>,
         redirect_uri: Option<String>,
-    ) -> Result<String, OAuthError> {
+        challenge: Option<String>,
+        scopes: Vec<String>,
+    ) -> Result<LoginStarted, OAuthError> {
         let (redirect_uri, callback) = match redirect_uri {
             Some(r) => (r, None),
             None => {
@@ -509,7 +505,7 @@ impl DiscoveredAuth {
                 (cb.redirect_uri.clone(), Some(cb.redirected))
             }
         };
-        let (m, _) = self.discover().await?;
+        let (m, _) = self.discover(challenge.as_deref()).await?;
         let c = &self.config;
         let mut request = AuthorizationRequest::new(redirect_uri).with_client_name(CLIENT_NAME);
         if let Some(id) = c.client_id.clone().filter(|s| !s.is_empty()) {
@@ -520,7 +516,6 @@ impl DiscoveredAuth {
         } else if let Some(u) = c.client_metadata_url.clone() {
             request = request.with_client_metadata_url(u);
         }
-        let scopes = self.scopes();
         if !scopes.is_empty() {
             request = request.with_scopes(scopes);
         } else {
@@ -531,83 +526,34 @@ impl DiscoveredAuth {
             .map_err(|(_, e)| OAuthError::Login(said(&e)))?;
         let url = session.get_authorization_url().to_owned();
         let state = query_param(&url, "state").unwrap_or_default();
-        {
-            let mut sessions = self.sessions.lock().await;
-            // Logins abandoned in a browser are not kept for ever.
-            if sessions.len() >= MAX_PENDING_LOGINS {
-                sessions.clear();
-            }
-            sessions.insert(state, session);
-        }
-        self.login.send_replace(LoginState::Pending);
-        if let Some(rx) = callback {
-            let me = self.clone();
-            tokio::spawn(async move {
-                match rx.await {
-                    Ok(redirected) => {
-                        let _ = me.complete_login(&redirected).await;
-                    }
-                    Err(_) => {
-                        me.login.send_replace(LoginState::Failed(
-                            "no redirect came before the login's deadline".into(),
-                        ));
-                    }
-                }
-            });
-        }
-        Ok(url)
+        Ok(LoginStarted {
+            session,
+            url,
+            state,
+            callback,
+        })
     }
 
-    /// Completes the login in progress with the redirect URL the browser was sent to.
-    pub async fn complete_login(&self, redirected: &str) -> Result<(), OAuthError> {
-        let state = query_param(redirected, "state").unwrap_or_default();
-        let Some(session) = self.sessions.lock().await.remove(&state) else {
-            return Err(OAuthError::Login(
-                "no login in progress sent this redirect (its state is unknown or expired)".into(),
-            ));
-        };
-        match session.handle_callback_url(redirected).await {
-            Ok(t) => {
-                self.cache_response(&t);
-                *lock(&self.step_ups) = 0;
-                *self.manager.lock().await = Some(session.auth_manager);
-                tracing::info!(server = %self.server, user = %self.user, "OAuth login complete");
-                self.login.send_replace(LoginState::Done);
-                Ok(())
-            }
-            Err(e) => {
-                let why = said(&e);
-                self.login.send_replace(LoginState::Failed(why.clone()));
-                Err(OAuthError::Login(why))
-            }
+    /// Completes `session` with the redirect URL the browser was sent to: its token and
+    /// the configured manager, or why not.
+    pub async fn complete_login(
+        session: AuthorizationSession,
+        redirected: String,
+    ) -> Result<(OAuthTokenResponse, AuthorizationManager), OAuthError> {
+        match session.handle_callback_url(&redirected).await {
+            Ok(t) => Ok((t, session.auth_manager)),
+            Err(e) => Err(OAuthError::Login(said(&e))),
         }
     }
+}
 
-    /// Waits (up to `within`) for the login in progress to end.
-    pub async fn wait_login(&self, within: Duration) -> Result<(), OAuthError> {
-        let mut rx = self.login.subscribe();
-        let end = tokio::time::timeout(
-            within,
-            rx.wait_for(|s| {
-                matches!(
-                    s,
-                    LoginState::Done | LoginState::Failed(_) | LoginState::Idle
-                )
-            }),
-        )
-        .await;
-        match end {
-            Ok(Ok(s)) => match &*s {
-                LoginState::Done => Ok(()),
-                LoginState::Failed(why) => Err(OAuthError::Login(why.clone())),
-                _ => Err(OAuthError::Login("no login is in progress".into())),
-            },
-            _ => Err(OAuthError::Login(format!(
-                "the login did not complete within {}s",
-                within.as_secs()
-            ))),
-        }
-    }
+/// A login started: its session (waiting for the redirect), the URL to open, its `state`,
+/// and the loopback listener's redirect when no `redirect_uri` was given.
+pub struct LoginStarted {
+    pub session: AuthorizationSession,
+    pub url: String,
+    pub state: String,
+    pub callback: Option<tokio::sync::oneshot::Receiver<String>>,
 }
 
 /// The HTTP client of this host's own OAuth requests (metadata, token endpoints): a
@@ -662,10 +608,10 @@ async fn token_post(
 }
 
 /// Logins waiting for a redirect at most, per (server, user).
-const MAX_PENDING_LOGINS: usize = 16;
+pub const MAX_PENDING_LOGINS: usize = 16;
 
 /// A query parameter of a URL.
-fn query_param(url: &str, name: &str) -> Option<String> {
+pub fn query_param(url: &str, name: &str) -> Option<String> {
     url::Url::parse(url)
         .ok()?
         .query_pairs()

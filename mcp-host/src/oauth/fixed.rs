@@ -1,11 +1,11 @@
-//! `FixedGrant`: DeerFlow's OAuth (spec 5.4), a fixed `token_url`. Owns the access token, its expiry and the
-//! (possibly rotated) refresh token. A cached token is reused until `expires_at - skew`;
-//! one fetch runs at a time per server however many calls wait (the fetch gate is the only
-//! lock held across an await, and only by the one caller doing the fetch). Tokens and
-//! secrets never appear in logs or errors.
+//! `FixedGrant`: DeerFlow's OAuth (spec 5.4), a fixed `token_url`: the grant's immutable
+//! config and HTTP client, and the token request. The token, its expiry and the (possibly
+//! rotated) refresh token are the server's `TokenActor`'s (`token`), which reuses a token
+//! until `expires_at - skew` and runs one fetch at a time however many calls wait. Tokens
+//! and secrets never appear in logs or errors.
 
 use std::{
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -20,20 +20,21 @@ const TOKEN_TIMEOUT: Duration = Duration::from_secs(15);
 /// `expires_in` when the response has none or an invalid one.
 const DEFAULT_EXPIRES_IN: u64 = 3600;
 
-#[derive(Clone)]
-struct Token {
-    header: String,
-    expires_at: Instant,
+/// A token fetched from the token endpoint.
+pub struct Fetched {
+    /// The `Authorization` value.
+    pub header: String,
+    /// Reused until then (`expires_at - skew`).
+    pub fresh_until: Instant,
+    /// The refresh token the endpoint rotated to, if it sent one.
+    pub rotated: Option<String>,
 }
 
-/// The token state of one server.
+/// One server's fixed grant: its config and HTTP client.
 pub struct FixedGrant {
     config: McpOAuthConfig,
     /// `None` when no client could be built (every fetch then fails with why).
     http: Option<reqwest::Client>,
-    cached: Mutex<Option<Token>>,
-    refresh_token: Mutex<Option<String>>,
-    fetch_gate: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for FixedGrant {
@@ -46,7 +47,6 @@ impl std::fmt::Debug for FixedGrant {
 
 impl FixedGrant {
     pub fn new(config: McpOAuthConfig) -> Arc<Self> {
-        let refresh = config.refresh_token.clone();
         Arc::new(Self {
             // The form carries the client secret: a redirect never takes it elsewhere.
             http: reqwest::Client::builder()
@@ -55,49 +55,16 @@ impl FixedGrant {
                 .build()
                 .ok(),
             config,
-            cached: Mutex::new(None),
-            refresh_token: Mutex::new(refresh),
-            fetch_gate: tokio::sync::Mutex::new(()),
         })
     }
 
-    pub fn fresh(&self) -> Option<String> {
-        let skew = Duration::from_secs(self.config.refresh_skew_seconds.max(0) as u64);
-        let cached = self.cached.lock().ok()?;
-        cached
-            .as_ref()
-            .filter(|t| t.expires_at > Instant::now() + skew)
-            .map(|t| t.header.clone())
+    /// The configured refresh token (the first one, before any rotation).
+    pub fn configured_refresh_token(&self) -> Option<String> {
+        self.config.refresh_token.clone()
     }
 
-    /// The `Authorization` value: the cached token while fresh, else one fetched now.
-    pub async fn authorization(&self) -> Result<String, OAuthError> {
-        if let Some(h) = self.fresh() {
-            return Ok(h);
-        }
-        let _gate = self.fetch_gate.lock().await;
-        if let Some(h) = self.fresh() {
-            return Ok(h);
-        }
-        let token = self.fetch().await?;
-        let header = token.header.clone();
-        if let Ok(mut c) = self.cached.lock() {
-            *c = Some(token);
-        }
-        Ok(header)
-    }
-
-    /// Forgets the cached token if it is still `rejected` (the server answered 401 with it),
-    /// so the next `authorization` fetches a new one.
-    pub fn invalidate(&self, rejected: &str) {
-        if let Ok(mut c) = self.cached.lock() {
-            if c.as_ref().is_some_and(|t| t.header == rejected) {
-                *c = None;
-            }
-        }
-    }
-
-    fn form(&self) -> Result<String, OAuthError> {
+    /// The token request's form, with `refresh_token` for the refresh_token grant.
+    fn form(&self, refresh_token: Option<&str>) -> Result<String, OAuthError> {
         let c = &self.config;
         let mut fields: Vec<(String, String)> = c
             .extra_token_params
@@ -124,11 +91,11 @@ impl FixedGrant {
                 }
             }
             GrantType::RefreshToken => {
-                let rt = self.refresh_token.lock().ok().and_then(|r| r.clone());
-                if rt.as_deref().unwrap_or("").is_empty() {
+                let rt = refresh_token.filter(|r| !r.is_empty());
+                if rt.is_none() {
                     return Err(OAuthError::MissingRefreshToken);
                 }
-                set("refresh_token", rt);
+                set("refresh_token", rt.map(str::to_owned));
             }
             GrantType::AuthorizationCode | GrantType::JwtBearer => {}
         }
@@ -141,9 +108,10 @@ impl FixedGrant {
         Ok(u.query().unwrap_or("").to_owned())
     }
 
-    async fn fetch(&self) -> Result<Token, OAuthError> {
+    /// Fetches a token now (with `refresh_token` for the refresh_token grant).
+    pub async fn fetch(&self, refresh_token: Option<String>) -> Result<Fetched, OAuthError> {
         let c = &self.config;
-        let body = self.form()?;
+        let body = self.form(refresh_token.as_deref())?;
         let url = c.token_url.clone().unwrap_or_default();
         let http = self.http.as_ref().ok_or_else(|| OAuthError::Request {
             url: url.clone(),
@@ -196,24 +164,23 @@ impl FixedGrant {
         }
         .unwrap_or(DEFAULT_EXPIRES_IN)
         .max(1);
-        if let Some(rotated) = json
+        let rotated = json
             .get("refresh_token")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
-        {
-            if let Ok(mut r) = self.refresh_token.lock() {
-                *r = Some(rotated.to_owned());
-            }
-        }
+            .map(str::to_owned);
         // "Bearer" is written with a capital B whatever case the server used.
         let token_type = if token_type.eq_ignore_ascii_case("bearer") {
             "Bearer"
         } else {
             token_type
         };
-        Ok(Token {
+        let expires_at = Instant::now() + Duration::from_secs(expires_in);
+        let skew = Duration::from_secs(c.refresh_skew_seconds.max(0) as u64);
+        Ok(Fetched {
             header: format!("{token_type} {access}"),
-            expires_at: Instant::now() + Duration::from_secs(expires_in),
+            fresh_until: expires_at.checked_sub(skew).unwrap_or_else(Instant::now),
+            rotated,
         })
     }
 }
@@ -233,7 +200,7 @@ mod tests {
             r#"{"token_url": "http://127.0.0.1:1/t", "client_id": "id", "client_secret": "s",
                 "scope": "read", "extra_token_params": {"scope": "evil", "grant_type": "password", "resource": "r"}}"#,
         );
-        let form = a.form().unwrap();
+        let form = a.form(None).unwrap();
         assert!(form.contains("resource=r"), "{form}");
         assert!(
             form.contains("scope=read") && !form.contains("evil"),
@@ -248,8 +215,14 @@ mod tests {
     #[test]
     fn grants_need_their_fields() {
         let a = actor(r#"{"token_url": "http://x/t", "client_id": "id"}"#);
-        assert_eq!(a.form().err(), Some(OAuthError::MissingClientCredentials));
+        assert_eq!(
+            a.form(None).err(),
+            Some(OAuthError::MissingClientCredentials)
+        );
         let b = actor(r#"{"token_url": "http://x/t", "grant_type": "refresh_token"}"#);
-        assert_eq!(b.form().err(), Some(OAuthError::MissingRefreshToken));
+        assert_eq!(
+            b.form(b.configured_refresh_token().as_deref()).err(),
+            Some(OAuthError::MissingRefreshToken)
+        );
     }
 }

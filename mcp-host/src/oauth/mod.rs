@@ -1,9 +1,10 @@
-//! OAuth for MCP servers over HTTP. `Authorizer` is one (server, user)'s token source:
-//! DeerFlow's fixed `token_url` grant (`fixed`), or endpoints discovered from the server per
-//! the MCP authorization spec (`discovered`: client_credentials, or a user's login).
-//! `OAuthBroker` owns every authorizer of this host and the token store they share, so a
-//! login, the server's session and the gateway reach the same one. Tokens and secrets
-//! never appear in logs, errors or replies.
+//! OAuth for MCP servers over HTTP. Each (server, user)'s tokens are owned by a
+//! `TokenActor` (`token`; its address is an `Authorizer`) over one grant: DeerFlow's fixed
+//! `token_url` grant (`fixed`), or endpoints discovered from the server per the MCP
+//! authorization spec (`discovered`: client_credentials, enterprise-managed, or a user's
+//! login). `OAuthBroker` keeps every authorizer of this host (a concurrent map, read from
+//! many tasks) and the token store they share, so a login, the server's session and the
+//! gateway reach the same actor. Tokens and secrets never appear in logs, errors or replies.
 
 pub mod discovered;
 pub mod fixed;
@@ -11,18 +12,17 @@ pub mod jwt;
 pub mod login;
 pub mod share;
 pub mod store;
+pub mod token;
 
-use std::{
-    collections::HashMap,
-    path::PathBuf,
-    sync::{Arc, Mutex},
-};
+use std::{path::PathBuf, sync::Arc};
 
 use antler_protocol::config::{McpOAuthConfig, OAuthFlow};
+use dashmap::DashMap;
 
-pub use discovered::DiscoveredAuth;
+pub use discovered::DiscoveredGrant;
 pub use fixed::FixedGrant;
 pub use store::TokenStore;
+pub use token::{Authorizer, TokenActor};
 
 /// The user a call without one runs for (`antler mcp call`, `antler mcp login`).
 pub const DEFAULT_USER: &str = "default";
@@ -64,63 +64,16 @@ fn user_flag(user: &str) -> String {
     }
 }
 
-/// One (server, user)'s token source.
-#[derive(Debug, Clone)]
-pub enum Authorizer {
-    Fixed(Arc<FixedGrant>),
-    Discovered(Arc<DiscoveredAuth>),
-}
-
-impl Authorizer {
-    /// The cached `Authorization` value while fresh (no await, no request).
-    pub fn fresh(&self) -> Option<String> {
-        match self {
-            Authorizer::Fixed(f) => f.fresh(),
-            Authorizer::Discovered(d) => d.fresh(),
-        }
-    }
-
-    /// The `Authorization` value; `Ok(None)`: none until a user logs in.
-    pub async fn authorization(&self) -> Result<Option<String>, OAuthError> {
-        match self {
-            Authorizer::Fixed(f) => f.authorization().await.map(Some),
-            Authorizer::Discovered(d) => d.authorization().await,
-        }
-    }
-
-    /// Forgets `rejected` (the server answered 401 with it).
-    pub fn invalidate(&self, rejected: &str) {
-        match self {
-            Authorizer::Fixed(f) => f.invalidate(rejected),
-            Authorizer::Discovered(d) => d.invalidate(rejected),
-        }
-    }
-
-    /// Records the server's challenge (`WWW-Authenticate` of a 401 or 403).
-    pub fn set_challenge(&self, challenge: Option<String>) {
-        if let Authorizer::Discovered(d) = self {
-            d.set_challenge(challenge);
-        }
-    }
-
-    pub fn discovered(&self) -> Option<&Arc<DiscoveredAuth>> {
-        match self {
-            Authorizer::Discovered(d) => Some(d),
-            Authorizer::Fixed(_) => None,
-        }
-    }
-}
-
 struct Entry {
     config: McpOAuthConfig,
     url: String,
-    authorizer: Authorizer,
+    authorizer: Option<Authorizer>,
 }
 
 /// Every authorizer of this host, by (server, user), and their token store.
 pub struct OAuthBroker {
     store: Arc<TokenStore>,
-    entries: Mutex<HashMap<(String, String), Entry>>,
+    entries: DashMap<(String, String), Entry>,
     /// The key the credentials are sealed with to be shared (`--oauth-key-file`).
     sealer: Option<Arc<share::Sealer>>,
 }
@@ -148,7 +101,7 @@ impl OAuthBroker {
     pub fn sharing(data_dir: Option<PathBuf>, sealer: Option<share::Sealer>) -> Arc<Self> {
         Arc::new(Self {
             store: TokenStore::open(data_dir),
-            entries: Mutex::new(HashMap::new()),
+            entries: DashMap::new(),
             sealer: sealer.map(Arc::new),
         })
     }
@@ -163,8 +116,9 @@ impl OAuthBroker {
         self.sealer.as_ref()
     }
 
-    /// The authorizer of (`server`, `user`) for `config` at `url`; a changed config gets
-    /// a new one (the stored tokens stay).
+    /// The authorizer of (`server`, `user`) for `config` at `url`, its token actor
+    /// started when there is none; a changed config gets a new one (the stored tokens
+    /// stay). Call inside an actix system.
     pub fn authorizer(
         &self,
         server: &str,
@@ -174,17 +128,27 @@ impl OAuthBroker {
     ) -> Authorizer {
         let user = user.unwrap_or(DEFAULT_USER);
         let key = (server.to_owned(), user.to_owned());
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = entries.get(&key) {
-            if &e.config == config && e.url == url {
-                return e.authorizer.clone();
-            }
+        // The entry is held for the check and the insert: two callers get one actor.
+        let mut entry = self.entries.entry(key).or_insert_with(|| Entry {
+            config: config.clone(),
+            url: url.to_owned(),
+            authorizer: None,
+        });
+        if entry.config != *config || entry.url != url {
+            *entry = Entry {
+                config: config.clone(),
+                url: url.to_owned(),
+                authorizer: None,
+            };
+        }
+        if let Some(a) = &entry.authorizer {
+            return a.clone();
         }
         let authorizer = match config.flow() {
-            OAuthFlow::Fixed(_) => Authorizer::Fixed(FixedGrant::new(config.clone())),
+            OAuthFlow::Fixed(_) => TokenActor::fixed(FixedGrant::new(config.clone())),
             OAuthFlow::DiscoveredClientCredentials
             | OAuthFlow::AuthorizationCode
-            | OAuthFlow::EnterpriseManaged => Authorizer::Discovered(DiscoveredAuth::new(
+            | OAuthFlow::EnterpriseManaged => TokenActor::discovered(DiscoveredGrant::new(
                 server,
                 user,
                 url,
@@ -192,14 +156,7 @@ impl OAuthBroker {
                 self.store.clone(),
             )),
         };
-        entries.insert(
-            key,
-            Entry {
-                config: config.clone(),
-                url: url.to_owned(),
-                authorizer: authorizer.clone(),
-            },
-        );
+        entry.authorizer = Some(authorizer.clone());
         authorizer
     }
 }
