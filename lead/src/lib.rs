@@ -5,19 +5,12 @@
 //! [`catalog`] and [`run`].
 
 pub mod agents;
-pub mod chaos_actors;
-pub mod checkpoint;
 pub mod cli;
 pub mod cluster;
 pub mod commands;
-pub mod control;
-pub mod discovery;
 pub mod gateway;
-pub mod mcp_credentials;
-pub mod run_manager;
+pub mod runs;
 pub mod subagents;
-pub mod supervisor;
-pub mod teardown;
 
 pub use antler_engine::{catalog, run};
 pub use antler_protocol::host as host_runtime;

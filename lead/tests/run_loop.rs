@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use antler_lead::catalog::{Catalog, ToolSource, ToolSpec};
-use antler_lead::checkpoint::{CheckpointStore, RunStatus};
+use antler_lead::runs::{CheckpointStore, RunStatus};
 use antler_lead::run::actor::{RunEvent, RunLoop, RunSettings, ToolState};
 use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
 use antler_lead::run::hosts::{HostError, ToolHosts};

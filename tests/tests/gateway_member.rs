@@ -16,7 +16,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use antler_lead::gateway::routes::{Access, ROUTES};
+use antler_lead::gateway::{Access, ROUTES};
 use antler_tests::wait_for;
 use lead_support::{http_full, LeadCluster};
 use serde_json::{json, Value};

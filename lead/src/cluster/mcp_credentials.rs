@@ -17,10 +17,8 @@ use antler_protocol::{
     Connection, RemoteError, Role, RpcError, TraceContext,
 };
 
-use crate::{
-    checkpoint::CheckpointStore,
-    supervisor::{GetLinks, Supervisor},
-};
+use crate::cluster::supervisor::{GetLinks, Supervisor};
+use crate::runs::store::CheckpointStore;
 
 /// How often the replicas' connections are looked at (a new one is watched).
 const LOOK_EVERY: Duration = Duration::from_secs(1);

@@ -4,6 +4,22 @@
 //! dials them over mutual TLS, follows the replicas its names resolve to, and starts no
 //! process. `antler up` runs one in the foreground; any other command that needs the
 //! hosts attaches to a running one or starts an ephemeral one.
+//!
+//! The room holds what runs the cluster: `supervisor` (the `Supervisor` actor: the local
+//! children and the links to every host), `discovery` (the replicas a cluster-mode name
+//! resolves to), `control` (the lead's control socket), `scaling` (the number of workers
+//! of a running cluster), `mcp_credentials` (the relay of the mcp-host replicas' OAuth
+//! credentials), `chaos_actors` (chaos mode's actor faults) and `teardown`.
+
+pub mod chaos_actors;
+pub mod control;
+pub mod discovery;
+pub mod mcp_credentials;
+pub mod scaling;
+pub mod supervisor;
+pub mod teardown;
+
+pub use supervisor::{ChildSpec, GetStatus, RestartPolicy, StopAll, Supervisor};
 
 use std::{
     path::{Path, PathBuf},
@@ -22,10 +38,8 @@ use antler_protocol::{
     Connection, ConnectionConfig, InFlight,
 };
 
-use crate::{
-    control::LeadService,
-    supervisor::{ChildSpec, RestartPolicy, StopAll, Supervisor},
-};
+use control::LeadService;
+
 
 /// Everything needed to start a local cluster.
 #[derive(Debug, Clone)]
@@ -83,7 +97,7 @@ pub enum ClusterError {
     #[error("cannot reach the lead: {0}")]
     Unreachable(String),
     #[error(transparent)]
-    Store(#[from] crate::checkpoint::CheckpointError),
+    Store(#[from] crate::runs::store::CheckpointError),
     #[error(transparent)]
     Gateway(#[from] crate::gateway::GatewayError),
     #[error("antler.tls: {0}")]
@@ -227,7 +241,7 @@ pub struct RunningCluster {
     /// The HTTP gateway, when it could listen.
     gateway: Option<crate::gateway::Gateway>,
     /// Cluster mode's replica discovery, running as long as the cluster.
-    _discovery: Option<Addr<crate::discovery::Discovery>>,
+    _discovery: Option<Addr<crate::cluster::discovery::Discovery>>,
     /// The runtime directory's lock, held until the cluster has stopped.
     _lock: std::fs::File,
 }
@@ -283,7 +297,7 @@ impl RunningCluster {
                 .chain(&hosts.workers)
                 .cloned()
                 .collect();
-            crate::chaos_actors::check_loopback(&all)
+            crate::cluster::chaos_actors::check_loopback(&all)
                 .await
                 .map_err(ClusterError::ChaosOffLoopback)?;
         }
@@ -340,7 +354,7 @@ impl RunningCluster {
             let mut entries: Vec<(Role, Address)> = Vec::new();
             entries.extend(hosts.mcp_hosts.iter().map(|a| (Role::McpHost, a.clone())));
             entries.extend(hosts.workers.iter().map(|a| (Role::Subagent, a.clone())));
-            crate::discovery::Discovery::new(supervisor.clone(), entries, hosts.resolve_interval)
+            crate::cluster::discovery::Discovery::new(supervisor.clone(), entries, hosts.resolve_interval)
                 .start()
         });
         let dispatcher =
@@ -384,12 +398,12 @@ impl RunningCluster {
             runs.manager.clone(),
             lead_sock.clone(),
             in_flight.clone(),
-            crate::subagents::scaling::WorkerScaling::new(
+            crate::cluster::scaling::WorkerScaling::new(
                 plan,
                 supervisor.clone(),
                 dispatcher.clone(),
             ),
-            crate::chaos_actors::ChaosActors::new(
+            crate::cluster::chaos_actors::ChaosActors::new(
                 spec.chaos,
                 supervisor.clone(),
                 runs.manager.clone(),
@@ -444,8 +458,8 @@ impl RunningCluster {
 /// The lead's run side: the manager and the metrics it feeds.
 #[derive(Clone)]
 pub struct Runs {
-    pub manager: Addr<crate::run_manager::manager::RunManager>,
-    pub metrics: Arc<crate::run_manager::metrics::Metrics>,
+    pub manager: Addr<crate::runs::manager::RunManager>,
+    pub metrics: Arc<crate::runs::metrics::Metrics>,
     /// The workers' slots, for the gateway's cluster view.
     pub dispatcher: Addr<crate::subagents::dispatcher::SubagentDispatcher>,
     /// The catalog actor the runs' catalogs come from.
@@ -476,12 +490,12 @@ fn start_runs(
     extensions: PathBuf,
 ) -> Result<Runs, ClusterError> {
     use crate::catalog::{actor::CatalogActor, assembly::Sources};
-    use crate::run_manager::{
+    use crate::runs::{
         hosts::LinkHosts, manager::RunManager, metrics::Metrics, prepare::RunEnv,
     };
-    let store = crate::checkpoint::CheckpointStore::open(&spec.store_path)?;
-    actix::spawn(crate::checkpoint::probe_writes(store.clone()));
-    actix::spawn(crate::mcp_credentials::relay(
+    let store = crate::runs::store::CheckpointStore::open(&spec.store_path)?;
+    actix::spawn(crate::runs::store::probe_writes(store.clone()));
+    actix::spawn(crate::cluster::mcp_credentials::relay(
         supervisor.clone(),
         store.clone(),
     ));
@@ -586,7 +600,7 @@ pub async fn attach_or_start(
 pub async fn wait_until_healthy(supervisor: &Addr<Supervisor>, within: Duration) -> bool {
     let until = Instant::now() + within;
     while Instant::now() < until {
-        if let Ok(st) = supervisor.send(crate::supervisor::GetStatus).await {
+        if let Ok(st) = supervisor.send(crate::cluster::supervisor::GetStatus).await {
             if st.iter().all(|s| s.healthy) {
                 return true;
             }

@@ -468,7 +468,7 @@ impl Actor for Supervisor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        if crate::teardown::tearing_down() {
+        if crate::cluster::teardown::tearing_down() {
             return;
         }
         let keys: Vec<Key> = self.children.keys().copied().collect();

@@ -9,7 +9,7 @@ use antler_protocol::messages::ElicitationAction;
 use serde_json::{json, Value};
 
 use super::{error, guard, State, VisibleRun, MAX_ANSWER_BODY};
-use crate::run_manager::elicitations::AnswerError;
+use crate::runs::elicitations::AnswerError;
 
 /// The answer's action and content, or why the body is not one.
 fn parse(body: &[u8]) -> Result<(ElicitationAction, Option<String>), String> {
@@ -48,7 +48,7 @@ pub async fn answer(
         Ok(answer) => answer,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
-    match crate::run_manager::elicitations::answer(
+    match crate::runs::elicitations::answer(
         &state.runs.manager,
         &state.supervisor,
         &run_id,

@@ -27,6 +27,7 @@ mod ui;
 
 pub use guard::{Guard, Refusal, BODY_DEADLINE, GATEWAY_HOSTS_ENV};
 pub use principal::{Authenticator, Principal, PrincipalsError};
+pub use routes::{Access, ROUTES};
 
 use std::{
     io::Write,
@@ -51,8 +52,8 @@ use antler_protocol::{
 use serde_json::{json, Value};
 
 use crate::cluster::Runs;
-use crate::run_manager::manager;
-use crate::supervisor::{GetLinks, Supervisor};
+use crate::runs::manager;
+use crate::cluster::supervisor::{GetLinks, Supervisor};
 
 /// The variable holding the gateway's bearer token (required beyond loopback; on
 /// loopback, without it, the gateway makes one and writes it to `gateway.token`).
@@ -310,7 +311,7 @@ async fn whoami(req: actix_web::HttpRequest) -> HttpResponse {
 /// takes writes (runs can be prepared), 503 with what it waits for until then; `/health`
 /// is liveness only.
 async fn ready(state: web::Data<State>) -> HttpResponse {
-    let readiness = crate::run_manager::readiness::readiness(&state.supervisor).await;
+    let readiness = crate::runs::readiness::readiness(&state.supervisor).await;
     if readiness.is_ready() {
         HttpResponse::Ok().json(json!({"status": "ready"}))
     } else {
@@ -602,7 +603,7 @@ const CLUSTER_TIMEOUT: Duration = Duration::from_millis(2000);
 /// servers); a host that does not answer is `null` with an `errors` entry.
 async fn cluster_view(state: web::Data<State>) -> HttpResponse {
     use antler_protocol::messages::{SandboxReply, SandboxRequest};
-    let mut processes = match state.supervisor.send(crate::supervisor::GetStatus).await {
+    let mut processes = match state.supervisor.send(crate::cluster::supervisor::GetStatus).await {
         Ok(list) => list,
         Err(e) => {
             return error(
@@ -611,9 +612,9 @@ async fn cluster_view(state: web::Data<State>) -> HttpResponse {
             )
         }
     };
-    crate::subagents::scaling::with_slots(&mut processes, &state.runs.dispatcher).await;
+    crate::cluster::scaling::with_slots(&mut processes, &state.runs.dispatcher).await;
     // The lead is unhealthy while its runs database cannot be written.
-    let unwritable = crate::checkpoint::unwritable();
+    let unwritable = crate::runs::store::unwritable();
     processes.insert(
         0,
         antler_protocol::messages::ProcessStatus {
@@ -871,15 +872,15 @@ async fn post_run(
             .insert_header(("Location", format!("/api/runs/{run_id}")))
             .json(json!({"run_id": run_id, "status": "running"})),
         Ok(Err(
-            e @ (crate::run_manager::prepare::PrepareError::InvalidId { .. }
-            | crate::run_manager::prepare::PrepareError::Playbook(_)),
+            e @ (crate::runs::prepare::PrepareError::InvalidId { .. }
+            | crate::runs::prepare::PrepareError::Playbook(_)),
         )) => error(StatusCode::BAD_REQUEST, e.to_string()),
         // The lead's own load (a host away, busy or slow, the store locked): come back.
         Ok(Err(e)) if e.is_overload() => {
             let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
             busy.headers_mut().insert(
                 actix_web::http::header::RETRY_AFTER,
-                crate::run_manager::prepare::RETRY_AFTER_S.into(),
+                crate::runs::prepare::RETRY_AFTER_S.into(),
             );
             busy
         }
@@ -888,7 +889,7 @@ async fn post_run(
             let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
             busy.headers_mut().insert(
                 actix_web::http::header::RETRY_AFTER,
-                crate::run_manager::prepare::RETRY_AFTER_S.into(),
+                crate::runs::prepare::RETRY_AFTER_S.into(),
             );
             busy
         }
@@ -920,7 +921,7 @@ async fn view_of(state: &State, run_id: String) -> HttpResponse {
     use actix_web::http::StatusCode;
     match state.runs.manager.send(manager::GetRun(run_id)).await {
         Ok(Ok(view)) => HttpResponse::Ok().json(view),
-        Ok(Err(e @ crate::run_manager::prepare::PrepareError::UnknownRun(_))) => {
+        Ok(Err(e @ crate::runs::prepare::PrepareError::UnknownRun(_))) => {
             error(StatusCode::NOT_FOUND, e.to_string())
         }
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
@@ -949,7 +950,7 @@ async fn visible(
     let unknown = || {
         error(
             StatusCode::NOT_FOUND,
-            crate::run_manager::prepare::PrepareError::UnknownRun(run_id.to_owned()).to_string(),
+            crate::runs::prepare::PrepareError::UnknownRun(run_id.to_owned()).to_string(),
         )
     };
     match state
@@ -966,7 +967,7 @@ async fn visible(
 }
 
 /// The response to a run manager's failure: 503 for the lead's own load, 500 otherwise.
-fn manager_error(e: crate::run_manager::prepare::PrepareError) -> HttpResponse {
+fn manager_error(e: crate::runs::prepare::PrepareError) -> HttpResponse {
     use actix_web::http::StatusCode;
     if e.is_overload() {
         error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
@@ -1019,7 +1020,7 @@ async fn run_messages(state: web::Data<State>, VisibleRun(run_id): VisibleRun) -
         Ok(Ok(messages)) => {
             HttpResponse::Ok().json(json!({"messages": secrets::shown_messages(&messages)}))
         }
-        Ok(Err(e @ crate::run_manager::prepare::PrepareError::UnknownRun(_))) => {
+        Ok(Err(e @ crate::runs::prepare::PrepareError::UnknownRun(_))) => {
             error(actix_web::http::StatusCode::NOT_FOUND, e.to_string())
         }
         Ok(Err(e)) => manager_error(e),
@@ -1084,7 +1085,7 @@ async fn download_artifact(
                 ),
             )
         }
-        Ok(Err(e @ crate::run_manager::prepare::PrepareError::NoArtifact { .. })) => {
+        Ok(Err(e @ crate::runs::prepare::PrepareError::NoArtifact { .. })) => {
             return error(StatusCode::NOT_FOUND, e.to_string())
         }
         Ok(Err(e)) => return manager_error(e),
@@ -1140,7 +1141,7 @@ async fn list_runs(
     };
     let status = match query.get("status") {
         None => None,
-        Some(s) => match crate::checkpoint::RunStatus::parse(s) {
+        Some(s) => match crate::runs::store::RunStatus::parse(s) {
             Some(status) => Some(status),
             None => {
                 return error(
@@ -1201,10 +1202,10 @@ async fn answer_run(
         Ok(Ok(run_id)) => {
             HttpResponse::Accepted().json(json!({"run_id": run_id, "status": "running"}))
         }
-        Ok(Err(e @ crate::run_manager::prepare::PrepareError::UnknownRun(_))) => {
+        Ok(Err(e @ crate::runs::prepare::PrepareError::UnknownRun(_))) => {
             error(StatusCode::NOT_FOUND, e.to_string())
         }
-        Ok(Err(e @ crate::run_manager::prepare::PrepareError::NotWaiting { .. })) => {
+        Ok(Err(e @ crate::runs::prepare::PrepareError::NotWaiting { .. })) => {
             error(StatusCode::CONFLICT, e.to_string())
         }
         Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
@@ -1225,10 +1226,10 @@ async fn cancel_run(state: web::Data<State>, VisibleRun(run_id): VisibleRun) -> 
     {
         Ok(Ok(manager::CancelOutcome::Cancelled)) => HttpResponse::Accepted()
             .json(json!({"run_id": run_id, "status": "error", "cancelled": true})),
-        Ok(Err(e @ crate::run_manager::prepare::PrepareError::UnknownRun(_))) => {
+        Ok(Err(e @ crate::runs::prepare::PrepareError::UnknownRun(_))) => {
             error(StatusCode::NOT_FOUND, e.to_string())
         }
-        Ok(Err(e @ crate::run_manager::prepare::PrepareError::NotRunning { .. })) => {
+        Ok(Err(e @ crate::runs::prepare::PrepareError::NotRunning { .. })) => {
             error(StatusCode::CONFLICT, e.to_string())
         }
         Ok(Err(e)) => manager_error(e),
@@ -1243,7 +1244,7 @@ const RESUME_FOLLOW_WAIT: Duration = Duration::from_secs(60);
 
 /// Sends a held run's events, then `end` with its view when its drive stops.
 async fn follow_log(
-    log: std::sync::Arc<crate::run_manager::events::EventLog>,
+    log: std::sync::Arc<crate::runs::events::EventLog>,
     tx: tokio::sync::mpsc::Sender<web::Bytes>,
 ) {
     let view = log

@@ -127,7 +127,7 @@ const ANSWER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 /// `antler run --resume RUN --elicitation ID --answer ...`).
 pub async fn answer(
     manager: &actix::Addr<super::manager::RunManager>,
-    supervisor: &actix::Addr<crate::supervisor::Supervisor>,
+    supervisor: &actix::Addr<crate::cluster::supervisor::Supervisor>,
     run_id: &str,
     id: &str,
     action: antler_protocol::messages::ElicitationAction,

@@ -21,7 +21,7 @@ use antler_protocol::{messages::Request, Role};
 use futures::future::BoxFuture;
 
 use crate::run::hosts::{call_link, stream_link, HostError, HostReadiness, ToolHosts};
-use crate::supervisor::{GetLinks, LinkEntry, LinkTable, Supervisor};
+use crate::cluster::supervisor::{GetLinks, LinkEntry, LinkTable, Supervisor};
 
 /// One replica: its address (its identity for hashing) and its link.
 pub type Replica = (String, Addr<HostLink>);

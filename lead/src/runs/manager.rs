@@ -28,7 +28,7 @@ use super::metrics::Metrics;
 use super::prepare::{PrepareError, Prepared, RunEnv};
 use super::view;
 use crate::catalog::{Catalog, ToolSource};
-use crate::checkpoint::{RunRecord, RunStatus};
+use crate::runs::store::{RunRecord, RunStatus};
 use crate::run::actor::{CancelFlag, Crash, Drive, RunActor, RunError, RunEvent, ToolState};
 use crate::run::journal::Journal;
 
@@ -312,7 +312,7 @@ impl Actor for RunManager {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        if crate::teardown::tearing_down() {
+        if crate::cluster::teardown::tearing_down() {
             return;
         }
         if !self.resume_at_start {
@@ -911,7 +911,7 @@ impl Handler<CountRunning> for RunManager {
 }
 
 /// The runs list's rows as the gateway returns them.
-fn summaries_json(runs: &[crate::checkpoint::RunSummary]) -> Vec<Value> {
+fn summaries_json(runs: &[crate::runs::store::RunSummary]) -> Vec<Value> {
     runs.iter()
         .map(|s| {
             let r = &s.record;
@@ -931,7 +931,7 @@ fn summaries_json(runs: &[crate::checkpoint::RunSummary]) -> Vec<Value> {
                 "agent": r.agent,
                 // A playbook sent inline is recorded in the label (a resume reads it);
                 // the list says what it is rather than quoting it.
-                "model": crate::run_manager::prepare::shown_model(&r.model),
+                "model": crate::runs::prepare::shown_model(&r.model),
                 "started_ms": s.started_ms,
                 "ended_ms": s.ended_ms,
                 "duration_ms": s.started_ms.map(|from| {

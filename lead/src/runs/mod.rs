@@ -6,7 +6,8 @@
 //! through the supervisor's links; `prepare` turns a submission into a ready run loop;
 //! `readiness` says whether runs can be prepared yet (`/ready`);
 //! `view` is the JSON shape of a run for the CLI and the HTTP API; `elicitations` the
-//! questions a run's MCP calls wait on.
+//! questions a run's MCP calls wait on; `store` the runs store (SQLite: runs, their
+//! checkpoints, kept events, receipts), reached off the actors' threads.
 
 pub mod elicitations;
 pub mod events;
@@ -15,4 +16,10 @@ pub mod manager;
 pub mod metrics;
 pub mod prepare;
 pub mod readiness;
+pub mod store;
 pub mod view;
+
+pub use manager::{read_artifact, ArtifactContent, RunManager, SubmitRun, WatchRun};
+pub use metrics::Metrics;
+pub use prepare::{PrepareError, RunEnv};
+pub use store::{CheckpointError, CheckpointStore, RunStatus};

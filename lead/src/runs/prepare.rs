@@ -28,7 +28,7 @@ use crate::agents::LeadAgentTools;
 use crate::catalog::actor::{Assemble, CatalogActor, SetConfig, SetExtensions, SetMcpTools};
 use crate::catalog::assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, Sources};
 use crate::catalog::Catalog;
-use crate::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
+use crate::runs::store::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
 use crate::run::actor::{CancelFlag, RunBuilder, RunError, RunLoop, RunSettings};
 use crate::run::context::{AgentContext, RunContext, ThreadPaths};
 use crate::run::hosts::{HostError, ToolHosts};

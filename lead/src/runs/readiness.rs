@@ -13,7 +13,7 @@ use antler_protocol::Role;
 
 use super::hosts::replicas;
 use crate::run::hosts::{HostReadiness, ToolHosts};
-use crate::supervisor::{GetStatus, Supervisor};
+use crate::cluster::supervisor::{GetStatus, Supervisor};
 
 /// The hosts every run needs linked.
 pub const RUN_HOSTS: [Role; 2] = [Role::SandboxHost, Role::McpHost];
@@ -50,7 +50,7 @@ pub async fn readiness(supervisor: &Addr<Supervisor>) -> Readiness {
             waiting_for.push(role.as_str().to_owned());
         }
     }
-    if crate::checkpoint::unwritable().is_some() {
+    if crate::runs::store::unwritable().is_some() {
         waiting_for.push(RUNS_STORE.to_owned());
     }
     Readiness { waiting_for }

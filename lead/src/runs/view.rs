@@ -7,7 +7,7 @@
 
 use serde_json::{json, Value};
 
-use crate::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
+use crate::runs::store::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
 use crate::run::actor::RunOutcome;
 use crate::run::state::Message;
 

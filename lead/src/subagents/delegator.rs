@@ -34,7 +34,7 @@ use super::dispatcher::{
     Connections, Placement, Release, Reserve, Reserved, SubagentDispatcher, Unplace,
 };
 use super::types;
-use crate::run_manager::prepare::RunEnv;
+use crate::runs::prepare::RunEnv;
 
 /// Time the lead's stream of a task gets beyond the task's own timeout (the worker ends
 /// a task at its timeout; this bounds a worker that stops answering).
@@ -108,7 +108,7 @@ impl LeadDelegator {
             .map_err(|e| format!("the subagent's tools could not be assembled: {e}"))?;
         let model = match &ty.model {
             Some(name) => {
-                crate::run_manager::prepare::model_for(&format!("model:{name}"), &self.app)
+                crate::runs::prepare::model_for(&format!("model:{name}"), &self.app)
                     .map_err(|e| e.to_string())?
                     .for_subagent(&call.args)
             }

@@ -16,7 +16,7 @@ use antler_protocol::{link::CurrentConnection, Connection, Role};
 use serde::Serialize;
 use tokio::sync::oneshot;
 
-use crate::supervisor::{GetLinks, Supervisor};
+use crate::cluster::supervisor::{GetLinks, Supervisor};
 
 /// Tasks waiting for a slot, at most (later ones are refused at once).
 pub const MAX_WAITING: usize = 1024;
@@ -191,7 +191,7 @@ impl Actor for SubagentDispatcher {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        if crate::teardown::tearing_down() {
+        if crate::cluster::teardown::tearing_down() {
             return;
         }
         ctx.notify(Refresh);
