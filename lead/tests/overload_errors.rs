@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use antler_lead::runs::CheckpointError;
 use antler_lead::run::hosts::HostError;
+use antler_lead::runs::CheckpointError;
 use antler_lead::runs::PrepareError;
 use antler_protocol::{RemoteError, Role, RpcError};
 

@@ -26,11 +26,11 @@ use antler_protocol::{
 use futures::future::BoxFuture;
 
 use crate::cluster::chaos_actors::ChaosActors;
+use crate::cluster::scaling::{self, WorkerScaling};
+use crate::cluster::supervisor::{GetLinks, GetStatus, LinkEntry, LinkTable, Supervisor};
 use crate::runs::hosts;
 use crate::runs::manager::{self, RunManager};
 use crate::runs::prepare::PrepareError;
-use crate::cluster::scaling::{self, WorkerScaling};
-use crate::cluster::supervisor::{GetLinks, GetStatus, LinkEntry, LinkTable, Supervisor};
 
 /// The replica of `role` that `key` (a sandbox id) is pinned to: the one a run's own calls
 /// pick ([`hosts::pinned_by`]).

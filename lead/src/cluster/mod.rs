@@ -40,7 +40,6 @@ use antler_protocol::{
 
 use control::LeadService;
 
-
 /// Everything needed to start a local cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterSpec {
@@ -354,8 +353,12 @@ impl RunningCluster {
             let mut entries: Vec<(Role, Address)> = Vec::new();
             entries.extend(hosts.mcp_hosts.iter().map(|a| (Role::McpHost, a.clone())));
             entries.extend(hosts.workers.iter().map(|a| (Role::Subagent, a.clone())));
-            crate::cluster::discovery::Discovery::new(supervisor.clone(), entries, hosts.resolve_interval)
-                .start()
+            crate::cluster::discovery::Discovery::new(
+                supervisor.clone(),
+                entries,
+                hosts.resolve_interval,
+            )
+            .start()
         });
         let dispatcher =
             crate::subagents::dispatcher::SubagentDispatcher::new(supervisor.clone()).start();
@@ -490,9 +493,7 @@ fn start_runs(
     extensions: PathBuf,
 ) -> Result<Runs, ClusterError> {
     use crate::catalog::{actor::CatalogActor, assembly::Sources};
-    use crate::runs::{
-        hosts::LinkHosts, manager::RunManager, metrics::Metrics, prepare::RunEnv,
-    };
+    use crate::runs::{hosts::LinkHosts, manager::RunManager, metrics::Metrics, prepare::RunEnv};
     let store = crate::runs::store::CheckpointStore::open(&spec.store_path)?;
     actix::spawn(crate::runs::store::probe_writes(store.clone()));
     actix::spawn(crate::cluster::mcp_credentials::relay(

@@ -196,7 +196,11 @@ async fn up(spec: ClusterSpec, show_status: bool) -> anyhow::Result<ExitCode> {
     );
     if show_status {
         let ready = cluster::wait_until_healthy(&cluster.supervisor, Duration::from_secs(10)).await;
-        if let Ok(list) = cluster.supervisor.send(crate::cluster::supervisor::GetStatus).await {
+        if let Ok(list) = cluster
+            .supervisor
+            .send(crate::cluster::supervisor::GetStatus)
+            .await
+        {
             print!("{}", cli::status_table(&list));
         }
         if !ready {

@@ -51,9 +51,9 @@ use antler_protocol::{
 };
 use serde_json::{json, Value};
 
+use crate::cluster::supervisor::{GetLinks, Supervisor};
 use crate::cluster::Runs;
 use crate::runs::manager;
-use crate::cluster::supervisor::{GetLinks, Supervisor};
 
 /// The variable holding the gateway's bearer token (required beyond loopback; on
 /// loopback, without it, the gateway makes one and writes it to `gateway.token`).
@@ -603,7 +603,11 @@ const CLUSTER_TIMEOUT: Duration = Duration::from_millis(2000);
 /// servers); a host that does not answer is `null` with an `errors` entry.
 async fn cluster_view(state: web::Data<State>) -> HttpResponse {
     use antler_protocol::messages::{SandboxReply, SandboxRequest};
-    let mut processes = match state.supervisor.send(crate::cluster::supervisor::GetStatus).await {
+    let mut processes = match state
+        .supervisor
+        .send(crate::cluster::supervisor::GetStatus)
+        .await
+    {
         Ok(list) => list,
         Err(e) => {
             return error(

@@ -1,5 +1,5 @@
-//! Turning a submission into a run loop ready to drive: the config (read again for every
-//! run, so an edit applies to the next run), the model (a scripted playbook or a model of
+//! Turning a submission into a run loop ready to drive: the config (parsed again when it
+//! changed, so an edit applies to the next run; `config_files`), the model (a scripted playbook or a model of
 //! `models:`), the catalog (from the lead's [`CatalogActor`], fed with the config, the
 //! extensions and mcp-host's tool list whenever they change, and shared by every run of
 //! one catalog version), the thread's directories on sandbox-host's base directory, and
@@ -14,9 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use actix::Addr;
-use antler_protocol::config::{
-    load_app_config, load_extensions_config, AppConfig, ExtensionsConfig,
-};
+use antler_protocol::config::{load_extensions_config, AppConfig, ExtensionsConfig};
 use antler_protocol::messages::{
     ControlRequest, McpDiscovery, McpReply, McpRequest, McpServerStatus, McpTool, PlaybookSource,
     Reply, Request, RunSubmission, SandboxReply, SandboxRequest, ThreadFileError,
@@ -28,7 +26,6 @@ use crate::agents::LeadAgentTools;
 use crate::catalog::actor::{Assemble, CatalogActor, SetConfig, SetExtensions, SetMcpTools};
 use crate::catalog::assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, Sources};
 use crate::catalog::Catalog;
-use crate::runs::store::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
 use crate::run::actor::{CancelFlag, RunBuilder, RunError, RunLoop, RunSettings};
 use crate::run::context::{AgentContext, RunContext, ThreadPaths};
 use crate::run::hosts::{HostError, ToolHosts};
@@ -42,9 +39,14 @@ use crate::run::skills::SkillStore;
 use crate::run::task::delegation::Delegator;
 use crate::run::thread_files::{ThreadFiles, ThreadFilesMode};
 use crate::run::web::WebTools;
+use crate::runs::store::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
 use crate::subagents::delegator::LeadDelegator;
 
 use super::readiness::{wait_linked, HOSTS_START_WAIT};
+
+mod config_files;
+
+use config_files::ConfigFiles;
 
 /// How a run records a scripted model, to resume it with the same playbook.
 pub const SCRIPTED_PREFIX: &str = "scripted:";
@@ -167,6 +169,8 @@ pub struct RunEnv {
     prompts: PromptCache,
     /// How runs (and their subagent tasks) reach their thread's files.
     thread_files: ThreadFilesMode,
+    /// config.yaml and the extensions file, parsed once per version.
+    files: ConfigFiles,
 }
 
 /// A run ready to drive, with what the manager keeps beside it.
@@ -231,6 +235,7 @@ impl RunEnv {
             base_dir: Mutex::new(None),
             prompts: PromptCache::default(),
             thread_files: ThreadFilesMode::Local,
+            files: ConfigFiles::default(),
         }
     }
 
@@ -264,13 +269,17 @@ impl RunEnv {
     }
 
     /// Reads config.yaml (`override_path` for this run, else the cluster's).
-    fn load_config(&self, override_path: Option<&Path>) -> Result<Arc<AppConfig>, PrepareError> {
+    /// Parsed again only when the file changed (`config_files`).
+    async fn load_config(
+        &self,
+        override_path: Option<&Path>,
+    ) -> Result<Arc<AppConfig>, PrepareError> {
         match override_path.or(self.config_path.as_deref()) {
-            Some(path) => {
-                let loaded =
-                    load_app_config(path).map_err(|e| PrepareError::Config(e.to_string()))?;
-                Ok(Arc::new(loaded.value))
-            }
+            Some(path) => self
+                .files
+                .app_config(path)
+                .await
+                .map_err(PrepareError::Config),
             None => Ok(Arc::new(AppConfig::default())),
         }
     }
@@ -278,28 +287,26 @@ impl RunEnv {
     /// Reads the extensions file. One that does not load, or is gone after one did, gives
     /// way to the last good one (as mcp-host keeps its servers), with a warning; with none
     /// yet, the run fails.
-    fn load_extensions(
+    async fn load_extensions(
         &self,
         warnings: &mut Vec<String>,
     ) -> Result<Option<Arc<ExtensionsConfig>>, PrepareError> {
-        if !self.extensions_path.exists() {
+        let Some(loaded) = self.files.extensions(&self.extensions_path).await else {
             let last = self.feed().last_good_extensions.clone().flatten();
             if last.is_some() {
                 tracing::warn!(path = %self.extensions_path.display(), "the extensions config is gone; runs use the last good one");
                 warnings.push(EXTENSIONS_FALLBACK_WARNING.to_owned());
             }
             return Ok(last);
-        }
-        let loaded = load_extensions_config(&self.extensions_path)
-            .map(|loaded| Some(Arc::new(loaded.value)));
-        match loaded {
+        };
+        match loaded.map(Some) {
             Ok(extensions) => {
                 self.feed().last_good_extensions = Some(extensions.clone());
                 Ok(extensions)
             }
             Err(e) => {
                 let Some(last) = self.feed().last_good_extensions.clone() else {
-                    return Err(PrepareError::Config(e.to_string()));
+                    return Err(PrepareError::Config(e));
                 };
                 tracing::warn!("{e}; runs use the last good extensions config");
                 warnings.push(EXTENSIONS_FALLBACK_WARNING.to_owned());
@@ -317,7 +324,7 @@ impl RunEnv {
         request: AssemblyRequest,
         warnings: &mut Vec<String>,
     ) -> Result<(Arc<Catalog>, Vec<String>), PrepareError> {
-        let extensions = self.load_extensions(warnings)?;
+        let extensions = self.load_extensions(warnings).await?;
         let any_server = extensions
             .as_ref()
             .is_some_and(|e| e.mcp_servers.values().any(|s| s.enabled));
@@ -528,7 +535,7 @@ impl RunEnv {
         check_id("thread", &thread)?;
         self.wait_for_sandbox_host().await;
         let config_override = submission.config.as_deref().map(Path::new);
-        let app = self.load_config(config_override)?;
+        let app = self.load_config(config_override).await?;
         // The custom agent's files: its model and tool groups shape the run from the start.
         let profile = AgentProfile::load(
             &AgentContext {
@@ -623,9 +630,11 @@ impl RunEnv {
             .model_label(&label)
             .start(&submission.task)
             .await?;
+        let id = run_id.to_owned();
         let record = self
             .store
-            .run(run_id)?
+            .call(move |store| store.run(&id))
+            .await?
             .ok_or_else(|| PrepareError::UnknownRun(run_id.to_owned()))?;
         Ok(Prepared {
             run,
@@ -645,9 +654,11 @@ impl RunEnv {
         answer: Option<&str>,
         playbook: Option<&str>,
     ) -> Result<Prepared, PrepareError> {
+        let id = run_id.to_owned();
         let record = self
             .store
-            .run(run_id)?
+            .call(move |store| store.run(&id))
+            .await?
             .ok_or_else(|| PrepareError::UnknownRun(run_id.to_owned()))?;
         // Only a run stopped at a question takes an answer; a finished run is never re-driven.
         if answer.is_some() && record.status != RunStatus::Interrupted {
@@ -665,7 +676,7 @@ impl RunEnv {
             });
         }
         self.wait_for_sandbox_host().await;
-        let app = self.load_config(None)?;
+        let app = self.load_config(None).await?;
         let label = match playbook {
             Some(path) => format!("{SCRIPTED_PREFIX}{path}"),
             None => record.model.clone(),

@@ -12,8 +12,8 @@ use antler_protocol::link::Snapshot;
 use antler_protocol::Role;
 
 use super::hosts::replicas;
-use crate::run::hosts::{HostReadiness, ToolHosts};
 use crate::cluster::supervisor::{GetStatus, Supervisor};
+use crate::run::hosts::{HostReadiness, ToolHosts};
 
 /// The hosts every run needs linked.
 pub const RUN_HOSTS: [Role; 2] = [Role::SandboxHost, Role::McpHost];

@@ -2,18 +2,24 @@
 //! `ThreadState` after each merged step, so a run resumes from its last step after the
 //! lead dies. Steps are numbered from 0 (the initial state) and written once: writing a
 //! step that exists is a no-op, so a replayed step is never applied twice.
-//! [`CheckpointStore`] is the engine's [`Journal`] for the lead's runs: the run loop's
-//! writes go to the blocking pool (`spawn_blocking`), never onto an actor's thread.
+//! [`CheckpointStore`] is the engine's [`Journal`] for the lead's runs. Its synchronous
+//! methods are for code that may block (the CLI, tests); everything asynchronous (the run
+//! loop's writes, the `RunManager`, the write probe) goes through [`CheckpointStore::call`]
+//! to the store's own thread (`thread`), never onto an actor's thread.
+
+mod thread;
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::FutureExt as _;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use crate::run::journal::{Journal, JournalError, JournalResult};
+use thread::StoreThread;
 
 use crate::run::settlement::{DeliveryReceipt, OutputsSnapshot};
 use crate::run::state::ThreadState;
@@ -65,6 +71,8 @@ pub enum CheckpointError {
     UnknownRun(String),
     #[error("checkpoint store: state does not encode: {0}")]
     Encode(#[from] serde_json::Error),
+    #[error("checkpoint store: its thread is gone")]
+    ThreadGone,
 }
 
 impl CheckpointError {
@@ -127,20 +135,20 @@ pub async fn probe_writes(store: CheckpointStore) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let s = store.clone();
-        let result = tokio::task::spawn_blocking(move || {
-            let first = s.probe_write();
-            match first {
-                Err(e) if e.is_read_only() && s.reopen_if_read_only() => s.probe_write(),
-                other => other,
-            }
-        })
-        .await;
+        let result = store
+            .call(|s| {
+                let first = s.probe_write();
+                match first {
+                    Err(e) if e.is_read_only() && s.reopen_if_read_only() => s.probe_write(),
+                    other => other,
+                }
+            })
+            .await;
         let problem = match result {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) if e.is_busy() => continue,
-            Ok(Err(e)) => Some(format!("runs database cannot be written: {e}")),
-            Err(_) => continue,
+            Ok(()) => None,
+            Err(e) if e.is_busy() => continue,
+            Err(CheckpointError::ThreadGone) => continue,
+            Err(e) => Some(format!("runs database cannot be written: {e}")),
         };
         let mut now = UNWRITABLE
             .lock()
@@ -159,12 +167,15 @@ pub async fn probe_writes(store: CheckpointStore) {
 pub const STORAGE_RETRY_WINDOW: Duration = Duration::from_secs(30);
 
 /// One SQLite file of runs and their checkpoints. Clones share one connection, so every
-/// run of a lead writes through it (one page cache, however many runs).
+/// run of a lead writes through it (one page cache, however many runs), and one thread
+/// for the asynchronous requests (started by the first).
 #[derive(Clone)]
 pub struct CheckpointStore {
     connection: Arc<Mutex<Connection>>,
     /// The file, to open again a connection SQLite opened read-only.
     path: Arc<std::path::PathBuf>,
+    /// The thread [`CheckpointStore::call`] sends to (empty in the thread's own store).
+    thread: Arc<OnceLock<StoreThread>>,
 }
 
 /// SQLite's page cache per connection: negative is KiB (1 MiB).
@@ -264,7 +275,30 @@ impl CheckpointStore {
         Ok(CheckpointStore {
             connection: Arc::new(Mutex::new(connection)),
             path: Arc::new(path.to_path_buf()),
+            thread: Arc::default(),
         })
+    }
+
+    /// Runs `request` on the store's own thread, after every request sent before it; the
+    /// request is sent now, the future is its answer. How an actor (or any async code)
+    /// reads or writes the store without blocking its thread.
+    pub fn call<T: Send + 'static>(
+        &self,
+        request: impl FnOnce(&CheckpointStore) -> Result<T, CheckpointError> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, CheckpointError>> {
+        let thread = self.thread.get_or_init(|| {
+            // The thread's own store has no thread: it holds no sender to itself, so
+            // the thread ends once the last store handle outside it is gone.
+            StoreThread::spawn(CheckpointStore {
+                connection: Arc::clone(&self.connection),
+                path: Arc::clone(&self.path),
+                thread: Arc::default(),
+            })
+        });
+        thread
+            .call(request)
+            .map(|answer| answer.unwrap_or(Err(CheckpointError::ThreadGone)))
+            .boxed()
     }
 
     /// SQLite opens a file it cannot write (a volume read-only at that moment) read-only,
@@ -708,7 +742,7 @@ impl From<CheckpointError> for JournalError {
 }
 
 impl CheckpointStore {
-    /// Runs `write` on the blocking pool, with a clone of the store. A write the storage
+    /// Runs `write` on the store's thread. A write the storage
     /// fails is tried again for up to [`STORAGE_RETRY_WINDOW`] (logged once): a volume
     /// read-only or full for a while delays a run, it does not fail it.
     fn off_thread<T: Send + 'static>(
@@ -722,21 +756,19 @@ impl CheckpointStore {
             let mut pause = Duration::from_millis(50);
             let mut warned = false;
             loop {
-                let (s, w) = (store.clone(), Arc::clone(&write));
-                let result = match tokio::task::spawn_blocking(move || w(&s)).await {
-                    Ok(result) => result,
-                    Err(e) => {
-                        return Err(JournalError::new(format!(
-                            "checkpoint write did not finish: {e}"
-                        )))
+                let w = Arc::clone(&write);
+                let result = match store.call(move |s| w(s)).await {
+                    Err(CheckpointError::ThreadGone) => {
+                        return Err(JournalError::new(
+                            "checkpoint write did not finish: the store's thread is gone",
+                        ))
                     }
+                    result => result,
                 };
                 match result {
                     Err(e) if e.is_storage() && started.elapsed() < STORAGE_RETRY_WINDOW => {
                         if e.is_read_only() {
-                            let s = store.clone();
-                            let _ =
-                                tokio::task::spawn_blocking(move || s.reopen_if_read_only()).await;
+                            let _ = store.call(|s| Ok(s.reopen_if_read_only())).await;
                         }
                         if !warned {
                             tracing::warn!(

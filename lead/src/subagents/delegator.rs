@@ -107,11 +107,9 @@ impl LeadDelegator {
             .await
             .map_err(|e| format!("the subagent's tools could not be assembled: {e}"))?;
         let model = match &ty.model {
-            Some(name) => {
-                crate::runs::prepare::model_for(&format!("model:{name}"), &self.app)
-                    .map_err(|e| e.to_string())?
-                    .for_subagent(&call.args)
-            }
+            Some(name) => crate::runs::prepare::model_for(&format!("model:{name}"), &self.app)
+                .map_err(|e| e.to_string())?
+                .for_subagent(&call.args),
             None => self.parent_model.for_subagent(&call.args),
         }
         .ok_or_else(|| "this run's model cannot be handed to a subagent worker".to_owned())?;
