@@ -38,6 +38,7 @@ use antler_protocol::{
     Connection, ConnectionConfig, InFlight,
 };
 
+use antler_protocol::config;
 use control::LeadService;
 
 /// Everything needed to start a local cluster.
@@ -97,8 +98,9 @@ pub enum ClusterError {
     Unreachable(String),
     #[error(transparent)]
     Store(#[from] crate::runs::store::CheckpointError),
+    /// The front door (the HTTP gateway) could not start.
     #[error(transparent)]
-    Gateway(#[from] crate::gateway::GatewayError),
+    FrontDoor(#[from] FrontDoorError),
     #[error("antler.tls: {0}")]
     Tls(#[from] antler_protocol::tls::TlsError),
     #[error(
@@ -237,8 +239,8 @@ pub struct RunningCluster {
     pub supervisor: Addr<Supervisor>,
     control: Server,
     drain_grace: Duration,
-    /// The HTTP gateway, when it could listen.
-    gateway: Option<crate::gateway::Gateway>,
+    /// The front door (the HTTP gateway), when it could listen.
+    front_door: Option<Box<dyn FrontDoor>>,
     /// Cluster mode's replica discovery, running as long as the cluster.
     _discovery: Option<Addr<crate::cluster::discovery::Discovery>>,
     /// The runtime directory's lock, held until the cluster has stopped.
@@ -246,9 +248,18 @@ pub struct RunningCluster {
 }
 
 impl RunningCluster {
-    /// Starts the cluster: runtime directory, token, control socket, children.
-    /// Call inside an actix `System`.
+    /// Starts the cluster: runtime directory, token, control socket, children; no front
+    /// door. Call inside an actix `System`.
     pub async fn start(spec: ClusterSpec) -> Result<RunningCluster, ClusterError> {
+        RunningCluster::start_with(spec, None).await
+    }
+
+    /// [`RunningCluster::start`], with `front_door` started once the runs can be served
+    /// and before the control socket listens (an ephemeral cluster starts none).
+    pub async fn start_with(
+        spec: ClusterSpec,
+        front_door: Option<StartFrontDoor>,
+    ) -> Result<RunningCluster, ClusterError> {
         antler_protocol::sys::start_heap_trimmer();
         let runtime =
             RuntimeDir::open(&spec.runtime_dir).map_err(|source| ClusterError::RuntimeDir {
@@ -276,7 +287,7 @@ impl RunningCluster {
                 return Err(ClusterError::AlreadyRunning(runtime.root().to_path_buf()));
             }
         }
-        let extensions = crate::gateway::extensions_path();
+        let extensions = extensions_path();
         let plan = ChildPlan {
             runtime: runtime.clone(),
             bin_dir: spec.bin_dir.clone(),
@@ -364,27 +375,18 @@ impl RunningCluster {
             crate::subagents::dispatcher::SubagentDispatcher::new(supervisor.clone()).start();
         let runs = start_runs(&spec, &supervisor, &dispatcher, extensions.clone())?;
         // An ephemeral cluster serves one command: it has no HTTP gateway.
-        let gateway = if spec.ephemeral {
-            Ok(None)
-        } else {
-            // A relative JWKS file is relative to config.yaml's directory.
-            let config_dir = spec
-                .config
-                .as_deref()
-                .and_then(Path::parent)
-                .map(Path::to_path_buf)
-                .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
-            crate::gateway::Gateway::start(
-                runtime.root(),
+        let front_door = match front_door.filter(|_| !spec.ephemeral) {
+            None => Ok(None),
+            Some(start) => start(FrontDoorParts {
+                runtime_root: runtime.root(),
                 extensions,
-                supervisor.clone(),
-                runs.clone(),
-                &spec.gateway,
-                &config_dir,
-            )
+                supervisor: supervisor.clone(),
+                runs: runs.clone(),
+                spec: &spec,
+            }),
         };
-        let gateway = match gateway {
-            Ok(gateway) => gateway,
+        let front_door = match front_door {
+            Ok(front_door) => front_door,
             Err(e) => {
                 let _ = supervisor
                     .send(StopAll {
@@ -435,7 +437,7 @@ impl RunningCluster {
             supervisor,
             control,
             drain_grace: spec.drain_grace,
-            gateway,
+            front_door,
             _discovery: discovery,
             _lock: lock,
         })
@@ -444,8 +446,8 @@ impl RunningCluster {
     /// Stops accepting on the control socket, stops every child, removes the pid file.
     pub async fn stop(self) {
         let _ = self.control.drain(Duration::from_millis(500)).await;
-        if let Some(g) = self.gateway {
-            g.stop().await;
+        if let Some(door) = self.front_door {
+            door.stop().await;
         }
         let _ = self
             .supervisor
@@ -455,6 +457,55 @@ impl RunningCluster {
             .await;
         let _ = std::fs::remove_file(self.runtime.pid_path());
         let _ = std::fs::remove_file(self.runtime.socket(Role::Lead, 0));
+    }
+}
+
+/// What the running cluster starts beside its control socket, and stops first: the HTTP
+/// gateway, given by the caller (`antler up`), so the cluster never depends on it.
+pub trait FrontDoor {
+    /// Stops serving (requests in flight finish).
+    fn stop(self: Box<Self>) -> futures::future::LocalBoxFuture<'static, ()>;
+}
+
+/// Why a front door could not start (it fails the cluster's start).
+pub type FrontDoorError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What a front door is started with.
+pub struct FrontDoorParts<'a> {
+    pub runtime_root: &'a Path,
+    /// The cluster's extensions file.
+    pub extensions: PathBuf,
+    pub supervisor: Addr<Supervisor>,
+    pub runs: Runs,
+    pub spec: &'a ClusterSpec,
+}
+
+/// Starts a front door (`Ok(None)`: it is off).
+pub type StartFrontDoor =
+    Box<dyn FnOnce(FrontDoorParts<'_>) -> Result<Option<Box<dyn FrontDoor>>, FrontDoorError>>;
+
+/// The extensions file of this cluster: the one found by DeerFlow's rules (the env
+/// variables, then the working directory), else `extensions_config.json` in the working
+/// directory (where a first `PUT` creates it). Absolute, so children agree on it.
+pub fn extensions_path() -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let found = match config::resolve_extensions_path(None, &cwd, &config::process_env) {
+        Ok(Some(p)) => p,
+        Ok(None) => cwd.join(config::EXTENSIONS_FILE_NAMES[0]),
+        // A variable naming a file that does not exist yet: that is the file.
+        Err(_) => [
+            config::ANTLER_EXTENSIONS_ENV,
+            config::DEERFLOW_EXTENSIONS_ENV,
+        ]
+        .iter()
+        .find_map(|v| std::env::var_os(v).filter(|s| !s.is_empty()))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cwd.join(config::EXTENSIONS_FILE_NAMES[0])),
+    };
+    if found.is_absolute() {
+        found
+    } else {
+        cwd.join(found)
     }
 }
 

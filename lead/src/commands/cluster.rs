@@ -188,7 +188,8 @@ async fn cancel(runtime_dir: PathBuf, run_id: String, json: bool) -> anyhow::Res
 }
 
 async fn up(spec: ClusterSpec, show_status: bool) -> anyhow::Result<ExitCode> {
-    let cluster = RunningCluster::start(spec).await?;
+    let cluster =
+        RunningCluster::start_with(spec, Some(Box::new(crate::gateway::front_door))).await?;
     println!(
         "antler: cluster up in {} (lead pid {}); Ctrl-C to stop",
         cluster.runtime.root().display(),

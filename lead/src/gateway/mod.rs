@@ -52,8 +52,9 @@ use antler_protocol::{
 use serde_json::{json, Value};
 
 use crate::cluster::supervisor::{GetLinks, Supervisor};
-use crate::cluster::Runs;
+use crate::cluster::{FrontDoor, FrontDoorError, FrontDoorParts, Runs};
 use crate::runs::manager;
+use futures::future::LocalBoxFuture;
 
 /// The variable holding the gateway's bearer token (required beyond loopback; on
 /// loopback, without it, the gateway makes one and writes it to `gateway.token`).
@@ -75,31 +76,6 @@ const MAX_CONFIG_BODY: usize = 4 << 20;
 const MAX_ANSWER_BODY: usize = 256 << 10;
 /// How long a reload of mcp-host may take.
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The extensions file of this cluster: the one found by DeerFlow's rules (the env
-/// variables, then the working directory), else `extensions_config.json` in the working
-/// directory (where a first `PUT` creates it). Absolute, so children agree on it.
-pub fn extensions_path() -> PathBuf {
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let found = match config::resolve_extensions_path(None, &cwd, &config::process_env) {
-        Ok(Some(p)) => p,
-        Ok(None) => cwd.join(config::EXTENSIONS_FILE_NAMES[0]),
-        // A variable naming a file that does not exist yet: that is the file.
-        Err(_) => [
-            config::ANTLER_EXTENSIONS_ENV,
-            config::DEERFLOW_EXTENSIONS_ENV,
-        ]
-        .iter()
-        .find_map(|v| std::env::var_os(v).filter(|s| !s.is_empty()))
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cwd.join(config::EXTENSIONS_FILE_NAMES[0])),
-    };
-    if found.is_absolute() {
-        found
-    } else {
-        cwd.join(found)
-    }
-}
 
 /// The running gateway.
 pub struct Gateway {
@@ -280,6 +256,34 @@ impl Gateway {
     pub async fn stop(self) {
         self.handle.stop(true).await;
     }
+}
+
+impl FrontDoor for Gateway {
+    fn stop(self: Box<Self>) -> LocalBoxFuture<'static, ()> {
+        Box::pin(Gateway::stop(*self))
+    }
+}
+
+/// Starts the gateway as the running cluster's front door (`antler up`; an ephemeral
+/// cluster has none). `Ok(None)`: the gateway is off.
+pub fn front_door(parts: FrontDoorParts<'_>) -> Result<Option<Box<dyn FrontDoor>>, FrontDoorError> {
+    // A relative JWKS file is relative to config.yaml's directory.
+    let config_dir = parts
+        .spec
+        .config
+        .as_deref()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
+    let gateway = Gateway::start(
+        parts.runtime_root,
+        parts.extensions,
+        parts.supervisor,
+        parts.runs,
+        &parts.spec.gateway,
+        &config_dir,
+    )?;
+    Ok(gateway.map(|g| Box::new(g) as Box<dyn FrontDoor>))
 }
 
 /// A request no route matched: it still needs a principal (an unknown path says nothing
