@@ -11,6 +11,7 @@ pub mod commands;
 pub mod gateway;
 pub mod runs;
 pub mod subagents;
+pub(crate) mod teardown;
 
 pub use antler_engine::{catalog, run};
 pub use antler_protocol::host as host_runtime;

@@ -35,7 +35,7 @@ use crate::runs::prepare::PrepareError;
 /// The replica of `role` that `key` (a sandbox id) is pinned to: the one a run's own calls
 /// pick ([`hosts::pinned_by`]).
 fn pinned(links: &LinkTable, role: Role, key: &str) -> Option<LinkEntry> {
-    let replicas = hosts::table_replicas(links, role);
+    let replicas = crate::cluster::supervisor::table_replicas(links, role);
     hosts::pinned_by(&replicas, |e| e.address.as_str(), key).cloned()
 }
 

@@ -125,7 +125,7 @@ impl Actor for Discovery {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        if crate::cluster::teardown::tearing_down() {
+        if crate::teardown::tearing_down() {
             return;
         }
         self.resolve_all(ctx);

@@ -9,7 +9,7 @@
 //! children and the links to every host), `discovery` (the replicas a cluster-mode name
 //! resolves to), `control` (the lead's control socket), `scaling` (the number of workers
 //! of a running cluster), `mcp_credentials` (the relay of the mcp-host replicas' OAuth
-//! credentials), `chaos_actors` (chaos mode's actor faults) and `teardown`.
+//! credentials) and `chaos_actors` (chaos mode's actor faults).
 
 pub mod chaos_actors;
 pub mod control;
@@ -17,7 +17,6 @@ pub mod discovery;
 pub mod mcp_credentials;
 pub mod scaling;
 pub mod supervisor;
-pub mod teardown;
 
 pub use supervisor::{ChildSpec, GetStatus, RestartPolicy, StopAll, Supervisor};
 

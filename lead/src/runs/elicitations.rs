@@ -127,7 +127,7 @@ const ANSWER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 /// `antler run --resume RUN --elicitation ID --answer ...`).
 pub async fn answer(
     manager: &actix::Addr<super::manager::RunManager>,
-    supervisor: &actix::Addr<crate::cluster::supervisor::Supervisor>,
+    links: &(impl super::hosts::HostLinks + Clone),
     run_id: &str,
     id: &str,
     action: antler_protocol::messages::ElicitationAction,
@@ -157,7 +157,7 @@ pub async fn answer(
         action,
         content_json,
     });
-    let hosts = super::hosts::LinkHosts::new(supervisor.clone());
+    let hosts = super::hosts::LinkHosts::new(links.clone());
     match hosts
         .request(
             antler_protocol::Role::McpHost,

@@ -266,7 +266,7 @@ impl Actor for RunManager {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        if crate::cluster::teardown::tearing_down() {
+        if crate::teardown::tearing_down() {
             return;
         }
         if !self.resume_at_start {

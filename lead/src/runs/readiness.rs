@@ -7,12 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use actix::Addr;
 use antler_protocol::link::Snapshot;
 use antler_protocol::Role;
 
-use super::hosts::replicas;
-use crate::cluster::supervisor::{GetStatus, Supervisor};
+use super::hosts::{replicas, HostLinks};
 use crate::run::hosts::{HostReadiness, ToolHosts};
 
 /// The hosts every run needs linked.
@@ -43,10 +41,10 @@ impl Readiness {
 
 /// Whether this lead is ready for runs: every host of [`RUN_HOSTS`] has a linked replica
 /// among the supervisor's children, and the runs store takes writes.
-pub async fn readiness(supervisor: &Addr<Supervisor>) -> Readiness {
+pub async fn readiness(links: &dyn HostLinks) -> Readiness {
     let mut waiting_for = Vec::new();
     for role in RUN_HOSTS {
-        if !any_linked(supervisor, role).await {
+        if !any_linked(links, role).await {
             waiting_for.push(role.as_str().to_owned());
         }
     }
@@ -57,8 +55,8 @@ pub async fn readiness(supervisor: &Addr<Supervisor>) -> Readiness {
 }
 
 /// Whether a replica of `role` has a live connection now.
-pub async fn any_linked(supervisor: &Addr<Supervisor>, role: Role) -> bool {
-    let Ok(replicas) = replicas(supervisor, role).await else {
+pub async fn any_linked(links: &dyn HostLinks, role: Role) -> bool {
+    let Ok(replicas) = replicas(links, role).await else {
         return false;
     };
     for (_, link) in replicas {
@@ -75,11 +73,11 @@ const GIVEN_UP: [&str; 2] = ["failed", "stopped"];
 
 /// Whether `role` is linked now, and if not whether a replica is on its way (starting or
 /// restarting under the supervisor, or a remote one it keeps dialling).
-pub async fn host_readiness(supervisor: &Addr<Supervisor>, role: Role) -> HostReadiness {
-    if any_linked(supervisor, role).await {
+pub async fn host_readiness(links: &dyn HostLinks, role: Role) -> HostReadiness {
+    if any_linked(links, role).await {
         return HostReadiness::Linked;
     }
-    let processes = supervisor.send(GetStatus).await.unwrap_or_default();
+    let processes = links.processes().await;
     let coming = processes
         .iter()
         .any(|p| p.role == role && !GIVEN_UP.contains(&p.state.as_str()));
