@@ -4,8 +4,8 @@
 //! The agent engine (catalog and run loop) is `antler-engine`, re-exported as
 //! [`catalog`] and [`run`].
 
-pub mod agents;
-pub mod cli;
+pub(crate) mod agents;
+pub(crate) mod cli;
 pub mod cluster;
 pub mod commands;
 pub mod gateway;

@@ -11,12 +11,12 @@
 //! of a running cluster), `mcp_credentials` (the relay of the mcp-host replicas' OAuth
 //! credentials) and `chaos_actors` (chaos mode's actor faults).
 
-pub mod chaos_actors;
-pub mod control;
-pub mod discovery;
-pub mod mcp_credentials;
-pub mod scaling;
-pub mod supervisor;
+pub(crate) mod chaos_actors;
+pub(crate) mod control;
+pub(crate) mod discovery;
+pub(crate) mod mcp_credentials;
+pub(crate) mod scaling;
+pub(crate) mod supervisor;
 
 pub use supervisor::{ChildSpec, GetStatus, RestartPolicy, StopAll, Supervisor};
 

@@ -21,7 +21,7 @@ mod guard;
 mod oauth;
 mod principal;
 mod quota;
-pub mod routes;
+pub(crate) mod routes;
 mod secrets;
 mod ui;
 

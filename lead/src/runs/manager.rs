@@ -43,12 +43,11 @@ mod submit;
 pub use artifacts::{read_artifact, ArtifactContent, RunArtifact, MAX_ARTIFACT_BYTES};
 pub use cancel::{CancelOutcome, CancelRun, ChaosStopRun};
 pub use queries::{
-    CountRunning, GetElicitations, GetRun, ListRuns, RunCatalog, RunElicitations, RunMessages,
-    RunOwner, WatchRun,
+    CountRunning, GetElicitations, GetRun, ListRuns, RunCatalog, RunMessages, RunOwner, WatchRun,
 };
 pub use resume::ResumeRun;
 use sink::{event_sink, source_label, Timing};
-pub use submit::{idempotent_run_id, SubmitRun};
+pub use submit::SubmitRun;
 
 /// The warning a run resumed after its actor crashed carries in its events.
 pub const RUN_ACTOR_CRASHED: &str =

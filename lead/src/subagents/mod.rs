@@ -4,8 +4,8 @@
 //! call becomes a task spec placed on a worker, its events streamed to the run). The
 //! change of the number of workers of a running cluster is the cluster's (`cluster::scaling`).
 
-pub mod delegator;
-pub mod dispatcher;
-pub mod types;
+pub(crate) mod delegator;
+pub(crate) mod dispatcher;
+pub(crate) mod types;
 
 pub use dispatcher::{Release, Reserve, Reserved, SubagentDispatcher, Workers};
