@@ -3,6 +3,8 @@
 //! size, modification and change times, inode and device), made on the blocking pool
 //! together with any parse, never on an actor's thread; an unchanged file is answered its
 //! parsed document (or its error) from the cache. Config edits still apply to the next run.
+//! An extensions file that does not load, or is gone after one did, gives way to the last
+//! good one, with the run's warning.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt as _;
@@ -12,6 +14,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use antler_protocol::config::{
     load_app_config, load_extensions_config, AppConfig, ExtensionsConfig,
 };
+
+use super::{PrepareError, RunEnv, EXTENSIONS_FALLBACK_WARNING};
 
 /// Files whose documents are kept (a run may name its own config.yaml): beyond it the
 /// cache starts again.
@@ -119,6 +123,55 @@ impl ConfigFiles {
         tokio::task::spawn_blocking(move || documents.now(&path))
             .await
             .unwrap_or_else(|e| Some(Err(format!("the extensions config was not read: {e}"))))
+    }
+}
+
+impl RunEnv {
+    /// Reads config.yaml (`override_path` for this run, else the cluster's).
+    /// Parsed again only when the file changed (`config_files`).
+    pub(super) async fn load_config(
+        &self,
+        override_path: Option<&Path>,
+    ) -> Result<Arc<AppConfig>, PrepareError> {
+        match override_path.or(self.config_path.as_deref()) {
+            Some(path) => self
+                .files
+                .app_config(path)
+                .await
+                .map_err(PrepareError::Config),
+            None => Ok(Arc::new(AppConfig::default())),
+        }
+    }
+
+    /// Reads the extensions file. One that does not load, or is gone after one did, gives
+    /// way to the last good one (as mcp-host keeps its servers), with a warning; with none
+    /// yet, the run fails.
+    pub(super) async fn load_extensions(
+        &self,
+        warnings: &mut Vec<String>,
+    ) -> Result<Option<Arc<ExtensionsConfig>>, PrepareError> {
+        let Some(loaded) = self.files.extensions(&self.extensions_path).await else {
+            let last = self.feed().last_good_extensions.clone().flatten();
+            if last.is_some() {
+                tracing::warn!(path = %self.extensions_path.display(), "the extensions config is gone; runs use the last good one");
+                warnings.push(EXTENSIONS_FALLBACK_WARNING.to_owned());
+            }
+            return Ok(last);
+        };
+        match loaded.map(Some) {
+            Ok(extensions) => {
+                self.feed().last_good_extensions = Some(extensions.clone());
+                Ok(extensions)
+            }
+            Err(e) => {
+                let Some(last) = self.feed().last_good_extensions.clone() else {
+                    return Err(PrepareError::Config(e));
+                };
+                tracing::warn!("{e}; runs use the last good extensions config");
+                warnings.push(EXTENSIONS_FALLBACK_WARNING.to_owned());
+                Ok(last)
+            }
+        }
     }
 }
 
