@@ -2,12 +2,18 @@
 //! `ThreadState` after each merged step, so a run resumes from its last step after the
 //! lead dies. Steps are numbered from 0 (the initial state) and written once: writing a
 //! step that exists is a no-op, so a replayed step is never applied twice.
-//! [`CheckpointStore`] is the engine's [`Journal`] for the lead's runs. Its synchronous
-//! methods are for code that may block (the CLI, tests); everything asynchronous (the run
-//! loop's writes, the `RunManager`, the write probe) goes through [`CheckpointStore::call`]
-//! to the store's own thread (`thread`), never onto an actor's thread.
+//! The store also keeps ended runs' events, receipts and the shared MCP credentials.
+//! [`CheckpointStore`] is the engine's `Journal` for the lead's runs (`journal`). Its
+//! synchronous methods are for code that may block (the CLI, tests); everything
+//! asynchronous (the run loop's writes, the `RunManager`, the write probe in `probe`) goes
+//! through [`CheckpointStore::call`] to the store's own thread (`thread`), never onto an
+//! actor's thread.
 
+mod journal;
+mod probe;
 mod thread;
+
+pub use probe::{probe_writes, unwritable};
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -18,7 +24,6 @@ use futures::FutureExt as _;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
-use crate::run::journal::{Journal, JournalError, JournalResult};
 use thread::StoreThread;
 
 use crate::run::settlement::{DeliveryReceipt, OutputsSnapshot};
@@ -109,56 +114,6 @@ impl CheckpointError {
                         | rusqlite::ErrorCode::CannotOpen
                 )
         )
-    }
-}
-
-/// Why the runs database cannot be written now (`None`: it can), as the lead's own health
-/// shows it in `antler status` and the gateway's cluster view. Set by [`probe_writes`].
-static UNWRITABLE: Mutex<Option<String>> = Mutex::new(None);
-
-/// Why this lead's runs database cannot be written, if it cannot.
-pub fn unwritable() -> Option<String> {
-    UNWRITABLE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone()
-}
-
-/// How often [`probe_writes`] writes.
-pub const PROBE_INTERVAL: Duration = Duration::from_secs(2);
-
-/// Writes one row every [`PROBE_INTERVAL`], so a runs database that cannot be written (a
-/// volume read-only or full) is seen, logged and shown while no run writes, not only when
-/// a run's checkpoint fails. Runs until the runtime stops.
-pub async fn probe_writes(store: CheckpointStore) {
-    let mut tick = tokio::time::interval(PROBE_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let result = store
-            .call(|s| {
-                let first = s.probe_write();
-                match first {
-                    Err(e) if e.is_read_only() && s.reopen_if_read_only() => s.probe_write(),
-                    other => other,
-                }
-            })
-            .await;
-        let problem = match result {
-            Ok(()) => None,
-            Err(e) if e.is_busy() => continue,
-            Err(CheckpointError::ThreadGone) => continue,
-            Err(e) => Some(format!("runs database cannot be written: {e}")),
-        };
-        let mut now = UNWRITABLE
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match (&*now, &problem) {
-            (None, Some(p)) => tracing::error!("{p}"),
-            (Some(_), None) => tracing::info!("runs database can be written again"),
-            _ => {}
-        }
-        *now = problem;
     }
 }
 
@@ -730,154 +685,6 @@ fn record(raw: RawRecord) -> Result<RunRecord, CheckpointError> {
         subagents: options.subagents,
         role: options.role,
     })
-}
-
-impl From<CheckpointError> for JournalError {
-    fn from(error: CheckpointError) -> JournalError {
-        JournalError {
-            busy: error.is_busy(),
-            message: error.to_string(),
-        }
-    }
-}
-
-impl CheckpointStore {
-    /// Runs `write` on the store's thread. A write the storage
-    /// fails is tried again for up to [`STORAGE_RETRY_WINDOW`] (logged once): a volume
-    /// read-only or full for a while delays a run, it does not fail it.
-    fn off_thread<T: Send + 'static>(
-        &self,
-        write: impl Fn(&CheckpointStore) -> Result<T, CheckpointError> + Send + Sync + 'static,
-    ) -> BoxFuture<'static, JournalResult<T>> {
-        let store = self.clone();
-        let write = Arc::new(write);
-        Box::pin(async move {
-            let started = std::time::Instant::now();
-            let mut pause = Duration::from_millis(50);
-            let mut warned = false;
-            loop {
-                let w = Arc::clone(&write);
-                let result = match store.call(move |s| w(s)).await {
-                    Err(CheckpointError::ThreadGone) => {
-                        return Err(JournalError::new(
-                            "checkpoint write did not finish: the store's thread is gone",
-                        ))
-                    }
-                    result => result,
-                };
-                match result {
-                    Err(e) if e.is_storage() && started.elapsed() < STORAGE_RETRY_WINDOW => {
-                        if e.is_read_only() {
-                            let _ = store.call(|s| Ok(s.reopen_if_read_only())).await;
-                        }
-                        if !warned {
-                            tracing::warn!(
-                                "runs database cannot be written ({e}); trying again for up to {} s",
-                                STORAGE_RETRY_WINDOW.as_secs()
-                            );
-                            warned = true;
-                        }
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(2));
-                    }
-                    Err(e) => return Err(JournalError::from(e)),
-                    Ok(value) => {
-                        if warned {
-                            tracing::info!(
-                                "runs database written again after {} ms",
-                                started.elapsed().as_millis()
-                            );
-                        }
-                        return Ok(value);
-                    }
-                }
-            }
-        })
-    }
-}
-
-impl Journal for CheckpointStore {
-    fn create_run(
-        &self,
-        record: &RunRecord,
-        state: &ThreadState,
-    ) -> BoxFuture<'static, JournalResult<()>> {
-        let record = record.clone();
-        let encoded = serde_json::to_string(state);
-        let encoded = match encoded {
-            Ok(e) => e,
-            Err(e) => {
-                return Box::pin(async move { Err(JournalError::from(CheckpointError::from(e))) })
-            }
-        };
-        self.off_thread(move |store| store.create_run_encoded(&record, &encoded))
-    }
-
-    fn save(
-        &self,
-        run_id: &str,
-        step: i64,
-        state: &ThreadState,
-    ) -> BoxFuture<'static, JournalResult<()>> {
-        let run_id = run_id.to_owned();
-        let encoded = serde_json::to_string(state);
-        let encoded = match encoded {
-            Ok(e) => e,
-            Err(e) => {
-                return Box::pin(async move { Err(JournalError::from(CheckpointError::from(e))) })
-            }
-        };
-        self.off_thread(move |store| store.save_encoded(&run_id, step, &encoded).map(|_| ()))
-    }
-
-    fn latest(
-        &self,
-        run_id: &str,
-    ) -> BoxFuture<'static, JournalResult<Option<(i64, ThreadState)>>> {
-        let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.latest(&run_id))
-    }
-
-    fn set_status(
-        &self,
-        run_id: &str,
-        status: RunStatus,
-        detail: Option<String>,
-    ) -> BoxFuture<'static, JournalResult<()>> {
-        let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.set_status(&run_id, status, detail.as_deref()))
-    }
-
-    fn save_outputs_snapshot(
-        &self,
-        run_id: &str,
-        snapshot: OutputsSnapshot,
-    ) -> BoxFuture<'static, JournalResult<()>> {
-        let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.save_outputs_snapshot(&run_id, &snapshot))
-    }
-
-    fn outputs_snapshot(
-        &self,
-        run_id: &str,
-    ) -> BoxFuture<'static, JournalResult<Option<OutputsSnapshot>>> {
-        let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.outputs_snapshot(&run_id))
-    }
-
-    fn put_receipt_if_absent(
-        &self,
-        run_id: &str,
-        receipt: DeliveryReceipt,
-    ) -> BoxFuture<'static, JournalResult<bool>> {
-        let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.put_receipt_if_absent(&run_id, &receipt))
-    }
-
-    fn receipt(&self, run_id: &str) -> BoxFuture<'static, JournalResult<Option<DeliveryReceipt>>> {
-        let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.receipt(&run_id))
-    }
 }
 
 #[cfg(test)]
