@@ -347,7 +347,7 @@ impl Service for LeadService {
             }) => {
                 let (runs, supervisor) = (self.runs.clone(), self.supervisor.clone());
                 Box::pin(async move {
-                    let answered = crate::runs::elicitations::answer(
+                    let answered = crate::runs::manager::answer(
                         &runs,
                         &supervisor,
                         &run_id,

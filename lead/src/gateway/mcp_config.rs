@@ -36,7 +36,7 @@ pub(super) async fn get_config(state: web::Data<State>) -> HttpResponse {
 /// file's other keys, validates, writes atomically, and has mcp-host apply it.
 pub(super) async fn put_config(state: web::Data<State>, payload: web::Payload) -> HttpResponse {
     use actix_web::http::StatusCode;
-    let body = match guard::read_body(payload, MAX_CONFIG_BODY).await {
+    let body = match body::read_body(payload, MAX_CONFIG_BODY).await {
         Ok(body) => body,
         Err(response) => return response,
     };

@@ -16,6 +16,7 @@
 //! runs are its own: it starts them as itself, and another user's run is 404 to it, as if
 //! it did not exist; the operator sees every run (`GET /api/runs` lists them).
 
+mod body;
 mod cluster_view;
 mod elicitation;
 mod events;
@@ -29,7 +30,8 @@ mod runs_api;
 mod secrets;
 mod ui;
 
-pub use guard::{Guard, Refusal, BODY_DEADLINE, GATEWAY_HOSTS_ENV};
+pub use body::BODY_DEADLINE;
+pub use guard::{Guard, Refusal, GATEWAY_HOSTS_ENV};
 pub use principal::{Authenticator, Principal, PrincipalsError};
 pub use routes::{Access, ROUTES};
 

@@ -23,7 +23,7 @@ pub(super) async fn post_run(
     let Some(principal) = principal_of(&req) else {
         return Refusal::Credential.response();
     };
-    let body = match guard::read_body(payload, MAX_RUN_BODY).await {
+    let body = match body::read_body(payload, MAX_RUN_BODY).await {
         Ok(body) => body,
         Err(response) => return response,
     };
@@ -480,7 +480,7 @@ pub(super) async fn answer_run(
     payload: web::Payload,
 ) -> HttpResponse {
     use actix_web::http::StatusCode;
-    let body = match guard::read_body(payload, MAX_ANSWER_BODY).await {
+    let body = match body::read_body(payload, MAX_ANSWER_BODY).await {
         Ok(body) => body,
         Err(response) => return response,
     };

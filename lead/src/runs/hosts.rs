@@ -74,6 +74,40 @@ pub async fn replicas(links: &dyn HostLinks, role: Role) -> Result<Vec<Replica>,
     Ok(links.into_iter().map(|(_, _, a, l)| (a, l)).collect())
 }
 
+/// Whether a replica of `role` has a live connection now.
+pub async fn any_linked(links: &dyn HostLinks, role: Role) -> bool {
+    let Ok(replicas) = replicas(links, role).await else {
+        return false;
+    };
+    for (_, link) in replicas {
+        if link.send(Snapshot).await.is_ok_and(|s| s.connected) {
+            return true;
+        }
+    }
+    false
+}
+
+/// The states of `antler status` in which a child is not coming back by itself (the
+/// supervisor gave up on it, or it was stopped).
+const GIVEN_UP: [&str; 2] = ["failed", "stopped"];
+
+/// Whether `role` is linked now, and if not whether a replica is on its way (starting or
+/// restarting under the supervisor, or a remote one it keeps dialling).
+pub async fn host_readiness(links: &dyn HostLinks, role: Role) -> HostReadiness {
+    if any_linked(links, role).await {
+        return HostReadiness::Linked;
+    }
+    let processes = links.processes().await;
+    let coming = processes
+        .iter()
+        .any(|p| p.role == role && !GIVEN_UP.contains(&p.state.as_str()));
+    if coming {
+        HostReadiness::Starting
+    } else {
+        HostReadiness::Down
+    }
+}
+
 /// The replica a key (a sandbox id) is pinned to.
 pub fn pinned<'a>(replicas: &'a [Replica], key: &str) -> Option<&'a Replica> {
     pinned_by(replicas, |(a, _)| a, key)
@@ -184,7 +218,7 @@ impl ToolHosts for LinkHosts {
     }
 
     fn readiness(&self, role: Role) -> BoxFuture<'_, HostReadiness> {
-        Box::pin(super::readiness::host_readiness(&*self.links, role))
+        Box::pin(host_readiness(&*self.links, role))
     }
 
     fn pinned_address(&self, role: Role, key: &str) -> BoxFuture<'_, Option<String>> {

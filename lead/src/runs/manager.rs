@@ -33,6 +33,7 @@ use crate::catalog::Catalog;
 use crate::run::actor::{CancelFlag, Drive, RunActor, RunEvent};
 use crate::runs::store::{RunRecord, RunStatus};
 
+mod answer;
 mod artifacts;
 mod cancel;
 mod queries;
@@ -40,6 +41,7 @@ mod resume;
 mod sink;
 mod submit;
 
+pub use answer::answer;
 pub use artifacts::{read_artifact, ArtifactContent, RunArtifact, MAX_ARTIFACT_BYTES};
 pub use cancel::{CancelOutcome, CancelRun, ChaosStopRun};
 pub use queries::{

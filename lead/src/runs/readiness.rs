@@ -7,10 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use antler_protocol::link::Snapshot;
 use antler_protocol::Role;
 
-use super::hosts::{replicas, HostLinks};
+use super::hosts::{any_linked, HostLinks};
 use crate::run::hosts::{HostReadiness, ToolHosts};
 
 /// The hosts every run needs linked.
@@ -52,40 +51,6 @@ pub async fn readiness(links: &dyn HostLinks) -> Readiness {
         waiting_for.push(RUNS_STORE.to_owned());
     }
     Readiness { waiting_for }
-}
-
-/// Whether a replica of `role` has a live connection now.
-pub async fn any_linked(links: &dyn HostLinks, role: Role) -> bool {
-    let Ok(replicas) = replicas(links, role).await else {
-        return false;
-    };
-    for (_, link) in replicas {
-        if link.send(Snapshot).await.is_ok_and(|s| s.connected) {
-            return true;
-        }
-    }
-    false
-}
-
-/// The states of `antler status` in which a child is not coming back by itself (the
-/// supervisor gave up on it, or it was stopped).
-const GIVEN_UP: [&str; 2] = ["failed", "stopped"];
-
-/// Whether `role` is linked now, and if not whether a replica is on its way (starting or
-/// restarting under the supervisor, or a remote one it keeps dialling).
-pub async fn host_readiness(links: &dyn HostLinks, role: Role) -> HostReadiness {
-    if any_linked(links, role).await {
-        return HostReadiness::Linked;
-    }
-    let processes = links.processes().await;
-    let coming = processes
-        .iter()
-        .any(|p| p.role == role && !GIVEN_UP.contains(&p.state.as_str()));
-    if coming {
-        HostReadiness::Starting
-    } else {
-        HostReadiness::Down
-    }
 }
 
 /// Waits while `hosts` has no linked replica of `role` but one is coming, until `until`
