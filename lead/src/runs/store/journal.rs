@@ -1,5 +1,6 @@
 //! [`CheckpointStore`] as the engine's [`Journal`] for the lead's runs: each write runs on
-//! the store's thread, in the order the run loop made it; a write the storage fails is
+//! the blocking pool (`spawn_blocking`, as the run loop awaits it, so a run's writes land
+//! in the order it made them), never on a run actor's thread; a write the storage fails is
 //! tried again for up to [`STORAGE_RETRY_WINDOW`], so a volume read-only or full for a
 //! while delays a run, it does not fail it.
 
@@ -23,7 +24,7 @@ impl From<CheckpointError> for JournalError {
 }
 
 impl CheckpointStore {
-    /// Runs `write` on the store's thread. A write the storage
+    /// Runs `write` on the blocking pool. A write the storage
     /// fails is tried again for up to [`STORAGE_RETRY_WINDOW`] (logged once): a volume
     /// read-only or full for a while delays a run, it does not fail it.
     fn off_thread<T: Send + 'static>(
@@ -37,14 +38,14 @@ impl CheckpointStore {
             let mut pause = Duration::from_millis(50);
             let mut warned = false;
             loop {
-                let w = Arc::clone(&write);
-                let result = match store.call(move |s| w(s)).await {
-                    Err(CheckpointError::ThreadGone) => {
-                        return Err(JournalError::new(
-                            "checkpoint write did not finish: the store's thread is gone",
-                        ))
+                let (s, w) = (store.clone(), Arc::clone(&write));
+                let result = match tokio::task::spawn_blocking(move || w(&s)).await {
+                    Ok(result) => result,
+                    Err(e) => {
+                        return Err(JournalError::new(format!(
+                            "checkpoint write did not finish: {e}"
+                        )))
                     }
-                    result => result,
                 };
                 match result {
                     Err(e) if e.is_storage() && started.elapsed() < STORAGE_RETRY_WINDOW => {
