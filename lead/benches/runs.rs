@@ -17,14 +17,14 @@ use actix::prelude::*;
 use antler_lead::catalog::actor::CatalogActor;
 use antler_lead::catalog::assembly::Sources;
 use antler_lead::catalog::{Catalog, ToolSource, ToolSpec};
-use antler_lead::checkpoint::{CheckpointStore, RunStatus};
 use antler_lead::run::actor::{RunLoop, RunSettings};
 use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
 use antler_lead::run::hosts::{HostError, ToolHosts};
 use antler_lead::run::model::{ChatModel, ModelError, ModelReply, ModelRequest, ScriptedModel};
-use antler_lead::run_manager::manager::{RunManager, SubmitRun, WatchRun};
-use antler_lead::run_manager::metrics::Metrics;
-use antler_lead::run_manager::prepare::RunEnv;
+use antler_lead::runs::Metrics;
+use antler_lead::runs::RunEnv;
+use antler_lead::runs::{CheckpointStore, RunStatus};
+use antler_lead::runs::{RunManager, SubmitRun, WatchRun};
 use antler_protocol::messages::{
     AcquireSource, Acquired, ControlReply, ControlRequest, McpCallResult, McpContent, McpReply,
     McpRequest, PlaybookSource, PoolStatus, Reply, Request, RunSubmission, SandboxReply,

@@ -4,20 +4,14 @@
 //! The agent engine (catalog and run loop) is `antler-engine`, re-exported as
 //! [`catalog`] and [`run`].
 
-pub mod agents;
-pub mod chaos_actors;
-pub mod checkpoint;
-pub mod cli;
+pub(crate) mod agents;
+pub(crate) mod cli;
 pub mod cluster;
 pub mod commands;
-pub mod control;
-pub mod discovery;
 pub mod gateway;
-pub mod mcp_credentials;
-pub mod run_manager;
+pub mod runs;
 pub mod subagents;
-pub mod supervisor;
-pub mod teardown;
+pub(crate) mod teardown;
 
 pub use antler_engine::{catalog, run};
 pub use antler_protocol::host as host_runtime;

@@ -30,11 +30,11 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use antler_lead::catalog::{Catalog, ToolSpec};
+use antler_lead::cluster::{ChildSpec, GetStatus, RestartPolicy, StopAll, Supervisor};
 use antler_lead::run::model::{Playbook, ScriptedCall, ScriptedTurn};
 use antler_lead::run::task::spec::{TaskSpec, WireCatalog, WireModel};
 use antler_lead::run::task::{TaskEvent, TaskResult, TaskStatus};
-use antler_lead::subagents::dispatcher::{Release, Reserve, Reserved, SubagentDispatcher, Workers};
-use antler_lead::supervisor::{ChildSpec, GetStatus, RestartPolicy, StopAll, Supervisor};
+use antler_lead::subagents::{Release, Reserve, Reserved, SubagentDispatcher, Workers};
 use antler_protocol::messages::{Reply, Request, TaskAssignment, WorkerReply, WorkerRequest};
 use antler_protocol::runtime_dir::RuntimeDir;
 use antler_protocol::{ConnectionConfig, Identity, Role, TraceContext};

@@ -188,7 +188,8 @@ async fn cancel(runtime_dir: PathBuf, run_id: String, json: bool) -> anyhow::Res
 }
 
 async fn up(spec: ClusterSpec, show_status: bool) -> anyhow::Result<ExitCode> {
-    let cluster = RunningCluster::start(spec).await?;
+    let cluster =
+        RunningCluster::start_with(spec, Some(Box::new(crate::gateway::front_door))).await?;
     println!(
         "antler: cluster up in {} (lead pid {}); Ctrl-C to stop",
         cluster.runtime.root().display(),
@@ -196,7 +197,11 @@ async fn up(spec: ClusterSpec, show_status: bool) -> anyhow::Result<ExitCode> {
     );
     if show_status {
         let ready = cluster::wait_until_healthy(&cluster.supervisor, Duration::from_secs(10)).await;
-        if let Ok(list) = cluster.supervisor.send(crate::supervisor::GetStatus).await {
+        if let Ok(list) = cluster
+            .supervisor
+            .send(crate::cluster::supervisor::GetStatus)
+            .await
+        {
             print!("{}", cli::status_table(&list));
         }
         if !ready {

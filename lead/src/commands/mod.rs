@@ -24,10 +24,7 @@ use antler_protocol::{
 };
 use anyhow::bail;
 
-use crate::{
-    cluster::{ClusterSpec, LeadClient},
-    supervisor::RestartPolicy,
-};
+use crate::cluster::{supervisor::RestartPolicy, ClusterSpec, LeadClient};
 
 /// How long a CLI request to the lead may take.
 pub const CLI_TIMEOUT: Duration = Duration::from_secs(10);

@@ -1,7 +1,7 @@
 //! `antler run "TASK" [--playbook FILE | --model NAME] [--user U] [--thread T] [--trace]
 //! [--json] [--detach]` and `antler run --resume RUN_ID [--answer TEXT]`: submits a run to
 //! the lead of the running cluster (or of an ephemeral one started for it) and follows
-//! its events until it stops. The run itself lives in the lead (see `crate::run_manager`): it
+//! its events until it stops. The run itself lives in the lead (see `crate::runs`): it
 //! survives this command, and a lead that restarts resumes it. Progress goes to stderr;
 //! the answer, artifacts and receipt (with `--json`, one object) to stdout. A
 //! clarification is asked in the terminal and the run resumed with the answer.
@@ -504,7 +504,7 @@ async fn answer_elicitation(
     id: &str,
     text: &str,
 ) -> anyhow::Result<()> {
-    let (action, content_json) = crate::run_manager::elicitations::parse_answer(text)
+    let (action, content_json) = crate::runs::elicitations::parse_answer(text)
         .map_err(|e| anyhow::anyhow!("--answer: {e}"))?;
     let reply = connection
         .request(

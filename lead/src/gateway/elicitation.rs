@@ -8,8 +8,8 @@ use actix_web::{http::StatusCode, web, HttpRequest, HttpResponse};
 use antler_protocol::messages::ElicitationAction;
 use serde_json::{json, Value};
 
-use super::{error, guard, State, VisibleRun, MAX_ANSWER_BODY};
-use crate::run_manager::elicitations::AnswerError;
+use super::{body, error, State, VisibleRun, MAX_ANSWER_BODY};
+use crate::runs::elicitations::AnswerError;
 
 /// The answer's action and content, or why the body is not one.
 fn parse(body: &[u8]) -> Result<(ElicitationAction, Option<String>), String> {
@@ -40,7 +40,7 @@ pub async fn answer(
     payload: web::Payload,
 ) -> HttpResponse {
     let id = req.match_info().get("eid").unwrap_or_default().to_owned();
-    let body = match guard::read_body(payload, MAX_ANSWER_BODY).await {
+    let body = match body::read_body(payload, MAX_ANSWER_BODY).await {
         Ok(body) => body,
         Err(response) => return response,
     };
@@ -48,7 +48,7 @@ pub async fn answer(
         Ok(answer) => answer,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
-    match crate::run_manager::elicitations::answer(
+    match crate::runs::manager::answer(
         &state.runs.manager,
         &state.supervisor,
         &run_id,

@@ -4,17 +4,14 @@
 //! text/plain request slips through); and every route needs what its [`Access`] says: a
 //! bearer token, even on loopback, that [`Authenticator`] maps to a principal, and for
 //! the operator's routes the operator. The access comes from the route the router matched
-//! (see `routes`), never from the path string. Bodies
-//! are read with a size limit and a deadline, so a trickled body cannot hold a connection
-//! open.
+//! (see `routes`), never from the path string. Bodies are read with a size limit and a
+//! deadline (`body`), so a trickled body cannot hold a connection open.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix_web::http::{header, Method, StatusCode};
-use actix_web::{web, HttpRequest, HttpResponse};
-use futures::StreamExt;
+use actix_web::{HttpRequest, HttpResponse};
 use serde_json::json;
 
 use super::principal::{Authenticator, Principal};
@@ -23,8 +20,6 @@ use super::routes::Access;
 /// The variable listing the extra names (`host[:port]`, comma-separated) a gateway bound
 /// beyond loopback answers to.
 pub const GATEWAY_HOSTS_ENV: &str = "ANTLER_GATEWAY_HOSTS";
-/// How long a request body may take to arrive.
-pub const BODY_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The checks of one gateway.
 #[derive(Clone)]
@@ -228,49 +223,6 @@ fn json_body(req: &HttpRequest) -> bool {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
-}
-
-/// Reads a request body of at most `limit` bytes within [`BODY_DEADLINE`]: 413 past the
-/// limit, 408 past the deadline (the connection is closed).
-pub async fn read_body(
-    mut payload: web::Payload,
-    limit: usize,
-) -> Result<web::Bytes, HttpResponse> {
-    let read = async {
-        let mut body = web::BytesMut::new();
-        while let Some(chunk) = payload.next().await {
-            let chunk = chunk.map_err(|e| {
-                super::error(
-                    StatusCode::BAD_REQUEST,
-                    format!("cannot read the body: {e}"),
-                )
-            })?;
-            if body.len() + chunk.len() > limit {
-                return Err(super::error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("the body is larger than {limit} bytes"),
-                ));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body.freeze())
-    };
-    match tokio::time::timeout(BODY_DEADLINE, read).await {
-        Ok(body) => body,
-        Err(_) => {
-            let mut response = super::error(
-                StatusCode::REQUEST_TIMEOUT,
-                format!(
-                    "the body did not arrive within {} s",
-                    BODY_DEADLINE.as_secs()
-                ),
-            );
-            response
-                .head_mut()
-                .set_connection_type(actix_web::http::ConnectionType::Close);
-            Err(response)
-        }
-    }
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use antler_protocol::{
 use serde_json::json;
 
 use super::{error, principal_of, Refusal, State};
-use crate::supervisor::{GetLinks, Supervisor};
+use crate::cluster::supervisor::{GetLinks, Supervisor};
 
 /// The gateway's callback route: the `redirect_uri` of every login it starts.
 pub const CALLBACK_PATH: &str = "/api/mcp/oauth/callback";

@@ -63,10 +63,10 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/health", Access::Open, || web::to(super::health)),
     route("GET", "/ready", Access::Open, || web::to(super::ready)),
     route("GET", "/api/mcp/config", Access::Operator, || {
-        web::to(super::get_config)
+        web::to(super::mcp_config::get_config)
     }),
     route("PUT", "/api/mcp/config", Access::Operator, || {
-        web::to(super::put_config)
+        web::to(super::mcp_config::put_config)
     }),
     route("GET", oauth::CALLBACK_PATH, Access::Callback, || {
         web::to(oauth::callback)
@@ -82,22 +82,22 @@ pub const ROUTES: &[RouteSpec] = &[
         || web::to(oauth::start),
     ),
     route("POST", "/api/runs", Access::Member, || {
-        web::to(super::post_run)
+        web::to(super::runs_api::post_run)
     }),
     route("GET", "/api/runs", Access::Member, || {
-        web::to(super::list_runs)
+        web::to(super::runs_api::list_runs)
     }),
     route("GET", "/api/runs/{id}", Access::Member, || {
-        web::to(super::get_run)
+        web::to(super::runs_api::get_run)
     }),
     route("GET", "/api/runs/{id}/events", Access::Member, || {
-        web::to(super::run_events)
+        web::to(super::events::run_events)
     }),
     route("POST", "/api/runs/{id}/answer", Access::Member, || {
-        web::to(super::answer_run)
+        web::to(super::runs_api::answer_run)
     }),
     route("POST", "/api/runs/{id}/cancel", Access::Member, || {
-        web::to(super::cancel_run)
+        web::to(super::runs_api::cancel_run)
     }),
     route(
         "POST",
@@ -106,19 +106,19 @@ pub const ROUTES: &[RouteSpec] = &[
         || web::to(elicitation::answer),
     ),
     route("GET", "/api/runs/{id}/artifact", Access::Member, || {
-        web::to(super::download_artifact)
+        web::to(super::runs_api::download_artifact)
     }),
     route("GET", "/api/runs/{id}/messages", Access::Member, || {
-        web::to(super::run_messages)
+        web::to(super::runs_api::run_messages)
     }),
     route("GET", "/api/runs/{id}/catalog", Access::Member, || {
-        web::to(super::run_catalog)
+        web::to(super::runs_api::run_catalog)
     }),
     route("GET", "/api/whoami", Access::Member, || {
         web::to(super::whoami)
     }),
     route("GET", "/api/cluster", Access::Operator, || {
-        web::to(super::cluster_view)
+        web::to(super::cluster_view::cluster_view)
     }),
     route("GET", "/metrics", Access::Metrics, || {
         web::to(super::metrics)

@@ -34,7 +34,7 @@ use super::dispatcher::{
     Connections, Placement, Release, Reserve, Reserved, SubagentDispatcher, Unplace,
 };
 use super::types;
-use crate::run_manager::prepare::RunEnv;
+use crate::runs::prepare::RunEnv;
 
 /// Time the lead's stream of a task gets beyond the task's own timeout (the worker ends
 /// a task at its timeout; this bounds a worker that stops answering).
@@ -107,11 +107,9 @@ impl LeadDelegator {
             .await
             .map_err(|e| format!("the subagent's tools could not be assembled: {e}"))?;
         let model = match &ty.model {
-            Some(name) => {
-                crate::run_manager::prepare::model_for(&format!("model:{name}"), &self.app)
-                    .map_err(|e| e.to_string())?
-                    .for_subagent(&call.args)
-            }
+            Some(name) => crate::runs::prepare::model_for(&format!("model:{name}"), &self.app)
+                .map_err(|e| e.to_string())?
+                .for_subagent(&call.args),
             None => self.parent_model.for_subagent(&call.args),
         }
         .ok_or_else(|| "this run's model cannot be handed to a subagent worker".to_owned())?;

@@ -9,6 +9,7 @@
 //! that is draining (being removed) takes no new task.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -16,7 +17,7 @@ use antler_protocol::{link::CurrentConnection, Connection, Role};
 use serde::Serialize;
 use tokio::sync::oneshot;
 
-use crate::supervisor::{GetLinks, Supervisor};
+use crate::runs::hosts::HostLinks;
 
 /// Tasks waiting for a slot, at most (later ones are refused at once).
 pub const MAX_WAITING: usize = 1024;
@@ -70,7 +71,8 @@ struct Waiter {
 
 /// The dispatcher actor.
 pub struct SubagentDispatcher {
-    supervisor: Option<Addr<Supervisor>>,
+    /// The links the workers are found among (the supervisor's).
+    links: Option<Arc<dyn HostLinks>>,
     workers: BTreeMap<u32, Worker>,
     runs: HashMap<String, RunCount>,
     waiting: VecDeque<Waiter>,
@@ -78,9 +80,9 @@ pub struct SubagentDispatcher {
 
 impl SubagentDispatcher {
     /// A dispatcher over the supervisor's workers.
-    pub fn new(supervisor: Addr<Supervisor>) -> SubagentDispatcher {
+    pub fn new(links: impl HostLinks) -> SubagentDispatcher {
         SubagentDispatcher {
-            supervisor: Some(supervisor),
+            links: Some(Arc::new(links)),
             workers: BTreeMap::new(),
             runs: HashMap::new(),
             waiting: VecDeque::new(),
@@ -208,12 +210,12 @@ impl Handler<Refresh> for SubagentDispatcher {
     type Result = ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, _: Refresh, _: &mut Context<Self>) -> Self::Result {
-        let Some(supervisor) = self.supervisor.clone() else {
+        let Some(links) = self.links.clone() else {
             return Box::pin(actix::fut::ready(()));
         };
         Box::pin(
             async move {
-                let links = supervisor.send(GetLinks).await.unwrap_or_default();
+                let links = links.links().await.unwrap_or_default();
                 let mut seen = Vec::new();
                 for (role, index, _, link) in links {
                     if role != Role::Subagent {

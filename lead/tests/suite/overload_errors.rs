@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use antler_lead::checkpoint::CheckpointError;
 use antler_lead::run::hosts::HostError;
-use antler_lead::run_manager::prepare::PrepareError;
+use antler_lead::runs::CheckpointError;
+use antler_lead::runs::PrepareError;
 use antler_protocol::{RemoteError, Role, RpcError};
 
 fn host(error: RpcError) -> PrepareError {

@@ -7,12 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use antler_lead::catalog::{Catalog, ToolSource, ToolSpec};
-use antler_lead::checkpoint::{CheckpointStore, RunStatus};
 use antler_lead::run::actor::{RunEvent, RunLoop, RunSettings, ToolState};
 use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
 use antler_lead::run::hosts::{HostError, ToolHosts};
 use antler_lead::run::model::ScriptedModel;
 use antler_lead::run::state::{Message, StateUpdate, StopReason, ToolStatus};
+use antler_lead::runs::{CheckpointStore, RunStatus};
 use antler_protocol::messages::{Reply, Request};
 use antler_protocol::Role;
 use futures::future::BoxFuture;

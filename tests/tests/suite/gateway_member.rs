@@ -15,7 +15,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use crate::lead_support::{http_full, LeadCluster};
-use antler_lead::gateway::routes::{Access, ROUTES};
+use antler_lead::gateway::{Access, ROUTES};
 use antler_tests::wait_for;
 use serde_json::{json, Value};
 

@@ -18,7 +18,7 @@ use antler_lead::run::settlement::{DeliveryReceipt, OutputsSnapshot};
 use antler_lead::run::state::{Message, StateUpdate, ToolCall};
 use antler_lead::run::thread_files::ThreadFilesMode;
 use antler_lead::run::view_image::{images_for_next_call, view_image};
-use antler_lead::run_manager::manager::{read_artifact, ArtifactContent};
+use antler_lead::runs::{read_artifact, ArtifactContent};
 use antler_protocol::messages::ThreadFileError;
 use serde_json::json;
 

@@ -5,7 +5,9 @@
 //! its sandbox id hashes to (rendezvous over the replicas' addresses), other calls go to
 //! a connected replica in turn, and lease renewals go to all of them. A local cluster has
 //! one replica of each. A host that is down fails the call at once with a [`HostError`],
-//! which the run turns into an error tool message.
+//! which the run turns into an error tool message. The links are the supervisor's,
+//! reached through [`HostLinks`] (the cluster implements it): runs never name the
+//! supervisor.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,52 +16,96 @@ use std::time::Duration;
 use actix::Addr;
 use antler_protocol::{
     link::{HostLink, Snapshot},
-    messages::{Reply, SandboxReply},
+    messages::{ProcessStatus, Reply, SandboxReply},
     placement::{self, Route},
 };
 use antler_protocol::{messages::Request, Role};
 use futures::future::BoxFuture;
 
 use crate::run::hosts::{call_link, stream_link, HostError, HostReadiness, ToolHosts};
-use crate::supervisor::{GetLinks, LinkEntry, LinkTable, Supervisor};
 
 /// One replica: its address (its identity for hashing) and its link.
 pub type Replica = (String, Addr<HostLink>);
 
+/// Every link to a host now: its role, index, address and link actor.
+pub type Links = Vec<(Role, u32, String, Addr<HostLink>)>;
+
+/// The links to the hosts and the state of their processes, as the lead's supervisor
+/// keeps them. Runs, their readiness and the subagent dispatcher reach the hosts through
+/// this, never through the supervisor itself (`cluster::supervisor` implements it for its
+/// address).
+pub trait HostLinks: Send + Sync + 'static {
+    /// Every link now (`Err`: the supervisor is gone, and why).
+    fn links(&self) -> BoxFuture<'static, Result<Links, String>>;
+    /// The status of the host processes, as `antler status` shows it.
+    fn processes(&self) -> BoxFuture<'static, Vec<ProcessStatus>>;
+}
+
 /// Tool hosts reached through the lead's own links.
 #[derive(Clone)]
 pub struct LinkHosts {
-    supervisor: Addr<Supervisor>,
+    links: Arc<dyn HostLinks>,
     /// Where the next spread call starts looking.
     turn: Arc<AtomicUsize>,
 }
 
 impl LinkHosts {
-    pub fn new(supervisor: Addr<Supervisor>) -> LinkHosts {
+    pub fn new(links: impl HostLinks) -> LinkHosts {
         LinkHosts {
-            supervisor,
+            links: Arc::new(links),
             turn: Arc::default(),
         }
     }
 
     /// The replicas of `role`, by index.
     pub async fn replicas(&self, role: Role) -> Result<Vec<Replica>, HostError> {
-        replicas(&self.supervisor, role).await
+        replicas(&*self.links, role).await
     }
 }
 
 /// The replicas of `role` the supervisor links to, by index.
-pub async fn replicas(
-    supervisor: &Addr<Supervisor>,
-    role: Role,
-) -> Result<Vec<Replica>, HostError> {
-    let mut links = supervisor
-        .send(GetLinks)
+pub async fn replicas(links: &dyn HostLinks, role: Role) -> Result<Vec<Replica>, HostError> {
+    let mut links = links
+        .links()
         .await
         .map_err(|e| HostError::unavailable(format!("the lead's supervisor is gone: {e}")))?;
     links.retain(|(r, ..)| *r == role);
     links.sort_by_key(|(_, i, ..)| *i);
     Ok(links.into_iter().map(|(_, _, a, l)| (a, l)).collect())
+}
+
+/// Whether a replica of `role` has a live connection now.
+pub async fn any_linked(links: &dyn HostLinks, role: Role) -> bool {
+    let Ok(replicas) = replicas(links, role).await else {
+        return false;
+    };
+    for (_, link) in replicas {
+        if link.send(Snapshot).await.is_ok_and(|s| s.connected) {
+            return true;
+        }
+    }
+    false
+}
+
+/// The states of `antler status` in which a child is not coming back by itself (the
+/// supervisor gave up on it, or it was stopped).
+const GIVEN_UP: [&str; 2] = ["failed", "stopped"];
+
+/// Whether `role` is linked now, and if not whether a replica is on its way (starting or
+/// restarting under the supervisor, or a remote one it keeps dialling).
+pub async fn host_readiness(links: &dyn HostLinks, role: Role) -> HostReadiness {
+    if any_linked(links, role).await {
+        return HostReadiness::Linked;
+    }
+    let processes = links.processes().await;
+    let coming = processes
+        .iter()
+        .any(|p| p.role == role && !GIVEN_UP.contains(&p.state.as_str()));
+    if coming {
+        HostReadiness::Starting
+    } else {
+        HostReadiness::Down
+    }
 }
 
 /// The replica a key (a sandbox id) is pinned to.
@@ -76,17 +122,6 @@ pub fn pinned_by<'a, T>(
     key: &str,
 ) -> Option<&'a T> {
     placement::rendezvous(key, replicas.iter().map(&address)).map(|i| &replicas[i])
-}
-
-/// The entries of `role` in the supervisor's link table, by index.
-pub fn table_replicas(links: &LinkTable, role: Role) -> Vec<LinkEntry> {
-    let mut replicas: Vec<(u32, LinkEntry)> = links
-        .iter()
-        .filter(|e| e.key().0 == role)
-        .map(|e| (e.key().1, e.value().clone()))
-        .collect();
-    replicas.sort_by_key(|(i, _)| *i);
-    replicas.into_iter().map(|(_, e)| e).collect()
 }
 
 /// The replies of every replica as one: renewals add up; otherwise the first success,
@@ -183,7 +218,7 @@ impl ToolHosts for LinkHosts {
     }
 
     fn readiness(&self, role: Role) -> BoxFuture<'_, HostReadiness> {
-        Box::pin(super::readiness::host_readiness(&self.supervisor, role))
+        Box::pin(host_readiness(&*self.links, role))
     }
 
     fn pinned_address(&self, role: Role, key: &str) -> BoxFuture<'_, Option<String>> {

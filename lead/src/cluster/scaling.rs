@@ -17,9 +17,9 @@ use antler_protocol::{
     Role, TraceContext,
 };
 
-use super::dispatcher::{SetDraining, SubagentDispatcher, Workers};
+use crate::cluster::supervisor::{AddChildren, GetLinks, GetStatus, RemoveChild, Supervisor};
 use crate::cluster::{ChildPlan, ClusterError};
-use crate::supervisor::{AddChildren, GetLinks, GetStatus, RemoveChild, Supervisor};
+use crate::subagents::dispatcher::{SetDraining, SubagentDispatcher, Workers};
 
 /// How long new workers get to become healthy.
 pub const START_DEADLINE: Duration = Duration::from_secs(60);

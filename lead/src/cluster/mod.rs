@@ -4,6 +4,21 @@
 //! dials them over mutual TLS, follows the replicas its names resolve to, and starts no
 //! process. `antler up` runs one in the foreground; any other command that needs the
 //! hosts attaches to a running one or starts an ephemeral one.
+//!
+//! The room holds what runs the cluster: `supervisor` (the `Supervisor` actor: the local
+//! children and the links to every host), `discovery` (the replicas a cluster-mode name
+//! resolves to), `control` (the lead's control socket), `scaling` (the number of workers
+//! of a running cluster), `mcp_credentials` (the relay of the mcp-host replicas' OAuth
+//! credentials) and `chaos_actors` (chaos mode's actor faults).
+
+pub(crate) mod chaos_actors;
+pub(crate) mod control;
+pub(crate) mod discovery;
+pub(crate) mod mcp_credentials;
+pub(crate) mod scaling;
+pub(crate) mod supervisor;
+
+pub use supervisor::{ChildSpec, GetStatus, RestartPolicy, StopAll, Supervisor};
 
 use std::{
     path::{Path, PathBuf},
@@ -22,10 +37,8 @@ use antler_protocol::{
     Connection, ConnectionConfig, InFlight,
 };
 
-use crate::{
-    control::LeadService,
-    supervisor::{ChildSpec, RestartPolicy, StopAll, Supervisor},
-};
+use antler_protocol::config;
+use control::LeadService;
 
 /// Everything needed to start a local cluster.
 #[derive(Debug, Clone)]
@@ -83,9 +96,10 @@ pub enum ClusterError {
     #[error("cannot reach the lead: {0}")]
     Unreachable(String),
     #[error(transparent)]
-    Store(#[from] crate::checkpoint::CheckpointError),
+    Store(#[from] crate::runs::store::CheckpointError),
+    /// The front door (the HTTP gateway) could not start.
     #[error(transparent)]
-    Gateway(#[from] crate::gateway::GatewayError),
+    FrontDoor(#[from] FrontDoorError),
     #[error("antler.tls: {0}")]
     Tls(#[from] antler_protocol::tls::TlsError),
     #[error(
@@ -224,18 +238,27 @@ pub struct RunningCluster {
     pub supervisor: Addr<Supervisor>,
     control: Server,
     drain_grace: Duration,
-    /// The HTTP gateway, when it could listen.
-    gateway: Option<crate::gateway::Gateway>,
+    /// The front door (the HTTP gateway), when it could listen.
+    front_door: Option<Box<dyn FrontDoor>>,
     /// Cluster mode's replica discovery, running as long as the cluster.
-    _discovery: Option<Addr<crate::discovery::Discovery>>,
+    _discovery: Option<Addr<crate::cluster::discovery::Discovery>>,
     /// The runtime directory's lock, held until the cluster has stopped.
     _lock: std::fs::File,
 }
 
 impl RunningCluster {
-    /// Starts the cluster: runtime directory, token, control socket, children.
-    /// Call inside an actix `System`.
+    /// Starts the cluster: runtime directory, token, control socket, children; no front
+    /// door. Call inside an actix `System`.
     pub async fn start(spec: ClusterSpec) -> Result<RunningCluster, ClusterError> {
+        RunningCluster::start_with(spec, None).await
+    }
+
+    /// [`RunningCluster::start`], with `front_door` started once the runs can be served
+    /// and before the control socket listens (an ephemeral cluster starts none).
+    pub async fn start_with(
+        spec: ClusterSpec,
+        front_door: Option<StartFrontDoor>,
+    ) -> Result<RunningCluster, ClusterError> {
         antler_protocol::sys::start_heap_trimmer();
         let runtime =
             RuntimeDir::open(&spec.runtime_dir).map_err(|source| ClusterError::RuntimeDir {
@@ -263,7 +286,7 @@ impl RunningCluster {
                 return Err(ClusterError::AlreadyRunning(runtime.root().to_path_buf()));
             }
         }
-        let extensions = crate::gateway::extensions_path();
+        let extensions = extensions_path();
         let plan = ChildPlan {
             runtime: runtime.clone(),
             bin_dir: spec.bin_dir.clone(),
@@ -283,7 +306,7 @@ impl RunningCluster {
                 .chain(&hosts.workers)
                 .cloned()
                 .collect();
-            crate::chaos_actors::check_loopback(&all)
+            crate::cluster::chaos_actors::check_loopback(&all)
                 .await
                 .map_err(ClusterError::ChaosOffLoopback)?;
         }
@@ -340,34 +363,29 @@ impl RunningCluster {
             let mut entries: Vec<(Role, Address)> = Vec::new();
             entries.extend(hosts.mcp_hosts.iter().map(|a| (Role::McpHost, a.clone())));
             entries.extend(hosts.workers.iter().map(|a| (Role::Subagent, a.clone())));
-            crate::discovery::Discovery::new(supervisor.clone(), entries, hosts.resolve_interval)
-                .start()
+            crate::cluster::discovery::Discovery::new(
+                supervisor.clone(),
+                entries,
+                hosts.resolve_interval,
+            )
+            .start()
         });
         let dispatcher =
             crate::subagents::dispatcher::SubagentDispatcher::new(supervisor.clone()).start();
         let runs = start_runs(&spec, &supervisor, &dispatcher, extensions.clone())?;
         // An ephemeral cluster serves one command: it has no HTTP gateway.
-        let gateway = if spec.ephemeral {
-            Ok(None)
-        } else {
-            // A relative JWKS file is relative to config.yaml's directory.
-            let config_dir = spec
-                .config
-                .as_deref()
-                .and_then(Path::parent)
-                .map(Path::to_path_buf)
-                .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
-            crate::gateway::Gateway::start(
-                runtime.root(),
+        let front_door = match front_door.filter(|_| !spec.ephemeral) {
+            None => Ok(None),
+            Some(start) => start(FrontDoorParts {
+                runtime_root: runtime.root(),
                 extensions,
-                supervisor.clone(),
-                runs.clone(),
-                &spec.gateway,
-                &config_dir,
-            )
+                supervisor: supervisor.clone(),
+                runs: runs.clone(),
+                spec: &spec,
+            }),
         };
-        let gateway = match gateway {
-            Ok(gateway) => gateway,
+        let front_door = match front_door {
+            Ok(front_door) => front_door,
             Err(e) => {
                 let _ = supervisor
                     .send(StopAll {
@@ -384,12 +402,12 @@ impl RunningCluster {
             runs.manager.clone(),
             lead_sock.clone(),
             in_flight.clone(),
-            crate::subagents::scaling::WorkerScaling::new(
+            crate::cluster::scaling::WorkerScaling::new(
                 plan,
                 supervisor.clone(),
                 dispatcher.clone(),
             ),
-            crate::chaos_actors::ChaosActors::new(
+            crate::cluster::chaos_actors::ChaosActors::new(
                 spec.chaos,
                 supervisor.clone(),
                 runs.manager.clone(),
@@ -418,7 +436,7 @@ impl RunningCluster {
             supervisor,
             control,
             drain_grace: spec.drain_grace,
-            gateway,
+            front_door,
             _discovery: discovery,
             _lock: lock,
         })
@@ -427,8 +445,8 @@ impl RunningCluster {
     /// Stops accepting on the control socket, stops every child, removes the pid file.
     pub async fn stop(self) {
         let _ = self.control.drain(Duration::from_millis(500)).await;
-        if let Some(g) = self.gateway {
-            g.stop().await;
+        if let Some(door) = self.front_door {
+            door.stop().await;
         }
         let _ = self
             .supervisor
@@ -441,11 +459,60 @@ impl RunningCluster {
     }
 }
 
+/// What the running cluster starts beside its control socket, and stops first: the HTTP
+/// gateway, given by the caller (`antler up`), so the cluster never depends on it.
+pub trait FrontDoor {
+    /// Stops serving (requests in flight finish).
+    fn stop(self: Box<Self>) -> futures::future::LocalBoxFuture<'static, ()>;
+}
+
+/// Why a front door could not start (it fails the cluster's start).
+pub type FrontDoorError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What a front door is started with.
+pub struct FrontDoorParts<'a> {
+    pub runtime_root: &'a Path,
+    /// The cluster's extensions file.
+    pub extensions: PathBuf,
+    pub supervisor: Addr<Supervisor>,
+    pub runs: Runs,
+    pub spec: &'a ClusterSpec,
+}
+
+/// Starts a front door (`Ok(None)`: it is off).
+pub type StartFrontDoor =
+    Box<dyn FnOnce(FrontDoorParts<'_>) -> Result<Option<Box<dyn FrontDoor>>, FrontDoorError>>;
+
+/// The extensions file of this cluster: the one found by DeerFlow's rules (the env
+/// variables, then the working directory), else `extensions_config.json` in the working
+/// directory (where a first `PUT` creates it). Absolute, so children agree on it.
+pub fn extensions_path() -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let found = match config::resolve_extensions_path(None, &cwd, &config::process_env) {
+        Ok(Some(p)) => p,
+        Ok(None) => cwd.join(config::EXTENSIONS_FILE_NAMES[0]),
+        // A variable naming a file that does not exist yet: that is the file.
+        Err(_) => [
+            config::ANTLER_EXTENSIONS_ENV,
+            config::DEERFLOW_EXTENSIONS_ENV,
+        ]
+        .iter()
+        .find_map(|v| std::env::var_os(v).filter(|s| !s.is_empty()))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cwd.join(config::EXTENSIONS_FILE_NAMES[0])),
+    };
+    if found.is_absolute() {
+        found
+    } else {
+        cwd.join(found)
+    }
+}
+
 /// The lead's run side: the manager and the metrics it feeds.
 #[derive(Clone)]
 pub struct Runs {
-    pub manager: Addr<crate::run_manager::manager::RunManager>,
-    pub metrics: Arc<crate::run_manager::metrics::Metrics>,
+    pub manager: Addr<crate::runs::manager::RunManager>,
+    pub metrics: Arc<crate::runs::metrics::Metrics>,
     /// The workers' slots, for the gateway's cluster view.
     pub dispatcher: Addr<crate::subagents::dispatcher::SubagentDispatcher>,
     /// The catalog actor the runs' catalogs come from.
@@ -476,12 +543,10 @@ fn start_runs(
     extensions: PathBuf,
 ) -> Result<Runs, ClusterError> {
     use crate::catalog::{actor::CatalogActor, assembly::Sources};
-    use crate::run_manager::{
-        hosts::LinkHosts, manager::RunManager, metrics::Metrics, prepare::RunEnv,
-    };
-    let store = crate::checkpoint::CheckpointStore::open(&spec.store_path)?;
-    actix::spawn(crate::checkpoint::probe_writes(store.clone()));
-    actix::spawn(crate::mcp_credentials::relay(
+    use crate::runs::{hosts::LinkHosts, manager::RunManager, metrics::Metrics, prepare::RunEnv};
+    let store = crate::runs::store::CheckpointStore::open(&spec.store_path)?;
+    actix::spawn(crate::runs::store::probe_writes(store.clone()));
+    actix::spawn(crate::cluster::mcp_credentials::relay(
         supervisor.clone(),
         store.clone(),
     ));
@@ -586,7 +651,7 @@ pub async fn attach_or_start(
 pub async fn wait_until_healthy(supervisor: &Addr<Supervisor>, within: Duration) -> bool {
     let until = Instant::now() + within;
     while Instant::now() < until {
-        if let Ok(st) = supervisor.send(crate::supervisor::GetStatus).await {
+        if let Ok(st) = supervisor.send(crate::cluster::supervisor::GetStatus).await {
             if st.iter().all(|s| s.healthy) {
                 return true;
             }

@@ -17,10 +17,8 @@ use antler_protocol::{
     Connection, RemoteError, Role, RpcError, TraceContext,
 };
 
-use crate::{
-    checkpoint::CheckpointStore,
-    supervisor::{GetLinks, Supervisor},
-};
+use crate::cluster::supervisor::{GetLinks, Supervisor};
+use crate::runs::store::{CheckpointError, CheckpointStore};
 
 /// How often the replicas' connections are looked at (a new one is watched).
 const LOOK_EVERY: Duration = Duration::from_secs(1);
@@ -91,14 +89,7 @@ async fn watch(
     store: CheckpointStore,
     supervisor: Addr<Supervisor>,
 ) {
-    let kept = {
-        let store = store.clone();
-        tokio::task::spawn_blocking(move || store.credentials())
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default()
-    };
+    let kept = store.call(|s| s.credentials()).await.unwrap_or_default();
     if !kept.is_empty() {
         match put(&connection, kept).await {
             Ok(_) => {}
@@ -130,20 +121,17 @@ async fn watch(
             match item {
                 Ok(Reply::Mcp(McpReply::Credential(sealed))) => {
                     let newer = {
-                        let (store, sealed) = (store.clone(), sealed.clone());
-                        tokio::task::spawn_blocking(move || store.keep_credential(&sealed))
-                            .await
-                            .ok()
+                        let sealed = sealed.clone();
+                        store.call(move |s| s.keep_credential(&sealed)).await
                     };
                     match newer {
-                        Some(Ok(true)) => share(&address, sealed, &supervisor).await,
-                        Some(Ok(false)) => {}
-                        Some(Err(e)) => {
+                        Ok(true) => share(&address, sealed, &supervisor).await,
+                        Ok(false) | Err(CheckpointError::ThreadGone) => {}
+                        Err(e) => {
                             tracing::warn!(replica = %address, "cannot keep a shared OAuth login: {e}");
                             // Still sent on: the replicas hold it even if the lead does not.
                             share(&address, sealed, &supervisor).await;
                         }
-                        None => {}
                     }
                 }
                 Ok(_) => {}

@@ -18,8 +18,8 @@ use antler_protocol::{
 };
 
 use crate::catalog::actor::{CatalogActor, Crash as CrashCatalog};
-use crate::run_manager::manager::{ChaosStopRun, RunManager};
-use crate::supervisor::{GetLinks, Supervisor};
+use crate::cluster::supervisor::{GetLinks, Supervisor};
+use crate::runs::manager::{ChaosStopRun, RunManager};
 
 /// How long a host gets to answer a routed `ChaosStop`.
 const HOST_TIMEOUT: Duration = Duration::from_secs(5);

@@ -7,13 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use actix::Addr;
-use antler_protocol::link::Snapshot;
 use antler_protocol::Role;
 
-use super::hosts::replicas;
+use super::hosts::{any_linked, HostLinks};
 use crate::run::hosts::{HostReadiness, ToolHosts};
-use crate::supervisor::{GetStatus, Supervisor};
 
 /// The hosts every run needs linked.
 pub const RUN_HOSTS: [Role; 2] = [Role::SandboxHost, Role::McpHost];
@@ -43,51 +40,17 @@ impl Readiness {
 
 /// Whether this lead is ready for runs: every host of [`RUN_HOSTS`] has a linked replica
 /// among the supervisor's children, and the runs store takes writes.
-pub async fn readiness(supervisor: &Addr<Supervisor>) -> Readiness {
+pub async fn readiness(links: &dyn HostLinks) -> Readiness {
     let mut waiting_for = Vec::new();
     for role in RUN_HOSTS {
-        if !any_linked(supervisor, role).await {
+        if !any_linked(links, role).await {
             waiting_for.push(role.as_str().to_owned());
         }
     }
-    if crate::checkpoint::unwritable().is_some() {
+    if crate::runs::store::unwritable().is_some() {
         waiting_for.push(RUNS_STORE.to_owned());
     }
     Readiness { waiting_for }
-}
-
-/// Whether a replica of `role` has a live connection now.
-pub async fn any_linked(supervisor: &Addr<Supervisor>, role: Role) -> bool {
-    let Ok(replicas) = replicas(supervisor, role).await else {
-        return false;
-    };
-    for (_, link) in replicas {
-        if link.send(Snapshot).await.is_ok_and(|s| s.connected) {
-            return true;
-        }
-    }
-    false
-}
-
-/// The states of `antler status` in which a child is not coming back by itself (the
-/// supervisor gave up on it, or it was stopped).
-const GIVEN_UP: [&str; 2] = ["failed", "stopped"];
-
-/// Whether `role` is linked now, and if not whether a replica is on its way (starting or
-/// restarting under the supervisor, or a remote one it keeps dialling).
-pub async fn host_readiness(supervisor: &Addr<Supervisor>, role: Role) -> HostReadiness {
-    if any_linked(supervisor, role).await {
-        return HostReadiness::Linked;
-    }
-    let processes = supervisor.send(GetStatus).await.unwrap_or_default();
-    let coming = processes
-        .iter()
-        .any(|p| p.role == role && !GIVEN_UP.contains(&p.state.as_str()));
-    if coming {
-        HostReadiness::Starting
-    } else {
-        HostReadiness::Down
-    }
 }
 
 /// Waits while `hosts` has no linked replica of `role` but one is coming, until `until`

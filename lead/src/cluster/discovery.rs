@@ -14,7 +14,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use antler_protocol::{handshake::Role, transport::Address};
 
-use crate::supervisor::{AddChildren, ChildSpec, RemoveChild, Supervisor};
+use crate::cluster::supervisor::{AddChildren, ChildSpec, RemoveChild, Supervisor};
 
 /// Resolves and follows the replicas of the discovered roles.
 pub struct Discovery {

@@ -26,6 +26,9 @@ use antler_protocol::{
     transport::Address,
     ConnectionConfig,
 };
+use futures::future::BoxFuture;
+
+use crate::runs::hosts::{HostLinks, Links};
 
 /// How to start one child process.
 #[derive(Debug, Clone)]
@@ -815,4 +818,28 @@ impl Handler<RemoveChild> for Supervisor {
             let _ = rx.await;
         })
     }
+}
+
+/// The runs (and the dispatcher) reach the hosts through the supervisor's links.
+impl HostLinks for Addr<Supervisor> {
+    fn links(&self) -> BoxFuture<'static, Result<Links, String>> {
+        let supervisor = self.clone();
+        Box::pin(async move { supervisor.send(GetLinks).await.map_err(|e| e.to_string()) })
+    }
+
+    fn processes(&self) -> BoxFuture<'static, Vec<ProcessStatus>> {
+        let supervisor = self.clone();
+        Box::pin(async move { supervisor.send(GetStatus).await.unwrap_or_default() })
+    }
+}
+
+/// The entries of `role` in the supervisor's link table, by index.
+pub fn table_replicas(links: &LinkTable, role: Role) -> Vec<LinkEntry> {
+    let mut replicas: Vec<(u32, LinkEntry)> = links
+        .iter()
+        .filter(|e| e.key().0 == role)
+        .map(|e| (e.key().1, e.value().clone()))
+        .collect();
+    replicas.sort_by_key(|(i, _)| *i);
+    replicas.into_iter().map(|(_, e)| e).collect()
 }

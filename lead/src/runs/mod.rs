@@ -6,13 +6,20 @@
 //! through the supervisor's links; `prepare` turns a submission into a ready run loop;
 //! `readiness` says whether runs can be prepared yet (`/ready`);
 //! `view` is the JSON shape of a run for the CLI and the HTTP API; `elicitations` the
-//! questions a run's MCP calls wait on.
+//! questions a run's MCP calls wait on; `store` the runs store (SQLite: runs, their
+//! checkpoints, kept events, receipts), reached off the actors' threads.
 
-pub mod elicitations;
-pub mod events;
-pub mod hosts;
-pub mod manager;
-pub mod metrics;
-pub mod prepare;
-pub mod readiness;
-pub mod view;
+pub(crate) mod elicitations;
+pub(crate) mod events;
+pub(crate) mod hosts;
+pub(crate) mod manager;
+pub(crate) mod metrics;
+pub(crate) mod prepare;
+pub(crate) mod readiness;
+pub(crate) mod store;
+pub(crate) mod view;
+
+pub use manager::{read_artifact, ArtifactContent, RunManager, SubmitRun, WatchRun};
+pub use metrics::Metrics;
+pub use prepare::{PrepareError, RunEnv};
+pub use store::{CheckpointError, CheckpointStore, RunStatus};

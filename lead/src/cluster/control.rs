@@ -25,17 +25,17 @@ use antler_protocol::{
 };
 use futures::future::BoxFuture;
 
-use crate::chaos_actors::ChaosActors;
-use crate::run_manager::hosts;
-use crate::run_manager::manager::{self, RunManager};
-use crate::run_manager::prepare::PrepareError;
-use crate::subagents::scaling::{self, WorkerScaling};
-use crate::supervisor::{GetLinks, GetStatus, LinkEntry, LinkTable, Supervisor};
+use crate::cluster::chaos_actors::ChaosActors;
+use crate::cluster::scaling::{self, WorkerScaling};
+use crate::cluster::supervisor::{GetLinks, GetStatus, LinkEntry, LinkTable, Supervisor};
+use crate::runs::hosts;
+use crate::runs::manager::{self, RunManager};
+use crate::runs::prepare::PrepareError;
 
 /// The replica of `role` that `key` (a sandbox id) is pinned to: the one a run's own calls
 /// pick ([`hosts::pinned_by`]).
 fn pinned(links: &LinkTable, role: Role, key: &str) -> Option<LinkEntry> {
-    let replicas = hosts::table_replicas(links, role);
+    let replicas = crate::cluster::supervisor::table_replicas(links, role);
     hosts::pinned_by(&replicas, |e| e.address.as_str(), key).cloned()
 }
 
@@ -90,7 +90,7 @@ impl LeadService {
 
     fn lead_status(&self) -> ProcessStatus {
         // The lead is unhealthy while its runs database cannot be written.
-        let unwritable = crate::checkpoint::unwritable();
+        let unwritable = crate::runs::store::unwritable();
         ProcessStatus {
             role: Role::Lead,
             index: 0,
@@ -347,7 +347,7 @@ impl Service for LeadService {
             }) => {
                 let (runs, supervisor) = (self.runs.clone(), self.supervisor.clone());
                 Box::pin(async move {
-                    let answered = crate::run_manager::elicitations::answer(
+                    let answered = crate::runs::manager::answer(
                         &runs,
                         &supervisor,
                         &run_id,

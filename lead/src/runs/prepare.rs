@@ -1,9 +1,11 @@
-//! Turning a submission into a run loop ready to drive: the config (read again for every
-//! run, so an edit applies to the next run), the model (a scripted playbook or a model of
-//! `models:`), the catalog (from the lead's [`CatalogActor`], fed with the config, the
-//! extensions and mcp-host's tool list whenever they change, and shared by every run of
-//! one catalog version), the thread's directories on sandbox-host's base directory, and
-//! the run's record in the checkpoint store. Resuming rebuilds the same from the record.
+//! Turning a submission into a run loop ready to drive: the config (parsed again when it
+//! changed, so an edit applies to the next run; `config_files`), the model (a scripted
+//! playbook or a model of `models:`; `model`), the catalog (from the lead's
+//! [`CatalogActor`], fed with the config, the extensions and mcp-host's tool list whenever
+//! they change, and shared by every run of one catalog version; `catalog`), the thread's
+//! directories on sandbox-host's base directory (`hosts`), and the run's record in the
+//! checkpoint store. Resuming rebuilds the same from the record. This module owns
+//! [`RunEnv`] and the start and resume of a run; the others add to `RunEnv` by concern.
 //! A run submitted while its hosts are still starting waits for their links (at most
 //! [`HOSTS_START_WAIT`] each); it never waits on an MCP server that is not ready, and an
 //! extensions file that does not load (caught half-written) gives way to the last good
@@ -14,9 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use actix::Addr;
-use antler_protocol::config::{
-    load_app_config, load_extensions_config, AppConfig, ExtensionsConfig,
-};
+use antler_protocol::config::{load_extensions_config, AppConfig, ExtensionsConfig};
 use antler_protocol::messages::{
     ControlRequest, McpDiscovery, McpReply, McpRequest, McpServerStatus, McpTool, PlaybookSource,
     Reply, Request, RunSubmission, SandboxReply, SandboxRequest, ThreadFileError,
@@ -28,7 +28,6 @@ use crate::agents::LeadAgentTools;
 use crate::catalog::actor::{Assemble, CatalogActor, SetConfig, SetExtensions, SetMcpTools};
 use crate::catalog::assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, Sources};
 use crate::catalog::Catalog;
-use crate::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
 use crate::run::actor::{CancelFlag, RunBuilder, RunError, RunLoop, RunSettings};
 use crate::run::context::{AgentContext, RunContext, ThreadPaths};
 use crate::run::hosts::{HostError, ToolHosts};
@@ -42,9 +41,20 @@ use crate::run::skills::SkillStore;
 use crate::run::task::delegation::Delegator;
 use crate::run::thread_files::{ThreadFiles, ThreadFilesMode};
 use crate::run::web::WebTools;
+use crate::runs::store::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
 use crate::subagents::delegator::LeadDelegator;
 
 use super::readiness::{wait_linked, HOSTS_START_WAIT};
+
+mod catalog;
+mod config_files;
+mod hosts;
+mod model;
+
+use catalog::assembly_request;
+use config_files::ConfigFiles;
+use model::{label_model, moderation_model, named_playbook};
+pub use model::{model_for, shown_model};
 
 /// How a run records a scripted model, to resume it with the same playbook.
 pub const SCRIPTED_PREFIX: &str = "scripted:";
@@ -167,6 +177,8 @@ pub struct RunEnv {
     prompts: PromptCache,
     /// How runs (and their subagent tasks) reach their thread's files.
     thread_files: ThreadFilesMode,
+    /// config.yaml and the extensions file, parsed once per version.
+    files: ConfigFiles,
 }
 
 /// A run ready to drive, with what the manager keeps beside it.
@@ -231,6 +243,7 @@ impl RunEnv {
             base_dir: Mutex::new(None),
             prompts: PromptCache::default(),
             thread_files: ThreadFilesMode::Local,
+            files: ConfigFiles::default(),
         }
     }
 
@@ -261,218 +274,6 @@ impl RunEnv {
         self.feed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Reads config.yaml (`override_path` for this run, else the cluster's).
-    fn load_config(&self, override_path: Option<&Path>) -> Result<Arc<AppConfig>, PrepareError> {
-        match override_path.or(self.config_path.as_deref()) {
-            Some(path) => {
-                let loaded =
-                    load_app_config(path).map_err(|e| PrepareError::Config(e.to_string()))?;
-                Ok(Arc::new(loaded.value))
-            }
-            None => Ok(Arc::new(AppConfig::default())),
-        }
-    }
-
-    /// Reads the extensions file. One that does not load, or is gone after one did, gives
-    /// way to the last good one (as mcp-host keeps its servers), with a warning; with none
-    /// yet, the run fails.
-    fn load_extensions(
-        &self,
-        warnings: &mut Vec<String>,
-    ) -> Result<Option<Arc<ExtensionsConfig>>, PrepareError> {
-        if !self.extensions_path.exists() {
-            let last = self.feed().last_good_extensions.clone().flatten();
-            if last.is_some() {
-                tracing::warn!(path = %self.extensions_path.display(), "the extensions config is gone; runs use the last good one");
-                warnings.push(EXTENSIONS_FALLBACK_WARNING.to_owned());
-            }
-            return Ok(last);
-        }
-        let loaded = load_extensions_config(&self.extensions_path)
-            .map(|loaded| Some(Arc::new(loaded.value)));
-        match loaded {
-            Ok(extensions) => {
-                self.feed().last_good_extensions = Some(extensions.clone());
-                Ok(extensions)
-            }
-            Err(e) => {
-                let Some(last) = self.feed().last_good_extensions.clone() else {
-                    return Err(PrepareError::Config(e.to_string()));
-                };
-                tracing::warn!("{e}; runs use the last good extensions config");
-                warnings.push(EXTENSIONS_FALLBACK_WARNING.to_owned());
-                Ok(last)
-            }
-        }
-    }
-
-    /// The catalog for a run with `app`: the actor's (cached per sources version) when
-    /// the run uses the cluster's config, else one assembled for this run alone.
-    pub(crate) async fn catalog(
-        &self,
-        app: &Arc<AppConfig>,
-        own_config: bool,
-        request: AssemblyRequest,
-        warnings: &mut Vec<String>,
-    ) -> Result<(Arc<Catalog>, Vec<String>), PrepareError> {
-        let extensions = self.load_extensions(warnings)?;
-        let any_server = extensions
-            .as_ref()
-            .is_some_and(|e| e.mcp_servers.values().any(|s| s.enabled));
-        let mcp = if any_server {
-            // mcp-host may still be starting (a run submitted with the cluster): wait
-            // for its link; one that does not come leaves the run without MCP tools.
-            let until = Instant::now() + HOSTS_START_WAIT;
-            wait_linked(self.hosts.as_ref(), Role::McpHost, until).await;
-            match discover_mcp(self.hosts.as_ref()).await {
-                Ok(discovery) => {
-                    if let Some(warning) = not_ready_warning(&discovery.not_ready) {
-                        warnings.push(warning);
-                    }
-                    mcp_tools(discovery.tools)
-                }
-                // DeerFlow falls back to no MCP tools; the run says so and goes on.
-                Err(e) => {
-                    tracing::warn!("mcp-host cannot be reached; a run goes without MCP tools: {e}");
-                    warnings.push(MCP_HOST_UNREACHABLE_WARNING.to_owned());
-                    Vec::new()
-                }
-            }
-        } else {
-            Vec::new()
-        };
-        if own_config {
-            let sources = Sources {
-                config: app.clone(),
-                extensions,
-                mcp: crate::catalog::assembly::McpTools::new(mcp),
-            };
-            let assembled = assemble(&sources, &request)?;
-            for warning in &assembled.warnings {
-                tracing::warn!("{warning}");
-            }
-            return Ok((assembled.catalog, assembled.denied));
-        }
-        let (new_config, new_extensions, new_mcp) = {
-            let feed = self.feed();
-            (
-                feed.config.as_ref() != Some(app),
-                feed.extensions.as_ref() != Some(&extensions),
-                feed.mcp.as_ref() != Some(&mcp),
-            )
-        };
-        if new_config {
-            self.catalog
-                .send(SetConfig(app.clone()))
-                .await
-                .map_err(|_| PrepareError::CatalogGone)?;
-            self.feed().config = Some(app.clone());
-        }
-        if new_extensions {
-            self.catalog
-                .send(SetExtensions(extensions.clone()))
-                .await
-                .map_err(|_| PrepareError::CatalogGone)?;
-            self.feed().extensions = Some(extensions);
-        }
-        if new_mcp {
-            self.catalog
-                .send(SetMcpTools {
-                    server: None,
-                    tools: mcp.clone(),
-                })
-                .await
-                .map_err(|_| PrepareError::CatalogGone)?;
-            self.feed().mcp = Some(mcp);
-        }
-        // The actor caches one catalog per (sources version, request): every run of a
-        // version shares it.
-        let built = self
-            .catalog
-            .send(Assemble(request))
-            .await
-            .map_err(|_| PrepareError::CatalogGone)??;
-        let mut feed = self.feed();
-        if feed.warned != built.version {
-            feed.warned = built.version;
-            for warning in &built.assembled.warnings {
-                tracing::warn!("{warning}");
-            }
-        }
-        Ok((
-            built.assembled.catalog.clone(),
-            built.assembled.denied.clone(),
-        ))
-    }
-
-    /// Waits (at most `within`) until sandbox-host and mcp-host answer a ping.
-    pub async fn wait_for_hosts(&self, within: Duration) {
-        let until = std::time::Instant::now() + within;
-        for role in [Role::SandboxHost, Role::McpHost] {
-            while std::time::Instant::now() < until {
-                let ping = Request::Control(ControlRequest::Ping {
-                    payload: Vec::new(),
-                });
-                if self
-                    .hosts
-                    .request(role, ping, Duration::from_secs(1))
-                    .await
-                    .is_ok()
-                {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
-
-    /// Waits (at most [`HOSTS_START_WAIT`]) for a linked sandbox-host, which every run
-    /// needs at once: a run submitted while the cluster is still starting waits for it
-    /// instead of failing with "unreachable". Returns at once when it is linked; when it
-    /// does not come, the run's first request to it says why.
-    async fn wait_for_sandbox_host(&self) {
-        let until = Instant::now() + HOSTS_START_WAIT;
-        if !wait_linked(self.hosts.as_ref(), Role::SandboxHost, until).await {
-            tracing::warn!(
-                "sandbox-host is not linked (it failed, or is not back within {}s); the run cannot be prepared",
-                HOSTS_START_WAIT.as_secs()
-            );
-        }
-    }
-
-    /// Where sandbox-host keeps thread directories (asked once, then remembered).
-    pub async fn base_dir(&self) -> Result<PathBuf, PrepareError> {
-        if let Some(dir) = self
-            .base_dir
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-        {
-            return Ok(dir);
-        }
-        let reply = self
-            .hosts
-            .request(
-                Role::SandboxHost,
-                Request::Sandbox(SandboxRequest::Status),
-                SETUP_TIMEOUT,
-            )
-            .await?;
-        let dir = match reply {
-            Reply::Sandbox(SandboxReply::Status(status)) => PathBuf::from(status.base_dir),
-            other => {
-                return Err(PrepareError::Host(HostError::failed(format!(
-                    "unexpected reply from sandbox-host: {other:?}"
-                ))))
-            }
-        };
-        *self
-            .base_dir
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(dir.clone());
-        Ok(dir)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -528,7 +329,7 @@ impl RunEnv {
         check_id("thread", &thread)?;
         self.wait_for_sandbox_host().await;
         let config_override = submission.config.as_deref().map(Path::new);
-        let app = self.load_config(config_override)?;
+        let app = self.load_config(config_override).await?;
         // The custom agent's files: its model and tool groups shape the run from the start.
         let profile = AgentProfile::load(
             &AgentContext {
@@ -623,9 +424,11 @@ impl RunEnv {
             .model_label(&label)
             .start(&submission.task)
             .await?;
+        let id = run_id.to_owned();
         let record = self
             .store
-            .run(run_id)?
+            .call(move |store| store.run(&id))
+            .await?
             .ok_or_else(|| PrepareError::UnknownRun(run_id.to_owned()))?;
         Ok(Prepared {
             run,
@@ -645,9 +448,11 @@ impl RunEnv {
         answer: Option<&str>,
         playbook: Option<&str>,
     ) -> Result<Prepared, PrepareError> {
+        let id = run_id.to_owned();
         let record = self
             .store
-            .run(run_id)?
+            .call(move |store| store.run(&id))
+            .await?
             .ok_or_else(|| PrepareError::UnknownRun(run_id.to_owned()))?;
         // Only a run stopped at a question takes an answer; a finished run is never re-driven.
         if answer.is_some() && record.status != RunStatus::Interrupted {
@@ -665,7 +470,7 @@ impl RunEnv {
             });
         }
         self.wait_for_sandbox_host().await;
-        let app = self.load_config(None)?;
+        let app = self.load_config(None).await?;
         let label = match playbook {
             Some(path) => format!("{SCRIPTED_PREFIX}{path}"),
             None => record.model.clone(),
@@ -896,195 +701,9 @@ impl RunEnv {
     }
 }
 
-/// The lead's assembly request for a run: the model decides `view_image`, a custom
-/// agent's chat offers `update_agent` and its `tool_groups` filter the tools, a bootstrap
-/// run offers `setup_agent`, a non-interactive one no `ask_clarification`.
-fn assembly_request(
-    model: Option<String>,
-    agent: Option<String>,
-    bootstrap: bool,
-    interactive: bool,
-    groups: Option<Vec<String>>,
-) -> AssemblyRequest {
-    let mut request = AssemblyRequest::lead();
-    request.model_name = model;
-    request.builtins.agent_name = agent;
-    request.builtins.bootstrap = bootstrap;
-    request.builtins.interactive = interactive;
-    request.groups = groups;
-    request
-}
-
-/// `skill_evolution.moderation_model_name`'s model for `skill_manage`'s LLM scan (`None`:
-/// unset, the run's model scans); one that cannot be built refuses every scan.
-fn moderation_model(app: &AppConfig) -> Option<Arc<dyn ChatModel>> {
-    let name = app.skill_evolution.moderation_model_name.as_deref()?;
-    Some(named_model(app, Some(name)).unwrap_or_else(|e| {
-        tracing::warn!("skill_evolution.moderation_model_name: {e}; skill scans fail");
-        Arc::new(crate::run::skill_manage::UnavailableModel {
-            name: name.to_owned(),
-            reason: e.to_string(),
-        })
-    }))
-}
-
-/// A run label as a person reads it: the model's name (`default` for the first model of
-/// `models:` or the environment's endpoint), `scripted (PATH)` for a playbook file, and
-/// `scripted (inline playbook)` for one sent inline (the label holds it; it is not quoted).
-pub fn shown_model(label: &str) -> String {
-    if label.starts_with(SCRIPTED_INLINE_PREFIX) {
-        return "scripted (inline playbook)".to_owned();
-    }
-    if let Some(path) = label.strip_prefix(SCRIPTED_PREFIX) {
-        return format!("scripted ({path})");
-    }
-    match label.strip_prefix(MODEL_PREFIX) {
-        Some("") => "default".to_owned(),
-        Some(name) => name.to_owned(),
-        None => label.to_owned(),
-    }
-}
-
-/// The model of `models:` a run label names (`None`: a playbook, or the first model).
-fn label_model(label: &str) -> Option<String> {
-    label
-        .strip_prefix(MODEL_PREFIX)
-        .filter(|n| !n.is_empty())
-        .map(str::to_owned)
-}
-
-/// The model a run label names: `scripted:PATH` or `model:NAME`.
-pub fn model_for(label: &str, app: &AppConfig) -> Result<Arc<dyn ChatModel>, PrepareError> {
-    if let Some(path) = label.strip_prefix(SCRIPTED_PREFIX) {
-        return Ok(Arc::new(ScriptedModel::from_file(Path::new(path))?));
-    }
-    if let Some(yaml) = label.strip_prefix(SCRIPTED_INLINE_PREFIX) {
-        return Ok(Arc::new(ScriptedModel::from_yaml(yaml, "(inline)")?));
-    }
-    let name = label.strip_prefix(MODEL_PREFIX).filter(|n| !n.is_empty());
-    named_model(app, name)
-}
-
-/// A model of config.yaml's `models:` (the first when unnamed), or the endpoint the
-/// environment names when `models:` is empty: any OpenAI-compatible server.
-fn named_model(app: &AppConfig, name: Option<&str>) -> Result<Arc<dyn ChatModel>, PrepareError> {
-    Ok(crate::run::openai::model_from_config(
-        app,
-        name,
-        &antler_protocol::config::process_env,
-    )?)
-}
-
-/// The file `name` names in one of `dirs` (relative ones under `base`, config.yaml's
-/// directory): a relative path of plain components, resolved beneath its directory (a link
-/// that leads out of it is not followed), the first directory that has it.
-fn named_playbook(
-    dirs: &[PathBuf],
-    base: Option<&Path>,
-    name: &str,
-) -> Result<PathBuf, PrepareError> {
-    use std::path::Component;
-    let shown: String = name.chars().take(200).collect();
-    let plain = !name.is_empty()
-        && name.len() <= 1024
-        && Path::new(name)
-            .components()
-            .all(|c| matches!(c, Component::Normal(_)));
-    if !plain {
-        return Err(PrepareError::Playbook(format!(
-            "playbook {shown:?}: name a file of antler.playbook_dirs by a relative path without `..`, or send the YAML as `playbook_yaml`"
-        )));
-    }
-    if dirs.is_empty() {
-        return Err(PrepareError::Playbook(format!(
-            "playbook {shown:?}: no playbook directories are configured (antler.playbook_dirs); send the YAML as `playbook_yaml`"
-        )));
-    }
-    for dir in dirs {
-        let dir = match base {
-            Some(base) if dir.is_relative() => base.join(dir),
-            _ => dir.clone(),
-        };
-        let (Ok(root), Ok(found)) = (dir.canonicalize(), dir.join(name).canonicalize()) else {
-            continue;
-        };
-        if found.starts_with(&root) && found != root {
-            return Ok(found);
-        }
-    }
-    Err(PrepareError::Playbook(format!(
-        "playbook {shown:?}: no such file in antler.playbook_dirs"
-    )))
-}
-
-/// mcp-host's discovery: the tools of the ready servers and the servers that are not
-/// ready. It answers promptly (a server is waited for only just after its start).
-async fn discover_mcp(hosts: &dyn ToolHosts) -> Result<McpDiscovery, PrepareError> {
-    let request = Request::Mcp(McpRequest::Discover);
-    match hosts.request(Role::McpHost, request, SETUP_TIMEOUT).await? {
-        Reply::Mcp(McpReply::Discovery(discovery)) => Ok(discovery),
-        other => Err(PrepareError::Host(HostError::failed(format!(
-            "unexpected reply from mcp-host: {other:?}"
-        )))),
-    }
-}
-
-/// The run's warning naming the MCP servers it goes without (their errors go to the
-/// lead's log: a server's stderr may say more than the submitter should read).
-fn not_ready_warning(not_ready: &[McpServerStatus]) -> Option<String> {
-    if not_ready.is_empty() {
-        return None;
-    }
-    for s in not_ready {
-        tracing::warn!(
-            server = %s.name,
-            state = %s.state,
-            "MCP server not ready; runs go without its tools: {}",
-            s.last_error.as_deref().unwrap_or("no error yet")
-        );
-    }
-    let names: Vec<String> = not_ready
-        .iter()
-        .map(|s| format!("'{}' ({})", s.name, s.state))
-        .collect();
-    Some(format!(
-        "MCP servers not ready, this run goes without their tools: {}",
-        names.join(", ")
-    ))
-}
-
-/// mcp-host's tools, in its order, with each server's positions.
-fn mcp_tools(tools: Vec<McpTool>) -> Vec<McpSourceTool> {
-    let mut positions = std::collections::HashMap::<String, u32>::new();
-    let mut out = Vec::with_capacity(tools.len());
-    for tool in tools {
-        let position = positions.entry(tool.server.clone()).or_default();
-        let input_schema = match serde_json::from_str(&tool.input_schema_json) {
-            Ok(schema) => schema,
-            Err(e) => {
-                tracing::warn!(
-                    "tool {} of {} has a schema that is not JSON ({e}); left out",
-                    tool.name,
-                    tool.server
-                );
-                continue;
-            }
-        };
-        out.push(McpSourceTool {
-            input_schema,
-            server: tool.server,
-            name: tool.name,
-            original_name: tool.original_name,
-            description: tool.description,
-            position: *position,
-        });
-        *position += 1;
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
+    use super::catalog::not_ready_warning;
     use super::*;
 
     #[test]

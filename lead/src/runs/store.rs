@@ -2,18 +2,29 @@
 //! `ThreadState` after each merged step, so a run resumes from its last step after the
 //! lead dies. Steps are numbered from 0 (the initial state) and written once: writing a
 //! step that exists is a no-op, so a replayed step is never applied twice.
-//! [`CheckpointStore`] is the engine's [`Journal`] for the lead's runs: the run loop's
-//! writes go to the blocking pool (`spawn_blocking`), never onto an actor's thread.
+//! The store also keeps ended runs' events, receipts and the shared MCP credentials.
+//! [`CheckpointStore`] is the engine's `Journal` for the lead's runs (`journal`). Its
+//! synchronous methods are for code that may block (the CLI, tests). The `RunManager`,
+//! the write probe (`probe`) and the credentials relay go through
+//! [`CheckpointStore::call`] to the store's own thread (`thread`); the run loop's journal
+//! writes run on the blocking pool (`journal`). Neither runs on an actor's thread.
+
+mod journal;
+mod probe;
+mod thread;
+
+pub use probe::{probe_writes, unwritable};
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::FutureExt as _;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
-use crate::run::journal::{Journal, JournalError, JournalResult};
+use thread::StoreThread;
 
 use crate::run::settlement::{DeliveryReceipt, OutputsSnapshot};
 use crate::run::state::ThreadState;
@@ -65,6 +76,8 @@ pub enum CheckpointError {
     UnknownRun(String),
     #[error("checkpoint store: state does not encode: {0}")]
     Encode(#[from] serde_json::Error),
+    #[error("checkpoint store: its thread is gone")]
+    ThreadGone,
 }
 
 impl CheckpointError {
@@ -104,67 +117,20 @@ impl CheckpointError {
     }
 }
 
-/// Why the runs database cannot be written now (`None`: it can), as the lead's own health
-/// shows it in `antler status` and the gateway's cluster view. Set by [`probe_writes`].
-static UNWRITABLE: Mutex<Option<String>> = Mutex::new(None);
-
-/// Why this lead's runs database cannot be written, if it cannot.
-pub fn unwritable() -> Option<String> {
-    UNWRITABLE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone()
-}
-
-/// How often [`probe_writes`] writes.
-pub const PROBE_INTERVAL: Duration = Duration::from_secs(2);
-
-/// Writes one row every [`PROBE_INTERVAL`], so a runs database that cannot be written (a
-/// volume read-only or full) is seen, logged and shown while no run writes, not only when
-/// a run's checkpoint fails. Runs until the runtime stops.
-pub async fn probe_writes(store: CheckpointStore) {
-    let mut tick = tokio::time::interval(PROBE_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let s = store.clone();
-        let result = tokio::task::spawn_blocking(move || {
-            let first = s.probe_write();
-            match first {
-                Err(e) if e.is_read_only() && s.reopen_if_read_only() => s.probe_write(),
-                other => other,
-            }
-        })
-        .await;
-        let problem = match result {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) if e.is_busy() => continue,
-            Ok(Err(e)) => Some(format!("runs database cannot be written: {e}")),
-            Err(_) => continue,
-        };
-        let mut now = UNWRITABLE
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match (&*now, &problem) {
-            (None, Some(p)) => tracing::error!("{p}"),
-            (Some(_), None) => tracing::info!("runs database can be written again"),
-            _ => {}
-        }
-        *now = problem;
-    }
-}
-
 /// How long a write waits out a failing storage (a volume read-only or full for a while)
 /// before its error reaches the run: retried with backoff from 50 ms to 2 s.
 pub const STORAGE_RETRY_WINDOW: Duration = Duration::from_secs(30);
 
 /// One SQLite file of runs and their checkpoints. Clones share one connection, so every
-/// run of a lead writes through it (one page cache, however many runs).
+/// run of a lead writes through it (one page cache, however many runs), and one thread
+/// for the asynchronous requests (started by the first).
 #[derive(Clone)]
 pub struct CheckpointStore {
     connection: Arc<Mutex<Connection>>,
     /// The file, to open again a connection SQLite opened read-only.
     path: Arc<std::path::PathBuf>,
+    /// The thread [`CheckpointStore::call`] sends to (empty in the thread's own store).
+    thread: Arc<OnceLock<StoreThread>>,
 }
 
 /// SQLite's page cache per connection: negative is KiB (1 MiB).
@@ -264,7 +230,30 @@ impl CheckpointStore {
         Ok(CheckpointStore {
             connection: Arc::new(Mutex::new(connection)),
             path: Arc::new(path.to_path_buf()),
+            thread: Arc::default(),
         })
+    }
+
+    /// Runs `request` on the store's own thread, after every request sent before it; the
+    /// request is sent now, the future is its answer. How an actor (or any async code)
+    /// reads or writes the store without blocking its thread.
+    pub fn call<T: Send + 'static>(
+        &self,
+        request: impl FnOnce(&CheckpointStore) -> Result<T, CheckpointError> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, CheckpointError>> {
+        let thread = self.thread.get_or_init(|| {
+            // The thread's own store has no thread: it holds no sender to itself, so
+            // the thread ends once the last store handle outside it is gone.
+            StoreThread::spawn(CheckpointStore {
+                connection: Arc::clone(&self.connection),
+                path: Arc::clone(&self.path),
+                thread: Arc::default(),
+            })
+        });
+        thread
+            .call(request)
+            .map(|answer| answer.unwrap_or(Err(CheckpointError::ThreadGone)))
+            .boxed()
     }
 
     /// SQLite opens a file it cannot write (a volume read-only at that moment) read-only,
@@ -696,156 +685,6 @@ fn record(raw: RawRecord) -> Result<RunRecord, CheckpointError> {
         subagents: options.subagents,
         role: options.role,
     })
-}
-
-impl From<CheckpointError> for JournalError {
-    fn from(error: CheckpointError) -> JournalError {
-        JournalError {
-            busy: error.is_busy(),
-            message: error.to_string(),
-        }
-    }
-}
-
-impl CheckpointStore {
-    /// Runs `write` on the blocking pool, with a clone of the store. A write the storage
-    /// fails is tried again for up to [`STORAGE_RETRY_WINDOW`] (logged once): a volume
-    /// read-only or full for a while delays a run, it does not fail it.
-    fn off_thread<T: Send + 'static>(
-        &self,
-        write: impl Fn(&CheckpointStore) -> Result<T, CheckpointError> + Send + Sync + 'static,
-    ) -> BoxFuture<'static, JournalResult<T>> {
-        let store = self.clone();
-        let write = Arc::new(write);
-        Box::pin(async move {
-            let started = std::time::Instant::now();
-            let mut pause = Duration::from_millis(50);
-            let mut warned = false;
-            loop {
-                let (s, w) = (store.clone(), Arc::clone(&write));
-                let result = match tokio::task::spawn_blocking(move || w(&s)).await {
-                    Ok(result) => result,
-                    Err(e) => {
-                        return Err(JournalError::new(format!(
-                            "checkpoint write did not finish: {e}"
-                        )))
-                    }
-                };
-                match result {
-                    Err(e) if e.is_storage() && started.elapsed() < STORAGE_RETRY_WINDOW => {
-                        if e.is_read_only() {
-                            let s = store.clone();
-                            let _ =
-                                tokio::task::spawn_blocking(move || s.reopen_if_read_only()).await;
-                        }
-                        if !warned {
-                            tracing::warn!(
-                                "runs database cannot be written ({e}); trying again for up to {} s",
-                                STORAGE_RETRY_WINDOW.as_secs()
-                            );
-                            warned = true;
-                        }
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(2));
-                    }
-                    Err(e) => return Err(JournalError::from(e)),
-                    Ok(value) => {
-                        if warned {
-                            tracing::info!(
-                                "runs database written again after {} ms",
-                                started.elapsed().as_millis()
-                            );
-                        }
-                        return Ok(value);
-                    }
-                }
-            }
-        })
-    }
-}
-
-impl Journal for CheckpointStore {
-    fn create_run(
-        &self,
-        record: &RunRecord,
-        state: &ThreadState,
-    ) -> BoxFuture<'static, JournalResult<()>> {
-        let record = record.clone();
-        let encoded = serde_json::to_string(state);
-        let encoded = match encoded {
-            Ok(e) => e,
-            Err(e) => {
-                return Box::pin(async move { Err(JournalError::from(CheckpointError::from(e))) })
-            }
-        };
-        self.off_thread(move |store| store.create_run_encoded(&record, &encoded))
-    }
-
-    fn save(
-        &self,
-        run_id: &str,
-        step: i64,
-        state: &ThreadState,
-    ) -> BoxFuture<'static, JournalResult<()>> {
-        let run_id = run_id.to_owned();
-        let encoded = serde_json::to_string(state);
-        let encoded = match encoded {
-            Ok(e) => e,
-            Err(e) => {
-                return Box::pin(async move { Err(JournalError::from(CheckpointError::from(e))) })
-            }
-        };
-        self.off_thread(move |store| store.save_encoded(&run_id, step, &encoded).map(|_| ()))
-    }
-
-    fn latest(
-        &self,
-        run_id: &str,
-    ) -> BoxFuture<'static, JournalResult<Option<(i64, ThreadState)>>> {
-        let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.latest(&run_id))
-    }
-
-    fn set_status(
-        &self,
-        run_id: &str,
-        status: RunStatus,
-        detail: Option<String>,
-    ) -> BoxFuture<'static, JournalResult<()>> {
-        let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.set_status(&run_id, status, detail.as_deref()))
-    }
-
-    fn save_outputs_snapshot(
-        &self,
-        run_id: &str,
-        snapshot: OutputsSnapshot,
-    ) -> BoxFuture<'static, JournalResult<()>> {
-        let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.save_outputs_snapshot(&run_id, &snapshot))
-    }
-
-    fn outputs_snapshot(
-        &self,
-        run_id: &str,
-    ) -> BoxFuture<'static, JournalResult<Option<OutputsSnapshot>>> {
-        let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.outputs_snapshot(&run_id))
-    }
-
-    fn put_receipt_if_absent(
-        &self,
-        run_id: &str,
-        receipt: DeliveryReceipt,
-    ) -> BoxFuture<'static, JournalResult<bool>> {
-        let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.put_receipt_if_absent(&run_id, &receipt))
-    }
-
-    fn receipt(&self, run_id: &str) -> BoxFuture<'static, JournalResult<Option<DeliveryReceipt>>> {
-        let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.receipt(&run_id))
-    }
 }
 
 #[cfg(test)]

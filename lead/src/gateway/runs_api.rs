@@ -1,0 +1,541 @@
+//! The runs routes: submit (`POST /api/runs`, idempotent with a key, within the
+//! principal's quotas), list, view, messages, catalog, a presented file, answer and
+//! cancel. A run another user owns is 404 to a member ([`VisibleRun`]); every route
+//! asks the `RunManager` by message.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// The header that makes a run's submission safe to repeat.
+pub(super) const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+/// The longest idempotency key.
+pub(super) const MAX_IDEMPOTENCY_KEY: usize = 200;
+
+/// `POST /api/runs` with `{"task", "user"?, "thread"?, "playbook"?, "model"?,
+/// "clarification"?}`: starts a run in the lead; 201 with `{"run_id", "status"}`. With an
+/// `Idempotency-Key` header, a repeat by the same user is answered the first one's run.
+pub(super) async fn post_run(
+    state: web::Data<State>,
+    req: actix_web::HttpRequest,
+    payload: web::Payload,
+) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    let Some(principal) = principal_of(&req) else {
+        return Refusal::Credential.response();
+    };
+    let body = match body::read_body(payload, MAX_RUN_BODY).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Body {
+        task: String,
+        #[serde(default)]
+        user: Option<String>,
+        #[serde(default)]
+        thread: Option<String>,
+        /// A file of `antler.playbook_dirs`, by its relative name.
+        #[serde(default)]
+        playbook: Option<String>,
+        /// The playbook's YAML.
+        #[serde(default)]
+        playbook_yaml: Option<String>,
+        #[serde(default)]
+        model: Option<String>,
+        #[serde(default)]
+        clarification: bool,
+        #[serde(default)]
+        agent: Option<String>,
+        #[serde(default)]
+        bootstrap: bool,
+        /// `false`: nobody talks to the run, so `ask_clarification` is not offered.
+        #[serde(default)]
+        interactive: Option<bool>,
+        /// `true`: the run is offered `task` (subagents on the cluster's workers).
+        #[serde(default)]
+        subagents: Option<bool>,
+    }
+    let body: Body = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("the body must be a JSON object with a `task` string: {e}"),
+            )
+        }
+    };
+    if body.task.trim().is_empty() {
+        return error(StatusCode::BAD_REQUEST, "the task is empty");
+    }
+    use antler_protocol::messages::PlaybookSource;
+    let playbook = match (body.playbook, body.playbook_yaml) {
+        (Some(_), Some(_)) => return error(
+            StatusCode::BAD_REQUEST,
+            "send either `playbook` (a name in antler.playbook_dirs) or `playbook_yaml`, not both",
+        ),
+        (Some(name), None) => Some(PlaybookSource::Named(name)),
+        (None, Some(yaml)) => Some(PlaybookSource::Inline(yaml)),
+        (None, None) => None,
+    };
+    // A user's runs are its own; the operator names the user (else `default`).
+    let user = match (&principal.user, body.user) {
+        (_, Some(asked)) if principal.operator => asked,
+        (None, None) => "default".to_owned(),
+        (Some(own), None) => own.clone(),
+        (Some(own), Some(asked)) if &asked == own => asked,
+        (Some(own), Some(_)) => {
+            return error(
+                StatusCode::FORBIDDEN,
+                format!("this token acts as user {own}: a run's user is its principal's"),
+            )
+        }
+        (None, Some(asked)) => asked,
+    };
+    // A scripted model scripts every call of the run: a test and demo facility, the
+    // operator's unless the operator opened it to everyone.
+    if playbook.is_some() && !principal.operator && !state.settings.allow_scripted_models {
+        return error(StatusCode::FORBIDDEN, SCRIPTED_REFUSED);
+    }
+    if !principal.operator {
+        if let Err(over) = state.quotas.submit(&user) {
+            return over_limit(&over);
+        }
+        let running = state
+            .runs
+            .manager
+            .send(manager::CountRunning { user: user.clone() })
+            .await;
+        match running {
+            Ok(Ok(running)) => {
+                if let Err(over) = state.quotas.concurrent(&user, running) {
+                    return over_limit(&over);
+                }
+            }
+            Ok(Err(e)) => return manager_error(e),
+            Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        }
+    }
+    // A client that repeats a submission whose reply it lost (a timeout, a lead restart)
+    // sends the same key, and is answered the first one's run.
+    let idempotency_key = match req.headers().get(IDEMPOTENCY_KEY) {
+        None => None,
+        Some(value) => match value.to_str() {
+            Ok(key)
+                if (1..=MAX_IDEMPOTENCY_KEY).contains(&key.len())
+                    && key.bytes().all(|b| b.is_ascii_graphic()) =>
+            {
+                Some(key.to_owned())
+            }
+            _ => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("the {IDEMPOTENCY_KEY} header must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
+                )
+            }
+        },
+    };
+    let submission = antler_protocol::messages::RunSubmission {
+        task: body.task,
+        user,
+        thread: body.thread,
+        playbook,
+        model: body.model,
+        clarification: body.clarification,
+        config: None,
+        agent: body.agent,
+        bootstrap: body.bootstrap,
+        interactive: body.interactive.unwrap_or(true),
+        subagents: body.subagents,
+        role: principal
+            .role
+            .clone()
+            .filter(|_| !principal.operator || principal.user.is_some()),
+        idempotency_key,
+    };
+    match state
+        .runs
+        .manager
+        .send(manager::SubmitRun(submission))
+        .await
+    {
+        Ok(Ok(run_id)) => HttpResponse::Created()
+            .insert_header(("Location", format!("/api/runs/{run_id}")))
+            .json(json!({"run_id": run_id, "status": "running"})),
+        Ok(Err(
+            e @ (crate::runs::prepare::PrepareError::InvalidId { .. }
+            | crate::runs::prepare::PrepareError::Playbook(_)),
+        )) => error(StatusCode::BAD_REQUEST, e.to_string()),
+        // The lead's own load (a host away, busy or slow, the store locked): come back.
+        Ok(Err(e)) if e.is_overload() => {
+            let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+            busy.headers_mut().insert(
+                actix_web::http::header::RETRY_AFTER,
+                crate::runs::prepare::RETRY_AFTER_S.into(),
+            );
+            busy
+        }
+        Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        Err(e) => {
+            let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+            busy.headers_mut().insert(
+                actix_web::http::header::RETRY_AFTER,
+                crate::runs::prepare::RETRY_AFTER_S.into(),
+            );
+            busy
+        }
+    }
+}
+
+/// Why a member's run with a playbook is refused.
+pub const SCRIPTED_REFUSED: &str = "scripted models (playbook, playbook_yaml) are the operator's: a test and demo facility (set antler.gateway.allow_scripted_models: true to open them)";
+
+/// 429 with `Retry-After` for a user over its own limit; 503 when the gateway as a whole
+/// is full.
+pub(super) fn over_limit(over: &quota::OverLimit) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    let status = if over.is_cluster_wide() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    let mut response = error(status, over.to_string());
+    if let Ok(value) = over.retry_after_s().to_string().parse() {
+        response
+            .headers_mut()
+            .insert(actix_web::http::header::RETRY_AFTER, value);
+    }
+    response
+}
+
+pub(super) async fn view_of(state: &State, run_id: String) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    match state.runs.manager.send(manager::GetRun(run_id)).await {
+        Ok(Ok(view)) => HttpResponse::Ok().json(view),
+        Ok(Err(e @ crate::runs::prepare::PrepareError::UnknownRun(_))) => {
+            error(StatusCode::NOT_FOUND, e.to_string())
+        }
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+/// The principal the guard found for `req`.
+pub(super) fn principal_of(req: &actix_web::HttpRequest) -> Option<Principal> {
+    actix_web::HttpMessage::extensions(req)
+        .get::<Principal>()
+        .cloned()
+}
+
+/// `Ok` when `req`'s principal may see run `run_id`; otherwise the response: 404 for a run
+/// that does not exist and for another user's alike, so ids say nothing.
+pub(super) async fn visible(
+    state: &State,
+    req: &actix_web::HttpRequest,
+    run_id: &str,
+) -> Result<(), HttpResponse> {
+    use actix_web::http::StatusCode;
+    let Some(principal) = principal_of(req) else {
+        return Err(Refusal::Credential.response());
+    };
+    let unknown = || {
+        error(
+            StatusCode::NOT_FOUND,
+            crate::runs::prepare::PrepareError::UnknownRun(run_id.to_owned()).to_string(),
+        )
+    };
+    match state
+        .runs
+        .manager
+        .send(manager::RunOwner(run_id.to_owned()))
+        .await
+    {
+        Ok(Ok(Some(owner))) if principal.may_see(&owner) => Ok(()),
+        Ok(Ok(_)) => Err(unknown()),
+        Ok(Err(e)) => Err(manager_error(e)),
+        Err(e) => Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+    }
+}
+
+/// The response to a run manager's failure: 503 for the lead's own load, 500 otherwise.
+pub(super) fn manager_error(e: crate::runs::prepare::PrepareError) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    if e.is_overload() {
+        error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+    } else {
+        error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+    }
+}
+
+/// The `{id}` of a run route whose principal may see that run: extracting it answers
+/// the request with [`visible`]'s refusal otherwise, before any body is read.
+pub(super) struct VisibleRun(pub(super) String);
+
+impl actix_web::FromRequest for VisibleRun {
+    type Error = actix_web::Error;
+    type Future = futures::future::LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &actix_web::HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            let refused = |response| {
+                actix_web::Error::from(actix_web::error::InternalError::from_response(
+                    "run not visible",
+                    response,
+                ))
+            };
+            let (Some(state), Some(run_id)) = (
+                req.app_data::<web::Data<State>>().cloned(),
+                req.match_info().get("id").map(str::to_owned),
+            ) else {
+                return Err(refused(error(
+                    actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    "a run route without its run",
+                )));
+            };
+            visible(&state, &req, &run_id).await.map_err(refused)?;
+            Ok(VisibleRun(run_id))
+        })
+    }
+}
+
+/// `GET /api/runs/{id}`: the run's view.
+pub(super) async fn get_run(
+    state: web::Data<State>,
+    VisibleRun(run_id): VisibleRun,
+) -> HttpResponse {
+    view_of(&state, run_id).await
+}
+
+/// `GET /api/runs/{id}/messages`: the run's messages (its last checkpoint), tool-call
+/// arguments that hold secrets redacted and texts cut at 16 KiB.
+pub(super) async fn run_messages(
+    state: web::Data<State>,
+    VisibleRun(run_id): VisibleRun,
+) -> HttpResponse {
+    match state.runs.manager.send(manager::RunMessages(run_id)).await {
+        Ok(Ok(messages)) => {
+            HttpResponse::Ok().json(json!({"messages": secrets::shown_messages(&messages)}))
+        }
+        Ok(Err(e @ crate::runs::prepare::PrepareError::UnknownRun(_))) => {
+            error(actix_web::http::StatusCode::NOT_FOUND, e.to_string())
+        }
+        Ok(Err(e)) => manager_error(e),
+        Err(e) => error(
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            e.to_string(),
+        ),
+    }
+}
+
+/// `GET /api/runs/{id}/catalog`: the tools the run sees, by source, deferred or not, and
+/// the catalog's hash; 404 when the lead no longer holds the run (after a restart).
+pub(super) async fn run_catalog(
+    state: web::Data<State>,
+    VisibleRun(run_id): VisibleRun,
+) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    match state
+        .runs
+        .manager
+        .send(manager::RunCatalog(run_id.clone()))
+        .await
+    {
+        Ok(Some(catalog)) => HttpResponse::Ok().json(catalog),
+        Ok(None) => error(
+            StatusCode::NOT_FOUND,
+            format!("the lead no longer holds the catalog of run {run_id}"),
+        ),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+/// `GET /api/runs/{id}/artifact?path=/mnt/user-data/outputs/F`: a file the run presented,
+/// as an attachment (`nosniff`, a sandbox CSP: an HTML artifact never runs as the
+/// gateway's page). 404 for a file the run did not present, one outside the thread's
+/// outputs, or another user's run.
+pub(super) async fn download_artifact(
+    state: web::Data<State>,
+    VisibleRun(run_id): VisibleRun,
+    query: web::Query<std::collections::HashMap<String, String>>,
+) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    let Some(path) = query.get("path").cloned() else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "path: the artifact's path is required",
+        );
+    };
+    let bytes = match state
+        .runs
+        .manager
+        .send(manager::RunArtifact {
+            run_id,
+            path: path.clone(),
+        })
+        .await
+    {
+        Ok(Ok(manager::ArtifactContent::Bytes(bytes))) => bytes,
+        Ok(Ok(manager::ArtifactContent::TooLarge)) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the artifact is larger than {} bytes",
+                    manager::MAX_ARTIFACT_BYTES
+                ),
+            )
+        }
+        Ok(Err(e @ crate::runs::prepare::PrepareError::NoArtifact { .. })) => {
+            return error(StatusCode::NOT_FOUND, e.to_string())
+        }
+        Ok(Err(e)) => return manager_error(e),
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    };
+    let name: String = path
+        .rsplit('/')
+        .next()
+        .unwrap_or("artifact")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || ".-_".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    HttpResponse::Ok()
+        .content_type("application/octet-stream")
+        .insert_header((
+            "Content-Disposition",
+            format!("attachment; filename=\"{name}\""),
+        ))
+        .insert_header(("X-Content-Type-Options", "nosniff"))
+        .insert_header(("Content-Security-Policy", "sandbox; default-src 'none'"))
+        .body(bytes)
+}
+
+/// The largest `limit` of `GET /api/runs`.
+pub(super) const MAX_LIST: usize = 1000;
+
+/// `GET /api/runs[?status=S][&limit=N]`: the principal's runs, newest first (the
+/// operator's: every user's, or one user's with `user=U`); `limit` 100 by default.
+pub(super) async fn list_runs(
+    state: web::Data<State>,
+    req: actix_web::HttpRequest,
+    query: web::Query<std::collections::HashMap<String, String>>,
+) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    let Some(principal) = principal_of(&req) else {
+        return Refusal::Credential.response();
+    };
+    let limit = match query.get("limit").map(|l| l.parse::<usize>()) {
+        None => 100,
+        Some(Ok(n)) if (1..=MAX_LIST).contains(&n) => n,
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("limit: expected an integer from 1 to {MAX_LIST}"),
+            )
+        }
+    };
+    let status = match query.get("status") {
+        None => None,
+        Some(s) => match crate::runs::store::RunStatus::parse(s) {
+            Some(status) => Some(status),
+            None => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "status: expected running, success, error or interrupted",
+                )
+            }
+        },
+    };
+    let user = if principal.operator {
+        query.get("user").cloned()
+    } else {
+        principal.user.clone()
+    };
+    match state
+        .runs
+        .manager
+        .send(manager::ListRuns {
+            user,
+            status,
+            limit,
+        })
+        .await
+    {
+        Ok(Ok(runs)) => HttpResponse::Ok().json(json!({"runs": runs})),
+        Ok(Err(e)) => manager_error(e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+/// `POST /api/runs/{id}/answer` with `{"answer"}`: answers an interrupted run's question
+/// and drives it again.
+pub(super) async fn answer_run(
+    state: web::Data<State>,
+    VisibleRun(run_id): VisibleRun,
+    payload: web::Payload,
+) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    let body = match body::read_body(payload, MAX_ANSWER_BODY).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let answer = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("answer").and_then(Value::as_str).map(str::to_owned));
+    let Some(answer) = answer else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the body must be a JSON object with an `answer` string",
+        );
+    };
+    let resume = manager::ResumeRun {
+        run_id,
+        answer: Some(answer),
+        playbook: None,
+    };
+    match state.runs.manager.send(resume).await {
+        Ok(Ok(run_id)) => {
+            HttpResponse::Accepted().json(json!({"run_id": run_id, "status": "running"}))
+        }
+        Ok(Err(e @ crate::runs::prepare::PrepareError::UnknownRun(_))) => {
+            error(StatusCode::NOT_FOUND, e.to_string())
+        }
+        Ok(Err(e @ crate::runs::prepare::PrepareError::NotWaiting { .. })) => {
+            error(StatusCode::CONFLICT, e.to_string())
+        }
+        Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+/// `POST /api/runs/{id}/cancel`: cancels a running run (or one waiting for an answer);
+/// 202 with `{"run_id", "status": "error", "cancelled": true}`, 404 for an unknown run,
+/// 409 for one that has ended.
+pub(super) async fn cancel_run(
+    state: web::Data<State>,
+    VisibleRun(run_id): VisibleRun,
+) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    match state
+        .runs
+        .manager
+        .send(manager::CancelRun(run_id.clone()))
+        .await
+    {
+        Ok(Ok(manager::CancelOutcome::Cancelled)) => HttpResponse::Accepted()
+            .json(json!({"run_id": run_id, "status": "error", "cancelled": true})),
+        Ok(Err(e @ crate::runs::prepare::PrepareError::UnknownRun(_))) => {
+            error(StatusCode::NOT_FOUND, e.to_string())
+        }
+        Ok(Err(e @ crate::runs::prepare::PrepareError::NotRunning { .. })) => {
+            error(StatusCode::CONFLICT, e.to_string())
+        }
+        Ok(Err(e)) => manager_error(e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}

@@ -1,0 +1,329 @@
+//! [`RunManager`]: the actor that owns every run of this lead. A submission is prepared
+//! (see `prepare`) and driven by its own `RunActor`; the manager keeps each run's
+//! [`EventLog`] for watchers and its view when a drive stops, answers a stopped run
+//! (a clarification) by driving it again, and when the lead starts it resumes the runs a
+//! crash left `running`. A run that ended frees its loop at once; the views and events of
+//! the last [`KEEP_ENDED`] ended runs (at most [`KEEP_ENDED_BYTES`] of their text) stay
+//! for watchers; every ended run's events are also kept in the checkpoint store, and an
+//! older run's view and events are read from there. A run is cancelled through its
+//! [`CancelFlag`] while it is driven
+//! (its drive ends `error`); one waiting for an answer is ended without being driven.
+//! The manager supervises the run actors: one that stops mid-drive (it crashed; chaos
+//! mode's [`ChaosStopRun`]) is resumed from its last checkpoint, and the resumed run's
+//! events say so ([`RUN_ACTOR_CRASHED`]).
+//!
+//! The actor and a run's life (launch, drive, what is kept after it ends) are here; its
+//! messages sit beside it by concern: `submit`, `resume` (an answer, a crash, a restart),
+//! `cancel`, `queries` (views, events, lists, owners), `artifacts`, and `sink` (a run's
+//! events into its log and the metrics). The runs store is reached through
+//! [`CheckpointStore::call`](super::store::CheckpointStore::call) (its own thread) or the
+//! journal (a cancel's status, on the blocking pool): no handler touches SQLite.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use actix::prelude::*;
+use serde_json::Value;
+
+use super::elicitations::PendingElicitations;
+use super::events::EventLog;
+use super::metrics::Metrics;
+use super::prepare::{PrepareError, Prepared, RunEnv};
+use super::view;
+use crate::catalog::Catalog;
+use crate::run::actor::{CancelFlag, Drive, RunActor, RunEvent};
+use crate::runs::store::{RunRecord, RunStatus};
+
+mod answer;
+mod artifacts;
+mod cancel;
+mod queries;
+mod resume;
+mod sink;
+mod submit;
+
+pub use answer::answer;
+pub use artifacts::{read_artifact, ArtifactContent, RunArtifact, MAX_ARTIFACT_BYTES};
+pub use cancel::{CancelOutcome, CancelRun, ChaosStopRun};
+pub use queries::{
+    CountRunning, GetElicitations, GetRun, ListRuns, RunCatalog, RunMessages, RunOwner, WatchRun,
+};
+pub use resume::ResumeRun;
+use sink::{event_sink, source_label, Timing};
+pub use submit::SubmitRun;
+
+/// The warning a run resumed after its actor crashed carries in its events.
+pub const RUN_ACTOR_CRASHED: &str =
+    "the run's actor stopped unexpectedly (it crashed); the run was resumed from its last checkpoint";
+
+/// Ended runs whose views and events the manager keeps in memory.
+pub const KEEP_ENDED: usize = 1_000;
+/// The text the kept ended runs may hold together: beyond it the oldest go (down to
+/// [`KEEP_ENDED_AT_LEAST`]), so a lead that has run many runs holds about a MiB of them, not
+/// whatever a thousand runs' events add up to (the store has them all).
+pub const KEEP_ENDED_BYTES: usize = 1 << 20;
+/// Ended runs kept whatever their size.
+pub const KEEP_ENDED_AT_LEAST: usize = 16;
+
+struct LiveRun {
+    record: RunRecord,
+    log: Arc<EventLog>,
+    /// The run's actor while it is driven or waits for an answer.
+    actor: Option<Addr<RunActor>>,
+    driving: bool,
+    timing: Arc<Mutex<Timing>>,
+    /// Cancels the drive of the run's loop.
+    cancel: Arc<CancelFlag>,
+    /// The catalog the run sees (shared by the runs of one catalog version).
+    catalog: Arc<Catalog>,
+    /// Tools authorization removed for the run's principal.
+    denied: Vec<String>,
+    /// The run's skills (the skill policy follows its active ones).
+    skills: crate::run::skills::SkillStore,
+    /// What the run's MCP calls are asking its user now.
+    elicitations: Arc<PendingElicitations>,
+}
+
+/// The owner of this lead's runs.
+pub struct RunManager {
+    env: Arc<RunEnv>,
+    metrics: Arc<Metrics>,
+    runs: HashMap<String, LiveRun>,
+    ended: VecDeque<String>,
+    /// Runs being prepared for a resume (a second resume leaves them be).
+    resuming: std::collections::HashSet<String>,
+    /// Runs cancelled while they were being prepared for a resume: cancelled at launch.
+    cancel_at_launch: std::collections::HashSet<String>,
+    /// Submissions with an idempotency key being prepared (a repeat is answered their id).
+    submitting: std::collections::HashSet<String>,
+    resume_at_start: bool,
+    /// Runs being resumed because their actor crashed, with the warning their events get.
+    crashed: HashMap<String, String>,
+}
+
+impl RunManager {
+    /// `resume_at_start`: resume the store's `running` runs when the actor starts (a
+    /// long-lived lead; an ephemeral cluster leaves them to `antler run --resume`).
+    pub fn new(env: Arc<RunEnv>, metrics: Arc<Metrics>, resume_at_start: bool) -> RunManager {
+        RunManager {
+            env,
+            metrics,
+            runs: HashMap::new(),
+            ended: VecDeque::new(),
+            resuming: Default::default(),
+            cancel_at_launch: Default::default(),
+            submitting: Default::default(),
+            resume_at_start,
+            crashed: HashMap::new(),
+        }
+    }
+
+    /// Installs the event sink and drives the prepared run.
+    fn launch(&mut self, prepared: Prepared, new_run: bool, ctx: &mut Context<Self>) -> String {
+        let Prepared {
+            mut run,
+            record,
+            catalog,
+            warnings,
+            cancel,
+            denied,
+            skills,
+        } = prepared;
+        if self.cancel_at_launch.remove(&record.run_id) {
+            cancel.cancel();
+        }
+        let run_id = record.run_id.clone();
+        let (log, timing, elicitations) = match self.runs.get(&run_id) {
+            Some(live) => (
+                live.log.clone(),
+                live.timing.clone(),
+                live.elicitations.clone(),
+            ),
+            None => (Arc::default(), Arc::default(), Arc::default()),
+        };
+        let sink = event_sink(
+            log.clone(),
+            self.metrics.clone(),
+            catalog.clone(),
+            timing.clone(),
+            elicitations.clone(),
+        );
+        for message in warnings {
+            sink(&RunEvent::Warning { message });
+        }
+        if let Some(message) = self.crashed.remove(&run_id) {
+            sink(&RunEvent::Warning { message });
+        }
+        run.on_event(sink);
+        let actor = RunActor::new(run).start();
+        self.ended.retain(|id| id != &run_id);
+        self.runs.insert(
+            run_id.clone(),
+            LiveRun {
+                record,
+                log,
+                actor: Some(actor),
+                driving: false,
+                timing,
+                cancel,
+                catalog,
+                denied,
+                skills,
+                elicitations,
+            },
+        );
+        self.drive(&run_id, new_run, ctx);
+        run_id
+    }
+
+    fn drive(&mut self, run_id: &str, new_run: bool, ctx: &mut Context<Self>) {
+        let Some(live) = self.runs.get_mut(run_id) else {
+            return;
+        };
+        let Some(actor) = live.actor.clone() else {
+            return;
+        };
+        live.driving = true;
+        live.log.driving();
+        self.metrics.drive_started(new_run);
+        let run_id = run_id.to_owned();
+        ctx.spawn(
+            actor
+                .send(Drive)
+                .into_actor(self)
+                .map(move |result, manager, ctx| {
+                    let Some(live) = manager.runs.get_mut(&run_id) else {
+                        return;
+                    };
+                    if result.is_err() && !live.cancel.is_cancelled() {
+                        // The actor is gone mid-drive: it crashed. Its state is the last
+                        // checkpoint's; resume from there.
+                        live.driving = false;
+                        live.actor = None;
+                        manager
+                            .metrics
+                            .drive_stopped(RunStatus::Interrupted.as_str());
+                        manager.resume_crashed(run_id, ctx);
+                        return;
+                    }
+                    let (view, status) = match result {
+                        Ok(Ok(outcome)) => {
+                            (view::from_outcome(&live.record, &outcome), outcome.status)
+                        }
+                        Ok(Err(e)) => (failed_view(&live.record, &e.to_string()), RunStatus::Error),
+                        Err(e) => (failed_view(&live.record, &e.to_string()), RunStatus::Error),
+                    };
+                    if let Some(took) = live
+                        .timing
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .step_started
+                        .take()
+                        .map(|t| t.elapsed())
+                    {
+                        manager.metrics.step(took);
+                    }
+                    manager.metrics.drive_stopped(status.as_str());
+                    live.driving = false;
+                    live.log.stop(view.to_string());
+                    if status != RunStatus::Interrupted {
+                        // The run ended: its loop and state go; its view and events stay a
+                        // while, and its events are kept in the store for later watchers.
+                        live.actor = None;
+                        let events = live.log.since(0).events;
+                        let id = run_id.clone();
+                        // Sent to the store's thread now; nobody waits for it.
+                        drop(manager.env.store.call(move |store| {
+                            if let Err(e) = store.append_events(&id, &events) {
+                                tracing::warn!(run = %id, "cannot keep the run's events: {e}");
+                            }
+                            Ok(())
+                        }));
+                        manager.ended.push_back(run_id.clone());
+                        manager.forget_old_ended();
+                    }
+                }),
+        );
+    }
+}
+
+fn failed_view(record: &RunRecord, error: &str) -> Value {
+    serde_json::json!({
+        "run_id": record.run_id,
+        "status": RunStatus::Error,
+        "user": record.user_id,
+        "thread": record.thread_id,
+        "task": record.task,
+        "final_answer": null,
+        "question": null,
+        "error": error,
+        "artifacts": [],
+        "delivery": null,
+        "stop_reason": null,
+        "token_usage": null,
+    })
+}
+
+impl Actor for RunManager {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if crate::teardown::tearing_down() {
+            return;
+        }
+        if !self.resume_at_start {
+            return;
+        }
+        self.resume_left_running(ctx);
+    }
+}
+
+impl RunManager {
+    /// Drops the oldest ended runs beyond [`KEEP_ENDED`], or beyond [`KEEP_ENDED_BYTES`]
+    /// of kept text (their views and events are read from the store then).
+    fn forget_old_ended(&mut self) {
+        let size = |m: &Self, id: &String| m.runs.get(id).map_or(0, |l| l.log.bytes());
+        let mut bytes: usize = self.ended.iter().map(|id| size(self, id)).sum();
+        while self.ended.len() > KEEP_ENDED
+            || (self.ended.len() > KEEP_ENDED_AT_LEAST && bytes > KEEP_ENDED_BYTES)
+        {
+            let Some(old) = self.ended.pop_front() else {
+                break;
+            };
+            bytes = bytes.saturating_sub(size(self, &old));
+            self.runs.remove(&old);
+        }
+    }
+
+    /// A run's view now: a stopped drive's, else the store's (read off the actor's
+    /// thread: a long run's state is large, and a slow database must not stall the runs
+    /// this actor drives); with the elicitations its calls wait on.
+    fn view(&self, run_id: &str) -> ResponseFuture<Result<Value, PrepareError>> {
+        let live = self.runs.get(run_id);
+        let pending = live.map_or(Value::Array(Vec::new()), |l| l.elicitations.view());
+        let with_pending = move |mut view: Value| {
+            if let Some(object) = view.as_object_mut() {
+                object.insert("elicitations".into(), pending);
+            }
+            view
+        };
+        if let Some(stopped) = live.and_then(|l| l.log.stopped().filter(|_| !l.driving)) {
+            let view = serde_json::from_str(&stopped)
+                .map(with_pending)
+                .map_err(|e| PrepareError::Config(format!("run view: {e}")));
+            return Box::pin(actix::fut::ready(view));
+        }
+        let run_id = run_id.to_owned();
+        let read = self.env.store.call(move |store| {
+            let record = store.run(&run_id)?;
+            record
+                .map(|record| view::from_store(store, &record))
+                .transpose()
+                .map(|view| view.ok_or(run_id))
+        });
+        Box::pin(async move {
+            let view = read.await?.map_err(PrepareError::UnknownRun)?;
+            Ok(with_pending(view))
+        })
+    }
+}

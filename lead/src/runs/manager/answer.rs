@@ -1,0 +1,75 @@
+//! Answering an elicitation a run's MCP call waits on: the answer goes, as the run's
+//! user, to the mcp-host replica of the run's thread; taken, it leaves the run's pending
+//! elicitations (the gateway's `POST /api/runs/{id}/elicitations/{eid}` and the CLI's
+//! `antler run --resume RUN --elicitation ID --answer ...`).
+
+use super::{GetElicitations, RunManager};
+use crate::runs::elicitations::AnswerError;
+use crate::runs::hosts::{HostLinks, LinkHosts};
+
+/// How long mcp-host gets to take an answer.
+const ANSWER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Hands the run's user's answer to elicitation `id` of `run_id` to the mcp-host replica of
+/// the run's thread (the gateway's `POST /api/runs/{id}/elicitations/{eid}` and the CLI's
+/// `antler run --resume RUN --elicitation ID --answer ...`).
+pub async fn answer(
+    manager: &actix::Addr<RunManager>,
+    links: &(impl HostLinks + Clone),
+    run_id: &str,
+    id: &str,
+    action: antler_protocol::messages::ElicitationAction,
+    content_json: Option<String>,
+) -> Result<(), AnswerError> {
+    use crate::run::hosts::ToolHosts;
+    use antler_protocol::messages::{
+        ElicitationRefusal, McpElicitationAnswer, McpReply, McpRequest, Reply, Request,
+    };
+    let not_pending = || AnswerError::NotPending {
+        run_id: run_id.to_owned(),
+        id: id.to_owned(),
+    };
+    let run = manager
+        .send(GetElicitations(run_id.to_owned()))
+        .await
+        .map_err(|e| AnswerError::Unavailable(e.to_string()))?
+        .ok_or_else(not_pending)?;
+    let Some(pending) = run.pending.get(id) else {
+        return Err(not_pending());
+    };
+    let request = McpRequest::AnswerElicitation(McpElicitationAnswer {
+        id: id.to_owned(),
+        user: run.user,
+        thread: run.thread,
+        run_id: pending.mcp_run_id.unwrap_or_else(|| run_id.to_owned()),
+        action,
+        content_json,
+    });
+    let hosts = LinkHosts::new(links.clone());
+    match hosts
+        .request(
+            antler_protocol::Role::McpHost,
+            Request::Mcp(request),
+            ANSWER_DEADLINE,
+        )
+        .await
+    {
+        Ok(Reply::Mcp(McpReply::ElicitationAnswered(Ok(())))) => {
+            run.pending.answered(id);
+            Ok(())
+        }
+        Ok(Reply::Mcp(McpReply::ElicitationAnswered(Err(ElicitationRefusal::Unknown(_))))) => {
+            // mcp-host no longer holds it (its call ended): nor does the run.
+            run.pending.answered(id);
+            Err(not_pending())
+        }
+        Ok(Reply::Mcp(McpReply::ElicitationAnswered(Err(e @ ElicitationRefusal::Invalid(_))))) => {
+            Err(AnswerError::Invalid(e.to_string()))
+        }
+        Ok(other) => Err(AnswerError::Failed(format!(
+            "unexpected reply from mcp-host: {other:?}"
+        ))),
+        Err(e) if e.is_unavailable() => Err(AnswerError::Unavailable(e.message)),
+        Err(e) => Err(AnswerError::Failed(e.message)),
+    }
+}

@@ -1,0 +1,76 @@
+//! What a run being prepared waits for on its hosts: their links (at most
+//! [`HOSTS_START_WAIT`] for one starting), and sandbox-host's base directory of thread
+//! directories (asked once, then kept).
+
+#[allow(unused_imports)]
+use super::*;
+
+impl RunEnv {
+    /// Waits (at most `within`) until sandbox-host and mcp-host answer a ping.
+    pub async fn wait_for_hosts(&self, within: Duration) {
+        let until = std::time::Instant::now() + within;
+        for role in [Role::SandboxHost, Role::McpHost] {
+            while std::time::Instant::now() < until {
+                let ping = Request::Control(ControlRequest::Ping {
+                    payload: Vec::new(),
+                });
+                if self
+                    .hosts
+                    .request(role, ping, Duration::from_secs(1))
+                    .await
+                    .is_ok()
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+
+    /// Waits (at most [`HOSTS_START_WAIT`]) for a linked sandbox-host, which every run
+    /// needs at once: a run submitted while the cluster is still starting waits for it
+    /// instead of failing with "unreachable". Returns at once when it is linked; when it
+    /// does not come, the run's first request to it says why.
+    pub(super) async fn wait_for_sandbox_host(&self) {
+        let until = Instant::now() + HOSTS_START_WAIT;
+        if !wait_linked(self.hosts.as_ref(), Role::SandboxHost, until).await {
+            tracing::warn!(
+                "sandbox-host is not linked (it failed, or is not back within {}s); the run cannot be prepared",
+                HOSTS_START_WAIT.as_secs()
+            );
+        }
+    }
+
+    /// Where sandbox-host keeps thread directories (asked once, then remembered).
+    pub async fn base_dir(&self) -> Result<PathBuf, PrepareError> {
+        if let Some(dir) = self
+            .base_dir
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+        {
+            return Ok(dir);
+        }
+        let reply = self
+            .hosts
+            .request(
+                Role::SandboxHost,
+                Request::Sandbox(SandboxRequest::Status),
+                SETUP_TIMEOUT,
+            )
+            .await?;
+        let dir = match reply {
+            Reply::Sandbox(SandboxReply::Status(status)) => PathBuf::from(status.base_dir),
+            other => {
+                return Err(PrepareError::Host(HostError::failed(format!(
+                    "unexpected reply from sandbox-host: {other:?}"
+                ))))
+            }
+        };
+        *self
+            .base_dir
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(dir.clone());
+        Ok(dir)
+    }
+}
