@@ -328,6 +328,12 @@ fn a_user_over_its_own_limits_gets_429_and_others_go_on() {
         );
         assert_eq!(code, 202, "{reply}");
     }
+    // A cancel is accepted (202) and lands a moment later: until both runs have ended they
+    // still hold alice's two places, and a submission would be refused for those instead of
+    // for the rate this part checks.
+    for run in &runs {
+        ended(&addr, ALICE, run);
+    }
     let mut rated = None;
     for _ in 0..5 {
         let (code, reply, head) =
