@@ -14,14 +14,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use antler_lead::catalog::actor::CatalogActor;
-use antler_lead::catalog::assembly::Sources;
-use antler_lead::catalog::{Catalog, ToolSource, ToolSpec};
+use antler_engine::catalog::actor::CatalogActor;
+use antler_engine::catalog::assembly::Sources;
+use antler_engine::{catalog::Catalog, catalog::ToolSource, catalog::ToolSpec};
+use antler_engine::{AgentContext, RunContext, ThreadPaths};
+use antler_engine::{ChatModel, ModelError, ModelReply, ModelRequest, ScriptedModel};
+use antler_engine::{HostError, ToolHosts};
+use antler_engine::{RunLoop, RunSettings};
 use antler_lead::checkpoint::{CheckpointStore, RunStatus};
-use antler_lead::run::actor::{RunLoop, RunSettings};
-use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
-use antler_lead::run::hosts::{HostError, ToolHosts};
-use antler_lead::run::model::{ChatModel, ModelError, ModelReply, ModelRequest, ScriptedModel};
 use antler_lead::run_manager::manager::{RunManager, SubmitRun, WatchRun};
 use antler_lead::run_manager::metrics::Metrics;
 use antler_lead::run_manager::prepare::RunEnv;
@@ -274,8 +274,8 @@ fn step_catalog() -> Arc<Catalog> {
     };
     let tools = vec![
         write_file,
-        antler_lead::catalog::builtins::present_files(),
-        antler_lead::catalog::builtins::ask_clarification(),
+        antler_engine::catalog::builtins::present_files(),
+        antler_engine::catalog::builtins::ask_clarification(),
         ToolSpec::mcp(
             "everything_echo",
             "Echoes back the input.",
@@ -630,10 +630,10 @@ struct PromptFigures {
 }
 
 fn bench_prompt() -> PromptFigures {
-    use antler_lead::run::middleware::skill_policy::Skill;
-    use antler_lead::run::prompt::{prepare_request, system_prompt, PromptCache, PromptInputs};
-    use antler_lead::run::skills::InstalledSkill;
-    use antler_lead::run::state::Message;
+    use antler_engine::InstalledSkill;
+    use antler_engine::Message;
+    use antler_engine::Skill;
+    use antler_engine::{prepare_request, system_prompt, PromptCache, PromptInputs};
     let mut tools: Vec<ToolSpec> = ["present_files", "ask_clarification", "view_image"]
         .iter()
         .map(|n| ToolSpec::builtin(*n, "d", serde_json::json!({"type": "object"})))

@@ -17,9 +17,9 @@ use antler_protocol::{
     RemoteError, RpcError,
 };
 
-use crate::catalog::actor::{CatalogActor, Crash as CrashCatalog};
 use crate::run_manager::manager::{ChaosStopRun, RunManager};
 use crate::supervisor::{GetLinks, Supervisor};
+use antler_engine::{catalog::actor::CatalogActor, catalog::actor::Crash as CrashCatalog};
 
 /// How long a host gets to answer a routed `ChaosStop`.
 const HOST_TIMEOUT: Duration = Duration::from_secs(5);

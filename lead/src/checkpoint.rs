@@ -13,15 +13,15 @@ use futures::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
-use crate::run::journal::{Journal, JournalError, JournalResult};
+use antler_engine::{Journal, JournalError, JournalResult};
 
-use crate::run::settlement::{DeliveryReceipt, OutputsSnapshot};
-use crate::run::state::ThreadState;
+use antler_engine::ThreadState;
+use antler_engine::{DeliveryReceipt, OutputsSnapshot};
 
 /// How long a write waits for another connection's lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub use crate::run::journal::{RunRecord, RunStatus};
+pub use antler_engine::{RunRecord, RunStatus};
 
 /// The run options stored as JSON beside the record.
 #[derive(Default, Serialize, Deserialize)]
@@ -852,7 +852,7 @@ impl Journal for CheckpointStore {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::run::state::{ActiveSkill, Message, SkillSource, StateUpdate};
+    use antler_engine::{ActiveSkill, Message, SkillSource, StateUpdate};
 
     fn record(run_id: &str) -> RunRecord {
         RunRecord {

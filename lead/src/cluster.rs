@@ -449,7 +449,7 @@ pub struct Runs {
     /// The workers' slots, for the gateway's cluster view.
     pub dispatcher: Addr<crate::subagents::dispatcher::SubagentDispatcher>,
     /// The catalog actor the runs' catalogs come from.
-    pub catalog: Addr<crate::catalog::actor::CatalogActor>,
+    pub catalog: Addr<antler_engine::catalog::actor::CatalogActor>,
 }
 
 /// Opens the checkpoint store and starts the catalog actor and the run manager (which
@@ -475,10 +475,10 @@ fn start_runs(
     dispatcher: &Addr<crate::subagents::dispatcher::SubagentDispatcher>,
     extensions: PathBuf,
 ) -> Result<Runs, ClusterError> {
-    use crate::catalog::{actor::CatalogActor, assembly::Sources};
     use crate::run_manager::{
         hosts::LinkHosts, manager::RunManager, metrics::Metrics, prepare::RunEnv,
     };
+    use antler_engine::{catalog::actor::CatalogActor, catalog::assembly::Sources};
     let store = crate::checkpoint::CheckpointStore::open(&spec.store_path)?;
     actix::spawn(crate::checkpoint::probe_writes(store.clone()));
     actix::spawn(crate::mcp_credentials::relay(

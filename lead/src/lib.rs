@@ -1,8 +1,7 @@
 //! antler-lead: the lead process's library: the supervisor of the local cluster, the
 //! lead's control socket, the run manager (the runs it hosts, their checkpoints and
 //! events), custom agents, the subagent dispatcher, the gateway and the CLI's plumbing.
-//! The agent engine (catalog and run loop) is `antler-engine`, re-exported as
-//! [`catalog`] and [`run`].
+//! The agent engine (catalog and run loop) is `antler-engine`, used by its own name.
 
 pub mod agents;
 pub mod chaos_actors;
@@ -19,5 +18,4 @@ pub mod subagents;
 pub mod supervisor;
 pub mod teardown;
 
-pub use antler_engine::{catalog, run};
 pub use antler_protocol::host as host_runtime;

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
+use antler_engine::HostError;
 use antler_lead::checkpoint::CheckpointError;
-use antler_lead::run::hosts::HostError;
 use antler_lead::run_manager::prepare::PrepareError;
 use antler_protocol::{RemoteError, Role, RpcError};
 

@@ -6,14 +6,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use antler_lead::catalog::{Catalog, ToolSource, ToolSpec};
+use antler_engine::ScriptedModel;
+use antler_engine::INTERRUPTED_CALL;
+use antler_engine::{catalog::Catalog, catalog::ToolSource, catalog::ToolSpec};
+use antler_engine::{AgentContext, RunContext, ThreadPaths};
+use antler_engine::{HostError, ToolHosts};
+use antler_engine::{Message, ToolStatus};
+use antler_engine::{RunLoop, RunSettings};
 use antler_lead::checkpoint::{CheckpointStore, RunStatus};
-use antler_lead::run::actor::{RunLoop, RunSettings};
-use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
-use antler_lead::run::hosts::{HostError, ToolHosts};
-use antler_lead::run::middleware::dangling::INTERRUPTED_CALL;
-use antler_lead::run::model::ScriptedModel;
-use antler_lead::run::state::{Message, ToolStatus};
 use antler_protocol::messages::{
     AcquireSource, Acquired, Reply, Request, SandboxReply, SandboxRequest, ToolResult,
 };

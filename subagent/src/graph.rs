@@ -8,10 +8,10 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use antler_engine::run::actor::CancelFlag;
-use antler_engine::run::task::graph::run_task;
-use antler_engine::run::task::spec::TaskSpec;
-use antler_engine::run::task::TaskEvent;
+use antler_engine::run_task;
+use antler_engine::CancelFlag;
+use antler_engine::TaskEvent;
+use antler_engine::TaskSpec;
 
 use crate::hosts::WorkerHosts;
 use crate::worker::{TaskEventOf, TaskFinished, TaskKey, Worker};
@@ -42,7 +42,7 @@ impl Actor for TaskGraph {
                 event,
             })
         });
-        let hosts: Arc<dyn antler_engine::run::hosts::ToolHosts> = Arc::new(
+        let hosts: Arc<dyn antler_engine::ToolHosts> = Arc::new(
             self.hosts
                 .for_task(spec.sandbox_host.as_deref(), spec.mcp_host.as_deref()),
         );

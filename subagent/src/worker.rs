@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use antler_engine::run::actor::CancelFlag;
-use antler_engine::run::task::spec::TaskSpec;
-use antler_engine::run::task::{TaskEvent, TaskResult};
+use antler_engine::CancelFlag;
+use antler_engine::TaskSpec;
+use antler_engine::{TaskEvent, TaskResult};
 use antler_protocol::{
     host::RoleHandler,
     messages::{Health, Reply, Request, WorkerReply, WorkerRequest},

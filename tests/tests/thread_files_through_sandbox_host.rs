@@ -11,14 +11,14 @@ mod sandbox_support;
 
 use std::sync::Arc;
 
-use antler_lead::run::builtins::present_files;
-use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
-use antler_lead::run::hosts::ToolHosts;
-use antler_lead::run::middleware::output_budget::OutputBudget;
-use antler_lead::run::settlement::{DeliveryReceipt, OutputsSnapshot};
-use antler_lead::run::state::{Message, StateUpdate, ToolCall};
-use antler_lead::run::thread_files::ThreadFilesMode;
-use antler_lead::run::view_image::{images_for_next_call, view_image};
+use antler_engine::present_files;
+use antler_engine::OutputBudget;
+use antler_engine::ThreadFilesMode;
+use antler_engine::ToolHosts;
+use antler_engine::{images_for_next_call, view_image};
+use antler_engine::{AgentContext, RunContext, ThreadPaths};
+use antler_engine::{DeliveryReceipt, OutputsSnapshot};
+use antler_engine::{Message, StateUpdate, ToolCall};
 use antler_lead::run_manager::manager::{read_artifact, ArtifactContent};
 use antler_protocol::messages::ThreadFileError;
 use sandbox_support::{DirectHosts, SandboxHost, LOCAL_CONFIG};

@@ -13,12 +13,12 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use antler_lead::run::context::ThreadPaths;
-use antler_lead::run::hosts::ToolHosts;
-use antler_lead::run::settlement::{DeliveryReceipt, OutputsSnapshot};
-use antler_lead::run::state::{Message, ToolCall};
-use antler_lead::run::thread_files::ThreadFilesMode;
-use antler_lead::run::web::WebTools;
+use antler_engine::ThreadFilesMode;
+use antler_engine::ThreadPaths;
+use antler_engine::ToolHosts;
+use antler_engine::WebTools;
+use antler_engine::{DeliveryReceipt, OutputsSnapshot};
+use antler_engine::{Message, ToolCall};
 use antler_protocol::config::ToolConfig;
 use sandbox_support::{DirectHosts, SandboxHost, LOCAL_CONFIG};
 use serde_json::json;

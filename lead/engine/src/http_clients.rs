@@ -76,6 +76,7 @@ pub fn clients_built() -> u64 {
 }
 
 /// How many times a client of `kind` was built in this process (0: none exists).
+#[cfg(test)]
 pub fn builds_of(kind: ClientKind) -> u64 {
     clients().get(&kind).map_or(0, |shared| shared.builds)
 }

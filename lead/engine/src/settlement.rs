@@ -11,8 +11,8 @@ use antler_protocol::messages::ThreadFileError;
 use antler_protocol::thread_dir;
 use serde::{Deserialize, Serialize};
 
-use super::thread_files::ThreadFiles;
 use crate::catalog::builtins::PRESENT_FILES;
+use crate::thread::files::ThreadFiles;
 
 /// The run's error when outputs were produced and none was presented.
 pub const DELIVERY_INCOMPLETE: &str =

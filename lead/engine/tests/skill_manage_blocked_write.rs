@@ -7,7 +7,7 @@
 
 mod skill_manage_support;
 
-use antler_engine::run::state::ToolStatus;
+use antler_engine::ToolStatus;
 use serde_json::json;
 use skill_manage_support::{failed, history, run_blocking, skill_md, Data, ALLOW};
 

@@ -6,9 +6,9 @@ mod skill_manage_support;
 
 use std::sync::Arc;
 
-use antler_engine::run::model::ScriptedModel;
-use antler_engine::run::skill_manage::{SkillManageSettings, UnavailableModel};
-use antler_engine::run::state::ToolStatus;
+use antler_engine::ScriptedModel;
+use antler_engine::ToolStatus;
+use antler_engine::{SkillManageSettings, UnavailableModel};
 use serde_json::json;
 use skill_manage_support::{run_with_settings, runtime, skill_md, Data, ALLOW};
 

@@ -5,8 +5,8 @@
 
 mod skill_manage_support;
 
-use antler_engine::run::skills::SlashActivation;
-use antler_engine::run::state::Message;
+use antler_engine::Message;
+use antler_engine::SlashActivation;
 use serde_json::json;
 use skill_manage_support::{failed, run_blocking, skill_md, Data, ALLOW};
 

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use antler_engine::run::model::ScriptedModel;
+use antler_engine::ScriptedModel;
 use serde_json::json;
 use skill_manage_support::{run_with, runtime, CountingScans, Data, ScanGauge, ALLOW};
 

@@ -13,15 +13,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use antler_engine::catalog::builtins;
-use antler_engine::catalog::{Catalog, ToolSource, ToolSpec};
-use antler_engine::run::actor::CancelFlag;
-use antler_engine::run::hosts::{HostError, ToolHosts};
-use antler_engine::run::middleware::token_budget::TokenBudget;
-use antler_engine::run::model::{Playbook, ScriptedCall, ScriptedTurn};
-use antler_engine::run::state::{Message, TokenUsage, ToolStatus};
-use antler_engine::run::task::graph::{drive_task, run_task, TaskRun};
-use antler_engine::run::task::spec::{TaskSpec, WireCatalog, WireModel};
-use antler_engine::run::task::{TaskEvent, TaskResult, TaskStatus, TaskStopReason};
+use antler_engine::CancelFlag;
+use antler_engine::TokenBudget;
+use antler_engine::{catalog::Catalog, catalog::ToolSource, catalog::ToolSpec};
+use antler_engine::{drive_task, run_task, TaskRun};
+use antler_engine::{HostError, ToolHosts};
+use antler_engine::{Message, TokenUsage, ToolStatus};
+use antler_engine::{Playbook, ScriptedCall, ScriptedTurn};
+use antler_engine::{TaskEvent, TaskResult, TaskStatus, TaskStopReason};
+use antler_engine::{TaskSpec, WireCatalog, WireModel};
 use antler_protocol::messages::{
     AcquireSource, Acquired, Reply, Request, SandboxReply, SandboxRequest, ToolResult,
 };

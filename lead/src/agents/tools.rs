@@ -10,10 +10,13 @@ use super::store::{
     legacy_agent_dir, user_agent_dir, user_default_dir, validate_agent_name, write_files,
     CONFIG_FILENAME, SOUL_FILENAME,
 };
-use crate::catalog::builtins::{SETUP_AGENT, UPDATE_AGENT, WEBHOOK_CHANNELS};
-use crate::run::context::RunContext;
-use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::state::{Message, StateUpdate, ToolCall, ToolStatus};
+use antler_engine::RunContext;
+use antler_engine::ToolFailure;
+use antler_engine::{
+    catalog::builtins::SETUP_AGENT, catalog::builtins::UPDATE_AGENT,
+    catalog::builtins::WEBHOOK_CHANNELS,
+};
+use antler_engine::{Message, StateUpdate, ToolCall, ToolStatus};
 
 /// `setup_agent` with a blank soul (checked before anything else).
 pub const SETUP_EMPTY_SOUL: &str =

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::*;
 use crate::agents::store::{write_files, WriteError};
-use crate::run::context::{AgentContext, ThreadPaths};
+use antler_engine::{AgentContext, ThreadPaths};
 
 /// A data root with no files, and a run of user `u1` as agent `name` (if any).
 struct Agents {

@@ -20,8 +20,8 @@ use antler_protocol::{
 use antler_protocol::{messages::Request, Role};
 use futures::future::BoxFuture;
 
-use crate::run::hosts::{call_link, stream_link, HostError, HostReadiness, ToolHosts};
 use crate::supervisor::{GetLinks, LinkEntry, LinkTable, Supervisor};
+use antler_engine::{call_link, stream_link, HostError, HostReadiness, ToolHosts};
 
 /// One replica: its address (its identity for hashing) and its link.
 pub type Replica = (String, Addr<HostLink>);

@@ -19,7 +19,7 @@ use std::time::Instant;
 use actix::prelude::*;
 use antler_protocol::messages::{FileContent, RunSubmission, ThreadFileError};
 
-use crate::run::thread_files::ThreadFiles;
+use antler_engine::ThreadFiles;
 use serde_json::Value;
 
 use super::elicitations::{PendingElicitation, PendingElicitations};
@@ -27,10 +27,10 @@ use super::events::EventLog;
 use super::metrics::Metrics;
 use super::prepare::{PrepareError, Prepared, RunEnv};
 use super::view;
-use crate::catalog::{Catalog, ToolSource};
 use crate::checkpoint::{RunRecord, RunStatus};
-use crate::run::actor::{CancelFlag, Crash, Drive, RunActor, RunError, RunEvent, ToolState};
-use crate::run::journal::Journal;
+use antler_engine::Journal;
+use antler_engine::{catalog::Catalog, catalog::ToolSource};
+use antler_engine::{CancelFlag, Crash, Drive, RunActor, RunError, RunEvent, ToolState};
 
 /// The warning a run resumed after its actor crashed carries in its events.
 pub const RUN_ACTOR_CRASHED: &str =
@@ -63,7 +63,7 @@ struct LiveRun {
     /// Tools authorization removed for the run's principal.
     denied: Vec<String>,
     /// The run's skills (the skill policy follows its active ones).
-    skills: crate::run::skills::SkillStore,
+    skills: antler_engine::SkillStore,
     /// What the run's MCP calls are asking its user now.
     elicitations: Arc<PendingElicitations>,
 }
@@ -806,8 +806,7 @@ impl Handler<RunArtifact> for RunManager {
             if !presented || !msg.path.starts_with(OUTPUTS_PREFIX) {
                 return Err(missing());
             }
-            let paths =
-                crate::run::context::ThreadPaths::new(&env.base_dir().await?, &user, &thread);
+            let paths = antler_engine::ThreadPaths::new(&env.base_dir().await?, &user, &thread);
             let files = env.thread_files(&paths, &user, &thread);
             match read_artifact(&*files, &msg.path).await {
                 Ok(Some(content)) => Ok(content),
@@ -1014,7 +1013,7 @@ fn event_sink(
             RunEvent::Task {
                 tool_call_id,
                 task:
-                    antler_engine::run::task::TaskEvent::TaskElicitation {
+                    antler_engine::TaskEvent::TaskElicitation {
                         run_id,
                         id,
                         server,

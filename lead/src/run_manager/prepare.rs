@@ -25,24 +25,31 @@ use antler_protocol::Role;
 
 use crate::agents::profile::AgentProfile;
 use crate::agents::LeadAgentTools;
-use crate::catalog::actor::{Assemble, CatalogActor, SetConfig, SetExtensions, SetMcpTools};
-use crate::catalog::assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, Sources};
-use crate::catalog::Catalog;
 use crate::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
-use crate::run::actor::{CancelFlag, RunBuilder, RunError, RunLoop, RunSettings};
-use crate::run::context::{AgentContext, RunContext, ThreadPaths};
-use crate::run::hosts::{HostError, ToolHosts};
-use crate::run::middleware::guardrail::Guardrail;
-use crate::run::middleware::subagent_limit::SubagentLimit;
-use crate::run::middleware::token_budget::TokenBudget;
-use crate::run::model::{ChatModel, ModelError, ScriptedModel, MAX_PLAYBOOK_BYTES};
-use crate::run::prompt::SubagentPromptInputs;
-use crate::run::prompt::{PromptCache, PromptInputs, PromptMount};
-use crate::run::skills::SkillStore;
-use crate::run::task::delegation::Delegator;
-use crate::run::thread_files::{ThreadFiles, ThreadFilesMode};
-use crate::run::web::WebTools;
 use crate::subagents::delegator::LeadDelegator;
+use antler_engine::catalog::Catalog;
+use antler_engine::Delegator;
+use antler_engine::Guardrail;
+use antler_engine::SkillStore;
+use antler_engine::SubagentLimit;
+use antler_engine::SubagentPromptInputs;
+use antler_engine::TokenBudget;
+use antler_engine::WebTools;
+use antler_engine::{
+    catalog::actor::Assemble, catalog::actor::CatalogActor, catalog::actor::SetConfig,
+    catalog::actor::SetExtensions, catalog::actor::SetMcpTools,
+};
+use antler_engine::{
+    catalog::assembly::assemble, catalog::assembly::AssemblyError,
+    catalog::assembly::AssemblyRequest, catalog::assembly::McpSourceTool,
+    catalog::assembly::Sources,
+};
+use antler_engine::{AgentContext, RunContext, ThreadPaths};
+use antler_engine::{CancelFlag, RunBuilder, RunError, RunLoop, RunSettings};
+use antler_engine::{ChatModel, ModelError, ScriptedModel, MAX_PLAYBOOK_BYTES};
+use antler_engine::{HostError, ToolHosts};
+use antler_engine::{PromptCache, PromptInputs, PromptMount};
+use antler_engine::{ThreadFiles, ThreadFilesMode};
 
 use super::readiness::{wait_linked, HOSTS_START_WAIT};
 
@@ -347,7 +354,7 @@ impl RunEnv {
             let sources = Sources {
                 config: app.clone(),
                 extensions,
-                mcp: crate::catalog::assembly::McpTools::new(mcp),
+                mcp: antler_engine::catalog::assembly::McpTools::new(mcp),
             };
             let assembled = assemble(&sources, &request)?;
             for warning in &assembled.warnings {
@@ -576,7 +583,7 @@ impl RunEnv {
             profile.tool_groups.clone(),
         );
         request.builtins.subagent_enabled = subagents;
-        request.principal = crate::catalog::authz::Principal {
+        request.principal = antler_engine::catalog::authz::Principal {
             user: Some(submission.user.clone()),
             role: submission.role.clone(),
             agent: submission.agent.clone(),
@@ -688,7 +695,7 @@ impl RunEnv {
             profile.tool_groups.clone(),
         );
         request.builtins.subagent_enabled = subagents;
-        request.principal = crate::catalog::authz::Principal {
+        request.principal = antler_engine::catalog::authz::Principal {
             user: Some(record.user_id.clone()),
             role: record.role.clone(),
             agent: record.agent.clone(),
@@ -826,9 +833,9 @@ impl RunEnv {
                 .map(Arc::new),
             acp: {
                 let extensions = self.feed().last_good_extensions.clone().flatten();
-                crate::run::acp::AcpCalls::from_config(app, extensions.as_deref()).map(Arc::new)
+                antler_engine::AcpCalls::from_config(app, extensions.as_deref()).map(Arc::new)
             },
-            skill_manage: crate::run::skill_manage::SkillManageSettings::from_config(app).map(
+            skill_manage: antler_engine::SkillManageSettings::from_config(app).map(
                 |mut settings| {
                     // A scripted run's scans are answered by its playbook.
                     if prompt_catalog.is_some() {
@@ -881,7 +888,7 @@ impl RunEnv {
             allowed_skills: profile.skills.as_ref(),
             skills_container_root: &skills.container_root,
             skill_evolution: app.skill_evolution.enabled,
-            skill_index: crate::catalog::assembly::skills_deferred_discovery(app),
+            skill_index: antler_engine::catalog::assembly::skills_deferred_discovery(app),
             acp_agents: !app.acp_agents.is_empty(),
             mounts: &mounts,
             subagents: subagent_inputs
@@ -921,7 +928,7 @@ fn moderation_model(app: &AppConfig) -> Option<Arc<dyn ChatModel>> {
     let name = app.skill_evolution.moderation_model_name.as_deref()?;
     Some(named_model(app, Some(name)).unwrap_or_else(|e| {
         tracing::warn!("skill_evolution.moderation_model_name: {e}; skill scans fail");
-        Arc::new(crate::run::skill_manage::UnavailableModel {
+        Arc::new(antler_engine::UnavailableModel {
             name: name.to_owned(),
             reason: e.to_string(),
         })
@@ -968,7 +975,7 @@ pub fn model_for(label: &str, app: &AppConfig) -> Result<Arc<dyn ChatModel>, Pre
 /// A model of config.yaml's `models:` (the first when unnamed), or the endpoint the
 /// environment names when `models:` is empty: any OpenAI-compatible server.
 fn named_model(app: &AppConfig, name: Option<&str>) -> Result<Arc<dyn ChatModel>, PrepareError> {
-    Ok(crate::run::openai::model_from_config(
+    Ok(antler_engine::model_from_config(
         app,
         name,
         &antler_protocol::config::process_env,

@@ -12,8 +12,8 @@ use antler_protocol::link::Snapshot;
 use antler_protocol::Role;
 
 use super::hosts::replicas;
-use crate::run::hosts::{HostReadiness, ToolHosts};
 use crate::supervisor::{GetStatus, Supervisor};
+use antler_engine::{HostReadiness, ToolHosts};
 
 /// The hosts every run needs linked.
 pub const RUN_HOSTS: [Role; 2] = [Role::SandboxHost, Role::McpHost];
@@ -115,7 +115,7 @@ mod tests {
     use futures::future::BoxFuture;
 
     use super::*;
-    use crate::run::hosts::HostError;
+    use antler_engine::HostError;
 
     /// Hosts whose readiness follows a script (the last state repeats); they serve no
     /// request.

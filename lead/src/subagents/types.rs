@@ -3,10 +3,10 @@
 //! its tools, disallowed tools, skills, model, turn limit and timeout after the override
 //! precedence of `get_subagent_config`.
 
-use antler_engine::catalog::builtins::{ASK_CLARIFICATION, PRESENT_FILES, TASK};
-use antler_engine::run::task::{
-    BASH_SUBAGENT, BASH_SUBAGENT_DISABLED, GENERAL_PURPOSE, UNKNOWN_SUBAGENT,
+use antler_engine::{
+    catalog::builtins::ASK_CLARIFICATION, catalog::builtins::PRESENT_FILES, catalog::builtins::TASK,
 };
+use antler_engine::{BASH_SUBAGENT, BASH_SUBAGENT_DISABLED, GENERAL_PURPOSE, UNKNOWN_SUBAGENT};
 use antler_protocol::config::{is_host_bash_allowed, AppConfig, TokenBudgetConfig};
 
 /// One subagent type, its limits resolved.

@@ -9,7 +9,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::catalog::builtins::ASK_CLARIFICATION;
-use crate::run::state::{Message, ToolCall, ToolStatus};
+use crate::thread::state::{Message, ToolCall, ToolStatus};
 
 /// The result of `ask_clarification` when clarification is disabled.
 pub const CLARIFICATION_DISABLED: &str = "Clarification is disabled in this context — the human is not present to answer synchronously. Do not ask for confirmation. Proceed with your best judgment, carry out the requested action, and state any assumptions you made in your final response.";

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use super::error_message;
-use crate::run::state::Message;
+use crate::thread::state::Message;
 
 /// The result a dangling tool call gets.
 pub const INTERRUPTED_CALL: &str = "[Tool call was interrupted and did not return a result.]";
@@ -60,7 +60,7 @@ pub fn patched(messages: &[Message]) -> Vec<Message> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::run::state::{ToolCall, ToolStatus};
+    use crate::thread::state::{ToolCall, ToolStatus};
     use serde_json::json;
 
     fn ai(id: &str, calls: &[&str]) -> Message {

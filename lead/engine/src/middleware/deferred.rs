@@ -3,13 +3,12 @@
 //! returns its promotion, the run merges it, and only then is the filter built from the
 //! merged state ([`RoutingBeforeFilter`] keeps that order in one value).
 
-use crate::catalog::{
-    latest_real_user_text, routing::DEFAULT_AUTO_PROMOTE_TOP_K, Catalog, Promoted, ToolSpec,
-    UserTurn,
-};
-use crate::run::state::Message;
+use crate::catalog::{latest_real_user_text, Catalog, Promoted, ToolSpec, UserTurn};
+use crate::thread::state::Message;
 
-/// The error DeerFlow raises when routing sits after the deferred filter.
+/// The error DeerFlow raises when routing sits after the deferred filter (kept as the
+/// spec's text: [`RoutingBeforeFilter`] fixes the order, so Antler never raises it).
+#[allow(dead_code)]
 pub const ROUTING_AFTER_FILTER: &str = "McpRoutingMiddleware must be installed before DeferredToolFilterMiddleware (routing index {i}, deferred filter index {j})";
 
 /// MCP routing and the deferred filter, in that order, for one catalog.
@@ -26,8 +25,9 @@ impl<'c> RoutingBeforeFilter<'c> {
     }
 
     /// With DeerFlow's default `top_k` (3).
+    #[cfg(test)]
     pub fn with_default_top_k(catalog: &'c Catalog) -> RoutingBeforeFilter<'c> {
-        RoutingBeforeFilter::new(catalog, DEFAULT_AUTO_PROMOTE_TOP_K)
+        RoutingBeforeFilter::new(catalog, crate::catalog::routing::DEFAULT_AUTO_PROMOTE_TOP_K)
     }
 
     /// Routing's `before_model`: the promotion for the latest real user message, or
@@ -82,7 +82,7 @@ impl<'c> RoutingBeforeFilter<'c> {
 mod tests {
     use super::*;
     use crate::catalog::{McpRouting, RoutingMode};
-    use crate::run::state::ToolStatus;
+    use crate::thread::state::ToolStatus;
     use serde_json::json;
 
     fn mcp(name: &str, keywords: &[&str], priority: i64) -> ToolSpec {

@@ -4,8 +4,8 @@
 //! safety (`content_filter`, `refusal`, Gemini's safety reasons) with tool calls or no text
 //! has its tool calls suppressed, DeerFlow's note appended, and ends as `safety_capped`.
 
-use crate::run::model::ModelReply;
-use crate::run::state::StopReason;
+use crate::model::ModelReply;
+use crate::thread::state::StopReason;
 
 /// With tool calls: `{field}`, `{value}` and `{detector}` as Python reprs.
 pub const SAFETY_WITH_TOOL_CALLS: &str = "The model provider stopped this response with a safety-related signal ({field}={value}, detector={detector}). Any tool calls produced in this turn were suppressed because their arguments may be truncated and unsafe to execute. Please rephrase the request or ask for a narrower output.";
@@ -62,7 +62,7 @@ pub fn after_model(reply: &mut ModelReply, current: Option<StopReason>) -> Optio
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::run::state::ToolCall;
+    use crate::thread::state::ToolCall;
 
     fn reply(content: &str, calls: usize, finish: &str) -> ModelReply {
         ModelReply {

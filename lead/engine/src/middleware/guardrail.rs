@@ -8,7 +8,7 @@ use antler_protocol::config::GuardrailsConfig;
 use serde_json::Value;
 
 use super::error_message;
-use crate::run::state::Message;
+use crate::thread::state::Message;
 
 /// The message a denied call gets.
 pub const GUARDRAIL_DENIED: &str = "Guardrail denied: tool '{name}' was blocked ({code}). Reason: {message}. Choose an alternative approach.";
@@ -213,7 +213,7 @@ impl Guardrail {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::run::state::ToolStatus;
+    use crate::thread::state::ToolStatus;
 
     fn request<'a>(name: &'a str, input: &'a Value) -> GuardrailRequest<'a> {
         GuardrailRequest {

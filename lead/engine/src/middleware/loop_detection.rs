@@ -6,8 +6,8 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::run::model::ModelReply;
-use crate::run::state::{Message, StopReason, ToolCall};
+use crate::model::ModelReply;
+use crate::thread::state::{Message, StopReason, ToolCall};
 
 /// The warning injected (as a user message) at the warn threshold.
 pub const LOOP_WARNING: &str = "[LOOP DETECTED] You are repeating the same tool calls. Stop calling tools and produce your final answer now. If you cannot complete the task, summarize what you accomplished so far.";

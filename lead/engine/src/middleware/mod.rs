@@ -17,7 +17,7 @@ pub mod subagent_limit;
 pub mod token_budget;
 pub mod tool_error;
 
-use super::state::{Message, ToolStatus};
+use crate::thread::state::{Message, ToolStatus};
 
 /// The `tool_call_id` DeerFlow uses for a call that carried none.
 pub use crate::catalog::MISSING_TOOL_CALL_ID;

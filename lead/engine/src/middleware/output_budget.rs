@@ -11,7 +11,7 @@ use antler_protocol::beneath::Dir;
 use antler_protocol::thread_dir;
 use sha2::{Digest, Sha256};
 
-use crate::run::thread_files::ThreadFiles;
+use crate::thread::files::ThreadFiles;
 
 /// The tool-results directory under `outputs`, excluded from delivery settlement.
 pub const TOOL_RESULTS_DIR: &str = thread_dir::TOOL_RESULTS_DIR;

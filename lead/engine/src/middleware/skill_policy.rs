@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::error_message;
 use crate::catalog::{Promoted, ToolSpec, TOOL_SEARCH_NAME};
-use crate::run::state::{Message, StateUpdate, ToolStatus};
+use crate::thread::state::{Message, StateUpdate, ToolStatus};
 
 /// A call the active skill policy does not allow.
 pub const NOT_ALLOWED_BY_SKILL: &str =

@@ -6,8 +6,8 @@
 use std::collections::HashSet;
 
 use crate::catalog::builtins::TASK;
-use crate::run::model::ModelReply;
-use crate::run::state::{Delegation, StopReason};
+use crate::model::ModelReply;
+use crate::thread::state::{Delegation, StopReason};
 
 /// Appended to the reply when the run's delegation total is reached.
 pub const SUBAGENT_LIMIT_REACHED: &str = "\n\n[SUBAGENT LIMIT REACHED] The subagent delegation limit for this run has been reached. Continue using the subagent results already collected, execute remaining simple work directly, or summarize the remaining work instead of launching more subagents.";
@@ -85,7 +85,7 @@ impl SubagentLimit {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::run::state::ToolCall;
+    use crate::thread::state::ToolCall;
     use serde_json::json;
 
     fn call(id: &str, name: &str) -> ToolCall {

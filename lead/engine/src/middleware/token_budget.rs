@@ -8,8 +8,8 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::run::model::ModelReply;
-use crate::run::state::{StopReason, TokenUsage};
+use crate::model::ModelReply;
+use crate::thread::state::{StopReason, TokenUsage};
 
 /// `STR"[TOKEN BUDGET EXCEEDED] The {reason} token usage ({used:,}) has exceeded the safety limit ({budget:,}). Producing final answer with results collected so far."`
 pub const BUDGET_EXCEEDED: &str = "[TOKEN BUDGET EXCEEDED] The {reason} token usage ({used}) has exceeded the safety limit ({budget}). Producing final answer with results collected so far.";
@@ -145,7 +145,7 @@ impl TokenBudget {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::run::state::ToolCall;
+    use crate::thread::state::ToolCall;
     use serde_json::json;
 
     fn used(total: u64) -> TokenUsage {

@@ -4,7 +4,7 @@
 
 use super::error_message;
 use crate::catalog::builtins::TASK;
-use crate::run::state::Message;
+use crate::thread::state::Message;
 
 /// The message a failed tool call gets.
 pub const TOOL_FAILED: &str = "Error: Tool '{name}' failed with {class}: {detail}. Continue with available context, or choose an alternative tool.";
@@ -92,7 +92,7 @@ pub fn invalid_tool_message<'a>(
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::run::state::ToolStatus;
+    use crate::thread::state::ToolStatus;
 
     fn content(message: &Message) -> (&str, &str, &str, ToolStatus) {
         match message {

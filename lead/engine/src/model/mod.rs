@@ -1,16 +1,35 @@
 //! Chat models: what the run loop asks (the messages and the tools the model may see)
 //! and what it gets back (one assistant message: text, tool calls, or both).
 //! [`ScriptedModel`] replays a YAML playbook of turns: a test and demo model that
-//! calls no network, chosen by `antler run --playbook FILE`.
+//! calls no network, chosen by `antler run --playbook FILE`. [`WireModel`] is a model's
+//! settings as they travel to a subagent worker and the model they build there; `openai`
+//! is the OpenAI-compatible provider (one module per provider).
 
+use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use super::state::{Message, TokenUsage, ToolCall};
+pub mod openai;
+
 use crate::catalog::ToolSpec;
+use crate::thread::state::{Message, TokenUsage, ToolCall};
+use openai::config::{ApiKey, OpenAiConfig};
+use openai::retry::RetryPolicy;
+use openai::OpenAiModel;
+
+/// What a `task` call asks of the model its subagent runs with (the `task` tool's
+/// arguments implement it): a scripted model picks its playbook by these.
+pub trait SubagentRequest {
+    /// The task's short description.
+    fn description(&self) -> &str;
+    /// The subagent type the call names.
+    fn subagent_type(&self) -> &str;
+}
 
 /// One model call: the conversation so far, the tools visible this turn, and the images
 /// a vision model sees with this call only (spec C).
@@ -171,10 +190,7 @@ pub trait ChatModel: Send + Sync {
 
     /// The model a subagent of this run's `task` call uses when its type names none, as
     /// it travels to a worker (`None`: this model cannot be delegated).
-    fn for_subagent(
-        &self,
-        _task: &crate::run::task::TaskArgs,
-    ) -> Option<crate::run::task::spec::WireModel> {
+    fn for_subagent(&self, _task: &dyn SubagentRequest) -> Option<WireModel> {
         None
     }
 
@@ -423,16 +439,13 @@ impl ChatModel for ScriptedModel {
         &self.name
     }
 
-    fn for_subagent(
-        &self,
-        task: &crate::run::task::TaskArgs,
-    ) -> Option<crate::run::task::spec::WireModel> {
+    fn for_subagent(&self, task: &dyn SubagentRequest) -> Option<WireModel> {
         let subagents = &self.playbook.subagents;
         let playbook = subagents
-            .get(&task.description)
-            .or_else(|| subagents.get(&task.subagent_type))
+            .get(task.description())
+            .or_else(|| subagents.get(task.subagent_type()))
             .or_else(|| subagents.get("default"))?;
-        Some(crate::run::task::spec::WireModel::Scripted {
+        Some(WireModel::Scripted {
             playbook: playbook.clone(),
         })
     }
@@ -488,11 +501,112 @@ impl ChatModel for ScriptedModel {
     }
 }
 
+/// The model a task runs with.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum WireModel {
+    /// A playbook's turns (tests and demos).
+    Scripted { playbook: Playbook },
+    /// An OpenAI-compatible endpoint.
+    OpenAi {
+        name: String,
+        model: String,
+        base_url: String,
+        api_key: Option<String>,
+        params: Map<String, Value>,
+        max_retries: u32,
+        connect_timeout_ms: u64,
+        request_timeout_ms: u64,
+        idle_timeout_ms: u64,
+    },
+}
+
+impl fmt::Debug for WireModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireModel::Scripted { playbook } => f
+                .debug_struct("Scripted")
+                .field("turns", &playbook.turns.len())
+                .finish(),
+            WireModel::OpenAi {
+                name,
+                base_url,
+                api_key,
+                ..
+            } => f
+                .debug_struct("OpenAi")
+                .field("name", name)
+                .field("base_url", base_url)
+                .field("api_key", &api_key.as_ref().map(|_| "[redacted]"))
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl WireModel {
+    /// An OpenAI-compatible model's settings as they travel.
+    pub fn of_openai(config: &OpenAiConfig) -> WireModel {
+        WireModel::OpenAi {
+            name: config.name.clone(),
+            model: config.model.clone(),
+            base_url: config.base_url.clone(),
+            api_key: config.api_key.as_ref().map(|k| k.expose().to_owned()),
+            params: config.params.clone(),
+            max_retries: config.retry.max_retries,
+            connect_timeout_ms: millis(config.connect_timeout),
+            request_timeout_ms: millis(config.request_timeout),
+            idle_timeout_ms: millis(config.idle_timeout),
+        }
+    }
+
+    /// The model's name (`subagent_model_name`).
+    pub fn name(&self) -> &str {
+        match self {
+            WireModel::Scripted { .. } => ScriptedModel::NAME,
+            WireModel::OpenAi { name, .. } => name,
+        }
+    }
+
+    /// The chat model these settings make.
+    pub fn build(&self) -> Result<Arc<dyn ChatModel>, ModelError> {
+        Ok(match self {
+            WireModel::Scripted { playbook } => Arc::new(ScriptedModel::new(playbook.clone())),
+            WireModel::OpenAi {
+                name,
+                model,
+                base_url,
+                api_key,
+                params,
+                max_retries,
+                connect_timeout_ms,
+                request_timeout_ms,
+                idle_timeout_ms,
+            } => {
+                let mut config = OpenAiConfig::new(name, model, base_url);
+                config.api_key = api_key.as_deref().map(ApiKey::new);
+                config.params = params.clone();
+                config.retry = RetryPolicy {
+                    max_retries: *max_retries,
+                    ..RetryPolicy::default()
+                };
+                config.connect_timeout = Duration::from_millis(*connect_timeout_ms);
+                config.request_timeout = Duration::from_millis(*request_timeout_ms);
+                config.idle_timeout = Duration::from_millis(*idle_timeout_ms);
+                Arc::new(OpenAiModel::new(config)?)
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::run::state::ToolStatus;
+    use crate::thread::state::ToolStatus;
     use serde_json::json;
 
     const PLAYBOOK: &str = r#"

@@ -31,10 +31,9 @@ use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
 use serde_json::Value;
 
 pub use config::{ApiKey, OpenAiConfig, USE_CHAT_DEEPSEEK, USE_CHAT_OPENAI};
-pub use retry::RetryPolicy;
 
-use super::http_clients::{shared_client, ClientKind};
-use super::model::{ChatModel, ModelError, ModelReply, ModelRequest};
+use crate::http_clients::{shared_client, ClientKind};
+use crate::model::{ChatModel, ModelError, ModelReply, ModelRequest};
 use wire::{ReplyAssembler, SseDecoder, SseEvent};
 
 /// The chat model a run uses: `models:` entry `name` (the first when `None`), or, with
@@ -357,9 +356,9 @@ impl ChatModel for OpenAiModel {
 
     fn for_subagent(
         &self,
-        _task: &crate::run::task::TaskArgs,
-    ) -> Option<crate::run::task::spec::WireModel> {
-        Some(crate::run::task::spec::WireModel::of_openai(&self.config))
+        _task: &dyn crate::model::SubagentRequest,
+    ) -> Option<crate::model::WireModel> {
+        Some(crate::model::WireModel::of_openai(&self.config))
     }
 
     fn complete<'a>(

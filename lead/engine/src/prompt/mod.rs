@@ -5,7 +5,6 @@
 //! data. Request changes are made to the request's copy of the messages, never to the state.
 
 pub mod delegation;
-mod input;
 pub mod sections;
 pub mod skills;
 pub mod subagent;
@@ -20,11 +19,11 @@ use crate::catalog::builtins::{
 };
 use crate::catalog::deferred::html_escape;
 use crate::catalog::Catalog;
-use crate::run::skills::InstalledSkill;
-use crate::run::state::Message;
+use crate::thread::state::Message;
+use crate::tools::skills::InstalledSkill;
 
+pub use crate::thread::input::sanitize_user_input;
 pub use delegation::SubagentPromptInputs;
-pub use input::{neutralize_untrusted_tags, sanitize_user_input, BLOCKED_TAGS};
 pub use subagent::{subagent_system_prompt, SubagentPromptParts};
 
 /// Tools whose results are external sources, so the citations section is rendered.
@@ -197,7 +196,7 @@ pub fn prepare_request(messages: &mut Vec<Message>, system: Option<&str>, date: 
     };
     if let Some(at) = messages
         .iter()
-        .rposition(crate::run::skills::is_real_user_message)
+        .rposition(crate::tools::skills::is_real_user_message)
     {
         if let Message::Human { content, .. } = &mut messages[at] {
             *content = sanitize_user_input(content);

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 
 use crate::catalog::deferred::html_escape;
-use crate::run::skills::InstalledSkill;
+use crate::tools::skills::InstalledSkill;
 
 /// What the section is built from.
 pub struct SkillsInput<'a> {

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use crate::catalog::builtins::{DESCRIBE_SKILL, SKILL_MANAGE};
 use crate::catalog::Catalog;
-use crate::run::skills::InstalledSkill;
+use crate::tools::skills::InstalledSkill;
 
 use super::delegation::{BASH_NAME, GENERAL_PURPOSE_NAME};
 use super::skills;

@@ -7,7 +7,7 @@ use serde_json::json;
 use super::*;
 use crate::catalog::routing::{McpRouting, RoutingMode};
 use crate::catalog::ToolSpec;
-use crate::run::middleware::skill_policy::Skill;
+use crate::middleware::skill_policy::Skill;
 
 /// A subagent catalog of `builtins`, plus a deferred MCP tool with `prefer` routing when
 /// `mcp` is set.

@@ -7,7 +7,8 @@ use serde_json::json;
 use super::*;
 use crate::catalog::routing::{McpRouting, RoutingMode};
 use crate::catalog::ToolSpec;
-use crate::run::middleware::skill_policy::Skill;
+use crate::middleware::skill_policy::Skill;
+use crate::thread::input::BLOCKED_TAGS;
 
 fn builtin(name: &str) -> ToolSpec {
     ToolSpec::builtin(name, "d", json!({"type": "object", "properties": {}}))

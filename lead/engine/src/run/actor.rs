@@ -13,32 +13,35 @@ use std::time::Duration;
 use actix::prelude::*;
 use serde::Serialize;
 
-use super::context::RunContext;
+use super::events::{first_line, EventSink, RunEvent, ToolState};
 use super::execute::{Executor, LeadTools};
-use super::hosts::ToolHosts;
 use super::journal::{Journal, JournalError, NoJournal, RunRecord, RunStatus};
-use super::lease::{self, SandboxLease};
-use super::middleware::clarification::{self, Clarification};
-use super::middleware::dangling;
-use super::middleware::deferred::RoutingBeforeFilter;
-use super::middleware::finish_reason;
-use super::middleware::guardrail::{Guardrail, GuardrailRequest};
-use super::middleware::loop_detection::{LoopDetection, LoopVerdict};
-use super::middleware::output_budget::OutputBudget;
-use super::middleware::skill_policy::SkillPolicy;
-use super::middleware::subagent_limit::SubagentLimit;
-use super::middleware::token_budget::{BudgetVerdict, TokenBudget, BUDGET_WARNING_NAME};
-use super::middleware::tool_error::{failed_call_message, invalid_tool_message};
-use super::model::{ChatModel, ModelError, ModelRequest};
-use super::prompt;
-use super::settlement::{DeliveryReceipt, OutputsSnapshot, RECEIPT_NOT_PERSISTED};
-use super::skills::{self, SkillStore, SlashActivation};
-use super::state::{Message, StateConflict, StateUpdate, ThreadState, TokenUsage, ToolCall};
-use super::task::delegation::{self, Delegator, TaskCall, TaskEventSink};
-use super::task::{TaskArgs, TaskEvent, TaskResult};
-use super::view_image;
 use crate::catalog::builtins::{ASK_CLARIFICATION, PRESENT_FILES, TASK, VIEW_IMAGE};
 use crate::catalog::{Catalog, ToolSpec, TOOL_SEARCH_NAME};
+use crate::middleware::clarification::{self, Clarification};
+use crate::middleware::dangling;
+use crate::middleware::deferred::RoutingBeforeFilter;
+use crate::middleware::finish_reason;
+use crate::middleware::guardrail::{Guardrail, GuardrailRequest};
+use crate::middleware::loop_detection::{LoopDetection, LoopVerdict};
+use crate::middleware::output_budget::OutputBudget;
+use crate::middleware::skill_policy::SkillPolicy;
+use crate::middleware::subagent_limit::SubagentLimit;
+use crate::middleware::token_budget::{BudgetVerdict, TokenBudget, BUDGET_WARNING_NAME};
+use crate::middleware::tool_error::{failed_call_message, invalid_tool_message};
+use crate::model::{ChatModel, ModelError, ModelRequest};
+use crate::prompt;
+use crate::settlement::{DeliveryReceipt, OutputsSnapshot, RECEIPT_NOT_PERSISTED};
+use crate::thread::context::RunContext;
+use crate::thread::hosts::ToolHosts;
+use crate::thread::lease::{self, SandboxLease};
+use crate::thread::state::{
+    Message, StateConflict, StateUpdate, ThreadState, TokenUsage, ToolCall,
+};
+use crate::tools::skills::{self, SkillStore, SlashActivation};
+use crate::tools::task::delegation::{self, Delegator, TaskCall, TaskEventSink};
+use crate::tools::task::{TaskArgs, TaskEvent, TaskResult};
+use crate::tools::view_image;
 
 /// A run's knobs.
 pub struct RunSettings {
@@ -72,12 +75,12 @@ pub struct RunSettings {
     /// Whether this run is a subagent's (the guardrail is told so).
     pub is_subagent: bool,
     /// The configured web tools (`run::web`), from config.yaml's `tools:`.
-    pub web: Option<Arc<super::web::WebTools>>,
+    pub web: Option<Arc<crate::tools::web::WebTools>>,
     /// What `invoke_acp_agent` calls carry (`None`: no agent is configured).
-    pub acp: Option<Arc<super::acp::AcpCalls>>,
+    pub acp: Option<Arc<crate::tools::acp::AcpCalls>>,
     /// `skill_manage` (`run::skill_manage`) when `skill_evolution.enabled`; it writes
     /// under `skills` for the run's user.
-    pub skill_manage: Option<super::skill_manage::SkillManageSettings>,
+    pub skill_manage: Option<crate::tools::skill_manage::SkillManageSettings>,
 }
 
 impl Default for RunSettings {
@@ -105,104 +108,6 @@ impl Default for RunSettings {
     }
 }
 
-/// What a run reports as it goes (the CLI prints them).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum RunEvent {
-    ModelStarted {
-        turn: usize,
-    },
-    ToolStarted {
-        name: String,
-        tool_call_id: String,
-    },
-    ToolFinished {
-        name: String,
-        tool_call_id: String,
-        error: bool,
-        /// The first line of an error result (at most 200 characters).
-        #[serde(skip_serializing_if = "Option::is_none")]
-        message: Option<String>,
-    },
-    /// A model call returned: what the provider said it used and why it stopped.
-    ModelFinished {
-        turn: usize,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        usage: Option<TokenUsage>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        finish_reason: Option<String>,
-        /// The run's totals after this call (`null` while no call reported any).
-        total_usage: Option<TokenUsage>,
-    },
-    /// A tool reached one of its six states in this run (`antler run --trace`).
-    Lifecycle {
-        state: ToolState,
-        tool: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        tool_call_id: Option<String>,
-    },
-    /// Something the run's set-up worked around (MCP servers not ready, an extensions
-    /// file that did not load): the run goes on, the submitter should know.
-    Warning {
-        message: String,
-    },
-    /// An AI message of the run (only when `report_messages`).
-    AssistantMessage {
-        /// 1-based.
-        index: usize,
-        content: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        usage: Option<TokenUsage>,
-    },
-    /// The MCP server of the call `tool_call_id` asks the run's user for input (policy
-    /// `ask`): answered through `POST /api/runs/{id}/elicitations/{id}`, the call goes on.
-    Elicitation {
-        tool_call_id: String,
-        id: String,
-        server: String,
-        message: String,
-        requested_schema: serde_json::Value,
-    },
-    /// What the ACP agent of the `invoke_acp_agent` call `tool_call_id` does meanwhile: a
-    /// tool call, its update or its plan (ACP's `session/update`, as the agent sent it).
-    AcpActivity {
-        tool_call_id: String,
-        agent: String,
-        update: serde_json::Value,
-    },
-    /// What a subagent task of the `task` call `tool_call_id` reports (spec 7.4's
-    /// `task_*` events), as it happens.
-    Task {
-        tool_call_id: String,
-        #[serde(flatten)]
-        task: TaskEvent,
-    },
-}
-
-/// The first line of `text`, at most 200 characters.
-fn first_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or_default();
-    match line.char_indices().nth(200) {
-        Some((at, _)) => format!("{}…", &line[..at]),
-        None => line.to_owned(),
-    }
-}
-
-/// The six states of a tool's life in a run (ARCHITECTURE.md). Available and
-/// Authorized are reported once per drive for the catalog's tools, Visible per model
-/// turn, Executed when a call passes the middlewares, Returned when its result is
-/// back, Delivered for each produced output settlement finds presented.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolState {
-    Available,
-    Authorized,
-    Visible,
-    Executed,
-    Returned,
-    Delivered,
-}
-
 /// How a run ended.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RunOutcome {
@@ -215,7 +120,7 @@ pub struct RunOutcome {
     pub artifacts: Vec<String>,
     /// The deferred tools `tool_search` promoted for the run.
     pub promoted: Option<crate::catalog::promotion::Promoted>,
-    pub stop_reason: Option<super::state::StopReason>,
+    pub stop_reason: Option<crate::thread::state::StopReason>,
     /// The delivery receipt of a run that ended (success or error).
     pub delivery: Option<DeliveryReceipt>,
     /// The tokens the run's model calls used.
@@ -254,9 +159,6 @@ const RECEIPT_RETRY_PAUSES: [Duration; 3] = [
 
 /// How long settlement waits for the thread's files to be reachable again.
 const THREAD_FILES_WAIT: Duration = Duration::from_secs(20);
-
-/// Where a run's events go.
-pub type EventSink = Arc<dyn Fn(&RunEvent) + Send + Sync>;
 
 /// A cooperative cancellation: checked between steps, and it ends a step that waits.
 #[derive(Debug, Default)]
@@ -1095,7 +997,7 @@ impl RunLoop {
         let error_line = match &result {
             CallEnd::Done(update) => update.messages.iter().find_map(|m| match m {
                 Message::Tool {
-                    status: super::state::ToolStatus::Error,
+                    status: crate::thread::state::ToolStatus::Error,
                     content,
                     ..
                 } => Some(first_line(content)),
@@ -1193,7 +1095,7 @@ fn invalid_args_message(call: &ToolCall, message: &str) -> Message {
         &call.id,
         &call.name,
         format!("Error: invalid arguments for task: {message}"),
-        super::state::ToolStatus::Error,
+        crate::thread::state::ToolStatus::Error,
     )
 }
 

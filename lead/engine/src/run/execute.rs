@@ -19,21 +19,21 @@ use antler_protocol::{
     Role,
 };
 
-use super::actor::{EventSink, RunEvent};
-use super::context::RunContext;
-use super::hosts::ToolHosts;
-use super::lease::SandboxLease;
-use super::middleware::tool_error::ToolFailure;
-use super::model::ChatModel;
-use super::skill_manage::{SkillManageSettings, SkillManager};
-use super::skills::SkillStore;
-use super::state::{Message, SandboxState, StateUpdate, ThreadState, ToolCall, ToolStatus};
-use super::web::WebTools;
-use super::{builtins, mcp_result, view_image};
+use super::events::{EventSink, RunEvent};
 use crate::catalog::builtins::{
     DESCRIBE_SKILL, INVOKE_ACP_AGENT, LIST_UPLOADED_FILES, PRESENT_FILES, SKILL_MANAGE, VIEW_IMAGE,
 };
 use crate::catalog::{Catalog, ToolSource, TOOL_SEARCH_NAME};
+use crate::middleware::tool_error::ToolFailure;
+use crate::model::ChatModel;
+use crate::thread::context::RunContext;
+use crate::thread::hosts::ToolHosts;
+use crate::thread::lease::SandboxLease;
+use crate::thread::state::{Message, SandboxState, StateUpdate, ThreadState, ToolCall, ToolStatus};
+use crate::tools::skill_manage::{SkillManageSettings, SkillManager};
+use crate::tools::skills::SkillStore;
+use crate::tools::web::WebTools;
+use crate::tools::{builtins, mcp_result, view_image};
 
 pub use antler_protocol::messages::SANDBOX_TOOLS;
 
@@ -64,7 +64,7 @@ pub struct Executor<'a> {
     /// The configured web tools (`web_search`, `web_fetch`, `image_search`, `web_capture`).
     pub web: Option<&'a WebTools>,
     /// What `invoke_acp_agent` calls carry.
-    pub acp: Option<&'a super::acp::AcpCalls>,
+    pub acp: Option<&'a crate::tools::acp::AcpCalls>,
     /// Where the run's events go (an MCP call's elicitations are told there).
     pub events: Option<&'a EventSink>,
     /// The run's model (`skill_manage`'s security scan asks it).
@@ -111,13 +111,13 @@ impl Executor<'_> {
                     let (closed, unavailable);
                     let (settings, model): (_, &dyn ChatModel) =
                         if settings.moderation_model.is_none() && self.model.is_scripted() {
-                            closed = crate::run::skill_manage::SkillManageSettings {
+                            closed = crate::tools::skill_manage::SkillManageSettings {
                                 fail_closed: true,
                                 ..settings.clone()
                             };
-                            unavailable = crate::run::skill_manage::UnavailableModel {
+                            unavailable = crate::tools::skill_manage::UnavailableModel {
                                 name: self.model.name().to_owned(),
-                                reason: crate::run::skill_manage::moderation::SCRIPTED_RUN
+                                reason: crate::tools::skill_manage::moderation::SCRIPTED_RUN
                                     .to_owned(),
                             };
                             (&closed, &unavailable)

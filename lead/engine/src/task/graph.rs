@@ -11,15 +11,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::spec::TaskSpec;
-use super::{
+use crate::run::actor::{CancelFlag, RunLoop, RunOutcome, RunSettings};
+use crate::run::events::RunEvent;
+use crate::run::journal::RunStatus;
+use crate::thread::context::{AgentContext, RunContext, ThreadPaths};
+use crate::thread::hosts::ToolHosts;
+use crate::thread::state::{Message, StopReason, ThreadState};
+use crate::tools::task::{
     TaskEvent, TaskResult, TaskStatus, TaskStopReason, CANCELLED_ERROR, MAX_TURNS_ERROR,
     NO_RESPONSE, TIMED_OUT_ERROR,
 };
-use crate::run::actor::{CancelFlag, RunEvent, RunLoop, RunOutcome, RunSettings};
-use crate::run::context::{AgentContext, RunContext, ThreadPaths};
-use crate::run::hosts::ToolHosts;
-use crate::run::journal::RunStatus;
-use crate::run::state::{Message, StopReason, ThreadState};
 
 /// The refusal of a task whose catalog offers `task` (subagents do not nest).
 pub const TASK_IN_CATALOG: &str = "a subagent's catalog never offers `task`: refused";

@@ -2,25 +2,20 @@
 //! thread, so it uses the parent's sandbox), what to do (the task text and the system
 //! prompt the lead built per spec B), the subagent's catalog with its hash (the worker
 //! rebuilds it and refuses a task whose catalog does not hash to what the lead sent),
-//! the model's settings, and the limits. It is JSON inside the protocol's frame; the
+//! the model's settings ([`WireModel`]), and the limits. It is JSON inside the protocol's frame; the
 //! model's key is in it but never in its `Debug` form, a log or an event.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::catalog::routing::McpRouting;
 use crate::catalog::{Catalog, CatalogError, ToolSource, ToolSpec, TOOL_SEARCH_NAME};
-use crate::run::middleware::token_budget::TokenBudget;
-use crate::run::model::{ChatModel, ModelError, Playbook, ScriptedModel};
-use crate::run::openai::config::{ApiKey, OpenAiConfig};
-use crate::run::openai::retry::RetryPolicy;
-use crate::run::openai::OpenAiModel;
-use crate::run::web::WireWebTools;
+use crate::middleware::token_budget::TokenBudget;
+use crate::model::WireModel;
+use crate::tools::web::WireWebTools;
 
 /// One task for a worker.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -34,7 +29,7 @@ pub struct TaskSpec {
     /// Whether the thread's files are on the worker's disk under `data_root` or reached
     /// through the sandbox-host replica that owns the thread.
     #[serde(default)]
-    pub thread_files: crate::run::thread_files::ThreadFilesMode,
+    pub thread_files: crate::thread::files::ThreadFilesMode,
     pub subagent_type: String,
     pub description: String,
     /// The task text, exactly as the lead's model wrote it.
@@ -183,106 +178,5 @@ impl WireTool {
             group: self.group.clone(),
             routing: self.routing.clone(),
         }
-    }
-}
-
-/// The model a task runs with.
-#[derive(Clone, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum WireModel {
-    /// A playbook's turns (tests and demos).
-    Scripted { playbook: Playbook },
-    /// An OpenAI-compatible endpoint.
-    OpenAi {
-        name: String,
-        model: String,
-        base_url: String,
-        api_key: Option<String>,
-        params: Map<String, Value>,
-        max_retries: u32,
-        connect_timeout_ms: u64,
-        request_timeout_ms: u64,
-        idle_timeout_ms: u64,
-    },
-}
-
-impl fmt::Debug for WireModel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WireModel::Scripted { playbook } => f
-                .debug_struct("Scripted")
-                .field("turns", &playbook.turns.len())
-                .finish(),
-            WireModel::OpenAi {
-                name,
-                base_url,
-                api_key,
-                ..
-            } => f
-                .debug_struct("OpenAi")
-                .field("name", name)
-                .field("base_url", base_url)
-                .field("api_key", &api_key.as_ref().map(|_| "[redacted]"))
-                .finish_non_exhaustive(),
-        }
-    }
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-impl WireModel {
-    /// An OpenAI-compatible model's settings as they travel.
-    pub fn of_openai(config: &OpenAiConfig) -> WireModel {
-        WireModel::OpenAi {
-            name: config.name.clone(),
-            model: config.model.clone(),
-            base_url: config.base_url.clone(),
-            api_key: config.api_key.as_ref().map(|k| k.expose().to_owned()),
-            params: config.params.clone(),
-            max_retries: config.retry.max_retries,
-            connect_timeout_ms: millis(config.connect_timeout),
-            request_timeout_ms: millis(config.request_timeout),
-            idle_timeout_ms: millis(config.idle_timeout),
-        }
-    }
-
-    /// The model's name (`subagent_model_name`).
-    pub fn name(&self) -> &str {
-        match self {
-            WireModel::Scripted { .. } => ScriptedModel::NAME,
-            WireModel::OpenAi { name, .. } => name,
-        }
-    }
-
-    /// The chat model these settings make.
-    pub fn build(&self) -> Result<Arc<dyn ChatModel>, ModelError> {
-        Ok(match self {
-            WireModel::Scripted { playbook } => Arc::new(ScriptedModel::new(playbook.clone())),
-            WireModel::OpenAi {
-                name,
-                model,
-                base_url,
-                api_key,
-                params,
-                max_retries,
-                connect_timeout_ms,
-                request_timeout_ms,
-                idle_timeout_ms,
-            } => {
-                let mut config = OpenAiConfig::new(name, model, base_url);
-                config.api_key = api_key.as_deref().map(ApiKey::new);
-                config.params = params.clone();
-                config.retry = RetryPolicy {
-                    max_retries: *max_retries,
-                    ..RetryPolicy::default()
-                };
-                config.connect_timeout = Duration::from_millis(*connect_timeout_ms);
-                config.request_timeout = Duration::from_millis(*request_timeout_ms);
-                config.idle_timeout = Duration::from_millis(*idle_timeout_ms);
-                Arc::new(OpenAiModel::new(config)?)
-            }
-        })
     }
 }

@@ -1,69 +1,15 @@
-//! Who and where a run is: its ids and the thread's directories on the lead's host
-//! (`{base}/users/{user}/threads/{thread}/user-data/{workspace,uploads,outputs}`, the
-//! same layout sandbox-host mounts at `/mnt/user-data`), and the custom agent it runs as
-//! (its files under the same `{base}`, see [`AgentContext`]).
+//! Who and where a run is: its ids, the thread's directories ([`ThreadPaths`], owned by
+//! `files`) and how it reaches the thread's files, and the custom agent it runs as (its
+//! files under the same `{base}`, see [`AgentContext`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::thread_files::{LocalThreadFiles, ThreadFiles};
+use super::files::ThreadFiles;
+pub use super::files::ThreadPaths;
 
 /// The virtual root of a thread's user data, as the model sees it.
 pub const VIRTUAL_USER_DATA: &str = "/mnt/user-data";
-
-/// A thread's host directories.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ThreadPaths {
-    user_data: PathBuf,
-}
-
-impl ThreadPaths {
-    /// The thread `thread_id` of `user_id` under the data root `base`.
-    pub fn new(base: &Path, user_id: &str, thread_id: &str) -> ThreadPaths {
-        ThreadPaths {
-            user_data: base
-                .join("users")
-                .join(user_id)
-                .join("threads")
-                .join(thread_id)
-                .join("user-data"),
-        }
-    }
-
-    /// `/mnt/user-data` on the host.
-    pub fn user_data(&self) -> &Path {
-        &self.user_data
-    }
-
-    /// `/mnt/user-data/workspace` on the host (a pooled stdio MCP server's working
-    /// directory and root).
-    pub fn workspace(&self) -> PathBuf {
-        self.user_data.join("workspace")
-    }
-
-    /// `/mnt/user-data/outputs` on the host.
-    pub fn outputs(&self) -> PathBuf {
-        self.user_data.join("outputs")
-    }
-
-    /// `/mnt/user-data/uploads` on the host.
-    pub fn uploads(&self) -> PathBuf {
-        self.user_data.join("uploads")
-    }
-
-    /// The thread's files on this machine's disk, under these directories.
-    pub fn local_files(&self) -> Arc<dyn ThreadFiles> {
-        Arc::new(LocalThreadFiles::new(self))
-    }
-
-    /// Creates `workspace`, `uploads` and `outputs`.
-    pub fn create(&self) -> std::io::Result<()> {
-        for dir in ["workspace", "uploads", "outputs"] {
-            std::fs::create_dir_all(self.user_data.join(dir))?;
-        }
-        Ok(())
-    }
-}
 
 /// A run's identity and settings the tools and middlewares read.
 #[derive(Clone, Debug)]

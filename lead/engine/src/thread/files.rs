@@ -1,5 +1,7 @@
-//! [`ThreadFiles`]: how a run (the lead's, or a subagent's on a worker) reaches its
-//! thread's own files (`/mnt/user-data/...`): spill files, `view_image`, `present_files`,
+//! A thread's own files: [`ThreadPaths`], its directories on the lead's host
+//! (`{base}/users/{user}/threads/{thread}/user-data/{workspace,uploads,outputs}`, the same
+//! layout sandbox-host mounts at `/mnt/user-data`), and [`ThreadFiles`], how a run (the
+//! lead's, or a subagent's on a worker) reaches them: spill files, `view_image`, `present_files`,
 //! `list_uploaded_files`, `web_capture`'s screenshots, settlement's snapshots, the thread directories and artifact
 //! downloads. [`LocalThreadFiles`] works on this machine's disk (local mode, the default);
 //! [`HostThreadFiles`] asks the sandbox-host replica that owns the thread (a cluster whose
@@ -9,7 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,8 +23,61 @@ use antler_protocol::{thread_dir, Role};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use super::context::ThreadPaths;
 use super::hosts::ToolHosts;
+
+/// A thread's host directories.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadPaths {
+    user_data: PathBuf,
+}
+
+impl ThreadPaths {
+    /// The thread `thread_id` of `user_id` under the data root `base`.
+    pub fn new(base: &Path, user_id: &str, thread_id: &str) -> ThreadPaths {
+        ThreadPaths {
+            user_data: base
+                .join("users")
+                .join(user_id)
+                .join("threads")
+                .join(thread_id)
+                .join("user-data"),
+        }
+    }
+
+    /// `/mnt/user-data` on the host.
+    pub fn user_data(&self) -> &Path {
+        &self.user_data
+    }
+
+    /// `/mnt/user-data/workspace` on the host (a pooled stdio MCP server's working
+    /// directory and root).
+    pub fn workspace(&self) -> PathBuf {
+        self.user_data.join("workspace")
+    }
+
+    /// `/mnt/user-data/outputs` on the host.
+    pub fn outputs(&self) -> PathBuf {
+        self.user_data.join("outputs")
+    }
+
+    /// `/mnt/user-data/uploads` on the host.
+    pub fn uploads(&self) -> PathBuf {
+        self.user_data.join("uploads")
+    }
+
+    /// The thread's files on this machine's disk, under these directories.
+    pub fn local_files(&self) -> Arc<dyn ThreadFiles> {
+        Arc::new(LocalThreadFiles::new(self))
+    }
+
+    /// Creates `workspace`, `uploads` and `outputs`.
+    pub fn create(&self) -> std::io::Result<()> {
+        for dir in ["workspace", "uploads", "outputs"] {
+            std::fs::create_dir_all(self.user_data.join(dir))?;
+        }
+        Ok(())
+    }
+}
 
 /// The largest piece one request to sandbox-host reads (well under the frame limit).
 pub const HOST_READ_CHUNK: u64 = 4 << 20;

@@ -2,9 +2,11 @@
 //! escaped (`<tag` becomes `&lt;tag`, closing tags too), the input markers already in it are
 //! neutralised, and the text is wrapped in the BEGIN/END USER INPUT markers, so no message
 //! can forge a prompt section, a reminder or a tool result. Web tool results get the same
-//! escaping and neutralising ([`neutralize_untrusted_tags`], `run::web`), unwrapped.
+//! escaping and neutralising ([`neutralize_untrusted_tags`], `tools::web`), unwrapped.
 
-use super::sections::{USER_INPUT_BEGIN, USER_INPUT_END};
+/// The markers user input is wrapped in (spec A.7).
+pub const USER_INPUT_BEGIN: &str = "--- BEGIN USER INPUT ---";
+pub const USER_INPUT_END: &str = "--- END USER INPUT ---";
 
 /// Tag names a user message may not open or close: the framework's tags (spec A.8) and the
 /// names models take as instructions.

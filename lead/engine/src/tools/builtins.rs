@@ -1,7 +1,7 @@
 //! The tools the lead executes itself (spec 3): `present_files`, `ask_clarification`
 //! (formatted here, intercepted by the clarification middleware), `list_uploaded_files`
 //! and `tool_search` over the catalog (`setup_agent` and `update_agent` are in
-//! [`super::agents`]). Each returns a [`StateUpdate`] holding its tool message; a failure
+//! [`crate::run::agents`]). Each returns a [`StateUpdate`] holding its tool message; a failure
 //! the model should see is an `Error: ...` tool message or a [`ToolFailure`] for the
 //! error middleware.
 
@@ -13,15 +13,16 @@ use antler_protocol::messages::{ListedFile, ThreadFileError};
 
 use serde_json::{json, Map, Value};
 
-use super::context::{RunContext, VIRTUAL_USER_DATA};
-use super::middleware::tool_error::ToolFailure;
-use super::state::{Message, StateUpdate, ToolCall, ToolStatus};
-use super::thread_files::ThreadFiles;
 use crate::catalog::builtins::{LIST_UPLOADED_FILES, PRESENT_FILES};
 use crate::catalog::pyjson::write_compact;
 use crate::catalog::{Catalog, TOOL_SEARCH_NAME};
+use crate::middleware::tool_error::ToolFailure;
+use crate::thread::context::{RunContext, VIRTUAL_USER_DATA};
+use crate::thread::files::ThreadFiles;
+use crate::thread::state::{Message, StateUpdate, ToolCall, ToolStatus};
 
-pub use super::middleware::clarification::format_question as ask_clarification_text;
+#[cfg(test)]
+use crate::middleware::clarification::format_question as ask_clarification_text;
 
 /// `present_files`' reply on success.
 pub const PRESENTED: &str = "Successfully presented files";

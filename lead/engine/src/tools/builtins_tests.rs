@@ -1,6 +1,6 @@
 use super::*;
 use crate::catalog::{Promoted, ToolSpec};
-use crate::run::context::{AgentContext, ThreadPaths};
+use crate::thread::context::{AgentContext, ThreadPaths};
 use serde_json::json;
 
 struct Thread {
@@ -143,7 +143,7 @@ fn the_outputs_directory_itself_is_its_own_path_so_it_covers_every_output() {
         artifacts,
         ["/mnt/user-data/outputs", "/mnt/user-data/outputs"]
     );
-    assert!(crate::run::settlement::covers(
+    assert!(crate::settlement::covers(
         &artifacts[0],
         "/mnt/user-data/outputs/report.md"
     ));

@@ -9,10 +9,12 @@ use antler_protocol::messages::{McpCallResult, McpContent};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use super::model::ImagePart;
-use super::state::Message;
-use super::view_image::MAX_IMAGE_BYTES;
+use crate::model::ImagePart;
+use crate::thread::state::Message;
 
+/// The largest image a run attaches (20 MiB): one `view_image` reads, or one an MCP
+/// result carries.
+pub const MAX_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
 /// The key of the attached images in a tool message's `additional_kwargs`.
 pub const IMAGES_KEY: &str = "mcp_images";
 /// An image a vision model sees with its next call.
@@ -180,7 +182,7 @@ pub fn attached_images(messages: &[Message], call_ids: &[&str]) -> Vec<ImagePart
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::run::state::ToolStatus;
+    use crate::thread::state::ToolStatus;
 
     fn result(content: Vec<McpContent>) -> McpCallResult {
         McpCallResult {

@@ -15,9 +15,9 @@ use antler_protocol::config::{load_extensions_config, AppConfig};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::middleware::skill_policy::{Skill, SkillError, SkillPolicy};
-use super::state::{ActiveSkill, Message, SkillSource, StateUpdate, ToolCall, ToolStatus};
 use crate::catalog::routing::SUMMARY_MESSAGE_NAME;
+use crate::middleware::skill_policy::{Skill, SkillError, SkillPolicy};
+use crate::thread::state::{ActiveSkill, Message, SkillSource, StateUpdate, ToolCall, ToolStatus};
 
 /// Where skills appear in the sandbox (DeerFlow's `DEFAULT_SKILLS_CONTAINER_PATH`).
 pub const DEFAULT_SKILLS_CONTAINER_PATH: &str = "/mnt/skills";

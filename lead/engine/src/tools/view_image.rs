@@ -9,11 +9,11 @@ use std::path::Path;
 use antler_protocol::messages::{FileContent, ThreadFileError};
 use serde_json::Value;
 
-use super::context::{RunContext, VIRTUAL_USER_DATA};
 use super::mcp_result;
-use super::model::ImagePart;
-use super::state::{Message, StateUpdate, ToolCall, ToolStatus, ViewedImage};
 use crate::catalog::builtins::VIEW_IMAGE;
+use crate::model::ImagePart;
+use crate::thread::context::{RunContext, VIRTUAL_USER_DATA};
+use crate::thread::state::{Message, StateUpdate, ToolCall, ToolStatus, ViewedImage};
 
 /// The reply on success.
 pub const IMAGE_READ: &str = "Successfully read image";
@@ -30,8 +30,7 @@ pub const NOT_AN_IMAGE: &str = "File contents do not match a supported image for
 pub const MISMATCH: &str = "Image contents are {detected}, but file extension indicates {expected}";
 pub const TRAVERSAL: &str = "Access denied: path traversal detected";
 
-/// The largest image accepted (20 MiB).
-pub const MAX_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
+pub use super::mcp_result::MAX_IMAGE_BYTES;
 
 const ALLOWED_DIRS: [&str; 3] = ["workspace", "uploads", "outputs"];
 
@@ -216,7 +215,7 @@ fn detect(bytes: &[u8]) -> Option<&'static str> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::run::context::{AgentContext, ThreadPaths};
+    use crate::thread::context::{AgentContext, ThreadPaths};
     use serde_json::json;
 
     const PNG: &[u8] = &[0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0];
@@ -236,7 +235,7 @@ mod tests {
     }
 
     fn view(context: &RunContext, path: &str) -> StateUpdate {
-        crate::run::builtins::tests::block(view_image(
+        crate::tools::builtins::tests::block(view_image(
             &ToolCall {
                 id: "c1".into(),
                 name: VIEW_IMAGE.into(),

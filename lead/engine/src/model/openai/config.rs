@@ -10,7 +10,7 @@ use antler_protocol::config::{AppConfig, ModelConfig};
 use serde_json::{Map, Value};
 
 use super::retry::RetryPolicy;
-use crate::run::model::ModelError;
+use crate::model::ModelError;
 
 /// The `use:` of DeerFlow's OpenAI chat model; also the provider of a default model
 /// built from the environment.

@@ -10,7 +10,7 @@ use super::config::{ApiKey, OpenAiConfig};
 use super::wire::{self, ReplyAssembler, SseDecoder, SseEvent};
 use super::*;
 use crate::catalog::ToolSpec;
-use crate::run::state::{Message, TokenUsage, ToolCall, ToolStatus};
+use crate::thread::state::{Message, TokenUsage, ToolCall, ToolStatus};
 
 fn weather_tool() -> ToolSpec {
     ToolSpec::builtin(
@@ -418,7 +418,7 @@ fn model_from_config_picks_by_name_or_builds_the_environment_default() {
 
 #[test]
 fn models_of_one_configuration_share_one_http_client() {
-    use crate::run::http_clients::{builds_of, ClientKind};
+    use crate::http_clients::{builds_of, ClientKind};
     // A connect timeout no other test uses: this test's client kind alone.
     let connect_timeout = Duration::from_millis(7_331);
     let kind = ClientKind::Model { connect_timeout };

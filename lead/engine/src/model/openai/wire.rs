@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use super::config::OpenAiConfig;
-use crate::run::model::{ImagePart, ModelError, ModelReply, ModelRequest};
-use crate::run::state::{Message, TokenUsage, ToolCall};
+use crate::model::{ImagePart, ModelError, ModelReply, ModelRequest};
+use crate::thread::state::{Message, TokenUsage, ToolCall};
 
 /// The longest slice of server or model text quoted in an error.
 pub const QUOTE_LIMIT: usize = 500;

@@ -20,11 +20,11 @@ use serde_json::{json, Value};
 
 use self::moderation::{Decision, ScanInput, Verdict};
 use self::scan::{CandidateFile, Finding};
-use super::middleware::tool_error::{ToolFailure, TOOL_FAILED};
-use super::model::ChatModel;
 use super::skills::{SkillStore, CUSTOM_CATEGORY, SKILL_FILE};
-use super::state::{Message, StateUpdate, ToolCall, ToolStatus};
 use crate::catalog::builtins::SKILL_MANAGE;
+use crate::middleware::tool_error::{ToolFailure, TOOL_FAILED};
+use crate::model::ChatModel;
+use crate::thread::state::{Message, StateUpdate, ToolCall, ToolStatus};
 
 pub const CREATED: &str = "Created custom skill '{n}'.";
 pub const UPDATED: &str = "Updated custom skill '{n}'.";
@@ -124,11 +124,11 @@ impl ChatModel for UnavailableModel {
 
     fn complete<'a>(
         &'a self,
-        _request: super::model::ModelRequest<'a>,
-    ) -> futures::future::BoxFuture<'a, Result<super::model::ModelReply, super::model::ModelError>>
+        _request: crate::model::ModelRequest<'a>,
+    ) -> futures::future::BoxFuture<'a, Result<crate::model::ModelReply, crate::model::ModelError>>
     {
         Box::pin(async move {
-            Err(super::model::ModelError::InvalidConfig {
+            Err(crate::model::ModelError::InvalidConfig {
                 model: self.name.clone(),
                 message: self.reason.clone(),
             })

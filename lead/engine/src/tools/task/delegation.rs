@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 
 use super::{TaskArgs, TaskEvent, TaskResult};
 use crate::catalog::builtins::TASK;
-use crate::run::state::{Delegation, Message, StateUpdate, ToolStatus};
+use crate::thread::state::{Delegation, Message, StateUpdate, ToolStatus};
 
 /// One `task` call of a run, as the run loop hands it over.
 #[derive(Clone, Debug, PartialEq, Eq)]

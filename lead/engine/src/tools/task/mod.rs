@@ -1,19 +1,18 @@
-//! The `task` tool (spec 3.7, 7): delegation of bounded work to a subagent. `mod` holds
-//! what the lead and the workers agree on: the call's arguments, a task's statuses and
-//! stop reasons, its result and how the parent's model sees it (7.2's texts and
-//! `additional_kwargs`), and the events a task streams (7.4). `spec` is the task as it
-//! travels to a worker, `graph` runs one on the engine, `delegation` is how a run hands
-//! its `task` calls to whoever places them (the lead's `SubagentDispatcher`).
+//! The `task` tool (spec 3.7, 7) as a run sees it: delegation of bounded work to a
+//! subagent. `mod` holds what the lead and the workers agree on: the call's arguments, a
+//! task's statuses and stop reasons, its result and how the parent's model sees it (7.2's
+//! texts and `additional_kwargs`), and the events a task streams (7.4); `delegation` is
+//! how a run hands its `task` calls to whoever places them (the lead's
+//! `SubagentDispatcher`). The task as it travels and the graph that runs it on a worker
+//! are the `task` room's, above the run loop.
 
 pub mod delegation;
-pub mod graph;
-pub mod spec;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::state::TokenUsage;
+use crate::thread::state::TokenUsage;
 
 /// The built-in general-purpose subagent.
 pub const GENERAL_PURPOSE: &str = "general-purpose";
@@ -40,6 +39,16 @@ pub struct TaskArgs {
     pub description: String,
     pub prompt: String,
     pub subagent_type: String,
+}
+
+impl crate::model::SubagentRequest for TaskArgs {
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn subagent_type(&self) -> &str {
+        &self.subagent_type
+    }
 }
 
 impl TaskArgs {

@@ -10,10 +10,14 @@ use reqwest::header::{HeaderMap, CONTENT_TYPE, LOCATION};
 use reqwest::{Client, RequestBuilder, StatusCode, Url};
 
 use super::guard::{parse_http_url, validate_public_http_url, GuardPolicy, Refusal, Target};
-use crate::run::http_clients::{shared_client, ClientKind};
+use crate::http_clients::{shared_client, ClientKind};
+
+/// The `User-Agent` Antler's own fetcher sends unless the entry sets `user_agent` (the
+/// crawler hand-off's look uses it too).
+pub const USER_AGENT: &str = "Mozilla/5.0 (compatible; Antler/1.0; +web_fetch)";
 
 /// Redirects the guarded fetch (and a backend's API client) follows.
-pub const MAX_REDIRECTS: usize = crate::run::http_clients::API_MAX_REDIRECTS;
+pub const MAX_REDIRECTS: usize = crate::http_clients::API_MAX_REDIRECTS;
 /// The largest body read from a backend's API.
 pub const MAX_API_BODY: usize = 8 * 1024 * 1024;
 /// The largest page body the guarded fetch reads (more is cut off).
@@ -307,12 +311,7 @@ pub async fn crawler_url(
     if guard.allow_private {
         return Ok(raw_url.to_owned());
     }
-    let look = follow_guarded(
-        raw_url,
-        guard,
-        HANDOFF_LOOK,
-        super::backends::antler::USER_AGENT,
-    );
+    let look = follow_guarded(raw_url, guard, HANDOFF_LOOK, USER_AGENT);
     match tokio::time::timeout(HANDOFF_LOOK, look).await {
         Ok(Ok((end, _response))) => Ok(end.to_string()),
         Ok(Err(

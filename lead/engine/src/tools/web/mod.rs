@@ -24,12 +24,12 @@ use serde_json::{Map, Value};
 use self::backends::Backend;
 use self::entry::ToolEntry;
 use self::http::ApiClient;
-use super::middleware::tool_error::ToolFailure;
-use super::prompt::neutralize_untrusted_tags;
-use super::state::{Message, StateUpdate, ToolCall, ToolStatus};
-use super::thread_files::ThreadFiles;
 use crate::catalog::pyjson;
 use crate::catalog::registry::{self, Place, Resolution};
+use crate::middleware::tool_error::ToolFailure;
+use crate::thread::files::ThreadFiles;
+use crate::thread::input::neutralize_untrusted_tags;
+use crate::thread::state::{Message, StateUpdate, ToolCall, ToolStatus};
 
 /// The web tools' names whose results are untrusted (`ToolResultSanitizationMiddleware`).
 pub const UNTRUSTED_RESULT_TOOLS: &[&str] =

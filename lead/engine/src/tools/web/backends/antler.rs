@@ -6,15 +6,13 @@
 
 use std::time::Duration;
 
-use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::web::http::{self, FetchError};
-use crate::run::web::readability::markdown_of_async;
-use crate::run::web::WebCall;
+use crate::middleware::tool_error::ToolFailure;
+use crate::tools::web::http::{self, FetchError, USER_AGENT};
+use crate::tools::web::readability::markdown_of_async;
+use crate::tools::web::WebCall;
 
 /// The default deadline of one fetch.
 pub const DEFAULT_TIMEOUT_SECS: f64 = 20.0;
-/// The `User-Agent` sent unless the entry sets `user_agent`.
-pub const USER_AGENT: &str = "Mozilla/5.0 (compatible; Antler/1.0; +web_fetch)";
 /// A reply that is not a success.
 pub const HTTP_STATUS: &str = "Error: The page responded HTTP {code}";
 /// A body that is not text.

@@ -11,8 +11,8 @@ use serde_json::{json, Map, Value};
 
 use super::ddg::IMAGE_USAGE_HINT;
 use super::safe_url::safe_public_url;
-use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::web::{error_json, pretty, WebCall};
+use crate::middleware::tool_error::ToolFailure;
+use crate::tools::web::{error_json, pretty, WebCall};
 
 pub const BASE: &str = "https://api.search.brave.com";
 pub const MISSING_KEY: &str = "BRAVE_SEARCH_API_KEY is not configured";

@@ -16,11 +16,11 @@ use std::time::Duration;
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
 
-use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::web::entry::ToolEntry;
-use crate::run::web::http::{crawler_url, secs, HttpError};
-use crate::run::web::readability::markdown_of_async;
-use crate::run::web::{WebCall, WebOutcome};
+use crate::middleware::tool_error::ToolFailure;
+use crate::tools::web::entry::ToolEntry;
+use crate::tools::web::http::{crawler_url, secs, HttpError};
+use crate::tools::web::readability::markdown_of_async;
+use crate::tools::web::{WebCall, WebOutcome};
 use antler_protocol::messages::ThreadFileError;
 
 pub const BASE: &str = "http://localhost:3032";

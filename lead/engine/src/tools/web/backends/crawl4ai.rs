@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::web::http::{check_reported, crawler_url, secs, HttpError};
-use crate::run::web::readability::{cut_chars, MAX_FETCH_CHARS};
-use crate::run::web::WebCall;
+use crate::middleware::tool_error::ToolFailure;
+use crate::tools::web::http::{check_reported, crawler_url, secs, HttpError};
+use crate::tools::web::readability::{cut_chars, MAX_FETCH_CHARS};
+use crate::tools::web::WebCall;
 
 pub const BASE: &str = "http://localhost:11235";
 const FILTERS: &[&str] = &["fit", "raw", "bm25", "llm"];

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::web::{error_json, pretty, WebCall};
+use crate::middleware::tool_error::ToolFailure;
+use crate::tools::web::{error_json, pretty, WebCall};
 
 /// Where text results come from unless `base_url` is set.
 pub const TEXT_BASE: &str = "https://html.duckduckgo.com";
@@ -33,7 +33,7 @@ fn safesearch_param(level: &str) -> &'static str {
     }
 }
 
-fn max_results(call: &WebCall<'_>, entry: &crate::run::web::entry::ToolEntry) -> usize {
+fn max_results(call: &WebCall<'_>, entry: &crate::tools::web::entry::ToolEntry) -> usize {
     let from_arg = call.arg("max_results").and_then(Value::as_i64).unwrap_or(5);
     let n = if entry.has("max_results") {
         entry.int_or("max_results", from_arg)

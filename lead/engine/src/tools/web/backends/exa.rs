@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::web::guard::validate_public_http_url;
-use crate::run::web::readability::{cut_chars, MAX_FETCH_CHARS};
-use crate::run::web::{pretty, WebCall};
+use crate::middleware::tool_error::ToolFailure;
+use crate::tools::web::guard::validate_public_http_url;
+use crate::tools::web::readability::{cut_chars, MAX_FETCH_CHARS};
+use crate::tools::web::{pretty, WebCall};
 
 pub const BASE: &str = "https://api.exa.ai";
 pub const MISSING_KEY: &str =

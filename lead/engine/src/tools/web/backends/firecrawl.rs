@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::web::http::{check_reported, crawler_url};
-use crate::run::web::readability::{cut_chars, MAX_FETCH_CHARS};
-use crate::run::web::{pretty, WebCall};
+use crate::middleware::tool_error::ToolFailure;
+use crate::tools::web::http::{check_reported, crawler_url};
+use crate::tools::web::readability::{cut_chars, MAX_FETCH_CHARS};
+use crate::tools::web::{pretty, WebCall};
 
 pub const ORIGIN: &str = "python-sdk@4.23.0";
 pub const NO_CONTENT: &str = "Error: No content found";
@@ -32,7 +32,7 @@ impl Flavour {
     }
 
     /// The API's origin (scheme, host, port): `urljoin(base + "/", "/v2/...")` keeps no path.
-    fn origin(self, entry: &crate::run::web::entry::ToolEntry) -> String {
+    fn origin(self, entry: &crate::tools::web::entry::ToolEntry) -> String {
         let base = match self {
             Flavour::Firecrawl => entry.base_url("https://api.firecrawl.dev"),
             Flavour::FastCrw => entry

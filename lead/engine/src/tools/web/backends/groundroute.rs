@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::web::guard::validate_public_http_url;
-use crate::run::web::readability::{cut_chars, MAX_FETCH_CHARS};
-use crate::run::web::{error_json, pretty, WebCall};
+use crate::middleware::tool_error::ToolFailure;
+use crate::tools::web::guard::validate_public_http_url;
+use crate::tools::web::readability::{cut_chars, MAX_FETCH_CHARS};
+use crate::tools::web::{error_json, pretty, WebCall};
 
 pub const BASE: &str = "https://api.groundroute.ai";
 pub const MISSING_KEY: &str = "GROUNDROUTE_API_KEY is not configured";

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::web::guard::validate_public_http_url;
-use crate::run::web::readability::markdown_of_async;
-use crate::run::web::{pretty, WebCall};
+use crate::middleware::tool_error::ToolFailure;
+use crate::tools::web::guard::validate_public_http_url;
+use crate::tools::web::readability::markdown_of_async;
+use crate::tools::web::{pretty, WebCall};
 
 pub const SEARCH_BASE: &str = "https://search.infoquest.bytepluses.com";
 pub const READER_BASE: &str = "https://reader.infoquest.bytepluses.com";
@@ -34,7 +34,7 @@ async fn post(
     url: &str,
     body: Value,
     deadline: Duration,
-) -> Result<crate::run::web::http::ApiResponse, String> {
+) -> Result<crate::tools::web::http::ApiResponse, String> {
     let mut request = call
         .client
         .post(url)
@@ -95,7 +95,7 @@ fn contents(raw: &Value, wrong: &str) -> Result<Vec<Map<String, Value>>, String>
             })
             .collect()),
         None if raw.get("content").is_some() => Err(wrong.to_owned()),
-        None => Err(crate::run::web::compact(raw)),
+        None => Err(crate::tools::web::compact(raw)),
     }
 }
 

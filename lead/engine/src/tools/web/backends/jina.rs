@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::web::http::{crawler_url, HttpError};
-use crate::run::web::readability::markdown_of_async;
-use crate::run::web::WebCall;
+use crate::middleware::tool_error::ToolFailure;
+use crate::tools::web::http::{crawler_url, HttpError};
+use crate::tools::web::readability::markdown_of_async;
+use crate::tools::web::WebCall;
 
 pub const BASE: &str = "https://r.jina.ai";
 pub const STATUS: &str = "Error: Jina API returned status {code}: {body}";

@@ -18,7 +18,7 @@ pub mod serper;
 pub mod tavily;
 
 use super::{WebCall, WebOutcome};
-use crate::run::middleware::tool_error::ToolFailure;
+use crate::middleware::tool_error::ToolFailure;
 
 /// A web backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -2,7 +2,7 @@
 //! handed, or `""`: only http(s), no `localhost`, no IP literal that is not global (the URL
 //! parser already reads decimal, hex and octal IPv4 and v4-in-v6 forms as addresses).
 
-use crate::run::web::guard::is_public;
+use crate::tools::web::guard::is_public;
 
 pub fn safe_public_url(raw: &str) -> String {
     let Ok(url) = reqwest::Url::parse(raw.trim()) else {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::web::{error_json, pretty, WebCall};
+use crate::middleware::tool_error::ToolFailure;
+use crate::tools::web::{error_json, pretty, WebCall};
 
 pub const BASE: &str = "http://localhost:8088";
 pub const USER_AGENT: &str = "Mozilla/5.0 (compatible; DeerFlow/1.0)";

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::web::guard::validate_public_http_url;
-use crate::run::web::http::ApiResponse;
-use crate::run::web::readability::{cut_chars, MAX_FETCH_CHARS};
-use crate::run::web::{pretty, WebCall};
+use crate::middleware::tool_error::ToolFailure;
+use crate::tools::web::guard::validate_public_http_url;
+use crate::tools::web::http::ApiResponse;
+use crate::tools::web::readability::{cut_chars, MAX_FETCH_CHARS};
+use crate::tools::web::{pretty, WebCall};
 
 pub const BASE: &str = "https://api.tavily.com";
 pub const MISSING_KEY: &str = "No API key provided. Please provide the api_key attribute or set the TAVILY_API_KEY environment variable.";
