@@ -7,6 +7,7 @@
 //! way to make a loop: the lead's runs add their journal, custom-agent tools and
 //! delegator; a subagent's task graph runs with none of them.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +30,7 @@ use crate::middleware::skill_policy::SkillPolicy;
 use crate::middleware::subagent_limit::SubagentLimit;
 use crate::middleware::token_budget::{BudgetVerdict, TokenBudget, BUDGET_WARNING_NAME};
 use crate::middleware::tool_error::{failed_call_message, invalid_tool_message};
-use crate::model::{ChatModel, ModelError, ModelRequest};
+use crate::model::{ChatModel, ImagePart, ModelError, ModelReply, ModelRequest};
 use crate::prompt;
 use crate::settlement::{DeliveryReceipt, OutputsSnapshot, RECEIPT_NOT_PERSISTED};
 use crate::thread::context::RunContext;
@@ -56,12 +57,12 @@ pub struct RunSettings {
     pub guardrail: Option<Guardrail>,
     /// `tool_search.auto_promote_top_k`, clamped.
     pub auto_promote_top_k: usize,
-    /// Where the run's skills are installed (activation and policy, `run::skills`).
+    /// Where the run's skills are installed (activation and policy, `tools::skills`).
     pub skills: SkillStore,
     /// A fixed tool policy instead of the active skills' one (tests); `None` resolves
     /// the policy from the active skills at every model turn.
     pub skill_policy: Option<SkillPolicy>,
-    /// The lead's static system prompt (`run::prompt`); `None` sends none.
+    /// The lead's static system prompt (`prompt`); `None` sends none.
     pub system_prompt: Option<Arc<str>>,
     /// `token_budget:` when enabled.
     pub token_budget: Option<TokenBudget>,
@@ -74,11 +75,11 @@ pub struct RunSettings {
     pub report_messages: bool,
     /// Whether this run is a subagent's (the guardrail is told so).
     pub is_subagent: bool,
-    /// The configured web tools (`run::web`), from config.yaml's `tools:`.
+    /// The configured web tools (`tools::web`), from config.yaml's `tools:`.
     pub web: Option<Arc<crate::tools::web::WebTools>>,
     /// What `invoke_acp_agent` calls carry (`None`: no agent is configured).
     pub acp: Option<Arc<crate::tools::acp::AcpCalls>>,
-    /// `skill_manage` (`run::skill_manage`) when `skill_evolution.enabled`; it writes
+    /// `skill_manage` (`tools::skill_manage`) when `skill_evolution.enabled`; it writes
     /// under `skills` for the run's user.
     pub skill_manage: Option<crate::tools::skill_manage::SkillManageSettings>,
 }
@@ -711,6 +712,41 @@ impl RunLoop {
     /// One model turn and its tool calls: the reply is checkpointed before the calls run,
     /// then each call's result as it comes back.
     async fn step_once(&mut self) -> Result<StepEnd, RunError> {
+        let turn = self.next_turn()?;
+        let catalog = Arc::clone(&self.catalog);
+        let chain = RoutingBeforeFilter::new(&catalog, self.settings.auto_promote_top_k);
+        let mut update = self.auto_promote(&chain)?;
+        let reminder = match self.activate_slash_skill(&mut update, turn).await? {
+            ControlFlow::Continue(reminder) => reminder,
+            ControlFlow::Break(end) => return Ok(end),
+        };
+        let (messages, images) = self.request_messages(reminder).await;
+        // SkillToolPolicy (spec 4.3): one policy for this turn's schemas and calls, as
+        // DeerFlow's tool wrapper reuses the decision of the model call.
+        let policy = self.skill_policy();
+        let visible: Vec<&ToolSpec> =
+            policy.filter(chain.visible_tools(self.state.promoted.as_ref()));
+        let mut reply = self.ask_model(turn, &messages, &visible, &images).await?;
+        let warning = self.after_model(turn, &mut reply, &mut update);
+        let calls = reply.tool_calls.clone();
+        let answer = self.record_reply(turn, reply, &mut update);
+        if calls.is_empty() {
+            self.merge(update).await?;
+            return Ok(StepEnd::Final(answer));
+        }
+        // The reply is journaled before any of its calls is sent: every call in it is
+        // "issued" from here on, and one without a journaled result is never sent again
+        // (a resume gives it the interrupted-call result, `resume`).
+        self.merge(update).await?;
+        let end = self.run_calls(&calls, &chain, &policy).await?;
+        if let Some(warning) = warning {
+            self.merge(StateUpdate::messages([warning])).await?;
+        }
+        Ok(end)
+    }
+
+    /// The turn about to start (the first is 1), or the turn limit.
+    fn next_turn(&self) -> Result<usize, RunError> {
         let turn = self
             .state
             .messages
@@ -721,9 +757,13 @@ impl RunLoop {
         if turn > self.settings.max_turns {
             return Err(RunError::TurnLimit(self.settings.max_turns));
         }
-        let catalog = Arc::clone(&self.catalog);
-        let chain = RoutingBeforeFilter::new(&catalog, self.settings.auto_promote_top_k);
-        let mut update = StateUpdate {
+        Ok(turn)
+    }
+
+    /// MCP routing's auto-promotion (spec 2.5), applied to the state before the deferred
+    /// filter reads it; the turn's update starts with it.
+    fn auto_promote(&mut self, chain: &RoutingBeforeFilter<'_>) -> Result<StateUpdate, RunError> {
+        let update = StateUpdate {
             promoted: chain.auto_promote(&self.state.messages),
             ..StateUpdate::default()
         };
@@ -733,21 +773,26 @@ impl RunLoop {
                 ..StateUpdate::default()
             })?;
         }
-        // SkillActivation (spec 4.1, lead 2): a user message `/skill-name` not yet
-        // answered activates that skill, recorded in the state, and its SKILL.md goes
-        // to this model call only; a skill that cannot be activated is the run's reply.
-        let mut reminder = None;
+        Ok(update)
+    }
+
+    /// SkillActivation (spec 4.1, lead 2): a user message `/skill-name` not yet answered
+    /// activates that skill, recorded in the state, and its SKILL.md goes to this model
+    /// call only (the reminder it continues with); a skill that cannot be activated is
+    /// the run's reply (the step breaks with it).
+    async fn activate_slash_skill(
+        &mut self,
+        update: &mut StateUpdate,
+        turn: usize,
+    ) -> Result<ControlFlow<StepEnd, Option<String>>, RunError> {
         match self.settings.skills.slash_activation(&self.state.messages) {
-            Some(SlashActivation::Activated {
-                skill,
-                reminder: text,
-            }) => {
+            Some(SlashActivation::Activated { skill, reminder }) => {
                 update.active_skills.push(skill);
                 self.state.apply(StateUpdate {
                     active_skills: update.active_skills.clone(),
                     ..StateUpdate::default()
                 })?;
-                reminder = Some(text);
+                Ok(ControlFlow::Continue(Some(reminder)))
             }
             Some(SlashActivation::Failed(text)) => {
                 update.messages.push(Message::Ai {
@@ -755,16 +800,20 @@ impl RunLoop {
                     content: text.clone(),
                     tool_calls: Vec::new(),
                 });
-                self.merge(update).await?;
-                return Ok(StepEnd::Final(text));
+                self.merge(std::mem::take(update)).await?;
+                Ok(ControlFlow::Break(StepEnd::Final(text)))
             }
-            None => {}
+            None => Ok(ControlFlow::Continue(None)),
         }
-        // SkillToolPolicy (spec 4.3): one policy for this turn's schemas and calls, as
-        // DeerFlow's tool wrapper reuses the decision of the model call.
-        let policy = self.skill_policy();
-        let visible: Vec<&ToolSpec> =
-            policy.filter(chain.visible_tools(self.state.promoted.as_ref()));
+    }
+
+    /// What this model call is sent: the state's messages with dangling calls patched,
+    /// the skill reminder, the token budget's one warning and the prompt, and the images
+    /// a vision model sees with this call only.
+    async fn request_messages(
+        &mut self,
+        reminder: Option<String>,
+    ) -> (Vec<Message>, Vec<ImagePart>) {
         let mut messages = dangling::patched(&self.state.messages);
         if let Some(reminder) = reminder {
             skills::insert_reminder(&mut messages, reminder);
@@ -796,18 +845,42 @@ impl RunLoop {
                 &prompt::today(),
             );
         }
-        for tool in &visible {
+        (messages, images)
+    }
+
+    /// Asks the model, after reporting the tools it sees and the turn's start.
+    async fn ask_model(
+        &self,
+        turn: usize,
+        messages: &[Message],
+        visible: &[&ToolSpec],
+        images: &[ImagePart],
+    ) -> Result<ModelReply, RunError> {
+        for tool in visible {
             self.lifecycle(ToolState::Visible, &tool.name, None);
         }
         self.emit(RunEvent::ModelStarted { turn });
-        let mut reply = self
+        let reply = self
             .model
             .complete(ModelRequest {
-                messages: &messages,
-                tools: &visible,
-                images: &images,
+                messages,
+                tools: visible,
+                images,
             })
             .await?;
+        Ok(reply)
+    }
+
+    /// The after-model middlewares on the reply: token accounting and the budget (spec
+    /// D), loop detection, the subagent limit and the finish reason, each stop reason
+    /// recorded in the turn's update. Returns loop detection's warning, merged after the
+    /// reply's calls.
+    fn after_model(
+        &mut self,
+        turn: usize,
+        reply: &mut ModelReply,
+        update: &mut StateUpdate,
+    ) -> Option<Message> {
         // Token accounting (spec D): the provider's usage, the budget, finish reasons.
         update.token_usage = reply.usage;
         let total_usage = self.state.token_usage + reply.usage.unwrap_or_default();
@@ -820,7 +893,7 @@ impl RunLoop {
         let mut token_stop = None;
         if let Some(budget) = &self.settings.token_budget {
             let warned = self.budget_warning != BudgetWarning::NotYet;
-            match budget.after_model(total_usage, &mut reply, warned) {
+            match budget.after_model(total_usage, reply, warned) {
                 BudgetVerdict::HardStop(reason) => token_stop = Some(reason),
                 BudgetVerdict::Warn(text) => self.budget_warning = BudgetWarning::Pending(text),
                 BudgetVerdict::Pass => {}
@@ -829,9 +902,9 @@ impl RunLoop {
         let verdict = self
             .settings
             .loop_detection
-            .after_model(&self.state.messages, &mut reply);
+            .after_model(&self.state.messages, reply);
         let limit_stop = self.settings.subagent_limit.after_model(
-            &mut reply,
+            reply,
             &self.state.delegations,
             &self.context.run_id,
         );
@@ -846,10 +919,15 @@ impl RunLoop {
             update.stop_reason = token_stop;
         }
         let so_far = update.stop_reason.or(self.state.stop_reason);
-        if let Some(reason) = finish_reason::after_model(&mut reply, so_far) {
+        if let Some(reason) = finish_reason::after_model(reply, so_far) {
             update.stop_reason = Some(reason);
         }
-        let calls = reply.tool_calls.clone();
+        warning
+    }
+
+    /// Adds the reply to the turn's update and reports it; returns its text (the run's
+    /// answer when it calls no tool).
+    fn record_reply(&self, turn: usize, reply: ModelReply, update: &mut StateUpdate) -> String {
         let answer = reply.content.clone();
         let usage = reply.usage;
         update.messages.push(reply.into_message());
@@ -860,40 +938,28 @@ impl RunLoop {
                 usage,
             });
         }
-        if calls.is_empty() {
-            self.merge(update).await?;
-            return Ok(StepEnd::Final(answer));
-        }
-        // The reply is journaled before any of its calls is sent: every call in it is
-        // "issued" from here on, and one without a journaled result is never sent again
-        // (a resume gives it the interrupted-call result, `resume`).
-        self.merge(update).await?;
+        answer
+    }
+
+    /// The reply's tool calls. Its `task` calls run at once, each on a worker, while the
+    /// other calls run here one after the other, each result journaled as it comes back;
+    /// the tasks' results are merged after those. A call that interrupts ends the step.
+    async fn run_calls(
+        &mut self,
+        calls: &[ToolCall],
+        chain: &RoutingBeforeFilter<'_>,
+        policy: &SkillPolicy,
+    ) -> Result<StepEnd, RunError> {
         let mut end = StepEnd::Continue;
-        // The reply's `task` calls run at once, each on a worker, while the other calls
-        // run here one after the other; the tasks' results are merged after those.
         let (tasks, others): (Vec<&ToolCall>, Vec<&ToolCall>) =
             calls.iter().partition(|c| c.name == TASK);
-        let mut admitted = Vec::with_capacity(tasks.len());
-        let mut refused = Vec::new();
-        for call in &tasks {
-            self.emit(RunEvent::ToolStarted {
-                name: call.name.clone(),
-                tool_call_id: call.id.clone(),
-            });
-            match self.admit(call, &self.state, &chain, &policy) {
-                Some(end) => refused.push((*call, end)),
-                None => {
-                    self.lifecycle(ToolState::Executed, &call.name, Some(&call.id));
-                    admitted.push(self.task_future(call));
-                }
-            }
-        }
+        let (admitted, refused) = self.start_tasks(&tasks, chain, policy);
         let tasks_done = futures::future::join_all(admitted);
         futures::pin_mut!(tasks_done);
         let mut task_results = None;
         for call in &others {
             let outcome = {
-                let done = self.call(call, &self.state, &chain, &policy);
+                let done = self.call(call, &self.state, chain, policy);
                 futures::pin_mut!(done);
                 // Poll the tasks while this call runs (they share this task's thread).
                 loop {
@@ -929,6 +995,48 @@ impl RunLoop {
             Some(results) => results,
             None => tasks_done.await,
         };
+        self.finish_tasks(&tasks, refused, task_results).await?;
+        Ok(end)
+    }
+
+    /// Admits each `task` call through the call middlewares and starts the admitted ones
+    /// on their workers; a refused one keeps the end the middlewares gave it.
+    #[allow(clippy::type_complexity)]
+    fn start_tasks<'c>(
+        &self,
+        tasks: &[&'c ToolCall],
+        chain: &RoutingBeforeFilter<'_>,
+        policy: &SkillPolicy,
+    ) -> (
+        Vec<futures::future::BoxFuture<'static, StateUpdate>>,
+        Vec<(&'c ToolCall, CallEnd)>,
+    ) {
+        let mut admitted = Vec::with_capacity(tasks.len());
+        let mut refused = Vec::new();
+        for call in tasks {
+            self.emit(RunEvent::ToolStarted {
+                name: call.name.clone(),
+                tool_call_id: call.id.clone(),
+            });
+            match self.admit(call, &self.state, chain, policy) {
+                Some(end) => refused.push((*call, end)),
+                None => {
+                    self.lifecycle(ToolState::Executed, &call.name, Some(&call.id));
+                    admitted.push(self.task_future(call));
+                }
+            }
+        }
+        (admitted, refused)
+    }
+
+    /// Merges the `task` calls' ends: the refused ones first, then each started one's
+    /// result, in the reply's order.
+    async fn finish_tasks(
+        &mut self,
+        tasks: &[&ToolCall],
+        refused: Vec<(&ToolCall, CallEnd)>,
+        results: Vec<StateUpdate>,
+    ) -> Result<(), RunError> {
         let refused_ids: Vec<String> = refused.iter().map(|(c, _)| c.id.clone()).collect();
         let admitted_calls = tasks.iter().filter(|c| !refused_ids.contains(&c.id));
         let ends = refused
@@ -936,7 +1044,7 @@ impl RunLoop {
             .chain(
                 admitted_calls
                     .copied()
-                    .zip(task_results.into_iter().map(CallEnd::Done)),
+                    .zip(results.into_iter().map(CallEnd::Done)),
             )
             .collect::<Vec<_>>();
         for (call, end) in ends {
@@ -944,10 +1052,7 @@ impl RunLoop {
                 self.merge(result).await?;
             }
         }
-        if let Some(warning) = warning {
-            self.merge(StateUpdate::messages([warning])).await?;
-        }
-        Ok(end)
+        Ok(())
     }
 
     /// One tool call through the call middlewares, in DeerFlow's order: guardrail, tool
