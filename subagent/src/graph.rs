@@ -1,5 +1,5 @@
 //! `TaskGraph`: one actor per task, thrown away when the task ends. It owns the task's
-//! cancellation and drives the engine's task run (`antler_engine::run::task::graph`): no
+//! cancellation and drives the engine's task run (`antler_engine::run_task`): no
 //! checkpoint, no `task` tool, its budgets and timeout. Its events and its end go to the
 //! [`Worker`](crate::worker::Worker), which streams them to whoever listens; the first
 //! terminal state is the only one (the actor stops after it). A graph that stops without

@@ -32,7 +32,7 @@ pub use middleware::output_budget::OutputBudget;
 pub use middleware::skill_policy::{Skill, SkillPolicy};
 pub use middleware::subagent_limit::SubagentLimit;
 pub use middleware::token_budget::TokenBudget;
-pub use middleware::tool_error::ToolFailure;
+pub use middleware::tool_error::{FailureClass, ToolFailure};
 pub use model::openai::{
     model_from_config, ApiKey, OpenAiConfig, OpenAiModel, USE_CHAT_DEEPSEEK, USE_CHAT_OPENAI,
 };

@@ -1,4 +1,4 @@
-//! One subagent task on the real engine (`run::task::graph`), one test per terminal
+//! One subagent task on the real engine (`task::graph`), one test per terminal
 //! state of spec 7.2/7.3: the exact `TaskResult`, the content and `additional_kwargs`
 //! the parent's model sees, and the `task_running` events. The model is the real
 //! scripted model; the tool calls are builtins (`tool_search` over a catalog with a

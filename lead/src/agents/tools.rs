@@ -11,11 +11,11 @@ use super::store::{
     CONFIG_FILENAME, SOUL_FILENAME,
 };
 use antler_engine::RunContext;
-use antler_engine::ToolFailure;
 use antler_engine::{
     catalog::builtins::SETUP_AGENT, catalog::builtins::UPDATE_AGENT,
     catalog::builtins::WEBHOOK_CHANNELS,
 };
+use antler_engine::{FailureClass, ToolFailure};
 use antler_engine::{Message, StateUpdate, ToolCall, ToolStatus};
 
 /// `setup_agent` with a blank soul (checked before anything else).
@@ -258,7 +258,7 @@ fn yaml_list(items: Vec<String>) -> Yaml {
 }
 
 fn invalid(key: &str, expected: &str) -> ToolFailure {
-    ToolFailure::new("ValidationError", format!("{key}: {expected}"))
+    ToolFailure::new(FailureClass::ValidationError, format!("{key}: {expected}"))
 }
 
 /// A required string argument.

@@ -2,6 +2,8 @@
 //! message and the run goes on. Only interrupts (clarification) pass through, and they
 //! are not failures here. `detail` is trimmed and capped at 500 characters.
 
+use std::fmt;
+
 use super::error_message;
 use crate::catalog::builtins::TASK;
 use crate::thread::state::Message;
@@ -22,17 +24,109 @@ pub const UNKNOWN_TOOL_NAME: &str = "unknown_tool";
 /// Longest detail kept; longer ones are cut to 497 characters plus `...`.
 pub const MAX_DETAIL_CHARS: usize = 500;
 
-/// A tool failure: the error's class (`TimeoutError`, `McpCallError`, ...) and its text.
+/// The class of a tool failure: the exception DeerFlow raises for it, by name. The model
+/// reads it in the error message ([`TOOL_FAILED`], [`TASK_FAILED`]) and tests compare it, so
+/// `Display` prints exactly that name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailureClass {
+    /// A call's arguments do not validate (pydantic's `ValidationError`).
+    ValidationError,
+    /// An argument has the right type but a value the tool refuses.
+    ValueError,
+    /// A file the call names does not exist.
+    FileNotFoundError,
+    /// The tool did not finish within its deadline.
+    TimeoutError,
+    /// The tool's HTTP client could not be built or connect.
+    ConnectionError,
+    /// A web backend answered with an HTTP error (or could not be reached).
+    HTTPError,
+    /// A web backend's body is not JSON.
+    JSONDecodeError,
+    /// A web backend needs an API key and none is configured.
+    MissingAPIKeyError,
+    /// A web backend refused the API key (HTTP 401).
+    InvalidAPIKeyError,
+    /// A web backend's usage limit is reached (HTTP 429).
+    UsageLimitExceededError,
+    /// A web backend forbids the request (HTTP 403, 432, 433).
+    ForbiddenError,
+    /// A web backend refused the request as malformed (HTTP 400).
+    BadRequestError,
+    /// No executor runs the tool here (not in the catalog, no backend, no ACP agent).
+    ToolUnavailable,
+    /// `tool_search` cannot search the catalog.
+    ToolSearchUnavailable,
+    /// sandbox-host or mcp-host could not be reached, or answered out of turn.
+    HostUnavailable,
+    /// The sandbox failed the operation.
+    SandboxError,
+    /// An MCP tool's result is an error (langchain's `ToolException`).
+    ToolException,
+    /// Python's catch-all for a failure with no better class.
+    RuntimeError,
+    /// The subagent worker running a task went away.
+    WorkerLost,
+}
+
+impl FailureClass {
+    /// The exception's name, as the model reads it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureClass::ValidationError => "ValidationError",
+            FailureClass::ValueError => "ValueError",
+            FailureClass::FileNotFoundError => "FileNotFoundError",
+            FailureClass::TimeoutError => "TimeoutError",
+            FailureClass::ConnectionError => "ConnectionError",
+            FailureClass::HTTPError => "HTTPError",
+            FailureClass::JSONDecodeError => "JSONDecodeError",
+            FailureClass::MissingAPIKeyError => "MissingAPIKeyError",
+            FailureClass::InvalidAPIKeyError => "InvalidAPIKeyError",
+            FailureClass::UsageLimitExceededError => "UsageLimitExceededError",
+            FailureClass::ForbiddenError => "ForbiddenError",
+            FailureClass::BadRequestError => "BadRequestError",
+            FailureClass::ToolUnavailable => "ToolUnavailable",
+            FailureClass::ToolSearchUnavailable => "ToolSearchUnavailable",
+            FailureClass::HostUnavailable => "HostUnavailable",
+            FailureClass::SandboxError => "SandboxError",
+            FailureClass::ToolException => "ToolException",
+            FailureClass::RuntimeError => "RuntimeError",
+            FailureClass::WorkerLost => "WorkerLost",
+        }
+    }
+}
+
+impl fmt::Display for FailureClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A class compares equal to its exception's name.
+impl PartialEq<str> for FailureClass {
+    fn eq(&self, other: &str) -> bool {
+        self.name() == other
+    }
+}
+
+/// A class compares equal to its exception's name.
+impl PartialEq<&str> for FailureClass {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
+
+/// A tool failure: the error's class (`TimeoutError`, `ToolException`, ...) and its text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolFailure {
-    pub class: String,
+    pub class: FailureClass,
     pub detail: String,
 }
 
 impl ToolFailure {
-    pub fn new(class: impl Into<String>, detail: impl Into<String>) -> ToolFailure {
+    pub fn new(class: FailureClass, detail: impl Into<String>) -> ToolFailure {
         ToolFailure {
-            class: class.into(),
+            class,
             detail: detail.into(),
         }
     }
@@ -42,7 +136,7 @@ impl ToolFailure {
 pub fn failure_detail(failure: &ToolFailure) -> String {
     let detail = failure.detail.trim();
     let detail = if detail.is_empty() {
-        failure.class.as_str()
+        failure.class.name()
     } else {
         detail
     };
@@ -68,7 +162,7 @@ pub fn failed_call_message(name: &str, tool_call_id: &str, failure: &ToolFailure
     };
     let content = template
         .replacen("{name}", name, 1)
-        .replacen("{class}", &failure.class, 1)
+        .replacen("{class}", failure.class.name(), 1)
         .replacen("{detail}", &failure_detail(failure), 1);
     error_message(tool_call_id, name, content)
 }
@@ -112,7 +206,7 @@ mod tests {
         let message = failed_call_message(
             "web_fetch",
             "c1",
-            &ToolFailure::new("TimeoutError", "  timed out after 30s \n"),
+            &ToolFailure::new(FailureClass::TimeoutError, "  timed out after 30s \n"),
         );
         assert_eq!(
             content(&message),
@@ -127,7 +221,8 @@ mod tests {
 
     #[test]
     fn empty_detail_is_the_class_and_missing_names_and_ids_have_defaults() {
-        let message = failed_call_message("", "", &ToolFailure::new("RuntimeError", " "));
+        let message =
+            failed_call_message("", "", &ToolFailure::new(FailureClass::RuntimeError, " "));
         assert_eq!(
             content(&message),
             (
@@ -141,17 +236,21 @@ mod tests {
 
     #[test]
     fn long_detail_is_cut_to_497_characters_and_an_ellipsis() {
-        let failure = ToolFailure::new("ValueError", "é".repeat(600));
+        let failure = ToolFailure::new(FailureClass::ValueError, "é".repeat(600));
         let detail = failure_detail(&failure);
         assert_eq!(detail.chars().count(), 500);
         assert!(detail.ends_with("é..."));
-        let exact = ToolFailure::new("ValueError", "x".repeat(500));
+        let exact = ToolFailure::new(FailureClass::ValueError, "x".repeat(500));
         assert_eq!(failure_detail(&exact), "x".repeat(500));
     }
 
     #[test]
     fn task_failures_use_the_task_text() {
-        let message = failed_call_message("task", "t1", &ToolFailure::new("WorkerLost", "gone"));
+        let message = failed_call_message(
+            "task",
+            "t1",
+            &ToolFailure::new(FailureClass::WorkerLost, "gone"),
+        );
         assert_eq!(
             content(&message).2,
             "Task failed. Error: WorkerLost: gone. Continue with available context, or choose an alternative tool."

@@ -24,7 +24,7 @@ use crate::catalog::builtins::{
     DESCRIBE_SKILL, INVOKE_ACP_AGENT, LIST_UPLOADED_FILES, PRESENT_FILES, SKILL_MANAGE, VIEW_IMAGE,
 };
 use crate::catalog::{Catalog, ToolSource, TOOL_SEARCH_NAME};
-use crate::middleware::tool_error::ToolFailure;
+use crate::middleware::tool_error::{FailureClass, ToolFailure};
 use crate::model::ChatModel;
 use crate::thread::context::RunContext;
 use crate::thread::hosts::ToolHosts;
@@ -93,7 +93,10 @@ impl Executor<'_> {
                     .or_else(|| call.args.get("query"))
                     .and_then(serde_json::Value::as_str)
                     .ok_or_else(|| {
-                        ToolFailure::new("ValidationError", "name: field required (a string)")
+                        ToolFailure::new(
+                            FailureClass::ValidationError,
+                            "name: field required (a string)",
+                        )
                     })?;
                 let text = self.skills.describe(query, self.allowed_skills);
                 return Ok(StateUpdate::messages([Message::tool(
@@ -146,7 +149,7 @@ impl Executor<'_> {
         }
         let spec = self.catalog.get(&call.name).ok_or_else(|| {
             ToolFailure::new(
-                "ToolUnavailable",
+                FailureClass::ToolUnavailable,
                 format!("{} is not in the catalog", call.name),
             )
         })?;
@@ -165,7 +168,7 @@ impl Executor<'_> {
             } => self.mcp(call, server, original_name).await,
             _ if SANDBOX_TOOLS.contains(&call.name.as_str()) => self.sandbox(call, state).await,
             _ => Err(ToolFailure::new(
-                "ToolUnavailable",
+                FailureClass::ToolUnavailable,
                 format!("no executor runs {} in this version of Antler", call.name),
             )),
         }
@@ -183,7 +186,7 @@ impl Executor<'_> {
         self.hosts
             .request(role, request, self.timeout)
             .await
-            .map_err(|e| ToolFailure::new("HostUnavailable", e.message))
+            .map_err(|e| ToolFailure::new(FailureClass::HostUnavailable, e.message))
     }
 
     /// Acquires the run's sandbox (once; the id goes to the state) and runs the tool. A
@@ -213,7 +216,8 @@ impl Executor<'_> {
             }
             other => other,
         };
-        let result = result.map_err(|e| ToolFailure::new("SandboxError", e.to_string()))?;
+        let result =
+            result.map_err(|e| ToolFailure::new(FailureClass::SandboxError, e.to_string()))?;
         let status = if result.is_error {
             ToolStatus::Error
         } else {
@@ -241,7 +245,7 @@ impl Executor<'_> {
                 Ok(acquired.sandbox_id)
             }
             Reply::Sandbox(SandboxReply::Acquired(Err(e))) => {
-                Err(ToolFailure::new("SandboxError", e.to_string()))
+                Err(ToolFailure::new(FailureClass::SandboxError, e.to_string()))
             }
             other => Err(unexpected("sandbox-host", &other)),
         }
@@ -287,7 +291,7 @@ impl Executor<'_> {
                 .map(str::to_owned)
                 .ok_or_else(|| {
                     ToolFailure::new(
-                        "ValidationError",
+                        FailureClass::ValidationError,
                         format!("{name}: field required (a string)"),
                     )
                 })
@@ -295,7 +299,7 @@ impl Executor<'_> {
         let (agent, prompt) = (field("agent")?, field("prompt")?);
         let Some(acp) = self.acp else {
             return Err(ToolFailure::new(
-                "ToolUnavailable",
+                FailureClass::ToolUnavailable,
                 "no ACP agent is configured",
             ));
         };
@@ -322,11 +326,11 @@ impl Executor<'_> {
             .hosts
             .request_items(Role::SandboxHost, request, acp.deadline(&agent), &told)
             .await
-            .map_err(|e| ToolFailure::new("HostUnavailable", e.message))?;
+            .map_err(|e| ToolFailure::new(FailureClass::HostUnavailable, e.message))?;
         let outcome = match reply {
             Reply::Sandbox(SandboxReply::AcpEnded(outcome)) => outcome,
             Reply::Sandbox(SandboxReply::Acquired(Err(e))) => {
-                return Err(ToolFailure::new("SandboxError", e.to_string()))
+                return Err(ToolFailure::new(FailureClass::SandboxError, e.to_string()))
             }
             other => return Err(unexpected("sandbox-host", &other)),
         };
@@ -387,13 +391,13 @@ impl Executor<'_> {
             .hosts
             .request_items(Role::McpHost, Request::Mcp(request), self.timeout, &told)
             .await
-            .map_err(|e| ToolFailure::new("HostUnavailable", e.message))?;
+            .map_err(|e| ToolFailure::new(FailureClass::HostUnavailable, e.message))?;
         let result = match reply {
             Reply::Mcp(McpReply::CallResult(result)) => result,
             other => return Err(unexpected("mcp-host", &other)),
         };
         if result.is_error {
-            return Err(ToolFailure::new("ToolException", result.text()));
+            return Err(ToolFailure::new(FailureClass::ToolException, result.text()));
         }
         // A vision model is one offered `view_image`: it sees the result's images.
         let vision = self.catalog.get(VIEW_IMAGE).is_some();
@@ -438,7 +442,7 @@ impl Executor<'_> {
 
 fn unexpected(host: &str, reply: &Reply) -> ToolFailure {
     ToolFailure::new(
-        "HostUnavailable",
+        FailureClass::HostUnavailable,
         format!("unexpected reply from {host}: {reply:?}"),
     )
 }

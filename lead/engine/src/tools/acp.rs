@@ -1,7 +1,7 @@
 //! `invoke_acp_agent` from a run (spec F): the call goes to sandbox-host, the replica of
 //! the run's thread, which runs the agent (it owns the thread's `acp-workspace` and the
 //! run's processes) and streams the agent's tool calls and plan back; each becomes a
-//! [`RunEvent::AcpActivity`](crate::run::actor::RunEvent::AcpActivity). The lead only adds
+//! [`RunEvent::AcpActivity`](crate::run::events::RunEvent::AcpActivity). The lead only adds
 //! what is its own: the session's MCP servers (spec F.2.3, the enabled servers of the
 //! extensions config) and the call's deadline (the agent's `timeout_seconds` plus the
 //! handshake's).

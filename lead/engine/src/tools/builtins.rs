@@ -1,7 +1,7 @@
 //! The tools the lead executes itself (spec 3): `present_files`, `ask_clarification`
 //! (formatted here, intercepted by the clarification middleware), `list_uploaded_files`
 //! and `tool_search` over the catalog (`setup_agent` and `update_agent` are in
-//! [`crate::run::agents`]). Each returns a [`StateUpdate`] holding its tool message; a failure
+//! the lead's `agents`). Each returns a [`StateUpdate`] holding its tool message; a failure
 //! the model should see is an `Error: ...` tool message or a [`ToolFailure`] for the
 //! error middleware.
 
@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 use crate::catalog::builtins::{LIST_UPLOADED_FILES, PRESENT_FILES};
 use crate::catalog::pyjson::write_compact;
 use crate::catalog::{Catalog, TOOL_SEARCH_NAME};
-use crate::middleware::tool_error::ToolFailure;
+use crate::middleware::tool_error::{FailureClass, ToolFailure};
 use crate::thread::context::{RunContext, VIRTUAL_USER_DATA};
 use crate::thread::files::ThreadFiles;
 use crate::thread::state::{Message, StateUpdate, ToolCall, ToolStatus};
@@ -236,7 +236,7 @@ pub async fn list_uploaded_files(
         Some(Value::Number(n)) if n.is_i64() => n.as_i64().unwrap_or(DEFAULT_MAX_UPLOADS),
         Some(_) => {
             return Err(ToolFailure::new(
-                "ValidationError",
+                FailureClass::ValidationError,
                 "max_results: input should be a valid integer",
             ))
         }
@@ -246,7 +246,7 @@ pub async fn list_uploaded_files(
         Some(Value::Array(items)) if items.iter().all(Value::is_string) => {}
         Some(_) => {
             return Err(ToolFailure::new(
-                "ValidationError",
+                FailureClass::ValidationError,
                 "include_outline: input should be a boolean or a list of file names",
             ))
         }
@@ -376,10 +376,15 @@ pub fn tool_search(call: &ToolCall, catalog: &Catalog) -> Result<StateUpdate, To
         .args
         .get("query")
         .and_then(Value::as_str)
-        .ok_or_else(|| ToolFailure::new("ValidationError", "query: field required (a string)"))?;
+        .ok_or_else(|| {
+            ToolFailure::new(
+                FailureClass::ValidationError,
+                "query: field required (a string)",
+            )
+        })?;
     let outcome = catalog
         .tool_search(query, &call.id)
-        .map_err(|e| ToolFailure::new("ToolSearchUnavailable", e.to_string()))?;
+        .map_err(|e| ToolFailure::new(FailureClass::ToolSearchUnavailable, e.to_string()))?;
     Ok(StateUpdate {
         promoted: Some(outcome.promoted),
         messages: vec![Message::tool(

@@ -223,7 +223,10 @@ fn tool_search_promotes_through_the_catalog() {
     };
     assert_eq!(
         tool_search(&missing, &catalog).unwrap_err(),
-        ToolFailure::new("ValidationError", "query: field required (a string)")
+        ToolFailure::new(
+            FailureClass::ValidationError,
+            "query: field required (a string)"
+        )
     );
 }
 
@@ -376,7 +379,10 @@ fn list_uploaded_files_refuses_mistyped_arguments() {
             &thread.context,
         ))
         .unwrap_err();
-        assert_eq!(failure, ToolFailure::new("ValidationError", detail));
+        assert_eq!(
+            failure,
+            ToolFailure::new(FailureClass::ValidationError, detail)
+        );
     }
 }
 

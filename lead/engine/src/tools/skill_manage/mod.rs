@@ -22,7 +22,7 @@ use self::moderation::{Decision, ScanInput, Verdict};
 use self::scan::{CandidateFile, Finding};
 use super::skills::{SkillStore, CUSTOM_CATEGORY, SKILL_FILE};
 use crate::catalog::builtins::SKILL_MANAGE;
-use crate::middleware::tool_error::{ToolFailure, TOOL_FAILED};
+use crate::middleware::tool_error::{FailureClass, ToolFailure, TOOL_FAILED};
 use crate::model::ChatModel;
 use crate::thread::state::{Message, StateUpdate, ToolCall, ToolStatus};
 
@@ -199,7 +199,7 @@ fn parse_args(args: &Value) -> Result<Args, ToolFailure> {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
             Some(_) => Err(ToolFailure::new(
-                "ValidationError",
+                FailureClass::ValidationError,
                 format!("{key}: must be a string"),
             )),
         }
@@ -207,7 +207,7 @@ fn parse_args(args: &Value) -> Result<Args, ToolFailure> {
     let required = |key: &str| {
         text(key)?.ok_or_else(|| {
             ToolFailure::new(
-                "ValidationError",
+                FailureClass::ValidationError,
                 format!("{key}: field required (a string)"),
             )
         })
@@ -220,7 +220,7 @@ fn parse_args(args: &Value) -> Result<Args, ToolFailure> {
                 .and_then(|n| usize::try_from(n).ok())
                 .ok_or_else(|| {
                     ToolFailure::new(
-                        "ValidationError",
+                        FailureClass::ValidationError,
                         "expected_count: must be an integer of at least 1",
                     )
                 })?,
@@ -260,12 +260,12 @@ impl SkillManager<'_> {
     pub async fn execute(&self, call: &ToolCall) -> Result<StateUpdate, ToolFailure> {
         let args = parse_args(&call.args)?;
         let name = validation::skill_name(&args.name)
-            .map_err(|e| ToolFailure::new("ValueError", e))?
+            .map_err(|e| ToolFailure::new(FailureClass::ValueError, e))?
             .to_owned();
         let (user_dir, _) = self
             .store
             .user_custom_dir()
-            .ok_or_else(|| ToolFailure::new("ValueError", NO_USER_SKILLS))?;
+            .ok_or_else(|| ToolFailure::new(FailureClass::ValueError, NO_USER_SKILLS))?;
         let lock = skill_lock(&user_dir, &name);
         let _held = lock.lock().await;
         match self.action(&args, &name, &user_dir).await {
@@ -275,8 +275,10 @@ impl SkillManager<'_> {
                 reply,
                 ToolStatus::Success,
             )])),
-            Err(ActionError::Value(text)) => Err(ToolFailure::new("ValueError", text)),
-            Err(ActionError::NotFound(text)) => Err(ToolFailure::new("FileNotFoundError", text)),
+            Err(ActionError::Value(text)) => Err(ToolFailure::new(FailureClass::ValueError, text)),
+            Err(ActionError::NotFound(text)) => {
+                Err(ToolFailure::new(FailureClass::FileNotFoundError, text))
+            }
             Err(ActionError::Blocked(text)) => Ok(StateUpdate::messages([Message::tool(
                 &call.id,
                 SKILL_MANAGE,

@@ -26,7 +26,7 @@ use self::entry::ToolEntry;
 use self::http::ApiClient;
 use crate::catalog::pyjson;
 use crate::catalog::registry::{self, Place, Resolution};
-use crate::middleware::tool_error::ToolFailure;
+use crate::middleware::tool_error::{FailureClass, ToolFailure};
 use crate::thread::files::ThreadFiles;
 use crate::thread::input::neutralize_untrusted_tags;
 use crate::thread::state::{Message, StateUpdate, ToolCall, ToolStatus};
@@ -88,7 +88,7 @@ impl WebCall<'_> {
         match self.args.get(name) {
             Some(Value::String(s)) => Ok(s.clone()),
             _ => Err(ToolFailure::new(
-                "ValidationError",
+                FailureClass::ValidationError,
                 format!("{name}: field required (a string)"),
             )),
         }
@@ -147,7 +147,12 @@ impl WebTools {
         // without web tools, or runs that call none).
         let client = match ApiClient::new() {
             Ok(client) => client,
-            Err(e) => return Some(Err(ToolFailure::new("ConnectionError", e.to_string()))),
+            Err(e) => {
+                return Some(Err(ToolFailure::new(
+                    FailureClass::ConnectionError,
+                    e.to_string(),
+                )))
+            }
         };
         let empty = serde_json::Map::new();
         let args = call.args.as_object().unwrap_or(&empty);
@@ -162,7 +167,7 @@ impl WebTools {
         let result = match tokio::time::timeout(limit, work).await {
             Ok(result) => result,
             Err(_) => Err(ToolFailure::new(
-                "TimeoutError",
+                FailureClass::TimeoutError,
                 format!("{} did not finish within {}s", call.name, http::secs(limit)),
             )),
         };

@@ -18,7 +18,7 @@ pub mod serper;
 pub mod tavily;
 
 use super::{WebCall, WebOutcome};
-use crate::middleware::tool_error::ToolFailure;
+use crate::middleware::tool_error::{FailureClass, ToolFailure};
 
 /// A web backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -109,7 +109,7 @@ impl Backend {
             (Jina, "web_fetch") => jina::web_fetch(call).await,
             (Searxng, "web_search") => searxng::web_search(call).await,
             (backend, tool) => Err(ToolFailure::new(
-                "ToolUnavailable",
+                FailureClass::ToolUnavailable,
                 format!("the {backend:?} backend has no {tool}"),
             )),
         }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::middleware::tool_error::ToolFailure;
+use crate::middleware::tool_error::{FailureClass, ToolFailure};
 use crate::tools::web::guard::validate_public_http_url;
 use crate::tools::web::http::ApiResponse;
 use crate::tools::web::readability::{cut_chars, MAX_FETCH_CHARS};
@@ -31,7 +31,7 @@ fn client(call: &WebCall<'_>) -> Result<Client, ToolFailure> {
     let search = call.entry("web_search");
     let key = search
         .str_or_env("api_key", "TAVILY_API_KEY")
-        .ok_or_else(|| ToolFailure::new("MissingAPIKeyError", MISSING_KEY))?;
+        .ok_or_else(|| ToolFailure::new(FailureClass::MissingAPIKeyError, MISSING_KEY))?;
     Ok(Client {
         key,
         base: search.base_url(BASE),
@@ -58,12 +58,15 @@ async fn post(
         .client
         .send(request.body(body.to_string()), call.deadline(deadline))
         .await
-        .map_err(|e| ToolFailure::new("HTTPError", e.to_string()))?;
+        .map_err(|e| ToolFailure::new(FailureClass::HTTPError, e.to_string()))?;
     if reply.status.as_u16() != 200 {
         return Err(status_error(&reply));
     }
     reply.json().ok_or_else(|| {
-        ToolFailure::new("JSONDecodeError", "Tavily returned a body that is not JSON")
+        ToolFailure::new(
+            FailureClass::JSONDecodeError,
+            "Tavily returned a body that is not JSON",
+        )
     })
 }
 
@@ -78,11 +81,11 @@ fn status_error(reply: &ApiResponse) -> ToolFailure {
         })
         .unwrap_or_else(|| reply.body.clone());
     let class = match reply.status.as_u16() {
-        401 => "InvalidAPIKeyError",
-        429 => "UsageLimitExceededError",
-        403 | 432 | 433 => "ForbiddenError",
-        400 => "BadRequestError",
-        _ => "HTTPError",
+        401 => FailureClass::InvalidAPIKeyError,
+        429 => FailureClass::UsageLimitExceededError,
+        403 | 432 | 433 => FailureClass::ForbiddenError,
+        400 => FailureClass::BadRequestError,
+        _ => FailureClass::HTTPError,
     };
     ToolFailure::new(class, detail)
 }
