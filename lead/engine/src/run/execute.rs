@@ -86,57 +86,11 @@ impl Executor<'_> {
             TOOL_SEARCH_NAME => return builtins::tool_search(call, self.catalog),
             VIEW_IMAGE => return Ok(view_image::view_image(call, self.context).await),
             LIST_UPLOADED_FILES => return builtins::list_uploaded_files(call, self.context).await,
-            DESCRIBE_SKILL => {
-                let query = call
-                    .args
-                    .get("name")
-                    .or_else(|| call.args.get("query"))
-                    .and_then(serde_json::Value::as_str)
-                    .ok_or_else(|| {
-                        ToolFailure::new(
-                            FailureClass::ValidationError,
-                            "name: field required (a string)",
-                        )
-                    })?;
-                let text = self.skills.describe(query, self.allowed_skills);
-                return Ok(StateUpdate::messages([Message::tool(
-                    &call.id,
-                    DESCRIBE_SKILL,
-                    text,
-                    ToolStatus::Success,
-                )]));
-            }
+            DESCRIBE_SKILL => return self.describe_skill(call),
             INVOKE_ACP_AGENT if self.acp.is_some() => return self.acp(call).await,
             SKILL_MANAGE if self.skill_manage.is_some() => {
                 if let Some(settings) = self.skill_manage {
-                    // A scripted run never judges its own writes: with no moderation
-                    // model of the operator's, the scan is unavailable and fails closed.
-                    let (closed, unavailable);
-                    let (settings, model): (_, &dyn ChatModel) =
-                        if settings.moderation_model.is_none() && self.model.is_scripted() {
-                            closed = crate::tools::skill_manage::SkillManageSettings {
-                                fail_closed: true,
-                                ..settings.clone()
-                            };
-                            unavailable = crate::tools::skill_manage::UnavailableModel {
-                                name: self.model.name().to_owned(),
-                                reason: crate::tools::skill_manage::moderation::SCRIPTED_RUN
-                                    .to_owned(),
-                            };
-                            (&closed, &unavailable)
-                        } else {
-                            (
-                                settings,
-                                settings.moderation_model.as_deref().unwrap_or(self.model),
-                            )
-                        };
-                    let manager = SkillManager {
-                        store: self.skills,
-                        settings,
-                        model,
-                        thread_id: &self.context.thread_id,
-                    };
-                    return manager.execute(call).await;
+                    return self.manage_skill(call, settings).await;
                 }
             }
             _ => {}
@@ -172,6 +126,63 @@ impl Executor<'_> {
                 format!("no executor runs {} in this version of Antler", call.name),
             )),
         }
+    }
+
+    /// `describe_skill`: the installed skill `name` (or `query`) as the run may see it.
+    fn describe_skill(&self, call: &ToolCall) -> Result<StateUpdate, ToolFailure> {
+        let query = call
+            .args
+            .get("name")
+            .or_else(|| call.args.get("query"))
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| {
+                ToolFailure::new(
+                    FailureClass::ValidationError,
+                    "name: field required (a string)",
+                )
+            })?;
+        let text = self.skills.describe(query, self.allowed_skills);
+        Ok(StateUpdate::messages([Message::tool(
+            &call.id,
+            DESCRIBE_SKILL,
+            text,
+            ToolStatus::Success,
+        )]))
+    }
+
+    /// `skill_manage` with the run's settings and the model its security scan asks.
+    async fn manage_skill(
+        &self,
+        call: &ToolCall,
+        settings: &SkillManageSettings,
+    ) -> Result<StateUpdate, ToolFailure> {
+        // A scripted run never judges its own writes: with no moderation
+        // model of the operator's, the scan is unavailable and fails closed.
+        let (closed, unavailable);
+        let (settings, model): (_, &dyn ChatModel) =
+            if settings.moderation_model.is_none() && self.model.is_scripted() {
+                closed = crate::tools::skill_manage::SkillManageSettings {
+                    fail_closed: true,
+                    ..settings.clone()
+                };
+                unavailable = crate::tools::skill_manage::UnavailableModel {
+                    name: self.model.name().to_owned(),
+                    reason: crate::tools::skill_manage::moderation::SCRIPTED_RUN.to_owned(),
+                };
+                (&closed, &unavailable)
+            } else {
+                (
+                    settings,
+                    settings.moderation_model.as_deref().unwrap_or(self.model),
+                )
+            };
+        let manager = SkillManager {
+            store: self.skills,
+            settings,
+            model,
+            thread_id: &self.context.thread_id,
+        };
+        manager.execute(call).await
     }
 
     fn principal(&self) -> Principal {
