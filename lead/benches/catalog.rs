@@ -13,12 +13,9 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use antler_engine::{
-    catalog::assembly::assemble, catalog::assembly::AssemblyRequest,
-    catalog::assembly::McpSourceTool, catalog::assembly::McpTools, catalog::assembly::Sources,
-};
-use antler_engine::{
-    catalog::Catalog, catalog::CatalogHash, catalog::SearchMode, catalog::ToolSpec,
+use antler_engine::catalog::{
+    assembly::{assemble, AssemblyRequest, McpSourceTool, McpTools, Sources},
+    Catalog, CatalogHash, SearchMode, ToolSpec,
 };
 use antler_protocol::config::AppConfig;
 use serde_json::json;

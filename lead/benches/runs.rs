@@ -14,13 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use antler_engine::catalog::actor::CatalogActor;
-use antler_engine::catalog::assembly::Sources;
-use antler_engine::{catalog::Catalog, catalog::ToolSource, catalog::ToolSpec};
-use antler_engine::{AgentContext, RunContext, ThreadPaths};
-use antler_engine::{ChatModel, ModelError, ModelReply, ModelRequest, ScriptedModel};
-use antler_engine::{HostError, ToolHosts};
-use antler_engine::{RunLoop, RunSettings};
+use antler_engine::{
+    catalog::{actor::CatalogActor, assembly::Sources, Catalog, ToolSource, ToolSpec},
+    AgentContext, ChatModel, HostError, ModelError, ModelReply, ModelRequest, RunContext, RunLoop,
+    RunSettings, ScriptedModel, ThreadPaths, ToolHosts,
+};
 use antler_lead::checkpoint::{CheckpointStore, RunStatus};
 use antler_lead::run_manager::manager::{RunManager, SubmitRun, WatchRun};
 use antler_lead::run_manager::metrics::Metrics;
@@ -630,10 +628,9 @@ struct PromptFigures {
 }
 
 fn bench_prompt() -> PromptFigures {
-    use antler_engine::InstalledSkill;
-    use antler_engine::Message;
-    use antler_engine::Skill;
-    use antler_engine::{prepare_request, system_prompt, PromptCache, PromptInputs};
+    use antler_engine::{
+        prepare_request, system_prompt, InstalledSkill, Message, PromptCache, PromptInputs, Skill,
+    };
     let mut tools: Vec<ToolSpec> = ["present_files", "ask_clarification", "view_image"]
         .iter()
         .map(|n| ToolSpec::builtin(*n, "d", serde_json::json!({"type": "object"})))

@@ -15,8 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use antler_engine::{Journal, JournalError, JournalResult};
 
-use antler_engine::ThreadState;
-use antler_engine::{DeliveryReceipt, OutputsSnapshot};
+use antler_engine::{DeliveryReceipt, OutputsSnapshot, ThreadState};
 
 /// How long a write waits for another connection's lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);

@@ -478,7 +478,7 @@ fn start_runs(
     use crate::run_manager::{
         hosts::LinkHosts, manager::RunManager, metrics::Metrics, prepare::RunEnv,
     };
-    use antler_engine::{catalog::actor::CatalogActor, catalog::assembly::Sources};
+    use antler_engine::catalog::{actor::CatalogActor, assembly::Sources};
     let store = crate::checkpoint::CheckpointStore::open(&spec.store_path)?;
     actix::spawn(crate::checkpoint::probe_writes(store.clone()));
     actix::spawn(crate::mcp_credentials::relay(

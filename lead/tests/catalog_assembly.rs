@@ -8,12 +8,11 @@
 
 use std::{path::Path, sync::Arc};
 
-use antler_engine::{
-    catalog::actor::Assemble, catalog::actor::CatalogActor, catalog::actor::SetMcpTools,
-    catalog::assembly::assemble, catalog::assembly::AssemblyError,
-    catalog::assembly::AssemblyRequest, catalog::assembly::McpSourceTool,
-    catalog::assembly::McpTools, catalog::assembly::Sources, catalog::authz::Principal,
-    catalog::merge_promoted, catalog::Catalog, catalog::ToolSource,
+use antler_engine::catalog::{
+    actor::{Assemble, CatalogActor, SetMcpTools},
+    assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, McpTools, Sources},
+    authz::Principal,
+    merge_promoted, Catalog, ToolSource,
 };
 use antler_protocol::config::{
     parse_app_config, parse_extensions_config, AppConfig, ExtensionsConfig,

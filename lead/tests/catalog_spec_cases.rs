@@ -6,11 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use antler_engine::{
-    catalog::assemble_deferred_tools, catalog::compile_query_regex, catalog::latest_real_user_text,
-    catalog::merge_promoted, catalog::Catalog, catalog::CatalogHash, catalog::DeferredError,
-    catalog::McpRouting, catalog::Promoted, catalog::RoutingMode, catalog::SearchMode,
-    catalog::ToolSpec, catalog::UserTurn, catalog::FAIL_CLOSED_ERROR, catalog::TOOL_SEARCH_NAME,
+use antler_engine::catalog::{
+    assemble_deferred_tools, compile_query_regex, latest_real_user_text, merge_promoted, Catalog,
+    CatalogHash, DeferredError, McpRouting, Promoted, RoutingMode, SearchMode, ToolSpec, UserTurn,
+    FAIL_CLOSED_ERROR, TOOL_SEARCH_NAME,
 };
 use serde_json::json;
 

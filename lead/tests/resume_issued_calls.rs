@@ -6,13 +6,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use antler_engine::ScriptedModel;
-use antler_engine::INTERRUPTED_CALL;
-use antler_engine::{catalog::Catalog, catalog::ToolSource, catalog::ToolSpec};
-use antler_engine::{AgentContext, RunContext, ThreadPaths};
-use antler_engine::{HostError, ToolHosts};
-use antler_engine::{Message, ToolStatus};
-use antler_engine::{RunLoop, RunSettings};
+use antler_engine::{
+    catalog::{Catalog, ToolSource, ToolSpec},
+    AgentContext, HostError, Message, RunContext, RunLoop, RunSettings, ScriptedModel, ThreadPaths,
+    ToolHosts, ToolStatus, INTERRUPTED_CALL,
+};
 use antler_lead::checkpoint::{CheckpointStore, RunStatus};
 use antler_protocol::messages::{
     AcquireSource, Acquired, Reply, Request, SandboxReply, SandboxRequest, ToolResult,

@@ -6,12 +6,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use antler_engine::ScriptedModel;
-use antler_engine::{catalog::Catalog, catalog::ToolSource, catalog::ToolSpec};
-use antler_engine::{AgentContext, RunContext, ThreadPaths};
-use antler_engine::{HostError, ToolHosts};
-use antler_engine::{Message, StateUpdate, StopReason, ToolStatus};
-use antler_engine::{RunEvent, RunLoop, RunSettings, ToolState};
+use antler_engine::{
+    catalog::{Catalog, ToolSource, ToolSpec},
+    AgentContext, HostError, Message, RunContext, RunEvent, RunLoop, RunSettings, ScriptedModel,
+    StateUpdate, StopReason, ThreadPaths, ToolHosts, ToolState, ToolStatus,
+};
 use antler_lead::checkpoint::{CheckpointStore, RunStatus};
 use antler_protocol::messages::{Reply, Request};
 use antler_protocol::Role;

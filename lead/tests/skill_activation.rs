@@ -8,13 +8,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use antler_engine::SkillStore;
-use antler_engine::{catalog::Catalog, catalog::ToolSource, catalog::ToolSpec};
-use antler_engine::{ActiveSkill, Message, SkillSource, ToolStatus};
-use antler_engine::{AgentContext, RunContext, ThreadPaths};
-use antler_engine::{ChatModel, ModelError, ModelReply, ModelRequest, ScriptedModel};
-use antler_engine::{HostError, ToolHosts};
-use antler_engine::{RunLoop, RunSettings};
+use antler_engine::{
+    catalog::{Catalog, ToolSource, ToolSpec},
+    ActiveSkill, AgentContext, ChatModel, HostError, Message, ModelError, ModelReply, ModelRequest,
+    RunContext, RunLoop, RunSettings, ScriptedModel, SkillSource, SkillStore, ThreadPaths,
+    ToolHosts, ToolStatus,
+};
 use antler_lead::checkpoint::{CheckpointStore, RunStatus};
 use antler_protocol::messages::{Reply, Request};
 use antler_protocol::Role;

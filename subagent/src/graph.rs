@@ -8,10 +8,7 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use antler_engine::run_task;
-use antler_engine::CancelFlag;
-use antler_engine::TaskEvent;
-use antler_engine::TaskSpec;
+use antler_engine::{run_task, CancelFlag, TaskEvent, TaskSpec};
 
 use crate::hosts::WorkerHosts;
 use crate::worker::{TaskEventOf, TaskFinished, TaskKey, Worker};

@@ -12,9 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use antler_engine::CancelFlag;
-use antler_engine::TaskSpec;
-use antler_engine::{TaskEvent, TaskResult};
+use antler_engine::{CancelFlag, TaskEvent, TaskResult, TaskSpec};
 use antler_protocol::{
     host::RoleHandler,
     messages::{Health, Reply, Request, WorkerReply, WorkerRequest},

@@ -29,10 +29,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use antler_engine::{catalog::Catalog, catalog::ToolSpec};
-use antler_engine::{Playbook, ScriptedCall, ScriptedTurn};
-use antler_engine::{TaskEvent, TaskResult, TaskStatus};
-use antler_engine::{TaskSpec, WireCatalog, WireModel};
+use antler_engine::{
+    catalog::{Catalog, ToolSpec},
+    Playbook, ScriptedCall, ScriptedTurn, TaskEvent, TaskResult, TaskSpec, TaskStatus, WireCatalog,
+    WireModel,
+};
 use antler_lead::subagents::dispatcher::{Release, Reserve, Reserved, SubagentDispatcher, Workers};
 use antler_lead::supervisor::{ChildSpec, GetStatus, RestartPolicy, StopAll, Supervisor};
 use antler_protocol::messages::{Reply, Request, TaskAssignment, WorkerReply, WorkerRequest};

@@ -15,10 +15,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use antler_engine::catalog::ToolSpec;
-use antler_engine::{ApiKey, OpenAiConfig, OpenAiModel};
-use antler_engine::{ChatModel, ModelError, ModelRequest};
-use antler_engine::{Message, ToolStatus};
+use antler_engine::{
+    catalog::ToolSpec, ApiKey, ChatModel, Message, ModelError, ModelRequest, OpenAiConfig,
+    OpenAiModel, ToolStatus,
+};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;

@@ -11,14 +11,11 @@ mod sandbox_support;
 
 use std::sync::Arc;
 
-use antler_engine::present_files;
-use antler_engine::OutputBudget;
-use antler_engine::ThreadFilesMode;
-use antler_engine::ToolHosts;
-use antler_engine::{images_for_next_call, view_image};
-use antler_engine::{AgentContext, RunContext, ThreadPaths};
-use antler_engine::{DeliveryReceipt, OutputsSnapshot};
-use antler_engine::{Message, StateUpdate, ToolCall};
+use antler_engine::{
+    images_for_next_call, present_files, view_image, AgentContext, DeliveryReceipt, Message,
+    OutputBudget, OutputsSnapshot, RunContext, StateUpdate, ThreadFilesMode, ThreadPaths, ToolCall,
+    ToolHosts,
+};
 use antler_lead::run_manager::manager::{read_artifact, ArtifactContent};
 use antler_protocol::messages::ThreadFileError;
 use sandbox_support::{DirectHosts, SandboxHost, LOCAL_CONFIG};

@@ -13,12 +13,10 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use antler_engine::ThreadFilesMode;
-use antler_engine::ThreadPaths;
-use antler_engine::ToolHosts;
-use antler_engine::WebTools;
-use antler_engine::{DeliveryReceipt, OutputsSnapshot};
-use antler_engine::{Message, ToolCall};
+use antler_engine::{
+    DeliveryReceipt, Message, OutputsSnapshot, ThreadFilesMode, ThreadPaths, ToolCall, ToolHosts,
+    WebTools,
+};
 use antler_protocol::config::ToolConfig;
 use sandbox_support::{DirectHosts, SandboxHost, LOCAL_CONFIG};
 use serde_json::json;

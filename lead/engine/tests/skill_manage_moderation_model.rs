@@ -6,9 +6,7 @@ mod skill_manage_support;
 
 use std::sync::Arc;
 
-use antler_engine::ScriptedModel;
-use antler_engine::ToolStatus;
-use antler_engine::{SkillManageSettings, UnavailableModel};
+use antler_engine::{ScriptedModel, SkillManageSettings, ToolStatus, UnavailableModel};
 use serde_json::json;
 use skill_manage_support::{run_with_settings, runtime, skill_md, Data, ALLOW};
 

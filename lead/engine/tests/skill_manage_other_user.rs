@@ -5,8 +5,7 @@
 
 mod skill_manage_support;
 
-use antler_engine::Message;
-use antler_engine::SlashActivation;
+use antler_engine::{Message, SlashActivation};
 use serde_json::json;
 use skill_manage_support::{failed, run_blocking, skill_md, Data, ALLOW};
 

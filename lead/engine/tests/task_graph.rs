@@ -12,16 +12,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use antler_engine::catalog::builtins;
-use antler_engine::CancelFlag;
-use antler_engine::TokenBudget;
-use antler_engine::{catalog::Catalog, catalog::ToolSource, catalog::ToolSpec};
-use antler_engine::{drive_task, run_task, TaskRun};
-use antler_engine::{HostError, ToolHosts};
-use antler_engine::{Message, TokenUsage, ToolStatus};
-use antler_engine::{Playbook, ScriptedCall, ScriptedTurn};
-use antler_engine::{TaskEvent, TaskResult, TaskStatus, TaskStopReason};
-use antler_engine::{TaskSpec, WireCatalog, WireModel};
+use antler_engine::{
+    catalog::{builtins, Catalog, ToolSource, ToolSpec},
+    drive_task, run_task, CancelFlag, HostError, Message, Playbook, ScriptedCall, ScriptedTurn,
+    TaskEvent, TaskResult, TaskRun, TaskSpec, TaskStatus, TaskStopReason, TokenBudget, TokenUsage,
+    ToolHosts, ToolStatus, WireCatalog, WireModel,
+};
 use antler_protocol::messages::{
     AcquireSource, Acquired, Reply, Request, SandboxReply, SandboxRequest, ToolResult,
 };

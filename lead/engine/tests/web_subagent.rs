@@ -8,14 +8,11 @@ mod web_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use antler_engine::drive_task;
-use antler_engine::CancelFlag;
-use antler_engine::Message;
-use antler_engine::WireWebTools;
-use antler_engine::{catalog::Catalog, catalog::ToolSource, catalog::ToolSpec};
-use antler_engine::{HostError, ToolHosts};
-use antler_engine::{Playbook, ScriptedCall, ScriptedTurn};
-use antler_engine::{TaskSpec, WireCatalog, WireModel};
+use antler_engine::{
+    catalog::{Catalog, ToolSource, ToolSpec},
+    drive_task, CancelFlag, HostError, Message, Playbook, ScriptedCall, ScriptedTurn, TaskSpec,
+    ToolHosts, WireCatalog, WireModel, WireWebTools,
+};
 use antler_protocol::messages::{Reply as HostReply, Request};
 use antler_protocol::Role;
 use futures::future::BoxFuture;

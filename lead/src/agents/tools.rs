@@ -10,13 +10,10 @@ use super::store::{
     legacy_agent_dir, user_agent_dir, user_default_dir, validate_agent_name, write_files,
     CONFIG_FILENAME, SOUL_FILENAME,
 };
-use antler_engine::RunContext;
 use antler_engine::{
-    catalog::builtins::SETUP_AGENT, catalog::builtins::UPDATE_AGENT,
-    catalog::builtins::WEBHOOK_CHANNELS,
+    catalog::builtins::{SETUP_AGENT, UPDATE_AGENT, WEBHOOK_CHANNELS},
+    FailureClass, Message, RunContext, StateUpdate, ToolCall, ToolFailure, ToolStatus,
 };
-use antler_engine::{FailureClass, ToolFailure};
-use antler_engine::{Message, StateUpdate, ToolCall, ToolStatus};
 
 /// `setup_agent` with a blank soul (checked before anything else).
 pub const SETUP_EMPTY_SOUL: &str =

@@ -18,10 +18,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{extensions::ExtensionsFile, forward, Ctx};
-use antler_engine::{
-    catalog::assembly::assemble, catalog::assembly::origins, catalog::assembly::AssemblyRequest,
-    catalog::assembly::McpSourceTool, catalog::assembly::McpTools, catalog::assembly::Sources,
-    catalog::Catalog, catalog::ToolSpec,
+use antler_engine::catalog::{
+    assembly::{assemble, origins, AssemblyRequest, McpSourceTool, McpTools, Sources},
+    Catalog, ToolSpec,
 };
 
 /// The catalog commands.
@@ -119,7 +118,7 @@ fn file_catalog(path: &PathBuf) -> anyhow::Result<Catalog> {
 /// written, and the tool dropped before the next is parsed, so memory stays small (at
 /// 5,000 tools most of the time went to faulting in the pages of every parsed schema).
 fn file_hash(path: &PathBuf) -> anyhow::Result<Option<antler_engine::catalog::hash::CatalogHash>> {
-    use antler_engine::{catalog::hash::entry_of, catalog::hash::BlobHasher};
+    use antler_engine::catalog::hash::{entry_of, BlobHasher};
     use serde::de::{Deserializer as _, SeqAccess, Visitor};
 
     /// Visits the array, keeping (name, hash entry) of each tool.

@@ -9,9 +9,10 @@ use std::{path::PathBuf, process::ExitCode};
 use antler_protocol::config::{self, process_env, AppConfig, FieldPath, Finding};
 use clap::Subcommand;
 
-use antler_engine::ModelError;
-use antler_engine::{catalog::registry, catalog::registry::Resolution};
-use antler_engine::{OpenAiConfig, USE_CHAT_DEEPSEEK, USE_CHAT_OPENAI};
+use antler_engine::{
+    catalog::registry::{self, Resolution},
+    ModelError, OpenAiConfig, USE_CHAT_DEEPSEEK, USE_CHAT_OPENAI,
+};
 
 /// The config commands.
 #[derive(Debug, Subcommand)]

@@ -26,9 +26,9 @@ use super::{
 };
 use crate::cluster::attach_or_start;
 use crate::cluster::LeadClient;
-use antler_engine::{
-    catalog::assembly::assemble, catalog::assembly::AssemblyRequest, catalog::assembly::McpTools,
-    catalog::assembly::Sources, catalog::ToolSource, catalog::TOOL_SEARCH_NAME,
+use antler_engine::catalog::{
+    assembly::{assemble, AssemblyRequest, McpTools, Sources},
+    ToolSource, TOOL_SEARCH_NAME,
 };
 
 pub use antler_protocol::messages::SANDBOX_TOOLS;

@@ -28,9 +28,10 @@ use super::metrics::Metrics;
 use super::prepare::{PrepareError, Prepared, RunEnv};
 use super::view;
 use crate::checkpoint::{RunRecord, RunStatus};
-use antler_engine::Journal;
-use antler_engine::{catalog::Catalog, catalog::ToolSource};
-use antler_engine::{CancelFlag, Crash, Drive, RunActor, RunError, RunEvent, ToolState};
+use antler_engine::{
+    catalog::{Catalog, ToolSource},
+    CancelFlag, Crash, Drive, Journal, RunActor, RunError, RunEvent, ToolState,
+};
 
 /// The warning a run resumed after its actor crashed carries in its events.
 pub const RUN_ACTOR_CRASHED: &str =

@@ -27,29 +27,17 @@ use crate::agents::profile::AgentProfile;
 use crate::agents::LeadAgentTools;
 use crate::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
 use crate::subagents::delegator::LeadDelegator;
-use antler_engine::catalog::Catalog;
-use antler_engine::Delegator;
-use antler_engine::Guardrail;
-use antler_engine::SkillStore;
-use antler_engine::SubagentLimit;
-use antler_engine::SubagentPromptInputs;
-use antler_engine::TokenBudget;
-use antler_engine::WebTools;
 use antler_engine::{
-    catalog::actor::Assemble, catalog::actor::CatalogActor, catalog::actor::SetConfig,
-    catalog::actor::SetExtensions, catalog::actor::SetMcpTools,
+    catalog::{
+        actor::{Assemble, CatalogActor, SetConfig, SetExtensions, SetMcpTools},
+        assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, Sources},
+        Catalog,
+    },
+    AgentContext, CancelFlag, ChatModel, Delegator, Guardrail, HostError, ModelError, PromptCache,
+    PromptInputs, PromptMount, RunBuilder, RunContext, RunError, RunLoop, RunSettings,
+    ScriptedModel, SkillStore, SubagentLimit, SubagentPromptInputs, ThreadFiles, ThreadFilesMode,
+    ThreadPaths, TokenBudget, ToolHosts, WebTools, MAX_PLAYBOOK_BYTES,
 };
-use antler_engine::{
-    catalog::assembly::assemble, catalog::assembly::AssemblyError,
-    catalog::assembly::AssemblyRequest, catalog::assembly::McpSourceTool,
-    catalog::assembly::Sources,
-};
-use antler_engine::{AgentContext, RunContext, ThreadPaths};
-use antler_engine::{CancelFlag, RunBuilder, RunError, RunLoop, RunSettings};
-use antler_engine::{ChatModel, ModelError, ScriptedModel, MAX_PLAYBOOK_BYTES};
-use antler_engine::{HostError, ToolHosts};
-use antler_engine::{PromptCache, PromptInputs, PromptMount};
-use antler_engine::{ThreadFiles, ThreadFilesMode};
 
 use super::readiness::{wait_linked, HOSTS_START_WAIT};
 

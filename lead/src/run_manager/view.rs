@@ -8,8 +8,7 @@
 use serde_json::{json, Value};
 
 use crate::checkpoint::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
-use antler_engine::Message;
-use antler_engine::RunOutcome;
+use antler_engine::{Message, RunOutcome};
 
 /// The view of a run whose drive just stopped.
 pub fn from_outcome(record: &RunRecord, outcome: &RunOutcome) -> Value {

@@ -13,17 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Addr;
-use antler_engine::builtin_system_prompt;
-use antler_engine::catalog::assembly::AssemblyRequest;
-use antler_engine::ChatModel;
-use antler_engine::SkillStore;
-use antler_engine::SubagentLimit;
-use antler_engine::TokenBudget;
-use antler_engine::WireWebTools;
-use antler_engine::{subagent_system_prompt, SubagentPromptParts};
-use antler_engine::{Delegator, TaskCall, TaskEventSink};
-use antler_engine::{TaskEvent, TaskResult};
-use antler_engine::{TaskSpec, WireCatalog};
+use antler_engine::{
+    builtin_system_prompt, catalog::assembly::AssemblyRequest, subagent_system_prompt, ChatModel,
+    Delegator, SkillStore, SubagentLimit, SubagentPromptParts, TaskCall, TaskEvent, TaskEventSink,
+    TaskResult, TaskSpec, TokenBudget, WireCatalog, WireWebTools,
+};
 use antler_protocol::config::{AppConfig, TokenBudgetConfig};
 use antler_protocol::messages::{Reply, Request, TaskAssignment, WorkerReply, WorkerRequest};
 use antler_protocol::Role;

@@ -4,9 +4,9 @@
 //! precedence of `get_subagent_config`.
 
 use antler_engine::{
-    catalog::builtins::ASK_CLARIFICATION, catalog::builtins::PRESENT_FILES, catalog::builtins::TASK,
+    catalog::builtins::{ASK_CLARIFICATION, PRESENT_FILES, TASK},
+    BASH_SUBAGENT, BASH_SUBAGENT_DISABLED, GENERAL_PURPOSE, UNKNOWN_SUBAGENT,
 };
-use antler_engine::{BASH_SUBAGENT, BASH_SUBAGENT_DISABLED, GENERAL_PURPOSE, UNKNOWN_SUBAGENT};
 use antler_protocol::config::{is_host_bash_allowed, AppConfig, TokenBudgetConfig};
 
 /// One subagent type, its limits resolved.

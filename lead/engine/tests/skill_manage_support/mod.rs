@@ -8,14 +8,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use antler_engine::SkillManageSettings;
-use antler_engine::SkillStore;
-use antler_engine::{catalog::builtins, catalog::Catalog};
-use antler_engine::{AgentContext, RunContext, ThreadPaths};
-use antler_engine::{ChatModel, ModelError, ModelReply, ModelRequest, ScriptedModel};
-use antler_engine::{HostError, ToolHosts};
-use antler_engine::{Message, ToolStatus};
-use antler_engine::{RunLoop, RunSettings};
+use antler_engine::{
+    catalog::{builtins, Catalog},
+    AgentContext, ChatModel, HostError, Message, ModelError, ModelReply, ModelRequest, RunContext,
+    RunLoop, RunSettings, ScriptedModel, SkillManageSettings, SkillStore, ThreadPaths, ToolHosts,
+    ToolStatus,
+};
 use antler_protocol::messages::{Reply, Request};
 use antler_protocol::Role;
 use futures::future::BoxFuture;

@@ -9,10 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use antler_engine::ThreadFiles;
-use antler_engine::ThreadPaths;
-use antler_engine::WebTools;
-use antler_engine::{Message, ToolCall, ToolStatus};
+use antler_engine::{Message, ThreadFiles, ThreadPaths, ToolCall, ToolStatus, WebTools};
 use antler_protocol::config::ToolConfig;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
