@@ -262,8 +262,7 @@ mod tests {
                 at: Duration::ZERO,
             };
             let text = playbook(&run);
-            let parsed: Result<antler_engine::run::model::Playbook, _> =
-                serde_yaml::from_str(&text);
+            let parsed: Result<antler_engine::Playbook, _> = serde_yaml::from_str(&text);
             assert!(parsed.is_ok(), "{text}\n{parsed:?}");
         }
     }

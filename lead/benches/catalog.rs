@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use antler_lead::catalog::assembly::{assemble, AssemblyRequest, McpSourceTool, McpTools, Sources};
-use antler_lead::catalog::{Catalog, CatalogHash, SearchMode, ToolSpec};
+use antler_engine::catalog::{
+    assembly::{assemble, AssemblyRequest, McpSourceTool, McpTools, Sources},
+    Catalog, CatalogHash, SearchMode, ToolSpec,
+};
 use antler_protocol::config::AppConfig;
 use serde_json::json;
 

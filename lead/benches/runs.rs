@@ -14,13 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use antler_lead::catalog::actor::CatalogActor;
-use antler_lead::catalog::assembly::Sources;
-use antler_lead::catalog::{Catalog, ToolSource, ToolSpec};
-use antler_lead::run::actor::{RunLoop, RunSettings};
-use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
-use antler_lead::run::hosts::{HostError, ToolHosts};
-use antler_lead::run::model::{ChatModel, ModelError, ModelReply, ModelRequest, ScriptedModel};
+use antler_engine::{
+    catalog::{actor::CatalogActor, assembly::Sources, Catalog, ToolSource, ToolSpec},
+    AgentContext, ChatModel, HostError, ModelError, ModelReply, ModelRequest, RunContext, RunLoop,
+    RunSettings, ScriptedModel, ThreadPaths, ToolHosts,
+};
 use antler_lead::runs::Metrics;
 use antler_lead::runs::RunEnv;
 use antler_lead::runs::{CheckpointStore, RunStatus};
@@ -274,8 +272,8 @@ fn step_catalog() -> Arc<Catalog> {
     };
     let tools = vec![
         write_file,
-        antler_lead::catalog::builtins::present_files(),
-        antler_lead::catalog::builtins::ask_clarification(),
+        antler_engine::catalog::builtins::present_files(),
+        antler_engine::catalog::builtins::ask_clarification(),
         ToolSpec::mcp(
             "everything_echo",
             "Echoes back the input.",
@@ -630,10 +628,9 @@ struct PromptFigures {
 }
 
 fn bench_prompt() -> PromptFigures {
-    use antler_lead::run::middleware::skill_policy::Skill;
-    use antler_lead::run::prompt::{prepare_request, system_prompt, PromptCache, PromptInputs};
-    use antler_lead::run::skills::InstalledSkill;
-    use antler_lead::run::state::Message;
+    use antler_engine::{
+        prepare_request, system_prompt, InstalledSkill, Message, PromptCache, PromptInputs, Skill,
+    };
     let mut tools: Vec<ToolSpec> = ["present_files", "ask_clarification", "view_image"]
         .iter()
         .map(|n| ToolSpec::builtin(*n, "d", serde_json::json!({"type": "object"})))

@@ -1,8 +1,7 @@
 //! antler-lead: the lead process's library: the supervisor of the local cluster, the
 //! lead's control socket, the run manager (the runs it hosts, their checkpoints and
 //! events), custom agents, the subagent dispatcher, the gateway and the CLI's plumbing.
-//! The agent engine (catalog and run loop) is `antler-engine`, re-exported as
-//! [`catalog`] and [`run`].
+//! The agent engine (catalog and run loop) is `antler-engine`, used by its own name.
 
 pub(crate) mod agents;
 pub(crate) mod cli;
@@ -13,5 +12,4 @@ pub mod runs;
 pub mod subagents;
 pub(crate) mod teardown;
 
-pub use antler_engine::{catalog, run};
 pub use antler_protocol::host as host_runtime;

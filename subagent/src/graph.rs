@@ -1,5 +1,5 @@
 //! `TaskGraph`: one actor per task, thrown away when the task ends. It owns the task's
-//! cancellation and drives the engine's task run (`antler_engine::run::task::graph`): no
+//! cancellation and drives the engine's task run (`antler_engine::run_task`): no
 //! checkpoint, no `task` tool, its budgets and timeout. Its events and its end go to the
 //! [`Worker`](crate::worker::Worker), which streams them to whoever listens; the first
 //! terminal state is the only one (the actor stops after it). A graph that stops without
@@ -8,10 +8,7 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use antler_engine::run::actor::CancelFlag;
-use antler_engine::run::task::graph::run_task;
-use antler_engine::run::task::spec::TaskSpec;
-use antler_engine::run::task::TaskEvent;
+use antler_engine::{run_task, CancelFlag, TaskEvent, TaskSpec};
 
 use crate::hosts::WorkerHosts;
 use crate::worker::{TaskEventOf, TaskFinished, TaskKey, Worker};
@@ -42,7 +39,7 @@ impl Actor for TaskGraph {
                 event,
             })
         });
-        let hosts: Arc<dyn antler_engine::run::hosts::ToolHosts> = Arc::new(
+        let hosts: Arc<dyn antler_engine::ToolHosts> = Arc::new(
             self.hosts
                 .for_task(spec.sandbox_host.as_deref(), spec.mcp_host.as_deref()),
         );

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use antler_engine::run::hosts::{call_link, stream_link, HostError, ToolHosts};
+use antler_engine::{call_link, stream_link, HostError, ToolHosts};
 use antler_protocol::{
     handshake::{Identity, Role},
     link::HostLink,

@@ -12,9 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use antler_engine::run::actor::CancelFlag;
-use antler_engine::run::task::spec::TaskSpec;
-use antler_engine::run::task::{TaskEvent, TaskResult};
+use antler_engine::{CancelFlag, TaskEvent, TaskResult, TaskSpec};
 use antler_protocol::{
     host::RoleHandler,
     messages::{Health, Reply, Request, WorkerReply, WorkerRequest},

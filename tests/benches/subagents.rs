@@ -29,11 +29,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use antler_lead::catalog::{Catalog, ToolSpec};
+use antler_engine::{
+    catalog::{Catalog, ToolSpec},
+    Playbook, ScriptedCall, ScriptedTurn, TaskEvent, TaskResult, TaskSpec, TaskStatus, WireCatalog,
+    WireModel,
+};
 use antler_lead::cluster::{ChildSpec, GetStatus, RestartPolicy, StopAll, Supervisor};
-use antler_lead::run::model::{Playbook, ScriptedCall, ScriptedTurn};
-use antler_lead::run::task::spec::{TaskSpec, WireCatalog, WireModel};
-use antler_lead::run::task::{TaskEvent, TaskResult, TaskStatus};
 use antler_lead::subagents::{Release, Reserve, Reserved, SubagentDispatcher, Workers};
 use antler_protocol::messages::{Reply, Request, TaskAssignment, WorkerReply, WorkerRequest};
 use antler_protocol::runtime_dir::RuntimeDir;

@@ -1,10 +1,76 @@
-//! antler-engine: the agent engine the lead and the subagent workers both run. `catalog`
-//! assembles, hashes, defers and searches tools; `run` is one run's model -> tools loop
-//! with its middleware, model clients, prompts, skills and the builtins that need no
-//! lead-only state. What only the lead has (the checkpoint journal, the custom-agent
-//! tools, delegation to subagent workers) plugs in through the traits in
-//! [`run::journal`], [`run::execute`] and [`run::delegation`]; this crate never depends
-//! on the lead.
+//! antler-engine: the agent engine the lead and the subagent workers both run, in rooms
+//! named for ARCHITECTURE's nouns, from the bottom up: `catalog` assembles, hashes, defers
+//! and searches tools; `thread` is a thread's state and the ports a run reaches the world
+//! through (its files, the hosts, its sandbox lease); `model` the chat-model trait, the
+//! scripted model, a model's wire form and one module per provider; `middleware`
+//! DeerFlow's tool-call middlewares; `tools` the tools the engine runs itself (builtins,
+//! images, MCP results, ACP, skills, web, the `task` tool); `prompt` the system prompts;
+//! `settlement` the delivery receipt; `run` the model -> tools loop, its events and its
+//! actor; `task` a subagent task, which drives a run. A room depends only on the rooms
+//! before it. What only the lead has (the checkpoint journal, the custom-agent tools,
+//! delegation to subagent workers) plugs in through [`Journal`], [`LeadTools`] and
+//! [`Delegator`]; this crate never depends on the lead.
+//!
+//! The rooms are private: what other crates use is re-exported here, and `catalog` is
+//! public as it stands.
 
 pub mod catalog;
-pub mod run;
+mod http_clients;
+mod middleware;
+mod model;
+mod prompt;
+mod run;
+mod settlement;
+mod task;
+mod thread;
+mod tools;
+
+pub use http_clients::clients_built;
+pub use middleware::dangling::INTERRUPTED_CALL;
+pub use middleware::guardrail::{AllowlistProvider, Guardrail};
+pub use middleware::output_budget::OutputBudget;
+pub use middleware::skill_policy::{Skill, SkillPolicy};
+pub use middleware::subagent_limit::SubagentLimit;
+pub use middleware::token_budget::TokenBudget;
+pub use middleware::tool_error::{FailureClass, ToolFailure};
+pub use model::openai::{
+    model_from_config, ApiKey, OpenAiConfig, OpenAiModel, USE_CHAT_DEEPSEEK, USE_CHAT_OPENAI,
+};
+pub use model::{
+    ChatModel, ModelError, ModelReply, ModelRequest, Playbook, ScriptedCall, ScriptedModel,
+    ScriptedTurn, WireModel, MAX_PLAYBOOK_BYTES,
+};
+pub use prompt::subagent::builtin_system_prompt;
+pub use prompt::{
+    prepare_request, subagent_system_prompt, system_prompt, PromptCache, PromptInputs, PromptMount,
+    SubagentPromptInputs, SubagentPromptParts,
+};
+pub use run::actor::{
+    CancelFlag, Crash, Drive, RunActor, RunBuilder, RunError, RunLoop, RunOutcome, RunSettings,
+};
+pub use run::events::{RunEvent, ToolState};
+pub use run::execute::LeadTools;
+pub use run::journal::{Journal, JournalError, JournalResult, RunRecord, RunStatus, SharedJournal};
+pub use settlement::{DeliveryReceipt, OutputsSnapshot};
+pub use task::graph::{drive_task, run_task, TaskRun};
+pub use task::spec::{TaskSpec, WireCatalog};
+pub use thread::context::{AgentContext, RunContext};
+pub use thread::files::{ThreadFiles, ThreadFilesMode, ThreadPaths};
+pub use thread::hosts::{
+    call_link, stream_link, HostError, HostReadiness, LeadConnectionHosts, ToolHosts,
+};
+pub use thread::state::{
+    ActiveSkill, Message, SkillSource, StateUpdate, StopReason, ThreadState, TokenUsage, ToolCall,
+    ToolStatus,
+};
+pub use tools::acp::AcpCalls;
+pub use tools::builtins::present_files;
+pub use tools::skill_manage::{SkillManageSettings, UnavailableModel};
+pub use tools::skills::{InstalledSkill, SkillStore, SlashActivation};
+pub use tools::task::delegation::{Delegator, TaskCall, TaskEventSink};
+pub use tools::task::{
+    TaskEvent, TaskResult, TaskStatus, TaskStopReason, BASH_SUBAGENT, BASH_SUBAGENT_DISABLED,
+    GENERAL_PURPOSE, UNKNOWN_SUBAGENT,
+};
+pub use tools::view_image::{images_for_next_call, view_image};
+pub use tools::web::{WebTools, WireWebTools};

@@ -7,11 +7,10 @@ pub mod profile;
 pub mod store;
 pub mod tools;
 
-use antler_engine::catalog::builtins::{SETUP_AGENT, UPDATE_AGENT};
-use antler_engine::run::context::RunContext;
-use antler_engine::run::execute::LeadTools;
-use antler_engine::run::middleware::tool_error::ToolFailure;
-use antler_engine::run::state::{StateUpdate, ToolCall};
+use antler_engine::{
+    catalog::builtins::{SETUP_AGENT, UPDATE_AGENT},
+    LeadTools, RunContext, StateUpdate, ToolCall, ToolFailure,
+};
 
 /// The custom-agent tools, as the engine's runs call them.
 #[derive(Clone, Copy, Debug, Default)]

@@ -15,7 +15,7 @@ use super::store::{
     legacy_agent_dir, user_agent_dir, user_default_dir, validate_agent_name, CONFIG_FILENAME,
     SOUL_FILENAME,
 };
-use crate::run::context::AgentContext;
+use antler_engine::AgentContext;
 
 /// The largest SOUL or agent config read.
 const MAX_AGENT_FILE: u64 = 256 * 1024;

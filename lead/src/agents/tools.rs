@@ -10,10 +10,10 @@ use super::store::{
     legacy_agent_dir, user_agent_dir, user_default_dir, validate_agent_name, write_files,
     CONFIG_FILENAME, SOUL_FILENAME,
 };
-use crate::catalog::builtins::{SETUP_AGENT, UPDATE_AGENT, WEBHOOK_CHANNELS};
-use crate::run::context::RunContext;
-use crate::run::middleware::tool_error::ToolFailure;
-use crate::run::state::{Message, StateUpdate, ToolCall, ToolStatus};
+use antler_engine::{
+    catalog::builtins::{SETUP_AGENT, UPDATE_AGENT, WEBHOOK_CHANNELS},
+    FailureClass, Message, RunContext, StateUpdate, ToolCall, ToolFailure, ToolStatus,
+};
 
 /// `setup_agent` with a blank soul (checked before anything else).
 pub const SETUP_EMPTY_SOUL: &str =
@@ -255,7 +255,7 @@ fn yaml_list(items: Vec<String>) -> Yaml {
 }
 
 fn invalid(key: &str, expected: &str) -> ToolFailure {
-    ToolFailure::new("ValidationError", format!("{key}: {expected}"))
+    ToolFailure::new(FailureClass::ValidationError, format!("{key}: {expected}"))
 }
 
 /// A required string argument.

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::*;
 use crate::agents::store::{write_files, WriteError};
-use crate::run::context::{AgentContext, ThreadPaths};
+use antler_engine::{AgentContext, ThreadPaths};
 
 /// A data root with no files, and a run of user `u1` as agent `name` (if any).
 struct Agents {
@@ -242,7 +242,10 @@ fn setup_with_missing_or_mistyped_arguments_is_a_validation_error() {
         ),
     ] {
         let failure = setup_agent(&call(SETUP_AGENT, args), &agents.context).unwrap_err();
-        assert_eq!(failure, ToolFailure::new("ValidationError", detail));
+        assert_eq!(
+            failure,
+            ToolFailure::new(FailureClass::ValidationError, detail)
+        );
     }
     assert!(agents.tree().is_empty());
 }
@@ -537,7 +540,10 @@ fn update_with_mistyped_arguments_is_a_validation_error() {
         ),
     ] {
         let failure = update_agent(&call(UPDATE_AGENT, args), &agents.context).unwrap_err();
-        assert_eq!(failure, ToolFailure::new("ValidationError", detail));
+        assert_eq!(
+            failure,
+            ToolFailure::new(FailureClass::ValidationError, detail)
+        );
     }
 }
 

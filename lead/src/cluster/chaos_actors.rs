@@ -17,9 +17,9 @@ use antler_protocol::{
     RemoteError, RpcError,
 };
 
-use crate::catalog::actor::{CatalogActor, Crash as CrashCatalog};
 use crate::cluster::supervisor::{GetLinks, Supervisor};
 use crate::runs::manager::{ChaosStopRun, RunManager};
+use antler_engine::{catalog::actor::CatalogActor, catalog::actor::Crash as CrashCatalog};
 
 /// How long a host gets to answer a routed `ChaosStop`.
 const HOST_TIMEOUT: Duration = Duration::from_secs(5);

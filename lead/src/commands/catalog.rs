@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{extensions::ExtensionsFile, forward, Ctx};
-use crate::catalog::{
+use antler_engine::catalog::{
     assembly::{assemble, origins, AssemblyRequest, McpSourceTool, McpTools, Sources},
     Catalog, ToolSpec,
 };
@@ -117,8 +117,8 @@ fn file_catalog(path: &PathBuf) -> anyhow::Result<Catalog> {
 /// The array is read one tool at a time: each tool's schema is normalised, its hash entry
 /// written, and the tool dropped before the next is parsed, so memory stays small (at
 /// 5,000 tools most of the time went to faulting in the pages of every parsed schema).
-fn file_hash(path: &PathBuf) -> anyhow::Result<Option<crate::catalog::hash::CatalogHash>> {
-    use crate::catalog::hash::{entry_of, BlobHasher};
+fn file_hash(path: &PathBuf) -> anyhow::Result<Option<antler_engine::catalog::hash::CatalogHash>> {
+    use antler_engine::catalog::hash::{entry_of, BlobHasher};
     use serde::de::{Deserializer as _, SeqAccess, Visitor};
 
     /// Visits the array, keeping (name, hash entry) of each tool.
@@ -156,7 +156,9 @@ fn file_hash(path: &PathBuf) -> anyhow::Result<Option<crate::catalog::hash::Cata
     }
     entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     if let Some(dup) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(crate::catalog::CatalogError::DuplicateToolName(dup[0].0.clone()).into());
+        return Err(
+            antler_engine::catalog::CatalogError::DuplicateToolName(dup[0].0.clone()).into(),
+        );
     }
     let mut blob = BlobHasher::new();
     blob.written_entries(entries.iter().map(|(_, e)| &**e));
@@ -217,7 +219,7 @@ fn assembled_catalog(
     ctx: &Ctx,
     config: Option<&PathBuf>,
     catalog: Option<&PathBuf>,
-) -> anyhow::Result<(crate::catalog::assembly::Assembled, Vec<String>)> {
+) -> anyhow::Result<(antler_engine::catalog::assembly::Assembled, Vec<String>)> {
     let (app, mut warnings) = load_config(config)?;
     let cwd = std::env::current_dir()?;
     let config_path = resolve_app_config_path(config.map(|p| p.as_path()), &cwd, &process_env)?;

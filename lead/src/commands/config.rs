@@ -9,9 +9,10 @@ use std::{path::PathBuf, process::ExitCode};
 use antler_protocol::config::{self, process_env, AppConfig, FieldPath, Finding};
 use clap::Subcommand;
 
-use crate::catalog::registry::{self, Resolution};
-use crate::run::model::ModelError;
-use crate::run::openai::config::{OpenAiConfig, USE_CHAT_DEEPSEEK, USE_CHAT_OPENAI};
+use antler_engine::{
+    catalog::registry::{self, Resolution},
+    ModelError, OpenAiConfig, USE_CHAT_DEEPSEEK, USE_CHAT_OPENAI,
+};
 
 /// The config commands.
 #[derive(Debug, Subcommand)]

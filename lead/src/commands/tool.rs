@@ -24,12 +24,11 @@ use super::{
     catalog::{load_config, mcp_source_tools},
     cluster_spec, forward, forward_with, Ctx,
 };
-use crate::{
-    catalog::{
-        assembly::{assemble, AssemblyRequest, McpTools, Sources},
-        ToolSource, TOOL_SEARCH_NAME,
-    },
-    cluster::{attach_or_start, LeadClient},
+use crate::cluster::attach_or_start;
+use crate::cluster::LeadClient;
+use antler_engine::catalog::{
+    assembly::{assemble, AssemblyRequest, McpTools, Sources},
+    ToolSource, TOOL_SEARCH_NAME,
 };
 
 pub use antler_protocol::messages::SANDBOX_TOOLS;
@@ -155,10 +154,10 @@ fn unknown_tool(name: &str, catalog: &[&str]) -> String {
             runnable.push(tool);
         }
     }
-    let hint = crate::catalog::registry::closest(name, runnable.iter().copied())
+    let hint = antler_engine::catalog::registry::closest(name, runnable.iter().copied())
         .into_iter()
         .next()
-        .filter(|best| crate::catalog::registry::edit_distance(name, best) <= 2)
+        .filter(|best| antler_engine::catalog::registry::edit_distance(name, best) <= 2)
         .map(|best| format!(" (did you mean `{best}`?)"))
         .unwrap_or_default();
     format!(

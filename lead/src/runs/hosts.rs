@@ -22,7 +22,7 @@ use antler_protocol::{
 use antler_protocol::{messages::Request, Role};
 use futures::future::BoxFuture;
 
-use crate::run::hosts::{call_link, stream_link, HostError, HostReadiness, ToolHosts};
+use antler_engine::{call_link, stream_link, HostError, HostReadiness, ToolHosts};
 
 /// One replica: its address (its identity for hashing) and its link.
 pub type Replica = (String, Addr<HostLink>);

@@ -30,9 +30,9 @@ use super::events::EventLog;
 use super::metrics::Metrics;
 use super::prepare::{PrepareError, Prepared, RunEnv};
 use super::view;
-use crate::catalog::Catalog;
-use crate::run::actor::{CancelFlag, Drive, RunActor, RunEvent};
 use crate::runs::store::{RunRecord, RunStatus};
+use antler_engine::catalog::Catalog;
+use antler_engine::{CancelFlag, Drive, RunActor, RunEvent};
 
 mod answer;
 mod artifacts;
@@ -79,7 +79,7 @@ struct LiveRun {
     /// Tools authorization removed for the run's principal.
     denied: Vec<String>,
     /// The run's skills (the skill policy follows its active ones).
-    skills: crate::run::skills::SkillStore,
+    skills: antler_engine::SkillStore,
     /// What the run's MCP calls are asking its user now.
     elicitations: Arc<PendingElicitations>,
 }

@@ -108,7 +108,7 @@ pub struct Metrics {
 
 impl Metrics {
     /// A model call used these tokens (as its provider reported them).
-    pub fn tokens(&self, usage: crate::run::state::TokenUsage) {
+    pub fn tokens(&self, usage: antler_engine::TokenUsage) {
         self.input_tokens
             .fetch_add(usage.input_tokens, Ordering::Relaxed);
         self.output_tokens
@@ -203,7 +203,7 @@ impl Metrics {
         let _ = writeln!(
             out,
             "antler_http_clients_built_total {}",
-            crate::run::http_clients::clients_built()
+            antler_engine::clients_built()
         );
         let _ = writeln!(
             out,

@@ -25,24 +25,19 @@ use antler_protocol::Role;
 
 use crate::agents::profile::AgentProfile;
 use crate::agents::LeadAgentTools;
-use crate::catalog::actor::{Assemble, CatalogActor, SetConfig, SetExtensions, SetMcpTools};
-use crate::catalog::assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, Sources};
-use crate::catalog::Catalog;
-use crate::run::actor::{CancelFlag, RunBuilder, RunError, RunLoop, RunSettings};
-use crate::run::context::{AgentContext, RunContext, ThreadPaths};
-use crate::run::hosts::{HostError, ToolHosts};
-use crate::run::middleware::guardrail::Guardrail;
-use crate::run::middleware::subagent_limit::SubagentLimit;
-use crate::run::middleware::token_budget::TokenBudget;
-use crate::run::model::{ChatModel, ModelError, ScriptedModel, MAX_PLAYBOOK_BYTES};
-use crate::run::prompt::SubagentPromptInputs;
-use crate::run::prompt::{PromptCache, PromptInputs, PromptMount};
-use crate::run::skills::SkillStore;
-use crate::run::task::delegation::Delegator;
-use crate::run::thread_files::{ThreadFiles, ThreadFilesMode};
-use crate::run::web::WebTools;
 use crate::runs::store::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
 use crate::subagents::delegator::LeadDelegator;
+use antler_engine::{
+    catalog::{
+        actor::{Assemble, CatalogActor, SetConfig, SetExtensions, SetMcpTools},
+        assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, Sources},
+        Catalog,
+    },
+    AgentContext, CancelFlag, ChatModel, Delegator, Guardrail, HostError, ModelError, PromptCache,
+    PromptInputs, PromptMount, RunBuilder, RunContext, RunError, RunLoop, RunSettings,
+    ScriptedModel, SkillStore, SubagentLimit, SubagentPromptInputs, ThreadFiles, ThreadFilesMode,
+    ThreadPaths, TokenBudget, ToolHosts, WebTools, MAX_PLAYBOOK_BYTES,
+};
 
 use super::readiness::{wait_linked, HOSTS_START_WAIT};
 
@@ -377,7 +372,7 @@ impl RunEnv {
             profile.tool_groups.clone(),
         );
         request.builtins.subagent_enabled = subagents;
-        request.principal = crate::catalog::authz::Principal {
+        request.principal = antler_engine::catalog::authz::Principal {
             user: Some(submission.user.clone()),
             role: submission.role.clone(),
             agent: submission.agent.clone(),
@@ -493,7 +488,7 @@ impl RunEnv {
             profile.tool_groups.clone(),
         );
         request.builtins.subagent_enabled = subagents;
-        request.principal = crate::catalog::authz::Principal {
+        request.principal = antler_engine::catalog::authz::Principal {
             user: Some(record.user_id.clone()),
             role: record.role.clone(),
             agent: record.agent.clone(),
@@ -631,9 +626,9 @@ impl RunEnv {
                 .map(Arc::new),
             acp: {
                 let extensions = self.feed().last_good_extensions.clone().flatten();
-                crate::run::acp::AcpCalls::from_config(app, extensions.as_deref()).map(Arc::new)
+                antler_engine::AcpCalls::from_config(app, extensions.as_deref()).map(Arc::new)
             },
-            skill_manage: crate::run::skill_manage::SkillManageSettings::from_config(app).map(
+            skill_manage: antler_engine::SkillManageSettings::from_config(app).map(
                 |mut settings| {
                     // A scripted run's scans are answered by its playbook.
                     if prompt_catalog.is_some() {
@@ -686,7 +681,7 @@ impl RunEnv {
             allowed_skills: profile.skills.as_ref(),
             skills_container_root: &skills.container_root,
             skill_evolution: app.skill_evolution.enabled,
-            skill_index: crate::catalog::assembly::skills_deferred_discovery(app),
+            skill_index: antler_engine::catalog::assembly::skills_deferred_discovery(app),
             acp_agents: !app.acp_agents.is_empty(),
             mounts: &mounts,
             subagents: subagent_inputs

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use antler_protocol::Role;
 
 use super::hosts::{any_linked, HostLinks};
-use crate::run::hosts::{HostReadiness, ToolHosts};
+use antler_engine::{HostReadiness, ToolHosts};
 
 /// The hosts every run needs linked.
 pub const RUN_HOSTS: [Role; 2] = [Role::SandboxHost, Role::McpHost];
@@ -78,7 +78,7 @@ mod tests {
     use futures::future::BoxFuture;
 
     use super::*;
-    use crate::run::hosts::HostError;
+    use antler_engine::HostError;
 
     /// Hosts whose readiness follows a script (the last state repeats); they serve no
     /// request.

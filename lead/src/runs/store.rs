@@ -26,13 +26,12 @@ use serde::{Deserialize, Serialize};
 
 use thread::StoreThread;
 
-use crate::run::settlement::{DeliveryReceipt, OutputsSnapshot};
-use crate::run::state::ThreadState;
+use antler_engine::{DeliveryReceipt, OutputsSnapshot, ThreadState};
 
 /// How long a write waits for another connection's lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub use crate::run::journal::{RunRecord, RunStatus};
+pub use antler_engine::{RunRecord, RunStatus};
 
 /// The run options stored as JSON beside the record.
 #[derive(Default, Serialize, Deserialize)]
@@ -691,7 +690,7 @@ fn record(raw: RawRecord) -> Result<RunRecord, CheckpointError> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::run::state::{ActiveSkill, Message, SkillSource, StateUpdate};
+    use antler_engine::{ActiveSkill, Message, SkillSource, StateUpdate};
 
     fn record(run_id: &str) -> RunRecord {
         RunRecord {

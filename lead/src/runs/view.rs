@@ -7,9 +7,8 @@
 
 use serde_json::{json, Value};
 
-use crate::run::actor::RunOutcome;
-use crate::run::state::Message;
 use crate::runs::store::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
+use antler_engine::{Message, RunOutcome};
 
 /// The view of a run whose drive just stopped.
 pub fn from_outcome(record: &RunRecord, outcome: &RunOutcome) -> Value {

@@ -13,17 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Addr;
-use antler_engine::catalog::assembly::AssemblyRequest;
-use antler_engine::run::middleware::subagent_limit::SubagentLimit;
-use antler_engine::run::middleware::token_budget::TokenBudget;
-use antler_engine::run::model::ChatModel;
-use antler_engine::run::prompt::subagent::builtin_system_prompt;
-use antler_engine::run::prompt::{subagent_system_prompt, SubagentPromptParts};
-use antler_engine::run::skills::SkillStore;
-use antler_engine::run::task::delegation::{Delegator, TaskCall, TaskEventSink};
-use antler_engine::run::task::spec::{TaskSpec, WireCatalog};
-use antler_engine::run::task::{TaskEvent, TaskResult};
-use antler_engine::run::web::WireWebTools;
+use antler_engine::{
+    builtin_system_prompt, catalog::assembly::AssemblyRequest, subagent_system_prompt, ChatModel,
+    Delegator, SkillStore, SubagentLimit, SubagentPromptParts, TaskCall, TaskEvent, TaskEventSink,
+    TaskResult, TaskSpec, TokenBudget, WireCatalog, WireWebTools,
+};
 use antler_protocol::config::{AppConfig, TokenBudgetConfig};
 use antler_protocol::messages::{Reply, Request, TaskAssignment, WorkerReply, WorkerRequest};
 use antler_protocol::Role;

@@ -3,8 +3,8 @@
 //! its tools, disallowed tools, skills, model, turn limit and timeout after the override
 //! precedence of `get_subagent_config`.
 
-use antler_engine::catalog::builtins::{ASK_CLARIFICATION, PRESENT_FILES, TASK};
-use antler_engine::run::task::{
+use antler_engine::{
+    catalog::builtins::{ASK_CLARIFICATION, PRESENT_FILES, TASK},
     BASH_SUBAGENT, BASH_SUBAGENT_DISABLED, GENERAL_PURPOSE, UNKNOWN_SUBAGENT,
 };
 use antler_protocol::config::{is_host_bash_allowed, AppConfig, TokenBudgetConfig};

@@ -8,7 +8,7 @@
 
 use std::{path::Path, sync::Arc};
 
-use antler_lead::catalog::{
+use antler_engine::catalog::{
     actor::{Assemble, CatalogActor, SetMcpTools},
     assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, McpTools, Sources},
     authz::Principal,
@@ -457,7 +457,7 @@ fn a_subagent_catalog_validates_the_parents_promotions_without_changing_them() {
         ..Sources::default()
     };
     let parent_req = AssemblyRequest {
-        builtins: antler_lead::catalog::builtins::BuiltinConditions {
+        builtins: antler_engine::catalog::builtins::BuiltinConditions {
             subagent_enabled: true,
             interactive: true,
             ..Default::default()
@@ -605,11 +605,11 @@ fn ingested_tools_hash_like_fresh_ones_and_share_their_schemas() {
             tool
         })
         .collect();
-    let fresh: Vec<antler_lead::catalog::ToolSpec> = listing
+    let fresh: Vec<antler_engine::catalog::ToolSpec> = listing
         .iter()
         .cloned()
         .map(|t| {
-            antler_lead::catalog::ToolSpec::mcp(
+            antler_engine::catalog::ToolSpec::mcp(
                 t.name,
                 t.description,
                 t.input_schema,
@@ -625,7 +625,7 @@ fn ingested_tools_hash_like_fresh_ones_and_share_their_schemas() {
     };
     let first = assemble(&sources, &AssemblyRequest::lead()).unwrap();
     let second = assemble(&sources, &AssemblyRequest::lead()).unwrap();
-    let expected = antler_lead::catalog::CatalogHash::of_tools(&fresh);
+    let expected = antler_engine::catalog::CatalogHash::of_tools(&fresh);
     assert_eq!(first.catalog.hash(), Some(&expected));
     assert_eq!(second.catalog.hash(), Some(&expected));
     let a = first.catalog.get("srv1_t7").unwrap();
@@ -667,7 +667,7 @@ fn assembled_catalogs_answer_like_catalogs_built_from_scratch() {
     );
     for request in [lead, gaps] {
         let assembled = assemble(&sources, &request).unwrap().catalog;
-        let deferred: Vec<antler_lead::catalog::ToolSpec> =
+        let deferred: Vec<antler_engine::catalog::ToolSpec> =
             assembled.deferred_tools().cloned().collect();
         assert!(deferred.len() >= 600, "{} deferred", deferred.len());
         let scratch = Catalog::build(deferred, true).unwrap();

@@ -3,7 +3,7 @@
 //! and every query's result must match, in the default mode and in parity mode.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use antler_lead::catalog::{Catalog, SearchMode, ToolSpec, NO_TOOLS_FOUND};
+use antler_engine::catalog::{Catalog, SearchMode, ToolSpec, NO_TOOLS_FOUND};
 use serde_json::Value;
 
 const VECTORS: &str = concat!(

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use antler_lead::catalog::{
+use antler_engine::catalog::{
     assemble_deferred_tools, compile_query_regex, latest_real_user_text, merge_promoted, Catalog,
     CatalogHash, DeferredError, McpRouting, Promoted, RoutingMode, SearchMode, ToolSpec, UserTurn,
     FAIL_CLOSED_ERROR, TOOL_SEARCH_NAME,

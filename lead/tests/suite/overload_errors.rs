@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use antler_lead::run::hosts::HostError;
+use antler_engine::HostError;
 use antler_lead::runs::CheckpointError;
 use antler_lead::runs::PrepareError;
 use antler_protocol::{RemoteError, Role, RpcError};

@@ -6,13 +6,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use antler_lead::catalog::{Catalog, ToolSource, ToolSpec};
-use antler_lead::run::actor::{RunLoop, RunSettings};
-use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
-use antler_lead::run::hosts::{HostError, ToolHosts};
-use antler_lead::run::middleware::dangling::INTERRUPTED_CALL;
-use antler_lead::run::model::ScriptedModel;
-use antler_lead::run::state::{Message, ToolStatus};
+use antler_engine::{
+    catalog::{Catalog, ToolSource, ToolSpec},
+    AgentContext, HostError, Message, RunContext, RunLoop, RunSettings, ScriptedModel, ThreadPaths,
+    ToolHosts, ToolStatus, INTERRUPTED_CALL,
+};
 use antler_lead::runs::{CheckpointStore, RunStatus};
 use antler_protocol::messages::{
     AcquireSource, Acquired, Reply, Request, SandboxReply, SandboxRequest, ToolResult,

@@ -6,12 +6,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use antler_lead::catalog::{Catalog, ToolSource, ToolSpec};
-use antler_lead::run::actor::{RunEvent, RunLoop, RunSettings, ToolState};
-use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
-use antler_lead::run::hosts::{HostError, ToolHosts};
-use antler_lead::run::model::ScriptedModel;
-use antler_lead::run::state::{Message, StateUpdate, StopReason, ToolStatus};
+use antler_engine::{
+    catalog::{Catalog, ToolSource, ToolSpec},
+    AgentContext, HostError, Message, RunContext, RunEvent, RunLoop, RunSettings, ScriptedModel,
+    StateUpdate, StopReason, ThreadPaths, ToolHosts, ToolState, ToolStatus,
+};
 use antler_lead::runs::{CheckpointStore, RunStatus};
 use antler_protocol::messages::{Reply, Request};
 use antler_protocol::Role;
@@ -55,8 +54,8 @@ impl Fixture {
         let catalog = Catalog::build(
             vec![
                 write_file,
-                antler_lead::catalog::builtins::present_files(),
-                antler_lead::catalog::builtins::ask_clarification(),
+                antler_engine::catalog::builtins::present_files(),
+                antler_engine::catalog::builtins::ask_clarification(),
                 ToolSpec::mcp(
                     "everything_echo",
                     "Echoes back the input.",
@@ -305,7 +304,7 @@ turns:
     let ai = Message::Ai {
         id: "ai-1".into(),
         content: String::new(),
-        tool_calls: vec![antler_lead::run::state::ToolCall {
+        tool_calls: vec![antler_engine::ToolCall {
             id: "call-1-1".into(),
             name: "write_file".into(),
             args: json!({}),
@@ -464,7 +463,7 @@ fn resuming_a_finished_run_ends_with_its_answer_without_asking_the_model() {
 
 #[test]
 fn a_tool_the_guardrail_denies_gets_the_denial_and_the_run_goes_on() {
-    use antler_lead::run::middleware::guardrail::{AllowlistProvider, Guardrail};
+    use antler_engine::{AllowlistProvider, Guardrail};
     let fixture = Fixture::new();
     let playbook = r#"
 turns:
@@ -504,7 +503,7 @@ turns:
 
 #[test]
 fn a_skill_policy_blocks_a_call_and_narrows_tool_search() {
-    use antler_lead::run::middleware::skill_policy::{Skill, SkillPolicy};
+    use antler_engine::{Skill, SkillPolicy};
     let fixture = Fixture::new();
     let skill_dir = fixture.dir.path().join("skills/report");
     std::fs::create_dir_all(&skill_dir).unwrap();

@@ -8,13 +8,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use antler_lead::catalog::{Catalog, ToolSource, ToolSpec};
-use antler_lead::run::actor::{RunLoop, RunSettings};
-use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
-use antler_lead::run::hosts::{HostError, ToolHosts};
-use antler_lead::run::model::{ChatModel, ModelError, ModelReply, ModelRequest, ScriptedModel};
-use antler_lead::run::skills::SkillStore;
-use antler_lead::run::state::{ActiveSkill, Message, SkillSource, ToolStatus};
+use antler_engine::{
+    catalog::{Catalog, ToolSource, ToolSpec},
+    ActiveSkill, AgentContext, ChatModel, HostError, Message, ModelError, ModelReply, ModelRequest,
+    RunContext, RunLoop, RunSettings, ScriptedModel, SkillSource, SkillStore, ThreadPaths,
+    ToolHosts, ToolStatus,
+};
 use antler_lead::runs::{CheckpointStore, RunStatus};
 use antler_protocol::messages::{Reply, Request};
 use antler_protocol::Role;
@@ -107,8 +106,8 @@ fn a_slash_skill_limits_the_tools_of_the_run_across_a_resume() {
         Catalog::build(
             vec![
                 write_file,
-                antler_lead::catalog::builtins::present_files(),
-                antler_lead::catalog::builtins::ask_clarification(),
+                antler_engine::catalog::builtins::present_files(),
+                antler_engine::catalog::builtins::ask_clarification(),
             ],
             true,
         )

@@ -453,7 +453,7 @@ pub fn processes_naming(marker: &str) -> Vec<(u32, String)> {
 /// protocol (a lead without the volume, reaching the replica that owns the thread).
 pub struct DirectHosts(pub antler_protocol::Connection);
 
-impl antler_lead::run::hosts::ToolHosts for DirectHosts {
+impl antler_engine::ToolHosts for DirectHosts {
     fn request(
         &self,
         role: antler_protocol::Role,
@@ -461,13 +461,13 @@ impl antler_lead::run::hosts::ToolHosts for DirectHosts {
         timeout: Duration,
     ) -> futures::future::BoxFuture<
         '_,
-        Result<antler_protocol::messages::Reply, antler_lead::run::hosts::HostError>,
+        Result<antler_protocol::messages::Reply, antler_engine::HostError>,
     > {
         Box::pin(async move {
             self.0
                 .request(request, antler_protocol::TraceContext::new_root(), timeout)
                 .await
-                .map_err(|e| antler_lead::run::hosts::HostError::from_rpc(role, e))
+                .map_err(|e| antler_engine::HostError::from_rpc(role, e))
         })
     }
 }

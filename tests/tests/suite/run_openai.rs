@@ -15,10 +15,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use antler_lead::catalog::ToolSpec;
-use antler_lead::run::model::{ChatModel, ModelError, ModelRequest};
-use antler_lead::run::openai::{ApiKey, OpenAiConfig, OpenAiModel};
-use antler_lead::run::state::{Message, ToolStatus};
+use antler_engine::{
+    catalog::ToolSpec, ApiKey, ChatModel, Message, ModelError, ModelRequest, OpenAiConfig,
+    OpenAiModel, ToolStatus,
+};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -441,7 +441,7 @@ fn flaky_model(base_url: &str, max_retries: u32) -> OpenAiModel {
     OpenAiModel::new(config).unwrap()
 }
 
-async fn ask(model: &OpenAiModel) -> Result<antler_lead::run::model::ModelReply, ModelError> {
+async fn ask(model: &OpenAiModel) -> Result<antler_engine::ModelReply, ModelError> {
     model
         .complete(ModelRequest {
             messages: &[Message::human("hi")],

@@ -10,14 +10,11 @@
 use std::sync::Arc;
 
 use crate::sandbox_support::{DirectHosts, SandboxHost, LOCAL_CONFIG};
-use antler_lead::run::builtins::present_files;
-use antler_lead::run::context::{AgentContext, RunContext, ThreadPaths};
-use antler_lead::run::hosts::ToolHosts;
-use antler_lead::run::middleware::output_budget::OutputBudget;
-use antler_lead::run::settlement::{DeliveryReceipt, OutputsSnapshot};
-use antler_lead::run::state::{Message, StateUpdate, ToolCall};
-use antler_lead::run::thread_files::ThreadFilesMode;
-use antler_lead::run::view_image::{images_for_next_call, view_image};
+use antler_engine::{
+    images_for_next_call, present_files, view_image, AgentContext, DeliveryReceipt, Message,
+    OutputBudget, OutputsSnapshot, RunContext, StateUpdate, ThreadFilesMode, ThreadPaths, ToolCall,
+    ToolHosts,
+};
 use antler_lead::runs::{read_artifact, ArtifactContent};
 use antler_protocol::messages::ThreadFileError;
 use serde_json::json;

@@ -12,12 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::sandbox_support::{DirectHosts, SandboxHost, LOCAL_CONFIG};
-use antler_lead::run::context::ThreadPaths;
-use antler_lead::run::hosts::ToolHosts;
-use antler_lead::run::settlement::{DeliveryReceipt, OutputsSnapshot};
-use antler_lead::run::state::{Message, ToolCall};
-use antler_lead::run::thread_files::ThreadFilesMode;
-use antler_lead::run::web::WebTools;
+use antler_engine::{
+    DeliveryReceipt, Message, OutputsSnapshot, ThreadFilesMode, ThreadPaths, ToolCall, ToolHosts,
+    WebTools,
+};
 use antler_protocol::config::ToolConfig;
 use serde_json::json;
 

@@ -7,38 +7,42 @@
 //! way to make a loop: the lead's runs add their journal, custom-agent tools and
 //! delegator; a subagent's task graph runs with none of them.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 use serde::Serialize;
 
-use super::context::RunContext;
+use super::events::{first_line, EventSink, RunEvent, ToolState};
 use super::execute::{Executor, LeadTools};
-use super::hosts::ToolHosts;
 use super::journal::{Journal, JournalError, NoJournal, RunRecord, RunStatus};
-use super::lease::{self, SandboxLease};
-use super::middleware::clarification::{self, Clarification};
-use super::middleware::dangling;
-use super::middleware::deferred::RoutingBeforeFilter;
-use super::middleware::finish_reason;
-use super::middleware::guardrail::{Guardrail, GuardrailRequest};
-use super::middleware::loop_detection::{LoopDetection, LoopVerdict};
-use super::middleware::output_budget::OutputBudget;
-use super::middleware::skill_policy::SkillPolicy;
-use super::middleware::subagent_limit::SubagentLimit;
-use super::middleware::token_budget::{BudgetVerdict, TokenBudget, BUDGET_WARNING_NAME};
-use super::middleware::tool_error::{failed_call_message, invalid_tool_message};
-use super::model::{ChatModel, ModelError, ModelRequest};
-use super::prompt;
-use super::settlement::{DeliveryReceipt, OutputsSnapshot, RECEIPT_NOT_PERSISTED};
-use super::skills::{self, SkillStore, SlashActivation};
-use super::state::{Message, StateConflict, StateUpdate, ThreadState, TokenUsage, ToolCall};
-use super::task::delegation::{self, Delegator, TaskCall, TaskEventSink};
-use super::task::{TaskArgs, TaskEvent, TaskResult};
-use super::view_image;
 use crate::catalog::builtins::{ASK_CLARIFICATION, PRESENT_FILES, TASK, VIEW_IMAGE};
 use crate::catalog::{Catalog, ToolSpec, TOOL_SEARCH_NAME};
+use crate::middleware::clarification::{self, Clarification};
+use crate::middleware::dangling;
+use crate::middleware::deferred::RoutingBeforeFilter;
+use crate::middleware::finish_reason;
+use crate::middleware::guardrail::{Guardrail, GuardrailRequest};
+use crate::middleware::loop_detection::{LoopDetection, LoopVerdict};
+use crate::middleware::output_budget::OutputBudget;
+use crate::middleware::skill_policy::SkillPolicy;
+use crate::middleware::subagent_limit::SubagentLimit;
+use crate::middleware::token_budget::{BudgetVerdict, TokenBudget, BUDGET_WARNING_NAME};
+use crate::middleware::tool_error::{failed_call_message, invalid_tool_message};
+use crate::model::{ChatModel, ImagePart, ModelError, ModelReply, ModelRequest};
+use crate::prompt;
+use crate::settlement::{DeliveryReceipt, OutputsSnapshot, RECEIPT_NOT_PERSISTED};
+use crate::thread::context::RunContext;
+use crate::thread::hosts::ToolHosts;
+use crate::thread::lease::{self, SandboxLease};
+use crate::thread::state::{
+    Message, StateConflict, StateUpdate, ThreadState, TokenUsage, ToolCall,
+};
+use crate::tools::skills::{self, SkillStore, SlashActivation};
+use crate::tools::task::delegation::{self, Delegator, TaskCall, TaskEventSink};
+use crate::tools::task::{TaskArgs, TaskEvent, TaskResult};
+use crate::tools::view_image;
 
 /// A run's knobs.
 pub struct RunSettings {
@@ -53,12 +57,12 @@ pub struct RunSettings {
     pub guardrail: Option<Guardrail>,
     /// `tool_search.auto_promote_top_k`, clamped.
     pub auto_promote_top_k: usize,
-    /// Where the run's skills are installed (activation and policy, `run::skills`).
+    /// Where the run's skills are installed (activation and policy, `tools::skills`).
     pub skills: SkillStore,
     /// A fixed tool policy instead of the active skills' one (tests); `None` resolves
     /// the policy from the active skills at every model turn.
     pub skill_policy: Option<SkillPolicy>,
-    /// The lead's static system prompt (`run::prompt`); `None` sends none.
+    /// The lead's static system prompt (`prompt`); `None` sends none.
     pub system_prompt: Option<Arc<str>>,
     /// `token_budget:` when enabled.
     pub token_budget: Option<TokenBudget>,
@@ -71,13 +75,13 @@ pub struct RunSettings {
     pub report_messages: bool,
     /// Whether this run is a subagent's (the guardrail is told so).
     pub is_subagent: bool,
-    /// The configured web tools (`run::web`), from config.yaml's `tools:`.
-    pub web: Option<Arc<super::web::WebTools>>,
+    /// The configured web tools (`tools::web`), from config.yaml's `tools:`.
+    pub web: Option<Arc<crate::tools::web::WebTools>>,
     /// What `invoke_acp_agent` calls carry (`None`: no agent is configured).
-    pub acp: Option<Arc<super::acp::AcpCalls>>,
-    /// `skill_manage` (`run::skill_manage`) when `skill_evolution.enabled`; it writes
+    pub acp: Option<Arc<crate::tools::acp::AcpCalls>>,
+    /// `skill_manage` (`tools::skill_manage`) when `skill_evolution.enabled`; it writes
     /// under `skills` for the run's user.
-    pub skill_manage: Option<super::skill_manage::SkillManageSettings>,
+    pub skill_manage: Option<crate::tools::skill_manage::SkillManageSettings>,
 }
 
 impl Default for RunSettings {
@@ -105,104 +109,6 @@ impl Default for RunSettings {
     }
 }
 
-/// What a run reports as it goes (the CLI prints them).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum RunEvent {
-    ModelStarted {
-        turn: usize,
-    },
-    ToolStarted {
-        name: String,
-        tool_call_id: String,
-    },
-    ToolFinished {
-        name: String,
-        tool_call_id: String,
-        error: bool,
-        /// The first line of an error result (at most 200 characters).
-        #[serde(skip_serializing_if = "Option::is_none")]
-        message: Option<String>,
-    },
-    /// A model call returned: what the provider said it used and why it stopped.
-    ModelFinished {
-        turn: usize,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        usage: Option<TokenUsage>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        finish_reason: Option<String>,
-        /// The run's totals after this call (`null` while no call reported any).
-        total_usage: Option<TokenUsage>,
-    },
-    /// A tool reached one of its six states in this run (`antler run --trace`).
-    Lifecycle {
-        state: ToolState,
-        tool: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        tool_call_id: Option<String>,
-    },
-    /// Something the run's set-up worked around (MCP servers not ready, an extensions
-    /// file that did not load): the run goes on, the submitter should know.
-    Warning {
-        message: String,
-    },
-    /// An AI message of the run (only when `report_messages`).
-    AssistantMessage {
-        /// 1-based.
-        index: usize,
-        content: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        usage: Option<TokenUsage>,
-    },
-    /// The MCP server of the call `tool_call_id` asks the run's user for input (policy
-    /// `ask`): answered through `POST /api/runs/{id}/elicitations/{id}`, the call goes on.
-    Elicitation {
-        tool_call_id: String,
-        id: String,
-        server: String,
-        message: String,
-        requested_schema: serde_json::Value,
-    },
-    /// What the ACP agent of the `invoke_acp_agent` call `tool_call_id` does meanwhile: a
-    /// tool call, its update or its plan (ACP's `session/update`, as the agent sent it).
-    AcpActivity {
-        tool_call_id: String,
-        agent: String,
-        update: serde_json::Value,
-    },
-    /// What a subagent task of the `task` call `tool_call_id` reports (spec 7.4's
-    /// `task_*` events), as it happens.
-    Task {
-        tool_call_id: String,
-        #[serde(flatten)]
-        task: TaskEvent,
-    },
-}
-
-/// The first line of `text`, at most 200 characters.
-fn first_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or_default();
-    match line.char_indices().nth(200) {
-        Some((at, _)) => format!("{}…", &line[..at]),
-        None => line.to_owned(),
-    }
-}
-
-/// The six states of a tool's life in a run (ARCHITECTURE.md). Available and
-/// Authorized are reported once per drive for the catalog's tools, Visible per model
-/// turn, Executed when a call passes the middlewares, Returned when its result is
-/// back, Delivered for each produced output settlement finds presented.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolState {
-    Available,
-    Authorized,
-    Visible,
-    Executed,
-    Returned,
-    Delivered,
-}
-
 /// How a run ended.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RunOutcome {
@@ -215,7 +121,7 @@ pub struct RunOutcome {
     pub artifacts: Vec<String>,
     /// The deferred tools `tool_search` promoted for the run.
     pub promoted: Option<crate::catalog::promotion::Promoted>,
-    pub stop_reason: Option<super::state::StopReason>,
+    pub stop_reason: Option<crate::thread::state::StopReason>,
     /// The delivery receipt of a run that ended (success or error).
     pub delivery: Option<DeliveryReceipt>,
     /// The tokens the run's model calls used.
@@ -254,9 +160,6 @@ const RECEIPT_RETRY_PAUSES: [Duration; 3] = [
 
 /// How long settlement waits for the thread's files to be reachable again.
 const THREAD_FILES_WAIT: Duration = Duration::from_secs(20);
-
-/// Where a run's events go.
-pub type EventSink = Arc<dyn Fn(&RunEvent) + Send + Sync>;
 
 /// A cooperative cancellation: checked between steps, and it ends a step that waits.
 #[derive(Debug, Default)]
@@ -809,6 +712,41 @@ impl RunLoop {
     /// One model turn and its tool calls: the reply is checkpointed before the calls run,
     /// then each call's result as it comes back.
     async fn step_once(&mut self) -> Result<StepEnd, RunError> {
+        let turn = self.next_turn()?;
+        let catalog = Arc::clone(&self.catalog);
+        let chain = RoutingBeforeFilter::new(&catalog, self.settings.auto_promote_top_k);
+        let mut update = self.auto_promote(&chain)?;
+        let reminder = match self.activate_slash_skill(&mut update, turn).await? {
+            ControlFlow::Continue(reminder) => reminder,
+            ControlFlow::Break(end) => return Ok(end),
+        };
+        let (messages, images) = self.request_messages(reminder).await;
+        // SkillToolPolicy (spec 4.3): one policy for this turn's schemas and calls, as
+        // DeerFlow's tool wrapper reuses the decision of the model call.
+        let policy = self.skill_policy();
+        let visible: Vec<&ToolSpec> =
+            policy.filter(chain.visible_tools(self.state.promoted.as_ref()));
+        let mut reply = self.ask_model(turn, &messages, &visible, &images).await?;
+        let warning = self.after_model(turn, &mut reply, &mut update);
+        let calls = reply.tool_calls.clone();
+        let answer = self.record_reply(turn, reply, &mut update);
+        if calls.is_empty() {
+            self.merge(update).await?;
+            return Ok(StepEnd::Final(answer));
+        }
+        // The reply is journaled before any of its calls is sent: every call in it is
+        // "issued" from here on, and one without a journaled result is never sent again
+        // (a resume gives it the interrupted-call result, `resume`).
+        self.merge(update).await?;
+        let end = self.run_calls(&calls, &chain, &policy).await?;
+        if let Some(warning) = warning {
+            self.merge(StateUpdate::messages([warning])).await?;
+        }
+        Ok(end)
+    }
+
+    /// The turn about to start (the first is 1), or the turn limit.
+    fn next_turn(&self) -> Result<usize, RunError> {
         let turn = self
             .state
             .messages
@@ -819,9 +757,13 @@ impl RunLoop {
         if turn > self.settings.max_turns {
             return Err(RunError::TurnLimit(self.settings.max_turns));
         }
-        let catalog = Arc::clone(&self.catalog);
-        let chain = RoutingBeforeFilter::new(&catalog, self.settings.auto_promote_top_k);
-        let mut update = StateUpdate {
+        Ok(turn)
+    }
+
+    /// MCP routing's auto-promotion (spec 2.5), applied to the state before the deferred
+    /// filter reads it; the turn's update starts with it.
+    fn auto_promote(&mut self, chain: &RoutingBeforeFilter<'_>) -> Result<StateUpdate, RunError> {
+        let update = StateUpdate {
             promoted: chain.auto_promote(&self.state.messages),
             ..StateUpdate::default()
         };
@@ -831,21 +773,26 @@ impl RunLoop {
                 ..StateUpdate::default()
             })?;
         }
-        // SkillActivation (spec 4.1, lead 2): a user message `/skill-name` not yet
-        // answered activates that skill, recorded in the state, and its SKILL.md goes
-        // to this model call only; a skill that cannot be activated is the run's reply.
-        let mut reminder = None;
+        Ok(update)
+    }
+
+    /// SkillActivation (spec 4.1, lead 2): a user message `/skill-name` not yet answered
+    /// activates that skill, recorded in the state, and its SKILL.md goes to this model
+    /// call only (the reminder it continues with); a skill that cannot be activated is
+    /// the run's reply (the step breaks with it).
+    async fn activate_slash_skill(
+        &mut self,
+        update: &mut StateUpdate,
+        turn: usize,
+    ) -> Result<ControlFlow<StepEnd, Option<String>>, RunError> {
         match self.settings.skills.slash_activation(&self.state.messages) {
-            Some(SlashActivation::Activated {
-                skill,
-                reminder: text,
-            }) => {
+            Some(SlashActivation::Activated { skill, reminder }) => {
                 update.active_skills.push(skill);
                 self.state.apply(StateUpdate {
                     active_skills: update.active_skills.clone(),
                     ..StateUpdate::default()
                 })?;
-                reminder = Some(text);
+                Ok(ControlFlow::Continue(Some(reminder)))
             }
             Some(SlashActivation::Failed(text)) => {
                 update.messages.push(Message::Ai {
@@ -853,16 +800,20 @@ impl RunLoop {
                     content: text.clone(),
                     tool_calls: Vec::new(),
                 });
-                self.merge(update).await?;
-                return Ok(StepEnd::Final(text));
+                self.merge(std::mem::take(update)).await?;
+                Ok(ControlFlow::Break(StepEnd::Final(text)))
             }
-            None => {}
+            None => Ok(ControlFlow::Continue(None)),
         }
-        // SkillToolPolicy (spec 4.3): one policy for this turn's schemas and calls, as
-        // DeerFlow's tool wrapper reuses the decision of the model call.
-        let policy = self.skill_policy();
-        let visible: Vec<&ToolSpec> =
-            policy.filter(chain.visible_tools(self.state.promoted.as_ref()));
+    }
+
+    /// What this model call is sent: the state's messages with dangling calls patched,
+    /// the skill reminder, the token budget's one warning and the prompt, and the images
+    /// a vision model sees with this call only.
+    async fn request_messages(
+        &mut self,
+        reminder: Option<String>,
+    ) -> (Vec<Message>, Vec<ImagePart>) {
         let mut messages = dangling::patched(&self.state.messages);
         if let Some(reminder) = reminder {
             skills::insert_reminder(&mut messages, reminder);
@@ -894,18 +845,42 @@ impl RunLoop {
                 &prompt::today(),
             );
         }
-        for tool in &visible {
+        (messages, images)
+    }
+
+    /// Asks the model, after reporting the tools it sees and the turn's start.
+    async fn ask_model(
+        &self,
+        turn: usize,
+        messages: &[Message],
+        visible: &[&ToolSpec],
+        images: &[ImagePart],
+    ) -> Result<ModelReply, RunError> {
+        for tool in visible {
             self.lifecycle(ToolState::Visible, &tool.name, None);
         }
         self.emit(RunEvent::ModelStarted { turn });
-        let mut reply = self
+        let reply = self
             .model
             .complete(ModelRequest {
-                messages: &messages,
-                tools: &visible,
-                images: &images,
+                messages,
+                tools: visible,
+                images,
             })
             .await?;
+        Ok(reply)
+    }
+
+    /// The after-model middlewares on the reply: token accounting and the budget (spec
+    /// D), loop detection, the subagent limit and the finish reason, each stop reason
+    /// recorded in the turn's update. Returns loop detection's warning, merged after the
+    /// reply's calls.
+    fn after_model(
+        &mut self,
+        turn: usize,
+        reply: &mut ModelReply,
+        update: &mut StateUpdate,
+    ) -> Option<Message> {
         // Token accounting (spec D): the provider's usage, the budget, finish reasons.
         update.token_usage = reply.usage;
         let total_usage = self.state.token_usage + reply.usage.unwrap_or_default();
@@ -918,7 +893,7 @@ impl RunLoop {
         let mut token_stop = None;
         if let Some(budget) = &self.settings.token_budget {
             let warned = self.budget_warning != BudgetWarning::NotYet;
-            match budget.after_model(total_usage, &mut reply, warned) {
+            match budget.after_model(total_usage, reply, warned) {
                 BudgetVerdict::HardStop(reason) => token_stop = Some(reason),
                 BudgetVerdict::Warn(text) => self.budget_warning = BudgetWarning::Pending(text),
                 BudgetVerdict::Pass => {}
@@ -927,9 +902,9 @@ impl RunLoop {
         let verdict = self
             .settings
             .loop_detection
-            .after_model(&self.state.messages, &mut reply);
+            .after_model(&self.state.messages, reply);
         let limit_stop = self.settings.subagent_limit.after_model(
-            &mut reply,
+            reply,
             &self.state.delegations,
             &self.context.run_id,
         );
@@ -944,10 +919,15 @@ impl RunLoop {
             update.stop_reason = token_stop;
         }
         let so_far = update.stop_reason.or(self.state.stop_reason);
-        if let Some(reason) = finish_reason::after_model(&mut reply, so_far) {
+        if let Some(reason) = finish_reason::after_model(reply, so_far) {
             update.stop_reason = Some(reason);
         }
-        let calls = reply.tool_calls.clone();
+        warning
+    }
+
+    /// Adds the reply to the turn's update and reports it; returns its text (the run's
+    /// answer when it calls no tool).
+    fn record_reply(&self, turn: usize, reply: ModelReply, update: &mut StateUpdate) -> String {
         let answer = reply.content.clone();
         let usage = reply.usage;
         update.messages.push(reply.into_message());
@@ -958,40 +938,28 @@ impl RunLoop {
                 usage,
             });
         }
-        if calls.is_empty() {
-            self.merge(update).await?;
-            return Ok(StepEnd::Final(answer));
-        }
-        // The reply is journaled before any of its calls is sent: every call in it is
-        // "issued" from here on, and one without a journaled result is never sent again
-        // (a resume gives it the interrupted-call result, `resume`).
-        self.merge(update).await?;
+        answer
+    }
+
+    /// The reply's tool calls. Its `task` calls run at once, each on a worker, while the
+    /// other calls run here one after the other, each result journaled as it comes back;
+    /// the tasks' results are merged after those. A call that interrupts ends the step.
+    async fn run_calls(
+        &mut self,
+        calls: &[ToolCall],
+        chain: &RoutingBeforeFilter<'_>,
+        policy: &SkillPolicy,
+    ) -> Result<StepEnd, RunError> {
         let mut end = StepEnd::Continue;
-        // The reply's `task` calls run at once, each on a worker, while the other calls
-        // run here one after the other; the tasks' results are merged after those.
         let (tasks, others): (Vec<&ToolCall>, Vec<&ToolCall>) =
             calls.iter().partition(|c| c.name == TASK);
-        let mut admitted = Vec::with_capacity(tasks.len());
-        let mut refused = Vec::new();
-        for call in &tasks {
-            self.emit(RunEvent::ToolStarted {
-                name: call.name.clone(),
-                tool_call_id: call.id.clone(),
-            });
-            match self.admit(call, &self.state, &chain, &policy) {
-                Some(end) => refused.push((*call, end)),
-                None => {
-                    self.lifecycle(ToolState::Executed, &call.name, Some(&call.id));
-                    admitted.push(self.task_future(call));
-                }
-            }
-        }
+        let (admitted, refused) = self.start_tasks(&tasks, chain, policy);
         let tasks_done = futures::future::join_all(admitted);
         futures::pin_mut!(tasks_done);
         let mut task_results = None;
         for call in &others {
             let outcome = {
-                let done = self.call(call, &self.state, &chain, &policy);
+                let done = self.call(call, &self.state, chain, policy);
                 futures::pin_mut!(done);
                 // Poll the tasks while this call runs (they share this task's thread).
                 loop {
@@ -1027,6 +995,48 @@ impl RunLoop {
             Some(results) => results,
             None => tasks_done.await,
         };
+        self.finish_tasks(&tasks, refused, task_results).await?;
+        Ok(end)
+    }
+
+    /// Admits each `task` call through the call middlewares and starts the admitted ones
+    /// on their workers; a refused one keeps the end the middlewares gave it.
+    #[allow(clippy::type_complexity)]
+    fn start_tasks<'c>(
+        &self,
+        tasks: &[&'c ToolCall],
+        chain: &RoutingBeforeFilter<'_>,
+        policy: &SkillPolicy,
+    ) -> (
+        Vec<futures::future::BoxFuture<'static, StateUpdate>>,
+        Vec<(&'c ToolCall, CallEnd)>,
+    ) {
+        let mut admitted = Vec::with_capacity(tasks.len());
+        let mut refused = Vec::new();
+        for call in tasks {
+            self.emit(RunEvent::ToolStarted {
+                name: call.name.clone(),
+                tool_call_id: call.id.clone(),
+            });
+            match self.admit(call, &self.state, chain, policy) {
+                Some(end) => refused.push((*call, end)),
+                None => {
+                    self.lifecycle(ToolState::Executed, &call.name, Some(&call.id));
+                    admitted.push(self.task_future(call));
+                }
+            }
+        }
+        (admitted, refused)
+    }
+
+    /// Merges the `task` calls' ends: the refused ones first, then each started one's
+    /// result, in the reply's order.
+    async fn finish_tasks(
+        &mut self,
+        tasks: &[&ToolCall],
+        refused: Vec<(&ToolCall, CallEnd)>,
+        results: Vec<StateUpdate>,
+    ) -> Result<(), RunError> {
         let refused_ids: Vec<String> = refused.iter().map(|(c, _)| c.id.clone()).collect();
         let admitted_calls = tasks.iter().filter(|c| !refused_ids.contains(&c.id));
         let ends = refused
@@ -1034,7 +1044,7 @@ impl RunLoop {
             .chain(
                 admitted_calls
                     .copied()
-                    .zip(task_results.into_iter().map(CallEnd::Done)),
+                    .zip(results.into_iter().map(CallEnd::Done)),
             )
             .collect::<Vec<_>>();
         for (call, end) in ends {
@@ -1042,10 +1052,7 @@ impl RunLoop {
                 self.merge(result).await?;
             }
         }
-        if let Some(warning) = warning {
-            self.merge(StateUpdate::messages([warning])).await?;
-        }
-        Ok(end)
+        Ok(())
     }
 
     /// One tool call through the call middlewares, in DeerFlow's order: guardrail, tool
@@ -1095,7 +1102,7 @@ impl RunLoop {
         let error_line = match &result {
             CallEnd::Done(update) => update.messages.iter().find_map(|m| match m {
                 Message::Tool {
-                    status: super::state::ToolStatus::Error,
+                    status: crate::thread::state::ToolStatus::Error,
                     content,
                     ..
                 } => Some(first_line(content)),
@@ -1193,7 +1200,7 @@ fn invalid_args_message(call: &ToolCall, message: &str) -> Message {
         &call.id,
         &call.name,
         format!("Error: invalid arguments for task: {message}"),
-        super::state::ToolStatus::Error,
+        crate::thread::state::ToolStatus::Error,
     )
 }
 

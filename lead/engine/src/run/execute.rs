@@ -19,21 +19,21 @@ use antler_protocol::{
     Role,
 };
 
-use super::actor::{EventSink, RunEvent};
-use super::context::RunContext;
-use super::hosts::ToolHosts;
-use super::lease::SandboxLease;
-use super::middleware::tool_error::ToolFailure;
-use super::model::ChatModel;
-use super::skill_manage::{SkillManageSettings, SkillManager};
-use super::skills::SkillStore;
-use super::state::{Message, SandboxState, StateUpdate, ThreadState, ToolCall, ToolStatus};
-use super::web::WebTools;
-use super::{builtins, mcp_result, view_image};
+use super::events::{EventSink, RunEvent};
 use crate::catalog::builtins::{
     DESCRIBE_SKILL, INVOKE_ACP_AGENT, LIST_UPLOADED_FILES, PRESENT_FILES, SKILL_MANAGE, VIEW_IMAGE,
 };
 use crate::catalog::{Catalog, ToolSource, TOOL_SEARCH_NAME};
+use crate::middleware::tool_error::{FailureClass, ToolFailure};
+use crate::model::ChatModel;
+use crate::thread::context::RunContext;
+use crate::thread::hosts::ToolHosts;
+use crate::thread::lease::SandboxLease;
+use crate::thread::state::{Message, SandboxState, StateUpdate, ThreadState, ToolCall, ToolStatus};
+use crate::tools::skill_manage::{SkillManageSettings, SkillManager};
+use crate::tools::skills::SkillStore;
+use crate::tools::web::WebTools;
+use crate::tools::{builtins, mcp_result, view_image};
 
 pub use antler_protocol::messages::SANDBOX_TOOLS;
 
@@ -64,7 +64,7 @@ pub struct Executor<'a> {
     /// The configured web tools (`web_search`, `web_fetch`, `image_search`, `web_capture`).
     pub web: Option<&'a WebTools>,
     /// What `invoke_acp_agent` calls carry.
-    pub acp: Option<&'a super::acp::AcpCalls>,
+    pub acp: Option<&'a crate::tools::acp::AcpCalls>,
     /// Where the run's events go (an MCP call's elicitations are told there).
     pub events: Option<&'a EventSink>,
     /// The run's model (`skill_manage`'s security scan asks it).
@@ -86,54 +86,11 @@ impl Executor<'_> {
             TOOL_SEARCH_NAME => return builtins::tool_search(call, self.catalog),
             VIEW_IMAGE => return Ok(view_image::view_image(call, self.context).await),
             LIST_UPLOADED_FILES => return builtins::list_uploaded_files(call, self.context).await,
-            DESCRIBE_SKILL => {
-                let query = call
-                    .args
-                    .get("name")
-                    .or_else(|| call.args.get("query"))
-                    .and_then(serde_json::Value::as_str)
-                    .ok_or_else(|| {
-                        ToolFailure::new("ValidationError", "name: field required (a string)")
-                    })?;
-                let text = self.skills.describe(query, self.allowed_skills);
-                return Ok(StateUpdate::messages([Message::tool(
-                    &call.id,
-                    DESCRIBE_SKILL,
-                    text,
-                    ToolStatus::Success,
-                )]));
-            }
+            DESCRIBE_SKILL => return self.describe_skill(call),
             INVOKE_ACP_AGENT if self.acp.is_some() => return self.acp(call).await,
             SKILL_MANAGE if self.skill_manage.is_some() => {
                 if let Some(settings) = self.skill_manage {
-                    // A scripted run never judges its own writes: with no moderation
-                    // model of the operator's, the scan is unavailable and fails closed.
-                    let (closed, unavailable);
-                    let (settings, model): (_, &dyn ChatModel) =
-                        if settings.moderation_model.is_none() && self.model.is_scripted() {
-                            closed = crate::run::skill_manage::SkillManageSettings {
-                                fail_closed: true,
-                                ..settings.clone()
-                            };
-                            unavailable = crate::run::skill_manage::UnavailableModel {
-                                name: self.model.name().to_owned(),
-                                reason: crate::run::skill_manage::moderation::SCRIPTED_RUN
-                                    .to_owned(),
-                            };
-                            (&closed, &unavailable)
-                        } else {
-                            (
-                                settings,
-                                settings.moderation_model.as_deref().unwrap_or(self.model),
-                            )
-                        };
-                    let manager = SkillManager {
-                        store: self.skills,
-                        settings,
-                        model,
-                        thread_id: &self.context.thread_id,
-                    };
-                    return manager.execute(call).await;
+                    return self.manage_skill(call, settings).await;
                 }
             }
             _ => {}
@@ -146,7 +103,7 @@ impl Executor<'_> {
         }
         let spec = self.catalog.get(&call.name).ok_or_else(|| {
             ToolFailure::new(
-                "ToolUnavailable",
+                FailureClass::ToolUnavailable,
                 format!("{} is not in the catalog", call.name),
             )
         })?;
@@ -165,10 +122,67 @@ impl Executor<'_> {
             } => self.mcp(call, server, original_name).await,
             _ if SANDBOX_TOOLS.contains(&call.name.as_str()) => self.sandbox(call, state).await,
             _ => Err(ToolFailure::new(
-                "ToolUnavailable",
+                FailureClass::ToolUnavailable,
                 format!("no executor runs {} in this version of Antler", call.name),
             )),
         }
+    }
+
+    /// `describe_skill`: the installed skill `name` (or `query`) as the run may see it.
+    fn describe_skill(&self, call: &ToolCall) -> Result<StateUpdate, ToolFailure> {
+        let query = call
+            .args
+            .get("name")
+            .or_else(|| call.args.get("query"))
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| {
+                ToolFailure::new(
+                    FailureClass::ValidationError,
+                    "name: field required (a string)",
+                )
+            })?;
+        let text = self.skills.describe(query, self.allowed_skills);
+        Ok(StateUpdate::messages([Message::tool(
+            &call.id,
+            DESCRIBE_SKILL,
+            text,
+            ToolStatus::Success,
+        )]))
+    }
+
+    /// `skill_manage` with the run's settings and the model its security scan asks.
+    async fn manage_skill(
+        &self,
+        call: &ToolCall,
+        settings: &SkillManageSettings,
+    ) -> Result<StateUpdate, ToolFailure> {
+        // A scripted run never judges its own writes: with no moderation
+        // model of the operator's, the scan is unavailable and fails closed.
+        let (closed, unavailable);
+        let (settings, model): (_, &dyn ChatModel) =
+            if settings.moderation_model.is_none() && self.model.is_scripted() {
+                closed = crate::tools::skill_manage::SkillManageSettings {
+                    fail_closed: true,
+                    ..settings.clone()
+                };
+                unavailable = crate::tools::skill_manage::UnavailableModel {
+                    name: self.model.name().to_owned(),
+                    reason: crate::tools::skill_manage::moderation::SCRIPTED_RUN.to_owned(),
+                };
+                (&closed, &unavailable)
+            } else {
+                (
+                    settings,
+                    settings.moderation_model.as_deref().unwrap_or(self.model),
+                )
+            };
+        let manager = SkillManager {
+            store: self.skills,
+            settings,
+            model,
+            thread_id: &self.context.thread_id,
+        };
+        manager.execute(call).await
     }
 
     fn principal(&self) -> Principal {
@@ -183,7 +197,7 @@ impl Executor<'_> {
         self.hosts
             .request(role, request, self.timeout)
             .await
-            .map_err(|e| ToolFailure::new("HostUnavailable", e.message))
+            .map_err(|e| ToolFailure::new(FailureClass::HostUnavailable, e.message))
     }
 
     /// Acquires the run's sandbox (once; the id goes to the state) and runs the tool. A
@@ -213,7 +227,8 @@ impl Executor<'_> {
             }
             other => other,
         };
-        let result = result.map_err(|e| ToolFailure::new("SandboxError", e.to_string()))?;
+        let result =
+            result.map_err(|e| ToolFailure::new(FailureClass::SandboxError, e.to_string()))?;
         let status = if result.is_error {
             ToolStatus::Error
         } else {
@@ -241,7 +256,7 @@ impl Executor<'_> {
                 Ok(acquired.sandbox_id)
             }
             Reply::Sandbox(SandboxReply::Acquired(Err(e))) => {
-                Err(ToolFailure::new("SandboxError", e.to_string()))
+                Err(ToolFailure::new(FailureClass::SandboxError, e.to_string()))
             }
             other => Err(unexpected("sandbox-host", &other)),
         }
@@ -287,7 +302,7 @@ impl Executor<'_> {
                 .map(str::to_owned)
                 .ok_or_else(|| {
                     ToolFailure::new(
-                        "ValidationError",
+                        FailureClass::ValidationError,
                         format!("{name}: field required (a string)"),
                     )
                 })
@@ -295,7 +310,7 @@ impl Executor<'_> {
         let (agent, prompt) = (field("agent")?, field("prompt")?);
         let Some(acp) = self.acp else {
             return Err(ToolFailure::new(
-                "ToolUnavailable",
+                FailureClass::ToolUnavailable,
                 "no ACP agent is configured",
             ));
         };
@@ -322,11 +337,11 @@ impl Executor<'_> {
             .hosts
             .request_items(Role::SandboxHost, request, acp.deadline(&agent), &told)
             .await
-            .map_err(|e| ToolFailure::new("HostUnavailable", e.message))?;
+            .map_err(|e| ToolFailure::new(FailureClass::HostUnavailable, e.message))?;
         let outcome = match reply {
             Reply::Sandbox(SandboxReply::AcpEnded(outcome)) => outcome,
             Reply::Sandbox(SandboxReply::Acquired(Err(e))) => {
-                return Err(ToolFailure::new("SandboxError", e.to_string()))
+                return Err(ToolFailure::new(FailureClass::SandboxError, e.to_string()))
             }
             other => return Err(unexpected("sandbox-host", &other)),
         };
@@ -387,13 +402,13 @@ impl Executor<'_> {
             .hosts
             .request_items(Role::McpHost, Request::Mcp(request), self.timeout, &told)
             .await
-            .map_err(|e| ToolFailure::new("HostUnavailable", e.message))?;
+            .map_err(|e| ToolFailure::new(FailureClass::HostUnavailable, e.message))?;
         let result = match reply {
             Reply::Mcp(McpReply::CallResult(result)) => result,
             other => return Err(unexpected("mcp-host", &other)),
         };
         if result.is_error {
-            return Err(ToolFailure::new("ToolException", result.text()));
+            return Err(ToolFailure::new(FailureClass::ToolException, result.text()));
         }
         // A vision model is one offered `view_image`: it sees the result's images.
         let vision = self.catalog.get(VIEW_IMAGE).is_some();
@@ -438,7 +453,7 @@ impl Executor<'_> {
 
 fn unexpected(host: &str, reply: &Reply) -> ToolFailure {
     ToolFailure::new(
-        "HostUnavailable",
+        FailureClass::HostUnavailable,
         format!("unexpected reply from {host}: {reply:?}"),
     )
 }

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use super::settlement::{DeliveryReceipt, OutputsSnapshot};
-use super::state::ThreadState;
+use crate::settlement::{DeliveryReceipt, OutputsSnapshot};
+use crate::thread::state::ThreadState;
 
 /// A run's lifecycle status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

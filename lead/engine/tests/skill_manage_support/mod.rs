@@ -8,14 +8,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use antler_engine::catalog::{builtins, Catalog};
-use antler_engine::run::actor::{RunLoop, RunSettings};
-use antler_engine::run::context::{AgentContext, RunContext, ThreadPaths};
-use antler_engine::run::hosts::{HostError, ToolHosts};
-use antler_engine::run::model::{ChatModel, ModelError, ModelReply, ModelRequest, ScriptedModel};
-use antler_engine::run::skill_manage::SkillManageSettings;
-use antler_engine::run::skills::SkillStore;
-use antler_engine::run::state::{Message, ToolStatus};
+use antler_engine::{
+    catalog::{builtins, Catalog},
+    AgentContext, ChatModel, HostError, Message, ModelError, ModelReply, ModelRequest, RunContext,
+    RunLoop, RunSettings, ScriptedModel, SkillManageSettings, SkillStore, ThreadPaths, ToolHosts,
+    ToolStatus,
+};
 use antler_protocol::messages::{Reply, Request};
 use antler_protocol::Role;
 use futures::future::BoxFuture;

@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::skill_manage_support::{failed, history, run_blocking, skill_md, Data, ALLOW};
-use antler_engine::run::state::ToolStatus;
+use antler_engine::ToolStatus;
 use serde_json::json;
 
 #[test]

@@ -5,9 +5,7 @@
 use std::sync::Arc;
 
 use crate::skill_manage_support::{run_with_settings, runtime, skill_md, Data, ALLOW};
-use antler_engine::run::model::ScriptedModel;
-use antler_engine::run::skill_manage::{SkillManageSettings, UnavailableModel};
-use antler_engine::run::state::ToolStatus;
+use antler_engine::{ScriptedModel, SkillManageSettings, ToolStatus, UnavailableModel};
 use serde_json::json;
 
 fn playbook() -> String {

@@ -4,8 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::skill_manage_support::{failed, run_blocking, skill_md, Data, ALLOW};
-use antler_engine::run::skills::SlashActivation;
-use antler_engine::run::state::Message;
+use antler_engine::{Message, SlashActivation};
 use serde_json::json;
 
 #[test]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::skill_manage_support::{
     run_with, runtime, skill_md, CountingScans, Data, ScanGauge, ALLOW,
 };
-use antler_engine::run::model::ScriptedModel;
+use antler_engine::ScriptedModel;
 use serde_json::json;
 
 #[test]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::skill_manage_support::{run_with, runtime, CountingScans, Data, ScanGauge, ALLOW};
-use antler_engine::run::model::ScriptedModel;
+use antler_engine::ScriptedModel;
 use serde_json::json;
 
 #[test]

@@ -1,4 +1,4 @@
-//! One subagent task on the real engine (`run::task::graph`), one test per terminal
+//! One subagent task on the real engine (`task::graph`), one test per terminal
 //! state of spec 7.2/7.3: the exact `TaskResult`, the content and `additional_kwargs`
 //! the parent's model sees, and the `task_running` events. The model is the real
 //! scripted model; the tool calls are builtins (`tool_search` over a catalog with a
@@ -12,16 +12,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use antler_engine::catalog::builtins;
-use antler_engine::catalog::{Catalog, ToolSource, ToolSpec};
-use antler_engine::run::actor::CancelFlag;
-use antler_engine::run::hosts::{HostError, ToolHosts};
-use antler_engine::run::middleware::token_budget::TokenBudget;
-use antler_engine::run::model::{Playbook, ScriptedCall, ScriptedTurn};
-use antler_engine::run::state::{Message, TokenUsage, ToolStatus};
-use antler_engine::run::task::graph::{drive_task, run_task, TaskRun};
-use antler_engine::run::task::spec::{TaskSpec, WireCatalog, WireModel};
-use antler_engine::run::task::{TaskEvent, TaskResult, TaskStatus, TaskStopReason};
+use antler_engine::{
+    catalog::{builtins, Catalog, ToolSource, ToolSpec},
+    drive_task, run_task, CancelFlag, HostError, Message, Playbook, ScriptedCall, ScriptedTurn,
+    TaskEvent, TaskResult, TaskRun, TaskSpec, TaskStatus, TaskStopReason, TokenBudget, TokenUsage,
+    ToolHosts, ToolStatus, WireCatalog, WireModel,
+};
 use antler_protocol::messages::{
     AcquireSource, Acquired, Reply, Request, SandboxReply, SandboxRequest, ToolResult,
 };

@@ -7,14 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::web_support::{entry, Reply, StandIn};
-use antler_engine::catalog::{Catalog, ToolSource, ToolSpec};
-use antler_engine::run::actor::CancelFlag;
-use antler_engine::run::hosts::{HostError, ToolHosts};
-use antler_engine::run::model::{Playbook, ScriptedCall, ScriptedTurn};
-use antler_engine::run::state::Message;
-use antler_engine::run::task::graph::drive_task;
-use antler_engine::run::task::spec::{TaskSpec, WireCatalog, WireModel};
-use antler_engine::run::web::WireWebTools;
+use antler_engine::{
+    catalog::{Catalog, ToolSource, ToolSpec},
+    drive_task, CancelFlag, HostError, Message, Playbook, ScriptedCall, ScriptedTurn, TaskSpec,
+    ToolHosts, WireCatalog, WireModel, WireWebTools,
+};
 use antler_protocol::messages::{Reply as HostReply, Request};
 use antler_protocol::Role;
 use futures::future::BoxFuture;

@@ -9,10 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use antler_engine::run::context::ThreadPaths;
-use antler_engine::run::state::{Message, ToolCall, ToolStatus};
-use antler_engine::run::thread_files::ThreadFiles;
-use antler_engine::run::web::WebTools;
+use antler_engine::{Message, ThreadFiles, ThreadPaths, ToolCall, ToolStatus, WebTools};
 use antler_protocol::config::ToolConfig;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -272,7 +269,7 @@ pub async fn failure(
     entries: &[ToolConfig],
     tool: &str,
     args: Value,
-) -> antler_engine::run::middleware::tool_error::ToolFailure {
+) -> antler_engine::ToolFailure {
     let web = WebTools::from_config(entries);
     let call = ToolCall {
         id: "call_1".into(),

@@ -21,7 +21,7 @@ pub async fn answer(
     action: antler_protocol::messages::ElicitationAction,
     content_json: Option<String>,
 ) -> Result<(), AnswerError> {
-    use crate::run::hosts::ToolHosts;
+    use antler_engine::ToolHosts;
     use antler_protocol::messages::{
         ElicitationRefusal, McpElicitationAnswer, McpReply, McpRequest, Reply, Request,
     };

@@ -6,8 +6,8 @@ use actix::prelude::*;
 use antler_protocol::messages::{FileContent, ThreadFileError};
 
 use super::RunManager;
-use crate::run::thread_files::ThreadFiles;
 use crate::runs::prepare::PrepareError;
+use antler_engine::ThreadFiles;
 
 /// Where the sandbox shows a thread's outputs.
 const OUTPUTS_PREFIX: &str = "/mnt/user-data/outputs/";
@@ -54,8 +54,7 @@ impl Handler<RunArtifact> for RunManager {
             if !presented || !msg.path.starts_with(OUTPUTS_PREFIX) {
                 return Err(missing());
             }
-            let paths =
-                crate::run::context::ThreadPaths::new(&env.base_dir().await?, &user, &thread);
+            let paths = antler_engine::ThreadPaths::new(&env.base_dir().await?, &user, &thread);
             let files = env.thread_files(&paths, &user, &thread);
             match read_artifact(&*files, &msg.path).await {
                 Ok(Some(content)) => Ok(content),

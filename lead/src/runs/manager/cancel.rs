@@ -1,4 +1,4 @@
-//! Cancelling a run: a driven one through its [`CancelFlag`](crate::run::actor::CancelFlag),
+//! Cancelling a run: a driven one through its [`CancelFlag`](antler_engine::CancelFlag),
 //! one stopped at a question (in memory or only in the store) ended at once without a
 //! drive, one being prepared for a resume cancelled at its launch; and chaos mode's stop
 //! of a run actor mid-drive (the manager resumes it).
@@ -6,10 +6,10 @@
 use actix::prelude::*;
 
 use super::{failed_view, LiveRun, RunManager};
-use crate::run::actor::{Crash, RunError};
-use crate::run::journal::Journal;
 use crate::runs::prepare::PrepareError;
 use crate::runs::store::RunStatus;
+use antler_engine::Journal;
+use antler_engine::{Crash, RunError};
 
 /// Chaos mode: stop the actor of a run being driven as if it crashed; the manager then
 /// resumes the run from its last checkpoint. The reply says what happens, or why not.

@@ -9,11 +9,11 @@ use actix::prelude::*;
 use serde_json::Value;
 
 use super::{source_label, RunManager};
-use crate::catalog::ToolSource;
 use crate::runs::elicitations::PendingElicitations;
 use crate::runs::events::EventLog;
 use crate::runs::prepare::PrepareError;
 use crate::runs::store::RunStatus;
+use antler_engine::catalog::ToolSource;
 
 /// The events of a run: those this lead holds, or for a run that ended and is no longer
 /// in memory (or ended under an earlier lead) a stopped log of its kept events and its

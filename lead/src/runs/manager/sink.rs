@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::catalog::{Catalog, ToolSource};
-use crate::run::actor::{RunEvent, ToolState};
 use crate::runs::elicitations::{PendingElicitation, PendingElicitations};
 use crate::runs::events::EventLog;
 use crate::runs::metrics::Metrics;
+use antler_engine::catalog::{Catalog, ToolSource};
+use antler_engine::{RunEvent, ToolState};
 
 /// Per-run timing for the latency metrics.
 #[derive(Default)]
@@ -79,7 +79,7 @@ pub(super) fn event_sink(
             RunEvent::Task {
                 tool_call_id,
                 task:
-                    antler_engine::run::task::TaskEvent::TaskElicitation {
+                    antler_engine::TaskEvent::TaskElicitation {
                         run_id,
                         id,
                         server,

@@ -46,7 +46,7 @@ impl RunEnv {
             let sources = Sources {
                 config: app.clone(),
                 extensions,
-                mcp: crate::catalog::assembly::McpTools::new(mcp),
+                mcp: antler_engine::catalog::assembly::McpTools::new(mcp),
             };
             let assembled = assemble(&sources, &request)?;
             for warning in &assembled.warnings {

@@ -12,7 +12,7 @@ pub(super) fn moderation_model(app: &AppConfig) -> Option<Arc<dyn ChatModel>> {
     let name = app.skill_evolution.moderation_model_name.as_deref()?;
     Some(named_model(app, Some(name)).unwrap_or_else(|e| {
         tracing::warn!("skill_evolution.moderation_model_name: {e}; skill scans fail");
-        Arc::new(crate::run::skill_manage::UnavailableModel {
+        Arc::new(antler_engine::UnavailableModel {
             name: name.to_owned(),
             reason: e.to_string(),
         })
@@ -62,7 +62,7 @@ pub(super) fn named_model(
     app: &AppConfig,
     name: Option<&str>,
 ) -> Result<Arc<dyn ChatModel>, PrepareError> {
-    Ok(crate::run::openai::model_from_config(
+    Ok(antler_engine::model_from_config(
         app,
         name,
         &antler_protocol::config::process_env,

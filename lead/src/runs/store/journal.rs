@@ -10,9 +10,9 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use super::{CheckpointError, CheckpointStore, RunRecord, RunStatus, STORAGE_RETRY_WINDOW};
-use crate::run::journal::{Journal, JournalError, JournalResult};
-use crate::run::settlement::{DeliveryReceipt, OutputsSnapshot};
-use crate::run::state::ThreadState;
+use antler_engine::ThreadState;
+use antler_engine::{DeliveryReceipt, OutputsSnapshot};
+use antler_engine::{Journal, JournalError, JournalResult};
 
 impl From<CheckpointError> for JournalError {
     fn from(error: CheckpointError) -> JournalError {

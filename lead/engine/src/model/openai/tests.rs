@@ -1,0 +1,457 @@
+//! Unit tests of the OpenAI-compatible model: request conversion, SSE delta assembly,
+//! config and `$VAR` resolution. Network behaviour is tested against a real server in
+//! `tests/tests/run_openai.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use antler_protocol::config::{AppConfig, ModelConfig};
+use serde_json::{json, Value};
+
+use super::config::{ApiKey, OpenAiConfig};
+use super::wire::{self, ReplyAssembler, SseDecoder, SseEvent};
+use super::*;
+use crate::catalog::ToolSpec;
+use crate::thread::state::{Message, TokenUsage, ToolCall, ToolStatus};
+
+fn weather_tool() -> ToolSpec {
+    ToolSpec::builtin(
+        "get_weather",
+        "The weather in a city.",
+        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+    )
+}
+
+fn conversation() -> Vec<Message> {
+    vec![
+        Message::System {
+            content: "Be brief.".to_owned(),
+        },
+        Message::human("Weather in Paris?"),
+        Message::Ai {
+            id: "ai-1".to_owned(),
+            content: String::new(),
+            tool_calls: vec![ToolCall {
+                id: "call_1".to_owned(),
+                name: "get_weather".to_owned(),
+                args: json!({"city": "Paris"}),
+            }],
+        },
+        Message::tool("call_1", "get_weather", "sunny", ToolStatus::Success),
+    ]
+}
+
+fn env_of(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+    move |name| {
+        vars.iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| (*v).to_owned())
+    }
+}
+
+fn model_config(yaml: &str) -> ModelConfig {
+    serde_yaml::from_str(yaml).unwrap()
+}
+
+#[test]
+fn messages_and_tools_become_the_openai_request() {
+    let tool = weather_tool();
+    let tools = [&tool];
+    let messages = conversation();
+    let mut config = OpenAiConfig::new("smol", "smollm2", "http://127.0.0.1:1/v1/");
+    config.params.insert("temperature".to_owned(), json!(0));
+    config.params.insert(
+        "tool_choice".to_owned(),
+        json!({"type": "function", "function": {"name": "get_weather"}}),
+    );
+    let request = ModelRequest {
+        messages: &messages,
+        tools: &tools,
+        images: &[],
+    };
+    assert_eq!(config.endpoint(), "http://127.0.0.1:1/v1/chat/completions");
+    assert_eq!(
+        wire::request_body(&config, &request),
+        json!({
+            "model": "smollm2",
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": "", "tool_calls": [{
+                    "id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}
+                }]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+            ],
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "tools": [{"type": "function", "function": {
+                "name": "get_weather",
+                "description": "The weather in a city.",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            }}],
+            "temperature": 0,
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        })
+    );
+    // Without visible tools, neither `tools` nor `tool_choice` is sent.
+    let bare = wire::request_body(
+        &config,
+        &ModelRequest {
+            messages: &messages[..2],
+            tools: &[],
+            images: &[],
+        },
+    );
+    assert!(bare.get("tools").is_none() && bare.get("tool_choice").is_none());
+    assert_eq!(bare["temperature"], json!(0));
+}
+
+#[test]
+fn sse_lines_split_across_chunks_are_reassembled() {
+    let mut decoder = SseDecoder::default();
+    assert_eq!(decoder.push(b": keep-alive\r\nda"), []);
+    assert_eq!(
+        decoder.push(b"ta: {\"a\":1}\r\n\r\nevent: x\ndata:{\"b\":2}\n"),
+        [
+            SseEvent::Data("{\"a\":1}".to_owned()),
+            SseEvent::Data("{\"b\":2}".to_owned())
+        ]
+    );
+    assert_eq!(decoder.push(b"data: [DONE]"), []);
+    assert_eq!(decoder.finish(), Some(SseEvent::Done));
+}
+
+fn chunk(delta: Value) -> String {
+    json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": null}]}).to_string()
+}
+
+#[test]
+fn streamed_deltas_assemble_text_and_tool_calls_by_index() {
+    let messages = conversation();
+    let request = ModelRequest {
+        messages: &messages,
+        tools: &[],
+        images: &[],
+    };
+    let mut assembler = ReplyAssembler::new("smol", &request);
+    let chunks = [
+        chunk(json!({"role": "assistant", "content": "Checking"})),
+        chunk(json!({"content": " both."})),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),
+        ),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"ci"}}]})),
+        // The second call starts while the first is still open.
+        chunk(
+            json!({"tool_calls": [{"index": 1, "function": {"name": "get_", "arguments": "{}"}}]}),
+        ),
+        // A repeated id and name are not doubled.
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_a", "function": {"name": "get_weather", "arguments": "ty\": \"Par"}}]}),
+        ),
+        chunk(json!({"tool_calls": [{"index": 1, "function": {"name": "time"}}]})),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "is\"}"}}]})),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
+        // The usage chunk `stream_options.include_usage` asks for: no choices.
+        json!({"choices": [], "usage": {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}}).to_string(),
+    ];
+    for data in &chunks {
+        assembler.push_chunk(data).unwrap();
+    }
+    assert!(assembler.finished());
+    let reply = assembler.finish().unwrap();
+    assert_eq!(
+        reply,
+        ModelReply {
+            id: "ai-2".to_owned(),
+            content: "Checking both.".to_owned(),
+            tool_calls: vec![
+                ToolCall {
+                    id: "call_a".to_owned(),
+                    name: "get_weather".to_owned(),
+                    args: json!({"city": "Paris"}),
+                },
+                ToolCall {
+                    id: "call-2-2".to_owned(),
+                    name: "get_time".to_owned(),
+                    args: json!({}),
+                },
+            ],
+            usage: Some(TokenUsage {
+                input_tokens: 120,
+                output_tokens: 30,
+                total_tokens: 150
+            }),
+            finish_reason: Some("tool_calls".to_owned()),
+        }
+    );
+}
+
+#[test]
+fn a_whole_json_completion_is_read_like_a_stream() {
+    let request = ModelRequest {
+        messages: &[],
+        tools: &[],
+        images: &[],
+    };
+    let mut assembler = ReplyAssembler::new("smol", &request);
+    assembler
+        .push_completion(&json!({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": null,
+            "tool_calls": [{"id": "call_x", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]
+        }}]}))
+        .unwrap();
+    let reply = assembler.finish().unwrap();
+    assert_eq!((reply.id.as_str(), reply.content.as_str()), ("ai-1", ""));
+    assert_eq!(reply.tool_calls[0].args, json!({"city": "Oslo"}));
+}
+
+#[test]
+fn invalid_tool_arguments_fail_the_reply_naming_the_tool() {
+    let request = ModelRequest {
+        messages: &[],
+        tools: &[],
+        images: &[],
+    };
+    for (arguments, expected) in [
+        (
+            "{\"city\": \"Par",
+            "model `smol` wrote invalid arguments for tool `get_weather`: not JSON (EOF while parsing a string at line 1 column 13): {\"city\": \"Par",
+        ),
+        (
+            "[\"Paris\"]",
+            "model `smol` wrote invalid arguments for tool `get_weather`: expected a JSON object, got [\"Paris\"]",
+        ),
+    ] {
+        let mut assembler = ReplyAssembler::new("smol", &request);
+        assembler
+            .push_chunk(&chunk(json!({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "get_weather", "arguments": arguments}}]})))
+            .unwrap();
+        let err = assembler.finish().unwrap_err();
+        assert!(matches!(err, ModelError::InvalidToolArguments { .. }));
+        assert_eq!(err.to_string(), expected);
+    }
+}
+
+#[test]
+fn error_chunks_and_error_bodies_carry_the_server_message() {
+    let request = ModelRequest {
+        messages: &[],
+        tools: &[],
+        images: &[],
+    };
+    let mut assembler = ReplyAssembler::new("smol", &request);
+    let err = assembler
+        .push_chunk(
+            r#"{"error": {"message": "context length exceeded", "type": "invalid_request_error"}}"#,
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "model `smol`: invalid reply: the server reported: context length exceeded"
+    );
+    assert_eq!(
+        wire::server_message(r#"{"error": {"message": "bad tool_choice"}}"#),
+        "bad tool_choice"
+    );
+    assert_eq!(
+        wire::server_message(r#"{"detail": "Not Found"}"#),
+        "Not Found"
+    );
+    assert_eq!(wire::server_message("  plain text\n"), "plain text");
+    assert_eq!(wire::server_message(""), "(empty body)");
+    let long = "é".repeat(2000);
+    let quoted = wire::server_message(&long);
+    assert_eq!(quoted.chars().count(), wire::QUOTE_LIMIT + 1);
+    assert!(quoted.ends_with('…'));
+}
+
+#[test]
+fn a_model_config_resolves_its_key_and_endpoint() {
+    let config = model_config(
+        "name: smol\nuse: langchain_openai:ChatOpenAI\nmodel: smollm2\napi_key: $SMOL_KEY\n\
+         base_url: http://127.0.0.1:8080/v1\ntemperature: 0\ntool_choice: required\n\
+         max_retries: 2\ntimeout: 30\nstream_idle_timeout: 5\nunrelated: x\n",
+    );
+    let built =
+        OpenAiConfig::from_model_config(&config, &env_of(&[("SMOL_KEY", "sk-secret-1")])).unwrap();
+    assert_eq!(built.model, "smollm2");
+    assert_eq!(
+        built.endpoint(),
+        "http://127.0.0.1:8080/v1/chat/completions"
+    );
+    assert_eq!(built.api_key, Some(ApiKey::new("sk-secret-1")));
+    assert_eq!(
+        Value::Object(built.params.clone()),
+        json!({"temperature": 0, "tool_choice": "required"})
+    );
+    assert_eq!(built.retry.max_retries, 2);
+    assert_eq!(built.request_timeout.as_secs(), 30);
+    assert_eq!(built.idle_timeout.as_secs(), 5);
+    let debug = format!("{:?}", OpenAiModel::new(built).unwrap());
+    assert!(!debug.contains("sk-secret-1"), "{debug}");
+    assert!(debug.contains("<redacted>"), "{debug}");
+
+    // An unset variable is named, its (absent) value never shown.
+    let err = OpenAiConfig::from_model_config(&config, &env_of(&[])).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "model `smol`: api_key names $SMOL_KEY, which is not set"
+    );
+}
+
+#[test]
+fn endpoints_and_keys_fall_back_to_extra_then_environment_then_provider() {
+    let env = env_of(&[
+        ("OPENAI_API_KEY", "sk-env"),
+        ("OPENAI_BASE_URL", "http://10.0.0.1/v1"),
+        ("DEEPSEEK_API_KEY", "sk-deep"),
+    ]);
+    let from_extra = model_config(
+        "name: a\nuse: langchain_openai:ChatOpenAI\nmodel: m\nopenai_api_base: http://x/v1\n",
+    );
+    let built = OpenAiConfig::from_model_config(&from_extra, &env).unwrap();
+    assert_eq!(built.base_url, "http://x/v1");
+    assert_eq!(built.api_key, Some(ApiKey::new("sk-env")));
+
+    let from_env =
+        model_config("name: a\nuse: langchain_openai:ChatOpenAI\nmodel: m\napi_key: ''\n");
+    let built = OpenAiConfig::from_model_config(&from_env, &env).unwrap();
+    assert_eq!(built.base_url, "http://10.0.0.1/v1");
+    assert_eq!(built.api_key, Some(ApiKey::new("sk-env")));
+    let built = OpenAiConfig::from_model_config(&from_env, &env_of(&[])).unwrap();
+    assert_eq!(built.base_url, "https://api.openai.com/v1");
+    assert_eq!(built.api_key, None);
+
+    let deepseek =
+        model_config("name: d\nuse: langchain_deepseek:ChatDeepSeek\nmodel: deepseek-chat\n");
+    let built = OpenAiConfig::from_model_config(&deepseek, &env).unwrap();
+    assert_eq!(built.base_url, "https://api.deepseek.com/v1");
+    assert_eq!(built.api_key, Some(ApiKey::new("sk-deep")));
+
+    // Any other class is accepted when it names its endpoint, refused otherwise.
+    let vllm = model_config("name: v\nuse: langchain_community.chat_models:ChatVLLM\nmodel: q\napi_base: http://gpu:8000/v1\n");
+    assert_eq!(
+        OpenAiConfig::from_model_config(&vllm, &env)
+            .unwrap()
+            .base_url,
+        "http://gpu:8000/v1"
+    );
+    let claude = model_config("name: c\nuse: langchain_anthropic:ChatAnthropic\nmodel: claude\n");
+    assert_eq!(
+        OpenAiConfig::from_model_config(&claude, &env).unwrap_err().to_string(),
+        "model `c`: `use: langchain_anthropic:ChatAnthropic` is not an OpenAI-compatible provider Antler knows; set `base_url` to its OpenAI-compatible endpoint"
+    );
+
+    let bad = model_config("name: b\nuse: langchain_openai:ChatOpenAI\nmodel: m\nbase_url: localhost:8000\nmax_retries: -1\n");
+    assert_eq!(
+        OpenAiConfig::from_model_config(&bad, &env)
+            .unwrap_err()
+            .to_string(),
+        "model `b`: base_url `localhost:8000` is not an http:// or https:// URL"
+    );
+    let bad =
+        model_config("name: b\nuse: langchain_openai:ChatOpenAI\nmodel: m\nmax_retries: -1\n");
+    assert_eq!(
+        OpenAiConfig::from_model_config(&bad, &env)
+            .unwrap_err()
+            .to_string(),
+        "model `b`: max_retries must be a whole number, not -1"
+    );
+}
+
+#[test]
+fn model_from_config_picks_by_name_or_builds_the_environment_default() {
+    let app: AppConfig = serde_yaml::from_str(
+        "models:\n  - {name: first, use: 'langchain_openai:ChatOpenAI', model: m1, base_url: 'http://a/v1'}\n  \
+         - {name: second, use: 'langchain_openai:ChatOpenAI', model: m2, base_url: 'http://b/v1'}\n",
+    )
+    .unwrap();
+    let none = env_of(&[]);
+    assert_eq!(
+        model_from_config(&app, None, &none).unwrap().name(),
+        "first"
+    );
+    assert_eq!(
+        model_from_config(&app, Some("second"), &none)
+            .unwrap()
+            .name(),
+        "second"
+    );
+    assert_eq!(
+        model_from_config(&app, Some("third"), &none)
+            .err()
+            .unwrap()
+            .to_string(),
+        "no model named `third`; configured models: first, second"
+    );
+
+    let empty = AppConfig::default();
+    assert_eq!(
+        model_from_config(&empty, None, &none).err().unwrap().to_string(),
+        "no chat model is configured: add a `models:` entry to the config, or set OPENAI_BASE_URL (or ANTLER_MODEL_BASE_URL) and OPENAI_MODEL (or ANTLER_MODEL)"
+    );
+    let env = env_of(&[
+        ("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+        ("OPENAI_MODEL", "smollm2"),
+    ]);
+    let default = config::select_model_config(&empty, None, &env).unwrap();
+    assert_eq!(
+        (
+            default.name.as_str(),
+            default.model.as_str(),
+            default.use_.as_str()
+        ),
+        ("smollm2", "smollm2", USE_CHAT_OPENAI)
+    );
+    assert_eq!(
+        model_from_config(&empty, None, &env).unwrap().name(),
+        "smollm2"
+    );
+    assert_eq!(
+        model_from_config(&empty, Some("gpt"), &env)
+            .err()
+            .unwrap()
+            .to_string(),
+        "no model named `gpt`; configured models: smollm2"
+    );
+}
+
+#[test]
+fn models_of_one_configuration_share_one_http_client() {
+    use crate::http_clients::{builds_of, ClientKind};
+    // A connect timeout no other test uses: this test's client kind alone.
+    let connect_timeout = Duration::from_millis(7_331);
+    let kind = ClientKind::Model { connect_timeout };
+    for run in 0..4 {
+        let mut config = OpenAiConfig::new(format!("m{run}"), "gpt", "http://127.0.0.1:9/v1");
+        config.connect_timeout = connect_timeout;
+        OpenAiModel::new(config).unwrap();
+    }
+    // Each build parses the system's CA store: four runs, one build.
+    assert_eq!(builds_of(kind), 1);
+}
+
+#[test]
+fn a_404_names_the_url_and_what_is_usually_wrong() {
+    assert_eq!(
+        not_found_hint("http://127.0.0.1:8080", "smol"),
+        "the base_url is probably missing `/v1` (OpenAI-compatible servers such as llama.cpp, vLLM and Ollama serve /v1/chat/completions): try base_url: http://127.0.0.1:8080/v1"
+    );
+    assert_eq!(
+        not_found_hint("http://127.0.0.1:8080/", "smol"),
+        not_found_hint("http://127.0.0.1:8080", "smol")
+    );
+    assert_eq!(
+        not_found_hint("https://api.example.com/v1/", "gpt-x"),
+        "check the model's base_url (Antler posts to <base_url>/chat/completions) and that the server serves the model `gpt-x`"
+    );
+    let err = ModelError::EndpointNotFound {
+        model: "m".into(),
+        url: "http://h:1/chat/completions".into(),
+        message: "Not Found".into(),
+        hint: not_found_hint("http://h:1", "x"),
+    };
+    assert!(err
+        .to_string()
+        .starts_with("model `m`: HTTP 404 from http://h:1/chat/completions (Not Found): the base_url is probably missing `/v1`"));
+}

@@ -1,0 +1,384 @@
+//! The OpenAI chat-completions wire format: the request body built from a run's
+//! messages and visible tools, the SSE framing of a streamed reply, and the assembly of
+//! its deltas (content, and tool calls keyed by `index`) into one [`ModelReply`]. A
+//! non-streamed reply goes through the same assembly as one whole chunk.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use super::config::OpenAiConfig;
+use crate::model::{ImagePart, ModelError, ModelReply, ModelRequest};
+use crate::thread::state::{Message, TokenUsage, ToolCall};
+
+/// The longest slice of server or model text quoted in an error.
+pub const QUOTE_LIMIT: usize = 500;
+
+/// The request body: `model`, `messages`, `stream: true`, `tools` (omitted when none
+/// are visible, and `tool_choice` with them) and the configured parameters.
+pub fn request_body(config: &OpenAiConfig, request: &ModelRequest<'_>) -> Value {
+    let mut body = Map::new();
+    body.insert("model".to_owned(), Value::String(config.model.clone()));
+    let mut messages: Vec<Value> = request.messages.iter().map(message_json).collect();
+    if !request.images.is_empty() {
+        messages.push(images_message(request.images));
+    }
+    body.insert("messages".to_owned(), Value::Array(messages));
+    body.insert("stream".to_owned(), Value::Bool(true));
+    // The usage of a streamed reply comes in a last chunk only when asked for.
+    body.insert("stream_options".to_owned(), json!({"include_usage": true}));
+    if !request.tools.is_empty() {
+        let tools = request
+            .tools
+            .iter()
+            .map(|spec| json!({"type": "function", "function": spec.openai_function()}))
+            .collect();
+        body.insert("tools".to_owned(), Value::Array(tools));
+    }
+    for (key, value) in &config.params {
+        if key == "tool_choice" && request.tools.is_empty() {
+            continue;
+        }
+        body.insert(key.clone(), value.clone());
+    }
+    Value::Object(body)
+}
+
+/// The heading of the viewed images (spec C.2).
+pub const IMAGES_HEADING: &str = "Here are the images you've viewed:";
+/// An image that could not be read again: unlike DeerFlow, no host path.
+pub const IMAGE_UNAVAILABLE: &str = "  (file unavailable or changed on disk)";
+
+/// The user message that shows a vision model the images of its last `view_image` calls:
+/// text lines naming each, and `image_url` parts with base64 data URLs.
+fn images_message(images: &[ImagePart]) -> Value {
+    let mut parts = vec![json!({"type": "text", "text": IMAGES_HEADING})];
+    for image in images {
+        parts.push(json!({"type": "text", "text": format!("\n- **{}** ({})", image.path, image.mime_type)}));
+        parts.push(match &image.base64 {
+            Some(data) => json!({"type": "image_url", "image_url": {"url": format!("data:{};base64,{data}", image.mime_type)}}),
+            None => json!({"type": "text", "text": IMAGE_UNAVAILABLE}),
+        });
+    }
+    json!({"role": "user", "content": parts})
+}
+
+/// One state message as an OpenAI chat message. A summary is sent as a user message.
+/// An assistant message with tool calls and no text has `content: ""`, not `null`:
+/// llama-cpp-python's server refuses `null` (and a missing `content`), OpenAI takes both.
+pub fn message_json(message: &Message) -> Value {
+    match message {
+        Message::System { content } => json!({"role": "system", "content": content}),
+        Message::Human { content, .. } => json!({"role": "user", "content": content}),
+        Message::Ai {
+            content,
+            tool_calls,
+            ..
+        } => {
+            if tool_calls.is_empty() {
+                return json!({"role": "assistant", "content": content});
+            }
+            let calls: Vec<Value> = tool_calls
+                .iter()
+                .map(|call| {
+                    let arguments = match &call.args {
+                        Value::Null => "{}".to_owned(),
+                        args => args.to_string(),
+                    };
+                    json!({
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": arguments},
+                    })
+                })
+                .collect();
+            json!({"role": "assistant", "content": content, "tool_calls": calls})
+        }
+        Message::Tool {
+            tool_call_id,
+            content,
+            ..
+        } => json!({"role": "tool", "tool_call_id": tool_call_id, "content": content}),
+    }
+}
+
+/// One SSE event's payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SseEvent {
+    /// A `data:` payload (a JSON chunk).
+    Data(String),
+    /// `data: [DONE]`: the reply is complete.
+    Done,
+}
+
+/// Splits a byte stream into SSE `data:` payloads; comments, `event:`, `id:` and blank
+/// lines are skipped. Lines may end in `\n` or `\r\n` and may be split across chunks.
+#[derive(Debug, Default)]
+pub struct SseDecoder {
+    pending: Vec<u8>,
+}
+
+impl SseDecoder {
+    /// The events completed by `bytes`.
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+        self.pending.extend_from_slice(bytes);
+        let mut events = Vec::new();
+        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            events.extend(Self::line_event(&line[..end]));
+        }
+        events
+    }
+
+    /// The event of a last line that had no newline.
+    pub fn finish(&mut self) -> Option<SseEvent> {
+        let line = std::mem::take(&mut self.pending);
+        Self::line_event(&line)
+    }
+
+    fn line_event(line: &[u8]) -> Option<SseEvent> {
+        let line = String::from_utf8_lossy(line);
+        let line = line.trim_end_matches('\r');
+        let data = line.strip_prefix("data:")?;
+        let data = data.strip_prefix(' ').unwrap_or(data);
+        if data.trim() == "[DONE]" {
+            Some(SseEvent::Done)
+        } else if data.trim().is_empty() {
+            None
+        } else {
+            Some(SseEvent::Data(data.to_owned()))
+        }
+    }
+}
+
+/// A tool call being streamed.
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Assembles chat-completion chunks (or one whole completion) into a [`ModelReply`].
+#[derive(Debug)]
+pub struct ReplyAssembler {
+    model: String,
+    turn: usize,
+    content: String,
+    calls: BTreeMap<u64, PartialCall>,
+    finish_reason: Option<String>,
+    usage: Option<TokenUsage>,
+}
+
+impl ReplyAssembler {
+    /// An assembler for the reply to `request`, on behalf of the model named `model`.
+    pub fn new(model: &str, request: &ModelRequest<'_>) -> ReplyAssembler {
+        let played = request
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::Ai { .. }))
+            .count();
+        ReplyAssembler {
+            model: model.to_owned(),
+            turn: played + 1,
+            content: String::new(),
+            calls: BTreeMap::new(),
+            finish_reason: None,
+            usage: None,
+        }
+    }
+
+    /// Whether a choice said why it finished (a stream that ends without `[DONE]` is
+    /// complete only then).
+    pub fn finished(&self) -> bool {
+        self.finish_reason.is_some()
+    }
+
+    /// Adds one streamed chunk (`choices[0].delta`).
+    pub fn push_chunk(&mut self, data: &str) -> Result<(), ModelError> {
+        let chunk: Value = serde_json::from_str(data).map_err(|e| {
+            self.invalid(format!("a stream chunk is not JSON ({e}): {}", quote(data)))
+        })?;
+        self.push_value(&chunk, "delta")
+    }
+
+    /// Adds a whole non-streamed completion (`choices[0].message`).
+    pub fn push_completion(&mut self, completion: &Value) -> Result<(), ModelError> {
+        self.push_value(completion, "message")
+    }
+
+    fn push_value(&mut self, value: &Value, part: &str) -> Result<(), ModelError> {
+        if let Some(error) = value.get("error") {
+            return Err(self.invalid(format!("the server reported: {}", error_text(error))));
+        }
+        if let Some(usage) = value.get("usage").and_then(read_usage) {
+            self.usage = Some(usage);
+            if value.get("choices").is_none() {
+                return Ok(());
+            }
+        }
+        let Some(choices) = value.get("choices").and_then(Value::as_array) else {
+            return Err(self.invalid(format!("no `choices` in {}", quote(&value.to_string()))));
+        };
+        // Only the first choice is read: Antler never asks for `n > 1`.
+        let Some(choice) = choices.first() else {
+            return Ok(());
+        };
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(reason.to_owned());
+        }
+        let Some(delta) = choice.get(part) else {
+            return Ok(());
+        };
+        if let Some(text) = delta.get("content").and_then(Value::as_str) {
+            self.content.push_str(text);
+        }
+        let calls = delta.get("tool_calls").and_then(Value::as_array);
+        for (position, call) in calls.into_iter().flatten().enumerate() {
+            let index = call
+                .get("index")
+                .and_then(Value::as_u64)
+                .unwrap_or(position as u64);
+            let partial = self.calls.entry(index).or_default();
+            // The id and name come in the call's first chunk; some servers repeat them
+            // in every chunk, which must not double them.
+            if let Some(id) = call.get("id").and_then(Value::as_str) {
+                if partial.id.is_empty() {
+                    partial.id = id.to_owned();
+                }
+            }
+            let function = call.get("function");
+            if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
+                if partial.name != name {
+                    partial.name.push_str(name);
+                }
+            }
+            match function.and_then(|f| f.get("arguments")) {
+                Some(Value::String(fragment)) => partial.arguments.push_str(fragment),
+                // Some servers send the arguments of a whole reply as an object.
+                Some(args @ Value::Object(_)) => partial.arguments.push_str(&args.to_string()),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The assembled reply: id `ai-{turn}` like the scripted model's, tool calls in
+    /// `index` order, a missing call id made `call-{turn}-{n}`. Arguments that are not a
+    /// JSON object fail the reply with [`ModelError::InvalidToolArguments`] (empty
+    /// arguments are `{}`).
+    pub fn finish(self) -> Result<ModelReply, ModelError> {
+        let turn = self.turn;
+        let mut tool_calls = Vec::with_capacity(self.calls.len());
+        for (n, call) in self.calls.into_values().enumerate() {
+            if call.name.is_empty() {
+                return Err(ModelError::InvalidReply {
+                    model: self.model,
+                    message: format!("tool call {} has no function name", n + 1),
+                });
+            }
+            let args = parse_arguments(&call.arguments).map_err(|message| {
+                ModelError::InvalidToolArguments {
+                    model: self.model.clone(),
+                    tool: call.name.clone(),
+                    message,
+                }
+            })?;
+            let id = if call.id.is_empty() {
+                format!("call-{turn}-{}", n + 1)
+            } else {
+                call.id
+            };
+            tool_calls.push(ToolCall {
+                id,
+                name: call.name,
+                args,
+            });
+        }
+        Ok(ModelReply {
+            id: format!("ai-{turn}"),
+            content: self.content,
+            tool_calls,
+            usage: self.usage,
+            finish_reason: self.finish_reason,
+        })
+    }
+
+    fn invalid(&self, message: String) -> ModelError {
+        ModelError::InvalidReply {
+            model: self.model.clone(),
+            message,
+        }
+    }
+}
+
+/// An OpenAI `usage` object (`prompt_tokens`, `completion_tokens`, `total_tokens`; the
+/// Responses API's `input_tokens`/`output_tokens` too); `total_tokens` defaults to their sum.
+fn read_usage(usage: &Value) -> Option<TokenUsage> {
+    let field = |names: &[&str]| names.iter().find_map(|n| usage.get(*n)?.as_u64());
+    let input = field(&["prompt_tokens", "input_tokens"]);
+    let output = field(&["completion_tokens", "output_tokens"]);
+    let total = field(&["total_tokens"]);
+    if input.is_none() && output.is_none() && total.is_none() {
+        return None;
+    }
+    let (input, output) = (input.unwrap_or(0), output.unwrap_or(0));
+    Some(TokenUsage {
+        input_tokens: input,
+        output_tokens: output,
+        total_tokens: total.unwrap_or(input + output),
+    })
+}
+
+/// A tool call's `arguments` string as a JSON object.
+fn parse_arguments(arguments: &str) -> Result<Value, String> {
+    if arguments.trim().is_empty() {
+        return Ok(Value::Object(Map::new()));
+    }
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(value @ Value::Object(_)) => Ok(value),
+        Ok(other) => Err(format!(
+            "expected a JSON object, got {}",
+            quote(&other.to_string())
+        )),
+        Err(e) => Err(format!("not JSON ({e}): {}", quote(arguments))),
+    }
+}
+
+/// The message of an OpenAI-style error body (`{"error": {"message"}}`, `{"error": "…"}`,
+/// FastAPI's `{"detail": …}`), else the body itself; truncated.
+pub fn server_message(body: &str) -> String {
+    let parsed: Option<Value> = serde_json::from_str(body).ok();
+    let text = match parsed {
+        Some(value) => match (value.get("error"), value.get("detail")) {
+            (Some(error), _) => error_text(error),
+            (None, Some(Value::String(detail))) => detail.clone(),
+            (None, Some(detail)) => detail.to_string(),
+            (None, None) => body.trim().to_owned(),
+        },
+        None => body.trim().to_owned(),
+    };
+    if text.is_empty() {
+        "(empty body)".to_owned()
+    } else {
+        quote(&text)
+    }
+}
+
+fn error_text(error: &Value) -> String {
+    match error {
+        Value::String(s) => s.clone(),
+        other => match other.get("message").and_then(Value::as_str) {
+            Some(message) => message.to_owned(),
+            None => other.to_string(),
+        },
+    }
+}
+
+/// `text` cut to [`QUOTE_LIMIT`] characters, with `…` when cut.
+pub fn quote(text: &str) -> String {
+    match text.char_indices().nth(QUOTE_LIMIT) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}

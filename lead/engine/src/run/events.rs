@@ -1,0 +1,110 @@
+//! What a run reports as it goes: [`RunEvent`]s (the CLI prints them, the gateway streams
+//! them) with the six [`ToolState`]s of a tool's life, and the [`EventSink`] they go to.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::thread::state::TokenUsage;
+use crate::tools::task::TaskEvent;
+
+/// What a run reports as it goes (the CLI prints them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum RunEvent {
+    ModelStarted {
+        turn: usize,
+    },
+    ToolStarted {
+        name: String,
+        tool_call_id: String,
+    },
+    ToolFinished {
+        name: String,
+        tool_call_id: String,
+        error: bool,
+        /// The first line of an error result (at most 200 characters).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// A model call returned: what the provider said it used and why it stopped.
+    ModelFinished {
+        turn: usize,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usage: Option<TokenUsage>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<String>,
+        /// The run's totals after this call (`null` while no call reported any).
+        total_usage: Option<TokenUsage>,
+    },
+    /// A tool reached one of its six states in this run (`antler run --trace`).
+    Lifecycle {
+        state: ToolState,
+        tool: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tool_call_id: Option<String>,
+    },
+    /// Something the run's set-up worked around (MCP servers not ready, an extensions
+    /// file that did not load): the run goes on, the submitter should know.
+    Warning {
+        message: String,
+    },
+    /// An AI message of the run (only when `report_messages`).
+    AssistantMessage {
+        /// 1-based.
+        index: usize,
+        content: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usage: Option<TokenUsage>,
+    },
+    /// The MCP server of the call `tool_call_id` asks the run's user for input (policy
+    /// `ask`): answered through `POST /api/runs/{id}/elicitations/{id}`, the call goes on.
+    Elicitation {
+        tool_call_id: String,
+        id: String,
+        server: String,
+        message: String,
+        requested_schema: serde_json::Value,
+    },
+    /// What the ACP agent of the `invoke_acp_agent` call `tool_call_id` does meanwhile: a
+    /// tool call, its update or its plan (ACP's `session/update`, as the agent sent it).
+    AcpActivity {
+        tool_call_id: String,
+        agent: String,
+        update: serde_json::Value,
+    },
+    /// What a subagent task of the `task` call `tool_call_id` reports (spec 7.4's
+    /// `task_*` events), as it happens.
+    Task {
+        tool_call_id: String,
+        #[serde(flatten)]
+        task: TaskEvent,
+    },
+}
+
+/// The first line of `text`, at most 200 characters.
+pub(crate) fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    match line.char_indices().nth(200) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line.to_owned(),
+    }
+}
+
+/// The six states of a tool's life in a run (ARCHITECTURE.md). Available and
+/// Authorized are reported once per drive for the catalog's tools, Visible per model
+/// turn, Executed when a call passes the middlewares, Returned when its result is
+/// back, Delivered for each produced output settlement finds presented.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolState {
+    Available,
+    Authorized,
+    Visible,
+    Executed,
+    Returned,
+    Delivered,
+}
+
+/// Where a run's events go.
+pub type EventSink = Arc<dyn Fn(&RunEvent) + Send + Sync>;
