@@ -8,6 +8,7 @@ pub(crate) mod cli;
 pub mod cluster;
 pub mod commands;
 pub mod gateway;
+pub(crate) mod links;
 pub mod runs;
 pub mod subagents;
 pub(crate) mod teardown;

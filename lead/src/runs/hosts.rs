@@ -16,7 +16,7 @@ use std::time::Duration;
 use actix::Addr;
 use antler_protocol::{
     link::{HostLink, Snapshot},
-    messages::{ProcessStatus, Reply, SandboxReply},
+    messages::{Reply, SandboxReply},
     placement::{self, Route},
 };
 use antler_protocol::{messages::Request, Role};
@@ -27,19 +27,7 @@ use antler_engine::{call_link, stream_link, HostError, HostReadiness, ToolHosts}
 /// One replica: its address (its identity for hashing) and its link.
 pub type Replica = (String, Addr<HostLink>);
 
-/// Every link to a host now: its role, index, address and link actor.
-pub type Links = Vec<(Role, u32, String, Addr<HostLink>)>;
-
-/// The links to the hosts and the state of their processes, as the lead's supervisor
-/// keeps them. Runs, their readiness and the subagent dispatcher reach the hosts through
-/// this, never through the supervisor itself (`cluster::supervisor` implements it for its
-/// address).
-pub trait HostLinks: Send + Sync + 'static {
-    /// Every link now (`Err`: the supervisor is gone, and why).
-    fn links(&self) -> BoxFuture<'static, Result<Links, String>>;
-    /// The status of the host processes, as `antler status` shows it.
-    fn processes(&self) -> BoxFuture<'static, Vec<ProcessStatus>>;
-}
+pub use crate::links::{HostLinks, Links};
 
 /// Tool hosts reached through the lead's own links.
 #[derive(Clone)]

@@ -22,11 +22,12 @@ use antler_protocol::messages::{
     Reply, Request, RunSubmission, SandboxReply, SandboxRequest, ThreadFileError,
 };
 use antler_protocol::Role;
+use futures::future::BoxFuture;
 
 use crate::agents::profile::AgentProfile;
 use crate::agents::LeadAgentTools;
 use crate::runs::store::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
-use crate::subagents::delegator::LeadDelegator;
+use crate::subagents::delegator::{DelegatedCatalog, DelegationEnv, LeadDelegator};
 use antler_engine::{
     catalog::{
         actor::{Assemble, CatalogActor, SetConfig, SetExtensions, SetMcpTools},
@@ -536,6 +537,34 @@ impl RunEnv {
     }
 }
 
+impl DelegationEnv for RunEnv {
+    fn catalog<'a>(
+        &'a self,
+        app: &'a Arc<AppConfig>,
+        own_config: bool,
+        request: AssemblyRequest,
+        warnings: &'a mut Vec<String>,
+    ) -> BoxFuture<'a, Result<DelegatedCatalog, String>> {
+        Box::pin(async move {
+            RunEnv::catalog(self, app, own_config, request, warnings)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn model(&self, label: &str, app: &AppConfig) -> Result<Arc<dyn ChatModel>, String> {
+        model_for(label, app).map_err(|e| e.to_string())
+    }
+
+    fn thread_files_mode(&self) -> ThreadFilesMode {
+        self.thread_files
+    }
+
+    fn hosts(&self) -> &Arc<dyn ToolHosts> {
+        &self.hosts
+    }
+}
+
 impl RunEnv {
     /// The lead's run of `model` over `catalog`: journaled in the checkpoint store, with
     /// the custom-agent tools.
@@ -575,7 +604,7 @@ impl RunEnv {
             .clone()
             .filter(|_| context.agent.subagents)?;
         Some(Arc::new(LeadDelegator {
-            env: Arc::clone(self),
+            env: Arc::clone(self) as Arc<dyn DelegationEnv>,
             app: Arc::clone(app),
             own_config,
             parent_request: request,

@@ -14,9 +14,11 @@ use std::time::Duration;
 
 use actix::Addr;
 use antler_engine::{
-    builtin_system_prompt, catalog::assembly::AssemblyRequest, subagent_system_prompt, ChatModel,
-    Delegator, SkillStore, SubagentLimit, SubagentPromptParts, TaskCall, TaskEvent, TaskEventSink,
-    TaskResult, TaskSpec, TokenBudget, WireCatalog, WireWebTools,
+    builtin_system_prompt,
+    catalog::{assembly::AssemblyRequest, Catalog},
+    subagent_system_prompt, ChatModel, Delegator, SkillStore, SubagentLimit, SubagentPromptParts,
+    TaskCall, TaskEvent, TaskEventSink, TaskResult, TaskSpec, ThreadFilesMode, TokenBudget,
+    ToolHosts, WireCatalog, WireWebTools,
 };
 use antler_protocol::config::{AppConfig, TokenBudgetConfig};
 use antler_protocol::messages::{Reply, Request, TaskAssignment, WorkerReply, WorkerRequest};
@@ -28,7 +30,6 @@ use super::dispatcher::{
     Connections, Placement, Release, Reserve, Reserved, SubagentDispatcher, Unplace,
 };
 use super::types;
-use crate::runs::prepare::RunEnv;
 
 /// Time the lead's stream of a task gets beyond the task's own timeout (the worker ends
 /// a task at its timeout; this bounds a worker that stops answering).
@@ -44,9 +45,32 @@ const COLLECT_WAIT: Duration = Duration::from_secs(10);
 /// nothing; a worker that is gone is reported within the lost-task target (4 s).
 const REATTACH_WINDOW: Duration = Duration::from_secs(3);
 
+/// A task's catalog and the tools its policy denied.
+pub type DelegatedCatalog = (Arc<Catalog>, Vec<String>);
+
+/// What a delegator takes from the lead's run environment (`runs::RunEnv` implements
+/// it): the pieces a task's spec is built from, so that `subagents` never names `runs`.
+pub trait DelegationEnv: Send + Sync + 'static {
+    /// The catalog assembled for `request` with `app` (cached when the run uses the
+    /// cluster's config) and the tools its policy denied; `Err`: why it could not be.
+    fn catalog<'a>(
+        &'a self,
+        app: &'a Arc<AppConfig>,
+        own_config: bool,
+        request: AssemblyRequest,
+        warnings: &'a mut Vec<String>,
+    ) -> BoxFuture<'a, Result<DelegatedCatalog, String>>;
+    /// The model a run label names (`model:NAME`), built from `app`.
+    fn model(&self, label: &str, app: &AppConfig) -> Result<Arc<dyn ChatModel>, String>;
+    /// How runs (and their subagent tasks) reach their thread's files.
+    fn thread_files_mode(&self) -> ThreadFilesMode;
+    /// The tool hosts the lead's runs use.
+    fn hosts(&self) -> &Arc<dyn ToolHosts>;
+}
+
 /// The delegator of one lead run.
 pub struct LeadDelegator {
-    pub env: Arc<RunEnv>,
+    pub env: Arc<dyn DelegationEnv>,
     pub app: Arc<AppConfig>,
     pub own_config: bool,
     pub parent_request: AssemblyRequest,
@@ -101,8 +125,9 @@ impl LeadDelegator {
             .await
             .map_err(|e| format!("the subagent's tools could not be assembled: {e}"))?;
         let model = match &ty.model {
-            Some(name) => crate::runs::prepare::model_for(&format!("model:{name}"), &self.app)
-                .map_err(|e| e.to_string())?
+            Some(name) => self
+                .env
+                .model(&format!("model:{name}"), &self.app)?
                 .for_subagent(&call.args),
             None => self.parent_model.for_subagent(&call.args),
         }
@@ -146,8 +171,12 @@ impl LeadDelegator {
             tool_timeout_s: self.tool_timeout.as_secs().max(1),
             token_budget: budget(ty.token_budget.as_ref()),
             web_tools: WireWebTools::of(&self.app.tools),
-            sandbox_host: self.env.hosts.pinned_address(Role::SandboxHost, &key).await,
-            mcp_host: self.env.hosts.pinned_address(Role::McpHost, &key).await,
+            sandbox_host: self
+                .env
+                .hosts()
+                .pinned_address(Role::SandboxHost, &key)
+                .await,
+            mcp_host: self.env.hosts().pinned_address(Role::McpHost, &key).await,
         })
     }
 

@@ -17,7 +17,7 @@ use antler_protocol::{link::CurrentConnection, Connection, Role};
 use serde::Serialize;
 use tokio::sync::oneshot;
 
-use crate::runs::hosts::HostLinks;
+use crate::links::HostLinks;
 
 /// Tasks waiting for a slot, at most (later ones are refused at once).
 pub const MAX_WAITING: usize = 1024;
