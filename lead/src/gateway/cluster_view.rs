@@ -2,8 +2,15 @@
 //! their slots), sandbox-host's pool and mcp-host's servers, each host asked with a
 //! deadline; one that does not answer is `null` with an `errors` entry.
 
-#[allow(unused_imports)]
-use super::*;
+use std::time::Duration;
+
+use actix_web::{web, HttpResponse};
+use antler_protocol::messages::{McpReply, McpRequest, Reply, Request};
+use antler_protocol::Role;
+use serde_json::{json, Value};
+
+use super::mcp_config::host_calls;
+use super::{error, State};
 
 /// How long the cluster view waits for each host.
 pub(super) const CLUSTER_TIMEOUT: Duration = Duration::from_millis(2000);

@@ -8,7 +8,8 @@ use actix_web::{http::StatusCode, web, HttpRequest, HttpResponse};
 use antler_protocol::messages::ElicitationAction;
 use serde_json::{json, Value};
 
-use super::{body, error, State, VisibleRun, MAX_ANSWER_BODY};
+use super::runs_api::VisibleRun;
+use super::{body, error, State, MAX_ANSWER_BODY};
 use crate::runs::elicitations::AnswerError;
 
 /// The answer's action and content, or why the body is not one.

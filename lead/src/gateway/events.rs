@@ -2,8 +2,14 @@
 //! events so far first), then `event: end` with its view when its drive stops; a run a
 //! stopped lead left `running` is followed once this lead resumes it.
 
-#[allow(unused_imports)]
-use super::*;
+use std::time::Duration;
+
+use actix_web::{web, HttpResponse};
+use serde_json::Value;
+
+use super::runs_api::{over_limit, principal_of, view_of, VisibleRun};
+use super::{error, State};
+use crate::runs::manager;
 
 /// One server-sent event.
 /// How long a run's event stream waits for this lead to resume a run a lead before it

@@ -3,8 +3,23 @@
 //! allowed), a `PUT` validated with mcp-host's loader, written atomically (temporary file,
 //! fsync, rename) and applied by asking every mcp-host replica to reload.
 
-#[allow(unused_imports)]
-use super::*;
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use actix::Addr;
+use actix_web::{web, HttpResponse};
+use antler_protocol::{
+    config::{self, WarningKind},
+    envelope::TraceContext,
+    link::Call as LinkCall,
+    messages::{McpReply, McpRequest, Reply, Request},
+    Role,
+};
+use serde_json::{json, Value};
+
+use super::{body, error, secrets, State, MAX_CONFIG_BODY, RELOAD_TIMEOUT};
+use crate::cluster::supervisor::{GetLinks, Supervisor};
 
 /// The file as JSON (`{}` when it does not exist yet).
 pub(super) fn read_file(path: &Path) -> Result<Value, String> {

@@ -35,11 +35,9 @@ pub use guard::{Guard, Refusal, GATEWAY_HOSTS_ENV};
 pub use principal::{Authenticator, Principal, PrincipalsError};
 pub use routes::{Access, ROUTES};
 
-use mcp_config::host_calls;
-use runs_api::{over_limit, principal_of, view_of, VisibleRun};
+use runs_api::principal_of;
 
 use std::{
-    io::Write,
     net::SocketAddr,
     path::{Path, PathBuf},
     sync::{Arc, OnceLock},
@@ -51,18 +49,11 @@ use futures::future::{Either, TryFutureExt};
 
 use actix::Addr;
 use actix_web::{web, App, HttpResponse, HttpServer};
-use antler_protocol::{
-    config::{self, WarningKind},
-    envelope::TraceContext,
-    link::Call as LinkCall,
-    messages::{McpReply, McpRequest, Reply, Request},
-    Role,
-};
-use serde_json::{json, Value};
+use antler_protocol::config;
+use serde_json::json;
 
-use crate::cluster::supervisor::{GetLinks, Supervisor};
+use crate::cluster::supervisor::Supervisor;
 use crate::cluster::{FrontDoor, FrontDoorError, FrontDoorParts, Runs};
-use crate::runs::manager;
 use futures::future::LocalBoxFuture;
 
 /// The variable holding the gateway's bearer token (required beyond loopback; on

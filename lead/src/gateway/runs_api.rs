@@ -3,8 +3,13 @@
 //! cancel. A run another user owns is 404 to a member ([`VisibleRun`]); every route
 //! asks the `RunManager` by message.
 
-#[allow(unused_imports)]
-use super::*;
+use actix_web::{web, HttpResponse};
+use serde_json::{json, Value};
+
+use super::{
+    body, error, quota, secrets, Principal, Refusal, State, MAX_ANSWER_BODY, MAX_RUN_BODY,
+};
+use crate::runs::manager;
 
 /// The header that makes a run's submission safe to repeat.
 pub(super) const IDEMPOTENCY_KEY: &str = "Idempotency-Key";

@@ -13,15 +13,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix::Addr;
 use antler_protocol::config::{load_extensions_config, AppConfig, ExtensionsConfig};
-use antler_protocol::messages::{
-    ControlRequest, McpDiscovery, McpReply, McpRequest, McpServerStatus, McpTool, PlaybookSource,
-    Reply, Request, RunSubmission, SandboxReply, SandboxRequest, ThreadFileError,
-};
-use antler_protocol::Role;
+use antler_protocol::messages::{PlaybookSource, RunSubmission, ThreadFileError};
 use futures::future::BoxFuture;
 
 use crate::agents::profile::AgentProfile;
@@ -30,17 +26,15 @@ use crate::runs::store::{CheckpointError, CheckpointStore, RunRecord, RunStatus}
 use crate::subagents::delegator::{DelegatedCatalog, DelegationEnv, LeadDelegator};
 use antler_engine::{
     catalog::{
-        actor::{Assemble, CatalogActor, SetConfig, SetExtensions, SetMcpTools},
-        assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, Sources},
+        actor::CatalogActor,
+        assembly::{AssemblyError, AssemblyRequest, McpSourceTool},
         Catalog,
     },
     AgentContext, CancelFlag, ChatModel, Delegator, Guardrail, HostError, ModelError, PromptCache,
-    PromptInputs, PromptMount, RunBuilder, RunContext, RunError, RunLoop, RunSettings,
-    ScriptedModel, SkillStore, SubagentLimit, SubagentPromptInputs, ThreadFiles, ThreadFilesMode,
-    ThreadPaths, TokenBudget, ToolHosts, WebTools, MAX_PLAYBOOK_BYTES,
+    PromptInputs, PromptMount, RunBuilder, RunContext, RunError, RunLoop, RunSettings, SkillStore,
+    SubagentLimit, SubagentPromptInputs, ThreadFiles, ThreadFilesMode, ThreadPaths, TokenBudget,
+    ToolHosts, WebTools, MAX_PLAYBOOK_BYTES,
 };
-
-use super::readiness::{wait_linked, HOSTS_START_WAIT};
 
 mod catalog;
 mod config_files;
@@ -729,6 +723,7 @@ impl RunEnv {
 mod tests {
     use super::catalog::not_ready_warning;
     use super::*;
+    use antler_protocol::messages::McpServerStatus;
 
     #[test]
     fn a_run_label_reads_as_the_model_a_person_knows() {

@@ -3,8 +3,23 @@
 //! version and request), or one assembled for a run with its own config; the assembly
 //! request a run makes; and mcp-host's discovery (a server not ready is a warning).
 
-#[allow(unused_imports)]
-use super::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+use antler_engine::catalog::{
+    actor::{Assemble, SetConfig, SetExtensions, SetMcpTools},
+    assembly::{assemble, AssemblyRequest, McpSourceTool, Sources},
+    Catalog,
+};
+use antler_engine::{HostError, ToolHosts};
+use antler_protocol::config::AppConfig;
+use antler_protocol::messages::{
+    McpDiscovery, McpReply, McpRequest, McpServerStatus, McpTool, Reply, Request,
+};
+use antler_protocol::Role;
+
+use super::{PrepareError, RunEnv, MCP_HOST_UNREACHABLE_WARNING, SETUP_TIMEOUT};
+use crate::runs::readiness::{wait_linked, HOSTS_START_WAIT};
 
 impl RunEnv {
     /// The catalog for a run with `app`: the actor's (cached per sources version) when

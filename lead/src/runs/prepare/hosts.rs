@@ -2,8 +2,15 @@
 //! [`HOSTS_START_WAIT`] for one starting), and sandbox-host's base directory of thread
 //! directories (asked once, then kept).
 
-#[allow(unused_imports)]
-use super::*;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use antler_engine::HostError;
+use antler_protocol::messages::{ControlRequest, Reply, Request, SandboxReply, SandboxRequest};
+use antler_protocol::Role;
+
+use super::{PrepareError, RunEnv, SETUP_TIMEOUT};
+use crate::runs::readiness::{wait_linked, HOSTS_START_WAIT};
 
 impl RunEnv {
     /// Waits (at most `within`) until sandbox-host and mcp-host answer a ping.

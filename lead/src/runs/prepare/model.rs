@@ -3,8 +3,13 @@
 //! named playbook found beneath the configured directories, the moderation model, and the
 //! label as a person reads it.
 
-#[allow(unused_imports)]
-use super::*;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use antler_engine::{ChatModel, ScriptedModel};
+use antler_protocol::config::AppConfig;
+
+use super::{PrepareError, MODEL_PREFIX, SCRIPTED_INLINE_PREFIX, SCRIPTED_PREFIX};
 
 /// `skill_evolution.moderation_model_name`'s model for `skill_manage`'s LLM scan (`None`:
 /// unset, the run's model scans); one that cannot be built refuses every scan.
