@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use antler_engine::catalog::{
-    assembly::{assemble, AssemblyRequest, McpSourceTool, McpTools, Sources},
-    Catalog, CatalogHash, SearchMode, ToolSpec,
+    assemble, AssemblyRequest, Catalog, CatalogHash, McpSourceTool, McpTools, SearchMode, Sources,
+    ToolSpec,
 };
 use antler_protocol::config::AppConfig;
 use serde_json::json;

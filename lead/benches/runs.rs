@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use antler_engine::{
-    catalog::{actor::CatalogActor, assembly::Sources, Catalog, ToolSource, ToolSpec},
+    catalog::{Catalog, CatalogActor, Sources, ToolSource, ToolSpec},
     AgentContext, ChatModel, HostError, ModelError, ModelReply, ModelRequest, RunContext, RunLoop,
     RunSettings, ScriptedModel, ThreadPaths, ToolHosts,
 };

@@ -11,8 +11,8 @@
 //! delegation to subagent workers) plugs in through [`Journal`], [`LeadTools`] and
 //! [`Delegator`]; this crate never depends on the lead.
 //!
-//! The rooms are private: what other crates use is re-exported here, and `catalog` is
-//! public as it stands.
+//! The rooms are private: what other crates use is re-exported here; `catalog` is public,
+//! and what other crates use of it is re-exported by `catalog` itself.
 
 pub mod catalog;
 mod http_clients;

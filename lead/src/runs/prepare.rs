@@ -25,11 +25,7 @@ use crate::agents::LeadAgentTools;
 use crate::runs::store::{CheckpointError, CheckpointStore, RunRecord, RunStatus};
 use crate::subagents::delegator::{DelegatedCatalog, DelegationEnv, LeadDelegator};
 use antler_engine::{
-    catalog::{
-        actor::CatalogActor,
-        assembly::{AssemblyError, AssemblyRequest, McpSourceTool},
-        Catalog,
-    },
+    catalog::{AssemblyError, AssemblyRequest, Catalog, CatalogActor, McpSourceTool},
     AgentContext, CancelFlag, ChatModel, Delegator, Guardrail, HostError, ModelError, PromptCache,
     PromptInputs, PromptMount, RunBuilder, RunContext, RunError, RunLoop, RunSettings, SkillStore,
     SubagentLimit, SubagentPromptInputs, ThreadFiles, ThreadFilesMode, ThreadPaths, TokenBudget,
@@ -367,7 +363,7 @@ impl RunEnv {
             profile.tool_groups.clone(),
         );
         request.builtins.subagent_enabled = subagents;
-        request.principal = antler_engine::catalog::authz::Principal {
+        request.principal = antler_engine::catalog::Principal {
             user: Some(submission.user.clone()),
             role: submission.role.clone(),
             agent: submission.agent.clone(),
@@ -483,7 +479,7 @@ impl RunEnv {
             profile.tool_groups.clone(),
         );
         request.builtins.subagent_enabled = subagents;
-        request.principal = antler_engine::catalog::authz::Principal {
+        request.principal = antler_engine::catalog::Principal {
             user: Some(record.user_id.clone()),
             role: record.role.clone(),
             agent: record.agent.clone(),
@@ -704,7 +700,7 @@ impl RunEnv {
             allowed_skills: profile.skills.as_ref(),
             skills_container_root: &skills.container_root,
             skill_evolution: app.skill_evolution.enabled,
-            skill_index: antler_engine::catalog::assembly::skills_deferred_discovery(app),
+            skill_index: antler_engine::catalog::skills_deferred_discovery(app),
             acp_agents: !app.acp_agents.is_empty(),
             mounts: &mounts,
             subagents: subagent_inputs

@@ -150,7 +150,7 @@ impl LeadDelegator {
             allowed_skills: allowed.as_ref(),
             skills_container_root: &self.skills.container_root,
             skill_evolution: self.app.skill_evolution.enabled,
-            skill_index: antler_engine::catalog::assembly::skills_deferred_discovery(&self.app),
+            skill_index: antler_engine::catalog::skills_deferred_discovery(&self.app),
         });
         let key = antler_protocol::placement::sandbox_id(&call.user_id, &call.thread_id);
         Ok(TaskSpec {

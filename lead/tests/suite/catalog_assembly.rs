@@ -9,10 +9,8 @@
 use std::{path::Path, sync::Arc};
 
 use antler_engine::catalog::{
-    actor::{Assemble, CatalogActor, SetMcpTools},
-    assembly::{assemble, AssemblyError, AssemblyRequest, McpSourceTool, McpTools, Sources},
-    authz::Principal,
-    merge_promoted, Catalog, ToolSource,
+    assemble, merge_promoted, Assemble, AssemblyError, AssemblyRequest, Catalog, CatalogActor,
+    McpSourceTool, McpTools, Principal, SetMcpTools, Sources, ToolSource,
 };
 use antler_protocol::config::{
     parse_app_config, parse_extensions_config, AppConfig, ExtensionsConfig,

@@ -83,7 +83,7 @@ impl Handler<Crash> for CatalogActor {
 /// How many times the actor was restarted.
 #[derive(Debug, Message)]
 #[rtype(result = "u32")]
-pub struct Restarts;
+pub(crate) struct Restarts;
 
 impl Handler<Restarts> for CatalogActor {
     type Result = u32;
@@ -179,7 +179,7 @@ impl Handler<SetMcpTools> for CatalogActor {
 /// The current sources version.
 #[derive(Debug, Message)]
 #[rtype(result = "u64")]
-pub struct Version;
+pub(crate) struct Version;
 
 impl Handler<Version> for CatalogActor {
     type Result = u64;

@@ -26,11 +26,11 @@ use super::{
 };
 
 /// DeerFlow's duplicate warning (spec 1.1 step 7), with `{name}` as Python's `%r`.
-pub const DUPLICATE_WARNING: &str =
+pub(crate) const DUPLICATE_WARNING: &str =
     "Duplicate tool name {name} detected and skipped — check your config.yaml and MCP server registrations (issue #1803).";
 
 /// The `use:` id of DeerFlow's host bash tool, dropped by the host-bash gate.
-pub const DEERFLOW_BASH_USE: &str = "deerflow.sandbox.tools:bash_tool";
+pub(crate) const DEERFLOW_BASH_USE: &str = "deerflow.sandbox.tools:bash_tool";
 
 /// One tool as mcp-host lists it.
 #[derive(Debug, Clone, PartialEq)]
@@ -335,7 +335,7 @@ fn describe(source: &ToolSource) -> String {
 }
 
 /// A name the model may see (spec 5.2 step 7).
-pub fn valid_tool_name(name: &str) -> bool {
+pub(crate) fn valid_tool_name(name: &str) -> bool {
     !name.is_empty()
         && name
             .bytes()

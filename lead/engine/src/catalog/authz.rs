@@ -11,7 +11,7 @@
 
 use antler_protocol::config::AuthorizationConfig;
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// Who a run acts for.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -24,7 +24,7 @@ pub struct Principal {
 /// One allow/deny pair.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Rules {
+pub(crate) struct Rules {
     #[serde(default)]
     pub allowed_tools: Option<Vec<String>>,
     #[serde(default)]
@@ -59,13 +59,13 @@ struct PolicyDocument {
 }
 
 /// The provider ids this policy answers to.
-pub fn is_allowlist_provider(use_: &str) -> bool {
+pub(crate) fn is_allowlist_provider(use_: &str) -> bool {
     use_ == "antler.authz:AllowlistPolicy" || use_.ends_with(":AllowlistProvider")
 }
 
 /// The decision for one principal: a filter over tool names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Authorization is off: everything is visible.
     AllowAll,
     /// Only tools every applicable rule set allows.
@@ -75,7 +75,7 @@ pub enum Decision {
 }
 
 impl Decision {
-    pub fn allows(&self, tool: &str) -> bool {
+    pub(crate) fn allows(&self, tool: &str) -> bool {
         match self {
             Decision::AllowAll => true,
             Decision::Rules(sets) => sets.iter().all(|r| r.allows(tool)),
@@ -85,7 +85,7 @@ impl Decision {
 }
 
 /// Evaluates the `authorization` section for `principal`.
-pub fn decide(config: &AuthorizationConfig, principal: &Principal) -> Decision {
+pub(crate) fn decide(config: &AuthorizationConfig, principal: &Principal) -> Decision {
     if !config.enabled {
         return Decision::AllowAll;
     }
@@ -141,19 +141,19 @@ pub fn decide(config: &AuthorizationConfig, principal: &Principal) -> Decision {
     Decision::Rules(sets)
 }
 
-/// Builds the provider config map, for tests and examples.
-pub fn policy_config(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use antler_protocol::config::ProviderConfig;
-    use serde_json::json;
+    use serde_json::{json, Map};
+
+    /// Builds the provider config map, for tests.
+    fn policy_config(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        }
+    }
 
     fn config(policy: Value) -> AuthorizationConfig {
         AuthorizationConfig {

@@ -34,8 +34,8 @@ pub const TOOL_SEARCH_DESCRIPTION: &str =
 pub const FAIL_CLOSED_ERROR: &str = "tool_search enabled and MCP candidates exist, but no deferred set was recovered - refusing to bind MCP schemas (fail-closed).";
 
 /// Opening and closing tags of the prompt section.
-pub const DEFERRED_TOOLS_OPEN_TAG: &str = "<available-deferred-tools>";
-pub const DEFERRED_TOOLS_CLOSE_TAG: &str = "</available-deferred-tools>";
+pub(crate) const DEFERRED_TOOLS_OPEN_TAG: &str = "<available-deferred-tools>";
+pub(crate) const DEFERRED_TOOLS_CLOSE_TAG: &str = "</available-deferred-tools>";
 
 /// What deferral produced for one catalog build (DeerFlow's `DeferredToolSetup` without
 /// the tool object, which is [`tool_search_spec`]).

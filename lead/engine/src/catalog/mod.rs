@@ -4,34 +4,44 @@
 //! A `Catalog` is never changed after `build`; share it behind an `Arc` and rebuild on any
 //! source change, which yields a new hash.
 
+// `actor`, `assembly`, `hash` and `registry` stay public while the lead's `cluster/` and
+// `commands/` still name items by these paths (everything they use is re-exported below
+// too); `builtins` is the namespace of the builtin tool specs (`builtins::task()`).
 pub mod actor;
 pub mod assembly;
-pub mod authz;
+pub(crate) mod authz;
 pub mod builtins;
 mod casefold;
-pub mod deferred;
+pub(crate) mod deferred;
 pub mod hash;
 mod matcher;
 mod names;
 mod prefilter;
-pub mod promotion;
+pub(crate) mod promotion;
 pub(crate) mod pyjson;
 pub mod registry;
-pub mod routing;
-pub mod search;
-pub mod tool;
+pub(crate) mod routing;
+pub(crate) mod search;
+pub(crate) mod tool;
 
+pub use actor::{Assemble, CatalogActor, SetConfig, SetExtensions, SetMcpTools};
+pub use assembly::{
+    assemble, origins, skills_deferred_discovery, Assembled, AssemblyError, AssemblyRequest,
+    McpSourceTool, McpTools, Sources,
+};
+pub use authz::Principal;
 pub use casefold::casefold;
 pub use deferred::{
     assemble_deferred_tools, build_deferred_setup, deferred_tools_prompt_section, tool_search_spec,
     DeferredError, DeferredSetup, FAIL_CLOSED_ERROR, TOOL_SEARCH_DESCRIPTION, TOOL_SEARCH_NAME,
 };
-pub use hash::{canonical_blob, CatalogHash};
+pub use hash::{canonical_blob, entry_of, BlobHasher, CatalogHash};
 pub use matcher::{compile_query_regex, count_matches, REGEX_SIZE_LIMIT};
 pub use promotion::{
     merge_promoted, DeferredFilter, HiddenToolCall, Promoted, ToolSearchMessage, ToolSearchOutcome,
     ToolSearchUnavailable, DEFERRED_TOOL_ERROR, MISSING_TOOL_CALL_ID, NO_TOOLS_FOUND,
 };
+pub use registry::{closest, edit_distance, Resolution};
 pub use routing::{
     clamp_top_k, latest_real_user_text, resolve_effective_routing, routing_hints_section,
     McpRouting, McpRoutingOverride, RoutingIndex, RoutingMode, UserTurn,

@@ -193,13 +193,13 @@ macro_rules! web_tool {
 }
 
 /// Every `web_fetch`'s description (DeerFlow's docstring).
-pub const WEB_FETCH_DESCRIPTION: &str = "Fetch the contents of a web page at a given URL.\nOnly fetch EXACT URLs that have been provided directly by the user or have been returned in results from the web_search and web_fetch tools.\nThis tool can NOT access content that requires authentication, such as private Google Docs or pages behind login walls.\nDo NOT add www. to URLs that do NOT have them.\nURLs must include the schema: https://example.com is a valid URL while example.com is an invalid URL.";
+pub(crate) const WEB_FETCH_DESCRIPTION: &str = "Fetch the contents of a web page at a given URL.\nOnly fetch EXACT URLs that have been provided directly by the user or have been returned in results from the web_search and web_fetch tools.\nThis tool can NOT access content that requires authentication, such as private Google Docs or pages behind login walls.\nDo NOT add www. to URLs that do NOT have them.\nURLs must include the schema: https://example.com is a valid URL while example.com is an invalid URL.";
 
 /// DuckDuckGo's `image_search` description (DeerFlow's docstring).
-pub const IMAGE_SEARCH_DESCRIPTION: &str = "Search for images online. Use this tool BEFORE image generation to find reference images for characters, portraits, objects, scenes, or any content requiring visual accuracy.\n\n**When to use:**\n- Before generating character/portrait images: search for similar poses, expressions, styles\n- Before generating specific objects/products: search for accurate visual references\n- Before generating scenes/locations: search for architectural or environmental references\n- Before generating fashion/clothing: search for style and detail references\n\nThe returned image URLs can be used as reference images in image generation to significantly improve quality.";
+pub(crate) const IMAGE_SEARCH_DESCRIPTION: &str = "Search for images online. Use this tool BEFORE image generation to find reference images for characters, portraits, objects, scenes, or any content requiring visual accuracy.\n\n**When to use:**\n- Before generating character/portrait images: search for similar poses, expressions, styles\n- Before generating specific objects/products: search for accurate visual references\n- Before generating scenes/locations: search for architectural or environmental references\n- Before generating fashion/clothing: search for style and detail references\n\nThe returned image URLs can be used as reference images in image generation to significantly improve quality.";
 
 /// Browserless `web_capture`'s description (DeerFlow's docstring).
-pub const WEB_CAPTURE_DESCRIPTION: &str = "Capture a rendered webpage screenshot and present it as an artifact.\n\nUse this tool when you need a visual capture of a public webpage, especially JavaScript-heavy pages, UI states, dashboards, or visual evidence for a report.\nOnly capture exact URLs provided by the user or discovered through other tools. Do not use this for private pages behind login unless the user has explicitly configured Browserless outside DeerFlow.\nURLs must include the schema: https://example.com is valid while example.com is invalid.";
+pub(crate) const WEB_CAPTURE_DESCRIPTION: &str = "Capture a rendered webpage screenshot and present it as an artifact.\n\nUse this tool when you need a visual capture of a public webpage, especially JavaScript-heavy pages, UI states, dashboards, or visual evidence for a report.\nOnly capture exact URLs provided by the user or discovered through other tools. Do not use this for private pages behind login unless the user has explicitly configured Browserless outside DeerFlow.\nURLs must include the schema: https://example.com is valid while example.com is invalid.";
 
 macro_rules! unavailable {
     ($id:literal, $name:literal, $place:expr, $desc:literal, $params:ident) => {
@@ -215,7 +215,7 @@ macro_rules! unavailable {
 }
 
 /// Every implementation Antler knows, by Antler id.
-pub static IMPLEMENTATIONS: &[Implementation] = &[
+pub(crate) static IMPLEMENTATIONS: &[Implementation] = &[
     sandbox_tool!("antler.sandbox:bash", "bash", "Execute a bash command in a Linux environment.\n\n- Use `python` to run Python code.\n- Prefer a thread-local virtual environment in `/mnt/user-data/workspace/.venv`.\n- Use `pip install` to install Python packages.", bash_params),
     sandbox_tool!("antler.sandbox:ls", "ls", "List the contents of a directory up to 2 levels deep in tree format.", ls_params),
     sandbox_tool!("antler.sandbox:read_file", "read_file", "Read the contents of a text file. Use this to examine source code, configuration files, logs, or any text-based file.", read_file_params),
@@ -260,7 +260,7 @@ pub static IMPLEMENTATIONS: &[Implementation] = &[
 
 /// DeerFlow's `use:` ids and the Antler implementation each names. Every id that appears in
 /// DeerFlow's `config.example.yaml`, active or commented out.
-pub static DEERFLOW_ALIASES: &[(&str, &str)] = &[
+pub(crate) static DEERFLOW_ALIASES: &[(&str, &str)] = &[
     ("deerflow.sandbox.tools:bash_tool", "antler.sandbox:bash"),
     ("deerflow.sandbox.tools:ls_tool", "antler.sandbox:ls"),
     (
@@ -423,7 +423,7 @@ pub fn resolve(use_id: &str) -> Resolution {
 }
 
 /// Every known id, Antler's then DeerFlow's.
-pub fn known_ids() -> impl Iterator<Item = &'static str> {
+pub(crate) fn known_ids() -> impl Iterator<Item = &'static str> {
     IMPLEMENTATIONS
         .iter()
         .map(|i| i.id)

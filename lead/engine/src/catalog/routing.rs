@@ -10,28 +10,26 @@ use super::hash::CatalogHash;
 use super::search::py_strip;
 use super::tool::ToolSpec;
 // The routing settings live beside `ToolSpec`, which holds them; named here as before.
-pub use super::tool::{
-    clamp_priority, resolve_effective_routing, McpRouting, McpRoutingOverride, RoutingMode,
-};
+pub use super::tool::{resolve_effective_routing, McpRouting, McpRoutingOverride, RoutingMode};
 
 /// Opening and closing tags of the hints block.
-pub const ROUTING_HINTS_OPEN_TAG: &str = "<mcp_routing_hints>";
-pub const ROUTING_HINTS_CLOSE_TAG: &str = "</mcp_routing_hints>";
+pub(crate) const ROUTING_HINTS_OPEN_TAG: &str = "<mcp_routing_hints>";
+pub(crate) const ROUTING_HINTS_CLOSE_TAG: &str = "</mcp_routing_hints>";
 /// First line of a hint; `{keywords}` is the escaped keyword list ("a, b, or c").
-pub const ROUTING_HINT_WHEN: &str = "When the user's request involves {keywords}:";
+pub(crate) const ROUTING_HINT_WHEN: &str = "When the user's request involves {keywords}:";
 /// Second line of a hint for a deferred tool.
-pub const ROUTING_HINT_DEFERRED: &str =
+pub(crate) const ROUTING_HINT_DEFERRED: &str =
     "  use `tool_search` to fetch `{name}`, then prefer that MCP tool.";
 /// Second line of a hint for a tool bound directly.
-pub const ROUTING_HINT_DIRECT: &str = "  prefer the `{name}` tool.";
+pub(crate) const ROUTING_HINT_DIRECT: &str = "  prefer the `{name}` tool.";
 
 /// `tool_search.auto_promote_top_k` when unset, and its bounds.
-pub const DEFAULT_AUTO_PROMOTE_TOP_K: usize = 3;
-pub const MIN_AUTO_PROMOTE_TOP_K: usize = 1;
-pub const MAX_AUTO_PROMOTE_TOP_K: usize = 5;
+pub(crate) const DEFAULT_AUTO_PROMOTE_TOP_K: usize = 3;
+pub(crate) const MIN_AUTO_PROMOTE_TOP_K: usize = 1;
+pub(crate) const MAX_AUTO_PROMOTE_TOP_K: usize = 5;
 
 /// The `name` DeerFlow gives summary messages, which are not real user turns.
-pub const SUMMARY_MESSAGE_NAME: &str = "summary";
+pub(crate) const SUMMARY_MESSAGE_NAME: &str = "summary";
 
 /// `tool_search.auto_promote_top_k`: 3 when unset, clamped to 1..=5.
 pub fn clamp_top_k(top_k: Option<i64>) -> usize {

@@ -329,7 +329,7 @@ impl From<RawOverride> for McpRoutingOverride {
 }
 
 /// Clamps a routing priority to 0..=100, with DeerFlow's warnings.
-pub fn clamp_priority(priority: i64) -> i64 {
+pub(crate) fn clamp_priority(priority: i64) -> i64 {
     if priority < 0 {
         tracing::warn!("MCP routing priority {priority} is below 0; clamping to 0.");
         0

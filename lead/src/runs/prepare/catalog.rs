@@ -7,9 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use antler_engine::catalog::{
-    actor::{Assemble, SetConfig, SetExtensions, SetMcpTools},
-    assembly::{assemble, AssemblyRequest, McpSourceTool, Sources},
-    Catalog,
+    assemble, Assemble, AssemblyRequest, Catalog, McpSourceTool, SetConfig, SetExtensions,
+    SetMcpTools, Sources,
 };
 use antler_engine::{HostError, ToolHosts};
 use antler_protocol::config::AppConfig;
@@ -61,7 +60,7 @@ impl RunEnv {
             let sources = Sources {
                 config: app.clone(),
                 extensions,
-                mcp: antler_engine::catalog::assembly::McpTools::new(mcp),
+                mcp: antler_engine::catalog::McpTools::new(mcp),
             };
             let assembled = assemble(&sources, &request)?;
             for warning in &assembled.warnings {
