@@ -45,12 +45,13 @@ pub use prompt::{
     prepare_request, subagent_system_prompt, system_prompt, PromptCache, PromptInputs, PromptMount,
     SubagentPromptInputs, SubagentPromptParts,
 };
-pub use run::actor::{
-    CancelFlag, Crash, Drive, RunActor, RunBuilder, RunError, RunLoop, RunOutcome, RunSettings,
-};
+pub use run::actor::{Crash, Drive, RunActor};
+pub use run::builder::RunBuilder;
 pub use run::events::{RunEvent, ToolState};
 pub use run::execute::LeadTools;
 pub use run::journal::{Journal, JournalError, JournalResult, RunRecord, RunStatus, SharedJournal};
+pub use run::run_loop::{CancelFlag, RunError, RunLoop, RunOutcome};
+pub use run::settings::RunSettings;
 pub use settlement::{DeliveryReceipt, OutputsSnapshot};
 pub use task::graph::{drive_task, run_task, TaskRun};
 pub use task::spec::{TaskSpec, WireCatalog};

@@ -11,9 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::spec::TaskSpec;
-use crate::run::actor::{CancelFlag, RunLoop, RunOutcome, RunSettings};
 use crate::run::events::RunEvent;
 use crate::run::journal::RunStatus;
+use crate::run::run_loop::{CancelFlag, RunLoop, RunOutcome};
+use crate::run::settings::RunSettings;
 use crate::thread::context::{AgentContext, RunContext, ThreadPaths};
 use crate::thread::hosts::ToolHosts;
 use crate::thread::state::{Message, StopReason, ThreadState};
