@@ -398,6 +398,63 @@ fn assemble_with(
     let mut candidates: Vec<Candidate<'_>> = Vec::new();
 
     // 1-3: configured tools, groups filter, host-bash gate, resolution.
+    push_configured(config, req, &mut candidates, &mut warnings)?;
+
+    // 4: builtins.
+    let mut cond = req.builtins.clone();
+    cond.skill_evolution = config.skill_evolution.enabled;
+    cond.vision = config
+        .model(req.model_name.as_deref())
+        .is_some_and(|m| m.supports_vision);
+    candidates.extend(builtins::builtins(&cond).into_iter().map(Candidate::owned));
+
+    // 5: MCP tools, in a deterministic order.
+    if req.include_mcp {
+        push_mcp(sources, &mut candidates, &mut warnings);
+    }
+
+    // 6: ACP.
+    if !config.acp_agents.is_empty() {
+        candidates.push(Candidate::owned(builtins::invoke_acp_agent(
+            config
+                .acp_agents
+                .iter()
+                .map(|(n, a)| (n, a.description.as_str())),
+        )));
+    }
+
+    // 6b: late tools: describe_skill with skills.deferred_discovery (lead runs).
+    if req.builtins.include_upload_tool && skills_deferred_discovery(config) {
+        candidates.push(Candidate::owned(builtins::describe_skill()));
+    }
+
+    // 7: dedup, first wins.
+    let mut keep = first_of_each_name(&candidates, &mut warnings);
+
+    // Subagent name filter (spec 1.3), then authorization layer 1.
+    let denied = authorize(config, req, &candidates, &mut keep, &mut warnings);
+    if !keep.iter().all(|&k| k) {
+        let mut kept = keep.into_iter();
+        candidates.retain(|_| kept.next().unwrap_or(false));
+    }
+
+    let catalog = Catalog::build_assembled(candidates, config.tool_search.enabled, speculation)?;
+    Ok(Assembled {
+        catalog: Arc::new(catalog),
+        warnings,
+        denied,
+    })
+}
+
+/// Steps 1-3: the configured tools the request's groups select, without bash where host
+/// bash is not allowed, each resolved to its implementation (an unknown `use:` id fails
+/// the assembly; a known one Antler does not have yet is left out with a warning).
+fn push_configured(
+    config: &AppConfig,
+    req: &AssemblyRequest,
+    candidates: &mut Vec<Candidate<'_>>,
+    warnings: &mut Vec<String>,
+) -> Result<(), AssemblyError> {
     let host_bash = is_host_bash_allowed(config);
     for tc in &config.tools {
         if let Some(groups) = &req.groups {
@@ -448,109 +505,93 @@ fn assemble_with(
             routing: None,
         }));
     }
+    Ok(())
+}
 
-    // 4: builtins.
-    let mut cond = req.builtins.clone();
-    cond.skill_evolution = config.skill_evolution.enabled;
-    cond.vision = config
-        .model(req.model_name.as_deref())
-        .is_some_and(|m| m.supports_vision);
-    candidates.extend(builtins::builtins(&cond).into_iter().map(Candidate::owned));
-
-    // 5: MCP tools, in a deterministic order.
-    if req.include_mcp {
-        let server_rank = |server: &str| -> usize {
-            sources
-                .extensions
-                .as_ref()
-                .and_then(|e| e.mcp_servers.keys().position(|k| k == server))
-                .unwrap_or(usize::MAX)
-        };
-        // Servers are ranked once each, not once per tool: the ingested tools are
-        // grouped by server, so the previous tool's rank is reused.
-        let mut last: Option<(&str, usize)> = None;
-        let mut mcp: Vec<(usize, &IngestedMcp)> = sources
-            .mcp
-            .0
-            .iter()
-            .map(|t| {
-                let rank = match last {
-                    Some((server, rank)) if server == t.server => rank,
-                    _ => server_rank(&t.server),
-                };
-                last = Some((t.server.as_str(), rank));
-                (rank, t)
-            })
-            .collect();
-        // Stable: within a rank, the ingested (server, position, name) order stays.
-        mcp.sort_by_key(|(rank, _)| *rank);
-        candidates.reserve(mcp.len() + 1);
-        // The server's settings, looked up once per run of its tools.
-        let mut server_config: Option<(&str, Option<&antler_protocol::config::McpServerConfig>)> =
-            None;
-        for (_, t) in mcp {
-            if !t.valid_name {
-                warnings.push(format!(
-                    "Skipping MCP tool {} from server '{}': tool names must match ^[A-Za-z0-9_-]+$",
-                    python_repr(&t.spec.name),
-                    t.server
-                ));
-                continue;
-            }
-            let server = match server_config {
-                Some((name, server)) if name == t.server => server,
-                _ => {
-                    let server = sources
-                        .extensions
-                        .as_ref()
-                        .and_then(|e| e.mcp_servers.get(&t.server));
-                    server_config = Some((t.server.as_str(), server));
-                    server
-                }
+/// Step 5: the ingested MCP tools, ranked by their server's place in the extensions
+/// file (stable within a server), each with its server's routing; a tool whose name is
+/// not valid is skipped with a warning.
+fn push_mcp<'s>(
+    sources: &'s Sources,
+    candidates: &mut Vec<Candidate<'s>>,
+    warnings: &mut Vec<String>,
+) {
+    let server_rank = |server: &str| -> usize {
+        sources
+            .extensions
+            .as_ref()
+            .and_then(|e| e.mcp_servers.keys().position(|k| k == server))
+            .unwrap_or(usize::MAX)
+    };
+    // Servers are ranked once each, not once per tool: the ingested tools are
+    // grouped by server, so the previous tool's rank is reused.
+    let mut last: Option<(&str, usize)> = None;
+    let mut mcp: Vec<(usize, &IngestedMcp)> = sources
+        .mcp
+        .0
+        .iter()
+        .map(|t| {
+            let rank = match last {
+                Some((server, rank)) if server == t.server => rank,
+                _ => server_rank(&t.server),
             };
-            let spec = &t.spec;
-            let routing = server
-                .map(|server| match &spec.source {
-                    ToolSource::Mcp { original_name, .. } => {
-                        server.effective_routing(original_name)
-                    }
-                    _ => server.effective_routing(&spec.name),
-                })
-                .filter(|r| r.mode != antler_protocol::config::RoutingMode::Off)
-                .map(|r| McpRouting {
-                    mode: RoutingMode::Prefer,
-                    priority: i64::from(r.priority),
-                    keywords: r.keywords,
-                });
-            candidates.push(Candidate::Ingested {
-                spec,
-                routing,
-                prepared: Prepared {
-                    features: &t.features,
-                    name_rank: t.name_rank,
-                    hash_entry: &t.hash_entry,
-                },
-            });
+            last = Some((t.server.as_str(), rank));
+            (rank, t)
+        })
+        .collect();
+    // Stable: within a rank, the ingested (server, position, name) order stays.
+    mcp.sort_by_key(|(rank, _)| *rank);
+    candidates.reserve(mcp.len() + 1);
+    // The server's settings, looked up once per run of its tools.
+    let mut server_config: Option<(&str, Option<&antler_protocol::config::McpServerConfig>)> = None;
+    for (_, t) in mcp {
+        if !t.valid_name {
+            warnings.push(format!(
+                "Skipping MCP tool {} from server '{}': tool names must match ^[A-Za-z0-9_-]+$",
+                python_repr(&t.spec.name),
+                t.server
+            ));
+            continue;
         }
+        let server = match server_config {
+            Some((name, server)) if name == t.server => server,
+            _ => {
+                let server = sources
+                    .extensions
+                    .as_ref()
+                    .and_then(|e| e.mcp_servers.get(&t.server));
+                server_config = Some((t.server.as_str(), server));
+                server
+            }
+        };
+        let spec = &t.spec;
+        let routing = server
+            .map(|server| match &spec.source {
+                ToolSource::Mcp { original_name, .. } => server.effective_routing(original_name),
+                _ => server.effective_routing(&spec.name),
+            })
+            .filter(|r| r.mode != antler_protocol::config::RoutingMode::Off)
+            .map(|r| McpRouting {
+                mode: RoutingMode::Prefer,
+                priority: i64::from(r.priority),
+                keywords: r.keywords,
+            });
+        candidates.push(Candidate::Ingested {
+            spec,
+            routing,
+            prepared: Prepared {
+                features: &t.features,
+                name_rank: t.name_rank,
+                hash_entry: &t.hash_entry,
+            },
+        });
     }
+}
 
-    // 6: ACP.
-    if !config.acp_agents.is_empty() {
-        candidates.push(Candidate::owned(builtins::invoke_acp_agent(
-            config
-                .acp_agents
-                .iter()
-                .map(|(n, a)| (n, a.description.as_str())),
-        )));
-    }
-
-    // 6b: late tools: describe_skill with skills.deferred_discovery (lead runs).
-    if req.builtins.include_upload_tool && skills_deferred_discovery(config) {
-        candidates.push(Candidate::owned(builtins::describe_skill()));
-    }
-
-    // 7: dedup, first wins (names are borrowed, not copied; a source is described only
-    // for a duplicate's warning).
+/// Step 7: which candidates are kept when duplicates are dropped, first wins, each drop
+/// a warning naming both sources (names are borrowed, not copied; a source is described
+/// only for a duplicate's warning).
+fn first_of_each_name(candidates: &[Candidate<'_>], warnings: &mut Vec<String>) -> Vec<bool> {
     let mut first_of: HashMap<&str, usize, foldhash::fast::RandomState> =
         HashMap::with_capacity_and_hasher(candidates.len(), Default::default());
     let mut keep = vec![true; candidates.len()];
@@ -571,9 +612,19 @@ fn assemble_with(
             }
         }
     }
-    drop(first_of);
+    keep
+}
 
-    // Subagent name filter (spec 1.3), then authorization layer 1.
+/// The subagent name filter (spec 1.3), then authorization layer 1: drops from `keep`
+/// what the subagent may not use or the principal may not see, and returns the names
+/// the policy denied.
+fn authorize(
+    config: &AppConfig,
+    req: &AssemblyRequest,
+    candidates: &[Candidate<'_>],
+    keep: &mut [bool],
+    warnings: &mut Vec<String>,
+) -> Vec<String> {
     let decision = authz::decide(&config.authorization, &req.principal);
     if let Decision::DenyAll { reason } = &decision {
         warnings.push(format!("authorization denies every tool: {reason}"));
@@ -596,17 +647,7 @@ fn assemble_with(
             denied.push(c.name.clone());
         }
     }
-    if !keep.iter().all(|&k| k) {
-        let mut kept = keep.into_iter();
-        candidates.retain(|_| kept.next().unwrap_or(false));
-    }
-
-    let catalog = Catalog::build_assembled(candidates, config.tool_search.enabled, speculation)?;
-    Ok(Assembled {
-        catalog: Arc::new(catalog),
-        warnings,
-        denied,
-    })
+    denied
 }
 
 /// Where each tool of a catalog came from, in catalog order.

@@ -65,23 +65,60 @@ pub async fn drive_task(
     events: Arc<dyn Fn(TaskEvent) + Send + Sync>,
 ) -> TaskRun {
     let model_name = spec.model.name().to_owned();
-    let refused = |error: String| TaskRun {
-        result: TaskResult {
-            model_name: Some(model_name.clone()),
-            ..TaskResult::failed(error)
-        },
-        state: None,
+    let max_turns = spec.max_turns.max(1);
+    let timeout_s = spec.timeout_s.max(1);
+    let mut run = match start_task(spec, hosts, &cancel, max_turns).await {
+        Ok(run) => run,
+        Err(error) => {
+            return TaskRun {
+                result: TaskResult {
+                    model_name: Some(model_name),
+                    ..TaskResult::failed(error)
+                },
+                state: None,
+            }
+        }
     };
+    run.on_event(task_reporter(spec, &model_name, events));
+    let (outcome, timed_out) = drive_until(&mut run, &cancel, timeout_s).await;
+    let state = run.state().clone();
+    let result = if timed_out {
+        TaskResult {
+            status: TaskStatus::TimedOut,
+            error: Some(TIMED_OUT_ERROR.replace("{t}", &timeout_s.to_string())),
+            ..ended_as(&state)
+        }
+    } else {
+        drove(outcome, &state, cancel.is_cancelled(), max_turns)
+    };
+    TaskRun {
+        result: TaskResult {
+            model_name: Some(model_name),
+            ..result
+        },
+        state: Some(state),
+    }
+}
+
+/// The task's run loop, started: its catalog rebuilt from the spec (never with `task`),
+/// its model built, its thread's context and its settings; `Err`: why the task is
+/// refused before it runs.
+async fn start_task(
+    spec: &TaskSpec,
+    hosts: Arc<dyn ToolHosts>,
+    cancel: &Arc<CancelFlag>,
+    max_turns: usize,
+) -> Result<RunLoop, String> {
     let catalog = match spec.catalog.rebuild() {
         Ok(catalog) => Arc::new(catalog),
-        Err(e) => return refused(e.to_string()),
+        Err(e) => return Err(e.to_string()),
     };
     if catalog.get(crate::catalog::builtins::TASK).is_some() {
-        return refused(TASK_IN_CATALOG.to_owned());
+        return Err(TASK_IN_CATALOG.to_owned());
     }
     let model = match spec.model.build() {
         Ok(model) => model,
-        Err(e) => return refused(e.to_string()),
+        Err(e) => return Err(e.to_string()),
     };
     let paths = ThreadPaths::new(&spec.data_root, &spec.user_id, &spec.thread_id);
     let files =
@@ -99,8 +136,6 @@ pub async fn drive_task(
             ..AgentContext::new(&spec.data_root)
         },
     };
-    let max_turns = spec.max_turns.max(1);
-    let timeout_s = spec.timeout_s.max(1);
     let settings = RunSettings {
         max_turns,
         tool_timeout: Duration::from_secs(spec.tool_timeout_s.max(1)),
@@ -112,20 +147,26 @@ pub async fn drive_task(
         web: spec.web_tools.tools().map(Arc::new),
         ..RunSettings::default()
     };
-    let built = RunLoop::builder(context, model, catalog, hosts)
+    RunLoop::builder(context, model, catalog, hosts)
         .settings(settings)
-        .cancel(Arc::clone(&cancel))
+        .cancel(Arc::clone(cancel))
         .start(&spec.prompt)
-        .await;
-    let mut run = match built {
-        Ok(run) => run,
-        Err(e) => return refused(e.to_string()),
-    };
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// What the task reports to its parent as its run goes: each assistant message
+/// (`task_running`), each finished tool call (`task_tool`) and each elicitation an MCP
+/// call waits on.
+fn task_reporter(
+    spec: &TaskSpec,
+    model_name: &str,
+    reporter: Arc<dyn Fn(TaskEvent) + Send + Sync>,
+) -> impl Fn(&RunEvent) + Send + Sync + 'static {
     let task_id = spec.tool_call_id.clone();
     let task_run = task_run_id(&spec.run_id, &spec.tool_call_id);
-    let reporter_model = model_name.clone();
-    let reporter = Arc::clone(&events);
-    run.on_event(move |event| match event {
+    let reporter_model = model_name.to_owned();
+    move |event: &RunEvent| match event {
         RunEvent::AssistantMessage {
             index,
             content,
@@ -165,36 +206,21 @@ pub async fn drive_task(
             requested_schema: requested_schema.clone(),
         }),
         _ => {}
-    });
-    // At the timeout the run is cancelled, not dropped: it stops at once (a step waits
-    // on the cancellation) and still releases its sandbox lease as a cancelled run does.
-    let (outcome, timed_out) = {
-        let drive = run.drive();
-        futures::pin_mut!(drive);
-        match tokio::time::timeout(Duration::from_secs(timeout_s), &mut drive).await {
-            Ok(outcome) => (outcome, false),
-            Err(_) => {
-                cancel.cancel();
-                (drive.await, true)
-            }
+    }
+}
+
+/// Drives the run until it ends or `timeout_s` passes; `true`: it timed out. At the
+/// timeout the run is cancelled, not dropped: it stops at once (a step waits on the
+/// cancellation) and still releases its sandbox lease as a cancelled run does.
+async fn drive_until(run: &mut RunLoop, cancel: &CancelFlag, timeout_s: u64) -> (RunOutcome, bool) {
+    let drive = run.drive();
+    futures::pin_mut!(drive);
+    match tokio::time::timeout(Duration::from_secs(timeout_s), &mut drive).await {
+        Ok(outcome) => (outcome, false),
+        Err(_) => {
+            cancel.cancel();
+            (drive.await, true)
         }
-    };
-    let state = run.state().clone();
-    let result = if timed_out {
-        TaskResult {
-            status: TaskStatus::TimedOut,
-            error: Some(TIMED_OUT_ERROR.replace("{t}", &timeout_s.to_string())),
-            ..ended_as(&state)
-        }
-    } else {
-        drove(outcome, &state, cancel.is_cancelled(), max_turns)
-    };
-    TaskRun {
-        result: TaskResult {
-            model_name: Some(model_name),
-            ..result
-        },
-        state: Some(state),
     }
 }
 

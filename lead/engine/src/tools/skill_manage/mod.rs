@@ -291,7 +291,24 @@ impl SkillManager<'_> {
         }
     }
 
+    /// One action, by kind: a write (planned, scanned, then made), a removal, or an
+    /// action `skill_manage` does not have.
     async fn action(
+        &self,
+        args: &Args,
+        name: &str,
+        user_dir: &Path,
+    ) -> Result<String, ActionError> {
+        match args.action.as_str() {
+            "create" | "edit" | "patch" | "write_file" => self.write(args, name, user_dir).await,
+            "delete" | "remove_file" => self.remove(args, name, user_dir).await,
+            other => self.unsupported(name, other).await,
+        }
+    }
+
+    /// `delete` (the whole skill) or `remove_file` (one support file), each with its
+    /// history entry.
+    async fn remove(
         &self,
         args: &Args,
         name: &str,
@@ -299,73 +316,77 @@ impl SkillManager<'_> {
     ) -> Result<String, ActionError> {
         let skill_dir = user_dir.join(name);
         let action = args.action.as_str();
+        let store = self.store.clone();
+        let (name, action) = (name.to_owned(), action.to_owned());
+        let (path, thread) = (args.path.clone(), self.thread_id.to_owned());
+        let user_dir = user_dir.to_path_buf();
+        blocking(move || {
+            ensure_editable(&store, &skill_dir, &name)?;
+            if action == "delete" {
+                let prev = std::fs::read_to_string(skill_dir.join(SKILL_FILE)).ok();
+                std::fs::remove_dir_all(&skill_dir).map_err(io_error)?;
+                history(
+                    &user_dir, &name, "delete", &thread, SKILL_FILE, prev, None, None,
+                );
+                return Ok(DELETED.replacen("{n}", &name, 1));
+            }
+            let path = path
+                .filter(|p| !p.is_empty())
+                .ok_or_else(|| ActionError::value(PATH_REQUIRED))?;
+            let target = validation::support_path(&skill_dir, &path).map_err(ActionError::value)?;
+            if !target.is_file() {
+                return Err(ActionError::NotFound(
+                    SUPPORT_NOT_FOUND
+                        .replacen("{p}", &path, 1)
+                        .replacen("{n}", &name, 1),
+                ));
+            }
+            let prev = std::fs::read_to_string(&target).ok();
+            std::fs::remove_file(&target).map_err(io_error)?;
+            history(
+                &user_dir,
+                &name,
+                "remove_file",
+                &thread,
+                &path,
+                prev,
+                None,
+                None,
+            );
+            Ok(REMOVED
+                .replacen("{path}", &path, 1)
+                .replacen("{n}", &name, 1))
+        })
+        .await
+    }
+
+    /// An action `skill_manage` does not have: read-only for a shared skill of that name,
+    /// unsupported otherwise.
+    async fn unsupported(&self, name: &str, other: &str) -> Result<String, ActionError> {
         let fill = |t: &str| t.replacen("{n}", name, 1);
-        match action {
-            "create" | "edit" | "patch" | "write_file" => {}
-            "delete" | "remove_file" => {
-                let store = self.store.clone();
-                let (name, action) = (name.to_owned(), action.to_owned());
-                let (path, thread) = (args.path.clone(), self.thread_id.to_owned());
-                let user_dir = user_dir.to_path_buf();
-                return blocking(move || {
-                    ensure_editable(&store, &skill_dir, &name)?;
-                    if action == "delete" {
-                        let prev = std::fs::read_to_string(skill_dir.join(SKILL_FILE)).ok();
-                        std::fs::remove_dir_all(&skill_dir).map_err(io_error)?;
-                        history(
-                            &user_dir, &name, "delete", &thread, SKILL_FILE, prev, None, None,
-                        );
-                        return Ok(DELETED.replacen("{n}", &name, 1));
-                    }
-                    let path = path
-                        .filter(|p| !p.is_empty())
-                        .ok_or_else(|| ActionError::value(PATH_REQUIRED))?;
-                    let target =
-                        validation::support_path(&skill_dir, &path).map_err(ActionError::value)?;
-                    if !target.is_file() {
-                        return Err(ActionError::NotFound(
-                            SUPPORT_NOT_FOUND
-                                .replacen("{p}", &path, 1)
-                                .replacen("{n}", &name, 1),
-                        ));
-                    }
-                    let prev = std::fs::read_to_string(&target).ok();
-                    std::fs::remove_file(&target).map_err(io_error)?;
-                    history(
-                        &user_dir,
-                        &name,
-                        "remove_file",
-                        &thread,
-                        &path,
-                        prev,
-                        None,
-                        None,
-                    );
-                    Ok(REMOVED
-                        .replacen("{path}", &path, 1)
-                        .replacen("{n}", &name, 1))
-                })
-                .await;
-            }
-            other => {
-                let store = self.store.clone();
-                let shared = {
-                    let name = name.to_owned();
-                    blocking(move || {
-                        Ok(store
-                            .scan()
-                            .into_iter()
-                            .any(|s| s.skill.name == name && s.category != CUSTOM_CATEGORY))
-                    })
-                    .await?
-                };
-                return Err(ActionError::value(if shared {
-                    fill(READ_ONLY_UNKNOWN_ACTION)
-                } else {
-                    UNSUPPORTED_ACTION.replacen("{a}", other, 1)
-                }));
-            }
-        }
+        let store = self.store.clone();
+        let shared = {
+            let name = name.to_owned();
+            blocking(move || {
+                Ok(store
+                    .scan()
+                    .into_iter()
+                    .any(|s| s.skill.name == name && s.category != CUSTOM_CATEGORY))
+            })
+            .await?
+        };
+        Err(ActionError::value(if shared {
+            fill(READ_ONLY_UNKNOWN_ACTION)
+        } else {
+            UNSUPPORTED_ACTION.replacen("{a}", other, 1)
+        }))
+    }
+
+    /// A write action: its plan, the scans of the skill as it would be, then the write
+    /// and its history entry.
+    async fn write(&self, args: &Args, name: &str, user_dir: &Path) -> Result<String, ActionError> {
+        let skill_dir = user_dir.join(name);
+        let action = args.action.as_str();
         let plan = {
             let store = self.store.clone();
             let (name, action) = (name.to_owned(), action.to_owned());
@@ -384,6 +405,56 @@ impl SkillManager<'_> {
             })
             .await?
         };
+        let (findings, verdict) = self.scan_plan(name, &plan).await?;
+        let (name, action, thread) = (
+            name.to_owned(),
+            action.to_owned(),
+            self.thread_id.to_owned(),
+        );
+        let user_dir = user_dir.to_path_buf();
+        blocking(move || {
+            match &plan.write {
+                Write::Skill { content, create } => {
+                    if *create {
+                        std::fs::create_dir_all(&skill_dir).map_err(io_error)?;
+                    }
+                    write_atomically(&skill_dir.join(SKILL_FILE), content.as_bytes())?;
+                }
+                Write::Support { target, content } => {
+                    if let Some(parent) = target.parent() {
+                        std::fs::create_dir_all(parent).map_err(io_error)?;
+                    }
+                    // Checked again now the directories exist (a symlink placed since).
+                    let relative = target
+                        .strip_prefix(&skill_dir)
+                        .map(|r| r.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    validation::support_path(&skill_dir, &relative).map_err(ActionError::value)?;
+                    write_atomically(target, content.as_bytes())?;
+                }
+            }
+            history(
+                &user_dir,
+                &name,
+                &action,
+                &thread,
+                &plan.scan_path,
+                plan.prev_content.clone(),
+                Some(plan.content.clone()),
+                Some((&verdict, &findings)),
+            );
+            Ok(plan.reply)
+        })
+        .await
+    }
+
+    /// The static scan (when on) and the moderation model's verdict on a plan: a blocking
+    /// finding, a block verdict, or an executable the verdict does not allow refuses it.
+    async fn scan_plan(
+        &self,
+        name: &str,
+        plan: &Plan,
+    ) -> Result<(Vec<Finding>, Verdict), ActionError> {
         let findings = if self.settings.static_scan {
             let candidate = plan.candidate.clone();
             let findings = tokio::task::spawn_blocking(move || scan::scan(&candidate))
@@ -428,46 +499,7 @@ impl SkillManager<'_> {
                 1,
             )));
         }
-        let (name, action, thread) = (
-            name.to_owned(),
-            action.to_owned(),
-            self.thread_id.to_owned(),
-        );
-        let user_dir = user_dir.to_path_buf();
-        blocking(move || {
-            match &plan.write {
-                Write::Skill { content, create } => {
-                    if *create {
-                        std::fs::create_dir_all(&skill_dir).map_err(io_error)?;
-                    }
-                    write_atomically(&skill_dir.join(SKILL_FILE), content.as_bytes())?;
-                }
-                Write::Support { target, content } => {
-                    if let Some(parent) = target.parent() {
-                        std::fs::create_dir_all(parent).map_err(io_error)?;
-                    }
-                    // Checked again now the directories exist (a symlink placed since).
-                    let relative = target
-                        .strip_prefix(&skill_dir)
-                        .map(|r| r.to_string_lossy().into_owned())
-                        .unwrap_or_default();
-                    validation::support_path(&skill_dir, &relative).map_err(ActionError::value)?;
-                    write_atomically(target, content.as_bytes())?;
-                }
-            }
-            history(
-                &user_dir,
-                &name,
-                &action,
-                &thread,
-                &plan.scan_path,
-                plan.prev_content.clone(),
-                Some(plan.content.clone()),
-                Some((&verdict, &findings)),
-            );
-            Ok(plan.reply)
-        })
-        .await
+        Ok((findings, verdict))
     }
 }
 
@@ -484,128 +516,163 @@ fn plan(
     replace: Option<String>,
     expected: Option<usize>,
 ) -> Result<Plan, ActionError> {
+    let mut plan = match action {
+        "create" => plan_create(skill_dir, name, content)?,
+        "edit" => plan_edit(store, skill_dir, name, content)?,
+        "patch" => plan_patch(store, skill_dir, name, find, replace, expected)?,
+        _ => plan_support(store, skill_dir, name, path, content)?,
+    };
+    plan.candidate = candidate_after(skill_dir, &plan)?;
+    Ok(plan)
+}
+
+/// `create`: a new skill from its full SKILL.md.
+fn plan_create(skill_dir: &Path, name: &str, content: Option<String>) -> Result<Plan, ActionError> {
     let fill = |t: &str| t.replacen("{n}", name, 1);
     let skill_file = skill_dir.join(SKILL_FILE);
-    let (write, scan_path, executable, text, prev, reply) = match action {
-        "create" => {
-            if skill_file.exists() {
-                return Err(ActionError::value(fill(ALREADY_EXISTS)));
-            }
-            let content = content
-                .ok_or_else(|| ActionError::value(CONTENT_REQUIRED.replacen("{a}", "create", 1)))?;
-            validation::frontmatter(&content, name).map_err(ActionError::Value)?;
-            (
-                Write::Skill {
-                    content: content.clone(),
-                    create: true,
-                },
-                SKILL_FILE.to_owned(),
-                false,
-                content,
-                None,
-                fill(CREATED),
-            )
-        }
-        "edit" => {
-            ensure_editable(store, skill_dir, name)?;
-            let content = content
-                .ok_or_else(|| ActionError::value(CONTENT_REQUIRED.replacen("{a}", "edit", 1)))?;
-            validation::frontmatter(&content, name).map_err(ActionError::Value)?;
-            let prev = std::fs::read_to_string(&skill_file).ok();
-            (
-                Write::Skill {
-                    content: content.clone(),
-                    create: false,
-                },
-                SKILL_FILE.to_owned(),
-                false,
-                content,
-                prev,
-                fill(UPDATED),
-            )
-        }
-        "patch" => {
-            ensure_editable(store, skill_dir, name)?;
-            let (Some(find), Some(replace)) = (find.filter(|f| !f.is_empty()), replace) else {
-                return Err(ActionError::value(FIND_REPLACE_REQUIRED));
-            };
-            let current = std::fs::read_to_string(&skill_file).map_err(io_error)?;
-            let found = current.matches(find.as_str()).count();
-            if found == 0 {
-                return Err(ActionError::value(PATCH_NOT_FOUND));
-            }
-            let wanted = expected.unwrap_or(1);
-            if found != wanted {
-                return Err(ActionError::value(
-                    PATCH_COUNT
-                        .replacen("{n}", &wanted.to_string(), 1)
-                        .replacen("{m}", &found.to_string(), 1),
-                ));
-            }
-            let content = current.replacen(find.as_str(), &replace, wanted);
-            validation::frontmatter(&content, name).map_err(ActionError::Value)?;
-            let reply = fill(PATCHED)
-                .replacen("{k}", &wanted.to_string(), 1)
-                .replacen("{m}", &found.to_string(), 1);
-            (
-                Write::Skill {
-                    content: content.clone(),
-                    create: false,
-                },
-                SKILL_FILE.to_owned(),
-                false,
-                content,
-                Some(current),
-                reply,
-            )
-        }
-        _ => {
-            ensure_editable(store, skill_dir, name)?;
-            let (Some(path), Some(content)) = (path.filter(|p| !p.is_empty()), content) else {
-                return Err(ActionError::value(PATH_CONTENT_REQUIRED));
-            };
-            let target = validation::support_path(skill_dir, &path).map_err(ActionError::value)?;
-            let prev = std::fs::read_to_string(&target).ok();
-            let reply = WROTE.replacen("{path}", &path, 1).replacen("{n}", name, 1);
-            let executable = path.contains(EXECUTABLE_MARKER);
-            (
-                Write::Support {
-                    target,
-                    content: content.clone(),
-                },
-                path,
-                executable,
-                content,
-                prev,
-                reply,
-            )
-        }
+    if skill_file.exists() {
+        return Err(ActionError::value(fill(ALREADY_EXISTS)));
+    }
+    let content =
+        content.ok_or_else(|| ActionError::value(CONTENT_REQUIRED.replacen("{a}", "create", 1)))?;
+    validation::frontmatter(&content, name).map_err(ActionError::Value)?;
+    Ok(Plan {
+        write: Write::Skill {
+            content: content.clone(),
+            create: true,
+        },
+        candidate: Vec::new(),
+        scan_path: SKILL_FILE.to_owned(),
+        executable: false,
+        content,
+        prev_content: None,
+        reply: fill(CREATED),
+    })
+}
+
+/// `edit`: the whole SKILL.md replaced.
+fn plan_edit(
+    store: &SkillStore,
+    skill_dir: &Path,
+    name: &str,
+    content: Option<String>,
+) -> Result<Plan, ActionError> {
+    let fill = |t: &str| t.replacen("{n}", name, 1);
+    let skill_file = skill_dir.join(SKILL_FILE);
+    ensure_editable(store, skill_dir, name)?;
+    let content =
+        content.ok_or_else(|| ActionError::value(CONTENT_REQUIRED.replacen("{a}", "edit", 1)))?;
+    validation::frontmatter(&content, name).map_err(ActionError::Value)?;
+    let prev = std::fs::read_to_string(&skill_file).ok();
+    Ok(Plan {
+        write: Write::Skill {
+            content: content.clone(),
+            create: false,
+        },
+        candidate: Vec::new(),
+        scan_path: SKILL_FILE.to_owned(),
+        executable: false,
+        content,
+        prev_content: prev,
+        reply: fill(UPDATED),
+    })
+}
+
+/// `patch`: `find` replaced by `replace` in SKILL.md, exactly `expected` times (1).
+fn plan_patch(
+    store: &SkillStore,
+    skill_dir: &Path,
+    name: &str,
+    find: Option<String>,
+    replace: Option<String>,
+    expected: Option<usize>,
+) -> Result<Plan, ActionError> {
+    let fill = |t: &str| t.replacen("{n}", name, 1);
+    let skill_file = skill_dir.join(SKILL_FILE);
+    ensure_editable(store, skill_dir, name)?;
+    let (Some(find), Some(replace)) = (find.filter(|f| !f.is_empty()), replace) else {
+        return Err(ActionError::value(FIND_REPLACE_REQUIRED));
     };
-    // The whole skill as it would be after the write (DeerFlow scans only SKILL.md for
-    // create, edit and patch; here every file of the skill is scanned).
+    let current = std::fs::read_to_string(&skill_file).map_err(io_error)?;
+    let found = current.matches(find.as_str()).count();
+    if found == 0 {
+        return Err(ActionError::value(PATCH_NOT_FOUND));
+    }
+    let wanted = expected.unwrap_or(1);
+    if found != wanted {
+        return Err(ActionError::value(
+            PATCH_COUNT
+                .replacen("{n}", &wanted.to_string(), 1)
+                .replacen("{m}", &found.to_string(), 1),
+        ));
+    }
+    let content = current.replacen(find.as_str(), &replace, wanted);
+    validation::frontmatter(&content, name).map_err(ActionError::Value)?;
+    let reply = fill(PATCHED)
+        .replacen("{k}", &wanted.to_string(), 1)
+        .replacen("{m}", &found.to_string(), 1);
+    Ok(Plan {
+        write: Write::Skill {
+            content: content.clone(),
+            create: false,
+        },
+        candidate: Vec::new(),
+        scan_path: SKILL_FILE.to_owned(),
+        executable: false,
+        content,
+        prev_content: Some(current),
+        reply,
+    })
+}
+
+/// `write_file`: one support file of the skill, inside its directory.
+fn plan_support(
+    store: &SkillStore,
+    skill_dir: &Path,
+    name: &str,
+    path: Option<String>,
+    content: Option<String>,
+) -> Result<Plan, ActionError> {
+    ensure_editable(store, skill_dir, name)?;
+    let (Some(path), Some(content)) = (path.filter(|p| !p.is_empty()), content) else {
+        return Err(ActionError::value(PATH_CONTENT_REQUIRED));
+    };
+    let target = validation::support_path(skill_dir, &path).map_err(ActionError::value)?;
+    let prev = std::fs::read_to_string(&target).ok();
+    let reply = WROTE.replacen("{path}", &path, 1).replacen("{n}", name, 1);
+    let executable = path.contains(EXECUTABLE_MARKER);
+    Ok(Plan {
+        write: Write::Support {
+            target,
+            content: content.clone(),
+        },
+        candidate: Vec::new(),
+        scan_path: path,
+        executable,
+        content,
+        prev_content: prev,
+        reply,
+    })
+}
+
+/// The whole skill as it would be after the plan's write (DeerFlow scans only SKILL.md
+/// for create, edit and patch; here every file of the skill is scanned).
+fn candidate_after(skill_dir: &Path, plan: &Plan) -> Result<Vec<CandidateFile>, ActionError> {
     let mut candidate = if skill_dir.is_dir() {
         read_skill_files(skill_dir)?
     } else {
         Vec::new()
     };
-    let relative = match &write {
+    let relative = match &plan.write {
         Write::Skill { .. } => SKILL_FILE.to_owned(),
-        Write::Support { .. } => scan_path.clone(),
+        Write::Support { .. } => plan.scan_path.clone(),
     };
     candidate.retain(|f| candidate_path(f) != relative);
     candidate.push(CandidateFile::Regular {
         path: relative,
-        bytes: text.clone().into_bytes(),
+        bytes: plan.content.clone().into_bytes(),
     });
-    Ok(Plan {
-        write,
-        candidate,
-        scan_path,
-        executable,
-        content: text,
-        prev_content: prev,
-        reply,
-    })
+    Ok(candidate)
 }
 
 fn candidate_path(file: &CandidateFile) -> &str {

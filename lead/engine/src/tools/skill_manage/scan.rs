@@ -580,10 +580,32 @@ fn apply(rules: &[Rule], path: &str, text: &str, out: &mut Vec<Finding>) {
     }
 }
 
+/// The findings of one file of the skill, family by family (package, text, secrets,
+/// network, declarations, scripts); an executable binary is reported and not read.
 fn scan_file(path: &str, bytes: &[u8], out: &mut Vec<Finding>) {
     let parts: Vec<&str> = path.split('/').collect();
     let file_name = parts.last().copied().unwrap_or_default();
     let lower = file_name.to_ascii_lowercase();
+    nested_skill_md(path, &parts, file_name, out);
+    if executable_binary(path, bytes, out) {
+        return;
+    }
+    package_files(path, &parts, &lower, out);
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return;
+    };
+    apply(&TEXT_RULES, path, text, out);
+    normalised(path, text, out);
+    secrets(path, text, out);
+    cleartext_http(path, file_name, text, out);
+    if file_name == "SKILL.md" {
+        apply(&DECLARATION_RULES, path, text, out);
+    }
+    scripts(path, &lower, text, out);
+}
+
+/// A SKILL.md below the skill's root (outside evals and fixtures).
+fn nested_skill_md(path: &str, parts: &[&str], file_name: &str, out: &mut Vec<Finding>) {
     if file_name == "SKILL.md"
         && parts.len() > 1
         && !parts
@@ -600,6 +622,10 @@ fn scan_file(path: &str, bytes: &[u8], out: &mut Vec<Finding>) {
             None,
         ));
     }
+}
+
+/// An executable binary (ELF, PE or Mach-O magic); `true`: nothing else is scanned.
+fn executable_binary(path: &str, bytes: &[u8], out: &mut Vec<Finding>) -> bool {
     const MAGICS: [&[u8]; 7] = [
         b"\x7fELF",
         b"MZ",
@@ -619,9 +645,14 @@ fn scan_file(path: &str, bytes: &[u8], out: &mut Vec<Finding>) {
             "Ship source that the sandbox runs, not binaries.",
             None,
         ));
-        return;
+        return true;
     }
-    if [".env", ".npmrc", ".pypirc", ".netrc"].contains(&lower.as_str())
+    false
+}
+
+/// What the file is, by name and place: a credentials file, git metadata, an archive.
+fn package_files(path: &str, parts: &[&str], lower: &str, out: &mut Vec<Finding>) {
+    if [".env", ".npmrc", ".pypirc", ".netrc"].contains(&lower)
         || lower.starts_with(".env.")
         || lower.contains("credentials")
     {
@@ -660,11 +691,11 @@ fn scan_file(path: &str, bytes: &[u8], out: &mut Vec<Finding>) {
             None,
         ));
     }
-    let Ok(text) = std::str::from_utf8(bytes) else {
-        return;
-    };
-    apply(&TEXT_RULES, path, text, out);
-    normalised(path, text, out);
+}
+
+/// Embedded secrets: a cloud or API token, a credential assigned a literal (the first of
+/// each that is not a placeholder).
+fn secrets(path: &str, text: &str, out: &mut Vec<Finding>) {
     if let Some(m) = CLOUD_TOKEN
         .find_iter(text)
         .find(|m| !is_placeholder(m.as_str()))
@@ -694,6 +725,11 @@ fn scan_file(path: &str, bytes: &[u8], out: &mut Vec<Finding>) {
             Some("[redacted]".to_owned()),
         ));
     }
+}
+
+/// The first cleartext HTTP URL to a host other than this machine (in SKILL.md, a
+/// declared external endpoint).
+fn cleartext_http(path: &str, file_name: &str, text: &str, out: &mut Vec<Finding>) {
     if let Some(c) = CLEARTEXT_HTTP.captures_iter(text).find(|c| {
         let host = c.get(1).map_or("", |h| h.as_str());
         !(host.starts_with("localhost") || host.starts_with("127.") || host.starts_with("[::1]"))
@@ -718,9 +754,10 @@ fn scan_file(path: &str, bytes: &[u8], out: &mut Vec<Finding>) {
             Some(evidence(text, m.start, m.end)),
         ));
     }
-    if file_name == "SKILL.md" {
-        apply(&DECLARATION_RULES, path, text, out);
-    }
+}
+
+/// A Python or shell script, by extension or shebang, scanned by its language's rules.
+fn scripts(path: &str, lower: &str, text: &str, out: &mut Vec<Finding>) {
     let shebang = text
         .lines()
         .next()
