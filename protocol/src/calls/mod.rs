@@ -70,12 +70,12 @@ pub trait Requester: Sync {
     /// Like [`Requester::send`], handing each stream item of the reply to `items` before
     /// the final reply (an MCP call's elicitations, an ACP agent's activity). By default
     /// the request is unary and there are none.
-    fn send_items(
-        &self,
+    fn send_items<'a>(
+        &'a self,
         request: Request,
         timeout: Duration,
-        items: &(dyn Fn(Reply) + Send + Sync),
-    ) -> impl Future<Output = Result<Reply, Self::Error>> + Send {
+        items: &'a (dyn Fn(Reply) + Send + Sync),
+    ) -> impl Future<Output = Result<Reply, Self::Error>> + Send + 'a {
         let _ = items;
         self.send(request, timeout)
     }
@@ -147,6 +147,15 @@ impl Probe {
             reply,
         }
     }
+}
+
+/// Whether `reply` is a stream item that comes before a request's final reply (an MCP
+/// call's elicitation, an ACP agent's activity), not the final reply itself.
+pub fn is_stream_item(reply: &Reply) -> bool {
+    matches!(
+        reply,
+        Reply::Mcp(McpReply::Elicitation { .. }) | Reply::Sandbox(SandboxReply::AcpActivity { .. })
+    )
 }
 
 /// Who answers `request`, as error texts name it.
