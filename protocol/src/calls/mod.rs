@@ -16,7 +16,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use control::ControlCalls;
-pub use lead::{Forwarder, LeadCalls, RunCancelled};
+pub use lead::{Forwarder, LeadCalls, RunCancelled, RunWatch, RunWatchItem};
 pub use mcp::{Elicitation, McpCalls};
 pub use sandbox::SandboxCalls;
 pub use worker::{WorkerCalls, WorkerCapacity};
