@@ -53,9 +53,6 @@ use actix::Addr;
 use actix_web::{web, App, HttpResponse, HttpServer};
 use antler_protocol::{
     config::{self, WarningKind},
-    envelope::TraceContext,
-    link::Call as LinkCall,
-    messages::{McpReply, McpRequest, Reply, Request},
     Role,
 };
 use serde_json::{json, Value};

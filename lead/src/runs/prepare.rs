@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use actix::Addr;
 use antler_protocol::config::{load_extensions_config, AppConfig, ExtensionsConfig};
 use antler_protocol::messages::{
-    ControlRequest, McpDiscovery, McpReply, McpRequest, McpServerStatus, McpTool, PlaybookSource,
-    Reply, Request, RunSubmission, SandboxReply, SandboxRequest, ThreadFileError,
+    ControlRequest, McpDiscovery, McpServerStatus, McpTool, PlaybookSource, Request, RunSubmission,
+    ThreadFileError,
 };
 use antler_protocol::Role;
 

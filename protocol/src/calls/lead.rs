@@ -5,9 +5,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::{ask, reply_kind, Requester, UnexpectedReply};
-use crate::connection::{Connection, ReplyStream, RpcError};
-use crate::envelope::TraceContext;
+use super::{ask, reply_kind, Requester, Watch};
+use crate::connection::{Connection, RpcError};
 use crate::handshake::Role;
 use crate::messages::{
     ElicitationAction, LeadReply, LeadRequest, PeerPing, ProcessStatus, Reply, Request,
@@ -248,37 +247,19 @@ pub enum RunWatchItem {
     Ended(String),
 }
 
-/// The events of a watched run, then its view. Dropping it cancels the watch at the
-/// lead (the run goes on).
-pub struct RunWatch {
-    stream: ReplyStream,
-}
-
-impl RunWatch {
-    /// [`LeadRequest::WatchRun`] of `run_id`, the whole watch bounded by `timeout`.
-    pub async fn start(
-        lead: &Connection,
-        run_id: String,
-        timeout: Duration,
-    ) -> Result<RunWatch, RpcError> {
-        let request = Request::Lead(LeadRequest::WatchRun { run_id });
-        let stream = lead
-            .request_stream(request, TraceContext::new_root(), timeout)
-            .await?;
-        Ok(RunWatch { stream })
-    }
-
-    /// The next item, `None` after the run's view or an error.
-    pub async fn next(&mut self) -> Option<Result<RunWatchItem, RpcError>> {
-        let item = self.stream.next().await?;
-        Some(item.and_then(|reply| match reply {
-            Reply::Lead(LeadReply::RunEvent { json }) => Ok(RunWatchItem::Event(json)),
-            Reply::Lead(LeadReply::Run { json }) => Ok(RunWatchItem::Ended(json)),
-            other => Err(RpcError::Unexpected(UnexpectedReply {
-                peer: "the lead",
-                request: "Lead::WatchRun",
-                reply: reply_kind(&other),
-            })),
-        }))
-    }
+/// [`LeadRequest::WatchRun`] of `run_id` on the lead's connection: its events, then its
+/// view; the whole watch bounded by `timeout`. Dropping the watch cancels it at the lead
+/// (the run goes on).
+pub async fn watch_run(
+    lead: &Connection,
+    run_id: String,
+    timeout: Duration,
+) -> Result<Watch<RunWatchItem>, RpcError> {
+    let request = Request::Lead(LeadRequest::WatchRun { run_id });
+    Watch::start(lead, request, timeout, |reply| match reply {
+        Reply::Lead(LeadReply::RunEvent { json }) => Ok(RunWatchItem::Event(json)),
+        Reply::Lead(LeadReply::Run { json }) => Ok(RunWatchItem::Ended(json)),
+        other => Err(reply_kind(&other)),
+    })
+    .await
 }

@@ -5,7 +5,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::{ask, ask_items, reply_kind, Requester};
+use super::{ask, ask_items, reply_kind, Requester, Watch};
+use crate::connection::{Connection, RpcError};
 use crate::messages::{
     ElicitationRefusal, Health, McpCall, McpCallResult, McpDiscovery, McpElicitationAnswer,
     McpOAuthLogin, McpReloadSummary, McpReply, McpRequest, McpServerStatus, McpTool, Reply,
@@ -230,4 +231,19 @@ fn oauth_done(reply: Reply) -> Result<(String, String), &'static str> {
         Reply::Mcp(McpReply::OAuthDone { server, user }) => Ok((server, user)),
         other => Err(reply_kind(&other)),
     }
+}
+
+/// [`McpRequest::WatchCredentials`] on a connection to mcp-host: each credential it holds,
+/// then each change (`Some`), until the watch ends (`None` items are its end). The whole
+/// watch is bounded by `timeout`; dropping it cancels it at the host.
+pub async fn watch_credentials(
+    host: &Connection,
+    timeout: Duration,
+) -> Result<Watch<Option<SealedCredential>>, RpcError> {
+    let request = Request::Mcp(McpRequest::WatchCredentials);
+    Watch::start(host, request, timeout, |reply| match reply {
+        Reply::Mcp(McpReply::Credential(sealed)) => Ok(Some(sealed)),
+        _ => Ok(None),
+    })
+    .await
 }

@@ -16,12 +16,12 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use control::ControlCalls;
-pub use lead::{Forwarder, LeadCalls, RunCancelled, RunWatch, RunWatchItem};
-pub use mcp::{Elicitation, McpCalls};
+pub use lead::{watch_run, Forwarder, LeadCalls, RunCancelled, RunWatchItem};
+pub use mcp::{watch_credentials, Elicitation, McpCalls};
 pub use sandbox::SandboxCalls;
 pub use worker::{WorkerCalls, WorkerCapacity};
 
-use crate::connection::{Connection, RpcError};
+use crate::connection::{Connection, ReplyStream, RpcError};
 use crate::envelope::TraceContext;
 use crate::messages::{
     ControlReply, ControlRequest, LeadReply, LeadRequest, McpReply, McpRequest, Reply, Request,
@@ -94,6 +94,57 @@ impl Requester for Connection {
     }
 }
 
+/// A host reached through its [`HostLink`](crate::link::HostLink), each request under
+/// `trace`: the typed calls over the lead's links.
+pub struct Linked<'a> {
+    pub link: &'a actix::Addr<crate::link::HostLink>,
+    pub trace: TraceContext,
+}
+
+impl<'a> Linked<'a> {
+    /// `link`, each request under a new root trace.
+    pub fn new(link: &'a actix::Addr<crate::link::HostLink>) -> Linked<'a> {
+        Linked {
+            link,
+            trace: TraceContext::new_root(),
+        }
+    }
+}
+
+/// Why a request through a link got no reply.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// The link actor is gone (its mailbox closed).
+    #[error("{0}")]
+    Gone(actix::MailboxError),
+    /// The request failed on the link's connection, or its reply was out of protocol.
+    #[error(transparent)]
+    Rpc(#[from] RpcError),
+}
+
+impl From<UnexpectedReply> for LinkError {
+    fn from(unexpected: UnexpectedReply) -> LinkError {
+        LinkError::Rpc(RpcError::Unexpected(unexpected))
+    }
+}
+
+impl Requester for Linked<'_> {
+    type Error = LinkError;
+
+    fn send(
+        &self,
+        request: Request,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Reply, LinkError>> + Send {
+        let sent = self.link.send(crate::link::Call {
+            request,
+            trace: self.trace.clone(),
+            timeout,
+        });
+        async move { Ok(sent.await.map_err(LinkError::Gone)??) }
+    }
+}
+
 /// Sends `request` and turns its reply into `T` with `answer`, which gives the kind of a
 /// reply that does not answer the request: the one place an unexpected reply is made.
 pub(crate) async fn ask<R, T>(
@@ -124,6 +175,43 @@ where
     let kind = Probe::of(&request);
     let reply = requester.send_items(request, timeout, items).await?;
     answer(reply).map_err(|reply| kind.unexpected(reply).into())
+}
+
+/// The typed items of a streamed reply, in order (the last is the final reply). Dropping
+/// it cancels the request at the peer.
+pub struct Watch<T> {
+    stream: ReplyStream,
+    probe: Probe,
+    decode: fn(Reply) -> Result<T, &'static str>,
+}
+
+impl<T> Watch<T> {
+    /// Sends `request` on `connection`, the whole stream bounded by `timeout`; `decode`
+    /// turns each item into `T` or gives the kind of one that does not belong.
+    pub(crate) async fn start(
+        connection: &Connection,
+        request: Request,
+        timeout: Duration,
+        decode: fn(Reply) -> Result<T, &'static str>,
+    ) -> Result<Watch<T>, RpcError> {
+        let probe = Probe::of(&request);
+        let stream = connection
+            .request_stream(request, TraceContext::new_root(), timeout)
+            .await?;
+        Ok(Watch {
+            stream,
+            probe,
+            decode,
+        })
+    }
+
+    /// The next item, `None` after the final reply or an error.
+    pub async fn next(&mut self) -> Option<Result<T, RpcError>> {
+        let item = self.stream.next().await?;
+        Some(item.and_then(|reply| {
+            (self.decode)(reply).map_err(|kind| self.probe.unexpected(kind).into())
+        }))
+    }
 }
 
 /// What an [`UnexpectedReply`] says of the request, kept while the request travels.

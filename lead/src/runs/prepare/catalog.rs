@@ -5,6 +5,7 @@
 
 #[allow(unused_imports)]
 use super::*;
+use antler_protocol::calls::McpCalls;
 
 impl RunEnv {
     /// The catalog for a run with `app`: the actor's (cached per sources version) when
@@ -129,13 +130,7 @@ pub(super) fn assembly_request(
 /// mcp-host's discovery: the tools of the ready servers and the servers that are not
 /// ready. It answers promptly (a server is waited for only just after its start).
 pub(super) async fn discover_mcp(hosts: &dyn ToolHosts) -> Result<McpDiscovery, PrepareError> {
-    let request = Request::Mcp(McpRequest::Discover);
-    match hosts.request(Role::McpHost, request, SETUP_TIMEOUT).await? {
-        Reply::Mcp(McpReply::Discovery(discovery)) => Ok(discovery),
-        other => Err(PrepareError::Host(HostError::failed(format!(
-            "unexpected reply from mcp-host: {other:?}"
-        )))),
-    }
+    Ok(hosts.discover(SETUP_TIMEOUT).await?)
 }
 
 /// The run's warning naming the MCP servers it goes without (their errors go to the

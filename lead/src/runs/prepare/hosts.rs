@@ -4,6 +4,7 @@
 
 #[allow(unused_imports)]
 use super::*;
+use antler_protocol::calls::SandboxCalls;
 
 impl RunEnv {
     /// Waits (at most `within`) until sandbox-host and mcp-host answer a ping.
@@ -51,22 +52,8 @@ impl RunEnv {
         {
             return Ok(dir);
         }
-        let reply = self
-            .hosts
-            .request(
-                Role::SandboxHost,
-                Request::Sandbox(SandboxRequest::Status),
-                SETUP_TIMEOUT,
-            )
-            .await?;
-        let dir = match reply {
-            Reply::Sandbox(SandboxReply::Status(status)) => PathBuf::from(status.base_dir),
-            other => {
-                return Err(PrepareError::Host(HostError::failed(format!(
-                    "unexpected reply from sandbox-host: {other:?}"
-                ))))
-            }
-        };
+        let status = self.hosts.sandbox_status(SETUP_TIMEOUT).await?;
+        let dir = PathBuf::from(status.base_dir);
         *self
             .base_dir
             .lock()
