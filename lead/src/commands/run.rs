@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use antler_protocol::calls::{LeadCalls, RunWatch, RunWatchItem, SandboxCalls};
+use antler_protocol::calls::{watch_run, LeadCalls, RunWatchItem, SandboxCalls};
 use antler_protocol::config::{process_env, resolve_app_config_path};
 use antler_protocol::messages::{PlaybookSource, RunSubmission};
 use antler_protocol::{Role, RpcError};
@@ -282,7 +282,7 @@ async fn follow(
     quiet: bool,
     interactive: bool,
 ) -> anyhow::Result<Value> {
-    let mut stream = RunWatch::start(&client.connection, run_id.to_owned(), WATCH_TIMEOUT).await?;
+    let mut stream = watch_run(&client.connection, run_id.to_owned(), WATCH_TIMEOUT).await?;
     // A spinner while the model thinks, on a terminal only.
     let spin = !trace && !quiet && std::io::stderr().is_terminal();
     let mut thinking = false;
