@@ -19,7 +19,7 @@ pub use control::ControlCalls;
 pub use lead::{watch_run, Forwarder, LeadCalls, RunCancelled, RunWatchItem};
 pub use mcp::{watch_credentials, Elicitation, McpCalls};
 pub use sandbox::SandboxCalls;
-pub use worker::{WorkerCalls, WorkerCapacity};
+pub use worker::{attach_task, run_task, TaskItem, WorkerCalls, WorkerCapacity};
 
 use crate::connection::{Connection, ReplyStream, RpcError};
 use crate::envelope::TraceContext;

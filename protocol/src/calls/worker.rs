@@ -1,11 +1,12 @@
-//! The typed calls to a subagent worker that have a single answer: its capacity,
-//! cancelling tasks, draining. A task's run and re-attach stream their events.
+//! The typed calls to a subagent worker: its capacity, cancelling tasks, draining, and
+//! the streams of a task's run and of a re-attach to it.
 
 use std::future::Future;
 use std::time::Duration;
 
-use super::{ask, reply_kind, Requester};
-use crate::messages::{Health, Reply, Request, WorkerReply, WorkerRequest};
+use super::{ask, reply_kind, Requester, Watch};
+use crate::connection::{Connection, RpcError};
+use crate::messages::{Health, Reply, Request, TaskAssignment, WorkerReply, WorkerRequest};
 
 /// A worker's health and task slots ([`WorkerRequest::Capacity`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,3 +79,50 @@ pub trait WorkerCalls: Requester {
 }
 
 impl<R: Requester + ?Sized> WorkerCalls for R {}
+
+/// One item of a task's stream ([`WorkerRequest::RunTask`], [`WorkerRequest::Attach`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskItem {
+    /// One of the task's events (the engine's `TaskEvent` as JSON).
+    Event(String),
+    /// The final reply: how the task ended (the engine's `TaskResult` as JSON).
+    Ended(String),
+    /// The final reply: no task of that run and call is running or kept there.
+    Unknown,
+}
+
+/// [`WorkerRequest::RunTask`] on a connection to a worker: the task's events, then its
+/// end, all within `timeout`. Dropping the stream leaves the task running on the worker
+/// (its result is kept for [`attach_task`]).
+pub async fn run_task(
+    worker: &Connection,
+    assignment: TaskAssignment,
+    timeout: Duration,
+) -> Result<Watch<TaskItem>, RpcError> {
+    let request = Request::Worker(WorkerRequest::RunTask(assignment));
+    Watch::start(worker, request, timeout, task_item).await
+}
+
+/// [`WorkerRequest::Attach`] to the task (`run_id`, `tool_call_id`) on a connection to a
+/// worker: its events from now on and its end, or its kept result.
+pub async fn attach_task(
+    worker: &Connection,
+    run_id: String,
+    tool_call_id: String,
+    timeout: Duration,
+) -> Result<Watch<TaskItem>, RpcError> {
+    let request = Request::Worker(WorkerRequest::Attach {
+        run_id,
+        tool_call_id,
+    });
+    Watch::start(worker, request, timeout, task_item).await
+}
+
+fn task_item(reply: Reply) -> Result<TaskItem, &'static str> {
+    match reply {
+        Reply::Worker(WorkerReply::TaskEvent { event_json }) => Ok(TaskItem::Event(event_json)),
+        Reply::Worker(WorkerReply::TaskEnded { result_json }) => Ok(TaskItem::Ended(result_json)),
+        Reply::Worker(WorkerReply::UnknownTask) => Ok(TaskItem::Unknown),
+        other => Err(reply_kind(&other)),
+    }
+}
