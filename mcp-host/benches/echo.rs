@@ -23,10 +23,10 @@ use std::{
 };
 
 use antler_protocol::{
-    envelope::TraceContext,
+    calls::{Forwarder, McpCalls},
     handshake::Identity,
     link::dial,
-    messages::{LeadReply, LeadRequest, McpCall, McpReply, McpRequest, Reply, Request},
+    messages::McpCall,
     runtime_dir::RuntimeDir,
     Address, Connection, ConnectionConfig, Role,
 };
@@ -241,39 +241,27 @@ struct OAuthFigures {
     unauthorized_during: u64,
 }
 
-fn echo(server: &str, i: usize) -> Request {
-    Request::Lead(LeadRequest::Forward {
-        role: Role::McpHost,
-        index: 0,
-        request: Box::new(Request::Mcp(McpRequest::CallTool(McpCall {
-            server: server.into(),
-            tool: "echo".into(),
-            args_json: format!(r#"{{"message":"m{i}"}}"#),
-            user: None,
-            thread: None,
-            workspace: None,
-            run_id: None,
-            tool_call_id: None,
-        }))),
-        timeout_ms: 10_000,
-    })
+fn echo(server: &str, i: usize) -> McpCall {
+    McpCall {
+        server: server.into(),
+        tool: "echo".into(),
+        args_json: format!(r#"{{"message":"m{i}"}}"#),
+        user: None,
+        thread: None,
+        workspace: None,
+        run_id: None,
+        tool_call_id: None,
+    }
 }
 
 async fn call(c: &Connection, server: &str, i: usize) -> anyhow::Result<()> {
-    match c
-        .request(
-            echo(server, i),
-            TraceContext::new_root(),
-            Duration::from_secs(15),
-        )
-        .await?
-    {
-        Reply::Lead(LeadReply::Forwarded(r)) => match *r {
-            Reply::Mcp(McpReply::CallResult(r)) if !r.is_error => Ok(()),
-            other => bail!("echo failed: {other:?}"),
-        },
-        other => bail!("unexpected reply: {other:?}"),
+    let result = Forwarder::new(c, Role::McpHost, 0, Duration::from_secs(5))
+        .call_tool(echo(server, i), Duration::from_secs(10))
+        .await?;
+    if result.is_error {
+        bail!("echo failed: {result:?}");
     }
+    Ok(())
 }
 
 async fn connect(run: &Path) -> anyhow::Result<Connection> {

@@ -93,6 +93,15 @@ pub enum RpcError {
     /// The peer answered with an error.
     #[error(transparent)]
     Remote(RemoteError),
+    /// The peer answered with a reply that does not answer the request.
+    #[error(transparent)]
+    Unexpected(crate::calls::UnexpectedReply),
+}
+
+impl From<crate::calls::UnexpectedReply> for RpcError {
+    fn from(unexpected: crate::calls::UnexpectedReply) -> RpcError {
+        RpcError::Unexpected(unexpected)
+    }
 }
 
 /// Serves the requests a peer sends on a connection.

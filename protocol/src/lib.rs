@@ -3,6 +3,7 @@
 //! configuration types.
 
 pub mod beneath;
+pub mod calls;
 mod clock;
 pub mod codec;
 pub mod config;
@@ -26,6 +27,7 @@ pub mod thread_dir;
 pub mod tls;
 pub mod transport;
 
+pub use calls::{Requester, UnexpectedReply};
 pub use connection::{Call, Connection, ConnectionConfig, InFlight, RpcError, Service};
 pub use envelope::{Body, Envelope, RemoteError, TraceContext};
 pub use handshake::{Identity, PeerInfo, Role};

@@ -36,9 +36,10 @@ use antler_engine::{
 };
 use antler_lead::cluster::{ChildSpec, GetStatus, RestartPolicy, StopAll, Supervisor};
 use antler_lead::subagents::{Release, Reserve, Reserved, SubagentDispatcher, Workers};
-use antler_protocol::messages::{Reply, Request, TaskAssignment, WorkerReply, WorkerRequest};
+use antler_protocol::calls::{run_task, TaskItem};
+use antler_protocol::messages::TaskAssignment;
 use antler_protocol::runtime_dir::RuntimeDir;
-use antler_protocol::{ConnectionConfig, Identity, Role, TraceContext};
+use antler_protocol::{ConnectionConfig, Identity, Role};
 use serde_json::json;
 
 const SLOTS: u32 = 3;
@@ -205,28 +206,26 @@ impl Pool {
             Reserved::Queued(slot) => slot.await.unwrap().unwrap(),
             Reserved::Refused(text) => panic!("{text}"),
         };
-        let request = Request::Worker(WorkerRequest::RunTask(TaskAssignment {
+        let assignment = TaskAssignment {
             run_id: run_id.clone(),
             tool_call_id: spec.tool_call_id.clone(),
             spec_json: serde_json::to_string(&spec).unwrap(),
-        }));
+        };
         let sent = Instant::now();
         let mut first = None;
-        let mut stream = placement
-            .connection
-            .request_stream(request, TraceContext::new_root(), Duration::from_secs(900))
+        let mut stream = run_task(&placement.connection, assignment, Duration::from_secs(900))
             .await
             .unwrap();
         let mut result = None;
         while let Some(item) = stream.next().await {
             match item.unwrap() {
-                Reply::Worker(WorkerReply::TaskEvent { event_json }) => {
+                TaskItem::Event(event_json) => {
                     let event: TaskEvent = serde_json::from_str(&event_json).unwrap();
                     if matches!(event, TaskEvent::TaskRunning { .. }) && first.is_none() {
                         first = Some(sent.elapsed());
                     }
                 }
-                Reply::Worker(WorkerReply::TaskEnded { result_json }) => {
+                TaskItem::Ended(result_json) => {
                     result = Some(serde_json::from_str(&result_json).unwrap());
                 }
                 other => panic!("{other:?}"),

@@ -398,17 +398,17 @@ fn dechunk(mut rest: &str) -> String {
     out
 }
 
-/// One request straight to process `index` of `role` of the cluster in `runtime_dir`,
-/// on its socket with the cluster's token (the lead may be stopped); `None` when it
-/// cannot be reached or fails.
-pub fn host_request(
+/// One typed call (`call`) straight to process `index` of `role` of the cluster in
+/// `runtime_dir`, on its socket with the cluster's token (the lead may be stopped); `None`
+/// when it cannot be reached or fails.
+pub fn host_call<T>(
     runtime_dir: &Path,
     role: antler_protocol::Role,
     index: u32,
-    request: antler_protocol::messages::Request,
-) -> Option<antler_protocol::messages::Reply> {
+    call: impl AsyncFnOnce(&antler_protocol::Connection) -> Result<T, antler_protocol::RpcError>,
+) -> Option<T> {
     use antler_protocol::{
-        link::dial, runtime_dir::RuntimeDir, Address, ConnectionConfig, Identity, TraceContext,
+        link::dial, runtime_dir::RuntimeDir, Address, ConnectionConfig, Identity,
     };
     let rd = RuntimeDir::open(runtime_dir).ok()?;
     let token = rd.read_token().ok()?;
@@ -422,9 +422,7 @@ pub fn host_request(
         let conn = dial(&address, &identity, ConnectionConfig::default(), None)
             .await
             .ok()?;
-        let reply = conn
-            .request(request, TraceContext::default(), Duration::from_secs(10))
-            .await;
+        let reply = call(&conn).await;
         conn.close("done");
         reply.ok()
     })

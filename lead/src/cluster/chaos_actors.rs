@@ -11,9 +11,10 @@ use std::{
 
 use actix::Addr;
 use antler_protocol::{
+    calls::{ControlCalls, LinkError, Linked},
     envelope::TraceContext,
-    link::{Call as LinkCall, CrashLink},
-    messages::{ActorRef, ControlReply, ControlRequest, Reply, Request, CHAOS_OFF},
+    link::CrashLink,
+    messages::{ActorRef, ControlReply, CHAOS_OFF},
     RemoteError, RpcError,
 };
 
@@ -135,17 +136,11 @@ impl ChaosActors {
                 .into_iter()
                 .filter(|(role, ..)| *role == owner)
                 .map(|(role, index, _, link)| {
-                    let request = Request::Control(ControlRequest::ChaosStop {
-                        actor: actor.clone(),
-                    });
+                    let actor = actor.clone();
                     let trace = trace.clone();
                     async move {
-                        let reply = link
-                            .send(LinkCall {
-                                request,
-                                trace,
-                                timeout: HOST_TIMEOUT,
-                            })
+                        let reply = Linked { link: &link, trace }
+                            .chaos_stop(actor, HOST_TIMEOUT)
                             .await;
                         (role, index, reply)
                     }
@@ -159,7 +154,7 @@ impl ChaosActors {
         let (mut stopped, mut details, mut errors) = (0u32, Vec::new(), Vec::new());
         for (role, index, reply) in answers {
             match reply {
-                Ok(Ok(Reply::Control(ControlReply::ChaosStopped { stopped: n, detail }))) => {
+                Ok((n, detail)) => {
                     if n > 0 {
                         stopped += n;
                         details.push(format!("{role}-{index}: {detail}"));
@@ -167,12 +162,13 @@ impl ChaosActors {
                         errors.push(format!("{role}-{index}: {detail}"));
                     }
                 }
-                Ok(Ok(other)) => errors.push(format!("{role}-{index}: unexpected reply {other:?}")),
-                Ok(Err(RpcError::Remote(RemoteError::Failed(e)))) => {
+                Err(LinkError::Rpc(RpcError::Remote(RemoteError::Failed(e)))) => {
                     errors.push(format!("{role}-{index}: {e}"))
                 }
-                Ok(Err(e)) => errors.push(format!("{role}-{index}: {e}")),
-                Err(e) => errors.push(format!("{role}-{index}: link unavailable: {e}")),
+                Err(LinkError::Rpc(e)) => errors.push(format!("{role}-{index}: {e}")),
+                Err(LinkError::Gone(e)) => {
+                    errors.push(format!("{role}-{index}: link unavailable: {e}"))
+                }
             }
         }
         if stopped == 0 {

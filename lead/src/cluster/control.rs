@@ -14,6 +14,7 @@ use std::{
 
 use actix::Addr;
 use antler_protocol::{
+    calls::{ControlCalls, LinkError, Linked},
     envelope::TraceContext,
     handshake::Role,
     link::Call as LinkCall,
@@ -179,24 +180,17 @@ impl Service for LeadService {
                         };
                         async move {
                             let t = Instant::now();
-                            let result = link
-                                .send(LinkCall {
-                                    request: Request::Control(ControlRequest::Ping {
-                                        payload: b"ping".to_vec(),
-                                    }),
-                                    trace,
-                                    timeout: PEER_PING_TIMEOUT,
-                                })
+                            let result = Linked { link: &link, trace }
+                                .ping(b"ping".to_vec(), PEER_PING_TIMEOUT)
                                 .await;
                             let result = match result {
-                                Ok(Ok(Reply::Control(ControlReply::Pong { payload })))
-                                    if payload == b"ping" =>
-                                {
+                                Ok(payload) if payload == b"ping" => {
                                     Ok(t.elapsed().as_micros() as u64)
                                 }
-                                Ok(Ok(other)) => Err(format!("unexpected reply {other:?}")),
-                                Ok(Err(e)) => Err(e.to_string()),
-                                Err(e) => Err(format!("link unavailable: {e}")),
+                                Ok(_) => Err("unexpected reply Control::Pong with another payload"
+                                    .to_owned()),
+                                Err(LinkError::Rpc(e)) => Err(e.to_string()),
+                                Err(LinkError::Gone(e)) => Err(format!("link unavailable: {e}")),
                             };
                             PeerPing {
                                 role,

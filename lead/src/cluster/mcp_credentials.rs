@@ -12,9 +12,10 @@ use std::{collections::HashMap, time::Duration};
 
 use actix::Addr;
 use antler_protocol::{
+    calls::{watch_credentials, McpCalls},
     link::CurrentConnection,
-    messages::{McpReply, McpRequest, Reply, Request, SealedCredential},
-    Connection, RemoteError, Role, RpcError, TraceContext,
+    messages::SealedCredential,
+    Connection, RemoteError, Role, RpcError,
 };
 
 use crate::cluster::supervisor::{GetLinks, Supervisor};
@@ -103,13 +104,7 @@ async fn watch(
         }
     }
     loop {
-        let stream = connection
-            .request_stream(
-                Request::Mcp(McpRequest::WatchCredentials),
-                TraceContext::new_root(),
-                WATCH_DEADLINE,
-            )
-            .await;
+        let stream = watch_credentials(&connection, WATCH_DEADLINE).await;
         let mut stream = match stream {
             Ok(s) => s,
             Err(e) => {
@@ -119,7 +114,7 @@ async fn watch(
         };
         while let Some(item) = stream.next().await {
             match item {
-                Ok(Reply::Mcp(McpReply::Credential(sealed))) => {
+                Ok(Some(sealed)) => {
                     let newer = {
                         let sealed = sealed.clone();
                         store.call(move |s| s.keep_credential(&sealed)).await
@@ -134,7 +129,7 @@ async fn watch(
                         }
                     }
                 }
-                Ok(_) => {}
+                Ok(None) => {}
                 Err(RpcError::Remote(RemoteError::Unsupported(why))) => {
                     tracing::debug!(replica = %address, "{why}");
                     return;
@@ -173,15 +168,9 @@ async fn share(from: &str, sealed: SealedCredential, supervisor: &Addr<Superviso
 }
 
 async fn put(connection: &Connection, list: Vec<SealedCredential>) -> Result<u32, RpcError> {
-    match connection
-        .request(
-            Request::Mcp(McpRequest::PutCredentials(list)),
-            TraceContext::new_root(),
-            PUT_DEADLINE,
-        )
-        .await?
-    {
-        Reply::Mcp(McpReply::CredentialsTaken(n)) => Ok(n),
-        _ => Ok(0),
+    match connection.put_credentials(list, PUT_DEADLINE).await {
+        // A reply out of protocol takes none.
+        Err(RpcError::Unexpected(_)) => Ok(0),
+        taken => taken,
     }
 }

@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use actix::Addr;
 use antler_protocol::{
+    calls::{Linked, WorkerCalls},
     config::MAX_WORKERS,
-    link::Call as LinkCall,
-    messages::{ProcessStatus, Reply, Request, WorkerReply, WorkerRequest},
-    Role, TraceContext,
+    link::HostLink,
+    messages::ProcessStatus,
+    Role,
 };
 
 use crate::cluster::supervisor::{AddChildren, GetLinks, GetStatus, RemoveChild, Supervisor};
@@ -205,7 +206,7 @@ impl WorkerScaling {
                 index: *index,
                 draining: true,
             });
-            let _ = self.worker_request(*index, WorkerRequest::Drain).await;
+            self.tell_drain(*index).await;
         }
         for index in indexes {
             self.drain(*index).await;
@@ -230,9 +231,9 @@ impl WorkerScaling {
         let mut unreachable_since: Option<Instant> = None;
         loop {
             // Asked again each time: a worker that restarted meanwhile drains too.
-            let _ = self.worker_request(index, WorkerRequest::Drain).await;
-            let busy = match self.worker_request(index, WorkerRequest::Capacity).await {
-                Some(WorkerReply::Capacity { busy, .. }) => {
+            self.tell_drain(index).await;
+            let busy = match self.busy(index).await {
+                Some(busy) => {
                     unreachable_since = None;
                     Some(busy)
                 }
@@ -280,26 +281,27 @@ impl WorkerScaling {
         }
     }
 
-    /// One request to worker `index` through the supervisor's link; `None` when it
-    /// cannot be reached.
-    async fn worker_request(&self, index: u32, request: WorkerRequest) -> Option<WorkerReply> {
+    /// The link to worker `index`, when it has one.
+    async fn worker_link(&self, index: u32) -> Option<Addr<HostLink>> {
         let links = self.supervisor.send(GetLinks).await.ok()?;
         let (.., link) = links
             .into_iter()
             .find(|(r, i, ..)| *r == Role::Subagent && *i == index)?;
-        let reply = link
-            .send(LinkCall {
-                request: Request::Worker(request),
-                trace: TraceContext::new_root(),
-                timeout: WORKER_REQUEST,
-            })
-            .await
-            .ok()?
-            .ok()?;
-        match reply {
-            Reply::Worker(reply) => Some(reply),
-            _ => None,
+        Some(link)
+    }
+
+    /// Tells worker `index` to take no new task (one that cannot be reached is not told).
+    async fn tell_drain(&self, index: u32) {
+        if let Some(link) = self.worker_link(index).await {
+            let _ = Linked::new(&link).drain(WORKER_REQUEST).await;
         }
+    }
+
+    /// How many of worker `index`'s slots are busy (`None`: it cannot be reached).
+    async fn busy(&self, index: u32) -> Option<u32> {
+        let link = self.worker_link(index).await?;
+        let capacity = Linked::new(&link).capacity(WORKER_REQUEST).await.ok()?;
+        Some(capacity.busy)
     }
 }
 

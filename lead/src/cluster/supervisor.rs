@@ -493,7 +493,7 @@ impl Actor for Supervisor {
 
 /// The pid of the live child answering on `address`, if one does.
 async fn live_pid(address: &Address, identity: &Identity, config: ConnectionConfig) -> Option<u32> {
-    use antler_protocol::messages::{ControlReply, ControlRequest, Reply, Request};
+    use antler_protocol::calls::ControlCalls;
     let connection = tokio::time::timeout(
         Duration::from_secs(2),
         antler_protocol::link::dial(address, identity, config, None),
@@ -501,18 +501,9 @@ async fn live_pid(address: &Address, identity: &Identity, config: ConnectionConf
     .await
     .ok()?
     .ok()?;
-    let reply = connection
-        .request(
-            Request::Control(ControlRequest::Health),
-            antler_protocol::TraceContext::new_root(),
-            Duration::from_secs(2),
-        )
-        .await;
+    let health = connection.health(Duration::from_secs(2)).await;
     connection.close("adoption probe done");
-    match reply {
-        Ok(Reply::Control(ControlReply::Health(health))) => Some(health.pid),
-        _ => None,
-    }
+    health.ok().map(|health| health.pid)
 }
 
 /// A child not started yet, with its link.

@@ -6,10 +6,11 @@
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use antler_protocol::{
+    calls::McpCalls,
     config::{
         load_app_config, load_extensions_config, process_env, resolve_app_config_path, AppConfig,
     },
-    messages::{McpReply, McpRequest, Reply, Request},
+    messages::McpTool,
     Role,
 };
 use anyhow::{bail, Context};
@@ -17,7 +18,7 @@ use clap::Subcommand;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{extensions::ExtensionsFile, forward, Ctx};
+use super::{extensions::ExtensionsFile, on_host, Ctx};
 use antler_engine::catalog::{
     assembly::{assemble, origins, AssemblyRequest, McpSourceTool, McpTools, Sources},
     Catalog, ToolSpec,
@@ -181,23 +182,17 @@ pub(crate) fn load_config(config: Option<&PathBuf>) -> anyhow::Result<(AppConfig
 
 /// The MCP tools of the cluster's mcp-host (running, or ephemeral for this command).
 fn cluster_mcp_tools(ctx: &Ctx) -> anyhow::Result<Vec<McpSourceTool>> {
-    let reply = actix::System::new().block_on(forward(
-        ctx,
-        Role::McpHost,
-        0,
-        Request::Mcp(McpRequest::ListTools { server: None }),
-        Duration::from_secs(60),
-    ))?;
-    mcp_source_tools(reply)
+    let timeout = Duration::from_secs(60);
+    let tools = actix::System::new().block_on(on_host(ctx, Role::McpHost, 0, async |host| {
+        host.list_tools(None, timeout).await
+    }))?;
+    Ok(mcp_source_tools(tools))
 }
 
-/// The MCP tools of a `ListTools` reply, with each tool's place in its server's listing.
-pub(crate) fn mcp_source_tools(reply: Reply) -> anyhow::Result<Vec<McpSourceTool>> {
-    let Reply::Mcp(McpReply::Tools(tools)) = reply else {
-        bail!("unexpected reply from mcp-host: {reply:?}");
-    };
+/// The MCP tools of a `ListTools` answer, with each tool's place in its server's listing.
+pub(crate) fn mcp_source_tools(tools: Vec<McpTool>) -> Vec<McpSourceTool> {
     let mut position = std::collections::HashMap::<String, u32>::new();
-    Ok(tools
+    tools
         .into_iter()
         .map(|t| {
             let p = position.entry(t.server.clone()).or_default();
@@ -212,7 +207,7 @@ pub(crate) fn mcp_source_tools(reply: Reply) -> anyhow::Result<Vec<McpSourceTool
                 position: *p - 1,
             }
         })
-        .collect())
+        .collect()
 }
 
 fn assembled_catalog(

@@ -8,8 +8,9 @@
 use std::{ffi::OsString, path::Path, process::ExitCode, time::Duration};
 
 use antler_protocol::{
-    messages::{ActorRef, ControlReply, ControlRequest, Reply, Request, ACTOR_KINDS},
-    ConnectionConfig, RpcError, TraceContext,
+    calls::ControlCalls,
+    messages::{ActorRef, ACTOR_KINDS},
+    ConnectionConfig, RpcError,
 };
 use anyhow::{anyhow, bail};
 use clap::{Args, Subcommand};
@@ -72,19 +73,10 @@ pub struct Stopped {
 /// Stops `actor` in the cluster running in `runtime_dir`, through its lead.
 pub async fn stop_actor(runtime_dir: &Path, actor: ActorRef) -> anyhow::Result<Stopped> {
     let connection = crate::cluster::attach(runtime_dir, ConnectionConfig::default()).await?;
-    let reply = connection
-        .request(
-            Request::Control(ControlRequest::ChaosStop { actor }),
-            TraceContext::new_root(),
-            STOP_TIMEOUT,
-        )
-        .await;
+    let reply = connection.chaos_stop(actor, STOP_TIMEOUT).await;
     connection.close("chaos stop done");
     match reply {
-        Ok(Reply::Control(ControlReply::ChaosStopped { stopped, detail })) => {
-            Ok(Stopped { stopped, detail })
-        }
-        Ok(other) => bail!("unexpected reply from the lead: {other:?}"),
+        Ok((stopped, detail)) => Ok(Stopped { stopped, detail }),
         Err(RpcError::Remote(e)) => Err(anyhow!("{}", remote_text(&e))),
         Err(e) => Err(e.into()),
     }

@@ -4,17 +4,20 @@
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
-use antler_protocol::{messages::LeadRequest, runtime_dir::RuntimeDir, ConnectionConfig, Role};
+use antler_protocol::{
+    calls::{LeadCalls, RunCancelled},
+    runtime_dir::RuntimeDir,
+    ConnectionConfig, Role,
+};
 use anyhow::{anyhow, bail, Context};
 use clap::Subcommand;
 
-use super::{cluster_spec, lead_request, Ctx};
+use super::{cluster_spec, Ctx, CLI_TIMEOUT};
 use crate::{
     cli,
     cluster::{self, ClusterSpec, RunningCluster},
     host_runtime,
 };
-use antler_protocol::messages::LeadReply;
 
 /// The cluster commands.
 #[derive(Debug, Subcommand)]
@@ -137,19 +140,9 @@ async fn workers(runtime_dir: PathBuf, count: u32, json: bool) -> anyhow::Result
     if !json {
         eprintln!("antler: changing the cluster to {count} worker(s); removed workers finish their tasks first");
     }
-    let reply = client
-        .connection
-        .request(
-            antler_protocol::messages::Request::Lead(LeadRequest::SetWorkers { workers: count }),
-            antler_protocol::TraceContext::new_root(),
-            WORKERS_TIMEOUT,
-        )
-        .await;
+    let reply = client.connection.set_workers(count, WORKERS_TIMEOUT).await;
     client.finish().await;
-    let list = match reply? {
-        antler_protocol::messages::Reply::Lead(LeadReply::Workers(list)) => list,
-        other => bail!("unexpected reply to workers: {other:?}"),
-    };
+    let list = reply?;
     if json {
         println!("{}", cli::status_json(&list));
     } else {
@@ -160,16 +153,13 @@ async fn workers(runtime_dir: PathBuf, count: u32, json: bool) -> anyhow::Result
 
 async fn cancel(runtime_dir: PathBuf, run_id: String, json: bool) -> anyhow::Result<ExitCode> {
     let client = running(&runtime_dir).await?;
-    let reply = lead_request(&client, LeadRequest::CancelRun { run_id }).await;
+    let reply = client.connection.cancel_run(run_id, CLI_TIMEOUT).await;
     client.finish().await;
-    let LeadReply::RunCancelled {
+    let RunCancelled {
         run_id,
         cancelled,
         status,
-    } = reply?
-    else {
-        bail!("unexpected reply to cancel");
-    };
+    } = reply?;
     if json {
         println!(
             "{}",
@@ -231,11 +221,9 @@ async fn status(runtime_dir: PathBuf, json: bool) -> anyhow::Result<ExitCode> {
         connection,
         ephemeral: None,
     };
-    let reply = lead_request(&client, LeadRequest::Status).await;
+    let reply = client.connection.status(CLI_TIMEOUT).await;
     client.finish().await;
-    let LeadReply::Status(list) = reply? else {
-        bail!("unexpected reply to status");
-    };
+    let list = reply?;
     if json {
         println!("{}", cli::status_json(&list));
     } else {
@@ -246,11 +234,9 @@ async fn status(runtime_dir: PathBuf, json: bool) -> anyhow::Result<ExitCode> {
 
 async fn ping(spec: ClusterSpec, role: Option<Role>, json: bool) -> anyhow::Result<ExitCode> {
     let client = cluster::attach_or_start(spec, Duration::from_secs(10)).await?;
-    let reply = lead_request(&client, LeadRequest::PingPeers { role }).await;
+    let reply = client.connection.ping_peers(role, CLI_TIMEOUT).await;
     client.finish().await;
-    let LeadReply::PingPeers(list) = reply? else {
-        bail!("unexpected reply to ping");
-    };
+    let list = reply?;
     if json {
         let v: Vec<serde_json::Value> = list
             .iter()

@@ -5,17 +5,15 @@
 use std::{process::ExitCode, time::Duration};
 
 use antler_protocol::{
-    messages::{
-        McpCall, McpCallResult, McpContent, McpOAuthLogin, McpReply, McpRequest, McpServerStatus,
-        McpTool, Reply, Request,
-    },
+    calls::McpCalls,
+    messages::{McpCall, McpCallResult, McpContent, McpOAuthLogin, McpServerStatus, McpTool},
     Role,
 };
 use anyhow::bail;
 use clap::Subcommand;
 use serde_json::{json, Value};
 
-use super::{forward, forward_with, Ctx};
+use super::{host, on_host, Ctx};
 
 /// How long listing may wait for servers that are still starting.
 const LIST_TIMEOUT: Duration = Duration::from_secs(75);
@@ -81,10 +79,10 @@ pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
     actix::System::new().block_on(async move {
         match command {
             McpCommand::Status { json } => {
-                let list = match ask(ctx, McpRequest::Status, LIST_TIMEOUT).await? {
-                    McpReply::Status(l) => l,
-                    other => bail!("unexpected reply from mcp-host: {other:?}"),
-                };
+                let list = on_host(ctx, Role::McpHost, 0, async |host| {
+                    host.mcp_status(LIST_TIMEOUT).await
+                })
+                .await?;
                 if json {
                     println!("{}", serde_json::to_string_pretty(&status_json(&list))?);
                 } else {
@@ -94,15 +92,18 @@ pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
             }
             McpCommand::Tools { server, json } => {
                 // Every server's: what a run would start with, and who is not ready.
-                let request = match server {
-                    Some(server) => McpRequest::ListTools {
-                        server: Some(server),
-                    },
-                    None => McpRequest::Discover,
-                };
-                let tools = match ask(ctx, request, LIST_TIMEOUT).await? {
-                    McpReply::Tools(t) => t,
-                    McpReply::Discovery(d) => {
+                let tools = match server {
+                    Some(server) => {
+                        on_host(ctx, Role::McpHost, 0, async |host| {
+                            host.list_tools(Some(server), LIST_TIMEOUT).await
+                        })
+                        .await?
+                    }
+                    None => {
+                        let d = on_host(ctx, Role::McpHost, 0, async |host| {
+                            host.discover(LIST_TIMEOUT).await
+                        })
+                        .await?;
                         for s in &d.not_ready {
                             eprintln!(
                                 "antler: MCP server '{}' is not ready ({}); its tools are not listed",
@@ -111,7 +112,6 @@ pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
                         }
                         d.tools
                     }
-                    other => bail!("unexpected reply from mcp-host: {other:?}"),
                 };
                 if json {
                     println!("{}", serde_json::to_string_pretty(&tools_json(&tools))?);
@@ -138,7 +138,7 @@ pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
                 if !parsed.is_object() {
                     bail!("--args must be a JSON object");
                 }
-                let request = McpRequest::CallTool(McpCall {
+                let call = McpCall {
                     server,
                     tool,
                     args_json: args,
@@ -148,11 +148,11 @@ pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
                         .map(|w| std::path::absolute(&w).unwrap_or(w).display().to_string()),
                     run_id: None,
                     tool_call_id: None,
-                });
-                let result = match ask(ctx, request, CALL_TIMEOUT).await? {
-                    McpReply::CallResult(r) => r,
-                    other => bail!("unexpected reply from mcp-host: {other:?}"),
                 };
+                let result = on_host(ctx, Role::McpHost, 0, async |host| {
+                    host.call_tool(call, CALL_TIMEOUT).await
+                })
+                .await?;
                 if json {
                     println!("{}", serde_json::to_string_pretty(&call_json(&result))?);
                 } else {
@@ -174,17 +174,13 @@ async fn login(ctx: &Ctx, server: String, user: Option<String>) -> anyhow::Resul
     let spec = super::cluster_spec(ctx.runtime_dir.clone(), None, None)?;
     let client = crate::cluster::attach_or_start(spec, Duration::from_secs(15)).await?;
     let outcome = async {
-        let start = McpRequest::OAuthStart(McpOAuthLogin {
+        let mcp_host = host(&client, Role::McpHost, 0);
+        let start = McpOAuthLogin {
             server: server.clone(),
             user: user.clone(),
             redirect_uri: None,
-        });
-        let url = match forward_with(&client, Role::McpHost, 0, Request::Mcp(start), LOGIN_START)
-            .await?
-        {
-            Reply::Mcp(McpReply::OAuthUrl { url }) => url,
-            other => bail!("unexpected reply from mcp-host: {other:?}"),
         };
+        let url = mcp_host.oauth_start(start, LOGIN_START).await?;
         match std::env::var("BROWSER")
             .ok()
             .filter(|b| !b.trim().is_empty())
@@ -195,17 +191,11 @@ async fn login(ctx: &Ctx, server: String, user: Option<String>) -> anyhow::Resul
             }
             None => println!("Open this URL to log in to '{server}':\n{url}"),
         }
-        let wait = McpRequest::OAuthWait {
-            server: server.clone(),
-            user: user.clone(),
-        };
-        match forward_with(&client, Role::McpHost, 0, Request::Mcp(wait), LOGIN_WAIT).await? {
-            Reply::Mcp(McpReply::OAuthDone { server, user }) => {
-                println!("logged in to '{server}' as user '{user}'");
-                Ok(ExitCode::SUCCESS)
-            }
-            other => bail!("unexpected reply from mcp-host: {other:?}"),
-        }
+        let (server, user) = mcp_host
+            .oauth_wait(server.clone(), user.clone(), LOGIN_WAIT)
+            .await?;
+        println!("logged in to '{server}' as user '{user}'");
+        Ok(ExitCode::SUCCESS)
     }
     .await;
     client.finish().await;
@@ -230,13 +220,6 @@ fn open_browser(browser: &str, url: &str) -> anyhow::Result<()> {
         .spawn()
         .map_err(|e| anyhow::anyhow!("cannot start $BROWSER `{}`: {e}", words[0]))?;
     Ok(())
-}
-
-async fn ask(ctx: &Ctx, request: McpRequest, timeout: Duration) -> anyhow::Result<McpReply> {
-    match forward(ctx, Role::McpHost, 0, Request::Mcp(request), timeout).await? {
-        Reply::Mcp(r) => Ok(r),
-        other => bail!("unexpected reply from mcp-host: {other:?}"),
-    }
 }
 
 /// The JSON array `antler mcp status --json` prints.

@@ -17,12 +17,10 @@ use std::{
 };
 
 use antler_protocol::{
+    calls::Forwarder,
     config::{load_app_config, process_env, resolve_app_config_path, AntlerSection},
-    envelope::TraceContext,
-    messages::{LeadReply, LeadRequest, Reply, Request},
-    ConnectionConfig, Role,
+    Connection, ConnectionConfig, Role, RpcError,
 };
-use anyhow::bail;
 
 use crate::cluster::{supervisor::RestartPolicy, ClusterSpec, LeadClient};
 
@@ -115,61 +113,26 @@ pub fn runtime_dir_of(runtime_dir: &Path, config: Option<&Path>) -> PathBuf {
     configured.unwrap_or_else(|| runtime_dir.to_path_buf())
 }
 
-/// Sends one request to the lead and returns its reply.
-pub async fn lead_request(client: &LeadClient, request: LeadRequest) -> anyhow::Result<LeadReply> {
-    match client
-        .connection
-        .request(
-            Request::Lead(request),
-            TraceContext::new_root(),
-            CLI_TIMEOUT,
-        )
-        .await?
-    {
-        Reply::Lead(r) => Ok(r),
-        other => bail!("unexpected reply from the lead: {other:?}"),
-    }
-}
+/// Extra time the lead's own answer gets over the deadline of a request it forwards.
+const FORWARD_MARGIN: Duration = Duration::from_secs(1);
 
-/// Sends `request` to a host through the lead of the running cluster (or of an ephemeral
-/// one started for this command) and returns the host's reply.
-pub async fn forward(
+/// Runs `call` on the peer of `role` (worker `index`) through the lead of the running
+/// cluster (or of an ephemeral one started for this command, stopped after it): the
+/// typed calls of `antler_protocol::calls` on the forwarder reach the host.
+pub async fn on_host<T>(
     ctx: &Ctx,
     role: Role,
     index: u32,
-    request: Request,
-    timeout: Duration,
-) -> anyhow::Result<Reply> {
+    call: impl AsyncFnOnce(&Forwarder<'_, Connection>) -> Result<T, RpcError>,
+) -> anyhow::Result<T> {
     let spec = cluster_spec(ctx.runtime_dir.clone(), None, None)?;
     let client = crate::cluster::attach_or_start(spec, Duration::from_secs(15)).await?;
-    let reply = forward_with(&client, role, index, request, timeout).await;
+    let outcome = call(&host(&client, role, index)).await;
     client.finish().await;
-    reply
+    Ok(outcome?)
 }
 
-/// Sends `request` to a host through an open connection to the lead.
-pub async fn forward_with(
-    client: &LeadClient,
-    role: Role,
-    index: u32,
-    request: Request,
-    timeout: Duration,
-) -> anyhow::Result<Reply> {
-    let reply = client
-        .connection
-        .request(
-            Request::Lead(LeadRequest::Forward {
-                role,
-                index,
-                request: Box::new(request),
-                timeout_ms: timeout.as_millis().min(u32::MAX as u128) as u32,
-            }),
-            TraceContext::new_root(),
-            timeout + Duration::from_secs(1),
-        )
-        .await?;
-    match reply {
-        Reply::Lead(LeadReply::Forwarded(r)) => Ok(*r),
-        other => bail!("unexpected reply from the lead: {other:?}"),
-    }
+/// The peer of `role` (worker `index`) reached through an open connection to the lead.
+pub fn host(client: &LeadClient, role: Role, index: u32) -> Forwarder<'_, Connection> {
+    Forwarder::new(&client.connection, role, index, FORWARD_MARGIN)
 }

@@ -11,13 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use antler_protocol::calls::{watch_run, LeadCalls, RunWatchItem, SandboxCalls};
 use antler_protocol::config::{process_env, resolve_app_config_path};
-use antler_protocol::envelope::TraceContext;
-use antler_protocol::messages::{
-    LeadReply, LeadRequest, PlaybookSource, Reply, Request, RunSubmission, SandboxReply,
-    SandboxRequest,
-};
-use antler_protocol::Role;
+use antler_protocol::messages::{PlaybookSource, RunSubmission};
+use antler_protocol::{Role, RpcError};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
@@ -153,13 +150,13 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                     answer = Some(ask(view["question"].as_str().unwrap_or_default())?);
                 }
             }
-            let request = match &args.resume {
-                Some(run_id) => LeadRequest::ResumeRun {
-                    run_id: run_id.clone(),
-                    answer,
-                    playbook: playbook.clone(),
-                },
-                None => LeadRequest::SubmitRun(RunSubmission {
+            let lead = &client.connection;
+            let started = match &args.resume {
+                Some(run_id) => {
+                    lead.resume_run(run_id.clone(), answer, playbook.clone(), SUBMIT_TIMEOUT)
+                        .await
+                }
+                None => lead.submit_run(RunSubmission {
                     task: args.task.clone().unwrap_or_default(),
                     user: args.user.clone(),
                     thread: args.thread.clone(),
@@ -179,9 +176,9 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                     subagents: args.subagents.then_some(true),
                     role: None,
                     idempotency_key: None,
-                }),
+                }, SUBMIT_TIMEOUT).await,
             };
-            let run_id = started(&client, request).await?;
+            let run_id = started.map_err(|e| anyhow::anyhow!("{e}"))?;
             if args.detach {
                 return Ok(Followed::Detached(run_id));
             }
@@ -198,15 +195,9 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                 }
                 if interactive && view["status"] == "interrupted" {
                     let answer = ask(view["question"].as_str().unwrap_or_default())?;
-                    started(
-                        &client,
-                        LeadRequest::ResumeRun {
-                            run_id: run_id.clone(),
-                            answer: Some(answer),
-                            playbook: None,
-                        },
-                    )
-                    .await?;
+                    lead.resume_run(run_id.clone(), Some(answer), None, SUBMIT_TIMEOUT)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
                     continue;
                 }
                 return anyhow::Ok(Followed::Stopped(view));
@@ -269,42 +260,18 @@ fn exit_code(view: &Value) -> ExitCode {
 
 /// The run's view now.
 async fn run_view(client: &LeadClient, run_id: &str) -> anyhow::Result<Value> {
-    let request = LeadRequest::GetRun {
-        run_id: run_id.to_owned(),
-    };
-    match super::lead_request(client, request).await? {
-        LeadReply::Run { json } => {
-            serde_json::from_str(&json).context("the lead sent a run view that is not JSON")
-        }
-        other => bail!("unexpected reply from the lead: {other:?}"),
-    }
+    let json = client
+        .connection
+        .get_run(run_id.to_owned(), super::CLI_TIMEOUT)
+        .await?;
+    serde_json::from_str(&json).context("the lead sent a run view that is not JSON")
 }
 
 /// Where sandbox-host keeps thread directories on this machine, when it answers.
 async fn sandbox_base_dir(client: &LeadClient) -> Option<PathBuf> {
-    let request = Request::Sandbox(SandboxRequest::Status);
-    let reply = super::forward_with(client, Role::SandboxHost, 0, request, BASE_DIR_TIMEOUT);
-    match reply.await {
-        Ok(Reply::Sandbox(SandboxReply::Status(status))) => Some(PathBuf::from(status.base_dir)),
-        _ => None,
-    }
-}
-
-/// Sends a submission or resumption; the run's id.
-async fn started(client: &LeadClient, request: LeadRequest) -> anyhow::Result<String> {
-    let reply = client
-        .connection
-        .request(
-            Request::Lead(request),
-            TraceContext::new_root(),
-            SUBMIT_TIMEOUT,
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    match reply {
-        Reply::Lead(LeadReply::RunStarted { run_id }) => Ok(run_id),
-        other => bail!("unexpected reply from the lead: {other:?}"),
-    }
+    let sandbox_host = super::host(client, Role::SandboxHost, 0);
+    let status = sandbox_host.sandbox_status(BASE_DIR_TIMEOUT).await.ok()?;
+    Some(PathBuf::from(status.base_dir))
 }
 
 /// Prints the run's events until its drive stops; the run's view.
@@ -315,16 +282,7 @@ async fn follow(
     quiet: bool,
     interactive: bool,
 ) -> anyhow::Result<Value> {
-    let mut stream = client
-        .connection
-        .request_stream(
-            Request::Lead(LeadRequest::WatchRun {
-                run_id: run_id.to_owned(),
-            }),
-            TraceContext::new_root(),
-            WATCH_TIMEOUT,
-        )
-        .await?;
+    let mut stream = watch_run(&client.connection, run_id.to_owned(), WATCH_TIMEOUT).await?;
     // A spinner while the model thinks, on a terminal only.
     let spin = !trace && !quiet && std::io::stderr().is_terminal();
     let mut thinking = false;
@@ -345,11 +303,11 @@ async fn follow(
             eprint!("\r\x1b[2K");
             thinking = false;
         }
-        if let Ok(Reply::Lead(LeadReply::RunEvent { json })) = &item {
+        if let Ok(RunWatchItem::Event(json)) = &item {
             thinking = json.contains("\"event\":\"model_started\"");
         }
         match item {
-            Ok(Reply::Lead(LeadReply::RunEvent { json })) => {
+            Ok(RunWatchItem::Event(json)) => {
                 if trace {
                     let event: Value = serde_json::from_str(&json).unwrap_or(Value::String(json));
                     eprintln!("{}", json!({"run_id": run_id, "event": event}));
@@ -364,10 +322,10 @@ async fn follow(
                     }
                 }
             }
-            Ok(Reply::Lead(LeadReply::Run { json })) => {
+            Ok(RunWatchItem::Ended(json)) => {
                 return serde_json::from_str(&json).context("the lead sent a run view that is not JSON");
             }
-            Ok(other) => bail!("unexpected reply from the lead: {other:?}"),
+            Err(RpcError::Unexpected(unexpected)) => bail!("{unexpected}"),
             Err(e) => bail!(
                 "lost the run's events ({e}); the run goes on in the lead: antler run --resume {run_id}"
             ),
@@ -506,23 +464,19 @@ async fn answer_elicitation(
 ) -> anyhow::Result<()> {
     let (action, content_json) = crate::runs::elicitations::parse_answer(text)
         .map_err(|e| anyhow::anyhow!("--answer: {e}"))?;
-    let reply = connection
-        .request(
-            Request::Lead(LeadRequest::AnswerElicitation {
-                run_id: run_id.to_owned(),
-                id: id.to_owned(),
-                action,
-                content_json,
-            }),
-            TraceContext::new_root(),
+    let answered = connection
+        .answer_run_elicitation(
+            run_id.to_owned(),
+            id.to_owned(),
+            action,
+            content_json,
             SUBMIT_TIMEOUT,
         )
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    match reply {
-        Reply::Lead(LeadReply::ElicitationAnswered(Ok(()))) => Ok(()),
-        Reply::Lead(LeadReply::ElicitationAnswered(Err(why))) => bail!("{why}"),
-        other => bail!("unexpected reply from the lead: {other:?}"),
+    match answered {
+        Ok(()) => Ok(()),
+        Err(why) => bail!("{why}"),
     }
 }
 

@@ -3,15 +3,11 @@
 
 use std::{process::ExitCode, time::Duration};
 
-use antler_protocol::{
-    messages::{PoolStatus, Reply, Request, SandboxReply, SandboxRequest},
-    Role,
-};
-use anyhow::bail;
+use antler_protocol::{calls::SandboxCalls, messages::PoolStatus, Role};
 use clap::Subcommand;
 use serde_json::{json, Value};
 
-use super::{forward, Ctx};
+use super::{on_host, Ctx};
 
 /// The sandbox commands.
 #[derive(Debug, Subcommand)]
@@ -31,17 +27,11 @@ pub fn run(ctx: &Ctx, command: SandboxCommand) -> anyhow::Result<ExitCode> {
 }
 
 async fn status(ctx: &Ctx, json: bool) -> anyhow::Result<ExitCode> {
-    let reply = forward(
-        ctx,
-        Role::SandboxHost,
-        0,
-        Request::Sandbox(SandboxRequest::Status),
-        Duration::from_secs(10),
-    )
+    let timeout = Duration::from_secs(10);
+    let status = on_host(ctx, Role::SandboxHost, 0, async |host| {
+        host.sandbox_status(timeout).await
+    })
     .await?;
-    let Reply::Sandbox(SandboxReply::Status(status)) = reply else {
-        bail!("unexpected reply from sandbox-host: {reply:?}");
-    };
     if json {
         println!("{}", status_json(&status));
     } else {

@@ -11,10 +11,8 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use std::sync::Arc;
 
 use antler_protocol::{
-    messages::{
-        McpCall, McpReply, McpRequest, Principal, Reply, Request, SandboxReply, SandboxRequest,
-        ToolCall,
-    },
+    calls::{McpCalls, SandboxCalls},
+    messages::{McpCall, Principal, ToolCall},
     Role,
 };
 use anyhow::{bail, Context};
@@ -22,7 +20,7 @@ use clap::Subcommand;
 
 use super::{
     catalog::{load_config, mcp_source_tools},
-    cluster_spec, forward, forward_with, Ctx,
+    cluster_spec, host, on_host, Ctx,
 };
 use crate::cluster::attach_or_start;
 use crate::cluster::LeadClient;
@@ -106,29 +104,27 @@ pub fn run(ctx: &Ctx, command: ToolCommand) -> anyhow::Result<ExitCode> {
         // The cluster this command starts (if none runs) hands it to sandbox-host.
         std::env::set_var("ANTLER_CONFIG", path);
     }
-    let request = Request::Sandbox(SandboxRequest::CallOnce {
-        principal: Principal {
+    let request = (
+        Principal {
             user_id: user,
             thread_id: thread,
             roles,
         },
-        call: ToolCall {
+        ToolCall {
             tool: name,
             args_json: args,
             secrets,
         },
-    });
+    );
     actix::System::new().block_on(async move {
-        let reply = forward(
-            ctx,
-            Role::SandboxHost,
-            0,
-            request,
-            Duration::from_secs(timeout_s),
-        )
+        let timeout = Duration::from_secs(timeout_s);
+        let (principal, call) = request;
+        let reply = on_host(ctx, Role::SandboxHost, 0, async |host| {
+            host.call_once(principal, call, timeout).await
+        })
         .await?;
         match reply {
-            Reply::Sandbox(SandboxReply::ToolResult(Ok(result))) => {
+            Ok(result) => {
                 println!("{}", result.content);
                 Ok(if result.is_error {
                     ExitCode::from(1)
@@ -136,11 +132,10 @@ pub fn run(ctx: &Ctx, command: ToolCommand) -> anyhow::Result<ExitCode> {
                     ExitCode::SUCCESS
                 })
             }
-            Reply::Sandbox(SandboxReply::ToolResult(Err(e))) => {
+            Err(e) => {
                 println!("Error: {e}");
                 Ok(ExitCode::from(1))
             }
-            other => bail!("unexpected reply from sandbox-host: {other:?}"),
         }
     })
 }
@@ -194,19 +189,14 @@ async fn call_on(
     config: Option<&PathBuf>,
     call: CatalogCall,
 ) -> anyhow::Result<ExitCode> {
-    let listing = forward_with(
-        client,
-        Role::McpHost,
-        0,
-        Request::Mcp(McpRequest::ListTools { server: None }),
-        Duration::from_secs(60),
-    )
-    .await?;
+    let listing = host(client, Role::McpHost, 0)
+        .list_tools(None, Duration::from_secs(60))
+        .await?;
     let (app, _) = load_config(config)?;
     let sources = Sources {
         config: Arc::new(app),
         extensions: None,
-        mcp: McpTools::new(mcp_source_tools(listing)?),
+        mcp: McpTools::new(mcp_source_tools(listing)),
     };
     let assembled = assemble(&sources, &AssemblyRequest::lead())?;
     let catalog = &assembled.catalog;
@@ -235,11 +225,9 @@ async fn call_on(
             server: Some(server),
             original_name,
         } => {
-            let reply = forward_with(
-                client,
-                Role::McpHost,
-                0,
-                Request::Mcp(McpRequest::CallTool(McpCall {
+            let result = host(client, Role::McpHost, 0)
+                .call_tool(
+                    McpCall {
                     server: server.to_string(),
                     tool: original_name.to_string(),
                     args_json: call.args,
@@ -248,13 +236,10 @@ async fn call_on(
                     workspace: None,
                     run_id: None,
                     tool_call_id: None,
-                })),
+                },
                 call.timeout,
             )
             .await?;
-            let Reply::Mcp(McpReply::CallResult(result)) = reply else {
-                bail!("unexpected reply from mcp-host: {reply:?}");
-            };
             println!("{}", result.text());
             Ok(if result.is_error {
                 ExitCode::from(1)

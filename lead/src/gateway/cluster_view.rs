@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use actix_web::{web, HttpResponse};
-use antler_protocol::messages::{McpReply, McpRequest, Reply, Request};
 use antler_protocol::Role;
 use serde_json::{json, Value};
 
 use super::mcp_config::host_calls;
 use super::{error, State};
+use antler_protocol::calls::{McpCalls, SandboxCalls};
 
 /// How long the cluster view waits for each host.
 pub(super) const CLUSTER_TIMEOUT: Duration = Duration::from_millis(2000);
@@ -19,7 +19,6 @@ pub(super) const CLUSTER_TIMEOUT: Duration = Duration::from_millis(2000);
 /// with their slots), `sandboxes` (sandbox-host's pool) and `mcp_servers` (mcp-host's
 /// servers); a host that does not answer is `null` with an `errors` entry.
 pub(super) async fn cluster_view(state: web::Data<State>) -> HttpResponse {
-    use antler_protocol::messages::{SandboxReply, SandboxRequest};
     let mut processes = match state
         .supervisor
         .send(crate::cluster::supervisor::GetStatus)
@@ -54,18 +53,12 @@ pub(super) async fn cluster_view(state: web::Data<State>) -> HttpResponse {
         },
     );
     let (pools, mcp) = futures::join!(
-        host_calls(
-            &state.supervisor,
-            Role::SandboxHost,
-            Request::Sandbox(SandboxRequest::Status),
-            CLUSTER_TIMEOUT,
-        ),
-        host_calls(
-            &state.supervisor,
-            Role::McpHost,
-            Request::Mcp(McpRequest::Status),
-            CLUSTER_TIMEOUT,
-        ),
+        host_calls(&state.supervisor, Role::SandboxHost, async |host| {
+            host.sandbox_status(CLUSTER_TIMEOUT).await
+        }),
+        host_calls(&state.supervisor, Role::McpHost, async |host| {
+            host.mcp_status(CLUSTER_TIMEOUT).await
+        }),
     );
     let mut errors = Vec::new();
     // The pool of every sandbox-host replica as one: the first replica's settings, every
@@ -74,7 +67,7 @@ pub(super) async fn cluster_view(state: web::Data<State>) -> HttpResponse {
     let several = pools.as_ref().is_ok_and(|p| p.len() > 1);
     for (address, reply) in pools.unwrap_or_else(|e| vec![(String::new(), Err(e))]) {
         match reply {
-            Ok(Reply::Sandbox(SandboxReply::Status(status))) => {
+            Ok(status) => {
                 let mut listed = json!(status.sandboxes);
                 if several {
                     for sandbox in listed.as_array_mut().into_iter().flatten() {
@@ -101,9 +94,6 @@ pub(super) async fn cluster_view(state: web::Data<State>) -> HttpResponse {
                     }
                 }
             }
-            Ok(other) => errors.push(format!(
-                "sandbox-host {address}: unexpected reply {other:?}"
-            )),
             Err(e) => errors.push(format!("sandbox-host {address}: {e}").replace("  ", " ")),
         }
     }
@@ -112,7 +102,7 @@ pub(super) async fn cluster_view(state: web::Data<State>) -> HttpResponse {
     let several = mcp.as_ref().is_ok_and(|p| p.len() > 1);
     for (address, reply) in mcp.unwrap_or_else(|e| vec![(String::new(), Err(e))]) {
         match reply {
-            Ok(Reply::Mcp(McpReply::Status(list))) => {
+            Ok(list) => {
                 let mut listed = json!(list);
                 if several {
                     for server in listed.as_array_mut().into_iter().flatten() {
@@ -124,7 +114,6 @@ pub(super) async fn cluster_view(state: web::Data<State>) -> HttpResponse {
                     (_, listed) => mcp_servers = listed,
                 }
             }
-            Ok(other) => errors.push(format!("mcp-host {address}: unexpected reply {other:?}")),
             Err(e) => errors.push(format!("mcp-host {address}: {e}").replace("  ", " ")),
         }
     }

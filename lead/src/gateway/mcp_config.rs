@@ -5,21 +5,18 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::time::Duration;
 
 use actix::Addr;
 use actix_web::{web, HttpResponse};
 use antler_protocol::{
     config::{self, WarningKind},
-    envelope::TraceContext,
-    link::Call as LinkCall,
-    messages::{McpReply, McpRequest, Reply, Request},
     Role,
 };
 use serde_json::{json, Value};
 
 use super::{body, error, secrets, State, MAX_CONFIG_BODY, RELOAD_TIMEOUT};
 use crate::cluster::supervisor::{GetLinks, Supervisor};
+use antler_protocol::calls::{LinkError, Linked, McpCalls};
 
 /// The file as JSON (`{}` when it does not exist yet).
 pub(super) fn read_file(path: &Path) -> Result<Value, String> {
@@ -195,12 +192,9 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// Reloads every mcp-host replica; the first one's summary (they read the same file),
 /// or the first failure.
 pub(super) async fn reload_mcp_host(supervisor: &Addr<Supervisor>) -> Result<Value, String> {
-    let replies = host_calls(
-        supervisor,
-        Role::McpHost,
-        Request::Mcp(McpRequest::Reload),
-        RELOAD_TIMEOUT,
-    )
+    let replies = host_calls(supervisor, Role::McpHost, async |host| {
+        host.reload(RELOAD_TIMEOUT).await
+    })
     .await?;
     let mut first = None;
     for (address, reply) in replies {
@@ -211,47 +205,34 @@ pub(super) async fn reload_mcp_host(supervisor: &Addr<Supervisor>) -> Result<Val
             }
         }
     }
-    let reply = first.ok_or_else(|| "no mcp-host in this cluster".to_owned())?;
-    match reply {
-        Reply::Mcp(McpReply::Reloaded(s)) => Ok(json!({
-            "started": s.started,
-            "stopped": s.stopped,
-            "restarted": s.restarted,
-            "unchanged": s.unchanged,
-            "error": s.error,
-        })),
-        other => Err(format!("unexpected reply from mcp-host: {other:?}")),
-    }
+    let s = first.ok_or_else(|| "no mcp-host in this cluster".to_owned())?;
+    Ok(json!({
+        "started": s.started,
+        "stopped": s.stopped,
+        "restarted": s.restarted,
+        "unchanged": s.unchanged,
+        "error": s.error,
+    }))
 }
 
 /// One request to every replica of `role` (one in a local cluster) through the
-/// supervisor's links, at once: each replica's address and reply.
-pub(super) async fn host_calls(
+/// supervisor's links, at once (`call` makes it, a typed call): each replica's address
+/// and answer.
+pub(super) async fn host_calls<T>(
     supervisor: &Addr<Supervisor>,
     role: Role,
-    request: Request,
-    timeout: Duration,
-) -> Result<Vec<(String, Result<Reply, String>)>, String> {
+    call: impl AsyncFn(&Linked<'_>) -> Result<T, LinkError>,
+) -> Result<Vec<(String, Result<T, String>)>, String> {
     let mut links = supervisor.send(GetLinks).await.map_err(|e| e.to_string())?;
     links.retain(|(r, ..)| *r == role);
     links.sort_by_key(|(_, i, ..)| *i);
     if links.is_empty() {
         return Err(format!("no {} in this cluster", role.as_str()));
     }
-    let calls = links.into_iter().map(|(_, _, address, link)| {
-        let request = request.clone();
-        async move {
-            let reply = link
-                .send(LinkCall {
-                    request,
-                    trace: TraceContext::new_root(),
-                    timeout,
-                })
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()));
-            (address, reply)
-        }
+    let call = &call;
+    let calls = links.into_iter().map(|(_, _, address, link)| async move {
+        let reply = call(&Linked::new(&link)).await.map_err(|e| e.to_string());
+        (address, reply)
     });
     Ok(futures::future::join_all(calls).await)
 }

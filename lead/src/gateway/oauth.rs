@@ -19,10 +19,9 @@ use std::{
 use actix::Addr;
 use actix_web::{http::StatusCode, web, HttpRequest, HttpResponse};
 use antler_protocol::{
-    envelope::TraceContext,
-    link::Call as LinkCall,
-    messages::{McpOAuthLogin, McpReply, McpRequest, Reply, Request},
-    Role,
+    calls::{LinkError, Linked, McpCalls},
+    messages::McpOAuthLogin,
+    Role, RpcError,
 };
 use serde_json::json;
 
@@ -194,13 +193,13 @@ impl HostError {
     }
 }
 
-/// One request to mcp-host replica `replica` (`None`: the first), and the replica asked.
-async fn mcp_host_call(
+/// One typed call (`call`) to mcp-host replica `replica` (`None`: the first), and the
+/// replica asked.
+async fn mcp_host_call<T>(
     supervisor: &Addr<Supervisor>,
     replica: Option<u32>,
-    request: McpRequest,
-    timeout: Duration,
-) -> Result<(u32, McpReply), HostError> {
+    call: impl AsyncFnOnce(&Linked<'_>) -> Result<T, LinkError>,
+) -> Result<(u32, T), HostError> {
     let mut links = supervisor
         .send(GetLinks)
         .await
@@ -210,21 +209,14 @@ async fn mcp_host_call(
     let Some((_, index, _, link)) = links.into_iter().next() else {
         return Err(HostError::Unavailable("no mcp-host in this cluster".into()));
     };
-    let reply = link
-        .send(LinkCall {
-            request: Request::Mcp(request),
-            trace: TraceContext::new_root(),
-            timeout,
-        })
-        .await
-        .map_err(|e| HostError::Unavailable(e.to_string()))?;
-    match reply {
-        Ok(Reply::Mcp(r)) => Ok((index, r)),
-        Ok(other) => Err(HostError::Unexpected(format!("{other:?}"))),
-        Err(antler_protocol::connection::RpcError::Remote(e)) => {
-            Err(HostError::Refused(e.to_string()))
+    match call(&Linked::new(&link)).await {
+        Ok(answer) => Ok((index, answer)),
+        Err(LinkError::Gone(e)) => Err(HostError::Unavailable(e.to_string())),
+        Err(LinkError::Rpc(RpcError::Unexpected(e))) => {
+            Err(HostError::Unexpected(e.reply.to_owned()))
         }
-        Err(e) => Err(HostError::Unavailable(e.to_string())),
+        Err(LinkError::Rpc(RpcError::Remote(e))) => Err(HostError::Refused(e.to_string())),
+        Err(LinkError::Rpc(e)) => Err(HostError::Unavailable(e.to_string())),
     }
 }
 
@@ -253,17 +245,17 @@ pub async fn start(
     let server = server.into_inner();
     let redirect_uri = redirect_uri(&req);
     let user = principal.user.clone();
-    let start = McpRequest::OAuthStart(McpOAuthLogin {
+    let start = McpOAuthLogin {
         server: server.clone(),
         user: user.clone(),
         redirect_uri: Some(redirect_uri.clone()),
-    });
-    let (replica, url) = match mcp_host_call(&state.supervisor, None, start, START_TIMEOUT).await {
-        Ok((i, McpReply::OAuthUrl { url })) => (i, url),
-        Ok((_, other)) => {
-            let e = HostError::Unexpected(format!("{other:?}"));
-            return error(e.status(), e.to_string());
-        }
+    };
+    let started = mcp_host_call(&state.supervisor, None, async |host| {
+        host.oauth_start(start, START_TIMEOUT).await
+    })
+    .await;
+    let (replica, url) = match started {
+        Ok(started) => started,
         Err(e) => return error(e.status(), e.to_string()),
     };
     let Some(login_state) = reqwest::Url::parse(&url).ok().and_then(|u| {
@@ -394,29 +386,19 @@ pub async fn confirm(
         );
     }
     let redirected = format!("{}?{}", login.redirect_uri, held.query);
-    let complete = McpRequest::OAuthComplete {
-        server: login.server.clone(),
-        user: login.user.clone(),
-        redirected,
-    };
-    match mcp_host_call(
-        &state.supervisor,
-        Some(login.replica),
-        complete,
-        COMPLETE_TIMEOUT,
-    )
-    .await
-    {
-        Ok((_, McpReply::OAuthDone { server, user })) => {
+    let (server, user) = (login.server.clone(), login.user.clone());
+    let completed = mcp_host_call(&state.supervisor, Some(login.replica), async |host| {
+        host.oauth_complete(server, user, redirected, COMPLETE_TIMEOUT)
+            .await
+    })
+    .await;
+    match completed {
+        Ok((_, (server, user))) => {
             tracing::info!(%server, %user, "OAuth login completed through the gateway");
             page(
                 StatusCode::OK,
                 &format!("Logged in to '{server}' as '{user}'. You can close this window."),
             )
-        }
-        Ok((_, other)) => {
-            let e = HostError::Unexpected(format!("{other:?}"));
-            page(e.status(), &format!("The login did not complete: {e}"))
         }
         Err(e) => page(e.status(), &format!("The login did not complete: {e}")),
     }

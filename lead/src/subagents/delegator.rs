@@ -20,10 +20,11 @@ use antler_engine::{
     TaskCall, TaskEvent, TaskEventSink, TaskResult, TaskSpec, ThreadFilesMode, TokenBudget,
     ToolHosts, WireCatalog, WireWebTools,
 };
+use antler_protocol::calls::{attach_task, run_task, TaskItem, Watch, WorkerCalls};
 use antler_protocol::config::{AppConfig, TokenBudgetConfig};
-use antler_protocol::messages::{Reply, Request, TaskAssignment, WorkerReply, WorkerRequest};
+use antler_protocol::messages::TaskAssignment;
 use antler_protocol::Role;
-use antler_protocol::{Connection, RemoteError, RpcError, TraceContext};
+use antler_protocol::{RemoteError, RpcError};
 use futures::future::BoxFuture;
 
 use super::dispatcher::{
@@ -224,36 +225,36 @@ impl LeadDelegator {
 /// Reads a task's stream to its end: events to `events`, the result last. A stream that
 /// breaks is a lost worker.
 async fn follow(
-    connection: &Connection,
-    request: Request,
-    timeout: Duration,
+    stream: impl std::future::Future<Output = Result<Watch<TaskItem>, RpcError>>,
     node: &str,
     events: &TaskEventSink,
 ) -> Result<TaskResult, RpcError> {
-    let mut stream = connection
-        .request_stream(request, TraceContext::new_root(), timeout)
-        .await?;
+    let mut stream = stream.await?;
     while let Some(item) = stream.next().await {
-        match item? {
-            Reply::Worker(WorkerReply::TaskEvent { event_json }) => {
+        match item {
+            Ok(TaskItem::Event(event_json)) => {
                 match serde_json::from_str::<TaskEvent>(&event_json) {
                     Ok(event) => events(event),
                     Err(e) => tracing::warn!(worker = %node, "a task event does not decode: {e}"),
                 }
             }
-            Reply::Worker(WorkerReply::TaskEnded { result_json }) => {
+            Ok(TaskItem::Ended(result_json)) => {
                 return Ok(
                     serde_json::from_str::<TaskResult>(&result_json).unwrap_or_else(|e| {
                         failed(format!("the result from {node} does not decode: {e}"))
                     }),
                 );
             }
-            Reply::Worker(WorkerReply::UnknownTask) => {
+            Ok(TaskItem::Unknown) => {
                 return Err(RpcError::Remote(RemoteError::Failed("unknown task".into())))
             }
-            other => {
-                return Ok(failed(format!("unexpected reply from {node}: {other:?}")));
+            Err(RpcError::Unexpected(unexpected)) => {
+                return Ok(failed(format!(
+                    "unexpected reply from {node}: {}",
+                    unexpected.reply
+                )));
             }
+            Err(e) => return Err(e),
         }
     }
     Err(RpcError::PeerUnavailable(format!(
@@ -308,11 +309,13 @@ async fn reattach(
     while tokio::time::Instant::now() < until {
         let workers = dispatcher.send(Connections).await.unwrap_or_default();
         if let Some((_, node, connection)) = workers.into_iter().find(|(i, _, _)| *i == index) {
-            let request = Request::Worker(WorkerRequest::Attach {
-                run_id: run_id.to_owned(),
-                tool_call_id: tool_call_id.to_owned(),
-            });
-            match follow(&connection, request, timeout, &node, events).await {
+            let attach = attach_task(
+                &connection,
+                run_id.to_owned(),
+                tool_call_id.to_owned(),
+                timeout,
+            );
+            match follow(attach, &node, events).await {
                 Ok(result) => {
                     tracing::info!(worker = %node, run = %run_id, call = %tool_call_id, "followed the task again after its link came back");
                     return Some(result);
@@ -375,19 +378,13 @@ impl Delegator for LeadDelegator {
                     run_id: call.run_id.clone(),
                     returned: false,
                 };
-                let request = Request::Worker(WorkerRequest::RunTask(TaskAssignment {
+                let assignment = TaskAssignment {
                     run_id: call.run_id.clone(),
                     tool_call_id: call.tool_call_id.clone(),
                     spec_json: spec_json.clone(),
-                }));
-                let outcome = follow(
-                    &placement.connection,
-                    request,
-                    timeout,
-                    &placement.node,
-                    &events,
-                )
-                .await;
+                };
+                let run = run_task(&placement.connection, assignment, timeout);
+                let outcome = follow(run, &placement.node, &events).await;
                 match outcome {
                     Err(RpcError::Remote(
                         RemoteError::Overloaded(_) | RemoteError::ShuttingDown,
@@ -450,12 +447,10 @@ impl Delegator for LeadDelegator {
                     if !asked.insert(index) {
                         continue;
                     }
-                    let request = Request::Worker(WorkerRequest::Attach {
-                        run_id: run_id.clone(),
-                        tool_call_id: tool_call_id.clone(),
-                    });
                     let timeout = Duration::from_secs(3600);
-                    match follow(&connection, request, timeout, &node, &events).await {
+                    let attach =
+                        attach_task(&connection, run_id.clone(), tool_call_id.clone(), timeout);
+                    match follow(attach, &node, &events).await {
                         Ok(result) => return Some(result),
                         Err(RpcError::Remote(_)) => {}
                         Err(e) => return Some(lost(&node, &e)),
@@ -475,12 +470,8 @@ impl Delegator for LeadDelegator {
         actix::spawn(async move {
             let workers = dispatcher.send(Connections).await.unwrap_or_default();
             for (_, node, connection) in workers {
-                let request = Request::Worker(WorkerRequest::Cancel {
-                    run_id: run_id.clone(),
-                    tool_call_id: None,
-                });
                 if let Err(e) = connection
-                    .request(request, TraceContext::new_root(), Duration::from_secs(5))
+                    .cancel_tasks(run_id.clone(), None, Duration::from_secs(5))
                     .await
                 {
                     tracing::warn!(worker = %node, run = %run_id, "cancel not delivered: {e}");

@@ -8,6 +8,7 @@ use std::{sync::Arc, time::Duration};
 
 use crate::common_peer::*;
 use antler_protocol::{
+    calls::ControlCalls,
     link::dial,
     messages::{ControlReply, ControlRequest, Reply, Request},
     server::Server,
@@ -60,18 +61,11 @@ impl Service for Proxy {
 }
 
 async fn threads(client: &Connection, payload: &[u8]) -> String {
-    match client
-        .request(
-            ping(payload),
-            TraceContext::new_root(),
-            Duration::from_secs(5),
-        )
+    let payload = client
+        .ping(payload.to_vec(), Duration::from_secs(5))
         .await
-        .unwrap()
-    {
-        Reply::Control(ControlReply::Pong { payload }) => String::from_utf8(payload).unwrap(),
-        other => panic!("unexpected reply {other:?}"),
-    }
+        .unwrap();
+    String::from_utf8(payload).unwrap()
 }
 
 #[test]

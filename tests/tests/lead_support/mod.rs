@@ -15,10 +15,7 @@ use std::{
     time::Duration,
 };
 
-use antler_protocol::{
-    messages::{PoolStatus, Reply, Request, SandboxReply, SandboxRequest},
-    Role,
-};
+use antler_protocol::{calls::SandboxCalls, messages::PoolStatus, Role};
 use antler_tests::{antler, bin, signal, wait_for};
 use serde_json::Value;
 
@@ -226,15 +223,9 @@ impl LeadCluster {
 
     /// The pool straight from sandbox-host (the lead may be stopped).
     pub fn pool_from_host(&self) -> Option<PoolStatus> {
-        match antler_tests::host_request(
-            &self.runtime(),
-            Role::SandboxHost,
-            0,
-            Request::Sandbox(SandboxRequest::Status),
-        )? {
-            Reply::Sandbox(SandboxReply::Status(status)) => Some(status),
-            _ => None,
-        }
+        antler_tests::host_call(&self.runtime(), Role::SandboxHost, 0, async |c| {
+            c.sandbox_status(Duration::from_secs(10)).await
+        })
     }
 }
 

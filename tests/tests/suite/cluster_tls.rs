@@ -18,11 +18,12 @@ use std::{
 
 use antler_lead::commands::cluster_init;
 use antler_protocol::{
+    calls::ControlCalls,
     handshake::{self, HandshakeError},
     link::{dial, dial_expecting, DialError},
     messages::{ControlReply, ControlRequest, Reply, Request},
     tls::{role_dns_name, ClusterTls},
-    Address, ConnectionConfig, Identity, Role, TraceContext,
+    Address, ConnectionConfig, Identity, Role,
 };
 use antler_tests::{bin, wait_for};
 use rcgen::{CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair};
@@ -217,20 +218,11 @@ async fn ping(address: &Address, identity: &Identity) -> Result<Vec<u8>, String>
     .await
     .map_err(|e| e.to_string())?;
     let reply = conn
-        .request(
-            Request::Control(ControlRequest::Ping {
-                payload: b"over tls".to_vec(),
-            }),
-            TraceContext::new_root(),
-            Duration::from_secs(5),
-        )
+        .ping(b"over tls".to_vec(), Duration::from_secs(5))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string());
     conn.close("test done");
-    match reply {
-        Reply::Control(ControlReply::Pong { payload }) => Ok(payload),
-        other => Err(format!("unexpected reply {other:?}")),
-    }
+    reply
 }
 
 fn assert_contains(text: &str, part: &str) {

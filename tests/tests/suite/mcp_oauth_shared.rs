@@ -16,10 +16,8 @@ use std::{
 
 use crate::mcp_support::{free_port, headless_browser, oauth_example_server, BrowserLog};
 use antler_protocol::{
-    link::dial_expecting,
-    messages::{McpReply, McpRequest, Reply, Request},
-    tls::ClusterTls,
-    Address, ConnectionConfig, Identity, Role, TraceContext,
+    calls::McpCalls, link::dial_expecting, tls::ClusterTls, Address, ConnectionConfig, Identity,
+    Role,
 };
 use antler_tests::{bin, wait_for};
 use serde_json::{json, Value};
@@ -144,22 +142,12 @@ fn notes_state(work: &Path, replica: &Replica) -> Option<String> {
         )
         .await
         .ok()?;
-        let reply = conn
-            .request(
-                Request::Mcp(McpRequest::Status),
-                TraceContext::new_root(),
-                Duration::from_secs(5),
-            )
-            .await
-            .ok();
+        let reply = conn.mcp_status(Duration::from_secs(5)).await.ok();
         conn.close("test done");
-        match reply? {
-            Reply::Mcp(McpReply::Status(list)) => list
-                .into_iter()
-                .find(|s| s.name == "notes")
-                .map(|s| s.state),
-            _ => None,
-        }
+        reply?
+            .into_iter()
+            .find(|s| s.name == "notes")
+            .map(|s| s.state)
     })
 }
 

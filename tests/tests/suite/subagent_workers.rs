@@ -15,10 +15,7 @@ use std::{
 };
 
 use crate::lead_support::{http_full, sql};
-use antler_protocol::{
-    messages::{Reply, Request, WorkerReply, WorkerRequest},
-    Role,
-};
+use antler_protocol::{calls::WorkerCalls, Role};
 use antler_tests::{antler, bin, signal, wait_for};
 use serde_json::Value;
 
@@ -169,15 +166,11 @@ impl Ops {
 
     /// Worker `index`'s busy slots, asked of the worker itself (not the lead's count).
     fn worker_busy(&self, index: u32) -> Option<u32> {
-        match antler_tests::host_request(
-            &self.runtime(),
-            Role::Subagent,
-            index,
-            Request::Worker(WorkerRequest::Capacity),
-        )? {
-            Reply::Worker(WorkerReply::Capacity { busy, .. }) => Some(busy),
-            _ => None,
-        }
+        let capacity =
+            antler_tests::host_call(&self.runtime(), Role::Subagent, index, async |c| {
+                c.capacity(Duration::from_secs(10)).await
+            })?;
+        Some(capacity.busy)
     }
 
     /// Waits until the run stopped; asserts it succeeded with `tasks` tasks, each

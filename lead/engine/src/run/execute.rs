@@ -12,11 +12,10 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use antler_protocol::{
+    calls::{Elicitation, McpCalls, SandboxCalls},
     messages::{
-        AcpInvocation, McpCall, McpReply, McpRequest, Principal, Reply, Request, SandboxError,
-        SandboxReply, SandboxRequest, ToolCall as SandboxCall, ToolResult,
+        AcpInvocation, McpCall, Principal, SandboxError, ToolCall as SandboxCall, ToolResult,
     },
-    Role,
 };
 
 use super::events::{EventSink, RunEvent};
@@ -27,7 +26,7 @@ use crate::catalog::{Catalog, ToolSource, TOOL_SEARCH_NAME};
 use crate::middleware::tool_error::{FailureClass, ToolFailure};
 use crate::model::ChatModel;
 use crate::thread::context::RunContext;
-use crate::thread::hosts::ToolHosts;
+use crate::thread::hosts::{HostError, ToolHosts};
 use crate::thread::lease::SandboxLease;
 use crate::thread::state::{Message, SandboxState, StateUpdate, ThreadState, ToolCall, ToolStatus};
 use crate::tools::skill_manage::{SkillManageSettings, SkillManager};
@@ -193,13 +192,6 @@ impl Executor<'_> {
         }
     }
 
-    async fn request(&self, role: Role, request: Request) -> Result<Reply, ToolFailure> {
-        self.hosts
-            .request(role, request, self.timeout)
-            .await
-            .map_err(|e| ToolFailure::new(FailureClass::HostUnavailable, e.message))
-    }
-
     /// Acquires the run's sandbox (once; the id goes to the state) and runs the tool. A
     /// sandbox-host that restarted no longer knows the id: the sandbox is acquired again
     /// under the same deterministic id (the state's id, so a different one is a
@@ -241,25 +233,16 @@ impl Executor<'_> {
     }
 
     async fn acquire(&self, known_id: Option<String>) -> Result<String, ToolFailure> {
-        let acquire = SandboxRequest::Acquire {
-            principal: self.principal(),
-            known_id,
-            owner: Some(self.lease.owner().clone()),
-        };
-        match self
-            .request(Role::SandboxHost, Request::Sandbox(acquire))
-            .await?
-        {
-            Reply::Sandbox(SandboxReply::Acquired(Ok(acquired))) => {
-                self.lease
-                    .taken(Some(Duration::from_millis(acquired.lease_ttl_ms)));
-                Ok(acquired.sandbox_id)
-            }
-            Reply::Sandbox(SandboxReply::Acquired(Err(e))) => {
-                Err(ToolFailure::new(FailureClass::SandboxError, e.to_string()))
-            }
-            other => Err(unexpected("sandbox-host", &other)),
-        }
+        let owner = Some(self.lease.owner().clone());
+        let acquired = self
+            .hosts
+            .acquire(self.principal(), known_id, owner, self.timeout)
+            .await
+            .map_err(host_failure)?
+            .map_err(|e| ToolFailure::new(FailureClass::SandboxError, e.to_string()))?;
+        self.lease
+            .taken(Some(Duration::from_millis(acquired.lease_ttl_ms)));
+        Ok(acquired.sandbox_id)
     }
 
     async fn sandbox_call(
@@ -267,29 +250,28 @@ impl Executor<'_> {
         call: &ToolCall,
         sandbox_id: &str,
     ) -> Result<Result<ToolResult, SandboxError>, ToolFailure> {
-        let request = SandboxRequest::Call {
-            sandbox_id: sandbox_id.to_owned(),
-            call: SandboxCall {
-                tool: call.name.clone(),
-                args_json: call.args.to_string(),
-                secrets: Vec::new(),
-            },
-            owner: Some(self.lease.owner().clone()),
-            call_id: Some(call.id.clone()),
+        let tool_call = SandboxCall {
+            tool: call.name.clone(),
+            args_json: call.args.to_string(),
+            secrets: Vec::new(),
         };
-        match self
-            .request(Role::SandboxHost, Request::Sandbox(request))
-            .await?
-        {
-            Reply::Sandbox(SandboxReply::ToolResult(result)) => {
-                if result.is_ok() {
-                    // The call took the lease again if it had lapsed.
-                    self.lease.taken(None);
-                }
-                Ok(result)
-            }
-            other => Err(unexpected("sandbox-host", &other)),
+        let owner = Some(self.lease.owner().clone());
+        let result = self
+            .hosts
+            .call(
+                sandbox_id.to_owned(),
+                tool_call,
+                owner,
+                Some(call.id.clone()),
+                self.timeout,
+            )
+            .await
+            .map_err(host_failure)?;
+        if result.is_ok() {
+            // The call took the lease again if it had lapsed.
+            self.lease.taken(None);
         }
+        Ok(result)
     }
 
     /// Calls the tool on its MCP server; an error result is DeerFlow's `ToolException`.
@@ -315,16 +297,14 @@ impl Executor<'_> {
             ));
         };
         let principal = self.principal();
-        let request = Request::Sandbox(SandboxRequest::InvokeAcp(AcpInvocation {
+        let invocation = AcpInvocation {
             principal,
             agent: agent.clone(),
             prompt,
             mcp_servers_json: acp.mcp_servers_json.clone(),
-        }));
-        let told = |item: Reply| {
-            let (Some(events), Reply::Sandbox(SandboxReply::AcpActivity { update_json })) =
-                (self.events, item)
-            else {
+        };
+        let told = |update_json: String| {
+            let Some(events) = self.events else {
                 return;
             };
             events(&RunEvent::AcpActivity {
@@ -333,18 +313,12 @@ impl Executor<'_> {
                 update: serde_json::from_str(&update_json).unwrap_or(serde_json::Value::Null),
             });
         };
-        let reply = self
+        let outcome = self
             .hosts
-            .request_items(Role::SandboxHost, request, acp.deadline(&agent), &told)
+            .invoke_acp(invocation, acp.deadline(&agent), &told)
             .await
-            .map_err(|e| ToolFailure::new(FailureClass::HostUnavailable, e.message))?;
-        let outcome = match reply {
-            Reply::Sandbox(SandboxReply::AcpEnded(outcome)) => outcome,
-            Reply::Sandbox(SandboxReply::Acquired(Err(e))) => {
-                return Err(ToolFailure::new(FailureClass::SandboxError, e.to_string()))
-            }
-            other => return Err(unexpected("sandbox-host", &other)),
-        };
+            .map_err(host_failure)?
+            .map_err(|e| ToolFailure::new(FailureClass::SandboxError, e.to_string()))?;
         let status = if outcome.is_error {
             ToolStatus::Error
         } else {
@@ -366,7 +340,7 @@ impl Executor<'_> {
     ) -> Result<StateUpdate, ToolFailure> {
         // Elicitations are asked for only when someone will see them.
         let events = self.events.filter(|_| self.hosts.relays_items());
-        let request = McpRequest::CallTool(McpCall {
+        let request = McpCall {
             server: server.to_owned(),
             tool: tool.to_owned(),
             args_json: call.args.to_string(),
@@ -375,38 +349,25 @@ impl Executor<'_> {
             workspace: Some(self.context.paths.workspace().display().to_string()),
             run_id: events.map(|_| self.context.run_id.clone()),
             tool_call_id: events.map(|_| call.id.clone()),
-        });
-        let told = |item: Reply| {
-            let (
-                Some(events),
-                Reply::Mcp(McpReply::Elicitation {
-                    id,
-                    server,
-                    message,
-                    requested_schema_json,
-                }),
-            ) = (events, item)
-            else {
+        };
+        let told = |elicitation: Elicitation| {
+            let Some(events) = events else {
                 return;
             };
             events(&RunEvent::Elicitation {
                 tool_call_id: call.id.clone(),
-                id,
-                server,
-                message,
-                requested_schema: serde_json::from_str(&requested_schema_json)
+                id: elicitation.id,
+                server: elicitation.server,
+                message: elicitation.message,
+                requested_schema: serde_json::from_str(&elicitation.requested_schema_json)
                     .unwrap_or(serde_json::Value::Null),
             });
         };
-        let reply = self
+        let result = self
             .hosts
-            .request_items(Role::McpHost, Request::Mcp(request), self.timeout, &told)
+            .call_tool_elicited(request, self.timeout, &told)
             .await
-            .map_err(|e| ToolFailure::new(FailureClass::HostUnavailable, e.message))?;
-        let result = match reply {
-            Reply::Mcp(McpReply::CallResult(result)) => result,
-            other => return Err(unexpected("mcp-host", &other)),
-        };
+            .map_err(host_failure)?;
         if result.is_error {
             return Err(ToolFailure::new(FailureClass::ToolException, result.text()));
         }
@@ -434,16 +395,14 @@ impl Executor<'_> {
         let Some(sandbox) = &state.sandbox else {
             return;
         };
-        let request = SandboxRequest::Release {
-            sandbox_id: sandbox.sandbox_id.clone(),
-            owner: Some(self.lease.owner().clone()),
-        };
+        let owner = Some(self.lease.owner().clone());
         self.lease.released();
         match self
-            .request(Role::SandboxHost, Request::Sandbox(request))
+            .hosts
+            .release(sandbox.sandbox_id.clone(), owner, self.timeout)
             .await
         {
-            Ok(Reply::Sandbox(SandboxReply::Released(Ok(())))) => {}
+            Ok(Ok(())) => {}
             other => {
                 tracing::warn!(sandbox = %sandbox.sandbox_id, "sandbox release failed: {other:?}")
             }
@@ -451,9 +410,7 @@ impl Executor<'_> {
     }
 }
 
-fn unexpected(host: &str, reply: &Reply) -> ToolFailure {
-    ToolFailure::new(
-        FailureClass::HostUnavailable,
-        format!("unexpected reply from {host}: {reply:?}"),
-    )
+/// A host that could not be had, or answered out of protocol: the run goes on.
+fn host_failure(error: HostError) -> ToolFailure {
+    ToolFailure::new(FailureClass::HostUnavailable, error.message)
 }

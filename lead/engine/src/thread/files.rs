@@ -15,11 +15,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use antler_protocol::calls::SandboxCalls;
 use antler_protocol::messages::{
-    FileContent, FileRead, ListedFile, Principal, Reply, Request, SandboxReply, SandboxRequest,
-    ThreadFileError, ThreadFileOp, ThreadFileReply,
+    FileContent, FileRead, ListedFile, Principal, ThreadFileError, ThreadFileOp, ThreadFileReply,
 };
-use antler_protocol::{thread_dir, Role};
+use antler_protocol::thread_dir;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
@@ -312,21 +312,10 @@ impl fmt::Debug for HostThreadFiles {
 impl ThreadFiles for HostThreadFiles {
     fn op(&self, op: ThreadFileOp) -> BoxFuture<'_, Result<ThreadFileReply, ThreadFileError>> {
         Box::pin(async move {
-            let request = Request::Sandbox(SandboxRequest::ThreadFiles {
-                principal: self.principal.clone(),
-                op,
-            });
-            match self
-                .hosts
-                .request(Role::SandboxHost, request, self.timeout)
+            self.hosts
+                .thread_files(self.principal.clone(), op, self.timeout)
                 .await
-            {
-                Ok(Reply::Sandbox(SandboxReply::ThreadFiles(result))) => result,
-                Ok(other) => Err(ThreadFileError::Unavailable(format!(
-                    "unexpected reply from sandbox-host: {other:?}"
-                ))),
-                Err(e) => Err(ThreadFileError::Unavailable(e.to_string())),
-            }
+                .map_err(|e| ThreadFileError::Unavailable(e.to_string()))?
         })
     }
 

@@ -5,10 +5,13 @@
 
 use std::time::Duration;
 
+use std::future::Future;
+
 use antler_protocol::{
+    calls::{is_stream_item, LeadCalls},
     envelope::TraceContext,
-    messages::{LeadReply, LeadRequest, Reply, Request},
-    Connection, RemoteError, Role, RpcError,
+    messages::{Reply, Request},
+    Connection, RemoteError, Requester, Role, RpcError, UnexpectedReply,
 };
 use futures::future::BoxFuture;
 
@@ -58,6 +61,7 @@ impl HostError {
             }
             RpcError::Remote(remote) => HostError::failed(remote.to_string()),
             RpcError::TooLarge { .. } => HostError::failed(format!("{role:?}: {error}")),
+            RpcError::Unexpected(unexpected) => unexpected.into(),
             other => HostError::unavailable(format!("{role:?} unreachable: {other}")),
         }
     }
@@ -65,6 +69,13 @@ impl HostError {
     /// Whether a new attempt later may work.
     pub fn is_unavailable(&self) -> bool {
         self.kind == HostErrorKind::Unavailable
+    }
+}
+
+/// The host answered out of protocol.
+impl From<UnexpectedReply> for HostError {
+    fn from(unexpected: UnexpectedReply) -> HostError {
+        HostError::failed(unexpected.to_string())
     }
 }
 
@@ -107,10 +118,7 @@ pub async fn stream_link(
         .map_err(|e| HostError::from_rpc(role, e))?;
     while let Some(reply) = stream.next().await {
         match reply.map_err(|e| HostError::from_rpc(role, e))? {
-            item @ (Reply::Mcp(antler_protocol::messages::McpReply::Elicitation { .. })
-            | Reply::Sandbox(antler_protocol::messages::SandboxReply::AcpActivity {
-                ..
-            })) => items(item),
+            item if is_stream_item(&item) => items(item),
             last => return Ok(last),
         }
     }
@@ -194,23 +202,51 @@ impl ToolHosts for LeadConnectionHosts {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Reply, HostError>> {
         Box::pin(async move {
-            let forward = Request::Lead(LeadRequest::Forward {
-                role,
-                index: 0,
-                request: Box::new(request),
-                timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
-            });
-            let reply = self
-                .connection
-                .request(forward, TraceContext::new_root(), timeout + FORWARD_MARGIN)
+            self.connection
+                .forward(role, 0, request, timeout, FORWARD_MARGIN)
                 .await
-                .map_err(|e| HostError::from_rpc(role, e))?;
-            match reply {
-                Reply::Lead(LeadReply::Forwarded(reply)) => Ok(*reply),
-                other => Err(HostError::failed(format!(
-                    "unexpected reply from the lead: {other:?}"
-                ))),
-            }
+                .map_err(|e| HostError::from_rpc(role, e))
         })
+    }
+}
+
+/// The hosts as a [`Requester`]: a request goes to the host of its kind (sandbox-host
+/// or mcp-host), so the typed calls of `antler_protocol::calls` work over any hosts.
+impl Requester for dyn ToolHosts + '_ {
+    type Error = HostError;
+
+    fn send(
+        &self,
+        request: Request,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Reply, HostError>> + Send {
+        match host_of(&request) {
+            Ok(role) => self.request(role, request, timeout),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+
+    fn send_items<'a>(
+        &'a self,
+        request: Request,
+        timeout: Duration,
+        items: &'a (dyn Fn(Reply) + Send + Sync),
+    ) -> impl Future<Output = Result<Reply, HostError>> + Send + 'a {
+        match host_of(&request) {
+            Ok(role) => self.request_items(role, request, timeout, items),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+}
+
+/// The host that answers `request`: tool hosts answer sandbox and MCP requests only.
+fn host_of(request: &Request) -> Result<Role, HostError> {
+    match request {
+        Request::Sandbox(_) => Ok(Role::SandboxHost),
+        Request::Mcp(_) => Ok(Role::McpHost),
+        other => Err(HostError::failed(format!(
+            "no tool host answers {}",
+            antler_protocol::calls::request_kind(other)
+        ))),
     }
 }

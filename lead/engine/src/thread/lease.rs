@@ -8,10 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use antler_protocol::{
-    messages::{LeaseOwner, Reply, Request, SandboxReply, SandboxRequest},
-    Role,
-};
+use antler_protocol::{calls::SandboxCalls, messages::LeaseOwner};
 use tokio::sync::Notify;
 
 use super::hosts::ToolHosts;
@@ -99,11 +96,8 @@ pub async fn keep_renewed(hosts: Arc<dyn ToolHosts>, lease: Arc<SandboxLease>) {
         if !lease.is_held() {
             continue;
         }
-        let renew = Request::Sandbox(SandboxRequest::RenewLease {
-            owner: lease.owner().clone(),
-        });
-        match hosts.request(Role::SandboxHost, renew, every).await {
-            Ok(Reply::Sandbox(SandboxReply::Renewed(_))) => {}
+        match hosts.renew_lease(lease.owner().clone(), every).await {
+            Ok(_) => {}
             other => {
                 tracing::debug!(run = %lease.owner().run_id, "lease renewal failed: {other:?}")
             }

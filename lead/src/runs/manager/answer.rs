@@ -22,9 +22,8 @@ pub async fn answer(
     content_json: Option<String>,
 ) -> Result<(), AnswerError> {
     use antler_engine::ToolHosts;
-    use antler_protocol::messages::{
-        ElicitationRefusal, McpElicitationAnswer, McpReply, McpRequest, Reply, Request,
-    };
+    use antler_protocol::calls::McpCalls;
+    use antler_protocol::messages::{ElicitationRefusal, McpElicitationAnswer};
     let not_pending = || AnswerError::NotPending {
         run_id: run_id.to_owned(),
         id: id.to_owned(),
@@ -37,38 +36,27 @@ pub async fn answer(
     let Some(pending) = run.pending.get(id) else {
         return Err(not_pending());
     };
-    let request = McpRequest::AnswerElicitation(McpElicitationAnswer {
+    let answer = McpElicitationAnswer {
         id: id.to_owned(),
         user: run.user,
         thread: run.thread,
         run_id: pending.mcp_run_id.unwrap_or_else(|| run_id.to_owned()),
         action,
         content_json,
-    });
+    };
     let hosts = LinkHosts::new(links.clone());
-    match hosts
-        .request(
-            antler_protocol::Role::McpHost,
-            Request::Mcp(request),
-            ANSWER_DEADLINE,
-        )
-        .await
-    {
-        Ok(Reply::Mcp(McpReply::ElicitationAnswered(Ok(())))) => {
+    let hosts: &dyn ToolHosts = &hosts;
+    match hosts.answer_elicitation(answer, ANSWER_DEADLINE).await {
+        Ok(Ok(())) => {
             run.pending.answered(id);
             Ok(())
         }
-        Ok(Reply::Mcp(McpReply::ElicitationAnswered(Err(ElicitationRefusal::Unknown(_))))) => {
+        Ok(Err(ElicitationRefusal::Unknown(_))) => {
             // mcp-host no longer holds it (its call ended): nor does the run.
             run.pending.answered(id);
             Err(not_pending())
         }
-        Ok(Reply::Mcp(McpReply::ElicitationAnswered(Err(e @ ElicitationRefusal::Invalid(_))))) => {
-            Err(AnswerError::Invalid(e.to_string()))
-        }
-        Ok(other) => Err(AnswerError::Failed(format!(
-            "unexpected reply from mcp-host: {other:?}"
-        ))),
+        Ok(Err(e @ ElicitationRefusal::Invalid(_))) => Err(AnswerError::Invalid(e.to_string())),
         Err(e) if e.is_unavailable() => Err(AnswerError::Unavailable(e.message)),
         Err(e) => Err(AnswerError::Failed(e.message)),
     }

@@ -10,15 +10,14 @@ use antler_engine::catalog::{
     assemble, Assemble, AssemblyRequest, Catalog, McpSourceTool, SetConfig, SetExtensions,
     SetMcpTools, Sources,
 };
-use antler_engine::{HostError, ToolHosts};
+use antler_engine::ToolHosts;
 use antler_protocol::config::AppConfig;
-use antler_protocol::messages::{
-    McpDiscovery, McpReply, McpRequest, McpServerStatus, McpTool, Reply, Request,
-};
+use antler_protocol::messages::{McpDiscovery, McpServerStatus, McpTool};
 use antler_protocol::Role;
 
 use super::{PrepareError, RunEnv, MCP_HOST_UNREACHABLE_WARNING, SETUP_TIMEOUT};
 use crate::runs::readiness::{wait_linked, HOSTS_START_WAIT};
+use antler_protocol::calls::McpCalls;
 
 impl RunEnv {
     /// The catalog for a run with `app`: the actor's (cached per sources version) when
@@ -143,13 +142,7 @@ pub(super) fn assembly_request(
 /// mcp-host's discovery: the tools of the ready servers and the servers that are not
 /// ready. It answers promptly (a server is waited for only just after its start).
 pub(super) async fn discover_mcp(hosts: &dyn ToolHosts) -> Result<McpDiscovery, PrepareError> {
-    let request = Request::Mcp(McpRequest::Discover);
-    match hosts.request(Role::McpHost, request, SETUP_TIMEOUT).await? {
-        Reply::Mcp(McpReply::Discovery(discovery)) => Ok(discovery),
-        other => Err(PrepareError::Host(HostError::failed(format!(
-            "unexpected reply from mcp-host: {other:?}"
-        )))),
-    }
+    Ok(hosts.discover(SETUP_TIMEOUT).await?)
 }
 
 /// The run's warning naming the MCP servers it goes without (their errors go to the

@@ -5,12 +5,12 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use antler_engine::HostError;
-use antler_protocol::messages::{ControlRequest, Reply, Request, SandboxReply, SandboxRequest};
+use antler_protocol::messages::{ControlRequest, Request};
 use antler_protocol::Role;
 
 use super::{PrepareError, RunEnv, SETUP_TIMEOUT};
 use crate::runs::readiness::{wait_linked, HOSTS_START_WAIT};
+use antler_protocol::calls::SandboxCalls;
 
 impl RunEnv {
     /// Waits (at most `within`) until sandbox-host and mcp-host answer a ping.
@@ -58,22 +58,8 @@ impl RunEnv {
         {
             return Ok(dir);
         }
-        let reply = self
-            .hosts
-            .request(
-                Role::SandboxHost,
-                Request::Sandbox(SandboxRequest::Status),
-                SETUP_TIMEOUT,
-            )
-            .await?;
-        let dir = match reply {
-            Reply::Sandbox(SandboxReply::Status(status)) => PathBuf::from(status.base_dir),
-            other => {
-                return Err(PrepareError::Host(HostError::failed(format!(
-                    "unexpected reply from sandbox-host: {other:?}"
-                ))))
-            }
-        };
+        let status = self.hosts.sandbox_status(SETUP_TIMEOUT).await?;
+        let dir = PathBuf::from(status.base_dir);
         *self
             .base_dir
             .lock()
