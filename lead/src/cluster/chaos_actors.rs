@@ -20,7 +20,7 @@ use antler_protocol::{
 
 use crate::cluster::supervisor::{GetLinks, Supervisor};
 use crate::runs::manager::{ChaosStopRun, RunManager};
-use antler_engine::{catalog::actor::CatalogActor, catalog::actor::Crash as CrashCatalog};
+use antler_engine::catalog::{CatalogActor, Crash as CrashCatalog};
 
 /// How long a host gets to answer a routed `ChaosStop`.
 const HOST_TIMEOUT: Duration = Duration::from_secs(5);

@@ -516,7 +516,7 @@ pub struct Runs {
     /// The workers' slots, for the gateway's cluster view.
     pub dispatcher: Addr<crate::subagents::dispatcher::SubagentDispatcher>,
     /// The catalog actor the runs' catalogs come from.
-    pub catalog: Addr<antler_engine::catalog::actor::CatalogActor>,
+    pub catalog: Addr<antler_engine::catalog::CatalogActor>,
 }
 
 /// Opens the checkpoint store and starts the catalog actor and the run manager (which
@@ -543,7 +543,7 @@ fn start_runs(
     extensions: PathBuf,
 ) -> Result<Runs, ClusterError> {
     use crate::runs::{hosts::LinkHosts, manager::RunManager, metrics::Metrics, prepare::RunEnv};
-    use antler_engine::catalog::{actor::CatalogActor, assembly::Sources};
+    use antler_engine::catalog::{CatalogActor, Sources};
     let store = crate::runs::store::CheckpointStore::open(&spec.store_path)?;
     actix::spawn(crate::runs::store::probe_writes(store.clone()));
     actix::spawn(crate::cluster::mcp_credentials::relay(

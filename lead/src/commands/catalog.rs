@@ -20,8 +20,7 @@ use serde_json::{json, Value};
 
 use super::{extensions::ExtensionsFile, on_host, Ctx};
 use antler_engine::catalog::{
-    assembly::{assemble, origins, AssemblyRequest, McpSourceTool, McpTools, Sources},
-    Catalog, ToolSpec,
+    assemble, origins, AssemblyRequest, Catalog, McpSourceTool, McpTools, Sources, ToolSpec,
 };
 
 /// The catalog commands.
@@ -118,8 +117,8 @@ fn file_catalog(path: &PathBuf) -> anyhow::Result<Catalog> {
 /// The array is read one tool at a time: each tool's schema is normalised, its hash entry
 /// written, and the tool dropped before the next is parsed, so memory stays small (at
 /// 5,000 tools most of the time went to faulting in the pages of every parsed schema).
-fn file_hash(path: &PathBuf) -> anyhow::Result<Option<antler_engine::catalog::hash::CatalogHash>> {
-    use antler_engine::catalog::hash::{entry_of, BlobHasher};
+fn file_hash(path: &PathBuf) -> anyhow::Result<Option<antler_engine::catalog::CatalogHash>> {
+    use antler_engine::catalog::{entry_of, BlobHasher};
     use serde::de::{Deserializer as _, SeqAccess, Visitor};
 
     /// Visits the array, keeping (name, hash entry) of each tool.
@@ -214,7 +213,7 @@ fn assembled_catalog(
     ctx: &Ctx,
     config: Option<&PathBuf>,
     catalog: Option<&PathBuf>,
-) -> anyhow::Result<(antler_engine::catalog::assembly::Assembled, Vec<String>)> {
+) -> anyhow::Result<(antler_engine::catalog::Assembled, Vec<String>)> {
     let (app, mut warnings) = load_config(config)?;
     let cwd = std::env::current_dir()?;
     let config_path = resolve_app_config_path(config.map(|p| p.as_path()), &cwd, &process_env)?;

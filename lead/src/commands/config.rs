@@ -10,7 +10,7 @@ use antler_protocol::config::{self, process_env, AppConfig, FieldPath, Finding};
 use clap::Subcommand;
 
 use antler_engine::{
-    catalog::registry::{self, Resolution},
+    catalog::{resolve, Resolution},
     ModelError, OpenAiConfig, USE_CHAT_DEEPSEEK, USE_CHAT_OPENAI,
 };
 
@@ -65,7 +65,7 @@ pub fn run(command: ConfigCommand) -> anyhow::Result<ExitCode> {
 fn as_a_run_would(app: &AppConfig) -> Vec<Finding> {
     let mut findings = Vec::new();
     for (index, tool) in app.tools.iter().enumerate() {
-        if let Resolution::Unknown { closest } = registry::resolve(&tool.use_) {
+        if let Resolution::Unknown { closest } = resolve(&tool.use_) {
             findings.push(Finding {
                 path: FieldPath::root().key("tools").index(index).key("use"),
                 message: format!("tool '{}': unknown use id `{}`", tool.name, tool.use_),
@@ -82,7 +82,8 @@ fn as_a_run_would(app: &AppConfig) -> Vec<Finding> {
                 message: error.to_string(),
                 expected: Some(format!(
                     "closest known: {} (or any class with a base_url)",
-                    registry::closest(&model.use_, MODEL_USES.iter().copied()).join(", ")
+                    antler_engine::catalog::closest(&model.use_, MODEL_USES.iter().copied())
+                        .join(", ")
                 )),
             },
             Err(ModelError::InvalidConfig {

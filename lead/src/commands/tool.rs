@@ -25,8 +25,7 @@ use super::{
 use crate::cluster::attach_or_start;
 use crate::cluster::LeadClient;
 use antler_engine::catalog::{
-    assembly::{assemble, AssemblyRequest, McpTools, Sources},
-    ToolSource, TOOL_SEARCH_NAME,
+    assemble, AssemblyRequest, McpTools, Sources, ToolSource, TOOL_SEARCH_NAME,
 };
 
 pub use antler_protocol::messages::SANDBOX_TOOLS;
@@ -149,10 +148,10 @@ fn unknown_tool(name: &str, catalog: &[&str]) -> String {
             runnable.push(tool);
         }
     }
-    let hint = antler_engine::catalog::registry::closest(name, runnable.iter().copied())
+    let hint = antler_engine::catalog::closest(name, runnable.iter().copied())
         .into_iter()
         .next()
-        .filter(|best| antler_engine::catalog::registry::edit_distance(name, best) <= 2)
+        .filter(|best| antler_engine::catalog::edit_distance(name, best) <= 2)
         .map(|best| format!(" (did you mean `{best}`?)"))
         .unwrap_or_default();
     format!(

@@ -15,7 +15,7 @@ use std::time::Duration;
 use actix::Addr;
 use antler_engine::{
     builtin_system_prompt,
-    catalog::{assembly::AssemblyRequest, Catalog},
+    catalog::{AssemblyRequest, Catalog},
     subagent_system_prompt, ChatModel, Delegator, SkillStore, SubagentLimit, SubagentPromptParts,
     TaskCall, TaskEvent, TaskEventSink, TaskResult, TaskSpec, ThreadFilesMode, TokenBudget,
     ToolHosts, WireCatalog, WireWebTools,

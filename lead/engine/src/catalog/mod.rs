@@ -7,24 +7,24 @@
 // `actor`, `assembly`, `hash` and `registry` stay public while the lead's `cluster/` and
 // `commands/` still name items by these paths (everything they use is re-exported below
 // too); `builtins` is the namespace of the builtin tool specs (`builtins::task()`).
-pub mod actor;
-pub mod assembly;
+pub(crate) mod actor;
+pub(crate) mod assembly;
 pub(crate) mod authz;
 pub mod builtins;
 mod casefold;
 pub(crate) mod deferred;
-pub mod hash;
+pub(crate) mod hash;
 mod matcher;
 mod names;
 mod prefilter;
 pub(crate) mod promotion;
 pub(crate) mod pyjson;
-pub mod registry;
+pub(crate) mod registry;
 pub(crate) mod routing;
 pub(crate) mod search;
 pub(crate) mod tool;
 
-pub use actor::{Assemble, CatalogActor, SetConfig, SetExtensions, SetMcpTools};
+pub use actor::{Assemble, CatalogActor, Crash, SetConfig, SetExtensions, SetMcpTools};
 pub use assembly::{
     assemble, origins, skills_deferred_discovery, Assembled, AssemblyError, AssemblyRequest,
     McpSourceTool, McpTools, Sources,
@@ -41,7 +41,7 @@ pub use promotion::{
     merge_promoted, DeferredFilter, HiddenToolCall, Promoted, ToolSearchMessage, ToolSearchOutcome,
     ToolSearchUnavailable, DEFERRED_TOOL_ERROR, MISSING_TOOL_CALL_ID, NO_TOOLS_FOUND,
 };
-pub use registry::{closest, edit_distance, Resolution};
+pub use registry::{closest, edit_distance, resolve, Resolution};
 pub use routing::{
     clamp_top_k, latest_real_user_text, resolve_effective_routing, routing_hints_section,
     McpRouting, McpRoutingOverride, RoutingIndex, RoutingMode, UserTurn,
