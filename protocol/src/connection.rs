@@ -75,6 +75,20 @@ impl Default for ConnectionConfig {
     }
 }
 
+/// A reply that does not answer the request it came back to: the peer spoke out of
+/// protocol. It names the request's kind and the reply's kind, never a payload (a reply
+/// may carry a secret).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unexpected reply from {peer}: {reply} to {request}")]
+pub struct UnexpectedReply {
+    /// Who was asked: `sandbox-host`, `mcp-host`, `a worker`, `the lead`, `the peer`.
+    pub peer: &'static str,
+    /// The request's kind, e.g. `Sandbox::Call`.
+    pub request: &'static str,
+    /// The reply's kind, e.g. `Mcp::Tools`.
+    pub reply: &'static str,
+}
+
 /// Why a request did not get a reply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RpcError {
@@ -95,11 +109,11 @@ pub enum RpcError {
     Remote(RemoteError),
     /// The peer answered with a reply that does not answer the request.
     #[error(transparent)]
-    Unexpected(crate::calls::UnexpectedReply),
+    Unexpected(UnexpectedReply),
 }
 
-impl From<crate::calls::UnexpectedReply> for RpcError {
-    fn from(unexpected: crate::calls::UnexpectedReply) -> RpcError {
+impl From<UnexpectedReply> for RpcError {
+    fn from(unexpected: UnexpectedReply) -> RpcError {
         RpcError::Unexpected(unexpected)
     }
 }

@@ -21,26 +21,13 @@ pub use mcp::{watch_credentials, Elicitation, McpCalls};
 pub use sandbox::SandboxCalls;
 pub use worker::{attach_task, run_task, TaskItem, WorkerCalls, WorkerCapacity};
 
+pub use crate::connection::UnexpectedReply;
 use crate::connection::{Connection, ReplyStream, RpcError};
 use crate::envelope::TraceContext;
 use crate::messages::{
     ControlReply, ControlRequest, LeadReply, LeadRequest, McpReply, McpRequest, Reply, Request,
     SandboxReply, SandboxRequest, WorkerReply, WorkerRequest,
 };
-
-/// A reply that does not answer the request it came back to: the peer spoke out of
-/// protocol. It names the request's kind and the reply's kind, never a payload (a reply
-/// may carry a secret).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unexpected reply from {peer}: {reply} to {request}")]
-pub struct UnexpectedReply {
-    /// Who was asked: `sandbox-host`, `mcp-host`, `a worker`, `the lead`, `the peer`.
-    pub peer: &'static str,
-    /// The request's kind, e.g. `Sandbox::Call`.
-    pub request: &'static str,
-    /// The reply's kind, e.g. `Mcp::Tools`.
-    pub reply: &'static str,
-}
 
 impl UnexpectedReply {
     /// `reply` came back to `request`.
