@@ -698,6 +698,7 @@ fn bench_prompt() -> PromptFigures {
                     id: format!("ai-{i}"),
                     content: "answer".into(),
                     tool_calls: Vec::new(),
+                    reasoning: None,
                 }
             }
         })

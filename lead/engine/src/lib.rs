@@ -33,13 +33,15 @@ pub use middleware::skill_policy::{Skill, SkillPolicy};
 pub use middleware::subagent_limit::SubagentLimit;
 pub use middleware::token_budget::TokenBudget;
 pub use middleware::tool_error::{FailureClass, ToolFailure};
-pub use model::openai::{
-    model_from_config, ApiKey, OpenAiConfig, OpenAiModel, USE_CHAT_DEEPSEEK, USE_CHAT_OPENAI,
-};
+pub use model::openai::{ApiKey, OpenAiConfig, OpenAiModel, USE_CHAT_DEEPSEEK, USE_CHAT_OPENAI};
+/// What every provider reads from a `models:` entry, and the finish reasons replies use.
+pub use model::provider::{PROVIDER_NAMES, USE_IDS as MODEL_USE_IDS};
 pub use model::{
-    ChatModel, ModelError, ModelReply, ModelRequest, Playbook, ScriptedCall, ScriptedModel,
-    ScriptedTurn, WireModel, MAX_PLAYBOOK_BYTES,
+    check_model_entry, model_from_config, model_from_entry, ChatModel, InvalidToolCall, ModelError,
+    ModelObserver, ModelReply, ModelRequest, Playbook, Provider, RetryNotice, ScriptedCall,
+    ScriptedModel, ScriptedTurn, WireModel, MAX_PLAYBOOK_BYTES,
 };
+pub use model::{entry as model_entry, finish_reason};
 pub use prompt::subagent::builtin_system_prompt;
 pub use prompt::{
     prepare_request, subagent_system_prompt, system_prompt, PromptCache, PromptInputs, PromptMount,

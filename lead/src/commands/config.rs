@@ -11,7 +11,7 @@ use clap::Subcommand;
 
 use antler_engine::{
     catalog::{resolve, Resolution},
-    ModelError, OpenAiConfig, USE_CHAT_DEEPSEEK, USE_CHAT_OPENAI,
+    ModelError,
 };
 
 /// The config commands.
@@ -27,9 +27,6 @@ pub enum ConfigCommand {
         strict: bool,
     },
 }
-
-/// What a model `use:` without a `base_url` may be.
-const MODEL_USES: &[&str] = &[USE_CHAT_OPENAI, USE_CHAT_DEEPSEEK];
 
 pub fn run(command: ConfigCommand) -> anyhow::Result<ExitCode> {
     match command {
@@ -75,15 +72,18 @@ fn as_a_run_would(app: &AppConfig) -> Vec<Finding> {
     }
     for (index, model) in app.models.iter().enumerate() {
         let at = FieldPath::root().key("models").index(index);
-        let finding = match OpenAiConfig::from_model_config(model, &process_env) {
+        let finding = match antler_engine::check_model_entry(model, &process_env) {
             Ok(_) => continue,
             Err(error @ ModelError::UnsupportedProvider { .. }) => Finding {
                 path: at.key("use"),
                 message: error.to_string(),
                 expected: Some(format!(
-                    "closest known: {} (or any class with a base_url)",
-                    antler_engine::catalog::closest(&model.use_, MODEL_USES.iter().copied())
-                        .join(", ")
+                    "closest known: {} (or any class with a base_url, or `provider:`)",
+                    antler_engine::catalog::closest(
+                        &model.use_,
+                        antler_engine::MODEL_USE_IDS.iter().map(|(id, _)| *id)
+                    )
+                    .join(", ")
                 )),
             },
             Err(ModelError::InvalidConfig {

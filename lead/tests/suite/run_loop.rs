@@ -309,6 +309,7 @@ turns:
             name: "write_file".into(),
             args: json!({}),
         }],
+        reasoning: None,
     };
     let mut crashed = run.state().clone();
     crashed.apply(StateUpdate::messages([ai])).unwrap();

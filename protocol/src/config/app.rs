@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::antler::{AntlerSection, ANTLER_KEYS, MCP_POOL_KEYS, TLS_KEYS};
@@ -143,7 +143,7 @@ impl AppConfig {
 }
 
 /// One `models:` entry. Provider settings other than the named fields stay in `extra`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(expecting = "a model with name, use and model")]
 pub struct ModelConfig {
     /// The name agents and subagents refer to.

@@ -4,6 +4,8 @@
 //! the usage chunk `stream_options.include_usage` asks for.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod peers;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};

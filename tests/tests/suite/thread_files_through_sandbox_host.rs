@@ -96,6 +96,7 @@ async fn a_lead_without_the_volume_spills_views_settles_and_downloads_through_sa
             content: String::new(),
             tool_calls: vec![view.clone()],
             id: "ai-1".into(),
+            reasoning: None,
         },
         viewed.messages[0].clone(),
     ];

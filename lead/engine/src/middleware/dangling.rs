@@ -75,6 +75,7 @@ mod tests {
                     args: json!({}),
                 })
                 .collect(),
+            reasoning: None,
         }
     }
 

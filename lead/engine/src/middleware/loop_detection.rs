@@ -147,6 +147,7 @@ mod tests {
                 id: "ai-5".into(),
                 content: "again\n\n[FORCED STOP] Repeated tool calls exceeded the safety limit. Producing final answer with results collected so far.".into(),
                 tool_calls: vec![],
+                reasoning: None,
             })
         );
     }

@@ -153,6 +153,7 @@ mod tests {
             input_tokens: total - total / 4,
             output_tokens: total / 4,
             total_tokens: total,
+            ..TokenUsage::default()
         }
     }
 

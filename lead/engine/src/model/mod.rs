@@ -1,28 +1,36 @@
 //! Chat models: what the run loop asks (the messages and the tools the model may see)
-//! and what it gets back (one assistant message: text, tool calls, or both), the
-//! [`ChatModel`] trait every model implements, and [`WireModel`], a model's settings as
-//! they travel to a subagent worker and the model they build there. `scripted` is the
-//! playbook model for tests and demos (no network); `openai` is the OpenAI-compatible
-//! provider (one module per provider).
+//! and what it gets back (one assistant message: text, reasoning, tool calls, and the
+//! calls whose arguments were not valid), the [`ChatModel`] trait every model
+//! implements, and [`WireModel`], a model's settings as they travel to a subagent worker
+//! and the model they build there.
+//!
+//! `provider` turns a `models:` entry into the client of its provider (DeerFlow's `use:`
+//! ids, or an explicit `provider:`); `entry` reads what every provider reads the same
+//! way; `transport` is the HTTP exchange (streams, retries, deadlines) and `stream` its
+//! framing; one module per provider (`openai`, ...); `scripted` is the playbook model for
+//! tests and demos (no network).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use antler_protocol::config::ModelConfig;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
+pub mod entry;
 pub mod openai;
+pub mod provider;
+pub mod retry;
 mod scripted;
+pub mod stream;
+pub mod transport;
 
+pub use provider::{check_model_entry, model_from_config, model_from_entry, Provider};
 pub use scripted::{Playbook, ScriptedCall, ScriptedModel, ScriptedTurn, MAX_PLAYBOOK_BYTES};
 
 use crate::catalog::ToolSpec;
-use crate::thread::state::{Message, TokenUsage, ToolCall};
-use openai::config::{ApiKey, OpenAiConfig};
-use openai::retry::RetryPolicy;
-use openai::OpenAiModel;
+use crate::thread::state::{Message, Reasoning, TokenUsage, ToolCall};
 
 /// What a `task` call asks of the model its subagent runs with (the `task` tool's
 /// arguments implement it): a scripted model picks its playbook by these.
@@ -33,13 +41,92 @@ pub trait SubagentRequest {
     fn subagent_type(&self) -> &str;
 }
 
-/// One model call: the conversation so far, the tools visible this turn, and the images
-/// a vision model sees with this call only (spec C).
-#[derive(Clone, Copy, Debug)]
+/// One model call: the conversation so far, the tools visible this turn, the images a
+/// vision model sees with this call only (spec C), whether thinking is on for this call
+/// (spec D.2: off for auxiliary calls), and who hears of its retries and stream.
+#[derive(Clone, Copy)]
 pub struct ModelRequest<'a> {
     pub messages: &'a [Message],
     pub tools: &'a [&'a ToolSpec],
     pub images: &'a [ImagePart],
+    /// `true`: the model's thinking settings apply (`when_thinking_enabled` where
+    /// `supports_thinking`); `false`: thinking is off (`when_thinking_disabled`).
+    pub thinking: bool,
+    pub observer: Option<&'a dyn ModelObserver>,
+}
+
+impl<'a> ModelRequest<'a> {
+    /// A request with thinking on (as configured) and no observer.
+    pub fn new(
+        messages: &'a [Message],
+        tools: &'a [&'a ToolSpec],
+        images: &'a [ImagePart],
+    ) -> ModelRequest<'a> {
+        ModelRequest {
+            messages,
+            tools,
+            images,
+            thinking: true,
+            observer: None,
+        }
+    }
+
+    /// The turn this request asks for: 1 + the AI messages so far (replies are named
+    /// `ai-{turn}`, as the scripted model's are).
+    pub fn turn(&self) -> usize {
+        1 + self
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::Ai { .. }))
+            .count()
+    }
+}
+
+impl fmt::Debug for ModelRequest<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModelRequest")
+            .field("messages", &self.messages.len())
+            .field("tools", &self.tools.len())
+            .field("images", &self.images.len())
+            .field("thinking", &self.thinking)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A retry a model client is about to make (DeerFlow's `llm_retry` event, spec D.5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryNotice {
+    pub model: String,
+    /// The attempt that failed (1-based).
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub wait: Duration,
+    /// Why it failed (the HTTP status and the server's text, or the connection error).
+    pub reason: String,
+}
+
+/// Who hears what happens inside one model call: retries, and the reply as it streams.
+/// Every method has a default that ignores it.
+pub trait ModelObserver: Send + Sync {
+    fn retry(&self, _notice: &RetryNotice) {}
+    /// A piece of the answer's text, as the provider streamed it.
+    fn text_delta(&self, _text: &str) {}
+    /// A piece of the reasoning, as the provider streamed it.
+    fn reasoning_delta(&self, _text: &str) {}
+}
+
+/// A tool call the model wrote that cannot be executed: its arguments are not JSON, not
+/// an object, or the stream was cut inside them. The run answers it with an error tool
+/// message the model sees, never runs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidToolCall {
+    pub id: String,
+    /// The tool name as written (may be empty).
+    pub name: String,
+    /// The arguments as written, truncated.
+    pub arguments: String,
+    /// Why they are invalid.
+    pub error: String,
 }
 
 /// One viewed image for a vision model: its virtual path, MIME type and bytes as base64
@@ -59,9 +146,14 @@ pub struct ModelReply {
     pub id: String,
     pub content: String,
     pub tool_calls: Vec<ToolCall>,
+    /// Calls whose arguments could not be read (never executed).
+    pub invalid_calls: Vec<InvalidToolCall>,
+    /// What the model thought before it answered.
+    pub reasoning: Option<Reasoning>,
     /// The tokens the provider says the call used (`None`: it did not say).
     pub usage: Option<TokenUsage>,
-    /// Why the provider stopped (`stop`, `tool_calls`, `length`, `content_filter`, ...).
+    /// Why the provider stopped, in OpenAI's words whatever the provider (`stop`,
+    /// `tool_calls`, `length`, `content_filter`, ...): see [`finish_reason`].
     pub finish_reason: Option<String>,
 }
 
@@ -72,8 +164,22 @@ impl ModelReply {
             id: self.id,
             content: self.content,
             tool_calls: self.tool_calls,
+            reasoning: self.reasoning,
         }
     }
+}
+
+/// The finish reasons every provider's are mapped to (OpenAI's words, which the run
+/// loop's caps read: spec D.3).
+pub mod finish_reason {
+    /// A natural end of the answer.
+    pub const STOP: &str = "stop";
+    /// The reply asks for tool calls.
+    pub const TOOL_CALLS: &str = "tool_calls";
+    /// The output token limit cut the reply.
+    pub const LENGTH: &str = "length";
+    /// A safety filter cut or refused the reply.
+    pub const CONTENT_FILTER: &str = "content_filter";
 }
 
 /// Why a model call failed (an operator-facing error: it fails the run).
@@ -100,8 +206,9 @@ pub enum ModelError {
         name: String,
         configured: Vec<String>,
     },
-    /// A `use:` Antler cannot speak to without a `base_url`.
-    #[error("model `{model}`: `use: {use_}` is not an OpenAI-compatible provider Antler knows; set `base_url` to its OpenAI-compatible endpoint")]
+    /// A `use:` Antler has no client for and cannot treat as OpenAI-compatible (no
+    /// `base_url`).
+    #[error("model `{model}`: Antler has no client for `use: {use_}`; set `provider:` to one of {} (or give a `base_url` to speak to it as OpenAI-compatible)", provider::PROVIDER_NAMES.join(", "))]
     UnsupportedProvider { model: String, use_: String },
     /// A `$VAR` in the model config names an unset variable (the value is never shown).
     #[error("model `{model}`: {field} names ${variable}, which is not set")]
@@ -146,17 +253,9 @@ pub enum ModelError {
         what: &'static str,
         secs: f64,
     },
-    /// The reply was not the shape of an OpenAI chat completion.
+    /// The reply was not the shape the provider's API documents.
     #[error("model `{model}`: invalid reply: {message}")]
     InvalidReply { model: String, message: String },
-    /// The model wrote arguments for a tool call that are not a JSON object. The reply
-    /// is refused as a whole, so no half-parsed call reaches a tool.
-    #[error("model `{model}` wrote invalid arguments for tool `{tool}`: {message}")]
-    InvalidToolArguments {
-        model: String,
-        tool: String,
-        message: String,
-    },
 }
 
 fn list_or_none(names: &[String]) -> String {
@@ -210,12 +309,10 @@ pub trait ChatModel: Send + Sync {
                 },
                 Message::human(user),
             ];
-            self.complete(ModelRequest {
-                messages: &messages,
-                tools: &[],
-                images: &[],
-            })
-            .await
+            let mut request = ModelRequest::new(&messages, &[], &[]);
+            // Auxiliary calls run with thinking off (spec D.2).
+            request.thinking = false;
+            self.complete(request).await
         })
     }
 }
@@ -226,18 +323,9 @@ pub trait ChatModel: Send + Sync {
 pub enum WireModel {
     /// A playbook's turns (tests and demos).
     Scripted { playbook: Playbook },
-    /// An OpenAI-compatible endpoint.
-    OpenAi {
-        name: String,
-        model: String,
-        base_url: String,
-        api_key: Option<String>,
-        params: Map<String, Value>,
-        max_retries: u32,
-        connect_timeout_ms: u64,
-        request_timeout_ms: u64,
-        idle_timeout_ms: u64,
-    },
+    /// A `models:` entry with its endpoint and key written out
+    /// ([`entry::Common::resolved`]): the worker builds the same client from it.
+    Entry { entry: ModelConfig },
 }
 
 impl fmt::Debug for WireModel {
@@ -247,76 +335,32 @@ impl fmt::Debug for WireModel {
                 .debug_struct("Scripted")
                 .field("turns", &playbook.turns.len())
                 .finish(),
-            WireModel::OpenAi {
-                name,
-                base_url,
-                api_key,
-                ..
-            } => f
-                .debug_struct("OpenAi")
-                .field("name", name)
-                .field("base_url", base_url)
-                .field("api_key", &api_key.as_ref().map(|_| "[redacted]"))
+            // Never the entry itself: it holds the key.
+            WireModel::Entry { entry } => f
+                .debug_struct("Entry")
+                .field("name", &entry.name)
+                .field("use", &entry.use_)
+                .field("model", &entry.model)
                 .finish_non_exhaustive(),
         }
     }
 }
 
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
 impl WireModel {
-    /// An OpenAI-compatible model's settings as they travel.
-    pub fn of_openai(config: &OpenAiConfig) -> WireModel {
-        WireModel::OpenAi {
-            name: config.name.clone(),
-            model: config.model.clone(),
-            base_url: config.base_url.clone(),
-            api_key: config.api_key.as_ref().map(|k| k.expose().to_owned()),
-            params: config.params.clone(),
-            max_retries: config.retry.max_retries,
-            connect_timeout_ms: millis(config.connect_timeout),
-            request_timeout_ms: millis(config.request_timeout),
-            idle_timeout_ms: millis(config.idle_timeout),
-        }
-    }
-
     /// The model's name (`subagent_model_name`).
     pub fn name(&self) -> &str {
         match self {
             WireModel::Scripted { .. } => ScriptedModel::NAME,
-            WireModel::OpenAi { name, .. } => name,
+            WireModel::Entry { entry } => &entry.name,
         }
     }
 
-    /// The chat model these settings make.
+    /// The chat model these settings make. A worker resolves nothing from its own
+    /// environment: the entry carries its endpoint and key.
     pub fn build(&self) -> Result<Arc<dyn ChatModel>, ModelError> {
-        Ok(match self {
-            WireModel::Scripted { playbook } => Arc::new(ScriptedModel::new(playbook.clone())),
-            WireModel::OpenAi {
-                name,
-                model,
-                base_url,
-                api_key,
-                params,
-                max_retries,
-                connect_timeout_ms,
-                request_timeout_ms,
-                idle_timeout_ms,
-            } => {
-                let mut config = OpenAiConfig::new(name, model, base_url);
-                config.api_key = api_key.as_deref().map(ApiKey::new);
-                config.params = params.clone();
-                config.retry = RetryPolicy {
-                    max_retries: *max_retries,
-                    ..RetryPolicy::default()
-                };
-                config.connect_timeout = Duration::from_millis(*connect_timeout_ms);
-                config.request_timeout = Duration::from_millis(*request_timeout_ms);
-                config.idle_timeout = Duration::from_millis(*idle_timeout_ms);
-                Arc::new(OpenAiModel::new(config)?)
-            }
-        })
+        match self {
+            WireModel::Scripted { playbook } => Ok(Arc::new(ScriptedModel::new(playbook.clone()))),
+            WireModel::Entry { entry } => model_from_entry(entry, &|_| None),
+        }
     }
 }

@@ -224,6 +224,7 @@ impl ScriptedModel {
             tool_calls,
             usage: turn.usage,
             finish_reason: turn.finish_reason.clone(),
+            ..ModelReply::default()
         })
     }
 }
@@ -270,7 +271,7 @@ impl ChatModel for ScriptedModel {
                 content: turn.content,
                 usage: turn.usage,
                 finish_reason: turn.finish_reason,
-                tool_calls: Vec::new(),
+                ..ModelReply::default()
             })
         })
     }
@@ -315,11 +316,7 @@ turns:
 "#;
 
     fn run(model: &ScriptedModel, messages: &[Message]) -> Result<ModelReply, ModelError> {
-        futures::executor::block_on(model.complete(ModelRequest {
-            messages,
-            tools: &[],
-            images: &[],
-        }))
+        futures::executor::block_on(model.complete(ModelRequest::new(messages, &[], &[])))
     }
 
     #[test]

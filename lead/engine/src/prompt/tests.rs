@@ -257,6 +257,7 @@ fn the_request_gets_one_leading_system_message_and_wrapped_input() {
             id: "a".into(),
             content: "ok".into(),
             tool_calls: vec![],
+            reasoning: None,
         },
         Message::System {
             content: "extra context".into(),

@@ -425,6 +425,7 @@ impl RunLoop {
                             id: String::new(),
                             content: String::new(),
                             tool_calls: vec![call.clone()],
+                            reasoning: None,
                         },
                     ])))
                 }

@@ -112,6 +112,7 @@ impl RunLoop {
                     id: format!("{}-skill-activation-{turn}", self.context.run_id),
                     content: text.clone(),
                     tool_calls: Vec::new(),
+                    reasoning: None,
                 });
                 self.merge(std::mem::take(update)).await?;
                 Ok(ControlFlow::Break(StepEnd::Final(text)))
@@ -175,11 +176,7 @@ impl RunLoop {
         self.emit(RunEvent::ModelStarted { turn });
         let reply = self
             .model
-            .complete(ModelRequest {
-                messages,
-                tools: visible,
-                images,
-            })
+            .complete(ModelRequest::new(messages, visible, images))
             .await?;
         Ok(reply)
     }

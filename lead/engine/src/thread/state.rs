@@ -21,6 +21,31 @@ pub struct ToolCall {
     pub args: Value,
 }
 
+/// What a model thought before it answered: kept on its AI message so that it is shown
+/// (events, the page) and, where the provider requires it, sent back; never part of the
+/// answer.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reasoning {
+    /// The readable reasoning (DeepSeek's `reasoning_content`, Anthropic's thinking,
+    /// Gemini's thought parts, a Responses reasoning summary).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub text: String,
+    /// What the provider needs back verbatim in later requests, in its own shape:
+    /// Anthropic's thinking blocks with their signatures, Responses reasoning items with
+    /// their encrypted content, Gemini's thought signatures.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replay: Vec<ReplayItem>,
+}
+
+/// One provider-shaped item of [`Reasoning::replay`]: only the provider that wrote it
+/// reads it (a conversation that changes model drops what the new one cannot read).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplayItem {
+    /// The provider module's tag (`anthropic`, `gemini`, `openai_responses`, ...).
+    pub provider: String,
+    pub item: Value,
+}
+
 /// Whether a tool message reports success or an error (`ToolMessage.status`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -51,6 +76,9 @@ pub enum Message {
         content: String,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
+        /// What the model thought before this message (never part of the answer).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning: Option<Reasoning>,
     },
     Tool {
         tool_call_id: String,
@@ -129,6 +157,22 @@ pub struct TokenUsage {
     pub output_tokens: u64,
     /// The provider's `total_tokens` when it gives one, else input + output.
     pub total_tokens: u64,
+    /// Input tokens written to the provider's prompt cache (Anthropic's
+    /// `cache_creation_input_tokens`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_creation_input_tokens: u64,
+    /// Input tokens read from the provider's prompt cache (Anthropic's
+    /// `cache_read_input_tokens`, OpenAI's `cached_tokens`, Gemini's
+    /// `cachedContentTokenCount`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_input_tokens: u64,
+    /// Output tokens spent on reasoning, when the provider says.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl TokenUsage {
@@ -150,6 +194,13 @@ impl std::ops::Add for TokenUsage {
             input_tokens: self.input_tokens.saturating_add(other.input_tokens),
             output_tokens: self.output_tokens.saturating_add(other.output_tokens),
             total_tokens: self.total_tokens.saturating_add(other.total_tokens),
+            cache_creation_input_tokens: self
+                .cache_creation_input_tokens
+                .saturating_add(other.cache_creation_input_tokens),
+            cache_read_input_tokens: self
+                .cache_read_input_tokens
+                .saturating_add(other.cache_read_input_tokens),
+            reasoning_tokens: self.reasoning_tokens.saturating_add(other.reasoning_tokens),
         }
     }
 }

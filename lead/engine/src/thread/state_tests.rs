@@ -13,6 +13,7 @@ fn ai(id: &str, content: &str, calls: &[(&str, &str)]) -> Message {
                 args: json!({}),
             })
             .collect(),
+        reasoning: None,
     }
 }
 
@@ -271,6 +272,7 @@ fn usage_no_provider_reported_is_none_not_zeros() {
         input_tokens: 3,
         output_tokens: 2,
         total_tokens: 5,
+        ..TokenUsage::default()
     };
     assert_eq!(some.reported(), Some(some));
 }

@@ -230,6 +230,7 @@ fn a_slash_command_activates_an_installed_skill_with_its_content_as_a_reminder()
             id: "m1".into(),
             content: String::new(),
             tool_calls: Vec::new(),
+            reasoning: None,
         },
     ];
     assert_eq!(store.slash_activation(&answered), None);

@@ -140,6 +140,7 @@ fn usage(input: u64, output: u64) -> Option<TokenUsage> {
         input_tokens: input,
         output_tokens: output,
         total_tokens: input + output,
+        ..TokenUsage::default()
     })
 }
 

@@ -7,10 +7,13 @@ use antler_protocol::config::{AppConfig, ModelConfig};
 use serde_json::{json, Value};
 
 use super::config::{ApiKey, OpenAiConfig};
-use super::wire::{self, ReplyAssembler, SseDecoder, SseEvent};
+use super::wire::{self, ReplyAssembler};
 use super::*;
 use crate::catalog::ToolSpec;
+use crate::model::entry::select_model_config;
+use crate::model::model_from_config;
 use crate::thread::state::{Message, TokenUsage, ToolCall, ToolStatus};
+use std::time::Duration;
 
 fn weather_tool() -> ToolSpec {
     ToolSpec::builtin(
@@ -34,6 +37,7 @@ fn conversation() -> Vec<Message> {
                 name: "get_weather".to_owned(),
                 args: json!({"city": "Paris"}),
             }],
+            reasoning: None,
         },
         Message::tool("call_1", "get_weather", "sunny", ToolStatus::Success),
     ]
@@ -62,11 +66,7 @@ fn messages_and_tools_become_the_openai_request() {
         "tool_choice".to_owned(),
         json!({"type": "function", "function": {"name": "get_weather"}}),
     );
-    let request = ModelRequest {
-        messages: &messages,
-        tools: &tools,
-        images: &[],
-    };
+    let request = ModelRequest::new(&messages, &tools, &[]);
     assert_eq!(config.endpoint(), "http://127.0.0.1:1/v1/chat/completions");
     assert_eq!(
         wire::request_body(&config, &request),
@@ -93,31 +93,9 @@ fn messages_and_tools_become_the_openai_request() {
         })
     );
     // Without visible tools, neither `tools` nor `tool_choice` is sent.
-    let bare = wire::request_body(
-        &config,
-        &ModelRequest {
-            messages: &messages[..2],
-            tools: &[],
-            images: &[],
-        },
-    );
+    let bare = wire::request_body(&config, &ModelRequest::new(&messages[..2], &[], &[]));
     assert!(bare.get("tools").is_none() && bare.get("tool_choice").is_none());
     assert_eq!(bare["temperature"], json!(0));
-}
-
-#[test]
-fn sse_lines_split_across_chunks_are_reassembled() {
-    let mut decoder = SseDecoder::default();
-    assert_eq!(decoder.push(b": keep-alive\r\nda"), []);
-    assert_eq!(
-        decoder.push(b"ta: {\"a\":1}\r\n\r\nevent: x\ndata:{\"b\":2}\n"),
-        [
-            SseEvent::Data("{\"a\":1}".to_owned()),
-            SseEvent::Data("{\"b\":2}".to_owned())
-        ]
-    );
-    assert_eq!(decoder.push(b"data: [DONE]"), []);
-    assert_eq!(decoder.finish(), Some(SseEvent::Done));
 }
 
 fn chunk(delta: Value) -> String {
@@ -127,11 +105,7 @@ fn chunk(delta: Value) -> String {
 #[test]
 fn streamed_deltas_assemble_text_and_tool_calls_by_index() {
     let messages = conversation();
-    let request = ModelRequest {
-        messages: &messages,
-        tools: &[],
-        images: &[],
-    };
+    let request = ModelRequest::new(&messages, &[], &[]);
     let mut assembler = ReplyAssembler::new("smol", &request);
     let chunks = [
         chunk(json!({"role": "assistant", "content": "Checking"})),
@@ -179,20 +153,18 @@ fn streamed_deltas_assemble_text_and_tool_calls_by_index() {
             usage: Some(TokenUsage {
                 input_tokens: 120,
                 output_tokens: 30,
-                total_tokens: 150
+                total_tokens: 150,
+                ..TokenUsage::default()
             }),
             finish_reason: Some("tool_calls".to_owned()),
+            ..ModelReply::default()
         }
     );
 }
 
 #[test]
 fn a_whole_json_completion_is_read_like_a_stream() {
-    let request = ModelRequest {
-        messages: &[],
-        tools: &[],
-        images: &[],
-    };
+    let request = ModelRequest::new(&[], &[], &[]);
     let mut assembler = ReplyAssembler::new("smol", &request);
     assembler
         .push_completion(&json!({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
@@ -206,39 +178,57 @@ fn a_whole_json_completion_is_read_like_a_stream() {
 }
 
 #[test]
-fn invalid_tool_arguments_fail_the_reply_naming_the_tool() {
-    let request = ModelRequest {
-        messages: &[],
-        tools: &[],
-        images: &[],
-    };
+fn invalid_tool_arguments_become_invalid_calls_and_never_calls() {
+    let request = ModelRequest::new(&[], &[], &[]);
     for (arguments, expected) in [
         (
             "{\"city\": \"Par",
-            "model `smol` wrote invalid arguments for tool `get_weather`: not JSON (EOF while parsing a string at line 1 column 13): {\"city\": \"Par",
+            "not JSON (EOF while parsing a string at line 1 column 13): {\"city\": \"Par",
         ),
-        (
-            "[\"Paris\"]",
-            "model `smol` wrote invalid arguments for tool `get_weather`: expected a JSON object, got [\"Paris\"]",
-        ),
+        ("[\"Paris\"]", "expected a JSON object, got [\"Paris\"]"),
     ] {
         let mut assembler = ReplyAssembler::new("smol", &request);
         assembler
-            .push_chunk(&chunk(json!({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "get_weather", "arguments": arguments}}]})))
+            .push_chunk(&chunk(json!({"tool_calls": [
+                {"index": 0, "id": "c", "function": {"name": "get_weather", "arguments": arguments}},
+                {"index": 1, "id": "d", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}},
+            ]})))
             .unwrap();
-        let err = assembler.finish().unwrap_err();
-        assert!(matches!(err, ModelError::InvalidToolArguments { .. }));
-        assert_eq!(err.to_string(), expected);
+        let reply = assembler.finish().unwrap();
+        assert_eq!(reply.tool_calls.len(), 1, "only the valid call is a call");
+        assert_eq!(reply.tool_calls[0].id, "d");
+        assert_eq!(
+            reply.invalid_calls,
+            vec![crate::model::InvalidToolCall {
+                id: "c".into(),
+                name: "get_weather".into(),
+                arguments: arguments.into(),
+                error: expected.into(),
+            }]
+        );
     }
 }
 
 #[test]
+fn reasoning_content_is_kept_apart_from_the_answer() {
+    let request = ModelRequest::new(&[], &[], &[]);
+    let mut assembler = ReplyAssembler::new("deepseek", &request);
+    for delta in [
+        json!({"reasoning_content": "The user greets. "}),
+        json!({"reasoning_content": "Answer briefly."}),
+        json!({"content": "Hello!"}),
+    ] {
+        assembler.push_chunk(&chunk(delta)).unwrap();
+    }
+    let reply = assembler.finish().unwrap();
+    assert_eq!(reply.content, "Hello!");
+    let reasoning = reply.reasoning.unwrap();
+    assert_eq!(reasoning.text, "The user greets. Answer briefly.");
+}
+
+#[test]
 fn error_chunks_and_error_bodies_carry_the_server_message() {
-    let request = ModelRequest {
-        messages: &[],
-        tools: &[],
-        images: &[],
-    };
+    let request = ModelRequest::new(&[], &[], &[]);
     let mut assembler = ReplyAssembler::new("smol", &request);
     let err = assembler
         .push_chunk(
@@ -250,18 +240,24 @@ fn error_chunks_and_error_bodies_carry_the_server_message() {
         "model `smol`: invalid reply: the server reported: context length exceeded"
     );
     assert_eq!(
-        wire::server_message(r#"{"error": {"message": "bad tool_choice"}}"#),
+        crate::model::transport::server_message(r#"{"error": {"message": "bad tool_choice"}}"#),
         "bad tool_choice"
     );
     assert_eq!(
-        wire::server_message(r#"{"detail": "Not Found"}"#),
+        crate::model::transport::server_message(r#"{"detail": "Not Found"}"#),
         "Not Found"
     );
-    assert_eq!(wire::server_message("  plain text\n"), "plain text");
-    assert_eq!(wire::server_message(""), "(empty body)");
+    assert_eq!(
+        crate::model::transport::server_message("  plain text\n"),
+        "plain text"
+    );
+    assert_eq!(crate::model::transport::server_message(""), "(empty body)");
     let long = "é".repeat(2000);
-    let quoted = wire::server_message(&long);
-    assert_eq!(quoted.chars().count(), wire::QUOTE_LIMIT + 1);
+    let quoted = crate::model::transport::server_message(&long);
+    assert_eq!(
+        quoted.chars().count(),
+        crate::model::transport::QUOTE_LIMIT + 1
+    );
     assert!(quoted.ends_with('…'));
 }
 
@@ -339,7 +335,7 @@ fn endpoints_and_keys_fall_back_to_extra_then_environment_then_provider() {
     let claude = model_config("name: c\nuse: langchain_anthropic:ChatAnthropic\nmodel: claude\n");
     assert_eq!(
         OpenAiConfig::from_model_config(&claude, &env).unwrap_err().to_string(),
-        "model `c`: `use: langchain_anthropic:ChatAnthropic` is not an OpenAI-compatible provider Antler knows; set `base_url` to its OpenAI-compatible endpoint"
+        "model `c`: Antler has no client for `use: langchain_anthropic:ChatAnthropic`; set `provider:` to one of openai, openai_responses, azure_openai, anthropic, gemini, ollama (or give a `base_url` to speak to it as OpenAI-compatible)"
     );
 
     let bad = model_config("name: b\nuse: langchain_openai:ChatOpenAI\nmodel: m\nbase_url: localhost:8000\nmax_retries: -1\n");
@@ -394,7 +390,7 @@ fn model_from_config_picks_by_name_or_builds_the_environment_default() {
         ("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
         ("OPENAI_MODEL", "smollm2"),
     ]);
-    let default = config::select_model_config(&empty, None, &env).unwrap();
+    let default = select_model_config(&empty, None, &env).unwrap();
     assert_eq!(
         (
             default.name.as_str(),

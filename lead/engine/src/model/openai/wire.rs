@@ -1,18 +1,22 @@
 //! The OpenAI chat-completions wire format: the request body built from a run's
-//! messages and visible tools, the SSE framing of a streamed reply, and the assembly of
-//! its deltas (content, and tool calls keyed by `index`) into one [`ModelReply`]. A
-//! non-streamed reply goes through the same assembly as one whole chunk.
+//! messages and visible tools, and the assembly of a reply's deltas (content, reasoning,
+//! and tool calls keyed by `index`) into one [`ModelReply`]. A non-streamed reply goes
+//! through the same assembly as one whole chunk.
 
 use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
 use super::config::OpenAiConfig;
-use crate::model::{ImagePart, ModelError, ModelReply, ModelRequest};
-use crate::thread::state::{Message, TokenUsage, ToolCall};
+use crate::model::stream::StreamItem;
+use crate::model::transport::quote;
+use crate::model::transport::{error_text, Flow, ReplyReader};
+use crate::model::{ImagePart, InvalidToolCall, ModelError, ModelReply, ModelRequest};
+use crate::thread::state::{Message, Reasoning, ReplayItem, TokenUsage, ToolCall};
 
-/// The longest slice of server or model text quoted in an error.
-pub const QUOTE_LIMIT: usize = 500;
+/// The provider tag of the reasoning an OpenAI-compatible server wrote (its `item` names
+/// the key the server used: `reasoning_content` or `reasoning`).
+pub const REPLAY_PROVIDER: &str = "openai_chat";
 
 /// The request body: `model`, `messages`, `stream: true`, `tools` (omitted when none
 /// are visible, and `tool_choice` with them) and the configured parameters.
@@ -102,55 +106,6 @@ pub fn message_json(message: &Message) -> Value {
     }
 }
 
-/// One SSE event's payload.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SseEvent {
-    /// A `data:` payload (a JSON chunk).
-    Data(String),
-    /// `data: [DONE]`: the reply is complete.
-    Done,
-}
-
-/// Splits a byte stream into SSE `data:` payloads; comments, `event:`, `id:` and blank
-/// lines are skipped. Lines may end in `\n` or `\r\n` and may be split across chunks.
-#[derive(Debug, Default)]
-pub struct SseDecoder {
-    pending: Vec<u8>,
-}
-
-impl SseDecoder {
-    /// The events completed by `bytes`.
-    pub fn push(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
-        self.pending.extend_from_slice(bytes);
-        let mut events = Vec::new();
-        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.pending.drain(..=end).collect();
-            events.extend(Self::line_event(&line[..end]));
-        }
-        events
-    }
-
-    /// The event of a last line that had no newline.
-    pub fn finish(&mut self) -> Option<SseEvent> {
-        let line = std::mem::take(&mut self.pending);
-        Self::line_event(&line)
-    }
-
-    fn line_event(line: &[u8]) -> Option<SseEvent> {
-        let line = String::from_utf8_lossy(line);
-        let line = line.trim_end_matches('\r');
-        let data = line.strip_prefix("data:")?;
-        let data = data.strip_prefix(' ').unwrap_or(data);
-        if data.trim() == "[DONE]" {
-            Some(SseEvent::Done)
-        } else if data.trim().is_empty() {
-            None
-        } else {
-            Some(SseEvent::Data(data.to_owned()))
-        }
-    }
-}
-
 /// A tool call being streamed.
 #[derive(Debug, Default)]
 struct PartialCall {
@@ -168,6 +123,9 @@ pub struct ReplyAssembler {
     calls: BTreeMap<u64, PartialCall>,
     finish_reason: Option<String>,
     usage: Option<TokenUsage>,
+    reasoning: String,
+    /// The key the server wrote its reasoning under, to send it back under the same.
+    reasoning_key: Option<&'static str>,
 }
 
 impl ReplyAssembler {
@@ -185,6 +143,8 @@ impl ReplyAssembler {
             calls: BTreeMap::new(),
             finish_reason: None,
             usage: None,
+            reasoning: String::new(),
+            reasoning_key: None,
         }
     }
 
@@ -194,12 +154,20 @@ impl ReplyAssembler {
         self.finish_reason.is_some()
     }
 
-    /// Adds one streamed chunk (`choices[0].delta`).
-    pub fn push_chunk(&mut self, data: &str) -> Result<(), ModelError> {
-        let chunk: Value = serde_json::from_str(data).map_err(|e| {
-            self.invalid(format!("a stream chunk is not JSON ({e}): {}", quote(data)))
-        })?;
-        self.push_value(&chunk, "delta")
+    /// Adds one streamed chunk (`choices[0].delta`); `[DONE]` ends the reply.
+    pub fn push_chunk(&mut self, data: &str) -> Result<Flow, ModelError> {
+        // A server that sends several `data:` lines without a blank line between them.
+        for line in data.split('\n').filter(|l| !l.trim().is_empty()) {
+            let line = line.strip_prefix("data:").map_or(line, str::trim_start);
+            if line.trim() == "[DONE]" {
+                return Ok(Flow::Done);
+            }
+            let chunk: Value = serde_json::from_str(line).map_err(|e| {
+                self.invalid(format!("a stream chunk is not JSON ({e}): {}", quote(line)))
+            })?;
+            self.push_value(&chunk, "delta")?;
+        }
+        Ok(Flow::Continue)
     }
 
     /// Adds a whole non-streamed completion (`choices[0].message`).
@@ -233,6 +201,13 @@ impl ReplyAssembler {
         if let Some(text) = delta.get("content").and_then(Value::as_str) {
             self.content.push_str(text);
         }
+        // DeepSeek, Qwen, MiMo, StepFun: `reasoning_content`; vLLM: `reasoning`.
+        for key in ["reasoning_content", "reasoning"] {
+            if let Some(text) = delta.get(key).and_then(Value::as_str) {
+                self.reasoning.push_str(text);
+                self.reasoning_key.get_or_insert(key);
+            }
+        }
         let calls = delta.get("tool_calls").and_then(Value::as_array);
         for (position, call) in calls.into_iter().flatten().enumerate() {
             let index = call
@@ -264,41 +239,51 @@ impl ReplyAssembler {
     }
 
     /// The assembled reply: id `ai-{turn}` like the scripted model's, tool calls in
-    /// `index` order, a missing call id made `call-{turn}-{n}`. Arguments that are not a
-    /// JSON object fail the reply with [`ModelError::InvalidToolArguments`] (empty
-    /// arguments are `{}`).
+    /// `index` order, a missing call id made `call-{turn}-{n}`. A call whose arguments
+    /// are not a JSON object is not a call: it is an [`InvalidToolCall`] (empty arguments
+    /// are `{}`), so no half-parsed call reaches a tool.
     pub fn finish(self) -> Result<ModelReply, ModelError> {
         let turn = self.turn;
         let mut tool_calls = Vec::with_capacity(self.calls.len());
+        let mut invalid_calls = Vec::new();
         for (n, call) in self.calls.into_values().enumerate() {
-            if call.name.is_empty() {
-                return Err(ModelError::InvalidReply {
-                    model: self.model,
-                    message: format!("tool call {} has no function name", n + 1),
-                });
-            }
-            let args = parse_arguments(&call.arguments).map_err(|message| {
-                ModelError::InvalidToolArguments {
-                    model: self.model.clone(),
-                    tool: call.name.clone(),
-                    message,
-                }
-            })?;
             let id = if call.id.is_empty() {
                 format!("call-{turn}-{}", n + 1)
             } else {
                 call.id
             };
-            tool_calls.push(ToolCall {
-                id,
-                name: call.name,
-                args,
-            });
+            match parse_arguments(&call.arguments) {
+                Ok(args) => tool_calls.push(ToolCall {
+                    id,
+                    name: call.name,
+                    args,
+                }),
+                Err(error) => invalid_calls.push(InvalidToolCall {
+                    id,
+                    name: call.name,
+                    arguments: quote(&call.arguments),
+                    error,
+                }),
+            }
         }
+        let reasoning = (!self.reasoning.is_empty()).then(|| Reasoning {
+            text: self.reasoning,
+            replay: self
+                .reasoning_key
+                .map(|key| {
+                    vec![ReplayItem {
+                        provider: REPLAY_PROVIDER.to_owned(),
+                        item: json!({ "key": key }),
+                    }]
+                })
+                .unwrap_or_default(),
+        });
         Ok(ModelReply {
             id: format!("ai-{turn}"),
             content: self.content,
             tool_calls,
+            invalid_calls,
+            reasoning,
             usage: self.usage,
             finish_reason: self.finish_reason,
         })
@@ -323,10 +308,25 @@ fn read_usage(usage: &Value) -> Option<TokenUsage> {
         return None;
     }
     let (input, output) = (input.unwrap_or(0), output.unwrap_or(0));
+    let detail = |outer: &[&str], inner: &str| {
+        outer
+            .iter()
+            .find_map(|o| usage.get(*o)?.get(inner)?.as_u64())
+            .unwrap_or(0)
+    };
     Some(TokenUsage {
         input_tokens: input,
         output_tokens: output,
         total_tokens: total.unwrap_or(input + output),
+        cache_read_input_tokens: detail(
+            &["prompt_tokens_details", "input_tokens_details"],
+            "cached_tokens",
+        ),
+        cache_creation_input_tokens: 0,
+        reasoning_tokens: detail(
+            &["completion_tokens_details", "output_tokens_details"],
+            "reasoning_tokens",
+        ),
     })
 }
 
@@ -345,40 +345,20 @@ fn parse_arguments(arguments: &str) -> Result<Value, String> {
     }
 }
 
-/// The message of an OpenAI-style error body (`{"error": {"message"}}`, `{"error": "…"}`,
-/// FastAPI's `{"detail": …}`), else the body itself; truncated.
-pub fn server_message(body: &str) -> String {
-    let parsed: Option<Value> = serde_json::from_str(body).ok();
-    let text = match parsed {
-        Some(value) => match (value.get("error"), value.get("detail")) {
-            (Some(error), _) => error_text(error),
-            (None, Some(Value::String(detail))) => detail.clone(),
-            (None, Some(detail)) => detail.to_string(),
-            (None, None) => body.trim().to_owned(),
-        },
-        None => body.trim().to_owned(),
-    };
-    if text.is_empty() {
-        "(empty body)".to_owned()
-    } else {
-        quote(&text)
+impl ReplyReader for ReplyAssembler {
+    fn item(&mut self, item: &StreamItem) -> Result<Flow, ModelError> {
+        self.push_chunk(&item.data)
     }
-}
 
-fn error_text(error: &Value) -> String {
-    match error {
-        Value::String(s) => s.clone(),
-        other => match other.get("message").and_then(Value::as_str) {
-            Some(message) => message.to_owned(),
-            None => other.to_string(),
-        },
+    fn whole(&mut self, body: &Value) -> Result<(), ModelError> {
+        self.push_completion(body)
     }
-}
 
-/// `text` cut to [`QUOTE_LIMIT`] characters, with `…` when cut.
-pub fn quote(text: &str) -> String {
-    match text.char_indices().nth(QUOTE_LIMIT) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
+    fn finished(&self) -> bool {
+        ReplyAssembler::finished(self)
+    }
+
+    fn finish(self) -> Result<ModelReply, ModelError> {
+        ReplyAssembler::finish(self)
     }
 }

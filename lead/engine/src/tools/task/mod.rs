@@ -399,6 +399,7 @@ mod tests {
             input_tokens: 5,
             output_tokens: 2,
             total_tokens: 7,
+            ..TokenUsage::default()
         };
         let kwargs = done.additional_kwargs();
         let brief = kwargs["subagent_result_brief"].as_str().unwrap();

@@ -1,0 +1,221 @@
+//! Which client speaks to a `models:` entry. DeerFlow's `use:` ids map to Antler's
+//! providers ([`Provider::of_use`]); an explicit `provider:` key overrides, and
+//! `use_responses_api: true` or `wire_api: responses` selects OpenAI's Responses API. An
+//! entry no provider can speak is an error when the config is checked, not at the first
+//! run: [`check_model_entry`] builds the client's settings without a connection.
+
+use std::sync::Arc;
+
+use antler_protocol::config::{AppConfig, ModelConfig};
+
+use super::entry::{extra_bool, extra_str, select_model_config};
+use super::openai::OpenAiModel;
+use super::{ChatModel, ModelError};
+
+/// The providers Antler has a client for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Provider {
+    /// OpenAI's chat completions and every server compatible with it.
+    OpenAi,
+    /// OpenAI's Responses API.
+    OpenAiResponses,
+    /// Azure OpenAI's deployments (chat completions).
+    AzureOpenAi,
+    /// Anthropic's Messages API.
+    Anthropic,
+    /// Google's Gemini API (`generateContent`).
+    Gemini,
+    /// Ollama's native `/api/chat`.
+    Ollama,
+}
+
+/// The values `provider:` takes, in [`Provider`]'s order.
+pub const PROVIDER_NAMES: &[&str] = &[
+    "openai",
+    "openai_responses",
+    "azure_openai",
+    "anthropic",
+    "gemini",
+    "ollama",
+];
+
+/// DeerFlow's `use:` ids and the provider each maps to (spec D.3).
+pub const USE_IDS: &[(&str, Provider)] = &[
+    ("langchain_openai:ChatOpenAI", Provider::OpenAi),
+    ("langchain_deepseek:ChatDeepSeek", Provider::OpenAi),
+    (
+        "deerflow.models.patched_openai:PatchedChatOpenAI",
+        Provider::OpenAi,
+    ),
+    (
+        "deerflow.models.patched_deepseek:PatchedChatDeepSeek",
+        Provider::OpenAi,
+    ),
+    (
+        "deerflow.models.patched_mimo:PatchedChatMiMo",
+        Provider::OpenAi,
+    ),
+    (
+        "deerflow.models.patched_stepfun:PatchedChatStepFun",
+        Provider::OpenAi,
+    ),
+    (
+        "deerflow.models.patched_minimax:PatchedChatMiniMax",
+        Provider::OpenAi,
+    ),
+    (
+        "deerflow.models.vllm_provider:VllmChatModel",
+        Provider::OpenAi,
+    ),
+    (
+        "deerflow.models.mindie_provider:MindIEChatModel",
+        Provider::OpenAi,
+    ),
+    ("langchain_openai:AzureChatOpenAI", Provider::AzureOpenAi),
+    ("langchain_anthropic:ChatAnthropic", Provider::Anthropic),
+    (
+        "deerflow.models.claude_provider:ClaudeChatModel",
+        Provider::Anthropic,
+    ),
+    (
+        "langchain_google_genai:ChatGoogleGenerativeAI",
+        Provider::Gemini,
+    ),
+    ("langchain_ollama:ChatOllama", Provider::Ollama),
+    (
+        "deerflow.models.openai_codex_provider:CodexChatModel",
+        Provider::OpenAiResponses,
+    ),
+];
+
+impl Provider {
+    /// The provider of a DeerFlow `use:` id (`None`: not one Antler knows).
+    pub fn of_use(use_: &str) -> Option<Provider> {
+        USE_IDS
+            .iter()
+            .find(|(id, _)| *id == use_)
+            .map(|(_, provider)| *provider)
+    }
+
+    /// The provider named by a `provider:` value.
+    pub fn of_name(name: &str) -> Option<Provider> {
+        let name = name.trim().to_ascii_lowercase().replace('-', "_");
+        Some(match name.as_str() {
+            "openai" | "openai_chat" | "openai_compatible" => Provider::OpenAi,
+            "openai_responses" | "responses" => Provider::OpenAiResponses,
+            "azure_openai" | "azure" => Provider::AzureOpenAi,
+            "anthropic" | "claude" => Provider::Anthropic,
+            "gemini" | "google" | "google_genai" => Provider::Gemini,
+            "ollama" => Provider::Ollama,
+            _ => return None,
+        })
+    }
+
+    /// The name `provider:` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Provider::OpenAi => PROVIDER_NAMES[0],
+            Provider::OpenAiResponses => PROVIDER_NAMES[1],
+            Provider::AzureOpenAi => PROVIDER_NAMES[2],
+            Provider::Anthropic => PROVIDER_NAMES[3],
+            Provider::Gemini => PROVIDER_NAMES[4],
+            Provider::Ollama => PROVIDER_NAMES[5],
+        }
+    }
+
+    /// The provider an entry is spoken to with: `provider:` when given, else its `use:`
+    /// (an unknown `use:` with a `base_url` is OpenAI-compatible); the Responses API
+    /// instead of chat completions when `use_responses_api: true` or
+    /// `wire_api: responses` (OpenAI and Azure entries).
+    pub fn of_entry(entry: &ModelConfig) -> Result<Provider, ModelError> {
+        let invalid = |message: String| ModelError::InvalidConfig {
+            model: entry.name.clone(),
+            message,
+        };
+        let provider = match extra_str(&entry.extra, "provider") {
+            Some(name) => Provider::of_name(&name).ok_or_else(|| {
+                invalid(format!(
+                    "provider `{name}` is not one Antler speaks: one of {}",
+                    PROVIDER_NAMES.join(", ")
+                ))
+            })?,
+            None => match Provider::of_use(&entry.use_) {
+                Some(provider) => provider,
+                None if has_base_url(entry) => Provider::OpenAi,
+                None => {
+                    return Err(ModelError::UnsupportedProvider {
+                        model: entry.name.clone(),
+                        use_: entry.use_.clone(),
+                    })
+                }
+            },
+        };
+        let responses = extra_bool(entry, "use_responses_api")?.unwrap_or(false)
+            || extra_str(&entry.extra, "wire_api").is_some_and(|w| w == "responses");
+        Ok(match provider {
+            Provider::OpenAi if responses => Provider::OpenAiResponses,
+            other => other,
+        })
+    }
+}
+
+fn has_base_url(entry: &ModelConfig) -> bool {
+    entry
+        .base_url
+        .as_deref()
+        .is_some_and(|b| !b.trim().is_empty())
+        || ["api_base", "openai_api_base"]
+            .iter()
+            .any(|k| extra_str(&entry.extra, k).is_some())
+}
+
+/// The chat model a run uses: `models:` entry `name` (the first when `None`), or, with
+/// no `models:` at all, the default model the environment describes
+/// (`OPENAI_BASE_URL`/`ANTLER_MODEL_BASE_URL`, `OPENAI_MODEL`/`ANTLER_MODEL`,
+/// `OPENAI_API_KEY`). `env` looks up environment variables
+/// (`antler_protocol::config::env::process_env` in production).
+pub fn model_from_config(
+    app: &AppConfig,
+    name: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn ChatModel>, ModelError> {
+    let entry = select_model_config(app, name, env)?;
+    model_from_entry(&entry, env)
+}
+
+/// The client of one `models:` entry.
+pub fn model_from_entry(
+    entry: &ModelConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn ChatModel>, ModelError> {
+    match Provider::of_entry(entry)? {
+        Provider::OpenAi => Ok(Arc::new(OpenAiModel::from_model_config(entry, env)?)),
+        other => Err(not_built(entry, other)),
+    }
+}
+
+/// Whether `entry` can be spoken to: its provider, endpoint, key lookups and settings,
+/// without connecting (`antler config check`).
+pub fn check_model_entry(
+    entry: &ModelConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Provider, ModelError> {
+    let provider = Provider::of_entry(entry)?;
+    match provider {
+        Provider::OpenAi => {
+            super::openai::OpenAiConfig::from_model_config(entry, env)?;
+        }
+        other => return Err(not_built(entry, other)),
+    }
+    Ok(provider)
+}
+
+fn not_built(entry: &ModelConfig, provider: Provider) -> ModelError {
+    ModelError::InvalidConfig {
+        model: entry.name.clone(),
+        message: format!(
+            "the {} client is not available in this build",
+            provider.name()
+        ),
+    }
+}
