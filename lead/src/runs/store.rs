@@ -546,21 +546,22 @@ impl CheckpointStore {
         rows.next().transpose()?.map(record).transpose()
     }
 
+    /// The ids of `user`'s runs in `status` (read from the runs table alone: no checkpoint
+    /// is read).
+    pub fn run_ids(&self, user: &str, status: RunStatus) -> Result<Vec<String>, CheckpointError> {
+        let db = self.db();
+        let mut statement =
+            db.prepare("SELECT run_id FROM runs WHERE user_id = ?1 AND status = ?2")?;
+        let ids = statement
+            .query_map(params![user, status.as_str()], |row| row.get(0))?
+            .collect::<Result<Vec<String>, _>>()?;
+        Ok(ids)
+    }
+
     /// What the runs list shows of the newest `limit` runs (of `user`, with `status`):
     /// the record, when it started and ended, the tokens and tool calls of its last
     /// checkpoint, and its delivery receipt. Read by SQLite's JSON functions, so no state
     /// is decoded here.
-    /// How many runs of `user` are in `status` (an index count: no checkpoint is read).
-    pub fn count_runs(&self, user: &str, status: RunStatus) -> Result<usize, CheckpointError> {
-        let db = self.db();
-        let n: i64 = db.query_row(
-            "SELECT COUNT(*) FROM runs WHERE user_id = ?1 AND status = ?2",
-            params![user, status.as_str()],
-            |row| row.get(0),
-        )?;
-        Ok(usize::try_from(n).unwrap_or(0))
-    }
-
     pub fn list_summaries(
         &self,
         user: Option<&str>,
