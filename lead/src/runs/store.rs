@@ -4,10 +4,10 @@
 //! step that exists is a no-op, so a replayed step is never applied twice.
 //! The store also keeps ended runs' events, receipts and the shared MCP credentials.
 //! [`CheckpointStore`] is the engine's `Journal` for the lead's runs (`journal`). Its
-//! synchronous methods are for code that may block (the CLI, tests). The `RunManager`,
-//! the write probe (`probe`) and the credentials relay go through
-//! [`CheckpointStore::call`] to the store's own thread (`thread`); the run loop's journal
-//! writes run on the blocking pool (`journal`). Neither runs on an actor's thread.
+//! synchronous methods are for code that may block (the CLI, tests). Everything
+//! asynchronous (the run loop's journal writes, the `RunManager`, the write probe in
+//! `probe`, the credentials relay) goes through [`CheckpointStore::call`] to the store's
+//! own thread (`thread`), in the order it was sent, never onto an actor's thread.
 
 mod journal;
 mod probe;
