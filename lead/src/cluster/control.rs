@@ -32,6 +32,7 @@ use crate::cluster::supervisor::{GetLinks, GetStatus, LinkEntry, LinkTable, Supe
 use crate::runs::hosts;
 use crate::runs::manager::{self, RunManager};
 use crate::runs::prepare::PrepareError;
+use crate::subagents::dispatcher::SubagentDispatcher;
 
 /// The replica of `role` that `key` (a sandbox id) is pinned to: the one a run's own calls
 /// pick ([`hosts::pinned_by`]).
@@ -144,7 +145,6 @@ impl Service for LeadService {
     }
 
     fn call(&self, request: Request, call: Call) -> BoxFuture<'static, Result<Reply, RemoteError>> {
-        let supervisor = self.supervisor.clone();
         match request {
             Request::Control(ControlRequest::Ping { payload }) => {
                 Box::pin(async move { Ok(Reply::Control(ControlReply::Pong { payload })) })
@@ -158,180 +158,51 @@ impl Service for LeadService {
                 let trace = call.trace.clone();
                 Box::pin(async move { Ok(Reply::Control(chaos.stop(actor, trace).await?)) })
             }
-            Request::Lead(LeadRequest::Status) => {
-                let lead = self.lead_status();
-                let dispatcher = self.scaling.dispatcher().clone();
-                Box::pin(async move {
-                    let mut all = vec![lead];
-                    all.extend(supervisor.send(GetStatus).await.map_err(unavailable)?);
-                    scaling::with_slots(&mut all, &dispatcher).await;
-                    Ok(Reply::Lead(LeadReply::Status(all)))
-                })
+            Request::Lead(LeadRequest::Status) => Box::pin(status(
+                self.lead_status(),
+                self.supervisor.clone(),
+                self.scaling.dispatcher().clone(),
+            )),
+            Request::Lead(LeadRequest::PingPeers { role }) => {
+                Box::pin(ping_peers(self.supervisor.clone(), role, call))
             }
-            Request::Lead(LeadRequest::PingPeers { role }) => Box::pin(async move {
-                let links = supervisor.send(GetLinks).await.map_err(unavailable)?;
-                let pings = links
-                    .into_iter()
-                    .filter(|(r, ..)| role.is_none_or(|want| want == *r))
-                    .map(|(role, index, address, link)| {
-                        let trace = TraceContext {
-                            run_id: call.trace.run_id.clone(),
-                            trace_id: call.trace.trace_id,
-                        };
-                        async move {
-                            let t = Instant::now();
-                            let result = Linked { link: &link, trace }
-                                .ping(b"ping".to_vec(), PEER_PING_TIMEOUT)
-                                .await;
-                            let result = match result {
-                                Ok(payload) if payload == b"ping" => {
-                                    Ok(t.elapsed().as_micros() as u64)
-                                }
-                                Ok(_) => Err("unexpected reply Control::Pong with another payload"
-                                    .to_owned()),
-                                Err(LinkError::Rpc(e)) => Err(e.to_string()),
-                                Err(LinkError::Gone(e)) => Err(format!("link unavailable: {e}")),
-                            };
-                            PeerPing {
-                                role,
-                                index,
-                                address,
-                                result,
-                            }
-                        }
-                    });
-                Ok(Reply::Lead(LeadReply::PingPeers(
-                    futures::future::join_all(pings).await,
-                )))
-            }),
             Request::Lead(LeadRequest::Forward {
                 role,
                 index,
                 request,
                 timeout_ms,
-            }) => {
-                let links = self.links.clone();
-                Box::pin(async move {
-                    if matches!(*request, Request::Control(ControlRequest::ChaosStop { .. })) {
-                        return Err(RemoteError::Failed(
-                        "a ChaosStop goes to the lead itself (antler chaos stop), which routes it"
-                            .into(),
-                    ));
-                    }
-                    // A request pinned to a thread goes to the replica holding the thread,
-                    // whatever index the caller named (it cannot know the replica set).
-                    let entry = match antler_protocol::placement::route(&request) {
-                        antler_protocol::placement::Route::Pinned(key) => {
-                            pinned(&links, role, &key)
-                        }
-                        _ => links.get(&(role, index)).map(|e| e.value().clone()),
-                    };
-                    let Some(entry) = entry else {
-                        return Err(RemoteError::Failed(format!(
-                            "no {role} with index {index} in this cluster"
-                        )));
-                    };
-                    let timeout = Duration::from_millis(timeout_ms as u64);
-                    let reply = match entry.connection() {
-                        Some(conn) => conn.request(*request, call.trace.clone(), timeout).await,
-                        // Down: the link says why.
-                        None => entry
-                            .link
-                            .send(LinkCall {
-                                request: *request,
-                                trace: call.trace.clone(),
-                                timeout,
-                            })
-                            .await
-                            .map_err(|e| RemoteError::Failed(format!("link unavailable: {e}")))?,
-                    }
-                    .map_err(|e| match e {
-                        antler_protocol::RpcError::Remote(r) => r,
-                        other => RemoteError::Failed(format!("{role}: {other}")),
-                    })?;
-                    Ok(Reply::Lead(LeadReply::Forwarded(Box::new(reply))))
-                })
-            }
+            }) => Box::pin(forward(
+                self.links.clone(),
+                role,
+                index,
+                request,
+                Duration::from_millis(timeout_ms as u64),
+                call,
+            )),
             Request::Lead(LeadRequest::SubmitRun(submission)) => {
-                let runs = self.runs.clone();
-                Box::pin(async move {
-                    let run_id = runs
-                        .send(manager::SubmitRun(submission))
-                        .await
-                        .map_err(runs_gone)?
-                        .map_err(|e| RemoteError::Failed(e.to_string()))?;
-                    Ok(Reply::Lead(LeadReply::RunStarted { run_id }))
-                })
+                Box::pin(submit_run(self.runs.clone(), submission))
             }
             Request::Lead(LeadRequest::ResumeRun {
                 run_id,
                 answer,
                 playbook,
-            }) => {
-                let runs = self.runs.clone();
-                Box::pin(async move {
-                    let run_id = runs
-                        .send(manager::ResumeRun {
-                            run_id,
-                            answer,
-                            playbook,
-                        })
-                        .await
-                        .map_err(runs_gone)?
-                        .map_err(|e| RemoteError::Failed(e.to_string()))?;
-                    Ok(Reply::Lead(LeadReply::RunStarted { run_id }))
-                })
-            }
+            }) => Box::pin(resume_run(
+                self.runs.clone(),
+                manager::ResumeRun {
+                    run_id,
+                    answer,
+                    playbook,
+                },
+            )),
             Request::Lead(LeadRequest::GetRun { run_id }) => {
                 let runs = self.runs.clone();
                 Box::pin(async move { run_view(&runs, run_id).await })
             }
             Request::Lead(LeadRequest::WatchRun { run_id }) => {
-                let runs = self.runs.clone();
-                Box::pin(async move {
-                    let log = runs
-                        .send(manager::WatchRun(run_id.clone()))
-                        .await
-                        .map_err(runs_gone)?;
-                    let Some(log) = log else {
-                        return run_view(&runs, run_id).await;
-                    };
-                    let call = &call;
-                    let view = log
-                        .follow(|event| async move {
-                            call.send_item(Reply::Lead(LeadReply::RunEvent {
-                                json: event.to_string(),
-                            }))
-                            .await
-                            .is_ok()
-                        })
-                        .await;
-                    match view {
-                        Some(json) => Ok(Reply::Lead(LeadReply::Run {
-                            json: json.to_string(),
-                        })),
-                        None => Err(RemoteError::Failed("the watcher went away".into())),
-                    }
-                })
+                Box::pin(watch_run(self.runs.clone(), run_id, call))
             }
             Request::Lead(LeadRequest::CancelRun { run_id }) => {
-                let runs = self.runs.clone();
-                Box::pin(async move {
-                    let outcome = runs
-                        .send(manager::CancelRun(run_id.clone()))
-                        .await
-                        .map_err(runs_gone)?;
-                    let (cancelled, status) = match outcome {
-                        Ok(manager::CancelOutcome::Cancelled) => (true, "error".to_owned()),
-                        Err(PrepareError::NotRunning { status, .. }) => (false, status),
-                        Err(e) => return Err(RemoteError::Failed(e.to_string())),
-                    };
-                    Ok(Reply::Lead(LeadReply::RunCancelled {
-                        run_id,
-                        cancelled,
-                        status,
-                    }))
-                })
+                Box::pin(cancel_run(self.runs.clone(), run_id))
             }
             Request::Lead(LeadRequest::AnswerElicitation {
                 run_id,
@@ -373,4 +244,179 @@ impl Service for LeadService {
             }),
         }
     }
+}
+
+/// `Status`: the lead's own row, then every child's from the supervisor, with each
+/// worker's slots from the dispatcher.
+async fn status(
+    lead: ProcessStatus,
+    supervisor: Addr<Supervisor>,
+    dispatcher: Addr<SubagentDispatcher>,
+) -> Result<Reply, RemoteError> {
+    let mut all = vec![lead];
+    all.extend(supervisor.send(GetStatus).await.map_err(unavailable)?);
+    scaling::with_slots(&mut all, &dispatcher).await;
+    Ok(Reply::Lead(LeadReply::Status(all)))
+}
+
+/// `PingPeers`: a ping through each link (of `role`, or all), each with its round trip or
+/// why it failed.
+async fn ping_peers(
+    supervisor: Addr<Supervisor>,
+    role: Option<Role>,
+    call: Call,
+) -> Result<Reply, RemoteError> {
+    let links = supervisor.send(GetLinks).await.map_err(unavailable)?;
+    let pings = links
+        .into_iter()
+        .filter(|(r, ..)| role.is_none_or(|want| want == *r))
+        .map(|(role, index, address, link)| {
+            let trace = TraceContext {
+                run_id: call.trace.run_id.clone(),
+                trace_id: call.trace.trace_id,
+            };
+            async move {
+                let t = Instant::now();
+                let result = Linked { link: &link, trace }
+                    .ping(b"ping".to_vec(), PEER_PING_TIMEOUT)
+                    .await;
+                let result = match result {
+                    Ok(payload) if payload == b"ping" => Ok(t.elapsed().as_micros() as u64),
+                    Ok(_) => Err("unexpected reply Control::Pong with another payload".to_owned()),
+                    Err(LinkError::Rpc(e)) => Err(e.to_string()),
+                    Err(LinkError::Gone(e)) => Err(format!("link unavailable: {e}")),
+                };
+                PeerPing {
+                    role,
+                    index,
+                    address,
+                    result,
+                }
+            }
+        });
+    Ok(Reply::Lead(LeadReply::PingPeers(
+        futures::future::join_all(pings).await,
+    )))
+}
+
+/// `Forward`: `request` to the host of `role` and `index` (or, for a request pinned to a
+/// thread, to the replica holding the thread), its reply relayed.
+async fn forward(
+    links: LinkTable,
+    role: Role,
+    index: u32,
+    request: Box<Request>,
+    timeout: Duration,
+    call: Call,
+) -> Result<Reply, RemoteError> {
+    if matches!(*request, Request::Control(ControlRequest::ChaosStop { .. })) {
+        return Err(RemoteError::Failed(
+            "a ChaosStop goes to the lead itself (antler chaos stop), which routes it".into(),
+        ));
+    }
+    // A request pinned to a thread goes to the replica holding the thread, whatever index
+    // the caller named (it cannot know the replica set).
+    let entry = match antler_protocol::placement::route(&request) {
+        antler_protocol::placement::Route::Pinned(key) => pinned(&links, role, &key),
+        _ => links.get(&(role, index)).map(|e| e.value().clone()),
+    };
+    let Some(entry) = entry else {
+        return Err(RemoteError::Failed(format!(
+            "no {role} with index {index} in this cluster"
+        )));
+    };
+    let reply = match entry.connection() {
+        Some(conn) => conn.request(*request, call.trace.clone(), timeout).await,
+        // Down: the link says why.
+        None => entry
+            .link
+            .send(LinkCall {
+                request: *request,
+                trace: call.trace.clone(),
+                timeout,
+            })
+            .await
+            .map_err(|e| RemoteError::Failed(format!("link unavailable: {e}")))?,
+    }
+    .map_err(|e| match e {
+        antler_protocol::RpcError::Remote(r) => r,
+        other => RemoteError::Failed(format!("{role}: {other}")),
+    })?;
+    Ok(Reply::Lead(LeadReply::Forwarded(Box::new(reply))))
+}
+
+/// `SubmitRun`: the run manager starts the run; its id.
+async fn submit_run(
+    runs: Addr<RunManager>,
+    submission: antler_protocol::messages::RunSubmission,
+) -> Result<Reply, RemoteError> {
+    let run_id = runs
+        .send(manager::SubmitRun(submission))
+        .await
+        .map_err(runs_gone)?
+        .map_err(|e| RemoteError::Failed(e.to_string()))?;
+    Ok(Reply::Lead(LeadReply::RunStarted { run_id }))
+}
+
+/// `ResumeRun`: the run manager drives the run again (with an answer); its id.
+async fn resume_run(
+    runs: Addr<RunManager>,
+    resume: manager::ResumeRun,
+) -> Result<Reply, RemoteError> {
+    let run_id = runs
+        .send(resume)
+        .await
+        .map_err(runs_gone)?
+        .map_err(|e| RemoteError::Failed(e.to_string()))?;
+    Ok(Reply::Lead(LeadReply::RunStarted { run_id }))
+}
+
+/// `WatchRun`: the run's events streamed as items while it is driven, then its view; a
+/// run with no events here is answered its view at once.
+async fn watch_run(
+    runs: Addr<RunManager>,
+    run_id: String,
+    call: Call,
+) -> Result<Reply, RemoteError> {
+    let log = runs
+        .send(manager::WatchRun(run_id.clone()))
+        .await
+        .map_err(runs_gone)?;
+    let Some(log) = log else {
+        return run_view(&runs, run_id).await;
+    };
+    let call = &call;
+    let view = log
+        .follow(|event| async move {
+            call.send_item(Reply::Lead(LeadReply::RunEvent {
+                json: event.to_string(),
+            }))
+            .await
+            .is_ok()
+        })
+        .await;
+    match view {
+        Some(json) => Ok(Reply::Lead(LeadReply::Run {
+            json: json.to_string(),
+        })),
+        None => Err(RemoteError::Failed("the watcher went away".into())),
+    }
+}
+
+/// `CancelRun`: whether the run was cancelled, and its status (`error` once cancelled).
+async fn cancel_run(runs: Addr<RunManager>, run_id: String) -> Result<Reply, RemoteError> {
+    let outcome = runs
+        .send(manager::CancelRun(run_id.clone()))
+        .await
+        .map_err(runs_gone)?;
+    let (cancelled, status) = match outcome {
+        Ok(manager::CancelOutcome::Cancelled) => (true, "error".to_owned()),
+        Err(PrepareError::NotRunning { status, .. }) => (false, status),
+        Err(e) => return Err(RemoteError::Failed(e.to_string())),
+    };
+    Ok(Reply::Lead(LeadReply::RunCancelled {
+        run_id,
+        cancelled,
+        status,
+    }))
 }

@@ -260,32 +260,8 @@ impl RunningCluster {
         front_door: Option<StartFrontDoor>,
     ) -> Result<RunningCluster, ClusterError> {
         antler_protocol::sys::start_heap_trimmer();
-        let runtime =
-            RuntimeDir::open(&spec.runtime_dir).map_err(|source| ClusterError::RuntimeDir {
-                path: spec.runtime_dir.clone(),
-                source,
-            })?;
+        let (runtime, lock) = claim_runtime_dir(&spec).await?;
         let lead_sock = runtime.socket(Role::Lead, 0);
-        let lock = try_lock(&runtime)
-            .map_err(|source| ClusterError::RuntimeDir {
-                path: runtime.root().join(LOCK_FILE),
-                source,
-            })?
-            .ok_or_else(|| ClusterError::AlreadyRunning(runtime.root().to_path_buf()))?;
-        if let Ok(token) = runtime.read_token() {
-            let probe = Identity::new(Role::Cli, "probe", Some(token));
-            if dial(
-                &Address::Unix(lead_sock.clone()),
-                &probe,
-                spec.connection.clone(),
-                None,
-            )
-            .await
-            .is_ok()
-            {
-                return Err(ClusterError::AlreadyRunning(runtime.root().to_path_buf()));
-            }
-        }
         let extensions = extensions_path();
         let plan = ChildPlan {
             runtime: runtime.clone(),
@@ -298,54 +274,9 @@ impl RunningCluster {
             cluster_mode: spec.cluster.is_some(),
             chaos: spec.chaos,
         };
-        if let (true, Some(hosts)) = (spec.chaos, &spec.cluster) {
-            let all: Vec<Address> = hosts
-                .sandbox_hosts
-                .iter()
-                .chain(&hosts.mcp_hosts)
-                .chain(&hosts.workers)
-                .cloned()
-                .collect();
-            crate::cluster::chaos_actors::check_loopback(&all)
-                .await
-                .map_err(ClusterError::ChaosOffLoopback)?;
-        }
-        if spec.chaos {
-            tracing::warn!("chaos mode: actors may be stopped on purpose (antler chaos stop)");
-        }
-        let children = match &spec.cluster {
-            None => {
-                let mut roles = vec![(Role::McpHost, 0), (Role::SandboxHost, 0)];
-                roles.extend((0..spec.workers).map(|i| (Role::Subagent, i)));
-                roles
-                    .into_iter()
-                    .map(|(role, index)| plan.child(role, index))
-                    .collect::<Result<Vec<_>, _>>()?
-            }
-            // Each sandbox-host replica is named; the others are discovered.
-            Some(hosts) => hosts
-                .sandbox_hosts
-                .iter()
-                .enumerate()
-                .map(|(i, a)| ChildSpec::remote(Role::SandboxHost, i as u32, a.clone()))
-                .collect(),
-        };
-        let token = match (&spec.cluster, &spec.cluster_token) {
-            // The hosts know the token their orchestrator gave them; local commands
-            // (`antler status`) read it from the runtime directory.
-            (Some(_), Some(token)) => {
-                runtime_dir::write_private(&runtime.token_path(), token.as_bytes())
-                    .map(|()| token.clone())
-            }
-            (Some(_), None) => return Err(ClusterError::NoClusterToken),
-            // The token of the lead before this one is kept: workers it left running
-            // are adopted, and they know only that token.
-            (None, _) => runtime.read_token().or_else(|_| runtime.generate_token()),
-        }
-        .map_err(|source| ClusterError::RuntimeDir {
-            path: runtime.token_path(),
-            source,
-        })?;
+        check_chaos(&spec).await?;
+        let children = children(&spec, &plan)?;
+        let token = cluster_token(&spec, &runtime)?;
         let tls = match &spec.tls {
             Some(files) => Some(Arc::new(ClusterTls::load(files, Role::Lead)?)),
             None => None,
@@ -359,40 +290,22 @@ impl RunningCluster {
         );
         let links = supervisor.link_table();
         let supervisor = supervisor.start();
-        let discovery = spec.cluster.as_ref().map(|hosts| {
-            let mut entries: Vec<(Role, Address)> = Vec::new();
-            entries.extend(hosts.mcp_hosts.iter().map(|a| (Role::McpHost, a.clone())));
-            entries.extend(hosts.workers.iter().map(|a| (Role::Subagent, a.clone())));
-            crate::cluster::discovery::Discovery::new(
-                supervisor.clone(),
-                entries,
-                hosts.resolve_interval,
-            )
-            .start()
-        });
+        let discovery = start_discovery(&spec, &supervisor);
         let dispatcher =
             crate::subagents::dispatcher::SubagentDispatcher::new(supervisor.clone()).start();
         let runs = start_runs(&spec, &supervisor, &dispatcher, extensions.clone())?;
         // An ephemeral cluster serves one command: it has no HTTP gateway.
         let front_door = match front_door.filter(|_| !spec.ephemeral) {
-            None => Ok(None),
-            Some(start) => start(FrontDoorParts {
-                runtime_root: runtime.root(),
-                extensions,
-                supervisor: supervisor.clone(),
-                runs: runs.clone(),
-                spec: &spec,
-            }),
-        };
-        let front_door = match front_door {
-            Ok(front_door) => front_door,
-            Err(e) => {
-                let _ = supervisor
-                    .send(StopAll {
-                        grace: spec.drain_grace,
-                    })
-                    .await;
-                return Err(e.into());
+            None => None,
+            Some(start) => {
+                let parts = FrontDoorParts {
+                    runtime_root: runtime.root(),
+                    extensions,
+                    supervisor: supervisor.clone(),
+                    runs: runs.clone(),
+                    spec: &spec,
+                };
+                start_front_door(start, parts).await?
             }
         };
         let in_flight = Arc::new(InFlight::default());
@@ -534,6 +447,137 @@ pub fn worker_args(runtime: &RuntimeDir, slots: u32) -> Vec<String> {
         "--drain-grace-s".into(),
         "1800".into(),
     ]
+}
+
+/// The runtime directory, opened and locked for this lead: `AlreadyRunning` when another
+/// lead holds its lock or answers on its control socket.
+async fn claim_runtime_dir(
+    spec: &ClusterSpec,
+) -> Result<(RuntimeDir, std::fs::File), ClusterError> {
+    let runtime =
+        RuntimeDir::open(&spec.runtime_dir).map_err(|source| ClusterError::RuntimeDir {
+            path: spec.runtime_dir.clone(),
+            source,
+        })?;
+    let lock = try_lock(&runtime)
+        .map_err(|source| ClusterError::RuntimeDir {
+            path: runtime.root().join(LOCK_FILE),
+            source,
+        })?
+        .ok_or_else(|| ClusterError::AlreadyRunning(runtime.root().to_path_buf()))?;
+    if let Ok(token) = runtime.read_token() {
+        let probe = Identity::new(Role::Cli, "probe", Some(token));
+        let lead_sock = runtime.socket(Role::Lead, 0);
+        if dial(
+            &Address::Unix(lead_sock),
+            &probe,
+            spec.connection.clone(),
+            None,
+        )
+        .await
+        .is_ok()
+        {
+            return Err(ClusterError::AlreadyRunning(runtime.root().to_path_buf()));
+        }
+    }
+    Ok((runtime, lock))
+}
+
+/// Starts the front door; when it cannot start, the children already started are stopped
+/// before the error is returned.
+async fn start_front_door(
+    start: StartFrontDoor,
+    parts: FrontDoorParts<'_>,
+) -> Result<Option<Box<dyn FrontDoor>>, ClusterError> {
+    let (supervisor, grace) = (parts.supervisor.clone(), parts.spec.drain_grace);
+    match start(parts) {
+        Ok(front_door) => Ok(front_door),
+        Err(e) => {
+            let _ = supervisor.send(StopAll { grace }).await;
+            Err(e.into())
+        }
+    }
+}
+
+/// Chaos mode: refused in cluster mode with a host off loopback; said in the log.
+async fn check_chaos(spec: &ClusterSpec) -> Result<(), ClusterError> {
+    if let (true, Some(hosts)) = (spec.chaos, &spec.cluster) {
+        let all: Vec<Address> = hosts
+            .sandbox_hosts
+            .iter()
+            .chain(&hosts.mcp_hosts)
+            .chain(&hosts.workers)
+            .cloned()
+            .collect();
+        crate::cluster::chaos_actors::check_loopback(&all)
+            .await
+            .map_err(ClusterError::ChaosOffLoopback)?;
+    }
+    if spec.chaos {
+        tracing::warn!("chaos mode: actors may be stopped on purpose (antler chaos stop)");
+    }
+    Ok(())
+}
+
+/// The children the supervisor starts (one mcp-host, one sandbox-host and the workers),
+/// or in cluster mode the named sandbox-host replicas (the others are discovered).
+fn children(spec: &ClusterSpec, plan: &ChildPlan) -> Result<Vec<ChildSpec>, ClusterError> {
+    match &spec.cluster {
+        None => {
+            let mut roles = vec![(Role::McpHost, 0), (Role::SandboxHost, 0)];
+            roles.extend((0..spec.workers).map(|i| (Role::Subagent, i)));
+            roles
+                .into_iter()
+                .map(|(role, index)| plan.child(role, index))
+                .collect()
+        }
+        Some(hosts) => Ok(hosts
+            .sandbox_hosts
+            .iter()
+            .enumerate()
+            .map(|(i, a)| ChildSpec::remote(Role::SandboxHost, i as u32, a.clone()))
+            .collect()),
+    }
+}
+
+/// The lead's token: in cluster mode the orchestrator's (written to the runtime directory
+/// for local commands), else the previous lead's, or a new one.
+fn cluster_token(spec: &ClusterSpec, runtime: &RuntimeDir) -> Result<String, ClusterError> {
+    match (&spec.cluster, &spec.cluster_token) {
+        // The hosts know the token their orchestrator gave them; local commands
+        // (`antler status`) read it from the runtime directory.
+        (Some(_), Some(token)) => {
+            runtime_dir::write_private(&runtime.token_path(), token.as_bytes())
+                .map(|()| token.clone())
+        }
+        (Some(_), None) => return Err(ClusterError::NoClusterToken),
+        // The token of the lead before this one is kept: workers it left running
+        // are adopted, and they know only that token.
+        (None, _) => runtime.read_token().or_else(|_| runtime.generate_token()),
+    }
+    .map_err(|source| ClusterError::RuntimeDir {
+        path: runtime.token_path(),
+        source,
+    })
+}
+
+/// Cluster mode's discovery of the mcp-host and worker replicas, running as long as the
+/// cluster.
+fn start_discovery(
+    spec: &ClusterSpec,
+    supervisor: &Addr<Supervisor>,
+) -> Option<Addr<crate::cluster::discovery::Discovery>> {
+    spec.cluster.as_ref().map(|hosts| {
+        let mut entries: Vec<(Role, Address)> = Vec::new();
+        entries.extend(hosts.mcp_hosts.iter().map(|a| (Role::McpHost, a.clone())));
+        entries.extend(hosts.workers.iter().map(|a| (Role::Subagent, a.clone())));
+        crate::cluster::discovery::Discovery::new(
+            supervisor.clone(),
+            entries,
+            hosts.resolve_interval,
+        )
+        .start()
+    })
 }
 
 fn start_runs(

@@ -3,18 +3,61 @@
 //! cancel. A run another user owns is 404 to a member ([`VisibleRun`]); every route
 //! asks the `RunManager` by message.
 
-use actix_web::{web, HttpResponse};
+use actix_web::{http::StatusCode, web, HttpResponse};
+use antler_protocol::messages::PlaybookSource;
 use serde_json::{json, Value};
 
 use super::{
     body, error, quota, secrets, Principal, Refusal, State, MAX_ANSWER_BODY, MAX_RUN_BODY,
 };
 use crate::runs::manager;
+use crate::runs::prepare::PrepareError;
 
 /// The header that makes a run's submission safe to repeat.
 pub(super) const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 /// The longest idempotency key.
 pub(super) const MAX_IDEMPOTENCY_KEY: usize = 200;
+
+/// A submission refused before it reaches the run manager: the status and the detail
+/// the client is answered.
+struct Refused(StatusCode, String);
+
+impl Refused {
+    fn response(self) -> HttpResponse {
+        error(self.0, self.1)
+    }
+}
+
+/// The body of `POST /api/runs`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubmitBody {
+    task: String,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    thread: Option<String>,
+    /// A file of `antler.playbook_dirs`, by its relative name.
+    #[serde(default)]
+    playbook: Option<String>,
+    /// The playbook's YAML.
+    #[serde(default)]
+    playbook_yaml: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    clarification: bool,
+    #[serde(default)]
+    agent: Option<String>,
+    #[serde(default)]
+    bootstrap: bool,
+    /// `false`: nobody talks to the run, so `ask_clarification` is not offered.
+    #[serde(default)]
+    interactive: Option<bool>,
+    /// `true`: the run is offered `task` (subagents on the cluster's workers).
+    #[serde(default)]
+    subagents: Option<bool>,
+}
 
 /// `POST /api/runs` with `{"task", "user"?, "thread"?, "playbook"?, "model"?,
 /// "clarification"?}`: starts a run in the lead; 201 with `{"run_id", "status"}`. With an
@@ -24,78 +67,20 @@ pub(super) async fn post_run(
     req: actix_web::HttpRequest,
     payload: web::Payload,
 ) -> HttpResponse {
-    use actix_web::http::StatusCode;
     let Some(principal) = principal_of(&req) else {
         return Refusal::Credential.response();
     };
-    let body = match body::read_body(payload, MAX_RUN_BODY).await {
+    let mut body = match submit_body(payload).await {
         Ok(body) => body,
         Err(response) => return response,
     };
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Body {
-        task: String,
-        #[serde(default)]
-        user: Option<String>,
-        #[serde(default)]
-        thread: Option<String>,
-        /// A file of `antler.playbook_dirs`, by its relative name.
-        #[serde(default)]
-        playbook: Option<String>,
-        /// The playbook's YAML.
-        #[serde(default)]
-        playbook_yaml: Option<String>,
-        #[serde(default)]
-        model: Option<String>,
-        #[serde(default)]
-        clarification: bool,
-        #[serde(default)]
-        agent: Option<String>,
-        #[serde(default)]
-        bootstrap: bool,
-        /// `false`: nobody talks to the run, so `ask_clarification` is not offered.
-        #[serde(default)]
-        interactive: Option<bool>,
-        /// `true`: the run is offered `task` (subagents on the cluster's workers).
-        #[serde(default)]
-        subagents: Option<bool>,
-    }
-    let body: Body = match serde_json::from_slice(&body) {
-        Ok(b) => b,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("the body must be a JSON object with a `task` string: {e}"),
-            )
-        }
+    let playbook = match playbook_source(body.playbook.take(), body.playbook_yaml.take()) {
+        Ok(playbook) => playbook,
+        Err(refused) => return refused.response(),
     };
-    if body.task.trim().is_empty() {
-        return error(StatusCode::BAD_REQUEST, "the task is empty");
-    }
-    use antler_protocol::messages::PlaybookSource;
-    let playbook = match (body.playbook, body.playbook_yaml) {
-        (Some(_), Some(_)) => return error(
-            StatusCode::BAD_REQUEST,
-            "send either `playbook` (a name in antler.playbook_dirs) or `playbook_yaml`, not both",
-        ),
-        (Some(name), None) => Some(PlaybookSource::Named(name)),
-        (None, Some(yaml)) => Some(PlaybookSource::Inline(yaml)),
-        (None, None) => None,
-    };
-    // A user's runs are its own; the operator names the user (else `default`).
-    let user = match (&principal.user, body.user) {
-        (_, Some(asked)) if principal.operator => asked,
-        (None, None) => "default".to_owned(),
-        (Some(own), None) => own.clone(),
-        (Some(own), Some(asked)) if &asked == own => asked,
-        (Some(own), Some(_)) => {
-            return error(
-                StatusCode::FORBIDDEN,
-                format!("this token acts as user {own}: a run's user is its principal's"),
-            )
-        }
-        (None, Some(asked)) => asked,
+    let user = match run_user(&principal, body.user.take()) {
+        Ok(user) => user,
+        Err(refused) => return refused.response(),
     };
     // A scripted model scripts every call of the run: a test and demo facility, the
     // operator's unless the operator opened it to everyone.
@@ -103,42 +88,13 @@ pub(super) async fn post_run(
         return error(StatusCode::FORBIDDEN, SCRIPTED_REFUSED);
     }
     if !principal.operator {
-        if let Err(over) = state.quotas.submit(&user) {
-            return over_limit(&over);
-        }
-        let running = state
-            .runs
-            .manager
-            .send(manager::CountRunning { user: user.clone() })
-            .await;
-        match running {
-            Ok(Ok(running)) => {
-                if let Err(over) = state.quotas.concurrent(&user, running) {
-                    return over_limit(&over);
-                }
-            }
-            Ok(Err(e)) => return manager_error(e),
-            Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        if let Err(response) = within_quotas(&state, &user).await {
+            return response;
         }
     }
-    // A client that repeats a submission whose reply it lost (a timeout, a lead restart)
-    // sends the same key, and is answered the first one's run.
-    let idempotency_key = match req.headers().get(IDEMPOTENCY_KEY) {
-        None => None,
-        Some(value) => match value.to_str() {
-            Ok(key)
-                if (1..=MAX_IDEMPOTENCY_KEY).contains(&key.len())
-                    && key.bytes().all(|b| b.is_ascii_graphic()) =>
-            {
-                Some(key.to_owned())
-            }
-            _ => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    format!("the {IDEMPOTENCY_KEY} header must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
-                )
-            }
-        },
+    let idempotency_key = match idempotency_key(&req) {
+        Ok(key) => key,
+        Err(refused) => return refused.response(),
     };
     let submission = antler_protocol::messages::RunSubmission {
         task: body.task,
@@ -158,38 +114,136 @@ pub(super) async fn post_run(
             .filter(|_| !principal.operator || principal.user.is_some()),
         idempotency_key,
     };
-    match state
+    let submitted = state
         .runs
         .manager
         .send(manager::SubmitRun(submission))
-        .await
-    {
+        .await;
+    submitted_reply(submitted)
+}
+
+/// The submission's body, read within [`MAX_RUN_BODY`]: a JSON object with a task that is
+/// not empty.
+async fn submit_body(payload: web::Payload) -> Result<SubmitBody, HttpResponse> {
+    let body = body::read_body(payload, MAX_RUN_BODY).await?;
+    let body: SubmitBody = serde_json::from_slice(&body).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            format!("the body must be a JSON object with a `task` string: {e}"),
+        )
+    })?;
+    if body.task.trim().is_empty() {
+        return Err(error(StatusCode::BAD_REQUEST, "the task is empty"));
+    }
+    Ok(body)
+}
+
+/// The run's playbook: one named in `antler.playbook_dirs`, or sent inline, not both.
+fn playbook_source(
+    named: Option<String>,
+    inline: Option<String>,
+) -> Result<Option<PlaybookSource>, Refused> {
+    match (named, inline) {
+        (Some(_), Some(_)) => Err(Refused(
+            StatusCode::BAD_REQUEST,
+            "send either `playbook` (a name in antler.playbook_dirs) or `playbook_yaml`, not both"
+                .to_owned(),
+        )),
+        (Some(name), None) => Ok(Some(PlaybookSource::Named(name))),
+        (None, Some(yaml)) => Ok(Some(PlaybookSource::Inline(yaml))),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The user the run is for: a user's runs are its own; the operator names the user (else
+/// `default`).
+fn run_user(principal: &Principal, asked: Option<String>) -> Result<String, Refused> {
+    match (&principal.user, asked) {
+        (_, Some(asked)) if principal.operator => Ok(asked),
+        (None, None) => Ok("default".to_owned()),
+        (Some(own), None) => Ok(own.clone()),
+        (Some(own), Some(asked)) if &asked == own => Ok(asked),
+        (Some(own), Some(_)) => Err(Refused(
+            StatusCode::FORBIDDEN,
+            format!("this token acts as user {own}: a run's user is its principal's"),
+        )),
+        (None, Some(asked)) => Ok(asked),
+    }
+}
+
+/// Takes one of `user`'s submissions a minute and checks its running runs against its
+/// limit; the refusal when it is over either.
+async fn within_quotas(state: &State, user: &str) -> Result<(), HttpResponse> {
+    state
+        .quotas
+        .submit(user)
+        .map_err(|over| over_limit(&over))?;
+    let running = state
+        .runs
+        .manager
+        .send(manager::CountRunning {
+            user: user.to_owned(),
+        })
+        .await;
+    match running {
+        Ok(Ok(running)) => state
+            .quotas
+            .concurrent(user, running)
+            .map_err(|over| over_limit(&over)),
+        Ok(Err(e)) => Err(manager_error(e)),
+        Err(e) => Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+    }
+}
+
+/// The request's idempotency key, if it sent one: a client that repeats a submission
+/// whose reply it lost (a timeout, a lead restart) sends the same key, and is answered
+/// the first one's run.
+fn idempotency_key(req: &actix_web::HttpRequest) -> Result<Option<String>, Refused> {
+    let Some(value) = req.headers().get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    match value.to_str() {
+        Ok(key)
+            if (1..=MAX_IDEMPOTENCY_KEY).contains(&key.len())
+                && key.bytes().all(|b| b.is_ascii_graphic()) =>
+        {
+            Ok(Some(key.to_owned()))
+        }
+        _ => Err(Refused(
+            StatusCode::BAD_REQUEST,
+            format!("the {IDEMPOTENCY_KEY} header must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
+        )),
+    }
+}
+
+/// What the run manager said of a submission, as the gateway answers it: 201 with the
+/// run, 400 for a bad id or playbook, 503 with `Retry-After` for the lead's own load, 422
+/// for anything else the run cannot start with.
+fn submitted_reply(
+    submitted: Result<Result<String, PrepareError>, actix::MailboxError>,
+) -> HttpResponse {
+    match submitted {
         Ok(Ok(run_id)) => HttpResponse::Created()
             .insert_header(("Location", format!("/api/runs/{run_id}")))
             .json(json!({"run_id": run_id, "status": "running"})),
-        Ok(Err(
-            e @ (crate::runs::prepare::PrepareError::InvalidId { .. }
-            | crate::runs::prepare::PrepareError::Playbook(_)),
-        )) => error(StatusCode::BAD_REQUEST, e.to_string()),
+        Ok(Err(e @ (PrepareError::InvalidId { .. } | PrepareError::Playbook(_)))) => {
+            error(StatusCode::BAD_REQUEST, e.to_string())
+        }
         // The lead's own load (a host away, busy or slow, the store locked): come back.
-        Ok(Err(e)) if e.is_overload() => {
-            let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
-            busy.headers_mut().insert(
-                actix_web::http::header::RETRY_AFTER,
-                crate::runs::prepare::RETRY_AFTER_S.into(),
-            );
-            busy
-        }
+        Ok(Err(e)) if e.is_overload() => busy(e.to_string()),
         Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
-        Err(e) => {
-            let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
-            busy.headers_mut().insert(
-                actix_web::http::header::RETRY_AFTER,
-                crate::runs::prepare::RETRY_AFTER_S.into(),
-            );
-            busy
-        }
+        Err(e) => busy(e.to_string()),
     }
+}
+
+/// 503 with `Retry-After`: the lead is busy, come back.
+fn busy(detail: String) -> HttpResponse {
+    let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, detail);
+    busy.headers_mut().insert(
+        actix_web::http::header::RETRY_AFTER,
+        crate::runs::prepare::RETRY_AFTER_S.into(),
+    );
+    busy
 }
 
 /// Why a member's run with a playbook is refused.
@@ -198,7 +252,6 @@ pub const SCRIPTED_REFUSED: &str = "scripted models (playbook, playbook_yaml) ar
 /// 429 with `Retry-After` for a user over its own limit; 503 when the gateway as a whole
 /// is full.
 pub(super) fn over_limit(over: &quota::OverLimit) -> HttpResponse {
-    use actix_web::http::StatusCode;
     let status = if over.is_cluster_wide() {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
@@ -214,7 +267,6 @@ pub(super) fn over_limit(over: &quota::OverLimit) -> HttpResponse {
 }
 
 pub(super) async fn view_of(state: &State, run_id: String) -> HttpResponse {
-    use actix_web::http::StatusCode;
     match state.runs.manager.send(manager::GetRun(run_id)).await {
         Ok(Ok(view)) => HttpResponse::Ok().json(view),
         Ok(Err(e @ crate::runs::prepare::PrepareError::UnknownRun(_))) => {
@@ -239,7 +291,6 @@ pub(super) async fn visible(
     req: &actix_web::HttpRequest,
     run_id: &str,
 ) -> Result<(), HttpResponse> {
-    use actix_web::http::StatusCode;
     let Some(principal) = principal_of(req) else {
         return Err(Refusal::Credential.response());
     };
@@ -264,7 +315,6 @@ pub(super) async fn visible(
 
 /// The response to a run manager's failure: 503 for the lead's own load, 500 otherwise.
 pub(super) fn manager_error(e: crate::runs::prepare::PrepareError) -> HttpResponse {
-    use actix_web::http::StatusCode;
     if e.is_overload() {
         error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
     } else {
@@ -339,7 +389,6 @@ pub(super) async fn run_catalog(
     state: web::Data<State>,
     VisibleRun(run_id): VisibleRun,
 ) -> HttpResponse {
-    use actix_web::http::StatusCode;
     match state
         .runs
         .manager
@@ -364,7 +413,6 @@ pub(super) async fn download_artifact(
     VisibleRun(run_id): VisibleRun,
     query: web::Query<std::collections::HashMap<String, String>>,
 ) -> HttpResponse {
-    use actix_web::http::StatusCode;
     let Some(path) = query.get("path").cloned() else {
         return error(
             StatusCode::BAD_REQUEST,
@@ -430,7 +478,6 @@ pub(super) async fn list_runs(
     req: actix_web::HttpRequest,
     query: web::Query<std::collections::HashMap<String, String>>,
 ) -> HttpResponse {
-    use actix_web::http::StatusCode;
     let Some(principal) = principal_of(&req) else {
         return Refusal::Credential.response();
     };
@@ -484,7 +531,6 @@ pub(super) async fn answer_run(
     VisibleRun(run_id): VisibleRun,
     payload: web::Payload,
 ) -> HttpResponse {
-    use actix_web::http::StatusCode;
     let body = match body::read_body(payload, MAX_ANSWER_BODY).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -525,7 +571,6 @@ pub(super) async fn cancel_run(
     state: web::Data<State>,
     VisibleRun(run_id): VisibleRun,
 ) -> HttpResponse {
-    use actix_web::http::StatusCode;
     match state
         .runs
         .manager

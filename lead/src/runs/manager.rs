@@ -15,9 +15,9 @@
 //! The actor and a run's life (launch, drive, what is kept after it ends) are here; its
 //! messages sit beside it by concern: `submit`, `resume` (an answer, a crash, a restart),
 //! `cancel`, `queries` (views, events, lists, owners), `artifacts`, and `sink` (a run's
-//! events into its log and the metrics). The runs store is reached through
-//! [`CheckpointStore::call`](super::store::CheckpointStore::call) (its own thread) or the
-//! journal (a cancel's status, on the blocking pool): no handler touches SQLite.
+//! events into its log and the metrics). The runs store is reached only through its own
+//! thread ([`CheckpointStore::call`](super::store::CheckpointStore::call), or the journal
+//! for a cancel's status): no handler touches SQLite.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

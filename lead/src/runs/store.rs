@@ -4,10 +4,10 @@
 //! step that exists is a no-op, so a replayed step is never applied twice.
 //! The store also keeps ended runs' events, receipts and the shared MCP credentials.
 //! [`CheckpointStore`] is the engine's `Journal` for the lead's runs (`journal`). Its
-//! synchronous methods are for code that may block (the CLI, tests). The `RunManager`,
-//! the write probe (`probe`) and the credentials relay go through
-//! [`CheckpointStore::call`] to the store's own thread (`thread`); the run loop's journal
-//! writes run on the blocking pool (`journal`). Neither runs on an actor's thread.
+//! synchronous methods are for code that may block (the CLI, tests). Everything
+//! asynchronous (the run loop's journal writes, the `RunManager`, the write probe in
+//! `probe`, the credentials relay) goes through [`CheckpointStore::call`] to the store's
+//! own thread (`thread`), in the order it was sent, never onto an actor's thread.
 
 mod journal;
 mod probe;
@@ -546,21 +546,22 @@ impl CheckpointStore {
         rows.next().transpose()?.map(record).transpose()
     }
 
+    /// The ids of `user`'s runs in `status` (read from the runs table alone: no checkpoint
+    /// is read).
+    pub fn run_ids(&self, user: &str, status: RunStatus) -> Result<Vec<String>, CheckpointError> {
+        let db = self.db();
+        let mut statement =
+            db.prepare("SELECT run_id FROM runs WHERE user_id = ?1 AND status = ?2")?;
+        let ids = statement
+            .query_map(params![user, status.as_str()], |row| row.get(0))?
+            .collect::<Result<Vec<String>, _>>()?;
+        Ok(ids)
+    }
+
     /// What the runs list shows of the newest `limit` runs (of `user`, with `status`):
     /// the record, when it started and ended, the tokens and tool calls of its last
     /// checkpoint, and its delivery receipt. Read by SQLite's JSON functions, so no state
     /// is decoded here.
-    /// How many runs of `user` are in `status` (an index count: no checkpoint is read).
-    pub fn count_runs(&self, user: &str, status: RunStatus) -> Result<usize, CheckpointError> {
-        let db = self.db();
-        let n: i64 = db.query_row(
-            "SELECT COUNT(*) FROM runs WHERE user_id = ?1 AND status = ?2",
-            params![user, status.as_str()],
-            |row| row.get(0),
-        )?;
-        Ok(usize::try_from(n).unwrap_or(0))
-    }
-
     pub fn list_summaries(
         &self,
         user: Option<&str>,

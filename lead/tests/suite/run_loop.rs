@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use antler_engine::{
     catalog::{Catalog, ToolSource, ToolSpec},
-    AgentContext, HostError, Message, RunContext, RunEvent, RunLoop, RunSettings, ScriptedModel,
-    StateUpdate, StopReason, ThreadPaths, ToolHosts, ToolState, ToolStatus,
+    AgentContext, HostError, Message, RunBuilder, RunContext, RunEvent, RunLoop, RunOutcome,
+    RunSettings, ScriptedModel, StateUpdate, StopReason, ThreadPaths, ToolHosts, ToolState,
+    ToolStatus,
 };
 use antler_lead::runs::{CheckpointStore, RunStatus};
 use antler_protocol::messages::{Reply, Request};
@@ -91,35 +92,37 @@ impl Fixture {
         CheckpointStore::open(&self.dir.path().join("checkpoints.sqlite")).unwrap()
     }
 
+    /// A run of `playbook` on the fixture's catalog, journaled in its store, with hosts
+    /// that are down.
+    fn builder(&self, run_id: &str, playbook: &str, clarification: bool) -> RunBuilder {
+        RunLoop::builder(
+            self.context(run_id, clarification),
+            Arc::new(ScriptedModel::from_yaml(playbook, "inline").unwrap()),
+            Arc::clone(&self.catalog),
+            Arc::new(UnreachableHosts),
+        )
+        .journal(Arc::new(self.store()))
+        .settings(RunSettings::default())
+    }
+
     fn start(&self, run_id: &str, playbook: &str, clarification: bool) -> RunLoop {
         block_on(
-            RunLoop::builder(
-                self.context(run_id, clarification),
-                Arc::new(ScriptedModel::from_yaml(playbook, "inline").unwrap()),
-                Arc::clone(&self.catalog),
-                Arc::new(UnreachableHosts),
-            )
-            .journal(Arc::new(self.store()))
-            .model_label("scripted")
-            .settings(RunSettings::default())
-            .start("write a report"),
+            self.builder(run_id, playbook, clarification)
+                .model_label("scripted")
+                .start("write a report"),
         )
         .unwrap()
     }
 
+    /// [`Fixture::start`], then the run driven to its end.
+    fn drive(&self, run_id: &str, playbook: &str, clarification: bool) -> (RunLoop, RunOutcome) {
+        let mut run = self.start(run_id, playbook, clarification);
+        let outcome = block_on(run.drive());
+        (run, outcome)
+    }
+
     fn resume(&self, run_id: &str, playbook: &str) -> RunLoop {
-        block_on(
-            RunLoop::builder(
-                self.context(run_id, true),
-                Arc::new(ScriptedModel::from_yaml(playbook, "inline").unwrap()),
-                Arc::clone(&self.catalog),
-                Arc::new(UnreachableHosts),
-            )
-            .journal(Arc::new(self.store()))
-            .settings(RunSettings::default())
-            .resume(),
-        )
-        .unwrap()
+        block_on(self.builder(run_id, playbook, true).resume()).unwrap()
     }
 }
 
@@ -221,8 +224,7 @@ turns:
       - {name: present_files, args: {filepaths: ["/mnt/user-data/outputs/report.md"]}}
   - content: Here is the report.
 "#;
-    let mut run = fixture.start("run-2", playbook, false);
-    let outcome = block_on(run.drive());
+    let (run, outcome) = fixture.drive("run-2", playbook, false);
     assert_eq!(outcome.artifacts, ["/mnt/user-data/outputs/report.md"]);
     assert_eq!(
         tool_message(&run.state().messages, "call-1-1").0,
@@ -244,8 +246,7 @@ turns:
         args: {question: "Which year?", clarification_type: missing_info, options: ["2024", "2025"]}
   - content: Report for the year you chose.
 "#;
-    let mut run = fixture.start("run-3", playbook, true);
-    let outcome = block_on(run.drive());
+    let (run, outcome) = fixture.drive("run-3", playbook, true);
     assert_eq!(outcome.status, RunStatus::Interrupted);
     assert_eq!(
         outcome.question.as_deref(),
@@ -283,8 +284,7 @@ turns:
       - {name: ask_clarification, args: {question: "Which year?"}}
   - content: Assumed 2025.
 "#;
-    let mut run = fixture.start("run-4", playbook, false);
-    let outcome = block_on(run.drive());
+    let (run, outcome) = fixture.drive("run-4", playbook, false);
     assert_eq!(outcome.status, RunStatus::Success);
     assert!(tool_message(&run.state().messages, "call-1-1")
         .0
@@ -343,8 +343,7 @@ fn repeating_the_same_call_is_warned_then_forced_to_stop() {
     let fixture = Fixture::new();
     let turn = "  - tool_calls:\n      - {name: write_file, args: {path: /mnt/user-data/outputs/a.md, content: a}}\n";
     let playbook = format!("turns:\n{}", turn.repeat(6));
-    let mut run = fixture.start("run-6", &playbook, false);
-    let outcome = block_on(run.drive());
+    let (run, outcome) = fixture.drive("run-6", &playbook, false);
     assert_eq!(outcome.status, RunStatus::Success);
     assert_eq!(outcome.stop_reason, Some(StopReason::LoopCapped));
     assert_eq!(

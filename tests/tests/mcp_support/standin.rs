@@ -1,8 +1,10 @@
 //! Stand-ins (named as such: no real MCP server here misbehaves this way on purpose) for
 //! hostile or broken HTTP peers: a recorder that notes every request it gets, an SSE
 //! stream whose `endpoint` event names any URL, a server that answers every request with
-//! a redirect, and a listener that accepts connections and never answers. Each runs on a
-//! thread of the test on a free 127.0.0.1 port and stops when dropped.
+//! a redirect, and a listener that accepts connections and never answers; and for the web
+//! services tools call (an API, a site, a screenshot service), one that answers every
+//! request with the same content. Each runs on a thread of the test on a free 127.0.0.1
+//! port and stops when dropped.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -28,6 +30,11 @@ impl Received {
         let text = text.to_ascii_lowercase();
         self.head.to_ascii_lowercase().contains(&text)
             || self.body.to_ascii_lowercase().contains(&text)
+    }
+
+    /// The request line (`POST /search HTTP/1.1`).
+    pub fn request_line(&self) -> &str {
+        self.head.lines().next().unwrap_or("")
     }
 }
 
@@ -89,6 +96,20 @@ impl StandIn {
                 let _ = stream.write_all(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
             );
+            },
+        ))
+    }
+
+    /// Answers every request with `200 OK`, `content_type` and `body`, and records it.
+    pub fn serving(content_type: &'static str, body: Vec<u8>) -> StandIn {
+        Self::serve(Arc::new(
+            move |_req: &Received, stream: &mut TcpStream, _: &AtomicBool| {
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(&body);
             },
         ))
     }

@@ -192,6 +192,24 @@ pub fn recording_proxy(upstream: &str) -> RecordingServer {
     RecordingServer { base_url, requests }
 }
 
+/// An `extensions_config.json` with no MCP server.
+pub const NO_MCP_SERVERS: &str = r#"{"mcpServers": {}}"#;
+
+/// A directory for [`antler_run`] under /tmp (0755, so a sandbox's user reaches its
+/// threads) holding `config` as config.yaml and `extensions` as extensions_config.json.
+pub fn run_dir(prefix: &str, config: &str, extensions: &str) -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .unwrap();
+    let d = dir.path();
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(d.join("config.yaml"), config).unwrap();
+    std::fs::write(d.join("extensions_config.json"), extensions).unwrap();
+    dir
+}
+
 /// `antler run ARGS --json --config DIR/config.yaml` in `dir`: runtime directory `dir/run`,
 /// data root `dir/base`, extensions `dir/extensions_config.json` (absent: none), no
 /// gateway. The run's view (it must be JSON) and the command's stderr.
@@ -218,6 +236,19 @@ pub fn antler_run(dir: &std::path::Path, args: &[&str]) -> (Value, String) {
     let view = serde_json::from_str(stdout.trim())
         .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
     (view, stderr)
+}
+
+/// `playbook` written to `dir/playbook.yaml` and run with [`antler_run`] on `task`: the
+/// run's view and the tool messages of its last checkpoint.
+pub fn run_playbook(dir: &std::path::Path, task: &str, playbook: &str) -> (Value, Vec<Value>) {
+    let path = dir.join("playbook.yaml");
+    std::fs::write(&path, playbook).unwrap();
+    let (view, _) = antler_run(dir, &[task, "--playbook", &path.display().to_string()]);
+    let tools = tool_messages(
+        &dir.join("run/runs.sqlite"),
+        view["run_id"].as_str().unwrap(),
+    );
+    (view, tools)
 }
 
 /// The tool messages of the last checkpoint of `run_id` in the runs database `store`.

@@ -471,3 +471,48 @@ impl antler_engine::ToolHosts for DirectHosts {
         })
     }
 }
+
+/// A lead side without sandbox-host's volume, for thread `u1`/`t1`: a real sandbox-host
+/// ([`LOCAL_CONFIG`]), a client of it, and the thread's files reached through it
+/// ([`ThreadFilesMode::SandboxHost`](antler_engine::ThreadFilesMode)) from a lead data
+/// root of its own, an empty temporary directory.
+pub struct RemoteThread {
+    pub host: SandboxHost,
+    pub client: Client,
+    pub lead_root: tempfile::TempDir,
+    pub paths: antler_engine::ThreadPaths,
+    pub files: std::sync::Arc<dyn antler_engine::ThreadFiles>,
+}
+
+impl RemoteThread {
+    pub async fn start() -> RemoteThread {
+        let host = SandboxHost::start(LOCAL_CONFIG);
+        let client = host.connect().await;
+        let hosts: std::sync::Arc<dyn antler_engine::ToolHosts> =
+            std::sync::Arc::new(DirectHosts(client.conn.clone()));
+        let lead_root = tempfile::tempdir().unwrap();
+        let paths = antler_engine::ThreadPaths::new(lead_root.path(), "u1", "t1");
+        let files =
+            antler_engine::ThreadFilesMode::SandboxHost.for_thread(&paths, hosts, "u1", "t1");
+        RemoteThread {
+            host,
+            client,
+            lead_root,
+            paths,
+            files,
+        }
+    }
+
+    /// Run `run-1`'s context on the thread (no clarification, the lead root's agent).
+    pub fn context(&self) -> antler_engine::RunContext {
+        antler_engine::RunContext {
+            run_id: "run-1".into(),
+            user_id: "u1".into(),
+            thread_id: "t1".into(),
+            paths: self.paths.clone(),
+            files: std::sync::Arc::clone(&self.files),
+            clarification_enabled: false,
+            agent: antler_engine::AgentContext::new(self.lead_root.path()),
+        }
+    }
+}

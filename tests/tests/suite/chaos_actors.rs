@@ -92,6 +92,15 @@ fn log_of(cluster: &LeadCluster, name: &str) -> String {
     std::fs::read_to_string(cluster.runtime().join("logs").join(name)).unwrap_or_default()
 }
 
+/// A cluster in chaos mode with [`SANDBOX_CONFIG`], running `playbook` (written as
+/// `name`) on `task`; the cluster and the run's id.
+fn chaos_run_in_sandbox(name: &str, playbook: &str, task: &str) -> (LeadCluster, String) {
+    let cluster = LeadCluster::up(SANDBOX_CONFIG, &[CHAOS]);
+    let playbook = cluster.write(name, playbook);
+    let run_id = cluster.submit(task, &playbook, &[]);
+    (cluster, run_id)
+}
+
 #[test]
 fn without_chaos_mode_a_stop_is_refused_and_nothing_stops() {
     let cluster = LeadCluster::up(SANDBOX_CONFIG, &[]);
@@ -264,8 +273,7 @@ fn a_stopped_mcp_connection_fails_its_call_in_flight_and_reconnects_and_the_cata
 
 #[test]
 fn a_stopped_sandbox_fails_its_command_in_flight_and_the_next_call_gets_a_fresh_one() {
-    let cluster = LeadCluster::up(SANDBOX_CONFIG, &[CHAOS]);
-    let playbook = cluster.write(
+    let (cluster, run_id) = chaos_run_in_sandbox(
         "sandbox.yaml",
         r#"
 turns:
@@ -277,8 +285,8 @@ turns:
       - {id: after, name: bash, args: {description: after, command: "cat /mnt/user-data/workspace/a.txt; echo fresh"}}
   - content: done
 "#,
+        "Use the sandbox",
     );
-    let run_id = cluster.submit("Use the sandbox", &playbook, &[]);
     let sleeping = wait_for(Duration::from_secs(30), || process_with("sleep 7.317"));
     assert!(sleeping.is_some(), "the second command never started");
     let stop = stop_when_found(
@@ -309,8 +317,7 @@ turns:
 
 #[test]
 fn a_stopped_peer_link_fails_its_call_in_flight_and_redials() {
-    let cluster = LeadCluster::up(SANDBOX_CONFIG, &[CHAOS]);
-    let playbook = cluster.write(
+    let (cluster, run_id) = chaos_run_in_sandbox(
         "link.yaml",
         r#"
 turns:
@@ -321,8 +328,8 @@ turns:
       - {id: after, name: bash, args: {description: after, command: "echo over the new link"}}
   - content: done
 "#,
+        "Use the sandbox",
     );
-    let run_id = cluster.submit("Use the sandbox", &playbook, &[]);
     let sleeping = wait_for(Duration::from_secs(30), || process_with("sleep 6.271"));
     assert!(sleeping.is_some(), "the command never started");
     let stop = stop_when_found(
@@ -370,8 +377,7 @@ turns:
 
 #[test]
 fn a_stopped_run_actor_is_resumed_from_its_checkpoint_and_delivers_once() {
-    let cluster = LeadCluster::up(SANDBOX_CONFIG, &[CHAOS]);
-    let playbook = cluster.write(
+    let (cluster, run_id) = chaos_run_in_sandbox(
         "run.yaml",
         r#"
 turns:
@@ -384,8 +390,8 @@ turns:
       - {id: p, name: present_files, args: {filepaths: ["/mnt/user-data/outputs/a.md", "/mnt/user-data/outputs/b.md"]}}
   - content: Both files are written and presented.
 "#,
+        "Write two files",
     );
-    let run_id = cluster.submit("Write two files", &playbook, &[]);
     let outputs = cluster
         .base()
         .join("users/default/threads")

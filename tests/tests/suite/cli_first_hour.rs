@@ -67,6 +67,31 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// `antler run TASK --playbook p.yaml --config config.yaml EXTRA` (see [`antler_in`]) in
+/// a directory of its own holding `config` as config.yaml and `playbook` as p.yaml: the
+/// directory and the command's output.
+fn run_in_own_dir(
+    config: &str,
+    playbook: &str,
+    task: &str,
+    extra: &[&str],
+) -> (tempfile::TempDir, Output) {
+    let dir = work_dir("antler-fh");
+    std::fs::write(dir.path().join("config.yaml"), config).unwrap();
+    std::fs::write(dir.path().join("p.yaml"), playbook).unwrap();
+    let mut args = vec![
+        "run",
+        task,
+        "--playbook",
+        "p.yaml",
+        "--config",
+        "config.yaml",
+    ];
+    args.extend_from_slice(extra);
+    let out = antler_in(dir.path(), dir.path(), &args);
+    (dir, out)
+}
+
 /// A playbook that asks a clarification, then answers.
 const ASKS: &str = r#"
 turns:
@@ -79,25 +104,11 @@ turns:
 /// A run of [`ASKS`] with `--json` in a directory of its own, stopped at its question:
 /// the directory, the command's output and the run's view.
 fn run_that_asks() -> (tempfile::TempDir, Output, Value) {
-    let dir = work_dir("antler-fh");
-    std::fs::write(
-        dir.path().join("config.yaml"),
+    let (dir, first) = run_in_own_dir(
         "tool_search:\n  enabled: false\n",
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("p.yaml"), ASKS).unwrap();
-    let first = antler_in(
-        dir.path(),
-        dir.path(),
-        &[
-            "run",
-            "Write a report",
-            "--playbook",
-            "p.yaml",
-            "--config",
-            "config.yaml",
-            "--json",
-        ],
+        ASKS,
+        "Write a report",
+        &["--json"],
     );
     let view: Value = serde_json::from_slice(&first.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", output_text(&first)));
@@ -155,24 +166,11 @@ fn the_tours_first_run_from_the_repository_root_has_the_examples_mcp_server() {
 
 #[test]
 fn a_run_with_no_extensions_file_says_so_first() {
-    let dir = work_dir("antler-fh");
-    std::fs::write(
-        dir.path().join("config.yaml"),
+    let (_dir, out) = run_in_own_dir(
         "tool_search:\n  enabled: true\n",
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("p.yaml"), "turns:\n  - content: Done.\n").unwrap();
-    let out = antler_in(
-        dir.path(),
-        dir.path(),
-        &[
-            "run",
-            "Hi",
-            "--playbook",
-            "p.yaml",
-            "--config",
-            "config.yaml",
-        ],
+        "turns:\n  - content: Done.\n",
+        "Hi",
+        &[],
     );
     assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
     let err = stderr(&out);
@@ -292,24 +290,11 @@ fn config_check_names_every_deerflow_setting_that_does_nothing_and_strict_refuse
 
 #[test]
 fn a_run_warns_at_start_about_each_deerflow_setting_that_does_nothing() {
-    let dir = work_dir("antler-fh");
-    std::fs::write(
-        dir.path().join("config.yaml"),
+    let (_dir, out) = run_in_own_dir(
         "memory:\n  enabled: true\ntitle:\n  enabled: true\n",
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("p.yaml"), "turns:\n  - content: Done.\n").unwrap();
-    let out = antler_in(
-        dir.path(),
-        dir.path(),
-        &[
-            "run",
-            "Hi",
-            "--playbook",
-            "p.yaml",
-            "--config",
-            "config.yaml",
-        ],
+        "turns:\n  - content: Done.\n",
+        "Hi",
+        &[],
     );
     assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
     let err = stderr(&out);
@@ -406,24 +391,11 @@ models:
 
 #[test]
 fn a_run_without_a_terminal_is_not_offered_ask_clarification() {
-    let dir = work_dir("antler-fh");
-    std::fs::write(
-        dir.path().join("config.yaml"),
+    let (_dir, out) = run_in_own_dir(
         "tool_search:\n  enabled: false\n",
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("p.yaml"), ASKS).unwrap();
-    let out = antler_in(
-        dir.path(),
-        dir.path(),
-        &[
-            "run",
-            "Write a report",
-            "--playbook",
-            "p.yaml",
-            "--config",
-            "config.yaml",
-        ],
+        ASKS,
+        "Write a report",
+        &[],
     );
     let err = stderr(&out);
     assert!(!err.contains("Clarification is disabled"), "{err}");
@@ -636,26 +608,11 @@ fn release_binaries_are_built_without_debug_info() {
 
 #[test]
 fn a_runs_output_says_where_its_artifact_is_and_its_delivery_in_words() {
-    let dir = work_dir("antler-fh");
-    std::fs::write(
-        dir.path().join("config.yaml"),
+    let (dir, out) = run_in_own_dir(
         "tools:\n  - name: write_file\n    group: file:write\n    use: deerflow.sandbox.tools:write_file_tool\n",
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("p.yaml"), WRITES).unwrap();
-    let out = antler_in(
-        dir.path(),
-        dir.path(),
-        &[
-            "run",
-            "Write a report",
-            "--playbook",
-            "p.yaml",
-            "--config",
-            "config.yaml",
-            "--thread",
-            "t1",
-        ],
+        WRITES,
+        "Write a report",
+        &["--thread", "t1"],
     );
     assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
     let text = stdout(&out);

@@ -316,8 +316,6 @@ fn a_user_over_its_own_limits_gets_429_and_others_go_on() {
     });
     assert!(reopened.is_some(), "a closed stream kept its place");
 
-    // The rate: five submissions a minute (the two refused for running runs counted too
-    // once they passed the rate); past it, 429 naming the rate.
     for run in &runs {
         let (code, reply) = call(
             &addr,
@@ -328,12 +326,14 @@ fn a_user_over_its_own_limits_gets_429_and_others_go_on() {
         );
         assert_eq!(code, 202, "{reply}");
     }
-    // A cancel is accepted (202) and lands a moment later: until both runs have ended they
-    // still hold alice's two places, and a submission would be refused for those instead of
-    // for the rate this part checks.
-    for run in &runs {
-        ended(&addr, ALICE, run);
+    // An accepted cancel (202) frees its run's place at once, before the drive stops: both
+    // of alice's places are free again right away.
+    for _ in 0..2 {
+        let (code, reply, _) = submit(&addr, ALICE, json!({"task": "Hi", "playbook_yaml": HELLO}));
+        assert_eq!(code, 201, "a cancelled run still held its place: {reply}");
     }
+    // The rate: five submissions a minute (the one refused for running runs counted too,
+    // as it passed the rate); past it, 429 naming the rate.
     let mut rated = None;
     for _ in 0..5 {
         let (code, reply, head) =

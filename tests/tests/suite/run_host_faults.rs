@@ -2,7 +2,8 @@
 //! tool message the model reads, and the run goes on to its final answer.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::mcp_support::{peer_script, python, stdio, McpCluster};
@@ -29,19 +30,13 @@ fn kill_9_of_mcp_host_mid_run_is_an_error_tool_message_and_the_run_completes() {
         json!({"slow": stdio(python(), &[&peer_script("slow_tools.py")])}),
         &[("ANTLER_SANDBOX_BASE_DIR", base_s.as_str())],
     );
-    let run = Command::new(bin("antler"))
-        .arg("--runtime-dir")
-        .arg(c.runtime_dir())
-        .args(["run", "Sleep, then answer", "--json", "--playbook"])
-        .arg(&playbook)
-        .arg("--config")
-        .arg(&config)
-        .env("ANTLER_EXTENSIONS_CONFIG_PATH", &c.config)
-        .env("RUST_LOG", "error")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let run = spawn_run(
+        &c,
+        &["Sleep, then answer"],
+        &playbook,
+        &config,
+        Some(&c.config),
+    );
     // The run's call goes to a stdio session pooled for its user and thread: a second
     // slow_tools.py child. Once it exists the call is sent; give it a moment to land.
     let pooled = wait_for(Duration::from_secs(30), || {
@@ -59,11 +54,7 @@ fn kill_9_of_mcp_host_mid_run_is_an_error_tool_message_and_the_run_completes() {
     std::thread::sleep(Duration::from_secs(2));
     let host = c.cluster.process("mcp-host", 0).unwrap();
     signal(host["pid"].as_u64().unwrap() as u32, libc::SIGKILL);
-    let out = run.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let outcome: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
+    let (outcome, stderr) = run_outcome(run);
     assert_eq!(outcome["status"], "success", "{outcome}\n{stderr}");
     assert_eq!(outcome["final_answer"], "Carried on without the sleep.");
     let run_id = outcome["run_id"].as_str().unwrap();
@@ -99,6 +90,86 @@ fn antler_lead_store(path: &std::path::Path, run_id: &str) -> Vec<Value> {
     state["messages"].as_array().unwrap().clone()
 }
 
+/// `antler run ARGS --json --playbook PLAYBOOK --config CONFIG` against `c`'s runtime
+/// directory (with `extensions` as the MCP servers' config), its output piped.
+fn spawn_run(
+    c: &McpCluster,
+    args: &[&str],
+    playbook: &Path,
+    config: &Path,
+    extensions: Option<&Path>,
+) -> Child {
+    let mut run = Command::new(bin("antler"));
+    run.arg("--runtime-dir")
+        .arg(c.runtime_dir())
+        .arg("run")
+        .args(args)
+        .arg("--json")
+        .arg("--playbook")
+        .arg(playbook)
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(extensions) = extensions {
+        run.env("ANTLER_EXTENSIONS_CONFIG_PATH", extensions);
+    }
+    run.spawn().unwrap()
+}
+
+/// The view a spawned `antler run --json` printed when it ended, and its stderr.
+fn run_outcome(run: Child) -> (Value, String) {
+    let out = run.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let outcome = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
+    (outcome, stderr)
+}
+
+/// A cluster with no MCP server whose runs have `write_file` and `bash` in sandboxes
+/// (`AioSandboxProvider`), with its config.yaml, a playbook and the sandboxes' data root in a
+/// temporary directory.
+struct SandboxCluster {
+    files: tempfile::TempDir,
+    config: PathBuf,
+    playbook: PathBuf,
+    base: PathBuf,
+    c: McpCluster,
+}
+
+impl SandboxCluster {
+    fn start(playbook_yaml: &str) -> SandboxCluster {
+        let files = tempfile::tempdir().unwrap();
+        let config = files.path().join("config.yaml");
+        std::fs::write(
+            &config,
+            "tools:\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\n  - {name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n",
+        )
+        .unwrap();
+        let playbook = files.path().join("playbook.yaml");
+        std::fs::write(&playbook, playbook_yaml).unwrap();
+        let base = files.path().join("base");
+        let base_s = base.display().to_string();
+        let config_s = config.display().to_string();
+        let c = McpCluster::start_with(
+            json!({}),
+            &[
+                ("ANTLER_SANDBOX_BASE_DIR", base_s.as_str()),
+                ("ANTLER_CONFIG_PATH", config_s.as_str()),
+            ],
+        );
+        SandboxCluster {
+            files,
+            config,
+            playbook,
+            base,
+            c,
+        }
+    }
+}
+
 const SANDBOX_PLAYBOOK: &str = r#"
 turns:
   - tool_calls:
@@ -115,46 +186,20 @@ turns:
 
 #[test]
 fn kill_9_of_sandbox_host_mid_run_is_an_error_tool_message_and_the_sandbox_comes_back() {
-    let files = tempfile::tempdir().unwrap();
-    let config = files.path().join("config.yaml");
-    std::fs::write(
+    let SandboxCluster {
+        files: _files,
+        config,
+        playbook,
+        base,
+        c,
+    } = SandboxCluster::start(SANDBOX_PLAYBOOK);
+    let run = spawn_run(
+        &c,
+        &["Write two files", "--user", "alice", "--thread", "t1"],
+        &playbook,
         &config,
-        "tools:\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\n  - {name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n",
-    )
-    .unwrap();
-    let playbook = files.path().join("playbook.yaml");
-    std::fs::write(&playbook, SANDBOX_PLAYBOOK).unwrap();
-    let base = files.path().join("base");
-    let base_s = base.display().to_string();
-    let config_s = config.display().to_string();
-    let c = McpCluster::start_with(
-        json!({}),
-        &[
-            ("ANTLER_SANDBOX_BASE_DIR", base_s.as_str()),
-            ("ANTLER_CONFIG_PATH", config_s.as_str()),
-        ],
+        None,
     );
-    let run = Command::new(bin("antler"))
-        .arg("--runtime-dir")
-        .arg(c.runtime_dir())
-        .args([
-            "run",
-            "Write two files",
-            "--json",
-            "--user",
-            "alice",
-            "--thread",
-            "t1",
-            "--playbook",
-        ])
-        .arg(&playbook)
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "error")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     let outputs = base.join("users/alice/threads/t1/user-data/outputs");
     let first = wait_for(Duration::from_secs(30), || {
         outputs.join("a.md").exists().then_some(())
@@ -179,11 +224,7 @@ fn kill_9_of_sandbox_host_mid_run_is_an_error_tool_message_and_the_sandbox_comes
     std::thread::sleep(Duration::from_millis(500));
     let host = c.cluster.process("sandbox-host", 0).unwrap();
     signal(host["pid"].as_u64().unwrap() as u32, libc::SIGKILL);
-    let out = run.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let outcome: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
+    let (outcome, stderr) = run_outcome(run);
     let run_id = outcome["run_id"].as_str().unwrap();
     let messages = antler_lead_store(&c.runtime_dir().join("runs.sqlite"), run_id);
     assert_eq!(
@@ -225,46 +266,20 @@ turns:
 
 #[test]
 fn a_call_after_sandbox_host_restarted_runs_in_the_sandbox_that_comes_back() {
-    let files = tempfile::tempdir().unwrap();
-    let config = files.path().join("config.yaml");
-    std::fs::write(
+    let SandboxCluster {
+        files: _files,
+        config,
+        playbook,
+        base,
+        c,
+    } = SandboxCluster::start(AFTER_RESTART_PLAYBOOK);
+    let run = spawn_run(
+        &c,
+        &["Write two files", "--user", "bob", "--thread", "t2"],
+        &playbook,
         &config,
-        "tools:\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\n  - {name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n",
-    )
-    .unwrap();
-    let playbook = files.path().join("playbook.yaml");
-    std::fs::write(&playbook, AFTER_RESTART_PLAYBOOK).unwrap();
-    let base = files.path().join("base");
-    let base_s = base.display().to_string();
-    let config_s = config.display().to_string();
-    let c = McpCluster::start_with(
-        json!({}),
-        &[
-            ("ANTLER_SANDBOX_BASE_DIR", base_s.as_str()),
-            ("ANTLER_CONFIG_PATH", config_s.as_str()),
-        ],
+        None,
     );
-    let run = Command::new(bin("antler"))
-        .arg("--runtime-dir")
-        .arg(c.runtime_dir())
-        .args([
-            "run",
-            "Write two files",
-            "--json",
-            "--user",
-            "bob",
-            "--thread",
-            "t2",
-        ])
-        .arg("--playbook")
-        .arg(&playbook)
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "error")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     let outputs = base.join("users/bob/threads/t2/user-data/outputs");
     let first = wait_for(Duration::from_secs(30), || {
         outputs.join("a.md").exists().then_some(())
@@ -273,11 +288,7 @@ fn a_call_after_sandbox_host_restarted_runs_in_the_sandbox_that_comes_back() {
     // Between the calls, while the model "thinks": the next call meets a new sandbox-host.
     let host = c.cluster.process("sandbox-host", 0).unwrap();
     signal(host["pid"].as_u64().unwrap() as u32, libc::SIGKILL);
-    let out = run.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let outcome: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
+    let (outcome, _) = run_outcome(run);
     let run_id = outcome["run_id"].as_str().unwrap();
     let messages = antler_lead_store(&c.runtime_dir().join("runs.sqlite"), run_id);
     assert_eq!(outcome["status"], "success", "{outcome}\n{messages:?}");

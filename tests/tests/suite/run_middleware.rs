@@ -5,12 +5,8 @@
 //! the run as an error with the receipt saying so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
-use std::process::Command;
-
 use crate::mcp_support::npm_bin;
-use antler_tests::bin;
+use crate::model_support;
 use serde_json::{json, Value};
 
 const CONFIG: &str = "tool_search:\n  enabled: true\ntools:\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\n  - {name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nguardrails:\n  enabled: true\n  provider:\n    use: deerflow.guardrails.builtin:AllowlistProvider\n    config:\n      denied_tools: [bash]\n";
@@ -18,62 +14,11 @@ const CONFIG: &str = "tool_search:\n  enabled: true\ntools:\n  - {name: write_fi
 /// Runs `playbook` in a fresh directory with the everything server; the run's view and
 /// its tool messages from the last checkpoint.
 fn run(playbook: &str) -> (Value, Vec<Value>, tempfile::TempDir) {
-    let dir = tempfile::Builder::new()
-        .prefix("antler-mw")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let d = dir.path();
-    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::write(d.join("config.yaml"), CONFIG).unwrap();
     let everything = npm_bin("mcp-server-everything").display().to_string();
-    std::fs::write(
-        d.join("extensions_config.json"),
-        json!({"mcpServers": {"everything": {"type": "stdio", "command": everything, "args": ["stdio"]}}}).to_string(),
-    )
-    .unwrap();
-    std::fs::write(d.join("playbook.yaml"), playbook).unwrap();
-    let out = Command::new(bin("antler"))
-        .arg("--runtime-dir")
-        .arg(d.join("run"))
-        .args(["run", "Do the task", "--json", "--playbook"])
-        .arg(d.join("playbook.yaml"))
-        .arg("--config")
-        .arg(d.join("config.yaml"))
-        .current_dir(d)
-        .env(
-            "ANTLER_EXTENSIONS_CONFIG_PATH",
-            d.join("extensions_config.json"),
-        )
-        .env("ANTLER_SANDBOX_BASE_DIR", d.join("base"))
-        .env("ANTLER_GATEWAY_ADDR", "off")
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let view: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    let tools = tool_messages(&d.join("run/runs.sqlite"), view["run_id"].as_str().unwrap());
+    let extensions = json!({"mcpServers": {"everything": {"type": "stdio", "command": everything, "args": ["stdio"]}}});
+    let dir = model_support::run_dir("antler-mw", CONFIG, &extensions.to_string());
+    let (view, tools) = model_support::run_playbook(dir.path(), "Do the task", playbook);
     (view, tools, dir)
-}
-
-fn tool_messages(store: &Path, run_id: &str) -> Vec<Value> {
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(
-            "import sqlite3,sys,json;c=sqlite3.connect(sys.argv[1]);\
-             s=json.loads(c.execute('select state from checkpoints where run_id=? order by step desc limit 1',(sys.argv[2],)).fetchone()[0]);\
-             print(json.dumps([m for m in s['messages'] if m['role']=='tool']))",
-        )
-        .arg(store)
-        .arg(run_id)
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
 }
 
 #[test]

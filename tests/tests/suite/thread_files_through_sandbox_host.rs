@@ -7,13 +7,10 @@
 //! lead side's directory stays empty throughout.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
-
-use crate::sandbox_support::{DirectHosts, SandboxHost, LOCAL_CONFIG};
+use crate::sandbox_support::RemoteThread;
 use antler_engine::{
-    images_for_next_call, present_files, view_image, AgentContext, DeliveryReceipt, Message,
-    OutputBudget, OutputsSnapshot, RunContext, StateUpdate, ThreadFilesMode, ThreadPaths, ToolCall,
-    ToolHosts,
+    images_for_next_call, present_files, view_image, DeliveryReceipt, Message, OutputBudget,
+    OutputsSnapshot, StateUpdate, ToolCall,
 };
 use antler_lead::runs::{read_artifact, ArtifactContent};
 use antler_protocol::messages::ThreadFileError;
@@ -42,21 +39,15 @@ fn entries(dir: &std::path::Path) -> usize {
 
 #[actix_rt::test]
 async fn a_lead_without_the_volume_spills_views_settles_and_downloads_through_sandbox_host() {
-    let host = SandboxHost::start(LOCAL_CONFIG);
-    let client = host.connect().await;
-    let hosts: Arc<dyn ToolHosts> = Arc::new(DirectHosts(client.conn.clone()));
-    let lead_root = tempfile::tempdir().unwrap();
-    let paths = ThreadPaths::new(lead_root.path(), "u1", "t1");
-    let files = ThreadFilesMode::SandboxHost.for_thread(&paths, hosts, "u1", "t1");
-    let context = RunContext {
-        run_id: "run-1".into(),
-        user_id: "u1".into(),
-        thread_id: "t1".into(),
-        paths,
-        files: Arc::clone(&files),
-        clarification_enabled: false,
-        agent: AgentContext::new(lead_root.path()),
-    };
+    let thread = RemoteThread::start().await;
+    let context = thread.context();
+    let RemoteThread {
+        host,
+        client,
+        lead_root,
+        files,
+        ..
+    } = thread;
     files.ensure_dirs().await.unwrap();
     let remote = host.user_data("u1", "t1");
     assert!(remote.join("outputs").is_dir() && remote.join("uploads").is_dir());
@@ -172,21 +163,14 @@ async fn a_lead_without_the_volume_spills_views_settles_and_downloads_through_sa
 
 #[actix_rt::test]
 async fn escapes_through_sandbox_host_are_refused_without_quoting_the_target() {
-    let host = SandboxHost::start(LOCAL_CONFIG);
-    let client = host.connect().await;
-    let hosts: Arc<dyn ToolHosts> = Arc::new(DirectHosts(client.conn.clone()));
-    let lead_root = tempfile::tempdir().unwrap();
-    let paths = ThreadPaths::new(lead_root.path(), "u1", "t1");
-    let files = ThreadFilesMode::SandboxHost.for_thread(&paths, hosts, "u1", "t1");
-    let context = RunContext {
-        run_id: "run-1".into(),
-        user_id: "u1".into(),
-        thread_id: "t1".into(),
-        paths,
-        files: Arc::clone(&files),
-        clarification_enabled: false,
-        agent: AgentContext::new(lead_root.path()),
-    };
+    let thread = RemoteThread::start().await;
+    let context = thread.context();
+    let RemoteThread {
+        host,
+        lead_root,
+        files,
+        ..
+    } = thread;
     files.ensure_dirs().await.unwrap();
     // A file outside the thread, and links to it planted in the thread's directories (as
     // sandboxed code in its own namespace could).
@@ -267,21 +251,9 @@ async fn escapes_through_sandbox_host_are_refused_without_quoting_the_target() {
 
 #[actix_rt::test]
 async fn a_sandbox_host_that_is_gone_is_an_error_the_model_reads_not_a_missing_file() {
-    let host = SandboxHost::start(LOCAL_CONFIG);
-    let client = host.connect().await;
-    let hosts: Arc<dyn ToolHosts> = Arc::new(DirectHosts(client.conn.clone()));
-    let lead_root = tempfile::tempdir().unwrap();
-    let paths = ThreadPaths::new(lead_root.path(), "u1", "t1");
-    let files = ThreadFilesMode::SandboxHost.for_thread(&paths, hosts, "u1", "t1");
-    let context = RunContext {
-        run_id: "run-1".into(),
-        user_id: "u1".into(),
-        thread_id: "t1".into(),
-        paths,
-        files: Arc::clone(&files),
-        clarification_enabled: false,
-        agent: AgentContext::new(lead_root.path()),
-    };
+    let thread = RemoteThread::start().await;
+    let context = thread.context();
+    let RemoteThread { host, files, .. } = thread;
     drop(host);
     let viewed = view_image(
         &call(

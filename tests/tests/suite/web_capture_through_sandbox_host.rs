@@ -6,60 +6,20 @@
 //! empty throughout.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::sandbox_support::{DirectHosts, SandboxHost, LOCAL_CONFIG};
-use antler_engine::{
-    DeliveryReceipt, Message, OutputsSnapshot, ThreadFilesMode, ThreadPaths, ToolCall, ToolHosts,
-    WebTools,
-};
+use crate::mcp_support::standin::StandIn;
+use crate::sandbox_support::RemoteThread;
+use antler_engine::{DeliveryReceipt, Message, OutputsSnapshot, ToolCall, WebTools};
 use antler_protocol::config::ToolConfig;
 use serde_json::json;
 
 /// What a screenshot stand-in answers: a PNG's signature and a few bytes.
 const PNG: &[u8] = &[0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1A, b'\n', 7, 7, 7];
 
-/// A Browserless stand-in on loopback: each request's first line is kept, every
-/// screenshot is [`PNG`]. Its thread ends with the test process.
-fn browserless_stand_in() -> (u16, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = Arc::clone(&seen);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut first = String::new();
-            reader.read_line(&mut first).unwrap();
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                reader.read_line(&mut line).unwrap();
-                if line.trim().is_empty() {
-                    break;
-                }
-                if let Some((k, v)) = line.split_once(':') {
-                    if k.eq_ignore_ascii_case("content-length") {
-                        length = v.trim().parse().unwrap();
-                    }
-                }
-            }
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).unwrap();
-            log.lock().unwrap().push(first.trim().to_owned());
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                PNG.len()
-            );
-            let _ = stream.write_all(PNG);
-        }
-    });
-    (port, seen)
+/// A Browserless stand-in on loopback: every screenshot is [`PNG`].
+fn browserless_stand_in() -> StandIn {
+    StandIn::serving("image/png", PNG.to_vec())
 }
 
 fn text(messages: &[Message]) -> String {
@@ -71,16 +31,18 @@ fn text(messages: &[Message]) -> String {
 
 #[actix_rt::test]
 async fn a_capture_lands_on_sandbox_host_and_settles_the_run() {
-    let host = SandboxHost::start(LOCAL_CONFIG);
-    let client = host.connect().await;
-    let hosts: Arc<dyn ToolHosts> = Arc::new(DirectHosts(client.conn.clone()));
-    let lead_root = tempfile::tempdir().unwrap();
-    let paths = ThreadPaths::new(lead_root.path(), "u1", "t1");
-    let files = ThreadFilesMode::SandboxHost.for_thread(&paths, hosts, "u1", "t1");
+    let RemoteThread {
+        host,
+        client,
+        lead_root,
+        files,
+        ..
+    } = RemoteThread::start().await;
     files.ensure_dirs().await.unwrap();
     let before = OutputsSnapshot::take_through(&*files).await.unwrap();
 
-    let (port, seen) = browserless_stand_in();
+    let browserless = browserless_stand_in();
+    let port = browserless.port;
     let web = WebTools::from_config(&[ToolConfig {
         name: "web_capture".into(),
         group: "web".into(),
@@ -112,10 +74,12 @@ async fn a_capture_lands_on_sandbox_host_and_settles_the_run() {
         );
         artifacts.extend(update.artifacts);
     }
-    assert_eq!(
-        seen.lock().unwrap().clone(),
-        ["POST /screenshot?token=bt HTTP/1.1"; 2]
-    );
+    let seen: Vec<String> = browserless
+        .received()
+        .iter()
+        .map(|r| r.request_line().to_owned())
+        .collect();
+    assert_eq!(seen, ["POST /screenshot?token=bt HTTP/1.1"; 2]);
 
     // The images are on sandbox-host's volume, where the sandbox reads them.
     let remote = host.user_data("u1", "t1");

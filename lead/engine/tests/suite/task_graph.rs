@@ -127,6 +127,13 @@ fn turn(content: &str, calls: Vec<ScriptedCall>) -> ScriptedTurn {
     }
 }
 
+/// A turn whose model answers only after 10 s: a task that ends before it never gets it.
+fn too_late() -> ScriptedTurn {
+    let mut slow = turn("too late", Vec::new());
+    slow.delay_ms = 10_000;
+    slow
+}
+
 fn search(query: &str) -> ScriptedCall {
     ScriptedCall {
         name: "tool_search".to_owned(),
@@ -524,8 +531,7 @@ async fn a_loop_capped_task_completes_with_the_forced_stop() {
 #[tokio::test]
 async fn a_task_past_its_timeout_times_out_well_before_its_model_answers() {
     let dir = tempfile::tempdir().unwrap();
-    let mut slow = turn("too late", Vec::new());
-    slow.delay_ms = 10_000;
+    let slow = too_late();
     let mut task = spec(&dir, vec![slow]);
     task.timeout_s = 1;
     let cancel = Arc::new(CancelFlag::default());
@@ -561,8 +567,7 @@ async fn a_task_past_its_timeout_times_out_well_before_its_model_answers() {
 #[tokio::test]
 async fn a_cancelled_task_stops_promptly_while_its_model_waits() {
     let dir = tempfile::tempdir().unwrap();
-    let mut slow = turn("too late", Vec::new());
-    slow.delay_ms = 10_000;
+    let slow = too_late();
     let mut first = turn("First look.", vec![search("echo")]);
     first.usage = usage(10, 5);
     let task = spec(&dir, vec![first, slow]);
@@ -795,8 +800,7 @@ async fn a_timed_out_task_still_releases_its_sandbox() {
         args: json!({"command": "ls"}),
         id: None,
     };
-    let mut slow = turn("too late", Vec::new());
-    slow.delay_ms = 10_000;
+    let slow = too_late();
     let mut task = spec(&dir, vec![turn("Running.", vec![command]), slow]);
     task.catalog = WireCatalog::of(&catalog(vec![bash]), true);
     task.timeout_s = 1;

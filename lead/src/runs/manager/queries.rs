@@ -216,7 +216,8 @@ impl Handler<ListRuns> for RunManager {
 }
 
 /// How many runs of one user are running (the gateway's per-user limit), off the actor's
-/// thread like every store read.
+/// thread like every store read. A run whose cancel was accepted is not counted: its place
+/// is free from the cancel on, though its drive may take a moment to stop and record it.
 #[derive(Message)]
 #[rtype(result = "Result<usize, PrepareError>")]
 pub struct CountRunning {
@@ -227,11 +228,27 @@ impl Handler<CountRunning> for RunManager {
     type Result = ResponseFuture<Result<usize, PrepareError>>;
 
     fn handle(&mut self, msg: CountRunning, _: &mut Context<Self>) -> Self::Result {
-        let read = self
-            .env
-            .store
-            .call(move |store| store.count_runs(&msg.user, RunStatus::Running));
+        let cancelled = self.cancelled_runs();
+        let read = self.env.store.call(move |store| {
+            let running = store.run_ids(&msg.user, RunStatus::Running)?;
+            Ok(running.iter().filter(|id| !cancelled.contains(*id)).count())
+        });
         Box::pin(async move { Ok(read.await?) })
+    }
+}
+
+impl RunManager {
+    /// The runs whose cancel this actor accepted: driven ones whose flag is set (the
+    /// store says `running` until their drive stops) and ones to be cancelled at launch.
+    fn cancelled_runs(&self) -> std::collections::HashSet<String> {
+        let flagged = self
+            .runs
+            .iter()
+            .filter(|(_, live)| live.cancel.is_cancelled())
+            .map(|(id, _)| id.clone());
+        flagged
+            .chain(self.cancel_at_launch.iter().cloned())
+            .collect()
     }
 }
 

@@ -1,8 +1,9 @@
-//! [`CheckpointStore`] as the engine's [`Journal`] for the lead's runs: each write runs on
-//! the blocking pool (`spawn_blocking`, as the run loop awaits it, so a run's writes land
-//! in the order it made them), never on a run actor's thread; a write the storage fails is
-//! tried again for up to [`STORAGE_RETRY_WINDOW`], so a volume read-only or full for a
-//! while delays a run, it does not fail it.
+//! [`CheckpointStore`] as the engine's [`Journal`] for the lead's runs: each write is a
+//! request to the store's own thread (`thread`), queued with the `RunManager`'s in the
+//! order they were made; the run loop awaits each, so a run's writes land in its order and
+//! before its drive ends. A write the storage fails is tried again for up to
+//! [`STORAGE_RETRY_WINDOW`] (the pauses are on the caller's task, not the store's thread),
+//! so a volume read-only or full for a while delays a run, it does not fail it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,30 +25,35 @@ impl From<CheckpointError> for JournalError {
 }
 
 impl CheckpointStore {
-    /// Runs `write` on the blocking pool. A write the storage
-    /// fails is tried again for up to [`STORAGE_RETRY_WINDOW`] (logged once): a volume
-    /// read-only or full for a while delays a run, it does not fail it.
-    fn off_thread<T: Send + 'static>(
+    /// Sends `write` to the store's thread now (so it lands after every request made
+    /// before it, and before every one made after); the future is its answer. A write the
+    /// storage fails is tried again for up to [`STORAGE_RETRY_WINDOW`] (logged once): a
+    /// volume read-only or full for a while delays a run, it does not fail it.
+    fn on_store_thread<T: Send + 'static>(
         &self,
         write: impl Fn(&CheckpointStore) -> Result<T, CheckpointError> + Send + Sync + 'static,
     ) -> BoxFuture<'static, JournalResult<T>> {
         let store = self.clone();
-        let write = Arc::new(write);
+        let attempt = {
+            let (store, write) = (self.clone(), Arc::new(write));
+            move || {
+                let w = Arc::clone(&write);
+                store.call(move |s| w(s))
+            }
+        };
+        let first = attempt();
         Box::pin(async move {
             let started = std::time::Instant::now();
             let mut pause = Duration::from_millis(50);
             let mut warned = false;
+            let mut answer = first;
             loop {
-                let (s, w) = (store.clone(), Arc::clone(&write));
-                let result = match tokio::task::spawn_blocking(move || w(&s)).await {
-                    Ok(result) => result,
-                    Err(e) => {
-                        return Err(JournalError::new(format!(
-                            "checkpoint write did not finish: {e}"
-                        )))
+                match answer.await {
+                    Err(CheckpointError::ThreadGone) => {
+                        return Err(JournalError::new(
+                            "checkpoint write did not finish: the store's thread is gone",
+                        ))
                     }
-                };
-                match result {
                     Err(e) if e.is_storage() && started.elapsed() < STORAGE_RETRY_WINDOW => {
                         if e.is_read_only() {
                             let _ = store.call(|s| Ok(s.reopen_if_read_only())).await;
@@ -61,6 +67,7 @@ impl CheckpointStore {
                         }
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(Duration::from_secs(2));
+                        answer = attempt();
                     }
                     Err(e) => return Err(JournalError::from(e)),
                     Ok(value) => {
@@ -92,7 +99,7 @@ impl Journal for CheckpointStore {
                 return Box::pin(async move { Err(JournalError::from(CheckpointError::from(e))) })
             }
         };
-        self.off_thread(move |store| store.create_run_encoded(&record, &encoded))
+        self.on_store_thread(move |store| store.create_run_encoded(&record, &encoded))
     }
 
     fn save(
@@ -109,7 +116,7 @@ impl Journal for CheckpointStore {
                 return Box::pin(async move { Err(JournalError::from(CheckpointError::from(e))) })
             }
         };
-        self.off_thread(move |store| store.save_encoded(&run_id, step, &encoded).map(|_| ()))
+        self.on_store_thread(move |store| store.save_encoded(&run_id, step, &encoded).map(|_| ()))
     }
 
     fn latest(
@@ -117,7 +124,7 @@ impl Journal for CheckpointStore {
         run_id: &str,
     ) -> BoxFuture<'static, JournalResult<Option<(i64, ThreadState)>>> {
         let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.latest(&run_id))
+        self.on_store_thread(move |store| store.latest(&run_id))
     }
 
     fn set_status(
@@ -127,7 +134,7 @@ impl Journal for CheckpointStore {
         detail: Option<String>,
     ) -> BoxFuture<'static, JournalResult<()>> {
         let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.set_status(&run_id, status, detail.as_deref()))
+        self.on_store_thread(move |store| store.set_status(&run_id, status, detail.as_deref()))
     }
 
     fn save_outputs_snapshot(
@@ -136,7 +143,7 @@ impl Journal for CheckpointStore {
         snapshot: OutputsSnapshot,
     ) -> BoxFuture<'static, JournalResult<()>> {
         let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.save_outputs_snapshot(&run_id, &snapshot))
+        self.on_store_thread(move |store| store.save_outputs_snapshot(&run_id, &snapshot))
     }
 
     fn outputs_snapshot(
@@ -144,7 +151,7 @@ impl Journal for CheckpointStore {
         run_id: &str,
     ) -> BoxFuture<'static, JournalResult<Option<OutputsSnapshot>>> {
         let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.outputs_snapshot(&run_id))
+        self.on_store_thread(move |store| store.outputs_snapshot(&run_id))
     }
 
     fn put_receipt_if_absent(
@@ -153,11 +160,11 @@ impl Journal for CheckpointStore {
         receipt: DeliveryReceipt,
     ) -> BoxFuture<'static, JournalResult<bool>> {
         let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.put_receipt_if_absent(&run_id, &receipt))
+        self.on_store_thread(move |store| store.put_receipt_if_absent(&run_id, &receipt))
     }
 
     fn receipt(&self, run_id: &str) -> BoxFuture<'static, JournalResult<Option<DeliveryReceipt>>> {
         let run_id = run_id.to_owned();
-        self.off_thread(move |store| store.receipt(&run_id))
+        self.on_store_thread(move |store| store.receipt(&run_id))
     }
 }

@@ -1,6 +1,6 @@
-//! The runs store's own thread: the `RunManager`'s reads and writes, the write probe and
-//! the credentials relay send each request over a `crossbeam-channel` to this one blocking
-//! thread (the run loop's journal writes go to the blocking pool instead), which runs
+//! The runs store's own thread: every asynchronous use of the store (the run loop's
+//! journal, the `RunManager`'s reads and writes, the write probe, the credentials relay)
+//! is a request sent over a `crossbeam-channel` to this one blocking thread, which runs
 //! the requests in the order they were sent and answers each on its own
 //! `tokio::sync::oneshot`. A request is sent when it is made (not when its answer is
 //! awaited), so a read made before a write is answered before that write lands. The
