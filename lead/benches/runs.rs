@@ -3,6 +3,8 @@
 //! same rounds), the wall time of 1,000 concurrent runs through the real `RunManager`,
 //! and the heap the manager holds for 1,000 idle runs (stopped at a clarification),
 //! counted by a global allocator. Hosts are [`ZeroLatencyHosts`]: host time is excluded.
+//! The system prompt at 5,000 deferred tools, and each model provider's client against
+//! the raw HTTP stream it reads (`runs/models.rs`).
 //! Run: `cargo bench -p antler-lead --bench runs`.
 // A bench is a test harness: a failed setup step should abort loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -32,6 +34,9 @@ use antler_protocol::Role;
 use futures::future::BoxFuture;
 use serde_json::json;
 use sha2::{Digest, Sha256};
+
+#[path = "runs/models.rs"]
+mod models;
 
 /// Counts live heap bytes, so memory is measured, not estimated.
 struct Counting;
@@ -625,6 +630,7 @@ struct PromptFigures {
     cached: Duration,
     per_turn: Duration,
     chars: usize,
+    text: String,
 }
 
 fn bench_prompt() -> PromptFigures {
@@ -716,10 +722,76 @@ fn bench_prompt() -> PromptFigures {
         cached: median(cached),
         per_turn: median(per_turn),
         chars,
+        text: prompt.to_string(),
     }
 }
 
+/// Section 5; whether every provider's added first-token latency met its target.
+fn print_models(prompt: &str) -> bool {
+    let visible: Vec<ToolSpec> = ["present_files", "ask_clarification", "view_image", "tool_search"]
+        .iter()
+        .map(|n| {
+            ToolSpec::builtin(
+                *n,
+                "A tool the model sees with deferral on.",
+                serde_json::json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}),
+            )
+        })
+        .collect();
+    let providers = models::bench_models(prompt, &visible);
+    println!(
+        "\n5. Model clients: a {}-token streamed reply read by each provider's client against a raw",
+        models::TOKENS
+    );
+    println!("   reqwest read of the same bytes (medians of interleaved rounds); then the request with the");
+    println!(
+        "   5,000-tool prompt and the deferred catalog's visible tools against an empty request:"
+    );
+    println!(
+        "   {:<36} | {:>9} | {:>9} | {:>10} | {:>12} | {:>11}",
+        "provider", "raw", "client", "parse cost", "first token+", "prompt enc."
+    );
+    let mut first_token_pass = true;
+    for p in &providers {
+        if let Some(error) = &p.error {
+            println!("   {:<36} | not measured: {error}", p.format.label());
+            first_token_pass = false;
+            continue;
+        }
+        let added_first = p
+            .client_first
+            .map(|c| c.saturating_sub(p.raw_first))
+            .map_or("no delta".to_owned(), fmt);
+        if p.client_first
+            .is_none_or(|c| c.saturating_sub(p.raw_first) > Duration::from_micros(500))
+        {
+            first_token_pass = false;
+        }
+        println!(
+            "   {:<36} | {:>9} | {:>9} | {:>10} | {:>12} | {:>11}",
+            p.format.label(),
+            fmt(p.raw_total),
+            fmt(p.client_total),
+            fmt(p.client_total.saturating_sub(p.raw_total)),
+            added_first,
+            fmt(p.prompt_encode)
+        );
+    }
+
+    first_token_pass
+}
+
 fn main() {
+    // `ANTLER_BENCH=models` runs section 5 alone.
+    if std::env::var("ANTLER_BENCH").as_deref() == Ok("models") {
+        let prompt = bench_prompt();
+        let pass = print_models(&prompt.text);
+        println!(
+            "\n   added first-token latency    target <= 0.5 ms on every provider   {}",
+            verdict(pass)
+        );
+        return;
+    }
     println!("Antler runs benchmark: scripted model at zero latency; sandbox-host and mcp-host");
     println!("replaced by ZeroLatencyHosts, which answers at once: host time is excluded.\n");
 
@@ -799,6 +871,8 @@ fn main() {
         fmt(prompt.per_turn)
     );
 
+    let first_token_pass = print_models(&prompt.text);
+
     let load = std::fs::read_to_string("/proc/loadavg")
         .map(|text| {
             text.split_whitespace()
@@ -836,6 +910,10 @@ fn main() {
         "   {CONCURRENT_RUNS} idle runs heap   {:>7.1} MiB   target <= 200 MiB    {}  ({kib_per_run:.1} KiB/run)",
         mib,
         verdict(idle_pass)
+    );
+    println!(
+        "   added first-token latency    target <= 0.5 ms on every provider   {}",
+        verdict(first_token_pass)
     );
     if !concurrent_pass {
         std::process::exit(1);

@@ -211,7 +211,9 @@ fn a_stopped_mcp_connection_fails_its_call_in_flight_and_reconnects_and_the_cata
     );
     assert_eq!(stop["stopped"], 1, "{stop}");
     let out = call.join().unwrap();
-    assert!(stopped_at.elapsed() < Duration::from_secs(10));
+    // The call sleeps 30 s: an answer within 20 s of the stop is the stop's, not the
+    // sleep's end (a behaviour bound, far from any machine's speed).
+    assert!(stopped_at.elapsed() < Duration::from_secs(20));
     assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
     let result: Value = serde_json::from_slice(&out.stdout).expect("a JSON result");
     assert!(
@@ -450,11 +452,10 @@ turns:
 subagents:
   doomed:
     turns:
-      - {delay_ms: 30000, content: too late}
+      - {delay_ms: 120000, content: too late}
 "#,
     );
     let run_id = cluster.submit("Delegate", &playbook, &["--subagents"]);
-    let stopped_at = Instant::now();
     let stop = stop_when_found(
         &cluster.runtime(),
         "task-graph",
@@ -466,10 +467,8 @@ subagents:
         wait_ended(&cluster, &run_id, Duration::from_secs(30)),
         "success"
     );
-    assert!(
-        stopped_at.elapsed() < Duration::from_secs(25),
-        "the task was waited out"
-    );
+    // The subagent's model answers after 120 s: a run that ended within wait_ended's 30 s
+    // did not wait it out.
     let message = tool_message(&cluster, &run_id, "doomed");
     assert!(
         message["content"].as_str().unwrap().starts_with(

@@ -64,8 +64,9 @@ fn kill_9_of_a_server_child_fails_the_call_at_once_and_the_next_call_works() {
         McpCluster::text(&r).contains("connection lost during the call to 'sleep'"),
         "{r}"
     );
+    // The call sleeps 30 s: an error well before that is the kill's, not the sleep's end.
     assert!(
-        answered_after < Duration::from_secs(3),
+        answered_after < Duration::from_secs(15),
         "the error came after {answered_after:?}"
     );
 
@@ -191,7 +192,6 @@ fn calls_run_concurrently_on_one_server_and_time_out_per_call() {
         "strict": {"command": python(), "args": [peer_script("slow_tools.py")], "tool_call_timeout": 1},
     }));
     // Eight 2-second calls on one server finish together, not one after another.
-    let t = Instant::now();
     let calls: Vec<_> = (0..8)
         .map(|_| {
             let dir = c.runtime_dir();
@@ -223,13 +223,8 @@ fn calls_run_concurrently_on_one_server_and_time_out_per_call() {
         );
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "slept 2.0");
     }
+    // Eight in flight at one moment is what concurrency means; no wall-clock bound.
     assert!(together.is_some(), "the eight calls never ran at once");
-    // One at a time they would take 16 s.
-    assert!(
-        t.elapsed() < Duration::from_secs(14),
-        "8 concurrent 2 s calls took {:?}",
-        t.elapsed()
-    );
 
     // tool_call_timeout: an error result after 1 s, and the server keeps working.
     let t = Instant::now();
@@ -239,7 +234,8 @@ fn calls_run_concurrently_on_one_server_and_time_out_per_call() {
         McpCluster::text(&r),
         "MCP tool 'sleep' on server 'strict' timed out after 1.0s"
     );
-    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+    // The tool sleeps 20 s: the error well before that is the 1 s timeout's.
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
     // The server was told: notifications/cancelled stopped its sleep.
     let told = wait_for(Duration::from_secs(5), || {
         let (_, r) = c.call("strict", "cancellations", "{}");
