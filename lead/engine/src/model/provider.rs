@@ -151,7 +151,8 @@ impl Provider {
                 }
             },
         };
-        let responses = uses_responses(entry)?;
+        let responses = extra_bool(entry, "use_responses_api")?.unwrap_or(false)
+            || extra_str(&entry.extra, "wire_api").is_some_and(|w| w == "responses");
         Ok(match provider {
             Provider::OpenAi if responses => Provider::OpenAiResponses,
             other => other,
