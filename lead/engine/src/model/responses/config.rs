@@ -53,6 +53,8 @@ pub struct ResponsesConfig {
     pub params: Map<String, Value>,
     /// `max_output_tokens` (from `max_tokens`; never for Codex, spec D.1 step 6).
     pub max_output_tokens: Option<Value>,
+    /// Whether replies stream (`streaming: false` asks for one whole `response`).
+    pub stream: bool,
     /// `store`: whether the provider keeps the response (default false, like Codex); when
     /// false, reasoning comes back encrypted and is sent back whole.
     pub store: bool,
@@ -93,6 +95,7 @@ impl ResponsesConfig {
             api_key: common.api_key,
             params: Map::new(),
             max_output_tokens: None,
+            stream: true,
             store: false,
             reasoning: Map::new(),
             codex: false,
@@ -112,7 +115,7 @@ impl ResponsesConfig {
     }
 
     /// Reads an entry whose endpoint and key `common` resolved. `extra` keys read:
-    /// [`PASSTHROUGH_KEYS`], [`MAX_TOKENS_KEYS`], `store`, `reasoning` (a mapping, or an
+    /// [`PASSTHROUGH_KEYS`], [`MAX_TOKENS_KEYS`], `store`, `streaming`, `reasoning` (a mapping, or an
     /// effort), `reasoning_effort` (with `supports_reasoning_effort`, or for Codex),
     /// `extra_body`, `output_version` (only `responses/v1`), and the thinking keys.
     pub fn of_entry(entry: &ModelConfig, common: Common) -> Result<ResponsesConfig, ModelError> {
@@ -131,6 +134,7 @@ impl ResponsesConfig {
                 .find_map(|k| entry.extra.get(*k).filter(|v| !v.is_null()).cloned());
         }
         config.store = extra_bool(entry, "store")?.unwrap_or(false);
+        config.stream = extra_bool(entry, "streaming")?.unwrap_or(true);
         config.supports_reasoning_effort =
             extra_bool(entry, "supports_reasoning_effort")?.unwrap_or(false);
         match entry.extra.get("reasoning") {
@@ -141,12 +145,14 @@ impl ResponsesConfig {
                     .reasoning
                     .insert("effort".to_owned(), Value::String(effort.clone()));
             }
-            Some(other) => return Err(invalid(
-                &name,
-                format!(
+            Some(other) => {
+                return Err(invalid(
+                    &name,
+                    format!(
                     "reasoning must be a mapping ({{effort, summary}}) or an effort, not {other}"
                 ),
-            )),
+                ))
+            }
         }
         if let Some(effort) = extra_str(&entry.extra, "reasoning_effort") {
             if config.supports_reasoning_effort || codex {

@@ -105,7 +105,7 @@ fn messages_and_tools_become_input_items_and_flat_function_tools() {
             "model": "gpt-5",
             "instructions": "Be brief.",
             "input": [
-                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]},
+                {"type": "message", "role": "user", "content": "Weather in Paris?"},
                 // The turn's reasoning item goes back before its text and its calls.
                 {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Look it up."}], "encrypted_content": "gAAAA-secret"},
                 {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
@@ -174,6 +174,12 @@ fn entry_keys_become_reasoning_store_and_limits() {
         json!({"effort": "high", "summary": "auto"})
     );
     assert_eq!(body["store"], json!(true));
+    assert_eq!(body["stream"], json!(true));
+    let whole = config_of("name: r\nuse: x:Y\nmodel: m\nbase_url: http://h/v1\nstreaming: false\n");
+    assert_eq!(
+        request_body(&whole, &ModelRequest::new(&[], &[], &[]))["stream"],
+        json!(false)
+    );
     // Stored responses need no encrypted reasoning.
     assert!(body.get("include").is_none());
     assert_eq!(body["temperature"], json!(1));

@@ -43,7 +43,7 @@ pub mod event {
 
 /// The request body: `model`, `instructions` (the leading system messages), `input`,
 /// `tools` (flat function tools, `strict: false`; omitted when none are visible, and
-/// `tool_choice` with them), `stream: true`, `store`, the configured parameters and
+/// `tool_choice` with them), `stream` (true unless `streaming: false`), `store`, the configured parameters and
 /// `max_output_tokens`, `reasoning` (with thinking off: Codex's effort `none`), `include:
 /// ["reasoning.encrypted_content"]` when reasoning is asked for and `store` is false,
 /// then what the thinking toggle adds and `extra_body`, deep-merged.
@@ -74,7 +74,7 @@ pub fn request_body(config: &ResponsesConfig, request: &ModelRequest<'_>) -> Val
             .collect();
         body.insert("tools".to_owned(), Value::Array(tools));
     }
-    body.insert("stream".to_owned(), Value::Bool(true));
+    body.insert("stream".to_owned(), Value::Bool(config.stream));
     body.insert("store".to_owned(), Value::Bool(config.store));
     for (key, value) in &config.params {
         if key == "tool_choice" {
@@ -144,8 +144,9 @@ fn tool_choice(value: &Value) -> Value {
 }
 
 /// The leading system messages joined as `instructions`, and every other message as
-/// input items: a later system message is a `developer` message, a user turn an
-/// `input_text` message, an assistant turn its reasoning items (see [`replay_items`]),
+/// input items: a later system message is a `developer` message, a user turn a `user`
+/// message (its text as string content; the viewed images as `input_text` and
+/// `input_image` parts), an assistant turn its reasoning items (see [`replay_items`]),
 /// its text as an `output_text` message and its `function_call`s, a tool result a
 /// `function_call_output`.
 pub fn input_items(messages: &[Message], store: bool) -> (String, Vec<Value>) {
@@ -155,13 +156,13 @@ pub fn input_items(messages: &[Message], store: bool) -> (String, Vec<Value>) {
     for message in messages {
         match message {
             Message::System { content } if leading => instructions.push(content.as_str()),
+            // Text-only turns as the documented string content (`EasyInputMessage`): LiteLLM
+            // in front of a chat server drops `input_text` parts; images use parts.
             Message::System { content } => input.push(json!({
-                "type": "message", "role": "developer",
-                "content": [{"type": "input_text", "text": content}],
+                "type": "message", "role": "developer", "content": content,
             })),
             Message::Human { content, .. } => input.push(json!({
-                "type": "message", "role": "user",
-                "content": [{"type": "input_text", "text": content}],
+                "type": "message", "role": "user", "content": content,
             })),
             Message::Ai {
                 content,
