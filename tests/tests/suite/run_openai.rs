@@ -3,7 +3,9 @@
 //! tool result sent back), and the test's own `flaky_server`, a tiny HTTP/1.1 server
 //! that answers a scripted sequence (429, 503, a stream cut mid-reply, then a reply; a
 //! 400; a plain JSON reply; a stream that stalls) to check retries, final errors,
-//! deadlines and key redaction, plus an endpoint where nothing listens.
+//! deadlines and key redaction, plus an endpoint where nothing listens; and a DeepSeek
+//! stand-in (the shared `model_responses::standin`) for `reasoning_content` kept and sent
+//! back, and the thinking toggles of spec D.2 in the request body.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::model_support::{self, peers, peers::ALIAS};
@@ -482,4 +484,128 @@ async fn a_stream_that_stalls_fails_at_the_idle_deadline() {
         "model `flaky`: waiting for the next stream chunk exceeded its 0.3 s deadline"
     );
     assert_eq!(server.requests.load(Ordering::SeqCst), 1);
+}
+
+/// A streamed chat completion with DeepSeek's `reasoning_content` deltas before the
+/// answer (DeepSeek's documented thinking-mode stream), from the shared stand-in.
+fn deepseek_stream(reasoning: &str, delta: Value, finish: &str) -> super::model_responses::Answer {
+    let chunk = |d: Value, f: Value| {
+        json!({"id": "ds-1", "object": "chat.completion.chunk", "model": "deepseek-reasoner",
+        "choices": [{"index": 0, "delta": d, "finish_reason": f}]})
+    };
+    let mut answer = super::model_responses::Answer::sse(&[]);
+    for event in [
+        chunk(
+            json!({"role": "assistant", "content": null, "reasoning_content": reasoning}),
+            Value::Null,
+        ),
+        chunk(delta, Value::Null),
+        chunk(json!({}), json!(finish)),
+    ] {
+        answer.body.push_str(&format!("data: {event}\n\n"));
+    }
+    answer.body.push_str("data: [DONE]\n\n");
+    answer
+}
+
+#[test]
+fn deepseek_reasoning_content_is_kept_and_sent_back_within_the_tool_turn() {
+    // `deepseek_standin`: DeepSeek's API is not served here.
+    let server = super::model_responses::standin(|_, request| {
+        let messages = request.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if messages.iter().any(|m| m["role"] == "tool") {
+            deepseek_stream(
+                "Empty listing.",
+                json!({"content": "The workspace is empty."}),
+                "stop",
+            )
+        } else {
+            deepseek_stream(
+                "I should list the workspace.",
+                json!({"tool_calls": [{"index": 0, "id": "call_ds_1", "type": "function",
+                    "function": {"name": "ls", "arguments": "{\"description\": \"look\", \"path\": \"/mnt/user-data/workspace\"}"}}]}),
+                "tool_calls",
+            )
+        }
+    });
+    let dir = tempfile::Builder::new()
+        .prefix("antler-ds")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("config.yaml"),
+        format!(
+            "models:\n  - name: ds\n    use: deerflow.models.patched_deepseek:PatchedChatDeepSeek\n    model: deepseek-reasoner\n    api_base: {}/v1\n    api_key: sk-ds\n    supports_thinking: true\n    when_thinking_enabled: {{extra_body: {{thinking: {{type: enabled}}}}}}\ntools:\n  - {{name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n",
+            server.root
+        ),
+    )
+    .unwrap();
+    let (view, _) = model_support::antler_run(d, &["List the workspace", "--model", "ds"]);
+    assert_eq!(view["status"], "success", "{view}");
+    assert_eq!(view["final_answer"], "The workspace is empty.");
+    let requests = server.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2);
+    // Thinking is on for the run: `when_thinking_enabled`'s extra_body is in the body.
+    assert_eq!(requests[0].body["thinking"], json!({"type": "enabled"}));
+    // The assistant turn goes back with its reasoning_content (spec D.3).
+    let second = requests[1].body["messages"].as_array().unwrap();
+    let assistant = second.iter().find(|m| m["role"] == "assistant").unwrap();
+    assert_eq!(
+        assistant["reasoning_content"],
+        "I should list the workspace."
+    );
+    assert_eq!(assistant["tool_calls"][0]["id"], "call_ds_1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_toggles_reach_the_request_body() {
+    let server = super::model_responses::standin(|_, _| {
+        deepseek_stream("", json!({"content": "ok"}), "stop")
+    });
+    let entry = |yaml: &str| -> antler_protocol::config::ModelConfig {
+        serde_yaml::from_str(&format!(
+            "{yaml}base_url: {}/v1\nsupports_thinking: true\n",
+            server.root
+        ))
+        .unwrap()
+    };
+    let models = [
+        // A gateway (D.2 rule 2): thinking off through extra_body, effort minimal.
+        entry("name: g\nuse: deerflow.models.patched_deepseek:PatchedChatDeepSeek\nmodel: m\nsupports_reasoning_effort: true\nwhen_thinking_enabled: {extra_body: {thinking: {type: enabled}}}\n"),
+        // vLLM/Qwen (rule 3): chat_template_kwargs.enable_thinking.
+        entry("name: q\nuse: deerflow.models.vllm_provider:VllmChatModel\nmodel: m\nwhen_thinking_enabled: {extra_body: {chat_template_kwargs: {enable_thinking: true}}}\n"),
+    ];
+    let messages = [Message::human("hi")];
+    for entry in &models {
+        let model = antler_engine::model_from_entry(entry, &|_| None).unwrap();
+        model
+            .complete(ModelRequest::new(&messages, &[], &[]))
+            .await
+            .unwrap();
+        // An auxiliary call (the security scan) runs with thinking off.
+        model.moderate("Scan this.", "text").await.unwrap();
+    }
+    let bodies: Vec<Value> = server
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.body.clone())
+        .collect();
+    assert_eq!(bodies[0]["thinking"], json!({"type": "enabled"}));
+    assert_eq!(bodies[1]["thinking"], json!({"type": "disabled"}));
+    assert_eq!(bodies[1]["reasoning_effort"], "minimal");
+    assert_eq!(
+        bodies[2]["chat_template_kwargs"],
+        json!({"enable_thinking": true})
+    );
+    assert_eq!(
+        bodies[3]["chat_template_kwargs"],
+        json!({"enable_thinking": false})
+    );
+    assert!(bodies.iter().all(|b| b.get("extra_body").is_none()));
 }

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 pub mod entry;
 pub mod openai;
 pub mod provider;
+pub mod responses;
 pub mod retry;
 mod scripted;
 pub mod stream;

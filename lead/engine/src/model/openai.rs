@@ -1,18 +1,22 @@
 //! [`OpenAiModel`]: a [`ChatModel`] over any OpenAI-compatible `/chat/completions`
 //! endpoint (OpenAI, DeepSeek, vLLM, Ollama, llama.cpp...). It owns one endpoint and a
-//! handle on the process's shared HTTP client (built once, see `http_clients`); each call streams the reply (a server that answers with plain JSON is
-//! read too), retries 429, 5xx and connection errors (a stream cut mid-reply included)
-//! with backoff, and runs each attempt under a deadline and an idle-stream deadline; a
-//! deadline that passes is final, not retried. The API key never leaves the
-//! `Authorization` header: errors, logs and `Debug` do not show it. A tool call whose
-//! arguments are not a JSON object fails the whole reply with
-//! [`ModelError::InvalidToolArguments`] naming the tool: no half-parsed call reaches a
-//! tool, and the caller decides whether to ask the model again.
+//! handle on the process's shared HTTP client (built once, see `http_clients`); each call
+//! streams the reply (a server that answers with plain JSON is read too), retries 429,
+//! 5xx and connection errors (a stream cut mid-reply included) with backoff, and runs
+//! each attempt under a deadline and an idle-stream deadline; a deadline that passes is
+//! final, not retried. The API key never leaves its header (`Authorization`, Azure's
+//! `api-key`): errors, logs and `Debug` do not show it. A tool call whose arguments are
+//! not a JSON object is an [`InvalidToolCall`](crate::model::InvalidToolCall), never a
+//! call.
 //!
 //! `config` turns a `models:` entry into an [`OpenAiConfig`], `wire` holds the request
-//! and reply formats; the HTTP exchange, retries and deadlines are `model::transport`'s.
+//! and reply formats, `thinking` DeerFlow's thinking toggle (spec D.2), `azure` the
+//! Azure OpenAI deployment URLs and `api-key` header; the HTTP exchange, retries and
+//! deadlines are `model::transport`'s.
 
+pub mod azure;
 pub mod config;
+pub mod thinking;
 pub mod wire;
 
 #[cfg(test)]
@@ -47,17 +51,35 @@ pub fn not_found_hint(base_url: &str, model: &str) -> String {
     }
 }
 
-/// A chat model behind an OpenAI-compatible endpoint.
-#[derive(Clone, Debug)]
+/// A chat model behind an OpenAI-compatible endpoint (or an Azure deployment).
+#[derive(Clone)]
 pub struct OpenAiModel {
     config: OpenAiConfig,
     endpoint: Endpoint,
     http: reqwest::Client,
+    /// The entry a subagent's worker builds the same model from (endpoint and key
+    /// written out).
+    wire: ModelConfig,
+}
+
+impl std::fmt::Debug for OpenAiModel {
+    // Never the wire entry: it holds the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiModel")
+            .field("config", &self.config)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
 }
 
 impl OpenAiModel {
     /// A model for `config`.
     pub fn new(config: OpenAiConfig) -> Result<OpenAiModel, ModelError> {
+        let wire = config.to_entry();
+        OpenAiModel::with_wire(config, wire)
+    }
+
+    fn with_wire(config: OpenAiConfig, wire: ModelConfig) -> Result<OpenAiModel, ModelError> {
         // One client per connect timeout in the process, shared by every run and model.
         let http = model_client(&config.name, config.connect_timeout)?;
         let mut headers = Vec::new();
@@ -81,11 +103,22 @@ impl OpenAiModel {
             idle_timeout: config.idle_timeout,
             not_found_hint: Some(not_found_hint(&config.base_url, &config.model)),
         };
-        Ok(OpenAiModel {
+        Ok(OpenAiModel::from_parts(config, endpoint, http, wire))
+    }
+
+    /// A model from its settings, its endpoint and the entry a worker rebuilds it from.
+    pub(crate) fn from_parts(
+        config: OpenAiConfig,
+        endpoint: Endpoint,
+        http: reqwest::Client,
+        wire: ModelConfig,
+    ) -> OpenAiModel {
+        OpenAiModel {
             config,
             endpoint,
             http,
-        })
+            wire,
+        }
     }
 
     /// A model for one `models:` entry (see [`OpenAiConfig::from_model_config`]).
@@ -93,14 +126,18 @@ impl OpenAiModel {
         config: &ModelConfig,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<OpenAiModel, ModelError> {
-        OpenAiModel::new(OpenAiConfig::from_model_config(config, env)?)
+        let built = OpenAiConfig::from_model_config(config, env)?;
+        let mut wire = config.clone();
+        wire.base_url = Some(built.base_url.clone());
+        wire.api_key = built.api_key.as_ref().map(|k| k.expose().to_owned());
+        OpenAiModel::with_wire(built, wire)
     }
 
     pub fn config(&self) -> &OpenAiConfig {
         &self.config
     }
 
-    /// The `/chat/completions` URL requests go to.
+    /// The URL requests go to (`/chat/completions`, or an Azure deployment's).
     pub fn endpoint(&self) -> &str {
         &self.endpoint.url
     }
@@ -125,7 +162,7 @@ impl ChatModel for OpenAiModel {
         _task: &dyn crate::model::SubagentRequest,
     ) -> Option<crate::model::WireModel> {
         Some(crate::model::WireModel::Entry {
-            entry: self.config.to_entry(),
+            entry: self.wire.clone(),
         })
     }
 

@@ -10,6 +10,7 @@ use antler_protocol::config::{AppConfig, ModelConfig};
 
 use super::entry::{extra_bool, extra_str, select_model_config};
 use super::openai::OpenAiModel;
+use super::responses::ResponsesModel;
 use super::{ChatModel, ModelError};
 
 /// The providers Antler has a client for.
@@ -159,6 +160,13 @@ impl Provider {
     }
 }
 
+/// Whether an entry asks for the Responses API (`use_responses_api: true` or
+/// `wire_api: responses`).
+fn uses_responses(entry: &ModelConfig) -> Result<bool, ModelError> {
+    Ok(extra_bool(entry, "use_responses_api")?.unwrap_or(false)
+        || extra_str(&entry.extra, "wire_api").is_some_and(|w| w == "responses"))
+}
+
 fn has_base_url(entry: &ModelConfig) -> bool {
     entry
         .base_url
@@ -190,6 +198,11 @@ pub fn model_from_entry(
 ) -> Result<Arc<dyn ChatModel>, ModelError> {
     match Provider::of_entry(entry)? {
         Provider::OpenAi => Ok(Arc::new(OpenAiModel::from_model_config(entry, env)?)),
+        Provider::OpenAiResponses => Ok(Arc::new(ResponsesModel::from_model_config(entry, env)?)),
+        Provider::AzureOpenAi if uses_responses(entry)? => {
+            Ok(Arc::new(ResponsesModel::azure(entry, env)?))
+        }
+        Provider::AzureOpenAi => Ok(Arc::new(OpenAiModel::azure(entry, env)?)),
         other => Err(not_built(entry, other)),
     }
 }
@@ -205,6 +218,11 @@ pub fn check_model_entry(
         Provider::OpenAi => {
             super::openai::OpenAiConfig::from_model_config(entry, env)?;
         }
+        Provider::OpenAiResponses => super::responses::check_entry(entry, env, false)?,
+        Provider::AzureOpenAi if uses_responses(entry)? => {
+            super::responses::check_entry(entry, env, true)?
+        }
+        Provider::AzureOpenAi => drop(super::openai::azure::azure_chat(entry, env)?),
         other => return Err(not_built(entry, other)),
     }
     Ok(provider)

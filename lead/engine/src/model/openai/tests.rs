@@ -451,3 +451,235 @@ fn a_404_names_the_url_and_what_is_usually_wrong() {
         .to_string()
         .starts_with("model `m`: HTTP 404 from http://h:1/chat/completions (Not Found): the base_url is probably missing `/v1`"));
 }
+
+fn body_for(yaml: &str, thinking: bool, messages: &[Message]) -> Value {
+    let config = OpenAiConfig::from_model_config(&model_config(yaml), &env_of(&[])).unwrap();
+    let mut request = ModelRequest::new(messages, &[], &[]);
+    request.thinking = thinking;
+    wire::request_body(&config, &request)
+}
+
+#[test]
+fn the_thinking_toggle_follows_deerflows_rules() {
+    let hi = [Message::human("hi")];
+    let gateway =
+        "name: ds\nuse: deerflow.models.patched_deepseek:PatchedChatDeepSeek\nmodel: deepseek-v4\n\
+                   api_base: http://h/v1\nsupports_thinking: true\nreasoning_effort: high\n\
+                   when_thinking_enabled: {extra_body: {thinking: {type: enabled}}}\n\
+                   extra_body: {top_k: 20}\n";
+    // On: `when_thinking_enabled` merged; `extra_body` keys in the body itself.
+    let on = body_for(gateway, true, &hi);
+    assert_eq!(on["thinking"], json!({"type": "enabled"}));
+    assert_eq!(on["top_k"], json!(20));
+    assert!(on.get("extra_body").is_none(), "{on}");
+    // `reasoning_effort` is dropped without `supports_reasoning_effort`.
+    assert!(on.get("reasoning_effort").is_none(), "{on}");
+    // Off, rule 2: thinking disabled through extra_body, effort minimal (kept only with
+    // supports_reasoning_effort).
+    let off = body_for(gateway, false, &hi);
+    assert_eq!(off["thinking"], json!({"type": "disabled"}));
+    assert!(off.get("reasoning_effort").is_none());
+    let off = body_for(
+        &format!("{gateway}supports_reasoning_effort: true\n"),
+        false,
+        &hi,
+    );
+    assert_eq!(off["reasoning_effort"], json!("minimal"));
+    assert_eq!(
+        body_for(
+            &format!("{gateway}supports_reasoning_effort: true\n"),
+            true,
+            &hi
+        )["reasoning_effort"],
+        json!("high")
+    );
+
+    // Rule 1: `when_thinking_disabled` wins.
+    let explicit =
+        format!("{gateway}when_thinking_disabled: {{extra_body: {{thinking: {{type: off}}}}}}\n");
+    assert_eq!(
+        body_for(&explicit, false, &hi)["thinking"],
+        json!({"type": "off"})
+    );
+
+    // Rule 3: vLLM/Qwen's chat_template_kwargs set to false.
+    let vllm = "name: q\nuse: deerflow.models.vllm_provider:VllmChatModel\nmodel: qwen3\nbase_url: http://h/v1\n\
+                supports_thinking: true\nwhen_thinking_enabled: {extra_body: {chat_template_kwargs: {enable_thinking: true}}}\n";
+    assert_eq!(
+        body_for(vllm, true, &hi)["chat_template_kwargs"],
+        json!({"enable_thinking": true})
+    );
+    assert_eq!(
+        body_for(vllm, false, &hi)["chat_template_kwargs"],
+        json!({"enable_thinking": false})
+    );
+    // Without supports_thinking, thinking is off whatever the call asks (D.1).
+    let unsupported = vllm.replace("supports_thinking: true\n", "");
+    assert_eq!(
+        body_for(&unsupported, true, &hi)["chat_template_kwargs"],
+        json!({"enable_thinking": false})
+    );
+    // No settings: nothing is sent either way.
+    let bare = "name: m\nuse: langchain_openai:ChatOpenAI\nmodel: m\nbase_url: http://h/v1\nsupports_thinking: true\n";
+    for thinking in [true, false] {
+        let body = body_for(bare, thinking, &hi);
+        assert!(body.get("thinking").is_none() && body.get("chat_template_kwargs").is_none());
+    }
+}
+
+fn thought(key: &str, text: &str) -> Message {
+    Message::Ai {
+        id: "ai-1".into(),
+        content: "Hi.".into(),
+        tool_calls: vec![],
+        reasoning: Some(crate::thread::state::Reasoning {
+            text: text.into(),
+            replay: vec![crate::thread::state::ReplayItem {
+                provider: wire::REPLAY_PROVIDER.into(),
+                item: json!({ "key": key }),
+            }],
+        }),
+    }
+}
+
+#[test]
+fn reasoning_goes_back_only_for_the_classes_that_replay_it() {
+    let messages = [
+        Message::human("hi"),
+        thought("reasoning_content", "They greet."),
+        Message::human("again"),
+    ];
+    let assistant = |yaml: &str| body_for(yaml, true, &messages)["messages"][1].clone();
+    for use_ in [
+        "langchain_deepseek:ChatDeepSeek",
+        "deerflow.models.patched_deepseek:PatchedChatDeepSeek",
+        "deerflow.models.patched_mimo:PatchedChatMiMo",
+        "deerflow.models.patched_stepfun:PatchedChatStepFun",
+    ] {
+        let sent = assistant(&format!(
+            "name: d\nuse: {use_}\nmodel: m\nbase_url: http://h/v1\n"
+        ));
+        assert_eq!(sent["reasoning_content"], json!("They greet."), "{use_}");
+    }
+    let vllm = assistant("name: v\nuse: deerflow.models.vllm_provider:VllmChatModel\nmodel: m\nbase_url: http://h/v1\n");
+    assert_eq!(vllm["reasoning"], json!("They greet."));
+    assert!(vllm.get("reasoning_content").is_none());
+    let plain =
+        assistant("name: o\nuse: langchain_openai:ChatOpenAI\nmodel: m\nbase_url: http://h/v1\n");
+    assert_eq!(plain, json!({"role": "assistant", "content": "Hi."}));
+    // `replay_reasoning` overrides the class both ways.
+    let forced = assistant("name: o\nuse: langchain_openai:ChatOpenAI\nmodel: m\nbase_url: http://h/v1\nreplay_reasoning: true\n");
+    assert_eq!(forced["reasoning_content"], json!("They greet."));
+    let refused = assistant("name: d\nuse: langchain_deepseek:ChatDeepSeek\nmodel: m\nbase_url: http://h/v1\nreplay_reasoning: false\n");
+    assert!(refused.get("reasoning_content").is_none());
+    // Another provider's reasoning is never sent as reasoning_content.
+    let mut foreign = thought("reasoning_content", "Anthropic thinking.");
+    if let Message::Ai {
+        reasoning: Some(r), ..
+    } = &mut foreign
+    {
+        r.replay[0].provider = "anthropic".into();
+    }
+    let body = body_for(
+        "name: d\nuse: langchain_deepseek:ChatDeepSeek\nmodel: m\nbase_url: http://h/v1\n",
+        true,
+        &[Message::human("hi"), foreign],
+    );
+    assert!(body["messages"][1].get("reasoning_content").is_none());
+}
+
+#[derive(Default)]
+struct Heard(std::sync::Mutex<Vec<String>>);
+
+impl crate::model::ModelObserver for Heard {
+    fn text_delta(&self, text: &str) {
+        self.0.lock().unwrap().push(format!("text:{text}"));
+    }
+    fn reasoning_delta(&self, text: &str) {
+        self.0.lock().unwrap().push(format!("reasoning:{text}"));
+    }
+}
+
+#[test]
+fn streamed_reasoning_and_text_are_told_to_the_observer_and_kept_for_replay() {
+    let heard = Heard::default();
+    let mut request = ModelRequest::new(&[], &[], &[]);
+    request.observer = Some(&heard);
+    let mut assembler = ReplyAssembler::new("deepseek", &request);
+    for delta in [
+        json!({"reasoning_content": "Think."}),
+        json!({"content": "Hel"}),
+        json!({"content": "lo"}),
+    ] {
+        assembler.push_chunk(&chunk(delta)).unwrap();
+    }
+    let reply = assembler.finish().unwrap();
+    assert_eq!(
+        *heard.0.lock().unwrap(),
+        ["reasoning:Think.", "text:Hel", "text:lo"]
+    );
+    let reasoning = reply.reasoning.unwrap();
+    assert_eq!(reasoning.replay[0].provider, wire::REPLAY_PROVIDER);
+    assert_eq!(
+        reasoning.replay[0].item,
+        json!({"key": "reasoning_content"})
+    );
+}
+
+#[test]
+fn an_azure_entry_posts_to_its_deployment_with_the_api_key_header() {
+    let env = env_of(&[
+        ("AZURE_OPENAI_ENDPOINT", "https://res.openai.azure.com/"),
+        ("AZURE_OPENAI_API_KEY", "az-secret-9"),
+        ("OPENAI_API_VERSION", "2024-10-21"),
+    ]);
+    let entry = model_config(
+        "name: az\nuse: langchain_openai:AzureChatOpenAI\nmodel: gpt-4o\nazure_deployment: prod-4o\n",
+    );
+    let (config, endpoint, wire) = azure::azure_chat(&entry, &env).unwrap();
+    assert_eq!(
+        endpoint.url,
+        "https://res.openai.azure.com/openai/deployments/prod-4o/chat/completions?api-version=2024-10-21"
+    );
+    assert_eq!(endpoint.headers.len(), 1);
+    assert_eq!(endpoint.headers[0].0.as_str(), "api-key");
+    assert_eq!(endpoint.headers[0].1.to_str().unwrap(), "az-secret-9");
+    assert!(!format!("{config:?} {endpoint:?}").contains("az-secret-9"));
+    assert_eq!(wire.extra["api_version"], json!("2024-10-21"));
+    assert_eq!(
+        wire.base_url.as_deref(),
+        Some("https://res.openai.azure.com")
+    );
+
+    // LangChain's own names win over the environment; `deployment_name`, then `model`.
+    let named = model_config(
+        "name: az\nuse: langchain_openai:AzureChatOpenAI\nmodel: gpt-4o\n\
+         azure_endpoint: https://other.openai.azure.com/openai\nopenai_api_version: 2025-01-01-preview\napi_key: k2\n",
+    );
+    let (_, endpoint, _) = azure::azure_chat(&named, &env).unwrap();
+    assert_eq!(
+        endpoint.url,
+        "https://other.openai.azure.com/openai/deployments/gpt-4o/chat/completions?api-version=2025-01-01-preview"
+    );
+    assert_eq!(endpoint.headers[0].1.to_str().unwrap(), "k2");
+
+    // No version anywhere is a config error; so is a deployment that would change the URL.
+    let err = azure::azure_chat(
+        &entry,
+        &env_of(&[("AZURE_OPENAI_ENDPOINT", "https://r.openai.azure.com")]),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "model `az`: Azure OpenAI needs an api_version (or openai_api_version, or $OPENAI_API_VERSION)"
+    );
+    let evil = model_config("name: az\nuse: langchain_openai:AzureChatOpenAI\nmodel: a/../b?x\n");
+    assert!(azure::azure_chat(&evil, &env)
+        .unwrap_err()
+        .to_string()
+        .contains("may hold only letters"));
+    assert_eq!(
+        crate::model::check_model_entry(&entry, &env).unwrap(),
+        crate::model::Provider::AzureOpenAi
+    );
+}

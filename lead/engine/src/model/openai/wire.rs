@@ -1,17 +1,22 @@
 //! The OpenAI chat-completions wire format: the request body built from a run's
-//! messages and visible tools, and the assembly of a reply's deltas (content, reasoning,
-//! and tool calls keyed by `index`) into one [`ModelReply`]. A non-streamed reply goes
-//! through the same assembly as one whole chunk.
+//! messages and visible tools (with the thinking toggle, `extra_body` and the reasoning
+//! replay of spec D.2/D.3), and the assembly of a reply's deltas (content, reasoning, and
+//! tool calls keyed by `index`) into one [`ModelReply`], each text and reasoning delta
+//! told to the request's observer. A non-streamed reply goes through the same assembly
+//! as one whole chunk.
 
 use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::config::OpenAiConfig;
+use super::config::{OpenAiConfig, ReasoningReplay};
+use super::thinking::{self, deep_merge, extra_body_of};
 use crate::model::stream::StreamItem;
 use crate::model::transport::quote;
 use crate::model::transport::{error_text, Flow, ReplyReader};
-use crate::model::{ImagePart, InvalidToolCall, ModelError, ModelReply, ModelRequest};
+use crate::model::{
+    ImagePart, InvalidToolCall, ModelError, ModelObserver, ModelReply, ModelRequest,
+};
 use crate::thread::state::{Message, Reasoning, ReplayItem, TokenUsage, ToolCall};
 
 /// The provider tag of the reasoning an OpenAI-compatible server wrote (its `item` names
@@ -19,11 +24,18 @@ use crate::thread::state::{Message, Reasoning, ReplayItem, TokenUsage, ToolCall}
 pub const REPLAY_PROVIDER: &str = "openai_chat";
 
 /// The request body: `model`, `messages`, `stream: true`, `tools` (omitted when none
-/// are visible, and `tool_choice` with them) and the configured parameters.
+/// are visible, and `tool_choice` with them), the configured parameters, then what the
+/// thinking toggle adds for this call ([`thinking::overlay`]), then `extra_body` (the
+/// entry's, then the toggle's) deep-merged; `reasoning_effort` only when the entry
+/// `supports_reasoning_effort` (spec D.1 step 4).
 pub fn request_body(config: &OpenAiConfig, request: &ModelRequest<'_>) -> Value {
     let mut body = Map::new();
     body.insert("model".to_owned(), Value::String(config.model.clone()));
-    let mut messages: Vec<Value> = request.messages.iter().map(message_json).collect();
+    let mut messages: Vec<Value> = request
+        .messages
+        .iter()
+        .map(|m| message_json(m, config.replay))
+        .collect();
     if !request.images.is_empty() {
         messages.push(images_message(request.images));
     }
@@ -44,6 +56,20 @@ pub fn request_body(config: &OpenAiConfig, request: &ModelRequest<'_>) -> Value 
             continue;
         }
         body.insert(key.clone(), value.clone());
+    }
+    let on = thinking::thinking_on(&config.thinking, request.thinking);
+    let overlay = thinking::overlay(&config.thinking, on);
+    for (key, value) in &overlay {
+        if key != thinking::EXTRA_BODY {
+            body.insert(key.clone(), value.clone());
+        }
+    }
+    deep_merge(&mut body, &config.extra_body);
+    if let Some(extra) = extra_body_of(&overlay) {
+        deep_merge(&mut body, extra);
+    }
+    if !config.supports_reasoning_effort {
+        body.remove("reasoning_effort");
     }
     Value::Object(body)
 }
@@ -70,39 +96,76 @@ fn images_message(images: &[ImagePart]) -> Value {
 /// One state message as an OpenAI chat message. A summary is sent as a user message.
 /// An assistant message with tool calls and no text has `content: ""`, not `null`:
 /// llama-cpp-python's server refuses `null` (and a missing `content`), OpenAI takes both.
-pub fn message_json(message: &Message) -> Value {
+/// An assistant message whose reasoning an OpenAI-compatible server wrote carries it
+/// back as `replay` says (spec D.3).
+pub fn message_json(message: &Message, replay: ReasoningReplay) -> Value {
     match message {
         Message::System { content } => json!({"role": "system", "content": content}),
         Message::Human { content, .. } => json!({"role": "user", "content": content}),
         Message::Ai {
             content,
             tool_calls,
+            reasoning,
             ..
         } => {
-            if tool_calls.is_empty() {
-                return json!({"role": "assistant", "content": content});
+            let mut out = assistant_json(content, tool_calls);
+            if let Some((key, text)) = replayed_reasoning(reasoning.as_ref(), replay) {
+                out[key] = Value::String(text.to_owned());
             }
-            let calls: Vec<Value> = tool_calls
-                .iter()
-                .map(|call| {
-                    let arguments = match &call.args {
-                        Value::Null => "{}".to_owned(),
-                        args => args.to_string(),
-                    };
-                    json!({
-                        "id": call.id,
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": arguments},
-                    })
-                })
-                .collect();
-            json!({"role": "assistant", "content": content, "tool_calls": calls})
+            out
         }
         Message::Tool {
             tool_call_id,
             content,
             ..
         } => json!({"role": "tool", "tool_call_id": tool_call_id, "content": content}),
+    }
+}
+
+/// The key and text of the reasoning an assistant message sends back: only reasoning an
+/// OpenAI-compatible server wrote ([`REPLAY_PROVIDER`]), never another provider's.
+fn replayed_reasoning(
+    reasoning: Option<&Reasoning>,
+    replay: ReasoningReplay,
+) -> Option<(&'static str, &str)> {
+    let reasoning = reasoning.filter(|r| !r.text.is_empty())?;
+    let written = reasoning
+        .replay
+        .iter()
+        .find(|item| item.provider == REPLAY_PROVIDER)?;
+    let key = match replay {
+        ReasoningReplay::Never => return None,
+        ReasoningReplay::Key(key) => key,
+        ReasoningReplay::AsWritten => match written.item.get("key").and_then(Value::as_str) {
+            Some("reasoning") => "reasoning",
+            _ => "reasoning_content",
+        },
+    };
+    Some((key, reasoning.text.as_str()))
+}
+
+fn assistant_json(content: &str, tool_calls: &[ToolCall]) -> Value {
+    if tool_calls.is_empty() {
+        return json!({"role": "assistant", "content": content});
+    }
+    let calls: Vec<Value> = tool_calls
+        .iter()
+        .map(|call| {
+            json!({
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": arguments_text(&call.args)},
+            })
+        })
+        .collect();
+    json!({"role": "assistant", "content": content, "tool_calls": calls})
+}
+
+/// A call's arguments as the JSON string the wire carries (`{}` for none).
+pub(crate) fn arguments_text(args: &Value) -> String {
+    match args {
+        Value::Null => "{}".to_owned(),
+        args => args.to_string(),
     }
 }
 
@@ -115,9 +178,9 @@ struct PartialCall {
 }
 
 /// Assembles chat-completion chunks (or one whole completion) into a [`ModelReply`].
-#[derive(Debug)]
-pub struct ReplyAssembler {
+pub struct ReplyAssembler<'a> {
     model: String,
+    observer: Option<&'a dyn ModelObserver>,
     turn: usize,
     content: String,
     calls: BTreeMap<u64, PartialCall>,
@@ -128,9 +191,20 @@ pub struct ReplyAssembler {
     reasoning_key: Option<&'static str>,
 }
 
-impl ReplyAssembler {
-    /// An assembler for the reply to `request`, on behalf of the model named `model`.
-    pub fn new(model: &str, request: &ModelRequest<'_>) -> ReplyAssembler {
+impl std::fmt::Debug for ReplyAssembler<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplyAssembler")
+            .field("model", &self.model)
+            .field("turn", &self.turn)
+            .field("calls", &self.calls.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> ReplyAssembler<'a> {
+    /// An assembler for the reply to `request`, on behalf of the model named `model`;
+    /// the request's observer hears each text and reasoning delta.
+    pub fn new(model: &str, request: &ModelRequest<'a>) -> ReplyAssembler<'a> {
         let played = request
             .messages
             .iter()
@@ -138,6 +212,7 @@ impl ReplyAssembler {
             .count();
         ReplyAssembler {
             model: model.to_owned(),
+            observer: request.observer,
             turn: played + 1,
             content: String::new(),
             calls: BTreeMap::new(),
@@ -200,12 +275,18 @@ impl ReplyAssembler {
         };
         if let Some(text) = delta.get("content").and_then(Value::as_str) {
             self.content.push_str(text);
+            if let (Some(observer), false) = (self.observer, text.is_empty()) {
+                observer.text_delta(text);
+            }
         }
         // DeepSeek, Qwen, MiMo, StepFun: `reasoning_content`; vLLM: `reasoning`.
         for key in ["reasoning_content", "reasoning"] {
             if let Some(text) = delta.get(key).and_then(Value::as_str) {
                 self.reasoning.push_str(text);
                 self.reasoning_key.get_or_insert(key);
+                if let (Some(observer), false) = (self.observer, text.is_empty()) {
+                    observer.reasoning_delta(text);
+                }
             }
         }
         let calls = delta.get("tool_calls").and_then(Value::as_array);
@@ -299,7 +380,7 @@ impl ReplyAssembler {
 
 /// An OpenAI `usage` object (`prompt_tokens`, `completion_tokens`, `total_tokens`; the
 /// Responses API's `input_tokens`/`output_tokens` too); `total_tokens` defaults to their sum.
-fn read_usage(usage: &Value) -> Option<TokenUsage> {
+pub(crate) fn read_usage(usage: &Value) -> Option<TokenUsage> {
     let field = |names: &[&str]| names.iter().find_map(|n| usage.get(*n)?.as_u64());
     let input = field(&["prompt_tokens", "input_tokens"]);
     let output = field(&["completion_tokens", "output_tokens"]);
@@ -331,7 +412,7 @@ fn read_usage(usage: &Value) -> Option<TokenUsage> {
 }
 
 /// A tool call's `arguments` string as a JSON object.
-fn parse_arguments(arguments: &str) -> Result<Value, String> {
+pub(crate) fn parse_arguments(arguments: &str) -> Result<Value, String> {
     if arguments.trim().is_empty() {
         return Ok(Value::Object(Map::new()));
     }
@@ -345,7 +426,7 @@ fn parse_arguments(arguments: &str) -> Result<Value, String> {
     }
 }
 
-impl ReplyReader for ReplyAssembler {
+impl ReplyReader for ReplyAssembler<'_> {
     fn item(&mut self, item: &StreamItem) -> Result<Flow, ModelError> {
         self.push_chunk(&item.data)
     }
