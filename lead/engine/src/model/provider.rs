@@ -190,6 +190,7 @@ pub fn model_from_entry(
 ) -> Result<Arc<dyn ChatModel>, ModelError> {
     match Provider::of_entry(entry)? {
         Provider::OpenAi => Ok(Arc::new(OpenAiModel::from_model_config(entry, env)?)),
+        Provider::Anthropic => super::anthropic::model_of_entry(entry, env),
         other => Err(not_built(entry, other)),
     }
 }
@@ -205,6 +206,7 @@ pub fn check_model_entry(
         Provider::OpenAi => {
             super::openai::OpenAiConfig::from_model_config(entry, env)?;
         }
+        Provider::Anthropic => super::anthropic::check_entry(entry, env)?,
         other => return Err(not_built(entry, other)),
     }
     Ok(provider)
