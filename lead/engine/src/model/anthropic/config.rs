@@ -63,6 +63,9 @@ pub struct AnthropicConfig {
     pub max_tokens: u64,
     /// Request parameters sent verbatim ([`PASSTHROUGH_KEYS`]).
     pub params: Map<String, Value>,
+    /// Whether replies are streamed (`stream: true`); `disable_streaming: true` (LangChain's
+    /// key) asks for whole replies instead.
+    pub stream: bool,
     /// `tool_choice` in Anthropic's shape (sent only with tools).
     pub tool_choice: Option<Value>,
     /// `anthropic-beta` values (`betas`), besides OAuth's.
@@ -107,7 +110,7 @@ impl AnthropicConfig {
     /// `ClaudeChatModel`, `$CLAUDE_CODE_OAUTH_TOKEN` or `$ANTHROPIC_AUTH_TOKEN`).
     ///
     /// `extra` keys read: `max_tokens` (default [`DEFAULT_MAX_TOKENS`]),
-    /// [`PASSTHROUGH_KEYS`] and `stop`, `tool_choice`, `betas`, `enable_prompt_caching`
+    /// [`PASSTHROUGH_KEYS`] and `stop`, `tool_choice`, `betas`, `disable_streaming`, `enable_prompt_caching`
     /// (default true), `prompt_cache_size` (default 3), DeerFlow's thinking keys
     /// (`when_thinking_enabled`, `thinking`, `when_thinking_disabled` with
     /// `supports_thinking`), and the retry and deadline keys every provider reads.
@@ -199,6 +202,7 @@ impl AnthropicConfig {
             base_url: common.base_url,
             api_key: common.api_key,
             max_tokens,
+            stream: !extra_bool(entry, "disable_streaming")?.unwrap_or(false),
             params,
             tool_choice,
             betas,

@@ -31,7 +31,7 @@ struct Turn {
 }
 
 /// The request body: `model`, `max_tokens`, `system`, `messages`, `tools` and
-/// `tool_choice` (only with tools), `stream: true`, the configured parameters, then the
+/// `tool_choice` (only with tools), `stream` (true unless `disable_streaming`), the configured parameters, then the
 /// thinking settings of this call (`when_thinking_enabled` with its budget when the
 /// request's thinking is on and the model supports it, `when_thinking_disabled` when it
 /// is off), and the cache breakpoints ([`place_cache_breakpoints`]).
@@ -105,7 +105,7 @@ pub fn request_body(config: &AnthropicConfig, request: &ModelRequest<'_>) -> Val
             body.insert("tool_choice".to_owned(), choice.clone());
         }
     }
-    body.insert("stream".to_owned(), Value::Bool(true));
+    body.insert("stream".to_owned(), Value::Bool(config.stream));
     Value::Object(body)
 }
 
