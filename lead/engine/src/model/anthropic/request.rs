@@ -20,6 +20,9 @@ pub const IMAGES_HEADING: &str = "Here are the images you've viewed:";
 /// An image that could not be read again: unlike DeerFlow, no host path.
 pub const IMAGE_UNAVAILABLE: &str = "  (file unavailable or changed on disk)";
 
+/// The sampling parameters the API refuses when thinking is on.
+pub const THINKING_REFUSES: &[&str] = &["temperature", "top_k"];
+
 const USER: &str = "user";
 const ASSISTANT: &str = "assistant";
 
@@ -31,10 +34,13 @@ struct Turn {
 }
 
 /// The request body: `model`, `max_tokens`, `system`, `messages`, `tools` and
-/// `tool_choice` (only with tools), `stream` (true unless `disable_streaming`), the configured parameters, then the
-/// thinking settings of this call (`when_thinking_enabled` with its budget when the
-/// request's thinking is on and the model supports it, `when_thinking_disabled` when it
-/// is off), and the cache breakpoints ([`place_cache_breakpoints`]).
+/// `tool_choice` (only with tools), `stream` (true unless `disable_streaming`), the
+/// configured parameters, then the thinking settings of this call
+/// (`when_thinking_enabled` with its budget when the request's thinking is on and the
+/// model supports it, `when_thinking_disabled` when it is off), and the cache
+/// breakpoints ([`place_cache_breakpoints`]). With thinking on, `temperature` and
+/// `top_k` are left out: the API refuses them with thinking, and they still apply to
+/// the calls that run with thinking off (titles, summaries).
 pub fn request_body(config: &AnthropicConfig, request: &ModelRequest<'_>) -> Value {
     let mut body = Map::new();
     body.insert("model".to_owned(), Value::String(config.model.clone()));
@@ -55,6 +61,11 @@ pub fn request_body(config: &AnthropicConfig, request: &ModelRequest<'_>) -> Val
         .and_then(|t| t.get("type"))
         .and_then(Value::as_str)
         .is_some_and(|t| t != "disabled");
+    if thinking_on {
+        for key in THINKING_REFUSES {
+            body.remove(*key);
+        }
+    }
 
     let mut system: Vec<Value> = request
         .messages

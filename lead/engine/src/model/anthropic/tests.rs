@@ -477,7 +477,17 @@ fn thinking_gets_its_budget_when_on_and_nothing_is_sent_when_off() {
     assert_eq!(thinking_of(&auto, false), None);
     // The `thinking` shortcut, with a budget as written, and `when_thinking_disabled`.
     let explicit = config(
-        "supports_thinking: true\nmax_tokens: 4096\nthinking: {type: enabled, budget_tokens: 2048}\nwhen_thinking_disabled:\n  thinking: {type: disabled}",
+        "supports_thinking: true\nmax_tokens: 4096\nthinking: {type: enabled, budget_tokens: 2048}\nwhen_thinking_disabled:\n  thinking: {type: disabled}\ntemperature: 0.3\ntop_k: 5",
+    );
+    // The API refuses temperature and top_k with thinking; they stay for calls without.
+    let mut request = ModelRequest::new(&messages, &[], &[]);
+    let with = request_body(&explicit, &request);
+    assert!(with.get("temperature").is_none() && with.get("top_k").is_none());
+    request.thinking = false;
+    let without = request_body(&explicit, &request);
+    assert_eq!(
+        (&without["temperature"], &without["top_k"]),
+        (&json!(0.3), &json!(5))
     );
     assert_eq!(
         thinking_of(&explicit, true),
