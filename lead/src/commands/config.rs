@@ -149,12 +149,12 @@ mod tests {
     #[test]
     fn a_model_a_run_cannot_build_is_named_at_its_field() {
         let found = findings(
-            "models:\n  - name: a\n    use: langchain_anthropic:ChatAnthropic\n    model: c\n  - name: b\n    use: x:Y\n    model: m\n    base_url: 127.0.0.1:8000/v1\n",
+            "models:\n  - name: a\n    use: langchain_mistralai:ChatMistralAI\n    model: c\n  - name: b\n    use: x:Y\n    model: m\n    base_url: 127.0.0.1:8000/v1\n",
         );
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(
             found[0]
-                .starts_with("models[0].use: model `a`: `use: langchain_anthropic:ChatAnthropic`"),
+                .starts_with("models[0].use: model `a`: Antler has no client for `use: langchain_mistralai:ChatMistralAI`"),
             "{found:?}"
         );
         assert!(

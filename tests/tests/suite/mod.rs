@@ -56,6 +56,7 @@ mod mcp_versions;
 mod mcp_watch;
 mod model_azure;
 mod model_responses;
+mod model_anthropic;
 mod peer_deadline;
 mod run_acp_agent;
 mod run_agents;

@@ -18,6 +18,7 @@ use antler_protocol::config::ModelConfig;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
+pub mod anthropic;
 pub mod entry;
 pub mod openai;
 pub mod provider;

@@ -203,6 +203,7 @@ pub fn model_from_entry(
             Ok(Arc::new(ResponsesModel::azure(entry, env)?))
         }
         Provider::AzureOpenAi => Ok(Arc::new(OpenAiModel::azure(entry, env)?)),
+        Provider::Anthropic => super::anthropic::model_of_entry(entry, env),
         other => Err(not_built(entry, other)),
     }
 }
@@ -223,6 +224,7 @@ pub fn check_model_entry(
             super::responses::check_entry(entry, env, true)?
         }
         Provider::AzureOpenAi => drop(super::openai::azure::azure_chat(entry, env)?),
+        Provider::Anthropic => super::anthropic::check_entry(entry, env)?,
         other => return Err(not_built(entry, other)),
     }
     Ok(provider)
