@@ -19,6 +19,8 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 pub mod entry;
+pub mod gemini;
+pub mod ollama;
 pub mod openai;
 pub mod provider;
 pub mod retry;

@@ -77,11 +77,8 @@ pub const USE_IDS: &[(&str, Provider)] = &[
         "deerflow.models.claude_provider:ClaudeChatModel",
         Provider::Anthropic,
     ),
-    (
-        "langchain_google_genai:ChatGoogleGenerativeAI",
-        Provider::Gemini,
-    ),
-    ("langchain_ollama:ChatOllama", Provider::Ollama),
+    (super::gemini::USE_CHAT_GEMINI, Provider::Gemini),
+    (super::ollama::USE_CHAT_OLLAMA, Provider::Ollama),
     (
         "deerflow.models.openai_codex_provider:CodexChatModel",
         Provider::OpenAiResponses,
@@ -190,6 +187,12 @@ pub fn model_from_entry(
 ) -> Result<Arc<dyn ChatModel>, ModelError> {
     match Provider::of_entry(entry)? {
         Provider::OpenAi => Ok(Arc::new(OpenAiModel::from_model_config(entry, env)?)),
+        Provider::Gemini => Ok(Arc::new(super::gemini::GeminiModel::from_model_config(
+            entry, env,
+        )?)),
+        Provider::Ollama => Ok(Arc::new(super::ollama::OllamaModel::from_model_config(
+            entry, env,
+        )?)),
         other => Err(not_built(entry, other)),
     }
 }
@@ -204,6 +207,12 @@ pub fn check_model_entry(
     match provider {
         Provider::OpenAi => {
             super::openai::OpenAiConfig::from_model_config(entry, env)?;
+        }
+        Provider::Gemini => {
+            super::gemini::GeminiConfig::from_model_config(entry, env)?;
+        }
+        Provider::Ollama => {
+            super::ollama::OllamaConfig::from_model_config(entry, env)?;
         }
         other => return Err(not_built(entry, other)),
     }
