@@ -54,6 +54,8 @@ mod mcp_stateless;
 mod mcp_transports;
 mod mcp_versions;
 mod mcp_watch;
+mod model_gemini;
+mod model_ollama;
 mod peer_deadline;
 mod run_acp_agent;
 mod run_agents;
