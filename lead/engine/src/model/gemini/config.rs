@@ -122,6 +122,9 @@ pub struct GeminiConfig {
     pub thinking: ThinkingSettings,
     /// `toolConfig.functionCallingConfig.mode` (`tool_choice`: `auto`, `any`, `none`).
     pub function_calling_mode: Option<String>,
+    /// `safetySettings` (`safety_settings`: a mapping of category to threshold, as
+    /// LangChain takes it, or Gemini's own list of `{category, threshold}`).
+    pub safety_settings: Option<Value>,
     pub streaming: Streaming,
 }
 
@@ -144,7 +147,8 @@ impl GeminiConfig {
     /// `google_api_key` (a `$VAR` is looked up), else `$GEMINI_API_KEY`, else
     /// `$GOOGLE_API_KEY`. `extra` keys read: [`GENERATION_KEYS`], `thinking_budget`,
     /// `include_thoughts`, `thinking_level`, `when_thinking_enabled`/`disabled`,
-    /// `tool_choice`, `disable_streaming`, and the common deadlines and `max_retries`.
+    /// `tool_choice`, `safety_settings`, `disable_streaming`, and the common deadlines
+    /// and `max_retries`.
     pub fn from_model_config(
         entry: &ModelConfig,
         env: &dyn Fn(&str) -> Option<String>,
@@ -206,6 +210,23 @@ impl GeminiConfig {
                 }
             }),
         };
+        let safety_settings = match entry.extra.get("safety_settings") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(map)) => Some(Value::Array(
+                map.iter()
+                    .map(|(category, threshold)| {
+                        serde_json::json!({"category": category, "threshold": threshold})
+                    })
+                    .collect(),
+            )),
+            Some(list @ Value::Array(_)) => Some(list.clone()),
+            Some(other) => {
+                return Err(invalid(
+                    &entry.name,
+                    format!("safety_settings must be a mapping of category to threshold, not {other}"),
+                ))
+            }
+        };
         let streaming = match entry.extra.get("disable_streaming") {
             Some(Value::String(s)) if s == "tool_calling" => Streaming::NotWithTools,
             _ => match extra_bool(entry, "disable_streaming")? {
@@ -221,6 +242,7 @@ impl GeminiConfig {
             knobs,
             thinking,
             function_calling_mode,
+            safety_settings,
             streaming,
         })
     }

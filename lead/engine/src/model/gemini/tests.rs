@@ -486,6 +486,20 @@ fn the_entry_gives_the_endpoint_and_the_key_which_never_shows() {
 }
 
 #[test]
+fn safety_settings_are_sent_as_gemini_lists_them() {
+    let messages = [Message::human("hi")];
+    let request = ModelRequest::new(&messages, &[], &[]);
+    let body = wire::request_body(
+        &config("safety_settings:\n  HARM_CATEGORY_DANGEROUS_CONTENT: BLOCK_ONLY_HIGH\n"),
+        &request,
+    );
+    assert_eq!(
+        body["safetySettings"],
+        json!([{"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "threshold": "BLOCK_ONLY_HIGH"}])
+    );
+}
+
+#[test]
 fn disable_streaming_picks_the_whole_reply_endpoint() {
     assert_eq!(config("").streaming, super::Streaming::Always);
     assert_eq!(

@@ -48,7 +48,9 @@ pub const UNEXPECTED_CALL: &str =
 /// `functionResponse` must answer a `functionCall` of the turn before.
 pub const UNMATCHED_RESULT: &str = "[Result of tool call {id} ({name})]\n{content}";
 
-/// The request body of `request`.
+/// The request body of `request`: `contents`, `systemInstruction`, `tools` with
+/// `toolConfig` (when tools are visible), `safetySettings` and `generationConfig` (when
+/// the entry sets any).
 pub fn request_body(config: &GeminiConfig, request: &ModelRequest<'_>) -> Value {
     let mut body = Map::new();
     let (system, contents) = contents(request.messages, request.images);
@@ -83,6 +85,9 @@ pub fn request_body(config: &GeminiConfig, request: &ModelRequest<'_>) -> Value 
                 json!({"functionCallingConfig": {"mode": mode}}),
             );
         }
+    }
+    if let Some(safety) = &config.safety_settings {
+        body.insert("safetySettings".to_owned(), safety.clone());
     }
     let mut generation = config.generation.clone();
     if let Some(thinking) = config.knobs_for(request.thinking).config() {
