@@ -6,12 +6,13 @@
 //! key redaction are `model::transport`'s. The key travels in the `x-goog-api-key`
 //! header only, never in a URL, so no error can show it.
 //!
-//! `config` reads the `models:` entry, `schema` turns tool schemas into Gemini's subset
-//! (and lists what is lost), `wire` builds requests and assembles replies.
+//! `config` reads the `models:` entry, `request` builds the request, `schema` turns tool
+//! schemas into Gemini's subset (and lists what is lost), `reply` assembles the reply.
 
 pub mod config;
+pub mod reply;
+pub mod request;
 pub mod schema;
-pub mod wire;
 
 #[cfg(test)]
 mod tests;
@@ -24,7 +25,7 @@ pub use config::{GeminiConfig, Streaming, USE_CHAT_GEMINI};
 
 use crate::model::transport::{header_value, model_client, Endpoint};
 use crate::model::{ChatModel, ModelError, ModelReply, ModelRequest, SubagentRequest, WireModel};
-use wire::ReplyAssembler;
+use reply::ReplyAssembler;
 
 /// What a 404 from Gemini usually means.
 pub const NOT_FOUND_HINT: &str = "check the model id (e.g. gemini-2.5-flash) and the base_url (Antler posts to <base_url>/v1beta/models/<model>:streamGenerateContent)";
@@ -80,7 +81,7 @@ impl GeminiModel {
     }
 
     async fn call(&self, request: ModelRequest<'_>) -> Result<ModelReply, ModelError> {
-        let body = wire::request_body(&self.config, &request);
+        let body = request::request_body(&self.config, &request);
         let stream = match self.config.streaming {
             Streaming::Always => true,
             Streaming::Never => false,

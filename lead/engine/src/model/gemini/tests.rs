@@ -9,8 +9,9 @@ use antler_protocol::config::ModelConfig;
 use serde_json::{json, Value};
 
 use super::config::GeminiConfig;
+use super::reply::{self, ReplyAssembler};
+use super::request;
 use super::schema::{convert, function_parameters};
-use super::wire::{self, ReplyAssembler};
 use crate::catalog::ToolSpec;
 use crate::model::stream::StreamItem;
 use crate::model::transport::ReplyReader;
@@ -117,7 +118,7 @@ fn the_next_request_sends_the_call_back_with_its_signature_and_answers_it_by_nam
         Message::tool("call-9-9", "bash", "Error: bad args", ToolStatus::Error),
     ];
     let config = config("temperature: 0.2\nmax_tokens: 256\n");
-    let body = wire::request_body(&config, &ModelRequest::new(&messages, &tools, &[]));
+    let body = request::request_body(&config, &ModelRequest::new(&messages, &tools, &[]));
     assert_eq!(
         body,
         json!({
@@ -155,7 +156,7 @@ fn server_ids_are_kept_and_sent_back_an_error_result_is_an_error_response() {
         reply.into_message(),
         Message::tool("fc-7", "ls", "denied", ToolStatus::Error),
     ];
-    let body = wire::request_body(&config(""), &ModelRequest::new(&conversation, &[], &[]));
+    let body = request::request_body(&config(""), &ModelRequest::new(&conversation, &[], &[]));
     assert_eq!(
         body["contents"][1],
         json!({"role": "model", "parts": [
@@ -183,7 +184,7 @@ fn a_signature_on_the_empty_last_part_of_a_text_stream_goes_back_on_the_text() {
     assert_eq!(reply.finish_reason.as_deref(), Some("stop"));
     assert_eq!(reply.usage.unwrap().total_tokens, 5);
     let conversation = [Message::human("hi"), reply.into_message()];
-    let body = wire::request_body(&config(""), &ModelRequest::new(&conversation, &[], &[]));
+    let body = request::request_body(&config(""), &ModelRequest::new(&conversation, &[], &[]));
     assert_eq!(
         body["contents"][1],
         json!({"role": "model", "parts": [{"text": "Hello.", "thoughtSignature": "ZW5k"}]})
@@ -207,7 +208,7 @@ fn another_providers_replay_items_are_not_sent() {
             }),
         },
     ];
-    let body = wire::request_body(&config(""), &ModelRequest::new(&conversation, &[], &[]));
+    let body = request::request_body(&config(""), &ModelRequest::new(&conversation, &[], &[]));
     assert_eq!(
         body["contents"][1],
         json!({"role": "model", "parts": [{"text": "Hello."}]})
@@ -229,7 +230,7 @@ fn viewed_images_are_inline_data_parts() {
             base64: None,
         },
     ];
-    let body = wire::request_body(&config(""), &ModelRequest::new(&messages, &[], &images));
+    let body = request::request_body(&config(""), &ModelRequest::new(&messages, &[], &images));
     // The images join the user turn before them (adjacent user contents are one).
     assert_eq!(
         body["contents"],
@@ -252,26 +253,26 @@ fn thinking_config_follows_the_entry_and_the_call() {
     );
     let mut request = ModelRequest::new(&messages, &[], &[]);
     assert_eq!(
-        wire::request_body(&thinking, &request)["generationConfig"],
+        request::request_body(&thinking, &request)["generationConfig"],
         json!({"thinkingConfig": {"thinkingBudget": 1024, "includeThoughts": true}})
     );
     request.thinking = false;
     assert_eq!(
-        wire::request_body(&thinking, &request)["generationConfig"],
+        request::request_body(&thinking, &request)["generationConfig"],
         json!({"thinkingConfig": {"thinkingBudget": 0}})
     );
     // Without supports_thinking, nothing is asked; when_thinking_enabled applies only
     // with it.
     let plain = config("when_thinking_enabled:\n  thinking_budget: 2048\n");
     request.thinking = true;
-    assert!(wire::request_body(&plain, &request)
+    assert!(request::request_body(&plain, &request)
         .get("generationConfig")
         .is_none());
     let enabled = config(
         "supports_thinking: true\nwhen_thinking_enabled:\n  thinking_level: high\n  include_thoughts: false\n",
     );
     assert_eq!(
-        wire::request_body(&enabled, &request)["generationConfig"],
+        request::request_body(&enabled, &request)["generationConfig"],
         json!({"thinkingConfig": {"includeThoughts": false, "thinkingLevel": "high"}})
     );
 }
@@ -281,7 +282,7 @@ fn tool_choice_is_the_function_calling_mode() {
     let tool = weather_tool();
     let tools = [&tool];
     let messages = [Message::human("hi")];
-    let body = wire::request_body(
+    let body = request::request_body(
         &config("tool_choice: any\n"),
         &ModelRequest::new(&messages, &tools, &[]),
     );
@@ -364,7 +365,7 @@ fn finish_reasons_are_mapped_to_openai_words() {
         ("LANGUAGE", false, "language"),
     ] {
         assert_eq!(
-            wire::openai_finish_reason(gemini, calls),
+            reply::openai_finish_reason(gemini, calls),
             openai,
             "{gemini}"
         );
@@ -489,7 +490,7 @@ fn the_entry_gives_the_endpoint_and_the_key_which_never_shows() {
 fn safety_settings_are_sent_as_gemini_lists_them() {
     let messages = [Message::human("hi")];
     let request = ModelRequest::new(&messages, &[], &[]);
-    let body = wire::request_body(
+    let body = request::request_body(
         &config("safety_settings:\n  HARM_CATEGORY_DANGEROUS_CONTENT: BLOCK_ONLY_HIGH\n"),
         &request,
     );
