@@ -57,6 +57,8 @@ mod mcp_watch;
 mod model_azure;
 mod model_responses;
 mod model_anthropic;
+mod model_gemini;
+mod model_ollama;
 mod peer_deadline;
 mod run_acp_agent;
 mod run_agents;

@@ -20,6 +20,8 @@ use serde::{Deserialize, Serialize};
 
 pub mod anthropic;
 pub mod entry;
+pub mod gemini;
+pub mod ollama;
 pub mod openai;
 pub mod provider;
 pub mod responses;

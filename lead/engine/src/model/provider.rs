@@ -78,11 +78,8 @@ pub const USE_IDS: &[(&str, Provider)] = &[
         "deerflow.models.claude_provider:ClaudeChatModel",
         Provider::Anthropic,
     ),
-    (
-        "langchain_google_genai:ChatGoogleGenerativeAI",
-        Provider::Gemini,
-    ),
-    ("langchain_ollama:ChatOllama", Provider::Ollama),
+    (super::gemini::USE_CHAT_GEMINI, Provider::Gemini),
+    (super::ollama::USE_CHAT_OLLAMA, Provider::Ollama),
     (
         "deerflow.models.openai_codex_provider:CodexChatModel",
         Provider::OpenAiResponses,
@@ -204,6 +201,12 @@ pub fn model_from_entry(
         }
         Provider::AzureOpenAi => Ok(Arc::new(OpenAiModel::azure(entry, env)?)),
         Provider::Anthropic => super::anthropic::model_of_entry(entry, env),
+        Provider::Gemini => Ok(Arc::new(super::gemini::GeminiModel::from_model_config(
+            entry, env,
+        )?)),
+        Provider::Ollama => Ok(Arc::new(super::ollama::OllamaModel::from_model_config(
+            entry, env,
+        )?)),
         other => Err(not_built(entry, other)),
     }
 }
@@ -225,6 +228,12 @@ pub fn check_model_entry(
         }
         Provider::AzureOpenAi => drop(super::openai::azure::azure_chat(entry, env)?),
         Provider::Anthropic => super::anthropic::check_entry(entry, env)?,
+        Provider::Gemini => {
+            super::gemini::GeminiConfig::from_model_config(entry, env)?;
+        }
+        Provider::Ollama => {
+            super::ollama::OllamaConfig::from_model_config(entry, env)?;
+        }
         other => return Err(not_built(entry, other)),
     }
     Ok(provider)
