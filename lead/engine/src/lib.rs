@@ -44,7 +44,7 @@ pub use model::openai::{ApiKey, OpenAiConfig, OpenAiModel, USE_CHAT_DEEPSEEK, US
 pub use model::provider::{PROVIDER_NAMES, USE_IDS as MODEL_USE_IDS};
 pub use model::resilient::{
     resilient_model_from_config, BreakerSettings, CircuitBreaker, FailureReason, FallbackNotice,
-    LlmCall, ResilientModel,
+    Link as ResilientLink, LlmCall, ResilientModel,
 };
 pub use model::{
     check_model_entry, model_from_config, model_from_entry, ChatModel, InvalidToolCall, ModelError,

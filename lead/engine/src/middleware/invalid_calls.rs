@@ -135,7 +135,12 @@ fn unreadable(call: &InvalidToolCall) -> RefusedCall {
     let content = if call.name.trim().is_empty() {
         EMPTY_NAME.to_owned()
     } else if call.name == WRITE_FILE {
-        let error = cut(&call.error);
+        // Never echo the (usually huge) payload back: the parser's reason only.
+        let error = if call.arguments.trim().is_empty() {
+            cut(&call.error)
+        } else {
+            cut(&call.error.replace(call.arguments.as_str(), "…"))
+        };
         let details = if error.is_empty() {
             String::new()
         } else {
