@@ -105,7 +105,8 @@ fn a_failing_primary_falls_back_and_its_breaker_opens_at_the_threshold() {
         ),
     )
     .unwrap();
-    let (view, stderr) = model_support::antler_run(dir.path(), &["Go.", "--model", "primary"]);
+    let (view, stderr) =
+        model_support::antler_run(dir.path(), &["Go.", "--model", "primary", "--trace"]);
     assert_eq!(view["status"], "success", "{view}\n{stderr}");
     assert_eq!(view["final_answer"], "Answered by the backup.");
     let turn = |n: usize| {

@@ -52,6 +52,7 @@ fn a_real_models_cut_arguments_are_answered_and_the_limit_ends_the_run() {
             "Write a poem about the sea to /mnt/user-data/outputs/poem.md",
             "--model",
             "smol",
+            "--trace",
         ],
     );
     assert_eq!(view["status"], "success", "{view}\n{stderr}");
@@ -115,7 +116,8 @@ fn a_stand_ins_invalid_calls_are_answered_and_an_empty_reply_asked_again() {
         ),
     )
     .unwrap();
-    let (view, stderr) = model_support::antler_run(dir.path(), &["Go.", "--model", "standin"]);
+    let (view, stderr) =
+        model_support::antler_run(dir.path(), &["Go.", "--model", "standin", "--trace"]);
     assert_eq!(view["status"], "success", "{view}\n{stderr}");
     assert_eq!(view["final_answer"], "Done.");
     assert_eq!(view["stop_reason"], Value::Null);
@@ -167,7 +169,8 @@ fn the_configured_limit_of_invalid_replies_ends_the_run() {
         ),
     )
     .unwrap();
-    let (view, stderr) = model_support::antler_run(dir.path(), &["Go.", "--model", "standin"]);
+    let (view, stderr) =
+        model_support::antler_run(dir.path(), &["Go.", "--model", "standin", "--trace"]);
     assert_eq!(view["status"], "success", "{view}\n{stderr}");
     assert_eq!(view["stop_reason"], "invalid_tool_calls_capped");
     assert_eq!(server.requests.lock().unwrap().len(), 2);
