@@ -263,7 +263,7 @@ async fn an_empty_reply_is_asked_again_once_with_the_hidden_reminder() {
     assert_eq!(outcome.status, RunStatus::Success, "{outcome:?}");
     assert_eq!(outcome.final_answer.as_deref(), Some("Hello."));
     assert!(events.contains(&RunEvent::EmptyReplyRetried { turn: 1 }));
-    let requests = model.requests.lock().unwrap();
+    let requests = model.requests.lock().unwrap().clone();
     assert_eq!(requests.len(), 2);
     assert_eq!(
         requests[1].last(),
