@@ -28,14 +28,24 @@ mod tools;
 pub use http_clients::clients_built;
 pub use middleware::dangling::INTERRUPTED_CALL;
 pub use middleware::guardrail::{AllowlistProvider, Guardrail};
+/// A run's model with retries, a circuit breaker per model configuration and fallbacks
+/// (spec D.5), and the texts of a model's mistakes (spec D.4).
+pub use middleware::invalid_calls::{
+    InvalidCallLimit, EMPTY_NAME, INVALID_ARGUMENTS, INVALID_CALLS_HARD_STOP,
+};
 pub use middleware::output_budget::OutputBudget;
 pub use middleware::skill_policy::{Skill, SkillPolicy};
 pub use middleware::subagent_limit::SubagentLimit;
+pub use middleware::terminal_response::{EMPTY_REPLY_FALLBACK, RECOVERY_PROMPT};
 pub use middleware::token_budget::TokenBudget;
 pub use middleware::tool_error::{FailureClass, ToolFailure};
 pub use model::openai::{ApiKey, OpenAiConfig, OpenAiModel, USE_CHAT_DEEPSEEK, USE_CHAT_OPENAI};
 /// What every provider reads from a `models:` entry, and the finish reasons replies use.
 pub use model::provider::{PROVIDER_NAMES, USE_IDS as MODEL_USE_IDS};
+pub use model::resilient::{
+    resilient_model_from_config, BreakerSettings, CircuitBreaker, FailureReason, FallbackNotice,
+    Link as ResilientLink, LlmCall, ResilientModel,
+};
 pub use model::{
     check_model_entry, model_from_config, model_from_entry, ChatModel, InvalidToolCall, ModelError,
     ModelObserver, ModelReply, ModelRequest, Playbook, Provider, RetryNotice, ScriptedCall,

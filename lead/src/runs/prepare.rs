@@ -628,8 +628,11 @@ impl RunEnv {
             .map(|catalog| self.system_prompt(app, context, &skills, catalog, profile));
         let token_budget = TokenBudget::from_config(app.other.get("token_budget"))
             .map_err(PrepareError::Config)?;
+        let invalid_calls = antler_engine::InvalidCallLimit::from_config(app.other.get("llm_call"))
+            .map_err(PrepareError::Config)?;
         Ok(RunSettings {
             token_budget,
+            invalid_calls,
             allowed_skills: profile.skills.clone(),
             auto_promote_top_k: app.tool_search.top_k(),
             guardrail: Guardrail::from_config(&app.guardrails)

@@ -64,7 +64,14 @@ pub const DEERFLOW_OPAQUE_KEYS: &[&str] = &[
 /// Keys of [`DEERFLOW_OPAQUE_KEYS`] that Antler reads from `other` (`config_version` is
 /// the file's own version stamp); every other one does nothing in Antler yet and is
 /// warned about ([`WarningKind::Ignored`]).
-pub const DEERFLOW_READ_KEYS: &[&str] = &["config_version", "token_budget", "skills", "skill_scan"];
+pub const DEERFLOW_READ_KEYS: &[&str] = &[
+    "config_version",
+    "token_budget",
+    "skills",
+    "skill_scan",
+    "llm_call",
+    "circuit_breaker",
+];
 
 /// The warning's text for a DeerFlow setting Antler does not act on.
 pub const IGNORED_SETTING: &str =

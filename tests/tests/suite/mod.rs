@@ -70,6 +70,8 @@ mod run_host_faults;
 mod run_lead_restart;
 mod run_links;
 mod run_middleware;
+mod run_model_fallback;
+mod run_model_mistakes;
 mod run_openai;
 mod run_overload;
 mod run_resume_once;

@@ -3,17 +3,22 @@
 //! `after_model`, `check_call`, `wrap_result`); the run loop applies them in DeerFlow's
 //! chain order (spec 4.1): dangling tool calls, guardrail, tool error handling, skill
 //! tool policy, MCP routing before the deferred filter, subagent limit, loop detection,
-//! clarification last; the tool output budget wraps every result.
+//! clarification last; the tool output budget wraps every result. `invalid_calls` (with
+//! `schema`) answers the calls a model got wrong before any of them runs; `terminal_response`
+//! asks again once after an empty reply.
 
 pub mod clarification;
 pub mod dangling;
 pub mod deferred;
 pub mod finish_reason;
 pub mod guardrail;
+pub mod invalid_calls;
 pub mod loop_detection;
 pub mod output_budget;
+pub mod schema;
 pub mod skill_policy;
 pub mod subagent_limit;
+pub mod terminal_response;
 pub mod token_budget;
 pub mod tool_error;
 

@@ -7,8 +7,9 @@
 //! `provider` turns a `models:` entry into the client of its provider (DeerFlow's `use:`
 //! ids, or an explicit `provider:`); `entry` reads what every provider reads the same
 //! way; `transport` is the HTTP exchange (streams, retries, deadlines) and `stream` its
-//! framing; one module per provider (`openai`, ...); `scripted` is the playbook model for
-//! tests and demos (no network).
+//! framing; one module per provider (`openai`, ...); `resilient` wraps a run's model with
+//! retries, a circuit breaker and fallbacks (spec D.5); `scripted` is the playbook model
+//! for tests and demos (no network).
 
 use std::fmt;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ pub mod ollama;
 pub mod openai;
 pub mod provider;
 pub mod responses;
+pub mod resilient;
 pub mod retry;
 mod scripted;
 pub mod stream;
@@ -117,6 +119,10 @@ pub trait ModelObserver: Send + Sync {
     fn text_delta(&self, _text: &str) {}
     /// A piece of the reasoning, as the provider streamed it.
     fn reasoning_delta(&self, _text: &str) {}
+    /// A model failed for good and the next of its fallbacks is asked ([`resilient`]).
+    fn fallback(&self, _notice: &resilient::FallbackNotice) {}
+    /// The reply came from `model`, a fallback, not the run's own model.
+    fn answered_by(&self, _model: &str) {}
 }
 
 /// A tool call the model wrote that cannot be executed: its arguments are not JSON, not
@@ -260,6 +266,12 @@ pub enum ModelError {
     /// The reply was not the shape the provider's API documents.
     #[error("model `{model}`: invalid reply: {message}")]
     InvalidReply { model: String, message: String },
+    /// The model's circuit breaker is open (spec D.5): it was not called.
+    #[error("model `{model}`: {}", resilient::CIRCUIT_OPEN)]
+    CircuitOpen { model: String },
+    /// The model and every fallback failed, each for the reason listed, in order.
+    #[error("the model and its fallbacks all failed: {}", failures.join("; then "))]
+    AllModelsFailed { failures: Vec<String> },
 }
 
 fn list_or_none(names: &[String]) -> String {

@@ -1,6 +1,9 @@
 //! [`ScriptedModel`]: a test and demo model that replays a YAML [`Playbook`] of turns and
 //! calls no network (`antler run --playbook FILE`); a subagent's playbook is picked by the
-//! task's description or type. A playbook file is bounded and read as UTF-8, and an error
+//! task's description or type. A turn can also script what a real model gets wrong (calls
+//! whose arguments are not JSON, reasoning, a provider error, an empty reply) and the
+//! replies to the first asks of a turn before its own (`attempts`), so the run loop's
+//! retries are tested without a network. A playbook file is bounded and read as UTF-8, and an error
 //! about it never echoes its quoted content.
 
 use std::path::Path;
@@ -9,8 +12,10 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{ChatModel, ModelError, ModelReply, ModelRequest, SubagentRequest, WireModel};
-use crate::thread::state::{Message, TokenUsage, ToolCall};
+use super::{
+    ChatModel, InvalidToolCall, ModelError, ModelReply, ModelRequest, SubagentRequest, WireModel,
+};
+use crate::thread::state::{Message, Reasoning, TokenUsage, ToolCall};
 
 /// One scripted tool call; `id` defaults to `call-{turn}-{index}` (both 1-based).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -44,6 +49,44 @@ pub struct ScriptedTurn {
     pub content: String,
     #[serde(default)]
     pub tool_calls: Vec<ScriptedCall>,
+    /// Calls whose arguments are written as text, as a model streams them: each is an
+    /// invalid call (not JSON, or not an object), never a call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invalid_calls: Vec<ScriptedRawCall>,
+    /// What the model thought before it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    /// The turn fails as a provider would, instead of answering.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ScriptedError>,
+    /// The replies to the first asks of this turn, in order, before the turn's own (an
+    /// empty reply the run asks again, an error the run retries).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<ScriptedTurn>,
+}
+
+/// A call whose arguments are text as the model wrote them; `id` as [`ScriptedCall`]'s,
+/// numbered after the turn's `tool_calls`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedRawCall {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub arguments: String,
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+/// A provider failure: an HTTP status and its text (no status: the endpoint could not be
+/// reached).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedError {
+    #[serde(default)]
+    pub status: Option<u16>,
+    #[serde(default)]
+    pub message: String,
 }
 
 /// A playbook: `turns:` in order. The model plays turn N when the conversation holds
@@ -78,6 +121,13 @@ const PLAYBOOK_FIELDS: &[&str] = &[
     "args",
     "usage",
     "finish_reason",
+    "invalid_calls",
+    "arguments",
+    "reasoning",
+    "error",
+    "status",
+    "message",
+    "attempts",
     "input_tokens",
     "output_tokens",
     "total_tokens",
@@ -142,6 +192,8 @@ pub struct ScriptedModel {
     playbook: Playbook,
     /// How many security scans the model has answered.
     scans: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// How often each turn (by number) was asked, for its `attempts`.
+    asks: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<usize, usize>>>,
 }
 
 impl ScriptedModel {
@@ -153,7 +205,15 @@ impl ScriptedModel {
             name: Self::NAME.to_owned(),
             playbook,
             scans: std::sync::Arc::default(),
+            asks: std::sync::Arc::default(),
         }
+    }
+
+    /// The same playbook reporting `name` (several scripted models in one run: a model and
+    /// its fallbacks).
+    pub fn named(mut self, name: impl Into<String>) -> ScriptedModel {
+        self.name = name.into();
+        self
     }
 
     /// Parses a playbook from YAML text; `origin` names it in errors.
@@ -190,7 +250,8 @@ impl ScriptedModel {
         })
     }
 
-    /// The reply for the conversation so far.
+    /// The reply for the conversation so far: turn N when it holds N-1 assistant
+    /// messages, or one of that turn's `attempts` while they last.
     pub fn reply(&self, messages: &[Message]) -> Result<ModelReply, ModelError> {
         let played = messages
             .iter()
@@ -205,26 +266,77 @@ impl ScriptedModel {
                 turns: self.playbook.turns.len(),
                 asked: turn_number,
             })?;
+        let asked = {
+            let mut asks = self
+                .asks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let n = asks.entry(turn_number).or_insert(0);
+            *n += 1;
+            *n - 1
+        };
+        let turn = turn.attempts.get(asked).unwrap_or(turn);
+        self.play(turn, turn_number)
+    }
+
+    /// One scripted reply of turn `turn_number`.
+    fn play(&self, turn: &ScriptedTurn, turn_number: usize) -> Result<ModelReply, ModelError> {
+        if let Some(error) = &turn.error {
+            return Err(match error.status {
+                Some(status) => ModelError::Http {
+                    model: self.name.clone(),
+                    status,
+                    attempts: 1,
+                    message: error.message.clone(),
+                },
+                None => ModelError::Connection {
+                    model: self.name.clone(),
+                    url: "scripted".to_owned(),
+                    attempts: 1,
+                    message: error.message.clone(),
+                },
+            });
+        }
+        let call_id = |id: &Option<String>, n: usize| {
+            id.clone()
+                .unwrap_or_else(|| format!("call-{turn_number}-{n}"))
+        };
         let tool_calls = turn
             .tool_calls
             .iter()
             .enumerate()
             .map(|(i, call)| ToolCall {
-                id: call
-                    .id
-                    .clone()
-                    .unwrap_or_else(|| format!("call-{turn_number}-{}", i + 1)),
+                id: call_id(&call.id, i + 1),
                 name: call.name.clone(),
                 args: call.args.clone(),
+            })
+            .collect();
+        let invalid_calls = turn
+            .invalid_calls
+            .iter()
+            .enumerate()
+            .map(|(i, call)| InvalidToolCall {
+                id: call_id(&call.id, turn.tool_calls.len() + i + 1),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+                error: match serde_json::from_str::<Value>(&call.arguments) {
+                    Ok(Value::Object(_)) => "the call was scripted as invalid".to_owned(),
+                    Ok(_) => "the arguments are not a JSON object".to_owned(),
+                    Err(e) => e.to_string(),
+                },
             })
             .collect();
         Ok(ModelReply {
             id: format!("ai-{turn_number}"),
             content: turn.content.clone(),
             tool_calls,
+            invalid_calls,
+            reasoning: turn.reasoning.as_ref().map(|text| Reasoning {
+                text: text.clone(),
+                replay: Vec::new(),
+            }),
             usage: turn.usage,
             finish_reason: turn.finish_reason.clone(),
-            ..ModelReply::default()
         })
     }
 }
@@ -351,6 +463,54 @@ turns:
             run(&model, &messages).unwrap_err().to_string(),
             "the playbook has 2 turns and the run asked for turn 3"
         );
+    }
+
+    #[test]
+    fn a_turn_scripts_mistakes_reasoning_errors_and_earlier_attempts() {
+        let yaml = r#"
+turns:
+  - reasoning: Think first.
+    tool_calls:
+      - name: get_weather
+        args: {city: Paris}
+    invalid_calls:
+      - name: get_weather
+        arguments: '{"city": "Par'
+      - name: write_file
+        arguments: '[1]'
+  - attempts:
+      - error: {status: 503, message: overloaded}
+      - content: ""
+    content: Sunny.
+"#;
+        let model = ScriptedModel::from_yaml(yaml, "inline")
+            .unwrap()
+            .named("primary");
+        assert_eq!(model.name(), "primary");
+        let first = run(&model, &[]).unwrap();
+        assert_eq!(first.reasoning.as_ref().unwrap().text, "Think first.");
+        assert_eq!(first.tool_calls.len(), 1);
+        let invalid: Vec<(&str, &str)> = first
+            .invalid_calls
+            .iter()
+            .map(|c| (c.id.as_str(), c.error.as_str()))
+            .collect();
+        assert_eq!(
+            invalid,
+            [
+                ("call-1-2", "EOF while parsing a string at line 1 column 13"),
+                ("call-1-3", "the arguments are not a JSON object"),
+            ]
+        );
+        let history = [Message::human("go"), first.into_message()];
+        let err = run(&model, &history).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "model `primary`: HTTP 503 after 1 attempt(s): overloaded"
+        );
+        assert_eq!(run(&model, &history).unwrap().content, "");
+        assert_eq!(run(&model, &history).unwrap().content, "Sunny.");
+        assert_eq!(run(&model, &history).unwrap().content, "Sunny.");
     }
 
     #[test]

@@ -30,12 +30,41 @@ pub enum RunEvent {
     /// A model call returned: what the provider said it used and why it stopped.
     ModelFinished {
         turn: usize,
+        /// The model that answered, when it is not the run's own (a fallback).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
         usage: Option<TokenUsage>,
         #[serde(skip_serializing_if = "Option::is_none")]
         finish_reason: Option<String>,
         /// The run's totals after this call (`null` while no call reported any).
         total_usage: Option<TokenUsage>,
+    },
+    /// A model call failed and is tried again (DeerFlow's `llm_retry`, spec D.5): by the
+    /// model's client (HTTP 429/5xx, a cut connection) or by the run's resilience layer.
+    LlmRetry {
+        model: String,
+        /// The attempt that failed (1-based).
+        attempt: u32,
+        max_attempts: u32,
+        wait_ms: u64,
+        /// `transient`, `busy`, `burst_rate`, ... (`model::resilient::FailureReason`).
+        reason: String,
+        /// DeerFlow's text: `LLM request retry {a}/{max}: {why}. Retrying in {s}s.`
+        message: String,
+        /// What failed, as the client said it.
+        detail: String,
+    },
+    /// A model failed for good and the next model of its `fallback:` list is asked.
+    ModelFallback {
+        from: String,
+        to: String,
+        reason: String,
+        detail: String,
+    },
+    /// The model's reply was empty: it is asked once more, with a hidden reminder.
+    EmptyReplyRetried {
+        turn: usize,
     },
     /// A tool reached one of its six states in this run (`antler run --trace`).
     Lifecycle {

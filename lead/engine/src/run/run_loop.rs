@@ -71,6 +71,9 @@ pub enum RunError {
     UnknownRun(String),
     #[error("the run was cancelled")]
     Cancelled,
+    /// The model's reply was empty, and so was the one retry (spec D.5).
+    #[error("{}", crate::middleware::terminal_response::EMPTY_REPLY_FALLBACK)]
+    EmptyReply,
 }
 
 /// Pauses after a failed receipt write: DeerFlow retries after 0.1 s and 0.5 s.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::middleware::guardrail::Guardrail;
+use crate::middleware::invalid_calls::InvalidCallLimit;
 use crate::middleware::loop_detection::LoopDetection;
 use crate::middleware::output_budget::OutputBudget;
 use crate::middleware::skill_policy::SkillPolicy;
@@ -21,6 +22,9 @@ pub struct RunSettings {
     /// Deadline of one tool call on a host.
     pub tool_timeout: Duration,
     pub loop_detection: LoopDetection,
+    /// Replies of only invalid tool calls in a row that end the run
+    /// (`llm_call.max_invalid_tool_calls`).
+    pub invalid_calls: InvalidCallLimit,
     pub subagent_limit: SubagentLimit,
     pub output_budget: OutputBudget,
     /// `guardrails.enabled` with a provider.
@@ -60,6 +64,7 @@ impl Default for RunSettings {
             max_turns: 50,
             tool_timeout: Duration::from_secs(900),
             loop_detection: LoopDetection::default(),
+            invalid_calls: InvalidCallLimit::default(),
             subagent_limit: SubagentLimit::default(),
             output_budget: OutputBudget::default(),
             guardrail: None,

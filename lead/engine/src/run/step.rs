@@ -1,7 +1,8 @@
 //! One step of a [`RunLoop`]: the model turn (the request with the visible tools, the
-//! routing auto-promotion, a slash-activated skill, the token budget's warning), the
-//! reply through the after-model middlewares, recorded and checkpointed before its tool
-//! calls run (`calls`).
+//! routing auto-promotion, a slash-activated skill, the token budget's warning; its
+//! retries and fallbacks reported, an empty reply asked again once), the reply's invalid
+//! calls answered at once, the reply through the after-model middlewares, recorded and
+//! checkpointed before its valid tool calls run (`calls`).
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -11,13 +12,16 @@ use crate::catalog::ToolSpec;
 use crate::middleware::dangling;
 use crate::middleware::deferred::RoutingBeforeFilter;
 use crate::middleware::finish_reason;
+use crate::middleware::invalid_calls;
 use crate::middleware::loop_detection::LoopVerdict;
+use crate::middleware::terminal_response::{self, EMPTY_REPLY_FALLBACK};
 use crate::middleware::token_budget::{BudgetVerdict, BUDGET_WARNING_NAME};
-use crate::model::{ImagePart, ModelReply, ModelRequest};
+use crate::model::resilient::{retry_message, FailureReason, FallbackNotice};
+use crate::model::{ImagePart, ModelObserver, ModelReply, ModelRequest, RetryNotice};
 use crate::prompt;
-use crate::run::events::{RunEvent, ToolState};
+use crate::run::events::{first_line, EventSink, RunEvent, ToolState};
 use crate::run::run_loop::{BudgetWarning, RunError, RunLoop, StepEnd};
-use crate::thread::state::{Message, StateUpdate};
+use crate::thread::state::{Message, StateUpdate, StopReason};
 use crate::tools::skills::{self, SlashActivation};
 use crate::tools::view_image;
 
@@ -39,13 +43,50 @@ impl RunLoop {
         let policy = self.skill_policy();
         let visible: Vec<&ToolSpec> =
             policy.filter(chain.visible_tools(self.state.promoted.as_ref()));
-        let mut reply = self.ask_model(turn, &messages, &visible, &images).await?;
-        let warning = self.after_model(turn, &mut reply, &mut update);
+        let asked = self.ask_model(turn, &messages, &visible, &images).await?;
+        let mut reply = asked.reply;
+        if asked.empty_twice {
+            // TerminalResponse (spec D.5): DeerFlow's fallback is stored, the run fails.
+            update.token_usage = reply.usage;
+            reply.content = EMPTY_REPLY_FALLBACK.to_owned();
+            self.record_reply(turn, reply, &mut update);
+            self.merge(update).await?;
+            return Err(RunError::EmptyReply);
+        }
+        // A model's mistakes (spec D.4): its invalid calls never run, and are answered now.
+        let mut refused = invalid_calls::sort_out(&mut reply, &catalog);
+        let warning = self.after_model(turn, &mut reply, &mut update, asked.answered_by);
+        let stripped = matches!(
+            update.stop_reason,
+            Some(StopReason::LoopCapped | StopReason::SafetyCapped | StopReason::TokenCapped)
+        );
+        if stripped {
+            refused.clear();
+        } else if !refused.is_empty() {
+            if update.stop_reason == Some(StopReason::ModelLengthCapped) {
+                // A reply with calls, even invalid ones, is not a capped answer.
+                update.stop_reason = None;
+            }
+            if reply.tool_calls.is_empty() {
+                self.cap_invalid_streak(&mut reply, &mut refused, &mut update);
+            }
+        }
         let calls = reply.tool_calls.clone();
+        // The AI message keeps every call it made, so each answer has its call.
+        reply
+            .tool_calls
+            .extend(refused.iter().map(|r| r.call.clone()));
         let answer = self.record_reply(turn, reply, &mut update);
+        for refused in refused.iter() {
+            self.answer_invalid_call(refused, &mut update);
+        }
         if calls.is_empty() {
             self.merge(update).await?;
-            return Ok(StepEnd::Final(answer));
+            return Ok(if refused.is_empty() {
+                StepEnd::Final(answer)
+            } else {
+                StepEnd::Continue
+            });
         }
         // The reply is journaled before any of its calls is sent: every call in it is
         // "issued" from here on, and one without a journaled result is never sent again
@@ -162,23 +203,91 @@ impl RunLoop {
         (messages, images)
     }
 
-    /// Asks the model, after reporting the tools it sees and the turn's start.
+    /// Asks the model, after reporting the tools it sees and the turn's start; its
+    /// retries and fallbacks are reported as they happen. An empty reply is asked again
+    /// once, with TerminalResponse's hidden reminder (spec D.5).
     async fn ask_model(
         &self,
         turn: usize,
         messages: &[Message],
         visible: &[&ToolSpec],
         images: &[ImagePart],
-    ) -> Result<ModelReply, RunError> {
+    ) -> Result<Asked, RunError> {
         for tool in visible {
             self.lifecycle(ToolState::Visible, &tool.name, None);
         }
         self.emit(RunEvent::ModelStarted { turn });
-        let reply = self
-            .model
-            .complete(ModelRequest::new(messages, visible, images))
-            .await?;
-        Ok(reply)
+        let observer = RunObserver::new(self.events.clone());
+        let mut request = ModelRequest::new(messages, visible, images);
+        request.observer = Some(&observer);
+        let mut reply = self.model.complete(request).await?;
+        let mut empty_twice = false;
+        if terminal_response::is_empty(&reply) {
+            self.emit(RunEvent::EmptyReplyRetried { turn });
+            let mut again: Vec<Message> = messages.to_vec();
+            again.push(terminal_response::recovery_message());
+            let mut request = ModelRequest::new(&again, visible, images);
+            request.observer = Some(&observer);
+            let first_usage = reply.usage;
+            reply = self.model.complete(request).await?;
+            reply.usage = match (first_usage, reply.usage) {
+                (Some(a), Some(b)) => Some(a + b),
+                (a, b) => a.or(b),
+            };
+            empty_twice = terminal_response::is_empty(&reply);
+        }
+        Ok(Asked {
+            reply,
+            empty_twice,
+            answered_by: observer.answered_by(),
+        })
+    }
+
+    /// `llm_call.max_invalid_tool_calls` replies in a row of only invalid calls: the
+    /// reply's calls are dropped and the run ends with its text and the note.
+    fn cap_invalid_streak(
+        &self,
+        reply: &mut ModelReply,
+        refused: &mut Vec<invalid_calls::RefusedCall>,
+        update: &mut StateUpdate,
+    ) {
+        let streak = invalid_calls::consecutive_invalid_replies(&self.state.messages) + 1;
+        if streak < self.settings.invalid_calls.max_consecutive {
+            return;
+        }
+        tracing::warn!(run = %self.context.run_id, streak, "invalid tool calls limit reached, ending the run");
+        refused.clear();
+        reply.content = format!(
+            "{}\n\n{}",
+            reply.content,
+            invalid_calls::hard_stop_note(streak)
+        );
+        if reply.finish_reason.as_deref() == Some(crate::model::finish_reason::TOOL_CALLS) {
+            reply.finish_reason = Some(crate::model::finish_reason::STOP.to_owned());
+        }
+        update.stop_reason = Some(StopReason::InvalidToolCallsCapped);
+    }
+
+    /// An invalid call's answer joins the turn's update, reported as a call that failed
+    /// without running.
+    fn answer_invalid_call(&self, refused: &invalid_calls::RefusedCall, update: &mut StateUpdate) {
+        let (name, id) = (&refused.call.name, &refused.call.id);
+        self.emit(RunEvent::ToolStarted {
+            name: name.clone(),
+            tool_call_id: id.clone(),
+        });
+        let message = match &refused.answer {
+            Message::Tool { content, .. } => Some(first_line(content)),
+            _ => None,
+        };
+        self.lifecycle(ToolState::Returned, name, Some(id));
+        self.emit(RunEvent::ToolFinished {
+            name: name.clone(),
+            tool_call_id: id.clone(),
+            error: true,
+            message,
+        });
+        update.messages.push(refused.answer.clone());
     }
 
     /// The after-model middlewares on the reply: token accounting and the budget (spec
@@ -190,12 +299,14 @@ impl RunLoop {
         turn: usize,
         reply: &mut ModelReply,
         update: &mut StateUpdate,
+        answered_by: Option<String>,
     ) -> Option<Message> {
         // Token accounting (spec D): the provider's usage, the budget, finish reasons.
         update.token_usage = reply.usage;
         let total_usage = self.state.token_usage + reply.usage.unwrap_or_default();
         self.emit(RunEvent::ModelFinished {
             turn,
+            model: answered_by,
             usage: reply.usage,
             finish_reason: reply.finish_reason.clone(),
             total_usage: total_usage.reported(),
@@ -249,5 +360,73 @@ impl RunLoop {
             });
         }
         answer
+    }
+}
+
+/// What the model answered this turn.
+struct Asked {
+    reply: ModelReply,
+    /// The reply was empty, and so was the one retry.
+    empty_twice: bool,
+    /// The fallback that answered (`None`: the run's model).
+    answered_by: Option<String>,
+}
+
+/// Hears one model turn's retries and fallbacks and reports them as run events.
+struct RunObserver {
+    events: Option<EventSink>,
+    answered_by: std::sync::Mutex<Option<String>>,
+}
+
+impl RunObserver {
+    fn new(events: Option<EventSink>) -> RunObserver {
+        RunObserver {
+            events,
+            answered_by: std::sync::Mutex::new(None),
+        }
+    }
+
+    fn emit(&self, event: RunEvent) {
+        if let Some(events) = &self.events {
+            events(&event);
+        }
+    }
+
+    fn answered_by(&self) -> Option<String> {
+        self.answered_by
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl ModelObserver for RunObserver {
+    fn retry(&self, notice: &RetryNotice) {
+        let reason = FailureReason::of_retry(notice);
+        self.emit(RunEvent::LlmRetry {
+            model: notice.model.clone(),
+            attempt: notice.attempt,
+            max_attempts: notice.max_attempts,
+            wait_ms: notice.wait.as_millis() as u64,
+            reason: reason.to_string(),
+            message: retry_message(notice.attempt, notice.max_attempts, notice.wait, reason),
+            detail: notice.reason.clone(),
+        });
+    }
+
+    fn fallback(&self, notice: &FallbackNotice) {
+        self.emit(RunEvent::ModelFallback {
+            from: notice.from.clone(),
+            to: notice.to.clone(),
+            reason: notice.reason.to_string(),
+            detail: notice.detail.clone(),
+        });
+    }
+
+    fn answered_by(&self, model: &str) {
+        *self
+            .answered_by
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(model.to_owned());
     }
 }

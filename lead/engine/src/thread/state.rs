@@ -214,6 +214,9 @@ pub enum StopReason {
     SafetyCapped,
     SubagentLimitCapped,
     ModelLengthCapped,
+    /// The model's replies were all invalid tool calls `llm_call.max_invalid_tool_calls`
+    /// times in a row (`middleware::invalid_calls`).
+    InvalidToolCallsCapped,
 }
 
 /// How a skill became active in a run (spec 4.3's policy sources).

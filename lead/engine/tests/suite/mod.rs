@@ -1,6 +1,8 @@
 //! One module per former integration-test file (each was its own test binary), in the
 //! order of their names.
 
+mod run_model_fallback;
+mod run_model_mistakes;
 mod skill_manage_blocked_write;
 mod skill_manage_create;
 mod skill_manage_moderation_model;

@@ -73,6 +73,9 @@ pub(super) fn event_sink(
                 usage: Some(usage), ..
             } => metrics.tokens(*usage),
             RunEvent::ModelFinished { .. }
+            | RunEvent::LlmRetry { .. }
+            | RunEvent::ModelFallback { .. }
+            | RunEvent::EmptyReplyRetried { .. }
             | RunEvent::AssistantMessage { .. }
             | RunEvent::AcpActivity { .. } => {}
             // A subagent's MCP call asks the parent run's user.

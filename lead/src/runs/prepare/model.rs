@@ -1,7 +1,8 @@
 //! The model of a run: a run label (`scripted:PATH`, `scripted-yaml:…` or `model:NAME`),
 //! the model it names (a scripted playbook, or a model of config.yaml's `models:`), a
 //! named playbook found beneath the configured directories, the moderation model, and the
-//! label as a person reads it.
+//! label as a person reads it. A `models:` model comes wrapped in its retries, circuit
+//! breaker and fallbacks (`antler_engine::ResilientModel`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -62,12 +63,14 @@ pub fn model_for(label: &str, app: &AppConfig) -> Result<Arc<dyn ChatModel>, Pre
 }
 
 /// A model of config.yaml's `models:` (the first when unnamed), or the endpoint the
-/// environment names when `models:` is empty: any OpenAI-compatible server.
+/// environment names when `models:` is empty: any OpenAI-compatible server. It is built
+/// with its retries, its process-wide circuit breaker and the models of its `fallback:`
+/// list (`llm_call:`, `circuit_breaker:`, spec D.5).
 pub(super) fn named_model(
     app: &AppConfig,
     name: Option<&str>,
 ) -> Result<Arc<dyn ChatModel>, PrepareError> {
-    Ok(antler_engine::model_from_config(
+    Ok(antler_engine::resilient_model_from_config(
         app,
         name,
         &antler_protocol::config::process_env,
