@@ -6,9 +6,6 @@
 //! ([`litellm`]). Both are started from a keeper thread that lives as long as the test
 //! process, with `PR_SET_PDEATHSIG`, so they die with the binary and never outlive it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-// The provider suites (Anthropic, Gemini, Responses) use `litellm`; until each lands some
-// of this module is unused.
-#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

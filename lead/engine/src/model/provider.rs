@@ -207,7 +207,6 @@ pub fn model_from_entry(
         Provider::Ollama => Ok(Arc::new(super::ollama::OllamaModel::from_model_config(
             entry, env,
         )?)),
-        other => Err(not_built(entry, other)),
     }
 }
 
@@ -234,17 +233,6 @@ pub fn check_model_entry(
         Provider::Ollama => {
             super::ollama::OllamaConfig::from_model_config(entry, env)?;
         }
-        other => return Err(not_built(entry, other)),
     }
     Ok(provider)
-}
-
-fn not_built(entry: &ModelConfig, provider: Provider) -> ModelError {
-    ModelError::InvalidConfig {
-        model: entry.name.clone(),
-        message: format!(
-            "the {} client is not available in this build",
-            provider.name()
-        ),
-    }
 }
