@@ -57,6 +57,7 @@ pub use run::settings::RunSettings;
 pub use settlement::{DeliveryReceipt, OutputsSnapshot};
 pub use task::graph::{drive_task, run_task, TaskRun};
 pub use task::spec::{TaskSpec, WireCatalog};
+pub use task::wire::TaskWireError;
 pub use thread::context::{AgentContext, RunContext};
 pub use thread::files::{ThreadFiles, ThreadFilesMode, ThreadPaths};
 pub use thread::hosts::{

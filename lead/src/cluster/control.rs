@@ -337,7 +337,7 @@ impl Service for LeadService {
                 run_id,
                 id,
                 action,
-                content_json,
+                content,
             }) => {
                 let (runs, supervisor) = (self.runs.clone(), self.supervisor.clone());
                 Box::pin(async move {
@@ -347,7 +347,7 @@ impl Service for LeadService {
                         &run_id,
                         &id,
                         action,
-                        content_json,
+                        content,
                     )
                     .await;
                     Ok(Reply::Lead(LeadReply::ElicitationAnswered(

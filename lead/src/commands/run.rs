@@ -462,14 +462,14 @@ async fn answer_elicitation(
     id: &str,
     text: &str,
 ) -> anyhow::Result<()> {
-    let (action, content_json) = crate::runs::elicitations::parse_answer(text)
+    let (action, content) = crate::runs::elicitations::parse_answer(text)
         .map_err(|e| anyhow::anyhow!("--answer: {e}"))?;
     let answered = connection
         .answer_run_elicitation(
             run_id.to_owned(),
             id.to_owned(),
             action,
-            content_json,
+            content,
             SUBMIT_TIMEOUT,
         )
         .await

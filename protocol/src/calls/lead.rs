@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::{ask, reply_kind, Requester, Watch};
 use crate::connection::{Connection, RpcError};
 use crate::handshake::Role;
+use crate::json::Json;
 use crate::messages::{
     ElicitationAction, LeadReply, LeadRequest, PeerPing, ProcessStatus, Reply, Request,
     RunSubmission,
@@ -156,14 +157,14 @@ pub trait LeadCalls: Requester {
         run_id: String,
         id: String,
         action: ElicitationAction,
-        content_json: Option<String>,
+        content: Option<Json>,
         timeout: Duration,
     ) -> impl Future<Output = Result<Result<(), String>, Self::Error>> + Send {
         let request = LeadRequest::AnswerElicitation {
             run_id,
             id,
             action,
-            content_json,
+            content,
         };
         ask(self, Request::Lead(request), timeout, |reply| match reply {
             Reply::Lead(LeadReply::ElicitationAnswered(answered)) => Ok(answered),
