@@ -61,7 +61,8 @@ pub use task::wire::TaskWireError;
 pub use thread::context::{AgentContext, RunContext};
 pub use thread::files::{ThreadFiles, ThreadFilesMode, ThreadPaths};
 pub use thread::hosts::{
-    call_link, stream_link, HostError, HostReadiness, LeadConnectionHosts, ToolHosts,
+    call_link, stream_link, HostError, HostOf, HostReadiness, LeadConnectionHosts, LinkTo,
+    ToolHosts,
 };
 pub use thread::state::{
     ActiveSkill, Message, SkillSource, StateUpdate, StopReason, ThreadState, TokenUsage, ToolCall,
