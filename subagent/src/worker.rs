@@ -426,7 +426,7 @@ impl RoleHandler for Handler {
                 }
                 WorkerRequest::RunTask(assignment) => {
                     // A decoding error names its kind, never what (the text is the user's).
-                    let spec = TaskSpec::from_wire(assignment.spec).map_err(|e| {
+                    let spec = TaskSpec::from_wire(*assignment.spec).map_err(|e| {
                         RemoteError::Failed(format!("the task does not decode: {e}"))
                     })?;
                     if (spec.run_id.as_str(), spec.tool_call_id.as_str())

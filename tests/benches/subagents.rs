@@ -209,7 +209,7 @@ impl Pool {
         let assignment = TaskAssignment {
             run_id: run_id.clone(),
             tool_call_id: spec.tool_call_id.clone(),
-            spec: spec.to_wire().unwrap(),
+            spec: Box::new(spec.to_wire().unwrap()),
         };
         let sent = Instant::now();
         let mut first = None;

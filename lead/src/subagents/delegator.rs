@@ -348,7 +348,7 @@ impl Delegator for LeadDelegator {
             let model_name = spec.model.name().to_owned();
             let timeout = Duration::from_secs(spec.timeout_s) + STREAM_MARGIN;
             let wire_spec = match spec.to_wire() {
-                Ok(wire_spec) => wire_spec,
+                Ok(wire_spec) => Box::new(wire_spec),
                 Err(e) => return failed(format!("the task does not encode: {e}")),
             };
             for attempt in 1..=PLACEMENT_ATTEMPTS {

@@ -38,8 +38,9 @@ pub enum WorkerRequest {
 pub struct TaskAssignment {
     pub run_id: String,
     pub tool_call_id: String,
-    /// The task (it holds the model's key, which its `Debug` form leaves out).
-    pub spec: TaskSpec,
+    /// The task (it holds the model's key, which its `Debug` form leaves out), boxed so
+    /// the other requests stay small.
+    pub spec: Box<TaskSpec>,
 }
 
 /// Replies from a subagent worker.
