@@ -26,8 +26,9 @@ pub use sandbox::{
     ToolResult, VolumeStatus, MAX_NAME_PROBES, SANDBOX_TOOLS,
 };
 pub use task::{
-    RoutingMode, TaskEvent, TaskResult, TaskSpec, TaskStatus, TaskStopReason, ThreadFilesMode,
-    TokenBudget, TokenUsage, ToolRouting, WebToolEntry, WireCatalog, WireSource, WireTool,
+    ModelEntry, RoutingMode, TaskEvent, TaskResult, TaskSpec, TaskStatus, TaskStopReason,
+    ThreadFilesMode, TokenBudget, TokenUsage, ToolRouting, WebToolEntry, WireCatalog, WireModel,
+    WireSource, WireTool,
 };
 pub use worker::{TaskAssignment, WorkerReply, WorkerRequest};
 

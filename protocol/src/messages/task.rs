@@ -1,5 +1,5 @@
 //! A subagent task as it crosses the wire: the [`TaskSpec`] the lead sends a worker (the
-//! subagent's catalog with its hash, its model, its limits and web tools), the
+//! subagent's catalog with its hash, its [`WireModel`], its limits and web tools), the
 //! [`TaskEvent`]s the worker streams back and the [`TaskResult`] it ends with. These are
 //! the wire forms of the engine's task types, which convert to and from them; the model's
 //! and the web tools' keys travel inside and never show in a `Debug` form.
@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::ModelConfig;
 use crate::json::Json;
 
 /// One task for a worker.
@@ -29,8 +30,8 @@ pub struct TaskSpec {
     /// The subagent's system message, `None` when it has no parts.
     pub system_prompt: Option<String>,
     pub catalog: WireCatalog,
-    /// The engine's model settings (its `WireModel`), key included.
-    pub model: Json,
+    /// The model the task runs with, key included.
+    pub model: WireModel,
     /// The recursion limit (`max_turns`).
     pub max_turns: u64,
     /// The task's timeout.
@@ -54,9 +55,90 @@ impl fmt::Debug for TaskSpec {
             .field("subagent_type", &self.subagent_type)
             .field("description", &self.description)
             .field("tools", &self.catalog.tools.len())
-            .field("model", &"[redacted]")
+            .field("model", &self.model)
             .field("web_tools", &self.web_tools)
             .finish_non_exhaustive()
+    }
+}
+
+/// The model a task runs with.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub enum WireModel {
+    /// A scripted model's playbook (tests and demos), in the playbook's own JSON form:
+    /// its shape is the scripted model's, checked where the worker reads it.
+    Scripted { playbook: Json },
+    /// A `models:` entry with its endpoint and key written out: the worker builds the
+    /// same client from it, resolving nothing from its own environment.
+    Entry { entry: ModelEntry },
+}
+
+impl fmt::Debug for WireModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireModel::Scripted { .. } => f.write_str("Scripted"),
+            // Never the entry itself: it holds the key.
+            WireModel::Entry { entry } => f
+                .debug_struct("Entry")
+                .field("name", &entry.name)
+                .field("use", &entry.use_)
+                .field("model", &entry.model)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+/// A resolved `models:` entry ([`ModelConfig`]) as it travels: its provider settings
+/// beyond the named fields in `extra`, in order.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelEntry {
+    pub name: String,
+    pub display_name: Option<String>,
+    pub use_: String,
+    pub model: String,
+    pub supports_vision: bool,
+    pub supports_thinking: bool,
+    pub api_key: Option<String>,
+    pub base_url: Option<String>,
+    pub extra: Vec<(String, Json)>,
+}
+
+impl From<&ModelConfig> for ModelEntry {
+    fn from(config: &ModelConfig) -> Self {
+        ModelEntry {
+            name: config.name.clone(),
+            display_name: config.display_name.clone(),
+            use_: config.use_.clone(),
+            model: config.model.clone(),
+            supports_vision: config.supports_vision,
+            supports_thinking: config.supports_thinking,
+            api_key: config.api_key.clone(),
+            base_url: config.base_url.clone(),
+            extra: config
+                .extra
+                .iter()
+                .map(|(key, value)| (key.clone(), Json::from(value)))
+                .collect(),
+        }
+    }
+}
+
+impl From<ModelEntry> for ModelConfig {
+    fn from(entry: ModelEntry) -> Self {
+        ModelConfig {
+            name: entry.name,
+            display_name: entry.display_name,
+            use_: entry.use_,
+            model: entry.model,
+            supports_vision: entry.supports_vision,
+            supports_thinking: entry.supports_thinking,
+            api_key: entry.api_key,
+            base_url: entry.base_url,
+            extra: entry
+                .extra
+                .into_iter()
+                .map(|(key, value)| (key, value.into()))
+                .collect(),
+        }
     }
 }
 

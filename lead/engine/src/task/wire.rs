@@ -1,8 +1,9 @@
 //! The task's types in their wire forms (`antler_protocol::messages`: `TaskSpec`,
 //! `TaskEvent`, `TaskResult` and what they carry): the lead converts a task before it
 //! sends it and a worker after it receives one, and back for the task's events and
-//! result. Every conversion is total but the model's, whose settings travel as a JSON
-//! value (`WireModel` is the model room's own type) and are read back on the worker.
+//! result. Every conversion is total but a scripted model's: its playbook travels in the
+//! playbook's own JSON form (the scripted model owns that shape) and is read back on the
+//! worker.
 
 use antler_protocol::messages as wire;
 use antler_protocol::Json;
@@ -11,15 +12,16 @@ use serde_json::{Map, Value};
 use super::spec::{TaskSpec, WireCatalog, WireSource, WireTool};
 use crate::catalog::routing::{McpRouting, RoutingMode};
 use crate::middleware::token_budget::TokenBudget;
+use crate::model::WireModel;
 use crate::thread::files::ThreadFilesMode;
 use crate::thread::state::TokenUsage;
 use crate::tools::task::{TaskEvent, TaskResult, TaskStatus, TaskStopReason};
 use crate::tools::web::{WireWebEntry, WireWebTools};
 
-/// Why a task's wire form could not be made or read: its model's settings. It names the
-/// kind of error, never the text (which may be the user's or a key).
+/// Why a task's wire form could not be made or read: its scripted model's playbook. It
+/// names the kind of error, never the text (which is the playbook author's).
 #[derive(Debug, thiserror::Error)]
-#[error("the task's model settings do not convert ({:?})", .0.classify())]
+#[error("the task's playbook does not convert ({:?})", .0.classify())]
 pub struct TaskWireError(#[from] serde_json::Error);
 
 impl TaskSpec {
@@ -37,7 +39,7 @@ impl TaskSpec {
             prompt: self.prompt.clone(),
             system_prompt: self.system_prompt.clone(),
             catalog: (&self.catalog).into(),
-            model: serde_json::to_value(&self.model)?.into(),
+            model: model_to_wire(&self.model)?,
             max_turns: u64::try_from(self.max_turns).unwrap_or(u64::MAX),
             timeout_s: self.timeout_s,
             tool_timeout_s: self.tool_timeout_s,
@@ -51,7 +53,7 @@ impl TaskSpec {
     /// The task a worker received.
     pub fn from_wire(spec: wire::TaskSpec) -> Result<TaskSpec, TaskWireError> {
         Ok(TaskSpec {
-            model: serde_json::from_value(spec.model.into())?,
+            model: model_from_wire(spec.model)?,
             run_id: spec.run_id,
             tool_call_id: spec.tool_call_id,
             user_id: spec.user_id,
@@ -72,6 +74,28 @@ impl TaskSpec {
             mcp_host: spec.mcp_host,
         })
     }
+}
+
+fn model_to_wire(model: &WireModel) -> Result<wire::WireModel, TaskWireError> {
+    Ok(match model {
+        WireModel::Scripted { playbook } => wire::WireModel::Scripted {
+            playbook: serde_json::to_value(playbook)?.into(),
+        },
+        WireModel::Entry { entry } => wire::WireModel::Entry {
+            entry: entry.into(),
+        },
+    })
+}
+
+fn model_from_wire(model: wire::WireModel) -> Result<WireModel, TaskWireError> {
+    Ok(match model {
+        wire::WireModel::Scripted { playbook } => WireModel::Scripted {
+            playbook: serde_json::from_value(playbook.into())?,
+        },
+        wire::WireModel::Entry { entry } => WireModel::Entry {
+            entry: entry.into(),
+        },
+    })
 }
 
 impl From<ThreadFilesMode> for wire::ThreadFilesMode {
@@ -586,6 +610,33 @@ mod tests {
             serde_json::to_value(&back).unwrap(),
             serde_json::to_value(&spec).unwrap()
         );
+    }
+
+    #[test]
+    fn an_entry_model_crosses_the_wire_with_its_key() {
+        let entry: antler_protocol::config::ModelConfig =
+            serde_json::from_value(serde_json::json!({
+                "name": "m", "use": "langchain_openai:ChatOpenAI", "model": "gpt-x",
+                "api_key": "sk-secret", "base_url": "http://127.0.0.1:9/v1",
+                "temperature": 0.2, "max_tokens": 100
+            }))
+            .unwrap();
+        let spec = TaskSpec {
+            model: WireModel::Entry {
+                entry: entry.clone(),
+            },
+            ..spec()
+        };
+        let wire = spec.to_wire().unwrap();
+        let decoded: wire::TaskSpec = codec::decode(&codec::encode(&wire).unwrap()).unwrap();
+        let back = TaskSpec::from_wire(decoded).unwrap();
+        let WireModel::Entry { entry: back } = back.model else {
+            panic!("not an entry: {:?}", back.model);
+        };
+        assert_eq!(back, entry);
+        let text = format!("{wire:?}");
+        assert!(!text.contains("sk-secret"), "{text}");
+        assert!(text.contains("gpt-x"), "{text}");
     }
 
     #[test]
