@@ -112,12 +112,12 @@ pub trait LeadCalls: Requester {
         ask(self, Request::Lead(request), timeout, run_started)
     }
 
-    /// [`LeadRequest::GetRun`]: the run's view, as JSON text.
+    /// [`LeadRequest::GetRun`]: the run's view.
     fn get_run(
         &self,
         run_id: String,
         timeout: Duration,
-    ) -> impl Future<Output = Result<String, Self::Error>> + Send {
+    ) -> impl Future<Output = Result<Json, Self::Error>> + Send {
         ask(
             self,
             Request::Lead(LeadRequest::GetRun { run_id }),
@@ -199,9 +199,9 @@ fn run_started(reply: Reply) -> Result<String, &'static str> {
     }
 }
 
-fn run_view(reply: Reply) -> Result<String, &'static str> {
+fn run_view(reply: Reply) -> Result<Json, &'static str> {
     match reply {
-        Reply::Lead(LeadReply::Run { json }) => Ok(json),
+        Reply::Lead(LeadReply::Run { view }) => Ok(view),
         other => Err(reply_kind(&other)),
     }
 }
@@ -242,10 +242,10 @@ impl<R: Requester + ?Sized> Requester for Forwarder<'_, R> {
 /// One item of a watched run ([`LeadRequest::WatchRun`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunWatchItem {
-    /// One run event, as JSON text.
-    Event(String),
-    /// The final reply: the run's view, as JSON text.
-    Ended(String),
+    /// One run event.
+    Event(Json),
+    /// The final reply: the run's view.
+    Ended(Json),
 }
 
 /// [`LeadRequest::WatchRun`] of `run_id` on the lead's connection: its events, then its
@@ -258,8 +258,8 @@ pub async fn watch_run(
 ) -> Result<Watch<RunWatchItem>, RpcError> {
     let request = Request::Lead(LeadRequest::WatchRun { run_id });
     Watch::start(lead, request, timeout, |reply| match reply {
-        Reply::Lead(LeadReply::RunEvent { json }) => Ok(RunWatchItem::Event(json)),
-        Reply::Lead(LeadReply::Run { json }) => Ok(RunWatchItem::Ended(json)),
+        Reply::Lead(LeadReply::RunEvent { event }) => Ok(RunWatchItem::Event(event)),
+        Reply::Lead(LeadReply::Run { view }) => Ok(RunWatchItem::Ended(view)),
         other => Err(reply_kind(&other)),
     })
     .await

@@ -67,14 +67,15 @@ pub enum LeadReply {
     RunStarted {
         run_id: String,
     },
-    /// One run event as JSON text (the lead's event type; see `antler run --trace`).
+    /// One run event, as the run's event stream has it (the lead's JSON event API, the
+    /// same the gateway streams; see `antler run --trace`).
     RunEvent {
-        json: String,
+        event: crate::json::Json,
     },
-    /// A run's view as JSON text: run_id, status, final_answer, question, error,
-    /// artifacts, delivery, ...
+    /// A run's view: run_id, status, final_answer, question, error, artifacts,
+    /// delivery, ... (the gateway's run view).
     Run {
-        json: String,
+        view: crate::json::Json,
     },
     /// How a `CancelRun` went: `cancelled` when a live run was cancelled; otherwise the
     /// run's `status` says why not (it has ended already).
