@@ -1,6 +1,7 @@
 //! Fingerprints the wire schema: the source of every type that crosses a connection
-//! (`src/messages/`, the envelope, the handshake, the codec and the framing), with comments,
-//! blank lines, indentation and test modules left out, hashed into `SCHEMA_FINGERPRINT`.
+//! (`src/messages/`, the envelope, the handshake, the codec, the framing and the JSON value
+//! type), with comments, blank lines, indentation and test modules left out, hashed into
+//! `SCHEMA_FINGERPRINT`.
 //! Two builds whose messages differ get different fingerprints, and the handshake refuses
 //! to join them (bincode would otherwise fail every frame after a successful hello).
 
@@ -12,6 +13,7 @@ const WIRE_FILES: &[&str] = &[
     "src/handshake.rs",
     "src/codec.rs",
     "src/frame.rs",
+    "src/json.rs",
 ];
 const WIRE_DIR: &str = "src/messages";
 

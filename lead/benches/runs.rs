@@ -132,8 +132,8 @@ impl ZeroLatencyHosts {
             Request::Mcp(McpRequest::CallTool(call)) => {
                 Reply::Mcp(McpReply::CallResult(McpCallResult {
                     is_error: false,
-                    content: vec![McpContent::Text(call.args_json)],
-                    structured_json: None,
+                    content: vec![McpContent::Text(call.args.to_string())],
+                    structured: None,
                 }))
             }
             other => {

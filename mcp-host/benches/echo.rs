@@ -245,7 +245,7 @@ fn echo(server: &str, i: usize) -> McpCall {
     McpCall {
         server: server.into(),
         tool: "echo".into(),
-        args_json: format!(r#"{{"message":"m{i}"}}"#),
+        args: serde_json::json!({"message": format!("m{i}")}).into(),
         user: None,
         thread: None,
         workspace: None,

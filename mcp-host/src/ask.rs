@@ -175,9 +175,10 @@ impl Elicitations {
             }
             match answer.action {
                 ElicitationAction::Accept => {
-                    let text = answer.content_json.as_deref().unwrap_or("{}");
-                    let content: Value = serde_json::from_str(text)
-                        .map_err(|e| ElicitationRefusal::Invalid(format!("not valid JSON: {e}")))?;
+                    let content = answer
+                        .content
+                        .as_ref()
+                        .map_or_else(|| Value::Object(Default::default()), Value::from);
                     elicitation::validate(&pending.schema, &content)
                         .map_err(ElicitationRefusal::Invalid)?;
                     ElicitResult::new(McpAction::Accept).with_content(content)
@@ -221,7 +222,7 @@ mod tests {
             thread: "t".into(),
             run_id: "r".into(),
             action,
-            content_json: Some(content.into()),
+            content: Some(antler_protocol::Json::parse(content).unwrap()),
         }
     }
 

@@ -4,6 +4,7 @@
 //! result so every content kind the server sends is read the same way.
 
 use antler_protocol::messages::{McpCallResult, McpContent};
+use antler_protocol::Json;
 use serde_json::Value;
 
 /// Converts a result, given as its JSON form (`content`, `isError`, `structuredContent`).
@@ -19,7 +20,7 @@ pub fn call_result(result: &Value) -> McpCallResult {
             .and_then(Value::as_bool)
             .unwrap_or(false),
         content,
-        structured_json: result.get("structuredContent").map(|v| v.to_string()),
+        structured: result.get("structuredContent").map(Json::from),
     }
 }
 
@@ -80,7 +81,10 @@ mod tests {
         assert!(r.is_error);
         assert_eq!(r.text(), "boom\ninside");
         assert_eq!(r.content.len(), 5);
-        assert_eq!(r.structured_json.as_deref(), Some(r#"{"n":1}"#));
+        assert_eq!(
+            r.structured.as_ref().map(ToString::to_string).as_deref(),
+            Some(r#"{"n":1}"#)
+        );
         assert!(matches!(&r.content[4], McpContent::Resource { blob: Some(b), .. } if b == "QkI="));
     }
 }

@@ -14,7 +14,7 @@ use antler_protocol::{
         Health, McpCall, McpCallResult, McpDiscovery, McpReply, McpRequest, McpServerStatus, Reply,
         Request,
     },
-    Call, RemoteError,
+    Call, Json, RemoteError,
 };
 use futures::future::BoxFuture;
 
@@ -244,7 +244,7 @@ impl RoleHandler for McpService {
                                     id: a.id,
                                     server: a.server,
                                     message: a.message,
-                                    requested_schema_json: a.requested_schema.to_string(),
+                                    requested_schema: Json::from(&a.requested_schema),
                                 });
                                 if let Err(e) = call.send_item(item).await {
                                     tracing::warn!("an elicitation could not be told: {e}");
@@ -419,14 +419,9 @@ async fn call_tool(
     let Some(server) = servers.iter().find(|h| h.name() == c.server).cloned() else {
         return McpCallResult::error(format!("no MCP server named '{}'", c.server));
     };
-    let args = match serde_json::from_str::<serde_json::Value>(if c.args_json.trim().is_empty() {
-        "{}"
-    } else {
-        &c.args_json
-    }) {
-        Ok(serde_json::Value::Object(m)) => m,
-        Ok(_) => return McpCallResult::error("tool arguments must be a JSON object"),
-        Err(e) => return McpCallResult::error(format!("tool arguments are not valid JSON: {e}")),
+    let args = match serde_json::Value::from(c.args.clone()) {
+        serde_json::Value::Object(m) => m,
+        _ => return McpCallResult::error("tool arguments must be a JSON object"),
     };
     // Accept the exposed `{server}_{tool}` name as well as the server's own.
     let prefix = server.config().tool_name_prefix;

@@ -18,10 +18,12 @@ use crate::{codec, frame, tls::ClusterTls};
 
 /// Four bytes that open every hello, so a peer speaking another protocol is told apart.
 pub const MAGIC: [u8; 4] = *b"ANTL";
-/// The newest protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
-/// The oldest protocol version this build still speaks (rolling upgrades).
-pub const MIN_PROTOCOL_VERSION: u16 = 1;
+/// The newest protocol version this build speaks. 2: JSON values, tasks and their events
+/// travel as protocol types ([`crate::json::Json`], `messages::TaskSpec`), not JSON text.
+pub const PROTOCOL_VERSION: u16 = 2;
+/// The oldest protocol version this build still speaks (rolling upgrades). Version 1's
+/// JSON text fields do not decode here, so a peer of version 1 is refused at the hello.
+pub const MIN_PROTOCOL_VERSION: u16 = 2;
 include!(concat!(env!("OUT_DIR"), "/schema_fingerprint.rs"));
 /// How long a peer has to complete the handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -448,6 +450,9 @@ mod tests {
         assert_eq!(negotiate((1, 1), (1, 1)), Ok(1));
         assert!(negotiate((1, 1), (2, 2)).unwrap_err().contains("mismatch"));
         assert!(negotiate((1, 1), (3, 2)).is_err());
+        // A build of version 1 (JSON text inside frames) is refused, by version.
+        let old = negotiate((MIN_PROTOCOL_VERSION, PROTOCOL_VERSION), (1, 1));
+        assert!(old.unwrap_err().contains("protocol version mismatch"));
     }
 
     #[test]

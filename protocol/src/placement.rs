@@ -173,7 +173,7 @@ mod tests {
         let mut call = McpCall {
             server: "s".into(),
             tool: "t".into(),
-            args_json: "{}".into(),
+            args: crate::json::Json::object(),
             user: Some("alice".into()),
             thread: Some("t1".into()),
             workspace: None,
@@ -190,7 +190,7 @@ mod tests {
             thread: "t1".into(),
             run_id: "r".into(),
             action: crate::messages::ElicitationAction::Decline,
-            content_json: None,
+            content: None,
         };
         assert_eq!(
             route(&Request::Mcp(McpRequest::AnswerElicitation(answer))),

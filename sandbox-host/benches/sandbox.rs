@@ -49,7 +49,7 @@ fn principal(thread: &str) -> Principal {
 fn bash_true() -> ToolCall {
     ToolCall {
         tool: "bash".into(),
-        args_json: r#"{"description":"bench","command":"true"}"#.into(),
+        args: serde_json::json!({"description": "bench", "command": "true"}).into(),
         secrets: vec![],
     }
 }

@@ -21,7 +21,8 @@ use std::{
 
 use agent_client_protocol::{self as acp, v1, v2, Agent, Client, ConnectTo};
 use antler_protocol::config::{AcpAgentConfig, AppConfig, AuthorizationConfig, NamedMap};
-use antler_protocol::messages::{AcpInvocation, AcpOutcome, SandboxError};
+use antler_protocol::messages::{AcpInvocation, AcpMcpServer, AcpOutcome, SandboxError};
+use antler_protocol::Json;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{mpsc, Notify};
@@ -117,7 +118,7 @@ pub async fn invoke(
     agents: &AcpAgents,
     base_dir: &Path,
     invocation: AcpInvocation,
-    activity: mpsc::UnboundedSender<String>,
+    activity: mpsc::UnboundedSender<Json>,
     cancel: CancellationToken,
 ) -> Result<AcpOutcome, SandboxError> {
     identity::validate(&invocation.principal)?;
@@ -138,16 +139,11 @@ pub async fn invoke(
             &format!("cannot create the ACP workspace: {}", e.kind()),
         )));
     }
-    let mcp_servers: Vec<Value> = match serde_json::from_str(&invocation.mcp_servers_json) {
-        Ok(servers) => servers,
-        Err(e) => {
-            tracing::warn!(
-                agent = name,
-                "the ACP session's MCP servers are malformed ({e}): none are passed"
-            );
-            Vec::new()
-        }
-    };
+    let mcp_servers: Vec<Value> = invocation
+        .mcp_servers
+        .iter()
+        .map(AcpMcpServer::to_acp_json)
+        .collect();
     let job = Arc::new(Job {
         agent: name.to_owned(),
         model: config.model.clone(),
@@ -266,7 +262,7 @@ struct Job {
     cwd: PathBuf,
     prompt: String,
     mcp_servers: Vec<Value>,
-    activity: mpsc::UnboundedSender<String>,
+    activity: mpsc::UnboundedSender<Json>,
     cancel: CancellationToken,
     text: Mutex<Projection>,
     ended: Mutex<Option<Ended>>,
@@ -365,7 +361,7 @@ impl Job {
                 }
             }
             k if k.starts_with("tool_call") || k.starts_with("plan") => {
-                let _ = self.activity.send(update.to_string());
+                let _ = self.activity.send(Json::from(&update));
             }
             _ => {}
         }

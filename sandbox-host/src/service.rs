@@ -171,8 +171,8 @@ async fn invoke_acp(
                     .map_err(|e| RemoteError::Failed(e.to_string()))?;
                 return Ok(SandboxReply::AcpEnded(outcome));
             }
-            Some(update_json) = told.recv() => {
-                let item = Reply::Sandbox(SandboxReply::AcpActivity { update_json });
+            Some(update) = told.recv() => {
+                let item = Reply::Sandbox(SandboxReply::AcpActivity { update });
                 if let Err(e) = call.send_item(item).await {
                     tracing::debug!("an ACP agent's activity could not be told: {e}");
                 }

@@ -336,16 +336,12 @@ fn gone(e: MailboxError) -> RemoteError {
     RemoteError::Failed(format!("worker unavailable: {e}"))
 }
 
-fn json<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
-}
-
 /// Streams a subscription to the requester: events as items, then the end.
 async fn stream(subscription: Subscription, call: Call) -> Result<Reply, RemoteError> {
     let mut updates = match subscription {
         Subscription::Done(result) => {
             return Ok(Reply::Worker(WorkerReply::TaskEnded {
-                result_json: json(&result),
+                result: result.into(),
             }))
         }
         Subscription::Live(updates) => updates,
@@ -354,7 +350,7 @@ async fn stream(subscription: Subscription, call: Call) -> Result<Reply, RemoteE
         match update {
             Update::Event(event) => {
                 let item = Reply::Worker(WorkerReply::TaskEvent {
-                    event_json: json(&event),
+                    event: event.into(),
                 });
                 if call.send_item(item).await.is_err() {
                     // The lead is gone; the task goes on and its result is kept.
@@ -363,7 +359,7 @@ async fn stream(subscription: Subscription, call: Call) -> Result<Reply, RemoteE
             }
             Update::Ended(result) => {
                 return Ok(Reply::Worker(WorkerReply::TaskEnded {
-                    result_json: json(&result),
+                    result: result.into(),
                 }))
             }
         }
@@ -429,16 +425,10 @@ impl RoleHandler for Handler {
                     }))
                 }
                 WorkerRequest::RunTask(assignment) => {
-                    // A decoding error names where, never what (the text is the user's).
-                    let spec: TaskSpec =
-                        serde_json::from_str(&assignment.spec_json).map_err(|e| {
-                            RemoteError::Failed(format!(
-                                "the task does not decode (line {}, column {}): {:?}",
-                                e.line(),
-                                e.column(),
-                                e.classify()
-                            ))
-                        })?;
+                    // A decoding error names its kind, never what (the text is the user's).
+                    let spec = TaskSpec::from_wire(*assignment.spec).map_err(|e| {
+                        RemoteError::Failed(format!("the task does not decode: {e}"))
+                    })?;
                     if (spec.run_id.as_str(), spec.tool_call_id.as_str())
                         != (assignment.run_id.as_str(), assignment.tool_call_id.as_str())
                     {

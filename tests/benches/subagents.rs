@@ -209,7 +209,7 @@ impl Pool {
         let assignment = TaskAssignment {
             run_id: run_id.clone(),
             tool_call_id: spec.tool_call_id.clone(),
-            spec_json: serde_json::to_string(&spec).unwrap(),
+            spec: Box::new(spec.to_wire().unwrap()),
         };
         let sent = Instant::now();
         let mut first = None;
@@ -219,14 +219,14 @@ impl Pool {
         let mut result = None;
         while let Some(item) = stream.next().await {
             match item.unwrap() {
-                TaskItem::Event(event_json) => {
-                    let event: TaskEvent = serde_json::from_str(&event_json).unwrap();
+                TaskItem::Event(event) => {
+                    let event = TaskEvent::from(event);
                     if matches!(event, TaskEvent::TaskRunning { .. }) && first.is_none() {
                         first = Some(sent.elapsed());
                     }
                 }
-                TaskItem::Ended(result_json) => {
-                    result = Some(serde_json::from_str(&result_json).unwrap());
+                TaskItem::Ended(ended) => {
+                    result = Some(TaskResult::from(ended));
                 }
                 other => panic!("{other:?}"),
             }

@@ -67,10 +67,12 @@ pub use run::settings::RunSettings;
 pub use settlement::{DeliveryReceipt, OutputsSnapshot};
 pub use task::graph::{drive_task, run_task, TaskRun};
 pub use task::spec::{TaskSpec, WireCatalog};
+pub use task::wire::TaskWireError;
 pub use thread::context::{AgentContext, RunContext};
 pub use thread::files::{ThreadFiles, ThreadFilesMode, ThreadPaths};
 pub use thread::hosts::{
-    call_link, stream_link, HostError, HostReadiness, LeadConnectionHosts, ToolHosts,
+    call_link, stream_link, HostError, HostOf, HostReadiness, LeadConnectionHosts, LinkTo,
+    ToolHosts,
 };
 pub use thread::state::{
     ActiveSkill, Message, SkillSource, StateUpdate, StopReason, ThreadState, TokenUsage, ToolCall,

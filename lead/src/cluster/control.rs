@@ -22,7 +22,7 @@ use antler_protocol::{
         ControlReply, ControlRequest, Health, LeadReply, LeadRequest, PeerPing, ProcessStatus,
         Reply, Request,
     },
-    Call, InFlight, RemoteError, Service,
+    Call, InFlight, Json, RemoteError, Service,
 };
 use futures::future::BoxFuture;
 
@@ -122,9 +122,13 @@ async fn run_view(runs: &Addr<RunManager>, run_id: String) -> Result<Reply, Remo
         .await
         .map_err(runs_gone)?
         .map_err(|e| RemoteError::Failed(e.to_string()))?;
-    Ok(Reply::Lead(LeadReply::Run {
-        json: view.to_string(),
-    }))
+    Ok(Reply::Lead(LeadReply::Run { view: view.into() }))
+}
+
+/// An event or view of a run's log, which keeps them as the JSON text the gateway streams;
+/// text that does not read as JSON (the lead wrote it, so never) travels as a string.
+fn logged_json(text: &str) -> Json {
+    Json::parse(text).unwrap_or_else(|_| Json::String(text.to_owned()))
 }
 
 fn unavailable(e: impl std::fmt::Display) -> RemoteError {
@@ -208,7 +212,7 @@ impl Service for LeadService {
                 run_id,
                 id,
                 action,
-                content_json,
+                content,
             }) => {
                 let (runs, supervisor) = (self.runs.clone(), self.supervisor.clone());
                 Box::pin(async move {
@@ -218,7 +222,7 @@ impl Service for LeadService {
                         &run_id,
                         &id,
                         action,
-                        content_json,
+                        content,
                     )
                     .await;
                     Ok(Reply::Lead(LeadReply::ElicitationAnswered(
@@ -389,15 +393,15 @@ async fn watch_run(
     let view = log
         .follow(|event| async move {
             call.send_item(Reply::Lead(LeadReply::RunEvent {
-                json: event.to_string(),
+                event: logged_json(&event),
             }))
             .await
             .is_ok()
         })
         .await;
     match view {
-        Some(json) => Ok(Reply::Lead(LeadReply::Run {
-            json: json.to_string(),
+        Some(view) => Ok(Reply::Lead(LeadReply::Run {
+            view: logged_json(&view),
         })),
         None => Err(RemoteError::Failed("the watcher went away".into())),
     }

@@ -197,8 +197,7 @@ pub(crate) fn mcp_source_tools(tools: Vec<McpTool>) -> Vec<McpSourceTool> {
             let p = position.entry(t.server.clone()).or_default();
             *p += 1;
             McpSourceTool {
-                input_schema: serde_json::from_str(&t.input_schema_json)
-                    .unwrap_or_else(|_| empty_object()),
+                input_schema: t.input_schema.into(),
                 server: t.server,
                 name: t.name,
                 original_name: t.original_name,

@@ -141,7 +141,7 @@ pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
                 let call = McpCall {
                     server,
                     tool,
-                    args_json: args,
+                    args: parsed.into(),
                     user,
                     thread,
                     workspace: workspace
@@ -284,7 +284,7 @@ pub fn tools_json(tools: &[McpTool]) -> Value {
                     "server": t.server,
                     "name": t.name,
                     "description": t.description,
-                    "input_schema": serde_json::from_str::<Value>(&t.input_schema_json).unwrap_or(Value::Null),
+                    "input_schema": t.input_schema,
                 })
             })
             .collect(),
@@ -323,7 +323,7 @@ pub fn call_json(r: &McpCallResult) -> Value {
     json!({
         "is_error": r.is_error,
         "content": r.content.iter().map(content_json).collect::<Vec<_>>(),
-        "structured_content": r.structured_json.as_deref().and_then(|s| serde_json::from_str::<Value>(s).ok()),
+        "structured_content": r.structured,
     })
 }
 
@@ -352,8 +352,8 @@ fn call_text(r: &McpCallResult) -> String {
         out.push('\n');
     }
     if r.content.is_empty() {
-        if let Some(s) = &r.structured_json {
-            out.push_str(s);
+        if let Some(s) = &r.structured {
+            out.push_str(&s.to_string());
             out.push('\n');
         }
     }

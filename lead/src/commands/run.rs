@@ -14,7 +14,7 @@ use std::time::Duration;
 use antler_protocol::calls::{watch_run, LeadCalls, RunWatchItem, SandboxCalls};
 use antler_protocol::config::{process_env, resolve_app_config_path};
 use antler_protocol::messages::{PlaybookSource, RunSubmission};
-use antler_protocol::{Role, RpcError};
+use antler_protocol::{Json, Role, RpcError};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
@@ -260,11 +260,11 @@ fn exit_code(view: &Value) -> ExitCode {
 
 /// The run's view now.
 async fn run_view(client: &LeadClient, run_id: &str) -> anyhow::Result<Value> {
-    let json = client
+    let view = client
         .connection
         .get_run(run_id.to_owned(), super::CLI_TIMEOUT)
         .await?;
-    serde_json::from_str(&json).context("the lead sent a run view that is not JSON")
+    Ok(view.into())
 }
 
 /// Where sandbox-host keeps thread directories on this machine, when it answers.
@@ -303,28 +303,24 @@ async fn follow(
             eprint!("\r\x1b[2K");
             thinking = false;
         }
-        if let Ok(RunWatchItem::Event(json)) = &item {
-            thinking = json.contains("\"event\":\"model_started\"");
+        if let Ok(RunWatchItem::Event(event)) = &item {
+            thinking = event.get("event") == Some(&Json::String("model_started".into()));
         }
         match item {
-            Ok(RunWatchItem::Event(json)) => {
+            Ok(RunWatchItem::Event(event)) => {
+                let event = Value::from(event);
                 if trace {
-                    let event: Value = serde_json::from_str(&json).unwrap_or(Value::String(json));
                     eprintln!("{}", json!({"run_id": run_id, "event": event}));
-                } else if !quiet {
-                    if let Ok(event) = serde_json::from_str::<Value>(&json) {
-                        print_event(&event);
-                        let asks = event["event"] == "elicitation"
-                            || (event["event"] == "task" && event["type"] == "task_elicitation");
-                        if asks {
-                            elicited(&client.connection, run_id, &event, interactive);
-                        }
+                } else if !quiet && !event.is_string() {
+                    print_event(&event);
+                    let asks = event["event"] == "elicitation"
+                        || (event["event"] == "task" && event["type"] == "task_elicitation");
+                    if asks {
+                        elicited(&client.connection, run_id, &event, interactive);
                     }
                 }
             }
-            Ok(RunWatchItem::Ended(json)) => {
-                return serde_json::from_str(&json).context("the lead sent a run view that is not JSON");
-            }
+            Ok(RunWatchItem::Ended(view)) => return Ok(view.into()),
             Err(RpcError::Unexpected(unexpected)) => bail!("{unexpected}"),
             Err(e) => bail!(
                 "lost the run's events ({e}); the run goes on in the lead: antler run --resume {run_id}"
@@ -462,14 +458,14 @@ async fn answer_elicitation(
     id: &str,
     text: &str,
 ) -> anyhow::Result<()> {
-    let (action, content_json) = crate::runs::elicitations::parse_answer(text)
+    let (action, content) = crate::runs::elicitations::parse_answer(text)
         .map_err(|e| anyhow::anyhow!("--answer: {e}"))?;
     let answered = connection
         .answer_run_elicitation(
             run_id.to_owned(),
             id.to_owned(),
             action,
-            content_json,
+            content,
             SUBMIT_TIMEOUT,
         )
         .await

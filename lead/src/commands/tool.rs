@@ -82,7 +82,7 @@ pub fn run(ctx: &Ctx, command: ToolCommand) -> anyhow::Result<ExitCode> {
             config.as_ref(),
             CatalogCall {
                 name,
-                args,
+                args: parsed,
                 user,
                 thread,
                 timeout: Duration::from_secs(timeout_s),
@@ -111,7 +111,7 @@ pub fn run(ctx: &Ctx, command: ToolCommand) -> anyhow::Result<ExitCode> {
         },
         ToolCall {
             tool: name,
-            args_json: args,
+            args: parsed.into(),
             secrets,
         },
     );
@@ -163,7 +163,8 @@ fn unknown_tool(name: &str, catalog: &[&str]) -> String {
 /// A call of a tool that is not a sandbox tool.
 struct CatalogCall {
     name: String,
-    args: String,
+    /// A JSON object.
+    args: serde_json::Value,
     user: String,
     thread: String,
     timeout: Duration,
@@ -229,7 +230,7 @@ async fn call_on(
                     McpCall {
                     server: server.to_string(),
                     tool: original_name.to_string(),
-                    args_json: call.args,
+                    args: call.args.into(),
                     user: Some(call.user),
                     thread: Some(call.thread),
                     workspace: None,
@@ -247,8 +248,7 @@ async fn call_on(
             })
         }
         _ if call.name == TOOL_SEARCH_NAME => {
-            let args: serde_json::Value = serde_json::from_str(&call.args)?;
-            let query = args["query"]
+            let query = call.args["query"]
                 .as_str()
                 .context("tool_search takes {\"query\": \"...\"}")?;
             let out = catalog.tool_search(query, "cli")?;

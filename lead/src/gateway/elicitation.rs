@@ -6,6 +6,7 @@
 
 use actix_web::{http::StatusCode, web, HttpRequest, HttpResponse};
 use antler_protocol::messages::ElicitationAction;
+use antler_protocol::Json;
 use serde_json::{json, Value};
 
 use super::runs_api::VisibleRun;
@@ -13,7 +14,7 @@ use super::{body, error, State, MAX_ANSWER_BODY};
 use crate::runs::elicitations::AnswerError;
 
 /// The answer's action and content, or why the body is not one.
-fn parse(body: &[u8]) -> Result<(ElicitationAction, Option<String>), String> {
+fn parse(body: &[u8]) -> Result<(ElicitationAction, Option<Json>), String> {
     let body: Value =
         serde_json::from_slice(body).map_err(|e| format!("the body must be a JSON object: {e}"))?;
     let action = match body.get("action").and_then(Value::as_str) {
@@ -23,8 +24,8 @@ fn parse(body: &[u8]) -> Result<(ElicitationAction, Option<String>), String> {
         _ => return Err("action: expected accept, decline or cancel".into()),
     };
     let content = match (action, body.get("content")) {
-        (ElicitationAction::Accept, Some(c @ Value::Object(_))) => Some(c.to_string()),
-        (ElicitationAction::Accept, None) => Some("{}".into()),
+        (ElicitationAction::Accept, Some(c @ Value::Object(_))) => Some(c.into()),
+        (ElicitationAction::Accept, None) => Some(Json::object()),
         (ElicitationAction::Accept, Some(_)) => {
             return Err("content: expected a JSON object of the requested fields".into())
         }
@@ -45,7 +46,7 @@ pub async fn answer(
         Ok(body) => body,
         Err(response) => return response,
     };
-    let (action, content_json) = match parse(&body) {
+    let (action, content) = match parse(&body) {
         Ok(answer) => answer,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
@@ -55,7 +56,7 @@ pub async fn answer(
         &run_id,
         &id,
         action,
-        content_json,
+        content,
     )
     .await
     {
@@ -76,7 +77,10 @@ mod tests {
     fn a_body_is_an_action_with_content_for_accept() {
         assert_eq!(
             parse(br#"{"action": "accept", "content": {"name": "Ada"}}"#).unwrap(),
-            (ElicitationAction::Accept, Some(r#"{"name":"Ada"}"#.into()))
+            (
+                ElicitationAction::Accept,
+                Some(Json::parse(r#"{"name":"Ada"}"#).unwrap())
+            )
         );
         assert_eq!(
             parse(br#"{"action": "decline", "content": {"x": 1}}"#).unwrap(),

@@ -5,6 +5,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+use antler_protocol::Json;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -123,13 +124,13 @@ pub enum AnswerError {
 /// of the requested fields (accept).
 pub fn parse_answer(
     text: &str,
-) -> Result<(antler_protocol::messages::ElicitationAction, Option<String>), String> {
+) -> Result<(antler_protocol::messages::ElicitationAction, Option<Json>), String> {
     use antler_protocol::messages::ElicitationAction;
     match text.trim() {
         "decline" => Ok((ElicitationAction::Decline, None)),
         "cancel" => Ok((ElicitationAction::Cancel, None)),
         other => match serde_json::from_str::<Value>(other) {
-            Ok(v @ Value::Object(_)) => Ok((ElicitationAction::Accept, Some(v.to_string()))),
+            Ok(v @ Value::Object(_)) => Ok((ElicitationAction::Accept, Some(v.into()))),
             _ => Err(
                 "an elicitation's answer is decline, cancel, or a JSON object of the requested fields"
                     .to_owned(),

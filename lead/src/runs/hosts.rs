@@ -15,14 +15,15 @@ use std::time::Duration;
 
 use actix::Addr;
 use antler_protocol::{
+    calls::{request_kind, SandboxCalls},
     link::{HostLink, Snapshot},
-    messages::{Reply, SandboxReply},
+    messages::{Reply, SandboxReply, SandboxRequest},
     placement::{self, Route},
 };
 use antler_protocol::{messages::Request, Role};
 use futures::future::BoxFuture;
 
-use antler_engine::{call_link, stream_link, HostError, HostReadiness, ToolHosts};
+use antler_engine::{call_link, stream_link, HostError, HostReadiness, LinkTo, ToolHosts};
 
 /// One replica: its address (its identity for hashing) and its link.
 pub type Replica = (String, Addr<HostLink>);
@@ -112,23 +113,38 @@ pub fn pinned_by<'a, T>(
     placement::rendezvous(key, replicas.iter().map(&address)).map(|i| &replicas[i])
 }
 
-/// The replies of every replica as one: renewals add up; otherwise the first success,
-/// else the first error.
-fn combine(replies: Vec<Result<Reply, HostError>>) -> Result<Reply, HostError> {
-    let mut renewed = Some(0u32);
-    for r in &replies {
-        renewed = match (renewed, r) {
-            (Some(n), Ok(Reply::Sandbox(SandboxReply::Renewed(k)))) => Some(n + k),
-            _ => None,
-        };
-    }
-    if let (Some(n), false) = (renewed, replies.is_empty()) {
-        return Ok(Reply::Sandbox(SandboxReply::Renewed(n)));
+/// A request that goes to every replica, a lease renewal (a run's leases may sit on any
+/// of them), renewed on each with the typed call; the answers become one ([`combine`]).
+async fn renew_everywhere(
+    role: Role,
+    replicas: &[Replica],
+    request: Request,
+    timeout: Duration,
+) -> Result<Reply, HostError> {
+    let Request::Sandbox(SandboxRequest::RenewLease { owner }) = request else {
+        return Err(HostError::failed(format!(
+            "{} goes to one replica, not to every one",
+            request_kind(&request)
+        )));
+    };
+    let renewals = replicas.iter().map(|(_, link)| {
+        let owner = owner.clone();
+        async move { LinkTo { role, link }.renew_lease(owner, timeout).await }
+    });
+    let renewed = combine(futures::future::join_all(renewals).await)?;
+    Ok(Reply::Sandbox(SandboxReply::Renewed(renewed)))
+}
+
+/// The renewals of every replica as one: they add up when every replica answered;
+/// otherwise the first that did, else the first error.
+fn combine(renewals: Vec<Result<u32, HostError>>) -> Result<u32, HostError> {
+    if !renewals.is_empty() && renewals.iter().all(Result::is_ok) {
+        return Ok(renewals.into_iter().flatten().sum());
     }
     let mut first_error = None;
-    for r in replies {
-        match r {
-            Ok(reply) => return Ok(reply),
+    for renewal in renewals {
+        match renewal {
+            Ok(renewed) => return Ok(renewed),
             Err(e) => {
                 first_error.get_or_insert(e);
             }
@@ -156,12 +172,7 @@ impl ToolHosts for LinkHosts {
                     };
                     call_link(role, link, request, timeout).await
                 }
-                Route::Every => {
-                    let calls = replicas
-                        .iter()
-                        .map(|(_, link)| call_link(role, link, request.clone(), timeout));
-                    combine(futures::future::join_all(calls).await)
-                }
+                Route::Every => renew_everywhere(role, &replicas, request, timeout).await,
                 Route::Spread => {
                     let start = self.turn.fetch_add(1, Ordering::Relaxed);
                     let n = replicas.len();
@@ -224,16 +235,10 @@ mod tests {
 
     #[test]
     fn renewals_add_up_and_a_success_wins_over_errors() {
-        let renewed = |n| Ok(Reply::Sandbox(SandboxReply::Renewed(n)));
-        assert_eq!(
-            combine(vec![renewed(2), renewed(3)]),
-            Ok(Reply::Sandbox(SandboxReply::Renewed(5)))
-        );
+        let renewed = Ok;
+        assert_eq!(combine(vec![renewed(2), renewed(3)]), Ok(5));
         let down = Err(HostError::unavailable("down"));
-        assert_eq!(
-            combine(vec![down.clone(), renewed(1)]),
-            Ok(Reply::Sandbox(SandboxReply::Renewed(1)))
-        );
+        assert_eq!(combine(vec![down.clone(), renewed(1)]), Ok(1));
         assert_eq!(combine(vec![down.clone()]), down);
     }
 }

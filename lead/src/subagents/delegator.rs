@@ -232,19 +232,8 @@ async fn follow(
     let mut stream = stream.await?;
     while let Some(item) = stream.next().await {
         match item {
-            Ok(TaskItem::Event(event_json)) => {
-                match serde_json::from_str::<TaskEvent>(&event_json) {
-                    Ok(event) => events(event),
-                    Err(e) => tracing::warn!(worker = %node, "a task event does not decode: {e}"),
-                }
-            }
-            Ok(TaskItem::Ended(result_json)) => {
-                return Ok(
-                    serde_json::from_str::<TaskResult>(&result_json).unwrap_or_else(|e| {
-                        failed(format!("the result from {node} does not decode: {e}"))
-                    }),
-                );
-            }
+            Ok(TaskItem::Event(event)) => events(TaskEvent::from(event)),
+            Ok(TaskItem::Ended(result)) => return Ok(TaskResult::from(result)),
             Ok(TaskItem::Unknown) => {
                 return Err(RpcError::Remote(RemoteError::Failed("unknown task".into())))
             }
@@ -358,8 +347,8 @@ impl Delegator for LeadDelegator {
             };
             let model_name = spec.model.name().to_owned();
             let timeout = Duration::from_secs(spec.timeout_s) + STREAM_MARGIN;
-            let spec_json = match serde_json::to_string(&spec) {
-                Ok(json) => json,
+            let wire_spec = match spec.to_wire() {
+                Ok(wire_spec) => Box::new(wire_spec),
                 Err(e) => return failed(format!("the task does not encode: {e}")),
             };
             for attempt in 1..=PLACEMENT_ATTEMPTS {
@@ -381,7 +370,7 @@ impl Delegator for LeadDelegator {
                 let assignment = TaskAssignment {
                     run_id: call.run_id.clone(),
                     tool_call_id: call.tool_call_id.clone(),
-                    spec_json: spec_json.clone(),
+                    spec: wire_spec.clone(),
                 };
                 let run = run_task(&placement.connection, assignment, timeout);
                 let outcome = follow(run, &placement.node, &events).await;

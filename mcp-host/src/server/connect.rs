@@ -10,6 +10,7 @@ use actix::Recipient;
 use antler_protocol::{
     config::{McpServerConfig, Transport},
     messages::McpTool,
+    Json,
 };
 use rmcp::{
     model::{ClientRequest, PaginatedRequestParams},
@@ -301,8 +302,7 @@ pub async fn list_tools(
                 name,
                 original_name: original,
                 description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
-                input_schema_json: serde_json::to_string(&*tool.input_schema)
-                    .unwrap_or_else(|_| "{}".into()),
+                input_schema: Json::from(serde_json::Map::clone(&tool.input_schema)),
             });
         }
         match page.next_cursor {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::{ask, reply_kind, Requester, Watch};
 use crate::connection::{Connection, RpcError};
 use crate::handshake::Role;
+use crate::json::Json;
 use crate::messages::{
     ElicitationAction, LeadReply, LeadRequest, PeerPing, ProcessStatus, Reply, Request,
     RunSubmission,
@@ -111,12 +112,12 @@ pub trait LeadCalls: Requester {
         ask(self, Request::Lead(request), timeout, run_started)
     }
 
-    /// [`LeadRequest::GetRun`]: the run's view, as JSON text.
+    /// [`LeadRequest::GetRun`]: the run's view.
     fn get_run(
         &self,
         run_id: String,
         timeout: Duration,
-    ) -> impl Future<Output = Result<String, Self::Error>> + Send {
+    ) -> impl Future<Output = Result<Json, Self::Error>> + Send {
         ask(
             self,
             Request::Lead(LeadRequest::GetRun { run_id }),
@@ -156,14 +157,14 @@ pub trait LeadCalls: Requester {
         run_id: String,
         id: String,
         action: ElicitationAction,
-        content_json: Option<String>,
+        content: Option<Json>,
         timeout: Duration,
     ) -> impl Future<Output = Result<Result<(), String>, Self::Error>> + Send {
         let request = LeadRequest::AnswerElicitation {
             run_id,
             id,
             action,
-            content_json,
+            content,
         };
         ask(self, Request::Lead(request), timeout, |reply| match reply {
             Reply::Lead(LeadReply::ElicitationAnswered(answered)) => Ok(answered),
@@ -198,9 +199,9 @@ fn run_started(reply: Reply) -> Result<String, &'static str> {
     }
 }
 
-fn run_view(reply: Reply) -> Result<String, &'static str> {
+fn run_view(reply: Reply) -> Result<Json, &'static str> {
     match reply {
-        Reply::Lead(LeadReply::Run { json }) => Ok(json),
+        Reply::Lead(LeadReply::Run { view }) => Ok(view),
         other => Err(reply_kind(&other)),
     }
 }
@@ -241,10 +242,10 @@ impl<R: Requester + ?Sized> Requester for Forwarder<'_, R> {
 /// One item of a watched run ([`LeadRequest::WatchRun`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunWatchItem {
-    /// One run event, as JSON text.
-    Event(String),
-    /// The final reply: the run's view, as JSON text.
-    Ended(String),
+    /// One run event.
+    Event(Json),
+    /// The final reply: the run's view.
+    Ended(Json),
 }
 
 /// [`LeadRequest::WatchRun`] of `run_id` on the lead's connection: its events, then its
@@ -257,8 +258,8 @@ pub async fn watch_run(
 ) -> Result<Watch<RunWatchItem>, RpcError> {
     let request = Request::Lead(LeadRequest::WatchRun { run_id });
     Watch::start(lead, request, timeout, |reply| match reply {
-        Reply::Lead(LeadReply::RunEvent { json }) => Ok(RunWatchItem::Event(json)),
-        Reply::Lead(LeadReply::Run { json }) => Ok(RunWatchItem::Ended(json)),
+        Reply::Lead(LeadReply::RunEvent { event }) => Ok(RunWatchItem::Event(event)),
+        Reply::Lead(LeadReply::Run { view }) => Ok(RunWatchItem::Ended(view)),
         other => Err(reply_kind(&other)),
     })
     .await

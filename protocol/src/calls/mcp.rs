@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::{ask, ask_items, reply_kind, Requester, Watch};
 use crate::connection::{Connection, RpcError};
+use crate::json::Json;
 use crate::messages::{
     ElicitationRefusal, Health, McpCall, McpCallResult, McpDiscovery, McpElicitationAnswer,
     McpOAuthLogin, McpReloadSummary, McpReply, McpRequest, McpServerStatus, McpTool, Reply,
@@ -19,8 +20,16 @@ pub struct Elicitation {
     pub id: String,
     pub server: String,
     pub message: String,
-    /// The requested schema, as JSON text.
-    pub requested_schema_json: String,
+    /// The requested schema.
+    pub requested_schema: Json,
+}
+
+/// A server's tool list changed (a stream item of [`McpRequest::WatchTools`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolsChanged {
+    pub server: String,
+    /// How many tools it lists now.
+    pub tools: u32,
 }
 
 /// One method per [`McpRequest`] that has a single answer, on any [`Requester`].
@@ -97,14 +106,14 @@ pub trait McpCalls: Requester {
                 id,
                 server,
                 message,
-                requested_schema_json,
+                requested_schema,
             }) = item
             {
                 elicited(Elicitation {
                     id,
                     server,
                     message,
-                    requested_schema_json,
+                    requested_schema,
                 });
             }
         };
@@ -244,6 +253,24 @@ pub async fn watch_credentials(
     Watch::start(host, request, timeout, |reply| match reply {
         Reply::Mcp(McpReply::Credential(sealed)) => Ok(Some(sealed)),
         _ => Ok(None),
+    })
+    .await
+}
+
+/// [`McpRequest::WatchTools`] on a connection to mcp-host: a [`ToolsChanged`] (`Some`) each
+/// time a server's tool list changes, until the watch ends (`None`: the host stopped it).
+/// The whole watch is bounded by `timeout`; dropping it cancels it at the host.
+pub async fn watch_tools(
+    host: &Connection,
+    timeout: Duration,
+) -> Result<Watch<Option<ToolsChanged>>, RpcError> {
+    let request = Request::Mcp(McpRequest::WatchTools);
+    Watch::start(host, request, timeout, |reply| match reply {
+        Reply::Mcp(McpReply::ToolsChanged { server, tools }) => {
+            Ok(Some(ToolsChanged { server, tools }))
+        }
+        Reply::Mcp(McpReply::WatchEnded) => Ok(None),
+        other => Err(reply_kind(&other)),
     })
     .await
 }

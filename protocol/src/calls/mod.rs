@@ -17,17 +17,14 @@ use std::time::Duration;
 
 pub use control::ControlCalls;
 pub use lead::{watch_run, Forwarder, LeadCalls, RunCancelled, RunWatchItem};
-pub use mcp::{watch_credentials, Elicitation, McpCalls};
+pub use mcp::{watch_credentials, watch_tools, Elicitation, McpCalls, ToolsChanged};
 pub use sandbox::SandboxCalls;
 pub use worker::{attach_task, run_task, TaskItem, WorkerCalls, WorkerCapacity};
 
 pub use crate::connection::UnexpectedReply;
 use crate::connection::{Connection, ReplyStream, RpcError};
 use crate::envelope::TraceContext;
-use crate::messages::{
-    ControlReply, ControlRequest, LeadReply, LeadRequest, McpReply, McpRequest, Reply, Request,
-    SandboxReply, SandboxRequest, WorkerReply, WorkerRequest,
-};
+use crate::messages::{McpReply, Reply, Request, SandboxReply};
 
 impl UnexpectedReply {
     /// `reply` came back to `request`.
@@ -244,130 +241,70 @@ fn peer_of(request: &Request) -> &'static str {
     }
 }
 
-/// The kind of a request, `Peer::Variant`, without its payload.
+/// The kind of a request, `Peer::Variant`, without its payload (each peer's enum derives
+/// its variants' names, so a new variant is named with no table to keep in step).
 pub fn request_kind(request: &Request) -> &'static str {
     match request {
-        Request::Control(r) => match r {
-            ControlRequest::Ping { .. } => "Control::Ping",
-            ControlRequest::Health => "Control::Health",
-            ControlRequest::ChaosStop { .. } => "Control::ChaosStop",
-        },
-        Request::Lead(r) => match r {
-            LeadRequest::Status => "Lead::Status",
-            LeadRequest::PingPeers { .. } => "Lead::PingPeers",
-            LeadRequest::Forward { .. } => "Lead::Forward",
-            LeadRequest::SubmitRun(_) => "Lead::SubmitRun",
-            LeadRequest::ResumeRun { .. } => "Lead::ResumeRun",
-            LeadRequest::WatchRun { .. } => "Lead::WatchRun",
-            LeadRequest::GetRun { .. } => "Lead::GetRun",
-            LeadRequest::CancelRun { .. } => "Lead::CancelRun",
-            LeadRequest::AnswerElicitation { .. } => "Lead::AnswerElicitation",
-            LeadRequest::SetWorkers { .. } => "Lead::SetWorkers",
-        },
-        Request::Mcp(r) => match r {
-            McpRequest::Health => "Mcp::Health",
-            McpRequest::Status => "Mcp::Status",
-            McpRequest::ListTools { .. } => "Mcp::ListTools",
-            McpRequest::CallTool(_) => "Mcp::CallTool",
-            McpRequest::Reload => "Mcp::Reload",
-            McpRequest::WatchTools => "Mcp::WatchTools",
-            McpRequest::Discover => "Mcp::Discover",
-            McpRequest::OAuthStart(_) => "Mcp::OAuthStart",
-            McpRequest::OAuthComplete { .. } => "Mcp::OAuthComplete",
-            McpRequest::OAuthWait { .. } => "Mcp::OAuthWait",
-            McpRequest::AnswerElicitation(_) => "Mcp::AnswerElicitation",
-            McpRequest::WatchCredentials => "Mcp::WatchCredentials",
-            McpRequest::PutCredentials(_) => "Mcp::PutCredentials",
-        },
-        Request::Sandbox(r) => match r {
-            SandboxRequest::Health => "Sandbox::Health",
-            SandboxRequest::Acquire { .. } => "Sandbox::Acquire",
-            SandboxRequest::Release { .. } => "Sandbox::Release",
-            SandboxRequest::Call { .. } => "Sandbox::Call",
-            SandboxRequest::RenewLease { .. } => "Sandbox::RenewLease",
-            SandboxRequest::CallOnce { .. } => "Sandbox::CallOnce",
-            SandboxRequest::Status => "Sandbox::Status",
-            SandboxRequest::ThreadFiles { .. } => "Sandbox::ThreadFiles",
-            SandboxRequest::InvokeAcp(_) => "Sandbox::InvokeAcp",
-        },
-        Request::Worker(r) => match r {
-            WorkerRequest::Capacity => "Worker::Capacity",
-            WorkerRequest::RunTask(_) => "Worker::RunTask",
-            WorkerRequest::Attach { .. } => "Worker::Attach",
-            WorkerRequest::Cancel { .. } => "Worker::Cancel",
-            WorkerRequest::Drain => "Worker::Drain",
-        },
+        Request::Control(r) => r.into(),
+        Request::Lead(r) => r.into(),
+        Request::Mcp(r) => r.into(),
+        Request::Sandbox(r) => r.into(),
+        Request::Worker(r) => r.into(),
     }
 }
 
 /// The kind of a reply, `Peer::Variant`, without its payload.
 pub fn reply_kind(reply: &Reply) -> &'static str {
     match reply {
-        Reply::Control(r) => match r {
-            ControlReply::Pong { .. } => "Control::Pong",
-            ControlReply::Health(_) => "Control::Health",
-            ControlReply::ChaosStopped { .. } => "Control::ChaosStopped",
-        },
-        Reply::Lead(r) => match r {
-            LeadReply::Status(_) => "Lead::Status",
-            LeadReply::PingPeers(_) => "Lead::PingPeers",
-            LeadReply::Forwarded(_) => "Lead::Forwarded",
-            LeadReply::RunStarted { .. } => "Lead::RunStarted",
-            LeadReply::RunEvent { .. } => "Lead::RunEvent",
-            LeadReply::Run { .. } => "Lead::Run",
-            LeadReply::RunCancelled { .. } => "Lead::RunCancelled",
-            LeadReply::Workers(_) => "Lead::Workers",
-            LeadReply::ElicitationAnswered(_) => "Lead::ElicitationAnswered",
-        },
-        Reply::Mcp(r) => match r {
-            McpReply::Health { .. } => "Mcp::Health",
-            McpReply::Status(_) => "Mcp::Status",
-            McpReply::Tools(_) => "Mcp::Tools",
-            McpReply::CallResult(_) => "Mcp::CallResult",
-            McpReply::Reloaded(_) => "Mcp::Reloaded",
-            McpReply::ToolsChanged { .. } => "Mcp::ToolsChanged",
-            McpReply::WatchEnded => "Mcp::WatchEnded",
-            McpReply::Discovery(_) => "Mcp::Discovery",
-            McpReply::OAuthUrl { .. } => "Mcp::OAuthUrl",
-            McpReply::OAuthDone { .. } => "Mcp::OAuthDone",
-            McpReply::Elicitation { .. } => "Mcp::Elicitation",
-            McpReply::ElicitationAnswered(_) => "Mcp::ElicitationAnswered",
-            McpReply::Credential(_) => "Mcp::Credential",
-            McpReply::CredentialsTaken(_) => "Mcp::CredentialsTaken",
-        },
-        Reply::Sandbox(r) => match r {
-            SandboxReply::Health { .. } => "Sandbox::Health",
-            SandboxReply::Acquired(_) => "Sandbox::Acquired",
-            SandboxReply::Released(_) => "Sandbox::Released",
-            SandboxReply::Renewed(_) => "Sandbox::Renewed",
-            SandboxReply::ToolResult(_) => "Sandbox::ToolResult",
-            SandboxReply::Status(_) => "Sandbox::Status",
-            SandboxReply::ThreadFiles(_) => "Sandbox::ThreadFiles",
-            SandboxReply::AcpActivity { .. } => "Sandbox::AcpActivity",
-            SandboxReply::AcpEnded(_) => "Sandbox::AcpEnded",
-        },
-        Reply::Worker(r) => match r {
-            WorkerReply::Capacity { .. } => "Worker::Capacity",
-            WorkerReply::TaskEvent { .. } => "Worker::TaskEvent",
-            WorkerReply::TaskEnded { .. } => "Worker::TaskEnded",
-            WorkerReply::UnknownTask => "Worker::UnknownTask",
-            WorkerReply::Cancelled { .. } => "Worker::Cancelled",
-            WorkerReply::Draining => "Worker::Draining",
-        },
+        Reply::Control(r) => r.into(),
+        Reply::Lead(r) => r.into(),
+        Reply::Mcp(r) => r.into(),
+        Reply::Sandbox(r) => r.into(),
+        Reply::Worker(r) => r.into(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::messages::McpCallResult;
+    use crate::messages::{McpCallResult, SandboxRequest};
+
+    #[test]
+    fn kinds_are_peer_and_variant() {
+        use crate::messages::{ControlReply, LeadRequest, McpRequest, WorkerReply};
+        assert_eq!(
+            request_kind(&Request::Mcp(McpRequest::WatchTools)),
+            "Mcp::WatchTools"
+        );
+        assert_eq!(
+            request_kind(&Request::Lead(LeadRequest::GetRun { run_id: "r".into() })),
+            "Lead::GetRun"
+        );
+        assert_eq!(
+            request_kind(&Request::Sandbox(SandboxRequest::Status)),
+            "Sandbox::Status"
+        );
+        assert_eq!(
+            reply_kind(&Reply::Control(ControlReply::Pong {
+                payload: Vec::new()
+            })),
+            "Control::Pong"
+        );
+        assert_eq!(
+            reply_kind(&Reply::Worker(WorkerReply::UnknownTask)),
+            "Worker::UnknownTask"
+        );
+    }
 
     #[test]
     fn an_unexpected_reply_names_kinds_never_payloads() {
         let request = Request::Sandbox(SandboxRequest::Status);
         let reply = Reply::Mcp(McpReply::CallResult(McpCallResult {
             content: Vec::new(),
-            structured_json: Some("{\"token\":\"hunter2\"}".into()),
+            structured: Some(crate::json::Json::Object(vec![(
+                "token".into(),
+                crate::json::Json::String("hunter2".into()),
+            )])),
             is_error: false,
         }));
         let text = UnexpectedReply::new(&request, &reply).to_string();

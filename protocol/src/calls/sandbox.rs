@@ -7,6 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::{ask, ask_items, reply_kind, Requester};
+use crate::json::Json;
 use crate::messages::{
     AcpInvocation, AcpOutcome, Acquired, Health, LeaseOwner, PoolStatus, Principal, Reply, Request,
     SandboxError, SandboxReply, SandboxRequest, ThreadFileError, ThreadFileOp, ThreadFileReply,
@@ -160,18 +161,18 @@ pub trait SandboxCalls: Requester {
         )
     }
 
-    /// [`SandboxRequest::InvokeAcp`]: each activity of the agent (ACP's JSON of a
-    /// `session/update`) goes to `activity` as it happens; the outcome is the final reply,
+    /// [`SandboxRequest::InvokeAcp`]: each activity of the agent (ACP's `session/update`)
+    /// goes to `activity` as it happens; the outcome is the final reply,
     /// or why no sandbox could be had for it.
     fn invoke_acp(
         &self,
         invocation: AcpInvocation,
         timeout: Duration,
-        activity: &(dyn Fn(String) + Send + Sync),
+        activity: &(dyn Fn(Json) + Send + Sync),
     ) -> impl Future<Output = Result<Result<AcpOutcome, SandboxError>, Self::Error>> + Send {
         let items = move |item: Reply| {
-            if let Reply::Sandbox(SandboxReply::AcpActivity { update_json }) = item {
-                activity(update_json);
+            if let Reply::Sandbox(SandboxReply::AcpActivity { update }) = item {
+                activity(update);
             }
         };
         async move {

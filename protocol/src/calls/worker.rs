@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use super::{ask, reply_kind, Requester, Watch};
 use crate::connection::{Connection, RpcError};
-use crate::messages::{Health, Reply, Request, TaskAssignment, WorkerReply, WorkerRequest};
+use crate::messages::{
+    Health, Reply, Request, TaskAssignment, TaskEvent, TaskResult, WorkerReply, WorkerRequest,
+};
 
 /// A worker's health and task slots ([`WorkerRequest::Capacity`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,10 +85,10 @@ impl<R: Requester + ?Sized> WorkerCalls for R {}
 /// One item of a task's stream ([`WorkerRequest::RunTask`], [`WorkerRequest::Attach`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TaskItem {
-    /// One of the task's events (the engine's `TaskEvent` as JSON).
-    Event(String),
-    /// The final reply: how the task ended (the engine's `TaskResult` as JSON).
-    Ended(String),
+    /// One of the task's events.
+    Event(TaskEvent),
+    /// The final reply: how the task ended.
+    Ended(TaskResult),
     /// The final reply: no task of that run and call is running or kept there.
     Unknown,
 }
@@ -120,8 +122,8 @@ pub async fn attach_task(
 
 fn task_item(reply: Reply) -> Result<TaskItem, &'static str> {
     match reply {
-        Reply::Worker(WorkerReply::TaskEvent { event_json }) => Ok(TaskItem::Event(event_json)),
-        Reply::Worker(WorkerReply::TaskEnded { result_json }) => Ok(TaskItem::Ended(result_json)),
+        Reply::Worker(WorkerReply::TaskEvent { event }) => Ok(TaskItem::Event(event)),
+        Reply::Worker(WorkerReply::TaskEnded { result }) => Ok(TaskItem::Ended(result)),
         Reply::Worker(WorkerReply::UnknownTask) => Ok(TaskItem::Unknown),
         other => Err(reply_kind(&other)),
     }

@@ -14,7 +14,8 @@ pub const CHAOS_OFF: &str = "chaos mode is off: start the cluster with `antler u
      (or ANTLER_CHAOS=1) to stop actors on purpose";
 
 /// Understood by every peer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(prefix = "Control::")]
 pub enum ControlRequest {
     /// Echo the payload back: a liveness and round-trip probe.
     Ping {
@@ -162,7 +163,8 @@ impl std::fmt::Display for ActorRef {
 }
 
 /// Replies to [`ControlRequest`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(prefix = "Control::")]
 pub enum ControlReply {
     Pong {
         #[serde(with = "super::bytes")]

@@ -6,7 +6,8 @@ use super::{Reply, Request};
 use crate::handshake::Role;
 
 /// Requests the lead answers on its control socket.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(prefix = "Lead::")]
 pub enum LeadRequest {
     /// Every process of the cluster with its supervision state.
     Status,
@@ -42,13 +43,13 @@ pub enum LeadRequest {
     /// The reply is `RunCancelled`.
     CancelRun { run_id: String },
     /// Answers elicitation `id` that an MCP call of `run_id` waits on (policy `ask`), as
-    /// the run's user: `content_json` is the requested fields when `action` is accept.
+    /// the run's user: `content` is the requested fields when `action` is accept.
     /// The reply is `ElicitationAnswered`.
     AnswerElicitation {
         run_id: String,
         id: String,
         action: super::ElicitationAction,
-        content_json: Option<String>,
+        content: Option<crate::json::Json>,
     },
     /// Change the number of subagent workers (1 to `MAX_WORKERS`): new workers are
     /// started; removed ones (highest indexes first) take no new task, finish theirs and
@@ -57,7 +58,8 @@ pub enum LeadRequest {
 }
 
 /// Replies to [`LeadRequest`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(prefix = "Lead::")]
 pub enum LeadReply {
     Status(Vec<ProcessStatus>),
     PingPeers(Vec<PeerPing>),
@@ -65,14 +67,15 @@ pub enum LeadReply {
     RunStarted {
         run_id: String,
     },
-    /// One run event as JSON text (the lead's event type; see `antler run --trace`).
+    /// One run event, as the run's event stream has it (the lead's JSON event API, the
+    /// same the gateway streams; see `antler run --trace`).
     RunEvent {
-        json: String,
+        event: crate::json::Json,
     },
-    /// A run's view as JSON text: run_id, status, final_answer, question, error,
-    /// artifacts, delivery, ...
+    /// A run's view: run_id, status, final_answer, question, error, artifacts,
+    /// delivery, ... (the gateway's run view).
     Run {
-        json: String,
+        view: crate::json::Json,
     },
     /// How a `CancelRun` went: `cancelled` when a live run was cancelled; otherwise the
     /// run's `status` says why not (it has ended already).

@@ -1,13 +1,15 @@
 //! Messages between the lead (or a worker) and mcp-host: the registry's status, the
 //! aggregated tool list, tool calls, and the extensions config. JSON values (schemas,
-//! arguments, structured content) travel as JSON text, since the codec is not self-describing.
+//! arguments, structured content) travel as [`Json`], which the codec can carry.
 
 use serde::{Deserialize, Serialize};
 
 use super::control::Health;
+use crate::json::Json;
 
 /// Requests mcp-host answers beyond the control pair.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(prefix = "Mcp::")]
 pub enum McpRequest {
     /// The host's health together with its MCP registry summary.
     Health,
@@ -82,8 +84,8 @@ pub struct McpElicitationAnswer {
     /// The run of the waiting call.
     pub run_id: String,
     pub action: ElicitationAction,
-    /// The answered fields, a JSON object as text (`accept` only).
-    pub content_json: Option<String>,
+    /// The answered fields, a JSON object (`accept` only).
+    pub content: Option<Json>,
 }
 
 /// What the user did with an elicitation (MCP's `action`).
@@ -126,8 +128,8 @@ pub struct McpCall {
     pub server: String,
     /// The tool's name as the server lists it (unprefixed), or the prefixed `{server}_{tool}`.
     pub tool: String,
-    /// The arguments: a JSON object as text (`{}` when empty).
-    pub args_json: String,
+    /// The arguments: a JSON object (`{}` when empty).
+    pub args: Json,
     /// The user the call runs for (stdio session pool key), if any.
     pub user: Option<String>,
     /// The thread the call runs for (stdio session pool key and workspace), if any.
@@ -145,7 +147,8 @@ pub struct McpCall {
 }
 
 /// Replies from mcp-host.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(prefix = "Mcp::")]
 pub enum McpReply {
     Health {
         health: Health,
@@ -180,8 +183,8 @@ pub enum McpReply {
         id: String,
         server: String,
         message: String,
-        /// The requested schema (an object of primitive properties), as JSON text.
-        requested_schema_json: String,
+        /// The requested schema (an object of primitive properties).
+        requested_schema: Json,
     },
     /// The answer to `AnswerElicitation`.
     ElicitationAnswered(Result<(), ElicitationRefusal>),
@@ -235,8 +238,8 @@ pub struct McpTool {
     /// The server's own name for it.
     pub original_name: String,
     pub description: String,
-    /// The JSON Schema of the arguments, as JSON text.
-    pub input_schema_json: String,
+    /// The JSON Schema of the arguments.
+    pub input_schema: Json,
     /// Effective routing mode (`off`, `auto`, ...), for tagging.
     pub routing: String,
 }
@@ -248,8 +251,8 @@ pub struct McpCallResult {
     pub is_error: bool,
     /// The converted content blocks.
     pub content: Vec<McpContent>,
-    /// `structuredContent`, as JSON text.
-    pub structured_json: Option<String>,
+    /// `structuredContent`.
+    pub structured: Option<Json>,
 }
 
 impl McpCallResult {
@@ -258,7 +261,7 @@ impl McpCallResult {
         Self {
             is_error: true,
             content: vec![McpContent::Text(text.into())],
-            structured_json: None,
+            structured: None,
         }
     }
 

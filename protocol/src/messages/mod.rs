@@ -7,6 +7,7 @@ mod control;
 mod lead;
 mod mcp;
 mod sandbox;
+mod task;
 mod worker;
 
 pub use control::{
@@ -19,10 +20,15 @@ pub use mcp::{
     McpTool, SealedCredential,
 };
 pub use sandbox::{
-    AcpInvocation, AcpOutcome, AcquireSource, Acquired, FileContent, FileRead, LeaseOwner,
-    ListedFile, PoolStatus, Principal, SandboxError, SandboxReply, SandboxRequest, SandboxStatus,
-    ThreadFileError, ThreadFileOp, ThreadFileReply, ToolCall, ToolResult, VolumeStatus,
-    MAX_NAME_PROBES, SANDBOX_TOOLS,
+    AcpInvocation, AcpMcpServer, AcpOutcome, AcpTransport, AcquireSource, Acquired, FileContent,
+    FileRead, LeaseOwner, ListedFile, PoolStatus, Principal, SandboxError, SandboxReply,
+    SandboxRequest, SandboxStatus, ThreadFileError, ThreadFileOp, ThreadFileReply, ToolCall,
+    ToolResult, VolumeStatus, MAX_NAME_PROBES, SANDBOX_TOOLS,
+};
+pub use task::{
+    ModelEntry, RoutingMode, TaskEvent, TaskResult, TaskSpec, TaskStatus, TaskStopReason,
+    ThreadFilesMode, TokenBudget, TokenUsage, ToolRouting, WebToolEntry, WireCatalog, WireModel,
+    WireSource, WireTool,
 };
 pub use worker::{TaskAssignment, WorkerReply, WorkerRequest};
 

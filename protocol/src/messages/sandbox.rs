@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::json::Json;
+
 /// The tools sandbox-host runs: the contract between the lead and sandbox-host.
 pub const SANDBOX_TOOLS: &[&str] = &[
     "bash",
@@ -46,14 +48,15 @@ pub struct ToolCall {
     /// The tool's name.
     pub tool: String,
     /// Its arguments, a JSON object as the model wrote it.
-    pub args_json: String,
+    pub args: Json,
     /// Request-scoped secrets (name, value) for `bash`: injected into the command's
     /// environment only when the name is on `sandbox.secrets`, and redacted from output.
     pub secrets: Vec<(String, String)>,
 }
 
 /// Requests sandbox-host answers beyond the control pair.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(prefix = "Sandbox::")]
 pub enum SandboxRequest {
     /// The host's health together with its pool summary.
     Health,
@@ -115,8 +118,73 @@ pub struct AcpInvocation {
     pub agent: String,
     pub prompt: String,
     /// The session's `mcpServers` (spec F.2.3: the enabled servers of the extensions
-    /// config in ACP's shape), a JSON array.
-    pub mcp_servers_json: String,
+    /// config, in ACP's shape once sandbox-host opens the session).
+    pub mcp_servers: Vec<AcpMcpServer>,
+}
+
+/// One MCP server of an ACP session (spec F.2.3), as the lead's extensions config has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AcpMcpServer {
+    /// A server the agent starts: `command` with `args`, and `env` as (name, value).
+    Stdio {
+        name: String,
+        command: String,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+    },
+    /// A server the agent reaches at `url`, with `headers` as (name, value).
+    Remote {
+        name: String,
+        transport: AcpTransport,
+        url: String,
+        headers: Vec<(String, String)>,
+    },
+}
+
+/// How an [`AcpMcpServer::Remote`] is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AcpTransport {
+    Http,
+    Sse,
+}
+
+impl AcpMcpServer {
+    /// The server as ACP's `session/new` names it (`McpServer`: stdio, `http` or `sse`).
+    pub fn to_acp_json(&self) -> serde_json::Value {
+        fn pairs(pairs: &[(String, String)]) -> serde_json::Value {
+            pairs
+                .iter()
+                .map(|(name, value)| serde_json::json!({"name": name, "value": value}))
+                .collect()
+        }
+        match self {
+            AcpMcpServer::Stdio {
+                name,
+                command,
+                args,
+                env,
+            } => serde_json::json!({
+                "name": name,
+                "command": command,
+                "args": args,
+                "env": pairs(env),
+            }),
+            AcpMcpServer::Remote {
+                name,
+                transport,
+                url,
+                headers,
+            } => serde_json::json!({
+                "name": name,
+                "type": match transport {
+                    AcpTransport::Http => "http",
+                    AcpTransport::Sse => "sse",
+                },
+                "url": url,
+                "headers": pairs(headers),
+            }),
+        }
+    }
 }
 
 /// How an `invoke_acp_agent` call ended: the tool message's text (spec F.5's texts).
@@ -243,7 +311,8 @@ pub enum ThreadFileError {
 }
 
 /// Replies from sandbox-host.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(prefix = "Sandbox::")]
 pub enum SandboxReply {
     Health {
         health: Health,
@@ -258,9 +327,10 @@ pub enum SandboxReply {
     Status(PoolStatus),
     ThreadFiles(Result<ThreadFileReply, ThreadFileError>),
     /// A stream item of [`SandboxRequest::InvokeAcp`]: one `session/update` of the agent
-    /// that is not message text (a tool call, its update, a plan), as ACP's JSON.
+    /// that is not message text (a tool call, its update, a plan), as the agent sent it
+    /// (ACP's `SessionUpdate`, passed on unchanged).
     AcpActivity {
-        update_json: String,
+        update: Json,
     },
     /// The final reply of [`SandboxRequest::InvokeAcp`].
     AcpEnded(AcpOutcome),

@@ -1,13 +1,15 @@
-//! Messages between the lead and a subagent worker. A task travels as the engine's
-//! JSON (`TaskSpec`, `TaskEvent`, `TaskResult`): the protocol carries it, the engine
-//! reads it, so the wire does not change when the engine's task grows a field.
+//! Messages between the lead and a subagent worker: a task (its [`TaskSpec`]) goes out,
+//! its [`TaskEvent`]s and its [`TaskResult`] come back, all protocol types (`task`), so
+//! a task whose engine form grows a field changes the schema fingerprint.
 
 use serde::{Deserialize, Serialize};
 
 use super::control::Health;
+use super::task::{TaskEvent, TaskResult, TaskSpec};
 
 /// Requests a subagent worker answers beyond the control pair.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(prefix = "Worker::")]
 pub enum WorkerRequest {
     /// The worker's health and free task slots.
     Capacity,
@@ -32,26 +34,28 @@ pub enum WorkerRequest {
 }
 
 /// One task for a worker.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskAssignment {
     pub run_id: String,
     pub tool_call_id: String,
-    /// The engine's `TaskSpec` as JSON (it holds the model's key: never log it).
-    pub spec_json: String,
+    /// The task (it holds the model's key, which its `Debug` form leaves out), boxed so
+    /// the other requests stay small.
+    pub spec: Box<TaskSpec>,
 }
 
 /// Replies from a subagent worker.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(prefix = "Worker::")]
 pub enum WorkerReply {
     Capacity {
         health: Health,
         slots: u32,
         busy: u32,
     },
-    /// A stream item: one of the task's events (the engine's `TaskEvent` as JSON).
-    TaskEvent { event_json: String },
-    /// The final reply: how the task ended (the engine's `TaskResult` as JSON).
-    TaskEnded { result_json: String },
+    /// A stream item: one of the task's events.
+    TaskEvent { event: TaskEvent },
+    /// The final reply: how the task ended.
+    TaskEnded { result: TaskResult },
     /// No task of that run and call is running or kept here.
     UnknownTask,
     /// How many tasks a cancel reached.

@@ -139,3 +139,20 @@ async fn an_older_hello_layout_is_refused_as_another_build() {
         other => panic!("an undecodable hello was accepted: {other:?}"),
     }
 }
+
+#[test]
+fn the_fingerprint_covers_the_json_value_and_the_task_types() {
+    // Messages carry `Json` and the task's wire forms: a change to either must change the
+    // fingerprint, so both are among the files `build.rs` hashes.
+    let build = include_str!("../../build.rs");
+    assert!(
+        build.contains("\"src/json.rs\""),
+        "build.rs leaves json.rs out"
+    );
+    assert!(build.contains("const WIRE_DIR: &str = \"src/messages\";"));
+    let task = concat!(env!("CARGO_MANIFEST_DIR"), "/src/messages/task.rs");
+    assert!(
+        std::fs::read_to_string(task).is_ok_and(|t| t.contains("pub struct TaskSpec")),
+        "the task's wire forms left src/messages"
+    );
+}

@@ -17,6 +17,7 @@ use std::{
 };
 
 use antler_protocol::messages::{ToolCall, ToolResult};
+use antler_protocol::Json;
 use serde::de::DeserializeOwned;
 
 use crate::{paths::PathMap, provider::Runner, settings::SandboxSettings};
@@ -57,8 +58,10 @@ pub fn result(content: String) -> ToolResult {
     ToolResult { content, is_error }
 }
 
-fn parse<T: DeserializeOwned>(tool: &str, args: &str) -> Result<T, ToolResult> {
-    serde_json::from_str(args)
+/// The arguments as `T`, read from their JSON text so an error names where it is, as
+/// the model would see it in the text it wrote.
+fn parse<T: DeserializeOwned>(tool: &str, args: &Json) -> Result<T, ToolResult> {
+    serde_json::from_str(&args.to_string())
         .map_err(|e| result(format!("Error: Invalid arguments for {tool}: {e}")))
 }
 
@@ -66,12 +69,12 @@ fn parse<T: DeserializeOwned>(tool: &str, args: &str) -> Result<T, ToolResult> {
 pub async fn call(ctx: ToolContext, call: ToolCall) -> ToolResult {
     let ToolCall {
         tool,
-        args_json,
+        args,
         secrets,
     } = call;
     macro_rules! blocking {
         ($args:ty, $f:path) => {{
-            let args: $args = match parse(&tool, &args_json) {
+            let args: $args = match parse(&tool, &args) {
                 Ok(a) => a,
                 Err(e) => return e,
             };
@@ -83,7 +86,7 @@ pub async fn call(ctx: ToolContext, call: ToolCall) -> ToolResult {
         }};
     }
     match tool.as_str() {
-        "bash" => match parse::<bash::BashArgs>(&tool, &args_json) {
+        "bash" => match parse::<bash::BashArgs>(&tool, &args) {
             Ok(args) => result(bash::run(&ctx, args, &secrets).await),
             Err(e) => e,
         },

@@ -64,7 +64,7 @@ impl Fixture {
         };
         let call = ToolCall {
             tool: tool.into(),
-            args_json: args.to_string(),
+            args: args.into(),
             secrets: vec![],
         };
         call_once(&self.pool, principal, call)
@@ -584,8 +584,8 @@ async fn secrets_are_injected_only_when_allowlisted_and_redacted_from_output() {
     };
     let call = ToolCall {
         tool: "bash".into(),
-        args_json: json!({"description": "d", "command": "echo \"[$API_TOKEN] [$PIN] [$OTHER]\""})
-            .to_string(),
+        args: json!({"description": "d", "command": "echo \"[$API_TOKEN] [$PIN] [$OTHER]\""})
+            .into(),
         secrets: vec![
             ("API_TOKEN".into(), "tok-1234567890".into()),
             ("PIN".into(), "1234".into()),

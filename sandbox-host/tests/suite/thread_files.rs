@@ -56,7 +56,7 @@ impl Fixture {
     async fn tool(&self, tool: &str, args: Value) -> String {
         let call = ToolCall {
             tool: tool.into(),
-            args_json: args.to_string(),
+            args: args.into(),
             secrets: vec![],
         };
         call_once(&self.pool, principal(), call)

@@ -330,7 +330,7 @@ impl Client {
     ) -> Result<ToolResult, SandboxError> {
         let call = ToolCall {
             tool: tool.into(),
-            args_json: args.to_string(),
+            args: args.into(),
             secrets: vec![],
         };
         match self

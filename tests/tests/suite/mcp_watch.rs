@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use crate::mcp_support::{peer_script, python, stdio, McpCluster};
 use antler_protocol::{
-    envelope::TraceContext,
+    calls::{watch_tools, ToolsChanged},
     link::dial,
-    messages::{McpReply, McpRequest, Reply, Request},
     runtime_dir::RuntimeDir,
     Address, ConnectionConfig, Identity, Role,
 };
@@ -36,12 +35,7 @@ fn watch_tools_streams_each_change_of_a_servers_tool_list() {
         )
         .await
         .expect("dial mcp-host");
-        let mut stream = conn
-            .request_stream(
-                Request::Mcp(McpRequest::WatchTools),
-                TraceContext::new_root(),
-                Duration::from_secs(30),
-            )
+        let mut stream = watch_tools(&conn, Duration::from_secs(30))
             .await
             .expect("watch");
         // Give the subscription a moment to register, then change the tool list.
@@ -65,7 +59,7 @@ fn watch_tools_streams_each_change_of_a_servers_tool_list() {
     });
     assert_eq!(
         item,
-        Reply::Mcp(McpReply::ToolsChanged {
+        Some(ToolsChanged {
             server: "py".into(),
             tools: 8
         })

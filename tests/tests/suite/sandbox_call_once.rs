@@ -12,11 +12,11 @@ fn counted(call_id: &str) -> SandboxRequest {
         sandbox_id: String::new(),
         call: ToolCall {
             tool: "bash".into(),
-            args_json: serde_json::json!({
+            args: serde_json::json!({
                 "description": "count",
                 "command": "echo ran >> /mnt/user-data/outputs/count.txt; sleep 1; wc -l < /mnt/user-data/outputs/count.txt"
             })
-            .to_string(),
+            .into(),
             secrets: vec![],
         },
         owner: Some(LeaseOwner {

@@ -85,7 +85,7 @@ async fn leases_expire_unless_renewed_and_a_new_incarnation_reclaims_the_old_one
         sandbox_id: lapsed.clone(),
         call: ToolCall {
             tool: "ls".into(),
-            args_json: r#"{"description":"look","path":"/mnt/user-data"}"#.into(),
+            args: serde_json::json!({"description": "look", "path": "/mnt/user-data"}).into(),
             secrets: vec![],
         },
         owner: Some(owner("lead-1", "run-2")),

@@ -36,7 +36,7 @@ async fn live_sandboxes(h: &SandboxHost) -> Vec<ProcessId> {
                             sandbox_id: id,
                             call: antler_protocol::messages::ToolCall {
                                 tool: "bash".into(),
-                                args_json: r#"{"command": "sleep 1002"}"#.into(),
+                                args: serde_json::json!({"command": "sleep 1002"}).into(),
                                 secrets: vec![],
                             },
                             owner: None,

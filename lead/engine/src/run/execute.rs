@@ -16,6 +16,7 @@ use antler_protocol::{
     messages::{
         AcpInvocation, McpCall, Principal, SandboxError, ToolCall as SandboxCall, ToolResult,
     },
+    Json,
 };
 
 use super::events::{EventSink, RunEvent};
@@ -252,7 +253,7 @@ impl Executor<'_> {
     ) -> Result<Result<ToolResult, SandboxError>, ToolFailure> {
         let tool_call = SandboxCall {
             tool: call.name.clone(),
-            args_json: call.args.to_string(),
+            args: Json::from(&call.args),
             secrets: Vec::new(),
         };
         let owner = Some(self.lease.owner().clone());
@@ -301,16 +302,16 @@ impl Executor<'_> {
             principal,
             agent: agent.clone(),
             prompt,
-            mcp_servers_json: acp.mcp_servers_json.clone(),
+            mcp_servers: acp.mcp_servers.clone(),
         };
-        let told = |update_json: String| {
+        let told = |update: Json| {
             let Some(events) = self.events else {
                 return;
             };
             events(&RunEvent::AcpActivity {
                 tool_call_id: call.id.clone(),
                 agent: agent.clone(),
-                update: serde_json::from_str(&update_json).unwrap_or(serde_json::Value::Null),
+                update: update.into(),
             });
         };
         let outcome = self
@@ -343,7 +344,7 @@ impl Executor<'_> {
         let request = McpCall {
             server: server.to_owned(),
             tool: tool.to_owned(),
-            args_json: call.args.to_string(),
+            args: Json::from(&call.args),
             user: Some(self.context.user_id.clone()),
             thread: Some(self.context.thread_id.clone()),
             workspace: Some(self.context.paths.workspace().display().to_string()),
@@ -359,8 +360,7 @@ impl Executor<'_> {
                 id: elicitation.id,
                 server: elicitation.server,
                 message: elicitation.message,
-                requested_schema: serde_json::from_str(&elicitation.requested_schema_json)
-                    .unwrap_or(serde_json::Value::Null),
+                requested_schema: elicitation.requested_schema.into(),
             });
         };
         let result = self

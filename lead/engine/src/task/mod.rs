@@ -1,8 +1,10 @@
 //! Subagent tasks above the run loop (spec 7): `spec` is a task as it travels from the
-//! lead to a worker (its catalog and model in their wire forms, its limits), `graph` runs
+//! lead to a worker (its catalog and model in their wire forms, its limits), `wire` its
+//! conversions to and from the protocol's task types that cross the wire, `graph` runs
 //! one on the engine (a `RunLoop` over the parent's thread, with the task's budgets,
 //! timeout and cancellation). The `task` tool a run calls, its results and events are
 //! `tools::task`'s.
 
 pub mod graph;
 pub mod spec;
+pub mod wire;

@@ -2,8 +2,9 @@
 //! thread, so it uses the parent's sandbox), what to do (the task text and the system
 //! prompt the lead built per spec B), the subagent's catalog with its hash (the worker
 //! rebuilds it and refuses a task whose catalog does not hash to what the lead sent),
-//! the model's settings ([`WireModel`]), and the limits. It is JSON inside the protocol's frame; the
-//! model's key is in it but never in its `Debug` form, a log or an event.
+//! the model's settings ([`WireModel`]), and the limits. It crosses the wire as the
+//! protocol's `TaskSpec` (`task::wire` converts); the model's key is in it but never in
+//! its `Debug` form, a log or an event.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -239,6 +239,44 @@ impl Requester for dyn ToolHosts + '_ {
     }
 }
 
+/// One host of the [`ToolHosts`], named by its role, as a [`Requester`]: the calls every
+/// peer answers (ping, health), which the hosts' own `Requester` cannot route by request.
+pub struct HostOf<'a> {
+    pub hosts: &'a dyn ToolHosts,
+    pub role: Role,
+}
+
+impl Requester for HostOf<'_> {
+    type Error = HostError;
+
+    fn send(
+        &self,
+        request: Request,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Reply, HostError>> + Send {
+        self.hosts.request(self.role, request, timeout)
+    }
+}
+
+/// One replica's link as a [`Requester`], its failures the hosts' [`HostError`]s
+/// ([`call_link`]): the typed calls to one replica of several.
+pub struct LinkTo<'a> {
+    pub role: Role,
+    pub link: &'a actix::Addr<antler_protocol::link::HostLink>,
+}
+
+impl Requester for LinkTo<'_> {
+    type Error = HostError;
+
+    fn send(
+        &self,
+        request: Request,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Reply, HostError>> + Send {
+        call_link(self.role, self.link, request, timeout)
+    }
+}
+
 /// The host that answers `request`: tool hosts answer sandbox and MCP requests only.
 fn host_of(request: &Request) -> Result<Role, HostError> {
     match request {

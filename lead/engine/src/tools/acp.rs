@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use antler_protocol::config::{AppConfig, ExtensionsConfig, McpServerConfig};
-use serde_json::{json, Value};
+use antler_protocol::messages::{AcpMcpServer, AcpTransport};
 
 /// The longest `initialize` + `session/new` + shutdown can take on sandbox-host, over the
 /// agent's own timeout (sandbox-host: 60 s each for the handshake, 4 s to stop).
@@ -24,8 +24,8 @@ const UNKNOWN_AGENT_DEADLINE: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AcpCalls {
     timeouts: HashMap<String, Duration>,
-    /// The session's `mcpServers`, a JSON array.
-    pub mcp_servers_json: String,
+    /// The session's `mcpServers`.
+    pub mcp_servers: Vec<AcpMcpServer>,
 }
 
 impl AcpCalls {
@@ -44,10 +44,10 @@ impl AcpCalls {
                 )
             })
             .collect();
-        let servers = extensions.map(session_mcp_servers).unwrap_or_default();
+        let mcp_servers = extensions.map(session_mcp_servers).unwrap_or_default();
         Some(AcpCalls {
             timeouts,
-            mcp_servers_json: Value::Array(servers).to_string(),
+            mcp_servers,
         })
     }
 
@@ -62,7 +62,7 @@ impl AcpCalls {
 /// Spec F.2.3: the enabled servers in ACP's shape. A stdio server without a command, an
 /// http or sse server without a url, or an unknown type makes the list empty, with a
 /// warning, as DeerFlow does.
-pub fn session_mcp_servers(extensions: &ExtensionsConfig) -> Vec<Value> {
+pub fn session_mcp_servers(extensions: &ExtensionsConfig) -> Vec<AcpMcpServer> {
     let mut out = Vec::new();
     for (name, server) in extensions.mcp_servers.iter().filter(|(_, s)| s.enabled) {
         match acp_server(name, server) {
@@ -76,14 +76,12 @@ pub fn session_mcp_servers(extensions: &ExtensionsConfig) -> Vec<Value> {
     out
 }
 
-fn pairs<'a>(map: impl Iterator<Item = (&'a str, &'a String)>) -> Value {
-    Value::Array(
-        map.map(|(name, value)| json!({"name": name, "value": value}))
-            .collect(),
-    )
+fn pairs<'a>(map: impl Iterator<Item = (&'a str, &'a String)>) -> Vec<(String, String)> {
+    map.map(|(name, value)| (name.to_owned(), value.clone()))
+        .collect()
 }
 
-fn acp_server(name: &str, server: &McpServerConfig) -> Result<Value, String> {
+fn acp_server(name: &str, server: &McpServerConfig) -> Result<AcpMcpServer, String> {
     let kind = server
         .type_
         .as_deref()
@@ -95,24 +93,28 @@ fn acp_server(name: &str, server: &McpServerConfig) -> Result<Value, String> {
                 .command
                 .as_deref()
                 .ok_or_else(|| format!("the stdio MCP server {name} has no command"))?;
-            Ok(json!({
-                "name": name,
-                "command": command,
-                "args": server.args,
-                "env": pairs(server.env.iter()),
-            }))
+            Ok(AcpMcpServer::Stdio {
+                name: name.to_owned(),
+                command: command.to_owned(),
+                args: server.args.clone(),
+                env: pairs(server.env.iter()),
+            })
         }
         "http" | "sse" => {
             let url = server
                 .url
                 .as_deref()
                 .ok_or_else(|| format!("the {kind} MCP server {name} has no url"))?;
-            Ok(json!({
-                "name": name,
-                "type": kind,
-                "url": url,
-                "headers": pairs(server.headers.iter()),
-            }))
+            Ok(AcpMcpServer::Remote {
+                name: name.to_owned(),
+                transport: if kind == "sse" {
+                    AcpTransport::Sse
+                } else {
+                    AcpTransport::Http
+                },
+                url: url.to_owned(),
+                headers: pairs(server.headers.iter()),
+            })
         }
         other => Err(format!(
             "the MCP server {name} has the unknown type {other}"
@@ -124,6 +126,7 @@ fn acp_server(name: &str, server: &McpServerConfig) -> Result<Value, String> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn extensions(json: &str) -> ExtensionsConfig {
         serde_json::from_str(json).unwrap()
@@ -138,8 +141,12 @@ mod tests {
                 "off": {"enabled": false, "command": "x"}
             }}"#,
         );
+        let servers: Vec<_> = session_mcp_servers(&e)
+            .iter()
+            .map(AcpMcpServer::to_acp_json)
+            .collect();
         assert_eq!(
-            session_mcp_servers(&e),
+            servers,
             vec![
                 json!({"name": "fs", "command": "npx", "args": ["-y", "fs"], "env": [{"name": "K", "value": "v"}]}),
                 json!({"name": "web", "type": "http", "url": "https://mcp.example/mcp", "headers": [{"name": "Authorization", "value": "Bearer t"}]}),

@@ -113,8 +113,8 @@ pub fn render(result: &McpCallResult, vision: bool) -> Rendered {
         }
     }
     if !has_text {
-        if let Some(structured) = &result.structured_json {
-            lines.insert(0, structured.clone());
+        if let Some(structured) = &result.structured {
+            lines.insert(0, structured.to_string());
         }
     }
     Rendered {
@@ -188,7 +188,7 @@ mod tests {
         McpCallResult {
             is_error: false,
             content,
-            structured_json: None,
+            structured: None,
         }
     }
 
@@ -256,7 +256,7 @@ mod tests {
             data: "iVBORw0KGgo=".into(),
             mime_type: "image/png".into(),
         }]);
-        r.structured_json = Some(r#"{"n":1}"#.into());
+        r.structured = Some(antler_protocol::Json::parse(r#"{"n":1}"#).unwrap());
         assert_eq!(
             render(&r, false).text,
             "{\"n\":1}\n[image image/png, 8 bytes: not shown]"

@@ -19,7 +19,7 @@ pub async fn answer(
     run_id: &str,
     id: &str,
     action: antler_protocol::messages::ElicitationAction,
-    content_json: Option<String>,
+    content: Option<antler_protocol::Json>,
 ) -> Result<(), AnswerError> {
     use antler_engine::ToolHosts;
     use antler_protocol::calls::McpCalls;
@@ -42,7 +42,7 @@ pub async fn answer(
         thread: run.thread,
         run_id: pending.mcp_run_id.unwrap_or_else(|| run_id.to_owned()),
         action,
-        content_json,
+        content,
     };
     let hosts = LinkHosts::new(links.clone());
     let hosts: &dyn ToolHosts = &hosts;

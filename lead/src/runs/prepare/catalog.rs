@@ -175,19 +175,8 @@ pub(super) fn mcp_tools(tools: Vec<McpTool>) -> Vec<McpSourceTool> {
     let mut out = Vec::with_capacity(tools.len());
     for tool in tools {
         let position = positions.entry(tool.server.clone()).or_default();
-        let input_schema = match serde_json::from_str(&tool.input_schema_json) {
-            Ok(schema) => schema,
-            Err(e) => {
-                tracing::warn!(
-                    "tool {} of {} has a schema that is not JSON ({e}); left out",
-                    tool.name,
-                    tool.server
-                );
-                continue;
-            }
-        };
         out.push(McpSourceTool {
-            input_schema,
+            input_schema: tool.input_schema.into(),
             server: tool.server,
             name: tool.name,
             original_name: tool.original_name,

@@ -5,28 +5,24 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use antler_protocol::messages::{ControlRequest, Request};
+use antler_engine::HostOf;
+use antler_protocol::calls::{ControlCalls, SandboxCalls};
 use antler_protocol::Role;
 
 use super::{PrepareError, RunEnv, SETUP_TIMEOUT};
 use crate::runs::readiness::{wait_linked, HOSTS_START_WAIT};
-use antler_protocol::calls::SandboxCalls;
 
 impl RunEnv {
     /// Waits (at most `within`) until sandbox-host and mcp-host answer a ping.
     pub async fn wait_for_hosts(&self, within: Duration) {
         let until = std::time::Instant::now() + within;
         for role in [Role::SandboxHost, Role::McpHost] {
+            let host = HostOf {
+                hosts: self.hosts.as_ref(),
+                role,
+            };
             while std::time::Instant::now() < until {
-                let ping = Request::Control(ControlRequest::Ping {
-                    payload: Vec::new(),
-                });
-                if self
-                    .hosts
-                    .request(role, ping, Duration::from_secs(1))
-                    .await
-                    .is_ok()
-                {
+                if host.ping(Vec::new(), Duration::from_secs(1)).await.is_ok() {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
