@@ -136,7 +136,10 @@ pub fn llama() -> &'static Peer {
                 "8192",
                 "--model_alias",
                 ALIAS,
-            ]);
+            ])
+            // Tests share the server: by default a new request cuts the reply being
+            // streamed to another (it ends empty); here requests wait their turn.
+            .args(["--interrupt_requests", "False"]);
         start_shared("llama_cpp.server", command, port, "/v1/models")
     })
 }

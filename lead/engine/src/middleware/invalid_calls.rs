@@ -1,6 +1,8 @@
 //! A model's invalid tool calls (spec D.4, done better): a call whose arguments are not
-//! JSON, not an object or cut short, whose arguments do not fit the tool's schema, whose
-//! name is empty, or that names a tool the run does not have, is never executed. It
+//! JSON, not an object or cut short, whose arguments do not fit the schema of a tool
+//! whose code is elsewhere (an MCP server's, an ACP agent's: Antler's own tools check
+//! their arguments with DeerFlow's texts), whose name is empty, or that names a tool the
+//! run does not have, is never executed. It
 //! stays in the AI message (its arguments repaired to an object, an empty name made
 //! `unknown_tool`) and is answered at once by an error tool message in DeerFlow's words,
 //! so the model reads why on its very next request and the run goes on; the valid calls
@@ -13,7 +15,7 @@ use serde_json::{Map, Value};
 use super::error_message;
 use super::schema;
 use super::tool_error::{invalid_tool_message, UNKNOWN_TOOL_NAME};
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, ToolSource};
 use crate::model::{InvalidToolCall, ModelReply};
 use crate::thread::state::{Message, ToolCall};
 
@@ -112,6 +114,14 @@ pub fn sort_out(reply: &mut ModelReply, catalog: &Catalog) -> Vec<RefusedCall> {
             refused.push(RefusedCall { call, answer });
             continue;
         };
+        // Antler's own tools (DeerFlow's builtins and config tools) check their arguments
+        // themselves, with DeerFlow's texts (the conformance vectors pin them); the schema
+        // is checked here for the tools whose code is elsewhere (MCP servers, ACP agents).
+        let external = matches!(tool.source, ToolSource::Mcp { .. } | ToolSource::Acp);
+        if !external {
+            valid.push(call);
+            continue;
+        }
         match schema::validate(tool.parameters.value(), &call.args) {
             Ok(()) => valid.push(call),
             Err(reason) => {
@@ -223,10 +233,13 @@ mod tests {
     use serde_json::json;
 
     fn catalog() -> Catalog {
-        let weather = ToolSpec::builtin(
+        // An MCP server's tool: its schema is checked before any call reaches the server.
+        let weather = ToolSpec::mcp(
             "get_weather",
             "Weather.",
             json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+            Some("weather".to_owned()),
+            "get_weather",
         );
         Catalog::build(vec![weather], false).unwrap()
     }

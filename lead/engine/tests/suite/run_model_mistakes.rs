@@ -68,7 +68,17 @@ pub async fn drive(
     settings: RunSettings,
 ) -> (RunOutcome, Vec<Message>, Vec<RunEvent>) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = Arc::new(Catalog::build(vec![builtins::describe_skill()], false).unwrap());
+    // A builtin (it checks its own arguments) and an MCP server's tool (its schema is
+    // checked before a call could reach the server; NoHosts would fail any that did).
+    let weather = antler_engine::catalog::ToolSpec::mcp(
+        "weather_get",
+        "Weather.",
+        serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        Some("weather".to_owned()),
+        "get",
+    );
+    let catalog =
+        Arc::new(Catalog::build(vec![builtins::describe_skill(), weather], false).unwrap());
     let paths = ThreadPaths::new(dir.path(), "u1", "t1");
     paths.create().unwrap();
     let context = RunContext {
@@ -129,8 +139,8 @@ turns:
   - tool_calls:
       - name: describe_skill
         args: {name: none-such}
-      - name: describe_skill
-        args: {skill: x}
+      - name: weather_get
+        args: {town: x}
       - name: web_serch
         args: {query: x}
     invalid_calls:
@@ -159,7 +169,7 @@ turns:
             ("call-1-1", "describe_skill"),
             ("call-1-4", "describe_skill"),
             ("call-1-5", "unknown_tool"),
-            ("call-1-2", "describe_skill"),
+            ("call-1-2", "weather_get"),
             ("call-1-3", "web_serch"),
         ]
     );
@@ -175,11 +185,11 @@ turns:
     );
     assert_eq!(
         by_id("call-1-2"),
-        "[Tool call could not be executed because its arguments were invalid: `name` is a required property]"
+        "[Tool call could not be executed because its arguments were invalid: `city` is a required property]"
     );
     assert_eq!(
         by_id("call-1-3"),
-        "Error: web_serch is not a valid tool, try one of [describe_skill]."
+        "Error: web_serch is not a valid tool, try one of [describe_skill, weather_get]."
     );
     // The valid call ran (describe_skill's own answer, not an invalid-call text).
     let ran = by_id("call-1-1");
