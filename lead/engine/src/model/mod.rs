@@ -376,7 +376,7 @@ impl WireModel {
     pub fn build(&self) -> Result<Arc<dyn ChatModel>, ModelError> {
         match self {
             WireModel::Scripted { playbook } => Ok(Arc::new(ScriptedModel::new(playbook.clone()))),
-            WireModel::Entry { entry } => model_from_entry(entry, &|_| None),
+            WireModel::Entry { entry } => provider::shared_model_from_entry(entry, &|_| None),
         }
     }
 }

@@ -4,7 +4,8 @@
 //! entry no provider can speak is an error when the config is checked, not at the first
 //! run: [`check_model_entry`] builds the client's settings without a connection.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use antler_protocol::config::{AppConfig, ModelConfig};
 
@@ -210,6 +211,37 @@ pub fn model_from_entry(
     }
 }
 
+/// The most clients [`shared_model_from_entry`] keeps; past it the table starts again (a
+/// lead reading a config that changes every run should not grow without bound).
+const MAX_SHARED_MODELS: usize = 64;
+
+/// The client of one `models:` entry, built once per configuration in this process and
+/// shared by every run and task that uses it (a client holds no conversation: it is the
+/// endpoint, its headers and settings over the process's HTTP pool). Keyed by the entry
+/// as written, so an edited entry gets a new client.
+pub fn shared_model_from_entry(
+    entry: &ModelConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn ChatModel>, ModelError> {
+    type Table = Mutex<HashMap<String, Arc<dyn ChatModel>>>;
+    static MODELS: LazyLock<Table> = LazyLock::new(Table::default);
+    let key = serde_json::to_string(entry).unwrap_or_default();
+    if let Some(model) = MODELS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&key)
+    {
+        return Ok(Arc::clone(model));
+    }
+    // Built outside the lock; two first uses that race build twice and the first is kept.
+    let model = model_from_entry(entry, env)?;
+    let mut table = MODELS.lock().unwrap_or_else(PoisonError::into_inner);
+    if table.len() >= MAX_SHARED_MODELS && !table.contains_key(&key) {
+        table.clear();
+    }
+    Ok(Arc::clone(table.entry(key).or_insert(model)))
+}
+
 /// Whether `entry` can be spoken to: its provider, endpoint, key lookups and settings,
 /// without connecting (`antler config check`).
 pub fn check_model_entry(
@@ -235,4 +267,65 @@ pub fn check_model_entry(
         }
     }
     Ok(provider)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn entry(yaml: &str) -> ModelConfig {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn one_client_per_configuration_is_shared_and_an_edited_entry_gets_its_own() {
+        let a = entry("name: a\nuse: langchain_openai:ChatOpenAI\nmodel: m\nbase_url: http://127.0.0.1:9/v1\n");
+        let first = shared_model_from_entry(&a, &|_| None).unwrap();
+        let again = shared_model_from_entry(&a, &|_| None).unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        let edited = entry("name: a\nuse: langchain_openai:ChatOpenAI\nmodel: m\nbase_url: http://127.0.0.1:9/v1\ntemperature: 0\n");
+        let other = shared_model_from_entry(&edited, &|_| None).unwrap();
+        assert!(!Arc::ptr_eq(&first, &other));
+    }
+
+    #[test]
+    fn deerflow_use_ids_and_provider_keys_pick_the_client() {
+        let of = |yaml: &str| Provider::of_entry(&entry(yaml));
+        assert_eq!(
+            of("name: c\nuse: langchain_anthropic:ChatAnthropic\nmodel: claude\n").unwrap(),
+            Provider::Anthropic
+        );
+        assert_eq!(
+            of("name: g\nuse: langchain_google_genai:ChatGoogleGenerativeAI\nmodel: g\n").unwrap(),
+            Provider::Gemini
+        );
+        assert_eq!(
+            of("name: o\nuse: langchain_ollama:ChatOllama\nmodel: q\n").unwrap(),
+            Provider::Ollama
+        );
+        assert_eq!(
+            of("name: r\nuse: langchain_openai:ChatOpenAI\nmodel: m\nuse_responses_api: true\n")
+                .unwrap(),
+            Provider::OpenAiResponses
+        );
+        assert_eq!(
+            of("name: x\nuse: my.module:Chat\nmodel: m\nprovider: anthropic\n").unwrap(),
+            Provider::Anthropic
+        );
+        assert_eq!(
+            of("name: v\nuse: my.module:Chat\nmodel: m\nbase_url: http://h/v1\n").unwrap(),
+            Provider::OpenAi
+        );
+        assert!(matches!(
+            of("name: n\nuse: my.module:Chat\nmodel: m\n"),
+            Err(ModelError::UnsupportedProvider { .. })
+        ));
+        assert!(
+            of("name: p\nuse: my.module:Chat\nmodel: m\nprovider: mistral\n")
+                .unwrap_err()
+                .to_string()
+                .contains("provider `mistral` is not one Antler speaks")
+        );
+    }
 }

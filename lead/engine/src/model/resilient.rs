@@ -21,9 +21,9 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::entry::select_model_config;
+use super::provider::shared_model_from_entry;
 use super::{
-    model_from_entry, ChatModel, ModelError, ModelReply, ModelRequest, RetryNotice,
-    SubagentRequest, WireModel,
+    ChatModel, ModelError, ModelReply, ModelRequest, RetryNotice, SubagentRequest, WireModel,
 };
 
 /// DeerFlow's words for a retry: `{attempt}`, `{max}`, `{why}` and `{seconds}`.
@@ -706,7 +706,7 @@ pub fn resilient_model_from_config(
         .iter()
         .map(|entry| {
             Ok(Link {
-                model: model_from_entry(entry, env)?,
+                model: shared_model_from_entry(entry, env)?,
                 breaker: breaker_for(&breaker_key(entry), breakers),
             })
         })
