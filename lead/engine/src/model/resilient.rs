@@ -226,6 +226,9 @@ pub struct LlmCall {
     pub retry_base_delay: Duration,
     pub retry_cap_delay: Duration,
     pub burst_retry_base_delay: Duration,
+    /// Model calls in flight at once in this process, every run and model together
+    /// (`max_concurrent_calls`; 0: no cap).
+    pub max_concurrent_calls: usize,
 }
 
 impl Default for LlmCall {
@@ -235,6 +238,29 @@ impl Default for LlmCall {
             retry_base_delay: Duration::from_millis(1000),
             retry_cap_delay: Duration::from_millis(8000),
             burst_retry_base_delay: Duration::from_millis(5000),
+            max_concurrent_calls: 0,
+        }
+    }
+}
+
+/// The process-wide cap on model calls in flight (DeerFlow's `max_concurrent_calls`):
+/// one semaphore per cap value, so runs whose configs agree share it, and a config that
+/// changes the cap takes effect for the runs built from it.
+fn call_slots(cap: usize) -> Option<Arc<tokio::sync::Semaphore>> {
+    type Slots = std::sync::Mutex<Option<(usize, Arc<tokio::sync::Semaphore>)>>;
+    static SLOTS: std::sync::LazyLock<Slots> = std::sync::LazyLock::new(Slots::default);
+    if cap == 0 {
+        return None;
+    }
+    let mut slots = SLOTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match &*slots {
+        Some((n, semaphore)) if *n == cap => Some(Arc::clone(semaphore)),
+        _ => {
+            let semaphore = Arc::new(tokio::sync::Semaphore::new(cap));
+            *slots = Some((cap, Arc::clone(&semaphore)));
+            Some(semaphore)
         }
     }
 }
@@ -248,6 +274,9 @@ impl LlmCall {
         };
         if !section.is_object() {
             return Err("llm_call must be a mapping".to_owned());
+        }
+        if let Some(n) = whole(section, "llm_call", "max_concurrent_calls", 0)? {
+            settings.max_concurrent_calls = usize::try_from(n).unwrap_or(usize::MAX);
         }
         if let Some(n) = whole(section, "llm_call", "retry_max_attempts", 1)? {
             settings.retry_max_attempts = u32::try_from(n).unwrap_or(u32::MAX);
@@ -528,6 +557,7 @@ pub struct Link {
 pub struct ResilientModel {
     chain: Vec<Link>,
     llm_call: LlmCall,
+    slots: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl ResilientModel {
@@ -538,7 +568,11 @@ impl ResilientModel {
                 hint: "a models: entry".to_owned(),
             });
         }
-        Ok(ResilientModel { chain, llm_call })
+        Ok(ResilientModel {
+            slots: call_slots(llm_call.max_concurrent_calls),
+            chain,
+            llm_call,
+        })
     }
 
     fn primary(&self) -> &Arc<dyn ChatModel> {
@@ -547,6 +581,16 @@ impl ResilientModel {
     }
 
     async fn call(&self, request: ModelRequest<'_>) -> Result<ModelReply, ModelError> {
+        // Held for the whole call, fallbacks included: one call of the run, one slot.
+        let _slot = match &self.slots {
+            Some(slots) => Some(Arc::clone(slots).acquire_owned().await.map_err(|_| {
+                ModelError::InvalidConfig {
+                    model: self.primary().name().to_owned(),
+                    message: "the model call slots were closed".to_owned(),
+                }
+            })?),
+            None => None,
+        };
         let mut failures: Vec<(String, ModelError)> = Vec::new();
         for (at, link) in self.chain.iter().enumerate() {
             let name = link.model.name().to_owned();

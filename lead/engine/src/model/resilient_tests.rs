@@ -367,3 +367,64 @@ models:
         "no model named `nope`; configured models: main, spare"
     );
 }
+
+/// A model that counts the calls in flight, and the most at once.
+#[derive(Default)]
+struct Counting {
+    now: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl ChatModel for Counting {
+    fn name(&self) -> &str {
+        "counting"
+    }
+
+    fn complete<'a>(
+        &'a self,
+        _request: ModelRequest<'a>,
+    ) -> futures::future::BoxFuture<'a, Result<ModelReply, ModelError>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        Box::pin(async move {
+            let now = self.now.fetch_add(1, SeqCst) + 1;
+            self.most.fetch_max(now, SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.now.fetch_sub(1, SeqCst);
+            Ok(ModelReply {
+                content: "ok".into(),
+                ..ModelReply::default()
+            })
+        })
+    }
+}
+
+#[tokio::test]
+async fn max_concurrent_calls_caps_calls_in_flight_across_runs() {
+    let section = json!({"max_concurrent_calls": 2});
+    let settings = LlmCall::from_config(Some(&section)).unwrap();
+    assert_eq!(settings.max_concurrent_calls, 2);
+    let counting = Arc::new(Counting::default());
+    // Two runs' models built from the same config share the process's slots.
+    let runs: Vec<Arc<ResilientModel>> = (0..2)
+        .map(|_| {
+            let model: Arc<dyn ChatModel> = counting.clone();
+            Arc::new(ResilientModel::new(vec![link(model, 5)], settings).unwrap())
+        })
+        .collect();
+    let calls = (0..8).map(|i| {
+        let run = Arc::clone(&runs[i % 2]);
+        tokio::spawn(async move {
+            let heard = Heard::default();
+            ask(&run, &heard).await.unwrap().content
+        })
+    });
+    for call in futures::future::join_all(calls).await {
+        assert_eq!(call.unwrap(), "ok");
+    }
+    assert_eq!(
+        counting.most.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "never more than the cap in flight, and the cap is used"
+    );
+    assert!(LlmCall::from_config(Some(&json!({"max_concurrent_calls": -1}))).is_err());
+}
