@@ -35,6 +35,7 @@ fn quick() -> LlmCall {
         retry_base_delay: Duration::from_millis(1),
         retry_cap_delay: Duration::from_millis(1),
         burst_retry_base_delay: Duration::from_millis(1),
+        ..LlmCall::default()
     }
 }
 
