@@ -310,3 +310,31 @@ pub fn not_found_server() -> (String, Arc<Mutex<Vec<String>>>) {
     });
     (base_url, paths)
 }
+
+/// A PNG for the providers' vision tests: its signature, then bytes whose base64 holds
+/// `+` and `/` (so a URL-safe encoding would not pass for the standard one).
+pub const VIEWED_PNG: &[u8] = &[
+    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0xFB, 0xEF, 0xFF, 0xFE,
+];
+/// [`VIEWED_PNG`] in standard base64, as the providers' APIs take images.
+pub const VIEWED_PNG_BASE64: &str = "iVBORw0KGgr77//+";
+/// Where [`put_viewed_png`] puts it, as the model names it to `view_image`.
+pub const VIEWED_PNG_PATH: &str = "/mnt/user-data/outputs/chart.png";
+
+/// Writes [`VIEWED_PNG`] into the outputs of thread `t1` of user `default` under the
+/// [`antler_run`] directory `dir` (run with `--thread t1`), at [`VIEWED_PNG_PATH`].
+pub fn put_viewed_png(dir: &std::path::Path) {
+    let outputs = dir.join("base/users/default/threads/t1/user-data/outputs");
+    std::fs::create_dir_all(&outputs).unwrap();
+    std::fs::write(outputs.join("chart.png"), VIEWED_PNG).unwrap();
+}
+
+/// The events named `kind` of a `--trace` run's stderr.
+pub fn trace_events(stderr: &str, kind: &str) -> Vec<Value> {
+    stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|l| l["event"].clone())
+        .filter(|e| e["event"] == kind)
+        .collect()
+}

@@ -9,10 +9,14 @@
 //! Anthropic's API reference and its Python SDK's stream fixtures, and checks every
 //! request it gets against the documented request shape (a malformed one is answered 400
 //! and fails the test): a tool loop through `antler run` with thinking, retries and
-//! prompt caching, and the client's replies for each stop reason.
+//! prompt caching, an image shown to a vision model as a base64 `image` block, a
+//! `fallback:` model answering for one that fails with a 500, and the client's replies
+//! for each stop reason.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::model_support::{antler_run, peers};
+use crate::model_support::{
+    antler_run, peers, put_viewed_png, trace_events, VIEWED_PNG_BASE64, VIEWED_PNG_PATH,
+};
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -1186,4 +1190,154 @@ fn the_standin_refuses_what_the_api_refuses() {
         check_request("POST /v1/v1/messages HTTP/1.1", &BTreeMap::new(), &good).len(),
         4
     );
+}
+
+/// The blocks of a request's messages whose type is `kind`, with the role of their turn.
+fn blocks_of(body: &Value, kind: &str) -> Vec<(String, Value)> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| {
+            let role = m["role"].as_str().unwrap().to_owned();
+            m["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|b| b["type"] == kind)
+                .map(move |b| (role.clone(), b.clone()))
+        })
+        .collect()
+}
+
+#[test]
+fn antler_run_shows_a_vision_model_the_viewed_image_as_a_base64_image_block() {
+    let standin = anthropic_standin(vec![
+        Streamed {
+            blocks: vec![tool_use(
+                "toolu_view",
+                "view_image",
+                json!({"image_path": VIEWED_PNG_PATH}),
+            )],
+            start_usage: json!({"input_tokens": 300, "output_tokens": 1}),
+            output_tokens: 20,
+            stop_reason: "tool_use",
+        }
+        .answer(),
+        Streamed {
+            blocks: vec![text("A chart of rising sales.")],
+            start_usage: json!({"input_tokens": 400, "output_tokens": 1}),
+            output_tokens: 8,
+            stop_reason: "end_turn",
+        }
+        .answer(),
+    ]);
+    let dir = tempfile::Builder::new()
+        .prefix("antler-anth-img")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let d = dir.path();
+    put_viewed_png(d);
+    std::fs::write(
+        d.join("config.yaml"),
+        format!(
+            "models:\n  - name: claude\n    use: langchain_anthropic:ChatAnthropic\n    model: claude-sonnet-4-5\n    base_url: {}\n    api_key: {KEY}\n    supports_vision: true\ntools:\n  - {{name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n",
+            standin.base_url
+        ),
+    )
+    .unwrap();
+    let (view, stderr) = antler_run(
+        d,
+        &["Describe the chart", "--model", "claude", "--thread", "t1"],
+    );
+    let seen = standin.seen();
+    for request in &seen {
+        assert!(
+            request.problems.is_empty(),
+            "{:?}\n{}",
+            request.problems,
+            request.body
+        );
+    }
+    assert_eq!(view["status"], "success", "{view}\n{stderr}");
+    assert_eq!(view["final_answer"], "A chart of rising sales.");
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    let (first, second) = (&seen[0].body, &seen[1].body);
+    assert!(first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["name"] == "view_image"));
+    assert!(blocks_of(first, "image").is_empty());
+
+    // After the call, the image goes to the model as the API documents it: a base64
+    // source with its media type and the file's exact bytes, in the user turn that also
+    // answers the call (tool_result first). (Being the request's last block, it may carry
+    // the conversation's cache breakpoint: the stand-in checks that one.)
+    let images = blocks_of(second, "image");
+    assert_eq!(images.len(), 1, "{second}");
+    assert_eq!(images[0].0, "user");
+    assert_eq!(
+        images[0].1["source"],
+        json!({"type": "base64", "media_type": "image/png", "data": VIEWED_PNG_BASE64})
+    );
+    let last = second["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["role"], "user");
+    let blocks = last["content"].as_array().unwrap();
+    assert_eq!(blocks[0]["type"], "tool_result");
+    assert_eq!(blocks[0]["tool_use_id"], "toolu_view");
+    assert_eq!(blocks.last().unwrap()["type"], "image");
+    assert!(!second.to_string().contains("/users/default/threads"));
+}
+
+#[test]
+fn antler_run_falls_back_to_the_next_model_when_anthropic_answers_500() {
+    let primary = anthropic_standin(vec![Answer::error(
+        500,
+        "api_error",
+        "Internal server error",
+        &[],
+    )]);
+    let backup = anthropic_standin(vec![Streamed {
+        blocks: vec![text("Answered by the fallback.")],
+        start_usage: json!({"input_tokens": 120, "output_tokens": 1}),
+        output_tokens: 6,
+        stop_reason: "end_turn",
+    }
+    .answer()]);
+    let dir = tempfile::Builder::new()
+        .prefix("antler-anth-fb")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let d = dir.path();
+    // No retries, by the client or by `llm_call`: the first failure is final.
+    std::fs::write(
+        d.join("config.yaml"),
+        format!(
+            "models:\n  - name: primary\n    use: langchain_anthropic:ChatAnthropic\n    model: claude-sonnet-4-5\n    base_url: {}\n    api_key: {KEY}\n    max_retries: 0\n    fallback: [backup]\n  - name: backup\n    use: langchain_anthropic:ChatAnthropic\n    model: claude-haiku-4-5\n    base_url: {}\n    api_key: {KEY}\nllm_call:\n  retry_max_attempts: 1\n",
+            primary.base_url, backup.base_url
+        ),
+    )
+    .unwrap();
+    let (view, stderr) = antler_run(d, &["Say hello", "--model", "primary", "--trace"]);
+    assert_eq!(view["status"], "success", "{view}\n{stderr}");
+    assert_eq!(view["final_answer"], "Answered by the fallback.");
+    let (asked, answered) = (primary.seen(), backup.seen());
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(answered.len(), 1, "{answered:?}");
+    for request in asked.iter().chain(&answered) {
+        assert!(request.problems.is_empty(), "{:?}", request.problems);
+    }
+    assert_eq!(answered[0].body["model"], "claude-haiku-4-5");
+
+    // The attempt is an event, and the turn says which model answered.
+    let fallbacks = trace_events(&stderr, "model_fallback");
+    assert_eq!(fallbacks.len(), 1, "{stderr}");
+    assert_eq!(fallbacks[0]["from"], "primary");
+    assert_eq!(fallbacks[0]["to"], "backup");
+    assert_eq!(fallbacks[0]["reason"], "transient");
+    let finished = trace_events(&stderr, "model_finished");
+    assert_eq!(finished.len(), 1, "{stderr}");
+    assert_eq!(finished[0]["model"], "backup");
+    assert!(trace_events(&stderr, "llm_retry").is_empty(), "{stderr}");
 }
