@@ -6,7 +6,8 @@
 //! calls before them, the schema subset, the key in `x-goog-api-key` and never in the
 //! URL) and answers payloads shaped as the Gemini API documents them (thought parts,
 //! thought signatures, `usageMetadata`, finish reasons, a 429 with `Retry-After`); it
-//! drives a whole tool loop through `antler run`.
+//! drives a whole tool loop through `antler run`, an image shown to a vision model as an
+//! `inlineData` part, and a `fallback:` model answering for one that fails with a 500.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -22,7 +23,9 @@ use antler_engine::{
 use antler_protocol::config::ModelConfig;
 use serde_json::{json, Value};
 
-use crate::model_support::{antler_run, peers};
+use crate::model_support::{
+    antler_run, peers, put_viewed_png, trace_events, VIEWED_PNG_BASE64, VIEWED_PNG_PATH,
+};
 
 const KEY: &str = "gm-standin-key-0123";
 
@@ -760,4 +763,153 @@ async fn finish_reasons_blocked_prompts_and_malformed_calls_are_what_the_run_see
     assert!(refused.contains("HTTP 400"), "{refused}");
     assert!(!refused.contains(KEY), "the key is redacted: {refused}");
     standin.assert_no_violations();
+}
+
+/// A whole reply of `parts` that stopped, with its usage.
+fn parts_reply(parts: Value, usage: (u64, u64)) -> Answer {
+    Answer::Reply(vec![
+        json!({"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+               "usageMetadata": {"promptTokenCount": usage.0, "candidatesTokenCount": usage.1, "totalTokenCount": usage.0 + usage.1},
+               "modelVersion": "gemini-2.5-flash"}),
+    ])
+}
+
+/// The `inlineData` parts of a request's contents, with the role of their content.
+fn inline_data(body: &Value) -> Vec<(String, Value)> {
+    body["contents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| {
+            let role = c["role"].as_str().unwrap().to_owned();
+            c["parts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p.get("inlineData").is_some())
+                .map(move |p| (role.clone(), p.clone()))
+        })
+        .collect()
+}
+
+#[test]
+fn antler_run_shows_a_vision_model_the_viewed_image_as_inline_data() {
+    let standin = gemini_standin(vec![
+        parts_reply(
+            json!([{"functionCall": {"name": "view_image", "args": {"image_path": VIEWED_PNG_PATH}}}]),
+            (300, 10),
+        ),
+        parts_reply(json!([{"text": "A chart of rising sales."}]), (400, 8)),
+    ]);
+    let dir = tempfile::Builder::new()
+        .prefix("antler-gem-img")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let d = dir.path();
+    put_viewed_png(d);
+    std::fs::write(
+        d.join("config.yaml"),
+        format!(
+            "models:\n  - name: gem\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-flash\n    \
+             base_url: {}\n    gemini_api_key: {KEY}\n    supports_vision: true\n\
+             tools:\n  - {{name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}}\n\
+             sandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n",
+            standin.root
+        ),
+    )
+    .unwrap();
+    let (view, stderr) = antler_run(
+        d,
+        &["Describe the chart", "--model", "gem", "--thread", "t1"],
+    );
+    standin.assert_no_violations();
+    assert_eq!(view["status"], "success", "{view}\n{stderr}");
+    assert_eq!(view["final_answer"], "A chart of rising sales.");
+    let received = standin.received();
+    assert_eq!(received.len(), 2, "{received:#?}");
+    let (first, second) = (&received[0].body, &received[1].body);
+    let declarations = first["tools"][0]["functionDeclarations"]
+        .as_array()
+        .unwrap();
+    assert!(declarations.iter().any(|d| d["name"] == "view_image"));
+    assert!(inline_data(first).is_empty());
+
+    // After the call, the image goes to the model as Gemini documents it: an
+    // `inlineData` part with its MIME type and the file's exact bytes in base64, in a
+    // user content after the function's response.
+    assert_eq!(
+        inline_data(second),
+        [(
+            "user".to_owned(),
+            json!({"inlineData": {"mimeType": "image/png", "data": VIEWED_PNG_BASE64}})
+        )]
+    );
+    let contents = second["contents"].as_array().unwrap();
+    let answered = contents
+        .iter()
+        .position(|c| c["parts"][0].get("functionResponse").is_some())
+        .expect("the call is answered");
+    assert_eq!(
+        contents[answered]["parts"][0]["functionResponse"]["name"],
+        "view_image"
+    );
+    let shown = contents
+        .iter()
+        .position(|c| !inline_data(&json!({"contents": [c]})).is_empty())
+        .unwrap();
+    assert!(shown >= answered, "{second}");
+    assert!(!second.to_string().contains("/users/default/threads"));
+}
+
+#[test]
+fn antler_run_falls_back_to_the_next_model_when_gemini_answers_500() {
+    let primary = gemini_standin(vec![Answer::Error {
+        status: 500,
+        headers: Vec::new(),
+        body: json!({"error": {"code": 500, "message": "An internal error has occurred. Please retry or report in https://developers.generativeai.google/guide/troubleshooting", "status": "INTERNAL"}}),
+    }]);
+    let backup = gemini_standin(vec![parts_reply(
+        json!([{"text": "Answered by the fallback."}]),
+        (120, 6),
+    )]);
+    let dir = tempfile::Builder::new()
+        .prefix("antler-gem-fb")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let d = dir.path();
+    // No retries, by the client or by `llm_call`: the first failure is final.
+    std::fs::write(
+        d.join("config.yaml"),
+        format!(
+            "models:\n  - name: primary\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-pro\n    \
+             base_url: {}\n    gemini_api_key: {KEY}\n    max_retries: 0\n    fallback: [backup]\n  \
+             - name: backup\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-flash\n    \
+             base_url: {}\n    gemini_api_key: {KEY}\nllm_call:\n  retry_max_attempts: 1\n",
+            primary.root, backup.root
+        ),
+    )
+    .unwrap();
+    let (view, stderr) = antler_run(d, &["Say hello", "--model", "primary", "--trace"]);
+    primary.assert_no_violations();
+    backup.assert_no_violations();
+    assert_eq!(view["status"], "success", "{view}\n{stderr}");
+    assert_eq!(view["final_answer"], "Answered by the fallback.");
+    let (asked, answered) = (primary.received(), backup.received());
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    assert_eq!(answered.len(), 1, "{answered:#?}");
+    assert!(asked[0].path.starts_with("/v1beta/models/gemini-2.5-pro:"));
+    assert!(answered[0]
+        .path
+        .starts_with("/v1beta/models/gemini-2.5-flash:"));
+
+    // The attempt is an event, and the turn says which model answered.
+    let fallbacks = trace_events(&stderr, "model_fallback");
+    assert_eq!(fallbacks.len(), 1, "{stderr}");
+    assert_eq!(fallbacks[0]["from"], "primary");
+    assert_eq!(fallbacks[0]["to"], "backup");
+    assert_eq!(fallbacks[0]["reason"], "transient");
+    let finished = trace_events(&stderr, "model_finished");
+    assert_eq!(finished.len(), 1, "{stderr}");
+    assert_eq!(finished[0]["model"], "backup");
+    assert!(trace_events(&stderr, "llm_retry").is_empty(), "{stderr}");
 }
