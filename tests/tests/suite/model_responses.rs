@@ -6,7 +6,9 @@
 //! `function_call`/`function_call_output` pairing, flat function tools, reasoning items
 //! with `encrypted_content` when `store` is false) and answers with the documented event
 //! sequences: a multi-turn tool loop through `antler run` with reasoning items sent back,
-//! usage, every finish reason, and a 429 with `Retry-After`. The stand-in's HTTP plumbing
+//! usage, every finish reason, a 429 with `Retry-After`, an image shown to a vision model
+//! as an `input_image` part with a data URL, and a `fallback:` model answering for one
+//! that fails with a 500. The stand-in's HTTP plumbing
 //! (`standin`) is shared with `model_azure`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -22,7 +24,9 @@ use antler_engine::{
 use antler_protocol::config::ModelConfig;
 use serde_json::{json, Value};
 
-use crate::model_support::{antler_run, peers};
+use crate::model_support::{
+    antler_run, peers, put_viewed_png, trace_events, VIEWED_PNG_BASE64, VIEWED_PNG_PATH,
+};
 
 /// One request a stand-in received.
 #[derive(Clone, Debug)]
@@ -446,13 +450,7 @@ fn run_through(
     answer: impl Fn(usize, &Seen) -> Answer + Send + 'static,
     model_extra: &str,
 ) -> (Value, Vec<Seen>) {
-    let server = standin(move |n, request| {
-        let problems = responses_problems(request);
-        if !problems.is_empty() {
-            return Answer::violation(&problems);
-        }
-        answer(n, request)
-    });
+    let server = responses_standin(answer);
     let dir = tempfile::Builder::new()
         .prefix("antler-resp")
         .tempdir_in("/tmp")
@@ -673,4 +671,168 @@ async fn finish_reasons_usage_and_a_429_with_retry_after() {
     assert_eq!(whole.content, "Whole.");
     assert_eq!(whole.usage.unwrap().cache_read_input_tokens, 4);
     assert_eq!(server.requests.lock().unwrap().len(), 6);
+}
+
+/// `responses_standin`: [`standin`] answering a request off the documented shape 400,
+/// any other with `answer`.
+fn responses_standin(answer: impl Fn(usize, &Seen) -> Answer + Send + 'static) -> Standin {
+    standin(move |n, request| {
+        let problems = responses_problems(request);
+        if !problems.is_empty() {
+            return Answer::violation(&problems);
+        }
+        answer(n, request)
+    })
+}
+
+/// The `input_image` parts of a request's input, with the role of their message.
+fn input_images(body: &Value) -> Vec<(String, Value)> {
+    body["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "message")
+        .flat_map(|m| {
+            let role = m["role"].as_str().unwrap().to_owned();
+            m["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["type"] == "input_image")
+                .map(move |p| (role.clone(), p.clone()))
+        })
+        .collect()
+}
+
+#[test]
+fn antler_run_shows_a_vision_model_the_viewed_image_as_an_input_image_data_url() {
+    let server = responses_standin(|n, _| {
+        if n == 0 {
+            Answer::sse(&reply_events(
+                None,
+                None,
+                Some((
+                    "call_view_1",
+                    "view_image",
+                    json!({"image_path": VIEWED_PNG_PATH}),
+                )),
+                None,
+                (300, 10, 0),
+            ))
+        } else {
+            Answer::sse(&reply_events(
+                None,
+                Some("A chart of rising sales."),
+                None,
+                None,
+                (400, 8, 0),
+            ))
+        }
+    });
+    let dir = tempfile::Builder::new()
+        .prefix("antler-resp-img")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let d = dir.path();
+    put_viewed_png(d);
+    std::fs::write(
+        d.join("config.yaml"),
+        format!(
+            "models:\n  - name: resp\n    use: langchain_openai:ChatOpenAI\n    model: gpt-5-mini\n    base_url: {}/v1\n    api_key: {STANDIN_KEY}\n    use_responses_api: true\n    supports_vision: true\ntools:\n  - {{name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n",
+            server.root
+        ),
+    )
+    .unwrap();
+    let (view, stderr) = antler_run(
+        d,
+        &["Describe the chart", "--model", "resp", "--thread", "t1"],
+    );
+    assert_eq!(view["status"], "success", "{view}\n{stderr}");
+    assert_eq!(view["final_answer"], "A chart of rising sales.");
+    let requests = server.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    let (first, second) = (&requests[0].body, &requests[1].body);
+    assert!(first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["name"] == "view_image"));
+    assert!(input_images(first).is_empty());
+
+    // After the call's output, the image goes to the model as the API documents it: an
+    // `input_image` part of a user message whose `image_url` is a data URL holding the
+    // file's exact bytes in base64.
+    assert_eq!(
+        input_images(second),
+        [(
+            "user".to_owned(),
+            json!({"type": "input_image", "detail": "auto",
+                "image_url": format!("data:image/png;base64,{VIEWED_PNG_BASE64}")})
+        )]
+    );
+    let input = second["input"].as_array().unwrap();
+    let output = input
+        .iter()
+        .position(|i| i["type"] == "function_call_output")
+        .expect("the call is answered");
+    assert_eq!(input[output]["call_id"], "call_view_1");
+    assert_eq!(input.last().unwrap()["role"], "user");
+    assert!(output < input.len() - 1, "{second}");
+    assert!(!second.to_string().contains("/users/default/threads"));
+}
+
+#[test]
+fn antler_run_falls_back_to_the_next_model_when_the_responses_api_answers_500() {
+    let primary = responses_standin(|_, _| {
+        Answer::json(
+            500,
+            json!({"error": {"message": "The server had an error while processing your request. Sorry about that!", "type": "server_error", "param": null, "code": null}}),
+        )
+    });
+    let backup = responses_standin(|_, _| {
+        Answer::sse(&reply_events(
+            None,
+            Some("Answered by the fallback."),
+            None,
+            None,
+            (120, 6, 0),
+        ))
+    });
+    let dir = tempfile::Builder::new()
+        .prefix("antler-resp-fb")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let d = dir.path();
+    // No retries, by the client or by `llm_call`: the first failure is final.
+    std::fs::write(
+        d.join("config.yaml"),
+        format!(
+            "models:\n  - name: primary\n    use: langchain_openai:ChatOpenAI\n    model: gpt-5\n    base_url: {}/v1\n    api_key: {STANDIN_KEY}\n    use_responses_api: true\n    max_retries: 0\n    fallback: [backup]\n  - name: backup\n    use: langchain_openai:ChatOpenAI\n    model: gpt-5-mini\n    base_url: {}/v1\n    api_key: {STANDIN_KEY}\n    use_responses_api: true\nllm_call:\n  retry_max_attempts: 1\n",
+            primary.root, backup.root
+        ),
+    )
+    .unwrap();
+    let (view, stderr) = antler_run(d, &["Say hello", "--model", "primary", "--trace"]);
+    assert_eq!(view["status"], "success", "{view}\n{stderr}");
+    assert_eq!(view["final_answer"], "Answered by the fallback.");
+    let asked = primary.requests.lock().unwrap().clone();
+    let answered = backup.requests.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(answered.len(), 1, "{answered:?}");
+    for request in asked.iter().chain(&answered) {
+        assert_eq!(responses_problems(request), Vec::<String>::new());
+    }
+    assert_eq!(asked[0].body["model"], "gpt-5");
+    assert_eq!(answered[0].body["model"], "gpt-5-mini");
+
+    // The attempt is an event, and the turn says which model answered.
+    let fallbacks = trace_events(&stderr, "model_fallback");
+    assert_eq!(fallbacks.len(), 1, "{stderr}");
+    assert_eq!(fallbacks[0]["from"], "primary");
+    assert_eq!(fallbacks[0]["to"], "backup");
+    assert_eq!(fallbacks[0]["reason"], "transient");
+    let finished = trace_events(&stderr, "model_finished");
+    assert_eq!(finished.len(), 1, "{stderr}");
+    assert_eq!(finished[0]["model"], "backup");
+    assert!(trace_events(&stderr, "llm_retry").is_empty(), "{stderr}");
 }
