@@ -5,7 +5,9 @@
 //! no id) and checks every request against the documented request shape. It is shown
 //! faithful by the official `ollama` Python client (0.6.3), which must talk to it,
 //! streaming and with tools; then a tool loop runs through `antler run` with the base URL
-//! DeerFlow users write (`http://127.0.0.1:PORT`, no `/v1`).
+//! DeerFlow users write (`http://127.0.0.1:PORT`, no `/v1`), an image goes to a vision
+//! model as base64 in a message's `images`, and a `fallback:` model answers for an Ollama
+//! that is not running.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -15,7 +17,9 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
-use crate::model_support::antler_run;
+use crate::model_support::{
+    antler_run, put_viewed_png, trace_events, VIEWED_PNG_BASE64, VIEWED_PNG_PATH,
+};
 
 /// One scripted reply: the NDJSON lines of a streamed answer (the last is `done`); a
 /// request with `stream: false` gets them merged into one response.
@@ -471,4 +475,115 @@ fn a_missing_model_is_a_404_that_says_what_to_pull() {
         )
     );
     standin.assert_no_violations();
+}
+
+/// The messages of a request that carry `images`.
+fn with_images(body: &Value) -> Vec<Value> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m.get("images").is_some())
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn antler_run_shows_a_vision_model_the_viewed_image_as_base64_in_images() {
+    let standin = ollama_standin(vec![
+        call_reply(
+            "view_image",
+            json!({"image_path": VIEWED_PNG_PATH}),
+            (300, 10),
+        ),
+        text_reply(&["A chart of", " rising sales."], (400, 8)),
+    ]);
+    let dir = tempfile::Builder::new()
+        .prefix("antler-oll-img")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let d = dir.path();
+    put_viewed_png(d);
+    std::fs::write(
+        d.join("config.yaml"),
+        format!(
+            "models:\n  - name: local\n    use: langchain_ollama:ChatOllama\n    model: qwen3:8b\n    \
+             base_url: {}\n    supports_vision: true\n\
+             tools:\n  - {{name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}}\n\
+             sandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n",
+            standin.root
+        ),
+    )
+    .unwrap();
+    let (view, stderr) = antler_run(
+        d,
+        &["Describe the chart", "--model", "local", "--thread", "t1"],
+    );
+    standin.assert_no_violations();
+    assert_eq!(view["status"], "success", "{view}\n{stderr}");
+    assert_eq!(view["final_answer"], "A chart of rising sales.");
+    let received = standin.received.lock().unwrap().clone();
+    assert_eq!(received.len(), 2, "{received:#?}");
+    let (first, second) = (&received[0].1, &received[1].1);
+    assert!(first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["function"]["name"] == "view_image"));
+    assert!(with_images(first).is_empty());
+
+    // After the tool's result, the image goes to the model as Ollama documents it: a
+    // user message whose `images` holds the file's exact bytes in base64 (no data URL).
+    let shown = with_images(second);
+    assert_eq!(shown.len(), 1, "{second}");
+    assert_eq!(shown[0]["role"], "user");
+    assert_eq!(shown[0]["images"], json!([VIEWED_PNG_BASE64]));
+    let messages = second["messages"].as_array().unwrap();
+    let n = messages.len();
+    assert_eq!(messages[n - 2]["role"], "tool");
+    assert_eq!(messages[n - 2]["tool_name"], "view_image");
+    assert_eq!(messages[n - 1], shown[0]);
+    assert!(!second.to_string().contains("/users/default/threads"));
+}
+
+#[test]
+fn antler_run_falls_back_to_the_next_model_when_ollama_is_not_running() {
+    let backup = ollama_standin(vec![text_reply(
+        &["Answered by", " the fallback."],
+        (120, 6),
+    )]);
+    let dir = tempfile::Builder::new()
+        .prefix("antler-oll-fb")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let d = dir.path();
+    // Nothing listens on port 1; no retries, by the client or by `llm_call`: the first
+    // failure is final.
+    std::fs::write(
+        d.join("config.yaml"),
+        format!(
+            "models:\n  - name: primary\n    use: langchain_ollama:ChatOllama\n    model: qwen3:8b\n    \
+             base_url: http://127.0.0.1:1\n    max_retries: 0\n    fallback: [backup]\n  \
+             - name: backup\n    use: langchain_ollama:ChatOllama\n    model: qwen3:8b\n    \
+             base_url: {}\nllm_call:\n  retry_max_attempts: 1\n",
+            backup.root
+        ),
+    )
+    .unwrap();
+    let (view, stderr) = antler_run(d, &["Say hello", "--model", "primary", "--trace"]);
+    backup.assert_no_violations();
+    assert_eq!(view["status"], "success", "{view}\n{stderr}");
+    assert_eq!(view["final_answer"], "Answered by the fallback.");
+    assert_eq!(backup.received.lock().unwrap().len(), 1);
+
+    // The attempt is an event, and the turn says which model answered.
+    let fallbacks = trace_events(&stderr, "model_fallback");
+    assert_eq!(fallbacks.len(), 1, "{stderr}");
+    assert_eq!(fallbacks[0]["from"], "primary");
+    assert_eq!(fallbacks[0]["to"], "backup");
+    assert_eq!(fallbacks[0]["reason"], "transient");
+    let finished = trace_events(&stderr, "model_finished");
+    assert_eq!(finished.len(), 1, "{stderr}");
+    assert_eq!(finished[0]["model"], "backup");
+    assert!(trace_events(&stderr, "llm_retry").is_empty(), "{stderr}");
 }
