@@ -70,6 +70,25 @@ pub enum WireModel {
     /// A `models:` entry with its endpoint and key written out: the worker builds the
     /// same client from it, resolving nothing from its own environment.
     Entry { entry: ModelEntry },
+    /// A run's model with its retries, circuit breakers and `fallback:` list (the lead's
+    /// `ResilientModel`): the entry, then its fallbacks in order, each written out as
+    /// [`WireModel::Entry`]'s is, with the `llm_call:` and `circuit_breaker:` settings
+    /// the worker builds the same chain with (its breakers are its own process's).
+    Resilient {
+        entry: ModelEntry,
+        fallbacks: Vec<ModelEntry>,
+        /// `llm_call.retry_max_attempts`: attempts per call, the first included.
+        retry_max_attempts: u32,
+        retry_base_delay_ms: u64,
+        retry_cap_delay_ms: u64,
+        burst_retry_base_delay_ms: u64,
+        /// `llm_call.max_concurrent_calls` (0: no cap).
+        max_concurrent_calls: u64,
+        /// `circuit_breaker.failure_threshold`.
+        failure_threshold: u32,
+        /// `circuit_breaker.recovery_timeout_sec`, in milliseconds.
+        recovery_timeout_ms: u64,
+    },
 }
 
 impl fmt::Debug for WireModel {
@@ -82,6 +101,17 @@ impl fmt::Debug for WireModel {
                 .field("name", &entry.name)
                 .field("use", &entry.use_)
                 .field("model", &entry.model)
+                .finish_non_exhaustive(),
+            WireModel::Resilient {
+                entry, fallbacks, ..
+            } => f
+                .debug_struct("Resilient")
+                .field("name", &entry.name)
+                .field("model", &entry.model)
+                .field(
+                    "fallbacks",
+                    &fallbacks.iter().map(|e| &e.name).collect::<Vec<_>>(),
+                )
                 .finish_non_exhaustive(),
         }
     }

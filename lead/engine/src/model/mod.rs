@@ -342,6 +342,17 @@ pub enum WireModel {
     /// A `models:` entry with its endpoint and key written out
     /// ([`entry::Common::resolved`]): the worker builds the same client from it.
     Entry { entry: ModelConfig },
+    /// A run's model with its retries, circuit breakers and `fallback:` list
+    /// ([`resilient::ResilientModel::for_subagent`]): the entry and its fallbacks, each
+    /// written out as [`WireModel::Entry`]'s is, and the `llm_call:` and
+    /// `circuit_breaker:` settings. The worker builds the same chain, with its own
+    /// process's breaker per configuration.
+    Resilient {
+        entry: ModelConfig,
+        fallbacks: Vec<ModelConfig>,
+        llm_call: resilient::LlmCall,
+        circuit_breaker: resilient::BreakerSettings,
+    },
 }
 
 impl fmt::Debug for WireModel {
@@ -358,6 +369,17 @@ impl fmt::Debug for WireModel {
                 .field("use", &entry.use_)
                 .field("model", &entry.model)
                 .finish_non_exhaustive(),
+            WireModel::Resilient {
+                entry, fallbacks, ..
+            } => f
+                .debug_struct("Resilient")
+                .field("name", &entry.name)
+                .field("model", &entry.model)
+                .field(
+                    "fallbacks",
+                    &fallbacks.iter().map(|e| &e.name).collect::<Vec<_>>(),
+                )
+                .finish_non_exhaustive(),
         }
     }
 }
@@ -367,7 +389,7 @@ impl WireModel {
     pub fn name(&self) -> &str {
         match self {
             WireModel::Scripted { .. } => ScriptedModel::NAME,
-            WireModel::Entry { entry } => &entry.name,
+            WireModel::Entry { entry } | WireModel::Resilient { entry, .. } => &entry.name,
         }
     }
 
@@ -377,6 +399,16 @@ impl WireModel {
         match self {
             WireModel::Scripted { playbook } => Ok(Arc::new(ScriptedModel::new(playbook.clone()))),
             WireModel::Entry { entry } => provider::shared_model_from_entry(entry, &|_| None),
+            WireModel::Resilient {
+                entry,
+                fallbacks,
+                llm_call,
+                circuit_breaker,
+            } => resilient::resilient_model_from_entries(
+                &std::iter::once(entry).chain(fallbacks).collect::<Vec<_>>(),
+                *llm_call,
+                *circuit_breaker,
+            ),
         }
     }
 }

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use antler_protocol::config::{AppConfig, ModelConfig};
 use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::entry::select_model_config;
@@ -217,9 +218,8 @@ pub fn retry_message(
         .replacen("{seconds}", &seconds.to_string(), 1)
 }
 
-/// `llm_call:` (spec D.5). `max_concurrent_calls` is not read: Antler does not cap the
-/// process's model calls yet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `llm_call:` (spec D.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LlmCall {
     /// Attempts per call, the first included.
     pub retry_max_attempts: u32,
@@ -344,7 +344,7 @@ fn whole(section: &Value, name: &str, key: &str, min: u64) -> Result<Option<u64>
 }
 
 /// `circuit_breaker:` (spec D.5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BreakerSettings {
     pub failure_threshold: u32,
     pub recovery_timeout: Duration,
@@ -462,6 +462,11 @@ impl CircuitBreaker {
 
     pub fn circuit(&self) -> Circuit {
         self.lock().0
+    }
+
+    /// The settings it opens and recovers by.
+    pub fn settings(&self) -> BreakerSettings {
+        self.lock().1
     }
 
     /// A call at `now`: admitted while closed, and as the one probe once the recovery
@@ -709,9 +714,50 @@ impl ChatModel for ResilientModel {
         self.primary().is_scripted()
     }
 
+    /// The chain as it travels: the primary's entry and each fallback's, written out by
+    /// its own client, with this model's `llm_call:` and its breakers' settings, so the
+    /// worker builds the same [`ResilientModel`] ([`WireModel::Resilient`]). A primary
+    /// that does not travel as an entry (a playbook) travels as it is; a fallback that
+    /// cannot be delegated as an entry is left out of the chain.
     fn for_subagent(&self, task: &dyn SubagentRequest) -> Option<WireModel> {
-        self.primary().for_subagent(task)
+        let entry = match self.primary().for_subagent(task)? {
+            WireModel::Entry { entry } => entry,
+            other => return Some(other),
+        };
+        let fallbacks = self.chain[1..]
+            .iter()
+            .filter_map(|link| match link.model.for_subagent(task) {
+                Some(WireModel::Entry { entry }) => Some(entry),
+                _ => None,
+            })
+            .collect();
+        Some(WireModel::Resilient {
+            entry,
+            fallbacks,
+            llm_call: self.llm_call,
+            circuit_breaker: self.chain[0].breaker.settings(),
+        })
     }
+}
+
+/// The [`ResilientModel`] a worker builds from a task's [`WireModel::Resilient`]: each
+/// entry's shared client (nothing resolved from the worker's environment) with this
+/// process's breaker of its configuration.
+pub fn resilient_model_from_entries(
+    entries: &[&ModelConfig],
+    llm_call: LlmCall,
+    breakers: BreakerSettings,
+) -> Result<Arc<dyn ChatModel>, ModelError> {
+    let chain = entries
+        .iter()
+        .map(|entry| {
+            Ok(Link {
+                model: shared_model_from_entry(entry, &|_| None)?,
+                breaker: breaker_for(&breaker_key(entry), breakers),
+            })
+        })
+        .collect::<Result<Vec<_>, ModelError>>()?;
+    Ok(Arc::new(ResilientModel::new(chain, llm_call)?))
 }
 
 /// The model a run uses, as [`super::model_from_config`] builds it, wrapped with its

@@ -428,3 +428,185 @@ async fn max_concurrent_calls_caps_calls_in_flight_across_runs() {
     );
     assert!(LlmCall::from_config(Some(&json!({"max_concurrent_calls": -1}))).is_err());
 }
+
+/// A stand-in for an OpenAI-compatible server (`openai_standin`): every POST to
+/// `/v1/chat/completions` gets one whole chat completion saying `answer`; the
+/// `Authorization` header of each request is kept.
+async fn openai_standin(answer: &'static str) -> (String, Arc<Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let auth = Arc::new(Mutex::new(Vec::new()));
+    let heard = Arc::clone(&auth);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let heard = Arc::clone(&heard);
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let (head, start, length) = loop {
+                    let n = stream.read(&mut chunk).await.unwrap();
+                    assert!(n > 0, "the request ended early");
+                    request.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&request).to_string();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let head = text[..end].to_lowercase();
+                        let length = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .map_or(0, |n| n.trim().parse::<usize>().unwrap());
+                        break (text[..end].to_owned(), end + 4, end + 4 + length);
+                    }
+                };
+                while request.len() < length {
+                    let n = stream.read(&mut chunk).await.unwrap();
+                    assert!(n > 0, "the body ended early");
+                    request.extend_from_slice(&chunk[..n]);
+                }
+                assert!(head.starts_with("POST /v1/chat/completions "), "{head}");
+                let body: Value = serde_json::from_slice(&request[start..length]).unwrap();
+                assert!(body["messages"].is_array(), "{body}");
+                if let Some(line) = head
+                    .lines()
+                    .find(|l| l.to_lowercase().starts_with("authorization:"))
+                {
+                    heard.lock().unwrap().push(line[14..].trim().to_owned());
+                }
+                let reply = json!({
+                    "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "b",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": answer}}],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+                })
+                .to_string();
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    reply.len()
+                );
+                stream.write_all(head.as_bytes()).await.unwrap();
+                stream.write_all(reply.as_bytes()).await.unwrap();
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    (base, auth)
+}
+
+struct Task;
+
+impl SubagentRequest for Task {
+    fn description(&self) -> &str {
+        "look it up"
+    }
+    fn subagent_type(&self) -> &str {
+        "general-purpose"
+    }
+}
+
+#[tokio::test]
+async fn a_subagent_gets_the_whole_chain_and_its_model_falls_back_on_the_worker() {
+    let (spare_url, auth) = openai_standin("From the spare.").await;
+    let yaml = r#"
+models:
+  - name: sub-main
+    use: langchain_openai:ChatOpenAI
+    model: a
+    base_url: http://127.0.0.1:1/v1
+    api_key: $SUB_MAIN_KEY
+    max_retries: 0
+    fallback: sub-spare
+  - name: sub-spare
+    use: langchain_openai:ChatOpenAI
+    model: b
+    base_url: $SUB_SPARE_URL
+    api_key: $SUB_SPARE_KEY
+    max_retries: 0
+llm_call: {retry_max_attempts: 2, retry_base_delay_ms: 1, retry_cap_delay_ms: 2}
+circuit_breaker: {failure_threshold: 7, recovery_timeout_sec: 9}
+"#;
+    let app: AppConfig = serde_yaml::from_str(yaml).unwrap();
+    let lead_env = move |name: &str| match name {
+        "SUB_MAIN_KEY" => Some("sk-main".to_owned()),
+        "SUB_SPARE_KEY" => Some("sk-spare".to_owned()),
+        "SUB_SPARE_URL" => Some(spare_url.clone()),
+        _ => None,
+    };
+    let lead = resilient_model_from_config(&app, Some("sub-main"), &lead_env).unwrap();
+    let wire = lead.for_subagent(&Task).unwrap();
+    let WireModel::Resilient {
+        entry,
+        fallbacks,
+        llm_call,
+        circuit_breaker,
+    } = &wire
+    else {
+        panic!("not the chain: {wire:?}");
+    };
+    // Each entry written out: endpoint and key, nothing left to the worker's environment.
+    assert_eq!(entry.name, "sub-main");
+    assert_eq!(entry.api_key.as_deref(), Some("sk-main"));
+    assert_eq!(entry.base_url.as_deref(), Some("http://127.0.0.1:1/v1"));
+    assert_eq!(fallbacks.len(), 1);
+    assert_eq!(fallbacks[0].name, "sub-spare");
+    assert_eq!(fallbacks[0].api_key.as_deref(), Some("sk-spare"));
+    assert!(fallbacks[0]
+        .base_url
+        .as_deref()
+        .is_some_and(|u| u.starts_with("http://127.0.0.1:")));
+    assert_eq!(llm_call.retry_max_attempts, 2);
+    assert_eq!(llm_call.retry_base_delay, Duration::from_millis(1));
+    // (No `max_concurrent_calls`: the process's slots are another test's.)
+    assert_eq!(
+        *circuit_breaker,
+        BreakerSettings {
+            failure_threshold: 7,
+            recovery_timeout: Duration::from_secs(9),
+        }
+    );
+    assert_eq!(wire.name(), "sub-main");
+    let shown = format!("{wire:?}");
+    assert!(!shown.contains("sk-"), "{shown}");
+    assert!(shown.contains("sub-spare"), "{shown}");
+
+    // The worker's model: the primary is unreachable, retried once, then the spare answers.
+    let worker = wire.build().unwrap();
+    assert_eq!(worker.name(), "sub-main");
+    let heard = Heard::default();
+    let messages = [Message::human("go")];
+    let mut request = ModelRequest::new(&messages, &[], &[]);
+    request.observer = Some(&heard);
+    let reply = worker.complete(request).await.unwrap();
+    assert_eq!(reply.content, "From the spare.");
+    assert_eq!(
+        *heard.events.lock().unwrap(),
+        [
+            "retry sub-main 1/2",
+            "fallback sub-main -> sub-spare (transient)",
+            "answered by sub-spare"
+        ]
+    );
+    assert_eq!(*auth.lock().unwrap(), ["Bearer sk-spare"]);
+    // The primary's final failure counted on its configuration's breaker in this process.
+    assert_eq!(
+        breaker_for(&breaker_key(entry), *circuit_breaker).circuit(),
+        Circuit::Closed { failures: 1 }
+    );
+}
+
+#[test]
+fn a_playbook_primary_travels_as_its_playbook() {
+    let playbook =
+        "turns:\n  - content: hi\nsubagents:\n  default:\n    turns:\n      - content: sub\n";
+    let model = ResilientModel::new(
+        vec![
+            link(scripted("primary", playbook), 5),
+            link(scripted("backup", playbook), 5),
+        ],
+        fast(),
+    )
+    .unwrap();
+    assert!(matches!(
+        model.for_subagent(&Task),
+        Some(WireModel::Scripted { .. })
+    ));
+}

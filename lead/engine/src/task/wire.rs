@@ -5,6 +5,8 @@
 //! playbook's own JSON form (the scripted model owns that shape) and is read back on the
 //! worker.
 
+use std::time::Duration;
+
 use antler_protocol::messages as wire;
 use antler_protocol::Json;
 use serde_json::{Map, Value};
@@ -12,6 +14,7 @@ use serde_json::{Map, Value};
 use super::spec::{TaskSpec, WireCatalog, WireSource, WireTool};
 use crate::catalog::routing::{McpRouting, RoutingMode};
 use crate::middleware::token_budget::TokenBudget;
+use crate::model::resilient::{BreakerSettings, LlmCall};
 use crate::model::WireModel;
 use crate::thread::files::ThreadFilesMode;
 use crate::thread::state::TokenUsage;
@@ -84,7 +87,28 @@ fn model_to_wire(model: &WireModel) -> Result<wire::WireModel, TaskWireError> {
         WireModel::Entry { entry } => wire::WireModel::Entry {
             entry: entry.into(),
         },
+        WireModel::Resilient {
+            entry,
+            fallbacks,
+            llm_call,
+            circuit_breaker,
+        } => wire::WireModel::Resilient {
+            entry: entry.into(),
+            fallbacks: fallbacks.iter().map(Into::into).collect(),
+            retry_max_attempts: llm_call.retry_max_attempts,
+            retry_base_delay_ms: millis(llm_call.retry_base_delay),
+            retry_cap_delay_ms: millis(llm_call.retry_cap_delay),
+            burst_retry_base_delay_ms: millis(llm_call.burst_retry_base_delay),
+            max_concurrent_calls: u64::try_from(llm_call.max_concurrent_calls).unwrap_or(u64::MAX),
+            failure_threshold: circuit_breaker.failure_threshold,
+            recovery_timeout_ms: millis(circuit_breaker.recovery_timeout),
+        },
     })
+}
+
+/// A duration in whole milliseconds (saturating).
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn model_from_wire(model: wire::WireModel) -> Result<WireModel, TaskWireError> {
@@ -94,6 +118,31 @@ fn model_from_wire(model: wire::WireModel) -> Result<WireModel, TaskWireError> {
         },
         wire::WireModel::Entry { entry } => WireModel::Entry {
             entry: entry.into(),
+        },
+        wire::WireModel::Resilient {
+            entry,
+            fallbacks,
+            retry_max_attempts,
+            retry_base_delay_ms,
+            retry_cap_delay_ms,
+            burst_retry_base_delay_ms,
+            max_concurrent_calls,
+            failure_threshold,
+            recovery_timeout_ms,
+        } => WireModel::Resilient {
+            entry: entry.into(),
+            fallbacks: fallbacks.into_iter().map(Into::into).collect(),
+            llm_call: LlmCall {
+                retry_max_attempts,
+                retry_base_delay: Duration::from_millis(retry_base_delay_ms),
+                retry_cap_delay: Duration::from_millis(retry_cap_delay_ms),
+                burst_retry_base_delay: Duration::from_millis(burst_retry_base_delay_ms),
+                max_concurrent_calls: usize::try_from(max_concurrent_calls).unwrap_or(usize::MAX),
+            },
+            circuit_breaker: BreakerSettings {
+                failure_threshold,
+                recovery_timeout: Duration::from_millis(recovery_timeout_ms),
+            },
         },
     })
 }
@@ -637,6 +686,53 @@ mod tests {
         let text = format!("{wire:?}");
         assert!(!text.contains("sk-secret"), "{text}");
         assert!(text.contains("gpt-x"), "{text}");
+    }
+
+    #[test]
+    fn a_resilient_model_crosses_the_wire_with_its_chain_and_settings() {
+        let entry = |name: &str, key: &str| -> antler_protocol::config::ModelConfig {
+            serde_json::from_value(serde_json::json!({
+                "name": name, "use": "langchain_openai:ChatOpenAI", "model": "gpt-x",
+                "api_key": key, "base_url": "http://127.0.0.1:9/v1", "max_retries": 0
+            }))
+            .unwrap()
+        };
+        let model = WireModel::Resilient {
+            entry: entry("main", "sk-main"),
+            fallbacks: vec![entry("spare", "sk-spare"), entry("last", "sk-last")],
+            llm_call: LlmCall {
+                retry_max_attempts: 4,
+                retry_base_delay: Duration::from_millis(250),
+                retry_cap_delay: Duration::from_millis(9000),
+                burst_retry_base_delay: Duration::from_millis(6000),
+                max_concurrent_calls: 3,
+            },
+            circuit_breaker: BreakerSettings {
+                failure_threshold: 2,
+                recovery_timeout: Duration::from_secs(30),
+            },
+        };
+        let spec = TaskSpec {
+            model: model.clone(),
+            ..spec()
+        };
+        let wire = spec.to_wire().unwrap();
+        let decoded: wire::TaskSpec = codec::decode(&codec::encode(&wire).unwrap()).unwrap();
+        assert_eq!(decoded, wire);
+        let back = TaskSpec::from_wire(decoded).unwrap();
+        assert_eq!(
+            serde_json::to_value(&back.model).unwrap(),
+            serde_json::to_value(&model).unwrap()
+        );
+        let WireModel::Resilient { fallbacks, .. } = &back.model else {
+            panic!("not the chain: {:?}", back.model);
+        };
+        assert_eq!(fallbacks[1].api_key.as_deref(), Some("sk-last"));
+        assert_eq!(back.model.name(), "main");
+        for text in [format!("{wire:?}"), format!("{back:?}")] {
+            assert!(!text.contains("sk-"), "{text}");
+            assert!(text.contains("spare") && text.contains("last"), "{text}");
+        }
     }
 
     #[test]

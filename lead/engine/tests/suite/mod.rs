@@ -14,6 +14,7 @@ mod skill_manage_same_skill_serialised;
 mod skill_manage_traversal;
 mod skill_manage_write_file;
 mod task_graph;
+mod task_graph_model_fallback;
 mod web_address_guard;
 mod web_capture_browserless;
 mod web_crawler_handoff;
