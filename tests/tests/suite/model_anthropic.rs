@@ -1093,14 +1093,15 @@ async fn a_cut_stream_is_retried_and_bad_tool_json_or_an_error_event_is_never_a_
     assert_eq!(reply.invalid_calls[0].arguments, "{\"city\": \"Par");
     assert_eq!(reply.finish_reason.as_deref(), Some("length"));
 
-    // An error event mid-stream fails the call with the server's words.
+    // An error event mid-stream fails the call with the server's words, as the HTTP status
+    // it stands for (529: the run's model retries it as it would a 529 before the stream).
     let error = model
         .complete(ModelRequest::new(&messages, &tools, &[]))
         .await
         .unwrap_err();
     assert_eq!(
         error.to_string(),
-        "model `claude`: invalid reply: the server sent an error event (overloaded_error): Overloaded"
+        "model `claude`: HTTP 529 after 1 attempt(s): the server sent an error event (overloaded_error): Overloaded"
     );
     let seen = standin.seen();
     assert_eq!(seen.len(), 4);

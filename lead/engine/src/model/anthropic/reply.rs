@@ -376,10 +376,28 @@ impl<'a> ReplyAssembler<'a> {
             .and_then(Value::as_str)
             .unwrap_or("error");
         let message = error.map(error_text).unwrap_or_default();
-        self.invalid(format!(
+        let message = format!(
             "the server sent an error event ({kind}): {}",
             quote(&message)
-        ))
+        );
+        // The API's error types that mean what an HTTP status would have said, had the
+        // error come before the stream: retried by the run's model like that status.
+        let status = match kind {
+            "overloaded_error" => Some(529),
+            "rate_limit_error" => Some(429),
+            "api_error" => Some(500),
+            "timeout_error" => Some(504),
+            _ => None,
+        };
+        match status {
+            Some(status) => ModelError::Http {
+                model: self.model.clone(),
+                status,
+                attempts: 1,
+                message,
+            },
+            None => self.invalid(message),
+        }
     }
 
     fn invalid(&self, message: String) -> ModelError {

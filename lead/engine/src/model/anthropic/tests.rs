@@ -855,7 +855,7 @@ fn a_stream_without_message_stop_is_unfinished_and_an_error_event_fails_the_repl
     let (_, outcome) = assemble(&request, &overloaded);
     assert_eq!(
         outcome.unwrap_err().to_string(),
-        "model `claude`: invalid reply: the server sent an error event (overloaded_error): Overloaded"
+        "model `claude`: HTTP 529 after 1 attempt(s): the server sent an error event (overloaded_error): Overloaded"
     );
 
     let mut garbage = ReplyAssembler::new("claude", &request);
