@@ -39,6 +39,10 @@ pub enum RunEvent {
         finish_reason: Option<String>,
         /// The run's totals after this call (`null` while no call reported any).
         total_usage: Option<TokenUsage>,
+        /// What the model thought before it answered (its readable reasoning, never the
+        /// provider's signatures or encrypted items); never part of the answer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning: Option<String>,
     },
     /// A model call failed and is tried again (DeerFlow's `llm_retry`, spec D.5): by the
     /// model's client (HTTP 429/5xx, a cut connection) or by the run's resilience layer.

@@ -310,6 +310,11 @@ impl RunLoop {
             usage: reply.usage,
             finish_reason: reply.finish_reason.clone(),
             total_usage: total_usage.reported(),
+            reasoning: reply
+                .reasoning
+                .as_ref()
+                .map(|r| r.text.clone())
+                .filter(|text| !text.is_empty()),
         });
         let mut token_stop = None;
         if let Some(budget) = &self.settings.token_budget {

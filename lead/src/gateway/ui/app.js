@@ -194,7 +194,8 @@ function fold(model, ev) {
     }
     case "model_finished": {
       const turn = model.turns[ev.turn] || {};
-      turn.usage = ev.usage; turn.finish = ev.finish_reason; turn.done = ev.at_ms; break;
+      turn.usage = ev.usage; turn.finish = ev.finish_reason; turn.done = ev.at_ms;
+      turn.reasoning = ev.reasoning; break;
     }
     case "lifecycle": {
       if (!ev.tool_call_id) break;
@@ -429,9 +430,13 @@ function runView(view, runId) {
     timeline.replaceChildren(...model.items.map((item) => {
       if (item.kind === "turn") {
         const u = item.usage ? ` · ${item.usage.input_tokens} in / ${item.usage.output_tokens} out` : "";
+        const thought = item.reasoning
+          ? el("details", { class: "reasoning" }, el("summary", { text: "Thinking" }), el("pre", { text: clip(item.reasoning, 4000) }))
+          : null;
         return el("li", { class: "turn", "data-turn": item.turn },
           el("strong", { text: "Model turn " + item.turn }),
-          el("span", { class: "muted", text: " " + fmtTime(item.at) + u + (item.finish ? " · " + item.finish : "") }));
+          el("span", { class: "muted", text: " " + fmtTime(item.at) + u + (item.finish ? " · " + item.finish : "") }),
+          thought);
       }
       if (item.kind === "warning") return el("li", { class: "warning", text: "⚠ " + item.message });
       if (item.kind === "message") return el("li", {}, el("pre", { text: clip(item.content, 4000) }));
