@@ -430,7 +430,7 @@ fn a_whole_response_and_its_status_give_the_finish_reason() {
     let failed = json!({"status": "failed", "error": {"code": "server_error", "message": "The model failed."}, "output": []});
     assert_eq!(
         read(failed).unwrap_err().to_string(),
-        "model `r`: invalid reply: the response failed: The model failed."
+        "model `r`: HTTP 500 after 1 attempt(s): the response failed: The model failed."
     );
 }
 
@@ -443,7 +443,7 @@ fn error_and_failed_events_fail_the_reply_and_bad_arguments_are_invalid_calls() 
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "model `r`: invalid reply: the server reported: Slow down."
+        "model `r`: HTTP 429 after 1 attempt(s): the server reported: Slow down."
     );
 
     let mut assembler = ResponsesAssembler::new("r", &request);
@@ -452,7 +452,7 @@ fn error_and_failed_events_fail_the_reply_and_bad_arguments_are_invalid_calls() 
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "model `r`: invalid reply: the response failed: boom"
+        "model `r`: HTTP 500 after 1 attempt(s): the response failed: boom"
     );
 
     let mut assembler = ResponsesAssembler::new("r", &request);

@@ -386,12 +386,37 @@ impl<'a> ResponsesAssembler<'a> {
                     .map(error_text)
                     .or_else(|| value.get("error").map(error_text))
                     .unwrap_or_else(|| value.to_string());
-                return Err(self.invalid(format!("the server reported: {message}")));
+                let code = value
+                    .get("code")
+                    .or_else(|| value.get("error").and_then(|e| e.get("code")));
+                return Err(self.failure(code, format!("the server reported: {message}")));
             }
             // `response.created`, `response.in_progress`, content parts, `.done` texts.
             _ => {}
         }
         Ok(Flow::Continue)
+    }
+
+    /// A failure the server reported inside a 200 stream: the error codes that mean what an
+    /// HTTP status would have said (`server_error` 500, `rate_limit_exceeded` 429,
+    /// `server_is_overloaded` 503) fail the call as that status, so the run's model
+    /// retries it as it would before the stream; any other is an invalid reply.
+    fn failure(&self, code: Option<&Value>, message: String) -> ModelError {
+        let status = match code.and_then(Value::as_str) {
+            Some("server_error") => Some(500),
+            Some("rate_limit_exceeded") => Some(429),
+            Some("server_is_overloaded" | "overloaded") => Some(503),
+            _ => None,
+        };
+        match status {
+            Some(status) => ModelError::Http {
+                model: self.model.clone(),
+                status,
+                attempts: 1,
+                message,
+            },
+            None => self.invalid(message),
+        }
     }
 
     /// Reads a `response` object (a terminal event's, or a whole reply): its status, why
@@ -404,10 +429,11 @@ impl<'a> ResponsesAssembler<'a> {
                 .filter(|e| !e.is_null())
                 .map(error_text)
                 .unwrap_or_else(|| "no error given".to_owned());
-            return Err(self.invalid(format!(
-                "the response {}: {message}",
-                status.unwrap_or("failed")
-            )));
+            let code = response.get("error").and_then(|e| e.get("code"));
+            return Err(self.failure(
+                code,
+                format!("the response {}: {message}", status.unwrap_or("failed")),
+            ));
         }
         if status.is_none() {
             if let Some(error) = response.get("error").filter(|e| !e.is_null()) {
