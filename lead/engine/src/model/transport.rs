@@ -340,6 +340,25 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
 /// The most a server's text is quoted in an error.
 pub const QUOTE_LIMIT: usize = 500;
 
+/// A failure a server reported inside a 200 stream: with `status`, the HTTP status the
+/// provider's error code stands for (an overload, a rate limit, a server error), it fails
+/// the call as that status, so the run's model retries it as it would before the stream;
+/// without one it is an invalid reply. Each provider maps its own codes to `status`.
+pub fn in_stream_failure(model: &str, status: Option<u16>, message: String) -> ModelError {
+    match status {
+        Some(status) => ModelError::Http {
+            model: model.to_owned(),
+            status,
+            attempts: 1,
+            message,
+        },
+        None => ModelError::InvalidReply {
+            model: model.to_owned(),
+            message,
+        },
+    }
+}
+
 /// `text` cut to [`QUOTE_LIMIT`] characters, with `…` when cut.
 pub fn quote(text: &str) -> String {
     match text.char_indices().nth(QUOTE_LIMIT) {

@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 use super::REPLAY_PROVIDER;
 use crate::model::finish_reason;
 use crate::model::stream::StreamItem;
-use crate::model::transport::{error_text, quote, Flow, ReplyReader};
+use crate::model::transport::{error_text, in_stream_failure, quote, Flow, ReplyReader};
 use crate::model::{InvalidToolCall, ModelError, ModelObserver, ModelReply, ModelRequest};
 use crate::thread::state::{Reasoning, ReplayItem, TokenUsage, ToolCall};
 
@@ -389,15 +389,7 @@ impl<'a> ReplyAssembler<'a> {
             "timeout_error" => Some(504),
             _ => None,
         };
-        match status {
-            Some(status) => ModelError::Http {
-                model: self.model.clone(),
-                status,
-                attempts: 1,
-                message,
-            },
-            None => self.invalid(message),
-        }
+        in_stream_failure(&self.model, status, message)
     }
 
     fn invalid(&self, message: String) -> ModelError {

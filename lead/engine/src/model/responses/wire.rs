@@ -15,7 +15,7 @@ use crate::model::openai::wire::{
     arguments_text, parse_arguments, read_usage, IMAGES_HEADING, IMAGE_UNAVAILABLE,
 };
 use crate::model::stream::StreamItem;
-use crate::model::transport::{error_text, quote, Flow, ReplyReader};
+use crate::model::transport::{error_text, in_stream_failure, quote, Flow, ReplyReader};
 use crate::model::{
     finish_reason, ImagePart, InvalidToolCall, ModelError, ModelObserver, ModelReply, ModelRequest,
 };
@@ -408,15 +408,7 @@ impl<'a> ResponsesAssembler<'a> {
             Some("server_is_overloaded" | "overloaded") => Some(503),
             _ => None,
         };
-        match status {
-            Some(status) => ModelError::Http {
-                model: self.model.clone(),
-                status,
-                attempts: 1,
-                message,
-            },
-            None => self.invalid(message),
-        }
+        in_stream_failure(&self.model, status, message)
     }
 
     /// Reads a `response` object (a terminal event's, or a whole reply): its status, why
