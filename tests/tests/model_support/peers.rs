@@ -195,15 +195,26 @@ fn litellm_bin() -> String {
     path
 }
 
-/// A directory for the peers' files that lives as long as the binary.
+/// A directory for the peers' files that lives as long as the binary: named by its
+/// process id, since a static is never dropped; the directories of binaries that have
+/// exited are removed when the next one makes its own.
 fn config_dir() -> PathBuf {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    const PREFIX: &str = "antler-model-peers-";
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        tempfile::Builder::new()
-            .prefix("antler-model-peers")
-            .tempdir()
-            .unwrap()
+        let tmp = std::env::temp_dir();
+        for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            let pid = name.to_str().and_then(|n| n.strip_prefix(PREFIX));
+            if let Some(pid) = pid.and_then(|p| p.parse::<u32>().ok()) {
+                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+        let dir = tmp.join(format!("{PREFIX}{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     })
-    .path()
-    .to_path_buf()
+    .clone()
 }

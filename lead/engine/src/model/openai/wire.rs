@@ -5,6 +5,7 @@
 //! told to the request's observer. A non-streamed reply goes through the same assembly
 //! as one whole chunk.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
@@ -18,6 +19,39 @@ use crate::model::{
     ImagePart, InvalidToolCall, ModelError, ModelObserver, ModelReply, ModelRequest,
 };
 use crate::thread::state::{Message, Reasoning, ReplayItem, TokenUsage, ToolCall};
+
+/// A streamed chunk as most servers send it, read without building a JSON tree: its text
+/// borrowed where it has no escapes. Unknown fields are skipped; a chunk that does not fit
+/// (a field of another type) is read as a `Value` instead.
+#[derive(serde::Deserialize)]
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    choices: Option<Vec<ChunkChoice<'a>>>,
+    #[serde(default)]
+    usage: Option<Value>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(serde::Deserialize)]
+struct ChunkChoice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<ChunkDelta<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+struct ChunkDelta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(default)]
+    tool_calls: Option<Value>,
+}
 
 /// The provider tag of the reasoning an OpenAI-compatible server wrote (its `item` names
 /// the key the server used: `reasoning_content` or `reasoning`).
@@ -237,12 +271,65 @@ impl<'a> ReplyAssembler<'a> {
             if line.trim() == "[DONE]" {
                 return Ok(Flow::Done);
             }
-            let chunk: Value = serde_json::from_str(line).map_err(|e| {
-                self.invalid(format!("a stream chunk is not JSON ({e}): {}", quote(line)))
-            })?;
-            self.push_value(&chunk, "delta")?;
+            // Most chunks read typed, borrowing their text (no JSON tree per token); a
+            // chunk of another shape is read as a whole value, with its errors.
+            match serde_json::from_str::<Chunk<'_>>(line) {
+                Ok(chunk) if chunk.error.is_none() && chunk.choices.is_some() => {
+                    self.push_chunk_typed(chunk)
+                }
+                _ => {
+                    let chunk: Value = serde_json::from_str(line).map_err(|e| {
+                        self.invalid(format!("a stream chunk is not JSON ({e}): {}", quote(line)))
+                    })?;
+                    self.push_value(&chunk, "delta")?;
+                }
+            }
         }
         Ok(Flow::Continue)
+    }
+
+    /// [`ReplyAssembler::push_value`] for a chunk read typed (one with `choices`): the
+    /// same fields, the same order.
+    fn push_chunk_typed(&mut self, chunk: Chunk<'_>) {
+        if let Some(usage) = chunk.usage.as_ref().and_then(read_usage) {
+            self.usage = Some(usage);
+        }
+        let Some(choice) = chunk.choices.into_iter().flatten().next() else {
+            return;
+        };
+        if let Some(reason) = choice.finish_reason {
+            self.finish_reason = Some(reason.into_owned());
+        }
+        let Some(delta) = choice.delta else {
+            return;
+        };
+        if let Some(text) = delta.content {
+            self.text(&text);
+        }
+        if let Some(text) = delta.reasoning_content {
+            self.reasoning_text("reasoning_content", &text);
+        }
+        if let Some(text) = delta.reasoning {
+            self.reasoning_text("reasoning", &text);
+        }
+        if let Some(calls) = delta.tool_calls.as_ref().and_then(Value::as_array) {
+            self.push_calls(calls);
+        }
+    }
+
+    fn text(&mut self, text: &str) {
+        self.content.push_str(text);
+        if let (Some(observer), false) = (self.observer, text.is_empty()) {
+            observer.text_delta(text);
+        }
+    }
+
+    fn reasoning_text(&mut self, key: &'static str, text: &str) {
+        self.reasoning.push_str(text);
+        self.reasoning_key.get_or_insert(key);
+        if let (Some(observer), false) = (self.observer, text.is_empty()) {
+            observer.reasoning_delta(text);
+        }
     }
 
     /// Adds a whole non-streamed completion (`choices[0].message`).
@@ -274,23 +361,23 @@ impl<'a> ReplyAssembler<'a> {
             return Ok(());
         };
         if let Some(text) = delta.get("content").and_then(Value::as_str) {
-            self.content.push_str(text);
-            if let (Some(observer), false) = (self.observer, text.is_empty()) {
-                observer.text_delta(text);
-            }
+            self.text(text);
         }
         // DeepSeek, Qwen, MiMo, StepFun: `reasoning_content`; vLLM: `reasoning`.
         for key in ["reasoning_content", "reasoning"] {
             if let Some(text) = delta.get(key).and_then(Value::as_str) {
-                self.reasoning.push_str(text);
-                self.reasoning_key.get_or_insert(key);
-                if let (Some(observer), false) = (self.observer, text.is_empty()) {
-                    observer.reasoning_delta(text);
-                }
+                self.reasoning_text(key, text);
             }
         }
-        let calls = delta.get("tool_calls").and_then(Value::as_array);
-        for (position, call) in calls.into_iter().flatten().enumerate() {
+        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+            self.push_calls(calls);
+        }
+        Ok(())
+    }
+
+    /// Adds tool-call fragments, keyed by their `index`.
+    fn push_calls(&mut self, calls: &[Value]) {
+        for (position, call) in calls.iter().enumerate() {
             let index = call
                 .get("index")
                 .and_then(Value::as_u64)
@@ -316,7 +403,6 @@ impl<'a> ReplyAssembler<'a> {
                 _ => {}
             }
         }
-        Ok(())
     }
 
     /// The assembled reply: id `ai-{turn}` like the scripted model's, tool calls in
