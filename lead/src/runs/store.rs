@@ -15,7 +15,7 @@ mod thread;
 mod threads;
 
 pub use probe::{probe_writes, unwritable};
-pub use threads::{ThreadRefusal, ThreadResult, ThreadRow, ThreadStatus};
+pub use threads::{ThreadRefusal, ThreadRow};
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};

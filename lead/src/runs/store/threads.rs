@@ -430,6 +430,57 @@ impl CheckpointStore {
         rows.map(|row| record(row?)).collect()
     }
 
+    /// The state of a run after `step` (step 0: as it started).
+    pub fn checkpoint_at(
+        &self,
+        run_id: &str,
+        step: i64,
+    ) -> Result<Option<ThreadState>, CheckpointError> {
+        let text: Option<String> = self
+            .db()
+            .query_row(
+                "SELECT state FROM checkpoints WHERE run_id = ?1 AND step = ?2",
+                params![run_id, step],
+                |r| r.get(0),
+            )
+            .optional()?;
+        text.map(|text| {
+            serde_json::from_str(&text).map_err(|source| CheckpointError::Decode {
+                run_id: run_id.to_owned(),
+                step,
+                source,
+            })
+        })
+        .transpose()
+    }
+
+    /// A cancelled run rolled back (spec A.4's `rollback`): it ends `error` with
+    /// `detail`, and its thread, if the run is the thread's last, gets back the state it
+    /// had before the run (the run's first checkpoint without the message it added).
+    pub fn roll_back_run(&self, run_id: &str, detail: &str) -> Result<(), CheckpointError> {
+        let before = self.checkpoint_at(run_id, 0)?.map(|mut state| {
+            state.messages.pop();
+            state
+        });
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        tx.execute(
+            "UPDATE runs SET status = 'error', detail = ?2 WHERE run_id = ?1",
+            params![run_id, detail],
+        )?;
+        if let Some(before) = before {
+            tx.execute(
+                "UPDATE threads SET state = ?2, status = 'idle', updated_ms = ?3,
+                     active_run_id = CASE WHEN active_run_id = ?1 THEN NULL ELSE active_run_id END
+                 WHERE (user_id, thread_id) = (SELECT user_id, thread_id FROM runs WHERE run_id = ?1)
+                   AND last_run_id = ?1",
+                params![run_id, serde_json::to_string(&before)?, now_ms()],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     /// When a run was created and last ended (Unix ms).
     pub fn run_times(&self, run_id: &str) -> Result<(Option<i64>, Option<i64>), CheckpointError> {
         Ok(self
