@@ -57,6 +57,8 @@ enum Command {
     Tool(commands::tool::ToolCommand),
     /// Run the lead agent on a task.
     Run(commands::run::RunArgs),
+    /// A user's threads (conversations): list, show, delete.
+    Threads(commands::threads::ThreadsArgs),
     /// Chaos: a seeded schedule of faults (kill -9, SIGTERM, SIGSTOP of every process
     /// kind) under concurrent runs against a local cluster of its own; prints a report and
     /// exits 1 when an invariant breaks (the suite is the antler-chaos binary beside
@@ -103,6 +105,7 @@ fn main() -> ExitCode {
         Command::Sandbox(c) => commands::sandbox::run(&ctx, c),
         Command::Tool(c) => commands::tool::run(&ctx, c),
         Command::Run(args) => commands::run::run(&ctx, args),
+        Command::Threads(args) => commands::threads::run(&ctx, args),
         Command::Chaos(args) => commands::chaos::run(&ctx, args),
     };
     match result {

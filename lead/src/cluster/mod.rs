@@ -430,6 +430,8 @@ pub struct Runs {
     pub dispatcher: Addr<crate::subagents::dispatcher::SubagentDispatcher>,
     /// The catalog actor the runs' catalogs come from.
     pub catalog: Addr<antler_engine::catalog::CatalogActor>,
+    /// The runs store (the gateway's threads are read and written through its thread).
+    pub store: crate::runs::store::CheckpointStore,
 }
 
 /// Opens the checkpoint store and starts the catalog actor and the run manager (which
@@ -601,7 +603,7 @@ fn start_runs(
     })
     .supervised();
     let mut env = RunEnv::new(
-        store,
+        store.clone(),
         Arc::new(LinkHosts::new(supervisor.clone())),
         catalog.clone(),
         spec.config.clone(),
@@ -621,6 +623,7 @@ fn start_runs(
         metrics,
         dispatcher: dispatcher.clone(),
         catalog,
+        store,
     })
 }
 

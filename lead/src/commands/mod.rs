@@ -9,6 +9,7 @@ pub mod extensions;
 pub mod mcp;
 pub mod run;
 pub mod sandbox;
+pub mod threads;
 pub mod tool;
 
 use std::{

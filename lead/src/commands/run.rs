@@ -46,7 +46,9 @@ pub struct RunArgs {
     /// The user the run belongs to.
     #[arg(long, default_value = "default")]
     pub user: String,
-    /// The thread (its sandbox and files); defaults to the run id.
+    /// The thread to run on: its conversation continues (the run starts from its
+    /// messages, title, artifacts and promoted tools) and its sandbox and files are
+    /// shared; defaults to a new thread named by the run id.
     #[arg(long)]
     pub thread: Option<String>,
     /// Continue the run RUN_ID from its last checkpoint (or follow it, if the lead is

@@ -150,7 +150,9 @@ impl Guard {
             return Ok(None);
         }
         let writes = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-        if writes && !json_body(req) {
+        // A body must be JSON; a write without one (a cancel, a delete) has nothing to
+        // declare.
+        if writes && has_body(req) && !json_body(req) {
             return Err(Refusal::ContentType);
         }
         let bearer = req
@@ -214,6 +216,16 @@ fn cross_origin(req: &HttpRequest, host: Option<&str>) -> bool {
         (Some(authority), Some(host)) => authority != host,
         _ => true,
     }
+}
+
+/// Whether the request has a body: a length above zero, or one sent in chunks.
+fn has_body(req: &HttpRequest) -> bool {
+    let length = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().parse::<u64>().map_or(true, |n| n > 0));
+    length.unwrap_or(false) || req.headers().contains_key(header::TRANSFER_ENCODING)
 }
 
 /// Whether the request declares a JSON body.

@@ -35,7 +35,7 @@ pub enum Access {
 /// One route of the gateway.
 #[derive(Debug, Clone, Copy)]
 pub struct RouteSpec {
-    /// `GET`, `POST` or `PUT`.
+    /// `GET`, `POST`, `PUT`, `PATCH` or `DELETE`.
     pub method: &'static str,
     /// The router's pattern (`{name}` segments).
     pub path: &'static str,
@@ -83,6 +83,83 @@ pub const ROUTES: &[RouteSpec] = &[
     ),
     route("POST", "/api/runs", Access::Member, || {
         web::to(super::runs_api::post_run)
+    }),
+    // The LangGraph-compatible API (docs/gateway-api.md#langgraph): before
+    // `/api/runs/{id}`, which would take `stream` and `wait` for run ids.
+    route("POST", "/api/runs/stream", Access::Member, || {
+        web::to(super::langgraph_runs::stateless_stream)
+    }),
+    route("POST", "/api/runs/wait", Access::Member, || {
+        web::to(super::langgraph_runs::stateless_wait)
+    }),
+    route("POST", "/api/threads", Access::Member, || {
+        web::to(super::langgraph_threads::create_thread)
+    }),
+    route("POST", "/api/threads/search", Access::Member, || {
+        web::to(super::langgraph_threads::search_threads)
+    }),
+    route("GET", "/api/threads/{tid}", Access::Member, || {
+        web::to(super::langgraph_threads::get_thread)
+    }),
+    route("PATCH", "/api/threads/{tid}", Access::Member, || {
+        web::to(super::langgraph_threads::patch_thread)
+    }),
+    route("DELETE", "/api/threads/{tid}", Access::Member, || {
+        web::to(super::langgraph_threads::delete_thread)
+    }),
+    route("GET", "/api/threads/{tid}/state", Access::Member, || {
+        web::to(super::langgraph_threads::get_state)
+    }),
+    route("POST", "/api/threads/{tid}/state", Access::Member, || {
+        web::to(super::langgraph_threads::post_state)
+    }),
+    route("POST", "/api/threads/{tid}/history", Access::Member, || {
+        web::to(super::langgraph_threads::history)
+    }),
+    route("POST", "/api/threads/{tid}/runs", Access::Member, || {
+        web::to(super::langgraph_runs::create_run)
+    }),
+    route("GET", "/api/threads/{tid}/runs", Access::Member, || {
+        web::to(super::langgraph_runs::list_runs)
+    }),
+    route("POST", "/api/threads/{tid}/runs/stream", Access::Member, || {
+        web::to(super::langgraph_runs::create_stream)
+    }),
+    route("POST", "/api/threads/{tid}/runs/wait", Access::Member, || {
+        web::to(super::langgraph_runs::create_wait)
+    }),
+    route("GET", "/api/threads/{tid}/runs/{rid}", Access::Member, || {
+        web::to(super::langgraph_runs::get_run)
+    }),
+    route(
+        "POST",
+        "/api/threads/{tid}/runs/{rid}/cancel",
+        Access::Member,
+        || web::to(super::langgraph_runs::cancel_run),
+    ),
+    route(
+        "GET",
+        "/api/threads/{tid}/runs/{rid}/join",
+        Access::Member,
+        || web::to(super::langgraph_runs::join_run),
+    ),
+    route(
+        "GET",
+        "/api/threads/{tid}/runs/{rid}/stream",
+        Access::Member,
+        || web::to(super::langgraph_runs::join_stream),
+    ),
+    route(
+        "POST",
+        "/api/threads/{tid}/runs/{rid}/stream",
+        Access::Member,
+        || web::to(super::langgraph_runs::join_stream),
+    ),
+    route("GET", "/api/assistants/{aid}", Access::Member, || {
+        web::to(super::langgraph::get_assistant)
+    }),
+    route("POST", "/api/assistants/search", Access::Member, || {
+        web::to(super::langgraph::search_assistants)
     }),
     route("GET", "/api/runs", Access::Member, || {
         web::to(super::runs_api::list_runs)
@@ -156,7 +233,10 @@ mod tests {
     #[test]
     fn every_path_has_one_access_per_method_and_unknown_methods_need_a_principal() {
         for (i, r) in ROUTES.iter().enumerate() {
-            assert!(matches!(r.method, "GET" | "POST" | "PUT"), "{r:?}");
+            assert!(
+                matches!(r.method, "GET" | "POST" | "PUT" | "PATCH" | "DELETE"),
+                "{r:?}"
+            );
             assert!(
                 !ROUTES[..i]
                     .iter()

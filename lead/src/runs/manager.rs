@@ -41,6 +41,7 @@ mod queries;
 mod resume;
 mod sink;
 mod submit;
+mod threads;
 
 pub use answer::answer;
 pub use artifacts::{read_artifact, ArtifactContent, RunArtifact, MAX_ARTIFACT_BYTES};
@@ -51,6 +52,7 @@ pub use queries::{
 pub use resume::ResumeRun;
 use sink::{event_sink, source_label, Timing};
 pub use submit::SubmitRun;
+pub use threads::RemoveThreadFiles;
 
 /// The warning a run resumed after its actor crashed carries in its events.
 pub const RUN_ACTOR_CRASHED: &str =

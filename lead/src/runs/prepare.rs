@@ -28,7 +28,8 @@ use antler_engine::{
     catalog::{AssemblyError, AssemblyRequest, Catalog, CatalogActor, McpSourceTool},
     AgentContext, CancelFlag, ChatModel, Delegator, Guardrail, HostError, ModelError, PromptCache,
     PromptInputs, PromptMount, RunBuilder, RunContext, RunError, RunLoop, RunSettings, SkillStore,
-    SubagentLimit, SubagentPromptInputs, ThreadFiles, ThreadFilesMode, ThreadPaths, TokenBudget,
+    SubagentLimit, SubagentPromptInputs, ThreadFiles, ThreadFilesMode, ThreadPaths, ThreadState,
+    TokenBudget,
     ToolHosts, WebTools, MAX_PLAYBOOK_BYTES,
 };
 
@@ -104,12 +105,27 @@ pub enum PrepareError {
     /// An answer for a run that is not waiting for one.
     #[error("run {run_id} is {status}, not waiting for an answer")]
     NotWaiting { run_id: String, status: String },
+    /// Another run is active on the thread (spec A.4's `reject`).
+    #[error("Thread {thread} already has an active run")]
+    ThreadBusy { thread: String, run_id: String },
+    #[error("Thread {0} not found")]
+    ThreadNotFound(String),
     /// A cancel of a run that has ended already.
     #[error("run {run_id} is {status}, not running")]
     NotRunning { run_id: String, status: String },
     /// A download of a file the run did not present (or that is gone).
     #[error("run {run_id} presented no file {path}")]
     NoArtifact { run_id: String, path: String },
+}
+
+impl From<crate::runs::store::ThreadRefusal> for PrepareError {
+    fn from(refusal: crate::runs::store::ThreadRefusal) -> PrepareError {
+        use crate::runs::store::ThreadRefusal;
+        match refusal {
+            ThreadRefusal::NotFound(thread) => PrepareError::ThreadNotFound(thread),
+            ThreadRefusal::Busy { thread, run_id } => PrepareError::ThreadBusy { thread, run_id },
+        }
+    }
 }
 
 /// Seconds a client told to come back (HTTP 503 `Retry-After`) waits before it retries.
@@ -313,6 +329,45 @@ impl RunEnv {
             .clone()
             .unwrap_or_else(|| run_id.to_owned());
         check_id("thread", &thread)?;
+        // A named thread continues: it is claimed (one active run per thread) and the run
+        // starts from its latest state; a claim whose run is never created is let go of.
+        let Some(named) = &submission.thread else {
+            return self.start_from(run_id, submission, &thread, None).await;
+        };
+        let user = submission.user.clone();
+        let (id, name) = (run_id.to_owned(), named.clone());
+        let claimed = self
+            .store
+            .call(move |store| {
+                let (previous, _) = store.create_thread(&user, &name, &Default::default())?;
+                Ok(store
+                    .claim_thread(&user, &name, &id)?
+                    .map(|state| (previous, state)))
+            })
+            .await?;
+        let (previous, state) = claimed.map_err(PrepareError::from)?;
+        let started = self
+            .start_from(run_id, submission, &thread, Some(state.unwrap_or_default()))
+            .await;
+        if started.is_err() {
+            let (user, name, id) = (submission.user.clone(), named.clone(), run_id.to_owned());
+            drop(
+                self.store
+                    .call(move |store| store.release_thread(&user, &name, &id, &previous)),
+            );
+        }
+        started
+    }
+
+    /// [`RunEnv::start`] once the thread is known: `state` is a named thread's latest (the
+    /// default state for one that has none yet), `None` for a run on a thread of its own.
+    async fn start_from(
+        self: &Arc<Self>,
+        run_id: &str,
+        submission: &RunSubmission,
+        thread: &str,
+        state: Option<ThreadState>,
+    ) -> Result<Prepared, PrepareError> {
         self.wait_for_sandbox_host().await;
         let config_override = submission.config.as_deref().map(Path::new);
         let app = self.load_config(config_override).await?;
@@ -382,7 +437,7 @@ impl RunEnv {
                 &app,
                 run_id,
                 &submission.user,
-                &thread,
+                thread,
                 submission.clarification,
                 submission.agent.as_deref(),
                 submission.bootstrap,
@@ -404,12 +459,17 @@ impl RunEnv {
             &profile,
         );
         let cancel = Arc::new(CancelFlag::default());
-        let run = self
+        let builder = self
             .builder(context, model, &catalog, settings, delegator)
             .cancel(Arc::clone(&cancel))
-            .model_label(&label)
-            .start(&submission.task)
-            .await?;
+            .model_label(&label);
+        let run = match state {
+            // A thread with no message yet (created, never run) starts as a new one.
+            Some(state) if !state.messages.is_empty() => {
+                builder.start_on(state, &submission.task).await?
+            }
+            _ => builder.start(&submission.task).await?,
+        };
         let id = run_id.to_owned();
         let record = self
             .store

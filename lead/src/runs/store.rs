@@ -12,8 +12,10 @@
 mod journal;
 mod probe;
 mod thread;
+mod threads;
 
 pub use probe::{probe_writes, unwritable};
+pub use threads::{ThreadRefusal, ThreadRow};
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -207,6 +209,9 @@ impl CheckpointStore {
             .pragma_update(None, "cache_size", CACHE_KIB)
             .map_err(open_error)?;
         connection.execute_batch(SCHEMA).map_err(open_error)?;
+        connection
+            .execute_batch(threads::SCHEMA)
+            .map_err(open_error)?;
         // A store written before runs recorded these gains the columns.
         for (column, definition) in [
             ("clarification", "INTEGER NOT NULL DEFAULT 0"),
@@ -465,13 +470,18 @@ impl CheckpointStore {
     ) -> Result<(), CheckpointError> {
         // A run that ends records when; one driven again has not ended.
         let ended = matches!(status, RunStatus::Success | RunStatus::Error).then(now_ms);
-        let changed = self.db().execute(
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let changed = tx.execute(
             "UPDATE runs SET status = ?2, detail = ?3, ended_ms = ?4 WHERE run_id = ?1",
             params![run_id, status.as_str(), detail, ended],
         )?;
         if changed == 0 {
             return Err(CheckpointError::UnknownRun(run_id.to_owned()));
         }
+        // The run's thread follows it (its state, title and status at every end).
+        threads::on_run_status(&tx, run_id, status)?;
+        tx.commit()?;
         Ok(())
     }
 

@@ -1,6 +1,7 @@
 //! How a run is made: [`RunBuilder`], the one way to make a [`RunLoop`] (with its
 //! [`RunSettings`]): the lead's runs add their journal, custom-agent tools and delegator;
-//! a subagent's task graph runs with none of them. `start` journals a new run as step 0;
+//! a subagent's task graph runs with none of them. `start` journals a new run as step 0
+//! (`start_on` the same, from a continued thread's state);
 //! `resume` rebuilds one from its last checkpoint, giving each issued call without a
 //! result the interrupted-call result.
 
@@ -115,7 +116,17 @@ impl RunBuilder {
 
     /// Starts a new run: its record and initial state are journaled as step 0.
     pub async fn start(self, task: &str) -> Result<RunLoop, RunError> {
-        let state = ThreadState::new(task);
+        self.start_with(ThreadState::new(task), task).await
+    }
+
+    /// Starts a new run on a thread that has run before: from the thread's last `state`,
+    /// with spec A.6's carry-over ([`ThreadState::continued`]) and `task` appended as the
+    /// user's new message; journaled as step 0 like [`RunBuilder::start`].
+    pub async fn start_on(self, state: ThreadState, task: &str) -> Result<RunLoop, RunError> {
+        self.start_with(state.continued(task), task).await
+    }
+
+    async fn start_with(self, state: ThreadState, task: &str) -> Result<RunLoop, RunError> {
         let context = &self.context;
         let record = RunRecord {
             run_id: context.run_id.clone(),

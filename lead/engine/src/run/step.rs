@@ -21,7 +21,7 @@ use crate::model::{ImagePart, ModelObserver, ModelReply, ModelRequest, RetryNoti
 use crate::prompt;
 use crate::run::events::{first_line, EventSink, RunEvent, ToolState};
 use crate::run::run_loop::{BudgetWarning, RunError, RunLoop, StepEnd};
-use crate::thread::state::{Message, StateUpdate, StopReason};
+use crate::thread::state::{ai_message_id, Message, StateUpdate, StopReason};
 use crate::tools::skills::{self, SlashActivation};
 use crate::tools::view_image;
 
@@ -45,6 +45,8 @@ impl RunLoop {
             policy.filter(chain.visible_tools(self.state.promoted.as_ref()));
         let asked = self.ask_model(turn, &messages, &visible, &images).await?;
         let mut reply = asked.reply;
+        // Unique in the thread whatever id the provider's reader chose.
+        reply.id = ai_message_id(&self.state, turn);
         if asked.empty_twice {
             // TerminalResponse (spec D.5): DeerFlow's fallback is stored, the run fails.
             update.token_usage = reply.usage;
@@ -99,7 +101,8 @@ impl RunLoop {
         Ok(end)
     }
 
-    /// The turn about to start (the first is 1), or the turn limit.
+    /// The turn about to start (1 + the thread's AI messages), or the turn limit, which
+    /// counts this run's turns only (a continued thread's earlier runs are not counted).
     fn next_turn(&self) -> Result<usize, RunError> {
         let turn = self
             .state
@@ -108,7 +111,7 @@ impl RunLoop {
             .filter(|m| matches!(m, Message::Ai { .. }))
             .count()
             + 1;
-        if turn > self.settings.max_turns {
+        if self.state.turns_this_run() + 1 > self.settings.max_turns {
             return Err(RunError::TurnLimit(self.settings.max_turns));
         }
         Ok(turn)

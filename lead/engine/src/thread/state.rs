@@ -260,6 +260,14 @@ pub struct ThreadState {
     /// The tokens the run's model calls used, as the provider reported them.
     #[serde(default, skip_serializing_if = "TokenUsage::is_zero")]
     pub token_usage: TokenUsage,
+    /// The AI messages the thread held when this run started (earlier runs' turns): the
+    /// run's turn limit counts only its own. Zero for a thread's first run.
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub turns_before: usize,
+}
+
+fn is_zero_usize(n: &usize) -> bool {
+    *n == 0
 }
 
 /// What one step returns; `None` and empty fields leave the state as it is, except
@@ -336,6 +344,35 @@ impl ThreadState {
         }
     }
 
+    /// The state a new run on a thread starts from (spec A.6's carry-over): the thread's
+    /// messages, artifacts, promoted tools, viewed images, delegations, sandbox id, active
+    /// skills and every field not named here (title, summary) kept; the stop reason and
+    /// the token usage reset; `task` appended as the user's new message.
+    pub fn continued(self, task: impl Into<String>) -> ThreadState {
+        let turns_before = self
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::Ai { .. }))
+            .count();
+        let mut state = ThreadState {
+            stop_reason: None,
+            token_usage: TokenUsage::default(),
+            turns_before,
+            ..self
+        };
+        state.messages.push(Message::human(task));
+        state
+    }
+
+    /// The AI messages of this run so far (those of earlier runs on the thread excluded).
+    pub fn turns_this_run(&self) -> usize {
+        self.messages
+            .iter()
+            .filter(|m| matches!(m, Message::Ai { .. }))
+            .count()
+            .saturating_sub(self.turns_before)
+    }
+
     /// Merges `update` through every reducer. A conflict leaves the state unchanged.
     pub fn apply(&mut self, update: StateUpdate) -> Result<(), StateConflict> {
         self.sandbox = merge_sandbox(self.sandbox.as_ref(), update.sandbox)?;
@@ -397,6 +434,31 @@ pub fn add_messages(messages: &mut Vec<Message>, new: Vec<Message>) {
             None => messages.push(message),
         }
     }
+}
+
+/// The id of the AI message of model turn `turn` (1 + the AI messages in the state):
+/// `ai-{turn}`, unless a message of the thread already has that id (a thread whose older
+/// messages were summarised away), then `ai-{n}` with `n` one past the largest `ai-`
+/// number in the state. Never equal to an existing message's id, deterministic.
+pub fn ai_message_id(state: &ThreadState, turn: usize) -> String {
+    let numbers = || {
+        state.messages.iter().filter_map(|m| match m {
+            Message::Ai { id, .. } => id.strip_prefix("ai-")?.parse::<usize>().ok(),
+            _ => None,
+        })
+    };
+    let taken = |n: usize| {
+        let id = format!("ai-{n}");
+        state
+            .messages
+            .iter()
+            .any(|m| matches!(m, Message::Ai { id: other, .. } if *other == id))
+    };
+    if !taken(turn) {
+        return format!("ai-{turn}");
+    }
+    let next = numbers().max().unwrap_or(0).saturating_add(1).max(turn);
+    format!("ai-{next}")
 }
 
 /// `merge_artifacts`: concatenate, keep the first occurrence of each path.

@@ -276,3 +276,49 @@ fn usage_no_provider_reported_is_none_not_zeros() {
     };
     assert_eq!(some.reported(), Some(some));
 }
+
+#[test]
+fn a_continued_thread_keeps_its_conversation_and_resets_the_run_counters() {
+    let mut state = ThreadState::new("first question");
+    state
+        .apply(StateUpdate {
+            messages: vec![ai("ai-1", "first answer", &[])],
+            artifacts: vec!["/mnt/user-data/outputs/a.md".into()],
+            sandbox: sandbox("sb-1"),
+            stop_reason: Some(StopReason::LoopCapped),
+            token_usage: Some(TokenUsage {
+                input_tokens: 3,
+                output_tokens: 4,
+                total_tokens: 7,
+                ..TokenUsage::default()
+            }),
+            ..StateUpdate::default()
+        })
+        .unwrap();
+    let next = state.clone().continued("second question");
+    assert_eq!(next.messages.len(), 3);
+    assert_eq!(next.messages[..2], state.messages[..]);
+    assert_eq!(next.messages[2], Message::human("second question"));
+    assert_eq!(next.artifacts, state.artifacts);
+    assert_eq!(next.sandbox, state.sandbox);
+    assert_eq!(next.stop_reason, None);
+    assert!(next.token_usage.is_zero());
+    assert_eq!(next.turns_before, 1);
+    assert_eq!(next.turns_this_run(), 0);
+}
+
+#[test]
+fn ai_message_ids_never_repeat_an_existing_message() {
+    let mut state = ThreadState::new("q");
+    assert_eq!(ai_message_id(&state, 1), "ai-1");
+    // Older messages summarised away: two AI messages left, the next turn would be 3,
+    // but ai-3 is one of those kept.
+    state
+        .apply(StateUpdate::messages([
+            ai("ai-3", "a", &[]),
+            ai("ai-4", "b", &[]),
+        ]))
+        .unwrap();
+    assert_eq!(ai_message_id(&state, 3), "ai-5");
+    assert_eq!(ai_message_id(&state, 7), "ai-7");
+}
