@@ -399,6 +399,30 @@ pub fn add_messages(messages: &mut Vec<Message>, new: Vec<Message>) {
     }
 }
 
+/// The id the run loop gives the AI message of `turn` (chosen before the model is asked,
+/// so its streamed deltas carry it): `ai-{turn}`, unless an AI message of `messages`
+/// already has that id (a summarization removed earlier messages, a thread continued
+/// across runs), then `ai-{turn}-{n}` with the smallest `n >= 2` free. Unique in
+/// `messages`, so `add_messages` appends the reply instead of replacing an old message,
+/// and a function of the messages alone, so a replayed step gets the same id.
+pub fn next_ai_id(messages: &[Message], turn: usize) -> String {
+    let taken: HashSet<&str> = messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Ai { id, .. } => Some(id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let plain = format!("ai-{turn}");
+    if !taken.contains(plain.as_str()) {
+        return plain;
+    }
+    (2..)
+        .map(|n| format!("ai-{turn}-{n}"))
+        .find(|id| !taken.contains(id.as_str()))
+        .unwrap_or(plain)
+}
+
 /// `merge_artifacts`: concatenate, keep the first occurrence of each path.
 pub fn merge_artifacts(artifacts: &mut Vec<String>, new: Vec<String>) {
     let mut seen: HashSet<String> = artifacts.iter().cloned().collect();

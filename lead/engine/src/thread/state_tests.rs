@@ -276,3 +276,29 @@ fn usage_no_provider_reported_is_none_not_zeros() {
     };
     assert_eq!(some.reported(), Some(some));
 }
+
+#[test]
+fn the_next_ai_id_is_ai_turn_unless_taken_and_then_still_unique() {
+    let fresh = vec![Message::human("hi"), ai("ai-1", "hello", &[])];
+    assert_eq!(next_ai_id(&fresh, 2), "ai-2");
+    // A summarization left ai-3 and ai-4 behind two messages: turn 3 is taken.
+    let summarized = vec![
+        Message::human("summary"),
+        ai("ai-3", "a", &[]),
+        ai("ai-4", "b", &[]),
+    ];
+    assert_eq!(next_ai_id(&summarized, 3), "ai-3-2");
+    let mut messages = summarized.clone();
+    add_messages(
+        &mut messages,
+        vec![ai(&next_ai_id(&summarized, 3), "c", &[])],
+    );
+    assert_eq!(
+        messages.len(),
+        4,
+        "the reply is appended, nothing is replaced"
+    );
+    assert_eq!(next_ai_id(&messages, 3), "ai-3-3");
+    // The same messages give the same id (a replayed step).
+    assert_eq!(next_ai_id(&summarized, 3), next_ai_id(&summarized, 3));
+}
