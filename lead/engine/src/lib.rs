@@ -75,7 +75,7 @@ pub use thread::hosts::{
     ToolHosts,
 };
 pub use thread::state::{
-    ai_message_id, ActiveSkill, Message, SkillSource, StateUpdate, StopReason, ThreadState, TokenUsage, ToolCall,
+    next_ai_id, ActiveSkill, Message, SkillSource, StateUpdate, StopReason, ThreadState, TokenUsage, ToolCall,
     ToolStatus,
 };
 pub use tools::acp::AcpCalls;

@@ -71,6 +71,29 @@ pub const DEERFLOW_READ_KEYS: &[&str] = &[
     "skill_scan",
     "llm_call",
     "circuit_breaker",
+    // `deerflow`: read, or accepted at the value that asks for nothing Antler lacks.
+    "log_level",
+    "logging",
+    "token_usage",
+    "max_recursion_limit",
+    "tool_output",
+    "tool_progress",
+    "suggestions",
+    "input_polish",
+    "loop_detection",
+    "read_before_write",
+    "safety_finish_reason",
+    "agents_api",
+    "agent_storage",
+    "scheduler",
+    "mcp_tasks",
+    "run_ownership",
+    "dedupe_storage",
+    "channel_connections",
+    "channels",
+    "auth",
+    "plugins",
+    "extensions",
 ];
 
 /// The warning's text for a DeerFlow setting Antler does not act on.
@@ -398,6 +421,18 @@ pub(crate) fn load_app(
             warnings.push(doc.warning(WarningKind::Ignored, path, IGNORED_SETTING));
         }
     }
+    for finding in super::deerflow::check(&config) {
+        match finding {
+            super::deerflow::Finding::UnknownKey { path, known } => {
+                let message = unknown_key_message(&path, known);
+                warnings.push(doc.warning(WarningKind::UnknownKey, path, message));
+            }
+            super::deerflow::Finding::Ignored { path, message } => {
+                warnings.push(doc.warning(WarningKind::Ignored, path, message));
+            }
+            super::deerflow::Finding::Error { .. } => {}
+        }
+    }
     let top_k = config.tool_search.auto_promote_top_k;
     if !(1..=5).contains(&top_k) {
         let path = FieldPath::root()
@@ -434,6 +469,16 @@ pub(crate) fn semantic_errors(doc: &Document<'_>, config: &AppConfig) -> Vec<Con
         let path = FieldPath::root().key("subagents").key("max_total_per_run");
         let expected = Some("expected an integer from 1 to 50".to_owned());
         errors.push(doc.invalid(path, "value out of range", expected));
+    }
+    for finding in super::deerflow::check(config) {
+        if let super::deerflow::Finding::Error {
+            path,
+            message,
+            expected,
+        } = finding
+        {
+            errors.push(doc.invalid(path, message, expected));
+        }
     }
     errors.sort_by_key(|e| e.location().map(|l| (l.line, l.column)));
     errors

@@ -8,6 +8,7 @@ mod antler;
 mod app;
 mod check;
 mod cluster;
+mod deerflow;
 mod diagnostics;
 mod document;
 mod env;
@@ -34,6 +35,11 @@ pub use app::{
 };
 pub use check::{ExtraChecks, Finding};
 pub use cluster::{is_loopback, ClusterHosts, ClusterSection, CLUSTER_KEYS};
+pub use deerflow::{
+    InputPolishConfig, LoopDetectionConfig, SuggestionsConfig, ToolFreqOverride, ToolOutputConfig,
+    DEFAULT_MAX_RECURSION_LIMIT, MAX_SUGGESTIONS_LIMIT, READ_BEFORE_WRITE_IGNORED,
+    TOOL_RESULTS_SUBDIR,
+};
 pub use diagnostics::{
     CheckReport, ConfigError, ConfigKind, ConfigWarning, FieldError, FieldPath, Location,
     PathSegment, WarningKind,

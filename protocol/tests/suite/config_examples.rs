@@ -30,27 +30,13 @@ fn github_env(name: &str) -> Option<String> {
 
 /// The sections of DeerFlow's example that Antler reads but does not act on.
 const IGNORED_IN_APP_EXAMPLE: &[&str] = &[
-    "log_level",
-    "logging",
-    "token_usage",
-    "max_recursion_limit",
-    "tool_output",
-    "suggestions",
-    "input_polish",
-    "loop_detection",
     "read_before_write",
-    "safety_finish_reason",
     "uploads",
     "title",
     "summarization",
     "memory",
-    "agents_api",
     "database",
     "run_events",
-    "agent_storage",
-    "scheduler",
-    "mcp_tasks",
-    "run_ownership",
 ];
 
 /// The paths of `warnings`, each of which must be about a setting that does nothing.

@@ -15,6 +15,19 @@ pub enum RunEvent {
     ModelStarted {
         turn: usize,
     },
+    /// A piece of the reply the model of `turn` is writing, as it streams (coalesced: a
+    /// few per 100 ms at most, `run::delta`); the concatenation of a turn's `text` is the
+    /// streamed answer. `message_id` is the id the AI message will have in the state. A
+    /// retry or fallback starts the turn's text over (after its `llm_retry` or
+    /// `model_fallback`). Not kept in the runs store: a late watcher reads the messages.
+    ModelDelta {
+        turn: usize,
+        message_id: String,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        text: String,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        reasoning: String,
+    },
     ToolStarted {
         name: String,
         tool_call_id: String,
@@ -30,6 +43,9 @@ pub enum RunEvent {
     /// A model call returned: what the provider said it used and why it stopped.
     ModelFinished {
         turn: usize,
+        /// The id of the turn's AI message in the state (the `model_delta` events' id).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message_id: Option<String>,
         /// The model that answered, when it is not the run's own (a fallback).
         #[serde(skip_serializing_if = "Option::is_none")]
         model: Option<String>,
@@ -113,6 +129,14 @@ pub enum RunEvent {
         #[serde(flatten)]
         task: TaskEvent,
     },
+}
+
+impl RunEvent {
+    /// A streamed piece of a reply: shown to watchers as it happens, never kept in the
+    /// runs store one by one (the finished message is).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, RunEvent::ModelDelta { .. })
+    }
 }
 
 /// The first line of `text`, at most 200 characters.

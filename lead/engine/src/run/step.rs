@@ -6,6 +6,7 @@
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::catalog::builtins::VIEW_IMAGE;
 use crate::catalog::ToolSpec;
@@ -19,9 +20,10 @@ use crate::middleware::token_budget::{BudgetVerdict, BUDGET_WARNING_NAME};
 use crate::model::resilient::{retry_message, FailureReason, FallbackNotice};
 use crate::model::{ImagePart, ModelObserver, ModelReply, ModelRequest, RetryNotice};
 use crate::prompt;
+use crate::run::delta::Deltas;
 use crate::run::events::{first_line, EventSink, RunEvent, ToolState};
 use crate::run::run_loop::{BudgetWarning, RunError, RunLoop, StepEnd};
-use crate::thread::state::{ai_message_id, Message, StateUpdate, StopReason};
+use crate::thread::state::{next_ai_id, Message, StateUpdate, StopReason};
 use crate::tools::skills::{self, SlashActivation};
 use crate::tools::view_image;
 
@@ -45,8 +47,6 @@ impl RunLoop {
             policy.filter(chain.visible_tools(self.state.promoted.as_ref()));
         let asked = self.ask_model(turn, &messages, &visible, &images).await?;
         let mut reply = asked.reply;
-        // Unique in the thread whatever id the provider's reader chose.
-        reply.id = ai_message_id(&self.state, turn);
         if asked.empty_twice {
             // TerminalResponse (spec D.5): DeerFlow's fallback is stored, the run fails.
             update.token_usage = reply.usage;
@@ -220,10 +220,18 @@ impl RunLoop {
             self.lifecycle(ToolState::Visible, &tool.name, None);
         }
         self.emit(RunEvent::ModelStarted { turn });
-        let observer = RunObserver::new(self.events.clone());
+        // The reply's id is chosen before the call, so its streamed deltas carry it.
+        let message_id = next_ai_id(&self.state.messages, turn);
+        let observer = RunObserver::new(
+            self.events.clone(),
+            Deltas::new(turn, message_id.clone(), self.events.clone()),
+        );
         let mut request = ModelRequest::new(messages, visible, images);
         request.observer = Some(&observer);
-        let mut reply = self.model.complete(request).await?;
+        let completed = self.model.complete(request).await;
+        observer.deltas.flush(Instant::now());
+        let mut reply = completed?;
+        reply.id.clone_from(&message_id);
         let mut empty_twice = false;
         if terminal_response::is_empty(&reply) {
             self.emit(RunEvent::EmptyReplyRetried { turn });
@@ -232,7 +240,10 @@ impl RunLoop {
             let mut request = ModelRequest::new(&again, visible, images);
             request.observer = Some(&observer);
             let first_usage = reply.usage;
-            reply = self.model.complete(request).await?;
+            let completed = self.model.complete(request).await;
+            observer.deltas.flush(Instant::now());
+            reply = completed?;
+            reply.id = message_id;
             reply.usage = match (first_usage, reply.usage) {
                 (Some(a), Some(b)) => Some(a + b),
                 (a, b) => a.or(b),
@@ -309,6 +320,7 @@ impl RunLoop {
         let total_usage = self.state.token_usage + reply.usage.unwrap_or_default();
         self.emit(RunEvent::ModelFinished {
             turn,
+            message_id: Some(reply.id.clone()),
             model: answered_by,
             usage: reply.usage,
             finish_reason: reply.finish_reason.clone(),
@@ -380,16 +392,19 @@ struct Asked {
     answered_by: Option<String>,
 }
 
-/// Hears one model turn's retries and fallbacks and reports them as run events.
+/// Hears one model turn's stream, retries and fallbacks and reports them as run events.
 struct RunObserver {
     events: Option<EventSink>,
+    /// The streamed text and reasoning, coalesced into `model_delta` events.
+    deltas: Deltas,
     answered_by: std::sync::Mutex<Option<String>>,
 }
 
 impl RunObserver {
-    fn new(events: Option<EventSink>) -> RunObserver {
+    fn new(events: Option<EventSink>, deltas: Deltas) -> RunObserver {
         RunObserver {
             events,
+            deltas,
             answered_by: std::sync::Mutex::new(None),
         }
     }
@@ -409,7 +424,17 @@ impl RunObserver {
 }
 
 impl ModelObserver for RunObserver {
+    fn text_delta(&self, text: &str) {
+        self.deltas.text(text, Instant::now());
+    }
+
+    fn reasoning_delta(&self, text: &str) {
+        self.deltas.reasoning(text, Instant::now());
+    }
+
     fn retry(&self, notice: &RetryNotice) {
+        // What the failed attempt streamed goes out before the retry's notice.
+        self.deltas.flush(Instant::now());
         let reason = FailureReason::of_retry(notice);
         self.emit(RunEvent::LlmRetry {
             model: notice.model.clone(),
@@ -423,6 +448,7 @@ impl ModelObserver for RunObserver {
     }
 
     fn fallback(&self, notice: &FallbackNotice) {
+        self.deltas.flush(Instant::now());
         self.emit(RunEvent::ModelFallback {
             from: notice.from.clone(),
             to: notice.to.clone(),

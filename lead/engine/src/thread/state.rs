@@ -436,29 +436,28 @@ pub fn add_messages(messages: &mut Vec<Message>, new: Vec<Message>) {
     }
 }
 
-/// The id of the AI message of model turn `turn` (1 + the AI messages in the state):
-/// `ai-{turn}`, unless a message of the thread already has that id (a thread whose older
-/// messages were summarised away), then `ai-{n}` with `n` one past the largest `ai-`
-/// number in the state. Never equal to an existing message's id, deterministic.
-pub fn ai_message_id(state: &ThreadState, turn: usize) -> String {
-    let numbers = || {
-        state.messages.iter().filter_map(|m| match m {
-            Message::Ai { id, .. } => id.strip_prefix("ai-")?.parse::<usize>().ok(),
+/// The id the run loop gives the AI message of `turn` (chosen before the model is asked,
+/// so its streamed deltas carry it): `ai-{turn}`, unless an AI message of `messages`
+/// already has that id (a summarization removed earlier messages, a thread continued
+/// across runs), then `ai-{turn}-{n}` with the smallest `n >= 2` free. Unique in
+/// `messages`, so `add_messages` appends the reply instead of replacing an old message,
+/// and a function of the messages alone, so a replayed step gets the same id.
+pub fn next_ai_id(messages: &[Message], turn: usize) -> String {
+    let taken: HashSet<&str> = messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Ai { id, .. } => Some(id.as_str()),
             _ => None,
         })
-    };
-    let taken = |n: usize| {
-        let id = format!("ai-{n}");
-        state
-            .messages
-            .iter()
-            .any(|m| matches!(m, Message::Ai { id: other, .. } if *other == id))
-    };
-    if !taken(turn) {
-        return format!("ai-{turn}");
+        .collect();
+    let plain = format!("ai-{turn}");
+    if !taken.contains(plain.as_str()) {
+        return plain;
     }
-    let next = numbers().max().unwrap_or(0).saturating_add(1).max(turn);
-    format!("ai-{next}")
+    (2..)
+        .map(|n| format!("ai-{turn}-{n}"))
+        .find(|id| !taken.contains(id.as_str()))
+        .unwrap_or(plain)
 }
 
 /// `merge_artifacts`: concatenate, keep the first occurrence of each path.

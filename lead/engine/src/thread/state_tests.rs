@@ -308,17 +308,27 @@ fn a_continued_thread_keeps_its_conversation_and_resets_the_run_counters() {
 }
 
 #[test]
-fn ai_message_ids_never_repeat_an_existing_message() {
-    let mut state = ThreadState::new("q");
-    assert_eq!(ai_message_id(&state, 1), "ai-1");
-    // Older messages summarised away: two AI messages left, the next turn would be 3,
-    // but ai-3 is one of those kept.
-    state
-        .apply(StateUpdate::messages([
-            ai("ai-3", "a", &[]),
-            ai("ai-4", "b", &[]),
-        ]))
-        .unwrap();
-    assert_eq!(ai_message_id(&state, 3), "ai-5");
-    assert_eq!(ai_message_id(&state, 7), "ai-7");
+fn the_next_ai_id_is_ai_turn_unless_taken_and_then_still_unique() {
+    let fresh = vec![Message::human("hi"), ai("ai-1", "hello", &[])];
+    assert_eq!(next_ai_id(&fresh, 2), "ai-2");
+    // A summarization left ai-3 and ai-4 behind two messages: turn 3 is taken.
+    let summarized = vec![
+        Message::human("summary"),
+        ai("ai-3", "a", &[]),
+        ai("ai-4", "b", &[]),
+    ];
+    assert_eq!(next_ai_id(&summarized, 3), "ai-3-2");
+    let mut messages = summarized.clone();
+    add_messages(
+        &mut messages,
+        vec![ai(&next_ai_id(&summarized, 3), "c", &[])],
+    );
+    assert_eq!(
+        messages.len(),
+        4,
+        "the reply is appended, nothing is replaced"
+    );
+    assert_eq!(next_ai_id(&messages, 3), "ai-3-3");
+    // The same messages give the same id (a replayed step).
+    assert_eq!(next_ai_id(&summarized, 3), next_ai_id(&summarized, 3));
 }

@@ -4,6 +4,7 @@
 mod run_model_fallback;
 mod run_model_mistakes;
 mod run_reasoning;
+mod run_streaming;
 mod skill_manage_blocked_write;
 mod skill_manage_create;
 mod skill_manage_moderation_model;

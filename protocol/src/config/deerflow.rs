@@ -1,0 +1,557 @@
+//! DeerFlow's top-level sections that Antler reads from [`AppConfig::other`] and that have
+//! no module of their own: typed with DeerFlow's defaults and ranges (`loop_detection`,
+//! `tool_output`, `suggestions`, `input_polish`, `max_recursion_limit`,
+//! `safety_finish_reason`), or accepted only at the value that asks for nothing Antler
+//! lacks (a feature off, the one backend Antler has) and otherwise refused by a config
+//! error that names the key and says what Antler does instead. [`check`] finds the errors
+//! and warnings at load time, so the accessors on `AppConfig` never fail.
+
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::app::AppConfig;
+use super::diagnostics::FieldPath;
+
+/// The sections this module reads, each added to `DEERFLOW_READ_KEYS`.
+pub const SECTIONS: &[&str] = &[
+    "log_level",
+    "logging",
+    "token_usage",
+    "max_recursion_limit",
+    "tool_output",
+    "tool_progress",
+    "suggestions",
+    "input_polish",
+    "loop_detection",
+    "safety_finish_reason",
+    "agents_api",
+    "agent_storage",
+    "scheduler",
+    "mcp_tasks",
+    "run_ownership",
+    "dedupe_storage",
+    "channel_connections",
+    "channels",
+    "auth",
+    "plugins",
+    "extensions",
+];
+
+/// What Antler says of `read_before_write` (DeerFlow's default turns it on, so refusing
+/// it would refuse DeerFlow's own example).
+pub const READ_BEFORE_WRITE_IGNORED: &str = "Antler has no read-before-write gate yet: write_file and str_replace run without it (the guardrails and the sandbox still apply)";
+
+/// DeerFlow's default `max_recursion_limit`.
+pub const DEFAULT_MAX_RECURSION_LIMIT: u64 = 1000;
+
+/// `loop_detection:` (spec C.7).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct LoopDetectionConfig {
+    pub enabled: bool,
+    pub warn_threshold: usize,
+    pub hard_limit: usize,
+    pub window_size: usize,
+    /// Accepted for DeerFlow's files; Antler keeps no per-thread tracker to evict (the
+    /// counts are replayed from the thread's messages).
+    pub max_tracked_threads: usize,
+    pub tool_freq_warn: usize,
+    pub tool_freq_hard_limit: usize,
+    pub tool_freq_overrides: BTreeMap<String, ToolFreqOverride>,
+}
+
+/// One tool's layer-2 thresholds.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ToolFreqOverride {
+    pub warn: usize,
+    pub hard_limit: usize,
+}
+
+impl Default for LoopDetectionConfig {
+    fn default() -> Self {
+        LoopDetectionConfig {
+            enabled: true,
+            warn_threshold: 3,
+            hard_limit: 5,
+            window_size: 20,
+            max_tracked_threads: 100,
+            tool_freq_warn: 30,
+            tool_freq_hard_limit: 50,
+            tool_freq_overrides: BTreeMap::new(),
+        }
+    }
+}
+
+const LOOP_DETECTION_KEYS: &[&str] = &[
+    "enabled",
+    "warn_threshold",
+    "hard_limit",
+    "window_size",
+    "max_tracked_threads",
+    "tool_freq_warn",
+    "tool_freq_hard_limit",
+    "tool_freq_overrides",
+];
+
+/// `tool_output:` (spec C.8): ToolOutputBudget's limits.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct ToolOutputConfig {
+    pub enabled: bool,
+    /// Over this many characters a result is written to a file; 0: never written.
+    pub externalize_min_chars: usize,
+    pub preview_head_chars: usize,
+    pub preview_tail_chars: usize,
+    /// Without a file, a result is cut to this many characters; 0: never cut.
+    pub fallback_max_chars: usize,
+    pub fallback_head_chars: usize,
+    pub fallback_tail_chars: usize,
+    /// Only DeerFlow's `.tool-results` (Antler's settlement and sandbox know that name).
+    pub storage_subdir: String,
+    pub exempt_tools: Vec<String>,
+    /// `externalize_min_chars` per tool (0: never written for that tool).
+    pub tool_overrides: BTreeMap<String, usize>,
+}
+
+/// The one directory Antler spills tool results to, under `outputs/`.
+pub const TOOL_RESULTS_SUBDIR: &str = ".tool-results";
+
+impl Default for ToolOutputConfig {
+    fn default() -> Self {
+        ToolOutputConfig {
+            enabled: true,
+            externalize_min_chars: 12_000,
+            preview_head_chars: 2_000,
+            preview_tail_chars: 1_000,
+            fallback_max_chars: 30_000,
+            fallback_head_chars: 8_000,
+            fallback_tail_chars: 3_000,
+            storage_subdir: TOOL_RESULTS_SUBDIR.to_owned(),
+            exempt_tools: vec!["read_file".to_owned(), "read_file_tool".to_owned()],
+            tool_overrides: BTreeMap::new(),
+        }
+    }
+}
+
+const TOOL_OUTPUT_KEYS: &[&str] = &[
+    "enabled",
+    "externalize_min_chars",
+    "preview_head_chars",
+    "preview_tail_chars",
+    "fallback_max_chars",
+    "fallback_head_chars",
+    "fallback_tail_chars",
+    "storage_subdir",
+    "exempt_tools",
+    "tool_overrides",
+];
+
+/// `suggestions:` (spec C.8).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct SuggestionsConfig {
+    pub enabled: bool,
+    /// 1 to [`MAX_SUGGESTIONS_LIMIT`].
+    pub max_suggestions: usize,
+}
+
+/// The most suggestions one call may ask for.
+pub const MAX_SUGGESTIONS_LIMIT: usize = 5;
+
+impl Default for SuggestionsConfig {
+    fn default() -> Self {
+        SuggestionsConfig {
+            enabled: true,
+            max_suggestions: 3,
+        }
+    }
+}
+
+const SUGGESTIONS_KEYS: &[&str] = &["enabled", "max_suggestions"];
+
+/// `input_polish:` (spec C.8).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct InputPolishConfig {
+    pub enabled: bool,
+    pub max_chars: usize,
+    /// A `models:` name; `None`: the default model.
+    pub model_name: Option<String>,
+}
+
+impl Default for InputPolishConfig {
+    fn default() -> Self {
+        InputPolishConfig {
+            enabled: true,
+            max_chars: 4000,
+            model_name: None,
+        }
+    }
+}
+
+const INPUT_POLISH_KEYS: &[&str] = &["enabled", "max_chars", "model_name"];
+
+/// A problem [`check`] found: an error fails the load, a warning is shown.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Finding {
+    /// The value is refused; what is expected or what Antler does instead.
+    Error {
+        path: FieldPath,
+        message: String,
+        expected: Option<String>,
+    },
+    /// A key the section does not have, with the section's keys.
+    UnknownKey {
+        path: FieldPath,
+        known: &'static [&'static str],
+    },
+    /// A setting Antler does not act on.
+    Ignored { path: FieldPath, message: String },
+}
+
+impl AppConfig {
+    fn section<T: DeserializeOwned + Default>(&self, key: &str) -> T {
+        self.other
+            .get(key)
+            .filter(|v| !v.is_null())
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default()
+    }
+
+    /// `loop_detection:`, DeerFlow's defaults where unset.
+    pub fn loop_detection(&self) -> LoopDetectionConfig {
+        self.section("loop_detection")
+    }
+
+    /// `tool_output:`, DeerFlow's defaults where unset.
+    pub fn tool_output(&self) -> ToolOutputConfig {
+        self.section("tool_output")
+    }
+
+    /// `suggestions:`, DeerFlow's defaults where unset.
+    pub fn suggestions(&self) -> SuggestionsConfig {
+        self.section("suggestions")
+    }
+
+    /// `input_polish:`, DeerFlow's defaults where unset.
+    pub fn input_polish(&self) -> InputPolishConfig {
+        self.section("input_polish")
+    }
+
+    /// `max_recursion_limit` (DeerFlow's default 1000): the most model turns a run may take.
+    pub fn max_recursion_limit(&self) -> u64 {
+        self.other
+            .get("max_recursion_limit")
+            .and_then(Value::as_u64)
+            .filter(|n| *n >= 1)
+            .unwrap_or(DEFAULT_MAX_RECURSION_LIMIT)
+    }
+
+    /// `safety_finish_reason.enabled` (DeerFlow's default true): whether a reply cut by a
+    /// safety filter has its tool calls dropped and ends the run `safety_capped`.
+    pub fn safety_finish_reason_enabled(&self) -> bool {
+        self.other
+            .get("safety_finish_reason")
+            .and_then(|s| s.get("enabled"))
+            .and_then(Value::as_bool)
+            .unwrap_or(true)
+    }
+}
+
+/// Every error and warning of the sections this module reads.
+pub(crate) fn check(config: &AppConfig) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let root = FieldPath::root();
+    for key in SECTIONS {
+        let Some(value) = config.other.get(key).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let path = root.key(*key);
+        let mut f = Findings {
+            out: &mut findings,
+            path: path.clone(),
+        };
+        match *key {
+            "log_level" => f.log_level(value),
+            "logging" => {
+                if bool_at(value, &["enhance", "enabled"]) == Some(true) {
+                    f.refuse(&["enhance", "enabled"], "Antler has no request-trace correlation headers; each run's events carry its run id and the lead's log is `logs/antler.log` (RUST_LOG sets its detail)");
+                }
+            }
+            "token_usage" => {
+                if bool_at(value, &["enabled"]) == Some(false) {
+                    f.refuse(&["enabled"], "Antler always records token usage (the run's `model_finished` events and its view); it cannot be turned off");
+                }
+            }
+            "max_recursion_limit" => {
+                if !value.as_u64().is_some_and(|n| n >= 1) {
+                    f.invalid(&[], "expected an integer of at least 1");
+                }
+            }
+            "tool_output" => f.tool_output(value),
+            "tool_progress" => {
+                if bool_at(value, &["enabled"]) == Some(true) {
+                    f.refuse(&["enabled"], "Antler has no tool-progress state machine; repeated calls are caught by loop detection (`loop_detection:`) and failing tools by its tool-error handling");
+                }
+            }
+            "suggestions" => f.typed::<SuggestionsConfig>(value, SUGGESTIONS_KEYS, |c, f| {
+                if !(1..=MAX_SUGGESTIONS_LIMIT).contains(&c.max_suggestions) {
+                    f.invalid(&["max_suggestions"], "expected an integer from 1 to 5");
+                }
+            }),
+            "input_polish" => f.typed::<InputPolishConfig>(value, INPUT_POLISH_KEYS, |c, f| {
+                if c.max_chars < 1 {
+                    f.invalid(&["max_chars"], "expected an integer of at least 1");
+                }
+                if let Some(name) = &c.model_name {
+                    if !config.models.iter().any(|m| &m.name == name) {
+                        f.invalid(&["model_name"], "expected the name of a `models:` entry");
+                    }
+                }
+            }),
+            "loop_detection" => f.loop_detection(value),
+            "safety_finish_reason" => {
+                if value.get("detectors").is_some_and(|d| !d.is_null()) {
+                    f.refuse(&["detectors"], "Antler cannot load detector classes; its built-in detectors (OpenAI-compatible content_filter, Anthropic refusal, Gemini SAFETY and the like) always apply while `enabled` is true; leave `detectors` unset");
+                }
+                f.bool_field(value, "enabled");
+            }
+            "agents_api" => {
+                if bool_at(value, &["enabled"]) == Some(true) {
+                    f.refuse(&["enabled"], "Antler has no HTTP API for custom agents' SOUL.md/USER.md; agents are made with `antler run --bootstrap` (setup_agent) and edited by `update_agent`");
+                }
+            }
+            "agent_storage" => {
+                let backend = value.get("backend").and_then(Value::as_str);
+                if backend.is_some_and(|b| b != "file") {
+                    f.refuse(
+                        &["backend"],
+                        "Antler keeps custom agents as files under the data root (`backend: file`)",
+                    );
+                }
+            }
+            "scheduler" => {
+                if bool_at(value, &["enabled"]) == Some(true) {
+                    f.refuse(&["enabled"], "Antler has no scheduled tasks; start runs from cron or CI with `antler run` or `POST /api/runs`");
+                }
+            }
+            "mcp_tasks" => {
+                if bool_at(value, &["enabled"]) == Some(true) {
+                    f.refuse(&["enabled"], "Antler does not poll MCP tasks; an MCP call runs to its result within the call's deadline");
+                }
+            }
+            "run_ownership" => {
+                for field in ["lease_seconds", "grace_seconds"] {
+                    if value
+                        .get(field)
+                        .is_some_and(|v| !v.as_u64().is_some_and(|n| n >= 1))
+                    {
+                        f.invalid(&[field], "expected an integer of at least 1");
+                    }
+                }
+                if bool_at(value, &["heartbeat_enabled"]) == Some(true) {
+                    f.refuse(&["heartbeat_enabled"], "Antler's runs are owned by its one lead, which resumes them from their checkpoints after a restart; there are no gateway workers to hand runs between");
+                }
+            }
+            "dedupe_storage" => {
+                let backend = value.get("backend").and_then(Value::as_str);
+                if backend.is_some_and(|b| b != "auto" && b != "memory") {
+                    f.refuse(&["backend"], "Antler has no IM channels whose webhooks need deduplicating; leave `backend: auto`");
+                }
+            }
+            "channel_connections" => {
+                if bool_at(value, &["enabled"]) == Some(true) {
+                    f.refuse(&["enabled"], "Antler has no IM channels; users reach it through the gateway (`antler.gateway`) and the CLI");
+                }
+            }
+            "channels" => {
+                if let Value::Object(map) = value {
+                    for (name, channel) in map {
+                        if bool_at(channel, &["enabled"]) == Some(true) {
+                            f.refuse(&[name.as_str(), "enabled"], "Antler has no IM channels; users reach it through the gateway (`antler.gateway`) and the CLI");
+                        }
+                    }
+                }
+            }
+            "auth" => {
+                if bool_at(value, &["local", "allow_registration"]) == Some(true) {
+                    f.refuse(&["local", "allow_registration"], "Antler has no self-registration; its users are the gateway's tokens and JWT issuers (`antler.gateway.tokens`, `antler.gateway.jwt`)");
+                }
+                if bool_at(value, &["oidc", "enabled"]) == Some(true) {
+                    f.refuse(&["oidc", "enabled"], "Antler has no OIDC login; it accepts JWTs from a trusted issuer (`antler.gateway.jwt`) and gateway tokens");
+                }
+            }
+            "plugins" => {
+                if let Value::Array(items) = value {
+                    for (i, plugin) in items.iter().enumerate() {
+                        if bool_at(plugin, &["enabled"]) != Some(false) {
+                            let path = path.index(i);
+                            f.out.push(Finding::Error {
+                                path,
+                                message: "Antler cannot load Python plugins".to_owned(),
+                                expected: Some("tools come from `tools:`, MCP servers and skills; remove the plugin or set `enabled: false`".to_owned()),
+                            });
+                        }
+                    }
+                }
+            }
+            "extensions" => {
+                let middlewares = value.get("middlewares").and_then(Value::as_array);
+                if middlewares.is_some_and(|m| !m.is_empty()) {
+                    f.refuse(&["middlewares"], "Antler cannot load middleware classes; its middleware chain is built in (guardrails, loop detection, token budget, ...), and `guardrails.provider` checks each tool call");
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(value) = config
+        .other
+        .get("read_before_write")
+        .filter(|v| !v.is_null())
+    {
+        if bool_at(value, &["enabled"]) != Some(false) {
+            findings.push(Finding::Ignored {
+                path: root.key("read_before_write"),
+                message: READ_BEFORE_WRITE_IGNORED.to_owned(),
+            });
+        }
+    }
+    findings
+}
+
+/// The boolean at `keys` under `value`.
+fn bool_at(value: &Value, keys: &[&str]) -> Option<bool> {
+    keys.iter()
+        .try_fold(value, |v, k| v.get(*k))
+        .and_then(Value::as_bool)
+}
+
+/// The findings of one section.
+struct Findings<'a> {
+    out: &'a mut Vec<Finding>,
+    path: FieldPath,
+}
+
+impl Findings<'_> {
+    fn at(&self, keys: &[&str]) -> FieldPath {
+        keys.iter().fold(self.path.clone(), |p, k| p.key(*k))
+    }
+
+    fn invalid(&mut self, keys: &[&str], expected: &str) {
+        let path = self.at(keys);
+        self.out.push(Finding::Error {
+            path,
+            message: "value out of range".to_owned(),
+            expected: Some(expected.to_owned()),
+        });
+    }
+
+    fn refuse(&mut self, keys: &[&str], instead: &str) {
+        let path = self.at(keys);
+        self.out.push(Finding::Error {
+            path,
+            message: "Antler does not support this value".to_owned(),
+            expected: Some(instead.to_owned()),
+        });
+    }
+
+    fn bool_field(&mut self, value: &Value, key: &str) {
+        if value.get(key).is_some_and(|v| !v.is_boolean()) {
+            let path = self.at(&[key]);
+            self.out.push(Finding::Error {
+                path,
+                message: "invalid type".to_owned(),
+                expected: Some("expected true or false".to_owned()),
+            });
+        }
+    }
+
+    /// The section as `T` (a type error names it), its unknown keys warned, then `more`.
+    fn typed<T: DeserializeOwned>(
+        &mut self,
+        value: &Value,
+        keys: &'static [&'static str],
+        more: impl FnOnce(&T, &mut Self),
+    ) {
+        if let Value::Object(map) = value {
+            for key in map.keys().filter(|k| !keys.contains(&k.as_str())) {
+                let path = self.path.key(key.as_str());
+                self.out.push(Finding::UnknownKey { path, known: keys });
+            }
+        }
+        match serde_json::from_value::<T>(value.clone()) {
+            Ok(typed) => more(&typed, self),
+            Err(e) => {
+                let path = self.path.clone();
+                self.out.push(Finding::Error {
+                    path,
+                    message: format!("invalid section: {e}"),
+                    expected: None,
+                });
+            }
+        }
+    }
+
+    fn log_level(&mut self, value: &Value) {
+        let level = value.as_str().map(|l| l.trim().to_ascii_lowercase());
+        match level.as_deref() {
+            Some("info") => {}
+            Some("debug" | "warning" | "warn" | "error" | "critical") => self.refuse(&[], "Antler's log detail is set by RUST_LOG (e.g. RUST_LOG=debug); `log_level` accepts only DeerFlow's default `info`"),
+            _ => self.invalid(&[], "expected one of debug, info, warning, error"),
+        }
+    }
+
+    fn tool_output(&mut self, value: &Value) {
+        self.typed::<ToolOutputConfig>(value, TOOL_OUTPUT_KEYS, |c, f| {
+            if c.storage_subdir != TOOL_RESULTS_SUBDIR {
+                f.refuse(&["storage_subdir"], "Antler writes tool results under outputs/.tool-results, the directory its delivery settlement leaves out; leave `storage_subdir: .tool-results`");
+            }
+        });
+    }
+
+    fn loop_detection(&mut self, value: &Value) {
+        self.typed::<LoopDetectionConfig>(value, LOOP_DETECTION_KEYS, |c, f| {
+            for (key, n) in [
+                ("warn_threshold", c.warn_threshold),
+                ("hard_limit", c.hard_limit),
+                ("window_size", c.window_size),
+                ("max_tracked_threads", c.max_tracked_threads),
+                ("tool_freq_warn", c.tool_freq_warn),
+                ("tool_freq_hard_limit", c.tool_freq_hard_limit),
+            ] {
+                if n < 1 {
+                    f.invalid(&[key], "expected an integer of at least 1");
+                }
+            }
+            if c.hard_limit < c.warn_threshold {
+                f.invalid(&["hard_limit"], "expected hard_limit >= warn_threshold");
+            }
+            if c.tool_freq_hard_limit < c.tool_freq_warn {
+                f.invalid(
+                    &["tool_freq_hard_limit"],
+                    "expected tool_freq_hard_limit >= tool_freq_warn",
+                );
+            }
+            for (tool, o) in &c.tool_freq_overrides {
+                if o.warn < 1 || o.hard_limit < 1 {
+                    f.invalid(
+                        &["tool_freq_overrides", tool],
+                        "expected warn and hard_limit of at least 1",
+                    );
+                } else if o.hard_limit < o.warn {
+                    f.invalid(
+                        &["tool_freq_overrides", tool, "hard_limit"],
+                        "expected hard_limit >= warn",
+                    );
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+#[path = "deerflow_tests.rs"]
+mod tests;
