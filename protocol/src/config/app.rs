@@ -71,6 +71,8 @@ pub const DEERFLOW_READ_KEYS: &[&str] = &[
     "skill_scan",
     "llm_call",
     "circuit_breaker",
+    "summarization",
+    "title",
 ];
 
 /// The warning's text for a DeerFlow setting Antler does not act on.

@@ -9,6 +9,7 @@
 pub mod actor;
 pub mod builder;
 mod calls;
+mod context;
 pub mod events;
 pub mod execute;
 pub mod journal;

@@ -260,6 +260,21 @@ pub struct ThreadState {
     /// The tokens the run's model calls used, as the provider reported them.
     #[serde(default, skip_serializing_if = "TokenUsage::is_zero")]
     pub token_usage: TokenUsage,
+    /// The thread's title (spec C.5), set once after the first exchange.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What summarization folded away (spec C.3): sent with every model request as
+    /// durable context, never a message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_text: Option<String>,
+    /// The AI messages summarization removed, so turn numbers (and the ids `ai-{turn}`)
+    /// keep counting after a compaction.
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub summarized_turns: usize,
+}
+
+fn is_zero_usize(n: &usize) -> bool {
+    *n == 0
 }
 
 /// What one step returns; `None` and empty fields leave the state as it is, except
@@ -280,6 +295,18 @@ pub struct StateUpdate {
     /// Tokens to add to the run's total.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_usage: Option<TokenUsage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_text: Option<String>,
+    /// Replaces every message before `messages` is applied (DeerFlow's
+    /// `RemoveMessage("__remove_all__")` followed by the preserved tail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replace_messages: Option<Vec<Message>>,
+    /// AI messages removed by this update's `replace_messages`, added to
+    /// [`ThreadState::summarized_turns`].
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub summarized_turns: usize,
 }
 
 impl StateUpdate {
@@ -293,6 +320,11 @@ impl StateUpdate {
 
     /// Folds `later` into this update (both applied in order give the same state).
     pub fn then(mut self, later: StateUpdate) -> StateUpdate {
+        if later.replace_messages.is_some() {
+            // A later replacement drops every message the earlier update added.
+            self.messages.clear();
+            self.replace_messages = later.replace_messages;
+        }
         self.messages.extend(later.messages);
         self.artifacts.extend(later.artifacts);
         self.promoted = merge_promoted(self.promoted, later.promoted);
@@ -314,6 +346,9 @@ impl StateUpdate {
             (Some(a), Some(b)) => Some(a + b),
             (a, b) => a.or(b),
         };
+        self.title = later.title.or(self.title);
+        self.summary_text = later.summary_text.or(self.summary_text);
+        self.summarized_turns += later.summarized_turns;
         self
     }
 }
@@ -339,6 +374,9 @@ impl ThreadState {
     /// Merges `update` through every reducer. A conflict leaves the state unchanged.
     pub fn apply(&mut self, update: StateUpdate) -> Result<(), StateConflict> {
         self.sandbox = merge_sandbox(self.sandbox.as_ref(), update.sandbox)?;
+        if let Some(replaced) = update.replace_messages {
+            self.messages = replaced;
+        }
         add_messages(&mut self.messages, update.messages);
         merge_artifacts(&mut self.artifacts, update.artifacts);
         self.promoted = merge_promoted(self.promoted.take(), update.promoted);
@@ -354,6 +392,13 @@ impl ThreadState {
         if let Some(usage) = update.token_usage {
             self.token_usage = self.token_usage + usage;
         }
+        if update.title.is_some() {
+            self.title = update.title;
+        }
+        if update.summary_text.is_some() {
+            self.summary_text = update.summary_text;
+        }
+        self.summarized_turns += update.summarized_turns;
         Ok(())
     }
 
