@@ -34,6 +34,7 @@ use antler_engine::{
 
 mod catalog;
 mod config_files;
+mod context;
 mod hosts;
 mod model;
 
@@ -392,7 +393,11 @@ impl RunEnv {
         context.agent.subagents = subagents;
         context.agent.role = submission.role.clone();
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
-        let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
+        let settings = context::with_context(
+            self.settings(&app, &context, &profile, prompt_catalog)?,
+            &app,
+            &label,
+        )?;
         let skills = settings.skills.clone();
         let delegator = self.delegator(
             &app,
@@ -503,7 +508,11 @@ impl RunEnv {
         context.agent.subagents = subagents;
         context.agent.role = record.role.clone();
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
-        let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
+        let settings = context::with_context(
+            self.settings(&app, &context, &profile, prompt_catalog)?,
+            &app,
+            &label,
+        )?;
         let skills = settings.skills.clone();
         let delegator = self.delegator(&app, false, request, &model, &context, &settings, &profile);
         let cancel = Arc::new(CancelFlag::default());
