@@ -42,8 +42,8 @@ pub use middleware::summarization::{
     Summarization, SummarizationConfigError, TokenCounter, AUTHORITY_CONTRACT,
     DEFAULT_SUMMARY_PROMPT, NOT_ENOUGH_MESSAGES, SUMMARY_HEADING,
 };
-pub use middleware::title::{Titling, NEW_CONVERSATION};
 pub use middleware::terminal_response::{EMPTY_REPLY_FALLBACK, RECOVERY_PROMPT};
+pub use middleware::title::{Titling, NEW_CONVERSATION};
 pub use middleware::token_budget::TokenBudget;
 pub use middleware::tool_error::{FailureClass, ToolFailure};
 pub use model::openai::{ApiKey, OpenAiConfig, OpenAiModel, USE_CHAT_DEEPSEEK, USE_CHAT_OPENAI};
@@ -54,9 +54,9 @@ pub use model::resilient::{
     Link as ResilientLink, LlmCall, ResilientModel,
 };
 pub use model::{
-    check_model_entry, Auxiliary, model_from_config, model_from_entry, ChatModel, InvalidToolCall, ModelError,
-    ModelObserver, ModelReply, ModelRequest, Playbook, Provider, RetryNotice, ScriptedCall,
-    ScriptedModel, ScriptedTurn, WireModel, MAX_PLAYBOOK_BYTES,
+    check_model_entry, model_from_config, model_from_entry, Auxiliary, ChatModel, InvalidToolCall,
+    ModelError, ModelObserver, ModelReply, ModelRequest, Playbook, Provider, RetryNotice,
+    ScriptedCall, ScriptedModel, ScriptedTurn, WireModel, MAX_PLAYBOOK_BYTES,
 };
 pub use model::{entry as model_entry, finish_reason};
 pub use prompt::subagent::builtin_system_prompt;

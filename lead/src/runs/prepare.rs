@@ -34,7 +34,7 @@ use antler_engine::{
 
 mod catalog;
 mod config_files;
-mod context;
+pub(crate) mod context;
 mod hosts;
 mod model;
 

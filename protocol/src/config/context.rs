@@ -14,7 +14,12 @@ pub const DEFAULT_TITLE_PROMPT: &str = "Generate a concise title (max {max_words
 
 /// How much context: `{type: tokens|messages|fraction, value}` (`ContextSize`).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, tag = "type", content = "value", rename_all = "snake_case")]
+#[serde(
+    deny_unknown_fields,
+    tag = "type",
+    content = "value",
+    rename_all = "snake_case"
+)]
 pub enum ContextSize {
     /// An absolute number of tokens.
     Tokens(u64),
@@ -27,9 +32,9 @@ pub enum ContextSize {
 impl ContextSize {
     fn check(self, key: &str) -> Result<ContextSize, String> {
         match self {
-            ContextSize::Fraction(f) if !(f > 0.0 && f <= 1.0) => Err(format!(
-                "{key}: a fraction must be in (0, 1], got {f}"
-            )),
+            ContextSize::Fraction(f) if !(f > 0.0 && f <= 1.0) => {
+                Err(format!("{key}: a fraction must be in (0, 1], got {f}"))
+            }
             ContextSize::Tokens(0) | ContextSize::Messages(0) => {
                 Err(format!("{key}: must be greater than 0"))
             }

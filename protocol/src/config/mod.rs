@@ -34,11 +34,11 @@ pub use app::{
     ToolSearchConfig, DEERFLOW_OPAQUE_KEYS, DEERFLOW_READ_KEYS, IGNORED_SETTING, TYPED_KEYS,
 };
 pub use check::{ExtraChecks, Finding};
+pub use cluster::{is_loopback, ClusterHosts, ClusterSection, CLUSTER_KEYS};
 pub use context::{
     ContextSize, SummarizationConfig, TitleConfig, DEFAULT_SKILL_FILE_READ_TOOL_NAMES,
     DEFAULT_TITLE_PROMPT,
 };
-pub use cluster::{is_loopback, ClusterHosts, ClusterSection, CLUSTER_KEYS};
 pub use diagnostics::{
     CheckReport, ConfigError, ConfigKind, ConfigWarning, FieldError, FieldPath, Location,
     PathSegment, WarningKind,

@@ -503,7 +503,11 @@ pub fn buffer_string(messages: &[Message]) -> String {
 /// `budget` tokens, from the first user message among them when there is one. Better
 /// than DeerFlow's double trim (C.9 quirk 6): a last message too long by itself keeps
 /// its head and its tail, not only its head.
-fn trim_for_summary(messages: &[Message], budget: Option<u64>, counter: &TokenCounter) -> Vec<Message> {
+fn trim_for_summary(
+    messages: &[Message],
+    budget: Option<u64>,
+    counter: &TokenCounter,
+) -> Vec<Message> {
     let Some(budget) = budget else {
         return messages.to_vec();
     };
@@ -525,7 +529,10 @@ fn trim_for_summary(messages: &[Message], budget: Option<u64>, counter: &TokenCo
         return vec![bounded_message(last, cap)];
     }
     let window = &messages[start..];
-    match window.iter().position(|m| matches!(m, Message::Human { .. })) {
+    match window
+        .iter()
+        .position(|m| matches!(m, Message::Human { .. }))
+    {
         Some(first) => window[first..].to_vec(),
         None => window.to_vec(),
     }
@@ -566,7 +573,10 @@ pub fn summary_input(
                     let len = chars(previous);
                     previous.chars().skip(len.saturating_sub(old)).collect()
                 };
-                (Some(old), bound_text(&transcript, counter.chars_within(half)))
+                (
+                    Some(old),
+                    bound_text(&transcript, counter.chars_within(half)),
+                )
             }
             None => (None, bound_text(&transcript, counter.chars_within(budget))),
         },

@@ -28,7 +28,10 @@ fn the_counter_is_deerflows() {
     // "hello" (5) + "user" (4) = 9 chars: ⌈9/4⌉ + 3.
     assert_eq!(counter.message(&Message::human("hello")), 6);
     // A tool message adds its call id and name: 2 + 2 + 4 + 4 = 12: 3 + 3.
-    assert_eq!(counter.message(&Message::tool("t1", "ls", "ok", ToolStatus::Success)), 6);
+    assert_eq!(
+        counter.message(&Message::tool("t1", "ls", "ok", ToolStatus::Success)),
+        6
+    );
     // An AI message with calls adds `repr(tool_calls)`.
     let repr = tool_calls_repr(&[ToolCall {
         id: "c1".into(),
@@ -41,7 +44,10 @@ fn the_counter_is_deerflows() {
     );
     let message = ai("ai-1", &["c1"]);
     let expected = (chars(&tool_calls_repr(message.tool_calls())) + "assistant".len()) as f64;
-    assert_eq!(counter.message(&message), (expected / 4.0).ceil() as u64 + 3);
+    assert_eq!(
+        counter.message(&message),
+        (expected / 4.0).ceil() as u64 + 3
+    );
     let anthropic = TokenCounter {
         chars_per_token: ANTHROPIC_CHARS_PER_TOKEN,
     };
@@ -65,8 +71,14 @@ fn the_cutoff_never_separates_a_call_from_its_result() {
             1
         );
     }
-    assert_eq!(keep_cutoff(&messages, ContextSize::Messages(5), None, &counter), 0);
-    assert_eq!(keep_cutoff(&messages, ContextSize::Messages(1), None, &counter), 4);
+    assert_eq!(
+        keep_cutoff(&messages, ContextSize::Messages(5), None, &counter),
+        0
+    );
+    assert_eq!(
+        keep_cutoff(&messages, ContextSize::Messages(1), None, &counter),
+        4
+    );
     // A result whose call is cut, past a message between them, moves the cutoff back.
     let messages = vec![
         Message::human("go"),
@@ -131,31 +143,34 @@ fn the_summary_input_is_trimmed_escaped_and_wrapped() {
         tool("c1"),
     ];
     let input = summary_input(&messages, None, Some(4000), &counter).unwrap();
-    assert!(input.starts_with("<new_messages>\nHuman: &lt;b&gt;hi&lt;/b&gt; &amp; bye\nAI: [{'name': 'bash'"), "{input}");
+    assert!(
+        input.starts_with(
+            "<new_messages>\nHuman: &lt;b&gt;hi&lt;/b&gt; &amp; bye\nAI: [{'name': 'bash'"
+        ),
+        "{input}"
+    );
     assert!(input.ends_with("Tool: ok\n</new_messages>"), "{input}");
     let rolled = summary_input(&messages, Some("## SUMMARY\nold"), Some(4000), &counter).unwrap();
-    assert!(rolled.starts_with("<existing_summary>\n## SUMMARY\nold\n</existing_summary>\n\n<new_messages>\n"));
+    assert!(rolled.starts_with(
+        "<existing_summary>\n## SUMMARY\nold\n</existing_summary>\n\n<new_messages>\n"
+    ));
     // A single message over budget keeps its head and its tail.
     let long = format!("START {} END", "x".repeat(10_000));
     let input = summary_input(&[Message::human(long)], None, Some(200), &counter).unwrap();
     assert!(input.contains("START") && input.contains("END"), "{input}");
     assert!(counter.text(&input) <= 200 + 16);
     // The prompt: LangChain's, with the input for `{messages}`.
-    let s = Summarization::new(
-        SummarizationConfig::default(),
-        "m",
-        None,
-        None,
-        counter,
-    )
-    .unwrap();
+    let s = Summarization::new(SummarizationConfig::default(), "m", None, None, counter).unwrap();
     let SummaryPrompt::Ask(prompt) = s.summary_prompt(&messages, None) else {
         panic!("no prompt");
     };
     assert!(prompt.starts_with("<role>\nContext Extraction Assistant\n</role>"));
     assert!(prompt.contains("## SESSION INTENT") && prompt.contains("## NEXT STEPS"));
     assert!(prompt.ends_with("Tool: ok\n</new_messages>\n</messages>"));
-    assert_eq!(s.summary_prompt(&[], None), SummaryPrompt::Canned(NO_HISTORY));
+    assert_eq!(
+        s.summary_prompt(&[], None),
+        SummaryPrompt::Canned(NO_HISTORY)
+    );
 }
 
 #[test]
@@ -227,7 +242,7 @@ fn a_fraction_without_a_window_names_the_model() {
         trigger: vec![ContextSize::Fraction(0.8)],
         ..SummarizationConfig::default()
     };
-    let err = Summarization::new(config, "local-llama", None, None, TokenCounter::default())
-        .unwrap_err();
+    let err =
+        Summarization::new(config, "local-llama", None, None, TokenCounter::default()).unwrap_err();
     assert!(err.to_string().contains("`local-llama`"), "{err}");
 }

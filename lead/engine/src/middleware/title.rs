@@ -31,8 +31,10 @@ static THINK: LazyLock<Regex> = LazyLock::new(|| {
 
 /// The blocks of uploaded files the uploads middleware puts before the user's text.
 static UPLOADS_BLOCK: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?s)^\s*<(current_uploads|uploaded_files)>.*?</(current_uploads|uploaded_files)>\s*")
-        .unwrap_or_else(|_| unreachable!())
+    Regex::new(
+        r"(?s)^\s*<(current_uploads|uploaded_files)>.*?</(current_uploads|uploaded_files)>\s*",
+    )
+    .unwrap_or_else(|_| unreachable!())
 });
 
 /// A run's titling: `title:` and the model `model_name` names.
@@ -66,7 +68,11 @@ pub fn due(config: &TitleConfig, state: &ThreadState, partial: bool) -> bool {
     config.enabled
         && state.title.as_deref().is_none_or(str::is_empty)
         && user_messages(&state.messages).count() == 1
-        && (partial || state.messages.iter().any(|m| matches!(m, Message::Ai { .. })))
+        && (partial
+            || state
+                .messages
+                .iter()
+                .any(|m| matches!(m, Message::Ai { .. })))
 }
 
 /// The first user message's text, without the uploads block before it.
@@ -177,7 +183,10 @@ mod tests {
         let long = "a".repeat(49) + " and then some more words";
         let title = fallback_title(&long, 60);
         assert_eq!(title, format!("{}...", "a".repeat(49)));
-        assert_eq!(fallback_title(&"b".repeat(80), 20), format!("{}...", "b".repeat(17)));
+        assert_eq!(
+            fallback_title(&"b".repeat(80), 20),
+            format!("{}...", "b".repeat(17))
+        );
         assert_eq!(fallback_title("", 60), NEW_CONVERSATION);
     }
 

@@ -86,10 +86,10 @@ impl<'a> ModelRequest<'a> {
     pub fn turn(&self) -> usize {
         1 + self.earlier_turns
             + self
-            .messages
-            .iter()
-            .filter(|m| matches!(m, Message::Ai { .. }))
-            .count()
+                .messages
+                .iter()
+                .filter(|m| matches!(m, Message::Ai { .. }))
+                .count()
     }
 }
 

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
-    Auxiliary, ChatModel, InvalidToolCall, ModelError, ModelReply, ModelRequest, SubagentRequest, WireModel,
+    Auxiliary, ChatModel, InvalidToolCall, ModelError, ModelReply, ModelRequest, SubagentRequest,
+    WireModel,
 };
 use crate::thread::state::{Message, Reasoning, TokenUsage, ToolCall};
 

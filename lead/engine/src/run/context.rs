@@ -51,14 +51,19 @@ impl RunLoop {
         }
         overhead
             + summarization::TOKENS_PER_IMAGE
-                * self.state.viewed_images.len().min(summarization::MAX_COUNTED_IMAGES) as u64
+                * self
+                    .state
+                    .viewed_images
+                    .len()
+                    .min(summarization::MAX_COUNTED_IMAGES) as u64
     }
 
     /// The tokens a request over `state` sends with `overhead` besides.
     fn measure(s: &Summarization, state: &ThreadState, overhead: u64) -> u64 {
         s.counter.messages(&state.messages)
-            + s.counter
-                .messages(&summarization::durable_context(state.summary_text.as_deref()))
+            + s.counter.messages(&summarization::durable_context(
+                state.summary_text.as_deref(),
+            ))
             + overhead
     }
 
@@ -89,12 +94,17 @@ impl RunLoop {
         let Some(window) = s.window else {
             return Ok(());
         };
-        let durable = s
-            .counter
-            .messages(&summarization::durable_context(self.state.summary_text.as_deref()));
+        let durable = s.counter.messages(&summarization::durable_context(
+            self.state.summary_text.as_deref(),
+        ));
         let budget = window.saturating_sub(overhead + durable);
+        if s.counter.messages(&self.state.messages) <= budget {
+            return Ok(());
+        }
+        // Trimmed to three quarters of the room, so the next calls do not trim again.
+        let target = budget / 4 * 3;
         if let Some((kept, turns)) =
-            summarization::trim_oldest_turns(&self.state.messages, budget, &s.counter)
+            summarization::trim_oldest_turns(&self.state.messages, target, &s.counter)
         {
             let removed = self.state.messages.len() - kept.len();
             self.emit(RunEvent::ContextTrimmed {
@@ -122,9 +132,9 @@ impl RunLoop {
         let messages = &self.state.messages;
         let mut cutoff = summarization::keep_cutoff(messages, s.config.keep, s.window, &s.counter);
         if let Some(window) = s.window {
-            let reserve = s
-                .counter
-                .messages(&summarization::durable_context(Some(&"x".repeat(s.summary_cap()))));
+            let reserve = s.counter.messages(&summarization::durable_context(Some(
+                &"x".repeat(s.summary_cap()),
+            )));
             let room = window.saturating_sub(overhead + reserve) / 2;
             cutoff = cutoff.max(summarization::keep_cutoff(
                 messages,

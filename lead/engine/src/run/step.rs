@@ -44,7 +44,8 @@ impl RunLoop {
             policy.filter(chain.visible_tools(self.state.promoted.as_ref()));
         // Summarization and the window (`run::context`), before the request is built.
         self.poll_title().await?;
-        self.fit_context(turn, &visible, reminder.as_deref()).await?;
+        self.fit_context(turn, &visible, reminder.as_deref())
+            .await?;
         let (mut messages, images) = self.request_messages(reminder).await;
         self.fit_request(&mut messages, &visible, images.len());
         let asked = self.ask_model(turn, &messages, &visible, &images).await?;

@@ -19,20 +19,9 @@ pub(super) fn with_context(
 ) -> Result<RunSettings, PrepareError> {
     let summarization = SummarizationConfig::from_section(app.other.get("summarization"))
         .map_err(PrepareError::Config)?;
-    let title =
-        TitleConfig::from_section(app.other.get("title")).map_err(PrepareError::Config)?;
+    let title = TitleConfig::from_section(app.other.get("title")).map_err(PrepareError::Config)?;
     if summarization.enabled {
-        let entry = run_entry(app, label);
-        let window = entry.and_then(antler_engine::window_of);
-        let counter = entry.map(TokenCounter::for_entry).unwrap_or_default();
-        let model_name = entry.map_or_else(|| super::model::shown_model(label), |e| e.name.clone());
-        let model = summarization
-            .model_name
-            .as_deref()
-            .and_then(|name| named(app, name, "summarization.model_name"));
-        let summarization = Summarization::new(summarization, &model_name, window, model, counter)
-            .map_err(|e| PrepareError::Config(e.to_string()))?;
-        settings.summarization = Some(Arc::new(summarization));
+        settings.summarization = Some(Arc::new(summarization_for(summarization, app, label)?));
     }
     if title.enabled {
         let model = title
@@ -45,6 +34,26 @@ pub(super) fn with_context(
         }));
     }
     Ok(settings)
+}
+
+/// `summarization:` for a run (or a manual compaction, `POST /api/threads/{id}/compact`)
+/// of the model the run label `label` names: its window, its counter and the summary
+/// model. A fraction without a window is a config error naming the model.
+pub(crate) fn summarization_for(
+    config: SummarizationConfig,
+    app: &AppConfig,
+    label: &str,
+) -> Result<Summarization, PrepareError> {
+    let entry = run_entry(app, label);
+    let window = entry.and_then(antler_engine::window_of);
+    let counter = entry.map(TokenCounter::for_entry).unwrap_or_default();
+    let model_name = entry.map_or_else(|| super::model::shown_model(label), |e| e.name.clone());
+    let model = config
+        .model_name
+        .as_deref()
+        .and_then(|name| named(app, name, "summarization.model_name"));
+    Summarization::new(config, &model_name, window, model, counter)
+        .map_err(|e| PrepareError::Config(e.to_string()))
 }
 
 /// The `models:` entry a run label names (the first for `model:`), none for a playbook.
