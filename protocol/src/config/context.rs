@@ -3,7 +3,7 @@
 //! section (`AppConfig::other`); an unknown key or a value out of range is an error
 //! naming the key, never a silent default.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The tools whose reads of a skill file DeerFlow captures (`skill_file_read_tool_names`).
@@ -13,7 +13,7 @@ pub const DEFAULT_SKILL_FILE_READ_TOOL_NAMES: &[&str] = &["read_file", "read", "
 pub const DEFAULT_TITLE_PROMPT: &str = "Generate a concise title (max {max_words} words) for this conversation.\nUser: {user_msg}\nAssistant: {assistant_msg}\n\nReturn ONLY the title, no quotes, no explanation.";
 
 /// How much context: `{type: tokens|messages|fraction, value}` (`ContextSize`).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(
     deny_unknown_fields,
     tag = "type",
@@ -57,7 +57,7 @@ enum Triggers {
 }
 
 /// `summarization:` (DeerFlow's `SummarizationConfig`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SummarizationConfig {
     pub enabled: bool,
@@ -96,6 +96,52 @@ impl Default for SummarizationConfig {
                 .iter()
                 .map(|s| (*s).to_owned())
                 .collect(),
+        }
+    }
+}
+
+impl From<ContextSize> for crate::messages::WireContextSize {
+    fn from(size: ContextSize) -> Self {
+        match size {
+            ContextSize::Tokens(n) => Self::Tokens(n),
+            ContextSize::Messages(n) => Self::Messages(n),
+            ContextSize::Fraction(f) => Self::Fraction(f),
+        }
+    }
+}
+
+impl From<crate::messages::WireContextSize> for ContextSize {
+    fn from(size: crate::messages::WireContextSize) -> Self {
+        use crate::messages::WireContextSize as W;
+        match size {
+            W::Tokens(n) => Self::Tokens(n),
+            W::Messages(n) => Self::Messages(n),
+            W::Fraction(f) => Self::Fraction(f),
+        }
+    }
+}
+
+impl From<&SummarizationConfig> for crate::messages::WireSummarization {
+    fn from(config: &SummarizationConfig) -> Self {
+        Self {
+            trigger: config.trigger.iter().map(|t| (*t).into()).collect(),
+            keep: config.keep.into(),
+            trim_tokens_to_summarize: config.trim_tokens_to_summarize,
+            summary_prompt: config.summary_prompt.clone(),
+        }
+    }
+}
+
+impl From<crate::messages::WireSummarization> for SummarizationConfig {
+    /// An enabled summarization (only an enabled one travels).
+    fn from(wire: crate::messages::WireSummarization) -> Self {
+        Self {
+            enabled: true,
+            trigger: wire.trigger.into_iter().map(Into::into).collect(),
+            keep: wire.keep.into(),
+            trim_tokens_to_summarize: wire.trim_tokens_to_summarize,
+            summary_prompt: wire.summary_prompt,
+            ..Self::default()
         }
     }
 }
