@@ -1,4 +1,7 @@
+use super::counter::{chars, tool_calls_repr, ANTHROPIC_CHARS_PER_TOKEN};
+use super::cutoff::safe_cutoff;
 use super::*;
+use crate::catalog::builtins::ASK_CLARIFICATION;
 use crate::thread::state::{ToolCall, ToolStatus};
 use serde_json::json;
 

@@ -32,6 +32,27 @@ pub(super) struct ContextState {
     /// The trigger is not evaluated before this turn (after a summary that left the
     /// request over it, or a failed one).
     pub(super) hold_until_turn: usize,
+    /// What the last request counted (DeerFlow's counter).
+    last_counted: u64,
+    /// The provider's input tokens over that count, within [1, 1.25] (LangChain's usage
+    /// scaling); `None` until a provider reports usage.
+    scale: Option<f64>,
+}
+
+impl ContextState {
+    fn scale(&self) -> f64 {
+        self.scale.unwrap_or(1.0)
+    }
+
+    /// A count as the provider would report it.
+    fn scaled(&self, tokens: u64) -> u64 {
+        (tokens as f64 * self.scale()).ceil() as u64
+    }
+
+    /// The window in the counter's units: smaller when the provider counts more.
+    fn window(&self, s: &Summarization) -> Option<u64> {
+        s.window.map(|w| (w as f64 / self.scale()) as u64)
+    }
 }
 
 impl RunLoop {
@@ -86,12 +107,13 @@ impl RunLoop {
         let overhead = self.request_overhead(&s, tools, extra);
         let tokens = Self::measure(&s, &self.state, overhead);
         let counted = self.state.messages.len() + usize::from(self.state.summary_text.is_some());
-        let over = s.window.is_some_and(|w| tokens > w);
+        let window = self.compaction.window(&s);
+        let over = window.is_some_and(|w| tokens > w);
         let free = turn >= self.compaction.hold_until_turn;
-        if free && (over || s.triggered(counted, tokens)) {
+        if free && (over || s.triggered(counted, self.compaction.scaled(tokens))) {
             self.summarize(&s, turn, overhead).await?;
         }
-        let Some(window) = s.window else {
+        let Some(window) = self.compaction.window(&s) else {
             return Ok(());
         };
         let durable = s.counter.messages(&summarization::durable_context(
@@ -131,7 +153,7 @@ impl RunLoop {
     ) -> Result<(), RunError> {
         let messages = &self.state.messages;
         let mut cutoff = summarization::keep_cutoff(messages, s.config.keep, s.window, &s.counter);
-        if let Some(window) = s.window {
+        if let Some(window) = self.compaction.window(s) {
             let reserve = s.counter.messages(&summarization::durable_context(Some(
                 &"x".repeat(s.summary_cap()),
             )));
@@ -150,7 +172,9 @@ impl RunLoop {
                     kept: compaction.kept,
                 });
                 self.merge(compaction.update).await?;
-                let tokens = Self::measure(s, &self.state, overhead);
+                let tokens = self
+                    .compaction
+                    .scaled(Self::measure(s, &self.state, overhead));
                 let counted = self.state.messages.len() + 1;
                 if s.triggered(counted, tokens) {
                     // The kept tail is over the trigger by itself: summarizing again at
@@ -172,16 +196,37 @@ impl RunLoop {
 
     /// The last guard on the request itself: within the window, counting what is sent
     /// (its longest contents bounded, in the request only, when even the kept turn is too
-    /// large).
-    pub(super) fn fit_request(&self, messages: &mut [Message], tools: &[&ToolSpec], images: usize) {
-        let Some(s) = self.settings.summarization.as_deref() else {
+    /// large). What it counts is kept for [`RunLoop::observe_usage`].
+    pub(super) fn fit_request(
+        &mut self,
+        messages: &mut [Message],
+        tools: &[&ToolSpec],
+        images: usize,
+    ) {
+        let Some(s) = self.settings.summarization.clone() else {
             return;
         };
-        let Some(window) = s.window.filter(|_| s.config.enabled) else {
+        if !s.config.enabled {
             return;
-        };
+        }
         let fixed = s.counter.tools(tools) + summarization::TOKENS_PER_IMAGE * images as u64;
-        summarization::bound_request(messages, window.saturating_sub(fixed), &s.counter);
+        if let Some(window) = self.compaction.window(&s) {
+            summarization::bound_request(messages, window.saturating_sub(fixed), &s.counter);
+        }
+        self.compaction.last_counted = s.counter.messages(messages) + fixed;
+    }
+
+    /// The provider's count of the last request: later counts are scaled by how much more
+    /// it counted (at most 1.25 times, as LangChain scales).
+    pub(super) fn observe_usage(&mut self, usage: Option<crate::thread::state::TokenUsage>) {
+        let Some(usage) = usage.filter(|u| u.input_tokens > 0) else {
+            return;
+        };
+        if self.compaction.last_counted == 0 {
+            return;
+        }
+        let ratio = usage.input_tokens as f64 / self.compaction.last_counted as f64;
+        self.compaction.scale = Some(ratio.clamp(1.0, 1.25));
     }
 
     /// After a reply is recorded: the title, once the first exchange is there. Without a

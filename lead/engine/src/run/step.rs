@@ -49,6 +49,7 @@ impl RunLoop {
         let (mut messages, images) = self.request_messages(reminder).await;
         self.fit_request(&mut messages, &visible, images.len());
         let asked = self.ask_model(turn, &messages, &visible, &images).await?;
+        self.observe_usage(asked.reply.usage);
         let mut reply = asked.reply;
         if asked.empty_twice {
             // TerminalResponse (spec D.5): DeerFlow's fallback is stored, the run fails.
