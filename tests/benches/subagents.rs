@@ -190,6 +190,7 @@ impl Pool {
             web_tools: Default::default(),
             sandbox_host: None,
             mcp_host: None,
+            summarization: None,
         };
         let reserved = self
             .dispatcher

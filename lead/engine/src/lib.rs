@@ -36,7 +36,14 @@ pub use middleware::invalid_calls::{
 pub use middleware::output_budget::OutputBudget;
 pub use middleware::skill_policy::{Skill, SkillPolicy};
 pub use middleware::subagent_limit::SubagentLimit;
+/// Summarization and manual compaction (spec C.1–C.4), and titles (C.5).
+pub use middleware::summarization::{
+    compact, count_request_tokens, durable_context, window_of, CompactError, CompactOutcome,
+    Summarization, SummarizationConfigError, TokenCounter, AUTHORITY_CONTRACT,
+    DEFAULT_SUMMARY_PROMPT, NOT_ENOUGH_MESSAGES, SUMMARY_HEADING,
+};
 pub use middleware::terminal_response::{EMPTY_REPLY_FALLBACK, RECOVERY_PROMPT};
+pub use middleware::title::{Titling, NEW_CONVERSATION};
 pub use middleware::token_budget::TokenBudget;
 pub use middleware::tool_error::{FailureClass, ToolFailure};
 pub use model::openai::{ApiKey, OpenAiConfig, OpenAiModel, USE_CHAT_DEEPSEEK, USE_CHAT_OPENAI};
@@ -47,9 +54,9 @@ pub use model::resilient::{
     Link as ResilientLink, LlmCall, ResilientModel,
 };
 pub use model::{
-    check_model_entry, model_from_config, model_from_entry, ChatModel, InvalidToolCall, ModelError,
-    ModelObserver, ModelReply, ModelRequest, Playbook, Provider, RetryNotice, ScriptedCall,
-    ScriptedModel, ScriptedTurn, WireModel, MAX_PLAYBOOK_BYTES,
+    check_model_entry, model_from_config, model_from_entry, Auxiliary, ChatModel, InvalidToolCall,
+    ModelError, ModelObserver, ModelReply, ModelRequest, Playbook, Provider, RetryNotice,
+    ScriptedCall, ScriptedModel, ScriptedTurn, WireModel, MAX_PLAYBOOK_BYTES,
 };
 pub use model::{entry as model_entry, finish_reason};
 pub use prompt::subagent::builtin_system_prompt;
@@ -75,8 +82,8 @@ pub use thread::hosts::{
     ToolHosts,
 };
 pub use thread::state::{
-    next_ai_id, ActiveSkill, Message, SkillSource, StateUpdate, StopReason, ThreadState, TokenUsage, ToolCall,
-    ToolStatus,
+    next_ai_id, ActiveSkill, Message, SkillSource, StateUpdate, StopReason, ThreadState,
+    TokenUsage, ToolCall, ToolStatus,
 };
 pub use tools::acp::AcpCalls;
 pub use tools::builtins::present_files;

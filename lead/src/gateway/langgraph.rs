@@ -69,7 +69,8 @@ pub(super) async fn json_body<T: serde::de::DeserializeOwned>(
     } else {
         &bytes
     };
-    serde_json::from_slice(bytes).map_err(|e| error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))
+    serde_json::from_slice(bytes)
+        .map_err(|e| error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))
 }
 
 /// A store answer as the routes use it: 503 when the store failed.
@@ -207,7 +208,11 @@ pub(super) fn message_json(message: &Message, id: String) -> Value {
             ..
         } => {
             let mut kwargs = Map::new();
-            if let Some(text) = reasoning.as_ref().map(|r| &r.text).filter(|t| !t.is_empty()) {
+            if let Some(text) = reasoning
+                .as_ref()
+                .map(|r| &r.text)
+                .filter(|t| !t.is_empty())
+            {
                 kwargs.insert("reasoning_content".into(), Value::String(text.clone()));
             }
             let calls: Vec<Value> = tool_calls

@@ -266,7 +266,11 @@ impl RunBody {
             None | Some(ASSISTANT_ID) => pick("agent_name").as_str().map(str::to_owned),
             Some(id) => {
                 let name = id.to_ascii_lowercase().replace('_', "-");
-                if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+                if name.is_empty()
+                    || !name
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                {
                     return Err(error(
                         StatusCode::UNPROCESSABLE_ENTITY,
                         format!("Invalid assistant_id: {id}"),
@@ -306,7 +310,8 @@ fn input_message(input: Option<&Value>) -> Result<(Option<String>, Option<String
             )
         };
         let kind = kind_of(m).ok_or_else(|| bad("unknown message type"))?;
-        let text = content_text(&m["content"]).ok_or_else(|| bad("content must be a string or a list of blocks"))?;
+        let text = content_text(&m["content"])
+            .ok_or_else(|| bad("content must be a string or a list of blocks"))?;
         if kind != "human" {
             continue;
         }
@@ -416,8 +421,7 @@ async fn start_run(
         bootstrap: false,
         interactive: true,
         subagents: request.subagents,
-        role: principal
-            .and_then(|p| p.role.clone().filter(|_| !p.operator || p.user.is_some())),
+        role: principal.and_then(|p| p.role.clone().filter(|_| !p.operator || p.user.is_some())),
         idempotency_key: None,
     };
     match state
@@ -512,7 +516,13 @@ async fn wait_ended(state: &State, run_id: &str, within: Duration) -> bool {
         }
         let id = run_id.to_owned();
         let record = state.runs.store.call(move |s| s.run(&id)).await;
-        if !matches!(record, Ok(Some(RunRecord { status: RunStatus::Running, .. }))) {
+        if !matches!(
+            record,
+            Ok(Some(RunRecord {
+                status: RunStatus::Running,
+                ..
+            }))
+        ) {
             return true;
         }
         if tokio::time::Instant::now() > until {
@@ -546,16 +556,19 @@ impl Drop for CancelOnDrop {
 async fn final_values(state: &State, user: &str, thread: &str, run_id: &str) -> HttpResponse {
     let (u, t, r) = (user.to_owned(), thread.to_owned(), run_id.to_owned());
     let read = on_store(state, move |store| {
-        Ok((store.run(&r)?, store.latest(&r)?.map(|(_, s)| s), store.thread(&u, &t)?))
+        Ok((
+            store.run(&r)?,
+            store.latest(&r)?.map(|(_, s)| s),
+            store.thread(&u, &t)?,
+        ))
     })
     .await;
     match read {
         Ok((Some(record), Some(last), _)) if record.user_id == user => {
             HttpResponse::Ok().json(values(&last))
         }
-        Ok((Some(record), None, _)) if record.user_id == user => HttpResponse::Ok().json(
-            json!({"status": super::langgraph::run_status(&record), "error": record.detail}),
-        ),
+        Ok((Some(record), None, _)) if record.user_id == user => HttpResponse::Ok()
+            .json(json!({"status": super::langgraph::run_status(&record), "error": record.detail})),
         Ok(_) => run_not_found(run_id),
         Err(response) => response,
     }
@@ -649,7 +662,14 @@ pub(super) async fn create_run(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> HttpResponse {
-    create(state, req, Some(path.into_inner()), payload, Reply::Background).await
+    create(
+        state,
+        req,
+        Some(path.into_inner()),
+        payload,
+        Reply::Background,
+    )
+    .await
 }
 
 /// `POST /api/threads/{tid}/runs/stream`: the run as server-sent events.
@@ -919,10 +939,19 @@ pub(super) async fn join_stream(
         .split('&')
         .filter_map(|pair| pair.split_once('='))
         .filter(|(k, _)| *k == "stream_mode")
-        .flat_map(|(_, v)| v.split(',').map(|m| Value::String(m.to_owned())).collect::<Vec<_>>())
+        .flat_map(|(_, v)| {
+            v.split(',')
+                .map(|m| Value::String(m.to_owned()))
+                .collect::<Vec<_>>()
+        })
         .collect();
     let modes = if asked.is_empty() {
-        Modes::parse(Some(&json!(["values", "messages-tuple", "updates", "custom"])))
+        Modes::parse(Some(&json!([
+            "values",
+            "messages-tuple",
+            "updates",
+            "custom"
+        ])))
     } else {
         Modes::parse(Some(&Value::Array(asked)))
     };

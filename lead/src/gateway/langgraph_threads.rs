@@ -218,8 +218,10 @@ pub(super) async fn get_thread(
         Err(response) => return response,
     };
     match own_thread(&state, &user, &thread).await {
-        Ok((row, values_now)) => HttpResponse::Ok()
-            .json(thread_json(&row, values_now.map_or(json!({}), |s| values(&s)))),
+        Ok((row, values_now)) => HttpResponse::Ok().json(thread_json(
+            &row,
+            values_now.map_or(json!({}), |s| values(&s)),
+        )),
         Err(response) => response,
     }
 }

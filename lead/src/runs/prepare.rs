@@ -29,12 +29,12 @@ use antler_engine::{
     AgentContext, CancelFlag, ChatModel, Delegator, Guardrail, HostError, ModelError, PromptCache,
     PromptInputs, PromptMount, RunBuilder, RunContext, RunError, RunLoop, RunSettings, SkillStore,
     SubagentLimit, SubagentPromptInputs, ThreadFiles, ThreadFilesMode, ThreadPaths, ThreadState,
-    TokenBudget,
-    ToolHosts, WebTools, MAX_PLAYBOOK_BYTES,
+    TokenBudget, ToolHosts, WebTools, MAX_PLAYBOOK_BYTES,
 };
 
 mod catalog;
 mod config_files;
+pub(crate) mod context;
 mod hosts;
 mod model;
 
@@ -447,7 +447,11 @@ impl RunEnv {
         context.agent.subagents = subagents;
         context.agent.role = submission.role.clone();
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
-        let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
+        let settings = context::with_context(
+            self.settings(&app, &context, &profile, prompt_catalog)?,
+            &app,
+            &label,
+        )?;
         let skills = settings.skills.clone();
         let delegator = self.delegator(
             &app,
@@ -563,7 +567,11 @@ impl RunEnv {
         context.agent.subagents = subagents;
         context.agent.role = record.role.clone();
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
-        let settings = self.settings(&app, &context, &profile, prompt_catalog)?;
+        let settings = context::with_context(
+            self.settings(&app, &context, &profile, prompt_catalog)?,
+            &app,
+            &label,
+        )?;
         let skills = settings.skills.clone();
         let delegator = self.delegator(&app, false, request, &model, &context, &settings, &profile);
         let cancel = Arc::new(CancelFlag::default());

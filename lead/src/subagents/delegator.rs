@@ -178,6 +178,12 @@ impl LeadDelegator {
                 .pinned_address(Role::SandboxHost, &key)
                 .await,
             mcp_host: self.env.hosts().pinned_address(Role::McpHost, &key).await,
+            // Subagents summarize too (spec C.1), with their own model.
+            summarization: antler_protocol::config::SummarizationConfig::from_section(
+                self.app.other.get("summarization"),
+            )
+            .ok()
+            .filter(|s| s.enabled),
         })
     }
 

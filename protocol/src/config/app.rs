@@ -94,6 +94,8 @@ pub const DEERFLOW_READ_KEYS: &[&str] = &[
     "auth",
     "plugins",
     "extensions",
+    "summarization",
+    "title",
 ];
 
 /// The warning's text for a DeerFlow setting Antler does not act on.

@@ -8,6 +8,7 @@ mod antler;
 mod app;
 mod check;
 mod cluster;
+mod context;
 mod deerflow;
 mod diagnostics;
 mod document;
@@ -35,6 +36,10 @@ pub use app::{
 };
 pub use check::{ExtraChecks, Finding};
 pub use cluster::{is_loopback, ClusterHosts, ClusterSection, CLUSTER_KEYS};
+pub use context::{
+    ContextSize, SummarizationConfig, TitleConfig, DEFAULT_SKILL_FILE_READ_TOOL_NAMES,
+    DEFAULT_TITLE_PROMPT,
+};
 pub use deerflow::{
     InputPolishConfig, LoopDetectionConfig, SuggestionsConfig, ToolFreqOverride, ToolOutputConfig,
     DEFAULT_MAX_RECURSION_LIMIT, MAX_SUGGESTIONS_LIMIT, READ_BEFORE_WRITE_IGNORED,

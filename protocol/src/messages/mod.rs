@@ -27,8 +27,8 @@ pub use sandbox::{
 };
 pub use task::{
     ModelEntry, RoutingMode, TaskEvent, TaskResult, TaskSpec, TaskStatus, TaskStopReason,
-    ThreadFilesMode, TokenBudget, TokenUsage, ToolRouting, WebToolEntry, WireCatalog, WireModel,
-    WireSource, WireTool,
+    ThreadFilesMode, TokenBudget, TokenUsage, ToolRouting, WebToolEntry, WireCatalog,
+    WireContextSize, WireModel, WireSource, WireSummarization, WireTool,
 };
 pub use worker::{TaskAssignment, WorkerReply, WorkerRequest};
 

@@ -45,6 +45,26 @@ pub struct TaskSpec {
     pub sandbox_host: Option<String>,
     /// The mcp-host replica holding the thread's pooled sessions (`None`: the worker's own).
     pub mcp_host: Option<String>,
+    /// `summarization:` when it is on (the worker reads the window from the model).
+    pub summarization: Option<WireSummarization>,
+}
+
+/// A task's `summarization:` (spec C.1), its summary model left out: a subagent
+/// summarizes with its own model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WireSummarization {
+    pub trigger: Vec<WireContextSize>,
+    pub keep: WireContextSize,
+    pub trim_tokens_to_summarize: Option<u64>,
+    pub summary_prompt: Option<String>,
+}
+
+/// `{type, value}` of a trigger or keep.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum WireContextSize {
+    Tokens(u64),
+    Messages(u64),
+    Fraction(f64),
 }
 
 impl fmt::Debug for TaskSpec {

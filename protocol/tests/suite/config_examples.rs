@@ -32,8 +32,6 @@ fn github_env(name: &str) -> Option<String> {
 const IGNORED_IN_APP_EXAMPLE: &[&str] = &[
     "read_before_write",
     "uploads",
-    "title",
-    "summarization",
     "memory",
     "database",
     "run_events",
@@ -53,6 +51,13 @@ fn deerflow_config_example_loads_warning_only_about_settings_that_do_nothing() {
     let loaded = load_app_config_with_env(Path::new(APP_EXAMPLE), &no_env).unwrap();
     assert_eq!(ignored_paths(&loaded.warnings), IGNORED_IN_APP_EXAMPLE);
     let config = loaded.value;
+    // The context sections (spec C.1, C.5) parse with DeerFlow's values.
+    let summarization = antler_protocol::config::SummarizationConfig::from_section(
+        config.other.get("summarization"),
+    )
+    .unwrap();
+    assert!(summarization.enabled);
+    antler_protocol::config::TitleConfig::from_section(config.other.get("title")).unwrap();
 
     // Every model in the example is commented out: `models:` is null.
     assert!(config.models.is_empty());

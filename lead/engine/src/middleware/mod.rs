@@ -18,7 +18,9 @@ pub mod output_budget;
 pub mod schema;
 pub mod skill_policy;
 pub mod subagent_limit;
+pub mod summarization;
 pub mod terminal_response;
+pub mod title;
 pub mod token_budget;
 pub mod tool_error;
 

@@ -59,6 +59,9 @@ pub struct ModelRequest<'a> {
     /// `supports_thinking`); `false`: thinking is off (`when_thinking_disabled`).
     pub thinking: bool,
     pub observer: Option<&'a dyn ModelObserver>,
+    /// Turns summarized away before these messages (their AI messages are gone), so
+    /// [`ModelRequest::turn`] keeps counting.
+    pub earlier_turns: usize,
 }
 
 impl<'a> ModelRequest<'a> {
@@ -74,17 +77,19 @@ impl<'a> ModelRequest<'a> {
             images,
             thinking: true,
             observer: None,
+            earlier_turns: 0,
         }
     }
 
     /// The turn this request asks for: 1 + the AI messages so far (replies are named
     /// `ai-{turn}`, as the scripted model's are).
     pub fn turn(&self) -> usize {
-        1 + self
-            .messages
-            .iter()
-            .filter(|m| matches!(m, Message::Ai { .. }))
-            .count()
+        1 + self.earlier_turns
+            + self
+                .messages
+                .iter()
+                .filter(|m| matches!(m, Message::Ai { .. }))
+                .count()
     }
 }
 
@@ -123,6 +128,16 @@ pub trait ModelObserver: Send + Sync {
     fn fallback(&self, _notice: &resilient::FallbackNotice) {}
     /// The reply came from `model`, a fallback, not the run's own model.
     fn answered_by(&self, _model: &str) {}
+}
+
+/// Why a one-off call outside the run's conversation is made: one user message, no
+/// tools, thinking off, never streamed to clients (spec C.3, C.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Auxiliary {
+    /// Summarization's summary of the oldest messages.
+    Summary,
+    /// A thread's title.
+    Title,
 }
 
 /// A tool call the model wrote that cannot be executed: its arguments are not JSON, not
@@ -303,6 +318,21 @@ pub trait ChatModel: Send + Sync {
     /// so it is never asked to judge the run's own writes (`skill_manage`'s scan).
     fn is_scripted(&self) -> bool {
         false
+    }
+
+    /// An auxiliary call (a summary, a title): `prompt` as the one user message, no
+    /// tools, thinking off, no observer (so nothing streams to clients).
+    fn auxiliary<'a>(
+        &'a self,
+        _purpose: Auxiliary,
+        prompt: &'a str,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async move {
+            let messages = [Message::human(prompt)];
+            let mut request = ModelRequest::new(&messages, &[], &[]);
+            request.thinking = false;
+            self.complete(request).await
+        })
     }
 
     /// The model a subagent of this run's `task` call uses when its type names none, as

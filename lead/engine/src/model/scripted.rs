@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
-    ChatModel, InvalidToolCall, ModelError, ModelReply, ModelRequest, SubagentRequest, WireModel,
+    Auxiliary, ChatModel, InvalidToolCall, ModelError, ModelReply, ModelRequest, SubagentRequest,
+    WireModel,
 };
 use crate::thread::state::{Message, Reasoning, TokenUsage, ToolCall};
 
@@ -103,6 +104,13 @@ pub struct Playbook {
     /// answers every later scan. None: a scan fails as an unreachable model does.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub security_scan: Vec<ScriptedTurn>,
+    /// The replies to the run's summaries (summarization), in order; the last one
+    /// answers every later summary. None: a summary fails as an unreachable model does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub summaries: Vec<ScriptedTurn>,
+    /// The replies to title calls, as `summaries`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub titles: Vec<ScriptedTurn>,
 }
 
 /// The largest playbook a run reads, from a file or sent inline.
@@ -113,6 +121,8 @@ const PLAYBOOK_FIELDS: &[&str] = &[
     "turns",
     "subagents",
     "security_scan",
+    "summaries",
+    "titles",
     "delay_ms",
     "content",
     "tool_calls",
@@ -194,6 +204,8 @@ pub struct ScriptedModel {
     scans: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// How often each turn (by number) was asked, for its `attempts`.
     asks: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<usize, usize>>>,
+    /// How many summaries and titles the model has answered.
+    auxiliaries: std::sync::Arc<[std::sync::atomic::AtomicUsize; 2]>,
 }
 
 impl ScriptedModel {
@@ -206,6 +218,7 @@ impl ScriptedModel {
             playbook,
             scans: std::sync::Arc::default(),
             asks: std::sync::Arc::default(),
+            auxiliaries: std::sync::Arc::default(),
         }
     }
 
@@ -257,7 +270,13 @@ impl ScriptedModel {
             .iter()
             .filter(|m| matches!(m, Message::Ai { .. }))
             .count();
-        let turn_number = played + 1;
+        self.reply_to_turn(played + 1)
+    }
+
+    /// The reply of turn `turn_number` (1-based), or one of its `attempts` while they
+    /// last.
+    fn reply_to_turn(&self, turn_number: usize) -> Result<ModelReply, ModelError> {
+        let played = turn_number - 1;
         let turn = self
             .playbook
             .turns
@@ -388,17 +407,38 @@ impl ChatModel for ScriptedModel {
         })
     }
 
+    fn auxiliary<'a>(
+        &'a self,
+        purpose: Auxiliary,
+        _prompt: &'a str,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        let (index, replies, what) = match purpose {
+            Auxiliary::Summary => (0, &self.playbook.summaries, "summaries"),
+            Auxiliary::Title => (1, &self.playbook.titles, "titles"),
+        };
+        let n = self.auxiliaries[index].fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let turn = replies.get(n).or(replies.last()).cloned();
+        Box::pin(async move {
+            let turn = turn.ok_or_else(|| ModelError::Connection {
+                model: self.name.clone(),
+                url: "scripted".to_owned(),
+                attempts: 1,
+                message: format!("the playbook has no `{what}` reply"),
+            })?;
+            if turn.delay_ms > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(turn.delay_ms)).await;
+            }
+            self.play(&turn, n + 1)
+        })
+    }
+
     fn complete<'a>(
         &'a self,
         request: ModelRequest<'a>,
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
-        let played = request
-            .messages
-            .iter()
-            .filter(|m| matches!(m, Message::Ai { .. }))
-            .count();
-        let delay = self.playbook.turns.get(played).map_or(0, |t| t.delay_ms);
-        let reply = self.reply(request.messages);
+        let turn = request.turn();
+        let delay = self.playbook.turns.get(turn - 1).map_or(0, |t| t.delay_ms);
+        let reply = self.reply_to_turn(turn);
         Box::pin(async move {
             if delay > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(delay)).await;

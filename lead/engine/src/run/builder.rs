@@ -108,6 +108,8 @@ impl RunBuilder {
             settings: self.settings,
             events: None,
             budget_warning: BudgetWarning::NotYet,
+            compaction: Default::default(),
+            title_task: None,
             lead_tools: self.lead_tools,
             delegator: self.delegator,
             cancel: self.cancel,

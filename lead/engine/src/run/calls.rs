@@ -264,6 +264,8 @@ impl RunLoop {
     }
 }
 
+// `Done` is the common case: boxing it would allocate for every call.
+#[allow(clippy::large_enum_variant)]
 enum CallEnd {
     Done(StateUpdate),
     Interrupt { question: String, message: Message },

@@ -129,6 +129,22 @@ pub enum RunEvent {
         #[serde(flatten)]
         task: TaskEvent,
     },
+    /// Summarization folded the `removed` oldest messages into the thread's summary and
+    /// kept `kept` (spec C.1–C.3).
+    ContextSummarized {
+        removed: usize,
+        kept: usize,
+    },
+    /// The oldest whole turns were dropped so the request fits the model's window (a
+    /// summary failed or could not make room).
+    ContextTrimmed {
+        removed: usize,
+        kept: usize,
+    },
+    /// The thread got its title (spec C.5).
+    TitleSet {
+        title: String,
+    },
 }
 
 impl RunEvent {

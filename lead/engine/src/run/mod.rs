@@ -10,6 +10,7 @@
 pub mod actor;
 pub mod builder;
 mod calls;
+mod context;
 mod delta;
 pub mod events;
 pub mod execute;

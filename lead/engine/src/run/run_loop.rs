@@ -134,6 +134,10 @@ pub struct RunLoop {
     pub(super) lease: Arc<SandboxLease>,
     /// The token budget's warning, sent with the next request once per drive.
     pub(super) budget_warning: BudgetWarning,
+    /// When summarization's trigger is next evaluated (`run::context`).
+    pub(super) compaction: super::context::ContextState,
+    /// A title call running beside the run (`run::context`).
+    pub(super) title_task: Option<super::context::TitleTask>,
 }
 
 /// Where the token budget's one warning is.
@@ -209,6 +213,8 @@ impl RunLoop {
                 futures::future::Either::Right(((), steps)) => steps.await,
             }
         };
+        // A title made beside the run lands before the run's end is recorded.
+        self.finish_title().await;
         let executor = self.executor();
         executor.release(&self.state).await;
         let turn_limited = matches!(result, Err(RunError::TurnLimit(_)));

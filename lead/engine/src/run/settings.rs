@@ -56,6 +56,10 @@ pub struct RunSettings {
     /// `skill_manage` (`tools::skill_manage`) when `skill_evolution.enabled`; it writes
     /// under `skills` for the run's user.
     pub skill_manage: Option<crate::tools::skill_manage::SkillManageSettings>,
+    /// `summarization:` with the run model's window (`None`: off).
+    pub summarization: Option<Arc<crate::middleware::summarization::Summarization>>,
+    /// `title:` with its model (`None`: no titles, as for a subagent's task).
+    pub title: Option<Arc<crate::middleware::title::Titling>>,
 }
 
 impl Default for RunSettings {
@@ -80,6 +84,8 @@ impl Default for RunSettings {
             web: None,
             acp: None,
             skill_manage: None,
+            summarization: None,
+            title: None,
         }
     }
 }

@@ -39,13 +39,19 @@ impl RunLoop {
             ControlFlow::Continue(reminder) => reminder,
             ControlFlow::Break(end) => return Ok(end),
         };
-        let (messages, images) = self.request_messages(reminder).await;
         // SkillToolPolicy (spec 4.3): one policy for this turn's schemas and calls, as
         // DeerFlow's tool wrapper reuses the decision of the model call.
         let policy = self.skill_policy();
         let visible: Vec<&ToolSpec> =
             policy.filter(chain.visible_tools(self.state.promoted.as_ref()));
+        // Summarization and the window (`run::context`), before the request is built.
+        self.poll_title().await?;
+        self.fit_context(turn, &visible, reminder.as_deref())
+            .await?;
+        let (mut messages, images) = self.request_messages(reminder).await;
+        self.fit_request(&mut messages, &visible, images.len());
         let asked = self.ask_model(turn, &messages, &visible, &images).await?;
+        self.observe_usage(asked.reply.usage);
         let mut reply = asked.reply;
         if asked.empty_twice {
             // TerminalResponse (spec D.5): DeerFlow's fallback is stored, the run fails.
@@ -84,6 +90,7 @@ impl RunLoop {
         }
         if calls.is_empty() {
             self.merge(update).await?;
+            self.after_reply_title().await?;
             return Ok(if refused.is_empty() {
                 StepEnd::Final(answer)
             } else {
@@ -94,6 +101,7 @@ impl RunLoop {
         // "issued" from here on, and one without a journaled result is never sent again
         // (a resume gives it the interrupted-call result, `resume`).
         self.merge(update).await?;
+        self.after_reply_title().await?;
         let end = self.run_calls(&calls, &chain, &policy).await?;
         if let Some(warning) = warning {
             self.merge(StateUpdate::messages([warning])).await?;
@@ -101,16 +109,10 @@ impl RunLoop {
         Ok(end)
     }
 
-    /// The turn about to start (1 + the thread's AI messages), or the turn limit, which
+    /// The turn about to start (1 + the thread's turns, summarized ones too), or the turn limit, which
     /// counts this run's turns only (a continued thread's earlier runs are not counted).
     fn next_turn(&self) -> Result<usize, RunError> {
-        let turn = self
-            .state
-            .messages
-            .iter()
-            .filter(|m| matches!(m, Message::Ai { .. }))
-            .count()
-            + 1;
+        let turn = self.state.turns() + 1;
         if self.state.turns_this_run() + 1 > self.settings.max_turns {
             return Err(RunError::TurnLimit(self.settings.max_turns));
         }
@@ -173,6 +175,12 @@ impl RunLoop {
         reminder: Option<String>,
     ) -> (Vec<Message>, Vec<ImagePart>) {
         let mut messages = dangling::patched(&self.state.messages);
+        // DurableContext (prompts §A.7): the summary, hidden, after the leading system
+        // messages (the prompt coalesces the contract into the system message).
+        crate::middleware::summarization::insert_durable_context(
+            &mut messages,
+            self.state.summary_text.as_deref(),
+        );
         if let Some(reminder) = reminder {
             skills::insert_reminder(&mut messages, reminder);
         }
@@ -228,6 +236,7 @@ impl RunLoop {
         );
         let mut request = ModelRequest::new(messages, visible, images);
         request.observer = Some(&observer);
+        request.earlier_turns = self.state.summarized_turns;
         let completed = self.model.complete(request).await;
         observer.deltas.flush(Instant::now());
         let mut reply = completed?;
@@ -239,6 +248,7 @@ impl RunLoop {
             again.push(terminal_response::recovery_message());
             let mut request = ModelRequest::new(&again, visible, images);
             request.observer = Some(&observer);
+            request.earlier_turns = self.state.summarized_turns;
             let first_usage = reply.usage;
             let completed = self.model.complete(request).await;
             observer.deltas.flush(Instant::now());

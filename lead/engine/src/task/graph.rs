@@ -145,6 +145,7 @@ async fn start_task(
         report_messages: true,
         is_subagent: true,
         web: spec.web_tools.tools().map(Arc::new),
+        summarization: task_summarization(spec),
         ..RunSettings::default()
     };
     RunLoop::builder(context, model, catalog, hosts)
@@ -153,6 +154,30 @@ async fn start_task(
         .start(&spec.prompt)
         .await
         .map_err(|e| e.to_string())
+}
+
+/// The task's summarization: the lead's `summarization:` within the window of the
+/// task's own model (its `models:` entry); one that needs a window the model lacks is
+/// left off, with a warning.
+fn task_summarization(
+    spec: &TaskSpec,
+) -> Option<Arc<crate::middleware::summarization::Summarization>> {
+    use crate::middleware::summarization::{window_of, Summarization, TokenCounter};
+    let config = spec.summarization.clone()?;
+    let entry = match &spec.model {
+        crate::model::WireModel::Entry { entry }
+        | crate::model::WireModel::Resilient { entry, .. } => Some(entry),
+        crate::model::WireModel::Scripted { .. } => None,
+    };
+    let window = entry.and_then(window_of);
+    let counter = entry.map(TokenCounter::for_entry).unwrap_or_default();
+    match Summarization::new(config, spec.model.name(), window, None, counter) {
+        Ok(summarization) => Some(Arc::new(summarization)),
+        Err(e) => {
+            tracing::warn!(run = %spec.run_id, "the task runs without summarization: {e}");
+            None
+        }
+    }
 }
 
 /// What the task reports to its parent as its run goes: each assistant message

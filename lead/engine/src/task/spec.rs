@@ -55,6 +55,10 @@ pub struct TaskSpec {
     /// The mcp-host replica holding the thread's pooled sessions (`None`: the worker's own).
     #[serde(default)]
     pub mcp_host: Option<String>,
+    /// `summarization:` when it is on; the task summarizes with its own model, within its
+    /// model's window.
+    #[serde(default)]
+    pub summarization: Option<antler_protocol::config::SummarizationConfig>,
 }
 
 /// A catalog's tools and deferral setting, and the hash it must have.

@@ -50,6 +50,7 @@ impl TaskSpec {
             web_tools: (&self.web_tools).into(),
             sandbox_host: self.sandbox_host.clone(),
             mcp_host: self.mcp_host.clone(),
+            summarization: self.summarization.as_ref().map(Into::into),
         })
     }
 
@@ -75,6 +76,7 @@ impl TaskSpec {
             web_tools: spec.web_tools.into(),
             sandbox_host: spec.sandbox_host,
             mcp_host: spec.mcp_host,
+            summarization: spec.summarization.map(Into::into),
         })
     }
 }
@@ -644,6 +646,7 @@ mod tests {
             web_tools: web,
             sandbox_host: Some("10.0.0.1:7000".into()),
             mcp_host: None,
+            summarization: None,
         }
     }
 

@@ -264,6 +264,17 @@ pub struct ThreadState {
     /// run's turn limit counts only its own. Zero for a thread's first run.
     #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub turns_before: usize,
+    /// The thread's title (spec C.5), set once after the first exchange.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What summarization folded away (spec C.3): sent with every model request as
+    /// durable context, never a message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_text: Option<String>,
+    /// The AI messages summarization removed, so turn numbers (and the ids `ai-{turn}`)
+    /// keep counting after a compaction.
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub summarized_turns: usize,
 }
 
 fn is_zero_usize(n: &usize) -> bool {
@@ -288,6 +299,18 @@ pub struct StateUpdate {
     /// Tokens to add to the run's total.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_usage: Option<TokenUsage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_text: Option<String>,
+    /// Replaces every message before `messages` is applied (DeerFlow's
+    /// `RemoveMessage("__remove_all__")` followed by the preserved tail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replace_messages: Option<Vec<Message>>,
+    /// AI messages removed by this update's `replace_messages`, added to
+    /// [`ThreadState::summarized_turns`].
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub summarized_turns: usize,
 }
 
 impl StateUpdate {
@@ -301,6 +324,11 @@ impl StateUpdate {
 
     /// Folds `later` into this update (both applied in order give the same state).
     pub fn then(mut self, later: StateUpdate) -> StateUpdate {
+        if later.replace_messages.is_some() {
+            // A later replacement drops every message the earlier update added.
+            self.messages.clear();
+            self.replace_messages = later.replace_messages;
+        }
         self.messages.extend(later.messages);
         self.artifacts.extend(later.artifacts);
         self.promoted = merge_promoted(self.promoted, later.promoted);
@@ -322,6 +350,9 @@ impl StateUpdate {
             (Some(a), Some(b)) => Some(a + b),
             (a, b) => a.or(b),
         };
+        self.title = later.title.or(self.title);
+        self.summary_text = later.summary_text.or(self.summary_text);
+        self.summarized_turns += later.summarized_turns;
         self
     }
 }
@@ -349,11 +380,7 @@ impl ThreadState {
     /// skills and every field not named here (title, summary) kept; the stop reason and
     /// the token usage reset; `task` appended as the user's new message.
     pub fn continued(self, task: impl Into<String>) -> ThreadState {
-        let turns_before = self
-            .messages
-            .iter()
-            .filter(|m| matches!(m, Message::Ai { .. }))
-            .count();
+        let turns_before = self.turns();
         let mut state = ThreadState {
             stop_reason: None,
             token_usage: TokenUsage::default(),
@@ -364,18 +391,27 @@ impl ThreadState {
         state
     }
 
-    /// The AI messages of this run so far (those of earlier runs on the thread excluded).
-    pub fn turns_this_run(&self) -> usize {
+    /// The model turns of the thread so far: its AI messages and those summarization
+    /// folded away.
+    pub fn turns(&self) -> usize {
         self.messages
             .iter()
             .filter(|m| matches!(m, Message::Ai { .. }))
             .count()
-            .saturating_sub(self.turns_before)
+            + self.summarized_turns
+    }
+
+    /// The model turns of this run so far (those of earlier runs on the thread excluded).
+    pub fn turns_this_run(&self) -> usize {
+        self.turns().saturating_sub(self.turns_before)
     }
 
     /// Merges `update` through every reducer. A conflict leaves the state unchanged.
     pub fn apply(&mut self, update: StateUpdate) -> Result<(), StateConflict> {
         self.sandbox = merge_sandbox(self.sandbox.as_ref(), update.sandbox)?;
+        if let Some(replaced) = update.replace_messages {
+            self.messages = replaced;
+        }
         add_messages(&mut self.messages, update.messages);
         merge_artifacts(&mut self.artifacts, update.artifacts);
         self.promoted = merge_promoted(self.promoted.take(), update.promoted);
@@ -391,6 +427,13 @@ impl ThreadState {
         if let Some(usage) = update.token_usage {
             self.token_usage = self.token_usage + usage;
         }
+        if update.title.is_some() {
+            self.title = update.title;
+        }
+        if update.summary_text.is_some() {
+            self.summary_text = update.summary_text;
+        }
+        self.summarized_turns += update.summarized_turns;
         Ok(())
     }
 

@@ -178,6 +178,7 @@ fn spec(dir: &tempfile::TempDir, turns: Vec<ScriptedTurn>) -> TaskSpec {
         web_tools: Default::default(),
         sandbox_host: None,
         mcp_host: None,
+        summarization: None,
     }
 }
 

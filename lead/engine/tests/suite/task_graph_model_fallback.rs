@@ -109,6 +109,7 @@ async fn a_task_whose_primary_model_is_down_is_answered_by_its_fallback() {
         web_tools: Default::default(),
         sandbox_host: None,
         mcp_host: None,
+        summarization: None,
     };
     // As the worker receives it.
     let sent = codec::encode(&spec.to_wire().unwrap()).unwrap();

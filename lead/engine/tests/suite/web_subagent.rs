@@ -100,6 +100,7 @@ async fn a_subagent_task_runs_web_search_on_its_worker() {
         web_tools,
         sandbox_host: None,
         mcp_host: None,
+        summarization: None,
     };
     let run = drive_task(
         &spec,

@@ -77,7 +77,10 @@ pub(super) fn event_sink(
             | RunEvent::ModelFallback { .. }
             | RunEvent::EmptyReplyRetried { .. }
             | RunEvent::AssistantMessage { .. }
-            | RunEvent::AcpActivity { .. } => {}
+            | RunEvent::AcpActivity { .. }
+            | RunEvent::ContextSummarized { .. }
+            | RunEvent::ContextTrimmed { .. }
+            | RunEvent::TitleSet { .. } => {}
             // A subagent's MCP call asks the parent run's user.
             RunEvent::Task {
                 tool_call_id,

@@ -239,15 +239,10 @@ impl<'a> ReplyAssembler<'a> {
     /// An assembler for the reply to `request`, on behalf of the model named `model`;
     /// the request's observer hears each text and reasoning delta.
     pub fn new(model: &str, request: &ModelRequest<'a>) -> ReplyAssembler<'a> {
-        let played = request
-            .messages
-            .iter()
-            .filter(|m| matches!(m, Message::Ai { .. }))
-            .count();
         ReplyAssembler {
             model: model.to_owned(),
             observer: request.observer,
-            turn: played + 1,
+            turn: request.turn(),
             content: String::new(),
             calls: BTreeMap::new(),
             finish_reason: None,
