@@ -40,6 +40,7 @@ impl RunLoop {
             lead_tools: None,
             delegator: None,
             cancel: None,
+            files: Vec::new(),
         }
     }
 }
@@ -56,6 +57,8 @@ pub struct RunBuilder {
     lead_tools: Option<Arc<dyn LeadTools>>,
     delegator: Option<Arc<dyn Delegator>>,
     cancel: Option<Arc<CancelFlag>>,
+    /// The uploads the first user turn carries (`additional_kwargs.files`), by name.
+    files: Vec<String>,
 }
 
 impl RunBuilder {
@@ -94,6 +97,12 @@ impl RunBuilder {
         self
     }
 
+    /// The uploads (names in the thread's `uploads/`) the run's user turn carries.
+    pub fn files(mut self, files: Vec<String>) -> Self {
+        self.files = files;
+        self
+    }
+
     fn into_loop(self, state: ThreadState, step: i64) -> RunLoop {
         RunLoop {
             lease: Arc::new(SandboxLease::new(&self.context.run_id)),
@@ -115,7 +124,10 @@ impl RunBuilder {
 
     /// Starts a new run: its record and initial state are journaled as step 0.
     pub async fn start(self, task: &str) -> Result<RunLoop, RunError> {
-        let state = ThreadState::new(task);
+        let mut state = ThreadState::new(task);
+        if !self.files.is_empty() {
+            state.messages = vec![Message::human_with_files(task, &self.files)];
+        }
         let context = &self.context;
         let record = RunRecord {
             run_id: context.run_id.clone(),
