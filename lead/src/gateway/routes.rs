@@ -6,7 +6,7 @@
 
 use actix_web::{http::Method, web, Route};
 
-use super::{elicitation, oauth, ui};
+use super::{elicitation, oauth, ui, uploads};
 
 /// Who may use a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +28,9 @@ pub enum Access {
     Metrics,
     /// Any principal: a user, acting as itself.
     Member,
+    /// As [`Access::Member`], and the body may be `multipart/form-data` (an upload's
+    /// files) as well as JSON; a cross-origin browser request is still refused.
+    Upload,
     /// The operator only.
     Operator,
 }
@@ -35,7 +38,7 @@ pub enum Access {
 /// One route of the gateway.
 #[derive(Debug, Clone, Copy)]
 pub struct RouteSpec {
-    /// `GET`, `POST` or `PUT`.
+    /// `GET`, `POST`, `PUT` or `DELETE`.
     pub method: &'static str,
     /// The router's pattern (`{name}` segments).
     pub path: &'static str,
@@ -114,6 +117,27 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/api/runs/{id}/catalog", Access::Member, || {
         web::to(super::runs_api::run_catalog)
     }),
+    route("POST", "/api/threads/{tid}/uploads", Access::Upload, || {
+        web::to(uploads::upload)
+    }),
+    route(
+        "GET",
+        "/api/threads/{tid}/uploads/limits",
+        Access::Member,
+        || web::to(uploads::limits),
+    ),
+    route(
+        "GET",
+        "/api/threads/{tid}/uploads/list",
+        Access::Member,
+        || web::to(uploads::list),
+    ),
+    route(
+        "DELETE",
+        "/api/threads/{tid}/uploads/{filename}",
+        Access::Member,
+        || web::to(uploads::delete),
+    ),
     route("GET", "/api/whoami", Access::Member, || {
         web::to(super::whoami)
     }),
@@ -156,7 +180,10 @@ mod tests {
     #[test]
     fn every_path_has_one_access_per_method_and_unknown_methods_need_a_principal() {
         for (i, r) in ROUTES.iter().enumerate() {
-            assert!(matches!(r.method, "GET" | "POST" | "PUT"), "{r:?}");
+            assert!(
+                matches!(r.method, "GET" | "POST" | "PUT" | "DELETE"),
+                "{r:?}"
+            );
             assert!(
                 !ROUTES[..i]
                     .iter()

@@ -240,6 +240,11 @@ impl RunEnv {
         self.thread_files = ThreadFilesMode::SandboxHost;
     }
 
+    /// config.yaml as the next run would read it (the gateway's uploads read `uploads:`).
+    pub async fn app_config(&self) -> Result<Arc<AppConfig>, PrepareError> {
+        self.load_config(None).await
+    }
+
     /// How runs reach their thread's files.
     pub fn thread_files_mode(&self) -> ThreadFilesMode {
         self.thread_files
@@ -408,6 +413,7 @@ impl RunEnv {
             .builder(context, model, &catalog, settings, delegator)
             .cancel(Arc::clone(&cancel))
             .model_label(&label)
+            .files(submission.files.clone())
             .start(&submission.task)
             .await?;
         let id = run_id.to_owned();

@@ -12,6 +12,7 @@
 mod journal;
 mod probe;
 mod thread;
+mod uploads;
 
 pub use probe::{probe_writes, unwritable};
 

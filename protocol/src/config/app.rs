@@ -71,6 +71,7 @@ pub const DEERFLOW_READ_KEYS: &[&str] = &[
     "skill_scan",
     "llm_call",
     "circuit_breaker",
+    "uploads",
 ];
 
 /// The warning's text for a DeerFlow setting Antler does not act on.
