@@ -179,8 +179,11 @@ pub(super) async fn upload(
     };
     let uploads = target.dir.uploads.clone();
     let (base, user) = (target.base.clone(), target.user.clone());
+    let user_data = target.dir.user_data.clone();
     let prepared = blocking(move || {
-        std::fs::create_dir_all(&uploads)?;
+        for dir in antler_protocol::thread_dir::USER_DATA_DIRS {
+            std::fs::create_dir_all(user_data.join(dir))?;
+        }
         files::sweep_stale(&uploads);
         Ok(files::user_usage(&base, &user))
     })
@@ -272,6 +275,10 @@ async fn read_files(target: &Target, mut multipart: actix_multipart::Multipart, 
         let mut field = match next {
             None => break,
             Some(Ok(field)) => field,
+            // A body with no part at all (only its closing boundary) has no file.
+            Some(Err(_)) if parts == 0 => {
+                return refuse(&staged, StatusCode::BAD_REQUEST, NO_FILES.to_owned())
+            }
             Some(Err(e)) => {
                 return refuse(
                     &staged,

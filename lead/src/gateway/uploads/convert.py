@@ -12,12 +12,30 @@ def fail(reason):
     sys.exit(0)
 
 
+# Only the converter of the document's own type: MarkItDown's other converters (plain
+# text above all) would turn a file that is not what its name says into garbage.
+MARKITDOWN_CONVERTERS = {
+    ".pdf": "PdfConverter",
+    ".docx": "DocxConverter",
+    ".pptx": "PptxConverter",
+    ".xlsx": "XlsxConverter",
+    ".xls": "XlsConverter",
+}
+
+
 def with_markitdown(path):
     try:
         from markitdown import MarkItDown
+        import markitdown.converters as converters
     except ImportError:
         fail("markitdown is not installed in the sandbox")
-    return MarkItDown().convert(path).text_content
+    extension = "." + path.rsplit(".", 1)[-1].lower()
+    name = MARKITDOWN_CONVERTERS.get(extension)
+    if name is None:
+        fail("no converter reads " + extension + " files (save it as " + extension + "x)")
+    md = MarkItDown(enable_builtins=False)
+    md.register_converter(getattr(converters, name)())
+    return md.convert(path).text_content
 
 
 def with_pymupdf4llm(path):
