@@ -428,7 +428,7 @@ pub async fn before_run(state: &ThreadState, files: &dyn ThreadFiles) -> StateUp
     };
     StateUpdate {
         uploaded_files: Some(uploaded),
-        rewritten_human: Some((index, message)),
+        rewritten_human: Some(Box::new((index, message))),
         ..StateUpdate::default()
     }
 }

@@ -322,7 +322,7 @@ pub struct StateUpdate {
     /// A user turn rewritten in place (the uploads block prepended): its index in
     /// `messages` and the new message; ignored unless that message is a user turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rewritten_human: Option<(usize, Message)>,
+    pub rewritten_human: Option<Box<(usize, Message)>>,
 }
 
 impl StateUpdate {
@@ -402,7 +402,7 @@ impl ThreadState {
         if let Some(files) = update.uploaded_files {
             self.uploaded_files = files;
         }
-        if let Some((index, message)) = update.rewritten_human {
+        if let Some((index, message)) = update.rewritten_human.map(|r| *r) {
             if let (Some(slot @ Message::Human { .. }), Message::Human { .. }) =
                 (self.messages.get_mut(index), &message)
             {
