@@ -434,7 +434,7 @@ pub async fn before_run(state: &ThreadState, files: &dyn ThreadFiles) -> StateUp
 }
 
 /// The outline of the twin `twin` in the uploads directory (none when unreadable).
-async fn twin_outline(files: &dyn ThreadFiles, twin: &str) -> Outline {
+pub async fn twin_outline(files: &dyn ThreadFiles, twin: &str) -> Outline {
     let path = format!("{VIRTUAL_UPLOADS}/{twin}");
     match files.read(&path, MAX_TWIN_BYTES).await {
         Ok(read) => match read.content {
