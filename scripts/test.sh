@@ -45,6 +45,15 @@ if [ -f tests/requirements.txt ]; then
       "$(grep -E '^llama-cpp-python' tests/requirements.txt)"
   fi
   python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
+  # The upload converters run inside the sandbox, whose python3 is the system's under the
+  # read-only /usr: install the `# sandbox` pins for it too (into /usr/local).
+  if grep -qE '# sandbox$' tests/requirements.txt && [ -x /usr/bin/python3 ]; then
+    if ! /usr/bin/python3 -m pip --version >/dev/null 2>&1; then
+      if [ "$(id -u)" = 0 ]; then apt-get install -y -qq python3-pip >/dev/null; else sudo apt-get install -y -qq python3-pip >/dev/null; fi
+    fi
+    grep -E '# sandbox$' tests/requirements.txt | sed -E 's/ *#.*$//' \
+      | xargs /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --break-system-packages
+  fi
 fi
 
 cargo build --workspace --bins

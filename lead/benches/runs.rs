@@ -496,6 +496,7 @@ impl Lead {
                 subagents: None,
                 role: None,
                 idempotency_key: None,
+                files: Vec::new(),
             }))
         });
         let run_ids: Vec<String> = futures::future::join_all(submissions)

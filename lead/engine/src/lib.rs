@@ -46,6 +46,7 @@ pub use middleware::terminal_response::{EMPTY_REPLY_FALLBACK, RECOVERY_PROMPT};
 pub use middleware::title::{Titling, NEW_CONVERSATION};
 pub use middleware::token_budget::TokenBudget;
 pub use middleware::tool_error::{FailureClass, ToolFailure};
+pub use middleware::uploads::{UPLOADS_MANIFEST_FILE, VIRTUAL_UPLOADS};
 pub use model::openai::{ApiKey, OpenAiConfig, OpenAiModel, USE_CHAT_DEEPSEEK, USE_CHAT_OPENAI};
 /// What every provider reads from a `models:` entry, and the finish reasons replies use.
 pub use model::provider::{PROVIDER_NAMES, USE_IDS as MODEL_USE_IDS};

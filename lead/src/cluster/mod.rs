@@ -432,6 +432,9 @@ pub struct Runs {
     pub catalog: Addr<antler_engine::catalog::CatalogActor>,
     /// The runs store (the gateway's threads are read and written through its thread).
     pub store: crate::runs::store::CheckpointStore,
+    /// What runs are prepared with (the gateway's uploads reach the thread directories,
+    /// the config and sandbox-host through it).
+    pub env: Arc<crate::runs::prepare::RunEnv>,
 }
 
 /// Opens the checkpoint store and starts the catalog actor and the run manager (which
@@ -617,8 +620,9 @@ fn start_runs(
     }
     let env = Arc::new(env);
     let metrics = Arc::new(Metrics::default());
-    let manager = RunManager::new(env, metrics.clone(), !spec.ephemeral).start();
+    let manager = RunManager::new(env.clone(), metrics.clone(), !spec.ephemeral).start();
     Ok(Runs {
+        env,
         manager,
         metrics,
         dispatcher: dispatcher.clone(),

@@ -178,6 +178,7 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                     subagents: args.subagents.then_some(true),
                     role: None,
                     idempotency_key: None,
+                    files: Vec::new(),
                 }, SUBMIT_TIMEOUT).await,
             };
             let run_id = started.map_err(|e| anyhow::anyhow!("{e}"))?;

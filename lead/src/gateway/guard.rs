@@ -1,7 +1,8 @@
 //! Who may talk to the gateway, checked before any route runs. `Host` must name the gateway
 //! (a DNS-rebound page sends its own name); a browser's cross-origin request is refused
 //! (`Origin`, `Sec-Fetch-Site`); a request with a body must be JSON (no "simple" form or
-//! text/plain request slips through); and every route needs what its [`Access`] says: a
+//! text/plain request slips through), except an upload route's `multipart/form-data`
+//! (still same-origin and with a bearer token, which no form can send); and every route needs what its [`Access`] says: a
 //! bearer token, even on loopback, that [`Authenticator`] maps to a principal, and for
 //! the operator's routes the operator. The access comes from the route the router matched
 //! (see `routes`), never from the path string. Bodies are read with a size limit and a
@@ -150,9 +151,10 @@ impl Guard {
             return Ok(None);
         }
         let writes = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-        // A body must be JSON; a write without one (a cancel, a delete) has nothing to
-        // declare.
-        if writes && has_body(req) && !json_body(req) {
+        // A body must be JSON (a multipart one on an upload route); a write without one
+        // (a cancel, a delete) has nothing to declare.
+        let multipart_here = access == Access::Upload && multipart_body(req);
+        if writes && has_body(req) && !json_body(req) && !multipart_here {
             return Err(Refusal::ContentType);
         }
         let bearer = req
@@ -226,6 +228,15 @@ fn has_body(req: &HttpRequest) -> bool {
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim().parse::<u64>().map_or(true, |n| n > 0));
     length.unwrap_or(false) || req.headers().contains_key(header::TRANSFER_ENCODING)
+}
+
+/// Whether the request declares a `multipart/form-data` body (an upload route's files).
+fn multipart_body(req: &HttpRequest) -> bool {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("multipart/form-data"))
 }
 
 /// Whether the request declares a JSON body.
@@ -425,6 +436,33 @@ mod tests {
             .to_http_request();
         assert_eq!(check(&g, &no_token).err(), Some(Refusal::Credential));
         assert_eq!(check(&g, &start("x")).err(), Some(Refusal::Credential));
+    }
+
+    #[test]
+    fn multipart_passes_on_the_upload_route_only_and_never_cross_origin() {
+        let g = guard();
+        let post = |path: &str| {
+            TestRequest::post()
+                .uri(path)
+                .insert_header(("Host", "127.0.0.1:8001"))
+                .insert_header(("Content-Type", "multipart/form-data; boundary=x"))
+                .insert_header(("Authorization", "Bearer alice-token-0123456789"))
+        };
+        let upload = post("/api/threads/t1/uploads").to_http_request();
+        assert!(check(&g, &upload).is_ok());
+        let runs = post("/api/runs").to_http_request();
+        assert_eq!(check(&g, &runs).err(), Some(Refusal::ContentType));
+        let forged = post("/api/threads/t1/uploads")
+            .insert_header(("Origin", "http://evil.example"))
+            .to_http_request();
+        assert_eq!(check(&g, &forged).err(), Some(Refusal::CrossOrigin));
+        let form = TestRequest::post()
+            .uri("/api/threads/t1/uploads")
+            .insert_header(("Host", "127.0.0.1:8001"))
+            .insert_header(("Content-Type", "application/x-www-form-urlencoded"))
+            .insert_header(("Authorization", "Bearer alice-token-0123456789"))
+            .to_http_request();
+        assert_eq!(check(&g, &form).err(), Some(Refusal::ContentType));
     }
 
     #[test]

@@ -191,8 +191,13 @@ pub(super) fn message_json(message: &Message, id: String) -> Value {
             content,
             name,
             hide_from_ui,
+            additional_kwargs,
         } => {
-            let mut kwargs = Map::new();
+            let mut kwargs = additional_kwargs
+                .as_deref()
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
             if *hide_from_ui {
                 kwargs.insert("hide_from_ui".into(), Value::Bool(true));
             }

@@ -114,6 +114,8 @@ struct RunRequest {
     create_thread: bool,
     /// The user's new message.
     task: Option<String>,
+    /// The uploads it carries (`additional_kwargs.files[].filename`, spec A.7 step 3).
+    files: Vec<String>,
     /// An answer to the thread's interrupted run.
     answer: Option<String>,
     agent: Option<String>,
@@ -231,7 +233,7 @@ impl RunBody {
         };
         let modes = Modes::parse(self.stream_mode.as_ref())
             .map_err(|e| error(StatusCode::UNPROCESSABLE_ENTITY, e))?;
-        let (task, mut answer) = input_message(self.input.as_ref())?;
+        let (task, mut answer, files) = input_message(self.input.as_ref())?;
         if let Some(resume) = self.command.as_ref().map(|c| &c["resume"]) {
             if !resume.is_null() {
                 answer = Some(match resume {
@@ -285,6 +287,7 @@ impl RunBody {
             multitask,
             create_thread,
             task,
+            files,
             answer,
             agent,
             model: pick("model_name").as_str().map(str::to_owned),
@@ -294,14 +297,16 @@ impl RunBody {
     }
 }
 
-/// The user's new message of `input.messages` (the last human one) and, when it answers
-/// a clarification (spec A.7 step 5), its answer; 400 for a message that is not one.
-fn input_message(input: Option<&Value>) -> Result<(Option<String>, Option<String>), HttpResponse> {
+/// The user's new message of `input.messages` (the last human one), when it answers a
+/// clarification (spec A.7 step 5) its answer, and the names of the uploads it carries;
+/// 400 for a message that is not one.
+fn input_message(input: Option<&Value>) -> Result<InputMessage, HttpResponse> {
     let Some(list) = input.and_then(|i| i["messages"].as_array()) else {
-        return Ok((None, None));
+        return Ok((None, None, Vec::new()));
     };
     let mut task = None;
     let mut answer = None;
+    let mut files = Vec::new();
     for (i, m) in list.iter().enumerate() {
         let bad = |why: &str| {
             error(
@@ -316,14 +321,20 @@ fn input_message(input: Option<&Value>) -> Result<(Option<String>, Option<String
             continue;
         }
         let response = &m["additional_kwargs"]["human_input_response"];
-        answer = match response["value"].as_str() {
-            Some(value) => Some(value.to_owned()),
-            None => None,
-        };
+        answer = response["value"].as_str().map(str::to_owned);
+        files = m["additional_kwargs"]["files"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f["filename"].as_str().map(str::to_owned))
+            .collect();
         task = Some(text);
     }
-    Ok((task, answer))
+    Ok((task, answer, files))
 }
+
+/// [`input_message`]'s answer: the task, the clarification answer, the upload names.
+type InputMessage = (Option<String>, Option<String>, Vec<String>);
 
 /// What a run route answers once the run is started.
 enum Reply {
@@ -423,6 +434,7 @@ async fn start_run(
         subagents: request.subagents,
         role: principal.and_then(|p| p.role.clone().filter(|_| !p.operator || p.user.is_some())),
         idempotency_key: None,
+        files: request.files.clone(),
     };
     match state
         .runs

@@ -6,7 +6,7 @@
 
 use actix_web::{http::Method, web, Route};
 
-use super::{elicitation, oauth, ui};
+use super::{elicitation, oauth, ui, uploads};
 
 /// Who may use a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +28,9 @@ pub enum Access {
     Metrics,
     /// Any principal: a user, acting as itself.
     Member,
+    /// As [`Access::Member`], and the body may be `multipart/form-data` (an upload's
+    /// files) as well as JSON; a cross-origin browser request is still refused.
+    Upload,
     /// The operator only.
     Operator,
 }
@@ -200,6 +203,27 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/api/runs/{id}/catalog", Access::Member, || {
         web::to(super::runs_api::run_catalog)
     }),
+    route("POST", "/api/threads/{tid}/uploads", Access::Upload, || {
+        web::to(uploads::upload)
+    }),
+    route(
+        "GET",
+        "/api/threads/{tid}/uploads/limits",
+        Access::Member,
+        || web::to(uploads::limits),
+    ),
+    route(
+        "GET",
+        "/api/threads/{tid}/uploads/list",
+        Access::Member,
+        || web::to(uploads::list),
+    ),
+    route(
+        "DELETE",
+        "/api/threads/{tid}/uploads/{filename}",
+        Access::Member,
+        || web::to(uploads::delete),
+    ),
     route("GET", "/api/whoami", Access::Member, || {
         web::to(super::whoami)
     }),

@@ -57,6 +57,26 @@ struct SubmitBody {
     /// `true`: the run is offered `task` (subagents on the cluster's workers).
     #[serde(default)]
     subagents: Option<bool>,
+    /// Uploads of the thread the task's turn carries: names, or DeerFlow's
+    /// `additional_kwargs.files` entries (`{"filename", ...}`).
+    #[serde(default)]
+    files: Vec<UploadRef>,
+}
+
+/// One entry of `files`: a name in the thread's `uploads/`, or an object naming one.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum UploadRef {
+    Name(String),
+    Entry { filename: String },
+}
+
+impl UploadRef {
+    fn into_name(self) -> String {
+        match self {
+            UploadRef::Name(name) | UploadRef::Entry { filename: name } => name,
+        }
+    }
 }
 
 /// `POST /api/runs` with `{"task", "user"?, "thread"?, "playbook"?, "model"?,
@@ -113,6 +133,7 @@ pub(super) async fn post_run(
             .clone()
             .filter(|_| !principal.operator || principal.user.is_some()),
         idempotency_key,
+        files: body.files.into_iter().map(UploadRef::into_name).collect(),
     };
     let submitted = state
         .runs

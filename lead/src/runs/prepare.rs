@@ -256,6 +256,11 @@ impl RunEnv {
         self.thread_files = ThreadFilesMode::SandboxHost;
     }
 
+    /// config.yaml as the next run would read it (the gateway's uploads read `uploads:`).
+    pub async fn app_config(&self) -> Result<Arc<AppConfig>, PrepareError> {
+        self.load_config(None).await
+    }
+
     /// How runs reach their thread's files.
     pub fn thread_files_mode(&self) -> ThreadFilesMode {
         self.thread_files
@@ -466,7 +471,8 @@ impl RunEnv {
         let builder = self
             .builder(context, model, &catalog, settings, delegator)
             .cancel(Arc::clone(&cancel))
-            .model_label(&label);
+            .model_label(&label)
+            .files(submission.files.clone());
         let run = match state {
             // A thread with no message yet (created, never run) starts as a new one.
             Some(state) if !state.messages.is_empty() => {

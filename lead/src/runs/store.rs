@@ -13,6 +13,7 @@ mod journal;
 mod probe;
 mod thread;
 mod threads;
+mod uploads;
 
 pub use probe::{probe_writes, unwritable};
 pub use threads::{ThreadRefusal, ThreadRow};

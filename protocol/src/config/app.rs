@@ -96,6 +96,7 @@ pub const DEERFLOW_READ_KEYS: &[&str] = &[
     "extensions",
     "summarization",
     "title",
+    "uploads",
 ];
 
 /// The warning's text for a DeerFlow setting Antler does not act on.

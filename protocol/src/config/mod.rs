@@ -23,6 +23,7 @@ mod sandbox;
 mod server_params;
 mod shapes;
 mod subagents;
+mod uploads;
 
 use std::path::{Path, PathBuf};
 
@@ -71,6 +72,7 @@ pub use sandbox::{
 pub use server_params::{build_server_params, ServerParamsError, Transport, ACCEPTED_TRANSPORTS};
 pub use shapes::NamedMap;
 pub use subagents::{CustomAgentConfig, SubagentOverride, SubagentsConfig, TokenBudgetConfig};
+pub use uploads::{PdfConverter, UploadsConfig, UPLOADS_KEYS};
 
 /// A loaded config and what the operator should know about it.
 #[derive(Debug, Clone)]

@@ -124,6 +124,10 @@ pub struct RunSubmission {
     /// key and user is answered the first one's run instead of starting another.
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// The uploads (names in the thread's `uploads/`) the task's user turn carries
+    /// (`additional_kwargs.files`): the run's start lists them in `<current_uploads>`.
+    #[serde(default)]
+    pub files: Vec<String>,
 }
 
 /// Where a run's scripted playbook comes from. The type says who may name what: only the

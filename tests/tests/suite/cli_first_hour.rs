@@ -223,7 +223,7 @@ const IGNORED: &[&str] = &[
     "input_polish",
     "tool_output",
     "loop_detection",
-    "uploads",
+    "dedupe_storage",
     "checkpointer",
     "database",
     "channels",

@@ -110,7 +110,7 @@ fn no_spelling_of_a_route_gives_a_member_more_than_the_route_does() {
                 let refused_here = match route.access {
                     // The confirmation needs a browser's same-origin form and cookie.
                     Access::Operator | Access::Metrics | Access::Confirm => true,
-                    Access::Member => token.is_empty(),
+                    Access::Member | Access::Upload => token.is_empty(),
                     Access::Open | Access::Page | Access::Callback => false,
                 };
                 if refused_here {

@@ -39,11 +39,16 @@ impl<'c> RoutingBeforeFilter<'c> {
                 content,
                 name,
                 hide_from_ui,
+                additional_kwargs,
             } => Some(UserTurn {
                 text: content,
                 name: name.as_deref(),
                 hide_from_ui: *hide_from_ui,
-                original_text: None,
+                // The user's own text when the uploads block was prepended.
+                original_text: additional_kwargs
+                    .as_deref()
+                    .and_then(|k| k.get(crate::middleware::uploads::ORIGINAL_USER_CONTENT))
+                    .and_then(serde_json::Value::as_str),
             }),
             _ => None,
         });
@@ -173,6 +178,7 @@ mod tests {
             content: "orders".into(),
             name: None,
             hide_from_ui: true,
+            additional_kwargs: None,
         };
         assert_eq!(
             chain.auto_promote(&[Message::human("no match now"), hidden]),

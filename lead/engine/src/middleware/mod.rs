@@ -5,7 +5,8 @@
 //! tool policy, MCP routing before the deferred filter, subagent limit, loop detection,
 //! clarification last; the tool output budget wraps every result. `invalid_calls` (with
 //! `schema`) answers the calls a model got wrong before any of them runs; `terminal_response`
-//! asks again once after an empty reply.
+//! asks again once after an empty reply; `uploads` puts the `<current_uploads>` block on a
+//! run's user turn before its first model call.
 
 pub mod clarification;
 pub mod dangling;
@@ -23,6 +24,7 @@ pub mod terminal_response;
 pub mod title;
 pub mod token_budget;
 pub mod tool_error;
+pub mod uploads;
 
 use crate::thread::state::{Message, ToolStatus};
 

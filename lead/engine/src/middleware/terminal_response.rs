@@ -39,6 +39,7 @@ pub fn recovery_message() -> Message {
         content: RECOVERY_PROMPT.to_owned(),
         name: Some(RECOVERY_NAME.to_owned()),
         hide_from_ui: true,
+        additional_kwargs: None,
     }
 }
 

@@ -198,8 +198,20 @@ pub fn prepare_request(messages: &mut Vec<Message>, system: Option<&str>, date: 
         .iter()
         .rposition(crate::tools::skills::is_real_user_message)
     {
-        if let Message::Human { content, .. } = &mut messages[at] {
-            *content = sanitize_user_input(content);
+        if let Message::Human {
+            content,
+            additional_kwargs,
+            ..
+        } = &mut messages[at]
+        {
+            // The uploads block is the server's: only the user's own text is sanitized.
+            *content = match crate::middleware::uploads::split_block(
+                content,
+                additional_kwargs.as_deref(),
+            ) {
+                Some((at, user)) => format!("{}{}", &content[..at], sanitize_user_input(&user)),
+                None => sanitize_user_input(content),
+            };
         }
     }
     let mut leading = String::with_capacity(system.len() + 128);

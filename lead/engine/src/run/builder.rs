@@ -41,6 +41,7 @@ impl RunLoop {
             lead_tools: None,
             delegator: None,
             cancel: None,
+            files: Vec::new(),
         }
     }
 }
@@ -57,6 +58,8 @@ pub struct RunBuilder {
     lead_tools: Option<Arc<dyn LeadTools>>,
     delegator: Option<Arc<dyn Delegator>>,
     cancel: Option<Arc<CancelFlag>>,
+    /// The uploads the first user turn carries (`additional_kwargs.files`), by name.
+    files: Vec<String>,
 }
 
 impl RunBuilder {
@@ -95,6 +98,12 @@ impl RunBuilder {
         self
     }
 
+    /// The uploads (names in the thread's `uploads/`) the run's user turn carries.
+    pub fn files(mut self, files: Vec<String>) -> Self {
+        self.files = files;
+        self
+    }
+
     fn into_loop(self, state: ThreadState, step: i64) -> RunLoop {
         RunLoop {
             lease: Arc::new(SandboxLease::new(&self.context.run_id)),
@@ -129,6 +138,12 @@ impl RunBuilder {
     }
 
     async fn start_with(self, state: ThreadState, task: &str) -> Result<RunLoop, RunError> {
+        let mut state = state;
+        if !self.files.is_empty() {
+            if let Some(last @ Message::Human { .. }) = state.messages.last_mut() {
+                *last = Message::human_with_files(task, &self.files);
+            }
+        }
         let context = &self.context;
         let record = RunRecord {
             run_id: context.run_id.clone(),

@@ -85,7 +85,10 @@ impl Executor<'_> {
             PRESENT_FILES => return Ok(builtins::present_files(call, self.context).await),
             TOOL_SEARCH_NAME => return builtins::tool_search(call, self.catalog),
             VIEW_IMAGE => return Ok(view_image::view_image(call, self.context).await),
-            LIST_UPLOADED_FILES => return builtins::list_uploaded_files(call, self.context).await,
+            LIST_UPLOADED_FILES => {
+                return builtins::list_uploaded_files(call, self.context, &state.uploaded_files)
+                    .await
+            }
             DESCRIBE_SKILL => return self.describe_skill(call),
             INVOKE_ACP_AGENT if self.acp.is_some() => return self.acp(call).await,
             SKILL_MANAGE if self.skill_manage.is_some() => {

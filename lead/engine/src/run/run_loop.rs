@@ -14,8 +14,8 @@ use serde::Serialize;
 
 use crate::catalog::builtins::{PRESENT_FILES, TASK};
 use crate::catalog::Catalog;
-use crate::middleware::dangling;
 use crate::middleware::skill_policy::SkillPolicy;
+use crate::middleware::{dangling, uploads};
 use crate::model::{ChatModel, ModelError};
 use crate::run::events::{EventSink, RunEvent, ToolState};
 use crate::run::execute::{Executor, LeadTools};
@@ -370,6 +370,18 @@ impl RunLoop {
         {
             if tool_calls.is_empty() {
                 return Ok(StepEnd::Final(content.clone()));
+            }
+        }
+        // A run that starts from a user turn: DeerFlow's `UploadsMiddleware.before_agent`.
+        if matches!(self.state.messages.last(), Some(Message::Human { .. })) {
+            let update = uploads::before_run(&self.state, &*self.context.files).await;
+            let changes = update.rewritten_human.is_some()
+                || update
+                    .uploaded_files
+                    .as_ref()
+                    .is_some_and(|files| *files != self.state.uploaded_files);
+            if changes {
+                self.merge(update).await?;
             }
         }
         self.collect_dangling_tasks().await?;

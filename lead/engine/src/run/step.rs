@@ -201,6 +201,7 @@ impl RunLoop {
                 content: text.clone(),
                 name: Some(BUDGET_WARNING_NAME.to_owned()),
                 hide_from_ui: true,
+                additional_kwargs: None,
             });
             self.budget_warning = BudgetWarning::Sent;
         }

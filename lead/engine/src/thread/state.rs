@@ -69,6 +69,10 @@ pub enum Message {
         name: Option<String>,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         hide_from_ui: bool,
+        /// LangChain's `additional_kwargs`: `files` (the uploads this turn carries, by
+        /// name) and `original_user_content` (the text before the uploads block).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        additional_kwargs: Option<Box<Value>>,
     },
     Ai {
         /// Stable id: an update carrying the id of an existing AI message replaces it.
@@ -99,6 +103,22 @@ impl Message {
             content: content.into(),
             name: None,
             hide_from_ui: false,
+            additional_kwargs: None,
+        }
+    }
+
+    /// A user turn that carries uploaded files (`additional_kwargs.files`, by name).
+    pub fn human_with_files(content: impl Into<String>, files: &[String]) -> Message {
+        let files: Vec<Value> = files
+            .iter()
+            .map(|f| serde_json::json!({ "filename": f }))
+            .collect();
+        Message::Human {
+            content: content.into(),
+            name: None,
+            hide_from_ui: false,
+            additional_kwargs: (!files.is_empty())
+                .then(|| Box::new(serde_json::json!({ "files": files }))),
         }
     }
 
@@ -275,10 +295,26 @@ pub struct ThreadState {
     /// keep counting after a compaction.
     #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub summarized_turns: usize,
+    /// The files the run's last user turn uploaded (`UploadsMiddleware`, set at the start
+    /// of every run, `[]` when there are none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uploaded_files: Vec<UploadedFile>,
 }
 
 fn is_zero_usize(n: &usize) -> bool {
     *n == 0
+}
+
+/// One file of [`ThreadState::uploaded_files`] (DeerFlow's `uploaded_files` entry; `size`
+/// is the server's count of the bytes on disk, never the client's claim).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadedFile {
+    pub filename: String,
+    pub size: u64,
+    /// `/mnt/user-data/uploads/{filename}`.
+    pub path: String,
+    /// `.pdf`, or empty.
+    pub extension: String,
 }
 
 /// What one step returns; `None` and empty fields leave the state as it is, except
@@ -311,6 +347,13 @@ pub struct StateUpdate {
     /// [`ThreadState::summarized_turns`].
     #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub summarized_turns: usize,
+    /// The uploads of this run (replaces the list; `Some(empty)` clears it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uploaded_files: Option<Vec<UploadedFile>>,
+    /// A user turn rewritten in place (the uploads block prepended): its index in
+    /// `messages` and the new message; ignored unless that message is a user turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewritten_human: Option<Box<(usize, Message)>>,
 }
 
 impl StateUpdate {
@@ -353,6 +396,8 @@ impl StateUpdate {
         self.title = later.title.or(self.title);
         self.summary_text = later.summary_text.or(self.summary_text);
         self.summarized_turns += later.summarized_turns;
+        self.uploaded_files = later.uploaded_files.or(self.uploaded_files);
+        self.rewritten_human = later.rewritten_human.or(self.rewritten_human);
         self
     }
 }
@@ -434,6 +479,16 @@ impl ThreadState {
             self.summary_text = update.summary_text;
         }
         self.summarized_turns += update.summarized_turns;
+        if let Some(files) = update.uploaded_files {
+            self.uploaded_files = files;
+        }
+        if let Some((index, message)) = update.rewritten_human.map(|r| *r) {
+            if let (Some(slot @ Message::Human { .. }), Message::Human { .. }) =
+                (self.messages.get_mut(index), &message)
+            {
+                *slot = message;
+            }
+        }
         Ok(())
     }
 

@@ -19,6 +19,7 @@ use crate::catalog::{Catalog, TOOL_SEARCH_NAME};
 use crate::middleware::tool_error::{FailureClass, ToolFailure};
 use crate::thread::context::{RunContext, VIRTUAL_USER_DATA};
 use crate::thread::files::ThreadFiles;
+use crate::thread::input::neutralize_untrusted_tags;
 use crate::thread::state::{Message, StateUpdate, ToolCall, ToolStatus};
 
 #[cfg(test)]
@@ -220,16 +221,18 @@ struct Upload {
     modified: SystemTime,
 }
 
-/// `list_uploaded_files(include_outline=False, max_results=20)`: the thread's uploads,
-/// newest first (ties by name, so the order never depends on the directory's), as
+/// `list_uploaded_files(include_outline=False, max_results=20)`: the thread's uploads
+/// from earlier turns (the run's own `uploaded_files` are in `<current_uploads>` and left
+/// out), newest first (ties by name, so the order never depends on the directory's), as
 /// DeerFlow's dict rendered the way langchain renders it (`json.dumps`). Staging files,
-/// symlinks and anything not a regular file are skipped, and so is a `.md` file that has
-/// a sibling with its stem (the converted copy of an upload). Antler keeps no record of
-/// the current run's uploads and extracts no outlines, so `include_outline` is accepted
-/// and has no effect.
+/// symlinks and anything not a regular file are skipped, and so is each upload's Markdown
+/// twin: the one the gateway recorded (a user's own `.md` stays listed), or, in a thread
+/// with no record, a `.md` that has a sibling with its stem. `include_outline` (true, or
+/// a list of names) adds `outline` (or `outline_preview`) from each file's twin.
 pub async fn list_uploaded_files(
     call: &ToolCall,
     context: &RunContext,
+    current: &[crate::thread::state::UploadedFile],
 ) -> Result<StateUpdate, ToolFailure> {
     let max_results = match call.args.get("max_results") {
         None | Some(Value::Null) => DEFAULT_MAX_UPLOADS,
@@ -241,17 +244,26 @@ pub async fn list_uploaded_files(
             ))
         }
     };
-    match call.args.get("include_outline") {
-        None | Some(Value::Null | Value::Bool(_)) => {}
-        Some(Value::Array(items)) if items.iter().all(Value::is_string) => {}
+    let outlines = match call.args.get("include_outline") {
+        None | Some(Value::Null) => Outlines::Some(BTreeSet::new()),
+        Some(Value::Bool(all)) if *all => Outlines::All,
+        Some(Value::Bool(_)) => Outlines::Some(BTreeSet::new()),
+        Some(Value::Array(items)) if items.iter().all(Value::is_string) => Outlines::Some(
+            items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+        ),
         Some(_) => {
             return Err(ToolFailure::new(
                 FailureClass::ValidationError,
                 "include_outline: input should be a boolean or a list of file names",
             ))
         }
-    }
-    let result = uploads_listing(&*context.files, max_results).await;
+    };
+    let current: BTreeSet<&str> = current.iter().map(|f| f.filename.as_str()).collect();
+    let result = uploads_listing(&*context.files, max_results, &current, &outlines).await;
     let mut content = String::new();
     write_compact(&mut content, &Value::Object(result));
     Ok(StateUpdate::messages([Message::tool(
@@ -262,18 +274,40 @@ pub async fn list_uploaded_files(
     )]))
 }
 
+/// Which files' outlines a listing adds.
+enum Outlines {
+    All,
+    Some(BTreeSet<String>),
+}
+
+impl Outlines {
+    fn wants(&self, name: &str) -> bool {
+        match self {
+            Outlines::All => true,
+            Outlines::Some(names) => names.contains(name),
+        }
+    }
+}
+
 /// `_list_uploaded_files_impl`'s dict for the thread's `uploads` directory, read beneath
 /// a handle on its user data (a link never leads the listing out).
-async fn uploads_listing(files: &dyn ThreadFiles, max_results: i64) -> Map<String, Value> {
+async fn uploads_listing(
+    files: &dyn ThreadFiles,
+    max_results: i64,
+    current: &BTreeSet<&str>,
+    outlines: &Outlines,
+) -> Map<String, Value> {
     let reply = |message: String| match json!({"files": [], "message": message}) {
         Value::Object(map) => map,
         _ => Map::new(),
     };
+    let twins = crate::middleware::uploads::twins(files).await;
     let mut uploads = match files.list_files(VIRTUAL_UPLOADS).await {
-        Ok(listed) => read_uploads(listed),
+        Ok(listed) => read_uploads(listed, &twins),
         Err(ThreadFileError::NotFound { .. }) => return reply(NO_UPLOADS_DIR.to_owned()),
         Err(_) => return reply(UPLOADS_UNREADABLE.replacen("{uploads_dir}", VIRTUAL_UPLOADS, 1)),
     };
+    uploads.retain(|u| !current.contains(u.name.as_str()));
     if uploads.is_empty() {
         return reply(NO_HISTORICAL_UPLOADS.to_owned());
     }
@@ -284,18 +318,42 @@ async fn uploads_listing(files: &dyn ThreadFiles, max_results: i64) -> Map<Strin
     });
     let max_results = max_results.clamp(1, MAX_MAX_UPLOADS) as usize;
     let total_count = uploads.len();
-    let files: Vec<Value> = uploads
-        .iter()
-        .take(max_results)
-        .map(|upload| {
-            json!({
-                "filename": upload.name,
-                "size": upload.size,
-                "path": format!("{VIRTUAL_UPLOADS}/{}", upload.name),
-                "extension": python_suffix(&upload.name),
-            })
-        })
-        .collect();
+    let mut listed: Vec<Value> = Vec::new();
+    for upload in uploads.iter().take(max_results) {
+        let mut info = json!({
+            "filename": neutralize_untrusted_tags(&upload.name),
+            "size": upload.size,
+            "path": neutralize_untrusted_tags(&format!("{VIRTUAL_UPLOADS}/{}", upload.name)),
+            "extension": neutralize_untrusted_tags(python_suffix(&upload.name)),
+        });
+        if let Some(twin) = twins
+            .get(&upload.name)
+            .filter(|_| outlines.wants(&upload.name))
+        {
+            let outline = crate::middleware::uploads::twin_outline(files, twin).await;
+            if !outline.entries.is_empty() {
+                let mut entries: Vec<Value> = outline
+                    .entries
+                    .iter()
+                    .map(|e| json!({"title": neutralize_untrusted_tags(&e.title), "line": e.line}))
+                    .collect();
+                if outline.truncated {
+                    entries.push(json!({"truncated": true}));
+                }
+                info["outline"] = Value::Array(entries);
+            }
+            if !outline.preview.is_empty() {
+                info["outline_preview"] = outline
+                    .preview
+                    .iter()
+                    .map(|p| neutralize_untrusted_tags(p))
+                    .collect::<Vec<_>>()
+                    .into();
+            }
+        }
+        listed.push(info);
+    }
+    let files = listed;
     let mut result = Map::new();
     result.insert("files".into(), Value::Array(files));
     result.insert("total_count".into(), total_count.into());
@@ -310,8 +368,9 @@ async fn uploads_listing(files: &dyn ThreadFiles, max_results: i64) -> Map<Strin
 }
 
 /// The regular files of the uploads directory that are listed: no staging files, no
-/// `.md` conversion beside its original (links and other kinds are never in `listed`).
-fn read_uploads(listed: Vec<ListedFile>) -> Vec<Upload> {
+/// Markdown twin (the recorded ones; without a record, a `.md` beside a file of its stem);
+/// links and other kinds are never in `listed`.
+fn read_uploads(listed: Vec<ListedFile>, twins: &BTreeMap<String, String>) -> Vec<Upload> {
     let mut files: Vec<Upload> = listed
         .into_iter()
         .filter(|f| !(f.name.starts_with(STAGING_PREFIX) && f.name.ends_with(STAGING_SUFFIX)))
@@ -325,6 +384,10 @@ fn read_uploads(listed: Vec<ListedFile>) -> Vec<Upload> {
             size: f.size,
         })
         .collect();
+    if !twins.is_empty() {
+        files.retain(|file| !twins.values().any(|twin| *twin == file.name));
+        return files;
+    }
     let names: BTreeSet<String> = files.iter().map(|f| f.name.clone()).collect();
     files.retain(|file| {
         let Some(stem) = file.name.strip_suffix(".md") else {

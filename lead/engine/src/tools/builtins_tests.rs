@@ -233,6 +233,15 @@ fn tool_search_promotes_through_the_catalog() {
 // list_uploaded_files
 
 fn list_uploads(thread: &Thread, args: serde_json::Value) -> String {
+    list_uploads_beside(thread, args, &[])
+}
+
+/// [`list_uploads`] in a run whose own uploads are `current`.
+fn list_uploads_beside(
+    thread: &Thread,
+    args: serde_json::Value,
+    current: &[crate::thread::state::UploadedFile],
+) -> String {
     let update = block(list_uploaded_files(
         &ToolCall {
             id: "c1".into(),
@@ -240,6 +249,7 @@ fn list_uploads(thread: &Thread, args: serde_json::Value) -> String {
             args,
         },
         &thread.context,
+        current,
     ))
     .unwrap();
     let (content, status) = reply(&update);
@@ -258,6 +268,44 @@ fn upload(thread: &Thread, name: &str, size: usize, at: u64) {
         .unwrap()
         .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(at))
         .unwrap();
+}
+
+#[test]
+fn recorded_twins_are_hidden_a_users_md_is_listed_and_the_runs_own_uploads_left_out() {
+    let thread = thread();
+    upload(&thread, "report.pdf", 20, 100);
+    upload(&thread, "report.md", 5, 200);
+    upload(&thread, "report_1.md", 30, 100);
+    upload(&thread, "now.csv", 3, 300);
+    std::fs::write(
+        thread
+            .context
+            .paths
+            .user_data()
+            .join(".uploads-manifest.json"),
+        r#"{"twins":{"report.pdf":"report_1.md"}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        thread.context.paths.uploads().join("report_1.md"),
+        "# Introduction\ntext\n## Results\n",
+    )
+    .unwrap();
+    let current = [crate::thread::state::UploadedFile {
+        filename: "now.csv".into(),
+        size: 3,
+        path: "/mnt/user-data/uploads/now.csv".into(),
+        extension: ".csv".into(),
+    }];
+    let listed = list_uploads_beside(
+        &thread,
+        json!({"include_outline": ["report.pdf"]}),
+        &current,
+    );
+    assert_eq!(
+        listed,
+        r#"{"files": [{"filename": "report.md", "size": 5, "path": "/mnt/user-data/uploads/report.md", "extension": ".md"}, {"filename": "report.pdf", "size": 20, "path": "/mnt/user-data/uploads/report.pdf", "extension": ".pdf", "outline": [{"title": "Introduction", "line": 1}, {"title": "Results", "line": 3}]}], "total_count": 2, "message": "Found 2 historical file(s)."}"#
+    );
 }
 
 #[test]
@@ -377,6 +425,7 @@ fn list_uploaded_files_refuses_mistyped_arguments() {
                 args,
             },
             &thread.context,
+            &[],
         ))
         .unwrap_err();
         assert_eq!(

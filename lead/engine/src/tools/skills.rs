@@ -384,6 +384,7 @@ pub fn insert_reminder(messages: &mut Vec<Message>, reminder: String) {
             content: reminder,
             name: None,
             hide_from_ui: true,
+            additional_kwargs: None,
         },
     );
 }

@@ -281,6 +281,7 @@ async fn an_empty_reply_is_asked_again_once_with_the_hidden_reminder() {
             content: RECOVERY_PROMPT.to_owned(),
             name: Some("terminal_response_recovery".to_owned()),
             hide_from_ui: true,
+            additional_kwargs: None,
         })
     );
     // The reminder went with that request only.

@@ -117,6 +117,7 @@ pub fn durable_context(summary_text: Option<&str>) -> Vec<Message> {
             ),
             name: None,
             hide_from_ui: true,
+            additional_kwargs: None,
         },
     ]
 }

@@ -177,6 +177,7 @@ fn a_human_message_before_tool_results_in_one_turn_goes_after_them() {
         content: "Summary so far.".to_owned(),
         name: Some("summary".to_owned()),
         hide_from_ui: true,
+        additional_kwargs: None,
     };
     messages.insert(3, summary);
     messages.pop();
