@@ -71,6 +71,7 @@ pub const DEERFLOW_READ_KEYS: &[&str] = &[
     "skill_scan",
     "llm_call",
     "circuit_breaker",
+    "memory",
 ];
 
 /// The warning's text for a DeerFlow setting Antler does not act on.
@@ -398,6 +399,13 @@ pub(crate) fn load_app(
             warnings.push(doc.warning(WarningKind::Ignored, path, IGNORED_SETTING));
         }
     }
+    for note in super::memory::parse(config.other.get("memory")).1 {
+        let kind = match note.unknown {
+            true => WarningKind::UnknownKey,
+            false => WarningKind::Ignored,
+        };
+        warnings.push(doc.warning(kind, note.path, note.message));
+    }
     let top_k = config.tool_search.auto_promote_top_k;
     if !(1..=5).contains(&top_k) {
         let path = FieldPath::root()
@@ -434,6 +442,9 @@ pub(crate) fn semantic_errors(doc: &Document<'_>, config: &AppConfig) -> Vec<Con
         let path = FieldPath::root().key("subagents").key("max_total_per_run");
         let expected = Some("expected an integer from 1 to 50".to_owned());
         errors.push(doc.invalid(path, "value out of range", expected));
+    }
+    for problem in super::memory::parse(config.other.get("memory")).2 {
+        errors.push(doc.invalid(problem.path, problem.message, Some(problem.expected)));
     }
     errors.sort_by_key(|e| e.location().map(|l| (l.line, l.column)));
     errors
