@@ -614,6 +614,11 @@ fn start_runs(
         env.thread_files_through_sandbox_host();
     }
     let env = Arc::new(env);
+    if !spec.ephemeral {
+        // A long-lived lead learns; an ephemeral one only queues (the store keeps it).
+        let worker = crate::memory::worker::MemoryWorker::new(Arc::clone(&env)).start();
+        let _ = env.memory_worker.set(worker);
+    }
     let metrics = Arc::new(Metrics::default());
     let manager = RunManager::new(env, metrics.clone(), !spec.ephemeral).start();
     Ok(Runs {

@@ -10,6 +10,7 @@
 //! own thread (`thread`), in the order it was sent, never onto an actor's thread.
 
 mod journal;
+pub mod memory;
 mod probe;
 mod thread;
 
@@ -207,6 +208,9 @@ impl CheckpointStore {
             .pragma_update(None, "cache_size", CACHE_KIB)
             .map_err(open_error)?;
         connection.execute_batch(SCHEMA).map_err(open_error)?;
+        connection
+            .execute_batch(memory::SCHEMA)
+            .map_err(open_error)?;
         // A store written before runs recorded these gains the columns.
         for (column, definition) in [
             ("clarification", "INTEGER NOT NULL DEFAULT 0"),
