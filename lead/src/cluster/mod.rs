@@ -430,6 +430,8 @@ pub struct Runs {
     pub dispatcher: Addr<crate::subagents::dispatcher::SubagentDispatcher>,
     /// The catalog actor the runs' catalogs come from.
     pub catalog: Addr<antler_engine::catalog::CatalogActor>,
+    /// What runs are prepared with: the runs store and config.yaml (the memory routes).
+    pub env: Arc<crate::runs::prepare::RunEnv>,
 }
 
 /// Opens the checkpoint store and starts the catalog actor and the run manager (which
@@ -620,12 +622,13 @@ fn start_runs(
         let _ = env.memory_worker.set(worker);
     }
     let metrics = Arc::new(Metrics::default());
-    let manager = RunManager::new(env, metrics.clone(), !spec.ephemeral).start();
+    let manager = RunManager::new(Arc::clone(&env), metrics.clone(), !spec.ephemeral).start();
     Ok(Runs {
         manager,
         metrics,
         dispatcher: dispatcher.clone(),
         catalog,
+        env,
     })
 }
 

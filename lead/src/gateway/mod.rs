@@ -3,7 +3,8 @@
 //! (`POST /api/mcp/{server}/oauth/start`, `GET /api/mcp/oauth/callback`, see `oauth`); runs (`POST /api/runs`,
 //! `GET /api/runs/{id}`, `GET /api/runs/{id}/events` as server-sent events,
 //! `POST /api/runs/{id}/answer`, `POST /api/runs/{id}/cancel`, an MCP elicitation's
-//! answer `POST /api/runs/{id}/elicitations/{eid}`, see `elicitation`); and `GET /metrics` in Prometheus' text format. A `PUT` of
+//! answer `POST /api/runs/{id}/elicitations/{eid}`, see `elicitation`); a principal's own
+//! memory (`/api/memory`, see `memory`); and `GET /metrics` in Prometheus' text format. A `PUT` of
 //! the MCP config is validated with the same loader mcp-host uses, written atomically
 //! (temporary file, fsync, rename), and applied at once by asking mcp-host to reload.
 //! Owns one HTTP server that `stop` ends. The address comes from `ANTLER_GATEWAY_ADDR`
@@ -22,6 +23,7 @@ mod elicitation;
 mod events;
 mod guard;
 mod mcp_config;
+mod memory;
 mod oauth;
 mod principal;
 mod quota;

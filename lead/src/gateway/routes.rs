@@ -35,7 +35,7 @@ pub enum Access {
 /// One route of the gateway.
 #[derive(Debug, Clone, Copy)]
 pub struct RouteSpec {
-    /// `GET`, `POST` or `PUT`.
+    /// `GET`, `POST`, `PUT` or `DELETE`.
     pub method: &'static str,
     /// The router's pattern (`{name}` segments).
     pub path: &'static str,
@@ -113,6 +113,31 @@ pub const ROUTES: &[RouteSpec] = &[
     }),
     route("GET", "/api/runs/{id}/catalog", Access::Member, || {
         web::to(super::runs_api::run_catalog)
+    }),
+    // A principal's own memory (the operator names a user with `?user=`).
+    route("GET", "/api/memory", Access::Member, || {
+        web::to(super::memory::get_memory)
+    }),
+    route("DELETE", "/api/memory", Access::Member, || {
+        web::to(super::memory::clear_memory)
+    }),
+    route("GET", "/api/memory/facts", Access::Member, || {
+        web::to(super::memory::list_facts)
+    }),
+    route("DELETE", "/api/memory/facts/{id}", Access::Member, || {
+        web::to(super::memory::delete_fact)
+    }),
+    route("GET", "/api/memory/export", Access::Member, || {
+        web::to(super::memory::get_memory)
+    }),
+    route("POST", "/api/memory/import", Access::Member, || {
+        web::to(super::memory::import_memory)
+    }),
+    route("GET", "/api/memory/config", Access::Member, || {
+        web::to(super::memory::get_config)
+    }),
+    route("GET", "/api/memory/status", Access::Member, || {
+        web::to(super::memory::get_status)
     }),
     route("GET", "/api/whoami", Access::Member, || {
         web::to(super::whoami)
