@@ -35,29 +35,50 @@ const ACTED_ON: &[&str] = &[
     "model",
 ];
 
-/// DeerMem keys about its file storage, retrieval index and in-process caches: Antler
-/// keeps memory in the runs database, so they have no effect (a note says so).
-const NO_EFFECT: &[&str] = &[
-    "storage_path",
-    "storage_class",
-    "strict_user_scope",
-    "manifest_filename",
-    "file_lock_timeout_seconds",
-    "retrieval_adapter",
-    "watermark_max_keys",
-    "fact_eviction_shadow_enabled",
-    "eviction_confidence_weight",
-    "eviction_confirmation_weight",
-    "eviction_access_weight",
-    "eviction_confirmation_half_life_days",
-    "eviction_access_half_life_days",
-    "eviction_correction_reserved_fraction",
-    "eviction_correction_reserved_max",
-    "eviction_audit_max_entries",
-    "consolidation_min_facts",
-    "consolidation_max_groups_per_cycle",
-    "consolidation_max_sources",
+/// DeerMem keys about its file storage, retrieval index, hybrid eviction and in-process
+/// caches, with the values that change nothing (DeerFlow's defaults, as its example config
+/// writes them): Antler keeps memory in the runs database, so another value has no effect
+/// (a note says so).
+const NO_EFFECT: &[(&str, &[&str])] = &[
+    ("storage_path", &[""]),
+    ("storage_class", &["", "file"]),
+    ("strict_user_scope", &["false"]),
+    ("manifest_filename", &["memory.json"]),
+    ("file_lock_timeout_seconds", &["10"]),
+    ("retrieval_adapter", &["fts5"]),
+    ("watermark_max_keys", &["4096"]),
+    ("fact_eviction_shadow_enabled", &["false"]),
+    ("eviction_confidence_weight", &["0.65"]),
+    ("eviction_confirmation_weight", &["0.25"]),
+    ("eviction_access_weight", &["0.1"]),
+    ("eviction_confirmation_half_life_days", &["90"]),
+    ("eviction_access_half_life_days", &["30"]),
+    ("eviction_correction_reserved_fraction", &["0.1"]),
+    ("eviction_correction_reserved_max", &["10"]),
+    ("eviction_audit_max_entries", &["200"]),
+    ("consolidation_min_facts", &["8"]),
+    ("consolidation_max_groups_per_cycle", &["3"]),
+    ("consolidation_max_sources", &["8"]),
 ];
+
+/// Whether `key` is one of [`NO_EFFECT`]'s.
+fn no_effect_key(key: &str) -> bool {
+    NO_EFFECT.iter().any(|(k, _)| *k == key)
+}
+
+/// Whether `value` of a [`NO_EFFECT`] key is one that changes nothing.
+fn changes_nothing(key: &str, value: &Value) -> bool {
+    let Some((_, defaults)) = NO_EFFECT.iter().find(|(k, _)| *k == key) else {
+        return false;
+    };
+    let shown = match value {
+        Value::Null => return true,
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.as_f64().map(|x| x.to_string()).unwrap_or_default(),
+        other => other.to_string(),
+    };
+    defaults.contains(&shown.as_str())
+}
 
 /// The host-shared keys of `memory:`.
 const SHARED: &[&str] = &[
@@ -303,7 +324,7 @@ pub fn parse(section: Option<&Value>) -> (MemoryConfig, Vec<MemoryNote>, Vec<Mem
         if SHARED.contains(&key.as_str()) {
             continue;
         }
-        let legacy = ACTED_ON.contains(&key.as_str()) || NO_EFFECT.contains(&key.as_str());
+        let legacy = ACTED_ON.contains(&key.as_str()) || no_effect_key(key);
         if key == "model_name" {
             if let Some(name) = value.as_str().filter(|s| !s.is_empty()) {
                 let model = backend
@@ -332,12 +353,14 @@ pub fn parse(section: Option<&Value>) -> (MemoryConfig, Vec<MemoryNote>, Vec<Mem
     let bc = root.key("backend_config");
     let s = &mut config.deermem;
     for (key, value) in &backend {
-        if NO_EFFECT.contains(&key.as_str()) && !value.is_null() {
-            notes.push(MemoryNote {
-                path: bc.key(key),
-                message: NO_EFFECT_NOTE.to_owned(),
-                unknown: false,
-            });
+        if no_effect_key(key) {
+            if !changes_nothing(key, value) {
+                notes.push(MemoryNote {
+                    path: bc.key(key),
+                    message: NO_EFFECT_NOTE.to_owned(),
+                    unknown: false,
+                });
+            }
         } else if !ACTED_ON.contains(&key.as_str()) {
             notes.push(MemoryNote {
                 path: bc.key(key),
@@ -651,5 +674,37 @@ mod tests {
             noted.contains(&"memory.backend_config.storage_path".to_owned()),
             "{noted:?}"
         );
+    }
+
+    #[test]
+    fn deerflows_example_section_loads_without_a_note() {
+        let example = json!({
+            "enabled": true, "injection_enabled": true, "shutdown_flush_timeout_seconds": 30.0,
+            "manager_class": "deermem", "mode": "middleware",
+            "backend_config": {
+                "storage_path": "", "storage_class": "file", "strict_user_scope": false,
+                "manifest_filename": "memory.json", "file_lock_timeout_seconds": 10,
+                "retrieval_adapter": "fts5", "debounce_seconds": 30, "queue_max_depth": 1000,
+                "model": null, "max_facts": 100, "fact_confidence_threshold": 0.7,
+                "fact_eviction_policy": "confidence", "fact_eviction_shadow_enabled": false,
+                "eviction_confidence_weight": 0.65, "eviction_confirmation_weight": 0.25,
+                "eviction_access_weight": 0.10, "eviction_confirmation_half_life_days": 90,
+                "eviction_access_half_life_days": 30,
+                "eviction_correction_reserved_fraction": 0.10,
+                "eviction_correction_reserved_max": 10, "eviction_audit_max_entries": 200,
+                "max_injection_tokens": 2000, "token_counting": "tiktoken",
+                "guaranteed_categories": ["correction"], "guaranteed_token_budget": 500,
+                "staleness_review_enabled": true, "staleness_age_days": 90,
+                "staleness_min_candidates": 3, "staleness_max_removals_per_cycle": 10,
+                "staleness_protected_categories": ["correction"],
+                "staleness_max_lifetime_multiplier": 20.0, "staleness_max_extension_days": 3650,
+                "consolidation_enabled": false, "consolidation_min_facts": 8,
+                "consolidation_max_groups_per_cycle": 3, "consolidation_max_sources": 8
+            }
+        });
+        let (config, notes, problems) = parse(Some(&example));
+        assert!(problems.is_empty(), "{problems:?}");
+        assert!(notes.is_empty(), "{notes:?}");
+        assert_eq!(config.deermem, DeerMemSettings::default());
     }
 }
