@@ -24,6 +24,8 @@ const FIRST_BACKOFF_MS: i64 = 30_000;
 const MAX_BACKOFF_MS: i64 = 3_600_000;
 /// How long one update call may take.
 const UPDATE_DEADLINE: Duration = Duration::from_secs(300);
+/// The pause before the schedule is read again after a batch.
+const AFTER_BATCH_MS: i64 = 1_000;
 /// Writes retried when the user's memory changed during the call (an API edit).
 const WRITE_ATTEMPTS: usize = 3;
 
@@ -37,6 +39,8 @@ pub struct MemoryWorker {
     env: Arc<RunEnv>,
     /// An update batch is being processed (a nudge then waits for its end).
     busy: bool,
+    /// A run was queued during the batch: the schedule is read again at its end.
+    nudged: bool,
     /// The wake-up for the next due update.
     timer: Option<SpawnHandle>,
 }
@@ -46,6 +50,7 @@ impl MemoryWorker {
         MemoryWorker {
             env,
             busy: false,
+            nudged: false,
             timer: None,
         }
     }
@@ -79,14 +84,24 @@ impl MemoryWorker {
                     s.debounce_seconds as i64 * 1000,
                     s.max_delay_seconds as i64 * 1000,
                 );
+                let processed = !due.is_empty();
                 for key in due {
                     process(&env, &app, &memory, &key).await;
                 }
-                next
+                // After a batch, read the schedule again soon: failed updates have their
+                // next attempts now, and runs may have been queued meanwhile.
+                match processed {
+                    true => Some(memory_now_ms() + AFTER_BATCH_MS),
+                    false => next,
+                }
             }
             .into_actor(self)
             .map(|next, worker, ctx| {
                 worker.busy = false;
+                if std::mem::take(&mut worker.nudged) {
+                    worker.reschedule(ctx);
+                    return;
+                }
                 if let Some(at) = next {
                     let wait = Duration::from_millis((at - memory_now_ms()).max(0) as u64);
                     worker.timer = Some(ctx.run_later(wait, |worker, ctx| {
@@ -113,7 +128,7 @@ impl Handler<Nudge> for MemoryWorker {
     fn handle(&mut self, _: Nudge, ctx: &mut Context<Self>) {
         if self.busy {
             // The batch's end reads the schedule again.
-            ctx.run_later(Duration::from_millis(500), |worker, ctx| worker.reschedule(ctx));
+            self.nudged = true;
             return;
         }
         self.reschedule(ctx);

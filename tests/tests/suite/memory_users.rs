@@ -140,7 +140,10 @@ fn a_fact_learned_in_one_thread_reaches_the_users_next_thread_only() {
     );
     assert!(block.contains("<current_date>"), "the date reminder follows");
     let bob_one = prompt_of(&requests, "(bob one)");
-    assert!(!bob_one.contains("Prefers tabs") && !bob_one.contains("<memory>"), "{bob_one}");
+    assert!(
+        !bob_one.contains("Prefers tabs") && !bob_one.contains("<system-reminder>\n<memory>"),
+        "{bob_one}"
+    );
 
     // Bob sees none of it, and cannot reach it.
     let (code, bobs) = call(&addr, BOB, "GET", "/api/memory", None);
