@@ -197,7 +197,10 @@ pub(super) async fn delete_fact(
         match doc.facts.len() == before {
             true => Err(error(
                 StatusCode::NOT_FOUND,
-                format!("Memory fact '{}' not found.", id.chars().take(128).collect::<String>()),
+                format!(
+                    "Memory fact '{}' not found.",
+                    id.chars().take(128).collect::<String>()
+                ),
             )),
             false => Ok(()),
         }
@@ -247,9 +250,15 @@ pub(super) async fn import_memory(
 }
 
 /// The document an import body describes, or why it cannot be imported.
-fn imported_doc(raw: &[u8], user: &str, agent: &str, max_facts: usize) -> Result<MemoryDoc, String> {
-    let value: Value = serde_json::from_slice(raw)
-        .map_err(|e| format!("the body must be a memory document (GET /api/memory's shape): {e}"))?;
+fn imported_doc(
+    raw: &[u8],
+    user: &str,
+    agent: &str,
+    max_facts: usize,
+) -> Result<MemoryDoc, String> {
+    let value: Value = serde_json::from_slice(raw).map_err(|e| {
+        format!("the body must be a memory document (GET /api/memory's shape): {e}")
+    })?;
     let Some(map) = value.as_object() else {
         return Err("the body must be a JSON object".to_owned());
     };
@@ -259,8 +268,8 @@ fn imported_doc(raw: &[u8], user: &str, agent: &str, max_facts: usize) -> Result
         let Some(section) = map.get(*group).and_then(|g| g.get(*key)) else {
             continue;
         };
-        let section: Section = serde_json::from_value(section.clone())
-            .map_err(|e| format!("{group}.{key}: {e}"))?;
+        let section: Section =
+            serde_json::from_value(section.clone()).map_err(|e| format!("{group}.{key}: {e}"))?;
         doc.sections[at] = section;
     }
     let facts = match map.get("facts") {
@@ -271,8 +280,8 @@ fn imported_doc(raw: &[u8], user: &str, agent: &str, max_facts: usize) -> Result
     let seed = format!("{user}/{agent}");
     let mut keys: Vec<String> = Vec::new();
     for (i, raw_fact) in facts.into_iter().enumerate() {
-        let mut fact: Fact = serde_json::from_value(with_id(raw_fact))
-            .map_err(|e| format!("facts[{i}]: {e}"))?;
+        let mut fact: Fact =
+            serde_json::from_value(with_id(raw_fact)).map_err(|e| format!("facts[{i}]: {e}"))?;
         fact.content = fact.content.trim().to_owned();
         if fact.content.is_empty() {
             return Err(format!("facts[{i}]: Memory fact content cannot be empty."));
@@ -309,7 +318,8 @@ fn imported_doc(raw: &[u8], user: &str, agent: &str, max_facts: usize) -> Result
 /// A fact object with an `id` (empty when it had none), so it decodes.
 fn with_id(mut fact: Value) -> Value {
     if let Some(map) = fact.as_object_mut() {
-        map.entry("id").or_insert_with(|| Value::String(String::new()));
+        map.entry("id")
+            .or_insert_with(|| Value::String(String::new()));
     }
     fact
 }
@@ -418,6 +428,9 @@ mod tests {
         })))
         .unwrap();
         let shown = config_json(&memory).to_string();
-        assert!(!shown.contains("sk-secret") && shown.contains(REDACTED), "{shown}");
+        assert!(
+            !shown.contains("sk-secret") && shown.contains(REDACTED),
+            "{shown}"
+        );
     }
 }

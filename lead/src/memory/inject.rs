@@ -164,12 +164,20 @@ pub fn body(doc: &MemoryDoc, settings: &DeerMemSettings) -> String {
                 .unwrap_or(std::cmp::Ordering::Equal)
         };
         let mut guaranteed: Vec<&Fact> = valid.iter().copied().filter(is_guaranteed).collect();
-        let mut regular: Vec<&Fact> = valid.iter().copied().filter(|f| !is_guaranteed(f)).collect();
+        let mut regular: Vec<&Fact> = valid
+            .iter()
+            .copied()
+            .filter(|f| !is_guaranteed(f))
+            .collect();
         guaranteed.sort_by(by_confidence);
         regular.sort_by(by_confidence);
         let (g_lines, g_tokens) = select(&guaranteed, settings.guaranteed_token_budget);
         guaranteed_tokens = g_tokens;
-        let joint = if g_lines.is_empty() { 0 } else { count_tokens("\n") };
+        let joint = if g_lines.is_empty() {
+            0
+        } else {
+            count_tokens("\n")
+        };
         let used = base_tokens + count_tokens(FACTS) + g_tokens + joint;
         let (r_lines, _) = select(&regular, max_tokens.saturating_sub(used));
         fact_lines = g_lines.into_iter().chain(r_lines).collect();
@@ -190,7 +198,11 @@ pub fn body(doc: &MemoryDoc, settings: &DeerMemSettings) -> String {
         true => String::new(),
         false => format!("{FACTS}{}", fact_lines.join("\n")),
     };
-    let separator = if facts_block.is_empty() { 0 } else { count_tokens("\n\n") };
+    let separator = if facts_block.is_empty() {
+        0
+    } else {
+        count_tokens("\n\n")
+    };
     let budget = limit.saturating_sub(count_tokens(&facts_block) + separator);
     let preceding_sections = match fact_lines.is_empty() {
         true => &sections[..],
@@ -284,11 +296,14 @@ mod tests {
                 )
             })
             .collect();
-        doc.facts.push(fact("fc", "Never push to main", "correction", 0.71));
+        doc.facts
+            .push(fact("fc", "Never push to main", "correction", 0.71));
         let out = body(&doc, &settings(100));
         let facts = out.split_once("Facts:\n").unwrap().1;
         assert!(
-            facts.starts_with("- [correction | 0.71] Never push to main\n- [context | 0.89] fact number 39"),
+            facts.starts_with(
+                "- [correction | 0.71] Never push to main\n- [context | 0.89] fact number 39"
+            ),
             "{out}"
         );
         assert!(!out.contains("fact number 0 "), "{out}");

@@ -94,7 +94,11 @@ pub async fn block_for_run(
         return Ok(String::new());
     }
     let (user, agent) = (user.to_owned(), agent_key(agent));
-    match env.store.call(move |store| store.memory(&user, &agent)).await {
+    match env
+        .store
+        .call(move |store| store.memory(&user, &agent))
+        .await
+    {
         Ok(doc) => Ok(inject::body(&doc, &memory.deermem)),
         Err(e) => {
             // Memory is context, not the run: a run goes on without it.

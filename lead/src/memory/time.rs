@@ -68,7 +68,10 @@ mod tests {
     fn timestamps_round_trip() {
         assert_eq!(iso(0), "1970-01-01T00:00:00Z");
         assert_eq!(iso(1_778_236_200_000), "2026-05-08T10:30:00Z");
-        assert_eq!(parse_iso("2026-05-08T10:30:00Z"), Some(1_778_236_200 / 86_400));
+        assert_eq!(
+            parse_iso("2026-05-08T10:30:00Z"),
+            Some(1_778_236_200 / 86_400)
+        );
         assert_eq!(parse_iso("1970-01-01"), Some(0));
         assert_eq!(parse_iso("nonsense"), None);
     }

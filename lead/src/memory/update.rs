@@ -86,7 +86,11 @@ pub fn conversation_text(messages: &[MemoryMessage]) -> String {
     messages
         .iter()
         .map(|m| {
-            let who = if m.role == "human" { "User" } else { "Assistant" };
+            let who = if m.role == "human" {
+                "User"
+            } else {
+                "Assistant"
+            };
             format!("{who}: {}", super::inject::escape(&m.content))
         })
         .collect::<Vec<_>>()
@@ -103,7 +107,9 @@ fn escape_all(value: Value) -> Value {
                 .replace('\'', "&#x27;"),
         ),
         Value::Array(items) => Value::Array(items.into_iter().map(escape_all).collect()),
-        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, escape_all(v))).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, escape_all(v))).collect())
+        }
         other => other,
     }
 }
@@ -267,7 +273,10 @@ pub fn apply(
     if signals.contains(&"reinforcement") {
         for entry in list("factsToReinforce") {
             let ok = label(entry.get("scope")).as_deref() == Some("user")
-                && entry.get("reason").and_then(Value::as_str).is_some_and(|r| !r.trim().is_empty());
+                && entry
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .is_some_and(|r| !r.trim().is_empty());
             let Some(id) = entry.get("id").and_then(Value::as_str).filter(|_| ok) else {
                 continue;
             };
@@ -368,7 +377,8 @@ pub fn apply(
             .get("reason")
             .and_then(Value::as_str)
             .is_some_and(|r| !r.trim().is_empty());
-        let (Some(id), true, Some("user")) = (id, reason_ok, label(removal.get("scope")).as_deref())
+        let (Some(id), true, Some("user")) =
+            (id, reason_ok, label(removal.get("scope")).as_deref())
         else {
             applied.rejected += 1;
             continue;
@@ -422,13 +432,20 @@ fn stale_review(
             })
             .unwrap_or_default()
     };
-    let proposed: Vec<String> = ids("staleFactsToRemove").into_iter().map(|(id, _)| id).collect();
+    let proposed: Vec<String> = ids("staleFactsToRemove")
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     let mut doomed: Vec<&Fact> = out
         .facts
         .iter()
         .filter(|f| proposed.contains(&f.id) && candidates.contains(&f.id))
         .collect();
-    doomed.sort_by(|a, b| a.confidence.partial_cmp(&b.confidence).unwrap_or(std::cmp::Ordering::Equal));
+    doomed.sort_by(|a, b| {
+        a.confidence
+            .partial_cmp(&b.confidence)
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
     let doomed: Vec<String> = doomed
         .into_iter()
         .take(s.staleness_max_removals_per_cycle)
@@ -495,7 +512,13 @@ fn strip_upload_mentions(doc: &mut MemoryDoc) {
     for section in &mut doc.sections {
         if re.is_match(&section.summary) {
             let cleaned = re.replace_all(&section.summary, "");
-            section.summary = cleaned.split(' ').filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" ").trim().to_owned();
+            section.summary = cleaned
+                .split(' ')
+                .filter(|w| !w.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ")
+                .trim()
+                .to_owned();
         }
     }
     doc.facts.retain(|f| !re.is_match(&f.content));

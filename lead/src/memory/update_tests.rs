@@ -19,7 +19,16 @@ fn user_fact(content: &str, confidence: f64) -> Value {
 const NOW: &str = "2026-12-05T07:00:00Z";
 
 fn run(doc: &MemoryDoc, value: Value) -> (MemoryDoc, Applied) {
-    apply(doc, &reply(value), &settings(), &[], "t1", "alice/__default__", NOW).unwrap()
+    apply(
+        doc,
+        &reply(value),
+        &settings(),
+        &[],
+        "t1",
+        "alice/__default__",
+        NOW,
+    )
+    .unwrap()
 }
 
 #[test]
@@ -86,7 +95,10 @@ fn summaries_need_user_scope_and_descriptive_authority() {
                                 "scope": "user", "authority": "descriptive"}
         }, "history": {}, "newFacts": []}),
     );
-    assert_eq!(doc.section("user", "workContext").summary, "Rust developer at Acme");
+    assert_eq!(
+        doc.section("user", "workContext").summary,
+        "Rust developer at Acme"
+    );
     assert_eq!(doc.section("user", "workContext").updated_at, NOW);
     assert!(doc.section("user", "topOfMind").summary.is_empty());
     assert!(doc.section("user", "personalContext").summary.is_empty());
@@ -124,8 +136,10 @@ fn removals_need_scope_a_reason_and_a_kept_replacement() {
     assert_eq!(contents, ["Likes tea", "Lives in Lyon"]);
     assert_eq!(applied.facts_removed, 1);
     // Removals with a malformed new fact: the whole reply is refused.
-    let unsafe_reply = reply(json!({"user": {}, "history": {}, "newFacts": [{"content": ""}],
-        "factsToRemove": [{"id": paris, "scope": "user", "reason": "x"}]}));
+    let unsafe_reply = reply(
+        json!({"user": {}, "history": {}, "newFacts": [{"content": ""}],
+        "factsToRemove": [{"id": paris, "scope": "user", "reason": "x"}]}),
+    );
     assert_eq!(
         apply(&doc, &unsafe_reply, &settings(), &[], "t", "s", NOW).unwrap_err(),
         UpdateError::UnsafePartial
@@ -152,7 +166,10 @@ fn beyond_max_facts_the_least_confident_go() {
     )
     .unwrap();
     assert_eq!(doc.facts.len(), 10);
-    assert!(!doc.facts.iter().any(|f| f.content == "fact 0" || f.content == "fact 1"));
+    assert!(!doc
+        .facts
+        .iter()
+        .any(|f| f.content == "fact 0" || f.content == "fact 1"));
 }
 
 #[test]

@@ -177,7 +177,11 @@ async fn process(
     key: &QueueKey,
 ) {
     let k = key.clone();
-    let Ok(Some(item)) = env.store.call(move |store| store.memory_queue_item(&k)).await else {
+    let Ok(Some(item)) = env
+        .store
+        .call(move |store| store.memory_queue_item(&k))
+        .await
+    else {
         return;
     };
     match update_once(env, app, memory, &item.key, &item.messages).await {
@@ -252,7 +256,12 @@ async fn update_once(
     };
     let reply = tokio::time::timeout(UPDATE_DEADLINE, model.complete(request))
         .await
-        .map_err(|_| format!("the memory model did not answer within {}s", UPDATE_DEADLINE.as_secs()))?
+        .map_err(|_| {
+            format!(
+                "the memory model did not answer within {}s",
+                UPDATE_DEADLINE.as_secs()
+            )
+        })?
         .map_err(|e| e.to_string())?;
     let parsed = update::parse_reply(&reply.content).map_err(|e| e.to_string())?;
     let seed = format!("{}/{}", key.user, key.agent);
@@ -323,7 +332,10 @@ mod tests {
     #[test]
     fn a_failed_update_waits_for_its_next_attempt() {
         let timings = [timing("alice", "a1", 0, 0, 90_000)];
-        assert_eq!(schedule(&timings, 60_000, 30_000, 300_000), (vec![], Some(90_000)));
+        assert_eq!(
+            schedule(&timings, 60_000, 30_000, 300_000),
+            (vec![], Some(90_000))
+        );
         assert_eq!(schedule(&timings, 90_000, 30_000, 300_000).0.len(), 1);
     }
 }

@@ -270,7 +270,11 @@ pub fn parse(section: Option<&Value>) -> (MemoryConfig, Vec<MemoryNote>, Vec<Mem
         return (config, notes, problems);
     };
     let Some(map) = section.as_object() else {
-        problems.push(problem(&root, "not a mapping", "a mapping of memory settings"));
+        problems.push(problem(
+            &root,
+            "not a mapping",
+            "a mapping of memory settings",
+        ));
         return (config, notes, problems);
     };
     let mut reader = Reader {
@@ -399,7 +403,11 @@ pub fn parse(section: Option<&Value>) -> (MemoryConfig, Vec<MemoryNote>, Vec<Mem
     if let Some(t) = reader.string(&backend, &bc, "token_counting") {
         match t.as_str() {
             "tiktoken" | "char" => s.token_counting = t,
-            _ => reader.refuse(&bc.key("token_counting"), "unknown counting", "tiktoken or char"),
+            _ => reader.refuse(
+                &bc.key("token_counting"),
+                "unknown counting",
+                "tiktoken or char",
+            ),
         }
     }
     if let Some(list) = reader.strings(&backend, &bc, "guaranteed_categories") {
@@ -423,8 +431,13 @@ pub fn parse(section: Option<&Value>) -> (MemoryConfig, Vec<MemoryNote>, Vec<Mem
     if let Some(list) = reader.strings(&backend, &bc, "staleness_protected_categories") {
         s.staleness_protected_categories = list;
     }
-    if let Some(x) = reader.number(&backend, &bc, "staleness_max_lifetime_multiplier", 1.0, 100.0)
-    {
+    if let Some(x) = reader.number(
+        &backend,
+        &bc,
+        "staleness_max_lifetime_multiplier",
+        1.0,
+        100.0,
+    ) {
         s.staleness_max_lifetime_multiplier = x;
     }
     if let Some(n) = reader.whole(&backend, &bc, "staleness_max_extension_days", 90, 36_500) {
@@ -472,7 +485,11 @@ fn model(
         None | Some(Value::Null) => return None,
         Some(Value::Object(m)) => m,
         Some(_) => {
-            reader.refuse(&at, "not a mapping", "a mapping with provider, model, api_key, base_url, temperature");
+            reader.refuse(
+                &at,
+                "not a mapping",
+                "a mapping with provider, model, api_key, base_url, temperature",
+            );
             return None;
         }
     };
@@ -563,7 +580,11 @@ impl Reader<'_> {
                     .collect(),
             ),
             Some(_) => {
-                self.refuse(&at.key(key), "not a list of strings", "a list of categories");
+                self.refuse(
+                    &at.key(key),
+                    "not a list of strings",
+                    "a list of categories",
+                );
                 None
             }
         }
@@ -637,8 +658,7 @@ mod tests {
     fn what_antler_cannot_honour_is_refused_by_its_key() {
         let err = MemoryConfig::from_config(Some(&json!({"mode": "tool"}))).unwrap_err();
         assert_eq!(err.path.to_string(), "memory.mode");
-        let err =
-            MemoryConfig::from_config(Some(&json!({"manager_class": "mem0"}))).unwrap_err();
+        let err = MemoryConfig::from_config(Some(&json!({"manager_class": "mem0"}))).unwrap_err();
         assert_eq!(err.path.to_string(), "memory.manager_class");
         let err = MemoryConfig::from_config(Some(
             &json!({"backend_config": {"consolidation_enabled": true}}),
@@ -648,11 +668,13 @@ mod tests {
             err.path.to_string(),
             "memory.backend_config.consolidation_enabled"
         );
-        let err = MemoryConfig::from_config(Some(
-            &json!({"backend_config": {"debounce_seconds": 0}}),
-        ))
-        .unwrap_err();
-        assert_eq!(err.path.to_string(), "memory.backend_config.debounce_seconds");
+        let err =
+            MemoryConfig::from_config(Some(&json!({"backend_config": {"debounce_seconds": 0}})))
+                .unwrap_err();
+        assert_eq!(
+            err.path.to_string(),
+            "memory.backend_config.debounce_seconds"
+        );
         let noop = MemoryConfig::from_config(Some(&json!({"manager_class": "noop"}))).unwrap();
         assert!(noop.is_off());
     }

@@ -261,7 +261,10 @@ fn config_check_names_every_deerflow_setting_that_does_nothing_and_strict_refuse
     assert_eq!(strict.status.code(), Some(1), "{}", output_text(&strict));
     let text = stdout(&strict);
     assert!(
-        text.contains(&format!("error: {file}:1:1: {}: a DeerFlow setting", IGNORED[0])),
+        text.contains(&format!(
+            "error: {file}:1:1: {}: a DeerFlow setting",
+            IGNORED[0]
+        )),
         "{text}"
     );
     assert!(

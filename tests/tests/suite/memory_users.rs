@@ -89,7 +89,10 @@ fn prompt_of(requests: &[Value], marker: &str) -> String {
         })
         .unwrap_or_else(|| panic!("no request of the run {marker:?}"));
     assert_eq!(request["messages"][0]["role"], "system");
-    request["messages"][0]["content"].as_str().unwrap().to_owned()
+    request["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 #[test]
@@ -121,8 +124,14 @@ fn a_fact_learned_in_one_thread_reaches_the_users_next_thread_only() {
     let requests = server.requests.lock().unwrap().clone();
     let update = requests.iter().find(|r| is_update(r)).unwrap();
     let asked = update["messages"][1]["content"].as_str().unwrap();
-    assert!(asked.starts_with("Current Memory State:\n<current_memory>\n"), "{asked}");
-    assert!(asked.contains(&format!("User: {PREFERENCE}. Say hi.")), "{asked}");
+    assert!(
+        asked.starts_with("Current Memory State:\n<current_memory>\n"),
+        "{asked}"
+    );
+    assert!(
+        asked.contains(&format!("User: {PREFERENCE}. Say hi.")),
+        "{asked}"
+    );
     assert!(asked.contains("Assistant: Done."), "{asked}");
 
     run(&addr, ALICE, "Name a variable (alice two)", "alice-two");
@@ -133,12 +142,20 @@ fn a_fact_learned_in_one_thread_reaches_the_users_next_thread_only() {
         .find("\n\n<system-reminder>\n<memory>\n")
         .expect("the memory block");
     let block = &alice_two[memory_at..];
-    assert!(block.contains(&format!("Facts:\n{FACT_LINE}\n</memory>\n</system-reminder>")), "{block}");
+    assert!(
+        block.contains(&format!(
+            "Facts:\n{FACT_LINE}\n</memory>\n</system-reminder>"
+        )),
+        "{block}"
+    );
     assert!(
         alice_two[..memory_at].contains("</critical_reminders>"),
         "the static prompt comes first"
     );
-    assert!(block.contains("<current_date>"), "the date reminder follows");
+    assert!(
+        block.contains("<current_date>"),
+        "the date reminder follows"
+    );
     let bob_one = prompt_of(&requests, "(bob one)");
     assert!(
         !bob_one.contains("Prefers tabs") && !bob_one.contains("<system-reminder>\n<memory>"),
@@ -180,7 +197,13 @@ fn a_fact_learned_in_one_thread_reaches_the_users_next_thread_only() {
     assert!(!alice_three.contains("Prefers tabs"), "{alice_three}");
     // The operator reaches alice's memory by name; its config hides no key it lacks.
     let operator = cluster.gateway_token();
-    let (code, status) = call(&addr, &operator, "GET", "/api/memory/status?user=alice", None);
+    let (code, status) = call(
+        &addr,
+        &operator,
+        "GET",
+        "/api/memory/status?user=alice",
+        None,
+    );
     assert_eq!(code, 200, "{status}");
     assert_eq!(status["config"]["manager_class"], "deermem");
     assert_eq!(status["data"]["facts"], json!([]));

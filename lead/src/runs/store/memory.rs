@@ -92,12 +92,20 @@ pub struct Fact {
     /// The thread it was learned in (`manual`, `import` for others).
     #[serde(default = "default_source")]
     pub source: String,
-    #[serde(default, rename = "sourceError", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "sourceError",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub source_error: Option<String>,
     /// Days after `createdAt` (or `lastConfirmedAt`) the fact is due for review.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_valid_days: Option<u64>,
-    #[serde(default, rename = "lastConfirmedAt", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "lastConfirmedAt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub last_confirmed_at: Option<String>,
 }
 
@@ -333,7 +341,10 @@ impl CheckpointStore {
                                                 last_updated = excluded.last_updated",
             params![user, now],
         )?;
-        tx.execute("DELETE FROM memory_sections WHERE user_id = ?1", params![user])?;
+        tx.execute(
+            "DELETE FROM memory_sections WHERE user_id = ?1",
+            params![user],
+        )?;
         tx.execute("DELETE FROM memory_facts WHERE user_id = ?1", params![user])?;
         tx.execute(
             "INSERT OR REPLACE INTO memory_watermarks (user_id, agent, thread_id, identity)
@@ -578,17 +589,24 @@ mod tests {
         doc.facts.push(fact("fact_1", "likes tabs", 0.9));
         doc.sections[0].summary = "Rust developer".into();
         assert_eq!(
-            store.write_memory("alice", DEFAULT_AGENT, &doc, "now").unwrap(),
+            store
+                .write_memory("alice", DEFAULT_AGENT, &doc, "now")
+                .unwrap(),
             Some(1)
         );
         // The same revision again: another write came first.
         assert_eq!(
-            store.write_memory("alice", DEFAULT_AGENT, &doc, "now").unwrap(),
+            store
+                .write_memory("alice", DEFAULT_AGENT, &doc, "now")
+                .unwrap(),
             None
         );
         let read = store.memory("alice", DEFAULT_AGENT).unwrap();
         assert_eq!(read.facts.len(), 1);
-        assert_eq!(read.section("user", "workContext").summary, "Rust developer");
+        assert_eq!(
+            read.section("user", "workContext").summary,
+            "Rust developer"
+        );
         assert!(store.memory("bob", DEFAULT_AGENT).unwrap().facts.is_empty());
         assert!(store.memory("alice", "writer").unwrap().facts.is_empty());
         store.clear_memory("alice", "later").unwrap();
@@ -622,6 +640,9 @@ mod tests {
         assert!(store.memory_queue_item(&key).unwrap().is_some());
         store.memory_update_done(&key, 200, "id-1").unwrap();
         assert!(store.memory_queue_item(&key).unwrap().is_none());
-        assert_eq!(store.memory_watermark(&key).unwrap().as_deref(), Some("id-1"));
+        assert_eq!(
+            store.memory_watermark(&key).unwrap().as_deref(),
+            Some("id-1")
+        );
     }
 }
