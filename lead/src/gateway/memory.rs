@@ -31,24 +31,41 @@ pub(super) struct Scope {
     agent: Option<String>,
 }
 
-/// Whose memory a request reads: (user, agent bucket), or the refusal.
-fn owner(req: &actix_web::HttpRequest, scope: &Scope) -> Result<(String, String), HttpResponse> {
+/// A request refused before the store is asked: the status and the detail.
+struct Refused(StatusCode, String);
+
+impl Refused {
+    fn response(self) -> HttpResponse {
+        error(self.0, self.1)
+    }
+}
+
+/// The response refusing a request (`None`: it had no principal).
+fn refuse(refused: Option<Refused>) -> HttpResponse {
+    match refused {
+        None => Refusal::Credential.response(),
+        Some(refused) => refused.response(),
+    }
+}
+
+/// Whose memory a request reads: (user, agent bucket), or why not (`None`: no principal).
+fn owner(req: &actix_web::HttpRequest, scope: &Scope) -> Result<(String, String), Option<Refused>> {
     let Some(principal) = principal_of(req) else {
-        return Err(Refusal::Credential.response());
+        return Err(None);
     };
     let user = match (&principal.user, scope.user.as_deref()) {
         (_, Some(asked)) if principal.operator => asked.to_owned(),
         (Some(own), Some(asked)) if asked != own => {
-            return Err(error(
+            return Err(Some(Refused(
                 StatusCode::FORBIDDEN,
                 format!("this token acts as user {own}: its memory is the only one it reaches"),
-            ))
+            )))
         }
         (Some(own), _) => own.clone(),
         (None, asked) => asked.unwrap_or(OPERATOR_USER).to_owned(),
     };
     crate::runs::prepare::check_id("user", &user)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, e.to_string()))?;
+        .map_err(|e| Some(Refused(StatusCode::BAD_REQUEST, e.to_string())))?;
     if let Some(agent) = scope.agent.as_deref() {
         let plain = !agent.is_empty()
             && agent.len() <= 128
@@ -56,10 +73,10 @@ fn owner(req: &actix_web::HttpRequest, scope: &Scope) -> Result<(String, String)
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         if !plain {
-            return Err(error(
+            return Err(Some(Refused(
                 StatusCode::BAD_REQUEST,
-                "invalid agent: use 1 to 128 letters, digits, '-' or '_'",
-            ));
+                "invalid agent: use 1 to 128 letters, digits, '-' or '_'".to_owned(),
+            )));
         }
     }
     Ok((user, agent_key(scope.agent.as_deref())))
@@ -93,7 +110,7 @@ pub(super) async fn get_memory(
 ) -> HttpResponse {
     let (user, agent) = match owner(&req, &scope) {
         Ok(o) => o,
-        Err(r) => return r,
+        Err(r) => return refuse(r),
     };
     match read(&state, &user, &agent).await {
         Ok(doc) => HttpResponse::Ok().json(doc.to_json()),
@@ -109,7 +126,7 @@ pub(super) async fn list_facts(
 ) -> HttpResponse {
     let (user, agent) = match owner(&req, &scope) {
         Ok(o) => o,
-        Err(r) => return r,
+        Err(r) => return refuse(r),
     };
     match read(&state, &user, &agent).await {
         Ok(doc) => HttpResponse::Ok().json(json!({"facts": doc.facts})),
@@ -126,7 +143,7 @@ pub(super) async fn clear_memory(
 ) -> HttpResponse {
     let (user, agent) = match owner(&req, &scope) {
         Ok(o) => o,
-        Err(r) => return r,
+        Err(r) => return refuse(r),
     };
     let (u, now) = (user.clone(), time::now_iso());
     if let Err(e) = state
@@ -150,11 +167,11 @@ async fn rewrite(
     state: &State,
     user: &str,
     agent: &str,
-    change: impl Fn(&mut MemoryDoc) -> Result<(), HttpResponse>,
+    change: impl Fn(&mut MemoryDoc) -> Result<(), Refused>,
 ) -> Result<MemoryDoc, HttpResponse> {
     for _ in 0..WRITE_ATTEMPTS {
         let mut doc = read(state, user, agent).await?;
-        change(&mut doc)?;
+        change(&mut doc).map_err(Refused::response)?;
         let (u, a, d, now) = (
             user.to_owned(),
             agent.to_owned(),
@@ -188,14 +205,14 @@ pub(super) async fn delete_fact(
 ) -> HttpResponse {
     let (user, agent) = match owner(&req, &scope) {
         Ok(o) => o,
-        Err(r) => return r,
+        Err(r) => return refuse(r),
     };
     let id = id.into_inner();
     let written = rewrite(&state, &user, &agent, |doc| {
         let before = doc.facts.len();
         doc.facts.retain(|f| f.id != id);
         match doc.facts.len() == before {
-            true => Err(error(
+            true => Err(Refused(
                 StatusCode::NOT_FOUND,
                 format!(
                     "Memory fact '{}' not found.",
@@ -223,7 +240,7 @@ pub(super) async fn import_memory(
 ) -> HttpResponse {
     let (user, agent) = match owner(&req, &scope) {
         Ok(o) => o,
-        Err(r) => return r,
+        Err(r) => return refuse(r),
     };
     let raw = match body::read_body(payload, MAX_IMPORT_BODY).await {
         Ok(raw) => raw,
@@ -369,7 +386,7 @@ pub(super) async fn get_status(
 ) -> HttpResponse {
     let (user, agent) = match owner(&req, &scope) {
         Ok(o) => o,
-        Err(r) => return r,
+        Err(r) => return refuse(r),
     };
     let memory = match memory_config(&state).await {
         Ok(m) => m,

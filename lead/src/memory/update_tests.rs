@@ -186,13 +186,15 @@ fn stale_facts_are_reviewed_and_only_they_can_be_removed() {
         expected_valid_days: None,
         last_confirmed_at: None,
     };
-    let mut doc = MemoryDoc::default();
-    doc.facts = vec![
-        old("a", "context"),
-        old("b", "context"),
-        old("c", "goal"),
-        old("k", "correction"),
-    ];
+    let mut doc = MemoryDoc {
+        facts: vec![
+            old("a", "context"),
+            old("b", "context"),
+            old("c", "goal"),
+            old("k", "correction"),
+        ],
+        ..MemoryDoc::default()
+    };
     let mut fresh = old("f", "context");
     fresh.created_at = "2026-12-01T00:00:00Z".into();
     doc.facts.push(fresh);

@@ -700,7 +700,8 @@ mod tests {
 
     #[test]
     fn deerflows_example_section_loads_without_a_note() {
-        let example = json!({
+        let example: Value = serde_json::from_str(
+            r#"{
             "enabled": true, "injection_enabled": true, "shutdown_flush_timeout_seconds": 30.0,
             "manager_class": "deermem", "mode": "middleware",
             "backend_config": {
@@ -722,8 +723,9 @@ mod tests {
                 "staleness_max_lifetime_multiplier": 20.0, "staleness_max_extension_days": 3650,
                 "consolidation_enabled": false, "consolidation_min_facts": 8,
                 "consolidation_max_groups_per_cycle": 3, "consolidation_max_sources": 8
-            }
-        });
+            }}"#,
+        )
+        .unwrap();
         let (config, notes, problems) = parse(Some(&example));
         assert!(problems.is_empty(), "{problems:?}");
         assert!(notes.is_empty(), "{notes:?}");
