@@ -4,6 +4,8 @@
 //! alice's preference). A fact learned in one of alice's threads is in the system prompt
 //! of her next thread, never in bob's; `GET /api/memory` shows it to alice only (bob can
 //! neither read nor delete it); once alice deletes it, her next run's prompt lacks it.
+//! A pending update is in the runs store: a lead killed before it is learned leaves it
+//! queued, and the next lead learns it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -48,6 +50,13 @@ fn memory_reply(request: &Value) -> Reply {
     let update = json!({"user": {}, "history": {}, "newFacts": facts,
                         "factsToReinforce": [], "factsToRemove": []});
     Reply::text(&format!("```json\n{update}\n```"))
+}
+
+/// config.yaml with the recording model at `base_url`, alice and bob, and `memory`.
+fn config(base_url: &str, memory: &str) -> String {
+    format!(
+        "models:\n  - name: rec\n    use: langchain_openai:ChatOpenAI\n    model: recorded\n    base_url: {base_url}\n    api_key: sk-test\nmemory:\n  backend_config:\n{memory}antler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n"
+    )
 }
 
 fn is_update(request: &Value) -> bool {
@@ -101,10 +110,7 @@ fn a_fact_learned_in_one_thread_reaches_the_users_next_thread_only() {
         true => memory_reply(request),
         false => Reply::text("Done."),
     });
-    let config = format!(
-        "models:\n  - name: rec\n    use: langchain_openai:ChatOpenAI\n    model: recorded\n    base_url: {}\n    api_key: sk-test\nmemory:\n  backend_config:\n    debounce_seconds: 1\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n",
-        server.base_url
-    );
+    let config = config(&server.base_url, "    debounce_seconds: 1\n");
     let cluster = LeadCluster::up(&config, &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);
     let addr = cluster.gateway();
 
@@ -207,4 +213,48 @@ fn a_fact_learned_in_one_thread_reaches_the_users_next_thread_only() {
     assert_eq!(code, 200, "{status}");
     assert_eq!(status["config"]["manager_class"], "deermem");
     assert_eq!(status["data"]["facts"], json!([]));
+}
+
+#[test]
+fn a_pending_update_survives_a_killed_lead() {
+    let server = recording_server_by(|request, _| match is_update(request) {
+        true => memory_reply(request),
+        false => Reply::text("Done."),
+    });
+    // Five minutes of debounce: the update is still pending when the lead dies.
+    let waiting = config(
+        &server.base_url,
+        "    debounce_seconds: 300\n    max_delay_seconds: 300\n",
+    );
+    let mut cluster = LeadCluster::up(&waiting, &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);
+    let addr = cluster.gateway();
+    run(&addr, ALICE, &format!("{PREFERENCE}. Say hi."), "alice-one");
+    let pending = wait_for(Duration::from_secs(30), || {
+        let (_, status) = call(&addr, ALICE, "GET", "/api/memory/status", None);
+        (status["pending"] == 1).then_some(status)
+    })
+    .expect("the update is queued");
+    assert_eq!(pending["data"]["facts"], json!([]), "{pending}");
+    cluster.kill_lead();
+    assert!(
+        !server.requests.lock().unwrap().iter().any(is_update),
+        "no update was made before the kill"
+    );
+
+    // The next lead (a short debounce now) finds the update in the store and learns it.
+    cluster.write(
+        "config.yaml",
+        &config(&server.base_url, "    debounce_seconds: 1\n"),
+    );
+    cluster.start();
+    let addr = cluster.gateway();
+    let facts = wait_for(Duration::from_secs(90), || {
+        let (_, memory) = call(&addr, ALICE, "GET", "/api/memory", None);
+        let facts = memory["facts"].as_array().cloned().unwrap_or_default();
+        (!facts.is_empty()).then_some(facts)
+    })
+    .expect("the restarted lead learns the queued update");
+    assert_eq!(facts[0]["content"], "Prefers tabs over spaces");
+    let (_, status) = call(&addr, ALICE, "GET", "/api/memory/status", None);
+    assert_eq!(status["pending"], 0, "{status}");
 }
