@@ -212,13 +212,7 @@ pub(super) async fn delete_fact(
         let before = doc.facts.len();
         doc.facts.retain(|f| f.id != id);
         match doc.facts.len() == before {
-            true => Err(Refused(
-                StatusCode::NOT_FOUND,
-                format!(
-                    "Memory fact '{}' not found.",
-                    id.chars().take(128).collect::<String>()
-                ),
-            )),
+            true => Err(not_found(&id)),
             false => Ok(()),
         }
     })
@@ -227,6 +221,180 @@ pub(super) async fn delete_fact(
         Ok(doc) => HttpResponse::Ok().json(doc.to_json()),
         Err(r) => r,
     }
+}
+
+/// The body of `POST /api/memory/facts` and `PATCH /api/memory/facts/{id}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FactBody {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    category: Option<String>,
+    #[serde(default)]
+    confidence: Option<f64>,
+}
+
+/// The largest fact body.
+const MAX_FACT_BODY: usize = 64 << 10;
+
+/// A fact body, its content trimmed and its confidence checked (DeerFlow's texts).
+async fn fact_body(payload: web::Payload) -> Result<FactBody, HttpResponse> {
+    let raw = body::read_body(payload, MAX_FACT_BODY).await?;
+    let mut fact: FactBody = serde_json::from_slice(&raw).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            format!("the body must be {{content?, category?, confidence?}}: {e}"),
+        )
+    })?;
+    if let Some(c) = fact.content.as_mut() {
+        *c = c.trim().to_owned();
+        if c.is_empty() {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "Memory fact content cannot be empty.",
+            ));
+        }
+    }
+    if fact
+        .confidence
+        .is_some_and(|c| !(c.is_finite() && (0.0..=1.0).contains(&c)))
+    {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "Invalid confidence value; must be between 0 and 1.",
+        ));
+    }
+    Ok(fact)
+}
+
+fn duplicate() -> Refused {
+    Refused(
+        StatusCode::CONFLICT,
+        "A fact with the same content already exists.".to_owned(),
+    )
+}
+
+/// `POST /api/memory/facts` with `{content, category?, confidence?}`: a fact the user
+/// wrote (`source: manual`); 409 for one already there, or one `max_facts` would evict.
+pub(super) async fn create_fact(
+    state: web::Data<State>,
+    req: actix_web::HttpRequest,
+    scope: web::Query<Scope>,
+    payload: web::Payload,
+) -> HttpResponse {
+    let (user, agent) = match owner(&req, &scope) {
+        Ok(o) => o,
+        Err(r) => return refuse(r),
+    };
+    let body = match fact_body(payload).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let Some(content) = body.content else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Memory fact content cannot be empty.",
+        );
+    };
+    let memory = match memory_config(&state).await {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    let seed = format!("{user}/{agent}");
+    let id = update::fact_id(&seed, &content);
+    let written = rewrite(&state, &user, &agent, |doc| {
+        let key = update::content_key(&content);
+        if doc.facts.iter().any(|f| update::content_key(&f.content) == key) {
+            return Err(duplicate());
+        }
+        doc.facts.push(Fact {
+            id: id.clone(),
+            content: content.clone(),
+            category: update::category(body.category.as_deref()),
+            confidence: body.confidence.unwrap_or(0.5),
+            created_at: time::now_iso(),
+            updated_at: None,
+            source: "manual".to_owned(),
+            source_error: None,
+            expected_valid_days: None,
+            last_confirmed_at: None,
+        });
+        update::keep_most_confident(&mut doc.facts, memory.deermem.max_facts);
+        match doc.facts.iter().any(|f| f.id == id) {
+            true => Ok(()),
+            false => Err(Refused(
+                StatusCode::CONFLICT,
+                "Fact was not stored because the configured memory.max_facts capacity policy evicted it".to_owned(),
+            )),
+        }
+    })
+    .await;
+    match written {
+        Ok(doc) => HttpResponse::Ok().json(doc.to_json()),
+        Err(r) => r,
+    }
+}
+
+/// `PATCH /api/memory/facts/{id}` with `{content?, category?, confidence?}`: the fact
+/// changed, what is omitted kept; 404 for a fact the principal's memory does not hold.
+pub(super) async fn patch_fact(
+    state: web::Data<State>,
+    req: actix_web::HttpRequest,
+    id: web::Path<String>,
+    scope: web::Query<Scope>,
+    payload: web::Payload,
+) -> HttpResponse {
+    let (user, agent) = match owner(&req, &scope) {
+        Ok(o) => o,
+        Err(r) => return refuse(r),
+    };
+    let body = match fact_body(payload).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let id = id.into_inner();
+    let written = rewrite(&state, &user, &agent, |doc| {
+        if let Some(content) = body.content.as_deref() {
+            let key = update::content_key(content);
+            if doc
+                .facts
+                .iter()
+                .any(|f| f.id != id && update::content_key(&f.content) == key)
+            {
+                return Err(duplicate());
+            }
+        }
+        let Some(fact) = doc.facts.iter_mut().find(|f| f.id == id) else {
+            return Err(not_found(&id));
+        };
+        if let Some(content) = body.content.as_deref() {
+            fact.content = content.to_owned();
+        }
+        if let Some(category) = body.category.as_deref() {
+            fact.category = update::category(Some(category));
+        }
+        if let Some(confidence) = body.confidence {
+            fact.confidence = confidence;
+        }
+        fact.updated_at = Some(time::now_iso());
+        Ok(())
+    })
+    .await;
+    match written {
+        Ok(doc) => HttpResponse::Ok().json(doc.to_json()),
+        Err(r) => r,
+    }
+}
+
+fn not_found(id: &str) -> Refused {
+    Refused(
+        StatusCode::NOT_FOUND,
+        format!(
+            "Memory fact '{}' not found.",
+            id.chars().take(128).collect::<String>()
+        ),
+    )
 }
 
 /// `POST /api/memory/import`: a `MemoryResponse` document replaces the user's profile and

@@ -35,7 +35,7 @@ pub enum Access {
 /// One route of the gateway.
 #[derive(Debug, Clone, Copy)]
 pub struct RouteSpec {
-    /// `GET`, `POST`, `PUT` or `DELETE`.
+    /// `GET`, `POST`, `PUT`, `PATCH` or `DELETE`.
     pub method: &'static str,
     /// The router's pattern (`{name}` segments).
     pub path: &'static str,
@@ -123,6 +123,15 @@ pub const ROUTES: &[RouteSpec] = &[
     }),
     route("GET", "/api/memory/facts", Access::Member, || {
         web::to(super::memory::list_facts)
+    }),
+    route("POST", "/api/memory/reload", Access::Member, || {
+        web::to(super::memory::get_memory)
+    }),
+    route("POST", "/api/memory/facts", Access::Member, || {
+        web::to(super::memory::create_fact)
+    }),
+    route("PATCH", "/api/memory/facts/{id}", Access::Member, || {
+        web::to(super::memory::patch_fact)
     }),
     route("DELETE", "/api/memory/facts/{id}", Access::Member, || {
         web::to(super::memory::delete_fact)

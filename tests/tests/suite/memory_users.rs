@@ -213,6 +213,33 @@ fn a_fact_learned_in_one_thread_reaches_the_users_next_thread_only() {
     assert_eq!(code, 200, "{status}");
     assert_eq!(status["config"]["manager_class"], "deermem");
     assert_eq!(status["data"]["facts"], json!([]));
+
+    // A fact alice writes herself: once, editable by her only.
+    let wrote = json!({"content": "Writes Rust daily", "category": "knowledge", "confidence": 0.9});
+    let (code, doc) = call(&addr, ALICE, "POST", "/api/memory/facts", Some(&wrote));
+    assert_eq!(code, 200, "{doc}");
+    assert_eq!(doc["facts"][0]["source"], "manual", "{doc}");
+    let id = doc["facts"][0]["id"].as_str().unwrap().to_owned();
+    let (code, _) = call(&addr, ALICE, "POST", "/api/memory/facts", Some(&wrote));
+    assert_eq!(code, 409);
+    let path = format!("/api/memory/facts/{id}");
+    let (code, _) = call(
+        &addr,
+        BOB,
+        "PATCH",
+        &path,
+        Some(&json!({"confidence": 0.1})),
+    );
+    assert_eq!(code, 404);
+    let (code, doc) = call(
+        &addr,
+        ALICE,
+        "PATCH",
+        &path,
+        Some(&json!({"confidence": 0.8})),
+    );
+    assert_eq!(code, 200, "{doc}");
+    assert_eq!(doc["facts"][0]["confidence"], 0.8);
 }
 
 #[test]
