@@ -433,7 +433,7 @@ pub struct Runs {
     /// The runs store (the gateway's threads are read and written through its thread).
     pub store: crate::runs::store::CheckpointStore,
     /// What runs are prepared with (the gateway's uploads reach the thread directories,
-    /// the config and sandbox-host through it).
+    /// the config and sandbox-host through it; the memory routes the store and config).
     pub env: Arc<crate::runs::prepare::RunEnv>,
 }
 
@@ -619,8 +619,13 @@ fn start_runs(
         env.thread_files_through_sandbox_host();
     }
     let env = Arc::new(env);
+    if !spec.ephemeral {
+        // A long-lived lead learns; an ephemeral one only queues (the store keeps it).
+        let worker = crate::memory::worker::MemoryWorker::new(Arc::clone(&env)).start();
+        let _ = env.memory_worker.set(worker);
+    }
     let metrics = Arc::new(Metrics::default());
-    let manager = RunManager::new(env.clone(), metrics.clone(), !spec.ephemeral).start();
+    let manager = RunManager::new(Arc::clone(&env), metrics.clone(), !spec.ephemeral).start();
     Ok(Runs {
         env,
         manager,

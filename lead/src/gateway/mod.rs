@@ -4,7 +4,8 @@
 //! `GET /api/runs/{id}`, `GET /api/runs/{id}/events` as server-sent events,
 //! `POST /api/runs/{id}/answer`, `POST /api/runs/{id}/cancel`, an MCP elicitation's
 //! answer `POST /api/runs/{id}/elicitations/{eid}`, see `elicitation`); a thread's uploads
-//! (`/api/threads/{tid}/uploads…`, see `uploads`); and `GET /metrics` in Prometheus' text format. A `PUT` of
+//! (`/api/threads/{tid}/uploads…`, see `uploads`); a principal's own
+//! memory (`/api/memory`, see `memory`); and `GET /metrics` in Prometheus' text format. A `PUT` of
 //! the MCP config is validated with the same loader mcp-host uses, written atomically
 //! (temporary file, fsync, rename), and applied at once by asking mcp-host to reload.
 //! Owns one HTTP server that `stop` ends. The address comes from `ANTLER_GATEWAY_ADDR`
@@ -27,6 +28,7 @@ mod langgraph_runs;
 mod langgraph_stream;
 mod langgraph_threads;
 mod mcp_config;
+mod memory;
 mod oauth;
 mod principal;
 mod quota;

@@ -224,6 +224,40 @@ pub const ROUTES: &[RouteSpec] = &[
         Access::Member,
         || web::to(uploads::delete),
     ),
+    // A principal's own memory (the operator names a user with `?user=`).
+    route("GET", "/api/memory", Access::Member, || {
+        web::to(super::memory::get_memory)
+    }),
+    route("DELETE", "/api/memory", Access::Member, || {
+        web::to(super::memory::clear_memory)
+    }),
+    route("GET", "/api/memory/facts", Access::Member, || {
+        web::to(super::memory::list_facts)
+    }),
+    route("POST", "/api/memory/reload", Access::Member, || {
+        web::to(super::memory::get_memory)
+    }),
+    route("POST", "/api/memory/facts", Access::Member, || {
+        web::to(super::memory::create_fact)
+    }),
+    route("PATCH", "/api/memory/facts/{id}", Access::Member, || {
+        web::to(super::memory::patch_fact)
+    }),
+    route("DELETE", "/api/memory/facts/{id}", Access::Member, || {
+        web::to(super::memory::delete_fact)
+    }),
+    route("GET", "/api/memory/export", Access::Member, || {
+        web::to(super::memory::get_memory)
+    }),
+    route("POST", "/api/memory/import", Access::Member, || {
+        web::to(super::memory::import_memory)
+    }),
+    route("GET", "/api/memory/config", Access::Member, || {
+        web::to(super::memory::get_config)
+    }),
+    route("GET", "/api/memory/status", Access::Member, || {
+        web::to(super::memory::get_status)
+    }),
     route("GET", "/api/whoami", Access::Member, || {
         web::to(super::whoami)
     }),

@@ -241,6 +241,13 @@ impl RunManager {
                             }
                             Ok(())
                         }));
+                        if status == RunStatus::Success {
+                            // Memory learns from the run off its critical path (C.6).
+                            actix::spawn(crate::memory::run_ended(
+                                Arc::clone(&manager.env),
+                                live.record.clone(),
+                            ));
+                        }
                         manager.ended.push_back(run_id.clone());
                         manager.forget_old_ended();
                     }

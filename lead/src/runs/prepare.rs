@@ -179,6 +179,8 @@ pub struct RunEnv {
     prompts: PromptCache,
     /// How runs (and their subagent tasks) reach their thread's files.
     thread_files: ThreadFilesMode,
+    /// The memory worker of a long-lived lead (an ephemeral one only queues updates).
+    pub memory_worker: std::sync::OnceLock<Addr<crate::memory::worker::MemoryWorker>>,
     /// config.yaml and the extensions file, parsed once per version.
     files: ConfigFiles,
 }
@@ -246,6 +248,7 @@ impl RunEnv {
             prompts: PromptCache::default(),
             thread_files: ThreadFilesMode::Local,
             files: ConfigFiles::default(),
+            memory_worker: std::sync::OnceLock::new(),
         }
     }
 
@@ -452,11 +455,12 @@ impl RunEnv {
         context.agent.subagents = subagents;
         context.agent.role = submission.role.clone();
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
-        let settings = context::with_context(
+        let mut settings = context::with_context(
             self.settings(&app, &context, &profile, prompt_catalog)?,
             &app,
             &label,
         )?;
+        self.add_memory(&app, &context, &mut settings).await?;
         let skills = settings.skills.clone();
         let delegator = self.delegator(
             &app,
@@ -573,11 +577,12 @@ impl RunEnv {
         context.agent.subagents = subagents;
         context.agent.role = record.role.clone();
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
-        let settings = context::with_context(
+        let mut settings = context::with_context(
             self.settings(&app, &context, &profile, prompt_catalog)?,
             &app,
             &label,
         )?;
+        self.add_memory(&app, &context, &mut settings).await?;
         let skills = settings.skills.clone();
         let delegator = self.delegator(&app, false, request, &model, &context, &settings, &profile);
         let cancel = Arc::new(CancelFlag::default());
@@ -735,6 +740,33 @@ impl RunEnv {
             ),
             ..RunSettings::default()
         })
+    }
+
+    /// The run's user's memory after its system prompt (spec C.6, prompts A.7), read now,
+    /// so a new run of any thread sees what earlier runs taught; `memory:` refused is the
+    /// run's config error.
+    async fn add_memory(
+        &self,
+        app: &AppConfig,
+        context: &RunContext,
+        settings: &mut RunSettings,
+    ) -> Result<(), PrepareError> {
+        let Some(prompt) = settings.system_prompt.clone() else {
+            return crate::memory::config(app).map(|_| ());
+        };
+        let body = crate::memory::block_for_run(
+            self,
+            app,
+            &context.user_id,
+            context.agent.agent_name.as_deref(),
+        )
+        .await?;
+        if !body.is_empty() {
+            settings.system_prompt = Some(Arc::from(crate::memory::inject::with_memory(
+                &prompt, &body,
+            )));
+        }
+        Ok(())
     }
 
     /// The lead's system prompt for this run (spec A), from the cache when its inputs are

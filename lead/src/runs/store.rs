@@ -10,6 +10,7 @@
 //! own thread (`thread`), in the order it was sent, never onto an actor's thread.
 
 mod journal;
+pub mod memory;
 mod probe;
 mod thread;
 mod threads;
@@ -212,6 +213,9 @@ impl CheckpointStore {
         connection.execute_batch(SCHEMA).map_err(open_error)?;
         connection
             .execute_batch(threads::SCHEMA)
+            .map_err(open_error)?;
+        connection
+            .execute_batch(memory::SCHEMA)
             .map_err(open_error)?;
         // A store written before runs recorded these gains the columns.
         for (column, definition) in [

@@ -97,6 +97,7 @@ pub const DEERFLOW_READ_KEYS: &[&str] = &[
     "summarization",
     "title",
     "uploads",
+    "memory",
 ];
 
 /// The warning's text for a DeerFlow setting Antler does not act on.
@@ -436,6 +437,13 @@ pub(crate) fn load_app(
             super::deerflow::Finding::Error { .. } => {}
         }
     }
+    for note in super::memory::parse(config.other.get("memory")).1 {
+        let kind = match note.unknown {
+            true => WarningKind::UnknownKey,
+            false => WarningKind::Ignored,
+        };
+        warnings.push(doc.warning(kind, note.path, note.message));
+    }
     let top_k = config.tool_search.auto_promote_top_k;
     if !(1..=5).contains(&top_k) {
         let path = FieldPath::root()
@@ -482,6 +490,9 @@ pub(crate) fn semantic_errors(doc: &Document<'_>, config: &AppConfig) -> Vec<Con
         {
             errors.push(doc.invalid(path, message, expected));
         }
+    }
+    for problem in super::memory::parse(config.other.get("memory")).2 {
+        errors.push(doc.invalid(problem.path, problem.message, Some(problem.expected)));
     }
     errors.sort_by_key(|e| e.location().map(|l| (l.line, l.column)));
     errors

@@ -17,6 +17,7 @@ mod extensions;
 mod gateway;
 mod locate;
 mod location;
+mod memory;
 mod oauth;
 mod routing;
 mod sandbox;
@@ -62,6 +63,9 @@ pub use gateway::{
 pub use location::{
     resolve_app_config_path, resolve_extensions_beside, resolve_extensions_path, ANTLER_CONFIG_ENV,
     ANTLER_EXTENSIONS_ENV, DEERFLOW_CONFIG_ENV, DEERFLOW_EXTENSIONS_ENV, EXTENSIONS_FILE_NAMES,
+};
+pub use memory::{
+    DeerMemSettings, MemoryConfig, MemoryManagerKind, MemoryModel, MemoryNote, MemoryProblem,
 };
 pub use oauth::{GrantType, McpOAuthConfig, OAuthFlow, JWT_BEARER_GRANT, SIGNING_ALGORITHMS};
 pub use routing::{clamp_priority, EffectiveRouting, McpRoutingConfig, McpToolConfig, RoutingMode};

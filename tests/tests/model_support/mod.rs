@@ -89,6 +89,20 @@ pub struct RecordingServer {
 
 /// Starts the stand-in on a free loopback port; it lives as long as the test process.
 pub fn recording_server(replies: Vec<Reply>) -> RecordingServer {
+    recording_server_by(move |_, index| {
+        replies
+            .get(index)
+            .or(replies.last())
+            .cloned()
+            .unwrap_or_else(|| Reply::text("Done."))
+    })
+}
+
+/// [`recording_server`] whose reply to each request `respond` chooses from the request's
+/// body and its index (0 for the first request).
+pub fn recording_server_by(
+    respond: impl Fn(&Value, usize) -> Reply + Send + 'static,
+) -> RecordingServer {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
     let requests = Arc::new(Mutex::new(Vec::new()));
@@ -115,18 +129,15 @@ pub fn recording_server(replies: Vec<Reply>) -> RecordingServer {
             if reader.read_exact(&mut body).is_err() {
                 continue;
             }
+            let request = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
             let index = {
                 let mut seen = seen.lock().unwrap();
-                if let Ok(v) = serde_json::from_slice::<Value>(&body) {
-                    seen.push(v);
+                if !request.is_null() {
+                    seen.push(request.clone());
                 }
                 seen.len().saturating_sub(1)
             };
-            let reply = replies
-                .get(index)
-                .or(replies.last())
-                .cloned()
-                .unwrap_or_else(|| Reply::text("Done."));
+            let reply = respond(&request, index);
             let sse = reply.sse(n);
             let _ = write!(
                 stream,

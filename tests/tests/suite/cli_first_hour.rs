@@ -216,7 +216,6 @@ fn detach_prints_the_bare_id_that_resume_takes_and_json_the_object() {
 
 /// DeerFlow settings Antler reads but does not act on, one per line from line 1.
 const IGNORED: &[&str] = &[
-    "memory",
     "summarization",
     "title",
     "suggestions",
@@ -262,7 +261,10 @@ fn config_check_names_every_deerflow_setting_that_does_nothing_and_strict_refuse
     assert_eq!(strict.status.code(), Some(1), "{}", output_text(&strict));
     let text = stdout(&strict);
     assert!(
-        text.contains(&format!("error: {file}:1:1: memory: a DeerFlow setting")),
+        text.contains(&format!(
+            "error: {file}:1:1: {}: a DeerFlow setting",
+            IGNORED[0]
+        )),
         "{text}"
     );
     assert!(
@@ -291,14 +293,14 @@ fn config_check_names_every_deerflow_setting_that_does_nothing_and_strict_refuse
 #[test]
 fn a_run_warns_at_start_about_each_deerflow_setting_that_does_nothing() {
     let (_dir, out) = run_in_own_dir(
-        "memory:\n  enabled: true\ntitle:\n  enabled: true\n",
+        "suggestions:\n  enabled: true\ntitle:\n  enabled: true\n",
         "turns:\n  - content: Done.\n",
         "Hi",
         &[],
     );
     assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
     let err = stderr(&out);
-    for key in ["memory", "title"] {
+    for key in ["suggestions", "title"] {
         assert!(
             err.contains(&format!(
                 ": {key}: a DeerFlow setting Antler does not act on yet"

@@ -55,6 +55,7 @@ mod mcp_stateless;
 mod mcp_transports;
 mod mcp_versions;
 mod mcp_watch;
+mod memory_users;
 mod model_anthropic;
 mod model_azure;
 mod model_gemini;
