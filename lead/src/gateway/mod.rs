@@ -20,6 +20,7 @@
 
 mod body;
 mod cluster_view;
+mod compact;
 mod elicitation;
 mod events;
 mod guard;

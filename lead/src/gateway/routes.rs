@@ -116,6 +116,9 @@ pub const ROUTES: &[RouteSpec] = &[
     route("POST", "/api/threads/{tid}/state", Access::Member, || {
         web::to(super::langgraph_threads::post_state)
     }),
+    route("POST", "/api/threads/{tid}/compact", Access::Member, || {
+        web::to(super::compact::compact_thread)
+    }),
     route("POST", "/api/threads/{tid}/history", Access::Member, || {
         web::to(super::langgraph_threads::history)
     }),

@@ -78,3 +78,43 @@ fn named(app: &AppConfig, name: &str, key: &str) -> Option<Arc<dyn antler_engine
         }
     }
 }
+
+/// Why a manual compaction could not be made (`POST /api/threads/{id}/compact`).
+#[derive(Debug, thiserror::Error)]
+pub enum CompactFailure {
+    /// DeerFlow's 409 `Context compaction is disabled.` and 500 `Failed to compact
+    /// thread context.` (the summary call's reasons are logged, never shown).
+    #[error(transparent)]
+    Compact(#[from] antler_engine::CompactError),
+    /// config.yaml cannot be read, or names a model that cannot be built (400).
+    #[error(transparent)]
+    Prepare(#[from] PrepareError),
+}
+
+impl super::RunEnv {
+    /// A manual compaction of a thread's `state` (spec C.4) with the model `model_name`,
+    /// else the first of `models:`, and `keep` messages or tokens, else the configured
+    /// keep. The caller writes the outcome's update to the thread.
+    pub async fn compact_thread(
+        &self,
+        state: &antler_engine::ThreadState,
+        model_name: Option<&str>,
+        keep: Option<antler_protocol::config::ContextSize>,
+    ) -> Result<antler_engine::CompactOutcome, CompactFailure> {
+        let app = self.load_config(None).await?;
+        let config = SummarizationConfig::from_section(app.other.get("summarization"))
+            .map_err(PrepareError::Config)?;
+        if !config.enabled {
+            return Err(antler_engine::CompactError::Disabled.into());
+        }
+        let label = format!("{MODEL_PREFIX}{}", model_name.unwrap_or(""));
+        let model = named_model(&app, model_name)?;
+        let summarization = summarization_for(config, &app, &label)?;
+        let outcome =
+            antler_engine::compact(state, model.as_ref(), Some(&summarization), keep).await;
+        if let Err(antler_engine::CompactError::SummaryFailed(e)) = &outcome {
+            tracing::warn!("a manual compaction failed: {e}");
+        }
+        Ok(outcome?)
+    }
+}

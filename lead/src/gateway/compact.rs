@@ -1,0 +1,122 @@
+//! `POST /api/threads/{tid}/compact` (spec C.4): a manual compaction of the caller's own
+//! thread: the same summarization as before a model call, without its trigger, written to
+//! the thread's state; DeerFlow's response fields and texts (409 while a run is active or
+//! when compaction is off, 500 when the summary fails, its reasons only in the log).
+
+use actix_web::{http::StatusCode, web, HttpResponse};
+use antler_protocol::config::ContextSize;
+use serde_json::json;
+
+use super::langgraph::{check_thread_id, json_body, on_store, thread_not_found, user_of};
+use super::{error, State};
+use crate::runs::prepare::context::CompactFailure;
+use crate::runs::store::ThreadRefusal;
+use antler_engine::{CompactError, ThreadState};
+
+/// DeerFlow's 409 while a run is active on the thread.
+pub const COMPACT_IN_FLIGHT: &str =
+    "Thread has a run in flight. Compact its context after the run finishes.";
+
+/// DeerFlow's 500 (as [`CompactError::SummaryFailed`] says it).
+const COMPACT_FAILED: &str = "Failed to compact thread context.";
+
+/// The route's body (`force` is accepted: a manual compaction never checks the trigger).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompactBody {
+    #[serde(default)]
+    #[allow(dead_code)]
+    force: Option<bool>,
+    #[serde(default)]
+    keep: Option<ContextSize>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    agent_name: Option<String>,
+    #[serde(default)]
+    model_name: Option<String>,
+}
+
+/// `POST /api/threads/{tid}/compact`.
+pub(super) async fn compact_thread(
+    state: web::Data<State>,
+    req: actix_web::HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> HttpResponse {
+    let thread = path.into_inner();
+    let user = match user_of(&req) {
+        Ok(user) => user,
+        Err(response) => return response,
+    };
+    if let Err(response) = check_thread_id(&thread) {
+        return response;
+    }
+    let body: CompactBody = match json_body(payload).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let (owner, id) = (user.clone(), thread.clone());
+    let found = on_store(&state, move |store| {
+        let row = store.thread(&owner, &id)?;
+        let values = match &row {
+            Some(_) => store.thread_state(&owner, &id)?,
+            None => None,
+        };
+        Ok(row.map(|row| (row, values)))
+    })
+    .await;
+    let (row, current) = match found {
+        Ok(Some(found)) => found,
+        Ok(None) => return thread_not_found(&thread),
+        Err(response) => return response,
+    };
+    if row.active_run_id.is_some() {
+        return error(StatusCode::CONFLICT, COMPACT_IN_FLIGHT);
+    }
+    let mut values: ThreadState = current.unwrap_or_default();
+    let outcome = match state
+        .runs
+        .env
+        .compact_thread(&values, body.model_name.as_deref(), body.keep)
+        .await
+    {
+        Ok(outcome) => outcome,
+        Err(CompactFailure::Compact(e @ CompactError::Disabled)) => {
+            return error(StatusCode::CONFLICT, e.to_string())
+        }
+        Err(CompactFailure::Compact(e)) => {
+            return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
+        Err(CompactFailure::Prepare(e)) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let mut checkpoint_id = row.last_run_id.clone();
+    if outcome.compacted {
+        if let Err(e) = values.apply(outcome.update.clone()) {
+            tracing::warn!("a manual compaction does not apply: {e}");
+            return error(StatusCode::INTERNAL_SERVER_ERROR, COMPACT_FAILED);
+        }
+        let (owner, id) = (user.clone(), thread.clone());
+        let written = on_store(&state, move |store| {
+            store.put_thread_state(&owner, &id, &values, None)
+        })
+        .await;
+        match written {
+            Ok(Ok(row)) => checkpoint_id = row.last_run_id,
+            Ok(Err(ThreadRefusal::Busy { .. })) => {
+                return error(StatusCode::CONFLICT, COMPACT_IN_FLIGHT)
+            }
+            Ok(Err(ThreadRefusal::NotFound(_))) => return thread_not_found(&thread),
+            Err(response) => return response,
+        }
+    }
+    HttpResponse::Ok().json(json!({
+        "thread_id": thread,
+        "compacted": outcome.compacted,
+        "reason": outcome.reason,
+        "removed_message_count": outcome.removed_message_count,
+        "preserved_message_count": outcome.preserved_message_count,
+        "summary_updated": outcome.summary_updated,
+        "checkpoint_id": checkpoint_id,
+        "total_tokens": outcome.total_tokens,
+    }))
+}
