@@ -230,7 +230,7 @@ impl RunManager {
                         // The run ended: its loop and state go; its view and events stay a
                         // while, and its events are kept in the store for later watchers.
                         live.actor = None;
-                        let events = live.log.since(0).events;
+                        let events = live.log.kept();
                         let id = run_id.clone();
                         // Sent to the store's thread now; nobody waits for it.
                         drop(manager.env.store.call(move |store| {

@@ -27,6 +27,7 @@ mod gateway_principals;
 mod gateway_slow_bodies;
 mod host_bad_input;
 mod inspector_page;
+mod inspector_streaming;
 mod mcp_config_fallback;
 mod mcp_conformance;
 mod mcp_content;
