@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::catalog::builtins::TASK;
 use crate::catalog::Catalog;
 use crate::middleware::dangling;
+use crate::middleware::loop_detection::LoopWarnings;
 use crate::model::ChatModel;
 use crate::run::execute::LeadTools;
 use crate::run::journal::{Journal, NoJournal, RunRecord, RunStatus};
@@ -107,6 +108,7 @@ impl RunBuilder {
             settings: self.settings,
             events: None,
             budget_warning: BudgetWarning::NotYet,
+            loop_warnings: LoopWarnings::default(),
             lead_tools: self.lead_tools,
             delegator: self.delegator,
             cancel: self.cancel,

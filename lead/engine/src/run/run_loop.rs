@@ -134,6 +134,8 @@ pub struct RunLoop {
     pub(super) lease: Arc<SandboxLease>,
     /// The token budget's warning, sent with the next request once per drive.
     pub(super) budget_warning: BudgetWarning,
+    /// Loop detection's warnings for the next request (spec C.7), dropped with the drive.
+    pub(super) loop_warnings: crate::middleware::loop_detection::LoopWarnings,
 }
 
 /// Where the token budget's one warning is.

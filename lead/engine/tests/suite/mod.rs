@@ -1,6 +1,7 @@
 //! One module per former integration-test file (each was its own test binary), in the
 //! order of their names.
 
+mod run_loop_detection;
 mod run_model_fallback;
 mod run_model_mistakes;
 mod run_reasoning;
