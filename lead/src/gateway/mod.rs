@@ -28,6 +28,7 @@ mod quota;
 pub(crate) mod routes;
 mod runs_api;
 mod secrets;
+mod suggestions;
 mod ui;
 
 pub use body::BODY_DEADLINE;

@@ -37,6 +37,7 @@ use antler_engine::{CancelFlag, Drive, RunActor, RunEvent};
 mod answer;
 mod artifacts;
 mod cancel;
+mod config;
 mod queries;
 mod resume;
 mod sink;
@@ -45,6 +46,7 @@ mod submit;
 pub use answer::answer;
 pub use artifacts::{read_artifact, ArtifactContent, RunArtifact, MAX_ARTIFACT_BYTES};
 pub use cancel::{CancelOutcome, CancelRun, ChaosStopRun};
+pub use config::CurrentConfig;
 pub use queries::{
     CountRunning, GetElicitations, GetRun, ListRuns, RunCatalog, RunMessages, RunOwner, WatchRun,
 };

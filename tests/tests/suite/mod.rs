@@ -25,6 +25,7 @@ mod gateway_member;
 mod gateway_playbooks;
 mod gateway_principals;
 mod gateway_slow_bodies;
+mod gateway_suggestions;
 mod host_bad_input;
 mod inspector_page;
 mod inspector_streaming;

@@ -129,7 +129,7 @@ impl ConfigFiles {
 impl RunEnv {
     /// Reads config.yaml (`override_path` for this run, else the cluster's).
     /// Parsed again only when the file changed (`config_files`).
-    pub(super) async fn load_config(
+    pub(crate) async fn load_config(
         &self,
         override_path: Option<&Path>,
     ) -> Result<Arc<AppConfig>, PrepareError> {
