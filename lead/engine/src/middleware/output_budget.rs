@@ -522,8 +522,10 @@ mod tests {
             off.apply("bash", "c1", content.clone(), Some(dir.path())),
             content
         );
-        let mut config = antler_protocol::config::ToolOutputConfig::default();
-        config.exempt_tools = vec!["bash".into()];
+        let mut config = antler_protocol::config::ToolOutputConfig {
+            exempt_tools: vec!["bash".into()],
+            ..Default::default()
+        };
         config.tool_overrides.insert("web_fetch".into(), 0);
         config.tool_overrides.insert("grep".into(), 50_000);
         let budget = OutputBudget::from_config(&config);
