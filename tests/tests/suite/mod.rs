@@ -77,6 +77,7 @@ mod run_model_mistakes;
 mod run_openai;
 mod run_overload;
 mod run_resume_once;
+mod run_stream_output;
 mod run_system_prompt;
 mod run_token_usage;
 mod run_view_image;
