@@ -27,12 +27,14 @@ mod tools;
 
 pub use http_clients::clients_built;
 pub use middleware::dangling::INTERRUPTED_CALL;
+pub use middleware::finish_reason::SafetyFinishReason;
 pub use middleware::guardrail::{AllowlistProvider, Guardrail};
 /// A run's model with retries, a circuit breaker per model configuration and fallbacks
 /// (spec D.5), and the texts of a model's mistakes (spec D.4).
 pub use middleware::invalid_calls::{
     InvalidCallLimit, EMPTY_NAME, INVALID_ARGUMENTS, INVALID_CALLS_HARD_STOP,
 };
+pub use middleware::loop_detection::LoopDetection;
 pub use middleware::output_budget::OutputBudget;
 pub use middleware::skill_policy::{Skill, SkillPolicy};
 pub use middleware::subagent_limit::SubagentLimit;

@@ -74,6 +74,10 @@ pub struct RunArgs {
     /// Print one JSON object: run_id, status, final_answer, artifacts, delivery.
     #[arg(long)]
     pub json: bool,
+    /// Print the model's reply on stderr as it is written (the default when stderr is a
+    /// terminal; not with --json or --trace).
+    #[arg(long)]
+    pub stream: bool,
     /// Talk as this custom agent (`update_agent` can edit it); with --bootstrap, the
     /// agent to create.
     #[arg(long)]
@@ -189,7 +193,11 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("run {run_id}");
             }
             loop {
-                let view = follow(&client, &run_id, args.trace, args.json, interactive).await?;
+                let stream = !args.json
+                    && !args.trace
+                    && (args.stream || std::io::stderr().is_terminal());
+                let view = follow(&client, &run_id, args.trace, args.json, interactive, stream)
+                    .await?;
                 if view["status"] == "running" {
                     // The lead is still preparing the run (a resume after its restart):
                     // its events are not there yet.
@@ -277,14 +285,17 @@ async fn sandbox_base_dir(client: &LeadClient) -> Option<PathBuf> {
     Some(PathBuf::from(status.base_dir))
 }
 
-/// Prints the run's events until its drive stops; the run's view.
+/// Prints the run's events until its drive stops (with `print_replies`, each reply as it
+/// is written); the run's view.
 async fn follow(
     client: &LeadClient,
     run_id: &str,
     trace: bool,
     quiet: bool,
     interactive: bool,
+    print_replies: bool,
 ) -> anyhow::Result<Value> {
+    let mut streamed = StreamedReply::default();
     let mut stream = watch_run(&client.connection, run_id.to_owned(), WATCH_TIMEOUT).await?;
     // A spinner while the model thinks, on a terminal only.
     let spin = !trace && !quiet && std::io::stderr().is_terminal();
@@ -314,7 +325,12 @@ async fn follow(
                 let event = Value::from(event);
                 if trace {
                     eprintln!("{}", json!({"run_id": run_id, "event": event}));
+                } else if event["event"] == "model_delta" {
+                    if print_replies {
+                        streamed.print(&event);
+                    }
                 } else if !quiet && !event.is_string() {
+                    streamed.end();
                     print_event(&event);
                     let asks = event["event"] == "elicitation"
                         || (event["event"] == "task" && event["type"] == "task_elicitation");
@@ -323,7 +339,10 @@ async fn follow(
                     }
                 }
             }
-            Ok(RunWatchItem::Ended(view)) => return Ok(view.into()),
+            Ok(RunWatchItem::Ended(view)) => {
+                streamed.end();
+                return Ok(view.into());
+            }
             Err(RpcError::Unexpected(unexpected)) => bail!("{unexpected}"),
             Err(e) => bail!(
                 "lost the run's events ({e}); the run goes on in the lead: antler run --resume {run_id}"
@@ -331,6 +350,41 @@ async fn follow(
         }
     }
     bail!("the lead ended the run's events without its outcome; antler run --resume {run_id}")
+}
+
+/// The reply being printed as it streams: a line is open on stderr until the turn's next
+/// event.
+#[derive(Default)]
+struct StreamedReply {
+    open: bool,
+}
+
+impl StreamedReply {
+    /// Prints a `model_delta`'s text (control characters but newlines and tabs dropped).
+    fn print(&mut self, event: &Value) {
+        let text: String = event["text"]
+            .as_str()
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
+            .collect();
+        if text.is_empty() {
+            return;
+        }
+        if !self.open {
+            eprint!("  ");
+            self.open = true;
+        }
+        eprint!("{}", text.replace('\n', "\n  "));
+        let _ = std::io::stderr().flush();
+    }
+
+    /// Ends the open line before the next event is printed.
+    fn end(&mut self) {
+        if std::mem::take(&mut self.open) {
+            eprintln!();
+        }
+    }
 }
 
 fn print_event(event: &Value) {

@@ -36,6 +36,7 @@ mod quota;
 pub(crate) mod routes;
 mod runs_api;
 mod secrets;
+mod suggestions;
 mod ui;
 mod uploads;
 

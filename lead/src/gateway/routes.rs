@@ -261,6 +261,19 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/api/memory/status", Access::Member, || {
         web::to(super::memory::get_status)
     }),
+    // DeerFlow's one-call routes (spec C.8).
+    route("GET", "/api/suggestions/config", Access::Member, || {
+        web::to(super::suggestions::suggestions_config)
+    }),
+    route(
+        "POST",
+        "/api/threads/{id}/suggestions",
+        Access::Member,
+        || web::to(super::suggestions::suggestions),
+    ),
+    route("POST", "/api/input-polish", Access::Member, || {
+        web::to(super::suggestions::input_polish)
+    }),
     route("GET", "/api/whoami", Access::Member, || {
         web::to(super::whoami)
     }),

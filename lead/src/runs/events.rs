@@ -2,7 +2,11 @@
 //! watcher reads the events so far, then waits for more; when a drive of the run stops
 //! (an answer, an interrupt, an error) the log holds the run's view and watchers end
 //! with it. The log keeps at most [`MAX_EVENTS`] events (the oldest go first, counted),
-//! so a long run cannot grow the lead without bound.
+//! so a long run cannot grow the lead without bound. A transient event (a streamed
+//! `model_delta`) reaches live watchers like any other but is not among the [`kept`]
+//! events the runs store keeps: a later watcher reads the finished messages instead.
+//!
+//! [`kept`]: EventLog::kept
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,6 +18,8 @@ pub const MAX_EVENTS: usize = 10_000;
 
 struct Inner {
     events: VecDeque<Arc<str>>,
+    /// Whether each of `events` is transient (same length, same order).
+    transient: VecDeque<bool>,
     /// Events dropped from the front (the index of `events[0]`).
     dropped: usize,
     /// The run's view when its drive stopped; `None` while it is driven.
@@ -31,6 +37,7 @@ impl Default for EventLog {
         EventLog {
             inner: Mutex::new(Inner {
                 events: VecDeque::new(),
+                transient: VecDeque::new(),
                 dropped: 0,
                 stopped: None,
             }),
@@ -66,15 +73,38 @@ impl EventLog {
 
     /// Appends one event.
     pub fn push(&self, json: String) {
+        self.append(json, false);
+    }
+
+    /// Appends one event for live watchers only (a streamed delta), never kept.
+    pub fn push_transient(&self, json: String) {
+        self.append(json, true);
+    }
+
+    fn append(&self, json: String, transient: bool) {
         {
             let mut inner = self.lock();
             if inner.events.len() == MAX_EVENTS {
                 inner.events.pop_front();
+                inner.transient.pop_front();
                 inner.dropped += 1;
             }
             inner.events.push_back(Arc::from(json));
+            inner.transient.push_back(transient);
         }
         self.bump();
+    }
+
+    /// The events the runs store keeps for later watchers: all but the transient ones.
+    pub fn kept(&self) -> Vec<Arc<str>> {
+        let inner = self.lock();
+        inner
+            .events
+            .iter()
+            .zip(inner.transient.iter())
+            .filter(|(_, transient)| !**transient)
+            .map(|(event, _)| event.clone())
+            .collect()
     }
 
     /// A drive begins: watchers wait for its events.
@@ -187,5 +217,18 @@ mod tests {
         assert_eq!(&*batch.events[0], "5");
         assert_eq!(batch.next, MAX_EVENTS + 5);
         assert!(log.since(batch.next).events.is_empty());
+    }
+
+    #[test]
+    fn watchers_see_transient_events_and_the_kept_ones_leave_them_out() {
+        let log = EventLog::default();
+        log.push("started".into());
+        log.push_transient("delta 1".into());
+        log.push_transient("delta 2".into());
+        log.push("finished".into());
+        let seen: Vec<String> = log.since(0).events.iter().map(|e| e.to_string()).collect();
+        assert_eq!(seen, ["started", "delta 1", "delta 2", "finished"]);
+        let kept: Vec<String> = log.kept().iter().map(|e| e.to_string()).collect();
+        assert_eq!(kept, ["started", "finished"]);
     }
 }

@@ -37,6 +37,7 @@ use antler_engine::{CancelFlag, Drive, RunActor, RunEvent};
 mod answer;
 mod artifacts;
 mod cancel;
+mod config;
 mod queries;
 mod resume;
 mod sink;
@@ -46,6 +47,7 @@ mod threads;
 pub use answer::answer;
 pub use artifacts::{read_artifact, ArtifactContent, RunArtifact, MAX_ARTIFACT_BYTES};
 pub use cancel::{CancelOutcome, CancelRun, ChaosStopRun};
+pub use config::CurrentConfig;
 pub use queries::{
     CountRunning, GetElicitations, GetRun, ListRuns, RunCatalog, RunMessages, RunOwner, WatchRun,
 };
@@ -232,7 +234,7 @@ impl RunManager {
                         // The run ended: its loop and state go; its view and events stay a
                         // while, and its events are kept in the store for later watchers.
                         live.actor = None;
-                        let events = live.log.since(0).events;
+                        let events = live.log.kept();
                         let id = run_id.clone();
                         // Sent to the store's thread now; nobody waits for it.
                         drop(manager.env.store.call(move |store| {

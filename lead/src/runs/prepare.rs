@@ -712,6 +712,15 @@ impl RunEnv {
         Ok(RunSettings {
             token_budget,
             invalid_calls,
+            // DeerFlow's sections read by `config::deerflow` (checked when the config loaded).
+            loop_detection: antler_engine::LoopDetection::from_config(&app.loop_detection()),
+            output_budget: antler_engine::OutputBudget::from_config(&app.tool_output()),
+            safety_finish_reason: antler_engine::SafetyFinishReason {
+                enabled: app.safety_finish_reason_enabled(),
+            },
+            max_turns: usize::try_from(app.max_recursion_limit())
+                .unwrap_or(usize::MAX)
+                .min(RunSettings::default().max_turns),
             allowed_skills: profile.skills.clone(),
             auto_promote_top_k: app.tool_search.top_k(),
             guardrail: Guardrail::from_config(&app.guardrails)

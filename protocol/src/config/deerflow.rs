@@ -261,149 +261,75 @@ impl AppConfig {
     }
 }
 
+/// A switch DeerFlow has and Antler lacks: (section, keys, the value that asks for it,
+/// what Antler does instead).
+type Switch = (&'static str, &'static [&'static str], bool, &'static str);
+
+const NO_CHANNELS: &str =
+    "Antler has no IM channels; users reach it through the gateway (`antler.gateway`) and the CLI";
+
+/// The switches refused at the value that asks for what Antler lacks.
+const SWITCHES: &[Switch] = &[
+    ("logging", &["enhance", "enabled"], true, "Antler has no request-trace correlation headers; each run's events carry its run id and the lead's log is `logs/antler.log` (RUST_LOG sets its detail)"),
+    ("token_usage", &["enabled"], false, "Antler always records token usage (the run's `model_finished` events and its view); it cannot be turned off"),
+    ("tool_progress", &["enabled"], true, "Antler has no tool-progress state machine; repeated calls are caught by loop detection (`loop_detection:`) and failing tools by its tool-error handling"),
+    ("agents_api", &["enabled"], true, "Antler has no HTTP API for custom agents' SOUL.md/USER.md; agents are made with `antler run --bootstrap` (setup_agent) and edited by `update_agent`"),
+    ("scheduler", &["enabled"], true, "Antler has no scheduled tasks; start runs from cron or CI with `antler run` or `POST /api/runs`"),
+    ("mcp_tasks", &["enabled"], true, "Antler does not poll MCP tasks; an MCP call runs to its result within the call's deadline"),
+    ("run_ownership", &["heartbeat_enabled"], true, "Antler's runs are owned by its one lead, which resumes them from their checkpoints after a restart; there are no gateway workers to hand runs between"),
+    ("channel_connections", &["enabled"], true, NO_CHANNELS),
+    ("auth", &["local", "allow_registration"], true, "Antler has no self-registration; its users are the gateway's tokens and JWT issuers (`antler.gateway.tokens`, `antler.gateway.jwt`)"),
+    ("auth", &["oidc", "enabled"], true, "Antler has no OIDC login; it accepts JWTs from a trusted issuer (`antler.gateway.jwt`) and gateway tokens"),
+];
+
 /// Every error and warning of the sections this module reads.
 pub(crate) fn check(config: &AppConfig) -> Vec<Finding> {
     let mut findings = Vec::new();
     let root = FieldPath::root();
+    for (section, keys, refused, instead) in SWITCHES {
+        let Some(value) = config.other.get(section) else {
+            continue;
+        };
+        if bool_at(value, keys) == Some(*refused) {
+            let mut f = Findings {
+                out: &mut findings,
+                path: root.key(*section),
+            };
+            f.refuse(keys, instead);
+        }
+    }
     for key in SECTIONS {
         let Some(value) = config.other.get(key).filter(|v| !v.is_null()) else {
             continue;
         };
-        let path = root.key(*key);
         let mut f = Findings {
             out: &mut findings,
-            path: path.clone(),
+            path: root.key(*key),
         };
         match *key {
             "log_level" => f.log_level(value),
-            "logging" => {
-                if bool_at(value, &["enhance", "enabled"]) == Some(true) {
-                    f.refuse(&["enhance", "enabled"], "Antler has no request-trace correlation headers; each run's events carry its run id and the lead's log is `logs/antler.log` (RUST_LOG sets its detail)");
-                }
-            }
-            "token_usage" => {
-                if bool_at(value, &["enabled"]) == Some(false) {
-                    f.refuse(&["enabled"], "Antler always records token usage (the run's `model_finished` events and its view); it cannot be turned off");
-                }
-            }
-            "max_recursion_limit" => {
-                if !value.as_u64().is_some_and(|n| n >= 1) {
-                    f.invalid(&[], "expected an integer of at least 1");
-                }
-            }
+            "max_recursion_limit" => f.positive(value, &[]),
             "tool_output" => f.tool_output(value),
-            "tool_progress" => {
-                if bool_at(value, &["enabled"]) == Some(true) {
-                    f.refuse(&["enabled"], "Antler has no tool-progress state machine; repeated calls are caught by loop detection (`loop_detection:`) and failing tools by its tool-error handling");
-                }
-            }
             "suggestions" => f.typed::<SuggestionsConfig>(value, SUGGESTIONS_KEYS, |c, f| {
                 if !(1..=MAX_SUGGESTIONS_LIMIT).contains(&c.max_suggestions) {
                     f.invalid(&["max_suggestions"], "expected an integer from 1 to 5");
                 }
             }),
-            "input_polish" => f.typed::<InputPolishConfig>(value, INPUT_POLISH_KEYS, |c, f| {
-                if c.max_chars < 1 {
-                    f.invalid(&["max_chars"], "expected an integer of at least 1");
-                }
-                if let Some(name) = &c.model_name {
-                    if !config.models.iter().any(|m| &m.name == name) {
-                        f.invalid(&["model_name"], "expected the name of a `models:` entry");
-                    }
-                }
-            }),
+            "input_polish" => f.input_polish(value, config),
             "loop_detection" => f.loop_detection(value),
-            "safety_finish_reason" => {
-                if value.get("detectors").is_some_and(|d| !d.is_null()) {
-                    f.refuse(&["detectors"], "Antler cannot load detector classes; its built-in detectors (OpenAI-compatible content_filter, Anthropic refusal, Gemini SAFETY and the like) always apply while `enabled` is true; leave `detectors` unset");
-                }
-                f.bool_field(value, "enabled");
-            }
-            "agents_api" => {
-                if bool_at(value, &["enabled"]) == Some(true) {
-                    f.refuse(&["enabled"], "Antler has no HTTP API for custom agents' SOUL.md/USER.md; agents are made with `antler run --bootstrap` (setup_agent) and edited by `update_agent`");
-                }
-            }
-            "agent_storage" => {
-                let backend = value.get("backend").and_then(Value::as_str);
-                if backend.is_some_and(|b| b != "file") {
-                    f.refuse(
-                        &["backend"],
-                        "Antler keeps custom agents as files under the data root (`backend: file`)",
-                    );
-                }
-            }
-            "scheduler" => {
-                if bool_at(value, &["enabled"]) == Some(true) {
-                    f.refuse(&["enabled"], "Antler has no scheduled tasks; start runs from cron or CI with `antler run` or `POST /api/runs`");
-                }
-            }
-            "mcp_tasks" => {
-                if bool_at(value, &["enabled"]) == Some(true) {
-                    f.refuse(&["enabled"], "Antler does not poll MCP tasks; an MCP call runs to its result within the call's deadline");
-                }
-            }
+            "safety_finish_reason" => f.safety_finish_reason(value),
+            "agent_storage" => f.backend(value, &["file"], "Antler keeps custom agents as files under the data root (`backend: file`)"),
+            "dedupe_storage" => f.backend(value, &["auto", "memory"], "Antler has no IM channels whose webhooks need deduplicating; leave `backend: auto`"),
             "run_ownership" => {
                 for field in ["lease_seconds", "grace_seconds"] {
-                    if value
-                        .get(field)
-                        .is_some_and(|v| !v.as_u64().is_some_and(|n| n >= 1))
-                    {
-                        f.invalid(&[field], "expected an integer of at least 1");
-                    }
-                }
-                if bool_at(value, &["heartbeat_enabled"]) == Some(true) {
-                    f.refuse(&["heartbeat_enabled"], "Antler's runs are owned by its one lead, which resumes them from their checkpoints after a restart; there are no gateway workers to hand runs between");
-                }
-            }
-            "dedupe_storage" => {
-                let backend = value.get("backend").and_then(Value::as_str);
-                if backend.is_some_and(|b| b != "auto" && b != "memory") {
-                    f.refuse(&["backend"], "Antler has no IM channels whose webhooks need deduplicating; leave `backend: auto`");
-                }
-            }
-            "channel_connections" => {
-                if bool_at(value, &["enabled"]) == Some(true) {
-                    f.refuse(&["enabled"], "Antler has no IM channels; users reach it through the gateway (`antler.gateway`) and the CLI");
-                }
-            }
-            "channels" => {
-                if let Value::Object(map) = value {
-                    for (name, channel) in map {
-                        if bool_at(channel, &["enabled"]) == Some(true) {
-                            f.refuse(&[name.as_str(), "enabled"], "Antler has no IM channels; users reach it through the gateway (`antler.gateway`) and the CLI");
-                        }
+                    if let Some(v) = value.get(field) {
+                        f.positive(v, &[field]);
                     }
                 }
             }
-            "auth" => {
-                if bool_at(value, &["local", "allow_registration"]) == Some(true) {
-                    f.refuse(&["local", "allow_registration"], "Antler has no self-registration; its users are the gateway's tokens and JWT issuers (`antler.gateway.tokens`, `antler.gateway.jwt`)");
-                }
-                if bool_at(value, &["oidc", "enabled"]) == Some(true) {
-                    f.refuse(&["oidc", "enabled"], "Antler has no OIDC login; it accepts JWTs from a trusted issuer (`antler.gateway.jwt`) and gateway tokens");
-                }
-            }
-            "plugins" => {
-                if let Value::Array(items) = value {
-                    for (i, plugin) in items.iter().enumerate() {
-                        if bool_at(plugin, &["enabled"]) != Some(false) {
-                            let path = path.index(i);
-                            f.out.push(Finding::Error {
-                                path,
-                                message: "Antler cannot load Python plugins".to_owned(),
-                                expected: Some("tools come from `tools:`, MCP servers and skills; remove the plugin or set `enabled: false`".to_owned()),
-                            });
-                        }
-                    }
-                }
-            }
-            "extensions" => {
-                let middlewares = value.get("middlewares").and_then(Value::as_array);
-                if middlewares.is_some_and(|m| !m.is_empty()) {
-                    f.refuse(&["middlewares"], "Antler cannot load middleware classes; its middleware chain is built in (guardrails, loop detection, token budget, ...), and `guardrails.provider` checks each tool call");
-                }
-            }
+            "channels" => f.channels(value),
+            "plugins" => f.plugins(value),
+            "extensions" => f.extensions(value),
             _ => {}
         }
     }
@@ -492,6 +418,68 @@ impl Findings<'_> {
                     expected: None,
                 });
             }
+        }
+    }
+
+    fn positive(&mut self, value: &Value, keys: &[&str]) {
+        if value.as_u64().is_none_or(|n| n < 1) {
+            self.invalid(keys, "expected an integer of at least 1");
+        }
+    }
+
+    fn backend(&mut self, value: &Value, accepted: &[&str], instead: &str) {
+        let backend = value.get("backend").and_then(Value::as_str);
+        if backend.is_some_and(|b| !accepted.contains(&b)) {
+            self.refuse(&["backend"], instead);
+        }
+    }
+
+    fn input_polish(&mut self, value: &Value, config: &AppConfig) {
+        self.typed::<InputPolishConfig>(value, INPUT_POLISH_KEYS, |c, f| {
+            if c.max_chars < 1 {
+                f.invalid(&["max_chars"], "expected an integer of at least 1");
+            }
+            if let Some(name) = &c.model_name {
+                if !config.models.iter().any(|m| &m.name == name) {
+                    f.invalid(&["model_name"], "expected the name of a `models:` entry");
+                }
+            }
+        });
+    }
+
+    fn safety_finish_reason(&mut self, value: &Value) {
+        if value.get("detectors").is_some_and(|d| !d.is_null()) {
+            self.refuse(&["detectors"], "Antler cannot load detector classes; its built-in detectors (OpenAI-compatible content_filter, Anthropic refusal, Gemini SAFETY and the like) always apply while `enabled` is true; leave `detectors` unset");
+        }
+        self.bool_field(value, "enabled");
+    }
+
+    fn channels(&mut self, value: &Value) {
+        let Value::Object(map) = value else { return };
+        for (name, channel) in map {
+            if bool_at(channel, &["enabled"]) == Some(true) {
+                self.refuse(&[name.as_str(), "enabled"], NO_CHANNELS);
+            }
+        }
+    }
+
+    fn plugins(&mut self, value: &Value) {
+        let Value::Array(items) = value else { return };
+        for (i, plugin) in items.iter().enumerate() {
+            if bool_at(plugin, &["enabled"]) != Some(false) {
+                self.out.push(Finding::Error {
+                    path: self.path.index(i),
+                    message: "Antler cannot load Python plugins".to_owned(),
+                    expected: Some("tools come from `tools:`, MCP servers and skills; remove the plugin or set `enabled: false`".to_owned()),
+                });
+            }
+        }
+    }
+
+    fn extensions(&mut self, value: &Value) {
+        let middlewares = value.get("middlewares").and_then(Value::as_array);
+        if middlewares.is_some_and(|m| !m.is_empty()) {
+            self.refuse(&["middlewares"], "Antler cannot load middleware classes; its middleware chain is built in (guardrails, loop detection, token budget, ...), and `guardrails.provider` checks each tool call");
         }
     }
 

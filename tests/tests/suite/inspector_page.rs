@@ -33,15 +33,16 @@ const REPORT: &str = "turns:\n  - tool_calls:\n      - name: write_file\n       
 
 const ASK: &str = "turns:\n  - tool_calls:\n      - name: ask_clarification\n        args: {question: \"Which year?\", clarification_type: missing_info}\n  - content: The report covers the year you chose.\n";
 
-/// The DevTools driver and its browser; both end with the test.
-struct Browser {
+/// The DevTools driver and its browser; both end with the test (`inspector_streaming`
+/// drives it too).
+pub(crate) struct Browser {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
 }
 
 impl Browser {
-    fn start() -> Browser {
+    pub(crate) fn start() -> Browser {
         let chromium = ["chromium", "chromium-browser"]
             .iter()
             .find(|c| {
@@ -78,7 +79,7 @@ impl Browser {
         serde_json::from_str(&line).unwrap_or_else(|_| panic!("driver said {line:?}"))
     }
 
-    fn send(&mut self, command: Value) -> Value {
+    pub(crate) fn send(&mut self, command: Value) -> Value {
         writeln!(self.stdin, "{command}").unwrap();
         self.stdin.flush().unwrap();
         let reply = self.read();
@@ -86,19 +87,19 @@ impl Browser {
         reply["value"].clone()
     }
 
-    fn goto(&mut self, url: &str) {
+    pub(crate) fn goto(&mut self, url: &str) {
         self.send(json!({"op": "goto", "url": url}));
     }
 
-    fn eval(&mut self, expr: &str) -> Value {
+    pub(crate) fn eval(&mut self, expr: &str) -> Value {
         self.send(json!({"op": "eval", "expr": expr}))
     }
 
-    fn wait(&mut self, expr: &str) -> Value {
+    pub(crate) fn wait(&mut self, expr: &str) -> Value {
         self.send(json!({"op": "wait", "expr": expr, "timeout_s": 30}))
     }
 
-    fn screenshot(&mut self, name: &str) {
+    pub(crate) fn screenshot(&mut self, name: &str) {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/inspector-screenshots");
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("{name}.png"));

@@ -2,7 +2,8 @@
 //! limit (`finish_reason: length`, `stop_reason: max_tokens`, `MAX_TOKENS`) ends the run as
 //! `model_length_capped`, unless a stop reason is set already; a reply a provider stopped for
 //! safety (`content_filter`, `refusal`, Gemini's safety reasons) with tool calls or no text
-//! has its tool calls suppressed, DeerFlow's note appended, and ends as `safety_capped`.
+//! has its tool calls suppressed, DeerFlow's note appended, and ends as `safety_capped`
+//! (unless `safety_finish_reason.enabled` is false: [`SafetyFinishReason`]).
 
 use crate::model::ModelReply;
 use crate::thread::state::StopReason;
@@ -24,9 +25,32 @@ const GEMINI_SAFETY: &[&str] = &[
     "IMAGE_RECITATION",
 ];
 
+/// `SafetyFinishReasonMiddleware`'s switch (`safety_finish_reason.enabled`, DeerFlow's
+/// default on): off, a reply stopped for safety goes through as the provider sent it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SafetyFinishReason {
+    pub enabled: bool,
+}
+
+impl Default for SafetyFinishReason {
+    fn default() -> Self {
+        SafetyFinishReason { enabled: true }
+    }
+}
+
 /// The stop reason a reply's finish reason means, after rewriting it as DeerFlow does;
 /// `current` is the run's stop reason so far.
+#[cfg(test)]
 pub fn after_model(reply: &mut ModelReply, current: Option<StopReason>) -> Option<StopReason> {
+    after_model_with(reply, current, SafetyFinishReason::default())
+}
+
+/// [`after_model`] with the safety check switched as configured.
+pub fn after_model_with(
+    reply: &mut ModelReply,
+    current: Option<StopReason>,
+    safety: SafetyFinishReason,
+) -> Option<StopReason> {
     let reason = reply.finish_reason.clone()?;
     let has_text = !reply.content.trim().is_empty();
     if reply.tool_calls.is_empty() && has_text {
@@ -34,6 +58,9 @@ pub fn after_model(reply: &mut ModelReply, current: Option<StopReason>) -> Optio
         let length =
             reason.eq_ignore_ascii_case("length") || reason.eq_ignore_ascii_case("max_tokens");
         return (length && current.is_none()).then_some(StopReason::ModelLengthCapped);
+    }
+    if !safety.enabled {
+        return None;
     }
     let detector = if reason.eq_ignore_ascii_case("content_filter") {
         "openai_content_filter"
@@ -113,5 +140,23 @@ mod tests {
             None,
             "visible text is left alone"
         );
+    }
+
+    #[test]
+    fn switched_off_a_safety_stop_goes_through_untouched() {
+        let mut r = ModelReply {
+            content: "partial".into(),
+            tool_calls: vec![crate::thread::state::ToolCall {
+                id: "c".into(),
+                name: "bash".into(),
+                args: serde_json::json!({}),
+            }],
+            finish_reason: Some("content_filter".into()),
+            ..ModelReply::default()
+        };
+        let off = SafetyFinishReason { enabled: false };
+        assert_eq!(after_model_with(&mut r, None, off), None);
+        assert_eq!(r.tool_calls.len(), 1);
+        assert_eq!(r.content, "partial");
     }
 }

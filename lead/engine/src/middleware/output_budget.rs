@@ -1,8 +1,10 @@
 //! `ToolOutputBudget` (spec 4.5): a tool result above 12,000 characters is written
 //! under `outputs/.tool-results` and replaced by a preview with its path; without a
 //! writable outputs directory it is cut to 30,000 characters (head and tail kept).
-//! `read_file` is exempt. The file name is a digest of the call id and the content, so
-//! a replayed step writes the same file. The preview's synopsis is DeerFlow's text kind
+//! `read_file` is exempt. `tool_output:` sets the limits (C.8: off, per-tool thresholds,
+//! exempt tools; a threshold of 0 never writes a file, only cuts at the fallback limit).
+//! The file name is a digest of the call id and the content, so a replayed step writes
+//! the same file. The preview's synopsis is DeerFlow's text kind
 //! (JSON, CSV, YAML, XML and code synopses are not detected yet).
 
 use std::path::Path;
@@ -21,29 +23,85 @@ pub const VIRTUAL_OUTPUTS: &str = thread_dir::VIRTUAL_OUTPUTS;
 /// The fallback's marker; `{n}` omitted characters of `{tool}`'s output.
 pub const OMITTED_MARKER: &str = "\n\n[... {n} chars omitted from {tool} output. Persistent storage unavailable. Consider narrowing the query or using more specific parameters.]\n\n";
 
-/// Tools whose results are never budgeted.
-pub const EXEMPT_TOOLS: &[&str] = &["read_file"];
+/// Tools whose results are never budgeted, by default (`tool_output.exempt_tools`).
+pub const EXEMPT_TOOLS: &[&str] = &["read_file", "read_file_tool"];
 
-/// The budget's limits (DeerFlow's defaults).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The budget's limits (DeerFlow's defaults; `tool_output:` in config.yaml).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutputBudget {
+    /// Off: every result goes to the model as it is.
+    pub enabled: bool,
+    /// Over this many characters a result is written to a file (0: never).
     pub max_chars: usize,
     pub preview_head: usize,
     pub preview_tail: usize,
+    /// Without a file, a result is cut to this many characters (0: never cut).
     pub fallback_max_chars: usize,
     pub fallback_head: usize,
     pub fallback_tail: usize,
+    pub exempt_tools: Vec<String>,
+    /// `max_chars` per tool.
+    pub tool_overrides: std::collections::BTreeMap<String, usize>,
 }
 
 impl Default for OutputBudget {
     fn default() -> Self {
         OutputBudget {
+            enabled: true,
             max_chars: 12_000,
             preview_head: 2_000,
             preview_tail: 1_000,
             fallback_max_chars: 30_000,
             fallback_head: 8_000,
             fallback_tail: 3_000,
+            exempt_tools: EXEMPT_TOOLS.iter().map(|t| (*t).to_owned()).collect(),
+            tool_overrides: std::collections::BTreeMap::new(),
+        }
+    }
+}
+
+/// What the budget does with one result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Plan {
+    Pass,
+    /// Written to a file, a preview sent (cut instead when no file can be written).
+    Externalize,
+    /// Externalization is off for the tool: cut to `fallback_max_chars`.
+    Truncate,
+}
+
+impl OutputBudget {
+    /// The budget of a checked `tool_output:` section.
+    pub fn from_config(config: &antler_protocol::config::ToolOutputConfig) -> OutputBudget {
+        OutputBudget {
+            enabled: config.enabled,
+            max_chars: config.externalize_min_chars,
+            preview_head: config.preview_head_chars,
+            preview_tail: config.preview_tail_chars,
+            fallback_max_chars: config.fallback_max_chars,
+            fallback_head: config.fallback_head_chars,
+            fallback_tail: config.fallback_tail_chars,
+            exempt_tools: config.exempt_tools.clone(),
+            tool_overrides: config.tool_overrides.clone(),
+        }
+    }
+
+    fn plan(&self, tool_name: &str, content: &str) -> Plan {
+        if !self.enabled || self.exempt_tools.iter().any(|t| t == tool_name) {
+            return Plan::Pass;
+        }
+        let threshold = self
+            .tool_overrides
+            .get(tool_name)
+            .copied()
+            .unwrap_or(self.max_chars);
+        let chars = content.chars().count();
+        if threshold > 0 && chars > threshold {
+            Plan::Externalize
+        } else if threshold == 0 && self.fallback_max_chars > 0 && chars > self.fallback_max_chars {
+            Plan::Truncate
+        } else {
+            Plan::Pass
         }
     }
 }
@@ -58,8 +116,10 @@ impl OutputBudget {
         content: String,
         files: &dyn ThreadFiles,
     ) -> String {
-        if !self.exceeds(tool_name, &content) {
-            return content;
+        match self.plan(tool_name, &content) {
+            Plan::Pass => return content,
+            Plan::Truncate => return self.fallback(&content, tool_name),
+            Plan::Externalize => {}
         }
         let file_name = externalized_file_name(tool_name, tool_call_id, &content);
         match files.write_spill(&file_name, &content).await {
@@ -74,11 +134,6 @@ impl OutputBudget {
         }
     }
 
-    /// Whether the result is over the budget (and not exempt).
-    fn exceeds(&self, tool_name: &str, content: &str) -> bool {
-        content.chars().count() > self.max_chars && !EXEMPT_TOOLS.contains(&tool_name)
-    }
-
     /// The content the model gets for one tool result. `outputs_dir` is the thread's
     /// host outputs directory, when this process can write it.
     pub fn apply(
@@ -88,8 +143,10 @@ impl OutputBudget {
         content: String,
         outputs_dir: Option<&Path>,
     ) -> String {
-        if !self.exceeds(tool_name, &content) {
-            return content;
+        match self.plan(tool_name, &content) {
+            Plan::Pass => return content,
+            Plan::Truncate => return self.fallback(&content, tool_name),
+            Plan::Externalize => {}
         }
         if let Some(dir) = outputs_dir {
             match externalize(&content, tool_name, tool_call_id, dir) {
@@ -139,7 +196,7 @@ impl OutputBudget {
     pub fn fallback(&self, content: &str, tool_name: &str) -> String {
         let chars: Vec<char> = content.chars().collect();
         let total = chars.len();
-        if total <= self.fallback_max_chars {
+        if self.fallback_max_chars == 0 || total <= self.fallback_max_chars {
             return content.to_owned();
         }
         let marker = |n: usize| {
@@ -451,5 +508,42 @@ mod tests {
             "\n\n[... {omitted} chars omitted from web_fetch output. Persistent storage unavailable. Consider narrowing the query or using more specific parameters.]\n\n"
         )));
         assert!(cut.ends_with(&"x".repeat(3_000)));
+    }
+
+    #[test]
+    fn the_config_switches_it_off_exempts_tools_and_sets_thresholds_per_tool() {
+        let content = "x".repeat(40_000);
+        let dir = tempfile::tempdir().unwrap();
+        let off = OutputBudget {
+            enabled: false,
+            ..OutputBudget::default()
+        };
+        assert_eq!(
+            off.apply("bash", "c1", content.clone(), Some(dir.path())),
+            content
+        );
+        let mut config = antler_protocol::config::ToolOutputConfig {
+            exempt_tools: vec!["bash".into()],
+            ..Default::default()
+        };
+        config.tool_overrides.insert("web_fetch".into(), 0);
+        config.tool_overrides.insert("grep".into(), 50_000);
+        let budget = OutputBudget::from_config(&config);
+        assert_eq!(
+            budget.apply("bash", "c1", content.clone(), Some(dir.path())),
+            content
+        );
+        assert_eq!(
+            budget.apply("grep", "c1", content.clone(), Some(dir.path())),
+            content
+        );
+        // 0: never written to a file, cut at fallback_max_chars instead.
+        let cut = budget.apply("web_fetch", "c1", content.clone(), Some(dir.path()));
+        assert_eq!(cut, budget.fallback(&content, "web_fetch"));
+        assert!(cut.chars().count() <= 30_000);
+        assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
+        // Others: written, a preview sent.
+        let preview = budget.apply("ls", "c1", content.clone(), Some(dir.path()));
+        assert!(preview.starts_with("[Full ls output saved to"), "{preview}");
     }
 }

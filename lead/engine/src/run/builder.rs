@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::catalog::builtins::TASK;
 use crate::catalog::Catalog;
 use crate::middleware::dangling;
+use crate::middleware::loop_detection::LoopWarnings;
 use crate::model::ChatModel;
 use crate::run::execute::LeadTools;
 use crate::run::journal::{Journal, NoJournal, RunRecord, RunStatus};
@@ -119,6 +120,7 @@ impl RunBuilder {
             budget_warning: BudgetWarning::NotYet,
             compaction: Default::default(),
             title_task: None,
+            loop_warnings: LoopWarnings::default(),
             lead_tools: self.lead_tools,
             delegator: self.delegator,
             cancel: self.cancel,

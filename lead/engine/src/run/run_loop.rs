@@ -138,6 +138,8 @@ pub struct RunLoop {
     pub(super) compaction: super::context::ContextState,
     /// A title call running beside the run (`run::context`).
     pub(super) title_task: Option<super::context::TitleTask>,
+    /// Loop detection's warnings for the next request (spec C.7), dropped with the drive.
+    pub(super) loop_warnings: crate::middleware::loop_detection::LoopWarnings,
 }
 
 /// Where the token budget's one warning is.

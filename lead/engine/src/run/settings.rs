@@ -27,6 +27,8 @@ pub struct RunSettings {
     pub invalid_calls: InvalidCallLimit,
     pub subagent_limit: SubagentLimit,
     pub output_budget: OutputBudget,
+    /// `safety_finish_reason.enabled`.
+    pub safety_finish_reason: crate::middleware::finish_reason::SafetyFinishReason,
     /// `guardrails.enabled` with a provider.
     pub guardrail: Option<Guardrail>,
     /// `tool_search.auto_promote_top_k`, clamped.
@@ -71,6 +73,7 @@ impl Default for RunSettings {
             invalid_calls: InvalidCallLimit::default(),
             subagent_limit: SubagentLimit::default(),
             output_budget: OutputBudget::default(),
+            safety_finish_reason: Default::default(),
             guardrail: None,
             auto_promote_top_k: crate::catalog::routing::DEFAULT_AUTO_PROMOTE_TOP_K,
             skills: SkillStore::default(),

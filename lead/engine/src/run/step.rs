@@ -63,7 +63,7 @@ impl RunLoop {
         }
         // A model's mistakes (spec D.4): its invalid calls never run, and are answered now.
         let mut refused = invalid_calls::sort_out(&mut reply, &catalog);
-        let warning = self.after_model(turn, &mut reply, &mut update, asked.answered_by);
+        self.after_model(turn, &mut reply, &mut update, asked.answered_by);
         let stripped = matches!(
             update.stop_reason,
             Some(StopReason::LoopCapped | StopReason::SafetyCapped | StopReason::TokenCapped)
@@ -102,11 +102,7 @@ impl RunLoop {
         // (a resume gives it the interrupted-call result, `resume`).
         self.merge(update).await?;
         self.after_reply_title().await?;
-        let end = self.run_calls(&calls, &chain, &policy).await?;
-        if let Some(warning) = warning {
-            self.merge(StateUpdate::messages([warning])).await?;
-        }
-        Ok(end)
+        self.run_calls(&calls, &chain, &policy).await
     }
 
     /// The turn about to start (1 + the thread's turns, summarized ones too), or the turn limit, which
@@ -204,6 +200,10 @@ impl RunLoop {
                 additional_kwargs: None,
             });
             self.budget_warning = BudgetWarning::Sent;
+        }
+        // LoopDetection (spec C.7): queued warnings go last, after the tool results.
+        if let Some(warning) = self.loop_warnings.take_message() {
+            messages.push(warning);
         }
         if self.model.reads_prompt() {
             prompt::prepare_request(
@@ -316,16 +316,15 @@ impl RunLoop {
     }
 
     /// The after-model middlewares on the reply: token accounting and the budget (spec
-    /// D), loop detection, the subagent limit and the finish reason, each stop reason
-    /// recorded in the turn's update. Returns loop detection's warning, merged after the
-    /// reply's calls.
+    /// D), loop detection (its warning queued for the next request), the subagent limit
+    /// and the finish reason, each stop reason recorded in the turn's update.
     fn after_model(
         &mut self,
         turn: usize,
         reply: &mut ModelReply,
         update: &mut StateUpdate,
         answered_by: Option<String>,
-    ) -> Option<Message> {
+    ) {
         // Token accounting (spec D): the provider's usage, the budget, finish reasons.
         update.token_usage = reply.usage;
         let total_usage = self.state.token_usage + reply.usage.unwrap_or_default();
@@ -361,20 +360,19 @@ impl RunLoop {
             &self.context.run_id,
         );
         update.stop_reason = limit_stop;
-        let mut warning = None;
         match verdict {
             LoopVerdict::HardStop(reason) => update.stop_reason = Some(reason),
-            LoopVerdict::Warn(message) => warning = Some(message),
+            LoopVerdict::Warn(text) => self.loop_warnings.queue(text),
             LoopVerdict::Pass => {}
         }
         if token_stop.is_some() {
             update.stop_reason = token_stop;
         }
         let so_far = update.stop_reason.or(self.state.stop_reason);
-        if let Some(reason) = finish_reason::after_model(reply, so_far) {
+        let safety = self.settings.safety_finish_reason;
+        if let Some(reason) = finish_reason::after_model_with(reply, so_far, safety) {
             update.stop_reason = Some(reason);
         }
-        warning
     }
 
     /// Adds the reply to the turn's update and reports it; returns its text (the run's

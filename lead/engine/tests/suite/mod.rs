@@ -2,6 +2,7 @@
 //! order of their names.
 
 mod run_context_window;
+mod run_loop_detection;
 mod run_model_fallback;
 mod run_model_mistakes;
 mod run_reasoning;

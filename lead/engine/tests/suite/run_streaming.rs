@@ -88,7 +88,7 @@ async fn a_streamed_reply_is_a_few_deltas_that_add_up_to_the_message() {
     );
     assert_eq!(reasoning, "Thinking.");
     assert!(
-        count >= 1 && count <= 200,
+        (1..=200).contains(&count),
         "{count} delta events for 2,000 tokens"
     );
     // The deltas come before the turn's end, which names the same message.

@@ -522,8 +522,9 @@ async fn a_loop_capped_task_completes_with_the_forced_stop() {
     let indices: Vec<usize> = running.iter().map(|r| r.0).collect();
     assert_eq!(indices, [1, 2, 3, 4, 5]);
     assert_eq!(running[4].2, text);
-    // The warning at the third repeat reached the subagent's conversation.
-    assert!(seen.messages().iter().any(|m| matches!(
+    // The warning at the third repeat goes to the next request only (spec C.7), never
+    // into the subagent's conversation.
+    assert!(!seen.messages().iter().any(|m| matches!(
         m,
         Message::Human { content, .. } if content.starts_with("[LOOP DETECTED]")
     )));

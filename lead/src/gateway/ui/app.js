@@ -173,13 +173,15 @@ function runsView(view) {
 // ---- one run: the timeline ---------------------------------------------------------
 
 function newModel() {
-  return { items: [], calls: new Map(), turns: [], view: null, io: new Map(), elicitations: [] };
+  return { items: [], calls: new Map(), turns: [], view: null, io: new Map(), replies: new Map(), elicitations: [] };
 }
 
-/// Each call's arguments and result, from the run's messages.
+/// Each call's arguments and result, and each AI message's text by id, from the run's messages.
 function foldMessages(model, messages) {
   model.io = new Map();
+  model.replies = new Map();
   for (const m of messages) {
+    if (m.role === "ai") model.replies.set(m.id, m.content);
     if (m.role === "ai") for (const c of m.tool_calls || []) model.io.set(c.id, Object.assign(model.io.get(c.id) || {}, { args: c.args }));
     if (m.role === "tool") model.io.set(m.tool_call_id, Object.assign(model.io.get(m.tool_call_id) || {}, { result: m.content, status: m.status }));
   }
@@ -192,10 +194,26 @@ function fold(model, ev) {
       const turn = { kind: "turn", turn: ev.turn, at: ev.at_ms };
       model.items.push(turn); model.turns[ev.turn] = turn; break;
     }
+    case "model_delta": {
+      // The reply as it is written; the message replaces it once the run's messages are read.
+      const turn = model.turns[ev.turn];
+      if (!turn) break;
+      turn.messageId = ev.message_id; turn.streaming = true;
+      turn.text = (turn.text || "") + (ev.text || "");
+      turn.thinking = (turn.thinking || "") + (ev.reasoning || ""); break;
+    }
+    case "llm_retry": case "model_fallback": case "empty_reply_retried": {
+      // The model starts its reply over.
+      const turn = model.turns[model.turns.length - 1];
+      if (turn && !turn.done) { turn.text = ""; turn.thinking = ""; }
+      break;
+    }
     case "model_finished": {
       const turn = model.turns[ev.turn] || {};
       turn.usage = ev.usage; turn.finish = ev.finish_reason; turn.done = ev.at_ms;
-      turn.reasoning = ev.reasoning; break;
+      turn.reasoning = ev.reasoning; turn.streaming = false;
+      if (ev.message_id) turn.messageId = ev.message_id;
+      break;
     }
     case "lifecycle": {
       if (!ev.tool_call_id) break;
@@ -424,19 +442,27 @@ function runView(view, runId) {
   view.replaceChildren(el("p", {}, el("a", { href: "#/runs", text: "← Runs" })),
     el("h2", { text: "Run " + runId }), summary, el("h3", { text: "Timeline" }), timeline,
     el("h3", { text: "Waterfall" }), waterfall, el("h3", { text: "Tokens per turn" }), chart, catalogBox);
-  let stopped = false, controller = null, poller = null, retry = 1000;
+  let stopped = false, controller = null, poller = null, retry = 1000, refreshing = null;
 
   const render = () => {
     timeline.replaceChildren(...model.items.map((item) => {
       if (item.kind === "turn") {
         const u = item.usage ? ` · ${item.usage.input_tokens} in / ${item.usage.output_tokens} out` : "";
-        const thought = item.reasoning
-          ? el("details", { class: "reasoning" }, el("summary", { text: "Thinking" }), el("pre", { text: clip(item.reasoning, 4000) }))
+        const reasoning = item.reasoning || (item.streaming ? item.thinking : "");
+        const thought = reasoning
+          ? el("details", { class: "reasoning" }, el("summary", { text: item.streaming ? "Thinking…" : "Thinking" }), el("pre", { text: clip(reasoning, 4000) }))
+          : null;
+        // The reply: its message once read, else the text streamed so far.
+        const final = item.messageId !== undefined && model.replies.has(item.messageId);
+        const text = final ? model.replies.get(item.messageId) : item.text;
+        const reply = text
+          ? el("pre", { class: "reply" + (item.streaming ? " streaming" : ""), "data-message-id": item.messageId || "",
+              "aria-busy": item.streaming ? "true" : "false", text: clip(text, 8000) })
           : null;
         return el("li", { class: "turn", "data-turn": item.turn },
           el("strong", { text: "Model turn " + item.turn }),
           el("span", { class: "muted", text: " " + fmtTime(item.at) + u + (item.finish ? " · " + item.finish : "") }),
-          thought);
+          thought, reply);
       }
       if (item.kind === "warning") return el("li", { class: "warning", text: "⚠ " + item.message });
       if (item.kind === "message") return el("li", {}, el("pre", { text: clip(item.content, 4000) }));
@@ -557,6 +583,10 @@ function runView(view, runId) {
           if (!data) continue;
           const json = JSON.parse(data);
           if (name === "end") { model.view = json; model.elicitations = json.elicitations || []; } else fold(model, json);
+          // A turn ended: its message (what middlewares made of the reply) replaces the stream.
+          if (json.event === "model_finished" && !refreshing) {
+            refreshing = setTimeout(() => { refreshing = null; loadMessages().then(render); }, 300);
+          }
           // A call asks the user, or a call that asked ended: the view says what is pending.
           if (json.event === "elicitation" || (json.event === "tool_finished" && model.elicitations.length)) loadElicitations();
         }
@@ -577,7 +607,7 @@ function runView(view, runId) {
   };
   render();
   follow();
-  return () => { stopped = true; if (controller) controller.abort(); clearTimeout(poller); };
+  return () => { stopped = true; if (controller) controller.abort(); clearTimeout(poller); clearTimeout(refreshing); };
 }
 
 // ---- the cluster -------------------------------------------------------------------

@@ -1,5 +1,5 @@
 //! A run's event sink: each event goes to the run's [`EventLog`] as JSON (stamped with
-//! when the lead saw it), into the [`Metrics`] (steps, tokens, tool states and calls),
+//! when the lead saw it; a streamed delta for live watchers only), into the [`Metrics`] (steps, tokens, tool states and calls),
 //! and the questions a run's MCP calls ask into its pending elicitations.
 
 use std::collections::HashMap;
@@ -56,7 +56,11 @@ pub(super) fn event_sink(
                     let at = antler_protocol::sys::unix_ms();
                     object.insert("at_ms".into(), at.into());
                 }
-                log.push(json.to_string());
+                if event.is_transient() {
+                    log.push_transient(json.to_string());
+                } else {
+                    log.push(json.to_string());
+                }
             }
             Err(e) => tracing::warn!("run event does not encode: {e}"),
         }
@@ -73,6 +77,7 @@ pub(super) fn event_sink(
                 usage: Some(usage), ..
             } => metrics.tokens(*usage),
             RunEvent::ModelFinished { .. }
+            | RunEvent::ModelDelta { .. }
             | RunEvent::LlmRetry { .. }
             | RunEvent::ModelFallback { .. }
             | RunEvent::EmptyReplyRetried { .. }
