@@ -190,7 +190,10 @@ mod tests {
     #[test]
     fn every_path_has_one_access_per_method_and_unknown_methods_need_a_principal() {
         for (i, r) in ROUTES.iter().enumerate() {
-            assert!(matches!(r.method, "GET" | "POST" | "PUT"), "{r:?}");
+            assert!(
+                matches!(r.method, "GET" | "POST" | "PUT" | "PATCH" | "DELETE"),
+                "{r:?}"
+            );
             assert!(
                 !ROUTES[..i]
                     .iter()
