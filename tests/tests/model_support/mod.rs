@@ -87,21 +87,49 @@ pub struct RecordingServer {
     pub requests: Arc<Mutex<Vec<Value>>>,
 }
 
-/// Starts the stand-in on a free loopback port; it lives as long as the test process.
+/// DeerFlow's opening of the memory update's system text (a long-lived lead asks it after
+/// runs; `memory_users` tests it).
+pub const MEMORY_UPDATE_OPENING: &str = "You are a memory management system. Your task is to analyze a conversation and update the user's memory profile.";
+
+/// Whether `request` is a memory update call (not a run's turn).
+pub fn is_memory_update(request: &Value) -> bool {
+    request["messages"][0]["content"]
+        .as_str()
+        .is_some_and(|s| s.starts_with(MEMORY_UPDATE_OPENING))
+}
+
+/// Starts the stand-in on a free loopback port; it lives as long as the test process. A
+/// memory update call (a long-lived lead makes one after a user's runs) is answered with
+/// an update that changes nothing, and neither recorded nor given a scripted reply, so
+/// the runs' requests and replies keep their order.
 pub fn recording_server(replies: Vec<Reply>) -> RecordingServer {
-    recording_server_by(move |_, index| {
-        replies
-            .get(index)
-            .or(replies.last())
-            .cloned()
-            .unwrap_or_else(|| Reply::text("Done."))
-    })
+    serve(
+        move |request, index| {
+            if is_memory_update(request) {
+                return Reply::text(r#"{"user": {}, "history": {}, "newFacts": []}"#);
+            }
+            replies
+                .get(index)
+                .or(replies.last())
+                .cloned()
+                .unwrap_or_else(|| Reply::text("Done."))
+        },
+        false,
+    )
 }
 
 /// [`recording_server`] whose reply to each request `respond` chooses from the request's
 /// body and its index (0 for the first request).
 pub fn recording_server_by(
     respond: impl Fn(&Value, usize) -> Reply + Send + 'static,
+) -> RecordingServer {
+    serve(respond, true)
+}
+
+/// The stand-in; memory update calls are recorded (and counted) only with `updates`.
+fn serve(
+    respond: impl Fn(&Value, usize) -> Reply + Send + 'static,
+    updates: bool,
 ) -> RecordingServer {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
@@ -132,7 +160,7 @@ pub fn recording_server_by(
             let request = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
             let index = {
                 let mut seen = seen.lock().unwrap();
-                if !request.is_null() {
+                if !request.is_null() && (updates || !is_memory_update(&request)) {
                     seen.push(request.clone());
                 }
                 seen.len().saturating_sub(1)

@@ -12,14 +12,12 @@
 use std::time::Duration;
 
 use crate::lead_support::{http_full, LeadCluster};
-use crate::model_support::{recording_server_by, Reply};
+use crate::model_support::{is_memory_update as is_update, recording_server_by, Reply};
 use antler_tests::wait_for;
 use serde_json::{json, Value};
 
 const ALICE: &str = "alice-token-000000000001";
 const BOB: &str = "bob-token-00000000000002";
-/// DeerFlow's opening of the memory update's system text.
-const UPDATE_OPENING: &str = "You are a memory management system. Your task is to analyze a conversation and update the user's memory profile.";
 const PREFERENCE: &str = "I always indent with tabs, never spaces";
 const FACT_LINE: &str = "- [preference | 0.95] Prefers tabs over spaces";
 
@@ -57,12 +55,6 @@ fn config(base_url: &str, memory: &str) -> String {
     format!(
         "models:\n  - name: rec\n    use: langchain_openai:ChatOpenAI\n    model: recorded\n    base_url: {base_url}\n    api_key: sk-test\nmemory:\n  backend_config:\n{memory}antler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n"
     )
-}
-
-fn is_update(request: &Value) -> bool {
-    request["messages"][0]["content"]
-        .as_str()
-        .is_some_and(|s| s.starts_with(UPDATE_OPENING))
 }
 
 /// Runs `task` on `thread` as `token`'s user through the gateway, to its end.
