@@ -4,8 +4,11 @@
 //! and the heap the manager holds for 1,000 idle runs (stopped at a clarification),
 //! counted by a global allocator. Hosts are [`ZeroLatencyHosts`]: host time is excluded.
 //! The system prompt at 5,000 deferred tools, and each model provider's client against
-//! the raw HTTP stream it reads (`runs/models.rs`).
-//! Run: `cargo bench -p antler-lead --bench runs`.
+//! the raw HTTP stream it reads (`runs/models.rs`). A run started on a thread of 1,000
+//! messages against one on a fresh thread, and the heap idle threads hold
+//! (`runs/threads.rs`).
+//! Run: `cargo bench -p antler-lead --bench runs` (`ANTLER_BENCH=models` or `threads` for
+//! one section alone).
 // A bench is a test harness: a failed setup step should abort loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -37,6 +40,8 @@ use sha2::{Digest, Sha256};
 
 #[path = "runs/models.rs"]
 mod models;
+#[path = "runs/threads.rs"]
+mod threads;
 
 /// Counts live heap bytes, so memory is measured, not estimated.
 struct Counting;
@@ -782,6 +787,39 @@ fn print_models(prompt: &str) -> bool {
     first_token_pass
 }
 
+/// Section 6; whether the added start cost is within its target.
+fn print_threads() -> bool {
+    let t = threads::bench_threads();
+    let added = t.long_p50.saturating_sub(t.fresh_p50);
+    println!(
+        "\n6. Threads: a run started on a thread of 1,000 messages ({:.0} KiB of state) against one on a",
+        t.state_bytes as f64 / 1024.0
+    );
+    println!(
+        "   fresh thread, from the thread's claim in the runs store to the model's first request"
+    );
+    println!("   (load, continue, journal step 0, build the request), interleaved rounds:");
+    println!(
+        "   fresh thread p50 {}; 1,000-message thread p50 {} (p90 {}); added {} ({:.2}x)",
+        fmt(t.fresh_p50),
+        fmt(t.long_p50),
+        fmt(t.long_p90),
+        fmt(added),
+        t.long_p50.as_secs_f64() / t.fresh_p50.as_secs_f64().max(1e-9)
+    );
+    println!(
+        "   idle threads: {:.2} KiB of heap per thread after 1,000 ended runs on threads of their own ({} succeeded)",
+        t.idle_heap_per_thread / 1024.0,
+        t.idle_ok
+    );
+    let pass = added <= Duration::from_millis(2);
+    println!(
+        "   run start on a 1,000-message thread   target <= 2 ms added   {}",
+        verdict(pass)
+    );
+    pass
+}
+
 fn main() {
     // `ANTLER_BENCH=models` runs section 5 alone.
     if std::env::var("ANTLER_BENCH").as_deref() == Ok("models") {
@@ -791,6 +829,11 @@ fn main() {
             "\n   added first-token latency    target <= 0.5 ms on every provider   {}",
             verdict(pass)
         );
+        return;
+    }
+    // `ANTLER_BENCH=threads` runs section 6 alone.
+    if std::env::var("ANTLER_BENCH").as_deref() == Ok("threads") {
+        print_threads();
         return;
     }
     println!("Antler runs benchmark: scripted model at zero latency; sandbox-host and mcp-host");
@@ -874,6 +917,8 @@ fn main() {
 
     let first_token_pass = print_models(&prompt.text);
 
+    let threads_pass = print_threads();
+
     let load = std::fs::read_to_string("/proc/loadavg")
         .map(|text| {
             text.split_whitespace()
@@ -915,6 +960,10 @@ fn main() {
     println!(
         "   added first-token latency    target <= 0.5 ms on every provider   {}",
         verdict(first_token_pass)
+    );
+    println!(
+        "   run start on a 1,000-message thread   target <= 2 ms added   {}",
+        verdict(threads_pass)
     );
     if !concurrent_pass {
         std::process::exit(1);
