@@ -219,15 +219,9 @@ const IGNORED: &[&str] = &[
     "memory",
     "summarization",
     "title",
-    "suggestions",
-    "input_polish",
-    "tool_output",
-    "loop_detection",
     "uploads",
     "checkpointer",
     "database",
-    "channels",
-    "auth",
 ];
 
 #[test]
