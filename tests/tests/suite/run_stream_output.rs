@@ -22,11 +22,21 @@ fn the_reply_streams_to_stderr_and_json_output_is_unchanged() {
     let out = std::process::Command::new(antler_tests::bin("antler"))
         .arg("--runtime-dir")
         .arg(d.join("run"))
-        .args(["run", "Say something", "--model", "rec", "--stream", "--config"])
+        .args([
+            "run",
+            "Say something",
+            "--model",
+            "rec",
+            "--stream",
+            "--config",
+        ])
         .arg(d.join("config.yaml"))
         .current_dir(d)
         .env("ANTLER_SANDBOX_BASE_DIR", d.join("base"))
-        .env("ANTLER_EXTENSIONS_CONFIG_PATH", d.join("extensions_config.json"))
+        .env(
+            "ANTLER_EXTENSIONS_CONFIG_PATH",
+            d.join("extensions_config.json"),
+        )
         .env("ANTLER_GATEWAY_ADDR", "off")
         .env("RUST_LOG", "error")
         .output()
@@ -43,5 +53,8 @@ fn the_reply_streams_to_stderr_and_json_output_is_unchanged() {
     let (view, stderr) = antler_run(d, &["Say it again", "--model", "rec"]);
     assert_eq!(view["status"], "success");
     assert_eq!(view["final_answer"], ANSWER);
-    assert!(!stderr.contains(ANSWER), "--json printed the stream: {stderr}");
+    assert!(
+        !stderr.contains(ANSWER),
+        "--json printed the stream: {stderr}"
+    );
 }
