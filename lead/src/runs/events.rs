@@ -18,8 +18,9 @@ pub const MAX_EVENTS: usize = 10_000;
 
 struct Inner {
     events: VecDeque<Arc<str>>,
-    /// Whether each of `events` is transient (same length, same order).
-    transient: VecDeque<bool>,
+    /// The events that are not transient, bounded on their own, so streamed deltas never
+    /// push a kept event out.
+    kept: VecDeque<Arc<str>>,
     /// Events dropped from the front (the index of `events[0]`).
     dropped: usize,
     /// The run's view when its drive stopped; `None` while it is driven.
@@ -37,7 +38,7 @@ impl Default for EventLog {
         EventLog {
             inner: Mutex::new(Inner {
                 events: VecDeque::new(),
-                transient: VecDeque::new(),
+                kept: VecDeque::new(),
                 dropped: 0,
                 stopped: None,
             }),
@@ -86,25 +87,24 @@ impl EventLog {
             let mut inner = self.lock();
             if inner.events.len() == MAX_EVENTS {
                 inner.events.pop_front();
-                inner.transient.pop_front();
                 inner.dropped += 1;
             }
-            inner.events.push_back(Arc::from(json));
-            inner.transient.push_back(transient);
+            let event: Arc<str> = Arc::from(json);
+            if !transient {
+                if inner.kept.len() == MAX_EVENTS {
+                    inner.kept.pop_front();
+                }
+                inner.kept.push_back(event.clone());
+            }
+            inner.events.push_back(event);
         }
         self.bump();
     }
 
-    /// The events the runs store keeps for later watchers: all but the transient ones.
+    /// The events the runs store keeps for later watchers: all but the transient ones (the
+    /// last [`MAX_EVENTS`] of them).
     pub fn kept(&self) -> Vec<Arc<str>> {
-        let inner = self.lock();
-        inner
-            .events
-            .iter()
-            .zip(inner.transient.iter())
-            .filter(|(_, transient)| !**transient)
-            .map(|(event, _)| event.clone())
-            .collect()
+        self.lock().kept.iter().cloned().collect()
     }
 
     /// A drive begins: watchers wait for its events.
@@ -228,6 +228,12 @@ mod tests {
         log.push("finished".into());
         let seen: Vec<String> = log.since(0).events.iter().map(|e| e.to_string()).collect();
         assert_eq!(seen, ["started", "delta 1", "delta 2", "finished"]);
+        let kept: Vec<String> = log.kept().iter().map(|e| e.to_string()).collect();
+        assert_eq!(kept, ["started", "finished"]);
+        // However many deltas stream, no kept event is pushed out.
+        for i in 0..MAX_EVENTS {
+            log.push_transient(format!("delta {i}"));
+        }
         let kept: Vec<String> = log.kept().iter().map(|e| e.to_string()).collect();
         assert_eq!(kept, ["started", "finished"]);
     }

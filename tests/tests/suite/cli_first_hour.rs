@@ -216,17 +216,10 @@ fn detach_prints_the_bare_id_that_resume_takes_and_json_the_object() {
 
 /// DeerFlow settings Antler reads but does not act on, one per line from line 1.
 const IGNORED: &[&str] = &[
-    "summarization",
-    "title",
-    "suggestions",
-    "input_polish",
-    "tool_output",
-    "loop_detection",
-    "dedupe_storage",
     "checkpointer",
     "database",
-    "channels",
-    "auth",
+    "run_events",
+    "stream_bridge",
 ];
 
 #[test]
