@@ -215,12 +215,7 @@ fn detach_prints_the_bare_id_that_resume_takes_and_json_the_object() {
 }
 
 /// DeerFlow settings Antler reads but does not act on, one per line from line 1.
-const IGNORED: &[&str] = &[
-    "checkpointer",
-    "database",
-    "run_events",
-    "stream_bridge",
-];
+const IGNORED: &[&str] = &["checkpointer", "database", "run_events", "stream_bridge"];
 
 #[test]
 fn config_check_names_every_deerflow_setting_that_does_nothing_and_strict_refuses_them() {

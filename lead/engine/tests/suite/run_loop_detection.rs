@@ -36,7 +36,7 @@ async fn repeated_calls_are_warned_in_the_next_request_then_stopped() {
     assert_eq!(requests.len(), 5);
     let warned = |request: &[Message]| {
         request.iter().any(|m| {
-            matches!(m, Message::Human { content, name: Some(name), hide_from_ui: true }
+            matches!(m, Message::Human { content, name: Some(name), hide_from_ui: true, .. }
                 if content == WARNING && name == "loop_warning")
         })
     };
