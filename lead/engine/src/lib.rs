@@ -36,6 +36,7 @@ pub use middleware::invalid_calls::{
 };
 pub use middleware::loop_detection::LoopDetection;
 pub use middleware::output_budget::OutputBudget;
+pub use middleware::read_before_write::ReadBeforeWrite;
 pub use middleware::skill_policy::{Skill, SkillPolicy};
 pub use middleware::subagent_limit::SubagentLimit;
 /// Summarization and manual compaction (spec C.1–C.4), and titles (C.5).

@@ -718,6 +718,9 @@ impl RunEnv {
             safety_finish_reason: antler_engine::SafetyFinishReason {
                 enabled: app.safety_finish_reason_enabled(),
             },
+            read_before_write: antler_engine::ReadBeforeWrite {
+                enabled: app.read_before_write_enabled(),
+            },
             max_turns: usize::try_from(app.max_recursion_limit())
                 .unwrap_or(usize::MAX)
                 .min(RunSettings::default().max_turns),

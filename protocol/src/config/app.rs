@@ -431,9 +431,6 @@ pub(crate) fn load_app(
                 let message = unknown_key_message(&path, known);
                 warnings.push(doc.warning(WarningKind::UnknownKey, path, message));
             }
-            super::deerflow::Finding::Ignored { path, message } => {
-                warnings.push(doc.warning(WarningKind::Ignored, path, message));
-            }
             super::deerflow::Finding::Error { .. } => {}
         }
     }

@@ -38,11 +38,16 @@ pub const SECTIONS: &[&str] = &[
     "auth",
     "plugins",
     "extensions",
+    "read_before_write",
+    "database",
+    "checkpointer",
+    "run_events",
+    "stream_bridge",
 ];
 
-/// What Antler says of `read_before_write` (DeerFlow's default turns it on, so refusing
-/// it would refuse DeerFlow's own example).
-pub const READ_BEFORE_WRITE_IGNORED: &str = "Antler has no read-before-write gate yet: write_file and str_replace run without it (the guardrails and the sandbox still apply)";
+/// Where Antler keeps what DeerFlow's storage sections place (`database`, `checkpointer`,
+/// `run_events`).
+const OWN_STORE: &str = "Antler keeps runs, their checkpoints and events, threads and memory in its own runs store (SQLite in the runtime directory, one file per lead); leave the DeerFlow default";
 
 /// DeerFlow's default `max_recursion_limit`.
 pub const DEFAULT_MAX_RECURSION_LIMIT: u64 = 1000;
@@ -208,8 +213,6 @@ pub(crate) enum Finding {
         path: FieldPath,
         known: &'static [&'static str],
     },
-    /// A setting Antler does not act on.
-    Ignored { path: FieldPath, message: String },
 }
 
 impl AppConfig {
@@ -248,6 +251,16 @@ impl AppConfig {
             .and_then(Value::as_u64)
             .filter(|n| *n >= 1)
             .unwrap_or(DEFAULT_MAX_RECURSION_LIMIT)
+    }
+
+    /// `read_before_write.enabled` (off unless set; DeerFlow's example turns it on): writes
+    /// to existing files need a read of their current version.
+    pub fn read_before_write_enabled(&self) -> bool {
+        self.other
+            .get("read_before_write")
+            .and_then(|s| s.get("enabled"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
     }
 
     /// `safety_finish_reason.enabled` (DeerFlow's default true): whether a reply cut by a
@@ -330,19 +343,28 @@ pub(crate) fn check(config: &AppConfig) -> Vec<Finding> {
             "channels" => f.channels(value),
             "plugins" => f.plugins(value),
             "extensions" => f.extensions(value),
+            "read_before_write" => f.bool_field(value, "enabled"),
+            "database" => {
+                f.backend(value, &["sqlite"], OWN_STORE);
+                let mode = value.get("checkpoint_channel_mode").and_then(Value::as_str);
+                if mode.is_some_and(|m| m != "full") {
+                    f.refuse(&["checkpoint_channel_mode"], "Antler checkpoints each step's whole state (`full`)");
+                }
+            }
+            "checkpointer" => {
+                let kind = value.get("type").and_then(Value::as_str);
+                if kind.is_some_and(|k| !["memory", "sqlite"].contains(&k)) {
+                    f.refuse(&["type"], OWN_STORE);
+                }
+            }
+            "run_events" => f.backend(value, &["memory", "db"], OWN_STORE),
+            "stream_bridge" => {
+                let kind = value.get("type").and_then(Value::as_str);
+                if kind.is_some_and(|k| k != "memory") {
+                    f.refuse(&["type"], "Antler replays a run's event stream from the events the runs store keeps (`Last-Event-ID`), on any lead; no Redis is needed");
+                }
+            }
             _ => {}
-        }
-    }
-    if let Some(value) = config
-        .other
-        .get("read_before_write")
-        .filter(|v| !v.is_null())
-    {
-        if bool_at(value, &["enabled"]) != Some(false) {
-            findings.push(Finding::Ignored {
-                path: root.key("read_before_write"),
-                message: READ_BEFORE_WRITE_IGNORED.to_owned(),
-            });
         }
     }
     findings

@@ -177,11 +177,29 @@ fn a_value_asking_for_what_antler_lacks_is_refused_naming_the_key_and_the_altern
 }
 
 #[test]
-fn read_before_write_is_warned_as_not_built_unless_it_is_off() {
-    let (_, warnings) = parse("read_before_write: {enabled: true}\n").unwrap();
-    assert_eq!(warnings.len(), 1);
-    assert_eq!(warnings[0].kind, WarningKind::Ignored);
-    assert_eq!(warnings[0].message, READ_BEFORE_WRITE_IGNORED);
-    let (_, warnings) = parse("read_before_write: {enabled: false}\n").unwrap();
-    assert!(warnings.is_empty(), "{warnings:#?}");
+fn read_before_write_is_read_and_the_storage_sections_take_only_antlers_store() {
+    let (config, warnings) = parse("read_before_write: {enabled: true}\n").unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert!(config.read_before_write_enabled());
+    let (config, _) = parse("read_before_write: {enabled: false}\n").unwrap();
+    assert!(!config.read_before_write_enabled());
+    // DeerFlow's defaults load quietly; another backend is refused by its key.
+    let (_, warnings) = parse(
+        "database: {backend: sqlite, checkpoint_channel_mode: full}\nrun_events: {backend: memory}\nstream_bridge: {type: memory}\ncheckpointer: {type: sqlite}\n",
+    )
+    .unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    for (text, key) in [
+        ("database: {backend: postgres}\n", "database.backend"),
+        (
+            "database: {checkpoint_channel_mode: delta}\n",
+            "database.checkpoint_channel_mode",
+        ),
+        ("checkpointer: {type: postgres}\n", "checkpointer.type"),
+        ("run_events: {backend: jsonl}\n", "run_events.backend"),
+        ("stream_bridge: {type: redis}\n", "stream_bridge.type"),
+    ] {
+        let error = refused(text);
+        assert!(error.contains(key), "{text}: {error}");
+    }
 }

@@ -44,8 +44,7 @@ pub use context::{
 };
 pub use deerflow::{
     InputPolishConfig, LoopDetectionConfig, SuggestionsConfig, ToolFreqOverride, ToolOutputConfig,
-    DEFAULT_MAX_RECURSION_LIMIT, MAX_SUGGESTIONS_LIMIT, READ_BEFORE_WRITE_IGNORED,
-    TOOL_RESULTS_SUBDIR,
+    DEFAULT_MAX_RECURSION_LIMIT, MAX_SUGGESTIONS_LIMIT, TOOL_RESULTS_SUBDIR,
 };
 pub use diagnostics::{
     CheckReport, ConfigError, ConfigKind, ConfigWarning, FieldError, FieldPath, Location,

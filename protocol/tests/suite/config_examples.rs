@@ -28,14 +28,9 @@ fn github_env(name: &str) -> Option<String> {
     (name == "GITHUB_TOKEN").then(|| "ghp_example".to_owned())
 }
 
-/// The sections of DeerFlow's example that Antler reads but does not act on.
-const IGNORED_IN_APP_EXAMPLE: &[&str] = &[
-    "read_before_write",
-    "uploads",
-    "memory",
-    "database",
-    "run_events",
-];
+/// The sections of DeerFlow's example that Antler reads but does not act on: none, every
+/// section of it works or is at a value Antler honours.
+const IGNORED_IN_APP_EXAMPLE: &[&str] = &[];
 
 /// The paths of `warnings`, each of which must be about a setting that does nothing.
 fn ignored_paths(warnings: &[ConfigWarning]) -> Vec<String> {

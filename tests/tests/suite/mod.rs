@@ -78,6 +78,7 @@ mod run_model_fallback;
 mod run_model_mistakes;
 mod run_openai;
 mod run_overload;
+mod run_read_before_write;
 mod run_resume_once;
 mod run_stream_output;
 mod run_system_prompt;

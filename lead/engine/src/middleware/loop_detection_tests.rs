@@ -280,6 +280,7 @@ fn queued_warnings_are_deduplicated_capped_at_four_and_sent_once() {
             content: "b\n\nc\n\nd\n\ne".into(),
             name: Some("loop_warning".into()),
             hide_from_ui: true,
+            additional_kwargs: None,
         })
     );
     assert_eq!(queue.take_message(), None);

@@ -16,6 +16,7 @@ pub mod guardrail;
 pub mod invalid_calls;
 pub mod loop_detection;
 pub mod output_budget;
+pub mod read_before_write;
 pub mod schema;
 pub mod skill_policy;
 pub mod subagent_limit;

@@ -190,6 +190,7 @@ fn the_durable_context_is_deerflows_and_bounded() {
                 content: "<durable_context_data>\n## Conversation summary so far\na &lt; b\n</durable_context_data>".to_owned(),
                 name: None,
                 hide_from_ui: true,
+                additional_kwargs: None,
             },
         ]
     );

@@ -8,6 +8,7 @@
 //! asks becomes a [`RunEvent::Elicitation`] while the call waits. A failure the model should see
 //! is a [`ToolFailure`]; the tool error middleware turns it into the error message.
 
+use crate::middleware::read_before_write as rbw;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -71,6 +72,9 @@ pub struct Executor<'a> {
     pub model: &'a dyn ChatModel,
     /// `skill_manage` when `skill_evolution.enabled` (`None`: not run here).
     pub skill_manage: Option<&'a SkillManageSettings>,
+    /// `read_before_write.enabled`: writes to existing files need a read of their current
+    /// version (`middleware::read_before_write`).
+    pub read_before_write: bool,
 }
 
 impl Executor<'_> {
@@ -216,9 +220,26 @@ impl Executor<'_> {
                 id
             }
         };
+        let gated_path = self
+            .read_before_write
+            .then(|| call.args.get("path").and_then(serde_json::Value::as_str))
+            .flatten();
+        if let Some(path) = gated_path.filter(|_| rbw::GATED_TOOLS.contains(&call.name.as_str())) {
+            if let Some(current) = self.current_content(path, &sandbox_id).await {
+                if !rbw::has_read(&state.messages, path, &current) {
+                    update.messages.push(Message::tool(
+                        &call.id,
+                        &call.name,
+                        rbw::block_message(&call.name, path),
+                        ToolStatus::Error,
+                    ));
+                    return Ok(update);
+                }
+            }
+        }
         let result = match self.sandbox_call(call, &sandbox_id).await? {
             Err(SandboxError::UnknownSandbox(_)) => {
-                let id = self.acquire(Some(sandbox_id)).await?;
+                let id = self.acquire(Some(sandbox_id.clone())).await?;
                 self.sandbox_call(call, &id).await?
             }
             other => other,
@@ -230,10 +251,44 @@ impl Executor<'_> {
         } else {
             ToolStatus::Success
         };
-        update
-            .messages
-            .push(Message::tool(&call.id, &call.name, result.content, status));
+        let mut message = Message::tool(&call.id, &call.name, result.content, status);
+        // A read is stamped with the version of the whole file it saw.
+        if let (Some(path), false, true) =
+            (gated_path, result.is_error, call.name == rbw::READ_TOOL)
+        {
+            if let Some(current) = self.current_content(path, &sandbox_id).await {
+                if let Message::Tool {
+                    additional_kwargs, ..
+                } = &mut message
+                {
+                    *additional_kwargs = rbw::stamped(additional_kwargs.take(), path, &current);
+                }
+            }
+        }
+        update.messages.push(message);
         Ok(update)
+    }
+
+    /// The whole of the file `path` as the sandbox reads it now, for the read-before-write
+    /// gate (`None`: missing, unreadable, or the sandbox did not answer: not gated). Not a
+    /// call of the run's: it has no call id.
+    async fn current_content(&self, path: &str, sandbox_id: &str) -> Option<String> {
+        let read = SandboxCall {
+            tool: rbw::READ_TOOL.to_owned(),
+            args: Json::from(&serde_json::json!({
+                "description": "read-before-write check",
+                "path": path,
+            })),
+            secrets: Vec::new(),
+        };
+        let owner = Some(self.lease.owner().clone());
+        let result = self
+            .hosts
+            .call(sandbox_id.to_owned(), read, owner, None, self.timeout)
+            .await
+            .ok()?
+            .ok()?;
+        rbw::inspectable(&result.content, result.is_error).map(str::to_owned)
     }
 
     async fn acquire(&self, known_id: Option<String>) -> Result<String, ToolFailure> {

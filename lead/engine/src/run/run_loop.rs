@@ -359,6 +359,7 @@ impl RunLoop {
             events: self.events.as_ref(),
             model: self.model.as_ref(),
             skill_manage: self.settings.skill_manage.as_ref(),
+            read_before_write: self.settings.read_before_write.enabled,
         }
     }
 

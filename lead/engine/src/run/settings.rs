@@ -27,6 +27,8 @@ pub struct RunSettings {
     pub invalid_calls: InvalidCallLimit,
     pub subagent_limit: SubagentLimit,
     pub output_budget: OutputBudget,
+    /// `read_before_write.enabled`.
+    pub read_before_write: crate::middleware::read_before_write::ReadBeforeWrite,
     /// `safety_finish_reason.enabled`.
     pub safety_finish_reason: crate::middleware::finish_reason::SafetyFinishReason,
     /// `guardrails.enabled` with a provider.
@@ -74,6 +76,7 @@ impl Default for RunSettings {
             subagent_limit: SubagentLimit::default(),
             output_budget: OutputBudget::default(),
             safety_finish_reason: Default::default(),
+            read_before_write: Default::default(),
             guardrail: None,
             auto_promote_top_k: crate::catalog::routing::DEFAULT_AUTO_PROMOTE_TOP_K,
             skills: SkillStore::default(),
