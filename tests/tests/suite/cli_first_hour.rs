@@ -214,33 +214,25 @@ fn detach_prints_the_bare_id_that_resume_takes_and_json_the_object() {
     assert_eq!(submitted["status"], "running");
 }
 
-/// DeerFlow settings Antler reads but does not act on, one per line from line 1.
-const IGNORED: &[&str] = &["checkpointer", "database", "run_events", "stream_bridge"];
+/// A DeerFlow setting that does nothing in Antler: DeerMem's file storage (memory lives in
+/// the runs database), on line 3 of the file.
+const DOES_NOTHING: &str = "memory:\n  backend_config:\n    storage_path: /srv/deer-flow/memory\n";
+const DOES_NOTHING_PATH: &str = "memory.backend_config.storage_path";
 
 #[test]
 fn config_check_names_every_deerflow_setting_that_does_nothing_and_strict_refuses_them() {
     let dir = work_dir("antler-fh");
     let config = dir.path().join("config.yaml");
-    let text: String = IGNORED
-        .iter()
-        .map(|k| format!("{k}: {{enabled: true}}\n"))
-        .collect();
-    std::fs::write(&config, text).unwrap();
+    std::fs::write(&config, DOES_NOTHING).unwrap();
     let file = config.display().to_string();
     let out = antler_in(dir.path(), dir.path(), &["config", "check", &file]);
     assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
     let text = stdout(&out);
-    for (i, key) in IGNORED.iter().enumerate() {
-        let line = format!(
-            "warning: {file}:{}:1: {key}: a DeerFlow setting Antler does not act on yet: it does nothing here",
-            i + 1
-        );
-        assert!(text.contains(&line), "missing {line:?} in\n{text}");
-    }
-    assert!(
-        text.contains(&format!("0 error(s), {} warning(s)", IGNORED.len())),
-        "{text}"
+    let line = format!(
+        "warning: {file}:3:5: {DOES_NOTHING_PATH}: a DeerMem storage setting: Antler keeps memory in the runs database, so it does nothing here"
     );
+    assert!(text.contains(&line), "missing {line:?} in\n{text}");
+    assert!(text.contains("0 error(s), 1 warning(s)"), "{text}");
     let strict = antler_in(
         dir.path(),
         dir.path(),
@@ -250,13 +242,22 @@ fn config_check_names_every_deerflow_setting_that_does_nothing_and_strict_refuse
     let text = stdout(&strict);
     assert!(
         text.contains(&format!(
-            "error: {file}:1:1: {}: a DeerFlow setting",
-            IGNORED[0]
+            "error: {file}:3:5: {DOES_NOTHING_PATH}: a DeerMem"
         )),
         "{text}"
     );
+    assert!(text.contains("1 error(s), 0 warning(s)"), "{text}");
+
+    // A DeerFlow value asking for what Antler lacks is refused, naming the key and saying
+    // what Antler does instead.
+    std::fs::write(&config, "stream_bridge:\n  type: redis\n").unwrap();
+    let out = antler_in(dir.path(), dir.path(), &["config", "check", &file]);
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
+    let text = stdout(&out);
     assert!(
-        text.contains(&format!("{} error(s), 0 warning(s)", IGNORED.len())),
+        text.contains(&format!("error: {file}:2:"))
+            && text.contains("stream_bridge.type: ")
+            && text.contains("Last-Event-ID"),
         "{text}"
     );
 
@@ -280,22 +281,13 @@ fn config_check_names_every_deerflow_setting_that_does_nothing_and_strict_refuse
 
 #[test]
 fn a_run_warns_at_start_about_each_deerflow_setting_that_does_nothing() {
-    let (_dir, out) = run_in_own_dir(
-        "suggestions:\n  enabled: true\ntitle:\n  enabled: true\n",
-        "turns:\n  - content: Done.\n",
-        "Hi",
-        &[],
-    );
+    let (_dir, out) = run_in_own_dir(DOES_NOTHING, "turns:\n  - content: Done.\n", "Hi", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
     let err = stderr(&out);
-    for key in ["suggestions", "title"] {
-        assert!(
-            err.contains(&format!(
-                ": {key}: a DeerFlow setting Antler does not act on yet"
-            )),
-            "no warning about {key}: {err}"
-        );
-    }
+    assert!(
+        err.contains(&format!(": {DOES_NOTHING_PATH}: a DeerMem storage setting")),
+        "no warning about {DOES_NOTHING_PATH}: {err}"
+    );
 }
 
 #[test]
