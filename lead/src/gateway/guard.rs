@@ -152,9 +152,11 @@ impl Guard {
         }
         let writes = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
         // A body must be JSON (a multipart one on an upload route); a write without one
-        // (a cancel, a delete) has nothing to declare.
+        // (a cancel, a delete) has nothing to declare, but one that declares a type must
+        // declare one of those.
         let multipart_here = access == Access::Upload && multipart_body(req);
-        if writes && has_body(req) && !json_body(req) && !multipart_here {
+        let declared = req.headers().contains_key(header::CONTENT_TYPE);
+        if writes && (has_body(req) || declared) && !json_body(req) && !multipart_here {
             return Err(Refusal::ContentType);
         }
         let bearer = req
