@@ -255,11 +255,21 @@ async fn read_files(target: &Target, mut multipart: actix_multipart::Multipart, 
     let mut seen = HashSet::new();
     let mut parts = 0u64;
     let mut total = 0u64;
+    // What a refusal staged is removed (off the gateway's thread) before it is answered.
     let refuse = |staged: &[Staged], status: StatusCode, detail: String| {
-        for s in staged {
-            let _ = std::fs::remove_file(target.dir.uploads.join(&s.staging));
+        let paths: Vec<PathBuf> = staged
+            .iter()
+            .map(|s| target.dir.uploads.join(&s.staging))
+            .collect();
+        async move {
+            let _ = web::block(move || {
+                for path in paths {
+                    let _ = std::fs::remove_file(path);
+                }
+            })
+            .await;
+            Read::Refused(error(status, detail))
         }
-        Read::Refused(error(status, detail))
     };
     loop {
         let next = match tokio::time::timeout(BODY_DEADLINE, multipart.next()).await {
@@ -270,6 +280,7 @@ async fn read_files(target: &Target, mut multipart: actix_multipart::Multipart, 
                     StatusCode::REQUEST_TIMEOUT,
                     format!("the body stalled for {} s", BODY_DEADLINE.as_secs()),
                 )
+                .await
             }
         };
         let mut field = match next {
@@ -277,7 +288,7 @@ async fn read_files(target: &Target, mut multipart: actix_multipart::Multipart, 
             Some(Ok(field)) => field,
             // A body with no part at all (only its closing boundary) has no file.
             Some(Err(_)) if parts == 0 => {
-                return refuse(&staged, StatusCode::BAD_REQUEST, NO_FILES.to_owned())
+                return refuse(&staged, StatusCode::BAD_REQUEST, NO_FILES.to_owned()).await
             }
             Some(Err(e)) => {
                 return refuse(
@@ -285,12 +296,13 @@ async fn read_files(target: &Target, mut multipart: actix_multipart::Multipart, 
                     StatusCode::BAD_REQUEST,
                     format!("the body is not valid multipart/form-data: {e}"),
                 )
+                .await
             }
         };
         if field.name() != Some("files") {
             // Another form field: read and ignored.
             if let Err(response) = drain(&mut field).await {
-                return refuse(&staged, response.0, response.1);
+                return refuse(&staged, response.0, response.1).await;
             }
             continue;
         }
@@ -300,7 +312,8 @@ async fn read_files(target: &Target, mut multipart: actix_multipart::Multipart, 
                 &staged,
                 StatusCode::PAYLOAD_TOO_LARGE,
                 TOO_MANY_FILES.replace("{n}", &limits.max_files.to_string()),
-            );
+            )
+            .await;
         }
         let raw = field
             .content_disposition()
@@ -310,15 +323,19 @@ async fn read_files(target: &Target, mut multipart: actix_multipart::Multipart, 
         // Unsafe names are dropped silently, as DeerFlow does.
         let Some(original) = files::normalize(&raw) else {
             if let Err(response) = drain(&mut field).await {
-                return refuse(&staged, response.0, response.1);
+                return refuse(&staged, response.0, response.1).await;
             }
             continue;
         };
         let name = files::claim(&original, &mut seen);
-        if files::is_staging(&name) || files::unsafe_destination(&target.dir.uploads, &name) {
+        let (dir, checked) = (target.dir.uploads.clone(), name.clone());
+        let unsafe_destination = web::block(move || files::unsafe_destination(&dir, &checked))
+            .await
+            .unwrap_or(true);
+        if files::is_staging(&name) || unsafe_destination {
             skipped.push(name);
             if let Err(response) = drain(&mut field).await {
-                return refuse(&staged, response.0, response.1);
+                return refuse(&staged, response.0, response.1).await;
             }
             continue;
         }
@@ -338,6 +355,7 @@ async fn read_files(target: &Target, mut multipart: actix_multipart::Multipart, 
                     StatusCode::INTERNAL_SERVER_ERROR,
                     format!("the uploads directory cannot be written: {}", e.kind()),
                 )
+                .await
             }
         };
         staged.push(Staged {
@@ -355,6 +373,7 @@ async fn read_files(target: &Target, mut multipart: actix_multipart::Multipart, 
                         StatusCode::REQUEST_TIMEOUT,
                         format!("the body stalled for {} s", BODY_DEADLINE.as_secs()),
                     )
+                    .await
                 }
                 Ok(None) => break,
                 Ok(Some(Err(e))) => {
@@ -363,6 +382,7 @@ async fn read_files(target: &Target, mut multipart: actix_multipart::Multipart, 
                         StatusCode::BAD_REQUEST,
                         format!("cannot read the body: {e}"),
                     )
+                    .await
                 }
                 Ok(Some(Ok(chunk))) => chunk,
             };
@@ -373,28 +393,32 @@ async fn read_files(target: &Target, mut multipart: actix_multipart::Multipart, 
                     &staged,
                     StatusCode::PAYLOAD_TOO_LARGE,
                     FILE_TOO_LARGE.replace("{name}", &name),
-                );
+                )
+                .await;
             }
             if total > limits.max_total_size {
                 return refuse(
                     &staged,
                     StatusCode::PAYLOAD_TOO_LARGE,
                     TOTAL_TOO_LARGE.to_owned(),
-                );
+                )
+                .await;
             }
             if used.saturating_add(total) > limits.max_user_total_size {
                 return refuse(
                     &staged,
                     StatusCode::PAYLOAD_TOO_LARGE,
                     USER_QUOTA.replace("{limit}", &limits.max_user_total_size.to_string()),
-                );
+                )
+                .await;
             }
             if let Err(e) = file.write_all(&chunk).await {
                 return refuse(
                     &staged,
                     StatusCode::INTERNAL_SERVER_ERROR,
                     format!("the uploads directory cannot be written: {}", e.kind()),
-                );
+                )
+                .await;
             }
         }
         if let Err(e) = file.flush().await {
@@ -402,7 +426,8 @@ async fn read_files(target: &Target, mut multipart: actix_multipart::Multipart, 
                 &staged,
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("the uploads directory cannot be written: {}", e.kind()),
-            );
+            )
+            .await;
         }
         if let Some(last) = staged.last_mut() {
             last.size = size;

@@ -441,6 +441,18 @@ pub(crate) fn load_app(
         };
         warnings.push(doc.warning(kind, note.path, note.message));
     }
+    // `uploads:` values that fall back to their defaults, and its unknown keys.
+    for w in super::uploads::UploadsConfig::from_section(config.other.get("uploads")).1 {
+        let mut path = FieldPath::root().key("uploads");
+        if let Some(key) = &w.key {
+            path = path.key(key);
+        }
+        if w.unknown {
+            warnings.push(unknown_key_warning(doc, path));
+        } else {
+            warnings.push(doc.warning(WarningKind::Clamped, path, w.message.clone()));
+        }
+    }
     let top_k = config.tool_search.auto_promote_top_k;
     if !(1..=5).contains(&top_k) {
         let path = FieldPath::root()

@@ -75,7 +75,7 @@ pub use sandbox::{
 pub use server_params::{build_server_params, ServerParamsError, Transport, ACCEPTED_TRANSPORTS};
 pub use shapes::NamedMap;
 pub use subagents::{CustomAgentConfig, SubagentOverride, SubagentsConfig, TokenBudgetConfig};
-pub use uploads::{PdfConverter, UploadsConfig, UPLOADS_KEYS};
+pub use uploads::{PdfConverter, UploadsConfig, UploadsWarning, UPLOADS_KEYS};
 
 /// A loaded config and what the operator should know about it.
 #[derive(Debug, Clone)]

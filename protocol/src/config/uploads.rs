@@ -51,6 +51,33 @@ impl PdfConverter {
     }
 }
 
+/// A value of `uploads:` that was not used as written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UploadsWarning {
+    /// The key (`None`: the section itself).
+    pub key: Option<String>,
+    /// Whether the key is unknown (else its value fell back to the default).
+    pub unknown: bool,
+    pub message: String,
+}
+
+impl std::fmt::Display for UploadsWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.key {
+            Some(key) => write!(f, "uploads.{key}: {}", self.message),
+            None => write!(f, "uploads: {}", self.message),
+        }
+    }
+}
+
+fn fallback(key: &str, message: String) -> UploadsWarning {
+    UploadsWarning {
+        key: Some(key.to_owned()),
+        unknown: false,
+        message,
+    }
+}
+
 /// `uploads:` as Antler applies it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UploadsConfig {
@@ -82,19 +109,27 @@ impl Default for UploadsConfig {
 impl UploadsConfig {
     /// The section as written (`None` or `null`: the defaults), with a warning for each
     /// value that fell back to its default and each unknown key.
-    pub fn from_section(section: Option<&Value>) -> (UploadsConfig, Vec<String>) {
+    pub fn from_section(section: Option<&Value>) -> (UploadsConfig, Vec<UploadsWarning>) {
         let mut config = UploadsConfig::default();
         let mut warnings = Vec::new();
         let Some(section) = section.filter(|v| !v.is_null()) else {
             return (config, warnings);
         };
         let Some(map) = section.as_object() else {
-            warnings.push("uploads: expected a mapping; the defaults are used".to_owned());
+            warnings.push(UploadsWarning {
+                key: None,
+                unknown: false,
+                message: "expected a mapping; the defaults are used".to_owned(),
+            });
             return (config, warnings);
         };
         for key in map.keys() {
             if !UPLOADS_KEYS.contains(&key.as_str()) {
-                warnings.push(format!("uploads.{key}: unknown key, ignored"));
+                warnings.push(UploadsWarning {
+                    key: Some(key.clone()),
+                    unknown: true,
+                    message: "unknown key, ignored".to_owned(),
+                });
             }
         }
         let mut limit = |key: &str, legacy: Option<&str>, default: u64| {
@@ -106,8 +141,9 @@ impl UploadsConfig {
                 None => default,
                 Some(Some(n)) => n,
                 Some(None) => {
-                    warnings.push(format!(
-                        "uploads.{key}: not a positive integer; falling back to {default}"
+                    warnings.push(fallback(
+                        key,
+                        format!("not a positive integer; falling back to {default}"),
                     ));
                     default
                 }
@@ -143,10 +179,10 @@ impl UploadsConfig {
                 Some("pymupdf4llm") => PdfConverter::Pymupdf4llm,
                 Some("markitdown") => PdfConverter::Markitdown,
                 _ => {
-                    warnings.push(
-                        "uploads.pdf_converter: expected auto, pymupdf4llm or markitdown; falling back to auto"
-                            .to_owned(),
-                    );
+                    warnings.push(fallback(
+                        "pdf_converter",
+                        "expected auto, pymupdf4llm or markitdown; falling back to auto".to_owned(),
+                    ));
                     PdfConverter::Auto
                 }
             },
@@ -197,8 +233,37 @@ mod tests {
         assert!(c.auto_convert_documents);
         assert_eq!(c.pdf_converter, PdfConverter::Markitdown);
         assert_eq!(w.len(), 2, "{w:?}");
-        assert!(w.iter().any(|w| w.starts_with("uploads.max_total_size")));
-        assert!(w.iter().any(|w| w.starts_with("uploads.colour")));
+        assert!(w
+            .iter()
+            .any(|w| w.to_string().starts_with("uploads.max_total_size")));
+        assert!(w
+            .iter()
+            .any(|w| w.unknown && w.key.as_deref() == Some("colour")));
+        // `antler config check` names them where they are.
+        let loaded = crate::config::parse_app_config(
+            std::path::Path::new("config.yaml"),
+            "uploads:\n  max_files: 0\n  colour: blue\n  auto_convert_documents: true\n",
+            &|_| None,
+        )
+        .unwrap();
+        let found: Vec<(String, crate::config::WarningKind)> = loaded
+            .warnings
+            .iter()
+            .map(|w| (w.path.to_string(), w.kind))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (
+                    "uploads.max_files".to_owned(),
+                    crate::config::WarningKind::Clamped
+                ),
+                (
+                    "uploads.colour".to_owned(),
+                    crate::config::WarningKind::UnknownKey
+                ),
+            ]
+        );
         // The new name wins over the legacy one.
         let (c, _) =
             UploadsConfig::from_section(Some(&json!({"max_files": 5, "max_file_count": 3})));
