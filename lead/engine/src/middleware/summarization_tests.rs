@@ -318,3 +318,21 @@ async fn manual_compaction_reports_deerflows_fields() {
         .unwrap_err();
     assert_eq!(err.to_string(), "Failed to compact thread context.");
 }
+
+#[test]
+fn a_request_over_the_window_is_bounded_without_touching_the_prompt() {
+    let counter = TokenCounter::default();
+    let mut request = vec![
+        Message::System {
+            content: "p".repeat(400),
+        },
+        Message::human("the request"),
+        ai("ai-1", &["t1"]),
+        Message::tool("t1", "bash", "z".repeat(20_000), ToolStatus::Success),
+    ];
+    bound_request(&mut request, 1000, &counter);
+    assert!(counter.messages(&request) <= 1000);
+    assert!(matches!(&request[0], Message::System { content } if content.len() == 400));
+    assert_eq!(request[1], Message::human("the request"));
+    assert!(matches!(&request[3], Message::Tool { content, .. } if content.contains("\n...\n")));
+}

@@ -306,3 +306,27 @@ impl RunLoop {
         .await
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::middleware::summarization::TokenCounter;
+    use antler_protocol::config::SummarizationConfig;
+
+    #[test]
+    fn a_provider_that_counts_more_shrinks_the_window() {
+        let s = Summarization::new(
+            SummarizationConfig::default(),
+            "m",
+            Some(4000),
+            None,
+            TokenCounter::default(),
+        )
+        .unwrap();
+        let mut state = ContextState::default();
+        assert_eq!((state.scaled(1000), state.window(&s)), (1000, Some(4000)));
+        state.scale = Some(1.25);
+        assert_eq!((state.scaled(1000), state.window(&s)), (1250, Some(3200)));
+    }
+}
