@@ -217,8 +217,6 @@ fn detach_prints_the_bare_id_that_resume_takes_and_json_the_object() {
 /// DeerFlow settings Antler reads but does not act on, one per line from line 1.
 const IGNORED: &[&str] = &[
     "memory",
-    "summarization",
-    "title",
     "suggestions",
     "input_polish",
     "tool_output",

@@ -229,24 +229,31 @@ impl RunLoop {
         self.compaction.scale = Some(ratio.clamp(1.0, 1.25));
     }
 
-    /// After a reply is recorded: the title, once the first exchange is there. Without a
-    /// model it is set at once; with one, its call starts beside the run.
-    pub(super) async fn after_reply_title(&mut self) -> Result<(), RunError> {
+    /// The reply's update, before it is merged: the title, once the first exchange is
+    /// there. Without a model it joins the update (no checkpoint of its own); with one,
+    /// its call starts beside the run.
+    pub(super) fn title_with_reply(&mut self, update: &mut StateUpdate) {
         let Some(titling) = self.settings.title.clone() else {
-            return Ok(());
+            return;
         };
-        if self.title_task.is_some() || !title::due(&titling.config, &self.state, false) {
-            return Ok(());
+        if self.title_task.is_some()
+            || !title::due(&titling.config, &self.state, &update.messages, false)
+        {
+            return;
         }
+        let mut messages = self.state.messages.clone();
+        messages.extend(update.messages.iter().cloned());
         if titling.model.is_none() {
-            let text = titling.fallback(&self.state.messages);
-            return self.set_title(text).await;
+            let text = titling.fallback(&messages);
+            self.emit(RunEvent::TitleSet {
+                title: text.clone(),
+            });
+            update.title = Some(text);
+            return;
         }
-        let messages = self.state.messages.clone();
         self.title_task = Some(TitleTask(tokio::spawn(async move {
             titling.generate(&messages).await
         })));
-        Ok(())
     }
 
     /// A title call that has finished is merged; one still running is left to run.
@@ -268,7 +275,7 @@ impl RunLoop {
         let Some(titling) = self.settings.title.clone() else {
             return;
         };
-        if title::due(&titling.config, &self.state, true) {
+        if title::due(&titling.config, &self.state, &[], true) {
             let text = titling.fallback(&self.state.messages);
             if let Err(e) = self.set_title(text).await {
                 tracing::warn!(run = %self.context.run_id, "the title was not saved: {e}");
