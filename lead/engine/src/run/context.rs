@@ -167,6 +167,9 @@ impl RunLoop {
         }
         match s.compact_at(self.model.as_ref(), &self.state, cutoff).await {
             Ok(Some(compaction)) => {
+                if let Some(hook) = &self.settings.before_summarization {
+                    hook(&compaction.summarized);
+                }
                 self.emit(RunEvent::ContextSummarized {
                     removed: compaction.removed,
                     kept: compaction.kept,

@@ -184,8 +184,16 @@ fn assert_requests_fit(model: &Measured) {
 #[tokio::test]
 async fn two_hundred_turns_stay_within_the_window_with_every_call_answered() {
     let model = measured(true);
+    let heard = Arc::new(Mutex::new(0usize));
+    let hook = Arc::clone(&heard);
+    let settings = RunSettings {
+        before_summarization: Some(Arc::new(move |removed: &[Message]| {
+            *hook.lock().unwrap() += removed.len();
+        })),
+        ..settings(&model)
+    };
     let (outcome, messages, events) =
-        drive(Arc::clone(&model) as Arc<dyn ChatModel>, settings(&model)).await;
+        drive(Arc::clone(&model) as Arc<dyn ChatModel>, settings).await;
     assert_eq!(outcome.status, RunStatus::Success, "{outcome:?}");
     assert_eq!(
         outcome.final_answer.as_deref(),
@@ -200,6 +208,15 @@ async fn two_hundred_turns_stay_within_the_window_with_every_call_answered() {
         .filter(|e| matches!(e, RunEvent::ContextSummarized { .. }))
         .count();
     assert_eq!(summarized, summaries.len());
+    // What each summary removed was heard first (memory's flush).
+    let removed: usize = events
+        .iter()
+        .map(|e| match e {
+            RunEvent::ContextSummarized { removed, .. } => *removed,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(*heard.lock().unwrap(), removed);
     // The request is kept; AI messages keep distinct ids after every compaction.
     assert_eq!(messages[0], Message::human("go"));
     let ids: Vec<&str> = messages
