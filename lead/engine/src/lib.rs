@@ -41,8 +41,8 @@ pub use middleware::skill_policy::{Skill, SkillPolicy};
 pub use middleware::subagent_limit::SubagentLimit;
 /// Summarization and manual compaction (spec C.1–C.4), and titles (C.5).
 pub use middleware::summarization::{
-    compact, count_request_tokens, durable_context, window_of, CompactError, CompactOutcome,
-    Summarization, SummarizationConfigError, TokenCounter, AUTHORITY_CONTRACT,
+    compact, count_request_tokens, durable_context, window_of, BeforeSummarization, CompactError,
+    CompactOutcome, Summarization, SummarizationConfigError, TokenCounter, AUTHORITY_CONTRACT,
     DEFAULT_SUMMARY_PROMPT, NOT_ENOUGH_MESSAGES, SUMMARY_HEADING,
 };
 pub use middleware::terminal_response::{EMPTY_REPLY_FALLBACK, RECOVERY_PROMPT};

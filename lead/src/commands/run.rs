@@ -400,6 +400,15 @@ fn print_event(event: &Value) {
         ),
         Some("tool_finished") => eprintln!("  ✓ {} [{}]", text("name"), text("tool_call_id")),
         Some("warning") => eprintln!("! {}", text("message")),
+        Some("context_summarized") => eprintln!(
+            "· context: {} messages summarized, {} kept",
+            event["removed"], event["kept"]
+        ),
+        Some("context_trimmed") => eprintln!(
+            "· context: {} oldest messages dropped to fit the window, {} kept",
+            event["removed"], event["kept"]
+        ),
+        Some("title_set") => eprintln!("· title: {}", printable(&event["title"], 200)),
         Some("task") => print_task_event(event),
         Some("acp_activity") => print_acp_activity(event),
         Some("elicitation") => {

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::langgraph::{check_thread_id, json_body, on_store, thread_not_found, user_of};
 use super::{error, State};
-use crate::runs::prepare::context::CompactFailure;
+use crate::runs::prepare::context::CompactThreadError;
 use crate::runs::store::ThreadRefusal;
 use antler_engine::{CompactError, ThreadState};
 
@@ -81,13 +81,15 @@ pub(super) async fn compact_thread(
         .await
     {
         Ok(outcome) => outcome,
-        Err(CompactFailure::Compact(e @ CompactError::Disabled)) => {
+        Err(CompactThreadError::Compact(e @ CompactError::Disabled)) => {
             return error(StatusCode::CONFLICT, e.to_string())
         }
-        Err(CompactFailure::Compact(e)) => {
+        Err(CompactThreadError::Compact(e)) => {
             return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
         }
-        Err(CompactFailure::Prepare(e)) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(CompactThreadError::Config(e)) => {
+            return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
     };
     let mut checkpoint_id = row.last_run_id.clone();
     if outcome.compacted {

@@ -57,6 +57,9 @@ pub(crate) fn check_app(
             errors.push(doc.invalid(path, message, Some(expected.to_owned())));
         }
     }
+    for (section, message) in super::context::section_problems(&config.other) {
+        errors.push(doc.invalid(FieldPath::root().key(section), message, None));
+    }
     for finding in extra(&config) {
         errors.push(doc.invalid(finding.path, finding.message, finding.expected));
     }
@@ -279,6 +282,24 @@ models:
                 "c.yaml:5:5: models[0].temperature: `hot` cannot be used; expected a number from 0 to 2",
                 "c.yaml:6:5: models[0].max_tokens: `0` cannot be used; expected a whole number of at least 1",
             ]
+        );
+    }
+
+    #[test]
+    fn a_context_section_out_of_range_is_an_error_naming_its_key() {
+        let text = "summarization:\n  enabled: true\n  trigger: {type: fraction, value: 2}\ntitle:\n  max_chars: 5\n";
+        let (errors, _) = check_app(Path::new("c.yaml"), text, &no_env, &none);
+        let lines = lines(&errors);
+        assert_eq!(lines.len(), 2, "{lines:#?}");
+        assert!(
+            lines[0].starts_with(
+                "c.yaml:1:1: summarization: summarization.trigger: a fraction must be in (0, 1]"
+            ),
+            "{lines:#?}"
+        );
+        assert!(
+            lines[1].starts_with("c.yaml:4:1: title: title.max_chars: must be in 10..=200"),
+            "{lines:#?}"
         );
     }
 

@@ -231,6 +231,21 @@ impl TitleConfig {
     }
 }
 
+/// The context sections' errors for `antler config check`: the section and what is
+/// wrong with it.
+pub(crate) fn section_problems(
+    other: &super::shapes::NamedMap<Value>,
+) -> Vec<(&'static str, String)> {
+    let mut problems = Vec::new();
+    if let Err(e) = SummarizationConfig::from_section(other.get("summarization")) {
+        problems.push(("summarization", e));
+    }
+    if let Err(e) = TitleConfig::from_section(other.get("title")) {
+        problems.push(("title", e));
+    }
+    problems
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -194,6 +194,7 @@ impl Summarization {
             .count();
         Ok(Some(Compaction {
             removed: summarized.len(),
+            summarized,
             kept: kept.len(),
             update: StateUpdate {
                 replace_messages: Some(kept),
@@ -217,13 +218,19 @@ pub enum SummaryPrompt {
 #[error("summary generation failed: {0}")]
 pub struct SummaryError(pub String);
 
-/// One compaction: how many messages it removed and kept, and the update that does it.
+/// One compaction: the messages it folds into the summary, how many it removed and
+/// kept, and the update that does it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Compaction {
+    pub summarized: Vec<Message>,
     pub removed: usize,
     pub kept: usize,
     pub update: StateUpdate,
 }
+
+/// What hears the messages a summary is about to remove, once the summary exists
+/// (DeerFlow's `before_summarization` hooks: its memory queues them for extraction).
+pub type BeforeSummarization = Arc<dyn Fn(&[Message]) + Send + Sync>;
 
 /// The model's input window from its `models:` entry: `max_input_tokens`, else
 /// `context_window` (DeerFlow reads only the profile's `max_input_tokens`).

@@ -250,3 +250,90 @@ fn a_fraction_without_a_window_names_the_model() {
         Summarization::new(config, "local-llama", None, None, TokenCounter::default()).unwrap_err();
     assert!(err.to_string().contains("`local-llama`"), "{err}");
 }
+
+#[tokio::test]
+async fn manual_compaction_reports_deerflows_fields() {
+    use crate::model::{Playbook, ScriptedModel, ScriptedTurn};
+    let model = ScriptedModel::new(Playbook {
+        summaries: vec![ScriptedTurn {
+            content: "## SESSION INTENT\nA test.".into(),
+            ..ScriptedTurn::default()
+        }],
+        ..Playbook::default()
+    });
+    let mut state = ThreadState::new("the request");
+    for i in 0..6 {
+        state
+            .messages
+            .push(ai(&format!("ai-{i}"), &[&format!("t{i}")]));
+        state.messages.push(tool(&format!("t{i}")));
+    }
+    let on = Summarization::new(
+        SummarizationConfig {
+            enabled: true,
+            ..SummarizationConfig::default()
+        },
+        "scripted",
+        None,
+        None,
+        TokenCounter::default(),
+    )
+    .unwrap();
+    let outcome = compact(&state, &model, Some(&on), Some(ContextSize::Messages(4)))
+        .await
+        .unwrap();
+    assert!(outcome.compacted && outcome.summary_updated);
+    // 13 messages: 8 summarized, the request rescued with the last 4 kept.
+    assert_eq!(
+        (
+            outcome.removed_message_count,
+            outcome.preserved_message_count
+        ),
+        (8, 5)
+    );
+    assert_eq!(
+        outcome.total_tokens,
+        TokenCounter::default().messages(&state.messages)
+    );
+    state.apply(outcome.update).unwrap();
+    assert_eq!(state.messages[0], Message::human("the request"));
+    assert_eq!(
+        state.summary_text.as_deref(),
+        Some("## SESSION INTENT\nA test.")
+    );
+    assert_eq!(state.summarized_turns, 4);
+    // Too few messages: nothing to do, said so.
+    let outcome = compact(&state, &model, Some(&on), Some(ContextSize::Messages(20)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (outcome.compacted, outcome.reason),
+        (false, Some(NOT_ENOUGH_MESSAGES))
+    );
+    let err = compact(&state, &model, None, None).await.unwrap_err();
+    assert_eq!(err.to_string(), "Context compaction is disabled.");
+    // Every summary model failing is DeerFlow's 500 text.
+    let silent = ScriptedModel::new(Playbook::default());
+    let err = compact(&state, &silent, Some(&on), Some(ContextSize::Messages(1)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "Failed to compact thread context.");
+}
+
+#[test]
+fn a_request_over_the_window_is_bounded_without_touching_the_prompt() {
+    let counter = TokenCounter::default();
+    let mut request = vec![
+        Message::System {
+            content: "p".repeat(400),
+        },
+        Message::human("the request"),
+        ai("ai-1", &["t1"]),
+        Message::tool("t1", "bash", "z".repeat(20_000), ToolStatus::Success),
+    ];
+    bound_request(&mut request, 1000, &counter);
+    assert!(counter.messages(&request) <= 1000);
+    assert!(matches!(&request[0], Message::System { content } if content.len() == 400));
+    assert_eq!(request[1], Message::human("the request"));
+    assert!(matches!(&request[3], Message::Tool { content, .. } if content.contains("\n...\n")));
+}

@@ -62,17 +62,15 @@ fn user_messages(messages: &[Message]) -> impl Iterator<Item = &str> {
     })
 }
 
-/// Whether the state is due a title: titling on, no title yet, exactly one real user
-/// message and (unless `partial`, an ended first turn) at least one AI message.
-pub fn due(config: &TitleConfig, state: &ThreadState, partial: bool) -> bool {
+/// Whether the state, with the messages `adding` about to join it, is due a title:
+/// titling on, no title yet, exactly one real user message and (unless `partial`, an
+/// ended first turn) at least one AI message.
+pub fn due(config: &TitleConfig, state: &ThreadState, adding: &[Message], partial: bool) -> bool {
+    let all = || state.messages.iter().chain(adding);
     config.enabled
         && state.title.as_deref().is_none_or(str::is_empty)
-        && user_messages(&state.messages).count() == 1
-        && (partial
-            || state
-                .messages
-                .iter()
-                .any(|m| matches!(m, Message::Ai { .. })))
+        && all().filter(|m| is_real_user_message(m)).count() == 1
+        && (partial || all().any(|m| matches!(m, Message::Ai { .. })))
 }
 
 /// The first user message's text, without the uploads block before it.
@@ -216,20 +214,20 @@ mod tests {
     fn due_after_the_first_exchange_only() {
         let config = TitleConfig::default();
         let mut state = ThreadState::new("hello");
-        assert!(!due(&config, &state, false));
-        assert!(due(&config, &state, true));
-        state.messages.push(Message::Ai {
+        assert!(!due(&config, &state, &[], false));
+        assert!(due(&config, &state, &[], true));
+        let reply = Message::Ai {
             id: "ai-1".into(),
             content: "hi".into(),
             tool_calls: Vec::new(),
             reasoning: None,
-        });
-        assert!(due(&config, &state, false));
-        state.messages.push(Message::human("again"));
-        assert!(!due(&config, &state, false));
-        state.messages.pop();
+        };
+        assert!(due(&config, &state, std::slice::from_ref(&reply), false));
+        state.messages.push(reply);
+        assert!(due(&config, &state, &[], false));
+        assert!(!due(&config, &state, &[Message::human("again")], false));
         state.title = Some("Set".into());
-        assert!(!due(&config, &state, false));
+        assert!(!due(&config, &state, &[], false));
     }
 
     #[test]

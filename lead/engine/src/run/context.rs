@@ -167,6 +167,9 @@ impl RunLoop {
         }
         match s.compact_at(self.model.as_ref(), &self.state, cutoff).await {
             Ok(Some(compaction)) => {
+                if let Some(hook) = &self.settings.before_summarization {
+                    hook(&compaction.summarized);
+                }
                 self.emit(RunEvent::ContextSummarized {
                     removed: compaction.removed,
                     kept: compaction.kept,
@@ -229,24 +232,31 @@ impl RunLoop {
         self.compaction.scale = Some(ratio.clamp(1.0, 1.25));
     }
 
-    /// After a reply is recorded: the title, once the first exchange is there. Without a
-    /// model it is set at once; with one, its call starts beside the run.
-    pub(super) async fn after_reply_title(&mut self) -> Result<(), RunError> {
+    /// The reply's update, before it is merged: the title, once the first exchange is
+    /// there. Without a model it joins the update (no checkpoint of its own); with one,
+    /// its call starts beside the run.
+    pub(super) fn title_with_reply(&mut self, update: &mut StateUpdate) {
         let Some(titling) = self.settings.title.clone() else {
-            return Ok(());
+            return;
         };
-        if self.title_task.is_some() || !title::due(&titling.config, &self.state, false) {
-            return Ok(());
+        if self.title_task.is_some()
+            || !title::due(&titling.config, &self.state, &update.messages, false)
+        {
+            return;
         }
+        let mut messages = self.state.messages.clone();
+        messages.extend(update.messages.iter().cloned());
         if titling.model.is_none() {
-            let text = titling.fallback(&self.state.messages);
-            return self.set_title(text).await;
+            let text = titling.fallback(&messages);
+            self.emit(RunEvent::TitleSet {
+                title: text.clone(),
+            });
+            update.title = Some(text);
+            return;
         }
-        let messages = self.state.messages.clone();
         self.title_task = Some(TitleTask(tokio::spawn(async move {
             titling.generate(&messages).await
         })));
-        Ok(())
     }
 
     /// A title call that has finished is merged; one still running is left to run.
@@ -268,7 +278,7 @@ impl RunLoop {
         let Some(titling) = self.settings.title.clone() else {
             return;
         };
-        if title::due(&titling.config, &self.state, true) {
+        if title::due(&titling.config, &self.state, &[], true) {
             let text = titling.fallback(&self.state.messages);
             if let Err(e) = self.set_title(text).await {
                 tracing::warn!(run = %self.context.run_id, "the title was not saved: {e}");
@@ -304,5 +314,29 @@ impl RunLoop {
             ..StateUpdate::default()
         })
         .await
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::middleware::summarization::TokenCounter;
+    use antler_protocol::config::SummarizationConfig;
+
+    #[test]
+    fn a_provider_that_counts_more_shrinks_the_window() {
+        let s = Summarization::new(
+            SummarizationConfig::default(),
+            "m",
+            Some(4000),
+            None,
+            TokenCounter::default(),
+        )
+        .unwrap();
+        let mut state = ContextState::default();
+        assert_eq!((state.scaled(1000), state.window(&s)), (1000, Some(4000)));
+        state.scale = Some(1.25);
+        assert_eq!((state.scaled(1000), state.window(&s)), (1250, Some(3200)));
     }
 }

@@ -64,6 +64,8 @@ pub struct RunSettings {
     pub summarization: Option<Arc<crate::middleware::summarization::Summarization>>,
     /// `title:` with its model (`None`: no titles, as for a subagent's task).
     pub title: Option<Arc<crate::middleware::title::Titling>>,
+    /// Hears the messages each summary removes, before they go (memory's flush).
+    pub before_summarization: Option<crate::middleware::summarization::BeforeSummarization>,
 }
 
 impl Default for RunSettings {
@@ -92,6 +94,7 @@ impl Default for RunSettings {
             skill_manage: None,
             summarization: None,
             title: None,
+            before_summarization: None,
         }
     }
 }

@@ -88,9 +88,9 @@ impl RunLoop {
         for refused in refused.iter() {
             self.answer_invalid_call(refused, &mut update);
         }
+        self.title_with_reply(&mut update);
         if calls.is_empty() {
             self.merge(update).await?;
-            self.after_reply_title().await?;
             return Ok(if refused.is_empty() {
                 StepEnd::Final(answer)
             } else {
@@ -101,7 +101,6 @@ impl RunLoop {
         // "issued" from here on, and one without a journaled result is never sent again
         // (a resume gives it the interrupted-call result, `resume`).
         self.merge(update).await?;
-        self.after_reply_title().await?;
         self.run_calls(&calls, &chain, &policy).await
     }
 

@@ -4,7 +4,8 @@
 //! every summary prompt stays within the window, every tool call in every request keeps
 //! its result, and the run ends with its answer. A summarizer that fails falls back to
 //! trimming the oldest turns and is not asked on every call. The title comes from the
-//! title model while the run goes on.
+//! title model while the run goes on. A kept tail over the trigger is not summarized again
+//! at every call.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashSet;
@@ -184,8 +185,16 @@ fn assert_requests_fit(model: &Measured) {
 #[tokio::test]
 async fn two_hundred_turns_stay_within_the_window_with_every_call_answered() {
     let model = measured(true);
+    let heard = Arc::new(Mutex::new(0usize));
+    let hook = Arc::clone(&heard);
+    let settings = RunSettings {
+        before_summarization: Some(Arc::new(move |removed: &[Message]| {
+            *hook.lock().unwrap() += removed.len();
+        })),
+        ..settings(&model)
+    };
     let (outcome, messages, events) =
-        drive(Arc::clone(&model) as Arc<dyn ChatModel>, settings(&model)).await;
+        drive(Arc::clone(&model) as Arc<dyn ChatModel>, settings).await;
     assert_eq!(outcome.status, RunStatus::Success, "{outcome:?}");
     assert_eq!(
         outcome.final_answer.as_deref(),
@@ -200,6 +209,15 @@ async fn two_hundred_turns_stay_within_the_window_with_every_call_answered() {
         .filter(|e| matches!(e, RunEvent::ContextSummarized { .. }))
         .count();
     assert_eq!(summarized, summaries.len());
+    // What each summary removed was heard first (memory's flush).
+    let removed: usize = events
+        .iter()
+        .map(|e| match e {
+            RunEvent::ContextSummarized { removed, .. } => *removed,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(*heard.lock().unwrap(), removed);
     // The request is kept; AI messages keep distinct ids after every compaction.
     assert_eq!(messages[0], Message::human("go"));
     let ids: Vec<&str> = messages
@@ -253,5 +271,41 @@ async fn a_failing_summarizer_falls_back_to_trimming_and_is_not_asked_every_call
     assert!(
         asked <= TURNS / 4 + 1,
         "asked {asked} times in {TURNS} turns"
+    );
+}
+
+#[tokio::test]
+async fn a_kept_tail_over_the_trigger_is_not_summarized_again_at_every_call() {
+    let model = measured(true);
+    // Ten kept messages are far over 300 tokens: DeerFlow would summarize before every
+    // call from the first on.
+    let config = SummarizationConfig {
+        enabled: true,
+        trigger: vec![ContextSize::Tokens(300)],
+        keep: ContextSize::Messages(10),
+        ..SummarizationConfig::default()
+    };
+    let summarization =
+        Summarization::new(config, "scripted", None, None, TokenCounter::default()).unwrap();
+    let settings = RunSettings {
+        max_turns: TURNS + 10,
+        summarization: Some(Arc::new(summarization)),
+        ..RunSettings::default()
+    };
+    let (outcome, _messages, events) =
+        drive(Arc::clone(&model) as Arc<dyn ChatModel>, settings).await;
+    assert_eq!(outcome.status, RunStatus::Success, "{outcome:?}");
+    let summaries = model.summaries.lock().unwrap().len();
+    assert!(summaries > 1, "{summaries}");
+    assert!(
+        summaries <= TURNS / 4 + 1,
+        "{summaries} summaries in {TURNS} turns"
+    );
+    assert_eq!(
+        summaries,
+        events
+            .iter()
+            .filter(|e| matches!(e, RunEvent::ContextSummarized { .. }))
+            .count()
     );
 }

@@ -5,10 +5,14 @@
 
 use std::sync::Arc;
 
-use antler_engine::{RunSettings, Summarization, Titling, TokenCounter};
-use antler_protocol::config::{AppConfig, ModelConfig, SummarizationConfig, TitleConfig};
+use antler_engine::{
+    CompactError, CompactOutcome, RunSettings, Summarization, ThreadState, Titling, TokenCounter,
+};
+use antler_protocol::config::{
+    AppConfig, ContextSize, ModelConfig, SummarizationConfig, TitleConfig,
+};
 
-use super::model::{label_model, named_model};
+use super::model::{label_model, model_for, named_model};
 use super::{PrepareError, MODEL_PREFIX};
 
 /// `settings` with the run's summarization and titling for the run label `label`.
@@ -56,6 +60,40 @@ pub(crate) fn summarization_for(
         .map_err(|e| PrepareError::Config(e.to_string()))
 }
 
+/// Why a thread could not be compacted.
+// The compact route (`POST /api/threads/{id}/compact`) is its caller.
+#[allow(dead_code)]
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CompactThreadError {
+    /// The config or the model (a 500 naming what is wrong in the config).
+    #[error(transparent)]
+    Config(#[from] PrepareError),
+    /// DeerFlow's 409 (disabled) or 500 (the summary failed).
+    #[error(transparent)]
+    Compact(#[from] CompactError),
+}
+
+/// Manual compaction of a thread (`POST /api/threads/{id}/compact`, spec C.4): `state`
+/// compacted by the model `model_name` names (the request's, else the custom agent's;
+/// `None`: the first of `models:`), keeping `keep` (else the configured keep). The caller
+/// applies `outcome.update` to the thread's state and checkpoints it.
+pub(crate) async fn compact_thread(
+    app: &AppConfig,
+    model_name: Option<&str>,
+    state: &ThreadState,
+    keep: Option<ContextSize>,
+) -> Result<CompactOutcome, CompactThreadError> {
+    let config = SummarizationConfig::from_section(app.other.get("summarization"))
+        .map_err(PrepareError::Config)?;
+    if !config.enabled {
+        return Err(CompactError::Disabled.into());
+    }
+    let label = format!("{MODEL_PREFIX}{}", model_name.unwrap_or(""));
+    let model = model_for(&label, app)?;
+    let summarization = summarization_for(config, app, &label)?;
+    Ok(antler_engine::compact(state, model.as_ref(), Some(&summarization), keep).await?)
+}
+
 /// The `models:` entry a run label names (the first for `model:`), none for a playbook.
 fn run_entry<'a>(app: &'a AppConfig, label: &str) -> Option<&'a ModelConfig> {
     if !label.starts_with(MODEL_PREFIX) {
@@ -79,42 +117,56 @@ fn named(app: &AppConfig, name: &str, key: &str) -> Option<Arc<dyn antler_engine
     }
 }
 
-/// Why a manual compaction could not be made (`POST /api/threads/{id}/compact`).
-#[derive(Debug, thiserror::Error)]
-pub enum CompactFailure {
-    /// DeerFlow's 409 `Context compaction is disabled.` and 500 `Failed to compact
-    /// thread context.` (the summary call's reasons are logged, never shown).
-    #[error(transparent)]
-    Compact(#[from] antler_engine::CompactError),
-    /// config.yaml cannot be read, or names a model that cannot be built (400).
-    #[error(transparent)]
-    Prepare(#[from] PrepareError),
-}
-
 impl super::RunEnv {
-    /// A manual compaction of a thread's `state` (spec C.4) with the model `model_name`,
-    /// else the first of `models:`, and `keep` messages or tokens, else the configured
-    /// keep. The caller writes the outcome's update to the thread.
-    pub async fn compact_thread(
+    /// [`compact_thread`] with config.yaml as it is now (`POST /api/threads/{id}/compact`).
+    pub(crate) async fn compact_thread(
         &self,
-        state: &antler_engine::ThreadState,
+        state: &ThreadState,
         model_name: Option<&str>,
-        keep: Option<antler_protocol::config::ContextSize>,
-    ) -> Result<antler_engine::CompactOutcome, CompactFailure> {
+        keep: Option<ContextSize>,
+    ) -> Result<CompactOutcome, CompactThreadError> {
         let app = self.load_config(None).await?;
-        let config = SummarizationConfig::from_section(app.other.get("summarization"))
-            .map_err(PrepareError::Config)?;
-        if !config.enabled {
-            return Err(antler_engine::CompactError::Disabled.into());
-        }
-        let label = format!("{MODEL_PREFIX}{}", model_name.unwrap_or(""));
-        let model = named_model(&app, model_name)?;
-        let summarization = summarization_for(config, &app, &label)?;
-        let outcome =
-            antler_engine::compact(state, model.as_ref(), Some(&summarization), keep).await;
-        if let Err(antler_engine::CompactError::SummaryFailed(e)) = &outcome {
+        let outcome = compact_thread(&app, model_name, state, keep).await;
+        if let Err(CompactThreadError::Compact(CompactError::SummaryFailed(e))) = &outcome {
             tracing::warn!("a manual compaction failed: {e}");
         }
-        Ok(outcome?)
+        outcome
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn app(yaml: &str) -> AppConfig {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[tokio::test]
+    async fn compaction_is_refused_while_summarization_is_off() {
+        let state = ThreadState::new("hello");
+        let err = compact_thread(&app("models: []\n"), None, &state, None)
+            .await
+            .unwrap_err();
+        assert_eq!(err.to_string(), "Context compaction is disabled.");
+    }
+
+    #[test]
+    fn a_fraction_without_a_window_names_the_model() {
+        let app = app("models:\n  - {name: local, use: langchain_openai:ChatOpenAI, model: m, base_url: http://127.0.0.1:1/v1}\nsummarization:\n  enabled: true\n  trigger: {type: fraction, value: 0.8}\n");
+        let Err(err) = with_context(RunSettings::default(), &app, "model:local") else {
+            panic!("a fraction without a window is refused");
+        };
+        assert!(err.to_string().contains("model `local`"), "{err}");
+        let windowed = app_with_window();
+        let settings = with_context(RunSettings::default(), &windowed, "model:").unwrap();
+        let summarization = settings.summarization.unwrap();
+        assert_eq!(summarization.window, Some(8192));
+        assert!(settings.title.is_some());
+    }
+
+    fn app_with_window() -> AppConfig {
+        app("models:\n  - {name: local, use: langchain_openai:ChatOpenAI, model: m, base_url: http://127.0.0.1:1/v1, context_window: 8192}\nsummarization:\n  enabled: true\n  trigger: [{type: fraction, value: 0.8}]\n")
     }
 }

@@ -232,9 +232,11 @@ pub fn bound_request(messages: &mut [Message], budget: u64, counter: &TokenCount
         if total <= budget {
             return;
         }
+        // The longest message; never the system prompt.
         let Some((at, size)) = messages
             .iter()
             .enumerate()
+            .filter(|(_, m)| !matches!(m, Message::System { .. }))
             .map(|(i, m)| (i, counter.message(m)))
             .max_by_key(|(_, size)| *size)
         else {
