@@ -919,7 +919,12 @@ pub(super) async fn join_stream(
         .split('&')
         .filter_map(|pair| pair.split_once('='))
         .filter(|(k, _)| *k == "stream_mode")
-        .flat_map(|(_, v)| v.split(',').map(|m| Value::String(m.to_owned())).collect::<Vec<_>>())
+        .flat_map(|(_, v)| {
+            v.split(',')
+                .filter(|m| !m.is_empty())
+                .map(|m| Value::String(m.to_owned()))
+                .collect::<Vec<_>>()
+        })
         .collect();
     let modes = if asked.is_empty() {
         Modes::parse(Some(&json!(["values", "messages-tuple", "updates", "custom"])))
