@@ -98,10 +98,10 @@ async def main(base, alice_token, bob_token):
     report["busy_delete"] = await refused(alice.threads.delete(tid))
     report["joined"] = await alice.runs.join(tid, slow["run_id"])
 
-    # The first run's stream joined again after the id of its first `values` frame (a
-    # reconnect), and whole.
+    # The first run's stream joined again after the id of its first frame (a reconnect
+    # right after it), and whole.
     first_run = report["stream_all"][0][1]["run_id"]
-    first_values = next(p[2] for p in report["stream_all"] if p[0] == "values")
+    first_values = report["stream_all"][0][2]
     report["replay_from"] = first_values
     report["replay_after"] = await stream(
         alice.runs.join_stream(tid, first_run, stream_mode=ACCEPTED, last_event_id=first_values)
@@ -116,7 +116,55 @@ async def main(base, alice_token, bob_token):
     report["cancelled"] = await alice.runs.get(tid, slow["run_id"])
     report["cancel_again"] = await refused(alice.runs.cancel(tid, slow["run_id"]))
 
+    # Another run while one is live: `rollback` takes the live run back, `interrupt`
+    # keeps what it wrote.
+    gone = await alice.runs.create(tid, "lead_agent", input=human("Take this back."), context={"model_name": "slow"})
+    await asyncio.sleep(0.5)
+    over = await alice.runs.create(
+        tid, "lead_agent", input=human("Instead, this."), multitask_strategy="rollback"
+    )
+    report["rollback_values"] = await alice.runs.join(tid, over["run_id"])
+    report["rolled_back"] = await alice.runs.get(tid, gone["run_id"])
+    kept = await alice.runs.create(tid, "lead_agent", input=human("Keep this."), context={"model_name": "slow"})
+    await asyncio.sleep(0.5)
+    over = await alice.runs.create(
+        tid, "lead_agent", input=human("And now this."), multitask_strategy="interrupt"
+    )
+    report["interrupt_values"] = await alice.runs.join(tid, over["run_id"])
+    report["interrupted"] = await alice.runs.get(tid, kept["run_id"])
+
     report["delete"] = await refused(alice.threads.delete(tid))
+
+    # A clarification (spec A.7 step 5): the run stops at the question; the answer, a
+    # hidden human message with `human_input_response`, drives the same run on.
+    asked = (await alice.threads.create())["thread_id"]
+    report["clarify_first"] = await stream(
+        alice.runs.stream(asked, "lead_agent", input=human("Write a report"), context={"model_name": "clarify"})
+    )
+    report["clarify_thread"] = await alice.threads.get(asked)
+    answer = {
+        "messages": [
+            {
+                "role": "human",
+                "content": "2025",
+                "additional_kwargs": {
+                    "hide_from_ui": True,
+                    "human_input_response": {
+                        "version": 1,
+                        "kind": "human_input_response",
+                        "source": "ask_clarification",
+                        "request_id": "q1",
+                        "response_kind": "option",
+                        "value": "2025",
+                        "option_id": "2025",
+                    },
+                },
+            }
+        ]
+    }
+    report["clarify_answer"] = await stream(
+        alice.runs.stream(asked, "lead_agent", input=answer, context={"model_name": "clarify"})
+    )
     report["after_delete"] = await refused(alice.threads.get(tid))
     print(json.dumps(report))
 

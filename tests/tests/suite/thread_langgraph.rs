@@ -5,7 +5,9 @@
 //! (the model's second request holds the first exchange), state, history, search and
 //! runs read back; another user's thread is 404 through the SDK too; DeerFlow's
 //! refusals keep its texts; a second run on a busy thread is 409; a stream joined again
-//! with `Last-Event-ID` goes on after that frame; cancel and delete.
+//! with `Last-Event-ID` goes on after that frame; `rollback` and `interrupt` take over a
+//! live run; a clarification answered with `human_input_response` drives the same run
+//! on; cancel and delete.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -112,10 +114,17 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
         Reply::text("Fourth answer."),
         Reply::text("Waited answer."),
     ]);
+    let clarify = recording_server(vec![
+        Reply::call(
+            "ask_clarification",
+            serde_json::json!({"question": "Which year?", "clarification_type": "missing_info", "options": ["2024", "2025"]}),
+        ),
+        Reply::text("The report covers 2025."),
+    ]);
     let slow = slow_server(Duration::from_secs(3));
     let config = format!(
-        "models:\n  - name: fast\n    use: langchain_openai:ChatOpenAI\n    model: fast\n    base_url: {}\n    api_key: sk-test\n  - name: slow\n    use: langchain_openai:ChatOpenAI\n    model: slow\n    base_url: {slow}\n    api_key: sk-test\ntool_search:\n  enabled: false\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n",
-        model.base_url
+        "models:\n  - name: fast\n    use: langchain_openai:ChatOpenAI\n    model: fast\n    base_url: {}\n    api_key: sk-test\n  - name: slow\n    use: langchain_openai:ChatOpenAI\n    model: slow\n    base_url: {slow}\n    api_key: sk-test\n  - name: clarify\n    use: langchain_openai:ChatOpenAI\n    model: clarify\n    base_url: {}\n    api_key: sk-test\ntool_search:\n  enabled: false\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n",
+        model.base_url, clarify.base_url
     );
     let cluster = LeadCluster::up(&config, &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);
     let base = format!("http://{}/api", cluster.gateway());
@@ -234,16 +243,22 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
     );
     assert_eq!(contents(&r["joined"]).last().unwrap().1, "Slow answer.");
 
-    // Joined again after its first `values` frame: the frames the live stream sent after
-    // it, and none before; joined whole: the whole run.
-    let live = all.as_array().unwrap();
-    let at = live
-        .iter()
-        .position(|p| p[2] == r["replay_from"] && p[0] == "values")
-        .unwrap();
-    let expected: Vec<&str> = live[at + 1..].iter().map(|p| p[0].as_str().unwrap()).collect();
-    assert_eq!(events(&r["replay_after"]), expected);
+    // Joined again after its first frame's id (a reconnect): from the store's kept events,
+    // what follows it and nothing before it (no second `metadata`), to the same final
+    // state and `end`, every id past the one given; joined whole: the whole run.
+    let cursor = |id: &Value| -> (u64, u64) {
+        let (e, s) = id.as_str().unwrap().split_once('-').unwrap();
+        (e.parse().unwrap(), s.parse().unwrap())
+    };
+    let after = events(&r["replay_after"]);
+    assert!(!after.contains(&"metadata") && after.last() == Some(&"end"), "{after:?}");
     assert_eq!(last(&r["replay_after"], "values"), last(all, "values"));
+    let from = cursor(&r["replay_from"]);
+    for frame in r["replay_after"].as_array().unwrap() {
+        if !frame[2].is_null() {
+            assert!(cursor(&frame[2]) > from, "{frame} repeats what came before {from:?}");
+        }
+    }
     assert_eq!(events(&r["replay"]).first(), Some(&"metadata"));
     assert_eq!(last(&r["replay"], "values"), last(all, "values"));
 
@@ -255,6 +270,33 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
         r["cancel_again"],
         serde_json::json!([409, format!("Run {cancelled} is not cancellable (status: interrupted)")])
     );
+
+    // `rollback`: the live run ends `error` and the thread forgets it; `interrupt`: the
+    // live run ends `interrupted` and its message stays.
+    assert_eq!(r["rolled_back"]["status"], "error");
+    assert_eq!(r["rolled_back"]["error"], "Rolled back by user");
+    let after_rollback = contents(&r["rollback_values"]);
+    assert!(!after_rollback.iter().any(|(_, c)| c == "Take this back."), "{after_rollback:?}");
+    assert_eq!(after_rollback[after_rollback.len() - 2].1, "Instead, this.");
+    assert_eq!(r["interrupted"]["status"], "interrupted");
+    let after_interrupt = contents(&r["interrupt_values"]);
+    assert!(after_interrupt.iter().any(|(_, c)| c == "Keep this."), "{after_interrupt:?}");
+    assert_eq!(after_interrupt[after_interrupt.len() - 2].1, "And now this.");
+
+    // A clarification: the run stops at the question, the thread is `interrupted`; the
+    // answer drives the same run to its answer.
+    let first = &r["clarify_first"];
+    let asked_run = first[0][1]["run_id"].as_str().unwrap();
+    assert_eq!(events(first).last(), Some(&"end"));
+    assert_eq!(r["clarify_thread"]["status"], "interrupted");
+    let answered = &r["clarify_answer"];
+    assert_eq!(answered[0][1]["run_id"], asked_run, "{answered}");
+    assert_eq!(
+        contents(last(answered, "values")).last().unwrap().1,
+        "The report covers 2025."
+    );
+    let second_ask = serde_json::to_string(&clarify.requests.lock().unwrap()[1]).unwrap();
+    assert!(second_ask.contains("2025"), "{second_ask}");
 
     // Deleted, with its files.
     assert_eq!(r["delete"][0], 200);
