@@ -75,8 +75,8 @@ pub use thread::hosts::{
     ToolHosts,
 };
 pub use thread::state::{
-    ai_message_id, ActiveSkill, Message, SkillSource, StateUpdate, StopReason, ThreadState, TokenUsage, ToolCall,
-    ToolStatus,
+    ai_message_id, ActiveSkill, Message, SkillSource, StateUpdate, StopReason, ThreadState,
+    TokenUsage, ToolCall, ToolStatus,
 };
 pub use tools::acp::AcpCalls;
 pub use tools::builtins::present_files;

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{bail, Context as _};
 use antler_engine::Message;
 use antler_protocol::calls::SandboxCalls;
 use antler_protocol::Role;
+use anyhow::{bail, Context as _};
 use clap::Subcommand;
 use serde_json::{json, Value};
 
@@ -51,7 +51,10 @@ pub enum ThreadsCommand {
 pub fn run(ctx: &Ctx, args: ThreadsArgs) -> anyhow::Result<ExitCode> {
     let spec = cluster_spec(ctx.runtime_dir.clone(), args.config.as_deref(), None)?;
     if !spec.store_path.exists() {
-        bail!("no runs store at {} (no run yet)", spec.store_path.display());
+        bail!(
+            "no runs store at {} (no run yet)",
+            spec.store_path.display()
+        );
     }
     let store = CheckpointStore::open(&spec.store_path)?;
     match args.command {
@@ -120,7 +123,11 @@ pub fn run(ctx: &Ctx, args: ThreadsArgs) -> anyhow::Result<ExitCode> {
 
 /// Removes the thread's directory on sandbox-host's base directory (asked of the running
 /// cluster, or of an ephemeral one started for it).
-fn remove_files(spec: &crate::cluster::ClusterSpec, user: &str, thread: &str) -> anyhow::Result<()> {
+fn remove_files(
+    spec: &crate::cluster::ClusterSpec,
+    user: &str,
+    thread: &str,
+) -> anyhow::Result<()> {
     crate::runs::prepare::check_id("user", user)?;
     let spec = spec.clone();
     let base = actix::System::new().block_on(async move {

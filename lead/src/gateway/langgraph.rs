@@ -28,6 +28,21 @@ pub(super) const ROLLED_BACK: &str = "Rolled back by user";
 /// The largest request body of these routes.
 pub(super) const MAX_BODY: usize = 1 << 20;
 
+/// A refusal from a check that is not a route (boxed: a response is large).
+pub(super) struct Refused(Box<HttpResponse>);
+
+impl From<HttpResponse> for Refused {
+    fn from(response: HttpResponse) -> Refused {
+        Refused(Box::new(response))
+    }
+}
+
+impl From<Refused> for HttpResponse {
+    fn from(refused: Refused) -> HttpResponse {
+        *refused.0
+    }
+}
+
 /// `Thread {tid} not found`.
 pub(super) fn thread_not_found(thread: &str) -> HttpResponse {
     error(StatusCode::NOT_FOUND, format!("Thread {thread} not found"))
@@ -39,15 +54,16 @@ pub(super) fn run_not_found(run_id: &str) -> HttpResponse {
 }
 
 /// The user the caller acts as: a member its own, the operator `default`.
-pub(super) fn user_of(req: &actix_web::HttpRequest) -> Result<String, HttpResponse> {
-    let principal = principal_of(req).ok_or_else(|| Refusal::Credential.response())?;
+pub(super) fn user_of(req: &actix_web::HttpRequest) -> Result<String, Refused> {
+    let principal =
+        principal_of(req).ok_or_else(|| Refused::from(Refusal::Credential.response()))?;
     Ok(principal
         .user
         .unwrap_or_else(|| antler_protocol::config::OPERATOR_USER.to_owned()))
 }
 
 /// A thread id DeerFlow accepts: `^[A-Za-z0-9_-]{1,64}$`; otherwise its 422.
-pub(super) fn check_thread_id(thread: &str) -> Result<(), HttpResponse> {
+pub(super) fn check_thread_id(thread: &str) -> Result<(), Refused> {
     let ok = (1..=64).contains(&thread.len())
         && thread
             .bytes()
@@ -55,7 +71,7 @@ pub(super) fn check_thread_id(thread: &str) -> Result<(), HttpResponse> {
     if ok {
         Ok(())
     } else {
-        Err(error(StatusCode::UNPROCESSABLE_ENTITY, INVALID_THREAD_ID))
+        Err(error(StatusCode::UNPROCESSABLE_ENTITY, INVALID_THREAD_ID).into())
     }
 }
 
@@ -69,7 +85,8 @@ pub(super) async fn json_body<T: serde::de::DeserializeOwned>(
     } else {
         &bytes
     };
-    serde_json::from_slice(bytes).map_err(|e| error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))
+    serde_json::from_slice(bytes)
+        .map_err(|e| error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))
 }
 
 /// A store answer as the routes use it: 503 when the store failed.
@@ -207,7 +224,11 @@ pub(super) fn message_json(message: &Message, id: String) -> Value {
             ..
         } => {
             let mut kwargs = Map::new();
-            if let Some(text) = reasoning.as_ref().map(|r| &r.text).filter(|t| !t.is_empty()) {
+            if let Some(text) = reasoning
+                .as_ref()
+                .map(|r| &r.text)
+                .filter(|t| !t.is_empty())
+            {
                 kwargs.insert("reasoning_content".into(), Value::String(text.clone()));
             }
             let calls: Vec<Value> = tool_calls

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::langgraph::{
     check_thread_id, json_body, on_store, run_json, run_not_found, thread_not_found, user_of,
-    values, ASSISTANT_ID, ROLLED_BACK,
+    values, Refused, ASSISTANT_ID, ROLLED_BACK,
 };
 use super::langgraph_stream::{self as stream, Cursor, Modes, RunStream};
 use super::runs_api::{over_limit, principal_of};
@@ -27,11 +27,12 @@ use crate::runs::store::{RunRecord, RunStatus};
 const TAKE_OVER_WAIT: Duration = Duration::from_secs(60);
 
 /// `Run option '{option}' is not supported by DeerFlow` (spec A.3).
-fn unsupported(option: &str) -> HttpResponse {
+fn unsupported(option: &str) -> Refused {
     error(
         StatusCode::UNPROCESSABLE_ENTITY,
         format!("Run option '{option}' is not supported by DeerFlow"),
     )
+    .into()
 }
 
 /// DeerFlow's `RunCreateRequest` (`extra="forbid"`), with the fields `langgraph-sdk`
@@ -188,7 +189,7 @@ pub(super) fn state_messages(value: &Value) -> Result<Value, String> {
 
 impl RunBody {
     /// The checked request, or the 4xx DeerFlow answers.
-    fn check(self) -> Result<RunRequest, HttpResponse> {
+    fn check(self) -> Result<RunRequest, Refused> {
         let set = |v: &Option<Value>| v.as_ref().is_some_and(|v| !v.is_null());
         for (option, value) in [
             ("webhook", &self.webhook),
@@ -230,7 +231,7 @@ impl RunBody {
             Some(_) => return Err(unsupported("multitask_strategy")),
         };
         let modes = Modes::parse(self.stream_mode.as_ref())
-            .map_err(|e| error(StatusCode::UNPROCESSABLE_ENTITY, e))?;
+            .map_err(|e| Refused::from(error(StatusCode::UNPROCESSABLE_ENTITY, e)))?;
         let (task, mut answer) = input_message(self.input.as_ref())?;
         if let Some(resume) = self.command.as_ref().map(|c| &c["resume"]) {
             if !resume.is_null() {
@@ -243,10 +244,10 @@ impl RunBody {
             }
         }
         if task.is_none() && answer.is_none() {
-            return Err(error(
+            return Err(Refused::from(error(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "the run needs a human message in input.messages, or command.resume",
-            ));
+            )));
         }
         let context = self.context.unwrap_or_default();
         let configurable = self
@@ -266,11 +267,15 @@ impl RunBody {
             None | Some(ASSISTANT_ID) => pick("agent_name").as_str().map(str::to_owned),
             Some(id) => {
                 let name = id.to_ascii_lowercase().replace('_', "-");
-                if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
-                    return Err(error(
+                if name.is_empty()
+                    || !name
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                {
+                    return Err(Refused::from(error(
                         StatusCode::UNPROCESSABLE_ENTITY,
                         format!("Invalid assistant_id: {id}"),
-                    ));
+                    )));
                 }
                 Some(name)
             }
@@ -292,7 +297,7 @@ impl RunBody {
 
 /// The user's new message of `input.messages` (the last human one) and, when it answers
 /// a clarification (spec A.7 step 5), its answer; 400 for a message that is not one.
-fn input_message(input: Option<&Value>) -> Result<(Option<String>, Option<String>), HttpResponse> {
+fn input_message(input: Option<&Value>) -> Result<(Option<String>, Option<String>), Refused> {
     let Some(list) = input.and_then(|i| i["messages"].as_array()) else {
         return Ok((None, None));
     };
@@ -300,21 +305,19 @@ fn input_message(input: Option<&Value>) -> Result<(Option<String>, Option<String
     let mut answer = None;
     for (i, m) in list.iter().enumerate() {
         let bad = |why: &str| {
-            error(
+            Refused::from(error(
                 StatusCode::BAD_REQUEST,
                 format!("Invalid message at input.messages[{i}]: {why}"),
-            )
+            ))
         };
         let kind = kind_of(m).ok_or_else(|| bad("unknown message type"))?;
-        let text = content_text(&m["content"]).ok_or_else(|| bad("content must be a string or a list of blocks"))?;
+        let text = content_text(&m["content"])
+            .ok_or_else(|| bad("content must be a string or a list of blocks"))?;
         if kind != "human" {
             continue;
         }
         let response = &m["additional_kwargs"]["human_input_response"];
-        answer = match response["value"].as_str() {
-            Some(value) => Some(value.to_owned()),
-            None => None,
-        };
+        answer = response["value"].as_str().map(str::to_owned);
         task = Some(text);
     }
     Ok((task, answer))
@@ -416,8 +419,7 @@ async fn start_run(
         bootstrap: false,
         interactive: true,
         subagents: request.subagents,
-        role: principal
-            .and_then(|p| p.role.clone().filter(|_| !p.operator || p.user.is_some())),
+        role: principal.and_then(|p| p.role.clone().filter(|_| !p.operator || p.user.is_some())),
         idempotency_key: None,
     };
     match state
@@ -512,7 +514,13 @@ async fn wait_ended(state: &State, run_id: &str, within: Duration) -> bool {
         }
         let id = run_id.to_owned();
         let record = state.runs.store.call(move |s| s.run(&id)).await;
-        if !matches!(record, Ok(Some(RunRecord { status: RunStatus::Running, .. }))) {
+        if !matches!(
+            record,
+            Ok(Some(RunRecord {
+                status: RunStatus::Running,
+                ..
+            }))
+        ) {
             return true;
         }
         if tokio::time::Instant::now() > until {
@@ -546,16 +554,19 @@ impl Drop for CancelOnDrop {
 async fn final_values(state: &State, user: &str, thread: &str, run_id: &str) -> HttpResponse {
     let (u, t, r) = (user.to_owned(), thread.to_owned(), run_id.to_owned());
     let read = on_store(state, move |store| {
-        Ok((store.run(&r)?, store.latest(&r)?.map(|(_, s)| s), store.thread(&u, &t)?))
+        Ok((
+            store.run(&r)?,
+            store.latest(&r)?.map(|(_, s)| s),
+            store.thread(&u, &t)?,
+        ))
     })
     .await;
     match read {
         Ok((Some(record), Some(last), _)) if record.user_id == user => {
             HttpResponse::Ok().json(values(&last))
         }
-        Ok((Some(record), None, _)) if record.user_id == user => HttpResponse::Ok().json(
-            json!({"status": super::langgraph::run_status(&record), "error": record.detail}),
-        ),
+        Ok((Some(record), None, _)) if record.user_id == user => HttpResponse::Ok()
+            .json(json!({"status": super::langgraph::run_status(&record), "error": record.detail})),
         Ok(_) => run_not_found(run_id),
         Err(response) => response,
     }
@@ -571,7 +582,7 @@ async fn create(
 ) -> HttpResponse {
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let body: RunBody = match json_body(payload).await {
         Ok(body) => body,
@@ -586,7 +597,7 @@ async fn create(
     });
     let mut request = match body.check() {
         Ok(request) => request,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     request.create_thread |= stateless;
     let (run_id, from_event) = match start_run(&state, &req, &user, &thread, &request).await {
@@ -649,7 +660,14 @@ pub(super) async fn create_run(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> HttpResponse {
-    create(state, req, Some(path.into_inner()), payload, Reply::Background).await
+    create(
+        state,
+        req,
+        Some(path.into_inner()),
+        payload,
+        Reply::Background,
+    )
+    .await
 }
 
 /// `POST /api/threads/{tid}/runs/stream`: the run as server-sent events.
@@ -725,10 +743,10 @@ pub(super) async fn list_runs(
     let thread = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     if let Err(response) = check_thread_id(&thread) {
-        return response;
+        return response.into();
     }
     let number = |key: &str, default: usize| {
         query
@@ -768,7 +786,7 @@ pub(super) async fn get_run(
     let (thread, run_id) = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     match own_run(&state, &user, &thread, &run_id).await {
         Ok((record, times)) => HttpResponse::Ok().json(run_json(&record, times)),
@@ -856,7 +874,7 @@ pub(super) async fn cancel_run(
     let (thread, run_id) = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let record = match own_run(&state, &user, &thread, &run_id).await {
         Ok((record, _)) => record,
@@ -878,7 +896,7 @@ pub(super) async fn join_run(
     let (thread, run_id) = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     if let Err(response) = own_run(&state, &user, &thread, &run_id).await {
         return response;
@@ -899,7 +917,7 @@ pub(super) async fn join_stream(
     let (thread, run_id) = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let record = match own_run(&state, &user, &thread, &run_id).await {
         Ok((record, _)) => record,
@@ -927,7 +945,12 @@ pub(super) async fn join_stream(
         })
         .collect();
     let modes = if asked.is_empty() {
-        Modes::parse(Some(&json!(["values", "messages-tuple", "updates", "custom"])))
+        Modes::parse(Some(&json!([
+            "values",
+            "messages-tuple",
+            "updates",
+            "custom"
+        ])))
     } else {
         Modes::parse(Some(&Value::Array(asked)))
     };

@@ -64,7 +64,10 @@ impl Modes {
             }
         }
         if !refused.is_empty() {
-            return Err(format!("Unsupported stream mode(s): {}", refused.join(", ")));
+            return Err(format!(
+                "Unsupported stream mode(s): {}",
+                refused.join(", ")
+            ));
         }
         let has = |m: &str| asked.iter().any(|a| a == m);
         Ok(Modes {
@@ -295,7 +298,8 @@ impl Producer {
                     "usage_metadata": null, "name": null, "example": false,
                 });
                 let metadata = self.metadata("model", event["turn"].as_i64().unwrap_or(0));
-                self.send(vec![("messages", json!([chunk, metadata]))]).await
+                self.send(vec![("messages", json!([chunk, metadata]))])
+                    .await
             }
             "task" | "llm_retry" if self.s.modes.custom => {
                 if kind == "llm_retry" {
@@ -357,7 +361,11 @@ impl Producer {
         self.told = Some(all.len());
         let mut frames: Vec<(&str, Value)> = Vec::new();
         for message in &all[from..] {
-            let node = if message["type"] == "tool" { "tools" } else { "model" };
+            let node = if message["type"] == "tool" {
+                "tools"
+            } else {
+                "model"
+            };
             if self.s.modes.updates {
                 frames.push(("updates", json!({node: {"messages": [message]}})));
             }
@@ -382,8 +390,11 @@ impl Producer {
         let cancelled = antler_engine::RunError::Cancelled.to_string();
         if view["status"] == "error" && view["error"].as_str() != Some(cancelled.as_str()) {
             let message = view["error"].as_str().unwrap_or("the run failed");
-            self.send(vec![("error", json!({"message": message, "name": "RunError"}))])
-                .await?;
+            self.send(vec![(
+                "error",
+                json!({"message": message, "name": "RunError"}),
+            )])
+            .await?;
         }
         self.send(vec![("end", Value::Null)]).await
     }
@@ -432,7 +443,13 @@ mod tests {
             steps: 3,
         };
         assert_eq!(Cursor::parse(&c.id()), Some(c));
-        assert_eq!(Cursor::parse("1733-5"), Some(Cursor { events: 1733, steps: 5 }));
+        assert_eq!(
+            Cursor::parse("1733-5"),
+            Some(Cursor {
+                events: 1733,
+                steps: 5
+            })
+        );
         assert_eq!(Cursor::parse("nope"), None);
     }
 }

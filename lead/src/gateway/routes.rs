@@ -122,15 +122,24 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/api/threads/{tid}/runs", Access::Member, || {
         web::to(super::langgraph_runs::list_runs)
     }),
-    route("POST", "/api/threads/{tid}/runs/stream", Access::Member, || {
-        web::to(super::langgraph_runs::create_stream)
-    }),
-    route("POST", "/api/threads/{tid}/runs/wait", Access::Member, || {
-        web::to(super::langgraph_runs::create_wait)
-    }),
-    route("GET", "/api/threads/{tid}/runs/{rid}", Access::Member, || {
-        web::to(super::langgraph_runs::get_run)
-    }),
+    route(
+        "POST",
+        "/api/threads/{tid}/runs/stream",
+        Access::Member,
+        || web::to(super::langgraph_runs::create_stream),
+    ),
+    route(
+        "POST",
+        "/api/threads/{tid}/runs/wait",
+        Access::Member,
+        || web::to(super::langgraph_runs::create_wait),
+    ),
+    route(
+        "GET",
+        "/api/threads/{tid}/runs/{rid}",
+        Access::Member,
+        || web::to(super::langgraph_runs::get_run),
+    ),
     route(
         "POST",
         "/api/threads/{tid}/runs/{rid}/cancel",

@@ -231,9 +231,7 @@ fn submitted_reply(
         }
         // Runs of one thread are serialised (spec A.4's `reject`).
         Ok(Err(e @ PrepareError::ThreadBusy { .. })) => error(StatusCode::CONFLICT, e.to_string()),
-        Ok(Err(e @ PrepareError::ThreadNotFound(_))) => {
-            error(StatusCode::NOT_FOUND, e.to_string())
-        }
+        Ok(Err(e @ PrepareError::ThreadNotFound(_))) => error(StatusCode::NOT_FOUND, e.to_string()),
         // The lead's own load (a host away, busy or slow, the store locked): come back.
         Ok(Err(e)) if e.is_overload() => busy(e.to_string()),
         Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),

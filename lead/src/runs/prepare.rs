@@ -29,8 +29,7 @@ use antler_engine::{
     AgentContext, CancelFlag, ChatModel, Delegator, Guardrail, HostError, ModelError, PromptCache,
     PromptInputs, PromptMount, RunBuilder, RunContext, RunError, RunLoop, RunSettings, SkillStore,
     SubagentLimit, SubagentPromptInputs, ThreadFiles, ThreadFilesMode, ThreadPaths, ThreadState,
-    TokenBudget,
-    ToolHosts, WebTools, MAX_PLAYBOOK_BYTES,
+    TokenBudget, ToolHosts, WebTools, MAX_PLAYBOOK_BYTES,
 };
 
 mod catalog;

@@ -50,9 +50,25 @@ fn antler_run_on_a_thread_twice_is_one_conversation() {
     );
     let dir = run_dir("antler-tc", &config, NO_MCP_SERVERS);
     let d = dir.path();
-    let (first, _) = antler_run(d, &["What is the capital of France?", "--thread", "conv1", "--no-input"]);
+    let (first, _) = antler_run(
+        d,
+        &[
+            "What is the capital of France?",
+            "--thread",
+            "conv1",
+            "--no-input",
+        ],
+    );
     assert_eq!(first["status"], "success", "{first}");
-    let (second, _) = antler_run(d, &["How many people live there?", "--thread", "conv1", "--no-input"]);
+    let (second, _) = antler_run(
+        d,
+        &[
+            "How many people live there?",
+            "--thread",
+            "conv1",
+            "--no-input",
+        ],
+    );
     assert_eq!(second["status"], "success", "{second}");
     assert_eq!(second["final_answer"], "About 2.1 million people.");
 
@@ -71,9 +87,24 @@ fn antler_run_on_a_thread_twice_is_one_conversation() {
         })
         .collect();
     assert_eq!(asked.len(), 3, "{asked:?}");
-    assert_eq!(asked[0], ("user".to_owned(), "What is the capital of France?".to_owned()));
-    assert_eq!(asked[1], ("assistant".to_owned(), "The capital of France is Paris.".to_owned()));
-    assert!(asked[2].1.contains("How many people live there?"), "{asked:?}");
+    assert_eq!(
+        asked[0],
+        (
+            "user".to_owned(),
+            "What is the capital of France?".to_owned()
+        )
+    );
+    assert_eq!(
+        asked[1],
+        (
+            "assistant".to_owned(),
+            "The capital of France is Paris.".to_owned()
+        )
+    );
+    assert!(
+        asked[2].1.contains("How many people live there?"),
+        "{asked:?}"
+    );
 
     // The thread: listed, shown with both exchanges (AI ids unique), then deleted.
     let (ok, list, err) = threads(d, &["list"]);

@@ -51,11 +51,15 @@ fn slow_server(delay: Duration) -> String {
                 let _ = reader.read_exact(&mut body);
                 std::thread::sleep(delay);
                 let chunk = |choices: &str| {
-                    format!(r#"{{"id":"s","object":"chat.completion.chunk","model":"slow","choices":{choices}}}"#)
+                    format!(
+                        r#"{{"id":"s","object":"chat.completion.chunk","model":"slow","choices":{choices}}}"#
+                    )
                 };
                 let sse = format!(
                     "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
-                    chunk(r#"[{"index":0,"delta":{"role":"assistant","content":"Slow answer."},"finish_reason":null}]"#),
+                    chunk(
+                        r#"[{"index":0,"delta":{"role":"assistant","content":"Slow answer."},"finish_reason":null}]"#
+                    ),
                     chunk(r#"[{"index":0,"delta":{},"finish_reason":"stop"}]"#)
                 );
                 let _ = write!(
@@ -145,7 +149,10 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
     // Created once, as the caller's, without the owner keys it tried to set.
     let thread = r["created"]["thread_id"].as_str().unwrap();
     assert_eq!(r["created"]["status"], "idle");
-    assert_eq!(r["created"]["metadata"], serde_json::json!({"suite": "langgraph"}));
+    assert_eq!(
+        r["created"]["metadata"],
+        serde_json::json!({"suite": "langgraph"})
+    );
     assert_eq!(r["created_again"]["thread_id"], thread);
     assert_eq!(r["created_again"]["metadata"]["suite"], "langgraph");
 
@@ -166,23 +173,27 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
         ]
     );
     let (message, metadata) = (&last(all, "messages")[0], &last(all, "messages")[1]);
-    assert_eq!((message["type"].as_str(), message["content"].as_str()), (Some("ai"), Some("Antler is an agent runtime.")));
+    assert_eq!(
+        (message["type"].as_str(), message["content"].as_str()),
+        (Some("ai"), Some("Antler is an agent runtime."))
+    );
     assert_eq!(metadata["thread_id"], thread);
     assert_eq!(
         last(all, "updates")["model"]["messages"][0]["content"],
         "Antler is an agent runtime."
     );
     // One mode alone: only its frames.
-    assert_eq!(
-        events(&r["stream_values"])
-            .into_iter()
-            .filter(|e| !matches!(*e, "metadata" | "end"))
-            .collect::<Vec<_>>()
+    let values_only = events(&r["stream_values"]);
+    assert!(values_only.contains(&"values"), "{values_only:?}");
+    assert!(
+        values_only
             .iter()
-            .all(|e| *e == "values"),
-        true
+            .all(|e| matches!(*e, "metadata" | "values" | "end")),
+        "{values_only:?}"
     );
-    assert!(events(&r["stream_messages"]).iter().all(|e| matches!(*e, "metadata" | "messages" | "end")));
+    assert!(events(&r["stream_messages"])
+        .iter()
+        .all(|e| matches!(*e, "metadata" | "messages" | "end")));
     assert!(events(&r["stream_updates"]).contains(&"updates"));
 
     // The thread continued: the model's second request held the first exchange, and
@@ -190,7 +201,9 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
     let requests = model.requests.lock().unwrap().clone();
     let second = serde_json::to_string(&requests[1]["messages"]).unwrap();
     assert!(
-        second.contains("What is Antler?") && second.contains("Antler is an agent runtime.") && second.contains("And a second question?"),
+        second.contains("What is Antler?")
+            && second.contains("Antler is an agent runtime.")
+            && second.contains("And a second question?"),
         "{second}"
     );
     let state = &r["state"]["values"];
@@ -210,7 +223,11 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
     assert_eq!(r["search"][0]["thread_id"], thread);
     assert_eq!(r["search_none"], serde_json::json!([]));
     assert_eq!(r["runs"].as_array().unwrap().len(), 4);
-    assert!(r["runs"].as_array().unwrap().iter().all(|run| run["status"] == "success"));
+    assert!(r["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|run| run["status"] == "success"));
     assert_eq!(r["run"]["thread_id"], thread);
 
     // Another user: the same 404 as a thread that does not exist, everywhere.
@@ -222,14 +239,20 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
     assert_eq!(r["bob_run"][0], 404);
 
     // DeerFlow's refusals, with its texts.
-    assert_eq!(r["bad_mode"], serde_json::json!([422, "Unsupported stream mode(s): messages"]));
+    assert_eq!(
+        r["bad_mode"],
+        serde_json::json!([422, "Unsupported stream mode(s): messages"])
+    );
     assert_eq!(
         r["bad_option"],
         serde_json::json!([422, "Run option 'webhook' is not supported by DeerFlow"])
     );
     assert_eq!(
         r["bad_thread"],
-        serde_json::json!([422, "Invalid thread_id: expected 1-64 ASCII letters, digits, hyphens, or underscores"])
+        serde_json::json!([
+            422,
+            "Invalid thread_id: expected 1-64 ASCII letters, digits, hyphens, or underscores"
+        ])
     );
 
     // A busy thread refuses a second run and a delete, then the run ends.
@@ -239,7 +262,10 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
     );
     assert_eq!(
         r["busy_delete"],
-        serde_json::json!([409, "Thread has work in flight. Delete it after the work finishes."])
+        serde_json::json!([
+            409,
+            "Thread has work in flight. Delete it after the work finishes."
+        ])
     );
     assert_eq!(contents(&r["joined"]).last().unwrap().1, "Slow answer.");
 
@@ -251,12 +277,18 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
         (e.parse().unwrap(), s.parse().unwrap())
     };
     let after = events(&r["replay_after"]);
-    assert!(!after.contains(&"metadata") && after.last() == Some(&"end"), "{after:?}");
+    assert!(
+        !after.contains(&"metadata") && after.last() == Some(&"end"),
+        "{after:?}"
+    );
     assert_eq!(last(&r["replay_after"], "values"), last(all, "values"));
     let from = cursor(&r["replay_from"]);
     for frame in r["replay_after"].as_array().unwrap() {
         if !frame[2].is_null() {
-            assert!(cursor(&frame[2]) > from, "{frame} repeats what came before {from:?}");
+            assert!(
+                cursor(&frame[2]) > from,
+                "{frame} repeats what came before {from:?}"
+            );
         }
     }
     assert_eq!(events(&r["replay"]).first(), Some(&"metadata"));
@@ -268,7 +300,10 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
     let cancelled = r["cancelled"]["run_id"].as_str().unwrap();
     assert_eq!(
         r["cancel_again"],
-        serde_json::json!([409, format!("Run {cancelled} is not cancellable (status: interrupted)")])
+        serde_json::json!([
+            409,
+            format!("Run {cancelled} is not cancellable (status: interrupted)")
+        ])
     );
 
     // `rollback`: the live run ends `error` and the thread forgets it; `interrupt`: the
@@ -276,12 +311,21 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
     assert_eq!(r["rolled_back"]["status"], "error");
     assert_eq!(r["rolled_back"]["error"], "Rolled back by user");
     let after_rollback = contents(&r["rollback_values"]);
-    assert!(!after_rollback.iter().any(|(_, c)| c == "Take this back."), "{after_rollback:?}");
+    assert!(
+        !after_rollback.iter().any(|(_, c)| c == "Take this back."),
+        "{after_rollback:?}"
+    );
     assert_eq!(after_rollback[after_rollback.len() - 2].1, "Instead, this.");
     assert_eq!(r["interrupted"]["status"], "interrupted");
     let after_interrupt = contents(&r["interrupt_values"]);
-    assert!(after_interrupt.iter().any(|(_, c)| c == "Keep this."), "{after_interrupt:?}");
-    assert_eq!(after_interrupt[after_interrupt.len() - 2].1, "And now this.");
+    assert!(
+        after_interrupt.iter().any(|(_, c)| c == "Keep this."),
+        "{after_interrupt:?}"
+    );
+    assert_eq!(
+        after_interrupt[after_interrupt.len() - 2].1,
+        "And now this."
+    );
 
     // A clarification: the run stops at the question, the thread is `interrupted`; the
     // answer drives the same run to its answer.
@@ -301,5 +345,9 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
     // Deleted, with its files.
     assert_eq!(r["delete"][0], 200);
     assert_eq!(r["after_delete"], not_found);
-    assert!(!cluster.base().join("users/alice/threads").join(thread).exists());
+    assert!(!cluster
+        .base()
+        .join("users/alice/threads")
+        .join(thread)
+        .exists());
 }

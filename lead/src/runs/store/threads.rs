@@ -341,13 +341,7 @@ impl CheckpointStore {
         db.execute(
             "UPDATE threads SET state = ?3, title = COALESCE(?4, title), updated_ms = ?5
              WHERE user_id = ?1 AND thread_id = ?2",
-            params![
-                user,
-                thread,
-                serde_json::to_string(state)?,
-                title,
-                now_ms()
-            ],
+            params![user, thread, serde_json::to_string(state)?, title, now_ms()],
         )?;
         Ok(get_thread(&db, user, thread)?.ok_or_else(|| ThreadRefusal::NotFound(thread.into())))
     }

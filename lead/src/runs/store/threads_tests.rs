@@ -58,10 +58,18 @@ fn a_thread_belongs_to_its_user_and_creating_it_again_changes_nothing() {
 fn a_run_holds_its_thread_until_it_ends_and_leaves_its_state_there() {
     let (_dir, store) = store();
     store.create_thread("alice", "t1", &Map::new()).unwrap();
-    assert_eq!(store.claim_thread("alice", "t1", "run-1").unwrap().unwrap(), None);
+    assert_eq!(
+        store.claim_thread("alice", "t1", "run-1").unwrap().unwrap(),
+        None
+    );
     let mut state = ThreadState::new("hello");
-    store.create_run(&run("run-1", "alice", "t1"), &state).unwrap();
-    let busy = store.claim_thread("alice", "t1", "run-2").unwrap().unwrap_err();
+    store
+        .create_run(&run("run-1", "alice", "t1"), &state)
+        .unwrap();
+    let busy = store
+        .claim_thread("alice", "t1", "run-2")
+        .unwrap()
+        .unwrap_err();
     assert_eq!(busy.to_string(), "Thread t1 already has an active run");
     assert!(matches!(
         store.delete_thread("alice", "t1").unwrap(),
@@ -82,7 +90,10 @@ fn a_run_holds_its_thread_until_it_ends_and_leaves_its_state_there() {
     store.save("run-1", 1, &state).unwrap();
     store.set_status("run-1", RunStatus::Success, None).unwrap();
     let row = store.thread("alice", "t1").unwrap().unwrap();
-    assert_eq!((row.status, row.active_run_id.as_deref()), (ThreadStatus::Idle, None));
+    assert_eq!(
+        (row.status, row.active_run_id.as_deref()),
+        (ThreadStatus::Idle, None)
+    );
     assert_eq!(row.last_run_id.as_deref(), Some("run-1"));
     let kept = store.claim_thread("alice", "t1", "run-2").unwrap().unwrap();
     assert_eq!(kept, Some(state));
@@ -117,23 +128,43 @@ fn an_errored_run_leaves_the_thread_in_error_and_its_runs_are_listed() {
 fn search_matches_metadata_exactly_newest_first() {
     let (_dir, store) = store();
     store
-        .create_thread("alice", "a", &meta(json!({"graph_id": "lead_agent", "n": 1})))
+        .create_thread(
+            "alice",
+            "a",
+            &meta(json!({"graph_id": "lead_agent", "n": 1})),
+        )
         .unwrap();
     store
-        .create_thread("alice", "b", &meta(json!({"graph_id": "lead_agent", "n": 2})))
+        .create_thread(
+            "alice",
+            "b",
+            &meta(json!({"graph_id": "lead_agent", "n": 2})),
+        )
         .unwrap();
     store
         .create_thread("alice", "c", &meta(json!({"graph_id": "other"})))
         .unwrap();
     let found: Vec<String> = store
-        .search_threads("alice", &meta(json!({"graph_id": "lead_agent"})), None, 10, 0)
+        .search_threads(
+            "alice",
+            &meta(json!({"graph_id": "lead_agent"})),
+            None,
+            10,
+            0,
+        )
         .unwrap()
         .into_iter()
         .map(|r| r.thread_id)
         .collect();
     assert_eq!(found, ["b", "a"]);
     let page = store
-        .search_threads("alice", &meta(json!({"graph_id": "lead_agent"})), None, 1, 1)
+        .search_threads(
+            "alice",
+            &meta(json!({"graph_id": "lead_agent"})),
+            None,
+            1,
+            1,
+        )
         .unwrap();
     assert_eq!(page[0].thread_id, "a");
     let patched = store
