@@ -150,9 +150,10 @@ impl Guard {
             return Ok(None);
         }
         let writes = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-        // A body must be JSON; a write without one (a cancel, a delete) has nothing to
-        // declare.
-        if writes && has_body(req) && !json_body(req) {
+        // A body must be JSON; a write without a body and without a declared type (a
+        // cancel, a delete) has nothing to declare.
+        let bare = !has_body(req) && !req.headers().contains_key(header::CONTENT_TYPE);
+        if writes && !bare && !json_body(req) {
             return Err(Refusal::ContentType);
         }
         let bearer = req
@@ -323,6 +324,21 @@ mod tests {
             .insert_header(("Authorization", "Bearer tok"))
             .to_http_request();
         assert!(check(&g, &req).unwrap().unwrap().operator);
+        // A write with no body and no declared type (the LangGraph SDK's cancel) passes;
+        // one with a body of no declared type does not.
+        let req = TestRequest::post()
+            .uri("/api/threads/t/runs/r/cancel")
+            .insert_header(("Host", "127.0.0.1:8001"))
+            .insert_header(("Authorization", "Bearer tok"))
+            .to_http_request();
+        assert!(check(&g, &req).unwrap().unwrap().operator);
+        let req = TestRequest::post()
+            .uri("/api/threads/t/runs/r/cancel")
+            .insert_header(("Host", "127.0.0.1:8001"))
+            .insert_header(("Content-Length", "2"))
+            .insert_header(("Authorization", "Bearer tok"))
+            .to_http_request();
+        assert_eq!(check(&g, &req).err(), Some(Refusal::ContentType));
     }
 
     #[test]
