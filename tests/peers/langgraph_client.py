@@ -90,6 +90,9 @@ async def main(base, alice_token, bob_token):
         alice.runs.stream(tid, "lead_agent", input=human("x"), webhook="http://127.0.0.1:9/hook")
     )
     report["bad_thread"] = await refused(alice.threads.create(thread_id="not a thread id!"))
+    report["bad_model"] = await stream(
+        alice.runs.stream(tid, "lead_agent", input=human("x"), context={"model_name": "nope"})
+    )
 
     # A busy thread: a slow run in the background, a second run, a delete.
     slow = await alice.runs.create(tid, "lead_agent", input=human("Take your time."), context={"model_name": "slow"})

@@ -282,3 +282,55 @@ fn assistant() -> Value {
         "updated_at": iso(0),
     })
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use antler_engine::ToolCall;
+
+    #[test]
+    fn messages_are_langchain_dicts_with_ids_stable_across_reads() {
+        let state = vec![
+            Message::human("hello"),
+            Message::Ai {
+                id: "ai-1".into(),
+                content: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: "call-1".into(),
+                    name: "ls".into(),
+                    args: json!({"path": "/"}),
+                }],
+                reasoning: None,
+            },
+            Message::tool("call-1", "ls", "a b", ToolStatus::Error),
+            Message::human("hello"),
+        ];
+        let dicts = messages(&state);
+        assert_eq!(dicts[0]["type"], "human");
+        assert_eq!(dicts[1]["id"], "ai-1");
+        assert_eq!(
+            dicts[1]["tool_calls"][0],
+            json!({"id": "call-1", "name": "ls", "args": {"path": "/"}, "type": "tool_call"})
+        );
+        assert_eq!(dicts[2]["id"], "tool-call-1");
+        assert_eq!(dicts[2]["status"], "error");
+        // The same text twice: two ids, the same on every read.
+        assert_ne!(dicts[0]["id"], dicts[3]["id"]);
+        assert_eq!(messages(&state), dicts);
+        // A message added later leaves the earlier ids as they were.
+        let mut longer = state.clone();
+        longer.push(Message::human("more"));
+        assert_eq!(messages(&longer)[..4], dicts[..]);
+    }
+
+    #[test]
+    fn thread_ids_follow_deerflow_and_times_are_iso() {
+        assert!(check_thread_id("conv-1_A").is_ok());
+        for bad in ["", "a b", "../x", &"x".repeat(65)] {
+            assert!(check_thread_id(bad).is_err(), "{bad}");
+        }
+        assert_eq!(iso(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso(1_733_000_000_123), "2024-11-30T20:53:20.123Z");
+    }
+}

@@ -435,6 +435,13 @@ async fn start_run(
         Ok(Err(e @ PrepareError::ThreadNotFound(_))) => {
             Err(error(StatusCode::NOT_FOUND, e.to_string()))
         }
+        // DeerFlow's text for a `context.model_name` that is not configured (spec A.3).
+        Ok(Err(PrepareError::Model(antler_engine::ModelError::UnknownModel { name, .. }))) => {
+            Err(error(
+                StatusCode::BAD_REQUEST,
+                format!("Model '{name}' is not in the configured model allowlist"),
+            ))
+        }
         Ok(Err(e @ (PrepareError::InvalidId { .. } | PrepareError::Model(_)))) => {
             Err(error(StatusCode::BAD_REQUEST, e.to_string()))
         }

@@ -255,6 +255,11 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
         ])
     );
 
+    assert_eq!(
+        r["bad_model"],
+        serde_json::json!([400, "Model 'nope' is not in the configured model allowlist"])
+    );
+
     // A busy thread refuses a second run and a delete, then the run ends.
     assert_eq!(
         r["busy_run"],
