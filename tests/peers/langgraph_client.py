@@ -5,6 +5,8 @@ stream joined again after an event id, cancel and delete. Prints one JSON report
 for suite::thread_langgraph to check.
 
 Usage: langgraph_client.py BASE_URL ALICE_TOKEN BOB_TOKEN
+       langgraph_client.py BASE_URL ALICE_TOKEN start           (one thread, one run streamed)
+       langgraph_client.py BASE_URL ALICE_TOKEN join TID RID ID (the run joined after frame ID)
 """
 
 import asyncio
@@ -136,6 +138,12 @@ async def main(base, alice_token, bob_token):
     report["interrupt_values"] = await alice.runs.join(tid, over["run_id"])
     report["interrupted"] = await alice.runs.get(tid, kept["run_id"])
 
+    # Antler's own run route continues the same thread: the LangGraph routes see its run.
+    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {alice_token}"}) as http:
+        own = await http.post("/runs", json={"task": "Through Antler's own route.", "thread": tid})
+        report["own_run"] = [own.status_code, own.json()]
+    report["own_joined"] = await alice.runs.join(tid, report["own_run"][1]["run_id"])
+
     report["delete"] = await refused(alice.threads.delete(tid))
 
     # A clarification (spec A.7 step 5): the run stops at the question; the answer, a
@@ -172,5 +180,25 @@ async def main(base, alice_token, bob_token):
     print(json.dumps(report))
 
 
+async def start(base, token):
+    client = get_client(url=base, headers={"Authorization": f"Bearer {token}"})
+    tid = (await client.threads.create())["thread_id"]
+    frames = await stream(
+        client.runs.stream(tid, "lead_agent", input=human("Before the restart."), stream_mode=ACCEPTED)
+    )
+    print(json.dumps({"thread": tid, "run": frames[0][1]["run_id"], "stream": frames}))
+
+
+async def join(base, token, tid, rid, last_id):
+    client = get_client(url=base, headers={"Authorization": f"Bearer {token}"})
+    frames = await stream(client.runs.join_stream(tid, rid, stream_mode=ACCEPTED, last_event_id=last_id))
+    print(json.dumps({"stream": frames}))
+
+
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3]))
+    if sys.argv[3] == "start":
+        asyncio.run(start(sys.argv[1], sys.argv[2]))
+    elif sys.argv[3] == "join":
+        asyncio.run(join(sys.argv[1], sys.argv[2], *sys.argv[4:7]))
+    else:
+        asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3]))

@@ -347,6 +347,12 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
     let second_ask = serde_json::to_string(&clarify.requests.lock().unwrap()[1]).unwrap();
     assert!(second_ask.contains("2025"), "{second_ask}");
 
+    // Antler's own `POST /api/runs` with the thread continues it, and the LangGraph
+    // routes join that run.
+    assert_eq!(r["own_run"][0], 201, "{}", r["own_run"]);
+    let own = contents(&r["own_joined"]);
+    assert_eq!(own[own.len() - 2].1, "Through Antler's own route.");
+
     // Deleted, with its files.
     assert_eq!(r["delete"][0], 200);
     assert_eq!(r["after_delete"], not_found);
@@ -355,4 +361,60 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
         .join("users/alice/threads")
         .join(thread)
         .exists());
+}
+
+/// The driver's report for `args` against the gateway of `cluster`.
+fn driver(cluster: &LeadCluster, args: &[&str]) -> Value {
+    let base = format!("http://{}/api", cluster.gateway());
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/langgraph_client.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(&base)
+        .args(args)
+        .output()
+        .expect("run the langgraph-sdk driver");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the driver failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).expect("one JSON report")
+}
+
+#[test]
+fn a_stream_is_joined_again_after_a_lead_restart_from_the_kept_events() {
+    let model = recording_server(vec![Reply::text("Kept across the restart.")]);
+    let config = format!(
+        "models:\n  - name: fast\n    use: langchain_openai:ChatOpenAI\n    model: fast\n    base_url: {}\n    api_key: sk-test\ntool_search:\n  enabled: false\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n",
+        model.base_url
+    );
+    let mut cluster = LeadCluster::up(&config, &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);
+    let started = driver(&cluster, &[ALICE, "start"]);
+    let live = &started["stream"];
+    assert_eq!(events(live).last(), Some(&"end"), "{live}");
+    // The lead is killed and started again: nothing of the run is in its memory now.
+    cluster.kill_lead();
+    let _ = std::fs::remove_file(cluster.runtime().join("gateway.addr"));
+    cluster.start();
+    let (thread, run) = (
+        started["thread"].as_str().unwrap(),
+        started["run"].as_str().unwrap(),
+    );
+    let first_id = live[0][2].as_str().unwrap();
+    let joined = driver(&cluster, &[ALICE, "join", thread, run, first_id]);
+    let frames = &joined["stream"];
+    let names = events(frames);
+    // What followed the first frame, from the store: no `gap`, no second `metadata`, the
+    // same final state, then `end`.
+    assert!(
+        !names.contains(&"gap") && !names.contains(&"metadata"),
+        "{names:?}"
+    );
+    assert_eq!(names.last(), Some(&"end"), "{names:?}");
+    assert_eq!(last(frames, "values"), last(live, "values"));
+    assert_eq!(
+        contents(last(frames, "values")).last().unwrap().1,
+        "Kept across the restart."
+    );
 }
