@@ -58,9 +58,18 @@ async def main(base, alice_token, bob_token):
     tid = created["thread_id"]
     report["created"] = created
     report["created_again"] = await alice.threads.create(thread_id=tid, metadata={"suite": "other"})
+    seen = []
     report["stream_all"] = await stream(
-        alice.runs.stream(tid, "lead_agent", input=human("What is Antler?"), stream_mode=ACCEPTED)
+        alice.runs.stream(
+            tid,
+            "lead_agent",
+            input=human("What is Antler?"),
+            stream_mode=ACCEPTED,
+            on_run_created=lambda meta: seen.append(dict(meta)),
+        )
     )
+    # The SDK reads the run from `Content-Location`.
+    report["run_created"] = seen
     report["stream_values"] = await stream(
         alice.runs.stream(tid, "lead_agent", input=human("And a second question?"), stream_mode="values")
     )
@@ -143,6 +152,20 @@ async def main(base, alice_token, bob_token):
         own = await http.post("/runs", json={"task": "Through Antler's own route.", "thread": tid})
         report["own_run"] = [own.status_code, own.json()]
     report["own_joined"] = await alice.runs.join(tid, report["own_run"][1]["run_id"])
+
+    # A client that goes away mid-stream (on_disconnect: cancel, the default) takes its
+    # run with it.
+    parts = alice.runs.stream(tid, "lead_agent", input=human("I will hang up."), context={"model_name": "stall"})
+    async for part in parts:
+        left = part.data["run_id"]
+        break
+    await parts.aclose()
+    for _ in range(300):
+        status = (await alice.runs.get(tid, left))["status"]
+        if status != "running":
+            break
+        await asyncio.sleep(0.1)
+    report["hung_up"] = status
 
     report["delete"] = await refused(alice.threads.delete(tid))
 

@@ -126,8 +126,10 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
         Reply::text("The report covers 2025."),
     ]);
     let slow = slow_server(Duration::from_secs(3));
+    // Never answers while the test lasts: only a cancel ends its run.
+    let stall = slow_server(Duration::from_secs(600));
     let config = format!(
-        "models:\n  - name: fast\n    use: langchain_openai:ChatOpenAI\n    model: fast\n    base_url: {}\n    api_key: sk-test\n  - name: slow\n    use: langchain_openai:ChatOpenAI\n    model: slow\n    base_url: {slow}\n    api_key: sk-test\n  - name: clarify\n    use: langchain_openai:ChatOpenAI\n    model: clarify\n    base_url: {}\n    api_key: sk-test\ntool_search:\n  enabled: false\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n",
+        "models:\n  - name: fast\n    use: langchain_openai:ChatOpenAI\n    model: fast\n    base_url: {}\n    api_key: sk-test\n  - name: slow\n    use: langchain_openai:ChatOpenAI\n    model: slow\n    base_url: {slow}\n    api_key: sk-test\n  - name: stall\n    use: langchain_openai:ChatOpenAI\n    model: stall\n    base_url: {stall}\n    api_key: sk-test\n  - name: clarify\n    use: langchain_openai:ChatOpenAI\n    model: clarify\n    base_url: {}\n    api_key: sk-test\ntool_search:\n  enabled: false\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n",
         model.base_url, clarify.base_url
     );
     let cluster = LeadCluster::up(&config, &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);
@@ -155,6 +157,13 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
     );
     assert_eq!(r["created_again"]["thread_id"], thread);
     assert_eq!(r["created_again"]["metadata"]["suite"], "langgraph");
+
+    // The SDK read the run from `Content-Location`.
+    assert_eq!(
+        r["run_created"][0]["run_id"],
+        r["stream_all"][0][1]["run_id"]
+    );
+    assert_eq!(r["run_created"][0]["thread_id"], thread);
 
     // Every accepted mode: `metadata` first, `end` last; the modes asked, no others.
     let all = &r["stream_all"];
@@ -352,6 +361,9 @@ fn langgraph_sdk_clients_continue_threads_and_never_see_another_users() {
     assert_eq!(r["own_run"][0], 201, "{}", r["own_run"]);
     let own = contents(&r["own_joined"]);
     assert_eq!(own[own.len() - 2].1, "Through Antler's own route.");
+
+    // The client hung up mid-stream: the run was cancelled (on_disconnect: cancel).
+    assert_eq!(r["hung_up"], "interrupted");
 
     // Deleted, with its files.
     assert_eq!(r["delete"][0], 200);
