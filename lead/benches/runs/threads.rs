@@ -99,7 +99,7 @@ async fn first_request(
     let state = store
         .call(move |store| {
             store.create_thread("bench", &name, &Default::default())?;
-            Ok(store.claim_thread("bench", &name, &id)?)
+            store.claim_thread("bench", &name, &id)
         })
         .await
         .unwrap()

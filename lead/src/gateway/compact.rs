@@ -46,10 +46,10 @@ pub(super) async fn compact_thread(
     let thread = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     if let Err(response) = check_thread_id(&thread) {
-        return response;
+        return response.into();
     }
     let body: CompactBody = match json_body(payload).await {
         Ok(body) => body,

@@ -336,6 +336,21 @@ mod tests {
             .insert_header(("Authorization", "Bearer tok"))
             .to_http_request();
         assert!(check(&g, &req).unwrap().unwrap().operator);
+        // A write with no body and no declared type (the LangGraph SDK's cancel) passes;
+        // one with a body of no declared type does not.
+        let req = TestRequest::post()
+            .uri("/api/threads/t/runs/r/cancel")
+            .insert_header(("Host", "127.0.0.1:8001"))
+            .insert_header(("Authorization", "Bearer tok"))
+            .to_http_request();
+        assert!(check(&g, &req).unwrap().unwrap().operator);
+        let req = TestRequest::post()
+            .uri("/api/threads/t/runs/r/cancel")
+            .insert_header(("Host", "127.0.0.1:8001"))
+            .insert_header(("Content-Length", "2"))
+            .insert_header(("Authorization", "Bearer tok"))
+            .to_http_request();
+        assert_eq!(check(&g, &req).err(), Some(Refusal::ContentType));
     }
 
     #[test]

@@ -28,6 +28,21 @@ pub(super) const ROLLED_BACK: &str = "Rolled back by user";
 /// The largest request body of these routes.
 pub(super) const MAX_BODY: usize = 1 << 20;
 
+/// A refusal from a check that is not a route (boxed: a response is large).
+pub(super) struct Refused(Box<HttpResponse>);
+
+impl From<HttpResponse> for Refused {
+    fn from(response: HttpResponse) -> Refused {
+        Refused(Box::new(response))
+    }
+}
+
+impl From<Refused> for HttpResponse {
+    fn from(refused: Refused) -> HttpResponse {
+        *refused.0
+    }
+}
+
 /// `Thread {tid} not found`.
 pub(super) fn thread_not_found(thread: &str) -> HttpResponse {
     error(StatusCode::NOT_FOUND, format!("Thread {thread} not found"))
@@ -39,15 +54,16 @@ pub(super) fn run_not_found(run_id: &str) -> HttpResponse {
 }
 
 /// The user the caller acts as: a member its own, the operator `default`.
-pub(super) fn user_of(req: &actix_web::HttpRequest) -> Result<String, HttpResponse> {
-    let principal = principal_of(req).ok_or_else(|| Refusal::Credential.response())?;
+pub(super) fn user_of(req: &actix_web::HttpRequest) -> Result<String, Refused> {
+    let principal =
+        principal_of(req).ok_or_else(|| Refused::from(Refusal::Credential.response()))?;
     Ok(principal
         .user
         .unwrap_or_else(|| antler_protocol::config::OPERATOR_USER.to_owned()))
 }
 
 /// A thread id DeerFlow accepts: `^[A-Za-z0-9_-]{1,64}$`; otherwise its 422.
-pub(super) fn check_thread_id(thread: &str) -> Result<(), HttpResponse> {
+pub(super) fn check_thread_id(thread: &str) -> Result<(), Refused> {
     let ok = (1..=64).contains(&thread.len())
         && thread
             .bytes()
@@ -55,7 +71,7 @@ pub(super) fn check_thread_id(thread: &str) -> Result<(), HttpResponse> {
     if ok {
         Ok(())
     } else {
-        Err(error(StatusCode::UNPROCESSABLE_ENTITY, INVALID_THREAD_ID))
+        Err(error(StatusCode::UNPROCESSABLE_ENTITY, INVALID_THREAD_ID).into())
     }
 }
 
@@ -270,4 +286,56 @@ fn assistant() -> Value {
         "created_at": iso(0),
         "updated_at": iso(0),
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use antler_engine::ToolCall;
+
+    #[test]
+    fn messages_are_langchain_dicts_with_ids_stable_across_reads() {
+        let state = vec![
+            Message::human("hello"),
+            Message::Ai {
+                id: "ai-1".into(),
+                content: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: "call-1".into(),
+                    name: "ls".into(),
+                    args: json!({"path": "/"}),
+                }],
+                reasoning: None,
+            },
+            Message::tool("call-1", "ls", "a b", ToolStatus::Error),
+            Message::human("hello"),
+        ];
+        let dicts = messages(&state);
+        assert_eq!(dicts[0]["type"], "human");
+        assert_eq!(dicts[1]["id"], "ai-1");
+        assert_eq!(
+            dicts[1]["tool_calls"][0],
+            json!({"id": "call-1", "name": "ls", "args": {"path": "/"}, "type": "tool_call"})
+        );
+        assert_eq!(dicts[2]["id"], "tool-call-1");
+        assert_eq!(dicts[2]["status"], "error");
+        // The same text twice: two ids, the same on every read.
+        assert_ne!(dicts[0]["id"], dicts[3]["id"]);
+        assert_eq!(messages(&state), dicts);
+        // A message added later leaves the earlier ids as they were.
+        let mut longer = state.clone();
+        longer.push(Message::human("more"));
+        assert_eq!(messages(&longer)[..4], dicts[..]);
+    }
+
+    #[test]
+    fn thread_ids_follow_deerflow_and_times_are_iso() {
+        assert!(check_thread_id("conv-1_A").is_ok());
+        for bad in ["", "a b", "../x", &"x".repeat(65)] {
+            assert!(check_thread_id(bad).is_err(), "{bad}");
+        }
+        assert_eq!(iso(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso(1_733_000_000_123), "2024-11-30T20:53:20.123Z");
+    }
 }

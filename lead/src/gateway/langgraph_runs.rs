@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::langgraph::{
     check_thread_id, json_body, on_store, run_json, run_not_found, thread_not_found, user_of,
-    values, ASSISTANT_ID, ROLLED_BACK,
+    values, Refused, ASSISTANT_ID, ROLLED_BACK,
 };
 use super::langgraph_stream::{self as stream, Cursor, Modes, RunStream};
 use super::runs_api::{over_limit, principal_of};
@@ -27,11 +27,12 @@ use crate::runs::store::{RunRecord, RunStatus};
 const TAKE_OVER_WAIT: Duration = Duration::from_secs(60);
 
 /// `Run option '{option}' is not supported by DeerFlow` (spec A.3).
-fn unsupported(option: &str) -> HttpResponse {
+fn unsupported(option: &str) -> Refused {
     error(
         StatusCode::UNPROCESSABLE_ENTITY,
         format!("Run option '{option}' is not supported by DeerFlow"),
     )
+    .into()
 }
 
 /// DeerFlow's `RunCreateRequest` (`extra="forbid"`), with the fields `langgraph-sdk`
@@ -190,7 +191,7 @@ pub(super) fn state_messages(value: &Value) -> Result<Value, String> {
 
 impl RunBody {
     /// The checked request, or the 4xx DeerFlow answers.
-    fn check(self) -> Result<RunRequest, HttpResponse> {
+    fn check(self) -> Result<RunRequest, Refused> {
         let set = |v: &Option<Value>| v.as_ref().is_some_and(|v| !v.is_null());
         for (option, value) in [
             ("webhook", &self.webhook),
@@ -232,7 +233,7 @@ impl RunBody {
             Some(_) => return Err(unsupported("multitask_strategy")),
         };
         let modes = Modes::parse(self.stream_mode.as_ref())
-            .map_err(|e| error(StatusCode::UNPROCESSABLE_ENTITY, e))?;
+            .map_err(|e| Refused::from(error(StatusCode::UNPROCESSABLE_ENTITY, e)))?;
         let (task, mut answer, files) = input_message(self.input.as_ref())?;
         if let Some(resume) = self.command.as_ref().map(|c| &c["resume"]) {
             if !resume.is_null() {
@@ -245,10 +246,10 @@ impl RunBody {
             }
         }
         if task.is_none() && answer.is_none() {
-            return Err(error(
+            return Err(Refused::from(error(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "the run needs a human message in input.messages, or command.resume",
-            ));
+            )));
         }
         let context = self.context.unwrap_or_default();
         let configurable = self
@@ -273,10 +274,10 @@ impl RunBody {
                         .bytes()
                         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 {
-                    return Err(error(
+                    return Err(Refused::from(error(
                         StatusCode::UNPROCESSABLE_ENTITY,
                         format!("Invalid assistant_id: {id}"),
-                    ));
+                    )));
                 }
                 Some(name)
             }
@@ -300,7 +301,7 @@ impl RunBody {
 /// The user's new message of `input.messages` (the last human one), when it answers a
 /// clarification (spec A.7 step 5) its answer, and the names of the uploads it carries;
 /// 400 for a message that is not one.
-fn input_message(input: Option<&Value>) -> Result<InputMessage, HttpResponse> {
+fn input_message(input: Option<&Value>) -> Result<InputMessage, Refused> {
     let Some(list) = input.and_then(|i| i["messages"].as_array()) else {
         return Ok((None, None, Vec::new()));
     };
@@ -309,10 +310,10 @@ fn input_message(input: Option<&Value>) -> Result<InputMessage, HttpResponse> {
     let mut files = Vec::new();
     for (i, m) in list.iter().enumerate() {
         let bad = |why: &str| {
-            error(
+            Refused::from(error(
                 StatusCode::BAD_REQUEST,
                 format!("Invalid message at input.messages[{i}]: {why}"),
-            )
+            ))
         };
         let kind = kind_of(m).ok_or_else(|| bad("unknown message type"))?;
         let text = content_text(&m["content"])
@@ -448,6 +449,13 @@ async fn start_run(
         }
         Ok(Err(e @ PrepareError::ThreadNotFound(_))) => {
             Err(error(StatusCode::NOT_FOUND, e.to_string()))
+        }
+        // DeerFlow's text for a `context.model_name` that is not configured (spec A.3).
+        Ok(Err(PrepareError::Model(antler_engine::ModelError::UnknownModel { name, .. }))) => {
+            Err(error(
+                StatusCode::BAD_REQUEST,
+                format!("Model '{name}' is not in the configured model allowlist"),
+            ))
         }
         Ok(Err(e @ (PrepareError::InvalidId { .. } | PrepareError::Model(_)))) => {
             Err(error(StatusCode::BAD_REQUEST, e.to_string()))
@@ -596,7 +604,7 @@ async fn create(
 ) -> HttpResponse {
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let body: RunBody = match json_body(payload).await {
         Ok(body) => body,
@@ -611,7 +619,7 @@ async fn create(
     });
     let mut request = match body.check() {
         Ok(request) => request,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     request.create_thread |= stateless;
     let (run_id, from_event) = match start_run(&state, &req, &user, &thread, &request).await {
@@ -757,10 +765,10 @@ pub(super) async fn list_runs(
     let thread = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     if let Err(response) = check_thread_id(&thread) {
-        return response;
+        return response.into();
     }
     let number = |key: &str, default: usize| {
         query
@@ -800,7 +808,7 @@ pub(super) async fn get_run(
     let (thread, run_id) = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     match own_run(&state, &user, &thread, &run_id).await {
         Ok((record, times)) => HttpResponse::Ok().json(run_json(&record, times)),
@@ -888,7 +896,7 @@ pub(super) async fn cancel_run(
     let (thread, run_id) = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let record = match own_run(&state, &user, &thread, &run_id).await {
         Ok((record, _)) => record,
@@ -910,7 +918,7 @@ pub(super) async fn join_run(
     let (thread, run_id) = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     if let Err(response) = own_run(&state, &user, &thread, &run_id).await {
         return response;
@@ -931,7 +939,7 @@ pub(super) async fn join_stream(
     let (thread, run_id) = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let record = match own_run(&state, &user, &thread, &run_id).await {
         Ok((record, _)) => record,
@@ -953,6 +961,7 @@ pub(super) async fn join_stream(
         .filter(|(k, _)| *k == "stream_mode")
         .flat_map(|(_, v)| {
             v.split(',')
+                .filter(|m| !m.is_empty())
                 .map(|m| Value::String(m.to_owned()))
                 .collect::<Vec<_>>()
         })

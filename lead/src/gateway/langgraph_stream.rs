@@ -3,7 +3,8 @@
 //! events and whole messages), `updates`, `custom` (`task_*`, `llm_retry`), `error`
 //! when the run failed, and `end`. Frames come from the run's events (the live log, or
 //! the store's kept events once it ended: a replay never needs the `gap` a memory window
-//! would) and its checkpoints. A frame's id is the pair of cursors `{events}-{steps}` (the
+//! would) and its checkpoints. An empty comment goes out after each second of silence (a
+//! client that went away is noticed by the write), `: heartbeat` after 15 s. A frame's id is the pair of cursors `{events}-{steps}` (the
 //! run's events and checkpoint steps consumed), so `Last-Event-ID` resumes exactly after
 //! it, whichever replica answers; an id whose events are no longer kept gets `gap`.
 
@@ -31,6 +32,9 @@ pub(super) const ACCEPTED_MODES: [&str; 7] = [
 ];
 /// A comment sent after this long without a frame, so proxies keep the stream open.
 const HEARTBEAT: Duration = Duration::from_secs(15);
+/// An empty comment after this long without a frame: writing is how a client that went
+/// away is noticed (and its run cancelled, with `on_disconnect: cancel`).
+const PROBE: Duration = Duration::from_secs(1);
 /// How long a stream waits for this lead to take up a run a lead before it left running.
 const RESUME_WAIT: Duration = Duration::from_secs(60);
 
@@ -125,13 +129,23 @@ pub(super) struct RunStream {
 pub(super) fn response(stream: RunStream, content_location: Option<String>) -> HttpResponse {
     let (tx, rx) = tokio::sync::mpsc::channel::<web::Bytes>(64);
     actix_rt::spawn(async move { Producer::new(stream, tx).run().await });
-    let body = futures::stream::unfold(rx, |mut rx| async move {
-        match tokio::time::timeout(HEARTBEAT, rx.recv()).await {
-            Ok(Some(bytes)) => Some((Ok::<_, actix_web::Error>(bytes), rx)),
-            Ok(None) => None,
-            Err(_) => Some((Ok(web::Bytes::from_static(b": heartbeat\n\n")), rx)),
-        }
-    });
+    let body = futures::stream::unfold(
+        (rx, tokio::time::Instant::now()),
+        |(mut rx, mut last)| async move {
+            match tokio::time::timeout(PROBE, rx.recv()).await {
+                Ok(Some(bytes)) => Some((
+                    Ok::<_, actix_web::Error>(bytes),
+                    (rx, tokio::time::Instant::now()),
+                )),
+                Ok(None) => None,
+                Err(_) if last.elapsed() >= HEARTBEAT => {
+                    last = tokio::time::Instant::now();
+                    Some((Ok(web::Bytes::from_static(b": heartbeat\n\n")), (rx, last)))
+                }
+                Err(_) => Some((Ok(web::Bytes::from_static(b":\n\n")), (rx, last))),
+            }
+        },
+    );
     let mut response = HttpResponse::Ok();
     response
         .content_type("text/event-stream")
@@ -151,6 +165,24 @@ fn frame(event: &str, data: &Value, id: Option<&str>) -> web::Bytes {
     }
     text.push('\n');
     web::Bytes::from(text)
+}
+
+/// A `model_delta` event (`{turn, message_id, text?, reasoning?}`) as LangChain's
+/// `AIMessageChunk`: the text as `content`, the reasoning as
+/// `additional_kwargs.reasoning_content`, the id the AI message will have.
+fn delta_chunk(event: &serde_json::Map<String, Value>) -> Value {
+    let mut kwargs = serde_json::Map::new();
+    if let Some(reasoning) = event.get("reasoning").filter(|r| r.is_string()) {
+        kwargs.insert("reasoning_content".into(), reasoning.clone());
+    }
+    json!({
+        "type": "AIMessageChunk",
+        "id": event.get("message_id").cloned().unwrap_or(Value::Null),
+        "content": event.get("text").cloned().unwrap_or(json!("")),
+        "additional_kwargs": kwargs, "response_metadata": {},
+        "tool_calls": [], "invalid_tool_calls": [], "tool_call_chunks": [],
+        "usage_metadata": null, "name": null, "example": false,
+    })
 }
 
 /// Turns a run's events and checkpoints into frames, in order, onto one channel.
@@ -284,19 +316,10 @@ impl Producer {
             .unwrap_or_default();
         match kind.as_str() {
             "model_delta" if self.s.modes.messages => {
-                let id = event["message_id"].as_str().unwrap_or_default().to_owned();
-                self.streamed.insert(id.clone());
-                let mut kwargs = serde_json::Map::new();
-                if let Some(reasoning) = event.get("reasoning").filter(|r| r.is_string()) {
-                    kwargs.insert("reasoning_content".into(), reasoning.clone());
+                let chunk = delta_chunk(&event);
+                if let Some(id) = chunk["id"].as_str() {
+                    self.streamed.insert(id.to_owned());
                 }
-                let chunk = json!({
-                    "type": "AIMessageChunk", "id": id,
-                    "content": event.get("text").cloned().unwrap_or(json!("")),
-                    "additional_kwargs": kwargs, "response_metadata": {},
-                    "tool_calls": [], "invalid_tool_calls": [], "tool_call_chunks": [],
-                    "usage_metadata": null, "name": null, "example": false,
-                });
                 let metadata = self.metadata("model", event["turn"].as_i64().unwrap_or(0));
                 self.send(vec![("messages", json!([chunk, metadata]))])
                     .await
@@ -433,6 +456,29 @@ mod tests {
         assert_eq!(
             Modes::parse(Some(&json!("messages"))).err(),
             Some("Unsupported stream mode(s): messages".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_model_delta_is_an_ai_message_chunk_of_the_message_to_come() {
+        let event = json!({"turn": 2, "message_id": "ai-2", "text": "Hel"});
+        let chunk = delta_chunk(event.as_object().unwrap());
+        assert_eq!(chunk["type"], "AIMessageChunk");
+        assert_eq!(
+            (chunk["id"].as_str(), chunk["content"].as_str()),
+            (Some("ai-2"), Some("Hel"))
+        );
+        assert_eq!(chunk["additional_kwargs"], json!({}));
+        let event = json!({"turn": 1, "message_id": "ai-1", "reasoning": "Let me think"});
+        let chunk = delta_chunk(event.as_object().unwrap());
+        assert_eq!(chunk["content"], "");
+        assert_eq!(
+            chunk["additional_kwargs"]["reasoning_content"],
+            "Let me think"
+        );
+        assert_eq!(
+            frame("messages", &json!([1]), Some("3-1")),
+            web::Bytes::from("event: messages\ndata: [1]\nid: 3-1\n\n")
         );
     }
 

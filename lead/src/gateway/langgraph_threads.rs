@@ -66,7 +66,7 @@ pub(super) async fn create_thread(
 ) -> HttpResponse {
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let body: CreateBody = match json_body(payload).await {
         Ok(body) => body,
@@ -76,7 +76,7 @@ pub(super) async fn create_thread(
         .thread_id
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     if let Err(response) = check_thread_id(&thread) {
-        return response;
+        return response.into();
     }
     let mut metadata = body.metadata.unwrap_or_default();
     for key in OWNER_KEYS {
@@ -145,7 +145,7 @@ pub(super) async fn search_threads(
 ) -> HttpResponse {
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let body: SearchBody = match json_body(payload).await {
         Ok(body) => body,
@@ -215,7 +215,7 @@ pub(super) async fn get_thread(
     let thread = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     match own_thread(&state, &user, &thread).await {
         Ok((row, values_now)) => HttpResponse::Ok().json(thread_json(
@@ -243,10 +243,10 @@ pub(super) async fn patch_thread(
     let thread = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     if let Err(response) = check_thread_id(&thread) {
-        return response;
+        return response.into();
     }
     let body: PatchBody = match json_body(payload).await {
         Ok(body) => body,
@@ -283,7 +283,7 @@ pub(super) async fn delete_thread(
     let thread = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let row = match own_thread(&state, &user, &thread).await {
         Ok((row, _)) => row,
@@ -341,7 +341,7 @@ pub(super) async fn get_state(
     let thread = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     match own_thread(&state, &user, &thread).await {
         Ok((row, values_now)) => HttpResponse::Ok().json(snapshot(&row, values_now.as_ref())),
@@ -377,7 +377,7 @@ pub(super) async fn post_state(
     let thread = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let body: StateBody = match json_body(payload).await {
         Ok(body) => body,
@@ -471,7 +471,7 @@ pub(super) async fn history(
     let thread = path.into_inner();
     let user = match user_of(&req) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let body: HistoryBody = match json_body(payload).await {
         Ok(body) => body,

@@ -105,6 +105,8 @@ mod sandbox_supervisor_signals;
 mod subagent_faults;
 mod subagent_tasks;
 mod subagent_workers;
+mod thread_continue;
 mod thread_files_through_sandbox_host;
+mod thread_langgraph;
 mod tool_call_any;
 mod web_capture_through_sandbox_host;
