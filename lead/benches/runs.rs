@@ -4,7 +4,8 @@
 //! and the heap the manager holds for 1,000 idle runs (stopped at a clarification),
 //! counted by a global allocator. Hosts are [`ZeroLatencyHosts`]: host time is excluded.
 //! The system prompt at 5,000 deferred tools, and each model provider's client against
-//! the raw HTTP stream it reads (`runs/models.rs`).
+//! the raw HTTP stream it reads (`runs/models.rs`). What a run on a thread of 1,000
+//! messages adds before its first model call, against a fresh thread.
 //! Run: `cargo bench -p antler-lead --bench runs`.
 // A bench is a test harness: a failed setup step should abort loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -781,7 +782,118 @@ fn print_models(prompt: &str) -> bool {
     first_token_pass
 }
 
+/// A run on a thread of 1,000 messages against one on a fresh thread, in the same
+/// rounds: what continuing adds before the first model call (the thread claimed with its
+/// latest state read, spec A.6's carry-over, step 0 journaled, the first request's
+/// messages prepared). A thread holds nothing in memory between runs: it is a row of
+/// the runs store.
+struct ThreadFigures {
+    fresh: Duration,
+    continued: Duration,
+    messages: usize,
+    state_bytes: usize,
+}
+
+const THREAD_ROUNDS: usize = 50;
+
+fn bench_thread() -> ThreadFigures {
+    use antler_engine::{prepare_request, Message, RunRecord, ThreadState};
+    let dir = tempfile::tempdir().unwrap();
+    let store = CheckpointStore::open(&dir.path().join("runs.sqlite")).unwrap();
+    let mut long = ThreadState::new("Question 0: what does the report say about 2024?");
+    for i in 1..500 {
+        long.messages.push(Message::Ai {
+            id: format!("ai-{i}"),
+            content: format!("Answer {i}: ").repeat(12),
+            tool_calls: Vec::new(),
+            reasoning: None,
+        });
+        long.messages.push(Message::human(format!(
+            "Question {i}: and what about {}?",
+            2000 + i
+        )));
+    }
+    long.messages.push(Message::Ai {
+        id: "ai-500".into(),
+        content: "The last answer.".into(),
+        tool_calls: Vec::new(),
+        reasoning: None,
+    });
+    let messages = long.messages.len();
+    let state_bytes = serde_json::to_string(&long).unwrap().len();
+    let prompt = "You are Antler.".repeat(200);
+    let record = |run_id: &str, thread: &str| RunRecord {
+        run_id: run_id.to_owned(),
+        user_id: "u".into(),
+        thread_id: thread.to_owned(),
+        task: "next".into(),
+        model: "scripted:bench".into(),
+        status: RunStatus::Running,
+        detail: None,
+        clarification: false,
+        agent: None,
+        bootstrap: false,
+        non_interactive: true,
+        subagents: false,
+        role: None,
+    };
+    // One run on a thread: claim, start state, step 0, first request; ended off the clock.
+    let run_on = |thread: &str, run_id: &str| -> Duration {
+        let t = Instant::now();
+        let before = store.claim_thread("u", thread, run_id).unwrap().unwrap();
+        let state = match before {
+            Some(state) if !state.messages.is_empty() => state.continued("And one more question?"),
+            _ => ThreadState::new("And one more question?"),
+        };
+        store.create_run(&record(run_id, thread), &state).unwrap();
+        let mut request = state.messages.clone();
+        prepare_request(&mut request, Some(&prompt), "2026-12-05, Saturday");
+        std::hint::black_box(request);
+        let took = t.elapsed();
+        // The thread stays 1,000 messages long: its state is put back as it was.
+        store.set_status(run_id, RunStatus::Success, None).unwrap();
+        took
+    };
+    store
+        .create_thread("u", "long", &Default::default())
+        .unwrap();
+    let (mut fresh, mut continued) = (Vec::new(), Vec::new());
+    for round in 0..THREAD_ROUNDS {
+        store
+            .put_thread_state("u", "long", &long, None)
+            .unwrap()
+            .unwrap();
+        continued.push(run_on("long", &format!("run-long-{round}")));
+        let thread = format!("fresh-{round}");
+        store
+            .create_thread("u", &thread, &Default::default())
+            .unwrap();
+        fresh.push(run_on(&thread, &format!("run-fresh-{round}")));
+    }
+    ThreadFigures {
+        fresh: median(fresh),
+        continued: median(continued),
+        messages,
+        state_bytes,
+    }
+}
+
 fn main() {
+    // `ANTLER_BENCH=thread` runs section 6 alone.
+    if std::env::var("ANTLER_BENCH").as_deref() == Ok("thread") {
+        let thread = bench_thread();
+        let added = thread.continued.saturating_sub(thread.fresh);
+        println!(
+            "A run on a thread of {} messages ({} KiB of state): fresh p50 {}, continued p50 {}, added {}   target <= 2 ms added {}",
+            thread.messages,
+            thread.state_bytes / 1024,
+            fmt(thread.fresh),
+            fmt(thread.continued),
+            fmt(added),
+            verdict(added <= Duration::from_millis(2))
+        );
+        return;
+    }
     // `ANTLER_BENCH=models` runs section 5 alone.
     if std::env::var("ANTLER_BENCH").as_deref() == Ok("models") {
         let prompt = bench_prompt();
@@ -873,6 +985,24 @@ fn main() {
 
     let first_token_pass = print_models(&prompt.text);
 
+    let thread = bench_thread();
+    let added = thread.continued.saturating_sub(thread.fresh);
+    println!(
+        "\n6. A run on a thread of {} messages ({} KiB of state) against a fresh thread, {THREAD_ROUNDS} rounds",
+        thread.messages,
+        thread.state_bytes / 1024
+    );
+    println!(
+        "   (claim with the state read, carry-over, step 0 journaled, first request prepared):"
+    );
+    println!(
+        "   fresh p50 {}; continued p50 {}; added {} ({:.1}x); memory per idle thread: none (a row of the runs store)",
+        fmt(thread.fresh),
+        fmt(thread.continued),
+        fmt(added),
+        thread.continued.as_secs_f64() / thread.fresh.as_secs_f64().max(1e-9)
+    );
+
     let load = std::fs::read_to_string("/proc/loadavg")
         .map(|text| {
             text.split_whitespace()
@@ -914,6 +1044,11 @@ fn main() {
     println!(
         "   added first-token latency    target <= 0.5 ms on every provider   {}",
         verdict(first_token_pass)
+    );
+    println!(
+        "   thread of 1,000 messages {:>7}   target <= 2 ms added {}",
+        fmt(added),
+        verdict(added <= Duration::from_millis(2))
     );
     if !concurrent_pass {
         std::process::exit(1);
