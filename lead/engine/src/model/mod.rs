@@ -59,6 +59,9 @@ pub struct ModelRequest<'a> {
     /// `supports_thinking`); `false`: thinking is off (`when_thinking_disabled`).
     pub thinking: bool,
     pub observer: Option<&'a dyn ModelObserver>,
+    /// The AI messages of earlier runs on the thread (a continued thread's): a scripted
+    /// model numbers its playbook's turns from this run's first.
+    pub turns_before: usize,
 }
 
 impl<'a> ModelRequest<'a> {
@@ -74,6 +77,7 @@ impl<'a> ModelRequest<'a> {
             images,
             thinking: true,
             observer: None,
+            turns_before: 0,
         }
     }
 

@@ -253,18 +253,31 @@ impl ScriptedModel {
     /// The reply for the conversation so far: turn N when it holds N-1 assistant
     /// messages, or one of that turn's `attempts` while they last.
     pub fn reply(&self, messages: &[Message]) -> Result<ModelReply, ModelError> {
-        let played = messages
+        self.reply_after(messages, 0)
+    }
+
+    /// [`ScriptedModel::reply`] on a continued thread: the `earlier` AI messages (of the
+    /// thread's earlier runs) are not turns of this playbook, so each run on a thread
+    /// plays its playbook from its first turn. Call ids stay numbered by the thread's turn,
+    /// so they never repeat an earlier run's.
+    pub fn reply_after(
+        &self,
+        messages: &[Message],
+        earlier: usize,
+    ) -> Result<ModelReply, ModelError> {
+        let total = messages
             .iter()
             .filter(|m| matches!(m, Message::Ai { .. }))
             .count();
-        let turn_number = played + 1;
+        let played = total.saturating_sub(earlier);
+        let turn_number = total + 1;
         let turn = self
             .playbook
             .turns
             .get(played)
             .ok_or(ModelError::PlaybookExhausted {
                 turns: self.playbook.turns.len(),
-                asked: turn_number,
+                asked: played + 1,
             })?;
         let asked = {
             let mut asks = self
@@ -396,9 +409,10 @@ impl ChatModel for ScriptedModel {
             .messages
             .iter()
             .filter(|m| matches!(m, Message::Ai { .. }))
-            .count();
+            .count()
+            .saturating_sub(request.turns_before);
         let delay = self.playbook.turns.get(played).map_or(0, |t| t.delay_ms);
-        let reply = self.reply(request.messages);
+        let reply = self.reply_after(request.messages, request.turns_before);
         Box::pin(async move {
             if delay > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(delay)).await;

@@ -223,6 +223,7 @@ impl RunLoop {
         let observer = RunObserver::new(self.events.clone());
         let mut request = ModelRequest::new(messages, visible, images);
         request.observer = Some(&observer);
+        request.turns_before = self.state.turns_before;
         let mut reply = self.model.complete(request).await?;
         let mut empty_twice = false;
         if terminal_response::is_empty(&reply) {
@@ -231,6 +232,7 @@ impl RunLoop {
             again.push(terminal_response::recovery_message());
             let mut request = ModelRequest::new(&again, visible, images);
             request.observer = Some(&observer);
+            request.turns_before = self.state.turns_before;
             let first_usage = reply.usage;
             reply = self.model.complete(request).await?;
             reply.usage = match (first_usage, reply.usage) {

@@ -322,3 +322,28 @@ fn ai_message_ids_never_repeat_an_existing_message() {
     assert_eq!(ai_message_id(&state, 3), "ai-5");
     assert_eq!(ai_message_id(&state, 7), "ai-7");
 }
+
+#[test]
+fn a_scripted_model_plays_each_run_of_a_thread_from_its_first_turn() {
+    use crate::model::ScriptedModel;
+    let model = ScriptedModel::from_yaml(
+        "turns:\n  - tool_calls: [{name: ls}]\n  - content: done\n",
+        "p.yaml",
+    )
+    .unwrap();
+    // The thread's earlier run left two AI messages; this run's first turn is turn 1,
+    // its call id numbered by the thread's turn (never an earlier run's).
+    let messages = vec![
+        Message::human("a"),
+        ai("ai-1", "", &[("call-1-1", "ls")]),
+        Message::tool("call-1-1", "ls", "x", ToolStatus::Success),
+        ai("ai-2", "done", &[]),
+        Message::human("b"),
+    ];
+    let reply = model.reply_after(&messages, 2).unwrap();
+    assert_eq!(reply.tool_calls[0].id, "call-3-1");
+    assert!(
+        model.reply(&messages).is_err(),
+        "counted from the thread's start, the playbook is over"
+    );
+}
