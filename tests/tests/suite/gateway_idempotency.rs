@@ -65,10 +65,12 @@ fn a_repeated_submission_with_its_key_is_the_same_run() {
     assert_eq!(late["run_id"], a["run_id"]);
     assert_eq!(runs_of(&c, "idem-1").len(), 1, "one run for one key");
 
-    // Without a key, or with another, each submission is a run of its own.
-    let (_, plain1) = submit(&c, None, &body);
-    let (_, plain2) = submit(&c, None, &body);
-    let (_, other) = submit(&c, Some("order-43"), &body);
+    // Without a key, or with another, each submission is a run of its own (each on a
+    // thread of its own: runs of one thread are serialised, a second is 409).
+    let on = |thread: &str| json!({"task": "once", "thread": thread, "playbook_yaml": PLAYBOOK});
+    let (_, plain1) = submit(&c, None, &on("idem-2"));
+    let (_, plain2) = submit(&c, None, &on("idem-3"));
+    let (_, other) = submit(&c, Some("order-43"), &on("idem-4"));
     let ids = [
         &a["run_id"],
         &plain1["run_id"],

@@ -30,19 +30,28 @@ fn a_burst_of_runs_gets_201_or_503_with_retry_after_and_no_host_is_declared_dead
     let c = LeadCluster::up(CONFIG, &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);
     let addr = c.gateway();
     let token = c.gateway_token();
-    // The runs share a thread with many outputs: each run reads them when it starts and
-    // when it settles, work done on the lead's run thread.
-    let outputs = c.base().join("users/load/threads/shared/user-data/outputs");
-    std::fs::create_dir_all(&outputs).unwrap();
-    for i in 0..OUTPUTS {
-        std::fs::write(outputs.join(format!("old-{i}.md")), "kept").unwrap();
+    // Each run on a thread of its own (a thread's runs are serialised: a second would be
+    // 409), each thread with outputs: a run reads them when it starts and when it settles,
+    // work done on the lead's run thread.
+    for run in 0..RUNS {
+        let outputs = c
+            .base()
+            .join(format!("users/load/threads/load-{run}/user-data/outputs"));
+        std::fs::create_dir_all(&outputs).unwrap();
+        for i in 0..OUTPUTS / RUNS {
+            std::fs::write(outputs.join(format!("old-{i}.md")), "kept").unwrap();
+        }
     }
-    let body =
-        json!({"task": "Look around", "playbook_yaml": PLAYBOOK, "user": "load", "thread": "shared"})
-            .to_string();
+    let bodies: Vec<String> = (0..RUNS)
+        .map(|run| {
+            json!({"task": "Look around", "playbook_yaml": PLAYBOOK, "user": "load", "thread": format!("load-{run}")})
+                .to_string()
+        })
+        .collect();
     let replies: Vec<(u16, String, String)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..RUNS)
-            .map(|_| s.spawn(|| http_full(&addr, &token, "POST", "/api/runs", Some(&body))))
+        let handles: Vec<_> = bodies
+            .iter()
+            .map(|body| s.spawn(|| http_full(&addr, &token, "POST", "/api/runs", Some(body))))
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });

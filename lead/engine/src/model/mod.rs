@@ -62,6 +62,9 @@ pub struct ModelRequest<'a> {
     /// Turns summarized away before these messages (their AI messages are gone), so
     /// [`ModelRequest::turn`] keeps counting.
     pub earlier_turns: usize,
+    /// The AI messages of earlier runs on the thread (a continued thread's): a scripted
+    /// model numbers its playbook's turns from this run's first.
+    pub turns_before: usize,
 }
 
 impl<'a> ModelRequest<'a> {
@@ -78,6 +81,7 @@ impl<'a> ModelRequest<'a> {
             thinking: true,
             observer: None,
             earlier_turns: 0,
+            turns_before: 0,
         }
     }
 

@@ -266,24 +266,35 @@ impl ScriptedModel {
     /// The reply for the conversation so far: turn N when it holds N-1 assistant
     /// messages, or one of that turn's `attempts` while they last.
     pub fn reply(&self, messages: &[Message]) -> Result<ModelReply, ModelError> {
-        let played = messages
+        self.reply_after(messages, 0)
+    }
+
+    /// [`ScriptedModel::reply`] on a continued thread: the `earlier` AI messages (of the
+    /// thread's earlier runs) are not turns of this playbook, so each run on a thread
+    /// plays its playbook from its first turn. Call ids stay numbered by the thread's turn,
+    /// so they never repeat an earlier run's.
+    pub fn reply_after(
+        &self,
+        messages: &[Message],
+        earlier: usize,
+    ) -> Result<ModelReply, ModelError> {
+        let total = messages
             .iter()
             .filter(|m| matches!(m, Message::Ai { .. }))
             .count();
-        self.reply_to_turn(played + 1)
+        self.reply_to_turn(total.saturating_sub(earlier), total + 1)
     }
 
-    /// The reply of turn `turn_number` (1-based), or one of its `attempts` while they
-    /// last.
-    fn reply_to_turn(&self, turn_number: usize) -> Result<ModelReply, ModelError> {
-        let played = turn_number - 1;
+    /// The reply of the playbook's turn `played` (0-based) as the thread's turn
+    /// `turn_number` (1-based: ids and call ids), or one of its `attempts` while they last.
+    fn reply_to_turn(&self, played: usize, turn_number: usize) -> Result<ModelReply, ModelError> {
         let turn = self
             .playbook
             .turns
             .get(played)
             .ok_or(ModelError::PlaybookExhausted {
                 turns: self.playbook.turns.len(),
-                asked: turn_number,
+                asked: played + 1,
             })?;
         let asked = {
             let mut asks = self
@@ -436,9 +447,12 @@ impl ChatModel for ScriptedModel {
         &'a self,
         request: ModelRequest<'a>,
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        // The thread's turn (summarized turns counted), and this run's place in the
+        // playbook (earlier runs' turns on a continued thread are not the playbook's).
         let turn = request.turn();
-        let delay = self.playbook.turns.get(turn - 1).map_or(0, |t| t.delay_ms);
-        let reply = self.reply_to_turn(turn);
+        let played = (turn - 1).saturating_sub(request.turns_before);
+        let delay = self.playbook.turns.get(played).map_or(0, |t| t.delay_ms);
+        let reply = self.reply_to_turn(played, turn);
         Box::pin(async move {
             if delay > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(delay)).await;

@@ -237,6 +237,7 @@ impl RunLoop {
         let mut request = ModelRequest::new(messages, visible, images);
         request.observer = Some(&observer);
         request.earlier_turns = self.state.summarized_turns;
+        request.turns_before = self.state.turns_before;
         let completed = self.model.complete(request).await;
         observer.deltas.flush(Instant::now());
         let mut reply = completed?;
@@ -249,6 +250,7 @@ impl RunLoop {
             let mut request = ModelRequest::new(&again, visible, images);
             request.observer = Some(&observer);
             request.earlier_turns = self.state.summarized_turns;
+            request.turns_before = self.state.turns_before;
             let first_usage = reply.usage;
             let completed = self.model.complete(request).await;
             observer.deltas.flush(Instant::now());

@@ -332,3 +332,28 @@ fn the_next_ai_id_is_ai_turn_unless_taken_and_then_still_unique() {
     // The same messages give the same id (a replayed step).
     assert_eq!(next_ai_id(&summarized, 3), next_ai_id(&summarized, 3));
 }
+
+#[test]
+fn a_scripted_model_plays_each_run_of_a_thread_from_its_first_turn() {
+    use crate::model::ScriptedModel;
+    let model = ScriptedModel::from_yaml(
+        "turns:\n  - tool_calls: [{name: ls}]\n  - content: done\n",
+        "p.yaml",
+    )
+    .unwrap();
+    // The thread's earlier run left two AI messages; this run's first turn is turn 1,
+    // its call id numbered by the thread's turn (never an earlier run's).
+    let messages = vec![
+        Message::human("a"),
+        ai("ai-1", "", &[("call-1-1", "ls")]),
+        Message::tool("call-1-1", "ls", "x", ToolStatus::Success),
+        ai("ai-2", "done", &[]),
+        Message::human("b"),
+    ];
+    let reply = model.reply_after(&messages, 2).unwrap();
+    assert_eq!(reply.tool_calls[0].id, "call-3-1");
+    assert!(
+        model.reply(&messages).is_err(),
+        "counted from the thread's start, the playbook is over"
+    );
+}
