@@ -43,9 +43,15 @@ pub enum ThreadsCommand {
     /// The user's threads, most recently updated first.
     List,
     /// One thread: its status, title, runs and messages.
-    Show { thread: String },
+    Show {
+        /// The thread's id.
+        thread: String,
+    },
     /// Delete a thread with its files (refused while a run is in flight on it).
-    Delete { thread: String },
+    Delete {
+        /// The thread's id.
+        thread: String,
+    },
 }
 
 pub fn run(ctx: &Ctx, args: ThreadsArgs) -> anyhow::Result<ExitCode> {

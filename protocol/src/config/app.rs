@@ -98,6 +98,10 @@ pub const DEERFLOW_READ_KEYS: &[&str] = &[
     "title",
     "uploads",
     "memory",
+    "database",
+    "checkpointer",
+    "run_events",
+    "stream_bridge",
 ];
 
 /// The warning's text for a DeerFlow setting Antler does not act on.

@@ -153,7 +153,6 @@ fn unknown_keys_are_warnings_naming_the_key() {
     assert_eq!(
         shown,
         [
-            format!("{file}:3:1: memory: a DeerFlow setting Antler does not act on yet: it does nothing here"),
             format!("{file}:5:1: tool_serch: unknown key, ignored (did you mean `tool_search`?)"),
             format!("{file}:10:3: tool_search.promote_everything: unknown key, ignored"),
             format!("{file}:13:3: antler.wokers: unknown key, ignored (did you mean `workers`?)"),

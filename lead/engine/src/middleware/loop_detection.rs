@@ -139,11 +139,9 @@ impl LoopDetection {
             Check::HardStop(text) => {
                 tracing::warn!("loop hard limit reached, forcing a final answer");
                 reply.tool_calls.clear();
-                reply.content = if reply.content.is_empty() {
-                    text
-                } else {
-                    format!("{}\n\n{text}", reply.content)
-                };
+                // DeerFlow's `content += "\n\n" + text`, an empty content included (its
+                // `None` has no counterpart here: a reply's content is a string).
+                reply.content = format!("{}\n\n{text}", reply.content);
                 if reply.finish_reason.as_deref() == Some(crate::model::finish_reason::TOOL_CALLS) {
                     reply.finish_reason = Some(crate::model::finish_reason::STOP.to_owned());
                 }

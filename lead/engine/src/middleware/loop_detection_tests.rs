@@ -132,7 +132,7 @@ fn a_hard_stop_makes_the_finish_reason_stop_and_fills_empty_content() {
         detection.after_model(&[], &mut r),
         LoopVerdict::HardStop(StopReason::LoopCapped)
     );
-    assert_eq!(r.content, LOOP_HARD_STOP);
+    assert_eq!(r.content, format!("\n\n{LOOP_HARD_STOP}"));
     assert_eq!(r.finish_reason.as_deref(), Some("stop"));
     assert!(r.tool_calls.is_empty());
 }
