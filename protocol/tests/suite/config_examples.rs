@@ -202,11 +202,13 @@ fn github_token_resolves_from_the_environment_or_to_empty() {
 
 #[test]
 fn config_check_passes_both_examples_and_strict_refuses_what_does_nothing() {
-    for file in [APP_EXAMPLE, EXTENSIONS_EXAMPLE] {
+    // DeerFlow's config.yaml: every section works or is at a value Antler honours, so it
+    // has nothing to warn about; its extensions file names interceptors, which do nothing.
+    for (file, warns) in [(APP_EXAMPLE, false), (EXTENSIONS_EXAMPLE, true)] {
         let report = check_file_with_env(Path::new(file), &no_env);
         assert!(report.is_ok(), "{report}");
         let warned = ignored_paths(&report.warnings);
-        assert!(!warned.is_empty(), "{report}");
+        assert_eq!(!warned.is_empty(), warns, "{report}");
         let strict = check_file_with_env(Path::new(file), &no_env).strict();
         assert_eq!(strict.errors.len(), warned.len(), "{strict}");
         assert!(strict.warnings.is_empty(), "{strict}");
