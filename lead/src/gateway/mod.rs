@@ -37,6 +37,7 @@ pub(crate) mod routes;
 mod runs_api;
 mod secrets;
 mod suggestions;
+mod thread_artifacts;
 mod ui;
 mod uploads;
 

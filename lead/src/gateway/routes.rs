@@ -116,6 +116,12 @@ pub const ROUTES: &[RouteSpec] = &[
     route("POST", "/api/threads/{tid}/state", Access::Member, || {
         web::to(super::langgraph_threads::post_state)
     }),
+    route(
+        "GET",
+        "/api/threads/{tid}/artifacts/{path:.*}",
+        Access::Member,
+        || web::to(super::thread_artifacts::thread_artifact),
+    ),
     route("POST", "/api/threads/{tid}/compact", Access::Member, || {
         web::to(super::compact::compact_thread)
     }),

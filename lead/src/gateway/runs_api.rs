@@ -468,6 +468,12 @@ pub(super) async fn download_artifact(
         Ok(Err(e)) => return manager_error(e),
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     };
+    attachment(&path, bytes)
+}
+
+/// `bytes` as a download named after `path`'s last part (`nosniff` and a sandbox CSP: an
+/// HTML file never runs as the gateway's page).
+pub(super) fn attachment(path: &str, bytes: Vec<u8>) -> HttpResponse {
     let name: String = path
         .rsplit('/')
         .next()

@@ -79,19 +79,27 @@ async fn target(state: &State, req: &HttpRequest) -> Result<Target, HttpResponse
     if env.thread_files_mode() != antler_engine::ThreadFilesMode::Local {
         return Err(error(StatusCode::NOT_IMPLEMENTED, UPLOADS_NEED_LOCAL));
     }
-    if !principal.operator {
-        let asked = thread.clone();
-        let users = env
-            .store
-            .call(move |store| store.thread_users(&asked))
-            .await
-            .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
-        if !users.is_empty() && !users.contains(&user) {
-            return Err(error(
-                StatusCode::NOT_FOUND,
-                format!("Thread {thread} not found"),
-            ));
-        }
+    // The caller's own thread (threads are keyed by user and id: another user's thread
+    // of the same id is another thread, never reached here). An upload creates it, as
+    // DeerFlow's does; the other routes need it to exist.
+    let creates = req.method() == actix_web::http::Method::POST;
+    let (owner, id) = (user.clone(), thread.clone());
+    let exists = env
+        .store
+        .call(move |store| {
+            if creates {
+                store.create_thread(&owner, &id, &Default::default())?;
+                return Ok(true);
+            }
+            Ok(store.thread(&owner, &id)?.is_some())
+        })
+        .await
+        .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    if !exists {
+        return Err(error(
+            StatusCode::NOT_FOUND,
+            format!("Thread {thread} not found"),
+        ));
     }
     let base = env
         .base_dir()

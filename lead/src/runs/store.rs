@@ -14,7 +14,6 @@ pub mod memory;
 mod probe;
 mod thread;
 mod threads;
-mod uploads;
 
 pub use probe::{probe_writes, unwritable};
 pub use threads::{ThreadRefusal, ThreadRow};

@@ -198,6 +198,27 @@ antler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: m
     }
     // The traversal name kept only its basename, inside the uploads.
     assert_eq!(by_name("evil.txt")["size"], 1);
+    // Each file's `artifact_url` downloads it, for its owner only; a path out of the
+    // thread's files is not there.
+    let url = by_name("evil.txt")["artifact_url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        url,
+        "/api/threads/t1/artifacts/mnt/user-data/uploads/evil.txt"
+    );
+    let (code, headers, text) = http_full(&addr, ALICE, "GET", &url, None);
+    assert_eq!((code, text.as_str()), (200, "x"), "{headers:?}");
+    assert_eq!(call(&addr, BOB, "GET", &url, None).0, 404);
+    for escape in [
+        "/api/threads/t1/artifacts/mnt/user-data/uploads/../../../../../etc/passwd",
+        "/api/threads/t1/artifacts/mnt/user-data/%2e%2e/%2e%2e/etc/passwd",
+        "/api/threads/t1/artifacts/etc/passwd",
+    ] {
+        let (code, reply) = call(&addr, ALICE, "GET", escape, None);
+        assert_eq!(code, 404, "{escape}: {reply}");
+    }
     // The PDF's twin does not take the user's report.md.
     assert_eq!(by_name("report.pdf")["markdown_file"], "report_1.md");
     assert_eq!(
@@ -307,7 +328,8 @@ antler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: m
     assert_eq!(list["count"], 9);
     assert!(!list.to_string().contains(&*base.to_string_lossy()));
 
-    // Another member: the thread is 404 on every route, and nothing of bob's appears.
+    // Another member: alice's thread is 404 on every route. Bob's own `t1` is another
+    // thread: his upload creates it, in his own directory, and neither sees the other's.
     for (method, path) in [
         ("GET", "/api/threads/t1/uploads/list"),
         ("GET", "/api/threads/t1/uploads/limits"),
@@ -316,9 +338,16 @@ antler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: m
         let (code, reply) = call(&addr, BOB, method, path, None);
         assert_eq!(code, 404, "bob {method} {path}: {reply}");
     }
+    assert!(uploads_dir(&base, "alice", "t1")
+        .join("report.pdf")
+        .exists());
     let (code, reply) = upload(&addr, BOB, "t1", &[("x.txt".into(), b"x".to_vec())]);
-    assert_eq!(code, 404, "{reply}");
-    assert!(!base.join("users/bob").exists());
+    assert_eq!(code, 200, "{reply}");
+    assert!(uploads_dir(&base, "bob", "t1").join("x.txt").exists());
+    let (_, bobs) = call(&addr, BOB, "GET", "/api/threads/t1/uploads/list", None);
+    assert_eq!(bobs["count"], 1, "{bobs}");
+    let (_, alices) = call(&addr, ALICE, "GET", "/api/threads/t1/uploads/list", None);
+    assert!(!alices.to_string().contains("x.txt"), "{alices}");
 
     // Deleting the PDF deletes its twin, never the user's report.md.
     let (code, reply) = call(
