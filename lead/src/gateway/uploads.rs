@@ -81,8 +81,11 @@ async fn target(state: &State, req: &HttpRequest) -> Result<Target, HttpResponse
     }
     // The caller's own thread (threads are keyed by user and id: another user's thread
     // of the same id is another thread, never reached here). An upload creates it, as
-    // DeerFlow's does; the other routes need it to exist.
+    // DeerFlow's does; listing and deleting need it to exist.
     let creates = req.method() == actix_web::http::Method::POST;
+    // The limits are the configuration's, whatever the thread (a client asks before its
+    // first upload).
+    let any_thread = req.path().ends_with("/uploads/limits");
     let (owner, id) = (user.clone(), thread.clone());
     let exists = env
         .store
@@ -91,7 +94,7 @@ async fn target(state: &State, req: &HttpRequest) -> Result<Target, HttpResponse
                 store.create_thread(&owner, &id, &Default::default())?;
                 return Ok(true);
             }
-            Ok(store.thread(&owner, &id)?.is_some())
+            Ok(any_thread || store.thread(&owner, &id)?.is_some())
         })
         .await
         .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;

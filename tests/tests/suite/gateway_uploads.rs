@@ -332,7 +332,6 @@ antler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: m
     // thread: his upload creates it, in his own directory, and neither sees the other's.
     for (method, path) in [
         ("GET", "/api/threads/t1/uploads/list"),
-        ("GET", "/api/threads/t1/uploads/limits"),
         ("DELETE", "/api/threads/t1/uploads/report.pdf"),
     ] {
         let (code, reply) = call(&addr, BOB, method, path, None);
