@@ -71,9 +71,15 @@ impl SandboxHost {
         host
     }
 
+    /// Waits until the host accepts a connection: the socket's file exists from its
+    /// `bind`, a moment before its `listen`, so a connect in between is refused.
     fn wait_listening(&self) {
         let sock = self.socket();
-        let up = wait_for(Duration::from_secs(10), || sock.exists().then_some(()));
+        let up = wait_for(Duration::from_secs(30), || {
+            std::os::unix::net::UnixStream::connect(&sock)
+                .ok()
+                .map(drop)
+        });
         assert!(up.is_some(), "sandbox-host did not listen");
     }
 
