@@ -8,6 +8,7 @@ use antler_protocol::config::ContextSize;
 use serde_json::json;
 
 use super::langgraph::{check_thread_id, json_body, on_store, thread_not_found, user_of};
+use super::langgraph_threads::own_thread;
 use super::{error, State};
 use crate::runs::prepare::context::CompactThreadError;
 use crate::runs::store::ThreadRefusal;
@@ -55,19 +56,8 @@ pub(super) async fn compact_thread(
         Ok(body) => body,
         Err(response) => return response,
     };
-    let (owner, id) = (user.clone(), thread.clone());
-    let found = on_store(&state, move |store| {
-        let row = store.thread(&owner, &id)?;
-        let values = match &row {
-            Some(_) => store.thread_state(&owner, &id)?,
-            None => None,
-        };
-        Ok(row.map(|row| (row, values)))
-    })
-    .await;
-    let (row, current) = match found {
-        Ok(Some(found)) => found,
-        Ok(None) => return thread_not_found(&thread),
+    let (row, current) = match own_thread(&state, &user, &thread).await {
+        Ok(found) => found,
         Err(response) => return response,
     };
     if row.active_run_id.is_some() {

@@ -187,7 +187,7 @@ pub(super) async fn search_threads(
 }
 
 /// The caller's thread `thread` with its state, or the 404 (also for another user's).
-async fn own_thread(
+pub(super) async fn own_thread(
     state: &State,
     user: &str,
     thread: &str,
