@@ -14,6 +14,8 @@ command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 # deploy_manifests: `kubectl kustomize` builds the overlays offline.
 command -v kubectl >/dev/null 2>&1 || need_apt+=(kubectl)
+# sandbox_limits: keyctl tries the kernel's keyrings from inside a sandbox.
+command -v keyctl >/dev/null 2>&1 || need_apt+=(keyutils)
 # cluster_multihost: network namespaces and veth links.
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 # deploy_image: deploy/build-image.sh builds the image with buildah and mmdebstrap; podman

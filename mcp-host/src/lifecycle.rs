@@ -17,8 +17,9 @@ use rmcp::{
 use crate::{client::Client, transport::Session};
 
 /// How long a server gets to answer `server/discover` before it is taken for one that
-/// only knows `initialize`.
-pub const PROBE_WINDOW: Duration = Duration::from_secs(5);
+/// only knows `initialize` (a stdio server's own start-up counts: an interpreter that
+/// imports its SDK on a busy machine takes seconds before it reads its first line).
+pub const PROBE_WINDOW: Duration = Duration::from_secs(10);
 
 /// The version proposed in `server/discover`.
 pub const DISCOVERED_VERSION: ProtocolVersion = ProtocolVersion::V_2026_07_28;

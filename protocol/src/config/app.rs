@@ -61,9 +61,9 @@ pub const DEERFLOW_OPAQUE_KEYS: &[&str] = &[
     "plugins",
 ];
 
-/// Keys of [`DEERFLOW_OPAQUE_KEYS`] that Antler reads from `other` (`config_version` is
-/// the file's own version stamp); every other one does nothing in Antler yet and is
-/// warned about ([`WarningKind::Ignored`]).
+/// Keys of [`DEERFLOW_OPAQUE_KEYS`] that Antler reads from `other` outside
+/// [`super::deerflow::SECTIONS`] (`config_version` is the file's own version stamp); a key
+/// in neither does nothing in Antler yet and is warned about ([`WarningKind::Ignored`]).
 pub const DEERFLOW_READ_KEYS: &[&str] = &[
     "config_version",
     "token_budget",
@@ -71,38 +71,16 @@ pub const DEERFLOW_READ_KEYS: &[&str] = &[
     "skill_scan",
     "llm_call",
     "circuit_breaker",
-    // `deerflow`: read, or accepted at the value that asks for nothing Antler lacks.
-    "log_level",
-    "logging",
-    "token_usage",
-    "max_recursion_limit",
-    "tool_output",
-    "tool_progress",
-    "suggestions",
-    "input_polish",
-    "loop_detection",
-    "read_before_write",
-    "safety_finish_reason",
-    "agents_api",
-    "agent_storage",
-    "scheduler",
-    "mcp_tasks",
-    "run_ownership",
-    "dedupe_storage",
-    "channel_connections",
-    "channels",
-    "auth",
-    "plugins",
-    "extensions",
     "summarization",
     "title",
     "uploads",
     "memory",
-    "database",
-    "checkpointer",
-    "run_events",
-    "stream_bridge",
 ];
+
+/// Whether Antler reads the DeerFlow key `key` (here or in [`super::deerflow`]).
+pub fn reads_deerflow_key(key: &str) -> bool {
+    DEERFLOW_READ_KEYS.contains(&key) || super::deerflow::SECTIONS.contains(&key)
+}
 
 /// The warning's text for a DeerFlow setting Antler does not act on.
 pub const IGNORED_SETTING: &str =
@@ -423,7 +401,7 @@ pub(crate) fn load_app(
     for (key, value) in config.other.iter() {
         if !DEERFLOW_OPAQUE_KEYS.contains(&key) {
             warnings.push(unknown_key_warning(doc, FieldPath::root().key(key)));
-        } else if !DEERFLOW_READ_KEYS.contains(&key) && !value.is_null() {
+        } else if !reads_deerflow_key(key) && !value.is_null() {
             // An empty section (DeerFlow's example comments them out) sets nothing.
             let path = FieldPath::root().key(key);
             warnings.push(doc.warning(WarningKind::Ignored, path, IGNORED_SETTING));

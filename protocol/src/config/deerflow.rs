@@ -15,7 +15,8 @@ use serde_json::Value;
 use super::app::AppConfig;
 use super::diagnostics::FieldPath;
 
-/// The sections this module reads, each added to `DEERFLOW_READ_KEYS`.
+/// The sections this module reads (with `DEERFLOW_READ_KEYS`, what Antler reads of
+/// DeerFlow's keys: `reads_deerflow_key`).
 pub const SECTIONS: &[&str] = &[
     "log_level",
     "logging",

@@ -32,9 +32,10 @@ pub use antler::{
     AntlerSection, McpPoolSection, TlsSection, ANTLER_KEYS, DEFAULT_MAX_FRAME_BYTES, MAX_WORKERS,
 };
 pub use app::{
-    parse_app_config, AcpAgentConfig, AppConfig, AuthorizationConfig, GuardrailsConfig,
-    ModelConfig, ProviderConfig, SkillEvolutionConfig, ToolConfig, ToolGroupConfig,
-    ToolSearchConfig, DEERFLOW_OPAQUE_KEYS, DEERFLOW_READ_KEYS, IGNORED_SETTING, TYPED_KEYS,
+    parse_app_config, reads_deerflow_key, AcpAgentConfig, AppConfig, AuthorizationConfig,
+    GuardrailsConfig, ModelConfig, ProviderConfig, SkillEvolutionConfig, ToolConfig,
+    ToolGroupConfig, ToolSearchConfig, DEERFLOW_OPAQUE_KEYS, DEERFLOW_READ_KEYS, IGNORED_SETTING,
+    TYPED_KEYS,
 };
 pub use check::{ExtraChecks, Finding};
 pub use cluster::{is_loopback, ClusterHosts, ClusterSection, CLUSTER_KEYS};

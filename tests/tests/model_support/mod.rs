@@ -5,9 +5,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod peers;
+pub mod standin;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+use std::io::Write;
+
+use standin::{standin, Serve};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
@@ -121,114 +123,66 @@ pub fn recording_server(replies: Vec<Reply>) -> RecordingServer {
 /// [`recording_server`] whose reply to each request `respond` chooses from the request's
 /// body and its index (0 for the first request).
 pub fn recording_server_by(
-    respond: impl Fn(&Value, usize) -> Reply + Send + 'static,
+    respond: impl Fn(&Value, usize) -> Reply + Send + Sync + 'static,
 ) -> RecordingServer {
     serve(respond, true)
 }
 
 /// The stand-in; memory update calls are recorded (and counted) only with `updates`.
 fn serve(
-    respond: impl Fn(&Value, usize) -> Reply + Send + 'static,
+    respond: impl Fn(&Value, usize) -> Reply + Send + Sync + 'static,
     updates: bool,
 ) -> RecordingServer {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
     let requests = Arc::new(Mutex::new(Vec::new()));
     let seen = requests.clone();
-    std::thread::spawn(move || {
-        for (n, stream) in listener.incoming().enumerate() {
-            let Ok(mut stream) = stream else { return };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut length = 0usize;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                    break;
-                }
-                let lower = line.to_ascii_lowercase();
-                if let Some(v) = lower.strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-                if line == "\r\n" {
-                    break;
-                }
+    let base = standin(Serve::InOrder, move |request, stream| {
+        let n = request.n;
+        let request = request.json();
+        let index = {
+            let mut seen = seen.lock().unwrap();
+            if !request.is_null() && (updates || !is_memory_update(&request)) {
+                seen.push(request.clone());
             }
-            let mut body = vec![0u8; length];
-            if reader.read_exact(&mut body).is_err() {
-                continue;
-            }
-            let request = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
-            let index = {
-                let mut seen = seen.lock().unwrap();
-                if !request.is_null() && (updates || !is_memory_update(&request)) {
-                    seen.push(request.clone());
-                }
-                seen.len().saturating_sub(1)
-            };
-            let reply = respond(&request, index);
-            let sse = reply.sse(n);
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{sse}",
-                sse.len()
-            );
-        }
+            seen.len().saturating_sub(1)
+        };
+        let reply = respond(&request, index);
+        standin::respond(stream, "200 OK", "text/event-stream", &reply.sse(n));
     });
-    RecordingServer { base_url, requests }
+    RecordingServer {
+        base_url: format!("{base}/v1"),
+        requests,
+    }
 }
 
 /// A recording proxy in front of a real OpenAI-compatible server (`upstream`,
 /// `host:port`): each request body is recorded, then the request is passed on and the
 /// reply streamed back as it comes.
 pub fn recording_proxy(upstream: &str) -> RecordingServer {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
     let requests = Arc::new(Mutex::new(Vec::new()));
     let seen = requests.clone();
     let upstream = upstream.to_owned();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut client) = stream else { return };
-            let seen = seen.clone();
-            let upstream = upstream.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(client.try_clone().unwrap());
-                let mut head = String::new();
-                let mut length = 0usize;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let lower = line.to_ascii_lowercase();
-                    if let Some(v) = lower.strip_prefix("content-length:") {
-                        length = v.trim().parse().unwrap_or(0);
-                    }
-                    if line == "\r\n" {
-                        break;
-                    }
-                    if !lower.starts_with("connection:") {
-                        head.push_str(&line);
-                    }
-                }
-                let mut body = vec![0u8; length];
-                if reader.read_exact(&mut body).is_err() {
-                    return;
-                }
-                if let Ok(v) = serde_json::from_slice::<Value>(&body) {
-                    seen.lock().unwrap().push(v);
-                }
-                let Ok(mut up) = std::net::TcpStream::connect(&upstream) else {
-                    return;
-                };
-                let _ = up.write_all(head.as_bytes());
-                let _ = up.write_all(b"Connection: close\r\n\r\n");
-                let _ = up.write_all(&body);
-                let _ = std::io::copy(&mut up, &mut client);
-            });
+    let base = standin(Serve::Concurrently, move |request, client| {
+        let value = request.json();
+        if !value.is_null() {
+            seen.lock().unwrap().push(value);
         }
+        let Ok(mut up) = std::net::TcpStream::connect(&upstream) else {
+            return;
+        };
+        let _ = up.write_all(request.request_line.as_bytes());
+        for line in &request.headers {
+            if !line.to_ascii_lowercase().starts_with("connection:") {
+                let _ = up.write_all(line.as_bytes());
+            }
+        }
+        let _ = up.write_all(b"Connection: close\r\n\r\n");
+        let _ = up.write_all(&request.body);
+        let _ = std::io::copy(&mut up, client);
     });
-    RecordingServer { base_url, requests }
+    RecordingServer {
+        base_url: format!("{base}/v1"),
+        requests,
+    }
 }
 
 /// An `extensions_config.json` with no MCP server.
@@ -253,10 +207,21 @@ pub fn run_dir(prefix: &str, config: &str, extensions: &str) -> tempfile::TempDi
 /// data root `dir/base`, extensions `dir/extensions_config.json` (absent: none), no
 /// gateway. The run's view (it must be JSON) and the command's stderr.
 pub fn antler_run(dir: &std::path::Path, args: &[&str]) -> (Value, String) {
-    let out = std::process::Command::new(antler_tests::bin("antler"))
+    let out = antler_in(dir, "run", args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let view = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
+    (view, stderr)
+}
+
+/// `antler COMMAND ARGS --json` in the [`run_dir`] `dir` (its config, its runtime and base
+/// directories, no gateway), to its end.
+pub fn antler_in(dir: &std::path::Path, command: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(antler_tests::bin("antler"))
         .arg("--runtime-dir")
         .arg(dir.join("run"))
-        .arg("run")
+        .arg(command)
         .args(args)
         .args(["--json", "--config"])
         .arg(dir.join("config.yaml"))
@@ -269,12 +234,7 @@ pub fn antler_run(dir: &std::path::Path, args: &[&str]) -> (Value, String) {
         .env("ANTLER_GATEWAY_ADDR", "off")
         .env("RUST_LOG", "error")
         .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let view = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
-    (view, stderr)
+        .unwrap()
 }
 
 /// `playbook` written to `dir/playbook.yaml` and run with [`antler_run`] on `task`: the
@@ -311,41 +271,11 @@ pub fn tool_messages(store: &std::path::Path, run_id: &str) -> Vec<Value> {
 /// without `/v1` on llama.cpp, say): every request is answered `404 Not Found` with that
 /// text as its body. Its `http://127.0.0.1:PORT` (no path) and the requests' paths.
 pub fn not_found_server() -> (String, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let base_url = format!("http://{}", listener.local_addr().unwrap());
     let paths = Arc::new(Mutex::new(Vec::new()));
     let seen = paths.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut first = String::new();
-            let mut length = 0usize;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                    break;
-                }
-                if first.is_empty() {
-                    first = line.clone();
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-                if line == "\r\n" {
-                    break;
-                }
-            }
-            let mut body = vec![0u8; length];
-            let _ = reader.read_exact(&mut body);
-            if let Some(path) = first.split_whitespace().nth(1) {
-                seen.lock().unwrap().push(path.to_owned());
-            }
-            let _ = write!(
-                stream,
-                "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 9\r\nConnection: close\r\n\r\nNot Found"
-            );
-        }
+    let base_url = standin(Serve::InOrder, move |request, stream| {
+        seen.lock().unwrap().push(request.path);
+        standin::respond(stream, "404 Not Found", "text/plain", "Not Found");
     });
     (base_url, paths)
 }

@@ -7,12 +7,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+use std::io::Write;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::lead_support::{http_full, sql, LeadCluster};
+use crate::model_support::standin::{chunk_frame, standin, start_event_stream, Serve};
 use crate::suite::inspector_page::Browser;
 use antler_tests::wait_for;
 use serde_json::{json, Value};
@@ -27,58 +27,28 @@ const WORDS: [&str; 10] = [
 /// A stand-in OpenAI-compatible endpoint: the first request's answer is streamed a word at
 /// a time, 250 ms apart, once `go` is sent; later requests get a short answer at once.
 fn slow_stream_server(go: mpsc::Receiver<()>) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for (n, stream) in listener.incoming().enumerate() {
-            let Ok(mut stream) = stream else { return };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut length = 0usize;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-                if line == "\r\n" {
-                    break;
-                }
+    let go = std::sync::Mutex::new(go);
+    let base = standin(Serve::InOrder, move |request, stream| {
+        start_event_stream(stream);
+        let first = request.n == 0;
+        let words: Vec<&str> = if first {
+            let _ = go.lock().unwrap().recv_timeout(Duration::from_secs(60));
+            WORDS.to_vec()
+        } else {
+            vec!["Noted."]
+        };
+        for (i, word) in words.iter().enumerate() {
+            if first && i > 0 {
+                std::thread::sleep(Duration::from_millis(250));
             }
-            let mut body = vec![0u8; length];
-            if reader.read_exact(&mut body).is_err() {
-                continue;
-            }
-            let chunk = |delta: Value, finish: Value| {
-                let c = json!({"id": "c1", "object": "chat.completion.chunk", "model": "slow",
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
-                format!("data: {c}\n\n")
-            };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
-            );
-            let words: Vec<&str> = if n == 0 {
-                let _ = go.recv_timeout(Duration::from_secs(60));
-                WORDS.to_vec()
-            } else {
-                vec!["Noted."]
-            };
-            for (i, word) in words.iter().enumerate() {
-                if n == 0 && i > 0 {
-                    std::thread::sleep(Duration::from_millis(250));
-                }
-                let _ = stream.write_all(
-                    chunk(json!({"role": "assistant", "content": word}), Value::Null).as_bytes(),
-                );
-                let _ = stream.flush();
-            }
-            let _ = stream.write_all(chunk(json!({}), json!("stop")).as_bytes());
-            let _ = stream.write_all(b"data: [DONE]\n\n");
+            let delta = json!({"role": "assistant", "content": word});
+            let _ = stream.write_all(chunk_frame("slow", delta, Value::Null).as_bytes());
+            let _ = stream.flush();
         }
+        let _ = stream.write_all(chunk_frame("slow", json!({}), json!("stop")).as_bytes());
+        let _ = stream.write_all(b"data: [DONE]\n\n");
     });
-    base_url
+    format!("{base}/v1")
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! `antler mcp status` shows `2026-07-28` and the `discover` lifecycle. A server that only
 //! knows `initialize` (server-everything: -32601 over stdio, HTTP 400 over streamable HTTP)
 //! falls back on a fresh connection and shows what it answered, as does one that never
-//! answers `server/discover` (after the 5 s probe window); the lifecycle chosen is kept,
+//! answers `server/discover` (after the 10 s probe window); the lifecycle chosen is kept,
 //! so a reconnect does not probe again. The default (`legacy`) never probes. An unknown
 //! `protocol` value is refused by name, with the accepted values. In the new era a tool
 //! list change arrives on a `subscriptions/listen` stream and is listed without a reconnect.

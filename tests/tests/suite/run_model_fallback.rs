@@ -7,10 +7,9 @@
 //! (`model_fallback` with reason `circuit_open`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::model_support::standin::{respond, standin, Serve};
 use crate::model_support::{self, Reply};
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -19,39 +18,19 @@ use serde_json::{json, Value};
 /// A stand-in for a provider that is down: every request is answered `500` with an
 /// OpenAI error body. Its base URL and the number of requests it got.
 fn failing_standin() -> (String, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
     let count = Arc::new(AtomicUsize::new(0));
     let seen = count.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut length = 0usize;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-                if line == "\r\n" {
-                    break;
-                }
-            }
-            let mut body = vec![0u8; length];
-            let _ = reader.read_exact(&mut body);
-            seen.fetch_add(1, Ordering::SeqCst);
-            let error = json!({"error": {"message": "The server had an error while processing your request.", "type": "server_error"}}).to_string();
-            let _ = write!(
-                stream,
-                "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{error}",
-                error.len()
-            );
-        }
+    let base = standin(Serve::InOrder, move |_, stream| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        let error = json!({"error": {"message": "The server had an error while processing your request.", "type": "server_error"}}).to_string();
+        respond(
+            stream,
+            "500 Internal Server Error",
+            "application/json",
+            &error,
+        );
     });
-    (base_url, count)
+    (format!("{base}/v1"), count)
 }
 
 /// The run's model events, as short lines.

@@ -62,7 +62,10 @@ fn a_real_models_cut_arguments_are_answered_and_the_limit_ends_the_run() {
         answer.ends_with("[FORCED STOP] The model's tool calls were invalid in 3 consecutive replies, so none of them was executed. Producing final answer with results collected so far."),
         "{answer}"
     );
-    let requests = proxy.requests.lock().unwrap().clone();
+    // A request the client retried (the model server slow to answer its first completion
+    // on a busy machine) is sent again unchanged: the turns are the distinct requests.
+    let mut requests = proxy.requests.lock().unwrap().clone();
+    requests.dedup();
     assert_eq!(requests.len(), 3, "{requests:#?}");
     // The second request: the first reply's call, its arguments repaired to `{}`, and
     // DeerFlow's write_file text answering it.

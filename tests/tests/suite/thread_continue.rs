@@ -5,31 +5,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
-
-use crate::model_support::{antler_run, recording_server, run_dir, Reply, NO_MCP_SERVERS};
+use crate::model_support::{
+    antler_in, antler_run, recording_server, run_dir, Reply, NO_MCP_SERVERS,
+};
 use serde_json::Value;
 
 /// `antler threads ARGS --json` in `dir` (the runtime and base directories of
 /// [`antler_run`]): its exit status and stdout as JSON (or text).
 fn threads(dir: &std::path::Path, args: &[&str]) -> (bool, Value, String) {
-    let out = Command::new(antler_tests::bin("antler"))
-        .arg("--runtime-dir")
-        .arg(dir.join("run"))
-        .arg("threads")
-        .args(args)
-        .args(["--json", "--config"])
-        .arg(dir.join("config.yaml"))
-        .current_dir(dir)
-        .env("ANTLER_SANDBOX_BASE_DIR", dir.join("base"))
-        .env(
-            "ANTLER_EXTENSIONS_CONFIG_PATH",
-            dir.join("extensions_config.json"),
-        )
-        .env("ANTLER_GATEWAY_ADDR", "off")
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap();
+    let out = antler_in(dir, "threads", args);
     let stdout = String::from_utf8_lossy(&out.stdout);
     (
         out.status.success(),

@@ -11,13 +11,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use crate::lead_support::LeadCluster;
+use crate::model_support::standin::{respond, standin, text_answer, Serve};
 use crate::model_support::{recording_server, Reply};
 use serde_json::Value;
 
@@ -27,50 +26,16 @@ const BOB: &str = "bob-token-00000000000002";
 /// A model endpoint that answers every request after `delay`, so a run stays busy
 /// meanwhile (a stand-in: the suites' recording server answers at once).
 fn slow_server(delay: Duration) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut length = 0usize;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        length = v.trim().parse().unwrap_or(0);
-                    }
-                    if line == "\r\n" {
-                        break;
-                    }
-                }
-                let mut body = vec![0u8; length];
-                let _ = reader.read_exact(&mut body);
-                std::thread::sleep(delay);
-                let chunk = |choices: &str| {
-                    format!(
-                        r#"{{"id":"s","object":"chat.completion.chunk","model":"slow","choices":{choices}}}"#
-                    )
-                };
-                let sse = format!(
-                    "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
-                    chunk(
-                        r#"[{"index":0,"delta":{"role":"assistant","content":"Slow answer."},"finish_reason":null}]"#
-                    ),
-                    chunk(r#"[{"index":0,"delta":{},"finish_reason":"stop"}]"#)
-                );
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{sse}",
-                    sse.len()
-                );
-            });
-        }
+    let base = standin(Serve::Concurrently, move |_, stream| {
+        std::thread::sleep(delay);
+        respond(
+            stream,
+            "200 OK",
+            "text/event-stream",
+            &text_answer("slow", "Slow answer."),
+        );
     });
-    base_url
+    format!("{base}/v1")
 }
 
 /// The events of a stream the driver recorded: `[event, data, id]`.
