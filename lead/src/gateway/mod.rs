@@ -25,6 +25,8 @@ mod elicitation;
 mod events;
 mod guard;
 mod langgraph;
+mod langgraph_debug;
+mod langgraph_reads;
 mod langgraph_runs;
 mod langgraph_stream;
 mod langgraph_threads;
@@ -38,6 +40,7 @@ mod runs_api;
 mod secrets;
 mod suggestions;
 mod thread_artifacts;
+mod thread_feed;
 mod ui;
 mod uploads;
 
