@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use actix_web::{http::StatusCode, web, HttpResponse};
 use serde_json::{json, Map, Value};
 
-use super::langgraph::{iso, on_store, run_status, user_of};
+use super::langgraph::{iso, on_store, run_status, user_of, Refused};
 use super::langgraph_threads::own_thread;
 use super::thread_feed::{self, RunCheckpoints};
 use super::{error, State};
@@ -35,37 +35,35 @@ fn int_param(
     default: Option<i64>,
     min: i64,
     max: i64,
-) -> Result<Option<i64>, HttpResponse> {
+) -> Result<Option<i64>, Refused> {
     let Some(raw) = query.get(name) else {
         return Ok(default);
     };
     let n: i64 = raw.trim().parse().map_err(|_| {
-        error(
+        Refused::from(error(
             StatusCode::UNPROCESSABLE_ENTITY,
             format!("{name}: Input should be a valid integer"),
-        )
+        ))
     })?;
     if n < min {
         return Err(error(
             StatusCode::UNPROCESSABLE_ENTITY,
             format!("{name}: Input should be greater than or equal to {min}"),
-        ));
+        )
+        .into());
     }
     if n > max {
         return Err(error(
             StatusCode::UNPROCESSABLE_ENTITY,
             format!("{name}: Input should be less than or equal to {max}"),
-        ));
+        )
+        .into());
     }
     Ok(Some(n))
 }
 
 /// A boolean query parameter (`default` when absent), or FastAPI's 422.
-fn bool_param(
-    query: &HashMap<String, String>,
-    name: &str,
-    default: bool,
-) -> Result<bool, HttpResponse> {
+fn bool_param(query: &HashMap<String, String>, name: &str, default: bool) -> Result<bool, Refused> {
     match query.get(name).map(|v| v.trim().to_ascii_lowercase()) {
         None => Ok(default),
         Some(v) if matches!(v.as_str(), "true" | "1" | "yes" | "on") => Ok(true),
@@ -73,7 +71,8 @@ fn bool_param(
         Some(_) => Err(error(
             StatusCode::UNPROCESSABLE_ENTITY,
             format!("{name}: Input should be a valid boolean"),
-        )),
+        )
+        .into()),
     }
 }
 
@@ -84,7 +83,7 @@ struct Cursor {
     after: Option<i64>,
 }
 
-fn cursor(query: &HashMap<String, String>, default: i64, max: i64) -> Result<Cursor, HttpResponse> {
+fn cursor(query: &HashMap<String, String>, default: i64, max: i64) -> Result<Cursor, Refused> {
     let limit = int_param(query, "limit", Some(default), 1, max)?.unwrap_or(default);
     Ok(Cursor {
         limit: usize::try_from(limit).unwrap_or(1),
@@ -158,7 +157,7 @@ pub(super) async fn thread_messages(
     let thread = path.into_inner();
     let at = match cursor(&query, 50, 200) {
         Ok(at) => at,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let (user, _) = match caller_thread(&state, &req, &thread).await {
         Ok(found) => found,
@@ -188,7 +187,7 @@ pub(super) async fn thread_messages_page(
     }
     let at = match cursor(&query, 50, 200) {
         Ok(at) => at,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let (user, _) = match caller_thread(&state, &req, &thread).await {
         Ok(found) => found,
@@ -215,7 +214,7 @@ pub(super) async fn run_messages(
     let (thread, run_id) = path.into_inner();
     let at = match cursor(&query, 50, 200) {
         Ok(at) => at,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let (user, _) = match caller_thread(&state, &req, &thread).await {
         Ok(found) => found,
@@ -289,11 +288,11 @@ pub(super) async fn run_events(
     let (thread, run_id) = path.into_inner();
     let limit = match int_param(&query, "limit", Some(500), 1, 2000) {
         Ok(limit) => usize::try_from(limit.unwrap_or(500)).unwrap_or(500),
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let after = match int_param(&query, "after_seq", None, 1, i64::MAX) {
         Ok(after) => after.unwrap_or(0),
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let types: Option<Vec<String>> = query
         .get("event_types")
@@ -491,11 +490,11 @@ pub(super) async fn run_workspace_changes(
     let (thread, run_id) = path.into_inner();
     let include_files = match bool_param(&query, "include_files", true) {
         Ok(v) => v,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     // Accepted: no diff is kept, so every file's `diff` is empty either way.
     if let Err(response) = bool_param(&query, "include_diff", true) {
-        return response;
+        return response.into();
     }
     let (user, _) = match caller_thread(&state, &req, &thread).await {
         Ok(found) => found,
@@ -554,7 +553,7 @@ pub(super) async fn token_usage(
     let thread = path.into_inner();
     let include_active = match bool_param(&query, "include_active", false) {
         Ok(v) => v,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let (user, values) = match caller_thread(&state, &req, &thread).await {
         Ok(found) => found,
