@@ -45,6 +45,7 @@ async def main(base, alice_token, bob_token):
         )
     )
     report["second_run"] = report["stream"][0][1]["run_id"]
+    report["statuses"] = [(await alice.runs.get(tid, r))["status"] for r in (first["run_id"], report["second_run"])]
 
     def reader(token):
         return httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"})

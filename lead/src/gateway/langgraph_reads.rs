@@ -245,8 +245,8 @@ async fn thread_run(
     Ok(record.filter(|r| r.user_id == user && r.thread_id == thread))
 }
 
-/// One of Antler's run events as a DeerFlow event row (`seq` from 1 within the run;
-/// Antler keeps no time per event: `created_at` is null).
+/// One of Antler's run events as a DeerFlow event row (`seq` from 1 within the run,
+/// `created_at` the event's `at_ms`).
 pub(super) fn event_row(thread: &str, run_id: &str, seq: i64, event: &str) -> Value {
     let mut content = match serde_json::from_str::<Value>(event) {
         Ok(Value::Object(object)) => object,
@@ -265,6 +265,7 @@ pub(super) fn event_row(thread: &str, run_id: &str, seq: i64, event: &str) -> Va
     if let Some(task_id) = content.get("task_id").filter(|t| t.is_string()) {
         metadata.insert("task_id".into(), task_id.clone());
     }
+    let created_at = content.get("at_ms").and_then(Value::as_i64).map(iso);
     json!({
         "thread_id": thread,
         "run_id": run_id,
@@ -273,7 +274,7 @@ pub(super) fn event_row(thread: &str, run_id: &str, seq: i64, event: &str) -> Va
         "content": content,
         "metadata": metadata,
         "seq": seq,
-        "created_at": null,
+        "created_at": created_at,
     })
 }
 
@@ -680,15 +681,16 @@ mod tests {
             "t",
             "r",
             2,
-            r#"{"event":"tool_finished","name":"ls","tool_call_id":"c1","error":false}"#,
+            r#"{"event":"tool_finished","name":"ls","tool_call_id":"c1","error":false,"at_ms":0}"#,
         );
         assert_eq!(row["event_type"], "tool_finished");
         assert_eq!(row["category"], "trace");
         assert_eq!(row["seq"], 2);
         assert_eq!(
             row["content"],
-            json!({"name": "ls", "tool_call_id": "c1", "error": false})
+            json!({"name": "ls", "tool_call_id": "c1", "error": false, "at_ms": 0})
         );
+        assert_eq!(row["created_at"], "1970-01-01T00:00:00Z");
         let task = event_row(
             "t",
             "r",

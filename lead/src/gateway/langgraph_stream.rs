@@ -362,7 +362,7 @@ impl Producer {
                 let id = debug::task_id(&self.s.run_id, MODEL_NODE, &turn);
                 self.model_task = Some(id.clone());
                 let start = debug::task_start(&id, MODEL_NODE, Value::Null, &["branch:to:model"]);
-                let frames = self.task_frames("task", self.cursor.steps, start);
+                let frames = self.task_frames("task", self.cursor.steps.max(1), start);
                 self.send(frames).await
             }
             "tool_started" if self.s.modes.follows_tasks() => {
@@ -375,7 +375,7 @@ impl Producer {
                 );
                 let id = debug::task_id(&self.s.run_id, TOOLS_NODE, call_id);
                 let start = debug::task_start(&id, TOOLS_NODE, input, &["branch:to:tools"]);
-                let frames = self.task_frames("task", self.cursor.steps, start);
+                let frames = self.task_frames("task", self.cursor.steps.max(1), start);
                 self.send(frames).await
             }
             "model_finished" | "tool_finished" | "assistant_message" => {
@@ -391,7 +391,8 @@ impl Producer {
     }
 
     /// A task's frames: `tasks` (its payload) and `debug` (wrapped, `kind` `task` or
-    /// `task_result`), as asked; the step is the checkpoint the task writes.
+    /// `task_result`), as asked; the step is the checkpoint the task writes (a task that
+    /// starts: the step after the last sent, at least 1, the first after the input).
     fn task_frames(&self, kind: &str, step: i64, payload: Value) -> Vec<(&'static str, Value)> {
         let mut frames = Vec::new();
         if self.s.modes.debug {

@@ -39,7 +39,7 @@ fn reply(request: &Value, _: usize) -> Reply {
     };
     Reply::call(
         "write_file",
-        json!({"description": "a note", "path": format!("/mnt/user-data/outputs/{file}"), "content": "hello\nworld\n"}),
+        json!({"description": "a note", "path": format!("/mnt/user-data/workspace/{file}"), "content": "hello\nworld\n"}),
     )
     .with_usage(100, 10, 110)
 }
@@ -87,6 +87,7 @@ fn a_thread_reads_back_as_deerflows_frontend_reads_it() {
     );
     let r: Value = serde_json::from_str(stdout.trim()).expect("one JSON report");
     let thread = r["thread"].as_str().unwrap();
+    assert_eq!(r["statuses"], json!(["success", "success"]));
     let (first, second) = (
         r["first_run"].as_str().unwrap(),
         r["second_run"].as_str().unwrap(),
@@ -195,6 +196,7 @@ fn a_thread_reads_back_as_deerflows_frontend_reads_it() {
         seqs(&r["run_events"][1]),
         (1..=events.len() as i64).collect::<Vec<_>>()
     );
+    assert!(events.iter().all(|e| e["created_at"].is_string()));
     let tools = r["run_events_tools"][1].as_array().unwrap();
     assert!(!tools.is_empty());
     assert!(tools
@@ -208,8 +210,10 @@ fn a_thread_reads_back_as_deerflows_frontend_reads_it() {
     assert_eq!(workspace["summary"]["additions"], 2);
     assert_eq!(
         workspace["files"][0]["path"],
-        "/mnt/user-data/outputs/note.md"
+        "/mnt/user-data/workspace/note.md"
     );
+    assert_eq!(workspace["files"][0]["root"], "workspace");
+    assert_eq!(workspace["files"][0]["size_after"], 12);
     assert_eq!(workspace["files"][0]["status"], "created");
 
     // Token usage: both runs' calls (110 + 220 each), all the lead agent's; the context
@@ -238,6 +242,17 @@ fn a_thread_reads_back_as_deerflows_frontend_reads_it() {
     // The stream: a task per model turn and per tool call, with their results; a
     // checkpoint per step the run wrote; `debug` wraps all three.
     let stream = &r["stream"];
+    let names: Vec<&str> = stream
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f[0].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        (names.first(), names.last()),
+        (Some(&"metadata"), Some(&"end"))
+    );
+    assert!(!names.contains(&"error"), "the run failed: {stream}");
     let tasks = frames(stream, "tasks");
     let started = |name: &str| {
         tasks
@@ -276,10 +291,24 @@ fn a_thread_reads_back_as_deerflows_frontend_reads_it() {
     for kind in ["checkpoint", "task", "task_result"] {
         assert!(debug_types.contains(&kind), "no {kind}: {debug_types:?}");
     }
-    assert_eq!(
-        frames(stream, "debug").len(),
-        tasks.len() + checkpoints.len()
+    let debugs = frames(stream, "debug");
+    assert_eq!(debugs.len(), tasks.len() + checkpoints.len());
+    // A task's result is told with the checkpoint that holds it, at its step.
+    let steps = |kind: &str| -> Vec<i64> {
+        debugs
+            .iter()
+            .filter(|d| d["type"] == kind)
+            .map(|d| d["step"].as_i64().unwrap())
+            .collect()
+    };
+    let checkpointed = steps("checkpoint");
+    assert!(
+        steps("task_result")
+            .iter()
+            .all(|s| checkpointed.contains(s)),
+        "{debugs:?}"
     );
+    assert!(steps("task").iter().all(|s| *s >= 1), "{debugs:?}");
 
     // Another user: every route is the same 404 as a missing thread.
     let not_found = json!([404, {"detail": format!("Thread {thread} not found")}]);
