@@ -43,6 +43,7 @@ mod thread_artifacts;
 mod thread_feed;
 mod ui;
 mod uploads;
+mod workspace_changes;
 
 pub use body::BODY_DEADLINE;
 pub use guard::{Guard, Refusal, GATEWAY_HOSTS_ENV};
