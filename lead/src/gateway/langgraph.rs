@@ -1,9 +1,11 @@
 //! The LangGraph-compatible API's shared parts (spec A.1–A.8): DeerFlow's texts, the
 //! caller's user, thread ids, and how Antler's threads, runs and messages look to a
 //! `langgraph-sdk` client (LangChain message dicts, ISO times, LangGraph's statuses).
-//! The routes are in `langgraph_threads` (threads, state, history, assistants) and
-//! `langgraph_runs` (runs); the SSE frames in `langgraph_stream`. A thread is its user's:
-//! another user's is the same 404 as a missing one.
+//! The routes are in `langgraph_threads` (threads, state, history, assistants),
+//! `langgraph_runs` (runs) and `langgraph_reads` (DeerFlow's reads: messages, a run's
+//! events, token usage; the rows from `thread_feed`); the SSE frames in `langgraph_stream`
+//! (the `tasks`/`checkpoints`/`debug` payloads from `langgraph_debug`). A thread is its
+//! user's: another user's is the same 404 as a missing one.
 
 use actix_web::{http::StatusCode, web, HttpResponse};
 use serde_json::{json, Map, Value};

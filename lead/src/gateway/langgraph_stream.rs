@@ -1,7 +1,9 @@
 //! A run as LangGraph's server-sent events (spec A.5): `metadata` first, then per mode
 //! `values` (the state), `messages` (`messages-tuple`: token chunks from `model_delta`
-//! events and whole messages), `updates`, `custom` (`task_*`, `llm_retry`), `error`
-//! when the run failed, and `end`. Frames come from the run's events (the live log, or
+//! events and whole messages), `updates`, `custom` (`task_*`, `llm_retry`), `tasks`,
+//! `checkpoints` and `debug` (LangGraph's payloads, `langgraph_debug`: a model turn and
+//! each tool call a task, each checkpoint the run writes a checkpoint), `error` when the
+//! run failed, and `end`. Frames come from the run's events (the live log, or
 //! the store's kept events once it ended: a replay never needs the `gap` a memory window
 //! would) and its checkpoints. An empty comment goes out after each second of silence (a
 //! client that went away is noticed by the write), `: heartbeat` after 15 s. A frame's id is the pair of cursors `{events}-{steps}` (the
@@ -16,6 +18,7 @@ use actix_web::{web, HttpResponse};
 use serde_json::{json, Value};
 
 use super::langgraph::{messages, values};
+use super::langgraph_debug::{self as debug, MODEL_NODE, TOOLS_NODE};
 use super::State;
 use crate::runs::events::EventLog;
 use crate::runs::manager;
@@ -45,6 +48,9 @@ pub(super) struct Modes {
     messages: bool,
     updates: bool,
     custom: bool,
+    debug: bool,
+    tasks: bool,
+    checkpoints: bool,
 }
 
 impl Modes {
@@ -79,11 +85,19 @@ impl Modes {
             messages: has("messages-tuple"),
             updates: has("updates"),
             custom: has("custom"),
+            debug: has("debug"),
+            tasks: has("tasks"),
+            checkpoints: has("checkpoints"),
         })
     }
 
     fn reads_state(&self) -> bool {
-        self.values || self.messages || self.updates
+        self.values || self.messages || self.updates || self.follows_tasks() || self.checkpoints
+    }
+
+    /// Tasks are sent (as `tasks`, or inside `debug`).
+    fn follows_tasks(&self) -> bool {
+        self.tasks || self.debug
     }
 }
 
@@ -194,6 +208,12 @@ struct Producer {
     told: Option<usize>,
     /// AI messages streamed as token chunks (not sent whole again).
     streamed: HashSet<String>,
+    /// The model task started last (its id).
+    model_task: Option<String>,
+    /// The model tasks by the id of the AI message they write (from `model_finished`).
+    model_tasks: std::collections::HashMap<String, String>,
+    /// The tool calls of the AI messages told, by id (a tools task's input).
+    calls: std::collections::HashMap<String, Value>,
 }
 
 /// The client went away.
@@ -211,6 +231,9 @@ impl Producer {
             cursor,
             told: None,
             streamed: HashSet::new(),
+            model_task: None,
+            model_tasks: Default::default(),
+            calls: Default::default(),
         }
     }
 
@@ -330,11 +353,89 @@ impl Producer {
                 }
                 self.send(vec![("custom", Value::Object(event))]).await
             }
+            "model_started" if self.s.modes.follows_tasks() => {
+                let turn = event
+                    .get("turn")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0)
+                    .to_string();
+                let id = debug::task_id(&self.s.run_id, MODEL_NODE, &turn);
+                self.model_task = Some(id.clone());
+                let start = debug::task_start(&id, MODEL_NODE, Value::Null, &["branch:to:model"]);
+                let frames = self.task_frames("task", self.cursor.steps.max(1), start);
+                self.send(frames).await
+            }
+            "tool_started" if self.s.modes.follows_tasks() => {
+                let call_id = event
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let input = self.calls.get(call_id).cloned().unwrap_or_else(
+                    || json!({"id": call_id, "name": event.get("name"), "type": "tool_call"}),
+                );
+                let id = debug::task_id(&self.s.run_id, TOOLS_NODE, call_id);
+                let start = debug::task_start(&id, TOOLS_NODE, input, &["branch:to:tools"]);
+                let frames = self.task_frames("task", self.cursor.steps.max(1), start);
+                self.send(frames).await
+            }
             "model_finished" | "tool_finished" | "assistant_message" => {
+                if let Some(message) = event.get("message_id").and_then(Value::as_str) {
+                    if let Some(task) = self.model_task.take() {
+                        self.model_tasks.insert(message.to_owned(), task);
+                    }
+                }
                 self.checkpoint_frames().await
             }
             _ => Ok(()),
         }
+    }
+
+    /// A task's frames: `tasks` (its payload) and `debug` (wrapped, `kind` `task` or
+    /// `task_result`), as asked; the step is the checkpoint the task writes (a task that
+    /// starts: the step after the last sent, at least 1, the first after the input).
+    fn task_frames(&self, kind: &str, step: i64, payload: Value) -> Vec<(&'static str, Value)> {
+        let mut frames = Vec::new();
+        if self.s.modes.debug {
+            frames.push(("debug", debug::debug(kind, step, payload.clone())));
+        }
+        if self.s.modes.tasks {
+            frames.push(("tasks", payload));
+        }
+        frames
+    }
+
+    /// The result of the task that wrote `message`: the model task of an AI message, the
+    /// tools task of a tool result (none for another message).
+    fn task_result_frames(&mut self, message: &Value, step: i64) -> Vec<(&'static str, Value)> {
+        if !self.s.modes.follows_tasks() {
+            return Vec::new();
+        }
+        let (id, node) = match message["type"].as_str() {
+            Some("ai") => {
+                for call in message["tool_calls"].as_array().into_iter().flatten() {
+                    if let Some(call_id) = call["id"].as_str() {
+                        self.calls.insert(call_id.to_owned(), call.clone());
+                    }
+                }
+                let key = message["id"].as_str().unwrap_or_default();
+                let id = self
+                    .model_tasks
+                    .remove(key)
+                    .or_else(|| self.model_task.take())
+                    .unwrap_or_else(|| debug::task_id(&self.s.run_id, MODEL_NODE, key));
+                (id, MODEL_NODE)
+            }
+            Some("tool") => {
+                let call_id = message["tool_call_id"].as_str().unwrap_or_default();
+                (
+                    debug::task_id(&self.s.run_id, TOOLS_NODE, call_id),
+                    TOOLS_NODE,
+                )
+            }
+            _ => return Vec::new(),
+        };
+        let result = debug::task_result(&id, node, vec![("messages", json!([message]))]);
+        self.task_frames("task_result", step, result)
     }
 
     /// LangGraph's metadata of a `messages` frame.
@@ -384,6 +485,7 @@ impl Producer {
         self.told = Some(all.len());
         let mut frames: Vec<(&str, Value)> = Vec::new();
         for message in &all[from..] {
+            frames.extend(self.task_result_frames(message, step));
             let node = if message["type"] == "tool" {
                 "tools"
             } else {
@@ -401,6 +503,16 @@ impl Producer {
         }
         if self.s.modes.values {
             frames.push(("values", values(&state)));
+        }
+        if self.s.modes.checkpoints || self.s.modes.debug {
+            let payload =
+                debug::checkpoint(&self.s.thread_id, &self.s.run_id, step, values(&state));
+            if self.s.modes.debug {
+                frames.push(("debug", debug::debug("checkpoint", step, payload.clone())));
+            }
+            if self.s.modes.checkpoints {
+                frames.push(("checkpoints", payload));
+            }
         }
         self.send(frames).await
     }

@@ -128,6 +128,22 @@ pub const ROUTES: &[RouteSpec] = &[
     route("POST", "/api/threads/{tid}/history", Access::Member, || {
         web::to(super::langgraph_threads::history)
     }),
+    // DeerFlow's reads (spec A.1): the thread's messages, a run's, the token usage.
+    route("GET", "/api/threads/{tid}/messages", Access::Member, || {
+        web::to(super::langgraph_reads::thread_messages)
+    }),
+    route(
+        "GET",
+        "/api/threads/{tid}/messages/page",
+        Access::Member,
+        || web::to(super::langgraph_reads::thread_messages_page),
+    ),
+    route(
+        "GET",
+        "/api/threads/{tid}/token-usage",
+        Access::Member,
+        || web::to(super::langgraph_reads::token_usage),
+    ),
     route("POST", "/api/threads/{tid}/runs", Access::Member, || {
         web::to(super::langgraph_runs::create_run)
     }),
@@ -151,6 +167,24 @@ pub const ROUTES: &[RouteSpec] = &[
         "/api/threads/{tid}/runs/{rid}",
         Access::Member,
         || web::to(super::langgraph_runs::get_run),
+    ),
+    route(
+        "GET",
+        "/api/threads/{tid}/runs/{rid}/messages",
+        Access::Member,
+        || web::to(super::langgraph_reads::run_messages),
+    ),
+    route(
+        "GET",
+        "/api/threads/{tid}/runs/{rid}/events",
+        Access::Member,
+        || web::to(super::langgraph_reads::run_events),
+    ),
+    route(
+        "GET",
+        "/api/threads/{tid}/runs/{rid}/workspace-changes",
+        Access::Member,
+        || web::to(super::langgraph_reads::run_workspace_changes),
     ),
     route(
         "POST",

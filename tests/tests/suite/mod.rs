@@ -108,5 +108,6 @@ mod subagent_workers;
 mod thread_continue;
 mod thread_files_through_sandbox_host;
 mod thread_langgraph;
+mod thread_reads;
 mod tool_call_any;
 mod web_capture_through_sandbox_host;

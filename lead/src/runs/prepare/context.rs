@@ -95,7 +95,7 @@ pub(crate) async fn compact_thread(
 }
 
 /// The `models:` entry a run label names (the first for `model:`), none for a playbook.
-fn run_entry<'a>(app: &'a AppConfig, label: &str) -> Option<&'a ModelConfig> {
+pub(crate) fn run_entry<'a>(app: &'a AppConfig, label: &str) -> Option<&'a ModelConfig> {
     if !label.starts_with(MODEL_PREFIX) {
         return None;
     }
