@@ -7,8 +7,8 @@ use actix_web::{http::StatusCode, web, HttpResponse};
 use antler_protocol::config::ContextSize;
 use serde_json::json;
 
-use super::langgraph::{check_thread_id, json_body, on_store, thread_not_found, user_of};
-use super::langgraph_threads::own_thread;
+use super::caller::OwnThread;
+use super::langgraph::{json_body, on_store, thread_not_found};
 use super::{error, State};
 use crate::runs::prepare::context::CompactThreadError;
 use crate::runs::store::ThreadRefusal;
@@ -40,26 +40,22 @@ struct CompactBody {
 /// `POST /api/threads/{tid}/compact`.
 pub(super) async fn compact_thread(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
-    path: web::Path<String>,
+    own: OwnThread,
     payload: web::Payload,
 ) -> HttpResponse {
-    let thread = path.into_inner();
-    let user = match user_of(&req) {
-        Ok(user) => user,
-        Err(response) => return response.into(),
-    };
-    if let Err(response) = check_thread_id(&thread) {
-        return response.into();
-    }
     let body: CompactBody = match json_body(payload).await {
         Ok(body) => body,
         Err(response) => return response,
     };
-    let (row, current) = match own_thread(&state, &user, &thread).await {
-        Ok(found) => found,
+    let current = match own.state(&state).await {
+        Ok(current) => current,
         Err(response) => return response,
     };
+    let OwnThread {
+        user,
+        id: thread,
+        row,
+    } = own;
     if row.active_run_id.is_some() {
         return error(StatusCode::CONFLICT, COMPACT_IN_FLIGHT);
     }

@@ -11,14 +11,14 @@ use std::collections::HashMap;
 use actix_web::{http::StatusCode, web, HttpResponse};
 use serde_json::{json, Map, Value};
 
-use super::langgraph::{iso, on_store, run_status, user_of, Refused};
-use super::langgraph_threads::own_thread;
+use super::caller::OwnThread;
+use super::langgraph::{iso, on_store, run_status, Refused};
 use super::thread_feed::{self, RunCheckpoints};
 use super::workspace_changes::{file_changes, no_workspace_changes, workspace_changes_json};
 use super::{error, State};
 use crate::runs::manager;
 use crate::runs::store::RunRecord;
-use antler_engine::{Message, ThreadState};
+use antler_engine::Message;
 
 /// DeerFlow's 422 when `/messages/page` is asked to page forward.
 pub(super) const PAGE_IS_BACKWARD: &str =
@@ -91,17 +91,6 @@ fn cursor(query: &HashMap<String, String>, default: i64, max: i64) -> Result<Cur
     })
 }
 
-/// The caller, after its thread was found (the 404 otherwise), with the thread's state.
-async fn caller_thread(
-    state: &State,
-    req: &actix_web::HttpRequest,
-    thread: &str,
-) -> Result<(String, Option<ThreadState>), HttpResponse> {
-    let user = user_of(req).map_err(HttpResponse::from)?;
-    let (_, values) = own_thread(state, &user, thread).await?;
-    Ok((user, values))
-}
-
 /// The thread's message rows (every run's, oldest run first) and each ended run's
 /// wall-clock seconds.
 async fn feed(
@@ -149,18 +138,13 @@ async fn feed(
 /// last AI row of each run with its `turn_duration`.
 pub(super) async fn thread_messages(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
-    path: web::Path<String>,
+    own: OwnThread,
     query: Query,
 ) -> HttpResponse {
-    let thread = path.into_inner();
+    let (user, thread) = (own.user.clone(), own.id.clone());
     let at = match cursor(&query, 50, 200) {
         Ok(at) => at,
         Err(response) => return response.into(),
-    };
-    let (user, _) = match caller_thread(&state, &req, &thread).await {
-        Ok(found) => found,
-        Err(response) => return response,
     };
     let (rows, durations) = match feed(&state, &user, &thread).await {
         Ok(feed) => feed,
@@ -176,21 +160,16 @@ pub(super) async fn thread_messages(
 /// `{data, has_more, next_before_seq}`; `after_seq` is DeerFlow's 422.
 pub(super) async fn thread_messages_page(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
-    path: web::Path<String>,
+    own: OwnThread,
     query: Query,
 ) -> HttpResponse {
-    let thread = path.into_inner();
+    let (user, thread) = (own.user.clone(), own.id.clone());
     if query.contains_key("after_seq") {
         return error(StatusCode::UNPROCESSABLE_ENTITY, PAGE_IS_BACKWARD);
     }
     let at = match cursor(&query, 50, 200) {
         Ok(at) => at,
         Err(response) => return response.into(),
-    };
-    let (user, _) = match caller_thread(&state, &req, &thread).await {
-        Ok(found) => found,
-        Err(response) => return response,
     };
     let (rows, durations) = match feed(&state, &user, &thread).await {
         Ok(feed) => feed,
@@ -206,18 +185,15 @@ pub(super) async fn thread_messages_page(
 /// rows, `{data, has_more}` (none for a run not on the thread, as DeerFlow's store).
 pub(super) async fn run_messages(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
+    own: OwnThread,
     path: web::Path<(String, String)>,
     query: Query,
 ) -> HttpResponse {
-    let (thread, run_id) = path.into_inner();
+    let (user, thread) = (own.user.clone(), own.id.clone());
+    let run_id = path.into_inner().1;
     let at = match cursor(&query, 50, 200) {
         Ok(at) => at,
         Err(response) => return response.into(),
-    };
-    let (user, _) = match caller_thread(&state, &req, &thread).await {
-        Ok(found) => found,
-        Err(response) => return response,
     };
     let (rows, durations) = match feed(&state, &user, &thread).await {
         Ok(feed) => feed,
@@ -281,11 +257,12 @@ pub(super) fn event_row(thread: &str, run_id: &str, seq: i64, event: &str) -> Va
 /// the run's kept events (not the streamed token deltas), oldest first.
 pub(super) async fn run_events(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
+    own: OwnThread,
     path: web::Path<(String, String)>,
     query: Query,
 ) -> HttpResponse {
-    let (thread, run_id) = path.into_inner();
+    let (user, thread) = (own.user.clone(), own.id.clone());
+    let run_id = path.into_inner().1;
     let limit = match int_param(&query, "limit", Some(500), 1, 2000) {
         Ok(limit) => usize::try_from(limit.unwrap_or(500)).unwrap_or(500),
         Err(response) => return response.into(),
@@ -299,10 +276,6 @@ pub(super) async fn run_events(
         .filter(|t| !t.is_empty())
         .map(|t| t.split(',').map(str::to_owned).collect());
     let task_id = query.get("task_id").cloned();
-    let (user, _) = match caller_thread(&state, &req, &thread).await {
-        Ok(found) => found,
-        Err(response) => return response,
-    };
     match thread_run(&state, &user, &thread, &run_id).await {
         Ok(Some(_)) => {}
         Ok(None) => return HttpResponse::Ok().json(json!([])),
@@ -343,11 +316,12 @@ pub(super) async fn run_events(
 /// doc); `available: false` for a run not on the thread or without checkpoints.
 pub(super) async fn run_workspace_changes(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
+    own: OwnThread,
     path: web::Path<(String, String)>,
     query: Query,
 ) -> HttpResponse {
-    let (thread, run_id) = path.into_inner();
+    let (user, thread) = (own.user.clone(), own.id.clone());
+    let run_id = path.into_inner().1;
     let include_files = match bool_param(&query, "include_files", true) {
         Ok(v) => v,
         Err(response) => return response.into(),
@@ -356,10 +330,6 @@ pub(super) async fn run_workspace_changes(
     if let Err(response) = bool_param(&query, "include_diff", true) {
         return response.into();
     }
-    let (user, _) = match caller_thread(&state, &req, &thread).await {
-        Ok(found) => found,
-        Err(response) => return response,
-    };
     match thread_run(&state, &user, &thread, &run_id).await {
         Ok(Some(_)) => {}
         Ok(None) => return HttpResponse::Ok().json(no_workspace_changes()),
@@ -406,17 +376,16 @@ pub(super) fn context_usage(token_count: u64, max_context_tokens: Option<u64>) -
 /// the first of `models:`); `null` when config.yaml cannot be read.
 pub(super) async fn token_usage(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
-    path: web::Path<String>,
+    own: OwnThread,
     query: Query,
 ) -> HttpResponse {
-    let thread = path.into_inner();
+    let (user, thread) = (own.user.clone(), own.id.clone());
     let include_active = match bool_param(&query, "include_active", false) {
         Ok(v) => v,
         Err(response) => return response.into(),
     };
-    let (user, values) = match caller_thread(&state, &req, &thread).await {
-        Ok(found) => found,
+    let values = match own.state(&state).await {
+        Ok(values) => values,
         Err(response) => return response,
     };
     let (u, id) = (user.clone(), thread.clone());

@@ -12,6 +12,7 @@ use std::time::Duration;
 use actix_web::{http::StatusCode, web, HttpResponse};
 use serde_json::{json, Value};
 
+use super::caller::Caller;
 use super::langgraph::{
     check_thread_id, json_body, on_store, run_json, run_not_found, thread_not_found, user_of,
     values, Refused, ASSISTANT_ID, ROLLED_BACK,
@@ -758,15 +759,11 @@ async fn own_run(
 /// `GET /api/threads/{tid}/runs`: the thread's runs, newest first (`limit`, `offset`).
 pub(super) async fn list_runs(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
+    Caller(user): Caller,
     path: web::Path<String>,
     query: web::Query<std::collections::HashMap<String, String>>,
 ) -> HttpResponse {
     let thread = path.into_inner();
-    let user = match user_of(&req) {
-        Ok(user) => user,
-        Err(response) => return response.into(),
-    };
     if let Err(response) = check_thread_id(&thread) {
         return response.into();
     }
@@ -802,14 +799,10 @@ pub(super) async fn list_runs(
 /// `GET /api/threads/{tid}/runs/{rid}`.
 pub(super) async fn get_run(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
+    Caller(user): Caller,
     path: web::Path<(String, String)>,
 ) -> HttpResponse {
     let (thread, run_id) = path.into_inner();
-    let user = match user_of(&req) {
-        Ok(user) => user,
-        Err(response) => return response.into(),
-    };
     match own_run(&state, &user, &thread, &run_id).await {
         Ok((record, times)) => HttpResponse::Ok().json(run_json(&record, times)),
         Err(response) => response,
@@ -889,15 +882,11 @@ async fn cancel(
 /// once the run has stopped.
 pub(super) async fn cancel_run(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
+    Caller(user): Caller,
     path: web::Path<(String, String)>,
     query: web::Query<CancelQuery>,
 ) -> HttpResponse {
     let (thread, run_id) = path.into_inner();
-    let user = match user_of(&req) {
-        Ok(user) => user,
-        Err(response) => return response.into(),
-    };
     let record = match own_run(&state, &user, &thread, &run_id).await {
         Ok((record, _)) => record,
         Err(response) => return response,
@@ -912,14 +901,10 @@ pub(super) async fn cancel_run(
 /// `GET /api/threads/{tid}/runs/{rid}/join`: the thread's values once the run ended.
 pub(super) async fn join_run(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
+    Caller(user): Caller,
     path: web::Path<(String, String)>,
 ) -> HttpResponse {
     let (thread, run_id) = path.into_inner();
-    let user = match user_of(&req) {
-        Ok(user) => user,
-        Err(response) => return response.into(),
-    };
     if let Err(response) = own_run(&state, &user, &thread, &run_id).await {
         return response;
     }
@@ -933,14 +918,11 @@ pub(super) async fn join_run(
 pub(super) async fn join_stream(
     state: web::Data<State>,
     req: actix_web::HttpRequest,
+    Caller(user): Caller,
     path: web::Path<(String, String)>,
     query: web::Query<CancelQuery>,
 ) -> HttpResponse {
     let (thread, run_id) = path.into_inner();
-    let user = match user_of(&req) {
-        Ok(user) => user,
-        Err(response) => return response.into(),
-    };
     let record = match own_run(&state, &user, &thread, &run_id).await {
         Ok((record, _)) => record,
         Err(response) => return response,

@@ -7,9 +7,10 @@
 use actix_web::{http::StatusCode, web, HttpResponse};
 use serde_json::{json, Map, Value};
 
+use super::caller::{Caller, OwnThread};
 use super::langgraph::{
-    check_thread_id, json_body, on_store, thread_json, thread_not_found, user_of, values,
-    DELETE_IN_FLIGHT, STATE_IN_FLIGHT,
+    check_thread_id, json_body, on_store, thread_json, thread_not_found, values, DELETE_IN_FLIGHT,
+    STATE_IN_FLIGHT,
 };
 use super::{error, State};
 use crate::runs::manager;
@@ -61,13 +62,9 @@ struct CreateBody {
 /// answers the existing one.
 pub(super) async fn create_thread(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
+    Caller(user): Caller,
     payload: web::Payload,
 ) -> HttpResponse {
-    let user = match user_of(&req) {
-        Ok(user) => user,
-        Err(response) => return response.into(),
-    };
     let body: CreateBody = match json_body(payload).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -140,13 +137,9 @@ fn default_limit() -> i64 {
 /// (most recently updated first); each row's `values` is its title alone.
 pub(super) async fn search_threads(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
+    Caller(user): Caller,
     payload: web::Payload,
 ) -> HttpResponse {
-    let user = match user_of(&req) {
-        Ok(user) => user,
-        Err(response) => return response.into(),
-    };
     let body: SearchBody = match json_body(payload).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -186,41 +179,12 @@ pub(super) async fn search_threads(
     }
 }
 
-/// The caller's thread `thread` with its state, or the 404 (also for another user's).
-pub(super) async fn own_thread(
-    state: &State,
-    user: &str,
-    thread: &str,
-) -> Result<(ThreadRow, Option<ThreadState>), HttpResponse> {
-    check_thread_id(thread)?;
-    let (user, id) = (user.to_owned(), thread.to_owned());
-    let found = on_store(state, move |store| {
-        let row = store.thread(&user, &id)?;
-        let values = match &row {
-            Some(_) => store.thread_state(&user, &id)?,
-            None => None,
-        };
-        Ok(row.map(|row| (row, values)))
-    })
-    .await?;
-    found.ok_or_else(|| thread_not_found(thread))
-}
-
 /// `GET /api/threads/{tid}`: the thread with its whole state.
-pub(super) async fn get_thread(
-    state: web::Data<State>,
-    req: actix_web::HttpRequest,
-    path: web::Path<String>,
-) -> HttpResponse {
-    let thread = path.into_inner();
-    let user = match user_of(&req) {
-        Ok(user) => user,
-        Err(response) => return response.into(),
-    };
-    match own_thread(&state, &user, &thread).await {
-        Ok((row, values_now)) => HttpResponse::Ok().json(thread_json(
-            &row,
-            values_now.map_or(json!({}), |s| values(&s)),
+pub(super) async fn get_thread(state: web::Data<State>, thread: OwnThread) -> HttpResponse {
+    match thread.state(&state).await {
+        Ok(now) => HttpResponse::Ok().json(thread_json(
+            &thread.row,
+            now.map_or(json!({}), |s| values(&s)),
         )),
         Err(response) => response,
     }
@@ -236,15 +200,11 @@ struct PatchBody {
 /// `PATCH /api/threads/{tid}`: merges the metadata (a pin alone keeps `updated_at`).
 pub(super) async fn patch_thread(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
+    Caller(user): Caller,
     path: web::Path<String>,
     payload: web::Payload,
 ) -> HttpResponse {
     let thread = path.into_inner();
-    let user = match user_of(&req) {
-        Ok(user) => user,
-        Err(response) => return response.into(),
-    };
     if let Err(response) = check_thread_id(&thread) {
         return response.into();
     }
@@ -275,20 +235,12 @@ pub(super) async fn patch_thread(
 
 /// `DELETE /api/threads/{tid}`: 409 while a run is in flight; otherwise the thread's
 /// files (`users/{uid}/threads/{tid}`) and its row go; its runs stay as records.
-pub(super) async fn delete_thread(
-    state: web::Data<State>,
-    req: actix_web::HttpRequest,
-    path: web::Path<String>,
-) -> HttpResponse {
-    let thread = path.into_inner();
-    let user = match user_of(&req) {
-        Ok(user) => user,
-        Err(response) => return response.into(),
-    };
-    let row = match own_thread(&state, &user, &thread).await {
-        Ok((row, _)) => row,
-        Err(response) => return response,
-    };
+pub(super) async fn delete_thread(state: web::Data<State>, own: OwnThread) -> HttpResponse {
+    let OwnThread {
+        user,
+        id: thread,
+        row,
+    } = own;
     if row.active_run_id.is_some() {
         return error(StatusCode::CONFLICT, DELETE_IN_FLIGHT);
     }
@@ -333,18 +285,9 @@ fn snapshot(row: &ThreadRow, state: Option<&ThreadState>) -> Value {
 
 /// `GET /api/threads/{tid}/state` (and the checkpoint form `POST …/state/checkpoint`):
 /// the thread's latest state.
-pub(super) async fn get_state(
-    state: web::Data<State>,
-    req: actix_web::HttpRequest,
-    path: web::Path<String>,
-) -> HttpResponse {
-    let thread = path.into_inner();
-    let user = match user_of(&req) {
-        Ok(user) => user,
-        Err(response) => return response.into(),
-    };
-    match own_thread(&state, &user, &thread).await {
-        Ok((row, values_now)) => HttpResponse::Ok().json(snapshot(&row, values_now.as_ref())),
+pub(super) async fn get_state(state: web::Data<State>, thread: OwnThread) -> HttpResponse {
+    match thread.state(&state).await {
+        Ok(now) => HttpResponse::Ok().json(snapshot(&thread.row, now.as_ref())),
         Err(response) => response,
     }
 }
@@ -370,23 +313,22 @@ struct StateBody {
 /// during a run.
 pub(super) async fn post_state(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
-    path: web::Path<String>,
+    own: OwnThread,
     payload: web::Payload,
 ) -> HttpResponse {
-    let thread = path.into_inner();
-    let user = match user_of(&req) {
-        Ok(user) => user,
-        Err(response) => return response.into(),
-    };
     let body: StateBody = match json_body(payload).await {
         Ok(body) => body,
         Err(response) => return response,
     };
-    let (row, current) = match own_thread(&state, &user, &thread).await {
-        Ok(found) => found,
+    let current = match own.state(&state).await {
+        Ok(current) => current,
         Err(response) => return response,
     };
+    let OwnThread {
+        user,
+        id: thread,
+        row,
+    } = own;
     if row.active_run_id.is_some() {
         return error(StatusCode::CONFLICT, STATE_IN_FLIGHT);
     }
@@ -464,15 +406,9 @@ fn default_history() -> i64 {
 /// 1 to 100); the newest holds the thread's messages, the others only the title.
 pub(super) async fn history(
     state: web::Data<State>,
-    req: actix_web::HttpRequest,
-    path: web::Path<String>,
+    own: OwnThread,
     payload: web::Payload,
 ) -> HttpResponse {
-    let thread = path.into_inner();
-    let user = match user_of(&req) {
-        Ok(user) => user,
-        Err(response) => return response.into(),
-    };
     let body: HistoryBody = match json_body(payload).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -480,10 +416,15 @@ pub(super) async fn history(
     if !(1..=100).contains(&body.limit) {
         return error(StatusCode::UNPROCESSABLE_ENTITY, "limit must be 1 to 100");
     }
-    let (row, current) = match own_thread(&state, &user, &thread).await {
-        Ok(found) => found,
+    let current = match own.state(&state).await {
+        Ok(current) => current,
         Err(response) => return response,
     };
+    let OwnThread {
+        user,
+        id: thread,
+        row,
+    } = own;
     let limit = body.limit as usize;
     let (u, id) = (user.clone(), thread.clone());
     let runs = match on_store(&state, move |store| {

@@ -19,6 +19,7 @@
 //! it did not exist; the operator sees every run (`GET /api/runs` lists them).
 
 mod body;
+mod caller;
 mod cluster_view;
 mod compact;
 mod elicitation;

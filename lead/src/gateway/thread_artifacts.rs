@@ -8,7 +8,7 @@
 use actix_web::{http::StatusCode, web, HttpRequest, HttpResponse};
 use antler_protocol::messages::{FileContent, ThreadFileError};
 
-use super::langgraph::{check_thread_id, on_store, thread_not_found, user_of};
+use super::caller::OwnThread;
 use super::{error, State};
 use crate::runs::manager::MAX_ARTIFACT_BYTES;
 
@@ -16,22 +16,15 @@ use crate::runs::manager::MAX_ARTIFACT_BYTES;
 const AREAS: [&str; 3] = ["uploads", "outputs", "workspace"];
 
 /// `GET /api/threads/{tid}/artifacts/{path:.*}`.
-pub(super) async fn thread_artifact(state: web::Data<State>, req: HttpRequest) -> HttpResponse {
-    let user = match user_of(&req) {
-        Ok(user) => user,
-        Err(response) => return response.into(),
-    };
-    let thread = req.match_info().get("tid").unwrap_or_default().to_owned();
-    if let Err(response) = check_thread_id(&thread) {
-        return response.into();
-    }
+pub(super) async fn thread_artifact(
+    state: web::Data<State>,
+    req: HttpRequest,
+    own: OwnThread,
+) -> HttpResponse {
+    let OwnThread {
+        user, id: thread, ..
+    } = own;
     let path = req.match_info().get("path").unwrap_or_default().to_owned();
-    let (owner, id) = (user.clone(), thread.clone());
-    match on_store(&state, move |store| store.thread(&owner, &id)).await {
-        Ok(Some(_)) => {}
-        Ok(None) => return thread_not_found(&thread),
-        Err(response) => return response,
-    }
     let not_found = || error(StatusCode::NOT_FOUND, format!("Artifact not found: {path}"));
     let virtual_path = format!("/{}", path.trim_start_matches('/'));
     if !virtual_path.starts_with("/mnt/user-data/") {
