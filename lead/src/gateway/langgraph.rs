@@ -1,8 +1,11 @@
 //! The LangGraph-compatible API's shared parts (spec A.1–A.8): DeerFlow's texts, the
 //! caller's user, thread ids, and how Antler's threads, runs and messages look to a
 //! `langgraph-sdk` client (LangChain message dicts, ISO times, LangGraph's statuses).
-//! The routes are in `langgraph_threads` (threads, state, history, assistants) and
-//! `langgraph_runs` (runs); the SSE frames in `langgraph_stream`. A thread is its user's:
+//! The routes are in `langgraph_threads` (threads, state, history, assistants),
+//! `langgraph_runs` (runs), `langgraph_branches` (branches), `langgraph_regenerate`
+//! (regenerate and edit) and `goal` (a thread's goal); checkpoint ids in
+//! `langgraph_checkpoints`, a thread's turns in `langgraph_turns`; the SSE frames in
+//! `langgraph_stream`. A thread is its user's:
 //! another user's is the same 404 as a missing one.
 
 use actix_web::{http::StatusCode, web, HttpResponse};

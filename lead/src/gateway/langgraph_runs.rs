@@ -16,6 +16,7 @@ use super::langgraph::{
     check_thread_id, json_body, on_store, run_json, run_not_found, thread_not_found, user_of,
     values, Refused, ASSISTANT_ID, ROLLED_BACK,
 };
+use super::langgraph_checkpoints as checkpoints;
 use super::langgraph_stream::{self as stream, Cursor, Modes, RunStream};
 use super::runs_api::{over_limit, principal_of};
 use super::{error, quota, State};
@@ -123,6 +124,10 @@ struct RunRequest {
     model: Option<String>,
     subagents: Option<bool>,
     clarification: bool,
+    /// The checkpoint the run starts from (the thread forks there), e.g. regenerate's.
+    checkpoint: Option<String>,
+    /// `input.title`: the title the forked thread keeps (regenerate replays it).
+    title: Option<String>,
 }
 
 /// The text of a LangChain message's `content` (a string, or the text of its blocks).
@@ -198,8 +203,6 @@ impl RunBody {
             ("on_completion", &self.on_completion),
             ("after_seconds", &self.after_seconds),
             ("feedback_keys", &self.feedback_keys),
-            ("checkpoint_id", &self.checkpoint_id),
-            ("checkpoint", &self.checkpoint),
         ] {
             if set(value) {
                 return Err(unsupported(option));
@@ -294,6 +297,15 @@ impl RunBody {
             model: pick("model_name").as_str().map(str::to_owned),
             subagents: pick("subagent_enabled").as_bool(),
             clarification: pick("disable_clarification").as_bool() != Some(true),
+            checkpoint: checkpoints::requested(
+                self.checkpoint.as_ref(),
+                self.checkpoint_id.as_ref(),
+            ),
+            title: self
+                .input
+                .as_ref()
+                .and_then(|i| i["title"].as_str())
+                .map(str::to_owned),
         })
     }
 }
@@ -370,8 +382,9 @@ async fn start_run(
     let Some((row, last)) = row else {
         return Err(thread_not_found(thread));
     };
-    // A clarification answered: the interrupted run goes on.
-    if let (Some(answer), Some(last)) = (&request.answer, &last) {
+    // A clarification answered: the interrupted run goes on (not for a run from a
+    // checkpoint, which forks the thread).
+    if let (Some(answer), Some(last), None) = (&request.answer, &last, &request.checkpoint) {
         if last.status == RunStatus::Interrupted {
             let from = match state
                 .runs
@@ -420,6 +433,9 @@ async fn start_run(
     let principal = principal_of(req);
     if principal.as_ref().is_some_and(|p| !p.operator) {
         within_quotas(state, user).await?;
+    }
+    if let Some(checkpoint) = &request.checkpoint {
+        checkpoints::fork(state, user, thread, checkpoint, request.title.clone()).await?;
     }
     let submission = antler_protocol::messages::RunSubmission {
         task,
