@@ -19,8 +19,20 @@ use serde_json::{json, Value};
 const ALICE: &str = "alice-token-000000000001";
 const BOB: &str = "bob-token-00000000000002";
 
-/// The text of the last user message of a model request.
+/// The text of the last user message of a model request, out of the frame the lead puts
+/// user input in.
 pub(crate) fn last_user_text(request: &Value) -> String {
+    let text = raw_user_text(request);
+    match (
+        text.find("--- BEGIN USER INPUT ---\n"),
+        text.rfind("\n--- END USER INPUT ---"),
+    ) {
+        (Some(start), Some(end)) if start + 25 <= end => text[start + 25..end].to_owned(),
+        _ => text,
+    }
+}
+
+fn raw_user_text(request: &Value) -> String {
     let message = request["messages"]
         .as_array()
         .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
