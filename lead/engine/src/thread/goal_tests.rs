@@ -39,7 +39,7 @@ fn an_objective_is_collapsed_and_bounded() {
 #[test]
 fn the_evaluators_answer_is_read_as_deerflow_reads_it() {
     let parsed = GoalEvaluation::parse(
-        "<think>hmm {}</think>```json\n{\"satisfied\": false, \"blocker\": \"goal_not_met_yet\", \"reason\": \" not \n yet \"}\n```",
+        "<think>hmm {}</think>```json\n{\"satisfied\": false, \"blocker\": \"goal_not_met_yet\", \"reason\": \" not \\n yet \"}\n```",
     )
     .unwrap();
     assert_eq!(parsed.blocker, GoalBlocker::GoalNotMetYet);
