@@ -44,7 +44,7 @@ pub(super) fn text_of(message: &Value) -> String {
     }
 }
 
-fn positions<'a>(messages: &'a [Value]) -> HashMap<&'a str, usize> {
+fn positions(messages: &[Value]) -> HashMap<&str, usize> {
     messages
         .iter()
         .enumerate()
