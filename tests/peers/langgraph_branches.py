@@ -145,6 +145,18 @@ async def goal(alice, bob):
     await ask(alice, capped, "Do part B.")
     report["capped_state"] = (await alice.threads.get_state(capped))["values"]
     report["capped_goal"] = await alice.http.get(f"/threads/{capped}/goal")
+    question = [m for m in report["capped_state"]["messages"] if m["type"] == "human"][0]
+    report["edit_with_goal"] = await refused(
+        alice.http.post(
+            f"/threads/{capped}/runs/edit-regenerate/prepare",
+            json={"human_message_id": question["id"], "replacement_text": "Other"},
+        )
+    )
+    # During a run (the model takes its time over this one) a goal is neither set nor cleared.
+    slow = await alice.runs.create(capped, "lead_agent", input=human("Take your time."))
+    report["busy_put"] = await refused(alice.http.put(f"/threads/{capped}/goal", json={"objective": "x"}))
+    report["busy_delete"] = await refused(alice.http.delete(f"/threads/{capped}/goal"))
+    await alice.runs.join(capped, slow["run_id"])
     cleared = []
     await alice.http.delete(f"/threads/{capped}/goal", on_response=lambda r: cleared.append(r.json()))
     report["cleared"] = cleared[0]

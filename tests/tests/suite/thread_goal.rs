@@ -3,7 +3,7 @@
 //! model get hidden `<goal_continuation>` turns after its answer, each judged by the
 //! evaluator (the same model, DeerFlow's prompt), until the evaluator says met (the goal
 //! is then cleared) or `max_continuations` is reached (the goal stays, standing down);
-//! DeerFlow's validation texts; bob gets alice's thread's 404.
+//! DeerFlow's validation and busy texts; bob gets alice's thread's 404.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -52,6 +52,10 @@ fn a_goal_gets_hidden_turns_until_met_or_capped() {
         if is_evaluation(request) {
             let about_a = last_user_text(request).contains("Active goal:\nFinish A");
             return verdict(about_a && a_seen.fetch_add(1, Ordering::SeqCst) == 2);
+        }
+        if last_user_text(request) == "Take your time." {
+            // Keeps its run in flight while the goal routes are tried.
+            std::thread::sleep(std::time::Duration::from_secs(3));
         }
         let n = turn_count.fetch_add(1, Ordering::SeqCst);
         Reply::text(&format!("Progress {n}."))
@@ -103,7 +107,8 @@ fn a_goal_gets_hidden_turns_until_met_or_capped() {
     // Goal B: one hidden turn (its cap), then it stands down and stays.
     let of_b = requests
         .iter()
-        .filter(|q| !is_evaluation(q) && q["messages"].to_string().contains("Do part B."))
+        .filter(|q| !is_evaluation(q) && last_user_text(q) != "Take your time.")
+        .filter(|q| q["messages"].to_string().contains("Do part B."))
         .count();
     assert_eq!(of_b, 2);
     let capped = &r["capped_goal"]["goal"];
@@ -115,6 +120,24 @@ fn a_goal_gets_hidden_turns_until_met_or_capped() {
     );
     assert_eq!(capped["last_evaluation"]["blocker"], "goal_not_met_yet");
     assert_eq!(r["capped_state"]["goal"], *capped);
+    assert_eq!(
+        r["edit_with_goal"],
+        json!([409, "Cannot edit while a goal is active"])
+    );
+    assert_eq!(
+        r["busy_put"],
+        json!([
+            409,
+            "Thread has a run in flight. Set the goal after the run finishes."
+        ])
+    );
+    assert_eq!(
+        r["busy_delete"],
+        json!([
+            409,
+            "Thread has a run in flight. Clear the goal after the run finishes."
+        ])
+    );
     assert_eq!(r["cleared"], json!({"goal": null}));
     assert_eq!(r["cleared_goal"], json!({"goal": null}));
 
