@@ -108,6 +108,24 @@ async def branches(alice, bob):
     )
     report["after_edit"] = (await alice.threads.get_state(tid))["values"]["messages"]
 
+    # A clarification answered, then its answer regenerated: the replay starts after the
+    # question, before the answer.
+    asked = (await alice.threads.create())["thread_id"]
+    await ask(alice, asked, "Plan a trip.")
+    answer = {"messages": [{"role": "human", "content": "Paris", "additional_kwargs": {
+        "hide_from_ui": True,
+        "human_input_response": {"version": 1, "kind": "human_input_response", "source": "ask_clarification",
+                                 "request_id": "q1", "response_kind": "text", "value": "Paris"}}}]}
+    await alice.runs.wait(asked, "lead_agent", input=answer)
+    answered = (await alice.threads.get_state(asked))["values"]["messages"]
+    report["answered"] = answered
+    replay = await alice.http.post(
+        f"/threads/{asked}/runs/regenerate/prepare", json={"message_id": answered[-1]["id"]}
+    )
+    report["answer_prepared"] = replay
+    await alice.runs.wait(asked, "lead_agent", input=replay["input"], checkpoint=replay["checkpoint"])
+    report["answer_regenerated"] = (await alice.threads.get_state(asked))["values"]["messages"]
+
     # Bob: alice's thread is not there for him.
     report["bob_branch"] = await refused(
         bob.http.post(f"/threads/{tid}/branches", json={"message_id": first_ai})

@@ -1,9 +1,9 @@
 //! `POST /api/threads/{tid}/runs/regenerate/prepare` and `…/edit-regenerate/prepare`
 //! (spec A.1, DeerFlow's `thread_runs.py`): what a client sends to run the thread's latest
 //! turn again, `{input, checkpoint, metadata, target_run_id}`. The checkpoint is the state
-//! before the turn's user message (`{run_id}:before` of the run that added it); a run
-//! created with it forks the thread there (`langgraph_checkpoints`), so the model sees
-//! the history before the regenerated message only.
+//! before the turn's user message (`{run_id}:before` of the run that added it, or the
+//! step before a clarification's answer); a run created with it forks the thread there
+//! (`langgraph_checkpoints`), so the model sees the history before that message only.
 
 use actix_web::{http::StatusCode, web, HttpResponse};
 use serde_json::{json, Map, Value};
@@ -16,9 +16,9 @@ use super::{error, State};
 use crate::runs::store::{RunRecord, RunStatus};
 use antler_engine::{Message, ThreadState};
 
-/// How many of the thread's runs are searched for the turn's run (DeerFlow's
-/// `REGENERATE_HISTORY_SCAN_LIMIT`).
-const RUN_SCAN_LIMIT: usize = 200;
+/// How many of the thread's checkpoints are searched for the user message (DeerFlow's
+/// `REGENERATE_HISTORY_RAW_SCAN_LIMIT`).
+const CHECKPOINT_SCAN_LIMIT: usize = 400;
 /// `additional_kwargs` key of a user message's text before the uploads block.
 const ORIGINAL_CONTENT: &str = "original_user_content";
 /// The `additional_kwargs` an edited message keeps from the one it replaces.
@@ -132,26 +132,53 @@ fn latest_editable_turn<'a>(
     Ok((&dicts[start], &dicts[end], ids))
 }
 
-/// The thread's run that added the user message `human` (its first checkpoint ends with
-/// it), newest first; 409 when none of the last runs did.
+/// Where a user message entered the thread, from its checkpoints newest first, each
+/// given as (run, step, whether its last message is that user message): the run that
+/// added it and the checkpoint before it. A run's first checkpoint already holds its user
+/// message (the checkpoint before is `{run}:before`); a clarification's answer is added
+/// as a step of its run (the one before is that step's predecessor). A message rewritten
+/// in place (the uploads block) stays the last message over several steps: the earliest
+/// counts.
+fn entered_at(checkpoints: &[(String, i64, bool)]) -> Option<(String, Checkpoint)> {
+    let newest = checkpoints.iter().position(|c| c.2)?;
+    let run = checkpoints[newest].0.clone();
+    let mut earliest = newest;
+    while checkpoints
+        .get(earliest + 1)
+        .is_some_and(|c| c.0 == run && c.2)
+    {
+        earliest += 1;
+    }
+    let checkpoint = match checkpoints[earliest].1 {
+        0 => Checkpoint::Before(run.clone()),
+        step => Checkpoint::Step(run.clone(), step - 1),
+    };
+    Some((run, checkpoint))
+}
+
+/// The thread's run that added the user message `human`, and the checkpoint before it;
+/// 409 when none of the thread's last checkpoints has it.
 async fn source_run(
     state: &State,
     user: &str,
     thread: &str,
     human: &Value,
-) -> Result<RunRecord, HttpResponse> {
+) -> Result<(RunRecord, Checkpoint), HttpResponse> {
     let (u, t, text) = (user.to_owned(), thread.to_owned(), original_text(human));
     let found = on_store(state, move |store| {
-        for run in store.thread_runs(&u, &t, RUN_SCAN_LIMIT, 0)? {
-            let Some(first) = store.checkpoint_at(&run.run_id, 0)? else {
-                continue;
-            };
-            let last = messages(&first.messages).pop();
-            if last.is_some_and(|m| visible_human(&m) && original_text(&m) == text) {
-                return Ok(Some(run));
-            }
-        }
-        Ok(None)
+        let checkpoints: Vec<(String, i64, bool)> = store
+            .thread_checkpoints(&u, &t, CHECKPOINT_SCAN_LIMIT)?
+            .into_iter()
+            .map(|c| {
+                let last = messages(&c.state.messages).pop();
+                let ends = last.is_some_and(|m| visible_human(&m) && original_text(&m) == text);
+                (c.run_id, c.step, ends)
+            })
+            .collect();
+        let Some((run_id, checkpoint)) = entered_at(&checkpoints) else {
+            return Ok(None);
+        };
+        Ok(store.run(&run_id)?.map(|run| (run, checkpoint)))
     })
     .await?;
     found.ok_or_else(|| error(StatusCode::CONFLICT, NO_SOURCE_RUN))
@@ -229,8 +256,7 @@ async fn regenerate(
     if id_of(human).is_none() {
         return Err(conflict(USER_MESSAGE_NO_ID));
     }
-    let run = source_run(state, user, thread, human).await?;
-    let checkpoint = Checkpoint::Before(run.run_id.clone());
+    let (run, checkpoint) = source_run(state, user, thread, human).await?;
     let mut input = json!({"messages": [clean_for_regenerate(human)]});
     if let Some(title) = current.title.as_deref().filter(|t| !t.is_empty()) {
         input["title"] = json!(title);
@@ -304,11 +330,10 @@ async fn edit(
             AI_MESSAGE_NO_ID
         }));
     };
-    let run = source_run(state, user, thread, human).await?;
+    let (run, checkpoint) = source_run(state, user, thread, human).await?;
     if run.status != RunStatus::Success {
         return Err(conflict(EDIT_NOT_SUCCESSFUL));
     }
-    let checkpoint = Checkpoint::Before(run.run_id.clone());
     let base = super::langgraph_checkpoints::resolve(state, user, thread, &checkpoint.id()).await?;
     // The id the edited message will have in the forked thread (ids are derived from
     // the messages, so it is known before the run).
@@ -370,6 +395,38 @@ mod tests {
             json!({"files": [{"filename": "a.txt"}]})
         );
         assert_eq!(edited["id"], "h9");
+    }
+
+    #[test]
+    fn a_message_entered_where_it_first_ended_the_messages() {
+        let at = |list: &[(&str, i64, bool)]| {
+            let list: Vec<(String, i64, bool)> = list
+                .iter()
+                .map(|(r, s, e)| ((*r).to_owned(), *s, *e))
+                .collect();
+            entered_at(&list).map(|(run, c)| (run, c.id()))
+        };
+        // A run's task, rewritten in place at step 1: before the run.
+        assert_eq!(
+            at(&[
+                ("r2", 3, false),
+                ("r2", 1, true),
+                ("r2", 0, true),
+                ("r1", 2, false)
+            ]),
+            Some(("r2".into(), "r2:before".into()))
+        );
+        // A clarification's answer at step 4 of its run: the step before it.
+        assert_eq!(
+            at(&[
+                ("r1", 5, false),
+                ("r1", 4, true),
+                ("r1", 3, false),
+                ("r1", 0, false)
+            ]),
+            Some(("r1".into(), "r1:3".into()))
+        );
+        assert_eq!(at(&[("r1", 1, false)]), None);
     }
 
     #[test]

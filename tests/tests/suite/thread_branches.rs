@@ -3,7 +3,8 @@
 //! branch holds its parent's messages up to the turn and not after, and a run on it goes
 //! on from there; `regenerate/prepare` then a run from the returned checkpoint sends the
 //! model the history before the regenerated answer only, and the thread forks there;
-//! edit does the same with new text; bob gets alice's thread's 404 on every route.
+//! edit does the same with new text; a clarification's answer is replayed from the step
+//! before it; bob gets alice's thread's 404 on every route.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -99,6 +100,12 @@ fn branches_and_replays_fork_a_thread_where_the_user_points() {
     let model = recording_server_by(move |request, _| {
         if is_memory_update(request) {
             return Reply::text(r#"{"user": {}, "history": {}, "newFacts": []}"#);
+        }
+        if last_user_text(request) == "Plan a trip." {
+            return Reply::call(
+                "ask_clarification",
+                json!({"question": "Where to?", "clarification_type": "missing_info"}),
+            );
         }
         let n = counter.fetch_add(1, Ordering::SeqCst);
         Reply::text(&format!("Answer {n} to {}", last_user_text(request)))
@@ -237,6 +244,29 @@ fn branches_and_replays_fork_a_thread_where_the_user_points() {
             r["after_regenerate"][3]["id"]
         ])
     );
+
+    // A clarification's answer regenerated: from the step before the answer, the same
+    // run's question kept, the answer sent again as the new message.
+    let answered = contents(&r["answered"]);
+    assert_eq!(answered.last().unwrap().0, "ai", "{answered:?}");
+    let replay = &r["answer_prepared"];
+    assert_eq!(
+        replay["input"]["messages"][0]["content"],
+        json!([{"type": "text", "text": "Paris"}])
+    );
+    let replay_checkpoint = replay["checkpoint"]["checkpoint_id"].as_str().unwrap();
+    assert!(
+        replay_checkpoint.starts_with(replay["target_run_id"].as_str().unwrap())
+            && !replay_checkpoint.ends_with(":before"),
+        "{replay}"
+    );
+    let regenerated = contents(&r["answer_regenerated"]);
+    assert_eq!(regenerated.len(), answered.len(), "{regenerated:?}");
+    assert_eq!(
+        regenerated[..answered.len() - 1],
+        answered[..answered.len() - 1]
+    );
+    assert_ne!(regenerated.last(), answered.last());
 
     // Bob: the same 404 as a thread that does not exist, on every route.
     let not_found = json!([404, format!("Thread {tid} not found")]);
