@@ -75,6 +75,14 @@ async def branches(alice, bob):
     # Regenerate the latest answer: prepare, then a run from the returned checkpoint.
     prepared = await alice.http.post(f"/threads/{tid}/runs/regenerate/prepare", json={"message_id": latest_ai})
     report["prepared"] = prepared
+    # A replay that does not start (a model not configured) leaves the thread as it was.
+    report["bad_model_replay"] = await refused(
+        alice.runs.wait(
+            tid, "lead_agent", input=prepared["input"], checkpoint=prepared["checkpoint"],
+            context={"model_name": "nope"},
+        )
+    )
+    report["after_bad_model"] = (await alice.threads.get_state(tid))["values"]["messages"]
     report["regenerated"] = await alice.runs.wait(
         tid,
         "lead_agent",

@@ -124,27 +124,50 @@ fn before_message(mut first: ThreadState) -> ThreadState {
 
 /// Forks `user`'s thread `thread` at checkpoint `id`: the thread's state becomes the
 /// checkpoint's (with `title`, when given, as its title), so the run about to start on
-/// it continues from there. 409 while a run is active on the thread.
+/// it continues from there; the state it held before is answered (for [`unfork`]). 409
+/// while a run is active on the thread.
 pub(super) async fn fork(
     state: &State,
     user: &str,
     thread: &str,
     id: &str,
     title: Option<String>,
-) -> Result<(), HttpResponse> {
+) -> Result<Option<ThreadState>, HttpResponse> {
     let mut forked = resolve(state, user, thread, id).await?;
     if title.is_some() {
         forked.title.clone_from(&title);
     }
     let (u, t) = (user.to_owned(), thread.to_owned());
     let written = on_store(state, move |store| {
-        store.put_thread_state(&u, &t, &forked, title.as_deref())
+        let before = store.thread_state(&u, &t)?;
+        Ok(store
+            .put_thread_state(&u, &t, &forked, title.as_deref())?
+            .map(|_| before))
     })
     .await?;
     match written {
-        Ok(_) => Ok(()),
+        Ok(before) => Ok(before),
         Err(ThreadRefusal::NotFound(_)) => Err(thread_not_found(thread)),
         Err(e @ ThreadRefusal::Busy { .. }) => Err(error(StatusCode::CONFLICT, e.to_string())),
+    }
+}
+
+/// Gives the thread back the state (and title) it held before a fork whose run did not
+/// start. Best effort: a failure is logged, the run's own refusal is what the client sees.
+pub(super) async fn unfork(
+    state: &State,
+    user: &str,
+    thread: &str,
+    before: ThreadState,
+    title: Option<String>,
+) {
+    let (u, t) = (user.to_owned(), thread.to_owned());
+    let restored = on_store(state, move |store| {
+        store.put_thread_state(&u, &t, &before, title.as_deref())
+    })
+    .await;
+    if !matches!(restored, Ok(Ok(_))) {
+        tracing::warn!(%thread, "a fork whose run did not start was not undone");
     }
 }
 

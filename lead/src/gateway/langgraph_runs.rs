@@ -5,7 +5,8 @@
 //! `RunCreateRequest`: unknown fields refused, its placeholders refused with its text.
 //! One run at a time per thread: `reject` answers 409, `interrupt`/`rollback` cancel the
 //! live run and wait for it. A clarification answer (`human_input_response`) or
-//! `command.resume` drives the thread's interrupted run again.
+//! `command.resume` drives the thread's interrupted run again. A `checkpoint` (or
+//! `checkpoint_id`) forks the thread there before the run starts (`langgraph_checkpoints`).
 
 use std::time::Duration;
 
@@ -434,9 +435,14 @@ async fn start_run(
     if principal.as_ref().is_some_and(|p| !p.operator) {
         within_quotas(state, user).await?;
     }
-    if let Some(checkpoint) = &request.checkpoint {
-        checkpoints::fork(state, user, thread, checkpoint, request.title.clone()).await?;
-    }
+    // From a checkpoint: the thread forks there first, and gets back what it held if the
+    // run does not start.
+    let before_fork = match &request.checkpoint {
+        Some(checkpoint) => {
+            checkpoints::fork(state, user, thread, checkpoint, request.title.clone()).await?
+        }
+        None => None,
+    };
     let submission = antler_protocol::messages::RunSubmission {
         task,
         user: user.to_owned(),
@@ -453,7 +459,7 @@ async fn start_run(
         idempotency_key: None,
         files: request.files.clone(),
     };
-    match state
+    let submitted = match state
         .runs
         .manager
         .send(manager::SubmitRun(submission))
@@ -479,7 +485,11 @@ async fn start_run(
         Ok(Err(e)) if e.is_overload() => Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
         Ok(Err(e)) => Err(error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())),
         Err(e) => Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+    };
+    if let (Err(_), Some(previous)) = (&submitted, before_fork) {
+        checkpoints::unfork(state, user, thread, previous, row.title).await;
     }
+    submitted
 }
 
 /// The user's submissions a minute and running runs, against its limits.

@@ -195,6 +195,11 @@ fn branches_and_replays_fork_a_thread_where_the_user_points() {
             "regenerate_checkpoint_id": checkpoint_id,
         })
     );
+    assert_eq!(
+        r["bad_model_replay"],
+        json!([400, "Model 'nope' is not in the configured model allowlist"])
+    );
+    assert_eq!(contents(&r["after_bad_model"]), before);
     // The model was sent the history before the regenerated answer only.
     let requests = model.requests.lock().unwrap().clone();
     let replays: Vec<&Value> = requests
