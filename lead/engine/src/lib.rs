@@ -81,6 +81,7 @@ pub use task::spec::{TaskSpec, WireCatalog};
 pub use task::wire::TaskWireError;
 pub use thread::context::{AgentContext, RunContext};
 pub use thread::files::{ThreadFiles, ThreadFilesMode, ThreadPaths};
+pub use thread::goal::{GoalState, MAX_GOAL_CONTINUATIONS, MAX_GOAL_OBJECTIVE_CHARS};
 pub use thread::hosts::{
     call_link, stream_link, HostError, HostOf, HostReadiness, LeadConnectionHosts, LinkTo,
     ToolHosts,

@@ -2,10 +2,12 @@
 //! caller's user, thread ids, and how Antler's threads, runs and messages look to a
 //! `langgraph-sdk` client (LangChain message dicts, ISO times, LangGraph's statuses).
 //! The routes are in `langgraph_threads` (threads, state, history, assistants),
-//! `langgraph_runs` (runs) and `langgraph_reads` (DeerFlow's reads: messages, a run's
-//! events, token usage; the rows from `thread_feed`); the SSE frames in `langgraph_stream`
-//! (the `tasks`/`checkpoints`/`debug` payloads from `langgraph_debug`). A thread is its
-//! user's: another user's is the same 404 as a missing one.
+//! `langgraph_runs` (runs), `langgraph_reads` (DeerFlow's reads: messages, a run's
+//! events, token usage; the rows from `thread_feed`), `langgraph_branches` (branches),
+//! `langgraph_regenerate` (regenerate and edit) and `goal` (a thread's goal); checkpoint
+//! ids in `langgraph_checkpoints`, a thread's turns in `langgraph_turns`; the SSE frames in
+//! `langgraph_stream` (the `tasks`/`checkpoints`/`debug` payloads from `langgraph_debug`).
+//! A thread is its user's: another user's is the same 404 as a missing one.
 
 use actix_web::{http::StatusCode, web, HttpResponse};
 use serde_json::{json, Map, Value};

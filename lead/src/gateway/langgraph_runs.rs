@@ -5,7 +5,8 @@
 //! `RunCreateRequest`: unknown fields refused, its placeholders refused with its text.
 //! One run at a time per thread: `reject` answers 409, `interrupt`/`rollback` cancel the
 //! live run and wait for it. A clarification answer (`human_input_response`) or
-//! `command.resume` drives the thread's interrupted run again.
+//! `command.resume` drives the thread's interrupted run again. A `checkpoint` (or
+//! `checkpoint_id`) forks the thread there before the run starts (`langgraph_checkpoints`).
 
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use super::langgraph::{
     check_thread_id, json_body, on_store, run_json, run_not_found, thread_not_found, user_of,
     values, Refused, ASSISTANT_ID, ROLLED_BACK,
 };
+use super::langgraph_checkpoints as checkpoints;
 use super::langgraph_stream::{self as stream, Cursor, Modes, RunStream};
 use super::runs_api::{over_limit, principal_of};
 use super::{error, quota, State};
@@ -124,6 +126,10 @@ struct RunRequest {
     model: Option<String>,
     subagents: Option<bool>,
     clarification: bool,
+    /// The checkpoint the run starts from (the thread forks there), e.g. regenerate's.
+    checkpoint: Option<String>,
+    /// `input.title`: the title the forked thread keeps (regenerate replays it).
+    title: Option<String>,
 }
 
 /// The text of a LangChain message's `content` (a string, or the text of its blocks).
@@ -199,8 +205,6 @@ impl RunBody {
             ("on_completion", &self.on_completion),
             ("after_seconds", &self.after_seconds),
             ("feedback_keys", &self.feedback_keys),
-            ("checkpoint_id", &self.checkpoint_id),
-            ("checkpoint", &self.checkpoint),
         ] {
             if set(value) {
                 return Err(unsupported(option));
@@ -295,6 +299,15 @@ impl RunBody {
             model: pick("model_name").as_str().map(str::to_owned),
             subagents: pick("subagent_enabled").as_bool(),
             clarification: pick("disable_clarification").as_bool() != Some(true),
+            checkpoint: checkpoints::requested(
+                self.checkpoint.as_ref(),
+                self.checkpoint_id.as_ref(),
+            ),
+            title: self
+                .input
+                .as_ref()
+                .and_then(|i| i["title"].as_str())
+                .map(str::to_owned),
         })
     }
 }
@@ -371,8 +384,9 @@ async fn start_run(
     let Some((row, last)) = row else {
         return Err(thread_not_found(thread));
     };
-    // A clarification answered: the interrupted run goes on.
-    if let (Some(answer), Some(last)) = (&request.answer, &last) {
+    // A clarification answered: the interrupted run goes on (not for a run from a
+    // checkpoint, which forks the thread).
+    if let (Some(answer), Some(last), None) = (&request.answer, &last, &request.checkpoint) {
         if last.status == RunStatus::Interrupted {
             let from = match state
                 .runs
@@ -422,6 +436,14 @@ async fn start_run(
     if principal.as_ref().is_some_and(|p| !p.operator) {
         within_quotas(state, user).await?;
     }
+    // From a checkpoint: the thread forks there first, and gets back what it held if the
+    // run does not start.
+    let before_fork = match &request.checkpoint {
+        Some(checkpoint) => {
+            checkpoints::fork(state, user, thread, checkpoint, request.title.clone()).await?
+        }
+        None => None,
+    };
     let submission = antler_protocol::messages::RunSubmission {
         task,
         user: user.to_owned(),
@@ -438,7 +460,7 @@ async fn start_run(
         idempotency_key: None,
         files: request.files.clone(),
     };
-    match state
+    let submitted = match state
         .runs
         .manager
         .send(manager::SubmitRun(submission))
@@ -464,7 +486,11 @@ async fn start_run(
         Ok(Err(e)) if e.is_overload() => Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
         Ok(Err(e)) => Err(error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())),
         Err(e) => Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+    };
+    if let (Err(_), Some(previous)) = (&submitted, before_fork) {
+        checkpoints::unfork(state, user, thread, previous, row.title).await;
     }
+    submitted
 }
 
 /// The user's submissions a minute and running runs, against its limits.

@@ -23,7 +23,7 @@ const OWNER_KEYS: [&str; 2] = ["owner_id", "user_id"];
 /// thread's `updated_at`).
 const PINNED: &str = "deerflow_pinned";
 /// The state channels `POST /state` may write.
-const STATE_FIELDS: [&str; 7] = [
+const STATE_FIELDS: [&str; 8] = [
     "messages",
     "title",
     "artifacts",
@@ -31,6 +31,7 @@ const STATE_FIELDS: [&str; 7] = [
     "viewed_images",
     "delegations",
     "active_skills",
+    "goal",
 ];
 
 /// `POST /api/threads`'s body.

@@ -144,6 +144,33 @@ pub const ROUTES: &[RouteSpec] = &[
         Access::Member,
         || web::to(super::langgraph_reads::token_usage),
     ),
+    route(
+        "POST",
+        "/api/threads/{tid}/branches",
+        Access::Member,
+        || web::to(super::langgraph_branches::branch_thread),
+    ),
+    route("GET", "/api/threads/{tid}/goal", Access::Member, || {
+        web::to(super::goal::get_goal)
+    }),
+    route("PUT", "/api/threads/{tid}/goal", Access::Member, || {
+        web::to(super::goal::put_goal)
+    }),
+    route("DELETE", "/api/threads/{tid}/goal", Access::Member, || {
+        web::to(super::goal::delete_goal)
+    }),
+    route(
+        "POST",
+        "/api/threads/{tid}/runs/regenerate/prepare",
+        Access::Member,
+        || web::to(super::langgraph_regenerate::prepare_regenerate),
+    ),
+    route(
+        "POST",
+        "/api/threads/{tid}/runs/edit-regenerate/prepare",
+        Access::Member,
+        || web::to(super::langgraph_regenerate::prepare_edit_regenerate),
+    ),
     route("POST", "/api/threads/{tid}/runs", Access::Member, || {
         web::to(super::langgraph_runs::create_run)
     }),

@@ -36,6 +36,7 @@ use antler_engine::{CancelFlag, Drive, RunActor, RunEvent};
 
 mod answer;
 mod artifacts;
+mod branch_files;
 mod cancel;
 mod config;
 mod queries;
@@ -46,6 +47,7 @@ mod threads;
 
 pub use answer::answer;
 pub use artifacts::{read_artifact, ArtifactContent, RunArtifact, MAX_ARTIFACT_BYTES};
+pub use branch_files::CopyThreadUserData;
 pub use cancel::{CancelOutcome, CancelRun, ChaosStopRun};
 pub use config::CurrentConfig;
 pub use queries::{

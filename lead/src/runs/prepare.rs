@@ -478,8 +478,9 @@ impl RunEnv {
             .model_label(&label)
             .files(submission.files.clone());
         let run = match state {
-            // A thread with no message yet (created, never run) starts as a new one.
-            Some(state) if !state.messages.is_empty() => {
+            // A thread with no message yet (created, never run) starts as a new one, unless
+            // a goal was set on it first (the goal carries over).
+            Some(state) if !state.messages.is_empty() || state.goal.is_some() => {
                 builder.start_on(state, &submission.task).await?
             }
             _ => builder.start(&submission.task).await?,

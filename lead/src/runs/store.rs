@@ -9,6 +9,7 @@
 //! `probe`, the credentials relay) goes through [`CheckpointStore::call`] to the store's
 //! own thread (`thread`), in the order it was sent, never onto an actor's thread.
 
+mod forks;
 mod journal;
 pub mod memory;
 mod probe;

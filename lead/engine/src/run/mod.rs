@@ -3,9 +3,10 @@
 //! `step` one model turn of it and `calls` that turn's tool calls, `builder` how a loop
 //! is made (`RunBuilder`), `settings` its knobs (`RunSettings`), `actor` the `RunActor`
 //! that owns a loop and its messages, `events` what a run reports as it goes
-//! (`RunEvent`, `ToolState`) and `delta` its streamed tokens (`model_delta`), `execute`
-//! where each tool call runs, `journal` where a run is checkpointed (the lead's store
-//! plugs in behind its trait).
+//! (`RunEvent`, `ToolState`) and `delta` its streamed tokens (`model_delta`), `goal` the
+//! hidden turns a thread's goal asks for after an answer, `execute` where each tool call
+//! runs, `journal` where a run is checkpointed (the lead's store plugs in behind its
+//! trait).
 
 pub mod actor;
 pub mod builder;
@@ -14,6 +15,7 @@ mod context;
 mod delta;
 pub mod events;
 pub mod execute;
+mod goal;
 pub mod journal;
 pub mod run_loop;
 pub mod settings;

@@ -208,7 +208,7 @@ impl RunLoop {
         }
         let renewal = lease::keep_renewed(Arc::clone(&self.hosts), Arc::clone(&self.lease));
         let result = {
-            let steps = self.drive_steps();
+            let steps = self.drive_turns();
             futures::pin_mut!(steps, renewal);
             match futures::future::select(steps, renewal).await {
                 futures::future::Either::Left((result, _)) => result,
@@ -361,6 +361,16 @@ impl RunLoop {
             skill_manage: self.settings.skill_manage.as_ref(),
             read_before_write: self.settings.read_before_write.enabled,
         }
+    }
+
+    /// The run's turns: the user's, then the hidden ones its thread's goal asks for
+    /// (`run::goal`).
+    async fn drive_turns(&mut self) -> Result<StepEnd, RunError> {
+        let mut end = self.drive_steps().await?;
+        while matches!(end, StepEnd::Final(_)) && self.continue_goal().await? {
+            end = self.drive_steps().await?;
+        }
+        Ok(end)
     }
 
     async fn drive_steps(&mut self) -> Result<StepEnd, RunError> {

@@ -3,10 +3,12 @@
 //! sandbox, viewed images, delegations), `context` who and where the run is, `files` the
 //! thread's own files and their paths (local or through sandbox-host), `hosts` the way to
 //! sandbox-host and mcp-host, `lease` the run's lease on its sandbox, `input` what
-//! untrusted text becomes when it enters the thread's messages.
+//! untrusted text becomes when it enters the thread's messages, `goal` the goal a thread
+//! keeps and how its evaluations are read.
 
 pub mod context;
 pub mod files;
+pub mod goal;
 pub mod hosts;
 pub mod input;
 pub mod lease;

@@ -299,6 +299,9 @@ pub struct ThreadState {
     /// of every run, `[]` when there are none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub uploaded_files: Vec<UploadedFile>,
+    /// The thread's active goal (spec A.6 "Goals"): kept across runs, cleared once met.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<super::goal::GoalState>,
 }
 
 fn is_zero_usize(n: &usize) -> bool {

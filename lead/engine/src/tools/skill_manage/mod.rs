@@ -806,7 +806,7 @@ fn history(
 }
 
 /// Now in UTC as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
-fn rfc3339_now() -> String {
+pub(crate) fn rfc3339_now() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
