@@ -28,7 +28,8 @@ pub use sandbox::{
 pub use task::{
     ModelEntry, RoutingMode, TaskEvent, TaskResult, TaskSpec, TaskStatus, TaskStopReason,
     ThreadFilesMode, TokenBudget, TokenUsage, ToolRouting, WebToolEntry, WireCatalog,
-    WireContextSize, WireModel, WireSource, WireSummarization, WireTool,
+    WireContextSize, WireLoopDetection, WireModel, WireSource, WireSummarization, WireTool,
+    WireToolOutput,
 };
 pub use worker::{TaskAssignment, WorkerReply, WorkerRequest};
 
