@@ -57,6 +57,7 @@ mod mcp_stateless;
 mod mcp_transports;
 mod mcp_versions;
 mod mcp_watch;
+mod memory_summary_flush;
 mod memory_users;
 mod model_anthropic;
 mod model_azure;
