@@ -14,6 +14,7 @@ mod cluster_multihost;
 mod cluster_restart;
 mod cluster_stop;
 mod cluster_tls;
+mod cluster_uploads;
 mod deploy_image;
 mod deploy_manifests;
 mod docs_cli;
