@@ -80,6 +80,9 @@ impl Cluster {
         let secret = work.join("secret");
         let token = std::fs::read_to_string(secret.join("token")).unwrap();
         let ports = [free_port(), free_port()];
+        let mcp_port = free_port();
+        let extensions = work.join("extensions_config.json");
+        std::fs::write(&extensions, r#"{"mcpServers": {}}"#).unwrap();
         let addresses: Vec<String> = ports.iter().map(|p| format!("tcp:127.0.0.1:{p}")).collect();
         let config = work.join("config.yaml");
         std::fs::write(
@@ -88,13 +91,36 @@ impl Cluster {
                 "models:\n  - name: rec\n    use: langchain_openai:ChatOpenAI\n    model: recorded\n    base_url: {model_url}\n    api_key: sk-test-key\n\
 sandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n  bash_command_timeout: 300\n\
 uploads:\n  auto_convert_documents: true\n  max_user_total_size: {USER_LIMIT}\n  conversion_timeout_s: 240\n\
-antler:\n  cluster_token: {token}\n  tls: {{ca: secret/ca.crt, cert: secret/lead.crt, key: secret/lead.key}}\n  cluster:\n    sandbox_hosts: {addresses:?}\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n",
+antler:\n  cluster_token: {token}\n  tls: {{ca: secret/ca.crt, cert: secret/lead.crt, key: secret/lead.key}}\n  cluster:\n    sandbox_hosts: {addresses:?}\n    mcp_hosts: [\"tcp:127.0.0.1:{mcp_port}\"]\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n",
                 token = token.trim(),
             ),
         )
         .unwrap();
         let log = |name: &str| std::fs::File::create(work.join(format!("{name}.log"))).unwrap();
-        let hosts: Vec<Proc> = ports
+        let mcp = Command::new(bin("antler-mcp-host"))
+            .args(["--listen", &format!("tcp:127.0.0.1:{mcp_port}")])
+            .args(["--node-id", "mcp-0"])
+            .arg("--token-file")
+            .arg(secret.join("token"))
+            .arg("--tls-ca")
+            .arg(secret.join("ca.crt"))
+            .arg("--tls-cert")
+            .arg(secret.join("mcp-host.crt"))
+            .arg("--tls-key")
+            .arg(secret.join("mcp-host.key"))
+            .arg("--oauth-key-file")
+            .arg(secret.join("mcp-oauth.key"))
+            .arg("--data-dir")
+            .arg(work.join("mcp"))
+            .arg("--extensions")
+            .arg(&extensions)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log("mcp-0"))
+            .spawn()
+            .unwrap();
+        let mut hosts: Vec<Proc> = ports
             .iter()
             .enumerate()
             .map(|(i, port)| {
@@ -123,6 +149,7 @@ antler:\n  cluster_token: {token}\n  tls: {{ca: secret/ca.crt, cert: secret/lead
                 Proc(child)
             })
             .collect();
+        hosts.push(Proc(mcp));
         let run_dir = work.join("run");
         let lead = Proc(
             Command::new(bin("antler"))
@@ -131,6 +158,7 @@ antler:\n  cluster_token: {token}\n  tls: {{ca: secret/ca.crt, cert: secret/lead
                 .args(["up", "--config"])
                 .arg(&config)
                 .env("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")
+                .env("ANTLER_EXTENSIONS_CONFIG_PATH", &extensions)
                 .env("RUST_LOG", "info")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -149,8 +177,9 @@ antler:\n  cluster_token: {token}\n  tls: {{ca: secret/ca.crt, cert: secret/lead
         });
         assert!(
             linked.is_some(),
-            "the lead did not link both replicas: {}",
-            std::fs::read_to_string(work.join("lead.log")).unwrap_or_default()
+            "the lead did not link both replicas: {}\n{}",
+            std::fs::read_to_string(work.join("lead.log")).unwrap_or_default(),
+            std::fs::read_to_string(work.join("sandbox-0.log")).unwrap_or_default()
         );
         let addr = wait_for(Duration::from_secs(10), || {
             std::fs::read_to_string(run_dir.join("gateway.addr")).ok()
