@@ -105,6 +105,7 @@ mod sandbox_skill_isolation;
 mod sandbox_supervisor;
 mod sandbox_supervisor_signals;
 mod subagent_faults;
+mod subagent_loop_detection;
 mod subagent_tasks;
 mod subagent_workers;
 mod thread_continue;
