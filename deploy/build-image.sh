@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # Builds Antler's container image offline, from scratch, with buildah: no registry but
-# Debian's mirror (deb.debian.org). mmdebstrap lays Debian bookworm into an empty
+# Debian's mirror (deb.debian.org) and, for the upload converters only, PyPI (below). mmdebstrap lays Debian bookworm into an empty
 # container, the four binaries go to /usr/local/bin, and the result is committed under a
 # tag (antler:0.1.0, the name the manifests in deploy/base use). The same image as
 # deploy/Containerfile's runtime stage, for machines that reach no container registry.
 #
 #   deploy/build-image.sh [--tag NAME] [--output oci-archive:PATH] [--packages "a b c"]
-#                         [--no-cache]
+#                         [--no-cache] [--no-converters]
 #
 # ANTLER_BIN_DIR names a directory holding the binaries (antler, antler-mcp-host,
 # antler-sandbox-host, antler-subagent); without it, the script runs
 # `cargo build --release --locked --workspace --bins` and takes target/release.
-# ANTLER_DEBIAN_MIRROR overrides the mirror. Runs as root (mmdebstrap chroots, buildah
+# ANTLER_DEBIAN_MIRROR overrides the mirror.
+#
+# The upload converters (docs/uploads.md: pymupdf4llm, MarkItDown and the lxml it needs) run
+# INSIDE the sandboxes, whose python3 is the image's system python under the read-only /usr:
+# the lines of tests/requirements.txt marked `# sandbox` are pip-installed into it (into
+# /usr/local, as scripts/test.sh does for /usr/bin/python3). That one step reaches PyPI, or
+# the index ANTLER_PIP_INDEX_URL names (a mirror, for a machine that reaches none);
+# --no-converters leaves it out, as does a --packages set without python3. Runs as root (mmdebstrap chroots, buildah
 # mounts); installs buildah, mmdebstrap and runc with apt when they are missing.
 #
 # The Debian root is kept as an image of its own (localhost/antler-base:<hash of suite,
@@ -27,10 +34,12 @@ mirror=${ANTLER_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 tag=antler:0.1.0
 output=
 cache=1
+converters=1
 # What the processes start, as in deploy/Containerfile: bubblewrap (sandbox-host's
 # sandboxes), nodejs/npm and python3 (stdio MCP servers that mcp-host spawns: npx, python
 # -m), ca-certificates (TLS to models, MCP servers, web tools), tini (pid 1).
-packages="bubblewrap ca-certificates tini python3 python3-venv nodejs npm"
+# python3-pip installs the upload converters (below).
+packages="bubblewrap ca-certificates tini python3 python3-venv python3-pip nodejs npm"
 binaries=(antler antler-mcp-host antler-sandbox-host antler-subagent)
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
@@ -40,6 +49,7 @@ while [ $# -gt 0 ]; do
     --output) output=$2; shift 2 ;;
     --packages) packages=$2; shift 2 ;;
     --no-cache) cache=0; shift ;;
+    --no-converters) converters=0; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "build-image.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -93,8 +103,25 @@ trap cleanup EXIT
 trap 'cleanup; exit 130' INT
 trap 'cleanup; exit 143' TERM
 
-# The base: Debian's root with the runtime packages, Antler's user and state directory.
-base_id=$(printf '%s\n' "$suite" "$mirror" "$packages" "$(sed -n '/^# base:begin/,/^# base:end/p' "$0")" |
+# The upload converters' pins (`name==version  # sandbox`), when the image has a python3.
+pins=
+if [ $converters = 1 ] && [[ " $packages " == *" python3 "* ]]; then
+  pins=$(grep -E '# sandbox$' tests/requirements.txt | sed -E 's/ *#.*$//' | tr '\n' ' ')
+  if [ -z "${pins// /}" ]; then
+    echo "build-image.sh: tests/requirements.txt marks no line '# sandbox' (the upload converters)" >&2
+    exit 1
+  fi
+  if [[ " $packages " != *" python3-pip "* ]]; then
+    packages="$packages python3-pip"
+  fi
+elif [ $converters = 1 ]; then
+  log "no python3 in --packages: the upload converters are left out"
+fi
+pip_index=${ANTLER_PIP_INDEX_URL:-}
+
+# The base: Debian's root with the runtime packages, the upload converters, Antler's user
+# and state directory.
+base_id=$(printf '%s\n' "$suite" "$mirror" "$packages" "$pins" "$pip_index" "$(sed -n '/^# base:begin/,/^# base:end/p' "$0")" |
   sha256sum | cut -c1-16)
 base=localhost/antler-base:$suite-$base_id
 if [ $cache = 1 ] && buildah inspect --type image "$base" >/dev/null 2>&1; then
@@ -113,6 +140,19 @@ else
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
     --dpkgopt='force-unsafe-io' \
     "$suite" "$root" "$mirror"
+  if [ -n "$pins" ]; then
+    # Into the image's system python (its /usr/local), resolving names with the build
+    # machine's resolver for this one step; no pip cache is left in the image.
+    log "installing the upload converters into the image's python3: $pins"
+    cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+    # shellcheck disable=SC2086 # the pins are words
+    chroot "$root" env ${pip_index:+PIP_INDEX_URL=$pip_index} \
+      python3 -m pip install --quiet --disable-pip-version-check --no-cache-dir \
+      --break-system-packages $pins
+    rm -f "$root/etc/resolv.conf"
+    # The converters answer as the sandbox will call them (convert.py's imports).
+    chroot "$root" python3 -c 'import pymupdf4llm, markitdown, lxml'
+  fi
   # The non-root user of the lead, mcp-host and the workers (the manifests run them as
   # 10001). sandbox-host runs as root and starts bubblewrap as nobody (65534).
   echo 'antler:x:10001:10001:Antler:/home/antler:/usr/sbin/nologin' >>"$root/etc/passwd"

@@ -27,6 +27,7 @@ pub mod sys;
 pub mod thread_dir;
 pub mod tls;
 pub mod transport;
+pub mod uploads_dir;
 
 pub use calls::{Requester, UnexpectedReply};
 pub use connection::{Call, Connection, ConnectionConfig, InFlight, RpcError, Service};

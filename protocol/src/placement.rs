@@ -40,7 +40,7 @@ pub fn route(request: &Request) -> Route {
             }
             SandboxRequest::Release { sandbox_id, .. }
             | SandboxRequest::Call { sandbox_id, .. } => Route::Pinned(sandbox_id.clone()),
-            SandboxRequest::RenewLease { .. } => Route::Every,
+            SandboxRequest::RenewLease { .. } | SandboxRequest::UploadsUsage { .. } => Route::Every,
             SandboxRequest::Health | SandboxRequest::Status => Route::Spread,
         },
         Request::Mcp(McpRequest::CallTool(call)) => match (&call.user, &call.thread) {

@@ -102,6 +102,21 @@ pub fn serve(user_data: &Path, op: ThreadFileOp) -> Result<ThreadFileReply, Thre
                 .map(ThreadFileReply::Files)
                 .map_err(|e| error(&path, &e))
         }
+        ThreadFileOp::Uploads(op) => crate::uploads_dir::serve(user_data, op),
+        ThreadFileOp::RemoveThread => remove_thread(user_data).map(|()| ThreadFileReply::Done),
+    }
+}
+
+/// Removes the thread directory `user_data` is in (`{base}/users/{user}/threads/{tid}`),
+/// links inside it removed as links, never followed.
+pub fn remove_thread(user_data: &Path) -> Result<(), ThreadFileError> {
+    let Some(thread) = user_data.parent() else {
+        return Ok(());
+    };
+    match std::fs::remove_dir_all(thread) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(error(VIRTUAL_USER_DATA, &e)),
     }
 }
 

@@ -280,6 +280,11 @@ impl RoleHandler for SandboxService {
                         crate::thread_files::serve(&base_dir, principal, op).await,
                     )
                 }
+                Request::Sandbox(SandboxRequest::UploadsUsage { user_id }) => {
+                    SandboxReply::UploadsUsage(
+                        crate::thread_files::uploads_usage(&base_dir, user_id).await,
+                    )
+                }
                 Request::Sandbox(SandboxRequest::InvokeAcp(invocation)) => {
                     invoke_acp(acp, base_dir, invocation, &call).await?
                 }

@@ -191,6 +191,8 @@ impl Pool {
             sandbox_host: None,
             mcp_host: None,
             summarization: None,
+            loop_detection: Default::default(),
+            tool_output: Default::default(),
         };
         let reserved = self
             .dispatcher

@@ -9,25 +9,30 @@
 //! twin converted inside the thread's sandbox (`convert`); the twin is recorded (`files`)
 //! so a user's own `.md` is never clobbered or deleted with it. Responses name virtual
 //! paths and artifact URLs only, never a host path, and `size` is the server's count.
+//! Every step on the directory goes through the thread's `ThreadFiles` (`files::Uploads`):
+//! this disk in local mode, the sandbox-host replica that owns the thread in a cluster
+//! whose lead has no share of its volume; the per-user total is then every replica's
+//! share, summed (`SandboxRequest::UploadsUsage`).
 
 mod convert;
 mod files;
 
 use std::collections::HashSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use actix_web::{http::StatusCode, web, HttpRequest, HttpResponse};
+use antler_engine::{ThreadFiles, ThreadFilesMode};
+use antler_protocol::calls::SandboxCalls as _;
 use antler_protocol::config::UploadsConfig;
+use antler_protocol::messages::{StagedUpload, ThreadFileError};
 use futures::StreamExt as _;
 use serde_json::{json, Value};
-use tokio::io::AsyncWriteExt as _;
 
 use super::body::BODY_DEADLINE;
 use super::runs_api::principal_of;
 use super::{error, Refusal, State};
 use crate::runs::prepare::{check_id, RunEnv};
-use files::{Listed, Manifest, UploadsDir};
+use files::Uploads;
 
 /// `400`: the request had no file part.
 pub const NO_FILES: &str = "No files provided";
@@ -48,23 +53,47 @@ pub const SKIPPED: &str = "; skipped {k} unsafe file(s)";
 pub const INVALID_PATH: &str = "Invalid path";
 /// `404` of a delete; `{f}` is the name.
 pub const FILE_NOT_FOUND: &str = "File not found: {f}";
-/// `501` in a cluster whose lead has no access to the thread directories.
-pub const UPLOADS_NEED_LOCAL: &str = "uploads need the thread directories on the lead's machine: this cluster reaches them through sandbox-host, which does not take uploads yet";
+/// `503` when a sandbox-host replica does not say how much the user keeps there.
+pub const QUOTA_UNKNOWN: &str = "the upload quota cannot be checked now (uploads.max_user_total_size): a sandbox-host replica did not answer; try again";
 /// The largest Markdown twin kept.
 const MAX_TWIN_BYTES: u64 = 64 << 20;
+/// The most bytes one staged write carries (well under the frame limit).
+const STAGE_CHUNK: usize = 1 << 20;
+/// The deadline of the per-user total's count on every replica.
+const USAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The thread a request is for, once the caller may use it.
 struct Target {
     env: Arc<RunEnv>,
     user: String,
     thread: String,
-    base: PathBuf,
-    dir: UploadsDir,
+    /// The thread's files: this disk, or the replica that owns the thread.
+    files: Arc<dyn ThreadFiles>,
     config: UploadsConfig,
 }
 
-/// The caller's thread `{tid}`: 400 for a bad id, 404 for another user's thread, 501 in a
-/// cluster whose lead cannot reach the thread directories.
+impl Target {
+    fn uploads(&self) -> Uploads<'_> {
+        Uploads(&*self.files)
+    }
+}
+
+/// The answer to a failed step on the uploads directory: 503 when the replica that owns
+/// the thread cannot be had, else 500; never a host path.
+fn files_failed(e: &ThreadFileError) -> HttpResponse {
+    match e {
+        ThreadFileError::Unavailable(why) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the thread's files are unavailable: {why}"),
+        ),
+        other => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the uploads directory cannot be written: {other}"),
+        ),
+    }
+}
+
+/// The caller's thread `{tid}`: 400 for a bad id, 404 for another user's thread.
 async fn target(state: &State, req: &HttpRequest) -> Result<Target, HttpResponse> {
     let Some(principal) = principal_of(req) else {
         return Err(Refusal::Credential.response());
@@ -76,9 +105,6 @@ async fn target(state: &State, req: &HttpRequest) -> Result<Target, HttpResponse
         .clone()
         .unwrap_or_else(|| "default".to_owned());
     let env = Arc::clone(&state.runs.env);
-    if env.thread_files_mode() != antler_engine::ThreadFilesMode::Local {
-        return Err(error(StatusCode::NOT_IMPLEMENTED, UPLOADS_NEED_LOCAL));
-    }
     // The caller's own thread (threads are keyed by user and id: another user's thread
     // of the same id is another thread, never reached here). An upload creates it, as
     // DeerFlow's does; listing and deleting need it to exist.
@@ -119,27 +145,52 @@ async fn target(state: &State, req: &HttpRequest) -> Result<Target, HttpResponse
         Err(e) => return Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
     };
     let paths = antler_engine::ThreadPaths::new(&base, &user, &thread);
+    let files = env.thread_files(&paths, &user, &thread);
     Ok(Target {
         env,
         user,
         thread,
-        base,
-        dir: UploadsDir::new(&paths),
+        files,
         config,
     })
 }
 
-/// Runs blocking file work off the gateway's thread; a failure is a 500 that names no path.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
-) -> Result<T, HttpResponse> {
-    match web::block(work).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the uploads directory cannot be written: {}", e.kind()),
-        )),
-        Err(e) => Err(error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+/// The bytes the caller keeps in the uploads of all its threads: counted on this disk,
+/// or summed over every sandbox-host replica (503 while one does not answer: the limit is
+/// never checked against part of the total).
+async fn user_usage(target: &Target) -> Result<u64, HttpResponse> {
+    match target.env.thread_files_mode() {
+        ThreadFilesMode::Local => {
+            let base = target
+                .env
+                .base_dir()
+                .await
+                .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+            let user = target.user.clone();
+            web::block(move || antler_protocol::uploads_dir::user_usage(&base, &user))
+                .await
+                .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+        }
+        ThreadFilesMode::SandboxHost => {
+            let hosts = antler_engine::HostOf {
+                hosts: target.env.hosts.as_ref(),
+                role: antler_protocol::Role::SandboxHost,
+            };
+            let counted = hosts
+                .uploads_usage(target.user.clone(), USAGE_TIMEOUT)
+                .await;
+            match counted {
+                Ok(Ok(bytes)) => Ok(bytes),
+                Ok(Err(e)) => {
+                    tracing::warn!(user = %target.user, "cannot count the user's uploads: {e}");
+                    Err(error(StatusCode::SERVICE_UNAVAILABLE, QUOTA_UNKNOWN))
+                }
+                Err(e) => {
+                    tracing::warn!(user = %target.user, "cannot count the user's uploads: {e}");
+                    Err(error(StatusCode::SERVICE_UNAVAILABLE, QUOTA_UNKNOWN))
+                }
+            }
+        }
     }
 }
 
@@ -188,18 +239,10 @@ pub(super) async fn upload(
         Ok(t) => t,
         Err(response) => return response,
     };
-    let uploads = target.dir.uploads.clone();
-    let (base, user) = (target.base.clone(), target.user.clone());
-    let user_data = target.dir.user_data.clone();
-    let prepared = blocking(move || {
-        for dir in antler_protocol::thread_dir::USER_DATA_DIRS {
-            std::fs::create_dir_all(user_data.join(dir))?;
-        }
-        files::sweep_stale(&uploads);
-        Ok(files::user_usage(&base, &user))
-    })
-    .await;
-    let used = match prepared {
+    if let Err(e) = target.uploads().prepare().await {
+        return files_failed(&e);
+    }
+    let used = match user_usage(&target).await {
         Ok(used) => used,
         Err(response) => return response,
     };
@@ -257,74 +300,62 @@ pub(super) async fn upload(
     }))
 }
 
-/// Reads every part, staging each `files` part under its claimed name: the limits are
-/// checked as the bytes arrive, and a refusal removes everything staged.
+/// Reads every part, staging each `files` part under its claimed name (in pieces of at
+/// most [`STAGE_CHUNK`]): the limits are checked as the bytes arrive, and a refusal
+/// removes everything staged.
 async fn read_files(target: &Target, mut multipart: actix_multipart::Multipart, used: u64) -> Read {
     let limits = &target.config;
+    let uploads = target.uploads();
     let mut staged: Vec<Staged> = Vec::new();
     let mut skipped = Vec::new();
     let mut seen = HashSet::new();
     let mut parts = 0u64;
     let mut total = 0u64;
-    // What a refusal staged is removed (off the gateway's thread) before it is answered.
-    let refuse = |staged: &[Staged], status: StatusCode, detail: String| {
-        let paths: Vec<PathBuf> = staged
-            .iter()
-            .map(|s| target.dir.uploads.join(&s.staging))
-            .collect();
+    // What a refusal staged is removed before it is answered.
+    let refuse = |staged: &[Staged], response: HttpResponse| {
+        let names: Vec<String> = staged.iter().map(|s| s.staging.clone()).collect();
+        let uploads = Uploads(&*target.files);
         async move {
-            let _ = web::block(move || {
-                for path in paths {
-                    let _ = std::fs::remove_file(path);
-                }
-            })
-            .await;
-            Read::Refused(error(status, detail))
+            if let Err(e) = uploads.discard(names).await {
+                tracing::warn!("a refused upload's staging files stay until swept: {e}");
+            }
+            Read::Refused(response)
         }
+    };
+    let stalled = || {
+        error(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("the body stalled for {} s", BODY_DEADLINE.as_secs()),
+        )
     };
     loop {
         let next = match tokio::time::timeout(BODY_DEADLINE, multipart.next()).await {
             Ok(next) => next,
-            Err(_) => {
-                return refuse(
-                    &staged,
-                    StatusCode::REQUEST_TIMEOUT,
-                    format!("the body stalled for {} s", BODY_DEADLINE.as_secs()),
-                )
-                .await
-            }
+            Err(_) => return refuse(&staged, stalled()).await,
         };
         let mut field = match next {
             None => break,
             Some(Ok(field)) => field,
             // A body with no part at all (only its closing boundary) has no file.
             Some(Err(_)) if parts == 0 => {
-                return refuse(&staged, StatusCode::BAD_REQUEST, NO_FILES.to_owned()).await
+                return refuse(&staged, error(StatusCode::BAD_REQUEST, NO_FILES)).await
             }
             Some(Err(e)) => {
-                return refuse(
-                    &staged,
-                    StatusCode::BAD_REQUEST,
-                    format!("the body is not valid multipart/form-data: {e}"),
-                )
-                .await
+                let detail = format!("the body is not valid multipart/form-data: {e}");
+                return refuse(&staged, error(StatusCode::BAD_REQUEST, detail)).await;
             }
         };
         if field.name() != Some("files") {
             // Another form field: read and ignored.
             if let Err(response) = drain(&mut field).await {
-                return refuse(&staged, response.0, response.1).await;
+                return refuse(&staged, error(response.0, response.1)).await;
             }
             continue;
         }
         parts += 1;
         if parts > limits.max_files {
-            return refuse(
-                &staged,
-                StatusCode::PAYLOAD_TOO_LARGE,
-                TOO_MANY_FILES.replace("{n}", &limits.max_files.to_string()),
-            )
-            .await;
+            let detail = TOO_MANY_FILES.replace("{n}", &limits.max_files.to_string());
+            return refuse(&staged, error(StatusCode::PAYLOAD_TOO_LARGE, detail)).await;
         }
         let raw = field
             .content_disposition()
@@ -334,111 +365,77 @@ async fn read_files(target: &Target, mut multipart: actix_multipart::Multipart, 
         // Unsafe names are dropped silently, as DeerFlow does.
         let Some(original) = files::normalize(&raw) else {
             if let Err(response) = drain(&mut field).await {
-                return refuse(&staged, response.0, response.1).await;
+                return refuse(&staged, error(response.0, response.1)).await;
             }
             continue;
         };
         let name = files::claim(&original, &mut seen);
-        let (dir, checked) = (target.dir.uploads.clone(), name.clone());
-        let unsafe_destination = web::block(move || files::unsafe_destination(&dir, &checked))
-            .await
-            .unwrap_or(true);
-        if files::is_staging(&name) || unsafe_destination {
+        let safe = if files::is_staging(&name) {
+            false
+        } else {
+            match uploads.destination_safe(&name).await {
+                Ok(safe) => safe,
+                Err(e) => return refuse(&staged, files_failed(&e)).await,
+            }
+        };
+        if !safe {
             skipped.push(name);
             if let Err(response) = drain(&mut field).await {
-                return refuse(&staged, response.0, response.1).await;
+                return refuse(&staged, error(response.0, response.1)).await;
             }
             continue;
         }
         let staging = files::staging_name();
-        let path = target.dir.uploads.join(&staging);
-        let opened = tokio::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&path)
-            .await;
-        let mut file = match opened {
-            Ok(file) => file,
-            Err(e) => {
-                return refuse(
-                    &staged,
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("the uploads directory cannot be written: {}", e.kind()),
-                )
-                .await
-            }
-        };
         staged.push(Staged {
-            staging,
+            staging: staging.clone(),
             name: name.clone(),
             original,
             size: 0,
         });
         let mut size = 0u64;
+        let mut written = 0u64;
+        let mut pending: Vec<u8> = Vec::new();
         loop {
             let chunk = match tokio::time::timeout(BODY_DEADLINE, field.next()).await {
-                Err(_) => {
-                    return refuse(
-                        &staged,
-                        StatusCode::REQUEST_TIMEOUT,
-                        format!("the body stalled for {} s", BODY_DEADLINE.as_secs()),
-                    )
-                    .await
-                }
-                Ok(None) => break,
+                Err(_) => return refuse(&staged, stalled()).await,
+                Ok(None) => None,
                 Ok(Some(Err(e))) => {
-                    return refuse(
-                        &staged,
-                        StatusCode::BAD_REQUEST,
-                        format!("cannot read the body: {e}"),
-                    )
-                    .await
+                    let detail = format!("cannot read the body: {e}");
+                    return refuse(&staged, error(StatusCode::BAD_REQUEST, detail)).await;
                 }
-                Ok(Some(Ok(chunk))) => chunk,
+                Ok(Some(Ok(chunk))) => Some(chunk),
             };
-            size += chunk.len() as u64;
-            total += chunk.len() as u64;
-            if size > limits.max_file_size {
-                return refuse(
-                    &staged,
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    FILE_TOO_LARGE.replace("{name}", &name),
-                )
-                .await;
+            if let Some(chunk) = &chunk {
+                size += chunk.len() as u64;
+                total += chunk.len() as u64;
+                if size > limits.max_file_size {
+                    let detail = FILE_TOO_LARGE.replace("{name}", &name);
+                    return refuse(&staged, error(StatusCode::PAYLOAD_TOO_LARGE, detail)).await;
+                }
+                if total > limits.max_total_size {
+                    let detail = TOTAL_TOO_LARGE.to_owned();
+                    return refuse(&staged, error(StatusCode::PAYLOAD_TOO_LARGE, detail)).await;
+                }
+                if used.saturating_add(total) > limits.max_user_total_size {
+                    let detail =
+                        USER_QUOTA.replace("{limit}", &limits.max_user_total_size.to_string());
+                    return refuse(&staged, error(StatusCode::PAYLOAD_TOO_LARGE, detail)).await;
+                }
+                pending.extend_from_slice(chunk);
             }
-            if total > limits.max_total_size {
-                return refuse(
-                    &staged,
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    TOTAL_TOO_LARGE.to_owned(),
-                )
-                .await;
+            // The file's first piece creates its staging file, even when it is empty.
+            let last = chunk.is_none();
+            if pending.len() >= STAGE_CHUNK || (last && (written == 0 || !pending.is_empty())) {
+                let piece = std::mem::take(&mut pending);
+                let length = piece.len() as u64;
+                if let Err(e) = uploads.write_staged(&staging, written, piece).await {
+                    return refuse(&staged, files_failed(&e)).await;
+                }
+                written += length;
             }
-            if used.saturating_add(total) > limits.max_user_total_size {
-                return refuse(
-                    &staged,
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    USER_QUOTA.replace("{limit}", &limits.max_user_total_size.to_string()),
-                )
-                .await;
+            if last {
+                break;
             }
-            if let Err(e) = file.write_all(&chunk).await {
-                return refuse(
-                    &staged,
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("the uploads directory cannot be written: {}", e.kind()),
-                )
-                .await;
-            }
-        }
-        if let Err(e) = file.flush().await {
-            return refuse(
-                &staged,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("the uploads directory cannot be written: {}", e.kind()),
-            )
-            .await;
         }
         if let Some(last) = staged.last_mut() {
             last.size = size;
@@ -476,55 +473,30 @@ async fn drain(field: &mut actix_multipart::Field) -> Result<(), (StatusCode, St
 /// Renames the staged files into place (the request was accepted): a name the user now
 /// writes is nobody's twin any more, and an upload written again loses its old twin.
 async fn commit(target: &Target, staged: Vec<Staged>) -> Result<Vec<Staged>, HttpResponse> {
-    let dir = target.dir.clone();
-    blocking(move || {
-        let mut manifest = Manifest::read(&dir.user_data);
-        let mut done: Vec<Staged> = Vec::new();
-        for file in staged {
-            let from = dir.uploads.join(&file.staging);
-            let renamed = std::fs::set_permissions(
-                &from,
-                std::os::unix::fs::PermissionsExt::from_mode(0o644),
-            )
-            .and_then(|()| std::fs::rename(&from, dir.uploads.join(&file.name)));
-            if let Err(e) = renamed {
-                let _ = std::fs::remove_file(&from);
-                for earlier in &done {
-                    let _ = std::fs::remove_file(dir.uploads.join(&earlier.name));
-                }
-                return Err(e);
-            }
-            manifest.forget(&file.name);
-            if let Some(old) = manifest.twins.remove(&file.name) {
-                if files::regular_file(&dir.uploads, &old).is_some() {
-                    let _ = std::fs::remove_file(dir.uploads.join(&old));
-                }
-            }
-            done.push(file);
-        }
-        manifest.write(&dir.user_data)?;
-        Ok(done)
-    })
-    .await
+    let files = staged
+        .iter()
+        .map(|s| StagedUpload {
+            staging: s.staging.clone(),
+            name: s.name.clone(),
+        })
+        .collect();
+    match target.uploads().commit(files).await {
+        Ok(()) => Ok(staged),
+        Err(e) => Err(files_failed(&e)),
+    }
 }
 
 /// Converts the upload `name` in the thread's sandbox and records its twin: the twin's
 /// name, or why there is none.
 async fn twin(target: &Target, name: &str, seen: &mut HashSet<String>) -> Result<String, String> {
-    let dir = target.dir.clone();
-    let taken = {
-        let dir = dir.clone();
-        web::block(move || {
-            let manifest = Manifest::read(&dir.user_data);
-            files::list(&dir.uploads)
-                .into_iter()
-                .map(|l: Listed| l.name)
-                .filter(|n| !manifest.is_twin(n))
-                .collect::<HashSet<String>>()
-        })
-        .await
-        .map_err(|e| e.to_string())?
-    };
+    let uploads = target.uploads();
+    let listing = uploads.list().await.map_err(|e| e.to_string())?;
+    let taken: HashSet<String> = listing
+        .files
+        .into_iter()
+        .map(|f| f.name)
+        .filter(|n| !listing.twins.values().any(|t| t == n))
+        .collect();
     // `{stem}.md`, claimed in the request's names; a user's file of that name is never
     // overwritten: the twin takes the next free name.
     let md = files::claim_where(
@@ -542,33 +514,20 @@ async fn twin(target: &Target, name: &str, seen: &mut HashSet<String>) -> Result
         pdf_converter: target.config.pdf_converter,
         timeout_s: target.config.conversion_timeout_s,
     };
-    let converted = conversion.run().await;
-    let source = name.to_owned();
-    let twin = md.clone();
-    let kept = web::block(move || -> Result<(), String> {
-        let staged = dir.uploads.join(&staging);
-        let outcome = match converted {
-            Err(e) => Err(e.to_string()),
-            Ok(_) => match files::regular_file(&dir.uploads, &staging) {
-                None => Err(convert::ConversionError::NoOutput.to_string()),
-                Some(meta) if meta.len() > MAX_TWIN_BYTES => Err(format!(
-                    "the Markdown is larger than {MAX_TWIN_BYTES} bytes"
-                )),
-                Some(_) => std::fs::rename(&staged, dir.uploads.join(&twin))
-                    .map_err(|e| format!("the Markdown cannot be kept: {}", e.kind())),
-            },
-        };
-        let _ = std::fs::remove_file(&staged);
-        outcome?;
-        let mut manifest = Manifest::read(&dir.user_data);
-        manifest.forget(&twin);
-        manifest.twins.insert(source, twin);
-        manifest
-            .write(&dir.user_data)
-            .map_err(|e| format!("the twin cannot be recorded: {}", e.kind()))
-    })
-    .await
-    .map_err(|e| e.to_string())?;
+    let kept = match conversion.run().await {
+        Err(e) => {
+            let _ = uploads.discard(vec![staging]).await;
+            Err(e.to_string())
+        }
+        Ok(_) => match uploads.keep_twin(name, &staging, &md, MAX_TWIN_BYTES).await {
+            Ok(()) => Ok(()),
+            Err(ThreadFileError::NotFound { .. }) => {
+                Err(convert::ConversionError::NoOutput.to_string())
+            }
+            Err(ThreadFileError::Io { message, .. }) => Err(message),
+            Err(e) => Err(format!("the Markdown cannot be kept: {e}")),
+        },
+    };
     match kept {
         Ok(()) => Ok(md),
         Err(why) => {
@@ -598,21 +557,20 @@ pub(super) async fn list(state: web::Data<State>, req: HttpRequest) -> HttpRespo
         Ok(t) => t,
         Err(response) => return response,
     };
-    let dir = t.dir.clone();
-    let listed =
-        blocking(move || Ok((files::list(&dir.uploads), Manifest::read(&dir.user_data)))).await;
-    let (listed, manifest) = match listed {
-        Ok(l) => l,
-        Err(response) => return response,
+    let listing = match t.uploads().list().await {
+        Ok(listing) => listing,
+        Err(e) => return files_failed(&e),
     };
-    let files: Vec<Value> = listed
+    let manifest = &listing;
+    let files: Vec<Value> = listing
+        .files
         .iter()
         .map(|f| {
             let mut entry = json!({
                 "filename": f.name,
                 "size": f.size,
                 "extension": files::suffix(&f.name),
-                "modified": f.modified,
+                "modified": f.modified_ns as f64 / 1e9,
                 "virtual_path": virtual_path(&f.name),
                 "artifact_url": artifact_url(&t.thread, &f.name),
             });
@@ -642,14 +600,12 @@ pub(super) async fn delete(state: web::Data<State>, req: HttpRequest) -> HttpRes
     if files::normalize(&name).as_deref() != Some(name.as_str()) || files::is_staging(&name) {
         return error(StatusCode::BAD_REQUEST, INVALID_PATH);
     }
-    let dir = t.dir.clone();
-    let deleting = name.clone();
-    match blocking(move || dir.delete(&deleting)).await {
+    match t.uploads().delete(&name).await {
         Ok(true) => HttpResponse::Ok().json(json!({
             "success": true,
             "message": format!("Deleted {name}"),
         })),
         Ok(false) => error(StatusCode::NOT_FOUND, FILE_NOT_FOUND.replace("{f}", &name)),
-        Err(response) => response,
+        Err(e) => files_failed(&e),
     }
 }

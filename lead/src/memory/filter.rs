@@ -181,9 +181,34 @@ pub struct Kept {
 /// The messages of a conversation memory reads, in order, with their identities; empty
 /// when it lacks a user turn or an answer (nothing to learn).
 pub fn for_memory(messages: &[Message]) -> Vec<Kept> {
-    let mut kept: Vec<Kept> = Vec::new();
+    read(messages.iter()).into_iter().map(|(_, k)| k).collect()
+}
+
+/// What memory reads of the messages a summary removes (`removed`), read in the
+/// conversation they were part of (`removed` then the `kept` tail: the human/AI check and
+/// the upload-only rule see the whole), and only those after `given` (the last message
+/// already given to memory) when it is among them; the flush of DeerFlow's
+/// `memory_flush_hook`.
+pub fn removed_for_memory(removed: &[Message], kept: &[Message], given: Option<&str>) -> Vec<Kept> {
+    let all = read(removed.iter().chain(kept));
+    let boundary = all
+        .iter()
+        .position(|(at, _)| *at >= removed.len())
+        .unwrap_or(all.len());
+    let start = given
+        .and_then(|g| all.iter().position(|(_, k)| k.identity == g))
+        .map_or(0, |at| at + 1);
+    all[start.min(boundary)..boundary]
+        .iter()
+        .map(|(_, k)| k.clone())
+        .collect()
+}
+
+/// [`for_memory`] with each kept message's index in `messages`.
+fn read<'a>(messages: impl Iterator<Item = &'a Message>) -> Vec<(usize, Kept)> {
+    let mut kept: Vec<(usize, Kept)> = Vec::new();
     let mut skip_next_ai = false;
-    for message in messages {
+    for (at, message) in messages.enumerate() {
         match message {
             Message::Human {
                 content,
@@ -204,7 +229,7 @@ pub fn for_memory(messages: &[Message]) -> Vec<Kept> {
                     continue;
                 }
                 skip_next_ai = false;
-                kept.push(keep("human", text));
+                kept.push((at, keep("human", text)));
             }
             Message::Ai {
                 content,
@@ -214,12 +239,12 @@ pub fn for_memory(messages: &[Message]) -> Vec<Kept> {
                 if std::mem::take(&mut skip_next_ai) || content.trim().is_empty() {
                     continue;
                 }
-                kept.push(keep("ai", content.trim()));
+                kept.push((at, keep("ai", content.trim())));
             }
             _ => {}
         }
     }
-    let has = |role: &str| kept.iter().any(|k| k.message.role == role);
+    let has = |role: &str| kept.iter().any(|(_, k)| k.message.role == role);
     if !has("human") || !has("ai") {
         return Vec::new();
     }
@@ -370,6 +395,46 @@ mod tests {
         );
         assert_eq!(after_watermark(&all, Some("gone")).len(), 4);
         assert_eq!(after_watermark(&all, None).len(), 4);
+    }
+
+    #[test]
+    fn a_summary_flushes_what_it_removes_after_what_memory_was_given() {
+        let removed = [
+            human("I like tea"),
+            ai("Tea it is.", 0),
+            human("I moved to Lyon"),
+            ai("", 1),
+            Message::tool("c0", "ls", "x", antler_engine::ToolStatus::Success),
+        ];
+        let kept = [
+            ai("Bonjour.", 0),
+            human("thanks, and Paris?"),
+            ai("Also nice.", 0),
+        ];
+        // Nothing given yet: every removed message memory reads, none of the kept tail.
+        assert_eq!(
+            texts(&removed_for_memory(&removed, &kept, None)),
+            [
+                "human: I like tea",
+                "ai: Tea it is.",
+                "human: I moved to Lyon"
+            ]
+        );
+        // The first exchange was given at the last run's end: only what follows it.
+        let given = for_memory(&removed[..2]).last().unwrap().identity.clone();
+        assert_eq!(
+            texts(&removed_for_memory(&removed, &kept, Some(&given))),
+            ["human: I moved to Lyon"]
+        );
+        // Given up to a kept message (an earlier flush): nothing removed is new.
+        let later = for_memory(&kept).first().unwrap().identity.clone();
+        assert!(removed_for_memory(&removed, &kept, Some(&later)).is_empty());
+        // A removed part without an answer is read with the tail that answers it.
+        assert_eq!(
+            texts(&removed_for_memory(&removed[2..], &kept, None)),
+            ["human: I moved to Lyon"]
+        );
+        assert!(removed_for_memory(&removed[2..], &[], None).is_empty());
     }
 
     #[test]

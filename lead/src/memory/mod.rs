@@ -4,10 +4,13 @@
 //! (`filter`) for its user and agent; the [`worker::MemoryWorker`] of a long-lived lead asks
 //! the memory model once a user has been quiet for `debounce_seconds`, or at the latest
 //! `max_delay_seconds` after the first pending update (`worker`), and applies what passes
-//! the write gate (`update`). Every run reads the memory current at its start (`inject`).
+//! the write gate (`update`). Messages a summary removes mid-run are queued as it removes
+//! them (`flush`), appended to the thread's pending update like a run's.
+//! Every run reads the memory current at its start (`inject`).
 //! A failed update is logged and tried again later; it never fails a run.
 
 pub mod filter;
+pub mod flush;
 pub mod inject;
 pub mod time;
 pub mod update;
@@ -138,8 +141,8 @@ pub async fn run_ended(env: Arc<RunEnv>, record: RunRecord) {
                 return Ok(None);
             };
             let kept = filter::for_memory(&state.messages);
-            let watermark = store.memory_watermark(&key)?;
-            let fresh = filter::after_watermark(&kept, watermark.as_deref());
+            let given = store.memory_given(&key)?;
+            let fresh = filter::after_watermark(&kept, given.as_deref());
             let Some(last) = fresh.last() else {
                 return Ok(None);
             };

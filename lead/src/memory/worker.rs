@@ -193,9 +193,10 @@ async fn process(
                 "memory updated"
             );
             let (k, at, identity) = (key.clone(), item.enqueued_ms, item.last_identity.clone());
+            let learned = item.messages.len();
             if let Err(e) = env
                 .store
-                .call(move |store| store.memory_update_done(&k, at, &identity))
+                .call(move |store| store.memory_update_done(&k, at, &identity, learned))
                 .await
             {
                 tracing::warn!("cannot mark the memory update done: {e}");

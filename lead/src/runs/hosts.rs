@@ -113,19 +113,27 @@ pub fn pinned_by<'a, T>(
     placement::rendezvous(key, replicas.iter().map(&address)).map(|i| &replicas[i])
 }
 
-/// A request that goes to every replica, a lease renewal (a run's leases may sit on any
-/// of them), renewed on each with the typed call; the answers become one ([`combine`]).
-async fn renew_everywhere(
+/// A request that goes to every replica: a lease renewal (a run's leases may sit on any
+/// of them), renewed on each with the typed call, the answers made one ([`combine`]); or
+/// a user's upload total (its threads hash to several replicas), the sum of every
+/// replica's share, unknown (an error) while one of them does not answer.
+async fn every(
     role: Role,
     replicas: &[Replica],
     request: Request,
     timeout: Duration,
 ) -> Result<Reply, HostError> {
-    let Request::Sandbox(SandboxRequest::RenewLease { owner }) = request else {
-        return Err(HostError::failed(format!(
-            "{} goes to one replica, not to every one",
-            request_kind(&request)
-        )));
+    let owner = match request {
+        Request::Sandbox(SandboxRequest::RenewLease { owner }) => owner,
+        Request::Sandbox(SandboxRequest::UploadsUsage { user_id }) => {
+            return uploads_usage(role, replicas, user_id, timeout).await
+        }
+        other => {
+            return Err(HostError::failed(format!(
+                "{} goes to one replica, not to every one",
+                request_kind(&other)
+            )))
+        }
     };
     let renewals = replicas.iter().map(|(_, link)| {
         let owner = owner.clone();
@@ -133,6 +141,27 @@ async fn renew_everywhere(
     });
     let renewed = combine(futures::future::join_all(renewals).await)?;
     Ok(Reply::Sandbox(SandboxReply::Renewed(renewed)))
+}
+
+/// The sum of every replica's share of `user_id`'s uploads.
+async fn uploads_usage(
+    role: Role,
+    replicas: &[Replica],
+    user_id: String,
+    timeout: Duration,
+) -> Result<Reply, HostError> {
+    let shares = replicas.iter().map(|(_, link)| {
+        let user_id = user_id.clone();
+        async move { LinkTo { role, link }.uploads_usage(user_id, timeout).await }
+    });
+    let mut total = 0u64;
+    for share in futures::future::join_all(shares).await {
+        match share? {
+            Ok(bytes) => total = total.saturating_add(bytes),
+            Err(e) => return Ok(Reply::Sandbox(SandboxReply::UploadsUsage(Err(e)))),
+        }
+    }
+    Ok(Reply::Sandbox(SandboxReply::UploadsUsage(Ok(total))))
 }
 
 /// The renewals of every replica as one: they add up when every replica answered;
@@ -172,7 +201,7 @@ impl ToolHosts for LinkHosts {
                     };
                     call_link(role, link, request, timeout).await
                 }
-                Route::Every => renew_everywhere(role, &replicas, request, timeout).await,
+                Route::Every => every(role, &replicas, request, timeout).await,
                 Route::Spread => {
                     let start = self.turn.fetch_add(1, Ordering::Relaxed);
                     let n = replicas.len();

@@ -460,7 +460,8 @@ impl RunEnv {
             &app,
             &label,
         )?;
-        self.add_memory(&app, &context, &mut settings).await?;
+        self.add_memory(&app, &context, &label, &mut settings)
+            .await?;
         let skills = settings.skills.clone();
         let delegator = self.delegator(
             &app,
@@ -583,7 +584,8 @@ impl RunEnv {
             &app,
             &label,
         )?;
-        self.add_memory(&app, &context, &mut settings).await?;
+        self.add_memory(&app, &context, &label, &mut settings)
+            .await?;
         let skills = settings.skills.clone();
         let delegator = self.delegator(&app, false, request, &model, &context, &settings, &profile);
         let cancel = Arc::new(CancelFlag::default());
@@ -756,14 +758,27 @@ impl RunEnv {
     }
 
     /// The run's user's memory after its system prompt (spec C.6, prompts A.7), read now,
-    /// so a new run of any thread sees what earlier runs taught; `memory:` refused is the
-    /// run's config error.
+    /// so a new run of any thread sees what earlier runs taught, and the flush of what its
+    /// summaries remove into the memory queue (a scripted run, `label`, is not remembered);
+    /// `memory:` refused is the run's config error.
     async fn add_memory(
-        &self,
+        self: &Arc<Self>,
         app: &AppConfig,
         context: &RunContext,
+        label: &str,
         settings: &mut RunSettings,
     ) -> Result<(), PrepareError> {
+        let memory = crate::memory::config(app)?;
+        let scripted =
+            label.starts_with(SCRIPTED_PREFIX) || label.starts_with(SCRIPTED_INLINE_PREFIX);
+        if !memory.is_off() && !scripted {
+            let key = crate::runs::store::memory::QueueKey {
+                user: context.user_id.clone(),
+                agent: crate::memory::agent_key(context.agent.agent_name.as_deref()),
+                thread: context.thread_id.clone(),
+            };
+            settings.before_summarization = Some(crate::memory::flush::hook(Arc::clone(self), key));
+        }
         let Some(prompt) = settings.system_prompt.clone() else {
             return crate::memory::config(app).map(|_| ());
         };

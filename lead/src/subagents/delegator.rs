@@ -184,6 +184,9 @@ impl LeadDelegator {
             )
             .ok()
             .filter(|s| s.enabled),
+            // The task's loop detection and output budget are the lead's (spec C.7, C.8).
+            loop_detection: self.app.loop_detection(),
+            tool_output: self.app.tool_output(),
         })
     }
 

@@ -161,6 +161,25 @@ pub trait SandboxCalls: Requester {
         )
     }
 
+    /// [`SandboxRequest::UploadsUsage`]: the bytes `user_id` keeps in its threads'
+    /// uploads on the replica asked (on every replica, through a router that sends it to
+    /// each).
+    fn uploads_usage(
+        &self,
+        user_id: String,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Result<u64, ThreadFileError>, Self::Error>> + Send {
+        ask(
+            self,
+            Request::Sandbox(SandboxRequest::UploadsUsage { user_id }),
+            timeout,
+            |reply| match reply {
+                Reply::Sandbox(SandboxReply::UploadsUsage(usage)) => Ok(usage),
+                other => Err(reply_kind(&other)),
+            },
+        )
+    }
+
     /// [`SandboxRequest::InvokeAcp`]: each activity of the agent (ACP's `session/update`)
     /// goes to `activity` as it happens; the outcome is the final reply,
     /// or why no sandbox could be had for it.

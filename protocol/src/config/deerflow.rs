@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::app::AppConfig;
@@ -54,7 +54,7 @@ const OWN_STORE: &str = "Antler keeps runs, their checkpoints and events, thread
 pub const DEFAULT_MAX_RECURSION_LIMIT: u64 = 1000;
 
 /// `loop_detection:` (spec C.7).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct LoopDetectionConfig {
     pub enabled: bool,
@@ -70,7 +70,7 @@ pub struct LoopDetectionConfig {
 }
 
 /// One tool's layer-2 thresholds.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolFreqOverride {
     pub warn: usize,
     pub hard_limit: usize,
@@ -103,7 +103,7 @@ const LOOP_DETECTION_KEYS: &[&str] = &[
 ];
 
 /// `tool_output:` (spec C.8): ToolOutputBudget's limits.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ToolOutputConfig {
     pub enabled: bool,
@@ -138,6 +138,99 @@ impl Default for ToolOutputConfig {
             storage_subdir: TOOL_RESULTS_SUBDIR.to_owned(),
             exempt_tools: vec!["read_file".to_owned(), "read_file_tool".to_owned()],
             tool_overrides: BTreeMap::new(),
+        }
+    }
+}
+
+/// A count as it travels (and back, saturating on a narrower `usize`).
+fn wide(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+fn narrow(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+impl From<&LoopDetectionConfig> for crate::messages::WireLoopDetection {
+    fn from(c: &LoopDetectionConfig) -> Self {
+        crate::messages::WireLoopDetection {
+            enabled: c.enabled,
+            warn_threshold: wide(c.warn_threshold),
+            hard_limit: wide(c.hard_limit),
+            window_size: wide(c.window_size),
+            tool_freq_warn: wide(c.tool_freq_warn),
+            tool_freq_hard_limit: wide(c.tool_freq_hard_limit),
+            tool_freq_overrides: c
+                .tool_freq_overrides
+                .iter()
+                .map(|(tool, o)| (tool.clone(), wide(o.warn), wide(o.hard_limit)))
+                .collect(),
+        }
+    }
+}
+
+impl From<crate::messages::WireLoopDetection> for LoopDetectionConfig {
+    fn from(w: crate::messages::WireLoopDetection) -> Self {
+        LoopDetectionConfig {
+            enabled: w.enabled,
+            warn_threshold: narrow(w.warn_threshold),
+            hard_limit: narrow(w.hard_limit),
+            window_size: narrow(w.window_size),
+            tool_freq_warn: narrow(w.tool_freq_warn),
+            tool_freq_hard_limit: narrow(w.tool_freq_hard_limit),
+            tool_freq_overrides: w
+                .tool_freq_overrides
+                .into_iter()
+                .map(|(tool, warn, hard_limit)| {
+                    let limits = ToolFreqOverride {
+                        warn: narrow(warn),
+                        hard_limit: narrow(hard_limit),
+                    };
+                    (tool, limits)
+                })
+                .collect(),
+            ..LoopDetectionConfig::default()
+        }
+    }
+}
+
+impl From<&ToolOutputConfig> for crate::messages::WireToolOutput {
+    fn from(c: &ToolOutputConfig) -> Self {
+        crate::messages::WireToolOutput {
+            enabled: c.enabled,
+            externalize_min_chars: wide(c.externalize_min_chars),
+            preview_head_chars: wide(c.preview_head_chars),
+            preview_tail_chars: wide(c.preview_tail_chars),
+            fallback_max_chars: wide(c.fallback_max_chars),
+            fallback_head_chars: wide(c.fallback_head_chars),
+            fallback_tail_chars: wide(c.fallback_tail_chars),
+            exempt_tools: c.exempt_tools.clone(),
+            tool_overrides: c
+                .tool_overrides
+                .iter()
+                .map(|(tool, n)| (tool.clone(), wide(*n)))
+                .collect(),
+        }
+    }
+}
+
+impl From<crate::messages::WireToolOutput> for ToolOutputConfig {
+    fn from(w: crate::messages::WireToolOutput) -> Self {
+        ToolOutputConfig {
+            enabled: w.enabled,
+            externalize_min_chars: narrow(w.externalize_min_chars),
+            preview_head_chars: narrow(w.preview_head_chars),
+            preview_tail_chars: narrow(w.preview_tail_chars),
+            fallback_max_chars: narrow(w.fallback_max_chars),
+            fallback_head_chars: narrow(w.fallback_head_chars),
+            fallback_tail_chars: narrow(w.fallback_tail_chars),
+            exempt_tools: w.exempt_tools,
+            tool_overrides: w
+                .tool_overrides
+                .into_iter()
+                .map(|(tool, n)| (tool, narrow(n)))
+                .collect(),
+            ..ToolOutputConfig::default()
         }
     }
 }

@@ -22,13 +22,14 @@ pub use mcp::{
 pub use sandbox::{
     AcpInvocation, AcpMcpServer, AcpOutcome, AcpTransport, AcquireSource, Acquired, FileContent,
     FileRead, LeaseOwner, ListedFile, PoolStatus, Principal, SandboxError, SandboxReply,
-    SandboxRequest, SandboxStatus, ThreadFileError, ThreadFileOp, ThreadFileReply, ToolCall,
-    ToolResult, VolumeStatus, MAX_NAME_PROBES, SANDBOX_TOOLS,
+    SandboxRequest, SandboxStatus, StagedUpload, ThreadFileError, ThreadFileOp, ThreadFileReply,
+    ToolCall, ToolResult, UploadListing, UploadOp, VolumeStatus, MAX_NAME_PROBES, SANDBOX_TOOLS,
 };
 pub use task::{
     ModelEntry, RoutingMode, TaskEvent, TaskResult, TaskSpec, TaskStatus, TaskStopReason,
     ThreadFilesMode, TokenBudget, TokenUsage, ToolRouting, WebToolEntry, WireCatalog,
-    WireContextSize, WireModel, WireSource, WireSummarization, WireTool,
+    WireContextSize, WireLoopDetection, WireModel, WireSource, WireSummarization, WireTool,
+    WireToolOutput,
 };
 pub use worker::{TaskAssignment, WorkerReply, WorkerRequest};
 

@@ -108,6 +108,10 @@ pub enum SandboxRequest {
     /// (the agent's tool calls and plan) as they happen, then [`SandboxReply::AcpEnded`].
     /// Dropping the stream cancels the prompt (`session/cancel`) and stops the agent.
     InvokeAcp(AcpInvocation),
+    /// The bytes `user_id` keeps in the uploads of its threads on this replica (the
+    /// per-user total of `uploads.max_user_total_size`): sent to every replica, since a
+    /// user's threads hash to several; answers [`SandboxReply::UploadsUsage`].
+    UploadsUsage { user_id: String },
 }
 
 /// One `invoke_acp_agent` call.
@@ -234,6 +238,71 @@ pub enum ThreadFileOp {
     SnapshotOutputs,
     /// The regular files (not links) directly in the directory `path`.
     ListFiles { path: String },
+    /// One step of the uploads routes on the thread's `uploads` directory.
+    Uploads(UploadOp),
+    /// Removes the thread's directories, all of them (the thread was deleted); a thread
+    /// without any is removed already.
+    RemoveThread,
+}
+
+/// One step of the uploads routes (spec B.1) on a thread's `uploads` directory, run where
+/// the directory is (the lead's disk, or the sandbox-host replica that owns the thread).
+/// Every name is one plain file name; staging names are `.upload-*.part`. The twins'
+/// manifest (`user-data/.uploads-manifest.json`) says which `.md` a conversion wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UploadOp {
+    /// Creates the thread's directories and removes staging files a dead request left
+    /// (older than an hour). Answers `Done`.
+    Prepare,
+    /// Whether the upload `name` may be written: nothing there, or a regular file with one
+    /// link. Answers [`ThreadFileReply::Checked`].
+    CheckDestination { name: String },
+    /// Writes `content` at `offset` of the staging file `staging`, which offset 0 creates
+    /// (never over an existing file) and any other offset extends at its end. Answers
+    /// `Done`.
+    WriteStaged {
+        staging: String,
+        offset: u64,
+        #[serde(with = "super::bytes")]
+        content: Vec<u8>,
+    },
+    /// Removes these staging files (a refused request). Answers `Done`.
+    Discard { staging: Vec<String> },
+    /// Renames each staging file to its name (the request was accepted), all or none: a
+    /// name the user writes is nobody's twin any more, and an upload written again loses
+    /// its old twin. Answers `Done`.
+    Commit { files: Vec<StagedUpload> },
+    /// Keeps the staging file `staging` (a conversion's output, at most `max_bytes`) as
+    /// `source`'s twin `twin` and records it; the staging file goes either way. Answers
+    /// `Done`.
+    KeepTwin {
+        source: String,
+        staging: String,
+        twin: String,
+        max_bytes: u64,
+    },
+    /// Deletes the upload `name` and its recorded twin (never a file that is not its
+    /// twin). Answers [`ThreadFileReply::Deleted`].
+    Delete { name: String },
+    /// The uploads by name (regular files, staging files left out) and the twins.
+    /// Answers [`ThreadFileReply::Uploads`].
+    List,
+}
+
+/// One staged file of an upload request and the name it takes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagedUpload {
+    pub staging: String,
+    pub name: String,
+}
+
+/// [`UploadOp::List`]'s answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadListing {
+    /// By name.
+    pub files: Vec<ListedFile>,
+    /// Upload name -> its twin's name.
+    pub twins: std::collections::BTreeMap<String, String>,
 }
 
 /// How many suffixed names [`ThreadFileOp::WriteOutput`] tries before it gives up.
@@ -253,6 +322,12 @@ pub enum ThreadFileReply {
     Files(Vec<ListedFile>),
     /// `WriteOutput`: the virtual path written (`/mnt/user-data/outputs/shot-1.png`).
     Written(String),
+    /// `UploadOp::CheckDestination`: whether the name may be written.
+    Checked(bool),
+    /// `UploadOp::Delete`: whether there was such an upload.
+    Deleted(bool),
+    /// `UploadOp::List`.
+    Uploads(UploadListing),
 }
 
 /// A [`ThreadFileOp::Read`]'s answer.
@@ -326,6 +401,8 @@ pub enum SandboxReply {
     ToolResult(Result<ToolResult, SandboxError>),
     Status(PoolStatus),
     ThreadFiles(Result<ThreadFileReply, ThreadFileError>),
+    /// [`SandboxRequest::UploadsUsage`]: the user's upload bytes on this replica.
+    UploadsUsage(Result<u64, ThreadFileError>),
     /// A stream item of [`SandboxRequest::InvokeAcp`]: one `session/update` of the agent
     /// that is not message text (a tool call, its update, a plan), as the agent sent it
     /// (ACP's `SessionUpdate`, passed on unchanged).

@@ -47,6 +47,40 @@ pub struct TaskSpec {
     pub mcp_host: Option<String>,
     /// `summarization:` when it is on (the worker reads the window from the model).
     pub summarization: Option<WireSummarization>,
+    /// The lead's `loop_detection:` (spec C.7): the task's loop is stopped at the same
+    /// thresholds as the lead's.
+    pub loop_detection: WireLoopDetection,
+    /// The lead's `tool_output:` (spec C.8): the task's large results are budgeted alike.
+    pub tool_output: WireToolOutput,
+}
+
+/// A task's `loop_detection:` (spec C.7; `max_tracked_threads` stays behind: a task keeps
+/// no tracker to evict).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireLoopDetection {
+    pub enabled: bool,
+    pub warn_threshold: u64,
+    pub hard_limit: u64,
+    pub window_size: u64,
+    pub tool_freq_warn: u64,
+    pub tool_freq_hard_limit: u64,
+    /// Tool name -> (warn, hard_limit).
+    pub tool_freq_overrides: Vec<(String, u64, u64)>,
+}
+
+/// A task's `tool_output:` (spec C.8).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireToolOutput {
+    pub enabled: bool,
+    pub externalize_min_chars: u64,
+    pub preview_head_chars: u64,
+    pub preview_tail_chars: u64,
+    pub fallback_max_chars: u64,
+    pub fallback_head_chars: u64,
+    pub fallback_tail_chars: u64,
+    pub exempt_tools: Vec<String>,
+    /// Tool name -> its `externalize_min_chars`.
+    pub tool_overrides: Vec<(String, u64)>,
 }
 
 /// A task's `summarization:` (spec C.1), its summary model left out: a subagent

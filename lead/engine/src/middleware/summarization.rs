@@ -228,9 +228,11 @@ pub struct Compaction {
     pub update: StateUpdate,
 }
 
-/// What hears the messages a summary is about to remove, once the summary exists
-/// (DeerFlow's `before_summarization` hooks: its memory queues them for extraction).
-pub type BeforeSummarization = Arc<dyn Fn(&[Message]) + Send + Sync>;
+/// What hears the messages a summary is about to remove, once the summary exists, with
+/// the messages it keeps (DeerFlow's `before_summarization` hooks and their
+/// `SummarizationEvent`: its memory queues the removed ones for extraction). Called on
+/// the run's thread: it must not block.
+pub type BeforeSummarization = Arc<dyn Fn(&[Message], &[Message]) + Send + Sync>;
 
 /// The model's input window from its `models:` entry: `max_input_tokens`, else
 /// `context_window` (DeerFlow reads only the profile's `max_input_tokens`).

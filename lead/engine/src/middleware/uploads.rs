@@ -21,7 +21,7 @@ pub const VIRTUAL_UPLOADS: &str = "/mnt/user-data/uploads";
 /// directories the sandbox mounts: sandboxed code can neither read nor forge it.
 pub const UPLOADS_MANIFEST: &str = "/mnt/user-data/.uploads-manifest.json";
 /// [`UPLOADS_MANIFEST`]'s file name in the thread's `user-data` directory.
-pub const UPLOADS_MANIFEST_FILE: &str = ".uploads-manifest.json";
+pub const UPLOADS_MANIFEST_FILE: &str = antler_protocol::uploads_dir::MANIFEST_FILE;
 /// The most files the block lists (`_MAX_FILES_PER_CONTEXT_SECTION`).
 pub const MAX_FILES_IN_BLOCK: usize = 10;
 /// The most outline entries of one file (`MAX_OUTLINE_ENTRIES`).

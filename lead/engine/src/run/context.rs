@@ -168,7 +168,8 @@ impl RunLoop {
         match s.compact_at(self.model.as_ref(), &self.state, cutoff).await {
             Ok(Some(compaction)) => {
                 if let Some(hook) = &self.settings.before_summarization {
-                    hook(&compaction.summarized);
+                    let kept = compaction.update.replace_messages.as_deref();
+                    hook(&compaction.summarized, kept.unwrap_or_default());
                 }
                 self.emit(RunEvent::ContextSummarized {
                     removed: compaction.removed,

@@ -146,6 +146,12 @@ async fn start_task(
         is_subagent: true,
         web: spec.web_tools.tools().map(Arc::new),
         summarization: task_summarization(spec),
+        loop_detection: crate::middleware::loop_detection::LoopDetection::from_config(
+            &spec.loop_detection,
+        ),
+        output_budget: crate::middleware::output_budget::OutputBudget::from_config(
+            &spec.tool_output,
+        ),
         ..RunSettings::default()
     };
     RunLoop::builder(context, model, catalog, hosts)

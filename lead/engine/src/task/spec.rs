@@ -59,6 +59,12 @@ pub struct TaskSpec {
     /// model's window.
     #[serde(default)]
     pub summarization: Option<antler_protocol::config::SummarizationConfig>,
+    /// The lead's `loop_detection:`: the task's loop stops at the lead's thresholds.
+    #[serde(default)]
+    pub loop_detection: antler_protocol::config::LoopDetectionConfig,
+    /// The lead's `tool_output:`: the task's large results are budgeted as the lead's.
+    #[serde(default)]
+    pub tool_output: antler_protocol::config::ToolOutputConfig,
 }
 
 /// A catalog's tools and deferral setting, and the hash it must have.

@@ -51,6 +51,8 @@ impl TaskSpec {
             sandbox_host: self.sandbox_host.clone(),
             mcp_host: self.mcp_host.clone(),
             summarization: self.summarization.as_ref().map(Into::into),
+            loop_detection: (&self.loop_detection).into(),
+            tool_output: (&self.tool_output).into(),
         })
     }
 
@@ -77,6 +79,8 @@ impl TaskSpec {
             sandbox_host: spec.sandbox_host,
             mcp_host: spec.mcp_host,
             summarization: spec.summarization.map(Into::into),
+            loop_detection: spec.loop_detection.into(),
+            tool_output: spec.tool_output.into(),
         })
     }
 }
@@ -647,7 +651,37 @@ mod tests {
             sandbox_host: Some("10.0.0.1:7000".into()),
             mcp_host: None,
             summarization: None,
+            loop_detection: serde_json::from_value(serde_json::json!({
+                "enabled": true, "warn_threshold": 2, "hard_limit": 3, "window_size": 9,
+                "tool_freq_warn": 7, "tool_freq_hard_limit": 11,
+                "tool_freq_overrides": {"bash": {"warn": 4, "hard_limit": 6}}
+            }))
+            .unwrap(),
+            tool_output: serde_json::from_value(serde_json::json!({
+                "enabled": true, "externalize_min_chars": 500, "preview_head_chars": 40,
+                "preview_tail_chars": 20, "fallback_max_chars": 900, "fallback_head_chars": 300,
+                "fallback_tail_chars": 100, "exempt_tools": ["ls"],
+                "tool_overrides": {"bash": 700}
+            }))
+            .unwrap(),
         }
+    }
+
+    #[test]
+    fn the_leads_loop_detection_and_tool_output_reach_the_worker() {
+        let spec = spec();
+        let wire = spec.to_wire().unwrap();
+        let decoded: wire::TaskSpec = codec::decode(&codec::encode(&wire).unwrap()).unwrap();
+        let back = TaskSpec::from_wire(decoded).unwrap();
+        assert_eq!(back.loop_detection, spec.loop_detection);
+        assert_eq!(back.loop_detection.hard_limit, 3);
+        assert_eq!(
+            back.loop_detection.tool_freq_overrides["bash"].hard_limit,
+            6
+        );
+        assert_eq!(back.tool_output, spec.tool_output);
+        assert_eq!(back.tool_output.tool_overrides["bash"], 700);
+        assert_eq!(back.tool_output.exempt_tools, ["ls"]);
     }
 
     #[test]

@@ -188,7 +188,7 @@ async fn two_hundred_turns_stay_within_the_window_with_every_call_answered() {
     let heard = Arc::new(Mutex::new(0usize));
     let hook = Arc::clone(&heard);
     let settings = RunSettings {
-        before_summarization: Some(Arc::new(move |removed: &[Message]| {
+        before_summarization: Some(Arc::new(move |removed: &[Message], _kept: &[Message]| {
             *hook.lock().unwrap() += removed.len();
         })),
         ..settings(&model)

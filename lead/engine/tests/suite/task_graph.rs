@@ -179,6 +179,8 @@ fn spec(dir: &tempfile::TempDir, turns: Vec<ScriptedTurn>) -> TaskSpec {
         sandbox_host: None,
         mcp_host: None,
         summarization: None,
+        loop_detection: Default::default(),
+        tool_output: Default::default(),
     }
 }
 
@@ -528,6 +530,46 @@ async fn a_loop_capped_task_completes_with_the_forced_stop() {
         m,
         Message::Human { content, .. } if content.starts_with("[LOOP DETECTED]")
     )));
+}
+
+/// The lead's `loop_detection:` and `tool_output:` travel in the spec and the task runs
+/// with them: a hard limit of 2 stops the second identical call (the default is 5), and
+/// a 20-character threshold spills the first result to a file.
+#[tokio::test]
+async fn a_task_runs_with_the_leads_loop_detection_and_tool_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut turns: Vec<ScriptedTurn> = (0..3)
+        .map(|_| turn("Searching again.", vec![search("select:srv_echo")]))
+        .collect();
+    turns.push(turn("never played", Vec::new()));
+    let mut task = spec(&dir, turns);
+    task.loop_detection.warn_threshold = 1;
+    task.loop_detection.hard_limit = 2;
+    task.tool_output.externalize_min_chars = 20;
+    antler_engine::ThreadPaths::new(dir.path(), "alice", "thread-1")
+        .create()
+        .unwrap();
+
+    let seen = observe(&task).await;
+
+    let text = "Searching again.\n\n[FORCED STOP] Repeated tool calls exceeded the safety limit. Producing final answer with results collected so far.";
+    assert_eq!(seen.result().result.as_deref(), Some(text));
+    assert_eq!(seen.result().stop_reason, Some(TaskStopReason::LoopCapped));
+    let indices: Vec<usize> = seen.running().iter().map(|r| r.0).collect();
+    assert_eq!(indices, [1, 2]);
+    let spilled = seen
+        .messages()
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .expect("the first search's result");
+    assert!(
+        spilled
+            .starts_with("[Full tool_search output saved to /mnt/user-data/outputs/.tool-results/"),
+        "{spilled}"
+    );
 }
 
 #[tokio::test]

@@ -110,6 +110,8 @@ async fn a_task_whose_primary_model_is_down_is_answered_by_its_fallback() {
         sandbox_host: None,
         mcp_host: None,
         summarization: None,
+        loop_detection: Default::default(),
+        tool_output: Default::default(),
     };
     // As the worker receives it.
     let sent = codec::encode(&spec.to_wire().unwrap()).unwrap();

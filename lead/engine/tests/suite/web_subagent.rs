@@ -101,6 +101,8 @@ async fn a_subagent_task_runs_web_search_on_its_worker() {
         sandbox_host: None,
         mcp_host: None,
         summarization: None,
+        loop_detection: Default::default(),
+        tool_output: Default::default(),
     };
     let run = drive_task(
         &spec,

@@ -1,9 +1,10 @@
 //! A deleted thread's files: its `users/{uid}/threads/{tid}` directory on sandbox-host's
-//! base directory, removed off the actor (the lead shares that disk unless the cluster
-//! reaches thread files through sandbox-host, where they are left and logged).
+//! base directory, removed off the actor: on this disk when the lead shares it, else by
+//! the sandbox-host replica that owns the thread (`ThreadFileOp::RemoveThread`).
 
 use actix::prelude::*;
 use antler_engine::{ThreadFilesMode, ThreadPaths};
+use antler_protocol::messages::ThreadFileOp;
 
 use super::RunManager;
 use crate::runs::prepare::PrepareError;
@@ -24,12 +25,18 @@ impl Handler<RemoveThreadFiles> for RunManager {
         Box::pin(async move {
             crate::runs::prepare::check_id("user", &msg.user)?;
             crate::runs::prepare::check_id("thread", &msg.thread)?;
-            if !matches!(env.thread_files_mode(), ThreadFilesMode::Local) {
-                tracing::warn!(thread = %msg.thread, "the thread's files are on sandbox-host's volume: left in place");
-                return Ok(());
-            }
             let base = env.base_dir().await?;
             let paths = ThreadPaths::new(&base, &msg.user, &msg.thread);
+            if !matches!(env.thread_files_mode(), ThreadFilesMode::Local) {
+                let files = env.thread_files(&paths, &msg.user, &msg.thread);
+                return files
+                    .op(ThreadFileOp::RemoveThread)
+                    .await
+                    .map(drop)
+                    .map_err(|e| {
+                        PrepareError::Config(format!("cannot remove the thread's files: {e}"))
+                    });
+            }
             let Some(dir) = paths.user_data().parent().map(std::path::Path::to_path_buf) else {
                 return Ok(());
             };

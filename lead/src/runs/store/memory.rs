@@ -3,7 +3,9 @@
 //! facts per agent (`__default__` for the lead without a custom agent), one revision per
 //! user that every write bumps (a write against an older revision is refused, so a
 //! concurrent edit is never lost), the pending updates (one per user, agent and thread,
-//! surviving a restart) and the watermark of what each thread already gave.
+//! surviving a restart; a thread's later messages are appended to its pending update,
+//! never put in its place, so what a summary flushed stays until it is learned) and the
+//! watermark of what each thread already gave.
 
 use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
@@ -187,7 +189,8 @@ pub struct QueueItem {
     pub last_identity: String,
     /// A signal (correction, preference, ...) was seen: admitted beyond the depth cap.
     pub signal: bool,
-    /// When the first of the updates it replaced was queued (the max delay counts from it).
+    /// When the first of the messages appended to it was queued (the max delay counts
+    /// from it).
     pub first_ms: i64,
     /// When it was last queued (the debounce counts from it).
     pub enqueued_ms: i64,
@@ -356,9 +359,11 @@ impl CheckpointStore {
         Ok(())
     }
 
-    /// Queues (or replaces) the pending update of `item.key`, keeping the first queue time
-    /// of the one it replaces; refused when `max_depth` (0: no cap) pending updates of other
-    /// keys are waiting and it carries no signal.
+    /// Queues `item`'s messages for `item.key`: appended to its pending update when there
+    /// is one (keeping that one's first queue time, its messages before these; the debounce
+    /// counts from now), else a new one; refused when `max_depth` (0: no cap) pending
+    /// updates of other keys are waiting and it carries no signal. The caller gives only
+    /// messages after [`CheckpointStore::memory_given`].
     pub fn enqueue_memory(
         &self,
         item: &QueueItem,
@@ -367,14 +372,20 @@ impl CheckpointStore {
         let mut db = self.db();
         let tx = db.transaction()?;
         let k = &item.key;
-        let pending: Option<i64> = tx
+        let pending: Option<(i64, String)> = tx
             .query_row(
-                "SELECT first_ms FROM memory_queue
+                "SELECT first_ms, messages FROM memory_queue
                  WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3",
                 params![k.user, k.agent, k.thread],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .optional()?;
+        let mut messages: Vec<MemoryMessage> = match &pending {
+            Some((_, earlier)) => serde_json::from_str(earlier)?,
+            None => Vec::new(),
+        };
+        messages.extend(item.messages.iter().cloned());
+        let pending = pending.map(|(first_ms, _)| first_ms);
         if pending.is_none() && max_depth > 0 && !item.signal {
             let depth: i64 = tx.query_row("SELECT COUNT(*) FROM memory_queue", [], |r| r.get(0))?;
             if depth as u64 >= max_depth {
@@ -393,7 +404,7 @@ impl CheckpointStore {
                 k.user,
                 k.agent,
                 k.thread,
-                serde_json::to_string(&item.messages)?,
+                serde_json::to_string(&messages)?,
                 item.last_identity,
                 item.signal,
                 pending.unwrap_or(item.first_ms),
@@ -464,13 +475,15 @@ impl CheckpointStore {
         }))
     }
 
-    /// The update of `key` queued at `enqueued_ms` is done: the thread's watermark moves
-    /// to `identity` and the item goes (unless a newer run replaced it meanwhile).
+    /// The update of `key` queued at `enqueued_ms`, whose first `learned` messages were
+    /// learned, is done: the thread's watermark moves to `identity` (the last of them) and
+    /// the item goes; when messages were appended meanwhile, only those stay pending.
     pub fn memory_update_done(
         &self,
         key: &QueueKey,
         enqueued_ms: i64,
         identity: &str,
+        learned: usize,
     ) -> Result<(), CheckpointError> {
         let mut db = self.db();
         let tx = db.transaction()?;
@@ -479,13 +492,55 @@ impl CheckpointStore {
              VALUES (?1, ?2, ?3, ?4)",
             params![key.user, key.agent, key.thread, identity],
         )?;
-        tx.execute(
+        let gone = tx.execute(
             "DELETE FROM memory_queue
              WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3 AND enqueued_ms = ?4",
             params![key.user, key.agent, key.thread, enqueued_ms],
         )?;
+        if gone == 0 {
+            let appended: Option<String> = tx
+                .query_row(
+                    "SELECT messages FROM memory_queue
+                     WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3",
+                    params![key.user, key.agent, key.thread],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(messages) = appended {
+                let messages: Vec<MemoryMessage> = serde_json::from_str(&messages)?;
+                let rest = messages.get(learned..).unwrap_or_default();
+                tx.execute(
+                    "UPDATE memory_queue SET messages = ?4, first_ms = enqueued_ms
+                     WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3",
+                    params![
+                        key.user,
+                        key.agent,
+                        key.thread,
+                        serde_json::to_string(rest)?
+                    ],
+                )?;
+            }
+        }
         tx.commit()?;
         Ok(())
+    }
+
+    /// The identity of the last message `key`'s thread gave to memory: its pending
+    /// update's last message, else its watermark (what was learned).
+    pub fn memory_given(&self, key: &QueueKey) -> Result<Option<String>, CheckpointError> {
+        let pending: Option<String> = self
+            .db()
+            .query_row(
+                "SELECT last_identity FROM memory_queue
+                 WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3",
+                params![key.user, key.agent, key.thread],
+                |r| r.get(0),
+            )
+            .optional()?;
+        match pending {
+            Some(identity) => Ok(Some(identity)),
+            None => self.memory_watermark(key),
+        }
     }
 
     /// The update of `key` failed: tried again at `next_attempt_ms`, or dropped after
@@ -616,6 +671,41 @@ mod tests {
     }
 
     #[test]
+    fn a_threads_later_messages_are_appended_to_its_pending_update() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(&dir.path().join("runs.sqlite")).unwrap();
+        let mut flushed = item("alice", "t1", 100);
+        flushed.messages[0].content = "I like tea".into();
+        flushed.last_identity = "id-tea".into();
+        let key = flushed.key.clone();
+        assert_eq!(store.memory_given(&key).unwrap(), None);
+        store.enqueue_memory(&flushed, 0).unwrap();
+        assert_eq!(store.memory_given(&key).unwrap().as_deref(), Some("id-tea"));
+        let mut ended = item("alice", "t1", 400);
+        ended.messages[0].content = "I moved to Lyon".into();
+        ended.last_identity = "id-lyon".into();
+        ended.signal = true;
+        store.enqueue_memory(&ended, 0).unwrap();
+        let pending = store.memory_queue_item(&key).unwrap().unwrap();
+        let contents: Vec<&str> = pending
+            .messages
+            .iter()
+            .map(|m| m.content.as_str())
+            .collect();
+        assert_eq!(contents, ["I like tea", "I moved to Lyon"]);
+        assert_eq!(pending.last_identity, "id-lyon");
+        // The debounce counts from the last queueing, the max delay from the first.
+        assert_eq!((pending.first_ms, pending.enqueued_ms), (100, 400));
+        assert!(pending.signal);
+        store.memory_update_done(&key, 400, "id-lyon", 2).unwrap();
+        assert!(store.memory_queue_item(&key).unwrap().is_none());
+        assert_eq!(
+            store.memory_given(&key).unwrap().as_deref(),
+            Some("id-lyon")
+        );
+    }
+
+    #[test]
     fn the_queue_survives_a_reopen_and_keeps_its_first_time_when_replaced() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runs.sqlite");
@@ -635,10 +725,12 @@ mod tests {
         let key = timings[0].key.clone();
         assert!(!store.memory_update_failed(&key, 5_000, 3).unwrap());
         assert_eq!(store.memory_queue_item(&key).unwrap().unwrap().attempts, 1);
-        // Done with an older queueing: the newer one stays, the watermark moves.
-        store.memory_update_done(&key, 100, "id-1").unwrap();
-        assert!(store.memory_queue_item(&key).unwrap().is_some());
-        store.memory_update_done(&key, 200, "id-1").unwrap();
+        // Done with an older queueing: what was appended since stays, the watermark moves.
+        store.memory_update_done(&key, 100, "id-1", 1).unwrap();
+        let rest = store.memory_queue_item(&key).unwrap().unwrap();
+        assert_eq!(rest.messages.len(), 1);
+        assert_eq!(rest.first_ms, 200);
+        store.memory_update_done(&key, 200, "id-1", 1).unwrap();
         assert!(store.memory_queue_item(&key).unwrap().is_none());
         assert_eq!(
             store.memory_watermark(&key).unwrap().as_deref(),
