@@ -29,8 +29,8 @@ use futures::StreamExt as _;
 use serde_json::{json, Value};
 
 use super::body::BODY_DEADLINE;
-use super::runs_api::principal_of;
-use super::{error, Refusal, State};
+use super::langgraph::user_of;
+use super::{error, State};
 use crate::runs::prepare::{check_id, RunEnv};
 use files::Uploads;
 
@@ -93,34 +93,40 @@ fn files_failed(e: &ThreadFileError) -> HttpResponse {
     }
 }
 
+/// What a route needs of the thread `{tid}`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ThreadNeed {
+    /// An upload creates the caller's thread, as DeerFlow's does.
+    Create,
+    /// Listing and deleting need it to exist.
+    Existing,
+    /// The limits are the configuration's, whatever the thread (a client asks before its
+    /// first upload).
+    Any,
+}
+
 /// The caller's thread `{tid}`: 400 for a bad id, 404 for another user's thread.
-async fn target(state: &State, req: &HttpRequest) -> Result<Target, HttpResponse> {
-    let Some(principal) = principal_of(req) else {
-        return Err(Refusal::Credential.response());
-    };
+async fn target(
+    state: &State,
+    req: &HttpRequest,
+    need: ThreadNeed,
+) -> Result<Target, HttpResponse> {
+    let user = user_of(req).map_err(HttpResponse::from)?;
     let thread = req.match_info().get("tid").unwrap_or_default().to_owned();
     check_id("thread", &thread).map_err(|e| error(StatusCode::BAD_REQUEST, e.to_string()))?;
-    let user = principal
-        .user
-        .clone()
-        .unwrap_or_else(|| "default".to_owned());
     let env = Arc::clone(&state.runs.env);
     // The caller's own thread (threads are keyed by user and id: another user's thread
-    // of the same id is another thread, never reached here). An upload creates it, as
-    // DeerFlow's does; listing and deleting need it to exist.
-    let creates = req.method() == actix_web::http::Method::POST;
-    // The limits are the configuration's, whatever the thread (a client asks before its
-    // first upload).
-    let any_thread = req.path().ends_with("/uploads/limits");
+    // of the same id is another thread, never reached here).
     let (owner, id) = (user.clone(), thread.clone());
     let exists = env
         .store
-        .call(move |store| {
-            if creates {
+        .call(move |store| match need {
+            ThreadNeed::Create => {
                 store.create_thread(&owner, &id, &Default::default())?;
-                return Ok(true);
+                Ok(true)
             }
-            Ok(any_thread || store.thread(&owner, &id)?.is_some())
+            ThreadNeed::Any => Ok(true),
+            ThreadNeed::Existing => Ok(store.thread(&owner, &id)?.is_some()),
         })
         .await
         .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
@@ -235,7 +241,7 @@ pub(super) async fn upload(
     req: HttpRequest,
     payload: web::Payload,
 ) -> HttpResponse {
-    let target = match target(&state, &req).await {
+    let target = match target(&state, &req, ThreadNeed::Create).await {
         Ok(t) => t,
         Err(response) => return response,
     };
@@ -539,7 +545,7 @@ async fn twin(target: &Target, name: &str, seen: &mut HashSet<String>) -> Result
 
 /// `GET /api/threads/{tid}/uploads/limits`.
 pub(super) async fn limits(state: web::Data<State>, req: HttpRequest) -> HttpResponse {
-    match target(&state, &req).await {
+    match target(&state, &req, ThreadNeed::Any).await {
         Ok(t) => HttpResponse::Ok().json(json!({
             "max_files": t.config.max_files,
             "max_file_size": t.config.max_file_size,
@@ -553,7 +559,7 @@ pub(super) async fn limits(state: web::Data<State>, req: HttpRequest) -> HttpRes
 /// `GET /api/threads/{tid}/uploads/list`: `{files, count}` by name, each with its
 /// `markdown_file` when it has a twin.
 pub(super) async fn list(state: web::Data<State>, req: HttpRequest) -> HttpResponse {
-    let t = match target(&state, &req).await {
+    let t = match target(&state, &req, ThreadNeed::Existing).await {
         Ok(t) => t,
         Err(response) => return response,
     };
@@ -588,7 +594,7 @@ pub(super) async fn list(state: web::Data<State>, req: HttpRequest) -> HttpRespo
 
 /// `DELETE /api/threads/{tid}/uploads/{filename}`: the file and its recorded twin.
 pub(super) async fn delete(state: web::Data<State>, req: HttpRequest) -> HttpResponse {
-    let t = match target(&state, &req).await {
+    let t = match target(&state, &req, ThreadNeed::Existing).await {
         Ok(t) => t,
         Err(response) => return response,
     };
