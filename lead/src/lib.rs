@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod commands;
 pub mod gateway;
 pub(crate) mod links;
+pub(crate) mod mcp_server;
 pub mod memory;
 pub mod runs;
 pub mod subagents;

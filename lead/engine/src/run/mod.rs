@@ -4,12 +4,14 @@
 //! is made (`RunBuilder`), `settings` its knobs (`RunSettings`), `actor` the `RunActor`
 //! that owns a loop and its messages, `events` what a run reports as it goes
 //! (`RunEvent`, `ToolState`) and `delta` its streamed tokens (`model_delta`), `execute`
-//! where each tool call runs, `journal` where a run is checkpointed (the lead's store
+//! where each tool call runs, `client` a run driven by a client (Antler's MCP server)
+//! instead of its model, `journal` where a run is checkpointed (the lead's store
 //! plugs in behind its trait).
 
 pub mod actor;
 pub mod builder;
 mod calls;
+mod client;
 mod context;
 mod delta;
 pub mod events;

@@ -1,0 +1,201 @@
+//! Antler as an MCP server, against a real cluster (lead with its gateway, sandbox-host,
+//! mcp-host running server-everything) and the official MCP Python SDK client
+//! (`tests/peers/mcp_serve_client.py`) over streamable HTTP at `/mcp` with members' tokens:
+//! a request without a valid token gets 401 naming the protected resource metadata, which
+//! names the configured issuer; a session sees its principal's catalog with deferral
+//! (`tool_search` promotes a deferred MCP tool, `notifications/tools/list_changed` follows
+//! and the tool appears in the next `tools/list`, and its call runs on its server through
+//! mcp-host); bash writes a file in the session's thread sandbox that a second call reads;
+//! another member naming the same thread id works in a thread of its own and never sees
+//! the file; the sessions' runs are recorded on their threads and end with the sessions.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::lead_support::{http_full, LeadCluster};
+use crate::mcp_support::npm_bin;
+use serde_json::{json, Value};
+
+const ALICE: &str = "alice-token-000000000001";
+const BOB: &str = "bob-token-00000000000002";
+const ISSUER: &str = "https://idp.example";
+
+fn config() -> String {
+    format!(
+        "tool_search:\n  enabled: true\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n    jwt:\n      jwks_file: jwks.json\n      issuer: {ISSUER}\n      audience: antler\n"
+    )
+}
+
+fn extensions() -> String {
+    json!({"mcpServers": {"everything": {
+        "type": "stdio",
+        "command": npm_bin("mcp-server-everything").display().to_string(),
+        "args": ["stdio"],
+    }}})
+    .to_string()
+}
+
+fn cluster() -> LeadCluster {
+    LeadCluster::up_with_files(
+        &config(),
+        &[
+            ("jwks.json", r#"{"keys": []}"#),
+            ("extensions_config.json", &extensions()),
+        ],
+        &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")],
+    )
+}
+
+#[test]
+fn a_request_without_a_valid_token_is_pointed_to_the_resource_metadata() {
+    let cluster = cluster();
+    let addr = cluster.gateway();
+    let metadata_url = format!("http://{addr}/.well-known/oauth-protected-resource/mcp");
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}})
+    .to_string();
+    for token in ["", "not-a-token"] {
+        let (code, head, _) = http_full(&addr, token, "POST", "/mcp", Some(&initialize));
+        assert_eq!(code, 401, "{token:?}: {head}");
+        let expected = format!("www-authenticate: bearer resource_metadata=\"{metadata_url}\"");
+        assert!(head.contains(&expected), "{token:?}: {head}");
+    }
+    // The metadata is public, in both forms, and names the resource and its issuer.
+    for path in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ] {
+        let (code, _, body) = http_full(&addr, "", "GET", path, None);
+        assert_eq!(code, 200, "{path}: {body}");
+        let doc: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(doc["resource"], format!("http://{addr}/mcp"), "{doc}");
+        assert_eq!(doc["authorization_servers"], json!([ISSUER]), "{doc}");
+        assert_eq!(doc["bearer_methods_supported"], json!(["header"]), "{doc}");
+    }
+}
+
+#[test]
+fn the_python_sdk_client_gets_the_deferred_catalog_and_the_threads_sandbox() {
+    let cluster = cluster();
+    let url = format!("http://{}/mcp", cluster.gateway());
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_client.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args(["http", &url, ALICE, BOB, "notes"])
+        .output()
+        .expect("run the MCP SDK driver");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the driver failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(stdout.trim()).expect("one JSON report");
+    let alice = &r["alice"];
+    assert_eq!(alice["server_name"], "antler", "{alice}");
+    assert_eq!(alice["list_changed_capability"], true, "{alice}");
+
+    // The catalog a run of alice's would be offered: builtins and sandbox tools, the
+    // deferred MCP tools behind tool_search.
+    let names = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let before = names(&alice["tools_before"]);
+    for tool in ["tool_search", "bash", "read_file", "write_file", "ls"] {
+        assert!(before.contains(&tool.to_owned()), "{tool} not listed: {before:?}");
+    }
+    assert!(
+        !before.iter().any(|n| n.starts_with("everything_")),
+        "a deferred MCP tool was listed: {before:?}"
+    );
+    // tool_search promotes it: the client is told, and the next list has it.
+    assert_eq!(alice["tool_search"]["is_error"], false, "{alice}");
+    assert!(
+        alice["tool_search"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("everything_echo"),
+        "{alice}"
+    );
+    assert_eq!(alice["list_changed"], true, "no tools/list_changed: {alice}");
+    let after = names(&alice["tools_after"]);
+    assert!(after.contains(&"everything_echo".to_owned()), "{after:?}");
+    // The promoted tool runs on its server, through mcp-host.
+    assert_eq!(alice["echo"]["is_error"], false, "{alice}");
+    assert!(
+        alice["echo"]["text"].as_str().unwrap().contains("hello antler"),
+        "{alice}"
+    );
+
+    // bash writes in the session's thread sandbox; a second call reads it back.
+    assert_eq!(alice["bash"]["is_error"], false, "{alice}");
+    assert!(alice["bash"]["text"].as_str().unwrap().contains("written"), "{alice}");
+    assert_eq!(alice["read_back"]["is_error"], false, "{alice}");
+    assert!(
+        alice["read_back"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("from-alice"),
+        "{alice}"
+    );
+    // The session is bound to its thread: another thread in `_meta` is refused.
+    assert!(
+        alice["other_thread"]["is_error"] == true
+            || alice["other_thread"]["text"]
+                .as_str()
+                .unwrap()
+                .contains("cannot switch"),
+        "{alice}"
+    );
+    // The file is on alice's thread's disk.
+    let note = cluster
+        .base()
+        .join("users/alice/threads/notes/user-data/workspace/note.txt");
+    assert_eq!(
+        std::fs::read_to_string(&note).map(|s| s.trim().to_owned()).ok(),
+        Some("from-alice".to_owned()),
+        "{}",
+        note.display()
+    );
+
+    // Bob names the same thread id: his own thread, without alice's file.
+    let bob = &r["bob"];
+    assert!(
+        names(&bob["tools"]).contains(&"bash".to_owned()),
+        "{bob}"
+    );
+    assert!(
+        !bob["read_alices_note"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("from-alice"),
+        "{bob}"
+    );
+    assert!(
+        !bob["bash"]["text"].as_str().unwrap().contains("from-alice"),
+        "{bob}"
+    );
+
+    // Each session was a run of its user's thread, ended with the session.
+    let addr = cluster.gateway();
+    for (who, user_token) in [("alice", ALICE), ("bob", BOB)] {
+        let ended = antler_tests::wait_for(std::time::Duration::from_secs(30), || {
+            let (code, _, body) =
+                http_full(&addr, user_token, "GET", "/api/threads/notes/runs", None);
+            let runs: Value = serde_json::from_str(&body).ok()?;
+            (code == 200
+                && runs
+                    .as_array()
+                    .is_some_and(|r| !r.is_empty() && r.iter().all(|r| r["status"] == "success")))
+            .then_some(runs)
+        });
+        assert!(ended.is_some(), "{who}'s session run did not end");
+    }
+}
