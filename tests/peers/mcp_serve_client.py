@@ -38,9 +38,7 @@ async def alice(url, token, thread):
     changed = anyio.Event()
 
     async def on_message(message):
-        if isinstance(message, types.ServerNotification):
-            message = message.root
-        if isinstance(message, types.ToolListChangedNotification):
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
             changed.set()
 
     meta = {"antler/thread": thread}

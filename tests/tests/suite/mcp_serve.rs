@@ -24,7 +24,7 @@ const ISSUER: &str = "https://idp.example";
 
 fn config() -> String {
     format!(
-        "tool_search:\n  enabled: true\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n    jwt:\n      jwks_file: jwks.json\n      issuer: {ISSUER}\n      audience: antler\n"
+        "tool_search:\n  enabled: true\ntools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\n  - {{name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}}\n  - {{name: read_file, group: file:read, use: deerflow.sandbox.tools:read_file_tool}}\n  - {{name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n    jwt:\n      jwks_file: jwks.json\n      issuer: {ISSUER}\n      audience: antler\n"
     )
 }
 
