@@ -2,21 +2,26 @@
 tests/requirements.txt) and prints one JSON report for tests/tests/suite/mcp_serve.rs.
 
     mcp_serve_client.py http URL ALICE_TOKEN BOB_TOKEN THREAD
+    mcp_serve_client.py stdio THREAD ANTLER [ARG...]
 
 Alice's session works on THREAD (named in `_meta` `antler/thread`): it lists its tools,
 promotes a deferred MCP tool with `tool_search` (and waits for
 `notifications/tools/list_changed`), lists again, calls the promoted tool, and writes a file
 with bash in the thread's sandbox that a second call reads. Bob's session names the same
-thread id (his own thread of that name) and tries to read Alice's file. Nothing is
-asserted here: the report says what the client saw.
+thread id (his own thread of that name) and tries to read Alice's file. Over stdio the
+client starts ANTLER ARG... (`antler mcp serve ...`) and, on THREAD, lists its tools and
+writes then reads a file with bash. Nothing is asserted here: the report says what the
+client saw.
 """
 
 import asyncio
 import json
+import os
 import sys
 
 import anyio
 from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 import mcp.types as types
@@ -112,7 +117,36 @@ async def bob(url, token, thread):
     return report
 
 
+async def over_stdio(thread, command, args):
+    report = {}
+    meta = {"antler/thread": thread}
+    # The server sees Antler's settings of this environment (its sandbox base directory).
+    env = {k: v for k, v in os.environ.items() if k.startswith("ANTLER_")}
+    server = StdioServerParameters(command=command, args=args, env=env)
+    async with stdio_client(server) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            report["server_name"] = init.server_info.name
+            tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
+            report["tools"] = sorted(t.name for t in tools.tools)
+            wrote = await session.call_tool(
+                "bash",
+                {"description": "write a note", "command": f"echo over-stdio > {NOTE} && echo written"},
+                meta=meta,
+            )
+            report["bash"] = text_of(wrote)
+            read_back = await session.call_tool(
+                "read_file", {"description": "read the note", "path": NOTE}, meta=meta
+            )
+            report["read_back"] = text_of(read_back)
+    return report
+
+
 async def main():
+    if sys.argv[1] == "stdio":
+        thread, command, args = sys.argv[2], sys.argv[3], sys.argv[4:]
+        print(json.dumps(await over_stdio(thread, command, args)))
+        return
     _, url, alice_token, bob_token, thread = sys.argv[1:6]
     report = {"alice": await alice(url, alice_token, thread)}
     report["bob"] = await bob(url, bob_token, thread)

@@ -6,7 +6,8 @@
 //! token gets 401 with `WWW-Authenticate: Bearer resource_metadata="…"`. The gateway's
 //! principals apply as on every route (a JWT's audience is checked by the authenticator);
 //! a session belongs to the user that opened it, and a request naming another user's
-//! session id is answered as an unknown session (404).
+//! session id is answered as an unknown session (404). The operator may act for a user
+//! ([`ACT_AS_HEADER`], what `antler mcp serve --user` sends).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -19,8 +20,8 @@ use http_body_util::BodyExt as _;
 use serde_json::json;
 
 use super::body::read_body;
-use super::principal_of;
 use super::State;
+use super::{principal_of, Principal};
 use crate::mcp_server::{self, HttpService, Owner};
 
 /// The MCP endpoint's path.
@@ -33,6 +34,13 @@ pub const RESOURCE_METADATA_MCP_PATH: &str = "/.well-known/oauth-protected-resou
 const SESSION_HEADER: &str = "mcp-session-id";
 /// The largest JSON-RPC message a client may post.
 const MAX_MCP_BODY: usize = 4 << 20;
+/// The header with which an operator's request names the user its session acts for
+/// (`antler mcp serve --user`).
+pub const ACT_AS_HEADER: &str = "x-antler-user";
+/// A member's request naming another user.
+const NOT_OPERATOR: &str = "only the operator may act for another user (x-antler-user)";
+/// A request naming no valid user.
+const BAD_USER: &str = "x-antler-user: expected a user id (letters, digits, - and _)";
 /// What a request naming an unknown session gets (rmcp's own answer).
 const UNKNOWN_SESSION: &str = "Not Found: Session not found";
 
@@ -90,11 +98,7 @@ pub async fn resource_metadata(req: HttpRequest, state: web::Data<State>) -> Htt
 }
 
 fn metadata_document(origin: &str, settings: &GatewaySection) -> serde_json::Value {
-    let issuers: Vec<&str> = settings
-        .jwt
-        .iter()
-        .map(|jwt| jwt.issuer.as_str())
-        .collect();
+    let issuers: Vec<&str> = settings.jwt.iter().map(|jwt| jwt.issuer.as_str()).collect();
     json!({
         "resource": format!("{origin}{MCP_PATH}"),
         "authorization_servers": issuers,
@@ -119,12 +123,9 @@ pub async fn serve(
     let Some(principal) = principal_of(&req) else {
         return unauthorized(&req);
     };
-    let owner = Owner {
-        user: principal
-            .user
-            .clone()
-            .unwrap_or_else(|| config::OPERATOR_USER.to_owned()),
-        role: principal.role.clone(),
+    let owner = match owner_of(&principal, req.headers().get(ACT_AS_HEADER)) {
+        Ok(owner) => owner,
+        Err(refused) => return refused,
     };
     let endpoint = &state.mcp;
     let session = req
@@ -179,10 +180,36 @@ pub async fn serve(
     into_actix(response)
 }
 
+/// Who a request's session acts for: its principal's user, or the user an operator
+/// names in [`ACT_AS_HEADER`] (a member may not).
+fn owner_of(principal: &Principal, acting: Option<&HeaderValue>) -> Result<Owner, HttpResponse> {
+    let Some(acting) = acting else {
+        return Ok(Owner {
+            user: principal
+                .user
+                .clone()
+                .unwrap_or_else(|| config::OPERATOR_USER.to_owned()),
+            role: principal.role.clone(),
+        });
+    };
+    if !principal.operator {
+        return Err(super::error(StatusCode::FORBIDDEN, NOT_OPERATOR));
+    }
+    match acting.to_str().ok().filter(|u| config::valid_user(u)) {
+        Some(user) => Ok(Owner {
+            user: user.to_owned(),
+            role: None,
+        }),
+        None => Err(super::error(StatusCode::BAD_REQUEST, BAD_USER)),
+    }
+}
+
 /// rmcp's response as actix-web's, its body streamed as it comes (an SSE stream stays
 /// open while the session sends on it).
 fn into_actix(
-    response: http::Response<http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>>,
+    response: http::Response<
+        http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>,
+    >,
 ) -> HttpResponse {
     let (parts, body) = response.into_parts();
     let status =

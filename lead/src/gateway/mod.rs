@@ -46,6 +46,7 @@ mod uploads;
 
 pub use body::BODY_DEADLINE;
 pub use guard::{Guard, Refusal, GATEWAY_HOSTS_ENV};
+pub use mcp_endpoint::{ACT_AS_HEADER, MCP_PATH};
 pub use principal::{Authenticator, Principal, PrincipalsError};
 pub use routes::{Access, ROUTES};
 

@@ -296,12 +296,18 @@ pub const ROUTES: &[RouteSpec] = &[
     route("DELETE", mcp_endpoint::MCP_PATH, Access::Member, || {
         web::to(mcp_endpoint::serve)
     }),
-    route("GET", mcp_endpoint::RESOURCE_METADATA_PATH, Access::Open, || {
-        web::to(mcp_endpoint::resource_metadata)
-    }),
-    route("GET", mcp_endpoint::RESOURCE_METADATA_MCP_PATH, Access::Open, || {
-        web::to(mcp_endpoint::resource_metadata)
-    }),
+    route(
+        "GET",
+        mcp_endpoint::RESOURCE_METADATA_PATH,
+        Access::Open,
+        || web::to(mcp_endpoint::resource_metadata),
+    ),
+    route(
+        "GET",
+        mcp_endpoint::RESOURCE_METADATA_MCP_PATH,
+        Access::Open,
+        || web::to(mcp_endpoint::resource_metadata),
+    ),
     route("GET", "/metrics", Access::Metrics, || {
         web::to(super::metrics)
     }),

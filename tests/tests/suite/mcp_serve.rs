@@ -8,6 +8,8 @@
 //! mcp-host); bash writes a file in the session's thread sandbox that a second call reads;
 //! another member naming the same thread id works in a thread of its own and never sees
 //! the file; the sessions' runs are recorded on their threads and end with the sessions.
+//! `antler mcp serve` (stdio, the SDK's stdio client) joins a running cluster through its
+//! gateway acting for `--user`, or starts an ephemeral cluster for the session.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -109,7 +111,10 @@ fn the_python_sdk_client_gets_the_deferred_catalog_and_the_threads_sandbox() {
     };
     let before = names(&alice["tools_before"]);
     for tool in ["tool_search", "bash", "read_file", "write_file", "ls"] {
-        assert!(before.contains(&tool.to_owned()), "{tool} not listed: {before:?}");
+        assert!(
+            before.contains(&tool.to_owned()),
+            "{tool} not listed: {before:?}"
+        );
     }
     assert!(
         !before.iter().any(|n| n.starts_with("everything_")),
@@ -124,19 +129,28 @@ fn the_python_sdk_client_gets_the_deferred_catalog_and_the_threads_sandbox() {
             .contains("everything_echo"),
         "{alice}"
     );
-    assert_eq!(alice["list_changed"], true, "no tools/list_changed: {alice}");
+    assert_eq!(
+        alice["list_changed"], true,
+        "no tools/list_changed: {alice}"
+    );
     let after = names(&alice["tools_after"]);
     assert!(after.contains(&"everything_echo".to_owned()), "{after:?}");
     // The promoted tool runs on its server, through mcp-host.
     assert_eq!(alice["echo"]["is_error"], false, "{alice}");
     assert!(
-        alice["echo"]["text"].as_str().unwrap().contains("hello antler"),
+        alice["echo"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("hello antler"),
         "{alice}"
     );
 
     // bash writes in the session's thread sandbox; a second call reads it back.
     assert_eq!(alice["bash"]["is_error"], false, "{alice}");
-    assert!(alice["bash"]["text"].as_str().unwrap().contains("written"), "{alice}");
+    assert!(
+        alice["bash"]["text"].as_str().unwrap().contains("written"),
+        "{alice}"
+    );
     assert_eq!(alice["read_back"]["is_error"], false, "{alice}");
     assert!(
         alice["read_back"]["text"]
@@ -159,7 +173,9 @@ fn the_python_sdk_client_gets_the_deferred_catalog_and_the_threads_sandbox() {
         .base()
         .join("users/alice/threads/notes/user-data/workspace/note.txt");
     assert_eq!(
-        std::fs::read_to_string(&note).map(|s| s.trim().to_owned()).ok(),
+        std::fs::read_to_string(&note)
+            .map(|s| s.trim().to_owned())
+            .ok(),
         Some("from-alice".to_owned()),
         "{}",
         note.display()
@@ -167,10 +183,7 @@ fn the_python_sdk_client_gets_the_deferred_catalog_and_the_threads_sandbox() {
 
     // Bob names the same thread id: his own thread, without alice's file.
     let bob = &r["bob"];
-    assert!(
-        names(&bob["tools"]).contains(&"bash".to_owned()),
-        "{bob}"
-    );
+    assert!(names(&bob["tools"]).contains(&"bash".to_owned()), "{bob}");
     assert!(
         !bob["read_alices_note"]["text"]
             .as_str()
@@ -198,4 +211,93 @@ fn the_python_sdk_client_gets_the_deferred_catalog_and_the_threads_sandbox() {
         });
         assert!(ended.is_some(), "{who}'s session run did not end");
     }
+}
+
+/// Runs the driver over stdio against `antler ARGS` (`antler mcp serve ...`) on `thread`,
+/// the server's sandboxes under `base`; its report.
+fn over_stdio(base: &std::path::Path, thread: &str, args: &[&str]) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_client.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args(["stdio", thread])
+        .arg(antler_tests::bin("antler"))
+        .args(args)
+        .env("ANTLER_SANDBOX_BASE_DIR", base)
+        .output()
+        .expect("run the MCP SDK driver");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the driver failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).expect("one JSON report")
+}
+
+fn note(base: &std::path::Path, user: &str, thread: &str) -> Option<String> {
+    let path = base.join(format!(
+        "users/{user}/threads/{thread}/user-data/workspace/note.txt"
+    ));
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+#[test]
+fn antler_mcp_serve_joins_the_running_cluster_or_starts_one() {
+    let cluster = cluster();
+    // A running cluster: the session goes through its gateway, acting for --user.
+    let runtime = cluster.runtime().display().to_string();
+    let joined = over_stdio(
+        &cluster.base(),
+        "joined",
+        &["--runtime-dir", &runtime, "mcp", "serve", "--user", "alice"],
+    );
+    assert_eq!(joined["server_name"], "antler", "{joined}");
+    assert!(
+        joined["tools"].as_array().unwrap().contains(&json!("bash")),
+        "{joined}"
+    );
+    assert_eq!(joined["bash"]["is_error"], false, "{joined}");
+    assert!(
+        joined["read_back"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("over-stdio"),
+        "{joined}"
+    );
+    assert_eq!(
+        note(&cluster.base(), "alice", "joined").as_deref(),
+        Some("over-stdio")
+    );
+    // No cluster in this runtime directory: the command starts one for the session, as
+    // `antler run` does, and serves the local operator.
+    let alone = tempfile::Builder::new()
+        .prefix("antler-mcp-serve")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    let base = alone.path().join("base");
+    let own_runtime = alone.path().join("run").display().to_string();
+    let config = cluster.dir.path().join("config.yaml").display().to_string();
+    let started = over_stdio(
+        &base,
+        "own",
+        &[
+            "--runtime-dir",
+            &own_runtime,
+            "mcp",
+            "serve",
+            "--config",
+            &config,
+        ],
+    );
+    assert_eq!(started["bash"]["is_error"], false, "{started}");
+    assert!(
+        started["read_back"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("over-stdio"),
+        "{started}"
+    );
+    assert_eq!(note(&base, "default", "own").as_deref(), Some("over-stdio"));
 }
