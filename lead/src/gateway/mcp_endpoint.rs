@@ -37,10 +37,6 @@ const MAX_MCP_BODY: usize = 4 << 20;
 /// The header with which an operator's request names the user its session acts for
 /// (`antler mcp serve --user`).
 pub const ACT_AS_HEADER: &str = "x-antler-user";
-/// A member's request naming another user.
-const NOT_OPERATOR: &str = "only the operator may act for another user (x-antler-user)";
-/// A request naming no valid user.
-const BAD_USER: &str = "x-antler-user: expected a user id (letters, digits, - and _)";
 /// What a request naming an unknown session gets (rmcp's own answer).
 const UNKNOWN_SESSION: &str = "Not Found: Session not found";
 
@@ -125,7 +121,7 @@ pub async fn serve(
     };
     let owner = match owner_of(&principal, req.headers().get(ACT_AS_HEADER)) {
         Ok(owner) => owner,
-        Err(refused) => return refused,
+        Err(refused) => return refused.response(),
     };
     let endpoint = &state.mcp;
     let session = req
@@ -180,9 +176,28 @@ pub async fn serve(
     into_actix(response)
 }
 
+/// Why a request may not act for the user it names.
+#[derive(Debug, thiserror::Error)]
+enum ActAsRefusal {
+    #[error("only the operator may act for another user ({ACT_AS_HEADER})")]
+    NotOperator,
+    #[error("{ACT_AS_HEADER}: expected a user id (letters, digits, - and _)")]
+    BadUser,
+}
+
+impl ActAsRefusal {
+    fn response(&self) -> HttpResponse {
+        let status = match self {
+            ActAsRefusal::NotOperator => StatusCode::FORBIDDEN,
+            ActAsRefusal::BadUser => StatusCode::BAD_REQUEST,
+        };
+        super::error(status, self.to_string())
+    }
+}
+
 /// Who a request's session acts for: its principal's user, or the user an operator
 /// names in [`ACT_AS_HEADER`] (a member may not).
-fn owner_of(principal: &Principal, acting: Option<&HeaderValue>) -> Result<Owner, HttpResponse> {
+fn owner_of(principal: &Principal, acting: Option<&HeaderValue>) -> Result<Owner, ActAsRefusal> {
     let Some(acting) = acting else {
         return Ok(Owner {
             user: principal
@@ -193,14 +208,14 @@ fn owner_of(principal: &Principal, acting: Option<&HeaderValue>) -> Result<Owner
         });
     };
     if !principal.operator {
-        return Err(super::error(StatusCode::FORBIDDEN, NOT_OPERATOR));
+        return Err(ActAsRefusal::NotOperator);
     }
     match acting.to_str().ok().filter(|u| config::valid_user(u)) {
         Some(user) => Ok(Owner {
             user: user.to_owned(),
             role: None,
         }),
-        None => Err(super::error(StatusCode::BAD_REQUEST, BAD_USER)),
+        None => Err(ActAsRefusal::BadUser),
     }
 }
 
@@ -232,6 +247,7 @@ fn into_actix(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -246,5 +262,39 @@ mod tests {
         });
         let doc = metadata_document("http://127.0.0.1:8001", &settings);
         assert_eq!(doc["authorization_servers"], json!(["https://idp.example"]));
+    }
+
+    #[test]
+    fn only_the_operator_acts_for_another_user() {
+        let member = Principal {
+            user: Some("alice".into()),
+            role: Some("member".into()),
+            operator: false,
+        };
+        let operator = Principal {
+            user: None,
+            role: Some("operator".into()),
+            operator: true,
+        };
+        let bob = HeaderValue::from_static("bob");
+        let owner = owner_of(&member, None).unwrap();
+        assert_eq!(
+            (owner.user.as_str(), owner.role.as_deref()),
+            ("alice", Some("member"))
+        );
+        assert!(matches!(
+            owner_of(&member, Some(&bob)),
+            Err(ActAsRefusal::NotOperator)
+        ));
+        assert_eq!(
+            owner_of(&operator, None).unwrap().user,
+            config::OPERATOR_USER
+        );
+        assert_eq!(owner_of(&operator, Some(&bob)).unwrap().user, "bob");
+        let bad = HeaderValue::from_static("../etc");
+        assert!(matches!(
+            owner_of(&operator, Some(&bad)),
+            Err(ActAsRefusal::BadUser)
+        ));
     }
 }

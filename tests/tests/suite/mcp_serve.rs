@@ -7,7 +7,7 @@
 //! and the tool appears in the next `tools/list`, and its call runs on its server through
 //! mcp-host); bash writes a file in the session's thread sandbox that a second call reads;
 //! another member naming the same thread id works in a thread of its own and never sees
-//! the file; the sessions' runs are recorded on their threads and end with the sessions.
+//! the file, and another member's session id is an unknown session to it (404); the sessions' runs are recorded on their threads and end with the sessions.
 //! `antler mcp serve` (stdio, the SDK's stdio client) joins a running cluster through its
 //! gateway acting for `--user`, or starts an ephemeral cluster for the session.
 
@@ -77,6 +77,86 @@ fn a_request_without_a_valid_token_is_pointed_to_the_resource_metadata() {
         assert_eq!(doc["authorization_servers"], json!([ISSUER]), "{doc}");
         assert_eq!(doc["bearer_methods_supported"], json!(["header"]), "{doc}");
     }
+}
+
+/// One raw request to `/mcp` with `headers` (`name: value` lines): the status, the header
+/// block (lower case) and the body up to the first event's end.
+fn raw_mcp(addr: &str, headers: &str, body: &str) -> (u16, String, String) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+            break;
+        }
+        head.push_str(&line);
+    }
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let head = head.to_ascii_lowercase();
+    // A JSON answer has a length; an event stream is read up to its first data line.
+    let mut body = String::new();
+    if head.contains("text/event-stream") {
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap() == 0 {
+                break;
+            }
+            body.push_str(&line);
+            if line.starts_with("data:") && line.contains("jsonrpc") {
+                break;
+            }
+        }
+    } else {
+        let _ = reader.take(1 << 20).read_to_string(&mut body);
+    }
+    (status, head, body)
+}
+
+#[test]
+fn another_members_session_is_an_unknown_one() {
+    let cluster = cluster();
+    let addr = cluster.gateway();
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}})
+    .to_string();
+    let (code, head, body) = raw_mcp(
+        &addr,
+        &format!("Authorization: Bearer {ALICE}\r\nConnection: close\r\n"),
+        &initialize,
+    );
+    assert_eq!(code, 200, "{head}{body}");
+    let session = head
+        .lines()
+        .find_map(|l| l.strip_prefix("mcp-session-id: "))
+        .expect("a session id")
+        .trim()
+        .to_owned();
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+    let with = |token: &str| {
+        format!("Authorization: Bearer {token}\r\nMcp-Session-Id: {session}\r\nMcp-Protocol-Version: 2025-06-18\r\nConnection: close\r\n")
+    };
+    let (code, head, body) = raw_mcp(&addr, &with(BOB), &list);
+    assert_eq!(code, 404, "bob reached alice's session: {head}{body}");
+    assert_eq!(body.trim(), "Not Found: Session not found");
+    // Its owner still reaches it.
+    let (code, head, body) = raw_mcp(&addr, &with(ALICE), &list);
+    assert_eq!(code, 200, "{head}{body}");
+    assert!(body.contains("\"tools\""), "{body}");
 }
 
 #[test]
