@@ -60,6 +60,16 @@ async def alice(url, token, thread):
                 # The first request binds the session's thread.
                 before = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
                 report["tools_before"] = sorted(t.name for t in before.tools)
+                early = await session.call_tool(
+                    "everything_echo", {"message": "too early"}, meta=meta
+                )
+                report["echo_before"] = text_of(early)
+                denied = await session.call_tool(
+                    "write_file",
+                    {"description": "denied", "path": NOTE, "content": "x"},
+                    meta=meta,
+                )
+                report["denied"] = text_of(denied)
                 found = await session.call_tool(
                     "tool_search", {"query": "select:everything_echo"}, meta=meta
                 )

@@ -2,10 +2,11 @@
 //! mcp-host running server-everything) and the official MCP Python SDK client
 //! (`tests/peers/mcp_serve_client.py`) over streamable HTTP at `/mcp` with members' tokens:
 //! a request without a valid token gets 401 naming the protected resource metadata, which
-//! names the configured issuer; a session sees its principal's catalog with deferral
+//! names the configured issuer; a session sees its principal's authorized catalog with deferral
 //! (`tool_search` promotes a deferred MCP tool, `notifications/tools/list_changed` follows
 //! and the tool appears in the next `tools/list`, and its call runs on its server through
-//! mcp-host); bash writes a file in the session's thread sandbox that a second call reads;
+//! mcp-host; before that the deferred filter refuses it, and the guardrail denies a call,
+//! with the texts a run's model reads); bash writes a file in the session's thread sandbox that a second call reads;
 //! another member naming the same thread id works in a thread of its own and never sees
 //! the file, and another member's session id is an unknown session to it (404); the sessions' runs are recorded on their threads and end with the sessions.
 //! `antler mcp serve` (stdio, the SDK's stdio client) joins a running cluster through its
@@ -26,7 +27,7 @@ const ISSUER: &str = "https://idp.example";
 
 fn config() -> String {
     format!(
-        "tool_search:\n  enabled: true\ntools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\n  - {{name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}}\n  - {{name: read_file, group: file:read, use: deerflow.sandbox.tools:read_file_tool}}\n  - {{name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n    jwt:\n      jwks_file: jwks.json\n      issuer: {ISSUER}\n      audience: antler\n"
+        "tool_search:\n  enabled: true\ntools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\n  - {{name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}}\n  - {{name: read_file, group: file:read, use: deerflow.sandbox.tools:read_file_tool}}\n  - {{name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nguardrails:\n  enabled: true\n  provider:\n    use: deerflow.guardrails.builtin:AllowlistProvider\n    config:\n      denied_tools: [write_file]\nauthorization:\n  enabled: true\n  provider:\n    use: antler.authz:AllowlistPolicy\n    config:\n      default: {{allowed_tools: null}}\n      roles:\n        member: {{denied_tools: [present_files]}}\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n    jwt:\n      jwks_file: jwks.json\n      issuer: {ISSUER}\n      audience: antler\n"
     )
 }
 
@@ -199,6 +200,26 @@ fn the_python_sdk_client_gets_the_deferred_catalog_and_the_threads_sandbox() {
     assert!(
         !before.iter().any(|n| n.starts_with("everything_")),
         "a deferred MCP tool was listed: {before:?}"
+    );
+    // The principal's policy removed present_files for members: never listed.
+    assert!(!before.contains(&"present_files".to_owned()), "{before:?}");
+    // A deferred tool called before its promotion is refused as in a run.
+    assert_eq!(alice["echo_before"]["is_error"], true, "{alice}");
+    assert!(
+        alice["echo_before"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("tool_search"),
+        "{alice}"
+    );
+    // The guardrail denies a call as in a run, with DeerFlow's text.
+    assert_eq!(alice["denied"]["is_error"], true, "{alice}");
+    assert!(
+        alice["denied"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Guardrail denied: tool 'write_file' was blocked"),
+        "{alice}"
     );
     // tool_search promotes it: the client is told, and the next list has it.
     assert_eq!(alice["tool_search"]["is_error"], false, "{alice}");
