@@ -53,7 +53,12 @@ pub async fn serve(
                 user: user.unwrap_or_else(|| OPERATOR_USER.to_owned()),
                 role: None,
             };
-            let served = serve_stdio(cluster.runs.env.clone(), owner).await;
+            let served = serve_stdio(
+                cluster.runs.env.clone(),
+                cluster.runs.manager.clone(),
+                owner,
+            )
+            .await;
             let root = cluster.runtime.root().to_path_buf();
             cluster.stop().await;
             let _ = std::fs::remove_dir_all(root);

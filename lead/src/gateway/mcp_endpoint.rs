@@ -10,7 +10,7 @@
 //! ([`ACT_AS_HEADER`], what `antler mcp serve --user` sends).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use actix_web::http::header::{HeaderName, HeaderValue, WWW_AUTHENTICATE};
 use actix_web::http::{Method, StatusCode};
@@ -49,12 +49,17 @@ pub struct McpEndpoint {
 }
 
 impl McpEndpoint {
-    /// The endpoint whose sessions' runs `env` prepares on the current arbiter (the
-    /// lead's). Call inside the lead's actix system.
-    pub fn new(env: Arc<crate::runs::prepare::RunEnv>) -> McpEndpoint {
+    /// The endpoint whose sessions' runs `runs` prepares and keeps, on the current
+    /// arbiter (the lead's). Call inside the lead's actix system.
+    pub fn new(runs: &crate::cluster::Runs) -> McpEndpoint {
         let stop = tokio_util::sync::CancellationToken::new();
         McpEndpoint {
-            service: mcp_server::http_service(env, actix::Arbiter::current(), stop.clone()),
+            service: mcp_server::http_service(
+                runs.env.clone(),
+                runs.manager.clone(),
+                actix::Arbiter::current(),
+                stop.clone(),
+            ),
             owners: Mutex::new(HashMap::new()),
             stop,
         }

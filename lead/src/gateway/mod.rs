@@ -171,7 +171,7 @@ impl Gateway {
             logins: Arc::default(),
             settings: Arc::new(principals.clone()),
             quotas: Arc::new(quota::Quotas::new(&principals.limits)),
-            mcp: Arc::new(mcp_endpoint::McpEndpoint::new(runs.env.clone())),
+            mcp: Arc::new(mcp_endpoint::McpEndpoint::new(&runs)),
         };
         let mcp = state.mcp.clone();
         // The guard needs the bound port (the address may ask for port 0): set once bound,

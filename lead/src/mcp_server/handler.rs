@@ -23,6 +23,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
 use super::session::{Call, End, McpSession, Owner, SessionError, Tools};
+use crate::runs::manager::RunManager;
 use crate::runs::prepare::RunEnv;
 
 /// The `_meta` key naming the Antler thread a session works on.
@@ -36,6 +37,7 @@ const NO_PRINCIPAL: &str = "this MCP session has no principal";
 /// The handler of one MCP session.
 pub struct AntlerTools {
     env: Arc<RunEnv>,
+    manager: Addr<RunManager>,
     /// Where the session's actor runs (the lead's arbiter, beside the runs).
     arbiter: ArbiterHandle,
     /// Who the session acts for: set at its start (stdio) or by its first request.
@@ -46,9 +48,15 @@ pub struct AntlerTools {
 impl AntlerTools {
     /// A session acting for `owner` (`None`: the owner the gateway puts in the first
     /// request's extensions).
-    pub fn new(env: Arc<RunEnv>, arbiter: ArbiterHandle, owner: Option<Owner>) -> AntlerTools {
+    pub fn new(
+        env: Arc<RunEnv>,
+        manager: Addr<RunManager>,
+        arbiter: ArbiterHandle,
+        owner: Option<Owner>,
+    ) -> AntlerTools {
         AntlerTools {
             env,
+            manager,
             arbiter,
             owner: Mutex::new(owner),
             session: Mutex::new(None),
@@ -72,7 +80,9 @@ impl AntlerTools {
         };
         let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(session
-            .get_or_insert_with(|| McpSession::start_on(&self.arbiter, self.env.clone(), owner))
+            .get_or_insert_with(|| {
+                McpSession::start_on(&self.arbiter, self.env.clone(), self.manager.clone(), owner)
+            })
             .clone())
     }
 }

@@ -13,12 +13,13 @@ pub use session::Owner;
 
 use std::sync::Arc;
 
-use actix::ArbiterHandle;
+use actix::{Addr, ArbiterHandle};
 use rmcp::transport::streamable_http_server::{
     session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
 };
 use rmcp::ServiceExt as _;
 
+use crate::runs::manager::RunManager;
 use crate::runs::prepare::RunEnv;
 
 /// The streamable-HTTP service of the gateway's `/mcp`: sessions kept in this process,
@@ -29,6 +30,7 @@ pub type HttpService = StreamableHttpService<AntlerTools, LocalSessionManager>;
 /// The `/mcp` service whose sessions' runs are prepared by `env` on `arbiter`.
 pub fn http_service(
     env: Arc<RunEnv>,
+    manager: Addr<RunManager>,
     arbiter: ArbiterHandle,
     stop: tokio_util::sync::CancellationToken,
 ) -> HttpService {
@@ -37,7 +39,14 @@ pub fn http_service(
         .disable_allowed_hosts()
         .with_cancellation_token(stop);
     StreamableHttpService::new(
-        move || Ok(AntlerTools::new(env.clone(), arbiter.clone(), None)),
+        move || {
+            Ok(AntlerTools::new(
+                env.clone(),
+                manager.clone(),
+                arbiter.clone(),
+                None,
+            ))
+        },
         Arc::new(LocalSessionManager::default()),
         config,
     )
@@ -54,8 +63,12 @@ pub enum ServeError {
 
 /// Serves one MCP session on this process's stdin and stdout, acting for `owner`, until
 /// the client closes it. Call inside the actix system whose arbiter runs the session.
-pub async fn serve_stdio(env: Arc<RunEnv>, owner: Owner) -> Result<(), ServeError> {
-    let handler = AntlerTools::new(env, actix::Arbiter::current(), Some(owner));
+pub async fn serve_stdio(
+    env: Arc<RunEnv>,
+    manager: Addr<RunManager>,
+    owner: Owner,
+) -> Result<(), ServeError> {
+    let handler = AntlerTools::new(env, manager, actix::Arbiter::current(), Some(owner));
     let running = handler
         .serve(rmcp::transport::stdio())
         .await

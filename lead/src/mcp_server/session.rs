@@ -3,8 +3,9 @@
 //! it, on the thread that request names in `_meta` (`antler/thread`) or on a thread of
 //! its own; from then on the session is bound to that thread. Its messages run one at a
 //! time (a call's result is merged before the next call starts), and its sandbox lease is
-//! renewed while the session lives; [`End`] releases the sandbox, records the run's end
-//! and stops the actor.
+//! renewed while the session lives; the run manager keeps the run beside its own (its
+//! events and metrics). [`End`] releases the sandbox, records the run's end and stops the
+//! actor.
 
 use std::sync::Arc;
 
@@ -12,7 +13,9 @@ use actix::prelude::*;
 use antler_engine::catalog::ToolSpec;
 use antler_engine::{Message as ThreadMessage, RunLoop, ToolCall};
 
-use crate::runs::prepare::RunEnv;
+use crate::runs::manager::{ClientRunEnded, HostClientRun, RunManager};
+use crate::runs::prepare::{ClientSession, RunEnv};
+use crate::runs::store::RunStatus;
 
 /// Who a session acts for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +51,8 @@ pub struct CallOutcome {
 /// The actor.
 pub struct McpSession {
     env: Arc<RunEnv>,
+    /// Keeps the run beside the runs it drives (its events, view and metrics).
+    manager: Addr<RunManager>,
     owner: Owner,
     /// The run's id; also the thread's when the client names none.
     run_id: String,
@@ -63,10 +68,16 @@ pub struct McpSession {
 
 impl McpSession {
     /// Starts a session of `owner` on `arbiter` (the lead's, where the runs live).
-    pub fn start_on(arbiter: &ArbiterHandle, env: Arc<RunEnv>, owner: Owner) -> Addr<McpSession> {
+    pub fn start_on(
+        arbiter: &ArbiterHandle,
+        env: Arc<RunEnv>,
+        manager: Addr<RunManager>,
+        owner: Owner,
+    ) -> Addr<McpSession> {
         let run_id = format!("mcp-{}", uuid::Uuid::new_v4().simple());
         McpSession::start_in_arbiter(arbiter, move |_| McpSession {
             env,
+            manager,
             owner,
             run_id,
             thread: None,
@@ -100,12 +111,30 @@ impl McpSession {
         }
         let thread = asked.unwrap_or_else(|| self.run_id.clone());
         let (env, owner, run_id) = (self.env.clone(), self.owner.clone(), self.run_id.clone());
+        let manager = self.manager.clone();
         let opening = {
             let thread = thread.clone();
             async move {
-                env.start_client_session(&run_id, &owner.user, owner.role.as_deref(), &thread)
+                let opened = env
+                    .start_client_session(&run_id, &owner.user, owner.role.as_deref(), &thread)
                     .await
-                    .map_err(|e| SessionError::Open(e.to_string()))
+                    .map_err(|e| SessionError::Open(e.to_string()))?;
+                let ClientSession {
+                    mut run,
+                    record,
+                    catalog,
+                    skills,
+                } = opened;
+                let events = manager
+                    .send(HostClientRun {
+                        record,
+                        catalog,
+                        skills,
+                    })
+                    .await
+                    .map_err(|e| SessionError::Open(e.to_string()))?;
+                run.on_event(events);
+                Ok(run)
             }
         };
         Box::pin(opening.into_actor(self).map(move |opened, actor, ctx| {
@@ -205,9 +234,14 @@ impl Handler<End> for McpSession {
             ctx.cancel_future(renewal);
         }
         let run = self.run.take();
+        let (manager, run_id) = (self.manager.clone(), self.run_id.clone());
         let ending = async move {
             if let Some(mut run) = run {
                 run.end_client_session().await;
+                manager.do_send(ClientRunEnded {
+                    run_id,
+                    status: RunStatus::Success,
+                });
             }
         };
         AtomicResponse::new(Box::pin(ending.into_actor(self).map(|(), actor, ctx| {

@@ -43,7 +43,7 @@ use catalog::assembly_request;
 use config_files::ConfigFiles;
 use model::{label_model, moderation_model, named_playbook};
 pub use model::{model_for, shown_model};
-pub use session::CLIENT_SESSION_LABEL;
+pub use session::{ClientSession, CLIENT_SESSION_LABEL};
 
 /// How a run records a scripted model, to resume it with the same playbook.
 pub const SCRIPTED_PREFIX: &str = "scripted:";

@@ -8,7 +8,8 @@
 //! mcp-host; before that the deferred filter refuses it, and the guardrail denies a call,
 //! with the texts a run's model reads); bash writes a file in the session's thread sandbox that a second call reads;
 //! another member naming the same thread id works in a thread of its own and never sees
-//! the file, and another member's session id is an unknown session to it (404); the sessions' runs are recorded on their threads and end with the sessions.
+//! the file, and another member's session id is an unknown session to it (404); every
+//! call is a run event (`/api/runs/{id}/events`); the sessions' runs are recorded on their threads and end with the sessions.
 //! `antler mcp serve` (stdio, the SDK's stdio client) joins a running cluster through its
 //! gateway acting for `--user`, or starts an ephemeral cluster for the session.
 
@@ -299,6 +300,7 @@ fn the_python_sdk_client_gets_the_deferred_catalog_and_the_threads_sandbox() {
 
     // Each session was a run of its user's thread, ended with the session.
     let addr = cluster.gateway();
+    let mut run_ids = Vec::new();
     for (who, user_token) in [("alice", ALICE), ("bob", BOB)] {
         let ended = antler_tests::wait_for(std::time::Duration::from_secs(30), || {
             let (code, _, body) =
@@ -310,8 +312,32 @@ fn the_python_sdk_client_gets_the_deferred_catalog_and_the_threads_sandbox() {
                     .is_some_and(|r| !r.is_empty() && r.iter().all(|r| r["status"] == "success")))
             .then_some(runs)
         });
-        assert!(ended.is_some(), "{who}'s session run did not end");
+        let runs = ended.unwrap_or_else(|| panic!("{who}'s session run did not end"));
+        // Every call was a run event, as a run's calls are.
+        let run_id = runs[0]["run_id"].as_str().unwrap().to_owned();
+        run_ids.push(run_id.clone());
+        let (code, _, events) = http_full(
+            &addr,
+            user_token,
+            "GET",
+            &format!("/api/runs/{run_id}/events"),
+            None,
+        );
+        assert_eq!(code, 200, "{events}");
+        assert!(
+            events.contains("\"event\":\"tool_finished\"") && events.contains("\"name\":\"bash\""),
+            "{who}: {events}"
+        );
     }
+    // Alice's run is not bob's to watch: the same 404 as a missing run.
+    let (code, _, _) = http_full(
+        &addr,
+        BOB,
+        "GET",
+        &format!("/api/runs/{}/events", run_ids[0]),
+        None,
+    );
+    assert_eq!(code, 404);
 }
 
 /// Runs the driver over stdio against `antler ARGS` (`antler mcp serve ...`) on `thread`,

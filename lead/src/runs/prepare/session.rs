@@ -8,11 +8,21 @@
 
 use std::sync::Arc;
 
-use antler_engine::{AgentContext, RunLoop, ThreadState, UnavailableModel};
+use antler_engine::catalog::Catalog;
+use antler_engine::{AgentContext, RunLoop, SkillStore, ThreadState, UnavailableModel};
 
 use super::catalog::assembly_request;
 use super::{check_id, PrepareError, RunEnv};
 use crate::agents::profile::AgentProfile;
+use crate::runs::store::RunRecord;
+
+/// A client's run, ready for its calls, with what the run manager keeps beside it.
+pub struct ClientSession {
+    pub run: RunLoop,
+    pub record: RunRecord,
+    pub catalog: Arc<Catalog>,
+    pub skills: SkillStore,
+}
 
 /// The model label of a client's session run.
 pub const CLIENT_SESSION_LABEL: &str = "mcp-client";
@@ -33,7 +43,7 @@ impl RunEnv {
         user: &str,
         role: Option<&str>,
         thread: &str,
-    ) -> Result<RunLoop, PrepareError> {
+    ) -> Result<ClientSession, PrepareError> {
         check_id("user", user)?;
         check_id("thread", thread)?;
         let (u, t, id) = (user.to_owned(), thread.to_owned(), run_id.to_owned());
@@ -67,7 +77,7 @@ impl RunEnv {
         role: Option<&str>,
         thread: &str,
         state: ThreadState,
-    ) -> Result<RunLoop, PrepareError> {
+    ) -> Result<ClientSession, PrepareError> {
         self.wait_for_sandbox_host().await;
         let app = self.load_config(None).await?;
         let profile = AgentProfile::load(&AgentContext::new(&self.base_dir().await?), user);
@@ -95,10 +105,23 @@ impl RunEnv {
             name: CLIENT_SESSION_LABEL.to_owned(),
             reason: NO_MODEL.to_owned(),
         });
-        Ok(self
+        let skills = settings.skills.clone();
+        let run = self
             .builder(context, model, &catalog, settings, None)
             .model_label(CLIENT_SESSION_LABEL)
             .start_for_client(state, SESSION_TASK)
-            .await?)
+            .await?;
+        let id = run_id.to_owned();
+        let record = self
+            .store
+            .call(move |store| store.run(&id))
+            .await?
+            .ok_or_else(|| PrepareError::UnknownRun(run_id.to_owned()))?;
+        Ok(ClientSession {
+            run,
+            record,
+            catalog,
+            skills,
+        })
     }
 }
