@@ -11,7 +11,8 @@
 //! the file, and another member's session id is an unknown session to it (404); every
 //! call is a run event (`/api/runs/{id}/events`); the sessions' runs are recorded on their threads and end with the sessions.
 //! `antler mcp serve` (stdio, the SDK's stdio client) joins a running cluster through its
-//! gateway acting for `--user`, or starts an ephemeral cluster for the session.
+//! gateway acting for `--user`, or starts an ephemeral cluster for the session. A session
+//! run a killed lead left open ends when the lead comes back, never driven by a model.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -427,4 +428,61 @@ fn antler_mcp_serve_joins_the_running_cluster_or_starts_one() {
         "{started}"
     );
     assert_eq!(note(&base, "default", "own").as_deref(), Some("over-stdio"));
+}
+
+#[test]
+fn a_session_run_left_open_by_a_killed_lead_ends_and_is_never_driven() {
+    let mut cluster = cluster();
+    let addr = cluster.gateway();
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}})
+    .to_string();
+    let auth = format!("Authorization: Bearer {ALICE}\r\nConnection: close\r\n");
+    let (code, head, _) = raw_mcp(&addr, &auth, &initialize);
+    assert_eq!(code, 200, "{head}");
+    let session = head
+        .lines()
+        .find_map(|l| l.strip_prefix("mcp-session-id: "))
+        .expect("a session id")
+        .trim()
+        .to_owned();
+    let in_session = format!(
+        "Authorization: Bearer {ALICE}\r\nMcp-Session-Id: {session}\r\nMcp-Protocol-Version: 2025-06-18\r\nConnection: close\r\n"
+    );
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    raw_mcp(&addr, &in_session, &initialized.to_string());
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "bash", "arguments": {"description": "hi", "command": "echo hi"},
+        "_meta": {"antler/thread": "restarted"}}});
+    let (code, _, body) = raw_mcp(&addr, &in_session, &call.to_string());
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("hi"), "{body}");
+    // The session's run is open on its thread when the lead dies.
+    cluster.kill_lead();
+    cluster.start();
+    let addr = cluster.gateway();
+    let runs = antler_tests::wait_for(std::time::Duration::from_secs(30), || {
+        let (code, _, body) = http_full(&addr, ALICE, "GET", "/api/threads/restarted/runs", None);
+        let runs: Value = serde_json::from_str(&body).ok()?;
+        (code == 200 && runs[0]["status"] == "error").then_some(runs)
+    })
+    .expect("the session's run ended after the restart");
+    assert_eq!(runs.as_array().unwrap().len(), 1, "{runs}");
+    let (_, _, view) = http_full(
+        &addr,
+        ALICE,
+        "GET",
+        &format!("/api/runs/{}", runs[0]["run_id"].as_str().unwrap()),
+        None,
+    );
+    let view: Value = serde_json::from_str(&view).unwrap();
+    assert_eq!(
+        view["error"], "the MCP session ended with the lead that served it",
+        "{view}"
+    );
+    // Its thread is free for the next run or session.
+    let (_, _, thread) = http_full(&addr, ALICE, "GET", "/api/threads/restarted", None);
+    let thread: Value = serde_json::from_str(&thread).unwrap();
+    assert_ne!(thread["status"], "busy", "{thread}");
 }
