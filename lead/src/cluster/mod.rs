@@ -236,6 +236,9 @@ impl ChildPlan {
 pub struct RunningCluster {
     pub runtime: RuntimeDir,
     pub supervisor: Addr<Supervisor>,
+    /// The lead's run side (`antler mcp serve` serves an ephemeral cluster's runs in
+    /// process).
+    pub runs: Runs,
     control: Server,
     drain_grace: Duration,
     /// The front door (the HTTP gateway), when it could listen.
@@ -347,6 +350,7 @@ impl RunningCluster {
         Ok(RunningCluster {
             runtime,
             supervisor,
+            runs,
             control,
             drain_grace: spec.drain_grace,
             front_door,

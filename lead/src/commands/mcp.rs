@@ -1,6 +1,6 @@
 //! `antler mcp status`, `antler mcp tools`, `antler mcp call` and `antler mcp login`: the MCP servers of the
 //! running cluster (or of an ephemeral one started for the command), reached through the
-//! lead and mcp-host.
+//! lead and mcp-host; `antler mcp serve`: Antler as an MCP server on stdio (`mcp_serve`).
 
 use std::{process::ExitCode, time::Duration};
 
@@ -63,6 +63,16 @@ pub enum McpCommand {
         #[arg(long)]
         workspace: Option<std::path::PathBuf>,
     },
+    /// Serve Antler's tools as an MCP server on stdin and stdout (for an MCP client's
+    /// `mcpServers`): the running cluster's, through its gateway, or an ephemeral one's.
+    Serve {
+        /// The user the session acts for (default: the local operator's).
+        #[arg(long)]
+        user: Option<String>,
+        /// config.yaml for the cluster this command starts (a running cluster keeps its own).
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+    },
     /// Log in to an HTTP server with OAuth (authorization code + PKCE): the URL goes to
     /// `$BROWSER` (or is printed), the redirect comes back to mcp-host on loopback, and the
     /// token is kept by mcp-host for this user (never shown).
@@ -124,6 +134,7 @@ pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             }
             McpCommand::Login { server, user } => login(ctx, server, user).await,
+            McpCommand::Serve { user, config } => super::mcp_serve::serve(ctx, user, config).await,
             McpCommand::Call {
                 server,
                 tool,

@@ -7,6 +7,7 @@ pub mod cluster_init;
 pub mod config;
 pub mod extensions;
 pub mod mcp;
+mod mcp_serve;
 pub mod run;
 pub mod sandbox;
 pub mod threads;

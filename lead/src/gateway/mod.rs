@@ -14,7 +14,9 @@
 //! Every request passes [`guard::Guard`] first: every route but `/health` needs
 //! `Authorization: Bearer TOKEN` naming a principal: the operator's token
 //! (`ANTLER_GATEWAY_TOKEN` or, on loopback, the one written to `gateway.token` (0600) in the
-//! runtime directory), or a user's (`antler.gateway`: static tokens and JWTs). A user's
+//! runtime directory), or a user's (`antler.gateway`: static tokens and JWTs). Antler's MCP
+//! server is at `/mcp` (streamable HTTP, see `mcp_endpoint`), an OAuth protected resource
+//! whose metadata is at `/.well-known/oauth-protected-resource`. A user's
 //! runs are its own: it starts them as itself, and another user's run is 404 to it, as if
 //! it did not exist; the operator sees every run (`GET /api/runs` lists them).
 
@@ -37,6 +39,7 @@ mod langgraph_stream;
 mod langgraph_threads;
 mod langgraph_turns;
 mod mcp_config;
+mod mcp_endpoint;
 mod memory;
 mod oauth;
 mod principal;
@@ -53,6 +56,7 @@ mod workspace_changes;
 
 pub use body::BODY_DEADLINE;
 pub use guard::{Guard, Refusal, GATEWAY_HOSTS_ENV};
+pub use mcp_endpoint::{ACT_AS_HEADER, MCP_PATH};
 pub use principal::{Authenticator, Principal, PrincipalsError};
 pub use routes::{Access, ROUTES};
 
@@ -102,6 +106,8 @@ const RELOAD_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Gateway {
     handle: actix_web::dev::ServerHandle,
     pub address: SocketAddr,
+    /// `/mcp`'s sessions, ended when the gateway stops.
+    mcp: Arc<mcp_endpoint::McpEndpoint>,
 }
 
 #[derive(Clone)]
@@ -117,6 +123,8 @@ struct State {
     settings: Arc<antler_protocol::config::GatewaySection>,
     /// What each user holds now (runs submitted, streams open), against `settings.limits`.
     quotas: Arc<quota::Quotas>,
+    /// `/mcp`: the MCP sessions and whose each is.
+    mcp: Arc<mcp_endpoint::McpEndpoint>,
 }
 
 /// Why the gateway could not start.
@@ -169,11 +177,13 @@ impl Gateway {
             started: std::time::Instant::now(),
             extensions,
             supervisor,
-            runs,
+            runs: runs.clone(),
             logins: Arc::default(),
             settings: Arc::new(principals.clone()),
             quotas: Arc::new(quota::Quotas::new(&principals.limits)),
+            mcp: Arc::new(mcp_endpoint::McpEndpoint::new(&runs)),
         };
+        let mcp = state.mcp.clone();
         // The guard needs the bound port (the address may ask for port 0): set once bound,
         // refusing everything until then.
         let guard = Arc::new(OnceLock::<Guard>::new());
@@ -199,9 +209,19 @@ impl Gateway {
                         None => Err(Refusal::Credential),
                     };
                     match checked {
-                        Err(refusal) => Either::Left(futures::future::ready(Ok(req
-                            .into_response(refusal.response())
-                            .map_into_right_body()))),
+                        Err(refusal) => {
+                            // The MCP resource's 401 names its metadata (RFC 9728).
+                            let response = if refusal == Refusal::Credential
+                                && mcp_endpoint::is_protected(path)
+                            {
+                                mcp_endpoint::unauthorized(req.request())
+                            } else {
+                                refusal.response()
+                            };
+                            Either::Left(futures::future::ready(Ok(req
+                                .into_response(response)
+                                .map_into_right_body())))
+                        }
                         Ok(principal) => {
                             if let Some(principal) = principal {
                                 actix_web::HttpMessage::extensions_mut(&req).insert(principal);
@@ -270,11 +290,16 @@ impl Gateway {
             address.to_string().as_bytes(),
         );
         tracing::info!(%address, "HTTP gateway listening");
-        Ok(Some(Gateway { handle, address }))
+        Ok(Some(Gateway {
+            handle,
+            address,
+            mcp,
+        }))
     }
 
     /// Stops the HTTP server.
     pub async fn stop(self) {
+        self.mcp.stop();
         self.handle.stop(true).await;
     }
 }

@@ -6,7 +6,7 @@
 
 use actix_web::{http::Method, web, Route};
 
-use super::{elicitation, oauth, ui, uploads};
+use super::{elicitation, mcp_endpoint, oauth, ui, uploads};
 
 /// Who may use a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -347,6 +347,28 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/api/cluster", Access::Operator, || {
         web::to(super::cluster_view::cluster_view)
     }),
+    // Antler's MCP server (streamable HTTP) and its protected resource metadata.
+    route("POST", mcp_endpoint::MCP_PATH, Access::Member, || {
+        web::to(mcp_endpoint::serve)
+    }),
+    route("GET", mcp_endpoint::MCP_PATH, Access::Member, || {
+        web::to(mcp_endpoint::serve)
+    }),
+    route("DELETE", mcp_endpoint::MCP_PATH, Access::Member, || {
+        web::to(mcp_endpoint::serve)
+    }),
+    route(
+        "GET",
+        mcp_endpoint::RESOURCE_METADATA_PATH,
+        Access::Open,
+        || web::to(mcp_endpoint::resource_metadata),
+    ),
+    route(
+        "GET",
+        mcp_endpoint::RESOURCE_METADATA_MCP_PATH,
+        Access::Open,
+        || web::to(mcp_endpoint::resource_metadata),
+    ),
     route("GET", "/metrics", Access::Metrics, || {
         web::to(super::metrics)
     }),

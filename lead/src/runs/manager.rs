@@ -14,8 +14,9 @@
 //!
 //! The actor and a run's life (launch, drive, what is kept after it ends) are here; its
 //! messages sit beside it by concern: `submit`, `resume` (an answer, a crash, a restart),
-//! `cancel`, `queries` (views, events, lists, owners), `artifacts`, and `sink` (a run's
-//! events into its log and the metrics). The runs store is reached only through its own
+//! `cancel`, `queries` (views, events, lists, owners), `artifacts`, `client_runs` (runs an
+//! MCP client drives, kept beside them), and `sink` (a run's events into its log and the
+//! metrics). The runs store is reached only through its own
 //! thread ([`CheckpointStore::call`](super::store::CheckpointStore::call), or the journal
 //! for a cancel's status): no handler touches SQLite.
 
@@ -38,6 +39,7 @@ mod answer;
 mod artifacts;
 mod branch_files;
 mod cancel;
+mod client_runs;
 mod config;
 mod queries;
 mod resume;
@@ -49,6 +51,7 @@ pub use answer::answer;
 pub use artifacts::{read_artifact, ArtifactContent, RunArtifact, MAX_ARTIFACT_BYTES};
 pub use branch_files::CopyThreadUserData;
 pub use cancel::{CancelOutcome, CancelRun, ChaosStopRun};
+pub use client_runs::{ClientRunEnded, HostClientRun};
 pub use config::CurrentConfig;
 pub use queries::{
     CountRunning, GetElicitations, GetRun, ListRuns, RunCatalog, RunMessages, RunOwner, WatchRun,

@@ -37,11 +37,13 @@ mod config_files;
 pub(crate) mod context;
 mod hosts;
 mod model;
+mod session;
 
 use catalog::assembly_request;
 use config_files::ConfigFiles;
 use model::{label_model, moderation_model, named_playbook};
 pub use model::{model_for, shown_model};
+pub use session::{ClientSession, CLIENT_SESSION_LABEL};
 
 /// How a run records a scripted model, to resume it with the same playbook.
 pub const SCRIPTED_PREFIX: &str = "scripted:";
@@ -521,6 +523,26 @@ impl RunEnv {
             return Err(PrepareError::NotWaiting {
                 run_id: run_id.to_owned(),
                 status: record.status.as_str().to_owned(),
+            });
+        }
+        // A client's session run is never driven by a model: one a stopped lead left
+        // `running` ends here.
+        if record.model == CLIENT_SESSION_LABEL {
+            if record.status == RunStatus::Running {
+                let id = run_id.to_owned();
+                self.store
+                    .call(move |store| {
+                        store.set_status(
+                            &id,
+                            RunStatus::Error,
+                            Some(session::SESSION_ENDED_WITH_LEAD),
+                        )
+                    })
+                    .await?;
+            }
+            return Err(PrepareError::NotRunning {
+                run_id: run_id.to_owned(),
+                status: "an ended MCP session".to_owned(),
             });
         }
         // A cancelled run stays cancelled: it is never driven again.

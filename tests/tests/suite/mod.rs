@@ -53,6 +53,7 @@ mod mcp_pool;
 mod mcp_pool_bounds;
 mod mcp_reload;
 mod mcp_roots;
+mod mcp_serve;
 mod mcp_servers;
 mod mcp_stateless;
 mod mcp_transports;

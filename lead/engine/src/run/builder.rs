@@ -1,7 +1,8 @@
 //! How a run is made: [`RunBuilder`], the one way to make a [`RunLoop`] (with its
 //! [`RunSettings`]): the lead's runs add their journal, custom-agent tools and delegator;
 //! a subagent's task graph runs with none of them. `start` journals a new run as step 0
-//! (`start_on` the same, from a continued thread's state);
+//! (`start_on` the same, from a continued thread's state; `start_for_client` a run a
+//! client drives, Antler's MCP server);
 //! `resume` rebuilds one from its last checkpoint, giving each issued call without a
 //! result the interrupted-call result.
 
@@ -137,6 +138,24 @@ impl RunBuilder {
     /// user's new message; journaled as step 0 like [`RunBuilder::start`].
     pub async fn start_on(self, state: ThreadState, task: &str) -> Result<RunLoop, RunError> {
         self.start_with(state.continued(task), task).await
+    }
+
+    /// Starts a run driven by a client (Antler's MCP server) on a thread's `state` (the
+    /// default state for a new thread): journaled as step 0 like [`RunBuilder::start`],
+    /// with spec A.6's carry-over but no user turn; `task` only names the run's record.
+    pub async fn start_for_client(
+        self,
+        state: ThreadState,
+        task: &str,
+    ) -> Result<RunLoop, RunError> {
+        let turns_before = state.turns();
+        let state = ThreadState {
+            stop_reason: None,
+            token_usage: Default::default(),
+            turns_before,
+            ..state
+        };
+        self.start_with(state, task).await
     }
 
     async fn start_with(self, state: ThreadState, task: &str) -> Result<RunLoop, RunError> {

@@ -5,12 +5,13 @@
 //! that owns a loop and its messages, `events` what a run reports as it goes
 //! (`RunEvent`, `ToolState`) and `delta` its streamed tokens (`model_delta`), `goal` the
 //! hidden turns a thread's goal asks for after an answer, `execute` where each tool call
-//! runs, `journal` where a run is checkpointed (the lead's store plugs in behind its
-//! trait).
+//! runs, `client` a run driven by a client (Antler's MCP server) instead of its model,
+//! `journal` where a run is checkpointed (the lead's store plugs in behind its trait).
 
 pub mod actor;
 pub mod builder;
 mod calls;
+mod client;
 mod context;
 mod delta;
 pub mod events;

@@ -1,0 +1,305 @@
+//! `/mcp`: Antler's MCP server over streamable HTTP (`mcp_server`; rmcp's service, a tower
+//! service over `http` 1 requests, bridged here from actix-web), and Antler as an OAuth
+//! protected resource (RFC 9728, as the MCP authorization spec asks):
+//! `GET /.well-known/oauth-protected-resource` (and its `/mcp` suffixed form) names the
+//! resource and the configured JWT issuer, and a request to `/mcp` without a valid bearer
+//! token gets 401 with `WWW-Authenticate: Bearer resource_metadata="…"`. The gateway's
+//! principals apply as on every route (a JWT's audience is checked by the authenticator);
+//! a session belongs to the user that opened it, and a request naming another user's
+//! session id is answered as an unknown session (404). The operator may act for a user
+//! ([`ACT_AS_HEADER`], what `antler mcp serve --user` sends).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use actix_web::http::header::{HeaderName, HeaderValue, WWW_AUTHENTICATE};
+use actix_web::http::{Method, StatusCode};
+use actix_web::{web, HttpRequest, HttpResponse};
+use antler_protocol::config::{self, GatewaySection};
+use http_body_util::BodyExt as _;
+use serde_json::json;
+
+use super::body::read_body;
+use super::State;
+use super::{principal_of, Principal};
+use crate::mcp_server::{self, HttpService, Owner};
+
+/// The MCP endpoint's path.
+pub const MCP_PATH: &str = "/mcp";
+/// The protected resource metadata (RFC 9728).
+pub const RESOURCE_METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+/// Its form suffixed with the resource's path, which MCP clients ask first.
+pub const RESOURCE_METADATA_MCP_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
+/// The header naming a streamable-HTTP session.
+const SESSION_HEADER: &str = "mcp-session-id";
+/// The largest JSON-RPC message a client may post.
+const MAX_MCP_BODY: usize = 4 << 20;
+/// The header with which an operator's request names the user its session acts for
+/// (`antler mcp serve --user`).
+pub const ACT_AS_HEADER: &str = "x-antler-user";
+/// What a request naming an unknown session gets (rmcp's own answer).
+const UNKNOWN_SESSION: &str = "Not Found: Session not found";
+
+/// The gateway's MCP service and whose each session is.
+pub struct McpEndpoint {
+    service: HttpService,
+    /// The user of each session, by its id (kept until the client deletes the session).
+    owners: Mutex<HashMap<String, String>>,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl McpEndpoint {
+    /// The endpoint whose sessions' runs `runs` prepares and keeps, on the current
+    /// arbiter (the lead's). Call inside the lead's actix system.
+    pub fn new(runs: &crate::cluster::Runs) -> McpEndpoint {
+        let stop = tokio_util::sync::CancellationToken::new();
+        McpEndpoint {
+            service: mcp_server::http_service(
+                runs.env.clone(),
+                runs.manager.clone(),
+                actix::Arbiter::current(),
+                stop.clone(),
+            ),
+            owners: Mutex::new(HashMap::new()),
+            stop,
+        }
+    }
+
+    /// Ends every session (the gateway stops).
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.owners.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Whether a route's refusal of a request without a valid token is the MCP resource's
+/// 401 (with the resource metadata's address).
+pub fn is_protected(path: &str) -> bool {
+    path == MCP_PATH
+}
+
+/// The 401 of `/mcp`: `WWW-Authenticate` names the resource metadata.
+pub fn unauthorized(req: &HttpRequest) -> HttpResponse {
+    let metadata = format!("{}{RESOURCE_METADATA_MCP_PATH}", origin(req));
+    HttpResponse::Unauthorized()
+        .insert_header((
+            WWW_AUTHENTICATE,
+            format!("Bearer resource_metadata=\"{metadata}\""),
+        ))
+        .json(json!({"detail": super::Refusal::Credential.to_string()}))
+}
+
+/// `GET /.well-known/oauth-protected-resource[/mcp]`: the resource and who issues its
+/// tokens (the configured JWT issuer; none when only static tokens are configured).
+pub async fn resource_metadata(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
+    HttpResponse::Ok().json(metadata_document(&origin(&req), &state.settings))
+}
+
+fn metadata_document(origin: &str, settings: &GatewaySection) -> serde_json::Value {
+    let issuers: Vec<&str> = settings.jwt.iter().map(|jwt| jwt.issuer.as_str()).collect();
+    json!({
+        "resource": format!("{origin}{MCP_PATH}"),
+        "authorization_servers": issuers,
+        "bearer_methods_supported": ["header"],
+        "resource_name": "Antler",
+    })
+}
+
+/// `scheme://host` of the gateway as the request reached it (its `Host` was checked).
+fn origin(req: &HttpRequest) -> String {
+    let info = req.connection_info();
+    format!("{}://{}", info.scheme(), info.host())
+}
+
+/// `POST`, `GET` and `DELETE /mcp`: the request handed to rmcp's service with its
+/// principal, the answer (JSON or an event stream) streamed back.
+pub async fn serve(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<State>,
+) -> HttpResponse {
+    let Some(principal) = principal_of(&req) else {
+        return unauthorized(&req);
+    };
+    let owner = match owner_of(&principal, req.headers().get(ACT_AS_HEADER)) {
+        Ok(owner) => owner,
+        Err(refused) => return refused.response(),
+    };
+    let endpoint = &state.mcp;
+    let session = req
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = &session {
+        let others = endpoint
+            .owners()
+            .get(id)
+            .is_some_and(|user| *user != owner.user);
+        if others {
+            return HttpResponse::NotFound().body(UNKNOWN_SESSION);
+        }
+    }
+    let body = if *req.method() == Method::POST {
+        match read_body(payload, MAX_MCP_BODY).await {
+            Ok(body) => body,
+            Err(response) => return response,
+        }
+    } else {
+        web::Bytes::new()
+    };
+    let mut request = http::Request::builder()
+        .method(req.method().as_str())
+        .uri(req.uri().to_string());
+    for (name, value) in req.headers() {
+        request = request.header(name.as_str(), value.as_bytes());
+    }
+    let mut request = match request.body(http_body_util::Full::new(body)) {
+        Ok(request) => request,
+        Err(e) => return super::error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    request.extensions_mut().insert(owner.clone());
+    let response = endpoint.service.handle(request).await;
+    if let Some(id) = response
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+    {
+        endpoint
+            .owners()
+            .entry(id.to_owned())
+            .or_insert_with(|| owner.user.clone());
+    }
+    if *req.method() == Method::DELETE && response.status().is_success() {
+        if let Some(id) = &session {
+            endpoint.owners().remove(id);
+        }
+    }
+    into_actix(response)
+}
+
+/// Why a request may not act for the user it names.
+#[derive(Debug, thiserror::Error)]
+enum ActAsRefusal {
+    #[error("only the operator may act for another user ({ACT_AS_HEADER})")]
+    NotOperator,
+    #[error("{ACT_AS_HEADER}: expected a user id (letters, digits, - and _)")]
+    BadUser,
+}
+
+impl ActAsRefusal {
+    fn response(&self) -> HttpResponse {
+        let status = match self {
+            ActAsRefusal::NotOperator => StatusCode::FORBIDDEN,
+            ActAsRefusal::BadUser => StatusCode::BAD_REQUEST,
+        };
+        super::error(status, self.to_string())
+    }
+}
+
+/// Who a request's session acts for: its principal's user, or the user an operator
+/// names in [`ACT_AS_HEADER`] (a member may not).
+fn owner_of(principal: &Principal, acting: Option<&HeaderValue>) -> Result<Owner, ActAsRefusal> {
+    let Some(acting) = acting else {
+        return Ok(Owner {
+            user: principal
+                .user
+                .clone()
+                .unwrap_or_else(|| config::OPERATOR_USER.to_owned()),
+            role: principal.role.clone(),
+        });
+    };
+    if !principal.operator {
+        return Err(ActAsRefusal::NotOperator);
+    }
+    match acting.to_str().ok().filter(|u| config::valid_user(u)) {
+        Some(user) => Ok(Owner {
+            user: user.to_owned(),
+            role: None,
+        }),
+        None => Err(ActAsRefusal::BadUser),
+    }
+}
+
+/// rmcp's response as actix-web's, its body streamed as it comes (an SSE stream stays
+/// open while the session sends on it).
+fn into_actix(
+    response: http::Response<
+        http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>,
+    >,
+) -> HttpResponse {
+    let (parts, body) = response.into_parts();
+    let status =
+        StatusCode::from_u16(parts.status.as_u16()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut out = HttpResponse::build(status);
+    for (name, value) in &parts.headers {
+        // actix-web frames the streamed body itself.
+        if matches!(name.as_str(), "content-length" | "transfer-encoding") {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_str().as_bytes()),
+            HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            out.append_header((name, value));
+        }
+    }
+    out.streaming(body.into_data_stream())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_metadata_names_the_resource_and_the_configured_issuer() {
+        let mut settings = GatewaySection::default();
+        let doc = metadata_document("http://127.0.0.1:8001", &settings);
+        assert_eq!(doc["resource"], "http://127.0.0.1:8001/mcp");
+        assert_eq!(doc["authorization_servers"], json!([]));
+        settings.jwt = Some(config::JwtSection {
+            issuer: "https://idp.example".into(),
+            ..Default::default()
+        });
+        let doc = metadata_document("http://127.0.0.1:8001", &settings);
+        assert_eq!(doc["authorization_servers"], json!(["https://idp.example"]));
+    }
+
+    #[test]
+    fn only_the_operator_acts_for_another_user() {
+        let member = Principal {
+            user: Some("alice".into()),
+            role: Some("member".into()),
+            operator: false,
+        };
+        let operator = Principal {
+            user: None,
+            role: Some("operator".into()),
+            operator: true,
+        };
+        let bob = HeaderValue::from_static("bob");
+        let owner = owner_of(&member, None).unwrap();
+        assert_eq!(
+            (owner.user.as_str(), owner.role.as_deref()),
+            ("alice", Some("member"))
+        );
+        assert!(matches!(
+            owner_of(&member, Some(&bob)),
+            Err(ActAsRefusal::NotOperator)
+        ));
+        assert_eq!(
+            owner_of(&operator, None).unwrap().user,
+            config::OPERATOR_USER
+        );
+        assert_eq!(owner_of(&operator, Some(&bob)).unwrap().user, "bob");
+        let bad = HeaderValue::from_static("../etc");
+        assert!(matches!(
+            owner_of(&operator, Some(&bad)),
+            Err(ActAsRefusal::BadUser)
+        ));
+    }
+}

@@ -1,0 +1,217 @@
+//! [`AntlerTools`]: the rmcp server handler of one MCP session. It answers `tools/list`
+//! with the tools the session's run would offer a model (the principal's authorized
+//! catalog, deferred MCP tools behind `tool_search`, promotions, skill policy) and
+//! `tools/call` by the run's own call path, and sends `notifications/tools/list_changed`
+//! when a call changed what the client may see. Who it acts for is given (stdio) or read
+//! from the HTTP request the gateway authenticated ([`Owner`] in the request's
+//! extensions). The session's thread is bound by its first `tools/list` or `tools/call`:
+//! the one that request names in its `_meta` under [`THREAD_META_KEY`], else a new thread
+//! of its own. Dropping the handler (the session closed) ends the session.
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use actix::{Addr, ArbiterHandle};
+use antler_engine::catalog::ToolSpec;
+use antler_engine::{Message, ToolStatus};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::{json, Value};
+
+use super::session::{Call, End, McpSession, Owner, SessionError, Tools};
+use crate::runs::manager::RunManager;
+use crate::runs::prepare::RunEnv;
+
+/// The `_meta` key naming the Antler thread a session works on.
+pub const THREAD_META_KEY: &str = "antler/thread";
+/// What the server tells its clients at `initialize`.
+const INSTRUCTIONS: &str = "Antler's tools for one thread: sandbox tools run in the thread's sandbox, MCP tools on their servers with your credentials. Deferred MCP tools are found with tool_search; the tools it promotes appear in the next tools/list.";
+/// The error of a request that reaches a session without a principal (never, through the
+/// gateway).
+const NO_PRINCIPAL: &str = "this MCP session has no principal";
+
+/// The handler of one MCP session.
+pub struct AntlerTools {
+    env: Arc<RunEnv>,
+    manager: Addr<RunManager>,
+    /// Where the session's actor runs (the lead's arbiter, beside the runs).
+    arbiter: ArbiterHandle,
+    /// Who the session acts for: set at its start (stdio) or by its first request.
+    owner: Mutex<Option<Owner>>,
+    session: Mutex<Option<Addr<McpSession>>>,
+}
+
+impl AntlerTools {
+    /// A session acting for `owner` (`None`: the owner the gateway puts in the first
+    /// request's extensions).
+    pub fn new(
+        env: Arc<RunEnv>,
+        manager: Addr<RunManager>,
+        arbiter: ArbiterHandle,
+        owner: Option<Owner>,
+    ) -> AntlerTools {
+        AntlerTools {
+            env,
+            manager,
+            arbiter,
+            owner: Mutex::new(owner),
+            session: Mutex::new(None),
+        }
+    }
+
+    /// The session's actor, started on its first use by the request of `context`.
+    fn session(&self, context: &RequestContext<RoleServer>) -> Result<Addr<McpSession>, McpError> {
+        let owner = {
+            let mut owner = self.owner.lock().unwrap_or_else(PoisonError::into_inner);
+            if owner.is_none() {
+                *owner = context
+                    .extensions
+                    .get::<http::request::Parts>()
+                    .and_then(|parts| parts.extensions.get::<Owner>())
+                    .cloned();
+            }
+            owner
+                .clone()
+                .ok_or_else(|| McpError::invalid_request(NO_PRINCIPAL, None))?
+        };
+        let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(session
+            .get_or_insert_with(|| {
+                McpSession::start_on(&self.arbiter, self.env.clone(), self.manager.clone(), owner)
+            })
+            .clone())
+    }
+}
+
+impl Drop for AntlerTools {
+    fn drop(&mut self) {
+        let session = self
+            .session
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(session) = session {
+            session.do_send(End);
+        }
+    }
+}
+
+impl ServerHandler for AntlerTools {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new("antler", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    /// One MCP session is one thread: the stateless revisions (2026-07-28 on) have no
+    /// session to hold it, so the session revisions are the ones served.
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let session = self.session(&context)?;
+        let meta = request.as_ref().and_then(|r| r.meta.as_deref());
+        let thread = thread_of(meta, &context);
+        let tools = session
+            .send(Tools { thread })
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?
+            .map_err(refused)?;
+        Ok(ListToolsResult::with_all_items(
+            tools.iter().filter_map(tool_of).collect(),
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let session = self.session(&context)?;
+        let thread = thread_of(request.meta.as_deref(), &context);
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let outcome = session
+            .send(Call {
+                thread,
+                name: request.name.into_owned(),
+                args,
+            })
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?
+            .map_err(refused)?;
+        if outcome.tools_changed {
+            if let Err(e) = context.peer.notify_tool_list_changed().await {
+                tracing::debug!("tools/list_changed not sent: {e}");
+            }
+        }
+        Ok(result_of(&outcome.messages)?.into())
+    }
+}
+
+/// The thread a request names in its `_meta` (the call's own, else the request's).
+fn thread_of(
+    meta: Option<&rmcp::model::MetaObject>,
+    context: &RequestContext<RoleServer>,
+) -> Option<String> {
+    meta.and_then(|m| m.get(THREAD_META_KEY))
+        .or_else(|| context.meta.get(THREAD_META_KEY))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+fn refused(error: SessionError) -> McpError {
+    match error {
+        SessionError::Run(_) => McpError::internal_error(error.to_string(), None),
+        _ => McpError::invalid_request(error.to_string(), None),
+    }
+}
+
+/// A catalog tool as MCP lists it (`None`: a schema MCP cannot carry, never in practice:
+/// the catalog's parameters are JSON schema objects).
+fn tool_of(spec: &ToolSpec) -> Option<Tool> {
+    let mut schema = spec.parameters.value().clone();
+    if let Some(object) = schema.as_object_mut() {
+        object
+            .entry("type")
+            .or_insert_with(|| Value::String("object".to_owned()));
+    }
+    serde_json::from_value(json!({
+        "name": spec.name,
+        "description": spec.description,
+        "inputSchema": schema,
+    }))
+    .ok()
+}
+
+/// The MCP result of a call from the tool messages it added: their text, an error when
+/// the tool failed (the model's error message, as a run's model would read it).
+fn result_of(messages: &[Message]) -> Result<CallToolResult, McpError> {
+    let mut content = Vec::new();
+    let mut failed = false;
+    for message in messages {
+        if let Message::Tool {
+            content: text,
+            status,
+            ..
+        } = message
+        {
+            failed |= *status == ToolStatus::Error;
+            content.push(json!({"type": "text", "text": text}));
+        }
+    }
+    serde_json::from_value(json!({"content": content, "isError": failed}))
+        .map_err(|e| McpError::internal_error(e.to_string(), None))
+}

@@ -1,0 +1,257 @@
+//! [`McpSession`]: the actor behind one MCP session, owning the run its client drives
+//! (`RunEnv::start_client_session`). The run is opened on the first request that needs
+//! it, on the thread that request names in `_meta` (`antler/thread`) or on a thread of
+//! its own; from then on the session is bound to that thread. Its messages run one at a
+//! time (a call's result is merged before the next call starts), and its sandbox lease is
+//! renewed while the session lives; the run manager keeps the run beside its own (its
+//! events and metrics). [`End`] releases the sandbox, records the run's end and stops the
+//! actor.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use antler_engine::catalog::ToolSpec;
+use antler_engine::{Message as ThreadMessage, RunLoop, ToolCall};
+
+use crate::runs::manager::{ClientRunEnded, HostClientRun, RunManager};
+use crate::runs::prepare::{ClientSession, RunEnv};
+use crate::runs::store::RunStatus;
+
+/// Who a session acts for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub user: String,
+    pub role: Option<String>,
+}
+
+/// Why a session could not answer (the client sees it as an MCP error).
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The run could not be opened (a busy or invalid thread, the store, a host).
+    #[error("{0}")]
+    Open(String),
+    #[error("this MCP session works on thread {bound}; it cannot switch to {asked}")]
+    OtherThread { bound: String, asked: String },
+    /// The run could not go on (its checkpoint store failed).
+    #[error("{0}")]
+    Run(String),
+    #[error("the MCP session has ended")]
+    Ended,
+}
+
+/// What one call did.
+#[derive(Debug)]
+pub struct CallOutcome {
+    /// The messages the call added to the thread (its tool message).
+    pub messages: Vec<ThreadMessage>,
+    /// The tools a client may see changed (`tool_search` promoted some).
+    pub tools_changed: bool,
+}
+
+/// The actor.
+pub struct McpSession {
+    env: Arc<RunEnv>,
+    /// Keeps the run beside the runs it drives (its events, view and metrics).
+    manager: Addr<RunManager>,
+    owner: Owner,
+    /// The run's id; also the thread's when the client names none.
+    run_id: String,
+    /// The thread the session is bound to, once its run is open.
+    thread: Option<String>,
+    /// The run, once open; out of the actor while a message works on it.
+    run: Option<RunLoop>,
+    /// Calls made so far (each call's id is numbered).
+    calls: u64,
+    renewal: Option<SpawnHandle>,
+    ended: bool,
+}
+
+impl McpSession {
+    /// Starts a session of `owner` on `arbiter` (the lead's, where the runs live).
+    pub fn start_on(
+        arbiter: &ArbiterHandle,
+        env: Arc<RunEnv>,
+        manager: Addr<RunManager>,
+        owner: Owner,
+    ) -> Addr<McpSession> {
+        let run_id = format!("mcp-{}", uuid::Uuid::new_v4().simple());
+        McpSession::start_in_arbiter(arbiter, move |_| McpSession {
+            env,
+            manager,
+            owner,
+            run_id,
+            thread: None,
+            run: None,
+            calls: 0,
+            renewal: None,
+            ended: false,
+        })
+    }
+
+    /// The open run, taken out of the actor (opened on `asked`, or a thread of its own,
+    /// when the session has none yet); give it back with [`McpSession::put`].
+    fn take_run(
+        &mut self,
+        asked: Option<String>,
+    ) -> ResponseActFuture<Self, Result<RunLoop, SessionError>> {
+        if self.ended {
+            return Box::pin(actix::fut::ready(Err(SessionError::Ended)));
+        }
+        if let (Some(bound), Some(asked)) = (&self.thread, &asked) {
+            if bound != asked {
+                let refused = SessionError::OtherThread {
+                    bound: bound.clone(),
+                    asked: asked.clone(),
+                };
+                return Box::pin(actix::fut::ready(Err(refused)));
+            }
+        }
+        if let Some(run) = self.run.take() {
+            return Box::pin(actix::fut::ready(Ok(run)));
+        }
+        let thread = asked.unwrap_or_else(|| self.run_id.clone());
+        let (env, owner, run_id) = (self.env.clone(), self.owner.clone(), self.run_id.clone());
+        let manager = self.manager.clone();
+        let opening = {
+            let thread = thread.clone();
+            async move {
+                let opened = env
+                    .start_client_session(&run_id, &owner.user, owner.role.as_deref(), &thread)
+                    .await
+                    .map_err(|e| SessionError::Open(e.to_string()))?;
+                let ClientSession {
+                    mut run,
+                    record,
+                    catalog,
+                    skills,
+                } = opened;
+                let events = manager
+                    .send(HostClientRun {
+                        record,
+                        catalog,
+                        skills,
+                    })
+                    .await
+                    .map_err(|e| SessionError::Open(e.to_string()))?;
+                run.on_event(events);
+                Ok(run)
+            }
+        };
+        Box::pin(opening.into_actor(self).map(move |opened, actor, ctx| {
+            let run = opened?;
+            tracing::info!(run = %actor.run_id, user = %actor.owner.user, %thread, "MCP session opened its run");
+            actor.thread = Some(thread);
+            actor.renewal = Some(ctx.spawn(run.lease_renewal().into_actor(actor)));
+            Ok(run)
+        }))
+    }
+
+    fn put(&mut self, run: RunLoop) {
+        self.run = Some(run);
+    }
+}
+
+impl Actor for McpSession {
+    type Context = Context<Self>;
+}
+
+/// The tools the client may see now (opening the run on `thread` when it is not open).
+#[derive(Message)]
+#[rtype(result = "Result<Vec<ToolSpec>, SessionError>")]
+pub struct Tools {
+    pub thread: Option<String>,
+}
+
+impl Handler<Tools> for McpSession {
+    type Result = AtomicResponse<Self, Result<Vec<ToolSpec>, SessionError>>;
+
+    fn handle(&mut self, msg: Tools, _: &mut Context<Self>) -> Self::Result {
+        AtomicResponse::new(Box::pin(self.take_run(msg.thread).map(
+            |taken, actor, _| {
+                let run = taken?;
+                let tools = run.visible_tools();
+                actor.put(run);
+                Ok(tools)
+            },
+        )))
+    }
+}
+
+/// One call of the client's: tool `name` with `args` (a JSON object).
+#[derive(Message)]
+#[rtype(result = "Result<CallOutcome, SessionError>")]
+pub struct Call {
+    pub thread: Option<String>,
+    pub name: String,
+    pub args: serde_json::Value,
+}
+
+impl Handler<Call> for McpSession {
+    type Result = AtomicResponse<Self, Result<CallOutcome, SessionError>>;
+
+    fn handle(&mut self, msg: Call, _: &mut Context<Self>) -> Self::Result {
+        self.calls += 1;
+        let call = ToolCall {
+            id: format!("{}-call-{}", self.run_id, self.calls),
+            name: msg.name,
+            args: msg.args,
+        };
+        let working = self.take_run(msg.thread).then(|taken, actor, _| {
+            async move {
+                let mut run = taken?;
+                let before = tool_names(&run);
+                let result = run.call_from_client(call).await;
+                let tools_changed = tool_names(&run) != before;
+                Ok::<_, SessionError>((run, result, tools_changed))
+            }
+            .into_actor(actor)
+            .map(|done, actor, _| {
+                let (run, result, tools_changed) = done?;
+                actor.put(run);
+                let messages = result.map_err(|e| SessionError::Run(e.to_string()))?;
+                Ok(CallOutcome {
+                    messages,
+                    tools_changed,
+                })
+            })
+        });
+        AtomicResponse::new(Box::pin(working))
+    }
+}
+
+/// The session ended (its client closed it, or it idled out): the sandbox goes back to
+/// its pool, the run's end is recorded and the thread is free; the actor stops.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct End;
+
+impl Handler<End> for McpSession {
+    type Result = AtomicResponse<Self, ()>;
+
+    fn handle(&mut self, _: End, ctx: &mut Context<Self>) -> Self::Result {
+        self.ended = true;
+        if let Some(renewal) = self.renewal.take() {
+            ctx.cancel_future(renewal);
+        }
+        let run = self.run.take();
+        let (manager, run_id) = (self.manager.clone(), self.run_id.clone());
+        let ending = async move {
+            if let Some(mut run) = run {
+                run.end_client_session().await;
+                manager.do_send(ClientRunEnded {
+                    run_id,
+                    status: RunStatus::Success,
+                });
+            }
+        };
+        AtomicResponse::new(Box::pin(ending.into_actor(self).map(|(), actor, ctx| {
+            tracing::info!(run = %actor.run_id, "MCP session ended");
+            ctx.stop();
+        })))
+    }
+}
+
+/// The names of the tools `run` shows its client now.
+fn tool_names(run: &RunLoop) -> Vec<String> {
+    run.visible_tools().into_iter().map(|t| t.name).collect()
+}

@@ -1,0 +1,167 @@
+"""Drives Antler's MCP server with the official MCP Python SDK client (pinned in
+tests/requirements.txt) and prints one JSON report for tests/tests/suite/mcp_serve.rs.
+
+    mcp_serve_client.py http URL ALICE_TOKEN BOB_TOKEN THREAD
+    mcp_serve_client.py stdio THREAD ANTLER [ARG...]
+
+Alice's session works on THREAD (named in `_meta` `antler/thread`): it lists its tools,
+promotes a deferred MCP tool with `tool_search` (and waits for
+`notifications/tools/list_changed`), lists again, calls the promoted tool, and writes a file
+with bash in the thread's sandbox that a second call reads. Bob's session names the same
+thread id (his own thread of that name) and tries to read Alice's file. Over stdio the
+client starts ANTLER ARG... (`antler mcp serve ...`) and, on THREAD, lists its tools and
+writes then reads a file with bash. Nothing is asserted here: the report says what the
+client saw.
+"""
+
+import asyncio
+import json
+import os
+import sys
+
+import anyio
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+import mcp.types as types
+
+NOTE = "/mnt/user-data/workspace/note.txt"
+# How long a notification may take to arrive before the report says it did not.
+NOTIFICATION_WAIT_S = 30
+
+
+def text_of(result):
+    return {
+        "is_error": bool(result.is_error),
+        "text": "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text"),
+    }
+
+
+async def alice(url, token, thread):
+    report = {}
+    changed = anyio.Event()
+
+    async def on_message(message):
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            changed.set()
+
+    meta = {"antler/thread": thread}
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write, message_handler=on_message) as session:
+                init = await session.initialize()
+                report["protocol_version"] = init.protocol_version
+                report["server_name"] = init.server_info.name
+                report["list_changed_capability"] = bool(
+                    init.capabilities.tools and init.capabilities.tools.list_changed
+                )
+                # The first request binds the session's thread.
+                before = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
+                report["tools_before"] = sorted(t.name for t in before.tools)
+                early = await session.call_tool(
+                    "everything_echo", {"message": "too early"}, meta=meta
+                )
+                report["echo_before"] = text_of(early)
+                denied = await session.call_tool(
+                    "write_file",
+                    {"description": "denied", "path": NOTE, "content": "x"},
+                    meta=meta,
+                )
+                report["denied"] = text_of(denied)
+                found = await session.call_tool(
+                    "tool_search", {"query": "select:everything_echo"}, meta=meta
+                )
+                report["tool_search"] = text_of(found)
+                with anyio.move_on_after(NOTIFICATION_WAIT_S):
+                    await changed.wait()
+                report["list_changed"] = changed.is_set()
+                after = await session.list_tools()
+                report["tools_after"] = sorted(t.name for t in after.tools)
+                echo = await session.call_tool(
+                    "everything_echo", {"message": "hello antler"}, meta=meta
+                )
+                report["echo"] = text_of(echo)
+                wrote = await session.call_tool(
+                    "bash",
+                    {"description": "write a note", "command": f"echo from-alice > {NOTE} && echo written"},
+                    meta=meta,
+                )
+                report["bash"] = text_of(wrote)
+                read_back = await session.call_tool(
+                    "read_file", {"description": "read the note", "path": NOTE}, meta=meta
+                )
+                report["read_back"] = text_of(read_back)
+                try:
+                    other = await session.call_tool(
+                        "ls", {"description": "list", "path": "/mnt/user-data/workspace"},
+                        meta={"antler/thread": thread + "-other"},
+                    )
+                    report["other_thread"] = text_of(other)
+                except Exception as refused:  # the MCP error the server answered
+                    report["other_thread"] = {"is_error": True, "text": str(refused)}
+    return report
+
+
+async def bob(url, token, thread):
+    report = {}
+    meta = {"antler/thread": thread}
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
+                report["tools"] = sorted(t.name for t in tools.tools)
+                read = await session.call_tool(
+                    "read_file", {"description": "read alice's note", "path": NOTE}, meta=meta
+                )
+                report["read_alices_note"] = text_of(read)
+                listed = await session.call_tool(
+                    "bash",
+                    {"description": "look", "command": "cat /mnt/user-data/workspace/note.txt; ls -a /mnt/user-data/workspace"},
+                    meta=meta,
+                )
+                report["bash"] = text_of(listed)
+    return report
+
+
+async def over_stdio(thread, command, args):
+    report = {}
+    meta = {"antler/thread": thread}
+    # The server sees Antler's settings of this environment (its sandbox base directory).
+    env = {k: v for k, v in os.environ.items() if k.startswith("ANTLER_")}
+    server = StdioServerParameters(command=command, args=args, env=env)
+    async with stdio_client(server) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            report["server_name"] = init.server_info.name
+            tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
+            report["tools"] = sorted(t.name for t in tools.tools)
+            wrote = await session.call_tool(
+                "bash",
+                {"description": "write a note", "command": f"echo over-stdio > {NOTE} && echo written"},
+                meta=meta,
+            )
+            report["bash"] = text_of(wrote)
+            read_back = await session.call_tool(
+                "read_file", {"description": "read the note", "path": NOTE}, meta=meta
+            )
+            report["read_back"] = text_of(read_back)
+    return report
+
+
+async def main():
+    if sys.argv[1] == "stdio":
+        thread, command, args = sys.argv[2], sys.argv[3], sys.argv[4:]
+        print(json.dumps(await over_stdio(thread, command, args)))
+        return
+    _, url, alice_token, bob_token, thread = sys.argv[1:6]
+    report = {"alice": await alice(url, alice_token, thread)}
+    report["bob"] = await bob(url, bob_token, thread)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
