@@ -748,6 +748,45 @@ impl Handler<ChaosStop> for SandboxPool {
     }
 }
 
+/// Before a deleted thread's files go: its warm sandbox is destroyed (its processes end
+/// with it), so a thread made again under the same id never gets a sandbox whose mounts
+/// still hold the deleted directories. A sandbox still leased refuses (the thread is in use).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), ThreadInUse>")]
+pub struct DiscardThread {
+    pub user_id: String,
+    pub thread_id: String,
+}
+
+/// A thread whose sandbox is leased (a run or an MCP session holds it).
+#[derive(Debug, PartialEq, Eq)]
+pub struct ThreadInUse;
+
+impl Handler<DiscardThread> for SandboxPool {
+    type Result = Result<(), ThreadInUse>;
+
+    fn handle(&mut self, msg: DiscardThread, _: &mut Context<Self>) -> Self::Result {
+        let ids: Vec<SandboxId> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.user_id == msg.user_id && e.thread_id == msg.thread_id)
+            .map(|(id, _)| id.clone())
+            .collect();
+        if ids
+            .iter()
+            .any(|id| self.entries.get(id).is_some_and(|e| !e.is_warm()))
+        {
+            return Err(ThreadInUse);
+        }
+        for id in ids {
+            tracing::info!(sandbox = %id, "destroying the sandbox of a deleted thread");
+            self.entries.remove(&id);
+        }
+        self.serve_waiters();
+        Ok(())
+    }
+}
+
 /// The pool's status.
 #[derive(Debug, Message)]
 #[rtype(result = "PoolStatus")]

@@ -9,7 +9,7 @@ use antler_protocol::{
     host::RoleHandler,
     messages::{
         Health, LeaseOwner, Principal, Reply, Request, SandboxError, SandboxReply, SandboxRequest,
-        ToolCall, ToolResult,
+        ThreadFileError, ThreadFileOp, ToolCall, ToolResult,
     },
     Call, RemoteError,
 };
@@ -17,8 +17,8 @@ use futures::future::BoxFuture;
 
 use crate::{
     pool::{
-        Acquire, BeginCall, CallStart, ChaosStop, CountLive, EndCall, Release, RenewLease,
-        SandboxPool, Status,
+        Acquire, BeginCall, CallStart, ChaosStop, CountLive, DiscardThread, EndCall, Release,
+        RenewLease, SandboxPool, Status,
     },
     recent_calls::{Ending, CALL_NOT_FINISHED},
     sandbox::Prepare,
@@ -276,9 +276,22 @@ impl RoleHandler for SandboxService {
                     SandboxReply::Status(pool.send(Status).await.map_err(unavailable)?)
                 }
                 Request::Sandbox(SandboxRequest::ThreadFiles { principal, op }) => {
-                    SandboxReply::ThreadFiles(
-                        crate::thread_files::serve(&base_dir, principal, op).await,
-                    )
+                    // A deleted thread's sandbox goes before its files.
+                    let discarded = match op {
+                        ThreadFileOp::RemoveThread => pool
+                            .send(DiscardThread {
+                                user_id: principal.user_id.clone(),
+                                thread_id: principal.thread_id.clone(),
+                            })
+                            .await
+                            .map_err(unavailable)?
+                            .map_err(|_| ThreadFileError::InUse),
+                        _ => Ok(()),
+                    };
+                    SandboxReply::ThreadFiles(match discarded {
+                        Ok(()) => crate::thread_files::serve(&base_dir, principal, op).await,
+                        Err(e) => Err(e),
+                    })
                 }
                 Request::Sandbox(SandboxRequest::UploadsUsage { user_id }) => {
                     SandboxReply::UploadsUsage(

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use antler_engine::Message;
 use antler_protocol::calls::SandboxCalls;
+use antler_protocol::messages::{Principal, ThreadFileError, ThreadFileOp};
 use antler_protocol::Role;
 use anyhow::{bail, Context as _};
 use clap::Subcommand;
@@ -127,8 +128,8 @@ pub fn run(ctx: &Ctx, args: ThreadsArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Removes the thread's directory on sandbox-host's base directory (asked of the running
-/// cluster, or of an ephemeral one started for it).
+/// Removes the thread's sandbox and directory on sandbox-host (the running cluster's, or
+/// an ephemeral one started for it): a sandbox still leased keeps them.
 fn remove_files(
     spec: &crate::cluster::ClusterSpec,
     user: &str,
@@ -136,17 +137,27 @@ fn remove_files(
 ) -> anyhow::Result<()> {
     crate::runs::prepare::check_id("user", user)?;
     let spec = spec.clone();
-    let base = actix::System::new().block_on(async move {
+    let principal = Principal {
+        user_id: user.to_owned(),
+        thread_id: thread.to_owned(),
+        roles: Vec::new(),
+    };
+    let removed = actix::System::new().block_on(async move {
         let client = crate::cluster::attach_or_start(spec, Duration::from_secs(15)).await?;
         let host = super::host(&client, Role::SandboxHost, 0);
-        let status = host.sandbox_status(Duration::from_secs(10)).await;
+        let removed = host
+            .thread_files(
+                principal,
+                ThreadFileOp::RemoveThread,
+                Duration::from_secs(30),
+            )
+            .await;
         client.finish().await;
-        anyhow::Ok(PathBuf::from(status?.base_dir))
+        anyhow::Ok(removed?)
     })?;
-    let dir = base.join("users").join(user).join("threads").join(thread);
-    match std::fs::remove_dir_all(&dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+    match removed {
+        Ok(_) => Ok(()),
+        Err(ThreadFileError::InUse) => bail!("{DELETE_IN_FLIGHT}"),
         Err(e) => Err(e).context("cannot remove the thread's files"),
     }
 }

@@ -255,6 +255,9 @@ pub(super) async fn delete_thread(state: web::Data<State>, own: OwnThread) -> Ht
         .await;
     match removed {
         Ok(Ok(())) => {}
+        Ok(Err(manager::RemoveThreadError::InUse)) => {
+            return error(StatusCode::CONFLICT, DELETE_IN_FLIGHT)
+        }
         Ok(Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }

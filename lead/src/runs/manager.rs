@@ -59,7 +59,7 @@ pub use queries::{
 pub use resume::ResumeRun;
 use sink::{event_sink, source_label, Timing};
 pub use submit::SubmitRun;
-pub use threads::RemoveThreadFiles;
+pub use threads::{RemoveThreadError, RemoveThreadFiles};
 
 /// The warning a run resumed after its actor crashed carries in its events.
 pub const RUN_ACTOR_CRASHED: &str =

@@ -383,6 +383,9 @@ pub enum ThreadFileError {
     /// The replica that owns the thread could not be had, or answered out of protocol.
     #[error("the thread's files are unavailable: {0}")]
     Unavailable(String),
+    /// The thread's sandbox is leased (a run or a session holds it): its files stay.
+    #[error("the thread's sandbox is in use")]
+    InUse,
 }
 
 /// Replies from sandbox-host.

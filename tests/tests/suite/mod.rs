@@ -111,6 +111,7 @@ mod subagent_tasks;
 mod subagent_workers;
 mod thread_branches;
 mod thread_continue;
+mod thread_delete_sandbox;
 mod thread_files_through_sandbox_host;
 mod thread_goal;
 mod thread_langgraph;
