@@ -20,8 +20,8 @@ const SET_IN_FLIGHT: &str = "Thread has a run in flight. Set the goal after the 
 const CLEAR_IN_FLIGHT: &str = "Thread has a run in flight. Clear the goal after the run finishes.";
 
 /// `PUT …/goal`'s body.
-#[derive(serde::Deserialize)]
-struct GoalBody {
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+pub(super) struct GoalBody {
     objective: String,
     #[serde(default = "default_max")]
     max_continuations: i64,

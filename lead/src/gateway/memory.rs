@@ -23,7 +23,7 @@ const WRITE_ATTEMPTS: usize = 3;
 const REDACTED: &str = "***";
 
 /// `?user=` (the operator's) and `?agent=`.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 pub(super) struct Scope {
     #[serde(default)]
     user: Option<String>,
@@ -224,9 +224,9 @@ pub(super) async fn delete_fact(
 }
 
 /// The body of `POST /api/memory/facts` and `PATCH /api/memory/facts/{id}`.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct FactBody {
+pub(super) struct FactBody {
     #[serde(default)]
     content: Option<String>,
     #[serde(default)]

@@ -6,7 +6,7 @@
 
 use actix_web::{http::Method, web, Route};
 
-use super::{elicitation, mcp_endpoint, oauth, ui, uploads};
+use super::{elicitation, mcp_endpoint, oauth, openapi, ui, uploads};
 
 /// Who may use a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +65,10 @@ const fn route(
 pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/health", Access::Open, || web::to(super::health)),
     route("GET", "/ready", Access::Open, || web::to(super::ready)),
+    // The API's OpenAPI document: a member's (docs/gateway-api.md#openapi).
+    route("GET", openapi::OPENAPI_PATH, Access::Member, || {
+        web::to(openapi::serve)
+    }),
     route("GET", "/api/mcp/config", Access::Operator, || {
         web::to(super::mcp_config::get_config)
     }),
