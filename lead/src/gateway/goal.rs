@@ -22,8 +22,12 @@ const CLEAR_IN_FLIGHT: &str = "Thread has a run in flight. Clear the goal after 
 /// `PUT …/goal`'s body.
 #[derive(serde::Deserialize, utoipa::ToSchema)]
 pub(super) struct GoalBody {
+    /// At most `MAX_GOAL_OBJECTIVE_CHARS` characters.
+    #[schema(max_length = 4000)]
     objective: String,
+    /// 0 to `MAX_GOAL_CONTINUATIONS`.
     #[serde(default = "default_max")]
+    #[schema(minimum = 0, maximum = 8)]
     max_continuations: i64,
 }
 

@@ -25,9 +25,12 @@ const REDACTED: &str = "***";
 /// `?user=` (the operator's) and `?agent=`.
 #[derive(Deserialize, utoipa::IntoParams)]
 pub(super) struct Scope {
+    /// The operator's: whose memory (a member may name only itself, else 403).
     #[serde(default)]
     user: Option<String>,
+    /// An agent's own memory instead of the user's.
     #[serde(default)]
+    #[param(pattern = "^[A-Za-z0-9_-]{1,128}$")]
     agent: Option<String>,
 }
 
@@ -227,11 +230,14 @@ pub(super) async fn delete_fact(
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct FactBody {
+    /// Not blank.
     #[serde(default)]
+    #[schema(pattern = "\\S")]
     content: Option<String>,
     #[serde(default)]
     category: Option<String>,
     #[serde(default)]
+    #[schema(minimum = 0.0, maximum = 1.0)]
     confidence: Option<f64>,
 }
 

@@ -32,6 +32,8 @@ pub const OPENAPI_PATH: &str = "/api/openapi.json";
 const BEARER: &str = "bearer";
 /// The error body's schema name.
 const ERROR: &str = "Error";
+/// The thread ids the thread routes take (`langgraph::check_thread_id`).
+const THREAD_ID_PATTERN: &str = "^[A-Za-z0-9_-]{1,64}$";
 /// A LangGraph thread's schema name.
 const THREAD: &str = "Thread";
 
@@ -698,12 +700,17 @@ fn operation(route: &RouteSpec, d: Op) -> utoipa::openapi::path::Operation {
             path
         )));
     for name in path_parameters(&path) {
+        let mut schema = ObjectBuilder::new().schema_type(Type::String);
+        // A thread id DeerFlow accepts (`check_thread_id`); any other is 422.
+        if name == "tid" {
+            schema = schema.pattern(Some(THREAD_ID_PATTERN));
+        }
         o = o.parameter(
             ParameterBuilder::new()
                 .name(name)
                 .parameter_in(ParameterIn::Path)
                 .required(Required::True)
-                .schema(Some(ObjectBuilder::new().schema_type(Type::String))),
+                .schema(Some(schema)),
         );
     }
     for q in d.query {
@@ -969,6 +976,33 @@ mod tests {
         assert_eq!(
             doc["components"]["schemas"]["RunBody"]["additionalProperties"],
             false
+        );
+    }
+
+    #[test]
+    fn the_thread_id_pattern_is_the_one_the_routes_check() {
+        let pattern = regex::Regex::new(THREAD_ID_PATTERN).unwrap_or_else(|e| panic!("{e}"));
+        let long = "a".repeat(65);
+        for id in ["t1", "A-b_9", "a/b", "", "é", "a b", &long, &long[1..]] {
+            assert_eq!(
+                pattern.is_match(id),
+                super::super::langgraph::check_thread_id(id).is_ok(),
+                "{id}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_goal_schema_bounds_are_the_engines() {
+        let doc = serde_json::to_value(document()).unwrap_or_default();
+        let goal = &doc["components"]["schemas"]["GoalBody"]["properties"];
+        assert_eq!(
+            goal["objective"]["maxLength"],
+            antler_engine::MAX_GOAL_OBJECTIVE_CHARS
+        );
+        assert_eq!(
+            goal["max_continuations"]["maximum"],
+            antler_engine::MAX_GOAL_CONTINUATIONS
         );
     }
 }

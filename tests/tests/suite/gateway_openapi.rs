@@ -16,6 +16,8 @@ use antler_lead::gateway::ROUTES;
 use serde_json::Value;
 
 const ALICE: &str = "alice-token-000000000001";
+/// The member's threads the fuzzer may name (it may delete them too).
+const THREADS: [&str; 3] = ["fuzz-a", "fuzz-b", "fuzz-c"];
 
 /// The operations schemathesis leaves out (by the document's `operationId`, method and
 /// path), each with why. Every other route is fuzzed.
@@ -74,13 +76,73 @@ fn the_openapi_document_describes_the_api_and_schemathesis_finds_nothing() {
         );
     }
 
+    // What the fuzzer may name beside its own inventions, so its cases reach the routes'
+    // logic and not only their 404: the member's threads (one with a run), its run and
+    // fact ids, and the member itself for `?user=`.
+    let call = |method: &str, path: &str, body: &str| {
+        let (code, _, text) = http_full(&addr, ALICE, method, path, Some(body));
+        assert!(code < 300, "{method} {path}: {code} {text}");
+        serde_json::from_str::<Value>(&text).unwrap_or(Value::Null)
+    };
+    for thread in THREADS {
+        call(
+            "POST",
+            "/api/threads",
+            &format!(r#"{{"thread_id": "{thread}"}}"#),
+        );
+    }
+    call(
+        "POST",
+        &format!("/api/threads/{}/runs/wait", THREADS[0]),
+        r#"{"input": {"messages": [{"role": "user", "content": "Hello"}]}}"#,
+    );
+    let runs = call("GET", &format!("/api/threads/{}/runs", THREADS[0]), "");
+    let thread_run = runs[0]["run_id"]
+        .as_str()
+        .expect("the thread's run")
+        .to_owned();
+    let run = call("POST", "/api/runs", r#"{"task": "Hello"}"#)["run_id"]
+        .as_str()
+        .expect("a run")
+        .to_owned();
+    let memory = call("POST", "/api/memory/facts", r#"{"content": "Likes tea."}"#);
+    let fact = memory["facts"][0]["id"]
+        .as_str()
+        .expect("a fact")
+        .to_owned();
+    let quoted = |values: &[&str]| {
+        values
+            .iter()
+            .map(|v| format!("{v:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let settings = cluster.dir.path().join("schemathesis.toml");
+    std::fs::write(
+        &settings,
+        format!(
+            "[dictionaries.threads]\nvalues = [{}]\n[dictionaries.runs]\nvalues = [{}]\n\
+             [dictionaries.ids]\nvalues = [{}]\n[dictionaries.users]\nvalues = [\"alice\"]\n\
+             [parameters]\n\"path.tid\" = {{ dictionary = \"threads\", probability = 0.5 }}\n\
+             \"path.rid\" = {{ dictionary = \"runs\", probability = 0.5 }}\n\
+             \"path.id\" = {{ dictionary = \"ids\", probability = 0.5 }}\n\
+             \"query.user\" = {{ dictionary = \"users\", probability = 0.8 }}\n",
+            quoted(&THREADS),
+            quoted(&[&thread_run]),
+            quoted(&[&run, &fact, THREADS[1]]),
+        ),
+    )
+    .unwrap();
+
     let mut cmd = Command::new("schemathesis");
-    cmd.args(["run", &format!("http://{addr}/api/openapi.json")])
+    cmd.arg("--config-file")
+        .arg(&settings)
+        .args(["run", &format!("http://{addr}/api/openapi.json")])
         .args(["--url", &format!("http://{addr}")])
         .args(["-H", &format!("Authorization: Bearer {ALICE}")])
         .args(["--checks", "not_a_server_error,response_schema_conformance"])
         .args(["--phases", "examples,coverage,fuzzing"])
-        .args(["--max-examples", "5"])
+        .args(["--max-examples", "10"])
         .args(["--seed", "1"])
         .args(["--request-timeout", "20"])
         // One worker: hypothesis' source introspection is not thread-safe on CPython 3.11
