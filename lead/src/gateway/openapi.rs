@@ -62,7 +62,7 @@ enum Body {
 /// What a route answers on success.
 enum Reply {
     /// JSON of a schema.
-    Json(RefOr<Schema>),
+    Json(Box<RefOr<Schema>>),
     /// Any JSON value (built by the handler, untyped).
     Free,
     /// Server-sent events.
@@ -114,6 +114,11 @@ impl Op {
     }
 }
 
+/// A success of JSON of `schema`.
+fn json(schema: RefOr<Schema>) -> Reply {
+    Reply::Json(Box::new(schema))
+}
+
 fn typed<T: ToSchema>() -> Body {
     Body::Typed(T::name().into_owned())
 }
@@ -140,6 +145,11 @@ fn object(fields: &[(&str, Type)]) -> RefOr<Schema> {
     RefOr::T(Schema::Object(o.build()))
 }
 
+/// `{run_id, status}`: a run submitted, answered or cancelled.
+fn run_status() -> RefOr<Schema> {
+    object(&[("run_id", Type::String), ("status", Type::String)])
+}
+
 fn array_of(item: RefOr<Schema>) -> RefOr<Schema> {
     RefOr::T(Schema::Array(ArrayBuilder::new().items(item).build()))
 }
@@ -160,24 +170,34 @@ fn describe(method: &str, path: &str) -> Option<Op> {
     use Reply::{Bytes, Empty, Free, Sse, Text};
     let cancel = || langgraph_runs::CancelQuery::into_params(|| Some(ParameterIn::Query));
     let scope = || memory::Scope::into_params(|| Some(ParameterIn::Query));
-    let thread = || Reply::Json(reference(THREAD));
+    let thread = || json(reference(THREAD));
+    // `{goal}`: the active goal, or null.
+    let goal = || {
+        json(RefOr::T(Schema::Object(
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .property("goal", any())
+                .required("goal")
+                .build(),
+        )))
+    };
     let d = match (method, path) {
         ("GET", "/health") => op(
             "Liveness",
             NoBody,
-            Reply::Json(object(&[("status", Type::String)])),
+            json(object(&[("status", Type::String)])),
             &[],
         ),
         ("GET", "/ready") => op(
             "Readiness: 200 once runs can be prepared, 503 with what it waits for",
             NoBody,
-            Reply::Json(object(&[("status", Type::String)])),
+            json(object(&[("status", Type::String)])),
             &[],
         )
         .also(
             503,
             "starting: `waiting_for` lists what is not ready yet",
-            Reply::Json(object(&[("status", Type::String), ("waiting_for", Type::Array)])),
+            json(object(&[("status", Type::String), ("waiting_for", Type::Array)])),
         ),
         ("GET", OPENAPI_PATH) => op(
             "This document (OpenAPI 3.1)",
@@ -217,7 +237,7 @@ fn describe(method: &str, path: &str) -> Option<Op> {
         ("POST", "/api/mcp/{server}/oauth/start") => op(
             "Starts the caller's OAuth login to an MCP server",
             NoBody,
-            Reply::Json(object(&[
+            json(object(&[
                 ("authorization_url", Type::String),
                 ("expires_in_s", Type::Integer),
             ])),
@@ -226,7 +246,7 @@ fn describe(method: &str, path: &str) -> Option<Op> {
         ("POST", "/api/runs") => op(
             "Submits a run",
             typed::<runs_api::SubmitBody>(),
-            Free,
+            json(run_status()),
             &[400, 403, 404, 408, 409, 413, 422, 429, 503],
         )
         .status(201),
@@ -251,7 +271,7 @@ fn describe(method: &str, path: &str) -> Option<Op> {
         ("POST", "/api/threads/search") => op(
             "Searches the caller's threads",
             typed::<langgraph_threads::SearchBody>(),
-            Reply::Json(array_of(reference(THREAD))),
+            json(array_of(reference(THREAD))),
             &[408, 413, 422, 503],
         ),
         ("GET", "/api/threads/{tid}") => op("A thread", NoBody, thread(), &[404, 422, 503]),
@@ -295,7 +315,7 @@ fn describe(method: &str, path: &str) -> Option<Op> {
         ("POST", "/api/threads/{tid}/history") => op(
             "A thread's checkpoints, newest first",
             typed::<langgraph_threads::HistoryBody>(),
-            Reply::Json(array_of(any())),
+            json(array_of(any())),
             &[404, 408, 413, 422, 503],
         ),
         ("GET", "/api/threads/{tid}/messages") => op(
@@ -323,18 +343,18 @@ fn describe(method: &str, path: &str) -> Option<Op> {
             &[404, 408, 409, 413, 422, 500, 503],
         ),
         ("GET", "/api/threads/{tid}/goal") => {
-            op("A thread's goal", NoBody, Free, &[404, 422, 503])
+            op("A thread's goal", NoBody, goal(), &[404, 422, 503])
         }
         ("PUT", "/api/threads/{tid}/goal") => op(
             "Sets a thread's goal",
             typed::<goal::GoalBody>(),
-            Free,
+            goal(),
             &[404, 408, 409, 413, 422, 503],
         ),
         ("DELETE", "/api/threads/{tid}/goal") => op(
             "Clears a thread's goal",
             NoBody,
-            Free,
+            goal(),
             &[404, 409, 422, 503],
         ),
         ("POST", "/api/threads/{tid}/runs/regenerate/prepare") => op(
@@ -358,7 +378,7 @@ fn describe(method: &str, path: &str) -> Option<Op> {
         ("GET", "/api/threads/{tid}/runs") => op(
             "A thread's runs",
             NoBody,
-            Reply::Json(array_of(any())),
+            json(array_of(any())),
             &[404, 422, 503],
         )
         .query(vec![
@@ -426,7 +446,7 @@ fn describe(method: &str, path: &str) -> Option<Op> {
         ("POST", "/api/assistants/search") => op(
             "The assistants",
             FreeBody,
-            Reply::Json(array_of(any())),
+            json(array_of(any())),
             &[],
         ),
         ("GET", "/api/runs") => op(
@@ -449,14 +469,14 @@ fn describe(method: &str, path: &str) -> Option<Op> {
         ("POST", "/api/runs/{id}/answer") => op(
             "Answers a run's clarification question",
             FreeBody,
-            Free,
+            json(run_status()),
             &[400, 404, 408, 409, 413, 503],
         )
         .status(202),
         ("POST", "/api/runs/{id}/cancel") => op(
             "Cancels a run",
             NoBody,
-            Free,
+            json(run_status()),
             &[404, 409, 503],
         )
         .status(202),
@@ -545,24 +565,35 @@ fn describe(method: &str, path: &str) -> Option<Op> {
                 .query(scope())
         }
         ("GET", "/api/suggestions/config") => {
-            op("Whether suggestions are on", NoBody, Free, &[503])
+            op(
+                "Whether suggestions are on",
+                NoBody,
+                json(object(&[
+                    ("enabled", Type::Boolean),
+                    ("max_suggestions", Type::Integer),
+                ])),
+                &[503],
+            )
         }
         ("POST", "/api/threads/{id}/suggestions") => op(
             "Follow-up questions for a conversation",
             typed::<suggestions::SuggestionsBody>(),
-            Free,
+            json(object(&[("suggestions", Type::Array)])),
             &[400, 404, 408, 413, 422, 503],
         ),
         ("POST", "/api/input-polish") => op(
             "Polishes a prompt",
             typed::<suggestions::PolishBody>(),
-            Free,
+            json(object(&[
+                ("rewritten_text", Type::String),
+                ("changed", Type::Boolean),
+            ])),
             &[400, 404, 408, 413, 422, 503],
         ),
         ("GET", "/api/whoami") => op(
             "The principal the token acts as",
             NoBody,
-            Reply::Json(object(&[
+            json(object(&[
                 ("user", Type::String),
                 ("role", Type::String),
                 ("operator", Type::Boolean),
@@ -668,7 +699,7 @@ fn meaning(status: u16) -> &'static str {
 fn reply_response(description: &str, reply: Reply) -> Response {
     let text = || Content::new(Some(ObjectBuilder::new().schema_type(Type::String)));
     match reply {
-        Reply::Json(schema) => respond(description, "application/json", json_content(schema)),
+        Reply::Json(schema) => respond(description, "application/json", json_content(*schema)),
         Reply::Free => respond(description, "application/json", json_content(any())),
         Reply::Sse => respond(description, "text/event-stream", text()),
         Reply::Text(content_type) => respond(description, content_type, text()),
