@@ -154,6 +154,45 @@ fn array_of(item: RefOr<Schema>) -> RefOr<Schema> {
     RefOr::T(Schema::Array(ArrayBuilder::new().items(item).build()))
 }
 
+fn int_query(
+    name: &str,
+    description: &str,
+    min: i64,
+    max: i64,
+) -> utoipa::openapi::path::Parameter {
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(ParameterIn::Query)
+        .required(Required::False)
+        .description(Some(description))
+        .schema(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(min as f64))
+                .maximum(Some(max as f64)),
+        ))
+        .build()
+}
+
+/// A page's query: `limit` (50, at most `max`), `before_seq`, `after_seq`.
+fn cursor(max: i64) -> Vec<utoipa::openapi::path::Parameter> {
+    vec![
+        int_query("limit", "how many (50)", 1, max),
+        int_query(
+            "before_seq",
+            "the ones before this sequence number",
+            1,
+            i64::MAX,
+        ),
+        int_query(
+            "after_seq",
+            "the ones after this sequence number",
+            1,
+            i64::MAX,
+        ),
+    ]
+}
+
 fn string_query(name: &str, description: &str) -> utoipa::openapi::path::Parameter {
     ParameterBuilder::new()
         .name(name)
@@ -323,13 +362,15 @@ fn describe(method: &str, path: &str) -> Option<Op> {
             NoBody,
             Free,
             &[404, 422, 503],
-        ),
+        )
+        .query(cursor(200)),
         ("GET", "/api/threads/{tid}/messages/page") => op(
             "A page of a thread's messages",
             NoBody,
             Free,
             &[404, 422, 503],
-        ),
+        )
+        .query(cursor(200)),
         ("GET", "/api/threads/{tid}/token-usage") => op(
             "A thread's token usage",
             NoBody,
@@ -382,9 +423,8 @@ fn describe(method: &str, path: &str) -> Option<Op> {
             &[404, 422, 503],
         )
         .query(vec![
-            string_query("limit", "how many runs"),
+            string_query("limit", "how many runs (10, at most 1,000)"),
             string_query("offset", "how many to skip"),
-            string_query("status", "only runs with this status"),
         ]),
         ("POST", "/api/threads/{tid}/runs/stream") => op(
             "Starts a run on a thread, streamed (server-sent events)",
@@ -406,13 +446,20 @@ fn describe(method: &str, path: &str) -> Option<Op> {
             NoBody,
             Free,
             &[404, 422, 503],
-        ),
+        )
+        .query(cursor(200)),
         ("GET", "/api/threads/{tid}/runs/{rid}/events") => op(
             "A run's events",
             NoBody,
             Free,
             &[404, 422, 503],
-        ),
+        )
+        .query(vec![
+            int_query("limit", "how many events (500)", 1, 2000),
+            int_query("after_seq", "the events after this one", 1, i64::MAX),
+            string_query("event_types", "only these types, comma-separated"),
+            string_query("task_id", "only this subagent task's"),
+        ]),
         ("GET", "/api/threads/{tid}/runs/{rid}/workspace-changes") => op(
             "The workspace changes a run made",
             NoBody,
@@ -457,6 +504,7 @@ fn describe(method: &str, path: &str) -> Option<Op> {
         )
         .query(vec![
             string_query("limit", "how many runs"),
+            string_query("status", "only runs with this status"),
             string_query("user", "the operator's: one user's runs"),
         ]),
         ("GET", "/api/runs/{id}") => op("A run", NoBody, Free, &[404, 503]),
