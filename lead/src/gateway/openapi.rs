@@ -260,8 +260,10 @@ fn describe(method: &str, path: &str) -> Option<Op> {
             "The OAuth authorization server's redirect back (an HTML page)",
             NoBody,
             Text("text/html"),
-            &[400, 403],
+            &[],
         )
+        .also(400, "the login cannot complete (an HTML page)", Text("text/html"))
+        .also(403, "another browser's login (an HTML page)", Text("text/html"))
         .query(vec![
             string_query("state", "the login's single-use state"),
             string_query("error", "the authorization server's error"),
@@ -271,8 +273,10 @@ fn describe(method: &str, path: &str) -> Option<Op> {
             "Completes a login the callback's page confirms (an HTML page)",
             Body::Form,
             Text("text/html"),
-            &[400, 403],
-        ),
+            &[],
+        )
+        .also(400, "the login cannot complete (an HTML page)", Text("text/html"))
+        .also(403, "another browser's login (an HTML page)", Text("text/html")),
         ("POST", "/api/mcp/{server}/oauth/start") => op(
             "Starts the caller's OAuth login to an MCP server",
             NoBody,
@@ -555,13 +559,13 @@ fn describe(method: &str, path: &str) -> Option<Op> {
             "A thread's upload limits",
             NoBody,
             Free,
-            &[404, 422, 503],
+            &[400, 404, 422, 503],
         ),
         ("GET", "/api/threads/{tid}/uploads/list") => op(
             "A thread's uploads",
             NoBody,
             Free,
-            &[404, 422, 503],
+            &[400, 404, 422, 503],
         ),
         ("DELETE", "/api/threads/{tid}/uploads/{filename}") => op(
             "Deletes an upload",
@@ -828,10 +832,14 @@ fn operation(route: &RouteSpec, d: Op) -> utoipa::openapi::path::Operation {
                 .build(),
         ));
     }
+    // By status; an error whose status also answers another shape (the OAuth pages' 403
+    // from the handler, as HTML, beside the guard's JSON) has both.
+    let mut responses: std::collections::BTreeMap<String, Response> =
+        std::collections::BTreeMap::new();
     let (status, reply) = d.ok;
-    o = o.response(status.to_string(), reply_response("OK", reply));
+    responses.insert(status.to_string(), reply_response("OK", reply));
     for (status, description, reply) in d.also {
-        o = o.response(status.to_string(), reply_response(description, reply));
+        responses.insert(status.to_string(), reply_response(description, reply));
     }
     let mut errors: Vec<u16> = d.errors.to_vec();
     let guarded = !matches!(route.access, Access::Open);
@@ -848,14 +856,23 @@ fn operation(route: &RouteSpec, d: Op) -> utoipa::openapi::path::Operation {
     errors.sort_unstable();
     errors.dedup();
     for status in errors {
-        o = o.response(
-            status.to_string(),
-            respond(
-                meaning(status),
-                "application/json",
-                json_content(reference(ERROR)),
-            ),
-        );
+        let error = json_content(reference(ERROR));
+        match responses.get_mut(&status.to_string()) {
+            Some(response) => {
+                response
+                    .content
+                    .insert("application/json".to_owned(), error);
+            }
+            None => {
+                responses.insert(
+                    status.to_string(),
+                    respond(meaning(status), "application/json", error),
+                );
+            }
+        }
+    }
+    for (status, response) in responses {
+        o = o.response(status, response);
     }
     if let Some(requirement) = security(route.access) {
         o = o.security(requirement);
