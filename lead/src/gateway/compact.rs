@@ -22,13 +22,15 @@ pub const COMPACT_IN_FLIGHT: &str =
 const COMPACT_FAILED: &str = "Failed to compact thread context.";
 
 /// The route's body (`force` is accepted: a manual compaction never checks the trigger).
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CompactBody {
+pub(super) struct CompactBody {
     #[serde(default)]
     #[allow(dead_code)]
     force: Option<bool>,
+    /// How much to keep: `{type: tokens|messages|fraction, value}`.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     keep: Option<ContextSize>,
     #[serde(default)]
     #[allow(dead_code)]

@@ -20,10 +20,14 @@ const SET_IN_FLIGHT: &str = "Thread has a run in flight. Set the goal after the 
 const CLEAR_IN_FLIGHT: &str = "Thread has a run in flight. Clear the goal after the run finishes.";
 
 /// `PUT …/goal`'s body.
-#[derive(serde::Deserialize)]
-struct GoalBody {
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+pub(super) struct GoalBody {
+    /// At most `MAX_GOAL_OBJECTIVE_CHARS` characters.
+    #[schema(max_length = 4000)]
     objective: String,
+    /// 0 to `MAX_GOAL_CONTINUATIONS`.
     #[serde(default = "default_max")]
+    #[schema(minimum = 0, maximum = 8)]
     max_continuations: i64,
 }
 

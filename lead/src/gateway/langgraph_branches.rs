@@ -34,8 +34,8 @@ const SIDECAR_ONLY: &str = "Branching is only available in the main conversation
 const SKIPPED_HISTORICAL: &str = "skipped_historical_turn";
 
 /// The body: the turn's assistant message (and all of the turn's), an optional title.
-#[derive(serde::Deserialize)]
-struct BranchBody {
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+pub(super) struct BranchBody {
     message_id: String,
     #[serde(default)]
     message_ids: Vec<String>,

@@ -38,14 +38,14 @@ const EDIT_NOT_TEXT_TURN: &str = "Only completed assistant text turns can be edi
 const EDIT_NOT_SUCCESSFUL: &str = "Only successful assistant runs can be edited and rerun";
 
 /// `regenerate/prepare`'s body.
-#[derive(serde::Deserialize)]
-struct RegenerateBody {
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+pub(super) struct RegenerateBody {
     message_id: String,
 }
 
 /// `edit-regenerate/prepare`'s body.
-#[derive(serde::Deserialize)]
-struct EditBody {
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+pub(super) struct EditBody {
     human_message_id: String,
     replacement_text: String,
 }

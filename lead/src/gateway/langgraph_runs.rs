@@ -40,7 +40,7 @@ fn unsupported(option: &str) -> Refused {
 
 /// DeerFlow's `RunCreateRequest` (`extra="forbid"`), with the fields `langgraph-sdk`
 /// sends besides.
-#[derive(serde::Deserialize, Default)]
+#[derive(serde::Deserialize, Default, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RunBody {
     #[serde(default)]
@@ -836,7 +836,7 @@ pub(super) async fn get_run(
 }
 
 /// The `action` and `wait` of a cancel or a stream join.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::IntoParams)]
 pub(super) struct CancelQuery {
     #[serde(default)]
     action: Option<String>,

@@ -35,8 +35,8 @@ const STATE_FIELDS: [&str; 8] = [
 ];
 
 /// `POST /api/threads`'s body.
-#[derive(serde::Deserialize)]
-struct CreateBody {
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+pub(super) struct CreateBody {
     #[serde(default)]
     thread_id: Option<String>,
     #[serde(default)]
@@ -100,8 +100,8 @@ pub(super) async fn create_thread(
 }
 
 /// `POST /api/threads/search`'s body.
-#[derive(serde::Deserialize)]
-struct SearchBody {
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+pub(super) struct SearchBody {
     #[serde(default)]
     metadata: Map<String, Value>,
     #[serde(default = "default_limit")]
@@ -192,8 +192,8 @@ pub(super) async fn get_thread(state: web::Data<State>, thread: OwnThread) -> Ht
 }
 
 /// `PATCH /api/threads/{tid}`'s body.
-#[derive(serde::Deserialize)]
-struct PatchBody {
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+pub(super) struct PatchBody {
     #[serde(default)]
     metadata: Map<String, Value>,
 }
@@ -297,8 +297,8 @@ pub(super) async fn get_state(state: web::Data<State>, thread: OwnThread) -> Htt
 }
 
 /// `POST /api/threads/{tid}/state`'s body.
-#[derive(serde::Deserialize)]
-struct StateBody {
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+pub(super) struct StateBody {
     #[serde(default)]
     values: Option<Map<String, Value>>,
     #[serde(default)]
@@ -384,8 +384,8 @@ pub(super) async fn post_state(
 }
 
 /// `POST /api/threads/{tid}/history`'s body.
-#[derive(serde::Deserialize)]
-struct HistoryBody {
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+pub(super) struct HistoryBody {
     #[serde(default = "default_history")]
     limit: i64,
     #[serde(default)]

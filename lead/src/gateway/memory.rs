@@ -23,11 +23,14 @@ const WRITE_ATTEMPTS: usize = 3;
 const REDACTED: &str = "***";
 
 /// `?user=` (the operator's) and `?agent=`.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 pub(super) struct Scope {
+    /// The operator's: whose memory (a member may name only itself, else 403).
     #[serde(default)]
     user: Option<String>,
+    /// An agent's own memory instead of the user's.
     #[serde(default)]
+    #[param(pattern = "^[A-Za-z0-9_-]{1,128}$")]
     agent: Option<String>,
 }
 
@@ -224,14 +227,17 @@ pub(super) async fn delete_fact(
 }
 
 /// The body of `POST /api/memory/facts` and `PATCH /api/memory/facts/{id}`.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct FactBody {
+pub(super) struct FactBody {
+    /// Not blank.
     #[serde(default)]
+    #[schema(pattern = "\\S")]
     content: Option<String>,
     #[serde(default)]
     category: Option<String>,
     #[serde(default)]
+    #[schema(minimum = 0.0, maximum = 1.0)]
     confidence: Option<f64>,
 }
 

@@ -5,7 +5,8 @@
 //! `POST /api/runs/{id}/answer`, `POST /api/runs/{id}/cancel`, an MCP elicitation's
 //! answer `POST /api/runs/{id}/elicitations/{eid}`, see `elicitation`); a thread's uploads
 //! (`/api/threads/{tid}/uploads…`, see `uploads`); a principal's own
-//! memory (`/api/memory`, see `memory`); and `GET /metrics` in Prometheus' text format. A `PUT` of
+//! memory (`/api/memory`, see `memory`); `GET /metrics` in Prometheus' text format; and the API's
+//! OpenAPI 3.1 document at `GET /api/openapi.json` (see `openapi`). A `PUT` of
 //! the MCP config is validated with the same loader mcp-host uses, written atomically
 //! (temporary file, fsync, rename), and applied at once by asking mcp-host to reload.
 //! Owns one HTTP server that `stop` ends. The address comes from `ANTLER_GATEWAY_ADDR`
@@ -42,6 +43,7 @@ mod mcp_config;
 mod mcp_endpoint;
 mod memory;
 mod oauth;
+mod openapi;
 mod principal;
 mod quota;
 pub(crate) mod routes;

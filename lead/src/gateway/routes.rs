@@ -6,7 +6,7 @@
 
 use actix_web::{http::Method, web, Route};
 
-use super::{elicitation, mcp_endpoint, oauth, ui, uploads};
+use super::{elicitation, mcp_endpoint, oauth, openapi, ui, uploads};
 
 /// Who may use a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +65,10 @@ const fn route(
 pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/health", Access::Open, || web::to(super::health)),
     route("GET", "/ready", Access::Open, || web::to(super::ready)),
+    // The API's OpenAPI document: a member's (docs/gateway-api.md#openapi).
+    route("GET", openapi::OPENAPI_PATH, Access::Member, || {
+        web::to(openapi::serve)
+    }),
     route("GET", "/api/mcp/config", Access::Operator, || {
         web::to(super::mcp_config::get_config)
     }),
@@ -237,11 +241,12 @@ pub const ROUTES: &[RouteSpec] = &[
         Access::Member,
         || web::to(super::langgraph_runs::join_stream),
     ),
-    route("GET", "/api/assistants/{aid}", Access::Member, || {
-        web::to(super::langgraph::get_assistant)
-    }),
+    // Before `/api/assistants/{aid}`, which would take `search` (and answer its POST 405).
     route("POST", "/api/assistants/search", Access::Member, || {
         web::to(super::langgraph::search_assistants)
+    }),
+    route("GET", "/api/assistants/{aid}", Access::Member, || {
+        web::to(super::langgraph::get_assistant)
     }),
     route("GET", "/api/runs", Access::Member, || {
         web::to(super::runs_api::list_runs)
@@ -419,5 +424,31 @@ mod tests {
         assert_eq!(access_of("/api/mcp/config", &Method::PUT), Access::Operator);
         assert_eq!(access_of("/health", &Method::POST), Access::Member);
         assert_eq!(access_of("/nope", &Method::GET), Access::Member);
+    }
+
+    /// Whether the router would match `earlier`'s pattern for the literal path `later`
+    /// (the router takes the first resource whose pattern matches, then answers a method
+    /// it lacks 405).
+    fn shadows(earlier: &str, later: &str) -> bool {
+        let (e, l): (Vec<&str>, Vec<&str>) =
+            (earlier.split('/').collect(), later.split('/').collect());
+        e.len() == l.len()
+            && e.iter()
+                .zip(&l)
+                .all(|(e, l)| e == l || (e.starts_with('{') && !l.starts_with('{')))
+    }
+
+    #[test]
+    fn no_route_is_taken_by_an_earlier_pattern() {
+        let paths = paths();
+        for (i, later) in paths.iter().enumerate() {
+            for earlier in &paths[..i] {
+                assert!(
+                    !shadows(earlier, later),
+                    "{earlier} comes first and takes {later}"
+                );
+            }
+        }
+        assert!(shadows("/api/assistants/{aid}", "/api/assistants/search"));
     }
 }

@@ -29,9 +29,9 @@ impl Refused {
 }
 
 /// The body of `POST /api/runs`.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SubmitBody {
+pub(super) struct SubmitBody {
     task: String,
     #[serde(default)]
     user: Option<String>,
@@ -64,9 +64,9 @@ struct SubmitBody {
 }
 
 /// One entry of `files`: a name in the thread's `uploads/`, or an object naming one.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
-enum UploadRef {
+pub(super) enum UploadRef {
     Name(String),
     Entry { filename: String },
 }

@@ -42,15 +42,15 @@ pub const POLISH_EMPTY: &str = "Input text is required";
 pub const POLISH_FAILED: &str = "Failed to polish input";
 
 /// One message of the conversation a client sends.
-#[derive(Deserialize)]
-struct SuggestionMessage {
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(super) struct SuggestionMessage {
     role: String,
     content: String,
 }
 
 /// `POST /api/threads/{id}/suggestions`'s body.
-#[derive(Deserialize)]
-struct SuggestionsBody {
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(super) struct SuggestionsBody {
     messages: Vec<SuggestionMessage>,
     #[serde(default = "default_n")]
     n: usize,
@@ -63,8 +63,8 @@ fn default_n() -> usize {
 }
 
 /// `POST /api/input-polish`'s body.
-#[derive(Deserialize)]
-struct PolishBody {
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(super) struct PolishBody {
     text: String,
     #[serde(default)]
     locale: Option<String>,

@@ -23,6 +23,7 @@ mod gateway_csrf;
 mod gateway_idempotency;
 mod gateway_mcp_oauth;
 mod gateway_member;
+mod gateway_openapi;
 mod gateway_playbooks;
 mod gateway_principals;
 mod gateway_slow_bodies;
