@@ -3,6 +3,11 @@ tests/requirements.txt) and prints one JSON report for tests/tests/suite/mcp_ser
 
     mcp_serve_client.py http URL ALICE_TOKEN BOB_TOKEN THREAD
     mcp_serve_client.py stdio THREAD ANTLER [ARG...]
+    mcp_serve_client.py cancel URL TOKEN THREAD STARTED_FILE COMMAND
+
+In `cancel`, the session calls bash with COMMAND (which writes STARTED_FILE, a path on
+this machine, once it runs, then sleeps), cancels the call once STARTED_FILE exists
+(the SDK sends `notifications/cancelled`), then calls bash again.
 
 Alice's session works on THREAD (named in `_meta` `antler/thread`): it lists its tools,
 promotes a deferred MCP tool with `tool_search` (and waits for
@@ -152,7 +157,40 @@ async def over_stdio(thread, command, args):
     return report
 
 
+async def cancel(url, token, thread, started_file, command):
+    report = {}
+    meta = {"antler/thread": thread}
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                report["cancelled_result"] = None
+                async with anyio.create_task_group() as group:
+
+                    async def long_call():
+                        result = await session.call_tool(
+                            "bash", {"description": "sleep", "command": command}, meta=meta
+                        )
+                        report["cancelled_result"] = text_of(result)
+
+                    group.start_soon(long_call)
+                    while not os.path.exists(started_file):
+                        await anyio.sleep(0.05)
+                    # Cancelling the caller's scope sends notifications/cancelled.
+                    group.cancel_scope.cancel()
+                after = await session.call_tool(
+                    "bash", {"description": "after", "command": "echo after-cancel"}, meta=meta
+                )
+                report["after"] = text_of(after)
+    return report
+
+
 async def main():
+    if sys.argv[1] == "cancel":
+        url, token, thread, started_file, command = sys.argv[2:7]
+        print(json.dumps(await cancel(url, token, thread, started_file, command)))
+        return
     if sys.argv[1] == "stdio":
         thread, command, args = sys.argv[2], sys.argv[3], sys.argv[4:]
         print(json.dumps(await over_stdio(thread, command, args)))

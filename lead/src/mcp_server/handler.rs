@@ -148,6 +148,7 @@ impl ServerHandler for AntlerTools {
                 thread,
                 name: request.name.into_owned(),
                 args,
+                cancelled: context.ct.clone(),
             })
             .await
             .map_err(|e| McpError::internal_error(e.to_string(), None))?

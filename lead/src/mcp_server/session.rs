@@ -177,13 +177,16 @@ impl Handler<Tools> for McpSession {
     }
 }
 
-/// One call of the client's: tool `name` with `args` (a JSON object).
+/// One call of the client's: tool `name` with `args` (a JSON object). `cancelled` fires
+/// when the client cancels it (`notifications/cancelled`): its work is dropped and it
+/// ends cancelled (`RunLoop::call_from_client`).
 #[derive(Message)]
 #[rtype(result = "Result<CallOutcome, SessionError>")]
 pub struct Call {
     pub thread: Option<String>,
     pub name: String,
     pub args: serde_json::Value,
+    pub cancelled: tokio_util::sync::CancellationToken,
 }
 
 impl Handler<Call> for McpSession {
@@ -196,11 +199,14 @@ impl Handler<Call> for McpSession {
             name: msg.name,
             args: msg.args,
         };
+        let cancelled = msg.cancelled;
         let working = self.take_run(msg.thread).then(|taken, actor, _| {
             async move {
                 let mut run = taken?;
                 let before = tool_names(&run);
-                let result = run.call_from_client(call).await;
+                let result = run
+                    .call_from_client(call, cancelled.cancelled_owned())
+                    .await;
                 let tools_changed = tool_names(&run) != before;
                 Ok::<_, SessionError>((run, result, tools_changed))
             }

@@ -486,3 +486,83 @@ fn a_session_run_left_open_by_a_killed_lead_ends_and_is_never_driven() {
     let thread: Value = serde_json::from_str(&thread).unwrap();
     assert_ne!(thread["status"], "busy", "{thread}");
 }
+
+/// Whether a process whose command line is `argv` (NUL-joined) runs on this machine.
+fn process_running(argv: &[&str]) -> bool {
+    let wanted = argv.join("\0");
+    std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.flatten().any(|entry| {
+                std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| {
+                    String::from_utf8_lossy(&cmdline).trim_end_matches('\0') == wanted
+                })
+            })
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_call_the_client_cancels_is_killed_and_ends_cancelled() {
+    let cluster = cluster();
+    let url = format!("http://{}/mcp", cluster.gateway());
+    let started = cluster
+        .base()
+        .join("users/alice/threads/cancelled/user-data/workspace/started");
+    let sleep = ["sleep", "4711"];
+    let command = "echo up > /mnt/user-data/workspace/started && sleep 4711";
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_client.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args(["cancel", &url, ALICE, "cancelled"])
+        .arg(&started)
+        .arg(command)
+        .output()
+        .expect("run the MCP SDK driver");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the driver failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(stdout.trim()).expect("one JSON report");
+    // The cancelled request is never answered to the client.
+    assert_eq!(r["cancelled_result"], Value::Null, "{r}");
+    // The sandbox command was killed.
+    let gone = antler_tests::wait_for(std::time::Duration::from_secs(30), || {
+        (!process_running(&sleep)).then_some(())
+    });
+    assert!(gone.is_some(), "the cancelled call's sleep still runs");
+    // The session goes on: the next call works in the same sandbox.
+    assert_eq!(r["after"]["is_error"], false, "{r}");
+    assert!(
+        r["after"]["text"].as_str().unwrap().contains("after-cancel"),
+        "{r}"
+    );
+    // The call ended cancelled in the run's events and on the thread.
+    let addr = cluster.gateway();
+    let runs = antler_tests::wait_for(std::time::Duration::from_secs(30), || {
+        let (code, _, body) = http_full(&addr, ALICE, "GET", "/api/threads/cancelled/runs", None);
+        let runs: Value = serde_json::from_str(&body).ok()?;
+        (code == 200 && runs[0]["status"] == "success").then_some(runs)
+    })
+    .expect("the session's run ended");
+    let run_id = runs[0]["run_id"].as_str().unwrap();
+    let (code, _, events) = http_full(
+        &addr,
+        ALICE,
+        "GET",
+        &format!("/api/runs/{run_id}/events"),
+        None,
+    );
+    assert_eq!(code, 200, "{events}");
+    let cancelled = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim_start_matches("data:").trim()).ok())
+        .find(|e| e["event"] == "tool_finished" && e["error"] == true);
+    let cancelled = cancelled.unwrap_or_else(|| panic!("no cancelled call: {events}"));
+    assert_eq!(cancelled["name"], "bash", "{cancelled}");
+    assert_eq!(
+        cancelled["message"], "the call was cancelled by the MCP client",
+        "{cancelled}"
+    );
+}
