@@ -128,7 +128,11 @@ impl Started {
         if self.done.load(Ordering::SeqCst) {
             return;
         }
-        if let Some(sid) = *self.sid.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+        if let Some(sid) = *self
+            .sid
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
             jobs::kill_session(sid);
         }
     }

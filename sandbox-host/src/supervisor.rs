@@ -188,8 +188,8 @@ pub fn main(args: &[String]) -> i32 {
         let spawned = std::thread::Builder::new()
             .stack_size(256 * 1024)
             .spawn(move || {
-                let result = exec::run_watched(&exec, &jobs2, &started)
-                    .map_err(|e| format!("OSError: {e}"));
+                let result =
+                    exec::run_watched(&exec, &jobs2, &started).map_err(|e| format!("OSError: {e}"));
                 if let Ok(mut running) = running2.lock() {
                     running.remove(&id);
                 }

@@ -69,9 +69,9 @@ impl RunLoop {
                 futures::future::Either::Right(_) => true,
             }
         };
-        let answered = self.state.messages[before..].iter().any(
-            |m| matches!(m, Message::Tool { tool_call_id, .. } if *tool_call_id == call.id),
-        );
+        let answered = self.state.messages[before..]
+            .iter()
+            .any(|m| matches!(m, Message::Tool { tool_call_id, .. } if *tool_call_id == call.id));
         if was_cancelled && !answered {
             tracing::info!(run = %self.context.run_id, call = %call.id, "the client cancelled its call");
             self.lifecycle(ToolState::Returned, &call.name, Some(&call.id));
