@@ -15,14 +15,18 @@ use actix::{Addr, ArbiterHandle};
 use antler_engine::catalog::ToolSpec;
 use antler_engine::{Message, ToolStatus};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
-use super::session::{Call, End, McpSession, Owner, SessionError, Tools};
+use super::session::{
+    Artifact, Artifacts, Call, CallOutcome, End, McpSession, Owner, ReadArtifact, SessionError,
+    Tools,
+};
 use crate::runs::manager::RunManager;
 use crate::runs::prepare::RunEnv;
 
@@ -105,6 +109,7 @@ impl ServerHandler for AntlerTools {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
             .enable_tool_list_changed()
+            .enable_resources()
             .build();
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("antler", env!("CARGO_PKG_VERSION")))
@@ -158,7 +163,87 @@ impl ServerHandler for AntlerTools {
                 tracing::debug!("tools/list_changed not sent: {e}");
             }
         }
-        Ok(result_of(&outcome.messages)?.into())
+        Ok(result_of(&outcome)?.into())
+    }
+
+    /// The files the session's thread presented (`present_files`).
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let session = self.session(&context)?;
+        let meta = request.as_ref().and_then(|r| r.meta.as_deref());
+        let thread = thread_of(meta, &context);
+        let artifacts = session
+            .send(Artifacts { thread })
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?
+            .map_err(refused)?;
+        let resources: Vec<Value> = artifacts
+            .iter()
+            .map(|a| json!({"uri": a.uri, "name": a.name(), "mimeType": mime_of(&a.path)}))
+            .collect();
+        serde_json::from_value(json!({"resources": resources}))
+            .map_err(|e| McpError::internal_error(e.to_string(), None))
+    }
+
+    /// A file the session's own thread presented: text when it is UTF-8, else a blob.
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let session = self.session(&context)?;
+        let thread = thread_of(request.meta.as_deref(), &context);
+        let (artifact, bytes) = session
+            .send(ReadArtifact {
+                thread,
+                uri: request.uri,
+            })
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?
+            .map_err(refused)?;
+        let result: ReadResourceResult =
+            serde_json::from_value(json!({"contents": [contents_of(&artifact, bytes)]}))
+                .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        Ok(result.into())
+    }
+}
+
+/// A presented file's resource contents: its text when it is UTF-8, else base64.
+fn contents_of(artifact: &Artifact, bytes: Vec<u8>) -> Value {
+    use base64::Engine as _;
+    let mime = mime_of(&artifact.path);
+    match String::from_utf8(bytes) {
+        Ok(text) => json!({"uri": artifact.uri, "mimeType": mime, "text": text}),
+        Err(e) => json!({
+            "uri": artifact.uri,
+            "mimeType": mime,
+            "blob": base64::engine::general_purpose::STANDARD.encode(e.into_bytes()),
+        }),
+    }
+}
+
+/// The MIME type of a file by its extension (`application/octet-stream` when unknown).
+fn mime_of(path: &str) -> &'static str {
+    let extension = path
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    match extension.as_str() {
+        "txt" | "log" => "text/plain",
+        "md" => "text/markdown",
+        "csv" => "text/csv",
+        "html" | "htm" => "text/html",
+        "json" => "application/json",
+        "pdf" => "application/pdf",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "svg" => "image/svg+xml",
+        _ => "application/octet-stream",
     }
 }
 
@@ -175,7 +260,12 @@ fn thread_of(
 
 fn refused(error: SessionError) -> McpError {
     match error {
-        SessionError::Run(_) => McpError::internal_error(error.to_string(), None),
+        SessionError::Run(_) | SessionError::Files(_) => {
+            McpError::internal_error(error.to_string(), None)
+        }
+        SessionError::NoResource(uri) => {
+            McpError::resource_not_found(format!("Resource not found: {uri}"), None)
+        }
         _ => McpError::invalid_request(error.to_string(), None),
     }
 }
@@ -198,11 +288,13 @@ fn tool_of(spec: &ToolSpec) -> Option<Tool> {
 }
 
 /// The MCP result of a call from the tool messages it added: their text, an error when
-/// the tool failed (the model's error message, as a run's model would read it).
-fn result_of(messages: &[Message]) -> Result<CallToolResult, McpError> {
+/// the tool failed (the model's error message, as a run's model would read it); a link
+/// to each file it presented (a resource of the session), the image `view_image` read.
+fn result_of(outcome: &CallOutcome) -> Result<CallToolResult, McpError> {
+    use base64::Engine as _;
     let mut content = Vec::new();
     let mut failed = false;
-    for message in messages {
+    for message in &outcome.messages {
         if let Message::Tool {
             content: text,
             status,
@@ -212,6 +304,21 @@ fn result_of(messages: &[Message]) -> Result<CallToolResult, McpError> {
             failed |= *status == ToolStatus::Error;
             content.push(json!({"type": "text", "text": text}));
         }
+    }
+    for artifact in &outcome.presented {
+        content.push(json!({
+            "type": "resource_link",
+            "uri": artifact.uri,
+            "name": artifact.name(),
+            "mimeType": mime_of(&artifact.path),
+        }));
+    }
+    if let Some((mime, bytes)) = &outcome.image {
+        content.push(json!({
+            "type": "image",
+            "mimeType": mime,
+            "data": base64::engine::general_purpose::STANDARD.encode(bytes),
+        }));
     }
     serde_json::from_value(json!({"content": content, "isError": failed}))
         .map_err(|e| McpError::internal_error(e.to_string(), None))

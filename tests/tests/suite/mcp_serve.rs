@@ -25,11 +25,14 @@ use serde_json::{json, Value};
 
 const ALICE: &str = "alice-token-000000000001";
 const BOB: &str = "bob-token-00000000000002";
+/// Editors, whose role may present files.
+const CAROL: &str = "carol-token-0000000000003";
+const DAVE: &str = "dave-token-00000000000004";
 const ISSUER: &str = "https://idp.example";
 
 fn config() -> String {
     format!(
-        "tool_search:\n  enabled: true\ntools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\n  - {{name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}}\n  - {{name: read_file, group: file:read, use: deerflow.sandbox.tools:read_file_tool}}\n  - {{name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nguardrails:\n  enabled: true\n  provider:\n    use: deerflow.guardrails.builtin:AllowlistProvider\n    config:\n      denied_tools: [write_file]\nauthorization:\n  enabled: true\n  provider:\n    use: antler.authz:AllowlistPolicy\n    config:\n      default: {{allowed_tools: null}}\n      roles:\n        member: {{denied_tools: [present_files]}}\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n    jwt:\n      jwks_file: jwks.json\n      issuer: {ISSUER}\n      audience: antler\n"
+        "tool_search:\n  enabled: true\ntools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\n  - {{name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}}\n  - {{name: read_file, group: file:read, use: deerflow.sandbox.tools:read_file_tool}}\n  - {{name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nguardrails:\n  enabled: true\n  provider:\n    use: deerflow.guardrails.builtin:AllowlistProvider\n    config:\n      denied_tools: [write_file]\nauthorization:\n  enabled: true\n  provider:\n    use: antler.authz:AllowlistPolicy\n    config:\n      default: {{allowed_tools: null}}\n      roles:\n        member: {{denied_tools: [present_files]}}\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n      - {{token: {CAROL}, user: carol, role: editor}}\n      - {{token: {DAVE}, user: dave, role: editor}}\n    jwt:\n      jwks_file: jwks.json\n      issuer: {ISSUER}\n      audience: antler\n"
     )
 }
 
@@ -535,7 +538,10 @@ fn a_call_the_client_cancels_is_killed_and_ends_cancelled() {
     // The session goes on: the next call works in the same sandbox.
     assert_eq!(r["after"]["is_error"], false, "{r}");
     assert!(
-        r["after"]["text"].as_str().unwrap().contains("after-cancel"),
+        r["after"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("after-cancel"),
         "{r}"
     );
     // The call ended cancelled in the run's events and on the thread.
@@ -564,5 +570,61 @@ fn a_call_the_client_cancels_is_killed_and_ends_cancelled() {
     assert_eq!(
         cancelled["message"], "the call was cancelled by the MCP client",
         "{cancelled}"
+    );
+}
+
+#[test]
+fn presented_files_are_the_sessions_resources_and_only_its_own() {
+    use base64::Engine as _;
+    let cluster = cluster();
+    let url = format!("http://{}/mcp", cluster.gateway());
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_client.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args(["present", &url, CAROL, DAVE, "shared"])
+        .output()
+        .expect("run the MCP SDK driver");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the driver failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(stdout.trim()).expect("one JSON report");
+    let owner = &r["owner"];
+    assert_eq!(owner["resources_capability"], true, "{owner}");
+    assert_eq!(owner["bash"]["is_error"], false, "{owner}");
+    assert_eq!(owner["present"]["is_error"], false, "{owner}");
+    // The call's result links each presented file; the session lists them.
+    let text_uri = "antler://thread/shared/mnt/user-data/outputs/report.txt";
+    let blob_uri = "antler://thread/shared/mnt/user-data/outputs/data.bin";
+    assert_eq!(
+        owner["links"],
+        json!([
+            {"uri": text_uri, "name": "report.txt", "mime_type": "text/plain"},
+            {"uri": blob_uri, "name": "data.bin", "mime_type": "application/octet-stream"},
+        ]),
+        "{owner}"
+    );
+    assert_eq!(owner["listed"], json!([text_uri, blob_uri]), "{owner}");
+    // Read back: the text as text, the binary file as a blob.
+    let read = owner["read"].as_array().unwrap();
+    assert_eq!(read[0]["uri"], text_uri, "{owner}");
+    assert_eq!(read[0]["text"].as_str().map(str::trim), Some("from-owner"));
+    assert_eq!(read[1]["uri"], blob_uri, "{owner}");
+    let blob = base64::engine::general_purpose::STANDARD
+        .decode(read[1]["blob"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(blob, [0u8, 1, 255]);
+    // Another member's session on a thread of the same name sees none of it.
+    let other = &r["other"];
+    assert_eq!(other["listed"], json!([]), "{other}");
+    assert!(other.get("read").is_none(), "{other}");
+    assert!(
+        other["read_error"]
+            .as_str()
+            .unwrap()
+            .contains("Resource not found"),
+        "{other}"
     );
 }
