@@ -1,8 +1,10 @@
 //! [`AntlerTools`]: the rmcp server handler of one MCP session. It answers `tools/list`
 //! with the tools the session's run would offer a model (the principal's authorized
 //! catalog, deferred MCP tools behind `tool_search`, promotions, skill policy) and
-//! `tools/call` by the run's own call path, and sends `notifications/tools/list_changed`
-//! when a call changed what the client may see. Who it acts for is given (stdio) or read
+//! `tools/call` by the run's own call path (a call the client cancels is dropped and ends
+//! cancelled), and sends `notifications/tools/list_changed` when a call changed what the
+//! client may see. The files the thread presented are its resources (`resources/list`,
+//! `resources/read`; a `present_files` result links them). Who it acts for is given (stdio) or read
 //! from the HTTP request the gateway authenticated ([`Owner`] in the request's
 //! extensions). The session's thread is bound by its first `tools/list` or `tools/call`:
 //! the one that request names in its `_meta` under [`THREAD_META_KEY`], else a new thread

@@ -13,6 +13,10 @@
 //! `antler mcp serve` (stdio, the SDK's stdio client) joins a running cluster through its
 //! gateway acting for `--user`, or starts an ephemeral cluster for the session. A session
 //! run a killed lead left open ends when the lead comes back, never driven by a model.
+//! A call the client cancels (`notifications/cancelled`) kills its sandbox command, ends as
+//! cancelled in the run's events, and the session's next call works. Files an editor's
+//! session presents are linked in the call's result, listed and read back as its resources
+//! (text and blob); another member's session on a thread of the same name sees none.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
