@@ -5,10 +5,15 @@ tests/requirements.txt) and prints one JSON report for tests/tests/suite/mcp_ser
     mcp_serve_client.py stdio THREAD ANTLER [ARG...]
     mcp_serve_client.py cancel URL TOKEN THREAD STARTED_FILE COMMAND
     mcp_serve_client.py present URL TOKEN OTHER_TOKEN THREAD
+    mcp_serve_client.py elicit URL TOKEN THREAD TOOL ANSWER_JSON
 
 In `cancel`, the session calls bash with COMMAND (which writes STARTED_FILE, a path on
 this machine, once it runs, then sleeps), cancels the call once STARTED_FILE exists
 (the SDK sends `notifications/cancelled`), then calls bash again.
+
+In `elicit`, the session calls TOOL (no arguments) and answers each elicitation the
+server forwards with ANSWER_JSON (`{"action": ..., "content": ...}`); the report has what
+was asked and the call's result.
 
 In `present`, TOKEN's session writes a text and a binary file in its thread's outputs with
 bash, presents them (`present_files`), lists its resources and reads each link back;
@@ -253,7 +258,32 @@ async def present(url, token, other_token, thread):
     return {"owner": report, "other": other}
 
 
+async def elicit(url, token, thread, tool, answer):
+    report = {"asked": []}
+    meta = {"antler/thread": thread}
+
+    async def on_elicitation(context, params):
+        report["asked"].append(
+            {"message": params.message, "requested_schema": params.requested_schema}
+        )
+        return types.ElicitResult(action=answer["action"], content=answer.get("content"))
+
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write, elicitation_callback=on_elicitation) as session:
+                await session.initialize()
+                tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
+                report["tools"] = sorted(t.name for t in tools.tools)
+                report["call"] = text_of(await session.call_tool(tool, {}, meta=meta))
+    return report
+
+
 async def main():
+    if sys.argv[1] == "elicit":
+        url, token, thread, tool, answer = sys.argv[2:7]
+        print(json.dumps(await elicit(url, token, thread, tool, json.loads(answer))))
+        return
     if sys.argv[1] == "present":
         url, token, other_token, thread = sys.argv[2:6]
         print(json.dumps(await present(url, token, other_token, thread)))

@@ -4,7 +4,8 @@
 //! `tools/call` by the run's own call path (a call the client cancels is dropped and ends
 //! cancelled), and sends `notifications/tools/list_changed` when a call changed what the
 //! client may see. The files the thread presented are its resources (`resources/list`,
-//! `resources/read`; a `present_files` result links them). Who it acts for is given (stdio) or read
+//! `resources/read`; a `present_files` result links them). A downstream server's
+//! elicitation during a call is asked of the client and its answer sent back down. Who it acts for is given (stdio) or read
 //! from the HTTP request the gateway authenticated ([`Owner`] in the request's
 //! extensions). The session's thread is bound by its first `tools/list` or `tools/call`:
 //! the one that request names in its `_meta` under [`THREAD_META_KEY`], else a new thread
@@ -26,8 +27,8 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
 use super::session::{
-    Artifact, Artifacts, Call, CallOutcome, End, McpSession, Owner, ReadArtifact, SessionError,
-    Tools,
+    Artifact, Artifacts, Ask, Call, CallOutcome, End, McpSession, Owner, ReadArtifact,
+    SessionError, Tools,
 };
 use crate::runs::manager::RunManager;
 use crate::runs::prepare::RunEnv;
@@ -49,6 +50,12 @@ pub struct AntlerTools {
     /// Who the session acts for: set at its start (stdio) or by its first request.
     owner: Mutex<Option<Owner>>,
     session: Mutex<Option<Addr<McpSession>>>,
+    /// The elicitations the session's calls ask, forwarded to the client while a call
+    /// waits (the sender is the session's).
+    asks: (
+        super::session::Asks,
+        tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Ask>>,
+    ),
 }
 
 impl AntlerTools {
@@ -60,12 +67,14 @@ impl AntlerTools {
         arbiter: ArbiterHandle,
         owner: Option<Owner>,
     ) -> AntlerTools {
+        let (asks, asked) = tokio::sync::mpsc::unbounded_channel();
         AntlerTools {
             env,
             manager,
             arbiter,
             owner: Mutex::new(owner),
             session: Mutex::new(None),
+            asks: (asks, tokio::sync::Mutex::new(asked)),
         }
     }
 
@@ -87,7 +96,13 @@ impl AntlerTools {
         let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(session
             .get_or_insert_with(|| {
-                McpSession::start_on(&self.arbiter, self.env.clone(), self.manager.clone(), owner)
+                McpSession::start_on(
+                    &self.arbiter,
+                    self.env.clone(),
+                    self.manager.clone(),
+                    owner,
+                    self.asks.0.clone(),
+                )
             })
             .clone())
     }
@@ -150,14 +165,24 @@ impl ServerHandler for AntlerTools {
         let session = self.session(&context)?;
         let thread = thread_of(request.meta.as_deref(), &context);
         let args = Value::Object(request.arguments.unwrap_or_default());
-        let outcome = session
-            .send(Call {
-                thread,
-                name: request.name.into_owned(),
-                args,
-                cancelled: context.ct.clone(),
-            })
-            .await
+        let call = session.send(Call {
+            thread,
+            name: request.name.into_owned(),
+            args,
+            cancelled: context.ct.clone(),
+        });
+        futures::pin_mut!(call);
+        // The session's calls run one at a time: while this one runs, what its MCP servers
+        // ask goes to the client, and its answers back down.
+        let mut asked = self.asks.1.lock().await;
+        let outcome = loop {
+            tokio::select! {
+                done = &mut call => break done,
+                Some(ask) = asked.recv() => self.forward(ask, &context).await,
+            }
+        };
+        drop(asked);
+        let outcome = outcome
             .map_err(|e| McpError::internal_error(e.to_string(), None))?
             .map_err(refused)?;
         if outcome.tools_changed {
@@ -246,6 +271,63 @@ fn mime_of(path: &str) -> &'static str {
         "webp" => "image/webp",
         "svg" => "image/svg+xml",
         _ => "application/octet-stream",
+    }
+}
+
+impl AntlerTools {
+    /// Asks the client `ask` (`elicitation/create`, form mode) and hands its answer to the
+    /// MCP server that asked, as the gateway's answer route does. A client that cannot
+    /// answer forms is not asked: the elicitation stays pending for the run's user (the
+    /// run view, `antler run`) until its deadline.
+    async fn forward(&self, ask: Ask, context: &RequestContext<RoleServer>) {
+        use antler_protocol::messages::ElicitationAction as Answer;
+        use rmcp::model::{ElicitRequestParams, ElicitationAction};
+        use rmcp::service::ElicitationMode;
+        if !context
+            .peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Form)
+        {
+            return;
+        }
+        let params = json!({
+            "mode": "form",
+            "message": ask.message,
+            "requestedSchema": ask.requested_schema,
+        });
+        let (action, content) = match serde_json::from_value::<ElicitRequestParams>(params) {
+            Ok(params) => match context.peer.create_elicitation(params).await {
+                Ok(answer) => match answer.action {
+                    ElicitationAction::Accept => (
+                        Answer::Accept,
+                        Some(answer.content.unwrap_or_else(|| json!({}))),
+                    ),
+                    ElicitationAction::Decline => (Answer::Decline, None),
+                    _ => (Answer::Cancel, None),
+                },
+                Err(e) => {
+                    tracing::info!(id = %ask.id, "the MCP client did not answer an elicitation: {e}");
+                    (Answer::Cancel, None)
+                }
+            },
+            Err(e) => {
+                tracing::info!(id = %ask.id, "an elicitation's schema is not one MCP carries: {e}");
+                (Answer::Decline, None)
+            }
+        };
+        let content = content.as_ref().map(antler_protocol::Json::from);
+        let answered = crate::runs::manager::answer_through(
+            &self.manager,
+            &*self.env.hosts,
+            &ask.run_id,
+            &ask.id,
+            action,
+            content,
+        )
+        .await;
+        if let Err(e) = answered {
+            tracing::info!(id = %ask.id, "the client's elicitation answer was not taken: {e}");
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use antler_engine::catalog::builtins::VIEW_IMAGE;
 use antler_engine::catalog::ToolSpec;
-use antler_engine::{Message as ThreadMessage, RunLoop, ToolCall};
+use antler_engine::{Message as ThreadMessage, RunEvent, RunLoop, ToolCall};
 
 use antler_protocol::messages::FileContent;
 
@@ -95,12 +95,27 @@ fn artifact_of_uri(uri: &str) -> Option<(&str, &str)> {
     Some(rest.split_at(slash))
 }
 
+/// An elicitation a call's MCP server asks of the session's user (policy `ask`), for the
+/// session's client to answer.
+#[derive(Debug, Clone)]
+pub struct Ask {
+    pub run_id: String,
+    pub id: String,
+    pub message: String,
+    pub requested_schema: serde_json::Value,
+}
+
+/// Where a session sends the elicitations its calls ask.
+pub type Asks = tokio::sync::mpsc::UnboundedSender<Ask>;
+
 /// The actor.
 pub struct McpSession {
     env: Arc<RunEnv>,
     /// Keeps the run beside the runs it drives (its events, view and metrics).
     manager: Addr<RunManager>,
     owner: Owner,
+    /// The elicitations the run's calls ask go to the client through here.
+    asks: Asks,
     /// The run's id; also the thread's when the client names none.
     run_id: String,
     /// The thread the session is bound to, once its run is open.
@@ -120,12 +135,14 @@ impl McpSession {
         env: Arc<RunEnv>,
         manager: Addr<RunManager>,
         owner: Owner,
+        asks: Asks,
     ) -> Addr<McpSession> {
         let run_id = format!("mcp-{}", uuid::Uuid::new_v4().simple());
         McpSession::start_in_arbiter(arbiter, move |_| McpSession {
             env,
             manager,
             owner,
+            asks,
             run_id,
             thread: None,
             run: None,
@@ -159,6 +176,7 @@ impl McpSession {
         let thread = asked.unwrap_or_else(|| self.run_id.clone());
         let (env, owner, run_id) = (self.env.clone(), self.owner.clone(), self.run_id.clone());
         let manager = self.manager.clone();
+        let asks = self.asks.clone();
         let opening = {
             let thread = thread.clone();
             async move {
@@ -180,7 +198,24 @@ impl McpSession {
                     })
                     .await
                     .map_err(|e| SessionError::Open(e.to_string()))?;
-                run.on_event(events);
+                let asking = run_id.clone();
+                run.on_event(move |event: &RunEvent| {
+                    if let RunEvent::Elicitation {
+                        id,
+                        message,
+                        requested_schema,
+                        ..
+                    } = event
+                    {
+                        let _ = asks.send(Ask {
+                            run_id: asking.clone(),
+                            id: id.clone(),
+                            message: message.clone(),
+                            requested_schema: requested_schema.clone(),
+                        });
+                    }
+                    events(event);
+                });
                 Ok(run)
             }
         };
