@@ -6,6 +6,7 @@ tests/requirements.txt) and prints one JSON report for tests/tests/suite/mcp_ser
     mcp_serve_client.py cancel URL TOKEN THREAD STARTED_FILE COMMAND
     mcp_serve_client.py present URL TOKEN OTHER_TOKEN THREAD
     mcp_serve_client.py elicit URL TOKEN THREAD TOOL ANSWER_JSON
+    mcp_serve_client.py call URL TOKEN THREAD TOOL ARGS_JSON
 
 In `cancel`, the session calls bash with COMMAND (which writes STARTED_FILE, a path on
 this machine, once it runs, then sleeps), cancels the call once STARTED_FILE exists
@@ -279,7 +280,25 @@ async def elicit(url, token, thread, tool, answer):
     return report
 
 
+async def call(url, token, thread, tool, args):
+    report = {}
+    meta = {"antler/thread": thread}
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
+                report["tools"] = sorted(t.name for t in tools.tools)
+                report["call"] = text_of(await session.call_tool(tool, args, meta=meta))
+    return report
+
+
 async def main():
+    if sys.argv[1] == "call":
+        url, token, thread, tool, args = sys.argv[2:7]
+        print(json.dumps(await call(url, token, thread, tool, json.loads(args))))
+        return
     if sys.argv[1] == "elicit":
         url, token, thread, tool, answer = sys.argv[2:7]
         print(json.dumps(await elicit(url, token, thread, tool, json.loads(answer))))
