@@ -110,6 +110,46 @@ fn bounded_reader(mut r: impl Read + Send + 'static, max: usize) -> std::io::Res
 
 /// Runs `/bin/bash -c command` in a new session; `Err` only when it cannot start.
 pub fn run(req: &ExecRequest, jobs: &Jobs) -> std::io::Result<ExecOutcome> {
+    run_watched(req, jobs, &Started::default())
+}
+
+/// The session of a command once it started, so that whoever cancels the call can kill it
+/// ([`Started::kill`]) while [`run_watched`] waits for it.
+#[derive(Debug, Default)]
+pub struct Started {
+    sid: Mutex<Option<i32>>,
+    done: AtomicBool,
+}
+
+impl Started {
+    /// Kills the command's whole session if it started and has not ended (the caller
+    /// went away: the call was cancelled).
+    pub fn kill(&self) {
+        if self.done.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Some(sid) = *self
+            .sid
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            jobs::kill_session(sid);
+        }
+    }
+}
+
+/// [`run`], recording the command's session in `started` while it runs.
+pub fn run_watched(
+    req: &ExecRequest,
+    jobs: &Jobs,
+    started: &Started,
+) -> std::io::Result<ExecOutcome> {
+    let outcome = run_inner(req, jobs, started);
+    started.done.store(true, Ordering::SeqCst);
+    outcome
+}
+
+fn run_inner(req: &ExecRequest, jobs: &Jobs, started: &Started) -> std::io::Result<ExecOutcome> {
     let mut cmd = Command::new("/bin/bash");
     cmd.arg("-c")
         .arg(&req.command)
@@ -141,6 +181,10 @@ pub fn run(req: &ExecRequest, jobs: &Jobs) -> std::io::Result<ExecOutcome> {
         child
     };
     let sid = child.id() as i32;
+    *started
+        .sid
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sid);
     let deadline = Instant::now() + Duration::from_millis(req.timeout_ms);
     let out = child
         .stdout

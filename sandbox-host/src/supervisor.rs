@@ -8,6 +8,7 @@
 //! writing JSON-line replies to stdout.
 
 use std::{
+    collections::HashMap,
     io::{BufRead, Write},
     sync::{Arc, Mutex},
     time::Duration,
@@ -131,6 +132,8 @@ pub fn main(args: &[String]) -> i32 {
         }
     }
     let out = Arc::new(Mutex::new(std::io::stdout()));
+    // The commands running now, by request id (a `Cancel` kills one).
+    let running: Arc<Mutex<HashMap<u64, Arc<exec::Started>>>> = Arc::default();
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
         let Ok(line) = line else { break };
@@ -155,6 +158,13 @@ pub fn main(args: &[String]) -> i32 {
                 reply(&out, SupervisorReply { id, result });
                 continue;
             }
+            SupervisorOp::Cancel(exec_id) => {
+                let started = running.lock().ok().and_then(|r| r.get(&exec_id).cloned());
+                if let Some(started) = started {
+                    started.kill();
+                }
+                continue;
+            }
             SupervisorOp::KillBackground => {
                 let background = jobs.kill_all();
                 let result = Ok(ExecOutcome {
@@ -170,13 +180,25 @@ pub fn main(args: &[String]) -> i32 {
         };
         let out2 = out.clone();
         let jobs2 = jobs.clone();
+        let started = Arc::new(exec::Started::default());
+        if let Ok(mut running) = running.lock() {
+            running.insert(id, started.clone());
+        }
+        let running2 = running.clone();
         let spawned = std::thread::Builder::new()
             .stack_size(256 * 1024)
             .spawn(move || {
-                let result = exec::run(&exec, &jobs2).map_err(|e| format!("OSError: {e}"));
+                let result =
+                    exec::run_watched(&exec, &jobs2, &started).map_err(|e| format!("OSError: {e}"));
+                if let Ok(mut running) = running2.lock() {
+                    running.remove(&id);
+                }
                 reply(&out2, SupervisorReply { id, result });
             });
         if let Err(e) = spawned {
+            if let Ok(mut running) = running.lock() {
+                running.remove(&id);
+            }
             let result = Err(format!("OSError: cannot start the command: {e}"));
             reply(&out, SupervisorReply { id, result });
         }

@@ -3,6 +3,23 @@ tests/requirements.txt) and prints one JSON report for tests/tests/suite/mcp_ser
 
     mcp_serve_client.py http URL ALICE_TOKEN BOB_TOKEN THREAD
     mcp_serve_client.py stdio THREAD ANTLER [ARG...]
+    mcp_serve_client.py cancel URL TOKEN THREAD STARTED_FILE COMMAND
+    mcp_serve_client.py present URL TOKEN OTHER_TOKEN THREAD
+    mcp_serve_client.py elicit URL TOKEN THREAD TOOL ANSWER_JSON
+    mcp_serve_client.py call URL TOKEN THREAD TOOL ARGS_JSON
+
+In `cancel`, the session calls bash with COMMAND (which writes STARTED_FILE, a path on
+this machine, once it runs, then sleeps), cancels the call once STARTED_FILE exists
+(the SDK sends `notifications/cancelled`), then calls bash again.
+
+In `elicit`, the session calls TOOL (no arguments) and answers each elicitation the
+server forwards with ANSWER_JSON (`{"action": ..., "content": ...}`); the report has what
+was asked and the call's result.
+
+In `present`, TOKEN's session writes a text and a binary file in its thread's outputs with
+bash, presents them (`present_files`), lists its resources and reads each link back;
+OTHER_TOKEN's session on a thread of the same name lists its resources and tries to read
+the first one's links.
 
 Alice's session works on THREAD (named in `_meta` `antler/thread`): it lists its tools,
 promotes a deferred MCP tool with `tool_search` (and waits for
@@ -152,7 +169,148 @@ async def over_stdio(thread, command, args):
     return report
 
 
+async def cancel(url, token, thread, started_file, command):
+    report = {}
+    meta = {"antler/thread": thread}
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                report["cancelled_result"] = None
+                async with anyio.create_task_group() as group:
+
+                    async def long_call():
+                        result = await session.call_tool(
+                            "bash", {"description": "sleep", "command": command}, meta=meta
+                        )
+                        report["cancelled_result"] = text_of(result)
+
+                    group.start_soon(long_call)
+                    while not os.path.exists(started_file):
+                        await anyio.sleep(0.05)
+                    # Cancelling the caller's scope sends notifications/cancelled.
+                    group.cancel_scope.cancel()
+                after = await session.call_tool(
+                    "bash", {"description": "after", "command": "echo after-cancel"}, meta=meta
+                )
+                report["after"] = text_of(after)
+    return report
+
+
+def contents_of(result):
+    out = []
+    for c in result.contents:
+        if getattr(c, "text", None) is not None:
+            out.append({"uri": str(c.uri), "mime_type": c.mime_type, "text": c.text})
+        else:
+            out.append({"uri": str(c.uri), "mime_type": c.mime_type, "blob": c.blob})
+    return out
+
+
+async def present(url, token, other_token, thread):
+    report = {}
+    meta = {"antler/thread": thread}
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write) as session:
+                init = await session.initialize()
+                report["resources_capability"] = init.capabilities.resources is not None
+                wrote = await session.call_tool(
+                    "bash",
+                    {
+                        "description": "write outputs",
+                        "command": "echo from-owner > /mnt/user-data/outputs/report.txt"
+                        " && printf '\\000\\001\\377' > /mnt/user-data/outputs/data.bin && echo ok",
+                    },
+                    meta=meta,
+                )
+                report["bash"] = text_of(wrote)
+                presented = await session.call_tool(
+                    "present_files",
+                    {"filepaths": ["/mnt/user-data/outputs/report.txt", "/mnt/user-data/outputs/data.bin"]},
+                    meta=meta,
+                )
+                report["present"] = text_of(presented)
+                report["links"] = [
+                    {"uri": str(c.uri), "name": c.name, "mime_type": c.mime_type}
+                    for c in presented.content
+                    if getattr(c, "type", "") == "resource_link"
+                ]
+                listed = await session.list_resources()
+                report["listed"] = [str(r.uri) for r in listed.resources]
+                report["read"] = []
+                for link in report["links"]:
+                    report["read"] += contents_of(await session.read_resource(link["uri"]))
+    other = {}
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {other_token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                listed = await session.list_resources(params=types.PaginatedRequestParams(_meta=meta))
+                other["listed"] = [str(r.uri) for r in listed.resources]
+                try:
+                    got = await session.read_resource(report["links"][0]["uri"], meta=meta)
+                    other["read"] = contents_of(got)
+                except Exception as refused:  # the MCP error the server answered
+                    other["read_error"] = str(refused)
+    return {"owner": report, "other": other}
+
+
+async def elicit(url, token, thread, tool, answer):
+    report = {"asked": []}
+    meta = {"antler/thread": thread}
+
+    async def on_elicitation(context, params):
+        report["asked"].append(
+            {"message": params.message, "requested_schema": params.requested_schema}
+        )
+        return types.ElicitResult(action=answer["action"], content=answer.get("content"))
+
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write, elicitation_callback=on_elicitation) as session:
+                await session.initialize()
+                tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
+                report["tools"] = sorted(t.name for t in tools.tools)
+                report["call"] = text_of(await session.call_tool(tool, {}, meta=meta))
+    return report
+
+
+async def call(url, token, thread, tool, args):
+    report = {}
+    meta = {"antler/thread": thread}
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
+                report["tools"] = sorted(t.name for t in tools.tools)
+                report["call"] = text_of(await session.call_tool(tool, args, meta=meta))
+    return report
+
+
 async def main():
+    if sys.argv[1] == "call":
+        url, token, thread, tool, args = sys.argv[2:7]
+        print(json.dumps(await call(url, token, thread, tool, json.loads(args))))
+        return
+    if sys.argv[1] == "elicit":
+        url, token, thread, tool, answer = sys.argv[2:7]
+        print(json.dumps(await elicit(url, token, thread, tool, json.loads(answer))))
+        return
+    if sys.argv[1] == "present":
+        url, token, other_token, thread = sys.argv[2:6]
+        print(json.dumps(await present(url, token, other_token, thread)))
+        return
+    if sys.argv[1] == "cancel":
+        url, token, thread, started_file, command = sys.argv[2:7]
+        print(json.dumps(await cancel(url, token, thread, started_file, command)))
+        return
     if sys.argv[1] == "stdio":
         thread, command, args = sys.argv[2], sys.argv[3], sys.argv[4:]
         print(json.dumps(await over_stdio(thread, command, args)))

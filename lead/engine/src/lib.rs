@@ -70,6 +70,7 @@ pub use prompt::{
 };
 pub use run::actor::{Crash, Drive, RunActor};
 pub use run::builder::RunBuilder;
+pub use run::client::CALL_CANCELLED;
 pub use run::events::{RunEvent, ToolState};
 pub use run::execute::LeadTools;
 pub use run::journal::{Journal, JournalError, JournalResult, RunRecord, RunStatus, SharedJournal};

@@ -1,8 +1,11 @@
 //! [`AntlerTools`]: the rmcp server handler of one MCP session. It answers `tools/list`
 //! with the tools the session's run would offer a model (the principal's authorized
 //! catalog, deferred MCP tools behind `tool_search`, promotions, skill policy) and
-//! `tools/call` by the run's own call path, and sends `notifications/tools/list_changed`
-//! when a call changed what the client may see. Who it acts for is given (stdio) or read
+//! `tools/call` by the run's own call path (a call the client cancels is dropped and ends
+//! cancelled), and sends `notifications/tools/list_changed` when a call changed what the
+//! client may see. The files the thread presented are its resources (`resources/list`,
+//! `resources/read`; a `present_files` result links them). A downstream server's
+//! elicitation during a call is asked of the client and its answer sent back down. Who it acts for is given (stdio) or read
 //! from the HTTP request the gateway authenticated ([`Owner`] in the request's
 //! extensions). The session's thread is bound by its first `tools/list` or `tools/call`:
 //! the one that request names in its `_meta` under [`THREAD_META_KEY`], else a new thread
@@ -15,14 +18,18 @@ use actix::{Addr, ArbiterHandle};
 use antler_engine::catalog::ToolSpec;
 use antler_engine::{Message, ToolStatus};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
-use super::session::{Call, End, McpSession, Owner, SessionError, Tools};
+use super::session::{
+    Artifact, Artifacts, Ask, Call, CallOutcome, End, McpSession, Owner, ReadArtifact,
+    SessionError, Tools,
+};
 use crate::runs::manager::RunManager;
 use crate::runs::prepare::RunEnv;
 
@@ -43,6 +50,12 @@ pub struct AntlerTools {
     /// Who the session acts for: set at its start (stdio) or by its first request.
     owner: Mutex<Option<Owner>>,
     session: Mutex<Option<Addr<McpSession>>>,
+    /// The elicitations the session's calls ask, forwarded to the client while a call
+    /// waits (the sender is the session's).
+    asks: (
+        super::session::Asks,
+        tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Ask>>,
+    ),
 }
 
 impl AntlerTools {
@@ -54,12 +67,14 @@ impl AntlerTools {
         arbiter: ArbiterHandle,
         owner: Option<Owner>,
     ) -> AntlerTools {
+        let (asks, asked) = tokio::sync::mpsc::unbounded_channel();
         AntlerTools {
             env,
             manager,
             arbiter,
             owner: Mutex::new(owner),
             session: Mutex::new(None),
+            asks: (asks, tokio::sync::Mutex::new(asked)),
         }
     }
 
@@ -81,7 +96,13 @@ impl AntlerTools {
         let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(session
             .get_or_insert_with(|| {
-                McpSession::start_on(&self.arbiter, self.env.clone(), self.manager.clone(), owner)
+                McpSession::start_on(
+                    &self.arbiter,
+                    self.env.clone(),
+                    self.manager.clone(),
+                    owner,
+                    self.asks.0.clone(),
+                )
             })
             .clone())
     }
@@ -105,6 +126,7 @@ impl ServerHandler for AntlerTools {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
             .enable_tool_list_changed()
+            .enable_resources()
             .build();
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("antler", env!("CARGO_PKG_VERSION")))
@@ -143,13 +165,24 @@ impl ServerHandler for AntlerTools {
         let session = self.session(&context)?;
         let thread = thread_of(request.meta.as_deref(), &context);
         let args = Value::Object(request.arguments.unwrap_or_default());
-        let outcome = session
-            .send(Call {
-                thread,
-                name: request.name.into_owned(),
-                args,
-            })
-            .await
+        let call = session.send(Call {
+            thread,
+            name: request.name.into_owned(),
+            args,
+            cancelled: context.ct.clone(),
+        });
+        futures::pin_mut!(call);
+        // The session's calls run one at a time: while this one runs, what its MCP servers
+        // ask goes to the client, and its answers back down.
+        let mut asked = self.asks.1.lock().await;
+        let outcome = loop {
+            tokio::select! {
+                done = &mut call => break done,
+                Some(ask) = asked.recv() => self.forward(ask, &context).await,
+            }
+        };
+        drop(asked);
+        let outcome = outcome
             .map_err(|e| McpError::internal_error(e.to_string(), None))?
             .map_err(refused)?;
         if outcome.tools_changed {
@@ -157,7 +190,144 @@ impl ServerHandler for AntlerTools {
                 tracing::debug!("tools/list_changed not sent: {e}");
             }
         }
-        Ok(result_of(&outcome.messages)?.into())
+        Ok(result_of(&outcome)?.into())
+    }
+
+    /// The files the session's thread presented (`present_files`).
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let session = self.session(&context)?;
+        let meta = request.as_ref().and_then(|r| r.meta.as_deref());
+        let thread = thread_of(meta, &context);
+        let artifacts = session
+            .send(Artifacts { thread })
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?
+            .map_err(refused)?;
+        let resources: Vec<Value> = artifacts
+            .iter()
+            .map(|a| json!({"uri": a.uri, "name": a.name(), "mimeType": mime_of(&a.path)}))
+            .collect();
+        serde_json::from_value(json!({"resources": resources}))
+            .map_err(|e| McpError::internal_error(e.to_string(), None))
+    }
+
+    /// A file the session's own thread presented: text when it is UTF-8, else a blob.
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let session = self.session(&context)?;
+        let thread = thread_of(request.meta.as_deref(), &context);
+        let (artifact, bytes) = session
+            .send(ReadArtifact {
+                thread,
+                uri: request.uri,
+            })
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?
+            .map_err(refused)?;
+        let result: ReadResourceResult =
+            serde_json::from_value(json!({"contents": [contents_of(&artifact, bytes)]}))
+                .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        Ok(result.into())
+    }
+}
+
+/// A presented file's resource contents: its text when it is UTF-8, else base64.
+fn contents_of(artifact: &Artifact, bytes: Vec<u8>) -> Value {
+    use base64::Engine as _;
+    let mime = mime_of(&artifact.path);
+    match String::from_utf8(bytes) {
+        Ok(text) => json!({"uri": artifact.uri, "mimeType": mime, "text": text}),
+        Err(e) => json!({
+            "uri": artifact.uri,
+            "mimeType": mime,
+            "blob": base64::engine::general_purpose::STANDARD.encode(e.into_bytes()),
+        }),
+    }
+}
+
+/// The MIME type of a file by its extension (`application/octet-stream` when unknown).
+fn mime_of(path: &str) -> &'static str {
+    let extension = path
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    match extension.as_str() {
+        "txt" | "log" => "text/plain",
+        "md" => "text/markdown",
+        "csv" => "text/csv",
+        "html" | "htm" => "text/html",
+        "json" => "application/json",
+        "pdf" => "application/pdf",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "svg" => "image/svg+xml",
+        _ => "application/octet-stream",
+    }
+}
+
+impl AntlerTools {
+    /// Asks the client `ask` (`elicitation/create`, form mode) and hands its answer to the
+    /// MCP server that asked, as the gateway's answer route does. A client that cannot
+    /// answer forms is not asked: the elicitation stays pending for the run's user (the
+    /// run view, `antler run`) until its deadline.
+    async fn forward(&self, ask: Ask, context: &RequestContext<RoleServer>) {
+        use antler_protocol::messages::ElicitationAction as Answer;
+        use rmcp::model::{ElicitRequestParams, ElicitationAction};
+        use rmcp::service::ElicitationMode;
+        if !context
+            .peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Form)
+        {
+            return;
+        }
+        let params = json!({
+            "mode": "form",
+            "message": ask.message,
+            "requestedSchema": ask.requested_schema,
+        });
+        let (action, content) = match serde_json::from_value::<ElicitRequestParams>(params) {
+            Ok(params) => match context.peer.create_elicitation(params).await {
+                Ok(answer) => match answer.action {
+                    ElicitationAction::Accept => (
+                        Answer::Accept,
+                        Some(answer.content.unwrap_or_else(|| json!({}))),
+                    ),
+                    ElicitationAction::Decline => (Answer::Decline, None),
+                    _ => (Answer::Cancel, None),
+                },
+                Err(e) => {
+                    tracing::info!(id = %ask.id, "the MCP client did not answer an elicitation: {e}");
+                    (Answer::Cancel, None)
+                }
+            },
+            Err(e) => {
+                tracing::info!(id = %ask.id, "an elicitation's schema is not one MCP carries: {e}");
+                (Answer::Decline, None)
+            }
+        };
+        let content = content.as_ref().map(antler_protocol::Json::from);
+        let answered = crate::runs::manager::answer_through(
+            &self.manager,
+            &*self.env.hosts,
+            &ask.run_id,
+            &ask.id,
+            action,
+            content,
+        )
+        .await;
+        if let Err(e) = answered {
+            tracing::info!(id = %ask.id, "the client's elicitation answer was not taken: {e}");
+        }
     }
 }
 
@@ -174,7 +344,12 @@ fn thread_of(
 
 fn refused(error: SessionError) -> McpError {
     match error {
-        SessionError::Run(_) => McpError::internal_error(error.to_string(), None),
+        SessionError::Run(_) | SessionError::Files(_) => {
+            McpError::internal_error(error.to_string(), None)
+        }
+        SessionError::NoResource(uri) => {
+            McpError::resource_not_found(format!("Resource not found: {uri}"), None)
+        }
         _ => McpError::invalid_request(error.to_string(), None),
     }
 }
@@ -197,11 +372,13 @@ fn tool_of(spec: &ToolSpec) -> Option<Tool> {
 }
 
 /// The MCP result of a call from the tool messages it added: their text, an error when
-/// the tool failed (the model's error message, as a run's model would read it).
-fn result_of(messages: &[Message]) -> Result<CallToolResult, McpError> {
+/// the tool failed (the model's error message, as a run's model would read it); a link
+/// to each file it presented (a resource of the session), the image `view_image` read.
+fn result_of(outcome: &CallOutcome) -> Result<CallToolResult, McpError> {
+    use base64::Engine as _;
     let mut content = Vec::new();
     let mut failed = false;
-    for message in messages {
+    for message in &outcome.messages {
         if let Message::Tool {
             content: text,
             status,
@@ -211,6 +388,21 @@ fn result_of(messages: &[Message]) -> Result<CallToolResult, McpError> {
             failed |= *status == ToolStatus::Error;
             content.push(json!({"type": "text", "text": text}));
         }
+    }
+    for artifact in &outcome.presented {
+        content.push(json!({
+            "type": "resource_link",
+            "uri": artifact.uri,
+            "name": artifact.name(),
+            "mimeType": mime_of(&artifact.path),
+        }));
+    }
+    if let Some((mime, bytes)) = &outcome.image {
+        content.push(json!({
+            "type": "image",
+            "mimeType": mime,
+            "data": base64::engine::general_purpose::STANDARD.encode(bytes),
+        }));
     }
     serde_json::from_value(json!({"content": content, "isError": failed}))
         .map_err(|e| McpError::internal_error(e.to_string(), None))

@@ -10,10 +10,15 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
+use antler_engine::catalog::builtins::VIEW_IMAGE;
 use antler_engine::catalog::ToolSpec;
-use antler_engine::{Message as ThreadMessage, RunLoop, ToolCall};
+use antler_engine::{Message as ThreadMessage, RunEvent, RunLoop, ToolCall};
 
-use crate::runs::manager::{ClientRunEnded, HostClientRun, RunManager};
+use antler_protocol::messages::FileContent;
+
+use crate::runs::manager::{
+    read_artifact, ArtifactContent, ClientRunEnded, HostClientRun, RunManager, MAX_ARTIFACT_BYTES,
+};
 use crate::runs::prepare::{ClientSession, RunEnv};
 use crate::runs::store::RunStatus;
 
@@ -37,6 +42,12 @@ pub enum SessionError {
     Run(String),
     #[error("the MCP session has ended")]
     Ended,
+    /// Not a file this session's thread presented (or no longer a readable one).
+    #[error("Resource not found: {0}")]
+    NoResource(String),
+    /// The thread's files cannot be reached now.
+    #[error("the thread's files are unavailable: {0}")]
+    Files(String),
 }
 
 /// What one call did.
@@ -46,7 +57,56 @@ pub struct CallOutcome {
     pub messages: Vec<ThreadMessage>,
     /// The tools a client may see changed (`tool_search` promoted some).
     pub tools_changed: bool,
+    /// The thread's artifacts the call presented (`present_files`), as [`Artifact`]s.
+    pub presented: Vec<Artifact>,
+    /// The image a `view_image` call read: its MIME type and bytes.
+    pub image: Option<(String, Vec<u8>)>,
 }
+
+/// A file the session's thread presented (`present_files`), as the client names it: the
+/// resource `uri` (`antler://thread/{thread}{path}`), the sandbox `path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Artifact {
+    pub uri: String,
+    pub path: String,
+}
+
+/// The scheme and prefix of an artifact's resource URI.
+const ARTIFACT_URI_PREFIX: &str = "antler://thread/";
+
+impl Artifact {
+    fn of(thread: &str, path: &str) -> Artifact {
+        Artifact {
+            uri: format!("{ARTIFACT_URI_PREFIX}{thread}{path}"),
+            path: path.to_owned(),
+        }
+    }
+
+    /// The file's name (the last part of its path).
+    pub fn name(&self) -> &str {
+        self.path.rsplit('/').next().unwrap_or(&self.path)
+    }
+}
+
+/// The (thread, sandbox path) a resource URI names, when it names an artifact.
+fn artifact_of_uri(uri: &str) -> Option<(&str, &str)> {
+    let rest = uri.strip_prefix(ARTIFACT_URI_PREFIX)?;
+    let slash = rest.find('/')?;
+    Some(rest.split_at(slash))
+}
+
+/// An elicitation a call's MCP server asks of the session's user (policy `ask`), for the
+/// session's client to answer.
+#[derive(Debug, Clone)]
+pub struct Ask {
+    pub run_id: String,
+    pub id: String,
+    pub message: String,
+    pub requested_schema: serde_json::Value,
+}
+
+/// Where a session sends the elicitations its calls ask.
+pub type Asks = tokio::sync::mpsc::UnboundedSender<Ask>;
 
 /// The actor.
 pub struct McpSession {
@@ -54,6 +114,8 @@ pub struct McpSession {
     /// Keeps the run beside the runs it drives (its events, view and metrics).
     manager: Addr<RunManager>,
     owner: Owner,
+    /// The elicitations the run's calls ask go to the client through here.
+    asks: Asks,
     /// The run's id; also the thread's when the client names none.
     run_id: String,
     /// The thread the session is bound to, once its run is open.
@@ -73,12 +135,14 @@ impl McpSession {
         env: Arc<RunEnv>,
         manager: Addr<RunManager>,
         owner: Owner,
+        asks: Asks,
     ) -> Addr<McpSession> {
         let run_id = format!("mcp-{}", uuid::Uuid::new_v4().simple());
         McpSession::start_in_arbiter(arbiter, move |_| McpSession {
             env,
             manager,
             owner,
+            asks,
             run_id,
             thread: None,
             run: None,
@@ -112,6 +176,7 @@ impl McpSession {
         let thread = asked.unwrap_or_else(|| self.run_id.clone());
         let (env, owner, run_id) = (self.env.clone(), self.owner.clone(), self.run_id.clone());
         let manager = self.manager.clone();
+        let asks = self.asks.clone();
         let opening = {
             let thread = thread.clone();
             async move {
@@ -133,7 +198,24 @@ impl McpSession {
                     })
                     .await
                     .map_err(|e| SessionError::Open(e.to_string()))?;
-                run.on_event(events);
+                let asking = run_id.clone();
+                run.on_event(move |event: &RunEvent| {
+                    if let RunEvent::Elicitation {
+                        id,
+                        message,
+                        requested_schema,
+                        ..
+                    } = event
+                    {
+                        let _ = asks.send(Ask {
+                            run_id: asking.clone(),
+                            id: id.clone(),
+                            message: message.clone(),
+                            requested_schema: requested_schema.clone(),
+                        });
+                    }
+                    events(event);
+                });
                 Ok(run)
             }
         };
@@ -177,13 +259,16 @@ impl Handler<Tools> for McpSession {
     }
 }
 
-/// One call of the client's: tool `name` with `args` (a JSON object).
+/// One call of the client's: tool `name` with `args` (a JSON object). `cancelled` fires
+/// when the client cancels it (`notifications/cancelled`): its work is dropped and it
+/// ends cancelled (`RunLoop::call_from_client`).
 #[derive(Message)]
 #[rtype(result = "Result<CallOutcome, SessionError>")]
 pub struct Call {
     pub thread: Option<String>,
     pub name: String,
     pub args: serde_json::Value,
+    pub cancelled: tokio_util::sync::CancellationToken,
 }
 
 impl Handler<Call> for McpSession {
@@ -196,26 +281,152 @@ impl Handler<Call> for McpSession {
             name: msg.name,
             args: msg.args,
         };
+        let cancelled = msg.cancelled;
         let working = self.take_run(msg.thread).then(|taken, actor, _| {
             async move {
                 let mut run = taken?;
                 let before = tool_names(&run);
-                let result = run.call_from_client(call).await;
+                let artifacts_before = run.state().artifacts.len();
+                let (name, args) = (call.name.clone(), call.args.clone());
+                let result = run
+                    .call_from_client(call, cancelled.cancelled_owned())
+                    .await;
                 let tools_changed = tool_names(&run) != before;
-                Ok::<_, SessionError>((run, result, tools_changed))
+                let presented = run
+                    .state()
+                    .artifacts
+                    .get(artifacts_before..)
+                    .unwrap_or_default()
+                    .to_vec();
+                let image = match &result {
+                    Ok(messages) if name == VIEW_IMAGE => viewed_image(&run, &args, messages).await,
+                    _ => None,
+                };
+                Ok::<_, SessionError>((run, result, tools_changed, presented, image))
             }
             .into_actor(actor)
             .map(|done, actor, _| {
-                let (run, result, tools_changed) = done?;
+                let (run, result, tools_changed, presented, image) = done?;
                 actor.put(run);
                 let messages = result.map_err(|e| SessionError::Run(e.to_string()))?;
+                let thread = actor.thread.clone().unwrap_or_default();
                 Ok(CallOutcome {
                     messages,
                     tools_changed,
+                    presented: presented.iter().map(|p| Artifact::of(&thread, p)).collect(),
+                    image,
                 })
             })
         });
         AtomicResponse::new(Box::pin(working))
+    }
+}
+
+/// The files the session's thread presented (opening the run on `thread` when it is not
+/// open), oldest first.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<Artifact>, SessionError>")]
+pub struct Artifacts {
+    pub thread: Option<String>,
+}
+
+impl Handler<Artifacts> for McpSession {
+    type Result = AtomicResponse<Self, Result<Vec<Artifact>, SessionError>>;
+
+    fn handle(&mut self, msg: Artifacts, _: &mut Context<Self>) -> Self::Result {
+        AtomicResponse::new(Box::pin(self.take_run(msg.thread).map(
+            |taken, actor, _| {
+                let run = taken?;
+                let thread = actor.thread.clone().unwrap_or_default();
+                let artifacts = run
+                    .state()
+                    .artifacts
+                    .iter()
+                    .map(|path| Artifact::of(&thread, path))
+                    .collect();
+                actor.put(run);
+                Ok(artifacts)
+            },
+        )))
+    }
+}
+
+/// The content of the artifact `uri` names: only a file the session's own thread
+/// presented, read as the gateway's artifact route reads it (a regular file inside the
+/// thread's outputs once links are resolved).
+#[derive(Message)]
+#[rtype(result = "Result<(Artifact, Vec<u8>), SessionError>")]
+pub struct ReadArtifact {
+    pub thread: Option<String>,
+    pub uri: String,
+}
+
+impl Handler<ReadArtifact> for McpSession {
+    type Result = AtomicResponse<Self, Result<(Artifact, Vec<u8>), SessionError>>;
+
+    fn handle(&mut self, msg: ReadArtifact, _: &mut Context<Self>) -> Self::Result {
+        let uri = msg.uri;
+        let reading = self.take_run(msg.thread).then(move |taken, actor, _| {
+            let thread = actor.thread.clone().unwrap_or_default();
+            async move {
+                let run = taken?;
+                let missing = || SessionError::NoResource(uri.clone());
+                let presented = match artifact_of_uri(&uri) {
+                    Some((of, path)) if of == thread => run
+                        .state()
+                        .artifacts
+                        .iter()
+                        .any(|p| p == path)
+                        .then(|| Artifact::of(&thread, path)),
+                    _ => None,
+                };
+                let read = match &presented {
+                    Some(artifact) => read_artifact(&*run.context.files, &artifact.path)
+                        .await
+                        .map_err(SessionError::Files),
+                    None => Err(missing()),
+                };
+                let read = match (presented, read) {
+                    (Some(artifact), Ok(Some(ArtifactContent::Bytes(bytes)))) => {
+                        Ok((artifact, bytes))
+                    }
+                    (_, Err(e)) => Err(e),
+                    _ => Err(missing()),
+                };
+                Ok::<_, SessionError>((run, read))
+            }
+            .into_actor(actor)
+            .map(|done, actor, _| {
+                let (run, read) = done?;
+                actor.put(run);
+                read
+            })
+        });
+        AtomicResponse::new(Box::pin(reading))
+    }
+}
+
+/// The image a successful `view_image` call (`args`, its `messages`) read, from the
+/// thread's files: its MIME type as the tool checked it, and its bytes.
+async fn viewed_image(
+    run: &RunLoop,
+    args: &serde_json::Value,
+    messages: &[ThreadMessage],
+) -> Option<(String, Vec<u8>)> {
+    let succeeded = messages.iter().any(|m| {
+        matches!(m, ThreadMessage::Tool { status, .. } if *status == antler_engine::ToolStatus::Success)
+    });
+    let path = args.get("image_path").and_then(serde_json::Value::as_str)?;
+    let image = run.state().viewed_images.get(path).filter(|_| succeeded)?;
+    let read = run
+        .context
+        .files
+        .read(path, MAX_ARTIFACT_BYTES)
+        .await
+        .ok()?;
+    match read.content {
+        FileContent::Bytes(bytes) if read.is_file => Some((image.mime_type.clone(), bytes)),
+        _ => None,
     }
 }
 

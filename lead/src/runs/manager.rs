@@ -47,7 +47,7 @@ mod sink;
 mod submit;
 mod threads;
 
-pub use answer::answer;
+pub use answer::{answer, answer_through};
 pub use artifacts::{read_artifact, ArtifactContent, RunArtifact, MAX_ARTIFACT_BYTES};
 pub use branch_files::CopyThreadUserData;
 pub use cancel::{CancelOutcome, CancelRun, ChaosStopRun};

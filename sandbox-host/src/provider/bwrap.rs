@@ -72,6 +72,9 @@ pub enum SupervisorOp {
     KillBackground,
     /// Answer at once (the host's liveness check).
     Ping,
+    /// Kill the command of the `Exec` request with this id, if it still runs (its call
+    /// was cancelled). Not answered.
+    Cancel(u64),
 }
 
 /// One reply from the supervisor.
@@ -878,9 +881,18 @@ impl Supervisor {
     }
 
     /// Runs one command inside; `Err` when the supervisor is gone.
+    /// Dropping the future (its caller cancelled the call) has the supervisor kill the
+    /// command's whole session.
     pub async fn exec(&self, exec: ExecRequest) -> Result<ExecOutcome, String> {
         let grace = Duration::from_millis(exec.timeout_ms).saturating_add(Duration::from_secs(10));
-        self.request(SupervisorOp::Exec(exec), grace).await
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut cancel = CancelOnDrop {
+            id,
+            lines: Some(self.lines.clone()),
+        };
+        let outcome = self.request_as(id, SupervisorOp::Exec(exec), grace).await;
+        cancel.lines = None;
+        outcome
     }
 
     /// Kills what the commands left running.
@@ -932,6 +944,15 @@ impl Supervisor {
 
     async fn request(&self, op: SupervisorOp, grace: Duration) -> Result<ExecOutcome, String> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.request_as(id, op, grace).await
+    }
+
+    async fn request_as(
+        &self,
+        id: u64,
+        op: SupervisorOp,
+        grace: Duration,
+    ) -> Result<ExecOutcome, String> {
         let line =
             serde_json::to_string(&SupervisorRequest { id, op }).map_err(|e| e.to_string())? + "\n";
         let (tx, rx) = oneshot::channel();
@@ -950,6 +971,28 @@ impl Supervisor {
                 self.pending.lock().ok().and_then(|mut p| p.remove(&id));
                 Err("the sandbox supervisor did not answer in time".to_string())
             }
+        }
+    }
+}
+
+/// Asks the supervisor to kill command `id` when its call's future is dropped before the
+/// reply (`lines` taken once it came).
+struct CancelOnDrop {
+    id: u64,
+    lines: Option<mpsc::UnboundedSender<String>>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(lines) = self.lines.take() else {
+            return;
+        };
+        let request = SupervisorRequest {
+            id: self.id,
+            op: SupervisorOp::Cancel(self.id),
+        };
+        if let Ok(line) = serde_json::to_string(&request) {
+            let _ = lines.send(line + "\n");
         }
     }
 }

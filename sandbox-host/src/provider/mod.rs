@@ -23,12 +23,15 @@ pub enum Runner {
 }
 
 impl Runner {
-    /// Runs one command to completion (or its deadline).
+    /// Runs one command to completion (or its deadline). Dropping the future (its caller
+    /// cancelled the call) kills the command's whole session.
     pub async fn exec(&self, req: ExecRequest) -> Result<ExecOutcome, String> {
         match self {
             Runner::Local(jobs) => {
                 let jobs = jobs.clone();
-                tokio::task::spawn_blocking(move || exec::run(&req, &jobs))
+                let started = Arc::new(exec::Started::default());
+                let _kill_on_drop = KillOnDrop(started.clone());
+                tokio::task::spawn_blocking(move || exec::run_watched(&req, &jobs, &started))
                     .await
                     .map_err(|e| format!("JoinError: {e}"))?
                     .map_err(|e| format!("OSError: {e}"))
@@ -54,6 +57,15 @@ impl Runner {
             }
             Runner::Bwrap(s) => s.kill_background().await,
         }
+    }
+}
+
+/// Kills a command that is still running when its call's future is dropped.
+struct KillOnDrop(Arc<exec::Started>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        self.0.kill();
     }
 }
 

@@ -13,6 +13,10 @@
 //! `antler mcp serve` (stdio, the SDK's stdio client) joins a running cluster through its
 //! gateway acting for `--user`, or starts an ephemeral cluster for the session. A session
 //! run a killed lead left open ends when the lead comes back, never driven by a model.
+//! A call the client cancels (`notifications/cancelled`) kills its sandbox command, ends as
+//! cancelled in the run's events, and the session's next call works. Files an editor's
+//! session presents are linked in the call's result, listed and read back as its resources
+//! (text and blob); another member's session on a thread of the same name sees none.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -25,11 +29,14 @@ use serde_json::{json, Value};
 
 const ALICE: &str = "alice-token-000000000001";
 const BOB: &str = "bob-token-00000000000002";
+/// Editors, whose role may present files.
+const CAROL: &str = "carol-token-0000000000003";
+const DAVE: &str = "dave-token-00000000000004";
 const ISSUER: &str = "https://idp.example";
 
 fn config() -> String {
     format!(
-        "tool_search:\n  enabled: true\ntools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\n  - {{name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}}\n  - {{name: read_file, group: file:read, use: deerflow.sandbox.tools:read_file_tool}}\n  - {{name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nguardrails:\n  enabled: true\n  provider:\n    use: deerflow.guardrails.builtin:AllowlistProvider\n    config:\n      denied_tools: [write_file]\nauthorization:\n  enabled: true\n  provider:\n    use: antler.authz:AllowlistPolicy\n    config:\n      default: {{allowed_tools: null}}\n      roles:\n        member: {{denied_tools: [present_files]}}\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n    jwt:\n      jwks_file: jwks.json\n      issuer: {ISSUER}\n      audience: antler\n"
+        "tool_search:\n  enabled: true\ntools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\n  - {{name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}}\n  - {{name: read_file, group: file:read, use: deerflow.sandbox.tools:read_file_tool}}\n  - {{name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nguardrails:\n  enabled: true\n  provider:\n    use: deerflow.guardrails.builtin:AllowlistProvider\n    config:\n      denied_tools: [write_file]\nauthorization:\n  enabled: true\n  provider:\n    use: antler.authz:AllowlistPolicy\n    config:\n      default: {{allowed_tools: null}}\n      roles:\n        member: {{denied_tools: [present_files]}}\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n      - {{token: {BOB}, user: bob, role: member}}\n      - {{token: {CAROL}, user: carol, role: editor}}\n      - {{token: {DAVE}, user: dave, role: editor}}\n    jwt:\n      jwks_file: jwks.json\n      issuer: {ISSUER}\n      audience: antler\n"
     )
 }
 
@@ -485,4 +492,143 @@ fn a_session_run_left_open_by_a_killed_lead_ends_and_is_never_driven() {
     let (_, _, thread) = http_full(&addr, ALICE, "GET", "/api/threads/restarted", None);
     let thread: Value = serde_json::from_str(&thread).unwrap();
     assert_ne!(thread["status"], "busy", "{thread}");
+}
+
+/// Whether a process whose command line is `argv` (NUL-joined) runs on this machine.
+fn process_running(argv: &[&str]) -> bool {
+    let wanted = argv.join("\0");
+    std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.flatten().any(|entry| {
+                std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| {
+                    String::from_utf8_lossy(&cmdline).trim_end_matches('\0') == wanted
+                })
+            })
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_call_the_client_cancels_is_killed_and_ends_cancelled() {
+    let cluster = cluster();
+    let url = format!("http://{}/mcp", cluster.gateway());
+    let started = cluster
+        .base()
+        .join("users/alice/threads/cancelled/user-data/workspace/started");
+    let sleep = ["sleep", "4711"];
+    let command = "echo up > /mnt/user-data/workspace/started && sleep 4711";
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_client.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args(["cancel", &url, ALICE, "cancelled"])
+        .arg(&started)
+        .arg(command)
+        .output()
+        .expect("run the MCP SDK driver");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the driver failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(stdout.trim()).expect("one JSON report");
+    // The cancelled request is never answered to the client.
+    assert_eq!(r["cancelled_result"], Value::Null, "{r}");
+    // The sandbox command was killed.
+    let gone = antler_tests::wait_for(std::time::Duration::from_secs(30), || {
+        (!process_running(&sleep)).then_some(())
+    });
+    assert!(gone.is_some(), "the cancelled call's sleep still runs");
+    // The session goes on: the next call works in the same sandbox.
+    assert_eq!(r["after"]["is_error"], false, "{r}");
+    assert!(
+        r["after"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("after-cancel"),
+        "{r}"
+    );
+    // The call ended cancelled in the run's events and on the thread.
+    let addr = cluster.gateway();
+    let runs = antler_tests::wait_for(std::time::Duration::from_secs(30), || {
+        let (code, _, body) = http_full(&addr, ALICE, "GET", "/api/threads/cancelled/runs", None);
+        let runs: Value = serde_json::from_str(&body).ok()?;
+        (code == 200 && runs[0]["status"] == "success").then_some(runs)
+    })
+    .expect("the session's run ended");
+    let run_id = runs[0]["run_id"].as_str().unwrap();
+    let (code, _, events) = http_full(
+        &addr,
+        ALICE,
+        "GET",
+        &format!("/api/runs/{run_id}/events"),
+        None,
+    );
+    assert_eq!(code, 200, "{events}");
+    let cancelled = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim_start_matches("data:").trim()).ok())
+        .find(|e| e["event"] == "tool_finished" && e["error"] == true);
+    let cancelled = cancelled.unwrap_or_else(|| panic!("no cancelled call: {events}"));
+    assert_eq!(cancelled["name"], "bash", "{cancelled}");
+    assert_eq!(
+        cancelled["message"], "the call was cancelled by the MCP client",
+        "{cancelled}"
+    );
+}
+
+#[test]
+fn presented_files_are_the_sessions_resources_and_only_its_own() {
+    use base64::Engine as _;
+    let cluster = cluster();
+    let url = format!("http://{}/mcp", cluster.gateway());
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_client.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args(["present", &url, CAROL, DAVE, "shared"])
+        .output()
+        .expect("run the MCP SDK driver");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the driver failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(stdout.trim()).expect("one JSON report");
+    let owner = &r["owner"];
+    assert_eq!(owner["resources_capability"], true, "{owner}");
+    assert_eq!(owner["bash"]["is_error"], false, "{owner}");
+    assert_eq!(owner["present"]["is_error"], false, "{owner}");
+    // The call's result links each presented file; the session lists them.
+    let text_uri = "antler://thread/shared/mnt/user-data/outputs/report.txt";
+    let blob_uri = "antler://thread/shared/mnt/user-data/outputs/data.bin";
+    assert_eq!(
+        owner["links"],
+        json!([
+            {"uri": text_uri, "name": "report.txt", "mime_type": "text/plain"},
+            {"uri": blob_uri, "name": "data.bin", "mime_type": "application/octet-stream"},
+        ]),
+        "{owner}"
+    );
+    assert_eq!(owner["listed"], json!([text_uri, blob_uri]), "{owner}");
+    // Read back: the text as text, the binary file as a blob.
+    let read = owner["read"].as_array().unwrap();
+    assert_eq!(read[0]["uri"], text_uri, "{owner}");
+    assert_eq!(read[0]["text"].as_str().map(str::trim), Some("from-owner"));
+    assert_eq!(read[1]["uri"], blob_uri, "{owner}");
+    let blob = base64::engine::general_purpose::STANDARD
+        .decode(read[1]["blob"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(blob, [0u8, 1, 255]);
+    // Another member's session on a thread of the same name sees none of it.
+    let other = &r["other"];
+    assert_eq!(other["listed"], json!([]), "{other}");
+    assert!(other.get("read").is_none(), "{other}");
+    assert!(
+        other["read_error"]
+            .as_str()
+            .unwrap()
+            .contains("Resource not found"),
+        "{other}"
+    );
 }

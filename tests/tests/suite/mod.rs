@@ -55,6 +55,8 @@ mod mcp_pool_bounds;
 mod mcp_reload;
 mod mcp_roots;
 mod mcp_serve;
+mod mcp_serve_elicitation;
+mod mcp_serve_login;
 mod mcp_servers;
 mod mcp_stateless;
 mod mcp_transports;

@@ -4,17 +4,25 @@
 //! ([`RunLoop::call_from_client`]), recorded as an AI turn carrying it, then admitted,
 //! executed, returned and merged by the same path as a model's calls (`calls`), so the
 //! guardrail, the skill policy and the deferred filter apply and every call is a run
-//! event. [`RunLoop::end_client_session`] releases the sandbox and records the end.
+//! event. A call its client cancels ([`RunLoop::call_from_client`]'s `cancelled`) is
+//! dropped where it is, as a run's cancel drops its step (the sandbox command is killed,
+//! the downstream MCP call cancelled), and ends with [`CALL_CANCELLED`] as its error
+//! result. [`RunLoop::end_client_session`] releases the sandbox and records the end.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use crate::catalog::ToolSpec;
 use crate::middleware::deferred::RoutingBeforeFilter;
+use crate::middleware::error_message;
+use crate::run::events::{RunEvent, ToolState};
 use crate::run::journal::RunStatus;
 use crate::run::run_loop::{RunError, RunLoop};
 use crate::thread::lease;
 use crate::thread::state::{next_ai_id, Message, StateUpdate, ToolCall};
+
+/// The result of a call its client cancelled (`notifications/cancelled`).
+pub const CALL_CANCELLED: &str = "the call was cancelled by the MCP client";
 
 impl RunLoop {
     /// The tools a model turn would be offered now, in catalog order.
@@ -29,8 +37,14 @@ impl RunLoop {
 
     /// Runs `call`, made by the client: journaled as an AI turn carrying it, then through
     /// the call middlewares and its executor as a model's call is. Returns the messages
-    /// the call added (its tool message).
-    pub async fn call_from_client(&mut self, call: ToolCall) -> Result<Vec<Message>, RunError> {
+    /// the call added (its tool message). Should `cancelled` resolve first, the call's
+    /// work is dropped and it ends with [`CALL_CANCELLED`] (its `tool_finished` event an
+    /// error naming it).
+    pub async fn call_from_client(
+        &mut self,
+        call: ToolCall,
+        cancelled: impl Future<Output = ()>,
+    ) -> Result<Vec<Message>, RunError> {
         let catalog = Arc::clone(&self.catalog);
         let chain = RoutingBeforeFilter::new(&catalog, self.settings.auto_promote_top_k);
         let policy = self.skill_policy();
@@ -43,8 +57,33 @@ impl RunLoop {
         };
         self.merge(StateUpdate::messages([ai])).await?;
         let before = self.state.messages.len();
-        self.run_calls(std::slice::from_ref(&call), &chain, &policy)
-            .await?;
+        let was_cancelled = {
+            let working = self.run_calls(std::slice::from_ref(&call), &chain, &policy);
+            futures::pin_mut!(working);
+            futures::pin_mut!(cancelled);
+            match futures::future::select(working, cancelled).await {
+                futures::future::Either::Left((done, _)) => {
+                    done?;
+                    false
+                }
+                futures::future::Either::Right(_) => true,
+            }
+        };
+        let answered = self.state.messages[before..]
+            .iter()
+            .any(|m| matches!(m, Message::Tool { tool_call_id, .. } if *tool_call_id == call.id));
+        if was_cancelled && !answered {
+            tracing::info!(run = %self.context.run_id, call = %call.id, "the client cancelled its call");
+            self.lifecycle(ToolState::Returned, &call.name, Some(&call.id));
+            self.emit(RunEvent::ToolFinished {
+                name: call.name.clone(),
+                tool_call_id: call.id.clone(),
+                error: true,
+                message: Some(CALL_CANCELLED.to_owned()),
+            });
+            let cancelled = error_message(&call.id, &call.name, CALL_CANCELLED);
+            self.merge(StateUpdate::messages([cancelled])).await?;
+        }
         Ok(self.state.messages[before..].to_vec())
     }
 

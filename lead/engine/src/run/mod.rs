@@ -11,7 +11,7 @@
 pub mod actor;
 pub mod builder;
 mod calls;
-mod client;
+pub(crate) mod client;
 mod context;
 mod delta;
 pub mod events;

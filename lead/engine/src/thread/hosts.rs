@@ -80,13 +80,26 @@ impl From<UnexpectedReply> for HostError {
 }
 
 /// One request through a link to a host process, with its deadline: a link that is gone
-/// or a host that cannot be had is unavailable; the host's own answer is its error.
+/// or a host that cannot be had is unavailable; the host's own answer is its error. The
+/// request is made on the link's connection by this future, so dropping it (a cancelled
+/// run or call) cancels the request on the host (the connection sends its cancel).
 pub async fn call_link(
     role: Role,
     link: &actix::Addr<antler_protocol::link::HostLink>,
     request: Request,
     timeout: Duration,
 ) -> Result<Reply, HostError> {
+    let connection = link
+        .send(antler_protocol::link::CurrentConnection)
+        .await
+        .map_err(|e| HostError::unavailable(format!("{role:?} unreachable: {e}")))?;
+    if let Some(connection) = connection {
+        return connection
+            .request(request, TraceContext::new_root(), timeout)
+            .await
+            .map_err(|e| HostError::from_rpc(role, e));
+    }
+    // Not connected: the link says why.
     link.send(antler_protocol::link::Call {
         request,
         trace: TraceContext::new_root(),

@@ -21,7 +21,19 @@ pub async fn answer(
     action: antler_protocol::messages::ElicitationAction,
     content: Option<antler_protocol::Json>,
 ) -> Result<(), AnswerError> {
-    use antler_engine::ToolHosts;
+    let hosts = LinkHosts::new(links.clone());
+    answer_through(manager, &hosts, run_id, id, action, content).await
+}
+
+/// [`answer`] through `hosts` (a run's own, as an MCP session's answer goes).
+pub async fn answer_through(
+    manager: &actix::Addr<RunManager>,
+    hosts: &dyn antler_engine::ToolHosts,
+    run_id: &str,
+    id: &str,
+    action: antler_protocol::messages::ElicitationAction,
+    content: Option<antler_protocol::Json>,
+) -> Result<(), AnswerError> {
     use antler_protocol::calls::McpCalls;
     use antler_protocol::messages::{ElicitationRefusal, McpElicitationAnswer};
     let not_pending = || AnswerError::NotPending {
@@ -44,8 +56,6 @@ pub async fn answer(
         action,
         content,
     };
-    let hosts = LinkHosts::new(links.clone());
-    let hosts: &dyn ToolHosts = &hosts;
     match hosts.answer_elicitation(answer, ANSWER_DEADLINE).await {
         Ok(Ok(())) => {
             run.pending.answered(id);
