@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use actix_web::http::header::{HeaderName, HeaderValue, WWW_AUTHENTICATE};
 use actix_web::http::{Method, StatusCode};
@@ -43,8 +44,8 @@ const UNKNOWN_SESSION: &str = "Not Found: Session not found";
 /// The gateway's MCP service and whose each session is.
 pub struct McpEndpoint {
     service: HttpService,
-    /// The user of each session, by its id (kept until the client deletes the session).
-    owners: Mutex<HashMap<String, String>>,
+    /// The user of each session, by its id.
+    owners: Mutex<SessionOwners>,
     stop: tokio_util::sync::CancellationToken,
 }
 
@@ -60,7 +61,7 @@ impl McpEndpoint {
                 actix::Arbiter::current(),
                 stop.clone(),
             ),
-            owners: Mutex::new(HashMap::new()),
+            owners: Mutex::new(SessionOwners::default()),
             stop,
         }
     }
@@ -70,7 +71,7 @@ impl McpEndpoint {
         self.stop.cancel();
     }
 
-    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+    fn owners(&self) -> std::sync::MutexGuard<'_, SessionOwners> {
         self.owners.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -134,12 +135,10 @@ pub async fn serve(
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    // Fail closed: a session id this gateway did not open for this user (another user's,
+    // one forgotten after its idle time, a made-up one) is unknown.
     if let Some(id) = &session {
-        let others = endpoint
-            .owners()
-            .get(id)
-            .is_some_and(|user| *user != owner.user);
-        if others {
+        if !endpoint.owners().touch(id, &owner.user) {
             return HttpResponse::NotFound().body(UNKNOWN_SESSION);
         }
     }
@@ -168,10 +167,7 @@ pub async fn serve(
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
     {
-        endpoint
-            .owners()
-            .entry(id.to_owned())
-            .or_insert_with(|| owner.user.clone());
+        endpoint.owners().open(id, &owner.user);
     }
     if *req.method() == Method::DELETE && response.status().is_success() {
         if let Some(id) = &session {
@@ -179,6 +175,45 @@ pub async fn serve(
         }
     }
     into_actix(response)
+}
+
+/// How long a session's owner is remembered after its last request: past rmcp's own idle
+/// limit for a session (300 s), so the session is gone by then.
+const FORGET_OWNER_AFTER: Duration = Duration::from_secs(600);
+
+/// The user of each open session and when it was last used; sessions that went idle are
+/// forgotten as new ones open (so their number is bounded by what is in use).
+#[derive(Default)]
+struct SessionOwners {
+    by_id: HashMap<String, (String, Instant)>,
+}
+
+impl SessionOwners {
+    /// A session opened (or answered) for `user`; the first owner stays.
+    fn open(&mut self, id: &str, user: &str) {
+        let now = Instant::now();
+        self.by_id
+            .retain(|_, (_, seen)| now.duration_since(*seen) < FORGET_OWNER_AFTER);
+        self.by_id
+            .entry(id.to_owned())
+            .or_insert_with(|| (user.to_owned(), now))
+            .1 = now;
+    }
+
+    /// Whether `id` is `user`'s open session (it is then used now).
+    fn touch(&mut self, id: &str, user: &str) -> bool {
+        match self.by_id.get_mut(id) {
+            Some((owner, seen)) if owner == user => {
+                *seen = Instant::now();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn remove(&mut self, id: &str) {
+        self.by_id.remove(id);
+    }
 }
 
 /// Why a request may not act for the user it names.
@@ -254,6 +289,31 @@ fn into_actix(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_session_is_its_owners_alone_and_unknown_ids_are_refused() {
+        let mut owners = SessionOwners::default();
+        owners.open("s1", "alice");
+        owners.open("s1", "bob");
+        assert!(owners.touch("s1", "alice"));
+        assert!(!owners.touch("s1", "bob"), "the first owner stays");
+        assert!(!owners.touch("made-up", "alice"), "fail closed");
+        owners.remove("s1");
+        assert!(!owners.touch("s1", "alice"));
+    }
+
+    #[test]
+    fn idle_sessions_are_forgotten_when_others_open() {
+        let mut owners = SessionOwners::default();
+        owners.open("old", "alice");
+        let long_ago = Instant::now()
+            .checked_sub(FORGET_OWNER_AFTER + Duration::from_secs(1))
+            .unwrap();
+        owners.by_id.get_mut("old").unwrap().1 = long_ago;
+        owners.open("new", "alice");
+        assert_eq!(owners.by_id.len(), 1);
+        assert!(owners.touch("new", "alice"));
+    }
 
     #[test]
     fn the_metadata_names_the_resource_and_the_configured_issuer() {
