@@ -325,6 +325,16 @@ fn may_log(meta: &tracing::Metadata<'_>) -> bool {
         })
 }
 
+/// Starts exporting this host's spans as `{service}-{role}` when an OTLP endpoint is
+/// configured (`antler.telemetry` of `section`, else the environment the lead gave it);
+/// nothing otherwise (docs/telemetry.md).
+pub fn init_telemetry(role: &str, section: Option<&crate::config::TelemetrySection>) {
+    let settings = crate::telemetry::Settings::resolve(section.unwrap_or(&Default::default()));
+    if let Err(e) = crate::telemetry::init(settings.as_ref(), Some(role)) {
+        tracing::warn!("traces are not exported: {e}");
+    }
+}
+
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`) under [`secret_cap`]; colours
 /// only on a terminal, so a log file reads as plain text.
 pub fn init_tracing() {
