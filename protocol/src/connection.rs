@@ -1510,15 +1510,16 @@ fn serve_span(
     if trace.parent_span_id == 0 {
         return crate::telemetry::OtelSpan::default();
     }
-    let kind = request.kind();
+    let (service, method) = (request.kind(), crate::calls::request_kind(request));
     crate::telemetry::OtelSpan::start(
-        format!("serve {kind}"),
+        format!("{service} {method}"),
         opentelemetry::trace::SpanKind::Server,
         trace,
         || {
             let mut attributes = vec![
                 opentelemetry::KeyValue::new("rpc.system", "antler"),
-                opentelemetry::KeyValue::new("rpc.method", kind),
+                opentelemetry::KeyValue::new("rpc.service", service),
+                opentelemetry::KeyValue::new("rpc.method", method),
                 opentelemetry::KeyValue::new("antler.peer.role", peer.role.as_str()),
             ];
             if let Some(run_id) = &trace.run_id {
