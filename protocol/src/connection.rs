@@ -1410,9 +1410,9 @@ fn serve(
     // A request of a traced run gets its span here, a child of the sender's; what the
     // handler sends and starts is its child in turn.
     let otel = serve_span(&trace, &request, &shared.peer);
-    let trace = otel.child_of(&trace);
+    let scope = otel.is_recording().then(|| otel.child_of(&trace));
     let call = Call {
-        trace: trace.clone(),
+        trace: scope.clone().unwrap_or(trace),
         deadline,
         peer: shared.peer.clone(),
         id,
@@ -1427,10 +1427,9 @@ fn serve(
         let _home = shared.home.enter();
         let _span = span.enter();
         let work = service.call(request, call);
-        let mut work: std::pin::Pin<Box<dyn Future<Output = _> + Send>> = if otel.is_recording() {
-            Box::pin(crate::telemetry::within(trace.clone(), work))
-        } else {
-            work
+        let mut work: std::pin::Pin<Box<dyn Future<Output = _> + Send>> = match &scope {
+            Some(trace) => Box::pin(crate::telemetry::within(trace.clone(), work)),
+            None => work,
         };
         let polled = work
             .as_mut()
@@ -1474,10 +1473,12 @@ fn serve(
         let _otel = otel;
         let work = match (made, later) {
             (Some(work), _) => work,
-            (None, Some((request, call))) if _otel.is_recording() => {
-                Box::pin(crate::telemetry::within(trace, service.call(request, call)))
-            }
-            (None, Some((request, call))) => service.call(request, call),
+            (None, Some((request, call))) => match scope {
+                Some(trace) => {
+                    Box::pin(crate::telemetry::within(trace, service.call(request, call)))
+                }
+                None => service.call(request, call),
+            },
             (None, None) => return,
         };
         let _ = registered_rx.await;
