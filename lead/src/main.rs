@@ -131,9 +131,7 @@ const FILE_LOG: &str = "info,actix_server=warn";
 /// included, goes to `logs/antler.log` in the runtime directory. OAuth secrets are never
 /// logged ([`host::secret_cap`]).
 fn init_command_logs(runtime_dir: &Path, terminal_default: &str) {
-    use tracing_subscriber::{
-        fmt, layer::SubscriberExt, util::SubscriberInitExt, EnvFilter, Layer,
-    };
+    use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt, EnvFilter};
     let terminal =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(terminal_default));
     let file = RuntimeDir::open(runtime_dir).ok().and_then(|rd| {
@@ -145,22 +143,15 @@ fn init_command_logs(runtime_dir: &Path, terminal_default: &str) {
             .open(dir.join("antler.log"))
             .ok()
     });
-    let file_layer = file.map(|f| {
-        fmt::layer()
-            .with_writer(std::sync::Mutex::new(f))
-            .with_ansi(false)
-            .with_target(false)
-            .with_filter(EnvFilter::new(FILE_LOG))
-    });
+    let file_layer =
+        file.map(|f| host::log_layer(std::sync::Mutex::new(f), false, EnvFilter::new(FILE_LOG)));
     let _ = tracing_subscriber::registry()
         .with(host::secret_cap())
-        .with(
-            fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .with_target(false)
-                .with_filter(terminal),
-        )
+        .with(host::log_layer(
+            std::io::stderr,
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            terminal,
+        ))
         .with(file_layer)
         .try_init();
 }

@@ -88,6 +88,7 @@ fn extensions_path(explicit: Option<PathBuf>) -> Option<PathBuf> {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     host::init_tracing();
+    host::init_telemetry("mcp-host", None);
     antler_protocol::sys::start_heap_trimmer();
     let path = extensions_path(cli.extensions.clone());
     let sealer = cli

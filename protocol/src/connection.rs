@@ -1407,8 +1407,12 @@ fn serve(
     }
     let deadline = deadline.map(|ms| Instant::now() + Duration::from_millis(ms as u64));
     let span = tracing::debug_span!("serve", kind = request.kind(), run_id = trace.run_id.as_deref().unwrap_or(""), trace_id = %trace.trace_hex());
+    // A request of a traced run gets its span here, a child of the sender's; what the
+    // handler sends and starts is its child in turn.
+    let otel = serve_span(&trace, &request, &shared.peer);
+    let scope = otel.is_recording().then(|| otel.child_of(&trace));
     let call = Call {
-        trace,
+        trace: scope.clone().unwrap_or(trace),
         deadline,
         peer: shared.peer.clone(),
         id,
@@ -1422,7 +1426,11 @@ fn serve(
         // goes there), with no hop; the reply leaves with the others of this read.
         let _home = shared.home.enter();
         let _span = span.enter();
-        let mut work = service.call(request, call);
+        let work = service.call(request, call);
+        let mut work: std::pin::Pin<Box<dyn Future<Output = _> + Send>> = match &scope {
+            Some(trace) => Box::pin(crate::telemetry::within(trace.clone(), work)),
+            None => work,
+        };
         let polled = work
             .as_mut()
             .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
@@ -1462,9 +1470,15 @@ fn serve(
     // The handler runs on the connection's home runtime, and only a relay on the I/O thread.
     let fut = async move {
         let _guard = guard;
+        let _otel = otel;
         let work = match (made, later) {
             (Some(work), _) => work,
-            (None, Some((request, call))) => service.call(request, call),
+            (None, Some((request, call))) => match scope {
+                Some(trace) => {
+                    Box::pin(crate::telemetry::within(trace, service.call(request, call)))
+                }
+                None => service.call(request, call),
+            },
             (None, None) => return,
         };
         let _ = registered_rx.await;
@@ -1485,6 +1499,39 @@ fn serve(
         s.insert(id, handle.abort_handle());
     }
     let _ = registered_tx.send(());
+}
+
+/// The span of a request served for a traced run (its sender's span as the parent);
+/// none for a request outside one, nor when telemetry is off.
+fn serve_span(
+    trace: &TraceContext,
+    request: &Request,
+    peer: &PeerInfo,
+) -> crate::telemetry::OtelSpan {
+    if trace.parent_span_id == 0 {
+        return crate::telemetry::OtelSpan::default();
+    }
+    let (service, method) = (request.kind(), crate::calls::request_kind(request));
+    crate::telemetry::OtelSpan::start(
+        format!("{service} {method}"),
+        opentelemetry::trace::SpanKind::Server,
+        trace,
+        || {
+            let mut attributes = vec![
+                opentelemetry::KeyValue::new("rpc.system", "antler"),
+                opentelemetry::KeyValue::new("rpc.service", service),
+                opentelemetry::KeyValue::new("rpc.method", method),
+                opentelemetry::KeyValue::new("antler.peer.role", peer.role.as_str()),
+            ];
+            if let Some(run_id) = &trace.run_id {
+                attributes.push(opentelemetry::KeyValue::new(
+                    "antler.run_id",
+                    run_id.clone(),
+                ));
+            }
+            attributes
+        },
+    )
 }
 
 /// Fails unary requests when due (see [`crate::deadline`]).

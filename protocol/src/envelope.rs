@@ -18,8 +18,13 @@ pub struct TraceContext {
     /// The run this message belongs to, if any.
     #[serde(default, deserialize_with = "run_id_from_str")]
     pub run_id: Option<String>,
-    /// A 128-bit trace id, shown as 32 hex characters in logs.
+    /// A 128-bit trace id, shown as 32 hex characters in logs: the W3C trace id of the
+    /// run's trace when traces are exported (`crate::telemetry`).
     pub trace_id: u128,
+    /// The W3C parent span id: the sender's span this request is part of (0: none, the
+    /// receiver's span is a root). Set only while traces are exported.
+    #[serde(default)]
+    pub parent_span_id: u64,
 }
 
 impl TraceContext {
@@ -28,6 +33,7 @@ impl TraceContext {
         Self {
             run_id: None,
             trace_id: fastrand::u128(..),
+            parent_span_id: 0,
         }
     }
 
@@ -36,7 +42,14 @@ impl TraceContext {
         Self {
             run_id: Some(run_id.into()),
             trace_id: fastrand::u128(..),
+            parent_span_id: 0,
         }
+    }
+
+    /// The trace a request sent now belongs to: the current one
+    /// ([`crate::telemetry::within`]) when the caller runs in one, else a fresh root.
+    pub fn current() -> Self {
+        crate::telemetry::current().unwrap_or_else(Self::new_root)
     }
 
     /// The trace id as 32 lowercase hex characters.
@@ -136,6 +149,7 @@ mod tests {
             let t = TraceContext {
                 run_id,
                 trace_id: 42,
+                parent_span_id: 7,
             };
             assert_eq!(
                 codec::decode::<TraceContext>(&codec::encode(&t).unwrap()).unwrap(),

@@ -20,10 +20,12 @@ use crate::{codec, frame, tls::ClusterTls};
 pub const MAGIC: [u8; 4] = *b"ANTL";
 /// The newest protocol version this build speaks. 2: JSON values, tasks and their events
 /// travel as protocol types ([`crate::json::Json`], `messages::TaskSpec`), not JSON text.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// 3: a trace context carries its parent span (W3C trace context, `crate::telemetry`).
+pub const PROTOCOL_VERSION: u16 = 3;
 /// The oldest protocol version this build still speaks (rolling upgrades). Version 1's
-/// JSON text fields do not decode here, so a peer of version 1 is refused at the hello.
-pub const MIN_PROTOCOL_VERSION: u16 = 2;
+/// JSON text fields do not decode here, so a peer of version 1 is refused at the hello;
+/// version 2's envelopes lack the parent span, so version 2 is refused as well.
+pub const MIN_PROTOCOL_VERSION: u16 = 3;
 include!(concat!(env!("OUT_DIR"), "/schema_fingerprint.rs"));
 /// How long a peer has to complete the handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);

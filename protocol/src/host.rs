@@ -325,22 +325,76 @@ fn may_log(meta: &tracing::Metadata<'_>) -> bool {
         })
 }
 
+/// Starts exporting this host's spans as `{service}-{role}` when an OTLP endpoint is
+/// configured (`antler.telemetry` of `section`, else the environment the lead gave it);
+/// nothing otherwise (docs/telemetry.md).
+pub fn init_telemetry(role: &str, section: Option<&crate::config::TelemetrySection>) {
+    let settings = crate::telemetry::Settings::resolve(section.unwrap_or(&Default::default()));
+    if let Err(e) = crate::telemetry::init(settings.as_ref(), Some(role)) {
+        tracing::warn!("traces are not exported: {e}");
+    }
+}
+
+/// The variable that chooses the log format: `json` writes one JSON object a line
+/// (`timestamp`, `level`, `fields.message`, the other fields, the spans), else text. The
+/// hosts a lead starts inherit it.
+pub const LOG_FORMAT_ENV: &str = "ANTLER_LOG_FORMAT";
+
+/// Whether logs are JSON lines ([`LOG_FORMAT_ENV`]).
+pub fn json_logs() -> bool {
+    std::env::var(LOG_FORMAT_ENV).is_ok_and(|v| v.trim().eq_ignore_ascii_case("json"))
+}
+
+/// A log layer writing to `writer`: JSON lines when [`json_logs`], else text (colours when
+/// `ansi`); filtered by `filter`.
+pub fn log_layer<S, W>(
+    writer: W,
+    ansi: bool,
+    filter: tracing_subscriber::EnvFilter,
+) -> Box<dyn tracing_subscriber::Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    format_layer(json_logs(), writer, ansi, filter)
+}
+
+/// [`log_layer`] with the format given.
+fn format_layer<S, W>(
+    json: bool,
+    writer: W,
+    ansi: bool,
+    filter: tracing_subscriber::EnvFilter,
+) -> Box<dyn tracing_subscriber::Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    use tracing_subscriber::Layer;
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_target(false);
+    if json {
+        layer.json().with_filter(filter).boxed()
+    } else {
+        layer.with_ansi(ansi).with_filter(filter).boxed()
+    }
+}
+
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`) under [`secret_cap`]; colours
-/// only on a terminal, so a log file reads as plain text.
+/// only on a terminal, so a log file reads as plain text; JSON lines when [`json_logs`].
 pub fn init_tracing() {
     use std::io::IsTerminal;
-    use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt, Layer};
+    use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt};
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::registry()
         .with(secret_cap())
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_ansi(std::io::stderr().is_terminal())
-                .with_writer(std::io::stderr)
-                .with_target(false)
-                .with_filter(filter),
-        )
+        .with(log_layer(
+            std::io::stderr,
+            std::io::stderr().is_terminal(),
+            filter,
+        ))
         .try_init();
 }
 
@@ -362,6 +416,32 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn json_logs_are_one_json_object_a_line() {
+        let out = Buffer::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::registry().with(super::format_layer(
+            true,
+            move || writer.clone(),
+            false,
+            EnvFilter::new("info"),
+        ));
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(run = "r-1", "task started");
+            tracing::warn!("second");
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines[0]["level"], "INFO");
+        assert_eq!(lines[0]["fields"]["message"], "task started");
+        assert_eq!(lines[0]["fields"]["run"], "r-1");
+        assert!(lines[0]["timestamp"].is_string());
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod runtime_dir;
 pub mod server;
 pub mod sock;
 pub mod sys;
+pub mod telemetry;
 pub mod thread_dir;
 pub mod tls;
 pub mod transport;

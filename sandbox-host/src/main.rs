@@ -62,6 +62,7 @@ fn main() -> anyhow::Result<()> {
         }
         None => AppConfig::default(),
     };
+    host::init_telemetry("sandbox-host", Some(&config.antler.telemetry));
     let mut settings = SandboxSettings::from_config(&config, cli.base_dir.clone());
     settings.extensions_path = cli.extensions.clone();
     let acp_agents = antler_sandbox_host::acp::AcpAgents::from_config(&config);

@@ -21,6 +21,8 @@ pub struct TaskGraph {
     pub cancel: Arc<CancelFlag>,
     pub worker: Addr<Worker>,
     pub node: String,
+    /// The trace of the `RunTask` request: the task's spans are its children.
+    pub trace: antler_protocol::TraceContext,
 }
 
 impl Actor for TaskGraph {
@@ -44,17 +46,20 @@ impl Actor for TaskGraph {
                 .for_task(spec.sandbox_host.as_deref(), spec.mcp_host.as_deref()),
         );
         let cancel = Arc::clone(&self.cancel);
-        async move { run_task(&spec, hosts, cancel, events).await }
-            .into_actor(self)
-            .map(|mut result, act, ctx| {
-                result.worker = Some(act.node.clone());
-                act.worker.do_send(TaskFinished {
-                    key: act.key.clone(),
-                    result,
-                });
-                ctx.stop();
-            })
-            .spawn(ctx);
+        let trace = self.trace.clone();
+        antler_protocol::telemetry::within(trace, async move {
+            run_task(&spec, hosts, cancel, events).await
+        })
+        .into_actor(self)
+        .map(|mut result, act, ctx| {
+            result.worker = Some(act.node.clone());
+            act.worker.do_send(TaskFinished {
+                key: act.key.clone(),
+                result,
+            });
+            ctx.stop();
+        })
+        .spawn(ctx);
     }
 }
 

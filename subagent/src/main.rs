@@ -68,6 +68,7 @@ async fn orphan_watch(lead_socket: std::path::PathBuf) {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     host::init_tracing();
+    host::init_telemetry("subagent", None);
     antler_protocol::sys::start_heap_trimmer();
     let system = actix::System::new();
     system.block_on(async move {

@@ -159,12 +159,12 @@ pub enum StartError {
 /// Starts the task of `spec` (or re-attaches to it).
 #[derive(Message)]
 #[rtype(result = "Result<Subscription, StartError>")]
-pub struct Start(pub TaskSpec);
+pub struct Start(pub TaskSpec, pub antler_protocol::TraceContext);
 
 impl actix::Handler<Start> for Worker {
     type Result = Result<Subscription, StartError>;
 
-    fn handle(&mut self, Start(spec): Start, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, Start(spec, trace): Start, ctx: &mut Context<Self>) -> Self::Result {
         let key = (spec.run_id.clone(), spec.tool_call_id.clone());
         if let Some(existing) = self.subscribe(&key) {
             return Ok(existing);
@@ -190,6 +190,7 @@ impl actix::Handler<Start> for Worker {
             cancel: Arc::new(CancelFlag::default()),
             worker: ctx.address(),
             node: self.node.clone(),
+            trace,
         }
         .start();
         self.tasks.insert(
@@ -436,7 +437,11 @@ impl RoleHandler for Handler {
                             "the task's ids do not match its assignment".into(),
                         ));
                     }
-                    let subscription = match worker.send(Start(spec)).await.map_err(gone)? {
+                    let subscription = match worker
+                        .send(Start(spec, call.trace.clone()))
+                        .await
+                        .map_err(gone)?
+                    {
                         Ok(subscription) => subscription,
                         Err(StartError::NoSlot { slots }) => {
                             return Err(RemoteError::Overloaded(format!(

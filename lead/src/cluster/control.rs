@@ -278,6 +278,7 @@ async fn ping_peers(
             let trace = TraceContext {
                 run_id: call.trace.run_id.clone(),
                 trace_id: call.trace.trace_id,
+                parent_span_id: call.trace.parent_span_id,
             };
             async move {
                 let t = Instant::now();

@@ -63,6 +63,16 @@ pub fn cluster_spec(
         // The hosts this cluster starts read the same file.
         std::env::set_var("ANTLER_CONFIG", path);
     }
+    // Traces (docs/telemetry.md): this process exports its own, and the hosts it starts
+    // read the same endpoint and service name from the environment.
+    if let Some(settings) = antler_protocol::telemetry::Settings::resolve(&antler.telemetry) {
+        for (name, value) in settings.child_env() {
+            std::env::set_var(name, value);
+        }
+        if let Err(e) = antler_protocol::telemetry::init(Some(&settings), None) {
+            tracing::warn!("traces are not exported: {e}");
+        }
+    }
     // And the same extensions file: the one beside the config when none is named.
     extensions::pin(config_path.as_deref());
     let runtime_dir = antler.runtime_dir.clone().unwrap_or(runtime_dir);

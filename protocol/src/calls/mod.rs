@@ -74,7 +74,7 @@ impl Requester for Connection {
         request: Request,
         timeout: Duration,
     ) -> impl Future<Output = Result<Reply, RpcError>> + Send {
-        self.request(request, TraceContext::new_root(), timeout)
+        self.request(request, TraceContext::current(), timeout)
     }
 }
 
@@ -90,7 +90,7 @@ impl<'a> Linked<'a> {
     pub fn new(link: &'a actix::Addr<crate::link::HostLink>) -> Linked<'a> {
         Linked {
             link,
-            trace: TraceContext::new_root(),
+            trace: TraceContext::current(),
         }
     }
 }
@@ -180,7 +180,7 @@ impl<T> Watch<T> {
     ) -> Result<Watch<T>, RpcError> {
         let probe = Probe::of(&request);
         let stream = connection
-            .request_stream(request, TraceContext::new_root(), timeout)
+            .request_stream(request, TraceContext::current(), timeout)
             .await?;
         Ok(Watch {
             stream,

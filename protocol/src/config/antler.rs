@@ -37,7 +37,11 @@ pub const ANTLER_KEYS: &[&str] = &[
     "tls",
     "cluster",
     "agent_name",
+    "telemetry",
 ];
+
+/// The keys of `antler.telemetry`.
+pub const TELEMETRY_KEYS: &[&str] = &["otlp_endpoint", "service_name"];
 
 /// The keys of `antler.tls`.
 pub const TLS_KEYS: &[&str] = &["ca", "cert", "key"];
@@ -93,6 +97,21 @@ pub struct AntlerSection {
     /// The agent's name in the lead's system prompt when a run talks as no custom agent
     /// (`None`: Antler's own, "Antler").
     pub agent_name: Option<String>,
+    /// Traces over OTLP (docs/telemetry.md); off when no endpoint is given here or in
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub telemetry: TelemetrySection,
+}
+
+/// `antler.telemetry`: where every process of the cluster exports its spans (OTLP over
+/// HTTP, protobuf) and the `service.name` they carry (the lead's; each host appends its
+/// role: `antler-sandbox-host`, ...). `$VAR` reads the environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping with otlp_endpoint and service_name")]
+pub struct TelemetrySection {
+    /// The collector's OTLP/HTTP base address (`http://host:4318`); `/v1/traces` is added.
+    pub otlp_endpoint: Option<String>,
+    /// The lead's `service.name` (default `antler`).
+    pub service_name: Option<String>,
 }
 
 /// `antler.tls`: the cluster CA, the lead's certificate and key (PEM files, as `antler
@@ -186,6 +205,7 @@ impl Default for AntlerSection {
             tls: TlsSection::default(),
             cluster: ClusterSection::default(),
             agent_name: None,
+            telemetry: TelemetrySection::default(),
         }
     }
 }

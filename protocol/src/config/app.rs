@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::antler::{AntlerSection, ANTLER_KEYS, MCP_POOL_KEYS, TLS_KEYS};
+use super::antler::{AntlerSection, ANTLER_KEYS, MCP_POOL_KEYS, TELEMETRY_KEYS, TLS_KEYS};
 use super::diagnostics::{
     unknown_key_message, ConfigError, ConfigWarning, FieldPath, PathSegment, WarningKind,
 };
@@ -502,6 +502,11 @@ fn unknown_key_warning(doc: &Document<'_>, path: FieldPath) -> ConfigWarning {
             if section == "antler" && sub == "mcp_pool" =>
         {
             MCP_POOL_KEYS.to_vec()
+        }
+        [PathSegment::Key(section), PathSegment::Key(sub), _]
+            if section == "antler" && sub == "telemetry" =>
+        {
+            TELEMETRY_KEYS.to_vec()
         }
         [PathSegment::Key(section), PathSegment::Key(sub), _]
             if section == "antler" && sub == "gateway" =>

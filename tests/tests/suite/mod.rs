@@ -69,6 +69,7 @@ mod model_azure;
 mod model_gemini;
 mod model_ollama;
 mod model_responses;
+mod otel_traces;
 mod peer_deadline;
 mod run_acp_agent;
 mod run_agents;

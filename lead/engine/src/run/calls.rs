@@ -15,6 +15,11 @@ use crate::run::events::{first_line, RunEvent, ToolState};
 use crate::run::run_loop::{RunError, RunLoop, StepEnd};
 use crate::thread::state::{Message, StateUpdate, ThreadState, ToolCall};
 
+/// The span events of a tool call's lifecycle (docs/telemetry.md).
+const TOOL_STARTED: &str = "tool.started";
+const TOOL_EXECUTED: &str = "tool.executed";
+const TOOL_RETURNED: &str = "tool.returned";
+
 impl RunLoop {
     /// The reply's tool calls. Its `task` calls run at once, each on a worker, while the
     /// other calls run here one after the other, each result journaled as it comes back;
@@ -97,7 +102,18 @@ impl RunLoop {
                 Some(end) => refused.push((*call, end)),
                 None => {
                     self.lifecycle(ToolState::Executed, &call.name, Some(&call.id));
-                    admitted.push(self.task_future(call));
+                    let (mut span, trace) = super::spans::tool_span(&call.name, &call.id);
+                    span.event(TOOL_STARTED, Vec::new);
+                    let work = self.task_future(call);
+                    admitted.push(match trace {
+                        Some(trace) => Box::pin(async move {
+                            let update = antler_protocol::telemetry::within(trace, work).await;
+                            span.event(TOOL_EXECUTED, Vec::new);
+                            span.event(TOOL_RETURNED, Vec::new);
+                            update
+                        }),
+                        None => work,
+                    });
                 }
             }
         }
@@ -144,8 +160,17 @@ impl RunLoop {
             name: call.name.clone(),
             tool_call_id: call.id.clone(),
         });
-        let result = self.admit_and_execute(call, state, chain, policy).await;
-        self.finish_call(call, result).await
+        let (mut span, trace) = super::spans::tool_span(&call.name, &call.id);
+        span.event(TOOL_STARTED, Vec::new);
+        let work = self.admit_and_execute(call, state, chain, policy);
+        let result = match trace {
+            Some(trace) => antler_protocol::telemetry::within(trace, work).await,
+            None => work.await,
+        };
+        span.event(TOOL_EXECUTED, Vec::new);
+        let end = self.finish_call(call, result).await;
+        span.event(TOOL_RETURNED, Vec::new);
+        end
     }
 
     /// What every call's result goes through once it is back: the output budget, and

@@ -20,4 +20,5 @@ mod goal;
 pub mod journal;
 pub mod run_loop;
 pub mod settings;
+mod spans;
 mod step;

@@ -207,8 +207,15 @@ impl RunLoop {
             }
         }
         let renewal = lease::keep_renewed(Arc::clone(&self.hosts), Arc::clone(&self.lease));
+        let agent = self
+            .context
+            .agent
+            .agent_name
+            .clone()
+            .unwrap_or_else(|| "antler".to_owned());
+        let (mut run_span, trace) = super::spans::run_span(&self.context.run_id, &agent);
         let result = {
-            let steps = self.drive_turns();
+            let steps = antler_protocol::telemetry::within(trace, self.drive_turns());
             futures::pin_mut!(steps, renewal);
             match futures::future::select(steps, renewal).await {
                 futures::future::Either::Left((result, _)) => result,
@@ -219,6 +226,9 @@ impl RunLoop {
         self.finish_title().await;
         let executor = self.executor();
         executor.release(&self.state).await;
+        if let Err(e) = &result {
+            run_span.fail(e.to_string());
+        }
         let turn_limited = matches!(result, Err(RunError::TurnLimit(_)));
         if let (Some(delegator), Err(_)) = (&self.delegator, &result) {
             // A run that failed or was cancelled takes its tasks with it.

@@ -238,9 +238,20 @@ impl RunLoop {
         request.observer = Some(&observer);
         request.earlier_turns = self.state.summarized_turns;
         request.turns_before = self.state.turns_before;
+        let mut span = super::spans::model_span(self.model.name());
         let completed = self.model.complete(request).await;
         observer.deltas.flush(Instant::now());
+        if let Err(e) = &completed {
+            span.fail(e.to_string());
+        }
         let mut reply = completed?;
+        super::spans::record_reply(
+            &mut span,
+            &reply,
+            observer.answered_by().as_deref(),
+            self.model.name(),
+        );
+        drop(span);
         reply.id.clone_from(&message_id);
         let mut empty_twice = false;
         if terminal_response::is_empty(&reply) {

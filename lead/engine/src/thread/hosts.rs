@@ -102,7 +102,7 @@ pub async fn call_link(
     // Not connected: the link says why.
     link.send(antler_protocol::link::Call {
         request,
-        trace: TraceContext::new_root(),
+        trace: TraceContext::current(),
         timeout,
     })
     .await
@@ -126,7 +126,7 @@ pub async fn stream_link(
         .map_err(|e| HostError::unavailable(format!("{role:?} unreachable: {e}")))?
         .ok_or_else(|| HostError::unavailable(format!("{role:?} unreachable: not connected")))?;
     let mut stream = connection
-        .request_stream(request, TraceContext::new_root(), timeout)
+        .request_stream(request, TraceContext::current(), timeout)
         .await
         .map_err(|e| HostError::from_rpc(role, e))?;
     while let Some(reply) = stream.next().await {

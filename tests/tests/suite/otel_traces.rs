@@ -1,0 +1,215 @@
+//! Traces over OTLP into a real collector (Arize Phoenix, tests/requirements.txt): one run
+//! through a cluster with sandbox-host, mcp-host and a subagent worker makes ONE trace
+//! whose spans come from the lead, sandbox-host, mcp-host and the worker; the hosts'
+//! spans are children of the lead's tool-call spans, the model spans carry gen_ai.*.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use antler_tests::wait_for;
+use serde_json::Value;
+
+use crate::subagent_support::SubagentCluster;
+
+/// Phoenix on free loopback ports, killed when dropped.
+struct Phoenix {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Phoenix {
+    fn start() -> Phoenix {
+        let dir = tempfile::tempdir().unwrap();
+        let (port, grpc) = (free_port(), free_port());
+        let child = Command::new("phoenix")
+            .arg("serve")
+            .env("PHOENIX_WORKING_DIR", dir.path())
+            .env("PHOENIX_HOST", "127.0.0.1")
+            .env("PHOENIX_PORT", port.to_string())
+            .env("PHOENIX_GRPC_PORT", grpc.to_string())
+            .env("PHOENIX_TELEMETRY_ENABLED", "false")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("phoenix serve (pip install -r tests/requirements.txt)");
+        let phoenix = Phoenix {
+            child,
+            port,
+            _dir: dir,
+        };
+        let up = wait_for(Duration::from_secs(120), || phoenix.spans().map(|_| ()));
+        assert!(up.is_some(), "phoenix did not start");
+        phoenix
+    }
+
+    /// The spans of the default project, as Phoenix answers them.
+    fn spans(&self) -> Option<Vec<Value>> {
+        let out = Command::new("curl")
+            .args(["-sf", "--max-time", "5"])
+            .arg(format!(
+                "http://127.0.0.1:{}/v1/projects/default/spans?limit=1000",
+                self.port
+            ))
+            .output()
+            .ok()?;
+        let body: Value = serde_json::from_slice(&out.stdout).ok()?;
+        body["data"].as_array().cloned()
+    }
+}
+
+impl Drop for Phoenix {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const CONFIG: &str = r#"
+tool_search:
+  enabled: true
+tools:
+  - name: read_file
+    group: file:read
+    use: deerflow.sandbox.tools:read_file_tool
+  - name: write_file
+    group: file:write
+    use: deerflow.sandbox.tools:write_file_tool
+sandbox:
+  use: deerflow.community.aio_sandbox:AioSandboxProvider
+antler:
+  worker_slots: 2
+  telemetry:
+    otlp_endpoint: http://127.0.0.1:PORT
+"#;
+
+const PLAYBOOK: &str = r##"
+turns:
+  - tool_calls:
+      - {id: t-search, name: tool_search, args: {query: "select:everything_echo"}}
+    usage: {input_tokens: 10, output_tokens: 2, total_tokens: 12}
+  - tool_calls:
+      - {id: t-write, name: write_file, args: {description: note, path: /mnt/user-data/workspace/a.md, content: "a\n"}}
+      - {id: t-echo, name: everything_echo, args: {message: traced}}
+  - tool_calls:
+      - {id: t-task, name: task, args: {description: read it, prompt: "Read the note", subagent_type: general-purpose}}
+  - content: Done.
+subagents:
+  read it:
+    turns:
+      - tool_calls:
+          - name: read_file
+            args: {description: check, path: /mnt/user-data/workspace/a.md}
+      - content: "Read it."
+"##;
+
+fn attr<'a>(span: &'a Value, key: &str) -> &'a Value {
+    &span["attributes"][key]
+}
+
+#[test]
+fn one_run_is_one_trace_across_the_lead_and_its_hosts() {
+    let phoenix = Phoenix::start();
+    let cluster = SubagentCluster::up(&CONFIG.replace("PORT", &phoenix.port.to_string()), 1);
+    let run = cluster.run(PLAYBOOK, &[]);
+    assert_eq!(
+        run.view["status"], "success",
+        "{:#}\n{}",
+        run.view, run.stderr
+    );
+    let run_id = run.run_id();
+
+    // Every process exports on its own schedule: wait until the worker's spans are in.
+    let spans = wait_for(Duration::from_secs(60), || {
+        let spans = phoenix.spans()?;
+        let names: Vec<&str> = spans.iter().filter_map(|s| s["name"].as_str()).collect();
+        (names.contains(&"invoke_agent antler")
+            && names
+                .iter()
+                .filter(|n| n.starts_with("invoke_agent"))
+                .count()
+                >= 2
+            && names.iter().any(|n| n.starts_with("sandbox "))
+            && names.iter().any(|n| n.starts_with("mcp "))
+            && names.iter().any(|n| n.starts_with("worker ")))
+        .then_some(spans)
+    });
+    let spans = spans.unwrap_or_else(|| panic!("spans missing: {:#?}", phoenix.spans()));
+    let run_span = spans
+        .iter()
+        .find(|s| s["name"] == "invoke_agent antler" && attr(s, "antler.run_id") == run_id.as_str())
+        .expect("the run's span");
+    let trace_id = run_span["context"]["trace_id"].clone();
+    let in_trace: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["context"]["trace_id"] == trace_id)
+        .collect();
+    let by_id = |id: &Value| in_trace.iter().find(|s| s["context"]["span_id"] == *id);
+    let parent_name = |s: &Value| -> String {
+        by_id(&s["parent_id"])
+            .and_then(|p| p["name"].as_str())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let names: Vec<String> = in_trace
+        .iter()
+        .map(|s| s["name"].as_str().unwrap_or("").to_owned())
+        .collect();
+    for host in ["sandbox ", "mcp ", "worker "] {
+        assert!(
+            names.iter().any(|n| n.starts_with(host)),
+            "{host} in {names:?}"
+        );
+    }
+    // The sandbox's and the MCP host's spans hang under the lead's tool-call spans.
+    let write = in_trace.iter().any(|s| {
+        s["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("sandbox "))
+            && parent_name(s) == "execute_tool write_file"
+    });
+    assert!(write, "{names:?}");
+    let mcp = in_trace.iter().any(|s| {
+        s["name"].as_str().is_some_and(|n| n.starts_with("mcp "))
+            && parent_name(s) == "execute_tool everything_echo"
+    });
+    assert!(mcp, "{names:?}");
+    // The subagent's run and its turns are in the same trace, under the worker's span.
+    let sub_run = in_trace
+        .iter()
+        .find(|s| {
+            s["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("invoke_agent"))
+                && s["context"]["span_id"] != run_span["context"]["span_id"]
+        })
+        .expect("the subagent's run span");
+    assert!(parent_name(sub_run).starts_with("worker "), "{sub_run:#}");
+    // The model spans: the conventions' attributes.
+    let chat = in_trace
+        .iter()
+        .find(|s| {
+            s["name"].as_str().is_some_and(|n| n.starts_with("chat "))
+                && attr(s, "gen_ai.usage.input_tokens") == 10
+        })
+        .expect("the first model call's span");
+    assert_eq!(attr(chat, "gen_ai.operation.name"), "chat");
+    assert_eq!(attr(chat, "gen_ai.provider.name"), "antler");
+    assert!(attr(chat, "gen_ai.request.model").is_string(), "{chat:#}");
+    assert!(attr(chat, "gen_ai.response.model").is_string(), "{chat:#}");
+    assert_eq!(attr(chat, "gen_ai.usage.output_tokens"), 2);
+    assert_eq!(
+        attr(chat, "gen_ai.response.finish_reasons"),
+        &serde_json::json!(["tool_calls"])
+    );
+}
