@@ -95,7 +95,7 @@ pub async fn call_link(
         .map_err(|e| HostError::unavailable(format!("{role:?} unreachable: {e}")))?;
     if let Some(connection) = connection {
         return connection
-            .request(request, TraceContext::new_root(), timeout)
+            .request(request, TraceContext::current(), timeout)
             .await
             .map_err(|e| HostError::from_rpc(role, e));
     }
