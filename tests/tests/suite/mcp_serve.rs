@@ -60,6 +60,24 @@ fn cluster() -> LeadCluster {
     )
 }
 
+/// The MCP SDK driver (`tests/peers/mcp_serve_client.py`) run with what `configure` gives
+/// it (its mode and arguments, its environment), to its end: its one JSON report.
+pub(super) fn mcp_driver(configure: impl FnOnce(&mut Command) -> &mut Command) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_client.py");
+    let mut command = Command::new("python3");
+    command.arg(script);
+    let out = configure(&mut command)
+        .output()
+        .expect("run the MCP SDK driver");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the driver failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).expect("one JSON report")
+}
+
 #[test]
 fn a_request_without_a_valid_token_is_pointed_to_the_resource_metadata() {
     let cluster = cluster();
@@ -173,19 +191,7 @@ fn another_members_session_is_an_unknown_one() {
 fn the_python_sdk_client_gets_the_deferred_catalog_and_the_threads_sandbox() {
     let cluster = cluster();
     let url = format!("http://{}/mcp", cluster.gateway());
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_client.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args(["http", &url, ALICE, BOB, "notes"])
-        .output()
-        .expect("run the MCP SDK driver");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the driver failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_str(stdout.trim()).expect("one JSON report");
+    let r: Value = mcp_driver(|c| c.args(["http", &url, ALICE, BOB, "notes"]));
     let alice = &r["alice"];
     assert_eq!(alice["server_name"], "antler", "{alice}");
     assert_eq!(alice["list_changed_capability"], true, "{alice}");
@@ -351,22 +357,12 @@ fn the_python_sdk_client_gets_the_deferred_catalog_and_the_threads_sandbox() {
 /// Runs the driver over stdio against `antler ARGS` (`antler mcp serve ...`) on `thread`,
 /// the server's sandboxes under `base`; its report.
 fn over_stdio(base: &std::path::Path, thread: &str, args: &[&str]) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_client.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args(["stdio", thread])
-        .arg(antler_tests::bin("antler"))
-        .args(args)
-        .env("ANTLER_SANDBOX_BASE_DIR", base)
-        .output()
-        .expect("run the MCP SDK driver");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the driver failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim()).expect("one JSON report")
+    mcp_driver(|c| {
+        c.args(["stdio", thread])
+            .arg(antler_tests::bin("antler"))
+            .args(args)
+            .env("ANTLER_SANDBOX_BASE_DIR", base)
+    })
 }
 
 fn note(base: &std::path::Path, user: &str, thread: &str) -> Option<String> {
@@ -517,21 +513,11 @@ fn a_call_the_client_cancels_is_killed_and_ends_cancelled() {
         .join("users/alice/threads/cancelled/user-data/workspace/started");
     let sleep = ["sleep", "4711"];
     let command = "echo up > /mnt/user-data/workspace/started && sleep 4711";
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_client.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args(["cancel", &url, ALICE, "cancelled"])
-        .arg(&started)
-        .arg(command)
-        .output()
-        .expect("run the MCP SDK driver");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the driver failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_str(stdout.trim()).expect("one JSON report");
+    let r: Value = mcp_driver(|c| {
+        c.args(["cancel", &url, ALICE, "cancelled"])
+            .arg(&started)
+            .arg(command)
+    });
     // The cancelled request is never answered to the client.
     assert_eq!(r["cancelled_result"], Value::Null, "{r}");
     // The sandbox command was killed.
@@ -582,19 +568,7 @@ fn presented_files_are_the_sessions_resources_and_only_its_own() {
     use base64::Engine as _;
     let cluster = cluster();
     let url = format!("http://{}/mcp", cluster.gateway());
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_client.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args(["present", &url, CAROL, DAVE, "shared"])
-        .output()
-        .expect("run the MCP SDK driver");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the driver failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_str(stdout.trim()).expect("one JSON report");
+    let r: Value = mcp_driver(|c| c.args(["present", &url, CAROL, DAVE, "shared"]));
     let owner = &r["owner"];
     assert_eq!(owner["resources_capability"], true, "{owner}");
     assert_eq!(owner["bash"]["is_error"], false, "{owner}");

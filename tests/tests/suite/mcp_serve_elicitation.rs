@@ -6,12 +6,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use crate::lead_support::LeadCluster;
 use crate::mcp_support::npm_bin;
+use crate::suite::mcp_serve::mcp_driver;
 use antler_tests::wait_for;
 use serde_json::{json, Value};
 
@@ -45,10 +44,8 @@ fn a_downstream_elicitation_is_asked_of_the_mcp_client_and_its_answer_goes_back(
     assert!(listed.is_some(), "server-everything did not list its tools");
     let url = format!("http://{}/mcp", cluster.gateway());
     let answer = json!({"action": "accept", "content": {"name": "Ada Lovelace", "check": true, "integer": 7}});
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_client.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args([
+    let r: Value = mcp_driver(|c| {
+        c.args([
             "elicit",
             &url,
             ALICE,
@@ -56,15 +53,7 @@ fn a_downstream_elicitation_is_asked_of_the_mcp_client_and_its_answer_goes_back(
             "everything_trigger-elicitation-request",
             &answer.to_string(),
         ])
-        .output()
-        .expect("run the MCP SDK driver");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the driver failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_str(stdout.trim()).expect("one JSON report");
+    });
     // The client was asked once, with the server's schema.
     let asked = r["asked"].as_array().unwrap();
     assert_eq!(asked.len(), 1, "{r}");

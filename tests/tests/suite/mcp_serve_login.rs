@@ -7,12 +7,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use crate::lead_support::{http_full, LeadCluster};
 use crate::mcp_support::oauth_example_server;
+use crate::suite::mcp_serve::mcp_driver;
 use antler_tests::wait_for;
 use serde_json::{json, Value};
 
@@ -69,20 +69,10 @@ fn logs_in(addr: &str, token: &str) {
 
 /// One session of `token` on `thread` that lists its tools and calls `notes_greet`.
 fn drive(url: &str, token: &str, thread: &str) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_client.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args(["call", url, token, thread, "notes_greet"])
-        .arg(json!({"name": "Bob"}).to_string())
-        .output()
-        .expect("run the MCP SDK driver");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the driver failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim()).expect("one JSON report")
+    mcp_driver(|c| {
+        c.args(["call", url, token, thread, "notes_greet"])
+            .arg(json!({"name": "Bob"}).to_string())
+    })
 }
 
 #[test]
