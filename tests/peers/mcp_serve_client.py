@@ -6,7 +6,11 @@ tests/requirements.txt) and prints one JSON report for tests/tests/suite/mcp_ser
     mcp_serve_client.py cancel URL TOKEN THREAD STARTED_FILE COMMAND
     mcp_serve_client.py present URL TOKEN OTHER_TOKEN THREAD
     mcp_serve_client.py elicit URL TOKEN THREAD TOOL ANSWER_JSON
+    mcp_serve_client.py elicit-stdio THREAD TOOL ANSWER_JSON ANTLER [ARG...]
     mcp_serve_client.py call URL TOKEN THREAD TOOL ARGS_JSON
+    mcp_serve_client.py calls URL TOKEN THREAD CALLS_JSON
+    mcp_serve_client.py task URL TOKEN THREAD ARGS_JSON
+    mcp_serve_client.py task-cancel URL TOKEN THREAD STARTED_FILE ARGS_JSON
 
 In `cancel`, the session calls bash with COMMAND (which writes STARTED_FILE, a path on
 this machine, once it runs, then sleeps), cancels the call once STARTED_FILE exists
@@ -14,10 +18,20 @@ this machine, once it runs, then sleeps), cancels the call once STARTED_FILE exi
 
 In `elicit`, the session calls TOOL (no arguments) and answers each elicitation the
 server forwards with ANSWER_JSON (`{"action": ..., "content": ...}`); the report has what
-was asked and the call's result.
+was asked and the call's result. `elicit-stdio` does the same over stdio, starting
+ANTLER ARG... (`antler mcp serve ...`).
+
+In `calls`, the session makes each call of CALLS_JSON (`[[TOOL, ARGS], ...]`) in turn; the
+report has each result's text and its content items (type, MIME type, data).
+
+In `task`, the session calls `task` with ARGS_JSON and a progress callback (the SDK sends
+`_meta.progressToken`); the report has the progress notifications and the result. In
+`task-cancel`, it cancels that call once STARTED_FILE (a path on this machine) exists,
+then calls bash.
 
 In `present`, TOKEN's session writes a text and a binary file in its thread's outputs with
-bash, presents them (`present_files`), lists its resources and reads each link back;
+bash, presents them (`present_files`, and waits for
+`notifications/resources/list_changed`), lists its resources and reads each link back;
 OTHER_TOKEN's session on a thread of the same name lists its resources and tries to read
 the first one's links.
 
@@ -211,12 +225,21 @@ def contents_of(result):
 async def present(url, token, other_token, thread):
     report = {}
     meta = {"antler/thread": thread}
+    changed = anyio.Event()
+
+    async def on_message(message):
+        if getattr(message, "method", None) == "notifications/resources/list_changed":
+            changed.set()
+
     client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
     async with client:
         async with streamable_http_client(url, http_client=client) as (read, write):
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write, message_handler=on_message) as session:
                 init = await session.initialize()
                 report["resources_capability"] = init.capabilities.resources is not None
+                report["resources_list_changed_capability"] = bool(
+                    init.capabilities.resources and init.capabilities.resources.list_changed
+                )
                 wrote = await session.call_tool(
                     "bash",
                     {
@@ -227,12 +250,17 @@ async def present(url, token, other_token, thread):
                     meta=meta,
                 )
                 report["bash"] = text_of(wrote)
+                # bash presents nothing: no resources/list_changed yet.
+                report["changed_before_present"] = changed.is_set()
                 presented = await session.call_tool(
                     "present_files",
                     {"filepaths": ["/mnt/user-data/outputs/report.txt", "/mnt/user-data/outputs/data.bin"]},
                     meta=meta,
                 )
                 report["present"] = text_of(presented)
+                with anyio.move_on_after(NOTIFICATION_WAIT_S):
+                    await changed.wait()
+                report["resources_list_changed"] = changed.is_set()
                 report["links"] = [
                     {"uri": str(c.uri), "name": c.name, "mime_type": c.mime_type}
                     for c in presented.content
@@ -259,7 +287,7 @@ async def present(url, token, other_token, thread):
     return {"owner": report, "other": other}
 
 
-async def elicit(url, token, thread, tool, answer):
+async def elicit_on(read, write, thread, tool, answer):
     report = {"asked": []}
     meta = {"antler/thread": thread}
 
@@ -269,14 +297,88 @@ async def elicit(url, token, thread, tool, answer):
         )
         return types.ElicitResult(action=answer["action"], content=answer.get("content"))
 
+    async with ClientSession(read, write, elicitation_callback=on_elicitation) as session:
+        await session.initialize()
+        tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
+        report["tools"] = sorted(t.name for t in tools.tools)
+        report["call"] = text_of(await session.call_tool(tool, {}, meta=meta))
+    return report
+
+
+async def elicit(url, token, thread, tool, answer):
     client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
     async with client:
         async with streamable_http_client(url, http_client=client) as (read, write):
-            async with ClientSession(read, write, elicitation_callback=on_elicitation) as session:
+            return await elicit_on(read, write, thread, tool, answer)
+
+
+async def elicit_stdio(thread, tool, answer, command, args):
+    env = {k: v for k, v in os.environ.items() if k.startswith("ANTLER_")}
+    server = StdioServerParameters(command=command, args=args, env=env)
+    async with stdio_client(server) as (read, write):
+        return await elicit_on(read, write, thread, tool, answer)
+
+
+def content_items(result):
+    return [
+        {
+            "type": c.type,
+            "mime_type": getattr(c, "mime_type", None),
+            "data": getattr(c, "data", None),
+        }
+        for c in result.content
+    ]
+
+
+async def calls(url, token, thread, steps):
+    report = {"calls": []}
+    meta = {"antler/thread": thread}
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write) as session:
                 await session.initialize()
                 tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
                 report["tools"] = sorted(t.name for t in tools.tools)
-                report["call"] = text_of(await session.call_tool(tool, {}, meta=meta))
+                for tool, args in steps:
+                    result = await session.call_tool(tool, args, meta=meta)
+                    report["calls"].append({**text_of(result), "content": content_items(result)})
+    return report
+
+
+async def task(url, token, thread, args, started_file=None):
+    report = {"progress": [], "result": None}
+    meta = {"antler/thread": thread}
+
+    async def on_progress(progress, total, message):
+        report["progress"].append({"progress": progress, "total": total, "message": message})
+
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
+                report["tools"] = sorted(t.name for t in tools.tools)
+                async with anyio.create_task_group() as group:
+
+                    async def task_call():
+                        result = await session.call_tool(
+                            "task", args, progress_callback=on_progress, meta=meta
+                        )
+                        report["result"] = text_of(result)
+
+                    group.start_soon(task_call)
+                    if started_file is not None:
+                        while not os.path.exists(started_file):
+                            await anyio.sleep(0.05)
+                        # Cancelling the caller's scope sends notifications/cancelled.
+                        group.cancel_scope.cancel()
+                if started_file is not None:
+                    after = await session.call_tool(
+                        "bash", {"description": "after", "command": "echo after-cancel"}, meta=meta
+                    )
+                    report["after"] = text_of(after)
     return report
 
 
@@ -295,6 +397,23 @@ async def call(url, token, thread, tool, args):
 
 
 async def main():
+    if sys.argv[1] == "calls":
+        url, token, thread, steps = sys.argv[2:6]
+        print(json.dumps(await calls(url, token, thread, json.loads(steps))))
+        return
+    if sys.argv[1] == "task":
+        url, token, thread, args = sys.argv[2:6]
+        print(json.dumps(await task(url, token, thread, json.loads(args))))
+        return
+    if sys.argv[1] == "task-cancel":
+        url, token, thread, started_file, args = sys.argv[2:7]
+        print(json.dumps(await task(url, token, thread, json.loads(args), started_file)))
+        return
+    if sys.argv[1] == "elicit-stdio":
+        thread, tool, answer, command = sys.argv[2:6]
+        report = await elicit_stdio(thread, tool, json.loads(answer), command, sys.argv[6:])
+        print(json.dumps(report))
+        return
     if sys.argv[1] == "call":
         url, token, thread, tool, args = sys.argv[2:7]
         print(json.dumps(await call(url, token, thread, tool, json.loads(args))))

@@ -4,8 +4,11 @@
 //! `tools/call` by the run's own call path (a call the client cancels is dropped and ends
 //! cancelled), and sends `notifications/tools/list_changed` when a call changed what the
 //! client may see. The files the thread presented are its resources (`resources/list`,
-//! `resources/read`; a `present_files` result links them). A downstream server's
-//! elicitation during a call is asked of the client and its answer sent back down. Who it acts for is given (stdio) or read
+//! `resources/read`; a `present_files` result links them, and
+//! `notifications/resources/list_changed` tells the client). A downstream server's
+//! elicitation during a call is asked of the client and its answer sent back down; a
+//! `task` call's subagent steps are `notifications/progress` when the call carries a
+//! `progressToken`. Who it acts for is given (stdio) or read
 //! from the HTTP request the gateway authenticated ([`Owner`] in the request's
 //! extensions). The session's thread is bound by its first `tools/list` or `tools/call`:
 //! the one that request names in its `_meta` under [`THREAD_META_KEY`], else a new thread
@@ -19,16 +22,17 @@ use antler_engine::catalog::ToolSpec;
 use antler_engine::{Message, ToolStatus};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, ServerCapabilities, ServerConfig, Tool,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
 use super::session::{
-    Artifact, Artifacts, Ask, Call, CallOutcome, End, McpSession, Owner, ReadArtifact,
-    SessionError, Tools,
+    Artifact, Artifacts, Ask, Call, CallOutcome, End, McpSession, Notice, Notices, Owner,
+    ReadArtifact, SessionError, Tools,
 };
 use crate::runs::manager::RunManager;
 use crate::runs::prepare::RunEnv;
@@ -50,11 +54,11 @@ pub struct AntlerTools {
     /// Who the session acts for: set at its start (stdio) or by its first request.
     owner: Mutex<Option<Owner>>,
     session: Mutex<Option<Addr<McpSession>>>,
-    /// The elicitations the session's calls ask, forwarded to the client while a call
-    /// waits (the sender is the session's).
-    asks: (
-        super::session::Asks,
-        tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Ask>>,
+    /// The elicitations and task progress of the session's calls, forwarded to the
+    /// client while a call waits (the sender is the session's).
+    notices: (
+        Notices,
+        tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Notice>>,
     ),
 }
 
@@ -67,14 +71,14 @@ impl AntlerTools {
         arbiter: ArbiterHandle,
         owner: Option<Owner>,
     ) -> AntlerTools {
-        let (asks, asked) = tokio::sync::mpsc::unbounded_channel();
+        let (notices, noticed) = tokio::sync::mpsc::unbounded_channel();
         AntlerTools {
             env,
             manager,
             arbiter,
             owner: Mutex::new(owner),
             session: Mutex::new(None),
-            asks: (asks, tokio::sync::Mutex::new(asked)),
+            notices: (notices, tokio::sync::Mutex::new(noticed)),
         }
     }
 
@@ -101,7 +105,7 @@ impl AntlerTools {
                     self.env.clone(),
                     self.manager.clone(),
                     owner,
-                    self.asks.0.clone(),
+                    self.notices.0.clone(),
                 )
             })
             .clone())
@@ -127,6 +131,7 @@ impl ServerHandler for AntlerTools {
             .enable_tools()
             .enable_tool_list_changed()
             .enable_resources()
+            .enable_resources_list_changed()
             .build();
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("antler", env!("CARGO_PKG_VERSION")))
@@ -164,6 +169,11 @@ impl ServerHandler for AntlerTools {
     ) -> Result<CallToolResponse, McpError> {
         let session = self.session(&context)?;
         let thread = thread_of(request.meta.as_deref(), &context);
+        let progress_token = request
+            .meta
+            .as_ref()
+            .and_then(|m| m.get_progress_token())
+            .or_else(|| context.meta.get_progress_token());
         let args = Value::Object(request.arguments.unwrap_or_default());
         let call = session.send(Call {
             thread,
@@ -173,21 +183,36 @@ impl ServerHandler for AntlerTools {
         });
         futures::pin_mut!(call);
         // The session's calls run one at a time: while this one runs, what its MCP servers
-        // ask goes to the client, and its answers back down.
-        let mut asked = self.asks.1.lock().await;
+        // ask goes to the client, and its answers back down; its task's steps are its
+        // progress. What the call told goes out before its result (`biased`: it is in the
+        // channel before the call ends).
+        let mut noticed = self.notices.1.lock().await;
+        let mut progress = Progress {
+            token: progress_token,
+            sent: 0,
+        };
         let outcome = loop {
             tokio::select! {
+                biased;
+                Some(notice) = noticed.recv() => match notice {
+                    Notice::Ask(ask) => self.forward(ask, &context).await,
+                    Notice::Progress(message) => progress.send(message, &context).await,
+                },
                 done = &mut call => break done,
-                Some(ask) = asked.recv() => self.forward(ask, &context).await,
             }
         };
-        drop(asked);
+        drop(noticed);
         let outcome = outcome
             .map_err(|e| McpError::internal_error(e.to_string(), None))?
             .map_err(refused)?;
         if outcome.tools_changed {
             if let Err(e) = context.peer.notify_tool_list_changed().await {
                 tracing::debug!("tools/list_changed not sent: {e}");
+            }
+        }
+        if !outcome.presented.is_empty() {
+            if let Err(e) = context.peer.notify_resource_list_changed().await {
+                tracing::debug!("resources/list_changed not sent: {e}");
             }
         }
         Ok(result_of(&outcome)?.into())
@@ -327,6 +352,28 @@ impl AntlerTools {
         .await;
         if let Err(e) = answered {
             tracing::info!(id = %ask.id, "the client's elicitation answer was not taken: {e}");
+        }
+    }
+}
+
+/// The progress of one call the client asked to follow (`_meta.progressToken`): each
+/// message sent as the next step.
+struct Progress {
+    token: Option<ProgressToken>,
+    sent: u32,
+}
+
+impl Progress {
+    /// Sends `message` as the call's next `notifications/progress` (none without a token).
+    async fn send(&mut self, message: String, context: &RequestContext<RoleServer>) {
+        let Some(token) = &self.token else {
+            return;
+        };
+        self.sent += 1;
+        let mut params = ProgressNotificationParam::new(token.clone(), f64::from(self.sent));
+        params.message = Some(message);
+        if let Err(e) = context.peer.notify_progress(params).await {
+            tracing::debug!("notifications/progress not sent: {e}");
         }
     }
 }

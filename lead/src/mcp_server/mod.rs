@@ -6,6 +6,7 @@
 //! serve` over stdio ([`serve_stdio`]).
 
 mod handler;
+mod progress;
 mod session;
 
 pub use handler::AntlerTools;

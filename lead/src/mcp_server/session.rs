@@ -105,8 +105,17 @@ pub struct Ask {
     pub requested_schema: serde_json::Value,
 }
 
-/// Where a session sends the elicitations its calls ask.
-pub type Asks = tokio::sync::mpsc::UnboundedSender<Ask>;
+/// What a session's run tells its client while a call runs.
+#[derive(Debug, Clone)]
+pub enum Notice {
+    /// An elicitation a downstream MCP server asks (answered by the client).
+    Ask(Ask),
+    /// A step of a `task` call's subagent (`progress::message_of`): a progress message.
+    Progress(String),
+}
+
+/// Where a session sends what its calls tell the client.
+pub type Notices = tokio::sync::mpsc::UnboundedSender<Notice>;
 
 /// The actor.
 pub struct McpSession {
@@ -114,8 +123,8 @@ pub struct McpSession {
     /// Keeps the run beside the runs it drives (its events, view and metrics).
     manager: Addr<RunManager>,
     owner: Owner,
-    /// The elicitations the run's calls ask go to the client through here.
-    asks: Asks,
+    /// The elicitations and task progress of the run's calls go to the client through here.
+    notices: Notices,
     /// The run's id; also the thread's when the client names none.
     run_id: String,
     /// The thread the session is bound to, once its run is open.
@@ -135,14 +144,14 @@ impl McpSession {
         env: Arc<RunEnv>,
         manager: Addr<RunManager>,
         owner: Owner,
-        asks: Asks,
+        notices: Notices,
     ) -> Addr<McpSession> {
         let run_id = format!("mcp-{}", uuid::Uuid::new_v4().simple());
         McpSession::start_in_arbiter(arbiter, move |_| McpSession {
             env,
             manager,
             owner,
-            asks,
+            notices,
             run_id,
             thread: None,
             run: None,
@@ -176,7 +185,7 @@ impl McpSession {
         let thread = asked.unwrap_or_else(|| self.run_id.clone());
         let (env, owner, run_id) = (self.env.clone(), self.owner.clone(), self.run_id.clone());
         let manager = self.manager.clone();
-        let asks = self.asks.clone();
+        let notices = self.notices.clone();
         let opening = {
             let thread = thread.clone();
             async move {
@@ -200,19 +209,25 @@ impl McpSession {
                     .map_err(|e| SessionError::Open(e.to_string()))?;
                 let asking = run_id.clone();
                 run.on_event(move |event: &RunEvent| {
-                    if let RunEvent::Elicitation {
-                        id,
-                        message,
-                        requested_schema,
-                        ..
-                    } = event
-                    {
-                        let _ = asks.send(Ask {
+                    let notice = match event {
+                        RunEvent::Elicitation {
+                            id,
+                            message,
+                            requested_schema,
+                            ..
+                        } => Some(Notice::Ask(Ask {
                             run_id: asking.clone(),
                             id: id.clone(),
                             message: message.clone(),
                             requested_schema: requested_schema.clone(),
-                        });
+                        })),
+                        RunEvent::Task { task, .. } => {
+                            super::progress::message_of(task).map(Notice::Progress)
+                        }
+                        _ => None,
+                    };
+                    if let Some(notice) = notice {
+                        let _ = notices.send(notice);
                     }
                     events(event);
                 });

@@ -16,7 +16,8 @@
 //! A call the client cancels (`notifications/cancelled`) kills its sandbox command, ends as
 //! cancelled in the run's events, and the session's next call works. Files an editor's
 //! session presents are linked in the call's result, listed and read back as its resources
-//! (text and blob); another member's session on a thread of the same name sees none.
+//! (text and blob), and `notifications/resources/list_changed` tells the client they
+//! changed; another member's session on a thread of the same name sees none.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -571,8 +572,12 @@ fn presented_files_are_the_sessions_resources_and_only_its_own() {
     let r: Value = mcp_driver(|c| c.args(["present", &url, CAROL, DAVE, "shared"]));
     let owner = &r["owner"];
     assert_eq!(owner["resources_capability"], true, "{owner}");
+    assert_eq!(owner["resources_list_changed_capability"], true, "{owner}");
     assert_eq!(owner["bash"]["is_error"], false, "{owner}");
+    assert_eq!(owner["changed_before_present"], false, "{owner}");
     assert_eq!(owner["present"]["is_error"], false, "{owner}");
+    // Presenting changed the session's resources: the client is told.
+    assert_eq!(owner["resources_list_changed"], true, "{owner}");
     // The call's result links each presented file; the session lists them.
     let text_uri = "antler://thread/shared/mnt/user-data/outputs/report.txt";
     let blob_uri = "antler://thread/shared/mnt/user-data/outputs/data.bin";

@@ -3,6 +3,8 @@
 //! MCP session (the official MCP Python SDK client, `tests/peers/mcp_serve_client.py`,
 //! with an elicitation callback) asks that client `elicitation/create` with the server's
 //! message and schema; the client's answer goes back down, and the call's result has it.
+//! The same over stdio: `antler mcp serve --user alice` joined to the running cluster
+//! relays the elicitation to its stdio client (the SDK's stdio client) and the answer back.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,8 +18,9 @@ use serde_json::{json, Value};
 
 const ALICE: &str = "alice-token-000000000001";
 
-#[test]
-fn a_downstream_elicitation_is_asked_of_the_mcp_client_and_its_answer_goes_back() {
+/// A cluster whose mcp-host runs server-everything with elicitation policy `ask`, once
+/// server-everything lists its eliciting tool.
+fn cluster() -> LeadCluster {
     let config = format!(
         "antler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n"
     );
@@ -42,19 +45,18 @@ fn a_downstream_elicitation_is_asked_of_the_mcp_client_and_its_answer_goes_back(
             .then_some(())
     });
     assert!(listed.is_some(), "server-everything did not list its tools");
-    let url = format!("http://{}/mcp", cluster.gateway());
-    let answer = json!({"action": "accept", "content": {"name": "Ada Lovelace", "check": true, "integer": 7}});
-    let r: Value = mcp_driver(|c| {
-        c.args([
-            "elicit",
-            &url,
-            ALICE,
-            "asked",
-            "everything_trigger-elicitation-request",
-            &answer.to_string(),
-        ])
-    });
-    // The client was asked once, with the server's schema.
+    cluster
+}
+
+const TOOL: &str = "everything_trigger-elicitation-request";
+
+fn answer() -> String {
+    json!({"action": "accept", "content": {"name": "Ada Lovelace", "check": true, "integer": 7}})
+        .to_string()
+}
+
+/// The client was asked once, with the server's schema, and its answer reached the server.
+fn assert_asked_and_answered(r: &Value) {
     let asked = r["asked"].as_array().unwrap();
     assert_eq!(asked.len(), 1, "{r}");
     assert!(
@@ -70,4 +72,25 @@ fn a_downstream_elicitation_is_asked_of_the_mcp_client_and_its_answer_goes_back(
             .contains("- Name: Ada Lovelace"),
         "{r}"
     );
+}
+
+#[test]
+fn a_downstream_elicitation_is_asked_of_the_mcp_client_and_its_answer_goes_back() {
+    let cluster = cluster();
+    let url = format!("http://{}/mcp", cluster.gateway());
+    let r: Value = mcp_driver(|c| c.args(["elicit", &url, ALICE, "asked", TOOL, &answer()]));
+    assert_asked_and_answered(&r);
+}
+
+#[test]
+fn over_stdio_a_downstream_elicitation_is_asked_of_the_client_and_answered() {
+    let cluster = cluster();
+    let runtime = cluster.runtime().display().to_string();
+    let r: Value = mcp_driver(|c| {
+        c.args(["elicit-stdio", "asked-over-stdio", TOOL, &answer()])
+            .arg(antler_tests::bin("antler"))
+            .args(["--runtime-dir", &runtime, "mcp", "serve", "--user", "alice"])
+            .env("ANTLER_SANDBOX_BASE_DIR", cluster.base())
+    });
+    assert_asked_and_answered(&r);
 }

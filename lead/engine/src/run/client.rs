@@ -6,12 +6,13 @@
 //! guardrail, the skill policy and the deferred filter apply and every call is a run
 //! event. A call its client cancels ([`RunLoop::call_from_client`]'s `cancelled`) is
 //! dropped where it is, as a run's cancel drops its step (the sandbox command is killed,
-//! the downstream MCP call cancelled), and ends with [`CALL_CANCELLED`] as its error
-//! result. [`RunLoop::end_client_session`] releases the sandbox and records the end.
+//! the downstream MCP call cancelled, a `task`'s subagent cancelled on its worker), and
+//! ends with [`CALL_CANCELLED`] as its error result. [`RunLoop::end_client_session`] releases the sandbox and records the end.
 
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::catalog::builtins::TASK;
 use crate::catalog::ToolSpec;
 use crate::middleware::deferred::RoutingBeforeFilter;
 use crate::middleware::error_message;
@@ -74,6 +75,12 @@ impl RunLoop {
             .any(|m| matches!(m, Message::Tool { tool_call_id, .. } if *tool_call_id == call.id));
         if was_cancelled && !answered {
             tracing::info!(run = %self.context.run_id, call = %call.id, "the client cancelled its call");
+            // Dropping a task's future leaves its subagent running on the worker (a lead
+            // that lost its stream re-attaches to it): the worker is told to stop it. The
+            // session's calls run one at a time, so the run's only task is this one.
+            if let (Some(delegator), true) = (&self.delegator, call.name == TASK) {
+                delegator.cancel_run(&self.context.run_id);
+            }
             self.lifecycle(ToolState::Returned, &call.name, Some(&call.id));
             self.emit(RunEvent::ToolFinished {
                 name: call.name.clone(),

@@ -4,7 +4,9 @@
 //! the thread's directories; the run recorded), but with no model of its own and no system
 //! prompt: the client's model drives it through `RunLoop::call_from_client`. Its record's
 //! model is [`CLIENT_SESSION_LABEL`], so a lead that restarts never drives it with a model:
-//! it ends it (`resume`).
+//! it ends it (`resume`). When the cluster has workers and `subagents.enabled`, it gets a
+//! run's delegator (`task` on the workers); its subagents run with the model a run of the
+//! principal would (the custom agent's, else `models:`' first).
 
 use std::sync::Arc;
 
@@ -12,7 +14,8 @@ use antler_engine::catalog::Catalog;
 use antler_engine::{AgentContext, RunLoop, SkillStore, ThreadState, UnavailableModel};
 
 use super::catalog::assembly_request;
-use super::{check_id, PrepareError, RunEnv};
+use super::model::model_for;
+use super::{check_id, PrepareError, RunEnv, MODEL_PREFIX};
 use crate::agents::profile::AgentProfile;
 use crate::runs::store::RunRecord;
 
@@ -81,16 +84,30 @@ impl RunEnv {
         self.wait_for_sandbox_host().await;
         let app = self.load_config(None).await?;
         let profile = AgentProfile::load(&AgentContext::new(&self.base_dir().await?), user);
+        // The model a run of the principal's would have, handed to its subagents; without
+        // one, `task` is not offered.
+        let subagent_model = (self.dispatcher.is_some() && app.subagents.enabled)
+            .then(|| {
+                let label = format!("{MODEL_PREFIX}{}", profile.model.as_deref().unwrap_or(""));
+                model_for(&label, &app)
+                    .inspect_err(|e| {
+                        tracing::warn!(run = %run_id, "no model for the MCP session's subagents, task is not offered: {e}");
+                    })
+                    .ok()
+            })
+            .flatten();
         // Nobody answers a clarification in the middle of a client's call.
         let mut request = assembly_request(None, None, false, false, profile.tool_groups.clone());
-        request.builtins.subagent_enabled = false;
+        request.builtins.subagent_enabled = subagent_model.is_some();
         request.principal = antler_engine::catalog::Principal {
             user: Some(user.to_owned()),
             role: role.map(str::to_owned),
             agent: None,
         };
         let mut warnings = Vec::new();
-        let (catalog, _denied) = self.catalog(&app, false, request, &mut warnings).await?;
+        let (catalog, _denied) = self
+            .catalog(&app, false, request.clone(), &mut warnings)
+            .await?;
         for warning in &warnings {
             tracing::warn!(run = %run_id, "{warning}");
         }
@@ -98,6 +115,7 @@ impl RunEnv {
             .context(&app, run_id, user, thread, false, None, false, false)
             .await?;
         context.agent.role = role.map(str::to_owned);
+        context.agent.subagents = subagent_model.is_some();
         let mut settings = self.settings(&app, &context, &profile, None)?;
         // The client presents nothing to settle against.
         settings.settle = false;
@@ -106,8 +124,19 @@ impl RunEnv {
             reason: NO_MODEL.to_owned(),
         });
         let skills = settings.skills.clone();
+        let delegator = subagent_model.and_then(|subagent_model| {
+            self.delegator(
+                &app,
+                false,
+                request,
+                &subagent_model,
+                &context,
+                &settings,
+                &profile,
+            )
+        });
         let run = self
-            .builder(context, model, &catalog, settings, None)
+            .builder(context, model, &catalog, settings, delegator)
             .model_label(CLIENT_SESSION_LABEL)
             .start_for_client(state, SESSION_TASK)
             .await?;
