@@ -11,6 +11,7 @@ tests/requirements.txt) and prints one JSON report for tests/tests/suite/mcp_ser
     mcp_serve_client.py calls URL TOKEN THREAD CALLS_JSON
     mcp_serve_client.py task URL TOKEN THREAD ARGS_JSON
     mcp_serve_client.py task-cancel URL TOKEN THREAD STARTED_FILE ARGS_JSON
+    mcp_serve_client.py task-elicit URL TOKEN THREAD ARGS_JSON ANSWER_JSON
 
 In `cancel`, the session calls bash with COMMAND (which writes STARTED_FILE, a path on
 this machine, once it runs, then sleeps), cancels the call once STARTED_FILE exists
@@ -27,7 +28,8 @@ report has each result's text and its content items (type, MIME type, data).
 In `task`, the session calls `task` with ARGS_JSON and a progress callback (the SDK sends
 `_meta.progressToken`); the report has the progress notifications and the result. In
 `task-cancel`, it cancels that call once STARTED_FILE (a path on this machine) exists,
-then calls bash.
+then calls bash. In `task-elicit`, it answers each elicitation the server forwards with
+ANSWER_JSON, as `elicit` does.
 
 In `present`, TOKEN's session writes a text and a binary file in its thread's outputs with
 bash, presents them (`present_files`, and waits for
@@ -346,17 +348,24 @@ async def calls(url, token, thread, steps):
     return report
 
 
-async def task(url, token, thread, args, started_file=None):
-    report = {"progress": [], "result": None}
+async def task(url, token, thread, args, started_file=None, answer=None):
+    report = {"progress": [], "result": None, "asked": []}
     meta = {"antler/thread": thread}
 
     async def on_progress(progress, total, message):
         report["progress"].append({"progress": progress, "total": total, "message": message})
 
+    async def on_elicitation(context, params):
+        report["asked"].append(
+            {"message": params.message, "requested_schema": params.requested_schema}
+        )
+        return types.ElicitResult(action=answer["action"], content=answer.get("content"))
+
+    elicitation = {"elicitation_callback": on_elicitation} if answer is not None else {}
     client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
     async with client:
         async with streamable_http_client(url, http_client=client) as (read, write):
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write, **elicitation) as session:
                 await session.initialize()
                 tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
                 report["tools"] = sorted(t.name for t in tools.tools)
@@ -404,6 +413,11 @@ async def main():
     if sys.argv[1] == "task":
         url, token, thread, args = sys.argv[2:6]
         print(json.dumps(await task(url, token, thread, json.loads(args))))
+        return
+    if sys.argv[1] == "task-elicit":
+        url, token, thread, args, answer = sys.argv[2:7]
+        report = await task(url, token, thread, json.loads(args), answer=json.loads(answer))
+        print(json.dumps(report))
         return
     if sys.argv[1] == "task-cancel":
         url, token, thread, started_file, args = sys.argv[2:7]

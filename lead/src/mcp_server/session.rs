@@ -4,7 +4,9 @@
 //! its own; from then on the session is bound to that thread. Its messages run one at a
 //! time (a call's result is merged before the next call starts), and its sandbox lease is
 //! renewed while the session lives; the run manager keeps the run beside its own (its
-//! events and metrics). [`End`] releases the sandbox, records the run's end and stops the
+//! events and metrics). What the run asks or reports during a call (a downstream
+//! elicitation, its own or its subagent's; a subagent's steps) goes to the handler as a
+//! [`Notice`]. [`End`] releases the sandbox, records the run's end and stops the
 //! actor.
 
 use std::sync::Arc;
@@ -12,7 +14,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use antler_engine::catalog::builtins::VIEW_IMAGE;
 use antler_engine::catalog::ToolSpec;
-use antler_engine::{Message as ThreadMessage, RunEvent, RunLoop, ToolCall};
+use antler_engine::{Message as ThreadMessage, RunEvent, RunLoop, TaskEvent, ToolCall};
 
 use antler_protocol::messages::FileContent;
 
@@ -214,6 +216,22 @@ impl McpSession {
                             id,
                             message,
                             requested_schema,
+                            ..
+                        } => Some(Notice::Ask(Ask {
+                            run_id: asking.clone(),
+                            id: id.clone(),
+                            message: message.clone(),
+                            requested_schema: requested_schema.clone(),
+                        })),
+                        // A subagent's downstream server asks too: answered as the run's.
+                        RunEvent::Task {
+                            task:
+                                TaskEvent::TaskElicitation {
+                                    id,
+                                    message,
+                                    requested_schema,
+                                    ..
+                                },
                             ..
                         } => Some(Notice::Ask(Ask {
                             run_id: asking.clone(),

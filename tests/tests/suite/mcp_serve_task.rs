@@ -7,13 +7,16 @@
 //! then the subagent's answer; the subagent's bash ran in the session thread's sandbox;
 //! the task is in the session run's events. A `task` call the client cancels stops the
 //! subagent's work on the worker (its sandbox command is killed), ends cancelled in the
-//! run's events, and the session's next call works.
+//! run's events, and the session's next call works. A downstream server's elicitation
+//! during the subagent's call (server-everything, policy `ask`) is asked of the MCP client
+//! and its answer reaches the server.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
 use crate::lead_support::{http_full, LeadCluster};
+use crate::mcp_support::npm_bin;
 use crate::model_support::{recording_server_by, RecordingServer, Reply};
 use crate::suite::mcp_serve::mcp_driver;
 use antler_tests::wait_for;
@@ -23,8 +26,8 @@ const ALICE: &str = "alice-token-000000000001";
 /// The subagent's last answer, once its bash call came back.
 const ANSWER: &str = "The subagent wrote the note.";
 
-/// A model that has the subagent call bash with `command`, then answer [`ANSWER`].
-fn model(command: &'static str) -> RecordingServer {
+/// A model that has the subagent call `tool` with `args`, then answer [`ANSWER`].
+fn model_calling(tool: &'static str, args: Value) -> RecordingServer {
     recording_server_by(move |request, _| {
         let called = request["messages"]
             .as_array()
@@ -32,17 +35,30 @@ fn model(command: &'static str) -> RecordingServer {
         if called {
             Reply::text(ANSWER)
         } else {
-            Reply::call("bash", json!({"description": "work", "command": command}))
+            Reply::call(tool, args.clone())
         }
     })
 }
 
-fn cluster(model: &RecordingServer) -> LeadCluster {
-    let config = format!(
+/// A model that has the subagent call bash with `command`, then answer [`ANSWER`].
+fn model(command: &'static str) -> RecordingServer {
+    model_calling("bash", json!({"description": "work", "command": command}))
+}
+
+fn config(model: &RecordingServer) -> String {
+    format!(
         "models:\n  - name: rec\n    use: langchain_openai:ChatOpenAI\n    model: recorded\n    base_url: {}\n    api_key: sk-x\ntools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nsubagents:\n  enabled: true\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n",
         model.base_url
-    );
-    LeadCluster::up_with_workers(&config, &[], &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")], 1)
+    )
+}
+
+fn cluster(model: &RecordingServer) -> LeadCluster {
+    LeadCluster::up_with_workers(
+        &config(model),
+        &[],
+        &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")],
+        1,
+    )
 }
 
 fn task_args() -> String {
@@ -217,5 +233,60 @@ fn a_task_the_client_cancels_stops_the_subagents_work() {
             .iter()
             .any(|q| q.to_string().contains("\"role\":\"tool\"")),
         "the subagent went on after its bash call"
+    );
+}
+
+#[test]
+fn a_subagents_downstream_elicitation_is_asked_of_the_mcp_client() {
+    const TOOL: &str = "everything_trigger-elicitation-request";
+    let model = model_calling(TOOL, json!({}));
+    let servers = json!({"mcpServers": {"everything": {
+        "type": "stdio",
+        "command": npm_bin("mcp-server-everything").display().to_string(),
+        "args": ["stdio"],
+        "elicitation": "ask",
+    }}});
+    let cluster = LeadCluster::up_with_workers(
+        &config(&model),
+        &[("extensions_config.json", &servers.to_string())],
+        &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")],
+        1,
+    );
+    // server-everything adds its eliciting tool once it knows its client can answer.
+    let listed = wait_for(Duration::from_secs(30), || {
+        let out = antler_tests::antler(&cluster.runtime(), &["mcp", "status", "--json"]);
+        let list: Value = serde_json::from_slice(&out.stdout).ok()?;
+        list.as_array()?
+            .iter()
+            .any(|s| s["name"] == "everything" && s["tools"] == 15)
+            .then_some(())
+    });
+    assert!(listed.is_some(), "server-everything did not list its tools");
+    let url = format!("http://{}/mcp", cluster.gateway());
+    let answer = json!({"action": "accept", "content": {"name": "Ada Lovelace", "check": true, "integer": 7}});
+    let r: Value = mcp_driver(|c| {
+        c.args(["task-elicit", &url, ALICE, "asking"])
+            .arg(task_args())
+            .arg(answer.to_string())
+    });
+    // The client was asked once, with the server's schema, and the task went on.
+    let asked = r["asked"].as_array().unwrap();
+    assert_eq!(asked.len(), 1, "{r}");
+    assert!(
+        asked[0]["requested_schema"]["properties"]["name"].is_object(),
+        "{r}"
+    );
+    assert_eq!(r["result"]["is_error"], false, "{r}");
+    assert!(
+        r["result"]["text"].as_str().unwrap().contains(ANSWER),
+        "{r}"
+    );
+    // The answer reached the server: the subagent's tool result has it.
+    let requests = model.requests.lock().unwrap().clone();
+    assert!(
+        requests
+            .iter()
+            .any(|q| q.to_string().contains("- Name: Ada Lovelace")),
+        "{requests:?}"
     );
 }
