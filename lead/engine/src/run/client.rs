@@ -7,7 +7,8 @@
 //! event. A call its client cancels ([`RunLoop::call_from_client`]'s `cancelled`) is
 //! dropped where it is, as a run's cancel drops its step (the sandbox command is killed,
 //! the downstream MCP call cancelled, a `task`'s subagent cancelled on its worker), and
-//! ends with [`CALL_CANCELLED`] as its error result. [`RunLoop::end_client_session`] releases the sandbox and records the end.
+//! ends with [`CALL_CANCELLED`] as its error result. [`RunLoop::end_client_session`]
+//! releases the sandbox and records the end.
 
 use std::future::Future;
 use std::sync::Arc;
