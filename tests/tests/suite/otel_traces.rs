@@ -172,7 +172,7 @@ tool_search:
 sandbox:
   use: deerflow.community.aio_sandbox:AioSandboxProvider
 antler:
-  workers: 0
+  workers: 1
   telemetry:
     otlp_endpoint: http://127.0.0.1:{port}
 "#
