@@ -7,7 +7,11 @@ use std::{
 };
 
 use antler_lead::commands::{self, Ctx};
-use antler_protocol::{host, runtime_dir::RuntimeDir};
+use antler_protocol::{
+    config::{load_app_config, process_env, resolve_app_config_path, LogLevel},
+    host,
+    runtime_dir::RuntimeDir,
+};
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -75,6 +79,8 @@ fn main() -> ExitCode {
             .clone()
             .unwrap_or_else(RuntimeDir::default_path),
     };
+    // Before any thread starts: the hosts a cluster started here inherit the level.
+    adopt_log_level(cli.command.config());
     match cli.command {
         // `cluster init` touches no runtime directory.
         Command::ClusterMode(_) => host::init_tracing(),
@@ -82,9 +88,13 @@ fn main() -> ExitCode {
         // logs/antler.log.
         Command::Cluster(commands::cluster::ClusterCommand::Up { ref config, .. }) => {
             let runtime_dir = commands::runtime_dir_of(&ctx.runtime_dir, config.as_deref());
-            init_command_logs(&runtime_dir, FOREGROUND_TERMINAL_LOG)
+            init_command_logs(&runtime_dir, FOREGROUND_TERMINAL_LOG, host::log_level())
         }
-        _ => init_command_logs(&ctx.runtime_dir, COMMAND_TERMINAL_LOG),
+        _ => init_command_logs(
+            &ctx.runtime_dir,
+            COMMAND_TERMINAL_LOG,
+            host::log_level().max(LogLevel::Warning),
+        ),
     }
     if let Some(path) = &cli.extensions {
         if !path.is_file() {
@@ -108,6 +118,9 @@ fn main() -> ExitCode {
         Command::Threads(args) => commands::threads::run(&ctx, args),
         Command::Chaos(args) => commands::chaos::run(&ctx, args),
     };
+    // Every command's way out (a run's end, `up` after SIGTERM or ctrl-c): the spans
+    // of this process (an ephemeral cluster's lead, `up`'s) not exported yet go now.
+    host::finish_telemetry();
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -117,8 +130,39 @@ fn main() -> ExitCode {
     }
 }
 
+impl Command {
+    /// The config.yaml this command names with `--config`, if it takes one.
+    fn config(&self) -> Option<&Path> {
+        match self {
+            Command::Cluster(commands::cluster::ClusterCommand::Up { config, .. }) => {
+                config.as_deref()
+            }
+            Command::Run(args) => args.config.as_deref(),
+            Command::Threads(args) => args.config.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// config.yaml's `log_level` (the file `config` names, else the one the usual rules
+/// find) becomes this process's and its hosts' ([`host::LOG_LEVEL_ENV`]). A config that
+/// does not load is left to the command to report.
+fn adopt_log_level(config: Option<&Path>) {
+    let Some(level) = std::env::current_dir()
+        .ok()
+        .and_then(|cwd| resolve_app_config_path(config, &cwd, &process_env).ok())
+        .flatten()
+        .and_then(|path| load_app_config(&path).ok())
+        .filter(|loaded| loaded.value.other.contains_key("log_level"))
+        .map(|loaded| loaded.value.log_level())
+    else {
+        return;
+    };
+    std::env::set_var(host::LOG_LEVEL_ENV, level.directive());
+}
+
 /// What a command shows on the terminal unless `RUST_LOG` says otherwise: warnings and
-/// errors beside its own output.
+/// errors beside its own output (errors only with `log_level: error`).
 const COMMAND_TERMINAL_LOG: &str = "warn";
 /// What `antler up` in the foreground shows: its INFO log (actix-server's count of HTTP
 /// threads, which reads like a count of subagent workers, left out).
@@ -126,14 +170,14 @@ const FOREGROUND_TERMINAL_LOG: &str = "info,actix_server=warn";
 /// What goes to `logs/antler.log`.
 const FILE_LOG: &str = "info,actix_server=warn";
 
-/// Logs of a command: the terminal shows `terminal_default` (or what `RUST_LOG` asks
-/// for); everything from INFO up, the cluster this command may start (or `up` runs)
-/// included, goes to `logs/antler.log` in the runtime directory. OAuth secrets are never
-/// logged ([`host::secret_cap`]).
-fn init_command_logs(runtime_dir: &Path, terminal_default: &str) {
-    use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt, EnvFilter};
-    let terminal =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(terminal_default));
+/// Logs of a command: the terminal shows `terminal_default` with Antler's own lines at
+/// `terminal_level` (or what `RUST_LOG` asks for); everything from INFO up (Antler's own
+/// lines from `log_level` up, whatever `RUST_LOG` says), the cluster this command may
+/// start (or `up` runs) included, goes to `logs/antler.log` in the runtime directory.
+/// OAuth secrets are never logged ([`host::secret_cap`]).
+fn init_command_logs(runtime_dir: &Path, terminal_default: &str, terminal_level: LogLevel) {
+    use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt};
+    let terminal = host::log_filter(terminal_default, terminal_level);
     let file = RuntimeDir::open(runtime_dir).ok().and_then(|rd| {
         let dir = rd.root().join("logs");
         std::fs::create_dir_all(&dir).ok()?;
@@ -143,8 +187,13 @@ fn init_command_logs(runtime_dir: &Path, terminal_default: &str) {
             .open(dir.join("antler.log"))
             .ok()
     });
-    let file_layer =
-        file.map(|f| host::log_layer(std::sync::Mutex::new(f), false, EnvFilter::new(FILE_LOG)));
+    let file_layer = file.map(|f| {
+        host::log_layer(
+            std::sync::Mutex::new(f),
+            false,
+            host::level_filter(FILE_LOG, host::log_level()),
+        )
+    });
     let _ = tracing_subscriber::registry()
         .with(host::secret_cap())
         .with(host::log_layer(

@@ -97,7 +97,7 @@ fn main() -> anyhow::Result<()> {
         .map(oauth::share::Sealer::from_file)
         .transpose()?;
     let system = actix::System::new();
-    system.block_on(async move {
+    let served = system.block_on(async move {
         let broker = oauth::OAuthBroker::sharing(cli.data_dir.clone(), sealer);
         let registry = registry::McpRegistry::new(path.clone(), broker.clone()).start();
         if let Some(path) = path {
@@ -125,6 +125,9 @@ fn main() -> anyhow::Result<()> {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         result
-    })?;
+    });
+    // The spans of the drain and of the servers' stop included.
+    host::finish_telemetry();
+    served?;
     Ok(())
 }

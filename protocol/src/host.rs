@@ -14,6 +14,7 @@ use std::{
 use futures::future::BoxFuture;
 
 use crate::{
+    config::LogLevel,
     connection::{Call, ConnectionConfig, InFlight, Service},
     envelope::RemoteError,
     handshake::{Identity, Role},
@@ -325,6 +326,21 @@ fn may_log(meta: &tracing::Metadata<'_>) -> bool {
         })
 }
 
+/// The most a process's exit waits for its last spans to be exported (a dead or slow
+/// collector costs at most this).
+pub const TELEMETRY_FLUSH_DEADLINE: Duration = Duration::from_secs(3);
+
+/// Exports this process's spans not sent yet, within [`TELEMETRY_FLUSH_DEADLINE`]: every
+/// process calls it on its way out.
+pub fn finish_telemetry() {
+    if !crate::telemetry::shutdown(TELEMETRY_FLUSH_DEADLINE) {
+        tracing::warn!(
+            deadline_s = TELEMETRY_FLUSH_DEADLINE.as_secs(),
+            "the last spans were not exported in time"
+        );
+    }
+}
+
 /// Starts exporting this host's spans as `{service}-{role}` when an OTLP endpoint is
 /// configured (`antler.telemetry` of `section`, else the environment the lead gave it);
 /// nothing otherwise (docs/telemetry.md).
@@ -381,13 +397,50 @@ where
     }
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`) under [`secret_cap`]; colours
-/// only on a terminal, so a log file reads as plain text; JSON lines when [`json_logs`].
+/// The variable that carries config.yaml's `log_level` from the lead to the hosts it
+/// starts (any DeerFlow level name; [`log_level`]).
+pub const LOG_LEVEL_ENV: &str = "ANTLER_LOG_LEVEL";
+
+/// The target prefix of every Antler crate (`antler`, `antler_lead`, `antler_engine`,
+/// `antler_protocol`, the hosts'): what `log_level` sets.
+const OWN_TARGETS: &str = "antler";
+
+/// The `log_level` this process logs at: [`LOG_LEVEL_ENV`], else DeerFlow's `info`.
+pub fn log_level() -> LogLevel {
+    std::env::var(LOG_LEVEL_ENV)
+        .ok()
+        .and_then(|v| LogLevel::parse(&v))
+        .unwrap_or_default()
+}
+
+/// The filter of a log: `RUST_LOG` when it is set (it wins), else `base` with Antler's
+/// own lines at `level` (other libraries keep `base`, as DeerFlow's `log_level` sets only
+/// its own loggers).
+pub fn log_filter(base: &str, level: LogLevel) -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| level_filter(base, level))
+}
+
+/// `base` with Antler's own lines at `level`, whatever `RUST_LOG` says (the lead's
+/// `logs/antler.log`).
+pub fn level_filter(base: &str, level: LogLevel) -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::new(format!("{base},{OWN_TARGETS}={}", level.directive()))
+}
+
+/// Whether `name` is a variable that configures Antler's own processes (`OTEL_*` of
+/// telemetry, `RUST_LOG`, [`LOG_FORMAT_ENV`], [`LOG_LEVEL_ENV`]): a command or server a
+/// host starts never inherits one; only its own configured environment can set it.
+pub fn is_own_variable(name: &str) -> bool {
+    name.starts_with("OTEL_") || [LOG_FORMAT_ENV, LOG_LEVEL_ENV, "RUST_LOG"].contains(&name)
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`, Antler's own lines at
+/// [`log_level`]) under [`secret_cap`]; colours only on a terminal, so a log file reads
+/// as plain text; JSON lines when [`json_logs`].
 pub fn init_tracing() {
     use std::io::IsTerminal;
     use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt};
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = log_filter("info", log_level());
     let _ = tracing_subscriber::registry()
         .with(secret_cap())
         .with(log_layer(
@@ -442,6 +495,70 @@ mod tests {
         assert_eq!(lines[0]["fields"]["message"], "task started");
         assert_eq!(lines[0]["fields"]["run"], "r-1");
         assert!(lines[0]["timestamp"].is_string());
+    }
+
+    #[test]
+    fn log_level_sets_antlers_own_lines_and_leaves_the_libraries_at_the_base() {
+        use super::LogLevel;
+        let logged = |level: LogLevel| {
+            let out = Buffer::default();
+            let writer = out.clone();
+            let subscriber = tracing_subscriber::registry().with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(move || writer.clone())
+                    .with_filter(super::level_filter("info", level)),
+            );
+            tracing::subscriber::with_default(subscriber, || {
+                tracing::debug!(target: "antler_lead::run", "own-debug");
+                tracing::info!(target: "antler_protocol", "own-info");
+                tracing::error!(target: "antler", "own-error");
+                tracing::debug!(target: "hyper", "lib-debug");
+                tracing::info!(target: "rmcp", "lib-info");
+            });
+            let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+            [
+                "own-debug",
+                "own-info",
+                "own-error",
+                "lib-debug",
+                "lib-info",
+            ]
+            .into_iter()
+            .filter(|line| text.contains(line))
+            .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            logged(LogLevel::Debug),
+            ["own-debug", "own-info", "own-error", "lib-info"]
+        );
+        assert_eq!(
+            logged(LogLevel::Info),
+            ["own-info", "own-error", "lib-info"]
+        );
+        assert_eq!(logged(LogLevel::Error), ["own-error", "lib-info"]);
+    }
+
+    #[test]
+    fn the_processes_own_variables_are_told_apart() {
+        for own in [
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "OTEL_BSP_SCHEDULE_DELAY",
+            "ANTLER_LOG_FORMAT",
+            "ANTLER_LOG_LEVEL",
+            "RUST_LOG",
+        ] {
+            assert!(super::is_own_variable(own), "{own}");
+        }
+        for other in [
+            "PATH",
+            "HOME",
+            "OPENAI_API_KEY",
+            "ANTLER_CONFIG",
+            "MY_OTEL_X",
+        ] {
+            assert!(!super::is_own_variable(other), "{other}");
+        }
     }
 
     #[test]

@@ -146,12 +146,24 @@ pub fn enabled() -> bool {
     TRACER.get().is_some()
 }
 
-/// Exports the spans not sent yet and stops the exporter (at the process's end).
-pub fn shutdown() {
-    if let Some(exporting) = TRACER.get() {
-        let _ = exporting.provider.force_flush();
-        let _ = exporting.provider.shutdown();
-    }
+/// Exports the spans not sent yet and stops the exporter (at the process's end), waiting
+/// at most `deadline`: the export runs on a thread of its own, so a collector that does
+/// not answer cannot hold the exit. Whether it finished in time (`true` when off).
+pub fn shutdown(deadline: Duration) -> bool {
+    let Some(exporting) = TRACER.get() else {
+        return true;
+    };
+    let provider = exporting.provider.clone();
+    let (done, finished) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("otlp-flush".into())
+        .spawn(move || {
+            // Shutting down flushes the batch first; the second shutdown of a process
+            // (an error path after an orderly one) has nothing left to send.
+            let _ = provider.shutdown_with_timeout(deadline);
+            let _ = done.send(());
+        });
+    spawned.is_ok() && finished.recv_timeout(deadline).is_ok()
 }
 
 /// The trace the current task runs in, if it runs in one.

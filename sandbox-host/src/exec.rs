@@ -167,6 +167,17 @@ fn run_inner(req: &ExecRequest, jobs: &Jobs, started: &Started) -> std::io::Resu
     }
     if req.clear_env {
         cmd.env_clear();
+    } else {
+        // The variables that configure this process (its traces, its logs) are not the
+        // command's; the command's own `env` can still set them.
+        for (name, _) in std::env::vars_os() {
+            if name
+                .to_str()
+                .is_some_and(antler_protocol::host::is_own_variable)
+            {
+                cmd.env_remove(name);
+            }
+        }
     }
     cmd.envs(req.env.iter().map(|(k, v)| (k, v)));
     if let Some(cwd) = &req.cwd {
@@ -280,6 +291,21 @@ mod tests {
             timeout_ms,
             max_capture: MAX_CAPTURE_BYTES,
         }
+    }
+
+    #[test]
+    fn the_hosts_own_variables_stay_with_it_unless_the_command_sets_them() {
+        // Names no other test reads; set before this test's command starts.
+        std::env::set_var("OTEL_EXEC_TEST_LEAK", "host-only");
+        std::env::set_var("OTEL_EXEC_TEST_SET", "host-value");
+        std::env::set_var("EXEC_TEST_KEPT", "kept");
+        let mut r = req(
+            "echo \"leak=${OTEL_EXEC_TEST_LEAK-unset} set=${OTEL_EXEC_TEST_SET-unset} kept=${EXEC_TEST_KEPT-unset}\"",
+            5_000,
+        );
+        r.env = vec![("OTEL_EXEC_TEST_SET".into(), "configured".into())];
+        let o = run(&r, &jobs()).expect("run");
+        assert_eq!(o.stdout, "leak=unset set=configured kept=kept\n");
     }
 
     #[test]

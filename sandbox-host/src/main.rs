@@ -130,7 +130,7 @@ fn main() -> anyhow::Result<()> {
     let cgroups = settings.cgroups.clone();
     let volumes = settings.volumes.clone();
     let system = actix::System::new();
-    system.block_on(async move {
+    let served = system.block_on(async move {
         let base_dir = settings.base_dir.clone();
         let pool = SandboxPool::new(settings, verdict).start();
         let handler = Arc::new(SandboxService::new(pool.clone(), base_dir, acp_agents));
@@ -144,6 +144,9 @@ fn main() -> anyhow::Result<()> {
             let _ = tokio::task::spawn_blocking(move || volumes.unmount_all()).await;
         }
         served
-    })?;
+    });
+    // The spans of the drain and of the pool's shutdown included.
+    host::finish_telemetry();
+    served?;
     Ok(())
 }

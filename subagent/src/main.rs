@@ -60,6 +60,7 @@ async fn orphan_watch(lead_socket: std::path::PathBuf) {
         let since = *alone_since.get_or_insert_with(std::time::Instant::now);
         if since.elapsed() >= ORPHAN_GRACE {
             tracing::warn!("the lead is gone and none came back; exiting");
+            host::finish_telemetry();
             std::process::exit(0);
         }
     }
@@ -71,7 +72,7 @@ fn main() -> anyhow::Result<()> {
     host::init_telemetry("subagent", None);
     antler_protocol::sys::start_heap_trimmer();
     let system = actix::System::new();
-    system.block_on(async move {
+    let served = system.block_on(async move {
         let token = cli.host.token()?;
         let node_id = cli
             .host
@@ -98,6 +99,8 @@ fn main() -> anyhow::Result<()> {
             Duration::from_secs(cli.keep_results_s),
         ));
         host::serve(Role::Subagent, cli.host, handler).await
-    })?;
+    });
+    host::finish_telemetry();
+    served?;
     Ok(())
 }

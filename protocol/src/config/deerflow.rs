@@ -53,6 +53,44 @@ const OWN_STORE: &str = "Antler keeps runs, their checkpoints and events, thread
 /// DeerFlow's default `max_recursion_limit`.
 pub const DEFAULT_MAX_RECURSION_LIMIT: u64 = 1000;
 
+/// What a bad `log_level` is told: DeerFlow's level names (Python's, any case).
+const LOG_LEVEL_EXPECTED: &str = "expected one of debug, info, warning, error, critical";
+
+/// `log_level:` (DeerFlow's `logging_level_from_config`): the level of Antler's own log
+/// lines (the `antler*` targets); other libraries' lines keep their default, as DeerFlow
+/// sets only its own loggers. `critical` is `error`: tracing has no level above it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Debug,
+    #[default]
+    Info,
+    Warning,
+    Error,
+}
+
+impl LogLevel {
+    /// A DeerFlow level name, any case (`warn` and `fatal` are Python's aliases).
+    pub fn parse(name: &str) -> Option<LogLevel> {
+        Some(match name.trim().to_ascii_lowercase().as_str() {
+            "debug" => LogLevel::Debug,
+            "info" => LogLevel::Info,
+            "warning" | "warn" => LogLevel::Warning,
+            "error" | "critical" | "fatal" => LogLevel::Error,
+            _ => return None,
+        })
+    }
+
+    /// The level's name in a tracing filter directive.
+    pub fn directive(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warning => "warn",
+            LogLevel::Error => "error",
+        }
+    }
+}
+
 /// `loop_detection:` (spec C.7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -338,6 +376,16 @@ impl AppConfig {
         self.section("input_polish")
     }
 
+    /// `log_level` (DeerFlow's default `info`): the detail of Antler's own log lines in
+    /// every process when `RUST_LOG` is unset.
+    pub fn log_level(&self) -> LogLevel {
+        self.other
+            .get("log_level")
+            .and_then(Value::as_str)
+            .and_then(LogLevel::parse)
+            .unwrap_or_default()
+    }
+
     /// `max_recursion_limit` (DeerFlow's default 1000): the most model turns a run may take.
     pub fn max_recursion_limit(&self) -> u64 {
         self.other
@@ -377,7 +425,7 @@ const NO_CHANNELS: &str =
 
 /// The switches refused at the value that asks for what Antler lacks.
 const SWITCHES: &[Switch] = &[
-    ("logging", &["enhance", "enabled"], true, "Antler has no request-trace correlation headers; each run's events carry its run id and the lead's log is `logs/antler.log` (RUST_LOG sets its detail)"),
+    ("logging", &["enhance", "enabled"], true, "Antler has no request-trace correlation headers; each run's events carry its run id and the lead's log is `logs/antler.log` (`log_level` or RUST_LOG sets its detail)"),
     ("token_usage", &["enabled"], false, "Antler always records token usage (the run's `model_finished` events and its view); it cannot be turned off"),
     ("tool_progress", &["enabled"], true, "Antler has no tool-progress state machine; repeated calls are caught by loop detection (`loop_detection:`) and failing tools by its tool-error handling"),
     ("agents_api", &["enabled"], true, "Antler has no HTTP API for custom agents' SOUL.md/USER.md; agents are made with `antler run --bootstrap` (setup_agent) and edited by `update_agent`"),
@@ -600,11 +648,8 @@ impl Findings<'_> {
     }
 
     fn log_level(&mut self, value: &Value) {
-        let level = value.as_str().map(|l| l.trim().to_ascii_lowercase());
-        match level.as_deref() {
-            Some("info") => {}
-            Some("debug" | "warning" | "warn" | "error" | "critical") => self.refuse(&[], "Antler's log detail is set by RUST_LOG (e.g. RUST_LOG=debug); `log_level` accepts only DeerFlow's default `info`"),
-            _ => self.invalid(&[], "expected one of debug, info, warning, error"),
+        if value.as_str().and_then(LogLevel::parse).is_none() {
+            self.invalid(&[], LOG_LEVEL_EXPECTED);
         }
     }
 

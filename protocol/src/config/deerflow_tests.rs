@@ -138,7 +138,11 @@ fn a_value_asking_for_what_antler_lacks_is_refused_naming_the_key_and_the_altern
             "logging.enhance.enabled",
             "RUST_LOG",
         ),
-        ("log_level: debug\n", "log_level", "RUST_LOG=debug"),
+        (
+            "log_level: verbose\n",
+            "log_level",
+            "debug, info, warning, error, critical",
+        ),
         (
             "token_usage: {enabled: false}\n",
             "token_usage.enabled",
@@ -202,4 +206,21 @@ fn read_before_write_is_read_and_the_storage_sections_take_only_antlers_store() 
         let error = refused(text);
         assert!(error.contains(key), "{text}: {error}");
     }
+}
+
+#[test]
+fn log_level_takes_deerflows_names_in_any_case() {
+    for (text, level) in [
+        ("log_level: debug\n", LogLevel::Debug),
+        ("log_level: INFO\n", LogLevel::Info),
+        ("log_level: warning\n", LogLevel::Warning),
+        ("log_level: warn\n", LogLevel::Warning),
+        ("log_level: error\n", LogLevel::Error),
+        ("log_level: CRITICAL\n", LogLevel::Error),
+        ("max_recursion_limit: 3\n", LogLevel::Info),
+    ] {
+        assert_eq!(parse(text).unwrap().0.log_level(), level, "{text}");
+    }
+    let message = refused("log_level: 10\n");
+    assert!(message.contains("log_level"), "{message}");
 }

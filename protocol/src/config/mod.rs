@@ -45,8 +45,8 @@ pub use context::{
     DEFAULT_TITLE_PROMPT,
 };
 pub use deerflow::{
-    InputPolishConfig, LoopDetectionConfig, SuggestionsConfig, ToolFreqOverride, ToolOutputConfig,
-    DEFAULT_MAX_RECURSION_LIMIT, MAX_SUGGESTIONS_LIMIT, TOOL_RESULTS_SUBDIR,
+    InputPolishConfig, LogLevel, LoopDetectionConfig, SuggestionsConfig, ToolFreqOverride,
+    ToolOutputConfig, DEFAULT_MAX_RECURSION_LIMIT, MAX_SUGGESTIONS_LIMIT, TOOL_RESULTS_SUBDIR,
 };
 pub use diagnostics::{
     CheckReport, ConfigError, ConfigKind, ConfigWarning, FieldError, FieldPath, Location,

@@ -1,13 +1,30 @@
 //! A stdio MCP server's environment (issue 10, item 4): the real server-everything's
 //! `get-env` tool shows only the MCP SDK's default variables (`HOME`, `LOGNAME`, `PATH`,
 //! `SHELL`, `TERM`, `USER`) plus what the server's `env` configures, never the operator's
-//! secrets, on the base session and on a pooled (user, thread) session alike.
+//! secrets, on the base session and on a pooled (user, thread) session alike. The
+//! variables that configure Antler's own processes (`OTEL_*`, `RUST_LOG`,
+//! `ANTLER_LOG_FORMAT`, `ANTLER_LOG_LEVEL`) stay with them too, unless the server's `env`
+//! sets one.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::mcp_support::{npm_bin, McpCluster};
 use serde_json::{json, Map, Value};
 
 const SECRET: &str = "sk-secret-item4-do-not-leak";
+/// An OTLP header the operator gives Antler's exporters (a collector's key).
+const OTEL_SECRET: &str = "authorization=Bearer otel-secret-do-not-leak";
+/// The variables of Antler's processes in mcp-host's environment.
+const OWN: &[(&str, &str)] = &[
+    ("OTEL_EXPORTER_OTLP_HEADERS", OTEL_SECRET),
+    (
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "deployment.environment=antler-host",
+    ),
+    ("OTEL_BSP_SCHEDULE_DELAY", "1000"),
+    ("ANTLER_LOG_FORMAT", "text"),
+    ("ANTLER_LOG_LEVEL", "warning"),
+    ("RUST_LOG", "warn"),
+];
 const INHERITED: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
 
 /// The server's environment as `get-env` reports it.
@@ -37,12 +54,25 @@ fn assert_clean(env: &Map<String, Value>, extra_allowed: &[&str]) {
         "the secret reached the server: {text}"
     );
     assert!(!env.contains_key("OPENAI_API_KEY"), "{text}");
+    assert!(
+        !text.contains("otel-secret"),
+        "the OTLP header reached the server: {text}"
+    );
+    for (own, _) in OWN {
+        assert!(
+            !env.contains_key(*own),
+            "the server inherited {own}: {text}"
+        );
+    }
     assert_eq!(env["ANTLER_CONFIGURED"], "configured-value", "{text}");
+    // A variable of the same kind the server's own `env` sets is its.
+    assert_eq!(env["OTEL_SERVICE_NAME"], "server-own", "{text}");
     for key in env.keys() {
         assert!(
             INHERITED.contains(&key.as_str())
                 || extra_allowed.contains(&key.as_str())
-                || key == "ANTLER_CONFIGURED",
+                || key == "ANTLER_CONFIGURED"
+                || key == "OTEL_SERVICE_NAME",
             "the server inherited {key}: {text}"
         );
     }
@@ -58,13 +88,17 @@ fn stdio_servers_get_the_sdk_default_environment_and_their_configured_env_only()
                 "type": "stdio",
                 "command": everything,
                 "args": ["stdio"],
-                "env": {"ANTLER_CONFIGURED": "configured-value"},
+                "env": {"ANTLER_CONFIGURED": "configured-value", "OTEL_SERVICE_NAME": "server-own"},
             },
         }),
         &[
-            ("OPENAI_API_KEY", SECRET),
-            ("ANTLER_UNRELATED", "host-only"),
-        ],
+            &[
+                ("OPENAI_API_KEY", SECRET),
+                ("ANTLER_UNRELATED", "host-only"),
+            ],
+            OWN,
+        ]
+        .concat(),
     );
     // The secret is in mcp-host's own environment: the server could have inherited it.
     let host = c
@@ -73,7 +107,8 @@ fn stdio_servers_get_the_sdk_default_environment_and_their_configured_env_only()
         .and_then(|p| p["pid"].as_u64())
         .expect("mcp-host pid");
     let host_env = std::fs::read(format!("/proc/{host}/environ")).expect("environ");
-    assert!(String::from_utf8_lossy(&host_env).contains(SECRET));
+    let host_env = String::from_utf8_lossy(&host_env);
+    assert!(host_env.contains(SECRET) && host_env.contains(OTEL_SECRET));
 
     let base = server_env(&c, &[]);
     assert_clean(&base, &[]);

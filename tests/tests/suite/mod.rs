@@ -32,6 +32,7 @@ mod gateway_uploads;
 mod host_bad_input;
 mod inspector_page;
 mod inspector_streaming;
+mod log_level;
 mod mcp_config_fallback;
 mod mcp_conformance;
 mod mcp_content;

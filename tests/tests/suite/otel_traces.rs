@@ -1,15 +1,19 @@
-//! Traces over OTLP into a real collector (Arize Phoenix, tests/requirements.txt): one run
-//! through a cluster with sandbox-host, mcp-host and a subagent worker makes ONE trace
-//! whose spans come from the lead, sandbox-host, mcp-host and the worker; the hosts'
-//! spans are children of the lead's tool-call spans, the model spans carry gen_ai.*.
+//! Traces over OTLP into a real collector (Arize Phoenix, tests/requirements.txt, started
+//! once for the file): one run through a cluster with sandbox-host, mcp-host and a
+//! subagent worker makes ONE trace whose spans come from the lead, sandbox-host, mcp-host
+//! and the worker; the hosts' spans are children of the lead's tool-call spans, the model
+//! spans carry gen_ai.*. A short `antler run` whose exporters wait a minute between
+//! batches still delivers its last spans (the run's, sandbox-host's): every process
+//! flushes on its way out; its model span names the vendor (`openai`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use antler_tests::wait_for;
-use serde_json::Value;
+use serde_json::{json, Value};
 
+use crate::model_support::{recording_server, run_dir, Reply, NO_MCP_SERVERS};
 use crate::subagent_support::SubagentCluster;
 
 /// Phoenix on free loopback ports, killed when dropped.
@@ -118,8 +122,131 @@ fn attr<'a>(span: &'a Value, key: &str) -> &'a Value {
 }
 
 #[test]
-fn one_run_is_one_trace_across_the_lead_and_its_hosts() {
+fn runs_are_traced_across_the_lead_and_its_hosts_and_flushed_at_exit() {
     let phoenix = Phoenix::start();
+    one_run_is_one_trace_across_the_lead_and_its_hosts(&phoenix);
+    a_short_run_delivers_its_last_spans_at_exit(&phoenix);
+}
+
+/// The spans of `run_id`'s trace, once `ready` holds for them (every process exports
+/// on its own schedule).
+fn trace_of_run(
+    phoenix: &Phoenix,
+    run_id: &str,
+    ready: impl Fn(&[Value]) -> bool,
+) -> Option<Vec<Value>> {
+    wait_for(Duration::from_secs(60), || {
+        let spans = phoenix.spans()?;
+        let run_span = spans.iter().find(|s| {
+            s["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("invoke_agent"))
+                && attr(s, "antler.run_id") == run_id
+        })?;
+        let trace_id = &run_span["context"]["trace_id"];
+        let in_trace: Vec<Value> = spans
+            .iter()
+            .filter(|s| s["context"]["trace_id"] == *trace_id)
+            .cloned()
+            .collect();
+        ready(&in_trace).then_some(in_trace)
+    })
+}
+
+/// A config.yaml for a short run against the recording model server at `base_url`,
+/// exporting to `port`.
+fn short_run_config(base_url: &str, port: u16) -> String {
+    format!(
+        r#"
+models:
+  - name: gpt
+    use: langchain_openai:ChatOpenAI
+    model: gpt-4o-mini
+    base_url: {base_url}
+tools:
+  - name: write_file
+    group: file:write
+    use: deerflow.sandbox.tools:write_file_tool
+tool_search:
+  enabled: false
+sandbox:
+  use: deerflow.community.aio_sandbox:AioSandboxProvider
+antler:
+  workers: 1
+  telemetry:
+    otlp_endpoint: http://127.0.0.1:{port}
+"#
+    )
+}
+
+/// A short `antler run` (its own ephemeral cluster) whose processes export only once a
+/// minute: the spans that end last (the run's `invoke_agent`, sandbox-host's) reach the
+/// collector only because each process flushes as it exits. Its model span names the
+/// vendor under both attribute names.
+fn a_short_run_delivers_its_last_spans_at_exit(phoenix: &Phoenix) {
+    let server = recording_server(vec![
+        Reply::call(
+            "write_file",
+            json!({"description": "note", "path": "/mnt/user-data/workspace/b.md", "content": "b\n"}),
+        )
+        .with_usage(7, 3, 10),
+        Reply::text("Done.").with_usage(9, 1, 10),
+    ]);
+    let dir = run_dir(
+        "antler-otel",
+        &short_run_config(&server.base_url, phoenix.port),
+        NO_MCP_SERVERS,
+    );
+    let d = dir.path();
+    let out = Command::new(antler_tests::bin("antler"))
+        .arg("--runtime-dir")
+        .arg(d.join("run"))
+        .args(["run", "Write the note.", "--json", "--config"])
+        .arg(d.join("config.yaml"))
+        .current_dir(d)
+        .env("ANTLER_SANDBOX_BASE_DIR", d.join("base"))
+        .env(
+            "ANTLER_EXTENSIONS_CONFIG_PATH",
+            d.join("extensions_config.json"),
+        )
+        .env("ANTLER_GATEWAY_ADDR", "off")
+        .env("RUST_LOG", "error")
+        // A minute between batches: only the flush at exit can deliver in time.
+        .env("OTEL_BSP_SCHEDULE_DELAY", "60000")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let view: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(view["status"], "success", "{view:#}");
+    let run_id = view["run_id"].as_str().unwrap();
+    // Every process of the run has exited: what is in the collector was flushed.
+    let in_trace = trace_of_run(phoenix, run_id, |spans| {
+        spans.iter().any(|s| {
+            s["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("sandbox "))
+        }) && spans.iter().any(|s| s["name"] == "execute_tool write_file")
+    });
+    let in_trace = in_trace.unwrap_or_else(|| panic!("spans missing: {:#?}", phoenix.spans()));
+    let chats: Vec<&Value> = in_trace
+        .iter()
+        .filter(|s| s["name"].as_str().is_some_and(|n| n.starts_with("chat ")))
+        .collect();
+    assert!(!chats.is_empty(), "{in_trace:#?}");
+    for chat in chats {
+        assert_eq!(attr(chat, "gen_ai.provider.name"), "openai", "{chat:#}");
+        assert_eq!(attr(chat, "gen_ai.system"), "openai", "{chat:#}");
+        assert_eq!(attr(chat, "gen_ai.request.model"), "gpt", "{chat:#}");
+    }
+}
+
+/// One run through a cluster with a subagent worker: one trace across every process.
+fn one_run_is_one_trace_across_the_lead_and_its_hosts(phoenix: &Phoenix) {
     let cluster = SubagentCluster::up(&CONFIG.replace("PORT", &phoenix.port.to_string()), 1);
     let run = cluster.run(PLAYBOOK, &[]);
     assert_eq!(
@@ -195,7 +322,8 @@ fn one_run_is_one_trace_across_the_lead_and_its_hosts() {
         })
         .expect("the subagent's run span");
     assert!(parent_name(sub_run).starts_with("worker "), "{sub_run:#}");
-    // The model spans: the conventions' attributes.
+    // The model spans: the conventions' attributes (a playbook has no vendor: Antler
+    // answers).
     let chat = in_trace
         .iter()
         .find(|s| {
@@ -205,6 +333,7 @@ fn one_run_is_one_trace_across_the_lead_and_its_hosts() {
         .expect("the first model call's span");
     assert_eq!(attr(chat, "gen_ai.operation.name"), "chat");
     assert_eq!(attr(chat, "gen_ai.provider.name"), "antler");
+    assert_eq!(attr(chat, "gen_ai.system"), "antler");
     assert!(attr(chat, "gen_ai.request.model").is_string(), "{chat:#}");
     assert!(attr(chat, "gen_ai.response.model").is_string(), "{chat:#}");
     assert_eq!(attr(chat, "gen_ai.usage.output_tokens"), 2);

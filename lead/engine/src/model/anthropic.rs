@@ -147,6 +147,10 @@ impl ChatModel for AnthropicModel {
         &self.config.name
     }
 
+    fn provider_name(&self) -> &'static str {
+        super::provider::GEN_AI_ANTHROPIC
+    }
+
     fn for_subagent(&self, _task: &dyn SubagentRequest) -> Option<WireModel> {
         Some(WireModel::Entry {
             entry: self.config.resolved.0.clone(),

@@ -101,6 +101,10 @@ impl ChatModel for GeminiModel {
         &self.config.common.name
     }
 
+    fn provider_name(&self) -> &'static str {
+        super::provider::GEN_AI_GEMINI
+    }
+
     fn for_subagent(&self, _task: &dyn SubagentRequest) -> Option<WireModel> {
         Some(WireModel::Entry {
             entry: self.config.entry.clone(),

@@ -306,6 +306,14 @@ pub trait ChatModel: Send + Sync {
     /// The model's name, for events and the run record.
     fn name(&self) -> &str;
 
+    /// The vendor this model's calls go to, as the OpenTelemetry GenAI conventions name
+    /// it (`gen_ai.provider.name`: `openai`, `anthropic`, `gcp.gemini`, ...;
+    /// [`provider::gen_ai_provider_name`]). A model that calls no vendor (a playbook) is
+    /// answered by Antler itself.
+    fn provider_name(&self) -> &'static str {
+        provider::ANTLER_PROVIDER_NAME
+    }
+
     /// Asks for the next assistant message.
     fn complete<'a>(
         &'a self,

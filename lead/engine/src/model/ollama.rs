@@ -90,6 +90,10 @@ impl ChatModel for OllamaModel {
         &self.config.common.name
     }
 
+    fn provider_name(&self) -> &'static str {
+        super::provider::GEN_AI_OLLAMA
+    }
+
     fn for_subagent(&self, _task: &dyn SubagentRequest) -> Option<WireModel> {
         Some(WireModel::Entry {
             entry: self.config.entry.clone(),

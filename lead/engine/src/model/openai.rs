@@ -157,6 +157,10 @@ impl ChatModel for OpenAiModel {
         &self.config.name
     }
 
+    fn provider_name(&self) -> &'static str {
+        super::provider::gen_ai_provider_name(&self.wire)
+    }
+
     fn for_subagent(
         &self,
         _task: &dyn crate::model::SubagentRequest,

@@ -158,6 +158,38 @@ impl Provider {
     }
 }
 
+/// `gen_ai.provider.name` of Antler itself: a model that calls no vendor (a playbook).
+pub const ANTLER_PROVIDER_NAME: &str = "antler";
+/// The OpenTelemetry GenAI conventions' names of the vendors Antler's clients reach.
+pub const GEN_AI_OPENAI: &str = "openai";
+pub const GEN_AI_AZURE_OPENAI: &str = "azure.ai.openai";
+pub const GEN_AI_ANTHROPIC: &str = "anthropic";
+pub const GEN_AI_GEMINI: &str = "gcp.gemini";
+pub const GEN_AI_DEEPSEEK: &str = "deepseek";
+/// Not one of the conventions' well-known values, which allow others.
+pub const GEN_AI_OLLAMA: &str = "ollama";
+
+/// DeerFlow's `use:` ids that name DeepSeek (spoken to with the OpenAI client).
+const DEEPSEEK_USE_IDS: &[&str] = &[
+    "langchain_deepseek:ChatDeepSeek",
+    "deerflow.models.patched_deepseek:PatchedChatDeepSeek",
+];
+
+/// The vendor an entry's calls go to, as the GenAI conventions name it
+/// (`gen_ai.provider.name`): from its provider, and for an OpenAI-compatible entry from its
+/// `use:` class (DeepSeek's); any other OpenAI-compatible server is `openai`, the
+/// conventions' value when the OpenAI client speaks to it.
+pub fn gen_ai_provider_name(entry: &ModelConfig) -> &'static str {
+    match Provider::of_entry(entry) {
+        Ok(Provider::AzureOpenAi) => GEN_AI_AZURE_OPENAI,
+        Ok(Provider::Anthropic) => GEN_AI_ANTHROPIC,
+        Ok(Provider::Gemini) => GEN_AI_GEMINI,
+        Ok(Provider::Ollama) => GEN_AI_OLLAMA,
+        _ if DEEPSEEK_USE_IDS.contains(&entry.use_.as_str()) => GEN_AI_DEEPSEEK,
+        Ok(Provider::OpenAi | Provider::OpenAiResponses) | Err(_) => GEN_AI_OPENAI,
+    }
+}
+
 /// Whether an entry asks for the Responses API (`use_responses_api: true` or
 /// `wire_api: responses`).
 fn uses_responses(entry: &ModelConfig) -> Result<bool, ModelError> {
@@ -287,6 +319,55 @@ mod tests {
         let edited = entry("name: a\nuse: langchain_openai:ChatOpenAI\nmodel: m\nbase_url: http://127.0.0.1:9/v1\ntemperature: 0\n");
         let other = shared_model_from_entry(&edited, &|_| None).unwrap();
         assert!(!Arc::ptr_eq(&first, &other));
+    }
+
+    #[test]
+    fn each_entry_names_its_vendor_as_the_genai_conventions_do() {
+        let vendor = |yaml: &str| gen_ai_provider_name(&entry(yaml));
+        for (yaml, expected) in [
+            (
+                "name: a\nuse: langchain_openai:ChatOpenAI\nmodel: m\n",
+                "openai",
+            ),
+            (
+                "name: a\nuse: langchain_openai:ChatOpenAI\nmodel: m\nuse_responses_api: true\n",
+                "openai",
+            ),
+            (
+                "name: a\nuse: langchain_openai:AzureChatOpenAI\nmodel: m\n",
+                "azure.ai.openai",
+            ),
+            (
+                "name: a\nuse: langchain_anthropic:ChatAnthropic\nmodel: m\n",
+                "anthropic",
+            ),
+            (
+                "name: a\nuse: deerflow.models.claude_provider:ClaudeChatModel\nmodel: m\n",
+                "anthropic",
+            ),
+            (
+                "name: a\nuse: langchain_google_genai:ChatGoogleGenerativeAI\nmodel: m\n",
+                "gcp.gemini",
+            ),
+            (
+                "name: a\nuse: langchain_ollama:ChatOllama\nmodel: m\n",
+                "ollama",
+            ),
+            (
+                "name: a\nuse: langchain_deepseek:ChatDeepSeek\nmodel: m\n",
+                "deepseek",
+            ),
+            (
+                "name: a\nuse: my.module:Chat\nmodel: m\nprovider: anthropic\n",
+                "anthropic",
+            ),
+            (
+                "name: a\nuse: my.module:Chat\nmodel: m\nbase_url: http://h/v1\n",
+                "openai",
+            ),
+        ] {
+            assert_eq!(vendor(yaml), expected, "{yaml}");
+        }
     }
 
     #[test]

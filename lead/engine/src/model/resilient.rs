@@ -699,6 +699,10 @@ impl ChatModel for ResilientModel {
         self.primary().name()
     }
 
+    fn provider_name(&self) -> &'static str {
+        self.primary().provider_name()
+    }
+
     fn complete<'a>(
         &'a self,
         request: ModelRequest<'a>,

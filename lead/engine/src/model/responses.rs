@@ -174,6 +174,10 @@ impl ChatModel for ResponsesModel {
         &self.config.name
     }
 
+    fn provider_name(&self) -> &'static str {
+        super::provider::gen_ai_provider_name(&self.wire)
+    }
+
     fn for_subagent(&self, _task: &dyn SubagentRequest) -> Option<WireModel> {
         Some(WireModel::Entry {
             entry: self.wire.clone(),

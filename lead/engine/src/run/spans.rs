@@ -15,9 +15,6 @@ pub const OPERATION_INVOKE_AGENT: &str = "invoke_agent";
 pub const OPERATION_CHAT: &str = "chat";
 /// `gen_ai.operation.name` of a tool call.
 pub const OPERATION_EXECUTE_TOOL: &str = "execute_tool";
-/// `gen_ai.system` / `gen_ai.provider.name`: the model is reached through Antler's model
-/// layer, which may fall back between providers; the model names the one that answered.
-pub const PROVIDER: &str = "antler";
 
 /// The run's span, under the trace the run was started in (a subagent's: its parent's
 /// `task` call), and the trace its steps run in.
@@ -41,16 +38,19 @@ pub fn run_span(run_id: &str, agent: &str) -> (OtelSpan, TraceContext) {
     (span, trace)
 }
 
-/// A model call's span, in the current trace.
-pub fn model_span(model: &str) -> OtelSpan {
+/// A model call's span, in the current trace. `provider` is the vendor of the model's
+/// configured entry (`ChatModel::provider_name`), under the conventions' current name
+/// (`gen_ai.provider.name`) and its earlier one (`gen_ai.system`); when a fallback
+/// answers, `gen_ai.response.model` names it.
+pub fn model_span(model: &str, provider: &'static str) -> OtelSpan {
     OtelSpan::in_current(
         format!("{OPERATION_CHAT} {model}"),
         SpanKind::Client,
         || {
             vec![
                 KeyValue::new("gen_ai.operation.name", OPERATION_CHAT),
-                KeyValue::new("gen_ai.system", PROVIDER),
-                KeyValue::new("gen_ai.provider.name", PROVIDER),
+                KeyValue::new("gen_ai.system", provider),
+                KeyValue::new("gen_ai.provider.name", provider),
                 KeyValue::new("gen_ai.request.model", model.to_owned()),
             ]
         },

@@ -238,7 +238,7 @@ impl RunLoop {
         request.observer = Some(&observer);
         request.earlier_turns = self.state.summarized_turns;
         request.turns_before = self.state.turns_before;
-        let mut span = super::spans::model_span(self.model.name());
+        let mut span = super::spans::model_span(self.model.name(), self.model.provider_name());
         let completed = self.model.complete(request).await;
         observer.deltas.flush(Instant::now());
         if let Err(e) = &completed {
