@@ -56,6 +56,8 @@ mod mcp_reload;
 mod mcp_roots;
 mod mcp_serve;
 mod mcp_serve_elicitation;
+mod mcp_serve_harness;
+mod mcp_serve_inspector;
 mod mcp_serve_login;
 mod mcp_servers;
 mod mcp_stateless;
