@@ -56,6 +56,17 @@ if [ -f tests/requirements.txt ]; then
     grep -E '# sandbox$' tests/requirements.txt | sed -E 's/ *#.*$//' \
       | xargs /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --break-system-packages
   fi
+  # The LangGraph harness's MCP adapters need the MCP SDK 1.x, the suites' driver 2.x: the
+  # `#harness-venv` pins go into a venv of their own that sees the packages above (pip's
+  # warning that mcp-server-time, seen there, wants mcp 2 is beside the point: not shown).
+  if grep -qE '^#harness-venv ' tests/requirements.txt; then
+    if [ ! -x tests/.venv-harness/bin/python ]; then
+      python3 -m venv --system-site-packages tests/.venv-harness
+      echo '*' > tests/.venv-harness/.gitignore
+    fi
+    grep -E '^#harness-venv ' tests/requirements.txt | sed -E 's/^#harness-venv +//' \
+      | xargs tests/.venv-harness/bin/python -m pip install --quiet --disable-pip-version-check --no-warn-conflicts
+  fi
 fi
 
 cargo build --workspace --bins
