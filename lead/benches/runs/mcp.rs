@@ -291,6 +291,23 @@ fn client_runtime() -> tokio::runtime::Runtime {
 // ---------------------------------------------------------------------------------------
 // Round trips.
 
+/// An actor on the lead's arbiter that answers at once: the cost of a thread hop.
+struct Echo;
+
+impl Actor for Echo {
+    type Context = Context<Self>;
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Knock;
+
+impl Handler<Knock> for Echo {
+    type Result = ();
+
+    fn handle(&mut self, _: Knock, _: &mut Context<Self>) {}
+}
+
 #[derive(Default)]
 struct TripSamples {
     /// By kind: over `/mcp`, and through the run loop.
@@ -298,6 +315,13 @@ struct TripSamples {
     direct: [Vec<Duration>; 2],
     health: Vec<Duration>,
     ping: Vec<Duration>,
+    list: Vec<Duration>,
+    /// `RunLoop::visible_tools` alone (an MCP call computes it twice, to see whether the
+    /// call changed the client's tools).
+    visible: Vec<Duration>,
+    /// An empty actix message to an actor on the lead's arbiter and back, sent from the
+    /// client's thread: one thread hop each way, as a session's request makes.
+    hop: Vec<Duration>,
 }
 
 pub struct TripFigures {
@@ -306,6 +330,9 @@ pub struct TripFigures {
     pub direct: [(Duration, Duration); 2],
     pub health_p50: Duration,
     pub ping_p50: Duration,
+    pub list_p50: Duration,
+    pub visible_p50: Duration,
+    pub hop_p50: Duration,
     pub samples: usize,
 }
 
@@ -352,6 +379,9 @@ fn bench_trips(hosts: &HostsOf) -> TripFigures {
         direct: [p50_p90(&mut direct0), p50_p90(&mut direct1)],
         health_p50: percentile(&mut samples.health, 0.5),
         ping_p50: percentile(&mut samples.ping, 0.5),
+        list_p50: percentile(&mut samples.list, 0.5),
+        visible_p50: percentile(&mut samples.visible, 0.5),
+        hop_p50: percentile(&mut samples.hop, 0.5),
     }
 }
 
@@ -376,6 +406,7 @@ async fn trip_round(
         .await
         .unwrap();
     let mut run = opened.run;
+    let echo = Echo.start();
     let renewal = actix::spawn(run.lease_renewal());
     let opening = client.clone();
     let mut session = on_client(client_rt, async move { opening.open().await }).await;
@@ -410,18 +441,30 @@ async fn trip_round(
             }
         }
         let pinging = client.clone();
-        let (back, health, ping) = on_client(client_rt, async move {
+        let knocking = echo.clone();
+        let (back, health, ping, list, hop) = on_client(client_rt, async move {
             let started = Instant::now();
             pinging.health().await;
             let health = started.elapsed();
             let started = Instant::now();
             pinging.request(&mut session, "ping", json!({})).await;
-            (session, health, started.elapsed())
+            let ping = started.elapsed();
+            let started = Instant::now();
+            pinging.request(&mut session, "tools/list", json!({})).await;
+            let list = started.elapsed();
+            let started = Instant::now();
+            knocking.send(Knock).await.unwrap();
+            (session, health, ping, list, started.elapsed())
         })
         .await;
         session = back;
         samples.health.push(health);
         samples.ping.push(ping);
+        samples.list.push(list);
+        samples.hop.push(hop);
+        let started = Instant::now();
+        std::hint::black_box(run.visible_tools());
+        samples.visible.push(started.elapsed());
     }
     let closing = client.clone();
     on_client(client_rt, async move { closing.close(session).await }).await;
@@ -433,8 +476,12 @@ async fn trip_round(
 // 200 sessions.
 
 pub struct SessionFigures {
-    /// Wall time to open the sessions at once and make one call on each.
+    /// Wall time to open the sessions at once.
+    pub open_wall: Duration,
+    /// Wall time to then make one call on each at once.
     pub wall: Duration,
+    /// Heap per session opened, before its run is bound (rmcp's session, the handler).
+    pub opened_heap_per_session: f64,
     /// The one-call latency under that load.
     pub call_p50: Duration,
     pub call_p90: Duration,
@@ -461,27 +508,49 @@ fn bench_sessions() -> SessionFigures {
         .await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         let (heap_before, rss_before) = (live(), rss());
+        // All sessions opened at once.
         let client = McpClient::new(&lead.url);
         let opening = client.clone();
-        let (wall, sessions, mut calls, failed) = on_client(&client_rt, async move {
+        let (open_wall, sessions, open_failed) = on_client(&client_rt, async move {
             let started = Instant::now();
-            let opened = (0..SESSIONS).map(|k| {
+            let opened = (0..SESSIONS).map(|_| {
                 let client = opening.clone();
+                tokio::spawn(async move { client.open().await })
+            });
+            let opened = futures::future::join_all(opened).await;
+            let wall = started.elapsed();
+            let failed = opened.iter().filter(|o| o.is_err()).count();
+            (
+                wall,
+                opened.into_iter().flatten().collect::<Vec<_>>(),
+                failed,
+            )
+        })
+        .await;
+        // The client's connections go: an idle session needs none.
+        drop(client);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let opened_heap = live() - heap_before;
+        // Then one call on each at once: each session binds its run.
+        let client = McpClient::new(&lead.url);
+        let calling = client.clone();
+        let (wall, sessions, mut calls, call_failed) = on_client(&client_rt, async move {
+            let started = Instant::now();
+            let called = sessions.into_iter().enumerate().map(|(k, mut session)| {
+                let client = calling.clone();
                 tokio::spawn(async move {
-                    let mut session = client.open().await;
                     let t = Instant::now();
                     client.call(&mut session, CallKind::Bash, k).await;
                     (session, t.elapsed())
                 })
             });
-            let opened = futures::future::join_all(opened).await;
+            let called = futures::future::join_all(called).await;
             let wall = started.elapsed();
-            let failed = opened.iter().filter(|o| o.is_err()).count();
-            let (sessions, calls): (Vec<_>, Vec<_>) = opened.into_iter().flatten().unzip();
+            let failed = called.iter().filter(|o| o.is_err()).count();
+            let (sessions, calls): (Vec<_>, Vec<_>) = called.into_iter().flatten().unzip();
             (wall, sessions, calls, failed)
         })
         .await;
-        // The client's connections go: an idle session needs none.
         drop(client);
         tokio::time::sleep(Duration::from_millis(300)).await;
         let idle_heap = live() - heap_before;
@@ -497,10 +566,12 @@ fn bench_sessions() -> SessionFigures {
         let after_close = live() - heap_before;
         lead.gateway.stop().await;
         SessionFigures {
+            open_wall,
             wall,
+            opened_heap_per_session: opened_heap as f64 / n,
             call_p50: percentile(&mut calls, 0.5),
             call_p90: percentile(&mut calls, 0.9),
-            failed,
+            failed: open_failed + call_failed,
             heap_per_session: idle_heap as f64 / n,
             rss_per_session: idle_rss as f64 / n,
             heap_after_close_per_session: after_close as f64 / n,
@@ -662,9 +733,21 @@ fn print_trips(title: &str, t: &TripFigures) -> bool {
         );
     }
     println!(
-        "   floors: GET /health p50 {} (HTTP + actix-web + principal); MCP ping p50 {} (+ rmcp's session layer and the bridge)",
+        "   floors: GET /health p50 {} (HTTP + actix-web + principal); MCP ping p50 {} (+ rmcp's session",
         fmt(t.health_p50),
         fmt(t.ping_p50)
+    );
+    println!(
+        "   layer and the gateway's bridge); tools/list p50 {} (+ the session's actor on the lead's arbiter);",
+        fmt(t.list_p50)
+    );
+    println!(
+        "   RunLoop::visible_tools p50 {} (an MCP call computes it twice); an actix message to the lead's",
+        fmt(t.visible_p50)
+    );
+    println!(
+        "   arbiter from another thread and back p50 {} (a session's call makes that hop)",
+        fmt(t.hop_p50)
     );
     pass
 }
@@ -692,15 +775,19 @@ pub fn print_mcp() -> bool {
     }
     let s = bench_sessions();
     println!(
-        "   {SESSIONS} sessions opened at once, one bash call each: wall {}; call p50 {} (p90 {}); {} failed",
+        "   {SESSIONS} sessions opened at once: wall {}; then one bash call on each at once: wall {}, call p50 {}",
+        fmt(s.open_wall),
         fmt(s.wall),
         fmt(s.call_p50),
-        fmt(s.call_p90),
-        s.failed
+    );
+    println!("   (p90 {}); {} failed", fmt(s.call_p90), s.failed);
+    println!(
+        "   idle sessions (client disconnected): {:.1} KiB of heap per session opened; {:.1} KiB once its run is",
+        s.opened_heap_per_session / 1024.0,
+        s.heap_per_session / 1024.0,
     );
     println!(
-        "   idle sessions (run bound, client disconnected): {:.1} KiB of heap per session; RSS growth {:.1} KiB per session;",
-        s.heap_per_session / 1024.0,
+        "   bound (RSS growth {:.1} KiB per session);",
         s.rss_per_session / 1024.0
     );
     println!(
