@@ -4,8 +4,8 @@
 //! and calls a builtin (`list_uploaded_files`, answered in the lead) and a sandbox `bash`
 //! of `true`. The baseline is the same call through the run loop's client call path
 //! (`RunEnv::start_client_session`, `RunLoop::call_from_client`: what `/mcp` and
-//! `antler tool call` end in), in the same rounds, interleaved, on a run whose state grows
-//! as the session's does. Two floors locate the added time: a bare `GET /health` (HTTP on
+//! `antler tool call` end in, its events encoded as the run manager's sink does), in the
+//! same rounds, interleaved, on a run whose state grows as the session's does. Two floors locate the added time: a bare `GET /health` (HTTP on
 //! loopback, actix-web, the principal) and an MCP `ping` on the session (plus rmcp's
 //! session layer and the gateway's bridge, without the run). Then 200 sessions opened at
 //! once, each binding its run with one call, and the heap and RSS each idle session holds.
@@ -406,6 +406,18 @@ async fn trip_round(
         .await
         .unwrap();
     let mut run = opened.run;
+    // A hosted run's events are encoded into its log (the run manager's sink): the
+    // baseline pays for that as the session's run does.
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let sink = log.clone();
+    run.on_event(move |event: &antler_engine::RunEvent| {
+        if let Ok(mut json) = serde_json::to_value(event) {
+            if let Some(object) = json.as_object_mut() {
+                object.insert("at_ms".into(), 0.into());
+            }
+            sink.lock().unwrap().push(json.to_string());
+        }
+    });
     let echo = Echo.start();
     let renewal = actix::spawn(run.lease_renewal());
     let opening = client.clone();
