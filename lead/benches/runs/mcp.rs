@@ -2,16 +2,18 @@
 //! process, on loopback, a member's static token) serves `/mcp`; a minimal streamable-HTTP
 //! JSON-RPC client on a runtime of its own (as a client process would be) opens a session
 //! and calls a builtin (`list_uploaded_files`, answered in the lead) and a sandbox `bash`
-//! of `true`. The baseline is the same call through the run loop's client call path
-//! (`RunEnv::start_client_session`, `RunLoop::call_from_client`: what `/mcp` and
-//! `antler tool call` end in, its events encoded as the run manager's sink does), in the
-//! same rounds, interleaved, on a run whose state grows as the session's does. Two floors locate the added time: a bare `GET /health` (HTTP on
-//! loopback, actix-web, the principal) and an MCP `ping` on the session (plus rmcp's
-//! session layer and the gateway's bridge, without the run). Then 200 sessions opened at
-//! once, each binding its run with one call, and the heap and RSS each idle session holds.
-//! Hosts are [`ZeroLatencyHosts`]; when the `antler-sandbox-host` binary is built, the
-//! round trips are measured again against the real sandbox-host (`bash true` in a
-//! sandbox).
+//! of `true`. The baseline is the same call through the run loop's client call path that
+//! `/mcp` ends in (`RunEnv::start_client_session`, `RunLoop::call_from_client`, its events
+//! encoded as the run manager's sink does), in the same rounds, interleaved, on a run whose
+//! state grows as the session's does. (`antler tool call` is another path: a CLI process,
+//! and a sandbox acquired and released per call.) Floors locate the added time: a bare
+//! `GET /health` (HTTP on loopback, actix-web, the principal), an MCP `ping` on the session
+//! (plus rmcp's session layer and the gateway's bridge), `tools/list` (plus the session's
+//! actor on the lead's arbiter), `RunLoop::visible_tools` and one thread hop. Then 200
+//! sessions opened at once, a call on each, and the heap each idle session holds, opened
+//! and with its run bound. Hosts are [`ZeroLatencyHosts`]; when the `antler-sandbox-host`
+//! binary is built, the round trips are measured again against the real sandbox-host
+//! (`bash true` in a sandbox).
 
 use std::process::{Child, Command, Stdio};
 
