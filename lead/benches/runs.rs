@@ -6,9 +6,10 @@
 //! The system prompt at 5,000 deferred tools, and each model provider's client against
 //! the raw HTTP stream it reads (`runs/models.rs`). A run started on a thread of 1,000
 //! messages against one on a fresh thread, and the heap idle threads hold
-//! (`runs/threads.rs`).
-//! Run: `cargo bench -p antler-lead --bench runs` (`ANTLER_BENCH=models` or `threads` for
-//! one section alone).
+//! (`runs/threads.rs`). Antler's MCP server: a call over `/mcp` against the same call
+//! through the run loop, and the memory of idle MCP sessions (`runs/mcp.rs`).
+//! Run: `cargo bench -p antler-lead --bench runs` (`ANTLER_BENCH=models`, `threads` or
+//! `mcp` for one section alone).
 // A bench is a test harness: a failed setup step should abort loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -38,6 +39,8 @@ use futures::future::BoxFuture;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+#[path = "runs/mcp.rs"]
+mod mcp;
 #[path = "runs/models.rs"]
 mod models;
 #[path = "runs/threads.rs"]
@@ -836,6 +839,11 @@ fn main() {
         print_threads();
         return;
     }
+    // `ANTLER_BENCH=mcp` runs section 7 alone.
+    if std::env::var("ANTLER_BENCH").as_deref() == Ok("mcp") {
+        mcp::print_mcp();
+        return;
+    }
     println!("Antler runs benchmark: scripted model at zero latency; sandbox-host and mcp-host");
     println!("replaced by ZeroLatencyHosts, which answers at once: host time is excluded.\n");
 
@@ -919,6 +927,8 @@ fn main() {
 
     let threads_pass = print_threads();
 
+    let mcp_pass = mcp::print_mcp();
+
     let load = std::fs::read_to_string("/proc/loadavg")
         .map(|text| {
             text.split_whitespace()
@@ -964,6 +974,10 @@ fn main() {
     println!(
         "   run start on a 1,000-message thread   target <= 2 ms added   {}",
         verdict(threads_pass)
+    );
+    println!(
+        "   MCP serving added p50 on a builtin and on bash   target <= 0.3 ms   {}",
+        verdict(mcp_pass)
     );
     if !concurrent_pass {
         std::process::exit(1);
