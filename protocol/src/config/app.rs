@@ -99,6 +99,7 @@ pub const TYPED_KEYS: &[&str] = &[
     "authorization",
     "guardrails",
     "antler",
+    "approvals",
 ];
 
 /// DeerFlow's `config.yaml`, plus `antler:`.
@@ -138,6 +139,9 @@ pub struct AppConfig {
     /// Antler's own settings.
     #[serde(default, deserialize_with = "null_as_default")]
     pub antler: AntlerSection,
+    /// Approval policies on tool calls (PLACEHOLDER field of branch approve).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub approvals: super::approvals::ApprovalsConfig,
     /// Every other top-level section, as written (after `$VAR` resolution).
     #[serde(flatten)]
     pub other: NamedMap<Value>,

@@ -5,6 +5,7 @@
 //! `$VAR` strings are resolved from the environment after the raw text has been checked.
 
 mod antler;
+pub mod approvals;
 mod app;
 mod check;
 mod cluster;
