@@ -102,3 +102,7 @@ pub use tools::task::{
 };
 pub use tools::view_image::{images_for_next_call, view_image};
 pub use tools::web::{WebTools, WireWebTools};
+pub use middleware::approvals::ApprovalGate;
+pub use thread::approvals::{
+    ApprovalChoice, ApprovalDecision, ApprovalState, PendingApproval,
+};
