@@ -102,7 +102,9 @@ pub use tools::task::{
 };
 pub use tools::view_image::{images_for_next_call, view_image};
 pub use tools::web::{WebTools, WireWebTools};
-pub use middleware::approvals::ApprovalGate;
+pub use middleware::approvals::{
+    summary as approval_summary, ApprovalGate, NO_JUSTIFICATION as APPROVAL_NO_JUSTIFICATION,
+};
 pub use thread::approvals::{
     ApprovalChoice, ApprovalDecision, ApprovalState, PendingApproval,
 };

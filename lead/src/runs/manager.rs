@@ -50,7 +50,7 @@ mod submit;
 mod threads;
 
 pub use answer::{answer, answer_through};
-pub use approvals::{AnswerApproval, ApprovalAnswered, ApprovalError};
+pub use approvals::{AnswerApproval, ApprovalError};
 pub use artifacts::{read_artifact, ArtifactContent, RunArtifact, MAX_ARTIFACT_BYTES};
 pub use branch_files::CopyThreadUserData;
 pub use cancel::{CancelOutcome, CancelRun, ChaosStopRun};
