@@ -691,7 +691,11 @@ fn outcome_text(view: &Value, base_dir: Option<&Path>) -> String {
     let mut out = match view["status"].as_str() {
         Some("success") => format!("{}\n", text("final_answer")),
         Some("interrupted") if super::run_approvals::waits(view) => {
-            format!("{}\n\n{}", text("question"), super::run_approvals::hint(view))
+            format!(
+                "{}\n\n{}",
+                text("question"),
+                super::run_approvals::hint(view)
+            )
         }
         Some("interrupted") => format!(
             "{}\n\n(the run waits for an answer: antler run --resume {} --answer TEXT)\n",

@@ -121,7 +121,10 @@ mod tests {
         assert!(parse(br#"{"decision": "expired"}"#).is_err());
         assert!(parse(br#"{"decision": "approve", "reason": 3}"#).is_err());
         assert!(parse(b"[]").is_err());
-        let long = format!(r#"{{"decision": "deny", "reason": "{}"}}"#, "x".repeat(2_001));
+        let long = format!(
+            r#"{{"decision": "deny", "reason": "{}"}}"#,
+            "x".repeat(2_001)
+        );
         assert!(parse(long.as_bytes()).unwrap_err().contains("2000"));
     }
 }

@@ -22,8 +22,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::routes::{Access, RouteSpec, ROUTES};
 use super::{
-    approvals, compact, goal, langgraph_branches, langgraph_regenerate, langgraph_runs, langgraph_threads,
-    memory, runs_api, suggestions,
+    approvals, compact, goal, langgraph_branches, langgraph_regenerate, langgraph_runs,
+    langgraph_threads, memory, runs_api, suggestions,
 };
 
 /// Where the document is served.

@@ -761,7 +761,11 @@ impl RunEnv {
         let approvals = self.approvals.gate(
             app,
             context.agent.role.as_deref(),
-            context.agent.agent_name.as_deref().map(|name| (name, agent_rules)),
+            context
+                .agent
+                .agent_name
+                .as_deref()
+                .map(|name| (name, agent_rules)),
         )?;
         Ok(RunSettings {
             approvals,

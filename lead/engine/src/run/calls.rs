@@ -159,9 +159,7 @@ impl RunLoop {
             .state
             .pending_tool_calls()
             .into_iter()
-            .filter(|c| {
-                approvals.pending_call(&c.id).is_some() || approvals.held.contains(&c.id)
-            })
+            .filter(|c| approvals.pending_call(&c.id).is_some() || approvals.held.contains(&c.id))
             .collect();
         self.merge(StateUpdate {
             approvals: Some(ApprovalState {
@@ -429,7 +427,10 @@ impl RunLoop {
 #[allow(clippy::large_enum_variant)]
 enum CallEnd {
     Done(StateUpdate),
-    Interrupt { question: String, message: Message },
+    Interrupt {
+        question: String,
+        message: Message,
+    },
     /// An approval rule asks the run's user first: the call is not sent.
     Ask(PendingApproval),
 }

@@ -22,9 +22,9 @@ use crate::run::execute::{Executor, LeadTools};
 use crate::run::journal::{Journal, JournalError, RunStatus};
 use crate::run::settings::RunSettings;
 use crate::settlement::{DeliveryReceipt, OutputsSnapshot, RECEIPT_NOT_PERSISTED};
+use crate::thread::approvals::ApprovalDecision;
 use crate::thread::context::RunContext;
 use crate::thread::hosts::ToolHosts;
-use crate::thread::approvals::ApprovalDecision;
 use crate::thread::lease::{self, SandboxLease};
 use crate::thread::state::{
     Message, StateConflict, StateUpdate, ThreadState, TokenUsage, ToolCall,

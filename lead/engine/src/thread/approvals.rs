@@ -87,7 +87,10 @@ pub enum ApprovalChoice {
 
 impl ApprovalChoice {
     pub fn approves(self) -> bool {
-        matches!(self, ApprovalChoice::Approve | ApprovalChoice::ApproveForThread)
+        matches!(
+            self,
+            ApprovalChoice::Approve | ApprovalChoice::ApproveForThread
+        )
     }
 
     pub fn as_str(self) -> &'static str {

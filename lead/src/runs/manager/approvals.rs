@@ -101,13 +101,19 @@ impl Handler<AnswerApproval> for RunManager {
                 at: antler_protocol::sys::unix_ms(),
                 reason: msg.reason.filter(|r| !r.trim().is_empty()),
             };
-            let waiting = decide(&store, &run_id, &state.approvals.pending, &pending, decision)
-                .await?
-                .map_err(|choice| ApprovalError::AlreadyDecided {
-                    run_id: run_id.clone(),
-                    call: call.clone(),
-                    choice: choice.as_str(),
-                })?;
+            let waiting = decide(
+                &store,
+                &run_id,
+                &state.approvals.pending,
+                &pending,
+                decision,
+            )
+            .await?
+            .map_err(|choice| ApprovalError::AlreadyDecided {
+                run_id: run_id.clone(),
+                call: call.clone(),
+                choice: choice.as_str(),
+            })?;
             if waiting.is_empty() {
                 resume(&me, run_id).await?;
             }
@@ -160,11 +166,7 @@ fn waiting_calls(all: &[PendingApproval], decided: &[(String, ApprovalDecision)]
 
 impl RunManager {
     /// Sets the timer of the run's earliest unanswered deadline among `pending`.
-    pub(super) fn expire_later(
-        run_id: &str,
-        pending: &[PendingApproval],
-        ctx: &mut Context<Self>,
-    ) {
+    pub(super) fn expire_later(run_id: &str, pending: &[PendingApproval], ctx: &mut Context<Self>) {
         let Some(deadline) = pending.iter().map(|p| p.deadline_at).min() else {
             return;
         };
@@ -193,16 +195,18 @@ impl RunManager {
             }
             Ok(waiting)
         });
-        ctx.spawn(waiting.into_actor(self).map(|waiting, _, ctx| {
-            match waiting {
-                Ok(waiting) => {
-                    for (run_id, pending) in waiting {
-                        RunManager::expire_later(&run_id, &pending, ctx);
+        ctx.spawn(
+            waiting
+                .into_actor(self)
+                .map(|waiting, _, ctx| match waiting {
+                    Ok(waiting) => {
+                        for (run_id, pending) in waiting {
+                            RunManager::expire_later(&run_id, &pending, ctx);
+                        }
                     }
-                }
-                Err(e) => tracing::error!("cannot list the runs waiting on approvals: {e}"),
-            }
-        }));
+                    Err(e) => tracing::error!("cannot list the runs waiting on approvals: {e}"),
+                }),
+        );
     }
 }
 
