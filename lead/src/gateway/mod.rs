@@ -31,6 +31,7 @@ mod events;
 mod goal;
 mod guard;
 mod langgraph;
+mod langgraph_approvals;
 mod langgraph_branches;
 mod langgraph_checkpoints;
 mod langgraph_debug;

@@ -227,6 +227,32 @@ fn asks_are_answered_through_the_cli_the_api_and_a_terminal_and_survive_a_restar
     let (status, _, body) = http_full(&addr, &token, "POST", &path, Some(r#"{"decision":"deny"}"#));
     assert_eq!(status, 404, "{body}");
 
+    // Through the LangGraph-compatible API: the thread's state shows the interrupt with
+    // its action request; a run resumed with LangChain's decisions answers it.
+    let run_id = asked(&c, &push, "t-lg");
+    let (status, _, body) = http_full(&addr, &token, "GET", "/api/threads/t-lg/state", None);
+    assert_eq!(status, 200, "{body}");
+    let snapshot: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(snapshot["next"], json!(["tools"]), "{snapshot}");
+    let request = &snapshot["interrupts"][0]["value"]["action_requests"][0];
+    assert_eq!(request["tool_call_id"], "push-1", "{snapshot}");
+    assert_eq!(request["name"], "bash");
+    let resume = json!({"assistant_id": "lead_agent",
+        "command": {"resume": {"decisions": [{"type": "reject", "message": "use a branch"}]}}});
+    let (status, _, body) = http_full(
+        &addr,
+        &token,
+        "POST",
+        "/api/threads/t-lg/runs/wait",
+        Some(&resume.to_string()),
+    );
+    assert_eq!(status, 200, "{body}");
+    wait_status(&c, &run_id, "success");
+    assert_eq!(
+        tool_result(&c, &run_id, "push-1"),
+        "denied by default: use a branch"
+    );
+
     // Approved from the inspector page (headless Chromium): the call's card, its button.
     let run_id = asked(&c, &push, "t-page");
     let mut b = Browser::start();
