@@ -80,6 +80,7 @@ pub use run::journal::{Journal, JournalError, JournalResult, RunRecord, RunStatu
 pub use run::run_loop::{CancelFlag, RunError, RunLoop, RunOutcome};
 pub use run::settings::RunSettings;
 pub use settlement::{DeliveryReceipt, OutputsSnapshot};
+pub use task::approvals::TaskApprovals;
 pub use task::graph::{drive_task, run_task, TaskRun};
 pub use task::spec::{TaskSpec, WireCatalog};
 pub use task::wire::TaskWireError;

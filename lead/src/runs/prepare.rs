@@ -727,6 +727,15 @@ impl RunEnv {
             tool_timeout: settings.tool_timeout,
             skills: settings.skills.clone(),
             parent_skills: profile.skills.as_ref().map(|s| s.iter().cloned().collect()),
+            approvals: approvals::task_approvals(
+                app,
+                context.agent.role.as_deref(),
+                context
+                    .agent
+                    .agent_name
+                    .as_deref()
+                    .zip(profile.approvals.as_ref().ok()),
+            ),
         }))
     }
 

@@ -41,25 +41,53 @@ pub enum PolicyError {
     Invalid(String),
 }
 impl ApprovalPolicy {
-    pub fn from_config(config: &ApprovalsConfig, _env: &PolicyEnv) -> Result<ApprovalPolicy, PolicyError> {
+    pub fn from_config(
+        config: &ApprovalsConfig,
+        _env: &PolicyEnv,
+    ) -> Result<ApprovalPolicy, PolicyError> {
         Self::layer(&config.rules, "approvals.rules", _env)
     }
-    pub fn layer(rules: &[RuleConfig], origin: &str, _env: &PolicyEnv) -> Result<ApprovalPolicy, PolicyError> {
-        Ok(ApprovalPolicy { rules: Arc::new(rules.iter().map(|r| (r.clone(), origin.to_owned())).collect()) })
+    pub fn layer(
+        rules: &[RuleConfig],
+        origin: &str,
+        _env: &PolicyEnv,
+    ) -> Result<ApprovalPolicy, PolicyError> {
+        Ok(ApprovalPolicy {
+            rules: Arc::new(
+                rules
+                    .iter()
+                    .map(|r| (r.clone(), origin.to_owned()))
+                    .collect(),
+            ),
+        })
     }
     pub fn with(&self, other: &ApprovalPolicy) -> ApprovalPolicy {
         let mut rules = (*self.rules).clone();
         rules.extend(other.rules.iter().cloned());
-        ApprovalPolicy { rules: Arc::new(rules) }
+        ApprovalPolicy {
+            rules: Arc::new(rules),
+        }
     }
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
     pub fn evaluate(&self, call: &CallFacts<'_>) -> Verdict {
-        let mut verdict = Verdict { decision: Decision::Allow, rule: None, origin: None, justification: None };
+        let mut verdict = Verdict {
+            decision: Decision::Allow,
+            rule: None,
+            origin: None,
+            justification: None,
+        };
         for (rule, origin) in self.rules.iter() {
-            if rule.tool.as_deref().is_none_or(|t| t == call.tool) && rule.decision > verdict.decision {
-                verdict = Verdict { decision: rule.decision, rule: Some(rule.name.clone()), origin: Some(origin.clone()), justification: rule.justification.clone() };
+            if rule.tool.as_deref().is_none_or(|t| t == call.tool)
+                && rule.decision > verdict.decision
+            {
+                verdict = Verdict {
+                    decision: rule.decision,
+                    rule: Some(rule.name.clone()),
+                    origin: Some(origin.clone()),
+                    justification: rule.justification.clone(),
+                };
             }
         }
         verdict

@@ -3,8 +3,13 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
-pub enum Decision { #[default] Allow, Ask, Deny }
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub enum Decision {
+    #[default]
+    Allow,
+    Ask,
+    Deny,
+}
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ApprovalsConfig {
     pub defaults: bool,
@@ -14,9 +19,17 @@ pub struct ApprovalsConfig {
     pub roles: BTreeMap<String, Vec<RuleConfig>>,
 }
 impl Default for ApprovalsConfig {
-    fn default() -> Self { Self { defaults: true, deadline_seconds: 600, unparsed: Decision::Ask, rules: Vec::new(), roles: BTreeMap::new() } }
+    fn default() -> Self {
+        Self {
+            defaults: true,
+            deadline_seconds: 600,
+            unparsed: Decision::Ask,
+            rules: Vec::new(),
+            roles: BTreeMap::new(),
+        }
+    }
 }
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RuleConfig {
     pub name: String,
     #[serde(default)]

@@ -5,8 +5,8 @@
 //! `$VAR` strings are resolved from the environment after the raw text has been checked.
 
 mod antler;
-pub mod approvals;
 mod app;
+pub mod approvals;
 mod check;
 mod cluster;
 mod context;

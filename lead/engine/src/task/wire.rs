@@ -53,6 +53,7 @@ impl TaskSpec {
             summarization: self.summarization.as_ref().map(Into::into),
             loop_detection: (&self.loop_detection).into(),
             tool_output: (&self.tool_output).into(),
+            approvals: self.approvals.clone(),
         })
     }
 
@@ -81,6 +82,7 @@ impl TaskSpec {
             summarization: spec.summarization.map(Into::into),
             loop_detection: spec.loop_detection.into(),
             tool_output: spec.tool_output.into(),
+            approvals: spec.approvals,
         })
     }
 }

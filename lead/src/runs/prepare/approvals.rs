@@ -83,3 +83,36 @@ pub fn policy_env(app: &AppConfig) -> PolicyEnv {
             .collect(),
     }
 }
+
+/// The policy a run's subagent tasks carry (`task::approvals`): the config's section, the
+/// role's and the agent's rules, the sandbox's mounts. `None` when it does not encode (it
+/// always does: the config types are plain data).
+pub(crate) fn task_approvals(
+    app: &AppConfig,
+    role: Option<&str>,
+    agent: Option<(&str, &Vec<RuleConfig>)>,
+) -> Option<String> {
+    let env = policy_env(app);
+    let mut layers = Vec::new();
+    if let Some((role, rules)) =
+        role.and_then(|r| app.approvals.roles.get(r).map(|rules| (r, rules)))
+    {
+        layers.push((format!("approvals.roles.{role}"), rules.clone()));
+    }
+    if let Some((name, rules)) = agent.filter(|(_, rules)| !rules.is_empty()) {
+        layers.push((format!("agent {name}"), rules.clone()));
+    }
+    let task = antler_engine::TaskApprovals {
+        config: app.approvals.clone(),
+        layers,
+        workspace: env.workspace,
+        writable_mounts: env.writable_mounts,
+    };
+    match task.to_wire() {
+        Ok(wire) => Some(wire),
+        Err(e) => {
+            tracing::error!("the approval policy does not encode for subagents: {e}");
+            None
+        }
+    }
+}
