@@ -1,7 +1,7 @@
 //! The shell analysis: which simple commands a line runs, through every construct and
 //! wrapper, and what makes a line unanalysable.
 
-use super::shell::{analyse, Analysis, Cwd, SimpleCommand};
+use super::shell::{analyse, Analysis, Cwd, SimpleCommand, MAX_NESTING};
 
 /// Each command as `program arg arg` (words with quotes removed).
 fn commands(line: &str) -> Vec<String> {
@@ -201,4 +201,57 @@ fn cd_moves_the_directory_of_later_commands() {
             Cwd::Unknown,
         ]
     );
+}
+
+#[test]
+fn numbers_too_long_for_the_parser_do_not_panic() {
+    for line in [
+        "echo ~99999999999999999999999",
+        "echo {1..99999999999999999999999}",
+        "echo $((99999999999999999999999))",
+        "cd ~+99999999999999999999999",
+        "X=~99999999999999999999999 ls",
+        "cat <<E\n~99999999999999999999999 $(ls)\nE\n",
+        "echo \"~99999999999999999999999\" ~0 ~+1",
+    ] {
+        let _ = analyse(line);
+    }
+}
+
+#[test]
+fn deep_nesting_is_refused_before_the_stack_runs_out() {
+    let n = MAX_NESTING;
+    let lines = [
+        format!("{}true{}", "(".repeat(n), ")".repeat(n)),
+        format!("{}true; {}", "{ ".repeat(n), "}; ".repeat(n)),
+        format!("{}true; {}", "if true; then ".repeat(n), "fi; ".repeat(n)),
+        format!(
+            "{}true; {}",
+            "while true; do ".repeat(n),
+            "done; ".repeat(n)
+        ),
+        format!("echo $(({}1{}))", "(".repeat(n - 2), ")".repeat(n - 2)),
+        format!("echo {}x{}", "\"$(echo ".repeat(7), ")\"".repeat(7)),
+    ];
+    // At the limit, a 2 MiB stack (a tokio worker's) is enough, even in a debug build.
+    let analysed = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            lines
+                .iter()
+                .map(|l| analyse(l).unanalysable().is_none())
+                .collect::<Vec<_>>()
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(analysed, [true; 6]);
+    let deeper = format!("{}true; {}", "{ ".repeat(n + 1), "}; ".repeat(n + 1));
+    assert!(unanalysable(&deeper).contains("nests too deeply"));
+    // Many brackets side by side are not deep.
+    let json = format!(
+        "cat > f.json <<'EOF'\n[{}]\nEOF\n",
+        "{\"a\": [1]}, ".repeat(500)
+    );
+    assert_eq!(commands(&json), ["cat"]);
 }

@@ -13,9 +13,6 @@ use serde_json::Value;
 use super::diagnostics::FieldPath;
 use super::shapes::null_as_default;
 
-/// The keys of `approvals:`.
-pub const APPROVALS_KEYS: &[&str] = &["defaults", "deadline_seconds", "unparsed", "rules", "roles"];
-
 /// What a rule decides, in strictness order: the strictest matching rule wins.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
