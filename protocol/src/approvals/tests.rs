@@ -432,8 +432,13 @@ approvals:
         "{error}"
     );
     std::fs::write(&path, "approvals:\n  deadline_seconds: 0\n").unwrap();
-    let error = crate::config::load_app_config(&path).unwrap_err().to_string();
-    assert!(error.contains("approvals.deadline_seconds: value out of range"), "{error}");
+    let error = crate::config::load_app_config(&path)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("approvals.deadline_seconds: value out of range"),
+        "{error}"
+    );
     std::fs::write(&path, "approvals:\n  unparsed: maybe\n").unwrap();
     let error = crate::config::load_app_config(&path)
         .unwrap_err()
