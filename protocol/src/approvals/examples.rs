@@ -5,8 +5,8 @@
 
 use serde_json::{json, Value};
 
+use super::matcher::Rule;
 use super::paths::Match;
-use super::rules::Rule;
 use super::shell;
 use super::RuleConfig;
 use crate::config::FieldPath;

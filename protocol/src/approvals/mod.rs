@@ -4,13 +4,16 @@
 //! parsed ([`shell`]), never matched as raw text; the strictest matching rule wins, and a
 //! rule's examples are checked when it is compiled. See docs/approvals.md.
 
+mod compile;
 mod defaults;
 mod examples;
+mod matcher;
 mod paths;
 mod programs;
 mod redact;
 mod rules;
 pub mod shell;
+mod words;
 
 #[cfg(test)]
 mod shell_tests;
