@@ -1,9 +1,10 @@
 //! Shell analysis: a bash command line → every simple command it would run, found in the
 //! syntax tree (brush-parser), never in the raw text: each command of pipelines and lists,
 //! subshells, groups, compound bodies, function bodies, command and process substitutions,
-//! `bash -c` strings, and the programs behind wrappers ([`super::programs`]). Words ([`super::words`]) come with
-//! quotes removed and say whether any part is known only at run time. A program that cannot be
-//! known statically makes the whole analysis [`Analysis::Unanalysable`]. Never panics.
+//! `bash -c` strings, and the programs behind wrappers ([`super::programs`]). Words
+//! ([`super::words`]) come with quotes removed and say whether any part is known only at run
+//! time. A program that cannot be known statically makes the whole analysis
+//! [`Analysis::Unanalysable`]. Never panics.
 
 use brush_parser::ast;
 use brush_parser::ParserOptions;
