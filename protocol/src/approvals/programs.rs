@@ -82,14 +82,14 @@ fn inner_commands(command: &SimpleCommand) -> Vec<Inner> {
         }
         "doas" => from_words(&args[skip_options(args, "uC", &[])..]),
         "env" => {
-            if args.iter().any(|a| {
-                a.text == "--split-string"
-                    || a.text.starts_with("--split-string=")
+            let start = skip_options(args, "uCS", &["--unset", "--chdir", "--split-string"]);
+            let split = args[..start].iter().any(|a| {
+                a.text.starts_with("--split-string")
                     || short_cluster(&a.text).is_some_and(|c| c.contains('S'))
-            }) {
+            });
+            if split {
                 return refuse("env -S splits a string into a command");
             }
-            let start = skip_options(args, "uC", &["--unset", "--chdir"]);
             from_words(skip_assignments(&args[start..]))
         }
         "nice" => from_words(&args[skip_options(args, "n", &["--adjustment"])..]),

@@ -102,6 +102,8 @@ fn wrappers_show_the_wrapper_and_the_program() {
         commands("env -i A=1 B=2 git push"),
         ["env -i A=1 B=2 git push", "git push"]
     );
+    assert_eq!(commands("env git commit -S -m x")[1], "git commit -S -m x");
+    assert!(unanalysable("env -S 'git push'").contains("env -S"));
     assert_eq!(
         commands("nice -n 5 nohup git push"),
         ["nice -n 5 nohup git push", "nohup git push", "git push"]

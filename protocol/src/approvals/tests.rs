@@ -534,10 +534,12 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
-    fn analysis_and_evaluation_never_panic(line in ".{0,200}") {
+    fn analysis_evaluation_and_redaction_never_panic(line in ".{0,200}", key in ".{0,20}") {
         let p = defaults();
         let _ = shell::analyse(&line);
         let _ = bash(&p, &line);
+        let args = json!({ key.clone(): line.clone(), "headers": [{ "Bearer": format!("bearer {line}") }] });
+        let _ = redact(&args, &[line.as_str(), key.as_str()]);
     }
 
     #[test]
