@@ -347,6 +347,48 @@ fn an_ask_nobody_answers_by_its_deadline_is_a_denial() {
     assert_eq!(decided[0]["decision"], "expired", "{decided:?}");
 }
 
+/// The parent delegates; its subagent pushes (asked: nobody answers on a worker) and
+/// writes a file (allowed).
+const DELEGATE: &str = r#"
+turns:
+  - tool_calls:
+      - {id: job, name: task, args: {description: ship, prompt: Push the work., subagent_type: general-purpose}}
+  - content: The subagent is done.
+subagents:
+  ship:
+    turns:
+      - tool_calls:
+          - {name: bash, id: sub-push, args: {description: push, command: "echo hi > /mnt/user-data/workspace/sub-pushed.txt && git push"}}
+      - tool_calls:
+          - {name: bash, id: sub-ok, args: {description: note, command: "echo ok > /mnt/user-data/workspace/sub-ok.txt"}}
+      - content: Pushed nothing.
+"#;
+
+#[test]
+fn a_subagent_is_held_to_its_parents_approval_policy() {
+    let config = config(3600).replace("tool_search:", "subagents:\n  enabled: true\ntool_search:");
+    let c = LeadCluster::up_with_workers(&config, &[], &[], 1);
+    let delegate = c.write("delegate.yaml", DELEGATE);
+    let done = run_json(
+        &c,
+        &[
+            "Delegate",
+            "--playbook",
+            &delegate,
+            "--thread",
+            "t-sub",
+            "--subagents",
+        ],
+    );
+    assert_eq!(done["status"], "success", "{done}");
+    let ws = workspace(&c, "default", "t-sub");
+    assert!(ws.join("sub-ok.txt").exists(), "the subagent did not run");
+    assert!(
+        !ws.join("sub-pushed.txt").exists(),
+        "the subagent's push skipped its parent's approval policy"
+    );
+}
+
 #[test]
 fn a_rule_whose_examples_fail_is_a_config_error() {
     let dir = tempfile::tempdir().unwrap();

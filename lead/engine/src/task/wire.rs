@@ -666,6 +666,7 @@ mod tests {
                 "tool_overrides": {"bash": 700}
             }))
             .unwrap(),
+            approvals: Some(r#"{"config": {"rules": []}}"#.into()),
         }
     }
 
@@ -684,6 +685,8 @@ mod tests {
         assert_eq!(back.tool_output, spec.tool_output);
         assert_eq!(back.tool_output.tool_overrides["bash"], 700);
         assert_eq!(back.tool_output.exempt_tools, ["ls"]);
+        // The parent's approval policy travels as it was written.
+        assert_eq!(back.approvals, spec.approvals);
     }
 
     #[test]
