@@ -2,6 +2,7 @@
 //! handshake, RPC connections and links, the host process runtime, and the shared
 //! configuration types.
 
+pub mod approvals;
 pub mod beneath;
 pub mod calls;
 mod clock;

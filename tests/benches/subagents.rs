@@ -193,6 +193,7 @@ impl Pool {
             summarization: None,
             loop_detection: Default::default(),
             tool_output: Default::default(),
+            approvals: None,
         };
         let reserved = self
             .dispatcher

@@ -26,6 +26,9 @@ mod thread;
 mod tools;
 
 pub use http_clients::clients_built;
+pub use middleware::approvals::{
+    summary as approval_summary, ApprovalGate, NO_JUSTIFICATION as APPROVAL_NO_JUSTIFICATION,
+};
 pub use middleware::dangling::INTERRUPTED_CALL;
 pub use middleware::finish_reason::SafetyFinishReason;
 pub use middleware::guardrail::{AllowlistProvider, Guardrail};
@@ -77,9 +80,11 @@ pub use run::journal::{Journal, JournalError, JournalResult, RunRecord, RunStatu
 pub use run::run_loop::{CancelFlag, RunError, RunLoop, RunOutcome};
 pub use run::settings::RunSettings;
 pub use settlement::{DeliveryReceipt, OutputsSnapshot};
+pub use task::approvals::TaskApprovals;
 pub use task::graph::{drive_task, run_task, TaskRun};
 pub use task::spec::{TaskSpec, WireCatalog};
 pub use task::wire::TaskWireError;
+pub use thread::approvals::{ApprovalChoice, ApprovalDecision, ApprovalState, PendingApproval};
 pub use thread::context::{AgentContext, RunContext};
 pub use thread::files::{ThreadFiles, ThreadFilesMode, ThreadPaths};
 pub use thread::goal::{GoalState, MAX_GOAL_CONTINUATIONS, MAX_GOAL_OBJECTIVE_CHARS};

@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use antler_protocol::config::approvals::RuleConfig;
 use serde_yaml::Value as Yaml;
 
 use super::store::{
@@ -23,7 +24,7 @@ const MAX_AGENT_FILE: u64 = 256 * 1024;
 pub const BOOTSTRAP_SKILL: &str = "bootstrap";
 
 /// The agent's files as the prompt uses them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct AgentProfile {
     pub soul: Option<String>,
     /// `None`: every skill.
@@ -32,6 +33,21 @@ pub struct AgentProfile {
     pub tool_groups: Option<Vec<String>>,
     /// The model of `models:` the agent runs on (`None`: the run's or the first).
     pub model: Option<String>,
+    /// The agent's approval rules (`approvals:` in its config.yaml: a list of rules, or a
+    /// mapping with `rules:`), or why they do not load (the run refuses to start).
+    pub approvals: Result<Vec<RuleConfig>, String>,
+}
+
+impl Default for AgentProfile {
+    fn default() -> Self {
+        AgentProfile {
+            soul: None,
+            skills: None,
+            tool_groups: None,
+            model: None,
+            approvals: Ok(Vec::new()),
+        }
+    }
 }
 
 impl AgentProfile {
@@ -85,8 +101,21 @@ impl AgentProfile {
                 .and_then(Yaml::as_str)
                 .filter(|m| !m.trim().is_empty())
                 .map(str::to_owned),
+            approvals: agent_approvals(config.as_ref()),
         }
     }
+}
+
+/// The `approvals:` rules of an agent's config.yaml.
+fn agent_approvals(config: Option<&Yaml>) -> Result<Vec<RuleConfig>, String> {
+    let Some(section) = config.and_then(|c| c.get("approvals")) else {
+        return Ok(Vec::new());
+    };
+    let rules = match section.get("rules") {
+        Some(rules) if section.is_mapping() => rules.clone(),
+        _ => section.clone(),
+    };
+    serde_yaml::from_value(rules).map_err(|e| format!("approvals: {e}"))
 }
 
 /// A regular file's text, stripped, at most [`MAX_AGENT_FILE`] bytes; `None` when absent,

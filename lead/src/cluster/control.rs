@@ -230,6 +230,35 @@ impl Service for LeadService {
                     )))
                 })
             }
+            Request::Lead(LeadRequest::AnswerApproval {
+                run_id,
+                tool_call_id,
+                decision,
+                reason,
+            }) => {
+                let runs = self.runs.clone();
+                Box::pin(async move {
+                    let Some(choice) = antler_engine::ApprovalChoice::parse(&decision) else {
+                        return Ok(Reply::Lead(LeadReply::ApprovalAnswered(Err(format!(
+                            "{decision:?}: expected approve, approve_for_thread or deny"
+                        )))));
+                    };
+                    let asked = manager::AnswerApproval {
+                        run_id,
+                        tool_call_id,
+                        choice,
+                        reason,
+                        by: None,
+                    };
+                    let answered = runs
+                        .send(asked)
+                        .await
+                        .map_err(|e| RemoteError::Failed(e.to_string()))?;
+                    Ok(Reply::Lead(LeadReply::ApprovalAnswered(
+                        answered.map(|a| a.waiting).map_err(|e| e.to_string()),
+                    )))
+                })
+            }
             Request::Lead(LeadRequest::SetWorkers { workers }) => {
                 let scaling = self.scaling.clone();
                 Box::pin(async move {

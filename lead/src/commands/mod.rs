@@ -9,6 +9,7 @@ pub mod extensions;
 pub mod mcp;
 mod mcp_serve;
 pub mod run;
+mod run_approvals;
 pub mod sandbox;
 pub mod threads;
 pub mod tool;

@@ -1,10 +1,12 @@
 //! `antler run "TASK" [--playbook FILE | --model NAME] [--user U] [--thread T] [--trace]
-//! [--json] [--detach]` and `antler run --resume RUN_ID [--answer TEXT]`: submits a run to
+//! [--json] [--detach]` and `antler run --resume RUN_ID [--answer TEXT | --approve CALL |
+//! --approve-for-thread CALL | --deny CALL [--reason TEXT]]`: submits a run to
 //! the lead of the running cluster (or of an ephemeral one started for it) and follows
 //! its events until it stops. The run itself lives in the lead (see `crate::runs`): it
 //! survives this command, and a lead that restarts resumes it. Progress goes to stderr;
 //! the answer, artifacts and receipt (with `--json`, one object) to stdout. A
-//! clarification is asked in the terminal and the run resumed with the answer.
+//! clarification is asked in the terminal and the run resumed with the answer; so are the
+//! calls a run waits on for approval (`run_approvals`).
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -18,7 +20,7 @@ use antler_protocol::{Json, Role, RpcError};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use super::{cluster_spec, extensions::RUNNING_CLUSTER_EXTENSIONS, Ctx};
+use super::{cluster_spec, extensions::RUNNING_CLUSTER_EXTENSIONS, run_approvals, Ctx};
 use crate::cluster::LeadClient;
 
 /// The checkpoint file under the runtime directory.
@@ -64,6 +66,18 @@ pub struct RunArgs {
     /// by `antler run`, and in the run's view) that --answer answers.
     #[arg(long, requires = "answer")]
     pub elicitation: Option<String>,
+    /// With --resume: approve the call CALL the run waits on (repeatable).
+    #[arg(long, value_name = "CALL", requires = "resume")]
+    pub approve: Vec<String>,
+    /// With --resume: approve the call CALL, and its rule for the rest of the thread.
+    #[arg(long, value_name = "CALL", requires = "resume")]
+    pub approve_for_thread: Vec<String>,
+    /// With --resume: deny the call CALL (the model is told; --reason says why).
+    #[arg(long, value_name = "CALL", requires = "resume")]
+    pub deny: Vec<String>,
+    /// With --deny: why, shown to the model.
+    #[arg(long, requires = "deny")]
+    pub reason: Option<String>,
     /// config.yaml (default: found as `antler up` finds it).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -145,7 +159,10 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
             }
             // An elicitation's answer is not the clarification's.
             let mut answer = args.answer.clone().filter(|_| args.elicitation.is_none());
-            if let (Some(run_id), None, None) = (&args.resume, &answer, &args.elicitation) {
+            let mut approvals = run_approvals::from_args(&args);
+            if let (Some(run_id), None, None, true) =
+                (&args.resume, &answer, &args.elicitation, approvals.is_empty())
+            {
                 // A run waiting for an answer is never carried on without one: the
                 // question is asked here, or the command says an answer is needed.
                 let view = run_view(&client, run_id).await?;
@@ -153,11 +170,23 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                     if !interactive {
                         return anyhow::Ok(Followed::Stopped(view));
                     }
-                    answer = Some(ask(view["question"].as_str().unwrap_or_default())?);
+                    if run_approvals::waits(&view) {
+                        approvals = run_approvals::ask(&view)?;
+                    } else {
+                        answer = Some(ask(view["question"].as_str().unwrap_or_default())?);
+                    }
                 }
             }
             let lead = &client.connection;
             let started = match &args.resume {
+                // The lead resumes the run once every call it waits on is answered.
+                Some(run_id) if !approvals.is_empty() => {
+                    let waiting = run_approvals::give(lead, run_id, approvals).await?;
+                    if !waiting.is_empty() {
+                        return anyhow::Ok(Followed::Stopped(run_view(&client, run_id).await?));
+                    }
+                    Ok(run_id.clone())
+                }
                 Some(run_id) => {
                     lead.resume_run(run_id.clone(), answer, playbook.clone(), SUBMIT_TIMEOUT)
                         .await
@@ -202,6 +231,11 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                     // The lead is still preparing the run (a resume after its restart):
                     // its events are not there yet.
                     tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                if interactive && run_approvals::waits(&view) {
+                    let answers = run_approvals::ask(&view)?;
+                    run_approvals::give(lead, &run_id, answers).await?;
                     continue;
                 }
                 if interactive && view["status"] == "interrupted" {
@@ -656,6 +690,13 @@ fn outcome_text(view: &Value, base_dir: Option<&Path>) -> String {
     let text = |key: &str| view[key].as_str().unwrap_or_default().to_owned();
     let mut out = match view["status"].as_str() {
         Some("success") => format!("{}\n", text("final_answer")),
+        Some("interrupted") if super::run_approvals::waits(view) => {
+            format!(
+                "{}\n\n{}",
+                text("question"),
+                super::run_approvals::hint(view)
+            )
+        }
         Some("interrupted") => format!(
             "{}\n\n(the run waits for an answer: antler run --resume {} --answer TEXT)\n",
             text("question"),

@@ -122,6 +122,8 @@ struct RunRequest {
     files: Vec<String>,
     /// An answer to the thread's interrupted run.
     answer: Option<String>,
+    /// `command.resume` as sent (approvals read their decisions from it).
+    resume: Option<Value>,
     agent: Option<String>,
     model: Option<String>,
     subagents: Option<bool>,
@@ -240,6 +242,11 @@ impl RunBody {
         let modes = Modes::parse(self.stream_mode.as_ref())
             .map_err(|e| Refused::from(error(StatusCode::UNPROCESSABLE_ENTITY, e)))?;
         let (task, mut answer, files) = input_message(self.input.as_ref())?;
+        let resume_value = self
+            .command
+            .as_ref()
+            .map(|c| c["resume"].clone())
+            .filter(|r| !r.is_null());
         if let Some(resume) = self.command.as_ref().map(|c| &c["resume"]) {
             if !resume.is_null() {
                 answer = Some(match resume {
@@ -295,6 +302,7 @@ impl RunBody {
             task,
             files,
             answer,
+            resume: resume_value,
             agent,
             model: pick("model_name").as_str().map(str::to_owned),
             subagents: pick("subagent_enabled").as_bool(),
@@ -358,6 +366,50 @@ enum Reply {
     Wait,
 }
 
+/// Answers the approvals `approvals` of the interrupted run `run_id` with the decisions of
+/// `resume` (the last answer resumes the run); the run's id and the event its stream
+/// starts at.
+async fn answer_approvals(
+    state: &web::Data<State>,
+    user: &str,
+    run_id: &str,
+    resume: &Value,
+    approvals: &antler_engine::ApprovalState,
+) -> Result<(String, usize), HttpResponse> {
+    let waiting: Vec<_> = approvals
+        .pending
+        .iter()
+        .filter(|p| !approvals.decided.contains_key(&p.tool_call_id))
+        .cloned()
+        .collect();
+    let decisions = super::langgraph_approvals::decisions(resume, &waiting)
+        .map_err(|why| error(StatusCode::UNPROCESSABLE_ENTITY, why))?;
+    let from = match state
+        .runs
+        .manager
+        .send(manager::WatchRun(run_id.to_owned()))
+        .await
+    {
+        Ok(Some(log)) => log.since(0).next,
+        _ => 0,
+    };
+    for (call, choice, reason) in decisions {
+        let asked = manager::AnswerApproval {
+            run_id: run_id.to_owned(),
+            tool_call_id: call,
+            choice,
+            reason,
+            by: Some(user.to_owned()),
+        };
+        match state.runs.manager.send(asked).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(error(StatusCode::CONFLICT, e.to_string())),
+            Err(e) => return Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+        }
+    }
+    Ok((run_id.to_owned(), from))
+}
+
 /// Starts (or, for an answer, drives again) a run on the caller's thread `thread`: its
 /// id and the event its stream starts at.
 async fn start_run(
@@ -388,6 +440,22 @@ async fn start_run(
     // checkpoint, which forks the thread).
     if let (Some(answer), Some(last), None) = (&request.answer, &last, &request.checkpoint) {
         if last.status == RunStatus::Interrupted {
+            // A run that waits on approvals takes the resume's decisions (issue 37).
+            let run = last.run_id.clone();
+            let waiting = on_store(state, move |store| {
+                Ok(store
+                    .latest(&run)?
+                    .map(|(_, s)| s.approvals)
+                    .filter(|a| a.waiting()))
+            })
+            .await?;
+            if let Some(approvals) = waiting {
+                let resume = request
+                    .resume
+                    .clone()
+                    .unwrap_or_else(|| Value::String(answer.clone()));
+                return answer_approvals(state, user, &last.run_id, &resume, &approvals).await;
+            }
             let from = match state
                 .runs
                 .manager

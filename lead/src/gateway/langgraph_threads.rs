@@ -273,17 +273,29 @@ pub(super) async fn delete_thread(state: web::Data<State>, own: OwnThread) -> Ht
 /// The thread's state as LangGraph's `StateSnapshot`.
 fn snapshot(row: &ThreadRow, state: Option<&ThreadState>) -> Value {
     let checkpoint_id = row.last_run_id.clone().unwrap_or_default();
+    // A run waiting on approvals is LangGraph's interrupted `tools` step.
+    let interrupt =
+        state.and_then(|s| super::langgraph_approvals::interrupt(&checkpoint_id, &s.approvals));
+    let (next, tasks, interrupts) = match interrupt {
+        Some(interrupt) => (
+            json!(["tools"]),
+            json!([{"id": format!("{checkpoint_id}:tools"), "name": "tools", "path": ["__pregel_pull", "tools"],
+                    "error": null, "interrupts": [interrupt.clone()], "checkpoint": null, "state": null, "result": null}]),
+            json!([interrupt]),
+        ),
+        None => (json!([]), json!([]), json!([])),
+    };
     json!({
         "values": state.map_or(json!({}), values),
-        "next": [],
-        "tasks": [],
+        "next": next,
+        "tasks": tasks,
         "metadata": {"thread_id": row.thread_id, "run_id": row.last_run_id},
         "created_at": super::langgraph::iso(row.updated_ms),
         "checkpoint": {"thread_id": row.thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id},
         "checkpoint_id": checkpoint_id,
         "parent_checkpoint": null,
         "parent_checkpoint_id": null,
-        "interrupts": [],
+        "interrupts": interrupts,
     })
 }
 

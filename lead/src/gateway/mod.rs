@@ -21,6 +21,7 @@
 //! runs are its own: it starts them as itself, and another user's run is 404 to it, as if
 //! it did not exist; the operator sees every run (`GET /api/runs` lists them).
 
+mod approvals;
 mod body;
 mod caller;
 mod cluster_view;
@@ -30,6 +31,7 @@ mod events;
 mod goal;
 mod guard;
 mod langgraph;
+mod langgraph_approvals;
 mod langgraph_branches;
 mod langgraph_checkpoints;
 mod langgraph_debug;

@@ -22,8 +22,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::routes::{Access, RouteSpec, ROUTES};
 use super::{
-    compact, goal, langgraph_branches, langgraph_regenerate, langgraph_runs, langgraph_threads,
-    memory, runs_api, suggestions,
+    approvals, compact, goal, langgraph_branches, langgraph_regenerate, langgraph_runs,
+    langgraph_threads, memory, runs_api, suggestions,
 };
 
 /// Where the document is served.
@@ -538,6 +538,12 @@ fn describe(method: &str, path: &str) -> Option<Op> {
             Free,
             &[400, 404, 408, 413, 502, 503],
         ),
+        ("POST", "/api/runs/{id}/approvals/{call}") => op(
+            "Answers a tool call a run waits on for approval",
+            typed::<approvals::ApprovalBody>(),
+            Free,
+            &[400, 404, 409, 413, 500, 503],
+        ),
         ("GET", "/api/runs/{id}/artifact") => op(
             "A file a run wrote",
             NoBody,
@@ -937,6 +943,7 @@ pub fn document() -> OpenApi {
         .schema_from::<langgraph_threads::StateBody>()
         .schema_from::<langgraph_threads::HistoryBody>()
         .schema_from::<compact::CompactBody>()
+        .schema_from::<approvals::ApprovalBody>()
         .schema_from::<langgraph_branches::BranchBody>()
         .schema_from::<goal::GoalBody>()
         .schema_from::<langgraph_regenerate::RegenerateBody>()

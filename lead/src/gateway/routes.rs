@@ -269,6 +269,12 @@ pub const ROUTES: &[RouteSpec] = &[
         Access::Member,
         || web::to(elicitation::answer),
     ),
+    route(
+        "POST",
+        "/api/runs/{id}/approvals/{call}",
+        Access::Member,
+        || web::to(super::approvals::answer),
+    ),
     route("GET", "/api/runs/{id}/artifact", Access::Member, || {
         web::to(super::runs_api::download_artifact)
     }),

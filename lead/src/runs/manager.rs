@@ -14,7 +14,8 @@
 //!
 //! The actor and a run's life (launch, drive, what is kept after it ends) are here; its
 //! messages sit beside it by concern: `submit`, `resume` (an answer, a crash, a restart),
-//! `cancel`, `queries` (views, events, lists, owners), `artifacts`, `client_runs` (runs an
+//! `cancel`, `approvals` (answers to the calls a run waits on, their deadlines), `queries`
+//! (views, events, lists, owners), `artifacts`, `client_runs` (runs an
 //! MCP client drives, kept beside them), and `sink` (a run's events into its log and the
 //! metrics). The runs store is reached only through its own
 //! thread ([`CheckpointStore::call`](super::store::CheckpointStore::call), or the journal
@@ -36,6 +37,7 @@ use antler_engine::catalog::Catalog;
 use antler_engine::{CancelFlag, Drive, RunActor, RunEvent};
 
 mod answer;
+mod approvals;
 mod artifacts;
 mod branch_files;
 mod cancel;
@@ -48,6 +50,7 @@ mod submit;
 mod threads;
 
 pub use answer::{answer, answer_through};
+pub use approvals::{AnswerApproval, ApprovalError};
 pub use artifacts::{read_artifact, ArtifactContent, RunArtifact, MAX_ARTIFACT_BYTES};
 pub use branch_files::CopyThreadUserData;
 pub use cancel::{CancelOutcome, CancelRun, ChaosStopRun};
@@ -215,8 +218,10 @@ impl RunManager {
                         manager.resume_crashed(run_id, ctx);
                         return;
                     }
+                    let mut waiting = Vec::new();
                     let (view, status) = match result {
                         Ok(Ok(outcome)) => {
+                            waiting = outcome.approvals.clone();
                             (view::from_outcome(&live.record, &outcome), outcome.status)
                         }
                         Ok(Err(e)) => (failed_view(&live.record, &e.to_string()), RunStatus::Error),
@@ -235,6 +240,9 @@ impl RunManager {
                     manager.metrics.drive_stopped(status.as_str());
                     live.driving = false;
                     live.log.stop(view.to_string());
+                    if status == RunStatus::Interrupted && !waiting.is_empty() {
+                        RunManager::expire_later(&run_id, &waiting, ctx);
+                    }
                     if status != RunStatus::Interrupted {
                         // The run ended: its loop and state go; its view and events stay a
                         // while, and its events are kept in the store for later watchers.
@@ -287,6 +295,8 @@ impl Actor for RunManager {
         if crate::teardown::tearing_down() {
             return;
         }
+        // Approvals' deadlines hold across a restart, an ephemeral cluster's runs too.
+        self.expire_left_waiting(ctx);
         if !self.resume_at_start {
             return;
         }

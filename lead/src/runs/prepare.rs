@@ -32,6 +32,7 @@ use antler_engine::{
     TokenBudget, ToolHosts, WebTools, MAX_PLAYBOOK_BYTES,
 };
 
+mod approvals;
 mod catalog;
 mod config_files;
 pub(crate) mod context;
@@ -179,6 +180,8 @@ pub struct RunEnv {
     base_dir: Mutex<Option<PathBuf>>,
     /// System prompts by their inputs, shared by the runs of this lead.
     prompts: PromptCache,
+    /// The compiled approval policy of the current config.yaml.
+    approvals: approvals::PolicyCache,
     /// How runs (and their subagent tasks) reach their thread's files.
     thread_files: ThreadFilesMode,
     /// The memory worker of a long-lived lead (an ephemeral one only queues updates).
@@ -248,6 +251,7 @@ impl RunEnv {
             }),
             base_dir: Mutex::new(None),
             prompts: PromptCache::default(),
+            approvals: approvals::PolicyCache::default(),
             thread_files: ThreadFilesMode::Local,
             files: ConfigFiles::default(),
             memory_worker: std::sync::OnceLock::new(),
@@ -616,7 +620,21 @@ impl RunEnv {
             .cancel(Arc::clone(&cancel))
             .resume()
             .await?;
-        if let Some(answer) = answer {
+        if record.status == RunStatus::Interrupted && !run.state().approvals.pending.is_empty() {
+            // A run waiting on approvals takes them, never a clarification's answer.
+            if answer.is_some() {
+                return Err(PrepareError::NotWaiting {
+                    run_id: run_id.to_owned(),
+                    status: "waiting for approvals, not an answer".to_owned(),
+                });
+            }
+            let id = run_id.to_owned();
+            let decisions = self
+                .store
+                .call(move |store| store.approval_decisions(&id))
+                .await?;
+            run.decide(decisions).await?;
+        } else if let Some(answer) = answer {
             run.answer(answer).await?;
         }
         Ok(Prepared {
@@ -709,6 +727,15 @@ impl RunEnv {
             tool_timeout: settings.tool_timeout,
             skills: settings.skills.clone(),
             parent_skills: profile.skills.as_ref().map(|s| s.iter().cloned().collect()),
+            approvals: approvals::task_approvals(
+                app,
+                context.agent.role.as_deref(),
+                context
+                    .agent
+                    .agent_name
+                    .as_deref()
+                    .zip(profile.approvals.as_ref().ok()),
+            ),
         }))
     }
 
@@ -717,7 +744,7 @@ impl RunEnv {
     /// `prompt_catalog`: the run's catalog when its model reads a system prompt.
     fn settings(
         &self,
-        app: &AppConfig,
+        app: &Arc<AppConfig>,
         context: &RunContext,
         profile: &AgentProfile,
         prompt_catalog: Option<&Arc<Catalog>>,
@@ -734,7 +761,23 @@ impl RunEnv {
             .map_err(PrepareError::Config)?;
         let invalid_calls = antler_engine::InvalidCallLimit::from_config(app.other.get("llm_call"))
             .map_err(PrepareError::Config)?;
+        let agent_rules = profile.approvals.as_deref().map_err(|e| {
+            PrepareError::Config(format!(
+                "the config.yaml of agent {}: {e}",
+                context.agent.agent_name.as_deref().unwrap_or("?")
+            ))
+        })?;
+        let approvals = self.approvals.gate(
+            app,
+            context.agent.role.as_deref(),
+            context
+                .agent
+                .agent_name
+                .as_deref()
+                .map(|name| (name, agent_rules)),
+        )?;
         Ok(RunSettings {
+            approvals,
             token_budget,
             invalid_calls,
             // DeerFlow's sections read by `config::deerflow` (checked when the config loaded).

@@ -2,13 +2,15 @@
 //! `ThreadState` after each merged step, so a run resumes from its last step after the
 //! lead dies. Steps are numbered from 0 (the initial state) and written once: writing a
 //! step that exists is a no-op, so a replayed step is never applied twice.
-//! The store also keeps ended runs' events, receipts and the shared MCP credentials.
+//! The store also keeps ended runs' events, receipts, approval decisions and the shared MCP
+//! credentials.
 //! [`CheckpointStore`] is the engine's `Journal` for the lead's runs (`journal`). Its
 //! synchronous methods are for code that may block (the CLI, tests). Everything
 //! asynchronous (the run loop's journal writes, the `RunManager`, the write probe in
 //! `probe`, the credentials relay) goes through [`CheckpointStore::call`] to the store's
 //! own thread (`thread`), in the order it was sent, never onto an actor's thread.
 
+mod approvals;
 mod forks;
 mod journal;
 pub mod memory;
@@ -16,6 +18,7 @@ mod probe;
 mod thread;
 mod threads;
 
+pub use approvals::Recorded;
 pub use probe::{probe_writes, unwritable};
 pub use threads::{ThreadRefusal, ThreadRow};
 
@@ -216,6 +219,9 @@ impl CheckpointStore {
             .map_err(open_error)?;
         connection
             .execute_batch(memory::SCHEMA)
+            .map_err(open_error)?;
+        connection
+            .execute_batch(approvals::SCHEMA)
             .map_err(open_error)?;
         // A store written before runs recorded these gains the columns.
         for (column, definition) in [

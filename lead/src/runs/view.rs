@@ -1,6 +1,7 @@
 //! A run as the CLI and the HTTP API show it: `run_id`, `status` (`running`, `success`,
 //! `error`, `interrupted`), `user`, `thread`, `task`, `final_answer`, `question`,
-//! `error`, `artifacts`, `delivery`, `stop_reason` and `token_usage` (`input_tokens`,
+//! `error`, `artifacts`, `delivery`, `stop_reason`, `approvals` (the calls an interrupted
+//! run waits on for its user's approval) and `token_usage` (`input_tokens`,
 //! `output_tokens`, `total_tokens`, as the model provider reported them; `null` when it
 //! reported none). Built from the outcome of a drive,
 //! or from the checkpoint store for a run this lead is not driving.
@@ -29,6 +30,7 @@ pub fn from_outcome(record: &RunRecord, outcome: &RunOutcome) -> Value {
         "delivery": outcome.delivery,
         "stop_reason": outcome.stop_reason,
         "token_usage": outcome.token_usage.reported(),
+        "approvals": outcome.approvals,
     })
 }
 
@@ -66,5 +68,9 @@ pub fn from_store(store: &CheckpointStore, record: &RunRecord) -> Result<Value, 
         "delivery": store.receipt(&record.run_id)?,
         "stop_reason": state.as_ref().and_then(|s| s.stop_reason),
         "token_usage": state.as_ref().and_then(|s| s.token_usage.reported()),
+        "approvals": match (record.status, state.as_ref()) {
+            (RunStatus::Interrupted, Some(state)) => json!(state.approvals.pending),
+            _ => json!([]),
+        },
     }))
 }

@@ -83,6 +83,8 @@ pub struct LeadDelegator {
     pub skills: SkillStore,
     /// The parent's skills allowlist (`None`: all).
     pub parent_skills: Option<Vec<String>>,
+    /// The parent run's approval policy, as its tasks carry it (`None`: none).
+    pub approvals: Option<String>,
 }
 
 /// A task that ended before reaching a worker, with the model it would have used.
@@ -187,6 +189,8 @@ impl LeadDelegator {
             // The task's loop detection and output budget are the lead's (spec C.7, C.8).
             loop_detection: self.app.loop_detection(),
             tool_output: self.app.tool_output(),
+            // The parent's approval policy decides the subagent's calls too (issue 37).
+            approvals: self.approvals.clone(),
         })
     }
 
@@ -348,6 +352,7 @@ impl Delegator for LeadDelegator {
             tool_timeout: self.tool_timeout,
             skills: self.skills.clone(),
             parent_skills: self.parent_skills.clone(),
+            approvals: self.approvals.clone(),
         };
         Box::pin(async move {
             let spec = match this.spec(&call).await {

@@ -172,6 +172,28 @@ pub trait LeadCalls: Requester {
         })
     }
 
+    /// [`LeadRequest::AnswerApproval`]: the calls the run still waits on, or why the
+    /// answer was not taken.
+    fn answer_run_approval(
+        &self,
+        run_id: String,
+        tool_call_id: String,
+        decision: String,
+        reason: Option<String>,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Result<Vec<String>, String>, Self::Error>> + Send {
+        let request = LeadRequest::AnswerApproval {
+            run_id,
+            tool_call_id,
+            decision,
+            reason,
+        };
+        ask(self, Request::Lead(request), timeout, |reply| match reply {
+            Reply::Lead(LeadReply::ApprovalAnswered(answered)) => Ok(answered),
+            other => Err(reply_kind(&other)),
+        })
+    }
+
     /// [`LeadRequest::SetWorkers`]: the subagent workers after the change.
     fn set_workers(
         &self,

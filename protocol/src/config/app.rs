@@ -1,6 +1,6 @@
 //! `AppConfig`: DeerFlow's `config.yaml` with the sections Antler reads typed (models, tools,
 //! tool groups, tool_search, sandbox, subagents, skill_evolution, acp_agents, authorization,
-//! guardrails, and Antler's own `antler:`). Every other DeerFlow section is kept opaque in
+//! guardrails, approvals, and Antler's own `antler:`). Every other DeerFlow section is kept opaque in
 //! `other`, without a warning; a top-level key DeerFlow does not know is kept but warned about.
 
 use std::path::Path;
@@ -98,6 +98,7 @@ pub const TYPED_KEYS: &[&str] = &[
     "acp_agents",
     "authorization",
     "guardrails",
+    "approvals",
     "antler",
 ];
 
@@ -135,6 +136,9 @@ pub struct AppConfig {
     /// Pre-execution guardrails.
     #[serde(default, deserialize_with = "null_as_default")]
     pub guardrails: GuardrailsConfig,
+    /// Approval policies on tool calls (docs/approvals.md).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub approvals: super::approvals::ApprovalsConfig,
     /// Antler's own settings.
     #[serde(default, deserialize_with = "null_as_default")]
     pub antler: AntlerSection,
@@ -484,6 +488,13 @@ pub(crate) fn semantic_errors(doc: &Document<'_>, config: &AppConfig) -> Vec<Con
     }
     for problem in super::memory::parse(config.other.get("memory")).2 {
         errors.push(doc.invalid(problem.path, problem.message, Some(problem.expected)));
+    }
+    for (path, message, expected) in super::approvals::check(&config.approvals) {
+        errors.push(doc.invalid(path, message, expected));
+    }
+    let env = crate::approvals::PolicyEnv::from_sandbox(config.sandbox.as_ref());
+    for (path, message) in crate::approvals::config_problems(&config.approvals, &env) {
+        errors.push(doc.invalid(path, message, None));
     }
     errors.sort_by_key(|e| e.location().map(|l| (l.line, l.column)));
     errors

@@ -6,6 +6,7 @@
 
 mod antler;
 mod app;
+pub mod approvals;
 mod check;
 mod cluster;
 mod context;
@@ -38,6 +39,7 @@ pub use app::{
     ToolGroupConfig, ToolSearchConfig, DEERFLOW_OPAQUE_KEYS, DEERFLOW_READ_KEYS, IGNORED_SETTING,
     TYPED_KEYS,
 };
+pub use approvals::{ApprovalsConfig, ArgMatcher, Decision, Examples, RuleConfig};
 pub use check::{ExtraChecks, Finding};
 pub use cluster::{is_loopback, ClusterHosts, ClusterSection, CLUSTER_KEYS};
 pub use context::{

@@ -51,6 +51,15 @@ pub enum LeadRequest {
         action: super::ElicitationAction,
         content: Option<crate::json::Json>,
     },
+    /// Answer the call `tool_call_id` an interrupted run waits on for approval (issue 37),
+    /// as the run's user: `decision` is `approve`, `approve_for_thread` or `deny`. Once
+    /// every call it waits on is answered the run goes on. The reply is `ApprovalAnswered`.
+    AnswerApproval {
+        run_id: String,
+        tool_call_id: String,
+        decision: String,
+        reason: Option<String>,
+    },
     /// Change the number of subagent workers (1 to `MAX_WORKERS`): new workers are
     /// started; removed ones (highest indexes first) take no new task, finish theirs and
     /// are stopped. The reply (`Workers`) comes once the change is done.
@@ -89,6 +98,9 @@ pub enum LeadReply {
     /// How an `AnswerElicitation` went: `Err` says why it was not taken (not pending, or
     /// content that does not fit the schema: it stays pending).
     ElicitationAnswered(Result<(), String>),
+    /// How an `AnswerApproval` went: the calls the run still waits on (empty: it goes on),
+    /// or why the answer was not taken.
+    ApprovalAnswered(Result<Vec<String>, String>),
 }
 
 /// A run to start.

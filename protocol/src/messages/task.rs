@@ -52,6 +52,8 @@ pub struct TaskSpec {
     pub loop_detection: WireLoopDetection,
     /// The lead's `tool_output:` (spec C.8): the task's large results are budgeted alike.
     pub tool_output: WireToolOutput,
+    /// The parent run's approval policy as JSON text (`None`: no policy).
+    pub approvals: Option<String>,
 }
 
 /// A task's `loop_detection:` (spec C.7; `max_tracked_threads` stays behind: a task keeps

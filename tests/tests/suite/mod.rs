@@ -78,6 +78,7 @@ mod otel_traces;
 mod peer_deadline;
 mod run_acp_agent;
 mod run_agents;
+mod run_approvals;
 mod run_clarification;
 mod run_example;
 mod run_first_hour;

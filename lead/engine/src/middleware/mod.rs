@@ -6,8 +6,10 @@
 //! clarification last; the tool output budget wraps every result. `invalid_calls` (with
 //! `schema`) answers the calls a model got wrong before any of them runs; `terminal_response`
 //! asks again once after an empty reply; `uploads` puts the `<current_uploads>` block on a
-//! run's user turn before its first model call.
+//! run's user turn before its first model call; `approvals` decides each call on its
+//! arguments after the deferred filter, before clarification (issue 37).
 
+pub mod approvals;
 pub mod clarification;
 pub mod dangling;
 pub mod deferred;

@@ -196,7 +196,8 @@ impl RunBuilder {
     /// effects): it gets the interrupted-call result, merged and checkpointed as a step of
     /// its own, and is never sent again. A `task` call is the exception when the run has
     /// a delegator: its task may still run, or have finished, on a worker, and the drive
-    /// collects it first.
+    /// collects it first; so are the calls the state says wait on approval (or behind
+    /// one): never sent, they run once answered.
     pub async fn resume(self) -> Result<RunLoop, RunError> {
         let run_id = self.context.run_id.clone();
         let (step, state) = self
@@ -209,9 +210,17 @@ impl RunBuilder {
             .await?;
         let collect_tasks = self.delegator.is_some();
         let mut run = self.into_loop(state, step);
+        let approvals = &run.state.approvals;
+        // Calls that wait on approval, or behind one, were never sent: they run once answered.
+        let never_sent = |id: &str| {
+            approvals.pending_call(id).is_some() || approvals.held.iter().any(|h| h == id)
+        };
         let interrupted: Vec<Message> = dangling::interrupted_results(&run.state.messages)
             .into_iter()
             .filter(|m| !(collect_tasks && matches!(m, Message::Tool { name, .. } if name == TASK)))
+            .filter(
+                |m| !matches!(m, Message::Tool { tool_call_id, .. } if never_sent(tool_call_id)),
+            )
             .collect();
         if !interrupted.is_empty() {
             run.merge(StateUpdate::messages(interrupted)).await?;

@@ -1,11 +1,13 @@
 //! The tool calls of one step of a [`RunLoop`]: `task` calls start at once, each on a
 //! worker, while the other calls are admitted (guardrail, skill policy, deferred filter,
-//! clarification) and executed one after the other, each result merged and journaled as
-//! it comes back; the tasks' results are merged after those. A call that interrupts ends
-//! the step.
+//! approvals, clarification) and executed one after the other, each result merged and
+//! journaled as it comes back; the tasks' results are merged after those. A call that
+//! interrupts ends the step; a call an approval rule asks about stops with the calls
+//! behind it held (recorded in the state), and a resumed run runs them once answered.
 
 use crate::catalog::builtins::{ASK_CLARIFICATION, TASK};
 use crate::catalog::TOOL_SEARCH_NAME;
+use crate::middleware::approvals::{self, Gate};
 use crate::middleware::clarification::{self, Clarification};
 use crate::middleware::deferred::RoutingBeforeFilter;
 use crate::middleware::guardrail::GuardrailRequest;
@@ -13,6 +15,7 @@ use crate::middleware::skill_policy::SkillPolicy;
 use crate::middleware::tool_error::{failed_call_message, invalid_tool_message};
 use crate::run::events::{first_line, RunEvent, ToolState};
 use crate::run::run_loop::{RunError, RunLoop, StepEnd};
+use crate::thread::approvals::{ApprovalChoice, ApprovalState, PendingApproval};
 use crate::thread::state::{Message, StateUpdate, ThreadState, ToolCall};
 
 /// The span events of a tool call's lifecycle (docs/telemetry.md).
@@ -31,6 +34,9 @@ impl RunLoop {
         policy: &SkillPolicy,
     ) -> Result<StepEnd, RunError> {
         let mut end = StepEnd::Continue;
+        // Calls an approval rule stops for the run's user, and those waiting behind them.
+        let mut asks: Vec<PendingApproval> = Vec::new();
+        let mut held: Vec<String> = Vec::new();
         let (tasks, others): (Vec<&ToolCall>, Vec<&ToolCall>) =
             calls.iter().partition(|c| c.name == TASK);
         let (admitted, refused) = self.start_tasks(&tasks, chain, policy);
@@ -38,6 +44,11 @@ impl RunLoop {
         futures::pin_mut!(tasks_done);
         let mut task_results = None;
         for call in &others {
+            if !asks.is_empty() {
+                // Never sent before the ask ahead of it is answered: run in order after it.
+                held.push(call.id.clone());
+                continue;
+            }
             let outcome = {
                 let done = self.call(call, &self.state, chain, policy);
                 futures::pin_mut!(done);
@@ -69,14 +80,102 @@ impl RunLoop {
                     end = StepEnd::Interrupted(question);
                     break;
                 }
+                CallEnd::Ask(pending) => asks.push(pending),
             }
         }
         let task_results = match task_results {
             Some(results) => results,
             None => tasks_done.await,
         };
-        self.finish_tasks(&tasks, refused, task_results).await?;
+        asks.extend(self.finish_tasks(&tasks, refused, task_results).await?);
+        // The asks in the reply's order; the run stops for them (a clarification asked
+        // before them stops it first, and they are never reached).
+        asks.sort_by_key(|p| calls.iter().position(|c| c.id == p.tool_call_id));
+        if !asks.is_empty() && matches!(end, StepEnd::Continue) {
+            end = StepEnd::Interrupted(approvals::question(&asks));
+        }
+        self.settle_approvals(asks, held).await?;
         Ok(end)
+    }
+
+    /// Records the step's asks and held calls in the state (journaled with it), and drops
+    /// the answers the step applied.
+    async fn settle_approvals(
+        &mut self,
+        asks: Vec<PendingApproval>,
+        held: Vec<String>,
+    ) -> Result<(), RunError> {
+        let current = &self.state.approvals;
+        if asks.is_empty()
+            && held.is_empty()
+            && current.pending.is_empty()
+            && current.held.is_empty()
+            && current.decided.is_empty()
+        {
+            return Ok(());
+        }
+        let approvals = ApprovalState {
+            pending: asks,
+            held,
+            decided: Default::default(),
+            thread_rules: current.thread_rules.clone(),
+        };
+        self.merge(StateUpdate {
+            approvals: Some(approvals),
+            ..StateUpdate::default()
+        })
+        .await
+    }
+
+    /// A resumed run's calls that waited for approval, once every ask is answered (or
+    /// expired): the rules approved for the thread are remembered, then the asked and held
+    /// calls run in the reply's order through the call middlewares (the answers decide the
+    /// asked ones; a held one may ask in turn). `Some` when the run stops again.
+    pub(super) async fn resume_approvals(&mut self) -> Result<Option<StepEnd>, RunError> {
+        let approvals = self.state.approvals.clone();
+        if approvals.pending.is_empty() && approvals.held.is_empty() {
+            return Ok(None);
+        }
+        if approvals.waiting() {
+            let waiting: Vec<PendingApproval> = approvals
+                .pending
+                .iter()
+                .filter(|p| !approvals.decided.contains_key(&p.tool_call_id))
+                .cloned()
+                .collect();
+            return Ok(Some(StepEnd::Interrupted(approvals::question(&waiting))));
+        }
+        let mut thread_rules = approvals.thread_rules.clone();
+        for pending in &approvals.pending {
+            let for_thread = approvals
+                .decided
+                .get(&pending.tool_call_id)
+                .is_some_and(|d| d.choice == ApprovalChoice::ApproveForThread);
+            if let (true, Some(rule)) = (for_thread, &pending.rule) {
+                thread_rules.insert(rule.clone());
+            }
+        }
+        let unresolved: Vec<ToolCall> = self
+            .state
+            .pending_tool_calls()
+            .into_iter()
+            .filter(|c| approvals.pending_call(&c.id).is_some() || approvals.held.contains(&c.id))
+            .collect();
+        self.merge(StateUpdate {
+            approvals: Some(ApprovalState {
+                thread_rules,
+                ..approvals
+            }),
+            ..StateUpdate::default()
+        })
+        .await?;
+        let catalog = std::sync::Arc::clone(&self.catalog);
+        let chain = RoutingBeforeFilter::new(&catalog, self.settings.auto_promote_top_k);
+        let policy = self.skill_policy();
+        match self.run_calls(&unresolved, &chain, &policy).await? {
+            StepEnd::Continue => Ok(None),
+            end => Ok(Some(end)),
+        }
     }
 
     /// Admits each `task` call through the call middlewares and starts the admitted ones
@@ -127,7 +226,8 @@ impl RunLoop {
         tasks: &[&ToolCall],
         refused: Vec<(&ToolCall, CallEnd)>,
         results: Vec<StateUpdate>,
-    ) -> Result<(), RunError> {
+    ) -> Result<Vec<PendingApproval>, RunError> {
+        let mut asks = Vec::new();
         let refused_ids: Vec<String> = refused.iter().map(|(c, _)| c.id.clone()).collect();
         let admitted_calls = tasks.iter().filter(|c| !refused_ids.contains(&c.id));
         let ends = refused
@@ -139,11 +239,13 @@ impl RunLoop {
             )
             .collect::<Vec<_>>();
         for (call, end) in ends {
-            if let CallEnd::Done(result) = self.finish_call(call, end).await {
-                self.merge(result).await?;
+            match self.finish_call(call, end).await {
+                CallEnd::Done(result) => self.merge(result).await?,
+                CallEnd::Ask(pending) => asks.push(pending),
+                CallEnd::Interrupt { .. } => {}
             }
         }
-        Ok(())
+        Ok(asks)
     }
 
     /// One tool call through the call middlewares, in DeerFlow's order: guardrail, tool
@@ -176,6 +278,10 @@ impl RunLoop {
     /// What every call's result goes through once it is back: the output budget, and
     /// the Returned and finished events.
     async fn finish_call(&self, call: &ToolCall, result: CallEnd) -> CallEnd {
+        if matches!(result, CallEnd::Ask(_)) {
+            // Not returned: it waits for the run's user.
+            return result;
+        }
         let result = match result {
             CallEnd::Done(mut update) => {
                 for message in &mut update.messages {
@@ -208,7 +314,7 @@ impl RunLoop {
                 } => Some(first_line(content)),
                 _ => None,
             }),
-            CallEnd::Interrupt { .. } => None,
+            CallEnd::Interrupt { .. } | CallEnd::Ask(_) => None,
         };
         self.lifecycle(ToolState::Returned, &call.name, Some(&call.id));
         self.emit(RunEvent::ToolFinished {
@@ -277,6 +383,34 @@ impl RunLoop {
         if let Err(hidden) = chain.check_call(state.promoted.as_ref(), &call.name, &call.id) {
             return refused(hidden);
         }
+        if let Some(gate) = &self.settings.approvals {
+            let interactive = !self.context.agent.non_interactive && !self.settings.is_subagent;
+            match gate.check(
+                call,
+                self.catalog.get(&call.name),
+                &state.approvals,
+                interactive,
+            ) {
+                Gate::Pass(None) => {}
+                Gate::Pass(Some(record)) => self.emit(record.event(call)),
+                Gate::Refuse { message, record } => {
+                    self.emit(record.event(call));
+                    return refused(message);
+                }
+                Gate::Ask(pending) => {
+                    self.emit(RunEvent::ApprovalRequested {
+                        tool_call_id: pending.tool_call_id.clone(),
+                        tool: pending.tool.clone(),
+                        args: pending.args.clone(),
+                        rule: pending.rule.clone(),
+                        origin: pending.origin.clone(),
+                        justification: pending.justification.clone(),
+                        deadline_at: pending.deadline_at,
+                    });
+                    return Some(CallEnd::Ask(pending));
+                }
+            }
+        }
         if call.name == ASK_CLARIFICATION {
             return match clarification::handle(call, self.context.clarification_enabled) {
                 Clarification::Proceed(message) => refused(message),
@@ -293,5 +427,10 @@ impl RunLoop {
 #[allow(clippy::large_enum_variant)]
 enum CallEnd {
     Done(StateUpdate),
-    Interrupt { question: String, message: Message },
+    Interrupt {
+        question: String,
+        message: Message,
+    },
+    /// An approval rule asks the run's user first: the call is not sent.
+    Ask(PendingApproval),
 }

@@ -115,6 +115,39 @@ pub enum RunEvent {
         message: String,
         requested_schema: serde_json::Value,
     },
+    /// An approval rule asks the run's user about the call `tool_call_id` (issue 37): the
+    /// run stops (`interrupted`) until it is answered through `POST
+    /// /api/runs/{id}/approvals/{call}` or `antler run --resume RUN --approve CALL`, or until
+    /// `deadline_at` (Unix ms), when it is a denial. `args` are redacted.
+    ApprovalRequested {
+        tool_call_id: String,
+        tool: String,
+        args: serde_json::Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        rule: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        origin: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        justification: Option<String>,
+        deadline_at: u64,
+    },
+    /// How the approval of the call `tool_call_id` was decided: `allow` or `deny` by a rule,
+    /// `approve`, `approve_for_thread` or `deny` by the person `by`, `thread_rule` (its
+    /// rule was approved for the thread earlier), `expired` (nobody answered in time),
+    /// `nobody` (an ask in a run nobody can answer: a denial).
+    ApprovalDecided {
+        tool_call_id: String,
+        tool: String,
+        decision: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        rule: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// Unix milliseconds.
+        at: u64,
+    },
     /// What the ACP agent of the `invoke_acp_agent` call `tool_call_id` does meanwhile: a
     /// tool call, its update or its plan (ACP's `session/update`, as the agent sent it).
     AcpActivity {

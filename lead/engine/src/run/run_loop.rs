@@ -22,6 +22,7 @@ use crate::run::execute::{Executor, LeadTools};
 use crate::run::journal::{Journal, JournalError, RunStatus};
 use crate::run::settings::RunSettings;
 use crate::settlement::{DeliveryReceipt, OutputsSnapshot, RECEIPT_NOT_PERSISTED};
+use crate::thread::approvals::ApprovalDecision;
 use crate::thread::context::RunContext;
 use crate::thread::hosts::ToolHosts;
 use crate::thread::lease::{self, SandboxLease};
@@ -50,6 +51,8 @@ pub struct RunOutcome {
     pub token_usage: TokenUsage,
     /// The run ended at its limit of model turns.
     pub turn_limited: bool,
+    /// The calls an interrupted run waits on for its user's approval.
+    pub approvals: Vec<crate::thread::approvals::PendingApproval>,
 }
 
 /// Why a run could not go on (operator-facing; the run ends as `error`).
@@ -163,6 +166,30 @@ impl RunLoop {
     pub async fn answer(&mut self, text: &str) -> Result<(), RunError> {
         self.merge(StateUpdate::messages([Message::human(text)]))
             .await
+    }
+
+    /// Adds the answers to an interrupted run's pending approvals (issue 37), as a step;
+    /// an answer to a call that does not wait is ignored. The resumed drive applies them.
+    pub async fn decide(
+        &mut self,
+        answers: impl IntoIterator<Item = (String, ApprovalDecision)>,
+    ) -> Result<(), RunError> {
+        let mut approvals = self.state.approvals.clone();
+        let mut changed = false;
+        for (call, decision) in answers {
+            if approvals.pending_call(&call).is_some() {
+                approvals.decided.insert(call, decision);
+                changed = true;
+            }
+        }
+        if !changed {
+            return Ok(());
+        }
+        self.merge(StateUpdate {
+            approvals: Some(approvals),
+            ..StateUpdate::default()
+        })
+        .await
     }
 
     /// Reports progress to `events`.
@@ -282,6 +309,10 @@ impl RunLoop {
             token_usage: self.state.token_usage,
             delivery,
             turn_limited,
+            approvals: match status {
+                RunStatus::Interrupted => self.state.approvals.pending.clone(),
+                _ => Vec::new(),
+            },
         }
     }
 
@@ -408,6 +439,9 @@ impl RunLoop {
             }
         }
         self.collect_dangling_tasks().await?;
+        if let Some(end) = self.resume_approvals().await? {
+            return Ok(end);
+        }
         loop {
             if self.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
                 return Err(RunError::Cancelled);

@@ -66,6 +66,8 @@ pub struct RunSettings {
     pub title: Option<Arc<crate::middleware::title::Titling>>,
     /// Hears the messages each summary removes, before they go (memory's flush).
     pub before_summarization: Option<crate::middleware::summarization::BeforeSummarization>,
+    /// The approval stage (`approvals:`; `None`: no policy, every visible call runs).
+    pub approvals: Option<Arc<crate::middleware::approvals::ApprovalGate>>,
 }
 
 impl Default for RunSettings {
@@ -95,6 +97,7 @@ impl Default for RunSettings {
             summarization: None,
             title: None,
             before_summarization: None,
+            approvals: None,
         }
     }
 }

@@ -136,7 +136,12 @@ async fn start_task(
             ..AgentContext::new(&spec.data_root)
         },
     };
+    let approvals = match spec.approvals.as_deref() {
+        Some(wire) => crate::task::approvals::TaskApprovals::gate(wire)?,
+        None => None,
+    };
     let settings = RunSettings {
+        approvals,
         max_turns,
         tool_timeout: Duration::from_secs(spec.tool_timeout_s.max(1)),
         system_prompt: Some(Arc::from(spec.system_prompt.clone().unwrap_or_default())),

@@ -5,6 +5,7 @@
 //! timeout and cancellation). The `task` tool a run calls, its results and events are
 //! `tools::task`'s.
 
+pub mod approvals;
 pub mod graph;
 pub mod spec;
 pub mod wire;

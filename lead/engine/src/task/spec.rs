@@ -65,6 +65,9 @@ pub struct TaskSpec {
     /// The lead's `tool_output:`: the task's large results are budgeted as the lead's.
     #[serde(default)]
     pub tool_output: antler_protocol::config::ToolOutputConfig,
+    /// The parent run's approval policy (`task::approvals`, JSON text; `None`: none).
+    #[serde(default)]
+    pub approvals: Option<String>,
 }
 
 /// A catalog's tools and deferral setting, and the hash it must have.

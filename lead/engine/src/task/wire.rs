@@ -53,6 +53,7 @@ impl TaskSpec {
             summarization: self.summarization.as_ref().map(Into::into),
             loop_detection: (&self.loop_detection).into(),
             tool_output: (&self.tool_output).into(),
+            approvals: self.approvals.clone(),
         })
     }
 
@@ -81,6 +82,7 @@ impl TaskSpec {
             summarization: spec.summarization.map(Into::into),
             loop_detection: spec.loop_detection.into(),
             tool_output: spec.tool_output.into(),
+            approvals: spec.approvals,
         })
     }
 }
@@ -664,6 +666,7 @@ mod tests {
                 "tool_overrides": {"bash": 700}
             }))
             .unwrap(),
+            approvals: Some(r#"{"config": {"rules": []}}"#.into()),
         }
     }
 
@@ -682,6 +685,8 @@ mod tests {
         assert_eq!(back.tool_output, spec.tool_output);
         assert_eq!(back.tool_output.tool_overrides["bash"], 700);
         assert_eq!(back.tool_output.exempt_tools, ["ls"]);
+        // The parent's approval policy travels as it was written.
+        assert_eq!(back.approvals, spec.approvals);
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! thread's own files and their paths (local or through sandbox-host), `hosts` the way to
 //! sandbox-host and mcp-host, `lease` the run's lease on its sandbox, `input` what
 //! untrusted text becomes when it enters the thread's messages, `goal` the goal a thread
-//! keeps and how its evaluations are read.
+//! keeps and how its evaluations are read, `approvals` the calls waiting for a person.
 
+pub mod approvals;
 pub mod context;
 pub mod files;
 pub mod goal;

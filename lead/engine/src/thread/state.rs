@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::approvals::ApprovalState;
 use crate::catalog::{merge_promoted, Promoted};
 
 /// One tool call the model asked for.
@@ -302,6 +303,10 @@ pub struct ThreadState {
     /// The thread's active goal (spec A.6 "Goals"): kept across runs, cleared once met.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goal: Option<super::goal::GoalState>,
+    /// The thread's approvals: calls waiting for a person, their answers, the rules
+    /// approved for the thread (`thread::approvals`).
+    #[serde(default, skip_serializing_if = "ApprovalState::is_empty")]
+    pub approvals: ApprovalState,
 }
 
 fn is_zero_usize(n: &usize) -> bool {
@@ -357,6 +362,9 @@ pub struct StateUpdate {
     /// `messages` and the new message; ignored unless that message is a user turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewritten_human: Option<Box<(usize, Message)>>,
+    /// The thread's approvals after this update (replaces them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<ApprovalState>,
 }
 
 impl StateUpdate {
@@ -401,6 +409,7 @@ impl StateUpdate {
         self.summarized_turns += later.summarized_turns;
         self.uploaded_files = later.uploaded_files.or(self.uploaded_files);
         self.rewritten_human = later.rewritten_human.or(self.rewritten_human);
+        self.approvals = later.approvals.or(self.approvals);
         self
     }
 }
@@ -429,10 +438,12 @@ impl ThreadState {
     /// the token usage reset; `task` appended as the user's new message.
     pub fn continued(self, task: impl Into<String>) -> ThreadState {
         let turns_before = self.turns();
+        let approvals = self.approvals.clone().carried_over();
         let mut state = ThreadState {
             stop_reason: None,
             token_usage: TokenUsage::default(),
             turns_before,
+            approvals,
             ..self
         };
         state.messages.push(Message::human(task));
@@ -484,6 +495,9 @@ impl ThreadState {
         self.summarized_turns += update.summarized_turns;
         if let Some(files) = update.uploaded_files {
             self.uploaded_files = files;
+        }
+        if let Some(approvals) = update.approvals {
+            self.approvals = approvals;
         }
         if let Some((index, message)) = update.rewritten_human.map(|r| *r) {
             if let (Some(slot @ Message::Human { .. }), Message::Human { .. }) =

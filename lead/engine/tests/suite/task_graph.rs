@@ -181,6 +181,7 @@ fn spec(dir: &tempfile::TempDir, turns: Vec<ScriptedTurn>) -> TaskSpec {
         summarization: None,
         loop_detection: Default::default(),
         tool_output: Default::default(),
+        approvals: None,
     }
 }
 

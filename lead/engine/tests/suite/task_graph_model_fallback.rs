@@ -112,6 +112,7 @@ async fn a_task_whose_primary_model_is_down_is_answered_by_its_fallback() {
         summarization: None,
         loop_detection: Default::default(),
         tool_output: Default::default(),
+        approvals: None,
     };
     // As the worker receives it.
     let sent = codec::encode(&spec.to_wire().unwrap()).unwrap();

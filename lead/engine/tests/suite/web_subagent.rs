@@ -103,6 +103,7 @@ async fn a_subagent_task_runs_web_search_on_its_worker() {
         summarization: None,
         loop_detection: Default::default(),
         tool_output: Default::default(),
+        approvals: None,
     };
     let run = drive_task(
         &spec,

@@ -418,6 +418,37 @@ function elicitationForm(runId, e, done) {
   return form;
 }
 
+/// What a call waiting for approval would do, on one line: bash's command, else its
+/// arguments as JSON.
+function approvalCall(a) {
+  const args = a.args || {};
+  return a.tool + " " + (typeof args.command === "string" ? args.command : JSON.stringify(args));
+}
+
+/// A card asking about one call the run waits on for approval: Approve, Approve for this
+/// thread, Deny (with an optional reason); `done` is called once it was answered.
+function approvalForm(runId, a, done) {
+  const note = el("p", { class: "muted", role: "status" });
+  const reason = el("input", { type: "text", "data-reason": a.tool_call_id, "aria-label": "Reason for a denial (optional)", placeholder: "reason (optional, for a denial)" });
+  const send = async (decision) => {
+    const body = decision === "deny" && reason.value ? { decision, reason: reason.value } : { decision };
+    try {
+      await api(`/api/runs/${encodeURIComponent(runId)}/approvals/${encodeURIComponent(a.tool_call_id)}`,
+        { method: "POST", body: JSON.stringify(body) });
+      note.textContent = decision === "deny" ? "Denied." : "Approved.";
+      done();
+    } catch (err) { note.textContent = "Not sent: " + err.message; }
+  };
+  const button = (decision, text) => el("button", { type: "button", "data-decision": decision, onclick: () => send(decision), text });
+  return el("div", { class: "card approval", "data-approval": a.tool_call_id, role: "group", "aria-labelledby": "approve-" + a.tool_call_id },
+    el("p", { id: "approve-" + a.tool_call_id }, el("strong", { text: "Approve this call? " }), el("code", { text: clip(approvalCall(a), 500) })),
+    el("p", { class: "muted", text: "Rule " + (a.rule || "?") + (a.origin ? " (" + a.origin + ")" : "") + ": " + (a.justification || "this call needs approval") +
+      " · unanswered by " + new Date(a.deadline_at).toLocaleString() + " it is denied" }),
+    el("p", {}, button("approve", "Approve"), " ", button("approve_for_thread", "Approve for this thread"), " ",
+      reason, " ", button("deny", "Deny")),
+    note);
+}
+
 function runView(view, runId) {
   const model = newModel();
   const summary = el("div", { id: "summary" });
@@ -502,7 +533,10 @@ function runView(view, runId) {
       parts.push(el("p", { id: "promoted", text: "Promoted by tool_search: " + v.promoted.names.join(", ") }));
     }
     if (v.final_answer) parts.push(el("div", { class: "card" }, el("strong", { text: "Final answer" }), el("pre", { text: v.final_answer })));
-    if (v.status === "interrupted" && v.question) parts.push(answerBox(v.question));
+    const approvals = v.status === "interrupted" ? (v.approvals || []) : [];
+    if (approvals.length) {
+      parts.push(...approvals.map((a) => approvalForm(runId, a, () => { model.view = null; follow(); })));
+    } else if (v.status === "interrupted" && v.question) parts.push(answerBox(v.question));
     parts.push(...elicitationParts());
     if (v.artifacts && v.artifacts.length) {
       parts.push(el("div", { class: "card", id: "artifacts" }, el("strong", { text: "Artifacts" }),

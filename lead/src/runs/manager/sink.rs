@@ -85,7 +85,9 @@ pub(super) fn event_sink(
             | RunEvent::AcpActivity { .. }
             | RunEvent::ContextSummarized { .. }
             | RunEvent::ContextTrimmed { .. }
-            | RunEvent::TitleSet { .. } => {}
+            | RunEvent::TitleSet { .. }
+            | RunEvent::ApprovalRequested { .. }
+            | RunEvent::ApprovalDecided { .. } => {}
             // A subagent's MCP call asks the parent run's user.
             RunEvent::Task {
                 tool_call_id,

@@ -1,0 +1,118 @@
+//! A run's approval stage (issue 37): the config's `approvals:` policy (its rules and the
+//! shipped defaults, compiled once per version of config.yaml: compiling checks every
+//! rule's examples), the run's role's rules (`approvals.roles`) and its custom agent's
+//! (`approvals:` in the agent's config.yaml). The strictest matching rule of all of them
+//! decides a call.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use antler_engine::ApprovalGate;
+use antler_protocol::approvals::{ApprovalPolicy, PolicyEnv};
+use antler_protocol::config::approvals::RuleConfig;
+use antler_protocol::config::AppConfig;
+
+use super::PrepareError;
+
+/// The workspace as the sandbox's commands see it (their working directory).
+pub const SANDBOX_WORKSPACE: &str = "/mnt/user-data/workspace";
+
+/// The compiled global policy of the last config.yaml seen (the document cache answers the
+/// same `Arc` for an unchanged file).
+#[derive(Default)]
+pub(crate) struct PolicyCache {
+    last: Mutex<Option<(Arc<AppConfig>, ApprovalPolicy)>>,
+}
+
+impl PolicyCache {
+    fn global(&self, app: &Arc<AppConfig>) -> Result<ApprovalPolicy, PrepareError> {
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((config, policy)) = last.as_ref() {
+            if Arc::ptr_eq(config, app) {
+                return Ok(policy.clone());
+            }
+        }
+        let policy = ApprovalPolicy::from_config(&app.approvals, &policy_env(app))
+            .map_err(|e| PrepareError::Config(format!("approvals: {e}")))?;
+        *last = Some((Arc::clone(app), policy.clone()));
+        Ok(policy)
+    }
+
+    /// The run's approval stage: the global policy with its role's and agent's rules;
+    /// `None` when no rule applies at all.
+    pub(crate) fn gate(
+        &self,
+        app: &Arc<AppConfig>,
+        role: Option<&str>,
+        agent: Option<(&str, &[RuleConfig])>,
+    ) -> Result<Option<Arc<ApprovalGate>>, PrepareError> {
+        let env = policy_env(app);
+        let mut policy = self.global(app)?;
+        if let Some(rules) = role.and_then(|role| app.approvals.roles.get(role).map(|r| (role, r)))
+        {
+            let origin = format!("approvals.roles.{}", rules.0);
+            let layer = ApprovalPolicy::layer(rules.1, &origin, &env)
+                .map_err(|e| PrepareError::Config(format!("{origin}: {e}")))?;
+            policy = policy.with(&layer);
+        }
+        if let Some((name, rules)) = agent.filter(|(_, rules)| !rules.is_empty()) {
+            let origin = format!("agent {name}");
+            let layer = ApprovalPolicy::layer(rules, &origin, &env)
+                .map_err(|e| PrepareError::Config(format!("the approvals of {origin}: {e}")))?;
+            policy = policy.with(&layer);
+        }
+        if policy.is_empty() {
+            return Ok(None);
+        }
+        let deadline = Duration::from_secs(app.approvals.deadline_seconds);
+        Ok(Some(ApprovalGate::new(policy, deadline)))
+    }
+}
+
+/// What the policy's path rules know of the sandbox: its workspace and the host
+/// directories mounted writable into it.
+pub fn policy_env(app: &AppConfig) -> PolicyEnv {
+    PolicyEnv {
+        workspace: SANDBOX_WORKSPACE.to_owned(),
+        writable_mounts: app
+            .sandbox
+            .iter()
+            .flat_map(|s| s.mounts.iter())
+            .filter(|m| !m.read_only)
+            .map(|m| m.container_path.clone())
+            .collect(),
+    }
+}
+
+/// The policy a run's subagent tasks carry (`task::approvals`): the config's section, the
+/// role's and the agent's rules, the sandbox's mounts. `None` when it does not encode (it
+/// always does: the config types are plain data).
+pub(crate) fn task_approvals(
+    app: &AppConfig,
+    role: Option<&str>,
+    agent: Option<(&str, &Vec<RuleConfig>)>,
+) -> Option<String> {
+    let env = policy_env(app);
+    let mut layers = Vec::new();
+    if let Some((role, rules)) =
+        role.and_then(|r| app.approvals.roles.get(r).map(|rules| (r, rules)))
+    {
+        layers.push((format!("approvals.roles.{role}"), rules.clone()));
+    }
+    if let Some((name, rules)) = agent.filter(|(_, rules)| !rules.is_empty()) {
+        layers.push((format!("agent {name}"), rules.clone()));
+    }
+    let task = antler_engine::TaskApprovals {
+        config: app.approvals.clone(),
+        layers,
+        workspace: env.workspace,
+        writable_mounts: env.writable_mounts,
+    };
+    match task.to_wire() {
+        Ok(wire) => Some(wire),
+        Err(e) => {
+            tracing::error!("the approval policy does not encode for subagents: {e}");
+            None
+        }
+    }
+}
