@@ -382,7 +382,13 @@ fn a_subagent_is_held_to_its_parents_approval_policy() {
     );
     assert_eq!(done["status"], "success", "{done}");
     let ws = workspace(&c, "default", "t-sub");
-    assert!(ws.join("sub-ok.txt").exists(), "the subagent did not run");
+    let run_id = done["run_id"].as_str().unwrap();
+    assert!(
+        ws.join("sub-ok.txt").exists(),
+        "the subagent did not run: its result {:?}, its events {:?}",
+        tool_result(&c, run_id, "job"),
+        events(&c, run_id, "task")
+    );
     assert!(
         !ws.join("sub-pushed.txt").exists(),
         "the subagent's push skipped its parent's approval policy"
