@@ -51,6 +51,7 @@ fn bash_true() -> ToolCall {
         tool: "bash".into(),
         args: serde_json::json!({"description": "bench", "command": "true"}).into(),
         secrets: vec![],
+        clearance: None,
     }
 }
 

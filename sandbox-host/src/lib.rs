@@ -6,6 +6,7 @@
 //! thread's own files through `thread_files`; `invoke_acp_agent` runs its agents (`acp`).
 
 pub mod acp;
+pub mod approvals;
 pub mod cgroup;
 pub mod command_policy;
 pub mod exec;

@@ -66,6 +66,12 @@ fn main() -> anyhow::Result<()> {
     let mut settings = SandboxSettings::from_config(&config, cli.base_dir.clone());
     settings.extensions_path = cli.extensions.clone();
     let acp_agents = antler_sandbox_host::acp::AcpAgents::from_config(&config);
+    // The config's approval policy, decided again for every call (`approvals`).
+    let approvals = antler_protocol::approvals::ApprovalPolicy::from_config(
+        &config.approvals,
+        &antler_protocol::approvals::PolicyEnv::from_sandbox(config.sandbox.as_ref()),
+    )
+    .context("approvals")?;
     std::fs::create_dir_all(&settings.base_dir).with_context(|| {
         format!(
             "cannot create the sandbox base directory {}",
@@ -133,7 +139,9 @@ fn main() -> anyhow::Result<()> {
     let served = system.block_on(async move {
         let base_dir = settings.base_dir.clone();
         let pool = SandboxPool::new(settings, verdict).start();
-        let handler = Arc::new(SandboxService::new(pool.clone(), base_dir, acp_agents));
+        let handler = Arc::new(
+            SandboxService::new(pool.clone(), base_dir, acp_agents).with_approvals(approvals),
+        );
         let served = host::serve(Role::SandboxHost, cli.host, handler).await;
         // Every sandbox's namespace dies before this process does, then their cgroups.
         let _ = pool.send(Shutdown).await;

@@ -31,6 +31,8 @@ pub struct SandboxService {
     pool: Addr<SandboxPool>,
     base_dir: std::path::PathBuf,
     acp: std::sync::Arc<crate::acp::AcpAgents>,
+    /// The config's approval policy, checked again here (`approvals`).
+    approvals: std::sync::Arc<antler_protocol::approvals::ApprovalPolicy>,
 }
 
 fn unavailable(e: MailboxError) -> RemoteError {
@@ -47,7 +49,14 @@ impl SandboxService {
             pool,
             base_dir,
             acp: std::sync::Arc::new(acp),
+            approvals: std::sync::Arc::default(),
         }
+    }
+
+    /// Checks every call against `policy` (the config's `approvals:`) before it runs.
+    pub fn with_approvals(mut self, policy: antler_protocol::approvals::ApprovalPolicy) -> Self {
+        self.approvals = std::sync::Arc::new(policy);
+        self
     }
 }
 
@@ -226,8 +235,25 @@ impl RoleHandler for SandboxService {
         let pool = self.pool.clone();
         let base_dir = self.base_dir.clone();
         let acp = std::sync::Arc::clone(&self.acp);
+        let approvals = std::sync::Arc::clone(&self.approvals);
+        // The second layer of approvals: a call the policy denies, or asks about without a
+        // person's approval of that rule, never runs here.
+        let refusal = match &request {
+            Request::Sandbox(
+                SandboxRequest::Call { call, .. } | SandboxRequest::CallOnce { call, .. },
+            ) => crate::approvals::refused(&approvals, call),
+            _ => None,
+        };
         Box::pin(async move {
             let reply = match request {
+                _ if refusal.is_some() => {
+                    let content = refusal.unwrap_or_default();
+                    tracing::warn!("{content}");
+                    SandboxReply::ToolResult(Ok(ToolResult {
+                        content,
+                        is_error: true,
+                    }))
+                }
                 Request::Sandbox(SandboxRequest::Health) => SandboxReply::Health {
                     health,
                     live_sandboxes: pool.send(CountLive).await.map_err(unavailable)?,

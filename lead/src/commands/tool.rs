@@ -113,6 +113,8 @@ pub fn run(ctx: &Ctx, command: ToolCommand) -> anyhow::Result<ExitCode> {
             tool: name,
             args: parsed.into(),
             secrets,
+            // Nobody approved it: sandbox-host's approval policy decides it alone.
+            clearance: None,
         },
     );
     actix::System::new().block_on(async move {

@@ -52,6 +52,10 @@ pub struct ToolCall {
     /// Request-scoped secrets (name, value) for `bash`: injected into the command's
     /// environment only when the name is on `sandbox.secrets`, and redacted from output.
     pub secrets: Vec<(String, String)>,
+    /// The approval rule a person approved this call under (issue 37): sandbox-host checks
+    /// the config's approval policy again, and a call its policy asks about runs only with
+    /// the approval of that rule.
+    pub clearance: Option<String>,
 }
 
 /// Requests sandbox-host answers beyond the control pair.

@@ -71,6 +71,8 @@ pub async fn call(ctx: ToolContext, call: ToolCall) -> ToolResult {
         tool,
         args,
         secrets,
+        // Checked by the service before the call got here.
+        clearance: _,
     } = call;
     macro_rules! blocking {
         ($args:ty, $f:path) => {{

@@ -66,6 +66,7 @@ impl Fixture {
             tool: tool.into(),
             args: args.into(),
             secrets: vec![],
+            clearance: None,
         };
         call_once(&self.pool, principal, call)
             .await
@@ -591,6 +592,7 @@ async fn secrets_are_injected_only_when_allowlisted_and_redacted_from_output() {
             ("PIN".into(), "1234".into()),
             ("OTHER".into(), "not-allowlisted-value".into()),
         ],
+        clearance: None,
     };
     let out = call_once(&f.pool, principal, call)
         .await

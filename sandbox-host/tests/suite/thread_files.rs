@@ -58,6 +58,7 @@ impl Fixture {
             tool: tool.into(),
             args: args.into(),
             secrets: vec![],
+            clearance: None,
         };
         call_once(&self.pool, principal(), call)
             .await

@@ -338,6 +338,7 @@ impl Client {
             tool: tool.into(),
             args: args.into(),
             secrets: vec![],
+            clearance: None,
         };
         match self
             .request(SandboxRequest::Call {

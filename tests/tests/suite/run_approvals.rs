@@ -3,8 +3,10 @@
 //! through `antler run --resume RUN --deny CALL --reason TEXT` (the model gets the reason,
 //! the held call runs), the gateway's `POST /api/runs/{id}/approvals/{call}`, `antler run`
 //! on a terminal, or `--approve-for-thread` (the thread's next run is not asked again); a
-//! `deny` rule answers the call with its justification; an answer given after the lead was
-//! killed and restarted resumes the run; an ask nobody answers by its deadline is a denial.
+//! `deny` rule answers the call with its justification; a call that skips the lead
+//! (`antler tool call`) is refused by sandbox-host's own check of the policy; an answer given
+//! after the lead was killed and restarted resumes the run; an ask nobody answers by its
+//! deadline is a denial.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -289,6 +291,30 @@ fn asks_are_answered_through_the_cli_the_api_and_a_terminal_and_survive_a_restar
     // Remembered for that thread only.
     let other = asked(&c, &push, "t-other");
     assert_eq!(c.run_status(&other), "interrupted");
+
+    // A call that skips the lead's stage (straight to sandbox-host) is decided again where
+    // it runs: the push is refused there and never runs.
+    let out = antler(
+        &c.runtime(),
+        &[
+            "tool",
+            "call",
+            "bash",
+            "--thread",
+            "t-direct",
+            "--args",
+            r#"{"description": "push", "command": "echo hi > /mnt/user-data/workspace/pushed.txt && git push"}"#,
+        ],
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{printed}");
+    assert!(
+        printed.contains("reached sandbox-host without one"),
+        "{printed}"
+    );
+    assert!(!workspace(&c, "default", "t-direct")
+        .join("pushed.txt")
+        .exists());
 
     // A deny rule: the call never runs, the model reads the rule's justification.
     let download = c.write("download.yaml", DOWNLOAD);

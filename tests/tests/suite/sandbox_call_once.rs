@@ -18,6 +18,7 @@ fn counted(call_id: &str) -> SandboxRequest {
             })
             .into(),
             secrets: vec![],
+            clearance: None,
         },
         owner: Some(LeaseOwner {
             incarnation: "lead-1".into(),

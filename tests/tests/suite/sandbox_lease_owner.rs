@@ -87,6 +87,7 @@ async fn leases_expire_unless_renewed_and_a_new_incarnation_reclaims_the_old_one
             tool: "ls".into(),
             args: serde_json::json!({"description": "look", "path": "/mnt/user-data"}).into(),
             secrets: vec![],
+            clearance: None,
         },
         owner: Some(owner("lead-1", "run-2")),
         call_id: Some("c1".into()),

@@ -38,6 +38,7 @@ async fn live_sandboxes(h: &SandboxHost) -> Vec<ProcessId> {
                                 tool: "bash".into(),
                                 args: serde_json::json!({"command": "sleep 1002"}).into(),
                                 secrets: vec![],
+                                clearance: None,
                             },
                             owner: None,
                             call_id: None,

@@ -75,6 +75,9 @@ pub struct Executor<'a> {
     /// `read_before_write.enabled`: writes to existing files need a read of their current
     /// version (`middleware::read_before_write`).
     pub read_before_write: bool,
+    /// The run's approval stage: a sandbox call a person approved carries that rule to
+    /// sandbox-host, which checks the policy again (`None`: no policy).
+    pub approvals: Option<&'a crate::middleware::approvals::ApprovalGate>,
 }
 
 impl Executor<'_> {
@@ -237,10 +240,14 @@ impl Executor<'_> {
                 }
             }
         }
-        let result = match self.sandbox_call(call, &sandbox_id).await? {
+        let clearance = self.clearance(call, state);
+        let result = match self
+            .sandbox_call(call, &sandbox_id, clearance.clone())
+            .await?
+        {
             Err(SandboxError::UnknownSandbox(_)) => {
                 let id = self.acquire(Some(sandbox_id.clone())).await?;
-                self.sandbox_call(call, &id).await?
+                self.sandbox_call(call, &id, clearance).await?
             }
             other => other,
         };
@@ -280,6 +287,7 @@ impl Executor<'_> {
                 "path": path,
             })),
             secrets: Vec::new(),
+            clearance: None,
         };
         let owner = Some(self.lease.owner().clone());
         let result = self
@@ -304,15 +312,37 @@ impl Executor<'_> {
         Ok(acquired.sandbox_id)
     }
 
+    /// The rule a person approved `call` under (now, or for the thread), as the hosts'
+    /// second check of the approval policy needs it.
+    fn clearance(&self, call: &ToolCall, state: &ThreadState) -> Option<String> {
+        use crate::middleware::approvals::Gate;
+        match self
+            .approvals?
+            .check(call, self.catalog.get(&call.name), &state.approvals, false)
+        {
+            Gate::Pass(Some(record))
+                if matches!(
+                    record.decision,
+                    "approve" | "approve_for_thread" | "thread_rule"
+                ) =>
+            {
+                record.verdict.rule
+            }
+            _ => None,
+        }
+    }
+
     async fn sandbox_call(
         &self,
         call: &ToolCall,
         sandbox_id: &str,
+        clearance: Option<String>,
     ) -> Result<Result<ToolResult, SandboxError>, ToolFailure> {
         let tool_call = SandboxCall {
             tool: call.name.clone(),
             args: Json::from(&call.args),
             secrets: Vec::new(),
+            clearance,
         };
         let owner = Some(self.lease.owner().clone());
         let result = self

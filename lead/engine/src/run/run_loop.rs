@@ -401,6 +401,7 @@ impl RunLoop {
             model: self.model.as_ref(),
             skill_manage: self.settings.skill_manage.as_ref(),
             read_before_write: self.settings.read_before_write.enabled,
+            approvals: self.settings.approvals.as_deref(),
         }
     }
 

@@ -83,6 +83,7 @@ impl Conversion<'_> {
                 json!({"command": self.command(), "description": "convert an upload to Markdown"})
                     .into(),
             secrets: Vec::new(),
+            clearance: None,
         };
         let deadline = Duration::from_secs(self.timeout_s) + CALL_MARGIN;
         let result = host
