@@ -15,11 +15,7 @@ pub const ALLOWED_DECISIONS: &[&str] = &["approve", "approve_for_thread", "rejec
 
 /// The interrupt of run `run_id` waiting on `approvals` (`None`: it waits on none).
 pub fn interrupt(run_id: &str, approvals: &ApprovalState) -> Option<Value> {
-    let waiting: Vec<&PendingApproval> = approvals
-        .pending
-        .iter()
-        .filter(|p| !approvals.decided.contains_key(&p.tool_call_id))
-        .collect();
+    let waiting: Vec<&PendingApproval> = approvals.unanswered().collect();
     if waiting.is_empty() {
         return None;
     }

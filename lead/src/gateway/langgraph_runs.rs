@@ -376,12 +376,7 @@ async fn answer_approvals(
     resume: &Value,
     approvals: &antler_engine::ApprovalState,
 ) -> Result<(String, usize), HttpResponse> {
-    let waiting: Vec<_> = approvals
-        .pending
-        .iter()
-        .filter(|p| !approvals.decided.contains_key(&p.tool_call_id))
-        .cloned()
-        .collect();
+    let waiting: Vec<_> = approvals.unanswered().cloned().collect();
     let decisions = super::langgraph_approvals::decisions(resume, &waiting)
         .map_err(|why| error(StatusCode::UNPROCESSABLE_ENTITY, why))?;
     let from = match state

@@ -734,7 +734,7 @@ impl RunEnv {
                     .agent
                     .agent_name
                     .as_deref()
-                    .zip(profile.approvals.as_ref().ok()),
+                    .zip(profile.approvals.as_deref().ok()),
             ),
         }))
     }

@@ -137,12 +137,7 @@ impl RunLoop {
             return Ok(None);
         }
         if approvals.waiting() {
-            let waiting: Vec<PendingApproval> = approvals
-                .pending
-                .iter()
-                .filter(|p| !approvals.decided.contains_key(&p.tool_call_id))
-                .cloned()
-                .collect();
+            let waiting: Vec<PendingApproval> = approvals.unanswered().cloned().collect();
             return Ok(Some(StepEnd::Interrupted(approvals::question(&waiting))));
         }
         let mut thread_rules = approvals.thread_rules.clone();

@@ -36,9 +36,14 @@ impl ApprovalState {
 
     /// Whether the run waits for a person (a pending call has no answer yet).
     pub fn waiting(&self) -> bool {
+        self.unanswered().next().is_some()
+    }
+
+    /// The pending calls with no answer yet, in the reply's order.
+    pub fn unanswered(&self) -> impl Iterator<Item = &PendingApproval> {
         self.pending
             .iter()
-            .any(|p| !self.decided.contains_key(&p.tool_call_id))
+            .filter(|p| !self.decided.contains_key(&p.tool_call_id))
     }
 
     /// The pending approval of call `tool_call_id`.

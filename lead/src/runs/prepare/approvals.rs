@@ -48,17 +48,9 @@ impl PolicyCache {
     ) -> Result<Option<Arc<ApprovalGate>>, PrepareError> {
         let env = policy_env(app);
         let mut policy = self.global(app)?;
-        if let Some(rules) = role.and_then(|role| app.approvals.roles.get(role).map(|r| (role, r)))
-        {
-            let origin = format!("approvals.roles.{}", rules.0);
-            let layer = ApprovalPolicy::layer(rules.1, &origin, &env)
-                .map_err(|e| PrepareError::Config(format!("{origin}: {e}")))?;
-            policy = policy.with(&layer);
-        }
-        if let Some((name, rules)) = agent.filter(|(_, rules)| !rules.is_empty()) {
-            let origin = format!("agent {name}");
+        for (origin, rules) in layers(app, role, agent) {
             let layer = ApprovalPolicy::layer(rules, &origin, &env)
-                .map_err(|e| PrepareError::Config(format!("the approvals of {origin}: {e}")))?;
+                .map_err(|e| PrepareError::Config(format!("{origin}: {e}")))?;
             policy = policy.with(&layer);
         }
         if policy.is_empty() {
@@ -90,18 +82,13 @@ pub fn policy_env(app: &AppConfig) -> PolicyEnv {
 pub(crate) fn task_approvals(
     app: &AppConfig,
     role: Option<&str>,
-    agent: Option<(&str, &Vec<RuleConfig>)>,
+    agent: Option<(&str, &[RuleConfig])>,
 ) -> Option<String> {
     let env = policy_env(app);
-    let mut layers = Vec::new();
-    if let Some((role, rules)) =
-        role.and_then(|r| app.approvals.roles.get(r).map(|rules| (r, rules)))
-    {
-        layers.push((format!("approvals.roles.{role}"), rules.clone()));
-    }
-    if let Some((name, rules)) = agent.filter(|(_, rules)| !rules.is_empty()) {
-        layers.push((format!("agent {name}"), rules.clone()));
-    }
+    let layers = layers(app, role, agent)
+        .into_iter()
+        .map(|(origin, rules)| (origin, rules.to_vec()))
+        .collect();
     let task = antler_engine::TaskApprovals {
         config: app.approvals.clone(),
         layers,
@@ -115,4 +102,23 @@ pub(crate) fn task_approvals(
             None
         }
     }
+}
+
+/// The layers beyond the config's own, with their origins: the role's rules
+/// (`approvals.roles.<role>`) and the custom agent's (`agent <name>`), when they have any.
+fn layers<'a>(
+    app: &'a AppConfig,
+    role: Option<&str>,
+    agent: Option<(&str, &'a [RuleConfig])>,
+) -> Vec<(String, &'a [RuleConfig])> {
+    let mut layers = Vec::new();
+    if let Some((role, rules)) =
+        role.and_then(|r| app.approvals.roles.get(r).map(|rules| (r, rules)))
+    {
+        layers.push((format!("approvals.roles.{role}"), rules.as_slice()));
+    }
+    if let Some((name, rules)) = agent.filter(|(_, rules)| !rules.is_empty()) {
+        layers.push((format!("agent {name}"), rules));
+    }
+    layers
 }
