@@ -24,6 +24,9 @@ command -v buildah >/dev/null 2>&1 || need_apt+=(buildah)
 command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
 command -v podman >/dev/null 2>&1 || need_apt+=(podman)
 command -v runc >/dev/null 2>&1 || need_apt+=(runc)
+# ha_leases: a throwaway PostgreSQL cluster (tests/tests/pg_support). The major version is
+# pinned by Debian's package name; an exact version pin would break at the next point release.
+[ -x /usr/lib/postgresql/15/bin/postgres ] || need_apt+=(postgresql-15)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

@@ -1,0 +1,34 @@
+//! What can go wrong between a lead and its PostgreSQL: every error is the operator's (a
+//! start-up that fails, a lease call the lead must treat as lost), none reaches a model.
+
+use std::time::Duration;
+
+/// An error of the PostgreSQL store.
+#[derive(Debug, thiserror::Error)]
+pub enum HaError {
+    /// The DSN does not parse (`postgres://…` or `host=… user=…`).
+    #[error("invalid PostgreSQL DSN: {0}")]
+    Dsn(#[source] tokio_postgres::Error),
+    /// PostgreSQL could not be reached or refused the connection.
+    #[error("cannot connect to PostgreSQL: {0}")]
+    Connect(#[source] tokio_postgres::Error),
+    /// A statement failed (the connection dropped, a constraint, a bad row).
+    #[error("PostgreSQL {what} failed: {source}")]
+    Query {
+        what: &'static str,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// A request got no answer within its deadline (PostgreSQL stalled or unreachable).
+    #[error("PostgreSQL {what} got no answer within {after:?}")]
+    Timeout { what: &'static str, after: Duration },
+    /// The database was migrated by a newer Antler: this lead would misread it.
+    #[error(
+        "the database's schema is at version {found}, newer than this lead knows ({known}): \
+         run a lead of the newer release"
+    )]
+    SchemaTooNew { found: i64, known: i64 },
+    /// A lease's time to live cannot be expressed in milliseconds.
+    #[error("a lease's time to live must be at least 1 ms (whole milliseconds), not {ttl:?}")]
+    Ttl { ttl: Duration },
+}

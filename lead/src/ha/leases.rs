@@ -1,0 +1,294 @@
+//! Run leases with fencing epochs: which lead drives each run. A lead acquires a run's lease
+//! for a time to live and renews it while the run lives; a lease that lapses (the lead was
+//! killed, paused or cut off) can be acquired by another lead, with the epoch one higher.
+//! Each decision is one SQL statement judged on the database's clock (`now()`). An epoch
+//! belongs to one owner and only grows, so hosts and workers accept a run's calls only from
+//! its current epoch ([`Leases::current_epoch`]) and a lead that woke late is fenced off.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_postgres::{Row, Statement};
+
+use super::{HaError, Postgres};
+
+/// Takes a run nobody holds: a new row (epoch 1), or a lapsed or released lease (epoch + 1).
+/// Under READ COMMITTED, racers for one row wait for each other and the `WHERE` is judged on
+/// the row the winner left, so exactly one of them gets an epoch.
+const ACQUIRE: &str = "INSERT INTO run_leases AS l (run_id, lead_id, epoch, expires_at)
+    VALUES ($1, $2, 1, now() + $3::bigint * interval '1 millisecond')
+    ON CONFLICT (run_id) DO UPDATE
+        SET lead_id = excluded.lead_id, epoch = l.epoch + 1, expires_at = excluded.expires_at
+        WHERE l.lead_id IS NULL OR l.expires_at <= now()
+    RETURNING epoch";
+
+/// Extends a live lease held by exactly this lead and epoch; a lapsed lease is lost.
+const RENEW: &str = "UPDATE run_leases
+    SET expires_at = now() + $4::bigint * interval '1 millisecond'
+    WHERE run_id = $1 AND lead_id = $2 AND epoch = $3 AND expires_at > now()";
+
+/// Gives a run up: no owner, the epoch kept (the next owner's is higher).
+const RELEASE: &str = "UPDATE run_leases SET lead_id = NULL, expires_at = now()
+    WHERE run_id = $1 AND lead_id = $2 AND epoch = $3";
+
+/// Owned leases that lapsed, the longest lapsed first.
+const EXPIRED: &str = "SELECT run_id, lead_id, epoch FROM run_leases
+    WHERE lead_id IS NOT NULL AND expires_at <= now()
+    ORDER BY expires_at, run_id LIMIT $1";
+
+/// A run's lease as it stands.
+const LEASE: &str = "SELECT lead_id, epoch, lead_id IS NOT NULL AND expires_at > now()
+    FROM run_leases WHERE run_id = $1";
+
+/// A lead's identity in the leases: unique to one lead process (an incarnation), so a lead
+/// that restarts is a new owner and cannot mistake its predecessor's leases for its own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LeadId(String);
+
+impl LeadId {
+    pub fn new(id: impl Into<String>) -> Self {
+        Self(id.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for LeadId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A fencing epoch: the number of times a run's lease changed owner. A run's call made
+/// under an epoch lower than the current one comes from a lead that lost the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Epoch(i64);
+
+impl Epoch {
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A run's lease as [`Leases::lease`] read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The lead that holds or held it; `None` once released.
+    pub owner: Option<LeadId>,
+    pub epoch: Epoch,
+    /// Whether it is held now: an owner and an expiry still ahead on the database's clock.
+    pub live: bool,
+}
+
+/// A lease whose owner stopped renewing it: the run awaits a takeover.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredLease {
+    pub run_id: String,
+    /// The lead that lost it.
+    pub owner: LeadId,
+    /// The epoch it held; the taker's is this plus one.
+    pub epoch: Epoch,
+}
+
+/// The run leases of one database, through one connection; cheap to clone and share among
+/// a lead's tasks (tokio-postgres pipelines their requests on the one connection).
+#[derive(Clone)]
+pub struct Leases {
+    db: Arc<Postgres>,
+    statements: Arc<Statements>,
+}
+
+/// The lease statements, prepared once per connection: each call is one round trip.
+struct Statements {
+    acquire: Statement,
+    renew: Statement,
+    release: Statement,
+    expired: Statement,
+    lease: Statement,
+}
+
+impl Leases {
+    /// The leases of the database `db` is connected to; its schema must be migrated
+    /// ([`Postgres::migrate`]), or preparing the statements fails here.
+    pub async fn new(db: Arc<Postgres>) -> Result<Self, HaError> {
+        let prepare = |sql| db.within("lease statement", db.client().prepare(sql));
+        let statements = Statements {
+            acquire: prepare(ACQUIRE).await?,
+            renew: prepare(RENEW).await?,
+            release: prepare(RELEASE).await?,
+            expired: prepare(EXPIRED).await?,
+            lease: prepare(LEASE).await?,
+        };
+        Ok(Self {
+            db,
+            statements: Arc::new(statements),
+        })
+    }
+
+    /// Connects to the DSN's database, migrates it and opens its leases: what a lead does
+    /// at start in cluster mode.
+    pub async fn open(dsn: &str) -> Result<Self, HaError> {
+        let mut db = Postgres::connect(dsn).await?;
+        db.migrate().await?;
+        Self::new(Arc::new(db)).await
+    }
+
+    /// Takes `run` for `lead` for `ttl`: its epoch, or `None` while a live lease holds it
+    /// (even `lead`'s own: a holder renews, it does not acquire again).
+    pub async fn acquire(
+        &self,
+        run: &str,
+        lead: &LeadId,
+        ttl: Duration,
+    ) -> Result<Option<Epoch>, HaError> {
+        let ttl = ttl_ms(ttl)?;
+        let row = self
+            .db
+            .within(
+                "lease acquire",
+                self.db
+                    .client()
+                    .query_opt(&self.statements.acquire, &[&run, &lead.as_str(), &ttl]),
+            )
+            .await?;
+        row.map(|row| epoch(&row, 0, "lease acquire")).transpose()
+    }
+
+    /// Extends `lead`'s lease on `run` at `epoch` to `ttl` from now. `false`: the lease
+    /// lapsed, was released or was taken over, and the lead has lost the run: it must stop
+    /// acting for it at once.
+    #[must_use = "false means the lead lost the run and must stop acting for it"]
+    pub async fn renew(
+        &self,
+        run: &str,
+        lead: &LeadId,
+        epoch: Epoch,
+        ttl: Duration,
+    ) -> Result<bool, HaError> {
+        let ttl = ttl_ms(ttl)?;
+        let updated = self
+            .db
+            .within(
+                "lease renew",
+                self.db.client().execute(
+                    &self.statements.renew,
+                    &[&run, &lead.as_str(), &epoch.0, &ttl],
+                ),
+            )
+            .await?;
+        Ok(updated == 1)
+    }
+
+    /// Gives `run` up (its run ended, or the lead hands it over); the next lead to acquire it
+    /// gets a higher epoch at once. `false`: `lead` no longer held it at `epoch`.
+    pub async fn release(&self, run: &str, lead: &LeadId, epoch: Epoch) -> Result<bool, HaError> {
+        let updated = self
+            .db
+            .within(
+                "lease release",
+                self.db
+                    .client()
+                    .execute(&self.statements.release, &[&run, &lead.as_str(), &epoch.0]),
+            )
+            .await?;
+        Ok(updated == 1)
+    }
+
+    /// Up to `limit` runs whose owner let the lease lapse, the longest lapsed first: the
+    /// runs to take over (with [`Leases::acquire`], which only one lead wins).
+    pub async fn expired(&self, limit: u32) -> Result<Vec<ExpiredLease>, HaError> {
+        let rows = self
+            .db
+            .within(
+                "expired leases",
+                self.db
+                    .client()
+                    .query(&self.statements.expired, &[&i64::from(limit)]),
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let column = |i| {
+                    row.try_get::<_, String>(i)
+                        .map_err(|source| HaError::Query {
+                            what: "expired leases",
+                            source,
+                        })
+                };
+                Ok(ExpiredLease {
+                    run_id: column(0)?,
+                    owner: LeadId(column(1)?),
+                    epoch: epoch(row, 2, "expired leases")?,
+                })
+            })
+            .collect()
+    }
+
+    /// `run`'s lease as it stands, or `None` for a run never leased.
+    pub async fn lease(&self, run: &str) -> Result<Option<Lease>, HaError> {
+        let what = "lease read";
+        let row = self
+            .db
+            .within(
+                what,
+                self.db.client().query_opt(&self.statements.lease, &[&run]),
+            )
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let owner: Option<String> = row
+            .try_get(0)
+            .map_err(|source| HaError::Query { what, source })?;
+        let live: bool = row
+            .try_get(2)
+            .map_err(|source| HaError::Query { what, source })?;
+        Ok(Some(Lease {
+            owner: owner.map(LeadId),
+            epoch: epoch(&row, 1, what)?,
+            live,
+        }))
+    }
+
+    /// The epoch `run`'s calls must carry (the latest owner's, live or lapsed), or `None`
+    /// for a run never leased: what hosts and workers check before they act for a lead.
+    pub async fn current_epoch(&self, run: &str) -> Result<Option<Epoch>, HaError> {
+        Ok(self.lease(run).await?.map(|lease| lease.epoch))
+    }
+}
+
+/// `ttl` in whole milliseconds, at least one.
+fn ttl_ms(ttl: Duration) -> Result<i64, HaError> {
+    i64::try_from(ttl.as_millis())
+        .ok()
+        .filter(|ms| *ms > 0)
+        .ok_or(HaError::Ttl { ttl })
+}
+
+fn epoch(row: &Row, column: usize, what: &'static str) -> Result<Epoch, HaError> {
+    row.try_get(column)
+        .map(Epoch)
+        .map_err(|source| HaError::Query { what, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ttl_is_whole_milliseconds_and_at_least_one() {
+        assert_eq!(ttl_ms(Duration::from_millis(1500)).ok(), Some(1500));
+        assert!(matches!(
+            ttl_ms(Duration::from_micros(999)),
+            Err(HaError::Ttl { .. })
+        ));
+        assert!(matches!(ttl_ms(Duration::MAX), Err(HaError::Ttl { .. })));
+    }
+}
