@@ -12,8 +12,8 @@ use tokio_postgres::{Client, Config, NoTls};
 
 use super::HaError;
 
-/// The deadline of a request (and of the connect) unless [`Postgres::with_deadline`] says
-/// otherwise.
+/// The deadline of a request unless [`Postgres::with_deadline`] says otherwise, and of the
+/// connect unless the DSN's `connect_timeout` does.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The `application_name` a lead's connections carry unless the DSN names one (it shows
@@ -33,13 +33,19 @@ impl Postgres {
     /// `host=… port=… user=… dbname=…`). Must be called inside a tokio runtime.
     pub async fn connect(dsn: &str) -> Result<Self, HaError> {
         let mut config = Config::from_str(dsn).map_err(HaError::Dsn)?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(DEFAULT_DEADLINE);
-        }
+        // The DSN's `connect_timeout` bounds the whole connect (socket and handshake), as
+        // libpq's does.
+        let connect_deadline = match config.get_connect_timeout() {
+            Some(deadline) => *deadline,
+            None => {
+                config.connect_timeout(DEFAULT_DEADLINE);
+                DEFAULT_DEADLINE
+            }
+        };
         if config.get_application_name().is_none() {
             config.application_name(APPLICATION_NAME);
         }
-        let (client, connection) = within(DEFAULT_DEADLINE, "connect", config.connect(NoTls))
+        let (client, connection) = within(connect_deadline, "connect", config.connect(NoTls))
             .await
             .map_err(|e| match e {
                 HaError::Query { source, .. } => HaError::Connect(source),

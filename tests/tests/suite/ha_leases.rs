@@ -2,7 +2,8 @@
 //! PostgreSQL: the schema migrated from an empty database, again as a no-op, by leads
 //! starting together, and refused when newer than the lead; run leases where one epoch wins
 //! a race, a lead that stops renewing loses the run to a higher epoch and is fenced, a
-//! released run goes to another lead, and a renewed lease outlives its time to live.
+//! released run goes to another lead, and a renewed lease outlives its time to live; a
+//! server that never answers is a timeout, not a hang.
 //! Nothing waits on the wall clock: leases lapse on the database's clock, and the tests
 //! poll the database until they have.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -273,6 +274,8 @@ async fn a_lead_that_stops_renewing_loses_the_run_and_is_fenced() {
             .any(|e| e.run_id == "run-1" && e.owner == a && e.epoch == first)
     })
     .await;
+    // A lapsed lease cannot be renewed, even before anyone takes it.
+    assert!(!lead_a.renew("run-1", &a, first, LONG).await.unwrap());
     let second = lead_b.acquire("run-1", &b, LONG).await.unwrap().unwrap();
     assert!(second > first, "{second} > {first}");
 
@@ -371,4 +374,22 @@ async fn a_renewed_lease_outlives_its_time_to_live() {
         }
     );
     assert!(lead_b.expired(100).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_is_a_timeout_and_a_bad_dsn_an_error() {
+    // A listener nobody accepts from: the kernel completes the TCP handshake, and the
+    // startup message gets no answer.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let dsn = format!("postgres://postgres@127.0.0.1:{port}/none?connect_timeout=1");
+    let err = Postgres::connect(&dsn).await.err().expect("no connection");
+    assert!(
+        matches!(err, HaError::Timeout { what: "connect", after } if after == Duration::from_secs(1)),
+        "{err:?}"
+    );
+    assert!(matches!(
+        Postgres::connect("postgres://127.0.0.1:notaport/x").await,
+        Err(HaError::Dsn(_))
+    ));
 }
