@@ -12,6 +12,8 @@ tests/requirements.txt) and prints one JSON report for tests/tests/suite/mcp_ser
     mcp_serve_client.py task URL TOKEN THREAD ARGS_JSON
     mcp_serve_client.py task-cancel URL TOKEN THREAD STARTED_FILE ARGS_JSON
     mcp_serve_client.py task-elicit URL TOKEN THREAD ARGS_JSON ANSWER_JSON
+    mcp_serve_client.py reopen URL TOKEN THREAD ROUNDS
+    mcp_serve_client.py hold URL TOKEN THREAD READY_FILE
 
 In `cancel`, the session calls bash with COMMAND (which writes STARTED_FILE, a path on
 this machine, once it runs, then sleeps), cancels the call once STARTED_FILE exists
@@ -30,6 +32,12 @@ In `task`, the session calls `task` with ARGS_JSON and a progress callback (the 
 `task-cancel`, it cancels that call once STARTED_FILE (a path on this machine) exists,
 then calls bash. In `task-elicit`, it answers each elicitation the server forwards with
 ANSWER_JSON, as `elicit` does.
+
+In `reopen`, ROUNDS sessions one after the other work on THREAD: each calls bash once
+and closes (the SDK sends `DELETE`), and the next one opens right away; the report has
+each round's result (or the error it got). In `hold`, the session calls bash on THREAD,
+writes READY_FILE (a path on this machine) and then waits without closing, until it is
+killed.
 
 In `present`, TOKEN's session writes a text and a binary file in its thread's outputs with
 bash, presents them (`present_files`, and waits for
@@ -405,7 +413,53 @@ async def call(url, token, thread, tool, args):
     return report
 
 
+async def one_round(url, token, thread, command):
+    meta = {"antler/thread": thread}
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                result = await session.call_tool(
+                    "bash", {"description": "round", "command": command}, meta=meta
+                )
+                return text_of(result)
+
+
+async def reopen(url, token, thread, rounds):
+    report = {"rounds": []}
+    for i in range(rounds):
+        try:
+            report["rounds"].append(await one_round(url, token, thread, f"echo round-{i}"))
+        except Exception as failed:  # the MCP error the server answered
+            report["rounds"].append({"is_error": True, "text": repr(failed)})
+    return report
+
+
+async def hold(url, token, thread, ready_file):
+    meta = {"antler/thread": thread}
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                await session.call_tool(
+                    "bash", {"description": "hold", "command": "echo held"}, meta=meta
+                )
+                with open(ready_file, "w") as ready:
+                    ready.write("ready")
+                await anyio.sleep_forever()
+
+
 async def main():
+    if sys.argv[1] == "reopen":
+        url, token, thread, rounds = sys.argv[2:6]
+        print(json.dumps(await reopen(url, token, thread, int(rounds))))
+        return
+    if sys.argv[1] == "hold":
+        url, token, thread, ready_file = sys.argv[2:6]
+        await hold(url, token, thread, ready_file)
+        return
     if sys.argv[1] == "calls":
         url, token, thread, steps = sys.argv[2:6]
         print(json.dumps(await calls(url, token, thread, json.loads(steps))))

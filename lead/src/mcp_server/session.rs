@@ -464,15 +464,18 @@ async fn viewed_image(
 }
 
 /// The session ended (its client closed it, or it idled out): the sandbox goes back to
-/// its pool, the run's end is recorded and the thread is free; the actor stops.
+/// its pool, the run's end is recorded and the thread is free, then `released` fires;
+/// the actor stops.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct End;
+pub struct End {
+    pub released: Option<super::lifecycle::Released>,
+}
 
 impl Handler<End> for McpSession {
     type Result = AtomicResponse<Self, ()>;
 
-    fn handle(&mut self, _: End, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: End, ctx: &mut Context<Self>) -> Self::Result {
         self.ended = true;
         if let Some(renewal) = self.renewal.take() {
             ctx.cancel_future(renewal);
@@ -482,11 +485,17 @@ impl Handler<End> for McpSession {
         let ending = async move {
             if let Some(mut run) = run {
                 run.end_client_session().await;
-                manager.do_send(ClientRunEnded {
+                let ended = ClientRunEnded {
                     run_id,
                     status: RunStatus::Success,
-                });
+                };
+                if let Err(e) = manager.send(ended).await {
+                    tracing::warn!("the run manager did not take the MCP session's end: {e}");
+                }
             }
+            msg.released
+                .iter()
+                .for_each(super::lifecycle::Released::fire);
         };
         AtomicResponse::new(Box::pin(ending.into_actor(self).map(|(), actor, ctx| {
             tracing::info!(run = %actor.run_id, "MCP session ended");

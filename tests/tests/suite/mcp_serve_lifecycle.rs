@@ -1,0 +1,122 @@
+//! An MCP session's end frees its thread, against a real cluster (lead with its gateway,
+//! sandbox-host) and the official MCP Python SDK client (`tests/peers/mcp_serve_client.py`)
+//! over streamable HTTP at `/mcp` with a member's token. A client that closes its session
+//! (`DELETE`) and opens the next one on the same thread right away works in it every time:
+//! the `DELETE` answers once the session's run is released, so every run of the thread has
+//! ended when the client's last `DELETE` came back. A client that vanishes without closing
+//! its session (killed) holds the thread only until the session's idle limit
+//! (`antler.gateway.mcp_server.session_idle_s`, short here) passes: then its run ends and
+//! a new session works on the thread.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::lead_support::{http_full, LeadCluster};
+use crate::suite::mcp_serve::mcp_driver;
+use antler_tests::wait_for;
+use serde_json::Value;
+
+const ALICE: &str = "alice-token-000000000001";
+/// Sessions opened one after the other on the same thread.
+const ROUNDS: usize = 6;
+
+fn cluster(idle_s: u64) -> LeadCluster {
+    let config = format!(
+        "tools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n    mcp_server:\n      session_idle_s: {idle_s}\n"
+    );
+    LeadCluster::up(&config, &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")])
+}
+
+/// The runs of alice's `thread`, newest first.
+fn thread_runs(addr: &str, thread: &str) -> Vec<Value> {
+    let (code, _, body) = http_full(
+        addr,
+        ALICE,
+        "GET",
+        &format!("/api/threads/{thread}/runs"),
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str::<Value>(&body)
+        .unwrap()
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// `rounds` sessions one after the other on `thread`, each closed before the next opens.
+fn reopen(url: &str, thread: &str, rounds: usize) -> Vec<Value> {
+    let r = mcp_driver(|c| c.args(["reopen", url, ALICE, thread, &rounds.to_string()]));
+    r["rounds"].as_array().unwrap().clone()
+}
+
+#[test]
+fn a_new_session_works_on_the_thread_right_after_the_last_one_closed() {
+    let cluster = cluster(300);
+    let addr = cluster.gateway();
+    let url = format!("http://{addr}/mcp");
+    let rounds = reopen(&url, "reopened", ROUNDS);
+    assert_eq!(rounds.len(), ROUNDS);
+    for (i, round) in rounds.iter().enumerate() {
+        assert_eq!(round["is_error"], false, "round {i}: {round}");
+        assert!(
+            round["text"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("round-{i}")),
+            "round {i}: {round}"
+        );
+    }
+    // Each DELETE came back once its session's run ended.
+    let runs = thread_runs(&addr, "reopened");
+    assert_eq!(runs.len(), ROUNDS, "{runs:?}");
+    assert!(
+        runs.iter().all(|r| r["status"] == "success"),
+        "a closed session's run still runs: {runs:?}"
+    );
+}
+
+#[test]
+fn a_client_that_vanishes_frees_its_thread_once_its_session_idles_out() {
+    let cluster = cluster(2);
+    let addr = cluster.gateway();
+    let url = format!("http://{addr}/mcp");
+    let ready = cluster.dir.path().join("held");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_client.py");
+    let mut client = Command::new("python3")
+        .arg(script)
+        .args(["hold", &url, ALICE, "vanished"])
+        .arg(&ready)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the MCP SDK driver");
+    let held = wait_for(Duration::from_secs(120), || {
+        if let Ok(Some(status)) = client.try_wait() {
+            panic!("the holding client ended: {status}");
+        }
+        ready.exists().then_some(())
+    });
+    if held.is_none() {
+        let _ = client.kill();
+        let _ = client.wait();
+        panic!("the holding client never called bash");
+    }
+    // The client vanishes: no DELETE, its connections just close.
+    client.kill().unwrap();
+    client.wait().unwrap();
+    let ended = wait_for(Duration::from_secs(120), || {
+        let runs = thread_runs(&addr, "vanished");
+        (runs.len() == 1 && runs[0]["status"] == "success").then_some(())
+    });
+    assert!(ended.is_some(), "{:?}", thread_runs(&addr, "vanished"));
+    // The thread takes a new session.
+    let rounds = reopen(&url, "vanished", 1);
+    assert_eq!(rounds[0]["is_error"], false, "{rounds:?}");
+    assert!(
+        rounds[0]["text"].as_str().unwrap().contains("round-0"),
+        "{rounds:?}"
+    );
+}
