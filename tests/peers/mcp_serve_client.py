@@ -35,7 +35,8 @@ ANSWER_JSON, as `elicit` does.
 
 In `reopen`, ROUNDS sessions one after the other work on THREAD: each calls bash once
 and closes (the SDK sends `DELETE`), and the next one opens right away; the report has
-each round's result (or the error it got). In `hold`, the session calls bash on THREAD,
+each round's result (or the error it got) and the statuses of the thread's runs read
+right after the round's session closed. In `hold`, the session calls bash on THREAD,
 writes READY_FILE (a path on this machine) and then waits without closing, until it is
 killed.
 
@@ -428,11 +429,18 @@ async def one_round(url, token, thread, command):
 
 async def reopen(url, token, thread, rounds):
     report = {"rounds": []}
-    for i in range(rounds):
-        try:
-            report["rounds"].append(await one_round(url, token, thread, f"echo round-{i}"))
-        except Exception as failed:  # the MCP error the server answered
-            report["rounds"].append({"is_error": True, "text": repr(failed)})
+    runs_url = url.removesuffix("/mcp") + f"/api/threads/{thread}/runs"
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        for i in range(rounds):
+            try:
+                done = await one_round(url, token, thread, f"echo round-{i}")
+            except Exception as failed:  # the MCP error the server answered
+                done = {"is_error": True, "text": repr(failed)}
+            # Right after the session closed: the thread's runs as the gateway sees them.
+            runs = (await client.get(runs_url)).json()
+            done["run_statuses"] = [r.get("status") for r in runs]
+            report["rounds"].append(done)
     return report
 
 

@@ -3,7 +3,9 @@
 //! over streamable HTTP at `/mcp` with a member's token. A client that closes its session
 //! (`DELETE`) and opens the next one on the same thread right away works in it every time:
 //! the `DELETE` answers once the session's run is released, so every run of the thread has
-//! ended when the client's last `DELETE` came back. A client that vanishes without closing
+//! ended when the client's last `DELETE` came back. `antler mcp serve` joining the cluster
+//! exits only once its session's run is released, so a stdio client that closed its
+//! session finds the thread's runs ended. A client that vanishes without closing
 //! its session (killed) holds the thread only until the session's idle limit
 //! (`antler.gateway.mcp_server.session_idle_s`, short here) passes: then its run ends and
 //! a new session works on the thread.
@@ -25,7 +27,7 @@ const ROUNDS: usize = 6;
 
 fn cluster(idle_s: u64) -> LeadCluster {
     let config = format!(
-        "tools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n    mcp_server:\n      session_idle_s: {idle_s}\n"
+        "tools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\n  - {{name: read_file, group: file:read, use: deerflow.sandbox.tools:read_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n    mcp_server:\n      session_idle_s: {idle_s}\n"
     );
     LeadCluster::up(&config, &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")])
 }
@@ -70,13 +72,34 @@ fn a_new_session_works_on_the_thread_right_after_the_last_one_closed() {
             "round {i}: {round}"
         );
     }
-    // Each DELETE came back once its session's run ended.
     let runs = thread_runs(&addr, "reopened");
     assert_eq!(runs.len(), ROUNDS, "{runs:?}");
     assert!(
         runs.iter().all(|r| r["status"] == "success"),
         "a closed session's run still runs: {runs:?}"
     );
+}
+
+#[test]
+fn a_stdio_session_s_run_has_ended_when_antler_mcp_serve_exits() {
+    let cluster = cluster(300);
+    let addr = cluster.gateway();
+    let runtime = cluster.runtime().display().to_string();
+    for round in 0..2 {
+        let r = mcp_driver(|c| {
+            c.args(["stdio", "over-stdio"])
+                .arg(antler_tests::bin("antler"))
+                .args(["--runtime-dir", &runtime, "mcp", "serve", "--user", "alice"])
+                .env("ANTLER_SANDBOX_BASE_DIR", cluster.base())
+        });
+        assert_eq!(r["bash"]["is_error"], false, "round {round}: {r}");
+        let runs = thread_runs(&addr, "over-stdio");
+        assert_eq!(runs.len(), round + 1, "{runs:?}");
+        assert!(
+            runs.iter().all(|r| r["status"] == "success"),
+            "round {round}: the stdio session's run still runs: {runs:?}"
+        );
+    }
 }
 
 #[test]
