@@ -318,13 +318,13 @@ impl Handler<Call> for McpSession {
         let working = self.take_run(msg.thread).then(|taken, actor, _| {
             async move {
                 let mut run = taken?;
-                let before = tool_names(&run);
+                let before = run.visible_tools_digest();
                 let artifacts_before = run.state().artifacts.len();
                 let (name, args) = (call.name.clone(), call.args.clone());
                 let result = run
                     .call_from_client(call, cancelled.cancelled_owned())
                     .await;
-                let tools_changed = tool_names(&run) != before;
+                let tools_changed = run.visible_tools_digest() != before;
                 let presented = run
                     .state()
                     .artifacts
@@ -502,9 +502,4 @@ impl Handler<End> for McpSession {
             ctx.stop();
         })))
     }
-}
-
-/// The names of the tools `run` shows its client now.
-fn tool_names(run: &RunLoop) -> Vec<String> {
-    run.visible_tools().into_iter().map(|t| t.name).collect()
 }
