@@ -16,37 +16,23 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::lead_support::{http_full, LeadCluster};
-use crate::suite::mcp_serve::mcp_driver;
+use crate::lead_support::LeadCluster;
+use crate::mcp_support::serve::{
+    cluster as serve_cluster, config, mcp_driver, thread_runs, ALICE, SANDBOX_TOOLS,
+};
 use antler_tests::wait_for;
 use serde_json::Value;
 
-const ALICE: &str = "alice-token-000000000001";
 /// Sessions opened one after the other on the same thread.
 const ROUNDS: usize = 6;
 
+/// A cluster whose MCP sessions idle out after `idle_s` seconds.
 fn cluster(idle_s: u64) -> LeadCluster {
     let config = format!(
-        "tools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\n  - {{name: read_file, group: file:read, use: deerflow.sandbox.tools:read_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n    mcp_server:\n      session_idle_s: {idle_s}\n"
+        "{}    mcp_server:\n      session_idle_s: {idle_s}\n",
+        config(SANDBOX_TOOLS)
     );
-    LeadCluster::up(&config, &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")])
-}
-
-/// The runs of alice's `thread`, newest first.
-fn thread_runs(addr: &str, thread: &str) -> Vec<Value> {
-    let (code, _, body) = http_full(
-        addr,
-        ALICE,
-        "GET",
-        &format!("/api/threads/{thread}/runs"),
-        None,
-    );
-    assert_eq!(code, 200, "{body}");
-    serde_json::from_str::<Value>(&body)
-        .unwrap()
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    serve_cluster(&config, None, 0)
 }
 
 /// `rounds` sessions one after the other on `thread`, each closed before the next opens.
