@@ -57,6 +57,7 @@ client saw.
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -71,6 +72,17 @@ import mcp.types as types
 NOTE = "/mnt/user-data/workspace/note.txt"
 # How long a notification may take to arrive before the report says it did not.
 NOTIFICATION_WAIT_S = 30
+
+
+@contextlib.asynccontextmanager
+async def http_session(url, token, **session_args):
+    """An initialized session over streamable HTTP with TOKEN; closed (DELETE) on exit."""
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write, **session_args) as session:
+                await session.initialize()
+                yield session
 
 
 def text_of(result):
@@ -344,16 +356,12 @@ def content_items(result):
 async def calls(url, token, thread, steps):
     report = {"calls": []}
     meta = {"antler/thread": thread}
-    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    async with client:
-        async with streamable_http_client(url, http_client=client) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
-                report["tools"] = sorted(t.name for t in tools.tools)
-                for tool, args in steps:
-                    result = await session.call_tool(tool, args, meta=meta)
-                    report["calls"].append({**text_of(result), "content": content_items(result)})
+    async with http_session(url, token) as session:
+        tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
+        report["tools"] = sorted(t.name for t in tools.tools)
+        for tool, args in steps:
+            result = await session.call_tool(tool, args, meta=meta)
+            report["calls"].append({**text_of(result), "content": content_items(result)})
     return report
 
 
@@ -403,28 +411,20 @@ async def task(url, token, thread, args, started_file=None, answer=None):
 async def call(url, token, thread, tool, args):
     report = {}
     meta = {"antler/thread": thread}
-    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    async with client:
-        async with streamable_http_client(url, http_client=client) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
-                report["tools"] = sorted(t.name for t in tools.tools)
-                report["call"] = text_of(await session.call_tool(tool, args, meta=meta))
+    async with http_session(url, token) as session:
+        tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
+        report["tools"] = sorted(t.name for t in tools.tools)
+        report["call"] = text_of(await session.call_tool(tool, args, meta=meta))
     return report
 
 
 async def one_round(url, token, thread, command):
     meta = {"antler/thread": thread}
-    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    async with client:
-        async with streamable_http_client(url, http_client=client) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                result = await session.call_tool(
-                    "bash", {"description": "round", "command": command}, meta=meta
-                )
-                return text_of(result)
+    async with http_session(url, token) as session:
+        result = await session.call_tool(
+            "bash", {"description": "round", "command": command}, meta=meta
+        )
+        return text_of(result)
 
 
 async def reopen(url, token, thread, rounds):
@@ -446,17 +446,11 @@ async def reopen(url, token, thread, rounds):
 
 async def hold(url, token, thread, ready_file):
     meta = {"antler/thread": thread}
-    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    async with client:
-        async with streamable_http_client(url, http_client=client) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                await session.call_tool(
-                    "bash", {"description": "hold", "command": "echo held"}, meta=meta
-                )
-                with open(ready_file, "w") as ready:
-                    ready.write("ready")
-                await anyio.sleep_forever()
+    async with http_session(url, token) as session:
+        await session.call_tool("bash", {"description": "hold", "command": "echo held"}, meta=meta)
+        with open(ready_file, "w") as ready:
+            ready.write("ready")
+        await anyio.sleep_forever()
 
 
 async def main():
