@@ -12,6 +12,8 @@ tests/requirements.txt) and prints one JSON report for tests/tests/suite/mcp_ser
     mcp_serve_client.py task URL TOKEN THREAD ARGS_JSON
     mcp_serve_client.py task-cancel URL TOKEN THREAD STARTED_FILE ARGS_JSON
     mcp_serve_client.py task-elicit URL TOKEN THREAD ARGS_JSON ANSWER_JSON
+    mcp_serve_client.py reopen URL TOKEN THREAD ROUNDS
+    mcp_serve_client.py hold URL TOKEN THREAD READY_FILE
 
 In `cancel`, the session calls bash with COMMAND (which writes STARTED_FILE, a path on
 this machine, once it runs, then sleeps), cancels the call once STARTED_FILE exists
@@ -31,6 +33,13 @@ In `task`, the session calls `task` with ARGS_JSON and a progress callback (the 
 then calls bash. In `task-elicit`, it answers each elicitation the server forwards with
 ANSWER_JSON, as `elicit` does.
 
+In `reopen`, ROUNDS sessions one after the other work on THREAD: each calls bash once
+and closes (the SDK sends `DELETE`), and the next one opens right away; the report has
+each round's result (or the error it got) and the statuses of the thread's runs read
+right after the round's session closed. In `hold`, the session calls bash on THREAD,
+writes READY_FILE (a path on this machine) and then waits without closing, until it is
+killed.
+
 In `present`, TOKEN's session writes a text and a binary file in its thread's outputs with
 bash, presents them (`present_files`, and waits for
 `notifications/resources/list_changed`), lists its resources and reads each link back;
@@ -48,6 +57,7 @@ client saw.
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -62,6 +72,17 @@ import mcp.types as types
 NOTE = "/mnt/user-data/workspace/note.txt"
 # How long a notification may take to arrive before the report says it did not.
 NOTIFICATION_WAIT_S = 30
+
+
+@contextlib.asynccontextmanager
+async def http_session(url, token, **session_args):
+    """An initialized session over streamable HTTP with TOKEN; closed (DELETE) on exit."""
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write, **session_args) as session:
+                await session.initialize()
+                yield session
 
 
 def text_of(result):
@@ -335,16 +356,12 @@ def content_items(result):
 async def calls(url, token, thread, steps):
     report = {"calls": []}
     meta = {"antler/thread": thread}
-    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    async with client:
-        async with streamable_http_client(url, http_client=client) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
-                report["tools"] = sorted(t.name for t in tools.tools)
-                for tool, args in steps:
-                    result = await session.call_tool(tool, args, meta=meta)
-                    report["calls"].append({**text_of(result), "content": content_items(result)})
+    async with http_session(url, token) as session:
+        tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
+        report["tools"] = sorted(t.name for t in tools.tools)
+        for tool, args in steps:
+            result = await session.call_tool(tool, args, meta=meta)
+            report["calls"].append({**text_of(result), "content": content_items(result)})
     return report
 
 
@@ -394,18 +411,57 @@ async def task(url, token, thread, args, started_file=None, answer=None):
 async def call(url, token, thread, tool, args):
     report = {}
     meta = {"antler/thread": thread}
-    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    async with client:
-        async with streamable_http_client(url, http_client=client) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
-                report["tools"] = sorted(t.name for t in tools.tools)
-                report["call"] = text_of(await session.call_tool(tool, args, meta=meta))
+    async with http_session(url, token) as session:
+        tools = await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
+        report["tools"] = sorted(t.name for t in tools.tools)
+        report["call"] = text_of(await session.call_tool(tool, args, meta=meta))
     return report
 
 
+async def one_round(url, token, thread, command):
+    meta = {"antler/thread": thread}
+    async with http_session(url, token) as session:
+        result = await session.call_tool(
+            "bash", {"description": "round", "command": command}, meta=meta
+        )
+        return text_of(result)
+
+
+async def reopen(url, token, thread, rounds):
+    report = {"rounds": []}
+    runs_url = url.removesuffix("/mcp") + f"/api/threads/{thread}/runs"
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        for i in range(rounds):
+            try:
+                done = await one_round(url, token, thread, f"echo round-{i}")
+            except Exception as failed:  # the MCP error the server answered
+                done = {"is_error": True, "text": repr(failed)}
+            # Right after the session closed: the thread's runs as the gateway sees them.
+            runs = (await client.get(runs_url)).json()
+            done["run_statuses"] = [r.get("status") for r in runs]
+            report["rounds"].append(done)
+    return report
+
+
+async def hold(url, token, thread, ready_file):
+    meta = {"antler/thread": thread}
+    async with http_session(url, token) as session:
+        await session.call_tool("bash", {"description": "hold", "command": "echo held"}, meta=meta)
+        with open(ready_file, "w") as ready:
+            ready.write("ready")
+        await anyio.sleep_forever()
+
+
 async def main():
+    if sys.argv[1] == "reopen":
+        url, token, thread, rounds = sys.argv[2:6]
+        print(json.dumps(await reopen(url, token, thread, int(rounds))))
+        return
+    if sys.argv[1] == "hold":
+        url, token, thread, ready_file = sys.argv[2:6]
+        await hold(url, token, thread, ready_file)
+        return
     if sys.argv[1] == "calls":
         url, token, thread, steps = sys.argv[2:6]
         print(json.dumps(await calls(url, token, thread, json.loads(steps))))

@@ -7,20 +7,24 @@
 //! principals apply as on every route (a JWT's audience is checked by the authenticator);
 //! a session belongs to the user that opened it, and a request naming another user's
 //! session id is answered as an unknown session (404). The operator may act for a user
-//! ([`ACT_AS_HEADER`], what `antler mcp serve --user` sends).
+//! ([`ACT_AS_HEADER`], what `antler mcp serve --user` sends). A session's requests carry
+//! its [`Released`] latch, and `DELETE /mcp` answers only once the session's run is
+//! released (so the thread takes a new run at once); a session idle for
+//! `antler.gateway.mcp_server.session_idle_s` ends by itself.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use actix_web::http::header::{HeaderName, HeaderValue, WWW_AUTHENTICATE};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use antler_protocol::config::{self, GatewaySection};
+use futures::StreamExt as _;
 use http_body_util::BodyExt as _;
 use serde_json::json;
 
 use super::body::read_body;
+use super::mcp_sessions::{self, SessionOwners};
 use super::State;
 use super::{principal_of, Principal};
 use crate::mcp_server::{self, HttpService, Owner};
@@ -45,23 +49,34 @@ const UNKNOWN_SESSION: &str = "Not Found: Session not found";
 pub struct McpEndpoint {
     service: HttpService,
     /// The user of each session, by its id.
-    owners: Mutex<SessionOwners>,
+    owners: Arc<Mutex<SessionOwners>>,
     stop: tokio_util::sync::CancellationToken,
 }
 
 impl McpEndpoint {
     /// The endpoint whose sessions' runs `runs` prepares and keeps, on the current
-    /// arbiter (the lead's). Call inside the lead's actix system.
-    pub fn new(runs: &crate::cluster::Runs) -> McpEndpoint {
+    /// arbiter (the lead's), each session living as `settings` say. Call inside the
+    /// lead's actix system.
+    pub fn new(runs: &crate::cluster::Runs, settings: &GatewaySection) -> McpEndpoint {
         let stop = tokio_util::sync::CancellationToken::new();
+        let sessions = mcp_server::session_manager();
+        let owners = Arc::new(Mutex::new(SessionOwners::default()));
+        let idle = Duration::from_secs(settings.mcp_server.session_idle_s.max(1));
+        actix::spawn(mcp_sessions::reap(
+            owners.clone(),
+            sessions.clone(),
+            idle,
+            stop.clone(),
+        ));
         McpEndpoint {
             service: mcp_server::http_service(
                 runs.env.clone(),
                 runs.manager.clone(),
                 actix::Arbiter::current(),
+                sessions,
                 stop.clone(),
             ),
-            owners: Mutex::new(SessionOwners::default()),
+            owners,
             stop,
         }
     }
@@ -137,11 +152,13 @@ pub async fn serve(
         .map(str::to_owned);
     // Fail closed: a session id this gateway did not open for this user (another user's,
     // one forgotten after its idle time, a made-up one) is unknown.
-    if let Some(id) = &session {
-        if !endpoint.owners().touch(id, &owner.user) {
-            return HttpResponse::NotFound().body(UNKNOWN_SESSION);
-        }
-    }
+    let using = match &session {
+        Some(id) => match endpoint.owners().touch(id, &owner.user) {
+            Some(using) => Some(using),
+            None => return HttpResponse::NotFound().body(UNKNOWN_SESSION),
+        },
+        None => None,
+    };
     let body = if *req.method() == Method::POST {
         match read_body(payload, MAX_MCP_BODY).await {
             Ok(body) => body,
@@ -161,6 +178,9 @@ pub async fn serve(
         Err(e) => return super::error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     request.extensions_mut().insert(owner.clone());
+    if let Some(using) = &using {
+        request.extensions_mut().insert(using.released.clone());
+    }
     let response = endpoint.service.handle(request).await;
     if let Some(id) = response
         .headers()
@@ -170,51 +190,29 @@ pub async fn serve(
         endpoint.owners().open(id, &owner.user);
     }
     if *req.method() == Method::DELETE && response.status().is_success() {
-        if let Some(id) = &session {
+        if let (Some(id), Some(using)) = (&session, &using) {
+            // The session is closing: answer once its run is released, so the client's
+            // next session (or run) on the thread finds it free.
+            if tokio::time::timeout(RELEASE_WITHIN, using.released.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!(session = %id, "an MCP session's run was not released within {RELEASE_WITHIN:?} of its DELETE");
+            }
             endpoint.owners().remove(id);
         }
     }
-    into_actix(response)
+    // A posted request keeps its session busy until its answer is streamed out (a
+    // client's listening `GET` stream does not).
+    let busy = using
+        .filter(|_| *req.method() == Method::POST)
+        .map(|u| u.busy);
+    into_actix(response, busy)
 }
 
-/// How long a session's owner is remembered after its last request: past rmcp's own idle
-/// limit for a session (300 s), so the session is gone by then.
-const FORGET_OWNER_AFTER: Duration = Duration::from_secs(600);
-
-/// The user of each open session and when it was last used; sessions that went idle are
-/// forgotten as new ones open (so their number is bounded by what is in use).
-#[derive(Default)]
-struct SessionOwners {
-    by_id: HashMap<String, (String, Instant)>,
-}
-
-impl SessionOwners {
-    /// A session opened (or answered) for `user`; the first owner stays.
-    fn open(&mut self, id: &str, user: &str) {
-        let now = Instant::now();
-        self.by_id
-            .retain(|_, (_, seen)| now.duration_since(*seen) < FORGET_OWNER_AFTER);
-        self.by_id
-            .entry(id.to_owned())
-            .or_insert_with(|| (user.to_owned(), now))
-            .1 = now;
-    }
-
-    /// Whether `id` is `user`'s open session (it is then used now).
-    fn touch(&mut self, id: &str, user: &str) -> bool {
-        match self.by_id.get_mut(id) {
-            Some((owner, seen)) if owner == user => {
-                *seen = Instant::now();
-                true
-            }
-            _ => false,
-        }
-    }
-
-    fn remove(&mut self, id: &str) {
-        self.by_id.remove(id);
-    }
-}
+/// How long a `DELETE` waits for its session's run to be released (its sandbox returned,
+/// its end recorded) before it answers anyway.
+const RELEASE_WITHIN: Duration = Duration::from_secs(30);
 
 /// Why a request may not act for the user it names.
 #[derive(Debug, thiserror::Error)]
@@ -260,11 +258,12 @@ fn owner_of(principal: &Principal, acting: Option<&HeaderValue>) -> Result<Owner
 }
 
 /// rmcp's response as actix-web's, its body streamed as it comes (an SSE stream stays
-/// open while the session sends on it).
+/// open while the session sends on it), holding `busy` until it ends.
 fn into_actix(
     response: http::Response<
         http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>,
     >,
+    busy: Option<mcp_sessions::Busy>,
 ) -> HttpResponse {
     let (parts, body) = response.into_parts();
     let status =
@@ -282,38 +281,16 @@ fn into_actix(
             out.append_header((name, value));
         }
     }
-    out.streaming(body.into_data_stream())
+    out.streaming(body.into_data_stream().map(move |chunk| {
+        let _busy = &busy;
+        chunk
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn a_session_is_its_owners_alone_and_unknown_ids_are_refused() {
-        let mut owners = SessionOwners::default();
-        owners.open("s1", "alice");
-        owners.open("s1", "bob");
-        assert!(owners.touch("s1", "alice"));
-        assert!(!owners.touch("s1", "bob"), "the first owner stays");
-        assert!(!owners.touch("made-up", "alice"), "fail closed");
-        owners.remove("s1");
-        assert!(!owners.touch("s1", "alice"));
-    }
-
-    #[test]
-    fn idle_sessions_are_forgotten_when_others_open() {
-        let mut owners = SessionOwners::default();
-        owners.open("old", "alice");
-        let long_ago = Instant::now()
-            .checked_sub(FORGET_OWNER_AFTER + Duration::from_secs(1))
-            .unwrap();
-        owners.by_id.get_mut("old").unwrap().1 = long_ago;
-        owners.open("new", "alice");
-        assert_eq!(owners.by_id.len(), 1);
-        assert!(owners.touch("new", "alice"));
-    }
 
     #[test]
     fn the_metadata_names_the_resource_and_the_configured_issuer() {

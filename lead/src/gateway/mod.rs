@@ -43,6 +43,7 @@ mod langgraph_threads;
 mod langgraph_turns;
 mod mcp_config;
 mod mcp_endpoint;
+mod mcp_sessions;
 mod memory;
 mod oauth;
 mod openapi;
@@ -185,7 +186,7 @@ impl Gateway {
             logins: Arc::default(),
             settings: Arc::new(principals.clone()),
             quotas: Arc::new(quota::Quotas::new(&principals.limits)),
-            mcp: Arc::new(mcp_endpoint::McpEndpoint::new(&runs)),
+            mcp: Arc::new(mcp_endpoint::McpEndpoint::new(&runs, principals)),
         };
         let mcp = state.mcp.clone();
         // The guard needs the bound port (the address may ask for port 0): set once bound,

@@ -65,6 +65,29 @@ const fn route(
 pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/health", Access::Open, || web::to(super::health)),
     route("GET", "/ready", Access::Open, || web::to(super::ready)),
+    // Antler's MCP server (streamable HTTP) and its protected resource metadata, before
+    // every pattern route so none can ever take them.
+    route("POST", mcp_endpoint::MCP_PATH, Access::Member, || {
+        web::to(mcp_endpoint::serve)
+    }),
+    route("GET", mcp_endpoint::MCP_PATH, Access::Member, || {
+        web::to(mcp_endpoint::serve)
+    }),
+    route("DELETE", mcp_endpoint::MCP_PATH, Access::Member, || {
+        web::to(mcp_endpoint::serve)
+    }),
+    route(
+        "GET",
+        mcp_endpoint::RESOURCE_METADATA_PATH,
+        Access::Open,
+        || web::to(mcp_endpoint::resource_metadata),
+    ),
+    route(
+        "GET",
+        mcp_endpoint::RESOURCE_METADATA_MCP_PATH,
+        Access::Open,
+        || web::to(mcp_endpoint::resource_metadata),
+    ),
     // The API's OpenAPI document: a member's (docs/gateway-api.md#openapi).
     route("GET", openapi::OPENAPI_PATH, Access::Member, || {
         web::to(openapi::serve)
@@ -358,28 +381,6 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/api/cluster", Access::Operator, || {
         web::to(super::cluster_view::cluster_view)
     }),
-    // Antler's MCP server (streamable HTTP) and its protected resource metadata.
-    route("POST", mcp_endpoint::MCP_PATH, Access::Member, || {
-        web::to(mcp_endpoint::serve)
-    }),
-    route("GET", mcp_endpoint::MCP_PATH, Access::Member, || {
-        web::to(mcp_endpoint::serve)
-    }),
-    route("DELETE", mcp_endpoint::MCP_PATH, Access::Member, || {
-        web::to(mcp_endpoint::serve)
-    }),
-    route(
-        "GET",
-        mcp_endpoint::RESOURCE_METADATA_PATH,
-        Access::Open,
-        || web::to(mcp_endpoint::resource_metadata),
-    ),
-    route(
-        "GET",
-        mcp_endpoint::RESOURCE_METADATA_MCP_PATH,
-        Access::Open,
-        || web::to(mcp_endpoint::resource_metadata),
-    ),
     route("GET", "/metrics", Access::Metrics, || {
         web::to(super::metrics)
     }),
@@ -456,5 +457,24 @@ mod tests {
             }
         }
         assert!(shadows("/api/assistants/{aid}", "/api/assistants/search"));
+    }
+
+    #[test]
+    fn the_mcp_routes_come_before_every_pattern_route() {
+        let first_pattern = ROUTES
+            .iter()
+            .position(|r| r.path.contains('{'))
+            .unwrap_or(ROUTES.len());
+        for path in [
+            mcp_endpoint::MCP_PATH,
+            mcp_endpoint::RESOURCE_METADATA_PATH,
+            mcp_endpoint::RESOURCE_METADATA_MCP_PATH,
+        ] {
+            let at = ROUTES.iter().position(|r| r.path == path);
+            assert!(
+                at.is_some_and(|at| at < first_pattern),
+                "{path} at {at:?}, a pattern route at {first_pattern}"
+            );
+        }
     }
 }

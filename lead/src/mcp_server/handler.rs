@@ -12,7 +12,9 @@
 //! from the HTTP request the gateway authenticated ([`Owner`] in the request's
 //! extensions). The session's thread is bound by its first `tools/list` or `tools/call`:
 //! the one that request names in its `_meta` under [`THREAD_META_KEY`], else a new thread
-//! of its own. Dropping the handler (the session closed) ends the session.
+//! of its own. Dropping the handler (the session closed or idled out) ends the session,
+//! firing its [`Released`] once the run is released (given at its start over stdio, by
+//! the gateway's requests over HTTP).
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,6 +32,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
+use super::lifecycle::Released;
 use super::session::{
     Artifact, Artifacts, Ask, Call, CallOutcome, End, McpSession, Notice, Notices, Owner,
     ReadArtifact, SessionError, Tools,
@@ -54,6 +57,8 @@ pub struct AntlerTools {
     /// Who the session acts for: set at its start (stdio) or by its first request.
     owner: Mutex<Option<Owner>>,
     session: Mutex<Option<Addr<McpSession>>>,
+    /// Fired once the session's run is released, for who waits on its close.
+    released: Mutex<Option<Released>>,
     /// The elicitations and task progress of the session's calls, forwarded to the
     /// client while a call waits (the sender is the session's).
     notices: (
@@ -63,13 +68,14 @@ pub struct AntlerTools {
 }
 
 impl AntlerTools {
-    /// A session acting for `owner` (`None`: the owner the gateway puts in the first
-    /// request's extensions).
+    /// A session acting for `owner` that fires `released` once its run is released
+    /// (`None`: the ones the gateway puts in the first request's extensions).
     pub fn new(
         env: Arc<RunEnv>,
         manager: Addr<RunManager>,
         arbiter: ArbiterHandle,
         owner: Option<Owner>,
+        released: Option<Released>,
     ) -> AntlerTools {
         let (notices, noticed) = tokio::sync::mpsc::unbounded_channel();
         AntlerTools {
@@ -78,6 +84,7 @@ impl AntlerTools {
             arbiter,
             owner: Mutex::new(owner),
             session: Mutex::new(None),
+            released: Mutex::new(released),
             notices: (notices, tokio::sync::Mutex::new(noticed)),
         }
     }
@@ -86,12 +93,15 @@ impl AntlerTools {
     fn session(&self, context: &RequestContext<RoleServer>) -> Result<Addr<McpSession>, McpError> {
         let owner = {
             let mut owner = self.owner.lock().unwrap_or_else(PoisonError::into_inner);
+            let parts = context.extensions.get::<http::request::Parts>();
             if owner.is_none() {
-                *owner = context
-                    .extensions
-                    .get::<http::request::Parts>()
-                    .and_then(|parts| parts.extensions.get::<Owner>())
-                    .cloned();
+                *owner = parts.and_then(|p| p.extensions.get::<Owner>()).cloned();
+            }
+            let mut released = self.released.lock().unwrap_or_else(PoisonError::into_inner);
+            if released.is_none() {
+                *released = parts
+                    .and_then(|p| p.extensions.get::<Released>())
+                    .map(Released::claim);
             }
             owner
                 .clone()
@@ -119,8 +129,14 @@ impl Drop for AntlerTools {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(session) = session {
-            session.do_send(End);
+        let released = self
+            .released
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        match session {
+            Some(session) => session.do_send(End { released }),
+            None => released.iter().for_each(Released::fire),
         }
     }
 }

@@ -3,13 +3,17 @@
 //! own call path. One MCP session is one run of one thread of its principal
 //! (`session::McpSession`); `handler::AntlerTools` is the rmcp handler of a session. The
 //! gateway serves it over streamable HTTP at `/mcp` (`gateway::mcp_endpoint`); `antler mcp
-//! serve` over stdio ([`serve_stdio`]).
+//! serve` over stdio ([`serve_stdio`]). A session ends when its client closes it (`DELETE`,
+//! the end of stdin) or the gateway closes it idle (`gateway::mcp_sessions`); a close
+//! returns only once its run is released (`lifecycle::Released`).
 
 mod handler;
+mod lifecycle;
 mod progress;
 mod session;
 
 pub use handler::AntlerTools;
+pub use lifecycle::Released;
 pub use session::Owner;
 
 use std::sync::Arc;
@@ -28,11 +32,13 @@ use crate::runs::prepare::RunEnv;
 /// checked its `Host`). `stop` ends every session.
 pub type HttpService = StreamableHttpService<AntlerTools, LocalSessionManager>;
 
-/// The `/mcp` service whose sessions' runs are prepared by `env` on `arbiter`.
+/// The `/mcp` service whose sessions (kept in `sessions`, see [`session_manager`]) have
+/// their runs prepared by `env` on `arbiter`.
 pub fn http_service(
     env: Arc<RunEnv>,
     manager: Addr<RunManager>,
     arbiter: ArbiterHandle,
+    sessions: Arc<LocalSessionManager>,
     stop: tokio_util::sync::CancellationToken,
 ) -> HttpService {
     let config = StreamableHttpServerConfig::default()
@@ -46,11 +52,21 @@ pub fn http_service(
                 manager.clone(),
                 arbiter.clone(),
                 None,
+                None,
             ))
         },
-        Arc::new(LocalSessionManager::default()),
+        sessions,
         config,
     )
+}
+
+/// rmcp's in-process sessions, without rmcp's own idle limit (it counts a call that runs
+/// longer than the limit as idle and ends its session): the gateway ends idle sessions
+/// itself (`gateway::mcp_sessions`).
+pub fn session_manager() -> Arc<LocalSessionManager> {
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = None;
+    Arc::new(sessions)
 }
 
 /// Why `antler mcp serve` stopped.
@@ -63,20 +79,31 @@ pub enum ServeError {
 }
 
 /// Serves one MCP session on this process's stdin and stdout, acting for `owner`, until
-/// the client closes it. Call inside the actix system whose arbiter runs the session.
+/// the client closes it; returns once the session's run is released. Call inside the
+/// actix system whose arbiter runs the session.
 pub async fn serve_stdio(
     env: Arc<RunEnv>,
     manager: Addr<RunManager>,
     owner: Owner,
 ) -> Result<(), ServeError> {
-    let handler = AntlerTools::new(env, manager, actix::Arbiter::current(), Some(owner));
+    let released = Released::new();
+    let handler = AntlerTools::new(
+        env,
+        manager,
+        actix::Arbiter::current(),
+        Some(owner),
+        Some(released.claim()),
+    );
     let running = handler
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| ServeError::Initialize(e.to_string()))?;
-    running
+    let waited = running
         .waiting()
         .await
-        .map_err(|e| ServeError::Session(e.to_string()))?;
+        .map_err(|e| ServeError::Session(e.to_string()));
+    // The handler is gone with the service: its session is ending.
+    released.wait().await;
+    waited?;
     Ok(())
 }

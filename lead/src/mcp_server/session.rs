@@ -318,13 +318,13 @@ impl Handler<Call> for McpSession {
         let working = self.take_run(msg.thread).then(|taken, actor, _| {
             async move {
                 let mut run = taken?;
-                let before = tool_names(&run);
+                let before = run.visible_tools_digest();
                 let artifacts_before = run.state().artifacts.len();
                 let (name, args) = (call.name.clone(), call.args.clone());
                 let result = run
                     .call_from_client(call, cancelled.cancelled_owned())
                     .await;
-                let tools_changed = tool_names(&run) != before;
+                let tools_changed = run.visible_tools_digest() != before;
                 let presented = run
                     .state()
                     .artifacts
@@ -464,15 +464,18 @@ async fn viewed_image(
 }
 
 /// The session ended (its client closed it, or it idled out): the sandbox goes back to
-/// its pool, the run's end is recorded and the thread is free; the actor stops.
+/// its pool, the run's end is recorded and the thread is free, then `released` fires;
+/// the actor stops.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct End;
+pub struct End {
+    pub released: Option<super::lifecycle::Released>,
+}
 
 impl Handler<End> for McpSession {
     type Result = AtomicResponse<Self, ()>;
 
-    fn handle(&mut self, _: End, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: End, ctx: &mut Context<Self>) -> Self::Result {
         self.ended = true;
         if let Some(renewal) = self.renewal.take() {
             ctx.cancel_future(renewal);
@@ -482,20 +485,21 @@ impl Handler<End> for McpSession {
         let ending = async move {
             if let Some(mut run) = run {
                 run.end_client_session().await;
-                manager.do_send(ClientRunEnded {
+                let ended = ClientRunEnded {
                     run_id,
                     status: RunStatus::Success,
-                });
+                };
+                if let Err(e) = manager.send(ended).await {
+                    tracing::warn!("the run manager did not take the MCP session's end: {e}");
+                }
             }
+            msg.released
+                .iter()
+                .for_each(super::lifecycle::Released::fire);
         };
         AtomicResponse::new(Box::pin(ending.into_actor(self).map(|(), actor, ctx| {
             tracing::info!(run = %actor.run_id, "MCP session ended");
             ctx.stop();
         })))
     }
-}
-
-/// The names of the tools `run` shows its client now.
-fn tool_names(run: &RunLoop) -> Vec<String> {
-    run.visible_tools().into_iter().map(|t| t.name).collect()
 }

@@ -534,6 +534,11 @@ fn unknown_key_warning(doc: &Document<'_>, path: FieldPath) -> ConfigWarning {
         {
             super::gateway::LIMITS_KEYS.to_vec()
         }
+        [PathSegment::Key(section), PathSegment::Key(sub), PathSegment::Key(server), _]
+            if section == "antler" && sub == "gateway" && server == "mcp_server" =>
+        {
+            super::gateway::MCP_SERVER_KEYS.to_vec()
+        }
         [PathSegment::Key(section), PathSegment::Key(sub), _]
             if section == "antler" && sub == "tls" =>
         {

@@ -20,7 +20,10 @@ pub const GATEWAY_KEYS: &[&str] = &[
     "allow_scripted_models",
     "allow_shared_user_ids",
     "limits",
+    "mcp_server",
 ];
+/// The keys of `antler.gateway.mcp_server`.
+pub const MCP_SERVER_KEYS: &[&str] = &["session_idle_s"];
 /// The keys of `antler.gateway.limits`.
 pub const LIMITS_KEYS: &[&str] = &[
     "concurrent_runs",
@@ -69,6 +72,26 @@ pub struct GatewaySection {
     pub allow_shared_user_ids: bool,
     /// Per-user limits.
     pub limits: LimitsSection,
+    /// Antler's own MCP server (`/mcp`).
+    pub mcp_server: McpServerSection,
+}
+
+/// `antler.gateway.mcp_server`: the sessions of Antler's MCP server at `/mcp`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping of MCP server settings")]
+pub struct McpServerSection {
+    /// A session without a request for this many seconds ends: its run ends, its sandbox
+    /// goes back to its pool and its thread is free (a client that never closes its
+    /// session holds them until then). At least 1.
+    pub session_idle_s: u64,
+}
+
+impl Default for McpServerSection {
+    fn default() -> Self {
+        McpServerSection {
+            session_idle_s: 300,
+        }
+    }
 }
 
 /// `antler.gateway.limits`: what one user may hold of the cluster (the operator is not
@@ -108,6 +131,7 @@ impl Default for GatewaySection {
             allow_scripted_models: false,
             allow_shared_user_ids: false,
             limits: LimitsSection::default(),
+            mcp_server: McpServerSection::default(),
         }
     }
 }
@@ -219,6 +243,12 @@ impl GatewaySection {
                 problems.push((limits.key(key), "expected an integer of at least 1"));
             }
         }
+        if self.mcp_server.session_idle_s == 0 {
+            problems.push((
+                base.key("mcp_server").key("session_idle_s"),
+                "expected an integer of at least 1",
+            ));
+        }
         if let Some(jwt) = &self.jwt {
             let at = base.key("jwt");
             if jwt.jwks_file.is_some() == jwt.jwks_url.is_some() {
@@ -297,6 +327,14 @@ mod tests {
         assert!(g.check(&FieldPath::root()).is_empty());
         assert_eq!(g.tokens[1].role.as_deref(), Some("operator"));
         assert_eq!(g.jwt.as_ref().unwrap().user_claim, "sub");
+        assert_eq!(g.mcp_server.session_idle_s, 300);
+        let g: GatewaySection = serde_yaml::from_str("mcp_server: {session_idle_s: 0}").unwrap();
+        let problems = g.check(&FieldPath::root());
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0]
+            .0
+            .to_string()
+            .ends_with("mcp_server.session_idle_s"));
     }
 
     #[test]

@@ -60,8 +60,8 @@ pub use extensions::{
     McpTaskToolset, SkillStateConfig, DEFAULT_MCP_SESSION_INIT_TIMEOUT,
 };
 pub use gateway::{
-    valid_user, GatewaySection, JwtSection, LimitsSection, StaticPrincipal, GATEWAY_KEYS,
-    JWT_ALGORITHMS, JWT_KEYS, OPERATOR_USER,
+    valid_user, GatewaySection, JwtSection, LimitsSection, McpServerSection, StaticPrincipal,
+    GATEWAY_KEYS, JWT_ALGORITHMS, JWT_KEYS, OPERATOR_USER,
 };
 pub use location::{
     resolve_app_config_path, resolve_extensions_beside, resolve_extensions_path, ANTLER_CONFIG_ENV,

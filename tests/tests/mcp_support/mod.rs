@@ -3,6 +3,7 @@
 //! cluster whose mcp-host reads a given extensions config, and the `antler mcp` commands.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod serve;
 pub mod standin;
 
 use std::{

@@ -21,14 +21,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use crate::lead_support::{http_full, LeadCluster};
-use crate::mcp_support::npm_bin;
+use crate::mcp_support::serve::{everything, mcp_driver, process_running, ALICE};
 use serde_json::{json, Value};
 
-const ALICE: &str = "alice-token-000000000001";
 const BOB: &str = "bob-token-00000000000002";
 /// Editors, whose role may present files.
 const CAROL: &str = "carol-token-0000000000003";
@@ -41,42 +37,15 @@ fn config() -> String {
     )
 }
 
-fn extensions() -> String {
-    json!({"mcpServers": {"everything": {
-        "type": "stdio",
-        "command": npm_bin("mcp-server-everything").display().to_string(),
-        "args": ["stdio"],
-    }}})
-    .to_string()
-}
-
 fn cluster() -> LeadCluster {
     LeadCluster::up_with_files(
         &config(),
         &[
             ("jwks.json", r#"{"keys": []}"#),
-            ("extensions_config.json", &extensions()),
+            ("extensions_config.json", &everything(None)),
         ],
         &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")],
     )
-}
-
-/// The MCP SDK driver (`tests/peers/mcp_serve_client.py`) run with what `configure` gives
-/// it (its mode and arguments, its environment), to its end: its one JSON report.
-pub(super) fn mcp_driver(configure: impl FnOnce(&mut Command) -> &mut Command) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_client.py");
-    let mut command = Command::new("python3");
-    command.arg(script);
-    let out = configure(&mut command)
-        .output()
-        .expect("run the MCP SDK driver");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the driver failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim()).expect("one JSON report")
 }
 
 #[test]
@@ -489,20 +458,6 @@ fn a_session_run_left_open_by_a_killed_lead_ends_and_is_never_driven() {
     let (_, _, thread) = http_full(&addr, ALICE, "GET", "/api/threads/restarted", None);
     let thread: Value = serde_json::from_str(&thread).unwrap();
     assert_ne!(thread["status"], "busy", "{thread}");
-}
-
-/// Whether a process whose command line is `argv` (NUL-joined) runs on this machine.
-fn process_running(argv: &[&str]) -> bool {
-    let wanted = argv.join("\0");
-    std::fs::read_dir("/proc")
-        .map(|dir| {
-            dir.flatten().any(|entry| {
-                std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| {
-                    String::from_utf8_lossy(&cmdline).trim_end_matches('\0') == wanted
-                })
-            })
-        })
-        .unwrap_or(false)
 }
 
 #[test]

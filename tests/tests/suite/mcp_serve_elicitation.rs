@@ -8,44 +8,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
-
 use crate::lead_support::LeadCluster;
-use crate::mcp_support::npm_bin;
-use crate::suite::mcp_serve::mcp_driver;
-use antler_tests::wait_for;
+use crate::mcp_support::serve::{asking_cluster, config, mcp_driver, mcp_url, ALICE};
 use serde_json::{json, Value};
-
-const ALICE: &str = "alice-token-000000000001";
 
 /// A cluster whose mcp-host runs server-everything with elicitation policy `ask`, once
 /// server-everything lists its eliciting tool.
 fn cluster() -> LeadCluster {
-    let config = format!(
-        "antler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n"
-    );
-    let servers = json!({"mcpServers": {"everything": {
-        "type": "stdio",
-        "command": npm_bin("mcp-server-everything").display().to_string(),
-        "args": ["stdio"],
-        "elicitation": "ask",
-    }}});
-    let cluster = LeadCluster::up_with_files(
-        &config,
-        &[("extensions_config.json", &servers.to_string())],
-        &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")],
-    );
-    // server-everything adds its eliciting tool once it knows its client can answer.
-    let listed = wait_for(Duration::from_secs(30), || {
-        let out = antler_tests::antler(&cluster.runtime(), &["mcp", "status", "--json"]);
-        let list: Value = serde_json::from_slice(&out.stdout).ok()?;
-        list.as_array()?
-            .iter()
-            .any(|s| s["name"] == "everything" && s["tools"] == 15)
-            .then_some(())
-    });
-    assert!(listed.is_some(), "server-everything did not list its tools");
-    cluster
+    asking_cluster(&config(""), 0)
 }
 
 const TOOL: &str = "everything_trigger-elicitation-request";
@@ -77,7 +47,7 @@ fn assert_asked_and_answered(r: &Value) {
 #[test]
 fn a_downstream_elicitation_is_asked_of_the_mcp_client_and_its_answer_goes_back() {
     let cluster = cluster();
-    let url = format!("http://{}/mcp", cluster.gateway());
+    let url = mcp_url(&cluster);
     let r: Value = mcp_driver(|c| c.args(["elicit", &url, ALICE, "asked", TOOL, &answer()]));
     assert_asked_and_answered(&r);
 }

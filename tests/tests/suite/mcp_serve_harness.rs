@@ -12,33 +12,17 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
 
-use crate::lead_support::{http_full, LeadCluster};
-use crate::mcp_support::npm_bin;
+use crate::mcp_support::serve::{
+    cluster, config, ended_runs, everything, finished_calls, run_events, SANDBOX_TOOLS,
+};
 use crate::model_support::{recording_server_by, Reply};
 use serde_json::{json, Value};
 
-const ALICE: &str = "alice-token-000000000001";
 const THREAD: &str = "harnessed";
 const NOTE: &str = "/mnt/user-data/workspace/harness.txt";
 /// How the scripted answer opens; the tool results follow.
 const ANSWER_OPENING: &str = "Antler's tools answered:";
-
-fn config() -> String {
-    format!(
-        "tools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\n  - {{name: read_file, group: file:read, use: deerflow.sandbox.tools:read_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n"
-    )
-}
-
-fn extensions() -> String {
-    json!({"mcpServers": {"everything": {
-        "type": "stdio",
-        "command": npm_bin("mcp-server-everything").display().to_string(),
-        "args": ["stdio"],
-    }}})
-    .to_string()
-}
 
 /// The tool calls the model makes, one a turn, in order.
 fn script() -> [(&'static str, Value); 3] {
@@ -101,11 +85,7 @@ fn harness_python() -> PathBuf {
 #[test]
 fn a_langgraph_agent_calls_antlers_sandbox_and_mcp_tools_through_antler_mcp_serve() {
     let model = recording_server_by(respond);
-    let cluster = LeadCluster::up_with_files(
-        &config(),
-        &[("extensions_config.json", &extensions())],
-        &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")],
-    );
+    let cluster = cluster(&config(SANDBOX_TOOLS), Some(&everything(None)), 0);
     let script_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/harness_langgraph.py");
     let out = Command::new(harness_python())
         .arg(script_path)
@@ -187,33 +167,11 @@ fn a_langgraph_agent_calls_antlers_sandbox_and_mcp_tools_through_antler_mcp_serv
 
     // The session was one run of the thread, ended with it; every call is one of its events.
     let addr = cluster.gateway();
-    let runs = antler_tests::wait_for(Duration::from_secs(30), || {
-        let (code, _, body) = http_full(
-            &addr,
-            ALICE,
-            "GET",
-            &format!("/api/threads/{THREAD}/runs"),
-            None,
-        );
-        let runs: Vec<Value> = serde_json::from_str(&body).ok()?;
-        (code == 200 && runs.len() == 1 && runs[0]["status"] == "success").then_some(runs)
-    })
-    .expect("the session's run ended");
-    let run_id = runs[0]["run_id"].as_str().unwrap();
-    let (code, _, events) = http_full(
-        &addr,
-        ALICE,
-        "GET",
-        &format!("/api/runs/{run_id}/events"),
-        None,
-    );
-    assert_eq!(code, 200, "{events}");
-    let finished: Vec<(String, Value)> = events
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l.strip_prefix("data:")?).ok())
-        .filter(|e| e["event"] == "tool_finished")
-        .map(|e| (e["name"].as_str().unwrap().to_owned(), e["error"].clone()))
-        .collect();
+    let runs = ended_runs(&addr, THREAD, |runs| {
+        runs.len() == 1 && runs[0]["status"] == "success"
+    });
+    let events = run_events(&addr, runs[0]["run_id"].as_str().unwrap());
+    let finished = finished_calls(&events);
     assert_eq!(
         finished,
         [
@@ -221,6 +179,6 @@ fn a_langgraph_agent_calls_antlers_sandbox_and_mcp_tools_through_antler_mcp_serv
             ("read_file".to_owned(), json!(false)),
             ("everything_echo".to_owned(), json!(false)),
         ],
-        "{events}"
+        "{events:?}"
     );
 }

@@ -7,11 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::lead_support::LeadCluster;
-use crate::suite::mcp_serve::mcp_driver;
+use crate::mcp_support::serve::{cluster, config, mcp_driver, mcp_url, ALICE};
 use serde_json::{json, Value};
 
-const ALICE: &str = "alice-token-000000000001";
 /// A PNG's signature and the start of its header chunk, as bash's printf writes them.
 const PNG_PRINTF: &str = r"\211PNG\r\n\032\n\000\000\000\rIHDR";
 const PNG_BYTES: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR";
@@ -20,11 +18,12 @@ const PNG_BYTES: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR";
 fn view_image_returns_the_sandbox_file_as_image_content() {
     use base64::Engine as _;
     // The model is never called: it makes the session's catalog offer view_image.
-    let config = format!(
-        "models:\n  - name: vision\n    use: langchain_openai:ChatOpenAI\n    model: unused\n    base_url: http://127.0.0.1:9/v1\n    api_key: sk-x\n    supports_vision: true\ntools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n"
+    let cluster = cluster(
+        &config("models:\n  - name: vision\n    use: langchain_openai:ChatOpenAI\n    model: unused\n    base_url: http://127.0.0.1:9/v1\n    api_key: sk-x\n    supports_vision: true\ntools:\n  - {name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n"),
+        None,
+        0,
     );
-    let cluster = LeadCluster::up(&config, &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")]);
-    let url = format!("http://{}/mcp", cluster.gateway());
+    let url = mcp_url(&cluster);
     let dot = "/mnt/user-data/workspace/dot.png";
     let fake = "/mnt/user-data/workspace/fake.png";
     let calls = json!([

@@ -13,31 +13,17 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
-use crate::lead_support::{http_full, LeadCluster};
 use crate::mcp_support::npm_bin;
+use crate::mcp_support::serve::{
+    all_succeeded, cluster, config, ended_runs, everything, finished_calls, run_events, ALICE,
+    SANDBOX_TOOLS,
+};
 use serde_json::{json, Value};
 
-const ALICE: &str = "alice-token-000000000001";
 /// The thread every inspector session names.
 const THREAD: &str = "inspected";
 const NOTE: &str = "/mnt/user-data/workspace/note.txt";
-
-fn config() -> String {
-    format!(
-        "tools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\n  - {{name: read_file, group: file:read, use: deerflow.sandbox.tools:read_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n"
-    )
-}
-
-fn extensions() -> String {
-    json!({"mcpServers": {"everything": {
-        "type": "stdio",
-        "command": npm_bin("mcp-server-everything").display().to_string(),
-        "args": ["stdio"],
-    }}})
-    .to_string()
-}
 
 /// `mcp-inspector --cli ARGS` on the pinned Node, its home (where it keeps its catalog and
 /// stored credentials) in `home`: its exit code and its JSON answer.
@@ -87,31 +73,16 @@ fn tool_names(answer: &(i32, Value)) -> Vec<String> {
 }
 
 /// The runs of alice's thread, once every one of them has ended. A stdio session's run ends
-/// with the session, just after its client exits; until then another session naming the
-/// thread is refused ("Thread ... already has an active run"), so each inspector command
-/// on the thread waits for this first.
-fn ended_runs(addr: &str) -> Vec<Value> {
-    antler_tests::wait_for(Duration::from_secs(30), || {
-        let (code, _, body) = http_full(
-            addr,
-            ALICE,
-            "GET",
-            &format!("/api/threads/{THREAD}/runs"),
-            None,
-        );
-        let runs: Vec<Value> = serde_json::from_str(&body).ok()?;
-        (code == 200 && runs.iter().all(|r| r["status"] == "success")).then_some(runs)
-    })
-    .expect("the sessions' runs ended")
+/// with the session, as its client exits; until then another session naming the thread is
+/// refused ("Thread ... already has an active run"), so each inspector command on the
+/// thread waits for this first.
+fn ended(addr: &str) -> Vec<Value> {
+    ended_runs(addr, THREAD, all_succeeded)
 }
 
 #[test]
 fn the_mcp_inspector_cli_lists_and_calls_antlers_tools_over_stdio_and_http() {
-    let cluster = LeadCluster::up_with_files(
-        &config(),
-        &[("extensions_config.json", &extensions())],
-        &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")],
-    );
+    let cluster = cluster(&config(SANDBOX_TOOLS), Some(&everything(None)), 0);
     let addr = cluster.gateway();
     let home = cluster.dir.path().join("inspector-home");
     std::fs::create_dir_all(&home).unwrap();
@@ -137,7 +108,7 @@ fn the_mcp_inspector_cli_lists_and_calls_antlers_tools_over_stdio_and_http() {
     for tool in ["bash", "read_file", "everything_echo"] {
         assert!(listed.contains(&tool.to_owned()), "{tool}: {listed:?}");
     }
-    assert_eq!(ended_runs(&addr).len(), 1);
+    assert_eq!(ended(&addr).len(), 1);
     let wrote = called(&stdio(&[
         "--method",
         "tools/call",
@@ -150,7 +121,7 @@ fn the_mcp_inspector_cli_lists_and_calls_antlers_tools_over_stdio_and_http() {
         &thread,
     ]));
     assert_eq!(wrote.trim(), "written");
-    assert_eq!(ended_runs(&addr).len(), 2);
+    assert_eq!(ended(&addr).len(), 2);
     // A downstream server's tool, through mcp-host.
     let echoed = called(&stdio(&[
         "--method",
@@ -165,26 +136,14 @@ fn the_mcp_inspector_cli_lists_and_calls_antlers_tools_over_stdio_and_http() {
     assert_eq!(echoed, "Echo: hello inspector");
 
     // Each session was a run of the thread, ended with it; every call is one of its events.
-    let runs = ended_runs(&addr);
+    let runs = ended(&addr);
     assert_eq!(runs.len(), 3, "{runs:?}");
     let mut finished = Vec::new();
     for run in runs.iter().rev() {
-        let run_id = run["run_id"].as_str().unwrap();
-        let (code, _, events) = http_full(
+        finished.extend(finished_calls(&run_events(
             &addr,
-            ALICE,
-            "GET",
-            &format!("/api/runs/{run_id}/events"),
-            None,
-        );
-        assert_eq!(code, 200, "{events}");
-        finished.extend(
-            events
-                .lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l.strip_prefix("data:")?).ok())
-                .filter(|e| e["event"] == "tool_finished")
-                .map(|e| (e["name"].as_str().unwrap().to_owned(), e["error"].clone())),
-        );
+            run["run_id"].as_str().unwrap(),
+        )));
     }
     assert_eq!(
         finished,

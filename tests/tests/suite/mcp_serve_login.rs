@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::lead_support::{http_full, LeadCluster};
 use crate::mcp_support::oauth_example_server;
-use crate::suite::mcp_serve::mcp_driver;
+use crate::mcp_support::serve::mcp_driver;
 use antler_tests::wait_for;
 use serde_json::{json, Value};
 

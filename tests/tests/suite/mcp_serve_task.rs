@@ -15,14 +15,15 @@
 
 use std::time::Duration;
 
-use crate::lead_support::{http_full, LeadCluster};
-use crate::mcp_support::npm_bin;
+use crate::lead_support::LeadCluster;
+use crate::mcp_support::serve::{
+    asking_cluster, cluster as serve_cluster, config as serve_config, ended_runs, mcp_driver,
+    mcp_url, process_running, run_events, ALICE,
+};
 use crate::model_support::{recording_server_by, RecordingServer, Reply};
-use crate::suite::mcp_serve::mcp_driver;
 use antler_tests::wait_for;
 use serde_json::{json, Value};
 
-const ALICE: &str = "alice-token-000000000001";
 /// The subagent's last answer, once its bash call came back.
 const ANSWER: &str = "The subagent wrote the note.";
 
@@ -45,20 +46,17 @@ fn model(command: &'static str) -> RecordingServer {
     model_calling("bash", json!({"description": "work", "command": command}))
 }
 
+/// The config of a cluster whose subagents (and the session's `task`) use `model`.
 fn config(model: &RecordingServer) -> String {
-    format!(
-        "models:\n  - name: rec\n    use: langchain_openai:ChatOpenAI\n    model: recorded\n    base_url: {}\n    api_key: sk-x\ntools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nsubagents:\n  enabled: true\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice, role: member}}\n",
+    serve_config(&format!(
+        "models:\n  - name: rec\n    use: langchain_openai:ChatOpenAI\n    model: recorded\n    base_url: {}\n    api_key: sk-x\ntools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\nsubagents:\n  enabled: true\n",
         model.base_url
-    )
+    ))
 }
 
+/// A cluster with one subagent worker, its model `model`.
 fn cluster(model: &RecordingServer) -> LeadCluster {
-    LeadCluster::up_with_workers(
-        &config(model),
-        &[],
-        &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")],
-        1,
-    )
+    serve_cluster(&config(model), None, 1)
 }
 
 fn task_args() -> String {
@@ -73,33 +71,17 @@ fn task_args() -> String {
 /// The events of the session run on alice's `thread`, once the session ended.
 fn session_events(cluster: &LeadCluster, thread: &str) -> Vec<Value> {
     let addr = cluster.gateway();
-    let path = format!("/api/threads/{thread}/runs");
-    let runs = wait_for(Duration::from_secs(30), || {
-        let (code, _, body) = http_full(&addr, ALICE, "GET", &path, None);
-        let runs: Value = serde_json::from_str(&body).ok()?;
-        (code == 200 && runs[0]["status"] == "success").then_some(runs)
-    })
-    .expect("the session's run ended");
-    let run_id = runs[0]["run_id"].as_str().unwrap();
-    let (code, _, events) = http_full(
-        &addr,
-        ALICE,
-        "GET",
-        &format!("/api/runs/{run_id}/events"),
-        None,
-    );
-    assert_eq!(code, 200, "{events}");
-    events
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l.trim_start_matches("data:").trim()).ok())
-        .collect()
+    let runs = ended_runs(&addr, thread, |runs| {
+        runs.first().is_some_and(|r| r["status"] == "success")
+    });
+    run_events(&addr, runs[0]["run_id"].as_str().unwrap())
 }
 
 #[test]
 fn task_runs_on_a_worker_with_progress_notifications() {
     let model = model("echo from-subagent > /mnt/user-data/workspace/sub.txt && echo wrote");
     let cluster = cluster(&model);
-    let url = format!("http://{}/mcp", cluster.gateway());
+    let url = mcp_url(&cluster);
     let r: Value = mcp_driver(|c| c.args(["task", &url, ALICE, "delegated", &task_args()]));
     assert!(
         r["tools"].as_array().unwrap().contains(&json!("task")),
@@ -170,25 +152,11 @@ fn task_runs_on_a_worker_with_progress_notifications() {
     );
 }
 
-/// Whether a process whose command line is `argv` (NUL-joined) runs on this machine.
-fn process_running(argv: &[&str]) -> bool {
-    let wanted = argv.join("\0");
-    std::fs::read_dir("/proc")
-        .map(|dir| {
-            dir.flatten().any(|entry| {
-                std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| {
-                    String::from_utf8_lossy(&cmdline).trim_end_matches('\0') == wanted
-                })
-            })
-        })
-        .unwrap_or(false)
-}
-
 #[test]
 fn a_task_the_client_cancels_stops_the_subagents_work() {
     let model = model("echo up > /mnt/user-data/workspace/started && sleep 4713");
     let cluster = cluster(&model);
-    let url = format!("http://{}/mcp", cluster.gateway());
+    let url = mcp_url(&cluster);
     let started = cluster
         .base()
         .join("users/alice/threads/stopped/user-data/workspace/started");
@@ -240,29 +208,8 @@ fn a_task_the_client_cancels_stops_the_subagents_work() {
 fn a_subagents_downstream_elicitation_is_asked_of_the_mcp_client() {
     const TOOL: &str = "everything_trigger-elicitation-request";
     let model = model_calling(TOOL, json!({}));
-    let servers = json!({"mcpServers": {"everything": {
-        "type": "stdio",
-        "command": npm_bin("mcp-server-everything").display().to_string(),
-        "args": ["stdio"],
-        "elicitation": "ask",
-    }}});
-    let cluster = LeadCluster::up_with_workers(
-        &config(&model),
-        &[("extensions_config.json", &servers.to_string())],
-        &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")],
-        1,
-    );
-    // server-everything adds its eliciting tool once it knows its client can answer.
-    let listed = wait_for(Duration::from_secs(30), || {
-        let out = antler_tests::antler(&cluster.runtime(), &["mcp", "status", "--json"]);
-        let list: Value = serde_json::from_slice(&out.stdout).ok()?;
-        list.as_array()?
-            .iter()
-            .any(|s| s["name"] == "everything" && s["tools"] == 15)
-            .then_some(())
-    });
-    assert!(listed.is_some(), "server-everything did not list its tools");
-    let url = format!("http://{}/mcp", cluster.gateway());
+    let cluster = asking_cluster(&config(&model), 1);
+    let url = mcp_url(&cluster);
     let answer = json!({"action": "accept", "content": {"name": "Ada Lovelace", "check": true, "integer": 7}});
     let r: Value = mcp_driver(|c| {
         c.args(["task-elicit", &url, ALICE, "asking"])

@@ -61,6 +61,7 @@ mod mcp_serve_elicitation;
 mod mcp_serve_harness;
 mod mcp_serve_image;
 mod mcp_serve_inspector;
+mod mcp_serve_lifecycle;
 mod mcp_serve_login;
 mod mcp_serve_task;
 mod mcp_servers;

@@ -29,12 +29,24 @@ pub const CALL_CANCELLED: &str = "the call was cancelled by the MCP client";
 impl RunLoop {
     /// The tools a model turn would be offered now, in catalog order.
     pub fn visible_tools(&self) -> Vec<ToolSpec> {
+        self.visible().into_iter().cloned().collect()
+    }
+
+    /// A digest of the names of [`RunLoop::visible_tools`], in order, taken without
+    /// copying them: it changes when a call promotes (or hides) a tool.
+    pub fn visible_tools_digest(&self) -> u64 {
+        use std::hash::{Hash as _, Hasher as _};
+        let mut digest = std::collections::hash_map::DefaultHasher::new();
+        for tool in self.visible() {
+            tool.name.hash(&mut digest);
+        }
+        digest.finish()
+    }
+
+    fn visible(&self) -> Vec<&ToolSpec> {
         let chain = RoutingBeforeFilter::new(&self.catalog, self.settings.auto_promote_top_k);
         self.skill_policy()
             .filter(chain.visible_tools(self.state.promoted.as_ref()))
-            .into_iter()
-            .cloned()
-            .collect()
     }
 
     /// Runs `call`, made by the client: journaled as an AI turn carrying it, then through
