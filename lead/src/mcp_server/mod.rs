@@ -5,6 +5,8 @@
 //! gateway serves it over streamable HTTP at `/mcp` (`gateway::mcp_endpoint`); `antler mcp
 //! serve` over stdio ([`serve_stdio`]).
 
+mod approvals;
+mod elicit;
 mod handler;
 mod progress;
 mod session;
