@@ -4,7 +4,8 @@
 //! script) naming the tool, its arguments and the rule, with a required `decision` of
 //! approve / approve_for_thread / deny and an optional reason. Over the gateway's `/mcp`:
 //! approved, the call runs (the marker exists); approved for the thread, a second matching
-//! call is not asked (the client saw one elicitation); denied with a reason, the result is
+//! call is not asked (the client saw one elicitation), nor is one of a later session on
+//! that thread; denied with a reason, the result is
 //! an error with that reason, the marker is absent and the call was never executed; a
 //! decline is a denial saying so; a client that declared no elicitation capability is
 //! denied, saying why. Each answer is in the runs store's `approval_decisions` (by the
@@ -241,6 +242,12 @@ fn an_ask_is_answered_by_the_mcp_client_approve_for_the_thread_or_deny() {
         .map(|e| e["decision"].clone())
         .collect();
     assert_eq!(decided, [json!("approve_for_thread"), json!("thread_rule")]);
+    // Remembered for the thread: a later session on it is not asked either (its first
+    // session ended: its events are kept).
+    let r = over_http(&c, "t-thread", json!([touch("third.txt")]), json!([]));
+    assert!(r["asked"].as_array().unwrap().is_empty(), "{r}");
+    assert_eq!(r["calls"][0]["is_error"], false, "{r}");
+    assert!(ws.join("third.txt").exists());
 
     // Denied with a reason, then declined: error results saying so; nothing was sent.
     let deny =
