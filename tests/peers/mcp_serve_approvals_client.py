@@ -9,8 +9,10 @@ tests/tests/suite/mcp_serve_approvals.rs.
 The session (on THREAD, named in `_meta` `antler/thread`) makes each call of CALLS_JSON
 (`[[TOOL, ARGS], ...]`) in turn. ANSWERS_JSON is the script of answers: a list whose next
 item answers each elicitation, `{"action": ..., "content": ..., "delay_s": N}` (the
-client waits N seconds before it answers; no item left: it cancels); `null` declares no
-elicitation capability at all. Over stdio the client starts ANTLER ARG... (`antler mcp
+client waits N seconds before it answers; no item left: it cancels; with
+`"cancel_call": true` it first cancels the call that is asked about, which the SDK tells
+the server with `notifications/cancelled`); `null` declares no elicitation capability at
+all. Over stdio the client starts ANTLER ARG... (`antler mcp
 serve ...`). The report has what the client was asked (message and schema) and each
 call's result; nothing is asserted here.
 """
@@ -39,6 +41,8 @@ async def session_on(read, write, thread, steps, answers):
     report = {"asked": [], "calls": []}
     meta = {"antler/thread": thread}
     script = list(answers or [])
+    # Set by an answer that cancels the call in flight.
+    cancel_now = {"event": anyio.Event()}
 
     async def on_elicitation(context, params):
         report["asked"].append(
@@ -47,16 +51,37 @@ async def session_on(read, write, thread, steps, answers):
         if not script:
             return types.ElicitResult(action="cancel")
         answer = script.pop(0)
+        if answer.get("cancel_call"):
+            cancel_now["event"].set()
         if answer.get("delay_s"):
             await anyio.sleep(answer["delay_s"])
-        return types.ElicitResult(action=answer["action"], content=answer.get("content"))
+        return types.ElicitResult(
+            action=answer.get("action", "cancel"), content=answer.get("content")
+        )
 
     elicitation = {"elicitation_callback": on_elicitation} if answers is not None else {}
     async with ClientSession(read, write, **elicitation) as session:
         await session.initialize()
         await session.list_tools(params=types.PaginatedRequestParams(_meta=meta))
         for tool, args in steps:
-            report["calls"].append(text_of(await session.call_tool(tool, args, meta=meta)))
+            cancel_now["event"] = anyio.Event()
+            outcome = {"cancelled": True}
+            async with anyio.create_task_group() as group:
+
+                async def one_call():
+                    result = await session.call_tool(tool, args, meta=meta)
+                    outcome.clear()
+                    outcome.update(text_of(result))
+                    group.cancel_scope.cancel()
+
+                async def cancel_when_told():
+                    await cancel_now["event"].wait()
+                    # Cancelling the caller's scope sends notifications/cancelled.
+                    group.cancel_scope.cancel()
+
+                group.start_soon(one_call)
+                group.start_soon(cancel_when_told)
+            report["calls"].append(outcome)
     return report
 
 

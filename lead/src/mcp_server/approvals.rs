@@ -9,8 +9,9 @@
 //! for the session's thread; denied, the denial with the person's reason is the call's
 //! error result. A client that did not declare form elicitation, one that declines or
 //! cancels, an answer with no decision, and no answer by the ask's deadline
-//! (`approvals.deadline_seconds`) are denials whose text says which; a denied call is
-//! never sent to the host that would run it.
+//! (`approvals.deadline_seconds`) are denials whose text says which, as is a call the
+//! client cancels while it is asked; a denied call is never sent to the host that would
+//! run it.
 //!
 //! The session's actor asks through the notice channel the handler reads while a call
 //! waits ([`Notice::Approval`]); the handler puts it to the client ([`put_to_client`]) and
@@ -85,7 +86,7 @@ pub async fn call(
     else {
         return Ok(messages);
     };
-    let decision = ask(&pending, notices, &cancelled, user).await;
+    let (decision, call_cancelled) = ask(&pending, notices, &cancelled, user).await;
     let decision = record(env, &run.context.run_id, &pending, decision).await;
     tracing::info!(
         run = %run.context.run_id,
@@ -98,10 +99,15 @@ pub async fn call(
     );
     run.decide([(pending.tool_call_id.clone(), decision)])
         .await?;
-    messages.extend(
+    let decided = if call_cancelled {
+        // Denied for it, never sent: its denial lands whole, and the state with it.
+        run.call_decided_by_client(&asked_call, std::future::pending())
+            .await?
+    } else {
         run.call_decided_by_client(&asked_call, cancelled.cancelled_owned())
-            .await?,
-    );
+            .await?
+    };
+    messages.extend(decided);
     Ok(messages)
 }
 
@@ -149,13 +155,14 @@ pub fn requested_schema() -> Value {
 }
 
 /// Asks the client about `pending` and waits for its answer until the ask's deadline (or
-/// the client cancels its call): the decision it comes to.
+/// the client cancels its call): the decision it comes to, and whether the client
+/// cancelled the call meanwhile (a denial).
 async fn ask(
     pending: &PendingApproval,
     notices: &Notices,
     cancelled: &CancellationToken,
     user: &str,
-) -> ApprovalDecision {
+) -> (ApprovalDecision, bool) {
     let (answer, answered) = oneshot::channel();
     let asked = notices.send(Notice::Approval(ApprovalAsk {
         message: message_of(pending),
@@ -163,23 +170,23 @@ async fn ask(
         answer,
     }));
     if asked.is_err() {
-        return undecided(NOT_ANSWERED.to_owned());
+        return (undecided(NOT_ANSWERED.to_owned()), false);
     }
     let wait = pending
         .deadline_at
         .saturating_sub(antler_protocol::sys::unix_ms());
     tokio::select! {
-        elicited = answered => decision_of(
+        elicited = answered => (decision_of(
             elicited.unwrap_or_else(|_| Elicited::Failed("the MCP session ended".to_owned())),
             user,
-        ),
-        () = tokio::time::sleep(std::time::Duration::from_millis(wait)) => ApprovalDecision {
+        ), false),
+        () = tokio::time::sleep(std::time::Duration::from_millis(wait)) => (ApprovalDecision {
             choice: ApprovalChoice::Expired,
             by: None,
             at: antler_protocol::sys::unix_ms(),
             reason: None,
-        },
-        () = cancelled.cancelled() => undecided(CALL_CANCELLED.to_owned()),
+        }, false),
+        () = cancelled.cancelled() => (undecided(CALL_CANCELLED.to_owned()), true),
     }
 }
 

@@ -7,8 +7,9 @@
 //! call is not asked (the client saw one elicitation), nor is one of a later session on
 //! that thread; denied with a reason, the result is
 //! an error with that reason, the marker is absent and the call was never executed; a
-//! decline is a denial saying so; a client that declared no elicitation capability is
-//! denied, saying why. Each answer is in the runs store's `approval_decisions` (by the
+//! decline is a denial saying so, as is a call the client cancels while it is asked (the
+//! session goes on); a client that declared no elicitation capability is denied, saying
+//! why. Each answer is in the runs store's `approval_decisions` (by the
 //! session's user) and in the session run's events (`approval_requested` then
 //! `approval_decided`). Over stdio (`antler mcp serve --user alice` joined to the
 //! cluster) an approval is asked and answered the same way. An ask the client does not
@@ -126,7 +127,7 @@ fn run_of(c: &LeadCluster, thread: &str) -> String {
 
 /// The run's events about approvals and tool lifecycles, in order, once the store keeps
 /// them (when its session ended).
-fn events(c: &LeadCluster, run_id: &str) -> Vec<Value> {
+fn kept_events(c: &LeadCluster, run_id: &str) -> Vec<Value> {
     let kept = wait_for(Duration::from_secs(60), || {
         let rows = sql(
             &c.runtime().join("runs.sqlite"),
@@ -211,7 +212,7 @@ fn an_ask_is_answered_by_the_mcp_client_approve_for_the_thread_or_deny() {
         decisions(&c, &run_id),
         vec![json!(["approve", "alice", null])]
     );
-    let approvals: Vec<Value> = events(&c, &run_id)
+    let approvals: Vec<Value> = kept_events(&c, &run_id)
         .into_iter()
         .filter(|e| e["event"] != "lifecycle")
         .collect();
@@ -236,7 +237,7 @@ fn an_ask_is_answered_by_the_mcp_client_approve_for_the_thread_or_deny() {
     assert_eq!(r["calls"][1]["is_error"], false, "{r}");
     let ws = workspace(&c, "t-thread");
     assert!(ws.join("first.txt").exists() && ws.join("second.txt").exists());
-    let decided: Vec<Value> = events(&c, &run_of(&c, "t-thread"))
+    let decided: Vec<Value> = kept_events(&c, &run_of(&c, "t-thread"))
         .into_iter()
         .filter(|e| e["event"] == "approval_decided")
         .map(|e| e["decision"].clone())
@@ -273,7 +274,7 @@ fn an_ask_is_answered_by_the_mcp_client_approve_for_the_thread_or_deny() {
     let ws = workspace(&c, "t-deny");
     assert!(!ws.join("denied.txt").exists() && !ws.join("declined.txt").exists());
     let run_id = run_of(&c, "t-deny");
-    let events = events(&c, &run_id);
+    let events = kept_events(&c, &run_id);
     let requested: Vec<&Value> = events
         .iter()
         .filter(|e| e["event"] == "approval_requested")
@@ -293,6 +294,55 @@ fn an_ask_is_answered_by_the_mcp_client_approve_for_the_thread_or_deny() {
                 "the approval request was declined in the MCP client"
             ]),
         ]
+    );
+
+    // A call the client cancels while it is asked is denied, never sent; the session goes on.
+    let r = over_http(
+        &c,
+        "t-cancel",
+        json!([touch("cancelled.txt"), ["bash", {"description": "after", "command": "echo after-cancel"}]]),
+        json!([{"cancel_call": true, "delay_s": 2}]),
+    );
+    assert_eq!(r["asked"].as_array().unwrap().len(), 1, "{r}");
+    assert_eq!(r["calls"][0], json!({"cancelled": true}), "{r}");
+    assert_eq!(r["calls"][1]["is_error"], false, "{r}");
+    assert!(
+        r["calls"][1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("after-cancel"),
+        "{r}"
+    );
+    assert!(!workspace(&c, "t-cancel").join("cancelled.txt").exists());
+    let run_id = run_of(&c, "t-cancel");
+    assert_eq!(
+        decisions(&c, &run_id),
+        vec![json!([
+            "deny",
+            null,
+            "the MCP client cancelled the call while it waited for approval"
+        ])]
+    );
+    let events = kept_events(&c, &run_id);
+    let asked = events
+        .iter()
+        .find(|e| e["event"] == "approval_requested")
+        .unwrap();
+    let call = asked["tool_call_id"].as_str().unwrap();
+    assert!(
+        !executed(&events, call),
+        "a cancelled ask was sent: {events:?}"
+    );
+    let state = c.run_state(&run_id);
+    let result = state["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["tool_call_id"] == call)
+        .unwrap_or_else(|| panic!("no result for {call}: {state}"));
+    assert_eq!(
+        result["content"],
+        "denied by policy: the MCP client cancelled the call while it waited for approval (rule markers)"
     );
 
     // A client without the elicitation capability cannot be asked: a denial saying so.
