@@ -6,9 +6,9 @@
 //! client may see. The files the thread presented are its resources (`resources/list`,
 //! `resources/read`; a `present_files` result links them, and
 //! `notifications/resources/list_changed` tells the client). A downstream server's
-//! elicitation during a call is asked of the client and its answer sent back down; a
-//! `task` call's subagent steps are `notifications/progress` when the call carries a
-//! `progressToken`. Who it acts for is given (stdio) or read
+//! elicitation during a call is asked of the client and its answer sent back down, as is a
+//! call's approval ask (`approvals`); a `task` call's subagent steps are
+//! `notifications/progress` when the call carries a `progressToken`. Who it acts for is given (stdio) or read
 //! from the HTTP request the gateway authenticated ([`Owner`] in the request's
 //! extensions). The session's thread is bound by its first `tools/list` or `tools/call`:
 //! the one that request names in its `_meta` under [`THREAD_META_KEY`], else a new thread
@@ -213,6 +213,7 @@ impl ServerHandler for AntlerTools {
                 Some(notice) = noticed.recv() => match notice {
                     Notice::Ask(ask) => self.forward(ask, &context).await,
                     Notice::Progress(message) => progress.send(message, &context).await,
+                    Notice::Approval(ask) => super::approvals::put_to_client(ask, &context).await,
                 },
                 done = &mut call => break done,
             }
@@ -321,37 +322,18 @@ impl AntlerTools {
     /// answer forms is not asked: the elicitation stays pending for the run's user (the
     /// run view, `antler run`) until its deadline.
     async fn forward(&self, ask: Ask, context: &RequestContext<RoleServer>) {
+        use super::elicit::{elicit, Elicited};
         use antler_protocol::messages::ElicitationAction as Answer;
-        use rmcp::model::{ElicitRequestParams, ElicitationAction};
-        use rmcp::service::ElicitationMode;
-        if !context
-            .peer
-            .supported_elicitation_modes()
-            .contains(&ElicitationMode::Form)
-        {
-            return;
-        }
-        let params = json!({
-            "mode": "form",
-            "message": ask.message,
-            "requestedSchema": ask.requested_schema,
-        });
-        let (action, content) = match serde_json::from_value::<ElicitRequestParams>(params) {
-            Ok(params) => match context.peer.create_elicitation(params).await {
-                Ok(answer) => match answer.action {
-                    ElicitationAction::Accept => (
-                        Answer::Accept,
-                        Some(answer.content.unwrap_or_else(|| json!({}))),
-                    ),
-                    ElicitationAction::Decline => (Answer::Decline, None),
-                    _ => (Answer::Cancel, None),
-                },
-                Err(e) => {
-                    tracing::info!(id = %ask.id, "the MCP client did not answer an elicitation: {e}");
-                    (Answer::Cancel, None)
-                }
-            },
-            Err(e) => {
+        let (action, content) = match elicit(context, &ask.message, &ask.requested_schema).await {
+            Elicited::Unsupported => return,
+            Elicited::Accepted(content) => (Answer::Accept, Some(content)),
+            Elicited::Declined => (Answer::Decline, None),
+            Elicited::Cancelled => (Answer::Cancel, None),
+            Elicited::Failed(e) => {
+                tracing::info!(id = %ask.id, "the MCP client did not answer an elicitation: {e}");
+                (Answer::Cancel, None)
+            }
+            Elicited::BadSchema(e) => {
                 tracing::info!(id = %ask.id, "an elicitation's schema is not one MCP carries: {e}");
                 (Answer::Decline, None)
             }

@@ -7,6 +7,8 @@
 //! the end of stdin) or the gateway closes it idle (`gateway::mcp_sessions`); a close
 //! returns only once its run is released (`lifecycle::Released`).
 
+mod approvals;
+mod elicit;
 mod handler;
 mod lifecycle;
 mod progress;

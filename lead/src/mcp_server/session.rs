@@ -5,9 +5,9 @@
 //! time (a call's result is merged before the next call starts), and its sandbox lease is
 //! renewed while the session lives; the run manager keeps the run beside its own (its
 //! events and metrics). What the run asks or reports during a call (a downstream
-//! elicitation, its own or its subagent's; a subagent's steps) goes to the handler as a
-//! [`Notice`]. [`End`] releases the sandbox, records the run's end and stops the
-//! actor.
+//! elicitation, its own or its subagent's; a subagent's steps; a call's approval ask) goes
+//! to the handler as a [`Notice`]. [`End`] releases the sandbox, records the run's end and
+//! stops the actor.
 
 use std::sync::Arc;
 
@@ -108,12 +108,14 @@ pub struct Ask {
 }
 
 /// What a session's run tells its client while a call runs.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum Notice {
     /// An elicitation a downstream MCP server asks (answered by the client).
     Ask(Ask),
     /// A step of a `task` call's subagent (`progress::message_of`): a progress message.
     Progress(String),
+    /// A call an approval rule asks about (`approvals`): answered by the client.
+    Approval(super::approvals::ApprovalAsk),
 }
 
 /// Where a session sends what its calls tell the client.
@@ -316,14 +318,19 @@ impl Handler<Call> for McpSession {
         };
         let cancelled = msg.cancelled;
         let working = self.take_run(msg.thread).then(|taken, actor, _| {
+            let (notices, env, user) = (
+                actor.notices.clone(),
+                actor.env.clone(),
+                actor.owner.user.clone(),
+            );
             async move {
                 let mut run = taken?;
                 let before = run.visible_tools_digest();
                 let artifacts_before = run.state().artifacts.len();
                 let (name, args) = (call.name.clone(), call.args.clone());
-                let result = run
-                    .call_from_client(call, cancelled.cancelled_owned())
-                    .await;
+                // An approval rule's ask is put to the client (`approvals`).
+                let result =
+                    super::approvals::call(&mut run, call, cancelled, &notices, &env, &user).await;
                 let tools_changed = run.visible_tools_digest() != before;
                 let presented = run
                     .state()

@@ -57,6 +57,7 @@ mod mcp_pool_bounds;
 mod mcp_reload;
 mod mcp_roots;
 mod mcp_serve;
+mod mcp_serve_approvals;
 mod mcp_serve_elicitation;
 mod mcp_serve_harness;
 mod mcp_serve_image;

@@ -28,6 +28,9 @@ pub const NO_REASON: &str = "the user did not approve this call";
 /// The result of an ask nobody answered by its deadline.
 pub const DENIED_EXPIRED: &str =
     "denied by policy: nobody approved this call within {seconds} s (rule {rule})";
+/// The result of an ask denied with no person's decision (`by` none: the client that was
+/// to ask the person could not, or dismissed the question); the reason says which.
+pub const DENIED_UNDECIDED: &str = "denied by policy: {reason} (rule {rule})";
 /// The result of an ask in a run nobody can answer.
 pub const DENIED_NOBODY: &str = "denied by policy: this call needs a person's approval ({justification}, rule {rule}) and nobody can answer in this run";
 /// A rule's justification when it gives none.
@@ -132,6 +135,16 @@ impl ApprovalGate {
                     let text = match decision.choice {
                         ApprovalChoice::Expired => DENIED_EXPIRED
                             .replace("{seconds}", &self.deadline.as_secs().to_string())
+                            .replace("{rule}", verdict.rule.as_deref().unwrap_or("?")),
+                        _ if decision.by.is_none() => DENIED_UNDECIDED
+                            .replace(
+                                "{reason}",
+                                decision
+                                    .reason
+                                    .as_deref()
+                                    .filter(|r| !r.trim().is_empty())
+                                    .unwrap_or(NO_REASON),
+                            )
                             .replace("{rule}", verdict.rule.as_deref().unwrap_or("?")),
                         _ => DENIED_BY_USER
                             .replace("{user}", decision.by.as_deref().unwrap_or("the user"))

@@ -7,8 +7,10 @@
 //! event. A call its client cancels ([`RunLoop::call_from_client`]'s `cancelled`) is
 //! dropped where it is, as a run's cancel drops its step (the sandbox command is killed,
 //! the downstream MCP call cancelled, a `task`'s subagent cancelled on its worker), and
-//! ends with [`CALL_CANCELLED`] as its error result. [`RunLoop::end_client_session`]
-//! releases the sandbox and records the end.
+//! ends with [`CALL_CANCELLED`] as its error result. A call an approval rule asks about
+//! comes back with no result, waiting in the state's approvals; once its client's answer is
+//! given ([`RunLoop::decide`]), [`RunLoop::call_decided_by_client`] runs it as decided.
+//! [`RunLoop::end_client_session`] releases the sandbox and records the end.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -71,18 +73,36 @@ impl RunLoop {
         };
         self.merge(StateUpdate::messages([ai])).await?;
         let before = self.state.messages.len();
-        let was_cancelled = {
-            let working = self.run_calls(std::slice::from_ref(&call), &chain, &policy);
-            futures::pin_mut!(working);
-            futures::pin_mut!(cancelled);
-            match futures::future::select(working, cancelled).await {
-                futures::future::Either::Left((done, _)) => {
-                    done?;
-                    false
-                }
-                futures::future::Either::Right(_) => true,
-            }
-        };
+        let working = self.run_calls(std::slice::from_ref(&call), &chain, &policy);
+        let was_cancelled = until_cancelled(working, cancelled).await?;
+        self.end_cancelled(&call, before, was_cancelled).await?;
+        Ok(self.state.messages[before..].to_vec())
+    }
+
+    /// The client's call `call` that an approval rule asked about, once its answer is
+    /// given ([`RunLoop::decide`]): decided again by the approval stage with that answer
+    /// (approved, it runs; denied, the denial is its result; approved for the thread, the
+    /// rule is remembered for the thread), then executed as [`RunLoop::call_from_client`]
+    /// executes a call, cancellation included. Returns the messages it added.
+    pub async fn call_decided_by_client(
+        &mut self,
+        call: &ToolCall,
+        cancelled: impl Future<Output = ()>,
+    ) -> Result<Vec<Message>, RunError> {
+        let before = self.state.messages.len();
+        let was_cancelled = until_cancelled(self.resume_approvals(), cancelled).await?;
+        self.end_cancelled(call, before, was_cancelled).await?;
+        Ok(self.state.messages[before..].to_vec())
+    }
+
+    /// A call the client cancelled before it was answered (`before`: the thread's length
+    /// when it started) ends with [`CALL_CANCELLED`].
+    async fn end_cancelled(
+        &mut self,
+        call: &ToolCall,
+        before: usize,
+        was_cancelled: bool,
+    ) -> Result<(), RunError> {
         let answered = self.state.messages[before..]
             .iter()
             .any(|m| matches!(m, Message::Tool { tool_call_id, .. } if *tool_call_id == call.id));
@@ -104,7 +124,7 @@ impl RunLoop {
             let cancelled = error_message(&call.id, &call.name, CALL_CANCELLED);
             self.merge(StateUpdate::messages([cancelled])).await?;
         }
-        Ok(self.state.messages[before..].to_vec())
+        Ok(())
     }
 
     /// Keeps the run's sandbox lease renewed while it is held; never ends (drop it when
@@ -124,5 +144,19 @@ impl RunLoop {
         {
             tracing::error!(run = %self.context.run_id, "cannot record the session's end: {e}");
         }
+    }
+}
+
+/// Runs `working` unless `cancelled` resolves first; `Ok(true)`: it was cancelled (its work
+/// dropped where it was).
+async fn until_cancelled<T>(
+    working: impl Future<Output = Result<T, RunError>>,
+    cancelled: impl Future<Output = ()>,
+) -> Result<bool, RunError> {
+    futures::pin_mut!(working);
+    futures::pin_mut!(cancelled);
+    match futures::future::select(working, cancelled).await {
+        futures::future::Either::Left((done, _)) => done.map(|_| false),
+        futures::future::Either::Right(_) => Ok(true),
     }
 }

@@ -111,8 +111,10 @@ impl RunEnv {
         for warning in &warnings {
             tracing::warn!(run = %run_id, "{warning}");
         }
+        // Interactive for the approval stage: its asks are put to the client
+        // (`mcp_server::approvals`).
         let mut context = self
-            .context(&app, run_id, user, thread, false, None, false, false)
+            .context(&app, run_id, user, thread, false, None, false, true)
             .await?;
         context.agent.role = role.map(str::to_owned);
         context.agent.subagents = subagent_model.is_some();
