@@ -666,6 +666,7 @@ fn bench_prompt() -> PromptFigures {
                 name: format!("skill-{i}"),
                 description: format!("Workflow number {i} for a kind of task."),
                 allowed_tools: None,
+                approvals: Vec::new(),
             },
             category: if i % 5 == 0 { "custom" } else { "public" },
             dir: PathBuf::from("/x"),

@@ -251,6 +251,7 @@ fn echo(server: &str, i: usize) -> McpCall {
         workspace: None,
         run_id: None,
         tool_call_id: None,
+        clearance: None,
     }
 }
 

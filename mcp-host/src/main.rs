@@ -1,8 +1,10 @@
 //! `antler-mcp-host`: the process that owns every MCP server connection. It loads the
 //! extensions config (`--extensions`, else the usual locations), starts one actor per
 //! server, watches the file, and answers the lead's MCP requests; it drains on SIGTERM.
-//! config.yaml (`--config`), when given, bounds the stdio session pool (`antler.mcp_pool`).
+//! config.yaml (`--config`), when given, bounds the stdio session pool (`antler.mcp_pool`)
+//! and holds the approval policy every call is decided by again (`approvals`).
 
+mod approvals;
 mod ask;
 mod client;
 mod convert;
@@ -21,10 +23,12 @@ use std::path::PathBuf;
 
 use actix::Actor;
 use antler_protocol::{
-    config::{load_app_config, process_env, resolve_extensions_path},
+    approvals::{ApprovalPolicy, PolicyEnv},
+    config::{load_app_config, process_env, resolve_extensions_path, AppConfig},
     handshake::Role,
     host::{self, HostArgs},
 };
+use anyhow::Context;
 use clap::Parser;
 
 #[derive(Debug, Parser)]
@@ -41,7 +45,7 @@ struct Cli {
     /// extensions_config.json or mcp_config.json in the working directory.
     #[arg(long)]
     extensions: Option<PathBuf>,
-    /// config.yaml (its `antler.mcp_pool` section).
+    /// config.yaml (its `antler.mcp_pool` and `approvals` sections).
     #[arg(long, env = "ANTLER_CONFIG")]
     config: Option<PathBuf>,
     /// Where OAuth tokens are kept across restarts (`mcp-oauth.json`, mode 0600); without
@@ -56,19 +60,32 @@ struct Cli {
     oauth_key_file: Option<PathBuf>,
 }
 
-/// The pool's bounds from config.yaml; defaults when there is none or it does not load
-/// (the lead reports a broken config.yaml itself).
-fn pool_limits(config: Option<&std::path::Path>) -> pool::PoolLimits {
-    let Some(path) = config else {
-        return pool::PoolLimits::default();
+/// What mcp-host takes from config.yaml: the pool's bounds and the approval policy.
+struct Settings {
+    pool: pool::PoolLimits,
+    approvals: ApprovalPolicy,
+}
+
+/// The settings of config.yaml, the policy compiled once. Without one: the pool's default
+/// bounds and the shipped default rules. A config.yaml that does not load is an error, as in
+/// sandbox-host: a host that cannot know the operator's rules does not run calls without them.
+fn settings(config: Option<&std::path::Path>) -> anyhow::Result<Settings> {
+    let app = match config {
+        None => AppConfig::default(),
+        Some(path) => match load_app_config(path) {
+            Ok(loaded) => loaded.value,
+            Err(e) => anyhow::bail!("cannot load {}: {e}", path.display()),
+        },
     };
-    match load_app_config(path) {
-        Ok(loaded) => pool::PoolLimits::from(&loaded.value.antler.mcp_pool),
-        Err(e) => {
-            tracing::error!("{e}; the session pool uses its default bounds");
-            pool::PoolLimits::default()
-        }
-    }
+    let approvals = ApprovalPolicy::from_config(
+        &app.approvals,
+        &PolicyEnv::from_sandbox(app.sandbox.as_ref()),
+    )
+    .context("approvals")?;
+    Ok(Settings {
+        pool: pool::PoolLimits::from(&app.antler.mcp_pool),
+        approvals,
+    })
 }
 
 fn extensions_path(explicit: Option<PathBuf>) -> Option<PathBuf> {
@@ -91,6 +108,7 @@ fn main() -> anyhow::Result<()> {
     host::init_telemetry("mcp-host", None);
     antler_protocol::sys::start_heap_trimmer();
     let path = extensions_path(cli.extensions.clone());
+    let settings = settings(cli.config.as_deref())?;
     let sealer = cli
         .oauth_key_file
         .as_deref()
@@ -103,12 +121,17 @@ fn main() -> anyhow::Result<()> {
         if let Some(path) = path {
             watch::spawn(path, registry.clone());
         }
-        let pool = std::sync::Arc::new(pool::SessionPool::new(pool_limits(cli.config.as_deref())));
+        let pool = std::sync::Arc::new(pool::SessionPool::new(settings.pool));
         let sweeper = pool.spawn_sweeper();
         let result = host::serve(
             Role::McpHost,
             cli.host,
-            service::McpService::new(registry.clone(), pool.clone(), broker.clone()),
+            service::McpService::new(
+                registry.clone(),
+                pool.clone(),
+                broker.clone(),
+                settings.approvals,
+            ),
         )
         .await;
         // Stop every server and pooled session (and their child groups) before exiting.

@@ -8,6 +8,7 @@ use std::{sync::Arc, time::Duration};
 
 use actix::Addr;
 use antler_protocol::{
+    approvals::ApprovalPolicy,
     config::Transport,
     host::RoleHandler,
     messages::{
@@ -19,6 +20,7 @@ use antler_protocol::{
 use futures::future::BoxFuture;
 
 use crate::{
+    approvals,
     ask::{AskingCall, Elicitations},
     naming,
     oauth::{self, share, Authorizer, OAuthBroker},
@@ -46,6 +48,8 @@ pub struct McpService {
     oauth: Arc<OAuthBroker>,
     /// Elicitations waiting for a run's user (policy `ask`).
     elicitations: Arc<Elicitations>,
+    /// The config's approval policy, decided again for every call (`approvals`).
+    approvals: ApprovalPolicy,
 }
 
 impl McpService {
@@ -53,12 +57,14 @@ impl McpService {
         registry: Addr<McpRegistry>,
         pool: Arc<SessionPool>,
         oauth: Arc<OAuthBroker>,
+        approvals: ApprovalPolicy,
     ) -> Arc<Self> {
         Arc::new(Self {
             registry,
             pool,
             oauth,
             elicitations: Arc::default(),
+            approvals,
         })
     }
 }
@@ -166,6 +172,7 @@ impl RoleHandler for McpService {
         let pool = self.pool.clone();
         let elicitations = self.elicitations.clone();
         let oauth = self.oauth.clone();
+        let approvals = self.approvals.clone();
         Box::pin(async move {
             let Request::Mcp(request) = request else {
                 return Err(RemoteError::Unsupported(format!(
@@ -234,7 +241,7 @@ impl RoleHandler for McpService {
                     };
                     // The call's elicitations are stream items of its reply; the result is
                     // the final reply.
-                    let result = call_tool(servers, &pool, c, deadline, asking);
+                    let result = call_tool(servers, &pool, &approvals, c, deadline, asking);
                     tokio::pin!(result);
                     loop {
                         tokio::select! {
@@ -412,6 +419,7 @@ async fn statuses(servers: &[McpServer]) -> Vec<McpServerStatus> {
 async fn call_tool(
     servers: Vec<McpServer>,
     pool: &SessionPool,
+    approvals: &ApprovalPolicy,
     c: McpCall,
     deadline: Duration,
     asking: Option<AskingCall>,
@@ -419,10 +427,10 @@ async fn call_tool(
     let Some(server) = servers.iter().find(|h| h.name() == c.server).cloned() else {
         return McpCallResult::error(format!("no MCP server named '{}'", c.server));
     };
-    let args = match serde_json::Value::from(c.args.clone()) {
-        serde_json::Value::Object(m) => m,
-        _ => return McpCallResult::error("tool arguments must be a JSON object"),
-    };
+    let args = serde_json::Value::from(c.args.clone());
+    if !args.is_object() {
+        return McpCallResult::error("tool arguments must be a JSON object");
+    }
     // Accept the exposed `{server}_{tool}` name as well as the server's own.
     let prefix = server.config().tool_name_prefix;
     let tools = server.tools().await;
@@ -430,6 +438,20 @@ async fn call_tool(
         c.tool.clone()
     } else {
         naming::original_name(&c.server, &c.tool, prefix).to_owned()
+    };
+    // The second layer of approvals, on the name the model sees: a call the policy denies,
+    // or asks about without a person's approval of that rule, never reaches the server.
+    if !approvals.is_empty() {
+        let exposed = naming::exposed_name(&c.server, &tool, prefix);
+        let clearance = c.clearance.as_deref();
+        if let Some(refusal) = approvals::refused(approvals, &c.server, &exposed, &args, clearance)
+        {
+            tracing::warn!(server = %c.server, tool = %tool, "{refusal}");
+            return McpCallResult::error(refusal);
+        }
+    }
+    let serde_json::Value::Object(args) = args else {
+        return McpCallResult::error("tool arguments must be a JSON object");
     };
     // A stdio call for a user or thread runs on that (user, thread)'s pooled session; a
     // call for a user of a server users log in to, on that user's session.

@@ -179,6 +179,7 @@ mod tests {
             workspace: None,
             run_id: None,
             tool_call_id: None,
+            clearance: None,
         };
         assert_eq!(
             route(&Request::Mcp(McpRequest::CallTool(call.clone()))),

@@ -6,8 +6,7 @@
 //! bug) cannot run what the policy holds back. A role's or an agent's rules only add
 //! strictness and are decided by the caller's stage.
 
-use antler_protocol::approvals::{ApprovalPolicy, CallFacts, CallSource};
-use antler_protocol::config::approvals::Decision;
+use antler_protocol::approvals::{ApprovalPolicy, CallFacts, CallSource, Refusal};
 use antler_protocol::messages::ToolCall;
 
 /// The text of a call the policy denies here.
@@ -22,28 +21,25 @@ pub fn refused(policy: &ApprovalPolicy, call: &ToolCall) -> Option<String> {
         return None;
     }
     let args = call.args.to_value();
-    let verdict = policy.evaluate(&CallFacts {
+    let facts = CallFacts {
         tool: &call.tool,
         source: CallSource::Sandbox,
         args: &args,
-    });
-    let rule = verdict.rule.clone().unwrap_or_else(|| "?".to_owned());
-    match verdict.decision {
-        Decision::Allow => None,
-        Decision::Deny => Some(
-            DENIED_HERE
-                .replace(
-                    "{justification}",
-                    verdict
-                        .justification
-                        .as_deref()
-                        .unwrap_or("this call is not allowed"),
-                )
-                .replace("{rule}", &rule),
-        ),
-        Decision::Ask if call.clearance.as_deref() == verdict.rule.as_deref() => None,
-        Decision::Ask => Some(NOT_APPROVED_HERE.replace("{rule}", &rule)),
-    }
+    };
+    Some(match policy.recheck(&facts, call.clearance.as_deref())? {
+        Refusal::Denied {
+            rule,
+            justification,
+        } => DENIED_HERE
+            .replace(
+                "{justification}",
+                justification
+                    .as_deref()
+                    .unwrap_or("this call is not allowed"),
+            )
+            .replace("{rule}", &rule),
+        Refusal::NotApproved { rule } => NOT_APPROVED_HERE.replace("{rule}", &rule),
+    })
 }
 
 #[cfg(test)]

@@ -159,6 +159,7 @@ pub fn run(ctx: &Ctx, command: McpCommand) -> anyhow::Result<ExitCode> {
                         .map(|w| std::path::absolute(&w).unwrap_or(w).display().to_string()),
                     run_id: None,
                     tool_call_id: None,
+                    clearance: None,
                 };
                 let result = on_host(ctx, Role::McpHost, 0, async |host| {
                     host.call_tool(call, CALL_TIMEOUT).await

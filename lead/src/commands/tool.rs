@@ -238,6 +238,7 @@ async fn call_on(
                     workspace: None,
                     run_id: None,
                     tool_call_id: None,
+                    clearance: None,
                 },
                 call.timeout,
             )

@@ -1,6 +1,7 @@
 //! [`Metrics`]: the lead's run metrics in Prometheus' text format (`GET /metrics`): runs
 //! started and ended by status, runs being driven, tool lifecycle states and tool calls
-//! by source and outcome, and histograms of model-step and tool-call latencies.
+//! by source and outcome, histograms of model-step and tool-call latencies, and approvals
+//! (issue 37): asks, their answers by decision and the time to decision.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -13,18 +14,40 @@ const BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0,
 ];
 
-/// A latency histogram.
-#[derive(Default)]
+/// Upper bounds (seconds) of the time-to-decision histogram's buckets: a person answers in
+/// seconds to hours.
+const DECISION_BUCKETS: [f64; 9] = [1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0];
+
+/// The answers to asks, by the decision label they are counted under.
+pub const APPROVAL_DECISIONS: [&str; 4] = ["approve", "approve_for_thread", "deny", "expired"];
+
+/// A latency histogram with the upper bounds `bounds`.
 struct Histogram {
-    counts: [AtomicU64; BUCKETS.len()],
+    bounds: &'static [f64],
+    counts: Box<[AtomicU64]>,
     count: AtomicU64,
     sum_micros: AtomicU64,
 }
 
+impl Default for Histogram {
+    fn default() -> Self {
+        Self::with_bounds(&BUCKETS)
+    }
+}
+
 impl Histogram {
+    fn with_bounds(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+
     fn observe(&self, took: Duration) {
         let seconds = took.as_secs_f64();
-        for (bound, count) in BUCKETS.iter().zip(&self.counts) {
+        for (bound, count) in self.bounds.iter().zip(&self.counts) {
             if seconds <= *bound {
                 count.fetch_add(1, Ordering::Relaxed);
             }
@@ -37,7 +60,7 @@ impl Histogram {
     fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} histogram");
-        for (bound, count) in BUCKETS.iter().zip(&self.counts) {
+        for (bound, count) in self.bounds.iter().zip(&self.counts) {
             let _ = writeln!(
                 out,
                 "{name}_bucket{{le=\"{bound}\"}} {}",
@@ -91,6 +114,15 @@ fn escape(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// The time-to-decision histogram ([`DECISION_BUCKETS`]).
+struct DecisionHistogram(Histogram);
+
+impl Default for DecisionHistogram {
+    fn default() -> Self {
+        Self(Histogram::with_bounds(&DECISION_BUCKETS))
+    }
+}
+
 /// The lead's run metrics.
 #[derive(Default)]
 pub struct Metrics {
@@ -104,6 +136,9 @@ pub struct Metrics {
     input_tokens: AtomicU64,
     output_tokens: AtomicU64,
     total_tokens: AtomicU64,
+    approvals_requested: AtomicU64,
+    approvals_decided: Family,
+    approval_wait: DecisionHistogram,
 }
 
 impl Metrics {
@@ -140,6 +175,18 @@ impl Metrics {
     pub fn tool_call(&self, source: &str, outcome: &str, took: Duration) {
         self.tool_calls.add(&[source, outcome]);
         self.tool_latency.observe(took);
+    }
+
+    /// An approval rule asked a person about a call.
+    pub fn approval_requested(&self) {
+        self.approvals_requested.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An ask was answered with `decision` (one of [`APPROVAL_DECISIONS`]) `waited` after it
+    /// was asked.
+    pub fn approval_decided(&self, decision: &str, waited: Duration) {
+        self.approvals_decided.add(&[decision]);
+        self.approval_wait.0.observe(waited);
     }
 
     /// One model step (model call, its tool calls, the merge) took `took`.
@@ -197,6 +244,28 @@ impl Metrics {
         );
         let _ = writeln!(
             out,
+            "# HELP antler_approvals_requested_total Tool calls an approval rule asked a person about."
+        );
+        let _ = writeln!(out, "# TYPE antler_approvals_requested_total counter");
+        let _ = writeln!(
+            out,
+            "antler_approvals_requested_total {}",
+            self.approvals_requested.load(Ordering::Relaxed)
+        );
+        self.approvals_decided.render(
+            &mut out,
+            "antler_approvals_decided_total",
+            "Asks answered, by decision (approve, approve_for_thread, deny, expired).",
+            "counter",
+            &["decision"],
+        );
+        self.approval_wait.0.render(
+            &mut out,
+            "antler_approval_decision_seconds",
+            "Time from an ask to its answer (a person's, or its deadline's).",
+        );
+        let _ = writeln!(
+            out,
             "# HELP antler_http_clients_built_total HTTP clients (model endpoints, web backends) this lead built; one per client configuration, not per run."
         );
         let _ = writeln!(out, "# TYPE antler_http_clients_built_total counter");
@@ -246,5 +315,29 @@ mod tests {
         assert!(text.contains("antler_step_duration_seconds_bucket{le=\"0.001\"} 1\n"));
         assert!(text.contains("antler_step_duration_seconds_bucket{le=\"0.0005\"} 0\n"));
         assert!(text.contains("antler_tool_call_duration_seconds_count 1\n"));
+    }
+
+    #[test]
+    fn approvals_are_counted_by_decision_with_their_time_to_decision() {
+        let m = Metrics::default();
+        m.approval_requested();
+        m.approval_requested();
+        m.approval_decided("approve", Duration::from_secs(3));
+        m.approval_decided("expired", Duration::from_secs(600));
+        let text = m.render();
+        assert!(
+            text.contains("antler_approvals_requested_total 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("antler_approvals_decided_total{decision=\"approve\"} 1\n"));
+        assert!(text.contains("antler_approvals_decided_total{decision=\"expired\"} 1\n"));
+        assert!(text.contains("antler_approval_decision_seconds_bucket{le=\"1\"} 0\n"));
+        assert!(text.contains("antler_approval_decision_seconds_bucket{le=\"5\"} 1\n"));
+        assert!(text.contains("antler_approval_decision_seconds_bucket{le=\"900\"} 2\n"));
+        assert!(
+            text.contains("antler_approval_decision_seconds_sum 603\n"),
+            "{text}"
+        );
+        assert!(text.contains("antler_approval_decision_seconds_count 2\n"));
     }
 }

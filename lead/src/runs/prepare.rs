@@ -729,12 +729,18 @@ impl RunEnv {
             parent_skills: profile.skills.as_ref().map(|s| s.iter().cloned().collect()),
             approvals: approvals::task_approvals(
                 app,
-                context.agent.role.as_deref(),
-                context
-                    .agent
-                    .agent_name
-                    .as_deref()
-                    .zip(profile.approvals.as_deref().ok()),
+                approvals::RunLayers {
+                    role: context.agent.role.as_deref(),
+                    agent: context
+                        .agent
+                        .agent_name
+                        .as_deref()
+                        .zip(profile.approvals.as_deref().ok()),
+                    skills: &approvals::skill_rules(
+                        &settings.skills.scan(),
+                        profile.skills.as_ref(),
+                    ),
+                },
             ),
         }))
     }
@@ -755,8 +761,10 @@ impl RunEnv {
             Some(self.extensions_path.clone()),
         )
         .for_user(&context.user_id);
+        // Scanned once: the prompt lists the skills, the approval stage takes their rules.
+        let installed = skills.scan();
         let system_prompt = prompt_catalog
-            .map(|catalog| self.system_prompt(app, context, &skills, catalog, profile));
+            .map(|catalog| self.system_prompt(app, context, &skills, &installed, catalog, profile));
         let token_budget = TokenBudget::from_config(app.other.get("token_budget"))
             .map_err(PrepareError::Config)?;
         let invalid_calls = antler_engine::InvalidCallLimit::from_config(app.other.get("llm_call"))
@@ -767,14 +775,18 @@ impl RunEnv {
                 context.agent.agent_name.as_deref().unwrap_or("?")
             ))
         })?;
+        let skill_rules = approvals::skill_rules(&installed, profile.skills.as_ref());
         let approvals = self.approvals.gate(
             app,
-            context.agent.role.as_deref(),
-            context
-                .agent
-                .agent_name
-                .as_deref()
-                .map(|name| (name, agent_rules)),
+            approvals::RunLayers {
+                role: context.agent.role.as_deref(),
+                agent: context
+                    .agent
+                    .agent_name
+                    .as_deref()
+                    .map(|name| (name, agent_rules)),
+                skills: &skill_rules,
+            },
         )?;
         Ok(RunSettings {
             approvals,
@@ -869,10 +881,10 @@ impl RunEnv {
         app: &AppConfig,
         context: &RunContext,
         skills: &SkillStore,
+        installed: &[antler_engine::InstalledSkill],
         catalog: &Arc<Catalog>,
         profile: &AgentProfile,
     ) -> Arc<str> {
-        let installed = skills.scan();
         let subagent_inputs: Option<Vec<(String, String)>> = context.agent.subagents.then(|| {
             crate::subagents::types::available(app)
                 .into_iter()
@@ -898,7 +910,7 @@ impl RunEnv {
             agent_name,
             default_agent_name: app.antler.agent_name.as_deref(),
             soul: profile.soul.as_deref(),
-            skills: &installed,
+            skills: installed,
             allowed_skills: profile.skills.as_ref(),
             skills_container_root: &skills.container_root,
             skill_evolution: app.skill_evolution.enabled,

@@ -10,6 +10,7 @@ mod examples;
 mod matcher;
 mod paths;
 mod programs;
+mod recheck;
 mod redact;
 mod rules;
 pub mod shell;
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::config::approvals::{ApprovalsConfig, ArgMatcher, Decision, Examples, RuleConfig};
 use crate::config::FieldPath;
 pub use defaults::{default_rules, DEFAULTS_ORIGIN};
+pub use recheck::Refusal;
 pub use redact::{redact, REDACTED};
 pub use rules::{ApprovalPolicy, GLOBAL_ORIGIN, UNPARSED_RULE};
 
@@ -219,4 +221,9 @@ pub(crate) fn config_problems(
 /// The origin of a role's layer: `approvals.roles.<role>`.
 pub fn role_origin(role: &str) -> String {
     format!("approvals.roles.{role}")
+}
+
+/// The origin of a skill's layer: `skill <name>`.
+pub fn skill_origin(skill: &str) -> String {
+    format!("skill {skill}")
 }

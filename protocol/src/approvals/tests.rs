@@ -553,3 +553,50 @@ proptest! {
         let _ = p.evaluate(&CallFacts { tool: "write_file", source: CallSource::Sandbox, args: &args });
     }
 }
+
+#[test]
+fn the_second_layer_refuses_denials_and_asks_without_the_rules_approval() {
+    let p = policy(
+        r#"
+defaults: false
+rules:
+  - name: publish
+    tool: pub_publish
+    source: "mcp:pub"
+    decision: ask
+    examples: { match: [{ text: x }] }
+  - name: no-delete
+    tool: pub_delete
+    decision: deny
+    justification: deleting is not allowed
+"#,
+    )
+    .unwrap();
+    let source = CallSource::Mcp { server: "pub" };
+    let facts = |tool| CallFacts {
+        tool,
+        source,
+        args: &Value::Null,
+    };
+    let not_approved = Some(Refusal::NotApproved {
+        rule: "publish".to_owned(),
+    });
+    assert_eq!(p.recheck(&facts("pub_publish"), None), not_approved);
+    assert_eq!(
+        p.recheck(&facts("pub_publish"), Some("other")),
+        not_approved
+    );
+    assert_eq!(p.recheck(&facts("pub_publish"), Some("publish")), None);
+    assert_eq!(
+        p.recheck(&facts("pub_delete"), Some("no-delete")),
+        Some(Refusal::Denied {
+            rule: "no-delete".to_owned(),
+            justification: Some("deleting is not allowed".to_owned()),
+        })
+    );
+    assert_eq!(p.recheck(&facts("pub_echo"), None), None);
+    assert_eq!(
+        ApprovalPolicy::default().recheck(&facts("pub_publish"), None),
+        None
+    );
+}

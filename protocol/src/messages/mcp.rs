@@ -144,6 +144,11 @@ pub struct McpCall {
     /// The model's id for this tool call.
     #[serde(default)]
     pub tool_call_id: Option<String>,
+    /// The approval rule a person approved this call under (issue 37): mcp-host checks the
+    /// config's approval policy again, and a call its policy asks about runs only with the
+    /// approval of that rule.
+    #[serde(default)]
+    pub clearance: Option<String>,
 }
 
 /// Replies from mcp-host.

@@ -5,8 +5,9 @@
 //! on a terminal, or `--approve-for-thread` (the thread's next run is not asked again); a
 //! `deny` rule answers the call with its justification; a call that skips the lead
 //! (`antler tool call`) is refused by sandbox-host's own check of the policy; an answer given
-//! after the lead was killed and restarted resumes the run; an ask nobody answers by its
-//! deadline is a denial.
+//! after the lead was killed and restarted resumes the run; the lead's `/metrics` count
+//! the asks and their answers by decision; an ask nobody answers by its deadline is a
+//! denial.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -324,6 +325,19 @@ fn asks_are_answered_through_the_cli_the_api_and_a_terminal_and_survive_a_restar
         tool_result(&c, done["run_id"].as_str().unwrap(), "dl-1"),
         "denied by policy: downloads are not allowed here (rule no-downloads)"
     );
+
+    // The lead's metrics count the asks and their answers, with the time to each.
+    let (status, _, metrics) = http_full(&addr, &token, "GET", "/metrics", None);
+    assert_eq!(status, 200, "{metrics}");
+    for line in [
+        "antler_approvals_requested_total 6\n",
+        "antler_approvals_decided_total{decision=\"approve\"} 2\n",
+        "antler_approvals_decided_total{decision=\"approve_for_thread\"} 1\n",
+        "antler_approvals_decided_total{decision=\"deny\"} 2\n",
+        "antler_approval_decision_seconds_count 5\n",
+    ] {
+        assert!(metrics.contains(line), "{line} not in {metrics}");
+    }
 
     // The lead dies while a run waits: the answer after its restart resumes the run.
     c.kill_lead();

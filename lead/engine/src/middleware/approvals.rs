@@ -62,6 +62,9 @@ pub struct Record {
     pub verdict: Verdict,
     pub by: Option<String>,
     pub reason: Option<String>,
+    /// For an ask answered by a person or its deadline: milliseconds from the ask to the
+    /// answer.
+    pub waited_ms: Option<u64>,
 }
 
 impl Record {
@@ -71,6 +74,7 @@ impl Record {
             verdict,
             by: None,
             reason: None,
+            waited_ms: None,
         }
     }
 
@@ -84,6 +88,7 @@ impl Record {
             by: self.by,
             reason: self.reason,
             at: now_ms(),
+            waited_ms: self.waited_ms,
         }
     }
 }
@@ -128,6 +133,9 @@ impl ApprovalGate {
                         verdict: verdict.clone(),
                         by: decision.by.clone(),
                         reason: decision.reason.clone(),
+                        waited_ms: approvals
+                            .pending_call(&call.id)
+                            .map(|p| decision.at.saturating_sub(p.asked_at)),
                     };
                     if decision.choice.approves() {
                         return Gate::Pass(Some(record));

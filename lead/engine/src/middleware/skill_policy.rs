@@ -3,11 +3,14 @@
 //! tools; a skill that declares nothing contributes nothing, and when none declares the
 //! field everything is allowed. Skills that cannot be loaded are skipped, and when no
 //! active skill loads the policy fails closed to the framework tools. `tool_search`
-//! results are rewritten so a denied tool is neither promoted nor shown.
+//! results are rewritten so a denied tool is neither promoted nor shown. A skill's
+//! front matter may also carry `approvals:` rules (issue 37), compiled when it loads so a
+//! rule whose examples fail refuses the skill; the run's approval stage joins them.
 
 use std::collections::HashSet;
 use std::path::Path;
 
+use antler_protocol::approvals::{skill_origin, ApprovalPolicy, PolicyEnv, RuleConfig};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -31,13 +34,16 @@ pub const FRAMEWORK_TOOLS: [&str; 4] = [
 ];
 
 /// A skill as the policy reads it: its `SKILL.md` front matter.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Skill {
     pub name: String,
     /// `description` from the front matter (`""` when absent).
     pub description: String,
     /// `allowed-tools`, when the skill declares it.
     pub allowed_tools: Option<Vec<String>>,
+    /// `approvals:`: approval rules (a list, or a mapping with `rules`) that join the
+    /// run's policy while the skill is enabled, examples checked at load (none: empty).
+    pub approvals: Vec<RuleConfig>,
 }
 
 #[derive(Deserialize)]
@@ -48,6 +54,8 @@ struct FrontMatter {
     description: Option<String>,
     #[serde(default, rename = "allowed-tools")]
     allowed_tools: Option<AllowedTools>,
+    #[serde(default)]
+    approvals: Option<serde_yaml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -67,6 +75,14 @@ pub enum SkillError {
     },
     #[error("{path}: front matter: {message}")]
     FrontMatter { path: String, message: String },
+    /// The skill's `approvals:` rules do not parse or compile (a failing example, a bad
+    /// matcher): the skill is refused.
+    #[error("skill {name} ({path}): approvals: {message}")]
+    Approvals {
+        name: String,
+        path: String,
+        message: String,
+    },
     /// An active path that names no installed skill.
     #[error("no installed skill has {path}")]
     Unresolved { path: String },
@@ -96,8 +112,16 @@ impl Skill {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let name = parsed.name.unwrap_or(fallback);
+        let approvals =
+            skill_approvals(&name, parsed.approvals).map_err(|message| SkillError::Approvals {
+                name: name.clone(),
+                path: shown.clone(),
+                message,
+            })?;
         Ok(Skill {
-            name: parsed.name.unwrap_or(fallback),
+            name,
+            approvals,
             description: parsed.description.unwrap_or_default().trim().to_owned(),
             allowed_tools: parsed.allowed_tools.map(|tools| match tools {
                 AllowedTools::List(names) => names,
@@ -109,6 +133,25 @@ impl Skill {
             }),
         })
     }
+}
+
+/// A skill's `approvals:` (a list of rules, or a mapping with `rules`), parsed and
+/// compiled as the layer `skill NAME`, so a rule whose examples fail is refused here.
+fn skill_approvals(
+    name: &str,
+    section: Option<serde_yaml::Value>,
+) -> Result<Vec<RuleConfig>, String> {
+    let rules = match section {
+        None | Some(serde_yaml::Value::Null) => return Ok(Vec::new()),
+        Some(serde_yaml::Value::Mapping(mut map)) => map
+            .remove("rules")
+            .ok_or_else(|| "expected a list of rules, or a mapping with rules".to_owned())?,
+        Some(list) => list,
+    };
+    let rules: Vec<RuleConfig> = serde_yaml::from_value(rules).map_err(|e| e.to_string())?;
+    ApprovalPolicy::layer(&rules, &skill_origin(name), &PolicyEnv::default())
+        .map_err(|e| e.to_string())?;
+    Ok(rules)
 }
 
 fn front_matter(text: &str) -> Option<&str> {
@@ -295,6 +338,54 @@ mod tests {
         assert!(SkillPolicy::resolve(vec![]).allows("anything"));
         let broken = SkillPolicy::resolve(vec![Skill::load(&dir.path().join("missing"))]);
         assert!(broken.allows("read_file") && !broken.allows("write_file"));
+    }
+
+    #[test]
+    fn a_skill_carries_approval_rules_and_one_whose_examples_fail_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let rules = "approvals:\n  - name: prod-deploy\n    tool: bash\n    command: [deploy, prod]\n    decision: ask\n    examples:\n      match: [\"deploy prod --now\"]\n      not_match: [\"{NOT}\"]";
+        let deploy = skill(
+            dir.path(),
+            "deploy",
+            &format!("name: deploy\n{}", rules.replace("{NOT}", "deploy staging")),
+        )
+        .unwrap();
+        assert_eq!(deploy.approvals.len(), 1);
+        assert_eq!(deploy.approvals[0].name, "prod-deploy");
+        // The mapping form, as in config.yaml.
+        let mapped = skill(
+            dir.path(),
+            "mapped",
+            "name: mapped\napprovals:\n  rules:\n    - {name: no-curl, tool: bash, command: [curl], decision: deny}",
+        )
+        .unwrap();
+        assert_eq!(mapped.approvals[0].name, "no-curl");
+        assert!(skill(dir.path(), "plain", "name: plain")
+            .unwrap()
+            .approvals
+            .is_empty());
+        let broken = skill(
+            dir.path(),
+            "broken",
+            &format!("name: broken\n{}", rules.replace("{NOT}", "deploy prod")),
+        )
+        .unwrap_err();
+        let text = broken.to_string();
+        assert!(matches!(broken, SkillError::Approvals { ref name, .. } if name == "broken"));
+        assert!(
+            text.starts_with("skill broken (")
+                && text.contains("prod-deploy")
+                && text.contains("deploy prod"),
+            "{text}"
+        );
+        let bad = skill(
+            dir.path(),
+            "bad",
+            "name: bad\napprovals: {deny: everything}",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(bad.contains("skill bad") && bad.contains("rules"), "{bad}");
     }
 
     #[test]

@@ -40,6 +40,7 @@ fn skill(name: &str, enabled: bool) -> InstalledSkill {
             name: name.into(),
             description: format!("{name} workflow."),
             allowed_tools: None,
+            approvals: Vec::new(),
         },
         category: "public",
         dir: PathBuf::from("/x"),

@@ -45,6 +45,7 @@ fn skill(name: &str, description: &str, category: &'static str, enabled: bool) -
             name: name.into(),
             description: description.into(),
             allowed_tools: None,
+            approvals: Vec::new(),
         },
         category,
         dir: PathBuf::from("/x"),

@@ -147,6 +147,10 @@ pub enum RunEvent {
         reason: Option<String>,
         /// Unix milliseconds.
         at: u64,
+        /// For an ask answered by a person or its deadline: milliseconds from the ask to
+        /// the answer (the time to decision).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        waited_ms: Option<u64>,
     },
     /// What the ACP agent of the `invoke_acp_agent` call `tool_call_id` does meanwhile: a
     /// tool call, its update or its plan (ACP's `session/update`, as the agent sent it).

@@ -75,8 +75,8 @@ pub struct Executor<'a> {
     /// `read_before_write.enabled`: writes to existing files need a read of their current
     /// version (`middleware::read_before_write`).
     pub read_before_write: bool,
-    /// The run's approval stage: a sandbox call a person approved carries that rule to
-    /// sandbox-host, which checks the policy again (`None`: no policy).
+    /// The run's approval stage: a sandbox or MCP call a person approved carries that rule
+    /// to sandbox-host or mcp-host, which check the policy again (`None`: no policy).
     pub approvals: Option<&'a crate::middleware::approvals::ApprovalGate>,
 }
 
@@ -129,7 +129,7 @@ impl Executor<'_> {
             ToolSource::Mcp {
                 server: Some(server),
                 original_name,
-            } => self.mcp(call, server, original_name).await,
+            } => self.mcp(call, state, server, original_name).await,
             _ if SANDBOX_TOOLS.contains(&call.name.as_str()) => self.sandbox(call, state).await,
             _ => Err(ToolFailure::new(
                 FailureClass::ToolUnavailable,
@@ -424,6 +424,7 @@ impl Executor<'_> {
     async fn mcp(
         &self,
         call: &ToolCall,
+        state: &ThreadState,
         server: &str,
         tool: &str,
     ) -> Result<StateUpdate, ToolFailure> {
@@ -438,6 +439,7 @@ impl Executor<'_> {
             workspace: Some(self.context.paths.workspace().display().to_string()),
             run_id: events.map(|_| self.context.run_id.clone()),
             tool_call_id: events.map(|_| call.id.clone()),
+            clearance: self.clearance(call, state),
         };
         let told = |elicitation: Elicitation| {
             let Some(events) = events else {

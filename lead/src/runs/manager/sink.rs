@@ -1,5 +1,5 @@
 //! A run's event sink: each event goes to the run's [`EventLog`] as JSON (stamped with
-//! when the lead saw it; a streamed delta for live watchers only), into the [`Metrics`] (steps, tokens, tool states and calls),
+//! when the lead saw it; a streamed delta for live watchers only), into the [`Metrics`] (steps, tokens, tool states and calls, approvals),
 //! and the questions a run's MCP calls ask into its pending elicitations.
 
 use std::collections::HashMap;
@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::runs::elicitations::{PendingElicitation, PendingElicitations};
 use crate::runs::events::EventLog;
-use crate::runs::metrics::Metrics;
+use crate::runs::metrics::{Metrics, APPROVAL_DECISIONS};
 use antler_engine::catalog::{Catalog, ToolSource};
 use antler_engine::{RunEvent, ToolState};
 
@@ -76,6 +76,14 @@ pub(super) fn event_sink(
             RunEvent::ModelFinished {
                 usage: Some(usage), ..
             } => metrics.tokens(*usage),
+            // An ask answered (by a person or its deadline): its decision and time to it.
+            RunEvent::ApprovalDecided {
+                decision,
+                waited_ms: Some(waited),
+                ..
+            } if APPROVAL_DECISIONS.contains(&decision.as_str()) => {
+                metrics.approval_decided(decision, std::time::Duration::from_millis(*waited));
+            }
             RunEvent::ModelFinished { .. }
             | RunEvent::ModelDelta { .. }
             | RunEvent::LlmRetry { .. }
@@ -86,8 +94,8 @@ pub(super) fn event_sink(
             | RunEvent::ContextSummarized { .. }
             | RunEvent::ContextTrimmed { .. }
             | RunEvent::TitleSet { .. }
-            | RunEvent::ApprovalRequested { .. }
             | RunEvent::ApprovalDecided { .. } => {}
+            RunEvent::ApprovalRequested { .. } => metrics.approval_requested(),
             // A subagent's MCP call asks the parent run's user.
             RunEvent::Task {
                 tool_call_id,
