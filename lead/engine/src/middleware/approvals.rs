@@ -81,6 +81,7 @@ impl Record {
             by: self.by,
             reason: self.reason,
             at: now_ms(),
+            subagent: None,
         }
     }
 }

@@ -106,19 +106,23 @@ impl RunLoop {
         held: Vec<String>,
     ) -> Result<(), RunError> {
         let current = &self.state.approvals;
+        let from_subagents = super::approvals_relay::take(&self.subagent_thread_rules);
         if asks.is_empty()
             && held.is_empty()
             && current.pending.is_empty()
             && current.held.is_empty()
             && current.decided.is_empty()
+            && from_subagents.is_subset(&current.thread_rules)
         {
             return Ok(());
         }
+        let mut thread_rules = current.thread_rules.clone();
+        thread_rules.extend(from_subagents);
         let approvals = ApprovalState {
             pending: asks,
             held,
             decided: Default::default(),
-            thread_rules: current.thread_rules.clone(),
+            thread_rules,
         };
         self.merge(StateUpdate {
             approvals: Some(approvals),
@@ -329,8 +333,31 @@ impl RunLoop {
         policy: &SkillPolicy,
     ) -> CallEnd {
         let refused = |message: Message| CallEnd::Done(StateUpdate::messages([message]));
-        if let Some(end) = self.admit(call, state, chain, policy) {
-            return end;
+        // A subagent's thread rules approved while the task ran count for its later calls.
+        let with_rules;
+        let mut state = state;
+        if let Some(asks) = &self.settings.parent_asks {
+            let rules = asks.thread_rules();
+            if !rules.is_subset(&state.approvals.thread_rules) {
+                let mut widened = state.clone();
+                widened.approvals.thread_rules.extend(rules);
+                with_rules = widened;
+                state = &with_rules;
+            }
+        }
+        let decided;
+        match self.admit(call, state, chain, policy) {
+            Some(CallEnd::Ask(pending)) if self.settings.parent_asks.is_some() => {
+                match self.held_call(call, state, pending).await {
+                    Ok(approved) => {
+                        decided = approved;
+                        state = &decided;
+                    }
+                    Err(denial) => return refused(denial),
+                }
+            }
+            Some(end) => return end,
+            None => {}
         }
         self.lifecycle(ToolState::Executed, &call.name, Some(&call.id));
         if call.name == TASK {
@@ -379,7 +406,9 @@ impl RunLoop {
             return refused(hidden);
         }
         if let Some(gate) = &self.settings.approvals {
-            let interactive = !self.context.agent.non_interactive && !self.settings.is_subagent;
+            // A subagent task's asks wait for its parent run's user.
+            let interactive = self.settings.parent_asks.is_some()
+                || (!self.context.agent.non_interactive && !self.settings.is_subagent);
             match gate.check(
                 call,
                 self.catalog.get(&call.name),
@@ -393,15 +422,10 @@ impl RunLoop {
                     return refused(message);
                 }
                 Gate::Ask(pending) => {
-                    self.emit(RunEvent::ApprovalRequested {
-                        tool_call_id: pending.tool_call_id.clone(),
-                        tool: pending.tool.clone(),
-                        args: pending.args.clone(),
-                        rule: pending.rule.clone(),
-                        origin: pending.origin.clone(),
-                        justification: pending.justification.clone(),
-                        deadline_at: pending.deadline_at,
-                    });
+                    // A held call is reported once its answer has a place to go.
+                    if self.settings.parent_asks.is_none() {
+                        self.emit(requested(&pending));
+                    }
                     return Some(CallEnd::Ask(pending));
                 }
             }
@@ -415,6 +439,65 @@ impl RunLoop {
             };
         }
         None
+    }
+}
+
+impl RunLoop {
+    /// A subagent's call an approval rule asks about, held until the parent run's user
+    /// answers (or its deadline): `Ok` with the state the approved call runs in (its
+    /// answer in it, so the hosts' second check sees the approval), `Err` with the denial
+    /// its model reads. Either way the decision is an `approval_decided` event.
+    async fn held_call(
+        &self,
+        call: &ToolCall,
+        state: &ThreadState,
+        pending: PendingApproval,
+    ) -> Result<ThreadState, Message> {
+        let (Some(asks), Some(gate)) = (&self.settings.parent_asks, &self.settings.approvals)
+        else {
+            return Err(crate::middleware::error_message(
+                &call.id,
+                &call.name,
+                approvals::NO_JUSTIFICATION.to_owned(),
+            ));
+        };
+        let held = asks.hold(&pending);
+        self.emit(requested(&pending));
+        let decision = asks.wait(held, pending.rule.as_deref()).await;
+        let mut decided = state.clone();
+        decided.approvals.decided.insert(call.id.clone(), decision);
+        match gate.check(call, self.catalog.get(&call.name), &decided.approvals, true) {
+            Gate::Pass(record) => {
+                if let Some(record) = record {
+                    self.emit(record.event(call));
+                }
+                Ok(decided)
+            }
+            Gate::Refuse { message, record } => {
+                self.emit(record.event(call));
+                Err(message)
+            }
+            // The answer is in the state: the gate decides by it.
+            Gate::Ask(_) => Err(crate::middleware::error_message(
+                &call.id,
+                &call.name,
+                approvals::NO_JUSTIFICATION.to_owned(),
+            )),
+        }
+    }
+}
+
+/// The `approval_requested` event of a call waiting for a person.
+fn requested(pending: &PendingApproval) -> RunEvent {
+    RunEvent::ApprovalRequested {
+        tool_call_id: pending.tool_call_id.clone(),
+        tool: pending.tool.clone(),
+        args: pending.args.clone(),
+        rule: pending.rule.clone(),
+        origin: pending.origin.clone(),
+        justification: pending.justification.clone(),
+        deadline_at: pending.deadline_at,
+        subagent: None,
     }
 }
 

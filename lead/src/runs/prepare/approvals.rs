@@ -94,6 +94,9 @@ pub(crate) fn task_approvals(
         layers,
         workspace: env.workspace,
         writable_mounts: env.writable_mounts,
+        // The thread's approved rules and whether its user answers come per task (`TaskCall`).
+        thread_rules: Vec::new(),
+        parent_answers: false,
     };
     match task.to_wire() {
         Ok(wire) => Some(wire),
