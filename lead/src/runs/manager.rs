@@ -251,6 +251,12 @@ impl RunManager {
                     }
                     manager.metrics.drive_stopped(status.as_str());
                     live.driving = false;
+                    // The drive's tasks ended with it: none of their calls waits any more.
+                    subagent_approvals::drive_ended(
+                        &manager.subagent_asks,
+                        &manager.env.store,
+                        &run_id,
+                    );
                     live.log.stop(view.to_string());
                     if status == RunStatus::Interrupted && !waiting.is_empty() {
                         RunManager::expire_later(&run_id, &waiting, ctx);

@@ -45,6 +45,14 @@ impl SubagentAsks {
             .is_some()
     }
 
+    /// The run's drive ended; `true` when some of its calls were still listed.
+    pub fn run_ended(&self, run_id: &str) -> bool {
+        let mut waiting = self.lock();
+        let before = waiting.len();
+        waiting.retain(|(run, _), _| run != run_id);
+        waiting.len() != before
+    }
+
     /// The task `task_call_id` of `run_id` ended: none of its calls waits.
     pub fn task_ended(&self, run_id: &str, task_call_id: &str) {
         self.lock()

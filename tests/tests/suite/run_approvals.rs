@@ -402,14 +402,14 @@ fn a_rule_whose_examples_fail_is_a_config_error() {
     assert!(text.contains("push") && text.contains("git push"), "{text}");
 }
 
-fn peer(name: &str) -> PathBuf {
+pub(super) fn peer(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("peers")
         .join(name)
 }
 
 /// The id of the thread's latest run.
-fn latest_run(c: &LeadCluster, thread: &str) -> String {
+pub(super) fn latest_run(c: &LeadCluster, thread: &str) -> String {
     let rows = sql(
         &c.runtime().join("runs.sqlite"),
         "select run_id from runs where thread_id = ? order by rowid desc limit 1",

@@ -5,15 +5,18 @@
 //! task's events); approved for the thread, the parent's own next push on that thread is
 //! not asked; denied through `antler run --resume PARENT --deny CALL --reason TEXT`, the
 //! subagent's model reads the reason and the command never ran; unanswered by the
-//! deadline, it is a denial; another user neither sees nor answers it.
+//! deadline, it is a denial; asked on a terminal by `antler run`; cancelling the parent
+//! ends the wait; another user neither sees nor answers it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
-use antler_tests::wait_for;
+use antler_tests::{bin, wait_for};
 use serde_json::Value;
 
-use super::run_approvals::{config, events, run_json, wait_status, with_subagents, workspace};
+use super::run_approvals::{
+    config, events, latest_run, peer, run_json, wait_status, with_subagents, workspace,
+};
 use crate::lead_support::{http_full, sql, LeadCluster};
 
 /// Another user of the gateway.
@@ -247,6 +250,70 @@ fn a_subagents_ask_reaches_the_parents_user() {
     let kept = kept_decision(&c, &run_id, HELD);
     assert_eq!(kept[1], "deny", "{kept}");
     assert_eq!(kept[3], "not on a Friday");
+
+    // On a terminal, `antler run` asks as the subagent's call waits, and the answer
+    // reaches the subagent.
+    let out = std::process::Command::new("python3")
+        .arg(peer("pty_answers.py"))
+        .arg(r#"[["[n]o:", "n"], ["reason (optional):", "too risky"]]"#)
+        .arg(bin("antler"))
+        .arg("--runtime-dir")
+        .arg(c.runtime())
+        .args([
+            "run",
+            "Delegate",
+            "--thread",
+            "t-pty",
+            "--subagents",
+            "--playbook",
+            &delegate,
+        ])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{printed}");
+    assert!(printed.contains("git push origin main"), "{printed}");
+    assert!(printed.contains("The subagent is done."), "{printed}");
+    let pty_run = latest_run(&c, "t-pty");
+    assert_eq!(
+        subagent_tool(&c, &pty_run, "sub-push")["message"],
+        "denied by default: too risky"
+    );
+    assert!(!workspace(&c, "default", "t-pty")
+        .join("sub-pushed.txt")
+        .exists());
+
+    // Cancelling the parent ends the wait: the call never runs and waits no more.
+    let (run_id, _) = held(&c, &delegate, "t-cancel");
+    let (status, _, body) = http_full(
+        &addr,
+        &token,
+        "POST",
+        &format!("/api/runs/{run_id}/cancel"),
+        None,
+    );
+    assert_eq!(status, 202, "{body}");
+    wait_status(&c, &run_id, "error");
+    let cleared = wait_for(Duration::from_secs(30), || {
+        (still_held(&c, &run_id) == 0).then_some(())
+    });
+    assert!(
+        cleared.is_some(),
+        "a cancelled run's held call is still listed"
+    );
+    let answer = format!("/api/runs/{run_id}/approvals/{HELD}");
+    let (status, _, body) = http_full(
+        &addr,
+        &token,
+        "POST",
+        &answer,
+        Some(r#"{"decision":"approve"}"#),
+    );
+    assert_eq!(status, 404, "{body}");
+    assert!(!workspace(&c, "default", "t-cancel")
+        .join("sub-pushed.txt")
+        .exists());
 }
 
 #[test]

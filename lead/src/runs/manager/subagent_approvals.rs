@@ -133,3 +133,15 @@ async fn hand_down(
     }
     false
 }
+
+/// The run's drive ended (its tasks with it): its subagents' calls wait no more.
+pub(super) fn drive_ended(
+    asks: &crate::runs::subagent_asks::SubagentAsks,
+    store: &crate::runs::store::CheckpointStore,
+    run_id: &str,
+) {
+    if asks.run_ended(run_id) {
+        let id = run_id.to_owned();
+        drop(store.call(move |store| store.forget_subagent_asks(&id)));
+    }
+}

@@ -78,6 +78,15 @@ impl CheckpointStore {
         Ok(())
     }
 
+    /// The run `run_id`'s drive ended: none of its subagents' calls waits.
+    pub fn forget_subagent_asks(&self, run_id: &str) -> Result<(), CheckpointError> {
+        self.db().execute(
+            "DELETE FROM subagent_asks WHERE run_id = ?1",
+            params![run_id],
+        )?;
+        Ok(())
+    }
+
     /// Every held call still waiting, by run and the order they were asked.
     pub fn subagent_asks(&self) -> Result<Vec<SubagentAsk>, CheckpointError> {
         let db = self.db();
