@@ -174,3 +174,55 @@ pub fn relay(run_id: &str, asks: &SubagentAsks, store: &CheckpointStore, event: 
         _ => {}
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use antler_engine::SubagentCall;
+
+    fn ask(run: &str, task: &str, call: &str, at: u64) -> SubagentAsk {
+        SubagentAsk {
+            run_id: run.into(),
+            pending: PendingApproval {
+                tool_call_id: format!("{task}.{call}"),
+                tool: "bash".into(),
+                args: serde_json::json!({"command": "git push"}),
+                rule: Some("push".into()),
+                origin: None,
+                justification: None,
+                asked_at: at,
+                deadline_at: at + 1,
+            },
+            subagent: SubagentCall {
+                task_call_id: task.into(),
+                subagent_type: "general-purpose".into(),
+                call_id: call.into(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_held_call_is_listed_for_its_run_until_decided_or_its_task_or_drive_ends() {
+        let asks = SubagentAsks::default();
+        asks.asked(ask("r1", "t1", "b2", 2));
+        asks.asked(ask("r1", "t1", "b1", 1));
+        asks.asked(ask("r1", "t2", "b1", 3));
+        asks.asked(ask("r2", "t1", "b1", 1));
+        let listed = asks.view("r1");
+        let ids: Vec<&str> = listed
+            .iter()
+            .map(|a| a["tool_call_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["t1.b1", "t1.b2", "t2.b1"]);
+        assert_eq!(listed[0]["subagent"]["call_id"], "b1");
+        assert!(asks.get("r2", "t1.b2").is_none(), "another run's call");
+        assert!(asks.decided("r1", "t1.b1"));
+        assert!(!asks.decided("r1", "t1.b1"));
+        asks.task_ended("r1", "t1");
+        assert!(asks.get("r1", "t1.b2").is_none());
+        assert!(asks.run_ended("r1"));
+        assert!(!asks.run_ended("r1"));
+        assert!(asks.get("r2", "t1.b1").is_some());
+    }
+}

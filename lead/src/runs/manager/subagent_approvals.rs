@@ -19,6 +19,8 @@ use crate::subagents::dispatcher::Connections;
 
 /// Deadline of handing an answer to one worker.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an answer waits for a first worker link (a lead that just started).
+const LINKS_WAIT: Duration = Duration::from_secs(5);
 
 impl RunManager {
     /// `Some` when `msg` answers a subagent's held call of its run: the answer's future.
@@ -117,21 +119,28 @@ async fn hand_down(
         at: decision.at,
         reason: decision.reason.clone(),
     };
-    // The task runs on one worker; the others do not know it and say so.
-    let workers = dispatcher.send(Connections).await.unwrap_or_default();
-    for (_, node, connection) in workers {
-        match connection
-            .answer_approval(answer.clone(), ANSWER_TIMEOUT)
-            .await
-        {
-            Ok(true) => return true,
-            Ok(false) => {}
-            Err(e) => {
-                tracing::warn!(worker = %node, run = %ask.run_id, "answer not delivered: {e}")
+    // The task runs on one worker; the others do not know it and say so. The links of a
+    // lead that just started may still be dialling: wait a little for one.
+    let until = tokio::time::Instant::now() + LINKS_WAIT;
+    loop {
+        let workers = dispatcher.send(Connections).await.unwrap_or_default();
+        if !workers.is_empty() || tokio::time::Instant::now() >= until {
+            for (_, node, connection) in workers {
+                match connection
+                    .answer_approval(answer.clone(), ANSWER_TIMEOUT)
+                    .await
+                {
+                    Ok(true) => return true,
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(worker = %node, run = %ask.run_id, "answer not delivered: {e}")
+                    }
+                }
             }
+            return false;
         }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    false
 }
 
 /// The run's drive ended (its tasks with it): its subagents' calls wait no more.
