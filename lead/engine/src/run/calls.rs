@@ -346,9 +346,14 @@ impl RunLoop {
             }
         }
         let decided;
-        match self.admit(call, state, chain, policy) {
-            Some(CallEnd::Ask(pending)) if self.settings.parent_asks.is_some() => {
-                match self.held_call(call, state, pending).await {
+        let held = self
+            .settings
+            .parent_asks
+            .as_deref()
+            .zip(self.settings.approvals.as_deref());
+        match (self.admit(call, state, chain, policy), held) {
+            (Some(CallEnd::Ask(pending)), Some((asks, gate))) => {
+                match self.held_call(call, state, pending, asks, gate).await {
                     Ok(approved) => {
                         decided = approved;
                         state = &decided;
@@ -356,8 +361,8 @@ impl RunLoop {
                     Err(denial) => return refused(denial),
                 }
             }
-            Some(end) => return end,
-            None => {}
+            (Some(end), _) => return end,
+            (None, _) => {}
         }
         self.lifecycle(ToolState::Executed, &call.name, Some(&call.id));
         if call.name == TASK {
@@ -452,20 +457,15 @@ impl RunLoop {
         call: &ToolCall,
         state: &ThreadState,
         pending: PendingApproval,
+        asks: &crate::task::asks::TaskAsks,
+        gate: &approvals::ApprovalGate,
     ) -> Result<ThreadState, Message> {
-        let (Some(asks), Some(gate)) = (&self.settings.parent_asks, &self.settings.approvals)
-        else {
-            return Err(crate::middleware::error_message(
-                &call.id,
-                &call.name,
-                approvals::NO_JUSTIFICATION.to_owned(),
-            ));
-        };
         let held = asks.hold(&pending);
         self.emit(requested(&pending));
         let decision = asks.wait(held, pending.rule.as_deref()).await;
         let mut decided = state.clone();
         decided.approvals.decided.insert(call.id.clone(), decision);
+        // The answer is in the state: the gate decides by it (the text, the record).
         match gate.check(call, self.catalog.get(&call.name), &decided.approvals, true) {
             Gate::Pass(record) => {
                 if let Some(record) = record {
@@ -477,11 +477,14 @@ impl RunLoop {
                 self.emit(record.event(call));
                 Err(message)
             }
-            // The answer is in the state: the gate decides by it.
-            Gate::Ask(_) => Err(crate::middleware::error_message(
+            // Never: a call with an answer is not asked again. Fail closed all the same.
+            Gate::Ask(p) => Err(crate::middleware::error_message(
                 &call.id,
                 &call.name,
-                approvals::NO_JUSTIFICATION.to_owned(),
+                approvals::DENIED_BY_USER
+                    .replace("{user}", "the user")
+                    .replace("{reason}", approvals::NO_REASON)
+                    + &format!(" (rule {})", p.rule.as_deref().unwrap_or("?")),
             )),
         }
     }
