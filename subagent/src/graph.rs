@@ -1,6 +1,7 @@
 //! `TaskGraph`: one actor per task, thrown away when the task ends. It owns the task's
 //! cancellation and drives the engine's task run (`antler_engine::run_task`): no
-//! checkpoint, no `task` tool, its budgets and timeout. Its events and its end go to the
+//! checkpoint, no `task` tool, its budgets and timeout, and its calls held for the parent
+//! run's user (answered through the worker). Its events and its end go to the
 //! [`Worker`](crate::worker::Worker), which streams them to whoever listens; the first
 //! terminal state is the only one (the actor stops after it). A graph that stops without
 //! one (it crashed, or chaos mode's [`Crash`]) is reported `failed` by the worker.
@@ -8,7 +9,7 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use antler_engine::{run_task, CancelFlag, TaskEvent, TaskSpec};
+use antler_engine::{run_task_asking, CancelFlag, TaskAsks, TaskEvent, TaskSpec};
 
 use crate::hosts::WorkerHosts;
 use crate::worker::{TaskEventOf, TaskFinished, TaskKey, Worker};
@@ -19,6 +20,8 @@ pub struct TaskGraph {
     pub spec: Option<TaskSpec>,
     pub hosts: Arc<WorkerHosts>,
     pub cancel: Arc<CancelFlag>,
+    /// The task's calls held for the parent run's user, answered through the worker.
+    pub asks: Arc<TaskAsks>,
     pub worker: Addr<Worker>,
     pub node: String,
     /// The trace of the `RunTask` request: the task's spans are its children.
@@ -46,9 +49,10 @@ impl Actor for TaskGraph {
                 .for_task(spec.sandbox_host.as_deref(), spec.mcp_host.as_deref()),
         );
         let cancel = Arc::clone(&self.cancel);
+        let asks = Arc::clone(&self.asks);
         let trace = self.trace.clone();
         antler_protocol::telemetry::within(trace, async move {
-            run_task(&spec, hosts, cancel, events).await
+            run_task_asking(&spec, hosts, cancel, events, asks).await
         })
         .into_actor(self)
         .map(|mut result, act, ctx| {

@@ -1,7 +1,8 @@
 //! `Worker`: owns this worker process's task slots (its advertised capacity), the task
 //! graphs running here, and the results of finished tasks, kept for a while by (run,
 //! tool call) so a lead that restarted collects them instead of running them again.
-//! [`Handler`] answers the lead: a `RunTask` starts a graph (or re-attaches when that
+//! [`Handler`] answers the lead: an `AnswerApproval` goes to the held call of a running
+//! task; a `RunTask` starts a graph (or re-attaches when that
 //! task already runs or ran here: nothing runs twice) and streams its events and its
 //! end; a task without a free slot is refused, never queued. The worker supervises its
 //! graphs: one that stopped without a result (it crashed) ends its task `failed` with
@@ -12,10 +13,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use antler_engine::{CancelFlag, TaskEvent, TaskResult, TaskSpec};
+use antler_engine::{
+    ApprovalChoice, ApprovalDecision, CancelFlag, TaskAsks, TaskEvent, TaskResult, TaskSpec,
+};
 use antler_protocol::{
     host::RoleHandler,
-    messages::{Health, Reply, Request, WorkerReply, WorkerRequest},
+    messages::{
+        ApprovalAnswer, ApprovalAnswerChoice, Health, Reply, Request, WorkerReply, WorkerRequest,
+    },
     Call, RemoteError,
 };
 use futures::future::BoxFuture;
@@ -50,6 +55,7 @@ pub enum Subscription {
 enum Entry {
     Running {
         graph: Addr<TaskGraph>,
+        asks: Arc<TaskAsks>,
         listeners: Vec<mpsc::UnboundedSender<Update>>,
     },
     Finished {
@@ -183,11 +189,13 @@ impl actix::Handler<Start> for Worker {
             worker: Some(self.node.clone()),
         }));
         tracing::info!(run = %spec.run_id, call = %spec.tool_call_id, subagent = %spec.subagent_type, "task started");
+        let asks = Arc::new(TaskAsks::default());
         let graph = TaskGraph {
             key: key.clone(),
             spec: Some(spec),
             hosts: Arc::clone(&self.hosts),
             cancel: Arc::new(CancelFlag::default()),
+            asks: Arc::clone(&asks),
             worker: ctx.address(),
             node: self.node.clone(),
             trace,
@@ -197,6 +205,7 @@ impl actix::Handler<Start> for Worker {
             key,
             Entry::Running {
                 graph,
+                asks,
                 listeners: vec![tx],
             },
         );
@@ -239,6 +248,36 @@ impl actix::Handler<Cancel> for Worker {
             }
         }
         reached
+    }
+}
+
+/// The parent run's user answered a held call of a running task; whether it took it.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct AnswerApproval(pub ApprovalAnswer);
+
+impl actix::Handler<AnswerApproval> for Worker {
+    type Result = bool;
+
+    fn handle(&mut self, AnswerApproval(answer): AnswerApproval, _: &mut Context<Self>) -> bool {
+        let key = (answer.run_id.clone(), answer.tool_call_id.clone());
+        let Some(Entry::Running { asks, .. }) = self.tasks.get(&key) else {
+            return false;
+        };
+        let choice = match answer.choice {
+            ApprovalAnswerChoice::Approve => ApprovalChoice::Approve,
+            ApprovalAnswerChoice::ApproveForThread => ApprovalChoice::ApproveForThread,
+            ApprovalAnswerChoice::Deny => ApprovalChoice::Deny,
+        };
+        asks.answer(
+            &answer.call_id,
+            ApprovalDecision {
+                choice,
+                by: answer.by,
+                at: answer.at,
+                reason: answer.reason,
+            },
+        )
     }
 }
 
@@ -475,6 +514,10 @@ impl RoleHandler for Handler {
                         .await
                         .map_err(gone)?;
                     Ok(Reply::Worker(WorkerReply::Cancelled { tasks }))
+                }
+                WorkerRequest::AnswerApproval(answer) => {
+                    let taken = worker.send(AnswerApproval(answer)).await.map_err(gone)?;
+                    Ok(Reply::Worker(WorkerReply::ApprovalTaken { taken }))
                 }
                 WorkerRequest::Drain => {
                     worker.send(Drain).await.map_err(gone)?;

@@ -74,14 +74,15 @@ pub use prompt::{
 pub use run::actor::{Crash, Drive, RunActor};
 pub use run::builder::RunBuilder;
 pub use run::client::CALL_CANCELLED;
-pub use run::events::{RunEvent, ToolState};
+pub use run::events::{subagent_call_id, RunEvent, SubagentCall, ToolState};
 pub use run::execute::LeadTools;
 pub use run::journal::{Journal, JournalError, JournalResult, RunRecord, RunStatus, SharedJournal};
 pub use run::run_loop::{CancelFlag, RunError, RunLoop, RunOutcome};
 pub use run::settings::RunSettings;
 pub use settlement::{DeliveryReceipt, OutputsSnapshot};
 pub use task::approvals::TaskApprovals;
-pub use task::graph::{drive_task, run_task, TaskRun};
+pub use task::asks::TaskAsks;
+pub use task::graph::{drive_task, drive_task_asking, run_task, run_task_asking, TaskRun};
 pub use task::spec::{TaskSpec, WireCatalog};
 pub use task::wire::TaskWireError;
 pub use thread::approvals::{ApprovalChoice, ApprovalDecision, ApprovalState, PendingApproval};

@@ -371,6 +371,10 @@ async fn follow(
                     if asks {
                         elicited(&client.connection, run_id, &event, interactive);
                     }
+                    // A subagent's call waits for this run's user while the run goes on.
+                    if event["event"] == "approval_requested" && event["subagent"].is_object() {
+                        run_approvals::asked_live(&client.connection, run_id, &event, interactive);
+                    }
                 }
             }
             Ok(RunWatchItem::Ended(view)) => {

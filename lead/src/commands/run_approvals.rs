@@ -2,7 +2,8 @@
 //! `--resume RUN --approve CALL` / `--approve-for-thread CALL` / `--deny CALL [--reason
 //! TEXT]`, or asked here on a terminal, one call at a time (`y` approve, `t` approve for
 //! this thread, `n` deny, then an optional reason). The lead keeps each answer and resumes
-//! the run once every call it waits on is answered.
+//! the run once every call it waits on is answered. A subagent's call waits while its
+//! parent runs: it is asked as its event arrives, and answered the same ways.
 
 use std::io::{BufRead, Write};
 
@@ -62,6 +63,38 @@ pub async fn give(
         }
     }
     Ok(waiting)
+}
+
+/// A subagent's call waiting for the run's user while the run goes on (its
+/// `approval_requested` event): asked on a terminal, the answer given at once; otherwise
+/// the command that answers it is printed.
+pub fn asked_live(
+    connection: &antler_protocol::Connection,
+    run_id: &str,
+    event: &Value,
+    interactive: bool,
+) {
+    let call = event["tool_call_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    if !interactive {
+        eprintln!(
+            "    (the subagent's call waits for approval: antler run --resume {run_id} --approve {call} | --approve-for-thread {call} | --deny {call} [--reason TEXT])"
+        );
+        return;
+    }
+    let (connection, run_id) = (connection.clone(), run_id.to_owned());
+    let view = serde_json::json!({ "approvals": [event] });
+    actix::spawn(async move {
+        let answers = match tokio::task::spawn_blocking(move || ask(&view)).await {
+            Ok(Ok(answers)) => answers,
+            _ => return,
+        };
+        if let Err(e) = give(&connection, &run_id, answers).await {
+            eprintln!("    ({e}; answer again with: antler run --resume {run_id} --approve {call} | --deny {call})");
+        }
+    });
 }
 
 /// Asks on the terminal about each call the view waits on.

@@ -43,7 +43,9 @@ pub fn message_of(event: &TaskEvent) -> Option<String> {
             name, error: true, ..
         } => format!("the subagent's {name} call failed"),
         TaskEvent::TaskTool { name, .. } => format!("the subagent's {name} call returned"),
-        TaskEvent::TaskElicitation { .. } => return None,
+        TaskEvent::TaskElicitation { .. }
+        | TaskEvent::TaskApproval { .. }
+        | TaskEvent::TaskApprovalDecided { .. } => return None,
         TaskEvent::TaskCompleted { .. } => COMPLETED.to_owned(),
         TaskEvent::TaskFailed { .. } => FAILED.to_owned(),
         TaskEvent::TaskCancelled { .. } => CANCELLED.to_owned(),

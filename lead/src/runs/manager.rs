@@ -46,6 +46,7 @@ mod config;
 mod queries;
 mod resume;
 mod sink;
+mod subagent_approvals;
 mod submit;
 mod threads;
 
@@ -111,6 +112,8 @@ pub struct RunManager {
     resume_at_start: bool,
     /// Runs being resumed because their actor crashed, with the warning their events get.
     crashed: HashMap<String, String>,
+    /// The subagents' calls the runs wait on for their user.
+    subagent_asks: Arc<crate::runs::subagent_asks::SubagentAsks>,
 }
 
 impl RunManager {
@@ -127,6 +130,7 @@ impl RunManager {
             submitting: Default::default(),
             resume_at_start,
             crashed: HashMap::new(),
+            subagent_asks: Arc::default(),
         }
     }
 
@@ -166,7 +170,15 @@ impl RunManager {
         if let Some(message) = self.crashed.remove(&run_id) {
             sink(&RunEvent::Warning { message });
         }
-        run.on_event(sink);
+        let (asks, store, id) = (
+            Arc::clone(&self.subagent_asks),
+            self.env.store.clone(),
+            run_id.clone(),
+        );
+        run.on_event(move |event: &RunEvent| {
+            crate::runs::subagent_asks::relay(&id, &asks, &store, event);
+            sink(event);
+        });
         let actor = RunActor::new(run).start();
         self.ended.retain(|id| id != &run_id);
         self.runs.insert(
@@ -239,6 +251,12 @@ impl RunManager {
                     }
                     manager.metrics.drive_stopped(status.as_str());
                     live.driving = false;
+                    // The drive's tasks ended with it: none of their calls waits any more.
+                    subagent_approvals::drive_ended(
+                        &manager.subagent_asks,
+                        &manager.env.store,
+                        &run_id,
+                    );
                     live.log.stop(view.to_string());
                     if status == RunStatus::Interrupted && !waiting.is_empty() {
                         RunManager::expire_later(&run_id, &waiting, ctx);
@@ -297,6 +315,7 @@ impl Actor for RunManager {
         }
         // Approvals' deadlines hold across a restart, an ephemeral cluster's runs too.
         self.expire_left_waiting(ctx);
+        self.load_subagent_asks(ctx);
         if !self.resume_at_start {
             return;
         }
@@ -327,9 +346,22 @@ impl RunManager {
     fn view(&self, run_id: &str) -> ResponseFuture<Result<Value, PrepareError>> {
         let live = self.runs.get(run_id);
         let pending = live.map_or(Value::Array(Vec::new()), |l| l.elicitations.view());
+        // The subagents' calls waiting for the run's user are among its approvals.
+        let held = self.subagent_asks.view(run_id);
         let with_pending = move |mut view: Value| {
             if let Some(object) = view.as_object_mut() {
                 object.insert("elicitations".into(), pending);
+                if !held.is_empty() {
+                    let approvals = object
+                        .entry("approvals")
+                        .or_insert_with(|| Value::Array(Vec::new()));
+                    if !approvals.is_array() {
+                        *approvals = Value::Array(Vec::new());
+                    }
+                    if let Some(list) = approvals.as_array_mut() {
+                        list.extend(held);
+                    }
+                }
             }
             view
         };

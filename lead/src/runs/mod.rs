@@ -17,6 +17,7 @@ pub(crate) mod metrics;
 pub(crate) mod prepare;
 pub(crate) mod readiness;
 pub(crate) mod store;
+pub(crate) mod subagent_asks;
 pub(crate) mod view;
 
 pub use manager::{read_artifact, ArtifactContent, RunManager, SubmitRun, WatchRun};

@@ -15,11 +15,13 @@ mod forks;
 mod journal;
 pub mod memory;
 mod probe;
+mod subagent_asks;
 mod thread;
 mod threads;
 
 pub use approvals::Recorded;
 pub use probe::{probe_writes, unwritable};
+pub use subagent_asks::SubagentAsk;
 pub use threads::{ThreadRefusal, ThreadRow};
 
 use std::path::Path;
@@ -78,6 +80,8 @@ pub enum CheckpointError {
     },
     #[error("checkpoint store: run {0} has an unknown status {1:?}")]
     Status(String, String),
+    #[error("checkpoint store: a subagent's held call does not {0}")]
+    HeldCall(String),
     #[error("checkpoint store: no run {0}")]
     UnknownRun(String),
     #[error("checkpoint store: state does not encode: {0}")]
@@ -222,6 +226,9 @@ impl CheckpointStore {
             .map_err(open_error)?;
         connection
             .execute_batch(approvals::SCHEMA)
+            .map_err(open_error)?;
+        connection
+            .execute_batch(subagent_asks::SCHEMA)
             .map_err(open_error)?;
         // A store written before runs recorded these gains the columns.
         for (column, definition) in [

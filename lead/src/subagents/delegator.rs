@@ -190,7 +190,13 @@ impl LeadDelegator {
             loop_detection: self.app.loop_detection(),
             tool_output: self.app.tool_output(),
             // The parent's approval policy decides the subagent's calls too (issue 37).
-            approvals: self.approvals.clone(),
+            approvals: self.approvals.as_deref().map(|wire| {
+                antler_engine::TaskApprovals::for_task(
+                    wire,
+                    &call.thread_rules,
+                    call.parent_answers,
+                )
+            }),
         })
     }
 

@@ -1,4 +1,5 @@
-//! The typed calls to a subagent worker: its capacity, cancelling tasks, draining, and
+//! The typed calls to a subagent worker: its capacity, cancelling tasks, answering a
+//! task's held call, draining, and
 //! the streams of a task's run and of a re-attach to it.
 
 use std::future::Future;
@@ -7,7 +8,8 @@ use std::time::Duration;
 use super::{ask, reply_kind, Requester, Watch};
 use crate::connection::{Connection, RpcError};
 use crate::messages::{
-    Health, Reply, Request, TaskAssignment, TaskEvent, TaskResult, WorkerReply, WorkerRequest,
+    ApprovalAnswer, Health, Reply, Request, TaskAssignment, TaskEvent, TaskResult, WorkerReply,
+    WorkerRequest,
 };
 
 /// A worker's health and task slots ([`WorkerRequest::Capacity`]).
@@ -61,6 +63,23 @@ pub trait WorkerCalls: Requester {
             timeout,
             |reply| match reply {
                 Reply::Worker(WorkerReply::Cancelled { tasks }) => Ok(tasks),
+                other => Err(reply_kind(&other)),
+            },
+        )
+    }
+
+    /// [`WorkerRequest::AnswerApproval`]: whether a held call of the task took it.
+    fn answer_approval(
+        &self,
+        answer: ApprovalAnswer,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send {
+        ask(
+            self,
+            Request::Worker(WorkerRequest::AnswerApproval(answer)),
+            timeout,
+            |reply| match reply {
+                Reply::Worker(WorkerReply::ApprovalTaken { taken }) => Ok(taken),
                 other => Err(reply_kind(&other)),
             },
         )

@@ -31,7 +31,9 @@ pub use task::{
     WireContextSize, WireLoopDetection, WireModel, WireSource, WireSummarization, WireTool,
     WireToolOutput,
 };
-pub use worker::{TaskAssignment, WorkerReply, WorkerRequest};
+pub use worker::{
+    ApprovalAnswer, ApprovalAnswerChoice, TaskAssignment, WorkerReply, WorkerRequest,
+};
 
 use serde::{Deserialize, Serialize};
 

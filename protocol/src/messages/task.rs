@@ -402,6 +402,31 @@ pub enum TaskEvent {
         message: String,
         requested_schema: Json,
     },
+    /// A call of the subagent waits for the parent run's user: an approval rule asks
+    /// (issue 37). `args` are redacted; the call is held on the worker until the answer
+    /// ([`crate::messages::WorkerRequest::AnswerApproval`]) or `deadline_at` (Unix ms).
+    TaskApproval {
+        task_id: String,
+        call_id: String,
+        tool: String,
+        args: Json,
+        rule: Option<String>,
+        origin: Option<String>,
+        justification: Option<String>,
+        asked_at: u64,
+        deadline_at: u64,
+    },
+    /// How the subagent's held call `call_id` was decided, as the worker applied it.
+    TaskApprovalDecided {
+        task_id: String,
+        call_id: String,
+        tool: String,
+        decision: String,
+        rule: Option<String>,
+        by: Option<String>,
+        reason: Option<String>,
+        at: u64,
+    },
     TaskCompleted {
         task_id: String,
         result: TaskResult,

@@ -31,6 +31,32 @@ pub enum WorkerRequest {
     },
     /// Stop taking tasks (the worker is being removed); running ones finish.
     Drain,
+    /// The parent run's user answered the held call `call_id` of the task
+    /// (`run_id`, `tool_call_id`): it runs, or becomes the denial its model reads.
+    AnswerApproval(ApprovalAnswer),
+}
+
+/// A person's answer to a subagent's held call ([`WorkerRequest::AnswerApproval`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalAnswer {
+    pub run_id: String,
+    pub tool_call_id: String,
+    /// The subagent's own call id.
+    pub call_id: String,
+    pub choice: ApprovalAnswerChoice,
+    /// Who answered.
+    pub by: Option<String>,
+    /// Unix milliseconds.
+    pub at: u64,
+    pub reason: Option<String>,
+}
+
+/// What a person may answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ApprovalAnswerChoice {
+    Approve,
+    ApproveForThread,
+    Deny,
 }
 
 /// One task for a worker.
@@ -62,4 +88,6 @@ pub enum WorkerReply {
     Cancelled { tasks: u32 },
     /// The worker takes no new tasks.
     Draining,
+    /// Whether a held call took the answer (`false`: no such call waits here).
+    ApprovalTaken { taken: bool },
 }

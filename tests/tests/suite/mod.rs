@@ -83,6 +83,7 @@ mod peer_deadline;
 mod run_acp_agent;
 mod run_agents;
 mod run_approvals;
+mod run_approvals_subagent;
 mod run_clarification;
 mod run_example;
 mod run_first_hour;

@@ -8,6 +8,7 @@
 //! after the lead was killed and restarted resumes the run; the lead's `/metrics` count
 //! the asks and their answers by decision; an ask nobody answers by its deadline is a
 //! denial.
+//! A subagent's asks are `run_approvals_subagent`'s.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -19,7 +20,7 @@ use serde_json::{json, Value};
 use crate::lead_support::{http_full, sql, LeadCluster};
 use crate::suite::inspector_page::Browser;
 
-fn config(deadline_seconds: u64) -> String {
+pub(super) fn config(deadline_seconds: u64) -> String {
     format!(
         r#"tools:
   - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}
@@ -65,7 +66,7 @@ turns:
   - content: Done downloading.
 "#;
 
-fn workspace(c: &LeadCluster, user: &str, thread: &str) -> PathBuf {
+pub(super) fn workspace(c: &LeadCluster, user: &str, thread: &str) -> PathBuf {
     c.base()
         .join("users")
         .join(user)
@@ -75,7 +76,7 @@ fn workspace(c: &LeadCluster, user: &str, thread: &str) -> PathBuf {
 }
 
 /// Waits until the run is stored with `status`.
-fn wait_status(c: &LeadCluster, run_id: &str, status: &str) {
+pub(super) fn wait_status(c: &LeadCluster, run_id: &str, status: &str) {
     let reached = wait_for(Duration::from_secs(90), || {
         (c.run_status(run_id) == status).then_some(())
     });
@@ -87,7 +88,7 @@ fn wait_status(c: &LeadCluster, run_id: &str, status: &str) {
 }
 
 /// The content of the tool message answering `call` in the run's last state.
-fn tool_result(c: &LeadCluster, run_id: &str, call: &str) -> String {
+pub(super) fn tool_result(c: &LeadCluster, run_id: &str, call: &str) -> String {
     let state = c.run_state(run_id);
     state["messages"]
         .as_array()
@@ -99,7 +100,7 @@ fn tool_result(c: &LeadCluster, run_id: &str, call: &str) -> String {
 }
 
 /// The run's kept events of type `kind`.
-fn events(c: &LeadCluster, run_id: &str, kind: &str) -> Vec<Value> {
+pub(super) fn events(c: &LeadCluster, run_id: &str, kind: &str) -> Vec<Value> {
     let rows = sql(
         &c.runtime().join("runs.sqlite"),
         "select event from run_events where run_id = ? order by seq",
@@ -115,7 +116,7 @@ fn events(c: &LeadCluster, run_id: &str, kind: &str) -> Vec<Value> {
 }
 
 /// `antler run ... --json` against the running cluster: its one JSON object.
-fn run_json(c: &LeadCluster, args: &[&str]) -> Value {
+pub(super) fn run_json(c: &LeadCluster, args: &[&str]) -> Value {
     let mut all = vec!["run"];
     all.extend_from_slice(args);
     all.push("--json");
@@ -387,52 +388,11 @@ fn an_ask_nobody_answers_by_its_deadline_is_a_denial() {
     assert_eq!(decided[0]["decision"], "expired", "{decided:?}");
 }
 
-/// The parent delegates; its subagent pushes (asked: nobody answers on a worker) and
-/// writes a file (allowed).
-const DELEGATE: &str = r#"
-turns:
-  - tool_calls:
-      - {id: job, name: task, args: {description: ship, prompt: Push the work., subagent_type: general-purpose}}
-  - content: The subagent is done.
-subagents:
-  ship:
-    turns:
-      - tool_calls:
-          - {name: bash, id: sub-push, args: {description: push, command: "echo hi > /mnt/user-data/workspace/sub-pushed.txt && git push"}}
-      - tool_calls:
-          - {name: bash, id: sub-ok, args: {description: note, command: "echo ok > /mnt/user-data/workspace/sub-ok.txt"}}
-      - content: Pushed nothing.
-"#;
-
-#[test]
-fn a_subagent_is_held_to_its_parents_approval_policy() {
-    let config = config(3600).replace("tool_search:", "subagents:\n  enabled: true\ntool_search:");
-    let c = LeadCluster::up_with_workers(&config, &[], &[], 1);
-    let delegate = c.write("delegate.yaml", DELEGATE);
-    let done = run_json(
-        &c,
-        &[
-            "Delegate",
-            "--playbook",
-            &delegate,
-            "--thread",
-            "t-sub",
-            "--subagents",
-        ],
-    );
-    assert_eq!(done["status"], "success", "{done}");
-    let ws = workspace(&c, "default", "t-sub");
-    let run_id = done["run_id"].as_str().unwrap();
-    assert!(
-        ws.join("sub-ok.txt").exists(),
-        "the subagent did not run: its result {:?}, its events {:?}",
-        tool_result(&c, run_id, "job"),
-        events(&c, run_id, "task")
-    );
-    assert!(
-        !ws.join("sub-pushed.txt").exists(),
-        "the subagent's push skipped its parent's approval policy"
-    );
+/// A cluster of `config` with subagents on and one worker, its gateway on a free port:
+/// the set-up of the tests of a subagent's approvals (`run_approvals_subagent`).
+pub(super) fn with_subagents(config: &str) -> LeadCluster {
+    let config = config.replace("tool_search:", "subagents:\n  enabled: true\ntool_search:");
+    LeadCluster::up_with_workers(&config, &[], &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")], 1)
 }
 
 #[test]
@@ -457,14 +417,14 @@ fn a_rule_whose_examples_fail_is_a_config_error() {
     assert!(text.contains("push") && text.contains("git push"), "{text}");
 }
 
-fn peer(name: &str) -> PathBuf {
+pub(super) fn peer(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("peers")
         .join(name)
 }
 
 /// The id of the thread's latest run.
-fn latest_run(c: &LeadCluster, thread: &str) -> String {
+pub(super) fn latest_run(c: &LeadCluster, thread: &str) -> String {
     let rows = sql(
         &c.runtime().join("runs.sqlite"),
         "select run_id from runs where thread_id = ? order by rowid desc limit 1",

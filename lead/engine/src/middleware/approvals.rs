@@ -89,6 +89,7 @@ impl Record {
             reason: self.reason,
             at: now_ms(),
             waited_ms: self.waited_ms,
+            subagent: None,
         }
     }
 }

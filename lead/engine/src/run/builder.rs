@@ -124,6 +124,7 @@ impl RunBuilder {
             loop_warnings: LoopWarnings::default(),
             lead_tools: self.lead_tools,
             delegator: self.delegator,
+            subagent_thread_rules: Default::default(),
             cancel: self.cancel,
         }
     }

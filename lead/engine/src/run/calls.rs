@@ -106,19 +106,23 @@ impl RunLoop {
         held: Vec<String>,
     ) -> Result<(), RunError> {
         let current = &self.state.approvals;
+        let from_subagents = super::approvals_relay::take(&self.subagent_thread_rules);
         if asks.is_empty()
             && held.is_empty()
             && current.pending.is_empty()
             && current.held.is_empty()
             && current.decided.is_empty()
+            && from_subagents.is_subset(&current.thread_rules)
         {
             return Ok(());
         }
+        let mut thread_rules = current.thread_rules.clone();
+        thread_rules.extend(from_subagents);
         let approvals = ApprovalState {
             pending: asks,
             held,
             decided: Default::default(),
-            thread_rules: current.thread_rules.clone(),
+            thread_rules,
         };
         self.merge(StateUpdate {
             approvals: Some(approvals),
@@ -329,8 +333,36 @@ impl RunLoop {
         policy: &SkillPolicy,
     ) -> CallEnd {
         let refused = |message: Message| CallEnd::Done(StateUpdate::messages([message]));
-        if let Some(end) = self.admit(call, state, chain, policy) {
-            return end;
+        // A subagent's thread rules approved while the task ran count for its later calls.
+        let with_rules;
+        let mut state = state;
+        if let Some(asks) = &self.settings.parent_asks {
+            let rules = asks.thread_rules();
+            if !rules.is_subset(&state.approvals.thread_rules) {
+                let mut widened = state.clone();
+                widened.approvals.thread_rules.extend(rules);
+                with_rules = widened;
+                state = &with_rules;
+            }
+        }
+        let decided;
+        let held = self
+            .settings
+            .parent_asks
+            .as_deref()
+            .zip(self.settings.approvals.as_deref());
+        match (self.admit(call, state, chain, policy), held) {
+            (Some(CallEnd::Ask(pending)), Some((asks, gate))) => {
+                match self.held_call(call, state, pending, asks, gate).await {
+                    Ok(approved) => {
+                        decided = approved;
+                        state = &decided;
+                    }
+                    Err(denial) => return refused(denial),
+                }
+            }
+            (Some(end), _) => return end,
+            (None, _) => {}
         }
         self.lifecycle(ToolState::Executed, &call.name, Some(&call.id));
         if call.name == TASK {
@@ -379,7 +411,9 @@ impl RunLoop {
             return refused(hidden);
         }
         if let Some(gate) = &self.settings.approvals {
-            let interactive = !self.context.agent.non_interactive && !self.settings.is_subagent;
+            // A subagent task's asks wait for its parent run's user.
+            let interactive = self.settings.parent_asks.is_some()
+                || (!self.context.agent.non_interactive && !self.settings.is_subagent);
             match gate.check(
                 call,
                 self.catalog.get(&call.name),
@@ -393,15 +427,10 @@ impl RunLoop {
                     return refused(message);
                 }
                 Gate::Ask(pending) => {
-                    self.emit(RunEvent::ApprovalRequested {
-                        tool_call_id: pending.tool_call_id.clone(),
-                        tool: pending.tool.clone(),
-                        args: pending.args.clone(),
-                        rule: pending.rule.clone(),
-                        origin: pending.origin.clone(),
-                        justification: pending.justification.clone(),
-                        deadline_at: pending.deadline_at,
-                    });
+                    // A held call is reported once its answer has a place to go.
+                    if self.settings.parent_asks.is_none() {
+                        self.emit(requested(&pending));
+                    }
                     return Some(CallEnd::Ask(pending));
                 }
             }
@@ -415,6 +444,63 @@ impl RunLoop {
             };
         }
         None
+    }
+}
+
+impl RunLoop {
+    /// A subagent's call an approval rule asks about, held until the parent run's user
+    /// answers (or its deadline): `Ok` with the state the approved call runs in (its
+    /// answer in it, so the hosts' second check sees the approval), `Err` with the denial
+    /// its model reads. Either way the decision is an `approval_decided` event.
+    async fn held_call(
+        &self,
+        call: &ToolCall,
+        state: &ThreadState,
+        pending: PendingApproval,
+        asks: &crate::task::asks::TaskAsks,
+        gate: &approvals::ApprovalGate,
+    ) -> Result<ThreadState, Message> {
+        let held = asks.hold(&pending);
+        self.emit(requested(&pending));
+        let decision = asks.wait(held, pending.rule.as_deref()).await;
+        let mut decided = state.clone();
+        decided.approvals.decided.insert(call.id.clone(), decision);
+        // The answer is in the state: the gate decides by it (the text, the record).
+        match gate.check(call, self.catalog.get(&call.name), &decided.approvals, true) {
+            Gate::Pass(record) => {
+                if let Some(record) = record {
+                    self.emit(record.event(call));
+                }
+                Ok(decided)
+            }
+            Gate::Refuse { message, record } => {
+                self.emit(record.event(call));
+                Err(message)
+            }
+            // Never: a call with an answer is not asked again. Fail closed all the same.
+            Gate::Ask(p) => Err(crate::middleware::error_message(
+                &call.id,
+                &call.name,
+                approvals::DENIED_BY_USER
+                    .replace("{user}", "the user")
+                    .replace("{reason}", approvals::NO_REASON)
+                    + &format!(" (rule {})", p.rule.as_deref().unwrap_or("?")),
+            )),
+        }
+    }
+}
+
+/// The `approval_requested` event of a call waiting for a person.
+fn requested(pending: &PendingApproval) -> RunEvent {
+    RunEvent::ApprovalRequested {
+        tool_call_id: pending.tool_call_id.clone(),
+        tool: pending.tool.clone(),
+        args: pending.args.clone(),
+        rule: pending.rule.clone(),
+        origin: pending.origin.clone(),
+        justification: pending.justification.clone(),
+        deadline_at: pending.deadline_at,
+        subagent: None,
     }
 }
 

@@ -3,10 +3,26 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::thread::state::TokenUsage;
 use crate::tools::task::TaskEvent;
+
+/// A subagent's call as its parent run names it (issue 37): the parent's `task` call,
+/// the subagent's type and the call's own id. The parent's `tool_call_id` of it is
+/// [`subagent_call_id`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubagentCall {
+    pub task_call_id: String,
+    pub subagent_type: String,
+    pub call_id: String,
+}
+
+/// The id by which the parent run names its subagent's call `call_id` of the `task` call
+/// `task_call_id` (unique beside the parent's own calls).
+pub fn subagent_call_id(task_call_id: &str, call_id: &str) -> String {
+    format!("{task_call_id}.{call_id}")
+}
 
 /// What a run reports as it goes (the CLI prints them).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -130,6 +146,9 @@ pub enum RunEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         justification: Option<String>,
         deadline_at: u64,
+        /// The subagent whose call it is (`None`: the run's own call).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent: Option<SubagentCall>,
     },
     /// How the approval of the call `tool_call_id` was decided: `allow` or `deny` by a rule,
     /// `approve`, `approve_for_thread` or `deny` by the person `by`, `thread_rule` (its
@@ -151,6 +170,9 @@ pub enum RunEvent {
         /// the answer (the time to decision).
         #[serde(skip_serializing_if = "Option::is_none")]
         waited_ms: Option<u64>,
+        /// The subagent whose call it is (`None`: the run's own call).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent: Option<SubagentCall>,
     },
     /// What the ACP agent of the `invoke_acp_agent` call `tool_call_id` does meanwhile: a
     /// tool call, its update or its plan (ACP's `session/update`, as the agent sent it).

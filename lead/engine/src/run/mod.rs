@@ -9,6 +9,7 @@
 //! `journal` where a run is checkpointed (the lead's store plugs in behind its trait).
 
 pub mod actor;
+mod approvals_relay;
 pub mod builder;
 mod calls;
 pub(crate) mod client;

@@ -132,6 +132,8 @@ pub struct RunLoop {
     pub(super) events: Option<EventSink>,
     pub(super) lead_tools: Option<Arc<dyn LeadTools>>,
     pub(super) delegator: Option<Arc<dyn Delegator>>,
+    /// Rules the parent's user approved for the thread through a subagent's ask.
+    pub(super) subagent_thread_rules: super::approvals_relay::SubagentThreadRules,
     pub(super) cancel: Option<Arc<CancelFlag>>,
     /// The run's lease on its sandbox, renewed while the run is driven.
     pub(super) lease: Arc<SandboxLease>,
@@ -488,14 +490,14 @@ impl RunLoop {
         let collected = futures::future::join_all(
             dangling
                 .iter()
-                .map(|call| delegator.collect(&run_id, &call.id, self.task_events(&call.id))),
+                .map(|call| delegator.collect(&run_id, &call.id, self.task_events(call))),
         )
         .await;
         let mut update = StateUpdate::default();
         for (call, result) in dangling.iter().zip(collected) {
             match result {
                 Some(result) => {
-                    self.task_events(&call.id)(TaskEvent::ended(&call.id, result.clone()));
+                    self.task_events(call)(TaskEvent::ended(&call.id, result.clone()));
                     update = update.then(delegation::task_update(&run_id, &call.id, &result))
                 }
                 None => {
@@ -514,15 +516,31 @@ impl RunLoop {
     }
 
     /// Where the events of the task of call `tool_call_id` go: the run's stream.
-    fn task_events(&self, tool_call_id: &str) -> TaskEventSink {
+    fn task_events(&self, call: &ToolCall) -> TaskEventSink {
         let events = self.events.clone();
-        let tool_call_id = tool_call_id.to_owned();
+        let tool_call_id = call.id.clone();
+        let subagent_type = call
+            .args
+            .get("subagent_type")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let thread_rules = Arc::clone(&self.subagent_thread_rules);
         Arc::new(move |task: TaskEvent| {
+            if let TaskEvent::TaskApprovalDecided {
+                decision,
+                rule: Some(rule),
+                ..
+            } = &task
+            {
+                if decision == "approve_for_thread" {
+                    super::approvals_relay::remember(&thread_rules, rule);
+                }
+            }
             if let Some(events) = &events {
-                events(&RunEvent::Task {
-                    tool_call_id: tool_call_id.clone(),
-                    task,
-                });
+                let event =
+                    super::approvals_relay::parent_event(&tool_call_id, &subagent_type, task);
+                events(&event);
             }
         })
     }
@@ -553,8 +571,20 @@ impl RunLoop {
                     user_id: self.context.user_id.clone(),
                     thread_id: self.context.thread_id.clone(),
                     args,
+                    thread_rules: {
+                        let mut rules = self.state.approvals.thread_rules.clone();
+                        rules.extend(
+                            self.subagent_thread_rules
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .iter()
+                                .cloned(),
+                        );
+                        rules.into_iter().collect()
+                    },
+                    parent_answers: !self.context.agent.non_interactive,
                 };
-                let events = self.task_events(&call_id);
+                let events = self.task_events(call);
                 let running = delegator.delegate(task, Arc::clone(&events));
                 Box::pin(async move {
                     let result = running.await;

@@ -68,6 +68,9 @@ pub struct RunSettings {
     pub before_summarization: Option<crate::middleware::summarization::BeforeSummarization>,
     /// The approval stage (`approvals:`; `None`: no policy, every visible call runs).
     pub approvals: Option<Arc<crate::middleware::approvals::ApprovalGate>>,
+    /// A subagent task's held calls: an `ask` waits here for the parent run's user
+    /// (`None`: an ask stops the run, or is a denial where nobody can answer).
+    pub parent_asks: Option<Arc<crate::task::asks::TaskAsks>>,
 }
 
 impl Default for RunSettings {
@@ -98,6 +101,7 @@ impl Default for RunSettings {
             title: None,
             before_summarization: None,
             approvals: None,
+            parent_asks: None,
         }
     }
 }

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::asks::TaskAsks;
 use super::spec::TaskSpec;
 use crate::run::events::RunEvent;
 use crate::run::journal::RunStatus;
@@ -57,6 +58,20 @@ pub async fn run_task(
     drive_task(spec, hosts, cancel, events).await.result
 }
 
+/// [`run_task`] whose calls an approval rule asks about are held for the parent run's
+/// user: each is reported (`task_approval`) and waits for its answer, handed to `asks`.
+pub async fn run_task_asking(
+    spec: &TaskSpec,
+    hosts: Arc<dyn ToolHosts>,
+    cancel: Arc<CancelFlag>,
+    events: Arc<dyn Fn(TaskEvent) + Send + Sync>,
+    asks: Arc<TaskAsks>,
+) -> TaskResult {
+    drive_task_asking(spec, hosts, cancel, events, Some(asks))
+        .await
+        .result
+}
+
 /// [`run_task`], keeping the subagent's final state beside its result.
 pub async fn drive_task(
     spec: &TaskSpec,
@@ -64,10 +79,22 @@ pub async fn drive_task(
     cancel: Arc<CancelFlag>,
     events: Arc<dyn Fn(TaskEvent) + Send + Sync>,
 ) -> TaskRun {
+    drive_task_asking(spec, hosts, cancel, events, None).await
+}
+
+/// [`drive_task`]; with `asks`, an ask waits for the parent run's user (without, it is a
+/// denial that says nobody can answer).
+pub async fn drive_task_asking(
+    spec: &TaskSpec,
+    hosts: Arc<dyn ToolHosts>,
+    cancel: Arc<CancelFlag>,
+    events: Arc<dyn Fn(TaskEvent) + Send + Sync>,
+    asks: Option<Arc<TaskAsks>>,
+) -> TaskRun {
     let model_name = spec.model.name().to_owned();
     let max_turns = spec.max_turns.max(1);
     let timeout_s = spec.timeout_s.max(1);
-    let mut run = match start_task(spec, hosts, &cancel, max_turns).await {
+    let mut run = match start_task(spec, hosts, &cancel, max_turns, asks).await {
         Ok(run) => run,
         Err(error) => {
             return TaskRun {
@@ -108,6 +135,7 @@ async fn start_task(
     hosts: Arc<dyn ToolHosts>,
     cancel: &Arc<CancelFlag>,
     max_turns: usize,
+    asks: Option<Arc<TaskAsks>>,
 ) -> Result<RunLoop, String> {
     let catalog = match spec.catalog.rebuild() {
         Ok(catalog) => Arc::new(catalog),
@@ -140,8 +168,23 @@ async fn start_task(
         Some(wire) => crate::task::approvals::TaskApprovals::gate(wire)?,
         None => None,
     };
+    // The parent's user answers the asks only when someone can.
+    let answered = spec
+        .approvals
+        .as_deref()
+        .and_then(crate::task::approvals::TaskApprovals::parent_answers);
+    let asks = match (asks, answered) {
+        (Some(asks), Some(thread_rules)) => {
+            asks.remember(thread_rules);
+            Some(asks)
+        }
+        _ => None,
+    };
+    // Asks are held only under a policy that can ask.
+    let parent_asks = asks.filter(|_| approvals.is_some());
     let settings = RunSettings {
         approvals,
+        parent_asks,
         max_turns,
         tool_timeout: Duration::from_secs(spec.tool_timeout_s.max(1)),
         system_prompt: Some(Arc::from(spec.system_prompt.clone().unwrap_or_default())),
@@ -192,8 +235,9 @@ fn task_summarization(
 }
 
 /// What the task reports to its parent as its run goes: each assistant message
-/// (`task_running`), each finished tool call (`task_tool`) and each elicitation an MCP
-/// call waits on.
+/// (`task_running`), each finished tool call (`task_tool`), each elicitation an MCP
+/// call waits on, each call held for approval (`task_approval`) and how its approval was
+/// decided (`task_approval_decided`).
 fn task_reporter(
     spec: &TaskSpec,
     model_name: &str,
@@ -240,6 +284,45 @@ fn task_reporter(
             server: server.clone(),
             message: message.clone(),
             requested_schema: requested_schema.clone(),
+        }),
+        RunEvent::ApprovalRequested {
+            tool_call_id,
+            tool,
+            args,
+            rule,
+            origin,
+            justification,
+            deadline_at,
+            ..
+        } => reporter(TaskEvent::TaskApproval {
+            task_id: task_id.clone(),
+            call_id: tool_call_id.clone(),
+            tool: tool.clone(),
+            args: args.clone(),
+            rule: rule.clone(),
+            origin: origin.clone(),
+            justification: justification.clone(),
+            asked_at: crate::thread::approvals::now_ms(),
+            deadline_at: *deadline_at,
+        }),
+        RunEvent::ApprovalDecided {
+            tool_call_id,
+            tool,
+            decision,
+            rule,
+            by,
+            reason,
+            at,
+            ..
+        } => reporter(TaskEvent::TaskApprovalDecided {
+            task_id: task_id.clone(),
+            call_id: tool_call_id.clone(),
+            tool: tool.clone(),
+            decision: decision.clone(),
+            rule: rule.clone(),
+            by: by.clone(),
+            reason: reason.clone(),
+            at: *at,
         }),
         _ => {}
     }

@@ -17,6 +17,7 @@ mod skill_manage_public_read_only;
 mod skill_manage_same_skill_serialised;
 mod skill_manage_traversal;
 mod skill_manage_write_file;
+mod task_asks;
 mod task_graph;
 mod task_graph_model_fallback;
 mod web_address_guard;

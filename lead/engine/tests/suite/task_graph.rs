@@ -29,7 +29,7 @@ use sha2::{Digest, Sha256};
 /// A stand-in for sandbox-host and mcp-host: these tests call only builtins, so every
 /// request is a host error (and is counted, so a test can say none was made).
 #[derive(Default)]
-struct UnreachableHosts {
+pub(super) struct UnreachableHosts {
     requests: Mutex<usize>,
 }
 
@@ -119,7 +119,7 @@ fn catalog(extra: Vec<ToolSpec>) -> Catalog {
     Catalog::build(tools, true).unwrap()
 }
 
-fn turn(content: &str, calls: Vec<ScriptedCall>) -> ScriptedTurn {
+pub(super) fn turn(content: &str, calls: Vec<ScriptedCall>) -> ScriptedTurn {
     ScriptedTurn {
         content: content.to_owned(),
         tool_calls: calls,
@@ -134,7 +134,7 @@ fn too_late() -> ScriptedTurn {
     slow
 }
 
-fn search(query: &str) -> ScriptedCall {
+pub(super) fn search(query: &str) -> ScriptedCall {
     ScriptedCall {
         name: "tool_search".to_owned(),
         args: json!({ "query": query }),
@@ -152,7 +152,7 @@ fn usage(input: u64, output: u64) -> Option<TokenUsage> {
 }
 
 /// A task of `turns` over [`catalog`], under `dir`.
-fn spec(dir: &tempfile::TempDir, turns: Vec<ScriptedTurn>) -> TaskSpec {
+pub(super) fn spec(dir: &tempfile::TempDir, turns: Vec<ScriptedTurn>) -> TaskSpec {
     TaskSpec {
         run_id: "run-1".to_owned(),
         tool_call_id: TOOL_CALL_ID.to_owned(),

@@ -61,6 +61,10 @@ impl Handler<AnswerApproval> for RunManager {
     type Result = ResponseFuture<Result<ApprovalAnswered, ApprovalError>>;
 
     fn handle(&mut self, msg: AnswerApproval, ctx: &mut Context<Self>) -> Self::Result {
+        // A subagent's held call is answered while its parent runs.
+        if let Some(answering) = self.answer_subagent(&msg) {
+            return answering;
+        }
         let busy = self.runs.get(&msg.run_id).is_some_and(|live| live.driving)
             || self.resuming.contains(&msg.run_id);
         if busy {

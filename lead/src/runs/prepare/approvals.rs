@@ -91,6 +91,9 @@ pub(crate) fn task_approvals(app: &AppConfig, run: RunLayers<'_>) -> Option<Stri
         layers,
         workspace: env.workspace,
         writable_mounts: env.writable_mounts,
+        // The thread's approved rules and whether its user answers come per task (`TaskCall`).
+        thread_rules: Vec::new(),
+        parent_answers: false,
     };
     match task.to_wire() {
         Ok(wire) => Some(wire),

@@ -18,6 +18,10 @@ pub struct TaskCall {
     pub user_id: String,
     pub thread_id: String,
     pub args: TaskArgs,
+    /// The rules the parent's thread approved for the thread (its subagent passes them).
+    pub thread_rules: Vec<String>,
+    /// Whether the parent run's user can answer the task's asks.
+    pub parent_answers: bool,
 }
 
 /// Where a task's events go (the parent run's event stream).

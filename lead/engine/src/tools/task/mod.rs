@@ -286,6 +286,39 @@ pub enum TaskEvent {
         message: String,
         requested_schema: serde_json::Value,
     },
+    /// A call of the subagent waits for the parent run's user (an approval rule asks,
+    /// issue 37): held on the worker until answered or `deadline_at` (Unix ms). `args`
+    /// are redacted.
+    TaskApproval {
+        task_id: String,
+        /// The subagent's own call id.
+        call_id: String,
+        tool: String,
+        args: serde_json::Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        rule: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        origin: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        justification: Option<String>,
+        asked_at: u64,
+        deadline_at: u64,
+    },
+    /// How the subagent's held call was decided, as the worker applied it (`approve`,
+    /// `approve_for_thread`, `deny`, `expired`).
+    TaskApprovalDecided {
+        task_id: String,
+        call_id: String,
+        tool: String,
+        decision: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        rule: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        at: u64,
+    },
     TaskCompleted {
         task_id: String,
         result: TaskResult,

@@ -1,0 +1,228 @@
+//! [`SubagentAsks`]: the subagents' calls the lead's runs wait on for their user (issue 37),
+//! from the parent's `approval_requested` event (marked with its subagent) until the call
+//! is decided or its task ends. Each is also a row of the runs store (`subagent_asks`),
+//! written as it is listed here and read back when the lead starts, so an answer finds
+//! it across a restart. [`relay`] keeps both from the parent run's events.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use antler_engine::{PendingApproval, RunEvent, TaskEvent};
+
+use crate::runs::store::{CheckpointStore, SubagentAsk};
+
+/// The subagents' held calls of every run of this lead, by (parent run, call).
+#[derive(Debug, Default)]
+pub struct SubagentAsks {
+    waiting: Mutex<HashMap<(String, String), SubagentAsk>>,
+}
+
+impl SubagentAsks {
+    fn lock(&self) -> MutexGuard<'_, HashMap<(String, String), SubagentAsk>> {
+        // Nothing panics while holding it; the map stays usable.
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A subagent's call waits.
+    pub fn asked(&self, ask: SubagentAsk) {
+        let key = (ask.run_id.clone(), ask.pending.tool_call_id.clone());
+        self.lock().insert(key, ask);
+    }
+
+    /// The held call `tool_call_id` of `run_id`, if it waits.
+    pub fn get(&self, run_id: &str, tool_call_id: &str) -> Option<SubagentAsk> {
+        self.lock()
+            .get(&(run_id.to_owned(), tool_call_id.to_owned()))
+            .cloned()
+    }
+
+    /// The call no longer waits; `true` when it did.
+    pub fn decided(&self, run_id: &str, tool_call_id: &str) -> bool {
+        self.lock()
+            .remove(&(run_id.to_owned(), tool_call_id.to_owned()))
+            .is_some()
+    }
+
+    /// The run's drive ended; `true` when some of its calls were still listed.
+    pub fn run_ended(&self, run_id: &str) -> bool {
+        let mut waiting = self.lock();
+        let before = waiting.len();
+        waiting.retain(|(run, _), _| run != run_id);
+        waiting.len() != before
+    }
+
+    /// The task `task_call_id` of `run_id` ended: none of its calls waits.
+    pub fn task_ended(&self, run_id: &str, task_call_id: &str) {
+        self.lock()
+            .retain(|(run, _), ask| !(run == run_id && ask.subagent.task_call_id == task_call_id));
+    }
+
+    /// The calls `run_id`'s subagents wait on, in the order they were asked, as the run
+    /// view lists approvals (each with its `subagent`).
+    pub fn view(&self, run_id: &str) -> Vec<serde_json::Value> {
+        let mut held: Vec<SubagentAsk> = self
+            .lock()
+            .values()
+            .filter(|ask| ask.run_id == run_id)
+            .cloned()
+            .collect();
+        held.sort_by(|a, b| {
+            (a.pending.asked_at, &a.pending.tool_call_id)
+                .cmp(&(b.pending.asked_at, &b.pending.tool_call_id))
+        });
+        held.into_iter()
+            .map(|ask| {
+                let mut entry = serde_json::json!(ask.pending);
+                if let Some(object) = entry.as_object_mut() {
+                    object.insert("subagent".into(), serde_json::json!(ask.subagent));
+                }
+                entry
+            })
+            .collect()
+    }
+}
+
+/// What the parent run `run_id`'s events mean for its subagents' held calls: an ask is
+/// listed and stored before the event goes out (an answer can follow it at once), a
+/// decision or the task's end takes it off. The store's writes go to its thread, which
+/// keeps them in order; nobody waits for them.
+pub fn relay(run_id: &str, asks: &SubagentAsks, store: &CheckpointStore, event: &RunEvent) {
+    match event {
+        RunEvent::ApprovalRequested {
+            tool_call_id,
+            tool,
+            args,
+            rule,
+            origin,
+            justification,
+            deadline_at,
+            subagent: Some(subagent),
+        } => {
+            let ask = SubagentAsk {
+                run_id: run_id.to_owned(),
+                pending: PendingApproval {
+                    tool_call_id: tool_call_id.clone(),
+                    tool: tool.clone(),
+                    args: args.clone(),
+                    rule: rule.clone(),
+                    origin: origin.clone(),
+                    justification: justification.clone(),
+                    asked_at: antler_protocol::sys::unix_ms(),
+                    deadline_at: *deadline_at,
+                },
+                subagent: subagent.clone(),
+            };
+            asks.asked(ask.clone());
+            drop(store.call(move |store| store.record_subagent_ask(&ask)));
+        }
+        RunEvent::ApprovalDecided {
+            tool_call_id,
+            tool,
+            decision,
+            rule,
+            by,
+            reason,
+            at,
+            subagent: Some(_),
+        } => {
+            if !asks.decided(run_id, tool_call_id) {
+                // A rule's own decision: nobody was asked.
+                return;
+            }
+            // The person's answer was kept when it was given; an expiry is kept here.
+            let choice = match decision.as_str() {
+                "expired" => antler_engine::ApprovalChoice::Expired,
+                other => antler_engine::ApprovalChoice::parse(other)
+                    .unwrap_or(antler_engine::ApprovalChoice::Deny),
+            };
+            let pending = PendingApproval {
+                tool_call_id: tool_call_id.clone(),
+                tool: tool.clone(),
+                args: serde_json::Value::Null,
+                rule: rule.clone(),
+                origin: None,
+                justification: None,
+                asked_at: *at,
+                deadline_at: *at,
+            };
+            let decision = antler_engine::ApprovalDecision {
+                choice,
+                by: by.clone(),
+                at: *at,
+                reason: reason.clone(),
+            };
+            let (run, call) = (run_id.to_owned(), tool_call_id.clone());
+            drop(store.call(move |store| {
+                store.record_approval(&run, &pending, &decision)?;
+                store.forget_subagent_ask(&run, &call)
+            }));
+        }
+        RunEvent::Task {
+            tool_call_id,
+            task:
+                TaskEvent::TaskCompleted { .. }
+                | TaskEvent::TaskFailed { .. }
+                | TaskEvent::TaskCancelled { .. }
+                | TaskEvent::TaskTimedOut { .. },
+        } => {
+            asks.task_ended(run_id, tool_call_id);
+            let (run, task) = (run_id.to_owned(), tool_call_id.clone());
+            drop(store.call(move |store| store.forget_subagent_task(&run, &task)));
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use antler_engine::SubagentCall;
+
+    fn ask(run: &str, task: &str, call: &str, at: u64) -> SubagentAsk {
+        SubagentAsk {
+            run_id: run.into(),
+            pending: PendingApproval {
+                tool_call_id: format!("{task}.{call}"),
+                tool: "bash".into(),
+                args: serde_json::json!({"command": "git push"}),
+                rule: Some("push".into()),
+                origin: None,
+                justification: None,
+                asked_at: at,
+                deadline_at: at + 1,
+            },
+            subagent: SubagentCall {
+                task_call_id: task.into(),
+                subagent_type: "general-purpose".into(),
+                call_id: call.into(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_held_call_is_listed_for_its_run_until_decided_or_its_task_or_drive_ends() {
+        let asks = SubagentAsks::default();
+        asks.asked(ask("r1", "t1", "b2", 2));
+        asks.asked(ask("r1", "t1", "b1", 1));
+        asks.asked(ask("r1", "t2", "b1", 3));
+        asks.asked(ask("r2", "t1", "b1", 1));
+        let listed = asks.view("r1");
+        let ids: Vec<&str> = listed
+            .iter()
+            .map(|a| a["tool_call_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["t1.b1", "t1.b2", "t2.b1"]);
+        assert_eq!(listed[0]["subagent"]["call_id"], "b1");
+        assert!(asks.get("r2", "t1.b2").is_none(), "another run's call");
+        assert!(asks.decided("r1", "t1.b1"));
+        assert!(!asks.decided("r1", "t1.b1"));
+        asks.task_ended("r1", "t1");
+        assert!(asks.get("r1", "t1.b2").is_none());
+        assert!(asks.run_ended("r1"));
+        assert!(!asks.run_ended("r1"));
+        assert!(asks.get("r2", "t1.b1").is_some());
+    }
+}
