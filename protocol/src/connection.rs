@@ -1039,7 +1039,7 @@ enum Pass {
     /// The socket would block: everything read was dispatched.
     Drained,
     /// A stream consumer had no room: the reader task must wait for it.
-    Stalled(Stalled),
+    Stalled(Box<Stalled>),
     /// The connection closed.
     Closed,
 }
@@ -1086,7 +1086,7 @@ fn read_side(shared: &Arc<Shared>, who: Reader<'_, '_>) -> Poll<Pass> {
                 st.task = cx.waker().clone();
             }
             if let Some(stalled) = st.stalled.take() {
-                return Poll::Ready(Pass::Stalled(stalled));
+                return Poll::Ready(Pass::Stalled(Box::new(stalled)));
             }
             if watcher.is_some() {
                 return Poll::Pending;
@@ -1105,7 +1105,7 @@ fn read_side(shared: &Arc<Shared>, who: Reader<'_, '_>) -> Poll<Pass> {
         Pass::Stalled(stalled) if watcher.is_some() => {
             // The reader task waits for the consumer, and reads on after it: the socket
             // goes back to the I/O thread (this caller's reply comes by the reader task).
-            st.stalled = Some(stalled);
+            st.stalled = Some(*stalled);
             if let Some(sock) = shared.sock.as_ref() {
                 sock.watch_on_io(watcher, &st.task);
             }
@@ -1200,7 +1200,7 @@ fn read_pass(
                 if shared.written(shared.out.flush()).is_err() {
                     return Pass::Closed;
                 }
-                return Pass::Stalled(stalled);
+                return Pass::Stalled(Box::new(stalled));
             }
         };
         if shared.written(shared.out.flush()).is_err() {
@@ -1276,7 +1276,10 @@ async fn read_loop(shared: Arc<Shared>) {
         })
         .await;
         match pass {
-            Pass::Stalled(Stalled { tx, item }) => park(&shared, tx.send(item)).await,
+            Pass::Stalled(stalled) => {
+                let Stalled { tx, item } = *stalled;
+                park(&shared, tx.send(item)).await
+            }
             Pass::Drained | Pass::Closed => break,
         }
     }

@@ -126,6 +126,7 @@ pub fn relay(run_id: &str, asks: &SubagentAsks, store: &CheckpointStore, event: 
             reason,
             at,
             subagent: Some(_),
+            ..
         } => {
             if !asks.decided(run_id, tool_call_id) {
                 // A rule's own decision: nobody was asked.

@@ -426,6 +426,7 @@ pub enum TaskEvent {
         by: Option<String>,
         reason: Option<String>,
         at: u64,
+        waited_ms: Option<u64>,
     },
     TaskCompleted {
         task_id: String,

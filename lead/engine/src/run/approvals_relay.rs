@@ -48,6 +48,7 @@ pub fn parent_event(task_call_id: &str, subagent_type: &str, task: TaskEvent) ->
             by,
             reason,
             at,
+            waited_ms,
             ..
         } => RunEvent::ApprovalDecided {
             tool_call_id: subagent_call_id(task_call_id, &call_id),
@@ -58,6 +59,7 @@ pub fn parent_event(task_call_id: &str, subagent_type: &str, task: TaskEvent) ->
             by,
             reason,
             at,
+            waited_ms,
         },
         task => RunEvent::Task {
             tool_call_id: task_call_id.to_owned(),

@@ -313,6 +313,7 @@ fn task_reporter(
             by,
             reason,
             at,
+            waited_ms,
             ..
         } => reporter(TaskEvent::TaskApprovalDecided {
             task_id: task_id.clone(),
@@ -323,6 +324,7 @@ fn task_reporter(
             by: by.clone(),
             reason: reason.clone(),
             at: *at,
+            waited_ms: *waited_ms,
         }),
         _ => {}
     }

@@ -515,6 +515,7 @@ impl From<TaskEvent> for wire::TaskEvent {
                 by,
                 reason,
                 at,
+                waited_ms,
             } => wire::TaskEvent::TaskApprovalDecided {
                 task_id,
                 call_id,
@@ -524,6 +525,7 @@ impl From<TaskEvent> for wire::TaskEvent {
                 by,
                 reason,
                 at,
+                waited_ms,
             },
             TaskEvent::TaskCompleted { task_id, result } => wire::TaskEvent::TaskCompleted {
                 task_id,
@@ -639,6 +641,7 @@ impl From<wire::TaskEvent> for TaskEvent {
                 by,
                 reason,
                 at,
+                waited_ms,
             } => TaskEvent::TaskApprovalDecided {
                 task_id,
                 call_id,
@@ -648,6 +651,7 @@ impl From<wire::TaskEvent> for TaskEvent {
                 by,
                 reason,
                 at,
+                waited_ms,
             },
             wire::TaskEvent::TaskCompleted { task_id, result } => TaskEvent::TaskCompleted {
                 task_id,
@@ -916,6 +920,7 @@ mod tests {
                 by: Some("alice".into()),
                 reason: Some("not now".into()),
                 at: 3,
+                waited_ms: Some(1),
             },
             TaskEvent::ended("c", result.clone()),
         ];

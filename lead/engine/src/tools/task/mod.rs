@@ -318,6 +318,9 @@ pub enum TaskEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
         at: u64,
+        /// Milliseconds from the ask to its answer (a person's or the deadline's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        waited_ms: Option<u64>,
     },
     TaskCompleted {
         task_id: String,
