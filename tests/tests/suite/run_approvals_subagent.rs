@@ -5,7 +5,8 @@
 //! task's events); approved for the thread, the parent's own next push on that thread is
 //! not asked; denied through `antler run --resume PARENT --deny CALL --reason TEXT`, the
 //! subagent's model reads the reason and the command never ran; unanswered by the
-//! deadline, it is a denial; asked on a terminal by `antler run`; cancelling the parent
+//! deadline, it is a denial; asked on a terminal by `antler run`; answered on the
+//! inspector page (its card names the subagent); cancelling the parent
 //! ends the wait; another user neither sees nor answers it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,6 +19,7 @@ use super::run_approvals::{
     config, events, latest_run, peer, run_json, wait_status, with_subagents, workspace,
 };
 use crate::lead_support::{http_full, sql, LeadCluster};
+use crate::suite::inspector_page::Browser;
 
 /// Another user of the gateway.
 const BOB: &str = "bob-token-00000000000002";
@@ -283,6 +285,37 @@ fn a_subagents_ask_reaches_the_parents_user() {
     assert!(!workspace(&c, "default", "t-pty")
         .join("sub-pushed.txt")
         .exists());
+
+    // Approved from the inspector page (headless Chromium) while the parent runs: the held
+    // call's card names its subagent, its button answers it.
+    let (page_run, _) = held(&c, &delegate, "t-page");
+    let mut b = Browser::start();
+    let base = format!("http://{addr}/");
+    b.goto(&format!("{base}#token={token}"));
+    b.goto(&format!("{base}#/runs/{page_run}"));
+    let card = format!("[data-approval=\"{HELD}\"]");
+    b.wait(&format!(
+        "!!document.querySelector('{card} [data-decision=\"approve\"]')"
+    ));
+    assert_eq!(
+        b.eval(&format!(
+            "document.querySelector('{card}').textContent.includes('general-purpose subagent') && document.querySelector('{card} code').textContent.includes('git push origin main')"
+        )),
+        true
+    );
+    b.eval(&format!(
+        "document.querySelector('{card} [data-decision=\"approve\"]').click()"
+    ));
+    wait_status(&c, &page_run, "success");
+    assert_eq!(
+        b.send(serde_json::json!({"op": "errors"})),
+        serde_json::json!([])
+    );
+    drop(b);
+    assert!(workspace(&c, "default", "t-page")
+        .join("sub-pushed.txt")
+        .exists());
+    assert_eq!(kept_decision(&c, &page_run, HELD)[1], "approve");
 
     // Cancelling the parent ends the wait: the call never runs and waits no more.
     let (run_id, _) = held(&c, &delegate, "t-cancel");

@@ -173,7 +173,7 @@ function runsView(view) {
 // ---- one run: the timeline ---------------------------------------------------------
 
 function newModel() {
-  return { items: [], calls: new Map(), turns: [], view: null, io: new Map(), replies: new Map(), elicitations: [] };
+  return { items: [], calls: new Map(), turns: [], view: null, io: new Map(), replies: new Map(), elicitations: [], approvals: [] };
 }
 
 /// Each call's arguments and result, and each AI message's text by id, from the run's messages.
@@ -441,7 +441,7 @@ function approvalForm(runId, a, done) {
   };
   const button = (decision, text) => el("button", { type: "button", "data-decision": decision, onclick: () => send(decision), text });
   return el("div", { class: "card approval", "data-approval": a.tool_call_id, role: "group", "aria-labelledby": "approve-" + a.tool_call_id },
-    el("p", { id: "approve-" + a.tool_call_id }, el("strong", { text: "Approve this call? " }), el("code", { text: clip(approvalCall(a), 500) })),
+    el("p", { id: "approve-" + a.tool_call_id }, el("strong", { text: a.subagent ? "Approve this call of the " + a.subagent.subagent_type + " subagent? " : "Approve this call? " }), el("code", { text: clip(approvalCall(a), 500) })),
     el("p", { class: "muted", text: "Rule " + (a.rule || "?") + (a.origin ? " (" + a.origin + ")" : "") + ": " + (a.justification || "this call needs approval") +
       " · unanswered by " + new Date(a.deadline_at).toLocaleString() + " it is denied" }),
     el("p", {}, button("approve", "Approve"), " ", button("approve_for_thread", "Approve for this thread"), " ",
@@ -504,6 +504,18 @@ function runView(view, runId) {
     renderSummary();
   };
 
+  // A running run's pending approvals (its subagents' asks: the run itself goes on), each
+  // card kept across renders.
+  const approvalCards = new Map();
+  const approvalParts = () => {
+    const pending = model.approvals || [];
+    for (const id of approvalCards.keys()) if (!pending.some((a) => a.tool_call_id === id)) approvalCards.delete(id);
+    return pending.map((a) => {
+      if (!approvalCards.has(a.tool_call_id)) approvalCards.set(a.tool_call_id, approvalForm(runId, a, () => setTimeout(loadElicitations, 300)));
+      return approvalCards.get(a.tool_call_id);
+    });
+  };
+
   // The forms of pending elicitations, kept across renders so what is typed stays.
   const forms = new Map();
   const elicitationParts = () => {
@@ -518,13 +530,14 @@ function runView(view, runId) {
     try {
       const v = await (await api(`/api/runs/${encodeURIComponent(runId)}`)).json();
       model.elicitations = v.elicitations || [];
+      model.approvals = v.status === "running" ? (v.approvals || []) : [];
       renderSummary();
     } catch (_) { /* the next event or poll tries again */ }
   };
 
   const renderSummary = () => {
     const v = model.view;
-    if (!v) { summary.replaceChildren(el("p", { class: "status-running", text: "running" }), ...elicitationParts()); return; }
+    if (!v) { summary.replaceChildren(el("p", { class: "status-running", text: "running" }), ...approvalParts(), ...elicitationParts()); return; }
     const parts = [el("p", {}, "Status: ", el("strong", { class: "status-" + v.status, id: "run-status", text: v.status }),
       ` · user ${v.user} · thread ${v.thread}`)];
     parts.push(el("p", { class: "muted", text: "Task: " + clip(v.task, 500) }));
@@ -536,6 +549,8 @@ function runView(view, runId) {
     const approvals = v.status === "interrupted" ? (v.approvals || []) : [];
     if (approvals.length) {
       parts.push(...approvals.map((a) => approvalForm(runId, a, () => { model.view = null; follow(); })));
+    } else if (v.status === "running" && model.approvals.length) {
+      parts.push(...approvalParts());
     } else if (v.status === "interrupted" && v.question) parts.push(answerBox(v.question));
     parts.push(...elicitationParts());
     if (v.artifacts && v.artifacts.length) {
@@ -585,6 +600,7 @@ function runView(view, runId) {
     try {
       model.view = await (await api(`/api/runs/${encodeURIComponent(runId)}`)).json();
       model.elicitations = model.view.elicitations || [];
+      model.approvals = model.view.status === "running" ? (model.view.approvals || []) : [];
       await loadMessages();
       render();
     } catch (err) {
@@ -623,6 +639,8 @@ function runView(view, runId) {
           }
           // A call asks the user, or a call that asked ended: the view says what is pending.
           if (json.event === "elicitation" || (json.event === "tool_finished" && model.elicitations.length)) loadElicitations();
+          // A subagent's call waits for approval, or was decided: so does the parent's view.
+          if (json.event === "approval_requested" || json.event === "approval_decided") loadElicitations();
         }
         render();
       }
