@@ -88,7 +88,15 @@ pub fn mcp_url(cluster: &LeadCluster) -> String {
 /// The MCP SDK driver (`tests/peers/mcp_serve_client.py`) run with what `configure` gives
 /// it (its mode and arguments, its environment), to its end: its one JSON report.
 pub fn mcp_driver(configure: impl FnOnce(&mut Command) -> &mut Command) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_client.py");
+    python_driver("mcp_serve_client.py", configure)
+}
+
+/// The Python peer `tests/peers/{script}` run with what `configure` gives it, to its end:
+/// its one JSON report on stdout (its failure shows its stderr).
+pub fn python_driver(script: &str, configure: impl FnOnce(&mut Command) -> &mut Command) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("peers")
+        .join(script);
     let mut command = Command::new("python3");
     command.arg(script);
     let out = configure(&mut command)

@@ -25,8 +25,8 @@ use antler_tests::wait_for;
 use serde_json::{json, Value};
 
 use crate::lead_support::{sql, LeadCluster};
+use crate::mcp_support::serve::{python_driver, ALICE};
 
-const ALICE: &str = "alice-token-000000000001";
 const WORKSPACE: &str = "/mnt/user-data/workspace";
 
 fn config(deadline_seconds: u64) -> String {
@@ -64,22 +64,10 @@ fn cluster(deadline_seconds: u64) -> LeadCluster {
     )
 }
 
-/// The driver run with what `configure` gives it, to its end: its one JSON report.
+/// The driver (`tests/peers/mcp_serve_approvals_client.py`) run with what `configure`
+/// gives it, to its end: its one JSON report.
 fn driver(configure: impl FnOnce(&mut Command) -> &mut Command) -> Value {
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mcp_serve_approvals_client.py");
-    let mut command = Command::new("python3");
-    command.arg(script);
-    let out = configure(&mut command)
-        .output()
-        .expect("run the MCP SDK driver");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the driver failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim()).expect("one JSON report")
+    python_driver("mcp_serve_approvals_client.py", configure)
 }
 
 /// A session of alice's over `/mcp` on `thread`: `calls` made in turn, the client's
