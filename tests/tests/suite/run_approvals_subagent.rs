@@ -7,7 +7,8 @@
 //! subagent's model reads the reason and the command never ran; unanswered by the
 //! deadline, it is a denial; asked on a terminal by `antler run`; answered on the
 //! inspector page (its card names the subagent); cancelling the parent
-//! ends the wait; another user neither sees nor answers it.
+//! ends the wait; another user neither sees nor answers it; a lead killed while the call is
+//! held reads it back when it restarts and takes the answer to the worker.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
@@ -374,4 +375,35 @@ fn a_subagents_ask_nobody_answers_by_its_deadline_is_a_denial() {
     let kept = kept_decision(&c, &run_id, HELD);
     assert_eq!(kept[1], "expired", "{kept}");
     assert_eq!(still_held(&c, &run_id), 0);
+}
+
+#[test]
+fn a_subagents_held_call_is_answered_after_the_lead_restarts() {
+    let mut c = with_subagents(&config(3600));
+    let delegate = c.write("delegate.yaml", DELEGATE);
+    let (run_id, _) = held(&c, &delegate, "t-restart");
+    let stored = wait_for(Duration::from_secs(10), || {
+        (still_held(&c, &run_id) == 1).then_some(())
+    });
+    assert!(stored.is_some(), "the held call is not in the runs store");
+
+    // The lead dies while the subagent's call is held on the worker; the restarted lead
+    // reads the held call back and takes the parent's user's answer to the worker.
+    c.kill_lead();
+    c.start();
+    let done = run_json(&c, &["--resume", &run_id, "--approve", HELD]);
+    assert_eq!(done["status"], "success", "{done}");
+    wait_status(&c, &run_id, "success");
+    let ws = workspace(&c, "default", "t-restart");
+    let pushed = (
+        events(&c, &run_id, "task"),
+        events(&c, &run_id, "approval_requested"),
+        events(&c, &run_id, "approval_decided"),
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("sub-pushed.txt")).ok(),
+        Some("hi\n".to_owned()),
+        "{pushed:#?}\n{:#}",
+        c.run_state(&run_id)["messages"]
+    );
 }
