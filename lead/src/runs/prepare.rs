@@ -33,6 +33,7 @@ use antler_engine::{
 };
 
 mod approvals;
+use approvals::SkillRules;
 mod catalog;
 mod config_files;
 pub(crate) mod context;
@@ -461,11 +462,8 @@ impl RunEnv {
         context.agent.subagents = subagents;
         context.agent.role = submission.role.clone();
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
-        let mut settings = context::with_context(
-            self.settings(&app, &context, &profile, prompt_catalog)?,
-            &app,
-            &label,
-        )?;
+        let (settings, skill_rules) = self.settings(&app, &context, &profile, prompt_catalog)?;
+        let mut settings = context::with_context(settings, &app, &label)?;
         self.add_memory(&app, &context, &label, &mut settings)
             .await?;
         let skills = settings.skills.clone();
@@ -477,6 +475,7 @@ impl RunEnv {
             &context,
             &settings,
             &profile,
+            &skill_rules,
         );
         let cancel = Arc::new(CancelFlag::default());
         let builder = self
@@ -605,15 +604,21 @@ impl RunEnv {
         context.agent.subagents = subagents;
         context.agent.role = record.role.clone();
         let prompt_catalog = model.reads_prompt().then_some(&catalog);
-        let mut settings = context::with_context(
-            self.settings(&app, &context, &profile, prompt_catalog)?,
-            &app,
-            &label,
-        )?;
+        let (settings, skill_rules) = self.settings(&app, &context, &profile, prompt_catalog)?;
+        let mut settings = context::with_context(settings, &app, &label)?;
         self.add_memory(&app, &context, &label, &mut settings)
             .await?;
         let skills = settings.skills.clone();
-        let delegator = self.delegator(&app, false, request, &model, &context, &settings, &profile);
+        let delegator = self.delegator(
+            &app,
+            false,
+            request,
+            &model,
+            &context,
+            &settings,
+            &profile,
+            &skill_rules,
+        );
         let cancel = Arc::new(CancelFlag::default());
         let mut run = self
             .builder(context, model, &catalog, settings, delegator)
@@ -710,6 +715,7 @@ impl RunEnv {
         context: &RunContext,
         settings: &RunSettings,
         profile: &AgentProfile,
+        skill_rules: &SkillRules,
     ) -> Option<Arc<dyn Delegator>> {
         let dispatcher = self
             .dispatcher
@@ -736,16 +742,14 @@ impl RunEnv {
                         .agent_name
                         .as_deref()
                         .zip(profile.approvals.as_deref().ok()),
-                    skills: &approvals::skill_rules(
-                        &settings.skills.scan(),
-                        profile.skills.as_ref(),
-                    ),
+                    skills: skill_rules,
                 },
             ),
         }))
     }
 
-    /// A run's settings from config.yaml; its skills are where sandbox-host mounts them
+    /// A run's settings from config.yaml, and its skills' approval rules (the delegator's
+    /// tasks carry them too); its skills are where sandbox-host mounts them
     /// (under the same data root), enabled by the cluster's extensions file.
     /// `prompt_catalog`: the run's catalog when its model reads a system prompt.
     fn settings(
@@ -754,7 +758,7 @@ impl RunEnv {
         context: &RunContext,
         profile: &AgentProfile,
         prompt_catalog: Option<&Arc<Catalog>>,
-    ) -> Result<RunSettings, PrepareError> {
+    ) -> Result<(RunSettings, SkillRules), PrepareError> {
         let skills = SkillStore::from_config(
             app,
             &context.agent.base_dir,
@@ -788,7 +792,7 @@ impl RunEnv {
                 skills: &skill_rules,
             },
         )?;
-        Ok(RunSettings {
+        let settings = RunSettings {
             approvals,
             token_budget,
             invalid_calls,
@@ -831,7 +835,8 @@ impl RunEnv {
                 },
             ),
             ..RunSettings::default()
-        })
+        };
+        Ok((settings, skill_rules))
     }
 
     /// The run's user's memory after its system prompt (spec C.6, prompts A.7), read now,

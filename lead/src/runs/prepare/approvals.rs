@@ -113,12 +113,16 @@ pub(crate) struct RunLayers<'a> {
     pub skills: &'a [(String, Vec<RuleConfig>)],
 }
 
+/// A run's skills' rules, by skill name (scanned once per run: its stage and its tasks'
+/// policy take them).
+pub(crate) type SkillRules = Vec<(String, Vec<RuleConfig>)>;
+
 /// The rules of the skills a run may use, by skill name: the enabled ones (among
 /// `allowed`, the agent's skills, when it names them) that carry `approvals:`.
 pub(crate) fn skill_rules(
     installed: &[InstalledSkill],
     allowed: Option<&HashSet<String>>,
-) -> Vec<(String, Vec<RuleConfig>)> {
+) -> SkillRules {
     installed
         .iter()
         .filter(|s| s.enabled && !s.skill.approvals.is_empty())

@@ -118,7 +118,7 @@ impl RunEnv {
             .await?;
         context.agent.role = role.map(str::to_owned);
         context.agent.subagents = subagent_model.is_some();
-        let mut settings = self.settings(&app, &context, &profile, None)?;
+        let (mut settings, skill_rules) = self.settings(&app, &context, &profile, None)?;
         // The client presents nothing to settle against.
         settings.settle = false;
         let model = Arc::new(UnavailableModel {
@@ -135,6 +135,7 @@ impl RunEnv {
                 &context,
                 &settings,
                 &profile,
+                &skill_rules,
             )
         });
         let run = self
