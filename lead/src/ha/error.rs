@@ -9,9 +9,20 @@ pub enum HaError {
     /// The DSN does not parse (`postgres://…` or `host=… user=…`).
     #[error("invalid PostgreSQL DSN: {0}")]
     Dsn(#[source] tokio_postgres::Error),
-    /// PostgreSQL could not be reached or refused the connection.
-    #[error("cannot connect to PostgreSQL: {0}")]
-    Connect(#[source] tokio_postgres::Error),
+    /// PostgreSQL could not be reached, refused the connection, or its TLS certificate
+    /// did not pass the DSN's `sslmode`.
+    #[error("cannot connect to PostgreSQL at {hosts}: {reason}")]
+    Connect {
+        /// `host:port`, each host the DSN names.
+        hosts: String,
+        /// The server's refusal, the certificate's fault, or the error with its causes.
+        reason: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The DSN's TLS settings cannot be used (`sslmode`, `sslrootcert`).
+    #[error("PostgreSQL TLS: {0}")]
+    Tls(String),
     /// A statement failed (the connection dropped, a constraint, a bad row).
     #[error("PostgreSQL {what} failed: {source}")]
     Query {

@@ -5,10 +5,12 @@
 //! Every lease decision is one SQL statement on the database's clock (`now()`), so the
 //! leads' clocks never matter; an epoch only grows, so a call carrying an older one is stale.
 
+mod dsn;
 mod error;
 mod leases;
 mod migrations;
 mod postgres;
+mod tls;
 
 pub use error::HaError;
 pub use leases::{Epoch, ExpiredLease, LeadId, Lease, Leases};

@@ -1,15 +1,18 @@
 //! One connection to PostgreSQL from a DSN: tokio-postgres's client, and the task that
 //! drives its socket (owned here, aborted when the connection is dropped). Every request
 //! has a deadline ([`Postgres::deadline`]), so a stalled or unreachable database is an error
-//! after seconds rather than a lead that waits forever. No TLS yet: the connection is
-//! plain TCP or a Unix socket (`NoTls`), for a PostgreSQL on a trusted network.
+//! after seconds rather than a lead that waits forever. TLS follows the DSN's `sslmode` and
+//! `sslrootcert` as libpq reads them ([`super::dsn`], [`super::tls`]).
 
 use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::config::Host;
+use tokio_postgres::{Client, Config};
 
+use super::dsn::{self, SslMode};
+use super::tls::{self, RustlsConnect};
 use super::HaError;
 
 /// The deadline of a request unless [`Postgres::with_deadline`] says otherwise, and of the
@@ -30,9 +33,20 @@ pub struct Postgres {
 
 impl Postgres {
     /// Connects to the PostgreSQL the DSN names (`postgres://user@host:port/db` or
-    /// `host=… port=… user=… dbname=…`). Must be called inside a tokio runtime.
+    /// `host=… port=… user=… dbname=…`), with TLS as its `sslmode` says (libpq's default
+    /// `prefer`). Must be called inside a tokio runtime. A failure names the hosts and the
+    /// reason, never the password.
     pub async fn connect(dsn: &str) -> Result<Self, HaError> {
-        let mut config = Config::from_str(dsn).map_err(HaError::Dsn)?;
+        let (dsn, ssl) = dsn::split(dsn)?;
+        let mut config = Config::from_str(&dsn).map_err(HaError::Dsn)?;
+        config.ssl_mode(match ssl.mode {
+            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => {
+                tokio_postgres::config::SslMode::Require
+            }
+        });
+        let tls = RustlsConnect::new(&ssl)?;
         // The DSN's `connect_timeout` bounds the whole connect (socket and handshake), as
         // libpq's does.
         let connect_deadline = match config.get_connect_timeout() {
@@ -45,10 +59,14 @@ impl Postgres {
         if config.get_application_name().is_none() {
             config.application_name(APPLICATION_NAME);
         }
-        let (client, connection) = within(connect_deadline, "connect", config.connect(NoTls))
+        let (client, connection) = within(connect_deadline, "connect", config.connect(tls))
             .await
             .map_err(|e| match e {
-                HaError::Query { source, .. } => HaError::Connect(source),
+                HaError::Query { source, .. } => HaError::Connect {
+                    hosts: hosts(&config),
+                    reason: tls::reason(&source, &ssl),
+                    source,
+                },
                 other => other,
             })?;
         let driver = tokio::spawn(async move {
@@ -96,6 +114,24 @@ impl Postgres {
     ) -> Result<T, HaError> {
         within(self.deadline, what, request).await
     }
+}
+
+/// The hosts a DSN names, `host:port` each, for errors.
+fn hosts(config: &Config) -> String {
+    let ports = config.get_ports();
+    config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match host {
+                Host::Tcp(name) => format!("{name}:{port}"),
+                Host::Unix(dir) => format!("{}/.s.PGSQL.{port}", dir.display()),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl Drop for Postgres {
