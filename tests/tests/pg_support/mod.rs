@@ -4,6 +4,11 @@
 //! ([`database`]). The cluster never outlives the binary: an `atexit` hook shuts it down
 //! (fast shutdown, awaited) and removes its directory, and the postmaster carries
 //! `PR_SET_PDEATHSIG` from a keeper thread should the binary die without exiting.
+//!
+//! A second cluster, also started once per binary at its first use, speaks TLS
+//! ([`tls_database`]): `ssl=on` with a server certificate for `localhost` from a test CA
+//! made here with rcgen, and a `pg_hba.conf` that takes TCP connections only over TLS
+//! (`hostssl`); the harness's own connections to it go through its Unix socket.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -24,6 +29,8 @@ struct Cluster {
     dir: PathBuf,
     /// The postmaster, a child of this process.
     pid: i32,
+    /// The CA that signed the server's certificate, when the cluster speaks TLS.
+    ca: Option<PathBuf>,
 }
 
 /// A database made for one test.
@@ -66,30 +73,104 @@ pub async fn connect(dsn: &str) -> tokio_postgres::Client {
     client
 }
 
+/// A fresh database on this binary's TLS cluster (started on the first call).
+pub struct TlsDatabase {
+    pub port: u16,
+    pub name: String,
+    /// The PEM of the CA that signed the server's certificate (which names `localhost`).
+    pub ca: PathBuf,
+    /// The cluster's `postgres` database through its Unix socket, without TLS, for a
+    /// test's own checks (`pg_stat_ssl`).
+    pub admin_dsn: String,
+}
+
+impl TlsDatabase {
+    /// `postgres://postgres@HOST:PORT/NAME?PARAMS`; `localhost` is dialed at 127.0.0.1
+    /// (`hostaddr`: the name is what TLS checks), where the server listens, whatever else
+    /// the machine resolves it to.
+    pub fn dsn(&self, host: &str, params: &str) -> String {
+        let hostaddr = if host == "localhost" {
+            "hostaddr=127.0.0.1&"
+        } else {
+            ""
+        };
+        format!(
+            "postgres://postgres@{host}:{}/{}?{hostaddr}{params}",
+            self.port, self.name
+        )
+    }
+}
+
+/// A fresh, empty database on this binary's TLS cluster: TCP connections only over TLS.
+pub async fn tls_database(label: &str) -> TlsDatabase {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    let cluster = tokio::task::spawn_blocking(tls_cluster).await.unwrap();
+    let name = format!("{label}_{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    let admin = connect(&cluster.socket_dsn("postgres")).await;
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+    TlsDatabase {
+        port: cluster.port,
+        name,
+        ca: cluster.ca.clone().unwrap(),
+        admin_dsn: cluster.socket_dsn("postgres"),
+    }
+}
+
 impl Cluster {
     fn dsn(&self, database: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
     }
+
+    /// Through the Unix socket in the cluster's directory (`local … trust`, no TLS).
+    fn socket_dsn(&self, database: &str) -> String {
+        format!(
+            "host={} port={} user=postgres dbname={database}",
+            self.dir.display(),
+            self.port
+        )
+    }
 }
 
-/// This binary's cluster, once started.
+/// This binary's clusters, once started: the plain one and the TLS one.
 static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+static TLS_CLUSTER: OnceLock<Cluster> = OnceLock::new();
 
 fn cluster() -> &'static Cluster {
     CLUSTER.get_or_init(|| {
-        let cluster = start();
+        let cluster = start(false);
         // SAFETY: registers a plain function; it runs at exit, when the lock is set.
         unsafe { libc::atexit(stop_at_exit) };
         cluster
     })
 }
 
-/// The exit hook: fast shutdown of the postmaster, awaited (SIGKILL after 30 s), then the
-/// cluster's directory removed.
+fn tls_cluster() -> &'static Cluster {
+    TLS_CLUSTER.get_or_init(|| {
+        let cluster = start(true);
+        // SAFETY: as in `cluster`.
+        unsafe { libc::atexit(stop_tls_at_exit) };
+        cluster
+    })
+}
+
 extern "C" fn stop_at_exit() {
-    let Some(cluster) = CLUSTER.get() else {
-        return;
-    };
+    if let Some(cluster) = CLUSTER.get() {
+        stop(cluster);
+    }
+}
+
+extern "C" fn stop_tls_at_exit() {
+    if let Some(cluster) = TLS_CLUSTER.get() {
+        stop(cluster);
+    }
+}
+
+/// At exit: fast shutdown of the postmaster, awaited (SIGKILL after 30 s), then the
+/// cluster's directory removed.
+fn stop(cluster: &Cluster) {
     // SAFETY: signals and reaps our own child.
     unsafe {
         libc::kill(cluster.pid, libc::SIGINT);
@@ -157,18 +238,21 @@ fn as_server_user(command: &mut Command, user: Option<(u32, u32)>) {
 
 /// The cluster's directory, after removing those of binaries that have exited without
 /// removing theirs.
-fn make_dir() -> PathBuf {
+fn make_dir(suffix: &str) -> PathBuf {
     let tmp = Path::new("/tmp");
     for entry in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
         let name = entry.file_name();
-        let pid = name.to_str().and_then(|n| n.strip_prefix(DIR_PREFIX));
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(DIR_PREFIX))
+            .and_then(|n| n.split('-').next());
         if let Some(pid) = pid.and_then(|p| p.parse::<u32>().ok()) {
             if !Path::new(&format!("/proc/{pid}")).exists() {
                 let _ = std::fs::remove_dir_all(entry.path());
             }
         }
     }
-    let dir = tmp.join(format!("{DIR_PREFIX}{}", std::process::id()));
+    let dir = tmp.join(format!("{DIR_PREFIX}{}{suffix}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir(&dir).unwrap();
     dir
@@ -181,11 +265,50 @@ fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// The test CA and a server certificate for `localhost` it signed, in `dir` (`ca.crt`,
+/// `server.crt`, `server.key`: the key readable by the server's user only, as PostgreSQL
+/// requires). Returns the CA's path.
+fn write_tls_files(dir: &Path, user: Option<(u32, u32)>) -> PathBuf {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    use std::os::unix::fs::PermissionsExt;
+
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name
+        .push(DnType::CommonName, "Antler test PostgreSQL CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut server = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    server
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
+    let server_cert = server.signed_by(&key, &issuer).unwrap();
+    for (name, pem) in [
+        ("ca.crt", ca_cert.pem()),
+        ("server.crt", server_cert.pem()),
+        ("server.key", key.serialize_pem()),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, pem).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(&path, Some(uid), Some(gid)).unwrap();
+        }
+    }
+    dir.join("ca.crt")
+}
+
+/// Local connections trusted (the harness's), TCP ones only over TLS.
+const TLS_HBA: &str = "local all all trust\nhostssl all all 127.0.0.1/32 trust\n";
+
 /// `initdb`, then the postmaster from a keeper thread; returns once it accepts connections.
-fn start() -> Cluster {
+/// With `tls`, the server has `ssl=on` and takes TCP connections only over TLS.
+fn start(tls: bool) -> Cluster {
     let bin = bin_dir();
     let user = server_user();
-    let dir = make_dir();
+    let dir = make_dir(if tls { "-tls" } else { "" });
     if let Some((uid, gid)) = user {
         std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
     }
@@ -205,6 +328,10 @@ fn start() -> Cluster {
         "initdb failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let ca = tls.then(|| {
+        std::fs::write(data.join("pg_hba.conf"), TLS_HBA).unwrap();
+        write_tls_files(&dir, user)
+    });
 
     let port = free_port();
     let log = std::fs::File::create(dir.join("postgres.log")).unwrap();
@@ -216,6 +343,18 @@ fn start() -> Cluster {
         .arg(&dir)
         .args(["-p", &port.to_string()])
         .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+        .args(if tls {
+            vec![
+                "-c".to_owned(),
+                "ssl=on".to_owned(),
+                "-c".to_owned(),
+                format!("ssl_cert_file={}", dir.join("server.crt").display()),
+                "-c".to_owned(),
+                format!("ssl_key_file={}", dir.join("server.key").display()),
+            ]
+        } else {
+            Vec::new()
+        })
         .current_dir(&dir)
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
@@ -254,7 +393,7 @@ fn start() -> Cluster {
     loop {
         let status = std::fs::read_to_string(data.join("postmaster.pid")).unwrap_or_default();
         if status.lines().nth(7).map(str::trim) == Some("ready") {
-            return Cluster { port, dir, pid };
+            return Cluster { port, dir, pid, ca };
         }
         let mut wait = 0;
         // SAFETY: reaps the child if it exited; WNOHANG never blocks.
