@@ -7,6 +7,9 @@
 //! the lead and workers reach the hosts and sandbox-host reaches nothing, no key material
 //! unless given, images pinned by tag. A Secret made from `antler cluster init` gives every
 //! pod the keys it names; a broken manifest is rejected, so the validator is live.
+//! The `ha` overlay (components/ha-leads) runs three leads as a Deployment on the
+//! PostgreSQL its Secret names, with a budget, one lead per node and no SQLite volume; the
+//! cloudnative-pg component wires the leads to the operator's Secrets over verified TLS.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -25,6 +28,8 @@ use serde_json::Value;
 /// `securityContext.appArmorProfile`, which sandbox-host sets.
 const KUBERNETES_VERSION: &str = "1.30.0";
 const OVERLAYS: &[&str] = &["small", "large"];
+/// Those and the overlay of several leads, for the checks every workload must pass.
+const EVERY_OVERLAY: &[&str] = &["small", "large", "ha"];
 /// The files of `antler cluster init` that go into the Secret (all but ca.key), and the
 /// gateway's operator token added beside them.
 const SECRET_FILES: &[&str] = &[
@@ -334,7 +339,7 @@ fn flags_of(help: &str) -> BTreeSet<String> {
 
 #[test]
 fn every_container_has_requests_limits_probes_and_real_flags() {
-    for name in OVERLAYS {
+    for name in EVERY_OVERLAY {
         let docs = overlay(name);
         for w in workloads(&docs) {
             let spec = &w["spec"]["template"]["spec"];
@@ -432,7 +437,7 @@ fn every_container_has_requests_limits_probes_and_real_flags() {
 
 #[test]
 fn only_sandbox_host_is_privileged_and_the_rest_are_locked_down() {
-    for name in OVERLAYS {
+    for name in EVERY_OVERLAY {
         let docs = overlay(name);
         for w in workloads(&docs) {
             let spec = &w["spec"]["template"]["spec"];
@@ -525,7 +530,7 @@ fn egress_rules<'a>(docs: &'a [Value], labels: &Value) -> Vec<&'a Value> {
 
 #[test]
 fn network_policies_let_only_the_lead_and_workers_reach_the_hosts() {
-    for name in OVERLAYS {
+    for name in EVERY_OVERLAY {
         let docs = overlay(name);
         let deny = find(&docs, "NetworkPolicy", "antler-default-deny");
         assert_eq!(deny["spec"]["podSelector"], serde_json::json!({}));
@@ -630,7 +635,7 @@ fn secrets_with_private_keys(docs: &[Value]) -> Vec<String> {
 
 #[test]
 fn the_shipped_overlays_hold_no_key_material() {
-    for name in OVERLAYS {
+    for name in EVERY_OVERLAY {
         let docs = overlay(name);
         assert_eq!(
             secrets_with_private_keys(&docs),
@@ -791,7 +796,7 @@ fn the_user_namespace_component_drops_privileged_for_an_unmasked_proc() {
 
 #[test]
 fn the_shipped_configuration_files_parse() {
-    for name in OVERLAYS {
+    for name in EVERY_OVERLAY {
         let docs = overlay(name);
         let cm = of_kind(&docs, "ConfigMap").next().unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -850,4 +855,224 @@ fn the_validator_rejects_a_broken_manifest() {
             "{mistake}: {text}"
         );
     }
+}
+
+/// The lead's container of a workload.
+fn lead_container(lead: &Value) -> &Value {
+    &lead["spec"]["template"]["spec"]["containers"][0]
+}
+
+/// The lead container's environment variable `name`.
+fn env_var<'a>(lead: &'a Value, name: &str) -> &'a Value {
+    lead_container(lead)["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("the lead has no {name}"))
+}
+
+#[test]
+fn the_ha_overlay_runs_three_leads_on_the_secrets_postgres() {
+    let docs = overlay("ha");
+    assert!(
+        !of_kind(&docs, "StatefulSet").any(|s| s["metadata"]["name"] == "antler-lead"),
+        "the lead is no StatefulSet"
+    );
+    let lead = find(&docs, "Deployment", "antler-lead");
+    assert_eq!(lead["spec"]["replicas"], 3);
+    assert!(lead["spec"]["serviceName"].is_null());
+    let labels = &lead["spec"]["template"]["metadata"]["labels"];
+    assert!(labels_match(
+        &lead["spec"]["selector"]["matchLabels"],
+        labels
+    ));
+    // Behind the one Service.
+    let svc = find(&docs, "Service", "antler-lead");
+    assert!(labels_match(&svc["spec"]["selector"], labels));
+    assert_ne!(svc["spec"]["clusterIP"], "None", "a ClusterIP Service");
+
+    // The runs store and the leases: the Secret's DSN, nothing else.
+    for name in ["ANTLER_STORE_DSN", "ANTLER_HA_DSN"] {
+        assert_eq!(
+            env_var(lead, name)["valueFrom"]["secretKeyRef"],
+            serde_json::json!({"name": "antler-postgres", "key": "dsn"}),
+            "{name}"
+        );
+    }
+    // The server's CA, optional, where a DSN's sslrootcert can name it.
+    let spec = &lead["spec"]["template"]["spec"];
+    let etc = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "etc")
+        .unwrap();
+    assert!(etc["projected"]["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["secret"]["name"] == "antler-postgres"
+            && s["secret"]["optional"] == true
+            && s["secret"]["items"]
+                == serde_json::json!([{"key": "ca.crt", "path": "postgres/ca.crt"}])));
+
+    // No SQLite volume: no claim anywhere, /var/lib/antler an emptyDir.
+    assert!(lead["spec"]["volumeClaimTemplates"].is_null());
+    assert_eq!(of_kind(&docs, "PersistentVolumeClaim").count(), 0);
+    for v in spec["volumes"].as_array().unwrap() {
+        assert!(v["persistentVolumeClaim"].is_null(), "{v}");
+    }
+    let state = lead_container(lead)["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == "/var/lib/antler")
+        .unwrap();
+    let volume = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == state["name"])
+        .unwrap();
+    assert!(volume["emptyDir"].is_object(), "{volume}");
+
+    // Two of three through voluntary disruptions; the budget selects the leads, and only.
+    let pdb = find(&docs, "PodDisruptionBudget", "antler-lead");
+    assert_eq!(pdb["spec"]["minAvailable"], 2);
+    assert_eq!(pdb["metadata"]["namespace"], "antler");
+    let selected: Vec<&Value> = workloads(&docs)
+        .into_iter()
+        .filter(|w| {
+            labels_match(
+                &pdb["spec"]["selector"]["matchLabels"],
+                &w["spec"]["template"]["metadata"]["labels"],
+            )
+        })
+        .collect();
+    assert_eq!(selected.len(), 1);
+    assert_eq!(selected[0]["metadata"]["name"], "antler-lead");
+
+    // One lead per node, and a rollout that never needs a fourth node.
+    let anti =
+        &spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+    assert_eq!(anti[0]["topologyKey"], "kubernetes.io/hostname");
+    assert!(labels_match(
+        &anti[0]["labelSelector"]["matchLabels"],
+        labels
+    ));
+    assert_eq!(lead["spec"]["strategy"]["rollingUpdate"]["maxSurge"], 0);
+
+    // Ready on the gateway's readiness route, alive on its health route.
+    let c = lead_container(lead);
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/ready");
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/health");
+
+    // The leads reach PostgreSQL; the workers do not.
+    let lead_egress = egress_rules(&docs, labels);
+    assert!(lead_egress.iter().any(|r| r["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|p| p["port"] == 5432)));
+    let worker = pod_labels(&docs, "subagent");
+    assert!(!egress_rules(&docs, worker).iter().any(|r| r["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|p| p["port"] == 5432)));
+}
+
+#[test]
+fn the_cloudnative_pg_component_gives_the_leads_its_dsn_over_verified_tls() {
+    let overlay = TempOverlay::new();
+    let yaml = overlay.build(&format!(
+        "resources: [{}]\ncomponents: [{}]\n",
+        overlay.path_to("overlays/ha"),
+        overlay.path_to("components/cloudnative-pg")
+    ));
+    // The operator's Cluster has no schema among Kubernetes' own: the rest is validated,
+    // the Cluster checked below.
+    let (clusters, rest): (Vec<Value>, Vec<Value>) = documents(&yaml)
+        .into_iter()
+        .partition(|d| d["kind"] == "Cluster");
+    let rest_yaml: Vec<String> = rest
+        .iter()
+        .map(|d| serde_yaml::to_string(d).unwrap())
+        .collect();
+    let docs = assert_valid("ha with cloudnative-pg", &rest_yaml.join("---\n"));
+    assert_eq!(clusters.len(), 1);
+    let cluster = &clusters[0];
+    assert_eq!(cluster["apiVersion"], "postgresql.cnpg.io/v1");
+    assert_eq!(cluster["metadata"]["name"], "antler-postgres");
+    assert_eq!(cluster["metadata"]["namespace"], "antler");
+    assert_eq!(cluster["spec"]["instances"], 3);
+    assert_eq!(cluster["spec"]["bootstrap"]["initdb"]["owner"], "antler");
+    assert_eq!(
+        cluster["spec"]["postgresql"]["pg_hba"],
+        serde_json::json!(["hostnossl all all all reject"])
+    );
+    let image = cluster["spec"]["imageName"].as_str().unwrap();
+    assert!(!image.ends_with(":latest") && image.rsplit_once(':').is_some());
+
+    // The DSN is the operator's `uri` with verify-full against the operator's CA, which
+    // the lead mounts where sslrootcert names it.
+    let lead = find(&docs, "Deployment", "antler-lead");
+    let env: Vec<&str> = lead_container(lead)["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    let uri_at = env
+        .iter()
+        .position(|n| *n == "ANTLER_POSTGRES_URI")
+        .unwrap();
+    assert_eq!(
+        env_var(lead, "ANTLER_POSTGRES_URI")["valueFrom"]["secretKeyRef"],
+        serde_json::json!({"name": "antler-postgres-app", "key": "uri"})
+    );
+    for name in ["ANTLER_STORE_DSN", "ANTLER_HA_DSN"] {
+        // Kubernetes expands $(VAR) only for variables defined before.
+        assert!(
+            env.iter().position(|n| *n == name).unwrap() > uri_at,
+            "{name}"
+        );
+        assert_eq!(
+            env_var(lead, name)["value"],
+            "$(ANTLER_POSTGRES_URI)?sslmode=verify-full&sslrootcert=/etc/antler/postgres/ca.crt",
+            "{name}"
+        );
+        assert!(env_var(lead, name)["valueFrom"].is_null());
+    }
+    let sources = lead["spec"]["template"]["spec"]["volumes"][0]["projected"]["sources"]
+        .as_array()
+        .unwrap();
+    assert!(sources
+        .iter()
+        .any(|s| s["secret"]["name"] == "antler-postgres-ca"
+            && s["secret"]["items"]
+                == serde_json::json!([{"key": "ca.crt", "path": "postgres/ca.crt"}])));
+    assert!(!sources
+        .iter()
+        .any(|s| s["secret"]["name"] == "antler-postgres"));
+
+    // The instances take the leads' connections, not the workers' nor anyone else's.
+    let pg = serde_json::json!({"cnpg.io/cluster": "antler-postgres"});
+    let lead_labels = pod_labels(&docs, "lead");
+    assert!(ingress_allowed(&docs, lead_labels, &pg, 5432));
+    assert!(ingress_allowed(&docs, &pg, &pg, 5432), "replication");
+    assert!(!ingress_allowed(
+        &docs,
+        pod_labels(&docs, "subagent"),
+        &pg,
+        5432
+    ));
+    assert!(!ingress_allowed(
+        &docs,
+        &serde_json::json!({"app": "x"}),
+        &pg,
+        5432
+    ));
+    assert!(!egress_rules(&docs, &pg).is_empty());
 }
