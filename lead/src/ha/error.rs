@@ -6,9 +6,11 @@ use std::time::Duration;
 /// An error of the PostgreSQL store.
 #[derive(Debug, thiserror::Error)]
 pub enum HaError {
-    /// The DSN does not parse (`postgres://…` or `host=… user=…`).
+    /// The DSN does not parse (`postgres://…` or `host=… user=…`): tokio-postgres's reason,
+    /// with any `user:password@` in it masked (a malformed DSN can come back whole as an
+    /// "unknown option").
     #[error("invalid PostgreSQL DSN: {0}")]
-    Dsn(#[source] tokio_postgres::Error),
+    Dsn(String),
     /// PostgreSQL could not be reached, refused the connection, or its TLS certificate
     /// did not pass the DSN's `sslmode`.
     #[error("cannot connect to PostgreSQL at {hosts}: {reason}")]

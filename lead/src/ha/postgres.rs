@@ -38,7 +38,7 @@ impl Postgres {
     /// reason, never the password.
     pub async fn connect(dsn: &str) -> Result<Self, HaError> {
         let (dsn, ssl) = dsn::split(dsn)?;
-        let mut config = Config::from_str(&dsn).map_err(HaError::Dsn)?;
+        let mut config = Config::from_str(&dsn).map_err(|e| HaError::Dsn(dsn_error(&e)))?;
         config.ssl_mode(match ssl.mode {
             SslMode::Disable => tokio_postgres::config::SslMode::Disable,
             SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
@@ -116,6 +116,38 @@ impl Postgres {
     }
 }
 
+/// tokio-postgres's reason for refusing a DSN, with its cause, credentials masked.
+fn dsn_error(error: &tokio_postgres::Error) -> String {
+    use std::error::Error as _;
+    let text = match error.source() {
+        Some(cause) => format!("{error}: {cause}"),
+        None => error.to_string(),
+    };
+    mask_credentials(&text)
+}
+
+/// `scheme://user:password@` becomes `scheme://***@`, wherever it is in `text`.
+fn mask_credentials(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c == '/' || c == '?' || c.is_whitespace() || c == '`')
+            .unwrap_or(tail.len());
+        match tail[..end].rfind('@') {
+            Some(cred_end) => {
+                out.push_str("***");
+                rest = &tail[cred_end..];
+            }
+            None => rest = tail,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The hosts a DSN names, `host:port` each, for errors.
 fn hosts(config: &Config) -> String {
     let ports = config.get_ports();
@@ -153,5 +185,22 @@ pub(super) async fn within<T>(
             what,
             after: deadline,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_dsn_shows_no_credentials() {
+        assert_eq!(
+            mask_credentials("unknown option `me://u:p@ss@h:1/db?x`, and x://h/"),
+            "unknown option `me://***@h:1/db?x`, and x://h/"
+        );
+        let err = Config::from_str("antler://user:s3cret@db:5432/x?sslmode=require").unwrap_err();
+        let text = dsn_error(&err);
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(text.contains("invalid connection string"), "{text}");
     }
 }

@@ -2,8 +2,10 @@
 //! `MakeTlsConnect` for the settings [`super::dsn`] read. As libpq does, `verify-full`
 //! checks the chain and the host name, `verify-ca` the chain only, and `require`/`prefer`
 //! encrypt without checking (unless `sslrootcert` names a file: then the chain is checked).
-//! The CAs are `sslrootcert`'s PEM file, or the system's (the platform verifier). It also
-//! turns a failed connect into a sentence that names what went wrong ([`reason`]).
+//! The CAs are `sslrootcert`'s PEM file, or the system's (the platform verifier). The
+//! session offers SCRAM's channel binding (`tls-server-end-point`, RFC 5929), so a password
+//! login over TLS is bound to the server's certificate. It also turns a failed connect into
+//! a sentence that names what went wrong ([`reason`]).
 
 use std::error::Error as _;
 use std::future::Future;
@@ -165,11 +167,80 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for RustlsStream<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream for RustlsStream<S> {
-    /// No channel binding: SCRAM authenticates without `-PLUS` (tokio-postgres's default
-    /// `channel_binding=prefer`); a DSN with `channel_binding=require` is refused.
+    /// `tls-server-end-point`: the hash of the server's certificate, which SCRAM-SHA-256-PLUS
+    /// signs into the login; none for a certificate whose hash RFC 5929 leaves undefined
+    /// (Ed25519, RSA-PSS: PostgreSQL offers no `-PLUS` for those either).
     fn channel_binding(&self) -> ChannelBinding {
-        ChannelBinding::none()
+        let (_, session) = self.0.get_ref();
+        session
+            .peer_certificates()
+            .and_then(|certs| certs.first())
+            .and_then(|cert| server_end_point(cert))
+            .map_or_else(ChannelBinding::none, ChannelBinding::tls_server_end_point)
     }
+}
+
+/// RFC 5929's `tls-server-end-point` of a DER certificate: its hash with the hash function
+/// of its signature algorithm, SHA-256 for MD5 and SHA-1 (as PostgreSQL computes it).
+fn server_end_point(cert: &[u8]) -> Option<Vec<u8>> {
+    use aws_lc_rs::digest;
+    /// 1.2.840.113549.1.1 (PKCS #1) and 1.2.840.10045.4 (ECDSA), DER-encoded.
+    const RSA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01];
+    const ECDSA: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04];
+    let oid = signature_algorithm(cert)?;
+    let algorithm = if let Some(rsa) = oid.strip_prefix(RSA) {
+        match rsa {
+            [4 | 5 | 11] => &digest::SHA256,
+            [12] => &digest::SHA384,
+            [13] => &digest::SHA512,
+            [14] => &digest::SHA224,
+            _ => return None,
+        }
+    } else if let Some(ecdsa) = oid.strip_prefix(ECDSA) {
+        match ecdsa {
+            [1] | [3, 2] => &digest::SHA256,
+            [3, 1] => &digest::SHA224,
+            [3, 3] => &digest::SHA384,
+            [3, 4] => &digest::SHA512,
+            _ => return None,
+        }
+    } else {
+        return None;
+    };
+    Some(digest::digest(algorithm, cert).as_ref().to_vec())
+}
+
+/// The OID of a certificate's `signatureAlgorithm` (X.509: `SEQUENCE { tbsCertificate
+/// SEQUENCE, signatureAlgorithm SEQUENCE { algorithm OID, … }, signature BIT STRING }`).
+fn signature_algorithm(cert: &[u8]) -> Option<&[u8]> {
+    let (certificate, _) = der(cert, 0x30)?;
+    let (_tbs, rest) = der(certificate, 0x30)?;
+    let (algorithm, _) = der(rest, 0x30)?;
+    let (oid, _) = der(algorithm, 0x06)?;
+    Some(oid)
+}
+
+/// One DER element of tag `tag` at the start of `input`: (its contents, what follows).
+fn der(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
+    let (&first, rest) = input.split_first()?;
+    if first != tag {
+        return None;
+    }
+    let (&len, rest) = rest.split_first()?;
+    let (len, rest) = if len < 0x80 {
+        (usize::from(len), rest)
+    } else {
+        let n = usize::from(len & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let (bytes, rest) = rest.split_at(n);
+        let len = bytes
+            .iter()
+            .fold(0usize, |acc, b| acc << 8 | usize::from(*b));
+        (len, rest)
+    };
+    (rest.len() >= len).then(|| rest.split_at(len))
 }
 
 /// `require`/`prefer` without a CA: the session is encrypted, the certificate not checked
@@ -331,5 +402,41 @@ fn tls_reason(error: &rustls::Error, settings: &SslSettings) -> String {
             CertificateError::Expired | CertificateError::ExpiredContext { .. },
         ) => format!("the server's TLS certificate has expired: {error}"),
         other => format!("TLS handshake failed (sslmode={mode}): {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use aws_lc_rs::digest;
+
+    fn certificate(alg: &'static rcgen::SignatureAlgorithm) -> Vec<u8> {
+        let key = rcgen::KeyPair::generate_for(alg).unwrap();
+        rcgen::CertificateParams::new(vec!["db.example".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap()
+            .der()
+            .to_vec()
+    }
+
+    #[test]
+    fn the_end_point_hash_follows_the_signature_algorithm() {
+        let p256 = certificate(&rcgen::PKCS_ECDSA_P256_SHA256);
+        assert_eq!(
+            server_end_point(&p256).unwrap(),
+            digest::digest(&digest::SHA256, &p256).as_ref()
+        );
+        let p384 = certificate(&rcgen::PKCS_ECDSA_P384_SHA384);
+        assert_eq!(
+            server_end_point(&p384).unwrap(),
+            digest::digest(&digest::SHA384, &p384).as_ref()
+        );
+        // Ed25519: RFC 5929 defines no hash, and PostgreSQL offers no -PLUS.
+        assert_eq!(server_end_point(&certificate(&rcgen::PKCS_ED25519)), None);
+        assert_eq!(server_end_point(b"not a certificate"), None);
+        assert_eq!(server_end_point(&p256[..p256.len() / 2]), None);
     }
 }

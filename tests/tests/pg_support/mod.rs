@@ -300,8 +300,14 @@ fn write_tls_files(dir: &Path, user: Option<(u32, u32)>) -> PathBuf {
     dir.join("ca.crt")
 }
 
-/// Local connections trusted (the harness's), TCP ones only over TLS.
-const TLS_HBA: &str = "local all all trust\nhostssl all all 127.0.0.1/32 trust\n";
+/// The role the TLS cluster authenticates by password (SCRAM), for channel binding.
+pub const SCRAM_ROLE: &str = "antler_scram";
+
+/// Local connections trusted (the harness's), TCP ones only over TLS: by password for
+/// [`SCRAM_ROLE`], trusted for the rest.
+const TLS_HBA: &str = "local all all trust\n\
+    hostssl all antler_scram 127.0.0.1/32 scram-sha-256\n\
+    hostssl all all 127.0.0.1/32 trust\n";
 
 /// `initdb`, then the postmaster from a keeper thread; returns once it accepts connections.
 /// With `tls`, the server has `ssl=on` and takes TCP connections only over TLS.

@@ -5,14 +5,16 @@
 //! name the certificate does not carry, are refused with a sentence naming the host and the
 //! fault (never the password); `verify-ca` accepts the chain whatever the host name;
 //! `require` and the default `prefer` encrypt without a CA; a DSN without TLS is refused by
-//! the server itself.
+//! the server itself; a password login over verify-full is bound to the server's certificate
+//! (SCRAM-SHA-256-PLUS, `channel_binding=require`), and a wrong password is the server's
+//! refusal without the password.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
 use antler_lead::ha::{HaError, LeadId, Leases, Postgres};
 
-use crate::pg_support::{connect, tls_database, TlsDatabase};
+use crate::pg_support::{connect, tls_database, TlsDatabase, SCRAM_ROLE};
 
 /// The password in the DSNs below: the cluster trusts every TLS connection and never asks
 /// for it, so it shows only if an error leaks the DSN.
@@ -179,5 +181,39 @@ async fn a_dsn_without_tls_is_refused_by_a_hostssl_only_server() {
             .starts_with("the server refused: FATAL: no pg_hba.conf entry for host \"127.0.0.1\"")
             && reason.ends_with("no encryption"),
         "{reason}"
+    );
+}
+
+#[tokio::test]
+async fn a_password_login_is_bound_to_the_servers_certificate() {
+    let db = tls_database("tls_scram").await;
+    connect(&db.admin_dsn)
+        .await
+        .batch_execute(&format!(
+            "CREATE ROLE {SCRAM_ROLE} LOGIN PASSWORD '{PASSWORD}'"
+        ))
+        .await
+        .unwrap();
+    let params = format!(
+        "sslmode=verify-full&sslrootcert={}&channel_binding=require",
+        db.ca.display()
+    );
+    let dsn = dsn_with_password(&db, "localhost", &params).replacen(
+        &format!("postgres:{PASSWORD}@"),
+        &format!("{SCRAM_ROLE}:{PASSWORD}@"),
+        1,
+    );
+    // channel_binding=require: SCRAM-SHA-256-PLUS or no login.
+    let _bound = Postgres::connect(&dsn).await.expect("a bound SCRAM login");
+
+    let wrong = dsn.replacen(PASSWORD, "not-the-password", 1);
+    let err = Postgres::connect(&wrong).await.err().expect("refused");
+    let text = err.to_string();
+    assert!(!text.contains("not-the-password"), "{text}");
+    assert!(
+        text.ends_with(&format!(
+            "the server refused: FATAL: password authentication failed for user \"{SCRAM_ROLE}\""
+        )),
+        "{text}"
     );
 }
