@@ -114,6 +114,14 @@ async fn a_wrong_ca_is_refused_naming_the_host_and_the_ca() {
             )
         );
     }
+    // Without sslrootcert, the system's CAs, which never signed the test CA.
+    let dsn = dsn_with_password(&db, "localhost", "sslmode=verify-full");
+    let (_, reason) = refusal(Postgres::connect(&dsn).await);
+    assert_eq!(
+        reason,
+        "the server's TLS certificate is not signed by the system's trusted CAs \
+         (sslmode=verify-full)"
+    );
     // A CA file that is not there is an error before any connection.
     let missing = dir.path().join("missing.crt");
     let dsn = db.dsn(
