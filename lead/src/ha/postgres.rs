@@ -126,7 +126,8 @@ fn dsn_error(error: &tokio_postgres::Error) -> String {
     mask_credentials(&text)
 }
 
-/// `scheme://user:password@` becomes `scheme://***@`, wherever it is in `text`.
+/// `scheme://user:password@` becomes `scheme://***@`, wherever it is in `text`: from the
+/// scheme to the last `@` of the word, so a password holding `/`, `?` or `@` is masked whole.
 fn mask_credentials(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -134,7 +135,7 @@ fn mask_credentials(text: &str) -> String {
         let (head, tail) = rest.split_at(at + 3);
         out.push_str(head);
         let end = tail
-            .find(|c: char| c == '/' || c == '?' || c.is_whitespace() || c == '`')
+            .find(|c: char| c.is_whitespace() || c == '`')
             .unwrap_or(tail.len());
         match tail[..end].rfind('@') {
             Some(cred_end) => {
@@ -198,6 +199,7 @@ mod tests {
             mask_credentials("unknown option `me://u:p@ss@h:1/db?x`, and x://h/"),
             "unknown option `me://***@h:1/db?x`, and x://h/"
         );
+        assert_eq!(mask_credentials("x://u:pa/s?s@h/db"), "x://***@h/db");
         let err = Config::from_str("antler://user:s3cret@db:5432/x?sslmode=require").unwrap_err();
         let text = dsn_error(&err);
         assert!(!text.contains("s3cret"), "{text}");
