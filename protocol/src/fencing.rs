@@ -166,7 +166,11 @@ mod tests {
                 epoch: 1
             })
         );
-        assert_eq!(fences.current("r"), Some(2), "a refused epoch moves nothing");
+        assert_eq!(
+            fences.current("r"),
+            Some(2),
+            "a refused epoch moves nothing"
+        );
         assert_eq!(fences.admit(&trace("r", Some(2))), Ok(()));
         assert_eq!(fences.admit(&trace("r", Some(3))), Ok(()));
         let fenced = fences.admit(&trace("r", Some(2))).unwrap_err();

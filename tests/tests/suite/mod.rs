@@ -29,6 +29,7 @@ mod gateway_principals;
 mod gateway_slow_bodies;
 mod gateway_suggestions;
 mod gateway_uploads;
+mod ha_fencing;
 mod ha_leases;
 mod host_bad_input;
 mod inspector_page;
