@@ -346,6 +346,7 @@ async fn measured_run(
         paths,
         clarification_enabled: false,
         agent: AgentContext::new(base),
+        epoch: None,
     };
     let calls = Arc::new(Mutex::new(Vec::with_capacity(STEPS_PER_RUN + 2)));
     let model = TimedModel {

@@ -1,5 +1,6 @@
 //! The envelope every frame carries: correlation ids, the request deadline, the run and
-//! trace ids that join one run's logs across processes, and the typed body.
+//! trace ids that join one run's logs across processes, the run's lease epoch (its fence,
+//! `crate::fencing`), and the typed body.
 //! Invariant: a `Request` with id N is answered by at most one final `Reply` (or
 //! `StreamEnd`) with `reply_to = Some(N)`; stream items for N precede it.
 
@@ -25,6 +26,11 @@ pub struct TraceContext {
     /// receiver's span is a root). Set only while traces are exported.
     #[serde(default)]
     pub parent_span_id: u64,
+    /// The lease epoch of the lead that sends for `run_id` (issue 38, docs/ha.md): hosts
+    /// and workers refuse a run's request whose epoch is below the highest they have seen
+    /// for it ([`RemoteError::Fenced`]). `None`: no lease (a single lead), accepted as ever.
+    #[serde(default)]
+    pub epoch: Option<u64>,
 }
 
 impl TraceContext {
@@ -34,6 +40,7 @@ impl TraceContext {
             run_id: None,
             trace_id: fastrand::u128(..),
             parent_span_id: 0,
+            epoch: None,
         }
     }
 
@@ -43,7 +50,20 @@ impl TraceContext {
             run_id: Some(run_id.into()),
             trace_id: fastrand::u128(..),
             parent_span_id: 0,
+            epoch: None,
         }
+    }
+
+    /// This trace fenced for `run_id` at `epoch`: what a lead holding the run's lease
+    /// sends under. With `epoch` `None` the trace is returned unchanged.
+    pub fn fenced(mut self, run_id: &str, epoch: Option<u64>) -> Self {
+        if let Some(epoch) = epoch {
+            if self.run_id.as_deref() != Some(run_id) {
+                self.run_id = Some(run_id.to_owned());
+            }
+            self.epoch = Some(epoch);
+        }
+        self
     }
 
     /// The trace a request sent now belongs to: the current one
@@ -136,6 +156,16 @@ pub enum RemoteError {
     /// The request was understood but failed; the text says why.
     #[error("{0}")]
     Failed(String),
+    /// The request's run is owned by a newer lead: its epoch is below the highest this
+    /// peer has seen for the run (`crate::fencing`). The request did nothing.
+    #[error("run {run_id} is owned by a newer lead (epoch {current}); this lead's epoch {epoch} is fenced")]
+    Fenced {
+        run_id: String,
+        /// The highest epoch this peer has seen for the run.
+        current: u64,
+        /// The request's epoch.
+        epoch: u64,
+    },
 }
 
 #[cfg(test)]
@@ -150,6 +180,7 @@ mod tests {
                 run_id,
                 trace_id: 42,
                 parent_span_id: 7,
+                epoch: Some(3),
             };
             assert_eq!(
                 codec::decode::<TraceContext>(&codec::encode(&t).unwrap()).unwrap(),

@@ -21,11 +21,13 @@ pub const MAGIC: [u8; 4] = *b"ANTL";
 /// The newest protocol version this build speaks. 2: JSON values, tasks and their events
 /// travel as protocol types ([`crate::json::Json`], `messages::TaskSpec`), not JSON text.
 /// 3: a trace context carries its parent span (W3C trace context, `crate::telemetry`).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// 4: a trace context carries the run's lease epoch (`crate::fencing`).
+pub const PROTOCOL_VERSION: u16 = 4;
 /// The oldest protocol version this build still speaks (rolling upgrades). Version 1's
 /// JSON text fields do not decode here, so a peer of version 1 is refused at the hello;
-/// version 2's envelopes lack the parent span, so version 2 is refused as well.
-pub const MIN_PROTOCOL_VERSION: u16 = 3;
+/// version 2's envelopes lack the parent span and version 3's the epoch (bincode is
+/// positional), so they are refused as well.
+pub const MIN_PROTOCOL_VERSION: u16 = 4;
 include!(concat!(env!("OUT_DIR"), "/schema_fingerprint.rs"));
 /// How long a peer has to complete the handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);

@@ -3,7 +3,8 @@
 //! listener (with TLS for TCP when `--tls-ca`, `--tls-cert`, `--tls-key` are given), and
 //! drain on SIGTERM: stop accepting, finish in-flight work within the grace period, exit.
 //! With `--chaos` a host also takes `ChaosStop` for the actors its role owns; without it
-//! that request is refused with [`CHAOS_OFF`].
+//! that request is refused with [`CHAOS_OFF`]. A role's request from a stale lease epoch
+//! of its run is refused before the role sees it ([`crate::fencing`]).
 
 use std::{
     path::PathBuf,
@@ -17,6 +18,7 @@ use crate::{
     config::LogLevel,
     connection::{Call, ConnectionConfig, InFlight, Service},
     envelope::RemoteError,
+    fencing::Fences,
     handshake::{Identity, Role},
     messages::{ActorRef, ControlReply, ControlRequest, Health, Reply, Request, CHAOS_OFF},
     runtime_dir::{self, TOKEN_ENV},
@@ -177,6 +179,8 @@ pub struct HostService {
     handler: Arc<dyn RoleHandler>,
     /// Chaos mode: `ChaosStop` is handed to the role.
     chaos: bool,
+    /// The highest lease epoch seen per run: a role's request below it is refused.
+    fences: Arc<Fences>,
 }
 
 impl HostService {
@@ -193,6 +197,7 @@ impl HostService {
             in_flight,
             handler,
             chaos: false,
+            fences: Arc::new(Fences::default()),
         }
     }
 
@@ -233,7 +238,13 @@ impl Service for HostService {
                 let stop = self.handler.chaos_stop(actor);
                 Box::pin(async move { Ok(Reply::Control(stop.await?)) })
             }
-            other => self.handler.handle(other, call, self.health()),
+            other => match self.fences.admit(&call.trace) {
+                Ok(()) => self.handler.handle(other, call, self.health()),
+                Err(fenced) => {
+                    tracing::warn!(role = %self.role, kind = other.kind(), "refused: {fenced}");
+                    Box::pin(async move { Err(fenced) })
+                }
+            },
         }
     }
 

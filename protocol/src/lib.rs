@@ -11,6 +11,7 @@ pub mod config;
 pub mod connection;
 mod deadline;
 pub mod envelope;
+pub mod fencing;
 pub mod frame;
 pub mod handshake;
 pub mod host;

@@ -21,7 +21,7 @@ use antler_protocol::{
     messages::{
         ApprovalAnswer, ApprovalAnswerChoice, Health, Reply, Request, WorkerReply, WorkerRequest,
     },
-    Call, RemoteError,
+    Call, RemoteError, TraceContext,
 };
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
@@ -476,11 +476,14 @@ impl RoleHandler for Handler {
                             "the task's ids do not match its assignment".into(),
                         ));
                     }
-                    let subscription = match worker
-                        .send(Start(spec, call.trace.clone()))
-                        .await
-                        .map_err(gone)?
-                    {
+                    // The task's own calls to the hosts carry no epoch: the worker is fenced
+                    // at its door (this request passed it), and a task a newer lead adopts
+                    // (`Attach`) must go on acting for it (docs/ha.md, fencing).
+                    let trace = TraceContext {
+                        epoch: None,
+                        ..call.trace.clone()
+                    };
+                    let subscription = match worker.send(Start(spec, trace)).await.map_err(gone)? {
                         Ok(subscription) => subscription,
                         Err(StartError::NoSlot { slots }) => {
                             return Err(RemoteError::Overloaded(format!(

@@ -93,6 +93,7 @@ async fn first_request(
         paths,
         clarification_enabled: false,
         agent: AgentContext::new(base),
+        epoch: None,
     };
     let started = Instant::now();
     let (name, id) = (thread.to_owned(), run_id.clone());

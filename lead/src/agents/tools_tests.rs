@@ -27,6 +27,7 @@ fn agents(name: Option<&str>) -> Agents {
             models: vec!["gpt-4o".into(), "claude-sonnet".into()],
             ..AgentContext::new(dir.path())
         },
+        epoch: None,
     };
     Agents { dir, context }
 }

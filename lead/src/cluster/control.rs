@@ -308,6 +308,7 @@ async fn ping_peers(
                 run_id: call.trace.run_id.clone(),
                 trace_id: call.trace.trace_id,
                 parent_span_id: call.trace.parent_span_id,
+                epoch: call.trace.epoch,
             };
             async move {
                 let t = Instant::now();

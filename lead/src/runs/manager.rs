@@ -95,6 +95,9 @@ struct LiveRun {
     skills: antler_engine::SkillStore,
     /// What the run's MCP calls are asking its user now.
     elicitations: Arc<PendingElicitations>,
+    /// The run's lease epoch (`RunContext::epoch`): what the manager sends for the run
+    /// beside its drive (a subagent's answer) carries it.
+    epoch: Option<u64>,
 }
 
 /// The owner of this lead's runs.
@@ -179,6 +182,7 @@ impl RunManager {
             crate::runs::subagent_asks::relay(&id, &asks, &store, event);
             sink(event);
         });
+        let epoch = run.context.epoch;
         let actor = RunActor::new(run).start();
         self.ended.retain(|id| id != &run_id);
         self.runs.insert(
@@ -194,6 +198,7 @@ impl RunManager {
                 denied,
                 skills,
                 elicitations,
+                epoch,
             },
         );
         self.drive(&run_id, new_run, ctx);

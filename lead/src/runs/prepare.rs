@@ -329,6 +329,8 @@ impl RunEnv {
                 non_interactive: !interactive,
                 ..AgentContext::new(&base)
             },
+            // Set by the run's lease when several leads share the runs (issue 38).
+            epoch: None,
         })
     }
 

@@ -476,7 +476,9 @@ impl Delegator for LeadDelegator {
     fn cancel_run(&self, run_id: &str) {
         let dispatcher = self.dispatcher.clone();
         let run_id = run_id.to_owned();
-        actix::spawn(async move {
+        // Sent under the caller's trace: a fenced run's cancel carries its lease epoch.
+        let trace = antler_protocol::TraceContext::current();
+        actix::spawn(antler_protocol::telemetry::within(trace, async move {
             let workers = dispatcher.send(Connections).await.unwrap_or_default();
             for (_, node, connection) in workers {
                 if let Err(e) = connection
@@ -486,6 +488,6 @@ impl Delegator for LeadDelegator {
                     tracing::warn!(worker = %node, run = %run_id, "cancel not delivered: {e}");
                 }
             }
-        });
+        }));
     }
 }

@@ -6,5 +6,6 @@ mod catalog_conformance;
 mod catalog_spec_cases;
 mod overload_errors;
 mod resume_issued_calls;
+mod run_epoch;
 mod run_loop;
 mod skill_activation;

@@ -94,6 +94,7 @@ fn context(dir: &std::path::Path) -> RunContext {
         paths,
         clarification_enabled: false,
         agent: AgentContext::new(&dir.join("data")),
+        epoch: None,
     }
 }
 

@@ -85,6 +85,7 @@ impl Fixture {
             paths,
             clarification_enabled: clarification,
             agent: AgentContext::new(&self.dir.path().join("data")),
+            epoch: None,
         }
     }
 

@@ -125,6 +125,7 @@ fn a_slash_skill_limits_the_tools_of_the_run_across_a_resume() {
         paths,
         clarification_enabled: true,
         agent: AgentContext::new(&base),
+        epoch: None,
     };
     let settings = || RunSettings {
         skills: SkillStore {

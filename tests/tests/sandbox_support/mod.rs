@@ -520,6 +520,7 @@ impl RemoteThread {
             files: std::sync::Arc::clone(&self.files),
             clarification_enabled: false,
             agent: antler_engine::AgentContext::new(self.lead_root.path()),
+            epoch: None,
         }
     }
 }

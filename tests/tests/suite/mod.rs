@@ -29,6 +29,7 @@ mod gateway_principals;
 mod gateway_slow_bodies;
 mod gateway_suggestions;
 mod gateway_uploads;
+mod ha_fencing;
 mod ha_leases;
 mod ha_tls;
 mod host_bad_input;

@@ -228,8 +228,21 @@ impl RunLoop {
         Ok(())
     }
 
-    /// Drives the run to its end and records the outcome.
+    /// Drives the run to its end and records the outcome. With a lease epoch
+    /// ([`RunContext::epoch`]) the whole drive runs in the run's fenced trace, so each
+    /// request it sends (its sandbox's acquire, renewals and release, tool and MCP calls,
+    /// subagent tasks and their cancel) carries the run's id and epoch.
     pub async fn drive(&mut self) -> RunOutcome {
+        let Some(epoch) = self.context.epoch else {
+            return self.drive_unfenced().await;
+        };
+        let trace = antler_protocol::telemetry::current()
+            .unwrap_or_else(|| antler_protocol::TraceContext::for_run(&self.context.run_id))
+            .fenced(&self.context.run_id, Some(epoch));
+        antler_protocol::telemetry::within(trace, self.drive_unfenced()).await
+    }
+
+    async fn drive_unfenced(&mut self) -> RunOutcome {
         for state in [ToolState::Available, ToolState::Authorized] {
             for tool in self.catalog.tools() {
                 self.lifecycle(state, &tool.name, None);

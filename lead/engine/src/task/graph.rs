@@ -163,6 +163,7 @@ async fn start_task(
             non_interactive: true,
             ..AgentContext::new(&spec.data_root)
         },
+        epoch: None,
     };
     let approvals = match spec.approvals.as_deref() {
         Some(wire) => crate::task::approvals::TaskApprovals::gate(wire)?,

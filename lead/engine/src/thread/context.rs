@@ -1,6 +1,7 @@
 //! Who and where a run is: its ids, the thread's directories ([`ThreadPaths`], owned by
 //! `files`) and how it reaches the thread's files, and the custom agent it runs as (its
-//! files under the same `{base}`, see [`AgentContext`]).
+//! files under the same `{base}`, see [`AgentContext`]), and the lease epoch its requests
+//! carry when several leads share the runs (issue 38).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,6 +27,10 @@ pub struct RunContext {
     pub clarification_enabled: bool,
     /// The custom agent the run is for, and where agents live.
     pub agent: AgentContext,
+    /// The epoch of this lead's lease on the run (issue 38, docs/ha.md): every request
+    /// the run's drive sends to a host or a worker carries it, and one from an epoch
+    /// below the newest they have seen is refused. `None`: no lease (a single lead).
+    pub epoch: Option<u64>,
 }
 
 /// DeerFlow's `agent_name` and `channel_name` from the run context, with `Paths.base_dir`

@@ -21,6 +21,7 @@ fn thread() -> Thread {
             user_id: "u1".into(),
             thread_id: "thread-1".into(),
             agent: AgentContext::new(dir.path()),
+            epoch: None,
             files: paths.local_files(),
             paths,
             clarification_enabled: false,

@@ -231,6 +231,7 @@ mod tests {
             paths,
             clarification_enabled: false,
             agent: AgentContext::new(dir),
+            epoch: None,
         }
     }
 

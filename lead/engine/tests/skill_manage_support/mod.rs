@@ -125,6 +125,7 @@ pub async fn run_with_settings(
         paths,
         clarification_enabled: false,
         agent: AgentContext::new(&base),
+        epoch: None,
     };
     let settings = RunSettings {
         skills: data.store(user),

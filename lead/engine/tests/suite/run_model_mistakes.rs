@@ -89,6 +89,7 @@ pub async fn drive(
         paths,
         clarification_enabled: false,
         agent: AgentContext::new(dir.path()),
+        epoch: None,
     };
     let settings = RunSettings {
         settle: false,

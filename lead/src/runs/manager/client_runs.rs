@@ -41,6 +41,8 @@ impl Handler<HostClientRun> for RunManager {
             denied: Vec::new(),
             skills: msg.skills,
             elicitations: Arc::default(),
+            // A client's session holds no lease.
+            epoch: None,
         };
         let sink = event_sink(
             live.log.clone(),

@@ -29,10 +29,11 @@ impl RunManager {
         msg: &AnswerApproval,
     ) -> Option<ResponseFuture<Result<ApprovalAnswered, ApprovalError>>> {
         let ask = self.subagent_asks.get(&msg.run_id, &msg.tool_call_id)?;
-        let owner = self
-            .runs
-            .get(&msg.run_id)
-            .map(|live| live.record.user_id.clone());
+        let live = self.runs.get(&msg.run_id);
+        let owner = live.map(|live| live.record.user_id.clone());
+        // Handed down under the run's lease epoch: a worker refuses a stale lead's answer.
+        let trace = antler_protocol::TraceContext::current()
+            .fenced(&msg.run_id, live.and_then(|live| live.epoch));
         let store = self.env.store.clone();
         let dispatcher = self.env.dispatcher.clone();
         let asks = std::sync::Arc::clone(&self.subagent_asks);
@@ -69,7 +70,8 @@ impl RunManager {
                     choice: choice.as_str(),
                 });
             }
-            if hand_down(dispatcher, &ask, &decision).await {
+            let handed = hand_down(dispatcher, &ask, &decision);
+            if antler_protocol::telemetry::within(trace, handed).await {
                 return Ok(ApprovalAnswered {
                     waiting: Vec::new(),
                 });
