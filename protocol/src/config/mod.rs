@@ -16,6 +16,7 @@ mod document;
 mod env;
 mod extensions;
 mod gateway;
+mod ha;
 mod locate;
 mod location;
 mod memory;
@@ -33,6 +34,7 @@ pub use antler::{
     AntlerSection, McpPoolSection, TelemetrySection, TlsSection, ANTLER_KEYS,
     DEFAULT_MAX_FRAME_BYTES, MAX_WORKERS, TELEMETRY_KEYS,
 };
+pub use ha::{HaSection, DEFAULT_LEASE_TTL_MS, HA_DSN_ENV, HA_KEYS};
 pub use app::{
     parse_app_config, reads_deerflow_key, AcpAgentConfig, AppConfig, AuthorizationConfig,
     GuardrailsConfig, ModelConfig, ProviderConfig, SkillEvolutionConfig, ToolConfig,

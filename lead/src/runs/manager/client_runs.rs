@@ -41,6 +41,8 @@ impl Handler<HostClientRun> for RunManager {
             denied: Vec::new(),
             skills: msg.skills,
             elicitations: Arc::default(),
+            // Its client drives it, under no lease.
+            epoch: None,
         };
         let sink = event_sink(
             live.log.clone(),
