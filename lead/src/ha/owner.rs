@@ -7,7 +7,8 @@
 //!
 //! A lead that cannot renew in time (the database unreachable, the lead paused) does not
 //! wait for the database to tell it: once a lease's time to live has passed since the last
-//! renewal the lead saw succeed, its runs count as lost, since another lead may own them.
+//! acquisition or renewal of it the lead saw succeed, its run counts as lost, since another
+//! lead may own it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,14 +24,9 @@ pub struct Ownership {
     leases: Leases,
     lead: LeadId,
     ttl: Duration,
-    state: Mutex<Held>,
-}
-
-struct Held {
-    runs: HashMap<String, Epoch>,
-    /// When the last renewal that succeeded was sent (or the lead started): every lease
-    /// held then runs at least a time to live from this instant.
-    renewed_at: Instant,
+    /// Each held run's epoch, and when the acquisition or renewal that last succeeded for
+    /// it was sent: its lease runs at least a time to live from then.
+    held: Mutex<HashMap<String, (Epoch, Instant)>>,
 }
 
 /// What [`Ownership::hold`] found.
@@ -55,10 +51,7 @@ impl Ownership {
             leases,
             lead,
             ttl,
-            state: Mutex::new(Held {
-                runs: HashMap::new(),
-                renewed_at: Instant::now(),
-            }),
+            held: Mutex::new(HashMap::new()),
         }
     }
 
@@ -76,13 +69,13 @@ impl Ownership {
         (self.ttl / 3).max(Duration::from_millis(50))
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Epoch, Instant)>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The epoch this lead holds `run` at, if it does.
     pub fn epoch(&self, run: &str) -> Option<Epoch> {
-        self.held().runs.get(run).copied()
+        self.held().get(run).map(|(epoch, _)| *epoch)
     }
 
     /// Takes `run` before it is driven: the epoch it is held at (this lead's already, or a
@@ -91,60 +84,57 @@ impl Ownership {
         if let Some(epoch) = self.epoch(run) {
             return Ok(Hold::Held(epoch));
         }
+        let sent = Instant::now();
         let Some(epoch) = self.leases.acquire(run, &self.lead, self.ttl).await? else {
             return Ok(Hold::Elsewhere);
         };
-        self.held().runs.insert(run.to_owned(), epoch);
+        self.held().insert(run.to_owned(), (epoch, sent));
         Ok(Hold::Held(epoch))
     }
 
     /// Renews every lease this lead holds, in one statement: the runs it lost (another
-    /// lead took them, or the lease lapsed), forgotten here. A renewal that fails counts
-    /// none lost until a time to live has passed since the last one that succeeded; then
-    /// all are.
+    /// lead took them, or the lease lapsed), forgotten here. A lease not renewed for a time
+    /// to live (the database unreachable, the lead paused) is lost without asking: another
+    /// lead may own the run by now. A renewal that fails loses nothing yet.
     pub async fn renew(&self) -> Vec<(String, Epoch)> {
-        let (held, since) = {
-            let state = self.held();
-            let held: Vec<(String, Epoch)> =
-                state.runs.iter().map(|(r, e)| (r.clone(), *e)).collect();
-            (held, state.renewed_at)
-        };
         let sent = Instant::now();
-        if sent.duration_since(since) >= self.ttl {
-            // Paused or cut off for a whole time to live: another lead may own them all.
-            return self.lose(held, sent);
+        let (lapsed, live): (Vec<_>, Vec<_>) = self
+            .held()
+            .iter()
+            .map(|(run, (epoch, since))| (run.clone(), *epoch, *since))
+            .partition(|(_, _, since)| sent.duration_since(*since) >= self.ttl);
+        let mut lost = self.forget(lapsed.into_iter().map(|(r, e, _)| (r, e)).collect());
+        if live.is_empty() {
+            return lost;
         }
         // A renewal that lands after the leases lapsed renews nothing: it may wait no
-        // longer than what is left of them.
-        let left = self.ttl.saturating_sub(sent - since);
+        // longer than the first of them has left.
+        let left = live
+            .iter()
+            .map(|(_, _, since)| self.ttl.saturating_sub(sent.duration_since(*since)))
+            .min()
+            .unwrap_or(self.ttl);
+        let held: Vec<(String, Epoch)> = live.into_iter().map(|(r, e, _)| (r, e)).collect();
         let renewed =
             tokio::time::timeout(left, self.leases.renew_many(&held, &self.lead, self.ttl)).await;
         match renewed {
             Ok(Ok(renewed)) => {
                 let renewed: std::collections::HashSet<String> = renewed.into_iter().collect();
-                let lost = held
-                    .into_iter()
-                    .filter(|(run, _)| !renewed.contains(run))
-                    .collect();
-                self.held().renewed_at = sent;
-                self.forget(lost)
+                let (kept, gone): (Vec<_>, Vec<_>) =
+                    held.into_iter().partition(|(run, _)| renewed.contains(run));
+                {
+                    let mut state = self.held();
+                    for (run, epoch) in kept {
+                        if let Some(entry) = state.get_mut(&run).filter(|(e, _)| *e == epoch) {
+                            entry.1 = sent;
+                        }
+                    }
+                }
+                lost.extend(self.forget(gone));
             }
-            Ok(Err(e)) => {
-                tracing::warn!("cannot renew the run leases: {e}");
-                Vec::new()
-            }
-            Err(_) => {
-                tracing::warn!("the run leases' renewal did not answer in time");
-                Vec::new()
-            }
+            Ok(Err(e)) => tracing::warn!("cannot renew the run leases: {e}"),
+            Err(_) => tracing::warn!("the run leases' renewal did not answer in time"),
         }
-    }
-
-    /// Every held run in `held` lost at once (no renewal for a time to live).
-    fn lose(&self, held: Vec<(String, Epoch)>, now: Instant) -> Vec<(String, Epoch)> {
-        let lost = self.forget(held);
-        // Leases acquired from here on are judged afresh.
-        self.held().renewed_at = now;
         lost
     }
 
@@ -154,9 +144,9 @@ impl Ownership {
         let mut state = self.held();
         lost.into_iter()
             .filter(|(run, epoch)| {
-                let same = state.runs.get(run) == Some(epoch);
+                let same = state.get(run).is_some_and(|(e, _)| e == epoch);
                 if same {
-                    state.runs.remove(run);
+                    state.remove(run);
                 }
                 same
             })
@@ -166,7 +156,7 @@ impl Ownership {
     /// Gives `run` up (it ended, or was cancelled): the next lead to take it gets a higher
     /// epoch at once.
     pub async fn release(&self, run: &str) {
-        let Some(epoch) = self.held().runs.remove(run) else {
+        let Some((epoch, _)) = self.held().remove(run) else {
             return;
         };
         match self.leases.release(run, &self.lead, epoch).await {
@@ -176,16 +166,16 @@ impl Ownership {
         }
     }
 
-    /// Stops holding `run` without touching its lease (the lead lost it).
+    /// Stops holding `run` without touching its lease (it lapses unrenewed).
     pub fn drop_run(&self, run: &str) {
-        self.held().runs.remove(run);
+        self.held().remove(run);
     }
 
     /// Leases other leads let lapse (the longest lapsed first): the runs to take over.
     pub async fn takeable(&self) -> Result<Vec<ExpiredLease>, HaError> {
         let mut expired = self.leases.expired(TAKEOVER_BATCH).await?;
         let held = self.held();
-        expired.retain(|lease| !held.runs.contains_key(&lease.run_id));
+        expired.retain(|lease| !held.contains_key(&lease.run_id));
         Ok(expired)
     }
 
@@ -195,11 +185,22 @@ impl Ownership {
     }
 
     /// Takes over `lease`'s run: the new epoch, or `None` when another lead took it first.
+    /// Asks the database even when this lead thinks it holds the run: a lapsed lease is
+    /// not held.
     pub async fn take(&self, lease: &ExpiredLease) -> Result<Option<Epoch>, HaError> {
-        match self.hold(&lease.run_id).await? {
-            Hold::Held(epoch) => Ok(Some(epoch)),
-            Hold::Elsewhere => Ok(None),
+        let run = &lease.run_id;
+        let sent = Instant::now();
+        let taken = self.leases.acquire(run, &self.lead, self.ttl).await?;
+        let mut state = self.held();
+        match taken {
+            Some(epoch) => {
+                state.insert(run.clone(), (epoch, sent));
+            }
+            None => {
+                state.remove(run);
+            }
         }
+        Ok(taken)
     }
 }
 

@@ -48,11 +48,7 @@ impl HaSection {
         std::env::var(HA_DSN_ENV)
             .ok()
             .filter(|dsn| !dsn.trim().is_empty())
-            .or_else(|| {
-                self.leases_dsn
-                    .clone()
-                    .filter(|dsn| !dsn.trim().is_empty())
-            })
+            .or_else(|| self.leases_dsn.clone().filter(|dsn| !dsn.trim().is_empty()))
     }
 
     /// The lease time to live.

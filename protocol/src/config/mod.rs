@@ -34,7 +34,6 @@ pub use antler::{
     AntlerSection, McpPoolSection, TelemetrySection, TlsSection, ANTLER_KEYS,
     DEFAULT_MAX_FRAME_BYTES, MAX_WORKERS, TELEMETRY_KEYS,
 };
-pub use ha::{HaSection, DEFAULT_LEASE_TTL_MS, HA_DSN_ENV, HA_KEYS};
 pub use app::{
     parse_app_config, reads_deerflow_key, AcpAgentConfig, AppConfig, AuthorizationConfig,
     GuardrailsConfig, ModelConfig, ProviderConfig, SkillEvolutionConfig, ToolConfig,
@@ -65,6 +64,7 @@ pub use gateway::{
     valid_user, GatewaySection, JwtSection, LimitsSection, McpServerSection, StaticPrincipal,
     GATEWAY_KEYS, JWT_ALGORITHMS, JWT_KEYS, OPERATOR_USER,
 };
+pub use ha::{HaSection, DEFAULT_LEASE_TTL_MS, HA_DSN_ENV, HA_KEYS};
 pub use location::{
     resolve_app_config_path, resolve_extensions_beside, resolve_extensions_path, ANTLER_CONFIG_ENV,
     ANTLER_EXTENSIONS_ENV, DEERFLOW_CONFIG_ENV, DEERFLOW_EXTENSIONS_ENV, EXTENSIONS_FILE_NAMES,
