@@ -69,9 +69,7 @@ impl RunManager {
             match ownership.hold(&run_id).await {
                 Ok(Hold::Held(_)) => Ok(true),
                 Ok(Hold::Elsewhere) => Ok(false),
-                Err(e) => Err(PrepareError::Config(format!(
-                    "cannot take the run's lease: {e}"
-                ))),
+                Err(e) => Err(PrepareError::Leases(e.to_string())),
             }
         }
     }
