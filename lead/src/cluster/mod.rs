@@ -72,6 +72,8 @@ pub struct ClusterSpec {
     /// Chaos mode (`antler up --chaos`): every process takes `ChaosStop` requests. In
     /// cluster mode only when every address is loopback.
     pub chaos: bool,
+    /// Run leases shared with other leads (`antler.ha`; off without a DSN).
+    pub ha: antler_protocol::config::HaSection,
 }
 
 /// Why a cluster could not start or be reached.
@@ -111,6 +113,9 @@ pub enum ClusterError {
     ChaosOffLoopback(String),
     #[error("in cluster mode the orchestrator starts the workers (for Kubernetes: kubectl scale deployment/antler-subagent --replicas=N); the lead finds them through antler.cluster.workers")]
     ScaledElsewhere,
+    /// `antler.ha.leases_dsn` is set and its database cannot be used.
+    #[error("run leases (antler.ha.leases_dsn): {0}")]
+    Leases(#[from] crate::ha::HaError),
 }
 
 /// The lock file in the runtime directory a running lead holds (`flock`, exclusive).
@@ -278,6 +283,7 @@ impl RunningCluster {
             chaos: spec.chaos,
         };
         check_chaos(&spec).await?;
+        let ownership = open_ownership(&spec).await?;
         let children = children(&spec, &plan)?;
         let token = cluster_token(&spec, &runtime)?;
         let tls = match &spec.tls {
@@ -296,7 +302,13 @@ impl RunningCluster {
         let discovery = start_discovery(&spec, &supervisor);
         let dispatcher =
             crate::subagents::dispatcher::SubagentDispatcher::new(supervisor.clone()).start();
-        let runs = start_runs(&spec, &supervisor, &dispatcher, extensions.clone())?;
+        let runs = start_runs(
+            &spec,
+            &supervisor,
+            &dispatcher,
+            extensions.clone(),
+            ownership,
+        )?;
         // An ephemeral cluster serves one command: it has no HTTP gateway.
         let front_door = match front_door.filter(|_| !spec.ephemeral) {
             None => None,
@@ -589,11 +601,24 @@ fn start_discovery(
     })
 }
 
+/// This lead's run leases, when `antler.ha` names a database (else `None`: one lead).
+async fn open_ownership(
+    spec: &ClusterSpec,
+) -> Result<Option<Arc<crate::ha::Ownership>>, ClusterError> {
+    let Some(dsn) = spec.ha.leases_dsn() else {
+        return Ok(None);
+    };
+    let ownership = crate::ha::Ownership::open(&dsn, spec.ha.lease_ttl()).await?;
+    tracing::info!(lead = %ownership.lead(), "run leases on");
+    Ok(Some(ownership))
+}
+
 fn start_runs(
     spec: &ClusterSpec,
     supervisor: &Addr<Supervisor>,
     dispatcher: &Addr<crate::subagents::dispatcher::SubagentDispatcher>,
     extensions: PathBuf,
+    ownership: Option<Arc<crate::ha::Ownership>>,
 ) -> Result<Runs, ClusterError> {
     use crate::runs::{hosts::LinkHosts, manager::RunManager, metrics::Metrics, prepare::RunEnv};
     use antler_engine::catalog::{CatalogActor, Sources};
@@ -629,7 +654,9 @@ fn start_runs(
         let _ = env.memory_worker.set(worker);
     }
     let metrics = Arc::new(Metrics::default());
-    let manager = RunManager::new(Arc::clone(&env), metrics.clone(), !spec.ephemeral).start();
+    let manager = RunManager::new(Arc::clone(&env), metrics.clone(), !spec.ephemeral)
+        .with_ownership(ownership)
+        .start();
     Ok(Runs {
         env,
         manager,

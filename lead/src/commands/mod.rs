@@ -101,6 +101,7 @@ pub fn cluster_spec(
             ..RestartPolicy::default()
         },
         drain_grace: antler.drain_grace(),
+        ha: antler.ha.clone(),
         gateway: antler.gateway.clone(),
         tls,
         cluster: antler.cluster.hosts(),

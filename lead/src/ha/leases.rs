@@ -28,6 +28,15 @@ const RENEW: &str = "UPDATE run_leases
     SET expires_at = now() + $4::bigint * interval '1 millisecond'
     WHERE run_id = $1 AND lead_id = $2 AND epoch = $3 AND expires_at > now()";
 
+/// Extends, in one statement, every live lease `$3` holds at the epochs given (`$1` run ids,
+/// `$2` their epochs): the runs it still holds.
+const RENEW_MANY: &str = "UPDATE run_leases AS l
+    SET expires_at = now() + $4::bigint * interval '1 millisecond'
+    FROM unnest($1::text[], $2::bigint[]) AS h(run_id, epoch)
+    WHERE l.run_id = h.run_id AND l.epoch = h.epoch AND l.lead_id = $3
+        AND l.expires_at > now()
+    RETURNING l.run_id";
+
 /// Gives a run up: no owner, the epoch kept (the next owner's is higher).
 const RELEASE: &str = "UPDATE run_leases SET lead_id = NULL, expires_at = now()
     WHERE run_id = $1 AND lead_id = $2 AND epoch = $3";
@@ -71,6 +80,11 @@ impl Epoch {
     pub fn get(self) -> i64 {
         self.0
     }
+
+    /// The epoch as the wire carries it (`TraceContext::epoch`): epochs start at 1.
+    pub fn wire(self) -> u64 {
+        u64::try_from(self.0).unwrap_or(0)
+    }
 }
 
 impl fmt::Display for Epoch {
@@ -111,6 +125,7 @@ pub struct Leases {
 struct Statements {
     acquire: Statement,
     renew: Statement,
+    renew_many: Statement,
     release: Statement,
     expired: Statement,
     lease: Statement,
@@ -124,6 +139,7 @@ impl Leases {
         let statements = Statements {
             acquire: prepare(ACQUIRE).await?,
             renew: prepare(RENEW).await?,
+            renew_many: prepare(RENEW_MANY).await?,
             release: prepare(RELEASE).await?,
             expired: prepare(EXPIRED).await?,
             lease: prepare(LEASE).await?,
@@ -186,6 +202,39 @@ impl Leases {
             )
             .await?;
         Ok(updated == 1)
+    }
+
+    /// [`Leases::renew`] for many runs in one round trip: of `held` (run id and the epoch
+    /// `lead` holds it at), the run ids whose leases were extended. A run left out is lost.
+    pub async fn renew_many(
+        &self,
+        held: &[(String, Epoch)],
+        lead: &LeadId,
+        ttl: Duration,
+    ) -> Result<Vec<String>, HaError> {
+        let ttl = ttl_ms(ttl)?;
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        let runs: Vec<&str> = held.iter().map(|(run, _)| run.as_str()).collect();
+        let epochs: Vec<i64> = held.iter().map(|(_, epoch)| epoch.0).collect();
+        let what = "lease renew";
+        let rows = self
+            .db
+            .within(
+                what,
+                self.db.client().query(
+                    &self.statements.renew_many,
+                    &[&runs, &epochs, &lead.as_str(), &ttl],
+                ),
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                row.try_get::<_, String>(0)
+                    .map_err(|source| HaError::Query { what, source })
+            })
+            .collect()
     }
 
     /// Gives `run` up (its run ended, or the lead hands it over); the next lead to acquire it

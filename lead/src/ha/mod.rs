@@ -1,7 +1,8 @@
-//! Several leads on one PostgreSQL (issue 38, docs/ha.md): the foundation only, not yet on
-//! the lead's run path (SQLite stays the store). It owns the connection to PostgreSQL from a
-//! DSN ([`Postgres`]), the versioned schema applied at start ([`Postgres::migrate`]), and the
-//! run leases with fencing epochs that say which lead drives a run ([`Leases`]).
+//! Several leads on one PostgreSQL (issue 38, docs/ha.md). It owns the connection to
+//! PostgreSQL from a DSN ([`Postgres`]), the versioned schema applied at start
+//! ([`Postgres::migrate`]), the run leases with fencing epochs that say which lead drives a
+//! run ([`Leases`]), and this lead's hold on its runs' leases ([`Ownership`]), which the run
+//! manager follows when `antler.ha.leases_dsn` is set.
 //! Every lease decision is one SQL statement on the database's clock (`now()`), so the
 //! leads' clocks never matter; an epoch only grows, so a call carrying an older one is stale.
 
@@ -9,10 +10,12 @@ mod dsn;
 mod error;
 mod leases;
 mod migrations;
+mod owner;
 mod postgres;
 mod tls;
 
 pub use error::HaError;
 pub use leases::{Epoch, ExpiredLease, LeadId, Lease, Leases};
 pub use migrations::{Migrated, SCHEMA_VERSION};
+pub use owner::{new_lead_id, Hold, Ownership, TAKEOVER_BATCH};
 pub use postgres::Postgres;

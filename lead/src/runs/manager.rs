@@ -43,6 +43,7 @@ mod branch_files;
 mod cancel;
 mod client_runs;
 mod config;
+mod leases;
 mod queries;
 mod resume;
 mod sink;
@@ -95,9 +96,10 @@ struct LiveRun {
     skills: antler_engine::SkillStore,
     /// What the run's MCP calls are asking its user now.
     elicitations: Arc<PendingElicitations>,
-    /// The run's lease epoch (`RunContext::epoch`): what the manager sends for the run
-    /// beside its drive (a subagent's answer) carries it.
-    epoch: Option<u64>,
+    /// The fencing epoch this lead holds the run's lease at (`None`: no leases): what its
+    /// calls carry to the hosts and workers (`RunContext::epoch`), and what the manager sends
+    /// for the run beside its drive (a subagent's answer) carries too.
+    pub epoch: Option<u64>,
 }
 
 /// The owner of this lead's runs.
@@ -117,6 +119,12 @@ pub struct RunManager {
     crashed: HashMap<String, String>,
     /// The subagents' calls the runs wait on for their user.
     subagent_asks: Arc<crate::runs::subagent_asks::SubagentAsks>,
+    /// The run leases this lead drives its runs under (`antler.ha`; `None`: no leases).
+    ownership: Option<Arc<crate::ha::Ownership>>,
+    /// Runs whose lease was lost while driven: their drive's end writes nothing.
+    lost: std::collections::HashSet<String>,
+    /// Runs being taken over from another lead, with the event saying so.
+    takeovers: HashMap<String, String>,
 }
 
 impl RunManager {
@@ -134,6 +142,9 @@ impl RunManager {
             resume_at_start,
             crashed: HashMap::new(),
             subagent_asks: Arc::default(),
+            ownership: None,
+            lost: Default::default(),
+            takeovers: HashMap::new(),
         }
     }
 
@@ -148,10 +159,17 @@ impl RunManager {
             denied,
             skills,
         } = prepared;
+        let run_id = record.run_id.clone();
+        let epoch = self.epoch(&run_id).map(crate::ha::Epoch::wire);
+        if self.ownership.is_some() && epoch.is_none() {
+            // Its lease was lost while it was being prepared: another lead drives it.
+            tracing::warn!(run = %run_id, "{}", leases::RUN_LOST);
+            self.takeovers.remove(&run_id);
+            return run_id;
+        }
         if self.cancel_at_launch.remove(&record.run_id) {
             cancel.cancel();
         }
-        let run_id = record.run_id.clone();
         let (log, timing, elicitations) = match self.runs.get(&run_id) {
             Some(live) => (
                 live.log.clone(),
@@ -173,6 +191,9 @@ impl RunManager {
         if let Some(message) = self.crashed.remove(&run_id) {
             sink(&RunEvent::Warning { message });
         }
+        if let Some(takeover) = self.takeovers.remove(&run_id) {
+            log.push(takeover);
+        }
         let (asks, store, id) = (
             Arc::clone(&self.subagent_asks),
             self.env.store.clone(),
@@ -182,7 +203,8 @@ impl RunManager {
             crate::runs::subagent_asks::relay(&id, &asks, &store, event);
             sink(event);
         });
-        let epoch = run.context.epoch;
+        // Everything the run's drive sends to hosts and workers carries its lease's epoch.
+        run.context.epoch = epoch;
         let actor = RunActor::new(run).start();
         self.ended.retain(|id| id != &run_id);
         self.runs.insert(
@@ -221,6 +243,16 @@ impl RunManager {
                 .send(Drive)
                 .into_actor(self)
                 .map(move |result, manager, ctx| {
+                    if manager.lost.remove(&run_id) {
+                        // Its lease was lost: the new owner owns the record; nothing of
+                        // this drive is written.
+                        manager
+                            .metrics
+                            .drive_stopped(RunStatus::Interrupted.as_str());
+                        manager.ended.retain(|id| id != &run_id);
+                        manager.runs.remove(&run_id);
+                        return;
+                    }
                     let Some(live) = manager.runs.get_mut(&run_id) else {
                         return;
                     };
@@ -286,6 +318,7 @@ impl RunManager {
                                 live.record.clone(),
                             ));
                         }
+                        manager.release(&run_id);
                         manager.ended.push_back(run_id.clone());
                         manager.forget_old_ended();
                     }
@@ -321,6 +354,12 @@ impl Actor for RunManager {
         // Approvals' deadlines hold across a restart, an ephemeral cluster's runs too.
         self.expire_left_waiting(ctx);
         self.load_subagent_asks(ctx);
+        if self.ownership.is_some() {
+            // Under leases the runs left `running` are taken over only when their lease
+            // lapsed or no lead holds them.
+            self.start_leases(self.resume_at_start, ctx);
+            return;
+        }
         if !self.resume_at_start {
             return;
         }

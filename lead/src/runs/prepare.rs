@@ -120,6 +120,9 @@ pub enum PrepareError {
     /// A download of a file the run did not present (or that is gone).
     #[error("run {run_id} presented no file {path}")]
     NoArtifact { run_id: String, path: String },
+    /// The run's lease could not be taken (`antler.ha`: its database away or slow).
+    #[error("cannot take the run's lease: {0}")]
+    Leases(String),
 }
 
 impl From<crate::runs::store::ThreadRefusal> for PrepareError {
@@ -148,7 +151,8 @@ impl PrepareError {
                 ..
             }
             | PrepareError::FilesUnavailable(_)
-            | PrepareError::BeingSubmitted(_) => true,
+            | PrepareError::BeingSubmitted(_)
+            | PrepareError::Leases(_) => true,
             _ => false,
         }
     }

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use super::cluster::ClusterSection;
 use super::diagnostics::FieldPath;
 use super::gateway::GatewaySection;
+use super::ha::HaSection;
 use crate::tls::TlsFiles;
 
 /// 16 MiB, the default maximum frame size.
@@ -38,6 +39,7 @@ pub const ANTLER_KEYS: &[&str] = &[
     "cluster",
     "agent_name",
     "telemetry",
+    "ha",
 ];
 
 /// The keys of `antler.telemetry`.
@@ -100,6 +102,8 @@ pub struct AntlerSection {
     /// Traces over OTLP (docs/telemetry.md); off when no endpoint is given here or in
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`.
     pub telemetry: TelemetrySection,
+    /// Several leads sharing their runs through run leases on PostgreSQL (docs/ha.md).
+    pub ha: HaSection,
 }
 
 /// `antler.telemetry`: where every process of the cluster exports its spans (OTLP over
@@ -206,6 +210,7 @@ impl Default for AntlerSection {
             cluster: ClusterSection::default(),
             agent_name: None,
             telemetry: TelemetrySection::default(),
+            ha: HaSection::default(),
         }
     }
 }
@@ -305,6 +310,7 @@ impl AntlerSection {
             }
         }
         problems.extend(self.gateway.check(&base));
+        problems.extend(self.ha.check(&base));
         let tls = TlsSection::given(&self.tls.ca);
         problems.extend(self.cluster.check(&base, tls));
         problems

@@ -520,6 +520,11 @@ fn unknown_key_warning(doc: &Document<'_>, path: FieldPath) -> ConfigWarning {
             TELEMETRY_KEYS.to_vec()
         }
         [PathSegment::Key(section), PathSegment::Key(sub), _]
+            if section == "antler" && sub == "ha" =>
+        {
+            super::ha::HA_KEYS.to_vec()
+        }
+        [PathSegment::Key(section), PathSegment::Key(sub), _]
             if section == "antler" && sub == "gateway" =>
         {
             super::gateway::GATEWAY_KEYS.to_vec()

@@ -142,6 +142,7 @@ impl RunManager {
                 manager.ended.retain(|id| id != &run_id);
                 manager.ended.push_back(run_id.clone());
             }
+            manager.release(&run_id);
             tracing::info!(run = %run_id, "run cancelled while it waited for an answer");
             Ok(CancelOutcome::Cancelled)
         }))

@@ -42,17 +42,40 @@ impl Handler<ResumeRun> for RunManager {
         if busy {
             return Box::pin(actix::fut::ready(Ok(run_id)));
         }
+        let answered = msg.answer.is_some();
         self.resuming.insert(run_id.clone());
         let env = self.env.clone();
+        // Under leases the run is held before it is driven again.
+        let hold = self.hold(&run_id);
         Box::pin(
             async move {
+                if !hold.await? {
+                    return Ok(None);
+                }
                 env.resume(&msg.run_id, msg.answer.as_deref(), msg.playbook.as_deref())
                     .await
+                    .map(Some)
             }
             .into_actor(self)
             .map(move |prepared, manager, ctx| {
                 manager.resuming.remove(&run_id);
-                Ok(manager.launch(prepared?, false, ctx))
+                match prepared {
+                    Ok(Some(prepared)) => Ok(manager.launch(prepared, false, ctx)),
+                    // Another lead drives it.
+                    Ok(None) if answered => Err(PrepareError::NotWaiting {
+                        run_id,
+                        status: "running".to_owned(),
+                    }),
+                    Ok(None) => Ok(run_id),
+                    Err(e) => {
+                        // A run this lead does not keep waiting is left to whoever takes
+                        // it when its lease lapses.
+                        if manager.runs.get(&run_id).is_none_or(|l| l.actor.is_none()) {
+                            manager.let_lapse(&run_id);
+                        }
+                        Err(e)
+                    }
+                }
             }),
         )
     }

@@ -59,13 +59,27 @@ impl RunManager {
     fn prepare_new(&mut self, run_id: String, submission: RunSubmission) -> SubmitReply {
         let env = self.env.clone();
         let id = run_id.clone();
+        // Under leases the run is held before its first step.
+        let hold = self.hold(&run_id);
         Box::pin(
-            async move { env.start(&run_id, &submission).await }
-                .into_actor(self)
-                .map(move |prepared, manager, ctx| {
-                    manager.submitting.remove(&id);
-                    Ok(manager.launch(prepared?, true, ctx))
-                }),
+            async move {
+                if !hold.await? {
+                    // Another lead holds it: a repeat of a keyed submission it prepares.
+                    return Err(PrepareError::BeingSubmitted(run_id));
+                }
+                env.start(&run_id, &submission).await
+            }
+            .into_actor(self)
+            .map(move |prepared, manager, ctx| {
+                manager.submitting.remove(&id);
+                match prepared {
+                    Ok(prepared) => Ok(manager.launch(prepared, true, ctx)),
+                    Err(e) => {
+                        manager.let_lapse(&id);
+                        Err(e)
+                    }
+                }
+            }),
         )
     }
 }

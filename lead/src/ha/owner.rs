@@ -1,0 +1,220 @@
+//! [`Ownership`]: the runs this lead holds a lease on, and the decisions about them: take a
+//! run before driving it ([`Ownership::hold`]), renew every held lease in one statement and
+//! say which were lost ([`Ownership::renew`]), give a run up when it ends
+//! ([`Ownership::release`]), and find and take the runs a dead lead left
+//! ([`Ownership::takeable`]). The run manager acts on what it says; the database and its
+//! clock decide.
+//!
+//! A lead that cannot renew in time (the database unreachable, the lead paused) does not
+//! wait for the database to tell it: once a lease's time to live has passed since the last
+//! acquisition or renewal of it the lead saw succeed, its run counts as lost, since another
+//! lead may own it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::{Epoch, ExpiredLease, HaError, LeadId, Leases};
+
+/// The most lapsed leases one takeover pass reads.
+pub const TAKEOVER_BATCH: u32 = 64;
+
+/// The leases this lead holds.
+pub struct Ownership {
+    leases: Leases,
+    lead: LeadId,
+    ttl: Duration,
+    /// Each held run's epoch, and when the acquisition or renewal that last succeeded for
+    /// it was sent: its lease runs at least a time to live from then.
+    held: Mutex<HashMap<String, (Epoch, Instant)>>,
+}
+
+/// What [`Ownership::hold`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// This lead holds the run at this epoch (newly acquired or held already).
+    Held(Epoch),
+    /// Another lead holds a live lease on it.
+    Elsewhere,
+}
+
+impl Ownership {
+    /// The leases of the database `dsn` names (connected and migrated), for a new lead
+    /// identity; its leases live `ttl` unrenewed.
+    pub async fn open(dsn: &str, ttl: Duration) -> Result<Arc<Self>, HaError> {
+        let leases = Leases::open(dsn).await?;
+        Ok(Arc::new(Self::new(leases, new_lead_id(), ttl)))
+    }
+
+    pub fn new(leases: Leases, lead: LeadId, ttl: Duration) -> Self {
+        Self {
+            leases,
+            lead,
+            ttl,
+            held: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn lead(&self) -> &LeadId {
+        &self.lead
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// How often leases are renewed and lapsed ones looked for: a third of the time to
+    /// live, so two renewals may fail before a lease lapses.
+    pub fn period(&self) -> Duration {
+        (self.ttl / 3).max(Duration::from_millis(50))
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Epoch, Instant)>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The epoch this lead holds `run` at, if it does.
+    pub fn epoch(&self, run: &str) -> Option<Epoch> {
+        self.held().get(run).map(|(epoch, _)| *epoch)
+    }
+
+    /// Takes `run` before it is driven: the epoch it is held at (this lead's already, or a
+    /// new one), or [`Hold::Elsewhere`] while another lead's lease on it is live.
+    pub async fn hold(&self, run: &str) -> Result<Hold, HaError> {
+        if let Some(epoch) = self.epoch(run) {
+            return Ok(Hold::Held(epoch));
+        }
+        let sent = Instant::now();
+        let Some(epoch) = self.leases.acquire(run, &self.lead, self.ttl).await? else {
+            return Ok(Hold::Elsewhere);
+        };
+        self.held().insert(run.to_owned(), (epoch, sent));
+        Ok(Hold::Held(epoch))
+    }
+
+    /// Renews every lease this lead holds, in one statement: the runs it lost (another
+    /// lead took them, or the lease lapsed), forgotten here. A lease not renewed for a time
+    /// to live (the database unreachable, the lead paused) is lost without asking: another
+    /// lead may own the run by now. A renewal that fails loses nothing yet.
+    pub async fn renew(&self) -> Vec<(String, Epoch)> {
+        let sent = Instant::now();
+        let (lapsed, live): (Vec<_>, Vec<_>) = self
+            .held()
+            .iter()
+            .map(|(run, (epoch, since))| (run.clone(), *epoch, *since))
+            .partition(|(_, _, since)| sent.duration_since(*since) >= self.ttl);
+        let mut lost = self.forget(lapsed.into_iter().map(|(r, e, _)| (r, e)).collect());
+        if live.is_empty() {
+            return lost;
+        }
+        // A renewal that lands after the leases lapsed renews nothing: it may wait no
+        // longer than the first of them has left.
+        let left = live
+            .iter()
+            .map(|(_, _, since)| self.ttl.saturating_sub(sent.duration_since(*since)))
+            .min()
+            .unwrap_or(self.ttl);
+        let held: Vec<(String, Epoch)> = live.into_iter().map(|(r, e, _)| (r, e)).collect();
+        let renewed =
+            tokio::time::timeout(left, self.leases.renew_many(&held, &self.lead, self.ttl)).await;
+        match renewed {
+            Ok(Ok(renewed)) => {
+                let renewed: std::collections::HashSet<String> = renewed.into_iter().collect();
+                let (kept, gone): (Vec<_>, Vec<_>) =
+                    held.into_iter().partition(|(run, _)| renewed.contains(run));
+                {
+                    let mut state = self.held();
+                    for (run, epoch) in kept {
+                        if let Some(entry) = state.get_mut(&run).filter(|(e, _)| *e == epoch) {
+                            entry.1 = sent;
+                        }
+                    }
+                }
+                lost.extend(self.forget(gone));
+            }
+            Ok(Err(e)) => tracing::warn!("cannot renew the run leases: {e}"),
+            Err(_) => tracing::warn!("the run leases' renewal did not answer in time"),
+        }
+        lost
+    }
+
+    /// Forgets the runs of `lost` still held at the same epoch (one released and taken
+    /// again meanwhile is held anew): the ones forgotten.
+    fn forget(&self, lost: Vec<(String, Epoch)>) -> Vec<(String, Epoch)> {
+        let mut state = self.held();
+        lost.into_iter()
+            .filter(|(run, epoch)| {
+                let same = state.get(run).is_some_and(|(e, _)| e == epoch);
+                if same {
+                    state.remove(run);
+                }
+                same
+            })
+            .collect()
+    }
+
+    /// Gives `run` up (it ended, or was cancelled): the next lead to take it gets a higher
+    /// epoch at once.
+    pub async fn release(&self, run: &str) {
+        let Some((epoch, _)) = self.held().remove(run) else {
+            return;
+        };
+        match self.leases.release(run, &self.lead, epoch).await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(run, %epoch, "the run's lease was no longer held"),
+            Err(e) => tracing::warn!(run, %epoch, "cannot release the run's lease: {e}"),
+        }
+    }
+
+    /// Stops holding `run` without touching its lease (it lapses unrenewed).
+    pub fn drop_run(&self, run: &str) {
+        self.held().remove(run);
+    }
+
+    /// Leases other leads let lapse (the longest lapsed first): the runs to take over.
+    pub async fn takeable(&self) -> Result<Vec<ExpiredLease>, HaError> {
+        let mut expired = self.leases.expired(TAKEOVER_BATCH).await?;
+        let held = self.held();
+        expired.retain(|lease| !held.contains_key(&lease.run_id));
+        Ok(expired)
+    }
+
+    /// `run`'s lease as it stands (`None`: never leased).
+    pub async fn lease(&self, run: &str) -> Result<Option<super::Lease>, HaError> {
+        self.leases.lease(run).await
+    }
+
+    /// Takes over `lease`'s run: the new epoch, or `None` when another lead took it first.
+    /// Asks the database even when this lead thinks it holds the run: a lapsed lease is
+    /// not held.
+    pub async fn take(&self, lease: &ExpiredLease) -> Result<Option<Epoch>, HaError> {
+        let run = &lease.run_id;
+        let sent = Instant::now();
+        let taken = self.leases.acquire(run, &self.lead, self.ttl).await?;
+        let mut state = self.held();
+        match taken {
+            Some(epoch) => {
+                state.insert(run.clone(), (epoch, sent));
+            }
+            None => {
+                state.remove(run);
+            }
+        }
+        Ok(taken)
+    }
+}
+
+/// A lead identity unique to this process: its host name, pid and a random part.
+pub fn new_lead_id() -> LeadId {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "lead".to_owned());
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    LeadId::new(format!(
+        "{host}-{}-{}",
+        std::process::id(),
+        &random[..12.min(random.len())]
+    ))
+}

@@ -1,0 +1,88 @@
+//! `antler.ha`: several leads sharing their runs (issue 38, docs/ha.md). `leases_dsn` names
+//! the PostgreSQL whose run leases say which lead drives each run (`$VAR` reads the
+//! environment; `ANTLER_HA_DSN` overrides it); without one the lead drives its runs alone,
+//! as it always did. `lease_ttl_ms` is how long a lead's lease lives unrenewed: a dead
+//! lead's runs are taken over about that long after its last renewal.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::diagnostics::FieldPath;
+
+/// The keys of `antler.ha`.
+pub const HA_KEYS: &[&str] = &["leases_dsn", "lease_ttl_ms"];
+
+/// The environment variable that overrides `antler.ha.leases_dsn`.
+pub const HA_DSN_ENV: &str = "ANTLER_HA_DSN";
+
+/// The lease time to live by default: takeover within 5 s of a lead's death.
+pub const DEFAULT_LEASE_TTL_MS: u64 = 3000;
+
+/// The shortest lease time to live: renewals every third of it must have time to land.
+pub const MIN_LEASE_TTL_MS: u64 = 300;
+
+/// Run leases on PostgreSQL.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping with leases_dsn and lease_ttl_ms")]
+pub struct HaSection {
+    /// The leases' database (`postgres://…` or `host=… dbname=…`); `None`: one lead.
+    pub leases_dsn: Option<String>,
+    /// How long a lease lives unrenewed, in milliseconds.
+    pub lease_ttl_ms: u64,
+}
+
+impl Default for HaSection {
+    fn default() -> Self {
+        Self {
+            leases_dsn: None,
+            lease_ttl_ms: DEFAULT_LEASE_TTL_MS,
+        }
+    }
+}
+
+impl HaSection {
+    /// The leases' DSN: `ANTLER_HA_DSN` when set and not empty, else the section's (an unset
+    /// `$VAR` resolves to "", which is none).
+    pub fn leases_dsn(&self) -> Option<String> {
+        std::env::var(HA_DSN_ENV)
+            .ok()
+            .filter(|dsn| !dsn.trim().is_empty())
+            .or_else(|| self.leases_dsn.clone().filter(|dsn| !dsn.trim().is_empty()))
+    }
+
+    /// The lease time to live.
+    pub fn lease_ttl(&self) -> Duration {
+        Duration::from_millis(self.lease_ttl_ms)
+    }
+
+    /// Values the lead cannot work with, as (path, expectation).
+    pub(crate) fn check(&self, base: &FieldPath) -> Vec<(FieldPath, &'static str)> {
+        if self.lease_ttl_ms < MIN_LEASE_TTL_MS {
+            return vec![(
+                base.key("ha").key("lease_ttl_ms"),
+                "expected an integer of at least 300 (milliseconds)",
+            )];
+        }
+        Vec::new()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_are_off_unless_a_dsn_is_given() {
+        let ha: HaSection = serde_yaml::from_str("{}").unwrap();
+        assert_eq!(ha, HaSection::default());
+        assert_eq!(ha.lease_ttl(), Duration::from_secs(3));
+        assert!(ha.check(&FieldPath::root().key("antler")).is_empty());
+        let ha: HaSection = serde_yaml::from_str("{leases_dsn: '', lease_ttl_ms: 100}").unwrap();
+        if std::env::var(HA_DSN_ENV).is_err() {
+            assert_eq!(ha.leases_dsn(), None);
+        }
+        assert_eq!(ha.check(&FieldPath::root().key("antler")).len(), 1);
+    }
+}
