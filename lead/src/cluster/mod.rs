@@ -57,6 +57,9 @@ pub struct ClusterSpec {
     /// The runs' checkpoint store (`runs.sqlite` of the cluster's runtime directory; an
     /// ephemeral cluster keeps its parent's, so its runs can be resumed later).
     pub store_path: PathBuf,
+    /// The PostgreSQL store that replaces `store_path` (`ANTLER_STORE_DSN`, else
+    /// `antler.store.postgres.dsn`): several leads share it.
+    pub store_dsn: Option<crate::runs::store::Dsn>,
     /// A cluster started for one command: it does not resume the store's unfinished runs.
     pub ephemeral: bool,
     /// Who may use the HTTP gateway (`antler.gateway`).
@@ -72,6 +75,16 @@ pub struct ClusterSpec {
     /// Chaos mode (`antler up --chaos`): every process takes `ChaosStop` requests. In
     /// cluster mode only when every address is loopback.
     pub chaos: bool,
+}
+
+impl ClusterSpec {
+    /// Where the runs store lives: the PostgreSQL DSN if one is given, else the SQLite file.
+    pub fn store_location(&self) -> crate::runs::store::StoreLocation {
+        match &self.store_dsn {
+            Some(dsn) => crate::runs::store::StoreLocation::Postgres(dsn.clone()),
+            None => crate::runs::store::StoreLocation::Sqlite(self.store_path.clone()),
+        }
+    }
 }
 
 /// Why a cluster could not start or be reached.
@@ -597,7 +610,7 @@ fn start_runs(
 ) -> Result<Runs, ClusterError> {
     use crate::runs::{hosts::LinkHosts, manager::RunManager, metrics::Metrics, prepare::RunEnv};
     use antler_engine::catalog::{CatalogActor, Sources};
-    let store = crate::runs::store::CheckpointStore::open(&spec.store_path)?;
+    let store = crate::runs::store::CheckpointStore::open_at(&spec.store_location())?;
     actix::spawn(crate::runs::store::probe_writes(store.clone()));
     actix::spawn(crate::cluster::mcp_credentials::relay(
         supervisor.clone(),

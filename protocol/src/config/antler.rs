@@ -38,7 +38,14 @@ pub const ANTLER_KEYS: &[&str] = &[
     "cluster",
     "agent_name",
     "telemetry",
+    "store",
 ];
+
+/// The keys of `antler.store`.
+pub const STORE_KEYS: &[&str] = &["postgres"];
+
+/// The keys of `antler.store.postgres`.
+pub const STORE_POSTGRES_KEYS: &[&str] = &["dsn"];
 
 /// The keys of `antler.telemetry`.
 pub const TELEMETRY_KEYS: &[&str] = &["otlp_endpoint", "service_name"];
@@ -100,6 +107,44 @@ pub struct AntlerSection {
     /// Traces over OTLP (docs/telemetry.md); off when no endpoint is given here or in
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`.
     pub telemetry: TelemetrySection,
+    /// Where the lead keeps its runs: SQLite in the runtime directory unless
+    /// `postgres.dsn` names a PostgreSQL (several leads share it; docs/ha.md).
+    pub store: StoreSection,
+}
+
+/// `antler.store`: the runs store's backend. `ANTLER_STORE_DSN` overrides the DSN (a
+/// Kubernetes Secret); no DSN is SQLite.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping with postgres")]
+pub struct StoreSection {
+    pub postgres: StorePostgresSection,
+}
+
+/// `antler.store.postgres`: the DSN of the PostgreSQL store (`postgres://user:pw@host/db`
+/// or `host=… user=… dbname=…`; `$VAR` reads the environment).
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping with dsn")]
+pub struct StorePostgresSection {
+    pub dsn: Option<String>,
+}
+
+impl std::fmt::Debug for StorePostgresSection {
+    /// The DSN may hold a password: it is never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorePostgresSection")
+            .field("dsn", &self.dsn.as_ref().map(|_| "…"))
+            .finish()
+    }
+}
+
+impl StoreSection {
+    /// The configured DSN, if set to a non-empty value (an unset `$VAR` resolves to "").
+    pub fn postgres_dsn(&self) -> Option<&str> {
+        self.postgres
+            .dsn
+            .as_deref()
+            .filter(|d| !d.trim().is_empty())
+    }
 }
 
 /// `antler.telemetry`: where every process of the cluster exports its spans (OTLP over
@@ -206,6 +251,7 @@ impl Default for AntlerSection {
             cluster: ClusterSection::default(),
             agent_name: None,
             telemetry: TelemetrySection::default(),
+            store: StoreSection::default(),
         }
     }
 }

@@ -30,6 +30,7 @@ mod gateway_slow_bodies;
 mod gateway_suggestions;
 mod gateway_uploads;
 mod ha_leases;
+mod ha_store;
 mod host_bad_input;
 mod inspector_page;
 mod inspector_streaming;
