@@ -291,6 +291,14 @@ impl RunningCluster {
             chaos: spec.chaos,
         };
         check_chaos(&spec).await?;
+        // The runs store first: a PostgreSQL that does not answer stops the lead before
+        // any child starts. Opened on a blocking thread (the connect waits on the network).
+        let location = spec.store_location();
+        let store = tokio::task::spawn_blocking(move || {
+            crate::runs::store::CheckpointStore::open_at(&location)
+        })
+        .await
+        .map_err(|_| crate::runs::store::CheckpointError::ThreadGone)??;
         let children = children(&spec, &plan)?;
         let token = cluster_token(&spec, &runtime)?;
         let tls = match &spec.tls {
@@ -309,7 +317,7 @@ impl RunningCluster {
         let discovery = start_discovery(&spec, &supervisor);
         let dispatcher =
             crate::subagents::dispatcher::SubagentDispatcher::new(supervisor.clone()).start();
-        let runs = start_runs(&spec, &supervisor, &dispatcher, extensions.clone())?;
+        let runs = start_runs(&spec, store, &supervisor, &dispatcher, extensions.clone());
         // An ephemeral cluster serves one command: it has no HTTP gateway.
         let front_door = match front_door.filter(|_| !spec.ephemeral) {
             None => None,
@@ -604,13 +612,13 @@ fn start_discovery(
 
 fn start_runs(
     spec: &ClusterSpec,
+    store: crate::runs::store::CheckpointStore,
     supervisor: &Addr<Supervisor>,
     dispatcher: &Addr<crate::subagents::dispatcher::SubagentDispatcher>,
     extensions: PathBuf,
-) -> Result<Runs, ClusterError> {
+) -> Runs {
     use crate::runs::{hosts::LinkHosts, manager::RunManager, metrics::Metrics, prepare::RunEnv};
     use antler_engine::catalog::{CatalogActor, Sources};
-    let store = crate::runs::store::CheckpointStore::open_at(&spec.store_location())?;
     actix::spawn(crate::runs::store::probe_writes(store.clone()));
     actix::spawn(crate::cluster::mcp_credentials::relay(
         supervisor.clone(),
@@ -643,14 +651,14 @@ fn start_runs(
     }
     let metrics = Arc::new(Metrics::default());
     let manager = RunManager::new(Arc::clone(&env), metrics.clone(), !spec.ephemeral).start();
-    Ok(Runs {
+    Runs {
         env,
         manager,
         metrics,
         dispatcher: dispatcher.clone(),
         catalog,
         store,
-    })
+    }
 }
 
 /// A connection to the lead of a cluster, attached or ephemeral.

@@ -680,7 +680,8 @@ impl CheckpointStore {
              FROM runs r
              LEFT JOIN checkpoints c ON c.run_id = r.run_id
                  AND c.step = (SELECT MAX(step) FROM checkpoints WHERE run_id = r.run_id)
-             WHERE (?1 IS NULL OR r.user_id = ?1) AND (?2 IS NULL OR r.status = ?2)
+             WHERE (CAST(?1 AS TEXT) IS NULL OR r.user_id = ?1)
+               AND (CAST(?2 AS TEXT) IS NULL OR r.status = ?2)
              ORDER BY r.rowid DESC LIMIT ?3"
         );
         let max = i64::try_from(limit).unwrap_or(i64::MAX);

@@ -2,14 +2,13 @@
 //! API round trip (a run, its steps written once, its latest state, events, a receipt
 //! written once, MCP credentials, approvals, a subagent's held call, threads, memory); an
 //! `antler run` with `ANTLER_STORE_DSN` whose record, events and checkpoints land in
-//! PostgreSQL and which `antler runs` and the gateway read back, from a lead started again
-//! too; the schema migrated from an empty database and from schema 1 with a lease kept; a
+//! PostgreSQL, which a lead started again serves from there (the gateway's runs list and
+//! run) and `antler threads` reads with the same DSN; the schema migrated from an empty database and from schema 1 with a lease kept; a
 //! DSN that does not connect stops the store's open and `antler up` with a clear error that
 //! does not show the password.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use antler_engine::{
     ApprovalChoice, ApprovalDecision, DeliveryReceipt, Message, PendingApproval, RunRecord,
@@ -21,13 +20,11 @@ use antler_lead::runs::store::memory::{
 };
 use antler_lead::runs::store::{CheckpointStore, Recorded, SubagentAsk, STORE_DSN_ENV};
 use antler_protocol::messages::SealedCredential;
-use antler_tests::{antler, bin, wait_for};
+use antler_tests::{antler, bin};
 use serde_json::{json, Map, Value};
 
 use crate::lead_support::{http_full, LeadCluster};
 use crate::pg_support::{connect, database};
-
-const ALICE: &str = "alice-token-000000000001";
 
 /// A runtime for the suite's own async work (making databases, reading them back); the
 /// store's synchronous API is called outside it.
@@ -273,11 +270,8 @@ const PLAYBOOK: &str = "turns:\n  - content: Stored in PostgreSQL.\n";
 fn antler_run_keeps_its_run_in_postgres_and_a_new_lead_reads_it_back() {
     let rt = runtime();
     let db = rt.block_on(database("ha_store_run"));
-    let config = format!(
-        "tool_search:\n  enabled: false\nantler:\n  gateway:\n    tokens:\n      - {{token: {ALICE}, user: alice}}\n"
-    );
     let mut c = LeadCluster::up(
-        &config,
+        "tool_search:\n  enabled: false\n",
         &[
             ("ANTLER_GATEWAY_ADDR", "127.0.0.1:0"),
             (STORE_DSN_ENV, db.dsn.as_str()),
@@ -286,7 +280,15 @@ fn antler_run_keeps_its_run_in_postgres_and_a_new_lead_reads_it_back() {
     let playbook = c.write("playbook.yaml", PLAYBOOK);
     let out = antler(
         &c.runtime(),
-        &["run", "Say it", "--playbook", &playbook, "--json"],
+        &[
+            "run",
+            "Say it",
+            "--playbook",
+            &playbook,
+            "--thread",
+            "pg-thread",
+            "--json",
+        ],
     );
     let view: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
@@ -295,21 +297,26 @@ fn antler_run_keeps_its_run_in_postgres_and_a_new_lead_reads_it_back() {
     let run_id = view["run_id"].as_str().unwrap().to_owned();
 
     // The run's record, checkpoints and events are in PostgreSQL, not in a SQLite file.
-    let (status, checkpoints, events) = rt.block_on(async {
+    let (status, thread, checkpoints, events) = rt.block_on(async {
         let client = connect(&db.dsn).await;
-        let status: String = client
-            .query_one("SELECT status FROM runs WHERE run_id = $1", &[&run_id])
-            .await
-            .unwrap()
-            .get(0);
-        let checkpoints: i64 = client
+        let row = client
             .query_one(
-                "SELECT count(*) FROM checkpoints WHERE run_id = $1",
+                "SELECT status, thread_id FROM runs WHERE run_id = $1",
+                &[&run_id],
+            )
+            .await
+            .unwrap();
+        let (status, thread): (String, String) = (row.get(0), row.get(1));
+        let checkpoints: Vec<String> = client
+            .query(
+                "SELECT state FROM checkpoints WHERE run_id = $1 ORDER BY step",
                 &[&run_id],
             )
             .await
             .unwrap()
-            .get(0);
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
         let events: Vec<String> = client
             .query(
                 "SELECT event FROM run_events WHERE run_id = $1 ORDER BY seq",
@@ -320,38 +327,51 @@ fn antler_run_keeps_its_run_in_postgres_and_a_new_lead_reads_it_back() {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        (status, checkpoints, events)
+        (status, thread, checkpoints, events)
     });
-    assert_eq!(status, "success");
+    assert_eq!((status.as_str(), thread.as_str()), ("success", "pg-thread"));
+    assert!(checkpoints.len() >= 2, "step 0 and the steps after");
     assert!(
-        checkpoints >= 2,
-        "step 0 and the steps after: {checkpoints}"
+        checkpoints
+            .last()
+            .unwrap()
+            .contains("Stored in PostgreSQL."),
+        "{checkpoints:?}"
     );
     assert!(
-        events.iter().any(|e| e.contains("Stored in PostgreSQL.")),
+        events.iter().any(|e| e.contains("\"model_finished\"")),
         "{events:?}"
     );
     assert!(!c.runtime().join("runs.sqlite").exists());
 
-    // A lead started again (its SQLite would be empty) reads the run back from PostgreSQL.
+    // A lead started again (its SQLite would be empty) reads the run back from PostgreSQL:
+    // the gateway's runs list and the run, as its operator (the token `antler up` wrote).
     c.kill_lead();
     c.start();
-    let listed = wait_for(Duration::from_secs(30), || {
-        let out = antler(&c.runtime(), &["runs", "--json"]);
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        text.contains(&run_id).then_some(text)
-    });
-    assert!(listed.is_some(), "`antler runs` does not list {run_id}");
-    let (code, _, body) = http_full(
-        &c.gateway(),
-        ALICE,
-        "GET",
-        &format!("/api/runs/{run_id}"),
-        None,
-    );
+    let (addr, token) = (c.gateway(), c.gateway_token());
+    let (code, _, body) = http_full(&addr, &token, "GET", "/api/runs", None);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains(&run_id), "{body}");
+    let (code, _, body) = http_full(&addr, &token, "GET", &format!("/api/runs/{run_id}"), None);
     assert_eq!(code, 200, "{body}");
     let body: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["status"], "success", "{body}");
+
+    // `antler threads` reads the store itself, with the same DSN: the run's thread is there.
+    let out = Command::new(bin("antler"))
+        .arg("--runtime-dir")
+        .arg(c.runtime())
+        .args(["threads", "list", "--json"])
+        .env(STORE_DSN_ENV, &db.dsn)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(&thread),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -380,12 +380,26 @@ impl CheckpointStore {
                 run_id: active,
             }));
         }
-        db.execute(
+        // The claim checks again as it writes: another lead on the same database may have
+        // claimed the thread since it was read.
+        let claimed = db.execute(
             "UPDATE threads SET active_run_id = ?3, last_run_id = ?3, claimed_ms = ?4,
                  status = 'busy', updated_ms = ?4
-             WHERE user_id = ?1 AND thread_id = ?2",
-            args![user, thread, run_id, now_ms()],
+             WHERE user_id = ?1 AND thread_id = ?2
+               AND (active_run_id IS NULL OR active_run_id = ?3 OR NOT (
+                   EXISTS (SELECT 1 FROM runs r WHERE r.run_id = threads.active_run_id
+                           AND r.status = 'running')
+                   OR (NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = threads.active_run_id)
+                       AND COALESCE(claimed_ms, 0) > ?5)))",
+            args![user, thread, run_id, now_ms(), claim_horizon()],
         )?;
+        if claimed == 0 {
+            let active = get_thread(&mut db, user, thread)?.and_then(|row| row.active_run_id);
+            return Ok(Err(ThreadRefusal::Busy {
+                thread: thread.to_owned(),
+                run_id: active.unwrap_or_default(),
+            }));
+        }
         drop(db);
         Ok(Ok(self.thread_state(user, thread)?))
     }
