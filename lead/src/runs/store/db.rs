@@ -477,16 +477,17 @@ impl PgSession {
     }
 
     fn control(&mut self, sql: &'static str) -> Result<(), CheckpointError> {
-        if sql == "BEGIN" {
+        let begin = sql == "BEGIN";
+        if begin {
             self.ensure()?;
-            self.in_transaction = true;
-        } else {
-            self.in_transaction = false;
         }
         let pg = self.connection.as_ref().ok_or(HaError::Closed)?;
-        Ok(self
+        let done = self
             .runtime
-            .block_on(pg.within("transaction", pg.client().batch_execute(sql)))?)
+            .block_on(pg.within("transaction", pg.client().batch_execute(sql)));
+        // Open only once BEGIN succeeded; any other control statement ends it, failed or not.
+        self.in_transaction = begin && done.is_ok();
+        Ok(done?)
     }
 }
 
