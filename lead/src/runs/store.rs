@@ -77,9 +77,10 @@ pub enum CheckpointError {
     },
     #[error("checkpoint store: {0}")]
     Sql(#[from] rusqlite::Error),
-    /// The PostgreSQL store failed (a lost connection, a deadline, a statement).
+    /// The PostgreSQL store failed (a lost connection, a deadline, a statement). Its text
+    /// already holds its causes', so it is not given as a source (a chain would repeat them).
     #[error("checkpoint store: {0}")]
-    Postgres(#[from] crate::ha::HaError),
+    Postgres(crate::ha::HaError),
     /// A row did not hold what the store wrote there.
     #[error("checkpoint store: {0}")]
     Column(String),
@@ -99,6 +100,12 @@ pub enum CheckpointError {
     Encode(#[from] serde_json::Error),
     #[error("checkpoint store: its thread is gone")]
     ThreadGone,
+}
+
+impl From<crate::ha::HaError> for CheckpointError {
+    fn from(error: crate::ha::HaError) -> CheckpointError {
+        CheckpointError::Postgres(error)
+    }
 }
 
 impl CheckpointError {

@@ -4,8 +4,8 @@
 //! `antler run` with `ANTLER_STORE_DSN` whose record, events and checkpoints land in
 //! PostgreSQL, which a lead started again serves from there (the gateway's runs list and
 //! run) and `antler threads` reads with the same DSN; the schema migrated from an empty database and from schema 1 with a lease kept; a
-//! DSN that does not connect stops the store's open and `antler up` with a clear error that
-//! does not show the password.
+//! DSN that does not connect stops the store's open, `antler up` and `antler run` with a
+//! clear error that does not show the password.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Command, Stdio};
@@ -456,6 +456,7 @@ fn a_dsn_that_does_not_connect_is_a_clear_error_without_the_password() {
         error.starts_with("checkpoint store: cannot connect to PostgreSQL: "),
         "{error}"
     );
+    assert_eq!(error.matches("cannot connect").count(), 1, "{error}");
     assert!(!error.contains("hunter2"), "{error}");
 
     // `antler up` stops at start with that error.
