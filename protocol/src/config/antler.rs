@@ -386,6 +386,21 @@ mod tests {
     }
 
     #[test]
+    fn the_store_dsn_is_read_blank_is_none_and_never_printed() {
+        let a: AntlerSection =
+            serde_yaml::from_str("store: {postgres: {dsn: 'postgres://a:hunter2@db/antler'}}")
+                .unwrap();
+        assert_eq!(
+            a.store.postgres_dsn(),
+            Some("postgres://a:hunter2@db/antler")
+        );
+        assert!(!format!("{a:?}").contains("hunter2"));
+        let blank: AntlerSection = serde_yaml::from_str("store: {postgres: {dsn: ' '}}").unwrap();
+        assert_eq!(blank.store.postgres_dsn(), None);
+        assert_eq!(AntlerSection::default().store.postgres_dsn(), None);
+    }
+
+    #[test]
     fn too_many_workers_is_named() {
         let a = AntlerSection {
             workers: MAX_WORKERS + 1,
