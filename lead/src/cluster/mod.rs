@@ -57,6 +57,9 @@ pub struct ClusterSpec {
     /// The runs' checkpoint store (`runs.sqlite` of the cluster's runtime directory; an
     /// ephemeral cluster keeps its parent's, so its runs can be resumed later).
     pub store_path: PathBuf,
+    /// The PostgreSQL store that replaces `store_path` (`ANTLER_STORE_DSN`, else
+    /// `antler.store.postgres.dsn`): several leads share it.
+    pub store_dsn: Option<crate::runs::store::Dsn>,
     /// A cluster started for one command: it does not resume the store's unfinished runs.
     pub ephemeral: bool,
     /// Who may use the HTTP gateway (`antler.gateway`).
@@ -74,6 +77,16 @@ pub struct ClusterSpec {
     pub chaos: bool,
     /// Run leases shared with other leads (`antler.ha`; off without a DSN).
     pub ha: antler_protocol::config::HaSection,
+}
+
+impl ClusterSpec {
+    /// Where the runs store lives: the PostgreSQL DSN if one is given, else the SQLite file.
+    pub fn store_location(&self) -> crate::runs::store::StoreLocation {
+        match &self.store_dsn {
+            Some(dsn) => crate::runs::store::StoreLocation::Postgres(dsn.clone()),
+            None => crate::runs::store::StoreLocation::Sqlite(self.store_path.clone()),
+        }
+    }
 }
 
 /// Why a cluster could not start or be reached.
@@ -283,6 +296,14 @@ impl RunningCluster {
             chaos: spec.chaos,
         };
         check_chaos(&spec).await?;
+        // The runs store first: a PostgreSQL that does not answer stops the lead before
+        // any child starts. Opened on a blocking thread (the connect waits on the network).
+        let location = spec.store_location();
+        let store = tokio::task::spawn_blocking(move || {
+            crate::runs::store::CheckpointStore::open_at(&location)
+        })
+        .await
+        .map_err(|_| crate::runs::store::CheckpointError::ThreadGone)??;
         let ownership = open_ownership(&spec).await?;
         let children = children(&spec, &plan)?;
         let token = cluster_token(&spec, &runtime)?;
@@ -304,6 +325,7 @@ impl RunningCluster {
             crate::subagents::dispatcher::SubagentDispatcher::new(supervisor.clone()).start();
         let runs = start_runs(
             &spec,
+            store,
             &supervisor,
             &dispatcher,
             extensions.clone(),
@@ -605,7 +627,8 @@ fn start_discovery(
 async fn open_ownership(
     spec: &ClusterSpec,
 ) -> Result<Option<Arc<crate::ha::Ownership>>, ClusterError> {
-    let Some(dsn) = spec.ha.leases_dsn() else {
+    // Leases live beside the runs when the store is on PostgreSQL, unless named apart.
+    let Some(dsn) = spec.ha.leases_dsn().or_else(|| spec.store_dsn.clone()) else {
         return Ok(None);
     };
     let ownership = crate::ha::Ownership::open(&dsn, spec.ha.lease_ttl()).await?;
@@ -615,6 +638,7 @@ async fn open_ownership(
 
 fn start_runs(
     spec: &ClusterSpec,
+    store: crate::runs::store::CheckpointStore,
     supervisor: &Addr<Supervisor>,
     dispatcher: &Addr<crate::subagents::dispatcher::SubagentDispatcher>,
     extensions: PathBuf,
@@ -622,7 +646,6 @@ fn start_runs(
 ) -> Result<Runs, ClusterError> {
     use crate::runs::{hosts::LinkHosts, manager::RunManager, metrics::Metrics, prepare::RunEnv};
     use antler_engine::catalog::{CatalogActor, Sources};
-    let store = crate::runs::store::CheckpointStore::open(&spec.store_path)?;
     actix::spawn(crate::runs::store::probe_writes(store.clone()));
     actix::spawn(crate::cluster::mcp_credentials::relay(
         supervisor.clone(),
@@ -664,7 +687,7 @@ fn start_runs(
         dispatcher: dispatcher.clone(),
         catalog,
         store,
-    })
+    }
 }
 
 /// A connection to the lead of a cluster, attached or ephemeral.

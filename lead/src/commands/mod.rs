@@ -83,6 +83,13 @@ pub fn cluster_spec(
     }
     Ok(ClusterSpec {
         store_path: runtime_dir.join(crate::commands::run::CHECKPOINT_FILE),
+        store_dsn: match crate::runs::store::StoreLocation::resolve(
+            antler.store.postgres_dsn(),
+            PathBuf::new(),
+        ) {
+            crate::runs::store::StoreLocation::Postgres(dsn) => Some(dsn),
+            crate::runs::store::StoreLocation::Sqlite(_) => None,
+        },
         config: config_path,
         ephemeral: false,
         runtime_dir,

@@ -57,13 +57,13 @@ pub enum ThreadsCommand {
 
 pub fn run(ctx: &Ctx, args: ThreadsArgs) -> anyhow::Result<ExitCode> {
     let spec = cluster_spec(ctx.runtime_dir.clone(), args.config.as_deref(), None)?;
-    if !spec.store_path.exists() {
+    if spec.store_dsn.is_none() && !spec.store_path.exists() {
         bail!(
             "no runs store at {} (no run yet)",
             spec.store_path.display()
         );
     }
-    let store = CheckpointStore::open(&spec.store_path)?;
+    let store = CheckpointStore::open_at(&spec.store_location())?;
     match args.command {
         ThreadsCommand::List => {
             let rows = store.search_threads(&args.user, &Default::default(), None, 1000, 0)?;

@@ -41,6 +41,12 @@ pub enum HaError {
          run a lead of the newer release"
     )]
     SchemaTooNew { found: i64, known: i64 },
+    /// The connection closed while a transaction was open (it is made again after).
+    #[error("the connection to PostgreSQL closed")]
+    Closed,
+    /// The thread or runtime that owns the store's PostgreSQL client could not start.
+    #[error("cannot start the PostgreSQL client's thread: {0}")]
+    Runtime(String),
     /// A lease's time to live cannot be expressed in milliseconds.
     #[error("a lease's time to live must be at least 1 ms (whole milliseconds), not {ttl:?}")]
     Ttl { ttl: Duration },

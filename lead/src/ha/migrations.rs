@@ -16,13 +16,14 @@ struct Migration {
 }
 
 /// The schema, oldest first. Append only: a released migration is never changed.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "run_leases",
-    // One row per run ever leased. `lead_id` is the owner, NULL once released; `epoch`
-    // grows by one at every change of owner and is kept across releases, so a later owner's
-    // epoch is always higher than every earlier one's.
-    sql: "CREATE TABLE run_leases (
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "run_leases",
+        // One row per run ever leased. `lead_id` is the owner, NULL once released; `epoch`
+        // grows by one at every change of owner and is kept across releases, so a later owner's
+        // epoch is always higher than every earlier one's.
+        sql: "CREATE TABLE run_leases (
               run_id text PRIMARY KEY,
               lead_id text,
               epoch bigint NOT NULL CHECK (epoch > 0),
@@ -30,10 +31,148 @@ const MIGRATIONS: &[Migration] = &[Migration {
           );
           CREATE INDEX run_leases_owned_expiry ON run_leases (expires_at)
               WHERE lead_id IS NOT NULL;",
-}];
+    },
+    Migration {
+        version: 2,
+        name: "runs_store",
+        sql: RUNS_STORE,
+    },
+];
+
+/// The runs store (`runs::store`), as its SQLite file has it: the same tables and columns,
+/// integers as `bigint`, blobs as `bytea`. Tables read in the order rows were written get
+/// a `rowid` identity column (SQLite's implicit one), so the store's statements are the same
+/// text on both engines. No foreign keys: SQLite's are not enforced, and a row may name a
+/// run recorded elsewhere (a subagent's ask under its parent run).
+const RUNS_STORE: &str = "
+CREATE TABLE runs (
+    run_id        text PRIMARY KEY,
+    user_id       text NOT NULL,
+    thread_id     text NOT NULL,
+    task          text NOT NULL,
+    model         text NOT NULL,
+    status        text NOT NULL,
+    detail        text,
+    clarification bigint NOT NULL DEFAULT 0,
+    options       text NOT NULL DEFAULT '{}',
+    started_ms    bigint,
+    ended_ms      bigint,
+    rowid         bigint GENERATED ALWAYS AS IDENTITY UNIQUE
+);
+CREATE INDEX runs_by_user_status ON runs (user_id, status);
+CREATE INDEX runs_by_thread ON runs (user_id, thread_id);
+CREATE INDEX runs_by_status ON runs (status);
+CREATE TABLE checkpoints (
+    run_id text NOT NULL,
+    step   bigint NOT NULL,
+    state  text NOT NULL,
+    PRIMARY KEY (run_id, step)
+);
+CREATE TABLE outputs_snapshots (
+    run_id   text PRIMARY KEY,
+    snapshot text NOT NULL
+);
+CREATE TABLE write_probe (
+    id bigint PRIMARY KEY CHECK (id = 1),
+    at bigint NOT NULL
+);
+CREATE TABLE receipts (
+    run_id  text PRIMARY KEY,
+    receipt text NOT NULL
+);
+CREATE TABLE run_events (
+    run_id text NOT NULL,
+    seq    bigint NOT NULL,
+    event  text NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE mcp_credentials (
+    server     text NOT NULL,
+    user_id    text NOT NULL,
+    updated_ms bigint NOT NULL,
+    sealed     bytea,
+    PRIMARY KEY (server, user_id)
+);
+CREATE TABLE approval_decisions (
+    run_id       text NOT NULL,
+    tool_call_id text NOT NULL,
+    tool         text NOT NULL,
+    rule         text,
+    choice       text NOT NULL,
+    decided_by   text,
+    decided_ms   bigint NOT NULL,
+    reason       text,
+    PRIMARY KEY (run_id, tool_call_id)
+);
+CREATE TABLE subagent_asks (
+    run_id        text NOT NULL,
+    tool_call_id  text NOT NULL,
+    task_call_id  text NOT NULL,
+    subagent_type text NOT NULL,
+    call_id       text NOT NULL,
+    pending       text NOT NULL,
+    rowid         bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+    PRIMARY KEY (run_id, tool_call_id)
+);
+CREATE TABLE threads (
+    user_id       text NOT NULL,
+    thread_id     text NOT NULL,
+    created_ms    bigint NOT NULL,
+    updated_ms    bigint NOT NULL,
+    metadata      text NOT NULL DEFAULT '{}',
+    title         text,
+    status        text NOT NULL DEFAULT 'idle',
+    state         text,
+    last_run_id   text,
+    active_run_id text,
+    claimed_ms    bigint,
+    rowid         bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+    PRIMARY KEY (user_id, thread_id)
+);
+CREATE TABLE memory_profiles (
+    user_id      text PRIMARY KEY,
+    revision     bigint NOT NULL,
+    last_updated text NOT NULL
+);
+CREATE TABLE memory_sections (
+    user_id    text NOT NULL,
+    section    text NOT NULL,
+    summary    text NOT NULL,
+    updated_at text NOT NULL,
+    PRIMARY KEY (user_id, section)
+);
+CREATE TABLE memory_facts (
+    user_id    text NOT NULL,
+    agent      text NOT NULL,
+    fact_id    text NOT NULL,
+    fact       text NOT NULL,
+    confidence double precision NOT NULL,
+    PRIMARY KEY (user_id, agent, fact_id)
+);
+CREATE TABLE memory_queue (
+    user_id         text NOT NULL,
+    agent           text NOT NULL,
+    thread_id       text NOT NULL,
+    messages        text NOT NULL,
+    last_identity   text NOT NULL,
+    signal          bigint NOT NULL DEFAULT 0,
+    first_ms        bigint NOT NULL,
+    enqueued_ms     bigint NOT NULL,
+    attempts        bigint NOT NULL DEFAULT 0,
+    next_attempt_ms bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (user_id, agent, thread_id)
+);
+CREATE TABLE memory_watermarks (
+    user_id   text NOT NULL,
+    agent     text NOT NULL,
+    thread_id text NOT NULL,
+    identity  text NOT NULL,
+    PRIMARY KEY (user_id, agent, thread_id)
+);
+";
 
 /// The schema version this lead knows: the last of [`MIGRATIONS`].
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The advisory lock key that serializes migrations (`pg_advisory_xact_lock`): "antler"
 /// in ASCII, so it is recognizable in `pg_locks`.

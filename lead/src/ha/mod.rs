@@ -1,8 +1,9 @@
 //! Several leads on one PostgreSQL (issue 38, docs/ha.md). It owns the connection to
 //! PostgreSQL from a DSN ([`Postgres`]), the versioned schema applied at start
-//! ([`Postgres::migrate`]), the run leases with fencing epochs that say which lead drives a
+//! ([`Postgres::migrate`]: the leases, and the runs store that `runs::store` keeps there when
+//! a DSN is configured), the run leases with fencing epochs that say which lead drives a
 //! run ([`Leases`]), and this lead's hold on its runs' leases ([`Ownership`]), which the run
-//! manager follows when `antler.ha.leases_dsn` is set.
+//! manager follows when leases are on (`antler.ha.leases_dsn`, or the store's DSN).
 //! Every lease decision is one SQL statement on the database's clock (`now()`), so the
 //! leads' clocks never matter; an epoch only grows, so a call carrying an older one is stale.
 

@@ -98,7 +98,7 @@ impl Postgres {
         self.client.is_closed()
     }
 
-    pub(super) fn client(&self) -> &Client {
+    pub(crate) fn client(&self) -> &Client {
         &self.client
     }
 
@@ -107,7 +107,7 @@ impl Postgres {
     }
 
     /// `request` within this connection's deadline.
-    pub(super) async fn within<T>(
+    pub(crate) async fn within<T>(
         &self,
         what: &'static str,
         request: impl Future<Output = Result<T, tokio_postgres::Error>>,

@@ -16,7 +16,7 @@ pub(crate) mod manager;
 pub(crate) mod metrics;
 pub(crate) mod prepare;
 pub(crate) mod readiness;
-pub(crate) mod store;
+pub mod store;
 pub(crate) mod subagent_asks;
 pub(crate) mod view;
 

@@ -1,9 +1,10 @@
-//! Run checkpoints in SQLite: a row per run (task, ids, status) and the run's
-//! `ThreadState` after each merged step, so a run resumes from its last step after the
-//! lead dies. Steps are numbered from 0 (the initial state) and written once: writing a
-//! step that exists is a no-op, so a replayed step is never applied twice.
+//! Run checkpoints: a row per run (task, ids, status) and the run's `ThreadState` after
+//! each merged step, so a run resumes from its last step after the lead dies. Steps are
+//! numbered from 0 (the initial state) and written once: writing a step that exists is a
+//! no-op, so a replayed step is never applied twice.
 //! The store also keeps ended runs' events, receipts, approval decisions and the shared MCP
-//! credentials.
+//! credentials. It is one SQLite file (the default) or a PostgreSQL database (cluster mode,
+//! [`StoreLocation`]); every statement is written once for both (`db`).
 //! [`CheckpointStore`] is the engine's `Journal` for the lead's runs (`journal`). Its
 //! synchronous methods are for code that may block (the CLI, tests). Everything
 //! asynchronous (the run loop's journal writes, the `RunManager`, the write probe in
@@ -11,8 +12,10 @@
 //! own thread (`thread`), in the order it was sent, never onto an actor's thread.
 
 mod approvals;
+mod db;
 mod forks;
 mod journal;
+mod location;
 pub mod memory;
 mod probe;
 mod subagent_asks;
@@ -20,6 +23,7 @@ mod thread;
 mod threads;
 
 pub use approvals::Recorded;
+pub use location::{Dsn, StoreLocation, STORE_DSN_ENV};
 pub use probe::{probe_writes, unwritable};
 pub use subagent_asks::SubagentAsk;
 pub use threads::{ThreadRefusal, ThreadRow};
@@ -30,9 +34,10 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt as _;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
+use db::{args, Db, Dialect, Row};
 use thread::StoreThread;
 
 use antler_engine::{DeliveryReceipt, OutputsSnapshot, ThreadState};
@@ -72,6 +77,13 @@ pub enum CheckpointError {
     },
     #[error("checkpoint store: {0}")]
     Sql(#[from] rusqlite::Error),
+    /// The PostgreSQL store failed (a lost connection, a deadline, a statement). Its text
+    /// already holds its causes', so it is not given as a source (a chain would repeat them).
+    #[error("checkpoint store: {0}")]
+    Postgres(crate::ha::HaError),
+    /// A row did not hold what the store wrote there.
+    #[error("checkpoint store: {0}")]
+    Column(String),
     #[error("checkpoint of run {run_id} step {step} does not decode: {source}")]
     Decode {
         run_id: String,
@@ -90,14 +102,26 @@ pub enum CheckpointError {
     ThreadGone,
 }
 
+impl From<crate::ha::HaError> for CheckpointError {
+    fn from(error: crate::ha::HaError) -> CheckpointError {
+        CheckpointError::Postgres(error)
+    }
+}
+
 impl CheckpointError {
-    /// The store stayed locked past the busy timeout (load, not a broken store).
+    /// The store stayed locked past the busy timeout (load, not a broken store); on
+    /// PostgreSQL, a serialization failure or a deadlock.
     pub fn is_busy(&self) -> bool {
-        matches!(
-            self,
-            CheckpointError::Sql(rusqlite::Error::SqliteFailure(e, _))
-                if matches!(e.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-        )
+        match self {
+            CheckpointError::Sql(rusqlite::Error::SqliteFailure(e, _)) => matches!(
+                e.code,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+            ),
+            CheckpointError::Postgres(crate::ha::HaError::Query { source, .. }) => source
+                .code()
+                .is_some_and(|c| c.code() == "40001" || c.code() == "40P01"),
+            _ => false,
+        }
     }
 
     /// Whether SQLite refused a write to a database it holds read-only.
@@ -110,20 +134,33 @@ impl CheckpointError {
     }
 
     /// Whether the storage under the store failed, for a while perhaps: an I/O error, a
-    /// read-only or full volume, a file that cannot be opened. A write is worth trying
-    /// again; a malformed state or an unknown run is not.
+    /// read-only or full volume, a file that cannot be opened; on PostgreSQL, a lost or
+    /// refused connection, a deadline passed, a server short of resources or shutting
+    /// down. A write is worth trying again; a malformed state or an unknown run is not.
     pub fn is_storage(&self) -> bool {
-        matches!(
-            self,
-            CheckpointError::Sql(rusqlite::Error::SqliteFailure(e, _))
-                if matches!(
-                    e.code,
-                    rusqlite::ErrorCode::SystemIoFailure
-                        | rusqlite::ErrorCode::ReadOnly
-                        | rusqlite::ErrorCode::DiskFull
-                        | rusqlite::ErrorCode::CannotOpen
-                )
-        )
+        use crate::ha::HaError;
+        match self {
+            CheckpointError::Sql(rusqlite::Error::SqliteFailure(e, _)) => matches!(
+                e.code,
+                rusqlite::ErrorCode::SystemIoFailure
+                    | rusqlite::ErrorCode::ReadOnly
+                    | rusqlite::ErrorCode::DiskFull
+                    | rusqlite::ErrorCode::CannotOpen
+            ),
+            CheckpointError::Postgres(
+                HaError::Connect(_) | HaError::Timeout { .. } | HaError::Closed,
+            ) => true,
+            CheckpointError::Postgres(HaError::Query { source, .. }) => {
+                source.is_closed()
+                    || source.code().is_none_or(|c| {
+                        let class = c.code().get(..2).unwrap_or("");
+                        // Connection exception, insufficient resources, operator
+                        // intervention (a shutdown), system error.
+                        matches!(class, "08" | "53" | "57" | "58")
+                    })
+            }
+            _ => false,
+        }
     }
 }
 
@@ -131,14 +168,16 @@ impl CheckpointError {
 /// before its error reaches the run: retried with backoff from 50 ms to 2 s.
 pub const STORAGE_RETRY_WINDOW: Duration = Duration::from_secs(30);
 
-/// One SQLite file of runs and their checkpoints. Clones share one connection, so every
-/// run of a lead writes through it (one page cache, however many runs), and one thread
-/// for the asynchronous requests (started by the first).
+/// The runs and their checkpoints, in one SQLite file or one PostgreSQL database. Clones
+/// share one connection, so every run of a lead writes through it (one page cache,
+/// however many runs), and one thread for the asynchronous requests (started by the
+/// first).
 #[derive(Clone)]
 pub struct CheckpointStore {
-    connection: Arc<Mutex<Connection>>,
-    /// The file, to open again a connection SQLite opened read-only.
-    path: Arc<std::path::PathBuf>,
+    connection: Arc<Mutex<Db>>,
+    /// The SQLite file, to open again a connection SQLite opened read-only (`None`:
+    /// PostgreSQL).
+    path: Option<Arc<std::path::PathBuf>>,
     /// The thread [`CheckpointStore::call`] sends to (empty in the thread's own store).
     thread: Arc<OnceLock<StoreThread>>,
 }
@@ -194,7 +233,32 @@ CREATE TABLE IF NOT EXISTS mcp_credentials (
 ";
 
 impl CheckpointStore {
-    /// Opens (creating if needed) the store at `path`, in WAL mode.
+    /// Opens the store `location` names: [`CheckpointStore::open`] for a SQLite file,
+    /// [`CheckpointStore::open_postgres`] for a DSN.
+    pub fn open_at(location: &StoreLocation) -> Result<CheckpointStore, CheckpointError> {
+        match location {
+            StoreLocation::Sqlite(path) => CheckpointStore::open(path),
+            StoreLocation::Postgres(dsn) => CheckpointStore::open_postgres(dsn.expose()),
+        }
+    }
+
+    /// Connects to the PostgreSQL database `dsn` names and brings its schema to the
+    /// lead's version (`ha::migrations`).
+    pub fn open_postgres(dsn: &str) -> Result<CheckpointStore, CheckpointError> {
+        let link = db::PgLink::open(dsn)?;
+        Ok(CheckpointStore {
+            connection: Arc::new(Mutex::new(Db::Postgres(link))),
+            path: None,
+            thread: Arc::default(),
+        })
+    }
+
+    /// Whether the store is PostgreSQL.
+    pub fn is_postgres(&self) -> bool {
+        self.path.is_none()
+    }
+
+    /// Opens (creating if needed) the SQLite store at `path`, in WAL mode.
     pub fn open(path: &Path) -> Result<CheckpointStore, CheckpointError> {
         let open_error = |source| CheckpointError::Open {
             path: path.display().to_string(),
@@ -250,8 +314,8 @@ impl CheckpointStore {
             }
         }
         Ok(CheckpointStore {
-            connection: Arc::new(Mutex::new(connection)),
-            path: Arc::new(path.to_path_buf()),
+            connection: Arc::new(Mutex::new(Db::Sqlite(connection))),
+            path: Some(Arc::new(path.to_path_buf())),
             thread: Arc::default(),
         })
     }
@@ -268,7 +332,7 @@ impl CheckpointStore {
             // the thread ends once the last store handle outside it is gone.
             StoreThread::spawn(CheckpointStore {
                 connection: Arc::clone(&self.connection),
-                path: Arc::clone(&self.path),
+                path: self.path.clone(),
                 thread: Arc::default(),
             })
         });
@@ -281,13 +345,19 @@ impl CheckpointStore {
     /// SQLite opens a file it cannot write (a volume read-only at that moment) read-only,
     /// and such a connection never writes again, even once the volume can be written:
     /// after a read-only error, a new connection replaces it when the file can be opened
-    /// for writing now. Returns whether it did.
+    /// for writing now. Returns whether it did (never, on PostgreSQL).
     pub fn reopen_if_read_only(&self) -> bool {
-        let read_only = self.db().is_readonly(rusqlite::MAIN_DB).unwrap_or(false);
-        if !read_only {
+        let Some(path) = &self.path else {
+            return false;
+        };
+        let mut db = self.db();
+        let Db::Sqlite(connection) = &mut *db else {
+            return false;
+        };
+        if !connection.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
             return false;
         }
-        let Ok(fresh) = Connection::open(self.path.as_path()) else {
+        let Ok(fresh) = Connection::open(path.as_path()) else {
             return false;
         };
         if fresh.is_readonly(rusqlite::MAIN_DB).unwrap_or(true)
@@ -298,14 +368,14 @@ impl CheckpointStore {
         {
             return false;
         }
-        *self.db() = fresh;
-        tracing::info!(path = %self.path.display(), "runs database opened again for writing");
+        *connection = fresh;
+        tracing::info!(path = %path.display(), "runs database opened again for writing");
         true
     }
 
-    /// The connection; a panic elsewhere while holding it leaves SQLite consistent (each
-    /// write is one statement or transaction), so a poisoned lock is taken over.
-    fn db(&self) -> MutexGuard<'_, Connection> {
+    /// The connection; a panic elsewhere while holding it leaves the database consistent
+    /// (each write is one statement or transaction), so a poisoned lock is taken over.
+    fn db(&self) -> MutexGuard<'_, Db> {
         self.connection
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -318,30 +388,33 @@ impl CheckpointStore {
         run_id: &str,
         events: &[std::sync::Arc<str>],
     ) -> Result<(), CheckpointError> {
-        let mut db = self.db();
-        let tx = db.transaction()?;
-        let next: i64 = tx.query_row(
-            "SELECT COALESCE(MAX(seq) + 1, 0) FROM run_events WHERE run_id = ?1",
-            params![run_id],
-            |r| r.get(0),
-        )?;
-        {
-            let mut insert =
-                tx.prepare("INSERT INTO run_events (run_id, seq, event) VALUES (?1, ?2, ?3)")?;
+        self.db().transaction(|tx| {
+            let next = tx
+                .query_one(
+                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM run_events WHERE run_id = ?1",
+                    args![run_id],
+                )?
+                .i64(0)?;
             for (i, event) in events.iter().enumerate() {
-                insert.execute(params![run_id, next + i as i64, event.as_ref()])?;
+                tx.execute(
+                    "INSERT INTO run_events (run_id, seq, event) VALUES (?1, ?2, ?3)",
+                    args![run_id, next + i as i64, event.as_ref()],
+                )?;
             }
-        }
-        tx.commit()?;
-        Ok(())
+            Ok(())
+        })
     }
 
     /// The events kept for `run_id`, in order (none for a run that has not ended here).
     pub fn events(&self, run_id: &str) -> Result<Vec<String>, CheckpointError> {
-        let db = self.db();
-        let mut q = db.prepare("SELECT event FROM run_events WHERE run_id = ?1 ORDER BY seq")?;
-        let rows = q.query_map(params![run_id], |r| r.get(0))?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        self.db()
+            .query(
+                "SELECT event FROM run_events WHERE run_id = ?1 ORDER BY seq",
+                args![run_id],
+            )?
+            .iter()
+            .map(|r| r.str(0))
+            .collect()
     }
 
     /// Keeps an mcp-host replica's sealed OAuth credential when it is newer than the one
@@ -354,7 +427,7 @@ impl CheckpointStore {
             "INSERT INTO mcp_credentials (server, user_id, updated_ms, sealed) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT(server, user_id) DO UPDATE SET updated_ms = excluded.updated_ms, sealed = excluded.sealed
              WHERE excluded.updated_ms > mcp_credentials.updated_ms",
-            params![c.server, c.user, c.updated_ms as i64, c.sealed],
+            args![&c.server, &c.user, c.updated_ms as i64, c.sealed.clone()],
         )?;
         Ok(changed > 0)
     }
@@ -363,18 +436,21 @@ impl CheckpointStore {
     pub fn credentials(
         &self,
     ) -> Result<Vec<antler_protocol::messages::SealedCredential>, CheckpointError> {
-        let db = self.db();
-        let mut q =
-            db.prepare("SELECT server, user_id, updated_ms, sealed FROM mcp_credentials")?;
-        let rows = q.query_map([], |r| {
-            Ok(antler_protocol::messages::SealedCredential {
-                server: r.get(0)?,
-                user: r.get(1)?,
-                updated_ms: r.get::<_, i64>(2)?.max(0) as u64,
-                sealed: r.get(3)?,
+        self.db()
+            .query(
+                "SELECT server, user_id, updated_ms, sealed FROM mcp_credentials",
+                args![],
+            )?
+            .iter()
+            .map(|r| {
+                Ok(antler_protocol::messages::SealedCredential {
+                    server: r.str(0)?,
+                    user: r.str(1)?,
+                    updated_ms: r.i64(2)?.max(0) as u64,
+                    sealed: r.opt_bytes(3)?,
+                })
             })
-        })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            .collect()
     }
 
     /// The write [`probe_writes`] makes.
@@ -383,7 +459,7 @@ impl CheckpointStore {
         self.db().execute(
             "INSERT INTO write_probe (id, at) VALUES (1, ?1)
              ON CONFLICT(id) DO UPDATE SET at = excluded.at",
-            params![now],
+            args![now],
         )?;
         Ok(())
     }
@@ -399,40 +475,37 @@ impl CheckpointStore {
 
     /// [`CheckpointStore::create_run`] with the state already encoded.
     fn create_run_encoded(&self, record: &RunRecord, state: &str) -> Result<(), CheckpointError> {
-        let mut db = self.db();
-        let tx = db.transaction()?;
-        tx.execute(
-            "INSERT INTO runs (run_id, user_id, thread_id, task, model, status, detail,
-                               clarification, options)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            params![
-                record.run_id,
-                record.user_id,
-                record.thread_id,
-                record.task,
-                record.model,
-                record.status.as_str(),
-                record.detail,
-                record.clarification,
-                serde_json::to_string(&RunOptions {
-                    agent: record.agent.clone(),
-                    bootstrap: record.bootstrap,
-                    non_interactive: record.non_interactive,
-                    subagents: record.subagents,
-                    role: record.role.clone(),
-                })?
-            ],
-        )?;
-        tx.execute(
-            "INSERT INTO checkpoints (run_id, step, state) VALUES (?1, 0, ?2)",
-            params![record.run_id, state],
-        )?;
-        tx.execute(
-            "UPDATE runs SET started_ms = ?2 WHERE run_id = ?1",
-            params![record.run_id, now_ms()],
-        )?;
-        tx.commit()?;
-        Ok(())
+        let options = serde_json::to_string(&RunOptions {
+            agent: record.agent.clone(),
+            bootstrap: record.bootstrap,
+            non_interactive: record.non_interactive,
+            subagents: record.subagents,
+            role: record.role.clone(),
+        })?;
+        self.db().transaction(|tx| {
+            tx.execute(
+                "INSERT INTO runs (run_id, user_id, thread_id, task, model, status, detail,
+                                   clarification, options, started_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                args![
+                    &record.run_id,
+                    &record.user_id,
+                    &record.thread_id,
+                    &record.task,
+                    &record.model,
+                    record.status.as_str(),
+                    &record.detail,
+                    record.clarification,
+                    options,
+                    now_ms(),
+                ],
+            )?;
+            tx.execute(
+                "INSERT INTO checkpoints (run_id, step, state) VALUES (?1, 0, ?2)",
+                args![&record.run_id, state],
+            )?;
+            Ok(())
+        })
     }
 
     /// Stores the state after `step`. Returns `false` when that step was already stored
@@ -451,32 +524,29 @@ impl CheckpointStore {
         let written = self.db().execute(
             "INSERT INTO checkpoints (run_id, step, state) VALUES (?1, ?2, ?3)
              ON CONFLICT (run_id, step) DO NOTHING",
-            params![run_id, step, state],
+            args![run_id, step, state],
         )?;
         Ok(written == 1)
     }
 
     /// The last stored step of a run and its state.
     pub fn latest(&self, run_id: &str) -> Result<Option<(i64, ThreadState)>, CheckpointError> {
-        let row: Option<(i64, String)> = self
-            .db()
-            .query_row(
-                "SELECT step, state FROM checkpoints WHERE run_id = ?1
-                 ORDER BY step DESC LIMIT 1",
-                params![run_id],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()?;
-        row.map(|(step, text)| {
-            serde_json::from_str(&text)
-                .map(|state| (step, state))
-                .map_err(|source| CheckpointError::Decode {
-                    run_id: run_id.to_owned(),
-                    step,
-                    source,
-                })
-        })
-        .transpose()
+        let row = self.db().query_opt(
+            "SELECT step, state FROM checkpoints WHERE run_id = ?1
+             ORDER BY step DESC LIMIT 1",
+            args![run_id],
+        )?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let (step, text) = (row.i64(0)?, row.str(1)?);
+        serde_json::from_str(&text)
+            .map(|state| Some((step, state)))
+            .map_err(|source| CheckpointError::Decode {
+                run_id: run_id.to_owned(),
+                step,
+                source,
+            })
     }
 
     /// Sets a run's status (and its error or interrupt text).
@@ -488,19 +558,17 @@ impl CheckpointStore {
     ) -> Result<(), CheckpointError> {
         // A run that ends records when; one driven again has not ended.
         let ended = matches!(status, RunStatus::Success | RunStatus::Error).then(now_ms);
-        let mut db = self.db();
-        let tx = db.transaction()?;
-        let changed = tx.execute(
-            "UPDATE runs SET status = ?2, detail = ?3, ended_ms = ?4 WHERE run_id = ?1",
-            params![run_id, status.as_str(), detail, ended],
-        )?;
-        if changed == 0 {
-            return Err(CheckpointError::UnknownRun(run_id.to_owned()));
-        }
-        // The run's thread follows it (its state, title and status at every end).
-        threads::on_run_status(&tx, run_id, status)?;
-        tx.commit()?;
-        Ok(())
+        self.db().transaction(|tx| {
+            let changed = tx.execute(
+                "UPDATE runs SET status = ?2, detail = ?3, ended_ms = ?4 WHERE run_id = ?1",
+                args![run_id, status.as_str(), detail, ended],
+            )?;
+            if changed == 0 {
+                return Err(CheckpointError::UnknownRun(run_id.to_owned()));
+            }
+            // The run's thread follows it (its state, title and status at every end).
+            threads::on_run_status(tx, run_id, status)
+        })
     }
 
     /// Records the outputs as they were when the run started (the first write wins).
@@ -512,7 +580,7 @@ impl CheckpointStore {
         self.db().execute(
             "INSERT INTO outputs_snapshots (run_id, snapshot) VALUES (?1, ?2)
              ON CONFLICT (run_id) DO NOTHING",
-            params![run_id, serde_json::to_string(snapshot)?],
+            args![run_id, serde_json::to_string(snapshot)?],
         )?;
         Ok(())
     }
@@ -537,7 +605,7 @@ impl CheckpointStore {
         let written = self.db().execute(
             "INSERT INTO receipts (run_id, receipt) VALUES (?1, ?2)
              ON CONFLICT (run_id) DO NOTHING",
-            params![run_id, serde_json::to_string(receipt)?],
+            args![run_id, serde_json::to_string(receipt)?],
         )?;
         Ok(written == 1)
     }
@@ -552,98 +620,104 @@ impl CheckpointStore {
         sql: &str,
         run_id: &str,
     ) -> Result<Option<T>, CheckpointError> {
-        let text: Option<String> = self
-            .db()
-            .query_row(sql, params![run_id], |row| row.get(0))
-            .optional()?;
-        text.map(|text| {
-            serde_json::from_str(&text).map_err(|source| CheckpointError::Decode {
+        let Some(row) = self.db().query_opt(sql, args![run_id])? else {
+            return Ok(None);
+        };
+        serde_json::from_str(&row.str(0)?)
+            .map(Some)
+            .map_err(|source| CheckpointError::Decode {
                 run_id: run_id.to_owned(),
                 step: -1,
                 source,
             })
-        })
-        .transpose()
     }
 
     /// A run's record.
     pub fn run(&self, run_id: &str) -> Result<Option<RunRecord>, CheckpointError> {
-        let db = self.db();
-        let mut statement = db.prepare(&format!("{SELECT_RUN} WHERE run_id = ?1"))?;
-        let mut rows = statement.query_map(params![run_id], raw_record)?;
-        rows.next().transpose()?.map(record).transpose()
+        self.db()
+            .query_opt(&format!("{SELECT_RUN} WHERE run_id = ?1"), args![run_id])?
+            .map(|row| record(&row))
+            .transpose()
     }
 
     /// The ids of `user`'s runs in `status` (read from the runs table alone: no checkpoint
     /// is read).
     pub fn run_ids(&self, user: &str, status: RunStatus) -> Result<Vec<String>, CheckpointError> {
-        let db = self.db();
-        let mut statement =
-            db.prepare("SELECT run_id FROM runs WHERE user_id = ?1 AND status = ?2")?;
-        let ids = statement
-            .query_map(params![user, status.as_str()], |row| row.get(0))?
-            .collect::<Result<Vec<String>, _>>()?;
-        Ok(ids)
+        self.db()
+            .query(
+                "SELECT run_id FROM runs WHERE user_id = ?1 AND status = ?2",
+                args![user, status.as_str()],
+            )?
+            .iter()
+            .map(|r| r.str(0))
+            .collect()
     }
 
     /// What the runs list shows of the newest `limit` runs (of `user`, with `status`):
     /// the record, when it started and ended, the tokens and tool calls of its last
-    /// checkpoint, and its delivery receipt. Read by SQLite's JSON functions, so no state
-    /// is decoded here.
+    /// checkpoint, and its delivery receipt. Read by the database's JSON functions, so no
+    /// state is decoded here.
     pub fn list_summaries(
         &self,
         user: Option<&str>,
         status: Option<RunStatus>,
         limit: usize,
     ) -> Result<Vec<RunSummary>, CheckpointError> {
-        let db = self.db();
-        let mut statement = db.prepare(
+        let mut db = self.db();
+        let (tokens, tool_calls) = match db.dialect() {
+            Dialect::Sqlite => (
+                "json_extract(c.state, '$.token_usage.total_tokens')",
+                "(SELECT COUNT(*) FROM json_each(c.state, '$.messages') m,
+                                       json_each(m.value, '$.tool_calls'))",
+            ),
+            Dialect::Postgres => (
+                "(c.state::jsonb #>> '{token_usage,total_tokens}')::numeric::bigint",
+                "(SELECT COUNT(*) FROM jsonb_array_elements(CASE
+                      WHEN jsonb_typeof(c.state::jsonb -> 'messages') = 'array'
+                      THEN c.state::jsonb -> 'messages' ELSE '[]'::jsonb END) m,
+                  jsonb_array_elements(CASE WHEN jsonb_typeof(m -> 'tool_calls') = 'array'
+                      THEN m -> 'tool_calls' ELSE '[]'::jsonb END) t)",
+            ),
+        };
+        let sql = format!(
             "SELECT r.run_id, r.user_id, r.thread_id, r.task, r.model, r.status, r.detail,
                     r.clarification, r.options, r.started_ms, r.ended_ms,
-                    json_extract(c.state, '$.token_usage.total_tokens'),
-                    (SELECT COUNT(*) FROM json_each(c.state, '$.messages') m,
-                                          json_each(m.value, '$.tool_calls')),
+                    {tokens}, {tool_calls},
                     (SELECT receipt FROM receipts WHERE run_id = r.run_id)
              FROM runs r
              LEFT JOIN checkpoints c ON c.run_id = r.run_id
                  AND c.step = (SELECT MAX(step) FROM checkpoints WHERE run_id = r.run_id)
-             WHERE (?1 IS NULL OR r.user_id = ?1) AND (?2 IS NULL OR r.status = ?2)
-             ORDER BY r.rowid DESC LIMIT ?3",
-        )?;
+             WHERE (CAST(?1 AS TEXT) IS NULL OR r.user_id = ?1)
+               AND (CAST(?2 AS TEXT) IS NULL OR r.status = ?2)
+             ORDER BY r.rowid DESC LIMIT ?3"
+        );
         let max = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = statement.query_map(params![user, status.map(|s| s.as_str()), max], |row| {
-            Ok((
-                raw_record(row)?,
-                row.get::<_, Option<i64>>(9)?,
-                row.get::<_, Option<i64>>(10)?,
-                row.get::<_, Option<i64>>(11)?,
-                row.get::<_, Option<i64>>(12)?,
-                row.get::<_, Option<String>>(13)?,
-            ))
-        })?;
-        rows.map(|row| {
-            let (raw, started_ms, ended_ms, tokens, tool_calls, receipt) = row?;
-            Ok(RunSummary {
-                record: record(raw)?,
-                started_ms,
-                ended_ms,
-                total_tokens: tokens.map(|t| t.max(0) as u64),
-                tool_calls: tool_calls.map(|t| t.max(0) as u64).unwrap_or(0),
-                delivery: receipt.and_then(|r| serde_json::from_str(&r).ok()),
+        let rows = db.query(&sql, args![user, status.map(|s| s.as_str()), max])?;
+        rows.iter()
+            .map(|row| {
+                Ok(RunSummary {
+                    record: record(row)?,
+                    started_ms: row.opt_i64(9)?,
+                    ended_ms: row.opt_i64(10)?,
+                    total_tokens: row.opt_i64(11)?.map(|t| t.max(0) as u64),
+                    tool_calls: row.opt_i64(12)?.map(|t| t.max(0) as u64).unwrap_or(0),
+                    delivery: row.opt_str(13)?.and_then(|r| serde_json::from_str(&r).ok()),
+                })
             })
-        })
-        .collect()
+            .collect()
     }
 
     /// The runs still `running` (interrupted by a crash), in run id order: the lead
     /// resumes these when it starts.
     pub fn in_progress(&self) -> Result<Vec<RunRecord>, CheckpointError> {
-        let db = self.db();
-        let mut statement = db.prepare(&format!(
-            "{SELECT_RUN} WHERE status = 'running' ORDER BY run_id"
-        ))?;
-        let rows = statement.query_map([], raw_record)?;
-        rows.map(|row| record(row?)).collect()
+        self.db()
+            .query(
+                &format!("{SELECT_RUN} WHERE status = 'running' ORDER BY run_id"),
+                args![],
+            )?
+            .iter()
+            .map(record)
+            .collect()
     }
 }
 
@@ -666,47 +740,23 @@ fn now_ms() -> i64 {
 const SELECT_RUN: &str =
     "SELECT run_id, user_id, thread_id, task, model, status, detail, clarification, options FROM runs";
 
-type RawRecord = (
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-    Option<String>,
-    bool,
-    String,
-);
-
-fn raw_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
-    Ok((
-        row.get(0)?,
-        row.get(1)?,
-        row.get(2)?,
-        row.get(3)?,
-        row.get(4)?,
-        row.get(5)?,
-        row.get(6)?,
-        row.get(7)?,
-        row.get(8)?,
-    ))
-}
-
-fn record(raw: RawRecord) -> Result<RunRecord, CheckpointError> {
-    let (run_id, user_id, thread_id, task, model, status, detail, clarification, options) = raw;
+/// A run's record from a row whose first columns are [`SELECT_RUN`]'s.
+fn record(row: &Row) -> Result<RunRecord, CheckpointError> {
+    let run_id = row.str(0)?;
+    let status = row.str(5)?;
     // Options this version does not know are ignored; unreadable ones are the defaults.
-    let options: RunOptions = serde_json::from_str(&options).unwrap_or_default();
+    let options: RunOptions = serde_json::from_str(&row.str(8)?).unwrap_or_default();
     let status = RunStatus::parse(&status)
         .ok_or_else(|| CheckpointError::Status(run_id.clone(), status.clone()))?;
     Ok(RunRecord {
         run_id,
-        user_id,
-        thread_id,
-        task,
-        model,
+        user_id: row.str(1)?,
+        thread_id: row.str(2)?,
+        task: row.str(3)?,
+        model: row.str(4)?,
         status,
-        detail,
-        clarification,
+        detail: row.opt_str(6)?,
+        clarification: row.bool(7)?,
         agent: options.agent,
         bootstrap: options.bootstrap,
         non_interactive: options.non_interactive,
@@ -748,8 +798,9 @@ mod tests {
             .create_run(&record("run-1"), &ThreadState::new("write"))
             .unwrap();
         // As SQLite does when the file cannot be written at open: a read-only connection.
-        *store.db() =
-            Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        *store.db() = Db::Sqlite(
+            Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap(),
+        );
         let refused = store
             .set_status("run-1", RunStatus::Success, None)
             .unwrap_err();

@@ -40,7 +40,14 @@ pub const ANTLER_KEYS: &[&str] = &[
     "agent_name",
     "telemetry",
     "ha",
+    "store",
 ];
+
+/// The keys of `antler.store`.
+pub const STORE_KEYS: &[&str] = &["postgres"];
+
+/// The keys of `antler.store.postgres`.
+pub const STORE_POSTGRES_KEYS: &[&str] = &["dsn"];
 
 /// The keys of `antler.telemetry`.
 pub const TELEMETRY_KEYS: &[&str] = &["otlp_endpoint", "service_name"];
@@ -104,6 +111,44 @@ pub struct AntlerSection {
     pub telemetry: TelemetrySection,
     /// Several leads sharing their runs through run leases on PostgreSQL (docs/ha.md).
     pub ha: HaSection,
+    /// Where the lead keeps its runs: SQLite in the runtime directory unless
+    /// `postgres.dsn` names a PostgreSQL (several leads share it; docs/ha.md).
+    pub store: StoreSection,
+}
+
+/// `antler.store`: the runs store's backend. `ANTLER_STORE_DSN` overrides the DSN (a
+/// Kubernetes Secret); no DSN is SQLite.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping with postgres")]
+pub struct StoreSection {
+    pub postgres: StorePostgresSection,
+}
+
+/// `antler.store.postgres`: the DSN of the PostgreSQL store (`postgres://user:pw@host/db`
+/// or `host=… user=… dbname=…`; `$VAR` reads the environment).
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, expecting = "a mapping with dsn")]
+pub struct StorePostgresSection {
+    pub dsn: Option<String>,
+}
+
+impl std::fmt::Debug for StorePostgresSection {
+    /// The DSN may hold a password: it is never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorePostgresSection")
+            .field("dsn", &self.dsn.as_ref().map(|_| "…"))
+            .finish()
+    }
+}
+
+impl StoreSection {
+    /// The configured DSN, if set to a non-empty value (an unset `$VAR` resolves to "").
+    pub fn postgres_dsn(&self) -> Option<&str> {
+        self.postgres
+            .dsn
+            .as_deref()
+            .filter(|d| !d.trim().is_empty())
+    }
 }
 
 /// `antler.telemetry`: where every process of the cluster exports its spans (OTLP over
@@ -211,6 +256,7 @@ impl Default for AntlerSection {
             agent_name: None,
             telemetry: TelemetrySection::default(),
             ha: HaSection::default(),
+            store: StoreSection::default(),
         }
     }
 }
@@ -343,6 +389,21 @@ mod tests {
             ..AntlerSection::default()
         };
         assert_eq!(a.cluster_token(), None);
+    }
+
+    #[test]
+    fn the_store_dsn_is_read_blank_is_none_and_never_printed() {
+        let a: AntlerSection =
+            serde_yaml::from_str("store: {postgres: {dsn: 'postgres://a:hunter2@db/antler'}}")
+                .unwrap();
+        assert_eq!(
+            a.store.postgres_dsn(),
+            Some("postgres://a:hunter2@db/antler")
+        );
+        assert!(!format!("{a:?}").contains("hunter2"));
+        let blank: AntlerSection = serde_yaml::from_str("store: {postgres: {dsn: ' '}}").unwrap();
+        assert_eq!(blank.store.postgres_dsn(), None);
+        assert_eq!(AntlerSection::default().store.postgres_dsn(), None);
     }
 
     #[test]

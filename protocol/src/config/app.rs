@@ -8,7 +8,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::antler::{AntlerSection, ANTLER_KEYS, MCP_POOL_KEYS, TELEMETRY_KEYS, TLS_KEYS};
+use super::antler::{
+    AntlerSection, ANTLER_KEYS, MCP_POOL_KEYS, STORE_KEYS, STORE_POSTGRES_KEYS, TELEMETRY_KEYS,
+    TLS_KEYS,
+};
 use super::diagnostics::{
     unknown_key_message, ConfigError, ConfigWarning, FieldPath, PathSegment, WarningKind,
 };
@@ -543,6 +546,16 @@ fn unknown_key_warning(doc: &Document<'_>, path: FieldPath) -> ConfigWarning {
             if section == "antler" && sub == "gateway" && server == "mcp_server" =>
         {
             super::gateway::MCP_SERVER_KEYS.to_vec()
+        }
+        [PathSegment::Key(section), PathSegment::Key(sub), _]
+            if section == "antler" && sub == "store" =>
+        {
+            STORE_KEYS.to_vec()
+        }
+        [PathSegment::Key(section), PathSegment::Key(sub), PathSegment::Key(pg), _]
+            if section == "antler" && sub == "store" && pg == "postgres" =>
+        {
+            STORE_POSTGRES_KEYS.to_vec()
         }
         [PathSegment::Key(section), PathSegment::Key(sub), _]
             if section == "antler" && sub == "tls" =>

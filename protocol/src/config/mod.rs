@@ -31,8 +31,8 @@ mod uploads;
 use std::path::{Path, PathBuf};
 
 pub use antler::{
-    AntlerSection, McpPoolSection, TelemetrySection, TlsSection, ANTLER_KEYS,
-    DEFAULT_MAX_FRAME_BYTES, MAX_WORKERS, TELEMETRY_KEYS,
+    AntlerSection, McpPoolSection, StorePostgresSection, StoreSection, TelemetrySection,
+    TlsSection, ANTLER_KEYS, DEFAULT_MAX_FRAME_BYTES, MAX_WORKERS, TELEMETRY_KEYS,
 };
 pub use app::{
     parse_app_config, reads_deerflow_key, AcpAgentConfig, AppConfig, AuthorizationConfig,

@@ -31,6 +31,7 @@ mod gateway_suggestions;
 mod gateway_uploads;
 mod ha_fencing;
 mod ha_leases;
+mod ha_store;
 mod ha_takeover;
 mod ha_tls;
 mod host_bad_input;

@@ -3,8 +3,7 @@
 //! reads them back and applies them. The interrupted runs waiting on approvals are listed
 //! at start, so their deadlines are kept across a restart of the lead.
 
-use rusqlite::{params, OptionalExtension};
-
+use super::db::args;
 use super::{CheckpointError, CheckpointStore, RunRecord};
 use antler_engine::{ApprovalChoice, ApprovalDecision, PendingApproval};
 
@@ -39,32 +38,33 @@ impl CheckpointStore {
         pending: &PendingApproval,
         decision: &ApprovalDecision,
     ) -> Result<Recorded, CheckpointError> {
-        let db = self.db();
+        let mut db = self.db();
         let inserted = db.execute(
-            "INSERT OR IGNORE INTO approval_decisions
+            "INSERT INTO approval_decisions
              (run_id, tool_call_id, tool, rule, choice, decided_by, decided_ms, reason)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             ON CONFLICT (run_id, tool_call_id) DO NOTHING",
+            args![
                 run_id,
-                pending.tool_call_id,
-                pending.tool,
-                pending.rule,
+                &pending.tool_call_id,
+                &pending.tool,
+                &pending.rule,
                 decision.choice.as_str(),
-                decision.by,
+                &decision.by,
                 decision.at as i64,
-                decision.reason,
+                &decision.reason,
             ],
         )?;
         if inserted == 1 {
             return Ok(Recorded::New);
         }
-        let choice: Option<String> = db
-            .query_row(
+        let choice = db
+            .query_opt(
                 "SELECT choice FROM approval_decisions WHERE run_id = ?1 AND tool_call_id = ?2",
-                params![run_id, pending.tool_call_id],
-                |row| row.get(0),
-            )
-            .optional()?;
+                args![run_id, &pending.tool_call_id],
+            )?
+            .map(|row| row.str(0))
+            .transpose()?;
         Ok(Recorded::AlreadyDecided(
             choice
                 .as_deref()
@@ -78,32 +78,22 @@ impl CheckpointStore {
         &self,
         run_id: &str,
     ) -> Result<Vec<(String, ApprovalDecision)>, CheckpointError> {
-        let db = self.db();
-        let mut q = db.prepare(
+        let rows = self.db().query(
             "SELECT tool_call_id, choice, decided_by, decided_ms, reason
              FROM approval_decisions WHERE run_id = ?1 ORDER BY decided_ms",
+            args![run_id],
         )?;
-        let rows = q.query_map(params![run_id], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, Option<String>>(2)?,
-                row.get::<_, i64>(3)?,
-                row.get::<_, Option<String>>(4)?,
-            ))
-        })?;
         let mut decisions = Vec::new();
         for row in rows {
-            let (call, choice, by, at, reason) = row?;
             // A choice this version does not know is a denial (fail closed).
-            let choice = parse_choice(&choice).unwrap_or(ApprovalChoice::Deny);
+            let choice = parse_choice(&row.str(1)?).unwrap_or(ApprovalChoice::Deny);
             decisions.push((
-                call,
+                row.str(0)?,
                 ApprovalDecision {
                     choice,
-                    by,
-                    at: at.max(0) as u64,
-                    reason,
+                    by: row.opt_str(2)?,
+                    at: row.i64(3)?.max(0) as u64,
+                    reason: row.opt_str(4)?,
                 },
             ));
         }
@@ -112,13 +102,17 @@ impl CheckpointStore {
 
     /// The interrupted runs (some may wait on approvals: their state says).
     pub fn interrupted(&self) -> Result<Vec<RunRecord>, CheckpointError> {
-        let db = self.db();
-        let mut statement = db.prepare(&format!(
-            "{} WHERE status = 'interrupted' ORDER BY run_id",
-            super::SELECT_RUN
-        ))?;
-        let rows = statement.query_map([], super::raw_record)?;
-        rows.map(|row| super::record(row?)).collect()
+        self.db()
+            .query(
+                &format!(
+                    "{} WHERE status = 'interrupted' ORDER BY run_id",
+                    super::SELECT_RUN
+                ),
+                args![],
+            )?
+            .iter()
+            .map(super::record)
+            .collect()
     }
 }
 

@@ -2,8 +2,7 @@
 //! the thread's runs, newest run first and within a run its newest step first, as far
 //! back as a bound. Keyed (user, thread) like every thread read.
 
-use rusqlite::params;
-
+use super::db::args;
 use super::{CheckpointError, CheckpointStore};
 use antler_engine::ThreadState;
 
@@ -22,36 +21,28 @@ impl CheckpointStore {
         thread: &str,
         limit: usize,
     ) -> Result<Vec<ThreadCheckpoint>, CheckpointError> {
-        let db = self.db();
-        let mut q = db.prepare(
+        let rows = self.db().query(
             "SELECT c.run_id, c.step, c.state FROM checkpoints c
              JOIN runs r ON r.run_id = c.run_id
              WHERE r.user_id = ?1 AND r.thread_id = ?2
              ORDER BY r.rowid DESC, c.step DESC LIMIT ?3",
+            args![user, thread, i64::try_from(limit).unwrap_or(i64::MAX)],
         )?;
-        let rows = q.query_map(
-            params![user, thread, i64::try_from(limit).unwrap_or(i64::MAX)],
-            |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
-            },
-        )?;
-        rows.map(|row| {
-            let (run_id, step, text) = row?;
-            let state = serde_json::from_str(&text).map_err(|source| CheckpointError::Decode {
-                run_id: run_id.clone(),
-                step,
-                source,
-            })?;
-            Ok(ThreadCheckpoint {
-                run_id,
-                step,
-                state,
+        rows.iter()
+            .map(|row| {
+                let (run_id, step, text) = (row.str(0)?, row.i64(1)?, row.str(2)?);
+                let state =
+                    serde_json::from_str(&text).map_err(|source| CheckpointError::Decode {
+                        run_id: run_id.clone(),
+                        step,
+                        source,
+                    })?;
+                Ok(ThreadCheckpoint {
+                    run_id,
+                    step,
+                    state,
+                })
             })
-        })
-        .collect()
+            .collect()
     }
 }

@@ -7,9 +7,9 @@
 //! never put in its place, so what a summary flushed stays until it is learned) and the
 //! watermark of what each thread already gave.
 
-use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
+use super::db::{args, Dialect};
 use super::{now_ms, CheckpointError, CheckpointStore};
 
 /// The tables, run by `CheckpointStore::open`.
@@ -218,45 +218,39 @@ pub enum Enqueued {
 impl CheckpointStore {
     /// `user`'s memory as `agent` sees it.
     pub fn memory(&self, user: &str, agent: &str) -> Result<MemoryDoc, CheckpointError> {
-        let db = self.db();
+        let mut db = self.db();
         let mut doc = MemoryDoc::default();
-        if let Some((revision, last)) = db
-            .query_row(
-                "SELECT revision, last_updated FROM memory_profiles WHERE user_id = ?1",
-                params![user],
-                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)),
-            )
-            .optional()?
-        {
-            doc.revision = revision;
-            doc.last_updated = last;
+        if let Some(row) = db.query_opt(
+            "SELECT revision, last_updated FROM memory_profiles WHERE user_id = ?1",
+            args![user],
+        )? {
+            doc.revision = row.i64(0)?;
+            doc.last_updated = row.str(1)?;
         }
-        let mut q = db.prepare(
+        let rows = db.query(
             "SELECT section, summary, updated_at FROM memory_sections WHERE user_id = ?1",
+            args![user],
         )?;
-        let rows = q.query_map(params![user], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get(2)?))
-        })?;
         for row in rows {
-            let (name, summary, updated_at) = row?;
+            let name = row.str(0)?;
             if let Some(at) = SECTIONS
                 .iter()
                 .position(|(g, k)| format!("{g}.{k}") == name)
             {
                 doc.sections[at] = Section {
-                    summary,
-                    updated_at,
+                    summary: row.str(1)?,
+                    updated_at: row.str(2)?,
                 };
             }
         }
-        let mut q = db.prepare(
+        let rows = db.query(
             "SELECT fact FROM memory_facts WHERE user_id = ?1 AND agent = ?2
              ORDER BY confidence DESC, fact_id",
+            args![user, agent],
         )?;
-        let rows = q.query_map(params![user, agent], |r| r.get::<_, String>(0))?;
         for row in rows {
             // A row that does not decode is skipped, never the whole memory.
-            if let Ok(fact) = serde_json::from_str::<Fact>(&row?) {
+            if let Ok(fact) = serde_json::from_str::<Fact>(&row.str(0)?) {
                 doc.facts.push(fact);
             }
         }
@@ -273,90 +267,92 @@ impl CheckpointStore {
         doc: &MemoryDoc,
         now: &str,
     ) -> Result<Option<i64>, CheckpointError> {
-        let mut db = self.db();
-        let tx = db.transaction()?;
-        let current: i64 = tx
-            .query_row(
-                "SELECT revision FROM memory_profiles WHERE user_id = ?1",
-                params![user],
-                |r| r.get(0),
-            )
-            .optional()?
-            .unwrap_or(0);
-        if current != doc.revision {
-            return Ok(None);
-        }
-        let revision = current + 1;
-        tx.execute(
-            "INSERT INTO memory_profiles (user_id, revision, last_updated) VALUES (?1, ?2, ?3)
-             ON CONFLICT(user_id) DO UPDATE SET revision = excluded.revision,
-                                                last_updated = excluded.last_updated",
-            params![user, revision, now],
-        )?;
-        tx.execute(
-            "DELETE FROM memory_sections WHERE user_id = ?1",
-            params![user],
-        )?;
-        for ((group, key), section) in SECTIONS.iter().zip(&doc.sections) {
-            if section.summary.is_empty() {
-                continue;
+        self.db().transaction(|tx| {
+            let current = tx
+                .query_opt(
+                    "SELECT revision FROM memory_profiles WHERE user_id = ?1",
+                    args![user],
+                )?
+                .map(|row| row.i64(0))
+                .transpose()?
+                .unwrap_or(0);
+            if current != doc.revision {
+                return Ok(None);
+            }
+            let revision = current + 1;
+            tx.execute(
+                "INSERT INTO memory_profiles (user_id, revision, last_updated) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(user_id) DO UPDATE SET revision = excluded.revision,
+                                                    last_updated = excluded.last_updated",
+                args![user, revision, now],
+            )?;
+            tx.execute(
+                "DELETE FROM memory_sections WHERE user_id = ?1",
+                args![user],
+            )?;
+            for ((group, key), section) in SECTIONS.iter().zip(&doc.sections) {
+                if section.summary.is_empty() {
+                    continue;
+                }
+                tx.execute(
+                    "INSERT INTO memory_sections (user_id, section, summary, updated_at)
+                     VALUES (?1, ?2, ?3, ?4)",
+                    args![
+                        user,
+                        format!("{group}.{key}"),
+                        &section.summary,
+                        &section.updated_at
+                    ],
+                )?;
             }
             tx.execute(
-                "INSERT INTO memory_sections (user_id, section, summary, updated_at)
-                 VALUES (?1, ?2, ?3, ?4)",
-                params![
-                    user,
-                    format!("{group}.{key}"),
-                    section.summary,
-                    section.updated_at
-                ],
+                "DELETE FROM memory_facts WHERE user_id = ?1 AND agent = ?2",
+                args![user, agent],
             )?;
-        }
-        tx.execute(
-            "DELETE FROM memory_facts WHERE user_id = ?1 AND agent = ?2",
-            params![user, agent],
-        )?;
-        for fact in &doc.facts {
-            tx.execute(
-                "INSERT OR REPLACE INTO memory_facts (user_id, agent, fact_id, fact, confidence)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![
-                    user,
-                    agent,
-                    fact.id,
-                    serde_json::to_string(fact)?,
-                    fact.confidence
-                ],
-            )?;
-        }
-        tx.commit()?;
-        Ok(Some(revision))
+            for fact in &doc.facts {
+                // A fact id given twice: the later fact stands.
+                tx.execute(
+                    "INSERT INTO memory_facts (user_id, agent, fact_id, fact, confidence)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (user_id, agent, fact_id) DO UPDATE SET
+                         fact = excluded.fact, confidence = excluded.confidence",
+                    args![
+                        user,
+                        agent,
+                        &fact.id,
+                        serde_json::to_string(fact)?,
+                        fact.confidence
+                    ],
+                )?;
+            }
+            Ok(Some(revision))
+        })
     }
 
     /// Forgets everything of `user`: sections, every agent's facts, and its pending
     /// updates (their messages are marked as given, so they are not learned again).
     pub fn clear_memory(&self, user: &str, now: &str) -> Result<(), CheckpointError> {
-        let mut db = self.db();
-        let tx = db.transaction()?;
-        tx.execute(
-            "INSERT INTO memory_profiles (user_id, revision, last_updated) VALUES (?1, 1, ?2)
-             ON CONFLICT(user_id) DO UPDATE SET revision = memory_profiles.revision + 1,
-                                                last_updated = excluded.last_updated",
-            params![user, now],
-        )?;
-        tx.execute(
-            "DELETE FROM memory_sections WHERE user_id = ?1",
-            params![user],
-        )?;
-        tx.execute("DELETE FROM memory_facts WHERE user_id = ?1", params![user])?;
-        tx.execute(
-            "INSERT OR REPLACE INTO memory_watermarks (user_id, agent, thread_id, identity)
-             SELECT user_id, agent, thread_id, last_identity FROM memory_queue WHERE user_id = ?1",
-            params![user],
-        )?;
-        tx.execute("DELETE FROM memory_queue WHERE user_id = ?1", params![user])?;
-        tx.commit()?;
-        Ok(())
+        self.db().transaction(|tx| {
+            tx.execute(
+                "INSERT INTO memory_profiles (user_id, revision, last_updated) VALUES (?1, 1, ?2)
+                 ON CONFLICT(user_id) DO UPDATE SET revision = memory_profiles.revision + 1,
+                                                    last_updated = excluded.last_updated",
+                args![user, now],
+            )?;
+            tx.execute(
+                "DELETE FROM memory_sections WHERE user_id = ?1",
+                args![user],
+            )?;
+            tx.execute("DELETE FROM memory_facts WHERE user_id = ?1", args![user])?;
+            tx.execute(
+                "INSERT INTO memory_watermarks (user_id, agent, thread_id, identity)
+                 SELECT user_id, agent, thread_id, last_identity FROM memory_queue WHERE user_id = ?1
+                 ON CONFLICT (user_id, agent, thread_id) DO UPDATE SET identity = excluded.identity",
+                args![user],
+            )?;
+            tx.execute("DELETE FROM memory_queue WHERE user_id = ?1", args![user])?;
+            Ok(())
+        })
     }
 
     /// Queues `item`'s messages for `item.key`: appended to its pending update when there
@@ -370,108 +366,104 @@ impl CheckpointStore {
         max_depth: u64,
     ) -> Result<Enqueued, CheckpointError> {
         let mut db = self.db();
-        let tx = db.transaction()?;
-        let k = &item.key;
-        let pending: Option<(i64, String)> = tx
-            .query_row(
-                "SELECT first_ms, messages FROM memory_queue
-                 WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3",
-                params![k.user, k.agent, k.thread],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        let mut messages: Vec<MemoryMessage> = match &pending {
-            Some((_, earlier)) => serde_json::from_str(earlier)?,
-            None => Vec::new(),
+        let greatest = match db.dialect() {
+            Dialect::Sqlite => "MAX",
+            Dialect::Postgres => "GREATEST",
         };
-        messages.extend(item.messages.iter().cloned());
-        let pending = pending.map(|(first_ms, _)| first_ms);
-        if pending.is_none() && max_depth > 0 && !item.signal {
-            let depth: i64 = tx.query_row("SELECT COUNT(*) FROM memory_queue", [], |r| r.get(0))?;
-            if depth as u64 >= max_depth {
-                return Ok(Enqueued::Full);
+        db.transaction(|tx| {
+            let k = &item.key;
+            let pending = tx
+                .query_opt(
+                    "SELECT first_ms, messages FROM memory_queue
+                     WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3",
+                    args![&k.user, &k.agent, &k.thread],
+                )?
+                .map(|row| Ok::<_, CheckpointError>((row.i64(0)?, row.str(1)?)))
+                .transpose()?;
+            let mut messages: Vec<MemoryMessage> = match &pending {
+                Some((_, earlier)) => serde_json::from_str(earlier)?,
+                None => Vec::new(),
+            };
+            messages.extend(item.messages.iter().cloned());
+            let pending = pending.map(|(first_ms, _)| first_ms);
+            if pending.is_none() && max_depth > 0 && !item.signal {
+                let depth = tx
+                    .query_one("SELECT COUNT(*) FROM memory_queue", args![])?
+                    .i64(0)?;
+                if depth as u64 >= max_depth {
+                    return Ok(Enqueued::Full);
+                }
             }
-        }
-        tx.execute(
-            "INSERT INTO memory_queue (user_id, agent, thread_id, messages, last_identity, signal,
-                                       first_ms, enqueued_ms, attempts, next_attempt_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, 0)
-             ON CONFLICT(user_id, agent, thread_id) DO UPDATE SET
-                 messages = excluded.messages, last_identity = excluded.last_identity,
-                 signal = MAX(memory_queue.signal, excluded.signal),
-                 enqueued_ms = excluded.enqueued_ms, attempts = 0, next_attempt_ms = 0",
-            params![
-                k.user,
-                k.agent,
-                k.thread,
-                serde_json::to_string(&messages)?,
-                item.last_identity,
-                item.signal,
-                pending.unwrap_or(item.first_ms),
-                item.enqueued_ms
-            ],
-        )?;
-        tx.commit()?;
-        Ok(Enqueued::Queued)
+            tx.execute(
+                &format!(
+                    "INSERT INTO memory_queue (user_id, agent, thread_id, messages, last_identity,
+                                               signal, first_ms, enqueued_ms, attempts,
+                                               next_attempt_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, 0)
+                     ON CONFLICT(user_id, agent, thread_id) DO UPDATE SET
+                         messages = excluded.messages, last_identity = excluded.last_identity,
+                         signal = {greatest}(memory_queue.signal, excluded.signal),
+                         enqueued_ms = excluded.enqueued_ms, attempts = 0, next_attempt_ms = 0"
+                ),
+                args![
+                    &k.user,
+                    &k.agent,
+                    &k.thread,
+                    serde_json::to_string(&messages)?,
+                    &item.last_identity,
+                    item.signal,
+                    pending.unwrap_or(item.first_ms),
+                    item.enqueued_ms
+                ],
+            )?;
+            Ok(Enqueued::Queued)
+        })
     }
 
     /// The pending updates' times, for the schedule.
     pub fn memory_queue_timings(&self) -> Result<Vec<QueueTiming>, CheckpointError> {
-        let db = self.db();
-        let mut q = db.prepare(
-            "SELECT user_id, agent, thread_id, first_ms, enqueued_ms, next_attempt_ms
-             FROM memory_queue ORDER BY user_id, agent, thread_id",
-        )?;
-        let rows = q.query_map([], |r| {
-            Ok(QueueTiming {
-                key: QueueKey {
-                    user: r.get(0)?,
-                    agent: r.get(1)?,
-                    thread: r.get(2)?,
-                },
-                first_ms: r.get(3)?,
-                enqueued_ms: r.get(4)?,
-                next_attempt_ms: r.get(5)?,
+        self.db()
+            .query(
+                "SELECT user_id, agent, thread_id, first_ms, enqueued_ms, next_attempt_ms
+                 FROM memory_queue ORDER BY user_id, agent, thread_id",
+                args![],
+            )?
+            .iter()
+            .map(|r| {
+                Ok(QueueTiming {
+                    key: QueueKey {
+                        user: r.str(0)?,
+                        agent: r.str(1)?,
+                        thread: r.str(2)?,
+                    },
+                    first_ms: r.i64(3)?,
+                    enqueued_ms: r.i64(4)?,
+                    next_attempt_ms: r.i64(5)?,
+                })
             })
-        })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            .collect()
     }
 
     /// The pending update of `key`, if any.
     pub fn memory_queue_item(&self, key: &QueueKey) -> Result<Option<QueueItem>, CheckpointError> {
-        let db = self.db();
-        let row = db
-            .query_row(
-                "SELECT messages, last_identity, signal, first_ms, enqueued_ms, attempts,
-                        next_attempt_ms
-                 FROM memory_queue WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3",
-                params![key.user, key.agent, key.thread],
-                |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, bool>(2)?,
-                        r.get::<_, i64>(3)?,
-                        r.get::<_, i64>(4)?,
-                        r.get::<_, i64>(5)?,
-                        r.get::<_, i64>(6)?,
-                    ))
-                },
-            )
-            .optional()?;
-        let Some((messages, last_identity, signal, first_ms, enqueued_ms, attempts, next)) = row
-        else {
+        let row = self.db().query_opt(
+            "SELECT messages, last_identity, signal, first_ms, enqueued_ms, attempts,
+                    next_attempt_ms
+             FROM memory_queue WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3",
+            args![&key.user, &key.agent, &key.thread],
+        )?;
+        let Some(row) = row else {
             return Ok(None);
         };
         Ok(Some(QueueItem {
             key: key.clone(),
-            messages: serde_json::from_str(&messages)?,
-            last_identity,
-            signal,
-            first_ms,
-            enqueued_ms,
-            attempts,
-            next_attempt_ms: next,
+            messages: serde_json::from_str(&row.str(0)?)?,
+            last_identity: row.str(1)?,
+            signal: row.bool(2)?,
+            first_ms: row.i64(3)?,
+            enqueued_ms: row.i64(4)?,
+            attempts: row.i64(5)?,
+            next_attempt_ms: row.i64(6)?,
         }))
     }
 
@@ -485,58 +477,58 @@ impl CheckpointStore {
         identity: &str,
         learned: usize,
     ) -> Result<(), CheckpointError> {
-        let mut db = self.db();
-        let tx = db.transaction()?;
-        tx.execute(
-            "INSERT OR REPLACE INTO memory_watermarks (user_id, agent, thread_id, identity)
-             VALUES (?1, ?2, ?3, ?4)",
-            params![key.user, key.agent, key.thread, identity],
-        )?;
-        let gone = tx.execute(
-            "DELETE FROM memory_queue
-             WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3 AND enqueued_ms = ?4",
-            params![key.user, key.agent, key.thread, enqueued_ms],
-        )?;
-        if gone == 0 {
-            let appended: Option<String> = tx
-                .query_row(
-                    "SELECT messages FROM memory_queue
-                     WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3",
-                    params![key.user, key.agent, key.thread],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if let Some(messages) = appended {
-                let messages: Vec<MemoryMessage> = serde_json::from_str(&messages)?;
-                let rest = messages.get(learned..).unwrap_or_default();
-                tx.execute(
-                    "UPDATE memory_queue SET messages = ?4, first_ms = enqueued_ms
-                     WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3",
-                    params![
-                        key.user,
-                        key.agent,
-                        key.thread,
-                        serde_json::to_string(rest)?
-                    ],
-                )?;
+        self.db().transaction(|tx| {
+            tx.execute(
+                "INSERT INTO memory_watermarks (user_id, agent, thread_id, identity)
+                 VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (user_id, agent, thread_id) DO UPDATE SET identity = excluded.identity",
+                args![&key.user, &key.agent, &key.thread, identity],
+            )?;
+            let gone = tx.execute(
+                "DELETE FROM memory_queue
+                 WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3 AND enqueued_ms = ?4",
+                args![&key.user, &key.agent, &key.thread, enqueued_ms],
+            )?;
+            if gone == 0 {
+                let appended = tx
+                    .query_opt(
+                        "SELECT messages FROM memory_queue
+                         WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3",
+                        args![&key.user, &key.agent, &key.thread],
+                    )?
+                    .map(|row| row.str(0))
+                    .transpose()?;
+                if let Some(messages) = appended {
+                    let messages: Vec<MemoryMessage> = serde_json::from_str(&messages)?;
+                    let rest = messages.get(learned..).unwrap_or_default();
+                    tx.execute(
+                        "UPDATE memory_queue SET messages = ?4, first_ms = enqueued_ms
+                         WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3",
+                        args![
+                            &key.user,
+                            &key.agent,
+                            &key.thread,
+                            serde_json::to_string(rest)?
+                        ],
+                    )?;
+                }
             }
-        }
-        tx.commit()?;
-        Ok(())
+            Ok(())
+        })
     }
 
     /// The identity of the last message `key`'s thread gave to memory: its pending
     /// update's last message, else its watermark (what was learned).
     pub fn memory_given(&self, key: &QueueKey) -> Result<Option<String>, CheckpointError> {
-        let pending: Option<String> = self
+        let pending = self
             .db()
-            .query_row(
+            .query_opt(
                 "SELECT last_identity FROM memory_queue
                  WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3",
-                params![key.user, key.agent, key.thread],
-                |r| r.get(0),
-            )
-            .optional()?;
+                args![&key.user, &key.agent, &key.thread],
+            )?
+            .map(|row| row.str(0))
+            .transpose()?;
         match pending {
             Some(identity) => Ok(Some(identity)),
             None => self.memory_watermark(key),
@@ -551,17 +543,17 @@ impl CheckpointStore {
         next_attempt_ms: i64,
         max_attempts: i64,
     ) -> Result<bool, CheckpointError> {
-        let db = self.db();
+        let mut db = self.db();
         let dropped = db.execute(
             "DELETE FROM memory_queue WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3
              AND attempts + 1 >= ?4",
-            params![key.user, key.agent, key.thread, max_attempts],
+            args![&key.user, &key.agent, &key.thread, max_attempts],
         )?;
         if dropped == 0 {
             db.execute(
                 "UPDATE memory_queue SET attempts = attempts + 1, next_attempt_ms = ?4
                  WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3",
-                params![key.user, key.agent, key.thread, next_attempt_ms],
+                args![&key.user, &key.agent, &key.thread, next_attempt_ms],
             )?;
         }
         Ok(dropped > 0)
@@ -569,24 +561,24 @@ impl CheckpointStore {
 
     /// The identity of the last message `key`'s thread gave to memory.
     pub fn memory_watermark(&self, key: &QueueKey) -> Result<Option<String>, CheckpointError> {
-        Ok(self
-            .db()
-            .query_row(
+        self.db()
+            .query_opt(
                 "SELECT identity FROM memory_watermarks
                  WHERE user_id = ?1 AND agent = ?2 AND thread_id = ?3",
-                params![key.user, key.agent, key.thread],
-                |r| r.get(0),
-            )
-            .optional()?)
+                args![&key.user, &key.agent, &key.thread],
+            )?
+            .map(|row| row.str(0))
+            .transpose()
     }
 
     /// How many updates of `user` are pending (for `GET /api/memory/status`).
     pub fn memory_pending(&self, user: &str) -> Result<i64, CheckpointError> {
-        Ok(self.db().query_row(
-            "SELECT COUNT(*) FROM memory_queue WHERE user_id = ?1",
-            params![user],
-            |r| r.get(0),
-        )?)
+        self.db()
+            .query_one(
+                "SELECT COUNT(*) FROM memory_queue WHERE user_id = ?1",
+                args![user],
+            )?
+            .i64(0)
     }
 }
 

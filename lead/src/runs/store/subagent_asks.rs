@@ -5,8 +5,7 @@
 //! `approval_decisions` row of the parent run, as the parent's own calls' are. A lead that
 //! starts again reads the rows back, so the call can still be answered.
 
-use rusqlite::params;
-
+use super::db::args;
 use super::{CheckpointError, CheckpointStore};
 use antler_engine::{PendingApproval, SubagentCall};
 
@@ -36,20 +35,27 @@ impl CheckpointStore {
     pub fn record_subagent_ask(&self, ask: &SubagentAsk) -> Result<(), CheckpointError> {
         let pending = serde_json::to_string(&ask.pending)
             .map_err(|e| CheckpointError::HeldCall(format!("encode: {e}")))?;
-        self.db().execute(
-            "INSERT OR REPLACE INTO subagent_asks
-             (run_id, tool_call_id, task_call_id, subagent_type, call_id, pending)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                ask.run_id,
-                ask.pending.tool_call_id,
-                ask.subagent.task_call_id,
-                ask.subagent.subagent_type,
-                ask.subagent.call_id,
-                pending,
-            ],
-        )?;
-        Ok(())
+        // The later ask replaces the row, and comes last in the order asked.
+        self.db().transaction(|tx| {
+            tx.execute(
+                "DELETE FROM subagent_asks WHERE run_id = ?1 AND tool_call_id = ?2",
+                args![&ask.run_id, &ask.pending.tool_call_id],
+            )?;
+            tx.execute(
+                "INSERT INTO subagent_asks
+                 (run_id, tool_call_id, task_call_id, subagent_type, call_id, pending)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                args![
+                    &ask.run_id,
+                    &ask.pending.tool_call_id,
+                    &ask.subagent.task_call_id,
+                    &ask.subagent.subagent_type,
+                    &ask.subagent.call_id,
+                    pending,
+                ],
+            )?;
+            Ok(())
+        })
     }
 
     /// The held call `tool_call_id` of `run_id` no longer waits.
@@ -60,7 +66,7 @@ impl CheckpointStore {
     ) -> Result<(), CheckpointError> {
         self.db().execute(
             "DELETE FROM subagent_asks WHERE run_id = ?1 AND tool_call_id = ?2",
-            params![run_id, tool_call_id],
+            args![run_id, tool_call_id],
         )?;
         Ok(())
     }
@@ -73,48 +79,36 @@ impl CheckpointStore {
     ) -> Result<(), CheckpointError> {
         self.db().execute(
             "DELETE FROM subagent_asks WHERE run_id = ?1 AND task_call_id = ?2",
-            params![run_id, task_call_id],
+            args![run_id, task_call_id],
         )?;
         Ok(())
     }
 
     /// The run `run_id`'s drive ended: none of its subagents' calls waits.
     pub fn forget_subagent_asks(&self, run_id: &str) -> Result<(), CheckpointError> {
-        self.db().execute(
-            "DELETE FROM subagent_asks WHERE run_id = ?1",
-            params![run_id],
-        )?;
+        self.db()
+            .execute("DELETE FROM subagent_asks WHERE run_id = ?1", args![run_id])?;
         Ok(())
     }
 
     /// Every held call still waiting, by run and the order they were asked.
     pub fn subagent_asks(&self) -> Result<Vec<SubagentAsk>, CheckpointError> {
-        let db = self.db();
-        let mut q = db.prepare(
+        let rows = self.db().query(
             "SELECT run_id, task_call_id, subagent_type, call_id, pending
              FROM subagent_asks ORDER BY run_id, rowid",
+            args![],
         )?;
-        let rows = q.query_map([], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, String>(3)?,
-                row.get::<_, String>(4)?,
-            ))
-        })?;
         let mut asks = Vec::new();
         for row in rows {
-            let (run_id, task_call_id, subagent_type, call_id, pending) = row?;
-            let pending: PendingApproval = serde_json::from_str(&pending)
+            let pending: PendingApproval = serde_json::from_str(&row.str(4)?)
                 .map_err(|e| CheckpointError::HeldCall(format!("decode: {e}")))?;
             asks.push(SubagentAsk {
-                run_id,
+                run_id: row.str(0)?,
                 pending,
                 subagent: SubagentCall {
-                    task_call_id,
-                    subagent_type,
-                    call_id,
+                    task_call_id: row.str(1)?,
+                    subagent_type: row.str(2)?,
+                    call_id: row.str(3)?,
                 },
             });
         }
@@ -130,7 +124,7 @@ impl CheckpointStore {
     ) -> Result<(), CheckpointError> {
         self.db().execute(
             "DELETE FROM approval_decisions WHERE run_id = ?1 AND tool_call_id = ?2",
-            params![run_id, tool_call_id],
+            args![run_id, tool_call_id],
         )?;
         Ok(())
     }

@@ -5,10 +5,10 @@
 //! thread before it is created (one active run per thread), and every end of the run
 //! (`set_status`) writes the thread's state, title and status back in the same lock.
 
-use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{Map, Value};
 
-use super::{now_ms, raw_record, record, CheckpointError, CheckpointStore, RunRecord, RunStatus};
+use super::db::{args, Db, Dialect, Row};
+use super::{now_ms, record, CheckpointError, CheckpointStore, RunRecord, RunStatus};
 use antler_engine::ThreadState;
 
 pub(super) const SCHEMA: &str = "
@@ -101,28 +101,32 @@ pub enum ThreadRefusal {
 /// What a thread write answers: the store failed, or the thread refused.
 pub type ThreadResult<T> = Result<Result<T, ThreadRefusal>, CheckpointError>;
 
-const SELECT_THREAD: &str = "SELECT user_id, thread_id, created_ms, updated_ms, metadata, title,
+/// The thread columns [`thread_row`] reads; the run active on the thread is shown while
+/// it runs, or while its claim is younger than the horizon, the parameter `?{horizon}`.
+fn select_thread(horizon: usize) -> String {
+    format!(
+        "SELECT user_id, thread_id, created_ms, updated_ms, metadata, title,
     status, last_run_id,
     CASE WHEN active_run_id IS NOT NULL AND (
         EXISTS (SELECT 1 FROM runs r WHERE r.run_id = threads.active_run_id AND r.status = 'running')
         OR (NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = threads.active_run_id)
-            AND claimed_ms > ?9))
+            AND claimed_ms > ?{horizon}))
     THEN active_run_id END
-    FROM threads";
+    FROM threads"
+    )
+}
 
-fn thread_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ThreadRow> {
-    let metadata: String = row.get(4)?;
-    let status: String = row.get(6)?;
+fn thread_row(row: &Row) -> Result<ThreadRow, CheckpointError> {
     Ok(ThreadRow {
-        user_id: row.get(0)?,
-        thread_id: row.get(1)?,
-        created_ms: row.get(2)?,
-        updated_ms: row.get(3)?,
-        metadata: serde_json::from_str(&metadata).unwrap_or_default(),
-        title: row.get(5)?,
-        status: ThreadStatus::parse(&status),
-        last_run_id: row.get(7)?,
-        active_run_id: row.get(8)?,
+        user_id: row.str(0)?,
+        thread_id: row.str(1)?,
+        created_ms: row.i64(2)?,
+        updated_ms: row.i64(3)?,
+        metadata: serde_json::from_str(&row.str(4)?).unwrap_or_default(),
+        title: row.opt_str(5)?,
+        status: ThreadStatus::parse(&row.str(6)?),
+        last_run_id: row.opt_str(7)?,
+        active_run_id: row.opt_str(8)?,
     })
 }
 
@@ -131,23 +135,23 @@ fn claim_horizon() -> i64 {
     now_ms() - STALE_CLAIM_MS
 }
 
-fn get_thread(db: &Connection, user: &str, thread: &str) -> rusqlite::Result<Option<ThreadRow>> {
-    db.query_row(
-        &format!("{SELECT_THREAD} WHERE user_id = ?1 AND thread_id = ?2"),
-        rusqlite::named_params! {"?1": user, "?2": thread, "?9": claim_horizon()},
-        thread_row,
-    )
-    .optional()
+fn get_thread(db: &mut Db, user: &str, thread: &str) -> Result<Option<ThreadRow>, CheckpointError> {
+    db.query_opt(
+        &format!("{} WHERE user_id = ?1 AND thread_id = ?2", select_thread(3)),
+        args![user, thread, claim_horizon()],
+    )?
+    .map(|row| thread_row(&row))
+    .transpose()
 }
 
-/// Called by `set_status` under the same lock: the run's thread (if it is the thread's
-/// last run) gets the run's last checkpoint as its state, the title in it, and the
-/// status the run's implies; a run that ended lets go of the thread.
+/// Called by `set_status` in the same transaction: the run's thread (if it is the
+/// thread's last run) gets the run's last checkpoint as its state, the title in it, and
+/// the status the run's implies; a run that ended lets go of the thread.
 pub(super) fn on_run_status(
-    db: &Connection,
+    db: &mut Db,
     run_id: &str,
     status: RunStatus,
-) -> rusqlite::Result<()> {
+) -> Result<(), CheckpointError> {
     let now = now_ms();
     let thread_status = ThreadStatus::after(status).as_str();
     if status == RunStatus::Running {
@@ -160,21 +164,27 @@ pub(super) fn on_run_status(
                AND (active_run_id IS NULL OR active_run_id = ?1
                     OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = threads.active_run_id
                                    AND r.status = 'running'))",
-            params![run_id, thread_status, now],
+            args![run_id, thread_status, now],
         )?;
         return Ok(());
     }
+    let title = match db.dialect() {
+        Dialect::Sqlite => "json_extract(state, '$.title')",
+        Dialect::Postgres => "state::jsonb ->> 'title'",
+    };
     db.execute(
-        "UPDATE threads SET
+        &format!(
+            "UPDATE threads SET
              state = COALESCE((SELECT state FROM checkpoints WHERE run_id = ?1
                                ORDER BY step DESC LIMIT 1), state),
-             title = COALESCE((SELECT json_extract(state, '$.title') FROM checkpoints
+             title = COALESCE((SELECT {title} FROM checkpoints
                                WHERE run_id = ?1 ORDER BY step DESC LIMIT 1), title),
              status = ?2, updated_ms = ?3,
              active_run_id = CASE WHEN active_run_id = ?1 THEN NULL ELSE active_run_id END
          WHERE (user_id, thread_id) = (SELECT user_id, thread_id FROM runs WHERE run_id = ?1)
-           AND last_run_id = ?1",
-        params![run_id, thread_status, now],
+           AND last_run_id = ?1"
+        ),
+        args![run_id, thread_status, now],
     )?;
     Ok(())
 }
@@ -188,21 +198,21 @@ impl CheckpointStore {
         thread: &str,
         metadata: &Map<String, Value>,
     ) -> Result<(ThreadRow, bool), CheckpointError> {
-        let db = self.db();
+        let mut db = self.db();
         let now = now_ms();
         let created = db.execute(
             "INSERT INTO threads (user_id, thread_id, created_ms, updated_ms, metadata)
              VALUES (?1, ?2, ?3, ?3, ?4) ON CONFLICT (user_id, thread_id) DO NOTHING",
-            params![user, thread, now, serde_json::to_string(metadata)?],
+            args![user, thread, now, serde_json::to_string(metadata)?],
         )? == 1;
-        let row = get_thread(&db, user, thread)?
+        let row = get_thread(&mut db, user, thread)?
             .ok_or_else(|| CheckpointError::UnknownRun(thread.to_owned()))?;
         Ok((row, created))
     }
 
     /// `user`'s thread `thread`.
     pub fn thread(&self, user: &str, thread: &str) -> Result<Option<ThreadRow>, CheckpointError> {
-        Ok(get_thread(&self.db(), user, thread)?)
+        get_thread(&mut self.db(), user, thread)
     }
 
     /// The latest state of `user`'s thread (`None`: no run has ended on it and none was
@@ -212,14 +222,14 @@ impl CheckpointStore {
         user: &str,
         thread: &str,
     ) -> Result<Option<ThreadState>, CheckpointError> {
-        let text: Option<Option<String>> = self
+        let text = self
             .db()
-            .query_row(
+            .query_opt(
                 "SELECT state FROM threads WHERE user_id = ?1 AND thread_id = ?2",
-                params![user, thread],
-                |r| r.get(0),
-            )
-            .optional()?;
+                args![user, thread],
+            )?
+            .map(|row| row.opt_str(0))
+            .transpose()?;
         text.flatten()
             .map(|text| {
                 serde_json::from_str(&text).map_err(|source| CheckpointError::Decode {
@@ -241,18 +251,17 @@ impl CheckpointStore {
         limit: usize,
         offset: usize,
     ) -> Result<Vec<ThreadRow>, CheckpointError> {
-        let db = self.db();
-        let mut q = db.prepare(&format!(
-            "{SELECT_THREAD} WHERE user_id = ?1 ORDER BY updated_ms DESC, rowid DESC"
-        ))?;
-        let rows = q.query_map(
-            rusqlite::named_params! {"?1": user, "?9": claim_horizon()},
-            thread_row,
+        let rows = self.db().query(
+            &format!(
+                "{} WHERE user_id = ?1 ORDER BY updated_ms DESC, rowid DESC",
+                select_thread(2)
+            ),
+            args![user, claim_horizon()],
         )?;
         let mut found = Vec::new();
         let mut skipped = 0;
         for row in rows {
-            let row = row?;
+            let row = thread_row(&row)?;
             let matches = metadata.iter().all(|(k, v)| row.metadata.get(k) == Some(v))
                 && status.is_none_or(|s| row.status.as_str() == s);
             if !matches {
@@ -278,8 +287,8 @@ impl CheckpointStore {
         metadata: &Map<String, Value>,
         bump: bool,
     ) -> ThreadResult<ThreadRow> {
-        let db = self.db();
-        let Some(row) = get_thread(&db, user, thread)? else {
+        let mut db = self.db();
+        let Some(row) = get_thread(&mut db, user, thread)? else {
             return Ok(Err(ThreadRefusal::NotFound(thread.to_owned())));
         };
         let mut merged = row.metadata;
@@ -288,7 +297,7 @@ impl CheckpointStore {
             "UPDATE threads SET metadata = ?3,
                  updated_ms = CASE WHEN ?4 THEN ?5 ELSE updated_ms END
              WHERE user_id = ?1 AND thread_id = ?2",
-            params![
+            args![
                 user,
                 thread,
                 serde_json::to_string(&merged)?,
@@ -296,14 +305,17 @@ impl CheckpointStore {
                 now_ms()
             ],
         )?;
-        Ok(get_thread(&db, user, thread)?.ok_or_else(|| ThreadRefusal::NotFound(thread.into())))
+        Ok(
+            get_thread(&mut db, user, thread)?
+                .ok_or_else(|| ThreadRefusal::NotFound(thread.into())),
+        )
     }
 
     /// Deletes the thread's row (its runs stay, as records); refused while a run is
     /// active on it.
     pub fn delete_thread(&self, user: &str, thread: &str) -> ThreadResult<()> {
-        let db = self.db();
-        let Some(row) = get_thread(&db, user, thread)? else {
+        let mut db = self.db();
+        let Some(row) = get_thread(&mut db, user, thread)? else {
             return Ok(Err(ThreadRefusal::NotFound(thread.to_owned())));
         };
         if let Some(run_id) = row.active_run_id {
@@ -314,7 +326,7 @@ impl CheckpointStore {
         }
         db.execute(
             "DELETE FROM threads WHERE user_id = ?1 AND thread_id = ?2",
-            params![user, thread],
+            args![user, thread],
         )?;
         Ok(Ok(()))
     }
@@ -328,8 +340,8 @@ impl CheckpointStore {
         state: &ThreadState,
         title: Option<&str>,
     ) -> ThreadResult<ThreadRow> {
-        let db = self.db();
-        let Some(row) = get_thread(&db, user, thread)? else {
+        let mut db = self.db();
+        let Some(row) = get_thread(&mut db, user, thread)? else {
             return Ok(Err(ThreadRefusal::NotFound(thread.to_owned())));
         };
         if let Some(run_id) = row.active_run_id {
@@ -341,9 +353,12 @@ impl CheckpointStore {
         db.execute(
             "UPDATE threads SET state = ?3, title = COALESCE(?4, title), updated_ms = ?5
              WHERE user_id = ?1 AND thread_id = ?2",
-            params![user, thread, serde_json::to_string(state)?, title, now_ms()],
+            args![user, thread, serde_json::to_string(state)?, title, now_ms()],
         )?;
-        Ok(get_thread(&db, user, thread)?.ok_or_else(|| ThreadRefusal::NotFound(thread.into())))
+        Ok(
+            get_thread(&mut db, user, thread)?
+                .ok_or_else(|| ThreadRefusal::NotFound(thread.into())),
+        )
     }
 
     /// Claims the thread for the run `run_id` about to be created on it: refused while
@@ -355,8 +370,8 @@ impl CheckpointStore {
         thread: &str,
         run_id: &str,
     ) -> ThreadResult<Option<ThreadState>> {
-        let db = self.db();
-        let Some(row) = get_thread(&db, user, thread)? else {
+        let mut db = self.db();
+        let Some(row) = get_thread(&mut db, user, thread)? else {
             return Ok(Err(ThreadRefusal::NotFound(thread.to_owned())));
         };
         if let Some(active) = row.active_run_id.filter(|a| a != run_id) {
@@ -365,12 +380,26 @@ impl CheckpointStore {
                 run_id: active,
             }));
         }
-        db.execute(
+        // The claim checks again as it writes: another lead on the same database may have
+        // claimed the thread since it was read.
+        let claimed = db.execute(
             "UPDATE threads SET active_run_id = ?3, last_run_id = ?3, claimed_ms = ?4,
                  status = 'busy', updated_ms = ?4
-             WHERE user_id = ?1 AND thread_id = ?2",
-            params![user, thread, run_id, now_ms()],
+             WHERE user_id = ?1 AND thread_id = ?2
+               AND (active_run_id IS NULL OR active_run_id = ?3 OR NOT (
+                   EXISTS (SELECT 1 FROM runs r WHERE r.run_id = threads.active_run_id
+                           AND r.status = 'running')
+                   OR (NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = threads.active_run_id)
+                       AND COALESCE(claimed_ms, 0) > ?5)))",
+            args![user, thread, run_id, now_ms(), claim_horizon()],
         )?;
+        if claimed == 0 {
+            let active = get_thread(&mut db, user, thread)?.and_then(|row| row.active_run_id);
+            return Ok(Err(ThreadRefusal::Busy {
+                thread: thread.to_owned(),
+                run_id: active.unwrap_or_default(),
+            }));
+        }
         drop(db);
         Ok(Ok(self.thread_state(user, thread)?))
     }
@@ -388,11 +417,11 @@ impl CheckpointStore {
             "UPDATE threads SET active_run_id = NULL, last_run_id = ?4, status = ?5
              WHERE user_id = ?1 AND thread_id = ?2 AND active_run_id = ?3
                AND NOT EXISTS (SELECT 1 FROM runs WHERE run_id = ?3)",
-            params![
+            args![
                 user,
                 thread,
                 run_id,
-                previous.last_run_id,
+                &previous.last_run_id,
                 previous.status.as_str()
             ],
         )?;
@@ -407,21 +436,22 @@ impl CheckpointStore {
         limit: usize,
         offset: usize,
     ) -> Result<Vec<RunRecord>, CheckpointError> {
-        let db = self.db();
-        let mut q = db.prepare(&format!(
-            "{} WHERE user_id = ?1 AND thread_id = ?2 ORDER BY rowid DESC LIMIT ?3 OFFSET ?4",
-            super::SELECT_RUN
-        ))?;
-        let rows = q.query_map(
-            params![
-                user,
-                thread,
-                i64::try_from(limit).unwrap_or(i64::MAX),
-                i64::try_from(offset).unwrap_or(i64::MAX)
-            ],
-            raw_record,
-        )?;
-        rows.map(|row| record(row?)).collect()
+        self.db()
+            .query(
+                &format!(
+                    "{} WHERE user_id = ?1 AND thread_id = ?2 ORDER BY rowid DESC LIMIT ?3 OFFSET ?4",
+                    super::SELECT_RUN
+                ),
+                args![
+                    user,
+                    thread,
+                    i64::try_from(limit).unwrap_or(i64::MAX),
+                    i64::try_from(offset).unwrap_or(i64::MAX)
+                ],
+            )?
+            .iter()
+            .map(record)
+            .collect()
     }
 
     /// The state of a run after `step` (step 0: as it started).
@@ -430,14 +460,14 @@ impl CheckpointStore {
         run_id: &str,
         step: i64,
     ) -> Result<Option<ThreadState>, CheckpointError> {
-        let text: Option<String> = self
+        let text = self
             .db()
-            .query_row(
+            .query_opt(
                 "SELECT state FROM checkpoints WHERE run_id = ?1 AND step = ?2",
-                params![run_id, step],
-                |r| r.get(0),
-            )
-            .optional()?;
+                args![run_id, step],
+            )?
+            .map(|row| row.str(0))
+            .transpose()?;
         text.map(|text| {
             serde_json::from_str(&text).map_err(|source| CheckpointError::Decode {
                 run_id: run_id.to_owned(),
@@ -456,11 +486,11 @@ impl CheckpointStore {
             state.messages.pop();
             state
         });
-        let mut db = self.db();
-        let tx = db.transaction()?;
+        let before = before.map(|b| serde_json::to_string(&b)).transpose()?;
+        self.db().transaction(|tx| {
         tx.execute(
             "UPDATE runs SET status = 'error', detail = ?2 WHERE run_id = ?1",
-            params![run_id, detail],
+            args![run_id, detail],
         )?;
         if let Some(before) = before {
             tx.execute(
@@ -468,24 +498,23 @@ impl CheckpointStore {
                      active_run_id = CASE WHEN active_run_id = ?1 THEN NULL ELSE active_run_id END
                  WHERE (user_id, thread_id) = (SELECT user_id, thread_id FROM runs WHERE run_id = ?1)
                    AND last_run_id = ?1",
-                params![run_id, serde_json::to_string(&before)?, now_ms()],
+                args![run_id, before, now_ms()],
             )?;
         }
-        tx.commit()?;
         Ok(())
+        })
     }
 
     /// When a run was created and last ended (Unix ms).
     pub fn run_times(&self, run_id: &str) -> Result<(Option<i64>, Option<i64>), CheckpointError> {
-        Ok(self
-            .db()
-            .query_row(
-                "SELECT started_ms, ended_ms FROM runs WHERE run_id = ?1",
-                params![run_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?
-            .unwrap_or((None, None)))
+        let row = self.db().query_opt(
+            "SELECT started_ms, ended_ms FROM runs WHERE run_id = ?1",
+            args![run_id],
+        )?;
+        match row {
+            Some(row) => Ok((row.opt_i64(0)?, row.opt_i64(1)?)),
+            None => Ok((None, None)),
+        }
     }
 }
 
