@@ -687,7 +687,7 @@ fn start_runs(
         dispatcher: dispatcher.clone(),
         catalog,
         store,
-    }
+    })
 }
 
 /// A connection to the lead of a cluster, attached or ephemeral.

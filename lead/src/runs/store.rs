@@ -148,7 +148,7 @@ impl CheckpointError {
                     | rusqlite::ErrorCode::CannotOpen
             ),
             CheckpointError::Postgres(
-                HaError::Connect(_) | HaError::Timeout { .. } | HaError::Closed,
+                HaError::Connect { .. } | HaError::Timeout { .. } | HaError::Closed,
             ) => true,
             CheckpointError::Postgres(HaError::Query { source, .. }) => {
                 source.is_closed()
