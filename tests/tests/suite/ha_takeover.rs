@@ -540,14 +540,32 @@ async fn a_paused_lead_woken_after_the_takeover_stops_acting_for_the_run() {
 async fn a_lead_cut_from_postgres_loses_its_run_and_stays_out_when_the_cut_heals() {
     let leads = TwoLeads::start("ha_takeover_cut", PLAYBOOK, true).await;
     let forwarder = leads.forwarder.as_ref().unwrap();
-    // What A wrote at epoch 1, before the cut.
-    let steps_a = checkpoints(&leads.pg, &leads.run_id).await;
-    let events_a = events(&leads.pg, &leads.run_id).await;
 
     // The network between A and PostgreSQL is cut mid-run: A's renewals fail, its lease
     // lapses, and B takes the run over.
     let cut = Instant::now();
-    forwarder.cut();
+    let dropped: Vec<i32> = forwarder.cut().into_iter().map(i32::from).collect();
+    assert!(!dropped.is_empty(), "A was connected through the forwarder");
+    // What A wrote at epoch 1: all there is once the server has ended A's sessions (a
+    // transaction of A's cut short is rolled back).
+    until(
+        Duration::from_secs(10),
+        "the server never ended A's sessions",
+        || async {
+            let row = leads
+                .pg
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY($1)",
+                    &[&dropped],
+                )
+                .await
+                .unwrap();
+            (row.get::<_, i64>(0) == 0).then_some(())
+        },
+    )
+    .await;
+    let steps_a = checkpoints(&leads.pg, &leads.run_id).await;
+    let events_a = events(&leads.pg, &leads.run_id).await;
     let owner_b = leads.taken_over().await;
     let took = cut.elapsed();
     within_bound(took);
