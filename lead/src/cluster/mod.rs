@@ -628,7 +628,11 @@ async fn open_ownership(
     spec: &ClusterSpec,
 ) -> Result<Option<Arc<crate::ha::Ownership>>, ClusterError> {
     // Leases live beside the runs when the store is on PostgreSQL, unless named apart.
-    let Some(dsn) = spec.ha.leases_dsn().or_else(|| spec.store_dsn.as_ref().map(|d| d.expose().to_owned())) else {
+    let Some(dsn) = spec
+        .ha
+        .leases_dsn()
+        .or_else(|| spec.store_dsn.as_ref().map(|d| d.expose().to_owned()))
+    else {
         return Ok(None);
     };
     let ownership = crate::ha::Ownership::open(&dsn, spec.ha.lease_ttl()).await?;

@@ -9,8 +9,13 @@
 //! ([`tls_database`]): `ssl=on` with a server certificate for `localhost` from a test CA
 //! made here with rcgen, and a `pg_hba.conf` that takes TCP connections only over TLS
 //! (`hostssl`); the harness's own connections to it go through its Unix socket.
+//!
+//! [`forwarder`] is a TCP forwarder a test puts between a lead and the cluster, so it can
+//! cut the network between them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod forwarder;
 
 use std::ffi::CString;
 use std::os::unix::process::CommandExt;
@@ -37,6 +42,16 @@ struct Cluster {
 pub struct TestDatabase {
     /// `postgres://postgres@127.0.0.1:PORT/NAME`.
     pub dsn: String,
+    /// The cluster's TCP port on 127.0.0.1.
+    pub port: u16,
+    name: String,
+}
+
+impl TestDatabase {
+    /// The same database dialed at another port of 127.0.0.1 (a forwarder to [`Self::port`]).
+    pub fn dsn_via(&self, port: u16) -> String {
+        format!("postgres://postgres@127.0.0.1:{port}/{}", self.name)
+    }
 }
 
 /// A fresh, empty database on this binary's cluster (started on the first call). `label`
@@ -58,6 +73,8 @@ pub async fn database(label: &str) -> TestDatabase {
         .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
     TestDatabase {
         dsn: cluster.dsn(&name),
+        port: cluster.port,
+        name,
     }
 }
 

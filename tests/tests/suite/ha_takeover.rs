@@ -1,25 +1,30 @@
 //! Leads driving their runs under leases (docs/ha.md, issue 38) against a real PostgreSQL:
 //! the decisions of one lead's [`Ownership`] (renewed leases stay held across many times to
 //! live; a lead that stopped renewing is told it lost its run once another lead took it,
-//! with a higher epoch; a run given up is no longer offered for takeover), and two `antler
-//! up` leads sharing one runs store file and one leases database: lead A drives a run, is
-//! killed with SIGKILL, and lead B takes the run over once A's lease lapses, resumes it from
-//! its checkpoint and completes it with every tool call answered exactly once and a
-//! `lead_takeover` event in its events.
+//! with a higher epoch; a run given up is no longer offered for takeover), and `antler up`
+//! leads sharing one PostgreSQL database as production runs them (`ANTLER_STORE_DSN`, the
+//! leases in the store's database): lead A drives a run and is killed with SIGKILL, paused
+//! with SIGSTOP, or cut from PostgreSQL (a forwarder the test owns); lead B takes the run
+//! over once A's lease lapses, resumes it from its checkpoint and completes it with every
+//! tool call answered exactly once and one `lead_takeover` event in its events; A, woken or
+//! reconnected, does not act for the run. Two leads started together on a run whose lead
+//! died: exactly one takes it over.
 //! Nothing waits on the wall clock as an assertion: leases lapse on the database's clock,
 //! and the tests poll until they have; the takeover's time has a generous upper bound only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use antler_lead::ha::{Hold, LeadId, Leases, Ownership};
-use antler_tests::{antler, bin, signal, wait_for};
+use antler_lead::runs::store::STORE_DSN_ENV;
+use antler_tests::{bin, signal, wait_for};
 use serde_json::Value;
 
+use crate::pg_support::forwarder::Forwarder;
 use crate::pg_support::{connect, database};
 
 #[tokio::test]
@@ -128,6 +133,20 @@ turns:
   - content: Both files are written and presented.
 "#;
 
+/// Like [`PLAYBOOK`], with the model "thinking" long enough that a lead paused in it and
+/// woken after its takeover still has a while of it left.
+const SLOW_PLAYBOOK: &str = r#"
+turns:
+  - tool_calls:
+      - {name: write_file, args: {description: first, path: /mnt/user-data/outputs/a.md, content: a}}
+  - delay_ms: 20000
+    tool_calls:
+      - {name: write_file, args: {description: second, path: /mnt/user-data/outputs/b.md, content: b}}
+  - tool_calls:
+      - {name: present_files, args: {filepaths: ["/mnt/user-data/outputs/a.md", "/mnt/user-data/outputs/b.md"]}}
+  - content: Both files are written and presented.
+"#;
+
 /// The lease time to live of the leads: takeover within 5 s of a lead's death.
 const TTL_MS: u64 = 3000;
 
@@ -141,9 +160,9 @@ impl Drop for Lead {
     }
 }
 
-/// `antler up` on `runtime`, with the leases' DSN from the environment when `dsn` is given
-/// (else config.yaml's).
-fn up(dir: &Path, runtime: &Path, dsn: Option<&str>) -> Lead {
+/// `antler up` on `runtime`, its runs store (and so its leases) in the PostgreSQL database
+/// `dsn` names (`ANTLER_STORE_DSN`, as a Kubernetes Secret gives it).
+fn up(dir: &Path, runtime: &Path, dsn: &str) -> Lead {
     let mut command = Command::new(bin("antler"));
     command
         .arg("--runtime-dir")
@@ -154,6 +173,7 @@ fn up(dir: &Path, runtime: &Path, dsn: Option<&str>) -> Lead {
         .env("ANTLER_GATEWAY_ADDR", "off")
         .env("RUST_LOG", "warn")
         .env_remove("ANTLER_HA_DSN")
+        .env(STORE_DSN_ENV, dsn)
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -162,32 +182,30 @@ fn up(dir: &Path, runtime: &Path, dsn: Option<&str>) -> Lead {
                 .map(Stdio::from)
                 .unwrap_or_else(|_| Stdio::null()),
         );
-    if let Some(dsn) = dsn {
-        command.env("ANTLER_HA_DSN", dsn);
-    }
     Lead(command.spawn().expect("start antler up"))
 }
 
-fn healthy(runtime: &Path) -> bool {
+/// `antler` on a lead's runtime directory, with its store's DSN.
+fn cli(runtime: &Path, dsn: &str, args: &[&str]) -> std::process::Output {
+    Command::new(bin("antler"))
+        .arg("--runtime-dir")
+        .arg(runtime)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .env_remove("ANTLER_HA_DSN")
+        .env(STORE_DSN_ENV, dsn)
+        .output()
+        .expect("run antler")
+}
+
+fn healthy(runtime: &Path, dsn: &str) -> bool {
     wait_for(Duration::from_secs(30), || {
-        let out = antler(runtime, &["status", "--json"]);
+        let out = cli(runtime, dsn, &["status", "--json"]);
         let list: Value = serde_json::from_slice(&out.stdout).ok()?;
         let list = list.as_array()?;
         (list.len() == 3 && list.iter().all(|p| p["healthy"] == true)).then_some(())
     })
     .is_some()
-}
-
-fn sql(store: &Path, query: &str, run_id: &str) -> String {
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg("import sqlite3,sys,json;c=sqlite3.connect(sys.argv[1]);print(json.dumps(c.execute(sys.argv[2],(sys.argv[3],)).fetchall()))")
-        .arg(store)
-        .arg(query)
-        .arg(run_id)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// The run's lease row: (owner, epoch).
@@ -202,55 +220,125 @@ async fn lease(client: &tokio_postgres::Client, run_id: &str) -> Option<(Option<
         .map(|row| (row.get(0), row.get(1)))
 }
 
-/// Two leads sharing one runs store file and one leases database, and a run lead A drives,
-/// its first step checkpointed and its model "thinking" (the playbook's delay).
+/// The run's status in the store.
+async fn status(client: &tokio_postgres::Client, run_id: &str) -> Option<String> {
+    client
+        .query_opt("SELECT status FROM runs WHERE run_id = $1", &[&run_id])
+        .await
+        .unwrap()
+        .map(|row| row.get(0))
+}
+
+/// The run's checkpoints in the store: (step, state).
+async fn checkpoints(client: &tokio_postgres::Client, run_id: &str) -> Vec<(i64, String)> {
+    client
+        .query(
+            "SELECT step, state FROM checkpoints WHERE run_id = $1 ORDER BY step",
+            &[&run_id],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect()
+}
+
+/// The run's events in the store, in order.
+async fn events(client: &tokio_postgres::Client, run_id: &str) -> Vec<Value> {
+    client
+        .query(
+            "SELECT event FROM run_events WHERE run_id = $1 ORDER BY seq",
+            &[&run_id],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| serde_json::from_str(row.get::<_, &str>(0)).unwrap())
+        .collect()
+}
+
+/// Polls `check` every 20 ms until it gives a value; panics with `what` after `limit`.
+async fn until<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A temporary directory with the leads' config.yaml (a write tool, the sandbox, leases of
+/// [`TTL_MS`]) and `playbook`.
+fn workdir(playbook: &str) -> tempfile::TempDir {
+    let tmp = tempfile::Builder::new()
+        .prefix("antler-ha")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let dir = tmp.path();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        dir.join("config.yaml"),
+        format!(
+            "tools:\n  - {{name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\ntool_search:\n  enabled: false\nantler:\n  ha:\n    lease_ttl_ms: {TTL_MS}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("playbook.yaml"), playbook).unwrap();
+    tmp
+}
+
+/// Leads sharing one PostgreSQL database for their runs store and leases, and a run lead A
+/// drives, its first step checkpointed and its model "thinking" (the playbook's delay).
 struct TwoLeads {
-    _tmp: tempfile::TempDir,
+    /// The test's own connection to the database (never through the forwarder).
     pg: tokio_postgres::Client,
     lead_a: Option<Lead>,
-    _lead_b: Lead,
+    /// Between lead A and PostgreSQL, when the test cuts the network there.
+    forwarder: Option<Forwarder>,
+    /// The other leads (B; none before [`TwoLeads::start_more`]).
+    others: Vec<Lead>,
     /// Lead A's stderr.
-    log_a: std::path::PathBuf,
-    store: std::path::PathBuf,
-    outputs: std::path::PathBuf,
+    log_a: PathBuf,
+    dir: PathBuf,
+    dsn: String,
+    outputs: PathBuf,
     run_id: String,
     owner_a: String,
+    /// Removed last, once the leads are gone (fields drop in order).
+    _tmp: tempfile::TempDir,
 }
 
 impl TwoLeads {
-    async fn start(label: &str, playbook: &str) -> TwoLeads {
+    /// Lead A (through a [`Forwarder`] when `forwarded`) and lead B on one database.
+    async fn start(label: &str, playbook: &str, forwarded: bool) -> TwoLeads {
+        let mut leads = TwoLeads::lead_a(label, playbook, forwarded).await;
+        leads.start_more(1);
+        leads
+    }
+
+    /// Lead A alone, driving the run.
+    async fn lead_a(label: &str, playbook: &str, forwarded: bool) -> TwoLeads {
         let db = database(label).await;
         let pg = connect(&db.dsn).await;
-        let tmp = tempfile::Builder::new()
-            .prefix("antler-ha")
-            .tempdir_in("/tmp")
-            .unwrap();
-        let dir = tmp.path();
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::write(
-            dir.join("config.yaml"),
-            format!(
-                "tools:\n  - {{name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\ntool_search:\n  enabled: false\nantler:\n  ha:\n    leases_dsn: \"{}\"\n    lease_ttl_ms: {TTL_MS}\n",
-                db.dsn
-            ),
-        )
-        .unwrap();
-        std::fs::write(dir.join("playbook.yaml"), playbook).unwrap();
+        let tmp = workdir(playbook);
+        let dir = tmp.path().to_owned();
+        let forwarder = forwarded.then(|| Forwarder::start(db.port));
+        let dsn_a = forwarder
+            .as_ref()
+            .map_or_else(|| db.dsn.clone(), |f| db.dsn_via(f.port));
+        let runtime_a = dir.join("a");
+        let lead_a = up(&dir, &runtime_a, &dsn_a);
+        assert!(healthy(&runtime_a, &dsn_a), "lead A did not come up");
 
-        // Lead A (its DSN from config.yaml) and lead B (from ANTLER_HA_DSN) share one runs
-        // store file: B's runtime directory names A's.
-        let (runtime_a, runtime_b) = (dir.join("a"), dir.join("b"));
-        let lead_a = up(dir, &runtime_a, None);
-        assert!(healthy(&runtime_a), "lead A did not come up");
-        let store = runtime_a.join("runs.sqlite");
-        std::fs::DirBuilder::new().create(&runtime_b).unwrap();
-        std::fs::set_permissions(&runtime_b, std::fs::Permissions::from_mode(0o700)).unwrap();
-        std::os::unix::fs::symlink(&store, runtime_b.join("runs.sqlite")).unwrap();
-        let lead_b = up(dir, &runtime_b, Some(&db.dsn));
-        assert!(healthy(&runtime_b), "lead B did not come up");
-
-        let out = antler(
+        let out = cli(
             &runtime_a,
+            &dsn_a,
             &[
                 "run",
                 "Write two files and present them",
@@ -273,77 +361,82 @@ impl TwoLeads {
         let (owner_a, epoch_a) = lease(&pg, &run_id).await.expect("the run is leased");
         let owner_a = owner_a.expect("A holds the run");
         assert_eq!(epoch_a, 1);
-        let first_step = wait_for(Duration::from_secs(30), || {
-            let steps = sql(
-                &store,
-                "select count(*) from checkpoints where run_id = ?",
-                &run_id,
-            );
-            (steps == "[[3]]").then_some(())
-        });
-        assert!(
-            first_step.is_some(),
-            "the first step was never checkpointed"
-        );
+        until(
+            Duration::from_secs(30),
+            "the first step was never checkpointed",
+            || async { (checkpoints(&pg, &run_id).await.len() == 3).then_some(()) },
+        )
+        .await;
         assert!(outputs.join("a.md").exists());
-        assert_eq!(
-            lease(&pg, &run_id).await,
-            Some((Some(owner_a.clone()), 1)),
-            "B takes nothing A renews"
-        );
         TwoLeads {
             _tmp: tmp,
             pg,
             lead_a: Some(lead_a),
-            _lead_b: lead_b,
+            forwarder,
+            others: Vec::new(),
             log_a: runtime_a.with_extension("log"),
-            store,
+            dir,
+            dsn: db.dsn,
             outputs,
             run_id,
             owner_a,
         }
     }
 
+    /// Starts `count` more leads on the database (directly, never through a forwarder),
+    /// all at once, and waits until they are up.
+    fn start_more(&mut self, count: usize) {
+        let first = self.others.len();
+        let runtimes: Vec<PathBuf> = (first..first + count)
+            .map(|n| self.dir.join(format!("lead-{n}")))
+            .collect();
+        for runtime in &runtimes {
+            self.others.push(up(&self.dir, runtime, &self.dsn));
+        }
+        for runtime in &runtimes {
+            assert!(
+                healthy(runtime, &self.dsn),
+                "{} did not come up",
+                runtime.display()
+            );
+        }
+    }
+
     /// Waits until another lead holds the run at epoch 2: that lead.
     async fn taken_over(&self) -> String {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some((owner, _)) = lease(&self.pg, &self.run_id)
-                .await
-                .filter(|(_, epoch)| *epoch == 2)
-            {
-                let owner_b = owner.expect("a taken lease has an owner");
-                assert_ne!(owner_b, self.owner_a);
-                return owner_b;
-            }
-            assert!(Instant::now() < deadline, "no lead took the run over");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let owner_b = until(
+            Duration::from_secs(60),
+            "no lead took the run over",
+            || async {
+                lease(&self.pg, &self.run_id)
+                    .await
+                    .filter(|(_, epoch)| *epoch == 2)
+                    .map(|(owner, _)| owner.expect("a taken lease has an owner"))
+            },
+        )
+        .await;
+        assert_ne!(owner_b, self.owner_a);
+        owner_b
     }
 
     /// The run completed under B: both files written once, every tool call answered
     /// exactly once, one `lead_takeover` event from A at epoch 1 to B at epoch 2, and B's
-    /// lease released with its epoch kept.
-    async fn completed_under(&self, owner_b: &str) {
-        let (store, run_id) = (&self.store, &self.run_id);
-        let done = wait_for(Duration::from_secs(90), || {
-            let status = sql(store, "select status from runs where run_id = ?", run_id);
-            (status != "[[\"running\"]]").then_some(status)
-        });
-        assert_eq!(done.as_deref(), Some("[[\"success\"]]"));
+    /// lease released with its epoch kept. The run's events.
+    async fn completed_under(&self, owner_b: &str) -> Vec<Value> {
+        let (pg, run_id) = (&self.pg, self.run_id.as_str());
+        let done = until(Duration::from_secs(90), "the run never ended", || async {
+            status(pg, run_id).await.filter(|s| s != "running")
+        })
+        .await;
+        assert_eq!(done, "success");
         let read = |name: &str| std::fs::read_to_string(self.outputs.join(name)).unwrap();
         assert_eq!(
             (read("a.md"), read("b.md")),
             ("a".to_owned(), "b".to_owned())
         );
 
-        let state = sql(
-            store,
-            "select state from checkpoints where run_id = ? order by step desc limit 1",
-            run_id,
-        );
-        let rows: Value = serde_json::from_str(&state).unwrap();
-        let state: Value = serde_json::from_str(rows[0][0].as_str().unwrap()).unwrap();
+        let (_, state) = checkpoints(pg, run_id).await.pop().unwrap();
+        let state: Value = serde_json::from_str(&state).unwrap();
         let mut answered = HashSet::new();
         for message in state["messages"].as_array().unwrap() {
             if let Some(id) = message["tool_call_id"].as_str() {
@@ -355,23 +448,18 @@ impl TwoLeads {
         }
         assert_eq!(answered.len(), 3, "{state}");
 
-        let events = wait_for(Duration::from_secs(10), || {
-            let rows = sql(
-                store,
-                "select event from run_events where run_id = ? order by seq",
-                run_id,
-            );
-            let rows: Vec<Vec<String>> = serde_json::from_str(&rows).ok()?;
-            let events: Vec<Value> = rows
-                .iter()
-                .filter_map(|row| serde_json::from_str(row.first()?).ok())
-                .collect();
-            events
-                .iter()
-                .any(|e| e["event"] == "lead_takeover")
-                .then_some(events)
-        })
-        .expect("the run's events keep its takeover");
+        let events = until(
+            Duration::from_secs(10),
+            "the run's events never kept its takeover",
+            || async {
+                let events = events(pg, run_id).await;
+                events
+                    .iter()
+                    .any(|e| e["event"] == "lead_takeover")
+                    .then_some(events)
+            },
+        )
+        .await;
         let takeovers: Vec<&Value> = events
             .iter()
             .filter(|e| e["event"] == "lead_takeover")
@@ -383,73 +471,159 @@ impl TwoLeads {
         assert_eq!(takeover["lead"], owner_b, "{takeover}");
         assert_eq!(takeover["epoch"], 2, "{takeover}");
 
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while lease(&self.pg, run_id).await != Some((None, 2)) {
-            assert!(
-                Instant::now() < deadline,
-                "B never released the ended run's lease"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        until(
+            Duration::from_secs(30),
+            "B never released the ended run's lease",
+            || async { (lease(pg, run_id).await == Some((None, 2))).then_some(()) },
+        )
+        .await;
+        events
     }
+
+    /// Lead A's log says it stopped the run it lost; A lives on.
+    fn a_stopped_the_run(&self) {
+        let stopped = wait_for(Duration::from_secs(30), || {
+            let log = std::fs::read_to_string(&self.log_a).ok()?;
+            log.contains("lost the run's lease").then_some(())
+        });
+        assert!(stopped.is_some(), "lead A never stopped the run it lost");
+        let pid_a = self.lead_a.as_ref().unwrap().0.id();
+        assert!(antler_tests::alive(pid_a), "lead A lives on");
+    }
+}
+
+/// A takeover's time: A's lease lapses at most a time to live after A stopped renewing,
+/// and B takes over within 5 s of that (a generous bound: a third of a time to live is the
+/// period of its look).
+fn within_bound(took: Duration) {
+    assert!(
+        took < Duration::from_millis(TTL_MS) + Duration::from_secs(5),
+        "the takeover took {took:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leads_run_is_taken_over_and_completes_exactly_once() {
-    let mut leads = TwoLeads::start("ha_takeover_kill", PLAYBOOK).await;
+    let mut leads = TwoLeads::start("ha_takeover_kill", PLAYBOOK, false).await;
     // A dies; B takes the run over once A's lease lapses.
     let killed = Instant::now();
     drop(leads.lead_a.take());
     let owner_b = leads.taken_over().await;
     let took = killed.elapsed();
-    // A's lease lapses at most a time to live after its death; B takes over within 5 s
-    // of that (a generous bound: a third of a time to live is the period of its look).
-    assert!(
-        took < Duration::from_millis(TTL_MS) + Duration::from_secs(5),
-        "the takeover took {took:?}"
-    );
+    within_bound(took);
     eprintln!("takeover {took:?} after the kill (lease ttl {TTL_MS} ms)");
     leads.completed_under(&owner_b).await;
 }
 
-/// Like [`PLAYBOOK`], with the model "thinking" long enough that a lead paused in it and
-/// woken after its takeover still has a while of it left.
-const SLOW_PLAYBOOK: &str = r#"
-turns:
-  - tool_calls:
-      - {name: write_file, args: {description: first, path: /mnt/user-data/outputs/a.md, content: a}}
-  - delay_ms: 20000
-    tool_calls:
-      - {name: write_file, args: {description: second, path: /mnt/user-data/outputs/b.md, content: b}}
-  - tool_calls:
-      - {name: present_files, args: {filepaths: ["/mnt/user-data/outputs/a.md", "/mnt/user-data/outputs/b.md"]}}
-  - content: Both files are written and presented.
-"#;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_lead_woken_after_the_takeover_stops_acting_for_the_run() {
-    let leads = TwoLeads::start("ha_takeover_pause", SLOW_PLAYBOOK).await;
+    let leads = TwoLeads::start("ha_takeover_pause", SLOW_PLAYBOOK, false).await;
     let pid_a = leads.lead_a.as_ref().unwrap().0.id();
     // A pauses mid-run; B takes the run over once A's lease lapses.
+    let paused = Instant::now();
     signal(pid_a, libc::SIGSTOP);
     let owner_b = leads.taken_over().await;
+    within_bound(paused.elapsed());
     // A wakes: its lease's time to live passed unrenewed, so it stops the run at once,
     // before its model's reply could make it act (B owns the run now).
     signal(pid_a, libc::SIGCONT);
-    let stopped = wait_for(Duration::from_secs(30), || {
-        let log = std::fs::read_to_string(&leads.log_a).ok()?;
-        log.contains("lost the run's lease").then_some(())
-    });
-    assert!(stopped.is_some(), "lead A never stopped the run it lost");
-    assert!(antler_tests::alive(pid_a), "lead A lives on");
+    leads.a_stopped_the_run();
     leads.completed_under(&owner_b).await;
     // A wrote nothing for the run after the takeover: its status and lease are B's.
     assert_eq!(
-        sql(
-            &leads.store,
-            "select status from runs where run_id = ?",
-            &leads.run_id
-        ),
-        "[[\"success\"]]"
+        status(&leads.pg, &leads.run_id).await.as_deref(),
+        Some("success")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lead_cut_from_postgres_loses_its_run_and_stays_out_when_the_cut_heals() {
+    let leads = TwoLeads::start("ha_takeover_cut", PLAYBOOK, true).await;
+    let forwarder = leads.forwarder.as_ref().unwrap();
+
+    // The network between A and PostgreSQL is cut mid-run: A's renewals fail, its lease
+    // lapses, and B takes the run over.
+    let cut = Instant::now();
+    let dropped: Vec<i32> = forwarder.cut().into_iter().map(i32::from).collect();
+    assert!(!dropped.is_empty(), "A was connected through the forwarder");
+    // What A wrote at epoch 1: all there is once the server has ended A's sessions (a
+    // transaction of A's cut short is rolled back).
+    until(
+        Duration::from_secs(10),
+        "the server never ended A's sessions",
+        || async {
+            let row = leads
+                .pg
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY($1)",
+                    &[&dropped],
+                )
+                .await
+                .unwrap();
+            (row.get::<_, i64>(0) == 0).then_some(())
+        },
+    )
+    .await;
+    let steps_a = checkpoints(&leads.pg, &leads.run_id).await;
+    let events_a = events(&leads.pg, &leads.run_id).await;
+    let owner_b = leads.taken_over().await;
+    let took = cut.elapsed();
+    within_bound(took);
+    eprintln!("takeover {took:?} after the cut (lease ttl {TTL_MS} ms)");
+    // The cut heals: A reaches PostgreSQL again, and has stopped the run it lost.
+    forwarder.heal();
+    leads.a_stopped_the_run();
+    let events = leads.completed_under(&owner_b).await;
+
+    // Nothing of A's epoch after the takeover: the steps and events A wrote before the cut
+    // are as it left them, and the first event after them is B's takeover, with none of
+    // A's between (A could write nothing during the cut).
+    let steps = checkpoints(&leads.pg, &leads.run_id).await;
+    assert_eq!(steps[..steps_a.len()], steps_a[..]);
+    assert_eq!(events[..events_a.len()], events_a[..]);
+    let takeover = events
+        .iter()
+        .position(|e| e["event"] == "lead_takeover")
+        .unwrap();
+    assert_eq!(takeover, events_a.len(), "{events:?}");
+    // A, reconnected, holds nothing and writes nothing more: the run ended as B left it.
+    assert_eq!(lease(&leads.pg, &leads.run_id).await, Some((None, 2)));
+    assert_eq!(
+        status(&leads.pg, &leads.run_id).await.as_deref(),
+        Some("success")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_leads_racing_for_one_run_resume_it_once() {
+    // A drives the run and dies; its lease lapses with no other lead running.
+    let mut leads = TwoLeads::lead_a("ha_takeover_race", PLAYBOOK, false).await;
+    drop(leads.lead_a.take());
+    until(
+        Duration::from_secs(30),
+        "A's lease never lapsed",
+        || async {
+            let row = leads
+                .pg
+                .query_one(
+                    "SELECT expires_at < now() FROM run_leases WHERE run_id = $1",
+                    &[&leads.run_id],
+                )
+                .await
+                .unwrap();
+            row.get::<_, bool>(0).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        status(&leads.pg, &leads.run_id).await.as_deref(),
+        Some("running")
+    );
+
+    // Two leads start together on the store holding one `running` run with a lapsed
+    // lease: exactly one resumes it, at epoch 2 (one increment), with one takeover event.
+    leads.start_more(2);
+    let winner = leads.taken_over().await;
+    leads.completed_under(&winner).await;
+    assert_eq!(lease(&leads.pg, &leads.run_id).await, Some((None, 2)));
 }
