@@ -175,9 +175,12 @@ impl RunManager {
             self.env.store.clone(),
             run_id.clone(),
         );
+        let dispatcher = self.env.dispatcher.clone();
         run.on_event(move |event: &RunEvent| {
-            crate::runs::subagent_asks::relay(&id, &asks, &store, event);
-            sink(event);
+            // A subagent's held call told again (its task re-attached) is not asked twice.
+            if subagent_approvals::relayed(&id, &asks, &store, dispatcher.as_ref(), event) {
+                sink(event);
+            }
         });
         let actor = RunActor::new(run).start();
         self.ended.retain(|id| id != &run_id);
