@@ -174,3 +174,58 @@ impl CheckpointStore {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn ask(call: &str) -> SubagentAsk {
+        SubagentAsk {
+            run_id: "r1".into(),
+            pending: PendingApproval {
+                tool_call_id: format!("t1.{call}"),
+                tool: "bash".into(),
+                args: serde_json::json!({"command": "git push"}),
+                rule: Some("push".into()),
+                origin: None,
+                justification: None,
+                asked_at: 1,
+                deadline_at: 2,
+            },
+            subagent: SubagentCall {
+                task_call_id: "t1".into(),
+                subagent_type: "general-purpose".into(),
+                call_id: call.into(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_held_calls_kept_answer_is_read_back_while_it_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(&dir.path().join("runs.sqlite")).unwrap();
+        let state = antler_engine::ThreadState::new("ship");
+        store
+            .create_run(&super::super::tests::record("r1"), &state)
+            .unwrap();
+        store.record_subagent_ask(&ask("b1")).unwrap();
+        store.record_subagent_ask(&ask("b2")).unwrap();
+        let decision = ApprovalDecision {
+            choice: ApprovalChoice::ApproveForThread,
+            by: Some("alice".into()),
+            at: 7,
+            reason: Some("fine".into()),
+        };
+        store
+            .record_approval("r1", &ask("b2").pending, &decision)
+            .unwrap();
+        assert_eq!(
+            store.answered_subagent_asks().unwrap(),
+            vec![("r1".to_owned(), "t1.b2".to_owned(), decision)]
+        );
+        // Decided on the worker: no longer held, nothing to hand down again.
+        store.forget_subagent_ask("r1", "t1.b2").unwrap();
+        assert!(store.answered_subagent_asks().unwrap().is_empty());
+    }
+}
