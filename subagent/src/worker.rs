@@ -4,7 +4,7 @@
 //! [`Handler`] answers the lead: an `AnswerApproval` goes to the held call of a running
 //! task; a `RunTask` starts a graph (or re-attaches when that
 //! task already runs or ran here: nothing runs twice) and streams its events and its
-//! end; a task without a free slot is refused, never queued. The worker supervises its
+//! end (a re-attached lead is first told again of the calls the task holds); a task without a free slot is refused, never queued. The worker supervises its
 //! graphs: one that stopped without a result (it crashed) ends its task `failed` with
 //! [`GRAPH_CRASHED`], so the lead's run goes on instead of waiting for it.
 
@@ -86,8 +86,16 @@ impl Worker {
 
     fn subscribe(&mut self, key: &TaskKey) -> Option<Subscription> {
         match self.tasks.get_mut(key)? {
-            Entry::Running { listeners, .. } => {
+            Entry::Running {
+                listeners, asks, ..
+            } => {
                 let (tx, rx) = mpsc::unbounded_channel();
+                // A lead that (re-)attaches is told again of every call the task holds:
+                // it may have lost the first report (killed before it stored it); it
+                // knows a call it was told of already.
+                for event in asks.still_held(&key.1) {
+                    let _ = tx.send(Update::Event(event));
+                }
                 listeners.push(tx);
                 Some(Subscription::Live(rx))
             }

@@ -199,9 +199,12 @@ impl RunManager {
             self.env.store.clone(),
             run_id.clone(),
         );
+        let dispatcher = self.env.dispatcher.clone();
         run.on_event(move |event: &RunEvent| {
-            crate::runs::subagent_asks::relay(&id, &asks, &store, event);
-            sink(event);
+            // A subagent's held call told again (its task re-attached) is not asked twice.
+            if subagent_approvals::relayed(&id, &asks, &store, dispatcher.as_ref(), event) {
+                sink(event);
+            }
         });
         // Everything the run's drive sends to hosts and workers carries its lease's epoch.
         run.context.epoch = epoch;

@@ -771,7 +771,7 @@ mod tests {
     use super::*;
     use antler_engine::{ActiveSkill, Message, SkillSource, StateUpdate};
 
-    fn record(run_id: &str) -> RunRecord {
+    pub(super) fn record(run_id: &str) -> RunRecord {
         RunRecord {
             run_id: run_id.into(),
             user_id: "u1".into(),

@@ -2,12 +2,14 @@
 //! from the parent's `approval_requested` event (marked with its subagent) until the call
 //! is decided or its task ends. Each is also a row of the runs store (`subagent_asks`),
 //! written as it is listed here and read back when the lead starts, so an answer finds
-//! it across a restart. [`relay`] keeps both from the parent run's events.
+//! it across a restart. [`relay`] keeps both from the parent run's events. A worker tells
+//! a lead that (re-)attaches to a task again of every call it holds: a call listed already
+//! is not asked twice, and one answered already gets its kept answer again.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use antler_engine::{PendingApproval, RunEvent, TaskEvent};
+use antler_engine::{ApprovalDecision, PendingApproval, RunEvent, TaskEvent};
 
 use crate::runs::store::{CheckpointStore, SubagentAsk};
 
@@ -15,6 +17,31 @@ use crate::runs::store::{CheckpointStore, SubagentAsk};
 #[derive(Debug, Default)]
 pub struct SubagentAsks {
     waiting: Mutex<HashMap<(String, String), SubagentAsk>>,
+    /// The answers kept for listed calls, until the worker's decision comes back.
+    answered: Mutex<HashMap<(String, String), ApprovalDecision>>,
+}
+
+/// Fault injection, for tests only: the lead lists but does not store the subagent's ask
+/// whose parent's call id is this variable's value, as a lead killed between receiving the
+/// ask and storing it leaves it (the row is missing after a restart).
+pub const FAULT_UNSTORED_ASK_ENV: &str = "ANTLER_FAULT_UNSTORED_SUBAGENT_ASK";
+
+/// Whether [`FAULT_UNSTORED_ASK_ENV`] names the call `tool_call_id`.
+fn fault_unstored(tool_call_id: &str) -> bool {
+    std::env::var(FAULT_UNSTORED_ASK_ENV).is_ok_and(|call| call == tool_call_id)
+}
+
+/// What becomes of a parent run's event after [`relay`].
+#[derive(Debug, PartialEq)]
+pub enum Relayed {
+    /// It goes out on the parent's stream.
+    Forward,
+    /// A held call told again (its task re-attached) that is listed already: it was
+    /// asked; the event does not go out twice.
+    Known,
+    /// A held call told again that was answered already: the kept answer goes to the
+    /// worker again instead of asking again; the event does not go out.
+    Answered(Box<SubagentAsk>, ApprovalDecision),
 }
 
 impl SubagentAsks {
@@ -23,6 +50,29 @@ impl SubagentAsks {
         self.waiting
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn lock_answered(&self) -> MutexGuard<'_, HashMap<(String, String), ApprovalDecision>> {
+        self.answered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The listed call `tool_call_id` of `run_id` was answered (the answer is kept): a
+    /// report of it again gets this answer.
+    pub fn answered(&self, run_id: &str, tool_call_id: &str, decision: ApprovalDecision) {
+        self.lock_answered()
+            .insert((run_id.to_owned(), tool_call_id.to_owned()), decision);
+    }
+
+    /// A held call reported again: `Known` or `Answered` when it is listed, else `None`.
+    fn told_again(&self, run_id: &str, tool_call_id: &str) -> Option<Relayed> {
+        let key = (run_id.to_owned(), tool_call_id.to_owned());
+        let ask = self.lock().get(&key).cloned()?;
+        Some(match self.lock_answered().get(&key).cloned() {
+            Some(decision) => Relayed::Answered(Box::new(ask), decision),
+            None => Relayed::Known,
+        })
     }
 
     /// A subagent's call waits.
@@ -40,13 +90,14 @@ impl SubagentAsks {
 
     /// The call no longer waits; `true` when it did.
     pub fn decided(&self, run_id: &str, tool_call_id: &str) -> bool {
-        self.lock()
-            .remove(&(run_id.to_owned(), tool_call_id.to_owned()))
-            .is_some()
+        let key = (run_id.to_owned(), tool_call_id.to_owned());
+        self.lock_answered().remove(&key);
+        self.lock().remove(&key).is_some()
     }
 
     /// The run's drive ended; `true` when some of its calls were still listed.
     pub fn run_ended(&self, run_id: &str) -> bool {
+        self.lock_answered().retain(|(run, _), _| run != run_id);
         let mut waiting = self.lock();
         let before = waiting.len();
         waiting.retain(|(run, _), _| run != run_id);
@@ -55,8 +106,15 @@ impl SubagentAsks {
 
     /// The task `task_call_id` of `run_id` ended: none of its calls waits.
     pub fn task_ended(&self, run_id: &str, task_call_id: &str) {
-        self.lock()
-            .retain(|(run, _), ask| !(run == run_id && ask.subagent.task_call_id == task_call_id));
+        let mut waiting = self.lock();
+        let mut answered = self.lock_answered();
+        waiting.retain(|(run, call), ask| {
+            let ended = run == run_id && ask.subagent.task_call_id == task_call_id;
+            if ended {
+                answered.remove(&(run.clone(), call.clone()));
+            }
+            !ended
+        });
     }
 
     /// The calls `run_id`'s subagents wait on, in the order they were asked, as the run
@@ -86,9 +144,15 @@ impl SubagentAsks {
 
 /// What the parent run `run_id`'s events mean for its subagents' held calls: an ask is
 /// listed and stored before the event goes out (an answer can follow it at once), a
-/// decision or the task's end takes it off. The store's writes go to its thread, which
+/// decision or the task's end takes it off. An ask listed already (told again when its
+/// task is re-attached) is not asked twice. The store's writes go to its thread, which
 /// keeps them in order; nobody waits for them.
-pub fn relay(run_id: &str, asks: &SubagentAsks, store: &CheckpointStore, event: &RunEvent) {
+pub fn relay(
+    run_id: &str,
+    asks: &SubagentAsks,
+    store: &CheckpointStore,
+    event: &RunEvent,
+) -> Relayed {
     match event {
         RunEvent::ApprovalRequested {
             tool_call_id,
@@ -100,6 +164,9 @@ pub fn relay(run_id: &str, asks: &SubagentAsks, store: &CheckpointStore, event: 
             deadline_at,
             subagent: Some(subagent),
         } => {
+            if let Some(again) = asks.told_again(run_id, tool_call_id) {
+                return again;
+            }
             let ask = SubagentAsk {
                 run_id: run_id.to_owned(),
                 pending: PendingApproval {
@@ -115,7 +182,11 @@ pub fn relay(run_id: &str, asks: &SubagentAsks, store: &CheckpointStore, event: 
                 subagent: subagent.clone(),
             };
             asks.asked(ask.clone());
-            drop(store.call(move |store| store.record_subagent_ask(&ask)));
+            if fault_unstored(tool_call_id) {
+                tracing::warn!(run = %run_id, call = %tool_call_id, "fault injection: the held call is not stored");
+            } else {
+                drop(store.call(move |store| store.record_subagent_ask(&ask)));
+            }
         }
         RunEvent::ApprovalDecided {
             tool_call_id,
@@ -130,7 +201,7 @@ pub fn relay(run_id: &str, asks: &SubagentAsks, store: &CheckpointStore, event: 
         } => {
             if !asks.decided(run_id, tool_call_id) {
                 // A rule's own decision: nobody was asked.
-                return;
+                return Relayed::Forward;
             }
             // The person's answer was kept when it was given; an expiry is kept here.
             let choice = match decision.as_str() {
@@ -174,6 +245,7 @@ pub fn relay(run_id: &str, asks: &SubagentAsks, store: &CheckpointStore, event: 
         }
         _ => {}
     }
+    Relayed::Forward
 }
 
 #[cfg(test)]
@@ -225,5 +297,64 @@ mod tests {
         assert!(asks.run_ended("r1"));
         assert!(!asks.run_ended("r1"));
         assert!(asks.get("r2", "t1.b1").is_some());
+    }
+
+    fn requested(call: &str) -> RunEvent {
+        RunEvent::ApprovalRequested {
+            tool_call_id: format!("t1.{call}"),
+            tool: "bash".into(),
+            args: serde_json::json!({"command": "git push"}),
+            rule: Some("push".into()),
+            origin: None,
+            justification: None,
+            deadline_at: 9,
+            subagent: Some(SubagentCall {
+                task_call_id: "t1".into(),
+                subagent_type: "general-purpose".into(),
+                call_id: call.into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_held_call_told_again_is_asked_once_and_an_answered_one_gets_its_answer_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(&dir.path().join("runs.sqlite")).unwrap();
+        let asks = SubagentAsks::default();
+        assert_eq!(
+            relay("r1", &asks, &store, &requested("b1")),
+            Relayed::Forward
+        );
+        assert_eq!(relay("r1", &asks, &store, &requested("b1")), Relayed::Known);
+        // Another run's call of the same name is its own.
+        assert_eq!(
+            relay("r2", &asks, &store, &requested("b1")),
+            Relayed::Forward
+        );
+
+        let decision = ApprovalDecision {
+            choice: antler_engine::ApprovalChoice::Approve,
+            by: Some("alice".into()),
+            at: 5,
+            reason: None,
+        };
+        asks.answered("r1", "t1.b1", decision.clone());
+        match relay("r1", &asks, &store, &requested("b1")) {
+            Relayed::Answered(ask, again) => {
+                assert_eq!(ask.subagent.call_id, "b1");
+                assert_eq!(again, decision);
+            }
+            other => panic!("{other:?}"),
+        }
+
+        // Decided: no longer listed; its answer is not handed down again.
+        assert!(asks.decided("r1", "t1.b1"));
+        asks.asked(ask("r1", "t1", "b1", 1));
+        assert_eq!(relay("r1", &asks, &store, &requested("b1")), Relayed::Known);
+        asks.task_ended("r1", "t1");
+        assert_eq!(
+            relay("r1", &asks, &store, &requested("b1")),
+            Relayed::Forward
+        );
     }
 }

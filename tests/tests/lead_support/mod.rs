@@ -136,6 +136,12 @@ impl LeadCluster {
             .collect()
     }
 
+    /// The lead started next goes without `key` in its environment (a fault injected
+    /// into the first lead only).
+    pub fn unset_env(&mut self, key: &str) {
+        self.env.retain(|(k, _)| k != key);
+    }
+
     /// `kill -9` of the lead, reaped.
     pub fn kill_lead(&mut self) {
         if let Some(mut lead) = self.lead.take() {

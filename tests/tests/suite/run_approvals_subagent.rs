@@ -8,7 +8,11 @@
 //! deadline, it is a denial; asked on a terminal by `antler run`; answered on the
 //! inspector page (its card names the subagent); cancelling the parent
 //! ends the wait; another user neither sees nor answers it; a lead killed while the call is
-//! held reads it back when it restarts and takes the answer to the worker.
+//! held reads it back when it restarts and takes the answer to the worker (the worker's
+//! report of it again, as the lead re-attaches, asks nobody twice); a lead killed before it
+//! stored the ask learns of the held call again from the worker when it re-attaches, and
+//! asks it again (the window reproduced by a fault injection: the first lead does not
+//! store that ask).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
@@ -52,6 +56,9 @@ turns:
 /// The parent's name of the subagent's held push.
 const HELD: &str = "job.sub-push";
 
+/// The lead's fault injection: it lists the named held call but does not store it.
+const UNSTORED_ASK: &str = "ANTLER_FAULT_UNSTORED_SUBAGENT_ASK";
+
 fn with_bob(config: &str) -> String {
     format!("{config}antler:\n  gateway:\n    tokens:\n      - {{token: {BOB}, user: bob, role: member}}\n")
 }
@@ -59,6 +66,12 @@ fn with_bob(config: &str) -> String {
 /// Submits the delegating run on `thread`; its id, once its view lists the held call.
 fn held(c: &LeadCluster, playbook: &str, thread: &str) -> (String, Value) {
     let run_id = c.submit("Delegate", playbook, &["--thread", thread, "--subagents"]);
+    let asked = listed(c, &run_id);
+    (run_id, asked)
+}
+
+/// The held call as the run's view lists it, once it does.
+fn listed(c: &LeadCluster, run_id: &str) -> Value {
     let (addr, token) = (c.gateway(), c.gateway_token());
     let path = format!("/api/runs/{run_id}");
     let asked = wait_for(Duration::from_secs(90), || {
@@ -68,14 +81,13 @@ fn held(c: &LeadCluster, playbook: &str, thread: &str) -> (String, Value) {
         let held = approvals.iter().find(|a| a["tool_call_id"] == HELD)?;
         (status == 200).then(|| held.clone())
     });
-    let asked = asked.unwrap_or_else(|| {
+    asked.unwrap_or_else(|| {
         panic!(
             "the subagent's push was never asked of the parent's user: run {} {:?}",
-            c.run_status(&run_id),
+            c.run_status(run_id),
             http_full(&addr, &token, "GET", &path, None)
         )
-    });
-    (run_id, asked)
+    })
 }
 
 /// The subagent's `task_tool` event of its call `call` in the parent's events.
@@ -406,4 +418,71 @@ fn a_subagents_held_call_is_answered_after_the_lead_restarts() {
         "{pushed:#?}\n{:#}",
         c.run_state(&run_id)["messages"]
     );
+    // The worker tells the re-attached lead of the held call again; the call was known
+    // (read back from the store), so the resumed drive asks nobody again (the killed
+    // lead's drive kept no events).
+    assert!(pushed.1.is_empty(), "{:#?}", pushed.1);
+}
+
+#[test]
+fn a_subagents_ask_the_killed_lead_never_stored_is_asked_again_after_it_restarts() {
+    // Fault injection: the first lead lists the held call but does not store it, as a lead
+    // killed between receiving the ask and storing it leaves the runs store.
+    let config = config(3600).replace("tool_search:", "subagents:\n  enabled: true\ntool_search:");
+    let mut c = LeadCluster::up_with_workers(
+        &config,
+        &[],
+        &[("ANTLER_GATEWAY_ADDR", "127.0.0.1:0"), (UNSTORED_ASK, HELD)],
+        1,
+    );
+    let delegate = c.write("delegate.yaml", DELEGATE);
+    // Asked (the view lists it), but not in the runs store.
+    let (run_id, _) = held(&c, &delegate, "t-unstored");
+    assert_eq!(
+        still_held(&c, &run_id),
+        0,
+        "the fault did not keep the row out"
+    );
+
+    // The lead dies; the one started next (without the fault) knows nothing of the held
+    // call until the resumed parent re-attaches to its task and the worker tells it again.
+    c.kill_lead();
+    c.unset_env(UNSTORED_ASK);
+    c.start();
+    let asked = listed(&c, &run_id);
+    assert_eq!(asked["subagent"]["call_id"], "sub-push", "{asked}");
+    assert_eq!(asked["rule"], "push");
+    assert_eq!(asked["justification"], "Pushing publishes commits");
+    assert!(asked["args"]["command"]
+        .as_str()
+        .unwrap()
+        .contains("git push origin main"));
+    let stored = wait_for(Duration::from_secs(10), || {
+        (still_held(&c, &run_id) == 1).then_some(())
+    });
+    assert!(stored.is_some(), "the held call told again is not stored");
+    let ws = workspace(&c, "default", "t-unstored");
+    assert!(!ws.join("sub-pushed.txt").exists(), "a held call ran");
+
+    let done = run_json(&c, &["--resume", &run_id, "--approve", HELD]);
+    assert_eq!(done["status"], "success", "{done}");
+    wait_status(&c, &run_id, "success");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("sub-pushed.txt")).ok(),
+        Some("hi\n".to_owned()),
+        "{:#?}",
+        events(&c, &run_id, "task")
+    );
+    assert!(ws.join("sub-ok.txt").exists(), "the task did not go on");
+    // Asked again by the restarted lead (the killed lead's drive kept no events);
+    // decided once, by the parent's user.
+    let requested = events(&c, &run_id, "approval_requested");
+    assert_eq!(requested.len(), 1, "{requested:#?}");
+    assert_eq!(requested[0]["tool_call_id"], HELD);
+    assert_eq!(requested[0]["subagent"]["call_id"], "sub-push");
+    let decided = events(&c, &run_id, "approval_decided");
+    assert_eq!(decided.len(), 1, "{decided:#?}");
+    assert_eq!(decided[0]["decision"], "approve");
+    assert_eq!(kept_decision(&c, &run_id, HELD)[1], "approve");
+    assert_eq!(still_held(&c, &run_id), 0);
 }

@@ -3,7 +3,9 @@
 //! answer goes (the worker hands it in through [`TaskAsks::answer`]); an ask unanswered by
 //! its deadline is `expired` (a denial). The rules approved for the thread are remembered
 //! for the task's later calls. The task's other work, timeout and cancellation go on: a
-//! cancelled or timed-out task drops the wait with its step.
+//! cancelled or timed-out task drops the wait with its step. What each held call asked is
+//! kept with it, so a lead that (re-)attaches to the task is told again of every call
+//! still held ([`TaskAsks::still_held`]): a lead that lost the first report still asks.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
@@ -12,11 +14,19 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use crate::thread::approvals::{now_ms, ApprovalChoice, ApprovalDecision, PendingApproval};
+use crate::tools::task::TaskEvent;
+
+/// One held call: what was asked, and where its answer goes.
+#[derive(Debug)]
+struct Waiting {
+    pending: PendingApproval,
+    answer: oneshot::Sender<ApprovalDecision>,
+}
 
 /// The held calls of one task and the rules approved for its thread.
 #[derive(Debug, Default)]
 pub struct TaskAsks {
-    waiting: Mutex<HashMap<String, oneshot::Sender<ApprovalDecision>>>,
+    waiting: Mutex<HashMap<String, Waiting>>,
     thread_rules: Mutex<BTreeSet<String>>,
 }
 
@@ -53,7 +63,11 @@ impl TaskAsks {
     /// the ask is reported, so no answer can come before its place.
     pub fn hold(&self, pending: &PendingApproval) -> Held {
         let (tx, rx) = oneshot::channel();
-        lock(&self.waiting).insert(pending.tool_call_id.clone(), tx);
+        let waiting = Waiting {
+            pending: pending.clone(),
+            answer: tx,
+        };
+        lock(&self.waiting).insert(pending.tool_call_id.clone(), waiting);
         Held {
             call_id: pending.tool_call_id.clone(),
             deadline_at: pending.deadline_at,
@@ -85,7 +99,31 @@ impl TaskAsks {
     pub fn answer(&self, call_id: &str, decision: ApprovalDecision) -> bool {
         lock(&self.waiting)
             .remove(call_id)
-            .is_some_and(|waiting| waiting.send(decision).is_ok())
+            .is_some_and(|waiting| waiting.answer.send(decision).is_ok())
+    }
+
+    /// The `task_approval` event of every call of the task `task_id` still held, in the
+    /// order they were asked, with what was first reported (a lead that attaches again
+    /// learns of them; it knows a call it was told of already by its id).
+    pub fn still_held(&self, task_id: &str) -> Vec<TaskEvent> {
+        let mut held: Vec<PendingApproval> = lock(&self.waiting)
+            .values()
+            .map(|waiting| waiting.pending.clone())
+            .collect();
+        held.sort_by(|a, b| (a.asked_at, &a.tool_call_id).cmp(&(b.asked_at, &b.tool_call_id)));
+        held.into_iter()
+            .map(|pending| TaskEvent::TaskApproval {
+                task_id: task_id.to_owned(),
+                call_id: pending.tool_call_id,
+                tool: pending.tool,
+                args: pending.args,
+                rule: pending.rule,
+                origin: pending.origin,
+                justification: pending.justification,
+                asked_at: pending.asked_at,
+                deadline_at: pending.deadline_at,
+            })
+            .collect()
     }
 
     /// The rules approved for the thread so far.
@@ -122,6 +160,32 @@ mod tests {
         let got = asks.wait(held, Some("git-push")).await;
         assert_eq!(got.choice, ApprovalChoice::ApproveForThread);
         assert!(asks.thread_rules().contains("git-push"));
+    }
+
+    #[tokio::test]
+    async fn the_calls_still_held_are_told_again_in_the_order_they_were_asked() {
+        let asks = TaskAsks::new([]);
+        let mut first = pending("c2", 60_000);
+        first.asked_at -= 10;
+        let held_first = asks.hold(&first);
+        let _held_second = asks.hold(&pending("c1", 60_000));
+        let told = asks.still_held("task-1");
+        let calls: Vec<&str> = told
+            .iter()
+            .map(|event| match event {
+                TaskEvent::TaskApproval {
+                    task_id, call_id, ..
+                } => {
+                    assert_eq!(task_id, "task-1");
+                    call_id.as_str()
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(calls, ["c2", "c1"]);
+        assert!(asks.answer("c2", decision(ApprovalChoice::Approve)));
+        asks.wait(held_first, None).await;
+        assert_eq!(asks.still_held("task-1").len(), 1);
     }
 
     #[tokio::test]

@@ -2,7 +2,8 @@
 //! about is reported (`task_approval`) and waits for the parent run's user; the answer it is
 //! handed decides it (a denial is the tool message the subagent's model reads, with a
 //! `task_approval_decided`), the task's own timeout still ends a wait nobody answers, and a
-//! task whose parent nobody can answer is denied at once. The tasks of
+//! task whose parent nobody can answer is denied at once; a held call is told again, as
+//! first reported, to a lead that attaches to the task again. The tasks of
 //! [`task_graph`](super::task_graph) with a policy asking about `tool_search`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -176,4 +177,85 @@ async fn a_task_whose_parent_nobody_answers_is_denied_at_once() {
     assert!(!events
         .iter()
         .any(|e| matches!(e, TaskEvent::TaskApproval { .. })));
+}
+
+#[tokio::test]
+async fn a_held_call_is_told_again_as_first_reported_until_it_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut task = spec(
+        &dir,
+        vec![
+            turn("Looking.", vec![search("echo")]),
+            turn("Done.", Vec::new()),
+        ],
+    );
+    asking(&mut task, true);
+    let asks = Arc::new(TaskAsks::default());
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let told_again = Arc::new(Mutex::new(Vec::new()));
+    let (sink, answering, again) = (
+        Arc::clone(&events),
+        Arc::clone(&asks),
+        Arc::clone(&told_again),
+    );
+    let task_id = task.tool_call_id.clone();
+    let run = drive_task_asking(
+        &task,
+        Arc::new(UnreachableHosts::default()),
+        Arc::new(CancelFlag::default()),
+        Arc::new(move |event: TaskEvent| {
+            if let TaskEvent::TaskApproval { call_id, .. } = &event {
+                // A lead attaching now is told of the held call again; once answered,
+                // it is told of nothing.
+                again.lock().unwrap().extend(answering.still_held(&task_id));
+                let approve = ApprovalDecision {
+                    choice: ApprovalChoice::Approve,
+                    by: Some("alice".into()),
+                    at: 1,
+                    reason: None,
+                };
+                assert!(answering.answer(call_id, approve), "no held call {call_id}");
+                assert!(answering.still_held(&task_id).is_empty());
+            }
+            sink.lock().unwrap().push(event);
+        }),
+        Some(Arc::clone(&asks)),
+    )
+    .await;
+    assert_eq!(run.result.status, TaskStatus::Completed, "{:?}", run.result);
+    let first = events
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|e| matches!(e, TaskEvent::TaskApproval { .. }))
+        .cloned()
+        .expect("the held call was reported");
+    let again = told_again.lock().unwrap().clone();
+    assert_eq!(again.len(), 1, "{again:?}");
+    // The same call, tool, arguments, rule, justification and deadline.
+    let strip = |event: &TaskEvent| match event.clone() {
+        TaskEvent::TaskApproval {
+            task_id,
+            call_id,
+            tool,
+            args,
+            rule,
+            origin,
+            justification,
+            deadline_at,
+            ..
+        } => (
+            task_id,
+            call_id,
+            tool,
+            args,
+            rule,
+            origin,
+            justification,
+            deadline_at,
+        ),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(strip(&again[0]), strip(&first));
+    assert!(asks.still_held(&task.tool_call_id).is_empty());
 }

@@ -3,7 +3,9 @@
 //! the call). The answer is kept in the runs store as the parent's calls' are, then handed
 //! to the worker running the task, whose held call runs or becomes the denial its model
 //! reads; the worker's `approval_decided` event follows on the parent's stream. The held
-//! calls are read back from the store when the lead starts.
+//! calls are read back from the store when the lead starts, with the answers kept for
+//! them; a held call the worker reports again (its task re-attached) that was answered
+//! already gets its kept answer again ([`relayed`]).
 
 use std::time::Duration;
 
@@ -70,6 +72,7 @@ impl RunManager {
                     choice: choice.as_str(),
                 });
             }
+            asks.answered(&run_id, &call, decision.clone());
             let handed = hand_down(dispatcher, &ask, &decision);
             if antler_protocol::telemetry::within(trace, handed).await {
                 return Ok(ApprovalAnswered {
@@ -90,11 +93,48 @@ impl RunManager {
     /// on their workers; the resumed parent re-attaches to them).
     pub(super) fn load_subagent_asks(&mut self, ctx: &mut Context<Self>) {
         let asks = std::sync::Arc::clone(&self.subagent_asks);
-        let held = self.env.store.call(|store| store.subagent_asks());
+        let held = self
+            .env
+            .store
+            .call(|store| Ok((store.subagent_asks()?, store.answered_subagent_asks()?)));
         ctx.spawn(held.into_actor(self).map(move |held, _, _| match held {
-            Ok(held) => held.into_iter().for_each(|ask| asks.asked(ask)),
+            Ok((held, answered)) => {
+                held.into_iter().for_each(|ask| asks.asked(ask));
+                for (run_id, call, decision) in answered {
+                    asks.answered(&run_id, &call, decision);
+                }
+            }
             Err(e) => tracing::error!("cannot read the subagents' held calls: {e}"),
         }));
+    }
+}
+
+/// [`relay`](crate::runs::subagent_asks::relay) of the parent run `run_id`'s `event`;
+/// whether the event goes out on the parent's stream. A held call told again that was
+/// answered already gets its kept answer again, on its worker.
+pub(super) fn relayed(
+    run_id: &str,
+    asks: &crate::runs::subagent_asks::SubagentAsks,
+    store: &crate::runs::store::CheckpointStore,
+    dispatcher: Option<&Addr<crate::subagents::dispatcher::SubagentDispatcher>>,
+    event: &antler_engine::RunEvent,
+) -> bool {
+    use crate::runs::subagent_asks::{relay, Relayed};
+    match relay(run_id, asks, store, event) {
+        Relayed::Forward => true,
+        Relayed::Known => false,
+        Relayed::Answered(ask, decision) => {
+            let dispatcher = dispatcher.cloned();
+            // Told during the run's drive: handed down under its (fenced) trace.
+            let trace = antler_protocol::TraceContext::current();
+            actix::spawn(async move {
+                let handed = hand_down(dispatcher, &ask, &decision);
+                if !antler_protocol::telemetry::within(trace, handed).await {
+                    tracing::warn!(run = %ask.run_id, call = %ask.pending.tool_call_id, "the kept answer of a held call reported again was not taken");
+                }
+            });
+            false
+        }
     }
 }
 

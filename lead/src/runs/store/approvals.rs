@@ -116,7 +116,7 @@ impl CheckpointStore {
     }
 }
 
-fn parse_choice(text: &str) -> Option<ApprovalChoice> {
+pub(super) fn parse_choice(text: &str) -> Option<ApprovalChoice> {
     match text {
         "expired" => Some(ApprovalChoice::Expired),
         other => ApprovalChoice::parse(other),

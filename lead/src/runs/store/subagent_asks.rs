@@ -3,11 +3,12 @@
 //! and subagent it belongs to, the asking user's run and what was asked), from its
 //! `approval_requested` until it is decided or its task ends. The answer itself is an
 //! `approval_decisions` row of the parent run, as the parent's own calls' are. A lead that
-//! starts again reads the rows back, so the call can still be answered.
+//! starts again reads the rows back, so the call can still be answered, with the answers
+//! already kept for them (the worker gets those again when it reports the call again).
 
 use super::db::args;
 use super::{CheckpointError, CheckpointStore};
-use antler_engine::{PendingApproval, SubagentCall};
+use antler_engine::{ApprovalChoice, ApprovalDecision, PendingApproval, SubagentCall};
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS subagent_asks (
@@ -115,6 +116,44 @@ impl CheckpointStore {
         Ok(asks)
     }
 
+    /// The answers kept for held calls still listed (answered, but the worker's decision
+    /// never came back), as (run, parent's call id, answer).
+    pub fn answered_subagent_asks(
+        &self,
+    ) -> Result<Vec<(String, String, ApprovalDecision)>, CheckpointError> {
+        let db = self.db();
+        let mut q = db.prepare(
+            "SELECT a.run_id, a.tool_call_id, d.choice, d.decided_by, d.decided_ms, d.reason
+             FROM subagent_asks a JOIN approval_decisions d
+               ON d.run_id = a.run_id AND d.tool_call_id = a.tool_call_id
+             ORDER BY a.run_id, a.rowid",
+        )?;
+        let rows = q.query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, Option<String>>(3)?,
+                row.get::<_, i64>(4)?,
+                row.get::<_, Option<String>>(5)?,
+            ))
+        })?;
+        let mut answered = Vec::new();
+        for row in rows {
+            let (run_id, call, choice, by, at, reason) = row?;
+            // A choice this version does not know is a denial (fail closed).
+            let choice = super::approvals::parse_choice(&choice).unwrap_or(ApprovalChoice::Deny);
+            let decision = ApprovalDecision {
+                choice,
+                by,
+                at: u64::try_from(at).unwrap_or(0),
+                reason,
+            };
+            answered.push((run_id, call, decision));
+        }
+        Ok(answered)
+    }
+
     /// Drops the answer kept for the call `tool_call_id` of `run_id` (an answer no held
     /// call took: the call was decided otherwise meanwhile).
     pub fn unrecord_approval(
@@ -127,5 +166,60 @@ impl CheckpointStore {
             args![run_id, tool_call_id],
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn ask(call: &str) -> SubagentAsk {
+        SubagentAsk {
+            run_id: "r1".into(),
+            pending: PendingApproval {
+                tool_call_id: format!("t1.{call}"),
+                tool: "bash".into(),
+                args: serde_json::json!({"command": "git push"}),
+                rule: Some("push".into()),
+                origin: None,
+                justification: None,
+                asked_at: 1,
+                deadline_at: 2,
+            },
+            subagent: SubagentCall {
+                task_call_id: "t1".into(),
+                subagent_type: "general-purpose".into(),
+                call_id: call.into(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_held_calls_kept_answer_is_read_back_while_it_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(&dir.path().join("runs.sqlite")).unwrap();
+        let state = antler_engine::ThreadState::new("ship");
+        store
+            .create_run(&super::super::tests::record("r1"), &state)
+            .unwrap();
+        store.record_subagent_ask(&ask("b1")).unwrap();
+        store.record_subagent_ask(&ask("b2")).unwrap();
+        let decision = ApprovalDecision {
+            choice: ApprovalChoice::ApproveForThread,
+            by: Some("alice".into()),
+            at: 7,
+            reason: Some("fine".into()),
+        };
+        store
+            .record_approval("r1", &ask("b2").pending, &decision)
+            .unwrap();
+        assert_eq!(
+            store.answered_subagent_asks().unwrap(),
+            vec![("r1".to_owned(), "t1.b2".to_owned(), decision)]
+        );
+        // Decided on the worker: no longer held, nothing to hand down again.
+        store.forget_subagent_ask("r1", "t1.b2").unwrap();
+        assert!(store.answered_subagent_asks().unwrap().is_empty());
     }
 }
