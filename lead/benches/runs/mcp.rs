@@ -9,7 +9,8 @@
 //! and a sandbox acquired and released per call.) Floors locate the added time: a bare
 //! `GET /health` (HTTP on loopback, actix-web, the principal), an MCP `ping` on the session
 //! (plus rmcp's session layer and the gateway's bridge), `tools/list` (plus the session's
-//! actor on the lead's arbiter), `RunLoop::visible_tools` and one thread hop. Then 200
+//! actor, on the gateway's worker beside rmcp's session), `RunLoop::visible_tools` and one
+//! thread hop (what a session's call made while its actor ran on the lead's arbiter). Then 200
 //! sessions opened at once, a call on each, and the heap each idle session holds, opened
 //! and with its run bound. Hosts are [`ZeroLatencyHosts`]; when the `antler-sandbox-host`
 //! binary is built, the round trips are measured again against the real sandbox-host
@@ -752,7 +753,7 @@ fn print_trips(title: &str, t: &TripFigures) -> bool {
         fmt(t.ping_p50)
     );
     println!(
-        "   layer and the gateway's bridge); tools/list p50 {} (+ the session's actor on the lead's arbiter);",
+        "   layer and the gateway's bridge); tools/list p50 {} (+ the session's actor, on the gateway's worker);",
         fmt(t.list_p50)
     );
     println!(
@@ -760,7 +761,7 @@ fn print_trips(title: &str, t: &TripFigures) -> bool {
         fmt(t.visible_p50)
     );
     println!(
-        "   arbiter from another thread and back p50 {} (a session's call makes that hop)",
+        "   arbiter from another thread and back p50 {} (a session's call no longer makes that hop)",
         fmt(t.hop_p50)
     );
     pass

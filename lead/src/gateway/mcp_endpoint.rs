@@ -54,9 +54,9 @@ pub struct McpEndpoint {
 }
 
 impl McpEndpoint {
-    /// The endpoint whose sessions' runs `runs` prepares and keeps, on the current
-    /// arbiter (the lead's), each session living as `settings` say. Call inside the
-    /// lead's actix system.
+    /// The endpoint whose sessions' runs `runs` prepares and keeps (each session's actor
+    /// on the gateway's worker that serves it), each session living as `settings` say.
+    /// Call on the lead's arbiter.
     pub fn new(runs: &crate::cluster::Runs, settings: &GatewaySection) -> McpEndpoint {
         let stop = tokio_util::sync::CancellationToken::new();
         let sessions = mcp_server::session_manager();
@@ -81,9 +81,21 @@ impl McpEndpoint {
         }
     }
 
-    /// Ends every session (the gateway stops).
-    pub fn stop(&self) {
+    /// Ends every session (the gateway stops) and waits until their runs are released
+    /// (at most [`STOP_RELEASE_WITHIN`]): a session's actor runs on the gateway's worker,
+    /// which stops with the HTTP server.
+    pub async fn stop(&self) {
+        let releasing = self.owners().released();
         self.stop.cancel();
+        let all = futures::future::join_all(releasing.iter().map(mcp_server::Released::wait));
+        if tokio::time::timeout(STOP_RELEASE_WITHIN, all)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "the MCP sessions' runs were not all released within {STOP_RELEASE_WITHIN:?} of the gateway's stop"
+            );
+        }
     }
 
     fn owners(&self) -> std::sync::MutexGuard<'_, SessionOwners> {
@@ -209,6 +221,9 @@ pub async fn serve(
         .map(|u| u.busy);
     into_actix(response, busy)
 }
+
+/// How long the gateway's stop waits for its sessions' runs to be released.
+const STOP_RELEASE_WITHIN: Duration = Duration::from_secs(5);
 
 /// How long a `DELETE` waits for its session's run to be released (its sandbox returned,
 /// its end recorded) before it answers anyway.

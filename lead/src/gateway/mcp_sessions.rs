@@ -78,6 +78,11 @@ impl SessionOwners {
         }
     }
 
+    /// The [`Released`] of every open session.
+    pub fn released(&self) -> Vec<Released> {
+        self.by_id.values().map(|e| e.released.clone()).collect()
+    }
+
     pub fn remove(&mut self, id: &str) {
         self.by_id.remove(id);
     }
@@ -139,6 +144,16 @@ mod tests {
         assert!(owners.touch("made-up", "alice").is_none(), "fail closed");
         owners.remove("s1");
         assert!(owners.touch("s1", "alice").is_none());
+    }
+
+    #[test]
+    fn the_gateway_waits_on_every_open_sessions_latch() {
+        let mut owners = SessionOwners::default();
+        owners.open("s1", "alice");
+        owners.open("s2", "bob");
+        assert_eq!(owners.released().len(), 2);
+        owners.remove("s2");
+        assert_eq!(owners.released().len(), 1);
     }
 
     #[test]

@@ -304,7 +304,7 @@ impl Gateway {
 
     /// Stops the HTTP server.
     pub async fn stop(self) {
-        self.mcp.stop();
+        self.mcp.stop().await;
         self.handle.stop(true).await;
     }
 }

@@ -52,7 +52,8 @@ const NO_PRINCIPAL: &str = "this MCP session has no principal";
 pub struct AntlerTools {
     env: Arc<RunEnv>,
     manager: Addr<RunManager>,
-    /// Where the session's actor runs (the lead's arbiter, beside the runs).
+    /// Where the session's actor runs when its first request is not served on an
+    /// arbiter's thread (never, in practice: see [`AntlerTools::session`]).
     arbiter: ArbiterHandle,
     /// Who the session acts for: set at its start (stdio) or by its first request.
     owner: Mutex<Option<Owner>>,
@@ -89,7 +90,10 @@ impl AntlerTools {
         }
     }
 
-    /// The session's actor, started on its first use by the request of `context`.
+    /// The session's actor, started on its first use by the request of `context`, on the
+    /// arbiter whose thread serves the session (the gateway's worker, where rmcp runs the
+    /// session and this handler; the lead's own over stdio): a request then reaches it and
+    /// its run without a hop to another thread and back.
     fn session(&self, context: &RequestContext<RoleServer>) -> Result<Addr<McpSession>, McpError> {
         let owner = {
             let mut owner = self.owner.lock().unwrap_or_else(PoisonError::into_inner);
@@ -111,7 +115,7 @@ impl AntlerTools {
         Ok(session
             .get_or_insert_with(|| {
                 McpSession::start_on(
-                    &self.arbiter,
+                    &actix::Arbiter::try_current().unwrap_or_else(|| self.arbiter.clone()),
                     self.env.clone(),
                     self.manager.clone(),
                     owner,

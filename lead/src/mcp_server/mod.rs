@@ -35,7 +35,8 @@ use crate::runs::prepare::RunEnv;
 pub type HttpService = StreamableHttpService<AntlerTools, LocalSessionManager>;
 
 /// The `/mcp` service whose sessions (kept in `sessions`, see [`session_manager`]) have
-/// their runs prepared by `env` on `arbiter`.
+/// their runs prepared by `env`. A session's actor runs on the arbiter serving the session
+/// (the gateway's worker); `arbiter` (the lead's) when its requests come from elsewhere.
 pub fn http_service(
     env: Arc<RunEnv>,
     manager: Addr<RunManager>,

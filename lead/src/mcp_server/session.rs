@@ -142,7 +142,7 @@ pub struct McpSession {
 }
 
 impl McpSession {
-    /// Starts a session of `owner` on `arbiter` (the lead's, where the runs live).
+    /// Starts a session of `owner` on `arbiter` (the one serving the session's requests).
     pub fn start_on(
         arbiter: &ArbiterHandle,
         env: Arc<RunEnv>,
