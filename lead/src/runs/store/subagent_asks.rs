@@ -121,26 +121,17 @@ impl CheckpointStore {
     pub fn answered_subagent_asks(
         &self,
     ) -> Result<Vec<(String, String, ApprovalDecision)>, CheckpointError> {
-        let db = self.db();
-        let mut q = db.prepare(
+        let rows = self.db().query(
             "SELECT a.run_id, a.tool_call_id, d.choice, d.decided_by, d.decided_ms, d.reason
              FROM subagent_asks a JOIN approval_decisions d
                ON d.run_id = a.run_id AND d.tool_call_id = a.tool_call_id
              ORDER BY a.run_id, a.rowid",
+            args![],
         )?;
-        let rows = q.query_map([], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, Option<String>>(3)?,
-                row.get::<_, i64>(4)?,
-                row.get::<_, Option<String>>(5)?,
-            ))
-        })?;
         let mut answered = Vec::new();
         for row in rows {
-            let (run_id, call, choice, by, at, reason) = row?;
+            let (run_id, call, choice) = (row.str(0)?, row.str(1)?, row.str(2)?);
+            let (by, at, reason) = (row.opt_str(3)?, row.i64(4)?, row.opt_str(5)?);
             // A choice this version does not know is a denial (fail closed).
             let choice = super::approvals::parse_choice(&choice).unwrap_or(ApprovalChoice::Deny);
             let decision = ApprovalDecision {
