@@ -125,6 +125,7 @@ impl ServedLead {
             catalog,
             store,
             env: env.clone(),
+            ownership: None,
         };
         let settings = GatewaySection {
             tokens: vec![StaticPrincipal {

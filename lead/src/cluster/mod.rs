@@ -473,6 +473,9 @@ pub struct Runs {
     /// What runs are prepared with (the gateway's uploads reach the thread directories,
     /// the config and sandbox-host through it; the memory routes the store and config).
     pub env: Arc<crate::runs::prepare::RunEnv>,
+    /// This lead's run leases (`None`: one lead): the gateway forwards a write to a run
+    /// another lead holds to that lead's gateway.
+    pub ownership: Option<Arc<crate::ha::Ownership>>,
 }
 
 /// Opens the checkpoint store and starts the catalog actor and the run manager (which
@@ -682,9 +685,10 @@ fn start_runs(
     }
     let metrics = Arc::new(Metrics::default());
     let manager = RunManager::new(Arc::clone(&env), metrics.clone(), !spec.ephemeral)
-        .with_ownership(ownership)
+        .with_ownership(ownership.clone())
         .start();
     Ok(Runs {
+        ownership,
         env,
         manager,
         metrics,

@@ -46,6 +46,9 @@ pub async fn answer(
         Ok(body) => body,
         Err(response) => return response,
     };
+    if let Some(forwarded) = super::forward::to_owner(&state, &req, &run_id, &body).await {
+        return forwarded;
+    }
     let (action, content) = match parse(&body) {
         Ok(answer) => answer,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),

@@ -971,6 +971,7 @@ async fn cancel(
 /// once the run has stopped.
 pub(super) async fn cancel_run(
     state: web::Data<State>,
+    req: actix_web::HttpRequest,
     Caller(user): Caller,
     path: web::Path<(String, String)>,
     query: web::Query<CancelQuery>,
@@ -980,6 +981,9 @@ pub(super) async fn cancel_run(
         Ok((record, _)) => record,
         Err(response) => return response,
     };
+    if let Some(forwarded) = super::forward::to_owner(&state, &req, &run_id, &[]).await {
+        return forwarded;
+    }
     match cancel(&state, &record, &query).await {
         Ok(()) if query.wait() => HttpResponse::NoContent().finish(),
         Ok(()) => HttpResponse::Accepted().finish(),

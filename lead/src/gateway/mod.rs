@@ -28,6 +28,7 @@ mod cluster_view;
 mod compact;
 mod elicitation;
 mod events;
+mod forward;
 mod goal;
 mod guard;
 mod langgraph;
@@ -60,6 +61,7 @@ mod uploads;
 mod workspace_changes;
 
 pub use body::BODY_DEADLINE;
+pub use forward::FORWARDED_HEADER;
 pub use guard::{Guard, Refusal, GATEWAY_HOSTS_ENV};
 pub use mcp_endpoint::{ACT_AS_HEADER, MCP_PATH};
 pub use principal::{Authenticator, Principal, PrincipalsError};
@@ -326,6 +328,7 @@ pub fn front_door(parts: FrontDoorParts<'_>) -> Result<Option<Box<dyn FrontDoor>
         .and_then(Path::parent)
         .map(Path::to_path_buf)
         .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
+    let ownership = parts.runs.ownership.clone();
     let gateway = Gateway::start(
         parts.runtime_root,
         parts.extensions,
@@ -334,6 +337,22 @@ pub fn front_door(parts: FrontDoorParts<'_>) -> Result<Option<Box<dyn FrontDoor>
         &parts.spec.gateway,
         &config_dir,
     )?;
+    if let (Some(gateway), Some(ownership)) = (&gateway, ownership) {
+        // Other leads forward writes to the runs this lead drives to this address.
+        let url = parts
+            .spec
+            .ha
+            .advertise_url()
+            .unwrap_or_else(|| format!("http://{}", gateway.address));
+        actix_rt::spawn(async move {
+            match ownership.advertise(&url).await {
+                Ok(()) => tracing::info!(%url, "advertised this lead's gateway to the other leads"),
+                Err(e) => {
+                    tracing::warn!(%url, "cannot advertise this lead's gateway (retried at the next renewal): {e}")
+                }
+            }
+        });
+    }
     Ok(gateway.map(|g| Box::new(g) as Box<dyn FrontDoor>))
 }
 

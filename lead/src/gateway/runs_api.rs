@@ -559,12 +559,16 @@ pub(super) async fn list_runs(
 pub(super) async fn answer_run(
     state: web::Data<State>,
     VisibleRun(run_id): VisibleRun,
+    req: actix_web::HttpRequest,
     payload: web::Payload,
 ) -> HttpResponse {
     let body = match body::read_body(payload, MAX_ANSWER_BODY).await {
         Ok(body) => body,
         Err(response) => return response,
     };
+    if let Some(forwarded) = super::forward::to_owner(&state, &req, &run_id, &body).await {
+        return forwarded;
+    }
     let answer = serde_json::from_slice::<Value>(&body)
         .ok()
         .and_then(|v| v.get("answer").and_then(Value::as_str).map(str::to_owned));
@@ -600,7 +604,11 @@ pub(super) async fn answer_run(
 pub(super) async fn cancel_run(
     state: web::Data<State>,
     VisibleRun(run_id): VisibleRun,
+    req: actix_web::HttpRequest,
 ) -> HttpResponse {
+    if let Some(forwarded) = super::forward::to_owner(&state, &req, &run_id, &[]).await {
+        return forwarded;
+    }
     match state
         .runs
         .manager

@@ -50,6 +50,17 @@ const EXPIRED: &str = "SELECT run_id, lead_id, epoch FROM run_leases
 const LEASE: &str = "SELECT lead_id, epoch, lead_id IS NOT NULL AND expires_at > now()
     FROM run_leases WHERE run_id = $1";
 
+/// Records (or refreshes) where a lead's gateway is reached (`leads`).
+const ADVERTISE: &str =
+    "INSERT INTO leads (lead_id, gateway_url, renewed_at) VALUES ($1, $2, now())
+    ON CONFLICT (lead_id) DO UPDATE
+        SET gateway_url = excluded.gateway_url, renewed_at = excluded.renewed_at";
+
+/// The gateway of the lead holding a run's live lease, and that lead.
+const OWNER_GATEWAY: &str = "SELECT l.lead_id, d.gateway_url FROM run_leases l
+    JOIN leads d ON d.lead_id = l.lead_id
+    WHERE l.run_id = $1 AND l.expires_at > now()";
+
 /// A lead's identity in the leases: unique to one lead process (an incarnation), so a lead
 /// that restarts is a new owner and cannot mistake its predecessor's leases for its own.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -129,6 +140,8 @@ struct Statements {
     release: Statement,
     expired: Statement,
     lease: Statement,
+    advertise: Statement,
+    owner_gateway: Statement,
 }
 
 impl Leases {
@@ -143,6 +156,8 @@ impl Leases {
             release: prepare(RELEASE).await?,
             expired: prepare(EXPIRED).await?,
             lease: prepare(LEASE).await?,
+            advertise: prepare(ADVERTISE).await?,
+            owner_gateway: prepare(OWNER_GATEWAY).await?,
         };
         Ok(Self {
             db,
@@ -304,6 +319,40 @@ impl Leases {
             epoch: epoch(&row, 1, what)?,
             live,
         }))
+    }
+
+    /// Records that `lead`'s gateway is reached at `gateway_url` (refreshing `renewed_at`).
+    pub async fn advertise(&self, lead: &LeadId, gateway_url: &str) -> Result<(), HaError> {
+        self.db
+            .within(
+                "lead advertise",
+                self.db
+                    .client()
+                    .execute(&self.statements.advertise, &[&lead.as_str(), &gateway_url]),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The lead holding `run`'s live lease and its gateway URL; `None` when no lead holds
+    /// it live (never leased, released, lapsed) or its owner advertised no gateway.
+    pub async fn owner_gateway(&self, run: &str) -> Result<Option<(LeadId, String)>, HaError> {
+        let what = "run owner's gateway";
+        let row = self
+            .db
+            .within(
+                what,
+                self.db
+                    .client()
+                    .query_opt(&self.statements.owner_gateway, &[&run]),
+            )
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let column = |i| {
+            row.try_get::<_, String>(i)
+                .map_err(|source| HaError::Query { what, source })
+        };
+        Ok(Some((LeadId(column(0)?), column(1)?)))
     }
 
     /// The epoch `run`'s calls must carry (the latest owner's, live or lapsed), or `None`

@@ -37,6 +37,17 @@ const MIGRATIONS: &[Migration] = &[
         name: "runs_store",
         sql: RUNS_STORE,
     },
+    Migration {
+        version: 3,
+        name: "leads",
+        // One row per lead process with leases: where other leads reach its gateway to
+        // forward a write to a run it drives. `renewed_at` moves with its lease renewals.
+        sql: "CREATE TABLE leads (
+              lead_id text PRIMARY KEY,
+              gateway_url text NOT NULL,
+              renewed_at timestamptz NOT NULL
+          );",
+    },
 ];
 
 /// The runs store (`runs::store`), as its SQLite file has it: the same tables and columns,
@@ -172,7 +183,7 @@ CREATE TABLE memory_watermarks (
 ";
 
 /// The schema version this lead knows: the last of [`MIGRATIONS`].
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The advisory lock key that serializes migrations (`pg_advisory_xact_lock`): "antler"
 /// in ASCII, so it is recognizable in `pg_locks`.

@@ -27,6 +27,8 @@ pub struct Ownership {
     /// Each held run's epoch, and when the acquisition or renewal that last succeeded for
     /// it was sent: its lease runs at least a time to live from then.
     held: Mutex<HashMap<String, (Epoch, Instant)>>,
+    /// This lead's gateway URL once advertised (`leads`), refreshed with the renewals.
+    gateway_url: Mutex<Option<String>>,
 }
 
 /// What [`Ownership::hold`] found.
@@ -52,6 +54,7 @@ impl Ownership {
             lead,
             ttl,
             held: Mutex::new(HashMap::new()),
+            gateway_url: Mutex::new(None),
         }
     }
 
@@ -76,6 +79,46 @@ impl Ownership {
     /// The epoch this lead holds `run` at, if it does.
     pub fn epoch(&self, run: &str) -> Option<Epoch> {
         self.held().get(run).map(|(epoch, _)| *epoch)
+    }
+
+    /// Records where other leads reach this lead's gateway (`leads`), refreshed at every
+    /// renewal from now on.
+    pub async fn advertise(&self, gateway_url: &str) -> Result<(), HaError> {
+        *self
+            .gateway_url
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(gateway_url.to_owned());
+        self.leases.advertise(&self.lead, gateway_url).await
+    }
+
+    /// Refreshes this lead's row in `leads` (nothing before [`Ownership::advertise`]).
+    pub async fn refresh_advertised(&self) {
+        let url = self
+            .gateway_url
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let Some(url) = url else { return };
+        let refreshed = tokio::time::timeout(self.ttl, self.leases.advertise(&self.lead, &url));
+        match refreshed.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("cannot refresh this lead's gateway URL: {e}"),
+            Err(_) => tracing::warn!("this lead's gateway URL refresh did not answer in time"),
+        }
+    }
+
+    /// The gateway URL of the other lead holding `run`'s live lease: `None` when this lead
+    /// holds it, or no lead holds it live (a lapsed lease is this lead's to take).
+    pub async fn owner_elsewhere(&self, run: &str) -> Result<Option<String>, HaError> {
+        if self.epoch(run).is_some() {
+            return Ok(None);
+        }
+        Ok(self
+            .leases
+            .owner_gateway(run)
+            .await?
+            .filter(|(lead, _)| lead != &self.lead)
+            .map(|(_, url)| url))
     }
 
     /// Takes `run` before it is driven: the epoch it is held at (this lead's already, or a

@@ -2,7 +2,9 @@
 //! the PostgreSQL whose run leases say which lead drives each run (`$VAR` reads the
 //! environment; `ANTLER_HA_DSN` overrides it); without one the lead drives its runs alone,
 //! as it always did. `lease_ttl_ms` is how long a lead's lease lives unrenewed: a dead
-//! lead's runs are taken over about that long after its last renewal.
+//! lead's runs are taken over about that long after its last renewal. `advertise_url` is
+//! the address other leads reach this lead's gateway at, to forward a write to a run it
+//! drives (`ANTLER_HA_ADVERTISE_URL` overrides it; default `http://` + the bound address).
 
 use std::time::Duration;
 
@@ -11,10 +13,13 @@ use serde::Deserialize;
 use super::diagnostics::FieldPath;
 
 /// The keys of `antler.ha`.
-pub const HA_KEYS: &[&str] = &["leases_dsn", "lease_ttl_ms"];
+pub const HA_KEYS: &[&str] = &["leases_dsn", "lease_ttl_ms", "advertise_url"];
 
 /// The environment variable that overrides `antler.ha.leases_dsn`.
 pub const HA_DSN_ENV: &str = "ANTLER_HA_DSN";
+
+/// The environment variable that overrides `antler.ha.advertise_url`.
+pub const HA_ADVERTISE_URL_ENV: &str = "ANTLER_HA_ADVERTISE_URL";
 
 /// The lease time to live by default: takeover within 5 s of a lead's death.
 pub const DEFAULT_LEASE_TTL_MS: u64 = 3000;
@@ -24,12 +29,18 @@ pub const MIN_LEASE_TTL_MS: u64 = 300;
 
 /// Run leases on PostgreSQL.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, expecting = "a mapping with leases_dsn and lease_ttl_ms")]
+#[serde(
+    default,
+    expecting = "a mapping with leases_dsn, lease_ttl_ms and advertise_url"
+)]
 pub struct HaSection {
     /// The leases' database (`postgres://…` or `host=… dbname=…`); `None`: one lead.
     pub leases_dsn: Option<String>,
     /// How long a lease lives unrenewed, in milliseconds.
     pub lease_ttl_ms: u64,
+    /// This lead's gateway as other leads reach it (`http://10.0.0.7:8001`); `None`:
+    /// `http://` + the address the gateway bound.
+    pub advertise_url: Option<String>,
 }
 
 impl Default for HaSection {
@@ -37,6 +48,7 @@ impl Default for HaSection {
         Self {
             leases_dsn: None,
             lease_ttl_ms: DEFAULT_LEASE_TTL_MS,
+            advertise_url: None,
         }
     }
 }
@@ -49,6 +61,16 @@ impl HaSection {
             .ok()
             .filter(|dsn| !dsn.trim().is_empty())
             .or_else(|| self.leases_dsn.clone().filter(|dsn| !dsn.trim().is_empty()))
+    }
+
+    /// This lead's gateway URL for other leads: `ANTLER_HA_ADVERTISE_URL` when set and not
+    /// empty, else the section's (`None`: the caller uses the bound address).
+    pub fn advertise_url(&self) -> Option<String> {
+        std::env::var(HA_ADVERTISE_URL_ENV)
+            .ok()
+            .or_else(|| self.advertise_url.clone())
+            .map(|url| url.trim().trim_end_matches('/').to_owned())
+            .filter(|url| !url.is_empty())
     }
 
     /// The lease time to live.

@@ -30,6 +30,7 @@ mod gateway_slow_bodies;
 mod gateway_suggestions;
 mod gateway_uploads;
 mod ha_fencing;
+mod ha_gateway;
 mod ha_leases;
 mod ha_store;
 mod ha_takeover;

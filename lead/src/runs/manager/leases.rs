@@ -104,6 +104,7 @@ async fn renew(ownership: Arc<Ownership>, manager: Addr<RunManager>) {
         for (run_id, epoch) in ownership.renew().await {
             manager.do_send(LeaseLost { run_id, epoch });
         }
+        ownership.refresh_advertised().await;
     }
 }
 
