@@ -3,7 +3,8 @@
 //! that waits for a clarification answer is read on lead B from the store, answered
 //! through B (forwarded to A, which holds the run's lease: the run goes on there, at the
 //! same epoch, and succeeds), refused on B to another user as a missing run is, and a
-//! second such run is cancelled through B. Each lead advertises its gateway in `leads`.
+//! second such run is cancelled through B, and a third run's approval is decided through
+//! B. Each lead advertises its gateway in `leads`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -29,6 +30,14 @@ turns:
       - name: ask_clarification
         args: {question: "Which year?", clarification_type: missing_info}
   - content: The year is noted.
+"#;
+
+/// A push that waits for a person's approval (the `push` rule).
+const PUSH: &str = r#"
+turns:
+  - tool_calls:
+      - {name: bash, id: push-1, args: {description: push, command: "git push origin main"}}
+  - content: Done pushing.
 "#;
 
 /// A lead started by `antler up`; killed (with its children) when dropped.
@@ -101,12 +110,17 @@ fn call(addr: &str, token: &str, method: &str, path: &str, body: Option<&Value>)
 
 /// Starts a run of [`ASK`] as alice on `addr`; its id, once it waits for its answer.
 fn asking_run(addr: &str) -> String {
+    started(addr, ASK)
+}
+
+/// Starts a run of `playbook` as alice on `addr`; its id, once it waits for a person.
+fn started(addr: &str, playbook: &str) -> String {
     let (code, body) = call(
         addr,
         ALICE,
         "POST",
         "/api/runs",
-        Some(&json!({"task": "Note the year", "playbook_yaml": ASK, "clarification": true})),
+        Some(&json!({"task": "Note the year", "playbook_yaml": playbook, "clarification": true})),
     );
     assert_eq!(code, 201, "{body}");
     let run_id = body["run_id"].as_str().unwrap().to_owned();
@@ -148,7 +162,7 @@ async fn a_write_posted_to_the_lead_that_does_not_drive_the_run_reaches_its_owne
     std::fs::write(
         dir.join("config.yaml"),
         format!(
-            "sandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\ntool_search:\n  enabled: false\nantler:\n  ha:\n    lease_ttl_ms: 3000\n  gateway:\n    allow_scripted_models: true\n    tokens:\n      - {{token: {ALICE}, user: alice}}\n      - {{token: {BOB}, user: bob}}\n"
+            "tools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\ntool_search:\n  enabled: false\napprovals:\n  defaults: false\n  deadline_seconds: 3600\n  rules:\n    - {{name: push, tool: bash, command: [git, push], decision: ask, justification: Pushing publishes commits}}\nantler:\n  ha:\n    lease_ttl_ms: 3000\n  gateway:\n    allow_scripted_models: true\n    tokens:\n      - {{token: {ALICE}, user: alice}}\n      - {{token: {BOB}, user: bob}}\n"
         ),
     )
     .unwrap();
@@ -268,6 +282,21 @@ async fn a_write_posted_to_the_lead_that_does_not_drive_the_run_reaches_its_owne
     assert_eq!(code, 202, "{body}");
     assert_eq!(body["cancelled"], true, "{body}");
     status_becomes(&b, &second, "error");
+
+    // An approval posted to B is decided on A, where the run goes on.
+    let third = started(&a, PUSH);
+    let (owner, _) = lease(&pg, &third).await;
+    assert_eq!(owner.as_deref(), Some(owner_a.as_str()));
+    let path = format!("/api/runs/{third}/approvals/push-1");
+    let deny = json!({"decision": "deny", "reason": "not today"});
+    let (code, body) = call(&b, BOB, "POST", &path, Some(&deny));
+    assert_eq!(code, 404, "{body}");
+    let (code, body) = call(&b, ALICE, "POST", &path, Some(&deny));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["decision"], "deny", "{body}");
+    status_becomes(&b, &third, "success");
+    let (_, epoch) = lease(&pg, &third).await;
+    assert_eq!(epoch, 1);
 
     drop(lead_b);
     drop(lead_a);
