@@ -48,6 +48,13 @@ const MIGRATIONS: &[Migration] = &[
               renewed_at timestamptz NOT NULL
           );",
     },
+    Migration {
+        version: 4,
+        name: "run_events_gen",
+        // Run events are written as they happen, each with its log's generation (the lease
+        // epoch of the lead that wrote it), so a stream follows a run across leads.
+        sql: "ALTER TABLE run_events ADD COLUMN gen bigint NOT NULL DEFAULT 0;",
+    },
 ];
 
 /// The runs store (`runs::store`), as its SQLite file has it: the same tables and columns,
@@ -183,7 +190,7 @@ CREATE TABLE memory_watermarks (
 ";
 
 /// The schema version this lead knows: the last of [`MIGRATIONS`].
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The advisory lock key that serializes migrations (`pg_advisory_xact_lock`): "antler"
 /// in ASCII, so it is recognizable in `pg_locks`.

@@ -6,6 +6,11 @@
 //! `model_delta`) reaches live watchers like any other but is not among the [`kept`]
 //! events the runs store keeps: a later watcher reads the finished messages instead.
 //!
+//! Each kept event has an [`EventId`]: its log's generation and its place in the run's
+//! history. A run's log is journaled ([`EventLog::journaled`]): each kept event is handed
+//! to the runs store as it happens (`runs::event_journal`), so another lead can follow the
+//! run and a watcher that reconnects with its last event id misses nothing.
+//!
 //! [`kept`]: EventLog::kept
 
 use std::collections::VecDeque;
@@ -13,11 +18,52 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
 
+/// Where a kept event stands in its run's history: the generation of the log that wrote it
+/// (each lead that adopts a run, by a takeover, a restart or an answer, starts a higher
+/// one) and its sequence number (one count across the run's generations). Ordered by
+/// generation, then sequence: an event of a newer generation comes after every event of an
+/// older one, so a watcher whose last event an old lead showed but never stored (it died
+/// first) still misses nothing of the new lead's. On the wire (the SSE `id`, and
+/// `Last-Event-ID`): `"{gen}-{seq}"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EventId {
+    pub gen: u64,
+    pub seq: u64,
+}
+
+impl std::fmt::Display for EventId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.gen, self.seq)
+    }
+}
+
+impl std::str::FromStr for EventId {
+    type Err = ();
+
+    /// `"{gen}-{seq}"`; anything else (a foreign id) is `Err`.
+    fn from_str(text: &str) -> Result<EventId, ()> {
+        let (gen, seq) = text.trim().split_once('-').ok_or(())?;
+        Ok(EventId {
+            gen: gen.parse().map_err(|_| ())?,
+            seq: seq.parse().map_err(|_| ())?,
+        })
+    }
+}
+
+/// Where a journaled log's kept events go as they happen (the runs store).
+pub trait EventJournal: Send + Sync {
+    /// One kept event, in the log's order.
+    fn record(&self, id: EventId, event: &Arc<str>);
+    /// The run is no longer this lead's: nothing more is written, pending events neither.
+    fn close(&self);
+}
+
 /// Events a run keeps for late watchers.
 pub const MAX_EVENTS: usize = 10_000;
 
 struct Inner {
-    events: VecDeque<Arc<str>>,
+    /// Every event, with its id when it is kept.
+    events: VecDeque<(Option<EventId>, Arc<str>)>,
     /// The events that are not transient, bounded on their own, so streamed deltas never
     /// push a kept event out.
     kept: VecDeque<Arc<str>>,
@@ -25,36 +71,85 @@ struct Inner {
     dropped: usize,
     /// The run's view when its drive stopped; `None` while it is driven.
     stopped: Option<Arc<str>>,
+    /// The id the next kept event gets.
+    next_id: EventId,
 }
 
 /// One run's events.
 pub struct EventLog {
     inner: Mutex<Inner>,
     changed: watch::Sender<u64>,
+    /// The id of this log's first kept event: what came before it is in the store.
+    origin: EventId,
+    journal: Option<Arc<dyn EventJournal>>,
 }
 
 impl Default for EventLog {
+    /// A log of generation 1 from sequence 0, kept in memory only.
     fn default() -> Self {
+        EventLog::starting_at(EventId { gen: 1, seq: 0 }, None)
+    }
+}
+
+/// What a watcher gets: the events after its cursor (with their ids, `None` for a
+/// transient one), and the view if the drive stopped.
+pub struct Batch {
+    pub events: Vec<Arc<str>>,
+    pub ids: Vec<Option<EventId>>,
+    pub next: usize,
+    pub stopped: Option<Arc<str>>,
+}
+
+impl EventLog {
+    fn starting_at(origin: EventId, journal: Option<Arc<dyn EventJournal>>) -> EventLog {
         EventLog {
             inner: Mutex::new(Inner {
                 events: VecDeque::new(),
                 kept: VecDeque::new(),
                 dropped: 0,
                 stopped: None,
+                next_id: origin,
             }),
             changed: watch::channel(0).0,
+            origin,
+            journal,
         }
     }
-}
 
-/// What a watcher gets: the events after its cursor, and the view if the drive stopped.
-pub struct Batch {
-    pub events: Vec<Arc<str>>,
-    pub next: usize,
-    pub stopped: Option<Arc<str>>,
-}
+    /// A log whose kept events get ids from `origin` on and go to `journal` as they are
+    /// pushed.
+    pub fn journaled(origin: EventId, journal: Arc<dyn EventJournal>) -> EventLog {
+        EventLog::starting_at(origin, Some(journal))
+    }
 
-impl EventLog {
+    /// The id of this log's first kept event: the run's earlier events are in the store.
+    pub fn origin(&self) -> EventId {
+        self.origin
+    }
+
+    /// Appends an event read back from the store, with its id (a log rebuilt for a run
+    /// that ended); nothing is journaled.
+    pub fn push_stored(&self, id: EventId, json: String) {
+        {
+            let mut inner = self.lock();
+            let event: Arc<str> = Arc::from(json);
+            inner.kept.push_back(event.clone());
+            inner.events.push_back((Some(id), event));
+            inner.next_id = EventId {
+                gen: id.gen,
+                seq: id.seq + 1,
+            };
+        }
+        self.bump();
+    }
+
+    /// The run is no longer this lead's: its journal writes nothing more.
+    pub fn close_journal(&self) {
+        if let Some(journal) = &self.journal {
+            journal.close();
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner
             .lock()
@@ -68,7 +163,7 @@ impl EventLog {
     /// The bytes of text the log holds (its events and its stopped view).
     pub fn bytes(&self) -> usize {
         let inner = self.lock();
-        inner.events.iter().map(|e| e.len()).sum::<usize>()
+        inner.events.iter().map(|(_, e)| e.len()).sum::<usize>()
             + inner.stopped.as_ref().map_or(0, |v| v.len())
     }
 
@@ -90,13 +185,21 @@ impl EventLog {
                 inner.dropped += 1;
             }
             let event: Arc<str> = Arc::from(json);
+            let mut id = None;
             if !transient {
                 if inner.kept.len() == MAX_EVENTS {
                     inner.kept.pop_front();
                 }
                 inner.kept.push_back(event.clone());
+                let this = inner.next_id;
+                inner.next_id.seq += 1;
+                // Handed over under the lock, so the journal sees the log's order.
+                if let Some(journal) = &self.journal {
+                    journal.record(this, &event);
+                }
+                id = Some(this);
             }
-            inner.events.push_back(event);
+            inner.events.push_back((id, event));
         }
         self.bump();
     }
@@ -133,10 +236,11 @@ impl EventLog {
     pub fn since(&self, cursor: usize) -> Batch {
         let inner = self.lock();
         let start = cursor.max(inner.dropped) - inner.dropped;
-        let events: Vec<Arc<str>> = inner.events.iter().skip(start).cloned().collect();
+        let (ids, events) = inner.events.iter().skip(start).cloned().unzip();
         Batch {
             next: inner.dropped + inner.events.len(),
             events,
+            ids,
             stopped: inner.stopped.clone(),
         }
     }
@@ -153,14 +257,36 @@ impl EventLog {
         F: FnMut(Arc<str>) -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
+        self.follow_after(None, |_, event| sink(event)).await
+    }
+
+    /// As [`follow`](Self::follow), with each event's id, from after the kept event `after`
+    /// (`None`: from the first). Transient events before the first kept one after `after`
+    /// are skipped: the watcher may have seen them, and the kept messages say the same.
+    pub async fn follow_after<F, Fut>(
+        &self,
+        after: Option<EventId>,
+        mut sink: F,
+    ) -> Option<Arc<str>>
+    where
+        F: FnMut(Option<EventId>, Arc<str>) -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
         let mut changes = self.subscribe();
         let mut cursor = 0;
+        let mut caught_up = after.is_none();
         loop {
             changes.borrow_and_update();
             let batch = self.since(cursor);
             cursor = batch.next;
-            for event in batch.events {
-                if !sink(event).await {
+            for (id, event) in batch.ids.into_iter().zip(batch.events) {
+                if !caught_up {
+                    match (id, after) {
+                        (Some(id), Some(after)) if id > after => caught_up = true,
+                        _ => continue,
+                    }
+                }
+                if !sink(id, event).await {
                     return None;
                 }
             }
@@ -236,5 +362,98 @@ mod tests {
         }
         let kept: Vec<String> = log.kept().iter().map(|e| e.to_string()).collect();
         assert_eq!(kept, ["started", "finished"]);
+    }
+
+    #[test]
+    fn event_ids_read_back_and_order_by_generation_then_sequence() {
+        let id = |gen, seq| EventId { gen, seq };
+        assert_eq!(id(3, 57).to_string(), "3-57");
+        assert_eq!("3-57".parse::<EventId>(), Ok(id(3, 57)));
+        for foreign in ["", "57", "a-1", "1-", "-1", "1-2-3", "frame-4"] {
+            assert!(foreign.parse::<EventId>().is_err(), "{foreign}");
+        }
+        // A newer generation's event comes after every event of an older one.
+        assert!(id(1, 57) < id(2, 56));
+        assert!(id(2, 56) < id(2, 57));
+    }
+
+    #[derive(Default)]
+    struct Recorded(Mutex<Vec<(EventId, String)>>, std::sync::atomic::AtomicBool);
+
+    impl EventJournal for Arc<Recorded> {
+        fn record(&self, id: EventId, event: &Arc<str>) {
+            if !self.1.load(std::sync::atomic::Ordering::SeqCst) {
+                self.0.lock().unwrap().push((id, event.to_string()));
+            }
+        }
+        fn close(&self) {
+            self.1.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_journaled_log_hands_over_each_kept_event_with_its_id_until_closed() {
+        let journal = Arc::new(Recorded::default());
+        let log = EventLog::journaled(EventId { gen: 2, seq: 10 }, Arc::new(journal.clone()));
+        assert_eq!(log.origin(), EventId { gen: 2, seq: 10 });
+        log.push("a".into());
+        log.push_transient("delta".into());
+        log.push("b".into());
+        log.close_journal();
+        log.push("c".into());
+        let recorded = journal.0.lock().unwrap().clone();
+        assert_eq!(
+            recorded,
+            [
+                (EventId { gen: 2, seq: 10 }, "a".to_owned()),
+                (EventId { gen: 2, seq: 11 }, "b".to_owned())
+            ]
+        );
+        // Watchers see the ids too; a transient event has none.
+        let batch = log.since(0);
+        assert_eq!(
+            batch.ids,
+            [
+                Some(EventId { gen: 2, seq: 10 }),
+                None,
+                Some(EventId { gen: 2, seq: 11 }),
+                Some(EventId { gen: 2, seq: 12 })
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_watcher_after_an_id_gets_only_what_came_after_it() {
+        let log = Arc::new(EventLog::default());
+        log.push("a".into());
+        log.push_transient("delta of b".into());
+        log.push("b".into());
+        log.push_transient("delta of c".into());
+        log.push("c".into());
+        log.stop("done".into());
+        let mut seen = Vec::new();
+        let view = log
+            .follow_after(Some(EventId { gen: 1, seq: 0 }), |id, e| {
+                seen.push((id.map(|i| i.to_string()), e.to_string()));
+                async { true }
+            })
+            .await;
+        assert_eq!(view.as_deref(), Some("done"));
+        assert_eq!(
+            seen,
+            [
+                (Some("1-1".to_owned()), "b".to_owned()),
+                (None, "delta of c".to_owned()),
+                (Some("1-2".to_owned()), "c".to_owned())
+            ]
+        );
+        // After an older generation's id: everything.
+        let mut all = 0;
+        log.follow_after(Some(EventId { gen: 0, seq: 99 }), |_, _| {
+            all += 1;
+            async { true }
+        })
+        .await;
+        assert_eq!(all, 5);
     }
 }

@@ -28,7 +28,8 @@ use actix::prelude::*;
 use serde_json::Value;
 
 use super::elicitations::PendingElicitations;
-use super::events::EventLog;
+use super::event_journal::{Journaled, StoreJournal};
+use super::events::{EventId, EventLog};
 use super::metrics::Metrics;
 use super::prepare::{PrepareError, Prepared, RunEnv};
 use super::view;
@@ -59,7 +60,8 @@ pub use cancel::{CancelOutcome, CancelRun, ChaosStopRun};
 pub use client_runs::{ClientRunEnded, HostClientRun};
 pub use config::CurrentConfig;
 pub use queries::{
-    CountRunning, GetElicitations, GetRun, ListRuns, RunCatalog, RunMessages, RunOwner, WatchRun,
+    CountRunning, GetElicitations, GetRun, HeldLog, ListRuns, RunCatalog, RunMessages, RunOwner,
+    WatchRun,
 };
 pub use resume::ResumeRun;
 use sink::{event_sink, source_label, Timing};
@@ -158,6 +160,7 @@ impl RunManager {
             cancel,
             denied,
             skills,
+            last_event,
         } = prepared;
         let run_id = record.run_id.clone();
         let epoch = self.epoch(&run_id).map(crate::ha::Epoch::wire);
@@ -176,7 +179,11 @@ impl RunManager {
                 live.timing.clone(),
                 live.elicitations.clone(),
             ),
-            None => (Arc::default(), Arc::default(), Arc::default()),
+            None => (
+                self.journaled_log(&run_id, epoch, last_event),
+                Arc::default(),
+                Arc::default(),
+            ),
         };
         let sink = event_sink(
             log.clone(),
@@ -228,6 +235,23 @@ impl RunManager {
         );
         self.drive(&run_id, new_run, ctx);
         run_id
+    }
+
+    /// A new log for a run this lead takes up: journaled to the store, after the last event
+    /// the store keeps of it, in a generation above that event's (the lease's epoch when it
+    /// is higher), fenced by the lease's epoch.
+    fn journaled_log(
+        &self,
+        run_id: &str,
+        epoch: Option<u64>,
+        last_event: Option<EventId>,
+    ) -> Arc<EventLog> {
+        let origin = EventId {
+            gen: last_event.map_or(1, |e| e.gen + 1).max(epoch.unwrap_or(0)),
+            seq: last_event.map_or(0, |e| e.seq + 1),
+        };
+        let journal = StoreJournal::new(self.env.store.clone(), run_id.to_owned(), epoch);
+        Arc::new(EventLog::journaled(origin, Arc::new(Journaled(journal))))
     }
 
     fn drive(&mut self, run_id: &str, new_run: bool, ctx: &mut Context<Self>) {
@@ -304,16 +328,8 @@ impl RunManager {
                     if status != RunStatus::Interrupted {
                         // The run ended: its loop and state go; its view and events stay a
                         // while, and its events are kept in the store for later watchers.
+                        // Its events are in the store already (journaled as they came).
                         live.actor = None;
-                        let events = live.log.kept();
-                        let id = run_id.clone();
-                        // Sent to the store's thread now; nobody waits for it.
-                        drop(manager.env.store.call(move |store| {
-                            if let Err(e) = store.append_events(&id, &events) {
-                                tracing::warn!(run = %id, "cannot keep the run's events: {e}");
-                            }
-                            Ok(())
-                        }));
                         if status == RunStatus::Success {
                             // Memory learns from the run off its critical path (C.6).
                             actix::spawn(crate::memory::run_ended(

@@ -6,10 +6,12 @@
 //! through the supervisor's links; `prepare` turns a submission into a ready run loop;
 //! `readiness` says whether runs can be prepared yet (`/ready`);
 //! `view` is the JSON shape of a run for the CLI and the HTTP API; `elicitations` the
-//! questions a run's MCP calls wait on; `store` the runs store (SQLite: runs, their
+//! questions a run's MCP calls wait on; `event_journal` a run's events to the store as
+//! they happen; `store` the runs store (SQLite: runs, their
 //! checkpoints, kept events, receipts), reached off the actors' threads.
 
 pub(crate) mod elicitations;
+pub(crate) mod event_journal;
 pub(crate) mod events;
 pub(crate) mod hosts;
 pub(crate) mod manager;

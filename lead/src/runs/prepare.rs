@@ -208,6 +208,9 @@ pub struct Prepared {
     pub denied: Vec<String>,
     /// The run's skills, for the skill policy in force (from its active skills).
     pub skills: SkillStore,
+    /// The last event the store keeps of a resumed run (`None`: a new run, or none kept):
+    /// this lead's log of it goes on after it.
+    pub last_event: Option<crate::runs::events::EventId>,
 }
 
 /// A user or thread id safe to use as a directory name (DeerFlow's thread id rule).
@@ -511,6 +514,7 @@ impl RunEnv {
             cancel,
             denied,
             skills,
+            last_event: None,
         })
     }
 
@@ -522,11 +526,11 @@ impl RunEnv {
         playbook: Option<&str>,
     ) -> Result<Prepared, PrepareError> {
         let id = run_id.to_owned();
-        let record = self
+        let (record, last_event) = self
             .store
-            .call(move |store| store.run(&id))
-            .await?
-            .ok_or_else(|| PrepareError::UnknownRun(run_id.to_owned()))?;
+            .call(move |store| Ok((store.run(&id)?, store.last_event(&id)?)))
+            .await?;
+        let record = record.ok_or_else(|| PrepareError::UnknownRun(run_id.to_owned()))?;
         // Only a run stopped at a question takes an answer; a finished run is never re-driven.
         if answer.is_some() && record.status != RunStatus::Interrupted {
             return Err(PrepareError::NotWaiting {
@@ -656,6 +660,7 @@ impl RunEnv {
             cancel,
             denied,
             skills,
+            last_event,
         })
     }
 }

@@ -37,6 +37,7 @@ use futures::FutureExt as _;
 use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
+pub use crate::runs::events::EventId;
 use db::{args, Db, Dialect, Row};
 use thread::StoreThread;
 
@@ -221,6 +222,7 @@ CREATE TABLE IF NOT EXISTS run_events (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
     seq    INTEGER NOT NULL,
     event  TEXT NOT NULL,
+    gen    INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (run_id, seq)
 );
 CREATE TABLE IF NOT EXISTS mcp_credentials (
@@ -313,6 +315,15 @@ impl CheckpointStore {
                     .map_err(open_error)?;
             }
         }
+        // A store written before events were journaled gains their generation.
+        if connection
+            .prepare("SELECT gen FROM run_events LIMIT 0")
+            .is_err()
+        {
+            connection
+                .execute_batch("ALTER TABLE run_events ADD COLUMN gen INTEGER NOT NULL DEFAULT 0")
+                .map_err(open_error)?;
+        }
         Ok(CheckpointStore {
             connection: Arc::new(Mutex::new(Db::Sqlite(connection))),
             path: Some(Arc::new(path.to_path_buf())),
@@ -381,40 +392,90 @@ impl CheckpointStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Appends the events of a run's drives that ended here, after those an earlier lead
-    /// kept (a run resumed by this lead has its own log), in one transaction.
+    /// Writes a run's journaled events (`runs::event_journal`), in one transaction; an
+    /// event already written (a write tried again) is left as it is. With `fence` (the lease
+    /// epoch the writer holds the run at, PostgreSQL), nothing is written once a newer epoch
+    /// holds the run's lease: a lead that lost the run writes no event after its new owner's.
+    /// Whether the events were written (`false`: fenced).
     pub fn append_events(
         &self,
         run_id: &str,
-        events: &[std::sync::Arc<str>],
-    ) -> Result<(), CheckpointError> {
-        self.db().transaction(|tx| {
-            let next = tx
-                .query_one(
-                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM run_events WHERE run_id = ?1",
-                    args![run_id],
-                )?
-                .i64(0)?;
-            for (i, event) in events.iter().enumerate() {
+        events: &[(EventId, std::sync::Arc<str>)],
+        fence: Option<u64>,
+    ) -> Result<bool, CheckpointError> {
+        let mut db = self.db();
+        let fenced = fence.filter(|_| db.dialect() == Dialect::Postgres);
+        db.transaction(|tx| {
+            if let Some(epoch) = fenced {
+                // Waits on the lease row a takeover updates, so a write and a takeover
+                // are ordered: after the new epoch commits, this sees it.
+                let newer = tx.query(
+                    "SELECT 1 FROM run_leases WHERE run_id = ?1 AND epoch > ?2 FOR SHARE",
+                    args![run_id, epoch as i64],
+                )?;
+                if !newer.is_empty() {
+                    return Ok(false);
+                }
+            }
+            for (id, event) in events {
                 tx.execute(
-                    "INSERT INTO run_events (run_id, seq, event) VALUES (?1, ?2, ?3)",
-                    args![run_id, next + i as i64, event.as_ref()],
+                    "INSERT INTO run_events (run_id, seq, gen, event) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (run_id, seq) DO NOTHING",
+                    args![run_id, id.seq as i64, id.gen as i64, event.as_ref()],
                 )?;
             }
-            Ok(())
+            Ok(true)
         })
     }
 
-    /// The events kept for `run_id`, in order (none for a run that has not ended here).
-    pub fn events(&self, run_id: &str) -> Result<Vec<String>, CheckpointError> {
+    /// The events kept for `run_id`, in order.
+    pub fn events(&self, run_id: &str) -> Result<Vec<(EventId, String)>, CheckpointError> {
+        self.events_after(run_id, None, i64::MAX as u64)
+    }
+
+    /// Up to `limit` of the events kept for `run_id` after `after` (`None`: from the
+    /// first), in order.
+    pub fn events_after(
+        &self,
+        run_id: &str,
+        after: Option<EventId>,
+        limit: u64,
+    ) -> Result<Vec<(EventId, String)>, CheckpointError> {
+        let (gen, seq) = after.map_or((-1, -1), |a| (a.gen as i64, a.seq as i64));
         self.db()
             .query(
-                "SELECT event FROM run_events WHERE run_id = ?1 ORDER BY seq",
-                args![run_id],
+                "SELECT gen, seq, event FROM run_events
+                 WHERE run_id = ?1 AND (gen > ?2 OR (gen = ?2 AND seq > ?3))
+                 ORDER BY gen, seq LIMIT ?4",
+                args![run_id, gen, seq, limit.min(i64::MAX as u64) as i64],
             )?
             .iter()
-            .map(|r| r.str(0))
+            .map(|r| {
+                Ok((
+                    EventId {
+                        gen: r.i64(0)?.max(0) as u64,
+                        seq: r.i64(1)?.max(0) as u64,
+                    },
+                    r.str(2)?,
+                ))
+            })
             .collect()
+    }
+
+    /// The id of the last event kept for `run_id` (`None`: none is).
+    pub fn last_event(&self, run_id: &str) -> Result<Option<EventId>, CheckpointError> {
+        let rows = self.db().query(
+            "SELECT gen, seq FROM run_events WHERE run_id = ?1 ORDER BY gen DESC, seq DESC LIMIT 1",
+            args![run_id],
+        )?;
+        rows.first()
+            .map(|r| {
+                Ok(EventId {
+                    gen: r.i64(0)?.max(0) as u64,
+                    seq: r.i64(1)?.max(0) as u64,
+                })
+            })
+            .transpose()
     }
 
     /// Keeps an mcp-host replica's sealed OAuth credential when it is newer than the one

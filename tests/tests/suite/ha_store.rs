@@ -18,7 +18,7 @@ use antler_lead::ha::{Postgres, SCHEMA_VERSION};
 use antler_lead::runs::store::memory::{
     Enqueued, Fact, MemoryDoc, MemoryMessage, QueueItem, QueueKey, DEFAULT_AGENT,
 };
-use antler_lead::runs::store::{CheckpointStore, Recorded, SubagentAsk, STORE_DSN_ENV};
+use antler_lead::runs::store::{CheckpointStore, EventId, Recorded, SubagentAsk, STORE_DSN_ENV};
 use antler_protocol::messages::SealedCredential;
 use antler_tests::{antler, bin};
 use serde_json::{json, Map, Value};
@@ -95,14 +95,48 @@ fn the_store_api_round_trips_on_postgres() {
     let busy = store.claim_thread("alice", "t1", "run-2").unwrap();
     assert!(busy.is_err(), "one active run per thread");
 
-    // Events, appended after those kept.
-    store
-        .append_events("run-1", &["{\"a\":1}".into(), "{\"b\":2}".into()])
-        .unwrap();
-    store.append_events("run-1", &["{\"c\":3}".into()]).unwrap();
+    // Events, journaled with their ids; a write tried again changes nothing.
+    let id = |gen, seq| EventId { gen, seq };
+    let a = [
+        (id(1, 0), "{\"a\":1}".into()),
+        (id(1, 1), "{\"b\":2}".into()),
+    ];
+    assert!(store.append_events("run-1", &a, None).unwrap());
+    assert!(store.append_events("run-1", &a[1..], None).unwrap());
+    assert_eq!(store.last_event("run-1").unwrap(), Some(id(1, 1)));
+    // A lead that lost the run's lease (epoch 1, a newer one holds epoch 2) writes nothing.
+    rt.block_on(async {
+        connect(&db.dsn)
+            .await
+            .execute(
+                "INSERT INTO run_leases (run_id, lead_id, epoch, expires_at) VALUES ('run-1', 'b', 2, now())",
+                &[],
+            )
+            .await
+            .unwrap();
+    });
+    let late = [(id(1, 2), "{\"late\":1}".into())];
+    assert!(
+        !store.append_events("run-1", &late, Some(1)).unwrap(),
+        "fenced"
+    );
+    // The new owner's events come after, in a newer generation.
+    let b = [(id(2, 2), "{\"c\":3}".into())];
+    assert!(store.append_events("run-1", &b, Some(2)).unwrap());
+    let texts =
+        |events: Vec<(EventId, String)>| events.into_iter().map(|(_, e)| e).collect::<Vec<_>>();
     assert_eq!(
-        store.events("run-1").unwrap(),
+        texts(store.events("run-1").unwrap()),
         ["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"]
+    );
+    // After an id an old lead showed but never stored: every event of the newer generation.
+    assert_eq!(
+        texts(store.events_after("run-1", Some(id(1, 7)), 100).unwrap()),
+        ["{\"c\":3}"]
+    );
+    assert_eq!(
+        texts(store.events_after("run-1", Some(id(1, 0)), 1).unwrap()),
+        ["{\"b\":2}"]
     );
 
     // The receipt, written once.
@@ -391,7 +425,7 @@ fn the_schema_migrates_from_empty_and_from_schema_1_keeping_its_leases() {
         let mut pg = Postgres::connect(&empty.dsn).await.unwrap();
         let migrated = pg.migrate().await.unwrap();
         assert_eq!((migrated.from, migrated.to), (0, SCHEMA_VERSION));
-        assert_eq!(SCHEMA_VERSION, 3);
+        assert_eq!(SCHEMA_VERSION, 4);
 
         // A database a lead of schema 1 made: leases only, one of them held.
         let old = database("ha_store_v1").await;
@@ -411,7 +445,7 @@ fn the_schema_migrates_from_empty_and_from_schema_1_keeping_its_leases() {
             .unwrap();
         let mut pg = Postgres::connect(&old.dsn).await.unwrap();
         let migrated = pg.migrate().await.unwrap();
-        assert_eq!((migrated.from, migrated.to), (1, 3));
+        assert_eq!((migrated.from, migrated.to), (1, 4));
         let lease = client
             .query_one(
                 "SELECT lead_id, epoch FROM run_leases WHERE run_id = 'run-7'",
@@ -430,7 +464,17 @@ fn the_schema_migrates_from_empty_and_from_schema_1_keeping_its_leases() {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        assert_eq!(names, ["run_leases", "runs_store", "leads"]);
+        assert_eq!(names, ["run_leases", "runs_store", "leads", "run_events_gen"]);
+        // Schema 4: each run event has its generation.
+        let gen: i64 = client
+            .query_one(
+                "SELECT count(*) FROM information_schema.columns WHERE table_name = 'run_events' AND column_name = 'gen'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(gen, 1);
         for table in [
             "runs",
             "checkpoints",

@@ -29,6 +29,7 @@ mod gateway_principals;
 mod gateway_slow_bodies;
 mod gateway_suggestions;
 mod gateway_uploads;
+mod ha_event_stream;
 mod ha_fencing;
 mod ha_gateway;
 mod ha_leases;

@@ -609,13 +609,16 @@ function runView(view, runId) {
     if (!stopped && (!model.view || model.view.status === "running")) poller = setTimeout(poll, REFRESH_MS);
   };
 
-  // The event stream, read with fetch (EventSource cannot send the token).
+  // The event stream, read with fetch (EventSource cannot send the token). A reconnect
+  // sends the last event id it got and goes on from there (any lead serves it).
+  let lastId = null;
   const follow = async () => {
     if (controller) controller.abort();
     controller = new AbortController();
-    model.items = []; model.calls = new Map(); model.turns = [];
+    if (lastId === null) { model.items = []; model.calls = new Map(); model.turns = []; }
     try {
-      const response = await api(`/api/runs/${encodeURIComponent(runId)}/events`, { signal: controller.signal });
+      const headers = lastId === null ? {} : { "Last-Event-ID": lastId };
+      const response = await api(`/api/runs/${encodeURIComponent(runId)}/events`, { signal: controller.signal, headers });
       setLive("live");
       retry = 1000;
       const reader = response.body.getReader();
@@ -630,6 +633,8 @@ function runView(view, runId) {
           const block = buffer.slice(0, cut); buffer = buffer.slice(cut + 2);
           const name = (block.match(/^event: (.*)$/m) || [])[1];
           const data = (block.match(/^data: (.*)$/m) || [])[1];
+          const id = (block.match(/^id: (.*)$/m) || [])[1];
+          if (id) lastId = id;
           if (!data) continue;
           const json = JSON.parse(data);
           if (name === "end") { model.view = json; model.elicitations = json.elicitations || []; } else fold(model, json);

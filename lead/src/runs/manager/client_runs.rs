@@ -29,9 +29,10 @@ impl Handler<HostClientRun> for RunManager {
     type Result = MessageResult<HostClientRun>;
 
     fn handle(&mut self, msg: HostClientRun, _: &mut Context<Self>) -> Self::Result {
+        let log = self.journaled_log(&msg.record.run_id, None, None);
         let live = LiveRun {
             record: msg.record,
-            log: Arc::default(),
+            log,
             actor: None,
             // Its client drives it: a resume or an answer leaves it be.
             driving: true,
@@ -91,15 +92,8 @@ impl Handler<ClientRunEnded> for RunManager {
             "stop_reason": null,
             "token_usage": null,
         });
+        // Its events are in the store already (journaled as they came).
         live.log.stop(ended.to_string());
-        let events = live.log.kept();
-        let id = msg.run_id.clone();
-        drop(self.env.store.call(move |store| {
-            if let Err(e) = store.append_events(&id, &events) {
-                tracing::warn!(run = %id, "cannot keep the client run's events: {e}");
-            }
-            Ok(())
-        }));
         self.ended.push_back(msg.run_id);
         self.forget_old_ended();
     }

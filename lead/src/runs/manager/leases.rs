@@ -191,6 +191,8 @@ impl Handler<LeaseLost> for RunManager {
         let Some(actor) = live.actor.take() else {
             return;
         };
+        // Nothing more of this lead's goes to the store for it, events neither.
+        live.log.close_journal();
         live.log.stop(lost_view(&live.record).to_string());
         if live.driving {
             // Stopped where it is; its drive's end sees it lost and leaves the run be.

@@ -40,12 +40,26 @@ impl Handler<WatchRun> for RunManager {
                 return None;
             }
             let log = EventLog::default();
-            for event in events {
-                log.push(event);
+            for (id, event) in events {
+                log.push_stored(id, event);
             }
             log.stop(view.to_string());
             Some(Arc::new(log))
         })
+    }
+}
+
+/// The log of a run this lead holds in memory (driven, waiting, or ended a moment ago);
+/// `None` otherwise. Never reads the store.
+#[derive(Message)]
+#[rtype(result = "Option<Arc<EventLog>>")]
+pub struct HeldLog(pub String);
+
+impl Handler<HeldLog> for RunManager {
+    type Result = Option<Arc<EventLog>>;
+
+    fn handle(&mut self, msg: HeldLog, _: &mut Context<Self>) -> Self::Result {
+        self.runs.get(&msg.0).map(|live| live.log.clone())
     }
 }
 
