@@ -115,6 +115,24 @@ pub(super) fn events(c: &LeadCluster, run_id: &str, kind: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The run's kept events of type `kind` written by the lead that took the run up last
+/// (the newest generation of its events: a restarted lead's, not the killed one's).
+pub(super) fn last_lead_events(c: &LeadCluster, run_id: &str, kind: &str) -> Vec<Value> {
+    let rows = sql(
+        &c.runtime().join("runs.sqlite"),
+        "select event from run_events e where run_id = ?1
+           and gen = (select max(gen) from run_events where run_id = ?1) order by seq",
+        run_id,
+    );
+    let rows: Value = serde_json::from_str(&rows).unwrap();
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|row| serde_json::from_str::<Value>(row[0].as_str()?).ok())
+        .filter(|e| e["event"] == kind)
+        .collect()
+}
+
 /// `antler run ... --json` against the running cluster: its one JSON object.
 pub(super) fn run_json(c: &LeadCluster, args: &[&str]) -> Value {
     let mut all = vec!["run"];

@@ -21,7 +21,8 @@ use antler_tests::{bin, wait_for};
 use serde_json::Value;
 
 use super::run_approvals::{
-    config, events, latest_run, peer, run_json, wait_status, with_subagents, workspace,
+    config, events, last_lead_events, latest_run, peer, run_json, wait_status, with_subagents,
+    workspace,
 };
 use crate::lead_support::{http_full, sql, LeadCluster};
 use crate::suite::inspector_page::Browser;
@@ -419,9 +420,10 @@ fn a_subagents_held_call_is_answered_after_the_lead_restarts() {
         c.run_state(&run_id)["messages"]
     );
     // The worker tells the re-attached lead of the held call again; the call was known
-    // (read back from the store), so the resumed drive asks nobody again (the killed
-    // lead's drive kept no events).
-    assert!(pushed.1.is_empty(), "{:#?}", pushed.1);
+    // (read back from the store), so the resumed drive asks nobody again: the killed
+    // lead's drive asked, the restarted one's did not.
+    let again = last_lead_events(&c, &run_id, "approval_requested");
+    assert!(again.is_empty(), "{again:#?}\n{pushed:#?}");
 }
 
 #[test]
@@ -474,9 +476,9 @@ fn a_subagents_ask_the_killed_lead_never_stored_is_asked_again_after_it_restarts
         events(&c, &run_id, "task")
     );
     assert!(ws.join("sub-ok.txt").exists(), "the task did not go on");
-    // Asked again by the restarted lead (the killed lead's drive kept no events);
+    // Asked again by the restarted lead (its drive's events, not the killed lead's);
     // decided once, by the parent's user.
-    let requested = events(&c, &run_id, "approval_requested");
+    let requested = last_lead_events(&c, &run_id, "approval_requested");
     assert_eq!(requested.len(), 1, "{requested:#?}");
     assert_eq!(requested[0]["tool_call_id"], HELD);
     assert_eq!(requested[0]["subagent"]["call_id"], "sub-push");
