@@ -213,8 +213,12 @@ impl RunManager {
                 sink(event);
             }
         });
-        // Everything the run's drive sends to hosts and workers carries its lease's epoch.
+        // Everything the run's drive sends to hosts and workers carries its lease's epoch,
+        // and its writes to the store are fenced by it.
         run.context.epoch = epoch;
+        if let Some(epoch) = epoch {
+            self.env.store.fence_run(&run_id, epoch);
+        }
         let actor = RunActor::new(run).start();
         self.ended.retain(|id| id != &run_id);
         self.runs.insert(
@@ -270,7 +274,10 @@ impl RunManager {
                 .send(Drive)
                 .into_actor(self)
                 .map(move |result, manager, ctx| {
-                    if manager.lost.remove(&run_id) {
+                    // Lost: its lease went to another lead, or the store refused one of
+                    // its writes for a newer epoch.
+                    let fenced_out = manager.env.store.is_lost(&run_id);
+                    if manager.lost.remove(&run_id) || fenced_out {
                         // Its lease was lost: the new owner owns the record; nothing of
                         // this drive is written.
                         manager

@@ -101,6 +101,9 @@ pub enum CheckpointError {
     Encode(#[from] serde_json::Error),
     #[error("checkpoint store: its thread is gone")]
     ThreadGone,
+    /// A newer lead holds the run (a higher lease epoch): this lead's write is refused.
+    #[error("run {0} is held by a newer lead: this lead no longer writes for it")]
+    Fenced(String),
 }
 
 impl From<crate::ha::HaError> for CheckpointError {
@@ -181,6 +184,18 @@ pub struct CheckpointStore {
     path: Option<Arc<std::path::PathBuf>>,
     /// The thread [`CheckpointStore::call`] sends to (empty in the thread's own store).
     thread: Arc<OnceLock<StoreThread>>,
+    /// The runs this lead writes under a lease (PostgreSQL, `antler.ha`): a run's writes
+    /// are refused once a newer epoch holds it ([`CheckpointStore::fence_run`]).
+    fences: Arc<dashmap::DashMap<String, Fence>>,
+}
+
+/// How this lead stands with a run it writes under a lease.
+#[derive(Clone, Copy, Debug)]
+enum Fence {
+    /// Held at this epoch: each write first checks no newer epoch holds the run.
+    Held(u64),
+    /// A newer epoch holds it: every write is refused, without asking the database.
+    Lost,
 }
 
 /// SQLite's page cache per connection: negative is KiB (1 MiB).
@@ -252,6 +267,7 @@ impl CheckpointStore {
             connection: Arc::new(Mutex::new(Db::Postgres(link))),
             path: None,
             thread: Arc::default(),
+            fences: Arc::default(),
         })
     }
 
@@ -328,6 +344,7 @@ impl CheckpointStore {
             connection: Arc::new(Mutex::new(Db::Sqlite(connection))),
             path: Some(Arc::new(path.to_path_buf())),
             thread: Arc::default(),
+            fences: Arc::default(),
         })
     }
 
@@ -345,6 +362,7 @@ impl CheckpointStore {
                 connection: Arc::clone(&self.connection),
                 path: self.path.clone(),
                 thread: Arc::default(),
+                fences: Arc::clone(&self.fences),
             })
         });
         thread
@@ -390,6 +408,66 @@ impl CheckpointStore {
         self.connection
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// From now on the run's journal writes (checkpoints, status, outputs snapshot,
+    /// receipt) are fenced by `epoch`, the lease this lead holds it at: on PostgreSQL each
+    /// first reads the run's lease row `FOR SHARE` (so it is ordered with a takeover's
+    /// acquire, which waits for it) and is refused with [`CheckpointError::Fenced`] when a
+    /// newer epoch holds the run; after one refusal every write of the run is refused.
+    pub fn fence_run(&self, run_id: &str, epoch: u64) {
+        self.fences.insert(run_id.to_owned(), Fence::Held(epoch));
+    }
+
+    /// The run is no longer written under a lease by this lead (it ended, or was released).
+    pub fn unfence_run(&self, run_id: &str) {
+        self.fences.remove(run_id);
+    }
+
+    /// The run is lost to a newer lead: its writes are refused from now on.
+    pub fn lose_run(&self, run_id: &str) {
+        self.fences.insert(run_id.to_owned(), Fence::Lost);
+    }
+
+    /// Whether a write of the run was refused (or the run declared lost) since it was fenced.
+    pub fn is_lost(&self, run_id: &str) -> bool {
+        self.fences
+            .get(run_id)
+            .is_some_and(|f| matches!(*f, Fence::Lost))
+    }
+
+    /// Runs `write` for `run_id`, fenced by its lease's epoch when it has one (see
+    /// [`CheckpointStore::fence_run`]): in one transaction after the check on PostgreSQL.
+    /// `whole`: `write` is several statements, run in one transaction either way.
+    fn fenced_write<T>(
+        &self,
+        run_id: &str,
+        whole: bool,
+        write: impl FnOnce(&mut Db) -> Result<T, CheckpointError>,
+    ) -> Result<T, CheckpointError> {
+        let fence = self.fences.get(run_id).map(|f| *f);
+        let mut db = self.db();
+        match fence {
+            Some(Fence::Lost) => Err(CheckpointError::Fenced(run_id.to_owned())),
+            Some(Fence::Held(epoch)) if db.dialect() == Dialect::Postgres => {
+                let refused = db.transaction(|tx| {
+                    let newer = tx.query(
+                        "SELECT 1 FROM run_leases WHERE run_id = ?1 AND epoch > ?2 FOR SHARE",
+                        args![run_id, epoch as i64],
+                    )?;
+                    if !newer.is_empty() {
+                        return Err(CheckpointError::Fenced(run_id.to_owned()));
+                    }
+                    write(tx)
+                });
+                if matches!(refused, Err(CheckpointError::Fenced(_))) {
+                    self.fences.insert(run_id.to_owned(), Fence::Lost);
+                }
+                refused
+            }
+            _ if whole => db.transaction(write),
+            _ => write(&mut db),
+        }
     }
 
     /// Writes a run's journaled events (`runs::event_journal`), in one transaction; an
@@ -582,11 +660,13 @@ impl CheckpointStore {
 
     /// [`CheckpointStore::save`] with the state already encoded.
     fn save_encoded(&self, run_id: &str, step: i64, state: &str) -> Result<bool, CheckpointError> {
-        let written = self.db().execute(
-            "INSERT INTO checkpoints (run_id, step, state) VALUES (?1, ?2, ?3)
-             ON CONFLICT (run_id, step) DO NOTHING",
-            args![run_id, step, state],
-        )?;
+        let written = self.fenced_write(run_id, false, |db| {
+            db.execute(
+                "INSERT INTO checkpoints (run_id, step, state) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (run_id, step) DO NOTHING",
+                args![run_id, step, state],
+            )
+        })?;
         Ok(written == 1)
     }
 
@@ -619,7 +699,7 @@ impl CheckpointStore {
     ) -> Result<(), CheckpointError> {
         // A run that ends records when; one driven again has not ended.
         let ended = matches!(status, RunStatus::Success | RunStatus::Error).then(now_ms);
-        self.db().transaction(|tx| {
+        let body = |tx: &mut Db| {
             let changed = tx.execute(
                 "UPDATE runs SET status = ?2, detail = ?3, ended_ms = ?4 WHERE run_id = ?1",
                 args![run_id, status.as_str(), detail, ended],
@@ -629,7 +709,8 @@ impl CheckpointStore {
             }
             // The run's thread follows it (its state, title and status at every end).
             threads::on_run_status(tx, run_id, status)
-        })
+        };
+        self.fenced_write(run_id, true, body)
     }
 
     /// Records the outputs as they were when the run started (the first write wins).
@@ -638,11 +719,14 @@ impl CheckpointStore {
         run_id: &str,
         snapshot: &OutputsSnapshot,
     ) -> Result<(), CheckpointError> {
-        self.db().execute(
-            "INSERT INTO outputs_snapshots (run_id, snapshot) VALUES (?1, ?2)
-             ON CONFLICT (run_id) DO NOTHING",
-            args![run_id, serde_json::to_string(snapshot)?],
-        )?;
+        let snapshot = serde_json::to_string(snapshot)?;
+        self.fenced_write(run_id, false, |db| {
+            db.execute(
+                "INSERT INTO outputs_snapshots (run_id, snapshot) VALUES (?1, ?2)
+                 ON CONFLICT (run_id) DO NOTHING",
+                args![run_id, snapshot],
+            )
+        })?;
         Ok(())
     }
 
@@ -663,11 +747,14 @@ impl CheckpointStore {
         run_id: &str,
         receipt: &DeliveryReceipt,
     ) -> Result<bool, CheckpointError> {
-        let written = self.db().execute(
-            "INSERT INTO receipts (run_id, receipt) VALUES (?1, ?2)
-             ON CONFLICT (run_id) DO NOTHING",
-            args![run_id, serde_json::to_string(receipt)?],
-        )?;
+        let receipt = serde_json::to_string(receipt)?;
+        let written = self.fenced_write(run_id, false, |db| {
+            db.execute(
+                "INSERT INTO receipts (run_id, receipt) VALUES (?1, ?2)
+                 ON CONFLICT (run_id) DO NOTHING",
+                args![run_id, receipt],
+            )
+        })?;
         Ok(written == 1)
     }
 

@@ -18,7 +18,9 @@ use antler_lead::ha::{Postgres, SCHEMA_VERSION};
 use antler_lead::runs::store::memory::{
     Enqueued, Fact, MemoryDoc, MemoryMessage, QueueItem, QueueKey, DEFAULT_AGENT,
 };
-use antler_lead::runs::store::{CheckpointStore, EventId, Recorded, SubagentAsk, STORE_DSN_ENV};
+use antler_lead::runs::store::{
+    CheckpointError, CheckpointStore, EventId, Recorded, SubagentAsk, STORE_DSN_ENV,
+};
 use antler_protocol::messages::SealedCredential;
 use antler_tests::{antler, bin};
 use serde_json::{json, Map, Value};
@@ -109,7 +111,7 @@ fn the_store_api_round_trips_on_postgres() {
         connect(&db.dsn)
             .await
             .execute(
-                "INSERT INTO run_leases (run_id, lead_id, epoch, expires_at) VALUES ('run-1', 'b', 2, now())",
+                "INSERT INTO run_leases (run_id, lead_id, epoch, expires_at) VALUES ('run-1', 'b', 2, now()), ('run-f', 'b', 2, now())",
                 &[],
             )
             .await
@@ -138,6 +140,27 @@ fn the_store_api_round_trips_on_postgres() {
         texts(store.events_after("run-1", Some(id(1, 0)), 1).unwrap()),
         ["{\"b\":2}"]
     );
+
+    // Writes fenced by the lease: the lead at the lease's epoch (2) writes; one fenced at
+    // epoch 1 is refused, and from then on refuses every write of the run unasked.
+    store.fence_run("run-f", 2);
+    assert!(store.save("run-f", 7, &second).unwrap());
+    let stale = CheckpointStore::open_postgres(&db.dsn).unwrap();
+    stale.fence_run("run-f", 1);
+    assert!(matches!(
+        stale.save("run-f", 8, &second),
+        Err(CheckpointError::Fenced(_))
+    ));
+    assert!(stale.is_lost("run-f"));
+    assert!(matches!(
+        stale.set_status("run-f", RunStatus::Error, Some("stale")),
+        Err(CheckpointError::Fenced(_))
+    ));
+    assert_eq!(
+        store.latest("run-f").unwrap().map(|(step, _)| step),
+        Some(7)
+    );
+    store.unfence_run("run-f");
 
     // The receipt, written once.
     let receipt = DeliveryReceipt::settle(&["/mnt/user-data/outputs/r.md".into()], &[]);

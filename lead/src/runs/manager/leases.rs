@@ -76,6 +76,7 @@ impl RunManager {
 
     /// Gives `run_id`'s lease up (it ended), off the actor.
     pub(super) fn release(&self, run_id: &str) {
+        self.env.store.unfence_run(run_id);
         if let Some(ownership) = self.ownership.clone() {
             let run_id = run_id.to_owned();
             actix::spawn(async move { ownership.release(&run_id).await });
@@ -192,6 +193,7 @@ impl Handler<LeaseLost> for RunManager {
             return;
         };
         // Nothing more of this lead's goes to the store for it, events neither.
+        self.env.store.lose_run(&run_id);
         live.log.close_journal();
         live.log.stop(lost_view(&live.record).to_string());
         if live.driving {
