@@ -189,6 +189,53 @@ pub struct CheckpointStore {
     fences: Arc<dashmap::DashMap<String, Fence>>,
 }
 
+/// Rows of run events written by one statement.
+const EVENT_ROWS_PER_STATEMENT: usize = 16;
+
+/// One statement inserting `events` of `run_id` (at most [`EVENT_ROWS_PER_STATEMENT`]),
+/// fenced by the lease epoch `fence` (PostgreSQL), and its parameters.
+fn insert_events(
+    dialect: Dialect,
+    run_id: &str,
+    events: &[(EventId, std::sync::Arc<str>)],
+    fence: Option<u64>,
+) -> (String, Vec<db::Param>) {
+    let mut args = vec![db::Param::from(run_id)];
+    let mut rows = Vec::with_capacity(events.len());
+    let fenced = fence.filter(|_| dialect == Dialect::Postgres);
+    for (id, event) in events {
+        let n = args.len();
+        rows.push(match fenced {
+            // A row of the fenced statement's VALUES list, typed (no target column to
+            // infer the types from).
+            Some(_) => format!("(?{}::bigint, ?{}::bigint, ?{}::text)", n + 1, n + 2, n + 3),
+            None => format!("(?1, ?{}, ?{}, ?{})", n + 1, n + 2, n + 3),
+        });
+        args.push(db::Param::Int(id.seq as i64));
+        args.push(db::Param::Int(id.gen as i64));
+        args.push(db::Param::from(event.as_ref()));
+    }
+    let sql = match fenced {
+        Some(epoch) => {
+            args.push(db::Param::Int(epoch as i64));
+            format!(
+                "INSERT INTO run_events (run_id, seq, gen, event)
+                 SELECT ?1, v.seq, v.gen, v.event FROM (VALUES {}) AS v(seq, gen, event)
+                 WHERE NOT EXISTS (SELECT 1 FROM run_leases WHERE run_id = ?1 AND epoch > ?{} FOR SHARE)
+                 ON CONFLICT (run_id, seq) DO NOTHING",
+                rows.join(", "),
+                args.len()
+            )
+        }
+        None => format!(
+            "INSERT INTO run_events (run_id, seq, gen, event) VALUES {}
+             ON CONFLICT (run_id, seq) DO NOTHING",
+            rows.join(", ")
+        ),
+    };
+    (sql, args)
+}
+
 /// How this lead stands with a run it writes under a lease.
 #[derive(Clone, Copy, Debug)]
 enum Fence {
@@ -470,11 +517,12 @@ impl CheckpointStore {
         }
     }
 
-    /// Writes a run's journaled events (`runs::event_journal`), in one transaction; an
-    /// event already written (a write tried again) is left as it is. With `fence` (the lease
-    /// epoch the writer holds the run at, PostgreSQL), nothing is written once a newer epoch
-    /// holds the run's lease: a lead that lost the run writes no event after its new owner's.
-    /// Whether the events were written (`false`: fenced).
+    /// Writes a run's journaled events, several rows a statement; an event already written
+    /// (a write tried again) is left as it is. With `fence` (the lease epoch the writer holds
+    /// the run at, PostgreSQL), a statement writes nothing once a newer epoch holds the run's
+    /// lease: it reads the lease row `FOR SHARE`, so it is ordered with a takeover's acquire
+    /// (which waits for it) and a lead that lost the run writes no event after its new
+    /// owner's. Whether the events were written (`false`: fenced).
     pub fn append_events(
         &self,
         run_id: &str,
@@ -482,28 +530,23 @@ impl CheckpointStore {
         fence: Option<u64>,
     ) -> Result<bool, CheckpointError> {
         let mut db = self.db();
-        let fenced = fence.filter(|_| db.dialect() == Dialect::Postgres);
-        db.transaction(|tx| {
-            if let Some(epoch) = fenced {
-                // Waits on the lease row a takeover updates, so a write and a takeover
-                // are ordered: after the new epoch commits, this sees it.
-                let newer = tx.query(
-                    "SELECT 1 FROM run_leases WHERE run_id = ?1 AND epoch > ?2 FOR SHARE",
+        let dialect = db.dialect();
+        let fence = fence.filter(|_| dialect == Dialect::Postgres);
+        for chunk in events.chunks(EVENT_ROWS_PER_STATEMENT) {
+            let (sql, args) = insert_events(dialect, run_id, chunk, fence);
+            let written = db.execute(&sql, &args)?;
+            if let Some(epoch) = fence.filter(|_| written == 0) {
+                // Nothing written: the rows were there already, or a newer epoch holds it.
+                let newer = db.query(
+                    "SELECT 1 FROM run_leases WHERE run_id = ?1 AND epoch > ?2",
                     args![run_id, epoch as i64],
                 )?;
                 if !newer.is_empty() {
                     return Ok(false);
                 }
             }
-            for (id, event) in events {
-                tx.execute(
-                    "INSERT INTO run_events (run_id, seq, gen, event) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (run_id, seq) DO NOTHING",
-                    args![run_id, id.seq as i64, id.gen as i64, event.as_ref()],
-                )?;
-            }
-            Ok(true)
-        })
+        }
+        Ok(true)
     }
 
     /// The events kept for `run_id`, in order.

@@ -101,29 +101,29 @@ pub(super) fn tool_result(c: &LeadCluster, run_id: &str, call: &str) -> String {
 
 /// The run's kept events of type `kind`.
 pub(super) fn events(c: &LeadCluster, run_id: &str, kind: &str) -> Vec<Value> {
-    let rows = sql(
-        &c.runtime().join("runs.sqlite"),
-        "select event from run_events where run_id = ? order by seq",
+    kept_events(
+        c,
+        "select event from run_events where run_id = ?1 order by seq",
         run_id,
-    );
-    let rows: Value = serde_json::from_str(&rows).unwrap();
-    rows.as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|row| serde_json::from_str::<Value>(row[0].as_str()?).ok())
-        .filter(|e| e["event"] == kind)
-        .collect()
+        kind,
+    )
 }
 
 /// The run's kept events of type `kind` written by the lead that took the run up last
 /// (the newest generation of its events: a restarted lead's, not the killed one's).
 pub(super) fn last_lead_events(c: &LeadCluster, run_id: &str, kind: &str) -> Vec<Value> {
-    let rows = sql(
-        &c.runtime().join("runs.sqlite"),
-        "select event from run_events e where run_id = ?1
+    kept_events(
+        c,
+        "select event from run_events where run_id = ?1
            and gen = (select max(gen) from run_events where run_id = ?1) order by seq",
         run_id,
-    );
+        kind,
+    )
+}
+
+/// The events of type `kind` among the run's events `query` selects.
+fn kept_events(c: &LeadCluster, query: &str, run_id: &str, kind: &str) -> Vec<Value> {
+    let rows = sql(&c.runtime().join("runs.sqlite"), query, run_id);
     let rows: Value = serde_json::from_str(&rows).unwrap();
     rows.as_array()
         .unwrap()
