@@ -32,6 +32,7 @@ mod gateway_uploads;
 mod ha_fencing;
 mod ha_gateway;
 mod ha_leases;
+mod ha_retention;
 mod ha_store;
 mod ha_takeover;
 mod ha_tls;
