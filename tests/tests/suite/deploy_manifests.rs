@@ -1007,7 +1007,9 @@ fn egress_allowed(docs: &[Value], from: &Value, to: &Value, port: u64) -> bool {
 /// The port the lead's gateway listens on: `ANTLER_GATEWAY_ADDR`'s, which is the
 /// container's `gateway` port.
 fn gateway_port(lead: &Value) -> u64 {
-    let addr = env_var(lead, "ANTLER_GATEWAY_ADDR")["value"].as_str().unwrap();
+    let addr = env_var(lead, "ANTLER_GATEWAY_ADDR")["value"]
+        .as_str()
+        .unwrap();
     let port: u64 = addr.rsplit_once(':').unwrap().1.parse().unwrap();
     let declared = lead_container(lead)["ports"]
         .as_array()
@@ -1047,15 +1049,24 @@ fn the_ha_leads_advertise_their_pod_ip_and_reach_each_others_gateway() {
     assert!(at("POD_IP") < at("ANTLER_HA_ADVERTISE_URL"), "{env:?}");
 
     let labels = &lead["spec"]["template"]["metadata"]["labels"];
-    assert!(egress_allowed(&docs, labels, labels, port), "lead -> lead egress");
-    assert!(ingress_allowed(&docs, labels, labels, port), "lead -> lead ingress");
+    assert!(
+        egress_allowed(&docs, labels, labels, port),
+        "lead -> lead egress"
+    );
+    assert!(
+        ingress_allowed(&docs, labels, labels, port),
+        "lead -> lead ingress"
+    );
     let peers = find(&docs, "NetworkPolicy", "antler-lead-peers");
     assert_eq!(peers["metadata"]["namespace"], "antler");
     // Only the gateway's port, and only to leads.
     assert!(!egress_allowed(&docs, labels, labels, 7102));
     for other in ["mcp-host", "sandbox-host", "subagent"] {
         let to = pod_labels(&docs, other);
-        assert!(!egress_allowed(&docs, labels, to, port), "lead -/-> {other}");
+        assert!(
+            !egress_allowed(&docs, labels, to, port),
+            "lead -/-> {other}"
+        );
     }
 
     // One lead: no forwarding, no advertised address, no lead -> lead egress.
