@@ -31,6 +31,7 @@ mod gateway_suggestions;
 mod gateway_uploads;
 mod ha_fencing;
 mod ha_gateway;
+mod ha_langgraph_resume;
 mod ha_leases;
 mod ha_retention;
 mod ha_store;
