@@ -4,9 +4,10 @@
 //! such a thread's run goes to A in each of its three forms: `POST /api/threads/{tid}/runs`
 //! answers the run's `Run`, `/runs/stream` streams A's frames through B as A writes them
 //! (metadata, the values with the answer and the model's reply, `end`), and `/runs/wait`
-//! answers the thread's final values; each run goes on on A, at the same epoch, with no
-//! takeover, and succeeds. Bob's resume of alice's thread through B is the 404 of a thread
-//! that does not exist.
+//! answers the thread's final values, as does the stateless `/api/runs/wait` naming the
+//! thread in `config.configurable.thread_id`; each run goes on on A, at the same epoch,
+//! with no takeover, and succeeds. Bob's resume of alice's thread through B is the 404 of
+//! a thread that does not exist.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -224,6 +225,27 @@ async fn a_langgraph_resume_sent_to_the_lead_that_does_not_drive_the_run_reaches
     );
     assert_eq!(code, 200, "{messages}");
     assert!(messages.to_string().contains("2023"), "{messages}");
+    still_on_a(&pg, &run_id, &owner_a).await;
+
+    // The stateless waited form, its thread named by `config.configurable.thread_id`.
+    let run_id = waiting_on_thread(&a, "t-stateless");
+    let (code, values) = call(
+        &b,
+        ALICE,
+        "POST",
+        "/api/runs/wait",
+        Some(&json!({
+            "command": {"resume": "2022"},
+            "config": {"configurable": {"thread_id": "t-stateless"}},
+        })),
+    );
+    assert_eq!(code, 200, "{values}");
+    let text = values["messages"].to_string();
+    assert!(
+        text.contains("2022") && text.contains("The year is noted."),
+        "{values}"
+    );
+    status_becomes(&b, &run_id, "success");
     still_on_a(&pg, &run_id, &owner_a).await;
 
     drop(lead_b);
