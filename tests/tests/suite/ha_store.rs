@@ -391,7 +391,7 @@ fn the_schema_migrates_from_empty_and_from_schema_1_keeping_its_leases() {
         let mut pg = Postgres::connect(&empty.dsn).await.unwrap();
         let migrated = pg.migrate().await.unwrap();
         assert_eq!((migrated.from, migrated.to), (0, SCHEMA_VERSION));
-        assert_eq!(SCHEMA_VERSION, 3);
+        assert_eq!(SCHEMA_VERSION, 4);
 
         // A database a lead of schema 1 made: leases only, one of them held.
         let old = database("ha_store_v1").await;
@@ -411,7 +411,7 @@ fn the_schema_migrates_from_empty_and_from_schema_1_keeping_its_leases() {
             .unwrap();
         let mut pg = Postgres::connect(&old.dsn).await.unwrap();
         let migrated = pg.migrate().await.unwrap();
-        assert_eq!((migrated.from, migrated.to), (1, 3));
+        assert_eq!((migrated.from, migrated.to), (1, 4));
         let lease = client
             .query_one(
                 "SELECT lead_id, epoch FROM run_leases WHERE run_id = 'run-7'",
@@ -430,7 +430,10 @@ fn the_schema_migrates_from_empty_and_from_schema_1_keeping_its_leases() {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        assert_eq!(names, ["run_leases", "runs_store", "leads"]);
+        assert_eq!(
+            names,
+            ["run_leases", "runs_store", "leads", "gateway_submissions"]
+        );
         for table in [
             "runs",
             "checkpoints",
