@@ -562,7 +562,8 @@ async fn start_run(
 async fn within_quotas(state: &State, user: &str) -> Result<(), HttpResponse> {
     state
         .quotas
-        .submit(user)
+        .submit_shared(state.runs.ownership.as_deref(), user)
+        .await
         .map_err(|over: quota::OverLimit| over_limit(&over))?;
     let running = state
         .runs

@@ -278,10 +278,21 @@ impl Ownership {
             tracing::debug!(
                 leases = swept.leases,
                 leads = swept.leads,
+                submissions = swept.submissions,
                 "removed the released leases of finished runs and the rows of silent leads"
             );
         }
         swept
+    }
+
+    /// Takes one of `user`'s `per_minute` submissions from the budget the leads share:
+    /// `Ok(None)` when taken, `Ok(Some(wait))` when spent until `wait` from now.
+    pub async fn take_submission(
+        &self,
+        user: &str,
+        per_minute: u32,
+    ) -> Result<Option<Duration>, HaError> {
+        self.leases.take_submission(user, per_minute).await
     }
 
     /// `run`'s lease as it stands (`None`: never leased).

@@ -1,6 +1,7 @@
 //! Retention of the lease tables: a sweep ([`Leases::sweep`]) removes the released leases of
 //! finished runs and the `leads` rows of leads that stopped renewing, each older than a
-//! retention on the database's clock, in one bounded `DELETE` per table. A lease row is
+//! retention on the database's clock, and the submission budgets that are full again, in
+//! one bounded `DELETE` per table. A lease row is
 //! removed only while its run is finished (`success` or `error`) in `runs` and no lead
 //! holds it: a finished run is never driven again, so the epoch lost with the row is one no
 //! call will carry again (docs/ha.md, "Retention").
@@ -32,6 +33,13 @@ const SWEEP_LEADS: &str = "DELETE FROM leads WHERE lead_id IN (
         ORDER BY renewed_at, lead_id LIMIT $2
         FOR UPDATE SKIP LOCKED)";
 
+/// Removes up to `$1` users' submission budgets that are full again (their next arrival
+/// time past): no row is the same full budget.
+const SWEEP_SUBMISSIONS: &str = "DELETE FROM gateway_submissions WHERE user_id IN (
+        SELECT user_id FROM gateway_submissions WHERE tat <= now()
+        ORDER BY tat, user_id LIMIT $1
+        FOR UPDATE SKIP LOCKED)";
+
 /// The statuses of a run that is never driven again.
 const FINISHED: [RunStatus; 2] = [RunStatus::Success, RunStatus::Error];
 
@@ -42,18 +50,22 @@ pub struct Swept {
     pub leases: u64,
     /// Rows of leads that stopped renewing.
     pub leads: u64,
+    /// Users' submission budgets full again.
+    pub submissions: u64,
 }
 
 impl Swept {
     /// Whether either table had more rows to remove than one sweep takes.
     pub fn full(&self, batch: u32) -> bool {
-        self.leases >= u64::from(batch) || self.leads >= u64::from(batch)
+        let batch = u64::from(batch);
+        self.leases >= batch || self.leads >= batch || self.submissions >= batch
     }
 }
 
 impl Leases {
     /// Removes at most `batch` released leases of finished runs and at most `batch` rows of
-    /// silent leads, each older than `retention` on the database's clock.
+    /// silent leads, each older than `retention` on the database's clock, and at most
+    /// `batch` users' submission budgets that are full again.
     pub async fn sweep(&self, retention: Duration, batch: u32) -> Result<Swept, HaError> {
         let keep = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
         let limit = i64::from(batch);
@@ -72,6 +84,16 @@ impl Leases {
                 db.client().execute(SWEEP_LEADS, &[&keep, &limit]),
             )
             .await?;
-        Ok(Swept { leases, leads })
+        let submissions = db
+            .within(
+                "submission budget retention",
+                db.client().execute(SWEEP_SUBMISSIONS, &[&limit]),
+            )
+            .await?;
+        Ok(Swept {
+            leases,
+            leads,
+            submissions,
+        })
     }
 }

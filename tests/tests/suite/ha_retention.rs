@@ -120,7 +120,8 @@ async fn a_sweep_removes_only_old_released_leases_of_finished_runs_and_silent_le
         swept,
         Swept {
             leases: 2,
-            leads: 1
+            leads: 1,
+            submissions: 0,
         }
     );
     assert_eq!(

@@ -33,6 +33,7 @@ mod ha_fencing;
 mod ha_gateway;
 mod ha_langgraph_resume;
 mod ha_leases;
+mod ha_quotas;
 mod ha_retention;
 mod ha_store;
 mod ha_takeover;
