@@ -638,7 +638,8 @@ async fn open_ownership(
     else {
         return Ok(None);
     };
-    let ownership = crate::ha::Ownership::open(&dsn, spec.ha.lease_ttl()).await?;
+    let ownership =
+        crate::ha::Ownership::open(&dsn, spec.ha.lease_ttl(), spec.ha.lease_retention()).await?;
     tracing::info!(lead = %ownership.lead(), "run leases on");
     Ok(Some(ownership))
 }

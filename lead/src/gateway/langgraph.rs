@@ -83,14 +83,22 @@ pub(super) fn check_thread_id(thread: &str) -> Result<(), Refused> {
 pub(super) async fn json_body<T: serde::de::DeserializeOwned>(
     payload: web::Payload,
 ) -> Result<T, HttpResponse> {
-    let bytes = body::read_body(payload, MAX_BODY).await?;
-    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+    json_body_as_sent(payload).await.map(|(_, body)| body)
+}
+
+/// [`json_body`], with the bytes as sent (to forward them to another lead).
+pub(super) async fn json_body_as_sent<T: serde::de::DeserializeOwned>(
+    payload: web::Payload,
+) -> Result<(web::Bytes, T), HttpResponse> {
+    let sent = body::read_body(payload, MAX_BODY).await?;
+    let bytes: &[u8] = if sent.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
-        &bytes
+        &sent
     };
-    serde_json::from_slice(bytes)
-        .map_err(|e| error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))
+    let body = serde_json::from_slice(bytes)
+        .map_err(|e| error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
+    Ok((sent, body))
 }
 
 /// A store answer as the routes use it: 503 when the store failed.

@@ -5,8 +5,9 @@
 //! `RunCreateRequest`: unknown fields refused, its placeholders refused with its text.
 //! One run at a time per thread: `reject` answers 409, `interrupt`/`rollback` cancel the
 //! live run and wait for it. A clarification answer (`human_input_response`) or
-//! `command.resume` drives the thread's interrupted run again. A `checkpoint` (or
-//! `checkpoint_id`) forks the thread there before the run starts (`langgraph_checkpoints`).
+//! `command.resume` drives the thread's interrupted run again, on the lead that holds it
+//! (forwarded there under leases, in the same form). A `checkpoint` (or `checkpoint_id`)
+//! forks the thread there before the run starts (`langgraph_checkpoints`).
 
 use std::time::Duration;
 
@@ -14,9 +15,10 @@ use actix_web::{http::StatusCode, web, HttpResponse};
 use serde_json::{json, Value};
 
 use super::caller::Caller;
+use super::forward::{self, Relay};
 use super::langgraph::{
-    check_thread_id, json_body, on_store, run_json, run_not_found, thread_not_found, user_of,
-    values, Refused, ASSISTANT_ID, ROLLED_BACK,
+    check_thread_id, json_body_as_sent, on_store, run_json, run_not_found, thread_not_found,
+    user_of, values, Refused, ASSISTANT_ID, ROLLED_BACK,
 };
 use super::langgraph_checkpoints as checkpoints;
 use super::langgraph_stream::{self as stream, Cursor, Modes, RunStream};
@@ -560,7 +562,8 @@ async fn start_run(
 async fn within_quotas(state: &State, user: &str) -> Result<(), HttpResponse> {
     state
         .quotas
-        .submit(user)
+        .submit_shared(state.runs.ownership.as_deref(), user)
+        .await
         .map_err(|over: quota::OverLimit| over_limit(&over))?;
     let running = state
         .runs
@@ -684,6 +687,46 @@ async fn final_values(state: &State, user: &str, thread: &str, run_id: &str) -> 
     }
 }
 
+/// With leases on, a resume (`command.resume` or a clarification answer) of the caller's
+/// thread's interrupted run while another lead holds that run's live lease: the request is
+/// sent to that lead as it came (`sent`), and its response relayed in `reply`'s form (a
+/// stream streamed through, a wait waited for). `None`: this lead answers it (no leases,
+/// no resume, not the caller's thread, no interrupted run, or the run is not held
+/// elsewhere).
+async fn resume_elsewhere(
+    state: &State,
+    req: &actix_web::HttpRequest,
+    user: &str,
+    thread: &str,
+    request: &RunRequest,
+    sent: &[u8],
+    reply: &Reply,
+) -> Option<HttpResponse> {
+    state.runs.ownership.as_ref()?;
+    if request.answer.is_none() || request.checkpoint.is_some() || check_thread_id(thread).is_err()
+    {
+        return None;
+    }
+    let (u, t) = (user.to_owned(), thread.to_owned());
+    let last = on_store(state, move |store| {
+        match store.thread(&u, &t)?.and_then(|row| row.last_run_id) {
+            Some(run) => store.run(&run),
+            None => Ok(None),
+        }
+    })
+    .await
+    .ok()??;
+    if last.status != RunStatus::Interrupted {
+        return None;
+    }
+    let relay = match reply {
+        Reply::Background => Relay::Whole,
+        Reply::Stream => Relay::Stream,
+        Reply::Wait => Relay::Wait,
+    };
+    forward::to_owner_as(state, req, &last.run_id, sent, relay).await
+}
+
 /// The three forms of creating a run on a thread, and the stateless ones.
 async fn create(
     state: web::Data<State>,
@@ -696,7 +739,7 @@ async fn create(
         Ok(user) => user,
         Err(response) => return response.into(),
     };
-    let body: RunBody = match json_body(payload).await {
+    let (sent, body): (web::Bytes, RunBody) = match json_body_as_sent(payload).await {
         Ok(body) => body,
         Err(response) => return response,
     };
@@ -712,6 +755,11 @@ async fn create(
         Err(response) => return response.into(),
     };
     request.create_thread |= stateless;
+    if let Some(forwarded) =
+        resume_elsewhere(&state, &req, &user, &thread, &request, &sent, &reply).await
+    {
+        return forwarded;
+    }
     let (run_id, from_event) = match start_run(&state, &req, &user, &thread, &request).await {
         Ok(started) => started,
         Err(response) => return response,

@@ -1,6 +1,7 @@
 //! What one user may take of a shared gateway: submissions per minute (a GCRA limiter
-//! keyed by user, from `governor`), runs running at once, and open event streams, each
-//! against `antler.gateway.limits`. A user over its own limit gets 429 with `Retry-After`;
+//! keyed by user, from `governor`; with several leads on PostgreSQL, the same GCRA in the
+//! database, shared by every lead: `ha::Leases::take_submission`), runs running at once,
+//! and open event streams (per lead), each against `antler.gateway.limits`. A user over its own limit gets 429 with `Retry-After`;
 //! the operator is not limited. Open streams are counted by a [`StreamSlot`] that gives
 //! its place back when the stream is dropped, however it ends; a cap on every user's
 //! streams together keeps connections free for everything else (`/health` included).
@@ -77,6 +78,36 @@ impl Quotas {
                     per_minute: self.limits.submissions_per_minute,
                     retry_after_s: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
                 })
+            }
+        }
+    }
+
+    /// Takes one submission of `user`'s budget: the budget every lead shares in PostgreSQL
+    /// when `shared` (the leases) is given, else this lead's own. A shared budget the
+    /// database cannot answer for falls back to this lead's (a lead never refuses for its
+    /// database's sake what it would accept alone).
+    pub async fn submit_shared(
+        &self,
+        shared: Option<&crate::ha::Ownership>,
+        user: &str,
+    ) -> Result<(), OverLimit> {
+        let Some(shared) = shared else {
+            return self.submit(user);
+        };
+        let per_minute = self.limits.submissions_per_minute;
+        match shared.take_submission(user, per_minute).await {
+            Ok(None) => Ok(()),
+            Ok(Some(wait)) => Err(OverLimit::Submissions {
+                user: user.to_owned(),
+                per_minute,
+                retry_after_s: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+            }),
+            Err(e) => {
+                tracing::warn!(
+                    user,
+                    "the shared submission budget did not answer; this lead's own counts: {e}"
+                );
+                self.submit(user)
             }
         }
     }

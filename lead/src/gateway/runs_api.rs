@@ -197,7 +197,8 @@ fn run_user(principal: &Principal, asked: Option<String>) -> Result<String, Refu
 async fn within_quotas(state: &State, user: &str) -> Result<(), HttpResponse> {
     state
         .quotas
-        .submit(user)
+        .submit_shared(state.runs.ownership.as_deref(), user)
+        .await
         .map_err(|over| over_limit(&over))?;
     let running = state
         .runs

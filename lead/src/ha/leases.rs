@@ -165,6 +165,11 @@ impl Leases {
         })
     }
 
+    /// The connection the statements go through (for the sweep of `retention`).
+    pub(super) fn db(&self) -> &Postgres {
+        &self.db
+    }
+
     /// Connects to the DSN's database, migrates it and opens its leases: what a lead does
     /// at start in cluster mode.
     pub async fn open(dsn: &str) -> Result<Self, HaError> {

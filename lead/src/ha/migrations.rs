@@ -55,6 +55,17 @@ const MIGRATIONS: &[Migration] = &[
         // epoch of the lead that wrote it), so a stream follows a run across leads.
         sql: "ALTER TABLE run_events ADD COLUMN gen bigint NOT NULL DEFAULT 0;",
     },
+    Migration {
+        version: 5,
+        name: "gateway_submissions",
+        // The submissions-per-minute budget every lead's gateway takes from (GCRA): per
+        // user, the theoretical arrival time of its next submission. A row whose `tat` is
+        // past is a full budget, as no row is, and is swept.
+        sql: "CREATE TABLE gateway_submissions (
+              user_id text PRIMARY KEY,
+              tat timestamptz NOT NULL
+          );",
+    },
 ];
 
 /// The runs store (`runs::store`), as its SQLite file has it: the same tables and columns,
@@ -190,7 +201,7 @@ CREATE TABLE memory_watermarks (
 ";
 
 /// The schema version this lead knows: the last of [`MIGRATIONS`].
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The advisory lock key that serializes migrations (`pg_advisory_xact_lock`): "antler"
 /// in ASCII, so it is recognizable in `pg_locks`.

@@ -2,8 +2,9 @@
 //! run before driving it ([`Ownership::hold`]), renew every held lease in one statement and
 //! say which were lost ([`Ownership::renew`]), give a run up when it ends
 //! ([`Ownership::release`]), and find and take the runs a dead lead left
-//! ([`Ownership::takeable`]). The run manager acts on what it says; the database and its
-//! clock decide.
+//! ([`Ownership::takeable`]), and now and then remove the released leases of finished runs
+//! and the rows of dead leads ([`Ownership::sweep`]). The run manager acts on what it says;
+//! the database and its clock decide.
 //!
 //! A lead that cannot renew in time (the database unreachable, the lead paused) does not
 //! wait for the database to tell it: once a lease's time to live has passed since the last
@@ -14,10 +15,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::{Epoch, ExpiredLease, HaError, LeadId, Leases};
+use super::{Epoch, ExpiredLease, HaError, LeadId, Leases, Swept};
 
 /// The most lapsed leases one takeover pass reads.
 pub const TAKEOVER_BATCH: u32 = 64;
+
+/// The most rows of each table one retention sweep removes.
+pub const SWEEP_BATCH: u32 = 1000;
+
+/// How often a lead sweeps at most: once a minute, or once a retention when that is
+/// shorter; at its next look again when a sweep removed a whole batch.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// The leases this lead holds.
 pub struct Ownership {
@@ -29,6 +37,10 @@ pub struct Ownership {
     held: Mutex<HashMap<String, (Epoch, Instant)>>,
     /// This lead's gateway URL once advertised (`leads`), refreshed with the renewals.
     gateway_url: Mutex<Option<String>>,
+    /// How long a finished run's released lease and a silent lead's row are kept.
+    retention: Duration,
+    /// When the next retention sweep is due (`None`: now).
+    next_sweep: Mutex<Option<Instant>>,
 }
 
 /// What [`Ownership::hold`] found.
@@ -42,10 +54,12 @@ pub enum Hold {
 
 impl Ownership {
     /// The leases of the database `dsn` names (connected and migrated), for a new lead
-    /// identity; its leases live `ttl` unrenewed.
-    pub async fn open(dsn: &str, ttl: Duration) -> Result<Arc<Self>, HaError> {
+    /// identity; its leases live `ttl` unrenewed, and what it sweeps is kept `retention`.
+    pub async fn open(dsn: &str, ttl: Duration, retention: Duration) -> Result<Arc<Self>, HaError> {
         let leases = Leases::open(dsn).await?;
-        Ok(Arc::new(Self::new(leases, new_lead_id(), ttl)))
+        Ok(Arc::new(
+            Self::new(leases, new_lead_id(), ttl).with_retention(retention),
+        ))
     }
 
     pub fn new(leases: Leases, lead: LeadId, ttl: Duration) -> Self {
@@ -55,7 +69,16 @@ impl Ownership {
             ttl,
             held: Mutex::new(HashMap::new()),
             gateway_url: Mutex::new(None),
+            retention: Duration::from_millis(antler_protocol::config::DEFAULT_LEASE_RETENTION_MS),
+            next_sweep: Mutex::new(None),
         }
+    }
+
+    /// Keeps finished runs' released leases and silent leads' rows `retention` before
+    /// [`Ownership::sweep`] removes them (an hour by default).
+    pub fn with_retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
     }
 
     pub fn lead(&self) -> &LeadId {
@@ -220,6 +243,56 @@ impl Ownership {
         let held = self.held();
         expired.retain(|lease| !held.contains_key(&lease.run_id));
         Ok(expired)
+    }
+
+    /// Removes, when a sweep is due (at most once a minute, or once a retention when that is
+    /// shorter), the released leases of finished runs and the rows of leads that stopped
+    /// renewing, each older than the retention: one bounded `DELETE` per table. What it
+    /// removed, or `None` when no sweep was due or it failed (it is tried again when due).
+    pub async fn sweep(&self) -> Option<Swept> {
+        let now = Instant::now();
+        let due = |next: &Option<Instant>| next.is_none_or(|at| at <= now);
+        if !due(&self
+            .next_sweep
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner))
+        {
+            return None;
+        }
+        let swept = match self.leases.sweep(self.retention, SWEEP_BATCH).await {
+            Ok(swept) => Some(swept),
+            Err(e) => {
+                tracing::warn!("cannot remove the old run leases and lead rows: {e}");
+                None
+            }
+        };
+        let next = match swept {
+            Some(swept) if swept.full(SWEEP_BATCH) => now,
+            _ => now + SWEEP_EVERY.min(self.retention),
+        };
+        *self
+            .next_sweep
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(next);
+        if let Some(swept) = swept.filter(|s| *s != Swept::default()) {
+            tracing::debug!(
+                leases = swept.leases,
+                leads = swept.leads,
+                submissions = swept.submissions,
+                "removed the released leases of finished runs and the rows of silent leads"
+            );
+        }
+        swept
+    }
+
+    /// Takes one of `user`'s `per_minute` submissions from the budget the leads share:
+    /// `Ok(None)` when taken, `Ok(Some(wait))` when spent until `wait` from now.
+    pub async fn take_submission(
+        &self,
+        user: &str,
+        per_minute: u32,
+    ) -> Result<Option<Duration>, HaError> {
+        self.leases.take_submission(user, per_minute).await
     }
 
     /// `run`'s lease as it stands (`None`: never leased).

@@ -64,7 +64,10 @@ pub use gateway::{
     valid_user, GatewaySection, JwtSection, LimitsSection, McpServerSection, StaticPrincipal,
     GATEWAY_KEYS, JWT_ALGORITHMS, JWT_KEYS, OPERATOR_USER,
 };
-pub use ha::{HaSection, DEFAULT_LEASE_TTL_MS, HA_ADVERTISE_URL_ENV, HA_DSN_ENV, HA_KEYS};
+pub use ha::{
+    HaSection, DEFAULT_LEASE_RETENTION_MS, DEFAULT_LEASE_TTL_MS, HA_ADVERTISE_URL_ENV, HA_DSN_ENV,
+    HA_KEYS,
+};
 pub use location::{
     resolve_app_config_path, resolve_extensions_beside, resolve_extensions_path, ANTLER_CONFIG_ENV,
     ANTLER_EXTENSIONS_ENV, DEERFLOW_CONFIG_ENV, DEERFLOW_EXTENSIONS_ENV, EXTENSIONS_FILE_NAMES,

@@ -11,11 +11,13 @@
 //! (`hostssl`); the harness's own connections to it go through its Unix socket.
 //!
 //! [`forwarder`] is a TCP forwarder a test puts between a lead and the cluster, so it can
-//! cut the network between them.
+//! cut the network between them; [`leads`] starts `antler up` leads with their gateways on
+//! a database of it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod forwarder;
+pub mod leads;
 
 use std::ffi::CString;
 use std::os::unix::process::CommandExt;

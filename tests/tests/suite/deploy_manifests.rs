@@ -9,7 +9,8 @@
 //! pod the keys it names; a broken manifest is rejected, so the validator is live.
 //! The `ha` overlay (components/ha-leads) runs three leads as a Deployment on the
 //! PostgreSQL its Secret names, with a budget, one lead per node and no SQLite volume; the
-//! cloudnative-pg component wires the leads to the operator's Secrets over verified TLS.
+//! cloudnative-pg component wires the leads to the operator's Secrets over verified TLS;
+//! each lead advertises its pod IP's gateway, and the leads (only) reach each other's.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -983,6 +984,108 @@ fn the_ha_overlay_runs_three_leads_on_the_secrets_postgres() {
         .any(|p| p["port"] == 5432)));
 }
 
+/// A connection `from` (pod labels) may open to `to` (pod labels) on `port` under the
+/// egress rules that apply to `from` (pod selectors with matchLabels, as the manifests use).
+fn egress_allowed(docs: &[Value], from: &Value, to: &Value, port: u64) -> bool {
+    egress_rules(docs, from).iter().any(|rule| {
+        let to_ok = match rule["to"].as_array() {
+            None => true,
+            Some(peers) => peers.iter().any(|peer| {
+                peer["namespaceSelector"].is_null()
+                    && peer["ipBlock"].is_null()
+                    && labels_match(&peer["podSelector"]["matchLabels"], to)
+            }),
+        };
+        let port_ok = match rule["ports"].as_array() {
+            None => true,
+            Some(ports) => ports.iter().any(|p| p["port"] == port),
+        };
+        to_ok && port_ok
+    })
+}
+
+/// The port the lead's gateway listens on: `ANTLER_GATEWAY_ADDR`'s, which is the
+/// container's `gateway` port.
+fn gateway_port(lead: &Value) -> u64 {
+    let addr = env_var(lead, "ANTLER_GATEWAY_ADDR")["value"]
+        .as_str()
+        .unwrap();
+    let port: u64 = addr.rsplit_once(':').unwrap().1.parse().unwrap();
+    let declared = lead_container(lead)["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "gateway")
+        .unwrap();
+    assert_eq!(declared["containerPort"], port);
+    port
+}
+
+/// Each lead of the `ha` overlay advertises `http://` + its pod IP + the gateway's port
+/// (the downward API's `status.podIP`, defined before the variable that expands it), and
+/// the NetworkPolicies let a lead open that port on another lead, which the single-lead
+/// overlays do not: a write to a run another lead drives is forwarded there.
+#[test]
+fn the_ha_leads_advertise_their_pod_ip_and_reach_each_others_gateway() {
+    let docs = overlay("ha");
+    let lead = find(&docs, "Deployment", "antler-lead");
+    let port = gateway_port(lead);
+    let env: Vec<&str> = lead_container(lead)["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        env_var(lead, "POD_IP")["valueFrom"],
+        serde_json::json!({"fieldRef": {"fieldPath": "status.podIP"}})
+    );
+    assert_eq!(
+        env_var(lead, "ANTLER_HA_ADVERTISE_URL")["value"],
+        format!("http://$(POD_IP):{port}").as_str()
+    );
+    // Kubernetes expands $(VAR) only for variables defined before.
+    let at = |name: &str| env.iter().position(|n| *n == name).unwrap();
+    assert!(at("POD_IP") < at("ANTLER_HA_ADVERTISE_URL"), "{env:?}");
+
+    let labels = &lead["spec"]["template"]["metadata"]["labels"];
+    assert!(
+        egress_allowed(&docs, labels, labels, port),
+        "lead -> lead egress"
+    );
+    assert!(
+        ingress_allowed(&docs, labels, labels, port),
+        "lead -> lead ingress"
+    );
+    let peers = find(&docs, "NetworkPolicy", "antler-lead-peers");
+    assert_eq!(peers["metadata"]["namespace"], "antler");
+    // Only the gateway's port, and only to leads.
+    assert!(!egress_allowed(&docs, labels, labels, 7102));
+    for other in ["mcp-host", "sandbox-host", "subagent"] {
+        let to = pod_labels(&docs, other);
+        assert!(
+            !egress_allowed(&docs, labels, to, port),
+            "lead -/-> {other}"
+        );
+    }
+
+    // One lead: no forwarding, no advertised address, no lead -> lead egress.
+    for name in OVERLAYS {
+        let docs = overlay(name);
+        let lead = find(&docs, "StatefulSet", "antler-lead");
+        let labels = &lead["spec"]["template"]["metadata"]["labels"];
+        assert!(
+            !egress_allowed(&docs, labels, labels, gateway_port(lead)),
+            "{name}"
+        );
+        assert!(!lead_container(lead)["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "ANTLER_HA_ADVERTISE_URL"));
+    }
+}
+
 #[test]
 fn the_cloudnative_pg_component_gives_the_leads_its_dsn_over_verified_tls() {
     let overlay = TempOverlay::new();
@@ -1031,6 +1134,18 @@ fn the_cloudnative_pg_component_gives_the_leads_its_dsn_over_verified_tls() {
     assert_eq!(
         env_var(lead, "ANTLER_POSTGRES_URI")["valueFrom"]["secretKeyRef"],
         serde_json::json!({"name": "antler-postgres-app", "key": "uri"})
+    );
+    // The advertised gateway stays as ha-leads set it.
+    assert!(
+        env.iter().position(|n| *n == "POD_IP").unwrap()
+            < env
+                .iter()
+                .position(|n| *n == "ANTLER_HA_ADVERTISE_URL")
+                .unwrap()
+    );
+    assert_eq!(
+        env_var(lead, "ANTLER_HA_ADVERTISE_URL")["value"],
+        "http://$(POD_IP):8001"
     );
     for name in ["ANTLER_STORE_DSN", "ANTLER_HA_DSN"] {
         // Kubernetes expands $(VAR) only for variables defined before.

@@ -9,15 +9,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use antler_lead::runs::store::STORE_DSN_ENV;
-use antler_tests::{bin, signal, wait_for};
+use antler_tests::wait_for;
 use serde_json::{json, Value};
 
 use crate::lead_support::http_full;
+use crate::pg_support::leads::{self, advertised, call, Lead};
 use crate::pg_support::{connect, database};
 
 const ALICE: &str = "alice-token-000000000001";
@@ -39,74 +37,6 @@ turns:
       - {name: bash, id: push-1, args: {description: push, command: "git push origin main"}}
   - content: Done pushing.
 "#;
-
-/// A lead started by `antler up`; killed (with its children) when dropped.
-struct Lead {
-    child: Child,
-    runtime: PathBuf,
-}
-
-impl Drop for Lead {
-    fn drop(&mut self) {
-        signal(self.child.id(), libc::SIGKILL);
-        let _ = self.child.wait();
-    }
-}
-
-impl Lead {
-    /// `antler up` on `runtime` with its gateway on a free loopback port, its runs store
-    /// and leases in the database `dsn` names.
-    fn up(dir: &Path, runtime: PathBuf, dsn: &str) -> Lead {
-        let mut command = Command::new(bin("antler"));
-        command
-            .arg("--runtime-dir")
-            .arg(&runtime)
-            .args(["up", "--workers", "0", "--config"])
-            .arg(dir.join("config.yaml"))
-            .env("ANTLER_SANDBOX_BASE_DIR", dir.join("base"))
-            .env("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")
-            .env("ANTLER_GATEWAY_TOKEN", OPERATOR)
-            .env("RUST_LOG", "warn")
-            .env_remove("ANTLER_HA_DSN")
-            .env_remove("ANTLER_HA_ADVERTISE_URL")
-            .env(STORE_DSN_ENV, dsn)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::File::create(runtime.with_extension("log"))
-                    .map(Stdio::from)
-                    .unwrap_or_else(|_| Stdio::null()),
-            );
-        Lead {
-            child: command.spawn().expect("start antler up"),
-            runtime,
-        }
-    }
-
-    /// The gateway's address, once it listens and its runs can be prepared.
-    fn gateway(&self) -> String {
-        let addr = wait_for(Duration::from_secs(60), || {
-            std::fs::read_to_string(self.runtime.join("gateway.addr")).ok()
-        })
-        .expect("the gateway listens");
-        let addr = addr.trim().to_owned();
-        wait_for(Duration::from_secs(60), || {
-            (call(&addr, OPERATOR, "GET", "/ready", None).0 == 200).then_some(())
-        })
-        .expect("the lead is ready");
-        addr
-    }
-}
-
-fn call(addr: &str, token: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let body = body.map(Value::to_string);
-    let (code, _, text) = http_full(addr, token, method, path, body.as_deref());
-    (
-        code,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
 
 /// Starts a run of [`ASK`] as alice on `addr`; its id, once it waits for its answer.
 fn asking_run(addr: &str) -> String {
@@ -139,14 +69,9 @@ fn status_becomes(addr: &str, run_id: &str, status: &str) -> Value {
 
 /// The run's lease row: (owner, epoch).
 async fn lease(client: &tokio_postgres::Client, run_id: &str) -> (Option<String>, i64) {
-    let row = client
-        .query_one(
-            "SELECT lead_id, epoch FROM run_leases WHERE run_id = $1",
-            &[&run_id],
-        )
+    leads::lease(client, run_id)
         .await
-        .unwrap();
-    (row.get(0), row.get(1))
+        .expect("the run has a lease")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,23 +91,12 @@ async fn a_write_posted_to_the_lead_that_does_not_drive_the_run_reaches_its_owne
         ),
     )
     .unwrap();
-    let lead_a = Lead::up(dir, dir.join("a"), &db.dsn);
-    let lead_b = Lead::up(dir, dir.join("b"), &db.dsn);
+    let lead_a = Lead::up(dir, dir.join("a"), &db.dsn, OPERATOR);
+    let lead_b = Lead::up(dir, dir.join("b"), &db.dsn, OPERATOR);
     let (a, b) = (lead_a.gateway(), lead_b.gateway());
 
     // Each lead advertised its own gateway.
-    let mut advertised: Vec<String> = Vec::new();
-    for _ in 0..300 {
-        let rows = pg
-            .query("SELECT gateway_url FROM leads ORDER BY gateway_url", &[])
-            .await
-            .unwrap();
-        advertised = rows.iter().map(|r| r.get(0)).collect();
-        if advertised.len() == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let advertised = advertised(&pg, 2).await;
     let mut expected = vec![format!("http://{a}"), format!("http://{b}")];
     expected.sort();
     assert_eq!(advertised, expected);

@@ -448,7 +448,7 @@ fn the_schema_migrates_from_empty_and_from_schema_1_keeping_its_leases() {
         let mut pg = Postgres::connect(&empty.dsn).await.unwrap();
         let migrated = pg.migrate().await.unwrap();
         assert_eq!((migrated.from, migrated.to), (0, SCHEMA_VERSION));
-        assert_eq!(SCHEMA_VERSION, 4);
+        assert_eq!(SCHEMA_VERSION, 5);
 
         // A database a lead of schema 1 made: leases only, one of them held.
         let old = database("ha_store_v1").await;
@@ -468,7 +468,7 @@ fn the_schema_migrates_from_empty_and_from_schema_1_keeping_its_leases() {
             .unwrap();
         let mut pg = Postgres::connect(&old.dsn).await.unwrap();
         let migrated = pg.migrate().await.unwrap();
-        assert_eq!((migrated.from, migrated.to), (1, 4));
+        assert_eq!((migrated.from, migrated.to), (1, 5));
         let lease = client
             .query_one(
                 "SELECT lead_id, epoch FROM run_leases WHERE run_id = 'run-7'",
@@ -487,7 +487,13 @@ fn the_schema_migrates_from_empty_and_from_schema_1_keeping_its_leases() {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        assert_eq!(names, ["run_leases", "runs_store", "leads", "run_events_gen"]);
+        assert_eq!(names, [
+                "run_leases",
+                "runs_store",
+                "leads",
+                "run_events_gen",
+                "gateway_submissions"
+            ]);
         // Schema 4: each run event has its generation.
         let gen: i64 = client
             .query_one(

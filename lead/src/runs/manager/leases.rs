@@ -5,7 +5,8 @@
 //! a run that ends gives its lease up; and a long-lived lead takes over the runs whose
 //! leases other leads let lapse ([`TakeOver`]), resuming each from its last checkpoint (a
 //! call in flight gets the interrupted-call result, never sent again), with a
-//! [`LEAD_TAKEOVER`] event in its events. Without a DSN none of this runs.
+//! [`LEAD_TAKEOVER`] event in its events; the same look sweeps the released leases of
+//! finished runs and dead leads' rows past their retention. Without a DSN none of this runs.
 
 use std::sync::Arc;
 
@@ -111,7 +112,8 @@ async fn renew(ownership: Arc<Ownership>, manager: Addr<RunManager>) {
 
 /// Takes over the runs whose leases lapsed, a third of a time to live apart, once the
 /// hosts answer; first resumes the runs left `running` that no lease covers (left by a lead
-/// without leases, or released).
+/// without leases, or released). The same look removes old lease and lead rows now and then
+/// ([`Ownership::sweep`]).
 async fn take_over(
     ownership: Arc<Ownership>,
     env: Arc<crate::runs::prepare::RunEnv>,
@@ -163,6 +165,8 @@ async fn take_over(
                 return;
             }
         }
+        // Rate-limited: at most once a minute, after the takeovers.
+        ownership.sweep().await;
     }
 }
 
