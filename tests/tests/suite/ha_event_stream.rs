@@ -12,16 +12,14 @@ use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use antler_lead::runs::store::STORE_DSN_ENV;
-use antler_tests::{bin, signal, wait_for};
+use antler_tests::wait_for;
 use serde_json::{json, Value};
 
 use crate::lead_support::http_full;
+use crate::pg_support::leads::Lead;
 use crate::pg_support::{connect, database};
 
 const ALICE: &str = "alice-token-000000000001";
@@ -39,63 +37,6 @@ turns:
       - {name: present_files, args: {filepaths: ["/mnt/user-data/outputs/a.md", "/mnt/user-data/outputs/b.md"]}}
   - content: Both files are written and presented.
 "#;
-
-/// A lead started by `antler up`; killed (with its children) when dropped.
-struct Lead {
-    child: Child,
-    runtime: PathBuf,
-}
-
-impl Drop for Lead {
-    fn drop(&mut self) {
-        signal(self.child.id(), libc::SIGKILL);
-        let _ = self.child.wait();
-    }
-}
-
-impl Lead {
-    fn up(dir: &Path, runtime: PathBuf, dsn: &str) -> Lead {
-        let mut command = Command::new(bin("antler"));
-        command
-            .arg("--runtime-dir")
-            .arg(&runtime)
-            .args(["up", "--workers", "0", "--config"])
-            .arg(dir.join("config.yaml"))
-            .env("ANTLER_SANDBOX_BASE_DIR", dir.join("base"))
-            .env("ANTLER_GATEWAY_ADDR", "127.0.0.1:0")
-            .env("ANTLER_GATEWAY_TOKEN", OPERATOR)
-            .env("RUST_LOG", "warn")
-            .env_remove("ANTLER_HA_DSN")
-            .env_remove("ANTLER_HA_ADVERTISE_URL")
-            .env(STORE_DSN_ENV, dsn)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::File::create(runtime.with_extension("log"))
-                    .map(Stdio::from)
-                    .unwrap_or_else(|_| Stdio::null()),
-            );
-        Lead {
-            child: command.spawn().expect("start antler up"),
-            runtime,
-        }
-    }
-
-    /// The gateway's address, once it listens and its runs can be prepared.
-    fn gateway(&self) -> String {
-        let addr = wait_for(Duration::from_secs(60), || {
-            std::fs::read_to_string(self.runtime.join("gateway.addr")).ok()
-        })
-        .expect("the gateway listens");
-        let addr = addr.trim().to_owned();
-        wait_for(Duration::from_secs(60), || {
-            (http_full(&addr, OPERATOR, "GET", "/ready", None).0 == 200).then_some(())
-        })
-        .expect("the lead is ready");
-        addr
-    }
-}
 
 /// An HTTP/1.1 chunked body, decoded.
 struct Chunked<R> {
@@ -267,8 +208,8 @@ async fn an_event_stream_follows_its_run_across_leads_and_a_takeover() {
         ),
     )
     .unwrap();
-    let mut lead_a = Some(Lead::up(dir, dir.join("a"), &db.dsn));
-    let lead_b = Lead::up(dir, dir.join("b"), &db.dsn);
+    let mut lead_a = Some(Lead::up(dir, dir.join("a"), &db.dsn, OPERATOR));
+    let lead_b = Lead::up(dir, dir.join("b"), &db.dsn, OPERATOR);
     let a = lead_a.as_ref().unwrap().gateway();
     let b = lead_b.gateway();
 
@@ -328,7 +269,6 @@ async fn an_event_stream_follows_its_run_across_leads_and_a_takeover() {
 
     // A dies mid-run; its client's stream breaks, and it reconnects to B with the last id
     // it got.
-    signal(lead_a.as_ref().unwrap().child.id(), libc::SIGKILL);
     drop(lead_a.take());
     reader_a.join().unwrap();
     let before: Vec<Frame> = on_a.lock().unwrap().clone();
