@@ -102,18 +102,14 @@ pub async fn read(pg: &tokio_postgres::Client, runs: &[String]) -> anyhow::Resul
         )
         .await?
     {
-        evidence
-            .writes
-            .entry(row.get(3))
-            .or_default()
-            .push(Write {
-                at: row.get(0),
-                writer: row.get(1),
-                table: row.get(2),
-                lead_id: row.get(4),
-                epoch: row.get(5),
-                detail: row.get(6),
-            });
+        evidence.writes.entry(row.get(3)).or_default().push(Write {
+            at: row.get(0),
+            writer: row.get(1),
+            table: row.get(2),
+            lead_id: row.get(4),
+            epoch: row.get(5),
+            detail: row.get(6),
+        });
     }
     for row in pg
         .query(

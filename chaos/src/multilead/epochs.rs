@@ -146,7 +146,9 @@ pub fn invariants(
         }
         for e in events.iter().filter(|e| e["event"] == "lead_takeover") {
             if !t.acquisitions.iter().any(|a| e["epoch"] == a.epoch) {
-                invisible.push(format!("{run}: a lead_takeover event names an epoch no lead took: {e}"));
+                invisible.push(format!(
+                    "{run}: a lead_takeover event names an epoch no lead took: {e}"
+                ));
             }
         }
         all.insert(run.clone(), t.acquisitions);
@@ -264,4 +266,3 @@ mod tests {
         assert_eq!(took, [Duration::from_millis(1500)]);
     }
 }
-

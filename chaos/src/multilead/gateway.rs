@@ -72,9 +72,12 @@ impl Leads {
             return false;
         };
         let hosts = 2 + self.workers as usize;
-        view["processes"].as_array().is_some_and(|ps| {
-            ps.len() == 1 + hosts && ps.iter().all(|p| p["healthy"] == true)
-        }) && view["mcp_servers"].as_array().is_some_and(|s| !s.is_empty())
+        view["processes"]
+            .as_array()
+            .is_some_and(|ps| ps.len() == 1 + hosts && ps.iter().all(|p| p["healthy"] == true))
+            && view["mcp_servers"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty())
     }
 
     /// Waits up to `within` until slot `k`'s lead serves: how long it took.

@@ -71,14 +71,17 @@ pub fn run(args: &ChaosArgs, plan: Plan, dir: &Path) -> anyhow::Result<Report> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let played = runtime.block_on(schedule(Arc::clone(&leads), Arc::clone(&database), &plan, ttl));
+    let played = runtime.block_on(schedule(
+        Arc::clone(&leads),
+        Arc::clone(&database),
+        &plan,
+        ttl,
+    ));
     leads.stop();
     drop(runtime);
     database.stop(&dir.join("postgres.log"));
     let mut played = played?;
-    played
-        .invariants
-        .push(checks::nothing_left(dir, None));
+    played.invariants.push(checks::nothing_left(dir, None));
     if let Some(pg_dir) = &pg_dir {
         played.invariants.push(postgres_gone(pg_dir));
     }
@@ -95,7 +98,11 @@ pub fn run(args: &ChaosArgs, plan: Plan, dir: &Path) -> anyhow::Result<Report> {
     );
     report.json["leads"] = json!(args.leads);
     report.json["lease_ttl_ms"] = json!(args.lease_ttl_ms);
-    report.json["postgres"] = json!(if args.pg_dsn.is_some() { "given" } else { "throwaway" });
+    report.json["postgres"] = json!(if args.pg_dsn.is_some() {
+        "given"
+    } else {
+        "throwaway"
+    });
     report.json["postgres_dir"] = json!(pg_dir.map(|d| d.display().to_string()));
     report.json["lead_faults"] = played.lead_faults;
     report.table = format!(
@@ -128,7 +135,11 @@ async fn schedule(
         leads.start(k, None)?;
     }
     for k in 0..leads.slots.len() {
-        if leads.wait_healthy(k, Duration::from_secs(120)).await.is_none() {
+        if leads
+            .wait_healthy(k, Duration::from_secs(120))
+            .await
+            .is_none()
+        {
             anyhow::bail!(
                 "lead {k} did not come up; see {}",
                 leads.current_log(k).display()
@@ -145,7 +156,11 @@ async fn schedule(
     let elapsed = started.elapsed();
     let mut serving = Vec::new();
     for k in 0..leads.slots.len() {
-        if leads.wait_healthy(k, Duration::from_secs(60)).await.is_none() {
+        if leads
+            .wait_healthy(k, Duration::from_secs(60))
+            .await
+            .is_none()
+        {
             serving.push(format!("lead {k} does not serve after the schedule"));
         }
     }
@@ -262,6 +277,9 @@ fn postgres_gone(pg_dir: &Path) -> Invariant {
     checks::invariant(
         "no PostgreSQL left once the schedule ends",
         left,
-        format!("the throwaway cluster stopped and {} removed", pg_dir.display()),
+        format!(
+            "the throwaway cluster stopped and {} removed",
+            pg_dir.display()
+        ),
     )
 }

@@ -52,7 +52,10 @@ fn a_short_seeded_multi_lead_schedule_keeps_every_invariant() {
     let faults = report["faults"].as_array().unwrap();
     for kind in &kinds {
         let k = faults.iter().find(|k| k["kind"] == kind.as_str()).unwrap();
-        assert!(k["injected"].as_u64().unwrap() >= 1, "{kind} never hit a lead: {k:#}");
+        assert!(
+            k["injected"].as_u64().unwrap() >= 1,
+            "{kind} never hit a lead: {k:#}"
+        );
     }
     let lead_faults = report["lead_faults"].as_array().unwrap();
     for f in lead_faults {
@@ -69,7 +72,10 @@ fn a_short_seeded_multi_lead_schedule_keeps_every_invariant() {
         .iter()
         .find(|r| r["name"] == "a lead fault's runs under a new epoch (from the fault)")
         .unwrap();
-    assert!(taken_over["samples"].as_u64().unwrap() >= 3, "{taken_over:#}");
+    assert!(
+        taken_over["samples"].as_u64().unwrap() >= 3,
+        "{taken_over:#}"
+    );
 
     // The multi-lead invariants are among those that held.
     for name in [
@@ -98,7 +104,10 @@ fn a_short_seeded_multi_lead_schedule_keeps_every_invariant() {
             .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
             .unwrap_or_default();
         for needle in &needles {
-            assert!(!cmdline.contains(needle.as_str()), "left running: {cmdline}");
+            assert!(
+                !cmdline.contains(needle.as_str()),
+                "left running: {cmdline}"
+            );
         }
     }
 }
