@@ -23,7 +23,7 @@ fn a_short_seeded_multi_lead_schedule_keeps_every_invariant() {
             "--seed",
             "20261205",
             "--runs",
-            "6",
+            "9",
             "--minutes",
             "0.8",
             "--mode",
@@ -40,7 +40,7 @@ fn a_short_seeded_multi_lead_schedule_keeps_every_invariant() {
         "{}",
         schedule.stderr
     );
-    schedule.assert_held(6);
+    schedule.assert_held(9);
     let kinds = chaos::kinds(&["kill9", "sigstop", "partition"], &["lead"]);
     schedule.assert_survived(&kinds);
     let report = &schedule.report;
