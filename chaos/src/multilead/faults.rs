@@ -6,7 +6,8 @@
 //! time until the slot's lead serves again (from the kill, or from the pause's or the
 //! cut's end); the runs it held are timed to their new epochs afterwards, from the audit.
 //! Each fault must leave a trace: a new incarnation serving in place of the killed one,
-//! or the woken or reconnected lead's log saying it lost its runs' leases.
+//! or the woken or reconnected lead's log saying it lost its runs' leases (else, for a
+//! lead that had let its runs go already, those runs going on at newer epochs).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -144,15 +145,40 @@ pub async fn inject(
                 leads.incarnation(k)
             )
         }),
-        _ => lost_since(&log, lost_before).await.map(|n| {
-            format!(
+        _ => match lost_since(&log, lost_before).await {
+            Some(n) => Some(format!(
                 "{} says it lost {n} run lease(s) and stopped those runs",
                 leads.incarnation(k)
-            )
-        }),
+            )),
+            // A lead that had let a run go already (its resume failed) has nothing to
+            // stop: the runs it held going on at newer epochs show the fault.
+            None => taken_over(pg, &fault.held).await.map(|n| {
+                format!(
+                    "{n} run(s) {} held went on at a newer epoch (it logged no loss)",
+                    leads.incarnation(k)
+                )
+            }),
+        },
     };
     slot.faulted.store(false, Ordering::SeqCst);
     fault
+}
+
+/// How many of `held` (run, epoch) have a newer epoch now; `None` when none has.
+async fn taken_over(pg: &tokio_postgres::Client, held: &[(String, i64)]) -> Option<usize> {
+    let mut n = 0;
+    for (run, epoch) in held {
+        let newer = pg
+            .query_opt(
+                "SELECT 1 FROM run_leases WHERE run_id = $1 AND epoch > $2",
+                &[run, epoch],
+            )
+            .await
+            .ok()
+            .flatten();
+        n += usize::from(newer.is_some());
+    }
+    (n > 0).then_some(n)
 }
 
 /// The lines of `log` that say a run's lease was lost.
