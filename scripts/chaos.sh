@@ -5,11 +5,14 @@
 # release binaries (or uses ANTLER_BIN_DIR), prints the report's table, ends with the report
 # as one JSON line, and exits non-zero when an invariant breaks.
 #
-#   scripts/chaos.sh [--seed S] [--runs N] [--minutes M] [--mode local|multi-host] [antler chaos flags]
+#   scripts/chaos.sh [--seed S] [--runs N] [--minutes M] [--mode local|multi-host|multi-lead] [antler chaos flags]
 #
 # --mode multi-host (root: network namespaces) puts every host in a namespace of its own,
 # over TLS, each behind a TCP fault proxy (PyPI faulty, installed here), and adds the
 # network faults (delay, drop, throttle, corrupt, a cut link) to the process faults.
+# --mode multi-lead runs --leads N (default 3) leads on one PostgreSQL (Debian's
+# postgresql-15, installed here, in a throwaway cluster; or --pg-dsn) and kills, pauses and
+# partitions them mid-run.
 #
 # The soak: scripts/chaos.sh --runs 200 --minutes 30 (and --no-faults for the baseline).
 set -euo pipefail
@@ -32,12 +35,17 @@ case "$mode" in
       echo "chaos: --mode multi-host creates network namespaces: run it with sudo" >&2
       exit 2
     fi ;;
-  *) echo "chaos: --mode is local or multi-host, not $mode" >&2; exit 2 ;;
+  multi-lead) ;;
+  *) echo "chaos: --mode is local, multi-host or multi-lead, not $mode" >&2; exit 2 ;;
 esac
 
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
+if [ "$mode" = multi-lead ] && ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 \
+  && [ -z "${ANTLER_CHAOS_PG_BIN:-}" ] && ! printf '%s\n' "${args[@]}" | grep -q '^--pg-dsn'; then
+  need_apt+=(postgresql-15)
+fi
 if [ "$mode" = multi-host ]; then
   command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
   command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)

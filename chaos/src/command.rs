@@ -14,7 +14,7 @@ use crate::cluster::ChaosCluster;
 use crate::faults::FaultKind;
 use crate::plan::{self, Plan};
 use crate::report::Report;
-use crate::{disk, multihost, schedule};
+use crate::{disk, multihost, multilead, schedule};
 
 /// `antler chaos`'s arguments.
 #[derive(Debug, Clone, clap::Args)]
@@ -38,9 +38,21 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 2)]
     pub workers: u32,
     /// `local`: a cluster of `antler up`'s own processes; `multi-host`: every host in a
-    /// network namespace of its own, over TLS through a fault proxy each (needs root).
+    /// network namespace of its own, over TLS through a fault proxy each (needs root);
+    /// `multi-lead`: several leads on one PostgreSQL, killed, paused and partitioned.
     #[arg(long, value_enum, default_value_t = Mode::Local)]
     pub mode: Mode,
+    /// Multi-lead mode: how many leads share the database (2 or 3).
+    #[arg(long, default_value_t = 3)]
+    pub leads: usize,
+    /// Multi-lead mode: the PostgreSQL database the leads share (a postgres:// URL taking
+    /// plain connections); default a throwaway cluster of this command's own.
+    #[arg(long)]
+    pub pg_dsn: Option<String>,
+    /// Multi-lead mode: the leads' lease time to live (`antler.ha.lease_ttl_ms`); pauses
+    /// and partitions last longer.
+    #[arg(long, default_value_t = 1500)]
+    pub lease_ttl_ms: u64,
     /// Where to write the JSON report (default: chaos-report.json in the directory).
     #[arg(long)]
     pub report: Option<PathBuf>,
@@ -56,6 +68,7 @@ pub struct ChaosArgs {
 pub enum Mode {
     Local,
     MultiHost,
+    MultiLead,
 }
 
 impl Mode {
@@ -63,6 +76,7 @@ impl Mode {
         match self {
             Mode::Local => "local",
             Mode::MultiHost => "multi-host",
+            Mode::MultiLead => "multi-lead",
         }
     }
 }
@@ -75,7 +89,7 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// The `antler` binary beside this one (as `antler chaos` runs it): the cluster's lead
 /// (`antler up`) and, in multi-host mode, `antler cluster init` and the hosts beside it.
-fn antler_beside() -> anyhow::Result<PathBuf> {
+pub(crate) fn antler_beside() -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let antler = exe
         .parent()
@@ -92,7 +106,7 @@ fn antler_beside() -> anyhow::Result<PathBuf> {
 
 /// The `everything` MCP server's command: on PATH (scripts/chaos.sh puts the pinned one
 /// there), or `ANTLER_CHAOS_MCP_COMMAND`.
-fn everything() -> anyhow::Result<String> {
+pub(crate) fn everything() -> anyhow::Result<String> {
     if let Ok(c) = std::env::var("ANTLER_CHAOS_MCP_COMMAND") {
         return Ok(c);
     }
@@ -118,11 +132,15 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         args.minutes
     );
     let dir = cluster_dir(&args, seed)?;
-    let cluster = Arc::new(prepare_cluster(&args, &dir)?);
     let report_path = args
         .report
         .clone()
         .unwrap_or_else(|| dir.join("chaos-report.json"));
+    if args.mode == Mode::MultiLead {
+        let report = multilead::run(&args, plan, &dir)?;
+        return print_report(&args, &dir, &report, &report_path);
+    }
+    let cluster = Arc::new(prepare_cluster(&args, &dir)?);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -181,6 +199,14 @@ fn check_sizes(args: &ChaosArgs) -> anyhow::Result<()> {
     if !(1..=8).contains(&args.workers) {
         anyhow::bail!("--workers: expected 1 to 8");
     }
+    if args.mode == Mode::MultiLead {
+        if !(2..=3).contains(&args.leads) {
+            anyhow::bail!("--leads: expected 2 or 3");
+        }
+        if !(300..=60_000).contains(&args.lease_ttl_ms) {
+            anyhow::bail!("--lease-ttl-ms: expected 300 to 60000");
+        }
+    }
     Ok(())
 }
 
@@ -217,7 +243,8 @@ fn prepare_cluster(args: &ChaosArgs, dir: &Path) -> anyhow::Result<ChaosCluster>
         disk::private_mounts()?;
     }
     let multi = match args.mode {
-        Mode::Local => None,
+        // Multi-lead mode has a preparation of its own (`multilead::run`).
+        Mode::Local | Mode::MultiLead => None,
         Mode::MultiHost => Some(multihost::MultiHost::create(dir, &exe, args.workers)?),
     };
     if disk::available() {

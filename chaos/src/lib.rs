@@ -11,6 +11,10 @@
 //! replays. The report is a table per fault kind and the invariants, printed and written
 //! as JSON (its last line on stdout); the command exits 1 when an invariant breaks.
 //!
+//! `--mode multi-lead` runs several leads on one PostgreSQL instead ([`multilead`]) and
+//! checks, beside the invariants that apply, that at most one epoch acts for a run and
+//! that every takeover shows in the run's events.
+//!
 //! The lead's code it uses comes through one module, `lead`.
 
 mod checks;
@@ -21,10 +25,15 @@ mod events;
 mod faults;
 mod lead;
 mod multihost;
+mod multilead;
 mod plan;
+mod postgres;
 mod procfs;
 mod report;
 mod runs;
 mod schedule;
 
 pub use command::{run, ChaosArgs};
+/// The TCP forwarder the multi-lead mode cuts between a lead and PostgreSQL (the HA tests
+/// use it too).
+pub use postgres::Forwarder;

@@ -102,15 +102,16 @@ impl Plan {
     }
 }
 
-/// The cluster's config.yaml: sandbox tools, MCP tools behind tool_search, subagents, a
-/// fast heartbeat (faults are seen quickly) and a restart budget no schedule exhausts. With
-/// `cluster` (lines of `antler:` that name the hosts to dial), the lead starts no host.
 /// How long a run's pooled stdio session outlives its last call in the schedule's cluster:
 /// short, so that once the runs have ended every pooled session is seen to stop.
 pub const POOL_IDLE_TIMEOUT_S: u64 = 15;
 
-pub fn config_yaml(workers: u32, cluster: Option<String>) -> String {
-    let workers = match &cluster {
+/// The cluster's config.yaml: sandbox tools, MCP tools behind tool_search, subagents, a
+/// fast heartbeat (faults are seen quickly) and a restart budget no schedule exhausts. With
+/// `antler_lines` (lines of `antler:` in place of the workers', e.g. the hosts to dial, so
+/// the lead starts no host, or the workers and the leases' time to live) those.
+pub fn config_yaml(workers: u32, antler_lines: Option<String>) -> String {
+    let workers = match &antler_lines {
         Some(lines) => lines.clone(),
         None => format!("  workers: {workers}\n"),
     };

@@ -23,10 +23,13 @@ pub struct Figures {
     pub host_serving: Vec<Duration>,
     pub run_continuing: Vec<Duration>,
     pub task_failed: Vec<Duration>,
+    /// Multi-lead mode: from a lead fault to each running run it held having a new epoch.
+    pub taken_over: Vec<Duration>,
 }
 
-/// Targets: at most 3 s, 5 s and 4 s.
-const TARGETS_MS: [u64; 3] = [3000, 5000, 4000];
+/// Targets: at most 3 s, 5 s, 4 s and 5 s (issue 38: a dead lead's runs taken over
+/// within 5 s).
+const TARGETS_MS: [u64; 4] = [3000, 5000, 4000, 5000];
 
 impl Figures {
     /// `node_of(replica)`: the node name a worker replica's tasks report.
@@ -69,10 +72,11 @@ impl Figures {
             host_serving,
             run_continuing,
             task_failed,
+            taken_over: Vec::new(),
         }
     }
 
-    fn rows(&self) -> [(&'static str, &Vec<Duration>, u64); 3] {
+    fn rows(&self) -> [(&'static str, &Vec<Duration>, u64); 4] {
         [
             (
                 "a restarted host serving again (from its exit)",
@@ -88,6 +92,11 @@ impl Figures {
                 "a lost worker's task reported failed",
                 &self.task_failed,
                 TARGETS_MS[2],
+            ),
+            (
+                "a lead fault's runs under a new epoch (from the fault)",
+                &self.taken_over,
+                TARGETS_MS[3],
             ),
         ]
     }
@@ -335,6 +344,7 @@ mod tests {
                 .collect(),
             run_continuing: Vec::new(),
             task_failed: Vec::new(),
+            taken_over: Vec::new(),
         }
     }
 

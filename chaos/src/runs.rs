@@ -22,6 +22,19 @@ pub struct RunOutcome {
     pub ended_at: Option<Duration>,
 }
 
+/// The run's submission (`POST /api/runs`) and its `Idempotency-Key`: a submission whose
+/// reply was lost (the lead killed or paused) is repeated with the same key, and the lead
+/// answers the first one's run instead of starting a second.
+pub fn submission(run: &PlannedRun) -> (Value, String) {
+    let body = json!({
+        "task": format!("chaos run {} ({})", run.index, run.kind.as_str()),
+        "thread": format!("chaos-{}", run.index),
+        "playbook_yaml": plan::playbook(run),
+        "subagents": run.kind == plan::RunKind::Delegate,
+    });
+    (body, format!("chaos-run-{}", run.index))
+}
+
 /// Submits the run at its time and follows it to its end (answering its clarification),
 /// riding out a lead that is away.
 pub async fn drive(
@@ -38,15 +51,7 @@ pub async fn drive(
         answered: false,
         ended_at: None,
     };
-    let body = json!({
-        "task": format!("chaos run {} ({})", run.index, run.kind.as_str()),
-        "thread": format!("chaos-{}", run.index),
-        "playbook_yaml": plan::playbook(&run),
-        "subagents": run.kind == plan::RunKind::Delegate,
-    });
-    // A submission whose reply was lost (the lead killed or paused) is repeated with the
-    // same key: the lead answers the first one's run instead of starting a second.
-    let key = format!("chaos-run-{}", run.index);
+    let (body, key) = submission(&run);
     while Instant::now() < deadline {
         match cluster
             .post_keyed("/api/runs", body.clone(), Some(&key))

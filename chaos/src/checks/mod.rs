@@ -15,6 +15,7 @@ use crate::runs::RunOutcome;
 
 pub use leaks::nothing_left;
 pub use memory::{memory, Memory};
+pub(crate) use runs::{every_run_ended, what_the_runs_left};
 
 /// One invariant and whether it held.
 #[derive(Debug, Clone)]
@@ -24,7 +25,7 @@ pub struct Invariant {
     pub detail: String,
 }
 
-fn invariant(name: &'static str, problems: Vec<String>, fine: String) -> Invariant {
+pub(crate) fn invariant(name: &'static str, problems: Vec<String>, fine: String) -> Invariant {
     Invariant {
         name,
         held: problems.is_empty(),
@@ -45,11 +46,10 @@ pub async fn after_runs(
     faults: &[FaultOutcome],
 ) -> Vec<Invariant> {
     let mut out = vec![runs::every_run_ended(runs)];
-    out.extend(runs::what_the_runs_left(
-        runs,
-        &cluster.bases(),
-        &cluster.runtime().join("runs.sqlite"),
-    ));
+    let db = cluster.runtime().join("runs.sqlite");
+    out.extend(runs::what_the_runs_left(runs, &cluster.bases(), &|id| {
+        runs::stored_in_sqlite(&db, id)
+    }));
     out.push(leaks::no_sandbox_leaked(cluster).await);
     out.push(leaks::no_stdio_session_leaked(cluster).await);
     out.push(memory::back_within_a_tenth(cluster, memory_before).await);
@@ -59,7 +59,7 @@ pub async fn after_runs(
 }
 
 /// Every fault that hit something showed with its reason, and was recovered from.
-fn faults_seen_and_recovered(faults: &[FaultOutcome]) -> [Invariant; 2] {
+pub(crate) fn faults_seen_and_recovered(faults: &[FaultOutcome]) -> [Invariant; 2] {
     let invisible: Vec<String> = faults
         .iter()
         .filter(|f| f.pid.is_some() && f.recovery.is_some() && f.evidence.is_none())

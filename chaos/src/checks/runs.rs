@@ -1,7 +1,8 @@
 //! The invariants over what each run left: it ended; its outputs presented once and on
 //! disk; one delivery receipt; every tool call with exactly one result in its last
-//! checkpoint (runs.sqlite); its subagent tasks and its sandbox call run once (their trace
-//! files in the thread's directories, on whichever sandbox-host replica holds them).
+//! checkpoint (runs.sqlite, or the PostgreSQL store in multi-lead mode); its subagent tasks
+//! and its sandbox call run once (their trace files in the thread's directories, on
+//! whichever sandbox-host replica holds them).
 
 use std::path::{Path, PathBuf};
 
@@ -12,7 +13,7 @@ use crate::plan::{self, RunKind};
 use crate::runs::RunOutcome;
 
 /// Every run ends in a terminal state.
-pub(super) fn every_run_ended(runs: &[RunOutcome]) -> Invariant {
+pub(crate) fn every_run_ended(runs: &[RunOutcome]) -> Invariant {
     let not_ended: Vec<String> = runs
         .iter()
         .filter(|r| r.ended_at.is_none())
@@ -31,12 +32,15 @@ pub(super) fn every_run_ended(runs: &[RunOutcome]) -> Invariant {
     )
 }
 
+/// A run's last checkpointed state and its receipts, by run id, from the runs store.
+pub(crate) type Stored<'a> = &'a dyn Fn(&str) -> Result<(Value, u32), String>;
+
 /// The invariants over what the runs that ended left, in the threads' directories under
-/// `bases` and in the runs database `db`.
-pub(super) fn what_the_runs_left(
+/// `bases` and in the runs store (`stored`).
+pub(crate) fn what_the_runs_left(
     runs: &[RunOutcome],
     bases: &[PathBuf],
-    db: &Path,
+    stored: Stored<'_>,
 ) -> [Invariant; 5] {
     let mut problems = Problems::default();
     for r in runs {
@@ -44,7 +48,7 @@ pub(super) fn what_the_runs_left(
             continue;
         };
         problems.artifacts(r, id, bases);
-        problems.stored(r, id, db);
+        problems.stored(r, id, stored);
         problems.traces(r, id, bases);
     }
     let ended = runs.iter().filter(|r| r.ended_at.is_some()).count();
@@ -98,9 +102,9 @@ impl Problems {
 
     /// The run `id`'s last checkpoint answers every tool call once, and a successful run
     /// has one receipt.
-    fn stored(&mut self, r: &RunOutcome, id: &str, db: &Path) {
+    fn stored(&mut self, r: &RunOutcome, id: &str, stored: Stored<'_>) {
         let success = r.view["status"] == "success";
-        match stored(db, id) {
+        match stored(id) {
             Err(e) => self.results.push(format!("{id}: {e}")),
             Ok((state, receipts)) => {
                 if success && receipts != 1 {
@@ -209,7 +213,7 @@ fn lines(bases: &[PathBuf], i: usize, virtual_path: &str) -> usize {
 }
 
 /// The run's last checkpointed state and its receipts, from runs.sqlite.
-fn stored(db: &Path, run_id: &str) -> Result<(Value, u32), String> {
+pub(crate) fn stored_in_sqlite(db: &Path, run_id: &str) -> Result<(Value, u32), String> {
     let conn =
         rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .map_err(|e| e.to_string())?;

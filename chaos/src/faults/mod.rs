@@ -68,6 +68,9 @@ pub enum Signal {
     ReadOnly,
     /// Filled to its last bytes (a sandbox volume).
     Fill,
+    /// Its link to PostgreSQL cut for a while (multi-lead mode: the lead's forwarder drops
+    /// every connection and refuses new ones), then healed.
+    Partition,
     /// One actor stopped as if it crashed (`antler chaos stop`; local mode, where the
     /// cluster runs with `--chaos`).
     Crash,
@@ -104,10 +107,20 @@ pub struct FaultKind {
 impl FaultKind {
     /// Every kind a cluster of `mode` can take: signals to every process kind, `kill -9`
     /// of an MCP server and of a sandbox supervisor; in multi-host mode also every network
-    /// fault on the link to each host kind.
+    /// fault on the link to each host kind; in multi-lead mode the leads' faults only
+    /// (`kill -9`, SIGSTOP, a partition from PostgreSQL).
     pub fn all(mode: crate::command::Mode) -> Vec<FaultKind> {
         use Signal::*;
         use Target::*;
+        if mode == crate::command::Mode::MultiLead {
+            // The leads' own faults: the hosts are each lead's, as in local mode.
+            return [Kill, Stop, Partition]
+                .map(|signal| FaultKind {
+                    signal,
+                    target: Lead,
+                })
+                .to_vec();
+        }
         let mut all = Vec::new();
         for target in [Lead, McpHost, SandboxHost, Worker] {
             for signal in [Kill, Term, Stop] {
@@ -166,6 +179,7 @@ impl FaultKind {
             Signal::Cut => "cut",
             Signal::ReadOnly => "readonly",
             Signal::Fill => "full",
+            Signal::Partition => "partition",
             Signal::Crash => "actor",
         };
         let target = match self.target {
@@ -217,7 +231,7 @@ pub struct FaultOutcome {
 
 impl FaultOutcome {
     /// A fault of `kind` begun now, `started` being the schedule's start: nothing hit yet.
-    fn begun(kind: FaultKind, started: Instant) -> FaultOutcome {
+    pub(crate) fn begun(kind: FaultKind, started: Instant) -> FaultOutcome {
         FaultOutcome {
             kind,
             at_s: started.elapsed().as_secs_f64(),
@@ -233,10 +247,10 @@ impl FaultOutcome {
 }
 
 /// How long a fault may take to recover before it counts as not survived.
-const RECOVERY_LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const RECOVERY_LIMIT: Duration = Duration::from_secs(60);
 
 /// How long a fault that needs something alive to hit (a worker with a task in flight, a
 /// running run, an active sandbox, a running task graph) waits for one before it is
 /// skipped: runs come and go within seconds, and a fault that fires between them would
 /// otherwise measure nothing.
-const AIM_WAIT: Duration = Duration::from_secs(15);
+pub(crate) const AIM_WAIT: Duration = Duration::from_secs(15);

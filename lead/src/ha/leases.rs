@@ -6,7 +6,7 @@
 //! its current epoch ([`Leases::current_epoch`]) and a lead that woke late is fenced off.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio_postgres::{Row, Statement};
@@ -125,11 +125,22 @@ pub struct ExpiredLease {
 }
 
 /// The run leases of one database, through one connection; cheap to clone and share among
-/// a lead's tasks (tokio-postgres pipelines their requests on the one connection).
+/// a lead's tasks (tokio-postgres pipelines their requests on the one connection). Opened
+/// from a DSN ([`Leases::open`]), a connection found closed (the server ended it, the
+/// network was cut) is made again before the next call, its statements prepared again:
+/// a lead cut from the database renews and takes runs over again once it is reachable.
 #[derive(Clone)]
 pub struct Leases {
+    /// The DSN to connect again with; `None` for leases on a connection given
+    /// ([`Leases::new`]), which are not reconnected.
+    dsn: Option<Arc<str>>,
+    session: Arc<Mutex<Arc<Session>>>,
+}
+
+/// One connection and its prepared statements.
+struct Session {
     db: Arc<Postgres>,
-    statements: Arc<Statements>,
+    statements: Statements,
 }
 
 /// The lease statements, prepared once per connection: each call is one round trip.
@@ -144,10 +155,9 @@ struct Statements {
     owner_gateway: Statement,
 }
 
-impl Leases {
-    /// The leases of the database `db` is connected to; its schema must be migrated
-    /// ([`Postgres::migrate`]), or preparing the statements fails here.
-    pub async fn new(db: Arc<Postgres>) -> Result<Self, HaError> {
+impl Session {
+    /// The lease statements prepared on `db`.
+    async fn prepare(db: Arc<Postgres>) -> Result<Self, HaError> {
         let prepare = |sql| db.within("lease statement", db.client().prepare(sql));
         let statements = Statements {
             acquire: prepare(ACQUIRE).await?,
@@ -159,9 +169,17 @@ impl Leases {
             advertise: prepare(ADVERTISE).await?,
             owner_gateway: prepare(OWNER_GATEWAY).await?,
         };
+        Ok(Self { db, statements })
+    }
+}
+
+impl Leases {
+    /// The leases of the database `db` is connected to; its schema must be migrated
+    /// ([`Postgres::migrate`]), or preparing the statements fails here.
+    pub async fn new(db: Arc<Postgres>) -> Result<Self, HaError> {
         Ok(Self {
-            db,
-            statements: Arc::new(statements),
+            dsn: None,
+            session: Arc::new(Mutex::new(Arc::new(Session::prepare(db).await?))),
         })
     }
 
@@ -171,11 +189,31 @@ impl Leases {
     }
 
     /// Connects to the DSN's database, migrates it and opens its leases: what a lead does
-    /// at start in cluster mode.
+    /// at start in cluster mode. A lost connection is made again (see [`Leases`]).
     pub async fn open(dsn: &str) -> Result<Self, HaError> {
         let mut db = Postgres::connect(dsn).await?;
         db.migrate().await?;
-        Self::new(Arc::new(db)).await
+        let mut leases = Self::new(Arc::new(db)).await?;
+        leases.dsn = Some(Arc::from(dsn));
+        Ok(leases)
+    }
+
+    /// The connection to use now: the current one, or, when it is closed and the DSN is
+    /// known, a new one (two callers may both connect; the last one is kept, and the other
+    /// goes when its call ends). No lock is held across the connect.
+    async fn session(&self) -> Result<Arc<Session>, HaError> {
+        let current = Arc::clone(&self.current());
+        let Some(dsn) = self.dsn.as_deref().filter(|_| current.db.is_closed()) else {
+            return Ok(current);
+        };
+        let fresh = Arc::new(Session::prepare(Arc::new(Postgres::connect(dsn).await?)).await?);
+        tracing::info!("connected to PostgreSQL again for the run leases");
+        *self.current() = Arc::clone(&fresh);
+        Ok(fresh)
+    }
+
+    fn current(&self) -> std::sync::MutexGuard<'_, Arc<Session>> {
+        self.session.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Takes `run` for `lead` for `ttl`: its epoch, or `None` while a live lease holds it
@@ -187,13 +225,12 @@ impl Leases {
         ttl: Duration,
     ) -> Result<Option<Epoch>, HaError> {
         let ttl = ttl_ms(ttl)?;
-        let row = self
-            .db
-            .within(
+        let s = self.session().await?;
+        let row =
+            s.db.within(
                 "lease acquire",
-                self.db
-                    .client()
-                    .query_opt(&self.statements.acquire, &[&run, &lead.as_str(), &ttl]),
+                s.db.client()
+                    .query_opt(&s.statements.acquire, &[&run, &lead.as_str(), &ttl]),
             )
             .await?;
         row.map(|row| epoch(&row, 0, "lease acquire")).transpose()
@@ -211,14 +248,12 @@ impl Leases {
         ttl: Duration,
     ) -> Result<bool, HaError> {
         let ttl = ttl_ms(ttl)?;
-        let updated = self
-            .db
-            .within(
+        let s = self.session().await?;
+        let updated =
+            s.db.within(
                 "lease renew",
-                self.db.client().execute(
-                    &self.statements.renew,
-                    &[&run, &lead.as_str(), &epoch.0, &ttl],
-                ),
+                s.db.client()
+                    .execute(&s.statements.renew, &[&run, &lead.as_str(), &epoch.0, &ttl]),
             )
             .await?;
         Ok(updated == 1)
@@ -239,12 +274,12 @@ impl Leases {
         let runs: Vec<&str> = held.iter().map(|(run, _)| run.as_str()).collect();
         let epochs: Vec<i64> = held.iter().map(|(_, epoch)| epoch.0).collect();
         let what = "lease renew";
-        let rows = self
-            .db
-            .within(
+        let s = self.session().await?;
+        let rows =
+            s.db.within(
                 what,
-                self.db.client().query(
-                    &self.statements.renew_many,
+                s.db.client().query(
+                    &s.statements.renew_many,
                     &[&runs, &epochs, &lead.as_str(), &ttl],
                 ),
             )
@@ -260,13 +295,12 @@ impl Leases {
     /// Gives `run` up (its run ended, or the lead hands it over); the next lead to acquire it
     /// gets a higher epoch at once. `false`: `lead` no longer held it at `epoch`.
     pub async fn release(&self, run: &str, lead: &LeadId, epoch: Epoch) -> Result<bool, HaError> {
-        let updated = self
-            .db
-            .within(
+        let s = self.session().await?;
+        let updated =
+            s.db.within(
                 "lease release",
-                self.db
-                    .client()
-                    .execute(&self.statements.release, &[&run, &lead.as_str(), &epoch.0]),
+                s.db.client()
+                    .execute(&s.statements.release, &[&run, &lead.as_str(), &epoch.0]),
             )
             .await?;
         Ok(updated == 1)
@@ -275,13 +309,12 @@ impl Leases {
     /// Up to `limit` runs whose owner let the lease lapse, the longest lapsed first: the
     /// runs to take over (with [`Leases::acquire`], which only one lead wins).
     pub async fn expired(&self, limit: u32) -> Result<Vec<ExpiredLease>, HaError> {
-        let rows = self
-            .db
-            .within(
+        let s = self.session().await?;
+        let rows =
+            s.db.within(
                 "expired leases",
-                self.db
-                    .client()
-                    .query(&self.statements.expired, &[&i64::from(limit)]),
+                s.db.client()
+                    .query(&s.statements.expired, &[&i64::from(limit)]),
             )
             .await?;
         rows.iter()
@@ -305,13 +338,10 @@ impl Leases {
     /// `run`'s lease as it stands, or `None` for a run never leased.
     pub async fn lease(&self, run: &str) -> Result<Option<Lease>, HaError> {
         let what = "lease read";
-        let row = self
-            .db
-            .within(
-                what,
-                self.db.client().query_opt(&self.statements.lease, &[&run]),
-            )
-            .await?;
+        let s = self.session().await?;
+        let row =
+            s.db.within(what, s.db.client().query_opt(&s.statements.lease, &[&run]))
+                .await?;
         let Some(row) = row else { return Ok(None) };
         let owner: Option<String> = row
             .try_get(0)
@@ -328,14 +358,13 @@ impl Leases {
 
     /// Records that `lead`'s gateway is reached at `gateway_url` (refreshing `renewed_at`).
     pub async fn advertise(&self, lead: &LeadId, gateway_url: &str) -> Result<(), HaError> {
-        self.db
-            .within(
-                "lead advertise",
-                self.db
-                    .client()
-                    .execute(&self.statements.advertise, &[&lead.as_str(), &gateway_url]),
-            )
-            .await?;
+        let s = self.session().await?;
+        s.db.within(
+            "lead advertise",
+            s.db.client()
+                .execute(&s.statements.advertise, &[&lead.as_str(), &gateway_url]),
+        )
+        .await?;
         Ok(())
     }
 
@@ -343,13 +372,12 @@ impl Leases {
     /// it live (never leased, released, lapsed) or its owner advertised no gateway.
     pub async fn owner_gateway(&self, run: &str) -> Result<Option<(LeadId, String)>, HaError> {
         let what = "run owner's gateway";
-        let row = self
-            .db
-            .within(
+        let s = self.session().await?;
+        let row =
+            s.db.within(
                 what,
-                self.db
-                    .client()
-                    .query_opt(&self.statements.owner_gateway, &[&run]),
+                s.db.client()
+                    .query_opt(&s.statements.owner_gateway, &[&run]),
             )
             .await?;
         let Some(row) = row else { return Ok(None) };

@@ -328,7 +328,9 @@ impl TwoLeads {
         let pg = connect(&db.dsn).await;
         let tmp = workdir(playbook);
         let dir = tmp.path().to_owned();
-        let forwarder = forwarded.then(|| Forwarder::start(db.port));
+        let forwarder = forwarded.then(|| {
+            Forwarder::start(([127, 0, 0, 1], db.port).into()).expect("start the forwarder")
+        });
         let dsn_a = forwarder
             .as_ref()
             .map_or_else(|| db.dsn.clone(), |f| db.dsn_via(f.port));

@@ -5,6 +5,7 @@ mod catalog_cli;
 mod chaos_actors;
 mod chaos_local;
 mod chaos_multihost;
+mod chaos_multilead;
 mod cli_first_hour;
 mod cluster_crash_loop;
 mod cluster_demo;

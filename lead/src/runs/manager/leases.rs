@@ -62,13 +62,19 @@ impl RunManager {
         run_id: &str,
     ) -> impl std::future::Future<Output = Result<bool, PrepareError>> + 'static {
         let ownership = self.ownership.clone();
+        let store = self.env.store.clone();
         let run_id = run_id.to_owned();
         async move {
             let Some(ownership) = ownership else {
                 return Ok(true);
             };
             match ownership.hold(&run_id).await {
-                Ok(Hold::Held(_)) => Ok(true),
+                Ok(Hold::Held(epoch)) => {
+                    // Held (again): its writes go through at this epoch, though an earlier
+                    // hold of it was refused for a newer one.
+                    store.fence_run(&run_id, epoch.wire());
+                    Ok(true)
+                }
                 Ok(Hold::Elsewhere) => Ok(false),
                 Err(e) => Err(PrepareError::Leases(e.to_string())),
             }
@@ -240,7 +246,10 @@ impl Handler<TakeOver> for RunManager {
         Box::pin(
             async move {
                 let epoch = match ownership.take(&lease).await {
-                    Ok(Some(epoch)) => epoch,
+                    Ok(Some(epoch)) => {
+                        env.store.fence_run(&lease.run_id, epoch.wire());
+                        epoch
+                    }
                     Ok(None) => return None,
                     Err(e) => {
                         tracing::warn!(run = %lease.run_id, "cannot take the run over: {e}");
@@ -254,6 +263,7 @@ impl Handler<TakeOver> for RunManager {
                     Ok(_) => {
                         // Ended, waiting for an answer, or never stored: nothing to drive;
                         // the run is free for whoever answers it.
+                        env.store.unfence_run(&lease.run_id);
                         ownership.release(&lease.run_id).await;
                         return None;
                     }
