@@ -4,7 +4,8 @@
 //! operator's token (`gateway.token` in the runtime directory, or `ANTLER_GATEWAY_TOKEN`),
 //! acting for `--user` (default: the local operator's own user); without one it starts an
 //! ephemeral cluster, as `antler run` does, and serves its runs in this process. Nothing
-//! but the protocol is written to stdout.
+//! but the protocol is written to stdout. SIGINT or SIGTERM ends the session as the end of
+//! stdin does (its run released, an ephemeral cluster stopped, the spans exported).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,8 +15,9 @@ use anyhow::{bail, Context as _};
 use rmcp::service::{RoleClient, RoleServer};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{IntoTransport, StreamableHttpClientTransport, Transport};
+use tokio_util::sync::CancellationToken;
 
-use super::{cluster_spec, Ctx};
+use super::{cluster_spec, interrupt, Ctx};
 use crate::cluster::{attach, ClusterError, RunningCluster};
 use crate::gateway::{
     ACT_AS_HEADER, GATEWAY_ADDR_FILE, GATEWAY_TOKEN_ENV, GATEWAY_TOKEN_FILE, MCP_PATH,
@@ -53,15 +55,30 @@ pub async fn serve(
                 user: user.unwrap_or_else(|| OPERATOR_USER.to_owned()),
                 role: None,
             };
-            let served = serve_stdio(
+            // SIGINT or SIGTERM (how MCP clients stop a stdio server after closing its
+            // stdin) ends the session as the end of stdin does.
+            let stop = CancellationToken::new();
+            let serving = serve_stdio(
                 cluster.runs.env.clone(),
                 cluster.runs.manager.clone(),
                 owner,
-            )
-            .await;
+                stop.clone(),
+            );
+            tokio::pin!(serving);
+            let served = tokio::select! {
+                served = &mut serving => served,
+                () = interrupt::signalled() => {
+                    interrupt::exit_on_second();
+                    stop.cancel();
+                    serving.await
+                }
+            };
             let root = cluster.runtime.root().to_path_buf();
             cluster.stop().await;
             let _ = std::fs::remove_dir_all(root);
+            if stop.is_cancelled() {
+                interrupt::exit_after_stop(0);
+            }
             served?;
         }
         Err(e) => return Err(e.into()),
@@ -97,6 +114,8 @@ async fn relay(runtime_dir: &std::path::Path, user: Option<String>) -> anyhow::R
     }
     let mut gateway = StreamableHttpClientTransport::from_config(config);
     let mut client = IntoTransport::<RoleServer, _, _>::into_transport(rmcp::transport::stdio());
+    let signalled = interrupt::signalled();
+    tokio::pin!(signalled);
     let relayed = loop {
         tokio::select! {
             from_client = client.receive() => match from_client {
@@ -115,6 +134,13 @@ async fn relay(runtime_dir: &std::path::Path, user: Option<String>) -> anyhow::R
                 }
                 None => break Ok(()),
             },
+            // SIGINT or SIGTERM: the session is closed at the gateway (DELETE) as at the
+            // end of stdin.
+            () = &mut signalled => {
+                interrupt::exit_on_second();
+                let _ = Transport::<RoleClient>::close(&mut gateway).await;
+                interrupt::exit_after_stop(0);
+            }
         }
     };
     let _ = Transport::<RoleClient>::close(&mut gateway).await;

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod cluster_init;
 pub mod config;
 pub mod extensions;
+mod interrupt;
 pub mod mcp;
 mod mcp_serve;
 pub mod run;

@@ -6,7 +6,9 @@
 //! survives this command, and a lead that restarts resumes it. Progress goes to stderr;
 //! the answer, artifacts and receipt (with `--json`, one object) to stdout. A
 //! clarification is asked in the terminal and the run resumed with the answer; so are the
-//! calls a run waits on for approval (`run_approvals`).
+//! calls a run waits on for approval (`run_approvals`). Ctrl-c or SIGTERM stops following
+//! (an ephemeral cluster, and its run, stop with the command) and exits 130 once every
+//! process's spans are exported (`interrupt`).
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -151,7 +153,9 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
         } else {
             eprintln!("{RUNNING_CLUSTER_EXTENSIONS}");
         }
-        let result = async {
+        // The run being followed, once known: an interruption names it.
+        let followed_run = std::cell::RefCell::new(args.resume.clone());
+        let following = async {
             if let (Some(run_id), Some(id), Some(text)) =
                 (&args.resume, &args.elicitation, &args.answer)
             {
@@ -215,6 +219,7 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                 }, SUBMIT_TIMEOUT).await,
             };
             let run_id = started.map_err(|e| anyhow::anyhow!("{e}"))?;
+            followed_run.replace(Some(run_id.clone()));
             if args.detach {
                 return Ok(Followed::Detached(run_id));
             }
@@ -247,8 +252,14 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                 }
                 return anyhow::Ok(Followed::Stopped(view));
             }
-        }
-        .await;
+        };
+        // Ctrl-c or SIGTERM: stop following, stop an ephemeral cluster in order (its
+        // hosts drain and export their spans), and return, so `main` exports this
+        // process's spans (the run's, ended as its drive is dropped) before it exits.
+        let result = tokio::select! {
+            result = following => result,
+            () = super::interrupt::signalled() => Ok(Followed::Interrupted),
+        };
         let followed = match result {
             Ok(followed) => followed,
             Err(e) => {
@@ -267,6 +278,13 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             Followed::Stopped(view) => view,
+            Followed::Interrupted => {
+                super::interrupt::exit_on_second();
+                let run = followed_run.borrow().clone();
+                eprintln!("{}", interrupted_text(run.as_deref(), client.ephemeral.is_some()));
+                client.finish().await;
+                return Ok(ExitCode::from(super::interrupt::EXIT_INTERRUPTED));
+            }
         };
         // Where the artifacts are on this machine: asked of sandbox-host before an
         // ephemeral cluster goes.
@@ -283,7 +301,8 @@ pub fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
 
 /// The exit status of `antler run` when the run waits for an answer to its clarification
 /// (`antler run --resume RUN_ID --answer TEXT` gives it). 0 is success (or, with
-/// --detach, submitted), 1 a failed run, 2 a command that could not be carried out.
+/// --detach, submitted), 1 a failed run, 2 a command that could not be carried out, 130
+/// a command interrupted by ctrl-c or SIGTERM (`interrupt::EXIT_INTERRUPTED`).
 pub const EXIT_NEEDS_ANSWER: u8 = 3;
 
 /// How following a run ended.
@@ -292,6 +311,22 @@ enum Followed {
     Detached(String),
     /// The run stopped (or waits for an answer); its view.
     Stopped(Value),
+    /// The command was interrupted (SIGINT or SIGTERM) before the run stopped.
+    Interrupted,
+}
+
+/// What `antler run` says when it is interrupted: an ephemeral cluster's run stops with
+/// the command (at its last checkpoint); a running cluster's goes on.
+fn interrupted_text(run_id: Option<&str>, ephemeral: bool) -> String {
+    match (run_id, ephemeral) {
+        (None, _) => "antler: interrupted".to_owned(),
+        (Some(run), true) => format!(
+            "antler: interrupted: run {run} stops at its last checkpoint (antler run --resume {run} continues it)"
+        ),
+        (Some(run), false) => format!(
+            "antler: interrupted: run {run} goes on in the cluster (antler run --resume {run} follows it)"
+        ),
+    }
 }
 
 /// The command's exit status for a run's view.

@@ -167,7 +167,11 @@ pub async fn serve(
     let using = match &session {
         Some(id) => match endpoint.owners().touch(id, &owner.user) {
             Some(using) => Some(using),
-            None => return HttpResponse::NotFound().body(UNKNOWN_SESSION),
+            None => {
+                return HttpResponse::NotFound()
+                    .content_type(super::openapi_mcp::TEXT)
+                    .body(UNKNOWN_SESSION)
+            }
         },
         None => None,
     };
@@ -273,7 +277,9 @@ fn owner_of(principal: &Principal, acting: Option<&HeaderValue>) -> Result<Owner
 }
 
 /// rmcp's response as actix-web's, its body streamed as it comes (an SSE stream stays
-/// open while the session sends on it), holding `busy` until it ends.
+/// open while the session sends on it), holding `busy` until it ends. A refusal rmcp
+/// writes as bare text (no `Content-Type`) is given `text/plain`, as the OpenAPI document
+/// says (`openapi_mcp`).
 fn into_actix(
     response: http::Response<
         http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>,
@@ -294,6 +300,11 @@ fn into_actix(
             HeaderValue::from_bytes(value.as_bytes()),
         ) {
             out.append_header((name, value));
+        }
+    }
+    if status.is_client_error() || status.is_server_error() {
+        if !parts.headers.contains_key(http::header::CONTENT_TYPE) {
+            out.content_type(super::openapi_mcp::TEXT);
         }
     }
     out.streaming(body.into_data_stream().map(move |chunk| {

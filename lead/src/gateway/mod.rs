@@ -48,6 +48,7 @@ mod mcp_sessions;
 mod memory;
 mod oauth;
 mod openapi;
+mod openapi_mcp;
 mod principal;
 mod quota;
 pub(crate) mod routes;

@@ -40,7 +40,7 @@ const THREAD: &str = "Thread";
 /// `GET /api/openapi.json`: the document, built once.
 pub(super) async fn serve() -> HttpResponse {
     static DOCUMENT: OnceLock<String> = OnceLock::new();
-    let body = DOCUMENT.get_or_init(|| document().to_json().unwrap_or_default());
+    let body = DOCUMENT.get_or_init(|| document_json().to_string());
     HttpResponse::Ok()
         .content_type("application/json")
         .body(body.clone())
@@ -659,16 +659,13 @@ fn describe(method: &str, path: &str) -> Option<Op> {
             &[],
         ),
         ("GET", "/api/cluster") => op("The cluster's hosts and replicas", NoBody, Free, &[503]),
+        // Its parameters, body and responses are `openapi_mcp`'s (`document_json`).
         ("POST", "/mcp") | ("GET", "/mcp") | ("DELETE", "/mcp") => op(
             "Antler's MCP server (streamable HTTP: JSON-RPC, answered as JSON or server-sent events)",
             FreeBody,
             Free,
-            &[400, 403, 408, 413],
-        )
-        .also(202, "a notification or response accepted", Empty)
-        .also(404, "no such session", Text("text/plain"))
-        .also(406, "the MCP transport's refusal", Bytes)
-        .also(500, "the MCP transport's failure", Bytes),
+            &[],
+        ),
         ("GET", "/.well-known/oauth-protected-resource")
         | ("GET", "/.well-known/oauth-protected-resource/mcp") => op(
             "The MCP resource's protected resource metadata (RFC 9728)",
@@ -896,7 +893,15 @@ fn security(access: Access) -> Option<SecurityRequirement> {
     }
 }
 
-/// The gateway's OpenAPI document.
+/// The gateway's OpenAPI document as served: [`document`] with `/mcp` described by
+/// `openapi_mcp` (its schemas need JSON Schema keywords utoipa does not build).
+pub fn document_json() -> serde_json::Value {
+    let mut document = serde_json::to_value(document()).unwrap_or_default();
+    super::openapi_mcp::describe(&mut document, super::mcp_endpoint::MCP_PATH);
+    document
+}
+
+/// The gateway's OpenAPI document, every route but `/mcp`'s details.
 pub fn document() -> OpenApi {
     let mut paths = PathsBuilder::new().build();
     for route in ROUTES {
@@ -986,7 +991,7 @@ mod tests {
 
     #[test]
     fn the_document_describes_every_route_and_nothing_else() {
-        let doc = serde_json::to_value(document()).unwrap_or_default();
+        let doc = document_json();
         assert_eq!(doc["openapi"], "3.1.0");
         let mut described = BTreeSet::new();
         for (path, item) in doc["paths"].as_object().into_iter().flatten() {
@@ -1005,7 +1010,7 @@ mod tests {
 
     #[test]
     fn every_guarded_route_needs_a_bearer_token_and_public_ones_none() {
-        let doc = serde_json::to_value(document()).unwrap_or_default();
+        let doc = document_json();
         assert_eq!(
             doc["components"]["securitySchemes"][BEARER]["scheme"],
             "bearer"
@@ -1026,7 +1031,7 @@ mod tests {
 
     #[test]
     fn errors_are_the_detail_shape_and_parameters_match_the_path() {
-        let doc = serde_json::to_value(document()).unwrap_or_default();
+        let doc = document_json();
         assert_eq!(
             doc["components"]["schemas"][ERROR]["required"],
             serde_json::json!(["detail"])
@@ -1066,7 +1071,7 @@ mod tests {
 
     #[test]
     fn request_bodies_are_the_handlers_structs() {
-        let doc = serde_json::to_value(document()).unwrap_or_default();
+        let doc = document_json();
         let body = &doc["paths"]["/api/threads/{tid}/goal"]["put"]["requestBody"];
         assert_eq!(
             body["content"]["application/json"]["schema"]["$ref"],
@@ -1096,7 +1101,7 @@ mod tests {
 
     #[test]
     fn the_goal_schema_bounds_are_the_engines() {
-        let doc = serde_json::to_value(document()).unwrap_or_default();
+        let doc = document_json();
         let goal = &doc["components"]["schemas"]["GoalBody"]["properties"];
         assert_eq!(
             goal["objective"]["maxLength"],

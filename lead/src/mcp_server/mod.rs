@@ -82,12 +82,13 @@ pub enum ServeError {
 }
 
 /// Serves one MCP session on this process's stdin and stdout, acting for `owner`, until
-/// the client closes it; returns once the session's run is released. Call inside the
-/// actix system whose arbiter runs the session.
+/// the client closes it or `stop` is cancelled (a signal); returns once the session's run
+/// is released. Call inside the actix system whose arbiter runs the session.
 pub async fn serve_stdio(
     env: Arc<RunEnv>,
     manager: Addr<RunManager>,
     owner: Owner,
+    stop: tokio_util::sync::CancellationToken,
 ) -> Result<(), ServeError> {
     let released = Released::new();
     let handler = AntlerTools::new(
@@ -97,10 +98,13 @@ pub async fn serve_stdio(
         Some(owner),
         Some(released.claim()),
     );
-    let running = handler
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(|e| ServeError::Initialize(e.to_string()))?;
+    let running = tokio::select! {
+        running = handler.serve_with_ct(rmcp::transport::stdio(), stop.clone()) => {
+            running.map_err(|e| ServeError::Initialize(e.to_string()))?
+        }
+        // Stopped before the client initialized: no session, nothing to release.
+        () = stop.cancelled() => return Ok(()),
+    };
     let waited = running
         .waiting()
         .await

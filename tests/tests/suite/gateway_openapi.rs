@@ -4,7 +4,9 @@
 //! that document as an authenticated member: no answer is a 5xx, and every answer's status,
 //! content type and body are ones the document gives (bounded: 10 examples per operation,
 //! a fixed seed; about 15 s). The operator's routes are fuzzed too: a member gets their 403,
-//! so none of them changes anything.
+//! so none of them changes anything. So is `/mcp`, with an MCP client's `Accept`: its
+//! JSON-RPC answers (JSON, or each event of an event stream), its transport's text refusals
+//! and the 401's `WWW-Authenticate` are checked against the document.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -36,12 +38,12 @@ const EXCLUDED: &[(&str, &str)] = &[
         "joins a run's SSE stream",
     ),
     ("get /api/runs/{id}/events", "a run's SSE event stream"),
-    // Antler's MCP server: JSON-RPC in sessions (mcp_serve.rs drives it with an MCP
-    // client); `GET` is its SSE stream.
-    ("post /mcp", "MCP's JSON-RPC session protocol"),
-    ("get /mcp", "MCP's SSE stream"),
-    ("delete /mcp", "ends an MCP session"),
 ];
+
+/// The MCP endpoint's operations, fuzzed with the headers a streamable-HTTP client sends:
+/// an `initialize` (the body's example) opens a session and is answered as an event
+/// stream; anything else, without a session the fuzzer could know, is a refusal.
+const MCP_OPERATIONS: [&str; 3] = ["post /mcp", "get /mcp", "delete /mcp"];
 
 #[test]
 fn the_openapi_document_describes_the_api_and_schemathesis_finds_nothing() {
@@ -91,6 +93,44 @@ fn the_openapi_document_describes_the_api_and_schemathesis_finds_nothing() {
             "{operation} ({why}) is not in the document"
         );
     }
+    for operation in MCP_OPERATIONS {
+        assert!(
+            ids.contains(&operation),
+            "{operation} is not in the document"
+        );
+    }
+
+    // `/mcp`'s answers are typed: JSON-RPC messages as JSON or as server-sent events, the
+    // transport's refusals as text, and the 401 naming the resource metadata, as sent.
+    let post = &doc["paths"]["/mcp"]["post"]["responses"];
+    assert_eq!(
+        post["200"]["content"]["text/event-stream"]["schema"]["$ref"],
+        "#/components/schemas/McpEvent"
+    );
+    assert_eq!(
+        post["200"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/JsonRpcMessage"
+    );
+    assert!(
+        doc["paths"]["/mcp"]["delete"]["responses"]["404"]["content"]["text/plain"].is_object()
+    );
+    let pattern = post["401"]["headers"]["WWW-Authenticate"]["schema"]["pattern"]
+        .as_str()
+        .expect("the 401's WWW-Authenticate is described");
+    let (code, headers, _) = http_full(&addr, "", "POST", "/mcp", Some("{}"));
+    assert_eq!(code, 401);
+    let sent = headers
+        .lines()
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(name, _)| name.eq_ignore_ascii_case("www-authenticate"))
+                .map(|(_, value)| value.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no WWW-Authenticate: {headers}"));
+    assert!(
+        regex::Regex::new(pattern).unwrap().is_match(&sent),
+        "{sent} does not match {pattern}"
+    );
 
     // Found by the fuzzer: `/api/assistants/{aid}` came first and answered this 405.
     let (code, _, text) = http_full(&addr, ALICE, "POST", "/api/assistants/search", Some("{}"));
@@ -146,7 +186,10 @@ fn the_openapi_document_describes_the_api_and_schemathesis_finds_nothing() {
              [parameters]\n\"path.tid\" = {{ dictionary = \"threads\", probability = 0.5 }}\n\
              \"path.rid\" = {{ dictionary = \"runs\", probability = 0.5 }}\n\
              \"path.id\" = {{ dictionary = \"ids\", probability = 0.5 }}\n\
-             \"query.user\" = {{ dictionary = \"users\", probability = 0.8 }}\n",
+             \"query.user\" = {{ dictionary = \"users\", probability = 0.8 }}\n\
+             [[operations]]\ninclude-path = \"/mcp\"\n\
+             headers = {{ Accept = \"application/json, text/event-stream\", \
+             Authorization = \"Bearer {ALICE}\" }}\n",
             quoted(&THREADS),
             quoted(&[&thread_run]),
             quoted(&[&run, &fact, THREADS[1]]),
@@ -160,12 +203,12 @@ fn the_openapi_document_describes_the_api_and_schemathesis_finds_nothing() {
         .args(["run", &format!("http://{addr}/api/openapi.json")])
         .args(["--url", &format!("http://{addr}")])
         .args(["-H", &format!("Authorization: Bearer {ALICE}")])
-        // No 5xx; every answer's body matches its documented schema; and its status and
-        // content type are documented ones.
+        // No 5xx; every answer's body matches its documented schema (each event of an
+        // event stream too); and its status, content type and headers are documented ones.
         .args([
             "--checks",
             "not_a_server_error,response_schema_conformance,status_code_conformance,\
-             content_type_conformance",
+             content_type_conformance,response_headers_conformance",
         ])
         .args(["--phases", "examples,coverage,fuzzing"])
         .args(["--max-examples", "10"])

@@ -8,7 +8,8 @@
 //! session finds the thread's runs ended. A client that vanishes without closing
 //! its session (killed) holds the thread only until the session's idle limit
 //! (`antler.gateway.mcp_server.session_idle_s`, short here) passes: then its run ends and
-//! a new session works on the thread.
+//! a new session works on the thread. SIGTERM to `antler mcp serve` (its stdin still
+//! open) closes its session as the end of stdin does, and it exits 0.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -86,6 +87,67 @@ fn a_stdio_session_s_run_has_ended_when_antler_mcp_serve_exits() {
             "round {round}: the stdio session's run still runs: {runs:?}"
         );
     }
+}
+
+/// `antler mcp serve` joining the cluster, its stdin left open (a client that stops it
+/// with a signal, as MCP clients do once they closed stdin and waited): SIGTERM ends its
+/// session as the end of stdin does. It exits 0 at once and the session's run has ended.
+#[test]
+fn sigterm_to_antler_mcp_serve_ends_its_session() {
+    use std::io::{BufRead, BufReader, Write};
+    let cluster = cluster(300);
+    let addr = cluster.gateway();
+    let mut serve = Command::new(antler_tests::bin("antler"))
+        .arg("--runtime-dir")
+        .arg(cluster.runtime())
+        .args(["mcp", "serve", "--user", "alice"])
+        .env("ANTLER_SANDBOX_BASE_DIR", cluster.base())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = serve.stdin.take().unwrap();
+    let mut stdout = BufReader::new(serve.stdout.take().unwrap());
+    let meta = serde_json::json!({"antler/thread": "signalled"});
+    let mut send = |message: Value| {
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+    };
+    send(
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}}),
+    );
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("\"serverInfo\""), "{line}");
+    send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "bash", "_meta": meta,
+        "arguments": {"description": "say", "command": "echo signalled"}}}),
+    );
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    assert!(
+        line.contains("signalled") && line.contains("\"id\":2"),
+        "{line}"
+    );
+    assert_eq!(thread_runs(&addr, "signalled")[0]["status"], "running");
+
+    antler_tests::signal(serve.id(), libc::SIGTERM);
+    let status = wait_for(Duration::from_secs(30), || serve.try_wait().ok().flatten())
+        .unwrap_or_else(|| {
+            let _ = serve.kill();
+            let _ = serve.wait();
+            panic!("antler mcp serve did not stop on SIGTERM")
+        });
+    assert_eq!(status.code(), Some(0));
+    // The session was closed before the process exited: its run has ended.
+    let runs = thread_runs(&addr, "signalled");
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["status"], "success", "{runs:?}");
 }
 
 #[test]

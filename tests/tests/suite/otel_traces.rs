@@ -4,7 +4,8 @@
 //! and the worker; the hosts' spans are children of the lead's tool-call spans, the model
 //! spans carry gen_ai.*. A short `antler run` whose exporters wait a minute between
 //! batches still delivers its last spans (the run's, sandbox-host's): every process
-//! flushes on its way out; its model span names the vendor (`openai`).
+//! flushes on its way out; its model span names the vendor (`openai`). So does a run
+//! whose `antler run` is stopped with SIGINT midway: the spans recorded so far arrive.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Child, Command, Stdio};
@@ -126,6 +127,7 @@ fn runs_are_traced_across_the_lead_and_its_hosts_and_flushed_at_exit() {
     let phoenix = Phoenix::start();
     one_run_is_one_trace_across_the_lead_and_its_hosts(&phoenix);
     a_short_run_delivers_its_last_spans_at_exit(&phoenix);
+    an_interrupted_run_delivers_its_spans(&phoenix);
 }
 
 /// The spans of `run_id`'s trace, once `ready` holds for them (every process exports
@@ -243,6 +245,104 @@ fn a_short_run_delivers_its_last_spans_at_exit(phoenix: &Phoenix) {
         assert_eq!(attr(chat, "gen_ai.system"), "openai", "{chat:#}");
         assert_eq!(attr(chat, "gen_ai.request.model"), "gpt", "{chat:#}");
     }
+}
+
+/// A playbook that writes a note, then thinks for two minutes (the run is interrupted
+/// there).
+const SLOW_PLAYBOOK: &str = r##"
+turns:
+  - tool_calls:
+      - {id: t-write, name: write_file, args: {description: note, path: /mnt/user-data/workspace/c.md, content: "c\n"}}
+  - delay_ms: 120000
+    content: Too late.
+"##;
+
+/// `antler run` (its own ephemeral cluster) on a slow playbook, its exporters waiting a
+/// minute between batches, stopped with SIGINT once the note is written: it exits 130
+/// saying so, and the spans recorded so far (the run's own, ended at the interruption, its
+/// model call, its tool call and sandbox-host's request) reach the collector, exported by
+/// the lead and by sandbox-host as the ephemeral cluster stops.
+fn an_interrupted_run_delivers_its_spans(phoenix: &Phoenix) {
+    use std::io::{BufRead, BufReader};
+    let config = short_run_config("http://127.0.0.1:9/v1", phoenix.port);
+    let dir = run_dir("antler-otel-int", &config, NO_MCP_SERVERS);
+    let d = dir.path();
+    std::fs::write(d.join("slow.yaml"), SLOW_PLAYBOOK).unwrap();
+    let mut child = Command::new(antler_tests::bin("antler"))
+        .arg("--runtime-dir")
+        .arg(d.join("run"))
+        .args(["run", "Write the note, slowly.", "--trace", "--playbook"])
+        .arg(d.join("slow.yaml"))
+        .arg("--config")
+        .arg(d.join("config.yaml"))
+        .current_dir(d)
+        .env("ANTLER_SANDBOX_BASE_DIR", d.join("base"))
+        .env(
+            "ANTLER_EXTENSIONS_CONFIG_PATH",
+            d.join("extensions_config.json"),
+        )
+        .env("ANTLER_GATEWAY_ADDR", "off")
+        .env("RUST_LOG", "error")
+        // A minute between batches: only the flush on the way out can deliver in time.
+        .env("OTEL_BSP_SCHEDULE_DELAY", "60000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let stderr = child.stderr.take().unwrap();
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    // The note is written (its tool call finished): the run now waits on its model.
+    let mut seen = Vec::new();
+    let run_id = loop {
+        let line = lines_rx
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("{e}: the note was not written: {seen:#?}"));
+        let traced: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        seen.push(line);
+        let event = &traced["event"];
+        if event["event"] == "tool_finished" && event["name"] == "write_file" {
+            assert_eq!(event["error"], false, "{seen:#?}");
+            break traced["run_id"].as_str().unwrap().to_owned();
+        }
+    };
+    antler_tests::signal(pid, libc::SIGINT);
+    let status = wait_for(Duration::from_secs(60), || child.try_wait().ok().flatten())
+        .unwrap_or_else(|| {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("antler run did not stop after SIGINT")
+        });
+    reader.join().unwrap();
+    let said: Vec<String> = lines_rx.try_iter().collect();
+    assert_eq!(status.code(), Some(130), "{said:#?}");
+    assert!(
+        said.iter()
+            .any(|l| l.contains("interrupted")
+                && l.contains(&format!("antler run --resume {run_id}"))),
+        "{said:#?}"
+    );
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(!stdout.contains("Too late."), "{stdout}");
+    // The process is gone: what is in the collector was flushed on the way out.
+    let in_trace = trace_of_run(phoenix, &run_id, |spans| {
+        let named = |p: &str| {
+            spans
+                .iter()
+                .any(|s| s["name"].as_str().is_some_and(|n| n.starts_with(p)))
+        };
+        named("chat ") && named("execute_tool write_file") && named("sandbox ")
+    });
+    let in_trace = in_trace.unwrap_or_else(|| panic!("spans missing: {:#?}", phoenix.spans()));
+    let names: Vec<&str> = in_trace.iter().filter_map(|s| s["name"].as_str()).collect();
+    assert!(names.contains(&"invoke_agent antler"), "{names:?}");
 }
 
 /// One run through a cluster with a subagent worker: one trace across every process.
