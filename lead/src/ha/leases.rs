@@ -183,9 +183,10 @@ impl Leases {
         })
     }
 
-    /// The connection the statements go through (for the sweep of `retention`).
-    pub(super) fn db(&self) -> &Postgres {
-        &self.db
+    /// The connection the statements go through, made again when it closed (for the sweep
+    /// of `retention` and the submission budgets).
+    pub(super) async fn db(&self) -> Result<Arc<Postgres>, HaError> {
+        Ok(Arc::clone(&self.session().await?.db))
     }
 
     /// Connects to the DSN's database, migrates it and opens its leases: what a lead does

@@ -70,7 +70,7 @@ impl Leases {
         let keep = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
         let limit = i64::from(batch);
         let finished: Vec<&str> = FINISHED.iter().map(|s| s.as_str()).collect();
-        let db = self.db();
+        let db = self.db().await?;
         let leases = db
             .within(
                 "lease retention",

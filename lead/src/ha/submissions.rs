@@ -36,7 +36,7 @@ impl Leases {
         let interval = (60_000 / per_minute).max(1);
         let tolerance = interval * (per_minute - 1);
         let what = "submission budget";
-        let db = self.db();
+        let db = self.db().await?;
         let row = db
             .within(
                 what,
