@@ -302,10 +302,10 @@ fn into_actix(
             out.append_header((name, value));
         }
     }
-    if status.is_client_error() || status.is_server_error() {
-        if !parts.headers.contains_key(http::header::CONTENT_TYPE) {
-            out.content_type(super::openapi_mcp::TEXT);
-        }
+    if (status.is_client_error() || status.is_server_error())
+        && !parts.headers.contains_key(http::header::CONTENT_TYPE)
+    {
+        out.content_type(super::openapi_mcp::TEXT);
     }
     out.streaming(body.into_data_stream().map(move |chunk| {
         let _busy = &busy;
