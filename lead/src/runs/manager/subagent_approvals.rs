@@ -79,7 +79,16 @@ impl RunManager {
                     waiting: Vec::new(),
                 });
             }
-            // No held call took it: it ended meanwhile (expired, its task cancelled).
+            // No worker took it now. A call still listed waits on a task that has not
+            // re-attached yet (this lead just started, or its links are still dialling):
+            // the answer is kept, and handed down when the worker tells of the call again.
+            if asks.get(&run_id, &call).is_some() {
+                tracing::info!(run = %run_id, call = %call, "answer kept until the held call's task re-attaches");
+                return Ok(ApprovalAnswered {
+                    waiting: Vec::new(),
+                });
+            }
+            // It ended meanwhile (expired, its task cancelled).
             asks.decided(&run_id, &call);
             let (id, unrecord) = (run_id.clone(), call.clone());
             store
@@ -97,7 +106,8 @@ impl RunManager {
             .env
             .store
             .call(|store| Ok((store.subagent_asks()?, store.answered_subagent_asks()?)));
-        ctx.spawn(held.into_actor(self).map(move |held, _, _| match held {
+        // The mailbox waits for them: an answer that comes first must find its call.
+        ctx.wait(held.into_actor(self).map(move |held, _, _| match held {
             Ok((held, answered)) => {
                 held.into_iter().for_each(|ask| asks.asked(ask));
                 for (run_id, call, decision) in answered {
