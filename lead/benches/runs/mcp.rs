@@ -150,7 +150,8 @@ impl ServedLead {
 }
 
 // ---------------------------------------------------------------------------------------
-// A minimal streamable-HTTP MCP client: JSON-RPC posted, the reply read from the SSE body.
+// A minimal streamable-HTTP MCP client: JSON-RPC posted, the reply read from the JSON or
+// SSE body.
 
 #[derive(Clone)]
 struct McpClient {
@@ -258,8 +259,15 @@ impl McpClient {
     }
 }
 
-/// The JSON-RPC result for request `id` in an SSE body; panics on an error reply.
+/// The JSON-RPC result for request `id` in a JSON or SSE body (a server may answer
+/// either way); panics on an error reply.
 fn reply_of(body: &str, id: u64) -> Value {
+    if body.starts_with('{') {
+        let message: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(message["id"], json!(id), "{message}");
+        assert!(message.get("error").is_none(), "{message}");
+        return message["result"].clone();
+    }
     for line in body.lines() {
         let Some(data) = line.strip_prefix("data:").map(str::trim) else {
             continue;

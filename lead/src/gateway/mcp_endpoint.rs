@@ -24,6 +24,7 @@ use http_body_util::BodyExt as _;
 use serde_json::json;
 
 use super::body::read_body;
+use super::mcp_reply;
 use super::mcp_sessions::{self, SessionOwners};
 use super::State;
 use super::{principal_of, Principal};
@@ -223,7 +224,64 @@ pub async fn serve(
     let busy = using
         .filter(|_| *req.method() == Method::POST)
         .map(|u| u.busy);
+    let is_stream = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"text/event-stream"));
+    if *req.method() == Method::POST && response.status() == http::StatusCode::OK && is_stream {
+        // A request's answer alone goes as JSON (`mcp_reply`).
+        let (parts, body) = response.into_parts();
+        return match mcp_reply::read(body.into_data_stream()).await {
+            mcp_reply::Read::Answer(json) => {
+                let mut out = HttpResponse::build(StatusCode::OK);
+                copy_headers(&parts.headers, &mut out, true);
+                out.insert_header((
+                    actix_web::http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                ));
+                out.body(json)
+            }
+            mcp_reply::Read::Events(events) => {
+                let mut out = HttpResponse::build(StatusCode::OK);
+                copy_headers(&parts.headers, &mut out, false);
+                streamed(out, events, busy)
+            }
+        };
+    }
     into_actix(response, busy)
+}
+
+/// rmcp's headers on actix-web's response, but the ones of its framing (actix-web writes
+/// them itself) and, for a `json` answer, an event stream's.
+fn copy_headers(headers: &http::HeaderMap, out: &mut actix_web::HttpResponseBuilder, json: bool) {
+    for (name, value) in headers {
+        let skipped = match name.as_str() {
+            "content-length" | "transfer-encoding" => true,
+            "content-type" | "cache-control" | "x-accel-buffering" => json,
+            _ => false,
+        };
+        if skipped {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_str().as_bytes()),
+            HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            out.append_header((name, value));
+        }
+    }
+}
+
+/// `events` as the response's streamed body, holding `busy` until it ends.
+fn streamed(
+    mut out: actix_web::HttpResponseBuilder,
+    events: mcp_reply::Events,
+    busy: Option<mcp_sessions::Busy>,
+) -> HttpResponse {
+    out.streaming(events.map(move |chunk| {
+        let _busy = &busy;
+        chunk
+    }))
 }
 
 /// How long the gateway's stop waits for its sessions' runs to be released.
@@ -302,9 +360,8 @@ fn into_actix(
             out.append_header((name, value));
         }
     }
-    if (status.is_client_error() || status.is_server_error())
-        && !parts.headers.contains_key(http::header::CONTENT_TYPE)
-    {
+    let refused = status.is_client_error() || status.is_server_error();
+    if refused && !parts.headers.contains_key(http::header::CONTENT_TYPE) {
         out.content_type(super::openapi_mcp::TEXT);
     }
     out.streaming(body.into_data_stream().map(move |chunk| {

@@ -44,6 +44,7 @@ mod langgraph_threads;
 mod langgraph_turns;
 mod mcp_config;
 mod mcp_endpoint;
+mod mcp_reply;
 mod mcp_sessions;
 mod memory;
 mod oauth;

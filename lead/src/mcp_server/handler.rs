@@ -423,8 +423,10 @@ fn tool_of(spec: &ToolSpec) -> Option<Tool> {
 /// The MCP result of a call from the tool messages it added: their text, an error when
 /// the tool failed (the model's error message, as a run's model would read it); a link
 /// to each file it presented (a resource of the session), the image `view_image` read.
+/// Built as rmcp's types directly (no JSON in between: this is every call's answer).
 fn result_of(outcome: &CallOutcome) -> Result<CallToolResult, McpError> {
     use base64::Engine as _;
+    use rmcp::model::{ContentBlock, Resource};
     let mut content = Vec::new();
     let mut failed = false;
     for message in &outcome.messages {
@@ -435,24 +437,24 @@ fn result_of(outcome: &CallOutcome) -> Result<CallToolResult, McpError> {
         } = message
         {
             failed |= *status == ToolStatus::Error;
-            content.push(json!({"type": "text", "text": text}));
+            content.push(ContentBlock::text(text.clone()));
         }
     }
     for artifact in &outcome.presented {
-        content.push(json!({
-            "type": "resource_link",
-            "uri": artifact.uri,
-            "name": artifact.name(),
-            "mimeType": mime_of(&artifact.path),
-        }));
+        content.push(ContentBlock::resource_link(
+            Resource::new(artifact.uri.clone(), artifact.name())
+                .with_mime_type(mime_of(&artifact.path)),
+        ));
     }
     if let Some((mime, bytes)) = &outcome.image {
-        content.push(json!({
-            "type": "image",
-            "mimeType": mime,
-            "data": base64::engine::general_purpose::STANDARD.encode(bytes),
-        }));
+        content.push(ContentBlock::image(
+            base64::engine::general_purpose::STANDARD.encode(bytes),
+            mime.clone(),
+        ));
     }
-    serde_json::from_value(json!({"content": content, "isError": failed}))
-        .map_err(|e| McpError::internal_error(e.to_string(), None))
+    Ok(if failed {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    })
 }
