@@ -22,6 +22,7 @@ use super::*;
 use antler_engine::ToolCall;
 use antler_lead::cluster::{RestartPolicy, Runs, Supervisor};
 use antler_lead::gateway::{Gateway, GATEWAY_ADDR_ENV};
+use antler_lead::runs::{ClientRunEnded, ClientSession, HostClientRun};
 use antler_lead::subagents::SubagentDispatcher;
 use antler_protocol::config::{GatewaySection, StaticPrincipal};
 use antler_protocol::{Address, Connection, ConnectionConfig, Identity, TraceContext};
@@ -82,6 +83,7 @@ struct ServedLead {
     _dir: tempfile::TempDir,
     gateway: Gateway,
     env: Arc<RunEnv>,
+    manager: Addr<RunManager>,
     url: String,
 }
 
@@ -119,7 +121,7 @@ impl ServedLead {
         .start();
         let dispatcher = SubagentDispatcher::new(supervisor.clone()).start();
         let runs = Runs {
-            manager,
+            manager: manager.clone(),
             metrics,
             dispatcher,
             catalog,
@@ -144,6 +146,7 @@ impl ServedLead {
             _dir: dir,
             gateway,
             env,
+            manager,
             url,
         }
     }
@@ -417,19 +420,25 @@ async fn trip_round(
         )
         .await
         .unwrap();
-    let mut run = opened.run;
-    // A hosted run's events are encoded into its log (the run manager's sink): the
-    // baseline pays for that as the session's run does.
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let sink = log.clone();
-    run.on_event(move |event: &antler_engine::RunEvent| {
-        if let Ok(mut json) = serde_json::to_value(event) {
-            if let Some(object) = json.as_object_mut() {
-                object.insert("at_ms".into(), 0.into());
-            }
-            sink.lock().unwrap().push(json.to_string());
-        }
-    });
+    let ClientSession {
+        mut run,
+        record,
+        catalog,
+        skills,
+    } = opened;
+    // Hosted by the run manager as the session's run is: its events go through the same
+    // sink (the run's log, its metrics, the event journal's writes to the runs store).
+    let run_id = record.run_id.clone();
+    let events = lead
+        .manager
+        .send(HostClientRun {
+            record,
+            catalog,
+            skills,
+        })
+        .await
+        .unwrap();
+    run.on_event(move |event: &antler_engine::RunEvent| events(event));
     let echo = Echo.start();
     let renewal = actix::spawn(run.lease_renewal());
     let opening = client.clone();
@@ -493,6 +502,13 @@ async fn trip_round(
     let closing = client.clone();
     on_client(client_rt, async move { closing.close(session).await }).await;
     run.end_client_session().await;
+    lead.manager
+        .send(ClientRunEnded {
+            run_id,
+            status: RunStatus::Success,
+        })
+        .await
+        .unwrap();
     renewal.abort();
 }
 

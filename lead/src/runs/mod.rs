@@ -22,7 +22,9 @@ pub mod store;
 pub(crate) mod subagent_asks;
 pub(crate) mod view;
 
-pub use manager::{read_artifact, ArtifactContent, RunManager, SubmitRun, WatchRun};
+pub use manager::{
+    read_artifact, ArtifactContent, ClientRunEnded, HostClientRun, RunManager, SubmitRun, WatchRun,
+};
 pub use metrics::Metrics;
-pub use prepare::{PrepareError, RunEnv};
+pub use prepare::{ClientSession, PrepareError, RunEnv};
 pub use store::{CheckpointError, CheckpointStore, RunStatus};
