@@ -71,11 +71,16 @@ impl RunLoop {
             tool_calls: vec![call.clone()],
             reasoning: None,
         };
-        self.merge(StateUpdate::messages([ai])).await?;
+        // The turn's write goes to the store now and the call runs while it lands: the
+        // store takes writes in order, so it is stored before the call's result is, and
+        // it is awaited before that result goes back. A client's session run is never
+        // resumed, so nothing reads the turn before then.
+        let turn_saved = self.merge_started(StateUpdate::messages([ai]))?;
         let before = self.state.messages.len();
         let working = self.run_calls(std::slice::from_ref(&call), &chain, &policy);
-        let was_cancelled = until_cancelled(working, cancelled).await?;
-        self.end_cancelled(&call, before, was_cancelled).await?;
+        let was_cancelled = until_cancelled(working, cancelled).await;
+        turn_saved.await?;
+        self.end_cancelled(&call, before, was_cancelled?).await?;
         Ok(self.state.messages[before..].to_vec())
     }
 

@@ -103,6 +103,8 @@ pub trait Journal: Send + Sync {
         state: &ThreadState,
     ) -> BoxFuture<'static, JournalResult<()>>;
     /// Writes the state after step `step` (a step that exists is left as it is).
+    /// Implementations start the write before they return the future: writes land in
+    /// the order they were made, whether or not the earlier ones were awaited yet.
     fn save(
         &self,
         run_id: &str,

@@ -19,7 +19,7 @@ use crate::middleware::{dangling, uploads};
 use crate::model::{ChatModel, ModelError};
 use crate::run::events::{EventSink, RunEvent, ToolState};
 use crate::run::execute::{Executor, LeadTools};
-use crate::run::journal::{Journal, JournalError, RunStatus};
+use crate::run::journal::{Journal, JournalError, JournalResult, RunStatus};
 use crate::run::settings::RunSettings;
 use crate::settlement::{DeliveryReceipt, OutputsSnapshot, RECEIPT_NOT_PERSISTED};
 use crate::thread::approvals::ApprovalDecision;
@@ -220,12 +220,21 @@ impl RunLoop {
     }
 
     pub(super) async fn merge(&mut self, update: StateUpdate) -> Result<(), RunError> {
+        self.merge_started(update)?.await?;
+        Ok(())
+    }
+
+    /// [`RunLoop::merge`] whose write is started (it lands before any later one) but not
+    /// awaited: the future is its answer.
+    pub(super) fn merge_started(
+        &mut self,
+        update: StateUpdate,
+    ) -> Result<futures::future::BoxFuture<'static, JournalResult<()>>, RunError> {
         self.state.apply(update)?;
         self.step += 1;
-        self.journal
-            .save(&self.context.run_id, self.step, &self.state)
-            .await?;
-        Ok(())
+        Ok(self
+            .journal
+            .save(&self.context.run_id, self.step, &self.state))
     }
 
     /// Drives the run to its end and records the outcome. With a lease epoch
