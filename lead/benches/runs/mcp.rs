@@ -3,9 +3,10 @@
 //! JSON-RPC client on a runtime of its own (as a client process would be) opens a session
 //! and calls a builtin (`list_uploaded_files`, answered in the lead) and a sandbox `bash`
 //! of `true`. The baseline is the same call through the run loop's client call path that
-//! `/mcp` ends in (`RunEnv::start_client_session`, `RunLoop::call_from_client`, its events
-//! encoded as the run manager's sink does), in the same rounds, interleaved, on a run whose
-//! state grows as the session's does. (`antler tool call` is another path: a CLI process,
+//! `/mcp` ends in (`RunEnv::start_client_session`, `RunLoop::call_from_client`, the run
+//! hosted by the run manager as a session's run is, so its events go through the same sink
+//! and event journal), in the same rounds, interleaved, on a run whose state grows as the
+//! session's does. (`antler tool call` is another path: a CLI process,
 //! and a sandbox acquired and released per call.) Floors locate the added time: a bare
 //! `GET /health` (HTTP on loopback, actix-web, the principal), an MCP `ping` on the session
 //! (plus rmcp's session layer and the gateway's bridge), `tools/list` (plus the session's
