@@ -49,6 +49,8 @@ const UNKNOWN_SESSION: &str = "Not Found: Session not found";
 /// The gateway's MCP service and whose each session is.
 pub struct McpEndpoint {
     service: HttpService,
+    /// Each session's handler, for the calls answered without rmcp's session worker.
+    direct: Arc<mcp_server::direct::DirectCalls>,
     /// The user of each session, by its id.
     owners: Arc<Mutex<SessionOwners>>,
     stop: tokio_util::sync::CancellationToken,
@@ -69,14 +71,17 @@ impl McpEndpoint {
             idle,
             stop.clone(),
         ));
+        let direct = Arc::new(mcp_server::direct::DirectCalls::default());
         McpEndpoint {
             service: mcp_server::http_service(
                 runs.env.clone(),
                 runs.manager.clone(),
                 actix::Arbiter::current(),
                 sessions,
+                direct.clone(),
                 stop.clone(),
             ),
+            direct,
             owners,
             stop,
         }
@@ -184,6 +189,14 @@ pub async fn serve(
     } else {
         web::Bytes::new()
     };
+    // A plain call on a known session is answered without rmcp's session worker.
+    if let (Some(id), Some(using)) = (&session, &using) {
+        if *req.method() == Method::POST {
+            if let Some(answer) = call_direct(&req, endpoint, id, using, &owner, &body).await {
+                return answer;
+            }
+        }
+    }
     let mut request = http::Request::builder()
         .method(req.method().as_str())
         .uri(req.uri().to_string());
@@ -282,6 +295,53 @@ fn streamed(
         let _busy = &busy;
         chunk
     }))
+}
+
+/// A `tools/call` of session `id` answered directly (`mcp_server::direct`), when it may be.
+async fn call_direct(
+    req: &HttpRequest,
+    endpoint: &McpEndpoint,
+    id: &str,
+    using: &mcp_sessions::SessionUse,
+    owner: &Owner,
+    body: &web::Bytes,
+) -> Option<HttpResponse> {
+    let handler = endpoint.direct.handler(id)?;
+    let headers = req.headers();
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let accept = header("accept").unwrap_or_default();
+    let accepts = accept.contains("application/json")
+        && accept.contains("text/event-stream")
+        && header("content-type").is_some_and(|t| t.starts_with("application/json"));
+    let other_mcp = headers.keys().any(|name| {
+        let name = name.as_str();
+        name.starts_with("mcp-") && name != SESSION_HEADER && name != "mcp-protocol-version"
+    });
+    let mut parts = http::Request::builder()
+        .method(req.method().as_str())
+        .uri(req.uri().to_string());
+    for (name, value) in headers {
+        parts = parts.header(name.as_str(), value.as_bytes());
+    }
+    let (mut parts, ()) = parts.body(()).ok()?.into_parts();
+    parts.extensions.insert(owner.clone());
+    parts.extensions.insert(using.released.clone());
+    let direct = mcp_server::direct::Headers {
+        protocol: header("mcp-protocol-version"),
+        accepts,
+        other_mcp,
+    };
+    Some(
+        match mcp_server::direct::call(handler, body, direct, parts).await? {
+            mcp_server::direct::Answer::Json(answer) => HttpResponse::Ok()
+                .content_type("application/json")
+                .body(answer),
+            // An event stream with no message: the cancelled request is not answered.
+            mcp_server::direct::Answer::Cancelled => HttpResponse::Ok()
+                .content_type("text/event-stream")
+                .finish(),
+        },
+    )
 }
 
 /// How long the gateway's stop waits for its sessions' runs to be released.

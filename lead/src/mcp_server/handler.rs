@@ -17,7 +17,8 @@
 //! the gateway's requests over HTTP).
 
 use std::borrow::Cow;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use actix::{Addr, ArbiterHandle};
 use antler_engine::catalog::ToolSpec;
@@ -28,10 +29,13 @@ use rmcp::model::{
     ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
     ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::RequestContext;
-use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use rmcp::model::{CancelledNotificationParam, RequestId};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
+use super::direct::DirectCalls;
 use super::lifecycle::Released;
 use super::session::{
     Artifact, Artifacts, Ask, Call, CallOutcome, End, McpSession, Notice, Notices, Owner,
@@ -66,6 +70,13 @@ pub struct AntlerTools {
         Notices,
         tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Notice>>,
     ),
+    /// Over HTTP: where the gateway finds this session's handler for its direct calls
+    /// (`direct`), this handler itself, and what it learns of its session.
+    direct: Option<(Arc<DirectCalls>, Weak<AntlerTools>)>,
+    session_id: OnceLock<String>,
+    peer: OnceLock<Peer<RoleServer>>,
+    /// The direct calls running, by request id (a cancellation stops them).
+    running: Mutex<HashMap<RequestId, CancellationToken>>,
 }
 
 impl AntlerTools {
@@ -78,6 +89,17 @@ impl AntlerTools {
         owner: Option<Owner>,
         released: Option<Released>,
     ) -> AntlerTools {
+        Self::build(env, manager, arbiter, owner, released, None)
+    }
+
+    fn build(
+        env: Arc<RunEnv>,
+        manager: Addr<RunManager>,
+        arbiter: ArbiterHandle,
+        owner: Option<Owner>,
+        released: Option<Released>,
+        direct: Option<(Arc<DirectCalls>, Weak<AntlerTools>)>,
+    ) -> AntlerTools {
         let (notices, noticed) = tokio::sync::mpsc::unbounded_channel();
         AntlerTools {
             env,
@@ -87,7 +109,77 @@ impl AntlerTools {
             session: Mutex::new(None),
             released: Mutex::new(released),
             notices: (notices, tokio::sync::Mutex::new(noticed)),
+            direct,
+            session_id: OnceLock::new(),
+            peer: OnceLock::new(),
+            running: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// A session of the gateway's (its principal read from its first request), shared
+    /// so the gateway can hand it direct calls once it registered in `direct`.
+    pub fn shared(
+        env: Arc<RunEnv>,
+        manager: Addr<RunManager>,
+        arbiter: ArbiterHandle,
+        direct: Arc<DirectCalls>,
+    ) -> Arc<AntlerTools> {
+        Arc::new_cyclic(|me| {
+            let direct = Some((direct, me.clone()));
+            AntlerTools::build(env, manager, arbiter, None, None, direct)
+        })
+    }
+
+    /// The session's peer, once its client initialized.
+    pub(super) fn peer(&self) -> Option<Peer<RoleServer>> {
+        self.peer.get().cloned()
+    }
+
+    /// Learns the session's id (from the HTTP request the gateway handed over) and its
+    /// peer, and registers for direct calls; once.
+    fn note(&self, extensions: &rmcp::model::Extensions, peer: &Peer<RoleServer>) {
+        if self.peer.get().is_some() {
+            return;
+        }
+        let Some((direct, me)) = &self.direct else {
+            return;
+        };
+        let id = extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.headers.get(SESSION_HEADER))
+            .and_then(|v| v.to_str().ok());
+        let Some(id) = id else {
+            return;
+        };
+        if self.session_id.set(id.to_owned()).is_ok() {
+            direct.register(id, me.clone());
+        }
+        let _ = self.peer.set(peer.clone());
+    }
+
+    /// A direct call (`direct::call`): [`ServerHandler::call_tool`] with the context rmcp
+    /// would have given it, cancelled by a `notifications/cancelled` naming `id`; its
+    /// answer, and whether it was cancelled.
+    pub(super) async fn call_direct(
+        &self,
+        id: RequestId,
+        params: CallToolRequestParams,
+        meta: rmcp::model::RequestMetaObject,
+        peer: Peer<RoleServer>,
+        parts: http::request::Parts,
+    ) -> (Result<CallToolResponse, McpError>, bool) {
+        let mut context = RequestContext::new(id.clone(), peer);
+        context.meta = meta;
+        context.extensions.insert(parts);
+        let cancelled = context.ct.clone();
+        self.lock_running().insert(id.clone(), cancelled.clone());
+        let _done = RunningCall { tools: self, id };
+        let answer = self.call_tool(params, context).await;
+        (answer, cancelled.is_cancelled())
+    }
+
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The session's actor, started on its first use by the request of `context`, on the
@@ -126,8 +218,26 @@ impl AntlerTools {
     }
 }
 
+/// A direct call's entry in the running calls, removed when it ends (or is dropped).
+struct RunningCall<'a> {
+    tools: &'a AntlerTools,
+    id: RequestId,
+}
+
+impl Drop for RunningCall<'_> {
+    fn drop(&mut self) {
+        self.tools.lock_running().remove(&self.id);
+    }
+}
+
+/// The header naming a streamable-HTTP session.
+const SESSION_HEADER: &str = "mcp-session-id";
+
 impl Drop for AntlerTools {
     fn drop(&mut self) {
+        if let (Some((direct, _)), Some(id)) = (&self.direct, self.session_id.get()) {
+            direct.forget(id);
+        }
         let session = self
             .session
             .get_mut()
@@ -164,11 +274,30 @@ impl ServerHandler for AntlerTools {
         Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
     }
 
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.note(&context.extensions, &context.peer);
+    }
+
+    /// A cancellation of a direct call (rmcp cancels the calls it runs itself).
+    async fn on_cancelled(
+        &self,
+        notification: CancelledNotificationParam,
+        _: NotificationContext<RoleServer>,
+    ) {
+        let running = notification
+            .request_id
+            .and_then(|id| self.lock_running().get(&id).cloned());
+        if let Some(ct) = running {
+            ct.cancel();
+        }
+    }
+
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        self.note(&context.extensions, &context.peer);
         let session = self.session(&context)?;
         let meta = request.as_ref().and_then(|r| r.meta.as_deref());
         let thread = thread_of(meta, &context);
@@ -187,6 +316,7 @@ impl ServerHandler for AntlerTools {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        self.note(&context.extensions, &context.peer);
         let session = self.session(&context)?;
         let thread = thread_of(request.meta.as_deref(), &context);
         let progress_token = request

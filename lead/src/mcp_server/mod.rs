@@ -8,6 +8,7 @@
 //! returns only once its run is released (`lifecycle::Released`).
 
 mod approvals;
+pub mod direct;
 mod elicit;
 mod handler;
 mod lifecycle;
@@ -32,16 +33,18 @@ use crate::runs::prepare::RunEnv;
 /// The streamable-HTTP service of the gateway's `/mcp`: sessions kept in this process,
 /// each request's principal taken from its extensions (the gateway authenticated it and
 /// checked its `Host`). `stop` ends every session.
-pub type HttpService = StreamableHttpService<AntlerTools, LocalSessionManager>;
+pub type HttpService = StreamableHttpService<Arc<AntlerTools>, LocalSessionManager>;
 
 /// The `/mcp` service whose sessions (kept in `sessions`, see [`session_manager`]) have
 /// their runs prepared by `env`. A session's actor runs on the arbiter serving the session
 /// (the gateway's worker); `arbiter` (the lead's) when its requests come from elsewhere.
+/// Each session's handler registers in `direct` for the gateway's direct calls.
 pub fn http_service(
     env: Arc<RunEnv>,
     manager: Addr<RunManager>,
     arbiter: ArbiterHandle,
     sessions: Arc<LocalSessionManager>,
+    direct: Arc<direct::DirectCalls>,
     stop: tokio_util::sync::CancellationToken,
 ) -> HttpService {
     let config = StreamableHttpServerConfig::default()
@@ -50,12 +53,11 @@ pub fn http_service(
         .with_cancellation_token(stop);
     StreamableHttpService::new(
         move || {
-            Ok(AntlerTools::new(
+            Ok(AntlerTools::shared(
                 env.clone(),
                 manager.clone(),
                 arbiter.clone(),
-                None,
-                None,
+                direct.clone(),
             ))
         },
         sessions,

@@ -1,0 +1,124 @@
+//! Direct calls: a session's plain `tools/call` handed by the gateway to the session's
+//! handler without rmcp's session worker (its request-wise channel, serve loop, handler
+//! task and event stream: round trips within the worker's thread and an SSE framing each
+//! way, most of what `/mcp` added to a call). Only a call nothing can interrupt to talk to
+//! its client goes this way: no progress token and no `_meta` but the thread's, a client
+//! that declared no elicitation (no approval or downstream question is put to it
+//! mid-call: those are denials or wait for the run's user, as over rmcp), the version it
+//! negotiated in its `MCP-Protocol-Version` header, and no other `Mcp-` header. Anything
+//! else goes through rmcp as before. The answer is the JSON-RPC message rmcp would have
+//! written for it; what the call tells the client after (tools or resources changed) goes
+//! on the session's stream as rmcp's notifications do; a `notifications/cancelled` naming
+//! it stops it ([`AntlerTools`]'s `on_cancelled`). [`DirectCalls`] finds a session's
+//! handler by its id: each registers once it knows its id (its client's `initialized`,
+//! or its first request) and leaves when it is dropped.
+
+use std::sync::{Arc, Weak};
+
+use dashmap::DashMap;
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientRequest, GetMeta as _, ProtocolVersion, ServerJsonRpcMessage,
+    ServerResult,
+};
+
+use super::handler::{AntlerTools, THREAD_META_KEY};
+
+/// The handlers of the gateway's open MCP sessions, by session id (read by every request
+/// the gateway's worker serves, written when a session starts and ends).
+#[derive(Default)]
+pub struct DirectCalls {
+    sessions: DashMap<String, Weak<AntlerTools>>,
+}
+
+impl DirectCalls {
+    /// The handler of `session`, while it lives.
+    pub fn handler(&self, session: &str) -> Option<Arc<AntlerTools>> {
+        self.sessions.get(session).and_then(|h| h.upgrade())
+    }
+
+    pub(super) fn register(&self, session: &str, handler: Weak<AntlerTools>) {
+        self.sessions.insert(session.to_owned(), handler);
+    }
+
+    pub(super) fn forget(&self, session: &str) {
+        self.sessions.remove(session);
+    }
+}
+
+/// What of the HTTP request decides whether a call may go direct.
+pub struct Headers<'a> {
+    /// `MCP-Protocol-Version`.
+    pub protocol: Option<&'a str>,
+    /// `Accept` names both JSON and event streams, and the body is declared JSON (what
+    /// rmcp asks of every post).
+    pub accepts: bool,
+    /// An `Mcp-` header other than the session's id and its protocol version.
+    pub other_mcp: bool,
+}
+
+/// A direct call's answer.
+pub enum Answer {
+    /// The JSON-RPC answer's bytes.
+    Json(Vec<u8>),
+    /// The client cancelled it: no JSON-RPC answer is sent (as rmcp sends none).
+    Cancelled,
+}
+
+/// Answers `body` (a posted JSON-RPC message) on `handler`'s session when it is a call
+/// that may go direct. `None`: it goes through rmcp. `parts` is the request as the
+/// handler reads it (its principal in its extensions).
+pub async fn call(
+    handler: Arc<AntlerTools>,
+    body: &[u8],
+    headers: Headers<'_>,
+    parts: http::request::Parts,
+) -> Option<Answer> {
+    if !headers.accepts || headers.other_mcp {
+        return None;
+    }
+    let peer = handler.peer()?;
+    let client = peer.peer_info()?;
+    // A client that can be asked something mid-call gets its call on rmcp's stream.
+    if client.capabilities.elicitation.is_some() {
+        return None;
+    }
+    let negotiated = &client.protocol_version;
+    let supported = ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25);
+    if headers.protocol != Some(negotiated.as_str()) || !supported.contains(negotiated) {
+        return None;
+    }
+    // Cheap before parsing: only a `tools/call` is answered here.
+    if !contains(body, b"\"tools/call\"") {
+        return None;
+    }
+    let ClientJsonRpcMessage::Request(mut request) = serde_json::from_slice(body).ok()? else {
+        return None;
+    };
+    // Parsing moved the params' `_meta` into the request's envelope, as rmcp reads it.
+    let meta = std::mem::take(request.request.get_meta_mut());
+    let ClientRequest::CallToolRequest(call) = request.request else {
+        return None;
+    };
+    let params = call.params;
+    let plain_meta = meta.keys().all(|k| k == THREAD_META_KEY)
+        && params.meta.as_ref().is_none_or(|m| m.is_empty());
+    if !plain_meta || params.input_responses.is_some() || params.request_state.is_some() {
+        return None;
+    }
+    let id = request.id;
+    let (answer, cancelled) = handler
+        .call_direct(id.clone(), params, meta, peer, parts)
+        .await;
+    if cancelled {
+        return Some(Answer::Cancelled);
+    }
+    let answer = match answer {
+        Ok(response) => ServerJsonRpcMessage::response(ServerResult::from(response), id),
+        Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
+    };
+    serde_json::to_vec(&answer).ok().map(Answer::Json)
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
