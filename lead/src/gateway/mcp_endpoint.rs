@@ -192,7 +192,9 @@ pub async fn serve(
     // A plain call on a known session is answered without rmcp's session worker.
     if let (Some(id), Some(using)) = (&session, &using) {
         if *req.method() == Method::POST {
-            if let Some(answer) = call_direct(&req, endpoint, id, using, &owner, &body).await {
+            let metrics = &state.runs.metrics;
+            let direct = call_direct(&req, endpoint, id, using, &owner, &body, metrics);
+            if let Some(answer) = direct.await {
                 return answer;
             }
         }
@@ -305,6 +307,7 @@ async fn call_direct(
     using: &mcp_sessions::SessionUse,
     owner: &Owner,
     body: &web::Bytes,
+    metrics: &crate::runs::Metrics,
 ) -> Option<HttpResponse> {
     let handler = endpoint.direct.handler(id)?;
     let headers = req.headers();
@@ -331,17 +334,17 @@ async fn call_direct(
         accepts,
         other_mcp,
     };
-    Some(
-        match mcp_server::direct::call(handler, body, direct, parts).await? {
-            mcp_server::direct::Answer::Json(answer) => HttpResponse::Ok()
-                .content_type("application/json")
-                .body(answer),
-            // An event stream with no message: the cancelled request is not answered.
-            mcp_server::direct::Answer::Cancelled => HttpResponse::Ok()
-                .content_type("text/event-stream")
-                .finish(),
-        },
-    )
+    let answer = mcp_server::direct::call(handler, body, direct, parts).await?;
+    metrics.mcp_direct_call();
+    Some(match answer {
+        mcp_server::direct::Answer::Json(answer) => HttpResponse::Ok()
+            .content_type("application/json")
+            .body(answer),
+        // An event stream with no message: the cancelled request is not answered.
+        mcp_server::direct::Answer::Cancelled => HttpResponse::Ok()
+            .content_type("text/event-stream")
+            .finish(),
+    })
 }
 
 /// How long the gateway's stop waits for its sessions' runs to be released.

@@ -133,6 +133,7 @@ pub struct Metrics {
     tool_calls: Family,
     step_latency: Histogram,
     tool_latency: Histogram,
+    mcp_direct_calls: AtomicU64,
     input_tokens: AtomicU64,
     output_tokens: AtomicU64,
     total_tokens: AtomicU64,
@@ -190,6 +191,11 @@ impl Metrics {
     }
 
     /// One model step (model call, its tool calls, the merge) took `took`.
+    /// An MCP `tools/call` answered without rmcp's session worker (`mcp_server::direct`).
+    pub fn mcp_direct_call(&self) {
+        self.mcp_direct_calls.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn step(&self, took: Duration) {
         self.step_latency.observe(took);
     }
@@ -263,6 +269,16 @@ impl Metrics {
             &mut out,
             "antler_approval_decision_seconds",
             "Time from an ask to its answer (a person's, or its deadline's).",
+        );
+        let _ = writeln!(
+            out,
+            "# HELP antler_mcp_direct_calls_total MCP tools/call requests the gateway answered without rmcp's session worker (plain calls of clients that cannot be asked mid-call)."
+        );
+        let _ = writeln!(out, "# TYPE antler_mcp_direct_calls_total counter");
+        let _ = writeln!(
+            out,
+            "antler_mcp_direct_calls_total {}",
+            self.mcp_direct_calls.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             out,

@@ -176,3 +176,21 @@ pub fn process_running(argv: &[&str]) -> bool {
         })
         .unwrap_or(false)
 }
+
+/// The lead's `antler_mcp_direct_calls_total`: the calls its gateway answered without
+/// rmcp's session worker (`mcp_server::direct`).
+pub fn direct_calls(cluster: &LeadCluster) -> u64 {
+    let (status, _, metrics) = crate::lead_support::http_full(
+        &cluster.gateway(),
+        &cluster.gateway_token(),
+        "GET",
+        "/metrics",
+        None,
+    );
+    assert_eq!(status, 200, "{metrics}");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("antler_mcp_direct_calls_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no antler_mcp_direct_calls_total in {metrics}"))
+}

@@ -22,7 +22,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::lead_support::{http_full, LeadCluster};
-use crate::mcp_support::serve::{everything, mcp_driver, process_running, ALICE};
+use crate::mcp_support::serve::{direct_calls, everything, mcp_driver, process_running, ALICE};
 use serde_json::{json, Value};
 
 const BOB: &str = "bob-token-00000000000002";
@@ -164,6 +164,9 @@ fn the_python_sdk_client_gets_the_deferred_catalog_and_the_threads_sandbox() {
     let r: Value = mcp_driver(|c| c.args(["http", &url, ALICE, BOB, "notes"]));
     let alice = &r["alice"];
     assert_eq!(alice["server_name"], "antler", "{alice}");
+    // This client cannot be asked anything mid-call (no elicitation): its plain calls
+    // were answered without rmcp's session worker, with the same results below.
+    assert!(direct_calls(&cluster) > 0, "no call was answered directly");
     assert_eq!(alice["list_changed_capability"], true, "{alice}");
 
     // The catalog a run of alice's would be offered: builtins and sandbox tools, the

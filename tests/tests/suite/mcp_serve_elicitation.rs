@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::lead_support::LeadCluster;
-use crate::mcp_support::serve::{asking_cluster, config, mcp_driver, mcp_url, ALICE};
+use crate::mcp_support::serve::{asking_cluster, config, direct_calls, mcp_driver, mcp_url, ALICE};
 use serde_json::{json, Value};
 
 /// A cluster whose mcp-host runs server-everything with elicitation policy `ask`, once
@@ -50,6 +50,8 @@ fn a_downstream_elicitation_is_asked_of_the_mcp_client_and_its_answer_goes_back(
     let url = mcp_url(&cluster);
     let r: Value = mcp_driver(|c| c.args(["elicit", &url, ALICE, "asked", TOOL, &answer()]));
     assert_asked_and_answered(&r);
+    // A client that can be asked mid-call has its calls on rmcp's streams, never direct.
+    assert_eq!(direct_calls(&cluster), 0);
 }
 
 #[test]
