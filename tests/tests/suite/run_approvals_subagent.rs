@@ -404,6 +404,8 @@ fn a_subagents_held_call_is_answered_after_the_lead_restarts() {
     // reads the held call back and takes the parent's user's answer to the worker.
     c.kill_lead();
     c.start();
+    // The parent's user answers what the restarted lead shows waiting.
+    listed(&c, &run_id);
     let done = run_json(&c, &["--resume", &run_id, "--approve", HELD]);
     assert_eq!(done["status"], "success", "{done}");
     wait_status(&c, &run_id, "success");
