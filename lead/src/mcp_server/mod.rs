@@ -3,7 +3,8 @@
 //! own call path. One MCP session is one run of one thread of its principal
 //! (`session::McpSession`); `handler::AntlerTools` is the rmcp handler of a session. The
 //! gateway serves it over streamable HTTP at `/mcp` (`gateway::mcp_endpoint`); `antler mcp
-//! serve` over stdio ([`serve_stdio`]). A session ends when its client closes it (`DELETE`,
+//! serve` over stdio ([`serve_stdio`]); `direct` answers a session's plain `tools/call`
+//! without rmcp's session worker. A session ends when its client closes it (`DELETE`,
 //! the end of stdin) or the gateway closes it idle (`gateway::mcp_sessions`); a close
 //! returns only once its run is released (`lifecycle::Released`).
 
