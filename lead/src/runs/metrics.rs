@@ -75,6 +75,13 @@ impl Histogram {
     }
 }
 
+/// One metric with one value (a counter or a gauge), with its help and type lines.
+fn single(out: &mut String, name: &str, help: &str, kind: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    let _ = writeln!(out, "{name} {value}");
+}
+
 /// Counters keyed by label values.
 #[derive(Default)]
 struct Family(Mutex<BTreeMap<Vec<String>, u64>>);
@@ -203,19 +210,19 @@ impl Metrics {
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        let _ = writeln!(out, "# HELP antler_runs_started_total Runs started.");
-        let _ = writeln!(out, "# TYPE antler_runs_started_total counter");
-        let _ = writeln!(
-            out,
-            "antler_runs_started_total {}",
-            self.runs_started.load(Ordering::Relaxed)
+        single(
+            &mut out,
+            "antler_runs_started_total",
+            "Runs started.",
+            "counter",
+            self.runs_started.load(Ordering::Relaxed),
         );
-        let _ = writeln!(out, "# HELP antler_runs_active Runs being driven now.");
-        let _ = writeln!(out, "# TYPE antler_runs_active gauge");
-        let _ = writeln!(
-            out,
-            "antler_runs_active {}",
-            self.runs_active.load(Ordering::Relaxed)
+        single(
+            &mut out,
+            "antler_runs_active",
+            "Runs being driven now.",
+            "gauge",
+            self.runs_active.load(Ordering::Relaxed),
         );
         self.runs_ended.render(
             &mut out,
@@ -248,15 +255,12 @@ impl Metrics {
             "antler_tool_call_duration_seconds",
             "Duration of one tool call through the middlewares and its host.",
         );
-        let _ = writeln!(
-            out,
-            "# HELP antler_approvals_requested_total Tool calls an approval rule asked a person about."
-        );
-        let _ = writeln!(out, "# TYPE antler_approvals_requested_total counter");
-        let _ = writeln!(
-            out,
-            "antler_approvals_requested_total {}",
-            self.approvals_requested.load(Ordering::Relaxed)
+        single(
+            &mut out,
+            "antler_approvals_requested_total",
+            "Tool calls an approval rule asked a person about.",
+            "counter",
+            self.approvals_requested.load(Ordering::Relaxed),
         );
         self.approvals_decided.render(
             &mut out,
@@ -270,26 +274,8 @@ impl Metrics {
             "antler_approval_decision_seconds",
             "Time from an ask to its answer (a person's, or its deadline's).",
         );
-        let _ = writeln!(
-            out,
-            "# HELP antler_mcp_direct_calls_total MCP tools/call requests the gateway answered without rmcp's session worker (plain calls of clients that cannot be asked mid-call)."
-        );
-        let _ = writeln!(out, "# TYPE antler_mcp_direct_calls_total counter");
-        let _ = writeln!(
-            out,
-            "antler_mcp_direct_calls_total {}",
-            self.mcp_direct_calls.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP antler_http_clients_built_total HTTP clients (model endpoints, web backends) this lead built; one per client configuration, not per run."
-        );
-        let _ = writeln!(out, "# TYPE antler_http_clients_built_total counter");
-        let _ = writeln!(
-            out,
-            "antler_http_clients_built_total {}",
-            antler_engine::clients_built()
-        );
+        single(&mut out, "antler_mcp_direct_calls_total", "MCP tools/call requests the gateway answered without rmcp's session worker (plain calls of clients that cannot be asked mid-call).", "counter", self.mcp_direct_calls.load(Ordering::Relaxed));
+        single(&mut out, "antler_http_clients_built_total", "HTTP clients (model endpoints, web backends) this lead built; one per client configuration, not per run.", "counter", antler_engine::clients_built());
         let _ = writeln!(
             out,
             "# HELP antler_model_tokens_total Tokens model providers reported, by kind."
