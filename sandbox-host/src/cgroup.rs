@@ -358,9 +358,14 @@ impl Cgroups {
         Ok(())
     }
 
-    /// The cgroup of one sandbox: `user-{user}/thread-{thread}` (a pre-warmed one, bound to
-    /// no user yet: `prewarm/{slot}`), made with the user's aggregate caps above it.
+    /// The cgroup of one sandbox's supervisor: `user-{user}/thread-{thread}-{n}` (a
+    /// pre-warmed one, bound to no user yet: `prewarm/thread-{slot}-{n}`), made with the
+    /// user's aggregate caps above it. `n` counts the cgroups this host made: a thread's
+    /// sandbox started again (its thread deleted and made anew, its supervisor replaced)
+    /// never joins the cgroup of the one before, which is being removed once its
+    /// processes are gone ([`SandboxCgroup::remove_later`]) and could go under it.
     pub fn sandbox(&self, user_id: &str, slot: &str) -> io::Result<SandboxCgroup> {
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let l = &self.limits;
         let parent = if user_id.is_empty() {
             PathBuf::from("prewarm")
@@ -368,7 +373,8 @@ impl Cgroups {
             PathBuf::from(format!("user-{user_id}"))
         };
         self.make(&parent, l.user_memory, l.user_max_processes, 100)?;
-        let rel = parent.join(format!("thread-{slot}"));
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let rel = parent.join(format!("thread-{slot}-{n}"));
         self.make(&rel, l.max_memory, l.max_processes, l.cpu_weight)?;
         let dirs = self.dirs(&rel);
         let events = match &self.backend {

@@ -188,6 +188,9 @@ impl Handler<Prepare> for Sandbox {
                             pid = old.pid(),
                             "sandbox supervisor died; starting a new one over the same files"
                         );
+                        if let Some(cg) = old.cgroup() {
+                            cg.remove_later();
+                        }
                     }
                     let fresh = Supervisor::spawn(&self.settings, &self.map)
                         .map_err(|e| format!("cannot start the sandbox supervisor: {e}"))?;
