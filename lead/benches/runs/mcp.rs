@@ -23,7 +23,7 @@ use super::*;
 use antler_engine::ToolCall;
 use antler_lead::cluster::{RestartPolicy, Runs, Supervisor};
 use antler_lead::gateway::{Gateway, GATEWAY_ADDR_ENV};
-use antler_lead::runs::{ClientRunEnded, ClientSession, HostClientRun};
+use antler_lead::runs::{open_client_run, ClientRunEnded};
 use antler_lead::subagents::SubagentDispatcher;
 use antler_protocol::config::{GatewaySection, StaticPrincipal};
 use antler_protocol::{Address, Connection, ConnectionConfig, Identity, TraceContext};
@@ -411,34 +411,20 @@ async fn trip_round(
     calls: usize,
     samples: &mut TripSamples,
 ) {
-    let opened = lead
-        .env
-        .start_client_session(
-            &format!("direct-{round}"),
-            MEMBER,
-            Some(MEMBER_ROLE),
-            &format!("direct-thread-{round}"),
-        )
-        .await
-        .unwrap();
-    let ClientSession {
-        mut run,
-        record,
-        catalog,
-        skills,
-    } = opened;
-    // Hosted by the run manager as the session's run is: its events go through the same
-    // sink (the run's log, its metrics, the event journal's writes to the runs store).
-    let run_id = record.run_id.clone();
-    let events = lead
-        .manager
-        .send(HostClientRun {
-            record,
-            catalog,
-            skills,
-        })
-        .await
-        .unwrap();
+    // Opened and hosted by the run manager as a session's run is: its events go through
+    // the same sink (the run's log, its metrics, the event journal's writes to the runs
+    // store).
+    let run_id = format!("direct-{round}");
+    let (mut run, events) = open_client_run(
+        &lead.env,
+        &lead.manager,
+        &run_id,
+        MEMBER,
+        Some(MEMBER_ROLE),
+        &format!("direct-thread-{round}"),
+    )
+    .await
+    .unwrap();
     run.on_event(move |event: &antler_engine::RunEvent| events(event));
     let echo = Echo.start();
     let renewal = actix::spawn(run.lease_renewal());

@@ -189,30 +189,22 @@ pub async fn serve(
     } else {
         web::Bytes::new()
     };
-    // A plain call on a known session is answered without rmcp's session worker.
-    if let (Some(id), Some(using)) = (&session, &using) {
-        if *req.method() == Method::POST {
-            let metrics = &state.runs.metrics;
-            let direct = call_direct(&req, endpoint, id, using, &owner, &body, metrics);
-            if let Some(answer) = direct.await {
-                return answer;
-            }
-        }
-    }
-    let mut request = http::Request::builder()
-        .method(req.method().as_str())
-        .uri(req.uri().to_string());
-    for (name, value) in req.headers() {
-        request = request.header(name.as_str(), value.as_bytes());
-    }
-    let mut request = match request.body(http_body_util::Full::new(body)) {
-        Ok(request) => request,
+    let mut parts = match request_parts(&req) {
+        Ok(parts) => parts,
         Err(e) => return super::error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    request.extensions_mut().insert(owner.clone());
+    parts.extensions.insert(owner.clone());
     if let Some(using) = &using {
-        request.extensions_mut().insert(using.released.clone());
+        parts.extensions.insert(using.released.clone());
     }
+    // A plain call on a known session is answered without rmcp's session worker.
+    if let (Some(id), true) = (&session, *req.method() == Method::POST) {
+        if let Some(direct) = direct_call(&req, endpoint, id, &body) {
+            state.runs.metrics.mcp_direct_call();
+            return direct_answer(direct.call(parts).await);
+        }
+    }
+    let request = http::Request::from_parts(parts, http_body_util::Full::new(body));
     let response = endpoint.service.handle(request).await;
     if let Some(id) = response
         .headers()
@@ -299,16 +291,24 @@ fn streamed(
     }))
 }
 
-/// A `tools/call` of session `id` answered directly (`mcp_server::direct`), when it may be.
-async fn call_direct(
+/// The request's method, target and headers as rmcp reads them.
+fn request_parts(req: &HttpRequest) -> Result<http::request::Parts, http::Error> {
+    let mut parts = http::Request::builder()
+        .method(req.method().as_str())
+        .uri(req.uri().to_string());
+    for (name, value) in req.headers() {
+        parts = parts.header(name.as_str(), value.as_bytes());
+    }
+    Ok(parts.body(())?.into_parts().0)
+}
+
+/// A `tools/call` of session `id` that may be answered directly (`mcp_server::direct`).
+fn direct_call(
     req: &HttpRequest,
     endpoint: &McpEndpoint,
     id: &str,
-    using: &mcp_sessions::SessionUse,
-    owner: &Owner,
-    body: &web::Bytes,
-    metrics: &crate::runs::Metrics,
-) -> Option<HttpResponse> {
+    body: &[u8],
+) -> Option<mcp_server::direct::Direct> {
     let handler = endpoint.direct.handler(id)?;
     let headers = req.headers();
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
@@ -320,23 +320,17 @@ async fn call_direct(
         let name = name.as_str();
         name.starts_with("mcp-") && name != SESSION_HEADER && name != "mcp-protocol-version"
     });
-    let mut parts = http::Request::builder()
-        .method(req.method().as_str())
-        .uri(req.uri().to_string());
-    for (name, value) in headers {
-        parts = parts.header(name.as_str(), value.as_bytes());
-    }
-    let (mut parts, ()) = parts.body(()).ok()?.into_parts();
-    parts.extensions.insert(owner.clone());
-    parts.extensions.insert(using.released.clone());
     let direct = mcp_server::direct::Headers {
         protocol: header("mcp-protocol-version"),
         accepts,
         other_mcp,
     };
-    let answer = mcp_server::direct::call(handler, body, direct, parts).await?;
-    metrics.mcp_direct_call();
-    Some(match answer {
+    mcp_server::direct::direct(handler, body, direct)
+}
+
+/// A direct call's answer as the response rmcp would have sent.
+fn direct_answer(answer: mcp_server::direct::Answer) -> HttpResponse {
+    match answer {
         mcp_server::direct::Answer::Json(answer) => HttpResponse::Ok()
             .content_type("application/json")
             .body(answer),
@@ -344,7 +338,10 @@ async fn call_direct(
         mcp_server::direct::Answer::Cancelled => HttpResponse::Ok()
             .content_type("text/event-stream")
             .finish(),
-    })
+        mcp_server::direct::Answer::Unwritable(e) => {
+            super::error(StatusCode::INTERNAL_SERVER_ERROR, e)
+        }
+    }
 }
 
 /// How long the gateway's stop waits for its sessions' runs to be released.

@@ -17,9 +17,10 @@ use std::sync::{Arc, Weak};
 
 use dashmap::DashMap;
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientRequest, GetMeta as _, ProtocolVersion, ServerJsonRpcMessage,
-    ServerResult,
+    CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, GetMeta as _, ProtocolVersion,
+    RequestId, RequestMetaObject, ServerJsonRpcMessage, ServerResult,
 };
+use rmcp::{Peer, RoleServer};
 
 use super::handler::{AntlerTools, THREAD_META_KEY};
 
@@ -62,17 +63,22 @@ pub enum Answer {
     Json(Vec<u8>),
     /// The client cancelled it: no JSON-RPC answer is sent (as rmcp sends none).
     Cancelled,
+    /// The answer could not be written as JSON.
+    Unwritable(String),
 }
 
-/// Answers `body` (a posted JSON-RPC message) on `handler`'s session when it is a call
-/// that may go direct. `None`: it goes through rmcp. `parts` is the request as the
-/// handler reads it (its principal in its extensions).
-pub async fn call(
+/// A call that may go direct, parsed: [`Direct::call`] answers it.
+pub struct Direct {
     handler: Arc<AntlerTools>,
-    body: &[u8],
-    headers: Headers<'_>,
-    parts: http::request::Parts,
-) -> Option<Answer> {
+    peer: Peer<RoleServer>,
+    id: RequestId,
+    params: CallToolRequestParams,
+    meta: RequestMetaObject,
+}
+
+/// The call `body` (a posted JSON-RPC message) on `handler`'s session, when it may go
+/// direct. `None`: it goes through rmcp.
+pub fn direct(handler: Arc<AntlerTools>, body: &[u8], headers: Headers<'_>) -> Option<Direct> {
     if !headers.accepts || headers.other_mcp {
         return None;
     }
@@ -105,18 +111,42 @@ pub async fn call(
     if !plain_meta || params.input_responses.is_some() || params.request_state.is_some() {
         return None;
     }
-    let id = request.id;
-    let (answer, cancelled) = handler
-        .call_direct(id.clone(), params, meta, peer, parts)
-        .await;
-    if cancelled {
-        return Some(Answer::Cancelled);
+    Some(Direct {
+        handler,
+        peer,
+        id: request.id,
+        params,
+        meta,
+    })
+}
+
+impl Direct {
+    /// Answers the call; `parts` is the request as the handler reads it (its principal in
+    /// its extensions).
+    pub async fn call(self, parts: http::request::Parts) -> Answer {
+        let Direct {
+            handler,
+            peer,
+            id,
+            params,
+            meta,
+        } = self;
+        let (answer, cancelled) = handler
+            .call_direct(id.clone(), params, meta, peer, parts)
+            .await;
+        if cancelled {
+            return Answer::Cancelled;
+        }
+        let answer = match answer {
+            Ok(response) => ServerJsonRpcMessage::response(ServerResult::from(response), id),
+            Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
+        };
+        match serde_json::to_vec(&answer) {
+            Ok(json) => Answer::Json(json),
+            // Not expected of rmcp's own types; said as rmcp would say a failed answer.
+            Err(e) => Answer::Unwritable(e.to_string()),
+        }
     }
-    let answer = match answer {
-        Ok(response) => ServerJsonRpcMessage::response(ServerResult::from(response), id),
-        Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
-    };
-    serde_json::to_vec(&answer).ok().map(Answer::Json)
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {

@@ -19,9 +19,9 @@ use antler_engine::{Message as ThreadMessage, RunEvent, RunLoop, TaskEvent, Tool
 use antler_protocol::messages::FileContent;
 
 use crate::runs::manager::{
-    read_artifact, ArtifactContent, ClientRunEnded, HostClientRun, RunManager, MAX_ARTIFACT_BYTES,
+    open_client_run, read_artifact, ArtifactContent, ClientRunEnded, RunManager, MAX_ARTIFACT_BYTES,
 };
-use crate::runs::prepare::{ClientSession, RunEnv};
+use crate::runs::prepare::RunEnv;
 use crate::runs::store::RunStatus;
 
 /// Who a session acts for.
@@ -193,24 +193,16 @@ impl McpSession {
         let opening = {
             let thread = thread.clone();
             async move {
-                let opened = env
-                    .start_client_session(&run_id, &owner.user, owner.role.as_deref(), &thread)
-                    .await
-                    .map_err(|e| SessionError::Open(e.to_string()))?;
-                let ClientSession {
-                    mut run,
-                    record,
-                    catalog,
-                    skills,
-                } = opened;
-                let events = manager
-                    .send(HostClientRun {
-                        record,
-                        catalog,
-                        skills,
-                    })
-                    .await
-                    .map_err(|e| SessionError::Open(e.to_string()))?;
+                let (mut run, events) = open_client_run(
+                    &env,
+                    &manager,
+                    &run_id,
+                    &owner.user,
+                    owner.role.as_deref(),
+                    &thread,
+                )
+                .await
+                .map_err(|e| SessionError::Open(e.to_string()))?;
                 let asking = run_id.clone();
                 run.on_event(move |event: &RunEvent| {
                     let notice = match event {

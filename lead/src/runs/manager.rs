@@ -57,7 +57,7 @@ pub use approvals::{AnswerApproval, ApprovalError};
 pub use artifacts::{read_artifact, ArtifactContent, RunArtifact, MAX_ARTIFACT_BYTES};
 pub use branch_files::CopyThreadUserData;
 pub use cancel::{CancelOutcome, CancelRun, ChaosStopRun};
-pub use client_runs::{ClientRunEnded, HostClientRun};
+pub use client_runs::{open_client_run, ClientRunEnded, HostClientRun, OpenClientRunError};
 pub use config::CurrentConfig;
 pub use queries::{
     CountRunning, GetElicitations, GetRun, HeldLog, ListRuns, RunCatalog, RunMessages, RunOwner,

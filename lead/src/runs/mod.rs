@@ -23,7 +23,8 @@ pub(crate) mod subagent_asks;
 pub(crate) mod view;
 
 pub use manager::{
-    read_artifact, ArtifactContent, ClientRunEnded, HostClientRun, RunManager, SubmitRun, WatchRun,
+    open_client_run, read_artifact, ArtifactContent, ClientRunEnded, HostClientRun,
+    OpenClientRunError, RunManager, SubmitRun, WatchRun,
 };
 pub use metrics::Metrics;
 pub use prepare::{ClientSession, PrepareError, RunEnv};

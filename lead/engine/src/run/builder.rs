@@ -126,6 +126,8 @@ impl RunBuilder {
             delegator: self.delegator,
             subagent_thread_rules: Default::default(),
             cancel: self.cancel,
+            unsettled: Vec::new(),
+            defer_writes: false,
         }
     }
 

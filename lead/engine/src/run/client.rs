@@ -71,15 +71,20 @@ impl RunLoop {
             tool_calls: vec![call.clone()],
             reasoning: None,
         };
-        // The turn's write goes to the store now and the call runs while it lands: the
-        // store takes writes in order, so it is stored before the call's result is, and
-        // it is awaited before that result goes back. A client's session run is never
-        // resumed, so nothing reads the turn before then.
+        // The previous call's writes first: one that failed fails this call.
+        self.settle_writes().await?;
+        // The call's writes (its turn, its result) go to the store in order, and its
+        // answer goes back while they land: the store takes every later write and read
+        // after them, and the next call or the session's end awaits them. A client's
+        // session run is never resumed, so nothing reads them before; a lead that dies
+        // first leaves the thread without the call its client has the answer of.
         let turn_saved = self.merge_started(StateUpdate::messages([ai]))?;
+        self.unsettled.push(turn_saved);
         let before = self.state.messages.len();
+        self.defer_writes = true;
         let working = self.run_calls(std::slice::from_ref(&call), &chain, &policy);
         let was_cancelled = until_cancelled(working, cancelled).await;
-        turn_saved.await?;
+        self.defer_writes = false;
         self.end_cancelled(&call, before, was_cancelled?).await?;
         Ok(self.state.messages[before..].to_vec())
     }
@@ -141,6 +146,9 @@ impl RunLoop {
     /// The client's session ended: the sandbox goes back to its pool and the run is
     /// recorded as a success (its thread is free for the next run).
     pub async fn end_client_session(&mut self) {
+        if let Err(e) = self.settle_writes().await {
+            tracing::error!(run = %self.context.run_id, "the session's last call was not stored: {e}");
+        }
         self.executor().release(&self.state).await;
         if let Err(e) = self
             .journal

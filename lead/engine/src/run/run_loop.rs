@@ -145,6 +145,12 @@ pub struct RunLoop {
     pub(super) title_task: Option<super::context::TitleTask>,
     /// Loop detection's warnings for the next request (spec C.7), dropped with the drive.
     pub(super) loop_warnings: crate::middleware::loop_detection::LoopWarnings,
+    /// Writes started and not awaited yet (a client's call is answered while its writes
+    /// land, `run::client`): the next write awaits them before its own answer, as does
+    /// [`RunLoop::settle_writes`].
+    pub(super) unsettled: Vec<futures::future::BoxFuture<'static, JournalResult<()>>>,
+    /// Whether [`RunLoop::merge`] leaves its write unsettled (while a client's call runs).
+    pub(super) defer_writes: bool,
 }
 
 /// Where the token budget's one warning is.
@@ -219,9 +225,33 @@ impl RunLoop {
         }
     }
 
+    /// Applies `update` to the state and journals it as the next step; answers once it is
+    /// stored (with every write started before it), or at once while writes are deferred
+    /// ([`RunLoop::defer_writes`]).
     pub(super) async fn merge(&mut self, update: StateUpdate) -> Result<(), RunError> {
-        self.merge_started(update)?.await?;
+        let saved = self.merge_started(update)?;
+        if self.defer_writes {
+            self.unsettled.push(saved);
+            return Ok(());
+        }
+        self.settle_writes().await?;
+        saved.await?;
         Ok(())
+    }
+
+    /// Awaits the writes started and not awaited yet; the first that failed is the error
+    /// (the store took them in order: the others landed or failed on their own).
+    pub(super) async fn settle_writes(&mut self) -> Result<(), RunError> {
+        let mut failed = None;
+        for write in std::mem::take(&mut self.unsettled) {
+            if let Err(e) = write.await {
+                failed.get_or_insert(e);
+            }
+        }
+        match failed {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
     }
 
     /// [`RunLoop::merge`] whose write is started (it lands before any later one) but not

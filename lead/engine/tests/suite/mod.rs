@@ -1,6 +1,7 @@
 //! One module per former integration-test file (each was its own test binary), in the
 //! order of their names.
 
+mod client_call_writes;
 mod run_context_window;
 mod run_loop_detection;
 mod run_model_fallback;

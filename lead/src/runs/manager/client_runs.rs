@@ -2,16 +2,54 @@
 //! drives, so its events go to its log (`/api/runs/{id}/events`, the inspector) and into
 //! the metrics as theirs do, and its view and owner answer as theirs; the manager never
 //! drives one. [`HostClientRun`] starts keeping it (the reply is the run's event sink),
-//! [`ClientRunEnded`] ends it as an ended drive is (its events kept in the store).
+//! [`ClientRunEnded`] ends it as an ended drive is (its events kept in the store);
+//! [`open_client_run`] opens a client's run and has the manager keep it, in one step.
 
 use std::sync::Arc;
 
 use actix::prelude::*;
 use antler_engine::catalog::Catalog;
-use antler_engine::{RunEvent, SkillStore};
+use antler_engine::{RunEvent, RunLoop, SkillStore};
 
 use super::{event_sink, LiveRun, RunManager};
+use crate::runs::prepare::{ClientSession, PrepareError, RunEnv};
 use crate::runs::store::{RunRecord, RunStatus};
+
+/// Why a client's run was not opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenClientRunError {
+    #[error(transparent)]
+    Prepare(#[from] PrepareError),
+    #[error("the run manager did not take the run: {0}")]
+    Manager(#[from] MailboxError),
+}
+
+/// Opens run `run_id` for a client of `user` (with `role`) on `thread`
+/// ([`RunEnv::start_client_session`]) and has `manager` keep it ([`HostClientRun`]): the
+/// run, and the sink its events go to (the caller's `on_event` hands each to it).
+pub async fn open_client_run(
+    env: &Arc<RunEnv>,
+    manager: &Addr<RunManager>,
+    run_id: &str,
+    user: &str,
+    role: Option<&str>,
+    thread: &str,
+) -> Result<(RunLoop, ClientRunEvents), OpenClientRunError> {
+    let ClientSession {
+        run,
+        record,
+        catalog,
+        skills,
+    } = env.start_client_session(run_id, user, role, thread).await?;
+    let events = manager
+        .send(HostClientRun {
+            record,
+            catalog,
+            skills,
+        })
+        .await?;
+    Ok((run, events))
+}
 
 /// Where a client's run reports its events.
 pub type ClientRunEvents = Box<dyn Fn(&RunEvent) + Send + Sync>;
