@@ -13,28 +13,13 @@ use std::time::Duration;
 
 use antler_engine::{
     catalog::{builtins, Catalog},
-    AgentContext, DeliveryReceipt, HostError, Journal, JournalError, JournalResult,
-    OutputsSnapshot, RunContext, RunLoop, RunRecord, RunStatus, ScriptedModel, ThreadPaths,
-    ThreadState, ToolCall, ToolHosts,
+    AgentContext, DeliveryReceipt, Journal, JournalError, JournalResult, OutputsSnapshot,
+    RunContext, RunLoop, RunRecord, RunStatus, ScriptedModel, ThreadPaths, ThreadState, ToolCall,
 };
-use antler_protocol::messages::{Reply, Request};
-use antler_protocol::Role;
 use futures::future::BoxFuture;
+
+use super::run_model_mistakes::NoHosts;
 use tokio::sync::watch;
-
-/// Hosts that are down (the builtin called needs none).
-struct NoHosts;
-
-impl ToolHosts for NoHosts {
-    fn request(
-        &self,
-        role: Role,
-        _: Request,
-        _: Duration,
-    ) -> BoxFuture<'_, Result<Reply, HostError>> {
-        Box::pin(async move { Err(HostError::failed(format!("{role:?} unreachable"))) })
-    }
-}
 
 /// Records each step written as it is started; a step's write lands once the gate is open
 /// (whether or not its answer is awaited), and fails when the step is in `fail`.

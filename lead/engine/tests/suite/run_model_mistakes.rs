@@ -21,7 +21,7 @@ use antler_protocol::Role;
 use futures::future::BoxFuture;
 
 /// Hosts that are down (the tools of these runs need none).
-struct NoHosts;
+pub struct NoHosts;
 
 impl ToolHosts for NoHosts {
     fn request(
