@@ -76,7 +76,9 @@ pub use run::builder::RunBuilder;
 pub use run::client::CALL_CANCELLED;
 pub use run::events::{subagent_call_id, RunEvent, SubagentCall, ToolState};
 pub use run::execute::LeadTools;
-pub use run::journal::{Journal, JournalError, JournalResult, RunRecord, RunStatus, SharedJournal};
+pub use run::journal::{
+    Journal, JournalError, JournalResult, NoJournal, RunRecord, RunStatus, SharedJournal,
+};
 pub use run::run_loop::{CancelFlag, RunError, RunLoop, RunOutcome};
 pub use run::settings::RunSettings;
 pub use settlement::{DeliveryReceipt, OutputsSnapshot};

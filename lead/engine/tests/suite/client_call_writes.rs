@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use antler_engine::{
     catalog::{builtins, Catalog},
-    AgentContext, DeliveryReceipt, Journal, JournalError, JournalResult, OutputsSnapshot,
-    RunContext, RunLoop, RunRecord, RunStatus, ScriptedModel, ThreadPaths, ThreadState, ToolCall,
+    DeliveryReceipt, Journal, JournalError, JournalResult, NoJournal, OutputsSnapshot, RunLoop,
+    RunRecord, RunStatus, ScriptedModel, ThreadState, ToolCall,
 };
 use futures::future::BoxFuture;
-
-use super::run_model_mistakes::NoHosts;
 use tokio::sync::watch;
+
+use super::run_model_mistakes::{local_context, NoHosts};
 
 /// Records each step written as it is started; a step's write lands once the gate is open
 /// (whether or not its answer is awaited), and fails when the step is in `fail`.
@@ -62,13 +62,13 @@ impl GatedJournalStandIn {
     }
 }
 
-fn done<T: Send + 'static>(value: T) -> BoxFuture<'static, JournalResult<T>> {
-    Box::pin(async move { Ok(value) })
-}
-
 impl Journal for GatedJournalStandIn {
-    fn create_run(&self, _: &RunRecord, _: &ThreadState) -> BoxFuture<'static, JournalResult<()>> {
-        done(())
+    fn create_run(
+        &self,
+        record: &RunRecord,
+        state: &ThreadState,
+    ) -> BoxFuture<'static, JournalResult<()>> {
+        NoJournal.create_run(record, state)
     }
 
     fn save(&self, _: &str, step: i64, _: &ThreadState) -> BoxFuture<'static, JournalResult<()>> {
@@ -91,61 +91,54 @@ impl Journal for GatedJournalStandIn {
         })
     }
 
-    fn latest(&self, _: &str) -> BoxFuture<'static, JournalResult<Option<(i64, ThreadState)>>> {
-        done(None)
+    // The rest as the journal that keeps nothing does.
+    fn latest(
+        &self,
+        run_id: &str,
+    ) -> BoxFuture<'static, JournalResult<Option<(i64, ThreadState)>>> {
+        NoJournal.latest(run_id)
     }
 
     fn set_status(
         &self,
-        _: &str,
-        _: RunStatus,
-        _: Option<String>,
+        run_id: &str,
+        status: RunStatus,
+        detail: Option<String>,
     ) -> BoxFuture<'static, JournalResult<()>> {
-        done(())
+        NoJournal.set_status(run_id, status, detail)
     }
 
     fn save_outputs_snapshot(
         &self,
-        _: &str,
-        _: OutputsSnapshot,
+        run_id: &str,
+        snapshot: OutputsSnapshot,
     ) -> BoxFuture<'static, JournalResult<()>> {
-        done(())
+        NoJournal.save_outputs_snapshot(run_id, snapshot)
     }
 
     fn outputs_snapshot(
         &self,
-        _: &str,
+        run_id: &str,
     ) -> BoxFuture<'static, JournalResult<Option<OutputsSnapshot>>> {
-        done(None)
+        NoJournal.outputs_snapshot(run_id)
     }
 
     fn put_receipt_if_absent(
         &self,
-        _: &str,
-        _: DeliveryReceipt,
+        run_id: &str,
+        receipt: DeliveryReceipt,
     ) -> BoxFuture<'static, JournalResult<bool>> {
-        done(true)
+        NoJournal.put_receipt_if_absent(run_id, receipt)
     }
 
-    fn receipt(&self, _: &str) -> BoxFuture<'static, JournalResult<Option<DeliveryReceipt>>> {
-        done(None)
+    fn receipt(&self, run_id: &str) -> BoxFuture<'static, JournalResult<Option<DeliveryReceipt>>> {
+        NoJournal.receipt(run_id)
     }
 }
 
 async fn session(dir: &std::path::Path, journal: GatedJournalStandIn) -> RunLoop {
     let catalog = Arc::new(Catalog::build(vec![builtins::list_uploaded_files()], false).unwrap());
-    let paths = ThreadPaths::new(dir, "u1", "t1");
-    paths.create().unwrap();
-    let context = RunContext {
-        run_id: "session-1".into(),
-        user_id: "u1".into(),
-        thread_id: "t1".into(),
-        files: paths.local_files(),
-        paths,
-        clarification_enabled: false,
-        agent: AgentContext::new(dir),
-        epoch: None,
-    };
+    let context = local_context(dir, "session-1");
     let model = Arc::new(ScriptedModel::from_yaml("turns: [{content: unused}]", "unused").unwrap());
     RunLoop::builder(context, model, catalog, Arc::new(NoHosts))
         .journal(Arc::new(journal))

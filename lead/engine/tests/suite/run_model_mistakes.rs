@@ -34,6 +34,23 @@ impl ToolHosts for NoHosts {
     }
 }
 
+/// Run `run_id` of user `u1` on thread `t1` under `dir`, its thread's directories made
+/// there and its files read there.
+pub fn local_context(dir: &std::path::Path, run_id: &str) -> RunContext {
+    let paths = ThreadPaths::new(dir, "u1", "t1");
+    paths.create().unwrap();
+    RunContext {
+        run_id: run_id.into(),
+        user_id: "u1".into(),
+        thread_id: "t1".into(),
+        files: paths.local_files(),
+        paths,
+        clarification_enabled: false,
+        agent: AgentContext::new(dir),
+        epoch: None,
+    }
+}
+
 /// A model that keeps every request's messages, then lets `inner` answer.
 pub struct Recording {
     pub inner: Arc<dyn ChatModel>,
@@ -79,18 +96,7 @@ pub async fn drive(
     );
     let catalog =
         Arc::new(Catalog::build(vec![builtins::describe_skill(), weather], false).unwrap());
-    let paths = ThreadPaths::new(dir.path(), "u1", "t1");
-    paths.create().unwrap();
-    let context = RunContext {
-        run_id: "run-1".into(),
-        user_id: "u1".into(),
-        thread_id: "t1".into(),
-        files: paths.local_files(),
-        paths,
-        clarification_enabled: false,
-        agent: AgentContext::new(dir.path()),
-        epoch: None,
-    };
+    let context = local_context(dir.path(), "run-1");
     let settings = RunSettings {
         settle: false,
         ..settings
