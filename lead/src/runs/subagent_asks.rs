@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use antler_engine::{ApprovalDecision, PendingApproval, RunEvent, TaskEvent};
+use antler_engine::{ApprovalChoice, ApprovalDecision, PendingApproval, RunEvent, TaskEvent};
 
 use crate::runs::store::{CheckpointStore, SubagentAsk};
 
@@ -17,8 +17,34 @@ use crate::runs::store::{CheckpointStore, SubagentAsk};
 #[derive(Debug, Default)]
 pub struct SubagentAsks {
     waiting: Mutex<HashMap<(String, String), SubagentAsk>>,
-    /// The answers kept for listed calls, until the worker's decision comes back.
-    answered: Mutex<HashMap<(String, String), ApprovalDecision>>,
+    /// The answers kept for listed calls, until the worker's decision comes back (and
+    /// while the answer that gave one is being handed down, its outcome).
+    answered: Mutex<HashMap<(String, String), Kept>>,
+}
+
+/// A kept answer of a listed call.
+#[derive(Debug)]
+struct Kept {
+    decision: ApprovalDecision,
+    /// Its [`SubagentAsks::answering`] is being handed down now: the entry stays, even
+    /// when the call is decided or its task ends, until [`SubagentAsks::handed`] says how
+    /// it went.
+    answering: bool,
+    /// The worker's decision came back and was this answer's (handed down by a report of
+    /// the call again while the answer's own hand-down was on its way).
+    took: bool,
+}
+
+/// How the hand-down of an answer went ([`SubagentAsks::handed`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Handed {
+    /// The worker took it, through this hand-down or through the call's report again.
+    Took,
+    /// The call still waits on a task that has not re-attached: the answer is kept for
+    /// when its worker tells of the call again.
+    Kept,
+    /// The call was decided otherwise (it expired) or its task ended: the answer is void.
+    Void,
 }
 
 /// Fault injection, for tests only: the lead lists but does not store the subagent's ask
@@ -52,25 +78,64 @@ impl SubagentAsks {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn lock_answered(&self) -> MutexGuard<'_, HashMap<(String, String), ApprovalDecision>> {
+    fn lock_answered(&self) -> MutexGuard<'_, HashMap<(String, String), Kept>> {
         self.answered
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The listed call `tool_call_id` of `run_id` was answered (the answer is kept): a
-    /// report of it again gets this answer.
+    /// The listed call `tool_call_id` of `run_id` was answered before (an answer read back
+    /// from the store): a report of it again gets this answer.
     pub fn answered(&self, run_id: &str, tool_call_id: &str, decision: ApprovalDecision) {
+        self.keep(run_id, tool_call_id, decision, false);
+    }
+
+    /// The listed call `tool_call_id` of `run_id` is answered now and the answer is on its
+    /// way to the worker: it is kept (a report of the call again gets it) until
+    /// [`SubagentAsks::handed`].
+    pub fn answering(&self, run_id: &str, tool_call_id: &str, decision: ApprovalDecision) {
+        self.keep(run_id, tool_call_id, decision, true);
+    }
+
+    fn keep(&self, run_id: &str, tool_call_id: &str, decision: ApprovalDecision, answering: bool) {
+        let kept = Kept {
+            decision,
+            answering,
+            took: false,
+        };
         self.lock_answered()
-            .insert((run_id.to_owned(), tool_call_id.to_owned()), decision);
+            .insert((run_id.to_owned(), tool_call_id.to_owned()), kept);
+    }
+
+    /// The answer [`SubagentAsks::answering`] gave was handed down (`taken`: a worker took
+    /// it) or not; what became of it. Two hand-downs of one answer can race (the answer's
+    /// own, and the one a report of the call again starts while it is on its way): the
+    /// one that loses finds the call decided, by this same answer.
+    pub fn handed(&self, run_id: &str, tool_call_id: &str, taken: bool) -> Handed {
+        let key = (run_id.to_owned(), tool_call_id.to_owned());
+        let waiting = self.lock();
+        let mut answered = self.lock_answered();
+        let took = answered.get(&key).is_some_and(|kept| kept.took);
+        if taken || took {
+            answered.remove(&key);
+            return Handed::Took;
+        }
+        if waiting.contains_key(&key) {
+            if let Some(kept) = answered.get_mut(&key) {
+                kept.answering = false;
+                return Handed::Kept;
+            }
+        }
+        answered.remove(&key);
+        Handed::Void
     }
 
     /// A held call reported again: `Known` or `Answered` when it is listed, else `None`.
     fn told_again(&self, run_id: &str, tool_call_id: &str) -> Option<Relayed> {
         let key = (run_id.to_owned(), tool_call_id.to_owned());
         let ask = self.lock().get(&key).cloned()?;
-        Some(match self.lock_answered().get(&key).cloned() {
-            Some(decision) => Relayed::Answered(Box::new(ask), decision),
+        Some(match self.lock_answered().get(&key) {
+            Some(kept) => Relayed::Answered(Box::new(ask), kept.decision.clone()),
             None => Relayed::Known,
         })
     }
@@ -88,16 +153,26 @@ impl SubagentAsks {
             .cloned()
     }
 
-    /// The call no longer waits; `true` when it did.
-    pub fn decided(&self, run_id: &str, tool_call_id: &str) -> bool {
+    /// The call no longer waits (`choice`: the worker's decision); `true` when it did.
+    pub fn decided(&self, run_id: &str, tool_call_id: &str, choice: ApprovalChoice) -> bool {
         let key = (run_id.to_owned(), tool_call_id.to_owned());
-        self.lock_answered().remove(&key);
-        self.lock().remove(&key).is_some()
+        let waited = self.lock().remove(&key).is_some();
+        let mut answered = self.lock_answered();
+        match answered.get_mut(&key) {
+            // Its answer's hand-down is on its way: it learns the outcome there.
+            Some(kept) if kept.answering => kept.took = kept.decision.choice == choice,
+            Some(_) => {
+                answered.remove(&key);
+            }
+            None => {}
+        }
+        waited
     }
 
     /// The run's drive ended; `true` when some of its calls were still listed.
     pub fn run_ended(&self, run_id: &str) -> bool {
-        self.lock_answered().retain(|(run, _), _| run != run_id);
+        self.lock_answered()
+            .retain(|(run, _), kept| kept.answering || run != run_id);
         let mut waiting = self.lock();
         let before = waiting.len();
         waiting.retain(|(run, _), _| run != run_id);
@@ -110,8 +185,9 @@ impl SubagentAsks {
         let mut answered = self.lock_answered();
         waiting.retain(|(run, call), ask| {
             let ended = run == run_id && ask.subagent.task_call_id == task_call_id;
-            if ended {
-                answered.remove(&(run.clone(), call.clone()));
+            let key = (run.clone(), call.clone());
+            if ended && answered.get(&key).is_some_and(|kept| !kept.answering) {
+                answered.remove(&key);
             }
             !ended
         });
@@ -199,16 +275,15 @@ pub fn relay(
             subagent: Some(_),
             ..
         } => {
-            if !asks.decided(run_id, tool_call_id) {
+            let choice = match decision.as_str() {
+                "expired" => ApprovalChoice::Expired,
+                other => ApprovalChoice::parse(other).unwrap_or(ApprovalChoice::Deny),
+            };
+            if !asks.decided(run_id, tool_call_id, choice) {
                 // A rule's own decision: nobody was asked.
                 return Relayed::Forward;
             }
             // The person's answer was kept when it was given; an expiry is kept here.
-            let choice = match decision.as_str() {
-                "expired" => antler_engine::ApprovalChoice::Expired,
-                other => antler_engine::ApprovalChoice::parse(other)
-                    .unwrap_or(antler_engine::ApprovalChoice::Deny),
-            };
             let pending = PendingApproval {
                 tool_call_id: tool_call_id.clone(),
                 tool: tool.clone(),
@@ -290,8 +365,8 @@ mod tests {
         assert_eq!(ids, ["t1.b1", "t1.b2", "t2.b1"]);
         assert_eq!(listed[0]["subagent"]["call_id"], "b1");
         assert!(asks.get("r2", "t1.b2").is_none(), "another run's call");
-        assert!(asks.decided("r1", "t1.b1"));
-        assert!(!asks.decided("r1", "t1.b1"));
+        assert!(asks.decided("r1", "t1.b1", ApprovalChoice::Approve));
+        assert!(!asks.decided("r1", "t1.b1", ApprovalChoice::Approve));
         asks.task_ended("r1", "t1");
         assert!(asks.get("r1", "t1.b2").is_none());
         assert!(asks.run_ended("r1"));
@@ -348,7 +423,7 @@ mod tests {
         }
 
         // Decided: no longer listed; its answer is not handed down again.
-        assert!(asks.decided("r1", "t1.b1"));
+        assert!(asks.decided("r1", "t1.b1", ApprovalChoice::Approve));
         asks.asked(ask("r1", "t1", "b1", 1));
         assert_eq!(relay("r1", &asks, &store, &requested("b1")), Relayed::Known);
         asks.task_ended("r1", "t1");
@@ -356,5 +431,59 @@ mod tests {
             relay("r1", &asks, &store, &requested("b1")),
             Relayed::Forward
         );
+    }
+
+    fn approve(at: u64) -> ApprovalDecision {
+        ApprovalDecision {
+            choice: ApprovalChoice::Approve,
+            by: Some("alice".into()),
+            at,
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn an_answer_taken_through_a_report_again_stands_though_its_own_hand_down_came_late() {
+        let asks = SubagentAsks::default();
+        // The answer goes down; meanwhile the re-attached task tells of the call again,
+        // the kept answer goes down that way, and the worker's decision comes back, and
+        // the task ends: all before the answer's own hand-down is refused (no such call).
+        asks.asked(ask("r1", "t1", "b1", 1));
+        asks.answering("r1", "t1.b1", approve(5));
+        assert!(matches!(
+            asks.told_again("r1", "t1.b1"),
+            Some(Relayed::Answered(..))
+        ));
+        assert!(asks.decided("r1", "t1.b1", ApprovalChoice::Approve));
+        asks.task_ended("r1", "t1");
+        assert_eq!(asks.handed("r1", "t1.b1", false), Handed::Took);
+        // Nothing is left of it.
+        assert!(asks.lock_answered().is_empty());
+
+        // Decided otherwise (it expired) while the answer was on its way: void.
+        asks.asked(ask("r1", "t1", "b2", 1));
+        asks.answering("r1", "t1.b2", approve(6));
+        assert!(asks.decided("r1", "t1.b2", ApprovalChoice::Expired));
+        assert!(!asks.run_ended("r1"));
+        assert_eq!(asks.handed("r1", "t1.b2", false), Handed::Void);
+
+        // No worker took it, and the call still waits: kept for the report again, which
+        // then hands it down; the decision that follows leaves nothing behind.
+        asks.asked(ask("r1", "t1", "b3", 1));
+        asks.answering("r1", "t1.b3", approve(7));
+        assert_eq!(asks.handed("r1", "t1.b3", false), Handed::Kept);
+        assert!(matches!(
+            asks.told_again("r1", "t1.b3"),
+            Some(Relayed::Answered(_, d)) if d == approve(7)
+        ));
+        assert!(asks.decided("r1", "t1.b3", ApprovalChoice::Approve));
+        assert!(asks.lock_answered().is_empty());
+
+        // Taken by its own hand-down: nothing kept.
+        asks.asked(ask("r1", "t1", "b4", 1));
+        asks.answering("r1", "t1.b4", approve(8));
+        assert_eq!(asks.handed("r1", "t1.b4", true), Handed::Took);
+        assert!(asks.lock_answered().is_empty());
+        assert!(asks.decided("r1", "t1.b4", ApprovalChoice::Approve));
     }
 }

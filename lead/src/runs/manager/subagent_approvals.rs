@@ -5,7 +5,10 @@
 //! reads; the worker's `approval_decided` event follows on the parent's stream. The held
 //! calls are read back from the store when the lead starts, with the answers kept for
 //! them; a held call the worker reports again (its task re-attached) that was answered
-//! already gets its kept answer again ([`relayed`]).
+//! already gets its kept answer again ([`relayed`]). When both hand-downs race (the
+//! answer's own, and the one the call's report again starts), the worker takes one and
+//! refuses the other; the answer stands when the decision that came back was its own
+//! ([`SubagentAsks::handed`](crate::runs::subagent_asks::SubagentAsks::handed)).
 
 use std::time::Duration;
 
@@ -17,6 +20,7 @@ use antler_protocol::messages::{ApprovalAnswer, ApprovalAnswerChoice};
 use super::approvals::{AnswerApproval, ApprovalAnswered, ApprovalError};
 use super::RunManager;
 use crate::runs::store::{Recorded, SubagentAsk};
+use crate::runs::subagent_asks::Handed;
 use crate::subagents::dispatcher::Connections;
 
 /// Deadline of handing an answer to one worker.
@@ -72,24 +76,22 @@ impl RunManager {
                     choice: choice.as_str(),
                 });
             }
-            asks.answered(&run_id, &call, decision.clone());
+            asks.answering(&run_id, &call, decision.clone());
             let handed = hand_down(dispatcher, &ask, &decision);
-            if antler_protocol::telemetry::within(trace, handed).await {
-                return Ok(ApprovalAnswered {
-                    waiting: Vec::new(),
-                });
-            }
-            // No worker took it now. A call still listed waits on a task that has not
-            // re-attached yet (this lead just started, or its links are still dialling):
-            // the answer is kept, and handed down when the worker tells of the call again.
-            if asks.get(&run_id, &call).is_some() {
+            let taken = antler_protocol::telemetry::within(trace, handed).await;
+            let handed = asks.handed(&run_id, &call, taken);
+            if handed == Handed::Kept {
+                // No worker took it now: the call waits on a task that has not re-attached
+                // yet (this lead just started, or its links are still dialling); the answer
+                // goes down when the worker tells of the call again.
                 tracing::info!(run = %run_id, call = %call, "answer kept until the held call's task re-attaches");
+            }
+            if handed != Handed::Void {
                 return Ok(ApprovalAnswered {
                     waiting: Vec::new(),
                 });
             }
             // It ended meanwhile (expired, its task cancelled).
-            asks.decided(&run_id, &call);
             let (id, unrecord) = (run_id.clone(), call.clone());
             store
                 .call(move |store| store.unrecord_approval(&id, &unrecord))
