@@ -2,7 +2,9 @@
 //! process, on loopback, a member's static token) serves `/mcp`; a minimal streamable-HTTP
 //! JSON-RPC client on a runtime of its own (as a client process would be) opens a session
 //! and calls a builtin (`list_uploaded_files`, answered in the lead) and a sandbox `bash`
-//! of `true`. The baseline is the same call through the run loop's client call path that
+//! of `true`. The timed requests are written and read by hand on one kept-alive connection
+//! ([`RawHttp`]), so a round trip is the server's and not the client library's; the same
+//! calls through reqwest, on a second session, are reported beside. The baseline is the same call through the run loop's client call path that
 //! `/mcp` ends in (`RunEnv::start_client_session`, `RunLoop::call_from_client`, the run
 //! hosted by the run manager as a session's run is, so its events go through the same sink
 //! and event journal), in the same rounds, interleaved, on a run whose state grows as the
@@ -166,6 +168,8 @@ struct McpClient {
 struct McpSessionId {
     id: String,
     next: u64,
+    /// The session's own connection for the timed requests ([`RawHttp`]), once opened.
+    raw: Option<RawHttp>,
 }
 
 impl McpClient {
@@ -211,7 +215,11 @@ impl McpClient {
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
         let response = self.post(Some(&id), &initialized).await;
         assert_eq!(response.status().as_u16(), 202);
-        McpSessionId { id, next: 1 }
+        McpSessionId {
+            id,
+            next: 1,
+            raw: None,
+        }
     }
 
     /// One request on `session`; its result.
@@ -236,6 +244,55 @@ impl McpClient {
         assert_eq!(result["isError"], json!(false), "{result}");
     }
 
+    /// [`McpClient::open`], and the session's [`RawHttp`] connection.
+    async fn open_raw(&self) -> McpSessionId {
+        let mut session = self.open().await;
+        session.raw = Some(RawHttp::connect(&self.base).await);
+        session
+    }
+
+    /// [`McpClient::request`] on the session's [`RawHttp`] connection.
+    async fn request_raw(&self, session: &mut McpSessionId, method: &str, params: Value) -> Value {
+        let id = session.next;
+        session.next += 1;
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let McpSessionId {
+            id: session, raw, ..
+        } = session;
+        let headers = [
+            ("accept", "application/json, text/event-stream"),
+            ("content-type", "application/json"),
+            ("mcp-session-id", session.as_str()),
+            ("mcp-protocol-version", PROTOCOL),
+        ];
+        let raw = raw.as_mut().expect("opened with open_raw");
+        let (status, answer) = raw
+            .send("POST", "/mcp", &headers, body.to_string().as_bytes())
+            .await;
+        assert!((200..300).contains(&status), "{status}");
+        reply_of(std::str::from_utf8(&answer).unwrap(), id)
+    }
+
+    /// [`McpClient::call`] on the session's [`RawHttp`] connection.
+    async fn call_raw(&self, session: &mut McpSessionId, kind: CallKind, k: usize) {
+        let result = self
+            .request_raw(
+                session,
+                "tools/call",
+                json!({"name": kind.name(), "arguments": kind.args(k)}),
+            )
+            .await;
+        assert_eq!(result["isError"], json!(false), "{result}");
+    }
+
+    /// `GET /health` with the member's token, on the session's [`RawHttp`] connection: the
+    /// HTTP floor.
+    async fn health_raw(&self, session: &mut McpSessionId) {
+        let raw = session.raw.as_mut().expect("opened with open_raw");
+        let (status, _) = raw.send("GET", "/health", &[], b"").await;
+        assert!((200..300).contains(&status), "{status}");
+    }
+
     async fn close(&self, session: McpSessionId) {
         let response = self
             .http
@@ -248,18 +305,92 @@ impl McpClient {
             .unwrap();
         assert!(response.status().is_success(), "{}", response.status());
     }
+}
 
-    /// `GET /health` with the member's token: the HTTP floor.
-    async fn health(&self) {
-        let response = self
-            .http
-            .get(format!("{}/health", self.base))
-            .bearer_auth(MEMBER_TOKEN)
-            .send()
-            .await
-            .unwrap();
-        assert!(response.status().is_success());
-        response.bytes().await.unwrap();
+/// One kept-alive HTTP/1.1 connection to the gateway, written and read by hand: a request
+/// goes out in one write, its answer is read by its `content-length` (the gateway answers
+/// a lone JSON-RPC answer as JSON). The timed requests go this way, so that a round trip
+/// is the server's and the kernel's: reqwest's own work on a request and its answer (URL
+/// parsing, its connection task, hyper's both ways) is the client's, and is reported
+/// beside as the same calls made through reqwest.
+struct RawHttp {
+    stream: tokio::net::TcpStream,
+    host: String,
+    buf: Vec<u8>,
+}
+
+impl RawHttp {
+    async fn connect(base: &str) -> RawHttp {
+        let host = base.trim_start_matches("http://").to_owned();
+        let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        RawHttp {
+            stream,
+            host,
+            buf: Vec::with_capacity(16 << 10),
+        }
+    }
+
+    /// `method path` with the member's token, `headers` and `body`: the answer's status and
+    /// body.
+    async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> (u16, Vec<u8>) {
+        use std::fmt::Write as _;
+        use tokio::io::AsyncWriteExt as _;
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {MEMBER_TOKEN}\r\ncontent-length: {}\r\n",
+            self.host,
+            body.len()
+        );
+        for (name, value) in headers {
+            let _ = write!(head, "{name}: {value}\r\n");
+        }
+        head.push_str("\r\n");
+        let mut out = head.into_bytes();
+        out.extend_from_slice(body);
+        self.stream.write_all(&out).await.unwrap();
+        self.answer().await
+    }
+
+    async fn answer(&mut self) -> (u16, Vec<u8>) {
+        self.buf.clear();
+        let end = loop {
+            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end;
+            }
+            self.read_more().await;
+        };
+        let head = std::str::from_utf8(&self.buf[..end]).unwrap().to_owned();
+        let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
+        let mut length = None;
+        for line in head.split("\r\n").skip(1) {
+            let (name, value) = line.split_once(':').unwrap();
+            assert!(
+                !name.eq_ignore_ascii_case("transfer-encoding"),
+                "a streamed answer: {head}"
+            );
+            if name.eq_ignore_ascii_case("content-length") {
+                length = Some(value.trim().parse::<usize>().unwrap());
+            }
+        }
+        let start = end + 4;
+        let length = length.unwrap_or_else(|| panic!("no content-length: {head}"));
+        while self.buf.len() < start + length {
+            self.read_more().await;
+        }
+        assert_eq!(self.buf.len(), start + length, "bytes after the answer");
+        (status, self.buf[start..].to_vec())
+    }
+
+    async fn read_more(&mut self) {
+        use tokio::io::AsyncReadExt as _;
+        let read = self.stream.read_buf(&mut self.buf).await.unwrap();
+        assert!(read > 0, "the gateway closed the connection");
     }
 }
 
@@ -326,8 +457,10 @@ impl Handler<Knock> for Echo {
 
 #[derive(Default)]
 struct TripSamples {
-    /// By kind: over `/mcp`, and through the run loop.
+    /// By kind: over `/mcp` ([`RawHttp`]), over `/mcp` through reqwest, and through the
+    /// run loop.
     mcp: [Vec<Duration>; 2],
+    reqwest: [Vec<Duration>; 2],
     direct: [Vec<Duration>; 2],
     health: Vec<Duration>,
     ping: Vec<Duration>,
@@ -341,8 +474,9 @@ struct TripSamples {
 }
 
 pub struct TripFigures {
-    /// By kind: (MCP p50, p90), (run loop p50, p90).
+    /// By kind: (MCP p50, p90), (MCP through reqwest p50, p90), (run loop p50, p90).
     pub mcp: [(Duration, Duration); 2],
+    pub reqwest: [(Duration, Duration); 2],
     pub direct: [(Duration, Duration); 2],
     pub health_p50: Duration,
     pub ping_p50: Duration,
@@ -388,10 +522,12 @@ fn bench_trips(hosts: &HostsOf) -> TripFigures {
     });
     drop(client_rt);
     let [mut mcp0, mut mcp1] = samples.mcp;
+    let [mut reqwest0, mut reqwest1] = samples.reqwest;
     let [mut direct0, mut direct1] = samples.direct;
     TripFigures {
         samples: mcp0.len(),
         mcp: [p50_p90(&mut mcp0), p50_p90(&mut mcp1)],
+        reqwest: [p50_p90(&mut reqwest0), p50_p90(&mut reqwest1)],
         direct: [p50_p90(&mut direct0), p50_p90(&mut direct1)],
         health_p50: percentile(&mut samples.health, 0.5),
         ping_p50: percentile(&mut samples.ping, 0.5),
@@ -401,8 +537,20 @@ fn bench_trips(hosts: &HostsOf) -> TripFigures {
     }
 }
 
-/// One round: an MCP session and a run of the baseline, `calls` calls of each kind on
-/// both, in alternating order, with the two floors between them.
+/// How a call of a round is made.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// Over `/mcp`, the client [`RawHttp`].
+    Raw,
+    /// Over `/mcp`, the client reqwest (another session).
+    Reqwest,
+    /// Through the run loop.
+    Loop,
+}
+
+/// One round: two MCP sessions (one called over [`RawHttp`], one through reqwest) and a
+/// run of the baseline, `calls` calls of each kind on each, in rotating order, with the
+/// floors between them.
 async fn trip_round(
     lead: &ServedLead,
     client: &McpClient,
@@ -429,21 +577,36 @@ async fn trip_round(
     let echo = Echo.start();
     let renewal = actix::spawn(run.lease_renewal());
     let opening = client.clone();
-    let mut session = on_client(client_rt, async move { opening.open().await }).await;
+    let (mut session, mut through_reqwest) = on_client(client_rt, async move {
+        (opening.open_raw().await, opening.open().await)
+    })
+    .await;
     for k in 0..calls {
         for (i, kind) in CallKind::ALL.into_iter().enumerate() {
-            let mcp_first = (k + i) % 2 == 0;
-            for mcp in [mcp_first, !mcp_first] {
-                if mcp {
+            // Each path first, second and last in turn.
+            let mut paths = [Via::Raw, Via::Reqwest, Via::Loop];
+            paths.rotate_left((k + i) % 3);
+            for path in paths {
+                if path == Via::Raw {
                     let calling = client.clone();
                     let (back, took) = on_client(client_rt, async move {
                         let started = Instant::now();
-                        calling.call(&mut session, kind, k).await;
+                        calling.call_raw(&mut session, kind, k).await;
                         (session, started.elapsed())
                     })
                     .await;
                     session = back;
                     samples.mcp[i].push(took);
+                } else if path == Via::Reqwest {
+                    let calling = client.clone();
+                    let (back, took) = on_client(client_rt, async move {
+                        let started = Instant::now();
+                        calling.call(&mut through_reqwest, kind, k).await;
+                        (through_reqwest, started.elapsed())
+                    })
+                    .await;
+                    through_reqwest = back;
+                    samples.reqwest[i].push(took);
                 } else {
                     let call = ToolCall {
                         id: format!("direct-{round}-{i}-{k}"),
@@ -464,13 +627,15 @@ async fn trip_round(
         let knocking = echo.clone();
         let (back, health, ping, list, hop) = on_client(client_rt, async move {
             let started = Instant::now();
-            pinging.health().await;
+            pinging.health_raw(&mut session).await;
             let health = started.elapsed();
             let started = Instant::now();
-            pinging.request(&mut session, "ping", json!({})).await;
+            pinging.request_raw(&mut session, "ping", json!({})).await;
             let ping = started.elapsed();
             let started = Instant::now();
-            pinging.request(&mut session, "tools/list", json!({})).await;
+            pinging
+                .request_raw(&mut session, "tools/list", json!({}))
+                .await;
             let list = started.elapsed();
             let started = Instant::now();
             knocking.send(Knock).await.unwrap();
@@ -487,7 +652,11 @@ async fn trip_round(
         samples.visible.push(started.elapsed());
     }
     let closing = client.clone();
-    on_client(client_rt, async move { closing.close(session).await }).await;
+    on_client(client_rt, async move {
+        closing.close(through_reqwest).await;
+        closing.close(session).await;
+    })
+    .await;
     run.end_client_session().await;
     lead.manager
         .send(ClientRunEnded {
@@ -760,6 +929,20 @@ fn print_trips(title: &str, t: &TripFigures) -> bool {
         );
     }
     println!(
+        "   the same calls with reqwest as the client (its own work on a request and its answer counted in):"
+    );
+    for (i, kind) in CallKind::ALL.into_iter().enumerate() {
+        println!(
+            "   {:<32} | {:>9} | {:>9} | {:>9} | {:>9} | {:>9} |",
+            kind.label(),
+            fmt(t.reqwest[i].0),
+            fmt(t.reqwest[i].1),
+            fmt(t.direct[i].0),
+            fmt(t.direct[i].1),
+            fmt(t.reqwest[i].0.saturating_sub(t.direct[i].0)),
+        );
+    }
+    println!(
         "   floors: GET /health p50 {} (HTTP + actix-web + principal); MCP ping p50 {} (+ rmcp's session",
         fmt(t.health_p50),
         fmt(t.ping_p50)
@@ -785,7 +968,10 @@ pub fn print_mcp() -> bool {
         "\n7. MCP server: a call over /mcp (streamable HTTP on loopback, a member's token) against the same"
     );
     println!(
-        "   call through the run loop's client path (RunLoop::call_from_client), interleaved rounds."
+        "   call through the run loop's client path (RunLoop::call_from_client), interleaved rounds. The"
+    );
+    println!(
+        "   client writes and reads HTTP/1.1 by hand on one kept-alive connection (a round trip is the server's)."
     );
     let stand_in = bench_trips(&HostsOf::StandIn);
     let mut pass = print_trips("ZeroLatencyHosts", &stand_in);

@@ -20,8 +20,8 @@ use rmcp::model::{
     CallToolRequestMethod, CallToolRequestParams, JsonRpcVersion2_0, ProtocolVersion, RequestId,
     RequestMetaObject, ServerJsonRpcMessage, ServerResult,
 };
-use serde::Deserialize;
 use rmcp::{Peer, RoleServer};
+use serde::Deserialize;
 
 use super::handler::{AntlerTools, THREAD_META_KEY};
 
