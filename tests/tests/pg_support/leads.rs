@@ -28,6 +28,19 @@ impl Drop for Lead {
     }
 }
 
+/// A private directory under `/tmp` (readable by the sandboxes' user) with `config` as its
+/// config.yaml: where [`Lead::up`] runs its leads.
+pub fn workdir(prefix: &str, config: &str) -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::write(dir.path().join("config.yaml"), config).expect("config.yaml");
+    dir
+}
+
 impl Lead {
     /// `antler up` with `dir`'s config.yaml on `runtime` (its log beside it, `.log`), no
     /// workers, its gateway on a free loopback port with the operator token `operator`,

@@ -11,7 +11,6 @@
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,7 +18,7 @@ use antler_tests::wait_for;
 use serde_json::{json, Value};
 
 use crate::lead_support::http_full;
-use crate::pg_support::leads::Lead;
+use crate::pg_support::leads::{workdir, Lead};
 use crate::pg_support::{connect, database};
 
 const ALICE: &str = "alice-token-000000000001";
@@ -195,19 +194,13 @@ fn takeovers(frames: &[Frame]) -> usize {
 async fn an_event_stream_follows_its_run_across_leads_and_a_takeover() {
     let db = database("ha_event_stream").await;
     let pg = connect(&db.dsn).await;
-    let tmp = tempfile::Builder::new()
-        .prefix("antler-ha-ev")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let dir = tmp.path();
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::write(
-        dir.join("config.yaml"),
-        format!(
+    let tmp = workdir(
+        "antler-ha-ev",
+        &format!(
             "tools:\n  - {{name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\ntool_search:\n  enabled: false\nantler:\n  ha:\n    lease_ttl_ms: 3000\n  gateway:\n    allow_scripted_models: true\n    tokens:\n      - {{token: {ALICE}, user: alice}}\n"
         ),
-    )
-    .unwrap();
+    );
+    let dir = tmp.path();
     let mut lead_a = Some(Lead::up(dir, dir.join("a"), &db.dsn, OPERATOR));
     let lead_b = Lead::up(dir, dir.join("b"), &db.dsn, OPERATOR);
     let a = lead_a.as_ref().unwrap().gateway();

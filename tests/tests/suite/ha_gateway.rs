@@ -8,14 +8,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use antler_tests::wait_for;
 use serde_json::{json, Value};
 
 use crate::lead_support::http_full;
-use crate::pg_support::leads::{self, advertised, call, Lead};
+use crate::pg_support::leads::{self, advertised, call, workdir, Lead};
 use crate::pg_support::{connect, database};
 
 const ALICE: &str = "alice-token-000000000001";
@@ -78,19 +77,13 @@ async fn lease(client: &tokio_postgres::Client, run_id: &str) -> (Option<String>
 async fn a_write_posted_to_the_lead_that_does_not_drive_the_run_reaches_its_owner() {
     let db = database("ha_gateway").await;
     let pg = connect(&db.dsn).await;
-    let tmp = tempfile::Builder::new()
-        .prefix("antler-ha-gw")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let dir = tmp.path();
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::write(
-        dir.join("config.yaml"),
-        format!(
+    let tmp = workdir(
+        "antler-ha-gw",
+        &format!(
             "tools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\ntool_search:\n  enabled: false\napprovals:\n  defaults: false\n  deadline_seconds: 3600\n  rules:\n    - {{name: push, tool: bash, command: [git, push], decision: ask, justification: Pushing publishes commits}}\nantler:\n  ha:\n    lease_ttl_ms: 3000\n  gateway:\n    allow_scripted_models: true\n    tokens:\n      - {{token: {ALICE}, user: alice}}\n      - {{token: {BOB}, user: bob}}\n"
         ),
-    )
-    .unwrap();
+    );
+    let dir = tmp.path();
     let lead_a = Lead::up(dir, dir.join("a"), &db.dsn, OPERATOR);
     let lead_b = Lead::up(dir, dir.join("b"), &db.dsn, OPERATOR);
     let (a, b) = (lead_a.gateway(), lead_b.gateway());

@@ -7,7 +7,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use antler_lead::ha::Leases;
@@ -15,7 +14,7 @@ use futures::future::join_all;
 use serde_json::json;
 
 use crate::lead_support::http_full;
-use crate::pg_support::leads::{advertised, call, Lead};
+use crate::pg_support::leads::{advertised, call, workdir, Lead};
 use crate::pg_support::{connect, database};
 
 const ALICE: &str = "alice-token-000000000001";
@@ -79,19 +78,13 @@ async fn racing_takes_on_several_connections_spend_a_budget_exactly() {
 async fn two_leads_hold_a_user_to_one_submissions_per_minute_limit() {
     let db = database("ha_quotas_leads").await;
     let pg = connect(&db.dsn).await;
-    let tmp = tempfile::Builder::new()
-        .prefix("antler-ha-quota")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let dir = tmp.path();
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::write(
-        dir.join("config.yaml"),
-        format!(
+    let tmp = workdir(
+        "antler-ha-quota",
+        &format!(
             "sandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\ntool_search:\n  enabled: false\nantler:\n  ha:\n    lease_ttl_ms: 3000\n  gateway:\n    allow_scripted_models: true\n    limits:\n      submissions_per_minute: 3\n      concurrent_runs: 10\n    tokens:\n      - {{token: {ALICE}, user: alice}}\n      - {{token: {BOB}, user: bob}}\n"
         ),
-    )
-    .unwrap();
+    );
+    let dir = tmp.path();
     let lead_a = Lead::up(dir, dir.join("a"), &db.dsn, OPERATOR);
     let lead_b = Lead::up(dir, dir.join("b"), &db.dsn, OPERATOR);
     let (a, b) = (lead_a.gateway(), lead_b.gateway());

@@ -11,13 +11,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use antler_lead::ha::{Epoch, LeadId, Leases, Swept};
 use serde_json::json;
 
-use crate::pg_support::leads::{advertised, call, lease, Lead};
+use crate::pg_support::leads::{advertised, call, lease, workdir, Lead};
 use crate::pg_support::{connect, database};
 
 /// A time to live no test outlasts.
@@ -196,17 +195,11 @@ async fn a_sweep_removes_only_old_released_leases_of_finished_runs_and_silent_le
 async fn a_lead_sweeps_a_finished_runs_lease_and_a_dead_leads_row_on_its_own() {
     let db = database("ha_retention_lead").await;
     let pg = connect(&db.dsn).await;
-    let tmp = tempfile::Builder::new()
-        .prefix("antler-ha-ret")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let dir = tmp.path();
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::write(
-        dir.join("config.yaml"),
+    let tmp = workdir(
+        "antler-ha-ret",
         "sandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\ntool_search:\n  enabled: false\nantler:\n  ha:\n    lease_ttl_ms: 3000\n    lease_retention_ms: 3000\n  gateway:\n    allow_scripted_models: true\n",
-    )
-    .unwrap();
+    );
+    let dir = tmp.path();
     let lead = Lead::up(dir, dir.join("a"), &db.dsn, OPERATOR);
     let addr = lead.gateway();
     let own = advertised(&pg, 1).await;

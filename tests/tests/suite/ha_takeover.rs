@@ -14,7 +14,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashSet;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,6 +24,7 @@ use antler_tests::{bin, signal, wait_for};
 use serde_json::Value;
 
 use crate::pg_support::forwarder::Forwarder;
+use crate::pg_support::leads;
 use crate::pg_support::{connect, database};
 
 #[tokio::test]
@@ -276,19 +276,13 @@ where
 /// A temporary directory with the leads' config.yaml (a write tool, the sandbox, leases of
 /// [`TTL_MS`]) and `playbook`.
 fn workdir(playbook: &str) -> tempfile::TempDir {
-    let tmp = tempfile::Builder::new()
-        .prefix("antler-ha")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let dir = tmp.path();
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::write(
-        dir.join("config.yaml"),
-        format!(
+    let tmp = leads::workdir(
+        "antler-ha",
+        &format!(
             "tools:\n  - {{name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\ntool_search:\n  enabled: false\nantler:\n  ha:\n    lease_ttl_ms: {TTL_MS}\n"
         ),
-    )
-    .unwrap();
+    );
+    let dir = tmp.path();
     std::fs::write(dir.join("playbook.yaml"), playbook).unwrap();
     tmp
 }
