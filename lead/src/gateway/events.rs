@@ -3,12 +3,12 @@
 //!
 //! Any lead follows any run: the run's log when this lead holds it; otherwise the events
 //! its owner journals to the runs store, read as they land, until this lead takes the run
-//! up (a takeover, an answer) or the store says its drive stopped. A client that
+//! up (a takeover, an answer) or the store says its drive stopped: on PostgreSQL woken by
+//! the run's notices (`runs::store::notices`), on SQLite every 200 ms. A client that
 //! reconnects with `Last-Event-ID` (an id this stream sent, `{gen}-{seq}`) gets the events
 //! after it, from whichever lead it reaches: none lost, none repeated.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix_web::{web, HttpResponse};
 
@@ -16,10 +16,9 @@ use super::runs_api::{over_limit, principal_of, view_of, VisibleRun};
 use super::{error, State};
 use crate::runs::events::{EventId, EventLog};
 use crate::runs::manager;
+use crate::runs::store::notices::{self, TAIL_EVERY};
 use crate::runs::RunStatus;
 
-/// How often a stream of a run another lead drives reads the store for its new events.
-const TAIL_EVERY: Duration = Duration::from_millis(200);
 /// Events read from the store in one go.
 const TAIL_BATCH: u64 = 500;
 
@@ -89,6 +88,9 @@ async fn tail_store(
     mut after: Option<EventId>,
     tx: tokio::sync::mpsc::Sender<web::Bytes>,
 ) {
+    // Subscribed before the first read: a write that lands after it wakes this stream.
+    let mut news = state.runs.store.notices().map(|n| n.subscribe());
+    let poll = notices::poll_while_listening();
     loop {
         if let Ok(Some(log)) = state
             .runs
@@ -135,8 +137,14 @@ async fn tail_store(
             let _ = tx.send(sse("end", &String::from_utf8_lossy(&body))).await;
             return;
         }
+        let next = async {
+            match news.as_mut() {
+                Some(news) => news.news(&run_id, poll).await,
+                None => tokio::time::sleep(TAIL_EVERY).await,
+            }
+        };
         tokio::select! {
-            () = tokio::time::sleep(TAIL_EVERY) => {}
+            () = next => {}
             () = tx.closed() => return,
         }
     }

@@ -182,6 +182,9 @@ impl Gateway {
         if !is_loopback(&addr) && given.is_none() {
             return Err(GatewayError::NoToken { addr });
         }
+        // With PostgreSQL, a stream of a run another lead drives waits for the run's
+        // notices: listen from the start, so the first such stream does not wait for it.
+        let _ = runs.store.notices();
         let state = State {
             started: std::time::Instant::now(),
             extensions,

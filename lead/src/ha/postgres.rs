@@ -37,6 +37,22 @@ impl Postgres {
     /// `prefer`). Must be called inside a tokio runtime. A failure names the hosts and the
     /// reason, never the password.
     pub async fn connect(dsn: &str) -> Result<Self, HaError> {
+        Self::connect_with(dsn, None).await
+    }
+
+    /// [`Postgres::connect`] whose notifications (`LISTEN`'s, their payloads) go to
+    /// `notices` while the connection lives.
+    pub async fn connect_listening(
+        dsn: &str,
+        notices: tokio::sync::mpsc::UnboundedSender<String>,
+    ) -> Result<Self, HaError> {
+        Self::connect_with(dsn, Some(notices)).await
+    }
+
+    async fn connect_with(
+        dsn: &str,
+        notices: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    ) -> Result<Self, HaError> {
         let (dsn, ssl) = dsn::split(dsn)?;
         let mut config = Config::from_str(&dsn).map_err(|e| HaError::Dsn(dsn_error(&e)))?;
         config.ssl_mode(match ssl.mode {
@@ -70,8 +86,27 @@ impl Postgres {
                 other => other,
             })?;
         let driver = tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::warn!(error = %e, "the connection to PostgreSQL ended");
+            let Some(notices) = notices else {
+                if let Err(e) = connection.await {
+                    tracing::warn!(error = %e, "the connection to PostgreSQL ended");
+                }
+                return;
+            };
+            // Polling its messages drives the connection as awaiting it does, and hands
+            // over the notifications that awaiting drops.
+            let mut connection = connection;
+            loop {
+                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                    Some(Ok(tokio_postgres::AsyncMessage::Notification(notice))) => {
+                        let _ = notices.send(notice.payload().to_owned());
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "the connection to PostgreSQL ended");
+                        return;
+                    }
+                    None => return,
+                }
             }
         });
         Ok(Self {

@@ -17,6 +17,7 @@ mod forks;
 mod journal;
 mod location;
 pub mod memory;
+pub mod notices;
 mod probe;
 mod subagent_asks;
 mod thread;
@@ -187,6 +188,10 @@ pub struct CheckpointStore {
     /// The runs this lead writes under a lease (PostgreSQL, `antler.ha`): a run's writes
     /// are refused once a newer epoch holds it ([`CheckpointStore::fence_run`]).
     fences: Arc<dashmap::DashMap<String, Fence>>,
+    /// The database's DSN (PostgreSQL), for [`CheckpointStore::notices`].
+    dsn: Option<Arc<str>>,
+    /// The listener of run notices, once a stream asked for it (PostgreSQL).
+    notices: Arc<OnceLock<notices::RunNotices>>,
 }
 
 /// Rows of run events written by one statement.
@@ -315,7 +320,16 @@ impl CheckpointStore {
             path: None,
             thread: Arc::default(),
             fences: Arc::default(),
+            dsn: Some(Arc::from(dsn)),
+            notices: Arc::default(),
         })
+    }
+
+    /// The lead's listener of run notices, started on first use (PostgreSQL; `None` for
+    /// SQLite, where one lead writes and reads).
+    pub fn notices(&self) -> Option<&notices::RunNotices> {
+        let dsn = self.dsn.as_deref()?;
+        Some(self.notices.get_or_init(|| notices::RunNotices::start(dsn)))
     }
 
     /// Whether the store is PostgreSQL.
@@ -392,6 +406,8 @@ impl CheckpointStore {
             path: Some(Arc::new(path.to_path_buf())),
             thread: Arc::default(),
             fences: Arc::default(),
+            dsn: None,
+            notices: Arc::default(),
         })
     }
 
@@ -410,6 +426,8 @@ impl CheckpointStore {
                 path: self.path.clone(),
                 thread: Arc::default(),
                 fences: Arc::clone(&self.fences),
+                dsn: self.dsn.clone(),
+                notices: Arc::clone(&self.notices),
             })
         });
         thread
@@ -535,6 +553,9 @@ impl CheckpointStore {
         for chunk in events.chunks(EVENT_ROWS_PER_STATEMENT) {
             let (sql, args) = insert_events(dialect, run_id, chunk, fence);
             let written = db.execute(&sql, &args)?;
+            if written > 0 && dialect == Dialect::Postgres {
+                db.execute(notices::NOTIFY, args![run_id])?;
+            }
             if let Some(epoch) = fence.filter(|_| written == 0) {
                 // Nothing written: the rows were there already, or a newer epoch holds it.
                 let newer = db.query(
@@ -751,7 +772,12 @@ impl CheckpointStore {
                 return Err(CheckpointError::UnknownRun(run_id.to_owned()));
             }
             // The run's thread follows it (its state, title and status at every end).
-            threads::on_run_status(tx, run_id, status)
+            threads::on_run_status(tx, run_id, status)?;
+            // Streams of the run on other leads read it when this commits.
+            if tx.dialect() == Dialect::Postgres {
+                tx.execute(notices::NOTIFY, args![run_id])?;
+            }
+            Ok(())
         };
         self.fenced_write(run_id, true, body)
     }

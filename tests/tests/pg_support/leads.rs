@@ -46,6 +46,17 @@ impl Lead {
     /// workers, its gateway on a free loopback port with the operator token `operator`,
     /// its runs store and leases in the database `dsn` names.
     pub fn up(dir: &Path, runtime: PathBuf, dsn: &str, operator: &str) -> Lead {
+        Lead::up_with(dir, runtime, dsn, operator, &[])
+    }
+
+    /// [`Lead::up`] with `env` in the lead's environment too.
+    pub fn up_with(
+        dir: &Path,
+        runtime: PathBuf,
+        dsn: &str,
+        operator: &str,
+        env: &[(&str, &str)],
+    ) -> Lead {
         let mut command = Command::new(bin("antler"));
         command
             .arg("--runtime-dir")
@@ -67,6 +78,7 @@ impl Lead {
                     .map(Stdio::from)
                     .unwrap_or_else(|_| Stdio::null()),
             );
+        command.envs(env.iter().copied());
         Lead {
             child: command.spawn().expect("start antler up"),
             runtime,

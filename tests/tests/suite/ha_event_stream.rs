@@ -5,6 +5,8 @@
 //! got. B takes the run over and completes it. Both clients end with the run's `end`
 //! (`success`); each saw every event the store keeps for the run, in order, none twice, one
 //! `lead_takeover` among them; the reconnected client got nothing it had already seen.
+//! And a stream on the lead that does not drive the run is woken by the run's notices
+//! (PostgreSQL's `NOTIFY`), not by reading the store at an interval.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -20,6 +22,7 @@ use serde_json::{json, Value};
 use crate::lead_support::http_full;
 use crate::pg_support::leads::{workdir, Lead};
 use crate::pg_support::{connect, database};
+use antler_lead::runs::store::notices::POLL_WHILE_LISTENING_ENV;
 
 const ALICE: &str = "alice-token-000000000001";
 const OPERATOR: &str = "operator-token-0000000000000003";
@@ -337,4 +340,93 @@ async fn an_event_stream_follows_its_run_across_leads_and_a_takeover() {
         );
     }
     drop(lead_b);
+}
+
+/// Steps a stream on another lead must see as they happen: each after a pause.
+const STEPS: &str = r#"
+turns:
+  - delay_ms: 1500
+    tool_calls:
+      - {name: write_file, args: {description: first, path: /mnt/user-data/outputs/a.md, content: a}}
+  - delay_ms: 500
+    tool_calls:
+      - {name: write_file, args: {description: second, path: /mnt/user-data/outputs/b.md, content: b}}
+  - delay_ms: 500
+    tool_calls:
+      - {name: present_files, args: {filepaths: ["/mnt/user-data/outputs/a.md", "/mnt/user-data/outputs/b.md"]}}
+  - content: Both files are written and presented.
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_on_another_lead_is_woken_by_the_runs_notices() {
+    let db = database("ha_event_notices").await;
+    let pg = connect(&db.dsn).await;
+    let tmp = workdir(
+        "antler-ha-nt",
+        &format!(
+            "tools:\n  - {{name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\ntool_search:\n  enabled: false\nantler:\n  gateway:\n    allow_scripted_models: true\n    tokens:\n      - {{token: {ALICE}, user: alice}}\n"
+        ),
+    );
+    let dir = tmp.path();
+    // While notices come, the leads read a stream's run from the store only every ten
+    // minutes: what B's client sees, it sees because A's writes notified it.
+    let env = [(POLL_WHILE_LISTENING_ENV, "600000")];
+    let lead_a = Lead::up_with(dir, dir.join("a"), &db.dsn, OPERATOR, &env);
+    let lead_b = Lead::up_with(dir, dir.join("b"), &db.dsn, OPERATOR, &env);
+    let (a, b) = (lead_a.gateway(), lead_b.gateway());
+    // Both listen (each lead's gateway starts its listener).
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let listening: i64 = pg
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND query = 'LISTEN antler_run_events'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if listening == 2 {
+            break;
+        }
+        assert!(Instant::now() < until, "{listening} leads listen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let body = json!({"task": "Write two files and present them", "playbook_yaml": STEPS});
+    let (code, _, text) = http_full(&a, ALICE, "POST", "/api/runs", Some(&body.to_string()));
+    assert_eq!(code, 201, "{text}");
+    let run_id = serde_json::from_str::<Value>(&text).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let on_b = Arc::new(Mutex::new(Vec::new()));
+    let reader = follow(Stream::open(&b, &run_id, None), on_b.clone());
+    let ended = wait_for(Duration::from_secs(60), || {
+        reader.is_finished().then_some(())
+    });
+    let frames: Vec<Frame> = on_b.lock().unwrap().clone();
+    assert!(ended.is_some(), "B's stream did not end: {frames:?}");
+    reader.join().unwrap();
+
+    // It saw the whole run, ending in its success, every event the store keeps.
+    let end = frames.last().expect("events");
+    assert_eq!(end.kind, "end", "{frames:?}");
+    assert_eq!(end.data["status"], "success", "{}", end.data);
+    let stored: Vec<(u64, u64)> = pg
+        .query(
+            "SELECT gen, seq FROM run_events WHERE run_id = $1 ORDER BY gen, seq",
+            &[&run_id],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64))
+        .collect();
+    assert_eq!(ids_in_order(&frames, "on B"), stored);
+    let tools = frames
+        .iter()
+        .filter(|f| f.data["event"] == "tool_finished")
+        .count();
+    assert_eq!(tools, 3, "{frames:?}");
 }
