@@ -1,7 +1,8 @@
 """The HA bench (issue 38), driven by scripts/ha-bench.sh: runs per second through 1 lead
 on SQLite, then 1, 2 and 3 `antler up` leads sharing one throwaway PostgreSQL (the runs
-store and the leases in one database), and the takeover time from a lead's SIGKILL to its
-runs' `lead_takeover` event on the survivor.
+store and the leases in one database), the takeover time from a lead's SIGKILL to its
+runs' `lead_takeover` event on the survivor, and how late a run's events reach a client
+that follows it on a lead that does not drive it, against a client on the lead that does.
 
 Each run is a short replayed playbook (the lead's scripted model: write_file, then an
 answer) sent with `POST /api/runs` (`playbook_yaml`, the operator's token) to a lead's
@@ -13,7 +14,8 @@ time. Exits 1 when a run fails or a killed lead's run is not taken over and comp
 Environment: ANTLER_BIN_DIR (the antler binary's directory), PG_BIN (PostgreSQL's bin),
 HA_BENCH_RUNS (60), HA_BENCH_CLIENTS (8), HA_BENCH_KILLS (5), HA_BENCH_KILL_RUNS (3, runs
 in flight on the lead killed), HA_BENCH_LEADS (1,2,3), HA_BENCH_TTL_MS (3000: the lease
-time to live).
+time to live), HA_BENCH_PHASES (throughput,takeover,lag: the parts to run),
+HA_BENCH_LAG_STEPS (30: the followed run's steps).
 """
 
 import http.client
@@ -39,6 +41,8 @@ KILLS = int(os.environ.get("HA_BENCH_KILLS", "5"))
 KILL_RUNS = int(os.environ.get("HA_BENCH_KILL_RUNS", "3"))
 LEADS = [int(n) for n in os.environ.get("HA_BENCH_LEADS", "1,2,3").split(",")]
 TTL_MS = int(os.environ.get("HA_BENCH_TTL_MS", "3000"))
+PHASES = os.environ.get("HA_BENCH_PHASES", "throughput,takeover,lag").split(",")
+LAG_STEPS = int(os.environ.get("HA_BENCH_LAG_STEPS", "30"))
 WARM_UP = 2  # runs per lead before a measured phase
 
 # The measured run: write a file, present it, answer (three model turns).
@@ -371,6 +375,54 @@ def takeover(scratch, pg):
     return sorted(samples), failures
 
 
+def stamped_events(lead, run_id, out):
+    """Follows `run_id`'s events on `lead` until `end`: each event id with when it came."""
+    conn = http.client.HTTPConnection(lead.addr, timeout=120)
+    conn.request("GET", f"/api/runs/{run_id}/events",
+                 headers={"Authorization": f"Bearer {lead.token}"})
+    resp = conn.getresponse()
+    if resp.status != 200:
+        raise RuntimeError(f"events of {run_id} on {lead.addr}: {resp.status}")
+    while True:
+        line = resp.readline()
+        if not line or line.startswith(b"event: end"):
+            break
+        if line.startswith(b"id: "):
+            out[line[4:].strip().decode()] = time.monotonic()
+    conn.close()
+
+
+def stream_lag(scratch, pg):
+    """Two leads on one database; a run of LAG_STEPS steps on A followed by a client on A
+    (which drives it: its log) and one on B (the store, woken by the run's notices): how
+    much later each event reaches B's client than A's. Returns the lags (s)."""
+    dsn = pg.database("bench_lag")
+    base = os.path.join(scratch, "base-lag")
+    steps = "".join(
+        f"  - delay_ms: 137\n    tool_calls:\n      - {{name: write_file, args: {{description: s{i},"
+        f" path: /mnt/user-data/outputs/s{i}.md, content: x}}}}\n"
+        for i in range(LAG_STEPS))
+    playbook = "turns:\n" + steps + "  - content: done\n"
+    a = Lead(scratch, "lag-a", base, dsn)
+    b = Lead(scratch, "lag-b", base, dsn)
+    try:
+        time.sleep(1)  # both leads' listeners connected
+        conn = http.client.HTTPConnection(a.addr, timeout=60)
+        run_id = submit(conn, a.token, 0, playbook)
+        conn.close()
+        on_a, on_b = {}, {}
+        readers = [threading.Thread(target=stamped_events, args=(a, run_id, on_a)),
+                   threading.Thread(target=stamped_events, args=(b, run_id, on_b))]
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join()
+    finally:
+        a.stop()
+        b.stop()
+    return sorted(max(0.0, on_b[i] - t) for i, t in on_a.items() if i in on_b), len(on_a)
+
+
 def main():
     if not os.access(ANTLER, os.X_OK):
         print(f"ha-bench: no {ANTLER}: cargo build --workspace --bins (or set ANTLER_BIN_DIR)",
@@ -389,34 +441,17 @@ def main():
     pg = Postgres(scratch)
     failures = 0
     try:
-        rows = []
-        rate, p50, p90, failed = throughput(scratch, "sqlite", 1, None)
-        failures += failed
-        rows.append(("SQLite", 1, rate, p50, p90, failed))
-        baseline = rate
-        print(f"  SQLite, 1 lead: {rate:.1f} runs/s", flush=True)
-        for count in LEADS:
-            dsn = pg.database(f"bench_{count}")
-            rate, p50, p90, failed = throughput(scratch, f"pg{count}", count, dsn)
-            failures += failed
-            rows.append(("PostgreSQL", count, rate, p50, p90, failed))
-            print(f"  PostgreSQL, {count} lead(s): {rate:.1f} runs/s", flush=True)
-        print()
-        print("| store | leads | runs/s | vs SQLite 1 lead | run p50 | run p90 | failed |")
-        print("|---|---|---|---|---|---|---|")
-        for store, count, rate, p50, p90, failed in rows:
-            print(f"| {store} | {count} | {rate:.1f} | {rate / baseline:.2f}x |"
-                  f" {p50 * 1000:.0f} ms | {p90 * 1000:.0f} ms | {failed} |")
-        print(flush=True)
-        print(f"takeover: {KILLS} times, a lead holding {KILL_RUNS} running runs killed with"
-              f" SIGKILL beside a survivor (lease ttl {TTL_MS} ms); from the kill to each"
-              " run's lead_takeover event (at_ms)", flush=True)
-        samples, failed = takeover(scratch, pg)
-        failures += failed
-        if samples:
-            print(f"takeover: {len(samples)} runs taken over ({failed} not): p50"
-                  f" {statistics.median(samples):.2f} s, min {samples[0]:.2f} s, max"
-                  f" {samples[-1]:.2f} s")
+        if "throughput" in PHASES:
+            failures += print_throughput(scratch, pg)
+        if "takeover" in PHASES:
+            failures += print_takeover(scratch, pg)
+        if "lag" in PHASES:
+            lags, sent = stream_lag(scratch, pg)
+            print(f"events on another lead: {LAG_STEPS} steps 137 ms apart; of {sent} events"
+                  f" A's client got, B's got {len(lags)}, later than A's by p50"
+                  f" {pct(lags, 0.5) * 1000:.1f} ms, p90 {pct(lags, 0.9) * 1000:.1f} ms, max"
+                  f" {pct(lags, 1.0) * 1000:.1f} ms", flush=True)
+            failures += sent - len(lags)
     finally:
         pg.stop()
         if os.environ.get("HA_BENCH_KEEP"):
@@ -427,6 +462,46 @@ def main():
         print(f"ha-bench: {failures} runs failed", file=sys.stderr)
         return 1
     return 0
+
+
+def print_throughput(scratch, pg):
+    """The runs/s table; the failed runs."""
+    failures = 0
+    rows = []
+    rate, p50, p90, failed = throughput(scratch, "sqlite", 1, None)
+    failures += failed
+    rows.append(("SQLite", 1, rate, p50, p90, failed))
+    baseline = rate
+    print(f"  SQLite, 1 lead: {rate:.1f} runs/s", flush=True)
+    for count in LEADS:
+        dsn = pg.database(f"bench_{count}")
+        rate, p50, p90, failed = throughput(scratch, f"pg{count}", count, dsn)
+        failures += failed
+        rows.append(("PostgreSQL", count, rate, p50, p90, failed))
+        print(f"  PostgreSQL, {count} lead(s): {rate:.1f} runs/s", flush=True)
+    print()
+    print("| store | leads | runs/s | vs SQLite 1 lead | run p50 | run p90 | failed |")
+    print("|---|---|---|---|---|---|---|")
+    for store, count, rate, p50, p90, failed in rows:
+        print(f"| {store} | {count} | {rate:.1f} | {rate / baseline:.2f}x |"
+              f" {p50 * 1000:.0f} ms | {p90 * 1000:.0f} ms | {failed} |")
+    print(flush=True)
+    return failures
+
+
+def print_takeover(scratch, pg):
+    """The takeover times; the runs not taken over."""
+    failures = 0
+    print(f"takeover: {KILLS} times, a lead holding {KILL_RUNS} running runs killed with"
+          f" SIGKILL beside a survivor (lease ttl {TTL_MS} ms); from the kill to each"
+          " run's lead_takeover event (at_ms)", flush=True)
+    samples, failed = takeover(scratch, pg)
+    failures += failed
+    if samples:
+        print(f"takeover: {len(samples)} runs taken over ({failed} not): p50"
+              f" {statistics.median(samples):.2f} s, min {samples[0]:.2f} s, max"
+              f" {samples[-1]:.2f} s")
+    return failures
 
 
 if __name__ == "__main__":
