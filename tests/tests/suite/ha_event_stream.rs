@@ -193,16 +193,31 @@ fn takeovers(frames: &[Frame]) -> usize {
         .count()
 }
 
+/// The leads' config.yaml: a write tool, the sandbox, leases of 3 s, alice's token.
+fn config() -> String {
+    format!(
+        "tools:\n  - {{name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\ntool_search:\n  enabled: false\nantler:\n  ha:\n    lease_ttl_ms: 3000\n  gateway:\n    allow_scripted_models: true\n    tokens:\n      - {{token: {ALICE}, user: alice}}\n"
+    )
+}
+
+/// The ids of the events the store keeps for `run_id`, in the run's order.
+async fn stored_ids(pg: &tokio_postgres::Client, run_id: &str) -> Vec<(u64, u64)> {
+    pg.query(
+        "SELECT gen, seq FROM run_events WHERE run_id = $1 ORDER BY gen, seq",
+        &[&run_id],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64))
+    .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_stream_follows_its_run_across_leads_and_a_takeover() {
     let db = database("ha_event_stream").await;
     let pg = connect(&db.dsn).await;
-    let tmp = workdir(
-        "antler-ha-ev",
-        &format!(
-            "tools:\n  - {{name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\ntool_search:\n  enabled: false\nantler:\n  ha:\n    lease_ttl_ms: 3000\n  gateway:\n    allow_scripted_models: true\n    tokens:\n      - {{token: {ALICE}, user: alice}}\n"
-        ),
-    );
+    let tmp = workdir("antler-ha-ev", &config());
     let dir = tmp.path();
     let mut lead_a = Some(Lead::up(dir, dir.join("a"), &db.dsn, OPERATOR));
     let lead_b = Lead::up(dir, dir.join("b"), &db.dsn, OPERATOR);
@@ -296,16 +311,7 @@ async fn an_event_stream_follows_its_run_across_leads_and_a_takeover() {
     assert_eq!(takeovers(&before), 0);
 
     // What the store keeps of the run, in its order.
-    let stored: Vec<(u64, u64)> = pg
-        .query(
-            "SELECT gen, seq FROM run_events WHERE run_id = $1 ORDER BY gen, seq",
-            &[&run_id],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64))
-        .collect();
+    let stored = stored_ids(&pg, &run_id).await;
     assert!(stored.iter().any(|(gen, _)| *gen == 1), "{stored:?}");
     assert!(stored.iter().any(|(gen, _)| *gen >= 2), "{stored:?}");
 
@@ -361,12 +367,7 @@ turns:
 async fn a_stream_on_another_lead_is_woken_by_the_runs_notices() {
     let db = database("ha_event_notices").await;
     let pg = connect(&db.dsn).await;
-    let tmp = workdir(
-        "antler-ha-nt",
-        &format!(
-            "tools:\n  - {{name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}}\nsandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\ntool_search:\n  enabled: false\nantler:\n  gateway:\n    allow_scripted_models: true\n    tokens:\n      - {{token: {ALICE}, user: alice}}\n"
-        ),
-    );
+    let tmp = workdir("antler-ha-nt", &config());
     let dir = tmp.path();
     // While notices come, the leads read a stream's run from the store only every ten
     // minutes: what B's client sees, it sees because A's writes notified it.
@@ -413,16 +414,7 @@ async fn a_stream_on_another_lead_is_woken_by_the_runs_notices() {
     let end = frames.last().expect("events");
     assert_eq!(end.kind, "end", "{frames:?}");
     assert_eq!(end.data["status"], "success", "{}", end.data);
-    let stored: Vec<(u64, u64)> = pg
-        .query(
-            "SELECT gen, seq FROM run_events WHERE run_id = $1 ORDER BY gen, seq",
-            &[&run_id],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64))
-        .collect();
+    let stored = stored_ids(&pg, &run_id).await;
     assert_eq!(ids_in_order(&frames, "on B"), stored);
     let tools = frames
         .iter()
