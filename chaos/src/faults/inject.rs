@@ -159,6 +159,10 @@ fn pid_to_hit(cluster: &ChaosCluster, kind: FaultKind, aim: &Aim, pick: usize) -
     pid.filter(|p| antler_protocol::sys::process_runs(*p))
 }
 
+/// A process's last heartbeat this long ago shows it silent: heartbeats come every second
+/// (`ConnectionConfig::heartbeat_interval`), and it is called unhealthy after three missed.
+const SILENT_MS: u64 = 1500;
+
 /// What `antler status` said of the hit process while it was away: the first sign seen.
 struct Away {
     kind: FaultKind,
@@ -197,6 +201,15 @@ impl Away {
                             p["reason"]
                                 .as_str()
                                 .unwrap_or(p["state"].as_str().unwrap_or("?"))
+                        ));
+                    } else if let Some(silent) = p["last_heartbeat_ms"]
+                        .as_u64()
+                        .filter(|ms| *ms >= SILENT_MS)
+                    {
+                        // Paused for less than the heartbeats it may miss before it is
+                        // called unhealthy, it still shows as silent.
+                        self.shown = Some(format!(
+                            "`antler status` showed no heartbeat from {role} {replica} for {silent} ms"
                         ));
                     }
                 }
