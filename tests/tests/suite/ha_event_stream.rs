@@ -193,6 +193,17 @@ fn takeovers(frames: &[Frame]) -> usize {
         .count()
 }
 
+/// A run of `playbook` submitted to the gateway at `addr` as alice: its id.
+fn submit(addr: &str, playbook: &str) -> String {
+    let body = json!({"task": "Write two files and present them", "playbook_yaml": playbook});
+    let (code, _, text) = http_full(addr, ALICE, "POST", "/api/runs", Some(&body.to_string()));
+    assert_eq!(code, 201, "{text}");
+    serde_json::from_str::<Value>(&text).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// The leads' config.yaml: a write tool, the sandbox, leases of 3 s, alice's token.
 fn config() -> String {
     format!(
@@ -224,13 +235,7 @@ async fn an_event_stream_follows_its_run_across_leads_and_a_takeover() {
     let a = lead_a.as_ref().unwrap().gateway();
     let b = lead_b.gateway();
 
-    let body = json!({"task": "Write two files and present them", "playbook_yaml": PLAYBOOK});
-    let (code, _, text) = http_full(&a, ALICE, "POST", "/api/runs", Some(&body.to_string()));
-    assert_eq!(code, 201, "{text}");
-    let run_id = serde_json::from_str::<Value>(&text).unwrap()["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run_id = submit(&a, PLAYBOOK);
 
     // One client follows the run on B, which does not drive it; one on A, which does.
     let on_b = Arc::new(Mutex::new(Vec::new()));
@@ -394,13 +399,7 @@ async fn a_stream_on_another_lead_is_woken_by_the_runs_notices() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let body = json!({"task": "Write two files and present them", "playbook_yaml": STEPS});
-    let (code, _, text) = http_full(&a, ALICE, "POST", "/api/runs", Some(&body.to_string()));
-    assert_eq!(code, 201, "{text}");
-    let run_id = serde_json::from_str::<Value>(&text).unwrap()["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run_id = submit(&a, STEPS);
     let on_b = Arc::new(Mutex::new(Vec::new()));
     let reader = follow(Stream::open(&b, &run_id, None), on_b.clone());
     let ended = wait_for(Duration::from_secs(60), || {
