@@ -71,19 +71,11 @@ async fn a_blocked_caller_does_not_keep_the_socket_from_the_io_thread() {
     let peer = serving.spawn(start_peer(config.clone())).await.unwrap();
     let c = client(&peer, config).await;
     // Alone in flight, from this runtime: its caller watches the socket.
-    let waiting = {
-        let c = c.clone();
-        tokio::spawn(async move {
-            c.request(
-                ping(b"sleep:1500"),
-                TraceContext::default(),
-                Duration::from_secs(10),
-            )
-            .await
-        })
-    };
-    until_watched_by_caller(
+    let waiting = spawn_watching_caller(
         &c,
+        "sleep:1500",
+        TraceContext::default(),
+        Duration::from_secs(10),
         "a caller alone in flight should watch the socket itself",
     )
     .await;

@@ -5,11 +5,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
+    future::Future,
     path::PathBuf,
     sync::{
         atomic::{AtomicUsize, Ordering},
         Arc,
     },
+    task::Poll,
     time::Duration,
 };
 
@@ -17,7 +19,8 @@ use antler_protocol::{
     link::dial,
     messages::{ControlReply, ControlRequest, Reply, Request},
     server::Server,
-    Address, Call, Connection, ConnectionConfig, Identity, InFlight, RemoteError, Role, Service,
+    Address, Call, Connection, ConnectionConfig, Identity, InFlight, RemoteError, Role, RpcError,
+    Service, TraceContext,
 };
 use futures::future::BoxFuture;
 
@@ -165,14 +168,32 @@ pub async fn client(peer: &Peer, config: ConnectionConfig) -> Connection {
     .unwrap()
 }
 
-/// Waits (up to 100 ms) until a caller alone in flight on `c` watches the socket itself,
-/// and fails the test with `why` if none does.
-pub async fn until_watched_by_caller(c: &Connection, why: &str) {
-    for _ in 0..100 {
+/// Sends `ping(payload)` from this runtime as the one request in flight on `c`, and spawns
+/// it once its caller watches the socket itself; fails the test with `why` if it never does.
+/// Whether a caller takes the socket is decided when its request is first polled: that poll
+/// is made here and the socket's holder read right after it, so the I/O thread (which takes
+/// a turn back after a heartbeat interval) cannot win the check on a slow machine. A turn is
+/// not taken while the reader task is in a pass (a peer's heartbeat being read): such a
+/// request is dropped, which cancels it, and made again, up to 50 times.
+pub async fn spawn_watching_caller(
+    c: &Connection,
+    payload: &str,
+    trace: TraceContext,
+    timeout: Duration,
+    why: &str,
+) -> tokio::task::JoinHandle<Result<Reply, RpcError>> {
+    for _ in 0..50 {
+        let mut request = {
+            let (c, payload, trace) = (c.clone(), payload.to_owned(), trace.clone());
+            Box::pin(async move { c.request(ping(payload.as_bytes()), trace, timeout).await })
+        };
+        let first = std::future::poll_fn(|cx| Poll::Ready(request.as_mut().poll(cx))).await;
+        assert!(first.is_pending(), "the request ended at once: {first:?}");
         if c.watched_by_caller() {
-            return;
+            return tokio::spawn(request);
         }
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        drop(request);
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     panic!("{why}");
 }

@@ -224,14 +224,14 @@ async fn a_lone_caller_leaves_a_stalled_stream_and_the_socket_to_the_reader_task
     };
     let peer = start_peer(config.clone()).await;
     let c = client(&peer, config).await;
-    let lone = {
-        let c = c.clone();
-        tokio::spawn(async move {
-            c.request(ping(b"sleep:300"), t(), Duration::from_secs(10))
-                .await
-        })
-    };
-    until_watched_by_caller(&c, "the lone caller should watch the socket").await;
+    let lone = spawn_watching_caller(
+        &c,
+        "sleep:300",
+        t(),
+        Duration::from_secs(10),
+        "the lone caller should watch the socket",
+    )
+    .await;
     // A stream whose consumer waits: its third item has no room.
     let mut stream = c
         .request_stream(ping(b"stream:20"), t(), Duration::from_secs(10))
