@@ -241,6 +241,56 @@ fn insert_events(
     (sql, args)
 }
 
+/// A row of a run written at most once ([`CheckpointStore::insert_once`]).
+struct OnceRow {
+    table: &'static str,
+    /// The columns after `run_id`, with their PostgreSQL types (a fenced insert selects
+    /// its values, which have no target column to take their types from).
+    columns: &'static [(&'static str, &'static str)],
+    /// The conflict target: the row's key.
+    key: &'static str,
+    /// The columns' values, in order.
+    values: Vec<db::Param>,
+}
+
+impl OnceRow {
+    /// The insert: plain, or (`fenced`, PostgreSQL) writing nothing once a newer epoch
+    /// than the last parameter holds the run's lease.
+    fn sql(&self, fenced: bool) -> String {
+        let names: Vec<&str> = self.columns.iter().map(|(name, _)| *name).collect();
+        let (table, key, names) = (self.table, self.key, names.join(", "));
+        let places = self.columns.iter().enumerate().map(|(i, (_, ty))| {
+            if fenced {
+                format!("?{}::{ty}", i + 2)
+            } else {
+                format!("?{}", i + 2)
+            }
+        });
+        let places = places.collect::<Vec<_>>().join(", ");
+        if !fenced {
+            return format!(
+                "INSERT INTO {table} (run_id, {names}) VALUES (?1, {places})
+                 ON CONFLICT ({key}) DO NOTHING"
+            );
+        }
+        let epoch = self.columns.len() + 2;
+        format!(
+            "INSERT INTO {table} (run_id, {names}) SELECT ?1, {places}
+             WHERE NOT EXISTS (SELECT 1 FROM run_leases WHERE run_id = ?1 AND epoch > ?{epoch} FOR SHARE)
+             ON CONFLICT ({key}) DO NOTHING"
+        )
+    }
+
+    /// The statement's parameters: the run, the values, and the epoch when fenced.
+    fn values(&self, run_id: &str, epoch: Option<u64>) -> Vec<db::Param> {
+        let mut all = Vec::with_capacity(self.values.len() + 2);
+        all.push(db::Param::from(run_id));
+        all.extend(self.values.iter().cloned());
+        all.extend(epoch.map(|e| db::Param::Int(e as i64)));
+        all
+    }
+}
+
 /// How this lead stands with a run it writes under a lease.
 #[derive(Clone, Copy, Debug)]
 enum Fence {
@@ -501,13 +551,12 @@ impl CheckpointStore {
             .is_some_and(|f| matches!(*f, Fence::Lost))
     }
 
-    /// Runs `write` for `run_id`, fenced by its lease's epoch when it has one (see
-    /// [`CheckpointStore::fence_run`]): in one transaction after the check on PostgreSQL.
-    /// `whole`: `write` is several statements, run in one transaction either way.
+    /// Runs `write` (several statements) for `run_id` in one transaction, fenced by its
+    /// lease's epoch when it has one (see [`CheckpointStore::fence_run`]): after the check,
+    /// in that transaction, on PostgreSQL.
     fn fenced_write<T>(
         &self,
         run_id: &str,
-        whole: bool,
         write: impl FnOnce(&mut Db) -> Result<T, CheckpointError>,
     ) -> Result<T, CheckpointError> {
         let fence = self.fences.get(run_id).map(|f| *f);
@@ -530,9 +579,36 @@ impl CheckpointStore {
                 }
                 refused
             }
-            _ if whole => db.transaction(write),
-            _ => write(&mut db),
+            _ => db.transaction(write),
         }
+    }
+
+    /// Writes one row of `run_id` unless its key is there (`ON CONFLICT (key) DO NOTHING`),
+    /// fenced like [`CheckpointStore::fenced_write`]; on PostgreSQL the check is part of the
+    /// insert (it reads the lease row `FOR SHARE`, as [`CheckpointStore::append_events`]
+    /// does): one statement, where a transaction around the check and the insert took four
+    /// round trips. Whether the row was written (`false`: it was there).
+    fn insert_once(&self, run_id: &str, row: OnceRow) -> Result<bool, CheckpointError> {
+        let fence = self.fences.get(run_id).map(|f| *f);
+        let mut db = self.db();
+        let epoch = match fence {
+            Some(Fence::Lost) => return Err(CheckpointError::Fenced(run_id.to_owned())),
+            Some(Fence::Held(epoch)) if db.dialect() == Dialect::Postgres => epoch,
+            _ => return Ok(db.execute(&row.sql(false), &row.values(run_id, None))? == 1),
+        };
+        if db.execute(&row.sql(true), &row.values(run_id, Some(epoch)))? == 1 {
+            return Ok(true);
+        }
+        // Nothing written: the row was there, or a newer epoch holds the run.
+        let newer = db.query(
+            "SELECT 1 FROM run_leases WHERE run_id = ?1 AND epoch > ?2",
+            args![run_id, epoch as i64],
+        )?;
+        if newer.is_empty() {
+            return Ok(false);
+        }
+        self.fences.insert(run_id.to_owned(), Fence::Lost);
+        Err(CheckpointError::Fenced(run_id.to_owned()))
     }
 
     /// Writes a run's journaled events, several rows a statement; an event already written
@@ -552,10 +628,14 @@ impl CheckpointStore {
         let fence = fence.filter(|_| dialect == Dialect::Postgres);
         for chunk in events.chunks(EVENT_ROWS_PER_STATEMENT) {
             let (sql, args) = insert_events(dialect, run_id, chunk, fence);
-            let written = db.execute(&sql, &args)?;
-            if written > 0 && dialect == Dialect::Postgres {
-                db.execute(notices::NOTIFY, args![run_id])?;
-            }
+            let written = match dialect {
+                Dialect::Sqlite => db.execute(&sql, &args)?,
+                // Streams of the run on other leads read it when this commits.
+                Dialect::Postgres => db
+                    .query_one(&notices::notifying(&sql), &args)?
+                    .i64(0)?
+                    .max(0) as u64,
+            };
             if let Some(epoch) = fence.filter(|_| written == 0) {
                 // Nothing written: the rows were there already, or a newer epoch holds it.
                 let newer = db.query(
@@ -724,14 +804,15 @@ impl CheckpointStore {
 
     /// [`CheckpointStore::save`] with the state already encoded.
     fn save_encoded(&self, run_id: &str, step: i64, state: &str) -> Result<bool, CheckpointError> {
-        let written = self.fenced_write(run_id, false, |db| {
-            db.execute(
-                "INSERT INTO checkpoints (run_id, step, state) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (run_id, step) DO NOTHING",
-                args![run_id, step, state],
-            )
-        })?;
-        Ok(written == 1)
+        self.insert_once(
+            run_id,
+            OnceRow {
+                table: "checkpoints",
+                columns: &[("step", "bigint"), ("state", "text")],
+                key: "run_id, step",
+                values: args![step, state].to_vec(),
+            },
+        )
     }
 
     /// The last stored step of a run and its state.
@@ -779,7 +860,7 @@ impl CheckpointStore {
             }
             Ok(())
         };
-        self.fenced_write(run_id, true, body)
+        self.fenced_write(run_id, body)
     }
 
     /// Records the outputs as they were when the run started (the first write wins).
@@ -789,13 +870,15 @@ impl CheckpointStore {
         snapshot: &OutputsSnapshot,
     ) -> Result<(), CheckpointError> {
         let snapshot = serde_json::to_string(snapshot)?;
-        self.fenced_write(run_id, false, |db| {
-            db.execute(
-                "INSERT INTO outputs_snapshots (run_id, snapshot) VALUES (?1, ?2)
-                 ON CONFLICT (run_id) DO NOTHING",
-                args![run_id, snapshot],
-            )
-        })?;
+        self.insert_once(
+            run_id,
+            OnceRow {
+                table: "outputs_snapshots",
+                columns: &[("snapshot", "text")],
+                key: "run_id",
+                values: args![snapshot].to_vec(),
+            },
+        )?;
         Ok(())
     }
 
@@ -817,14 +900,15 @@ impl CheckpointStore {
         receipt: &DeliveryReceipt,
     ) -> Result<bool, CheckpointError> {
         let receipt = serde_json::to_string(receipt)?;
-        let written = self.fenced_write(run_id, false, |db| {
-            db.execute(
-                "INSERT INTO receipts (run_id, receipt) VALUES (?1, ?2)
-                 ON CONFLICT (run_id) DO NOTHING",
-                args![run_id, receipt],
-            )
-        })?;
-        Ok(written == 1)
+        self.insert_once(
+            run_id,
+            OnceRow {
+                table: "receipts",
+                columns: &[("receipt", "text")],
+                key: "run_id",
+                values: args![receipt].to_vec(),
+            },
+        )
     }
 
     /// The run's delivery receipt.

@@ -11,8 +11,8 @@
 use std::process::{Command, Stdio};
 
 use antler_engine::{
-    ApprovalChoice, ApprovalDecision, DeliveryReceipt, Message, PendingApproval, RunRecord,
-    RunStatus, StateUpdate, SubagentCall, ThreadState,
+    ApprovalChoice, ApprovalDecision, DeliveryReceipt, Message, OutputsSnapshot, PendingApproval,
+    RunRecord, RunStatus, StateUpdate, SubagentCall, ThreadState,
 };
 use antler_lead::ha::{Postgres, SCHEMA_VERSION};
 use antler_lead::runs::store::memory::{
@@ -145,6 +145,12 @@ fn the_store_api_round_trips_on_postgres() {
     // epoch 1 is refused, and from then on refuses every write of the run unasked.
     store.fence_run("run-f", 2);
     assert!(store.save("run-f", 7, &second).unwrap());
+    assert!(
+        !store
+            .save("run-f", 7, &ThreadState::new("another"))
+            .unwrap(),
+        "a step stored already is kept, fenced or not"
+    );
     let stale = CheckpointStore::open_postgres(&db.dsn).unwrap();
     stale.fence_run("run-f", 1);
     assert!(matches!(
@@ -152,6 +158,28 @@ fn the_store_api_round_trips_on_postgres() {
         Err(CheckpointError::Fenced(_))
     ));
     assert!(stale.is_lost("run-f"));
+    // A stale lead writing a step its successor stored is refused too, not told "kept".
+    let stale_again = CheckpointStore::open_postgres(&db.dsn).unwrap();
+    stale_again.fence_run("run-f", 1);
+    assert!(matches!(
+        stale_again.save("run-f", 7, &second),
+        Err(CheckpointError::Fenced(_))
+    ));
+    // Nor does it write the run's receipt or outputs snapshot.
+    let stale_receipt = CheckpointStore::open_postgres(&db.dsn).unwrap();
+    stale_receipt.fence_run("run-f", 1);
+    assert!(matches!(
+        stale_receipt.put_receipt_if_absent("run-f", &DeliveryReceipt::settle(&[], &[])),
+        Err(CheckpointError::Fenced(_))
+    ));
+    assert_eq!(store.receipt("run-f").unwrap(), None);
+    let stale_snapshot = CheckpointStore::open_postgres(&db.dsn).unwrap();
+    stale_snapshot.fence_run("run-f", 1);
+    assert!(matches!(
+        stale_snapshot.save_outputs_snapshot("run-f", &OutputsSnapshot::default()),
+        Err(CheckpointError::Fenced(_))
+    ));
+    assert_eq!(store.outputs_snapshot("run-f").unwrap(), None);
     assert!(matches!(
         stale.set_status("run-f", RunStatus::Error, Some("stale")),
         Err(CheckpointError::Fenced(_))

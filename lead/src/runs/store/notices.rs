@@ -19,6 +19,18 @@ use crate::ha::Postgres;
 pub const CHANNEL: &str = "antler_run_events";
 /// The statement that notifies it of run `?1`.
 pub(super) const NOTIFY: &str = "SELECT pg_notify('antler_run_events', ?1)";
+
+/// `insert` (of run `?1`'s rows) as one statement that also notifies the run when it
+/// writes a row: its answer is one row, the number of rows written, then a text column to
+/// ignore. One round trip where the insert and [`NOTIFY`] took two.
+pub(super) fn notifying(insert: &str) -> String {
+    format!(
+        "WITH written AS ({insert} RETURNING 1)
+         SELECT count(*), (SELECT pg_notify('antler_run_events', ?1)::text
+                           WHERE EXISTS (SELECT 1 FROM written))
+         FROM written"
+    )
+}
 /// How often a stream of a run another lead drives reads the store while no notices come
 /// (SQLite, or the listening connection down).
 pub const TAIL_EVERY: Duration = Duration::from_millis(200);
