@@ -196,7 +196,19 @@ fn the_store_api_round_trips_on_postgres() {
     assert!(!store
         .put_receipt_if_absent("run-1", &DeliveryReceipt::settle(&[], &[]))
         .unwrap());
-    assert_eq!(store.receipt("run-1").unwrap(), Some(receipt));
+    assert_eq!(store.receipt("run-1").unwrap(), Some(receipt.clone()));
+    // A caller inside a runtime (an actor's thread) cannot drive the client's runtime: its
+    // statements go to the client's thread, with the same answers, and a write made there
+    // is read back from outside.
+    let inside = rt.block_on(async {
+        let written = store.save("run-f", 9, &ThreadState::new("inside")).unwrap();
+        (written, store.receipt("run-1").unwrap())
+    });
+    assert_eq!(inside, (true, Some(receipt)));
+    assert_eq!(
+        store.latest("run-f").unwrap().map(|(step, _)| step),
+        Some(9)
+    );
 
     // The run ends: the thread takes its state and lets go.
     store.set_status("run-1", RunStatus::Success, None).unwrap();

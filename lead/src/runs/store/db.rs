@@ -2,12 +2,14 @@
 //! the default) or PostgreSQL (cluster mode, `antler.store.postgres.dsn`). Statements use
 //! `?1`-style placeholders (rewritten to `$1` for PostgreSQL, outside string literals),
 //! `INSERT … ON CONFLICT … DO NOTHING/DO UPDATE`, which both accept, and typed [`Param`]s;
-//! rows come back as [`Row`]s read by column index. The PostgreSQL client lives on its own
-//! thread with a current-thread tokio runtime ([`PgLink`]): a statement is a blocking round
-//! trip to that thread, so no caller ever starts a runtime inside another or blocks one.
+//! rows come back as [`Row`]s read by column index. The PostgreSQL client has a
+//! current-thread tokio runtime of its own ([`PgLink`]): a caller outside any runtime (the
+//! store's thread, the CLI) drives it on its own thread for each statement; a caller inside
+//! one hands the statement to the client's thread and waits for its answer, so no caller
+//! ever starts a runtime inside another.
 
 use std::collections::HashMap;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::Connection;
@@ -342,9 +344,13 @@ pub(crate) fn to_postgres(sql: &str) -> String {
 /// One request to the PostgreSQL thread: it runs there and sends its own answer.
 type PgJob = Box<dyn FnOnce(&mut PgSession) + Send>;
 
-/// A handle to the thread that owns the PostgreSQL client (a current-thread runtime and
-/// the connection); the thread ends when the handle is dropped.
+/// A handle to the PostgreSQL client (a current-thread runtime and the connection) and to
+/// its thread, which runs the statements of callers inside a runtime; the thread ends, and
+/// drops the client, when the handle is dropped.
 pub(crate) struct PgLink {
+    /// Dropped before `jobs`, so the thread holds the last reference and drops the
+    /// runtime there (never inside a caller's runtime).
+    session: Arc<Mutex<PgSession>>,
     jobs: mpsc::Sender<PgJob>,
 }
 
@@ -352,7 +358,7 @@ impl PgLink {
     /// Starts the thread, connects to `dsn` and brings its schema to the lead's version.
     pub(crate) fn open(dsn: &str) -> Result<PgLink, HaError> {
         let (jobs, queue) = mpsc::channel::<PgJob>();
-        let (opened, answer) = mpsc::channel::<Result<(), HaError>>();
+        let (opened, answer) = mpsc::channel::<Result<Arc<Mutex<PgSession>>, HaError>>();
         let dsn = dsn.to_owned();
         let spawned = std::thread::Builder::new()
             .name("runs-store-pg".to_owned())
@@ -374,30 +380,36 @@ impl PgLink {
                     statements: HashMap::new(),
                     in_transaction: false,
                 };
-                let first = session.connect();
-                let ok = first.is_ok();
-                let _ = opened.send(first);
-                if !ok {
+                if let Err(e) = session.connect() {
+                    let _ = opened.send(Err(e));
+                    return;
+                }
+                let session = Arc::new(Mutex::new(session));
+                if opened.send(Ok(Arc::clone(&session))).is_err() {
                     return;
                 }
                 for job in queue {
-                    job(&mut session);
+                    job(&mut lock(&session));
                 }
             });
         if let Err(e) = spawned {
             return Err(HaError::Runtime(e.to_string()));
         }
-        answer
+        let session = answer
             .recv()
             .map_err(|_| HaError::Runtime("the PostgreSQL thread ended".to_owned()))??;
-        Ok(PgLink { jobs })
+        Ok(PgLink { session, jobs })
     }
 
-    /// Runs `job` on the PostgreSQL thread and waits for its answer.
+    /// Runs `job` with the client: here, when this thread is in no runtime (a round trip
+    /// to PostgreSQL and nothing more), else on the client's thread, waiting for its answer.
     fn run<T: Send + 'static>(
         &self,
         job: impl FnOnce(&mut PgSession) -> T + Send + 'static,
     ) -> Result<T, CheckpointError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Ok(job(&mut lock(&self.session)));
+        }
         let (reply, answer) = mpsc::sync_channel(1);
         self.jobs
             .send(Box::new(move |session: &mut PgSession| {
@@ -406,6 +418,14 @@ impl PgLink {
             .map_err(|_| CheckpointError::ThreadGone)?;
         answer.recv().map_err(|_| CheckpointError::ThreadGone)
     }
+}
+
+/// The session, for whoever drives it now (one at a time); a poisoned lock is taken over,
+/// as the store's own is: each statement checks the connection first.
+fn lock(session: &Mutex<PgSession>) -> std::sync::MutexGuard<'_, PgSession> {
+    session
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The PostgreSQL thread's state: its runtime, the connection (made again when it closed,
