@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use antler_engine::{
     catalog::{Catalog, CatalogActor, Sources, ToolSource, ToolSpec},
-    AgentContext, ChatModel, HostError, ModelError, ModelReply, ModelRequest, RunContext, RunLoop,
-    RunSettings, ScriptedModel, ThreadPaths, ToolHosts,
+    ChatModel, HostError, ModelError, ModelReply, ModelRequest, RunContext, RunLoop, RunSettings,
+    ScriptedModel, ToolHosts,
 };
 use antler_lead::runs::Metrics;
 use antler_lead::runs::RunEnv;
@@ -333,21 +333,15 @@ async fn measured_run(
 ) {
     let run_id = format!("step-{}-{index}", kind as usize);
     let thread = format!("thread-{index}-{}", kind as usize);
-    let paths = ThreadPaths::new(base, "bench", &thread);
-    paths.create().unwrap();
+    let context = RunContext::local(base, "bench", &thread, &run_id);
+    context.paths.create().unwrap();
     for k in 0..STEPS_PER_RUN {
-        std::fs::write(paths.outputs().join(format!("part-{k}.md")), "# Part").unwrap();
+        std::fs::write(
+            context.paths.outputs().join(format!("part-{k}.md")),
+            "# Part",
+        )
+        .unwrap();
     }
-    let context = RunContext {
-        run_id: run_id.clone(),
-        user_id: "bench".into(),
-        thread_id: thread,
-        files: paths.local_files(),
-        paths,
-        clarification_enabled: false,
-        agent: AgentContext::new(base),
-        epoch: None,
-    };
     let calls = Arc::new(Mutex::new(Vec::with_capacity(STEPS_PER_RUN + 2)));
     let model = TimedModel {
         inner: ScriptedModel::from_yaml(&kind.playbook(), "bench").unwrap(),

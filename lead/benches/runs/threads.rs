@@ -84,17 +84,7 @@ async fn first_request(
         inner: ScriptedModel::from_yaml(ANSWER_PLAYBOOK, "bench").unwrap(),
         calls: calls.clone(),
     };
-    let paths = ThreadPaths::new(base, "bench", thread);
-    let context = RunContext {
-        run_id: run_id.clone(),
-        user_id: "bench".into(),
-        thread_id: thread.to_owned(),
-        files: paths.local_files(),
-        paths,
-        clarification_enabled: false,
-        agent: AgentContext::new(base),
-        epoch: None,
-    };
+    let context = RunContext::local(base, "bench", thread, &run_id);
     let started = Instant::now();
     let (name, id) = (thread.to_owned(), run_id.clone());
     let state = store

@@ -5,7 +5,6 @@ use serde_json::json;
 
 use super::*;
 use crate::agents::store::{write_files, WriteError};
-use antler_engine::{AgentContext, ThreadPaths};
 
 /// A data root with no files, and a run of user `u1` as agent `name` (if any).
 struct Agents {
@@ -15,20 +14,9 @@ struct Agents {
 
 fn agents(name: Option<&str>) -> Agents {
     let dir = tempfile::tempdir().unwrap();
-    let context = RunContext {
-        run_id: "run-1".into(),
-        user_id: "u1".into(),
-        thread_id: "t1".into(),
-        files: ThreadPaths::new(dir.path(), "u1", "t1").local_files(),
-        paths: ThreadPaths::new(dir.path(), "u1", "t1"),
-        clarification_enabled: false,
-        agent: AgentContext {
-            agent_name: name.map(str::to_owned),
-            models: vec!["gpt-4o".into(), "claude-sonnet".into()],
-            ..AgentContext::new(dir.path())
-        },
-        epoch: None,
-    };
+    let mut context = RunContext::local(dir.path(), "u1", "t1", "run-1");
+    context.agent.agent_name = name.map(str::to_owned);
+    context.agent.models = vec!["gpt-4o".into(), "claude-sonnet".into()];
     Agents { dir, context }
 }
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use antler_engine::{
     catalog::{Catalog, ToolSource, ToolSpec},
-    AgentContext, HostError, Message, RunContext, RunLoop, RunSettings, ScriptedModel, ThreadPaths,
-    ToolHosts, ToolStatus, INTERRUPTED_CALL,
+    HostError, Message, RunContext, RunLoop, RunSettings, ScriptedModel, ToolHosts, ToolStatus,
+    INTERRUPTED_CALL,
 };
 use antler_lead::runs::{CheckpointStore, RunStatus};
 use antler_protocol::messages::{
@@ -84,18 +84,9 @@ fn catalog() -> Arc<Catalog> {
 }
 
 fn context(dir: &std::path::Path) -> RunContext {
-    let paths = ThreadPaths::new(&dir.join("data"), "u1", "t1");
-    paths.create().unwrap();
-    RunContext {
-        run_id: "run-1".into(),
-        user_id: "u1".into(),
-        thread_id: "t1".into(),
-        files: paths.local_files(),
-        paths,
-        clarification_enabled: false,
-        agent: AgentContext::new(&dir.join("data")),
-        epoch: None,
-    }
+    let context = RunContext::local(&dir.join("data"), "u1", "t1", "run-1");
+    context.paths.create().unwrap();
+    context
 }
 
 #[test]

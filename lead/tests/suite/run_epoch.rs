@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use antler_engine::{
     catalog::{Catalog, ToolSource, ToolSpec},
-    AgentContext, HostError, RunContext, RunLoop, RunSettings, ScriptedModel, ThreadPaths,
-    ToolHosts,
+    HostError, RunContext, RunLoop, RunSettings, ScriptedModel, ToolHosts,
 };
 use antler_lead::runs::{CheckpointStore, RunStatus};
 use antler_protocol::messages::{Reply, Request};
@@ -70,18 +69,11 @@ fn drive(run_id: &str, epoch: Option<u64>) -> Vec<Sent> {
         "echo",
     );
     let catalog = Arc::new(Catalog::build(vec![write_file, echo], false).unwrap());
-    let paths = ThreadPaths::new(&dir.path().join("data"), "u1", "t1");
-    paths.create().unwrap();
     let context = RunContext {
-        run_id: run_id.into(),
-        user_id: "u1".into(),
-        thread_id: "t1".into(),
-        files: paths.local_files(),
-        paths,
-        clarification_enabled: false,
-        agent: AgentContext::new(&dir.path().join("data")),
         epoch,
+        ..RunContext::local(&dir.path().join("data"), "u1", "t1", run_id)
     };
+    context.paths.create().unwrap();
     let hosts = Arc::new(TraceRecordingHosts::default());
     let store = CheckpointStore::open(&dir.path().join("checkpoints.sqlite")).unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()

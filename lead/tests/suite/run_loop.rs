@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use antler_engine::{
     catalog::{Catalog, ToolSource, ToolSpec},
-    AgentContext, HostError, Message, RunBuilder, RunContext, RunEvent, RunLoop, RunOutcome,
-    RunSettings, ScriptedModel, StateUpdate, StopReason, ThreadPaths, ToolHosts, ToolState,
-    ToolStatus,
+    HostError, Message, RunBuilder, RunContext, RunEvent, RunLoop, RunOutcome, RunSettings,
+    ScriptedModel, StateUpdate, StopReason, ToolHosts, ToolState, ToolStatus,
 };
 use antler_lead::runs::{CheckpointStore, RunStatus};
 use antler_protocol::messages::{Reply, Request};
@@ -75,18 +74,12 @@ impl Fixture {
     }
 
     fn context(&self, run_id: &str, clarification: bool) -> RunContext {
-        let paths = ThreadPaths::new(&self.dir.path().join("data"), "u1", "t1");
-        paths.create().unwrap();
-        RunContext {
-            run_id: run_id.into(),
-            user_id: "u1".into(),
-            thread_id: "t1".into(),
-            files: paths.local_files(),
-            paths,
+        let context = RunContext {
             clarification_enabled: clarification,
-            agent: AgentContext::new(&self.dir.path().join("data")),
-            epoch: None,
-        }
+            ..RunContext::local(&self.dir.path().join("data"), "u1", "t1", run_id)
+        };
+        context.paths.create().unwrap();
+        context
     }
 
     fn store(&self) -> CheckpointStore {

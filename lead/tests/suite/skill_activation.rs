@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use antler_engine::{
     catalog::{Catalog, ToolSource, ToolSpec},
-    ActiveSkill, AgentContext, ChatModel, HostError, Message, ModelError, ModelReply, ModelRequest,
-    RunContext, RunLoop, RunSettings, ScriptedModel, SkillSource, SkillStore, ThreadPaths,
-    ToolHosts, ToolStatus,
+    ActiveSkill, ChatModel, HostError, Message, ModelError, ModelReply, ModelRequest, RunContext,
+    RunLoop, RunSettings, ScriptedModel, SkillSource, SkillStore, ToolHosts, ToolStatus,
 };
 use antler_lead::runs::{CheckpointStore, RunStatus};
 use antler_protocol::messages::{Reply, Request};
@@ -114,19 +113,12 @@ fn a_slash_skill_limits_the_tools_of_the_run_across_a_resume() {
         .unwrap(),
     );
     let base = dir.path().join("data");
-    let paths = ThreadPaths::new(&base, "u1", "t1");
-    paths.create().unwrap();
-    std::fs::write(paths.outputs().join("report.md"), "# Report").unwrap();
     let context = RunContext {
-        run_id: "run-1".into(),
-        user_id: "u1".into(),
-        thread_id: "t1".into(),
-        files: paths.local_files(),
-        paths,
         clarification_enabled: true,
-        agent: AgentContext::new(&base),
-        epoch: None,
+        ..RunContext::local(&base, "u1", "t1", "run-1")
     };
+    context.paths.create().unwrap();
+    std::fs::write(context.paths.outputs().join("report.md"), "# Report").unwrap();
     let settings = || RunSettings {
         skills: SkillStore {
             root: Some(base.join("skills")),

@@ -33,6 +33,25 @@ pub struct RunContext {
     pub epoch: Option<u64>,
 }
 
+impl RunContext {
+    /// Run `run_id` of `user` on `thread`, whose files are on this disk under `base` (the
+    /// data root, where agents live too): no clarification, the default agent, no lease.
+    /// Its directories are not made here ([`ThreadPaths::create`]).
+    pub fn local(base: &Path, user: &str, thread: &str, run_id: &str) -> RunContext {
+        let paths = ThreadPaths::new(base, user, thread);
+        RunContext {
+            run_id: run_id.to_owned(),
+            user_id: user.to_owned(),
+            thread_id: thread.to_owned(),
+            files: paths.local_files(),
+            paths,
+            clarification_enabled: false,
+            agent: AgentContext::new(base),
+            epoch: None,
+        }
+    }
+}
+
 /// DeerFlow's `agent_name` and `channel_name` from the run context, with `Paths.base_dir`
 /// (the data root the thread directories are under too): custom agents live in
 /// `{base_dir}/users/{user}/agents/{name}/`, the legacy shared layout is

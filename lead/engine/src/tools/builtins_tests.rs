@@ -1,6 +1,5 @@
 use super::*;
 use crate::catalog::{Promoted, ToolSpec};
-use crate::thread::context::{AgentContext, ThreadPaths};
 use serde_json::json;
 
 struct Thread {
@@ -10,24 +9,13 @@ struct Thread {
 
 fn thread() -> Thread {
     let dir = tempfile::tempdir().unwrap();
-    let paths = ThreadPaths::new(dir.path(), "u1", "thread-1");
+    let context = RunContext::local(dir.path(), "u1", "thread-1", "run-1");
+    let paths = &context.paths;
     paths.create().unwrap();
     std::fs::write(paths.outputs().join("report.md"), "# Report").unwrap();
     std::fs::create_dir_all(paths.outputs().join("charts")).unwrap();
     std::fs::write(paths.user_data().join("workspace/notes.txt"), "notes").unwrap();
-    Thread {
-        context: RunContext {
-            run_id: "run-1".into(),
-            user_id: "u1".into(),
-            thread_id: "thread-1".into(),
-            agent: AgentContext::new(dir.path()),
-            epoch: None,
-            files: paths.local_files(),
-            paths,
-            clarification_enabled: false,
-        },
-        _dir: dir,
-    }
+    Thread { context, _dir: dir }
 }
 
 /// Runs a tool's future to its end on this test thread's runtime.

@@ -215,24 +215,15 @@ fn detect(bytes: &[u8]) -> Option<&'static str> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::thread::context::{AgentContext, ThreadPaths};
+
     use serde_json::json;
 
     const PNG: &[u8] = &[0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0];
 
     fn context(dir: &std::path::Path) -> RunContext {
-        let paths = ThreadPaths::new(dir, "u1", "t1");
-        paths.create().unwrap();
-        RunContext {
-            run_id: "run-1".into(),
-            user_id: "u1".into(),
-            thread_id: "t1".into(),
-            files: paths.local_files(),
-            paths,
-            clarification_enabled: false,
-            agent: AgentContext::new(dir),
-            epoch: None,
-        }
+        let context = RunContext::local(dir, "u1", "t1", "run-1");
+        context.paths.create().unwrap();
+        context
     }
 
     fn view(context: &RunContext, path: &str) -> StateUpdate {

@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 
 use antler_engine::{
     catalog::{builtins, Catalog},
-    AgentContext, ChatModel, HostError, Message, ModelError, ModelReply, ModelRequest, RunContext,
-    RunLoop, RunSettings, ScriptedModel, SkillManageSettings, SkillStore, ThreadPaths, ToolHosts,
-    ToolStatus,
+    ChatModel, HostError, Message, ModelError, ModelReply, ModelRequest, RunContext, RunLoop,
+    RunSettings, ScriptedModel, SkillManageSettings, SkillStore, ToolHosts, ToolStatus,
 };
 use antler_protocol::messages::{Reply, Request};
 use antler_protocol::Role;
@@ -115,18 +114,8 @@ pub async fn run_with_settings(
         .unwrap(),
     );
     let base = data.dir.path().to_path_buf();
-    let paths = ThreadPaths::new(&base, user, thread);
-    paths.create().unwrap();
-    let context = RunContext {
-        run_id: format!("run-{user}-{thread}"),
-        user_id: user.into(),
-        thread_id: thread.into(),
-        files: paths.local_files(),
-        paths,
-        clarification_enabled: false,
-        agent: AgentContext::new(&base),
-        epoch: None,
-    };
+    let context = RunContext::local(&base, user, thread, &format!("run-{user}-{thread}"));
+    context.paths.create().unwrap();
     let settings = RunSettings {
         skills: data.store(user),
         skill_manage: Some(skill_manage),

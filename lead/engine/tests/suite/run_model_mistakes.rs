@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use antler_engine::{
     catalog::{builtins, Catalog},
-    AgentContext, ChatModel, HostError, InvalidCallLimit, Message, ModelError, ModelReply,
-    ModelRequest, RunContext, RunEvent, RunLoop, RunOutcome, RunSettings, RunStatus, ScriptedModel,
-    ThreadPaths, ToolHosts, ToolStatus, EMPTY_REPLY_FALLBACK, RECOVERY_PROMPT,
+    ChatModel, HostError, InvalidCallLimit, Message, ModelError, ModelReply, ModelRequest,
+    RunContext, RunEvent, RunLoop, RunOutcome, RunSettings, RunStatus, ScriptedModel, ToolHosts,
+    ToolStatus, EMPTY_REPLY_FALLBACK, RECOVERY_PROMPT,
 };
 use antler_protocol::messages::{Reply, Request};
 use antler_protocol::Role;
@@ -37,18 +37,9 @@ impl ToolHosts for NoHosts {
 /// Run `run_id` of user `u1` on thread `t1` under `dir`, its thread's directories made
 /// there and its files read there.
 pub fn local_context(dir: &std::path::Path, run_id: &str) -> RunContext {
-    let paths = ThreadPaths::new(dir, "u1", "t1");
-    paths.create().unwrap();
-    RunContext {
-        run_id: run_id.into(),
-        user_id: "u1".into(),
-        thread_id: "t1".into(),
-        files: paths.local_files(),
-        paths,
-        clarification_enabled: false,
-        agent: AgentContext::new(dir),
-        epoch: None,
-    }
+    let context = RunContext::local(dir, "u1", "t1", run_id);
+    context.paths.create().unwrap();
+    context
 }
 
 /// A model that keeps every request's messages, then lets `inner` answer.
