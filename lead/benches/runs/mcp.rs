@@ -222,14 +222,28 @@ impl McpClient {
         }
     }
 
-    /// One request on `session`; its result.
+    /// One request on `session`; its result. On the session's [`RawHttp`] connection when
+    /// it has one ([`McpClient::open_raw`]), else through reqwest.
     async fn request(&self, session: &mut McpSessionId, method: &str, params: Value) -> Value {
         let id = session.next;
         session.next += 1;
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let response = self.post(Some(&session.id), &body).await;
-        assert!(response.status().is_success(), "{}", response.status());
-        reply_of(&response.text().await.unwrap(), id)
+        let Some(raw) = session.raw.as_mut() else {
+            let response = self.post(Some(&session.id), &body).await;
+            assert!(response.status().is_success(), "{}", response.status());
+            return reply_of(&response.text().await.unwrap(), id);
+        };
+        let headers = [
+            ("accept", "application/json, text/event-stream"),
+            ("content-type", "application/json"),
+            ("mcp-session-id", session.id.as_str()),
+            ("mcp-protocol-version", PROTOCOL),
+        ];
+        let (status, answer) = raw
+            .send("POST", "/mcp", &headers, body.to_string().as_bytes())
+            .await;
+        assert!((200..300).contains(&status), "{status}");
+        reply_of(std::str::from_utf8(&answer).unwrap(), id)
     }
 
     /// A `tools/call`; panics on a tool error (a bench must not measure failures).
@@ -249,40 +263,6 @@ impl McpClient {
         let mut session = self.open().await;
         session.raw = Some(RawHttp::connect(&self.base).await);
         session
-    }
-
-    /// [`McpClient::request`] on the session's [`RawHttp`] connection.
-    async fn request_raw(&self, session: &mut McpSessionId, method: &str, params: Value) -> Value {
-        let id = session.next;
-        session.next += 1;
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let McpSessionId {
-            id: session, raw, ..
-        } = session;
-        let headers = [
-            ("accept", "application/json, text/event-stream"),
-            ("content-type", "application/json"),
-            ("mcp-session-id", session.as_str()),
-            ("mcp-protocol-version", PROTOCOL),
-        ];
-        let raw = raw.as_mut().expect("opened with open_raw");
-        let (status, answer) = raw
-            .send("POST", "/mcp", &headers, body.to_string().as_bytes())
-            .await;
-        assert!((200..300).contains(&status), "{status}");
-        reply_of(std::str::from_utf8(&answer).unwrap(), id)
-    }
-
-    /// [`McpClient::call`] on the session's [`RawHttp`] connection.
-    async fn call_raw(&self, session: &mut McpSessionId, kind: CallKind, k: usize) {
-        let result = self
-            .request_raw(
-                session,
-                "tools/call",
-                json!({"name": kind.name(), "arguments": kind.args(k)}),
-            )
-            .await;
-        assert_eq!(result["isError"], json!(false), "{result}");
     }
 
     /// `GET /health` with the member's token, on the session's [`RawHttp`] connection: the
@@ -591,7 +571,7 @@ async fn trip_round(
                     let calling = client.clone();
                     let (back, took) = on_client(client_rt, async move {
                         let started = Instant::now();
-                        calling.call_raw(&mut session, kind, k).await;
+                        calling.call(&mut session, kind, k).await;
                         (session, started.elapsed())
                     })
                     .await;
@@ -630,12 +610,10 @@ async fn trip_round(
             pinging.health_raw(&mut session).await;
             let health = started.elapsed();
             let started = Instant::now();
-            pinging.request_raw(&mut session, "ping", json!({})).await;
+            pinging.request(&mut session, "ping", json!({})).await;
             let ping = started.elapsed();
             let started = Instant::now();
-            pinging
-                .request_raw(&mut session, "tools/list", json!({}))
-                .await;
+            pinging.request(&mut session, "tools/list", json!({})).await;
             let list = started.elapsed();
             let started = Instant::now();
             knocking.send(Knock).await.unwrap();

@@ -1,7 +1,8 @@
 //! Notices of a run's changes across leads (PostgreSQL's `LISTEN`/`NOTIFY`): a write of a
 //! run's events or of its status also notifies [`CHANNEL`] with the run's id (sent when the
 //! write commits), and [`RunNotices`] listens on a connection of its own, one per lead,
-//! started by the first stream that follows a run another lead drives. Such a stream waits
+//! started with its gateway (or by the first stream that follows a run another lead drives,
+//! whichever is first). Such a stream waits
 //! for its run's notice ([`Subscription::news`]) instead of reading the store every
 //! [`TAIL_EVERY`]; while the listening connection is down (connecting, or lost and
 //! connecting again) it reads at that interval, and with it up it still reads every
