@@ -291,6 +291,16 @@ impl OnceRow {
     }
 }
 
+/// Whether an epoch newer than `epoch` holds `run_id`'s lease (asked after a fenced insert
+/// wrote nothing, to tell a row already there from a lead that lost the run).
+fn newer_epoch_holds(db: &mut Db, run_id: &str, epoch: u64) -> Result<bool, CheckpointError> {
+    let newer = db.query(
+        "SELECT 1 FROM run_leases WHERE run_id = ?1 AND epoch > ?2",
+        args![run_id, epoch as i64],
+    )?;
+    Ok(!newer.is_empty())
+}
+
 /// How this lead stands with a run it writes under a lease.
 #[derive(Clone, Copy, Debug)]
 enum Fence {
@@ -600,11 +610,7 @@ impl CheckpointStore {
             return Ok(true);
         }
         // Nothing written: the row was there, or a newer epoch holds the run.
-        let newer = db.query(
-            "SELECT 1 FROM run_leases WHERE run_id = ?1 AND epoch > ?2",
-            args![run_id, epoch as i64],
-        )?;
-        if newer.is_empty() {
+        if !newer_epoch_holds(&mut db, run_id, epoch)? {
             return Ok(false);
         }
         self.fences.insert(run_id.to_owned(), Fence::Lost);
@@ -638,11 +644,7 @@ impl CheckpointStore {
             };
             if let Some(epoch) = fence.filter(|_| written == 0) {
                 // Nothing written: the rows were there already, or a newer epoch holds it.
-                let newer = db.query(
-                    "SELECT 1 FROM run_leases WHERE run_id = ?1 AND epoch > ?2",
-                    args![run_id, epoch as i64],
-                )?;
-                if !newer.is_empty() {
+                if newer_epoch_holds(&mut db, run_id, epoch)? {
                     return Ok(false);
                 }
             }
