@@ -190,7 +190,7 @@ pub struct CheckpointStore {
     fences: Arc<dashmap::DashMap<String, Fence>>,
     /// The database's DSN (PostgreSQL), for [`CheckpointStore::notices`].
     dsn: Option<Arc<str>>,
-    /// The listener of run notices, once a stream asked for it (PostgreSQL).
+    /// The listener of run notices, started with the gateway (PostgreSQL).
     notices: Arc<OnceLock<notices::RunNotices>>,
 }
 
@@ -226,10 +226,10 @@ fn insert_events(
             format!(
                 "INSERT INTO run_events (run_id, seq, gen, event)
                  SELECT ?1, v.seq, v.gen, v.event FROM (VALUES {}) AS v(seq, gen, event)
-                 WHERE NOT EXISTS (SELECT 1 FROM run_leases WHERE run_id = ?1 AND epoch > ?{} FOR SHARE)
+                 {}
                  ON CONFLICT (run_id, seq) DO NOTHING",
                 rows.join(", "),
-                args.len()
+                unless_newer_epoch(args.len())
             )
         }
         None => format!(
@@ -239,6 +239,15 @@ fn insert_events(
         ),
     };
     (sql, args)
+}
+
+/// The `WHERE` of a fenced insert of run `?1` (PostgreSQL): nothing is written once an
+/// epoch newer than parameter `epoch` holds the run's lease. It reads the lease row `FOR
+/// SHARE`, so the insert is ordered with a takeover's acquire, which waits for it.
+fn unless_newer_epoch(epoch: usize) -> String {
+    format!(
+        "WHERE NOT EXISTS (SELECT 1 FROM run_leases WHERE run_id = ?1 AND epoch > ?{epoch} FOR SHARE)"
+    )
 }
 
 /// A row of a run written at most once ([`CheckpointStore::insert_once`]).
@@ -273,21 +282,22 @@ impl OnceRow {
                  ON CONFLICT ({key}) DO NOTHING"
             );
         }
-        let epoch = self.columns.len() + 2;
+        let unless = unless_newer_epoch(self.columns.len() + 2);
         format!(
-            "INSERT INTO {table} (run_id, {names}) SELECT ?1, {places}
-             WHERE NOT EXISTS (SELECT 1 FROM run_leases WHERE run_id = ?1 AND epoch > ?{epoch} FOR SHARE)
+            "INSERT INTO {table} (run_id, {names}) SELECT ?1, {places} {unless}
              ON CONFLICT ({key}) DO NOTHING"
         )
     }
 
-    /// The statement's parameters: the run, the values, and the epoch when fenced.
-    fn values(&self, run_id: &str, epoch: Option<u64>) -> Vec<db::Param> {
+    /// The statement: its text and parameters (the run, the values, and the epoch when
+    /// fenced). The values move into it: a checkpoint's state is not copied again.
+    fn statement(self, run_id: &str, epoch: Option<u64>) -> (String, Vec<db::Param>) {
+        let sql = self.sql(epoch.is_some());
         let mut all = Vec::with_capacity(self.values.len() + 2);
         all.push(db::Param::from(run_id));
-        all.extend(self.values.iter().cloned());
+        all.extend(self.values);
         all.extend(epoch.map(|e| db::Param::Int(e as i64)));
-        all
+        (sql, all)
     }
 }
 
@@ -604,9 +614,13 @@ impl CheckpointStore {
         let epoch = match fence {
             Some(Fence::Lost) => return Err(CheckpointError::Fenced(run_id.to_owned())),
             Some(Fence::Held(epoch)) if db.dialect() == Dialect::Postgres => epoch,
-            _ => return Ok(db.execute(&row.sql(false), &row.values(run_id, None))? == 1),
+            _ => {
+                let (sql, args) = row.statement(run_id, None);
+                return Ok(db.execute(&sql, &args)? == 1);
+            }
         };
-        if db.execute(&row.sql(true), &row.values(run_id, Some(epoch)))? == 1 {
+        let (sql, args) = row.statement(run_id, Some(epoch));
+        if db.execute(&sql, &args)? == 1 {
             return Ok(true);
         }
         // Nothing written: the row was there, or a newer epoch holds the run.
@@ -812,7 +826,7 @@ impl CheckpointStore {
                 table: "checkpoints",
                 columns: &[("step", "bigint"), ("state", "text")],
                 key: "run_id, step",
-                values: args![step, state].to_vec(),
+                values: vec![step.into(), state.into()],
             },
         )
     }
@@ -878,7 +892,7 @@ impl CheckpointStore {
                 table: "outputs_snapshots",
                 columns: &[("snapshot", "text")],
                 key: "run_id",
-                values: args![snapshot].to_vec(),
+                values: vec![snapshot.into()],
             },
         )?;
         Ok(())
@@ -908,7 +922,7 @@ impl CheckpointStore {
                 table: "receipts",
                 columns: &[("receipt", "text")],
                 key: "run_id",
-                values: args![receipt].to_vec(),
+                values: vec![receipt.into()],
             },
         )
     }

@@ -2,11 +2,10 @@
 //! run's events or of its status also notifies [`CHANNEL`] with the run's id (sent when the
 //! write commits), and [`RunNotices`] listens on a connection of its own, one per lead,
 //! started with its gateway (or by the first stream that follows a run another lead drives,
-//! whichever is first). Such a stream waits
-//! for its run's notice ([`Subscription::news`]) instead of reading the store every
-//! [`TAIL_EVERY`]; while the listening connection is down (connecting, or lost and
-//! connecting again) it reads at that interval, and with it up it still reads every
-//! [`poll_while_listening`] should a notice be lost.
+//! whichever is first). Such a stream waits for its run's notice ([`Subscription::news`])
+//! instead of reading the store every [`TAIL_EVERY`]; while the listening connection is
+//! down (connecting, or lost and connecting again) it reads at that interval, and with it
+//! up it still reads every [`poll_while_listening`] should a notice be lost.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,10 +15,16 @@ use tokio::sync::broadcast;
 
 use crate::ha::Postgres;
 
+/// The channel's name, for the constants below.
+macro_rules! channel {
+    () => {
+        "antler_run_events"
+    };
+}
 /// The channel a run's writes notify, its id the payload.
-pub const CHANNEL: &str = "antler_run_events";
+pub const CHANNEL: &str = channel!();
 /// The statement that notifies it of run `?1`.
-pub(super) const NOTIFY: &str = "SELECT pg_notify('antler_run_events', ?1)";
+pub(super) const NOTIFY: &str = concat!("SELECT pg_notify('", channel!(), "', ?1)");
 
 /// `insert` (of run `?1`'s rows) as one statement that also notifies the run when it
 /// writes a row: its answer is one row, the number of rows written, then a text column to
@@ -27,11 +32,12 @@ pub(super) const NOTIFY: &str = "SELECT pg_notify('antler_run_events', ?1)";
 pub(super) fn notifying(insert: &str) -> String {
     format!(
         "WITH written AS ({insert} RETURNING 1)
-         SELECT count(*), (SELECT pg_notify('antler_run_events', ?1)::text
+         SELECT count(*), (SELECT pg_notify('{CHANNEL}', ?1)::text
                            WHERE EXISTS (SELECT 1 FROM written))
          FROM written"
     )
 }
+
 /// How often a stream of a run another lead drives reads the store while no notices come
 /// (SQLite, or the listening connection down).
 pub const TAIL_EVERY: Duration = Duration::from_millis(200);
