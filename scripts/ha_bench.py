@@ -406,7 +406,15 @@ def stream_lag(scratch, pg):
     a = Lead(scratch, "lag-a", base, dsn)
     b = Lead(scratch, "lag-b", base, dsn)
     try:
-        time.sleep(1)  # both leads' listeners connected
+        # Both leads' listeners connected (each gateway starts its own), else B's client
+        # would be measured polling.
+        deadline = time.time() + 30
+        while int(pg.sql("bench_lag", "SELECT count(*) FROM pg_stat_activity"
+                         " WHERE datname = current_database()"
+                         " AND query = 'LISTEN antler_run_events'") or 0) < 2:
+            if time.time() > deadline:
+                raise RuntimeError("the leads do not listen for run notices")
+            time.sleep(0.05)
         conn = http.client.HTTPConnection(a.addr, timeout=60)
         run_id = submit(conn, a.token, 0, playbook)
         conn.close()
